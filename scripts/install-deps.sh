@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tern needs to build and test, only those missing.
+# Safe to run repeatedly; needs root (or sudo) on a Debian 12 machine.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config clang
+      libjson-c-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev
+      libcmocka-dev libxxhash-dev libzstd-dev
+      nodejs npm python3-jinja2)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node/npm may come from elsewhere than Debian: a working binary is enough.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  tmp=(); for p in "${missing[@]}"; do [[ $p == nodejs || $p == npm ]] || tmp+=("$p"); done
+  missing=("${tmp[@]+"${tmp[@]}"}")
+fi
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}" >&2
+  SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,53 @@
+/* CPU feature detection through cpuid + xgetbv (OS must save the registers). */
+#include "cpu.h"
+
+#include <cpuid.h>
+#include <pthread.h>
+#include <unistd.h>
+
+static tern_cpu_features g_feat;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static unsigned long long xgetbv0(void)
+{
+    unsigned int lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+static void detect(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    int osxsave = (c >> 27) & 1;
+    int avx = (c >> 28) & 1;
+    if (!osxsave || !avx)
+        return;
+    unsigned long long xcr0 = xgetbv0();
+    int ymm_ok = (xcr0 & 0x6) == 0x6;
+    int zmm_ok = (xcr0 & 0xe6) == 0xe6;
+    g_feat.fma = ymm_ok && ((c >> 12) & 1);
+    g_feat.f16c = ymm_ok && ((c >> 29) & 1);
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return;
+    g_feat.avx2 = ymm_ok && ((b >> 5) & 1);
+    g_feat.avx512f = zmm_ok && ((b >> 16) & 1);
+    g_feat.avx512bw = zmm_ok && ((b >> 30) & 1);
+    g_feat.avx512vl = zmm_ok && ((b >> 31) & 1);
+    g_feat.avx512_vnni = zmm_ok && ((c >> 11) & 1);
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        g_feat.avx512_bf16 = zmm_ok && ((a >> 5) & 1);
+}
+
+const tern_cpu_features *tern_cpu(void)
+{
+    pthread_once(&g_once, detect);
+    return &g_feat;
+}
+
+int tern_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (int)n;
+}

@@ -1,0 +1,58 @@
+/* Error values for all of tern: a code from one X-macro table plus a message.
+ * Every fallible function returns int (0 ok, negative TERN_E*) or a pointer
+ * with NULL, and fills an optional tern_err out-parameter. */
+#ifndef TERN_BASE_ERR_H
+#define TERN_BASE_ERR_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* X(name, value, default message) */
+#define TERN_ERR_MAP(X)                                              \
+    X(OK, 0, "ok")                                                   \
+    X(EINVAL, -1, "invalid argument")                                \
+    X(ENOMEM, -2, "out of memory")                                   \
+    X(EIO, -3, "input/output error")                                 \
+    X(EFORMAT, -4, "malformed input")                                \
+    X(EUNSUPPORTED, -5, "unsupported")                               \
+    X(ERANGE, -6, "value out of range")                              \
+    X(ETIMEOUT, -7, "time limit exceeded")                           \
+    X(ECANCELED, -8, "canceled")                                     \
+    X(EFULL, -9, "capacity exhausted")                               \
+    X(ENOTFOUND, -10, "not found")                                   \
+    X(EINTERNAL, -11, "internal error")
+
+enum tern_err_code {
+#define TERN_ERR_ENUM(name, value, msg) TERN_##name = value,
+    TERN_ERR_MAP(TERN_ERR_ENUM)
+#undef TERN_ERR_ENUM
+};
+
+/* Message buffers are fixed so an error can be reported with no allocation
+ * (the out-of-memory path included). 512 bytes holds a path plus context. */
+#define TERN_ERR_MSG_MAX 512
+
+typedef struct tern_err {
+    int code;                   /* TERN_OK or a negative TERN_E* */
+    long pos;                   /* byte offset / line in the input, -1 if none */
+    char msg[TERN_ERR_MSG_MAX]; /* human readable, one line */
+} tern_err;
+
+/* Name ("EINVAL") and default message of a code. Never NULL. */
+const char *tern_err_name(int code);
+const char *tern_err_str(int code);
+
+/* Fills *e (if non-NULL) and returns code, so callers can write
+ * `return tern_err_set(e, TERN_EFORMAT, "bad header in %s", path);`. */
+int tern_err_set(tern_err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int tern_err_setv(tern_err *e, int code, const char *fmt, va_list ap);
+/* Same with a position. */
+int tern_err_set_pos(tern_err *e, int code, long pos, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Prefixes the existing message with context ("loading X: <old msg>"). */
+int tern_err_wrap(tern_err *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void tern_err_clear(tern_err *e);
+
+#endif

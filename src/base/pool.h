@@ -1,0 +1,21 @@
+/* A fixed thread pool for data-parallel loops (matrix rows, heads).
+ * One pool per model; the calling thread takes part as worker 0. */
+#ifndef TERN_BASE_POOL_H
+#define TERN_BASE_POOL_H
+
+typedef struct tern_pool tern_pool;
+
+/* fn(ctx, begin, end, worker) handles items [begin, end). */
+typedef void (*tern_pool_fn)(void *ctx, long begin, long end, int worker);
+
+/* n_threads <= 0 means one per core. Returns NULL on failure. */
+tern_pool *tern_pool_new(int n_threads);
+void tern_pool_free(tern_pool *p);
+int tern_pool_size(const tern_pool *p);
+
+/* Splits [0, n) into contiguous chunks, at least `grain` items each, runs them
+ * on all workers and returns when all are done. Not reentrant: one caller at
+ * a time per pool. p may be NULL (runs inline). */
+void tern_pool_for(tern_pool *p, long n, long grain, tern_pool_fn fn, void *ctx);
+
+#endif

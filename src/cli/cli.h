@@ -1,0 +1,16 @@
+/* The tern command line: one file per subcommand, dispatched from main.c. */
+#ifndef TERN_CLI_H
+#define TERN_CLI_H
+
+/* Each returns the process exit code (0 ok, 1 error, 2 usage). argv[0] is the
+ * subcommand name. */
+int cmd_run(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+
+/* Parses "--flag value" or "--flag=value"; returns the value or NULL and
+ * advances *i when it consumed the next argument. */
+const char *cli_flag_value(int argc, char **argv, int *i, const char *flag);
+int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
+int cli_parse_double(const char *s, double lo, double hi, double *out);
+
+#endif

@@ -1,0 +1,78 @@
+/* tern: entry point and subcommand table. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+
+#include "cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"run", cmd_run, "run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--seed S]"},
+    {"logits", cmd_logits, "logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K]"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tern COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  tern %s\n", commands[i].help);
+}
+
+const char *cli_flag_value(int argc, char **argv, int *i, const char *flag)
+{
+    size_t n = strlen(flag);
+    if (strncmp(argv[*i], flag, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "tern: %s needs a value\n", flag);
+        return NULL;
+    }
+    (*i)++;
+    return argv[*i];
+}
+
+int cli_parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "tern: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
