@@ -10,9 +10,3 @@ int cmd_run(int argc, char **argv)
     return 1;
 }
 
-int cmd_logits(int argc, char **argv)
-{
-    (void)argc; (void)argv;
-    fprintf(stderr, "tern logits: not built yet\n");
-    return 1;
-}

@@ -1,0 +1,153 @@
+/* tern logits: one forward pass over a prompt, printing the top-K logits at
+ * every position as JSON lines - the tool for comparing against oracles. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+static int parse_ids(const char *s, int32_t **ids, size_t *n)
+{
+    size_t cap = 16;
+    *n = 0;
+    *ids = malloc(cap * sizeof **ids);
+    if (!*ids)
+        return -1;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > 0x7fffffff)
+            return -1;
+        if (*n == cap) {
+            int32_t *nb = realloc(*ids, (cap *= 2) * sizeof **ids);
+            if (!nb)
+                return -1;
+            *ids = nb;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        s = end;
+        while (*s == ',' || *s == ' ')
+            s++;
+    }
+    return *n ? 0 : -1;
+}
+
+int cmd_logits(int argc, char **argv)
+{
+    const char *dir = NULL, *prompt = NULL, *ids_s = NULL, *v;
+    long long top = 5;
+    for (int i = 1; i < argc; i++) {
+        if ((v = cli_flag_value(argc, argv, &i, "--prompt")))
+            prompt = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--ids")))
+            ids_s = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--top"))) {
+            if (cli_parse_int(v, 1, 1 << 20, &top)) {
+                fprintf(stderr, "tern logits: --top must be a positive integer\n");
+                return 2;
+            }
+        } else if (argv[i][0] != '-' && !dir)
+            dir = argv[i];
+        else {
+            fprintf(stderr, "tern logits: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!dir || (!prompt == !ids_s)) {
+        fprintf(stderr, "usage: tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K]\n");
+        return 2;
+    }
+    tern_err err = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = 1;
+    float *logits = NULL;
+    int32_t *pos = NULL, *rows = NULL;
+    kv_seq **seqs = NULL;
+    kv_pool kv = {0};
+    kv_seq seq = {0};
+    tern_model *m = model_load(dir, 0, &err);
+    if (!m)
+        goto out;
+    if (ids_s) {
+        if (parse_ids(ids_s, &ids, &n)) {
+            fprintf(stderr, "tern logits: --ids must be a comma-separated list of token ids\n");
+            goto out_quiet;
+        }
+    } else {
+        tern_tokenizer *tok = tokenizer_load(dir, &err);
+        if (!tok)
+            goto out;
+        int e = tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n, &err);
+        tokenizer_free(tok);
+        if (e)
+            goto out;
+    }
+    if (n == 0 || n > (size_t)m->cfg.max_pos) {
+        tern_err_set(&err, TERN_ERANGE, "%zu tokens: need 1 to %d", n, m->cfg.max_pos);
+        goto out;
+    }
+    int nb = ((int)n + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT;
+    if (kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, KV_BLOCK_DEFAULT, nb, &err) ||
+        kv_seq_reserve(&kv, &seq, (int)n, &err))
+        goto out;
+    logits = malloc(n * (size_t)m->cfg.n_vocab * sizeof *logits);
+    pos = malloc(n * sizeof *pos);
+    rows = malloc(n * sizeof *rows);
+    seqs = malloc(n * sizeof *seqs);
+    if (!logits || !pos || !rows || !seqs) {
+        tern_err_set(&err, TERN_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pos[i] = rows[i] = (int32_t)i;
+        seqs[i] = &seq;
+    }
+    fwd_batch b = {(int)n, ids, pos, seqs, (int)n, rows};
+    if (model_forward(m, &kv, &b, logits, &err))
+        goto out;
+    int V = m->cfg.n_vocab, K = top < V ? (int)top : V;
+    int32_t *best = malloc((size_t)K * sizeof *best);
+    if (!best) {
+        tern_err_set(&err, TERN_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const float *row = logits + i * (size_t)V;
+        /* Partial selection sort: K is small. Ties go to the lower id. */
+        int nbest = 0;
+        for (int t = 0; t < V; t++) {
+            int j = nbest < K ? nbest++ : K;
+            if (j == K && !(row[t] > row[best[K - 1]]))
+                continue;
+            if (j == K)
+                j = K - 1;
+            while (j > 0 && row[t] > row[best[j - 1]]) {
+                best[j] = best[j - 1];
+                j--;
+            }
+            best[j] = t;
+        }
+        printf("{\"pos\": %zu, \"top\": [", i);
+        for (int j = 0; j < K; j++)
+            printf("%s[%d, %.9g]", j ? ", " : "", best[j], row[best[j]]);
+        printf("]}\n");
+    }
+    free(best);
+    rc = 0;
+    goto out_quiet;
+out:
+    fprintf(stderr, "tern logits: %s\n", err.msg);
+out_quiet:
+    free(logits);
+    free(pos);
+    free(rows);
+    free(seqs);
+    free(ids);
+    kv_seq_free(&kv, &seq);
+    kv_pool_free(&kv);
+    model_free(m);
+    return rc;
+}

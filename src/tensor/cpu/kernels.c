@@ -1,0 +1,57 @@
+/* Chooses the kernel table for this CPU once (see kernels.h). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "base/log.h"
+#include "tensor/kernels.h"
+
+const tern_kernels *tern_kernels_avx2_table(void);
+#ifndef TERN_NO_AVX512
+const tern_kernels *tern_kernels_avx512_table(void);
+#endif
+
+const tern_kernels *tern_kernels_avx2(void)
+{
+    const tern_cpu_features *f = tern_cpu();
+    return f->avx2 && f->fma && f->f16c ? tern_kernels_avx2_table() : NULL;
+}
+
+const tern_kernels *tern_kernels_avx512(void)
+{
+#ifndef TERN_NO_AVX512
+    const tern_cpu_features *f = tern_cpu();
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->fma && f->f16c)
+        return tern_kernels_avx512_table();
+#endif
+    return NULL;
+}
+
+static const tern_kernels *g_best;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void choose(void)
+{
+    const char *force = getenv("TERN_ISA");
+    const tern_kernels *k = NULL;
+    if (force && !strcmp(force, "scalar"))
+        k = tern_kernels_scalar();
+    else if (force && !strcmp(force, "avx2"))
+        k = tern_kernels_avx2();
+    else if (!force || !strcmp(force, "avx512"))
+        k = tern_kernels_avx512();
+    if (!k && (!force || strcmp(force, "scalar")))
+        k = tern_kernels_avx2();
+    if (!k)
+        k = tern_kernels_scalar();
+    if (force && strcmp(force, k->isa))
+        TERN_WARN("TERN_ISA=%s is not available on this CPU; using %s", force, k->isa);
+    g_best = k;
+}
+
+const tern_kernels *tern_kernels_best(void)
+{
+    pthread_once(&g_once, choose);
+    return g_best;
+}

@@ -1,0 +1,175 @@
+/* Forward pass against Hugging Face transformers' logits for stories260K
+ * (golden/hf_logits_top5.json), and batching equivalences on the paged KV
+ * cache: one batch == token-by-token decoding == several sequences at once. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "model/model.h"
+#include "test_util.h"
+
+static tern_model *load_stories(void)
+{
+    tern_err err = {0};
+    tern_model *m = model_load(shared_path("models/stories260K"), 2, &err);
+    if (!m)
+        fail_msg("%s", err.msg);
+    return m;
+}
+
+/* Runs ids through one batch of a fresh sequence; logits for every row. */
+static float *forward_all(tern_model *m, const int32_t *ids, int n)
+{
+    tern_err err = {0};
+    kv_pool kv;
+    kv_seq seq = {0};
+    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 4, 64, &err), 0);
+    assert_int_equal(kv_seq_reserve(&kv, &seq, n, &err), 0);
+    float *logits = malloc((size_t)n * m->cfg.n_vocab * sizeof(float));
+    int32_t pos[64], rows[64];
+    kv_seq *seqs[64];
+    for (int i = 0; i < n; i++) {
+        pos[i] = rows[i] = i;
+        seqs[i] = &seq;
+    }
+    fwd_batch b = {n, ids, pos, seqs, n, rows};
+    assert_int_equal(model_forward(m, &kv, &b, logits, &err), 0);
+    assert_int_equal(seq.n_tokens, n);
+    kv_seq_free(&kv, &seq);
+    kv_pool_free(&kv);
+    return logits;
+}
+
+static void test_hf_golden_logits(void **state)
+{
+    (void)state;
+    tern_err err = {0};
+    json_object *g = tern_json_parse_file(shared_path("models/stories260K/golden/hf_logits_top5.json"), &err);
+    assert_non_null(g);
+    json_object *ids_j, *pos_j;
+    assert_true(json_object_object_get_ex(g, "input_ids", &ids_j));
+    assert_true(json_object_object_get_ex(g, "positions", &pos_j));
+    int n = (int)json_object_array_length(ids_j);
+    int32_t ids[64];
+    for (int i = 0; i < n; i++)
+        ids[i] = json_object_get_int(json_object_array_get_idx(ids_j, i));
+    tern_model *m = load_stories();
+    float *logits = forward_all(m, ids, n);
+    double worst = 0;
+    for (int p = 0; p < n; p++) {
+        json_object *e = json_object_array_get_idx(pos_j, p), *top;
+        assert_true(json_object_object_get_ex(e, "top5", &top));
+        const float *row = logits + (size_t)p * m->cfg.n_vocab;
+        for (int k = 0; k < 5; k++) {
+            json_object *pair = json_object_array_get_idx(top, k);
+            int id = json_object_get_int(json_object_array_get_idx(pair, 0));
+            double want = json_object_get_double(json_object_array_get_idx(pair, 1));
+            double d = fabs(row[id] - want);
+            if (d > worst)
+                worst = d;
+            /* rank: exactly k entries are larger than this one */
+            int larger = 0;
+            for (int t = 0; t < m->cfg.n_vocab; t++)
+                larger += row[t] > row[id];
+            assert_int_equal(larger, k);
+        }
+    }
+    printf("max |logit - HF| over top-5 of %d positions: %.3g\n", n, worst);
+    assert_true(worst <= 1e-4);
+    free(logits);
+    model_free(m);
+    json_object_put(g);
+}
+
+/* Prefill as one batch vs one token per forward: bit-identical logits. Then two
+ * sequences interleaved in one batch at different positions. */
+static void test_batch_equivalence(void **state)
+{
+    (void)state;
+    tern_model *m = load_stories();
+    tern_err err = {0};
+    const int32_t ids[12] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
+    const int n = 12, V = m->cfg.n_vocab;
+    float *ref = forward_all(m, ids, n);
+    kv_pool kv;
+    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 4, 64, &err), 0);
+    kv_seq a = {0}, c = {0};
+    float *lg = malloc((size_t)2 * V * sizeof(float));
+    double worst = 0;
+    for (int i = 0; i < n; i++) { /* a: token by token */
+        assert_int_equal(kv_seq_reserve(&kv, &a, i + 1, &err), 0);
+        int32_t pos = i, row = 0;
+        kv_seq *sp = &a;
+        fwd_batch b = {1, &ids[i], &pos, &sp, 1, &row};
+        assert_int_equal(model_forward(m, &kv, &b, lg, &err), 0);
+        for (int t = 0; t < V; t++)
+            worst = fmax(worst, fabs(lg[t] - ref[(size_t)i * V + t]));
+    }
+    printf("token-by-token vs one batch: max diff %.3g\n", worst);
+    assert_true(worst == 0.0); /* same kernels, same reduction order */
+    /* c: first 5 tokens prefilled, then a batch mixing c's tokens 5..7 with a
+     * truncated-and-regrown a at position 9. */
+    assert_int_equal(kv_seq_reserve(&kv, &c, 5, &err), 0);
+    {
+        int32_t pos[5] = {0, 1, 2, 3, 4};
+        kv_seq *sp[5] = {&c, &c, &c, &c, &c};
+        fwd_batch b = {5, ids, pos, sp, 0, NULL};
+        assert_int_equal(model_forward(m, &kv, &b, NULL, &err), 0);
+    }
+    kv_seq_truncate(&kv, &a, 9);
+    assert_int_equal(a.n_tokens, 9);
+    assert_int_equal(kv_seq_reserve(&kv, &a, 10, &err), 0);
+    assert_int_equal(kv_seq_reserve(&kv, &c, 8, &err), 0);
+    int32_t toks[4] = {ids[5], ids[9], ids[6], ids[7]}, pos[4] = {5, 9, 6, 7}, rows[2] = {1, 3};
+    kv_seq *sp[4] = {&c, &a, &c, &c};
+    fwd_batch b = {4, toks, pos, sp, 2, rows};
+    float *lg2 = malloc((size_t)2 * V * sizeof(float));
+    assert_int_equal(model_forward(m, &kv, &b, lg2, &err), 0);
+    worst = 0;
+    for (int t = 0; t < V; t++) {
+        worst = fmax(worst, fabs(lg2[t] - ref[(size_t)9 * V + t]));
+        worst = fmax(worst, fabs(lg2[V + t] - ref[(size_t)7 * V + t]));
+    }
+    printf("mixed batch vs reference: max diff %.3g\n", worst);
+    assert_true(worst == 0.0); /* same kernels, same reduction order */
+    /* fork shares blocks; the fork's continuation matches too */
+    kv_seq f;
+    assert_int_equal(kv_seq_fork(&kv, &c, &f, 6, &err), 0);
+    assert_int_equal(kv_seq_reserve(&kv, &f, 7, &err), 0);
+    {
+        int32_t p6 = 6, r0 = 0;
+        kv_seq *fp = &f;
+        fwd_batch b1 = {1, &ids[6], &p6, &fp, 1, &r0};
+        assert_int_equal(model_forward(m, &kv, &b1, lg, &err), 0);
+        for (int t = 0; t < V; t++)
+            assert_true(lg[t] == ref[(size_t)6 * V + t]);
+    }
+    /* a bad token id is an error, not a crash */
+    int32_t bad = V + 5, p0 = 0, r0 = 0;
+    kv_seq *fp = &f;
+    fwd_batch bb = {1, &bad, &p0, &fp, 1, &r0};
+    assert_int_equal(model_forward(m, &kv, &bb, lg, &err), TERN_ERANGE);
+    kv_seq_free(&kv, &f);
+    kv_seq_free(&kv, &a);
+    kv_seq_free(&kv, &c);
+    assert_int_equal(kv.n_free, kv.n_blocks);
+    kv_pool_free(&kv);
+    free(lg);
+    free(lg2);
+    free(ref);
+    model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hf_golden_logits),
+        cmocka_unit_test(test_batch_equivalence),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
