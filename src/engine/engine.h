@@ -1,0 +1,134 @@
+/* The generation engine: one thread runs every request through one step
+ * loop (admit, plan prefill chunks and decode rows, one batched forward,
+ * sample, emit, retire). Serial generation is a batch of one. Clients -
+ * `tern run`, the HTTP server - submit requests and read events from each
+ * request's thread-safe queue. */
+#ifndef TERN_ENGINE_H
+#define TERN_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/model.h"
+#include "sample/sample.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct tern_engine tern_engine;
+typedef struct engine_req engine_req;
+
+typedef struct engine_opts {
+    size_t kv_budget_bytes; /* KV pool size; 0 = a share of free memory */
+    int max_batch;          /* rows in one step (running requests), default 64 */
+    int prefill_chunk;      /* prompt tokens per row per step, default 512 */
+    int max_queue;          /* waiting requests; beyond it submit fails EFULL; default 1024 */
+    int ctx_size;           /* positions per sequence; 0 = the model's maximum */
+    int prefix_cache;       /* reuse KV of earlier prompts (default on: 1) */
+} engine_opts;
+
+void engine_opts_default(engine_opts *o);
+
+/* A per-row constraint (grammar matcher) plugged into sampling. The engine
+ * calls fill_mask before sampling each position of the row, accept with the
+ * emitted token, and finishes the row with FINISH_STOP once is_terminated.
+ * The engine owns ctx after a successful submit and calls free at the end. */
+typedef struct engine_constraint_ops {
+    /* Writes the allowed-token bitmask (n_words = ceil(n_vocab / 32)). */
+    int (*fill_mask)(void *ctx, uint32_t *mask, int32_t n_words);
+    /* Advances over an emitted token; nonzero if it was not allowed. */
+    int (*accept)(void *ctx, int32_t token);
+    int (*is_terminated)(void *ctx);
+    /* Undoes the last n accepted tokens (speculative decoding). */
+    int (*rollback)(void *ctx, int n);
+    void (*free)(void *ctx);
+} engine_constraint_ops;
+
+typedef struct engine_params {
+    const int32_t *prompt;   /* [n_prompt], copied */
+    size_t n_prompt;
+    sample_params sample;    /* bias array copied */
+    int max_tokens;          /* generated tokens at most; <= 0 = until the context is full */
+    const char *const *stop; /* [n_stop] stop strings, copied; never emitted */
+    int n_stop;
+    int ignore_eos;
+    int skip_special;        /* detokenize without special tokens (default 1) */
+    /* Prompt length up to which the KV is worth keeping in the prefix cache
+     * (chat: the end of the previous turn); 0 = the whole prompt. */
+    size_t cache_boundary;
+    const engine_constraint_ops *constraint; /* NULL = unconstrained */
+    void *constraint_ctx;
+} engine_params;
+
+void engine_params_default(engine_params *p);
+
+typedef enum engine_finish {
+    ENGINE_FINISH_NONE = 0,
+    ENGINE_FINISH_STOP,      /* eos, stop string, or grammar complete */
+    ENGINE_FINISH_LENGTH,    /* max_tokens or context length */
+    ENGINE_FINISH_CANCELLED,
+    ENGINE_FINISH_ERROR,
+} engine_finish;
+
+const char *engine_finish_name(engine_finish f); /* "stop", "length", ... */
+
+typedef struct engine_usage {
+    int n_prompt;       /* prompt tokens */
+    int n_cached;       /* of which reused from the prefix cache */
+    int n_generated;    /* tokens sampled */
+    double ttft_s;      /* submit to first token */
+    double decode_s;    /* first to last token */
+} engine_usage;
+
+typedef enum engine_event_kind { ENGINE_EV_TOKEN = 1, ENGINE_EV_FINISH } engine_event_kind;
+
+typedef struct engine_event {
+    engine_event_kind kind;
+    /* TOKEN: the sampled token; text is the newly completed text (UTF-8,
+     * may be empty while a possible stop string or partial character is held
+     * back). FINISH: text holds any remaining releasable text. */
+    int32_t token;
+    char *text;          /* owned by the event; engine_event_clear frees */
+    size_t text_len;
+    int has_logprob;
+    sample_result lp;
+    engine_finish finish;         /* FINISH */
+    char error[TERN_ERR_MSG_MAX]; /* FINISH with ENGINE_FINISH_ERROR */
+    engine_usage usage;           /* FINISH */
+} engine_event;
+
+void engine_event_clear(engine_event *ev);
+
+/* Starts the engine thread. Borrows m and tok (they must outlive it). */
+tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_opts *o, tern_err *err);
+/* Cancels every request, stops the thread, frees the engine. */
+void engine_free(tern_engine *e);
+
+/* Queues a request. notify (may be NULL) is called from the engine thread,
+ * without locks held, whenever events become available; it must not block.
+ * Errors: TERN_EFULL (queue full), TERN_ERANGE (prompt + max_tokens can never
+ * fit the context or the KV budget), TERN_EINVAL (bad parameters). */
+engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)(void *user), void *user,
+                          tern_err *err);
+/* Takes the next event. timeout_ms < 0 waits forever, 0 polls. Returns 1
+ * with *ev filled, 0 on timeout. After the FINISH event there are no more. */
+int engine_req_next(engine_req *r, engine_event *ev, int timeout_ms);
+/* Asks the engine to stop the request at its next step (a FINISH event with
+ * ENGINE_FINISH_CANCELLED follows unless it already finished). */
+void engine_req_cancel(engine_req *r);
+/* The client is done with r (cancels it if still running). */
+void engine_req_release(engine_req *r);
+
+typedef struct engine_stats {
+    int queue_len;
+    int running;
+    long long requests_total, requests_finished, requests_cancelled, requests_rejected;
+    long long tokens_prefilled, tokens_decoded, prefix_hit_tokens;
+    long long steps;
+    int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+    size_t kv_bytes_total;
+    double last_ttft_s, last_decode_tps;
+} engine_stats;
+
+void engine_stats_get(tern_engine *e, engine_stats *st);
+
+#endif
