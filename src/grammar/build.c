@@ -1,0 +1,571 @@
+/* Syntax tree -> byte-level automaton. Each rule becomes a Thompson NFA
+ * (epsilon, byte-range and rule-call edges; character classes expanded to
+ * UTF-8 byte sequences; {m,n} expanded to copies), then epsilon edges are
+ * eliminated, dead and unreachable states dropped, and the rules checked
+ * for left recursion (which a stack parser cannot run). Bounds: states and
+ * wall clock from grammar_limits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_int.h"
+
+enum { E_EPS, E_BYTE, E_RULE };
+
+typedef struct bedge {
+    int32_t from, to;
+    int32_t rule;   /* E_RULE */
+    uint8_t type, lo, hi;
+} bedge;
+
+typedef struct builder {
+    const grammar *g;
+    bedge *e;
+    size_t n_e, cap_e;
+    int32_t n_s;
+    long max_states;
+    long max_ms;
+    double t0;
+    int bad;        /* error code once something failed */
+    tern_err *err;
+    long tick;
+} builder;
+
+static int bfail(builder *b, int code, const char *msg)
+{
+    if (!b->bad) {
+        b->bad = code;
+        tern_err_set(b->err, code, "grammar: %s", msg);
+    }
+    return -1;
+}
+
+static int32_t new_state(builder *b)
+{
+    if (b->bad)
+        return -1;
+    if (b->n_s >= b->max_states)
+        return bfail(b, TERN_EFULL, "too many automaton states (repetition bounds too large?)");
+    if ((++b->tick & 1023) == 0 && b->max_ms > 0 && gclock_ms() - b->t0 > (double)b->max_ms)
+        return bfail(b, TERN_ETIMEOUT, "compile time limit exceeded");
+    return b->n_s++;
+}
+
+static void add_edge(builder *b, int32_t from, int32_t to, int type, uint8_t lo, uint8_t hi, int32_t rule)
+{
+    if (b->bad || from < 0 || to < 0)
+        return;
+    if (b->n_e == b->cap_e) {
+        size_t cap = b->cap_e ? b->cap_e * 2 : 1024;
+        bedge *ne = realloc(b->e, cap * sizeof *ne);
+        if (!ne) {
+            bfail(b, TERN_ENOMEM, "out of memory");
+            return;
+        }
+        b->e = ne;
+        b->cap_e = cap;
+    }
+    b->e[b->n_e++] = (bedge){.from = from, .to = to, .rule = rule, .type = (uint8_t)type, .lo = lo, .hi = hi};
+}
+
+/* UTF-8 byte sequences for the code point range [lo, hi] (no surrogates),
+ * each a chain from `from` to `to`. */
+static void utf8_seq(builder *b, int32_t from, int32_t to, uint32_t lo, uint32_t hi)
+{
+    static const uint32_t lim[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
+    if (b->bad)
+        return;
+    if (lo <= 0xDFFF && hi >= 0xD800) { /* surrogates are not UTF-8 */
+        if (lo < 0xD800)
+            utf8_seq(b, from, to, lo, 0xD7FF);
+        if (hi > 0xDFFF)
+            utf8_seq(b, from, to, 0xE000, hi);
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (lo <= lim[i] && hi > lim[i]) {
+            utf8_seq(b, from, to, lo, lim[i]);
+            utf8_seq(b, from, to, lim[i] + 1, hi);
+            return;
+        }
+    }
+    if (hi < 0x80) {
+        add_edge(b, from, to, E_BYTE, (uint8_t)lo, (uint8_t)hi, 0);
+        return;
+    }
+    int n = hi < 0x800 ? 2 : hi < 0x10000 ? 3 : 4;
+    for (int i = 1; i < n; i++) {
+        uint32_t m = (1u << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0) {
+                utf8_seq(b, from, to, lo, lo | m);
+                utf8_seq(b, from, to, (lo | m) + 1, hi);
+                return;
+            }
+            if ((hi & m) != m) {
+                utf8_seq(b, from, to, lo, (hi & ~m) - 1);
+                utf8_seq(b, from, to, hi & ~m, hi);
+                return;
+            }
+        }
+    }
+    uint8_t a[4], z[4];
+    for (int i = n - 1; i > 0; i--) {
+        a[i] = (uint8_t)(0x80 | (lo & 0x3F));
+        z[i] = (uint8_t)(0x80 | (hi & 0x3F));
+        lo >>= 6;
+        hi >>= 6;
+    }
+    static const uint8_t lead[] = {0, 0, 0xC0, 0xE0, 0xF0};
+    a[0] = (uint8_t)(lead[n] | lo);
+    z[0] = (uint8_t)(lead[n] | hi);
+    int32_t cur = from;
+    for (int i = 0; i < n; i++) {
+        int32_t nx = i == n - 1 ? to : new_state(b);
+        add_edge(b, cur, nx, E_BYTE, a[i], z[i], 0);
+        cur = nx;
+    }
+}
+
+/* Builds a starting at `from`; returns the end state. */
+static int32_t build(builder *b, const gast *a, int32_t from)
+{
+    if (b->bad || from < 0)
+        return -1;
+    switch (a->kind) {
+    case GAST_EMPTY:
+        return from;
+    case GAST_BYTES: {
+        int32_t cur = from;
+        for (int i = 0; i < a->n; i++) {
+            int32_t nx = new_state(b);
+            add_edge(b, cur, nx, E_BYTE, a->u.bytes[i], a->u.bytes[i], 0);
+            cur = nx;
+        }
+        return cur;
+    }
+    case GAST_CLASS: {
+        int32_t end = new_state(b);
+        for (int i = 0; i < a->n; i++)
+            utf8_seq(b, from, end, a->u.cls.ranges[2 * i], a->u.cls.ranges[2 * i + 1]);
+        return end;
+    }
+    case GAST_REF: {
+        int32_t end = new_state(b);
+        add_edge(b, from, end, E_RULE, 0, 0, a->u.ref);
+        return end;
+    }
+    case GAST_SEQ: {
+        int32_t cur = from;
+        for (int i = 0; i < a->n; i++)
+            cur = build(b, a->u.kids[i], cur);
+        return cur;
+    }
+    case GAST_ALT: {
+        int32_t end = new_state(b);
+        for (int i = 0; i < a->n; i++) {
+            /* a fresh start per branch keeps branch loops apart */
+            int32_t st = new_state(b);
+            add_edge(b, from, st, E_EPS, 0, 0, 0);
+            int32_t e = build(b, a->u.kids[i], st);
+            add_edge(b, e, end, E_EPS, 0, 0, 0);
+        }
+        return end;
+    }
+    case GAST_REP: {
+        int32_t cur = from;
+        for (int32_t i = 0; i < a->u.rep.min && !b->bad; i++)
+            cur = build(b, a->u.rep.kid, cur);
+        if (a->u.rep.max < 0) {
+            int32_t head = new_state(b);
+            add_edge(b, cur, head, E_EPS, 0, 0, 0);
+            int32_t e = build(b, a->u.rep.kid, head);
+            add_edge(b, e, head, E_EPS, 0, 0, 0);
+            return head;
+        }
+        /* optional copies nest: x{0,3} = (x (x (x)?)?)? so every skip
+         * jumps straight to the end */
+        int32_t n_opt = a->u.rep.max - a->u.rep.min;
+        if (n_opt <= 0)
+            return cur;
+        int32_t end = new_state(b);
+        for (int32_t i = 0; i < n_opt && !b->bad; i++) {
+            add_edge(b, cur, end, E_EPS, 0, 0, 0);
+            int32_t st = new_state(b);
+            add_edge(b, cur, st, E_EPS, 0, 0, 0);
+            cur = build(b, a->u.rep.kid, st);
+        }
+        add_edge(b, cur, end, E_EPS, 0, 0, 0);
+        return end;
+    }
+    }
+    bfail(b, TERN_EINTERNAL, "bad syntax tree");
+    return -1;
+}
+
+static int cmp_edge_from(const void *x, const void *y)
+{
+    const bedge *a = x, *c = y;
+    if (a->from != c->from)
+        return a->from < c->from ? -1 : 1;
+    if (a->type != c->type)
+        return a->type < c->type ? -1 : 1;
+    if (a->lo != c->lo)
+        return a->lo < c->lo ? -1 : 1;
+    if (a->rule != c->rule)
+        return a->rule < c->rule ? -1 : 1;
+    return a->to < c->to ? -1 : a->to > c->to;
+}
+
+int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err *err)
+{
+    builder B = {.g = g, .max_states = lim->max_states, .max_ms = lim->max_ms, .t0 = t0, .err = err};
+    builder *b = &B;
+    int32_t nr = g->n_rules;
+    int32_t *start = malloc((size_t)nr * sizeof *start), *endst = malloc((size_t)nr * sizeof *endst);
+    int rc = 0;
+    int32_t *off = NULL, *stk = NULL, *newid = NULL, *srule = NULL;
+    uint32_t *mark = NULL;
+    uint8_t *fin = NULL, *live = NULL, *prod = NULL, *nullable = NULL;
+    bedge *ne = NULL;
+    size_t n_ne = 0, cap_ne = 0;
+    if (!start || !endst) {
+        rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        goto out;
+    }
+    for (int32_t r = 0; r < nr; r++) {
+        start[r] = new_state(b);
+        endst[r] = build(b, g->rule_bodies[r], start[r]);
+    }
+    if (b->bad) {
+        rc = b->bad;
+        goto out;
+    }
+    int32_t ns = b->n_s;
+    srule = malloc((size_t)ns * sizeof *srule);
+    /* owning rule of each state: states are allocated rule by rule */
+    if (!srule) {
+        rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        goto out;
+    }
+    for (int32_t r = 0, s = 0; r < nr; r++) {
+        int32_t lim_s = r + 1 < nr ? start[r + 1] : ns;
+        for (; s < lim_s; s++)
+            srule[s] = r;
+    }
+    /* CSR of the raw edges */
+    qsort(b->e, b->n_e, sizeof *b->e, cmp_edge_from);
+    off = calloc((size_t)ns + 1, sizeof *off);
+    mark = calloc((size_t)ns, sizeof *mark);
+    stk = malloc(((size_t)ns + b->n_e + 1) * sizeof *stk);
+    fin = calloc((size_t)ns, 1);
+    if (!off || !mark || !stk || !fin) {
+        rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < b->n_e; i++)
+        off[b->e[i].from + 1]++;
+    for (int32_t s = 0; s < ns; s++)
+        off[s + 1] += off[s];
+    /* epsilon elimination: s gets every non-epsilon edge of its closure */
+    for (int32_t s = 0; s < ns; s++) {
+        uint32_t ep = (uint32_t)s + 1;
+        int sp = 0;
+        stk[sp++] = s;
+        mark[s] = ep;
+        while (sp) {
+            int32_t x = stk[--sp];
+            if (x == endst[srule[s]])
+                fin[s] = 1;
+            for (int32_t i = off[x]; i < off[x + 1]; i++) {
+                bedge *e = &b->e[i];
+                if (e->type == E_EPS) {
+                    if (mark[e->to] != ep) {
+                        mark[e->to] = ep;
+                        stk[sp++] = e->to;
+                    }
+                } else {
+                    if (n_ne == cap_ne) {
+                        size_t cap = cap_ne ? cap_ne * 2 : 1024;
+                        bedge *nn = realloc(ne, cap * sizeof *nn);
+                        if (!nn) {
+                            rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+                            goto out;
+                        }
+                        ne = nn;
+                        cap_ne = cap;
+                    }
+                    ne[n_ne] = *e;
+                    ne[n_ne].from = s;
+                    n_ne++;
+                }
+            }
+        }
+        if ((s & 255) == 0 && b->max_ms > 0 && gclock_ms() - t0 > (double)b->max_ms) {
+            rc = tern_err_set(err, TERN_ETIMEOUT, "grammar: compile time limit exceeded");
+            goto out;
+        }
+        if ((long)n_ne > 16 * b->max_states) {
+            rc = tern_err_set(err, TERN_EFULL, "grammar: too many automaton edges");
+            goto out;
+        }
+    }
+    qsort(ne, n_ne, sizeof *ne, cmp_edge_from);
+    { /* dedupe */
+        size_t k = 0;
+        for (size_t i = 0; i < n_ne; i++)
+            if (!k || cmp_edge_from(&ne[k - 1], &ne[i]))
+                ne[k++] = ne[i];
+        n_ne = k;
+    }
+    memset(off, 0, ((size_t)ns + 1) * sizeof *off);
+    for (size_t i = 0; i < n_ne; i++)
+        off[ne[i].from + 1]++;
+    for (int32_t s = 0; s < ns; s++)
+        off[s + 1] += off[s];
+
+    /* productive rules and live states (can reach the rule's end), by
+     * fixpoint: a rule edge is passable once its rule is productive */
+    live = calloc((size_t)ns, 1);
+    prod = calloc((size_t)nr, 1);
+    nullable = calloc((size_t)nr, 1);
+    if (!live || !prod || !nullable) {
+        rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        goto out;
+    }
+    for (int32_t s = 0; s < ns; s++)
+        live[s] = fin[s];
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t s = ns - 1; s >= 0; s--) {
+            if (live[s])
+                continue;
+            for (int32_t i = off[s]; i < off[s + 1]; i++) {
+                if (live[ne[i].to] && (ne[i].type == E_BYTE || prod[ne[i].rule])) {
+                    live[s] = 1;
+                    changed = 1;
+                    break;
+                }
+            }
+        }
+        for (int32_t r = 0; r < nr; r++)
+            if (!prod[r] && live[start[r]])
+                prod[r] = 1, changed = 1;
+    }
+    if (!prod[g->root]) {
+        rc = tern_err_set(err, TERN_EINVAL, "grammar: rule '%s' matches nothing", g->rule_names[g->root]);
+        goto out;
+    }
+    /* nullable rules (fixpoint over start -> final via nullable calls) */
+    uint32_t epc = (uint32_t)ns + 1;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t r = 0; r < nr; r++) {
+            if (nullable[r])
+                continue;
+            uint32_t ep = ++epc;
+            int sp = 0;
+            stk[sp++] = start[r];
+            mark[start[r]] = ep;
+            while (sp && !nullable[r]) {
+                int32_t x = stk[--sp];
+                if (fin[x])
+                    nullable[r] = 1;
+                for (int32_t i = off[x]; i < off[x + 1]; i++)
+                    if (ne[i].type == E_RULE && nullable[ne[i].rule] && mark[ne[i].to] != ep) {
+                        mark[ne[i].to] = ep;
+                        stk[sp++] = ne[i].to;
+                    }
+            }
+            if (nullable[r])
+                changed = 1;
+        }
+    }
+    /* left recursion: rule r calls itself before reading a byte. DFS over
+     * (rule -> rules callable at its start via nullable prefixes). */
+    {
+        uint8_t *color = calloc((size_t)nr, 1);
+        int32_t *rs = malloc(((size_t)nr + 1) * 2 * sizeof *rs);
+        if (!color || !rs) {
+            free(color);
+            free(rs);
+            rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+            goto out;
+        }
+        /* left-call lists computed on demand */
+        for (int32_t r0 = 0; r0 < nr && !rc; r0++) {
+            if (color[r0])
+                continue;
+            /* iterative DFS; frame = (rule, next-edge cursor encoded) */
+            int sp = 0;
+            rs[0] = r0;
+            rs[1] = 0;
+            sp = 1;
+            color[r0] = 1;
+            while (sp && !rc) {
+                int32_t r = rs[2 * (sp - 1)];
+                /* enumerate left calls of r: states reachable from start via
+                 * nullable calls; we recompute and take the k-th call */
+                int32_t k = rs[2 * (sp - 1) + 1]++;
+                int32_t found = -1, cnt = 0;
+                /* small BFS with a local visited list */
+                int32_t *q = stk;
+                int qh = 0, qt = 0;
+                q[qt++] = start[r];
+                uint32_t vm = 0x80000000u | (uint32_t)r;
+                mark[start[r]] = vm;
+                while (qh < qt && found < 0) {
+                    int32_t x = q[qh++];
+                    for (int32_t i = off[x]; i < off[x + 1]; i++) {
+                        if (ne[i].type != E_RULE)
+                            continue;
+                        if (cnt++ == k) {
+                            found = ne[i].rule;
+                            break;
+                        }
+                        if (nullable[ne[i].rule] && mark[ne[i].to] != vm) {
+                            mark[ne[i].to] = vm;
+                            q[qt++] = ne[i].to;
+                        }
+                    }
+                }
+                /* reset marks we used so the next BFS of r starts clean */
+                for (int i = 0; i < qt; i++)
+                    mark[q[i]] = 0;
+                if (found < 0) {
+                    color[r] = 2;
+                    sp--;
+                    continue;
+                }
+                if (color[found] == 1) {
+                    rc = tern_err_set(err, TERN_EINVAL, "grammar: rule '%s' is left-recursive",
+                                      g->rule_names[found]);
+                    break;
+                }
+                if (color[found] == 0) {
+                    color[found] = 1;
+                    rs[2 * sp] = found;
+                    rs[2 * sp + 1] = 0;
+                    sp++;
+                }
+            }
+        }
+        free(color);
+        free(rs);
+        if (rc)
+            goto out;
+    }
+    /* keep live edges, then the states reachable from the root's start */
+    {
+        size_t k = 0;
+        for (size_t i = 0; i < n_ne; i++)
+            if (live[ne[i].to] && (ne[i].type == E_BYTE || prod[ne[i].rule]))
+                ne[k++] = ne[i];
+        n_ne = k;
+        memset(off, 0, ((size_t)ns + 1) * sizeof *off);
+        for (size_t i = 0; i < n_ne; i++)
+            off[ne[i].from + 1]++;
+        for (int32_t s = 0; s < ns; s++)
+            off[s + 1] += off[s];
+    }
+    newid = malloc((size_t)ns * sizeof *newid);
+    if (!newid) {
+        rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        goto out;
+    }
+    for (int32_t s = 0; s < ns; s++)
+        newid[s] = -1;
+    int32_t n_keep = 0;
+    {
+        int sp = 0;
+        stk[sp++] = start[g->root];
+        newid[start[g->root]] = -2;
+        uint8_t *rule_used = calloc((size_t)nr, 1);
+        if (!rule_used) {
+            rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+            goto out;
+        }
+        rule_used[g->root] = 1;
+        while (sp) {
+            int32_t x = stk[--sp];
+            for (int32_t i = off[x]; i < off[x + 1]; i++) {
+                if (newid[ne[i].to] == -1) {
+                    newid[ne[i].to] = -2;
+                    stk[sp++] = ne[i].to;
+                }
+                if (ne[i].type == E_RULE && !rule_used[ne[i].rule]) {
+                    rule_used[ne[i].rule] = 1;
+                    if (newid[start[ne[i].rule]] == -1) {
+                        newid[start[ne[i].rule]] = -2;
+                        stk[sp++] = start[ne[i].rule];
+                    }
+                }
+            }
+        }
+        free(rule_used);
+        for (int32_t s = 0; s < ns; s++)
+            if (newid[s] == -2)
+                newid[s] = n_keep++;
+    }
+    g->n_states = n_keep;
+    g->rule_start = malloc((size_t)nr * sizeof *g->rule_start);
+    g->st_rule = malloc((size_t)(n_keep ? n_keep : 1) * sizeof *g->st_rule);
+    g->st_final = calloc((size_t)(n_keep ? n_keep : 1), 1);
+    g->be_off = calloc((size_t)n_keep + 1, sizeof *g->be_off);
+    g->re_off = calloc((size_t)n_keep + 1, sizeof *g->re_off);
+    size_t nb = 0, nre = 0;
+    for (size_t i = 0; i < n_ne; i++) {
+        if (newid[ne[i].from] < 0)
+            continue;
+        if (ne[i].type == E_BYTE)
+            nb++;
+        else
+            nre++;
+    }
+    g->be = malloc((nb ? nb : 1) * sizeof *g->be);
+    g->re = malloc((nre ? nre : 1) * sizeof *g->re);
+    if (!g->rule_start || !g->st_rule || !g->st_final || !g->be_off || !g->re_off || !g->be || !g->re) {
+        rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        goto out;
+    }
+    for (int32_t r = 0; r < nr; r++)
+        g->rule_start[r] = newid[start[r]];
+    for (int32_t s = 0; s < ns; s++) {
+        if (newid[s] < 0)
+            continue;
+        g->st_rule[newid[s]] = srule[s];
+        g->st_final[newid[s]] = fin[s];
+    }
+    /* edges are sorted by old from; old->new order is monotone */
+    nb = nre = 0;
+    for (size_t i = 0; i < n_ne; i++) {
+        int32_t f = newid[ne[i].from];
+        if (f < 0)
+            continue;
+        if (ne[i].type == E_BYTE) {
+            g->be[nb++] = (gbyte_edge){.lo = ne[i].lo, .hi = ne[i].hi, .target = newid[ne[i].to]};
+            g->be_off[f + 1]++;
+        } else {
+            g->re[nre++] = (grule_edge){.rule = ne[i].rule, .target = newid[ne[i].to]};
+            g->re_off[f + 1]++;
+        }
+    }
+    for (int32_t s = 0; s < n_keep; s++) {
+        g->be_off[s + 1] += g->be_off[s];
+        g->re_off[s + 1] += g->re_off[s];
+    }
+out:
+    free(b->e);
+    free(ne);
+    free(start);
+    free(endst);
+    free(off);
+    free(mark);
+    free(stk);
+    free(fin);
+    free(live);
+    free(prod);
+    free(nullable);
+    free(newid);
+    free(srule);
+    return rc;
+}

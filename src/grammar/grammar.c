@@ -1,0 +1,248 @@
+/* grammar objects: construction from EBNF text, printing back as EBNF, and
+ * the byte-level reference checker (grammar_check_text). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_int.h"
+
+void grammar_limits_init(grammar_limits *l)
+{
+    l->max_states = 1000000; /* ~100 MB of automaton at worst */
+    l->max_ms = 2000;        /* a schema that takes longer is pathological */
+}
+
+grammar *grammar_from_ebnf(const char *text, size_t len, const char *root, const grammar_limits *limits,
+                           tern_err *err)
+{
+    grammar_limits def;
+    if (!limits) {
+        grammar_limits_init(&def);
+        limits = &def;
+    }
+    double t0 = gclock_ms();
+    grammar *g = calloc(1, sizeof *g);
+    if (!g) {
+        tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        return NULL;
+    }
+    if (gebnf_parse(g, text, len, root, err) || gbuild_automaton(g, limits, t0, err)) {
+        grammar_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void grammar_free(grammar *g)
+{
+    if (!g)
+        return;
+    garena_free(&g->arena);
+    free(g->rule_start);
+    free(g->st_rule);
+    free(g->st_final);
+    free(g->be_off);
+    free(g->be);
+    free(g->re_off);
+    free(g->re);
+    free(g);
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) {
+            b->oom = 1;
+            return;
+        }
+        b->s = ns;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* A code point inside a literal or class, escaped where needed. */
+static void put_cp(sbuf *b, uint32_t c, int in_class)
+{
+    char tmp[16];
+    if (c == '\n')
+        sb_str(b, "\\n");
+    else if (c == '\r')
+        sb_str(b, "\\r");
+    else if (c == '\t')
+        sb_str(b, "\\t");
+    else if (c == '\\')
+        sb_str(b, "\\\\");
+    else if (!in_class && c == '"')
+        sb_str(b, "\\\"");
+    else if (in_class && (c == ']' || c == '-' || c == '^' || c == '['))
+        snprintf(tmp, sizeof tmp, "\\%c", (char)c), sb_str(b, tmp);
+    else if (c < 0x20 || c == 0x7F)
+        snprintf(tmp, sizeof tmp, "\\x%02x", c), sb_str(b, tmp);
+    else if (c < 0x80)
+        tmp[0] = (char)c, sb_put(b, tmp, 1);
+    else if (c < 0x10000)
+        snprintf(tmp, sizeof tmp, "\\u%04x", c), sb_str(b, tmp);
+    else
+        snprintf(tmp, sizeof tmp, "\\U%08x", c), sb_str(b, tmp);
+}
+
+static void print_ast(sbuf *b, const grammar *g, const gast *a, int paren)
+{
+    switch (a->kind) {
+    case GAST_EMPTY:
+        sb_str(b, "\"\"");
+        break;
+    case GAST_BYTES: {
+        sb_str(b, "\"");
+        for (int i = 0; i < a->n;) {
+            uint8_t c = a->u.bytes[i];
+            uint32_t cp = c;
+            int n = 1;
+            if (c >= 0xF0)
+                cp = c & 7, n = 4;
+            else if (c >= 0xE0)
+                cp = c & 15, n = 3;
+            else if (c >= 0xC0)
+                cp = c & 31, n = 2;
+            for (int k = 1; k < n && i + k < a->n; k++)
+                cp = (cp << 6) | (a->u.bytes[i + k] & 0x3F);
+            put_cp(b, cp, 0);
+            i += n;
+        }
+        sb_str(b, "\"");
+        break;
+    }
+    case GAST_CLASS:
+        sb_str(b, "[");
+        for (int i = 0; i < a->n; i++) {
+            uint32_t lo = a->u.cls.ranges[2 * i], hi = a->u.cls.ranges[2 * i + 1];
+            put_cp(b, lo, 1);
+            if (hi != lo) {
+                if (hi > lo + 1)
+                    sb_str(b, "-");
+                put_cp(b, hi, 1);
+            }
+        }
+        sb_str(b, "]");
+        break;
+    case GAST_REF:
+        sb_str(b, g->rule_names[a->u.ref]);
+        break;
+    case GAST_SEQ:
+    case GAST_ALT:
+        if (paren)
+            sb_str(b, "(");
+        for (int i = 0; i < a->n; i++) {
+            if (i)
+                sb_str(b, a->kind == GAST_ALT ? " | " : " ");
+            print_ast(b, g, a->u.kids[i], a->kind == GAST_SEQ || a->u.kids[i]->kind == GAST_ALT);
+        }
+        if (paren)
+            sb_str(b, ")");
+        break;
+    case GAST_REP: {
+        print_ast(b, g, a->u.rep.kid, 1);
+        int32_t lo = a->u.rep.min, hi = a->u.rep.max;
+        char tmp[48];
+        if (lo == 0 && hi < 0)
+            sb_str(b, "*");
+        else if (lo == 1 && hi < 0)
+            sb_str(b, "+");
+        else if (lo == 0 && hi == 1)
+            sb_str(b, "?");
+        else if (hi < 0)
+            snprintf(tmp, sizeof tmp, "{%d,}", lo), sb_str(b, tmp);
+        else if (hi == lo)
+            snprintf(tmp, sizeof tmp, "{%d}", lo), sb_str(b, tmp);
+        else
+            snprintf(tmp, sizeof tmp, "{%d,%d}", lo, hi), sb_str(b, tmp);
+        break;
+    }
+    }
+}
+
+char *grammar_to_ebnf(const grammar *g)
+{
+    sbuf b = {0};
+    /* root first, then the rest in definition order */
+    for (int32_t k = -1; k < g->n_rules; k++) {
+        int32_t r = k < 0 ? g->root : k;
+        if (k >= 0 && r == g->root)
+            continue;
+        sb_str(&b, g->rule_names[r]);
+        sb_str(&b, " ::= ");
+        print_ast(&b, g, g->rule_bodies[r], 0);
+        sb_str(&b, "\n");
+    }
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    if (!b.s)
+        b.s = calloc(1, 1);
+    return b.s;
+}
+
+/* ---- byte-level checking ---------------------------------------------- */
+
+static int check(const grammar *g, const char *text, size_t len, int prefix)
+{
+    gstk_pool p;
+    gstk_set a = {0}, b = {0};
+    int rc;
+    if (gstk_pool_init(&p))
+        return TERN_ENOMEM;
+    gstk_start(g, &p, &a);
+    size_t i = 0;
+    for (; i < len && a.n && !a.oom; i++) {
+        gstk_step(g, &p, &a, (uint8_t)text[i], &b);
+        gstk_set t = a;
+        a = b;
+        b = t;
+    }
+    if (a.oom)
+        rc = TERN_ENOMEM;
+    else if (i < len)
+        rc = 0;
+    else if (prefix)
+        rc = a.n > 0 || a.can_end;
+    else
+        rc = a.can_end;
+    gstk_set_free(&a);
+    gstk_set_free(&b);
+    gstk_pool_free(&p);
+    return rc;
+}
+
+int grammar_check_text(const grammar *g, const char *text, size_t len)
+{
+    if (!g || (!text && len))
+        return TERN_EINVAL;
+    return check(g, text, len, 0);
+}
+
+int grammar_check_prefix(const grammar *g, const char *text, size_t len)
+{
+    if (!g || (!text && len))
+        return TERN_EINVAL;
+    return check(g, text, len, 1);
+}

@@ -1,0 +1,371 @@
+/* The matcher: the parser state (a set of persistent stacks) per accepted
+ * step, kept as a history for rollback, and the per-step token bitmask:
+ * OR of the cached accepted sets of the distinct top states, plus a walk
+ * of each top's (small) uncertain suffix trie against the real stacks
+ * below it. No allocation per step once the scratch buffers have grown. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/compiled_int.h"
+
+typedef struct mstep {
+    size_t ids_off;     /* into hist */
+    int32_t n;
+    int32_t pool_end;   /* pool size once this step was made */
+    uint8_t can_end, terminated;
+} mstep;
+
+struct grammar_matcher {
+    grammar_compiled *cg;
+    gstk_pool pool;
+    int32_t *hist;      /* stack ids of every step's set, concatenated */
+    size_t n_hist, cap_hist;
+    mstep *steps;       /* steps[0] = start; steps[n_steps] = current */
+    int32_t n_steps, cap_steps;
+    gstk_set a, b;      /* byte-step ping-pong */
+    gstk_set *walk;     /* per-depth sets for suffix walks */
+    int32_t n_walk;
+    int64_t *grp;       /* (state << 32 | id) of the current set, sorted */
+    int32_t cap_grp;
+};
+
+static int ensure_walk(grammar_matcher *m, int32_t depth)
+{
+    if (depth < m->n_walk)
+        return 0;
+    int32_t n = depth + 16;
+    gstk_set *w = realloc(m->walk, (size_t)n * sizeof *w);
+    if (!w)
+        return -1;
+    memset(w + m->n_walk, 0, (size_t)(n - m->n_walk) * sizeof *w);
+    m->walk = w;
+    m->n_walk = n;
+    return 0;
+}
+
+static int push_step(grammar_matcher *m, const gstk_set *s, int terminated)
+{
+    if (m->n_steps + 2 > m->cap_steps) {
+        int32_t cap = m->cap_steps ? m->cap_steps * 2 : 64;
+        mstep *ns = realloc(m->steps, (size_t)cap * sizeof *ns);
+        if (!ns)
+            return TERN_ENOMEM;
+        m->steps = ns;
+        m->cap_steps = cap;
+    }
+    size_t off = m->n_hist;
+    if (off + (size_t)s->n > m->cap_hist) {
+        size_t cap = m->cap_hist ? m->cap_hist * 2 : 1024;
+        while (cap < off + (size_t)s->n)
+            cap *= 2;
+        int32_t *h = realloc(m->hist, cap * sizeof *h);
+        if (!h)
+            return TERN_ENOMEM;
+        m->hist = h;
+        m->cap_hist = cap;
+    }
+    if (s->n)
+        memcpy(m->hist + off, s->ids, (size_t)s->n * sizeof *s->ids);
+    m->n_hist = off + (size_t)s->n;
+    mstep *st = &m->steps[m->n_steps + 1];
+    st->ids_off = off;
+    st->n = s->n;
+    st->pool_end = m->pool.n;
+    st->can_end = s->can_end;
+    st->terminated = (uint8_t)terminated;
+    m->n_steps++;
+    return 0;
+}
+
+static int start(grammar_matcher *m)
+{
+    gstk_truncate(&m->pool, 0);
+    m->n_hist = 0;
+    m->n_steps = -1;
+    gstk_start(m->cg->g, &m->pool, &m->a);
+    if (m->a.oom)
+        return TERN_ENOMEM;
+    return push_step(m, &m->a, 0);
+}
+
+grammar_matcher *grammar_matcher_new(grammar_compiled *cg, tern_err *err)
+{
+    if (!cg) {
+        tern_err_set(err, TERN_EINVAL, "matcher: no compiled grammar");
+        return NULL;
+    }
+    grammar_matcher *m = calloc(1, sizeof *m);
+    if (!m || gstk_pool_init(&m->pool)) {
+        free(m);
+        tern_err_set(err, TERN_ENOMEM, "matcher: out of memory");
+        return NULL;
+    }
+    m->cg = cg;
+    if (start(m)) {
+        grammar_matcher_free(m);
+        tern_err_set(err, TERN_ENOMEM, "matcher: out of memory");
+        return NULL;
+    }
+    return m;
+}
+
+void grammar_matcher_free(grammar_matcher *m)
+{
+    if (!m)
+        return;
+    gstk_pool_free(&m->pool);
+    free(m->hist);
+    free(m->steps);
+    gstk_set_free(&m->a);
+    gstk_set_free(&m->b);
+    for (int32_t i = 0; i < m->n_walk; i++)
+        gstk_set_free(&m->walk[i]);
+    free(m->walk);
+    free(m->grp);
+    free(m);
+}
+
+void grammar_matcher_reset(grammar_matcher *m)
+{
+    if (m)
+        start(m);
+}
+
+static inline const mstep *cur_step(const grammar_matcher *m) { return &m->steps[m->n_steps]; }
+
+/* Loads the current set into m->a. */
+static int load_current(grammar_matcher *m)
+{
+    const mstep *st = cur_step(m);
+    gstk_set tmp = {.ids = m->hist + st->ids_off, .n = st->n, .can_end = st->can_end};
+    return gstk_set_copy(&m->a, &tmp);
+}
+
+/* Reads bytes from the current set; on success the result is in m->a.
+ * 1 ok, 0 rejected, <0 error. */
+static int run_bytes(grammar_matcher *m, const uint8_t *s, size_t len)
+{
+    if (load_current(m))
+        return TERN_ENOMEM;
+    for (size_t i = 0; i < len; i++) {
+        if (!m->a.n)
+            return 0;
+        gstk_step(m->cg->g, &m->pool, &m->a, s[i], &m->b);
+        gstk_set t = m->a;
+        m->a = m->b;
+        m->b = t;
+        if (m->a.oom)
+            return TERN_ENOMEM;
+    }
+    return m->a.n > 0 || m->a.can_end;
+}
+
+int grammar_matcher_accept_string(grammar_matcher *m, const char *s, size_t len)
+{
+    if (!m || (!s && len))
+        return TERN_EINVAL;
+    if (cur_step(m)->terminated)
+        return 0;
+    int32_t mark = m->pool.n;
+    int rc = run_bytes(m, (const uint8_t *)s, len);
+    if (rc == 1)
+        rc = push_step(m, &m->a, 0) ? TERN_ENOMEM : 1;
+    if (rc != 1)
+        gstk_truncate(&m->pool, mark);
+    return rc;
+}
+
+int grammar_matcher_accept_token(grammar_matcher *m, int32_t id)
+{
+    if (!m)
+        return TERN_EINVAL;
+    const grammar_vocab *v = m->cg->v;
+    const mstep *st = cur_step(m);
+    if (st->terminated || id < 0 || id >= v->mask_width)
+        return 0;
+    if (grammar_vocab_is_stop(v, id)) {
+        if (!st->can_end)
+            return 0;
+        gstk_set empty = {.can_end = 1};
+        return push_step(m, &empty, 1) ? TERN_ENOMEM : 1;
+    }
+    if (id >= v->n_tokens || v->special[id] || v->tok_len[id] == 0)
+        return 0;
+    return grammar_matcher_accept_string(m, v->blob + v->tok_off[id], v->tok_len[id]);
+}
+
+int grammar_matcher_rollback(grammar_matcher *m, int n)
+{
+    if (!m || n < 0)
+        return TERN_EINVAL;
+    if (n > m->n_steps)
+        return TERN_ERANGE;
+    m->n_steps -= n;
+    const mstep *st = cur_step(m);
+    m->n_hist = st->ids_off + (size_t)st->n;
+    gstk_truncate(&m->pool, st->pool_end);
+    return 0;
+}
+
+int grammar_matcher_n_steps(const grammar_matcher *m) { return m ? m->n_steps : 0; }
+
+int grammar_matcher_can_end(const grammar_matcher *m)
+{
+    const mstep *st = cur_step(m);
+    return !st->terminated && st->can_end;
+}
+
+int grammar_matcher_is_terminated(const grammar_matcher *m)
+{
+    const mstep *st = cur_step(m);
+    return st->terminated || (st->n == 0 && st->can_end);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Marks the tokens of e's suffix trie that the stacks in m->walk[0] (the
+ * callers of the stacks with top s) accept. */
+static int walk_suffixes(grammar_matcher *m, const gstate_entry *e, uint32_t *mask)
+{
+    const grammar *g = m->cg->g;
+    if (!m->walk[0].n)
+        return 0; /* only the root could end: no suffix byte can be read */
+    for (int32_t i = 0; i < e->n_snodes;) {
+        int32_t d = e->sd[i];
+        if (ensure_walk(m, d))
+            return TERN_ENOMEM;
+        gstk_set *prev = &m->walk[d - 1];
+        gstk_set *cur = &m->walk[d];
+        gstk_step(g, &m->pool, prev, e->sb[i], cur);
+        if (cur->oom)
+            return TERN_ENOMEM;
+        if (cur->n || cur->can_end)
+            for (int32_t k = e->stok_off[i]; k < e->stok_off[i + 1]; k++)
+                mask[e->stok[k] / 32] |= 1u << (e->stok[k] % 32);
+        i = cur->n ? i + 1 : e->send[i];
+    }
+    return 0;
+}
+
+int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, size_t n_words)
+{
+    if (!m || !mask)
+        return TERN_EINVAL;
+    grammar_compiled *cg = m->cg;
+    const grammar_vocab *v = cg->v;
+    if (n_words < v->n_words)
+        return TERN_ERANGE;
+    memset(mask, 0, n_words * sizeof *mask);
+    const mstep *st = cur_step(m);
+    if (st->terminated)
+        return 0;
+    int rc = 0;
+    int32_t mark = m->pool.n;
+    /* group the current stacks by top state */
+    if (st->n > m->cap_grp) {
+        int64_t *gp = realloc(m->grp, (size_t)st->n * sizeof *gp);
+        if (!gp)
+            return TERN_ENOMEM;
+        m->grp = gp;
+        m->cap_grp = st->n;
+    }
+    const int32_t *ids = m->hist + st->ids_off;
+    for (int32_t i = 0; i < st->n; i++)
+        m->grp[i] = ((int64_t)m->pool.state[ids[i]] << 32) | (uint32_t)ids[i];
+    if (st->n > 1)
+        qsort(m->grp, (size_t)st->n, sizeof *m->grp, cmp_i64);
+    size_t nw = v->n_words;
+    for (int32_t i = 0; i < st->n;) {
+        int32_t s = (int32_t)(m->grp[i] >> 32), j = i;
+        while (j < st->n && (int32_t)(m->grp[j] >> 32) == s)
+            j++;
+        const gstate_entry *e = gcompiled_entry(cg, s);
+        if (!e) {
+            rc = TERN_ENOMEM;
+            goto out;
+        }
+        if (e->accepted) {
+            const uint32_t *acc = e->accepted;
+            for (size_t w = 0; w < nw; w++)
+                mask[w] |= acc[w];
+        }
+        if (e->n_snodes) {
+            /* the callers of these stacks: pop each and close */
+            if (ensure_walk(m, 1)) {
+                rc = TERN_ENOMEM;
+                goto out;
+            }
+            gstk_set *from = &m->walk[0];
+            gstk_set_clear(from);
+            gstk_begin(&m->pool);
+            for (int32_t k = i; k < j; k++) {
+                int32_t x = (int32_t)(uint32_t)m->grp[k];
+                int32_t par = m->pool.parent[x];
+                if (par == GSTK_ROOT)
+                    from->can_end = 1;
+                else
+                    gstk_closure(cg->g, &m->pool, par, from);
+            }
+            if (from->oom) {
+                rc = TERN_ENOMEM;
+                goto out;
+            }
+            rc = walk_suffixes(m, e, mask);
+            if (rc)
+                goto out;
+        }
+        i = j;
+    }
+    if (st->can_end)
+        for (size_t w = 0; w < nw; w++)
+            mask[w] |= v->stop_mask[w];
+    int count = 0;
+    for (size_t w = 0; w < nw; w++)
+        count += __builtin_popcount(mask[w]);
+    rc = count;
+out:
+    gstk_truncate(&m->pool, mark);
+    return rc;
+}
+
+size_t grammar_matcher_find_jump_forward_string(grammar_matcher *m, char *out, size_t cap)
+{
+    size_t n = 0;
+    if (!m || !out || !cap)
+        return 0;
+    out[0] = 0;
+    const grammar *g = m->cg->g;
+    if (cur_step(m)->terminated || load_current(m))
+        return 0;
+    int32_t mark = m->pool.n;
+    while (n + 1 < cap && m->a.n && !m->a.can_end) {
+        int byte = -1, many = 0;
+        for (int32_t k = 0; k < m->a.n && !many; k++) {
+            int32_t s = m->pool.state[m->a.ids[k]];
+            for (int32_t i = g->be_off[s]; i < g->be_off[s + 1]; i++) {
+                const gbyte_edge *e = &g->be[i];
+                if (e->lo != e->hi || (byte >= 0 && byte != e->lo)) {
+                    many = 1;
+                    break;
+                }
+                byte = e->lo;
+            }
+        }
+        if (many || byte < 0)
+            break;
+        gstk_step(g, &m->pool, &m->a, (uint8_t)byte, &m->b);
+        gstk_set t = m->a;
+        m->a = m->b;
+        m->b = t;
+        if (m->a.oom)
+            break;
+        out[n++] = (char)byte;
+    }
+    out[n] = 0;
+    gstk_truncate(&m->pool, mark);
+    return n;
+}

@@ -1,0 +1,202 @@
+/* Vocabulary for masks: every token's bytes, special and stop flags, and a
+ * byte trie of the non-special tokens in preorder (sorted vocabulary), so
+ * tokens sharing a prefix are checked once and a rejected prefix skips its
+ * whole subtree. Built once per tokenizer; read-only afterwards. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/vocab_int.h"
+
+static const grammar_vocab *sort_vocab; /* qsort has no context argument */
+
+static int cmp_tok(const void *x, const void *y)
+{
+    const grammar_vocab *v = sort_vocab;
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    uint32_t la = v->tok_len[a], lb = v->tok_len[b];
+    int c = memcmp(v->blob + v->tok_off[a], v->blob + v->tok_off[b], la < lb ? la : lb);
+    if (c)
+        return c;
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+static int build_trie(grammar_vocab *v, tern_err *err)
+{
+    int32_t n = 0;
+    size_t total = 0;
+    int32_t *ids = malloc((size_t)(v->n_tokens ? v->n_tokens : 1) * sizeof *ids);
+    if (!ids)
+        return tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        if (!v->special[i] && v->tok_len[i] > 0) {
+            ids[n++] = i;
+            total += v->tok_len[i];
+        }
+    }
+    sort_vocab = v;
+    qsort(ids, (size_t)n, sizeof *ids, cmp_tok);
+    sort_vocab = NULL;
+    /* at most one node per token byte */
+    size_t cap = total + 1;
+    v->nb = malloc(cap);
+    v->nd = malloc(cap * sizeof *v->nd);
+    v->nend = malloc(cap * sizeof *v->nend);
+    v->ntok_off = calloc(cap + 1, sizeof *v->ntok_off);
+    v->ntok = malloc((size_t)(n ? n : 1) * sizeof *v->ntok);
+    int32_t *path = malloc((size_t)(v->max_len + 2) * sizeof *path);
+    if (!v->nb || !v->nd || !v->nend || !v->ntok_off || !v->ntok || !path) {
+        free(ids);
+        free(path);
+        return tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
+    }
+    int32_t nn = 0, prev = -1, open_depth = 0;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t id = ids[k];
+        const uint8_t *t = (const uint8_t *)v->blob + v->tok_off[id];
+        uint32_t len = v->tok_len[id];
+        uint32_t lcp = 0;
+        if (prev >= 0) {
+            const uint8_t *pt = (const uint8_t *)v->blob + v->tok_off[prev];
+            uint32_t pl = v->tok_len[prev];
+            while (lcp < len && lcp < pl && pt[lcp] == t[lcp])
+                lcp++;
+        }
+        /* close nodes deeper than the shared prefix */
+        for (int32_t d = open_depth; d > (int32_t)lcp; d--)
+            v->nend[path[d]] = nn;
+        for (uint32_t d = lcp + 1; d <= len; d++) {
+            v->nb[nn] = t[d - 1];
+            v->nd[nn] = (int32_t)d;
+            path[d] = nn++;
+        }
+        open_depth = (int32_t)len;
+        v->ntok_off[path[len] + 1]++;
+        v->ntok[k] = id;
+        prev = id;
+    }
+    for (int32_t d = open_depth; d >= 1; d--)
+        v->nend[path[d]] = nn;
+    for (int32_t i = 0; i < nn; i++)
+        v->ntok_off[i + 1] += v->ntok_off[i];
+    v->n_nodes = nn;
+    v->n_trie_tokens = n;
+    free(ids);
+    free(path);
+    return 0;
+}
+
+grammar_vocab *grammar_vocab_from_bytes(const char *const *bytes, const size_t *lens, const uint8_t *is_special,
+                                        int32_t n_tokens, int32_t mask_width, const int32_t *stop_ids,
+                                        size_t n_stop, tern_err *err)
+{
+    if (n_tokens < 0 || (n_tokens && (!bytes || !lens)) || (n_stop && !stop_ids)) {
+        tern_err_set(err, TERN_EINVAL, "vocab: bad arguments");
+        return NULL;
+    }
+    if (mask_width == 0)
+        mask_width = n_tokens;
+    if (mask_width < n_tokens) {
+        tern_err_set(err, TERN_EINVAL, "vocab: mask width %d is below the vocab size %d", mask_width, n_tokens);
+        return NULL;
+    }
+    grammar_vocab *v = calloc(1, sizeof *v);
+    if (!v) {
+        tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
+        return NULL;
+    }
+    v->n_tokens = n_tokens;
+    v->mask_width = mask_width;
+    v->n_words = ((size_t)mask_width + 31) / 32;
+    size_t total = 0;
+    for (int32_t i = 0; i < n_tokens; i++) {
+        if (lens[i] > GRAMMAR_VOCAB_MAX_TOKEN_LEN || (lens[i] && !bytes[i])) {
+            tern_err_set(err, TERN_EINVAL, "vocab: token %d is too long or missing", i);
+            goto fail;
+        }
+        total += lens[i];
+    }
+    v->blob = malloc(total ? total : 1);
+    v->tok_off = malloc((size_t)(n_tokens ? n_tokens : 1) * sizeof *v->tok_off);
+    v->tok_len = malloc((size_t)(n_tokens ? n_tokens : 1) * sizeof *v->tok_len);
+    v->special = calloc((size_t)(n_tokens ? n_tokens : 1), 1);
+    v->stop_mask = calloc(v->n_words ? v->n_words : 1, sizeof *v->stop_mask);
+    v->stop = malloc((n_stop ? n_stop : 1) * sizeof *v->stop);
+    if (!v->blob || !v->tok_off || !v->tok_len || !v->special || !v->stop_mask || !v->stop) {
+        tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
+        goto fail;
+    }
+    size_t off = 0;
+    for (int32_t i = 0; i < n_tokens; i++) {
+        v->tok_off[i] = (uint32_t)off;
+        v->tok_len[i] = (uint32_t)lens[i];
+        if (lens[i])
+            memcpy(v->blob + off, bytes[i], lens[i]);
+        off += lens[i];
+        if (lens[i] > v->max_len)
+            v->max_len = (uint32_t)lens[i];
+        v->special[i] = is_special ? (is_special[i] != 0) : 0;
+    }
+    for (size_t i = 0; i < n_stop; i++) {
+        int32_t s = stop_ids[i];
+        if (s < 0 || s >= mask_width) {
+            tern_err_set(err, TERN_EINVAL, "vocab: stop id %d out of range", s);
+            goto fail;
+        }
+        if (v->stop_mask[s / 32] & (1u << (s % 32)))
+            continue;
+        v->stop_mask[s / 32] |= 1u << (s % 32);
+        v->stop[v->n_stop++] = s;
+    }
+    /* a stop token never matches grammar text */
+    for (int32_t i = 0; i < v->n_stop; i++)
+        if (v->stop[i] < n_tokens)
+            v->special[v->stop[i]] = 1;
+    if (build_trie(v, err))
+        goto fail;
+    return v;
+fail:
+    grammar_vocab_free(v);
+    return NULL;
+}
+
+void grammar_vocab_free(grammar_vocab *v)
+{
+    if (!v)
+        return;
+    free(v->blob);
+    free(v->tok_off);
+    free(v->tok_len);
+    free(v->special);
+    free(v->stop);
+    free(v->stop_mask);
+    free(v->nb);
+    free(v->nd);
+    free(v->nend);
+    free(v->ntok_off);
+    free(v->ntok);
+    free(v);
+}
+
+int32_t grammar_vocab_mask_width(const grammar_vocab *v) { return v->mask_width; }
+size_t grammar_vocab_mask_words(const grammar_vocab *v) { return v->n_words; }
+
+const char *grammar_vocab_token(const grammar_vocab *v, int32_t id, size_t *len)
+{
+    if (id < 0 || id >= v->n_tokens || v->special[id]) {
+        if (len)
+            *len = 0;
+        return NULL;
+    }
+    if (len)
+        *len = v->tok_len[id];
+    return v->blob + v->tok_off[id];
+}
+
+int grammar_vocab_is_stop(const grammar_vocab *v, int32_t id)
+{
+    if (id < 0 || id >= v->mask_width)
+        return 0;
+    return (v->stop_mask[id / 32] >> (id % 32)) & 1;
+}
