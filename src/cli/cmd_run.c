@@ -1,12 +1,124 @@
-/* tern run / tern logits: generate from a model folder, or dump logits. */
+/* tern run: one prompt through the engine, streaming only the generated text
+ * to stdout (decoded in context: prompt + output == decode(all ids)). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
+#include "base/log.h"
 #include "cli.h"
+#include "engine/engine.h"
 
 int cmd_run(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "tern run: not built yet\n");
-    return 1;
+    const char *dir = NULL, *prompt = NULL, *v;
+    long long max_tokens = 256, seed = -1, top_k = 0;
+    double temperature = 0.8, top_p = 1.0;
+    int verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        if ((v = cli_flag_value(argc, argv, &i, "--prompt")) || (v = cli_flag_value(argc, argv, &i, "-p")))
+            prompt = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--max-tokens")) || (v = cli_flag_value(argc, argv, &i, "-n"))) {
+            if (cli_parse_int(v, 1, 1 << 24, &max_tokens))
+                goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--temperature"))) {
+            if (cli_parse_double(v, 0, 100, &temperature))
+                goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--top-p"))) {
+            if (cli_parse_double(v, 1e-9, 1, &top_p))
+                goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--top-k"))) {
+            if (cli_parse_int(v, 0, 1 << 24, &top_k))
+                goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--seed"))) {
+            if (cli_parse_int(v, 0, (long long)1 << 62, &seed))
+                goto bad_value;
+        } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
+            verbose = 1;
+        } else if (argv[i][0] != '-' && !dir) {
+            dir = argv[i];
+        } else {
+            fprintf(stderr, "tern run: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+        continue;
+    bad_value:
+        fprintf(stderr, "tern run: bad value for %s\n", argv[i - 1]);
+        return 2;
+    }
+    if (!dir || !prompt) {
+        fprintf(stderr, "usage: tern run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] "
+                        "[--top-p P] [--top-k K] [--seed S]\n");
+        return 2;
+    }
+    if (verbose)
+        tern_log_set_level(TERN_LOG_INFO);
+    tern_err err = {0};
+    int rc = 1;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    tern_engine *eng = NULL;
+    engine_req *req = NULL;
+    tern_tokenizer *tok = NULL;
+    tern_model *m = model_load(dir, 0, &err);
+    if (!m)
+        goto out;
+    if (!(tok = tokenizer_load(dir, &err)))
+        goto out;
+    if (tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n, &err))
+        goto out;
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.max_batch = 1;
+    eo.prefix_cache = 0;
+    /* one sequence: the KV for its whole context, no more */
+    eo.kv_budget_bytes = kv_bytes_per_token(m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim) *
+                         (size_t)(m->cfg.max_pos + 2 * KV_BLOCK_DEFAULT);
+    if (!(eng = engine_new(m, tok, &eo, &err)))
+        goto out;
+    engine_params p;
+    engine_params_default(&p);
+    p.prompt = ids;
+    p.n_prompt = n;
+    p.max_tokens = (int)max_tokens;
+    p.sample.temperature = (float)temperature;
+    p.sample.top_p = (float)top_p;
+    p.sample.top_k = (int)top_k;
+    p.sample.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+    if (!(req = engine_submit(eng, &p, NULL, NULL, &err)))
+        goto out;
+    engine_event ev;
+    int n_gen = 0;
+    for (;;) {
+        engine_req_next(req, &ev, -1);
+        if (ev.text_len)
+            fwrite(ev.text, 1, ev.text_len, stdout);
+        fflush(stdout);
+        if (ev.kind == ENGINE_EV_FINISH) {
+            n_gen = ev.usage.n_generated;
+            if (ev.finish == ENGINE_FINISH_ERROR)
+                tern_err_set(&err, TERN_EINTERNAL, "%s", ev.error);
+            else
+                rc = 0;
+            if (verbose)
+                fprintf(stderr, "\n[%d prompt tokens, %d generated, finish %s, ttft %.3fs, %.1f tok/s]\n",
+                        ev.usage.n_prompt, n_gen, engine_finish_name(ev.finish), ev.usage.ttft_s,
+                        ev.usage.decode_s > 0 ? (n_gen - 1) / ev.usage.decode_s : 0.0);
+            engine_event_clear(&ev);
+            break;
+        }
+        engine_event_clear(&ev);
+    }
+    putchar('\n');
+    if (rc == 0)
+        goto out_quiet;
+out:
+    fprintf(stderr, "tern run: %s\n", err.msg);
+out_quiet:
+    engine_req_release(req);
+    engine_free(eng);
+    free(ids);
+    tokenizer_free(tok);
+    model_free(m);
+    return rc;
 }
-

@@ -1,0 +1,664 @@
+/* The step loop (see engine.h). Each iteration:
+ *   1. admit waiting requests while a row is free and their projected KV
+ *      (prompt + max_tokens) fits the pool - queue rather than run out;
+ *   2. plan one batch: every running row feeds its not-yet-computed tokens,
+ *      prompts in chunks under a per-step prefill budget, decode rows 1 token;
+ *   3. one model_forward over the whole batch;
+ *   4. sample each row whose input is complete, emit text, check stops;
+ *   5. retire finished rows (their blocks go to the prefix cache).
+ * Only this thread touches the model, the KV pool and row state. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "engine/engine_int.h"
+
+struct tern_engine {
+    tern_model *m;
+    const tern_tokenizer *tok;
+    engine_opts o;
+    int32_t n_vocab;
+    kv_pool kv;
+    pcache pc;
+    int kv_committed;        /* blocks promised to running rows, not yet taken */
+
+    pthread_t th;
+    pthread_mutex_t mu;      /* guards waiting[], stop, stats */
+    pthread_cond_t cv;
+    engine_req **waiting;    /* FIFO [max_queue] */
+    int n_waiting;
+    int stop;
+    engine_stats st;
+
+    engine_req **running;    /* [max_batch], engine thread only */
+    int n_running;
+
+    /* per-step scratch, sized once */
+    int32_t *b_tok, *b_pos, *b_out;
+    kv_seq **b_seq;
+    engine_req **out_req;    /* request of each output row */
+    float *logits;           /* [max_batch][n_vocab] */
+    uint32_t *mask;          /* [ceil(n_vocab/32)] */
+};
+
+void engine_opts_default(engine_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_batch = 64;
+    o->prefill_chunk = 512;
+    o->max_queue = 1024;
+    o->prefix_cache = 1;
+}
+
+void engine_params_default(engine_params *p)
+{
+    memset(p, 0, sizeof *p);
+    sample_params_default(&p->sample);
+    p->skip_special = 1;
+}
+
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    size_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+/* ---- text: detokenize, hold back possible stop strings ---- */
+
+static int hold_append(engine_req *r, const char *s, size_t n)
+{
+    if (r->hold_len + n + 1 > r->hold_cap) {
+        size_t cap = r->hold_cap ? r->hold_cap : 64;
+        while (cap < r->hold_len + n + 1)
+            cap *= 2;
+        char *nb = realloc(r->hold, cap);
+        if (!nb)
+            return TERN_ENOMEM;
+        r->hold = nb;
+        r->hold_cap = cap;
+    }
+    memcpy(r->hold + r->hold_len, s, n);
+    r->hold_len += n;
+    r->hold[r->hold_len] = '\0';
+    return 0;
+}
+
+/* Moves the first n held bytes into a new string for an event. */
+static char *hold_take(engine_req *r, size_t n, size_t *len)
+{
+    char *t = malloc(n + 1);
+    if (!t) {
+        *len = 0;
+        return NULL;
+    }
+    memcpy(t, r->hold, n);
+    t[n] = '\0';
+    memmove(r->hold, r->hold + n, r->hold_len - n);
+    r->hold_len -= n;
+    *len = n;
+    return t;
+}
+
+/* Where the earliest stop string starts in the held text (-1 if none), and
+ * how many trailing bytes could still begin one. */
+static long stop_find(const engine_req *r, size_t *keep_tail)
+{
+    long best = -1;
+    *keep_tail = 0;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t sl = strlen(r->stop[i]);
+        const char *p = memmem(r->hold, r->hold_len, r->stop[i], sl);
+        if (p && (best < 0 || p - r->hold < best))
+            best = p - r->hold;
+        for (size_t k = sl - 1; k > *keep_tail; k--)
+            if (k <= r->hold_len && !memcmp(r->hold + r->hold_len - k, r->stop[i], k)) {
+                *keep_tail = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* ---- finishing ---- */
+
+static void row_finish(tern_engine *e, engine_req *r, engine_finish why, const char *msg)
+{
+    engine_event ev = {0};
+    ev.kind = ENGINE_EV_FINISH;
+    ev.finish = why;
+    if (why == ENGINE_FINISH_STOP || why == ENGINE_FINISH_LENGTH) {
+        /* nothing more will come: release held text (not a stop string) */
+        const char *piece;
+        size_t pl;
+        if (r->detok && detok_flush(r->detok, &piece, &pl, NULL) == 0 && pl)
+            hold_append(r, piece, pl);
+        ev.text = hold_take(r, r->hold_len, &ev.text_len);
+    }
+    if (msg)
+        snprintf(ev.error, sizeof ev.error, "%s", msg);
+    ev.usage.n_prompt = r->n_prompt;
+    ev.usage.n_cached = r->n_cached;
+    ev.usage.n_generated = r->n_generated;
+    ev.usage.ttft_s = r->started ? r->t_first - r->t_submit : 0;
+    ev.usage.decode_s = r->started ? r->t_last - r->t_first : 0;
+
+    /* Keep the computed KV for later prompts, up to the cache boundary. */
+    if (e->o.prefix_cache && why != ENGINE_FINISH_ERROR) {
+        int n = r->n_past;
+        if (r->cache_boundary > 0 && r->cache_boundary < n)
+            n = r->cache_boundary;
+        pcache_insert(&e->pc, &r->seq, r->tokens, n);
+    }
+    kv_seq_free(&e->kv, &r->seq);
+    e->kv_committed -= r->blocks_committed;
+    r->blocks_committed = 0;
+    sample_state_free(&r->ss);
+    detok_free(r->detok);
+    r->detok = NULL;
+    if (r->cops) {
+        r->cops->free(r->cctx);
+        r->cops = NULL;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->st.requests_finished++;
+    if (why == ENGINE_FINISH_CANCELLED)
+        e->st.requests_cancelled++;
+    if (r->started) {
+        e->st.last_ttft_s = ev.usage.ttft_s;
+        e->st.last_decode_tps = ev.usage.decode_s > 0 ? (r->n_generated - 1) / ev.usage.decode_s : 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    r->done = 1;
+    req_push_event(r, &ev);
+}
+
+/* ---- admission ---- */
+
+static int blocks_for(const tern_engine *e, int n_tokens)
+{
+    return (n_tokens + e->kv.block_size - 1) / e->kv.block_size;
+}
+
+/* Projected blocks for a request: the whole context it may reach, plus one
+ * for a copy-on-write of a shared last prefix block. */
+static int projected_blocks(const tern_engine *e, const engine_req *r)
+{
+    int total = r->n_prompt + r->max_tokens;
+    if (total > e->o.ctx_size)
+        total = e->o.ctx_size;
+    return blocks_for(e, total) + 1;
+}
+
+/* Tries to start r; 1 if admitted, 0 if it must wait. */
+static int admit(tern_engine *e, engine_req *r)
+{
+    int need = projected_blocks(e, r);
+    int avail = e->kv.n_free + pcache_evictable(&e->pc) - e->kv_committed;
+    if (need > avail)
+        return 0;
+    tern_err err = {0};
+    if (e->o.prefix_cache) {
+        /* keep at least the last prompt token to compute its logits */
+        int m = pcache_match(&e->pc, &r->seq, r->tokens, r->n_prompt - 1);
+        r->n_cached = r->n_past = m;
+    }
+    int have = r->seq.n_blocks;
+    r->blocks_committed = need - have > 0 ? need - have : 0;
+    e->kv_committed += r->blocks_committed;
+    if (sample_state_init(&r->ss, &r->sp, e->n_vocab, r->tokens, (size_t)r->n_prompt, &err) ||
+        !(r->detok = detok_new(e->tok, r->tokens, (size_t)r->n_prompt, r->skip_special, &err))) {
+        row_finish(e, r, ENGINE_FINISH_ERROR, err.msg);
+        req_unref(r);
+        return 1;
+    }
+    e->running[e->n_running++] = r;
+    pthread_mutex_lock(&e->mu);
+    e->st.prefix_hit_tokens += r->n_cached;
+    pthread_mutex_unlock(&e->mu);
+    return 1;
+}
+
+/* Reserves KV for positions [0, n) of r, evicting cached blocks if needed. */
+static int reserve(tern_engine *e, engine_req *r, int n)
+{
+    int need = kv_seq_blocks_needed(&e->kv, &r->seq, n);
+    if (need > e->kv.n_free)
+        pcache_evict(&e->pc, need);
+    int before = e->kv.n_free;
+    int rc = kv_seq_reserve(&e->kv, &r->seq, n, NULL);
+    if (rc == 0) {
+        int took = before - e->kv.n_free;
+        int c = took < r->blocks_committed ? took : r->blocks_committed;
+        r->blocks_committed -= c;
+        e->kv_committed -= c;
+    }
+    return rc;
+}
+
+/* ---- one step ---- */
+
+static void emit_token(tern_engine *e, engine_req *r, int32_t id, const sample_result *res)
+{
+    engine_event ev = {0};
+    ev.kind = ENGINE_EV_TOKEN;
+    ev.token = id;
+    if (r->sp.n_logprobs >= 0) {
+        ev.has_logprob = 1;
+        ev.lp = *res;
+    }
+    const char *piece = NULL;
+    size_t pl = 0;
+    int is_eos = 0;
+    if (!r->ignore_eos)
+        for (int i = 0; i < e->m->cfg.n_eos; i++)
+            is_eos |= id == e->m->cfg.eos_ids[i];
+    if (!is_eos && detok_push(r->detok, id, &piece, &pl, NULL) == 0 && pl)
+        hold_append(r, piece, pl);
+    size_t tail = 0;
+    long at = r->n_stop ? stop_find(r, &tail) : -1;
+    if (at >= 0) {
+        ev.text = hold_take(r, (size_t)at, &ev.text_len);
+        r->hold_len = 0; /* the stop string and anything after it is dropped */
+        req_push_event(r, &ev);
+        row_finish(e, r, ENGINE_FINISH_STOP, NULL);
+        return;
+    }
+    ev.text = hold_take(r, r->hold_len - tail, &ev.text_len);
+    req_push_event(r, &ev);
+    if (is_eos)
+        row_finish(e, r, ENGINE_FINISH_STOP, NULL);
+    else if (r->cops && r->cops->is_terminated(r->cctx))
+        row_finish(e, r, ENGINE_FINISH_STOP, NULL);
+    else if ((r->max_tokens > 0 && r->n_generated >= r->max_tokens) || r->n_tokens >= e->o.ctx_size)
+        row_finish(e, r, ENGINE_FINISH_LENGTH, NULL);
+}
+
+/* Samples the row's next token from its logits and emits it. */
+static void sample_and_emit(tern_engine *e, engine_req *r, float *logits)
+{
+    sample_result res = {0};
+    int32_t id;
+    const uint32_t *mask = NULL;
+    if (r->cops) {
+        int32_t nw = (e->n_vocab + 31) / 32;
+        if (r->cops->fill_mask(r->cctx, e->mask, nw)) {
+            row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
+            return;
+        }
+        mask = e->mask;
+    }
+    if (!mask && sample_params_is_greedy_plain(&r->sp)) {
+        id = sample_argmax(logits, e->n_vocab);
+    } else {
+        if (sample_row(&r->ss, &r->sp, logits, mask, &res)) {
+            row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
+            return;
+        }
+        id = res.id;
+    }
+    if (r->cops && r->cops->accept(r->cctx, id)) {
+        row_finish(e, r, ENGINE_FINISH_ERROR, "grammar rejected the sampled token");
+        return;
+    }
+    sample_state_accept(&r->ss, id);
+    double now = tern_time_s();
+    if (!r->started) {
+        r->started = 1;
+        r->t_first = now;
+    }
+    r->t_last = now;
+    r->tokens[r->n_tokens++] = id;
+    r->n_generated++;
+    emit_token(e, r, id, &res);
+}
+
+/* Removes finished rows from running[] and drops the engine's reference. */
+static void drop_done(tern_engine *e)
+{
+    for (int i = 0; i < e->n_running;) {
+        engine_req *r = e->running[i];
+        if (r->done) {
+            e->running[i] = e->running[--e->n_running];
+            req_unref(r);
+        } else {
+            i++;
+        }
+    }
+}
+
+static void step(tern_engine *e)
+{
+    /* cancellations first: they free rows and KV */
+    for (int i = 0; i < e->n_running;) {
+        engine_req *r = e->running[i];
+        if (atomic_load(&r->cancel))
+            row_finish(e, r, ENGINE_FINISH_CANCELLED, NULL);
+    }
+    drop_done(e);
+    int n = 0, n_out = 0, budget = e->o.prefill_chunk;
+    tern_err err = {0};
+    for (int i = 0; i < e->n_running; i++) {
+        engine_req *r = e->running[i];
+        int todo = r->n_tokens - r->n_past;
+        if (todo > 1) { /* prompt: a chunk under the step's prefill budget */
+            if (budget <= 0)
+                continue;
+            if (todo > budget)
+                todo = budget;
+            budget -= todo;
+        }
+        if (reserve(e, r, r->n_past + todo)) {
+            /* cannot happen when admission holds; fail the row, not the engine */
+            row_finish(e, r, ENGINE_FINISH_ERROR, "kv cache exhausted");
+            continue;
+        }
+        for (int k = 0; k < todo; k++) {
+            e->b_tok[n] = r->tokens[r->n_past + k];
+            e->b_pos[n] = r->n_past + k;
+            e->b_seq[n] = &r->seq;
+            n++;
+        }
+        r->n_past += todo;
+        if (r->n_past == r->n_tokens) {
+            e->b_out[n_out] = n - 1;
+            e->out_req[n_out++] = r;
+        }
+    }
+    if (n == 0)
+        return;
+    fwd_batch b = {n, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
+    int rc = model_forward(e->m, &e->kv, &b, e->logits, &err);
+    pthread_mutex_lock(&e->mu);
+    e->st.steps++;
+    e->st.tokens_prefilled += n - n_out;
+    e->st.tokens_decoded += n_out;
+    pthread_mutex_unlock(&e->mu);
+    if (rc) { /* a forward error fails every row of the step */
+        for (int i = 0; i < e->n_running; i++)
+            if (!e->running[i]->done)
+                row_finish(e, e->running[i], ENGINE_FINISH_ERROR, err.msg);
+    } else {
+        for (int j = 0; j < n_out; j++)
+            sample_and_emit(e, e->out_req[j], e->logits + (size_t)j * e->n_vocab);
+    }
+    drop_done(e);
+}
+
+/* ---- the thread ---- */
+
+static void *engine_main(void *arg)
+{
+    tern_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && e->n_waiting == 0 && e->n_running == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stop) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        /* Admit in arrival order; the head waits until its KV fits. Only
+         * this thread removes from the queue, so the head is stable. */
+        while (e->n_waiting > 0 && e->n_running < e->o.max_batch) {
+            engine_req *r = e->waiting[0];
+            pthread_mutex_unlock(&e->mu);
+            int ok = 1;
+            if (atomic_load(&r->cancel)) {
+                row_finish(e, r, ENGINE_FINISH_CANCELLED, NULL);
+                req_unref(r);
+            } else {
+                ok = admit(e, r);
+            }
+            pthread_mutex_lock(&e->mu);
+            if (!ok)
+                break;
+            memmove(e->waiting, e->waiting + 1, (size_t)(--e->n_waiting) * sizeof *e->waiting);
+        }
+        e->st.queue_len = e->n_waiting;
+        e->st.running = e->n_running;
+        pthread_mutex_unlock(&e->mu);
+        step(e);
+    }
+    return NULL;
+}
+
+tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_opts *o, tern_err *err)
+{
+    tern_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    e->m = m;
+    e->tok = tok;
+    e->o = *o;
+    e->n_vocab = m->cfg.n_vocab;
+    if (e->o.max_batch <= 0)
+        e->o.max_batch = 64;
+    if (e->o.prefill_chunk <= 0)
+        e->o.prefill_chunk = 512;
+    if (e->o.max_queue <= 0)
+        e->o.max_queue = 1024;
+    if (e->o.ctx_size <= 0 || e->o.ctx_size > m->cfg.max_pos)
+        e->o.ctx_size = m->cfg.max_pos;
+    int kv_dim = m->cfg.n_kv_head * m->cfg.head_dim;
+    size_t per_block = kv_bytes_per_token(m->cfg.n_layer, kv_dim) * KV_BLOCK_DEFAULT;
+    size_t budget = e->o.kv_budget_bytes;
+    if (budget == 0) {
+        /* half of free memory, but no more than every row at full context */
+        size_t want = per_block * (size_t)(blocks_for(e, e->o.ctx_size) + 1) * (size_t)e->o.max_batch;
+        budget = mem_available() / 2;
+        if (budget > want || budget == 0)
+            budget = want;
+    }
+    int n_blocks = (int)(budget / per_block);
+    if (n_blocks < 2) {
+        tern_err_set(err, TERN_ERANGE, "KV budget of %zu bytes holds less than 2 blocks of %d positions", budget,
+                     KV_BLOCK_DEFAULT);
+        free(e);
+        return NULL;
+    }
+    if (kv_pool_init(&e->kv, m->cfg.n_layer, kv_dim, KV_BLOCK_DEFAULT, n_blocks, err) ||
+        pcache_init(&e->pc, &e->kv, err))
+        goto fail;
+    int maxb = e->o.max_batch, cap_tok = e->o.prefill_chunk + maxb;
+    e->waiting = calloc((size_t)e->o.max_queue, sizeof *e->waiting);
+    e->running = calloc((size_t)maxb, sizeof *e->running);
+    e->b_tok = malloc((size_t)cap_tok * sizeof *e->b_tok);
+    e->b_pos = malloc((size_t)cap_tok * sizeof *e->b_pos);
+    e->b_seq = malloc((size_t)cap_tok * sizeof *e->b_seq);
+    e->b_out = malloc((size_t)maxb * sizeof *e->b_out);
+    e->out_req = malloc((size_t)maxb * sizeof *e->out_req);
+    e->logits = malloc((size_t)maxb * e->n_vocab * sizeof *e->logits);
+    e->mask = malloc((size_t)((e->n_vocab + 31) / 32) * sizeof *e->mask);
+    if (!e->waiting || !e->running || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->out_req ||
+        !e->logits || !e->mask) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    e->st.kv_blocks_total = n_blocks;
+    e->st.kv_bytes_total = (size_t)n_blocks * per_block;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if (pthread_create(&e->th, NULL, engine_main, e) != 0) {
+        tern_err_set(err, TERN_ENOMEM, "cannot start the engine thread");
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
+        goto fail;
+    }
+    TERN_INFO("engine: %d KV blocks (%zu MB), batch %d, context %d", n_blocks, e->st.kv_bytes_total >> 20, maxb,
+              e->o.ctx_size);
+    return e;
+fail:
+    pcache_free(&e->pc);
+    kv_pool_free(&e->kv);
+    free(e->waiting);
+    free(e->running);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_out);
+    free(e->out_req);
+    free(e->logits);
+    free(e->mask);
+    free(e);
+    return NULL;
+}
+
+void engine_free(tern_engine *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->th, NULL);
+    for (int i = 0; i < e->n_running; i++)
+        if (!e->running[i]->done)
+            row_finish(e, e->running[i], ENGINE_FINISH_CANCELLED, "engine stopped");
+    drop_done(e);
+    for (int i = 0; i < e->n_waiting; i++) {
+        row_finish(e, e->waiting[i], ENGINE_FINISH_CANCELLED, "engine stopped");
+        req_unref(e->waiting[i]);
+    }
+    pcache_free(&e->pc);
+    kv_pool_free(&e->kv);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e->waiting);
+    free(e->running);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_out);
+    free(e->out_req);
+    free(e->logits);
+    free(e->mask);
+    free(e);
+}
+
+engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)(void *user), void *user,
+                          tern_err *err)
+{
+    if (p->n_prompt == 0) {
+        tern_err_set(err, TERN_EINVAL, "the prompt is empty");
+        return NULL;
+    }
+    if (p->n_prompt >= (size_t)e->o.ctx_size) {
+        tern_err_set(err, TERN_ERANGE, "the prompt has %zu tokens; the context holds %d (including at least one generated token)",
+                     p->n_prompt, e->o.ctx_size);
+        return NULL;
+    }
+    for (size_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab) {
+            tern_err_set(err, TERN_ERANGE, "prompt token %d is outside the vocabulary", p->prompt[i]);
+            return NULL;
+        }
+    if (sample_params_check(&p->sample, e->n_vocab, err))
+        return NULL;
+    engine_req *r = calloc(1, sizeof *r);
+    if (!r)
+        goto nomem;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    atomic_init(&r->refs, 2);
+    atomic_init(&r->cancel, 0);
+    r->e = e;
+    r->sp = p->sample;
+    r->n_prompt = (int)p->n_prompt;
+    r->max_tokens = p->max_tokens > 0 ? p->max_tokens : e->o.ctx_size - r->n_prompt;
+    if (r->max_tokens > e->o.ctx_size - r->n_prompt)
+        r->max_tokens = e->o.ctx_size - r->n_prompt;
+    r->ignore_eos = p->ignore_eos;
+    r->skip_special = p->skip_special;
+    r->cache_boundary = (int)p->cache_boundary;
+    r->notify = notify;
+    r->user = user;
+    r->t_submit = tern_time_s();
+    r->cap_tokens = r->n_prompt + r->max_tokens;
+    r->tokens = malloc((size_t)r->cap_tokens * sizeof *r->tokens);
+    if (!r->tokens)
+        goto nomem_req;
+    memcpy(r->tokens, p->prompt, p->n_prompt * sizeof *r->tokens);
+    r->n_tokens = r->n_prompt;
+    if (p->sample.n_bias > 0) {
+        r->bias = malloc((size_t)p->sample.n_bias * sizeof *r->bias);
+        if (!r->bias)
+            goto nomem_req;
+        memcpy(r->bias, p->sample.bias, (size_t)p->sample.n_bias * sizeof *r->bias);
+        r->sp.bias = r->bias;
+    }
+    if (p->n_stop > 0) {
+        r->stop = calloc((size_t)p->n_stop, sizeof *r->stop);
+        if (!r->stop)
+            goto nomem_req;
+        for (int i = 0; i < p->n_stop; i++) {
+            if (!p->stop[i] || !p->stop[i][0]) {
+                tern_err_set(err, TERN_EINVAL, "stop strings must not be empty");
+                goto fail_req;
+            }
+            if (!(r->stop[i] = strdup(p->stop[i])))
+                goto nomem_req;
+            r->n_stop = i + 1;
+        }
+    }
+    if (projected_blocks(e, r) > e->kv.n_blocks) {
+        tern_err_set(err, TERN_ERANGE, "the request needs %d tokens of KV cache; the budget holds %d",
+                     r->n_prompt + r->max_tokens, (e->kv.n_blocks - 1) * e->kv.block_size);
+        goto fail_req;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->n_waiting >= e->o.max_queue || e->stop) {
+        e->st.requests_rejected++;
+        pthread_mutex_unlock(&e->mu);
+        tern_err_set(err, TERN_EFULL, "the request queue is full (%d waiting)", e->o.max_queue);
+        goto fail_req;
+    }
+    /* the constraint is owned from here on */
+    r->cops = p->constraint;
+    r->cctx = p->constraint_ctx;
+    e->waiting[e->n_waiting++] = r;
+    e->st.requests_total++;
+    e->st.queue_len = e->n_waiting;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return r;
+nomem_req:
+    tern_err_set(err, TERN_ENOMEM, "out of memory");
+fail_req:
+    atomic_store(&r->refs, 1);
+    req_unref(r);
+    return NULL;
+nomem:
+    tern_err_set(err, TERN_ENOMEM, "out of memory");
+    return NULL;
+}
+
+void engine_req_cancel(engine_req *r)
+{
+    if (!r)
+        return;
+    atomic_store(&r->cancel, 1);
+    tern_engine *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_stats_get(tern_engine *e, engine_stats *st)
+{
+    pthread_mutex_lock(&e->mu);
+    *st = e->st;
+    st->kv_blocks_used = e->kv.n_blocks - e->kv.n_free; /* read racily: a gauge */
+    st->kv_blocks_cached = e->pc.n;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,42 @@
+/* Prefix cache: full KV blocks kept after their sequence ends, keyed by a
+ * hash chain over token content (vLLM's automatic prefix caching). A new
+ * request walks its prompt block by block and shares every block already
+ * cached; blocks only the cache still holds are evicted least recently used
+ * when the pool runs short. */
+#ifndef TERN_ENGINE_PREFIX_CACHE_H
+#define TERN_ENGINE_PREFIX_CACHE_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/kv.h"
+
+typedef struct pcache_entry {
+    uint64_t hash;     /* chain hash: H(parent hash, block tokens); 0 = empty slot */
+    int32_t block;     /* pool block id (the cache holds one reference) */
+    int32_t *tokens;   /* [block_size], to rule out hash collisions */
+    uint64_t tick;     /* last use, for LRU */
+} pcache_entry;
+
+typedef struct pcache {
+    kv_pool *pool;
+    pcache_entry *slots; /* open addressing, cap a power of two */
+    int cap, n;
+    uint64_t tick;
+} pcache;
+
+int pcache_init(pcache *c, kv_pool *pool, tern_err *err);
+void pcache_free(pcache *c); /* releases every block it holds */
+
+/* Shares into seq (empty) the longest cached prefix of tokens, in whole
+ * blocks; returns the number of positions reused. */
+int pcache_match(pcache *c, kv_seq *seq, const int32_t *tokens, int n_tokens);
+/* Offers the full blocks of seq covering tokens[0, n_tokens) to the cache. */
+void pcache_insert(pcache *c, const kv_seq *seq, const int32_t *tokens, int n_tokens);
+/* Evicts LRU blocks held only by the cache until the pool has n_free free
+ * blocks or nothing is evictable. Returns the pool's free block count. */
+int pcache_evict(pcache *c, int n_free);
+/* Blocks that eviction could free now. */
+int pcache_evictable(const pcache *c);
+
+#endif
