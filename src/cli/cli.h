@@ -6,6 +6,8 @@
  * subcommand name. */
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
 
 /* Parses "--flag value" or "--flag=value"; returns the value or NULL and
  * advances *i when it consumed the next argument. */

@@ -15,6 +15,8 @@ typedef struct command {
 static const command commands[] = {
     {"run", cmd_run, "run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--seed S]"},
     {"logits", cmd_logits, "logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K]"},
+    {"tokenize", cmd_tokenize, "tokenize DIR [--no-special] [--jsonl] < text  (prints the id array)"},
+    {"detokenize", cmd_detokenize, "detokenize DIR [--skip-special] [--jsonl] < ids.json"},
 };
 
 static void usage(FILE *f)

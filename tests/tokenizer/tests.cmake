@@ -1,0 +1,9 @@
+# Oracle comparisons against Hugging Face tokenizers (npm tokenizers@0.23.2).
+# The small sweep also runs under the sanitizers; the 1 MB acceptance sweep
+# over every tokenizer is kept out of the ASan run for time.
+tern_add_script_test(NAME tokenizer.oracle_small
+  COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/oracle_compare.py --bytes 30000 --seed 7
+  TIMEOUT 600)
+tern_add_script_test(NAME tokenizer.oracle_1mb
+  COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/oracle_compare.py --bytes 1100000
+  TIMEOUT 1200 LABELS no-asan)
