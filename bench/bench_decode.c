@@ -1,0 +1,143 @@
+/* bench_decode: batch-1 decode speed of the CPU forward pass next to this
+ * machine's memory-bandwidth floor.
+ *
+ *   bench_decode [--tokens N] [--prompt N] [--threads N] MODEL_DIR...
+ *
+ * The floor is what a perfect kernel could do: measured read bandwidth
+ * divided by the weight bytes one decode step must read. Also prints
+ * prefill tokens/s for a --prompt-token prompt. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+
+#include "base/log.h"
+#include "base/pool.h"
+#include "model/model.h"
+
+typedef struct bw_job {
+    const float *buf;
+    long n;
+    float *partial;
+} bw_job;
+
+/* Sums [b, e) with wide loads so the loop is bound by memory, not adds. */
+__attribute__((target("avx2"))) static void bw_run(void *ctx, long b, long e, int w)
+{
+    bw_job *j = ctx;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (long i = b & ~31L; i + 32 <= e; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(j->buf + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(j->buf + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(j->buf + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(j->buf + i + 24));
+    }
+    float out[8];
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    j->partial[w] += out[0] + out[7];
+}
+
+/* Read bandwidth with every thread streaming its own part of 1 GiB. */
+static double measure_bandwidth(tern_pool *pool)
+{
+    long n = (1L << 30) / sizeof(float);
+    float *buf = aligned_alloc(64, (size_t)n * sizeof(float));
+    if (!buf)
+        return 0;
+    for (long i = 0; i < n; i++)
+        buf[i] = (float)(i & 7);
+    float partial[256] = {0};
+    bw_job j = {buf, n, partial};
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t = tern_time_s();
+        tern_pool_for(pool, n, 1 << 16, bw_run, &j);
+        double dt = tern_time_s() - t;
+        double gbs = (double)n * sizeof(float) / dt / 1e9;
+        if (gbs > best)
+            best = gbs;
+    }
+    free(buf);
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    int n_tokens = 64, n_prompt = 128, threads = 0;
+    const char *dirs[16];
+    int n_dirs = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            n_tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prompt") && i + 1 < argc)
+            n_prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (n_dirs < 16)
+            dirs[n_dirs++] = argv[i];
+    }
+    if (!n_dirs || n_tokens < 2 || n_prompt < 1) {
+        fprintf(stderr, "usage: bench_decode [--tokens N] [--prompt N] [--threads N] MODEL_DIR...\n");
+        return 2;
+    }
+    tern_pool *pool = tern_pool_new(threads);
+    double bw = measure_bandwidth(pool);
+    printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, tern_pool_size(pool));
+    tern_pool_free(pool);
+    printf("%-40s %6s %10s %10s %10s %8s %12s\n", "model", "isa", "weights", "decode", "floor", "of floor",
+           "prefill");
+    for (int d = 0; d < n_dirs; d++) {
+        tern_err err = {0};
+        tern_model *m = model_load(dirs[d], threads, &err);
+        if (!m) {
+            fprintf(stderr, "bench_decode: %s\n", err.msg);
+            return 1;
+        }
+        int ctx = n_prompt + n_tokens + 1;
+        kv_pool kv;
+        kv_seq seq = {0};
+        if (kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, KV_BLOCK_DEFAULT,
+                         ctx / KV_BLOCK_DEFAULT + 2, &err) ||
+            kv_seq_reserve(&kv, &seq, ctx, &err)) {
+            fprintf(stderr, "bench_decode: %s\n", err.msg);
+            return 1;
+        }
+        int32_t *tok = malloc((size_t)ctx * sizeof *tok), *pos = malloc((size_t)ctx * sizeof *pos);
+        kv_seq **seqs = malloc((size_t)ctx * sizeof *seqs);
+        float *logits = malloc((size_t)m->cfg.n_vocab * sizeof *logits);
+        for (int i = 0; i < ctx; i++) {
+            tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.n_vocab);
+            pos[i] = i;
+            seqs[i] = &seq;
+        }
+        int32_t last = n_prompt - 1;
+        fwd_batch pb = {n_prompt, tok, pos, seqs, 1, &last};
+        double t0 = tern_time_s();
+        if (model_forward(m, &kv, &pb, logits, &err)) {
+            fprintf(stderr, "bench_decode: %s\n", err.msg);
+            return 1;
+        }
+        double t_prefill = tern_time_s() - t0;
+        int32_t zero = 0;
+        double t1 = tern_time_s();
+        for (int i = 0; i < n_tokens; i++) {
+            int32_t p = n_prompt + i;
+            fwd_batch db = {1, &tok[p], &pos[p], &seqs[p], 1, &zero};
+            if (model_forward(m, &kv, &db, logits, &err)) {
+                fprintf(stderr, "bench_decode: %s\n", err.msg);
+                return 1;
+            }
+        }
+        double tps = n_tokens / (tern_time_s() - t1);
+        double wb = (double)model_weight_bytes(m);
+        double floor_tps = bw * 1e9 / wb;
+        const char *name = strrchr(dirs[d], '/') ? strrchr(dirs[d], '/') + 1 : dirs[d];
+        printf("%-40s %6s %8.1fMB %7.1f t/s %7.1f t/s %7.0f%% %9.1f t/s\n", name, m->kern->isa, wb / 1e6, tps,
+               floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill);
+        free(tok), free(pos), free(seqs), free(logits);
+        kv_seq_free(&kv, &seq);
+        kv_pool_free(&kv);
+        model_free(m);
+    }
+    return 0;
+}

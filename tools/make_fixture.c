@@ -1,0 +1,293 @@
+/* make_fixture: writes a random-initialized Hugging Face model folder of a
+ * given family and shape, deterministic from a seed - for tests and
+ * benchmarks of models we cannot download.
+ *
+ *   make_fixture --family llama|mistral|qwen2|qwen3 --out DIR --tokenizer DIR
+ *                [--preset tiny|0.5b|1b|8b] [--dim N] [--layers N] [--heads N]
+ *                [--kv-heads N] [--head-dim N] [--ff N] [--vocab N]
+ *                [--dtype f32|bf16|f16] [--seed S] [--shards N] [--tie 0|1]
+ *                [--max-pos N] [--rope-theta X]
+ *
+ * Weights are uniform in [-a, a] with a = sqrt(3) * 0.02 (std 0.02, HF's
+ * initializer_range), norms are 1 + small noise, so activations stay in a
+ * realistic range through many layers. The tokenizer files are copied from
+ * --tokenizer; --vocab must be at least its size (default: read from the
+ * tokenizer). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "base/rng.h"
+#include "model/st_write.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct fixture {
+    const char *family;
+    int dim, layers, heads, kv_heads, head_dim, ff, vocab, max_pos, tie, shards;
+    double rope_theta;
+    tern_dtype dtype;
+    uint64_t seed;
+} fixture;
+
+typedef struct fill_ctx {
+    const st_out_tensor *ts;
+    uint64_t seed;
+    int first_index; /* global index of ts[0], so shards draw distinct streams */
+} fill_ctx;
+
+/* Each tensor has its own stream (seed, global index) so any element can be
+ * regenerated without the others, and chunks are produced in order. */
+static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
+{
+    fill_ctx *c = vctx;
+    const st_out_tensor *t = &c->ts[i];
+    static tern_rng rng;
+    if (first == 0)
+        tern_rng_seed(&rng, c->seed, (uint64_t)(c->first_index + i) + 1);
+    int is_norm = t->n_dims == 1 && strstr(t->name, "norm");
+    int is_bias = t->n_dims == 1 && strstr(t->name, "bias");
+    const float a = 0.0346410f; /* sqrt(3) * 0.02 */
+    for (int64_t k = 0; k < n; k++) {
+        float u = tern_rng_f32(&rng) * 2.0f - 1.0f;
+        float v = is_norm ? 1.0f + 0.1f * u : is_bias ? 0.02f * u : a * u;
+        switch (t->dtype) {
+        case TERN_F32: ((float *)buf)[k] = v; break;
+        case TERN_BF16: ((uint16_t *)buf)[k] = tern_f32_to_bf16(v); break;
+        case TERN_F16: ((uint16_t *)buf)[k] = tern_f32_to_f16(v); break;
+        default: return TERN_EINVAL;
+        }
+    }
+    return 0;
+}
+
+static void add(st_out_tensor *ts, int *n, tern_dtype dt, int64_t d0, int64_t d1, const char *fmt, int l)
+{
+    st_out_tensor *t = &ts[(*n)++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, fmt, l);
+    t->dtype = dt;
+    t->n_dims = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+}
+
+static int copy_file(const char *src_dir, const char *dst_dir, const char *name, int required)
+{
+    char *s = tern_path_join(src_dir, name), *d = tern_path_join(dst_dir, name);
+    size_t len;
+    tern_err err;
+    char *buf = tern_file_read(s, &len, 0, &err);
+    int rc = 0;
+    if (!buf) {
+        if (required) {
+            fprintf(stderr, "make_fixture: %s\n", err.msg);
+            rc = 1;
+        }
+    } else {
+        FILE *f = fopen(d, "wb");
+        if (!f || fwrite(buf, 1, len, f) != len) {
+            fprintf(stderr, "make_fixture: cannot write %s\n", d);
+            rc = 1;
+        }
+        if (f)
+            fclose(f);
+    }
+    free(buf);
+    free(s);
+    free(d);
+    return rc;
+}
+
+static int write_config(const fixture *fx, const char *out)
+{
+    json_object *c = json_object_new_object();
+    const char *arch = !strcmp(fx->family, "llama") ? "LlamaForCausalLM"
+                       : !strcmp(fx->family, "mistral") ? "MistralForCausalLM"
+                       : !strcmp(fx->family, "qwen2") ? "Qwen2ForCausalLM"
+                                                       : "Qwen3ForCausalLM";
+    json_object *archs = json_object_new_array();
+    json_object_array_add(archs, json_object_new_string(arch));
+    json_object_object_add(c, "architectures", archs);
+    json_object_object_add(c, "model_type", json_object_new_string(fx->family));
+    json_object_object_add(c, "vocab_size", json_object_new_int(fx->vocab));
+    json_object_object_add(c, "hidden_size", json_object_new_int(fx->dim));
+    json_object_object_add(c, "intermediate_size", json_object_new_int(fx->ff));
+    json_object_object_add(c, "num_hidden_layers", json_object_new_int(fx->layers));
+    json_object_object_add(c, "num_attention_heads", json_object_new_int(fx->heads));
+    json_object_object_add(c, "num_key_value_heads", json_object_new_int(fx->kv_heads));
+    json_object_object_add(c, "head_dim", json_object_new_int(fx->head_dim));
+    json_object_object_add(c, "hidden_act", json_object_new_string("silu"));
+    json_object_object_add(c, "max_position_embeddings", json_object_new_int(fx->max_pos));
+    json_object_object_add(c, "rms_norm_eps", json_object_new_double(1e-6));
+    json_object_object_add(c, "rope_theta", json_object_new_double(fx->rope_theta));
+    json_object_object_add(c, "tie_word_embeddings", json_object_new_boolean(fx->tie));
+    json_object_object_add(c, "attention_bias", json_object_new_boolean(!strcmp(fx->family, "qwen2")));
+    json_object_object_add(c, "torch_dtype", json_object_new_string(fx->dtype == TERN_F32 ? "float32"
+                                                                   : fx->dtype == TERN_BF16 ? "bfloat16"
+                                                                                            : "float16"));
+    json_object_object_add(c, "eos_token_id", json_object_new_int(0));
+    char *path = tern_path_join(out, "config.json");
+    int rc = json_object_to_file_ext(path, c, JSON_C_TO_STRING_PRETTY) ? 1 : 0;
+    free(path);
+    json_object_put(c);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    fixture fx = {"llama", 64, 2, 4, 2, 0, 128, 0, 512, 0, 1, 10000.0, TERN_F32, 1};
+    const char *out = NULL, *tokdir = NULL, *preset = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "make_fixture: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--family")) fx.family = v;
+        else if (!strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--tokenizer")) tokdir = v;
+        else if (!strcmp(a, "--preset")) preset = v;
+        else if (!strcmp(a, "--dim")) fx.dim = atoi(v);
+        else if (!strcmp(a, "--layers")) fx.layers = atoi(v);
+        else if (!strcmp(a, "--heads")) fx.heads = atoi(v);
+        else if (!strcmp(a, "--kv-heads")) fx.kv_heads = atoi(v);
+        else if (!strcmp(a, "--head-dim")) fx.head_dim = atoi(v);
+        else if (!strcmp(a, "--ff")) fx.ff = atoi(v);
+        else if (!strcmp(a, "--vocab")) fx.vocab = atoi(v);
+        else if (!strcmp(a, "--max-pos")) fx.max_pos = atoi(v);
+        else if (!strcmp(a, "--tie")) fx.tie = atoi(v);
+        else if (!strcmp(a, "--shards")) fx.shards = atoi(v);
+        else if (!strcmp(a, "--seed")) fx.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--rope-theta")) fx.rope_theta = atof(v);
+        else if (!strcmp(a, "--dtype")) {
+            fx.dtype = !strcmp(v, "f32") ? TERN_F32 : !strcmp(v, "bf16") ? TERN_BF16 : !strcmp(v, "f16") ? TERN_F16 : TERN_DTYPE_COUNT;
+            if (fx.dtype == TERN_DTYPE_COUNT) {
+                fprintf(stderr, "make_fixture: --dtype must be f32, bf16 or f16\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "make_fixture: unknown option %s\n", a);
+            return 2;
+        }
+    }
+    if (preset) { /* shapes of real models of that size */
+        if (!strcmp(preset, "tiny")) {
+            fx.dim = 64, fx.layers = 2, fx.heads = 4, fx.kv_heads = 2, fx.ff = 128;
+        } else if (!strcmp(preset, "0.5b")) { /* Qwen2.5-0.5B */
+            fx.dim = 896, fx.layers = 24, fx.heads = 14, fx.kv_heads = 2, fx.head_dim = 64, fx.ff = 4864;
+            fx.tie = 1, fx.max_pos = 4096, fx.rope_theta = 1e6;
+        } else if (!strcmp(preset, "1b")) { /* Llama-3.2-1B */
+            fx.dim = 2048, fx.layers = 16, fx.heads = 32, fx.kv_heads = 8, fx.head_dim = 64, fx.ff = 8192;
+            fx.tie = 1, fx.max_pos = 4096, fx.rope_theta = 500000;
+        } else if (!strcmp(preset, "8b")) { /* Llama-3.1-8B */
+            fx.dim = 4096, fx.layers = 32, fx.heads = 32, fx.kv_heads = 8, fx.head_dim = 128, fx.ff = 14336;
+            fx.tie = 0, fx.max_pos = 8192, fx.rope_theta = 500000;
+        } else {
+            fprintf(stderr, "make_fixture: unknown preset %s\n", preset);
+            return 2;
+        }
+    }
+    if (!out || !tokdir) {
+        fprintf(stderr, "usage: make_fixture --family F --out DIR --tokenizer DIR [options] (see source)\n");
+        return 2;
+    }
+    if (strcmp(fx.family, "llama") && strcmp(fx.family, "mistral") && strcmp(fx.family, "qwen2") &&
+        strcmp(fx.family, "qwen3")) {
+        fprintf(stderr, "make_fixture: family must be llama, mistral, qwen2 or qwen3\n");
+        return 2;
+    }
+    if (fx.head_dim == 0)
+        fx.head_dim = fx.dim / fx.heads;
+    tern_err err = {0};
+    tern_tokenizer *tok = tokenizer_load(tokdir, &err);
+    if (!tok) {
+        fprintf(stderr, "make_fixture: %s\n", err.msg);
+        return 1;
+    }
+    int tv = tokenizer_vocab_size(tok);
+    tokenizer_free(tok);
+    if (fx.vocab == 0)
+        fx.vocab = tv;
+    if (fx.vocab < tv) {
+        fprintf(stderr, "make_fixture: --vocab %d is smaller than the tokenizer's %d ids\n", fx.vocab, tv);
+        return 2;
+    }
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "make_fixture: cannot create %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    int L = fx.layers, qd = fx.heads * fx.head_dim, kvd = fx.kv_heads * fx.head_dim;
+    int max_t = 4 + L * 14;
+    st_out_tensor *ts = calloc((size_t)max_t, sizeof *ts);
+    int n = 0;
+    tern_dtype dt = fx.dtype;
+    add(ts, &n, dt, fx.vocab, fx.dim, "model.embed_tokens.weight", 0);
+    for (int l = 0; l < L; l++) {
+        add(ts, &n, dt, fx.dim, 0, "model.layers.%d.input_layernorm.weight", l);
+        add(ts, &n, dt, qd, fx.dim, "model.layers.%d.self_attn.q_proj.weight", l);
+        add(ts, &n, dt, kvd, fx.dim, "model.layers.%d.self_attn.k_proj.weight", l);
+        add(ts, &n, dt, kvd, fx.dim, "model.layers.%d.self_attn.v_proj.weight", l);
+        if (!strcmp(fx.family, "qwen2")) {
+            add(ts, &n, dt, qd, 0, "model.layers.%d.self_attn.q_proj.bias", l);
+            add(ts, &n, dt, kvd, 0, "model.layers.%d.self_attn.k_proj.bias", l);
+            add(ts, &n, dt, kvd, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+        }
+        if (!strcmp(fx.family, "qwen3")) {
+            add(ts, &n, dt, fx.head_dim, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+            add(ts, &n, dt, fx.head_dim, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
+        add(ts, &n, dt, fx.dim, qd, "model.layers.%d.self_attn.o_proj.weight", l);
+        add(ts, &n, dt, fx.dim, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        add(ts, &n, dt, fx.ff, fx.dim, "model.layers.%d.mlp.gate_proj.weight", l);
+        add(ts, &n, dt, fx.ff, fx.dim, "model.layers.%d.mlp.up_proj.weight", l);
+        add(ts, &n, dt, fx.dim, fx.ff, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+    add(ts, &n, dt, fx.dim, 0, "model.norm.weight", 0);
+    if (!fx.tie)
+        add(ts, &n, dt, fx.vocab, fx.dim, "lm_head.weight", 0);
+
+    int shards = fx.shards < 1 ? 1 : fx.shards > n ? n : fx.shards;
+    json_object *wm = json_object_new_object();
+    int rc = 0;
+    for (int s = 0, first = 0; s < shards && !rc; s++) {
+        int last = (int)((long)n * (s + 1) / shards);
+        char name[64];
+        if (shards == 1)
+            snprintf(name, sizeof name, "model.safetensors");
+        else
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, shards);
+        char *path = tern_path_join(out, name);
+        fill_ctx fc = {ts + first, fx.seed, first};
+        rc = st_write_file(path, ts + first, last - first, fill, &fc, &err);
+        free(path);
+        for (int k = first; k < last; k++)
+            json_object_object_add(wm, ts[k].name, json_object_new_string(name));
+        first = last;
+    }
+    if (!rc && shards > 1) {
+        json_object *idx = json_object_new_object();
+        json_object_object_add(idx, "metadata", json_object_new_object());
+        json_object_object_add(idx, "weight_map", wm);
+        char *path = tern_path_join(out, "model.safetensors.index.json");
+        rc = json_object_to_file_ext(path, idx, JSON_C_TO_STRING_PRETTY) ? tern_err_set(&err, TERN_EIO, "cannot write index") : 0;
+        free(path);
+        json_object_put(idx);
+    } else {
+        json_object_put(wm);
+    }
+    if (rc) {
+        fprintf(stderr, "make_fixture: %s\n", err.msg);
+        free(ts);
+        return 1;
+    }
+    free(ts);
+    if (write_config(&fx, out) || copy_file(tokdir, out, "tokenizer.json", 1) ||
+        copy_file(tokdir, out, "tokenizer_config.json", 0))
+        return 1;
+    return 0;
+}
