@@ -23,10 +23,14 @@ typedef struct grammar_schema_opts {
      * exceeding either is TERN_ETIMEOUT / TERN_EFULL, never a hang. */
     long max_ms;
     size_t max_bytes;
+    /* Draft semantics when the schema has no $schema: 2020 (2020-12, the
+     * default) or 7 (draft-07: $ref siblings ignored, items arrays,
+     * additionalItems, dependencies). A $schema in the root wins. */
+    int draft;
 } grammar_schema_opts;
 
 /* Fills *o with the defaults (any_whitespace 1, max_whitespace 20, strict 1,
- * 2000 ms, 4 MiB). */
+ * 2000 ms, 4 MiB, draft 2020). */
 void grammar_schema_opts_init(grammar_schema_opts *o);
 
 /* Converts schema (borrowed) to EBNF text with a rule named root. opts may

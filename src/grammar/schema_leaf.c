@@ -1,0 +1,1096 @@
+/* Per-type grammars of the JSON Schema front end: enum/const literals,
+ * numbers (exact digit-range grammars for bounds), strings (length,
+ * pattern, format), arrays (prefixItems/items, counts, contains) and
+ * objects (properties in schema order, optional ones optional, unlisted
+ * keys excluded by a trie complement). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schema_int.h"
+
+/* Item counts above this are refused rather than written as huge bounded
+ * repetitions (no generator needs them; the engine would pay for them). */
+#define SC_MAX_COUNT 100000
+/* Integer bounds are exact up to this magnitude; beyond it the grammar
+ * stops at 17 digits (rejecting a few valid huge numbers, never accepting
+ * an invalid one). */
+#define SC_INT_LIMIT 99999999999999999LL
+
+static json_object *get(json_object *s, const char *k)
+{
+    json_object *v = NULL;
+    if (json_object_is_type(s, json_type_object))
+        json_object_object_get_ex(s, k, &v);
+    return v;
+}
+
+static int is_num(json_object *v)
+{
+    return json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double);
+}
+
+static double numv(json_object *v)
+{
+    return json_object_is_type(v, json_type_int) ? (double)json_object_get_int64(v)
+                                                 : json_object_get_double(v);
+}
+
+/* Non-negative integer keyword (minLength...): 0 ok (fills *out, -1 if
+ * absent), else error. */
+static int get_count(sc *c, json_object *s, const char *k, const char *path, long *out)
+{
+    json_object *v = get(s, k);
+    *out = -1;
+    if (!v)
+        return 0;
+    if (!is_num(v) || numv(v) < 0 || numv(v) != floor(numv(v)))
+        return sc_fail(c, TERN_EINVAL, path, "'%s' must be a non-negative integer", k);
+    if (numv(v) > SC_MAX_COUNT) {
+        if (k[1] == 'a') /* maxX beyond the cap: no bound in practice */
+            return 0;
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "'%s' too large", k);
+    }
+    *out = (long)numv(v);
+    return 0;
+}
+
+static int add_rule(sc *c, gfe_buf *b, const char *path, char name[GFE_NAME_MAX])
+{
+    if (b->err)
+        return sc_fail(c, b->err, path, "grammar too large");
+    gfe_rule_add(&c->r, b->s ? b->s : "\"\"", name);
+    if (c->r.out.err)
+        return sc_fail(c, c->r.out.err, path, "grammar larger than the output limit");
+    return 0;
+}
+
+static void rep(gfe_buf *b, long lo, long hi)
+{
+    if (hi < 0) {
+        if (lo == 0)
+            gfe_buf_puts(b, "*");
+        else if (lo == 1)
+            gfe_buf_puts(b, "+");
+        else
+            gfe_buf_printf(b, "{%ld,}", lo);
+    } else if (lo == hi) {
+        if (lo != 1)
+            gfe_buf_printf(b, "{%ld}", lo);
+    } else if (lo == 0 && hi == 1) {
+        gfe_buf_puts(b, "?");
+    } else {
+        gfe_buf_printf(b, "{%ld,%ld}", lo, hi);
+    }
+}
+
+/* ------------------------------------------------------------ literals */
+
+void sc_emit_string_lit(sc *c, gfe_buf *b, const char *s, size_t len)
+{
+    char run[256];
+    size_t n = 0;
+    gfe_buf_puts(b, "(\"\\\"\"");
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        int k = gfe_utf8_get(s + i, len - i, &cp);
+        if (k < 0) { /* not UTF-8: cannot be produced as text */
+            cp = 0xFFFD;
+            k = 1;
+        }
+        i += (size_t)k;
+        if (cp >= 0x20 && cp < 0x7f && cp != '"' && cp != '\\') {
+            run[n++] = (char)cp;
+            if (n < sizeof run)
+                continue;
+        }
+        if (n) {
+            gfe_buf_puts(b, " ");
+            gfe_buf_lit(b, run, n);
+            n = 0;
+        }
+        if (cp >= 0x20 && cp < 0x7f && cp != '"' && cp != '\\')
+            continue;
+        gfe_cset one = {0};
+        gfe_cset_add(&one, cp, cp);
+        gfe_buf_puts(b, " ");
+        gfe_cset_emit_json(b, &one);
+        gfe_cset_free(&one);
+    }
+    if (n) {
+        gfe_buf_puts(b, " ");
+        gfe_buf_lit(b, run, n);
+    }
+    gfe_buf_puts(b, " \"\\\"\")");
+}
+
+static void emit_number_text(gfe_buf *b, json_object *v)
+{
+    char t[64];
+    if (json_object_is_type(v, json_type_int)) {
+        snprintf(t, sizeof t, "%lld", (long long)json_object_get_int64(v));
+    } else {
+        double d = json_object_get_double(v);
+        if (d == floor(d) && fabs(d) < 1e17) {
+            snprintf(t, sizeof t, "%.0f", d);
+            if (!strcmp(t, "-0"))
+                strcpy(t, "0");
+        } else {
+            for (int p = 1; p <= 17; p++) {
+                snprintf(t, sizeof t, "%.*g", p, d);
+                if (strtod(t, NULL) == d)
+                    break;
+            }
+        }
+    }
+    gfe_buf_lit(b, t, strlen(t));
+}
+
+void sc_emit_value(sc *c, gfe_buf *b, json_object *v)
+{
+    const char *w = sc_ws(c);
+    switch (json_object_get_type(v)) {
+    case json_type_null: gfe_buf_puts(b, "\"null\""); return;
+    case json_type_boolean: gfe_buf_puts(b, json_object_get_boolean(v) ? "\"true\"" : "\"false\""); return;
+    case json_type_int:
+    case json_type_double: emit_number_text(b, v); return;
+    case json_type_string:
+        sc_emit_string_lit(c, b, json_object_get_string(v), (size_t)json_object_get_string_len(v));
+        return;
+    case json_type_array: {
+        size_t n = json_object_array_length(v);
+        gfe_buf_printf(b, "(\"[\"%s", w);
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                gfe_buf_printf(b, "%s\",\"%s", w, w);
+            sc_emit_value(c, b, json_object_array_get_idx(v, i));
+        }
+        gfe_buf_printf(b, "%s\"]\")", n ? w : " ");
+        return;
+    }
+    case json_type_object: {
+        int i = 0;
+        gfe_buf_printf(b, "(\"{\"%s", w);
+        json_object_object_foreach(v, k, e) {
+            if (i++)
+                gfe_buf_printf(b, "%s\",\"%s", w, w);
+            sc_emit_string_lit(c, b, k, strlen(k));
+            gfe_buf_printf(b, "%s\":\"%s", w, w);
+            sc_emit_value(c, b, e);
+        }
+        gfe_buf_printf(b, "%s\"}\")", i ? w : " ");
+        return;
+    }
+    }
+}
+
+/* ------------------------------------------------------------ numbers */
+
+typedef struct bound { int has; double v; int incl; } bound;
+
+static const char *FRAC_ANY = "(\".\" [0-9]+)?";
+static const char *FRAC_ZERO = "(\".\" \"0\"+)?";
+static const char *FRAC_NONZERO = "(\".\" [0-9]* [1-9] [0-9]*)";
+
+/* Magnitudes m >= 0 written I(.F)? with integral bounds lo/hi (>= 0).
+ * Returns the number of alternatives written (0: empty). */
+static int emit_mag(gfe_buf *b, bound lo, bound hi, int integer)
+{
+    int n = 0;
+    const char *any = integer ? "" : FRAC_ANY;
+    long long L = lo.has ? (long long)lo.v : 0;
+    long long ilo = lo.has ? (lo.incl ? L : L + 1) : 0;
+    long long ihi = hi.has ? (long long)hi.v - (integer && hi.incl ? 0 : 1) : -1;
+    if (!hi.has || ihi >= ilo) {
+        if (hi.has && ihi < ilo)
+            ;
+        else {
+            gfe_buf_puts(b, n++ ? " | " : "");
+            gfe_emit_uint_range(b, ilo, hi.has ? ihi : -1);
+            if (*any) {
+                gfe_buf_puts(b, " ");
+                gfe_buf_puts(b, any);
+            }
+        }
+    }
+    if (integer)
+        return n;
+    /* exclusive lower bound: I == lo with a non-zero fraction */
+    if (lo.has && !lo.incl && (!hi.has || hi.v > lo.v)) {
+        gfe_buf_puts(b, n++ ? " | " : "");
+        gfe_emit_uint_range(b, L, L);
+        gfe_buf_printf(b, " %s", FRAC_NONZERO);
+    }
+    /* inclusive upper bound: I == hi with a zero fraction */
+    if (hi.has && hi.incl && (!lo.has || hi.v > lo.v || (hi.v == lo.v && lo.incl))) {
+        gfe_buf_puts(b, n++ ? " | " : "");
+        gfe_emit_uint_range(b, (long long)hi.v, (long long)hi.v);
+        gfe_buf_printf(b, " %s", FRAC_ZERO);
+    }
+    return n;
+}
+
+static int gen_number(sc *c, json_object *s, int integer, const char *path, gfe_buf *out)
+{
+    bound lo = {0}, hi = {0};
+    static const char *const ks[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int i = 0; i < 4; i++) {
+        json_object *v = get(s, ks[i]);
+        if (!v)
+            continue;
+        if (!is_num(v))
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "'%s' must be a number", ks[i]);
+        double d = numv(v);
+        int incl = i == 0 || i == 2;
+        if (!isfinite(d))
+            return sc_fail(c, TERN_EINVAL, path, "'%s' must be finite", ks[i]);
+        bound *t = i < 2 ? &lo : &hi;
+        /* the tighter of minimum / exclusiveMinimum wins */
+        if (!t->has || (i < 2 ? (d > t->v || (d == t->v && !incl)) : (d < t->v || (d == t->v && !incl)))) {
+            t->has = 1;
+            t->v = d;
+            t->incl = incl;
+        }
+    }
+    json_object *mo = get(s, "multipleOf");
+    if (mo) {
+        if (!is_num(mo) || numv(mo) <= 0)
+            return sc_fail(c, TERN_EINVAL, path, "'multipleOf' must be a positive number");
+        if (numv(mo) != 1 && !(integer && numv(mo) == floor(numv(mo)) && numv(mo) == 1))
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'multipleOf' unsupported (except 1)");
+        integer = 1;
+    }
+    if (!lo.has && !hi.has) {
+        gfe_buf_puts(out, integer ? "(\"-\"? (\"0\" | [1-9] [0-9]*))"
+                                  : "(\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [+\\-]? [0-9]+)?)");
+        return 0;
+    }
+    if (integer) { /* integral bounds, inclusive */
+        if (lo.has) {
+            lo.v = lo.incl ? ceil(lo.v) : floor(lo.v) + 1;
+            lo.incl = 1;
+        }
+        if (hi.has) {
+            hi.v = hi.incl ? floor(hi.v) : ceil(hi.v) - 1;
+            hi.incl = 1;
+        }
+    } else if ((lo.has && lo.v != floor(lo.v)) || (hi.has && hi.v != floor(hi.v))) {
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "non-integral numeric bounds on type number");
+    }
+    double lim = (double)SC_INT_LIMIT;
+    if (lo.has && lo.v > lim) /* nothing representable in 17 digits */
+        return 1;
+    if (hi.has && hi.v < -lim)
+        return 1;
+    if (lo.has && lo.v < -lim)
+        lo.v = -lim, lo.incl = 1;
+    if (hi.has && hi.v > lim)
+        hi.v = lim, hi.incl = 1;
+    if (!lo.has)
+        lo.v = -lim, lo.incl = 1, lo.has = 1;
+    if (!hi.has)
+        hi.v = lim, hi.incl = 1, hi.has = 1;
+    if (lo.v > hi.v || (lo.v == hi.v && !(lo.incl && hi.incl)))
+        return 1;
+    gfe_buf b;
+    gfe_buf_init(&b, 0);
+    int n = 0;
+    /* non-negative values */
+    if (hi.v > 0 || (hi.v == 0 && hi.incl)) {
+        bound plo = lo, phi = hi;
+        if (lo.v < 0)
+            plo.v = 0, plo.incl = 1;
+        gfe_buf_puts(&b, "(");
+        if (emit_mag(&b, plo, phi, integer)) {
+            gfe_buf_puts(&b, ")");
+            gfe_buf_puts(out, n++ ? " | " : "(");
+            gfe_buf_put(out, b.s, b.len);
+        }
+        b.len = 0;
+    }
+    /* negative values: "-" m with -hi <= m <= -lo (m > 0 for integers) */
+    if (lo.v < 0) {
+        bound mlo = {1, hi.v > 0 ? 0 : -hi.v, hi.v > 0 ? 1 : hi.incl};
+        bound mhi = {1, -lo.v, lo.incl};
+        if (integer && mlo.v == 0)
+            mlo.v = 1, mlo.incl = 1; /* "-0" is not written for integers */
+        gfe_buf_puts(&b, "(\"-\" (");
+        if (emit_mag(&b, mlo, mhi, integer)) {
+            gfe_buf_puts(&b, "))");
+            gfe_buf_puts(out, n++ ? " | " : "(");
+            gfe_buf_put(out, b.s, b.len);
+        }
+    }
+    gfe_buf_free(&b);
+    if (!n)
+        return 1;
+    gfe_buf_puts(out, ")");
+    return 0;
+}
+
+/* ------------------------------------------------------------ strings */
+
+static const struct { const char *name, *re; } k_formats[] = {
+    {"date", "^(\\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-8]))"
+             "|(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)$"},
+    {"time", "^([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d+)?([zZ]|[+-]([01]\\d|2[0-3]):[0-5]\\d)$"},
+    {"date-time", "^(\\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-8]))"
+                  "|(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
+                  "[Tt]([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d+)?([zZ]|[+-]([01]\\d|2[0-3]):[0-5]\\d)$"},
+    {"email", "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+              "@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"},
+    {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+    {"ipv4", "^(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)(\\.(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)){3}$"},
+    {"ipv6", "^(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:"
+             "|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}"
+             "|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}"
+             "|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}"
+             "|:((:[0-9a-fA-F]{1,4}){1,7}|:))$"},
+    {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9._~!$&'()*+,;=:@/?#-]|%[0-9A-Fa-f]{2})*$"},
+};
+
+static int gen_string(sc *c, json_object *s, const char *path, gfe_buf *out)
+{
+    long mn, mx;
+    if (get_count(c, s, "minLength", path, &mn) || get_count(c, s, "maxLength", path, &mx))
+        return c->rc;
+    if (mn < 0)
+        mn = 0;
+    if (mx >= 0 && mx < mn)
+        return 1;
+    json_object *pat = get(s, "pattern"), *fmt = get(s, "format");
+    const char *re = NULL;
+    if (fmt) {
+        if (!json_object_is_type(fmt, json_type_string))
+            return sc_fail(c, TERN_EINVAL, path, "'format' must be a string");
+        for (size_t i = 0; i < sizeof k_formats / sizeof k_formats[0]; i++)
+            if (!strcmp(json_object_get_string(fmt), k_formats[i].name))
+                re = k_formats[i].re;
+        if (!re)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "format '%.100s' unsupported",
+                           json_object_get_string(fmt));
+    }
+    if (pat) {
+        if (!json_object_is_type(pat, json_type_string))
+            return sc_fail(c, TERN_EINVAL, path, "'pattern' must be a string");
+        if (re)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "'pattern' together with 'format'");
+        re = json_object_get_string(pat);
+    }
+    if (re) {
+        if (mn > 0 || mx >= 0)
+            return sc_fail(c, TERN_EUNSUPPORTED, path,
+                           "'%s' together with minLength/maxLength", pat ? "pattern" : "format");
+        int never = 0;
+        tern_err e;
+        gfe_buf b;
+        gfe_buf_init(&b, 0);
+        int rc = gfe_regex_emit(&b, re, strlen(re), 1, 1, &never, &e);
+        if (!rc && !never) {
+            gfe_buf_puts(out, "(\"\\\"\" ");
+            gfe_buf_put(out, b.s, b.len);
+            gfe_buf_puts(out, " \"\\\"\")");
+        }
+        gfe_buf_free(&b);
+        if (rc)
+            return sc_fail(c, rc, path, "%s", e.msg);
+        return never;
+    }
+    gfe_buf_printf(out, "(\"\\\"\" %s", sc_unit(c));
+    rep(out, mn, mx);
+    gfe_buf_puts(out, " \"\\\"\")");
+    return 0;
+}
+
+/* ------------------------------------------------------------ arrays */
+
+static int gen_array(sc *c, json_object *s, const char *path, gfe_buf *out)
+{
+    long mn, mx;
+    if (get_count(c, s, "minItems", path, &mn) || get_count(c, s, "maxItems", path, &mx))
+        return c->rc;
+    if (mn < 0)
+        mn = 0;
+    if (mx >= 0 && mx < mn)
+        return 1;
+    json_object *pre = NULL, *rest = NULL;
+    json_object *items = get(s, "items");
+    if (c->draft == 7 && json_object_is_type(items, json_type_array)) {
+        pre = items;
+        rest = get(s, "additionalItems");
+    } else {
+        if (json_object_is_type(items, json_type_array))
+            return sc_fail(c, TERN_EINVAL, path, "'items' must be a schema (use prefixItems)");
+        pre = get(s, "prefixItems");
+        rest = items;
+        if (get(s, "additionalItems") && c->draft != 7)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'additionalItems' without items array");
+    }
+    if (pre && !json_object_is_type(pre, json_type_array))
+        return sc_fail(c, TERN_EINVAL, path, "prefixItems must be an array");
+    if (!rest && get(s, "unevaluatedItems"))
+        rest = get(s, "unevaluatedItems");
+    if (!rest) /* strict mode: no items past prefixItems unless allowed */
+        rest = c->o.strict && pre ? json_object_new_boolean(0) : NULL;
+    json_object *owned_rest = rest && !get(s, "items") && !get(s, "additionalItems") && !get(s, "unevaluatedItems") ? rest : NULL;
+    if (owned_rest)
+        sc_own(c, owned_rest);
+    json_object *uq = get(s, "uniqueItems");
+    if (uq && !json_object_is_type(uq, json_type_boolean))
+        return sc_fail(c, TERN_EINVAL, path, "'uniqueItems' must be a boolean");
+    if (uq && json_object_get_boolean(uq) && !(mx >= 0 && mx <= 1))
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'uniqueItems' unsupported");
+    json_object *contains = get(s, "contains");
+    long min_c = 1, max_c;
+    if (get(s, "minContains") || get(s, "maxContains")) {
+        long t;
+        if (get_count(c, s, "minContains", path, &t))
+            return c->rc;
+        if (t >= 0)
+            min_c = t;
+        if (get_count(c, s, "maxContains", path, &max_c))
+            return c->rc;
+        if (!contains)
+            min_c = 1;
+        else if (max_c >= 0)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'maxContains' unsupported");
+    }
+    const char *w = sc_ws(c);
+    char sub[256];
+    char rest_name[GFE_NAME_MAX];
+    int rest_never = 0;
+    if (rest) {
+        snprintf(sub, sizeof sub, "%.200s/items", path);
+        if (sc_gen(c, rest, sub, rest_name, &rest_never))
+            return c->rc;
+    } else {
+        memcpy(rest_name, sc_any(c), GFE_NAME_MAX);
+    }
+    if (contains) {
+        if (min_c == 0)
+            goto no_contains;
+        if (pre || mn > 0 || mx >= 0)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "'contains' together with prefixItems/minItems/maxItems");
+        /* at least min_c elements match contains (and items) */
+        json_object *both = json_object_new_object(), *arr = json_object_new_array();
+        if (!both || !arr) {
+            json_object_put(both);
+            json_object_put(arr);
+            return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+        }
+        json_object_array_add(arr, json_object_get(contains));
+        if (rest)
+            json_object_array_add(arr, json_object_get(rest));
+        json_object_object_add(both, "allOf", arr);
+        sc_own(c, both);
+        char cn[GFE_NAME_MAX];
+        int cnever = 0;
+        snprintf(sub, sizeof sub, "%.200s/contains", path);
+        if (sc_gen(c, both, sub, cn, &cnever))
+            return c->rc;
+        if (cnever)
+            return 1;
+        if (rest_never) { /* only contains elements... but items forbids all */
+            return 1;
+        }
+        /* "[" (X ",")* C (("," X)* "," C){min_c-1} ("," X)* "]" */
+        gfe_buf_printf(out, "(\"[\"%s(%s%s\",\"%s)* %s ((%s\",\"%s%s)*%s\",\"%s%s)", w, rest_name, w, w, cn,
+                       w, w, rest_name, w, w, cn);
+        rep(out, min_c - 1, min_c - 1);
+        gfe_buf_printf(out, " (%s\",\"%s%s)*%s\"]\")", w, w, rest_name, w);
+        return 0;
+    }
+no_contains:;
+    size_t k = pre ? json_object_array_length(pre) : 0;
+    /* element rules for the prefix; a never element truncates the array */
+    gfe_buf b;
+    gfe_buf_init(&b, 0);
+    size_t k_ok = k;
+    char (*pn)[GFE_NAME_MAX] = k ? calloc(k, sizeof *pn) : NULL;
+    if (k && !pn)
+        return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    for (size_t i = 0; i < k; i++) {
+        int nv = 0;
+        snprintf(sub, sizeof sub, "%.200s/prefixItems/%zu", path, i);
+        if (sc_gen(c, json_object_array_get_idx(pre, i), sub, pn[i], &nv)) {
+            free(pn);
+            gfe_buf_free(&b);
+            return c->rc;
+        }
+        if (nv) {
+            k_ok = i;
+            break;
+        }
+    }
+    long max_len = mx;
+    if ((long)k_ok < (long)k || rest_never) {
+        long cap = (long)k_ok;
+        if (max_len < 0 || max_len > cap)
+            max_len = cap;
+    }
+    if (mn > max_len && max_len >= 0) {
+        free(pn);
+        gfe_buf_free(&b);
+        return 1;
+    }
+    /* elements after the first: each ", elem"; nested optional groups */
+    int n_open = 0;
+    long first_opt = mn; /* positions >= mn are optional */
+    for (long i = 1; i < (long)k_ok && (max_len < 0 || i < max_len); i++) {
+        if (i >= first_opt) {
+            gfe_buf_puts(&b, "(");
+            n_open++;
+        }
+        gfe_buf_printf(&b, "%s\",\"%s%s ", w, w, pn[i]);
+    }
+    long done = (long)k_ok > 0 ? (long)k_ok : 1;
+    if (max_len < 0 || done < max_len) {
+        if (!rest_never && (long)k_ok == (long)k) {
+            long lo = mn > done ? mn - done : 0;
+            long hi = max_len < 0 ? -1 : max_len - done;
+            if (k_ok == 0) { /* first element comes from items too */
+                lo = mn > 1 ? mn - 1 : 0;
+                hi = max_len < 0 ? -1 : max_len - 1;
+            }
+            gfe_buf_printf(&b, "(%s\",\"%s%s)", w, w, rest_name);
+            rep(&b, lo, hi);
+        }
+    }
+    for (int i = 0; i < n_open; i++)
+        gfe_buf_puts(&b, ")?");
+    const char *first = k_ok ? pn[0] : (rest_never ? NULL : rest_name);
+    int n_alt = 0;
+    gfe_buf_puts(out, "(");
+    if (first && (max_len < 0 || max_len >= 1)) {
+        gfe_buf_printf(out, "\"[\"%s%s %s%s\"]\"", w, first, b.s ? b.s : "", w);
+        n_alt++;
+    }
+    if (mn == 0) {
+        gfe_buf_printf(out, "%s\"[\"%s\"]\"", n_alt++ ? " | " : "", c->st.any_whitespace ? " ws " : " ");
+    }
+    gfe_buf_puts(out, ")");
+    free(pn);
+    int err = b.err;
+    gfe_buf_free(&b);
+    if (err)
+        return sc_fail(c, err, path, "grammar too large");
+    return n_alt ? 0 : 1;
+}
+
+/* ------------------------------------------------------------ objects */
+
+typedef struct prop {
+    const char *name;
+    json_object *schema;
+    int required;
+    char rule[GFE_NAME_MAX];
+    int never;
+} prop;
+
+/* Keys (JSON string literals) that differ from every name in names[0..n)
+ * (all sharing their first d codepoints), decoded. */
+static void emit_notin(sc *c, gfe_buf *b, const char **names, size_t n, size_t d, int depth)
+{
+    gfe_cset next = {0};
+    int ends_here = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        if (d == len) {
+            ends_here = 1;
+            continue;
+        }
+        uint32_t cp;
+        if (d < len && gfe_utf8_get(names[i] + d, len - d, &cp) > 0)
+            gfe_cset_add(&next, cp, cp);
+    }
+    int n_alt = 0;
+    gfe_buf_puts(b, "(");
+    if (!ends_here) {
+        gfe_buf_puts(b, "\"\\\"\"");
+        n_alt++;
+    }
+    gfe_cset other;
+    gfe_cset_copy(&other, &next);
+    gfe_cset_negate(&other);
+    if (other.n) {
+        gfe_buf_puts(b, n_alt++ ? " | " : "");
+        gfe_cset_emit_json(b, &other);
+        gfe_buf_printf(b, " %s* \"\\\"\"", sc_unit(c));
+    }
+    gfe_cset_free(&other);
+    for (size_t r = 0; r < next.n && depth < 200; r++) {
+        for (uint32_t cp = next.r[r].lo; cp <= next.r[r].hi; cp++) {
+            const char **sub = malloc(n * sizeof *sub);
+            size_t m = 0;
+            if (!sub) {
+                b->err = TERN_ENOMEM;
+                break;
+            }
+            size_t adv = 0;
+            for (size_t i = 0; i < n; i++) {
+                size_t len = strlen(names[i]);
+                uint32_t x;
+                int k;
+                if (d < len && (k = gfe_utf8_get(names[i] + d, len - d, &x)) > 0 && x == cp) {
+                    sub[m++] = names[i];
+                    adv = (size_t)k;
+                }
+            }
+            gfe_cset one = {0};
+            gfe_cset_add(&one, cp, cp);
+            gfe_buf_puts(b, n_alt++ ? " | " : "");
+            gfe_cset_emit_json(b, &one);
+            gfe_buf_puts(b, " ");
+            gfe_cset_free(&one);
+            emit_notin(c, b, sub, m, d + adv, depth + 1);
+            free(sub);
+        }
+    }
+    gfe_cset_free(&next);
+    gfe_buf_puts(b, ")");
+}
+
+static int gen_object(sc *c, json_object *s, const char *path, gfe_buf *out)
+{
+    const char *w = sc_ws(c);
+    long mnp, mxp;
+    if (get_count(c, s, "minProperties", path, &mnp) || get_count(c, s, "maxProperties", path, &mxp))
+        return c->rc;
+    if (mnp < 0)
+        mnp = 0;
+    static const char *const dep[] = {"dependentRequired", "dependentSchemas", "dependencies"};
+    for (int i = 0; i < 3; i++) {
+        json_object *d = get(s, dep[i]);
+        if (d && !(json_object_is_type(d, json_type_object) && json_object_object_length(d) == 0))
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword '%s' unsupported", dep[i]);
+    }
+    json_object *props = get(s, "properties"), *req = get(s, "required");
+    json_object *ap = get(s, "additionalProperties"), *pp = get(s, "patternProperties");
+    json_object *pnames = get(s, "propertyNames");
+    if (!ap)
+        ap = get(s, "unevaluatedProperties");
+    if (props && !json_object_is_type(props, json_type_object))
+        return sc_fail(c, TERN_EINVAL, path, "'properties' must be an object");
+    if (req && !json_object_is_type(req, json_type_array))
+        return sc_fail(c, TERN_EINVAL, path, "'required' must be an array");
+    if (pp && !json_object_is_type(pp, json_type_object))
+        return sc_fail(c, TERN_EINVAL, path, "'patternProperties' must be an object");
+    if (pp && json_object_object_length(pp) == 0)
+        pp = NULL;
+    size_t n_req = req ? json_object_array_length(req) : 0;
+    size_t cap = (props ? (size_t)json_object_object_length(props) : 0) + n_req + 1;
+    prop *p = calloc(cap, sizeof *p);
+    if (!p)
+        return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    size_t n = 0;
+    int rc = 0, result = 0;
+    gfe_buf b;
+    gfe_buf_init(&b, 0);
+    if (props) {
+        json_object_object_foreach(props, k, v) {
+            p[n].name = k;
+            p[n].schema = v;
+            n++;
+        }
+    }
+    for (size_t i = 0; i < n_req; i++) {
+        json_object *e = json_object_array_get_idx(req, i);
+        if (!json_object_is_type(e, json_type_string)) {
+            rc = sc_fail(c, TERN_EINVAL, path, "'required' entries must be strings");
+            goto out;
+        }
+        const char *k = json_object_get_string(e);
+        size_t j;
+        for (j = 0; j < n && strcmp(p[j].name, k); j++)
+            ;
+        if (j == n) { /* required but not listed: its schema is the fallback */
+            if (pp) {
+                rc = sc_fail(c, TERN_EUNSUPPORTED, path, "required property '%.100s' with patternProperties", k);
+                goto out;
+            }
+            p[n].name = k;
+            p[n].schema = ap ? ap : (c->o.strict ? NULL : json_object_new_boolean(1));
+            if (!ap && !c->o.strict)
+                sc_own(c, p[n].schema);
+            if (!p[n].schema) {
+                result = 1; /* strict: an unlisted name cannot appear */
+                goto out;
+            }
+            n++;
+        }
+        p[j].required = 1;
+    }
+    /* patternProperties: one pattern, unlisted names only, nothing else extra */
+    json_object *pp_schema = NULL;
+    const char *pp_re = NULL;
+    if (pp) {
+        if (json_object_object_length(pp) > 1) {
+            rc = sc_fail(c, TERN_EUNSUPPORTED, path, "more than one patternProperties pattern");
+            goto out;
+        }
+        json_object_object_foreach(pp, k, v) {
+            pp_re = k;
+            pp_schema = v;
+        }
+        if (ap && !(json_object_is_type(ap, json_type_boolean) && !json_object_get_boolean(ap)) &&
+            !(!c->o.strict && 0)) {
+            rc = sc_fail(c, TERN_EUNSUPPORTED, path, "patternProperties with additionalProperties");
+            goto out;
+        }
+        if (!ap && !c->o.strict) {
+            rc = sc_fail(c, TERN_EUNSUPPORTED, path, "patternProperties in non-strict mode");
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            int m = sc_regex_search(pp_re, p[i].name, strlen(p[i].name));
+            if (m != 0) {
+                rc = sc_fail(c, TERN_EUNSUPPORTED, path,
+                             "patternProperties pattern matching a listed property");
+                goto out;
+            }
+        }
+    }
+    /* propertyNames: listed names are checked here, extra keys below */
+    if (pnames) {
+        for (size_t i = 0; i < n; i++) {
+            json_object *nv = json_object_new_string(p[i].name);
+            int ok = nv ? sc_validate(c, nv, pnames, 0) : -1;
+            json_object_put(nv);
+            if (ok < 0) {
+                rc = sc_fail(c, TERN_EUNSUPPORTED, path, "propertyNames too complex for listed properties");
+                goto out;
+            }
+            if (!ok) {
+                if (p[i].required) {
+                    result = 1;
+                    goto out;
+                }
+                p[i].never = 1;
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        char sub[256];
+        if (p[i].never)
+            continue;
+        snprintf(sub, sizeof sub, "%.150s/properties/%.90s", path, p[i].name);
+        c->nest++;
+        rc = sc_gen(c, p[i].schema, sub, p[i].rule, &p[i].never);
+        c->nest--;
+        if (rc)
+            goto out;
+        if (p[i].never && p[i].required) {
+            result = 1;
+            goto out;
+        }
+    }
+    /* the "additional" member: key grammar and value rule */
+    char add_val[GFE_NAME_MAX];
+    int has_add = 0;
+    gfe_buf key;
+    gfe_buf_init(&key, 0);
+    json_object *add_schema = ap ? ap : (c->o.strict ? NULL : NULL);
+    int allow_any_extra = !ap && !c->o.strict && !pp;
+    if (pp) {
+        int nv = 0;
+        c->nest++;
+        rc = sc_gen(c, pp_schema, path, add_val, &nv);
+        c->nest--;
+        if (rc)
+            goto out_key;
+        if (!nv) {
+            tern_err e;
+            int never = 0;
+            gfe_buf_puts(&key, "(\"\\\"\" ");
+            rc = gfe_regex_emit(&key, pp_re, strlen(pp_re), 1, 1, &never, &e);
+            if (rc) {
+                rc = sc_fail(c, rc, path, "%s", e.msg);
+                goto out_key;
+            }
+            gfe_buf_puts(&key, " \"\\\"\")");
+            has_add = !never;
+        }
+    } else if (add_schema || allow_any_extra) {
+        int nv = 0;
+        if (add_schema) {
+            c->nest++;
+            rc = sc_gen(c, add_schema, path, add_val, &nv);
+            c->nest--;
+            if (rc)
+                goto out_key;
+        } else {
+            memcpy(add_val, sc_any(c), GFE_NAME_MAX);
+        }
+        if (!nv) {
+            has_add = 1;
+            json_object *pn = pnames;
+            if (pn && !(json_object_is_type(pn, json_type_boolean) && json_object_get_boolean(pn))) {
+                if (n) {
+                    rc = sc_fail(c, TERN_EUNSUPPORTED, path, "propertyNames with listed properties and additional ones");
+                    goto out_key;
+                }
+                /* keys: strings valid against propertyNames */
+                json_object *ks = json_object_new_object(), *arr = json_object_new_array();
+                if (!ks || !arr) {
+                    json_object_put(ks);
+                    json_object_put(arr);
+                    rc = sc_fail(c, TERN_ENOMEM, path, "out of memory");
+                    goto out_key;
+                }
+                json_object_array_add(arr, json_object_get(pn));
+                json_object_array_add(arr, json_object_new_string("string"));
+                json_object_object_add(ks, "allOf", arr);
+                sc_own(c, ks);
+                json_object *tstr = json_object_new_object();
+                json_object_object_add(tstr, "type", json_object_new_string("string"));
+                sc_own(c, tstr);
+                json_object_array_put_idx(arr, 1, json_object_get(tstr));
+                char kn[GFE_NAME_MAX];
+                int knv = 0;
+                char sub[256];
+                snprintf(sub, sizeof sub, "%.200s/propertyNames", path);
+                rc = sc_gen(c, ks, sub, kn, &knv);
+                if (rc)
+                    goto out_key;
+                if (knv)
+                    has_add = 0;
+                else
+                    gfe_buf_puts(&key, kn);
+            } else if (n) {
+                const char **names = malloc(n * sizeof *names);
+                if (!names) {
+                    rc = sc_fail(c, TERN_ENOMEM, path, "out of memory");
+                    goto out_key;
+                }
+                for (size_t i = 0; i < n; i++)
+                    names[i] = p[i].name;
+                gfe_buf_puts(&key, "(\"\\\"\" ");
+                emit_notin(c, &key, names, n, 0, 0);
+                gfe_buf_puts(&key, ")");
+                free(names);
+            } else {
+                gfe_buf_printf(&key, "(\"\\\"\" %s* \"\\\"\")", sc_unit(c));
+            }
+        }
+    }
+    if (key.err) {
+        rc = sc_fail(c, key.err, path, "grammar too large");
+        goto out_key;
+    }
+    /* counts */
+    size_t n_live = 0, n_required = 0;
+    for (size_t i = 0; i < n; i++) {
+        n_live += !p[i].never;
+        n_required += p[i].required;
+    }
+    long add_lo = 0, add_hi = -1;
+    if (mnp > (long)n_required || (mxp >= 0 && (has_add || mxp < (long)n_live))) {
+        if (n_live == 0 && has_add) {
+            add_lo = mnp;
+            add_hi = mxp;
+        } else if (!(mxp >= 0 && !has_add && mxp >= (long)n_live && mnp <= (long)n_required)) {
+            rc = sc_fail(c, TERN_EUNSUPPORTED, path, "minProperties/maxProperties with listed properties");
+            goto out_key;
+        }
+    }
+    if (mxp >= 0 && mxp < mnp) {
+        result = 1;
+        goto out_key;
+    }
+    /* member texts */
+    char add_nm[GFE_NAME_MAX] = "";
+    if (has_add) {
+        gfe_buf mb;
+        gfe_buf_init(&mb, 0);
+        gfe_buf_printf(&mb, "%s%s\":\"%s%s", key.s, w, w, add_val);
+        rc = add_rule(c, &mb, path, add_nm);
+        gfe_buf_free(&mb);
+        if (rc)
+            goto out_key;
+            }
+    /* tail after the listed properties, following something already written */
+    char tail[GFE_NAME_MAX] = "";
+    char empty_or_more[GFE_NAME_MAX] = ""; /* additional members only, non-empty */
+    if (has_add) {
+        b.len = 0;
+        gfe_buf_printf(&b, "(%s\",\"%s%s)", w, w, add_nm);
+        long lo = add_lo, hi = add_hi;
+        rep(&b, lo > 0 ? lo - (n_live == 0) : 0, hi < 0 ? -1 : hi - (n_live == 0));
+        /* with no listed properties the first member is written separately */
+        if (n_live == 0) {
+            gfe_buf tb;
+            gfe_buf_init(&tb, 0);
+            gfe_buf_printf(&tb, "%s %s", add_nm, b.s);
+            rc = add_rule(c, &tb, path, empty_or_more);
+            gfe_buf_free(&tb);
+            if (rc)
+                goto out_key;
+            b.len = 0;
+            gfe_buf_printf(&b, "(%s\",\"%s%s)*", w, w, add_nm);
+        }
+        rc = add_rule(c, &b, path, tail);
+        if (rc)
+            goto out_key;
+    } else {
+        b.len = 0;
+        gfe_buf_puts(&b, "\"\"");
+        rc = add_rule(c, &b, path, tail);
+        if (rc)
+            goto out_key;
+    }
+    /* seq[i]: properties i.. each preceded by a comma, then the tail;
+     * start[i]: the same with nothing written yet (non-empty) */
+    char next_seq[GFE_NAME_MAX], next_start[GFE_NAME_MAX];
+    memcpy(next_seq, tail, GFE_NAME_MAX);
+    int start_ok = 0;
+    if (has_add && n_live == 0 && add_hi != 0) {
+        memcpy(next_start, empty_or_more, GFE_NAME_MAX);
+        start_ok = 1;
+    } else if (has_add && n_live > 0) {
+        gfe_buf tb;
+        gfe_buf_init(&tb, 0);
+        gfe_buf_printf(&tb, "%s %s", add_nm, tail);
+        rc = add_rule(c, &tb, path, next_start);
+        gfe_buf_free(&tb);
+        if (rc)
+            goto out_key;
+        start_ok = 1;
+    }
+    for (size_t ii = n; ii-- > 0;) {
+        if (p[ii].never)
+            continue;
+        gfe_buf mb;
+        gfe_buf_init(&mb, 0);
+        sc_emit_string_lit(c, &mb, p[ii].name, strlen(p[ii].name));
+        gfe_buf_printf(&mb, "%s\":\"%s%s", w, w, p[ii].rule);
+        char member[GFE_NAME_MAX];
+        rc = add_rule(c, &mb, path, member);
+        gfe_buf_free(&mb);
+        if (rc)
+            goto out_key;
+        char seq[GFE_NAME_MAX], start[GFE_NAME_MAX];
+        b.len = 0;
+        if (p[ii].required)
+            gfe_buf_printf(&b, "%s\",\"%s%s %s", w, w, member, next_seq);
+        else
+            gfe_buf_printf(&b, "(%s\",\"%s%s)? %s", w, w, member, next_seq);
+        if ((rc = add_rule(c, &b, path, seq)))
+            goto out_key;
+        b.len = 0;
+        gfe_buf_printf(&b, "%s %s", member, next_seq);
+        if (!p[ii].required && start_ok)
+            gfe_buf_printf(&b, " | %s", next_start);
+        if ((rc = add_rule(c, &b, path, start)))
+            goto out_key;
+        memcpy(next_seq, seq, GFE_NAME_MAX);
+        memcpy(next_start, start, GFE_NAME_MAX);
+        start_ok = 1;
+    }
+    int n_alt = 0;
+    gfe_buf_puts(out, "(");
+    if (start_ok) {
+        gfe_buf_printf(out, "\"{\"%s%s%s\"}\"", w, next_start, w);
+        n_alt++;
+    }
+    if (n_required == 0 && mnp == 0)
+        gfe_buf_printf(out, "%s\"{\"%s\"}\"", n_alt++ ? " | " : "", c->st.any_whitespace ? " ws " : " ");
+    gfe_buf_puts(out, ")");
+    result = n_alt ? 0 : 1;
+out_key:
+    gfe_buf_free(&key);
+out:
+    gfe_buf_free(&b);
+    free(p);
+    return rc ? rc : result;
+}
+
+/* ------------------------------------------------------------ leaf */
+
+int sc_leaf(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int *never)
+{
+    int mask = sc_type_mask(s);
+    if (mask < 0)
+        return sc_fail(c, TERN_EINVAL, path, "bad 'type'");
+    json_object *nl = get(s, "nullable");
+    if (nl && json_object_is_type(nl, json_type_boolean) && json_object_get_boolean(nl))
+        mask |= ST_NULL;
+    gfe_buf b;
+    gfe_buf_init(&b, 0);
+    int n_alt = 0, rc = 0;
+    json_object *e = get(s, "enum");
+    if (e && !json_object_is_type(e, json_type_array))
+        return sc_fail(c, TERN_EINVAL, path, "'enum' must be an array");
+    if (e || json_object_object_get_ex(s, "const", NULL)) {
+        json_object *vals = e, *tmp = NULL;
+        if (json_object_object_get_ex(s, "const", NULL)) {
+            tmp = json_object_new_array();
+            if (!tmp)
+                return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+            json_object_array_add(tmp, json_object_get(get(s, "const")));
+            vals = tmp;
+        }
+        for (size_t i = 0; i < json_object_array_length(vals); i++) {
+            json_object *v = json_object_array_get_idx(vals, i);
+            int ok = sc_validate(c, v, s, 0);
+            if (ok < 0 && nl) /* nullable: re-check without it */
+                ok = (mask & sc_value_type(v)) ? 1 : 0;
+            if (ok < 0) {
+                json_object_put(tmp);
+                gfe_buf_free(&b);
+                return sc_fail(c, TERN_EUNSUPPORTED, path,
+                               "enum/const together with keywords tern cannot check against it");
+            }
+            if (!ok)
+                continue;
+            gfe_buf_puts(&b, n_alt++ ? " | " : "");
+            sc_emit_value(c, &b, v);
+        }
+        json_object_put(tmp);
+    } else {
+        if (mask & ST_NULL) {
+            gfe_buf_puts(&b, "\"null\"");
+            n_alt++;
+        }
+        if (mask & ST_BOOL) {
+            gfe_buf_puts(&b, n_alt++ ? " | \"true\" | \"false\"" : "\"true\" | \"false\"");
+        }
+        struct { int bit; int (*fn)(sc *, json_object *, const char *, gfe_buf *); } kinds[] = {
+            {ST_STRING, gen_string}, {ST_ARRAY, gen_array}, {ST_OBJECT, gen_object},
+        };
+        if (mask & (ST_NUMBER | ST_INTEGER)) {
+            gfe_buf t;
+            gfe_buf_init(&t, 0);
+            rc = gen_number(c, s, !(mask & ST_NUMBER), path, &t);
+            if (rc == 0) {
+                gfe_buf_puts(&b, n_alt++ ? " | " : "");
+                gfe_buf_put(&b, t.s, t.len);
+            }
+            gfe_buf_free(&t);
+            if (rc < 0)
+                goto out;
+        }
+        for (size_t i = 0; i < 3; i++) {
+            if (!(mask & kinds[i].bit))
+                continue;
+            gfe_buf t;
+            gfe_buf_init(&t, 0);
+            rc = kinds[i].fn(c, s, path, &t);
+            if (rc == 0) {
+                gfe_buf_puts(&b, n_alt++ ? " | " : "");
+                gfe_buf_put(&b, t.s, t.len);
+            }
+            gfe_buf_free(&t);
+            if (rc < 0)
+                goto out;
+        }
+        rc = 0;
+    }
+    if (!n_alt)
+        *never = 1;
+    else
+        rc = add_rule(c, &b, path, name);
+out:
+    gfe_buf_free(&b);
+    return rc < 0 ? rc : c->rc;
+}

@@ -1,0 +1,306 @@
+/* JSON Schema helpers that need no grammar: value equality, type masks, and
+ * a small validator for the keywords tern enforces, used to filter enum
+ * values and property names against sibling constraints. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <math.h>
+#include <pcre2.h>
+#include <string.h>
+
+#include "schema_int.h"
+
+int sc_is_annotation(const char *k)
+{
+    static const char *const ann[] = {
+        "title", "description", "examples", "example", "default", "$comment", "$schema", "$id",
+        "id", "$anchor", "$dynamicAnchor", "$vocabulary", "deprecated", "readOnly", "writeOnly",
+        "contentMediaType", "contentEncoding", "contentSchema", "markdownDescription",
+        "enumDescriptions", "$defs", "definitions", "discriminator", "externalDocs", "xml",
+    };
+    for (size_t i = 0; i < sizeof ann / sizeof ann[0]; i++)
+        if (strcmp(k, ann[i]) == 0)
+            return 1;
+    return strncmp(k, "x-", 2) == 0;
+}
+
+static int num_of(json_object *v, double *d)
+{
+    if (json_object_is_type(v, json_type_int)) {
+        *d = (double)json_object_get_int64(v);
+        return 1;
+    }
+    if (json_object_is_type(v, json_type_double)) {
+        *d = json_object_get_double(v);
+        return 1;
+    }
+    return 0;
+}
+
+int sc_json_equal(json_object *a, json_object *b)
+{
+    double x, y;
+    if (num_of(a, &x) && num_of(b, &y)) {
+        if (json_object_is_type(a, json_type_int) && json_object_is_type(b, json_type_int))
+            return json_object_get_int64(a) == json_object_get_int64(b);
+        return x == y;
+    }
+    json_type ta = json_object_get_type(a), tb = json_object_get_type(b);
+    if (ta != tb)
+        return 0;
+    switch (ta) {
+    case json_type_null: return 1;
+    case json_type_boolean: return !json_object_get_boolean(a) == !json_object_get_boolean(b);
+    case json_type_string:
+        return json_object_get_string_len(a) == json_object_get_string_len(b) &&
+               memcmp(json_object_get_string(a), json_object_get_string(b),
+                      (size_t)json_object_get_string_len(a)) == 0;
+    case json_type_array: {
+        size_t n = json_object_array_length(a);
+        if (n != json_object_array_length(b))
+            return 0;
+        for (size_t i = 0; i < n; i++)
+            if (!sc_json_equal(json_object_array_get_idx(a, i), json_object_array_get_idx(b, i)))
+                return 0;
+        return 1;
+    }
+    case json_type_object: {
+        if (json_object_object_length(a) != json_object_object_length(b))
+            return 0;
+        json_object_object_foreach(a, k, va) {
+            json_object *vb;
+            if (!json_object_object_get_ex(b, k, &vb) || !sc_json_equal(va, vb))
+                return 0;
+        }
+        return 1;
+    }
+    default: return 0;
+    }
+}
+
+int sc_value_type(json_object *v)
+{
+    double d;
+    switch (json_object_get_type(v)) {
+    case json_type_null: return ST_NULL;
+    case json_type_boolean: return ST_BOOL;
+    case json_type_int: return ST_NUMBER | ST_INTEGER;
+    case json_type_double:
+        d = json_object_get_double(v);
+        return isfinite(d) && d == floor(d) ? ST_NUMBER | ST_INTEGER : ST_NUMBER;
+    case json_type_string: return ST_STRING;
+    case json_type_array: return ST_ARRAY;
+    case json_type_object: return ST_OBJECT;
+    }
+    return 0;
+}
+
+static int type_bit(const char *t)
+{
+    static const struct { const char *n; int bit; } map[] = {
+        {"null", ST_NULL},       {"boolean", ST_BOOL}, {"object", ST_OBJECT},
+        {"array", ST_ARRAY},     {"number", ST_NUMBER | ST_INTEGER},
+        {"string", ST_STRING},   {"integer", ST_INTEGER},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(t, map[i].n) == 0)
+            return map[i].bit;
+    return -1;
+}
+
+int sc_type_mask(json_object *s)
+{
+    json_object *t;
+    if (!json_object_is_type(s, json_type_object) || !json_object_object_get_ex(s, "type", &t))
+        return ST_ALL;
+    if (json_object_is_type(t, json_type_string))
+        return type_bit(json_object_get_string(t));
+    if (!json_object_is_type(t, json_type_array))
+        return -1;
+    int m = 0;
+    for (size_t i = 0; i < json_object_array_length(t); i++) {
+        json_object *e = json_object_array_get_idx(t, i);
+        if (!json_object_is_type(e, json_type_string))
+            return -1;
+        int b = type_bit(json_object_get_string(e));
+        if (b < 0)
+            return -1;
+        m |= b;
+    }
+    return m;
+}
+
+size_t sc_utf8_len(const char *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80)
+            k++;
+    return k;
+}
+
+int sc_regex_search(const char *re, const char *s, size_t n)
+{
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED,
+                                     PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &ec, &eo, NULL);
+    if (!code)
+        return -1;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
+    if (!md) {
+        pcre2_code_free(code);
+        return -1;
+    }
+    int rc = pcre2_match(code, (PCRE2_SPTR)s, n, 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(code);
+    if (rc >= 0)
+        return 1;
+    return rc == PCRE2_ERROR_NOMATCH ? 0 : -1;
+}
+
+/* Validation of the keywords tern compiles; anything else makes the answer
+ * undecidable (-1) so the caller fails closed. */
+int sc_validate(sc *c, json_object *v, json_object *s, int depth)
+{
+    if (depth > 32)
+        return -1;
+    if (json_object_is_type(s, json_type_boolean))
+        return json_object_get_boolean(s) ? 1 : 0;
+    if (!json_object_is_type(s, json_type_object))
+        return -1;
+    int vt = sc_value_type(v), ok = 1;
+    json_object_object_foreach(s, k, kv) {
+        if (sc_is_annotation(k))
+            continue;
+        double d, x;
+        if (strcmp(k, "type") == 0) {
+            int m = sc_type_mask(s);
+            if (m < 0)
+                return -1;
+            if (!(m & vt))
+                ok = 0;
+        } else if (strcmp(k, "const") == 0) {
+            if (!sc_json_equal(v, kv))
+                ok = 0;
+        } else if (strcmp(k, "enum") == 0) {
+            if (!json_object_is_type(kv, json_type_array))
+                return -1;
+            int found = 0;
+            for (size_t i = 0; i < json_object_array_length(kv); i++)
+                found |= sc_json_equal(v, json_object_array_get_idx(kv, i));
+            if (!found)
+                ok = 0;
+        } else if (!strcmp(k, "minimum") || !strcmp(k, "maximum") ||
+                   !strcmp(k, "exclusiveMinimum") || !strcmp(k, "exclusiveMaximum")) {
+            if (!num_of(kv, &d))
+                return -1;
+            if (!num_of(v, &x))
+                continue;
+            if ((!strcmp(k, "minimum") && x < d) || (!strcmp(k, "maximum") && x > d) ||
+                (!strcmp(k, "exclusiveMinimum") && x <= d) ||
+                (!strcmp(k, "exclusiveMaximum") && x >= d))
+                ok = 0;
+        } else if (!strcmp(k, "minLength") || !strcmp(k, "maxLength")) {
+            if (!num_of(kv, &d))
+                return -1;
+            if (!json_object_is_type(v, json_type_string))
+                continue;
+            double n = (double)sc_utf8_len(json_object_get_string(v),
+                                           (size_t)json_object_get_string_len(v));
+            if ((k[1] == 'i' && n < d) || (k[1] == 'a' && n > d))
+                ok = 0;
+        } else if (!strcmp(k, "pattern")) {
+            if (!json_object_is_type(kv, json_type_string))
+                return -1;
+            if (!json_object_is_type(v, json_type_string))
+                continue;
+            int m = sc_regex_search(json_object_get_string(kv), json_object_get_string(v),
+                                    (size_t)json_object_get_string_len(v));
+            if (m < 0)
+                return -1;
+            if (!m)
+                ok = 0;
+        } else if (!strcmp(k, "minItems") || !strcmp(k, "maxItems")) {
+            if (!num_of(kv, &d))
+                return -1;
+            if (!json_object_is_type(v, json_type_array))
+                continue;
+            double n = (double)json_object_array_length(v);
+            if ((k[1] == 'i' && n < d) || (k[1] == 'a' && n > d))
+                ok = 0;
+        } else if (!strcmp(k, "minProperties") || !strcmp(k, "maxProperties")) {
+            if (!num_of(kv, &d))
+                return -1;
+            if (!json_object_is_type(v, json_type_object))
+                continue;
+            double n = (double)json_object_object_length(v);
+            if ((k[1] == 'i' && n < d) || (k[1] == 'a' && n > d))
+                ok = 0;
+        } else if (!strcmp(k, "required")) {
+            if (!json_object_is_type(kv, json_type_array))
+                return -1;
+            if (!json_object_is_type(v, json_type_object))
+                continue;
+            for (size_t i = 0; i < json_object_array_length(kv); i++) {
+                json_object *n = json_object_array_get_idx(kv, i);
+                if (!json_object_is_type(n, json_type_string))
+                    return -1;
+                if (!json_object_object_get_ex(v, json_object_get_string(n), NULL))
+                    ok = 0;
+            }
+        } else if (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")) {
+            if (!json_object_is_type(v, json_type_object))
+                continue;
+            json_object *props = NULL, *ap = NULL;
+            json_object_object_get_ex(s, "properties", &props);
+            json_object_object_get_ex(s, "additionalProperties", &ap);
+            if (json_object_object_get_ex(s, "patternProperties", NULL))
+                return -1;
+            json_object_object_foreach(v, pk, pv) {
+                json_object *ps = NULL;
+                int r;
+                if (props && json_object_object_get_ex(props, pk, &ps))
+                    r = sc_validate(c, pv, ps, depth + 1);
+                else if (!strcmp(k, "properties"))
+                    continue; /* the additionalProperties pass checks it */
+                else if (ap)
+                    r = sc_validate(c, pv, ap, depth + 1);
+                else
+                    r = c->o.strict ? 0 : 1;
+                if (!strcmp(k, "additionalProperties") && props &&
+                    json_object_object_get_ex(props, pk, NULL))
+                    continue;
+                if (r < 0)
+                    return -1;
+                if (!r)
+                    ok = 0;
+            }
+        } else if (!strcmp(k, "items") && !json_object_is_type(kv, json_type_array)) {
+            if (!json_object_is_type(v, json_type_array))
+                continue;
+            if (json_object_object_get_ex(s, "prefixItems", NULL))
+                return -1;
+            for (size_t i = 0; i < json_object_array_length(v); i++) {
+                int r = sc_validate(c, json_object_array_get_idx(v, i), kv, depth + 1);
+                if (r < 0)
+                    return -1;
+                if (!r)
+                    ok = 0;
+            }
+        } else if (!strcmp(k, "uniqueItems") && json_object_is_type(kv, json_type_boolean)) {
+            if (!json_object_get_boolean(kv) || !json_object_is_type(v, json_type_array))
+                continue;
+            size_t n = json_object_array_length(v);
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = i + 1; j < n; j++)
+                    if (sc_json_equal(json_object_array_get_idx(v, i),
+                                      json_object_array_get_idx(v, j)))
+                        ok = 0;
+        } else if (!strcmp(k, "nullable")) {
+            continue; /* handled with type below */
+        } else {
+            return -1;
+        }
+    }
+    return ok;
+}
