@@ -1,0 +1,4 @@
+# Chat template oracle comparisons (jinja2 configured as transformers does).
+tern_add_script_test(NAME template.oracle_chat
+  COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare.py --seed 1 --count 60
+  TIMEOUT 300)
