@@ -105,11 +105,26 @@ static int step(tern_detok *d, int force, const char **piece, size_t *piece_len,
         }
         return 0;
     }
-    /* the new text starts after what this window already produced */
-    memmove(text, text + d->prefix_len, len - d->prefix_len + 1);
-    d->piece = text;
-    *piece = text;
-    *piece_len = len - d->prefix_len;
+    if (memcmp(text, d->prefix_text, d->prefix_len)) {
+        /* The decoder rewrote text already emitted (ByteFallback turns a
+         * whole byte run into U+FFFDs when its end is invalid). What was
+         * sent cannot be taken back: emit the new ids decoded alone, which
+         * keeps the stream valid UTF-8. */
+        free(text);
+        text = NULL;
+        if ((rc = tokenizer_decode(d->tok, d->ids + d->read_off, d->n - d->read_off, d->skip_special, &text, &len,
+                                   err)))
+            return rc;
+        d->piece = text;
+        *piece = text;
+        *piece_len = len;
+    } else {
+        /* the new text starts after what this window already produced */
+        memmove(text, text + d->prefix_len, len - d->prefix_len + 1);
+        d->piece = text;
+        *piece = text;
+        *piece_len = len - d->prefix_len;
+    }
     d->prefix_off = d->read_off;
     d->read_off = d->n;
     fix_window(d);

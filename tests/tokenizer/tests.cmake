@@ -7,3 +7,5 @@ tern_add_script_test(NAME tokenizer.oracle_small
 tern_add_script_test(NAME tokenizer.oracle_1mb
   COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/oracle_compare.py --bytes 1100000
   TIMEOUT 1200 LABELS no-asan)
+tern_add_script_test(NAME tokenizer.llama_cpp_vectors
+  COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/vectors_check.py)
