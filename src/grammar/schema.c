@@ -112,8 +112,12 @@ static const char *const k_supported[] = {
     "dependentRequired", "dependentSchemas", "dependencies", "nullable",
 };
 
-static int known_keyword(const char *k)
+static int known_keyword(const sc *c, const char *k)
 {
+    /* draft 7 made content* optional assertions; 2020-12 annotations */
+    if (c->draft == 7 && (!strcmp(k, "contentMediaType") || !strcmp(k, "contentEncoding") ||
+                          !strcmp(k, "contentSchema")))
+        return 0;
     for (size_t i = 0; i < sizeof k_supported / sizeof k_supported[0]; i++)
         if (strcmp(k, k_supported[i]) == 0)
             return 1;
@@ -825,7 +829,7 @@ int sc_gen(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int
     int rc = 0;
     json_object_object_foreach(s, k, v) {
         (void)v;
-        if (!known_keyword(k)) {
+        if (!known_keyword(c, k)) {
             rc = sc_fail(c, TERN_EUNSUPPORTED, path, "keyword '%.100s' unsupported", k);
             goto out;
         }
