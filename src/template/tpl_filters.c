@@ -196,6 +196,11 @@ static int py_parse_int(const char *s, size_t n, int base, int64_t *out)
     int neg = 0;
     if (i < n && (s[i] == '+' || s[i] == '-'))
         neg = s[i++] == '-';
+    if (i + 1 < n && s[i] == '0') { /* 0x/0o/0b prefixes match their base */
+        char p = (char)(s[i + 1] | 32);
+        if ((p == 'x' && base == 16) || (p == 'o' && base == 8) || (p == 'b' && base == 2))
+            i += 2;
+    }
     if (i >= n)
         return -1;
     int64_t v = 0;
@@ -621,6 +626,8 @@ tv tpl_filter(tpl_render *r, const char *name, tv v, tv *args, int n_args, tstr 
         P("name");
         if (a[0].t != TV_STR)
             FAIL(r, pos, "attr: name must be a string");
+        if (v.t == TV_DICT) /* python getattr: methods only, no item fallback */
+            return tpl_method(r, v, a[0].u.s->s, a[0].u.s->len);
         return tpl_getattr(r, v, a[0].u.s->s, a[0].u.s->len, pos);
     }
     if (IS("wordcount")) {

@@ -356,7 +356,7 @@ void tpl_float_repr(double f, char out[32])
     char *o = out;
     if (neg)
         *o++ = '-';
-    if (exp10 >= -5 && exp10 < 16) {
+    if (exp10 >= -4 && exp10 < 16) {
         if (exp10 < 0) {
             *o++ = '0';
             *o++ = '.';

@@ -2,3 +2,6 @@
 tern_add_script_test(NAME template.oracle_chat
   COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare.py --seed 1 --count 60
   TIMEOUT 300)
+tern_add_script_test(NAME template.oracle_snippets
+  COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare_snippets.py
+  TIMEOUT 300)
