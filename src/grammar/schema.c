@@ -378,7 +378,7 @@ static json_object *deref(sc *c, json_object *s, const char *path)
             sc_fail(c, TERN_EUNSUPPORTED, path, "schema nested too deeply");
             return NULL;
         }
-        s = merge(c, t, rest, path);
+        s = merge(c, rest, t, path);
         c->depth--;
         if (!s)
             return NULL;
@@ -500,6 +500,14 @@ static json_object *merge(sc *c, json_object *a, json_object *b, const char *pat
         return NULL;
     if (!json_object_is_type(a, json_type_object) || !json_object_is_type(b, json_type_object))
         return merge(c, a, b, path);
+    /* unevaluated*: a is the schema holding the combinator (or the $ref),
+     * b a member. The base's keyword sees everything merged into it, which
+     * is what "evaluated by an adjacent applicator" means; a member's own
+     * unevaluated* sees only that member and cannot be lifted. */
+    if (has(b, "unevaluatedProperties") || has(b, "unevaluatedItems")) {
+        sc_fail(c, TERN_EUNSUPPORTED, path, "unevaluatedProperties/Items inside allOf/anyOf/oneOf/$ref member");
+        return NULL;
+    }
     json_object *m = sc_own(c, json_object_new_object());
     if (!m)
         return NULL;
@@ -628,13 +636,7 @@ static json_object *merge(sc *c, json_object *a, json_object *b, const char *pat
             na += has(a, arr_k[j]);
             nb += has(b, arr_k[j]);
         }
-        if (has(a, "unevaluatedProperties") || has(b, "unevaluatedProperties") ||
-            has(a, "unevaluatedItems") || has(b, "unevaluatedItems")) {
-            if (!sc_json_equal(a, b)) {
-                sc_fail(c, TERN_EUNSUPPORTED, path, "unevaluatedProperties/Items inside allOf");
-                return NULL;
-            }
-        }
+        na -= has(a, "unevaluatedItems"); /* the base's own: see above */
         if (na && nb) {
             int only_items = na == 1 && nb == 1 && has(a, "items") && has(b, "items") &&
                              !json_object_is_type(get(a, "items"), json_type_array) &&
@@ -917,6 +919,63 @@ int sc_gen(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int
             goto out;
         }
         rc = sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'not' unsupported (only 'not: {type}')");
+        goto out;
+    }
+    if (has(s, "dependentRequired") || has(s, "dependentSchemas") || has(s, "dependencies")) {
+        /* "if name is present then X" is exactly anyOf[name absent, name
+         * present and X]: rewritten into allOf members and compiled again */
+        static const char *const k[] = {"dependentRequired", "dependentSchemas", "dependencies", "allOf"};
+        json_object *m = without(c, s, k, 4);
+        json_object *list = json_object_new_array();
+        if (!m || !list) {
+            json_object_put(list);
+            rc = sc_fail(c, TERN_ENOMEM, path, "out of memory");
+            goto out;
+        }
+        json_object_object_add(m, "allOf", list);
+        json_object *old = get(s, "allOf");
+        for (size_t i = 0; json_object_is_type(old, json_type_array) && i < json_object_array_length(old); i++)
+            json_object_array_add(list, json_object_get(json_object_array_get_idx(old, i)));
+        for (int d = 0; d < 3; d++) {
+            json_object *dv = get(s, k[d]);
+            if (!dv)
+                continue;
+            if (!json_object_is_type(dv, json_type_object)) {
+                rc = sc_fail(c, TERN_EINVAL, path, "'%s' must be an object", k[d]);
+                goto out;
+            }
+            json_object_object_foreach(dv, name, v) {
+                int is_list = json_object_is_type(v, json_type_array);
+                if ((d == 0 && !is_list) || (d == 1 && is_list)) {
+                    rc = sc_fail(c, TERN_EINVAL, path, "bad '%s' entry", k[d]);
+                    goto out;
+                }
+                json_object *absent = json_object_new_object(), *ap = json_object_new_object();
+                json_object *present = json_object_new_object(), *req = json_object_new_array();
+                json_object *alt = json_object_new_object(), *alts = json_object_new_array();
+                json_object_object_add(ap, name, json_object_new_boolean(0));
+                json_object_object_add(absent, "properties", ap);
+                json_object_array_add(req, json_object_new_string(name));
+                if (is_list) {
+                    for (size_t i = 0; i < json_object_array_length(v); i++)
+                        json_object_array_add(req, json_object_get(json_object_array_get_idx(v, i)));
+                    json_object_object_add(present, "required", req);
+                } else {
+                    json_object *r1 = json_object_new_object(), *both = json_object_new_array();
+                    json_object_object_add(r1, "required", req);
+                    json_object_array_add(both, r1);
+                    json_object_array_add(both, json_object_get(v));
+                    json_object_object_add(present, "allOf", both);
+                }
+                json_object_array_add(alts, absent);
+                json_object_array_add(alts, present);
+                json_object_object_add(alt, "anyOf", alts);
+                json_object_array_add(list, alt);
+            }
+        }
+        if (json_object_array_length(list) == 0)
+            json_object_object_del(m, "allOf");
+        rc = sc_gen(c, m, path, name, never);
         goto out;
     }
     if (has(s, "if") || has(s, "then") || has(s, "else")) {

@@ -78,6 +78,8 @@ static void test_jsts(void **state)
         int gi = json_object_get_int(json_object_object_get(g, "group"));
         if (rc) {
             assert_true(err.msg[0] != 0); /* rejected with a message */
+            if (getenv("TERN_JSTS_VERBOSE"))
+                printf("unsupported %s #%d (%zu tests): %s\n", file, gi, n, err.msg);
             int unsat = rc == TERN_EINVAL && strstr(err.msg, "no JSON value satisfies");
             for (size_t i = 0; i < n; i++) {
                 int valid = json_object_get_boolean(
@@ -117,6 +119,9 @@ static void test_jsts(void **state)
                        json_object_get_string(json_object_object_get(ti, "desc")), text);
             } else {
                 t[si].wrong_reject++;
+                if (getenv("TERN_JSTS_VERBOSE"))
+                    printf("wrongly rejected %s #%d (%s): %s\n", file, gi,
+                           json_object_get_string(json_object_object_get(ti, "desc")), text);
             }
         }
         if (dump) {
