@@ -281,7 +281,7 @@ static tnode *parse_postfix(parser *p, tnode *node)
             adv(p);
             node = parse_subscript(p, node, t->pos);
         } else if (is_op(t, OP_LPAREN)) {
-            tnode *n = mk(p, N_CALL, t->pos);
+            tnode *n = mk(p, N_CALL, node->pos);
             n->a = node;
             parse_call_args(p, n);
             node = n;
@@ -908,7 +908,12 @@ static void parse_body(parser *p, const char *const *ends, nvec *out, int *which
                 *which = -1;
                 return;
             }
-            tpl_fail(p->c, TERN_EFORMAT, t->pos, "unexpected end of template, expected '%s'", ends[0]);
+        {
+            int k = 0;
+            while (ends[k + 1])
+                k++;
+            tpl_fail(p->c, TERN_EFORMAT, t->pos, "unexpected end of template, expected '%s'", ends[k]);
+        }
         }
         if (t->type == TK_TEXT) {
             tnode *n = mk(p, S_TEXT, t->pos);
