@@ -753,6 +753,163 @@ static int disjoint(json_object *x, json_object *y)
     return 0;
 }
 
+/* ------------------------------------------------------------ negation */
+
+static json_object *obj1(const char *k, json_object *v)
+{
+    json_object *o = json_object_new_object();
+    if (o)
+        json_object_object_add(o, k, v);
+    else
+        json_object_put(v);
+    return o;
+}
+
+static json_object *typed(const char *type, const char *k, json_object *v)
+{
+    json_object *o = obj1(k, v);
+    if (o)
+        json_object_object_add(o, "type", json_object_new_string(type));
+    return o;
+}
+
+static json_object *num_plus(json_object *v, long d)
+{
+    return json_object_new_int64(json_object_get_int64(v) + d);
+}
+
+json_object *sc_negate(sc *c, json_object *s, int no_eval, const char *path)
+{
+    if (c->rc)
+        return NULL;
+    if (json_object_is_type(s, json_type_boolean))
+        return sc_own(c, json_object_new_boolean(!json_object_get_boolean(s)));
+    if (!json_object_is_type(s, json_type_object)) {
+        sc_fail(c, TERN_EINVAL, path, "a schema must be an object or a boolean");
+        return NULL;
+    }
+    if (++c->depth > SC_MAX_DEPTH) {
+        c->depth--;
+        sc_fail(c, TERN_EUNSUPPORTED, path, "schema nested too deeply");
+        return NULL;
+    }
+    json_object *r = NULL;
+    s = deref(c, s, path);
+    if (!s)
+        goto out;
+    if (json_object_is_type(s, json_type_boolean)) {
+        r = sc_own(c, json_object_new_boolean(!json_object_get_boolean(s)));
+        goto out;
+    }
+    /* NOT (k1 AND k2 ...) = (NOT k1) OR (NOT k2) ... */
+    json_object *alts = sc_own(c, json_object_new_array());
+    if (!alts)
+        goto out;
+    static const struct { const char *k, *type, *inv; long d; } bounds[] = {
+        {"minimum", "number", "exclusiveMaximum", 0}, {"exclusiveMinimum", "number", "maximum", 0},
+        {"maximum", "number", "exclusiveMinimum", 0}, {"exclusiveMaximum", "number", "minimum", 0},
+        {"minLength", "string", "maxLength", -1},     {"maxLength", "string", "minLength", 1},
+        {"minItems", "array", "maxItems", -1},        {"maxItems", "array", "minItems", 1},
+        {"minProperties", "object", "maxProperties", -1}, {"maxProperties", "object", "minProperties", 1},
+    };
+    json_object_object_foreach(s, k, v) {
+        if (sc_is_annotation(k))
+            continue;
+        json_object *alt = NULL;
+        size_t bi;
+        for (bi = 0; bi < sizeof bounds / sizeof bounds[0]; bi++)
+            if (!strcmp(k, bounds[bi].k))
+                break;
+        if (bi < sizeof bounds / sizeof bounds[0]) {
+            if (!json_object_is_type(v, json_type_int) && !(json_object_is_type(v, json_type_double) && !bounds[bi].d)) {
+                sc_fail(c, TERN_EUNSUPPORTED, path, "'not' of a non-integer '%s'", k);
+                goto out;
+            }
+            if (bounds[bi].d < 0 && json_object_get_int64(v) <= 0)
+                continue; /* minX 0 always holds: its negation is empty */
+            alt = typed(bounds[bi].type, bounds[bi].inv, bounds[bi].d ? num_plus(v, bounds[bi].d) : json_object_get(v));
+        } else if (!strcmp(k, "type")) {
+            int m = sc_type_mask(s);
+            if (m < 0 || ((m & ST_INTEGER) && !(m & ST_NUMBER))) {
+                sc_fail(c, TERN_EUNSUPPORTED, path, "'not' of type integer");
+                goto out;
+            }
+            static const struct { int bit; const char *n; } names[] = {
+                {ST_NULL, "null"}, {ST_BOOL, "boolean"}, {ST_OBJECT, "object"},
+                {ST_ARRAY, "array"}, {ST_STRING, "string"}, {ST_NUMBER, "number"},
+            };
+            json_object *arr = json_object_new_array();
+            for (size_t i = 0; arr && i < sizeof names / sizeof names[0]; i++)
+                if (!(m & names[i].bit))
+                    json_object_array_add(arr, json_object_new_string(names[i].n));
+            alt = obj1("type", arr);
+        } else if (!strcmp(k, "required") && json_object_is_type(v, json_type_array)) {
+            for (size_t i = 0; i < json_object_array_length(v); i++) {
+                json_object *nm = json_object_array_get_idx(v, i);
+                if (!json_object_is_type(nm, json_type_string))
+                    continue;
+                json_object *ps = obj1(json_object_get_string(nm), json_object_new_boolean(0));
+                json_object_array_add(alts, typed("object", "properties", ps));
+            }
+            continue;
+        } else if (!strcmp(k, "properties") && json_object_is_type(v, json_type_object) && !no_eval) {
+            json_object_object_foreach(v, pn, ps) {
+                json_object *np = sc_negate(c, ps, 0, path);
+                if (!np)
+                    goto out;
+                json_object *o = typed("object", "properties", obj1(pn, json_object_get(np)));
+                json_object *rq = json_object_new_array();
+                json_object_array_add(rq, json_object_new_string(pn));
+                if (o)
+                    json_object_object_add(o, "required", rq);
+                else
+                    json_object_put(rq);
+                json_object_array_add(alts, o);
+            }
+            continue;
+        } else if (!strcmp(k, "anyOf") && json_object_is_type(v, json_type_array)) {
+            /* NOT anyOf = allOf of the negations */
+            json_object *all = json_object_new_array();
+            for (size_t i = 0; i < json_object_array_length(v); i++) {
+                json_object *ni = sc_negate(c, json_object_array_get_idx(v, i), no_eval, path);
+                if (!ni) {
+                    json_object_put(all);
+                    goto out;
+                }
+                json_object_array_add(all, json_object_get(ni));
+            }
+            alt = obj1("allOf", all);
+        } else if (!strcmp(k, "allOf") && json_object_is_type(v, json_type_array)) {
+            for (size_t i = 0; i < json_object_array_length(v); i++) {
+                json_object *ni = sc_negate(c, json_object_array_get_idx(v, i), no_eval, path);
+                if (!ni)
+                    goto out;
+                json_object_array_add(alts, json_object_get(ni));
+            }
+            continue;
+        } else if (!strcmp(k, "not") && !no_eval) {
+            alt = json_object_get(v); /* NOT NOT x = x (its annotations would count) */
+        } else {
+            sc_fail(c, TERN_EUNSUPPORTED, path, "'not' / 'if' of keyword '%.100s' unsupported", k);
+            goto out;
+        }
+        if (!alt) {
+            sc_fail(c, TERN_ENOMEM, path, "out of memory");
+            goto out;
+        }
+        json_object_array_add(alts, alt);
+    }
+    if (json_object_array_length(alts) == 0)
+        r = sc_own(c, json_object_new_boolean(0));
+    else if (json_object_array_length(alts) == 1)
+        r = json_object_array_get_idx(alts, 0);
+    else
+        r = sc_own(c, obj1("anyOf", json_object_get(alts)));
+out:
+    c->depth--;
+    return r;
+}
+
 /* ------------------------------------------------------------ dispatch */
 
 static int gen_alts(sc *c, json_object *base, json_object *list, const char *kw, const char *path,
@@ -871,56 +1028,6 @@ int sc_gen(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int
         rc = base ? gen_alts(c, base, get(s, kw), kw, path, name, never) : c->rc;
         goto out;
     }
-    if (has(s, "not")) {
-        json_object *n = get(s, "not");
-        static const char *const k[] = {"not"};
-        json_object *rest = without(c, s, k, 1);
-        if (!rest) {
-            rc = c->rc;
-            goto out;
-        }
-        if (json_object_is_type(n, json_type_boolean) ||
-            (json_object_is_type(n, json_type_object) && n_constraints(n) == 0)) {
-            if (json_object_is_type(n, json_type_boolean) && !json_object_get_boolean(n))
-                rc = sc_gen(c, rest, path, name, never);
-            else
-                *never = 1;
-            goto out;
-        }
-        if (json_object_is_type(n, json_type_object) && n_constraints(n) == 1 && has(n, "type")) {
-            int nm = sc_type_mask(n), tm = sc_type_mask(rest);
-            if (nm < 0 || tm < 0) {
-                rc = sc_fail(c, TERN_EINVAL, path, "bad 'type'");
-                goto out;
-            }
-            if ((nm & ST_INTEGER) && !(nm & ST_NUMBER) && (tm & ST_NUMBER)) {
-                rc = sc_fail(c, TERN_EUNSUPPORTED, path, "'not' integer within number");
-                goto out;
-            }
-            int keep = tm & ~nm;
-            if (keep & ST_NUMBER)
-                keep |= ST_INTEGER;
-            json_object *arr = json_object_new_array();
-            static const struct { int bit; const char *n; } names[] = {
-                {ST_NULL, "null"}, {ST_BOOL, "boolean"}, {ST_OBJECT, "object"},
-                {ST_ARRAY, "array"}, {ST_STRING, "string"}, {ST_NUMBER, "number"},
-            };
-            for (size_t i = 0; arr && i < sizeof names / sizeof names[0]; i++)
-                if (keep & names[i].bit)
-                    json_object_array_add(arr, json_object_new_string(names[i].n));
-            if (arr && (keep & ST_INTEGER) && !(keep & ST_NUMBER))
-                json_object_array_add(arr, json_object_new_string("integer"));
-            if (!arr) {
-                rc = sc_fail(c, TERN_ENOMEM, path, "out of memory");
-                goto out;
-            }
-            json_object_object_add(rest, "type", arr);
-            rc = sc_gen(c, rest, path, name, never);
-            goto out;
-        }
-        rc = sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'not' unsupported (only 'not: {type}')");
-        goto out;
-    }
     if (has(s, "dependentRequired") || has(s, "dependentSchemas") || has(s, "dependencies")) {
         /* "if name is present then X" is exactly anyOf[name absent, name
          * present and X]: rewritten into allOf members and compiled again */
@@ -978,26 +1085,40 @@ int sc_gen(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int
         rc = sc_gen(c, m, path, name, never);
         goto out;
     }
+    if (has(s, "not")) {
+        static const char *const k[] = {"not"};
+        json_object *rest = without(c, s, k, 1);
+        int no_eval = has(s, "unevaluatedProperties") || has(s, "unevaluatedItems");
+        json_object *n = rest ? sc_negate(c, get(s, "not"), no_eval, path) : NULL;
+        json_object *m = n ? merge(c, rest, n, path) : NULL;
+        rc = m ? sc_gen(c, m, path, name, never) : c->rc;
+        goto out;
+    }
     if (has(s, "if") || has(s, "then") || has(s, "else")) {
-        if (has(s, "if") && (has(s, "then") || has(s, "else"))) {
-            json_object *f = get(s, "if");
-            if (!(json_object_is_type(f, json_type_boolean) ||
-                  (json_object_is_type(f, json_type_object) && n_constraints(f) == 0))) {
-                rc = sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'if' unsupported");
-                goto out;
-            }
-            /* if: true/{} always holds, if: false never does */
-            int cond = !json_object_is_type(f, json_type_boolean) || json_object_get_boolean(f);
-            static const char *const k[] = {"if", "then", "else"};
-            json_object *rest = without(c, s, k, 3);
-            json_object *branch = get(s, cond ? "then" : "else");
-            json_object *m = rest && branch ? merge(c, rest, branch, path) : rest;
-            rc = m ? sc_gen(c, m, path, name, never) : c->rc;
-            goto out;
-        }
         static const char *const k[] = {"if", "then", "else"};
         json_object *rest = without(c, s, k, 3);
-        rc = rest ? sc_gen(c, rest, path, name, never) : c->rc;
+        if (!rest || !has(s, "if") || (!has(s, "then") && !has(s, "else"))) {
+            rc = rest ? sc_gen(c, rest, path, name, never) : c->rc;
+            goto out;
+        }
+        /* (if AND then) OR (NOT if AND else) */
+        int no_eval = has(s, "unevaluatedProperties") || has(s, "unevaluatedItems");
+        json_object *f = get(s, "if");
+        json_object *nf = sc_negate(c, f, no_eval, path);
+        if (!nf) {
+            rc = c->rc;
+            goto out;
+        }
+        json_object *t = has(s, "then") ? get(s, "then") : NULL, *e = has(s, "else") ? get(s, "else") : NULL;
+        json_object *b1 = t ? all_of2(f, t) : json_object_get(f);
+        json_object *b2 = e ? all_of2(nf, e) : json_object_get(nf);
+        json_object *alts = json_object_new_array(), *any = json_object_new_object();
+        json_object_array_add(alts, b1);
+        json_object_array_add(alts, b2);
+        json_object_object_add(any, "anyOf", alts);
+        sc_own(c, any);
+        json_object *m = merge(c, rest, any, path);
+        rc = m ? sc_gen(c, m, path, name, never) : c->rc;
         goto out;
     }
     rc = sc_leaf(c, s, path, name, never);

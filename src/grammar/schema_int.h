@@ -61,6 +61,12 @@ void sc_emit_value(sc *c, gfe_buf *b, json_object *v);
 /* EBNF for a JSON string literal with exactly this content. */
 void sc_emit_string_lit(sc *c, gfe_buf *b, const char *s, size_t len);
 
+/* A schema matching exactly the values s rejects (owned by c), or NULL
+ * with an error for keywords whose negation tern cannot express. no_eval:
+ * refuse forms that would add property annotations (under
+ * unevaluatedProperties). */
+json_object *sc_negate(sc *c, json_object *s, int no_eval, const char *path);
+
 /* Takes ownership of o (kept alive until the compile ends); returns o. */
 json_object *sc_own(sc *c, json_object *o);
 

@@ -125,9 +125,12 @@ void sc_emit_string_lit(sc *c, gfe_buf *b, const char *s, size_t len)
     gfe_buf_puts(b, " \"\\\"\")");
 }
 
+/* A number literal; an integral value also matches its ".0" forms (JSON
+ * Schema compares numbers by value: 1.0 equals 1). */
 static void emit_number_text(gfe_buf *b, json_object *v)
 {
     char t[64];
+    int integral = 1;
     if (json_object_is_type(v, json_type_int)) {
         snprintf(t, sizeof t, "%lld", (long long)json_object_get_int64(v));
     } else {
@@ -137,6 +140,7 @@ static void emit_number_text(gfe_buf *b, json_object *v)
             if (!strcmp(t, "-0"))
                 strcpy(t, "0");
         } else {
+            integral = 0;
             for (int p = 1; p <= 17; p++) {
                 snprintf(t, sizeof t, "%.*g", p, d);
                 if (strtod(t, NULL) == d)
@@ -144,7 +148,51 @@ static void emit_number_text(gfe_buf *b, json_object *v)
             }
         }
     }
+    gfe_buf_puts(b, "(");
     gfe_buf_lit(b, t, strlen(t));
+    if (integral && !strcmp(t, "0"))
+        gfe_buf_puts(b, " (\".\" \"0\"+)? | \"-0\" (\".\" \"0\"+)?");
+    else if (integral)
+        gfe_buf_puts(b, " (\".\" \"0\"+)?");
+    gfe_buf_puts(b, ")");
+}
+
+/* Objects with a few members match in any member order (JSON Schema
+ * equality ignores order); larger ones in the order given. */
+#define SC_PERMUTE_MAX 4
+
+static void emit_object_perm(sc *c, gfe_buf *b, json_object *v, const char **keys, int n, int *idx)
+{
+    const char *w = sc_ws(c);
+    gfe_buf_printf(b, "(\"{\"%s", w);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            gfe_buf_printf(b, "%s\",\"%s", w, w);
+        sc_emit_string_lit(c, b, keys[idx[i]], strlen(keys[idx[i]]));
+        gfe_buf_printf(b, "%s\":\"%s", w, w);
+        sc_emit_value(c, b, json_object_object_get(v, keys[idx[i]]));
+    }
+    gfe_buf_printf(b, "%s\"}\")", n ? w : " ");
+}
+
+static void permute(sc *c, gfe_buf *b, json_object *v, const char **keys, int n, int *idx, int k, int *first)
+{
+    if (k == n) {
+        if (!*first)
+            gfe_buf_puts(b, " | ");
+        *first = 0;
+        emit_object_perm(c, b, v, keys, n, idx);
+        return;
+    }
+    for (int i = k; i < n; i++) {
+        int t = idx[k];
+        idx[k] = idx[i];
+        idx[i] = t;
+        permute(c, b, v, keys, n, idx, k + 1, first);
+        t = idx[k];
+        idx[k] = idx[i];
+        idx[i] = t;
+    }
 }
 
 void sc_emit_value(sc *c, gfe_buf *b, json_object *v)
@@ -170,16 +218,30 @@ void sc_emit_value(sc *c, gfe_buf *b, json_object *v)
         return;
     }
     case json_type_object: {
-        int i = 0;
-        gfe_buf_printf(b, "(\"{\"%s", w);
-        json_object_object_foreach(v, k, e) {
-            if (i++)
-                gfe_buf_printf(b, "%s\",\"%s", w, w);
-            sc_emit_string_lit(c, b, k, strlen(k));
-            gfe_buf_printf(b, "%s\":\"%s", w, w);
-            sc_emit_value(c, b, e);
+        const char *keys[SC_PERMUTE_MAX];
+        int idx[SC_PERMUTE_MAX], n = 0, first = 1;
+        int total = json_object_object_length(v);
+        if (total > SC_PERMUTE_MAX) {
+            int i = 0;
+            gfe_buf_printf(b, "(\"{\"%s", w);
+            json_object_object_foreach(v, k, e) {
+                if (i++)
+                    gfe_buf_printf(b, "%s\",\"%s", w, w);
+                sc_emit_string_lit(c, b, k, strlen(k));
+                gfe_buf_printf(b, "%s\":\"%s", w, w);
+                sc_emit_value(c, b, e);
+            }
+            gfe_buf_printf(b, "%s\"}\")", w);
+            return;
         }
-        gfe_buf_printf(b, "%s\"}\")", i ? w : " ");
+        json_object_object_foreach(v, k, e) {
+            (void)e;
+            idx[n] = n;
+            keys[n++] = k;
+        }
+        gfe_buf_puts(b, "(");
+        permute(c, b, v, keys, n, idx, 0, &first);
+        gfe_buf_puts(b, ")");
         return;
     }
     }
