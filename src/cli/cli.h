@@ -7,6 +7,7 @@
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_grammar(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 

@@ -16,6 +16,7 @@ static const command commands[] = {
     {"run", cmd_run, "run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--seed S]"},
     {"logits", cmd_logits, "logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K]"},
     {"template", cmd_template, "template DIR [--jsonl] < request.json  (renders the chat template)"},
+    {"grammar", cmd_grammar, "grammar compile|check|masks|bench SPEC ... (tern grammar --help)"},
     {"tokenize", cmd_tokenize, "tokenize DIR [--no-special] [--jsonl] < text  (prints the id array)"},
     {"detokenize", cmd_detokenize, "detokenize DIR [--skip-special] [--jsonl] < ids.json"},
 };

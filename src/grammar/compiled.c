@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/bitset.h"
 #include "grammar/compiled_int.h"
 
 /* Precompute bounds: interned sets (each holds a 1 KiB transition row). */
@@ -142,7 +143,10 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     cg->v = vocab;
     pthread_mutex_init(&cg->lock, NULL);
     cg->entries = calloc((size_t)(g->n_states ? g->n_states : 1), sizeof *cg->entries);
-    if (!cg->entries || gstk_pool_init(&cg->pool)) {
+    cg->scratch_bits = calloc(vocab->n_words ? vocab->n_words : 1, sizeof *cg->scratch_bits);
+    cg->scratch_S = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->scratch_S);
+    cg->scratch_pop = calloc((size_t)vocab->max_len + 2, 1);
+    if (!cg->entries || !cg->scratch_bits || !cg->scratch_S || !cg->scratch_pop || gstk_pool_init(&cg->pool)) {
         grammar_compiled_free(cg);
         tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         return NULL;
@@ -165,16 +169,17 @@ grammar_compiled *grammar_compile_ebnf(const char *text, size_t len, const gramm
     return grammar_compile(g, vocab, err);
 }
 
-static void entry_free(gstate_entry *e)
+static void entry_free(gctx_entry *e)
 {
     if (!e)
         return;
-    free(e->accepted);
-    free(e->sb);
-    free(e->sd);
-    free(e->send);
-    free(e->stok_off);
-    free(e->stok);
+    for (int32_t i = 0; i < e->n_child; i++)
+        entry_free(e->child[i]);
+    free(e->child);
+    free(e->child_state);
+    free(e->acc_bits);
+    free(e->acc_ids);
+    free(e->pops);
     free(e);
 }
 
@@ -194,6 +199,10 @@ void grammar_compiled_free(grammar_compiled *cg)
     free(cg->trans);
     gstk_set_free(&cg->tmp_in);
     gstk_set_free(&cg->tmp_out);
+    free(cg->scratch_bits);
+    free(cg->scratch_S);
+    free(cg->scratch_pop);
+    free(cg->scratch_pops);
     pthread_mutex_destroy(&cg->lock);
     grammar_free(cg->g);
     free(cg);
@@ -204,184 +213,139 @@ const grammar_vocab *grammar_compiled_vocab(const grammar_compiled *cg) { return
 
 /* ---- entry computation ---------------------------------------------------- */
 
-typedef struct unc_pair {
-    int32_t tok;
-    int32_t k;  /* bytes consumed inside the rule; the suffix is tok[k..] */
-} unc_pair;
-
-typedef struct unc_list {
-    unc_pair *p;
-    size_t n, cap;
-    int oom;
-} unc_list;
-
-static void unc_add(unc_list *u, int32_t tok, int32_t k)
+static int add_pop(grammar_compiled *cg, int32_t node)
 {
-    if (u->n == u->cap) {
-        size_t cap = u->cap ? u->cap * 2 : 256;
-        unc_pair *np = realloc(u->p, cap * sizeof *np);
-        if (!np) {
-            u->oom = 1;
-            return;
-        }
-        u->p = np;
-        u->cap = cap;
+    if (cg->n_scratch_pops == cg->cap_scratch_pops) {
+        int32_t cap = cg->cap_scratch_pops ? cg->cap_scratch_pops * 2 : 256;
+        int32_t *np = realloc(cg->scratch_pops, (size_t)cap * sizeof *np);
+        if (!np)
+            return -1;
+        cg->scratch_pops = np;
+        cg->cap_scratch_pops = cap;
     }
-    u->p[u->n++] = (unc_pair){tok, k};
-}
-
-static const grammar_vocab *sort_v;
-
-static int cmp_suffix(const void *x, const void *y)
-{
-    const unc_pair *a = x, *b = y;
-    const grammar_vocab *v = sort_v;
-    uint32_t la = v->tok_len[a->tok] - (uint32_t)a->k, lb = v->tok_len[b->tok] - (uint32_t)b->k;
-    int c = memcmp(v->blob + v->tok_off[a->tok] + a->k, v->blob + v->tok_off[b->tok] + b->k, la < lb ? la : lb);
-    if (c)
-        return c;
-    if (la != lb)
-        return la < lb ? -1 : 1;
-    return a->tok < b->tok ? -1 : a->tok > b->tok;
-}
-
-/* Suffix trie of the uncertain pairs (same layout as the vocab trie). */
-static int build_suffix_trie(gstate_entry *e, const grammar_vocab *v, unc_list *u)
-{
-    static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
-    size_t total = 0;
-    uint32_t maxl = 0;
-    for (size_t i = 0; i < u->n; i++) {
-        uint32_t l = v->tok_len[u->p[i].tok] - (uint32_t)u->p[i].k;
-        total += l;
-        if (l > maxl)
-            maxl = l;
-    }
-    pthread_mutex_lock(&sort_lock);
-    sort_v = v;
-    qsort(u->p, u->n, sizeof *u->p, cmp_suffix);
-    pthread_mutex_unlock(&sort_lock);
-    e->sb = malloc(total + 1);
-    e->sd = malloc((total + 1) * sizeof *e->sd);
-    e->send = malloc((total + 1) * sizeof *e->send);
-    e->stok_off = calloc(total + 2, sizeof *e->stok_off);
-    e->stok = malloc((u->n + 1) * sizeof *e->stok);
-    int32_t *path = malloc(((size_t)maxl + 2) * sizeof *path);
-    if (!e->sb || !e->sd || !e->send || !e->stok_off || !e->stok || !path) {
-        free(path);
-        return -1;
-    }
-    int32_t nn = 0, open = 0;
-    const uint8_t *prev = NULL;
-    uint32_t prevl = 0;
-    for (size_t i = 0; i < u->n; i++) {
-        const uint8_t *t = (const uint8_t *)v->blob + v->tok_off[u->p[i].tok] + u->p[i].k;
-        uint32_t len = v->tok_len[u->p[i].tok] - (uint32_t)u->p[i].k, lcp = 0;
-        while (prev && lcp < len && lcp < prevl && prev[lcp] == t[lcp])
-            lcp++;
-        for (int32_t d = open; d > (int32_t)lcp; d--)
-            e->send[path[d]] = nn;
-        for (uint32_t d = lcp + 1; d <= len; d++) {
-            e->sb[nn] = t[d - 1];
-            e->sd[nn] = (int32_t)d;
-            path[d] = nn++;
-        }
-        open = (int32_t)len;
-        e->stok_off[path[len] + 1]++;
-        e->stok[i] = u->p[i].tok;
-        prev = t;
-        prevl = len;
-    }
-    for (int32_t d = open; d >= 1; d--)
-        e->send[path[d]] = nn;
-    for (int32_t i = 0; i < nn; i++)
-        e->stok_off[i + 1] += e->stok_off[i];
-    e->n_snodes = nn;
-    e->n_unc = (int32_t)u->n;
-    free(path);
+    cg->scratch_pops[cg->n_scratch_pops++] = node;
     return 0;
 }
 
-static gstate_entry *compute_entry(grammar_compiled *cg, int32_t s)
+/* Walks vocab trie nodes [lo, hi) (a preorder range whose nodes sit
+ * below depth `base`) from interned set sid0 (at depth base). Accepted
+ * tokens go to scratch_bits; nodes where the frame pops with descendants
+ * left go to scratch_pops. 0 or -1 (OOM / bound). */
+static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0)
 {
     const grammar_vocab *v = cg->v;
-    gstate_entry *e = calloc(1, sizeof *e);
-    int32_t maxd = (int32_t)v->max_len + 1;
-    int32_t *S = malloc((size_t)(maxd + 1) * sizeof *S);
-    uint8_t *pop = calloc((size_t)maxd + 1, 1), *anypop = calloc((size_t)maxd + 1, 1);
-    unc_list u = {0};
-    int bad = 0;
-    if (!e || !S || !pop || !anypop)
-        goto fail;
-    e->accepted = calloc(v->n_words ? v->n_words : 1, sizeof *e->accepted);
-    if (!e->accepted)
-        goto fail;
-    int32_t x = gstk_intern(&cg->pool, s, GSTK_UNKNOWN);
-    if (x < 0)
-        goto fail;
-    S[0] = set_intern(cg, &x, 1);
-    if (S[0] < 0)
-        goto fail;
-    for (int32_t i = 0; i < v->n_nodes && !bad;) {
+    int32_t *S = cg->scratch_S;
+    uint8_t *pop = cg->scratch_pop;
+    uint32_t *bits = cg->scratch_bits;
+    S[base] = sid0;
+    for (int32_t i = lo; i < hi;) {
         int32_t d = v->nd[i];
         int32_t t = set_trans(cg, S[d - 1], v->nb[i]);
-        if (t < 0) {
-            bad = 1;
-            break;
-        }
+        if (t < 0)
+            return -1;
         int32_t cur = t >> 1;
         S[d] = cur;
         pop[d] = (uint8_t)(t & 1);
-        anypop[d] = (uint8_t)(anypop[d - 1] | pop[d]);
-        for (int32_t k = v->ntok_off[i]; k < v->ntok_off[i + 1]; k++) {
-            int32_t tok = v->ntok[k];
-            if (cur || pop[d]) {
-                e->accepted[tok / 32] |= 1u << (tok % 32);
-                e->n_accepted++;
-            } else if (anypop[d - 1]) {
-                for (int32_t j = 1; j < d; j++)
-                    if (pop[j])
-                        unc_add(&u, tok, j);
-            }
-        }
-        if (!cur) {
-            if (anypop[d]) {
-                for (int32_t j = i + 1; j < v->nend[i]; j++)
-                    for (int32_t k = v->ntok_off[j]; k < v->ntok_off[j + 1]; k++)
-                        for (int32_t q = 1; q <= d; q++)
-                            if (pop[q])
-                                unc_add(&u, v->ntok[k], q);
-            }
-            i = v->nend[i];
-        } else {
-            i++;
-        }
+        if (cur || pop[d])
+            for (int32_t k = v->ntok_off[i]; k < v->ntok_off[i + 1]; k++)
+                bits[v->ntok[k] / 32] |= 1u << (v->ntok[k] % 32);
+        if (pop[d] && v->nend[i] > i + 1 && add_pop(cg, i))
+            return -1;
+        i = cur ? i + 1 : v->nend[i];
     }
-    if (bad || u.oom)
-        goto fail;
-    if (!e->n_accepted) {
-        free(e->accepted);
-        e->accepted = NULL;
+    return 0;
+}
+
+/* Packs the scratch results into a new entry and clears the scratch. */
+static gctx_entry *pack_entry(grammar_compiled *cg)
+{
+    const grammar_vocab *v = cg->v;
+    gctx_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    uint32_t *bits = cg->scratch_bits;
+    int32_t n = (int32_t)gbits_count(bits, v->n_words);
+    e->n_acc = n;
+    /* a list is smaller than the bitset below one id per 32 tokens */
+    if (n && (size_t)n < v->n_words) {
+        e->acc_ids = malloc((size_t)n * sizeof *e->acc_ids);
+        if (!e->acc_ids)
+            goto fail;
+        int32_t k = 0;
+        for (size_t w = 0; w < v->n_words; w++)
+            for (uint32_t b = bits[w]; b; b &= b - 1)
+                e->acc_ids[k++] = (int32_t)(w * 32 + (size_t)__builtin_ctz(b));
+    } else if (n) {
+        e->acc_bits = malloc(v->n_words * sizeof *e->acc_bits);
+        if (!e->acc_bits)
+            goto fail;
+        memcpy(e->acc_bits, bits, v->n_words * sizeof *bits);
     }
-    if (u.n && build_suffix_trie(e, v, &u))
-        goto fail;
-    free(u.p);
-    free(S);
-    free(pop);
-    free(anypop);
+    if (cg->n_scratch_pops) {
+        e->pops = malloc((size_t)cg->n_scratch_pops * sizeof *e->pops);
+        if (!e->pops)
+            goto fail;
+        memcpy(e->pops, cg->scratch_pops, (size_t)cg->n_scratch_pops * sizeof *e->pops);
+        e->n_pops = cg->n_scratch_pops;
+    }
+    memset(bits, 0, v->n_words * sizeof *bits);
+    cg->n_scratch_pops = 0;
     return e;
 fail:
-    free(u.p);
-    free(S);
-    free(pop);
-    free(anypop);
+    memset(bits, 0, v->n_words * sizeof *bits);
+    cg->n_scratch_pops = 0;
     entry_free(e);
     return NULL;
 }
 
-const gstate_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
+static gctx_entry *compute_entry(grammar_compiled *cg, int32_t s)
 {
-    gstate_entry *e = __atomic_load_n(&cg->entries[s], __ATOMIC_ACQUIRE);
+    int32_t x = gstk_intern(&cg->pool, s, GSTK_UNKNOWN);
+    int32_t sid = x < 0 ? -1 : set_intern(cg, &x, 1);
+    if (sid < 0 || walk(cg, 0, cg->v->n_nodes, 0, sid)) {
+        memset(cg->scratch_bits, 0, cg->v->n_words * sizeof *cg->scratch_bits);
+        cg->n_scratch_pops = 0;
+        return NULL;
+    }
+    return pack_entry(cg);
+}
+
+static gctx_entry *compute_child(grammar_compiled *cg, const gctx_entry *e, int32_t t)
+{
+    const grammar_vocab *v = cg->v;
+    /* the caller's continuation: closure of (t, unknown) */
+    int32_t x = gstk_intern(&cg->pool, t, GSTK_UNKNOWN);
+    if (x < 0)
+        return NULL;
+    gstk_set *out = &cg->tmp_out;
+    gstk_set_clear(out);
+    gstk_begin(&cg->pool);
+    gstk_closure(cg->g, &cg->pool, x, out);
+    if (out->oom)
+        return NULL;
+    int through = out->hit_unknown; /* t's rule can end at once */
+    if (out->n > 1)
+        qsort(out->ids, (size_t)out->n, sizeof *out->ids, cmp_i32);
+    int32_t sid = set_intern(cg, out->ids, out->n);
+    int bad = sid < 0;
+    for (int32_t k = 0; k < e->n_pops && !bad; k++) {
+        int32_t j = e->pops[k];
+        if (through && add_pop(cg, j))
+            bad = 1;
+        if (!bad && sid && walk(cg, j + 1, v->nend[j], v->nd[j], sid))
+            bad = 1;
+    }
+    if (bad) {
+        memset(cg->scratch_bits, 0, v->n_words * sizeof *cg->scratch_bits);
+        cg->n_scratch_pops = 0;
+        return NULL;
+    }
+    return pack_entry(cg);
+}
+
+const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
+{
+    gctx_entry *e = __atomic_load_n(&cg->entries[s], __ATOMIC_ACQUIRE);
     if (e)
         return e;
     pthread_mutex_lock(&cg->lock);
@@ -393,4 +357,36 @@ const gstate_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
     }
     pthread_mutex_unlock(&cg->lock);
     return e;
+}
+
+const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *ce, int32_t t)
+{
+    gctx_entry *e = (gctx_entry *)ce, *c = NULL;
+    pthread_mutex_lock(&cg->lock);
+    for (int32_t i = 0; i < e->n_child; i++) {
+        if (e->child_state[i] == t) {
+            c = e->child[i];
+            goto out;
+        }
+    }
+    if (e->n_child == e->cap_child) {
+        int32_t cap = e->cap_child ? e->cap_child * 2 : 4;
+        int32_t *cs = realloc(e->child_state, (size_t)cap * sizeof *cs);
+        if (!cs)
+            goto out;
+        e->child_state = cs;
+        gctx_entry **ch = realloc(e->child, (size_t)cap * sizeof *ch);
+        if (!ch)
+            goto out;
+        e->child = ch;
+        e->cap_child = cap;
+    }
+    c = compute_child(cg, e, t);
+    if (c) {
+        e->child_state[e->n_child] = t;
+        e->child[e->n_child++] = c;
+    }
+out:
+    pthread_mutex_unlock(&cg->lock);
+    return c;
 }

@@ -8,29 +8,37 @@
 #include "grammar/grammar_int.h"
 #include "grammar/vocab_int.h"
 
-/* What a scannable automaton state s implies for every token, whatever is
- * below s on the stack ("context-independent"):
- * - accepted: the token's bytes are read entirely inside s's rule (or the
- *   rule ends exactly at the token's end);
- * - uncertain: the rule can end after the first k bytes of the token and
- *   the remaining suffix depends on the caller. Those (token, suffix) pairs
- *   sit in a small suffix trie checked at run time against the real stack;
- * - everything else is rejected. */
-typedef struct gstate_entry {
-    uint32_t *accepted;  /* [n_words] bitset, NULL if no token is accepted */
-    int32_t n_accepted;
-    int32_t n_unc;       /* (token, suffix) pairs */
-    /* suffix trie in preorder, layout as in grammar_vocab */
-    int32_t n_snodes;
-    uint8_t *sb;
-    int32_t *sd, *send, *stok_off, *stok;
-} gstate_entry;
+/* Token sets for a parser context. The context of a top-level entry is
+ * one stack frame, a scannable state s with an unknown caller: then
+ * - accepted tokens are read entirely inside the frame (or the frame's
+ *   rule ends exactly at the token's end): valid whatever the caller;
+ * - pops are vocabulary-trie nodes where the rule can end with bytes of
+ *   the token left: for the tokens below such a node, the remaining
+ *   suffix is the caller's business;
+ * - every other token is rejected.
+ * A child entry (E, t) continues E's pops in the caller's frame, whose
+ * return state is t, again with an unknown caller below it; so for a real
+ * stack s | t1 | t2 | ... the allowed set is the union of the accepted sets
+ * along the chain E(s), E(s,t1), E(s,t1,t2), ... until no pop remains.
+ * Children are created on demand and cached: the chains JSON grammars
+ * produce are short and few. */
+typedef struct gctx_entry gctx_entry;
+struct gctx_entry {
+    uint32_t *acc_bits;  /* [n_words] bitset for a large accepted set, or */
+    int32_t *acc_ids;    /* the ids of a small one */
+    int32_t n_acc;
+    int32_t *pops;       /* vocab trie nodes with a suffix to pass on */
+    int32_t n_pops;
+    int32_t n_child, cap_child;
+    int32_t *child_state;  /* [n_child] caller return states */
+    gctx_entry **child;    /* [n_child] */
+};
 
 struct grammar_compiled {
     grammar *g;                /* owned */
     const grammar_vocab *v;    /* borrowed */
     pthread_mutex_t lock;      /* guards the precompute context and entries */
-    gstate_entry **entries;    /* [n_states], filled lazily, published atomically */
+    gctx_entry **entries;      /* [n_states], filled lazily, published atomically */
 
     /* precompute context: stacks with unknown bottoms, interned sets of
      * them and a memo of set x byte -> set (a lazily built DFA) */
@@ -44,9 +52,18 @@ struct grammar_compiled {
     uint32_t set_hmask;
     int32_t *trans;            /* [n_sets*256]: -1 unknown, else next*2 + popped */
     gstk_set tmp_in, tmp_out;
+    /* walk scratch */
+    uint32_t *scratch_bits;    /* [n_words] */
+    int32_t *scratch_S;        /* [max_len+2] set per depth */
+    uint8_t *scratch_pop;      /* [max_len+2] */
+    int32_t *scratch_pops;
+    int32_t n_scratch_pops, cap_scratch_pops;
 };
 
 /* The entry of state s, computing it on first use. NULL on OOM. */
-const gstate_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);
+const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);
+/* The child of e for a caller returning to state t (computed on first use).
+ * NULL on OOM. */
+const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int32_t t);
 
 #endif

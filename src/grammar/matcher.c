@@ -1,11 +1,13 @@
 /* The matcher: the parser state (a set of persistent stacks) per accepted
  * step, kept as a history for rollback, and the per-step token bitmask:
- * OR of the cached accepted sets of the distinct top states, plus a walk
- * of each top's (small) uncertain suffix trie against the real stacks
- * below it. No allocation per step once the scratch buffers have grown. */
+ * the OR of the cached accepted sets of every stack's context chain (top
+ * state, then its callers while tokens can leave the frame; see
+ * compiled_int.h). No allocation per step once the scratch buffers and
+ * caches have grown. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/bitset.h"
 #include "grammar/compiled_int.h"
 
 typedef struct mstep {
@@ -23,25 +25,9 @@ struct grammar_matcher {
     mstep *steps;       /* steps[0] = start; steps[n_steps] = current */
     int32_t n_steps, cap_steps;
     gstk_set a, b;      /* byte-step ping-pong */
-    gstk_set *walk;     /* per-depth sets for suffix walks */
-    int32_t n_walk;
     int64_t *grp;       /* (state << 32 | id) of the current set, sorted */
     int32_t cap_grp;
 };
-
-static int ensure_walk(grammar_matcher *m, int32_t depth)
-{
-    if (depth < m->n_walk)
-        return 0;
-    int32_t n = depth + 16;
-    gstk_set *w = realloc(m->walk, (size_t)n * sizeof *w);
-    if (!w)
-        return -1;
-    memset(w + m->n_walk, 0, (size_t)(n - m->n_walk) * sizeof *w);
-    m->walk = w;
-    m->n_walk = n;
-    return 0;
-}
 
 static int push_step(grammar_matcher *m, const gstk_set *s, int terminated)
 {
@@ -118,9 +104,6 @@ void grammar_matcher_free(grammar_matcher *m)
     free(m->steps);
     gstk_set_free(&m->a);
     gstk_set_free(&m->b);
-    for (int32_t i = 0; i < m->n_walk; i++)
-        gstk_set_free(&m->walk[i]);
-    free(m->walk);
     free(m->grp);
     free(m);
 }
@@ -227,28 +210,14 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Marks the tokens of e's suffix trie that the stacks in m->walk[0] (the
- * callers of the stacks with top s) accept. */
-static int walk_suffixes(grammar_matcher *m, const gstate_entry *e, uint32_t *mask)
+static inline void or_entry(uint32_t *mask, const gctx_entry *e, size_t nw)
 {
-    const grammar *g = m->cg->g;
-    if (!m->walk[0].n)
-        return 0; /* only the root could end: no suffix byte can be read */
-    for (int32_t i = 0; i < e->n_snodes;) {
-        int32_t d = e->sd[i];
-        if (ensure_walk(m, d))
-            return TERN_ENOMEM;
-        gstk_set *prev = &m->walk[d - 1];
-        gstk_set *cur = &m->walk[d];
-        gstk_step(g, &m->pool, prev, e->sb[i], cur);
-        if (cur->oom)
-            return TERN_ENOMEM;
-        if (cur->n || cur->can_end)
-            for (int32_t k = e->stok_off[i]; k < e->stok_off[i + 1]; k++)
-                mask[e->stok[k] / 32] |= 1u << (e->stok[k] % 32);
-        i = cur->n ? i + 1 : e->send[i];
+    if (e->acc_bits) {
+        gbits_or(mask, e->acc_bits, nw);
+    } else {
+        for (int32_t k = 0; k < e->n_acc; k++)
+            mask[e->acc_ids[k] / 32] |= 1u << (e->acc_ids[k] % 32);
     }
-    return 0;
 }
 
 int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, size_t n_words)
@@ -283,50 +252,34 @@ int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, 
         int32_t s = (int32_t)(m->grp[i] >> 32), j = i;
         while (j < st->n && (int32_t)(m->grp[j] >> 32) == s)
             j++;
-        const gstate_entry *e = gcompiled_entry(cg, s);
+        const gctx_entry *e = gcompiled_entry(cg, s);
         if (!e) {
             rc = TERN_ENOMEM;
             goto out;
         }
-        if (e->accepted) {
-            const uint32_t *acc = e->accepted;
-            for (size_t w = 0; w < nw; w++)
-                mask[w] |= acc[w];
-        }
-        if (e->n_snodes) {
-            /* the callers of these stacks: pop each and close */
-            if (ensure_walk(m, 1)) {
-                rc = TERN_ENOMEM;
-                goto out;
-            }
-            gstk_set *from = &m->walk[0];
-            gstk_set_clear(from);
-            gstk_begin(&m->pool);
+        or_entry(mask, e, nw);
+        if (e->n_pops) {
+            /* tokens that leave s's frame: follow each stack's callers */
             for (int32_t k = i; k < j; k++) {
-                int32_t x = (int32_t)(uint32_t)m->grp[k];
-                int32_t par = m->pool.parent[x];
-                if (par == GSTK_ROOT)
-                    from->can_end = 1;
-                else
-                    gstk_closure(cg->g, &m->pool, par, from);
+                const gctx_entry *c = e;
+                int32_t node = m->pool.parent[(int32_t)(uint32_t)m->grp[k]];
+                while (c->n_pops && node >= 0) {
+                    c = gcompiled_child(cg, c, m->pool.state[node]);
+                    if (!c) {
+                        rc = TERN_ENOMEM;
+                        goto out;
+                    }
+                    or_entry(mask, c, nw);
+                    node = m->pool.parent[node];
+                }
             }
-            if (from->oom) {
-                rc = TERN_ENOMEM;
-                goto out;
-            }
-            rc = walk_suffixes(m, e, mask);
-            if (rc)
-                goto out;
         }
         i = j;
     }
     if (st->can_end)
-        for (size_t w = 0; w < nw; w++)
-            mask[w] |= v->stop_mask[w];
-    int count = 0;
-    for (size_t w = 0; w < nw; w++)
-        count += __builtin_popcount(mask[w]);
-    rc = count;
+        for (int32_t k = 0; k < v->n_stop; k++)
+            mask[v->stop[k] / 32] |= 1u << (v->stop[k] % 32);
+    rc = (int)gbits_count(mask, nw);
 out:
     gstk_truncate(&m->pool, mark);
     return rc;

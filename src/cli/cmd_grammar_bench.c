@@ -1,0 +1,370 @@
+/* tern grammar bench: MaskBench-format files (../shared/data/README.md).
+ * For every file: compile its schema (timed), then walk every test
+ * instance, serialized as Python's json.dumps does (", " and ": "
+ * separators, ASCII-only escapes), token by token, computing every mask
+ * (timed) and checking that each token is allowed; an instance is
+ * accepted when every token was allowed and a stop token is allowed at
+ * the end. The token-level verdict is also checked against the byte-level
+ * grammar_check_text (disagreements are counted: they would be bugs). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "cli/cmd_grammar.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct dbuf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} dbuf;
+
+static void db_put(dbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) {
+            b->oom = 1;
+            return;
+        }
+        b->s = ns;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void db_str(dbuf *b, const char *s) { db_put(b, s, strlen(s)); }
+
+static void dumps_string(dbuf *b, const char *s, size_t len)
+{
+    char tmp[16];
+    db_put(b, "\"", 1);
+    for (size_t i = 0; i < len;) {
+        uint8_t c = (uint8_t)s[i];
+        uint32_t cp = c;
+        size_t n = 1;
+        if (c >= 0xF0 && i + 3 < len) {
+            cp = ((uint32_t)(c & 7) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12) | ((uint32_t)(s[i + 2] & 0x3F) << 6) |
+                 (uint32_t)(s[i + 3] & 0x3F);
+            n = 4;
+        } else if (c >= 0xE0 && i + 2 < len) {
+            cp = ((uint32_t)(c & 15) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (uint32_t)(s[i + 2] & 0x3F);
+            n = 3;
+        } else if (c >= 0xC0 && i + 1 < len) {
+            cp = ((uint32_t)(c & 31) << 6) | (uint32_t)(s[i + 1] & 0x3F);
+            n = 2;
+        }
+        i += n;
+        switch (cp) {
+        case '"': db_str(b, "\\\""); continue;
+        case '\\': db_str(b, "\\\\"); continue;
+        case '\n': db_str(b, "\\n"); continue;
+        case '\r': db_str(b, "\\r"); continue;
+        case '\t': db_str(b, "\\t"); continue;
+        case '\b': db_str(b, "\\b"); continue;
+        case '\f': db_str(b, "\\f"); continue;
+        default: break;
+        }
+        if (cp >= 0x20 && cp < 0x7F) {
+            tmp[0] = (char)cp;
+            db_put(b, tmp, 1);
+        } else if (cp < 0x10000) {
+            snprintf(tmp, sizeof tmp, "\\u%04x", cp);
+            db_str(b, tmp);
+        } else {
+            uint32_t v = cp - 0x10000;
+            snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+            db_str(b, tmp);
+        }
+    }
+    db_put(b, "\"", 1);
+}
+
+/* Python json.dumps(o) with the default separators and ensure_ascii. */
+static void dumps(dbuf *b, json_object *o)
+{
+    char tmp[64];
+    switch (json_object_get_type(o)) {
+    case json_type_null:
+        db_str(b, "null");
+        break;
+    case json_type_boolean:
+        db_str(b, json_object_get_boolean(o) ? "true" : "false");
+        break;
+    case json_type_int:
+        snprintf(tmp, sizeof tmp, "%lld", (long long)json_object_get_int64(o));
+        db_str(b, tmp);
+        break;
+    case json_type_double:
+        /* json-c keeps the number's source text, which Python wrote */
+        db_str(b, json_object_to_json_string(o));
+        break;
+    case json_type_string:
+        dumps_string(b, json_object_get_string(o), (size_t)json_object_get_string_len(o));
+        break;
+    case json_type_array: {
+        size_t n = json_object_array_length(o);
+        db_str(b, "[");
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                db_str(b, ", ");
+            dumps(b, json_object_array_get_idx(o, i));
+        }
+        db_str(b, "]");
+        break;
+    }
+    case json_type_object: {
+        int first = 1;
+        db_str(b, "{");
+        json_object_object_foreach(o, k, val) {
+            if (!first)
+                db_str(b, ", ");
+            first = 0;
+            dumps_string(b, k, strlen(k));
+            db_str(b, ": ");
+            dumps(b, val);
+        }
+        db_str(b, "}");
+        break;
+    }
+    }
+}
+
+typedef struct dvec {
+    double *v;
+    size_t n, cap;
+} dvec;
+
+static void dv_push(dvec *d, double x)
+{
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 1024;
+        double *nv = realloc(d->v, cap * sizeof *nv);
+        if (!nv)
+            return;
+        d->v = nv;
+        d->cap = cap;
+    }
+    d->v[d->n++] = x;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(dvec *d, double p)
+{
+    if (!d->n)
+        return 0;
+    size_t i = (size_t)(p * (double)(d->n - 1) + 0.5);
+    return d->v[i];
+}
+
+static double avg(const dvec *d)
+{
+    double s = 0;
+    for (size_t i = 0; i < d->n; i++)
+        s += d->v[i];
+    return d->n ? s / (double)d->n : 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int grammar_bench_run(const grammar_spec *spec, const char *tok_dir, const char *data_dir, long long limit,
+                      int jsonl)
+{
+    tern_err err = {0};
+    tern_tokenizer *tok = tokenizer_load(tok_dir, &err);
+    if (!tok) {
+        fprintf(stderr, "tern grammar bench: %s\n", err.msg);
+        return 2;
+    }
+    grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &err);
+    if (!v) {
+        fprintf(stderr, "tern grammar bench: %s\n", err.msg);
+        tokenizer_free(tok);
+        return 2;
+    }
+    DIR *d = opendir(data_dir);
+    if (!d) {
+        fprintf(stderr, "tern grammar bench: cannot open %s\n", data_dir);
+        grammar_vocab_free(v);
+        tokenizer_free(tok);
+        return 2;
+    }
+    char **names = NULL;
+    size_t n_names = 0, cap_names = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 6 || strcmp(e->d_name + l - 5, ".json"))
+            continue;
+        if (n_names == cap_names) {
+            cap_names = cap_names ? cap_names * 2 : 256;
+            char **nn = realloc(names, cap_names * sizeof *nn);
+            if (!nn)
+                break;
+            names = nn;
+        }
+        names[n_names++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n_names, sizeof *names, cmp_str);
+    if (limit >= 0 && (size_t)limit < n_names)
+        for (size_t i = (size_t)limit; i < n_names; i++)
+            free(names[i]), names[i] = NULL;
+    size_t n_files = limit >= 0 && (size_t)limit < n_names ? (size_t)limit : n_names;
+
+    long schemas = 0, compiled = 0, unsupported = 0, failed = 0, valid_total = 0, valid_acc = 0,
+         invalid_total = 0, invalid_acc = 0, mismatch = 0, errors = 0;
+    dvec masks = {0}, comp = {0}, ttfm = {0};
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *mask = calloc(nw, sizeof *mask);
+    dbuf text = {0};
+    for (size_t f = 0; f < n_files && mask; f++) {
+        char *path = tern_path_join(data_dir, names[f]);
+        json_object *doc = path ? tern_json_parse_file(path, &err) : NULL;
+        free(path);
+        if (!doc)
+            continue;
+        json_object *schema = NULL, *tests = NULL;
+        json_object_object_get_ex(doc, "schema", &schema);
+        json_object_object_get_ex(doc, "tests", &tests);
+        schemas++;
+        double t0 = tern_time_s();
+        char *ebnf = NULL;
+        grammar_compiled *cg = NULL;
+        grammar_matcher *m = NULL;
+        tern_err_clear(&err);
+        int rc = grammar_spec_schema_to_ebnf(spec, schema, &ebnf, &err);
+        if (!rc) {
+            cg = grammar_compile_ebnf(ebnf, strlen(ebnf), v, NULL, &err);
+            m = cg ? grammar_matcher_new(cg, &err) : NULL;
+        }
+        double t1 = tern_time_s();
+        if (!m) {
+            if (err.code == TERN_EUNSUPPORTED)
+                unsupported++;
+            else
+                failed++;
+            if (jsonl)
+                printf("{\"file\": \"%s\", \"status\": \"%s\", \"error\": \"%s\"}\n", names[f],
+                       err.code == TERN_EUNSUPPORTED ? "unsupported" : "failed", tern_err_name(err.code));
+            free(ebnf);
+            grammar_compiled_free(cg);
+            json_object_put(doc);
+            continue;
+        }
+        compiled++;
+        dv_push(&comp, (t1 - t0) * 1e3);
+        int first_mask = 1;
+        long f_valid = 0, f_valid_acc = 0, f_invalid = 0, f_invalid_acc = 0;
+        size_t n_tests = tests ? json_object_array_length(tests) : 0;
+        for (size_t k = 0; k < n_tests; k++) {
+            json_object *t = json_object_array_get_idx(tests, k), *data = NULL, *valid = NULL;
+            json_object_object_get_ex(t, "data", &data);
+            json_object_object_get_ex(t, "valid", &valid);
+            int is_valid = json_object_get_boolean(valid);
+            text.n = 0;
+            dumps(&text, data);
+            if (text.oom || !text.s)
+                break;
+            int32_t *ids = NULL;
+            size_t n_ids = 0;
+            if (tokenizer_encode(tok, text.s, text.n, 0, &ids, &n_ids, &err)) {
+                errors++;
+                continue;
+            }
+            grammar_matcher_reset(m);
+            int ok = 1;
+            for (size_t i = 0; i <= n_ids && ok; i++) {
+                double a = tern_time_s();
+                int n = grammar_matcher_fill_next_token_bitmask(m, mask, nw);
+                double b = tern_time_s();
+                dv_push(&masks, (b - a) * 1e6);
+                if (first_mask) {
+                    dv_push(&ttfm, (b - t0) * 1e3);
+                    first_mask = 0;
+                }
+                if (n < 0) {
+                    errors++;
+                    ok = 0;
+                    break;
+                }
+                if (i == n_ids) {
+                    ok = grammar_matcher_can_end(m);
+                    break;
+                }
+                int32_t id = ids[i];
+                if (!((mask[id / 32] >> (id % 32)) & 1)) {
+                    ok = 0;
+                    break;
+                }
+                if (grammar_matcher_accept_token(m, id) != 1) {
+                    mismatch++; /* allowed by the mask but not accepted */
+                    ok = 0;
+                }
+            }
+            free(ids);
+            int byte_ok = grammar_check_text(grammar_compiled_grammar(cg), text.s, text.n) == 1;
+            if (byte_ok != ok)
+                mismatch++;
+            if (is_valid) {
+                f_valid++;
+                f_valid_acc += ok;
+            } else {
+                f_invalid++;
+                f_invalid_acc += ok;
+            }
+        }
+        valid_total += f_valid;
+        valid_acc += f_valid_acc;
+        invalid_total += f_invalid;
+        invalid_acc += f_invalid_acc;
+        if (jsonl)
+            printf("{\"file\": \"%s\", \"status\": \"compiled\", \"compile_ms\": %.3f, \"valid\": %ld, "
+                   "\"valid_accepted\": %ld, \"invalid\": %ld, \"invalid_accepted\": %ld}\n",
+                   names[f], (t1 - t0) * 1e3, f_valid, f_valid_acc, f_invalid, f_invalid_acc);
+        grammar_matcher_free(m);
+        grammar_compiled_free(cg);
+        free(ebnf);
+        json_object_put(doc);
+    }
+    double mavg = avg(&masks), cavg = avg(&comp);
+    qsort(masks.v, masks.n, sizeof *masks.v, cmp_d);
+    qsort(comp.v, comp.n, sizeof *comp.v, cmp_d);
+    qsort(ttfm.v, ttfm.n, sizeof *ttfm.v, cmp_d);
+    printf("{\"engine\": \"tern\", \"schemas\": %ld, \"compiled\": %ld, \"unsupported\": %ld, \"failed\": %ld, "
+           "\"compile_ms_p50\": %.3f, \"compile_ms_avg\": %.3f, \"compile_ms_p99\": %.3f, "
+           "\"first_mask_ms_p50\": %.3f, \"masks\": %zu, "
+           "\"mask_us_avg\": %.2f, \"mask_us_p50\": %.2f, \"mask_us_p99\": %.2f, \"mask_us_max\": %.1f, "
+           "\"valid_total\": %ld, \"valid_accepted\": %ld, \"invalid_total\": %ld, \"invalid_accepted\": %ld, "
+           "\"token_vs_byte_mismatch\": %ld, \"errors\": %ld}\n",
+           schemas, compiled, unsupported, failed, pct(&comp, 0.5), cavg, pct(&comp, 0.99), pct(&ttfm, 0.5),
+           masks.n, mavg, pct(&masks, 0.5), pct(&masks, 0.99), masks.n ? masks.v[masks.n - 1] : 0.0, valid_total,
+           valid_acc, invalid_total, invalid_acc, mismatch, errors);
+    free(masks.v);
+    free(comp.v);
+    free(ttfm.v);
+    free(text.s);
+    free(mask);
+    for (size_t i = 0; i < n_files; i++)
+        free(names[i]);
+    free(names);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+    return 0;
+}
