@@ -170,8 +170,7 @@ static int strip_accents(const char *s, size_t len, tok_buf *out)
         uint32_t cp;
         int l = tok_utf8_dec(s + i, len - i, &cp);
         int c = utf8proc_category((utf8proc_int32_t)cp);
-        if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME &&
-            tok_buf_add(out, s + i, (size_t)l))
+        if (c != UTF8PROC_CATEGORY_MN && tok_buf_add(out, s + i, (size_t)l)) /* HF strips Mn only */
             return TERN_ENOMEM;
         i += (size_t)l;
     }
@@ -210,8 +209,9 @@ static int bert(const tok_norm *n, const char *s, size_t len, tok_buf *out)
         i += (size_t)l;
         if (n->clean_text) {
             int cat = utf8proc_category((utf8proc_int32_t)cp);
+            /* HF's "other" is Cc, Cf, Cs, Co: unassigned code points stay */
             int other = cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF || cat == UTF8PROC_CATEGORY_CS ||
-                        cat == UTF8PROC_CATEGORY_CO || cat == UTF8PROC_CATEGORY_CN;
+                        cat == UTF8PROC_CATEGORY_CO;
             if (cp == 0 || cp == 0xFFFD || (other && cp != '\t' && cp != '\n' && cp != '\r'))
                 continue;
             if (tok_is_whitespace(cp))

@@ -12,6 +12,7 @@
 
 /* GPT-2's pre-tokenization regex, used by ByteLevel with use_regex. */
 static const char GPT2_RE[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+/* \w+|[^\w\s]+; tok_pattern_parse gives \w Oniguruma's Unicode meaning. */
 static const char WHITESPACE_RE[] = "\\w+|[^\\w\\s]+";
 
 int tok_pieces_push(tok_pieces *p, const char *s, size_t len, int32_t id, int first)

@@ -397,6 +397,56 @@ int tok_is_cjk(uint32_t cp)
 }
 
 /* ---- patterns ---------------------------------------------------------- */
+/* Oniguruma's (and Rust regex's) Unicode \w: Alphabetic, marks, decimal
+ * digits, connector punctuation, joiners. PCRE2 10.42's \w with UCP is only
+ * letters, digits and '_', so \w and \W are rewritten with this set. */
+#define WORD_SET "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{24B6}-\\x{24E9}\\x{200C}\\x{200D}"
+
+static int translate_regex(const char *s, size_t n, tok_buf *out)
+{
+    int in_class = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 1 < n) {
+            char d = s[i + 1];
+            int rc;
+            if (d == 'w')
+                rc = in_class ? tok_buf_add(out, WORD_SET, sizeof WORD_SET - 1)
+                              : tok_buf_add(out, "[" WORD_SET "]", sizeof WORD_SET + 1);
+            else if (d == 'W' && !in_class)
+                rc = tok_buf_add(out, "[^" WORD_SET "]", sizeof WORD_SET + 2);
+            else
+                rc = tok_buf_add(out, s + i, 2);
+            if (rc)
+                return rc;
+            i++;
+            continue;
+        }
+        if (c == '[' && !in_class) {
+            in_class = 1;
+            if (tok_buf_addc(out, c))
+                return TERN_ENOMEM;
+            /* a leading ']' (after an optional '^') is literal */
+            if (i + 1 < n && s[i + 1] == '^') {
+                if (tok_buf_addc(out, '^'))
+                    return TERN_ENOMEM;
+                i++;
+            }
+            if (i + 1 < n && s[i + 1] == ']') {
+                if (tok_buf_addc(out, ']'))
+                    return TERN_ENOMEM;
+                i++;
+            }
+            continue;
+        }
+        if (c == ']' && in_class)
+            in_class = 0;
+        if (tok_buf_addc(out, c))
+            return TERN_ENOMEM;
+    }
+    return tok_buf_add(out, "", 0);
+}
+
 int tok_pattern_parse(tok_pattern *p, json_object *o, const char *what, tern_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -427,7 +477,11 @@ int tok_pattern_parse(tok_pattern *p, json_object *o, const char *what, tern_err
     }
     int ec;
     PCRE2_SIZE eo;
-    p->re = pcre2_compile((PCRE2_SPTR)s, n, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    tok_buf rx = {0};
+    if (translate_regex(s, n, &rx))
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    p->re = pcre2_compile((PCRE2_SPTR)rx.p, rx.len, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    tok_buf_free(&rx);
     if (!p->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);

@@ -2,7 +2,7 @@
 """Compares `tern tokenize/detokenize --jsonl` with Hugging Face tokenizers
 (npm tokenizers@0.23.2 via oracle.js) on the generated corpus.
 
-Usage: oracle_compare.py [--bytes N] [--seed S] [NAME=DIR ...]
+Usage: oracle_compare.py [--bytes N] [--seed S] [--synth | NAME=DIR ...]
 Environment (set by ctest): TERN_BIN, TERN_SHARED, TERN_ROOT.
 Checks, for every tokenizer, with and without special tokens:
   ids identical to the oracle; decode(ids) and decode(ids, skip_special)
@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,8 +35,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bytes", type=int, default=1 << 20)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--synth", action="store_true", help="compare the gen_synth.py tokenizers instead")
     ap.add_argument("dirs", nargs="*")
     a = ap.parse_args()
+    if a.synth:
+        tmp = tempfile.mkdtemp(prefix="tern_synth_")
+        out = subprocess.run([sys.executable, os.path.join(HERE, "gen_synth.py"), tmp], capture_output=True, check=True)
+        a.dirs = out.stdout.decode().split()
     shared = os.environ.get("TERN_SHARED", os.path.join(HERE, "..", "..", "..", "shared"))
     root = os.environ.get("TERN_ROOT", os.path.join(HERE, "..", ".."))
     tern = os.environ.get("TERN_BIN", os.path.join(root, "build", "tern"))

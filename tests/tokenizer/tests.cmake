@@ -9,3 +9,8 @@ tern_add_script_test(NAME tokenizer.oracle_1mb
   TIMEOUT 1200 LABELS no-asan)
 tern_add_script_test(NAME tokenizer.llama_cpp_vectors
   COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/vectors_check.py)
+# Components the shipped tokenizers do not use (Metaspace, Split behaviors,
+# WordPiece, Unigram, BertNormalizer, added-token flags, ...).
+tern_add_script_test(NAME tokenizer.oracle_synth
+  COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/oracle_compare.py --synth --bytes 12000 --seed 11
+  TIMEOUT 900 LABELS no-asan)
