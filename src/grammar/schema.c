@@ -582,6 +582,36 @@ static json_object *merge(sc *c, json_object *a, json_object *b, const char *pat
             if (!o)
                 return sc_own(c, NULL);
             json_object_object_add(m, k, o);
+        } else if (!strcmp(k, "multipleOf")) {
+            /* both: multiples of the least common multiple (exact decimals) */
+            long pa, pb;
+            int qa, qb;
+            if (sc_decimal(va, &pa, &qa) || sc_decimal(vb, &pb, &qb)) {
+                sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with two different 'multipleOf' values");
+                return NULL;
+            }
+            int q = qa > qb ? qa : qb;
+            for (int i = qa; i < q; i++)
+                pa *= 10;
+            for (int i = qb; i < q; i++)
+                pb *= 10;
+            long g = pa, h = pb;
+            while (h) {
+                long t = g % h;
+                g = h;
+                h = t;
+            }
+            long l = pa / g * pb;
+            if (l > 1000000000L) {
+                sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with two different 'multipleOf' values");
+                return NULL;
+            }
+            char txt[48];
+            double dv = (double)l;
+            for (int i = 0; i < q; i++)
+                dv /= 10;
+            snprintf(txt, sizeof txt, "%.17g", dv);
+            json_object_object_add(m, k, q ? json_object_new_double_s(dv, txt) : json_object_new_int64(l));
         } else if (!strcmp(k, "uniqueItems")) {
             json_object_object_add(m, k, json_object_new_boolean(
                 json_object_get_boolean(va) || json_object_get_boolean(vb)));

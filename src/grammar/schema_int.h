@@ -86,6 +86,9 @@ size_t sc_utf8_len(const char *s, size_t n);
 /* Does the regex (ECMAScript flavour, searched) match s? 1/0, -1 error. */
 int sc_regex_search(const char *re, const char *s, size_t n);
 
+/* multipleOf value as p / 10^q (p >= 1, q <= 9); -1 if not representable. */
+int sc_decimal(json_object *v, long *p, int *q);
+
 /* Keyword tables. */
 int sc_is_annotation(const char *k);
 

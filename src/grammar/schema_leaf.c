@@ -293,6 +293,136 @@ static int emit_mag(gfe_buf *b, bound lo, bound hi, int integer)
     return n;
 }
 
+/* multipleOf: divisors above this are refused (the grammar has one rule
+ * per remainder). */
+#define SC_MULTIPLE_MAX 2000
+
+static long gcd(long a, long b)
+{
+    while (b) {
+        long t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int sc_decimal(json_object *v, long *p, int *q)
+{
+    char t[64];
+    if (json_object_is_type(v, json_type_int)) {
+        if (json_object_get_int64(v) <= 0 || json_object_get_int64(v) > 1000000000)
+            return -1;
+        *p = (long)json_object_get_int64(v);
+        *q = 0;
+        return 0;
+    }
+    double d = json_object_get_double(v);
+    if (!(d > 0) || d > 1e9)
+        return -1;
+    for (int pr = 1; pr <= 17; pr++) {
+        snprintf(t, sizeof t, "%.*e", pr - 1, d);
+        if (strtod(t, NULL) == d)
+            break;
+    }
+    /* t = "D.DDDe[+-]XX": mantissa digits and exponent */
+    long mant = 0;
+    int nd = 0, exp10;
+    char *e = strchr(t, 'e');
+    if (!e)
+        return -1;
+    exp10 = atoi(e + 1);
+    for (char *x = t; x < e; x++) {
+        if (*x >= '0' && *x <= '9') {
+            if (nd >= 10)
+                return -1;
+            mant = mant * 10 + (*x - '0');
+            nd++;
+        }
+    }
+    /* value = mant * 10^(exp10 - (nd-1)) */
+    int sh = exp10 - (nd - 1);
+    while (sh > 0) {
+        if (mant > 100000000)
+            return -1;
+        mant *= 10;
+        sh--;
+    }
+    while (sh < 0 && mant % 10 == 0) {
+        mant /= 10;
+        sh++;
+    }
+    if (-sh > 9)
+        return -1;
+    *p = mant;
+    *q = -sh;
+    return 0;
+}
+
+/* Decimal texts (no exponent) of multiples of p / 10^q: a DFA over the
+ * remainder of the digits read so far (integer digits, then the first q
+ * fraction digits; later fraction digits must be zeros). */
+static int emit_multiple(sc *c, gfe_buf *out, long p, int q, int integer, const char *path)
+{
+    long pow10[12] = {1};
+    for (int i = 1; i < 12; i++)
+        pow10[i] = pow10[i - 1] * 10 % p;
+    /* names: I[r] integer part continues; F[j][r] after '.', j digits read */
+    size_t n_rules = (size_t)p * (size_t)(q + 3);
+    char (*nm)[GFE_NAME_MAX] = calloc(n_rules, sizeof *nm);
+    if (!nm)
+        return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+#define RI(r) nm[(r)]
+#define RF(j, r) nm[(size_t)p * (size_t)(1 + (j)) + (size_t)(r)]
+    for (size_t i = 0; i < n_rules; i++)
+        gfe_rule_reserve(&c->r, nm[i]);
+    gfe_buf b;
+    gfe_buf_init(&b, 0);
+    for (long r = 0; r < p && !b.err; r++) {
+        /* integer part: another digit, or the end of it */
+        b.len = 0;
+        for (int d = 0; d <= 9; d++)
+            gfe_buf_printf(&b, "%s\"%d\" %s", d ? " | " : "", d, RI((r * 10 + d) % p));
+        int ends = (r * pow10[q]) % p == 0;
+        if (ends)
+            gfe_buf_puts(&b, " | \"\"");
+        if (!integer)
+            gfe_buf_printf(&b, " | \".\" %s", RF(0, r));
+        gfe_rule_define(&c->r, RI(r), b.s);
+        if (integer)
+            continue;
+        /* j = fraction digits read; q+1 = more than q (zeros only) */
+        for (int j = 0; j <= q + 1; j++) {
+            b.len = 0;
+            if (j < q) {
+                for (int d = 0; d <= 9; d++)
+                    gfe_buf_printf(&b, "%s\"%d\" %s", d ? " | " : "", d, RF(j + 1, (r * 10 + d) % p));
+            } else {
+                gfe_buf_printf(&b, "\"0\" %s", RF(q + 1, r));
+            }
+            int jj = j < q ? j : q;
+            if (j > 0 && (r * pow10[q - jj]) % p == 0)
+                gfe_buf_puts(&b, " | \"\"");
+            gfe_rule_define(&c->r, RF(j, r), b.s);
+        }
+    }
+    int err = b.err;
+    gfe_buf_free(&b);
+    /* "0" starts a number whose integer part is just 0 */
+    gfe_buf_puts(out, "(\"-\"? (\"0\"");
+    if (!integer)
+        gfe_buf_printf(out, " (\".\" %s)?", RF(0, 0));
+    for (int d = 1; d <= 9; d++)
+        gfe_buf_printf(out, " | \"%d\" %s", d, RI(d % p));
+    gfe_buf_puts(out, "))");
+#undef RI
+#undef RF
+    free(nm);
+    if (err)
+        return sc_fail(c, err, path, "grammar too large");
+    return 0;
+}
+
 static int gen_number(sc *c, json_object *s, int integer, const char *path, gfe_buf *out)
 {
     bound lo = {0}, hi = {0};
@@ -317,11 +447,26 @@ static int gen_number(sc *c, json_object *s, int integer, const char *path, gfe_
     }
     json_object *mo = get(s, "multipleOf");
     if (mo) {
+        long mp;
+        int mq;
         if (!is_num(mo) || numv(mo) <= 0)
             return sc_fail(c, TERN_EINVAL, path, "'multipleOf' must be a positive number");
-        if (numv(mo) != 1 && !(integer && numv(mo) == floor(numv(mo)) && numv(mo) == 1))
-            return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'multipleOf' unsupported (except 1)");
-        integer = 1;
+        if (sc_decimal(mo, &mp, &mq) || mp > SC_MULTIPLE_MAX)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "'multipleOf' value too fine or too large");
+        if (integer) { /* an integer x is a multiple of p/10^q iff p/gcd(p,10^q) divides x */
+            long t = 1;
+            for (int i = 0; i < mq; i++)
+                t *= 10;
+            mp /= gcd(mp, t);
+            mq = 0;
+        }
+        if (mp > 1 || mq > 0) {
+            if (lo.has || hi.has)
+                return sc_fail(c, TERN_EUNSUPPORTED, path, "'multipleOf' together with numeric bounds");
+            return emit_multiple(c, out, mp, mq, integer, path);
+        }
+        if (mq == 0)
+            integer = 1;
     }
     if (!lo.has && !hi.has) {
         gfe_buf_puts(out, integer ? "(\"-\"? (\"0\" | [1-9] [0-9]*))"
