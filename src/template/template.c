@@ -337,6 +337,69 @@ void tern_chat_template_free(tern_chat_template *ct)
     memset(ct, 0, sizeof *ct);
 }
 
+/* Python str.strip() bounds of s[0, n). */
+static void py_strip_bounds(const char *s, size_t n, size_t *a, size_t *b)
+{
+    size_t l;
+    *a = 0;
+    *b = n;
+    while (*a < *b && py_space_at(s + *a, *b - *a, &l))
+        *a += l;
+    while (*b > *a) {
+        size_t p = *b - 1;
+        while (p > *a && ((unsigned char)s[p] & 0xC0) == 0x80)
+            p--;
+        if (!py_space_at(s + p, *b - p, &l))
+            break;
+        *b = p;
+    }
+}
+
+/* transformers' continue_final_message: cut the prompt right after the
+ * final message's text so generation continues it (the template's
+ * end-of-turn markup is dropped). */
+static int continue_final(char *out, size_t *len_out, json_object *request, tern_err *err)
+{
+    json_object *msgs, *last, *content = NULL;
+    if (!json_object_object_get_ex(request, "messages", &msgs) || !json_object_is_type(msgs, json_type_array) ||
+        !json_object_array_length(msgs))
+        return tern_err_set(err, TERN_EINVAL, "continue_final_message is set but there are no messages");
+    last = json_object_array_get_idx(msgs, json_object_array_length(msgs) - 1);
+    json_object_object_get_ex(last, "content", &content);
+    if (json_object_is_type(content, json_type_array)) {
+        json_object *text = NULL;
+        for (size_t i = json_object_array_length(content); i-- > 0 && !text;)
+            json_object_object_get_ex(json_object_array_get_idx(content, i), "text", &text);
+        content = text;
+    }
+    if (!json_object_is_type(content, json_type_string))
+        return tern_err_set(err, TERN_EINVAL, "continue_final_message is set but the final message has no text");
+    const char *m = json_object_get_string(content);
+    size_t mlen = (size_t)json_object_get_string_len(content), a, b, n = strlen(out);
+    py_strip_bounds(m, mlen, &a, &b);
+    /* rindex of the stripped message */
+    size_t slen = b - a;
+    long loc = -1;
+    if (slen <= n)
+        for (size_t i = n - slen + 1; i-- > 0;)
+            if (!memcmp(out + i, m + a, slen)) {
+                loc = (long)i;
+                break;
+            }
+    if (loc < 0)
+        return tern_err_set(err, TERN_EINVAL, "continue_final_message is set but the final message does not "
+                                              "appear in the chat after applying the chat template");
+    size_t lstripped = mlen - a, cut;
+    if ((size_t)loc + lstripped <= n && lstripped == mlen && !memcmp(out + loc, m, mlen))
+        cut = (size_t)loc + lstripped;
+    else
+        cut = (size_t)loc + slen;
+    out[cut] = '\0';
+    if (len_out)
+        *len_out = cut;
+    return 0;
+}
+
 char *tern_chat_template_apply(const tern_chat_template *ct, json_object *request,
                                const tern_template_limits *lim, size_t *len_out, tern_err *err)
 {
@@ -362,13 +425,26 @@ char *tern_chat_template_apply(const tern_chat_template *ct, json_object *reques
     json_object_object_add(ctx, "tools", NULL);
     json_object_object_add(ctx, "documents", NULL);
     json_object_object_add(ctx, "add_generation_prompt", json_object_new_boolean(0));
+    json_object *cfm;
+    int cont = json_object_object_get_ex(request, "continue_final_message", &cfm) && json_object_get_boolean(cfm);
     json_object_object_foreach(request, k, v) {
-        json_object_object_add(ctx, k, json_object_get(v));
+        if (strcmp(k, "continue_final_message")) /* an apply option, not a variable */
+            json_object_object_add(ctx, k, json_object_get(v));
+    }
+    json_object *agp;
+    if (cont && json_object_object_get_ex(request, "add_generation_prompt", &agp) && json_object_get_boolean(agp)) {
+        json_object_put(ctx);
+        tern_err_set(err, TERN_EINVAL, "continue_final_message and add_generation_prompt are not compatible");
+        return NULL;
     }
     json_object *tools;
     int has_tools = json_object_object_get_ex(request, "tools", &tools) && tools;
     const tern_template *t = has_tools && ct->tool_use ? ct->tool_use : ct->tpl;
     char *s = tern_template_render(t, ctx, lim, len_out, err);
+    if (s && cont && continue_final(s, len_out, request, err)) {
+        free(s);
+        s = NULL;
+    }
     json_object_put(ctx);
     return s;
 }

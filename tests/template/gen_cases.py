@@ -99,6 +99,8 @@ def conversation(rng, kind):
         req["tools"] = rng.sample(TOOLS, rng.randint(1, len(TOOLS)))
     req["messages"] = msgs
     req["add_generation_prompt"] = msgs[-1]["role"] != "assistant" or rng.random() < 0.2
+    if msgs[-1]["role"] == "assistant" and not req["add_generation_prompt"] and rng.random() < 0.5:
+        req["continue_final_message"] = True
     r = rng.random()
     if r < 0.3:
         req["enable_thinking"] = False
@@ -149,6 +151,11 @@ def special_cases():
                                           "function": {"name": "add", "arguments": "{\"a\": 1}"}}]}]},
         {"messages": [{"role": "user", "content": "ünïcödé \u00a0nbsp 𝄞 \x01ctl"}], "add_generation_prompt": True},
         {"messages": [], "add_generation_prompt": True},
+        # continue_final_message: prefill the assistant turn
+        {"messages": [u, {"role": "assistant", "content": "  The answer is"}], "continue_final_message": True},
+        {"messages": [u, {"role": "assistant", "content": "Partial \n"}], "continue_final_message": True},
+        {"messages": [u, {"role": "assistant", "content": "x"}], "continue_final_message": True,
+         "add_generation_prompt": True},
     ]
 
 

@@ -101,6 +101,24 @@ def load(dir_):
     return templates, special
 
 
+def continue_final(rendered_chat, chat):
+    # transformers' continue_final_message post-processing
+    final_message = chat[-1]["content"]
+    if isinstance(final_message, (list, tuple)):
+        for content_block in reversed(final_message):
+            if "text" in content_block:
+                final_message = content_block["text"]
+                break
+        else:
+            raise ValueError("no text to continue in the final message")
+    if final_message.strip() not in rendered_chat:
+        raise ValueError("final message does not appear in the rendered chat")
+    final_msg_loc = rendered_chat.rindex(final_message.strip())
+    if rendered_chat[final_msg_loc: final_msg_loc + len(final_message.lstrip())] == final_message:
+        return rendered_chat[: final_msg_loc + len(final_message.lstrip())]
+    return rendered_chat[: final_msg_loc + len(final_message.strip())]
+
+
 def main():
     templates, special = load(sys.argv[1])
     env = make_env()
@@ -114,12 +132,18 @@ def main():
         name = "tool_use" if tools is not None and "tool_use" in compiled else "default"
         kwargs = dict(special)
         kwargs.update({k: v for k, v in req.items()
-                       if k not in ("messages", "tools", "documents", "add_generation_prompt")})
+                       if k not in ("messages", "tools", "documents", "add_generation_prompt",
+                                    "continue_final_message")})
         try:
+            cont = req.get("continue_final_message", False)
+            if cont and req.get("add_generation_prompt"):
+                raise ValueError("continue_final_message and add_generation_prompt are not compatible")
             text = compiled[name].render(messages=req.get("messages"), tools=tools,
                                          documents=req.get("documents"),
                                          add_generation_prompt=req.get("add_generation_prompt", False),
                                          **kwargs)
+            if cont:
+                text = continue_final(text, req["messages"])
             out = {"text": text}
         except TemplateRaised as e:
             out = {"error": str(e), "raised": True}
