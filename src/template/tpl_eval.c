@@ -437,6 +437,8 @@ static tv arith(tpl_render *r, int op, tv a, tv b, long pos)
         if (a.t == TV_LIST && b.t == TV_LIST && a.u.l->tuple == b.u.l->tuple)
             return concat_lists(r, a.u.l, b.u.l);
     }
+    if (op == OP_MOD && a.t == TV_STR)
+        return tpl_percent_format(r, a.u.s, b, pos);
     if (op == OP_MUL) {
         if ((a.t == TV_STR || a.t == TV_LIST) && (b.t == TV_INT || b.t == TV_BOOL))
             return repeat(r, a, b.u.i, pos);

@@ -341,7 +341,7 @@ static const char *const filter_names[] = {
     "default", "d", "first", "last", "list", "map", "select", "reject", "selectattr",
     "rejectattr", "items", "tojson", "string", "int", "float", "abs", "round", "indent", "safe",
     "unique", "reverse", "sort", "dictsort", "min", "max", "sum", "escape", "e", "attr",
-    "wordcount", NULL};
+    "wordcount", "format", NULL};
 
 int tpl_filter_exists(const char *name)
 {
@@ -629,6 +629,15 @@ tv tpl_filter(tpl_render *r, const char *name, tv v, tv *args, int n_args, tstr 
         if (v.t == TV_DICT) /* python getattr: methods only, no item fallback */
             return tpl_method(r, v, a[0].u.s->s, a[0].u.s->len);
         return tpl_getattr(r, v, a[0].u.s->s, a[0].u.s->len, pos);
+    }
+    if (IS("format")) {
+        if (nk)
+            FAIL(r, pos, "format: keyword arguments are not supported");
+        tlist *t = tlist_new(c, (size_t)n_args);
+        t->tuple = 1;
+        for (int i = 0; i < n_args; i++)
+            t->items[i] = args[i];
+        return tpl_percent_format(r, tv_to_tstr(c, v), tv_list(t), pos);
     }
     if (IS("wordcount")) {
         P("_");

@@ -302,6 +302,8 @@ int tpl_test_exists(const char *name);
 /* Method lookup for str/dict/list objects: returns TV_FUNC or TV_UNDEF. */
 tv tpl_method(tpl_render *r, tv obj, const char *name, size_t len);
 void tpl_add_globals(tpl_render *r, tdict *g);
+/* str % args (printf-style subset). */
+tv tpl_percent_format(tpl_render *r, tstr *fmt, tv args, long pos);
 
 /* Binds positional and keyword arguments to named parameters; missing ones
  * are TV_UNDEF (so defaults apply); unknown keywords fail. */

@@ -257,6 +257,74 @@ M(m_format)
     return tv_str(b.len ? tbuf_str(&r->c, &b) : tstr_new(&r->c, "", 0));
 }
 
+/* Python printf-style formatting (str % args, the format filter): %s %r %d
+ * %i %f %% with optional precision for %f; args is a tuple/list or one value. */
+tv tpl_percent_format(tpl_render *r, tstr *fmt, tv args, long pos)
+{
+    tv one[1] = {args};
+    tv *items = one;
+    size_t n = 1, k = 0;
+    if (args.t == TV_LIST && args.u.l->tuple) {
+        items = args.u.l->items;
+        n = args.u.l->n;
+    }
+    tbuf b = {0};
+    for (size_t i = 0; i < fmt->len; i++) {
+        char ch = fmt->s[i];
+        if (ch != '%') {
+            tbuf_putc(&r->c, &b, ch);
+            continue;
+        }
+        if (++i >= fmt->len)
+            FAIL(r, pos, "incomplete format");
+        int prec = -1;
+        if (fmt->s[i] == '.') {
+            prec = 0;
+            while (++i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && prec < 100)
+                prec = prec * 10 + (fmt->s[i] - '0');
+            if (i >= fmt->len)
+                FAIL(r, pos, "incomplete format");
+        }
+        char conv = fmt->s[i];
+        if (conv == '%') {
+            tbuf_putc(&r->c, &b, '%');
+            continue;
+        }
+        if (k >= n)
+            FAIL(r, pos, "not enough arguments for format string");
+        tv v = items[k++];
+        char t[64];
+        switch (conv) {
+        case 's': tv_str_to(&r->c, &b, v); break;
+        case 'r': tv_repr_to(&r->c, &b, v); break;
+        case 'd': case 'i':
+            if (!tv_is_number(v))
+                FAIL(r, pos, "%%%c format: a real number is required, not %s", conv, tv_type_name(v));
+            if (v.t == TV_FLOAT && !(v.u.f > -9.2e18 && v.u.f < 9.2e18))
+                FAIL(r, pos, "%%%c format: number out of range", conv);
+            snprintf(t, sizeof t, "%lld", v.t == TV_FLOAT ? (long long)v.u.f : (long long)v.u.i);
+            tbuf_puts(&r->c, &b, t);
+            break;
+        case 'f':
+            if (!tv_is_number(v))
+                FAIL(r, pos, "%%f format: a real number is required, not %s", tv_type_name(v));
+            {
+                char big[512];
+                snprintf(big, sizeof big, "%.*f", prec < 0 ? 6 : prec, tv_num(v));
+                tbuf_puts(&r->c, &b, big);
+            }
+            break;
+        default:
+            FAIL(r, pos, "unsupported format character '%c'", conv);
+        }
+    }
+    if (k < n && !(n == 1 && args.t != TV_LIST))
+        FAIL(r, pos, "not all arguments converted during string formatting");
+    if (k == 0 && n == 1 && args.t != TV_LIST && args.t != TV_DICT)
+        FAIL(r, pos, "not all arguments converted during string formatting");
+    return tv_str(b.len ? tbuf_str(&r->c, &b) : tstr_new(&r->c, "", 0));
+}
+
 /* ---- dict and list ----------------------------------------------------- */
 
 M(m_items)

@@ -123,6 +123,9 @@ SNIPPETS = [
     # dict / list methods
     ("{{ d.keys() | list }} {{ d.values() | list }} {{ d.items() | list }} {{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }}", {"d": {"a": 1, "b": 2}}),
     ("{{ [1, 2, 1].count(1) }} {{ ['a', 'b'].index('b') }}", {}),
+    # printf-style formatting
+    ("{{ '%s-%d' % ('a', 3) }} {{ '%s' % 'x' }} {{ '%.2f%%' % 3.14159 }} {{ '%r' % 'q' }} {{ '%s and %s' | format(1, [2]) }} {{ '%i' % 7.9 }}", {}),
+    ("{{ '%s %s' % ('a',) }}", {}),
     # globals
     ("{{ dict(a=1, b='x') }} {{ namespace(a=1).a }}", {}),
     # equality of structures (Mistral's message == user_messages[-1])
