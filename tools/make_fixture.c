@@ -2,11 +2,19 @@
  * given family and shape, deterministic from a seed - for tests and
  * benchmarks of models we cannot download.
  *
- *   make_fixture --family llama|mistral|qwen2|qwen3 --out DIR --tokenizer DIR
+ *   make_fixture --family llama|mistral|qwen2|qwen3|gemma2|gemma3 --out DIR
+ *                --tokenizer DIR
  *                [--preset tiny|0.5b|1b|8b] [--dim N] [--layers N] [--heads N]
  *                [--kv-heads N] [--head-dim N] [--ff N] [--vocab N]
  *                [--dtype f32|bf16|f16] [--seed S] [--shards N] [--tie 0|1]
- *                [--max-pos N] [--rope-theta X]
+ *                [--max-pos N] [--rope-theta X] [--sliding-window N]
+ *                [--rope-scaling llama3|linear] [--rope-factor X]
+ *                [--rope-orig N] (llama3: original_max_position_embeddings)
+ *                [--attn-softcap X] [--final-softcap X] [--qpas N]
+ *                [--sw-pattern N] [--rope-local-theta X]   (gemma)
+ *
+ * Gemma norms are stored as w with the effective gain 1 + w (HF's
+ * convention), so their random values are drawn around 0 instead of 1.
  *
  * Weights are uniform in [-a, a] with a = sqrt(3) * 0.02 (std 0.02, HF's
  * initializer_range), norms are 1 + small noise, so activations stay in a
@@ -31,12 +39,18 @@ typedef struct fixture {
     double rope_theta;
     tern_dtype dtype;
     uint64_t seed;
+    int sliding_window, sw_pattern, rope_orig, tie_set;
+    const char *rope_scaling;
+    double rope_factor, attn_softcap, final_softcap, qpas, rope_local_theta;
 } fixture;
+
+static int is_gemma(const char *f) { return !strncmp(f, "gemma", 5); }
 
 typedef struct fill_ctx {
     const st_out_tensor *ts;
     uint64_t seed;
     int first_index; /* global index of ts[0], so shards draw distinct streams */
+    int gemma;       /* norms stored as gain - 1 */
 } fill_ctx;
 
 /* Each tensor has its own stream (seed, global index) so any element can be
@@ -53,7 +67,7 @@ static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
     const float a = 0.0346410f; /* sqrt(3) * 0.02 */
     for (int64_t k = 0; k < n; k++) {
         float u = tern_rng_f32(&rng) * 2.0f - 1.0f;
-        float v = is_norm ? 1.0f + 0.1f * u : is_bias ? 0.02f * u : a * u;
+        float v = is_norm ? (c->gemma ? 0.0f : 1.0f) + 0.1f * u : is_bias ? 0.02f * u : a * u;
         switch (t->dtype) {
         case TERN_F32: ((float *)buf)[k] = v; break;
         case TERN_BF16: ((uint16_t *)buf)[k] = tern_f32_to_bf16(v); break;
@@ -108,11 +122,14 @@ static int write_config(const fixture *fx, const char *out)
     const char *arch = !strcmp(fx->family, "llama") ? "LlamaForCausalLM"
                        : !strcmp(fx->family, "mistral") ? "MistralForCausalLM"
                        : !strcmp(fx->family, "qwen2") ? "Qwen2ForCausalLM"
+                       : !strcmp(fx->family, "gemma2") ? "Gemma2ForCausalLM"
+                       : !strcmp(fx->family, "gemma3") ? "Gemma3ForCausalLM"
                                                        : "Qwen3ForCausalLM";
     json_object *archs = json_object_new_array();
     json_object_array_add(archs, json_object_new_string(arch));
     json_object_object_add(c, "architectures", archs);
-    json_object_object_add(c, "model_type", json_object_new_string(fx->family));
+    json_object_object_add(c, "model_type",
+                           json_object_new_string(!strcmp(fx->family, "gemma3") ? "gemma3_text" : fx->family));
     json_object_object_add(c, "vocab_size", json_object_new_int(fx->vocab));
     json_object_object_add(c, "hidden_size", json_object_new_int(fx->dim));
     json_object_object_add(c, "intermediate_size", json_object_new_int(fx->ff));
@@ -120,7 +137,44 @@ static int write_config(const fixture *fx, const char *out)
     json_object_object_add(c, "num_attention_heads", json_object_new_int(fx->heads));
     json_object_object_add(c, "num_key_value_heads", json_object_new_int(fx->kv_heads));
     json_object_object_add(c, "head_dim", json_object_new_int(fx->head_dim));
-    json_object_object_add(c, "hidden_act", json_object_new_string("silu"));
+    if (is_gemma(fx->family)) {
+        json_object_object_add(c, "hidden_activation", json_object_new_string("gelu_pytorch_tanh"));
+        json_object_object_add(c, "hidden_act", json_object_new_string("gelu_pytorch_tanh"));
+        json_object_object_add(c, "query_pre_attn_scalar", json_object_new_int(fx->qpas > 0 ? (int)fx->qpas : fx->head_dim));
+        json_object_object_add(c, "attn_logit_softcapping",
+                               fx->attn_softcap > 0 ? json_object_new_double(fx->attn_softcap) : NULL);
+        json_object_object_add(c, "final_logit_softcapping",
+                               fx->final_softcap > 0 ? json_object_new_double(fx->final_softcap) : NULL);
+        /* Gemma 2 alternates sliding (even layers) and full attention;
+         * Gemma 3 slides except every sw_pattern-th layer. */
+        json_object *lt = json_object_new_array();
+        for (int l = 0; l < fx->layers; l++) {
+            int sliding = !strcmp(fx->family, "gemma2") ? l % 2 == 0 : (l + 1) % fx->sw_pattern != 0;
+            json_object_array_add(lt, json_object_new_string(sliding ? "sliding_attention" : "full_attention"));
+        }
+        json_object_object_add(c, "layer_types", lt);
+        if (!strcmp(fx->family, "gemma3")) {
+            json_object_object_add(c, "sliding_window_pattern", json_object_new_int(fx->sw_pattern));
+            json_object_object_add(c, "rope_local_base_freq", json_object_new_double(fx->rope_local_theta));
+        }
+        json_object_object_add(c, "bos_token_id", json_object_new_int(2));
+        json_object_object_add(c, "pad_token_id", json_object_new_int(0));
+    } else {
+        json_object_object_add(c, "hidden_act", json_object_new_string("silu"));
+    }
+    if (fx->sliding_window > 0)
+        json_object_object_add(c, "sliding_window", json_object_new_int(fx->sliding_window));
+    if (fx->rope_scaling) {
+        json_object *rs = json_object_new_object();
+        json_object_object_add(rs, "rope_type", json_object_new_string(fx->rope_scaling));
+        json_object_object_add(rs, "factor", json_object_new_double(fx->rope_factor));
+        if (!strcmp(fx->rope_scaling, "llama3")) {
+            json_object_object_add(rs, "low_freq_factor", json_object_new_double(1.0));
+            json_object_object_add(rs, "high_freq_factor", json_object_new_double(4.0));
+            json_object_object_add(rs, "original_max_position_embeddings", json_object_new_int(fx->rope_orig));
+        }
+        json_object_object_add(c, "rope_scaling", rs);
+    }
     json_object_object_add(c, "max_position_embeddings", json_object_new_int(fx->max_pos));
     json_object_object_add(c, "rms_norm_eps", json_object_new_double(1e-6));
     json_object_object_add(c, "rope_theta", json_object_new_double(fx->rope_theta));
@@ -139,7 +193,8 @@ static int write_config(const fixture *fx, const char *out)
 
 int main(int argc, char **argv)
 {
-    fixture fx = {"llama", 64, 2, 4, 2, 0, 128, 0, 512, 0, 1, 10000.0, TERN_F32, 1};
+    fixture fx = {"llama", 64, 2, 4, 2, 0, 128, 0, 512, 0, 1, 10000.0, TERN_F32, 1, 0, 6, 8192, 0, NULL, 8.0,
+                  0, 0, 0, 10000.0};
     const char *out = NULL, *tokdir = NULL, *preset = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -160,7 +215,16 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--ff")) fx.ff = atoi(v);
         else if (!strcmp(a, "--vocab")) fx.vocab = atoi(v);
         else if (!strcmp(a, "--max-pos")) fx.max_pos = atoi(v);
-        else if (!strcmp(a, "--tie")) fx.tie = atoi(v);
+        else if (!strcmp(a, "--tie")) fx.tie = atoi(v), fx.tie_set = 1;
+        else if (!strcmp(a, "--sliding-window")) fx.sliding_window = atoi(v);
+        else if (!strcmp(a, "--sw-pattern")) fx.sw_pattern = atoi(v);
+        else if (!strcmp(a, "--rope-orig")) fx.rope_orig = atoi(v);
+        else if (!strcmp(a, "--rope-scaling")) fx.rope_scaling = v;
+        else if (!strcmp(a, "--rope-factor")) fx.rope_factor = atof(v);
+        else if (!strcmp(a, "--attn-softcap")) fx.attn_softcap = atof(v);
+        else if (!strcmp(a, "--final-softcap")) fx.final_softcap = atof(v);
+        else if (!strcmp(a, "--qpas")) fx.qpas = atof(v);
+        else if (!strcmp(a, "--rope-local-theta")) fx.rope_local_theta = atof(v);
         else if (!strcmp(a, "--shards")) fx.shards = atoi(v);
         else if (!strcmp(a, "--seed")) fx.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--rope-theta")) fx.rope_theta = atof(v);
@@ -197,10 +261,18 @@ int main(int argc, char **argv)
         return 2;
     }
     if (strcmp(fx.family, "llama") && strcmp(fx.family, "mistral") && strcmp(fx.family, "qwen2") &&
-        strcmp(fx.family, "qwen3")) {
-        fprintf(stderr, "make_fixture: family must be llama, mistral, qwen2 or qwen3\n");
+        strcmp(fx.family, "qwen3") && strcmp(fx.family, "gemma2") && strcmp(fx.family, "gemma3")) {
+        fprintf(stderr, "make_fixture: family must be llama, mistral, qwen2, qwen3, gemma2 or gemma3\n");
         return 2;
     }
+    if (fx.rope_scaling && strcmp(fx.rope_scaling, "llama3") && strcmp(fx.rope_scaling, "linear")) {
+        fprintf(stderr, "make_fixture: --rope-scaling must be llama3 or linear\n");
+        return 2;
+    }
+    if (fx.sw_pattern < 1)
+        fx.sw_pattern = 1;
+    if (is_gemma(fx.family) && !fx.tie_set)
+        fx.tie = 1; /* every released Gemma ties its head to the embedding */
     if (fx.head_dim == 0)
         fx.head_dim = fx.dim / fx.heads;
     tern_err err = {0};
@@ -222,7 +294,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int L = fx.layers, qd = fx.heads * fx.head_dim, kvd = fx.kv_heads * fx.head_dim;
-    int max_t = 4 + L * 14;
+    int max_t = 4 + L * 16;
+    int gemma = is_gemma(fx.family);
     st_out_tensor *ts = calloc((size_t)max_t, sizeof *ts);
     int n = 0;
     tern_dtype dt = fx.dtype;
@@ -237,12 +310,16 @@ int main(int argc, char **argv)
             add(ts, &n, dt, kvd, 0, "model.layers.%d.self_attn.k_proj.bias", l);
             add(ts, &n, dt, kvd, 0, "model.layers.%d.self_attn.v_proj.bias", l);
         }
-        if (!strcmp(fx.family, "qwen3")) {
+        if (!strcmp(fx.family, "qwen3") || !strcmp(fx.family, "gemma3")) {
             add(ts, &n, dt, fx.head_dim, 0, "model.layers.%d.self_attn.q_norm.weight", l);
             add(ts, &n, dt, fx.head_dim, 0, "model.layers.%d.self_attn.k_norm.weight", l);
         }
         add(ts, &n, dt, fx.dim, qd, "model.layers.%d.self_attn.o_proj.weight", l);
         add(ts, &n, dt, fx.dim, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (gemma) {
+            add(ts, &n, dt, fx.dim, 0, "model.layers.%d.pre_feedforward_layernorm.weight", l);
+            add(ts, &n, dt, fx.dim, 0, "model.layers.%d.post_feedforward_layernorm.weight", l);
+        }
         add(ts, &n, dt, fx.ff, fx.dim, "model.layers.%d.mlp.gate_proj.weight", l);
         add(ts, &n, dt, fx.ff, fx.dim, "model.layers.%d.mlp.up_proj.weight", l);
         add(ts, &n, dt, fx.dim, fx.ff, "model.layers.%d.mlp.down_proj.weight", l);
@@ -262,7 +339,7 @@ int main(int argc, char **argv)
         else
             snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, shards);
         char *path = tern_path_join(out, name);
-        fill_ctx fc = {ts + first, fx.seed, first};
+        fill_ctx fc = {ts + first, fx.seed, first, gemma};
         rc = st_write_file(path, ts + first, last - first, fill, &fc, &err);
         free(path);
         for (int k = first; k < last; k++)

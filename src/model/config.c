@@ -3,6 +3,7 @@
  * not running. */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,37 +67,179 @@ static int read_eos(json_object *o, const char *doc, model_config *cfg, tern_err
     return 0;
 }
 
+/* One RoPE parameter object: "rope_type"/"type" and its fields. */
+static int read_rope_obj(json_object *p, const char *what, double *theta, model_config *cfg, int scaling_ok,
+                         tern_err *err)
+{
+    const char *type = "default";
+    int rc = tern_json_get_str(p, "rope_type", &type, "config.json", err);
+    if (rc == TERN_ENOTFOUND)
+        rc = tern_json_get_str(p, "type", &type, "config.json", err);
+    if (rc && rc != TERN_ENOTFOUND)
+        return rc;
+    double t2;
+    if (tern_json_get_num(p, "rope_theta", &t2, "config.json", err) == 0)
+        *theta = t2;
+    if (!strcmp(type, "default"))
+        return 0;
+    if (!scaling_ok)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s: rope type '%s' is not supported here", what,
+                            type);
+    double f = 0;
+    if ((rc = tern_json_get_num(p, "factor", &f, "config.json", err)))
+        return rc == TERN_ENOTFOUND ? tern_err_set(err, TERN_EFORMAT, "config.json: %s: '%s' needs a factor", what, type)
+                                    : rc;
+    if (!(f >= 1.0 && f < 1e6))
+        return tern_err_set(err, TERN_ERANGE, "config.json: %s: factor %g out of range", what, f);
+    cfg->rope_factor = (float)f;
+    if (!strcmp(type, "linear")) {
+        cfg->rope_scaling = ROPE_LINEAR;
+        return 0;
+    }
+    if (!strcmp(type, "llama3")) {
+        double lo = 0, hi = 0, orig = 0;
+        if ((rc = tern_json_get_num(p, "low_freq_factor", &lo, "config.json", err)) ||
+            (rc = tern_json_get_num(p, "high_freq_factor", &hi, "config.json", err)) ||
+            (rc = tern_json_get_num(p, "original_max_position_embeddings", &orig, "config.json", err)))
+            return rc == TERN_ENOTFOUND
+                       ? tern_err_set(err, TERN_EFORMAT,
+                                      "config.json: %s: llama3 needs low_freq_factor, high_freq_factor and "
+                                      "original_max_position_embeddings", what)
+                       : rc;
+        if (!(lo > 0 && hi > lo && orig >= 1 && orig < 1e9))
+            return tern_err_set(err, TERN_ERANGE, "config.json: %s: bad llama3 parameters", what);
+        cfg->rope_scaling = ROPE_LLAMA3;
+        cfg->rope_low_freq = (float)lo;
+        cfg->rope_high_freq = (float)hi;
+        cfg->rope_orig_max_pos = (int)orig;
+        return 0;
+    }
+    /* dynamic, yarn, longrope, ...: different math we do not implement. */
+    return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s type '%s' is not supported", what, type);
+}
+
 static int read_rope(json_object *o, model_config *cfg, tern_err *err)
 {
-    double theta = 10000.0;
+    double theta = cfg->arch == ARCH_GEMMA3 ? 1e6 : 10000.0, local = 10000.0;
     int rc = tern_json_get_num(o, "rope_theta", &theta, "config.json", err);
     if (rc && rc != TERN_ENOTFOUND)
         return rc;
-    /* transformers 5 keeps RoPE settings in rope_parameters; older configs
-     * in rope_scaling. Either may name a scaling type we must implement. */
-    const char *keys[] = {"rope_parameters", "rope_scaling"};
+    if ((rc = tern_json_get_num(o, "rope_local_base_freq", &local, "config.json", err)) && rc != TERN_ENOTFOUND)
+        return rc;
+    double prf = 1.0;
+    if ((rc = tern_json_get_num(o, "partial_rotary_factor", &prf, "config.json", err)) && rc != TERN_ENOTFOUND)
+        return rc;
+    if (prf != 1.0)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: partial_rotary_factor %g is not supported", prf);
+    /* transformers 5 keeps RoPE settings in rope_parameters (per layer type
+     * for Gemma 3: full_attention / sliding_attention); older configs in
+     * rope_scaling, with Gemma 3's local base in rope_local_base_freq. */
+    const char *keys[] = {"rope_scaling", "rope_parameters"};
     for (int k = 0; k < 2; k++) {
         json_object *p = NULL;
         if (!json_object_object_get_ex(o, keys[k], &p) || !p)
             continue;
         if (!json_object_is_type(p, json_type_object))
             return tern_err_set(err, TERN_EFORMAT, "config.json: '%s' must be an object", keys[k]);
-        const char *type = "default";
-        rc = tern_json_get_str(p, "rope_type", &type, "config.json", err);
-        if (rc == TERN_ENOTFOUND)
-            rc = tern_json_get_str(p, "type", &type, "config.json", err);
-        if (rc && rc != TERN_ENOTFOUND)
+        json_object *full = NULL, *slide = NULL;
+        json_object_object_get_ex(p, "full_attention", &full);
+        json_object_object_get_ex(p, "sliding_attention", &slide);
+        if (full || slide) {
+            if ((full && !json_object_is_type(full, json_type_object)) ||
+                (slide && !json_object_is_type(slide, json_type_object)))
+                return tern_err_set(err, TERN_EFORMAT, "config.json: '%s' per-layer-type entries must be objects",
+                                    keys[k]);
+            if (full && (rc = read_rope_obj(full, keys[k], &theta, cfg, 1, err)))
+                return rc;
+            if (slide && (rc = read_rope_obj(slide, keys[k], &local, cfg, 0, err)))
+                return rc;
+        } else if ((rc = read_rope_obj(p, keys[k], &theta, cfg, 1, err))) {
             return rc;
-        if (strcmp(type, "default") != 0)
-            return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s type '%s' is not supported", keys[k],
-                                type);
-        double t2;
-        if (tern_json_get_num(p, "rope_theta", &t2, "config.json", err) == 0)
-            theta = t2;
+        }
     }
-    if (!(theta > 0))
+    if (!(theta > 0) || !(local > 0))
         return tern_err_set(err, TERN_ERANGE, "config.json: rope_theta must be positive");
     cfg->rope_theta = (float)theta;
+    /* Only Gemma 3 has a separate local base; elsewhere sliding layers share it. */
+    cfg->rope_local_theta = cfg->arch == ARCH_GEMMA3 ? (float)local : (float)theta;
+    return 0;
+}
+
+/* Optional number that may be null (null and absent both give def). */
+static int get_opt_num_null(json_object *o, const char *key, double def, double *out, tern_err *err)
+{
+    json_object *v = NULL;
+    *out = def;
+    if (!json_object_object_get_ex(o, key, &v))
+        return 0;
+    if (!v) {
+        *out = 0;
+        return 0;
+    }
+    return tern_json_get_num(o, key, out, "config.json", err);
+}
+
+/* Which layers use the sliding window: layer_types when given, else the
+ * family's pattern. */
+static int read_layer_types(json_object *o, model_config *cfg, tern_err *err)
+{
+    json_object *lt = NULL;
+    int pattern = 6;
+    int rc = get_opt_int(o, "sliding_window_pattern", 1, 1 << 20, &pattern, err);
+    if (rc)
+        return rc;
+    for (int l = 0; l < cfg->n_layer; l++)
+        cfg->layer_sliding[l] = cfg->arch == ARCH_GEMMA2   ? l % 2 == 0
+                                : cfg->arch == ARCH_GEMMA3 ? (l + 1) % pattern != 0
+                                                           : 1;
+    if (!json_object_object_get_ex(o, "layer_types", &lt) || !lt)
+        return 0;
+    if (!json_object_is_type(lt, json_type_array) || (int)json_object_array_length(lt) != cfg->n_layer)
+        return tern_err_set(err, TERN_EFORMAT, "config.json: layer_types must list num_hidden_layers entries");
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const char *t = json_object_get_string(json_object_array_get_idx(lt, l));
+        if (t && !strcmp(t, "full_attention"))
+            cfg->layer_sliding[l] = 0;
+        else if (t && !strcmp(t, "sliding_attention"))
+            cfg->layer_sliding[l] = 1;
+        else
+            return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: layer type '%s' is not supported",
+                                t ? t : "?");
+    }
+    return 0;
+}
+
+/* MLX affine quantization ("quantization": {"group_size", "bits"}); any
+ * other quantization scheme is refused. */
+static int read_quant(json_object *o, model_config *cfg, tern_err *err)
+{
+    json_object *q = NULL, *qc = NULL;
+    int rc;
+    if (json_object_object_get_ex(o, "quantization_config", &qc) && qc) {
+        const char *meth = NULL;
+        if (tern_json_get_str(qc, "quant_method", &meth, "config.json", err) == 0)
+            return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization method '%s' is not supported", meth);
+    }
+    if (!json_object_object_get_ex(o, "quantization", &q) || !q)
+        q = qc;
+    if (!q)
+        return 0;
+    if (!json_object_is_type(q, json_type_object))
+        return tern_err_set(err, TERN_EFORMAT, "config.json: 'quantization' must be an object");
+    const char *mode = "affine";
+    if ((rc = tern_json_get_str(q, "mode", &mode, "config.json", err)) && rc != TERN_ENOTFOUND)
+        return rc;
+    if (strcmp(mode, "affine"))
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization mode '%s' is not supported", mode);
+    if ((rc = get_req_int(q, "bits", 1, 32, &cfg->quant_bits, err)) ||
+        (rc = get_req_int(q, "group_size", 1, 1 << 20, &cfg->quant_group, err)))
+        return rc;
+    if (cfg->quant_bits != 4 && cfg->quant_bits != 8)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %d-bit quantization is not supported (4 or 8)",
+                            cfg->quant_bits);
+    if (cfg->quant_group != 32 && cfg->quant_group != 64 && cfg->quant_group != 128)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization group_size %d is not supported",
+                            cfg->quant_group);
     return 0;
 }
 
@@ -124,7 +267,15 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
         cfg->arch = ARCH_QWEN2;
     else if (!strcmp(mt, "qwen3"))
         cfg->arch = ARCH_QWEN3;
-    else {
+    else if (!strcmp(mt, "gemma2"))
+        cfg->arch = ARCH_GEMMA2;
+    else if (!strcmp(mt, "gemma3_text"))
+        cfg->arch = ARCH_GEMMA3;
+    else if (!strcmp(mt, "gemma3")) {
+        rc = tern_err_set(err, TERN_EUNSUPPORTED,
+                          "config.json: model_type 'gemma3' is the multimodal model; use a text-only (gemma3_text) checkpoint");
+        goto out;
+    } else {
         rc = tern_err_set(err, TERN_EUNSUPPORTED, "config.json: model_type '%s' is not supported", mt);
         goto out;
     }
@@ -135,12 +286,21 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
         (rc = get_req_int(o, "num_hidden_layers", 1, 1024, &cfg->n_layer, err)) ||
         (rc = get_req_int(o, "num_attention_heads", 1, 1024, &cfg->n_head, err)))
         goto out;
+    if (cfg->n_layer > MODEL_MAX_LAYERS) {
+        rc = tern_err_set(err, TERN_ERANGE, "config.json: more than %d layers", MODEL_MAX_LAYERS);
+        goto out;
+    }
     cfg->n_kv_head = cfg->n_head;
     cfg->head_dim = cfg->dim / cfg->n_head;
     cfg->max_pos = 2048;
     if ((rc = get_opt_int(o, "num_key_value_heads", 1, cfg->n_head, &cfg->n_kv_head, err)) ||
         (rc = get_opt_int(o, "head_dim", 1, 4096, &cfg->head_dim, err)) ||
         (rc = get_opt_int(o, "max_position_embeddings", 1, 1 << 24, &cfg->max_pos, err)))
+        goto out;
+    int gemma = cfg->arch == ARCH_GEMMA2 || cfg->arch == ARCH_GEMMA3;
+    if (gemma)
+        cfg->head_dim = 256; /* transformers' default for both Gemmas */
+    if ((rc = get_opt_int(o, "head_dim", 1, 4096, &cfg->head_dim, err)))
         goto out;
     if (cfg->n_head % cfg->n_kv_head) {
         rc = tern_err_set(err, TERN_EFORMAT, "config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d",
@@ -155,15 +315,53 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
     if ((rc = tern_json_get_num(o, "rms_norm_eps", &eps, "config.json", err)) && rc != TERN_ENOTFOUND)
         goto out;
     cfg->norm_eps = (float)eps;
-    if ((rc = read_rope(o, cfg, err)))
+    if ((rc = read_rope(o, cfg, err)) || (rc = read_quant(o, cfg, err)))
         goto out;
-    if ((rc = tern_json_get_str(o, "hidden_act", &act, "config.json", err)) && rc != TERN_ENOTFOUND)
+    /* Gemma reads hidden_activation (hidden_act is a legacy alias there). */
+    if (gemma) {
+        act = "gelu_pytorch_tanh";
+        if ((rc = tern_json_get_str(o, "hidden_act", &act, "config.json", err)) && rc != TERN_ENOTFOUND)
+            goto out;
+        if ((rc = tern_json_get_str(o, "hidden_activation", &act, "config.json", err)) && rc != TERN_ENOTFOUND)
+            goto out;
+        if (strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_tanh")) {
+            rc = tern_err_set(err, TERN_EUNSUPPORTED, "config.json: activation '%s' is not supported for %s", act, mt);
+            goto out;
+        }
+        cfg->gelu = 1;
+    } else {
+        if ((rc = tern_json_get_str(o, "hidden_act", &act, "config.json", err)) && rc != TERN_ENOTFOUND)
+            goto out;
+        if (strcmp(act, "silu") != 0) {
+            rc = tern_err_set(err, TERN_EUNSUPPORTED, "config.json: hidden_act '%s' is not supported for %s", act, mt);
+            goto out;
+        }
+    }
+    cfg->norm_plus_one = cfg->sandwich_norms = gemma;
+    cfg->qk_norm = cfg->arch == ARCH_QWEN3 || cfg->arch == ARCH_GEMMA3;
+    cfg->embed_scale = gemma ? sqrtf((float)cfg->dim) : 0.0f;
+    double qpas = cfg->head_dim, cap_a, cap_f;
+    if (gemma) {
+        qpas = 256;
+        if ((rc = tern_json_get_num(o, "query_pre_attn_scalar", &qpas, "config.json", err)) && rc != TERN_ENOTFOUND)
+            goto out;
+        if (!(qpas > 0)) {
+            rc = tern_err_set(err, TERN_ERANGE, "config.json: query_pre_attn_scalar must be positive");
+            goto out;
+        }
+    }
+    cfg->attn_scale = (float)(1.0 / sqrt(qpas));
+    /* Gemma 2 soft-caps by default (50 / 30); null turns it off. */
+    if ((rc = get_opt_num_null(o, "attn_logit_softcapping", cfg->arch == ARCH_GEMMA2 ? 50.0 : 0.0, &cap_a, err)) ||
+        (rc = get_opt_num_null(o, "final_logit_softcapping", cfg->arch == ARCH_GEMMA2 ? 30.0 : 0.0, &cap_f, err)))
         goto out;
-    if (strcmp(act, "silu") != 0) {
-        rc = tern_err_set(err, TERN_EUNSUPPORTED, "config.json: hidden_act '%s' is not supported for %s", act, mt);
+    if (cap_a < 0 || cap_f < 0) {
+        rc = tern_err_set(err, TERN_ERANGE, "config.json: soft-capping values must be positive");
         goto out;
     }
-    int tie = 0, b = 0; /* transformers' default for these families */
+    cfg->attn_softcap = (float)cap_a;
+    cfg->final_softcap = (float)cap_f;
+    int tie = gemma, b = 0; /* transformers' default for these families */
     if ((rc = tern_json_get_bool(o, "tie_word_embeddings", &tie, "config.json", err)) && rc != TERN_ENOTFOUND)
         goto out;
     cfg->tie_embeddings = tie;
@@ -181,13 +379,15 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
     }
     /* Sliding windows: Mistral's sliding_window applies to every layer;
      * Qwen's only with use_sliding_window, which we do not implement. */
-    int sw = 0, use_sw = 0;
+    int sw = gemma ? 4096 : 0, use_sw = 0;
     if ((rc = get_opt_int(o, "sliding_window", 0, 1 << 30, &sw, err)))
         goto out;
     if ((rc = tern_json_get_bool(o, "use_sliding_window", &use_sw, "config.json", err)) && rc != TERN_ENOTFOUND)
         goto out;
-    if (cfg->arch == ARCH_LLAMA)
-        cfg->sliding_window = sw < cfg->max_pos ? sw : 0;
+    if ((rc = read_layer_types(o, cfg, err)))
+        goto out;
+    if (cfg->arch == ARCH_LLAMA || gemma)
+        cfg->sliding_window = sw;
     else if (use_sw && sw > 0 && sw < cfg->max_pos) {
         rc = tern_err_set(err, TERN_EUNSUPPORTED, "config.json: use_sliding_window is not supported for %s", mt);
         goto out;

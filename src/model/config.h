@@ -11,9 +11,18 @@ typedef enum model_arch {
     ARCH_LLAMA,   /* llama, mistral */
     ARCH_QWEN2,   /* q/k/v bias */
     ARCH_QWEN3,   /* per-head q/k RMSNorm */
+    ARCH_GEMMA2,  /* GELU-tanh, (1+w) norms, sandwich norms, soft-capping */
+    ARCH_GEMMA3,  /* Gemma 2 + q/k norms, local/global RoPE bases */
 } model_arch;
 
+typedef enum model_rope_scaling {
+    ROPE_NONE,
+    ROPE_LINEAR, /* inv_freq / factor */
+    ROPE_LLAMA3, /* Llama 3.1 wavelength-banded scaling */
+} model_rope_scaling;
+
 #define MODEL_MAX_EOS 8
+#define MODEL_MAX_LAYERS 1024
 
 typedef struct model_config {
     model_arch arch;
@@ -30,7 +39,26 @@ typedef struct model_config {
     float rope_theta;
     int tie_embeddings;
     int qkv_bias;      /* attention_bias (always on for qwen2) */
-    int sliding_window; /* 0 = full attention */
+    int sliding_window; /* 0 = full attention; applies to layers with layer_sliding set */
+    /* RoPE of full-attention layers; sliding layers of Gemma 3 use
+     * rope_local_theta unscaled (else the same as full). */
+    model_rope_scaling rope_scaling;
+    float rope_factor, rope_low_freq, rope_high_freq; /* llama3 */
+    int rope_orig_max_pos;                           /* llama3 */
+    float rope_local_theta;
+    /* Gemma-style options (0 = off). */
+    int gelu;              /* 1: GELU-tanh MLP, 0: SiLU */
+    int norm_plus_one;     /* RMSNorm gains stored as w, applied as 1 + w */
+    int sandwich_norms;    /* post-attention, pre/post feed-forward norms */
+    int qk_norm;           /* per-head RMSNorm on q and k before RoPE */
+    float embed_scale;     /* 0 = none, else multiply embeddings by it */
+    float attn_scale;      /* score scale: 1/sqrt(query_pre_attn_scalar or head_dim) */
+    float attn_softcap;    /* scores = c * tanh(scores / c) */
+    float final_softcap;   /* logits = c * tanh(logits / c) */
+    unsigned char layer_sliding[MODEL_MAX_LAYERS]; /* 1: layer uses sliding_window */
+    /* MLX affine quantization from config.json's "quantization" (0 = none);
+     * each tensor's own bits and group size are read from its shapes. */
+    int quant_bits, quant_group;
     int bos_id;        /* -1 if none */
     int n_eos;
     int eos_ids[MODEL_MAX_EOS]; /* generation_config.json's, else config.json's */

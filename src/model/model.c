@@ -8,14 +8,70 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "model/backend.h"
 
 void model_scratch_free(model_scratch *s);
 
+/* Dense: the tensor itself. MLX-quantized (NAME's stem has .scales and
+ * .biases beside it): uint32 words [n_out][n_in * bits / 32], scales and
+ * biases [n_out][n_in / group]; bits and group follow from the shapes. */
 static int get_weight(tern_model *m, const char *name, int n_out, int n_in, model_weight *w, tern_err *err)
 {
     const st_tensor *t = st_find(&m->st, name);
     if (!t)
         return tern_err_set(err, TERN_EFORMAT, "missing tensor '%s'", name);
+    memset(w, 0, sizeof *w);
+    char stem[256], sn[272], bn[272];
+    size_t len = strlen(name);
+    if (len > 7 && !strcmp(name + len - 7, ".weight") && len - 7 < sizeof stem) {
+        memcpy(stem, name, len - 7);
+        stem[len - 7] = 0;
+        snprintf(sn, sizeof sn, "%s.scales", stem);
+        snprintf(bn, sizeof bn, "%s.biases", stem);
+        const st_tensor *ts = st_find(&m->st, sn), *tb = st_find(&m->st, bn);
+        if (ts || tb) {
+            if (!ts || !tb)
+                return tern_err_set(err, TERN_EFORMAT, "'%s' has scales without biases or the reverse", name);
+            if (t->dtype != TERN_U32 || t->n_dims != 2 || t->shape[0] != n_out)
+                return tern_err_set(err, TERN_EFORMAT, "quantized tensor '%s' must be uint32 [%d, packed]", name, n_out);
+            int64_t words = t->shape[1];
+            int bits = words * 32 % n_in == 0 ? (int)(words * 32 / n_in) : 0;
+            if (bits != 4 && bits != 8)
+                return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': %lld words per row for %d inputs is not 4 or 8 bits",
+                                    name, (long long)words, n_in);
+            if (ts->n_dims != 2 || tb->n_dims != 2 || ts->shape[0] != n_out || tb->shape[0] != n_out ||
+                ts->shape[1] != tb->shape[1] || ts->shape[1] < 1 || n_in % ts->shape[1])
+                return tern_err_set(err, TERN_EFORMAT, "'%s': scales/biases shapes do not match the weight", name);
+            int group = (int)(n_in / ts->shape[1]);
+            if (group != 32 && group != 64 && group != 128)
+                return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': group size %d is not 32, 64 or 128", name, group);
+            if ((ts->dtype != TERN_F32 && ts->dtype != TERN_BF16 && ts->dtype != TERN_F16) || tb->dtype != ts->dtype)
+                return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': scales must be f32, bf16 or f16", name);
+            size_t ng = (size_t)n_out * (size_t)(n_in / group);
+            float *tmp = malloc(ng * 2 * sizeof(float));
+            w->sb = malloc(ng * 2 * sizeof(float));
+            if (!tmp || !w->sb) {
+                free(tmp);
+                free(w->sb);
+                w->sb = NULL;
+                return tern_err_set(err, TERN_ENOMEM, "out of memory");
+            }
+            tern_to_f32(ts->dtype, ts->data, tmp, ng);
+            tern_to_f32(tb->dtype, tb->data, tmp + ng, ng);
+            for (size_t i = 0; i < ng; i++) { /* interleave: one cache line feeds a row's groups */
+                w->sb[2 * i] = tmp[i];
+                w->sb[2 * i + 1] = tmp[ng + i];
+            }
+            free(tmp);
+            w->dtype = ts->dtype;
+            w->data = t->data;
+            w->n_out = n_out;
+            w->n_in = n_in;
+            w->qbits = bits;
+            w->group = group;
+            return 0;
+        }
+    }
     if (t->n_dims != 2 || t->shape[0] != n_out || t->shape[1] != n_in)
         return tern_err_set(err, TERN_EFORMAT, "tensor '%s' has shape [%lld, %lld], expected [%d, %d]", name,
                             (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 0), n_out, n_in);
@@ -42,6 +98,10 @@ static int get_vector(tern_model *m, const char *name, int n, float **out, tern_
     if (!*out)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
     tern_to_f32(t->dtype, t->data, *out, (size_t)n);
+    /* Gemma stores RMSNorm gains as w and applies 1 + w (in f32, as HF). */
+    if (m->cfg.norm_plus_one && strstr(name, "norm"))
+        for (int i = 0; i < n; i++)
+            (*out)[i] = 1.0f + (*out)[i];
     return 0;
 }
 
@@ -68,8 +128,14 @@ static int load_layer(tern_model *m, int l, tern_err *err)
     W(w_up, "mlp.up_proj.weight", c->n_ff, c->dim)
     W(w_down, "mlp.down_proj.weight", c->dim, c->n_ff)
     V(attn_norm, "input_layernorm.weight", c->dim)
-    V(ffn_norm, "post_attention_layernorm.weight", c->dim)
-    if (c->arch == ARCH_QWEN3) {
+    if (c->sandwich_norms) {
+        V(post_attn_norm, "post_attention_layernorm.weight", c->dim)
+        V(ffn_norm, "pre_feedforward_layernorm.weight", c->dim)
+        V(post_ffn_norm, "post_feedforward_layernorm.weight", c->dim)
+    } else {
+        V(ffn_norm, "post_attention_layernorm.weight", c->dim)
+    }
+    if (c->qk_norm) {
         V(q_norm, "self_attn.q_norm.weight", c->head_dim)
         V(k_norm, "self_attn.k_norm.weight", c->head_dim)
     }
@@ -80,7 +146,33 @@ static int load_layer(tern_model *m, int l, tern_err *err)
     }
 #undef W
 #undef V
+    L->window = c->layer_sliding[l] ? c->sliding_window : 0;
+    L->rope_inv_freq = c->layer_sliding[l] && m->rope_inv_freq_local ? m->rope_inv_freq_local : m->rope_inv_freq;
     return 0;
+}
+
+void model_rope_freqs(const model_config *c, double theta, int scaled, float *out)
+{
+    int d = c->head_dim;
+    for (int i = 0; i < d / 2; i++) {
+        /* HF computes inv_freq in float32: 1 / theta^(2i/d). */
+        double f = 1.0 / pow(theta, (double)(2 * i) / d);
+        if (scaled && c->rope_scaling == ROPE_LINEAR) {
+            f /= c->rope_factor;
+        } else if (scaled && c->rope_scaling == ROPE_LLAMA3) {
+            /* Long wavelengths slow down by factor, short ones stay, and the
+             * band between blends linearly in 1/wavelength. */
+            double wavelen = 2 * M_PI / f, orig = c->rope_orig_max_pos;
+            double lo_wl = orig / c->rope_low_freq, hi_wl = orig / c->rope_high_freq;
+            if (wavelen > lo_wl) {
+                f /= c->rope_factor;
+            } else if (wavelen >= hi_wl) {
+                double s = (orig / wavelen - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
+                f = (1 - s) * f / c->rope_factor + s * f;
+            }
+        }
+        out[i] = (float)f;
+    }
 }
 
 tern_model *model_load(const char *dir, int n_threads, tern_err *err)
@@ -109,6 +201,21 @@ tern_model *model_load(const char *dir, int n_threads, tern_err *err)
     }
     if ((rc = get_vector(m, "model.norm.weight", c->dim, &m->final_norm, err)))
         goto fail;
+    /* RoPE tables first: layers point at them. */
+    m->rope_inv_freq = malloc((size_t)(c->head_dim / 2) * sizeof(float));
+    if (!m->rope_inv_freq) {
+        rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    model_rope_freqs(c, c->rope_theta, 1, m->rope_inv_freq);
+    if (c->arch == ARCH_GEMMA3) {
+        m->rope_inv_freq_local = malloc((size_t)(c->head_dim / 2) * sizeof(float));
+        if (!m->rope_inv_freq_local) {
+            rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
+            goto fail;
+        }
+        model_rope_freqs(c, c->rope_local_theta, 0, m->rope_inv_freq_local);
+    }
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) {
         rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
@@ -117,22 +224,15 @@ tern_model *model_load(const char *dir, int n_threads, tern_err *err)
     for (int l = 0; l < c->n_layer; l++)
         if ((rc = load_layer(m, l, err)))
             goto fail;
-    /* HF computes inv_freq in float32: 1 / theta^(2i/d). */
-    m->rope_inv_freq = malloc((size_t)(c->head_dim / 2) * sizeof(float));
-    if (!m->rope_inv_freq) {
-        rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < c->head_dim / 2; i++)
-        m->rope_inv_freq[i] = (float)(1.0 / pow((double)c->rope_theta, (double)(2 * i) / c->head_dim));
     m->kern = tern_kernels_best();
-    m->pool = tern_pool_new(n_threads);
-    if (!m->pool) {
-        rc = tern_err_set(err, TERN_ENOMEM, "cannot start threads");
+    m->be = model_backend_cpu_new(n_threads, err);
+    if (!m->be) {
+        rc = err ? err->code : TERN_ENOMEM;
         goto fail;
     }
-    TERN_INFO("loaded %s: %s, %d layers, dim %d, %s kernels, %d threads", dir, c->model_type, c->n_layer, c->dim,
-              m->kern->isa, tern_pool_size(m->pool));
+    TERN_INFO("loaded %s: %s, %d layers, dim %d, %s%s kernels, %d threads", dir, c->model_type, c->n_layer, c->dim,
+              m->lm_head.qbits == 4 ? "q4 " : m->lm_head.qbits == 8 ? "q8 " : "", m->kern->isa,
+              m->be->n_threads(m->be));
     return m;
 fail:
     tern_err_wrap(err, "loading %s", dir);
@@ -147,6 +247,11 @@ void model_free(tern_model *m)
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layer; l++) {
             model_layer *L = &m->layers[l];
+            model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (int i = 0; i < 7; i++)
+                free(ws[i]->sb);
+            free(L->post_attn_norm);
+            free(L->post_ffn_norm);
             free(L->attn_norm);
             free(L->ffn_norm);
             free(L->q_norm);
@@ -155,16 +260,43 @@ void model_free(tern_model *m)
             free(L->bk);
             free(L->bv);
         }
+    if (m->lm_head.sb != m->embed.sb)
+        free(m->lm_head.sb);
+    free(m->embed.sb);
     free(m->layers);
     free(m->final_norm);
     free(m->rope_inv_freq);
+    free(m->rope_inv_freq_local);
     model_scratch_free(m->scratch);
-    tern_pool_free(m->pool);
+    if (m->be)
+        m->be->free(m->be);
     st_close(&m->st);
     free(m);
 }
 
-static size_t wbytes(const model_weight *w) { return (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype); }
+static size_t wbytes(const model_weight *w)
+{
+    if (w->qbits)
+        return (size_t)w->n_out * w->n_in * w->qbits / 8 + (size_t)w->n_out * (w->n_in / w->group) * 2 * sizeof(float);
+    return (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
+}
+
+void model_weight_row(const model_weight *w, int r, float *out)
+{
+    if (!w->qbits) {
+        size_t es = tern_dtype_size(w->dtype);
+        tern_to_f32(w->dtype, (const char *)w->data + (size_t)r * w->n_in * es, out, (size_t)w->n_in);
+        return;
+    }
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * w->n_in * w->qbits / 8;
+    int ng = w->n_in / w->group;
+    const float *sb = w->sb + (size_t)r * ng * 2;
+    for (int i = 0; i < w->n_in; i++) {
+        int v = w->qbits == 8 ? q[i] : (q[i >> 1] >> ((i & 1) * 4)) & 15;
+        int g = i / w->group;
+        out[i] = sb[2 * g] * (float)v + sb[2 * g + 1];
+    }
+}
 
 size_t model_weight_bytes(const tern_model *m)
 {

@@ -87,6 +87,82 @@ AVX2_MATMUL(matmul_f32, float, ld_f32, sc_f32)
 AVX2_MATMUL(matmul_bf16, uint16_t, ld_bf16, tern_bf16_to_f32)
 AVX2_MATMUL(matmul_f16, uint16_t, ld_f16, tern_f16_to_f32)
 
+/* ---- MLX affine-quantized weights (see kernels.h) ----
+ * 32 weights at a time become four 8-lane vectors; each token keeps four
+ * accumulators per group, folded into its total in one fixed order. */
+static inline void q8_load32(const uint8_t *p, __m256 *w)
+{
+    for (int k = 0; k < 4; k++)
+        w[k] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))));
+}
+
+static inline void q4_load32(const uint8_t *p, __m256 *w)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    __m128i a = _mm_unpacklo_epi8(lo, hi), c = _mm_unpackhi_epi8(lo, hi); /* values 0..15, 16..31 */
+    w[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a));
+    w[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8)));
+    w[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c));
+    w[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8)));
+}
+
+#define AVX2_QMATMUL(name, BITS, LOAD32)                                                          \
+    static inline __attribute__((always_inline)) void name##_row(                                 \
+        const uint8_t *w, const float *s, int group, long ng, const float *x0, const float *x1,  \
+        const float *xs0, const float *xs1, float *y0, float *y1, int two)                        \
+    {                                                                                             \
+        __m256 ta = _mm256_setzero_ps(), tb = ta;                                                 \
+        float ba = 0.0f, bb = 0.0f;                                                               \
+        for (long g = 0; g < ng; g++) {                                                           \
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                           \
+            __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                            \
+            for (long i = g * group; i < (g + 1) * group; i += 32) {                              \
+                __m256 q[4];                                                                      \
+                LOAD32(w + i * BITS / 8, q);                                                      \
+                a0 = _mm256_fmadd_ps(q[0], _mm256_loadu_ps(x0 + i), a0);                          \
+                a1 = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(x0 + i + 8), a1);                      \
+                a2 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x0 + i + 16), a2);                     \
+                a3 = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x0 + i + 24), a3);                     \
+                if (two) {                                                                        \
+                    b0 = _mm256_fmadd_ps(q[0], _mm256_loadu_ps(x1 + i), b0);                      \
+                    b1 = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(x1 + i + 8), b1);                  \
+                    b2 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x1 + i + 16), b2);                 \
+                    b3 = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x1 + i + 24), b3);                 \
+                }                                                                                 \
+            }                                                                                     \
+            __m256 sc = _mm256_set1_ps(s[2 * g]);                                                 \
+            ta = _mm256_fmadd_ps(sc, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)), ta); \
+            ba += s[2 * g + 1] * xs0[g];                                                          \
+            if (two) {                                                                            \
+                tb = _mm256_fmadd_ps(sc, _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3)), tb); \
+                bb += s[2 * g + 1] * xs1[g];                                                      \
+            }                                                                                     \
+        }                                                                                         \
+        *y0 = hsum8(ta) + ba;                                                                     \
+        if (two)                                                                                  \
+            *y1 = hsum8(tb) + bb;                                                                 \
+    }                                                                                             \
+    static void name(const uint8_t *Wq, const float *sb, int group, const float *X, const float *xsum, \
+                     float *Y, long T, long n_in, long ldy, long r0, long r1)                     \
+    {                                                                                             \
+        long ng = n_in / group;                                                                   \
+        for (long r = r0; r < r1; r++) {                                                          \
+            const uint8_t *w = Wq + r * n_in * BITS / 8;                                          \
+            const float *s = sb + r * ng * 2;                                                     \
+            long t0 = 0;                                                                          \
+            for (; t0 + 1 < T; t0 += 2)                                                           \
+                name##_row(w, s, group, ng, X + t0 * n_in, X + (t0 + 1) * n_in, xsum + t0 * ng,  \
+                           xsum + (t0 + 1) * ng, &Y[t0 * ldy + r], &Y[(t0 + 1) * ldy + r], 1);    \
+            if (t0 < T)                                                                           \
+                name##_row(w, s, group, ng, X + t0 * n_in, NULL, xsum + t0 * ng, NULL,            \
+                           &Y[t0 * ldy + r], NULL, 0);                                            \
+        }                                                                                         \
+    }
+
+AVX2_QMATMUL(matmul_q4, 4, q4_load32)
+AVX2_QMATMUL(matmul_q8, 8, q8_load32)
+
 static float dot(const float *a, const float *b, long n)
 {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
@@ -113,7 +189,7 @@ static void axpy(float a, const float *x, float *y, long n)
         y[i] += a * x[i];
 }
 
-static const tern_kernels k_avx2 = {"avx2", matmul_f32, matmul_bf16, matmul_f16, dot, axpy};
+static const tern_kernels k_avx2 = {"avx2", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8, dot, axpy};
 
 const tern_kernels *tern_kernels_avx2_table(void);
 const tern_kernels *tern_kernels_avx2_table(void) { return &k_avx2; }

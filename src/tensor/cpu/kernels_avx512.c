@@ -81,6 +81,91 @@ AVX512_MATMUL(matmul_f32, float, ld_f32, sc_f32)
 AVX512_MATMUL(matmul_bf16, uint16_t, ld_bf16, tern_bf16_to_f32)
 AVX512_MATMUL(matmul_f16, uint16_t, ld_f16, tern_f16_to_f32)
 
+/* ---- MLX affine-quantized weights (see kernels.h) ----
+ * 32 weights become two 16-lane vectors; 64 at a time feed four
+ * accumulators (a group of 32 uses two), folded in one fixed order. */
+static inline void q8_load32(const uint8_t *p, __m512 *w)
+{
+    w[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+    w[1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+}
+
+static inline void q4_load32(const uint8_t *p, __m512 *w)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    w[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+    w[1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)));
+}
+
+#define AVX512_QMATMUL(name, BITS, LOAD32)                                                        \
+    static inline __attribute__((always_inline)) void name##_row(                                 \
+        const uint8_t *w, const float *s, int group, long ng, const float *x0, const float *x1,  \
+        const float *xs0, const float *xs1, float *y0, float *y1, int two)                        \
+    {                                                                                             \
+        __m512 ta = _mm512_setzero_ps(), tb = ta;                                                 \
+        float ba = 0.0f, bb = 0.0f;                                                               \
+        for (long g = 0; g < ng; g++) {                                                           \
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                           \
+            __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                            \
+            long i = g * group, e = (g + 1) * group;                                              \
+            for (; i + 64 <= e; i += 64) {                                                        \
+                __m512 q[2], u[2];                                                                \
+                LOAD32(w + i * BITS / 8, q);                                                      \
+                LOAD32(w + (i + 32) * BITS / 8, u);                                               \
+                a0 = _mm512_fmadd_ps(q[0], _mm512_loadu_ps(x0 + i), a0);                          \
+                a1 = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(x0 + i + 16), a1);                     \
+                a2 = _mm512_fmadd_ps(u[0], _mm512_loadu_ps(x0 + i + 32), a2);                     \
+                a3 = _mm512_fmadd_ps(u[1], _mm512_loadu_ps(x0 + i + 48), a3);                     \
+                if (two) {                                                                        \
+                    b0 = _mm512_fmadd_ps(q[0], _mm512_loadu_ps(x1 + i), b0);                      \
+                    b1 = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(x1 + i + 16), b1);                 \
+                    b2 = _mm512_fmadd_ps(u[0], _mm512_loadu_ps(x1 + i + 32), b2);                 \
+                    b3 = _mm512_fmadd_ps(u[1], _mm512_loadu_ps(x1 + i + 48), b3);                 \
+                }                                                                                 \
+            }                                                                                     \
+            if (i < e) {                                                                          \
+                __m512 q[2];                                                                      \
+                LOAD32(w + i * BITS / 8, q);                                                      \
+                a0 = _mm512_fmadd_ps(q[0], _mm512_loadu_ps(x0 + i), a0);                          \
+                a1 = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(x0 + i + 16), a1);                     \
+                if (two) {                                                                        \
+                    b0 = _mm512_fmadd_ps(q[0], _mm512_loadu_ps(x1 + i), b0);                      \
+                    b1 = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(x1 + i + 16), b1);                 \
+                }                                                                                 \
+            }                                                                                     \
+            __m512 sc = _mm512_set1_ps(s[2 * g]);                                                 \
+            ta = _mm512_fmadd_ps(sc, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)), ta); \
+            ba += s[2 * g + 1] * xs0[g];                                                          \
+            if (two) {                                                                            \
+                tb = _mm512_fmadd_ps(sc, _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)), tb); \
+                bb += s[2 * g + 1] * xs1[g];                                                      \
+            }                                                                                     \
+        }                                                                                         \
+        *y0 = hsum16(ta) + ba;                                                                    \
+        if (two)                                                                                  \
+            *y1 = hsum16(tb) + bb;                                                                \
+    }                                                                                             \
+    static void name(const uint8_t *Wq, const float *sb, int group, const float *X, const float *xsum, \
+                     float *Y, long T, long n_in, long ldy, long r0, long r1)                     \
+    {                                                                                             \
+        long ng = n_in / group;                                                                   \
+        for (long r = r0; r < r1; r++) {                                                          \
+            const uint8_t *w = Wq + r * n_in * BITS / 8;                                          \
+            const float *s = sb + r * ng * 2;                                                     \
+            long t0 = 0;                                                                          \
+            for (; t0 + 1 < T; t0 += 2)                                                           \
+                name##_row(w, s, group, ng, X + t0 * n_in, X + (t0 + 1) * n_in, xsum + t0 * ng,  \
+                           xsum + (t0 + 1) * ng, &Y[t0 * ldy + r], &Y[(t0 + 1) * ldy + r], 1);    \
+            if (t0 < T)                                                                           \
+                name##_row(w, s, group, ng, X + t0 * n_in, NULL, xsum + t0 * ng, NULL,            \
+                           &Y[t0 * ldy + r], NULL, 0);                                            \
+        }                                                                                         \
+    }
+
+AVX512_QMATMUL(matmul_q4, 4, q4_load32)
+AVX512_QMATMUL(matmul_q8, 8, q8_load32)
+
 static float dot(const float *a, const float *b, long n)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
@@ -107,7 +192,7 @@ static void axpy(float a, const float *x, float *y, long n)
         y[i] += a * x[i];
 }
 
-static const tern_kernels k_avx512 = {"avx512", matmul_f32, matmul_bf16, matmul_f16, dot, axpy};
+static const tern_kernels k_avx512 = {"avx512", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8, dot, axpy};
 
 const tern_kernels *tern_kernels_avx512_table(void);
 const tern_kernels *tern_kernels_avx512_table(void) { return &k_avx512; }

@@ -26,6 +26,34 @@ SCALAR_MATMUL(matmul_f32, float, LOAD_F32)
 SCALAR_MATMUL(matmul_bf16, uint16_t, tern_bf16_to_f32)
 SCALAR_MATMUL(matmul_f16, uint16_t, tern_f16_to_f32)
 
+/* The specification of the quantized product (see kernels.h). */
+#define SCALAR_QMATMUL(name, QV)                                                                  \
+    static void name(const uint8_t *Wq, const float *sb, int group, const float *X, const float *xsum, \
+                     float *Y, long T, long n_in, long ldy, long r0, long r1)                     \
+    {                                                                                             \
+        long ng = n_in / group;                                                                   \
+        for (long r = r0; r < r1; r++) {                                                          \
+            const uint8_t *w = Wq + r * n_in * BITS_##name / 8;                                    \
+            const float *s = sb + r * ng * 2;                                                     \
+            for (long t = 0; t < T; t++) {                                                        \
+                const float *x = X + t * n_in;                                                    \
+                float acc = 0.0f;                                                                 \
+                for (long g = 0; g < ng; g++) {                                                   \
+                    float d = 0.0f;                                                               \
+                    for (long i = g * group; i < (g + 1) * group; i++)                            \
+                        d += (float)(QV) * x[i];                                                  \
+                    acc += s[2 * g] * d + s[2 * g + 1] * xsum[t * ng + g];                       \
+                }                                                                                 \
+                Y[t * ldy + r] = acc;                                                             \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+#define BITS_matmul_q4 4
+#define BITS_matmul_q8 8
+SCALAR_QMATMUL(matmul_q4, (w[i >> 1] >> ((i & 1) * 4)) & 15)
+SCALAR_QMATMUL(matmul_q8, w[i])
+
 static float dot(const float *a, const float *b, long n)
 {
     float acc = 0.0f;
@@ -40,6 +68,7 @@ static void axpy(float a, const float *x, float *y, long n)
         y[i] += a * x[i];
 }
 
-static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, dot, axpy};
+static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
+                                      dot, axpy};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }

@@ -1,0 +1,47 @@
+/* The compute under a forward pass, behind a small table so that a CUDA
+ * backend can sit beside the CPU one: the two things that need a device's
+ * memory and parallelism - weight products and attention over the paged KV
+ * cache. Everything else in forward.c is O(tokens * dim) glue.
+ *
+ * Contract for every backend: the product of one output row with one token
+ * must not depend on the batch or on how rows are split among workers (the
+ * batched forward reproduces single-sequence decoding bit for bit). */
+#ifndef TERN_MODEL_BACKEND_H
+#define TERN_MODEL_BACKEND_H
+
+#include "base/err.h"
+#include "model/kv.h"
+
+struct model_weight;
+struct fwd_batch;
+
+/* Attention of one layer for every token of a batch. Token i's query heads
+ * q[i][n_head][head_dim] attend to its own sequence's cached positions
+ * max(0, pos - window + 1) .. pos (window 0 = all), already written to kv;
+ * out[i][n_head][head_dim] gets the weighted values. Scores are
+ * scale * q.k, then softcap * tanh(s / softcap) when softcap > 0. */
+typedef struct model_attn {
+    const kv_pool *kv;
+    const struct fwd_batch *b;
+    int layer, n_head, n_kv_head, head_dim, window;
+    float scale, softcap;
+    const float *q;
+    float *out;
+} model_attn;
+
+typedef struct model_backend {
+    const char *name;
+    /* Y[k][T][w[k]->n_out] = X[T][n_in] @ w[k]^T for k < n (all w[k] share
+     * n_in), run as one parallel job: q/k/v and gate/up go together. */
+    int (*matmul)(struct model_backend *be, int n, const struct model_weight *const *w, const float *X,
+                  float *const *Y, int T, tern_err *err);
+    int (*attention)(struct model_backend *be, const model_attn *a, tern_err *err);
+    int (*n_threads)(const struct model_backend *be);
+    void (*free)(struct model_backend *be);
+} model_backend;
+
+/* The CPU backend: the best kernel table for this CPU (tern_kernels_best)
+ * and a pool of n_threads workers (<= 0: one per core). NULL with err set. */
+model_backend *model_backend_cpu_new(int n_threads, tern_err *err);
+
+#endif

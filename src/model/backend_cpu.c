@@ -1,0 +1,202 @@
+/* The CPU backend (see backend.h): kernel table + spinning thread pool.
+ * Fused products split the concatenated output rows of all their matrices
+ * across the workers, so q/k/v (or gate/up) cost one synchronization. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/backend.h"
+#include "model/model.h"
+#include "tensor/kernels.h"
+#include "tensor/spin_pool.h"
+
+#define MM_MAX 4 /* matrices in one fused product */
+
+typedef struct cpu_backend {
+    model_backend base;
+    const tern_kernels *k;
+    tern_spool *pool;
+    float *scores; /* [n_workers][cap_ctx] attention scratch */
+    int cap_ctx;
+    float *xsum;   /* per-group input sums for quantized products */
+    size_t cap_xsum;
+} cpu_backend;
+
+typedef struct mm_job {
+    cpu_backend *be;
+    int n;
+    const model_weight *const *w;
+    const float *X;
+    float *const *Y;
+    long T;
+    long offs[MM_MAX + 1]; /* first global row of each matrix */
+    const float *xsum[MM_MAX];
+} mm_job;
+
+static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum, float *Y,
+                   long T, long r0, long r1)
+{
+    if (w->qbits)
+        (w->qbits == 4 ? k->matmul_q4 : k->matmul_q8)(w->data, w->sb, w->group, X, xsum, Y, T, w->n_in, w->n_out,
+                                                      r0, r1);
+    else
+        (w->dtype == TERN_F32 ? k->matmul_f32 : w->dtype == TERN_BF16 ? k->matmul_bf16 : k->matmul_f16)(
+            w->data, X, Y, T, w->n_in, w->n_out, r0, r1);
+}
+
+static void mm_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    mm_job *j = ctx;
+    for (int i = 0; i < j->n; i++) {
+        long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
+        if (lo < hi)
+            mm_one(j->be->k, j->w[i], j->X, j->xsum[i], j->Y[i], j->T, lo - j->offs[i], hi - j->offs[i]);
+    }
+}
+
+static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, const float *X, float *const *Y,
+                      int T, tern_err *err)
+{
+    cpu_backend *be = (cpu_backend *)base;
+    if (n < 1 || n > MM_MAX)
+        return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
+    mm_job j = {be, n, w, X, Y, T, {0}, {0}};
+    size_t need = 0;
+    for (int i = 0; i < n; i++) {
+        j.offs[i + 1] = j.offs[i] + w[i]->n_out;
+        if (w[i]->qbits)
+            need += (size_t)T * (w[i]->n_in / w[i]->group);
+    }
+    if (need > be->cap_xsum) {
+        float *nx = realloc(be->xsum, need * 2 * sizeof(float));
+        if (!nx)
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        be->xsum = nx;
+        be->cap_xsum = need * 2;
+    }
+    /* Input sums per quantization group (shared by matrices of one group size). */
+    float *xs = be->xsum;
+    int last_group = 0;
+    for (int i = 0; i < n; i++) {
+        if (!w[i]->qbits)
+            continue;
+        int g = w[i]->group;
+        if (g != last_group) {
+            long ng = w[i]->n_in / g;
+            for (long t = 0; t < T; t++)
+                for (long q = 0; q < ng; q++) {
+                    const float *x = X + t * w[i]->n_in + q * g;
+                    float s = 0.0f;
+                    for (int e = 0; e < g; e++)
+                        s += x[e];
+                    xs[t * ng + q] = s;
+                }
+            j.xsum[i] = xs;
+            xs += (size_t)T * ng;
+            last_group = g;
+        } else {
+            j.xsum[i] = xs - (size_t)T * (w[i]->n_in / g);
+        }
+    }
+    /* Enough work per part that waking a thread pays off (~64k MACs). */
+    long grain = 65536 / ((long)w[0]->n_in * T) + 1;
+    tern_spool_for(be->pool, j.offs[n], grain, mm_run, &j);
+    return 0;
+}
+
+typedef struct att_job {
+    cpu_backend *be;
+    const model_attn *a;
+} att_job;
+
+static void att_run(void *ctx, long begin, long end, int worker)
+{
+    att_job *j = ctx;
+    const model_attn *a = j->a;
+    const tern_kernels *k = j->be->k;
+    int hd = a->head_dim, group = a->n_head / a->n_kv_head, qd = a->n_head * hd;
+    float *sc = j->be->scores + (size_t)worker * j->be->cap_ctx;
+    for (long it = begin; it < end; it++) {
+        int i = (int)(it / a->n_head), h = (int)(it % a->n_head), kvh = h / group;
+        const kv_seq *seq = a->b->seqs[i];
+        int p = a->b->pos[i];
+        int start = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        const float *q = a->q + (size_t)i * qd + (size_t)h * hd;
+        float mx = -INFINITY;
+        for (int t = start; t <= p; t++) {
+            float v = k->dot(q, kv_k_at(a->kv, seq, a->layer, t) + (size_t)kvh * hd, hd) * a->scale;
+            if (a->softcap > 0)
+                v = a->softcap * tanhf(v / a->softcap);
+            sc[t] = v;
+            if (v > mx)
+                mx = v;
+        }
+        float sum = 0.0f;
+        for (int t = start; t <= p; t++) {
+            sc[t] = expf(sc[t] - mx);
+            sum += sc[t];
+        }
+        float inv = 1.0f / sum;
+        float *out = a->out + (size_t)i * qd + (size_t)h * hd;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int t = start; t <= p; t++)
+            k->axpy(sc[t] * inv, kv_v_at(a->kv, seq, a->layer, t) + (size_t)kvh * hd, out, hd);
+    }
+}
+
+static int cpu_attention(model_backend *base, const model_attn *a, tern_err *err)
+{
+    cpu_backend *be = (cpu_backend *)base;
+    int ctx = 0;
+    for (int i = 0; i < a->b->n; i++)
+        if (a->b->pos[i] + 1 > ctx)
+            ctx = a->b->pos[i] + 1;
+    if (ctx > be->cap_ctx) {
+        int cap = ctx > 2 * be->cap_ctx ? ctx : 2 * be->cap_ctx;
+        float *ns = malloc((size_t)tern_spool_size(be->pool) * cap * sizeof(float));
+        if (!ns)
+            return tern_err_set(err, TERN_ENOMEM, "out of memory for attention scores (%d positions)", ctx);
+        free(be->scores);
+        be->scores = ns;
+        be->cap_ctx = cap;
+    }
+    att_job j = {be, a};
+    tern_spool_for(be->pool, (long)a->b->n * a->n_head, 1, att_run, &j);
+    return 0;
+}
+
+static int cpu_n_threads(const model_backend *base) { return tern_spool_size(((const cpu_backend *)base)->pool); }
+
+static void cpu_free(model_backend *base)
+{
+    cpu_backend *be = (cpu_backend *)base;
+    if (!be)
+        return;
+    tern_spool_free(be->pool);
+    free(be->scores);
+    free(be->xsum);
+    free(be);
+}
+
+model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
+{
+    cpu_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    be->base.name = "cpu";
+    be->base.matmul = cpu_matmul;
+    be->base.attention = cpu_attention;
+    be->base.n_threads = cpu_n_threads;
+    be->base.free = cpu_free;
+    be->k = tern_kernels_best();
+    be->pool = tern_spool_new(n_threads);
+    if (!be->pool) {
+        free(be);
+        tern_err_set(err, TERN_ENOMEM, "cannot start threads");
+        return NULL;
+    }
+    return &be->base;
+}
