@@ -347,7 +347,7 @@ static tv repeat(tpl_render *r, tv seq, int64_t k, long pos)
 
 static tv arith(tpl_render *r, int op, tv a, tv b, long pos)
 {
-    static const char *names[] = {[OP_ADD] = "+", [OP_SUB] = "-", [OP_MUL] = "*", [OP_DIV] = "/",
+    static const char *names[OP_TILDE + 1] = {[OP_TILDE] = "~", [OP_ADD] = "+", [OP_SUB] = "-", [OP_MUL] = "*", [OP_DIV] = "/",
                                   [OP_FLOORDIV] = "//", [OP_MOD] = "%", [OP_POW] = "**"};
     const char *on = names[op];
     if (op == OP_TILDE) {

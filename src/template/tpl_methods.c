@@ -410,11 +410,12 @@ static const char *const unsafe[] = {"append", "extend", "insert", "pop", "remov
 tv tpl_method(tpl_render *r, tv obj, const char *name, size_t len)
 {
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
-        if (methods[i].type == obj.t && strlen(methods[i].name) == len && !memcmp(methods[i].name, name, len))
+        if (methods[i].type == obj.t && methods[i].name[0] == name[0] && strlen(methods[i].name) == len &&
+            !memcmp(methods[i].name, name, len))
             return mkfunc(r, methods[i].name, methods[i].fn, obj);
     if (obj.t == TV_LIST || obj.t == TV_DICT)
         for (int i = 0; unsafe[i]; i++)
-            if (strlen(unsafe[i]) == len && !memcmp(unsafe[i], name, len)) {
+            if (unsafe[i][0] == name[0] && strlen(unsafe[i]) == len && !memcmp(unsafe[i], name, len)) {
                 char buf[128];
                 snprintf(buf, sizeof buf, "access to attribute '%s' of '%s' object is unsafe.", unsafe[i],
                          tv_type_name(obj));

@@ -28,6 +28,10 @@ def default_dirs():
 
 def run(cmd, data):
     p = subprocess.run(cmd, input=data.encode(), capture_output=True, timeout=600)
+    err = p.stderr.decode(errors="replace")
+    if "Sanitizer" in err or "runtime error:" in err:
+        sys.stderr.write(err)
+        raise SystemExit("sanitizer report from: %s" % " ".join(cmd))
     if p.returncode != 0:
         sys.stderr.write(p.stderr.decode(errors="replace"))
         raise SystemExit("command failed: %s" % " ".join(cmd))

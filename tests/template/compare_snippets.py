@@ -45,7 +45,10 @@ def main():
             p = subprocess.run([tern, "template", tmp, "--jsonl"], capture_output=True, timeout=60,
                                input=(json.dumps(variables, ensure_ascii=False) + "\n").encode())
             lines = [l for l in p.stdout.decode().split("\n") if l.strip()]
-            if p.returncode == 1 and not lines:  # parse error: reported at load time
+            err = p.stderr.decode(errors="replace")
+            if "Sanitizer" in err or "runtime error:" in err:
+                got = {"crash": p.returncode, "stderr": err[-800:]}
+            elif p.returncode == 1 and not lines:  # parse error: reported at load time
                 got = {"error": p.stderr.decode().strip()}
             elif p.returncode != 0 or len(lines) != 1:
                 got = {"crash": p.returncode, "stderr": p.stderr.decode()[-500:]}
