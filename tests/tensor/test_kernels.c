@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/rng.h"
@@ -82,6 +83,91 @@ static void check_table(const tern_kernels *k)
     }
 }
 
+/* MLX affine layout written independently of the kernels: value i of a row
+ * goes to 32-bit word i / (32 / bits) at bit (i % (32 / bits)) * bits. */
+static void pack_row(const int *q, long n, int bits, uint32_t *words)
+{
+    int per = 32 / bits;
+    memset(words, 0, (size_t)(n / per) * 4);
+    for (long i = 0; i < n; i++)
+        words[i / per] |= (uint32_t)q[i] << ((i % per) * bits);
+}
+
+/* Quantized products of every table against a double-precision product of
+ * the dequantized weights, and against the scalar table; row ranges and
+ * batch invariance as for the dense kernels. */
+static void check_quant(const tern_kernels *k)
+{
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long shapes[][3] = {{1, 32, 32}, {3, 64, 32}, {5, 128, 64}, {4, 256, 128}, {7, 384, 64},
+                                     {2, 896, 128}, {3, 96, 32}};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            long n_out = shapes[si][0], n_in = shapes[si][1], G = shapes[si][2], ng = n_in / G;
+            long T = 1 + (long)(tern_rng_u32(&rng) % 5);
+            int *q = malloc((size_t)(n_out * n_in) * sizeof(int));
+            uint32_t *wq = malloc((size_t)(n_out * n_in * bits / 32) * 4);
+            float *sb = malloc((size_t)(n_out * ng * 2) * 4), *x = malloc((size_t)(T * n_in) * 4);
+            float *xs = malloc((size_t)(T * ng) * 4), *y0 = malloc((size_t)(T * n_out) * 4);
+            float *y1 = malloc((size_t)(T * n_out) * 4);
+            for (long i = 0; i < n_out * n_in; i++)
+                q[i] = (int)(tern_rng_u32(&rng) % (1u << bits));
+            for (long r = 0; r < n_out; r++)
+                pack_row(q + r * n_in, n_in, bits, wq + r * n_in * bits / 32);
+            for (long i = 0; i < n_out * ng; i++) {
+                sb[2 * i] = 0.01f * (1.0f + rnd());
+                sb[2 * i + 1] = 0.1f * rnd();
+            }
+            for (long i = 0; i < T * n_in; i++)
+                x[i] = rnd();
+            for (long t = 0; t < T; t++)
+                for (long g = 0; g < ng; g++) {
+                    float sum = 0;
+                    for (long i = g * G; i < (g + 1) * G; i++)
+                        sum += x[t * n_in + i];
+                    xs[t * ng + g] = sum;
+                }
+            tern_qmatmul_fn fk = bits == 4 ? k->matmul_q4 : k->matmul_q8;
+            tern_qmatmul_fn fr = bits == 4 ? ref->matmul_q4 : ref->matmul_q8;
+            fk((const uint8_t *)wq, sb, (int)G, x, xs, y1, T, n_in, n_out, 0, n_out);
+            fr((const uint8_t *)wq, sb, (int)G, x, xs, y0, T, n_in, n_out, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < n_out; r++) {
+                    double want = 0, mag = 0;
+                    for (long i = 0; i < n_in; i++) {
+                        long g = i / G;
+                        double w = (double)sb[(r * ng + g) * 2] * q[r * n_in + i] + sb[(r * ng + g) * 2 + 1];
+                        want += w * x[t * n_in + i];
+                        mag += fabs(w * x[t * n_in + i]);
+                    }
+                    double tol = 1e-6 * mag * 8 + 1e-6;
+                    float got = y1[t * n_out + r], sc = y0[t * n_out + r];
+                    if (fabs(got - want) > tol || fabs(got - sc) > tol)
+                        fail_msg("%s q%d n_in %ld group %ld T %ld: %g, scalar %g, exact %g", k->isa, bits, n_in, G,
+                                 T, got, sc, want);
+                }
+            if (n_out > 1) {
+                fk((const uint8_t *)wq, sb, (int)G, x, xs, y0, T, n_in, n_out, 0, n_out / 2);
+                fk((const uint8_t *)wq, sb, (int)G, x, xs, y0, T, n_in, n_out, n_out / 2, n_out);
+                for (long i = 0; i < T * n_out; i++)
+                    assert_true(y0[i] == y1[i]);
+            }
+            for (long t = 0; t < T; t++) {
+                fk((const uint8_t *)wq, sb, (int)G, x + t * n_in, xs + t * ng, y0, 1, n_in, n_out, 0, n_out);
+                for (long r = 0; r < n_out; r++)
+                    if (y0[r] != y1[t * n_out + r])
+                        fail_msg("%s q%d: token %ld of %ld differs from alone", k->isa, bits, t, T);
+            }
+            free(q), free(wq), free(sb), free(x), free(xs), free(y0), free(y1);
+        }
+}
+
+static void test_scalar_quant(void **state)
+{
+    (void)state;
+    check_quant(tern_kernels_scalar());
+}
+
 static void test_avx2(void **state)
 {
     (void)state;
@@ -89,6 +175,7 @@ static void test_avx2(void **state)
     if (!k)
         skip();
     check_table(k);
+    check_quant(k);
 }
 
 static void test_avx512(void **state)
@@ -100,6 +187,8 @@ static void test_avx512(void **state)
         skip();
     }
     check_table(k);
+    check_quant(k);
+    printf("AVX-512 kernels match the scalar reference\n");
 }
 
 static void test_conversions(void **state)
@@ -127,6 +216,7 @@ int main(void)
     tern_rng_seed(&rng, seed, 7);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conversions),
+        cmocka_unit_test(test_scalar_quant),
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_avx512),
     };
