@@ -19,6 +19,7 @@ static const command commands[] = {
     {"grammar", cmd_grammar, "grammar compile|check|masks|bench SPEC ... (tern grammar --help)"},
     {"tokenize", cmd_tokenize, "tokenize DIR [--no-special] [--jsonl] < text  (prints the id array)"},
     {"detokenize", cmd_detokenize, "detokenize DIR [--skip-special] [--jsonl] < ids.json"},
+    {"serve", cmd_serve, "serve MODEL_DIR [--host H] [--port P] [--api-key KEY] [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--cors ORIGIN]"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,129 @@
+/* The OpenAI request/response layer of the server, free of I/O: parsing and
+ * validating a request body into engine-ready parameters (api_parse.c), and
+ * building response bodies, SSE chunks and error objects (api_format.c).
+ * Everything here is pure so it can be unit-tested and fuzzed directly. */
+#ifndef TERN_SERVER_API_H
+#define TERN_SERVER_API_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "sample/sample.h"
+
+/* Bounds of what a request may ask for (each with its reason). */
+#define API_MAX_N 16          /* choices per request: each is an engine request */
+#define API_MAX_STOP 16       /* OpenAI allows 4; we are lenient but bounded */
+#define API_MAX_STOP_LEN 256  /* bytes per stop string (held back while matching) */
+#define API_MAX_BIAS 1024     /* logit_bias entries (OpenAI: 300) */
+#define API_MAX_TOP_LOGPROBS SAMPLE_MAX_LOGPROBS
+
+typedef enum api_kind { API_CHAT = 0, API_COMPLETION } api_kind;
+
+/* An error as OpenAI shapes it: {"error": {message, type, param, code}}. */
+typedef struct api_error {
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", "authentication_error", ... (static) */
+    const char *code; /* NULL or a static code ("unsupported_parameter") */
+    char param[96];   /* the offending field ("" = none) */
+    char msg[TERN_ERR_MSG_MAX];
+} api_error;
+
+/* Fills e and returns -1. param may be NULL. */
+int api_error_set(api_error *e, int status, const char *type, const char *code, const char *param,
+                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Shortcut for a 400 invalid_request_error. */
+int api_bad(api_error *e, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* What the server can honour, for validation. */
+typedef struct api_limits {
+    int32_t n_vocab;        /* token ids must be below this (logit_bias, token prompts) */
+    const char *model_name; /* the one served model; "model" must match when given */
+} api_limits;
+
+typedef struct api_request {
+    api_kind kind;
+    json_object *root;          /* owned: the parsed body; borrowed pointers below point into it */
+    const char *model;          /* NULL if absent */
+    /* chat */
+    json_object *messages;      /* owned: normalized [{role, content: string|null, ...}] */
+    json_object *tools;         /* borrowed, NULL if absent or tool_choice "none" */
+    json_object *template_kwargs; /* borrowed chat_template_kwargs object, or NULL */
+    int add_generation_prompt;  /* default 1 */
+    /* completions */
+    const char *prompt;         /* text prompt (borrowed), or NULL when prompt_ids */
+    size_t prompt_len;
+    int32_t *prompt_ids;        /* owned token-array prompt, or NULL */
+    size_t n_prompt_ids;
+    int echo;
+    /* common */
+    int max_tokens;             /* -1 = until the context is full */
+    sample_params sample;       /* sample.bias points at bias */
+    sample_bias *bias;          /* owned [n_bias] */
+    int n_bias;
+    int has_seed;
+    const char **stop;          /* owned array of borrowed strings [n_stop] */
+    int n_stop;
+    int n;                      /* choices */
+    int logprobs;               /* report logprobs */
+    int top_logprobs;           /* alternatives per token (0..20) */
+    int stream, include_usage;
+    int ignore_eos, skip_special;
+} api_request;
+
+/* Parses and validates a body of len bytes (need not be NUL-terminated).
+ * On success r owns what it holds (api_request_free); on failure r is left
+ * empty and err says why (always a 4xx). */
+int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const api_limits *lim,
+              api_error *err);
+void api_request_free(api_request *r);
+
+/* --- formatting (api_format.c); every returned string is malloc'd --- */
+
+/* {"error": {...}} */
+char *api_error_json(const api_error *e);
+
+/* The bytes a token contributes and its text as valid UTF-8 (invalid bytes
+ * become U+FFFD), for logprob entries. */
+typedef struct api_token_text {
+    const char *bytes; /* borrowed */
+    size_t len;
+} api_token_text;
+
+/* Looks up token text for logprobs; implemented by the caller (the server
+ * passes the tokenizer). */
+typedef api_token_text (*api_token_fn)(void *ctx, int32_t id);
+
+/* Chat logprob content entry: {token, logprob, bytes, top_logprobs}. */
+json_object *api_chat_logprob(const sample_result *lp, int n_top, api_token_fn fn, void *ctx);
+/* Appends one token to a completions logprobs object {tokens, token_logprobs,
+ * top_logprobs, text_offset} (created when *lp_obj is NULL). */
+void api_completion_logprob_add(json_object **lp_obj, const sample_result *lp, int n_top, size_t text_offset,
+                                api_token_fn fn, void *ctx);
+
+/* A new json string from bytes that may hold invalid UTF-8 (replaced by U+FFFD). */
+json_object *api_json_string(const char *s, size_t len);
+
+/* usage {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details{cached_tokens}} */
+json_object *api_usage(int n_prompt, int n_completion, int n_cached);
+
+/* The envelope of a response or chunk: {id, object, created, model, [system_fingerprint], choices: []}.
+ * Returns the object; *choices receives the (borrowed) choices array. */
+json_object *api_envelope(const char *id, const char *object, long long created, const char *model,
+                          json_object **choices);
+
+/* Serializes o (taking it) as "data: <json>\n\n" appended to a growing buffer. */
+typedef struct api_buf {
+    char *data;
+    size_t len, cap;
+} api_buf;
+int api_buf_append(api_buf *b, const char *s, size_t n);
+int api_buf_sse(api_buf *b, json_object *o); /* takes o */
+void api_buf_free(api_buf *b);
+
+/* Plain JSON text of o (taking o), malloc'd. */
+char *api_json_take(json_object *o);
+
+#endif

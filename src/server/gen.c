@@ -1,0 +1,544 @@
+/* A generation job: the n engine requests behind one HTTP request, the wait
+ * for their events (an eventfd poked by the engine's notify hook, polled
+ * together with the client's socket so a disconnect cancels at once), and
+ * the two ways out: one JSON body, or an SSE stream of OpenAI chunks. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "server/server_int.h"
+
+#define GEN_POLL_MS 250 /* how often a wait re-checks for server shutdown */
+
+typedef struct gen_choice {
+    engine_req *r;
+    int done;
+    engine_finish finish;
+    engine_usage usage;
+    char error[TERN_ERR_MSG_MAX];
+    api_buf text;       /* non-streaming: the whole text */
+    json_object *lp;    /* logprobs: chat content array, or completions object */
+    size_t text_off;    /* completions: bytes of text so far (text_offset) */
+    int started;        /* streaming: the role chunk / echo went out */
+} gen_choice;
+
+struct gen_job {
+    tern_server *s;
+    api_request req;
+    char id[48];
+    long long created;
+    int n_prompt;
+    char *echo;
+    int n;
+    gen_choice ch[API_MAX_N];
+    srv_waker *wk;
+    int client_fd;
+    int client_gone;
+    /* streaming */
+    api_buf out;
+    size_t out_pos;
+    int tail_sent; /* usage + [DONE] queued */
+};
+
+/* ---- wakers ---- */
+
+srv_waker *srv_waker_get(tern_server *s)
+{
+    pthread_mutex_lock(&s->wk_mu);
+    srv_waker *w = s->wk_free;
+    if (w)
+        s->wk_free = w->next_free;
+    pthread_mutex_unlock(&s->wk_mu);
+    if (w)
+        return w;
+    w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->efd < 0) {
+        free(w);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->wk_mu);
+    w->next_all = s->wk_all;
+    s->wk_all = w;
+    pthread_mutex_unlock(&s->wk_mu);
+    return w;
+}
+
+void srv_waker_put(tern_server *s, srv_waker *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&s->wk_mu);
+    w->next_free = s->wk_free;
+    s->wk_free = w;
+    pthread_mutex_unlock(&s->wk_mu);
+}
+
+void srv_wakers_free(tern_server *s)
+{
+    for (srv_waker *w = s->wk_all, *next; w; w = next) {
+        next = w->next_all;
+        close(w->efd);
+        free(w);
+    }
+    s->wk_all = s->wk_free = NULL;
+}
+
+/* Engine thread: must not block. A full counter (EAGAIN) is still a wakeup. */
+static void on_notify(void *user)
+{
+    srv_waker *w = user;
+    uint64_t one = 1;
+    ssize_t rc = write(w->efd, &one, sizeof one);
+    (void)rc;
+}
+
+/* ---- job lifetime ---- */
+
+void gen_free(gen_job *j)
+{
+    if (!j)
+        return;
+    int active = 0;
+    for (int i = 0; i < j->n; i++) {
+        gen_choice *c = &j->ch[i];
+        if (c->r) {
+            if (!c->done)
+                active = 1;
+            engine_req_release(c->r); /* cancels it if still running */
+        }
+        api_buf_free(&c->text);
+        json_object_put(c->lp);
+    }
+    if (active)
+        atomic_fetch_add(&j->s->met.gen_disconnected, 1);
+    atomic_fetch_sub(&j->s->met.gens_active, 1);
+    srv_waker_put(j->s, j->wk);
+    api_buf_free(&j->out);
+    api_request_free(&j->req);
+    free(j->echo);
+    free(j);
+}
+
+static uint64_t random_seed(void)
+{
+    static atomic_ullong counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_prompt, size_t cache_boundary,
+              const char *echo_text, int client_fd, gen_job **out, api_error *err)
+{
+    gen_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        api_request_free(req);
+        return api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    j->s = s;
+    j->req = *req;
+    memset(req, 0, sizeof *req);
+    j->n = j->req.n;
+    j->n_prompt = (int)n_prompt;
+    j->client_fd = client_fd;
+    j->created = (long long)time(NULL);
+    snprintf(j->id, sizeof j->id, "%s-%016llx", j->req.kind == API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)random_seed());
+    atomic_fetch_add(&s->met.gens_active, 1);
+    if (echo_text && !(j->echo = strdup(echo_text)))
+        goto nomem;
+    if (!(j->wk = srv_waker_get(s)))
+        goto nomem;
+    uint64_t seed = j->req.has_seed ? j->req.sample.seed : random_seed();
+    for (int i = 0; i < j->n; i++) {
+        engine_params p;
+        engine_params_default(&p);
+        p.prompt = prompt;
+        p.n_prompt = n_prompt;
+        p.sample = j->req.sample;
+        /* choice 0 keeps the request's seed; the others get distinct streams */
+        p.sample.seed = seed + (uint64_t)i * 0x9E3779B97F4A7C15ull;
+        p.max_tokens = j->req.max_tokens;
+        p.stop = j->req.stop;
+        p.n_stop = j->req.n_stop;
+        p.ignore_eos = j->req.ignore_eos;
+        p.skip_special = j->req.skip_special;
+        p.cache_boundary = cache_boundary;
+        tern_err te;
+        j->ch[i].r = engine_submit(s->eng, &p, on_notify, j->wk, &te);
+        if (!j->ch[i].r) {
+            if (te.code == TERN_EFULL)
+                api_error_set(err, 429, "server_busy", "queue_full", NULL, "server busy: %s; retry later", te.msg);
+            else if (te.code == TERN_ERANGE)
+                api_bad(err, "context_length_exceeded", j->req.kind == API_CHAT ? "messages" : "prompt", "%s",
+                        te.msg);
+            else if (te.code == TERN_EINVAL)
+                api_bad(err, "invalid_value", NULL, "%s", te.msg);
+            else
+                api_error_set(err, 500, "server_error", NULL, NULL, "%s", te.msg);
+            gen_free(j);
+            return -1;
+        }
+        atomic_fetch_add(&s->met.gen_started, 1);
+    }
+    atomic_fetch_add(&s->met.prompt_tokens, (long long)n_prompt);
+    *out = j;
+    return 0;
+nomem:
+    gen_free(j);
+    return api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+/* ---- event handling ---- */
+
+static api_token_text token_text(void *ctx, int32_t id)
+{
+    api_token_text t = {"", 0};
+    tokenizer_token_bytes((const tern_tokenizer *)ctx, id, &t.bytes, &t.len);
+    return t;
+}
+
+static int all_done(const gen_job *j)
+{
+    for (int i = 0; i < j->n; i++)
+        if (!j->ch[i].done)
+            return 0;
+    return 1;
+}
+
+static const char *finish_reason(engine_finish f)
+{
+    return f == ENGINE_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* A streaming chunk envelope holding one choice object (returned borrowed in *choice). */
+static json_object *chunk_new(gen_job *j, int idx, json_object **choice)
+{
+    json_object *choices;
+    json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion.chunk" : "text_completion",
+                                  j->created, j->s->model_name, &choices);
+    if (j->req.include_usage)
+        json_object_object_add(o, "usage", NULL);
+    *choice = json_object_new_object();
+    json_object_object_add(*choice, "index", json_object_new_int(idx));
+    json_object_array_add(choices, *choice);
+    return o;
+}
+
+/* One content chunk (text and/or a logprob entry) for choice idx. */
+static void stream_piece(gen_job *j, int idx, const char *text, size_t len, const sample_result *lp)
+{
+    gen_choice *c = &j->ch[idx];
+    json_object *choice, *o = chunk_new(j, idx, &choice);
+    json_object *lpo = NULL;
+    if (lp && j->req.kind == API_CHAT) {
+        lpo = json_object_new_object();
+        json_object *arr = json_object_new_array();
+        json_object_array_add(arr, api_chat_logprob(lp, j->req.top_logprobs, token_text, (void *)j->s->tok));
+        json_object_object_add(lpo, "content", arr);
+    } else if (lp) {
+        api_completion_logprob_add(&lpo, lp, j->req.top_logprobs, c->text_off, token_text, (void *)j->s->tok);
+    }
+    if (j->req.kind == API_CHAT) {
+        json_object *delta = json_object_new_object();
+        json_object_object_add(delta, "content", api_json_string(text, len));
+        json_object_object_add(choice, "delta", delta);
+    } else {
+        json_object_object_add(choice, "text", api_json_string(text, len));
+    }
+    json_object_object_add(choice, "logprobs", lpo);
+    json_object_object_add(choice, "finish_reason", NULL);
+    c->text_off += len;
+    api_buf_sse(&j->out, o);
+}
+
+static void stream_start(gen_job *j, int idx)
+{
+    gen_choice *c = &j->ch[idx];
+    if (c->started)
+        return;
+    c->started = 1;
+    if (j->req.kind == API_CHAT) {
+        json_object *choice, *o = chunk_new(j, idx, &choice);
+        json_object *delta = json_object_new_object();
+        json_object_object_add(delta, "role", json_object_new_string("assistant"));
+        json_object_object_add(delta, "content", json_object_new_string(""));
+        json_object_object_add(choice, "delta", delta);
+        json_object_object_add(choice, "logprobs", NULL);
+        json_object_object_add(choice, "finish_reason", NULL);
+        api_buf_sse(&j->out, o);
+    } else if (j->echo) {
+        stream_piece(j, idx, j->echo, strlen(j->echo), NULL);
+    }
+}
+
+static void stream_finish(gen_job *j, int idx)
+{
+    gen_choice *c = &j->ch[idx];
+    if (c->finish == ENGINE_FINISH_ERROR) {
+        api_error e;
+        api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed: %s", c->error);
+        char *ej = api_error_json(&e);
+        if (ej) {
+            api_buf_append(&j->out, "data: ", 6);
+            api_buf_append(&j->out, ej, strlen(ej));
+            api_buf_append(&j->out, "\n\n", 2);
+            free(ej);
+        }
+        return;
+    }
+    json_object *choice, *o = chunk_new(j, idx, &choice);
+    if (j->req.kind == API_CHAT)
+        json_object_object_add(choice, "delta", json_object_new_object());
+    else
+        json_object_object_add(choice, "text", json_object_new_string(""));
+    json_object_object_add(choice, "logprobs", NULL);
+    json_object_object_add(choice, "finish_reason", json_object_new_string(finish_reason(c->finish)));
+    api_buf_sse(&j->out, o);
+}
+
+static void usage_totals(const gen_job *j, int *n_completion, int *n_cached)
+{
+    *n_completion = 0;
+    *n_cached = j->ch[0].usage.n_cached;
+    for (int i = 0; i < j->n; i++)
+        *n_completion += j->ch[i].usage.n_generated;
+}
+
+static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
+{
+    gen_choice *c = &j->ch[idx];
+    const sample_result *lp = ev->kind == ENGINE_EV_TOKEN && ev->has_logprob && j->req.logprobs ? &ev->lp : NULL;
+    if (streaming) {
+        stream_start(j, idx);
+        if (ev->text_len || lp)
+            stream_piece(j, idx, ev->text ? ev->text : "", ev->text_len, lp);
+    } else {
+        if (lp && j->req.kind == API_CHAT) {
+            if (!c->lp)
+                c->lp = json_object_new_array();
+            json_object_array_add(c->lp, api_chat_logprob(lp, j->req.top_logprobs, token_text, (void *)j->s->tok));
+        } else if (lp) {
+            api_completion_logprob_add(&c->lp, lp, j->req.top_logprobs, c->text_off, token_text,
+                                       (void *)j->s->tok);
+        }
+        if (ev->text_len)
+            api_buf_append(&c->text, ev->text, ev->text_len);
+        c->text_off += ev->text_len;
+    }
+    if (ev->kind == ENGINE_EV_FINISH) {
+        c->done = 1;
+        c->finish = ev->finish;
+        c->usage = ev->usage;
+        snprintf(c->error, sizeof c->error, "%s", ev->error);
+        atomic_fetch_add(&j->s->met.gen_finished, 1);
+        atomic_fetch_add(&j->s->met.completion_tokens, ev->usage.n_generated);
+        atomic_fetch_add(&j->s->met.cached_tokens, ev->usage.n_cached);
+        if (ev->finish == ENGINE_FINISH_ERROR) {
+            atomic_fetch_add(&j->s->met.gen_failed, 1);
+            TERN_ERROR("server: generation failed: %s", ev->error);
+        }
+        if (streaming)
+            stream_finish(j, idx);
+    }
+}
+
+/* Drains every available event. Returns the number handled. */
+static int drain(gen_job *j, int streaming)
+{
+    uint64_t cnt;
+    ssize_t rc = read(j->wk->efd, &cnt, sizeof cnt); /* reset before reading the queues */
+    (void)rc;
+    int n = 0;
+    for (int i = 0; i < j->n; i++) {
+        engine_event ev;
+        while (!j->ch[i].done && engine_req_next(j->ch[i].r, &ev, 0)) {
+            on_event(j, i, &ev, streaming);
+            engine_event_clear(&ev);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Did the peer close (or reset) its side? Data it sends (a pipelined next
+ * request) is not a hangup. */
+static int peer_closed(int fd, short revents)
+{
+    if (revents & (POLLHUP | POLLERR | POLLNVAL))
+        return 1;
+    if (revents & (POLLRDHUP | POLLIN)) {
+        char b;
+        ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    return 0;
+}
+
+/* Waits until some event arrived (1), the client left or the server stops (-1). */
+static int wait_events(gen_job *j, int streaming)
+{
+    for (;;) {
+        if (drain(j, streaming) || all_done(j))
+            return 1;
+        if (atomic_load(&j->s->stopping))
+            return -1;
+        struct pollfd p[2] = {{.fd = j->wk->efd, .events = POLLIN}, {.fd = j->client_fd, .events = POLLRDHUP}};
+        int np = j->client_fd >= 0 ? 2 : 1;
+        int rc = poll(p, (nfds_t)np, GEN_POLL_MS);
+        if (rc < 0 && errno != EINTR)
+            return -1;
+        if (np == 2 && rc > 0 && peer_closed(j->client_fd, p[1].revents)) {
+            j->client_gone = 1;
+            return -1;
+        }
+    }
+}
+
+static void cancel_all(gen_job *j)
+{
+    for (int i = 0; i < j->n; i++)
+        if (!j->ch[i].done)
+            engine_req_cancel(j->ch[i].r);
+}
+
+/* ---- non-streaming ---- */
+
+int gen_collect(gen_job *j, char **json, api_error *err)
+{
+    while (!all_done(j)) {
+        if (wait_events(j, 0) < 0) {
+            cancel_all(j);
+            /* 499: the client is gone, nothing to reply (the route closes the connection) */
+            return api_error_set(err, j->client_gone ? 499 : 503, "server_error", NULL, NULL,
+                                 "request abandoned (server shutting down)");
+        }
+    }
+    json_object *choices;
+    json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion" : "text_completion",
+                                  j->created, j->s->model_name, &choices);
+    for (int i = 0; i < j->n; i++) {
+        gen_choice *c = &j->ch[i];
+        if (c->finish == ENGINE_FINISH_ERROR) {
+            json_object_put(o);
+            return api_error_set(err, 500, "server_error", NULL, NULL, "generation failed: %s", c->error);
+        }
+        if (c->finish == ENGINE_FINISH_CANCELLED) {
+            json_object_put(o);
+            return api_error_set(err, 503, "server_error", NULL, NULL, "request cancelled (server shutting down)");
+        }
+        json_object *ch = json_object_new_object();
+        json_object_object_add(ch, "index", json_object_new_int(i));
+        if (j->req.kind == API_CHAT) {
+            json_object *msg = json_object_new_object();
+            json_object_object_add(msg, "role", json_object_new_string("assistant"));
+            json_object_object_add(msg, "content", api_json_string(c->text.data ? c->text.data : "", c->text.len));
+            json_object_object_add(msg, "refusal", NULL);
+            json_object_object_add(ch, "message", msg);
+            json_object *lpo = NULL;
+            if (j->req.logprobs) {
+                lpo = json_object_new_object();
+                json_object_object_add(lpo, "content", c->lp ? json_object_get(c->lp) : json_object_new_array());
+            }
+            json_object_object_add(ch, "logprobs", lpo);
+        } else {
+            api_buf t = {0};
+            if (j->echo)
+                api_buf_append(&t, j->echo, strlen(j->echo));
+            if (c->text.len)
+                api_buf_append(&t, c->text.data, c->text.len);
+            json_object_object_add(ch, "text", api_json_string(t.data ? t.data : "", t.len));
+            api_buf_free(&t);
+            json_object *lpo = NULL;
+            if (j->req.logprobs)
+                lpo = c->lp ? json_object_get(c->lp) : json_object_new_object();
+            json_object_object_add(ch, "logprobs", lpo);
+        }
+        json_object_object_add(ch, "finish_reason", json_object_new_string(finish_reason(c->finish)));
+        json_object_array_add(choices, ch);
+    }
+    int n_completion, n_cached;
+    usage_totals(j, &n_completion, &n_cached);
+    json_object_object_add(o, "usage", api_usage(j->n_prompt, n_completion, n_cached));
+    *json = api_json_take(o);
+    return *json ? 0 : api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+/* ---- streaming ---- */
+
+static void stream_tail(gen_job *j)
+{
+    if (j->req.include_usage) {
+        json_object *choices;
+        json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion.chunk" : "text_completion",
+                                      j->created, j->s->model_name, &choices);
+        int n_completion, n_cached;
+        usage_totals(j, &n_completion, &n_cached);
+        json_object_object_add(o, "usage", api_usage(j->n_prompt, n_completion, n_cached));
+        api_buf_sse(&j->out, o);
+    }
+    api_buf_append(&j->out, "data: [DONE]\n\n", 14);
+    j->tail_sent = 1;
+}
+
+/* MHD content reader: runs on this connection's own thread, so it may wait. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    gen_job *j = cls;
+    (void)pos;
+    while (j->out_pos >= j->out.len) {
+        j->out.len = j->out_pos = 0;
+        if (j->tail_sent)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (all_done(j)) {
+            stream_tail(j);
+            continue;
+        }
+        if (wait_events(j, 1) < 0) {
+            cancel_all(j);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+    size_t n = j->out.len - j->out_pos;
+    if (n > max)
+        n = max;
+    memcpy(buf, j->out.data + j->out_pos, n);
+    j->out_pos += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    gen_job *j = cls;
+    atomic_fetch_sub(&j->s->met.streams_active, 1);
+    gen_free(j);
+}
+
+enum MHD_Result gen_stream(srv_conn *c, gen_job *j)
+{
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, j,
+                                                               stream_free);
+    if (!r) {
+        gen_free(j);
+        return MHD_NO;
+    }
+    atomic_fetch_add(&c->s->met.streams_active, 1);
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    return http_reply_response(c, 200, r);
+}

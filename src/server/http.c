@@ -1,0 +1,319 @@
+/* HTTP plumbing over libmicrohttpd: the daemon (one thread per connection,
+ * so a slow client or a blocked wait stalls only its own thread), bounded
+ * request bodies and headers, bearer-token auth, CORS, and reply helpers.
+ * Routing and everything OpenAI-specific live in routes.c / gen.c. */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "server/server_int.h"
+
+void server_opts_default(server_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->model_name = "tern";
+    o->max_body_bytes = (size_t)8 << 20;  /* a long chat history is well under this */
+    o->max_header_bytes = (size_t)64 << 10; /* MHD's per-connection pool: headers + bookkeeping */
+    o->header_timeout_s = 30;
+    o->max_connections = 512;
+}
+
+void http_add_common_headers(const tern_server *s, struct MHD_Response *r)
+{
+    if (s->cors) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cors);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+}
+
+enum MHD_Result http_reply_response(srv_conn *c, unsigned status, struct MHD_Response *r)
+{
+    http_add_common_headers(c->s, r);
+    enum MHD_Result ret = MHD_queue_response(c->mc, status, r);
+    MHD_destroy_response(r);
+    if (ret == MHD_YES) {
+        c->replied = 1;
+        metrics_count_response(c->s, c->route, status);
+    }
+    return ret;
+}
+
+enum MHD_Result http_reply(srv_conn *c, unsigned status, const char *ctype, const void *data, size_t len,
+                           enum MHD_ResponseMemoryMode mode)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, mode);
+    if (!r)
+        return MHD_NO;
+    if (ctype)
+        MHD_add_response_header(r, "Content-Type", ctype);
+    return http_reply_response(c, status, r);
+}
+
+enum MHD_Result http_reply_json(srv_conn *c, unsigned status, char *json)
+{
+    if (!json)
+        return MHD_NO;
+    return http_reply(c, status, "application/json", json, strlen(json), MHD_RESPMEM_MUST_FREE);
+}
+
+enum MHD_Result http_reply_error(srv_conn *c, const api_error *e)
+{
+    if (e->status >= 500)
+        TERN_WARN("server: %d %s", e->status, e->msg);
+    else
+        TERN_DEBUG("server: %d %s", e->status, e->msg);
+    struct MHD_Response *r;
+    char *json = api_error_json(e);
+    if (!json)
+        return MHD_NO;
+    r = MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(json);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (e->status == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    return http_reply_response(c, (unsigned)e->status, r);
+}
+
+int http_client_fd(srv_conn *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+void http_timeout_lift(srv_conn *c)
+{
+    MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)0);
+}
+
+/* Constant-time comparison, so the key cannot be found byte by byte. */
+static int key_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char d = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++)
+        d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return d == 0;
+}
+
+static int authorized(srv_conn *c)
+{
+    if (!c->s->api_key)
+        return 1;
+    const char *h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return 0;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    return key_equal(h, c->s->api_key);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_size, void **ctx)
+{
+    tern_server *s = cls;
+    srv_conn *c = *ctx;
+    (void)version;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return MHD_NO;
+        c->s = s;
+        c->mc = mc;
+        c->route = routes_classify(url);
+        *ctx = c;
+        /* reject an announced oversized body before reading it */
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes)
+            c->body_too_big = 1;
+        if (!c->body_too_big)
+            return MHD_YES;
+    }
+    if (c->replied)
+        return MHD_YES; /* discard the rest of the upload */
+    if (*upload_size) {
+        if (!c->body_too_big && c->body.len + *upload_size <= s->o.max_body_bytes) {
+            if (api_buf_append(&c->body, upload_data, *upload_size))
+                return MHD_NO;
+        } else {
+            c->body_too_big = 1;
+            api_buf_free(&c->body);
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    api_error e;
+    if (c->body_too_big) {
+        api_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                      "request body exceeds %zu bytes", s->o.max_body_bytes);
+        return http_reply_error(c, &e);
+    }
+    if (!strcmp(method, "OPTIONS")) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
+        if (s->cors) {
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        }
+        return http_reply_response(c, 204, r);
+    }
+    if (!strncmp(url, "/v1/", 4) && !authorized(c)) {
+        api_error_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                      "Incorrect or missing API key: send 'Authorization: Bearer <key>'");
+        return http_reply_error(c, &e);
+    }
+    return routes_dispatch(c, method, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum MHD_RequestTerminationCode toe)
+{
+    tern_server *s = cls;
+    srv_conn *c = *ctx;
+    (void)toe;
+    if (!c)
+        return;
+    if (!c->replied)
+        metrics_count_response(s, c->route, 0);
+    /* the next request on this keep-alive connection gets the idle timeout back */
+    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.header_timeout_s);
+    api_buf_free(&c->body);
+    free(c);
+    *ctx = NULL;
+}
+
+/* MHD's own messages are about clients (resets, timeouts, bad requests):
+ * debug-level noise, never server errors. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (tern_log_get_level() > TERN_LOG_DEBUG)
+        return;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = 0;
+    TERN_DEBUG("http: %s", buf);
+}
+
+static int resolve(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len, tern_err *err)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc || !res)
+        return tern_err_set(err, TERN_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokenizer *tok, tern_engine *e,
+                          tern_err *err)
+{
+    tern_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->o = *o;
+    s->host = strdup(o->host ? o->host : "127.0.0.1");
+    s->model_name = strdup(o->model_name ? o->model_name : "tern");
+    s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
+    s->cors = o->cors_origin && o->cors_origin[0] ? strdup(o->cors_origin) : NULL;
+    s->o.host = s->host;
+    s->o.model_name = s->model_name;
+    s->o.api_key = s->api_key;
+    s->o.cors_origin = s->cors;
+    s->m = m;
+    s->tok = tok;
+    s->eng = e;
+    s->ctx_size = o->ctx_size > 0 ? o->ctx_size : m->cfg.max_pos;
+    s->started = (long long)time(NULL);
+    pthread_mutex_init(&s->wk_mu, NULL);
+    if (!s->host || !s->model_name) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (o->model_dir) {
+        tern_err te;
+        int rc = tern_chat_template_load(o->model_dir, &s->chat, &te);
+        if (rc && rc != TERN_ENOTFOUND) {
+            tern_err_set(err, rc, "chat template: %s", te.msg);
+            goto fail;
+        }
+        if (rc)
+            TERN_WARN("server: %s has no chat template; /v1/chat/completions will answer 400", o->model_dir);
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (resolve(s->host, o->port, &ss, &sl, err))
+        goto fail;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->header_timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->max_header_bytes,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        tern_err_set(err, TERN_EIO, "cannot listen on %s:%d (address in use or not allowed?)", s->host, o->port);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    return s;
+fail:
+    server_free(s);
+    return NULL;
+}
+
+int server_port(const tern_server *s) { return s ? s->port : 0; }
+
+void server_stop(tern_server *s)
+{
+    if (!s || !s->d)
+        return;
+    atomic_store(&s->stopping, 1);
+    MHD_stop_daemon(s->d); /* joins every connection thread; their waits see `stopping` */
+    s->d = NULL;
+}
+
+void server_free(tern_server *s)
+{
+    if (!s)
+        return;
+    server_stop(s);
+    srv_wakers_free(s);
+    tern_chat_template_free(&s->chat);
+    pthread_mutex_destroy(&s->wk_mu);
+    free(s->host);
+    free(s->model_name);
+    free(s->api_key);
+    free(s->cors);
+    free(s);
+}

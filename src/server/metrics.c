@@ -1,0 +1,142 @@
+/* Counters: /stats (JSON: engine + server) and /metrics (Prometheus text
+ * exposition format 0.0.4). Server counters are lock-free atomics bumped on
+ * the connection threads; engine counters come from engine_stats_get. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server_int.h"
+
+void metrics_count_response(tern_server *s, srv_route route, unsigned status)
+{
+    int cls = status >= 100 && status < 600 ? (int)(status / 100) : 0;
+    atomic_fetch_add(&s->met.http[route][cls], 1);
+}
+
+char *metrics_stats_json(tern_server *s)
+{
+    engine_stats st;
+    engine_stats_get(s->eng, &st);
+    json_object *o = json_object_new_object(), *eng = json_object_new_object(), *srv = json_object_new_object();
+    json_object_object_add(o, "model", api_json_string(s->model_name, strlen(s->model_name)));
+    json_object_object_add(o, "uptime_s", json_object_new_int64((long long)time(NULL) - s->started));
+#define EI(k, v) json_object_object_add(eng, k, json_object_new_int64((long long)(v)))
+    EI("queue_len", st.queue_len);
+    EI("running", st.running);
+    EI("requests_total", st.requests_total);
+    EI("requests_finished", st.requests_finished);
+    EI("requests_cancelled", st.requests_cancelled);
+    EI("requests_rejected", st.requests_rejected);
+    EI("tokens_prefilled", st.tokens_prefilled);
+    EI("tokens_decoded", st.tokens_decoded);
+    EI("prefix_hit_tokens", st.prefix_hit_tokens);
+    EI("steps", st.steps);
+    EI("kv_blocks_total", st.kv_blocks_total);
+    EI("kv_blocks_used", st.kv_blocks_used);
+    EI("kv_blocks_cached", st.kv_blocks_cached);
+    EI("kv_bytes_total", st.kv_bytes_total);
+#undef EI
+    json_object_object_add(eng, "last_ttft_s", json_object_new_double(st.last_ttft_s));
+    json_object_object_add(eng, "last_decode_tps", json_object_new_double(st.last_decode_tps));
+#define SI(k, v) json_object_object_add(srv, k, json_object_new_int64((long long)atomic_load(&s->met.v)))
+    SI("generations_started", gen_started);
+    SI("generations_finished", gen_finished);
+    SI("generations_failed", gen_failed);
+    SI("generations_disconnected", gen_disconnected);
+    SI("generations_active", gens_active);
+    SI("streams_active", streams_active);
+    SI("prompt_tokens", prompt_tokens);
+    SI("completion_tokens", completion_tokens);
+    SI("cached_tokens", cached_tokens);
+#undef SI
+    json_object *http = json_object_new_object();
+    for (int r = 0; r < ROUTE_N; r++) {
+        json_object *per = json_object_new_object();
+        for (int c = 0; c < 6; c++) {
+            long long v = atomic_load(&s->met.http[r][c]);
+            if (!v)
+                continue;
+            char k[8];
+            if (c)
+                snprintf(k, sizeof k, "%dxx", c);
+            else
+                snprintf(k, sizeof k, "dropped");
+            json_object_object_add(per, k, json_object_new_int64(v));
+        }
+        json_object_object_add(http, srv_route_names[r], per);
+    }
+    json_object_object_add(srv, "http_responses", http);
+    json_object_object_add(o, "engine", eng);
+    json_object_object_add(o, "server", srv);
+    return api_json_take(o);
+}
+
+static void pf(api_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void pf(api_buf *b, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        api_buf_append(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static void metric(api_buf *b, const char *name, const char *type, const char *help, double v)
+{
+    pf(b, "# HELP tern_%s %s\n# TYPE tern_%s %s\ntern_%s %.17g\n", name, help, name, type, name, v);
+}
+
+char *metrics_prometheus(tern_server *s, size_t *len)
+{
+    engine_stats st;
+    engine_stats_get(s->eng, &st);
+    api_buf b = {0};
+    metric(&b, "queue_length", "gauge", "Requests waiting for admission.", st.queue_len);
+    metric(&b, "running_requests", "gauge", "Requests in the running batch.", st.running);
+    metric(&b, "engine_requests_total", "counter", "Requests submitted to the engine.", (double)st.requests_total);
+    metric(&b, "engine_requests_finished_total", "counter", "Engine requests finished.",
+           (double)st.requests_finished);
+    metric(&b, "engine_requests_cancelled_total", "counter", "Engine requests cancelled.",
+           (double)st.requests_cancelled);
+    metric(&b, "engine_requests_rejected_total", "counter", "Engine requests rejected (queue full).",
+           (double)st.requests_rejected);
+    metric(&b, "prompt_tokens_prefilled_total", "counter", "Prompt tokens run through the model.",
+           (double)st.tokens_prefilled);
+    metric(&b, "tokens_decoded_total", "counter", "Tokens generated.", (double)st.tokens_decoded);
+    metric(&b, "prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from the prefix cache.",
+           (double)st.prefix_hit_tokens);
+    metric(&b, "engine_steps_total", "counter", "Batched forward steps.", (double)st.steps);
+    metric(&b, "kv_blocks_total", "gauge", "KV cache blocks in the pool.", st.kv_blocks_total);
+    metric(&b, "kv_blocks_used", "gauge", "KV cache blocks in use.", st.kv_blocks_used);
+    metric(&b, "kv_blocks_cached", "gauge", "KV cache blocks held by the prefix cache.", st.kv_blocks_cached);
+    metric(&b, "kv_bytes_total", "gauge", "Bytes of the KV cache pool.", (double)st.kv_bytes_total);
+    metric(&b, "last_ttft_seconds", "gauge", "Time to first token of the last request.", st.last_ttft_s);
+    metric(&b, "last_decode_tokens_per_second", "gauge", "Decode speed of the last request.",
+           st.last_decode_tps);
+    metric(&b, "streams_active", "gauge", "Open SSE streams.", atomic_load(&s->met.streams_active));
+    metric(&b, "generations_active", "gauge", "HTTP generation requests in flight.",
+           atomic_load(&s->met.gens_active));
+    metric(&b, "generations_disconnected_total", "counter", "Generations cancelled because the client left.",
+           (double)atomic_load(&s->met.gen_disconnected));
+    metric(&b, "generations_failed_total", "counter", "Generations that ended in an engine error.",
+           (double)atomic_load(&s->met.gen_failed));
+    metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
+           (double)atomic_load(&s->met.prompt_tokens));
+    metric(&b, "completion_tokens_total", "counter", "Completion tokens returned.",
+           (double)atomic_load(&s->met.completion_tokens));
+    pf(&b, "# HELP tern_http_responses_total HTTP responses by route and status class.\n"
+           "# TYPE tern_http_responses_total counter\n");
+    for (int r = 0; r < ROUTE_N; r++)
+        for (int c = 0; c < 6; c++) {
+            long long v = atomic_load(&s->met.http[r][c]);
+            if (v)
+                pf(&b, "tern_http_responses_total{route=\"%s\",status=\"%s\"} %lld\n", srv_route_names[r],
+                   c ? (const char *[]){"", "1xx", "2xx", "3xx", "4xx", "5xx"}[c] : "dropped", v);
+        }
+    *len = b.len;
+    return b.data;
+}

@@ -1,0 +1,297 @@
+/* Routes: which URL does what, and the two generation endpoints from a
+ * validated request to engine requests: chat template, tokenization,
+ * context checks, then a JSON reply or an SSE stream (gen.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "server/server_int.h"
+#include "template/template.h"
+
+/* The chat page, embedded from web/ by tools/embed.cmake. */
+typedef struct tern_asset {
+    const char *path;
+    const unsigned char *data;
+    size_t len;
+} tern_asset;
+extern const tern_asset tern_assets[];
+
+const char *const srv_route_names[ROUTE_N] = {"chat_completions", "completions", "models", "health",
+                                              "stats", "metrics", "page", "other"};
+
+srv_route routes_classify(const char *url)
+{
+    if (!strcmp(url, "/v1/chat/completions"))
+        return ROUTE_CHAT;
+    if (!strcmp(url, "/v1/completions"))
+        return ROUTE_COMPLETIONS;
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
+        return ROUTE_MODELS;
+    if (!strcmp(url, "/health"))
+        return ROUTE_HEALTH;
+    if (!strcmp(url, "/stats"))
+        return ROUTE_STATS;
+    if (!strcmp(url, "/metrics"))
+        return ROUTE_METRICS;
+    if (strncmp(url, "/v1/", 4) != 0)
+        return ROUTE_PAGE;
+    return ROUTE_OTHER;
+}
+
+static const char *content_type(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    if (!dot)
+        return "application/octet-stream";
+    if (!strcmp(dot, ".html"))
+        return "text/html; charset=utf-8";
+    if (!strcmp(dot, ".js"))
+        return "text/javascript; charset=utf-8";
+    if (!strcmp(dot, ".css"))
+        return "text/css; charset=utf-8";
+    if (!strcmp(dot, ".svg"))
+        return "image/svg+xml";
+    if (!strcmp(dot, ".png"))
+        return "image/png";
+    if (!strcmp(dot, ".ico"))
+        return "image/x-icon";
+    return "application/octet-stream";
+}
+
+static enum MHD_Result serve_asset(srv_conn *c, const char *url)
+{
+    const char *path = !strcmp(url, "/") ? "/index.html" : url;
+    for (const tern_asset *a = tern_assets; a->path; a++)
+        if (!strcmp(a->path, path)) {
+            struct MHD_Response *r =
+                MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+            if (!r)
+                return MHD_NO;
+            MHD_add_response_header(r, "Content-Type", content_type(path));
+            MHD_add_response_header(r, "Cache-Control", "no-cache");
+            MHD_add_response_header(r, "Content-Security-Policy",
+                                    "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
+            return http_reply_response(c, 200, r);
+        }
+    api_error e;
+    api_error_set(&e, 404, "invalid_request_error", "not_found", NULL, "no such page: %.200s", url);
+    return http_reply_error(c, &e);
+}
+
+static json_object *model_obj(tern_server *s)
+{
+    json_object *m = json_object_new_object();
+    json_object_object_add(m, "id", api_json_string(s->model_name, strlen(s->model_name)));
+    json_object_object_add(m, "object", json_object_new_string("model"));
+    json_object_object_add(m, "created", json_object_new_int64(s->started));
+    json_object_object_add(m, "owned_by", json_object_new_string("tern"));
+    json_object_object_add(m, "max_model_len", json_object_new_int(s->ctx_size));
+    return m;
+}
+
+static enum MHD_Result serve_models(srv_conn *c, const char *url)
+{
+    tern_server *s = c->s;
+    if (!strncmp(url, "/v1/models/", 11)) {
+        if (strcmp(url + 11, s->model_name) != 0) {
+            api_error e;
+            api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                          "The model '%.200s' does not exist", url + 11);
+            return http_reply_error(c, &e);
+        }
+        return http_reply_json(c, 200, api_json_take(model_obj(s)));
+    }
+    json_object *o = json_object_new_object(), *data = json_object_new_array();
+    json_object_object_add(o, "object", json_object_new_string("list"));
+    json_object_array_add(data, model_obj(s));
+    json_object_object_add(o, "data", data);
+    return http_reply_json(c, 200, api_json_take(o));
+}
+
+/* ---- prompts ---- */
+
+static int encode(tern_server *s, const char *text, size_t len, int add_special, int32_t **ids, size_t *n,
+                  api_error *e)
+{
+    tern_err te;
+    if (tokenizer_encode(s->tok, text, len, add_special, ids, n, &te))
+        return api_bad(e, "invalid_value", NULL, "cannot tokenize the prompt: %s", te.msg);
+    return 0;
+}
+
+static char *render_chat(tern_server *s, const api_request *q, int add_gen, size_t *len, api_error *e)
+{
+    if (!s->chat.tpl) {
+        api_bad(e, "no_chat_template", "messages", "this model has no chat template; use /v1/completions");
+        return NULL;
+    }
+    json_object *rq = json_object_new_object();
+    if (!rq) {
+        api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    if (q->template_kwargs) {
+        json_object_object_foreach(q->template_kwargs, k, v) json_object_object_add(rq, k, json_object_get(v));
+    }
+    json_object_object_add(rq, "messages", json_object_get(q->messages));
+    if (q->tools)
+        json_object_object_add(rq, "tools", json_object_get(q->tools));
+    json_object_object_add(rq, "add_generation_prompt", json_object_new_boolean(add_gen));
+    tern_err te;
+    char *text = tern_chat_template_apply(&s->chat, rq, NULL, len, &te);
+    json_object_put(rq);
+    if (!text)
+        api_bad(e, "template_error", "messages", "chat template: %s", te.msg);
+    return text;
+}
+
+/* Builds the prompt ids of a request; *boundary is where the KV stays worth
+ * caching (chat: the end of the conversation before the generation primer,
+ * which the next turn's prompt shares). */
+static int build_prompt(tern_server *s, const api_request *q, int32_t **ids, size_t *n, size_t *boundary,
+                        char **echo, api_error *e)
+{
+    *ids = NULL;
+    *n = *boundary = 0;
+    *echo = NULL;
+    if (q->kind == API_CHAT) {
+        size_t len;
+        char *text = render_chat(s, q, q->add_generation_prompt, &len, e);
+        if (!text)
+            return -1;
+        int rc = encode(s, text, len, 0, ids, n, e);
+        free(text);
+        if (rc)
+            return -1;
+        if (q->add_generation_prompt) {
+            int32_t *pre = NULL;
+            size_t n_pre = 0;
+            api_error ignore;
+            char *t2 = render_chat(s, q, 0, &len, &ignore);
+            if (t2 && !encode(s, t2, len, 0, &pre, &n_pre, &ignore) && n_pre <= *n &&
+                !memcmp(pre, *ids, n_pre * sizeof *pre))
+                *boundary = n_pre;
+            free(t2);
+            free(pre);
+        }
+        return 0;
+    }
+    if (q->prompt_ids) {
+        *ids = malloc((q->n_prompt_ids ? q->n_prompt_ids : 1) * sizeof **ids);
+        if (!*ids)
+            return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(*ids, q->prompt_ids, q->n_prompt_ids * sizeof **ids);
+        *n = q->n_prompt_ids;
+        if (q->echo) {
+            tern_err te;
+            size_t l;
+            if (tokenizer_decode(s->tok, *ids, *n, 0, echo, &l, &te))
+                return api_bad(e, "invalid_value", "prompt", "cannot decode the prompt: %s", te.msg);
+        }
+        return 0;
+    }
+    if (q->echo && !(*echo = strndup(q->prompt, q->prompt_len)))
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return encode(s, q->prompt, q->prompt_len, 1, ids, n, e);
+}
+
+static int check_context(tern_server *s, const api_request *q, size_t n, api_error *e)
+{
+    const char *param = q->kind == API_CHAT ? "messages" : "prompt";
+    if (n == 0)
+        return api_bad(e, "invalid_value", param, "the prompt is empty");
+    if (n >= (size_t)s->ctx_size)
+        return api_bad(e, "context_length_exceeded", param,
+                       "This model's maximum context length is %d tokens. However, your prompt has %zu tokens.",
+                       s->ctx_size, n);
+    if (q->max_tokens > 0 && n + (size_t)q->max_tokens > (size_t)s->ctx_size)
+        return api_bad(e, "context_length_exceeded", q->kind == API_CHAT ? "max_completion_tokens" : "max_tokens",
+                       "This model's maximum context length is %d tokens. However, you requested %zu tokens "
+                       "(%zu in the prompt, %d for the completion).",
+                       s->ctx_size, n + (size_t)q->max_tokens, n, q->max_tokens);
+    return 0;
+}
+
+static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
+{
+    tern_server *s = c->s;
+    api_request q;
+    api_error e;
+    api_limits lim = {.n_vocab = s->m->cfg.n_vocab, .model_name = s->model_name};
+    if (api_parse(&q, kind, c->body.data ? c->body.data : "", c->body.len, &lim, &e))
+        return http_reply_error(c, &e);
+    int32_t *ids;
+    size_t n, boundary;
+    char *echo;
+    if (build_prompt(s, &q, &ids, &n, &boundary, &echo, &e) || check_context(s, &q, n, &e)) {
+        free(ids);
+        free(echo);
+        api_request_free(&q);
+        return http_reply_error(c, &e);
+    }
+    int stream = q.stream;
+    gen_job *j;
+    http_timeout_lift(c);
+    int rc = gen_start(s, &q, ids, n, boundary, echo, http_client_fd(c), &j, &e);
+    free(ids);
+    free(echo);
+    if (rc)
+        return http_reply_error(c, &e);
+    if (stream)
+        return gen_stream(c, j);
+    char *json = NULL;
+    rc = gen_collect(j, &json, &e);
+    gen_free(j);
+    if (rc)
+        return e.status == 499 ? MHD_NO : http_reply_error(c, &e);
+    return http_reply_json(c, 200, json);
+}
+
+enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url)
+{
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    int post = !strcmp(method, "POST");
+    api_error e;
+    switch (c->route) {
+    case ROUTE_CHAT:
+    case ROUTE_COMPLETIONS:
+        if (!post)
+            break;
+        return serve_generate(c, c->route == ROUTE_CHAT ? API_CHAT : API_COMPLETION);
+    case ROUTE_MODELS:
+        if (!get)
+            break;
+        return serve_models(c, url);
+    case ROUTE_HEALTH: {
+        if (!get)
+            break;
+        static const char ok[] = "{\"status\":\"ok\"}";
+        return http_reply(c, 200, "application/json", ok, sizeof ok - 1, MHD_RESPMEM_PERSISTENT);
+    }
+    case ROUTE_STATS:
+        if (!get)
+            break;
+        return http_reply_json(c, 200, metrics_stats_json(c->s));
+    case ROUTE_METRICS: {
+        if (!get)
+            break;
+        size_t len;
+        char *text = metrics_prometheus(c->s, &len);
+        if (!text)
+            return MHD_NO;
+        return http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, MHD_RESPMEM_MUST_FREE);
+    }
+    case ROUTE_PAGE:
+        if (!get)
+            break;
+        return serve_asset(c, url);
+    default:
+        api_error_set(&e, 404, "invalid_request_error", "not_found", NULL, "unknown endpoint %.200s %.200s", method,
+                      url);
+        return http_reply_error(c, &e);
+    }
+    api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%.20s is not allowed on %.200s",
+                  method, url);
+    return http_reply_error(c, &e);
+}

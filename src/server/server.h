@@ -1,0 +1,46 @@
+/* tern's OpenAI-compatible HTTP server: /v1/chat/completions,
+ * /v1/completions, /v1/models, /health, /stats, /metrics and the chat page
+ * at /, over libmicrohttpd with one thread per connection. The server
+ * borrows a running engine; it never blocks the engine thread. */
+#ifndef TERN_SERVER_H
+#define TERN_SERVER_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct server_opts {
+    const char *model_dir;   /* where the chat template is read from */
+    const char *host;        /* bind address, default "127.0.0.1" (loopback) */
+    int port;                /* default 8080; 0 = any free port (see server_port) */
+    const char *api_key;     /* NULL = no auth; else /v1 needs "Authorization: Bearer KEY" */
+    const char *model_name;  /* the id /v1/models reports and requests must name */
+    const char *cors_origin; /* NULL = no CORS headers */
+    int ctx_size;            /* the engine's context (positions per sequence) */
+    size_t max_body_bytes;   /* request bodies beyond it get 413 (default 8 MiB) */
+    size_t max_header_bytes; /* per-connection header memory (default 64 KiB) */
+    int header_timeout_s;    /* idle / slow-request timeout (default 30 s) */
+    int max_connections;     /* concurrent connections (default 512) */
+} server_opts;
+
+void server_opts_default(server_opts *o);
+
+typedef struct tern_server tern_server;
+
+/* Starts listening. Borrows m, tok and e: they must outlive the server, and
+ * the engine must be freed only after server_stop (see server_free). */
+tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokenizer *tok, tern_engine *e,
+                          tern_err *err);
+/* The bound TCP port (useful with port 0). */
+int server_port(const tern_server *s);
+/* Stops accepting, ends every connection (their engine requests are
+ * cancelled) and joins the connection threads. */
+void server_stop(tern_server *s);
+/* Frees the server. Call after engine_free: the engine may still call a
+ * request's notify hook until it is gone, and those hooks live here. */
+void server_free(tern_server *s);
+
+#endif

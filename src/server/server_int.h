@@ -1,0 +1,112 @@
+/* Private to src/server: the server object, one HTTP request's state, the
+ * generation job that ties a request to its engine requests, and metrics. */
+#ifndef TERN_SERVER_INT_H
+#define TERN_SERVER_INT_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "server/api.h"
+#include "server/server.h"
+#include "template/template.h"
+
+/* Routes, for dispatch and per-route metrics. */
+typedef enum srv_route {
+    ROUTE_CHAT,
+    ROUTE_COMPLETIONS,
+    ROUTE_MODELS,
+    ROUTE_HEALTH,
+    ROUTE_STATS,
+    ROUTE_METRICS,
+    ROUTE_PAGE,
+    ROUTE_OTHER,
+    ROUTE_N
+} srv_route;
+
+extern const char *const srv_route_names[ROUTE_N];
+
+typedef struct srv_metrics {
+    atomic_llong http[ROUTE_N][6];   /* responses by status class: 1xx..5xx, [0] = no response (dropped) */
+    atomic_llong gen_started, gen_finished, gen_disconnected, gen_failed;
+    atomic_llong prompt_tokens, completion_tokens, cached_tokens;
+    atomic_int streams_active, gens_active;
+} srv_metrics;
+
+/* An eventfd the engine's notify hook pokes. Wakers are pooled for the
+ * server's life and never closed early: the engine may call a released
+ * request's notify once more (its FINISH push), and a late poke on a reused
+ * waker is only a spurious wakeup. */
+typedef struct srv_waker {
+    int efd;
+    struct srv_waker *next_free, *next_all;
+} srv_waker;
+
+struct tern_server {
+    server_opts o;           /* strings point at the copies below */
+    char *host, *api_key, *model_name, *cors;
+    tern_model *m;
+    const tern_tokenizer *tok;
+    tern_engine *eng;
+    tern_chat_template chat; /* .tpl NULL when the model has none */
+    struct MHD_Daemon *d;
+    int port;
+    int ctx_size;
+    long long started;       /* unix time */
+    atomic_int stopping;
+    pthread_mutex_t wk_mu;
+    srv_waker *wk_free, *wk_all;
+    srv_metrics met;
+};
+
+/* One HTTP request (MHD's per-request context). */
+typedef struct srv_conn {
+    tern_server *s;
+    struct MHD_Connection *mc;
+    srv_route route;
+    api_buf body;
+    int body_too_big;
+    int replied;             /* a response was queued */
+} srv_conn;
+
+/* http.c: replies; each records metrics. Return MHD's result. */
+enum MHD_Result http_reply(srv_conn *c, unsigned status, const char *ctype, const void *data, size_t len,
+                           enum MHD_ResponseMemoryMode mode);
+enum MHD_Result http_reply_json(srv_conn *c, unsigned status, char *json /* takes */);
+enum MHD_Result http_reply_error(srv_conn *c, const api_error *e);
+enum MHD_Result http_reply_response(srv_conn *c, unsigned status, struct MHD_Response *r);
+void http_add_common_headers(const tern_server *s, struct MHD_Response *r);
+int http_client_fd(srv_conn *c);
+/* Generation may take long: lift the idle timeout while it runs. */
+void http_timeout_lift(srv_conn *c);
+
+/* waker.c-ish helpers in gen.c */
+srv_waker *srv_waker_get(tern_server *s);
+void srv_waker_put(tern_server *s, srv_waker *w);
+void srv_wakers_free(tern_server *s);
+
+/* routes.c */
+enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url);
+srv_route routes_classify(const char *url);
+
+/* gen.c: a generation job = the n engine requests of one HTTP request. */
+typedef struct gen_job gen_job;
+/* Submits n engine requests for req (taken on success and failure) over the
+ * prompt (copied). echo_text (copied, may be NULL) is prepended to every
+ * choice's text. 0, or -1 with err set (429 when the queue is full). */
+int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_prompt, size_t cache_boundary,
+              const char *echo_text, int client_fd, gen_job **out, api_error *err);
+/* Non-streaming: blocks until every choice finished (returns 0 and the
+ * response JSON in *json) or the client went away / the server stops (-1). */
+int gen_collect(gen_job *j, char **json, api_error *err);
+/* Streaming: queues an SSE response for j (which it takes). */
+enum MHD_Result gen_stream(srv_conn *c, gen_job *j);
+void gen_free(gen_job *j);
+
+/* metrics.c */
+char *metrics_stats_json(tern_server *s);
+char *metrics_prometheus(tern_server *s, size_t *len);
+void metrics_count_response(tern_server *s, srv_route route, unsigned status);
+
+#endif
