@@ -337,11 +337,9 @@ static void drop_done(tern_engine *e)
 static void step(tern_engine *e)
 {
     /* cancellations first: they free rows and KV */
-    for (int i = 0; i < e->n_running;) {
-        engine_req *r = e->running[i];
-        if (atomic_load(&r->cancel))
-            row_finish(e, r, ENGINE_FINISH_CANCELLED, NULL);
-    }
+    for (int i = 0; i < e->n_running; i++)
+        if (atomic_load(&e->running[i]->cancel))
+            row_finish(e, e->running[i], ENGINE_FINISH_CANCELLED, NULL);
     drop_done(e);
     int n = 0, n_out = 0, budget = e->o.prefill_chunk;
     tern_err err = {0};
