@@ -33,7 +33,7 @@ int cmd_run(int argc, char **argv)
         } else if ((v = cli_flag_value(argc, argv, &i, "--seed"))) {
             if (cli_parse_int(v, 0, (long long)1 << 62, &seed))
                 goto bad_value;
-        } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
+        } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) { /* ids and timing on stderr */
             verbose = 1;
         } else if (argv[i][0] != '-' && !dir) {
             dir = argv[i];
@@ -89,19 +89,25 @@ int cmd_run(int argc, char **argv)
         goto out;
     engine_event ev;
     int n_gen = 0;
+    if (verbose)
+        fprintf(stderr, "ids: [");
     for (;;) {
         engine_req_next(req, &ev, -1);
+        if (verbose && ev.kind == ENGINE_EV_TOKEN)
+            fprintf(stderr, "%s%d", n_gen++ ? ", " : "", ev.token);
         if (ev.text_len)
             fwrite(ev.text, 1, ev.text_len, stdout);
         fflush(stdout);
         if (ev.kind == ENGINE_EV_FINISH) {
+            if (verbose)
+                fprintf(stderr, "]\n");
             n_gen = ev.usage.n_generated;
             if (ev.finish == ENGINE_FINISH_ERROR)
                 tern_err_set(&err, TERN_EINTERNAL, "%s", ev.error);
             else
                 rc = 0;
             if (verbose)
-                fprintf(stderr, "\n[%d prompt tokens, %d generated, finish %s, ttft %.3fs, %.1f tok/s]\n",
+                fprintf(stderr, "[%d prompt tokens, %d generated, finish %s, ttft %.3fs, %.1f tok/s]\n",
                         ev.usage.n_prompt, n_gen, engine_finish_name(ev.finish), ev.usage.ttft_s,
                         ev.usage.decode_s > 0 ? (n_gen - 1) / ev.usage.decode_s : 0.0);
             engine_event_clear(&ev);

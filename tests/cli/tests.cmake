@@ -1,0 +1,1 @@
+tern_add_script_test(NAME cli.run_golden COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/cli/test_run_golden.py TIMEOUT 600)
