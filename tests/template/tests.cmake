@@ -5,3 +5,6 @@ tern_add_script_test(NAME template.oracle_chat
 tern_add_script_test(NAME template.oracle_snippets
   COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare_snippets.py
   TIMEOUT 300)
+tern_add_script_test(NAME template.oracle_random
+  COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare_random.py --seed 1 --count 200
+  TIMEOUT 300)
