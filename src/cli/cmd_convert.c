@@ -1,0 +1,258 @@
+/* tern convert: a Hugging Face model folder to an MLX-style affine-quantized
+ * one (the layout mlx-community publishes; see model/quant.h). Every 2-D
+ * ".weight" whose input size is a multiple of the group size - projections,
+ * embeddings, heads - becomes NAME.weight (uint32 words), NAME.scales and
+ * NAME.biases (in the tensor's own dtype); norms and other tensors are
+ * copied. config.json gains a "quantization" block; tokenizer files and
+ * generation_config.json are copied. Output streams to one safetensors
+ * file, so models larger than memory convert. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "cli.h"
+#include "model/config.h"
+#include "model/quant.h"
+#include "model/safetensors.h"
+#include "model/st_write.h"
+
+enum { PART_COPY, PART_WORDS, PART_SCALES, PART_BIASES };
+
+typedef struct conv_ctx {
+    const st_tensor **src; /* [n_out] source of each output tensor */
+    int *part;             /* [n_out] PART_* */
+    int bits, group;
+    /* the last quantized row, reused across the three outputs */
+    const st_tensor *row_t;
+    int64_t row_i;
+    float *row_f;
+    uint32_t *row_w;
+    float *row_s, *row_b;
+} conv_ctx;
+
+static void quant_row(conv_ctx *c, const st_tensor *t, int64_t r)
+{
+    if (c->row_t == t && c->row_i == r)
+        return;
+    int n = (int)t->shape[1];
+    size_t es = tern_dtype_size(t->dtype);
+    tern_to_f32(t->dtype, (const char *)t->data + (size_t)r * n * es, c->row_f, (size_t)n);
+    model_quant_row(c->row_f, n, c->bits, c->group, t->dtype, c->row_w, c->row_s, c->row_b);
+    c->row_t = t;
+    c->row_i = r;
+}
+
+static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
+{
+    conv_ctx *c = vctx;
+    const st_tensor *t = c->src[i];
+    if (c->part[i] == PART_COPY) {
+        size_t es = tern_dtype_size(t->dtype);
+        memcpy(buf, (const char *)t->data + (size_t)first * es, (size_t)n * es);
+        return 0;
+    }
+    int64_t n_in = t->shape[1];
+    int64_t per_row = c->part[i] == PART_WORDS ? n_in * c->bits / 32 : n_in / c->group;
+    for (int64_t e = first; e < first + n;) {
+        int64_t r = e / per_row, k = e % per_row, cnt = per_row - k;
+        if (cnt > first + n - e)
+            cnt = first + n - e;
+        quant_row(c, t, r);
+        if (c->part[i] == PART_WORDS) {
+            memcpy((uint32_t *)buf + (e - first), c->row_w + k, (size_t)cnt * sizeof(uint32_t));
+        } else {
+            const float *v = (c->part[i] == PART_SCALES ? c->row_s : c->row_b) + k;
+            void *dst = (char *)buf + (size_t)(e - first) * tern_dtype_size(t->dtype);
+            for (int64_t j = 0; j < cnt; j++) {
+                if (t->dtype == TERN_F32)
+                    ((float *)dst)[j] = v[j];
+                else if (t->dtype == TERN_BF16)
+                    ((uint16_t *)dst)[j] = tern_f32_to_bf16(v[j]);
+                else
+                    ((uint16_t *)dst)[j] = tern_f32_to_f16(v[j]);
+            }
+        }
+        e += cnt;
+    }
+    return 0;
+}
+
+static int quantizable(const st_tensor *t, int group)
+{
+    size_t len = strlen(t->name);
+    return t->n_dims == 2 && len > 7 && !strcmp(t->name + len - 7, ".weight") && t->shape[1] % group == 0 &&
+           (t->dtype == TERN_F32 || t->dtype == TERN_BF16 || t->dtype == TERN_F16);
+}
+
+static int copy_if_present(const char *in, const char *out, const char *name, tern_err *err)
+{
+    char *s = tern_path_join(in, name), *d = tern_path_join(out, name);
+    int rc = 0;
+    if (!s || !d) {
+        rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
+    } else if (tern_file_exists(s)) {
+        size_t len;
+        char *buf = tern_file_read(s, &len, 0, err);
+        FILE *f = buf ? fopen(d, "wb") : NULL;
+        if (!buf)
+            rc = err->code;
+        else if (!f || fwrite(buf, 1, len, f) != len)
+            rc = tern_err_set(err, TERN_EIO, "cannot write %s", d);
+        if (f && fclose(f) && !rc)
+            rc = tern_err_set(err, TERN_EIO, "cannot write %s", d);
+        free(buf);
+    }
+    free(s);
+    free(d);
+    return rc;
+}
+
+static int write_config(const char *in, const char *out, int bits, int group, tern_err *err)
+{
+    char *s = tern_path_join(in, "config.json"), *d = tern_path_join(out, "config.json");
+    json_object *o = s ? tern_json_parse_file(s, err) : NULL;
+    int rc = 0;
+    if (!o) {
+        rc = s ? err->code : tern_err_set(err, TERN_ENOMEM, "out of memory");
+    } else {
+        for (int k = 0; k < 2; k++) { /* mlx-lm writes both keys */
+            json_object *q = json_object_new_object();
+            json_object_object_add(q, "group_size", json_object_new_int(group));
+            json_object_object_add(q, "bits", json_object_new_int(bits));
+            json_object_object_add(o, k ? "quantization_config" : "quantization", q);
+        }
+        if (json_object_to_file_ext(d, o, JSON_C_TO_STRING_PRETTY))
+            rc = tern_err_set(err, TERN_EIO, "cannot write %s", d);
+    }
+    json_object_put(o);
+    free(s);
+    free(d);
+    return rc;
+}
+
+int cmd_convert(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *v;
+    long long bits = 0, group = 64;
+    for (int i = 1; i < argc; i++) {
+        if ((v = cli_flag_value(argc, argv, &i, "--bits"))) {
+            if (cli_parse_int(v, 4, 8, &bits) || (bits != 4 && bits != 8)) {
+                fprintf(stderr, "tern convert: --bits must be 4 or 8\n");
+                return 2;
+            }
+        } else if ((v = cli_flag_value(argc, argv, &i, "--group-size"))) {
+            if (cli_parse_int(v, 32, 128, &group) || (group != 32 && group != 64 && group != 128)) {
+                fprintf(stderr, "tern convert: --group-size must be 32, 64 or 128\n");
+                return 2;
+            }
+        } else if (argv[i][0] != '-' && !in) {
+            in = argv[i];
+        } else if (argv[i][0] != '-' && !out) {
+            out = argv[i];
+        } else {
+            fprintf(stderr, "tern convert: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!in || !out || !bits) {
+        fprintf(stderr, "usage: tern convert IN_DIR OUT_DIR --bits 4|8 [--group-size 32|64|128]\n");
+        return 2;
+    }
+    tern_err err = {0};
+    model_config cfg;
+    st_set st = {0};
+    conv_ctx c = {0};
+    st_out_tensor *ts = NULL;
+    int rc = 1, n = 0, n_quant = 0;
+    char *path = NULL;
+    /* Validating the config refuses families we could not run anyway. */
+    if (model_config_load(&cfg, in, &err) || st_open_dir(&st, in, &err))
+        goto out;
+    if (cfg.quant_bits) {
+        tern_err_set(&err, TERN_EINVAL, "%s is already quantized (%d bits)", in, cfg.quant_bits);
+        goto out;
+    }
+    ts = calloc((size_t)st.n_tensors * 3, sizeof *ts);
+    c.src = calloc((size_t)st.n_tensors * 3, sizeof *c.src);
+    c.part = calloc((size_t)st.n_tensors * 3, sizeof *c.part);
+    int64_t max_in = 1;
+    for (int i = 0; i < st.n_tensors; i++)
+        if (st.tensors[i].n_dims == 2 && st.tensors[i].shape[1] > max_in)
+            max_in = st.tensors[i].shape[1];
+    c.bits = (int)bits;
+    c.group = (int)group;
+    c.row_f = malloc((size_t)max_in * sizeof(float));
+    c.row_w = malloc((size_t)max_in * sizeof(uint32_t));
+    c.row_s = malloc((size_t)max_in * sizeof(float));
+    c.row_b = malloc((size_t)max_in * sizeof(float));
+    if (!ts || !c.src || !c.part || !c.row_f || !c.row_w || !c.row_s || !c.row_b) {
+        tern_err_set(&err, TERN_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < st.n_tensors; i++) {
+        const st_tensor *t = &st.tensors[i];
+        if (strlen(t->name) + 8 > sizeof ts[0].name) {
+            tern_err_set(&err, TERN_EFORMAT, "tensor name '%s' is too long", t->name);
+            goto out;
+        }
+        if (!quantizable(t, (int)group)) {
+            st_out_tensor *o = &ts[n];
+            snprintf(o->name, sizeof o->name, "%s", t->name);
+            o->dtype = t->dtype;
+            o->n_dims = t->n_dims;
+            memcpy(o->shape, t->shape, sizeof o->shape);
+            c.src[n] = t;
+            c.part[n++] = PART_COPY;
+            continue;
+        }
+        size_t stem = strlen(t->name) - 7;
+        const char *suffix[3] = {"weight", "scales", "biases"};
+        for (int k = 0; k < 3; k++) {
+            st_out_tensor *o = &ts[n];
+            snprintf(o->name, sizeof o->name, "%.*s.%s", (int)stem, t->name, suffix[k]);
+            o->dtype = k ? t->dtype : TERN_U32;
+            o->n_dims = 2;
+            o->shape[0] = t->shape[0];
+            o->shape[1] = k ? t->shape[1] / group : t->shape[1] * bits / 32;
+            c.src[n] = t;
+            c.part[n++] = PART_WORDS + k;
+        }
+        n_quant++;
+    }
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        tern_err_set(&err, TERN_EIO, "cannot create %s: %s", out, strerror(errno));
+        goto out;
+    }
+    path = tern_path_join(out, "model.safetensors");
+    if (!path) {
+        tern_err_set(&err, TERN_ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *copies[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                            "special_tokens_map.json", "chat_template.jinja", "tokenizer.model"};
+    if (st_write_file(path, ts, n, fill, &c, &err) || write_config(in, out, (int)bits, (int)group, &err))
+        goto out;
+    for (size_t k = 0; k < sizeof copies / sizeof copies[0]; k++)
+        if (copy_if_present(in, out, copies[k], &err))
+            goto out;
+    fprintf(stderr, "tern convert: %d of %d tensors quantized to %lld bits (group %lld) into %s\n", n_quant,
+            st.n_tensors, bits, group, out);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "tern convert: %s\n", err.msg);
+    free(path);
+    free(ts);
+    free(c.src);
+    free(c.part);
+    free(c.row_f);
+    free(c.row_w);
+    free(c.row_s);
+    free(c.row_b);
+    st_close(&st);
+    return rc;
+}
