@@ -6,6 +6,7 @@
  * subcommand name. */
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_grammar(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
