@@ -78,12 +78,6 @@ int grammar_spec_parse_flag(grammar_spec *s, int argc, char **argv, int *i)
     return 0;
 }
 
-/* The schema front end may land after this file: reference it weakly so the
- * CLI links either way, and report it as unavailable until it does. */
-#ifndef TERN_GRAMMAR_SCHEMA_LINKED
-#pragma weak grammar_schema_to_ebnf
-#pragma weak grammar_schema_opts_init
-#endif
 
 int grammar_spec_to_ebnf(const grammar_spec *s, char **ebnf_out, tern_err *err)
 {
@@ -124,10 +118,6 @@ int grammar_spec_to_ebnf(const grammar_spec *s, char **ebnf_out, tern_err *err)
 
 int grammar_spec_schema_to_ebnf(const grammar_spec *s, json_object *schema, char **ebnf_out, tern_err *err)
 {
-#ifndef TERN_GRAMMAR_SCHEMA_LINKED
-    if (!grammar_schema_to_ebnf || !grammar_schema_opts_init)
-        return tern_err_set(err, TERN_EUNSUPPORTED, "JSON Schema front end not built in");
-#endif
     grammar_schema_opts o;
     grammar_schema_opts_init(&o);
     o.any_whitespace = s->any_whitespace;

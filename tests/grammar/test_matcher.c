@@ -1,0 +1,384 @@
+/* Tests for the vocabulary, the compiled grammar and the matcher: token
+ * masks against independent references (PCRE2 partial matching for regular
+ * grammars; per-token accept+rollback for recursive ones), random walks,
+ * rollback, jump-forward, stop tokens, termination, padded and special ids,
+ * bad arguments, and a real tokenizer (Llama-3) when ../shared has it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "base/rng.h"
+#include "grammar/grammar.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+/* A synthetic vocabulary: pieces of JSON, words, multi-byte characters cut
+ * inside a code point, one special token, one stop token; mask width padded
+ * past the vocabulary. */
+static const char *const TOKS[] = {
+    "{", "}", "\"", "\"a", "a", "ab", "b\":", "\":", ":", " ", ", ", "1", "12", "2.5", "e3", "[", "]", "]}",
+    "true", "null", "\",", "\"}", "\\u", "00", "\xc3\xa9", "\xc3", "\xa9", "x\"y", "}]", "{\"", ",\"a\":1}",
+    "-", "0", ".", "e", "+", "xyz", "abc", "c", "z", "yz", "\n", "  ", "\xe2\x82", "\xac", "<s>", "</s>",
+};
+#define N_TOKS ((int32_t)(sizeof TOKS / sizeof TOKS[0]))
+#define SPECIAL_ID (N_TOKS - 2)
+#define STOP_ID (N_TOKS - 1)
+#define MASK_W (N_TOKS + 37)
+
+static grammar_vocab *synth_vocab(void)
+{
+    size_t lens[N_TOKS];
+    uint8_t sp[N_TOKS] = {0};
+    for (int32_t i = 0; i < N_TOKS; i++)
+        lens[i] = strlen(TOKS[i]);
+    sp[SPECIAL_ID] = 1;
+    int32_t stop = STOP_ID;
+    tern_err e = {0};
+    grammar_vocab *v = grammar_vocab_from_bytes(TOKS, lens, sp, N_TOKS, MASK_W, &stop, 1, &e);
+    assert_non_null(v);
+    return v;
+}
+
+static int bit(const uint32_t *m, int32_t i) { return (m[i / 32] >> (i % 32)) & 1; }
+
+/* Reference for token i at a text prefix: does text+token stay a prefix? */
+typedef int (*prefix_fn)(void *ctx, const char *s, size_t len, int full);
+
+static void random_walks(grammar_compiled *cg, prefix_fn ref, void *ctx, uint64_t seed, int n_walks)
+{
+    const grammar_vocab *v = grammar_compiled_vocab(cg);
+    tern_err e = {0};
+    grammar_matcher *m = grammar_matcher_new(cg, &e);
+    assert_non_null(m);
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *mask = calloc(nw, sizeof *mask);
+    tern_rng r;
+    tern_rng_seed(&r, seed, 11);
+    for (int w = 0; w < n_walks; w++) {
+        grammar_matcher_reset(m);
+        char text[512];
+        size_t tl = 0;
+        for (int step = 0; step < 30; step++) {
+            int cnt = grammar_matcher_fill_next_token_bitmask(m, mask, nw);
+            assert_true(cnt >= 0);
+            int want_cnt = 0;
+            for (int32_t t = 0; t < MASK_W; t++) {
+                int want;
+                if (t >= N_TOKS || t == SPECIAL_ID)
+                    want = 0;
+                else if (t == STOP_ID)
+                    want = ref(ctx, text, tl, 1);
+                else {
+                    memcpy(text + tl, TOKS[t], strlen(TOKS[t]));
+                    want = ref(ctx, text, tl + strlen(TOKS[t]), 0);
+                }
+                if (want != bit(mask, t))
+                    fail_msg("walk %d step %d text '%.*s' token %d '%s': mask %d, reference %d", w, step, (int)tl,
+                             text, t, TOKS[t < N_TOKS ? t : 0], bit(mask, t), want);
+                want_cnt += want;
+            }
+            assert_int_equal(cnt, want_cnt);
+            if (!cnt)
+                break; /* a dead end of this small vocabulary */
+            int32_t pick;
+            do
+                pick = (int32_t)(tern_rng_u32(&r) % MASK_W);
+            while (!bit(mask, pick));
+            /* a rejected token leaves the state unchanged */
+            for (int32_t t = 0; t < N_TOKS; t++) {
+                if (!bit(mask, t)) {
+                    assert_int_equal(grammar_matcher_accept_token(m, t), 0);
+                    break;
+                }
+            }
+            assert_int_equal(grammar_matcher_accept_token(m, pick), 1);
+            if (pick == STOP_ID) {
+                assert_true(grammar_matcher_is_terminated(m));
+                assert_int_equal(grammar_matcher_fill_next_token_bitmask(m, mask, nw), 0);
+                /* rollback undoes the stop */
+                assert_int_equal(grammar_matcher_rollback(m, 1), 0);
+                assert_false(grammar_matcher_is_terminated(m) && !grammar_matcher_can_end(m));
+                break;
+            }
+            memcpy(text + tl, TOKS[pick], strlen(TOKS[pick]));
+            tl += strlen(TOKS[pick]);
+            if (tl > 400)
+                break;
+        }
+    }
+    free(mask);
+    grammar_matcher_free(m);
+}
+
+typedef struct pcre_ctx {
+    pcre2_code *re;
+    pcre2_match_data *md;
+} pcre_ctx;
+
+static int pcre_ref(void *c, const char *s, size_t len, int full)
+{
+    pcre_ctx *p = c;
+    int rc = pcre2_match(p->re, (PCRE2_SPTR)s, len, 0, full ? 0 : PCRE2_PARTIAL_HARD, p->md, NULL);
+    if (full)
+        return rc >= 0;
+    return rc >= 0 || rc == PCRE2_ERROR_PARTIAL || len == 0;
+}
+
+static void test_masks_vs_pcre2(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"root ::= \"{\" (\"\\\"a\" [b-z]* \"\\\":\" \" \"? [0-9.e]+)? \"}\"", "\\{(?:\"a[b-z]*\": ?[0-9.e]+)?\\}"},
+        {"root ::= ([a-c] | \"xyz\" | [0-9]{1,2})+", "(?:[a-c]|xyz|[0-9]{1,2})+"},
+        {"root ::= [^\\x00-\\x7f]* \"z\"?", "[^\\x00-\\x7f]*z?"},
+        {"root ::= (\"true\" | \"null\") (\", \" (\"true\" | \"null\"))*", "(?:true|null)(?:, (?:true|null))*"},
+    };
+    grammar_vocab *v = synth_vocab();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tern_err e = {0};
+        grammar_compiled *cg = grammar_compile_ebnf(cases[c][0], strlen(cases[c][0]), v, NULL, &e);
+        if (!cg)
+            fail_msg("%s", e.msg);
+        char pat[256];
+        snprintf(pat, sizeof pat, "^(?:%s)\\z", cases[c][1]);
+        int ec;
+        PCRE2_SIZE eo;
+        /* byte mode: the synthetic tokens cut code points */
+        pcre_ctx p = {.re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL)};
+        assert_non_null(p.re);
+        p.md = pcre2_match_data_create_from_pattern(p.re, NULL);
+        if (c == 2) {
+            /* [^\x00-\x7f] in PCRE2 byte mode is one byte; the grammar's is
+             * one UTF-8 character: use the byte reference for this one */
+            pcre2_match_data_free(p.md);
+            pcre2_code_free(p.re);
+            snprintf(pat, sizeof pat, "^(?:(?:[\\xc2-\\xdf][\\x80-\\xbf]|\\xe0[\\xa0-\\xbf][\\x80-\\xbf]|[\\xe1-"
+                                      "\\xec\\xee\\xef][\\x80-\\xbf]{2}|\\xed[\\x80-\\x9f][\\x80-\\xbf]|\\xf0[\\x90-"
+                                      "\\xbf][\\x80-\\xbf]{2}|[\\xf1-\\xf3][\\x80-\\xbf]{3}|\\xf4[\\x80-\\x8f][\\x80-"
+                                      "\\xbf]{2})*z?)\\z");
+            p.re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+            assert_non_null(p.re);
+            p.md = pcre2_match_data_create_from_pattern(p.re, NULL);
+        }
+        random_walks(cg, pcre_ref, &p, 100 + c, 40);
+        pcre2_match_data_free(p.md);
+        pcre2_code_free(p.re);
+        grammar_compiled_free(cg);
+    }
+    grammar_vocab_free(v);
+}
+
+static int check_ref(void *c, const char *s, size_t len, int full)
+{
+    const grammar *g = c;
+    return full ? grammar_check_text(g, s, len) == 1 : grammar_check_prefix(g, s, len) == 1;
+}
+
+static const char JSON_EBNF[] =
+    "root ::= value\n"
+    "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+    "object ::= \"{\" ws ( member ( ws \",\" ws member )* )? ws \"}\"\n"
+    "member ::= string ws \":\" ws value\n"
+    "array ::= \"[\" ws ( value ( ws \",\" ws value )* )? ws \"]\"\n"
+    "string ::= \"\\\"\" char* \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
+    "ws ::= [ \\t\\n\\r]*\n";
+
+static void test_masks_recursive(void **state)
+{
+    (void)state;
+    grammar_vocab *v = synth_vocab();
+    static const char *const grammars[] = {
+        JSON_EBNF,
+        "root ::= \"(\" root \")\" root | \"\"",
+        "root ::= list\nlist ::= item (\", \" list)?\nitem ::= \"a\" | \"[\" list? \"]\" | \"12\"",
+        "root ::= e\ne ::= t (\"+\" t)*\nt ::= f (\"e\" f)?\nf ::= [0-9]+ | \"(\" e \")\" | \"-\" f",
+    };
+    for (size_t c = 0; c < sizeof grammars / sizeof grammars[0]; c++) {
+        tern_err e = {0};
+        grammar_compiled *cg = grammar_compile_ebnf(grammars[c], strlen(grammars[c]), v, NULL, &e);
+        if (!cg)
+            fail_msg("grammar %zu: %s", c, e.msg);
+        random_walks(cg, check_ref, (void *)grammar_compiled_grammar(cg), 7 + c, 60);
+        grammar_compiled_free(cg);
+    }
+    grammar_vocab_free(v);
+}
+
+static void test_matcher_api(void **state)
+{
+    (void)state;
+    grammar_vocab *v = synth_vocab();
+    tern_err e = {0};
+    const char *src = "root ::= \"{\\\"key\\\": \" (\"true\" | \"12\") \"}\"";
+    grammar_compiled *cg = grammar_compile_ebnf(src, strlen(src), v, NULL, &e);
+    assert_non_null(cg);
+    grammar_matcher *m = grammar_matcher_new(cg, &e);
+    assert_non_null(m);
+    size_t nw = grammar_vocab_mask_words(v);
+    assert_int_equal(nw, (MASK_W + 31) / 32);
+    uint32_t *mask = calloc(nw, sizeof *mask);
+    char jf[64];
+
+    assert_int_equal(grammar_matcher_find_jump_forward_string(m, jf, sizeof jf), 8);
+    assert_string_equal(jf, "{\"key\": ");
+    assert_int_equal(grammar_matcher_find_jump_forward_string(m, jf, 4), 3); /* capped */
+    assert_int_equal(grammar_matcher_accept_string(m, "{\"ke", 4), 1);
+    assert_int_equal(grammar_matcher_find_jump_forward_string(m, jf, sizeof jf), 4);
+    assert_string_equal(jf, "y\": ");
+    assert_int_equal(grammar_matcher_accept_string(m, "y\": ", 4), 1);
+    assert_int_equal(grammar_matcher_find_jump_forward_string(m, jf, sizeof jf), 0);
+    assert_int_equal(grammar_matcher_accept_string(m, "x", 1), 0);
+    assert_int_equal(grammar_matcher_n_steps(m), 2);
+
+    /* padded, special and out-of-range ids are never allowed or accepted */
+    assert_true(grammar_matcher_fill_next_token_bitmask(m, mask, nw) > 0);
+    for (int32_t t = N_TOKS; t < MASK_W; t++)
+        assert_int_equal(bit(mask, t), 0);
+    assert_int_equal(bit(mask, SPECIAL_ID), 0);
+    assert_int_equal(bit(mask, STOP_ID), 0);
+    assert_int_equal(grammar_matcher_accept_token(m, SPECIAL_ID), 0);
+    assert_int_equal(grammar_matcher_accept_token(m, MASK_W - 1), 0);
+    assert_int_equal(grammar_matcher_accept_token(m, -1), 0);
+    assert_int_equal(grammar_matcher_accept_token(m, STOP_ID), 0); /* cannot end yet */
+    assert_int_equal(grammar_matcher_fill_next_token_bitmask(m, mask, nw - 1), TERN_ERANGE);
+
+    /* "1" "2" "}" then stop */
+    assert_int_equal(grammar_matcher_accept_token(m, 11), 1);
+    assert_int_equal(grammar_matcher_accept_token(m, 32 /* "0" */), 0);
+    assert_int_equal(grammar_matcher_find_jump_forward_string(m, jf, sizeof jf), 2);
+    assert_string_equal(jf, "2}");
+    assert_int_equal(grammar_matcher_accept_string(m, "2", 1), 1);
+    assert_int_equal(grammar_matcher_accept_token(m, 1), 1);
+    assert_true(grammar_matcher_can_end(m));
+    assert_true(grammar_matcher_is_terminated(m)); /* nothing but the end is left */
+    assert_int_equal(grammar_matcher_fill_next_token_bitmask(m, mask, nw), 1);
+    assert_int_equal(bit(mask, STOP_ID), 1);
+    assert_int_equal(grammar_matcher_accept_token(m, STOP_ID), 1);
+    assert_int_equal(grammar_matcher_fill_next_token_bitmask(m, mask, nw), 0);
+    assert_int_equal(grammar_matcher_accept_string(m, "", 0), 0);
+
+    /* rollback: undo stop, "}", "2", "1" */
+    assert_int_equal(grammar_matcher_n_steps(m), 6);
+    assert_int_equal(grammar_matcher_rollback(m, 7), TERN_ERANGE);
+    assert_int_equal(grammar_matcher_rollback(m, 4), 0);
+    assert_int_equal(grammar_matcher_n_steps(m), 2);
+    assert_false(grammar_matcher_can_end(m));
+    assert_int_equal(grammar_matcher_accept_token(m, 18 /* true */), 1);
+    assert_int_equal(grammar_matcher_accept_token(m, 1), 1);
+    assert_true(grammar_matcher_can_end(m));
+    grammar_matcher_reset(m);
+    assert_int_equal(grammar_matcher_n_steps(m), 0);
+    assert_int_equal(grammar_matcher_accept_token(m, 0), 1);
+
+    /* bad arguments */
+    assert_int_equal(grammar_matcher_rollback(m, -1), TERN_EINVAL);
+    assert_int_equal(grammar_matcher_fill_next_token_bitmask(NULL, mask, nw), TERN_EINVAL);
+    assert_int_equal(grammar_matcher_accept_string(m, NULL, 3), TERN_EINVAL);
+    assert_null(grammar_matcher_new(NULL, &e));
+    assert_null(grammar_compile(NULL, v, &e));
+    grammar_matcher_free(NULL);
+    grammar_compiled_free(NULL);
+    grammar_vocab_free(NULL);
+
+    free(mask);
+    grammar_matcher_free(m);
+    grammar_compiled_free(cg);
+    grammar_vocab_free(v);
+}
+
+static void test_vocab_errors(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    const char *t[] = {"a", "b"};
+    size_t l[] = {1, 1};
+    int32_t stop = 5;
+    assert_null(grammar_vocab_from_bytes(t, l, NULL, 2, 1, NULL, 0, &e)); /* width < vocab */
+    assert_int_equal(e.code, TERN_EINVAL);
+    assert_null(grammar_vocab_from_bytes(t, l, NULL, 2, 4, &stop, 1, &e)); /* stop out of range */
+    stop = 3; /* a stop id in the padding is fine */
+    grammar_vocab *v = grammar_vocab_from_bytes(t, l, NULL, 2, 4, &stop, 1, &e);
+    assert_non_null(v);
+    assert_int_equal(grammar_vocab_mask_width(v), 4);
+    assert_true(grammar_vocab_is_stop(v, 3));
+    size_t len;
+    assert_non_null(grammar_vocab_token(v, 1, &len));
+    assert_int_equal(len, 1);
+    assert_null(grammar_vocab_token(v, 3, &len));
+    grammar_vocab_free(v);
+}
+
+/* The Llama-3 vocabulary: masks at each step of a JSON document equal the
+ * per-token reference (accept then roll back, for every id). */
+static void test_real_tokenizer(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
+    if (!tok) {
+        print_message("skipping: %s\n", e.msg);
+        skip();
+    }
+    grammar_vocab *v = grammar_vocab_new(tok, tokenizer_vocab_size(tok) + 100, NULL, 0, &e);
+    assert_non_null(v);
+    grammar_compiled *cg = grammar_compile_ebnf(JSON_EBNF, strlen(JSON_EBNF), v, NULL, &e);
+    assert_non_null(cg);
+    grammar_matcher *m = grammar_matcher_new(cg, &e), *ref = grammar_matcher_new(cg, &e);
+    const char *doc = "{\"name\": \"caf\xc3\xa9 \\u00e9\", \"n\": [1, -2.5e3, true], \"o\": {}}";
+    int32_t *ids;
+    size_t n_ids;
+    assert_int_equal(tokenizer_encode(tok, doc, strlen(doc), 0, &ids, &n_ids, &e), 0);
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *mask = calloc(nw, sizeof *mask);
+    int32_t width = grammar_vocab_mask_width(v);
+    for (size_t i = 0; i <= n_ids; i++) {
+        int cnt = grammar_matcher_fill_next_token_bitmask(m, mask, nw);
+        int want_cnt = 0;
+        /* sample the ids: every 7th plus every allowed one keeps it fast */
+        for (int32_t t = 0; t < width; t++) {
+            if (t % 7 && !bit(mask, t))
+                continue;
+            int ok = grammar_matcher_accept_token(ref, t);
+            if (ok == 1)
+                grammar_matcher_rollback(ref, 1);
+            if ((ok == 1) != bit(mask, t))
+                fail_msg("step %zu token %d: mask %d reference %d", i, t, bit(mask, t), ok);
+            want_cnt += ok == 1;
+        }
+        assert_int_equal(cnt, want_cnt);
+        if (i < n_ids) {
+            assert_int_equal(bit(mask, ids[i]), 1);
+            assert_int_equal(grammar_matcher_accept_token(m, ids[i]), 1);
+            assert_int_equal(grammar_matcher_accept_token(ref, ids[i]), 1);
+        }
+    }
+    assert_true(grammar_matcher_can_end(m));
+    assert_int_equal(bit(mask, tokenizer_eos_id(tok)), 1);
+    free(ids);
+    free(mask);
+    grammar_matcher_free(m);
+    grammar_matcher_free(ref);
+    grammar_compiled_free(cg);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_masks_vs_pcre2), cmocka_unit_test(test_masks_recursive),
+        cmocka_unit_test(test_matcher_api),    cmocka_unit_test(test_vocab_errors),
+        cmocka_unit_test(test_real_tokenizer),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
