@@ -164,13 +164,16 @@ static int lowercase(const char *s, size_t len, tok_buf *out)
     return 0;
 }
 
-static int strip_accents(const char *s, size_t len, tok_buf *out)
+/* StripAccents drops every mark (Mn, Mc, Me: "is_combining_mark");
+ * BertNormalizer only the non-spacing ones (Mn). */
+static int strip_accents(const char *s, size_t len, tok_buf *out, int mn_only)
 {
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         int l = tok_utf8_dec(s + i, len - i, &cp);
         int c = utf8proc_category((utf8proc_int32_t)cp);
-        if (c != UTF8PROC_CATEGORY_MN && tok_buf_add(out, s + i, (size_t)l)) /* HF strips Mn only */
+        int mark = c == UTF8PROC_CATEGORY_MN || (!mn_only && (c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME));
+        if (!mark && tok_buf_add(out, s + i, (size_t)l))
             return TERN_ENOMEM;
         i += (size_t)l;
     }
@@ -231,7 +234,7 @@ static int bert(const tok_norm *n, const char *s, size_t len, tok_buf *out)
         rc = unicode_form(a.p ? a.p : "", a.len, &b, UTF8PROC_DECOMPOSE);
         a.len = 0;
         if (!rc)
-            rc = strip_accents(b.p ? b.p : "", b.len, &a);
+            rc = strip_accents(b.p ? b.p : "", b.len, &a, 1);
         tok_buf_free(&b);
         if (rc)
             goto out;
@@ -262,7 +265,7 @@ static int norm_one(const tok_norm *n, const char *s, size_t len, tok_buf *out, 
     case NORM_LOWERCASE:
         return lowercase(s, len, out);
     case NORM_STRIP_ACCENTS:
-        return strip_accents(s, len, out);
+        return strip_accents(s, len, out, 0);
     case NORM_PREPEND:
         if (len && tok_buf_add(out, n->str, n->str_len))
             return TERN_ENOMEM;
