@@ -388,6 +388,9 @@ static void step(tern_engine *e)
             sample_and_emit(e, e->out_req[j], e->logits + (size_t)j * e->n_vocab);
     }
     drop_done(e);
+    pthread_mutex_lock(&e->mu);
+    e->st.running = e->n_running;
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* ---- the thread ---- */
@@ -452,7 +455,8 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
     size_t budget = e->o.kv_budget_bytes;
     if (budget == 0) {
         /* half of free memory, but no more than every row at full context */
-        size_t want = per_block * (size_t)(blocks_for(e, e->o.ctx_size) + 1) * (size_t)e->o.max_batch;
+        size_t want = per_block * (size_t)((e->o.ctx_size + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT + 1) *
+                      (size_t)e->o.max_batch;
         budget = mem_available() / 2;
         if (budget > want || budget == 0)
             budget = want;
