@@ -1,0 +1,85 @@
+/* The embeddable API (include/tern.h) end to end on stories260K: greedy
+ * generation through the callback equals llama2.c's golden text. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "tern.h"
+#include "test_util.h"
+
+typedef struct sink {
+    char text[8192];
+    size_t len;
+    int calls;
+} sink;
+
+static int on_token(void *user, int32_t token, const char *text, size_t len)
+{
+    sink *s = user;
+    (void)token;
+    memcpy(s->text + s->len, text, len);
+    s->len += len;
+    s->text[s->len] = '\0';
+    s->calls++;
+    return 0;
+}
+
+static int stop_after_3(void *user, int32_t token, const char *text, size_t len)
+{
+    on_token(user, token, text, len);
+    return ((sink *)user)->calls >= 3;
+}
+
+static void test_generate_golden(void **state)
+{
+    (void)state;
+    tern_error err;
+    tern_ctx *t = tern_open(shared_path("models/stories260K"), NULL, &err);
+    if (!t)
+        fail_msg("%s", err.msg);
+    tern_err e2;
+    json_object *g = tern_json_parse_file(shared_path("models/stories260K/golden/reference_greedy.json"), &e2);
+    assert_non_null(g);
+    json_object *runs = json_object_object_get(g, "runs"), *run = json_object_array_get_idx(runs, 0);
+    const char *prompt = json_object_get_string(json_object_object_get(run, "prompt"));
+    const char *want = json_object_get_string(json_object_object_get(run, "stdout_128_new_tokens"));
+    tern_gen_opts o;
+    tern_gen_opts_init(&o);
+    o.temperature = 0;
+    o.max_tokens = 128;
+    sink s = {0};
+    int n = 0;
+    assert_int_equal(tern_generate(t, prompt, &o, on_token, &s, &n, &err), 0);
+    assert_int_equal(n, 128);
+    /* llama2.c prints the prompt, the continuation and a newline */
+    assert_int_equal(strlen(prompt) + s.len + 1, strlen(want));
+    assert_memory_equal(want + strlen(prompt), s.text, s.len);
+    /* the callback can stop generation */
+    sink s3 = {0};
+    assert_int_equal(tern_generate(t, prompt, &o, stop_after_3, &s3, &n, &err), 0);
+    assert_true(n <= 4);
+    int32_t *ids;
+    size_t n_ids;
+    assert_int_equal(tern_tokenize(t, prompt, 1, &ids, &n_ids, &err), 0);
+    assert_int_equal(ids[0], 1); /* BOS */
+    char *text;
+    assert_int_equal(tern_detokenize(t, ids, n_ids, &text, &err), 0);
+    assert_string_equal(text, prompt);
+    free(text);
+    free(ids);
+    json_object_put(g);
+    tern_close(t);
+    assert_null(tern_open("/nonexistent/model", NULL, &err));
+    assert_true(err.code < 0 && err.msg[0]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_generate_golden)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
