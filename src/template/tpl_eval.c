@@ -464,6 +464,8 @@ static int contains(tpl_render *r, tv container, tv item, long pos)
                 return 1;
         return 0;
     case TV_DICT:
+        if ((item.t == TV_LIST && !item.u.l->tuple) || item.t == TV_DICT || item.t == TV_NS)
+            FAIL(r, pos, "unhashable type: '%s'", tv_type_name(item));
         return tdict_get(container.u.d, item) != NULL;
     case TV_UNDEF:
         return 0;

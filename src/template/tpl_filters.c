@@ -274,7 +274,8 @@ static tv do_round(tpl_render *r, tv v, tv prec, tv method, long pos)
 static tv apply_select(tpl_render *r, tv seq, tv *args, int n_args, int attr_mode, int keep,
                        long pos)
 {
-    tlist *in = tpl_iter(r, seq, pos);
+    /* jinja2 only iterates a truthy value: falsy non-iterables give nothing */
+    tlist *in = tv_truthy(seq) ? tpl_iter(r, seq, pos) : tlist_new(&r->c, 0);
     tlist *out = tlist_new(&r->c, in->n);
     size_t k = 0;
     int ai = 0;
@@ -304,7 +305,7 @@ static tv apply_select(tpl_render *r, tv seq, tv *args, int n_args, int attr_mod
 
 static tv f_map(tpl_render *r, tv seq, tv *args, int n_args, tstr **kn, tv *kv, int nk, long pos)
 {
-    tlist *in = tpl_iter(r, seq, pos);
+    tlist *in = tv_truthy(seq) ? tpl_iter(r, seq, pos) : tlist_new(&r->c, 0);
     tlist *out = tlist_new(&r->c, in->n);
     tv attr = tv_undef(NULL), dflt = tv_undef(NULL);
     for (int k = 0; k < nk; k++) {
@@ -505,6 +506,10 @@ tv tpl_filter(tpl_render *r, const char *name, tv v, tv *args, int n_args, tstr 
     }
     if (IS("indent")) {
         P("width", "first", "blank");
+        if (v.t == TV_UNDEF)
+            tpl_undefined_fail(r, v, pos);
+        if (v.t != TV_STR) /* jinja2 does `s += "\n"` on the value itself */
+            FAIL(r, pos, "unsupported operand type(s) for +=: '%s' and 'str'", tv_type_name(v));
         return f_indent(r, v, a[0], a[1], a[2], pos);
     }
     if (IS("safe")) {
@@ -723,8 +728,11 @@ int tpl_test(tpl_render *r, const char *name, tv v, tv *args, int n_args, long p
                 FAIL(r, pos, "'in <string>' requires string as left operand");
             return memmem(seq.u.s->s, seq.u.s->len, v.u.s->s, v.u.s->len) != NULL || !v.u.s->len;
         }
-        if (seq.t == TV_DICT)
+        if (seq.t == TV_DICT) {
+            if ((v.t == TV_LIST && !v.u.l->tuple) || v.t == TV_DICT || v.t == TV_NS)
+                FAIL(r, pos, "unhashable type: '%s'", tv_type_name(v));
             return tdict_get(seq.u.d, v) != NULL;
+        }
         l = tpl_iter(r, seq, pos);
         for (size_t i = 0; i < l->n; i++)
             if (tv_eq(l->items[i], v))

@@ -450,7 +450,8 @@ void tv_repr_to(tpl_ctx *c, tbuf *b, tv v)
         repr_str(c, b, v.u.s);
         return;
     case TV_UNDEF:
-        return; /* repr of Undefined prints as "Undefined" in Python; "" is safer */
+        tbuf_puts(c, b, "Undefined"); /* jinja2's Undefined.__repr__ */
+        return;
     case TV_LIST: {
         tlist *l = v.u.l;
         tbuf_putc(c, b, l->tuple ? '(' : '[');

@@ -8,3 +8,6 @@ tern_add_script_test(NAME template.oracle_snippets
 tern_add_script_test(NAME template.oracle_random
   COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare_random.py --seed 1 --count 200
   TIMEOUT 300)
+tern_add_script_test(NAME template.oracle_exprs
+  COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare_exprs.py --seed 1 --count 200
+  TIMEOUT 300)
