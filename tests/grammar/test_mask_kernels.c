@@ -19,7 +19,7 @@ static void test_or_and_count(void **state)
     tern_rng_seed(&r, 3, 5);
     int have_avx2 = tern_cpu()->avx2;
     for (size_t n = 0; n < 70; n++) {
-        uint32_t a[80], b[80], ref[80], fast[80];
+        uint32_t a[80] = {0}, b[80] = {0}, ref[80], fast[80];
         for (size_t i = 0; i < n; i++) {
             a[i] = tern_rng_u32(&r) & tern_rng_u32(&r);
             b[i] = tern_rng_u32(&r);
