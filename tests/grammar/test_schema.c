@@ -1,0 +1,321 @@
+/* Unit tests of the JSON Schema, choice and built-in JSON front ends,
+ * checked through the grammar core's byte-level acceptance against
+ * independent references: arithmetic for numeric bounds and multipleOf,
+ * codepoint counts for string lengths, strcmp for choices, RFC 8259 for
+ * the built-in JSON grammar. Error paths: unsupported keywords name
+ * the keyword, malformed schemas, time and size bounds. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "grammar/frontend.h"
+#include "grammar/grammar.h"
+#include "grammar/schema.h"
+
+static grammar *from_ebnf(const char *ebnf)
+{
+    tern_err err;
+    grammar *g = grammar_from_ebnf(ebnf, strlen(ebnf), "root", NULL, &err);
+    if (!g)
+        fail_msg("core rejected: %s\n%s", err.msg, ebnf);
+    return g;
+}
+
+static grammar *schema_grammar(const char *schema_text, const grammar_schema_opts *o)
+{
+    json_object *s = json_tokener_parse(schema_text);
+    assert_non_null(s);
+    char *ebnf = NULL;
+    tern_err err;
+    int rc = grammar_schema_to_ebnf(s, o, &ebnf, &err);
+    json_object_put(s);
+    if (rc)
+        fail_msg("schema %s: %s", schema_text, err.msg);
+    grammar *g = from_ebnf(ebnf);
+    free(ebnf);
+    return g;
+}
+
+static int accepts(const grammar *g, const char *text)
+{
+    int r = grammar_check_text(g, text, strlen(text));
+    assert_true(r >= 0);
+    return r;
+}
+
+static int schema_error(const char *schema_text, const grammar_schema_opts *o, char *msg, size_t cap)
+{
+    json_object *s = json_tokener_parse(schema_text);
+    assert_non_null(s);
+    char *ebnf = (char *)1;
+    tern_err err = {0};
+    int rc = grammar_schema_to_ebnf(s, o, &ebnf, &err);
+    json_object_put(s);
+    if (rc == 0) {
+        free(ebnf);
+        return 0;
+    }
+    assert_null(ebnf);
+    if (msg)
+        snprintf(msg, cap, "%s", err.msg);
+    return rc;
+}
+
+static void test_integer_ranges(void **state)
+{
+    (void)state;
+    tern_rng rng;
+    tern_rng_seed(&rng, 7, 1);
+    for (int it = 0; it < 60; it++) {
+        long lo = (long)(tern_rng_u32(&rng) % 4001) - 2000;
+        long hi = lo + (long)(tern_rng_u32(&rng) % 3000);
+        int ex_lo = (int)(tern_rng_u32(&rng) & 1), ex_hi = (int)(tern_rng_u32(&rng) & 1);
+        int has_lo = it % 5 != 0, has_hi = it % 7 != 0;
+        int integer = it % 2 == 0;
+        char sch[256];
+        int n = snprintf(sch, sizeof sch, "{\"type\":\"%s\"", integer ? "integer" : "number");
+        if (has_lo)
+            n += snprintf(sch + n, sizeof sch - n, ",\"%s\":%ld", ex_lo ? "exclusiveMinimum" : "minimum", lo);
+        if (has_hi)
+            n += snprintf(sch + n, sizeof sch - n, ",\"%s\":%ld", ex_hi ? "exclusiveMaximum" : "maximum", hi);
+        snprintf(sch + n, sizeof sch - n, "}");
+        if (has_lo && has_hi && (hi < lo || (hi == lo && (ex_lo || ex_hi))))
+            continue;
+        grammar *g = schema_grammar(sch, NULL);
+        for (int k = 0; k < 200; k++) {
+            double x = (double)((long)(tern_rng_u32(&rng) % 8001) - 4000);
+            if (k < 8) /* the bounds themselves and their neighbours */
+                x = (double)((k & 1 ? hi : lo) + (k >> 1) - 2);
+            char txt[64];
+            if (!integer && (k % 3 == 1))
+                x += 0.5, snprintf(txt, sizeof txt, "%.1f", x);
+            else if (!integer && k % 3 == 2)
+                snprintf(txt, sizeof txt, "%.0f.0", x);
+            else
+                snprintf(txt, sizeof txt, "%.0f", x);
+            int want = (!has_lo || (ex_lo ? x > lo : x >= lo)) && (!has_hi || (ex_hi ? x < hi : x <= hi));
+            if (accepts(g, txt) != want)
+                fail_msg("%s on %s: want %d", sch, txt, want);
+        }
+        grammar_free(g);
+    }
+}
+
+static void test_multiple_of(void **state)
+{
+    (void)state;
+    static const struct { const char *m; long p; int q; } ms[] = {
+        {"7", 7, 0}, {"0.25", 25, 2}, {"1.5", 15, 1}, {"0.01", 1, 2}, {"12", 12, 0},
+    };
+    tern_rng rng;
+    tern_rng_seed(&rng, 11, 1);
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        for (int integer = 0; integer < 2; integer++) {
+            char sch[128];
+            snprintf(sch, sizeof sch, "{\"type\":\"%s\",\"multipleOf\":%s}", integer ? "integer" : "number", ms[i].m);
+            grammar *g = schema_grammar(sch, NULL);
+            for (int k = 0; k < 300; k++) {
+                /* value = v / 1000 exactly */
+                long v = (long)(tern_rng_u32(&rng) % 200001) - 100000;
+                if (k < 100)
+                    v = (v / 250) * 250;
+                char txt[64];
+                int frac = (int)(labs(v) % 1000);
+                snprintf(txt, sizeof txt, "%s%ld.%03d", v < 0 ? "-" : "", labs(v) / 1000, frac);
+                if (integer && frac == 0)
+                    snprintf(txt, sizeof txt, "%ld", v / 1000);
+                /* exact: v/1000 multiple of p/10^q  <=>  v*10^q divisible by p*1000 */
+                long long num = (long long)v;
+                for (int z = 0; z < ms[i].q; z++)
+                    num *= 10;
+                int want = num % ((long long)ms[i].p * 1000) == 0 && (!integer || frac == 0);
+                if (accepts(g, txt) != want)
+                    fail_msg("%s on %s: want %d", sch, txt, want);
+            }
+            grammar_free(g);
+        }
+    }
+}
+
+static void test_string_lengths(void **state)
+{
+    (void)state;
+    /* codepoints: ASCII, escapes, a 2-byte char written raw and escaped,
+     * an astral char as a surrogate pair (one codepoint) */
+    static const struct { const char *text; int n; } s[] = {
+        {"\"\"", 0}, {"\"a\"", 1}, {"\"ab\"", 2}, {"\"\\n\"", 1}, {"\"\\u00e9\"", 1},
+        {"\"\xc3\xa9\"", 1}, {"\"\\ud83d\\ude00\"", 1}, {"\"\xf0\x9f\x98\x80x\"", 2},
+        {"\"a\\\"b\"", 3}, {"\"abc\"", 3}, {"\"\\u0041\\u0042\\u0043\\u0044\"", 4},
+    };
+    for (int mn = 0; mn <= 3; mn++) {
+        for (int mx = mn; mx <= 4; mx++) {
+            char sch[128];
+            snprintf(sch, sizeof sch, "{\"type\":\"string\",\"minLength\":%d,\"maxLength\":%d}", mn, mx);
+            grammar *g = schema_grammar(sch, NULL);
+            for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+                if (accepts(g, s[i].text) != (s[i].n >= mn && s[i].n <= mx))
+                    fail_msg("%s on %s", sch, s[i].text);
+            grammar_free(g);
+        }
+    }
+    grammar *g = schema_grammar("{\"type\":\"string\"}", NULL);
+    assert_false(accepts(g, "\"a\nb\"")); /* raw control characters */
+    assert_false(accepts(g, "\"\\x41\""));
+    assert_false(accepts(g, "\"\\ud83d\"")); /* lone surrogate */
+    assert_false(accepts(g, "\"abc"));
+    assert_true(accepts(g, "\"\\/\\b\\f\\r\\t\""));
+    grammar_free(g);
+}
+
+static void test_objects_and_whitespace(void **state)
+{
+    (void)state;
+    const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+                      "\"b\":{\"type\":\"string\"},\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}";
+    grammar *g = schema_grammar(sch, NULL); /* strict by default */
+    assert_true(accepts(g, "{\"b\": \"x\"}"));
+    assert_true(accepts(g, "{\"a\": 1, \"b\": \"x\", \"c\": true}"));
+    assert_true(accepts(g, "{ \"a\" :1,\"b\":\"x\" }"));
+    assert_false(accepts(g, "{}"));                             /* b required */
+    assert_false(accepts(g, "{\"b\": \"x\", \"d\": 1}"));       /* strict */
+    assert_false(accepts(g, "{\"b\": \"x\", \"b\": \"y\"}"));
+    assert_false(accepts(g, "{\"a\": \"1\", \"b\": \"x\"}"));
+    char txt[128];
+    snprintf(txt, sizeof txt, "{\"b\":%*s\"x\"}", 20, "");
+    assert_true(accepts(g, txt));
+    snprintf(txt, sizeof txt, "{\"b\":%*s\"x\"}", 21, ""); /* cap: 20 */
+    assert_false(accepts(g, txt));
+    grammar_free(g);
+    grammar_schema_opts o;
+    grammar_schema_opts_init(&o);
+    o.strict = 0;
+    g = schema_grammar(sch, &o);
+    assert_true(accepts(g, "{\"b\": \"x\", \"d\": [1, {}]}"));
+    assert_false(accepts(g, "{\"b\": \"x\", \"a\": \"no\"}")); /* listed names keep their schema */
+    assert_false(accepts(g, "{\"b\": \"x\", \"\\u0061\": \"no\"}"));
+    grammar_free(g);
+    grammar_schema_opts_init(&o);
+    o.any_whitespace = 0;
+    g = schema_grammar(sch, &o);
+    assert_true(accepts(g, "{\"a\":1,\"b\":\"x\"}"));
+    assert_false(accepts(g, "{\"a\": 1,\"b\":\"x\"}"));
+    grammar_free(g);
+    /* recursion through $ref */
+    g = schema_grammar("{\"$defs\":{\"t\":{\"type\":\"object\",\"properties\":{\"kids\":{\"type\":\"array\","
+                       "\"items\":{\"$ref\":\"#/$defs/t\"}}}}},\"$ref\":\"#/$defs/t\"}", NULL);
+    assert_true(accepts(g, "{\"kids\": [{}, {\"kids\": [{\"kids\": []}]}]}"));
+    assert_false(accepts(g, "{\"kids\": [1]}"));
+    grammar_free(g);
+}
+
+static void test_choice_and_builtin(void **state)
+{
+    (void)state;
+    json_object *arr = json_tokener_parse("[\"yes\", \"no\", \"a\\\"b\\nc\", \"\", \"\\u00e9\\u0001\"]");
+    char *ebnf = NULL;
+    tern_err err;
+    assert_int_equal(grammar_choice_to_ebnf(arr, &ebnf, &err), 0);
+    grammar *g = from_ebnf(ebnf);
+    free(ebnf);
+    static const char *probe[] = {"yes", "no", "a\"b\nc", "", "\xc3\xa9\x01", "ye", "yess", "a\"b", "No"};
+    for (size_t i = 0; i < sizeof probe / sizeof probe[0]; i++) {
+        int want = 0;
+        for (size_t k = 0; k < json_object_array_length(arr); k++)
+            want |= !strcmp(probe[i], json_object_get_string(json_object_array_get_idx(arr, k)));
+        assert_int_equal(accepts(g, probe[i]), want);
+    }
+    grammar_free(g);
+    json_object_put(arr);
+    arr = json_tokener_parse("[\"x\", 3]");
+    assert_int_equal(grammar_choice_to_ebnf(arr, &ebnf, &err), TERN_EINVAL);
+    json_object_put(arr);
+    arr = json_tokener_parse("[]");
+    assert_int_equal(grammar_choice_to_ebnf(arr, &ebnf, &err), TERN_EINVAL);
+    json_object_put(arr);
+
+    /* built-in JSON: validity per RFC 8259 (json-c's parser is too lax
+     * on numbers to serve as the reference here) */
+    static const struct { const char *t; int valid, object; } texts[] = {
+        {"{}", 1, 1}, {"[]", 1, 0}, {"0", 1, 0}, {"-0.5e+3", 1, 0}, {"\"s\\u00e9\"", 1, 0},
+        {"null", 1, 0}, {"true", 1, 0}, {"{\"a\": [1, 2, {\"b\": null}]}", 1, 1},
+        {"[1,]", 0, 0}, {"{\"a\" 1}", 0, 0}, {"01", 0, 0}, {"1.", 0, 0}, {".5", 0, 0},
+        {"\"\\x\"", 0, 0}, {"{\"a\":1,}", 0, 0}, {"tru", 0, 0}, {"[", 0, 0}, {"\"a\nb\"", 0, 0},
+        {"-", 0, 0}, {"[1e5, -0, 2E-3]", 1, 0}, {"{\"\": \"\"}", 1, 1}, {"{ \"k\" : { } }", 1, 1},
+    };
+    char *any = grammar_json_builtin_ebnf(GRAMMAR_JSON_ANY_VALUE, 1, 20);
+    char *obj = grammar_json_builtin_ebnf(GRAMMAR_JSON_OBJECT, 1, 20);
+    assert_non_null(any);
+    assert_non_null(obj);
+    grammar *ga = from_ebnf(any), *go = from_ebnf(obj);
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        if (accepts(ga, texts[i].t) != texts[i].valid)
+            fail_msg("builtin JSON on %s: want %d", texts[i].t, texts[i].valid);
+        assert_int_equal(accepts(go, texts[i].t), texts[i].valid && texts[i].object);
+    }
+    grammar_free(ga);
+    grammar_free(go);
+    free(any);
+    free(obj);
+    assert_null(grammar_json_builtin_ebnf((enum grammar_json_kind)9, 1, 20));
+}
+
+static void test_errors_and_bounds(void **state)
+{
+    (void)state;
+    char msg[TERN_ERR_MSG_MAX];
+    assert_int_equal(schema_error("{\"type\":\"string\",\"frobnicate\":1}", NULL, msg, sizeof msg),
+                     TERN_EUNSUPPORTED);
+    assert_non_null(strstr(msg, "frobnicate"));
+    assert_int_equal(schema_error("{\"type\":\"string\",\"format\":\"hostname\"}", NULL, msg, sizeof msg),
+                     TERN_EUNSUPPORTED);
+    assert_non_null(strstr(msg, "hostname"));
+    assert_int_equal(schema_error("{\"uniqueItems\":true}", NULL, msg, sizeof msg), TERN_EUNSUPPORTED);
+    assert_non_null(strstr(msg, "uniqueItems"));
+    assert_int_equal(schema_error("{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":2}]}", NULL, NULL, 0),
+                     TERN_EUNSUPPORTED);
+    assert_int_equal(schema_error("{\"$ref\":\"http://example.com/x.json\"}", NULL, NULL, 0), TERN_EUNSUPPORTED);
+    assert_int_equal(schema_error("{\"$ref\":\"#/$defs/missing\"}", NULL, NULL, 0), TERN_EINVAL);
+    assert_int_equal(schema_error("{\"type\":\"strin\"}", NULL, NULL, 0), TERN_EINVAL);
+    assert_int_equal(schema_error("3", NULL, NULL, 0), TERN_EINVAL);
+    assert_int_equal(schema_error("false", NULL, msg, sizeof msg), TERN_EINVAL);
+    assert_int_equal(schema_error("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", NULL, NULL, 0),
+                     TERN_EUNSUPPORTED); /* a cycle that consumes nothing */
+    assert_int_equal(schema_error("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", NULL, NULL, 0),
+                     TERN_EUNSUPPORTED);
+    /* size bound */
+    grammar_schema_opts o;
+    grammar_schema_opts_init(&o);
+    o.max_bytes = 256;
+    assert_int_equal(schema_error("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
+                                  "\"b\":{\"type\":\"integer\",\"minimum\":17,\"maximum\":99999}}}", &o, NULL, 0),
+                     TERN_EFULL);
+    /* a schema whose expansion explodes ends in a bound, quickly */
+    char big[8192];
+    size_t n = 0;
+    n += (size_t)snprintf(big + n, sizeof big - n, "{\"allOf\":[");
+    for (int i = 0; i < 12; i++)
+        n += (size_t)snprintf(big + n, sizeof big - n, "%s{\"anyOf\":[{\"minimum\":%d},{\"maximum\":%d},"
+                              "{\"type\":\"string\",\"minLength\":%d}]}", i ? "," : "", i, i, i);
+    snprintf(big + n, sizeof big - n, "]}");
+    grammar_schema_opts_init(&o);
+    o.max_ms = 300;
+    int rc = schema_error(big, &o, msg, sizeof msg);
+    assert_true(rc == TERN_EUNSUPPORTED || rc == TERN_ETIMEOUT || rc == TERN_EFULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_integer_ranges),      cmocka_unit_test(test_multiple_of),
+        cmocka_unit_test(test_string_lengths),      cmocka_unit_test(test_objects_and_whitespace),
+        cmocka_unit_test(test_choice_and_builtin),  cmocka_unit_test(test_errors_and_bounds),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
