@@ -1,0 +1,165 @@
+/* bench_engine: the step loop under concurrency.
+ *
+ *   bench_engine MODEL_DIR [--tokens N] [--prompt-len N] [--clients 1,4,16,64]
+ *
+ * For each concurrency level, submits that many greedy requests at once
+ * (distinct prompts of --prompt-len tokens) and prints aggregate decode
+ * tokens/s, per-stream tokens/s and time to first token (p50, max). Then
+ * the prefix cache: the same long prompt twice, cold and cached, TTFT each. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "engine/engine.h"
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void make_prompt(int32_t *ids, int n, int seed, int n_vocab)
+{
+    for (int i = 0; i < n; i++)
+        ids[i] = 10 + (int32_t)(((unsigned)(i + 1) * 2654435761u + (unsigned)seed * 40503u) % (unsigned)(n_vocab - 20));
+}
+
+static int run_level(tern_model *m, tern_tokenizer *tok, int clients, int n_tokens, int prompt_len)
+{
+    tern_err err = {0};
+    engine_opts o;
+    engine_opts_default(&o);
+    o.max_batch = clients;
+    o.prefix_cache = 0;
+    tern_engine *e = engine_new(m, tok, &o, &err);
+    if (!e) {
+        fprintf(stderr, "bench_engine: %s\n", err.msg);
+        return 1;
+    }
+    engine_req **reqs = calloc((size_t)clients, sizeof *reqs);
+    double *ttft = calloc((size_t)clients, sizeof *ttft), *tps = calloc((size_t)clients, sizeof *tps);
+    int32_t *ids = malloc((size_t)prompt_len * sizeof *ids);
+    double t0 = tern_time_s();
+    for (int c = 0; c < clients; c++) {
+        make_prompt(ids, prompt_len, c, m->cfg.n_vocab);
+        engine_params p;
+        engine_params_default(&p);
+        p.prompt = ids;
+        p.n_prompt = (size_t)prompt_len;
+        p.max_tokens = n_tokens;
+        p.ignore_eos = 1;
+        p.sample.temperature = 0;
+        if (!(reqs[c] = engine_submit(e, &p, NULL, NULL, &err))) {
+            fprintf(stderr, "bench_engine: %s\n", err.msg);
+            return 1;
+        }
+    }
+    long total = 0;
+    for (int c = 0; c < clients; c++) {
+        engine_event ev;
+        while (engine_req_next(reqs[c], &ev, -1)) {
+            int fin = ev.kind == ENGINE_EV_FINISH;
+            if (fin) {
+                ttft[c] = ev.usage.ttft_s;
+                tps[c] = ev.usage.decode_s > 0 ? (ev.usage.n_generated - 1) / ev.usage.decode_s : 0;
+                total += ev.usage.n_generated;
+            }
+            engine_event_clear(&ev);
+            if (fin)
+                break;
+        }
+        engine_req_release(reqs[c]);
+    }
+    double wall = tern_time_s() - t0;
+    qsort(ttft, (size_t)clients, sizeof *ttft, cmp_d);
+    qsort(tps, (size_t)clients, sizeof *tps, cmp_d);
+    printf("%8d %12.1f %14.1f %12.3f %12.3f\n", clients, total / wall, tps[clients / 2], ttft[clients / 2],
+           ttft[clients - 1]);
+    free(reqs), free(ttft), free(tps), free(ids);
+    engine_free(e);
+    return 0;
+}
+
+static double prefix_ttft(tern_engine *e, const int32_t *ids, int n)
+{
+    tern_err err = {0};
+    engine_params p;
+    engine_params_default(&p);
+    p.prompt = ids;
+    p.n_prompt = (size_t)n;
+    p.max_tokens = 1;
+    p.sample.temperature = 0;
+    engine_req *r = engine_submit(e, &p, NULL, NULL, &err);
+    if (!r)
+        return -1;
+    engine_event ev;
+    double t = -1;
+    while (engine_req_next(r, &ev, -1)) {
+        int fin = ev.kind == ENGINE_EV_FINISH;
+        if (fin)
+            t = ev.usage.ttft_s;
+        engine_event_clear(&ev);
+        if (fin)
+            break;
+    }
+    engine_req_release(r);
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *levels = "1,4,16,64";
+    int n_tokens = 32, prompt_len = 64, long_len = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            n_tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prompt-len") && i + 1 < argc)
+            prompt_len = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--clients") && i + 1 < argc)
+            levels = argv[++i];
+        else if (!strcmp(argv[i], "--long-prompt") && i + 1 < argc)
+            long_len = atoi(argv[++i]);
+        else
+            dir = argv[i];
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: bench_engine MODEL_DIR [--tokens N] [--prompt-len N] [--clients 1,4,16,64] "
+                        "[--long-prompt N]\n");
+        return 2;
+    }
+    tern_err err = {0};
+    tern_model *m = model_load(dir, 0, &err);
+    tern_tokenizer *tok = m ? tokenizer_load(dir, &err) : NULL;
+    if (!tok) {
+        fprintf(stderr, "bench_engine: %s\n", err.msg);
+        return 1;
+    }
+    printf("model %s, %d generated tokens per request, %d-token prompts\n", dir, n_tokens, prompt_len);
+    printf("%8s %12s %14s %12s %12s\n", "clients", "agg tok/s", "stream tok/s", "ttft p50 s", "ttft max s");
+    for (const char *s = levels; *s;) {
+        int c = atoi(s);
+        if (c > 0 && run_level(m, tok, c, n_tokens, prompt_len))
+            return 1;
+        s = strchr(s, ',');
+        if (!s)
+            break;
+        s++;
+    }
+    if (long_len >= m->cfg.max_pos)
+        long_len = m->cfg.max_pos - 2;
+    engine_opts o;
+    engine_opts_default(&o);
+    o.max_batch = 1;
+    tern_engine *e = engine_new(m, tok, &o, &err);
+    int32_t *ids = malloc((size_t)long_len * sizeof *ids);
+    make_prompt(ids, long_len, 7, m->cfg.n_vocab);
+    double cold = prefix_ttft(e, ids, long_len), warm = prefix_ttft(e, ids, long_len);
+    printf("prefix cache, %d-token prompt: cold ttft %.3f s, cached %.3f s, speed-up %.1fx\n", long_len, cold, warm,
+           warm > 0 ? cold / warm : 0);
+    free(ids);
+    engine_free(e);
+    tokenizer_free(tok);
+    model_free(m);
+    return 0;
+}
