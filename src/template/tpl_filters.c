@@ -457,6 +457,8 @@ tv tpl_filter(tpl_render *r, const char *name, tv v, tv *args, int n_args, tstr 
     }
     if (IS("int")) {
         P("default", "base");
+        if (v.t == TV_UNDEF) /* Undefined.__int__ raises */
+            tpl_undefined_fail(r, v, pos);
         tv dflt = given(a[0]) ? a[0] : tv_int(0);
         int64_t base = given(a[1]) ? want_int(r, a[1], "base", pos) : 10;
         if (base < 2 || base > 36)
@@ -480,6 +482,8 @@ tv tpl_filter(tpl_render *r, const char *name, tv v, tv *args, int n_args, tstr 
     }
     if (IS("float")) {
         P("default");
+        if (v.t == TV_UNDEF)
+            tpl_undefined_fail(r, v, pos);
         tv dflt = given(a[0]) ? a[0] : tv_float(0.0);
         double d;
         if (tv_is_number(v))
@@ -544,6 +548,8 @@ tv tpl_filter(tpl_render *r, const char *name, tv v, tv *args, int n_args, tstr 
             tpl_step(r, pos);
             tv key = given(a[1]) ? get_path(r, l->items[i], a[1], pos) : l->items[i];
             key = fold(r, key, tv_truthy(a[0]));
+            if ((key.t == TV_LIST && !key.u.l->tuple) || key.t == TV_DICT || key.t == TV_NS)
+                FAIL(r, pos, "unhashable type: '%s'", tv_type_name(key));
             size_t j;
             for (j = 0; j < k; j++)
                 if (tv_eq(seen[j], key))

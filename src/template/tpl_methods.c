@@ -318,9 +318,10 @@ tv tpl_percent_format(tpl_render *r, tstr *fmt, tv args, long pos)
             FAIL(r, pos, "unsupported format character '%c'", conv);
         }
     }
-    if (k < n && !(n == 1 && args.t != TV_LIST))
-        FAIL(r, pos, "not all arguments converted during string formatting");
-    if (k == 0 && n == 1 && args.t != TV_LIST && args.t != TV_DICT)
+    /* Python: a tuple must be used up; a list or dict counts as a mapping
+     * argument and may go unused; any other single value must be used */
+    int tuple = args.t == TV_LIST && args.u.l->tuple;
+    if ((tuple && k < n) || (!tuple && k == 0 && args.t != TV_LIST && args.t != TV_DICT))
         FAIL(r, pos, "not all arguments converted during string formatting");
     return tv_str(b.len ? tbuf_str(&r->c, &b) : tstr_new(&r->c, "", 0));
 }
