@@ -17,6 +17,8 @@
 typedef struct tern_engine tern_engine;
 typedef struct engine_req engine_req;
 
+#define ENGINE_MAX_DRAFT 16
+
 typedef struct engine_opts {
     size_t kv_budget_bytes; /* KV pool size; 0 = a share of free memory */
     int max_batch;          /* rows in one step (running requests), default 64 */
@@ -24,6 +26,14 @@ typedef struct engine_opts {
     int max_queue;          /* waiting requests; beyond it submit fails EFULL; default 1024 */
     int ctx_size;           /* positions per sequence; 0 = the model's maximum */
     int prefix_cache;       /* reuse KV of earlier prompts (default on: 1) */
+    /* Speculative decoding: a draft model sharing the tokenizer (borrowed;
+     * NULL = none), or prompt lookup (spec_ngram = 1, no draft model). Each
+     * speculating row drafts n_draft tokens that the target verifies in the
+     * same batched forward as every other row. */
+    tern_model *draft;
+    int spec_ngram;
+    int n_draft;            /* default 4 */
+    int grammar_jump;       /* jump-forward over forced grammar text (opt-in) */
 } engine_opts;
 
 void engine_opts_default(engine_opts *o);
@@ -41,6 +51,10 @@ typedef struct engine_constraint_ops {
     /* Undoes the last n accepted tokens (speculative decoding). */
     int (*rollback)(void *ctx, int n);
     void (*free)(void *ctx);
+    /* Optional (may be NULL): writes the unique continuation the grammar
+     * forces from here (up to cap bytes) and returns its length, 0 if none.
+     * Used for jump-forward when the engine enables it. */
+    size_t (*jump_forward)(void *ctx, char *buf, size_t cap);
 } engine_constraint_ops;
 
 typedef struct engine_params {
@@ -57,6 +71,7 @@ typedef struct engine_params {
     size_t cache_boundary;
     const engine_constraint_ops *constraint; /* NULL = unconstrained */
     void *constraint_ctx;
+    int no_speculation;      /* opt this request out of the engine's drafter */
 } engine_params;
 
 void engine_params_default(engine_params *p);
@@ -77,6 +92,10 @@ typedef struct engine_usage {
     int n_generated;    /* tokens sampled */
     double ttft_s;      /* submit to first token */
     double decode_s;    /* first to last token */
+    /* speculation telemetry (zero when the row did not speculate) */
+    int n_drafted, n_accepted, n_target_forwards;
+    int accepted_by_pos[ENGINE_MAX_DRAFT]; /* drafts accepted at burst position i */
+    int n_jump;         /* tokens appended by grammar jump-forward */
 } engine_usage;
 
 typedef enum engine_event_kind { ENGINE_EV_TOKEN = 1, ENGINE_EV_FINISH } engine_event_kind;
@@ -124,6 +143,7 @@ typedef struct engine_stats {
     long long requests_total, requests_finished, requests_cancelled, requests_rejected;
     long long tokens_prefilled, tokens_decoded, prefix_hit_tokens;
     long long steps;
+    long long spec_drafted, spec_accepted, spec_target_forwards, jump_tokens;
     int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
     size_t kv_bytes_total;
     double last_ttft_s, last_decode_tps;
