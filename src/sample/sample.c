@@ -158,34 +158,14 @@ static void top_n(const float *lp, int32_t V, int n, float floor, sample_result 
     }
 }
 
-int sample_row(sample_state *s, const sample_params *p, float *x, const uint32_t *mask, sample_result *out)
+/* Temperature softmax and truncations over processed logits x (max mx):
+ * leaves probabilities in s->probs and, when truncating, the kept ids in
+ * s->idx[0, *n_kept) most likely first (renormalized; other entries of
+ * s->probs are then stale). */
+static void dist_core(sample_state *s, const sample_params *p, const float *x, float mx, int32_t *n_kept,
+                      int *truncating_out)
 {
     int32_t V = s->n_vocab;
-    apply_processors(s, p, x, mask);
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < V; i++)
-        if (x[i] > mx)
-            mx = x[i];
-    if (mx == -INFINITY || isnan(mx))
-        return TERN_EINVAL;
-    out->n_top = 0;
-    int want_lp = p->n_logprobs >= 0;
-
-    if (p->temperature == 0.0f) {
-        out->id = sample_argmax(x, V);
-        if (want_lp) { /* log-softmax at temperature 1 */
-            double sum = 0;
-            for (int32_t i = 0; i < V; i++)
-                sum += exp((double)(x[i] - mx));
-            float lse = mx + (float)log(sum);
-            for (int32_t i = 0; i < V; i++)
-                s->probs[i] = x[i] - lse;
-            out->logprob = s->probs[out->id];
-            top_n(s->probs, V, p->n_logprobs, -INFINITY, out);
-        }
-        return 0;
-    }
-
     /* softmax at temperature */
     float invt = 1.0f / p->temperature;
     double sum = 0;
@@ -259,6 +239,41 @@ int sample_row(sample_state *s, const sample_params *p, float *x, const uint32_t
         n = keep; /* idx[0, n) is the kept set, most likely first */
     }
 
+    *n_kept = n;
+    *truncating_out = truncating;
+}
+
+int sample_row(sample_state *s, const sample_params *p, float *x, const uint32_t *mask, sample_result *out)
+{
+    int32_t V = s->n_vocab;
+    apply_processors(s, p, x, mask);
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    if (mx == -INFINITY || isnan(mx))
+        return TERN_EINVAL;
+    out->n_top = 0;
+    int want_lp = p->n_logprobs >= 0;
+
+    if (p->temperature == 0.0f) {
+        out->id = sample_argmax(x, V);
+        if (want_lp) { /* log-softmax at temperature 1 */
+            double sum = 0;
+            for (int32_t i = 0; i < V; i++)
+                sum += exp((double)(x[i] - mx));
+            float lse = mx + (float)log(sum);
+            for (int32_t i = 0; i < V; i++)
+                s->probs[i] = x[i] - lse;
+            out->logprob = s->probs[out->id];
+            top_n(s->probs, V, p->n_logprobs, -INFINITY, out);
+        }
+        return 0;
+    }
+
+    int32_t n;
+    int truncating;
+    dist_core(s, p, x, mx, &n, &truncating);
     double u = tern_rng_f64(&s->rng);
     int32_t id = -1;
     if (truncating) {
@@ -307,4 +322,62 @@ int sample_row(sample_state *s, const sample_params *p, float *x, const uint32_t
         }
     }
     return 0;
+}
+
+/* ---- pieces for speculative verification ---- */
+
+int sample_dist(sample_state *s, const sample_params *p, float *x, const uint32_t *mask, float *probs)
+{
+    int32_t V = s->n_vocab;
+    apply_processors(s, p, x, mask);
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    if (mx == -INFINITY || isnan(mx))
+        return TERN_EINVAL;
+    if (p->temperature == 0.0f) {
+        memset(probs, 0, (size_t)V * sizeof *probs);
+        probs[sample_argmax(x, V)] = 1.0f;
+        return 0;
+    }
+    int32_t n;
+    int truncating;
+    dist_core(s, p, x, mx, &n, &truncating);
+    if (truncating) {
+        memset(probs, 0, (size_t)V * sizeof *probs);
+        for (int32_t j = 0; j < n; j++)
+            probs[s->idx[j]] = s->probs[s->idx[j]];
+    } else {
+        memcpy(probs, s->probs, (size_t)V * sizeof *probs);
+    }
+    return 0;
+}
+
+double sample_uniform(sample_state *s) { return tern_rng_f64(&s->rng); }
+
+int32_t sample_draw(sample_state *s, const float *probs, int32_t n)
+{
+    double total = 0;
+    for (int32_t i = 0; i < n; i++)
+        total += probs[i];
+    double u = tern_rng_f64(&s->rng) * total, c = 0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++) {
+        if (probs[i] <= 0)
+            continue;
+        last = i;
+        c += probs[i];
+        if (u < c)
+            return i;
+    }
+    return last;
+}
+
+void sample_logprobs_from(const float *probs, int32_t n, int32_t id, int n_top, sample_result *out)
+{
+    out->logprob = logf(probs[id]);
+    top_n(probs, n, n_top, 0.0f, out);
+    for (int j = 0; j < out->n_top; j++)
+        out->top[j].logprob = logf(out->top[j].logprob);
 }

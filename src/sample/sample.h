@@ -74,6 +74,19 @@ typedef struct sample_result {
  * TERN_EINVAL if every id is masked or -inf (caller must not sample then). */
 int sample_row(sample_state *s, const sample_params *p, float *logits, const uint32_t *mask, sample_result *out);
 
+/* The distribution a draw would use, dense in probs[n_vocab] (zero outside
+ * the kept set; one-hot at the argmax for greedy rows), after processing
+ * logits in place like sample_row. For speculative verification, where the
+ * target's probability of a drafted token decides its acceptance. */
+int sample_dist(sample_state *s, const sample_params *p, float *logits, const uint32_t *mask, float *probs);
+/* Draws from a dense, possibly unnormalized, non-negative weight vector
+ * with the row's stream; -1 if all weights are zero. */
+int32_t sample_draw(sample_state *s, const float *probs, int32_t n);
+/* Uniform in [0, 1) from the row's stream. */
+double sample_uniform(sample_state *s);
+/* logprob of id and the n_top most likely ids of a dense distribution. */
+void sample_logprobs_from(const float *probs, int32_t n, int32_t id, int n_top, sample_result *out);
+
 /* Argmax with ties to the lowest id (the all-greedy fast path). */
 int32_t sample_argmax(const float *logits, int32_t n);
 
