@@ -44,6 +44,32 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
             w->data, X, Y, T, w->n_in, w->n_out, r0, r1);
 }
 
+/* Rows [r0, r1) of w for all T tokens, in cache-sized tiles when T is
+ * large: a block of weight rows (~64 KB) stays in L1/L2 while a block of
+ * tokens (~256 KB of inputs) streams past it. Tiling changes no arithmetic:
+ * every (row, token) result is computed by the same kernel code, so the
+ * results are bit-identical to the untiled product. */
+static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum, float *Y,
+                     long T, long r0, long r1)
+{
+    long n_in = w->n_in;
+    long row_bytes = w->qbits ? n_in * w->qbits / 8 : n_in * (long)tern_dtype_size(w->dtype);
+    long rb = 65536 / row_bytes, tb = (262144 / (n_in * 4)) & ~1L;
+    if (rb < 1)
+        rb = 1;
+    if (tb < 2)
+        tb = 2;
+    if (T <= tb) {
+        mm_one(k, w, X, xsum, Y, T, r0, r1);
+        return;
+    }
+    long ng = w->qbits ? n_in / w->group : 0;
+    for (long r = r0; r < r1; r += rb)
+        for (long t = 0; t < T; t += tb)
+            mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Y + t * w->n_out, T - t < tb ? T - t : tb, r,
+                   r + rb < r1 ? r + rb : r1);
+}
+
 static void mm_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
@@ -51,7 +77,7 @@ static void mm_run(void *ctx, long b, long e, int worker)
     for (int i = 0; i < j->n; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
         if (lo < hi)
-            mm_one(j->be->k, j->w[i], j->X, j->xsum[i], j->Y[i], j->T, lo - j->offs[i], hi - j->offs[i]);
+            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Y[i], j->T, lo - j->offs[i], hi - j->offs[i]);
     }
 }
 

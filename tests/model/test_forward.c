@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "model/backend.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -165,9 +166,56 @@ static void test_batch_equivalence(void **state)
     model_free(m);
 }
 
+/* The CPU backend's fused, tiled products (large T and n_in force token and
+ * row tiles) give each (row, token) exactly the single-token kernel's bits,
+ * for dense and quantized weights. */
+static void test_backend_tiling(void **state)
+{
+    (void)state;
+    tern_err err = {0};
+    model_backend *be = model_backend_cpu_new(2, &err);
+    assert_non_null(be);
+    const tern_kernels *k = tern_kernels_best();
+    const int n_in = 4096, T = 37, n_out[2] = {23, 9};
+    float *X = malloc((size_t)T * n_in * sizeof(float));
+    uint16_t *wb = malloc((size_t)32 * n_in * sizeof(uint16_t));
+    uint8_t *wq = malloc((size_t)32 * n_in);
+    float *sb = malloc((size_t)32 * (n_in / 64) * 2 * sizeof(float)), *xs = malloc((size_t)(n_in / 64) * sizeof(float));
+    for (int i = 0; i < T * n_in; i++)
+        X[i] = (float)(((long)i * 7919) % 1000) / 500.0f - 1.0f;
+    for (int i = 0; i < 32 * n_in; i++) {
+        wb[i] = tern_f32_to_bf16((float)(((long)i * 104729) % 997) / 498.0f - 1.0f);
+        wq[i] = (uint8_t)(i * 31);
+    }
+    for (int i = 0; i < 32 * (n_in / 64) * 2; i++)
+        sb[i] = 0.01f * (float)(i % 7) - 0.02f;
+    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL}, {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb}};
+    float *Y[2] = {malloc((size_t)T * n_out[0] * sizeof(float)), malloc((size_t)T * n_out[1] * sizeof(float))};
+    const model_weight *wp[2] = {&w[0], &w[1]};
+    assert_int_equal(be->matmul(be, 2, wp, X, Y, T, &err), 0);
+    float one[32];
+    for (int t = 0; t < T; t++) {
+        k->matmul_bf16(wb, X + (size_t)t * n_in, one, 1, n_in, n_out[0], 0, n_out[0]);
+        for (int r = 0; r < n_out[0]; r++)
+            assert_true(one[r] == Y[0][(size_t)t * n_out[0] + r]);
+        for (int g = 0; g < n_in / 64; g++) {
+            float s = 0;
+            for (int e = 0; e < 64; e++)
+                s += X[(size_t)t * n_in + g * 64 + e];
+            xs[g] = s;
+        }
+        k->matmul_q4(wq, sb, 64, X + (size_t)t * n_in, xs, one, 1, n_in, n_out[1], 0, n_out[1]);
+        for (int r = 0; r < n_out[1]; r++)
+            assert_true(one[r] == Y[1][(size_t)t * n_out[1] + r]);
+    }
+    free(X), free(wb), free(wq), free(sb), free(xs), free(Y[0]), free(Y[1]);
+    be->free(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_tiling),
         cmocka_unit_test(test_hf_golden_logits),
         cmocka_unit_test(test_batch_equivalence),
     };

@@ -12,10 +12,11 @@
 
 #include "base/cpu.h"
 
-/* ~50-100 us of pause instructions: longer than the gap between the jobs
+/* ~10-20 us of pause instructions: longer than the gap between the jobs
  * of one decode step, shorter than a scheduler tick, so idle workers give
  * their core back soon on a shared machine. */
-#define SPIN_ROUNDS 4000
+#define SPIN_ROUNDS_DEFAULT 1000
+static int spin_rounds = SPIN_ROUNDS_DEFAULT; /* TERN_SPIN overrides, for measurements */
 
 struct tern_spool {
     int n;
@@ -54,7 +55,7 @@ static void *worker_main(void *arg)
     for (;;) {
         unsigned long g;
         int k = 0;
-        while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop) && k++ < SPIN_ROUNDS)
+        while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop) && k++ < spin_rounds)
             _mm_pause();
         if (g == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->mu);
@@ -76,6 +77,9 @@ tern_spool *tern_spool_new(int n_threads)
 {
     if (n_threads <= 0)
         n_threads = tern_cpu_count();
+    const char *env = getenv("TERN_SPIN");
+    if (env)
+        spin_rounds = atoi(env);
     tern_spool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
@@ -148,7 +152,7 @@ void tern_spool_for(tern_spool *p, long n, long grain, tern_pool_fn fn, void *ct
     }
     run_part(p, 0);
     for (long k = 0; atomic_load(&p->pending) > 0; k++) {
-        if (k < SPIN_ROUNDS)
+        if (k < spin_rounds)
             _mm_pause();
         else
             sched_yield();
