@@ -16,6 +16,9 @@
 #define SC_MAX_DEPTH 96
 /* Largest cross product when two anyOf/oneOf lists meet in an allOf. */
 #define SC_MAX_CROSS 64
+/* oneOf with overlapping branches is compiled as "branch i and not the
+ * others" up to this many branches (the rewrite is quadratic). */
+#define SC_ONEOF_NEGATE_MAX 4
 
 void grammar_schema_opts_init(grammar_schema_opts *o)
 {
@@ -959,11 +962,39 @@ static int gen_alts(sc *c, json_object *base, json_object *list, const char *kw,
             br[i] = deref(c, br[i], sub);
     }
     if (!c->rc && !strcmp(kw, "oneOf")) {
-        for (size_t i = 0; i < n && !c->rc; i++)
-            for (size_t j = i + 1; j < n && !c->rc; j++)
+        size_t oi = 0, oj = 0;
+        int overlap = 0;
+        for (size_t i = 0; i < n && !overlap; i++)
+            for (size_t j = i + 1; j < n && !overlap; j++)
                 if (!disjoint(br[i], br[j]))
-                    sc_fail(c, TERN_EUNSUPPORTED, path,
-                            "oneOf branches %zu and %zu may overlap (exclusivity not enforceable)", i, j);
+                    overlap = 1, oi = i, oj = j;
+        /* not provably disjoint: exactly one holds = branch i AND NOT every
+         * other branch, when the negations are expressible */
+        if (overlap && n <= SC_ONEOF_NEGATE_MAX) {
+            json_object **neg = calloc(n, sizeof *neg);
+            tern_err saved = c->err ? *c->err : (tern_err){0};
+            for (size_t i = 0; neg && i < n && !c->rc; i++)
+                neg[i] = sc_negate(c, br[i], 1, path);
+            if (neg && !c->rc) {
+                for (size_t i = 0; i < n && !c->rc; i++) {
+                    json_object *x = br[i];
+                    for (size_t j = 0; j < n && x; j++)
+                        if (j != i)
+                            x = merge(c, x, neg[j], path);
+                    br[i] = x;
+                }
+                overlap = c->rc != 0;
+            }
+            if (c->rc) { /* forget the negation's error; report the overlap */
+                c->rc = 0;
+                if (c->err)
+                    *c->err = saved;
+            }
+            free(neg);
+        }
+        if (overlap)
+            sc_fail(c, TERN_EUNSUPPORTED, path,
+                    "oneOf branches %zu and %zu may overlap (exclusivity not enforceable)", oi, oj);
     }
     gfe_buf b;
     gfe_buf_init(&b, 0);
