@@ -19,7 +19,7 @@
 
 #include "base/file.h"
 #include "base/json.h"
-#include "tok_int.h"
+#include "tok_fast.h"
 
 int tok_token_bytes_build(tern_tokenizer *t, tok_buf *arena, size_t *offs);
 
@@ -103,16 +103,43 @@ static int parse_id(json_object *v, int32_t *id)
     return 0;
 }
 
-/* Fills id_str/id_len/vocab from the model vocabulary and added tokens. */
-static int load_vocab(tern_tokenizer *t, json_object *model, json_object *added, tern_err *err)
+/* Object vocabulary (BPE, WordPiece) as a flat list, when the fast
+ * scanner did not already produce it. */
+static int vocab_from_json(json_object *vocab, tok_vlist *out, tern_err *err)
+{
+    json_object_object_foreach(vocab, key, val)
+    {
+        int32_t id;
+        if (parse_id(val, &id))
+            return tern_err_set(err, TERN_EFORMAT, "model.vocab['%.60s'] must be an id in [0, %d)", key, TOK_MAX_ID);
+        size_t n = strlen(key), off = out->text.len;
+        if (tok_buf_add(&out->text, key, n + 1))
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        if (out->n == out->cap) {
+            size_t cap = out->cap ? out->cap * 2 : 1024;
+            tok_vent *v = realloc(out->v, cap * sizeof *v);
+            if (!v)
+                return tern_err_set(err, TERN_ENOMEM, "out of memory");
+            out->v = v;
+            out->cap = cap;
+        }
+        out->v[out->n++] = (tok_vent){off, (uint32_t)n, id};
+    }
+    return 0;
+}
+
+/* Fills id_str/id_len/vocab from the model vocabulary (vl, or the Unigram
+ * array in model.vocab) and the added tokens. */
+static int load_vocab(tern_tokenizer *t, json_object *model, json_object *added, tok_vlist *vl, tern_err *err)
 {
     json_object *vocab = jget(model, "vocab");
     int unigram = t->model_type == MODEL_UNIGRAM;
-    if (!vocab || !json_object_is_type(vocab, unigram ? json_type_array : json_type_object))
-        return tern_err_set(err, TERN_EFORMAT, "model.vocab must be %s", unigram ? "an array" : "an object");
     size_t total = 0, n_vocab = 0;
     int32_t max_id = -1;
+    int rc;
     if (unigram) {
+        if (!vocab || !json_object_is_type(vocab, json_type_array))
+            return tern_err_set(err, TERN_EFORMAT, "model.vocab must be an array");
         n_vocab = json_object_array_length(vocab);
         if (n_vocab >= TOK_MAX_ID)
             return tern_err_set(err, TERN_EFORMAT, "model.vocab is too large");
@@ -127,16 +154,14 @@ static int load_vocab(tern_tokenizer *t, json_object *model, json_object *added,
         }
         max_id = (int32_t)n_vocab - 1;
     } else {
-        json_object_object_foreach(vocab, key, val)
-        {
-            int32_t id;
-            if (parse_id(val, &id))
-                return tern_err_set(err, TERN_EFORMAT, "model.vocab['%.60s'] must be an id in [0, %d)", key, TOK_MAX_ID);
-            if (id > max_id)
-                max_id = id;
-            total += strlen(key) + 1;
-            n_vocab++;
-        }
+        if (!vl->v && vocab && !json_object_is_type(vocab, json_type_object))
+            return tern_err_set(err, TERN_EFORMAT, "model.vocab must be an object");
+        if (!vl->v && vocab && (rc = vocab_from_json(vocab, vl, err)))
+            return rc;
+        for (size_t i = 0; i < vl->n; i++)
+            if (vl->v[i].id > max_id)
+                max_id = vl->v[i].id;
+        n_vocab = vl->n;
     }
     size_t n_added = added ? json_object_array_length(added) : 0;
     for (size_t i = 0; i < n_added; i++) {
@@ -147,22 +172,28 @@ static int load_vocab(tern_tokenizer *t, json_object *model, json_object *added,
             return tern_err_set(err, TERN_EFORMAT, "added_tokens[%zu] needs an id and a content string", i);
         if (id > max_id)
             max_id = id;
-        total += (size_t)json_object_get_string_len(c) + 1;
     }
     t->n_ids = max_id + 1;
     size_t nn = t->n_ids > 0 ? (size_t)t->n_ids : 1;
     t->id_str = calloc(nn, sizeof *t->id_str);
     t->id_len = calloc(nn, sizeof *t->id_len);
     t->id_flags = calloc(nn, 1);
-    t->strings = malloc(total + 1);
     t->added = calloc(n_added ? n_added : 1, sizeof *t->added);
-    if (unigram)
+    if (unigram) {
         t->scores = calloc(nn, sizeof *t->scores);
+        t->strings = malloc(total + 1);
+    } else { /* the list's text becomes the string arena */
+        if (tok_buf_add(&vl->text, "", 0)) /* never NULL */
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        t->strings = vl->text.p;
+        vl->text.p = NULL;
+        vl->text.len = vl->text.cap = 0;
+    }
     if (!t->id_str || !t->id_len || !t->id_flags || !t->strings || !t->added || (unigram && !t->scores) ||
         tok_map_init(&t->vocab, n_vocab) || tok_map_init(&t->added_map, n_added))
         return tern_err_set(err, TERN_ENOMEM, "out of memory loading the vocabulary");
-    char *w = t->strings;
     if (unigram) {
+        char *w = t->strings;
         t->min_score = 1e300;
         for (size_t i = 0; i < n_vocab; i++) {
             json_object *e = json_object_array_get_idx(vocab, i);
@@ -181,16 +212,13 @@ static int load_vocab(tern_tokenizer *t, json_object *model, json_object *added,
             w += n + 1;
         }
     } else {
-        json_object_object_foreach(vocab, key, val)
-        {
-            int32_t id = (int32_t)json_object_get_int64(val);
-            size_t n = strlen(key);
-            memcpy(w, key, n + 1);
-            t->id_str[id] = w;
-            t->id_len[id] = (uint32_t)n;
-            if (tok_map_put(&t->vocab, w, n, id))
+        for (size_t i = 0; i < vl->n; i++) {
+            tok_vent e = vl->v[i];
+            char *w = t->strings + e.off;
+            t->id_str[e.id] = w;
+            t->id_len[e.id] = e.len;
+            if (tok_map_put(&t->vocab, w, e.len, e.id))
                 return tern_err_set(err, TERN_ENOMEM, "out of memory");
-            w += n + 1;
         }
     }
     for (size_t i = 0; i < n_added; i++) {
@@ -198,29 +226,27 @@ static int load_vocab(tern_tokenizer *t, json_object *model, json_object *added,
         json_object *c = jget(a, "content");
         size_t n = (size_t)json_object_get_string_len(c);
         int32_t id = (int32_t)json_object_get_int64(jget(a, "id"));
-        memcpy(w, json_object_get_string(c), n + 1);
-        /* HF gives an added token the model's id when the model knows it */
-        int32_t mid = tok_map_get(&t->vocab, w, n);
-        if (mid >= 0)
-            id = mid;
         tok_added *x = &t->added[t->n_added++];
-        x->id = id;
-        x->len = n;
         x->content = malloc(n + 1);
         if (!x->content)
             return tern_err_set(err, TERN_ENOMEM, "out of memory");
-        memcpy(x->content, w, n + 1);
+        memcpy(x->content, json_object_get_string(c), n + 1);
+        /* HF gives an added token the model's id when the model knows it */
+        int32_t mid = tok_map_get(&t->vocab, x->content, n);
+        if (mid >= 0)
+            id = mid;
+        x->id = id;
+        x->len = n;
         x->special = (uint8_t)jbool(a, "special", 0);
         x->lstrip = (uint8_t)jbool(a, "lstrip", 0);
         x->rstrip = (uint8_t)jbool(a, "rstrip", 0);
         x->single_word = (uint8_t)jbool(a, "single_word", 0);
         x->normalized = (uint8_t)jbool(a, "normalized", !x->special);
-        t->id_str[id] = w;
+        t->id_str[id] = x->content;
         t->id_len[id] = (uint32_t)n;
         t->id_flags[id] = (uint8_t)(2 | (x->special ? 1 : 0));
-        if (tok_map_put(&t->added_map, w, n, id))
+        if (tok_map_put(&t->added_map, x->content, n, id))
             return tern_err_set(err, TERN_ENOMEM, "out of memory");
-        w += n + 1;
     }
     return 0;
 }
@@ -235,19 +261,14 @@ static int opt_affix(json_object *model, const char *key, char **out, size_t *le
     return *out ? 0 : TERN_ENOMEM;
 }
 
-static int merge_part(tern_tokenizer *t, const char *s, size_t n, int32_t *id)
+/* Merges as a flat list, when the fast scanner did not produce them. */
+static int merges_from_json(json_object *m, tok_mlist *out, tern_err *err)
 {
-    *id = tok_map_get(&t->vocab, s, n);
-    return *id >= 0 ? 0 : -1;
-}
-
-static int load_merges(tern_tokenizer *t, json_object *model, tern_err *err)
-{
-    json_object *m = jget(model, "merges");
-    size_t n = m && json_object_is_type(m, json_type_array) ? json_object_array_length(m) : 0;
-    if (tok_merges_init(&t->merges, n))
+    size_t n = json_object_array_length(m);
+    out->v = malloc((n ? n : 1) * sizeof *out->v);
+    if (!out->v)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    tok_buf b = {0};
+    out->cap = n ? n : 1;
     for (size_t i = 0; i < n; i++) {
         json_object *e = json_object_array_get_idx(m, i);
         const char *a = NULL, *c = NULL;
@@ -269,15 +290,44 @@ static int load_merges(tern_tokenizer *t, json_object *model, tern_err *err)
                 cl = (size_t)json_object_get_string_len(y);
             }
         }
-        if (!a || !c) {
-            tok_buf_free(&b);
+        if (!a || !c)
             return tern_err_set(err, TERN_EFORMAT, "model.merges[%zu] must be \"a b\" or [a, b]", i);
-        }
-        int32_t ia, ic, inew;
-        size_t skip = t->cont_prefix_len;
+        size_t ao = out->text.len;
+        if (tok_buf_add(&out->text, a, al) || tok_buf_addc(&out->text, 0))
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        size_t co = out->text.len;
+        if (tok_buf_add(&out->text, c, cl) || tok_buf_addc(&out->text, 0))
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        out->v[out->n++] = (tok_ment){ao, (uint32_t)al, co, (uint32_t)cl};
+    }
+    return 0;
+}
+
+static int load_merges(tern_tokenizer *t, json_object *model, tok_mlist *ml, tern_err *err)
+{
+    json_object *m = jget(model, "merges");
+    int rc;
+    if (!ml->v && m && json_object_is_type(m, json_type_array) && (rc = merges_from_json(m, ml, err)))
+        return rc;
+    if (tok_merges_init(&t->merges, ml->n))
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    tok_buf b = {0};
+    size_t skip = t->cont_prefix_len;
+    for (size_t i = 0; i < ml->n; i++) {
+        const char *a = ml->text.p + ml->v[i].a, *c = ml->text.p + ml->v[i].b;
+        size_t al = ml->v[i].al, cl = ml->v[i].bl;
+        int32_t ia, ic, inew = -1;
         b.len = 0;
-        if (merge_part(t, a, al, &ia) || merge_part(t, c, cl, &ic) || cl < skip || tok_buf_add(&b, a, al) ||
-            tok_buf_add(&b, c + skip, cl - skip) || (inew = tok_map_get(&t->vocab, b.p, b.len)) < 0) {
+        ia = tok_map_get(&t->vocab, a, al);
+        ic = tok_map_get(&t->vocab, c, cl);
+        if (ia >= 0 && ic >= 0 && cl >= skip) {
+            if (tok_buf_add(&b, a, al) || tok_buf_add(&b, c + skip, cl - skip)) {
+                tok_buf_free(&b);
+                return tern_err_set(err, TERN_ENOMEM, "out of memory");
+            }
+            inew = tok_map_get(&t->vocab, b.p, b.len);
+        }
+        if (inew < 0) {
             tok_buf_free(&b);
             return tern_err_set(err, TERN_EFORMAT, "model.merges[%zu]: '%.*s' + '%.*s' is not in the vocabulary", i,
                                 (int)(al > 40 ? 40 : al), a, (int)(cl > 40 ? 40 : cl), c);
@@ -291,7 +341,7 @@ static int load_merges(tern_tokenizer *t, json_object *model, tern_err *err)
     return 0;
 }
 
-static int load_model(tern_tokenizer *t, json_object *root, tern_err *err)
+static int load_model(tern_tokenizer *t, json_object *root, tok_vlist *vl, tok_mlist *ml, tern_err *err)
 {
     json_object *model = jget(root, "model");
     if (!model)
@@ -310,7 +360,7 @@ static int load_model(tern_tokenizer *t, json_object *root, tern_err *err)
     json_object *added = jget(root, "added_tokens");
     if (added && !json_object_is_type(added, json_type_array))
         return tern_err_set(err, TERN_EFORMAT, "added_tokens must be an array");
-    int rc = load_vocab(t, model, added, err);
+    int rc = load_vocab(t, model, added, vl, err);
     if (rc)
         return rc;
     t->unk_id = -1;
@@ -343,7 +393,7 @@ static int load_model(tern_tokenizer *t, json_object *root, tern_err *err)
     }
     t->fuse_unk = jbool(model, "fuse_unk", 0);
     t->ignore_merges = jbool(model, "ignore_merges", 0);
-    return load_merges(t, model, err);
+    return load_merges(t, model, ml, err);
 }
 
 /* ---- post-processor ---------------------------------------------------- */
@@ -494,9 +544,18 @@ tern_tokenizer *tokenizer_load(const char *dir, tern_err *err)
     char *path = tern_path_join(dir, "tokenizer.json");
     if (!path)
         return tern_err_set(err, TERN_ENOMEM, "out of memory"), NULL;
-    json_object *root = tern_json_parse_file(path, err);
     tern_tokenizer *t = NULL;
+    json_object *root = NULL;
+    tok_vlist vl = {0};
+    tok_mlist ml = {0};
     int rc = 0;
+    size_t len;
+    char *buf = tern_file_read(path, &len, 0, err);
+    if (!buf)
+        goto out;
+    tok_fast_scan(buf, &len, &vl, &ml);
+    root = tern_json_parse(buf, len, err);
+    free(buf);
     if (!root)
         goto out;
     t = calloc(1, sizeof *t);
@@ -509,7 +568,7 @@ tern_tokenizer *tokenizer_load(const char *dir, tern_err *err)
         rc = tern_err_set(err, TERN_EFORMAT, "top level is not an object");
         goto out;
     }
-    if ((rc = load_model(t, root, err)) || (rc = tok_norm_parse(&t->norm, jget(root, "normalizer"), err)) ||
+    if ((rc = load_model(t, root, &vl, &ml, err)) || (rc = tok_norm_parse(&t->norm, jget(root, "normalizer"), err)) ||
         (rc = tok_pre_parse(&t->pre, jget(root, "pre_tokenizer"), err)) ||
         (rc = tok_dec_parse(&t->dec, jget(root, "decoder"), err)) ||
         (rc = load_post(t, jget(root, "post_processor"), err)))
@@ -546,6 +605,8 @@ tern_tokenizer *tokenizer_load(const char *dir, tern_err *err)
         rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
 out:
     json_object_put(root);
+    tok_vlist_free(&vl);
+    tok_mlist_free(&ml);
     if (rc && t) {
         tokenizer_free(t);
         t = NULL;
