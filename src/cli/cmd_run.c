@@ -11,7 +11,8 @@
 
 int cmd_run(int argc, char **argv)
 {
-    const char *dir = NULL, *prompt = NULL, *v;
+    const char *dir = NULL, *prompt = NULL, *draft_dir = NULL, *spec = NULL, *v;
+    long long n_draft = 4;
     long long max_tokens = 256, seed = -1, top_k = 0;
     double temperature = 0.8, top_p = 1.0;
     int verbose = 0;
@@ -33,6 +34,15 @@ int cmd_run(int argc, char **argv)
         } else if ((v = cli_flag_value(argc, argv, &i, "--seed"))) {
             if (cli_parse_int(v, 0, (long long)1 << 62, &seed))
                 goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--draft-model"))) {
+            draft_dir = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--num-draft-tokens"))) {
+            if (cli_parse_int(v, 1, ENGINE_MAX_DRAFT, &n_draft))
+                goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--spec"))) {
+            if (strcmp(v, "ngram") && strcmp(v, "draft"))
+                goto bad_value;
+            spec = v;
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) { /* ids and timing on stderr */
             verbose = 1;
         } else if (argv[i][0] != '-' && !dir) {
@@ -48,7 +58,8 @@ int cmd_run(int argc, char **argv)
     }
     if (!dir || !prompt) {
         fprintf(stderr, "usage: tern run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] "
-                        "[--top-p P] [--top-k K] [--seed S]\n");
+                        "[--top-p P] [--top-k K] [--seed S] [--draft-model DIR] [--num-draft-tokens K] "
+                        "[--spec ngram] [--verbose]\n");
         return 2;
     }
     if (verbose)
@@ -60,9 +71,16 @@ int cmd_run(int argc, char **argv)
     tern_engine *eng = NULL;
     engine_req *req = NULL;
     tern_tokenizer *tok = NULL;
+    tern_model *draft = NULL;
     tern_model *m = model_load(dir, 0, &err);
     if (!m)
         goto out;
+    if (draft_dir && !(draft = model_load(draft_dir, 0, &err)))
+        goto out;
+    if (spec && !strcmp(spec, "draft") && !draft) {
+        tern_err_set(&err, TERN_EINVAL, "--spec draft needs --draft-model");
+        goto out;
+    }
     if (!(tok = tokenizer_load(dir, &err)))
         goto out;
     if (tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n, &err))
@@ -71,9 +89,10 @@ int cmd_run(int argc, char **argv)
     engine_opts_default(&eo);
     eo.max_batch = 1;
     eo.prefix_cache = 0;
-    /* one sequence: the KV for its whole context, no more */
-    eo.kv_budget_bytes = kv_bytes_per_token(m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim) *
-                         (size_t)(m->cfg.max_pos + 2 * KV_BLOCK_DEFAULT);
+    eo.draft = spec && !strcmp(spec, "ngram") ? NULL : draft;
+    eo.spec_ngram = spec && !strcmp(spec, "ngram");
+    eo.n_draft = (int)n_draft;
+    eo.kv_budget_bytes = 0; /* one row: the engine sizes the KV for one full context */
     if (!(eng = engine_new(m, tok, &eo, &err)))
         goto out;
     engine_params p;
@@ -106,6 +125,9 @@ int cmd_run(int argc, char **argv)
                 tern_err_set(&err, TERN_EINTERNAL, "%s", ev.error);
             else
                 rc = 0;
+            if (verbose && ev.usage.n_drafted)
+                fprintf(stderr, "[speculation: %d drafted, %d accepted, %d target forwards]\n", ev.usage.n_drafted,
+                        ev.usage.n_accepted, ev.usage.n_target_forwards);
             if (verbose)
                 fprintf(stderr, "[%d prompt tokens, %d generated, finish %s, ttft %.3fs, %.1f tok/s]\n",
                         ev.usage.n_prompt, n_gen, engine_finish_name(ev.finish), ev.usage.ttft_s,
@@ -125,6 +147,7 @@ out_quiet:
     engine_free(eng);
     free(ids);
     tokenizer_free(tok);
+    model_free(draft);
     model_free(m);
     return rc;
 }

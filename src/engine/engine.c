@@ -14,34 +14,6 @@
 #include "base/log.h"
 #include "engine/engine_int.h"
 
-struct tern_engine {
-    tern_model *m;
-    const tern_tokenizer *tok;
-    engine_opts o;
-    int32_t n_vocab;
-    kv_pool kv;
-    pcache pc;
-    int kv_committed;        /* blocks promised to running rows, not yet taken */
-
-    pthread_t th;
-    pthread_mutex_t mu;      /* guards waiting[], stop, stats */
-    pthread_cond_t cv;
-    engine_req **waiting;    /* FIFO [max_queue] */
-    int n_waiting;
-    int stop;
-    engine_stats st;
-
-    engine_req **running;    /* [max_batch], engine thread only */
-    int n_running;
-
-    /* per-step scratch, sized once */
-    int32_t *b_tok, *b_pos, *b_out;
-    kv_seq **b_seq;
-    engine_req **out_req;    /* request of each output row */
-    float *logits;           /* [max_batch][n_vocab] */
-    uint32_t *mask;          /* [ceil(n_vocab/32)] */
-};
-
 void engine_opts_default(engine_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -129,7 +101,7 @@ static long stop_find(const engine_req *r, size_t *keep_tail)
 
 /* ---- finishing ---- */
 
-static void row_finish(tern_engine *e, engine_req *r, engine_finish why, const char *msg)
+void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const char *msg)
 {
     engine_event ev = {0};
     ev.kind = ENGINE_EV_FINISH;
@@ -149,6 +121,11 @@ static void row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
     ev.usage.n_generated = r->n_generated;
     ev.usage.ttft_s = r->started ? r->t_first - r->t_submit : 0;
     ev.usage.decode_s = r->started ? r->t_last - r->t_first : 0;
+    ev.usage.n_drafted = r->n_drafted;
+    ev.usage.n_accepted = r->n_accepted;
+    ev.usage.n_target_forwards = r->n_target_forwards;
+    ev.usage.n_jump = r->n_jump;
+    memcpy(ev.usage.accepted_by_pos, r->accepted_by_pos, sizeof r->accepted_by_pos);
 
     /* Keep the computed KV for later prompts, up to the cache boundary. */
     if (e->o.prefix_cache && why != ENGINE_FINISH_ERROR) {
@@ -161,6 +138,8 @@ static void row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
     e->kv_committed -= r->blocks_committed;
     r->blocks_committed = 0;
     sample_state_free(&r->ss);
+    free(r->q);
+    r->q = NULL;
     detok_free(r->detok);
     r->detok = NULL;
     if (r->cops) {
@@ -169,6 +148,10 @@ static void row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
     }
     pthread_mutex_lock(&e->mu);
     e->st.requests_finished++;
+    e->st.spec_drafted += r->n_drafted;
+    e->st.spec_accepted += r->n_accepted;
+    e->st.spec_target_forwards += r->n_target_forwards;
+    e->st.jump_tokens += r->n_jump;
     if (why == ENGINE_FINISH_CANCELLED)
         e->st.requests_cancelled++;
     if (r->started) {
@@ -191,7 +174,7 @@ static int blocks_for(const tern_engine *e, int n_tokens)
  * for a copy-on-write of a shared last prefix block. */
 static int projected_blocks(const tern_engine *e, const engine_req *r)
 {
-    int total = r->n_prompt + r->max_tokens;
+    int total = r->n_prompt + r->max_tokens + e->n_draft; /* drafts run past the end */
     if (total > e->o.ctx_size)
         total = e->o.ctx_size;
     return blocks_for(e, total) + 1;
@@ -215,7 +198,7 @@ static int admit(tern_engine *e, engine_req *r)
     e->kv_committed += r->blocks_committed;
     if (sample_state_init(&r->ss, &r->sp, e->n_vocab, r->tokens, (size_t)r->n_prompt, &err) ||
         !(r->detok = detok_new(e->tok, r->tokens, (size_t)r->n_prompt, r->skip_special, &err))) {
-        row_finish(e, r, ENGINE_FINISH_ERROR, err.msg);
+        engine_row_finish(e, r, ENGINE_FINISH_ERROR, err.msg);
         req_unref(r);
         return 1;
     }
@@ -226,15 +209,24 @@ static int admit(tern_engine *e, engine_req *r)
     return 1;
 }
 
-/* Reserves KV for positions [0, n) of r, evicting cached blocks if needed. */
-static int reserve(tern_engine *e, engine_req *r, int n)
+/* Reserves KV for positions [0, n) of r, evicting cached blocks if needed.
+ * A shared block that gets a private copy has its draft part copied too. */
+int engine_reserve(tern_engine *e, engine_req *r, int n)
 {
     int need = kv_seq_blocks_needed(&e->kv, &r->seq, n);
     if (need > e->kv.n_free)
         pcache_evict(&e->pc, need);
-    int before = e->kv.n_free;
+    int before = e->kv.n_free, first = r->seq.n_tokens / e->kv.block_size;
+    int32_t old[64];
+    int n_old = 0;
+    if (e->dkv.k)
+        for (int b = first; b < r->seq.n_blocks && n_old < 64; b++)
+            old[n_old++] = r->seq.blocks[b];
     int rc = kv_seq_reserve(&e->kv, &r->seq, n, NULL);
     if (rc == 0) {
+        for (int i = 0; i < n_old; i++)
+            if (r->seq.blocks[first + i] != old[i])
+                spec_block_copy(e, r->seq.blocks[first + i], old[i]);
         int took = before - e->kv.n_free;
         int c = took < r->blocks_committed ? took : r->blocks_committed;
         r->blocks_committed -= c;
@@ -250,7 +242,7 @@ static void emit_token(tern_engine *e, engine_req *r, int32_t id, const sample_r
     engine_event ev = {0};
     ev.kind = ENGINE_EV_TOKEN;
     ev.token = id;
-    if (r->sp.n_logprobs >= 0) {
+    if (r->sp.n_logprobs >= 0 && res) {
         ev.has_logprob = 1;
         ev.lp = *res;
     }
@@ -268,44 +260,46 @@ static void emit_token(tern_engine *e, engine_req *r, int32_t id, const sample_r
         ev.text = hold_take(r, (size_t)at, &ev.text_len);
         r->hold_len = 0; /* the stop string and anything after it is dropped */
         req_push_event(r, &ev);
-        row_finish(e, r, ENGINE_FINISH_STOP, NULL);
+        engine_row_finish(e, r, ENGINE_FINISH_STOP, NULL);
         return;
     }
     ev.text = hold_take(r, r->hold_len - tail, &ev.text_len);
     req_push_event(r, &ev);
     if (is_eos)
-        row_finish(e, r, ENGINE_FINISH_STOP, NULL);
+        engine_row_finish(e, r, ENGINE_FINISH_STOP, NULL);
     else if (r->cops && r->cops->is_terminated(r->cctx))
-        row_finish(e, r, ENGINE_FINISH_STOP, NULL);
+        engine_row_finish(e, r, ENGINE_FINISH_STOP, NULL);
     else if ((r->max_tokens > 0 && r->n_generated >= r->max_tokens) || r->n_tokens >= e->o.ctx_size)
-        row_finish(e, r, ENGINE_FINISH_LENGTH, NULL);
+        engine_row_finish(e, r, ENGINE_FINISH_LENGTH, NULL);
 }
 
-/* Samples the row's next token from its logits and emits it. */
-static void sample_and_emit(tern_engine *e, engine_req *r, float *logits)
+/* Appends the tokens of the text the grammar forces next (jump-forward):
+ * no sampling, and the next step feeds them as one multi-token chunk. */
+static void jump_forward(tern_engine *e, engine_req *r)
 {
-    sample_result res = {0};
-    int32_t id;
-    const uint32_t *mask = NULL;
-    if (r->cops) {
-        int32_t nw = (e->n_vocab + 31) / 32;
-        if (r->cops->fill_mask(r->cctx, e->mask, nw)) {
-            row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
-            return;
+    char buf[256];
+    size_t n = r->cops->jump_forward(r->cctx, buf, sizeof buf);
+    if (n == 0)
+        return;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (tokenizer_encode(e->tok, buf, n, 0, &ids, &n_ids, NULL) == 0)
+        for (size_t i = 0; i < n_ids && !r->done; i++) {
+            if (r->n_tokens >= r->cap_tokens || r->cops->accept(r->cctx, ids[i]))
+                break; /* the grammar takes only whole forced tokens */
+            sample_state_accept(&r->ss, ids[i]);
+            r->tokens[r->n_tokens++] = ids[i];
+            r->n_generated++;
+            r->n_jump++;
+            emit_token(e, r, ids[i], NULL);
         }
-        mask = e->mask;
-    }
-    if (!mask && sample_params_is_greedy_plain(&r->sp)) {
-        id = sample_argmax(logits, e->n_vocab);
-    } else {
-        if (sample_row(&r->ss, &r->sp, logits, mask, &res)) {
-            row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
-            return;
-        }
-        id = res.id;
-    }
+    free(ids);
+}
+
+void engine_row_emit(tern_engine *e, engine_req *r, int32_t id, const sample_result *res)
+{
     if (r->cops && r->cops->accept(r->cctx, id)) {
-        row_finish(e, r, ENGINE_FINISH_ERROR, "grammar rejected the sampled token");
+        engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar rejected the sampled token");
         return;
     }
     sample_state_accept(&r->ss, id);
@@ -317,7 +311,35 @@ static void sample_and_emit(tern_engine *e, engine_req *r, float *logits)
     r->t_last = now;
     r->tokens[r->n_tokens++] = id;
     r->n_generated++;
-    emit_token(e, r, id, &res);
+    emit_token(e, r, id, res);
+    if (!r->done && e->o.grammar_jump && r->cops && r->cops->jump_forward && r->sp.n_logprobs < 0 && r->n_spec == 0)
+        jump_forward(e, r);
+}
+
+/* Samples the row's next token from its logits and emits it. */
+static void sample_and_emit(tern_engine *e, engine_req *r, float *logits)
+{
+    sample_result res = {0};
+    int32_t id;
+    const uint32_t *mask = NULL;
+    if (r->cops) {
+        int32_t nw = (e->n_vocab + 31) / 32;
+        if (r->cops->fill_mask(r->cctx, e->mask, nw)) {
+            engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
+            return;
+        }
+        mask = e->mask;
+    }
+    if (!mask && sample_params_is_greedy_plain(&r->sp)) {
+        id = sample_argmax(logits, e->n_vocab);
+    } else {
+        if (sample_row(&r->ss, &r->sp, logits, mask, &res)) {
+            engine_row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
+            return;
+        }
+        id = res.id;
+    }
+    engine_row_emit(e, r, id, &res);
 }
 
 /* Removes finished rows from running[] and drops the engine's reference. */
@@ -339,23 +361,27 @@ static void step(tern_engine *e)
     /* cancellations first: they free rows and KV */
     for (int i = 0; i < e->n_running; i++)
         if (atomic_load(&e->running[i]->cancel))
-            row_finish(e, e->running[i], ENGINE_FINISH_CANCELLED, NULL);
+            engine_row_finish(e, e->running[i], ENGINE_FINISH_CANCELLED, NULL);
     drop_done(e);
+    if (e->n_draft > 0)
+        spec_draft(e); /* sets n_spec (and the drafts) of the rows that speculate */
     int n = 0, n_out = 0, budget = e->o.prefill_chunk;
     tern_err err = {0};
     for (int i = 0; i < e->n_running; i++) {
         engine_req *r = e->running[i];
+        if (r->done)
+            continue;
         int todo = r->n_tokens - r->n_past;
-        if (todo > 1) { /* prompt: a chunk under the step's prefill budget */
+        if (todo > 1) { /* prompt or jump-forward text: a chunk under the step's prefill budget */
             if (budget <= 0)
                 continue;
             if (todo > budget)
                 todo = budget;
             budget -= todo;
         }
-        if (reserve(e, r, r->n_past + todo)) {
+        if (engine_reserve(e, r, r->n_past + todo + r->n_spec)) {
             /* cannot happen when admission holds; fail the row, not the engine */
-            row_finish(e, r, ENGINE_FINISH_ERROR, "kv cache exhausted");
+            engine_row_finish(e, r, ENGINE_FINISH_ERROR, "kv cache exhausted");
             continue;
         }
         for (int k = 0; k < todo; k++) {
@@ -365,9 +391,20 @@ static void step(tern_engine *e)
             n++;
         }
         r->n_past += todo;
-        if (r->n_past == r->n_tokens) {
-            e->b_out[n_out] = n - 1;
-            e->out_req[n_out++] = r;
+        r->n_target_forwards++;
+        if (r->n_past < r->n_tokens)
+            continue;
+        /* verification rows: the drafts follow the last real token, and every
+         * one of the K + 1 positions gets logits */
+        for (int k = 0; k < r->n_spec; k++) {
+            e->b_tok[n] = r->draft[k];
+            e->b_pos[n] = r->n_past + k;
+            e->b_seq[n] = &r->seq;
+            n++;
+        }
+        for (int k = 0; k <= r->n_spec; k++) {
+            e->b_out[n_out] = n - 1 - r->n_spec + k;
+            e->out_req[n_out++] = k == 0 ? r : NULL;
         }
     }
     if (n == 0)
@@ -382,10 +419,18 @@ static void step(tern_engine *e)
     if (rc) { /* a forward error fails every row of the step */
         for (int i = 0; i < e->n_running; i++)
             if (!e->running[i]->done)
-                row_finish(e, e->running[i], ENGINE_FINISH_ERROR, err.msg);
+                engine_row_finish(e, e->running[i], ENGINE_FINISH_ERROR, err.msg);
     } else {
-        for (int j = 0; j < n_out; j++)
-            sample_and_emit(e, e->out_req[j], e->logits + (size_t)j * e->n_vocab);
+        for (int j = 0; j < n_out; j++) {
+            engine_req *r = e->out_req[j];
+            if (!r)
+                continue;
+            float *lg = e->logits + (size_t)j * e->n_vocab;
+            if (r->n_spec > 0)
+                spec_verify(e, r, lg);
+            else
+                sample_and_emit(e, r, lg);
+        }
     }
     drop_done(e);
     pthread_mutex_lock(&e->mu);
@@ -413,7 +458,7 @@ static void *engine_main(void *arg)
             pthread_mutex_unlock(&e->mu);
             int ok = 1;
             if (atomic_load(&r->cancel)) {
-                row_finish(e, r, ENGINE_FINISH_CANCELLED, NULL);
+                engine_row_finish(e, r, ENGINE_FINISH_CANCELLED, NULL);
                 req_unref(r);
             } else {
                 ok = admit(e, r);
@@ -450,8 +495,23 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         e->o.max_queue = 1024;
     if (e->o.ctx_size <= 0 || e->o.ctx_size > m->cfg.max_pos)
         e->o.ctx_size = m->cfg.max_pos;
+    e->n_draft = 0;
+    if (e->o.draft || e->o.spec_ngram) {
+        e->n_draft = e->o.n_draft > 0 ? e->o.n_draft : 4;
+        if (e->n_draft > ENGINE_MAX_DRAFT)
+            e->n_draft = ENGINE_MAX_DRAFT;
+    }
+    if (e->o.draft) {
+        const model_config *dc = &e->o.draft->cfg;
+        if (dc->n_vocab != m->cfg.n_vocab) {
+            tern_err_set(err, TERN_EINVAL, "the draft model's vocabulary (%d) differs from the target's (%d)",
+                         dc->n_vocab, m->cfg.n_vocab);
+            free(e);
+            return NULL;
+        }
+    }
     int kv_dim = m->cfg.n_kv_head * m->cfg.head_dim;
-    size_t per_block = kv_bytes_per_token(m->cfg.n_layer, kv_dim) * KV_BLOCK_DEFAULT;
+    size_t per_block = kv_bytes_per_token(m->cfg.n_layer, kv_dim) * KV_BLOCK_DEFAULT + spec_block_bytes(e);
     size_t budget = e->o.kv_budget_bytes;
     if (budget == 0) {
         /* half of free memory, but no more than every row at full context */
@@ -469,17 +529,17 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         return NULL;
     }
     if (kv_pool_init(&e->kv, m->cfg.n_layer, kv_dim, KV_BLOCK_DEFAULT, n_blocks, err) ||
-        pcache_init(&e->pc, &e->kv, err))
+        pcache_init(&e->pc, &e->kv, err) || spec_init(e, err))
         goto fail;
-    int maxb = e->o.max_batch, cap_tok = e->o.prefill_chunk + maxb;
+    int maxb = e->o.max_batch, rows = maxb * (e->n_draft + 1), cap_tok = e->o.prefill_chunk + rows;
     e->waiting = calloc((size_t)e->o.max_queue, sizeof *e->waiting);
     e->running = calloc((size_t)maxb, sizeof *e->running);
     e->b_tok = malloc((size_t)cap_tok * sizeof *e->b_tok);
     e->b_pos = malloc((size_t)cap_tok * sizeof *e->b_pos);
     e->b_seq = malloc((size_t)cap_tok * sizeof *e->b_seq);
-    e->b_out = malloc((size_t)maxb * sizeof *e->b_out);
-    e->out_req = malloc((size_t)maxb * sizeof *e->out_req);
-    e->logits = malloc((size_t)maxb * e->n_vocab * sizeof *e->logits);
+    e->b_out = malloc((size_t)rows * sizeof *e->b_out);
+    e->out_req = malloc((size_t)rows * sizeof *e->out_req);
+    e->logits = malloc((size_t)rows * e->n_vocab * sizeof *e->logits);
     e->mask = malloc((size_t)((e->n_vocab + 31) / 32) * sizeof *e->mask);
     if (!e->waiting || !e->running || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->out_req ||
         !e->logits || !e->mask) {
@@ -500,6 +560,7 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
               e->o.ctx_size);
     return e;
 fail:
+    spec_free(e);
     pcache_free(&e->pc);
     kv_pool_free(&e->kv);
     free(e->waiting);
@@ -526,12 +587,13 @@ void engine_free(tern_engine *e)
     pthread_join(e->th, NULL);
     for (int i = 0; i < e->n_running; i++)
         if (!e->running[i]->done)
-            row_finish(e, e->running[i], ENGINE_FINISH_CANCELLED, "engine stopped");
+            engine_row_finish(e, e->running[i], ENGINE_FINISH_CANCELLED, "engine stopped");
     drop_done(e);
     for (int i = 0; i < e->n_waiting; i++) {
-        row_finish(e, e->waiting[i], ENGINE_FINISH_CANCELLED, "engine stopped");
+        engine_row_finish(e, e->waiting[i], ENGINE_FINISH_CANCELLED, "engine stopped");
         req_unref(e->waiting[i]);
     }
+    spec_free(e);
     pcache_free(&e->pc);
     kv_pool_free(&e->kv);
     pthread_mutex_destroy(&e->mu);
@@ -581,12 +643,13 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
     if (r->max_tokens > e->o.ctx_size - r->n_prompt)
         r->max_tokens = e->o.ctx_size - r->n_prompt;
     r->ignore_eos = p->ignore_eos;
+    r->no_spec = p->no_speculation;
     r->skip_special = p->skip_special;
     r->cache_boundary = (int)p->cache_boundary;
     r->notify = notify;
     r->user = user;
     r->t_submit = tern_time_s();
-    r->cap_tokens = r->n_prompt + r->max_tokens;
+    r->cap_tokens = r->n_prompt + r->max_tokens + ENGINE_MAX_DRAFT + 1;
     r->tokens = malloc((size_t)r->cap_tokens * sizeof *r->tokens);
     if (!r->tokens)
         goto nomem_req;

@@ -9,6 +9,42 @@
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
 
+struct tern_engine {
+    tern_model *m;
+    const tern_tokenizer *tok;
+    engine_opts o;
+    int32_t n_vocab;
+    kv_pool kv;
+    pcache pc;
+    int kv_committed;        /* blocks promised to running rows, not yet taken */
+
+    pthread_t th;
+    pthread_mutex_t mu;      /* guards waiting[], stop, stats */
+    pthread_cond_t cv;
+    engine_req **waiting;    /* FIFO [max_queue] */
+    int n_waiting;
+    int stop;
+    engine_stats st;
+
+    engine_req **running;    /* [max_batch], engine thread only */
+    int n_running;
+
+    /* per-step scratch, sized once */
+    int32_t *b_tok, *b_pos, *b_out;
+    kv_seq **b_seq;
+    engine_req **out_req;    /* request of each output row */
+    float *logits;           /* [max_batch * (n_draft + 1)][n_vocab] */
+    uint32_t *mask;          /* [ceil(n_vocab/32)] */
+
+    /* speculation (spec.c): the draft's KV lives in the same blocks as the
+     * target's - one block table per sequence, one allocator, one budget -
+     * in storage of its own shape, addressed through a view of the pool */
+    int n_draft;             /* K; 0 = no speculation */
+    kv_pool dkv;             /* view: draft layers, same block ids */
+    float *d_logits;         /* [max_batch][n_vocab] */
+    float *probs;            /* [n_vocab] verification scratch */
+};
+
 typedef struct ev_node {
     engine_event ev;
     struct ev_node *next;
@@ -44,6 +80,14 @@ struct engine_req {
     size_t hold_len, hold_cap;
     double t_first, t_last;
     int started;
+    /* speculation, engine thread only */
+    int d_past;             /* positions whose draft KV is computed */
+    int n_spec;             /* drafts proposed this step (0 = plain decode) */
+    int32_t draft[ENGINE_MAX_DRAFT];
+    float *q;               /* [n_draft][n_vocab] draft distributions (sampled rows) */
+    int no_spec;
+    int n_drafted, n_accepted, n_target_forwards, n_jump;
+    int accepted_by_pos[ENGINE_MAX_DRAFT];
     int done;               /* finished; dropped from running[] at the end of the step */
 
     /* shared with the client, under mu */
@@ -54,6 +98,25 @@ struct engine_req {
     atomic_int cancel;
     atomic_int refs;        /* client + engine */
 };
+
+/* engine.c, for spec.c */
+void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const char *msg);
+/* Records an emitted token (constraint, penalties, text, stops); the row may
+ * finish inside. res may be NULL when no logprobs were computed. */
+void engine_row_emit(tern_engine *e, engine_req *r, int32_t id, const sample_result *res);
+int engine_reserve(tern_engine *e, engine_req *r, int n);
+
+/* spec.c */
+int spec_init(tern_engine *e, tern_err *err);
+void spec_free(tern_engine *e);
+/* Extra bytes of KV storage per block for the draft. */
+size_t spec_block_bytes(const tern_engine *e);
+/* Copies the draft's part of block src to dst (copy-on-write). */
+void spec_block_copy(tern_engine *e, int32_t dst, int32_t src);
+/* Chooses the rows that speculate this step and drafts their tokens. */
+void spec_draft(tern_engine *e);
+/* Walks the target's logits over a row's K+1 verified positions. */
+void spec_verify(tern_engine *e, engine_req *r, float *logits);
 
 /* Queues an event (takes ownership of ev's text) and wakes the client. */
 void req_push_event(engine_req *r, engine_event *ev);

@@ -381,3 +381,18 @@ void sample_logprobs_from(const float *probs, int32_t n, int32_t id, int n_top, 
     for (int j = 0; j < out->n_top; j++)
         out->top[j].logprob = logf(out->top[j].logprob);
 }
+
+int32_t sample_spec_step(sample_state *s, float *p, const float *q, int32_t d, int32_t n, int *accepted)
+{
+    double qd = q ? q[d] : 1.0;
+    *accepted = qd > 0 && tern_rng_f64(&s->rng) * qd < p[d];
+    if (*accepted)
+        return d;
+    if (q)
+        for (int32_t x = 0; x < n; x++)
+            p[x] = p[x] > q[x] ? p[x] - q[x] : 0.0f;
+    else
+        p[d] = 0.0f;
+    int32_t t = sample_draw(s, p, n);
+    return t >= 0 ? t : d; /* all-zero residual means p == q, where d is always accepted */
+}

@@ -87,6 +87,13 @@ double sample_uniform(sample_state *s);
 /* logprob of id and the n_top most likely ids of a dense distribution. */
 void sample_logprobs_from(const float *probs, int32_t n, int32_t id, int n_top, sample_result *out);
 
+/* One position of speculative sampling (Leviathan et al., Chen et al.):
+ * the draft proposed d from q (NULL: with certainty, as prompt lookup does);
+ * accept it with probability min(1, p(d)/q(d)), else draw from the
+ * normalized max(0, p - q), overwriting p with that residual. The returned
+ * token is distributed exactly as p. *accepted tells which happened. */
+int32_t sample_spec_step(sample_state *s, float *p, const float *q, int32_t d, int32_t n, int *accepted);
+
 /* Argmax with ties to the lowest id (the all-greedy fast path). */
 int32_t sample_argmax(const float *logits, int32_t n);
 

@@ -1,0 +1,272 @@
+/* Speculative decoding inside the batch. Each step, the rows that speculate
+ * get K drafted tokens - from a draft model run batched over those rows, or
+ * by prompt lookup - and the target verifies them in the same forward as
+ * every other row (engine.c feeds last token + drafts, K + 1 positions with
+ * logits). spec_verify then walks the positions in order: greedy rows accept
+ * while the target's choice equals the draft; sampled rows use the
+ * accept/reject rule of Leviathan et al. / Chen et al. (accept d with
+ * probability min(1, p(d)/q(d)), else draw from the normalized max(0, p - q)),
+ * so the output distribution is exactly the target's. Grammar rows mask
+ * every position with their matcher, which advances only on emitted tokens.
+ * Rejected positions are dropped by truncating the block table. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_int.h"
+
+size_t spec_block_bytes(const tern_engine *e)
+{
+    if (!e->o.draft)
+        return 0;
+    const model_config *c = &e->o.draft->cfg;
+    return kv_bytes_per_token(c->n_layer, c->n_kv_head * c->head_dim) * KV_BLOCK_DEFAULT;
+}
+
+int spec_init(tern_engine *e, tern_err *err)
+{
+    memset(&e->dkv, 0, sizeof e->dkv);
+    if (e->n_draft == 0)
+        return 0;
+    e->probs = malloc((size_t)e->n_vocab * sizeof *e->probs);
+    if (!e->probs)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    if (!e->o.draft)
+        return 0;
+    const model_config *c = &e->o.draft->cfg;
+    /* A view of the pool: same block ids, reference counts and free list;
+     * the draft's own storage shape. */
+    e->dkv = e->kv;
+    e->dkv.n_layer = c->n_layer;
+    e->dkv.kv_dim = c->n_kv_head * c->head_dim;
+    size_t n = (size_t)e->dkv.n_layer * e->kv.n_blocks * e->kv.block_size * e->dkv.kv_dim;
+    e->dkv.k = malloc(n * sizeof(float));
+    e->dkv.v = malloc(n * sizeof(float));
+    e->d_logits = malloc((size_t)e->o.max_batch * e->n_vocab * sizeof *e->d_logits);
+    if (!e->dkv.k || !e->dkv.v || !e->d_logits)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory for the draft model's KV");
+    return 0;
+}
+
+void spec_free(tern_engine *e)
+{
+    free(e->dkv.k); /* the view owns only its storage */
+    free(e->dkv.v);
+    free(e->d_logits);
+    free(e->probs);
+    memset(&e->dkv, 0, sizeof e->dkv);
+    e->d_logits = NULL;
+    e->probs = NULL;
+}
+
+void spec_block_copy(tern_engine *e, int32_t dst, int32_t src)
+{
+    const kv_pool *d = &e->dkv;
+    if (!d->k)
+        return;
+    size_t n = (size_t)d->block_size * d->kv_dim;
+    for (int l = 0; l < d->n_layer; l++) {
+        size_t od = ((size_t)l * d->n_blocks + (size_t)dst) * n, os = ((size_t)l * d->n_blocks + (size_t)src) * n;
+        memcpy(d->k + od, d->k + os, n * sizeof(float));
+        memcpy(d->v + od, d->v + os, n * sizeof(float));
+    }
+}
+
+/* Prompt lookup: the tokens that followed the latest earlier occurrence of
+ * the row's last g tokens (g = 3, 2, 1). */
+static int ngram_propose(const engine_req *r, int k_max, int32_t *out)
+{
+    int n = r->n_tokens;
+    for (int g = n - 1 < 3 ? n - 1 : 3; g >= 1; g--) {
+        const int32_t *suf = r->tokens + n - g;
+        for (int i = n - g - 1; i >= 0; i--) {
+            if (memcmp(r->tokens + i, suf, (size_t)g * sizeof *suf))
+                continue;
+            int k = 0;
+            while (k < k_max && i + g + k < n) {
+                out[k] = r->tokens[i + g + k];
+                k++;
+            }
+            if (k > 0)
+                return k;
+        }
+    }
+    return 0;
+}
+
+/* Runs the draft model over the rows' pending tokens; logits of each row's
+ * last fed position land in e->d_logits[row]. */
+static int draft_forward(tern_engine *e, engine_req **rows, int n_rows, int first_iter)
+{
+    int n = 0, n_out = 0;
+    for (int i = 0; i < n_rows; i++) {
+        engine_req *r = rows[i];
+        /* iteration 0 feeds the real tokens the draft has not seen (the
+         * prompt tail was caught up in chunks before); later ones the
+         * previous draft */
+        int from = r->d_past, to = first_iter ? r->n_tokens : r->d_past + 1;
+        for (int p = from; p < to; p++) {
+            e->b_tok[n] = p < r->n_tokens ? r->tokens[p] : r->draft[p - r->n_tokens];
+            e->b_pos[n] = p;
+            e->b_seq[n] = &r->seq;
+            n++;
+        }
+        r->d_past = to;
+        e->b_out[n_out++] = n - 1;
+    }
+    fwd_batch b = {n, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
+    return model_forward(e->o.draft, &e->dkv, &b, e->d_logits, NULL);
+}
+
+/* Brings a row's draft KV up to n_tokens - 1 in chunks (new rows: the prompt). */
+static int draft_catch_up(tern_engine *e, engine_req *r)
+{
+    while (r->n_tokens - 1 - r->d_past > 0) {
+        int todo = r->n_tokens - 1 - r->d_past;
+        if (todo > e->o.prefill_chunk)
+            todo = e->o.prefill_chunk;
+        for (int k = 0; k < todo; k++) {
+            e->b_tok[k] = r->tokens[r->d_past + k];
+            e->b_pos[k] = r->d_past + k;
+            e->b_seq[k] = &r->seq;
+        }
+        fwd_batch b = {todo, e->b_tok, e->b_pos, e->b_seq, 0, NULL};
+        if (model_forward(e->o.draft, &e->dkv, &b, NULL, NULL))
+            return -1;
+        r->d_past += todo;
+    }
+    return 0;
+}
+
+void spec_draft(tern_engine *e)
+{
+    engine_req *rows[e->o.max_batch > 0 ? e->o.max_batch : 1];
+    int kk[e->o.max_batch > 0 ? e->o.max_batch : 1];
+    int n_rows = 0, k_max = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        engine_req *r = e->running[i];
+        r->n_spec = 0;
+        int left = r->max_tokens - r->n_generated;
+        if (r->done || r->no_spec || r->n_tokens - r->n_past != 1 || left < 2)
+            continue;
+        int k = e->n_draft < left - 1 ? e->n_draft : left - 1;
+        if (r->n_tokens + k + 1 > e->o.ctx_size)
+            continue;
+        if (!e->o.draft) {
+            r->n_spec = ngram_propose(r, k, r->draft);
+            r->n_drafted += r->n_spec;
+            continue;
+        }
+        if (r->sp.temperature > 0 && !r->q && !(r->q = malloc((size_t)e->n_draft * e->n_vocab * sizeof *r->q)))
+            continue;
+        if (engine_reserve(e, r, r->n_tokens + k) || draft_catch_up(e, r))
+            continue;
+        rows[n_rows] = r;
+        kk[n_rows++] = k;
+        if (k > k_max)
+            k_max = k;
+    }
+    /* K batched draft forwards over the rows still drafting */
+    for (int j = 0; j < k_max; j++) {
+        engine_req *act[e->o.max_batch > 0 ? e->o.max_batch : 1];
+        int idx[e->o.max_batch > 0 ? e->o.max_batch : 1], n_act = 0;
+        for (int i = 0; i < n_rows; i++)
+            if (j < kk[i]) {
+                idx[n_act] = i;
+                act[n_act++] = rows[i];
+            }
+        if (draft_forward(e, act, n_act, j == 0)) {
+            for (int i = 0; i < n_rows; i++)
+                rows[i]->n_spec = 0; /* verify nothing; plain decoding this step */
+            return;
+        }
+        for (int a = 0; a < n_act; a++) {
+            engine_req *r = act[a];
+            float *lg = e->d_logits + (size_t)a * e->n_vocab;
+            int32_t d;
+            if (r->sp.temperature == 0) {
+                d = sample_argmax(lg, e->n_vocab);
+            } else { /* q: the row's own sampling distribution on the draft's logits */
+                float *q = r->q + (size_t)j * e->n_vocab;
+                if (sample_dist(&r->ss, &r->sp, lg, NULL, q)) {
+                    kk[idx[a]] = j;
+                    continue;
+                }
+                d = sample_draw(&r->ss, q, e->n_vocab);
+            }
+            r->draft[j] = d;
+            r->n_spec = j + 1;
+        }
+    }
+    for (int i = 0; i < n_rows; i++)
+        rows[i]->n_drafted += rows[i]->n_spec;
+}
+
+void spec_verify(tern_engine *e, engine_req *r, float *logits)
+{
+    int32_t V = e->n_vocab;
+    int n = r->n_tokens, k = r->n_spec, a = 0;
+    int greedy = r->sp.temperature == 0, want_lp = r->sp.n_logprobs >= 0;
+    for (int i = 0; i <= k && !r->done; i++) {
+        float *lg = logits + (size_t)i * V;
+        const uint32_t *mask = NULL;
+        if (r->cops) {
+            if (r->cops->fill_mask(r->cctx, e->mask, (V + 31) / 32)) {
+                engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
+                return;
+            }
+            mask = e->mask;
+        }
+        sample_result res = {0};
+        int32_t t;
+        int accepted = 0;
+        if (greedy) {
+            if (!mask && sample_params_is_greedy_plain(&r->sp))
+                t = sample_argmax(lg, V);
+            else if (sample_row(&r->ss, &r->sp, lg, mask, &res)) {
+                engine_row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
+                return;
+            } else
+                t = res.id;
+            accepted = i < k && t == r->draft[i];
+        } else {
+            float *p = e->probs;
+            if (sample_dist(&r->ss, &r->sp, lg, mask, p)) {
+                engine_row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
+                return;
+            }
+            if (i < k) {
+                const float *q = e->o.draft ? r->q + (size_t)i * V : NULL;
+                if (want_lp) /* the emitted token is distributed as p: keep it for logprobs */
+                    memcpy(lg, p, (size_t)V * sizeof *p);
+                t = sample_spec_step(&r->ss, p, q, r->draft[i], V, &accepted);
+                if (want_lp)
+                    sample_logprobs_from(lg, V, t, r->sp.n_logprobs, &res);
+            } else {
+                t = sample_draw(&r->ss, p, V);
+                if (want_lp)
+                    sample_logprobs_from(p, V, t, r->sp.n_logprobs, &res);
+            }
+        }
+        engine_row_emit(e, r, t, want_lp ? &res : NULL);
+        if (!accepted)
+            break;
+        a++;
+        r->accepted_by_pos[i]++;
+    }
+    r->n_accepted += a;
+    r->n_spec = 0;
+    if (r->done)
+        return;
+    /* keep the KV of the real tokens: the last fed token and the accepted
+     * drafts; everything after is dropped by a block-table edit */
+    int keep = n + a;
+    int before = r->seq.n_blocks;
+    kv_seq_truncate(&e->kv, &r->seq, keep);
+    r->n_past = keep;
+    if (r->d_past > keep)
+        r->d_past = keep;
+    int freed = before - r->seq.n_blocks; /* they will be needed again later */
+    r->blocks_committed += freed;
+    e->kv_committed += freed;
+}
