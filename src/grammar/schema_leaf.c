@@ -935,31 +935,37 @@ static int gen_object(sc *c, json_object *s, const char *path, gfe_buf *out)
     }
     /* patternProperties: one pattern, unlisted names only, nothing else extra */
     json_object *pp_schema = NULL;
-    const char *pp_re = NULL;
     if (pp) {
-        if (json_object_object_length(pp) > 1) {
-            rc = sc_fail(c, TERN_EUNSUPPORTED, path, "more than one patternProperties pattern");
+        /* several patterns: a key matching any of them must satisfy all
+         * their schemas (stricter than needed when a key matches only one:
+         * sound, not complete) */
+        json_object *all = json_object_new_array(), *wrap = json_object_new_object();
+        if (!all || !wrap) {
+            json_object_put(all);
+            json_object_put(wrap);
+            rc = sc_fail(c, TERN_ENOMEM, path, "out of memory");
             goto out;
         }
         json_object_object_foreach(pp, k, v) {
-            pp_re = k;
-            pp_schema = v;
+            (void)k;
+            json_object_array_add(all, json_object_get(v));
         }
-        if (ap && !(json_object_is_type(ap, json_type_boolean) && !json_object_get_boolean(ap)) &&
-            !(!c->o.strict && 0)) {
-            rc = sc_fail(c, TERN_EUNSUPPORTED, path, "patternProperties with additionalProperties");
-            goto out;
-        }
-        if (!ap && !c->o.strict) {
-            rc = sc_fail(c, TERN_EUNSUPPORTED, path, "patternProperties in non-strict mode");
-            goto out;
-        }
-        for (size_t i = 0; i < n; i++) {
-            int m = sc_regex_search(pp_re, p[i].name, strlen(p[i].name));
-            if (m != 0) {
-                rc = sc_fail(c, TERN_EUNSUPPORTED, path,
-                             "patternProperties pattern matching a listed property");
-                goto out;
+        json_object_object_add(wrap, "allOf", all);
+        pp_schema = json_object_object_length(pp) == 1 ? json_object_array_get_idx(all, 0) : wrap;
+        sc_own(c, wrap);
+        /* unlisted keys that match no pattern would need the complement
+         * of the patterns' language: they are left out (additionalProperties
+         * other than false, or non-strict mode, then admits fewer objects
+         * than JSON Schema does: sound, not complete) */
+        json_object_object_foreach(pp, re, v2) {
+            (void)v2;
+            for (size_t i = 0; i < n; i++) {
+                int m = sc_regex_search(re, p[i].name, strlen(p[i].name));
+                if (m != 0) {
+                    rc = sc_fail(c, TERN_EUNSUPPORTED, path,
+                                 "patternProperties pattern matching a listed property");
+                    goto out;
+                }
             }
         }
     }
@@ -1014,12 +1020,26 @@ static int gen_object(sc *c, json_object *s, const char *path, gfe_buf *out)
         if (!nv) {
             tern_err e;
             int never = 0;
-            gfe_buf_puts(&key, "(\"\\\"\" ");
-            rc = gfe_regex_emit(&key, pp_re, strlen(pp_re), 1, 1, &never, &e);
-            if (rc) {
-                rc = sc_fail(c, rc, path, "%s", e.msg);
-                goto out_key;
+            int n_ok = 0;
+            gfe_buf_puts(&key, "(\"\\\"\" (");
+            json_object_object_foreach(pp, re, v3) {
+                (void)v3;
+                int nv1 = 0;
+                gfe_buf one;
+                gfe_buf_init(&one, 0);
+                rc = gfe_regex_emit(&one, re, strlen(re), 1, 1, &nv1, &e);
+                if (!rc && !nv1) {
+                    gfe_buf_puts(&key, n_ok++ ? " | " : "");
+                    gfe_buf_put(&key, one.s, one.len);
+                }
+                gfe_buf_free(&one);
+                if (rc) {
+                    rc = sc_fail(c, rc, path, "%s", e.msg);
+                    goto out_key;
+                }
             }
+            never = n_ok == 0;
+            gfe_buf_puts(&key, ")");
             gfe_buf_puts(&key, " \"\\\"\")");
             has_add = !never;
         }
