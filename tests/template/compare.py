@@ -6,7 +6,7 @@ requires byte-identical prompts. Where the oracle fails, tern must fail too
 
 Usage: compare.py [--seed N] [--count N] [--min-ok N] [DIR ...]
 Defaults: the templates of ../shared/tokenizers (qwen3, llama3, gemma3), the
-demo model, and the Mistral, Phi-3 and Llama 3.1 fixtures under
+demo model, and the Mistral, Phi-3, Llama 3.1 and Hermes 3 fixtures under
 tests/template/templates. Needs TERN_BIN (set by ctest) and TERN_SHARED."""
 import argparse
 import json
@@ -22,7 +22,7 @@ def default_dirs():
     shared = os.environ.get("TERN_SHARED", os.path.join(ROOT, "..", "shared"))
     dirs = [os.path.join(shared, "tokenizers", n) for n in ("qwen3", "llama3", "gemma3")]
     dirs.append(os.path.join(ROOT, "models", "tern-demo"))
-    dirs += [os.path.join(HERE, "templates", n) for n in ("mistral", "phi3", "llama31")]
+    dirs += [os.path.join(HERE, "templates", n) for n in ("mistral", "phi3", "llama31", "hermes3")]
     return dirs
 
 
