@@ -252,9 +252,9 @@ void spec_verify(tern_engine *e, engine_req *r, float *logits)
         if (!accepted)
             break;
         a++;
+        r->n_accepted++; /* counted here: the row may finish at the next emit */
         r->accepted_by_pos[i]++;
     }
-    r->n_accepted += a;
     r->n_spec = 0;
     if (r->done)
         return;

@@ -224,6 +224,45 @@ static void test_param_checks(void **state)
     assert_int_equal(sample_params_check(&p, V, &e), TERN_ERANGE);
 }
 
+/* Speculative sampling: draft d ~ q, then accept/reject against p. The
+ * emitted token must be distributed as p, for a q unlike p and for the
+ * one-hot q of prompt lookup. */
+static void test_spec_step_distribution(void **state)
+{
+    (void)state;
+    const float p0[6] = {0.05f, 0.4f, 0.1f, 0.25f, 0.2f, 0.0f};
+    const float q[6] = {0.3f, 0.1f, 0.3f, 0.1f, 0.1f, 0.1f};
+    sample_params sp;
+    sample_params_default(&sp);
+    sp.seed = 77;
+    sample_state s;
+    assert_int_equal(sample_state_init(&s, &sp, 6, NULL, 0, NULL), 0);
+    for (int mode = 0; mode < 2; mode++) {
+        double cnt[6] = {0};
+        int acc = 0;
+        const int N = 100000;
+        for (int k = 0; k < N; k++) {
+            float p[6];
+            memcpy(p, p0, sizeof p);
+            int32_t d = mode == 0 ? sample_draw(&s, q, 6) : 3; /* lookup always proposes 3 */
+            int a;
+            int32_t t = sample_spec_step(&s, p, mode == 0 ? q : NULL, d, 6, &a);
+            acc += a;
+            cnt[t]++;
+        }
+        double tv = 0;
+        for (int i = 0; i < 6; i++)
+            tv += fabs(cnt[i] / N - p0[i]);
+        printf("spec step mode %d: TV %.4f, acceptance %.3f\n", mode, tv / 2, (double)acc / N);
+        assert_true(tv / 2 < 0.01);
+        assert_true(cnt[5] == 0);
+        /* acceptance rate is sum(min(p, q)) for a model draft, p(d) for lookup */
+        double want = mode == 0 ? 0.05 + 0.1 + 0.1 + 0.1 + 0.1 : 0.25;
+        assert_true(fabs((double)acc / N - want) < 0.01);
+    }
+    sample_state_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_greedy_mask_bias_penalties),
         cmocka_unit_test(test_seed_reproducible),
         cmocka_unit_test(test_param_checks),
+        cmocka_unit_test(test_spec_step_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
