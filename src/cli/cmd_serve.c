@@ -16,7 +16,7 @@
 #define SERVE_USAGE                                                                                  \
     "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--model-name NAME]\n" \
     "                  [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
-    "                  [--threads N] [--verbose]\n"
+    "                  [--timeout S] [--threads N] [--verbose]\n"
 
 static void progress(int step, int n_steps, const char *what, double t0)
 {
@@ -71,6 +71,10 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(v, 1, 1 << 20, &x))
                 goto bad_value;
             eo.max_queue = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--timeout"))) {
+            if (cli_parse_int(v, 1, 3600, &x))
+                goto bad_value;
+            so.header_timeout_s = (int)x;
         } else if ((v = cli_flag_value(argc, argv, &i, "--threads"))) {
             if (cli_parse_int(v, 1, 1024, &threads))
                 goto bad_value;

@@ -103,6 +103,10 @@ json_object *api_chat_logprob(const sample_result *lp, int n_top, api_token_fn f
 void api_completion_logprob_add(json_object **lp_obj, const sample_result *lp, int n_top, size_t text_offset,
                                 api_token_fn fn, void *ctx);
 
+/* Length of the longest valid UTF-8 prefix of s (strict: no overlongs,
+ * surrogates or code points past U+10FFFF). */
+size_t api_utf8_valid_len(const char *s, size_t len);
+
 /* A new json string from bytes that may hold invalid UTF-8 (replaced by U+FFFD). */
 json_object *api_json_string(const char *s, size_t len);
 

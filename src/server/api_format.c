@@ -61,6 +61,19 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return len;
 }
 
+size_t api_utf8_valid_len(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        size_t l = utf8_seq(u + i, len - i);
+        if (!l)
+            break;
+        i += l;
+    }
+    return i;
+}
+
 json_object *api_json_string(const char *s, size_t len)
 {
     const unsigned char *u = (const unsigned char *)s;

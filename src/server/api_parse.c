@@ -584,6 +584,9 @@ int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const
     r->skip_special = 1;
     r->add_generation_prompt = 1;
     sample_params_default(&r->sample);
+    size_t valid = api_utf8_valid_len(body, len);
+    if (valid != len)
+        return api_bad(e, "invalid_encoding", NULL, "request body is not valid UTF-8 (at byte %zu)", valid);
     tern_err je;
     r->root = tern_json_parse(body, len, &je);
     if (!r->root)

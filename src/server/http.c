@@ -273,12 +273,12 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->header_timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->max_header_bytes,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                             MHD_OPTION_END);
     if (!s->d) {
         tern_err_set(err, TERN_EIO, "cannot listen on %s:%d (address in use or not allowed?)", s->host, o->port);

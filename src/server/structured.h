@@ -1,0 +1,45 @@
+/* Structured output for the server: the request fields (response_format,
+ * guided_*, structured_outputs) -> one grammar spec by precedence, compiled
+ * through the server's compile cache, and a grammar constraint per engine
+ * row (with the think-block wrapper for thinking models). See
+ * docs/structured-output.md. */
+#ifndef TERN_SERVER_STRUCTURED_H
+#define TERN_SERVER_STRUCTURED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "server/api.h"
+
+struct tern_server;
+typedef struct srv_structured srv_structured;
+
+/* Bytes of a Warning header value (structured_prepare's fallback). */
+#define STRUCTURED_WARNING_MAX 256
+
+/* Reads the structured-output fields of q (from q->root), picks one by
+ * precedence (grammar > json_schema > json_object > structured_outputs >
+ * regex > choice) and compiles it. On success q->structured holds the
+ * result (NULL when the request is unconstrained). A field of the wrong
+ * shape, or a spec that cannot be compiled, is a 400 naming the problem;
+ * with the server's prompt fallback on, a spec that cannot be compiled is
+ * instead written into the prompt (system message / prompt prefix) and
+ * warning (STRUCTURED_WARNING_MAX bytes) receives a Warning header value.
+ * Returns 0, or -1 with e set. */
+int structured_prepare(struct tern_server *s, api_request *q, char *warning, api_error *e);
+
+/* Sets p->constraint / p->constraint_ctx for one engine row of q (nothing
+ * when q is unconstrained). prompt[0..n) is the row's prompt and boundary
+ * where its generation primer starts (0 = unknown): they decide whether
+ * the row starts inside a think block. The caller owns the constraint
+ * until engine_submit succeeds. Returns 0, or -1 with e set (500). */
+int structured_attach(struct tern_server *s, const api_request *q, const int32_t *prompt, size_t n_prompt,
+                      size_t boundary, engine_params *p, api_error *e);
+
+/* Frees a request's spec (NULL is a no-op). */
+void structured_free(srv_structured *st);
+/* Frees the server-wide vocabulary and compile cache (server_free). */
+void structured_server_free(struct tern_server *s);
+
+#endif

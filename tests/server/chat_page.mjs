@@ -1,0 +1,113 @@
+// The chat page at / in headless Chromium (Debian's, driven by
+// playwright-core): it shows the model, streams a reply that equals the API's
+// greedy answer to the same conversation, stops a long generation (the
+// engine sees the cancellation), loads nothing from outside the server, and
+// leaves a screenshot in the build directory.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { startServer, check, summary, ROOT, BUILD } from './lib.mjs';
+
+const require = createRequire(path.join(ROOT, 'tests/oracle/package.json'));
+const { chromium } = require('playwright-core');
+const CHROMIUM = process.env.TERN_CHROMIUM || '/usr/bin/chromium';
+if (!fs.existsSync(CHROMIUM)) {
+  console.error(`chat_page: ${CHROMIUM} is missing (scripts/install-deps.sh installs chromium)`);
+  process.exit(1);
+}
+
+const srv = await startServer();
+const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'tern-chromium-'));
+let ctx = null;
+const stats = async () => (await fetch(srv.url + '/stats')).json();
+try {
+  ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM, headless: true, viewport: { width: 1000, height: 720 },
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  const page = ctx.pages()[0] || await ctx.newPage();
+  const foreign = [];
+  page.on('request', (r) => { if (!r.url().startsWith(srv.url) && !r.url().startsWith('data:')) foreign.push(r.url()); });
+  const consoleErrors = [];
+  page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+
+  await page.goto(srv.url + '/', { waitUntil: 'load' });
+  await page.waitForFunction(() => document.getElementById('model-name').textContent === 'tern-demo', null, { timeout: 15000 });
+  check(true, 'page shows the model name');
+
+  // settings: greedy, short
+  await page.click('#toggle-settings');
+  await page.fill('#temperature', '0');
+  await page.fill('#max-tokens', '40');
+  await page.dispatchEvent('#max-tokens', 'change');
+
+  // 1. send a message, watch it stream
+  // record every DOM update of the reply while it streams
+  await page.evaluate(() => {
+    window.__seen = new Set();
+    new MutationObserver(() => {
+      const m = document.querySelector('.msg.assistant');
+      if (m && m.classList.contains('streaming') && m.textContent.length > 0) window.__seen.add(m.textContent);
+    }).observe(document.getElementById('messages'), { subtree: true, childList: true, characterData: true });
+  });
+  await page.fill('#input', 'Hello! What is your name?');
+  await page.click('#send');
+  await page.waitForFunction(() => { const m = document.querySelector('.msg.assistant'); return m && m.dataset.done; }, null, { timeout: 60000 });
+  const seen = await page.evaluate(() => {
+    const m = document.querySelector('.msg.assistant');
+    return { streamingWithText: window.__seen.size, text: m.firstChild ? m.firstChild.textContent : '', done: m.dataset.done };
+  });
+  check(seen.done === 'finished', 'reply finished', seen);
+  check(seen.streamingWithText >= 3, 'text grew piece by piece while streaming', seen);
+  const api = await (await fetch(srv.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'Hello! What is your name?' }], temperature: 0, max_tokens: 40 }) })).json();
+  check(seen.text === api.choices[0].message.content, 'page reply == API greedy reply', { page: seen.text, api: api.choices[0].message.content });
+
+  // 2. a long generation, stopped
+  const before = await stats();
+  await page.fill('#max-tokens', '1500');
+  await page.dispatchEvent('#max-tokens', 'change');
+  await page.fill('#temperature', '1');
+  await page.dispatchEvent('#temperature', 'change');
+  // the toy model may end its story early: keep it going until stopped
+  await page.route('**/v1/chat/completions', (route) => {
+    const body = JSON.parse(route.request().postData());
+    route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true }) });
+  });
+  await page.fill('#input', 'Write a very long story about a lighthouse keeper.');
+  await page.click('#send');
+  await page.waitForFunction(() => { const m = document.querySelectorAll('.msg.assistant'); const last = m[m.length - 1]; return m.length === 2 && last.textContent.length > 20; }, null, { timeout: 30000 });
+  check(await page.isEnabled('#stop'), 'stop button enabled while generating');
+  await page.click('#stop');
+  await page.waitForFunction(() => { const m = document.querySelectorAll('.msg.assistant'); return m[1] && m[1].dataset.done; }, null, { timeout: 10000 });
+  const done2 = await page.evaluate(() => document.querySelectorAll('.msg.assistant')[1].dataset.done);
+  check(done2 === 'stopped', 'generation stopped from the page', done2);
+  let after = null;
+  for (let i = 0; i < 50; i++) {
+    after = await stats();
+    if (after.server.generations_active === 0 && after.engine.requests_cancelled > before.engine.requests_cancelled) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  check(after.server.generations_active === 0, 'stopped generation released', after.server);
+  check(after.engine.requests_cancelled > before.engine.requests_cancelled, 'stop cancels the engine request', [before.engine.requests_cancelled, after.engine.requests_cancelled]);
+  check(await page.isEnabled('#send') && !(await page.isEnabled('#stop')), 'buttons reset after stop');
+
+  const shot = path.join(BUILD, 'server_chat_page.png');
+  await page.screenshot({ path: shot, fullPage: true });
+  check(fs.statSync(shot).size > 1000, 'screenshot saved', shot);
+  console.log(`screenshot: ${shot}`);
+  check(foreign.length === 0, 'no request leaves the server', foreign);
+  check(consoleErrors.length === 0, 'no console errors', consoleErrors);
+} catch (e) {
+  check(false, 'unexpected exception', e && e.stack ? e.stack : String(e));
+} finally {
+  if (ctx) await ctx.close().catch(() => {});
+  fs.rmSync(profile, { recursive: true, force: true });
+  const ex = await srv.stop();
+  check(ex.code === 0, 'server exits cleanly', ex);
+  check(!/error|sanitizer/i.test(srv.log()), 'no error in the server log', srv.log().slice(-1500));
+}
+process.exit(summary('chat_page'));

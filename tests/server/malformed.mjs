@@ -1,0 +1,186 @@
+// Malformed requests: truncated JSON, wrong types, huge numbers, invalid
+// UTF-8, deep nesting, oversized bodies, unknown fields, bad HTTP, oversized
+// headers and slow headers. Every body-level case must get a 4xx in
+// OpenAI's error shape; header-level cases a 4xx or a closed connection; the
+// server must stay up and keep serving others meanwhile. The bodies in
+// tests/fuzz/corpus/http_request/bad_* are replayed here too.
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { startServer, check, summary, ROOT } from './lib.mjs';
+
+const srv = await startServer(['--timeout', '2']);
+const u = new URL(srv.url);
+
+// Raw HTTP/1.1 exchange on a fresh socket; resolves {status, headers, body} or {closed}.
+function raw(bytes, { timeoutMs = 10000 } = {}) {
+  return new Promise((resolve) => {
+    const s = net.connect(Number(u.port), u.hostname);
+    const chunks = [];
+    const t = setTimeout(() => { s.destroy(); resolve({ timeout: true }); }, timeoutMs);
+    s.on('data', (d) => chunks.push(d));
+    s.on('error', () => {});
+    s.on('close', () => {
+      clearTimeout(t);
+      const buf = Buffer.concat(chunks).toString('latin1');
+      const m = buf.match(/^HTTP\/1\.[01] (\d{3})/);
+      if (!m) return resolve({ closed: true });
+      const [head, ...rest] = buf.split('\r\n\r\n');
+      let body = rest.join('\r\n\r\n');
+      if (/transfer-encoding: chunked/i.test(head)) body = body.replace(/^[0-9a-f]+\r\n/i, '').replace(/\r\n0\r\n\r\n$/, '');
+      resolve({ status: Number(m[1]), head, body });
+    });
+    s.end(bytes);
+  });
+}
+
+function post(url, body, extra = '') {
+  const b = Buffer.isBuffer(body) ? body : Buffer.from(body, 'utf8');
+  const head = `POST ${url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\nConnection: close\r\n${extra}\r\n`;
+  return raw(Buffer.concat([Buffer.from(head, 'latin1'), b]));
+}
+
+function isOpenAIError(body) {
+  try {
+    const j = JSON.parse(body);
+    return j && j.error && typeof j.error.message === 'string' && 'type' in j.error && 'param' in j.error && 'code' in j.error;
+  } catch { return false; }
+}
+
+async function expect4xx(name, url, body, extra) {
+  const r = await post(url, body, extra);
+  check(r.status >= 400 && r.status < 500, `${name}: 4xx`, r.status ?? r);
+  check(isOpenAIError(r.body || ''), `${name}: OpenAI error shape`, (r.body || '').slice(0, 200));
+  return r;
+}
+
+const CHAT = '/v1/chat/completions', CMPL = '/v1/completions';
+const msg = '[{"role":"user","content":"hi"}]';
+const cases = [
+  ['empty body', ''],
+  ['truncated object', `{"messages": ${msg.slice(0, 20)}`],
+  ['lone brace', '{'],
+  ['trailing garbage', `{"messages": ${msg}} x`],
+  ['array body', '[]'],
+  ['null body', 'null'],
+  ['string body', '"hello"'],
+  ['messages string', '{"messages": "hi"}'],
+  ['messages number items', '{"messages": [1, 2]}'],
+  ['role number', '{"messages": [{"role": 1, "content": "hi"}]}'],
+  ['unknown role', '{"messages": [{"role": "wizard", "content": "hi"}]}'],
+  ['content number', '{"messages": [{"role": "user", "content": 5}]}'],
+  ['content part no type', '{"messages": [{"role": "user", "content": [{"text": "hi"}]}]}'],
+  ['missing content', '{"messages": [{"role": "user"}]}'],
+  ['temperature string', `{"messages": ${msg}, "temperature": "hot"}`],
+  ['temperature too high', `{"messages": ${msg}, "temperature": 7}`],
+  ['max_tokens string', `{"messages": ${msg}, "max_tokens": "10"}`],
+  ['max_tokens fraction', `{"messages": ${msg}, "max_tokens": 1.5}`],
+  ['max_tokens zero', `{"messages": ${msg}, "max_tokens": 0}`],
+  ['max_tokens huge', `{"messages": ${msg}, "max_tokens": 99999999999999999999999}`],
+  ['max_tokens 1e400', `{"messages": ${msg}, "max_tokens": 1e400}`],
+  ['temperature 1e308', `{"messages": ${msg}, "temperature": 1e308}`],
+  ['top_k negative huge', `{"messages": ${msg}, "top_k": -99999999999999999999}`],
+  ['n huge', `{"messages": ${msg}, "n": 1e10}`],
+  ['n bool', `{"messages": ${msg}, "n": true}`],
+  ['seed string', `{"messages": ${msg}, "seed": "1"}`],
+  ['seed fraction', `{"messages": ${msg}, "seed": 0.5}`],
+  ['stop number', `{"messages": ${msg}, "stop": 5}`],
+  ['stop list of numbers', `{"messages": ${msg}, "stop": [1]}`],
+  ['stop empty string', `{"messages": ${msg}, "stop": ""}`],
+  ['stop too many', `{"messages": ${msg}, "stop": [${Array.from({ length: 40 }, (_, i) => `"s${i}"`).join(',')}]}`],
+  ['logit_bias array', `{"messages": ${msg}, "logit_bias": []}`],
+  ['logit_bias bad key', `{"messages": ${msg}, "logit_bias": {"abc": 1}}`],
+  ['logit_bias huge key', `{"messages": ${msg}, "logit_bias": {"99999999999999999999": 1}}`],
+  ['logit_bias bad value', `{"messages": ${msg}, "logit_bias": {"5": 1000}}`],
+  ['stream string', `{"messages": ${msg}, "stream": "yes"}`],
+  ['stream_options without stream', `{"messages": ${msg}, "stream_options": {"include_usage": true}}`],
+  ['top_logprobs without logprobs', `{"messages": ${msg}, "top_logprobs": 3}`],
+  ['logprobs string', `{"messages": ${msg}, "logprobs": "a"}`],
+  ['tools object', `{"messages": ${msg}, "tools": {}}`],
+  ['tool_choice required', `{"messages": ${msg}, "tools": [{"type":"function","function":{"name":"f"}}], "tool_choice": "required"}`],
+  ['response_format json_schema', `{"messages": ${msg}, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}`],
+  ['guided_json', `{"messages": ${msg}, "guided_json": {}}`],
+  ['guided_choice', `{"messages": ${msg}, "guided_choice": ["a"]}`],
+  ['structured_outputs', `{"messages": ${msg}, "structured_outputs": {"json": {}}}`],
+  ['unknown field', `{"messages": ${msg}, "frobnicate": 1}`],
+  ['unknown message field', '{"messages": [{"role": "user", "content": "hi", "audio": {}}]}'],
+  ['unknown model', `{"messages": ${msg}, "model": "gpt-4o"}`],
+  ['deep nesting', '{"messages": ' + '['.repeat(50000) + ']'.repeat(50000) + '}'],
+  ['over-long prompt', `{"messages": [{"role": "user", "content": "${'lorem ipsum '.repeat(4000)}"}]}`],
+];
+const cmplCases = [
+  ['prompt number', '{"prompt": 5}'],
+  ['prompt nested empty', '{"prompt": [[]]}'],
+  ['prompt id out of vocab', '{"prompt": [1, 2, 99999999]}'],
+  ['prompt negative id', '{"prompt": [-1]}'],
+  ['prompt batch', '{"prompt": ["a", "b"]}'],
+  ['missing prompt', '{"max_tokens": 5}'],
+  ['logprobs bool', '{"prompt": "hi", "logprobs": true}'],
+  ['logprobs too many', '{"prompt": "hi", "logprobs": 50}'],
+  ['best_of', '{"prompt": "hi", "best_of": 3}'],
+  ['suffix', '{"prompt": "hi", "suffix": "x"}'],
+  ['messages on completions', `{"prompt": "hi", "messages": ${msg}}`],
+  ['empty prompt', '{"prompt": ""}'],
+];
+
+try {
+  for (const [name, body] of cases) await expect4xx('chat ' + name, CHAT, body);
+  for (const [name, body] of cmplCases) await expect4xx('completions ' + name, CMPL, body);
+  // invalid UTF-8 (raw bytes in a string; an overlong slash)
+  await expect4xx('invalid UTF-8', CHAT, Buffer.concat([Buffer.from('{"messages": [{"role": "user", "content": "a'), Buffer.from([0xff, 0xfe]), Buffer.from('"}]}')]));
+  await expect4xx('overlong UTF-8', CMPL, Buffer.concat([Buffer.from('{"prompt": "a'), Buffer.from([0xc0, 0xaf]), Buffer.from('"}')]));
+  // replayed corpus
+  const dir = path.join(ROOT, 'tests/fuzz/corpus/http_request');
+  let nCorpus = 0;
+  for (const f of fs.readdirSync(dir).filter((f) => f.startsWith('bad_')).sort()) {
+    const body = fs.readFileSync(path.join(dir, f));
+    await expect4xx('corpus ' + f, CHAT, body);
+    await expect4xx('corpus ' + f, CMPL, body);
+    nCorpus++;
+  }
+  check(nCorpus >= 10, 'bad_* corpus replayed', nCorpus);
+  // oversized bodies: announced (rejected before reading) and actual
+  const big = Buffer.alloc(9 << 20, 0x20);
+  const r413 = await expect4xx('oversized body', CHAT, big);
+  check(r413.status === 413, 'oversized body is 413', r413.status);
+  const announced = await raw(Buffer.from(`POST ${CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n{`));
+  check(announced.status === 413 && isOpenAIError(announced.body), 'announced oversized body is 413 at once', announced.status ?? announced);
+  // routing errors
+  const g = await raw(Buffer.from(`GET ${CHAT} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`));
+  check(g.status === 405 && isOpenAIError(g.body), 'GET on a POST route is 405', g.status);
+  const nf = await raw(Buffer.from('GET /v1/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
+  check(nf.status === 404 && isOpenAIError(nf.body), 'unknown /v1 route is 404', nf.status);
+  // HTTP-level garbage and oversized headers: MHD answers (4xx) or closes
+  const garbage = await raw(Buffer.from('HELLO THERE\r\n\r\n'));
+  check(garbage.closed || (garbage.status >= 400 && garbage.status < 500), 'garbage request line', garbage.status ?? garbage);
+  const hugeHeader = await raw(Buffer.from(`GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(200000)}\r\n\r\n`));
+  check(hugeHeader.closed || (hugeHeader.status >= 400 && hugeHeader.status < 500), 'oversized header bounded', hugeHeader.status ?? hugeHeader);
+  // slow headers: 20 connections trickle header bytes (each byte resets the idle timeout, so they
+  // are bounded by the connection limit and header memory, not by time); others are served meanwhile
+  const slow = [];
+  for (let i = 0; i < 20; i++) {
+    const s = net.connect(Number(u.port), u.hostname);
+    s.on('connect', () => s.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: '));
+    s.on('error', () => {});
+    const iv = setInterval(() => { if (!s.destroyed) s.write('X'); }, 500);
+    slow.push({ s, iv });
+  }
+  await new Promise((r) => setTimeout(r, 1500));
+  const t0 = Date.now();
+  const ok = await fetch(srv.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, temperature: 0 }) });
+  check(ok.status === 200, 'a normal request is served during the slow-header attack', ok.status);
+  check(Date.now() - t0 < 10000, 'and promptly', Date.now() - t0);
+  for (const { s, iv } of slow) { clearInterval(iv); s.destroy(); }
+  const idle = await raw(Buffer.from('GET /health HTTP/1.1\r\nHost: x\r\n'), { timeoutMs: 8000 });
+  check(!idle.timeout, 'a stalled header is timed out by the server', idle);
+  const h = await fetch(srv.url + '/health');
+  check(h.status === 200, 'server still up');
+} catch (e) {
+  check(false, 'unexpected exception', e && e.stack ? e.stack : String(e));
+} finally {
+  const ex = await srv.stop();
+  check(ex.code === 0, 'server exits cleanly', ex);
+  check(!/error|sanitizer|runtime error/i.test(srv.log()), 'no error in the server log', srv.log().slice(-1500));
+}
+process.exit(summary('malformed'));

@@ -1,0 +1,13 @@
+# Script tests of the HTTP server; each starts and stops its own
+# `tern serve models/tern-demo` on a free loopback port (see lib.mjs).
+find_program(TERN_NODE node)
+if(TERN_NODE)
+  tern_add_script_test(NAME server.openai_conformance
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/openai_conformance.mjs TIMEOUT 300)
+  tern_add_script_test(NAME server.concurrency
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/concurrency.mjs TIMEOUT 300 LABELS no-asan)
+  tern_add_script_test(NAME server.malformed
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/malformed.mjs TIMEOUT 300)
+  tern_add_script_test(NAME server.chat_page
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/chat_page.mjs TIMEOUT 300 LABELS no-asan)
+endif()
