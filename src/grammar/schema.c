@@ -4,6 +4,7 @@
  * rest); anyOf distributes over the sibling keywords; oneOf is an anyOf
  * whose branches are proven pairwise disjoint. Per-type grammars live in
  * schema_leaf.c. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -811,6 +812,176 @@ static json_object *num_plus(json_object *v, long d)
     return json_object_new_int64(json_object_get_int64(v) + d);
 }
 
+/* A regex (ECMAScript syntax, anchored) matching every string except the
+ * names[0..n) (all sharing their first d bytes): the trie complement. */
+static void regex_notin(gfe_buf *b, const char **names, size_t n, size_t d, int depth)
+{
+    gfe_cset next = {0};
+    int ends_here = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        uint32_t cp;
+        if (d == len)
+            ends_here = 1;
+        else if (gfe_utf8_get(names[i] + d, len - d, &cp) > 0)
+            gfe_cset_add(&next, cp, cp);
+    }
+    int n_alt = 0;
+    gfe_buf_puts(b, "(?:");
+    if (!ends_here) {
+        n_alt++; /* end here: the empty alternative */
+    }
+    if (next.n) {
+        gfe_buf_puts(b, n_alt++ ? "|[^" : "[^");
+        for (size_t r = 0; r < next.n; r++) {
+            gfe_buf_printf(b, "\\u{%X}", (unsigned)next.r[r].lo);
+            if (next.r[r].hi > next.r[r].lo)
+                gfe_buf_printf(b, "-\\u{%X}", (unsigned)next.r[r].hi);
+        }
+        gfe_buf_puts(b, "][\\s\\S]*");
+    } else {
+        gfe_buf_puts(b, n_alt++ ? "|[\\s\\S]+" : "[\\s\\S]+");
+    }
+    for (size_t r = 0; r < next.n && depth < 64; r++) {
+        for (uint32_t cp = next.r[r].lo; cp <= next.r[r].hi; cp++) {
+            const char **sub = malloc(n * sizeof *sub);
+            size_t m = 0, adv = 0;
+            if (!sub) {
+                b->err = TERN_ENOMEM;
+                break;
+            }
+            for (size_t i = 0; i < n; i++) {
+                size_t len = strlen(names[i]);
+                uint32_t x;
+                int k;
+                if (d < len && (k = gfe_utf8_get(names[i] + d, len - d, &x)) > 0 && x == cp) {
+                    sub[m++] = names[i];
+                    adv = (size_t)k;
+                }
+            }
+            gfe_buf_printf(b, "|\\u{%X}", (unsigned)cp);
+            regex_notin(b, sub, m, d + adv, depth + 1);
+            free(sub);
+        }
+    }
+    gfe_cset_free(&next);
+    gfe_buf_puts(b, ")");
+}
+
+/* NOT (enum/const): values of other types, or of the same type but
+ * different, for null, booleans, integers and strings. */
+static json_object *negate_values(sc *c, json_object *vals, const char *path)
+{
+    int types = 0; /* types present among the values */
+    size_t n = json_object_array_length(vals);
+    const char **strs = calloc(n + 1, sizeof *strs);
+    size_t n_str = 0;
+    json_object *alts = json_object_new_array();
+    int has_true = 0, has_false = 0;
+    json_object *ints = json_object_new_array();
+    if (!strs || !alts || !ints)
+        goto fail_mem;
+    for (size_t i = 0; i < n; i++) {
+        json_object *v = json_object_array_get_idx(vals, i);
+        int t = sc_value_type(v);
+        if (t & ST_STRING) {
+            const char *sv = json_object_get_string(v);
+            if ((size_t)json_object_get_string_len(v) != strlen(sv))
+                goto fail_unsup; /* embedded NUL */
+            strs[n_str++] = sv;
+        } else if (t & ST_BOOL) {
+            if (json_object_get_boolean(v))
+                has_true = 1;
+            else
+                has_false = 1;
+        } else if (t == (ST_NUMBER | ST_INTEGER) && fabs(sc_num(v)) < 1e15) {
+            json_object_array_add(ints, json_object_new_int64((int64_t)sc_num(v)));
+        } else if (t != ST_NULL) {
+            goto fail_unsup;
+        }
+        types |= t & ST_INTEGER ? ST_NUMBER : t;
+    }
+    static const struct { int bit; const char *n; } names[] = {
+        {ST_NULL, "null"}, {ST_BOOL, "boolean"}, {ST_OBJECT, "object"},
+        {ST_ARRAY, "array"}, {ST_STRING, "string"}, {ST_NUMBER, "number"},
+    };
+    json_object *other = json_object_new_array();
+    for (size_t i = 0; other && i < sizeof names / sizeof names[0]; i++)
+        if (!(types & names[i].bit))
+            json_object_array_add(other, json_object_new_string(names[i].n));
+    json_object *to = json_object_new_object();
+    if (!other || !to) {
+        json_object_put(other);
+        json_object_put(to);
+        goto fail_mem;
+    }
+    json_object_object_add(to, "type", other);
+    json_object_array_add(alts, to);
+    if (has_true != has_false) {
+        json_object *b = json_object_new_object(), *e = json_object_new_array();
+        json_object_array_add(e, json_object_new_boolean(has_false));
+        json_object_object_add(b, "enum", e);
+        json_object_array_add(alts, b);
+    }
+    if (json_object_array_length(ints)) {
+        /* numbers other than the listed integers: below, between, above
+         * each one (bounds exclusive) */
+        size_t k = json_object_array_length(ints);
+        int64_t *iv = malloc(k * sizeof *iv);
+        if (!iv)
+            goto fail_mem;
+        for (size_t i = 0; i < k; i++)
+            iv[i] = json_object_get_int64(json_object_array_get_idx(ints, i));
+        for (size_t i = 0; i < k; i++) /* insertion sort: k is small */
+            for (size_t j = i; j > 0 && iv[j - 1] > iv[j]; j--) {
+                int64_t t = iv[j];
+                iv[j] = iv[j - 1];
+                iv[j - 1] = t;
+            }
+        for (size_t i = 0; i <= k; i++) {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "type", json_object_new_string("number"));
+            if (i > 0)
+                json_object_object_add(o, "exclusiveMinimum", json_object_new_int64(iv[i - 1]));
+            if (i < k)
+                json_object_object_add(o, "exclusiveMaximum", json_object_new_int64(iv[i]));
+            json_object_array_add(alts, o);
+        }
+        free(iv);
+    }
+    if (n_str) {
+        gfe_buf re;
+        gfe_buf_init(&re, 1u << 20);
+        gfe_buf_puts(&re, "^");
+        regex_notin(&re, strs, n_str, 0, 0);
+        gfe_buf_puts(&re, "$");
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "type", json_object_new_string("string"));
+        if (!re.err)
+            json_object_object_add(o, "pattern", json_object_new_string(re.s));
+        json_object_array_add(alts, o);
+        int err = re.err;
+        gfe_buf_free(&re);
+        if (err)
+            goto fail_mem;
+    }
+    free(strs);
+    json_object_put(ints);
+    return sc_own(c, obj1("anyOf", alts));
+fail_unsup:
+    free(strs);
+    json_object_put(alts);
+    json_object_put(ints);
+    sc_fail(c, TERN_EUNSUPPORTED, path, "'not' / 'if' of an enum/const with non-scalar or fractional values");
+    return NULL;
+fail_mem:
+    free(strs);
+    json_object_put(alts);
+    json_object_put(ints);
+    sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    return NULL;
+}
+
 json_object *sc_negate(sc *c, json_object *s, int no_eval, const char *path)
 {
     if (c->rc)
@@ -920,6 +1091,18 @@ json_object *sc_negate(sc *c, json_object *s, int no_eval, const char *path)
                 json_object_array_add(alts, json_object_get(ni));
             }
             continue;
+        } else if (!strcmp(k, "const") || !strcmp(k, "enum")) {
+            if (!strcmp(k, "enum") && has(s, "const"))
+                continue; /* const alone decides; enum's negation is wider */
+            json_object *tmp = NULL, *vals = values_of(s, &tmp);
+            json_object *nv = json_object_is_type(vals, json_type_array) ? negate_values(c, vals, path) : NULL;
+            json_object_put(tmp);
+            if (!nv) {
+                if (!c->rc)
+                    sc_fail(c, TERN_EUNSUPPORTED, path, "'not' of a malformed enum");
+                goto out;
+            }
+            alt = json_object_get(nv);
         } else if (!strcmp(k, "not") && !no_eval) {
             alt = json_object_get(v); /* NOT NOT x = x (its annotations would count) */
         } else {

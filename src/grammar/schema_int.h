@@ -81,6 +81,8 @@ int sc_type_mask(json_object *s);
 /* Validates v against s for the keywords the grammar compiler supports:
  * 1 valid, 0 invalid, -1 undecidable here (caller treats as unsupported). */
 int sc_validate(sc *c, json_object *v, json_object *s, int depth);
+/* Numeric value of a JSON number. */
+double sc_num(json_object *v);
 /* Number of codepoints in a UTF-8 string. */
 size_t sc_utf8_len(const char *s, size_t n);
 /* Does the regex (ECMAScript flavour, searched) match s? 1/0, -1 error. */

@@ -617,6 +617,20 @@ static int gen_string(sc *c, json_object *s, const char *path, gfe_buf *out)
 
 /* ------------------------------------------------------------ arrays */
 
+static json_object *all_of_own(sc *c, json_object *x, json_object *y)
+{
+    json_object *o = json_object_new_object(), *a = json_object_new_array();
+    if (!o || !a) {
+        json_object_put(o);
+        json_object_put(a);
+        return sc_own(c, NULL);
+    }
+    json_object_array_add(a, json_object_get(x));
+    json_object_array_add(a, json_object_get(y));
+    json_object_object_add(o, "allOf", a);
+    return sc_own(c, o);
+}
+
 static int gen_array(sc *c, json_object *s, const char *path, gfe_buf *out)
 {
     long mn, mx;
@@ -663,11 +677,15 @@ static int gen_array(sc *c, json_object *s, const char *path, gfe_buf *out)
             min_c = t;
         if (get_count(c, s, "maxContains", path, &max_c))
             return c->rc;
-        if (!contains)
+        if (!contains) {
             min_c = 1;
-        else if (max_c >= 0)
-            return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'maxContains' unsupported");
+            max_c = -1;
+        }
+    } else {
+        max_c = -1;
     }
+    if (max_c >= 0 && max_c < min_c)
+        return 1;
     const char *w = sc_ws(c);
     char sub[256];
     char rest_name[GFE_NAME_MAX];
@@ -680,7 +698,7 @@ static int gen_array(sc *c, json_object *s, const char *path, gfe_buf *out)
         memcpy(rest_name, sc_any(c), GFE_NAME_MAX);
     }
     if (contains) {
-        if (min_c == 0)
+        if (min_c == 0 && max_c < 0)
             goto no_contains;
         if (pre || mn > 0 || mx >= 0)
             return sc_fail(c, TERN_EUNSUPPORTED, path, "'contains' together with prefixItems/minItems/maxItems");
@@ -705,6 +723,41 @@ static int gen_array(sc *c, json_object *s, const char *path, gfe_buf *out)
             return 1;
         if (rest_never) { /* only contains elements... but items forbids all */
             return 1;
+        }
+        if (max_c >= 0) {
+            /* counted: the other elements must NOT match contains */
+            json_object *nc = sc_negate(c, contains, 1, path);
+            json_object *y = nc ? (rest ? all_of_own(c, rest, nc) : nc) : NULL;
+            if (!y)
+                return c->rc;
+            char yn[GFE_NAME_MAX];
+            int ynever = 0;
+            if (sc_gen(c, y, sub, yn, &ynever))
+                return c->rc;
+            int n_alt = 0;
+            gfe_buf_puts(out, "(");
+            if (min_c == 0) {
+                gfe_buf_printf(out, "\"[\"%s\"]\"", c->st.any_whitespace ? " ws " : " ");
+                n_alt++;
+                if (!ynever)
+                    gfe_buf_printf(out, " | \"[\"%s%s (%s\",\"%s%s)*%s\"]\"", w, yn, w, w, yn, w);
+            }
+            if (max_c >= 1) {
+                long lo = min_c > 1 ? min_c - 1 : 0, hi = max_c - 1;
+                gfe_buf_puts(out, n_alt++ ? " | " : "");
+                if (ynever) {
+                    gfe_buf_printf(out, "\"[\"%s%s (%s\",\"%s%s)", w, cn, w, w, cn);
+                } else {
+                    gfe_buf_printf(out, "\"[\"%s(%s%s\",\"%s)* %s ((%s\",\"%s%s)*%s\",\"%s%s)", w, yn, w, w,
+                                   cn, w, w, yn, w, w, cn);
+                }
+                rep(out, lo, hi);
+                if (!ynever)
+                    gfe_buf_printf(out, " (%s\",\"%s%s)*", w, w, yn);
+                gfe_buf_printf(out, "%s\"]\"", w);
+            }
+            gfe_buf_puts(out, ")");
+            return n_alt ? 0 : 1;
         }
         /* "[" (X ",")* C (("," X)* "," C){min_c-1} ("," X)* "]" */
         gfe_buf_printf(out, "(\"[\"%s(%s%s\",\"%s)* %s ((%s\",\"%s%s)*%s\",\"%s%s)", w, rest_name, w, w, cn,

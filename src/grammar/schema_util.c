@@ -35,6 +35,13 @@ static int num_of(json_object *v, double *d)
     return 0;
 }
 
+double sc_num(json_object *v)
+{
+    double d = 0;
+    num_of(v, &d);
+    return d;
+}
+
 int sc_json_equal(json_object *a, json_object *b)
 {
     double x, y;
