@@ -600,7 +600,22 @@ static tv eval_filter(tpl_render *r, const tnode *n, tframe *f, tv base)
 
 /* ---- expressions --------------------------------------------------------- */
 
+static tv eval_node(tpl_render *r, const tnode *e, tframe *f);
+
+/* Bounds the evaluator's C recursion whatever mix of nested expressions and
+ * macro calls produces it. */
+#define TPL_MAX_EVAL_DEPTH 3000
+
 tv tpl_eval(tpl_render *r, const tnode *e, tframe *f)
+{
+    if (++r->eval_depth > TPL_MAX_EVAL_DEPTH)
+        tpl_fail(&r->c, TERN_ERANGE, e->pos, "template evaluation nested too deeply");
+    tv v = eval_node(r, e, f);
+    r->eval_depth--;
+    return v;
+}
+
+static tv eval_node(tpl_render *r, const tnode *e, tframe *f)
 {
     switch (e->kind) {
     case N_CONST:

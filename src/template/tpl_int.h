@@ -271,6 +271,7 @@ typedef struct tpl_render {
     tbuf *out;
     long steps, max_steps;
     int depth, max_depth;
+    int eval_depth; /* nested tpl_eval calls */
     size_t max_output;
     int loop_ctl; /* 0, CTL_BREAK or CTL_CONTINUE */
     tframe *globals;

@@ -229,7 +229,13 @@ int tv_truthy(tv v)
 int tv_is_number(tv v) { return v.t == TV_INT || v.t == TV_FLOAT || v.t == TV_BOOL; }
 double tv_num(tv v) { return v.t == TV_FLOAT ? v.u.f : (double)v.u.i; }
 
-int tv_eq(tv a, tv b)
+/* Values nest at most this deep in comparisons and printing: Python stops
+ * at its recursion limit too, and the C stack must stay bounded (lists and
+ * namespaces built in a loop can nest arbitrarily, and a namespace can
+ * contain itself). */
+#define TV_MAX_NEST 200
+
+static int eq_rec(tv a, tv b, int depth)
 {
     if (tv_is_number(a) && tv_is_number(b)) {
         if (a.t != TV_FLOAT && b.t != TV_FLOAT)
@@ -244,16 +250,20 @@ int tv_eq(tv a, tv b)
     case TV_LIST:
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple)
             return 0;
+        if (depth > TV_MAX_NEST)
+            return 0; /* too deep to compare: treated as different */
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!tv_eq(a.u.l->items[i], b.u.l->items[i]))
+            if (!eq_rec(a.u.l->items[i], b.u.l->items[i], depth + 1))
                 return 0;
         return 1;
     case TV_DICT:
         if (a.u.d->n != b.u.d->n)
             return 0;
+        if (depth > TV_MAX_NEST)
+            return 0;
         for (size_t i = 0; i < a.u.d->n; i++) {
             tv *o = tdict_get(b.u.d, a.u.d->keys[i]);
-            if (!o || !tv_eq(a.u.d->vals[i], *o))
+            if (!o || !eq_rec(a.u.d->vals[i], *o, depth + 1))
                 return 0;
         }
         return 1;
@@ -264,6 +274,8 @@ int tv_eq(tv a, tv b)
     }
     return 0;
 }
+
+int tv_eq(tv a, tv b) { return eq_rec(a, b, 0); }
 
 const char *tv_type_name(tv v)
 {
@@ -284,7 +296,7 @@ const char *tv_type_name(tv v)
     return "object";
 }
 
-int tv_cmp(tpl_ctx *c, tv a, tv b, long pos)
+static int cmp_rec(tpl_ctx *c, tv a, tv b, long pos, int depth)
 {
     if (tv_is_number(a) && tv_is_number(b)) {
         if (a.t != TV_FLOAT && b.t != TV_FLOAT)
@@ -304,7 +316,9 @@ int tv_cmp(tpl_ctx *c, tv a, tv b, long pos)
         for (size_t i = 0; i < n; i++) {
             if (tv_eq(a.u.l->items[i], b.u.l->items[i]))
                 continue;
-            return tv_cmp(c, a.u.l->items[i], b.u.l->items[i], pos);
+            if (depth > TV_MAX_NEST)
+                tpl_fail(c, TERN_ERANGE, pos, "values nested too deeply to compare");
+            return cmp_rec(c, a.u.l->items[i], b.u.l->items[i], pos, depth + 1);
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
@@ -313,6 +327,8 @@ int tv_cmp(tpl_ctx *c, tv a, tv b, long pos)
     tpl_fail(c, TERN_EINVAL, pos, "'<' not supported between instances of '%s' and '%s'",
              tv_type_name(a), tv_type_name(b));
 }
+
+int tv_cmp(tpl_ctx *c, tv a, tv b, long pos) { return cmp_rec(c, a, b, pos, 0); }
 
 /* ---- float repr ------------------------------------------------------------ */
 
@@ -443,8 +459,12 @@ static void repr_str(tpl_ctx *c, tbuf *b, const tstr *s)
     tbuf_putc(c, b, q);
 }
 
-void tv_repr_to(tpl_ctx *c, tbuf *b, tv v)
+static void str_rec(tpl_ctx *c, tbuf *b, tv v, int depth);
+
+static void repr_rec(tpl_ctx *c, tbuf *b, tv v, int depth)
 {
+    if (depth > TV_MAX_NEST)
+        tpl_fail(c, TERN_ERANGE, -1, "value nested too deeply to print");
     switch (v.t) {
     case TV_STR:
         repr_str(c, b, v.u.s);
@@ -458,7 +478,7 @@ void tv_repr_to(tpl_ctx *c, tbuf *b, tv v)
         for (size_t i = 0; i < l->n; i++) {
             if (i)
                 tbuf_puts(c, b, ", ");
-            tv_repr_to(c, b, l->items[i]);
+            repr_rec(c, b, l->items[i], depth + 1);
         }
         if (l->tuple && l->n == 1)
             tbuf_putc(c, b, ',');
@@ -471,19 +491,21 @@ void tv_repr_to(tpl_ctx *c, tbuf *b, tv v)
         for (size_t i = 0; i < d->n; i++) {
             if (i)
                 tbuf_puts(c, b, ", ");
-            tv_repr_to(c, b, d->keys[i]);
+            repr_rec(c, b, d->keys[i], depth + 1);
             tbuf_puts(c, b, ": ");
-            tv_repr_to(c, b, d->vals[i]);
+            repr_rec(c, b, d->vals[i], depth + 1);
         }
         tbuf_putc(c, b, '}');
         return;
     }
     default:
-        tv_str_to(c, b, v);
+        str_rec(c, b, v, depth);
     }
 }
 
-void tv_str_to(tpl_ctx *c, tbuf *b, tv v)
+void tv_repr_to(tpl_ctx *c, tbuf *b, tv v) { repr_rec(c, b, v, 0); }
+
+static void str_rec(tpl_ctx *c, tbuf *b, tv v, int depth)
 {
     char t[40];
     switch (v.t) {
@@ -499,10 +521,10 @@ void tv_str_to(tpl_ctx *c, tbuf *b, tv v)
         tbuf_puts(c, b, t);
         return;
     case TV_STR: tbuf_put(c, b, v.u.s->s, v.u.s->len); return;
-    case TV_LIST: case TV_DICT: tv_repr_to(c, b, v); return;
+    case TV_LIST: case TV_DICT: repr_rec(c, b, v, depth); return;
     case TV_NS:
         tbuf_puts(c, b, "<Namespace ");
-        tv_repr_to(c, b, tv_dict(v.u.d));
+        repr_rec(c, b, tv_dict(v.u.d), depth + 1);
         tbuf_puts(c, b, ">");
         return;
     case TV_FUNC:
@@ -514,6 +536,8 @@ void tv_str_to(tpl_ctx *c, tbuf *b, tv v)
     case TV_LOOP: tbuf_puts(c, b, "<LoopContext>"); return;
     }
 }
+
+void tv_str_to(tpl_ctx *c, tbuf *b, tv v) { str_rec(c, b, v, 0); }
 
 tstr *tv_to_tstr(tpl_ctx *c, tv v)
 {
@@ -599,7 +623,7 @@ static int str_key_cmp(const void *x, const void *y)
 static void tojson_rec(tpl_ctx *c, tbuf *b, tv v, const tjson_opts *o, int level, long pos)
 {
     char t[40];
-    if (level > 500)
+    if (level > TV_MAX_NEST)
         tpl_fail(c, TERN_ERANGE, pos, "tojson: nesting too deep");
     switch (v.t) {
     case TV_NONE: tbuf_puts(c, b, "null"); return;

@@ -127,6 +127,14 @@ static void test_limits(void **state)
     expect_bounded("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", TERN_EFULL);
     expect_bounded("{{ 'x' * 100000000000 }}", TERN_EFULL);
     expect_bounded("{{ range(1000000000) }}", TERN_EFULL);
+    /* deep or self-referencing values must not exhaust the C stack */
+    expect_bounded("{% set ns = namespace(l=[]) %}{% for i in range(50000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
+                   TERN_ERANGE);
+    expect_bounded("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", TERN_ERANGE);
+    expect_bounded("{% set ns = namespace(l=[]) %}{% for i in range(50000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+                   "{{ ns.l | tojson }}", TERN_ERANGE);
+    expect_bounded("{% set ns = namespace(l=[]) %}{% for i in range(50000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+                   "{{ [ns.l] < [ns.l] }}", TERN_ERANGE);
 
     char *deep = malloc(40000);
     strcpy(deep, "{{ ");
