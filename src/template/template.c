@@ -337,6 +337,15 @@ void tern_chat_template_free(tern_chat_template *ct)
     memset(ct, 0, sizeof *ct);
 }
 
+const char *tern_chat_template_token(const tern_chat_template *ct, const char *name)
+{
+    json_object *v;
+    if (!ct || !ct->special || !json_object_object_get_ex(ct->special, name, &v) ||
+        !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
 /* Python str.strip() bounds of s[0, n). */
 static void py_strip_bounds(const char *s, size_t n, size_t *a, size_t *b)
 {

@@ -61,6 +61,10 @@ int tern_chat_template_from_source(const char *src, size_t len, json_object *con
                                    tern_chat_template *out, tern_err *err);
 void tern_chat_template_free(tern_chat_template *ct);
 
+/* A special token string ("bos_token", "eos_token", ...) from the config, or
+ * NULL if unset. Borrowed, valid until tern_chat_template_free. */
+const char *tern_chat_template_token(const tern_chat_template *ct, const char *name);
+
 /* Renders a request as transformers' apply_chat_template(messages,
  * tools=..., add_generation_prompt=..., **kwargs) does: the variables are
  * the special tokens, then every key of request (messages, tools,

@@ -212,6 +212,8 @@ static void test_chat_load(void **state)
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/tokenizers/llama3", shared);
         assert_int_equal(tern_chat_template_load(dir, &ct, &e), 0);
+        assert_string_equal(tern_chat_template_token(&ct, "bos_token"), "<|begin_of_text|>");
+        assert_null(tern_chat_template_token(&ct, "mask_token"));
         json_object *req = json("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}");
         char *out = tern_chat_template_apply(&ct, req, NULL, NULL, &e);
         assert_non_null(out);
