@@ -77,7 +77,8 @@ static void cache_put(tok_cache *c, const char *s, size_t len, uint32_t h, const
     e->key_len = (uint8_t)len;
     e->n_ids = (uint8_t)n;
     memcpy(e->key, s, len);
-    memcpy(e->ids, ids, n * sizeof *ids);
+    if (n)
+        memcpy(e->ids, ids, n * sizeof *ids);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -92,7 +93,7 @@ static int model_cached(const tern_tokenizer *t, const char *s, size_t len, tok_
     size_t mark = out->n;
     int rc = tok_model_encode(t, s, len, out);
     if (!rc)
-        cache_put(t->cache, s, len, h, out->v + mark, out->n - mark);
+        cache_put(t->cache, s, len, h, out->v ? out->v + mark : NULL, out->n - mark);
     return rc;
 }
 

@@ -537,22 +537,15 @@ static int load_config(tern_tokenizer *t, const char *dir, tern_err *err)
 }
 
 /* ---- entry ------------------------------------------------------------- */
-tern_tokenizer *tokenizer_load(const char *dir, tern_err *err)
+/* Builds a tokenizer from tokenizer.json text (buf, NUL-terminated, taken
+ * and freed) and, when dir is not NULL, dir/tokenizer_config.json. */
+static tern_tokenizer *load_buf(char *buf, size_t len, const char *dir, tern_err *err)
 {
-    if (!dir)
-        return tern_err_set(err, TERN_EINVAL, "tokenizer_load: no directory"), NULL;
-    char *path = tern_path_join(dir, "tokenizer.json");
-    if (!path)
-        return tern_err_set(err, TERN_ENOMEM, "out of memory"), NULL;
     tern_tokenizer *t = NULL;
     json_object *root = NULL;
     tok_vlist vl = {0};
     tok_mlist ml = {0};
     int rc = 0;
-    size_t len;
-    char *buf = tern_file_read(path, &len, 0, err);
-    if (!buf)
-        goto out;
     tok_fast_scan(buf, &len, &vl, &ml);
     root = tern_json_parse(buf, len, err);
     free(buf);
@@ -578,7 +571,7 @@ tern_tokenizer *tokenizer_load(const char *dir, tern_err *err)
         goto out;
     json_object_put(root);
     root = NULL;
-    if ((rc = load_config(t, dir, err)))
+    if (dir && (rc = load_config(t, dir, err)))
         goto out;
     {
         size_t nn = t->n_ids > 0 ? (size_t)t->n_ids : 1;
@@ -611,10 +604,35 @@ out:
         tokenizer_free(t);
         t = NULL;
     }
-    if (!t && err && err->code)
+    return t;
+}
+
+tern_tokenizer *tokenizer_load(const char *dir, tern_err *err)
+{
+    if (!dir)
+        return tern_err_set(err, TERN_EINVAL, "tokenizer_load: no directory"), NULL;
+    char *path = tern_path_join(dir, "tokenizer.json");
+    if (!path)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory"), NULL;
+    size_t len;
+    char *buf = tern_file_read(path, &len, 0, err);
+    tern_tokenizer *t = buf ? load_buf(buf, len, dir, err) : NULL;
+    if (!t && buf)
         tern_err_wrap(err, "%s", path);
     free(path);
     return t;
+}
+
+tern_tokenizer *tokenizer_load_json(const char *json, size_t len, tern_err *err)
+{
+    if (!json)
+        return tern_err_set(err, TERN_EINVAL, "tokenizer_load_json: no text"), NULL;
+    char *buf = malloc(len + 1);
+    if (!buf)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory"), NULL;
+    memcpy(buf, json, len);
+    buf[len] = 0;
+    return load_buf(buf, len, NULL, err);
 }
 
 /* ---- accessors --------------------------------------------------------- */

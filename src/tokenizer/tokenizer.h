@@ -16,6 +16,9 @@ typedef struct tern_tokenizer tern_tokenizer;
  * DIR may be a model folder or a tokenizer-only folder. NULL on error. */
 tern_tokenizer *tokenizer_load(const char *dir, tern_err *err);
 void tokenizer_free(tern_tokenizer *tok);
+/* Same from tokenizer.json text in memory (len bytes, copied), with no
+ * tokenizer_config.json. For tests and fuzzing. NULL on error. */
+tern_tokenizer *tokenizer_load_json(const char *json, size_t len, tern_err *err);
 
 /* Number of ids (max id + 1, added tokens included). */
 int32_t tokenizer_vocab_size(const tern_tokenizer *tok);
