@@ -130,16 +130,6 @@ int cmd_serve(int argc, char **argv)
     if (!(tok = tokenizer_load(dir, &err)))
         goto out;
     progress(2, 3, "starting engine", t0);
-    if (eo.kv_budget_bytes == 0) {
-        /* every row at full context, capped at half the free memory (the
-         * engine's own default, computed here because engine_new divides by
-         * the KV block size before it has set it up) */
-        int ctx = eo.ctx_size > 0 && eo.ctx_size < m->cfg.max_pos ? eo.ctx_size : m->cfg.max_pos;
-        size_t want = kv_bytes_per_token(m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim) *
-                      (size_t)(ctx + 2 * KV_BLOCK_DEFAULT) * (size_t)eo.max_batch;
-        size_t avail = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) / 2;
-        eo.kv_budget_bytes = avail && avail < want ? avail : want;
-    }
     if (!(eng = engine_new(m, tok, &eo, &err)))
         goto out;
     so.ctx_size = eo.ctx_size > 0 ? eo.ctx_size : m->cfg.max_pos;
