@@ -16,7 +16,7 @@
 #define SERVE_USAGE                                                                                  \
     "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--model-name NAME]\n" \
     "                  [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
-    "                  [--timeout S] [--threads N] [--verbose]\n"
+    "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n"
 
 static void progress(int step, int n_steps, const char *what, double t0)
 {
@@ -54,7 +54,11 @@ int cmd_serve(int argc, char **argv)
             so.model_name = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--cors")))
             so.cors_origin = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--ctx-size"))) {
+        else if ((v = cli_flag_value(argc, argv, &i, "--grammar-fallback"))) {
+            if (strcmp(v, "prompt") != 0 && strcmp(v, "none") != 0)
+                goto bad_value;
+            so.grammar_fallback = !strcmp(v, "prompt");
+        } else if ((v = cli_flag_value(argc, argv, &i, "--ctx-size"))) {
             if (cli_parse_int(v, 16, 1 << 24, &x))
                 goto bad_value;
             eo.ctx_size = (int)x;

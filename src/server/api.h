@@ -71,6 +71,7 @@ typedef struct api_request {
     int top_logprobs;           /* alternatives per token (0..20) */
     int stream, include_usage;
     int ignore_eos, skip_special;
+    struct srv_structured *structured; /* owned (structured.c): the grammar, NULL = unconstrained */
 } api_request;
 
 /* Parses and validates a body of len bytes (need not be NUL-terminated).

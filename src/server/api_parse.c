@@ -9,6 +9,7 @@
 
 #include "base/json.h"
 #include "server/api.h"
+#include "server/structured.h"
 
 int api_error_set(api_error *e, int status, const char *type, const char *code, const char *param,
                   const char *fmt, ...)
@@ -394,10 +395,7 @@ static int parse_response_format(json_object *v, api_error *e)
     if (!json_object_is_type(v, json_type_object) || !json_object_object_get_ex(v, "type", &t) ||
         !json_object_is_type(t, json_type_string))
         return api_bad(e, "invalid_type", "response_format", "'response_format' must be an object with a 'type'");
-    if (!strcmp(json_object_get_string(t), "text") && json_object_object_length(v) == 1)
-        return 0;
-    return api_bad(e, "unsupported_parameter", "response_format",
-                   "response_format '%.40s' is not supported yet", json_object_get_string(t));
+    return 0; /* the rest is checked by structured_prepare */
 }
 
 /* Fields OpenAI defines as hints with no effect on the output. */
@@ -556,7 +554,7 @@ static int parse_field(api_request *r, const char *k, json_object *v, const api_
     if (!strcmp(k, "response_format"))
         return parse_response_format(v, e);
     if (is_structured(k))
-        return api_bad(e, "unsupported_parameter", k, "'%s' is not supported yet", k);
+        return 0; /* read from root by structured_prepare */
     if (is_noop_hint(k))
         return 0;
     return api_bad(e, "unsupported_parameter", k, "Unsupported parameter: '%.60s' is not supported by this server", k);
@@ -571,6 +569,7 @@ void api_request_free(api_request *r)
     free(r->prompt_ids);
     free(r->bias);
     free(r->stop);
+    structured_free(r->structured);
     memset(r, 0, sizeof *r);
 }
 

@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "server/server_int.h"
+#include "server/structured.h"
 
 #define GEN_POLL_MS 250 /* how often a wait re-checks for server shutdown */
 
@@ -179,8 +180,14 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
         p.skip_special = j->req.skip_special;
         p.cache_boundary = cache_boundary;
         tern_err te;
+        if (structured_attach(s, &j->req, prompt, n_prompt, cache_boundary, &p, err)) {
+            gen_free(j);
+            return -1;
+        }
         j->ch[i].r = engine_submit(s->eng, &p, on_notify, j->wk, &te);
         if (!j->ch[i].r) {
+            if (p.constraint)
+                p.constraint->free(p.constraint_ctx);
             if (te.code == TERN_EFULL)
                 api_error_set(err, 429, "server_busy", "queue_full", NULL, "server busy: %s; retry later", te.msg);
             else if (te.code == TERN_ERANGE)

@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "server/server_int.h"
+#include "server/structured.h"
 
 void server_opts_default(server_opts *o)
 {
@@ -37,6 +38,8 @@ void http_add_common_headers(const tern_server *s, struct MHD_Response *r)
 enum MHD_Result http_reply_response(srv_conn *c, unsigned status, struct MHD_Response *r)
 {
     http_add_common_headers(c->s, r);
+    if (c->warning[0])
+        MHD_add_response_header(r, "Warning", c->warning);
     enum MHD_Result ret = MHD_queue_response(c->mc, status, r);
     MHD_destroy_response(r);
     if (ret == MHD_YES) {
@@ -309,6 +312,7 @@ void server_free(tern_server *s)
         return;
     server_stop(s);
     srv_wakers_free(s);
+    structured_server_free(s);
     tern_chat_template_free(&s->chat);
     pthread_mutex_destroy(&s->wk_mu);
     free(s->host);

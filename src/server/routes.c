@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "server/server_int.h"
+#include "server/structured.h"
 #include "template/template.h"
 
 /* The chat page, embedded from web/ by tools/embed.cmake. */
@@ -221,6 +222,10 @@ static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
     api_limits lim = {.n_vocab = s->m->cfg.n_vocab, .model_name = s->model_name};
     if (api_parse(&q, kind, c->body.data ? c->body.data : "", c->body.len, &lim, &e))
         return http_reply_error(c, &e);
+    if (structured_prepare(s, &q, c->warning, &e)) {
+        api_request_free(&q);
+        return http_reply_error(c, &e);
+    }
     int32_t *ids;
     size_t n, boundary;
     char *echo;

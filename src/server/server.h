@@ -24,6 +24,7 @@ typedef struct server_opts {
     size_t max_header_bytes; /* per-connection header memory (default 64 KiB) */
     int header_timeout_s;    /* idle / slow-request timeout (default 30 s) */
     int max_connections;     /* concurrent connections (default 512) */
+    int grammar_fallback;    /* 1: a grammar that cannot compile goes into the prompt (+ Warning) instead of a 400 */
 } server_opts;
 
 void server_opts_default(server_opts *o);

@@ -58,6 +58,7 @@ struct tern_server {
     pthread_mutex_t wk_mu;
     srv_waker *wk_free, *wk_all;
     srv_metrics met;
+    struct structured_server *structured; /* structured.c: vocabulary + compile cache, made on first use */
 };
 
 /* One HTTP request (MHD's per-request context). */
@@ -68,6 +69,7 @@ typedef struct srv_conn {
     api_buf body;
     int body_too_big;
     int replied;             /* a response was queued */
+    char warning[256];       /* a Warning header for the reply ("" = none; structured.c) */
 } srv_conn;
 
 /* http.c: replies; each records metrics. Return MHD's result. */
