@@ -714,7 +714,8 @@ int tpl_test(tpl_render *r, const char *name, tv v, tv *args, int n_args, long p
         if (v.t != o.t)
             return 0;
         switch (v.t) {
-        case TV_NONE: case TV_UNDEF: return 1;
+        case TV_NONE: return 1;
+        case TV_UNDEF: return 0; /* distinct Undefined objects */
         case TV_BOOL: case TV_INT: return v.u.i == o.u.i;
         case TV_FLOAT: return v.u.f == o.u.f;
         default: return v.u.s == o.u.s;
