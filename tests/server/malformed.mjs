@@ -140,11 +140,16 @@ try {
   }
   check(nCorpus >= 10, 'bad_* corpus replayed', nCorpus);
   // oversized bodies: announced (rejected before reading) and actual
-  const big = Buffer.alloc(9 << 20, 0x20);
-  const r413 = await expect4xx('oversized body', CHAT, big);
-  check(r413.status === 413, 'oversized body is 413', r413.status);
+  // (chunked, so the server reads and discards past the limit, then answers)
+  const piece = Buffer.alloc(1 << 20, 0x20), parts = [Buffer.from(`POST ${CHAT} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n`)];
+  for (let i = 0; i < 9; i++) parts.push(Buffer.from(piece.length.toString(16) + '\r\n'), piece, Buffer.from('\r\n'));
+  parts.push(Buffer.from('0\r\n\r\n'));
+  const r413 = await raw(Buffer.concat(parts), { timeoutMs: 30000 });
+  check(r413.status === 413 && isOpenAIError(r413.body), 'oversized (9 MiB) body is 413 in OpenAI shape', r413.status ?? r413);
+  // an announced oversized length is answered before the body is read; the server then closes,
+  // and the kernel may reset the connection before the client reads the 413
   const announced = await raw(Buffer.from(`POST ${CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n{`));
-  check(announced.status === 413 && isOpenAIError(announced.body), 'announced oversized body is 413 at once', announced.status ?? announced);
+  check((announced.status === 413 && isOpenAIError(announced.body)) || announced.closed, 'announced oversized body is refused at once', announced.status ?? announced);
   // routing errors
   const g = await raw(Buffer.from(`GET ${CHAT} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`));
   check(g.status === 405 && isOpenAIError(g.body), 'GET on a POST route is 405', g.status);
