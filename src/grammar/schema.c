@@ -106,26 +106,13 @@ const char *sc_unit(sc *c)
 
 /* ------------------------------------------------------------ keywords */
 
-static const char *const k_supported[] = {
-    "type", "enum", "const", "properties", "required", "additionalProperties",
-    "patternProperties", "propertyNames", "minProperties", "maxProperties", "items",
-    "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains",
-    "minContains", "maxContains", "minLength", "maxLength", "pattern", "format", "minimum",
-    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "allOf", "anyOf", "oneOf",
-    "not", "$ref", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "dependentRequired", "dependentSchemas", "dependencies", "nullable",
-};
-
 static int known_keyword(const sc *c, const char *k)
 {
     /* draft 7 made content* optional assertions; 2020-12 annotations */
     if (c->draft == 7 && (!strcmp(k, "contentMediaType") || !strcmp(k, "contentEncoding") ||
                           !strcmp(k, "contentSchema")))
         return 0;
-    for (size_t i = 0; i < sizeof k_supported / sizeof k_supported[0]; i++)
-        if (strcmp(k, k_supported[i]) == 0)
-            return 1;
-    return sc_is_annotation(k);
+    return sc_is_supported(k) || sc_is_annotation(k);
 }
 
 static int has(json_object *s, const char *k)
@@ -321,6 +308,7 @@ static int gen_ref(sc *c, json_object *target, const char *path, char name[GFE_N
             *never = 1;
             return 0;
         }
+        r->referenced = 1;
         memcpy(name, r->name, GFE_NAME_MAX);
         return 0;
     }
@@ -335,6 +323,7 @@ static int gen_ref(sc *c, json_object *target, const char *path, char name[GFE_N
     size_t idx = c->n_refs++;
     c->refs[idx].target = target;
     c->refs[idx].nest_at_entry = c->nest;
+    c->refs[idx].referenced = 0;
     gfe_rule_reserve(&c->r, c->refs[idx].name);
     char inner[GFE_NAME_MAX];
     int nv = 0;
@@ -342,9 +331,10 @@ static int gen_ref(sc *c, json_object *target, const char *path, char name[GFE_N
     if (rc)
         return rc;
     sc_ref *r = &c->refs[idx];
-    /* an empty character class: a rule that matches nothing, for a recursive
-     * reference to a schema no value satisfies */
-    gfe_rule_define(&c->r, r->name, nv ? "[^\\u0000-\\U0010FFFF]" : inner);
+    if (nv && r->referenced) /* its rule is used but could match nothing */
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "recursive $ref to a schema no value satisfies");
+    if (!nv)
+        gfe_rule_define(&c->r, r->name, inner);
     r->nest_at_entry = nv ? -2 : -1;
     if (nv) {
         *never = 1;

@@ -21,6 +21,7 @@ typedef struct sc_ref {
     json_object *target;
     char name[GFE_NAME_MAX];
     int nest_at_entry; /* structural depth when entered; -1 when finished */
+    int referenced;    /* used from inside its own expansion */
 } sc_ref;
 
 typedef struct sc {
@@ -91,7 +92,10 @@ int sc_regex_search(const char *re, const char *s, size_t n);
 /* multipleOf value as p / 10^q (p >= 1, q <= 9); -1 if not representable. */
 int sc_decimal(json_object *v, long *p, int *q);
 
-/* Keyword tables. */
+/* Keyword tables: a keyword tern compiles; a keyword with no assertion
+ * (listed annotations and, as JSON Schema defines, unknown keywords other
+ * than case variants of assertion keywords and foreign assertions). */
+int sc_is_supported(const char *k);
 int sc_is_annotation(const char *k);
 
 #endif

@@ -5,21 +5,59 @@
 #include <math.h>
 #include <pcre2.h>
 #include <string.h>
+#include <strings.h>
 
 #include "schema_int.h"
 
+static const char *const k_supported[] = {
+    "type", "enum", "const", "properties", "required", "additionalProperties",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties", "items",
+    "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains",
+    "minContains", "maxContains", "minLength", "maxLength", "pattern", "format", "minimum",
+    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "allOf", "anyOf", "oneOf",
+    "not", "$ref", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
+    "dependentRequired", "dependentSchemas", "dependencies", "nullable",
+};
+
+static const char *const k_annotations[] = {
+    "title", "description", "examples", "example", "default", "$comment", "$schema", "$id",
+    "id", "$anchor", "$dynamicAnchor", "$vocabulary", "deprecated", "readOnly", "writeOnly",
+    "contentMediaType", "contentEncoding", "contentSchema", "markdownDescription",
+    "enumDescriptions", "$defs", "definitions", "discriminator", "externalDocs", "xml",
+    "$recursiveAnchor",
+};
+
+/* Assertion keywords of other drafts or vocabularies that tern does not
+ * implement: always an error, never ignored. */
+static const char *const k_foreign_assertions[] = {
+    "$dynamicRef", "$recursiveRef", "disallow", "extends", "divisibleBy", "$data",
+};
+
+int sc_is_supported(const char *k)
+{
+    for (size_t i = 0; i < sizeof k_supported / sizeof k_supported[0]; i++)
+        if (strcmp(k, k_supported[i]) == 0)
+            return 1;
+    return 0;
+}
+
 int sc_is_annotation(const char *k)
 {
-    static const char *const ann[] = {
-        "title", "description", "examples", "example", "default", "$comment", "$schema", "$id",
-        "id", "$anchor", "$dynamicAnchor", "$vocabulary", "deprecated", "readOnly", "writeOnly",
-        "contentMediaType", "contentEncoding", "contentSchema", "markdownDescription",
-        "enumDescriptions", "$defs", "definitions", "discriminator", "externalDocs", "xml",
-    };
-    for (size_t i = 0; i < sizeof ann / sizeof ann[0]; i++)
-        if (strcmp(k, ann[i]) == 0)
+    for (size_t i = 0; i < sizeof k_annotations / sizeof k_annotations[0]; i++)
+        if (strcmp(k, k_annotations[i]) == 0)
             return 1;
-    return strncmp(k, "x-", 2) == 0;
+    if (sc_is_supported(k))
+        return 0;
+    for (size_t i = 0; i < sizeof k_foreign_assertions / sizeof k_foreign_assertions[0]; i++)
+        if (strcmp(k, k_foreign_assertions[i]) == 0)
+            return 0;
+    /* A case variant of an assertion keyword ("maxlength") is almost surely
+     * a typo for it: refuse rather than ignore. Every other unknown keyword
+     * is an annotation, as JSON Schema itself defines. */
+    for (size_t i = 0; i < sizeof k_supported / sizeof k_supported[0]; i++)
+        if (strcasecmp(k, k_supported[i]) == 0)
+            return 0;
+    return 1;
 }
 
 static int num_of(json_object *v, double *d)
