@@ -1,6 +1,7 @@
 /* The row constraint behind structured output (see constraint.h). States:
  *   PRE     the first token: the grammar's set plus the think-open token;
- *   THINK   free text (stop tokens excluded) until the think-close token,
+ *   THINK   free text (special, stop and padded ids excluded) until the
+ *           think-close token,
  *           forced once the think cap is reached;
  *   GRAMMAR the matcher decides.
  * Every accepted token is recorded with the transition it made, so
@@ -42,9 +43,13 @@ static int fill_think(gconstraint *c, uint32_t *mask, int32_t n_words)
         c->free_mask = calloc(c->n_words, sizeof *c->free_mask);
         if (!c->free_mask)
             return TERN_ENOMEM;
-        for (int32_t i = 0; i < c->n_vocab; i++)
-            if (!grammar_vocab_is_stop(c->v, i))
+        /* text tokens (no special, stop or padded ids) and the close */
+        for (int32_t i = 0; i < c->n_vocab; i++) {
+            size_t len = 0;
+            if (grammar_vocab_token(c->v, i, &len) && len > 0)
                 set_bit(c->free_mask, i);
+        }
+        set_bit(c->free_mask, c->think.close_id);
     }
     memcpy(mask, c->free_mask, c->n_words * sizeof *mask);
     return 0;
@@ -98,7 +103,8 @@ static int op_accept(void *ctx, int32_t token)
             c->state = S_GRAMMAR;
             return 0;
         }
-        if (capped || grammar_vocab_is_stop(c->v, token))
+        size_t len = 0;
+        if (capped || !grammar_vocab_token(c->v, token, &len) || len == 0)
             return TERN_EINVAL;
         if (hist_push(c, K_THINK))
             return TERN_ENOMEM;
@@ -149,6 +155,16 @@ static int op_rollback(void *ctx, int n)
     return 0;
 }
 
+/* Forced text only once the grammar runs: before, the think block is an
+ * alternative to whatever the grammar forces. */
+static size_t op_jump_forward(void *ctx, char *buf, size_t cap)
+{
+    gconstraint *c = ctx;
+    if (c->state != S_GRAMMAR || cap == 0)
+        return 0;
+    return grammar_matcher_find_jump_forward_string(c->m, buf, cap);
+}
+
 static void op_free(void *ctx)
 {
     gconstraint *c = ctx;
@@ -168,6 +184,7 @@ static const engine_constraint_ops grammar_ops = {
     .is_terminated = op_is_terminated,
     .rollback = op_rollback,
     .free = op_free,
+    .jump_forward = op_jump_forward,
 };
 
 int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, int32_t n_vocab,

@@ -31,9 +31,9 @@ typedef struct constraint_think {
  * NULL (= off). n_vocab: the logits width the engine masks. On success
  * *ops and *ctx are set (the caller hands them to engine_params and, if
  * engine_submit fails, frees them with (*ops)->free(*ctx)). On error
- * on_release is not called. Inside the think block every token but the
- * model's stop tokens is allowed, so a row cannot end before its grammar
- * starts. */
+ * on_release is not called. Inside the think block every text token is
+ * allowed (not the stop tokens: a row cannot end before its grammar starts;
+ * nor special or padded ids). */
 int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, int32_t n_vocab,
                            void (*on_release)(void *user), void *release_user, const engine_constraint_ops **ops,
                            void **ctx, tern_err *err);
