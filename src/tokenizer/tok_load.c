@@ -566,6 +566,14 @@ static tern_tokenizer *load_buf(char *buf, size_t len, const char *dir, tern_err
         (rc = tok_dec_parse(&t->dec, jget(root, "decoder"), err)) ||
         (rc = load_post(t, jget(root, "post_processor"), err)))
         goto out;
+    for (size_t i = 0; i < t->post.n_pre + t->post.n_post; i++) {
+        int32_t id = i < t->post.n_pre ? t->post.pre_ids[i] : t->post.post_ids[i - t->post.n_pre];
+        if (id >= t->n_ids) { /* HF would emit it; the model could not embed it */
+            rc = tern_err_set(err, TERN_EFORMAT, "post_processor special token id %d is outside the vocabulary (%d ids)",
+                              id, t->n_ids);
+            goto out;
+        }
+    }
     if ((rc = tok_trie_build(&t->trie_raw, t, 0, NULL, err)) ||
         (rc = tok_trie_build(&t->trie_norm, t, 1, t->norm, err)))
         goto out;

@@ -129,6 +129,17 @@ out:
 }
 
 /* ---- application ------------------------------------------------------- */
+/* Code points that NFC leaves alone whatever surrounds them, as long as
+ * every other code point of the text is in this set too: they neither
+ * decompose nor compose with one another (combining marks, conjoining
+ * jamo, the kana voicing marks U+3099/309A and singletons such as U+2000
+ * are all outside it). */
+static int nfc_inert(uint32_t cp)
+{
+    return cp < 0x300 || (cp >= 0x3040 && cp <= 0x3098) || (cp >= 0x30A0 && cp <= 0x30FF) ||
+           (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0x1F300 && cp <= 0x1FAFF);
+}
+
 static int unicode_form(const char *s, size_t len, tok_buf *out, utf8proc_option_t opt)
 {
     size_t i = 0;
@@ -136,6 +147,17 @@ static int unicode_form(const char *s, size_t len, tok_buf *out, utf8proc_option
         i++;
     if (i == len) /* ASCII is invariant under every normalization form */
         return tok_buf_add(out, s, len);
+    if (opt == UTF8PROC_COMPOSE) {
+        while (i < len) {
+            uint32_t cp;
+            int l = tok_utf8_dec(s + i, len - i, &cp);
+            if (!nfc_inert(cp))
+                break;
+            i += (size_t)l;
+        }
+        if (i == len)
+            return tok_buf_add(out, s, len);
+    }
     utf8proc_uint8_t *r = NULL;
     utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &r, opt | UTF8PROC_STABLE);
     if (n < 0)
