@@ -305,34 +305,23 @@ void grammar_cache_stats_get(grammar_cache *c, grammar_cache_stats *st)
 
 /* ---- memory estimate ---- */
 
-static size_t entry_bytes(const gctx_entry *e, size_t n_words)
-{
-    if (!e)
-        return 0;
-    size_t b = sizeof *e;
-    b += e->acc_bits ? n_words * 4 : (size_t)e->n_acc * 4;
-    b += (size_t)e->n_pops * 4;
-    b += (size_t)e->cap_child * (sizeof(int32_t) + sizeof(gctx_entry *));
-    for (int32_t i = 0; i < e->n_child; i++)
-        b += entry_bytes(e->child[i], n_words);
-    return b;
-}
-
+/* A coarse estimate that leans only on the automaton and the entry table
+ * (token sets may be shared through the vocabulary, so a grammar's own
+ * share is not well defined): the automaton's arrays plus, per computed
+ * entry, half a bitset (accepted sets are stored as a bitset or an id
+ * list, whichever is smaller) and bookkeeping. Good enough to rank
+ * grammars for eviction. */
 size_t grammar_compiled_mem_bytes(grammar_compiled *cg)
 {
     const grammar *g = cg->g;
     size_t n = (size_t)g->n_states;
-    size_t b = sizeof *cg + sizeof *g;
-    b += n * (sizeof(int32_t) * 3 + 1 + sizeof(gctx_entry *));
+    size_t b = 4096; /* structs, parser pool and set tables at their initial sizes */
+    b += n * (sizeof(int32_t) * 3 + 1 + sizeof(void *));
     b += (size_t)g->be_off[n] * sizeof(gbyte_edge) + (size_t)g->re_off[n] * sizeof(grule_edge);
     b += (size_t)g->n_rules * 64; /* names and trees, roughly */
-    pthread_mutex_lock(&cg->lock);
-    b += (size_t)cg->pool.cap * 5 * sizeof(int32_t) + ((size_t)cg->pool.hmask + 1) * sizeof(int32_t);
-    b += (size_t)cg->cap_sets * (257 * sizeof(int32_t) + 2 * sizeof(int32_t));
-    b += cg->cap_set_ids * sizeof(int32_t);
-    size_t nw = cg->v->n_words;
+    size_t per_entry = grammar_vocab_mask_words(cg->v) * 2 + 64;
+    size_t n_entries = 0;
     for (size_t s = 0; s < n; s++)
-        b += entry_bytes(cg->entries[s], nw);
-    pthread_mutex_unlock(&cg->lock);
-    return b;
+        n_entries += __atomic_load_n(&cg->entries[s], __ATOMIC_ACQUIRE) != NULL;
+    return b + n_entries * per_entry;
 }
