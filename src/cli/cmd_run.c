@@ -11,7 +11,7 @@
 
 int cmd_run(int argc, char **argv)
 {
-    const char *dir = NULL, *prompt = NULL, *draft_dir = NULL, *spec = NULL, *v;
+    const char *dir = NULL, *prompt = NULL, *draft_dir = NULL, *spec = NULL, *device = NULL, *v;
     long long n_draft = 4;
     long long max_tokens = 256, seed = -1, top_k = 0;
     double temperature = 0.8, top_p = 1.0;
@@ -43,6 +43,8 @@ int cmd_run(int argc, char **argv)
             if (strcmp(v, "ngram") && strcmp(v, "draft"))
                 goto bad_value;
             spec = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--device"))) { /* cpu | cuda[:N] | auto */
+            device = v;
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) { /* ids and timing on stderr */
             verbose = 1;
         } else if (argv[i][0] != '-' && !dir) {
@@ -59,7 +61,7 @@ int cmd_run(int argc, char **argv)
     if (!dir || !prompt) {
         fprintf(stderr, "usage: tern run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] "
                         "[--top-p P] [--top-k K] [--seed S] [--draft-model DIR] [--num-draft-tokens K] "
-                        "[--spec ngram] [--verbose]\n");
+                        "[--spec ngram] [--device cpu|cuda|cuda:N|auto] [--verbose]\n");
         return 2;
     }
     if (verbose)
@@ -72,10 +74,11 @@ int cmd_run(int argc, char **argv)
     engine_req *req = NULL;
     tern_tokenizer *tok = NULL;
     tern_model *draft = NULL;
-    tern_model *m = model_load(dir, 0, &err);
+    model_load_opts lo = {0, device};
+    tern_model *m = model_load_ex(dir, &lo, &err);
     if (!m)
         goto out;
-    if (draft_dir && !(draft = model_load(draft_dir, 0, &err)))
+    if (draft_dir && !(draft = model_load_ex(draft_dir, &lo, &err)))
         goto out;
     if (spec && !strcmp(spec, "draft") && !draft) {
         tern_err_set(&err, TERN_EINVAL, "--spec draft needs --draft-model");

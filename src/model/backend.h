@@ -14,6 +14,7 @@
 
 struct model_weight;
 struct fwd_batch;
+struct tern_model;
 
 /* Attention of one layer for every token of a batch. Token i's query heads
  * q[i][n_head][head_dim] attend to its own sequence's cached positions
@@ -38,10 +39,22 @@ typedef struct model_backend {
     int (*attention)(struct model_backend *be, const model_attn *a, tern_err *err);
     int (*n_threads)(const struct model_backend *be);
     void (*free)(struct model_backend *be);
+    /* Optional (NULL on the CPU): the whole forward on the device, with the
+     * contract of model_forward (inputs already validated there; it updates
+     * n_tokens). When set, model_forward hands the batch over to it. */
+    int (*forward)(struct model_backend *be, struct tern_model *m, kv_pool *kv, const struct fwd_batch *b,
+                   float *logits, tern_err *err);
 } model_backend;
 
 /* The CPU backend: the best kernel table for this CPU (tern_kernels_best)
  * and a pool of n_threads workers (<= 0: one per core). NULL with err set. */
 model_backend *model_backend_cpu_new(int n_threads, tern_err *err);
+
+/* The CUDA backend (backend_cuda.c, docs/cuda.md) on GPU `device`: uploads
+ * m's weights (m NULL: table path only, weights upload on first use). NULL
+ * with err set when built without CUDA, no GPU, or the model does not fit. */
+model_backend *model_backend_cuda_new(struct tern_model *m, int device, tern_err *err);
+/* GPUs visible to the CUDA backend (0 when built without it). */
+int model_cuda_device_count(void);
 
 #endif

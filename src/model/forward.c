@@ -144,6 +144,15 @@ int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
         if (b->out_rows[j] < 0 || b->out_rows[j] >= T)
             return tern_err_set(err, TERN_EINVAL, "output row %d is outside the batch", b->out_rows[j]);
     (void)max_pos;
+    if (m->be->forward) { /* a device-resident forward (backend.h) */
+        int frc = m->be->forward(m->be, m, kv, b, logits, err);
+        if (frc)
+            return frc;
+        for (int i = 0; i < T; i++)
+            if (b->seqs[i]->n_tokens < b->pos[i] + 1)
+                b->seqs[i]->n_tokens = b->pos[i] + 1;
+        return 0;
+    }
     int rc = scratch_ensure(m, T, b->n_out, err);
     if (rc)
         return rc;

@@ -177,6 +177,24 @@ void model_rope_freqs(const model_config *c, double theta, int scaled, float *ou
 
 tern_model *model_load(const char *dir, int n_threads, tern_err *err)
 {
+    model_load_opts o = {n_threads, NULL};
+    return model_load_ex(dir, &o, err);
+}
+
+tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *err)
+{
+    int n_threads = o ? o->n_threads : 0, cuda_dev = -1;
+    const char *dev = o && o->device ? o->device : "cpu";
+    if (!strcmp(dev, "auto"))
+        cuda_dev = model_cuda_device_count() > 0 ? 0 : -1;
+    else if (!strcmp(dev, "cuda"))
+        cuda_dev = 0;
+    else if (!strncmp(dev, "cuda:", 5) && dev[5] >= '0' && dev[5] <= '9')
+        cuda_dev = atoi(dev + 5);
+    else if (strcmp(dev, "cpu")) {
+        tern_err_set(err, TERN_EINVAL, "unknown device '%s' (cpu, cuda, cuda:N, auto)", dev);
+        return NULL;
+    }
     tern_model *m = calloc(1, sizeof *m);
     if (!m) {
         tern_err_set(err, TERN_ENOMEM, "out of memory");
@@ -229,6 +247,15 @@ tern_model *model_load(const char *dir, int n_threads, tern_err *err)
     if (!m->be) {
         rc = err ? err->code : TERN_ENOMEM;
         goto fail;
+    }
+    if (cuda_dev >= 0) {
+        model_backend *cu = model_backend_cuda_new(m, cuda_dev, err);
+        if (!cu) {
+            rc = err ? err->code : TERN_EUNSUPPORTED;
+            goto fail;
+        }
+        m->be->free(m->be);
+        m->be = cu;
     }
     TERN_INFO("loaded %s: %s, %d layers, dim %d, %s%s kernels, %d threads", dir, c->model_type, c->n_layer, c->dim,
               m->lm_head.qbits == 4 ? "q4 " : m->lm_head.qbits == 8 ? "q8 " : "", m->kern->isa,

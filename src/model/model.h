@@ -57,6 +57,14 @@ typedef struct tern_model {
 /* Loads DIR (config.json, safetensors, generation_config.json). n_threads
  * <= 0 uses every core. NULL with err set on failure. */
 tern_model *model_load(const char *dir, int n_threads, tern_err *err);
+/* model_load with a choice of device: NULL or "cpu" (the default), "cuda"
+ * or "cuda:N" (GPU N), "auto" (cuda when built with it and a GPU is
+ * present, else cpu). */
+typedef struct model_load_opts {
+    int n_threads;
+    const char *device;
+} model_load_opts;
+tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *err);
 void model_free(tern_model *m);
 
 /* One batched forward. Token i of the batch is tokens[i] at position pos[i]

@@ -1,0 +1,820 @@
+/* The CUDA backend (backend.h; design note docs/cuda.md). Weights live on
+ * the GPU in their stored form (bf16/f16/f32, or MLX 4/8-bit with f32
+ * {scale, bias} pairs). Two ways in:
+ *  - the table (matmul, attention) on host arrays, for tests and as the
+ *    generic path: inputs go up, results come down, KV blocks are mirrored
+ *    up per call;
+ *  - forward: the whole layer stack on the device, activations and a device
+ *    mirror of the paged KV pool resident there; only token ids, positions
+ *    and block tables go up and only the requested logits come down. Decode
+ *    steps (T < gemm_min_t) are captured once per (T, n_out) as CUDA graphs.
+ * Products: our GEMV kernels (one warp per output row, batch-invariant) for
+ * T < gemm_min_t (default 33), cuBLAS (bf16 inputs, f32 accumulation) above.
+ * Without TERN_CUDA this file only provides the "not built" error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/backend.h"
+#include "model/model.h"
+
+#ifndef TERN_CUDA
+
+model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
+{
+    (void)m;
+    (void)device;
+    tern_err_set(err, TERN_EUNSUPPORTED, "this tern was built without CUDA (build with make CUDA=1)");
+    return NULL;
+}
+
+int model_cuda_device_count(void) { return 0; }
+
+#else
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "base/log.h"
+#include "tensor/cuda/cuda_kernels.h"
+
+#define CU_MAX_GRAPHS 16
+#define CU_GRAPH_SPLIT 16 /* attention splits inside captured decode graphs */
+
+typedef struct cu_weight {
+    const void *key; /* host data pointer */
+    int n_out, n_in, qbits;
+    tcu_mat m; /* device copy; m.y unset */
+} cu_weight;
+
+typedef struct cu_layer {
+    const tcu_mat *wq, *wk, *wv, *wo, *wg, *wu, *wd;
+    float *attn_norm, *ffn_norm, *post_attn_norm, *post_ffn_norm, *q_norm, *k_norm, *bq, *bk, *bv, *rope;
+} cu_layer;
+
+typedef struct cu_graph {
+    int T, n_out;
+    cudaGraphExec_t exec;
+} cu_graph;
+
+typedef struct cu_backend {
+    model_backend base;
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cu_weight *w;
+    int n_w, cap_w;
+    void **allocs; /* every other device allocation of the model, freed at the end */
+    int n_allocs, cap_allocs;
+    tern_model *m;
+    cu_layer *layers;
+    const tcu_mat *embed, *lm_head;
+    float *final_norm;
+    /* device KV mirror of one host pool */
+    const kv_pool *kv_host;
+    int kv_layers;
+    tcu_kv kv;
+    /* forward scratch */
+    int cap_t, cap_out;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *xo, *logits, *part;
+    uint16_t *xh, *wdq;
+    size_t cap_wdq;
+    int32_t *d_in, *h_in; /* device / pinned host: tokens, pos, bt_off, out_rows, blocks */
+    size_t cap_in;
+    int max_in; /* widest n_in of any weight */
+    /* table-path scratch */
+    float *tx, *ty;
+    uint16_t *txh;
+    size_t cap_tx, cap_ty, cap_txh;
+    int gemm_min_t, use_graphs;
+    cu_graph graphs[CU_MAX_GRAPHS];
+    int n_graphs;
+} cu_backend;
+
+static int cu_fail(tern_err *err, int rc, const char *what)
+{
+    return tern_err_set(err, TERN_EIO, "cuda: %s: %s", what, cudaGetErrorString((cudaError_t)rc));
+}
+
+#define CU(call, what)                                                                                             \
+    do {                                                                                                           \
+        int rc_ = (int)(call);                                                                                     \
+        if (rc_)                                                                                                   \
+            return cu_fail(err, rc_, what);                                                                        \
+    } while (0)
+
+static int cu_alloc(cu_backend *be, void **p, size_t bytes, tern_err *err)
+{
+    *p = NULL;
+    if (be->n_allocs == be->cap_allocs) {
+        int cap = be->cap_allocs ? 2 * be->cap_allocs : 64;
+        void **na = realloc(be->allocs, (size_t)cap * sizeof *na);
+        if (!na)
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        be->allocs = na;
+        be->cap_allocs = cap;
+    }
+    if (cudaMalloc(p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return tern_err_set(err, TERN_ENOMEM, "GPU %d is out of memory: %zu MB wanted, %zu MB free of %zu MB",
+                            be->device, bytes >> 20, fr >> 20, tot >> 20);
+    }
+    be->allocs[be->n_allocs++] = *p;
+    return 0;
+}
+
+static void cu_free_one(cu_backend *be, void *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < be->n_allocs; i++)
+        if (be->allocs[i] == p) {
+            be->allocs[i] = be->allocs[--be->n_allocs];
+            break;
+        }
+    cudaFree(p);
+}
+
+static int up_vec(cu_backend *be, const float *h, size_t n, float **out, tern_err *err)
+{
+    *out = NULL;
+    if (!h)
+        return 0;
+    int rc = cu_alloc(be, (void **)out, n * sizeof(float), err);
+    if (rc)
+        return rc;
+    CU(cudaMemcpy(*out, h, n * sizeof(float), cudaMemcpyHostToDevice), "upload");
+    return 0;
+}
+
+static size_t host_wbytes(const model_weight *w)
+{
+    return w->qbits ? (size_t)w->n_out * w->n_in * w->qbits / 8 : (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
+}
+
+/* The device copy of w, uploaded on first use. */
+static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out, tern_err *err)
+{
+    for (int i = 0; i < be->n_w; i++)
+        if (be->w[i].key == w->data && be->w[i].n_out == w->n_out && be->w[i].n_in == w->n_in &&
+            be->w[i].qbits == w->qbits) {
+            *out = &be->w[i].m;
+            return 0;
+        }
+    if (w->n_in % 32)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: weight with %d inputs (a multiple of 32 is needed)", w->n_in);
+    if (be->n_w == be->cap_w) {
+        /* Pointers into be->w are handed out (layers): grow only before any are. */
+        return tern_err_set(err, TERN_EINTERNAL, "cuda: weight table full (%d)", be->cap_w);
+    }
+    cu_weight *cw = &be->w[be->n_w];
+    memset(cw, 0, sizeof *cw);
+    cw->key = w->data;
+    cw->n_out = w->n_out;
+    cw->n_in = w->n_in;
+    cw->qbits = w->qbits;
+    cw->m.n_out = w->n_out;
+    cw->m.group = w->group;
+    cw->m.kind = w->qbits == 4   ? TCU_Q4
+                 : w->qbits == 8 ? TCU_Q8
+                 : w->dtype == TERN_BF16 ? TCU_BF16
+                 : w->dtype == TERN_F16  ? TCU_F16
+                                         : TCU_F32;
+    void *d = NULL;
+    int rc;
+    size_t bytes = host_wbytes(w);
+    if ((rc = cu_alloc(be, &d, bytes, err)))
+        return rc;
+    CU(cudaMemcpy(d, w->data, bytes, cudaMemcpyHostToDevice), "weight upload");
+    cw->m.w = d;
+    if (w->qbits) {
+        float *sb;
+        if ((rc = up_vec(be, w->sb, (size_t)w->n_out * (w->n_in / w->group) * 2, &sb, err)))
+            return rc;
+        cw->m.sb = sb;
+    }
+    if (w->n_in > be->max_in)
+        be->max_in = w->n_in;
+    be->n_w++;
+    *out = &cw->m;
+    return 0;
+}
+
+/* ---- products on device arrays ---- */
+
+/* y_k = x @ W_k^T (or += when accumulate); glu: m[0].y = act(gate) * up
+ * with m[1].y as the up buffer. */
+static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
+                  int glu, tern_err *err)
+{
+    int same = 1;
+    for (int i = 1; i < n; i++)
+        same &= mats[i].kind == mats[0].kind;
+    if (T < be->gemm_min_t && same) {
+        tcu_gemv_args a;
+        memset(&a, 0, sizeof a);
+        a.n = n;
+        for (int i = 0; i < n; i++)
+            a.m[i] = mats[i];
+        a.x = x;
+        a.n_in = n_in;
+        a.T = T;
+        a.accumulate = accumulate;
+        a.glu = glu;
+        CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
+        return 0;
+    }
+    if (T < be->gemm_min_t) { /* mixed kinds: one launch each */
+        for (int i = 0; i < n; i++) {
+            tcu_gemv_args a;
+            memset(&a, 0, sizeof a);
+            a.n = 1;
+            a.m[0] = mats[i];
+            a.x = x;
+            a.n_in = n_in;
+            a.T = T;
+            a.accumulate = accumulate;
+            CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
+        }
+    } else {
+        /* cuBLAS: inputs rounded to the weight's 16-bit type (bf16 for
+         * quantized weights, dequantized into scratch first). */
+        int have_h = -1;
+        float one = 1.0f, beta = accumulate && !glu ? 1.0f : 0.0f;
+        for (int i = 0; i < n; i++) {
+            const tcu_mat *mm = &mats[i];
+            if (mm->kind == TCU_F32) {
+                CU(cublasSgemm(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, mm->n_out, T, n_in, &one, mm->w, n_in, x, n_in,
+                               &beta, mm->y, mm->n_out),
+                   "cublasSgemm");
+                continue;
+            }
+            int f16 = mm->kind == TCU_F16;
+            if (have_h != f16) {
+                CU(tcu_f32_to_half(x, xh, (long)T * n_in, f16, (tcu_stream)be->stream), "convert");
+                have_h = f16;
+            }
+            const void *A = mm->w;
+            if (mm->kind == TCU_Q4 || mm->kind == TCU_Q8) {
+                CU(tcu_dequant_bf16(mm, n_in, be->wdq, (tcu_stream)be->stream), "dequant");
+                A = be->wdq;
+            }
+            cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
+            CU(cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, mm->n_out, T, n_in, &one, A, dt, n_in, xh, dt,
+                            n_in, &beta, mm->y, CUDA_R_32F, mm->n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+        }
+    }
+    if (glu)
+        CU(tcu_glu(mats[0].y, mats[1].y, (long)T * mats[0].n_out, glu == 2, (tcu_stream)be->stream), "glu");
+    return 0;
+}
+
+/* ---- scratch ---- */
+
+static void graphs_clear(cu_backend *be)
+{
+    for (int i = 0; i < be->n_graphs; i++)
+        cudaGraphExecDestroy(be->graphs[i].exec);
+    be->n_graphs = 0;
+}
+
+static int scratch_ensure(cu_backend *be, int T, int n_out, tern_err *err)
+{
+    if (T <= be->cap_t && n_out <= be->cap_out && be->x)
+        return 0;
+    const model_config *c = &be->m->cfg;
+    int ct = T > be->cap_t ? (T > 2 * be->cap_t ? T : 2 * be->cap_t) : be->cap_t;
+    int co = n_out > be->cap_out ? (n_out > 2 * be->cap_out ? n_out : 2 * be->cap_out) : be->cap_out;
+    if (co < 1)
+        co = 1;
+    graphs_clear(be);
+    float **bufs[] = {&be->x, &be->xn, &be->q, &be->k, &be->v, &be->att, &be->gate, &be->up, &be->tmp, &be->xo,
+                      &be->logits, &be->part};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        cu_free_one(be, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    cu_free_one(be, be->xh);
+    be->xh = NULL;
+    size_t qd = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_kv_head * c->head_dim;
+    size_t sizes[] = {(size_t)ct * c->dim, (size_t)ct * c->dim, ct * qd, ct * kvd, ct * kvd, ct * qd,
+                      (size_t)ct * c->n_ff, (size_t)ct * c->n_ff, (size_t)ct * c->dim, (size_t)co * c->dim,
+                      (size_t)co * c->n_vocab, (size_t)ct * c->n_head * CU_GRAPH_SPLIT * (c->head_dim + 2)};
+    int rc;
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if ((rc = cu_alloc(be, (void **)bufs[i], sizes[i] * sizeof(float), err)))
+            return rc;
+    size_t xhn = (size_t)(ct > co ? ct : co) * be->max_in;
+    if ((rc = cu_alloc(be, (void **)&be->xh, xhn * sizeof(uint16_t), err)))
+        return rc;
+    be->cap_t = ct;
+    be->cap_out = co;
+    return 0;
+}
+
+static int in_ensure(cu_backend *be, size_t n, tern_err *err)
+{
+    if (n <= be->cap_in)
+        return 0;
+    size_t cap = n > 2 * be->cap_in ? n : 2 * be->cap_in;
+    graphs_clear(be);
+    cu_free_one(be, be->d_in);
+    be->d_in = NULL;
+    cudaFreeHost(be->h_in);
+    be->h_in = NULL;
+    be->cap_in = 0;
+    int rc = cu_alloc(be, (void **)&be->d_in, cap * sizeof(int32_t), err);
+    if (rc)
+        return rc;
+    CU(cudaMallocHost((void **)&be->h_in, cap * sizeof(int32_t)), "pinned alloc");
+    be->cap_in = cap;
+    return 0;
+}
+
+static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
+{
+    if (be->kv_host == kv && be->kv.n_blocks == kv->n_blocks && be->kv.kv_dim == kv->kv_dim &&
+        be->kv.block_size == kv->block_size && be->kv_layers == kv->n_layer)
+        return 0;
+    cu_free_one(be, be->kv.k);
+    cu_free_one(be, be->kv.v);
+    memset(&be->kv, 0, sizeof be->kv);
+    be->kv_host = NULL;
+    graphs_clear(be);
+    size_t bytes = (size_t)kv->n_layer * kv->n_blocks * kv->block_size * kv->kv_dim * sizeof(float);
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    if (2 * bytes + (64u << 20) > fr)
+        return tern_err_set(err, TERN_ENOMEM,
+                            "cuda: the KV cache (%zu MB) does not fit in GPU %d's free memory (%zu MB); "
+                            "lower the KV budget or context",
+                            (2 * bytes) >> 20, be->device, fr >> 20);
+    int rc;
+    if ((rc = cu_alloc(be, (void **)&be->kv.k, bytes, err)) || (rc = cu_alloc(be, (void **)&be->kv.v, bytes, err)))
+        return rc;
+    be->kv.n_blocks = kv->n_blocks;
+    be->kv.block_size = kv->block_size;
+    be->kv.kv_dim = kv->kv_dim;
+    be->kv_layers = kv->n_layer;
+    be->kv_host = kv;
+    return 0;
+}
+
+/* Packs tokens (may be NULL), pos, per-token block-table offsets, out rows
+ * and block tables into h_in and sends them up. Offsets into d_in: tokens
+ * 0, pos T, bt_off 2T, out_rows 3T, blocks 3T + n_out. */
+static int pack_batch(cu_backend *be, const kv_pool *kv, const fwd_batch *b, tern_err *err)
+{
+    int T = b->n, n_out = b->n_out;
+    size_t nb = 0;
+    for (int i = 0; i < T; i++) {
+        int first = 1;
+        for (int j = 0; j < i && first; j++)
+            first = b->seqs[j] != b->seqs[i];
+        if (first)
+            nb += (size_t)b->seqs[i]->n_blocks;
+    }
+    int rc = in_ensure(be, (size_t)3 * T + n_out + nb, err);
+    if (rc)
+        return rc;
+    int32_t *h = be->h_in, *blk = h + 3 * T + n_out;
+    size_t used = 0;
+    for (int i = 0; i < T; i++) {
+        h[i] = b->tokens ? b->tokens[i] : 0;
+        h[T + i] = b->pos[i];
+        int j = 0;
+        while (j < i && b->seqs[j] != b->seqs[i])
+            j++;
+        if (j < i) {
+            h[2 * T + i] = h[2 * T + j];
+        } else {
+            h[2 * T + i] = (int32_t)used;
+            memcpy(blk + used, b->seqs[i]->blocks, (size_t)b->seqs[i]->n_blocks * sizeof(int32_t));
+            used += (size_t)b->seqs[i]->n_blocks;
+        }
+    }
+    for (int j = 0; j < n_out; j++)
+        h[3 * T + j] = b->out_rows[j];
+    (void)kv;
+    CU(cudaMemcpyAsync(be->d_in, h, ((size_t)3 * T + n_out + used) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       be->stream),
+       "input upload");
+    return 0;
+}
+
+/* ---- the table path (host arrays) ---- */
+
+static int tbuf(cu_backend *be, float **p, size_t *cap, size_t n, tern_err *err)
+{
+    if (n <= *cap)
+        return 0;
+    cu_free_one(be, *p);
+    *p = NULL;
+    *cap = 0;
+    int rc = cu_alloc(be, (void **)p, n * 2 * sizeof(float), err);
+    if (!rc)
+        *cap = n * 2;
+    return rc;
+}
+
+static int cu_matmul(model_backend *base, int n, const model_weight *const *w, const float *X, float *const *Y,
+                     int T, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    if (n < 1 || n > TCU_MM_MAX)
+        return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
+    CU(cudaSetDevice(be->device), "set device");
+    tcu_mat mats[TCU_MM_MAX];
+    size_t tot = 0;
+    int rc;
+    for (int i = 0; i < n; i++) {
+        const tcu_mat *dm;
+        if ((rc = weight_get(be, w[i], &dm, err)))
+            return rc;
+        mats[i] = *dm;
+        tot += (size_t)T * w[i]->n_out;
+    }
+    int n_in = w[0]->n_in;
+    if ((rc = tbuf(be, &be->tx, &be->cap_tx, (size_t)T * n_in, err)) || (rc = tbuf(be, &be->ty, &be->cap_ty, tot, err)))
+        return rc;
+    if ((size_t)T * n_in > be->cap_txh) {
+        cu_free_one(be, be->txh);
+        be->txh = NULL;
+        be->cap_txh = 0;
+        if ((rc = cu_alloc(be, (void **)&be->txh, (size_t)T * n_in * 2 * sizeof(uint16_t), err)))
+            return rc;
+        be->cap_txh = (size_t)T * n_in * 2;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        mats[i].y = be->ty + off;
+        off += (size_t)T * w[i]->n_out;
+        if ((mats[i].kind == TCU_Q4 || mats[i].kind == TCU_Q8) && T >= be->gemm_min_t) {
+            size_t need = (size_t)w[i]->n_out * n_in;
+            if (need > be->cap_wdq) {
+                cu_free_one(be, be->wdq);
+                be->wdq = NULL;
+                be->cap_wdq = 0;
+                if ((rc = cu_alloc(be, (void **)&be->wdq, need * sizeof(uint16_t), err)))
+                    return rc;
+                be->cap_wdq = need;
+            }
+        }
+    }
+    CU(cudaMemcpyAsync(be->tx, X, (size_t)T * n_in * sizeof(float), cudaMemcpyHostToDevice, be->stream), "upload");
+    if ((rc = mm_dev(be, n, mats, be->tx, be->txh, n_in, T, 0, 0, err)))
+        return rc;
+    for (int i = 0; i < n; i++)
+        CU(cudaMemcpyAsync(Y[i], mats[i].y, (size_t)T * w[i]->n_out * sizeof(float), cudaMemcpyDeviceToHost,
+                           be->stream),
+           "download");
+    CU(cudaStreamSynchronize(be->stream), "matmul");
+    return 0;
+}
+
+static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    const fwd_batch *b = a->b;
+    int T = b->n, hd = a->head_dim, rc;
+    if (hd % 32 || hd > 256)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda attention: head_dim %d (multiple of 32, <= 256)", hd);
+    CU(cudaSetDevice(be->device), "set device");
+    if ((rc = kv_ensure(be, a->kv, err)))
+        return rc;
+    fwd_batch pb = *b;
+    pb.tokens = NULL;
+    pb.n_out = 0;
+    if ((rc = pack_batch(be, a->kv, &pb, err)))
+        return rc;
+    /* Mirror the layer's blocks that the batch reads. */
+    const kv_pool *kv = a->kv;
+    size_t bl = (size_t)kv->block_size * kv->kv_dim;
+    for (int i = 0; i < T; i++) {
+        int j = 0;
+        while (j < i && b->seqs[j] != b->seqs[i])
+            j++;
+        if (j < i)
+            continue;
+        int maxp = 0;
+        for (int k = i; k < T; k++)
+            if (b->seqs[k] == b->seqs[i] && b->pos[k] > maxp)
+                maxp = b->pos[k];
+        for (int blk = 0; blk <= maxp / kv->block_size; blk++) {
+            size_t o = ((size_t)a->layer * kv->n_blocks + (size_t)b->seqs[i]->blocks[blk]) * bl;
+            CU(cudaMemcpyAsync(be->kv.k + o, kv->k + o, bl * sizeof(float), cudaMemcpyHostToDevice, be->stream), "kv");
+            CU(cudaMemcpyAsync(be->kv.v + o, kv->v + o, bl * sizeof(float), cudaMemcpyHostToDevice, be->stream), "kv");
+        }
+    }
+    size_t qn = (size_t)T * a->n_head * hd;
+    size_t pn = (size_t)T * a->n_head * CU_GRAPH_SPLIT * (hd + 2);
+    if ((rc = tbuf(be, &be->tx, &be->cap_tx, qn + pn, err)) || (rc = tbuf(be, &be->ty, &be->cap_ty, qn, err)))
+        return rc;
+    CU(cudaMemcpyAsync(be->tx, a->q, qn * sizeof(float), cudaMemcpyHostToDevice, be->stream), "upload");
+    int ctx = 0;
+    for (int i = 0; i < T; i++)
+        ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
+    tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T, be->kv,
+                        a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap};
+    at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
+    CU(tcu_attention(&at, (tcu_stream)be->stream), "attention");
+    CU(cudaMemcpyAsync(a->out, be->ty, qn * sizeof(float), cudaMemcpyDeviceToHost, be->stream), "download");
+    CU(cudaStreamSynchronize(be->stream), "attention");
+    return 0;
+}
+
+/* ---- the device-resident forward ---- */
+
+static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *err)
+{
+    const model_config *c = &be->m->cfg;
+    tcu_stream s = (tcu_stream)be->stream;
+    int dim = c->dim, rc;
+    const int32_t *tokens = be->d_in, *pos = be->d_in + T, *bt_off = be->d_in + 2 * T, *rows = be->d_in + 3 * T,
+                  *blk = be->d_in + 3 * T + n_out;
+    CU(tcu_embed(be->embed, dim, tokens, T, c->embed_scale, be->x, s), "embed");
+    for (int l = 0; l < c->n_layer; l++) {
+        const cu_layer *L = &be->layers[l];
+        CU(tcu_rmsnorm(be->x, NULL, L->attn_norm, be->xn, T, dim, c->norm_eps, 0, s), "rmsnorm");
+        tcu_mat qkv[3] = {*L->wq, *L->wk, *L->wv};
+        qkv[0].y = be->q;
+        qkv[1].y = be->k;
+        qkv[2].y = be->v;
+        if ((rc = mm_dev(be, 3, qkv, be->xn, be->xh, dim, T, 0, 0, err)))
+            return rc;
+        tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
+                           blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
+        CU(tcu_qkv_post(&qa, s), "qkv");
+        tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, be->kv, l, T, c->n_head, c->n_kv_head,
+                            c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap};
+        CU(tcu_attention(&aa, s), "attention");
+        tcu_mat o = *L->wo;
+        int qd = c->n_head * c->head_dim;
+        if (L->post_attn_norm) {
+            o.y = be->tmp;
+            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, err)))
+                return rc;
+            CU(tcu_rmsnorm(be->tmp, NULL, L->post_attn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
+        } else {
+            o.y = be->x;
+            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, err)))
+                return rc;
+        }
+        CU(tcu_rmsnorm(be->x, NULL, L->ffn_norm, be->xn, T, dim, c->norm_eps, 0, s), "rmsnorm");
+        tcu_mat gu[2] = {*L->wg, *L->wu};
+        gu[0].y = be->gate;
+        gu[1].y = be->up;
+        if ((rc = mm_dev(be, 2, gu, be->xn, be->xh, dim, T, 0, c->gelu ? 2 : 1, err)))
+            return rc;
+        tcu_mat d = *L->wd;
+        if (L->post_ffn_norm) {
+            d.y = be->tmp;
+            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 0, 0, err)))
+                return rc;
+            CU(tcu_rmsnorm(be->tmp, NULL, L->post_ffn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
+        } else {
+            d.y = be->x;
+            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 1, 0, err)))
+                return rc;
+        }
+    }
+    if (n_out > 0) {
+        CU(tcu_rmsnorm(be->x, rows, be->final_norm, be->xo, n_out, dim, c->norm_eps, 0, s), "rmsnorm");
+        tcu_mat lm = *be->lm_head;
+        lm.y = be->logits;
+        if ((rc = mm_dev(be, 1, &lm, be->xo, be->xh, dim, n_out, 0, 0, err)))
+            return rc;
+        if (c->final_softcap > 0)
+            CU(tcu_softcap(be->logits, (long)n_out * c->n_vocab, c->final_softcap, s), "softcap");
+    }
+    return 0;
+}
+
+static int cu_forward(model_backend *base, tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
+                      tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    const model_config *c = &m->cfg;
+    int T = b->n, rc;
+    if (!be->m || m != be->m)
+        return tern_err_set(err, TERN_EINVAL, "cuda: backend used with another model");
+    if (kv->n_layer != c->n_layer || kv->kv_dim != c->n_kv_head * c->head_dim)
+        return tern_err_set(err, TERN_EINVAL, "cuda: KV pool shape does not match the model");
+    CU(cudaSetDevice(be->device), "set device");
+    if ((rc = kv_ensure(be, kv, err)) || (rc = scratch_ensure(be, T, b->n_out, err)))
+        return rc;
+    int big = T >= be->gemm_min_t || b->n_out >= be->gemm_min_t;
+    if (big) {
+        size_t need = 0;
+        for (int l = 0; l < c->n_layer; l++) {
+            const tcu_mat *ws[7] = {be->layers[l].wq, be->layers[l].wk, be->layers[l].wv, be->layers[l].wo,
+                                    be->layers[l].wg, be->layers[l].wu, be->layers[l].wd};
+            for (int i = 0; i < 7; i++)
+                if (ws[i]->kind == TCU_Q4 || ws[i]->kind == TCU_Q8) {
+                    size_t n = (size_t)ws[i]->n_out * (i == 3 ? c->n_head * c->head_dim : i == 6 ? c->n_ff : c->dim);
+                    need = n > need ? n : need;
+                }
+        }
+        if (be->lm_head->kind == TCU_Q4 || be->lm_head->kind == TCU_Q8)
+            need = (size_t)c->n_vocab * c->dim > need ? (size_t)c->n_vocab * c->dim : need;
+        if (need > be->cap_wdq) {
+            cu_free_one(be, be->wdq);
+            be->wdq = NULL;
+            be->cap_wdq = 0;
+            if ((rc = cu_alloc(be, (void **)&be->wdq, need * sizeof(uint16_t), err)))
+                return rc;
+            be->cap_wdq = need;
+        }
+    }
+    if ((rc = pack_batch(be, kv, b, err)))
+        return rc;
+    if (!big && be->use_graphs) {
+        cu_graph *g = NULL;
+        for (int i = 0; i < be->n_graphs; i++)
+            if (be->graphs[i].T == T && be->graphs[i].n_out == b->n_out)
+                g = &be->graphs[i];
+        if (!g) {
+            if (be->n_graphs == CU_MAX_GRAPHS)
+                graphs_clear(be);
+            cudaGraph_t graph;
+            CU(cudaStreamBeginCapture(be->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+            rc = layers_run(be, T, b->n_out, CU_GRAPH_SPLIT, err);
+            cudaError_t ce = cudaStreamEndCapture(be->stream, &graph);
+            if (rc)
+                return rc;
+            CU(ce, "graph capture");
+            g = &be->graphs[be->n_graphs];
+            ce = cudaGraphInstantiate(&g->exec, graph, 0);
+            cudaGraphDestroy(graph);
+            CU(ce, "graph instantiate");
+            g->T = T;
+            g->n_out = b->n_out;
+            be->n_graphs++;
+        }
+        CU(cudaGraphLaunch(g->exec, be->stream), "graph launch");
+    } else {
+        int ctx = 0;
+        for (int i = 0; i < T; i++)
+            ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
+        int ns = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
+        if ((rc = layers_run(be, T, b->n_out, ns, err)))
+            return rc;
+    }
+    if (b->n_out > 0)
+        CU(cudaMemcpyAsync(logits, be->logits, (size_t)b->n_out * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                           be->stream),
+           "logits download");
+    CU(cudaStreamSynchronize(be->stream), "forward");
+    return 0;
+}
+
+static int cu_n_threads(const model_backend *base)
+{
+    (void)base;
+    return 1;
+}
+
+static void cu_free(model_backend *base)
+{
+    cu_backend *be = (cu_backend *)base;
+    if (!be)
+        return;
+    cudaSetDevice(be->device);
+    graphs_clear(be);
+    for (int i = 0; i < be->n_allocs; i++)
+        cudaFree(be->allocs[i]);
+    cudaFreeHost(be->h_in);
+    if (be->blas)
+        cublasDestroy(be->blas);
+    if (be->stream)
+        cudaStreamDestroy(be->stream);
+    free(be->allocs);
+    free(be->w);
+    free(be->layers);
+    free(be);
+}
+
+int model_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+static size_t model_device_bytes(const tern_model *m)
+{
+    size_t n = host_wbytes(&m->embed) + (m->lm_head.data != m->embed.data ? host_wbytes(&m->lm_head) : 0);
+    const model_weight *ws[2] = {&m->embed, &m->lm_head};
+    for (int i = 0; i < 2; i++)
+        if (ws[i]->qbits)
+            n += (size_t)ws[i]->n_out * (ws[i]->n_in / ws[i]->group) * 8;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        const model_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            n += host_wbytes(lw[i]) + (lw[i]->qbits ? (size_t)lw[i]->n_out * (lw[i]->n_in / lw[i]->group) * 8 : 0);
+    }
+    return n;
+}
+
+static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
+{
+    int n;
+    if ((n = model_cuda_device_count()) <= 0)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: no GPU found");
+    if (be->device < 0 || be->device >= n)
+        return tern_err_set(err, TERN_EINVAL, "cuda: device %d does not exist (%d GPUs)", be->device, n);
+    CU(cudaSetDevice(be->device), "set device");
+    CU(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking), "stream");
+    if (cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS)
+        return tern_err_set(err, TERN_EIO, "cuda: cuBLAS did not start");
+    cublasSetStream(be->blas, be->stream);
+    if (!m) { /* table path only (kernel tests): weights upload on first use */
+        be->cap_w = 256;
+        if (!(be->w = calloc((size_t)be->cap_w, sizeof *be->w)))
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        return 0;
+    }
+    const model_config *c = &m->cfg;
+    be->cap_w = 7 * c->n_layer + 2 + 64; /* + room for table-path weights of tests */
+    if (!(be->w = calloc((size_t)be->cap_w, sizeof *be->w)) || !(be->layers = calloc((size_t)c->n_layer, sizeof *be->layers)))
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    if (c->head_dim % 32 || c->head_dim > 256 || c->n_head % c->n_kv_head)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: head_dim %d is not a multiple of 32 up to 256",
+                            c->head_dim);
+    size_t need = model_device_bytes(m), fr = 0, tot = 0;
+    CU(cudaMemGetInfo(&fr, &tot), "memory info");
+    if (need + (256u << 20) > fr)
+        return tern_err_set(err, TERN_ENOMEM,
+                            "cuda: the model needs %.2f GB of GPU memory for its weights, GPU %d has %.2f GB free "
+                            "of %.2f GB (try a 4-bit conversion: tern convert)",
+                            need / 1e9, be->device, fr / 1e9, tot / 1e9);
+    int rc;
+    if ((rc = weight_get(be, &m->embed, &be->embed, err)) || (rc = weight_get(be, &m->lm_head, &be->lm_head, err)) ||
+        (rc = up_vec(be, m->final_norm, (size_t)c->dim, &be->final_norm, err)))
+        return rc;
+    float *rope_g = NULL, *rope_l = NULL;
+    int hd = c->head_dim;
+    if ((rc = up_vec(be, m->rope_inv_freq, (size_t)hd / 2, &rope_g, err)) ||
+        (rc = up_vec(be, m->rope_inv_freq_local, (size_t)hd / 2, &rope_l, err)))
+        return rc;
+    for (int l = 0; l < c->n_layer; l++) {
+        const model_layer *H = &m->layers[l];
+        cu_layer *L = &be->layers[l];
+        if ((rc = weight_get(be, &H->wq, &L->wq, err)) || (rc = weight_get(be, &H->wk, &L->wk, err)) ||
+            (rc = weight_get(be, &H->wv, &L->wv, err)) || (rc = weight_get(be, &H->wo, &L->wo, err)) ||
+            (rc = weight_get(be, &H->w_gate, &L->wg, err)) || (rc = weight_get(be, &H->w_up, &L->wu, err)) ||
+            (rc = weight_get(be, &H->w_down, &L->wd, err)))
+            return rc;
+        size_t qd = (size_t)c->n_head * hd, kvd = (size_t)c->n_kv_head * hd;
+        if ((rc = up_vec(be, H->attn_norm, (size_t)c->dim, &L->attn_norm, err)) ||
+            (rc = up_vec(be, H->ffn_norm, (size_t)c->dim, &L->ffn_norm, err)) ||
+            (rc = up_vec(be, H->post_attn_norm, (size_t)c->dim, &L->post_attn_norm, err)) ||
+            (rc = up_vec(be, H->post_ffn_norm, (size_t)c->dim, &L->post_ffn_norm, err)) ||
+            (rc = up_vec(be, H->q_norm, (size_t)hd, &L->q_norm, err)) ||
+            (rc = up_vec(be, H->k_norm, (size_t)hd, &L->k_norm, err)) || (rc = up_vec(be, H->bq, qd, &L->bq, err)) ||
+            (rc = up_vec(be, H->bk, kvd, &L->bk, err)) || (rc = up_vec(be, H->bv, kvd, &L->bv, err)))
+            return rc;
+        L->rope = H->rope_inv_freq == m->rope_inv_freq_local ? rope_l : rope_g;
+    }
+    CU(cudaDeviceSynchronize(), "upload");
+    return 0;
+}
+
+model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
+{
+    cu_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    be->base.name = "cuda";
+    be->base.matmul = cu_matmul;
+    be->base.attention = cu_attention;
+    be->base.forward = cu_forward;
+    be->base.n_threads = cu_n_threads;
+    be->base.free = cu_free;
+    be->device = device;
+    be->m = m;
+    const char *e = getenv("TERN_CUDA_GEMM_MIN_T");
+    be->gemm_min_t = e && atoi(e) > 0 ? atoi(e) : 33;
+    e = getenv("TERN_CUDA_GRAPHS");
+    be->use_graphs = !(e && !strcmp(e, "0"));
+    if (cu_setup(be, m, err)) {
+        cu_free(&be->base);
+        return NULL;
+    }
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    if (m)
+        TERN_INFO("cuda: %d weights on GPU %d, %.2f GB free of %.2f GB", be->n_w, device, fr / 1e9, tot / 1e9);
+    return &be->base;
+}
+
+#endif

@@ -1,0 +1,107 @@
+/* CUDA kernels of the CUDA backend (src/model/backend_cuda.c), behind plain
+ * C launchers so that the host glue stays C17. Every pointer here is a
+ * device pointer unless its comment says otherwise; every launcher queues
+ * work on `stream` and returns the launch's cudaError_t as an int (0 = ok).
+ * Activations are f32; weights stay in their stored form (f32, bf16, f16,
+ * or MLX affine 4/8-bit with f32 {scale, bias} pairs, the CPU layout). */
+#ifndef TERN_TENSOR_CUDA_KERNELS_H
+#define TERN_TENSOR_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *tcu_stream;
+
+/* Weight storage kinds. */
+enum { TCU_F32 = 0, TCU_BF16 = 1, TCU_F16 = 2, TCU_Q4 = 3, TCU_Q8 = 4 };
+
+#define TCU_MM_MAX 4
+
+typedef struct tcu_mat {
+    const void *w;   /* dense [n_out][n_in], or packed bytes [n_out][n_in * bits / 8] */
+    const float *sb; /* quantized: [n_out][n_in / group][2] {scale, bias}; else NULL */
+    float *y;        /* [T][n_out] */
+    int n_out, kind, group;
+} tcu_mat;
+
+/* GEMV-style product for small T: y_k[t][r] (=, or += when accumulate)
+ * sum_i W_k[r][i] x[t][i] for k < n (all of one kind, sharing n_in). One
+ * warp per output row, f32 accumulation in a fixed order per (row, token),
+ * so a row's result never depends on T. glu = 1 (SiLU) or 2 (GELU-tanh):
+ * n = 2 and m[0].y[t][r] = act(gate) * up, m[1].y unused. n_in must be a
+ * multiple of 32. */
+typedef struct tcu_gemv_args {
+    int n;
+    tcu_mat m[TCU_MM_MAX];
+    const float *x; /* [T][n_in] */
+    int n_in, T, accumulate, glu;
+} tcu_gemv_args;
+int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
+
+/* Dense copy of a weight for the cuBLAS path: out[n_out][n_in] as bf16
+ * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */
+int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream);
+/* x[n] f32 -> out[n] bf16 (to_f16 = 0) or f16 (to_f16 = 1), round to nearest. */
+int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, tcu_stream stream);
+
+/* Row-gathered embedding: x[i] = scale * row tokens[i] of w (scale 0 = 1). */
+int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int T, float scale, float *x, tcu_stream stream);
+
+/* RMSNorm of rows: out[j] (= or += when add) x[rows ? rows[j] : j] * r * g,
+ * r = 1 / sqrt(mean(x^2) + eps), for j < n_rows rows of length n. */
+int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, float *out, int n_rows, int n, float eps,
+                int add, tcu_stream stream);
+
+/* act (= gate) = silu(gate) * up, or gelu_tanh when gelu. */
+int tcu_glu(float *gate, const float *up, long n, int gelu, tcu_stream stream);
+/* x = c * tanh(x / c). */
+int tcu_softcap(float *x, long n, float c, tcu_stream stream);
+
+/* The paged KV pool on the device, the host pool's layout:
+ * k, v [n_layer][n_blocks][block_size][kv_dim] f32. A token's block table is
+ * blk + bt_off[i] (block ids of its sequence). */
+typedef struct tcu_kv {
+    float *k, *v;
+    int n_blocks, block_size, kv_dim;
+} tcu_kv;
+
+/* After the q/k/v product of one layer, per token i: optional biases, per-
+ * head RMSNorm (qn/kn, may be NULL), RoPE at pos[i] with inv_freq (rotate-
+ * half pairs), then K and V of the token written to the cache. q is
+ * [T][n_head*hd] (rotated in place), k/v [T][n_kv*hd]. */
+typedef struct tcu_qkv_args {
+    float *q, *k, *v;
+    const float *bq, *bk, *bv, *qn, *kn, *inv_freq;
+    const int32_t *pos, *bt_off, *blk;
+    tcu_kv kv;
+    int layer, T, n_head, n_kv_head, hd;
+    float eps;
+} tcu_qkv_args;
+int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream);
+
+/* Paged attention (flash-decoding): each (token, head) splits its positions
+ * max(0, pos - window + 1) .. pos over n_split blocks, each with an online
+ * softmax; a second kernel merges the parts. part is scratch of
+ * T * n_head * n_split * (hd + 2) floats. hd a multiple of 32, <= 256. */
+typedef struct tcu_attn_args {
+    const float *q;
+    float *out, *part;
+    const int32_t *pos, *bt_off, *blk;
+    tcu_kv kv;
+    int layer, T, n_head, n_kv_head, hd, window, n_split;
+    float scale, softcap;
+} tcu_attn_args;
+int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
+
+/* Device-to-device copy bandwidth (bytes read + written per second) over a
+ * buffer of `bytes`, best of reps; 0 on failure. Synchronizes. */
+double tcu_copy_bandwidth(size_t bytes, int reps);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

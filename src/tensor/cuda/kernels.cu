@@ -1,0 +1,559 @@
+// CUDA kernels of the CUDA backend (see cuda_kernels.h). Written for
+// clarity first: the GEMV is the part that must run at memory speed.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "tensor/cuda/cuda_kernels.h"
+
+#define WARP 32
+#define GEMV_WARPS 8 /* rows per block */
+#define GEMV_TT 8    /* tokens per register tile */
+#define GEMV_U 4     /* 16-byte loads in flight per lane */
+
+static int last_err(void) { return (int)cudaGetLastError(); }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float bf16f(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float f16f(uint32_t bits16)
+{
+    return __half2float(__ushort_as_half((unsigned short)bits16));
+}
+
+// One 16-byte chunk of a weight row, by kind: values per chunk and the
+// dot of those values with NV consecutive inputs x (with the quantized
+// scale/bias applied per chunk: a chunk never straddles a group).
+template <int KIND> struct chunk_traits;
+template <> struct chunk_traits<TCU_F32> { static constexpr int NV = 4; };
+template <> struct chunk_traits<TCU_BF16> { static constexpr int NV = 8; };
+template <> struct chunk_traits<TCU_F16> { static constexpr int NV = 8; };
+template <> struct chunk_traits<TCU_Q4> { static constexpr int NV = 32; };
+template <> struct chunk_traits<TCU_Q8> { static constexpr int NV = 16; };
+
+template <int KIND>
+__device__ __forceinline__ float chunk_dot(const uint4 &raw, const float *__restrict__ x, float scale, float bias)
+{
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (KIND == TCU_F32) {
+        float4 a = __ldg(reinterpret_cast<const float4 *>(x));
+        return __uint_as_float(w[0]) * a.x + __uint_as_float(w[1]) * a.y + __uint_as_float(w[2]) * a.z +
+               __uint_as_float(w[3]) * a.w;
+    } else if constexpr (KIND == TCU_BF16 || KIND == TCU_F16) {
+        float4 a = __ldg(reinterpret_cast<const float4 *>(x)), b = __ldg(reinterpret_cast<const float4 *>(x) + 1);
+        float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t h = (w[j >> 1] >> ((j & 1) * 16)) & 0xffffu;
+            s = fmaf(KIND == TCU_BF16 ? bf16f(h) : f16f(h), xs[j], s);
+        }
+        return s;
+    } else {
+        constexpr int BITS = KIND == TCU_Q4 ? 4 : 8, PER = 32 / BITS, NV = chunk_traits<KIND>::NV;
+        float sq = 0.0f, sx = 0.0f;
+#pragma unroll
+        for (int v4 = 0; v4 < NV / 4; v4++) {
+            float4 a = __ldg(reinterpret_cast<const float4 *>(x) + v4);
+            float xs[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int e = v4 * 4 + j;
+                float q = (float)((w[e / PER] >> ((e % PER) * BITS)) & ((1u << BITS) - 1));
+                sq = fmaf(q, xs[j], sq);
+                sx += xs[j];
+            }
+        }
+        return scale * sq + bias * sx;
+    }
+}
+
+// acc[tt] = dot(row, x[t0 + tt]) for tt < nt (lane partials, not reduced).
+template <int KIND>
+__device__ __forceinline__ void row_dot(const uint4 *__restrict__ row, const float *__restrict__ sbrow, int group,
+                                        int nch, const float *__restrict__ x, int n_in, int t0, int nt,
+                                        float acc[GEMV_TT], int lane)
+{
+    constexpr int NV = chunk_traits<KIND>::NV;
+    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
+#pragma unroll
+    for (int tt = 0; tt < GEMV_TT; tt++)
+        acc[tt] = 0.0f;
+    for (int c0 = lane; c0 < nch; c0 += WARP * GEMV_U) {
+        uint4 raw[GEMV_U];
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            int c = c0 + u * WARP;
+            raw[u] = c < nch ? __ldg(row + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            int c = c0 + u * WARP;
+            if (c >= nch)
+                break;
+            float scale = 0.0f, bias = 0.0f;
+            if constexpr (Q) {
+                int g = c * NV / group;
+                float2 p = __ldg(reinterpret_cast<const float2 *>(sbrow) + g);
+                scale = p.x;
+                bias = p.y;
+            }
+#pragma unroll
+            for (int tt = 0; tt < GEMV_TT; tt++)
+                if (tt < nt)
+                    acc[tt] += chunk_dot<KIND>(raw[u], x + (size_t)(t0 + tt) * n_in + (size_t)c * NV, scale, bias);
+        }
+    }
+#pragma unroll
+    for (int tt = 0; tt < GEMV_TT; tt++)
+        acc[tt] = warp_sum(acc[tt]);
+}
+
+template <int KIND> __device__ __forceinline__ size_t row_bytes(int n_in)
+{
+    if constexpr (KIND == TCU_Q4)
+        return (size_t)n_in / 2;
+    else if constexpr (KIND == TCU_Q8)
+        return (size_t)n_in;
+    else if constexpr (KIND == TCU_F32)
+        return (size_t)n_in * 4;
+    else
+        return (size_t)n_in * 2;
+}
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu_f(float x)
+{
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+template <int KIND> __global__ void __launch_bounds__(GEMV_WARPS *WARP) gemv_kernel(const tcu_gemv_args a)
+{
+    constexpr int NV = chunk_traits<KIND>::NV;
+    int lane = threadIdx.x & 31;
+    long gr = (long)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int nch = a.n_in / NV;
+    if (a.glu) {
+        if (gr >= a.m[0].n_out)
+            return;
+        int r = (int)gr, ng = a.n_in / (a.m[0].group ? a.m[0].group : 1);
+        const uint4 *rg = reinterpret_cast<const uint4 *>((const char *)a.m[0].w + (size_t)r * row_bytes<KIND>(a.n_in));
+        const uint4 *ru = reinterpret_cast<const uint4 *>((const char *)a.m[1].w + (size_t)r * row_bytes<KIND>(a.n_in));
+        const float *sg = a.m[0].sb ? a.m[0].sb + (size_t)r * ng * 2 : nullptr;
+        const float *su = a.m[1].sb ? a.m[1].sb + (size_t)r * ng * 2 : nullptr;
+        for (int t0 = 0; t0 < a.T; t0 += GEMV_TT) {
+            int nt = a.T - t0 < GEMV_TT ? a.T - t0 : GEMV_TT;
+            float ag[GEMV_TT], au[GEMV_TT];
+            row_dot<KIND>(rg, sg, a.m[0].group, nch, a.x, a.n_in, t0, nt, ag, lane);
+            row_dot<KIND>(ru, su, a.m[1].group, nch, a.x, a.n_in, t0, nt, au, lane);
+            if (lane < nt) {
+                float g = 0.0f, u = 0.0f;
+#pragma unroll
+                for (int tt = 0; tt < GEMV_TT; tt++)
+                    if (tt == lane) {
+                        g = ag[tt];
+                        u = au[tt];
+                    }
+                a.m[0].y[(size_t)(t0 + lane) * a.m[0].n_out + r] = (a.glu == 2 ? gelu_f(g) : silu_f(g)) * u;
+            }
+        }
+        return;
+    }
+    int k = 0;
+    long off = 0;
+    while (k < a.n && gr >= off + a.m[k].n_out) {
+        off += a.m[k].n_out;
+        k++;
+    }
+    if (k >= a.n)
+        return;
+    const tcu_mat &m = a.m[k];
+    int r = (int)(gr - off), ng = a.n_in / (m.group ? m.group : 1);
+    const uint4 *row = reinterpret_cast<const uint4 *>((const char *)m.w + (size_t)r * row_bytes<KIND>(a.n_in));
+    const float *sb = m.sb ? m.sb + (size_t)r * ng * 2 : nullptr;
+    for (int t0 = 0; t0 < a.T; t0 += GEMV_TT) {
+        int nt = a.T - t0 < GEMV_TT ? a.T - t0 : GEMV_TT;
+        float acc[GEMV_TT];
+        row_dot<KIND>(row, sb, m.group, nch, a.x, a.n_in, t0, nt, acc, lane);
+        if (lane < nt) {
+            float v = 0.0f;
+#pragma unroll
+            for (int tt = 0; tt < GEMV_TT; tt++)
+                if (tt == lane)
+                    v = acc[tt];
+            float *y = m.y + (size_t)(t0 + lane) * m.n_out + r;
+            *y = a.accumulate ? *y + v : v;
+        }
+    }
+}
+
+extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
+{
+    long rows = 0;
+    if (a->glu)
+        rows = a->m[0].n_out;
+    else
+        for (int k = 0; k < a->n; k++)
+            rows += a->m[k].n_out;
+    if (rows == 0 || a->T == 0)
+        return 0;
+    dim3 grid((unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS)), block(GEMV_WARPS * WARP);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (a->m[0].kind) {
+    case TCU_F32: gemv_kernel<TCU_F32><<<grid, block, 0, s>>>(*a); break;
+    case TCU_BF16: gemv_kernel<TCU_BF16><<<grid, block, 0, s>>>(*a); break;
+    case TCU_F16: gemv_kernel<TCU_F16><<<grid, block, 0, s>>>(*a); break;
+    case TCU_Q4: gemv_kernel<TCU_Q4><<<grid, block, 0, s>>>(*a); break;
+    case TCU_Q8: gemv_kernel<TCU_Q8><<<grid, block, 0, s>>>(*a); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return last_err();
+}
+
+// ---- weight/activation conversions for the cuBLAS path ----
+
+__device__ __forceinline__ float weight_at(const tcu_mat &m, int n_in, long r, long i)
+{
+    switch (m.kind) {
+    case TCU_F32: return ((const float *)m.w)[r * n_in + i];
+    case TCU_BF16: return bf16f(((const uint16_t *)m.w)[r * n_in + i]);
+    case TCU_F16: return f16f(((const uint16_t *)m.w)[r * n_in + i]);
+    default: {
+        const uint8_t *q = (const uint8_t *)m.w;
+        int v = m.kind == TCU_Q8 ? q[r * n_in + i] : (q[(r * n_in + i) >> 1] >> ((i & 1) * 4)) & 15;
+        long g = r * (n_in / m.group) + i / m.group;
+        return m.sb[2 * g] * (float)v + m.sb[2 * g + 1];
+    }
+    }
+}
+
+__global__ void dequant_kernel(const tcu_mat m, int n_in, uint16_t *out, long n)
+{
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long r = e / n_in, i = e % n_in;
+        if (m.kind == TCU_F16)
+            out[e] = ((const uint16_t *)m.w)[e];
+        else
+            out[e] = __bfloat16_as_ushort(__float2bfloat16_rn(weight_at(m, n_in, r, i)));
+    }
+}
+
+extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream)
+{
+    long n = (long)m->n_out * n_in;
+    dequant_kernel<<<4096, 256, 0, (cudaStream_t)stream>>>(*m, n_in, out, n);
+    return last_err();
+}
+
+__global__ void to_half_kernel(const float *x, uint16_t *out, long n, int to_f16)
+{
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
+        out[e] = to_f16 ? __half_as_ushort(__float2half_rn(x[e])) : __bfloat16_as_ushort(__float2bfloat16_rn(x[e]));
+}
+
+extern "C" int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, tcu_stream stream)
+{
+    long blocks = (n + 255) / 256;
+    to_half_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, (cudaStream_t)stream>>>(x, out, n, to_f16);
+    return last_err();
+}
+
+__global__ void embed_kernel(const tcu_mat w, int n_in, const int32_t *tokens, float scale, float *x)
+{
+    int i = blockIdx.x;
+    long r = tokens[i];
+    for (int e = threadIdx.x; e < n_in; e += blockDim.x) {
+        float v = weight_at(w, n_in, r, e);
+        x[(size_t)i * n_in + e] = scale > 0 ? v * scale : v;
+    }
+}
+
+extern "C" int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int T, float scale, float *x,
+                         tcu_stream stream)
+{
+    embed_kernel<<<T, 256, 0, (cudaStream_t)stream>>>(*w, n_in, tokens, scale, x);
+    return last_err();
+}
+
+// ---- normalization and elementwise ----
+
+__device__ double block_sum_d(double v)
+{
+    __shared__ double sh[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (l == 0)
+        sh[w] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int k = 0; k < nw; k++)
+        s += sh[k];
+    return s;
+}
+
+__global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *g, float *out, int n, float eps,
+                               int add)
+{
+    int j = blockIdx.x;
+    const float *xr = x + (size_t)(rows ? rows[j] : j) * n;
+    double ss = 0.0;
+    for (int e = threadIdx.x; e < n; e += blockDim.x)
+        ss += (double)xr[e] * xr[e];
+    ss = block_sum_d(ss);
+    float r = (float)(1.0 / sqrt(ss / n + eps));
+    float *o = out + (size_t)j * n;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        float v = (xr[e] * r) * g[e];
+        o[e] = add ? o[e] + v : v;
+    }
+}
+
+extern "C" int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, float *out, int n_rows, int n,
+                           float eps, int add, tcu_stream stream)
+{
+    if (n_rows <= 0)
+        return 0;
+    rmsnorm_kernel<<<n_rows, 256, 0, (cudaStream_t)stream>>>(x, rows, g, out, n, eps, add);
+    return last_err();
+}
+
+__global__ void glu_kernel(float *gate, const float *up, long n, int gelu)
+{
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
+        gate[e] = (gelu ? gelu_f(gate[e]) : silu_f(gate[e])) * up[e];
+}
+
+extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, tcu_stream stream)
+{
+    long blocks = (n + 255) / 256;
+    glu_kernel<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, (cudaStream_t)stream>>>(gate, up, n, gelu);
+    return last_err();
+}
+
+__global__ void softcap_kernel(float *x, long n, float c)
+{
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
+        x[e] = c * tanhf(x[e] / c);
+}
+
+extern "C" int tcu_softcap(float *x, long n, float c, tcu_stream stream)
+{
+    long blocks = (n + 255) / 256;
+    softcap_kernel<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, (cudaStream_t)stream>>>(x, n, c);
+    return last_err();
+}
+
+// ---- q/k/v post-processing and the KV write ----
+
+__device__ __forceinline__ size_t kv_off(const tcu_kv &kv, int layer, const int32_t *blk, int pos)
+{
+    size_t b = (size_t)blk[pos / kv.block_size];
+    return (((size_t)layer * kv.n_blocks + b) * kv.block_size + (size_t)(pos % kv.block_size)) * kv.kv_dim;
+}
+
+// grid (T, n_head + n_kv_head), block 128: one head of one token.
+__global__ void qkv_post_kernel(const tcu_qkv_args a)
+{
+    int i = blockIdx.x, h = blockIdx.y, hd = a.hd, half = hd / 2;
+    int is_q = h < a.n_head, kh = is_q ? h : h - a.n_head;
+    int qd = a.n_head * hd, kvd = a.n_kv_head * hd;
+    float *vec = is_q ? a.q + (size_t)i * qd + (size_t)kh * hd : a.k + (size_t)i * kvd + (size_t)kh * hd;
+    const float *bias = is_q ? a.bq : a.bk;
+    const float *nrm = is_q ? a.qn : a.kn;
+    if (bias)
+        for (int e = threadIdx.x; e < hd; e += blockDim.x)
+            vec[e] += bias[(size_t)kh * hd + e];
+    __syncthreads();
+    if (nrm) {
+        double ss = 0.0;
+        for (int e = threadIdx.x; e < hd; e += blockDim.x)
+            ss += (double)vec[e] * vec[e];
+        ss = block_sum_d(ss);
+        float r = (float)(1.0 / sqrt(ss / hd + a.eps));
+        __syncthreads();
+        for (int e = threadIdx.x; e < hd; e += blockDim.x)
+            vec[e] = (vec[e] * r) * nrm[e];
+        __syncthreads();
+    }
+    int p = a.pos[i];
+    for (int e = threadIdx.x; e < half; e += blockDim.x) {
+        float ang = (float)p * a.inv_freq[e];
+        float c = cosf(ang), s = sinf(ang);
+        float x0 = vec[e], x1 = vec[e + half];
+        vec[e] = x0 * c - x1 * s;
+        vec[e + half] = x1 * c + x0 * s;
+    }
+    if (is_q)
+        return;
+    __syncthreads();
+    const int32_t *blk = a.blk + a.bt_off[i];
+    size_t o = kv_off(a.kv, a.layer, blk, p) + (size_t)kh * hd;
+    const float *vv = a.v + (size_t)i * kvd + (size_t)kh * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        a.kv.k[o + e] = vec[e];
+        a.kv.v[o + e] = vv[e] + (a.bv ? a.bv[(size_t)kh * hd + e] : 0.0f);
+    }
+}
+
+extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
+{
+    dim3 grid(a->T, a->n_head + a->n_kv_head);
+    qkv_post_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(*a);
+    return last_err();
+}
+
+// ---- paged attention ----
+
+#define ATT_WARPS 4
+
+// grid (n_head, T, n_split), block ATT_WARPS warps. D = hd / 32 dims per lane
+// (lane owns dims lane*D .. lane*D + D - 1).
+template <int D> __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a)
+{
+    int h = blockIdx.x, i = blockIdx.y, sp = blockIdx.z;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int hd = a.hd, kvh = h / (a.n_head / a.n_kv_head);
+    int p = a.pos[i];
+    int start = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    int len = p - start + 1, chunk = (len + a.n_split - 1) / a.n_split;
+    int s0 = start + sp * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1;
+    const float *q = a.q + ((size_t)i * a.n_head + h) * hd + lane * D;
+    float qr[D], acc[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) {
+        qr[d] = q[d];
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const int32_t *blk = a.blk + a.bt_off[i];
+    for (int t = s0 + w; t < s1; t += ATT_WARPS) {
+        size_t o = kv_off(a.kv, a.layer, blk, t) + (size_t)kvh * hd + lane * D;
+        const float *kp = a.kv.k + o, *vp = a.kv.v + o;
+        float s = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++)
+            s = fmaf(qr[d], kp[d], s);
+        s = warp_sum(s) * a.scale;
+        if (a.softcap > 0)
+            s = a.softcap * tanhf(s / a.softcap);
+        float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
+        l = l * corr + e;
+#pragma unroll
+        for (int d = 0; d < D; d++)
+            acc[d] = acc[d] * corr + e * vp[d];
+        m = mn;
+    }
+    // Merge the warps' partial softmaxes.
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][256];
+    if (lane == 0) {
+        sm[w] = m;
+        sl[w] = l;
+    }
+#pragma unroll
+    for (int d = 0; d < D; d++)
+        sacc[w][lane * D + d] = acc[d];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int k = 0; k < ATT_WARPS; k++)
+        M = fmaxf(M, sm[k]);
+    float *part = a.part + (((size_t)i * a.n_head + h) * a.n_split + sp) * (hd + 2);
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float v = 0.0f;
+        for (int k = 0; k < ATT_WARPS; k++)
+            if (sm[k] > -INFINITY)
+                v += expf(sm[k] - M) * sacc[k][e];
+        part[2 + e] = v;
+    }
+    if (threadIdx.x == 0) {
+        float L = 0.0f;
+        for (int k = 0; k < ATT_WARPS; k++)
+            if (sm[k] > -INFINITY)
+                L += expf(sm[k] - M) * sl[k];
+        part[0] = M;
+        part[1] = L;
+    }
+}
+
+// grid (n_head, T), block hd threads.
+__global__ void attn_merge_kernel(const tcu_attn_args a)
+{
+    int h = blockIdx.x, i = blockIdx.y, e = threadIdx.x, hd = a.hd;
+    const float *part = a.part + ((size_t)i * a.n_head + h) * a.n_split * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < a.n_split; s++)
+        M = fmaxf(M, part[(size_t)s * (hd + 2)]);
+    float L = 0.0f, v = 0.0f;
+    for (int s = 0; s < a.n_split; s++) {
+        const float *ps = part + (size_t)s * (hd + 2);
+        if (ps[0] > -INFINITY) {
+            float f = expf(ps[0] - M);
+            L += f * ps[1];
+            v += f * ps[2 + e];
+        }
+    }
+    a.out[((size_t)i * a.n_head + h) * hd + e] = v / L;
+}
+
+extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    dim3 grid(a->n_head, a->T, a->n_split);
+    switch (a->hd / 32) {
+    case 1: attn_part_kernel<1><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    case 2: attn_part_kernel<2><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    case 3: attn_part_kernel<3><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    case 4: attn_part_kernel<4><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    case 5: attn_part_kernel<5><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    case 6: attn_part_kernel<6><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    case 7: attn_part_kernel<7><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    case 8: attn_part_kernel<8><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    int rc = last_err();
+    if (rc)
+        return rc;
+    attn_merge_kernel<<<dim3(a->n_head, a->T), a->hd, 0, s>>>(*a);
+    return last_err();
+}
+
+extern "C" double tcu_copy_bandwidth(size_t bytes, int reps)
+{
+    void *a = nullptr, *b = nullptr;
+    double best = 0.0;
+    cudaEvent_t e0, e1;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+        cudaFree(a);
+        return 0.0;
+    }
+    cudaMemset(a, 1, bytes);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int r = 0; r < reps + 1; r++) {
+        cudaEventRecord(e0);
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, e0, e1);
+        double bw = 2.0 * (double)bytes / (ms * 1e-3);
+        if (r > 0 && bw > best) /* first copy is a warm-up */
+            best = bw;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return best;
+}

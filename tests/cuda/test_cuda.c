@@ -1,0 +1,390 @@
+/* The CUDA backend against the CPU backend (the reference), on fresh random
+ * inputs: every weight kind's product (GEMV and cuBLAS paths), paged
+ * attention (GQA, windows, soft-capping, several sequences and blocks),
+ * batch invariance of the GEMV path, and whole forwards of random fixtures
+ * of several families (bf16 and 4-bit). Skipped when no GPU is visible;
+ * in a build without CUDA it checks the "not built" errors instead.
+ *
+ * Tolerances (relative L2 error ||gpu - cpu|| / ||cpu||): f32-accumulated
+ * paths (GEMV, attention, forward through them) 2e-5 - only the summation
+ * order differs; cuBLAS products with bf16-rounded inputs 1e-2, f16 2e-3. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/rng.h"
+#include "model/backend.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "test_util.h"
+
+static int have_gpu(void) { return model_cuda_device_count() > 0; }
+
+static double rel_err(const float *a, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]))
+            return INFINITY;
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static void fill(tern_rng *r, float *x, size_t n, float a)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = a * (tern_rng_f32(r) * 2.0f - 1.0f);
+}
+
+/* A random weight of a kind: 0 f32, 1 bf16, 2 f16, 4/8 quantized (scales bf16). */
+typedef struct test_w {
+    model_weight w;
+    void *buf;
+} test_w;
+
+static void make_weight(tern_rng *r, test_w *t, int kind, int n_out, int n_in, int group)
+{
+    memset(t, 0, sizeof *t);
+    float *f = malloc((size_t)n_out * n_in * sizeof(float));
+    assert_non_null(f);
+    fill(r, f, (size_t)n_out * n_in, 0.05f);
+    t->w.n_out = n_out;
+    t->w.n_in = n_in;
+    if (kind == 4 || kind == 8) {
+        int ng = n_in / group;
+        uint32_t *words = calloc((size_t)n_out * n_in * kind / 32, sizeof(uint32_t));
+        float *sc = malloc((size_t)ng * sizeof(float)), *bi = malloc((size_t)ng * sizeof(float));
+        t->w.sb = malloc((size_t)n_out * ng * 2 * sizeof(float));
+        assert_true(words && sc && bi && t->w.sb);
+        for (int o = 0; o < n_out; o++) {
+            model_quant_row(f + (size_t)o * n_in, n_in, kind, group, TERN_BF16, words + (size_t)o * n_in * kind / 32, sc,
+                            bi);
+            for (int g = 0; g < ng; g++) {
+                t->w.sb[((size_t)o * ng + g) * 2] = sc[g];
+                t->w.sb[((size_t)o * ng + g) * 2 + 1] = bi[g];
+            }
+        }
+        free(sc);
+        free(bi);
+        free(f);
+        t->buf = words;
+        t->w.dtype = TERN_BF16;
+        t->w.qbits = kind;
+        t->w.group = group;
+    } else if (kind == 0) {
+        t->buf = f;
+        t->w.dtype = TERN_F32;
+    } else {
+        uint16_t *h = malloc((size_t)n_out * n_in * sizeof(uint16_t));
+        assert_non_null(h);
+        for (size_t i = 0; i < (size_t)n_out * n_in; i++)
+            h[i] = kind == 1 ? tern_f32_to_bf16(f[i]) : tern_f32_to_f16(f[i]);
+        free(f);
+        t->buf = h;
+        t->w.dtype = kind == 1 ? TERN_BF16 : TERN_F16;
+    }
+    t->w.data = t->buf;
+}
+
+static void free_weight(test_w *t)
+{
+    free(t->buf);
+    free(t->w.sb);
+}
+
+static void test_not_built_or_no_gpu(void **state)
+{
+    (void)state;
+    tern_err err = {0};
+    model_load_opts o = {1, "tpu"};
+    assert_null(model_load_ex("/nonexistent-model-dir", &o, &err));
+    assert_int_equal(err.code, TERN_EINVAL);
+    if (!have_gpu()) {
+        model_backend *be = model_backend_cuda_new(NULL, 0, &err);
+        assert_null(be);
+        assert_int_equal(err.code, TERN_EUNSUPPORTED);
+        skip();
+    }
+    model_backend *be = model_backend_cuda_new(NULL, 99, &err); /* no such GPU */
+    assert_null(be);
+    assert_int_equal(err.code, TERN_EINVAL);
+}
+
+static void test_matmul(void **state)
+{
+    (void)state;
+    if (!have_gpu())
+        skip();
+    tern_err err = {0};
+    model_backend *cpu = model_backend_cpu_new(2, &err), *gpu = model_backend_cuda_new(NULL, 0, &err);
+    if (!gpu)
+        fail_msg("%s", err.msg);
+    assert_non_null(cpu);
+    tern_rng r;
+    tern_rng_seed(&r, 1234, 1);
+    const int kinds[][2] = {{0, 0}, {1, 0}, {2, 0}, {4, 32}, {4, 64}, {4, 128}, {8, 32}, {8, 64}};
+    const int Ts[] = {1, 3, 9, 40};
+    const int n_in = 512, outs[3] = {136, 40, 72};
+    for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+        test_w tw[3];
+        for (int i = 0; i < 3; i++)
+            make_weight(&r, &tw[i], kinds[ki][0], outs[i], n_in, kinds[ki][1]);
+        const model_weight *w[3] = {&tw[0].w, &tw[1].w, &tw[2].w};
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            int T = Ts[ti];
+            float *X = malloc((size_t)T * n_in * sizeof(float));
+            float *yc[3], *yg[3];
+            fill(&r, X, (size_t)T * n_in, 1.0f);
+            for (int i = 0; i < 3; i++) {
+                yc[i] = malloc((size_t)T * outs[i] * sizeof(float));
+                yg[i] = malloc((size_t)T * outs[i] * sizeof(float));
+                for (size_t e = 0; e < (size_t)T * outs[i]; e++)
+                    yg[i][e] = NAN; /* poison: every output must be written */
+            }
+            assert_int_equal(cpu->matmul(cpu, 3, w, X, yc, T, &err), 0);
+            if (gpu->matmul(gpu, 3, w, X, yg, T, &err))
+                fail_msg("%s", err.msg);
+            int cublas = T >= 33;
+            double tol = !cublas || kinds[ki][0] == 0 ? 2e-5 : kinds[ki][0] == 2 ? 2e-3 : 1e-2;
+            for (int i = 0; i < 3; i++) {
+                double e = rel_err(yg[i], yc[i], (size_t)T * outs[i]);
+                print_message("matmul kind %d group %d T %d mat %d: rel err %.3g (tol %.0e)\n", kinds[ki][0],
+                              kinds[ki][1], T, i, e, tol);
+                if (!(e <= tol))
+                    fail_msg("kind %d T %d: relative error %g over %g", kinds[ki][0], T, e, tol);
+            }
+            /* batch invariance of the GEMV path: each row alone = its row in the batch */
+            if (!cublas && T > 1) {
+                float *one[3];
+                for (int i = 0; i < 3; i++)
+                    one[i] = malloc((size_t)outs[i] * sizeof(float));
+                for (int t = 0; t < T; t += T - 1) {
+                    if (gpu->matmul(gpu, 3, w, X + (size_t)t * n_in, one, 1, &err))
+                        fail_msg("%s", err.msg);
+                    for (int i = 0; i < 3; i++)
+                        assert_memory_equal(one[i], yg[i] + (size_t)t * outs[i], (size_t)outs[i] * sizeof(float));
+                }
+                for (int i = 0; i < 3; i++)
+                    free(one[i]);
+            }
+            for (int i = 0; i < 3; i++) {
+                free(yc[i]);
+                free(yg[i]);
+            }
+            free(X);
+        }
+        for (int i = 0; i < 3; i++)
+            free_weight(&tw[i]);
+    }
+    gpu->free(gpu);
+    cpu->free(cpu);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    if (!have_gpu())
+        skip();
+    tern_err err = {0};
+    model_backend *cpu = model_backend_cpu_new(2, &err), *gpu = model_backend_cuda_new(NULL, 0, &err);
+    if (!gpu)
+        fail_msg("%s", err.msg);
+    tern_rng r;
+    tern_rng_seed(&r, 99, 2);
+    const int hds[] = {64, 128, 256};
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        int hd = hds[hi], n_head = 8, n_kv = 2, n_layer = 2;
+        kv_pool kv;
+        assert_int_equal(kv_pool_init(&kv, n_layer, n_kv * hd, 16, 96, &err), 0);
+        fill(&r, kv.k, (size_t)n_layer * 96 * 16 * n_kv * hd, 1.0f);
+        fill(&r, kv.v, (size_t)n_layer * 96 * 16 * n_kv * hd, 1.0f);
+        kv_seq s[3] = {{0}};
+        /* interleaved reservations so block tables are not contiguous */
+        int lens[3] = {5, 37, 700};
+        for (int step = 1; step <= 44; step++)
+            for (int i = 0; i < 3; i++) {
+                int want = lens[i] * step / 44;
+                if (want > 0)
+                    assert_int_equal(kv_seq_reserve(&kv, &s[i], want, &err), 0);
+            }
+        /* batch: seq0 at 4, seq1 at 30..36 (a prefill chunk), seq2 at 699 */
+        int32_t pos[9];
+        kv_seq *seqs[9];
+        int T = 0;
+        pos[T] = 4;
+        seqs[T++] = &s[0];
+        for (int p = 30; p <= 36; p++) {
+            pos[T] = p;
+            seqs[T++] = &s[1];
+        }
+        pos[T] = 699;
+        seqs[T++] = &s[2];
+        fwd_batch b = {T, NULL, pos, seqs, 0, NULL};
+        size_t qn = (size_t)T * n_head * hd;
+        float *q = malloc(qn * sizeof(float)), *oc = malloc(qn * sizeof(float)), *og = malloc(qn * sizeof(float));
+        fill(&r, q, qn, 1.0f);
+        const struct {
+            int window;
+            float softcap;
+        } modes[] = {{0, 0.0f}, {20, 0.0f}, {0, 5.0f}, {300, 50.0f}};
+        for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
+            for (size_t e = 0; e < qn; e++)
+                og[e] = NAN;
+            model_attn a = {&kv, &b, 1, n_head, n_kv, hd, modes[mi].window, 1.0f / sqrtf((float)hd), modes[mi].softcap,
+                            q, oc};
+            assert_int_equal(cpu->attention(cpu, &a, &err), 0);
+            a.out = og;
+            if (gpu->attention(gpu, &a, &err))
+                fail_msg("%s", err.msg);
+            double e = rel_err(og, oc, qn);
+            print_message("attention hd %d window %d softcap %g: rel err %.3g\n", hd, modes[mi].window,
+                          modes[mi].softcap, e);
+            if (!(e <= 2e-5))
+                fail_msg("attention hd %d mode %zu: relative error %g", hd, mi, e);
+        }
+        free(q);
+        free(oc);
+        free(og);
+        for (int i = 0; i < 3; i++)
+            kv_seq_free(&kv, &s[i]);
+        kv_pool_free(&kv);
+    }
+    gpu->free(gpu);
+    cpu->free(cpu);
+}
+
+static void sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    if (system(cmd) != 0)
+        fail_msg("command failed: %s", cmd);
+}
+
+/* Prefill of n_prompt tokens as one batch, then n_dec greedy steps; logits of
+ * every step into out[(1 + n_dec)][V], the chosen ids into ids. */
+static void run_model(tern_model *m, const int32_t *prompt, int n_prompt, int n_dec, float *out, int32_t *ids)
+{
+    tern_err err = {0};
+    kv_pool kv;
+    kv_seq seq = {0};
+    int V = m->cfg.n_vocab;
+    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, 16, &err), 0);
+    assert_int_equal(kv_seq_reserve(&kv, &seq, n_prompt + n_dec, &err), 0);
+    int32_t pos[256];
+    kv_seq *seqs[256];
+    for (int i = 0; i < n_prompt; i++) {
+        pos[i] = i;
+        seqs[i] = &seq;
+    }
+    int32_t last = n_prompt - 1;
+    fwd_batch b = {n_prompt, prompt, pos, seqs, 1, &last};
+    if (model_forward(m, &kv, &b, out, &err))
+        fail_msg("%s", err.msg);
+    for (int s = 0; s < n_dec; s++) {
+        const float *lg = out + (size_t)s * V;
+        int32_t best = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[v] > lg[best])
+                best = v;
+        ids[s] = best;
+        int32_t p = n_prompt + s, zero = 0;
+        kv_seq *sq = &seq;
+        fwd_batch d = {1, &ids[s], &p, &sq, 1, &zero};
+        if (model_forward(m, &kv, &d, out + (size_t)(s + 1) * V, &err))
+            fail_msg("%s", err.msg);
+    }
+    kv_seq_free(&kv, &seq);
+    kv_pool_free(&kv);
+}
+
+static void check_family(const char *family, const char *extra, int bits, int n_prompt, double tol)
+{
+    const char *build = getenv("TERN_BUILD") ? getenv("TERN_BUILD") : "build";
+    const char *bin = getenv("TERN_BIN") ? getenv("TERN_BIN") : "build/tern";
+    char dir[] = "/tmp/tern_cuda_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    sh("%s/tools/make_fixture --family %s --dim 256 --layers 3 --heads 8 --kv-heads 2 --ff 512 --vocab 512 "
+       "--dtype bf16 %s --out %s/m --tokenizer %s >/dev/null",
+       build, family, extra, dir, shared_path("models/stories260K"));
+    char mdir[256];
+    snprintf(mdir, sizeof mdir, "%s/m", dir);
+    if (bits) {
+        sh("%s convert %s/m %s/q --bits %d --group-size 64 2>/dev/null", bin, dir, dir, bits);
+        snprintf(mdir, sizeof mdir, "%s/q", dir);
+    }
+    tern_err err = {0};
+    model_load_opts oc = {2, "cpu"}, og = {0, "cuda"};
+    tern_model *mc = model_load_ex(mdir, &oc, &err), *mg = NULL;
+    if (!mc || !(mg = model_load_ex(mdir, &og, &err)))
+        fail_msg("%s", err.msg);
+    int n_dec = 12, V = mc->cfg.n_vocab;
+    int32_t prompt[64], idc[16], idg[16];
+    tern_rng r;
+    tern_rng_seed(&r, 7, (uint64_t)n_prompt);
+    for (int i = 0; i < n_prompt; i++)
+        prompt[i] = (int32_t)(tern_rng_f32(&r) * (V - 1));
+    float *lc = malloc((size_t)(n_dec + 1) * V * sizeof(float)), *lg = malloc((size_t)(n_dec + 1) * V * sizeof(float));
+    run_model(mc, prompt, n_prompt, n_dec, lc, idc);
+    /* GPU on its own greedy path; compare logits along the CPU's tokens too */
+    run_model(mg, prompt, n_prompt, n_dec, lg, idg);
+    double e = rel_err(lg, lc, (size_t)V); /* prefill logits */
+    int same = !memcmp(idc, idg, sizeof(int32_t) * n_dec);
+    print_message("forward %s %s bits %d prompt %d: prefill rel err %.3g, greedy ids %s\n", family, extra, bits,
+                  n_prompt, e, same ? "identical" : "differ");
+    if (!(e <= tol))
+        fail_msg("%s: prefill logits relative error %g over %g", family, e, tol);
+    if (same) {
+        double ed = rel_err(lg, lc, (size_t)(n_dec + 1) * V);
+        print_message("  all %d steps: rel err %.3g\n", n_dec + 1, ed);
+        if (!(ed <= tol))
+            fail_msg("%s: decode logits relative error %g over %g", family, ed, tol);
+    } else if (tol < 1e-3) {
+        fail_msg("%s: greedy ids differ on an f32-accumulated path", family);
+    }
+    free(lc);
+    free(lg);
+    model_free(mc);
+    model_free(mg);
+    sh("rm -rf %s", dir);
+}
+
+static void test_forward(void **state)
+{
+    (void)state;
+    if (!have_gpu())
+        skip();
+    check_family("llama", "", 0, 20, 2e-5);
+    check_family("qwen2", "", 0, 20, 2e-5);
+    check_family("qwen3", "", 0, 20, 2e-5);
+    check_family("gemma2", "--attn-softcap 50 --final-softcap 30 --sliding-window 8", 0, 20, 2e-5);
+    check_family("llama", "", 4, 20, 2e-5);
+    check_family("llama", "", 8, 20, 2e-5);
+    /* prompt through cuBLAS (bf16-rounded activations): the bf16 envelope */
+    check_family("llama", "", 0, 48, 2e-2);
+    check_family("llama", "", 4, 48, 2e-2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_not_built_or_no_gpu),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_forward),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,10 @@
+# CUDA: test_cuda.c (CUDA vs CPU on a GPU; skips without one) is picked up
+# like every test. Where nvcc exists but this build is CPU-only, a cheap
+# check compiles the CUDA sources in a side build dir (label cuda, no-asan).
+set_tests_properties(cuda.test_cuda PROPERTIES LABELS "cuda;no-asan" TIMEOUT 600)
+find_program(TERN_NVCC nvcc PATHS /usr/local/cuda/bin)
+if(TERN_NVCC AND NOT TERN_CUDA)
+  tern_add_script_test(NAME cuda.compile
+    COMMAND sh ${CMAKE_SOURCE_DIR}/tests/cuda/compile_check.sh ${TERN_NVCC} ${CMAKE_BINARY_DIR}/cuda-compile ${CMAKE_C_COMPILER}
+    TIMEOUT 900 LABELS "cuda;no-asan")
+endif()
