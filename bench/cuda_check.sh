@@ -24,7 +24,7 @@ stamp() { echo "== $(( $(date +%s) - t0 ))s: $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 stamp build
-if ! { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON && cmake --build "$B" -j "${JOBS:-16}"; } > "$OUT/build.log" 2>&1; then
+if ! { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON && cmake --build "$B" -j "${JOBS:-16}" --target tern_cli bench_cuda make_fixture cuda_test_cuda; } > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"
   exit 1
 fi
