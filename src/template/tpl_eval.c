@@ -329,10 +329,19 @@ static tv repeat(tpl_render *r, tv seq, int64_t k, long pos)
         size_t n = seq.u.s->len;
         if (n && (uint64_t)k > (r->c.arena->limit ? r->c.arena->limit : ((size_t)1 << 40)) / n)
             tpl_fail(&r->c, TERN_EFULL, pos, "string repetition too large");
-        tbuf b = {0};
-        for (int64_t i = 0; i < k; i++)
-            tbuf_put(&r->c, &b, seq.u.s->s, n);
-        return tv_str(b.len ? tbuf_str(&r->c, &b) : tstr_new(&r->c, "", 0));
+        size_t total = n * (size_t)k;
+        tstr *t = tpl_alloc(&r->c, sizeof *t + total + 1);
+        t->len = total;
+        if (total) { /* fill by doubling copies */
+            memcpy(t->s, seq.u.s->s, n);
+            for (size_t done = n; done < total;) {
+                size_t m = done < total - done ? done : total - done;
+                memcpy(t->s + done, t->s, m);
+                done += m;
+            }
+        }
+        t->s[total] = '\0';
+        return tv_str(t);
     }
     size_t n = seq.u.l->n;
     if (n && (uint64_t)k > ((size_t)1 << 28) / n)

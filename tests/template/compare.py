@@ -70,6 +70,20 @@ def main():
             if bad <= 3:
                 print("MISMATCH %s case %d\n  request: %s\n  oracle:  %r\n  tern:    %r"
                       % (d, i, lines[i][:300], w, g))
+        # single-request mode: exact bytes on stdout (no added newline), or
+        # exit code 1 with the message on stderr
+        for i in range(0, len(lines), max(1, len(lines) // 6)):
+            p = subprocess.run([tern, "template", d], input=lines[i].encode(), capture_output=True, timeout=60)
+            w = want[i]
+            if "text" in w:
+                single_ok = p.returncode == 0 and p.stdout.decode() == w["text"]
+            else:
+                single_ok = (p.returncode == 1 and not p.stdout and
+                             (not w.get("raised") or w["error"] in p.stderr.decode()))
+            if not single_ok:
+                bad += 1
+                print("SINGLE-MODE MISMATCH %s case %d: rc %d, stdout %r, stderr %r, oracle %r"
+                      % (d, i, p.returncode, p.stdout[:200], p.stderr[:200], w))
         name = os.path.basename(os.path.normpath(d))
         print("%-10s identical %3d, both-error %3d, mismatched %d" % (name, ok, errs, bad))
         if bad or ok < args.min_ok:
