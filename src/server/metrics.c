@@ -58,7 +58,7 @@ char *metrics_stats_json(tern_server *s)
             long long v = atomic_load(&s->met.http[r][c]);
             if (!v)
                 continue;
-            char k[8];
+            char k[16];
             if (c)
                 snprintf(k, sizeof k, "%dxx", c);
             else

@@ -170,8 +170,8 @@ try {
   await expectError(client.chat.completions.create({ ...greedy, model: 'gpt-4o' }), 400, 'unknown model', 'model');
   await expectError(client.chat.completions.create({ ...greedy, messages: [{ role: 'user', content: 'word '.repeat(3000) }] }), 400, 'over-long prompt', 'messages');
   await expectError(client.completions.create({ model: M, prompt: 'hi', max_tokens: 100000 }), 400, 'prompt + max_tokens over the context');
-  await expectError(client.chat.completions.create({ ...greedy, response_format: { type: 'json_object' } }), 400, 'structured output not supported yet', 'response_format');
-  await expectError(client.chat.completions.create({ ...greedy, guided_regex: 'a+' }), 400, 'guided_regex not supported yet', 'guided_regex');
+  await expectError(client.chat.completions.create({ ...greedy, response_format: { type: 'yaml' } }), 400, 'unknown response_format type');
+  await expectError(client.chat.completions.create({ ...greedy, guided_regex: '(a' }), 400, 'guided_regex that does not compile', 'guided_regex');
   await expectError(client.chat.completions.create({ ...greedy, frobnicate: 1 }), 400, 'unknown field named', 'frobnicate');
   await expectError(client.chat.completions.create({ ...greedy, messages: [] }), 400, 'empty messages', 'messages');
   await expectError(client.chat.completions.create({ ...greedy, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }), 400, 'image content part');

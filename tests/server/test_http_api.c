@@ -130,9 +130,6 @@ static void test_errors(void **state)
     BAD("{%s,\"stop\":[\"\"]}", 400, "stop");
     BAD("{%s,\"top_logprobs\":2}", 400, "top_logprobs");
     BAD("{%s,\"model\":\"other\"}", 400, "model");
-    BAD("{%s,\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format");
-    BAD("{%s,\"guided_choice\":[\"a\"]}", 400, "guided_choice");
-    BAD("{%s,\"structured_outputs\":{}}", 400, "structured_outputs");
     BAD("{%s,\"wat\":1}", 400, "wat");
     BAD("{%s,\"stream_options\":{\"include_usage\":true}}", 400, "stream_options");
     BAD("{%s,\"tool_choice\":\"required\"}", 400, "tool_choice");
