@@ -750,7 +750,24 @@ static int is_required(json_object *s, const char *k)
 }
 
 /* 1 when no value can satisfy both x and y (sound, not complete). */
-static int disjoint(json_object *x, json_object *y)
+/* Strict mode closes objects: can an instance of y hold key k? (only when
+ * y is a plain object schema whose keys are all listed) */
+static int closed_without(json_object *y, const char *k)
+{
+    static const char *const open_k[] = {"allOf", "anyOf", "oneOf", "not", "if", "$ref",
+                                         "dependentSchemas", "dependencies", "patternProperties",
+                                         "unevaluatedProperties", "propertyNames"};
+    for (size_t i = 0; i < sizeof open_k / sizeof open_k[0]; i++)
+        if (has(y, open_k[i]))
+            return 0;
+    json_object *ap = get(y, "additionalProperties");
+    if (ap && !(json_object_is_type(ap, json_type_boolean) && !json_object_get_boolean(ap)))
+        return 0;
+    json_object *py = get(y, "properties");
+    return !(py && json_object_object_get_ex(py, k, NULL)) && !is_required(y, k);
+}
+
+static int disjoint(sc *c, json_object *x, json_object *y)
 {
     if (json_object_is_type(x, json_type_boolean) || json_object_is_type(y, json_type_boolean))
         return !json_object_get_boolean(x) || !json_object_get_boolean(y) ? 1 : 0;
@@ -769,9 +786,22 @@ static int disjoint(json_object *x, json_object *y)
                 if (!json_object_object_get_ex(py, k, &sy) || !is_required(x, k) || !is_required(y, k))
                     continue;
                 if (json_object_is_type(sx, json_type_object) && json_object_is_type(sy, json_type_object) &&
-                    !has(sx, "$ref") && !has(sy, "$ref") && disjoint(sx, sy))
+                    !has(sx, "$ref") && !has(sy, "$ref") && disjoint(c, sx, sy))
                     return 1;
             }
+        }
+        /* strict: a property one side requires and the other cannot hold */
+        if (c->o.strict) {
+            json_object *rs[2] = {get(x, "required"), get(y, "required")};
+            json_object *other[2] = {y, x};
+            for (int side = 0; side < 2; side++)
+                for (size_t i = 0; json_object_is_type(rs[side], json_type_array) &&
+                                   i < json_object_array_length(rs[side]); i++) {
+                    json_object *e = json_object_array_get_idx(rs[side], i);
+                    if (json_object_is_type(e, json_type_string) &&
+                        closed_without(other[side], json_object_get_string(e)))
+                        return 1;
+                }
         }
     }
     return 0;
@@ -1139,7 +1169,7 @@ static int gen_alts(sc *c, json_object *base, json_object *list, const char *kw,
         int overlap = 0;
         for (size_t i = 0; i < n && !overlap; i++)
             for (size_t j = i + 1; j < n && !overlap; j++)
-                if (!disjoint(br[i], br[j]))
+                if (!disjoint(c, br[i], br[j]))
                     overlap = 1, oi = i, oj = j;
         /* not provably disjoint: exactly one holds = branch i AND NOT every
          * other branch, when the negations are expressible */
