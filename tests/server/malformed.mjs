@@ -182,6 +182,21 @@ try {
   check(!idle.timeout, 'a stalled header is timed out by the server', idle);
   const h = await fetch(srv.url + '/health');
   check(h.status === 200, 'server still up');
+  // queue full: one running row and one waiting slot, so a third concurrent request gets 429
+  const small = await startServer(['--max-batch', '1', '--max-queue', '1']);
+  try {
+    const req = () => fetch(small.url + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 200, ignore_eos: true, temperature: 0 }) });
+    const first = req();
+    await new Promise((r) => setTimeout(r, 300));
+    const rs = await Promise.all([req(), req(), req(), first]);
+    const codes = rs.map((r) => r.status).sort();
+    const busy = rs.find((r) => r.status === 429);
+    check(busy && codes.filter((c) => c === 200).length >= 2, 'a full queue answers 429, the admitted requests finish', codes);
+    if (busy) check(isOpenAIError(await busy.text()), '429 in OpenAI shape');
+  } finally {
+    await small.stop();
+  }
 } catch (e) {
   check(false, 'unexpected exception', e && e.stack ? e.stack : String(e));
 } finally {
