@@ -119,10 +119,9 @@ static tlist *sorted(tpl_render *r, tlist *in, tv *keys, int reverse, long pos)
 static tv f_tojson(tpl_render *r, tv v, tv *a, long pos)
 {
     /* HF: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
-    tjson_opts o = {NULL, ", ", ": ", 0};
+    tjson_opts o = {NULL, ", ", ": ", 0, 0};
     char ind[64];
-    if (given(a[0]) && tv_truthy(a[0]))
-        FAIL(r, pos, "tojson: ensure_ascii=True is not supported");
+    o.ensure_ascii = given(a[0]) && tv_truthy(a[0]);
     if (given(a[1]) && a[1].t != TV_NONE) {
         if (a[1].t == TV_STR) {
             o.indent = a[1].u.s->s;

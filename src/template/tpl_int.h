@@ -170,12 +170,13 @@ tstr *tv_to_tstr(tpl_ctx *c, tv v);   /* str(v); shares the string if v is one *
 /* Python float repr ("1.0", "1e-05", "inf"). */
 void tpl_float_repr(double f, char out[32]);
 
-/* json.dumps(v, ensure_ascii=False, indent, separators, sort_keys).
+/* json.dumps(v, ensure_ascii, indent, separators, sort_keys).
  * indent: NULL = compact one-line form. */
 typedef struct tjson_opts {
     const char *indent; /* NULL or the indent unit */
     const char *item_sep, *key_sep;
     int sort_keys;
+    int ensure_ascii; /* escape non-ASCII as \\uXXXX */
 } tjson_opts;
 void tv_tojson_to(tpl_ctx *c, tbuf *b, tv v, const tjson_opts *o, long pos);
 

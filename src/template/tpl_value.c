@@ -550,14 +550,29 @@ tstr *tv_to_tstr(tpl_ctx *c, tv v)
 
 /* ---- tojson ------------------------------------------------------------- */
 
-static void json_str(tpl_ctx *c, tbuf *b, const char *s, size_t n)
+static void json_str(tpl_ctx *c, tbuf *b, const char *s, size_t n, int ascii)
 {
     tbuf_putc(c, b, '"');
     size_t start = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         const char *esc = NULL;
-        char t[8];
+        char t[16];
+        if (ascii && ch >= 0x80) { /* ensure_ascii: \uXXXX, surrogate pairs above the BMP */
+            size_t cl;
+            int32_t cp = utf8_decode(s + i, n - i, &cl);
+            if (cp < 0)
+                cp = 0xFFFD;
+            if (cp >= 0x10000)
+                snprintf(t, sizeof t, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF));
+            else
+                snprintf(t, sizeof t, "\\u%04x", (unsigned)cp);
+            tbuf_put(c, b, s + start, i - start);
+            tbuf_puts(c, b, t);
+            i += cl - 1;
+            start = i + 1;
+            continue;
+        }
         switch (ch) {
         case '"': esc = "\\\""; break;
         case '\\': esc = "\\\\"; break;
@@ -589,11 +604,11 @@ static void json_newline(tpl_ctx *c, tbuf *b, const tjson_opts *o, int level)
         tbuf_puts(c, b, o->indent);
 }
 
-static void json_key(tpl_ctx *c, tbuf *b, tv k, long pos)
+static void json_key(tpl_ctx *c, tbuf *b, tv k, long pos, int ascii)
 {
     char t[40];
     switch (k.t) {
-    case TV_STR: json_str(c, b, k.u.s->s, k.u.s->len); return;
+    case TV_STR: json_str(c, b, k.u.s->s, k.u.s->len, ascii); return;
     case TV_INT: snprintf(t, sizeof t, "\"%lld\"", (long long)k.u.i); break;
     case TV_BOOL: snprintf(t, sizeof t, "\"%s\"", k.u.i ? "true" : "false"); break;
     case TV_NONE: snprintf(t, sizeof t, "\"null\""); break;
@@ -642,7 +657,7 @@ static void tojson_rec(tpl_ctx *c, tbuf *b, tv v, const tjson_opts *o, int level
             tbuf_puts(c, b, t);
         }
         return;
-    case TV_STR: json_str(c, b, v.u.s->s, v.u.s->len); return;
+    case TV_STR: json_str(c, b, v.u.s->s, v.u.s->len, o->ensure_ascii); return;
     case TV_LIST: {
         tlist *l = v.u.l;
         if (!l->n) {
@@ -689,7 +704,7 @@ static void tojson_rec(tpl_ctx *c, tbuf *b, tv v, const tjson_opts *o, int level
                 tbuf_puts(c, b, o->item_sep);
             if (o->indent)
                 json_newline(c, b, o, level + 1);
-            json_key(c, b, d->keys[i], pos);
+            json_key(c, b, d->keys[i], pos, o->ensure_ascii);
             tbuf_puts(c, b, o->key_sep);
             tojson_rec(c, b, d->vals[i], o, level + 1, pos);
         }

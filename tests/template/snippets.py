@@ -105,6 +105,7 @@ SNIPPETS = [
     ("{{ d | tojson }} {{ l | tojson }} {{ 'é\"\\n\\t<>&\\'' | tojson }} {{ none | tojson }} {{ 1.0 | tojson }} {{ true | tojson }}", {"d": D, "l": L}),
     ("{{ d | tojson(indent=2) }}\n{{ [] | tojson(indent=2) }}\n{{ {} | tojson(indent=4) }}\n{{ [1, [2, {}]] | tojson(indent=1) }}", {"d": D}),
     ("{{ d | tojson(sort_keys=true) }} {{ d | tojson(separators=(',', ':')) }} {{ d | tojson(indent='\\t') }}", {"d": {"b": 1, "a": [1, 2]}}),
+    ("{{ x | tojson(true) }} {{ x | tojson(ensure_ascii=true, indent=1) }}", {"x": {"é": "日本 😀 \u00a0", "k": ["ß"]}}),
     ("{{ f | tojson }} {{ f }} {{ big | tojson }}", {"f": [0.1, 1e16, 1e-7, 123456789.125, -0.0, 2.5e-5, 1e22], "big": 1234567890123}),
     ("{{ 42 | string }}{{ [1] | string }} {{ '12' | int + 1 }} {{ '3.7' | int }} {{ 'x' | int }} {{ 'x' | int(5) }} {{ 3.9 | int }} {{ '0x1A' | int(0, 16) }} {{ ' 7 ' | int }}", {}),
     ("{{ '1.5' | float }} {{ 2 | float }} {{ 'abc' | float }} {{ -3 | abs }} {{ -2.5 | abs }}", {}),
