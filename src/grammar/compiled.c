@@ -169,14 +169,10 @@ grammar_compiled *grammar_compile_ebnf(const char *text, size_t len, const gramm
     return grammar_compile(g, vocab, err);
 }
 
-static void entry_free(gctx_entry *e)
+void gctx_entry_free(gctx_entry *e)
 {
     if (!e)
         return;
-    for (int32_t i = 0; i < e->n_child; i++)
-        entry_free(e->child[i]);
-    free(e->child);
-    free(e->child_state);
     free(e->acc_bits);
     free(e->acc_ids);
     free(e->pops);
@@ -187,9 +183,10 @@ void grammar_compiled_free(grammar_compiled *cg)
 {
     if (!cg)
         return;
-    if (cg->entries && cg->g)
-        for (int32_t s = 0; s < cg->g->n_states; s++)
-            entry_free(cg->entries[s]);
+    for (size_t i = 0; i < cg->n_owned; i++)
+        gctx_entry_free(cg->owned[i]);
+    free(cg->owned);
+    free(cg->children);
     free(cg->entries);
     gstk_pool_free(&cg->pool);
     free(cg->set_off);
@@ -294,7 +291,7 @@ static gctx_entry *pack_entry(grammar_compiled *cg)
 fail:
     memset(bits, 0, v->n_words * sizeof *bits);
     cg->n_scratch_pops = 0;
-    entry_free(e);
+    gctx_entry_free(e);
     return NULL;
 }
 
@@ -343,6 +340,119 @@ static gctx_entry *compute_child(grammar_compiled *cg, const gctx_entry *e, int3
     return pack_entry(cg);
 }
 
+/* ---- sharing and ownership --------------------------------------------------- */
+
+static size_t entry_bytes(const grammar_vocab *v, const gctx_entry *e)
+{
+    return sizeof *e + (e->acc_bits ? v->n_words * 4 : (size_t)e->n_acc * 4) + (size_t)e->n_pops * 4;
+}
+
+static inline uint64_t key_mix(uint64_t a, uint64_t b)
+{
+    uint64_t h = (a ^ (b + 0x9E3779B97F4A7C15ULL + (a << 6) + (a >> 2))) * 0xD6E8FEB86659FD93ULL;
+    return (h ^ (h >> 32)) | 1; /* never 0 */
+}
+
+static gctx_entry *share_find(grammar_vocab *v, uint64_t key)
+{
+    if (!v->share_cap)
+        return NULL;
+    for (size_t i = key & (v->share_cap - 1);; i = (i + 1) & (v->share_cap - 1)) {
+        if (!v->share[i].e)
+            return NULL;
+        if (v->share[i].key == key)
+            return v->share[i].e;
+    }
+}
+
+static int share_put(grammar_vocab *v, uint64_t key, gctx_entry *e)
+{
+    if (v->share_n >= GSHARE_MAX_ENTRIES || v->share_bytes + entry_bytes(v, e) > GSHARE_MAX_BYTES)
+        return -1;
+    if ((v->share_n + 1) * 2 > v->share_cap) {
+        size_t cap = v->share_cap ? v->share_cap * 2 : 256;
+        gshare_slot *ns = calloc(cap, sizeof *ns);
+        if (!ns)
+            return -1;
+        for (size_t i = 0; i < v->share_cap; i++) {
+            if (!v->share[i].e)
+                continue;
+            size_t j = v->share[i].key & (cap - 1);
+            while (ns[j].e)
+                j = (j + 1) & (cap - 1);
+            ns[j] = v->share[i];
+        }
+        free(v->share);
+        v->share = ns;
+        v->share_cap = cap;
+    }
+    size_t j = key & (v->share_cap - 1);
+    while (v->share[j].e)
+        j = (j + 1) & (v->share_cap - 1);
+    v->share[j].key = key;
+    v->share[j].e = e;
+    v->share_n++;
+    v->share_bytes += entry_bytes(v, e);
+    return 0;
+}
+
+static int own(grammar_compiled *cg, gctx_entry *e)
+{
+    if (cg->n_owned == cg->cap_owned) {
+        size_t cap = cg->cap_owned ? cg->cap_owned * 2 : 64;
+        gctx_entry **no = realloc(cg->owned, cap * sizeof *no);
+        if (!no)
+            return -1;
+        cg->owned = no;
+        cg->cap_owned = cap;
+    }
+    cg->owned[cg->n_owned++] = e;
+    return 0;
+}
+
+/* Publishes a freshly computed entry: into the vocabulary's shared cache
+ * when it has a key (another grammar may have won the race: then its copy
+ * is used), else owned by cg. Returns the entry to use, NULL on OOM. */
+static gctx_entry *publish(grammar_compiled *cg, gctx_entry *e, uint64_t key)
+{
+    if (!e)
+        return NULL;
+    if (key) {
+        grammar_vocab *v = (grammar_vocab *)cg->v;
+        pthread_mutex_lock(&v->share_lock);
+        gctx_entry *old = share_find(v, key);
+        int stored = 0;
+        if (!old) {
+            e->key = key;
+            stored = share_put(v, key, e) == 0;
+        }
+        pthread_mutex_unlock(&v->share_lock);
+        if (old) {
+            gctx_entry_free(e);
+            return old;
+        }
+        if (stored)
+            return e;
+        e->key = 0; /* cache full: keep it private */
+    }
+    if (own(cg, e)) {
+        gctx_entry_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static gctx_entry *shared_lookup(grammar_compiled *cg, uint64_t key)
+{
+    if (!key)
+        return NULL;
+    grammar_vocab *v = (grammar_vocab *)cg->v;
+    pthread_mutex_lock(&v->share_lock);
+    gctx_entry *e = share_find(v, key);
+    pthread_mutex_unlock(&v->share_lock);
+    return e;
+}
+
 const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
 {
     gctx_entry *e = __atomic_load_n(&cg->entries[s], __ATOMIC_ACQUIRE);
@@ -351,7 +461,11 @@ const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
     pthread_mutex_lock(&cg->lock);
     e = cg->entries[s];
     if (!e) {
-        e = compute_entry(cg, s);
+        uint64_t sig = grammar_state_sig(cg->g, s);
+        uint64_t key = sig ? key_mix(sig, 0x70B) : 0;
+        e = shared_lookup(cg, key);
+        if (!e)
+            e = publish(cg, compute_entry(cg, s), key);
         if (e)
             __atomic_store_n(&cg->entries[s], e, __ATOMIC_RELEASE);
     }
@@ -359,33 +473,59 @@ const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
     return e;
 }
 
-const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *ce, int32_t t)
+static inline size_t child_hash(const gctx_entry *p, int32_t t)
 {
-    gctx_entry *e = (gctx_entry *)ce, *c = NULL;
+    uint64_t h = ((uint64_t)(uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uint32_t)t * 0xC2B2AE3D27D4EB4FULL;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static int child_put(grammar_compiled *cg, const gctx_entry *p, int32_t t, gctx_entry *c)
+{
+    if ((cg->n_children + 1) * 2 > cg->cap_children) {
+        size_t cap = cg->cap_children ? cg->cap_children * 2 : 64;
+        gchild_slot *ns = calloc(cap, sizeof *ns);
+        if (!ns)
+            return -1;
+        for (size_t i = 0; i < cg->cap_children; i++) {
+            if (!cg->children[i].child)
+                continue;
+            size_t j = child_hash(cg->children[i].parent, cg->children[i].t) & (cap - 1);
+            while (ns[j].child)
+                j = (j + 1) & (cap - 1);
+            ns[j] = cg->children[i];
+        }
+        free(cg->children);
+        cg->children = ns;
+        cg->cap_children = cap;
+    }
+    size_t j = child_hash(p, t) & (cg->cap_children - 1);
+    while (cg->children[j].child)
+        j = (j + 1) & (cg->cap_children - 1);
+    cg->children[j] = (gchild_slot){p, t, c};
+    cg->n_children++;
+    return 0;
+}
+
+const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int32_t t)
+{
+    gctx_entry *c = NULL;
     pthread_mutex_lock(&cg->lock);
-    for (int32_t i = 0; i < e->n_child; i++) {
-        if (e->child_state[i] == t) {
-            c = e->child[i];
-            goto out;
+    if (cg->cap_children) {
+        for (size_t j = child_hash(e, t) & (cg->cap_children - 1); cg->children[j].child;
+             j = (j + 1) & (cg->cap_children - 1)) {
+            if (cg->children[j].parent == e && cg->children[j].t == t) {
+                c = cg->children[j].child;
+                goto out;
+            }
         }
     }
-    if (e->n_child == e->cap_child) {
-        int32_t cap = e->cap_child ? e->cap_child * 2 : 4;
-        int32_t *cs = realloc(e->child_state, (size_t)cap * sizeof *cs);
-        if (!cs)
-            goto out;
-        e->child_state = cs;
-        gctx_entry **ch = realloc(e->child, (size_t)cap * sizeof *ch);
-        if (!ch)
-            goto out;
-        e->child = ch;
-        e->cap_child = cap;
-    }
-    c = compute_child(cg, e, t);
-    if (c) {
-        e->child_state[e->n_child] = t;
-        e->child[e->n_child++] = c;
-    }
+    uint64_t sig = e->key ? grammar_state_sig(cg->g, t) : 0;
+    uint64_t key = sig ? key_mix(e->key, sig) : 0;
+    c = shared_lookup(cg, key);
+    if (!c)
+        c = publish(cg, compute_child(cg, e, t), key);
+    if (c && child_put(cg, e, t, c))
+        c = NULL; /* OOM: the entry stays owned or shared, freed later */
 out:
     pthread_mutex_unlock(&cg->lock);
     return c;

@@ -24,21 +24,32 @@
  * produce are short and few. */
 typedef struct gctx_entry gctx_entry;
 struct gctx_entry {
+    uint64_t key;        /* structural key if shared through the vocab, else 0 */
     uint32_t *acc_bits;  /* [n_words] bitset for a large accepted set, or */
     int32_t *acc_ids;    /* the ids of a small one */
     int32_t n_acc;
     int32_t *pops;       /* vocab trie nodes with a suffix to pass on */
     int32_t n_pops;
-    int32_t n_child, cap_child;
-    int32_t *child_state;  /* [n_child] caller return states */
-    gctx_entry **child;    /* [n_child] */
 };
+
+void gctx_entry_free(gctx_entry *e);
+
+/* (entry, caller return state) -> child entry, per compiled grammar */
+typedef struct gchild_slot {
+    const gctx_entry *parent;
+    int32_t t;
+    gctx_entry *child;
+} gchild_slot;
 
 struct grammar_compiled {
     grammar *g;                /* owned */
     const grammar_vocab *v;    /* borrowed */
     pthread_mutex_t lock;      /* guards the precompute context and entries */
     gctx_entry **entries;      /* [n_states], filled lazily, published atomically */
+    gchild_slot *children;     /* open-addressing map, cap a power of two */
+    size_t n_children, cap_children;
+    gctx_entry **owned;        /* entries not shared through the vocab */
+    size_t n_owned, cap_owned;
 
     /* precompute context: stacks with unknown bottoms, interned sets of
      * them and a memo of set x byte -> set (a lazily built DFA) */

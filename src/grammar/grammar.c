@@ -30,6 +30,11 @@ grammar *grammar_from_ebnf(const char *text, size_t len, const char *root, const
         grammar_free(g);
         return NULL;
     }
+    if (grammar_compute_sigs(g)) {
+        tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        grammar_free(g);
+        return NULL;
+    }
     return g;
 }
 
@@ -45,7 +50,111 @@ void grammar_free(grammar *g)
     free(g->be);
     free(g->re_off);
     free(g->re);
+    free(g->rule_sig);
+    free(g->rule_first);
     free(g);
+}
+
+/* ---- structural signatures ------------------------------------------------ */
+
+static inline uint64_t h64(uint64_t h, uint64_t x)
+{
+    h ^= x + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    return h * 0xFF51AFD7ED558CCDULL;
+}
+
+/* Hash of a tree; *ok cleared when it calls a rule without a signature. */
+static uint64_t ast_hash(const grammar *g, const gast *a, uint64_t h, int *ok)
+{
+    h = h64(h, (uint64_t)a->kind * 131 + (uint64_t)a->n);
+    switch (a->kind) {
+    case GAST_BYTES:
+        for (int i = 0; i < a->n; i++)
+            h = h64(h, a->u.bytes[i]);
+        break;
+    case GAST_CLASS:
+        for (int i = 0; i < 2 * a->n; i++)
+            h = h64(h, a->u.cls.ranges[i]);
+        break;
+    case GAST_REF:
+        if (!g->rule_sig[a->u.ref])
+            *ok = 0;
+        h = h64(h, g->rule_sig[a->u.ref]);
+        break;
+    case GAST_SEQ:
+    case GAST_ALT:
+        for (int i = 0; i < a->n; i++)
+            h = ast_hash(g, a->u.kids[i], h, ok);
+        break;
+    case GAST_REP:
+        h = h64(h, (uint64_t)(uint32_t)a->u.rep.min * 7 + (uint64_t)(uint32_t)a->u.rep.max);
+        h = ast_hash(g, a->u.rep.kid, h, ok);
+        break;
+    default:
+        break;
+    }
+    return h;
+}
+
+/* Reference chains deeper than this get no signature (bounded recursion). */
+#define SIG_MAX_DEPTH 1000
+
+static void sig_visit(grammar *g, int32_t r, uint8_t *color, int depth);
+
+static void sig_refs(grammar *g, const gast *a, uint8_t *color, int depth)
+{
+    if (a->kind == GAST_REF)
+        sig_visit(g, a->u.ref, color, depth + 1);
+    else if (a->kind == GAST_SEQ || a->kind == GAST_ALT)
+        for (int i = 0; i < a->n; i++)
+            sig_refs(g, a->u.kids[i], color, depth);
+    else if (a->kind == GAST_REP)
+        sig_refs(g, a->u.rep.kid, color, depth);
+}
+
+/* color: 0 new, 1 in progress (a cycle through it leaves sig 0), 2 done */
+static void sig_visit(grammar *g, int32_t r, uint8_t *color, int depth)
+{
+    if (color[r] || depth > SIG_MAX_DEPTH)
+        return;
+    color[r] = 1;
+    sig_refs(g, g->rule_bodies[r], color, depth);
+    int ok = 1;
+    uint64_t h = ast_hash(g, g->rule_bodies[r], 0x5A17C0DEULL, &ok);
+    /* a rule on a cycle: some callee was still in progress */
+    g->rule_sig[r] = ok ? (h ? h : 1) : 0;
+    color[r] = 2;
+}
+
+int grammar_compute_sigs(grammar *g)
+{
+    g->rule_sig = calloc((size_t)(g->n_rules ? g->n_rules : 1), sizeof *g->rule_sig);
+    g->rule_first = malloc((size_t)(g->n_rules ? g->n_rules : 1) * sizeof *g->rule_first);
+    uint8_t *color = calloc((size_t)(g->n_rules ? g->n_rules : 1), 1);
+    if (!g->rule_sig || !g->rule_first || !color) {
+        free(color);
+        return TERN_ENOMEM;
+    }
+    /* deep call chains are bounded by the parser's nesting limit times the
+     * number of rules; recursion here follows rule references only */
+    for (int32_t r = 0; r < g->n_rules; r++)
+        sig_visit(g, r, color, 0);
+    /* a rule in progress when a cycle closed got sig 0 only if it saw the
+     * in-progress callee; rules calling it inherit 0 via ast_hash */
+    for (int32_t r = 0; r < g->n_rules; r++)
+        g->rule_first[r] = -1;
+    for (int32_t s = g->n_states - 1; s >= 0; s--)
+        g->rule_first[g->st_rule[s]] = s;
+    free(color);
+    return 0;
+}
+
+uint64_t grammar_state_sig(const grammar *g, int32_t s)
+{
+    int32_t r = g->st_rule[s];
+    if (!g->rule_sig[r] || g->rule_first[r] < 0)
+        return 0;
+    return h64(g->rule_sig[r], (uint64_t)(s - g->rule_first[r]) + 1);
 }
 
 /* ---- printing ------------------------------------------------------------ */

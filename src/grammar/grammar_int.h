@@ -70,7 +70,20 @@ struct grammar {
     gbyte_edge *be;
     int32_t *re_off;      /* [n_states+1] rule edges */
     grule_edge *re;
+
+    /* Structural signatures for sharing token sets across grammars: a rule
+     * whose body and (acyclic) callees print the same gets the same
+     * rule_sig and the same state layout, so (rule_sig, s - rule_first)
+     * names a state's behaviour independently of the grammar. 0 = none
+     * (rules in or above a recursion cycle). */
+    uint64_t *rule_sig;   /* [n_rules] */
+    int32_t *rule_first;  /* [n_rules] first state of the rule, -1 if unused */
 };
+
+/* grammar.c: fills rule_sig / rule_first (after gbuild_automaton). */
+int grammar_compute_sigs(grammar *g);
+/* Signature of state s's behaviour, 0 if it has none. */
+uint64_t grammar_state_sig(const grammar *g, int32_t s);
 
 /* ebnf.c: parse text into g's rule names/bodies (root resolved). */
 int gebnf_parse(grammar *g, const char *text, size_t len, const char *root, tern_err *err);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/compiled_int.h"
 #include "grammar/vocab_int.h"
 
 static const grammar_vocab *sort_vocab; /* qsort has no context argument */
@@ -106,6 +107,7 @@ grammar_vocab *grammar_vocab_from_bytes(const char *const *bytes, const size_t *
         tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
         return NULL;
     }
+    pthread_mutex_init(&v->share_lock, NULL);
     v->n_tokens = n_tokens;
     v->mask_width = mask_width;
     v->n_words = ((size_t)mask_width + 31) / 32;
@@ -176,6 +178,11 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->nend);
     free(v->ntok_off);
     free(v->ntok);
+    for (size_t i = 0; i < v->share_cap; i++)
+        if (v->share[i].e)
+            gctx_entry_free(v->share[i].e);
+    free(v->share);
+    pthread_mutex_destroy(&v->share_lock);
     free(v);
 }
 

@@ -2,7 +2,18 @@
 #ifndef TERN_GRAMMAR_VOCAB_INT_H
 #define TERN_GRAMMAR_VOCAB_INT_H
 
+#include <pthread.h>
+
 #include "grammar/grammar.h"
+
+struct gctx_entry;
+
+/* One slot of the vocabulary-wide cache of token sets, keyed by a
+ * structural signature (see grammar_state_sig). */
+typedef struct gshare_slot {
+    uint64_t key;
+    struct gctx_entry *e;
+} gshare_slot;
 
 /* Longest token accepted (bytes); real vocabularies stay far below. */
 #define GRAMMAR_VOCAB_MAX_TOKEN_LEN 4096
@@ -26,6 +37,16 @@ struct grammar_vocab {
     int32_t n_trie_tokens;
     uint8_t *nb;
     int32_t *nd, *nend, *ntok_off, *ntok;
+
+    /* Token sets shared by every grammar compiled against this vocabulary
+     * (identical rules in different schemas walk the trie once). Owned
+     * here; bounded by GSHARE_MAX_* (then grammars keep their own). */
+    pthread_mutex_t share_lock;
+    gshare_slot *share;
+    size_t share_cap, share_n, share_bytes;
 };
+
+#define GSHARE_MAX_ENTRIES 65536
+#define GSHARE_MAX_BYTES ((size_t)512 << 20)
 
 #endif
