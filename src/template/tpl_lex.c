@@ -113,7 +113,7 @@ static tstr *unescape(tpl_ctx *c, const char *s, size_t n, long pos)
         case '\n': break;
         case 'x': case 'u': case 'U': {
             int nd = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-            int32_t cp = 0;
+            int64_t cp = 0; /* 8 hex digits overflow int32 */
             for (int k = 0; k < nd; k++) {
                 char h = i + 1 + k < n ? s[i + 1 + k] : 0;
                 int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
@@ -125,7 +125,7 @@ static tstr *unescape(tpl_ctx *c, const char *s, size_t n, long pos)
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
                 tpl_fail(c, TERN_EFORMAT, pos, "invalid \\%c escape in string literal", e);
             i += (size_t)nd;
-            utf8_put(c, &b, cp);
+            utf8_put(c, &b, (int32_t)cp);
             break;
         }
         default:
