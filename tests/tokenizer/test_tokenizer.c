@@ -338,10 +338,51 @@ static void test_load_errors(void **state)
     rmdir(dir);
 }
 
+/* add_bos_token / add_eos_token apply only where the post-processor adds
+ * nothing. */
+static void test_config_bos_eos(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/tern_tok_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    write_file(dir, "tokenizer.json",
+               "{\"added_tokens\": [{\"id\": 3, \"content\": \"<s>\", \"special\": true}, "
+               "{\"id\": 4, \"content\": \"</s>\", \"special\": true}], " MODEL "}");
+    write_file(dir, "tokenizer_config.json",
+               "{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token\": \"<s>\", "
+               "\"eos_token\": {\"content\": \"</s>\"}, \"chat_template\": [{\"name\": \"tool_use\", "
+               "\"template\": \"x\"}, {\"name\": \"default\", \"template\": \"{{ messages }}\"}]}");
+    tern_err e = {0};
+    tern_tokenizer *t = tokenizer_load(dir, &e);
+    assert_non_null(t);
+    assert_int_equal(tokenizer_bos_id(t), 3);
+    assert_int_equal(tokenizer_eos_id(t), 4);
+    assert_string_equal(tokenizer_chat_template(t), "{{ messages }}");
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(tokenizer_encode(t, "ab", 2, 1, &ids, &n, &e), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 3);
+    assert_int_equal(ids[1], 2);
+    assert_int_equal(ids[2], 4);
+    free(ids);
+    assert_int_equal(tokenizer_encode(t, "ab", 2, 0, &ids, &n, &e), 0);
+    assert_int_equal(n, 1);
+    free(ids);
+    tokenizer_free(t);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_config_bos_eos),
         cmocka_unit_test(test_accessors),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_token_bytes),

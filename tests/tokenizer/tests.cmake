@@ -14,3 +14,5 @@ tern_add_script_test(NAME tokenizer.llama_cpp_vectors
 tern_add_script_test(NAME tokenizer.oracle_synth
   COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/oracle_compare.py --synth --bytes 12000 --seed 11
   TIMEOUT 900 LABELS no-asan)
+tern_add_script_test(NAME tokenizer.cli
+  COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/cli_check.py)
