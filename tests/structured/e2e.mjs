@@ -260,7 +260,7 @@ try {
 
   // ---- 8. errors: named, 400, and the server stays responsive
   await expect400({ response_format: { type: 'json_schema', json_schema: { name: 'h', schema: { type: 'string', format: 'hostname' } } } }, 'unsupported format', 'hostname');
-  await expect400({ guided_json: { type: 'object', properties: { a: { type: 'string' } }, unknownKeywordZ: 3 } }, 'unsupported keyword', 'unknownKeywordZ');
+  await expect400({ guided_json: { type: 'object', properties: { a: { type: 'string', maxlength: 3 } } } }, 'unsupported keyword', 'maxlength');
   await expect400({ guided_grammar: 'root ::= ("a"' }, 'malformed EBNF', 'guided_grammar');
   await expect400({ guided_grammar: 'root ::= other' }, 'undefined rule', 'other');
   await expect400({ guided_regex: 'a(?=b)' }, 'regex lookahead');
