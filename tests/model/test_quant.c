@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "model/model.h"
 #include "test_util.h"
@@ -127,6 +128,14 @@ static void test_packing(void **state)
        build, src, shared_path("models/stories260K"));
     sh("%s convert %s %s --bits 4 --group-size 32 2>/dev/null", bin(), src, q4);
     sh("%s convert %s %s --bits 8 --group-size 64 2>/dev/null", bin(), src, q8);
+    /* bad requests are refused with a message, not a crash */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s convert %s %s/again --bits 4 2>/dev/null", bin(), q4, q4);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 1); /* already quantized */
+    snprintf(cmd, sizeof cmd, "%s convert %s %s/x --bits 3 2>/dev/null", bin(), src, q4);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 2);
+    snprintf(cmd, sizeof cmd, "%s convert %s/nonexistent %s/x --bits 4 2>/dev/null", bin(), src, q4);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 1);
     check_packing(src, q4, 4, 32);
     check_packing(src, q8, 8, 64);
     /* loads, and its rows dequantize as w = scale * q + bias */
