@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <immintrin.h>
 
 #include "base/log.h"
 #include "base/pool.h"
+#include "model/backend.h"
 #include "model/model.h"
 
 typedef struct bw_job {
@@ -65,6 +67,15 @@ static double measure_bandwidth(tern_pool *pool)
 }
 
 /* Re-measures between runs, so the floor uses the best bandwidth seen. */
+/* CPU seconds of the whole process: with wall time, the share of its
+ * threads' cores it actually got (low on a busy shared machine). */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static double measure_bandwidth_quick(int threads)
 {
     tern_pool *pool = tern_pool_new(threads);
@@ -98,8 +109,8 @@ int main(int argc, char **argv)
     double bw = measure_bandwidth(pool);
     printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, tern_pool_size(pool));
     tern_pool_free(pool);
-    printf("%-28s %6s %10s %10s %10s %8s %12s\n", "model", "isa", "weights", "decode", "floor", "of floor",
-           "prefill");
+    printf("%-28s %6s %10s %10s %10s %8s %12s %8s\n", "model", "isa", "weights", "decode", "floor", "of floor",
+           "prefill", "cpu got");
     for (int d = 0; d < n_dirs; d++) {
         tern_err err = {0};
         tern_model *m = model_load(dirs[d], threads, &err);
@@ -125,7 +136,7 @@ int main(int argc, char **argv)
             seqs[i] = &seq;
         }
         int32_t last = n_prompt - 1;
-        double t_prefill = 1e30, t_decode = 1e30;
+        double t_prefill = 1e30, t_decode = 1e30, cpu_share = 0;
         for (int run = 0; run < runs; run++) {
             kv_seq_truncate(&kv, &seq, 0);
             if (kv_seq_reserve(&kv, &seq, ctx, &err)) {
@@ -140,7 +151,7 @@ int main(int argc, char **argv)
             }
             double tp = tern_time_s() - t0;
             int32_t zero = 0;
-            double t1 = tern_time_s();
+            double t1 = tern_time_s(), c1 = cpu_s();
             for (int i = 0; i < n_tokens; i++) {
                 int32_t p = n_prompt + i;
                 fwd_batch db = {1, &tok[p], &pos[p], &seqs[p], 1, &zero};
@@ -150,6 +161,8 @@ int main(int argc, char **argv)
                 }
             }
             double td = tern_time_s() - t1;
+            if (td < t_decode)
+                cpu_share = (cpu_s() - c1) / (td * m->be->n_threads(m->be));
             t_prefill = tp < t_prefill ? tp : t_prefill;
             t_decode = td < t_decode ? td : t_decode;
             double b2 = run + 1 < runs ? measure_bandwidth_quick(threads) : 0;
@@ -159,8 +172,8 @@ int main(int argc, char **argv)
         double wb = (double)model_weight_bytes(m);
         double floor_tps = bw * 1e9 / wb;
         const char *name = strrchr(dirs[d], '/') ? strrchr(dirs[d], '/') + 1 : dirs[d];
-        printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s\n", name, m->kern->isa, wb / 1e6, tps,
-               floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill);
+        printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s %7.0f%%\n", name, m->kern->isa, wb / 1e6,
+               tps, floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill, 100.0 * cpu_share);
         free(tok), free(pos), free(seqs), free(logits);
         kv_seq_free(&kv, &seq);
         kv_pool_free(&kv);
