@@ -93,6 +93,12 @@ void gfe_emit_hex_range(gfe_buf *b, uint32_t lo, uint32_t hi, int width);
  * regex matches nothing (out is then untouched). */
 int gfe_regex_emit(gfe_buf *out, const char *re, size_t len, int json_mode, int search,
                    int *never, tern_err *err);
+/* Same, intersected with a length range in codepoints [min_len, max_len]
+ * (max_len -1 = none): exact when at most one part of each alternative
+ * varies in length and it repeats single characters; TERN_EUNSUPPORTED
+ * otherwise. */
+int gfe_regex_emit_len(gfe_buf *out, const char *re, size_t len, int json_mode, int search,
+                       long min_len, long max_len, int *never, tern_err *err);
 
 /* ---- JSON building blocks (frontend.c). Whitespace between tokens is
  * the rule `ws` (defined by gfe_json_define_ws) or nothing in compact

@@ -661,10 +661,74 @@ static int emit(rx_emit *e, const rx *x)
     return 0;
 }
 
-int gfe_regex_emit(gfe_buf *out, const char *re, size_t len, int json_mode, int search,
-                   int *is_never, tern_err *err)
+/* Length in codepoints every match of x has, or -1 if it varies. */
+static long fixed_len(const rx *x)
+{
+    long t = 0, l;
+    switch (x->kind) {
+    case RX_SET: return 1;
+    case RX_EMPTY: case RX_BOL: case RX_EOL: return 0;
+    case RX_CAT:
+        for (int i = 0; i < x->n_kids; i++) {
+            if ((l = fixed_len(x->kids[i])) < 0)
+                return -1;
+            t += l;
+        }
+        return t;
+    case RX_ALT:
+        t = -2;
+        for (int i = 0; i < x->n_kids; i++) {
+            if (never(x->kids[i]))
+                continue;
+            l = fixed_len(x->kids[i]);
+            if (l < 0 || (t != -2 && l != t))
+                return -1;
+            t = l;
+        }
+        return t < 0 ? -1 : t;
+    case RX_REP:
+        if (x->max != x->min || (l = fixed_len(x->kids[0])) < 0)
+            return -1;
+        return l * x->min;
+    }
+    return -1;
+}
+
+static void quant(gfe_buf *b, long lo, long hi)
+{
+    if (lo == 0 && hi < 0)
+        gfe_buf_puts(b, "*");
+    else if (lo == 1 && hi < 0)
+        gfe_buf_puts(b, "+");
+    else if (lo == 0 && hi == 1)
+        gfe_buf_puts(b, "?");
+    else if (hi < 0)
+        gfe_buf_printf(b, "{%ld,}", lo);
+    else if (lo == hi)
+        gfe_buf_printf(b, "{%ld}", lo);
+    else
+        gfe_buf_printf(b, "{%ld,%ld}", lo, hi);
+}
+
+static void emit_any(gfe_buf *out, int json_mode, long lo, long hi)
+{
+    gfe_cset all = {0};
+    gfe_cset_add(&all, 0, GFE_CP_MAX);
+    gfe_buf_puts(out, "(");
+    if (json_mode)
+        gfe_cset_emit_json(out, &all);
+    else
+        gfe_cset_emit_raw(out, &all);
+    gfe_buf_puts(out, ")");
+    quant(out, lo, hi);
+    gfe_cset_free(&all);
+}
+
+int gfe_regex_emit_len(gfe_buf *out, const char *re, size_t len, int json_mode, int search,
+                       long min_len, long max_len, int *is_never, tern_err *err)
 {
     rx_parser p = {.s = re, .n = len, .json_mode = json_mode, .err = err};
+    int limited = min_len > 0 || max_len >= 0;
     *is_never = 0;
     rx *root = parse_alt(&p);
     if (!root)
@@ -673,13 +737,13 @@ int gfe_regex_emit(gfe_buf *out, const char *re, size_t len, int json_mode, int 
         rx_free(root);
         return fail(&p, TERN_EFORMAT, "unmatched )");
     }
-    /* strip anchors at the ends of each top-level alternative */
     int n_alt = 0;
     rx_emit e = {.b = out, .json = json_mode, .p = &p};
     gfe_buf_puts(out, "(");
     for (int i = 0; i < root->n_kids; i++) {
         rx *cat = root->kids[i];
         int bol = 0, eol = 0;
+        /* strip anchors at the ends of each top-level alternative */
         while (cat->n_kids > 0 && cat->kids[0]->kind == RX_BOL) {
             rx_free(cat->kids[0]);
             memmove(cat->kids, cat->kids + 1, (size_t)(cat->n_kids - 1) * sizeof *cat->kids);
@@ -692,31 +756,65 @@ int gfe_regex_emit(gfe_buf *out, const char *re, size_t len, int json_mode, int 
         }
         if (never(cat))
             continue;
+        int pre = search && !bol, suf = search && !eol;
+        long pre_lo = 0, pre_hi = -1, suf_lo = 0, suf_hi = -1;
+        if (limited) {
+            /* a length bound intersects exactly when one part is a
+             * repetition of single characters and the rest has a fixed
+             * length: that repetition's bounds absorb the constraint */
+            long fixed = 0;
+            int n_var = pre + suf;
+            rx *var = NULL;
+            for (int k = 0; k < cat->n_kids; k++) {
+                long l = fixed_len(cat->kids[k]);
+                if (l >= 0) {
+                    fixed += l;
+                } else if (cat->kids[k]->kind == RX_REP && cat->kids[k]->kids[0]->kind == RX_SET) {
+                    var = cat->kids[k];
+                    n_var++;
+                } else {
+                    n_var += 2;
+                }
+            }
+            if (n_var > 1) {
+                fail(&p, TERN_EUNSUPPORTED, "pattern too complex to combine with minLength/maxLength");
+                break;
+            }
+            long lo = min_len - fixed > 0 ? min_len - fixed : 0;
+            long hi = max_len < 0 ? -1 : max_len - fixed;
+            if (hi != -1 && hi < 0)
+                continue; /* fixed part already too long */
+            if (n_var == 0) {
+                if (fixed < min_len || (max_len >= 0 && fixed > max_len))
+                    continue;
+            } else if (var) {
+                long nlo = var->min > lo ? var->min : lo;
+                long nhi = var->max < 0 ? hi : (hi < 0 || var->max < hi ? var->max : hi);
+                if (nhi >= 0 && nhi < nlo)
+                    continue;
+                if (nlo > RX_MAX_REPEAT || nhi > RX_MAX_REPEAT) {
+                    fail(&p, TERN_EUNSUPPORTED, "repetition count too large");
+                    break;
+                }
+                var->min = (int)nlo;
+                var->max = (int)nhi;
+            } else if (pre) {
+                pre_lo = lo, pre_hi = hi;
+            } else {
+                suf_lo = lo, suf_hi = hi;
+            }
+        }
         if (n_alt++)
             gfe_buf_puts(out, " | ");
-        if (search && !bol) {
-            gfe_cset all = {0};
-            gfe_cset_add(&all, 0, GFE_CP_MAX);
-            gfe_buf_puts(out, "(");
-            if (json_mode)
-                gfe_cset_emit_json(out, &all);
-            else
-                gfe_cset_emit_raw(out, &all);
-            gfe_buf_puts(out, ")* ");
-            gfe_cset_free(&all);
+        if (pre) {
+            emit_any(out, json_mode, pre_lo, pre_hi);
+            gfe_buf_puts(out, " ");
         }
         if (emit(&e, cat))
             break;
-        if (search && !eol) {
-            gfe_cset all = {0};
-            gfe_cset_add(&all, 0, GFE_CP_MAX);
-            gfe_buf_puts(out, " (");
-            if (json_mode)
-                gfe_cset_emit_json(out, &all);
-            else
-                gfe_cset_emit_raw(out, &all);
-            gfe_buf_puts(out, ")*");
-            gfe_cset_free(&all);
+        if (suf) {
+            gfe_buf_puts(out, " ");
+            emit_any(out, json_mode, suf_lo, suf_hi);
         }
     }
     gfe_buf_puts(out, ")");
@@ -728,6 +826,12 @@ int gfe_regex_emit(gfe_buf *out, const char *re, size_t len, int json_mode, int 
     if (out->err)
         return tern_err_set(err, out->err, "regex: %s", out->err == TERN_EFULL ? "grammar too large" : "out of memory");
     return 0;
+}
+
+int gfe_regex_emit(gfe_buf *out, const char *re, size_t len, int json_mode, int search,
+                   int *is_never, tern_err *err)
+{
+    return gfe_regex_emit_len(out, re, len, json_mode, search, 0, -1, is_never, err);
 }
 
 int grammar_regex_to_ebnf(const char *re, size_t len, char **ebnf_out, tern_err *err)

@@ -591,14 +591,11 @@ static int gen_string(sc *c, json_object *s, const char *path, gfe_buf *out)
         re = json_object_get_string(pat);
     }
     if (re) {
-        if (mn > 0 || mx >= 0)
-            return sc_fail(c, TERN_EUNSUPPORTED, path,
-                           "'%s' together with minLength/maxLength", pat ? "pattern" : "format");
         int never = 0;
         tern_err e;
         gfe_buf b;
         gfe_buf_init(&b, 0);
-        int rc = gfe_regex_emit(&b, re, strlen(re), 1, 1, &never, &e);
+        int rc = gfe_regex_emit_len(&b, re, strlen(re), 1, 1, mn, mx, &never, &e);
         if (!rc && !never) {
             gfe_buf_puts(out, "(\"\\\"\" ");
             gfe_buf_put(out, b.s, b.len);

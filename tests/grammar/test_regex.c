@@ -195,6 +195,66 @@ static void test_regex_vs_pcre2(void **state)
     assert_true(matched > 1000);
 }
 
+/* pattern + minLength/maxLength: PCRE2 match and a codepoint count */
+static void test_pattern_with_length(void **state)
+{
+    (void)state;
+    static const struct { const char *re; int mn, mx; const char *alphabet; } cases[] = {
+        {"^[a-c]+x$", 2, 4, "abx"}, {"^a[b\u00e9]*$", 0, 3, "ab\xc3\xa9"}, {"^\\\\d{2}-\\\\d*$", 4, 5, "1-"},
+        {"^(ab|cd)e?$", 3, 3, "abcde"}, {"c$", 0, 3, "abc"}, {"^ab", 3, -1, "abc"},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char sch[256];
+        int n = snprintf(sch, sizeof sch, "{\"type\":\"string\",\"pattern\":\"%s\",\"minLength\":%d",
+                         cases[ci].re, cases[ci].mn);
+        if (cases[ci].mx >= 0)
+            n += snprintf(sch + n, sizeof sch - n, ",\"maxLength\":%d", cases[ci].mx);
+        snprintf(sch + n, sizeof sch - n, "}");
+        json_object *s = json_tokener_parse(sch);
+        assert_non_null(s);
+        const char *re = json_object_get_string(json_object_object_get(s, "pattern"));
+        char *ebnf = NULL;
+        tern_err err;
+        if (grammar_schema_to_ebnf(s, NULL, &ebnf, &err))
+            fail_msg("%s: %s", sch, err.msg);
+        grammar *g = grammar_from_ebnf(ebnf, strlen(ebnf), "root", NULL, &err);
+        assert_non_null(g);
+        free(ebnf);
+        const char *ch[16];
+        int len[16];
+        int na = split_utf8(cases[ci].alphabet, ch, len);
+        for (int L = 0; L <= 6; L++) {
+            long total = 1;
+            for (int i = 0; i < L; i++)
+                total *= na;
+            for (long idx = 0; idx < total; idx++) {
+                char str[64], js[512];
+                size_t sn = 0;
+                long x = idx;
+                for (int i = 0; i < L; i++) {
+                    int k = (int)(x % na);
+                    x /= na;
+                    memcpy(str + sn, ch[k], (size_t)len[k]);
+                    sn += (size_t)len[k];
+                }
+                str[sn] = 0;
+                int want = pcre_match(re, str, sn, 1) && L >= cases[ci].mn && (cases[ci].mx < 0 || L <= cases[ci].mx);
+                size_t jn = json_quote(str, sn, js);
+                if (grammar_check_text(g, js, jn) != want)
+                    fail_msg("%s on %s: want %d", sch, js, want);
+            }
+        }
+        grammar_free(g);
+        json_object_put(s);
+    }
+    /* not expressible: two variable parts */
+    json_object *s = json_tokener_parse("{\"type\":\"string\",\"pattern\":\"a+b+\",\"maxLength\":3}");
+    char *ebnf = NULL;
+    tern_err err;
+    assert_int_equal(grammar_schema_to_ebnf(s, NULL, &ebnf, &err), TERN_EUNSUPPORTED);
+    json_object_put(s);
+}
+
 static void test_regex_errors(void **state)
 {
     (void)state;
@@ -232,6 +292,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regex_vs_pcre2),
+        cmocka_unit_test(test_pattern_with_length),
         cmocka_unit_test(test_regex_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
