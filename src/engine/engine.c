@@ -476,6 +476,24 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+/* Frees the pools and scratch of e and e itself (the thread is gone). */
+static void engine_free_memory(tern_engine *e)
+{
+    spec_free(e);
+    pcache_free(&e->pc);
+    kv_pool_free(&e->kv);
+    free(e->waiting);
+    free(e->running);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_out);
+    free(e->out_req);
+    free(e->logits);
+    free(e->mask);
+    free(e);
+}
+
 tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_opts *o, tern_err *err)
 {
     tern_engine *e = calloc(1, sizeof *e);
@@ -560,19 +578,7 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
               e->o.ctx_size);
     return e;
 fail:
-    spec_free(e);
-    pcache_free(&e->pc);
-    kv_pool_free(&e->kv);
-    free(e->waiting);
-    free(e->running);
-    free(e->b_tok);
-    free(e->b_pos);
-    free(e->b_seq);
-    free(e->b_out);
-    free(e->out_req);
-    free(e->logits);
-    free(e->mask);
-    free(e);
+    engine_free_memory(e);
     return NULL;
 }
 
@@ -593,21 +599,9 @@ void engine_free(tern_engine *e)
         engine_row_finish(e, e->waiting[i], ENGINE_FINISH_CANCELLED, "engine stopped");
         req_unref(e->waiting[i]);
     }
-    spec_free(e);
-    pcache_free(&e->pc);
-    kv_pool_free(&e->kv);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
-    free(e->waiting);
-    free(e->running);
-    free(e->b_tok);
-    free(e->b_pos);
-    free(e->b_seq);
-    free(e->b_out);
-    free(e->out_req);
-    free(e->logits);
-    free(e->mask);
-    free(e);
+    engine_free_memory(e);
 }
 
 engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)(void *user), void *user,

@@ -126,6 +126,19 @@ static void apply_processors(sample_state *s, const sample_params *p, float *x, 
                 x[i] = -INFINITY;
 }
 
+/* Applies the processors and finds the largest logit; TERN_EINVAL when
+ * nothing can be drawn (every id masked or -inf). */
+static int process(sample_state *s, const sample_params *p, float *x, const uint32_t *mask, float *mx_out)
+{
+    apply_processors(s, p, x, mask);
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    *mx_out = mx;
+    return mx == -INFINITY || isnan(mx) ? TERN_EINVAL : 0;
+}
+
 /* Descending by probability, ties by id, for qsort over candidate ids. */
 static const float *g_sort_p;
 static int cmp_desc(const void *a, const void *b)
@@ -246,12 +259,8 @@ static void dist_core(sample_state *s, const sample_params *p, const float *x, f
 int sample_row(sample_state *s, const sample_params *p, float *x, const uint32_t *mask, sample_result *out)
 {
     int32_t V = s->n_vocab;
-    apply_processors(s, p, x, mask);
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < V; i++)
-        if (x[i] > mx)
-            mx = x[i];
-    if (mx == -INFINITY || isnan(mx))
+    float mx;
+    if (process(s, p, x, mask, &mx))
         return TERN_EINVAL;
     out->n_top = 0;
     int want_lp = p->n_logprobs >= 0;
@@ -329,12 +338,8 @@ int sample_row(sample_state *s, const sample_params *p, float *x, const uint32_t
 int sample_dist(sample_state *s, const sample_params *p, float *x, const uint32_t *mask, float *probs)
 {
     int32_t V = s->n_vocab;
-    apply_processors(s, p, x, mask);
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < V; i++)
-        if (x[i] > mx)
-            mx = x[i];
-    if (mx == -INFINITY || isnan(mx))
+    float mx;
+    if (process(s, p, x, mask, &mx))
         return TERN_EINVAL;
     if (p->temperature == 0.0f) {
         memset(probs, 0, (size_t)V * sizeof *probs);
