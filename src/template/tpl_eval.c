@@ -180,6 +180,8 @@ static int64_t slice_arg(tpl_render *r, tv v, long pos, int *has)
 
 static tv do_slice(tpl_render *r, tv obj, tv a, tv b, tv c, long pos)
 {
+    /* index ranges are clamped to the sequence, so lo/hi are small and only
+     * the step can be extreme */
     int ha, hb, hc;
     int64_t start = slice_arg(r, a, pos, &ha), stop = slice_arg(r, b, pos, &hb),
             step = slice_arg(r, c, pos, &hc);
@@ -213,11 +215,7 @@ static tv do_slice(tpl_render *r, tv obj, tv a, tv b, tv c, long pos)
             hi = -1;
         }
     }
-    size_t cnt = 0;
-    if (step > 0 && hi > lo)
-        cnt = (size_t)((hi - lo + step - 1) / step);
-    else if (step < 0 && lo > hi)
-        cnt = (size_t)((lo - hi + (-step) - 1) / (-step));
+    size_t cnt = slice_count(lo, hi, step);
     tlist *l = tlist_new(&r->c, cnt);
     l->tuple = obj.u.l->tuple;
     for (size_t k = 0; k < cnt; k++)

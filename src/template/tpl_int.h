@@ -313,6 +313,17 @@ void tpl_bind_args(tpl_render *r, const char *what, const char *const *params, i
                    tv *args, int n_args, tstr **kw_names, tv *kw_vals, int n_kw, tv *out,
                    long pos);
 
+/* Number of items of a clamped slice [lo, hi) by step (overflow-safe). */
+static inline size_t slice_count(int64_t lo, int64_t hi, int64_t step)
+{
+    if (step > 0)
+        return hi > lo ? (size_t)((uint64_t)(hi - lo - 1) / (uint64_t)step + 1) : 0;
+    if (lo <= hi)
+        return 0;
+    uint64_t us = step == INT64_MIN ? (uint64_t)1 << 63 : (uint64_t)(-step);
+    return (size_t)((uint64_t)(lo - hi - 1) / us + 1);
+}
+
 /* Python string operations used by filters and methods. */
 tstr *py_strip(tpl_ctx *c, tstr *s, tv chars, int left, int right);
 tstr *py_replace(tpl_ctx *c, tstr *s, tstr *old, tstr *new_, int64_t count);

@@ -194,9 +194,8 @@ static void number(tpl_ctx *c, tok_array *out, const char *s, size_t n, size_t *
         t.type = TK_INT;
         int64_t v = 0;
         for (size_t p = 0; p < k; p++) {
-            if (v > (INT64_MAX - 9) / 10)
+            if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, buf[p] - '0', &v))
                 tpl_fail(c, TERN_ERANGE, (long)start, "integer literal too large");
-            v = v * 10 + (buf[p] - '0');
         }
         t.i = v;
     }

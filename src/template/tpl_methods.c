@@ -238,9 +238,11 @@ M(m_format)
                 FAIL(r, pos, "Replacement index %d out of range", auto_idx);
             v = args[auto_idx++];
         } else if (f[0] >= '0' && f[0] <= '9') {
-            int idx = atoi(f);
+            long idx = 0;
+            for (size_t q = 0; q < fl && f[q] >= '0' && f[q] <= '9' && idx < 1000000; q++)
+                idx = idx * 10 + (f[q] - '0');
             if (idx >= n_args)
-                FAIL(r, pos, "Replacement index %d out of range", idx);
+                FAIL(r, pos, "Replacement index %ld out of range", idx);
             v = args[idx];
         } else {
             int k;
@@ -456,7 +458,7 @@ M(g_range)
         tpl_fail(&r->c, TERN_EFULL, pos, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     tlist *l = tlist_new(&r->c, (size_t)n);
     for (uint64_t i = 0; i < n; i++)
-        l->items[i] = tv_int(start + (int64_t)i * step);
+        l->items[i] = tv_int((int64_t)((uint64_t)start + i * (uint64_t)step)); /* modular: no UB */
     return tv_list(l);
 }
 

@@ -416,12 +416,10 @@ tstr *py_slice_str(tpl_ctx *c, tstr *s, int64_t start, int64_t stop, int64_t ste
     }
     off[n] = s->len;
     tbuf b = {0};
-    if (step > 0) {
-        for (int64_t k = lo; k < hi; k += step)
-            tbuf_put(c, &b, s->s + off[k], off[k + 1] - off[k]);
-    } else {
-        for (int64_t k = lo; k > hi; k += step)
-            tbuf_put(c, &b, s->s + off[k], off[k + 1] - off[k]);
+    size_t cnt = slice_count(lo, hi, step);
+    for (size_t j = 0; j < cnt; j++) {
+        int64_t k = lo + (int64_t)j * step; /* stays within [0, n) */
+        tbuf_put(c, &b, s->s + off[k], off[k + 1] - off[k]);
     }
     return b.len ? tbuf_str(c, &b) : tstr_new(c, "", 0);
 }
