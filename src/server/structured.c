@@ -337,8 +337,12 @@ static int collect(const api_request *q, spec *out, api_error *e)
     json_object_object_foreach(q->root, k, v) {
         if (!v || rc)
             continue;
-        if (!strcmp(k, "response_format"))
+        if (!strcmp(k, "response_format")) {
+            spec_free(&s[1]); /* wins over a guided_json seen earlier */
+            s[1].owned = NULL;
+            s[1].kind = SPEC_NONE;
             rc = parse_response_format(v, &s[1], &s[2], e);
+        }
         else if (!strcmp(k, "guided_grammar"))
             rc = take_text(&s[0], SPEC_GRAMMAR, v, k, e);
         else if (!strcmp(k, "guided_json") && !s[1].kind) /* response_format's json_schema wins */
