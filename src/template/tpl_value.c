@@ -311,7 +311,7 @@ static int cmp_rec(tpl_ctx *c, tv a, tv b, long pos, int depth)
             return r < 0 ? -1 : 1;
         return a.u.s->len < b.u.s->len ? -1 : a.u.s->len > b.u.s->len;
     }
-    if (a.t == TV_LIST && b.t == TV_LIST) {
+    if (a.t == TV_LIST && b.t == TV_LIST && a.u.l->tuple == b.u.l->tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
             if (tv_eq(a.u.l->items[i], b.u.l->items[i]))
