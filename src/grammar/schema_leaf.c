@@ -423,6 +423,245 @@ static int emit_multiple(sc *c, gfe_buf *out, long p, int q, int integer, const 
     return 0;
 }
 
+/* ---- decimal bounds: m = I.F compared digit by digit with a bound's
+ * fraction string. A state is (offset into the lower bound's fraction or
+ * -1 once exceeded, the same for the upper bound); rules per live state. */
+
+#define DEC_FRAC_MAX 24
+
+/* Splits v >= 0 into its integer part and fraction digits (shortest
+ * round-trip decimal, no trailing zeros). -1 when too large or too fine. */
+static int dec_split(double v, long long *ip, char frac[DEC_FRAC_MAX])
+{
+    char t[64];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, sizeof t, "%.*e", p - 1, v);
+        if (strtod(t, NULL) == v)
+            break;
+    }
+    char dig[24];
+    int nd = 0;
+    char *e = strchr(t, 'e');
+    if (!e)
+        return -1;
+    for (char *x = t; x < e; x++)
+        if (*x >= '0' && *x <= '9')
+            dig[nd++] = *x;
+    int ex = atoi(e + 1); /* value = d0.d1d2... * 10^ex */
+    if (ex > 17) /* the 17-digit cap makes larger bounds unnecessary */
+        return -1;
+    long long ipart = 0;
+    int fo = 0;
+    for (int i = 0; i < nd; i++) {
+        int pos = i - ex; /* digit i has weight 10^(ex - i) */
+        if (pos <= 0) {
+            ipart = ipart * 10 + (dig[i] - '0');
+        } else {
+            while (fo < pos - 1 && fo < DEC_FRAC_MAX - 1)
+                frac[fo++] = '0';
+            if (fo >= DEC_FRAC_MAX - 1)
+                return -1;
+            frac[fo++] = dig[i];
+        }
+    }
+    for (int i = nd; i <= ex; i++) /* trailing integer zeros */
+        ipart *= 10;
+    while (fo > 0 && frac[fo - 1] == '0')
+        fo--;
+    frac[fo] = 0;
+    *ip = ipart;
+    return 0;
+}
+
+typedef struct frac_ctx {
+    const char *a, *b; /* NULL: that side does not constrain */
+    int ai, bi;        /* inclusive */
+    int la, lb;
+    char (*names)[GFE_NAME_MAX];
+    unsigned char *live;
+} frac_ctx;
+
+/* state index: (ao + 1) * (lb + 2) + (bo + 1) */
+static int fidx(const frac_ctx *f, int ao, int bo) { return (ao + 1) * (f->lb + 2) + (bo + 1); }
+
+/* Normalizes a state; returns 0 if dead. */
+static int fnorm(const frac_ctx *f, int *ao, int *bo)
+{
+    if (*ao >= 0 && f->a[*ao] == 0 && f->ai)
+        *ao = -1; /* remaining lower bound 0, inclusive: always holds */
+    if (*bo >= 0 && f->b[*bo] == 0 && !f->bi)
+        return 0; /* strictly below 0: impossible */
+    return 1;
+}
+
+static int fend_ok(const frac_ctx *f, int ao, int bo)
+{
+    int lo = ao < 0 || (f->a[ao] == 0 && f->ai);
+    int hi = bo < 0 || f->bi || f->b[bo] != 0;
+    return lo && hi;
+}
+
+/* Next state after digit d; 0 if dead. */
+static int fstep(const frac_ctx *f, int ao, int bo, int d, int *nao, int *nbo)
+{
+    *nao = ao;
+    *nbo = bo;
+    if (ao >= 0) {
+        int a0 = f->a[ao] ? f->a[ao] - '0' : 0;
+        if (d > a0)
+            *nao = -1;
+        else if (d < a0)
+            return 0;
+        else if (f->a[ao])
+            *nao = ao + 1;
+    }
+    if (bo >= 0) {
+        int b0 = f->b[bo] ? f->b[bo] - '0' : 0;
+        if (d < b0)
+            *nbo = -1;
+        else if (d > b0)
+            return 0;
+        else if (f->b[bo])
+            *nbo = bo + 1;
+    }
+    return fnorm(f, nao, nbo);
+}
+
+/* Writes the digit transitions of state (ao, bo) to live states. */
+static int ftrans(const frac_ctx *f, gfe_buf *b, int ao, int bo, int n_alt)
+{
+    int d = 0;
+    while (d <= 9) {
+        int na, nb;
+        if (!fstep(f, ao, bo, d, &na, &nb) || !f->live[fidx(f, na, nb)]) {
+            d++;
+            continue;
+        }
+        int e = d;
+        int na2, nb2;
+        while (e + 1 <= 9 && fstep(f, ao, bo, e + 1, &na2, &nb2) && na2 == na && nb2 == nb)
+            e++;
+        gfe_buf_puts(b, n_alt++ ? " | " : "");
+        if (e > d)
+            gfe_buf_printf(b, "[%d-%d] %s", d, e, f->names[fidx(f, na, nb)]);
+        else
+            gfe_buf_printf(b, "\"%d\" %s", d, f->names[fidx(f, na, nb)]);
+        d = e + 1;
+    }
+    return n_alt;
+}
+
+/* Appends the fraction part ("" or "." digits) for the constraints; 0 if
+ * no fraction satisfies them. */
+static int emit_frac(sc *c, gfe_buf *out, const char *a, int ai, const char *b, int bi)
+{
+    frac_ctx f = {.a = a, .b = b, .ai = ai, .bi = bi};
+    f.la = a ? (int)strlen(a) : 0;
+    f.lb = b ? (int)strlen(b) : 0;
+    int n = (f.la + 2) * (f.lb + 2);
+    f.names = calloc((size_t)n, sizeof *f.names);
+    f.live = calloc((size_t)n, 1);
+    if (!f.names || !f.live) {
+        free(f.names);
+        free(f.live);
+        return -1;
+    }
+    int a0 = a ? 0 : -1, b0 = b ? 0 : -1;
+    int ok = 0;
+    if (fnorm(&f, &a0, &b0)) {
+        /* liveness: fixed point over the small state space */
+        for (int changed = 1; changed;) {
+            changed = 0;
+            for (int ao = -1; ao <= (a ? f.la : -1); ao++)
+                for (int bo = -1; bo <= (b ? f.lb : -1); bo++) {
+                    int i = fidx(&f, ao, bo);
+                    if (f.live[i])
+                        continue;
+                    int l = fend_ok(&f, ao, bo);
+                    for (int d = 0; d <= 9 && !l; d++) {
+                        int na, nb;
+                        l = fstep(&f, ao, bo, d, &na, &nb) && f.live[fidx(&f, na, nb)];
+                    }
+                    if (l)
+                        f.live[i] = 1, changed = 1;
+                }
+        }
+        for (int i = 0; i < n; i++)
+            if (f.live[i])
+                gfe_rule_reserve(&c->r, f.names[i]);
+        gfe_buf body;
+        gfe_buf_init(&body, 0);
+        for (int ao = -1; ao <= (a ? f.la : -1); ao++)
+            for (int bo = -1; bo <= (b ? f.lb : -1); bo++) {
+                if (!f.live[fidx(&f, ao, bo)])
+                    continue;
+                body.len = 0;
+                int k = 0;
+                if (fend_ok(&f, ao, bo)) {
+                    gfe_buf_puts(&body, "\"\"");
+                    k++;
+                }
+                ftrans(&f, &body, ao, bo, k);
+                gfe_rule_define(&c->r, f.names[fidx(&f, ao, bo)], body.s);
+            }
+        gfe_buf_free(&body);
+        /* at the top: no fraction, or "." and at least one digit */
+        int k = 0;
+        gfe_buf_puts(out, "(");
+        if (fend_ok(&f, a0, b0)) {
+            gfe_buf_puts(out, "\"\"");
+            k++;
+        }
+        gfe_buf top;
+        gfe_buf_init(&top, 0);
+        if (ftrans(&f, &top, a0, b0, 0)) {
+            gfe_buf_printf(out, "%s\".\" (%s)", k++ ? " | " : "", top.s);
+        }
+        gfe_buf_free(&top);
+        gfe_buf_puts(out, ")");
+        ok = k > 0;
+    }
+    free(f.names);
+    free(f.live);
+    return ok;
+}
+
+/* Magnitudes m >= 0 with decimal bounds lo/hi (lo.v >= 0). */
+static int emit_mag_dec(sc *c, gfe_buf *b, bound lo, bound hi)
+{
+    long long li, hi_i;
+    char lf[DEC_FRAC_MAX], hf[DEC_FRAC_MAX];
+    if (dec_split(lo.v, &li, lf) || dec_split(hi.v, &hi_i, hf))
+        return -1;
+    int n = 0;
+    if (li + 1 <= hi_i - 1) {
+        gfe_buf_puts(b, n++ ? " | " : "");
+        gfe_emit_uint_range(b, li + 1, hi_i - 1);
+        gfe_buf_printf(b, " %s", FRAC_ANY);
+    }
+    gfe_buf t;
+    gfe_buf_init(&t, 0);
+    for (int side = 0; side < (li == hi_i ? 1 : 2); side++) {
+        long long iv = side ? hi_i : li;
+        t.len = 0;
+        gfe_emit_uint_range(&t, iv, iv);
+        gfe_buf_puts(&t, " ");
+        int r = li == hi_i ? emit_frac(c, &t, lf, lo.incl, hf, hi.incl)
+                           : side == 0 ? emit_frac(c, &t, lf, lo.incl, NULL, 1)
+                                       : emit_frac(c, &t, NULL, 1, hf, hi.incl);
+        if (r < 0) {
+            gfe_buf_free(&t);
+            return -1;
+        }
+        if (r) {
+            gfe_buf_puts(b, n++ ? " | " : "");
+            gfe_buf_put(b, t.s, t.len);
+        }
+    }
+    gfe_buf_free(&t);
+    return n;
+}
+
 static int gen_number(sc *c, json_object *s, int integer, const char *path, gfe_buf *out)
 {
     bound lo = {0}, hi = {0};
@@ -482,9 +721,8 @@ static int gen_number(sc *c, json_object *s, int integer, const char *path, gfe_
             hi.v = hi.incl ? floor(hi.v) : ceil(hi.v) - 1;
             hi.incl = 1;
         }
-    } else if ((lo.has && lo.v != floor(lo.v)) || (hi.has && hi.v != floor(hi.v))) {
-        return sc_fail(c, TERN_EUNSUPPORTED, path, "non-integral numeric bounds on type number");
     }
+    int decimal = !integer && ((lo.has && lo.v != floor(lo.v)) || (hi.has && hi.v != floor(hi.v)));
     double lim = (double)SC_INT_LIMIT;
     if (lo.has && lo.v > lim) /* nothing representable in 17 digits */
         return 1;
@@ -509,7 +747,12 @@ static int gen_number(sc *c, json_object *s, int integer, const char *path, gfe_
         if (lo.v < 0)
             plo.v = 0, plo.incl = 1;
         gfe_buf_puts(&b, "(");
-        if (emit_mag(&b, plo, phi, integer)) {
+        int r = decimal ? emit_mag_dec(c, &b, plo, phi) : emit_mag(&b, plo, phi, integer);
+        if (r < 0) {
+            gfe_buf_free(&b);
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "numeric bound with too many digits");
+        }
+        if (r) {
             gfe_buf_puts(&b, ")");
             gfe_buf_puts(out, n++ ? " | " : "(");
             gfe_buf_put(out, b.s, b.len);
@@ -523,7 +766,12 @@ static int gen_number(sc *c, json_object *s, int integer, const char *path, gfe_
         if (integer && mlo.v == 0)
             mlo.v = 1, mlo.incl = 1; /* "-0" is not written for integers */
         gfe_buf_puts(&b, "(\"-\" (");
-        if (emit_mag(&b, mlo, mhi, integer)) {
+        int r = decimal ? emit_mag_dec(c, &b, mlo, mhi) : emit_mag(&b, mlo, mhi, integer);
+        if (r < 0) {
+            gfe_buf_free(&b);
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "numeric bound with too many digits");
+        }
+        if (r) {
             gfe_buf_puts(&b, "))");
             gfe_buf_puts(out, n++ ? " | " : "(");
             gfe_buf_put(out, b.s, b.len);

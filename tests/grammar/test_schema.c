@@ -108,6 +108,57 @@ static void test_integer_ranges(void **state)
     }
 }
 
+/* decimal bounds on number: values and bounds are multiples of 1/1000,
+ * compared exactly as integers */
+static void test_decimal_bounds(void **state)
+{
+    (void)state;
+    tern_rng rng;
+    tern_rng_seed(&rng, 5, 1);
+    for (int it = 0; it < 60; it++) {
+        long lo = (long)(tern_rng_u32(&rng) % 8001) - 4000; /* thousandths */
+        long hi = lo + (long)(tern_rng_u32(&rng) % 5000);
+        if (it % 3 == 0)
+            lo = (lo / 100) * 100, hi = (hi / 10) * 10;
+        int ex_lo = (int)(tern_rng_u32(&rng) & 1), ex_hi = (int)(tern_rng_u32(&rng) & 1);
+        int has_lo = it % 5 != 1, has_hi = it % 7 != 1;
+        char sch[256];
+        int n = snprintf(sch, sizeof sch, "{\"type\":\"number\"");
+        if (has_lo)
+            n += snprintf(sch + n, sizeof sch - n, ",\"%s\":%s%ld.%03ld", ex_lo ? "exclusiveMinimum" : "minimum",
+                          lo < 0 ? "-" : "", labs(lo) / 1000, labs(lo) % 1000);
+        if (has_hi)
+            n += snprintf(sch + n, sizeof sch - n, ",\"%s\":%s%ld.%03ld", ex_hi ? "exclusiveMaximum" : "maximum",
+                          hi < 0 ? "-" : "", labs(hi) / 1000, labs(hi) % 1000);
+        snprintf(sch + n, sizeof sch - n, "}");
+        if (has_lo && has_hi && (hi < lo || (hi == lo && (ex_lo || ex_hi))))
+            continue;
+        grammar *g = schema_grammar(sch, NULL);
+        for (int k = 0; k < 300; k++) {
+            long x = (long)(tern_rng_u32(&rng) % 12001) - 6000;
+            if (k < 12)
+                x = (k & 1 ? hi : lo) + (k >> 1) - 3;
+            char txt[64];
+            int digits = k % 4; /* 0..3 fraction digits written */
+            long ax = labs(x);
+            if (digits == 0 && ax % 1000)
+                digits = 3;
+            if (digits == 0)
+                snprintf(txt, sizeof txt, "%s%ld", x < 0 ? "-" : "", ax / 1000);
+            else if (digits == 3 || ax % 10 || (digits == 1 && ax % 100))
+                snprintf(txt, sizeof txt, "%s%ld.%03ld", x < 0 ? "-" : "", ax / 1000, ax % 1000);
+            else if (digits == 2)
+                snprintf(txt, sizeof txt, "%s%ld.%02ld", x < 0 ? "-" : "", ax / 1000, (ax % 1000) / 10);
+            else
+                snprintf(txt, sizeof txt, "%s%ld.%01ld0", x < 0 ? "-" : "", ax / 1000, (ax % 1000) / 100);
+            int want = (!has_lo || (ex_lo ? x > lo : x >= lo)) && (!has_hi || (ex_hi ? x < hi : x <= hi));
+            if (accepts(g, txt) != want)
+                fail_msg("%s on %s: want %d", sch, txt, want);
+        }
+        grammar_free(g);
+    }
+}
+
 static void test_multiple_of(void **state)
 {
     (void)state;
@@ -318,7 +369,8 @@ static void test_errors_and_bounds(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_integer_ranges),      cmocka_unit_test(test_multiple_of),
+        cmocka_unit_test(test_integer_ranges),      cmocka_unit_test(test_decimal_bounds),
+        cmocka_unit_test(test_multiple_of),
         cmocka_unit_test(test_string_lengths),      cmocka_unit_test(test_objects_and_whitespace),
         cmocka_unit_test(test_choice_and_builtin),  cmocka_unit_test(test_errors_and_bounds),
     };
