@@ -427,6 +427,7 @@ static int cu_matmul(model_backend *base, int n, const model_weight *const *w, c
     if (n < 1 || n > TCU_MM_MAX)
         return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
     CU(cudaSetDevice(be->device), "set device");
+    cudaGetLastError(); /* a failure of another caller's launch is not ours */
     tcu_mat mats[TCU_MM_MAX];
     size_t tot = 0;
     int rc;
@@ -483,6 +484,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     if (hd % 32 || hd > 256)
         return tern_err_set(err, TERN_EUNSUPPORTED, "cuda attention: head_dim %d (multiple of 32, <= 256)", hd);
     CU(cudaSetDevice(be->device), "set device");
+    cudaGetLastError(); /* a failure of another caller's launch is not ours */
     if ((rc = kv_ensure(be, a->kv, err)))
         return rc;
     fwd_batch pb = *b;
@@ -604,6 +606,7 @@ static int cu_forward(model_backend *base, tern_model *m, kv_pool *kv, const fwd
     if (kv->n_layer != c->n_layer || kv->kv_dim != c->n_kv_head * c->head_dim)
         return tern_err_set(err, TERN_EINVAL, "cuda: KV pool shape does not match the model");
     CU(cudaSetDevice(be->device), "set device");
+    cudaGetLastError(); /* a failure of another caller's launch is not ours */
     if ((rc = kv_ensure(be, kv, err)) || (rc = scratch_ensure(be, T, b->n_out, err)))
         return rc;
     int big = T >= be->gemm_min_t || b->n_out >= be->gemm_min_t;
@@ -682,7 +685,8 @@ static void cu_free(model_backend *base)
     cu_backend *be = (cu_backend *)base;
     if (!be)
         return;
-    cudaSetDevice(be->device);
+    if (be->stream)
+        cudaSetDevice(be->device);
     graphs_clear(be);
     for (int i = 0; i < be->n_allocs; i++)
         cudaFree(be->allocs[i]);
@@ -695,6 +699,7 @@ static void cu_free(model_backend *base)
     free(be->w);
     free(be->layers);
     free(be);
+    cudaGetLastError(); /* leave no error behind for the next caller */
 }
 
 int model_cuda_device_count(void)
@@ -731,6 +736,7 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
     if (be->device < 0 || be->device >= n)
         return tern_err_set(err, TERN_EINVAL, "cuda: device %d does not exist (%d GPUs)", be->device, n);
     CU(cudaSetDevice(be->device), "set device");
+    cudaGetLastError(); /* a failure of another caller's launch is not ours */
     CU(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking), "stream");
     if (cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS)
         return tern_err_set(err, TERN_EIO, "cuda: cuBLAS did not start");

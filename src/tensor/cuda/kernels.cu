@@ -45,8 +45,11 @@ __device__ __forceinline__ float chunk_dot(const uint4 &raw, const float *__rest
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
     if constexpr (KIND == TCU_F32) {
         float4 a = __ldg(reinterpret_cast<const float4 *>(x));
-        return __uint_as_float(w[0]) * a.x + __uint_as_float(w[1]) * a.y + __uint_as_float(w[2]) * a.z +
-               __uint_as_float(w[3]) * a.w;
+        /* explicit fmas: the same rounding in every instantiation */
+        float s = __uint_as_float(w[0]) * a.x;
+        s = fmaf(__uint_as_float(w[1]), a.y, s);
+        s = fmaf(__uint_as_float(w[2]), a.z, s);
+        return fmaf(__uint_as_float(w[3]), a.w, s);
     } else if constexpr (KIND == TCU_BF16 || KIND == TCU_F16) {
         float4 a = __ldg(reinterpret_cast<const float4 *>(x)), b = __ldg(reinterpret_cast<const float4 *>(x) + 1);
         float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -72,30 +75,31 @@ __device__ __forceinline__ float chunk_dot(const uint4 &raw, const float *__rest
                 sx += xs[j];
             }
         }
-        return scale * sq + bias * sx;
+        return fmaf(scale, sq, bias * sx);
     }
 }
 
-// acc[tt] = dot(row, x[t0 + tt]) for tt < nt (lane partials, not reduced).
-template <int KIND>
+// acc[tt] = dot(row, x[t0 + tt]) for tt < nt (reduced over the warp).
+template <int KIND, int TT>
 __device__ __forceinline__ void row_dot(const uint4 *__restrict__ row, const float *__restrict__ sbrow, int group,
-                                        int nch, const float *__restrict__ x, int n_in, int t0, int nt,
-                                        float acc[GEMV_TT], int lane)
+                                        int nch, const float *__restrict__ x, int n_in, int t0, int nt, float acc[TT],
+                                        int lane)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
     constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
 #pragma unroll
-    for (int tt = 0; tt < GEMV_TT; tt++)
+    for (int tt = 0; tt < TT; tt++)
         acc[tt] = 0.0f;
-    for (int c0 = lane; c0 < nch; c0 += WARP * GEMV_U) {
-        uint4 raw[GEMV_U];
+    constexpr int U = TT == 1 ? 2 * GEMV_U : GEMV_U; /* loads in flight per lane */
+    for (int c0 = lane; c0 < nch; c0 += WARP * U) {
+        uint4 raw[U];
 #pragma unroll
-        for (int u = 0; u < GEMV_U; u++) {
+        for (int u = 0; u < U; u++) {
             int c = c0 + u * WARP;
-            raw[u] = c < nch ? __ldg(row + c) : make_uint4(0, 0, 0, 0);
+            raw[u] = c < nch ? (TT == 1 ? __ldcs(row + c) : __ldg(row + c)) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int u = 0; u < GEMV_U; u++) {
+        for (int u = 0; u < U; u++) {
             int c = c0 + u * WARP;
             if (c >= nch)
                 break;
@@ -107,13 +111,13 @@ __device__ __forceinline__ void row_dot(const uint4 *__restrict__ row, const flo
                 bias = p.y;
             }
 #pragma unroll
-            for (int tt = 0; tt < GEMV_TT; tt++)
+            for (int tt = 0; tt < TT; tt++)
                 if (tt < nt)
                     acc[tt] += chunk_dot<KIND>(raw[u], x + (size_t)(t0 + tt) * n_in + (size_t)c * NV, scale, bias);
         }
     }
 #pragma unroll
-    for (int tt = 0; tt < GEMV_TT; tt++)
+    for (int tt = 0; tt < TT; tt++)
         acc[tt] = warp_sum(acc[tt]);
 }
 
@@ -136,7 +140,7 @@ __device__ __forceinline__ float gelu_f(float x)
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-template <int KIND> __global__ void __launch_bounds__(GEMV_WARPS *WARP) gemv_kernel(const tcu_gemv_args a)
+template <int KIND, int TT> __global__ void __launch_bounds__(GEMV_WARPS *WARP) gemv_kernel(const tcu_gemv_args a)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
     int lane = threadIdx.x & 31;
@@ -150,15 +154,15 @@ template <int KIND> __global__ void __launch_bounds__(GEMV_WARPS *WARP) gemv_ker
         const uint4 *ru = reinterpret_cast<const uint4 *>((const char *)a.m[1].w + (size_t)r * row_bytes<KIND>(a.n_in));
         const float *sg = a.m[0].sb ? a.m[0].sb + (size_t)r * ng * 2 : nullptr;
         const float *su = a.m[1].sb ? a.m[1].sb + (size_t)r * ng * 2 : nullptr;
-        for (int t0 = 0; t0 < a.T; t0 += GEMV_TT) {
-            int nt = a.T - t0 < GEMV_TT ? a.T - t0 : GEMV_TT;
-            float ag[GEMV_TT], au[GEMV_TT];
-            row_dot<KIND>(rg, sg, a.m[0].group, nch, a.x, a.n_in, t0, nt, ag, lane);
-            row_dot<KIND>(ru, su, a.m[1].group, nch, a.x, a.n_in, t0, nt, au, lane);
+        for (int t0 = 0; t0 < a.T; t0 += TT) {
+            int nt = a.T - t0 < TT ? a.T - t0 : TT;
+            float ag[TT], au[TT];
+            row_dot<KIND, TT>(rg, sg, a.m[0].group, nch, a.x, a.n_in, t0, nt, ag, lane);
+            row_dot<KIND, TT>(ru, su, a.m[1].group, nch, a.x, a.n_in, t0, nt, au, lane);
             if (lane < nt) {
                 float g = 0.0f, u = 0.0f;
 #pragma unroll
-                for (int tt = 0; tt < GEMV_TT; tt++)
+                for (int tt = 0; tt < TT; tt++)
                     if (tt == lane) {
                         g = ag[tt];
                         u = au[tt];
@@ -180,14 +184,14 @@ template <int KIND> __global__ void __launch_bounds__(GEMV_WARPS *WARP) gemv_ker
     int r = (int)(gr - off), ng = a.n_in / (m.group ? m.group : 1);
     const uint4 *row = reinterpret_cast<const uint4 *>((const char *)m.w + (size_t)r * row_bytes<KIND>(a.n_in));
     const float *sb = m.sb ? m.sb + (size_t)r * ng * 2 : nullptr;
-    for (int t0 = 0; t0 < a.T; t0 += GEMV_TT) {
-        int nt = a.T - t0 < GEMV_TT ? a.T - t0 : GEMV_TT;
-        float acc[GEMV_TT];
-        row_dot<KIND>(row, sb, m.group, nch, a.x, a.n_in, t0, nt, acc, lane);
+    for (int t0 = 0; t0 < a.T; t0 += TT) {
+        int nt = a.T - t0 < TT ? a.T - t0 : TT;
+        float acc[TT];
+        row_dot<KIND, TT>(row, sb, m.group, nch, a.x, a.n_in, t0, nt, acc, lane);
         if (lane < nt) {
             float v = 0.0f;
 #pragma unroll
-            for (int tt = 0; tt < GEMV_TT; tt++)
+            for (int tt = 0; tt < TT; tt++)
                 if (tt == lane)
                     v = acc[tt];
             float *y = m.y + (size_t)(t0 + lane) * m.n_out + r;
@@ -208,14 +212,24 @@ extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
         return 0;
     dim3 grid((unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS)), block(GEMV_WARPS * WARP);
     cudaStream_t s = (cudaStream_t)stream;
+    /* T = 1 (decode) gets a one-token tile: fewer registers, more rows in
+     * flight. Either tile computes each (row, token) in the same order. */
+#define GEMV_CASE(K)                                                                                               \
+    case K:                                                                                                        \
+        if (a->T == 1)                                                                                             \
+            gemv_kernel<K, 1><<<grid, block, 0, s>>>(*a);                                                          \
+        else                                                                                                       \
+            gemv_kernel<K, GEMV_TT><<<grid, block, 0, s>>>(*a);                                                    \
+        break;
     switch (a->m[0].kind) {
-    case TCU_F32: gemv_kernel<TCU_F32><<<grid, block, 0, s>>>(*a); break;
-    case TCU_BF16: gemv_kernel<TCU_BF16><<<grid, block, 0, s>>>(*a); break;
-    case TCU_F16: gemv_kernel<TCU_F16><<<grid, block, 0, s>>>(*a); break;
-    case TCU_Q4: gemv_kernel<TCU_Q4><<<grid, block, 0, s>>>(*a); break;
-    case TCU_Q8: gemv_kernel<TCU_Q8><<<grid, block, 0, s>>>(*a); break;
+        GEMV_CASE(TCU_F32)
+        GEMV_CASE(TCU_BF16)
+        GEMV_CASE(TCU_F16)
+        GEMV_CASE(TCU_Q4)
+        GEMV_CASE(TCU_Q8)
     default: return (int)cudaErrorInvalidValue;
     }
+#undef GEMV_CASE
     return last_err();
 }
 
