@@ -41,9 +41,14 @@ int model_cuda_device_count(void) { return 0; }
 #define CU_MAX_GRAPHS 16
 #define CU_GRAPH_SPLIT 16 /* attention splits inside captured decode graphs */
 
+/* Device copies are found by the host weight's identity (addresses, shape,
+ * kind): a caller of the table must not reuse a weight's memory for other
+ * contents while this backend lives (a model's weights live as long as it). */
 typedef struct cu_weight {
     const void *key; /* host data pointer */
-    int n_out, n_in, qbits;
+    const float *sb_key;
+    int n_out, n_in, qbits, group;
+    tern_dtype dtype;
     tcu_mat m; /* device copy; m.y unset */
 } cu_weight;
 
@@ -158,8 +163,9 @@ static size_t host_wbytes(const model_weight *w)
 static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out, tern_err *err)
 {
     for (int i = 0; i < be->n_w; i++)
-        if (be->w[i].key == w->data && be->w[i].n_out == w->n_out && be->w[i].n_in == w->n_in &&
-            be->w[i].qbits == w->qbits) {
+        if (be->w[i].key == w->data && be->w[i].sb_key == w->sb && be->w[i].n_out == w->n_out &&
+            be->w[i].n_in == w->n_in && be->w[i].qbits == w->qbits && be->w[i].group == w->group &&
+            be->w[i].dtype == w->dtype) {
             *out = &be->w[i].m;
             return 0;
         }
@@ -172,6 +178,9 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
     cu_weight *cw = &be->w[be->n_w];
     memset(cw, 0, sizeof *cw);
     cw->key = w->data;
+    cw->sb_key = w->sb;
+    cw->group = w->group;
+    cw->dtype = w->dtype;
     cw->n_out = w->n_out;
     cw->n_in = w->n_in;
     cw->qbits = w->qbits;
