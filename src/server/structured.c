@@ -570,12 +570,16 @@ static int inject_prompt(api_request *q, const char *instr)
     return 0;
 }
 
-static void header_safe(char *dst, size_t cap, const char *fmt, const char *kind, const char *why)
+/* A Warning header value: 299 tern "<kind> not enforced (<why>); ..." with
+ * the reason reduced to printable ASCII without quotes or backslashes. */
+static void warning_value(char *dst, size_t cap, const char *kind, const char *why)
 {
-    snprintf(dst, cap, fmt, kind, why);
-    for (char *p = dst; *p; p++)
+    char clean[192];
+    snprintf(clean, sizeof clean, "%.160s", why);
+    for (char *p = clean; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\' || (unsigned char)*p >= 0x7f)
             *p = ' ';
+    snprintf(dst, cap, "299 tern \"%s not enforced (%s); it was added to the prompt instead\"", kind, clean);
 }
 
 /* ---- prepare / attach ---- */
@@ -618,9 +622,7 @@ int structured_prepare(tern_server *s, api_request *q, char *warning, api_error 
         if (s->o.grammar_fallback && te.code != TERN_ENOMEM) {
             char *instr = fallback_instruction(&sp);
             if (instr && inject_prompt(q, instr) == 0) {
-                header_safe(warning, STRUCTURED_WARNING_MAX,
-                            "299 tern \"%s not enforced (%.160s); it was added to the prompt instead\"",
-                            kind_names[sp.kind], te.msg);
+                warning_value(warning, STRUCTURED_WARNING_MAX, kind_names[sp.kind], te.msg);
                 TERN_INFO("structured: %s", e->msg);
                 rc = 0;
             }
