@@ -96,6 +96,106 @@ static uint64_t ast_hash(const grammar *g, const gast *a, uint64_t h, int *ok)
     return h;
 }
 
+/* Rules on recursion cycles: a canonical hash of the rule graph reachable
+ * from the rule, callees numbered in first-reference order (exact: equal
+ * hashes mean isomorphic rule graphs, up to 64-bit collisions). Graphs
+ * larger than SIG_MAX_GRAPH rules, or work past SIG_MAX_WORK tree nodes for
+ * the whole grammar, get no signature. */
+#define SIG_MAX_GRAPH 64
+#define SIG_MAX_WORK 2000000L
+
+typedef struct gwalk {
+    const uint64_t *sig1; /* acyclic signatures (first pass) */
+    int32_t *index;       /* [n_rules] local number in this graph, -1 */
+    int32_t order[SIG_MAX_GRAPH];
+    int n_order;
+    int ok;
+    long work;
+} gwalk;
+
+static uint64_t graph_ast(const gast *a, uint64_t h, gwalk *w)
+{
+    w->work++;
+    h = h64(h, (uint64_t)a->kind * 131 + (uint64_t)a->n);
+    switch (a->kind) {
+    case GAST_BYTES:
+        for (int i = 0; i < a->n; i++)
+            h = h64(h, a->u.bytes[i]);
+        break;
+    case GAST_CLASS:
+        for (int i = 0; i < 2 * a->n; i++)
+            h = h64(h, a->u.cls.ranges[i]);
+        break;
+    case GAST_REF: {
+        int32_t c = a->u.ref;
+        if (w->sig1[c]) {
+            h = h64(h, w->sig1[c]);
+        } else {
+            if (w->index[c] < 0) {
+                if (w->n_order == SIG_MAX_GRAPH) {
+                    w->ok = 0;
+                    break;
+                }
+                w->index[c] = w->n_order;
+                w->order[w->n_order++] = c;
+            }
+            h = h64(h, 0xC1C1E000ULL + (uint64_t)w->index[c]);
+        }
+        break;
+    }
+    case GAST_SEQ:
+    case GAST_ALT:
+        for (int i = 0; i < a->n; i++)
+            h = graph_ast(a->u.kids[i], h, w);
+        break;
+    case GAST_REP:
+        h = h64(h, (uint64_t)(uint32_t)a->u.rep.min * 7 + (uint64_t)(uint32_t)a->u.rep.max);
+        h = graph_ast(a->u.rep.kid, h, w);
+        break;
+    default:
+        break;
+    }
+    return h;
+}
+
+static int cyclic_sigs(grammar *g)
+{
+    int32_t n = g->n_rules;
+    uint64_t *sig1 = malloc((size_t)(n ? n : 1) * sizeof *sig1);
+    gwalk *w = calloc(1, sizeof *w);
+    int32_t *index = malloc((size_t)(n ? n : 1) * sizeof *index);
+    if (!sig1 || !w || !index) {
+        free(sig1);
+        free(w);
+        free(index);
+        return TERN_ENOMEM;
+    }
+    memcpy(sig1, g->rule_sig, (size_t)n * sizeof *sig1);
+    for (int32_t r = 0; r < n; r++)
+        index[r] = -1;
+    w->sig1 = sig1;
+    w->index = index;
+    for (int32_t r = 0; r < n && w->work < SIG_MAX_WORK; r++) {
+        if (sig1[r])
+            continue;
+        w->n_order = 1;
+        w->order[0] = r;
+        index[r] = 0;
+        w->ok = 1;
+        uint64_t h = 0xCC1E5EEDULL;
+        for (int i = 0; i < w->n_order && w->ok && w->work < SIG_MAX_WORK; i++)
+            h = graph_ast(g->rule_bodies[w->order[i]], h64(h, (uint64_t)i), w);
+        for (int i = 0; i < w->n_order; i++)
+            index[w->order[i]] = -1;
+        if (w->ok && w->work < SIG_MAX_WORK)
+            g->rule_sig[r] = h ? h : 1;
+    }
+    free(sig1);
+    free(w);
+    free(index);
+    return 0;
+}
+
 /* Reference chains deeper than this get no signature (bounded recursion). */
 #define SIG_MAX_DEPTH 1000
 
@@ -139,8 +239,11 @@ int grammar_compute_sigs(grammar *g)
      * number of rules; recursion here follows rule references only */
     for (int32_t r = 0; r < g->n_rules; r++)
         sig_visit(g, r, color, 0);
-    /* a rule in progress when a cycle closed got sig 0 only if it saw the
-     * in-progress callee; rules calling it inherit 0 via ast_hash */
+    /* rules on or above a cycle got 0: hash their rule graphs instead */
+    if (cyclic_sigs(g)) {
+        free(color);
+        return TERN_ENOMEM;
+    }
     for (int32_t r = 0; r < g->n_rules; r++)
         g->rule_first[r] = -1;
     for (int32_t s = g->n_states - 1; s >= 0; s--)
