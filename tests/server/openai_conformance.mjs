@@ -163,6 +163,16 @@ try {
   const think = await client.chat.completions.create({ ...greedy, chat_template_kwargs: { enable_thinking: false } });
   check(think.usage.prompt_tokens > u.prompt_tokens, 'chat_template_kwargs reach the template (enable_thinking=false adds the empty think block)', [think.usage.prompt_tokens, u.prompt_tokens]);
 
+  // ---- prefix cache: the same conversation again reuses its KV (the cache boundary is the end of the
+  // conversation before the generation primer, which the server computes from the template)
+  const longMsgs = [{ role: 'system', content: 'You are a terse assistant that answers in one line.' },
+    { role: 'user', content: 'Tell me something about lighthouses, keepers, lamps and the sea at night.' }];
+  const p1 = await client.chat.completions.create({ model: M, messages: longMsgs, max_tokens: 4, temperature: 0 });
+  const p2 = await client.chat.completions.create({ model: M, messages: longMsgs, max_tokens: 4, temperature: 0 });
+  check(p1.usage.prompt_tokens > 32 && p2.usage.prompt_tokens_details.cached_tokens >= 16 &&
+    p2.usage.prompt_tokens_details.cached_tokens < p2.usage.prompt_tokens, 'repeated conversation reports cached_tokens', [p1.usage, p2.usage]);
+  check(p1.choices[0].message.content === p2.choices[0].message.content, 'cached prefix gives the same greedy text');
+
   // ---- errors
   await expectError(client.chat.completions.create({ ...greedy, temperature: 'hot' }), 400, 'bad type', 'temperature');
   await expectError(client.chat.completions.create({ ...greedy, max_tokens: -5 }), 400, 'out of range', 'max_tokens');
