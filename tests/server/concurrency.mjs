@@ -103,6 +103,29 @@ try {
   const rss2 = rssKiB(srv.proc.pid);
   console.log(`rss after round 1: ${rss1} KiB, after round 2: ${rss2} KiB`);
   check(rss2 <= rss1 * 1.05 + 8192, 'memory back at baseline after a second round', { rss1, rss2 });
+  // a client that stops reading (its socket buffers fill, the server's writes to it block) must
+  // not stall anyone else
+  let slowReq = null, slowBytes = 0;
+  const slowDone = new Promise((resolve) => {
+    const u = new URL(srv.url + '/v1/chat/completions');
+    slowReq = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST',
+      headers: { 'Content-Type': 'application/json' } }, (res) => {
+      res.once('data', (d) => { slowBytes += d.length; res.pause(); resolve(true); });
+    });
+    slowReq.on('error', () => resolve(false));
+    slowReq.end(JSON.stringify({ messages: [{ role: 'user', content: 'Tell me a long story.' }], max_tokens: 1500,
+      ignore_eos: true, temperature: 0, stream: true, logprobs: true, top_logprobs: 20 }));
+  });
+  check(await slowDone, 'slow client started', slowBytes);
+  await new Promise((r) => setTimeout(r, 1500));
+  const t0 = Date.now();
+  const others = await Promise.all(prompts.map((_, i) => stream(i)));
+  const okOthers = others.filter((r, i) => validate(r, `beside a slow client ${i}`) === ref[i]).length;
+  check(okOthers === prompts.length, 'streams beside a non-reading client complete and are correct', okOthers);
+  console.log(`beside a non-reading client: ${okOthers}/${prompts.length} streams in ${Date.now() - t0} ms`);
+  slowReq.destroy();
+  const st3 = await waitIdle();
+  check(st3.server.generations_active === 0, 'the slow client\'s generation is released when it leaves', st3.server);
   // the server still answers
   const h = await fetch(srv.url + '/health');
   check(h.status === 200, 'server still up');
