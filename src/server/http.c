@@ -143,8 +143,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (!c->body_too_big)
             return MHD_YES;
     }
-    if (c->replied)
-        return MHD_YES; /* discard the rest of the upload */
+    if (c->replied) {
+        *upload_size = 0; /* discard the rest of the upload */
+        return MHD_YES;
+    }
     if (*upload_size) {
         if (!c->body_too_big && c->body.len + *upload_size <= s->o.max_body_bytes) {
             if (api_buf_append(&c->body, upload_data, *upload_size))
