@@ -533,7 +533,10 @@ static void str_rec(tpl_ctx *c, tbuf *b, tv v, int depth)
         tbuf_puts(c, b, ">");
         return;
     case TV_MACRO: tbuf_puts(c, b, "<Macro>"); return;
-    case TV_LOOP: tbuf_puts(c, b, "<LoopContext>"); return;
+    case TV_LOOP: /* jinja2: <LoopContext index/length> */
+        snprintf(t, sizeof t, "<LoopContext %zu/%zu>", v.u.lp->index0 + 1, v.u.lp->items->n);
+        tbuf_puts(c, b, t);
+        return;
     }
 }
 

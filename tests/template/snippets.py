@@ -89,6 +89,7 @@ SNIPPETS = [
     ("{{ messages | selectattr('role', 'in', ['user', 'system']) | map(attribute='content') | join('|') }}", {"messages": MSGS}),
     ("{% set d = {'a': 1} %}{% set d2 = dict(d, b=2) %}{{ d2 }}", {}),
     ("{{ loop }}|{{ caller }}|{{ varargs }}", {}),
+    ("{% for i in 'ab' %}{{ loop }}{% endfor %}", {}),
     ("{% for m in messages %}{{ loop.index }}{% for c in m.content %}{{ loop.index }}{% endfor %};{% endfor %}", {"messages": MSGS}),
     # filters
     ("[{{ '  pad  ' | trim }}] [{{ 'xxhixx' | trim('x') }}] {{ 'abc' | upper }} {{ 'ABC' | lower }} {{ 'hello wORLD-foo(bar)' | title }} {{ 'hELLO world' | capitalize }}", {}),
