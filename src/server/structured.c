@@ -267,9 +267,9 @@ static int parse_structured_outputs(json_object *v, spec *sp, api_error *e)
         return take_schema(sp, v, "structured_outputs", e);
     /* precedence inside the form follows the top level's */
     spec g = {0}, js = {0}, jo = {0}, re = {0}, ch = {0};
-    g.any_ws = js.any_ws = jo.any_ws = sp->any_ws;
-    g.max_ws = js.max_ws = jo.max_ws = sp->max_ws;
-    g.strict = js.strict = jo.strict = sp->strict;
+    g.any_ws = js.any_ws = jo.any_ws = re.any_ws = ch.any_ws = sp->any_ws;
+    g.max_ws = js.max_ws = jo.max_ws = re.max_ws = ch.max_ws = sp->max_ws;
+    g.strict = js.strict = jo.strict = re.strict = ch.strict = sp->strict;
     int any_ws = sp->any_ws;
     json_object_object_foreach(v, k, f) {
         char param[96];
@@ -485,6 +485,21 @@ static int build_ebnf(void *user, char **ebnf, tern_err *err)
     default:
         return tern_err_set(err, TERN_EINVAL, "no grammar");
     }
+}
+
+int structured_spec_key(const api_request *q, char **key, api_error *e)
+{
+    spec sp;
+    *key = NULL;
+    if (collect(q, &sp, e))
+        return -1;
+    size_t len;
+    if (sp.kind && !(*key = spec_key(&sp, &len))) {
+        spec_free(&sp);
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    spec_free(&sp);
+    return 0;
 }
 
 /* ---- fallback: the spec into the prompt ---- */

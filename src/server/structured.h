@@ -37,6 +37,13 @@ int structured_prepare(struct tern_server *s, api_request *q, char *warning, api
 int structured_attach(struct tern_server *s, const api_request *q, const int32_t *prompt, size_t n_prompt,
                       size_t boundary, engine_params *p, api_error *e);
 
+/* The spec structured_prepare would pick for q, as its normalized cache
+ * key ("kind|ws=..|cap=..|strict=..|" + canonical text), without compiling:
+ * *key is malloc'd, or NULL when q is unconstrained. For tests and the
+ * fuzz entry point. Returns 0, or -1 with e set (a field of the wrong
+ * shape). */
+int structured_spec_key(const api_request *q, char **key, api_error *e);
+
 /* Frees a request's spec (NULL is a no-op). */
 void structured_free(srv_structured *st);
 /* Frees the server-wide vocabulary and compile cache (server_free). */
