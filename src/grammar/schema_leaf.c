@@ -296,6 +296,9 @@ static int emit_mag(gfe_buf *b, bound lo, bound hi, int integer)
 /* multipleOf: divisors above this are refused (the grammar has one rule
  * per remainder). */
 #define SC_MULTIPLE_MAX 2000
+/* ...and so are automata past this many rules (remainders x fraction
+ * positions): grammars that size cost the engine more than they are worth. */
+#define SC_MULTIPLE_RULES 600
 
 static long gcd(long a, long b)
 {
@@ -699,6 +702,8 @@ static int gen_number(sc *c, json_object *s, int integer, const char *path, gfe_
             mp /= gcd(mp, t);
             mq = 0;
         }
+        if ((long)(mp * (mq + 3)) > SC_MULTIPLE_RULES)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "'multipleOf' needs too many grammar states");
         if (mp > 1 || mq > 0) {
             if (lo.has || hi.has)
                 return sc_fail(c, TERN_EUNSUPPORTED, path, "'multipleOf' together with numeric bounds");
