@@ -3,7 +3,9 @@
 # over every tokenizer is kept out of the ASan run for time.
 tern_add_script_test(NAME tokenizer.oracle_small
   COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/oracle_compare.py --bytes 30000 --seed 7
-  TIMEOUT 600)
+    stories260K=${TERN_SHARED_DIR}/models/stories260K tern-demo=${CMAKE_SOURCE_DIR}/models/tern-demo
+    qwen3=${TERN_SHARED_DIR}/tokenizers/qwen3
+  TIMEOUT 900)
 tern_add_script_test(NAME tokenizer.oracle_1mb
   COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/tokenizer/oracle_compare.py --bytes 1100000
   TIMEOUT 1200 LABELS no-asan)
