@@ -433,9 +433,6 @@ static void step(tern_engine *e)
         }
     }
     drop_done(e);
-    pthread_mutex_lock(&e->mu);
-    e->st.running = e->n_running;
-    pthread_mutex_unlock(&e->mu);
 }
 
 /* ---- the thread ---- */
@@ -472,6 +469,9 @@ static void *engine_main(void *arg)
         e->st.running = e->n_running;
         pthread_mutex_unlock(&e->mu);
         step(e);
+        pthread_mutex_lock(&e->mu);
+        e->st.running = e->n_running;
+        pthread_mutex_unlock(&e->mu);
     }
     return NULL;
 }

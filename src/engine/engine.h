@@ -122,8 +122,10 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
 /* Cancels every request, stops the thread, frees the engine. */
 void engine_free(tern_engine *e);
 
-/* Queues a request. notify (may be NULL) is called from the engine thread,
- * without locks held, whenever events become available; it must not block.
+/* Queues a request. notify (may be NULL) is called from the engine thread
+ * whenever events become available, with the request's lock held: it must
+ * not block or call back into the request. It is never called after
+ * engine_req_release returns.
  * Errors: TERN_EFULL (queue full), TERN_ERANGE (prompt + max_tokens can never
  * fit the context or the KV budget), TERN_EINVAL (bad parameters). */
 engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)(void *user), void *user,

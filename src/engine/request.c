@@ -44,10 +44,12 @@ void req_push_event(engine_req *r, engine_event *ev)
     if (ev->kind == ENGINE_EV_FINISH)
         r->finished = 1;
     pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    memset(ev, 0, sizeof *ev);
+    /* under the lock, so that once engine_req_release has cleared notify
+     * no call can still be on its way */
     if (r->notify)
         r->notify(r->user);
+    pthread_mutex_unlock(&r->mu);
+    memset(ev, 0, sizeof *ev);
 }
 
 int engine_req_next(engine_req *r, engine_event *ev, int timeout_ms)
@@ -109,6 +111,9 @@ void engine_req_release(engine_req *r)
 {
     if (!r)
         return;
+    pthread_mutex_lock(&r->mu);
+    r->notify = NULL;
+    pthread_mutex_unlock(&r->mu);
     engine_req_cancel(r);
     req_unref(r);
 }
