@@ -259,8 +259,22 @@ M(m_format)
     return tv_str(b.len ? tbuf_str(&r->c, &b) : tstr_new(&r->c, "", 0));
 }
 
-/* Python printf-style formatting (str % args, the format filter): %s %r %d
- * %i %f %% with optional precision for %f; args is a tuple/list or one value. */
+/* Python printf-style formatting (str % args, the format filter):
+ * %[flags][width][.precision]type with flags "-0+ #" and types s r d i o x X
+ * e E f F g G c %; args is a tuple or one value. Numbers go through C's
+ * printf, whose output for these conversions matches Python's. */
+static void pad_to(tpl_render *r, tbuf *b, const char *s, size_t n, int width, int left)
+{
+    size_t cps = utf8_len(s, n);
+    if (!left)
+        for (size_t k = cps; (long)k < width; k++)
+            tbuf_putc(&r->c, b, ' ');
+    tbuf_put(&r->c, b, s, n);
+    if (left)
+        for (size_t k = cps; (long)k < width; k++)
+            tbuf_putc(&r->c, b, ' ');
+}
+
 tv tpl_percent_format(tpl_render *r, tstr *fmt, tv args, long pos)
 {
     tv one[1] = {args};
@@ -277,16 +291,26 @@ tv tpl_percent_format(tpl_render *r, tstr *fmt, tv args, long pos)
             tbuf_putc(&r->c, &b, ch);
             continue;
         }
-        if (++i >= fmt->len)
-            FAIL(r, pos, "incomplete format");
-        int prec = -1;
-        if (fmt->s[i] == '.') {
-            prec = 0;
-            while (++i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && prec < 100)
-                prec = prec * 10 + (fmt->s[i] - '0');
-            if (i >= fmt->len)
-                FAIL(r, pos, "incomplete format");
+        char flags[8];
+        int nf = 0, width = 0, prec = -1;
+        while (++i < fmt->len && strchr("-0+ #", fmt->s[i]) && nf < 5)
+            flags[nf++] = fmt->s[i];
+        flags[nf] = '\0';
+        while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9') {
+            if (width < 1000)
+                width = width * 10 + (fmt->s[i] - '0');
+            i++;
         }
+        if (i < fmt->len && fmt->s[i] == '.') {
+            prec = 0;
+            while (++i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9')
+                if (prec < 100)
+                    prec = prec * 10 + (fmt->s[i] - '0');
+        }
+        if (i >= fmt->len)
+            FAIL(r, pos, "incomplete format");
+        if (width > 1000)
+            width = 1000;
         char conv = fmt->s[i];
         if (conv == '%') {
             tbuf_putc(&r->c, &b, '%');
@@ -295,30 +319,69 @@ tv tpl_percent_format(tpl_render *r, tstr *fmt, tv args, long pos)
         if (k >= n)
             FAIL(r, pos, "not enough arguments for format string");
         tv v = items[k++];
-        char t[64];
-        switch (conv) {
-        case 's': tv_str_to(&r->c, &b, v); break;
-        case 'r': tv_repr_to(&r->c, &b, v); break;
-        case 'd': case 'i':
-            if (!tv_is_number(v))
-                FAIL(r, pos, "%%%c format: a real number is required, not %s", conv, tv_type_name(v));
+        int left = strchr(flags, '-') != NULL;
+        if (conv == 's' || conv == 'r' || conv == 'a' || conv == 'c') {
+            tbuf t = {0};
+            if (conv == 'c') {
+                if (v.t == TV_INT && v.u.i >= 0 && v.u.i <= 0x10FFFF)
+                    utf8_put(&r->c, &t, (int32_t)v.u.i);
+                else if (v.t == TV_STR && utf8_len(v.u.s->s, v.u.s->len) == 1)
+                    tbuf_put(&r->c, &t, v.u.s->s, v.u.s->len);
+                else
+                    FAIL(r, pos, "%%c requires an int or a unicode character");
+            } else if (conv == 's') {
+                tv_str_to(&r->c, &t, v);
+            } else {
+                tv_repr_to(&r->c, &t, v);
+            }
+            size_t len = t.len;
+            if (prec >= 0 && conv != 'c')
+                len = utf8_offset(t.p ? t.p : "", t.len, (size_t)prec);
+            pad_to(r, &b, t.p ? t.p : "", len, width, left);
+            continue;
+        }
+        if (!strchr("diouxXeEfFgG", conv))
+            FAIL(r, pos, "unsupported format character '%c'", conv);
+        if (v.t == TV_UNDEF)
+            tpl_undefined_fail(r, v, pos);
+        if (!tv_is_number(v))
+            FAIL(r, pos, "%%%c format: a real number is required, not %s", conv, tv_type_name(v));
+        char spec[32], out[1200];
+        int integer = strchr("diouxX", conv) != NULL;
+        if (integer && v.t == TV_FLOAT && conv != 'd' && conv != 'i' && conv != 'u')
+            FAIL(r, pos, "%%%c format: an integer is required, not float", conv);
+        if (integer) {
             if (v.t == TV_FLOAT && !(v.u.f > -9.2e18 && v.u.f < 9.2e18))
                 FAIL(r, pos, "%%%c format: number out of range", conv);
-            snprintf(t, sizeof t, "%lld", v.t == TV_FLOAT ? (long long)v.u.f : (long long)v.u.i);
-            tbuf_puts(&r->c, &b, t);
-            break;
-        case 'f':
-            if (!tv_is_number(v))
-                FAIL(r, pos, "%%f format: a real number is required, not %s", tv_type_name(v));
-            {
-                char big[512];
-                snprintf(big, sizeof big, "%.*f", prec < 0 ? 6 : prec, tv_num(v));
-                tbuf_puts(&r->c, &b, big);
+            long long x = v.t == TV_FLOAT ? (long long)v.u.f : (long long)v.u.i;
+            char c2 = conv == 'i' || conv == 'u' ? 'd' : conv;
+            if (c2 != 'd' && x < 0) { /* Python prints -0x1f, C would wrap */
+                snprintf(spec, sizeof spec, "%%%s*.*ll%c", flags, c2);
+                char tmp[1100];
+                snprintf(tmp, sizeof tmp, spec, 0, prec < 0 ? 1 : prec, (unsigned long long)(-(x + 1)) + 1);
+                snprintf(out, sizeof out, "-%s", tmp);
+                pad_to(r, &b, out, strlen(out), width, left);
+                continue;
             }
-            break;
-        default:
-            FAIL(r, pos, "unsupported format character '%c'", conv);
+            snprintf(spec, sizeof spec, "%%%s*.*ll%c", flags, c2);
+            if (prec < 0)
+                snprintf(spec, sizeof spec, "%%%s*ll%c", flags, c2);
+            if (prec < 0)
+                snprintf(out, sizeof out, spec, width, x);
+            else
+                snprintf(out, sizeof out, spec, width, prec, x);
+            if (conv == 'o' && strchr(flags, '#')) { /* Python's alternate octal is 0o */
+                char *z = strchr(out, '0');
+                if (z) {
+                    memmove(z + 1, z, strlen(z) + 1);
+                    z[1] = 'o';
+                }
+            }
+        } else {
+            snprintf(spec, sizeof spec, "%%%s*.*%c", flags, conv);
+            snprintf(out, sizeof out, spec, width, prec < 0 ? 6 : prec, tv_num(v));
         }
+        tbuf_puts(&r->c, &b, out);
     }
     /* Python: a tuple must be used up; a list or dict counts as a mapping
      * argument and may go unused; any other single value must be used */
