@@ -19,4 +19,11 @@ const char *cli_flag_value(int argc, char **argv, int *i, const char *flag);
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 int cli_parse_double(const char *s, double lo, double hi, double *out);
 
+/* Loads a draft model for speculative decoding and checks that it shares
+ * the target's tokenizer. NULL with err set. */
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+tern_model *cli_load_draft(const char *dir, const tern_tokenizer *target_tok, const model_load_opts *lo,
+                          tern_err *err);
+
 #endif

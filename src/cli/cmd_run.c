@@ -78,14 +78,14 @@ int cmd_run(int argc, char **argv)
     tern_model *m = model_load_ex(dir, &lo, &err);
     if (!m)
         goto out;
-    if (draft_dir && !(draft = model_load_ex(draft_dir, &lo, &err)))
+    if (!(tok = tokenizer_load(dir, &err)))
+        goto out;
+    if (draft_dir && !(draft = cli_load_draft(draft_dir, tok, &lo, &err)))
         goto out;
     if (spec && !strcmp(spec, "draft") && !draft) {
         tern_err_set(&err, TERN_EINVAL, "--spec draft needs --draft-model");
         goto out;
     }
-    if (!(tok = tokenizer_load(dir, &err)))
-        goto out;
     if (tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n, &err))
         goto out;
     engine_opts eo;

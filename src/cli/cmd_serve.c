@@ -16,7 +16,9 @@
 #define SERVE_USAGE                                                                                  \
     "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--model-name NAME]\n" \
     "                  [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
-    "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n"
+    "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
+    "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
+    "                  [--grammar-jump]\n"
 
 static void progress(int step, int n_steps, const char *what, double t0)
 {
@@ -41,6 +43,7 @@ int cmd_serve(int argc, char **argv)
     double gb = 0;
     long long threads = 0;
     int verbose = 0;
+    const char *draft_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--host")))
             so.host = v;
@@ -82,6 +85,22 @@ int cmd_serve(int argc, char **argv)
         } else if ((v = cli_flag_value(argc, argv, &i, "--threads"))) {
             if (cli_parse_int(v, 1, 1024, &threads))
                 goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--prefill-chunk"))) {
+            if (cli_parse_int(v, 1, 1 << 20, &x))
+                goto bad_value;
+            eo.prefill_chunk = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--draft-model"))) {
+            draft_dir = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--num-draft-tokens"))) {
+            if (cli_parse_int(v, 1, ENGINE_MAX_DRAFT, &x))
+                goto bad_value;
+            eo.n_draft = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--spec"))) {
+            if (strcmp(v, "ngram") && strcmp(v, "draft"))
+                goto bad_value;
+            eo.spec_ngram = !strcmp(v, "ngram");
+        } else if (!strcmp(argv[i], "--grammar-jump")) {
+            eo.grammar_jump = 1;
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
             verbose = 1;
         } else if (argv[i][0] != '-' && !dir) {
@@ -125,6 +144,7 @@ int cmd_serve(int argc, char **argv)
     tern_tokenizer *tok = NULL;
     tern_engine *eng = NULL;
     tern_server *srv = NULL;
+    tern_model *draft = NULL;
     double t0 = tern_time_s();
     progress(0, 3, "loading model weights", t0);
     tern_model *m = model_load(dir, (int)threads, &err);
@@ -133,6 +153,13 @@ int cmd_serve(int argc, char **argv)
     progress(1, 3, "loading tokenizer", t0);
     if (!(tok = tokenizer_load(dir, &err)))
         goto out;
+    if (draft_dir && !eo.spec_ngram) {
+        progress(2, 3, "loading draft model", t0);
+        model_load_opts lo = {(int)threads, NULL};
+        if (!(draft = cli_load_draft(draft_dir, tok, &lo, &err)))
+            goto out;
+        eo.draft = draft;
+    }
     progress(2, 3, "starting engine", t0);
     if (!(eng = engine_new(m, tok, &eo, &err)))
         goto out;
@@ -164,6 +191,7 @@ out_quiet:
     engine_free(eng);
     server_free(srv); /* after the engine: see server_free */
     tokenizer_free(tok);
+    model_free(draft);
     model_free(m);
     return rc;
 }

@@ -326,6 +326,39 @@ static void usage_totals(const gen_job *j, int *n_completion, int *n_cached)
         *n_completion += j->ch[i].usage.n_generated;
 }
 
+/* The usage object, with usage.speculation when any choice speculated:
+ * {drafted, accepted, target_forwards, acceptance_by_position}. */
+static json_object *usage_json(const gen_job *j)
+{
+    int n_completion, n_cached;
+    usage_totals(j, &n_completion, &n_cached);
+    json_object *u = api_usage(j->n_prompt, n_completion, n_cached);
+    engine_usage t = {0};
+    for (int i = 0; i < j->n; i++) {
+        const engine_usage *c = &j->ch[i].usage;
+        t.n_drafted += c->n_drafted;
+        t.n_accepted += c->n_accepted;
+        t.n_target_forwards += c->n_target_forwards;
+        for (int k = 0; k < ENGINE_MAX_DRAFT; k++)
+            t.accepted_by_pos[k] += c->accepted_by_pos[k];
+    }
+    if (t.n_drafted > 0) {
+        json_object *sp = json_object_new_object(), *by = json_object_new_array();
+        json_object_object_add(sp, "drafted", json_object_new_int(t.n_drafted));
+        json_object_object_add(sp, "accepted", json_object_new_int(t.n_accepted));
+        json_object_object_add(sp, "target_forwards", json_object_new_int(t.n_target_forwards));
+        int last = 0;
+        for (int k = 0; k < ENGINE_MAX_DRAFT; k++)
+            if (t.accepted_by_pos[k])
+                last = k + 1;
+        for (int k = 0; k < last; k++)
+            json_object_array_add(by, json_object_new_int(t.accepted_by_pos[k]));
+        json_object_object_add(sp, "acceptance_by_position", by);
+        json_object_object_add(u, "speculation", sp);
+    }
+    return u;
+}
+
 static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
 {
     gen_choice *c = &j->ch[idx];
@@ -478,9 +511,7 @@ int gen_collect(gen_job *j, char **json, api_error *err)
         json_object_object_add(ch, "finish_reason", json_object_new_string(finish_reason(c->finish)));
         json_object_array_add(choices, ch);
     }
-    int n_completion, n_cached;
-    usage_totals(j, &n_completion, &n_cached);
-    json_object_object_add(o, "usage", api_usage(j->n_prompt, n_completion, n_cached));
+    json_object_object_add(o, "usage", usage_json(j));
     *json = api_json_take(o);
     return *json ? 0 : api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
 }
@@ -493,9 +524,7 @@ static void stream_tail(gen_job *j)
         json_object *choices;
         json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion.chunk" : "text_completion",
                                       j->created, j->s->model_name, &choices);
-        int n_completion, n_cached;
-        usage_totals(j, &n_completion, &n_cached);
-        json_object_object_add(o, "usage", api_usage(j->n_prompt, n_completion, n_cached));
+        json_object_object_add(o, "usage", usage_json(j));
         api_buf_sse(&j->out, o);
     }
     api_buf_append(&j->out, "data: [DONE]\n\n", 14);

@@ -32,6 +32,10 @@ char *metrics_stats_json(tern_server *s)
     EI("tokens_prefilled", st.tokens_prefilled);
     EI("tokens_decoded", st.tokens_decoded);
     EI("prefix_hit_tokens", st.prefix_hit_tokens);
+    EI("spec_drafted", st.spec_drafted);
+    EI("spec_accepted", st.spec_accepted);
+    EI("spec_target_forwards", st.spec_target_forwards);
+    EI("jump_forward_tokens", st.jump_tokens);
     EI("steps", st.steps);
     EI("kv_blocks_total", st.kv_blocks_total);
     EI("kv_blocks_used", st.kv_blocks_used);
@@ -110,6 +114,14 @@ char *metrics_prometheus(tern_server *s, size_t *len)
     metric(&b, "prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from the prefix cache.",
            (double)st.prefix_hit_tokens);
     metric(&b, "engine_steps_total", "counter", "Batched forward steps.", (double)st.steps);
+    metric(&b, "spec_drafted_tokens_total", "counter", "Tokens proposed by speculative drafting.",
+           (double)st.spec_drafted);
+    metric(&b, "spec_accepted_tokens_total", "counter", "Drafted tokens the target accepted.",
+           (double)st.spec_accepted);
+    metric(&b, "spec_target_forwards_total", "counter", "Target forwards of speculating requests.",
+           (double)st.spec_target_forwards);
+    metric(&b, "jump_forward_tokens_total", "counter", "Tokens appended by grammar jump-forward.",
+           (double)st.jump_tokens);
     metric(&b, "kv_blocks_total", "gauge", "KV cache blocks in the pool.", st.kv_blocks_total);
     metric(&b, "kv_blocks_used", "gauge", "KV cache blocks in use.", st.kv_blocks_used);
     metric(&b, "kv_blocks_cached", "gauge", "KV cache blocks held by the prefix cache.", st.kv_blocks_cached);
