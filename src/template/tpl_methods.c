@@ -383,10 +383,11 @@ tv tpl_percent_format(tpl_render *r, tstr *fmt, tv args, long pos)
         }
         tbuf_puts(&r->c, &b, out);
     }
-    /* Python: a tuple must be used up; a list or dict counts as a mapping
-     * argument and may go unused; any other single value must be used */
+    /* Python: a tuple must be used up; a list, dict or Undefined (anything
+     * with __getitem__) counts as a mapping argument and may go unused; any
+     * other single value must be used */
     int tuple = args.t == TV_LIST && args.u.l->tuple;
-    if ((tuple && k < n) || (!tuple && k == 0 && args.t != TV_LIST && args.t != TV_DICT))
+    if ((tuple && k < n) || (!tuple && k == 0 && args.t != TV_LIST && args.t != TV_DICT && args.t != TV_UNDEF))
         FAIL(r, pos, "not all arguments converted during string formatting");
     return tv_str(b.len ? tbuf_str(&r->c, &b) : tstr_new(&r->c, "", 0));
 }

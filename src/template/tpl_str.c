@@ -187,6 +187,38 @@ static int jinja_word_sep(int32_t cp)
     return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || py_isspace_cp(cp);
 }
 
+/* Python's full case mappings that expand to several code points
+ * (SpecialCasing.txt, unconditional entries seen in ordinary text);
+ * utf8proc only has the one-to-one mappings. */
+static const struct {
+    int32_t cp;
+    const char *upper, *title, *lower; /* NULL: the simple mapping */
+} special_case[] = {
+    {0x00DF, "SS", "Ss", NULL},             /* ß */
+    {0x0130, NULL, NULL, "i\xCC\x87"},      /* İ -> i + U+0307 */
+    {0x0149, "\xCA\xBCN", "\xCA\xBCN", NULL}, /* ŉ */
+    {0x01F0, "J\xCC\x8C", "J\xCC\x8C", NULL}, /* ǰ */
+    {0xFB00, "FF", "Ff", NULL}, {0xFB01, "FI", "Fi", NULL}, {0xFB02, "FL", "Fl", NULL},
+    {0xFB03, "FFI", "Ffi", NULL}, {0xFB04, "FFL", "Ffl", NULL}, {0xFB05, "ST", "St", NULL},
+    {0xFB06, "ST", "St", NULL},
+};
+
+/* Appends the upper ('u'), title ('t') or lower ('l') mapping of cp. */
+static void put_cased(tpl_ctx *c, tbuf *b, int32_t cp, int kind)
+{
+    if (cp == 0xDF || cp == 0x130 || cp == 0x149 || cp == 0x1F0 || (cp >= 0xFB00 && cp <= 0xFB06))
+        for (size_t k = 0; k < sizeof special_case / sizeof special_case[0]; k++)
+            if (special_case[k].cp == cp) {
+                const char *m = kind == 'u' ? special_case[k].upper : kind == 't' ? special_case[k].title
+                                                                                  : special_case[k].lower;
+                if (m) {
+                    tbuf_puts(c, b, m);
+                    return;
+                }
+            }
+    utf8_put(c, b, kind == 'u' ? utf8proc_toupper(cp) : kind == 't' ? utf8proc_totitle(cp) : utf8proc_tolower(cp));
+}
+
 tstr *py_case(tpl_ctx *c, tstr *s, int mode)
 {
     tbuf b = {0};
@@ -199,27 +231,24 @@ tstr *py_case(tpl_ctx *c, tstr *s, int mode)
             i++;
             continue;
         }
-        int32_t o = cp;
+        int kind = 'l';
         switch (mode) {
-        case 'u': o = utf8proc_toupper(cp); break;
-        case 'l': o = utf8proc_tolower(cp); break;
-        case 'c': o = first ? utf8proc_toupper(cp) : utf8proc_tolower(cp); break;
+        case 'u': kind = 'u'; break;
+        case 'l': kind = 'l'; break;
+        case 'c': kind = first ? 't' : 'l'; break; /* str.capitalize: title-case first */
         case 't':
-            o = prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp);
+            kind = prev_cased ? 'l' : 't';
             prev_cased = is_cased(cp);
             break;
-        case 'j': {
+        case 'j': { /* jinja's title filter: piece[0].upper() + piece[1:].lower() */
             int sep = jinja_word_sep(cp);
-            if (sep != prev_sep || first)
-                o = utf8proc_toupper(cp); /* first char of a piece */
-            else
-                o = utf8proc_tolower(cp);
+            kind = sep != prev_sep || first ? 'u' : 'l';
             prev_sep = sep;
             break;
         }
         }
         first = 0;
-        utf8_put(c, &b, o);
+        put_cased(c, &b, cp, kind);
         i += l;
     }
     return tbuf_str(c, &b);

@@ -153,6 +153,8 @@ SNIPPETS = [
     ("{{ ['a\\\\b', \"'\", '\"'] }}", {}),
     # unicode
     ("{{ 'ÄÖÜ straße' | lower }} {{ 'ǆ' | upper }} {{ 'éa' | capitalize }} {{ '日本語' | length }} {{ '日本語'[1] }} {{ '日本語' | reverse }}", {}),
+    ("{{ 'straße ﬁne' | upper }} {{ 'ßa' | capitalize }} {{ 'ßa'.capitalize() }} {{ 'ßa ﬂ'.title() }} {{ 'ßa' | title }} {{ 'İx' | lower }} {{ 'ŉ'.upper() }} {{ 'ǅungla ǆ'.title() }}", {}),
+    ("{{ 'no specifiers' % undefined_var }}|{{ 'x' % [] }}", {}),
     # undefined behaviour
     ("[{{ undefined_var }}] [{{ undefined_var | upper }}] [{{ undefined_var | default('x') }}] {{ undefined_var is defined }} [{{ undefined_var ~ 'a' }}]", {}),
     ("{% if undefined_var %}yes{% else %}no{% endif %} {{ undefined_var | length }} {{ undefined_var == none }}", {}),
