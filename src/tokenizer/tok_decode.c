@@ -8,8 +8,6 @@
 
 #include "tok_int.h"
 
-int tok_parse_char(json_object *o, const char *key, const char *dflt, char out[8], size_t *len, tern_err *err);
-
 static json_object *jget(json_object *o, const char *k)
 {
     json_object *v = NULL;
@@ -169,8 +167,6 @@ static int hexval(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* "<0xAB>" -> 0xAB, else -1. */
-int tok_byte_token(const char *s, size_t n);
 int tok_byte_token(const char *s, size_t n)
 {
     if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>')
@@ -447,7 +443,6 @@ static int isolate_rewrite(const tok_dec *d, tok_buf *b, pcre2_match_data *md)
     return 0;
 }
 
-int tok_token_bytes_build(tern_tokenizer *t, tok_buf *arena, size_t *offs);
 int tok_token_bytes_build(tern_tokenizer *t, tok_buf *arena, size_t *offs)
 {
     int bytelevel = dec_has(t->dec, DEC_BYTELEVEL), fallback = dec_has(t->dec, DEC_BYTEFALLBACK) || t->byte_fallback;

@@ -308,6 +308,14 @@ void tok_dec_free(tok_dec *d);
 tok_cache *tok_cache_new(void);
 void tok_cache_free(tok_cache *c);
 
+/* Reads a one-character string field of o (dflt if absent) into out. */
+int tok_parse_char(struct json_object *o, const char *key, const char *dflt, char out[8], size_t *len, tern_err *err);
+/* "<0xAB>" -> 0xAB, else -1. */
+int tok_byte_token(const char *s, size_t n);
+/* Fills t->tb_len and the arena behind tokenizer_token_bytes; offs[id]
+ * gets each token's offset in arena. */
+int tok_token_bytes_build(tern_tokenizer *t, tok_buf *arena, size_t *offs);
+
 /* GPT-2 byte <-> char map. */
 extern const uint16_t tok_byte_to_cp[256];
 int tok_cp_to_byte(uint32_t cp); /* -1 if not a byte char */

@@ -21,8 +21,6 @@
 #include "base/json.h"
 #include "tok_fast.h"
 
-int tok_token_bytes_build(tern_tokenizer *t, tok_buf *arena, size_t *offs);
-
 /* Ids beyond this are rejected: no real vocabulary comes close, and it
  * bounds the id-indexed arrays a malformed file could make us allocate. */
 #define TOK_MAX_ID (1 << 24)

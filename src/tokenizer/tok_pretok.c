@@ -104,8 +104,6 @@ static int parse_scheme(json_object *o, int *out, tern_err *err)
     return 0;
 }
 
-/* Shared with the decoder parser: reads a one-character string field. */
-int tok_parse_char(json_object *o, const char *key, const char *dflt, char out[8], size_t *len, tern_err *err);
 int tok_parse_char(json_object *o, const char *key, const char *dflt, char out[8], size_t *len, tern_err *err)
 {
     json_object *v = jget(o, key);
