@@ -20,7 +20,12 @@
  * initializer_range), norms are 1 + small noise, so activations stay in a
  * realistic range through many layers. The tokenizer files are copied from
  * --tokenizer; --vocab must be at least its size (default: read from the
- * tokenizer). */
+ * tokenizer).
+ *
+ * The HF goldens in tests/golden/ were computed on fixtures written by this
+ * generator (tests/golden/manifest.json holds the arguments; the tests
+ * regenerate them): changing how weights are drawn changes every fixture,
+ * so regenerate the goldens with tools/hf_goldens.py after such a change. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
