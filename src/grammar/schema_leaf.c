@@ -807,6 +807,12 @@ static const struct { const char *name, *re; } k_formats[] = {
              "|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}"
              "|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}"
              "|:((:[0-9a-fA-F]{1,4}){1,7}|:))$"},
+    /* RFC 1123 host names, a sound subset: no "--" anywhere (so no
+     * punycode A-labels, which need decoding to validate), labels of at
+     * most 61 characters, at most 4 labels (within the 253 limit) */
+    {"hostname", "^[A-Za-z0-9](-?[A-Za-z0-9]){0,30}(\\.[A-Za-z0-9](-?[A-Za-z0-9]){0,30}){0,3}$"},
+    /* OpenAPI base64 */
+    {"byte", "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"},
     /* RFC 3986 URI, conservatively: IP-literal hosts are left out */
     {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:"
             "(//(([A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*@)?([A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*"
