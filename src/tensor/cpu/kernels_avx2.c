@@ -23,10 +23,11 @@ static inline __m256 ld_bf16(const uint16_t *p)
 static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline float sc_f32(float v) { return v; }
 
-/* Register tiles of up to 3 weight rows x 4 tokens: each loaded weight
- * vector serves 4 tokens and each input vector 3 rows (prefill is compute-
- * bound), and the 3 independent rows keep FMAs in flight at decode (T = 1,
- * memory-bound). Every (row, token) pair has one accumulator fed 8 inputs
+/* Register tiles of 3 weight rows x 4 tokens: each loaded weight vector
+ * serves 4 tokens and each input vector 3 rows (prefill is compute-bound);
+ * tokens left over (all of them at decode, T = 1) go 4 rows at a time, 4
+ * independent FMA chains in flight. The small loops are unrolled by pragma
+ * so the accumulators live in registers. Every (row, token) pair has one accumulator fed 8 inputs
  * at a time in index order, reduced by one fixed horizontal sum, then the
  * scalar tail - identical in every tile shape, so a result does not depend
  * on the batch or on where a worker's row range starts: batched decoding
@@ -36,18 +37,18 @@ static inline float sc_f32(float v) { return v; }
         const wtype *W, const float *X, float *Y, long n_in, long ldy, long r, long t, const int R, \
         const int N)                                                                              \
     {                                                                                             \
-        __m256 acc[3][4];                                                                         \
-        for (int a = 0; a < R; a++)                                                               \
-            for (int b = 0; b < N; b++)                                                           \
+        __m256 acc[4][4];                                                                         \
+        _Pragma("GCC unroll 4") for (int a = 0; a < R; a++)                                    \
+            _Pragma("GCC unroll 4") for (int b = 0; b < N; b++)                                \
                 acc[a][b] = _mm256_setzero_ps();                                                  \
         long n8 = n_in & ~7L, i = 0;                                                              \
         for (; i < n8; i += 8) {                                                                  \
-            __m256 w[3];                                                                          \
-            for (int a = 0; a < R; a++)                                                           \
+            __m256 w[4];                                                                          \
+            _Pragma("GCC unroll 4") for (int a = 0; a < R; a++)                                \
                 w[a] = LD(W + (r + a) * n_in + i);                                                \
-            for (int b = 0; b < N; b++) {                                                         \
+            _Pragma("GCC unroll 4") for (int b = 0; b < N; b++) {                              \
                 __m256 x = _mm256_loadu_ps(X + (t + b) * n_in + i);                               \
-                for (int a = 0; a < R; a++)                                                       \
+                _Pragma("GCC unroll 4") for (int a = 0; a < R; a++)                            \
                     acc[a][b] = _mm256_fmadd_ps(w[a], x, acc[a][b]);                              \
             }                                                                                     \
         }                                                                                         \
@@ -63,19 +64,17 @@ static inline float sc_f32(float v) { return v; }
                      long r0, long r1)                                                            \
     {                                                                                             \
         const wtype *W = Wv;                                                                      \
-        long r = r0;                                                                              \
-        for (; r + 3 <= r1; r += 3) {                                                             \
-            long t = 0;                                                                           \
-            for (; t + 4 <= T; t += 4)                                                            \
+        long T4 = T & ~3L, r, t;                                                                  \
+        for (r = r0; T4 && r + 3 <= r1; r += 3)                                                   \
+            for (t = 0; t < T4; t += 4)                                                           \
                 name##_tile(W, X, Y, n_in, ldy, r, t, 3, 4);                                      \
-            for (; t < T; t++)                                                                    \
-                name##_tile(W, X, Y, n_in, ldy, r, t, 3, 1);                                      \
-        }                                                                                         \
-        for (; r < r1; r++) {                                                                     \
-            long t = 0;                                                                           \
-            for (; t + 4 <= T; t += 4)                                                            \
+        for (; T4 && r < r1; r++)                                                                 \
+            for (t = 0; t < T4; t += 4)                                                           \
                 name##_tile(W, X, Y, n_in, ldy, r, t, 1, 4);                                      \
-            for (; t < T; t++)                                                                    \
+        for (t = T4; t < T; t++) {                                                                \
+            for (r = r0; r + 4 <= r1; r += 4)                                                     \
+                name##_tile(W, X, Y, n_in, ldy, r, t, 4, 1);                                      \
+            for (; r < r1; r++)                                                                   \
                 name##_tile(W, X, Y, n_in, ldy, r, t, 1, 1);                                      \
         }                                                                                         \
     }
