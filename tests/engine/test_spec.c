@@ -72,7 +72,7 @@ static engine_req *submit(tern_engine *e, int pi, float temp, uint64_t seed, int
     engine_params_default(&p);
     p.prompt = ids;
     p.n_prompt = n;
-    p.max_tokens = 40;
+    p.max_tokens = 28;
     p.sample.temperature = temp;
     p.sample.seed = seed;
     p.no_speculation = no_spec;
