@@ -233,7 +233,8 @@ int grammar_bench_run(const grammar_spec *spec, const char *tok_dir, const char 
         names[n_names++] = strdup(e->d_name);
     }
     closedir(d);
-    qsort(names, n_names, sizeof *names, cmp_str);
+    if (n_names)
+        qsort(names, n_names, sizeof *names, cmp_str);
     if (limit >= 0 && (size_t)limit < n_names)
         for (size_t i = (size_t)limit; i < n_names; i++)
             free(names[i]), names[i] = NULL;
@@ -355,9 +356,12 @@ int grammar_bench_run(const grammar_spec *spec, const char *tok_dir, const char 
         json_object_put(doc);
     }
     double mavg = avg(&masks), cavg = avg(&comp);
-    qsort(masks.v, masks.n, sizeof *masks.v, cmp_d);
-    qsort(comp.v, comp.n, sizeof *comp.v, cmp_d);
-    qsort(ttfm.v, ttfm.n, sizeof *ttfm.v, cmp_d);
+    if (masks.n)
+        qsort(masks.v, masks.n, sizeof *masks.v, cmp_d);
+    if (comp.n)
+        qsort(comp.v, comp.n, sizeof *comp.v, cmp_d);
+    if (ttfm.n)
+        qsort(ttfm.v, ttfm.n, sizeof *ttfm.v, cmp_d);
     printf("{\"engine\": \"tern\", \"schemas\": %ld, \"compiled\": %ld, \"unsupported\": %ld, \"failed\": %ld, "
            "\"compile_ms_p50\": %.3f, \"compile_ms_avg\": %.3f, \"compile_ms_p99\": %.3f, "
            "\"first_mask_ms_p50\": %.3f, \"masks\": %zu, "

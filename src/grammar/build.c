@@ -253,7 +253,8 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
             srule[s] = r;
     }
     /* CSR of the raw edges */
-    qsort(b->e, b->n_e, sizeof *b->e, cmp_edge_from);
+    if (b->n_e)
+        qsort(b->e, b->n_e, sizeof *b->e, cmp_edge_from);
     off = calloc((size_t)ns + 1, sizeof *off);
     mark = calloc((size_t)ns, sizeof *mark);
     stk = malloc(((size_t)ns + b->n_e + 1) * sizeof *stk);
@@ -309,7 +310,8 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
             goto out;
         }
     }
-    qsort(ne, n_ne, sizeof *ne, cmp_edge_from);
+    if (n_ne)
+        qsort(ne, n_ne, sizeof *ne, cmp_edge_from);
     { /* dedupe */
         size_t k = 0;
         for (size_t i = 0; i < n_ne; i++)

@@ -8,11 +8,9 @@
 #include "grammar/compiled_int.h"
 #include "grammar/vocab_int.h"
 
-static const grammar_vocab *sort_vocab; /* qsort has no context argument */
-
-static int cmp_tok(const void *x, const void *y)
+static int cmp_tok(const void *x, const void *y, void *ctx)
 {
-    const grammar_vocab *v = sort_vocab;
+    const grammar_vocab *v = ctx;
     int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
     uint32_t la = v->tok_len[a], lb = v->tok_len[b];
     int c = memcmp(v->blob + v->tok_off[a], v->blob + v->tok_off[b], la < lb ? la : lb);
@@ -36,9 +34,8 @@ static int build_trie(grammar_vocab *v, tern_err *err)
             total += v->tok_len[i];
         }
     }
-    sort_vocab = v;
-    qsort(ids, (size_t)n, sizeof *ids, cmp_tok);
-    sort_vocab = NULL;
+    if (n)
+        qsort_r(ids, (size_t)n, sizeof *ids, cmp_tok, v);
     /* at most one node per token byte */
     size_t cap = total + 1;
     v->nb = malloc(cap);
