@@ -23,59 +23,63 @@ static inline __m256 ld_bf16(const uint16_t *p)
 static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline float sc_f32(float v) { return v; }
 
-/* Register tiles of 3 weight rows x 4 tokens: each loaded weight vector
- * serves 4 tokens and each input vector 3 rows (prefill is compute-bound);
- * tokens left over (all of them at decode, T = 1) go 4 rows at a time, 4
- * independent FMA chains in flight. The small loops are unrolled by pragma
- * so the accumulators live in registers. Every (row, token) pair has one accumulator fed 8 inputs
- * at a time in index order, reduced by one fixed horizontal sum, then the
- * scalar tail - identical in every tile shape, so a result does not depend
- * on the batch or on where a worker's row range starts: batched decoding
- * reproduces single-sequence decoding bit for bit. */
+/* Tokens go in pairs that share each loaded weight vector; every token keeps
+ * four accumulators (hiding FMA latency) and reduces them in one fixed order,
+ * so a row's result is bit-identical whatever else is in the batch - batched
+ * decoding then reproduces single-sequence decoding exactly. */
 #define AVX2_MATMUL(name, wtype, LD, SC)                                                          \
-    static inline __attribute__((always_inline)) void name##_tile(                                \
-        const wtype *W, const float *X, float *Y, long n_in, long ldy, long r, long t, const int R, \
-        const int N)                                                                              \
-    {                                                                                             \
-        __m256 acc[4][4];                                                                         \
-        _Pragma("GCC unroll 4") for (int a = 0; a < R; a++)                                    \
-            _Pragma("GCC unroll 4") for (int b = 0; b < N; b++)                                \
-                acc[a][b] = _mm256_setzero_ps();                                                  \
-        long n8 = n_in & ~7L, i = 0;                                                              \
-        for (; i < n8; i += 8) {                                                                  \
-            __m256 w[4];                                                                          \
-            _Pragma("GCC unroll 4") for (int a = 0; a < R; a++)                                \
-                w[a] = LD(W + (r + a) * n_in + i);                                                \
-            _Pragma("GCC unroll 4") for (int b = 0; b < N; b++) {                              \
-                __m256 x = _mm256_loadu_ps(X + (t + b) * n_in + i);                               \
-                _Pragma("GCC unroll 4") for (int a = 0; a < R; a++)                            \
-                    acc[a][b] = _mm256_fmadd_ps(w[a], x, acc[a][b]);                              \
-            }                                                                                     \
-        }                                                                                         \
-        for (int a = 0; a < R; a++)                                                               \
-            for (int b = 0; b < N; b++) {                                                         \
-                float s = hsum8(acc[a][b]);                                                       \
-                for (long j = n8; j < n_in; j++)                                                  \
-                    s += SC(W[(r + a) * n_in + j]) * X[(t + b) * n_in + j];                        \
-                Y[(t + b) * ldy + r + a] = s;                                                     \
-            }                                                                                     \
-    }                                                                                             \
     static void name(const void *Wv, const float *X, float *Y, long T, long n_in, long ldy,       \
                      long r0, long r1)                                                            \
     {                                                                                             \
         const wtype *W = Wv;                                                                      \
-        long T4 = T & ~3L, r, t;                                                                  \
-        for (r = r0; T4 && r + 3 <= r1; r += 3)                                                   \
-            for (t = 0; t < T4; t += 4)                                                           \
-                name##_tile(W, X, Y, n_in, ldy, r, t, 3, 4);                                      \
-        for (; T4 && r < r1; r++)                                                                 \
-            for (t = 0; t < T4; t += 4)                                                           \
-                name##_tile(W, X, Y, n_in, ldy, r, t, 1, 4);                                      \
-        for (t = T4; t < T; t++) {                                                                \
-            for (r = r0; r + 4 <= r1; r += 4)                                                     \
-                name##_tile(W, X, Y, n_in, ldy, r, t, 4, 1);                                      \
-            for (; r < r1; r++)                                                                   \
-                name##_tile(W, X, Y, n_in, ldy, r, t, 1, 1);                                      \
+        long n8 = n_in & ~7L, n32 = n_in & ~31L;                                                  \
+        for (long r = r0; r < r1; r++) {                                                          \
+            const wtype *w = W + r * n_in;                                                        \
+            for (long t0 = 0; t0 < T; t0 += 2) {                                                  \
+                int two = t0 + 1 < T;                                                             \
+                const float *x0 = X + t0 * n_in, *x1 = two ? x0 + n_in : x0;                      \
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                       \
+                __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                        \
+                long i = 0;                                                                       \
+                if (two) {                                                                        \
+                    for (; i < n32; i += 32) {                                                    \
+                        __m256 w0 = LD(w + i), w1 = LD(w + i + 8);                                \
+                        __m256 w2 = LD(w + i + 16), w3 = LD(w + i + 24);                          \
+                        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a0);                    \
+                        b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), b0);                    \
+                        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + i + 8), a1);                \
+                        b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + i + 8), b1);                \
+                        a2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x0 + i + 16), a2);               \
+                        b2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x1 + i + 16), b2);               \
+                        a3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x0 + i + 24), a3);               \
+                        b3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x1 + i + 24), b3);               \
+                    }                                                                             \
+                    for (; i < n8; i += 8) {                                                      \
+                        __m256 w0 = LD(w + i);                                                    \
+                        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a0);                    \
+                        b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), b0);                    \
+                    }                                                                             \
+                } else {                                                                          \
+                    for (; i < n32; i += 32) {                                                    \
+                        a0 = _mm256_fmadd_ps(LD(w + i), _mm256_loadu_ps(x0 + i), a0);             \
+                        a1 = _mm256_fmadd_ps(LD(w + i + 8), _mm256_loadu_ps(x0 + i + 8), a1);     \
+                        a2 = _mm256_fmadd_ps(LD(w + i + 16), _mm256_loadu_ps(x0 + i + 16), a2);   \
+                        a3 = _mm256_fmadd_ps(LD(w + i + 24), _mm256_loadu_ps(x0 + i + 24), a3);   \
+                    }                                                                             \
+                    for (; i < n8; i += 8)                                                        \
+                        a0 = _mm256_fmadd_ps(LD(w + i), _mm256_loadu_ps(x0 + i), a0);             \
+                }                                                                                 \
+                float s0 = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));    \
+                float s1 = hsum8(_mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3)));    \
+                for (; i < n_in; i++) {                                                           \
+                    float wf = SC(w[i]);                                                          \
+                    s0 += wf * x0[i];                                                             \
+                    s1 += wf * x1[i];                                                             \
+                }                                                                                 \
+                Y[t0 * ldy + r] = s0;                                                             \
+                if (two)                                                                          \
+                    Y[(t0 + 1) * ldy + r] = s1;                                                   \
+            }                                                                                     \
         }                                                                                         \
     }
 
