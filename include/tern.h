@@ -58,12 +58,12 @@ void tern_gen_opts_init(tern_gen_opts *o);
 /* Called once per generated token with the newly completed text (possibly
  * empty while a multi-byte character or a possible stop string is pending).
  * A last call with token -1 delivers text held back until the end. Return
- * nonzero to stop generating. */
+ * nonzero to stop generating: no further calls follow. */
 typedef int (*tern_token_cb)(void *user, int32_t token, const char *text, size_t text_len);
 
 /* Generates a continuation of prompt (encoded with special tokens). Blocks
  * until done; returns 0, or a negative code with *err. *n_generated (may be
- * NULL) receives the number of tokens produced. */
+ * NULL) receives the number of tokens delivered to cb. */
 int tern_generate(tern_ctx *t, const char *prompt, const tern_gen_opts *o, tern_token_cb cb, void *user,
                   int *n_generated, tern_error *err);
 

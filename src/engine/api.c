@@ -96,16 +96,21 @@ int tern_generate(tern_ctx *t, const char *prompt, const tern_gen_opts *o, tern_
     if (!r)
         return e ? e->code : TERN_EINVAL;
     engine_event ev;
-    int gen = 0;
+    int gen = 0, stopped = 0;
     rc = 0;
     while (engine_req_next(r, &ev, -1)) {
         if (ev.kind == ENGINE_EV_TOKEN) {
-            gen++;
-            if (cb && cb(user, ev.token, ev.text ? ev.text : "", ev.text_len))
-                engine_req_cancel(r);
+            /* the engine runs ahead of the reader: tokens after a stop are dropped */
+            if (!stopped) {
+                gen++;
+                if (cb && cb(user, ev.token, ev.text ? ev.text : "", ev.text_len)) {
+                    stopped = 1;
+                    engine_req_cancel(r);
+                }
+            }
         } else {
             /* text released at the end belongs to the last token */
-            if (ev.text_len && cb)
+            if (ev.text_len && cb && !stopped)
                 cb(user, -1, ev.text, ev.text_len);
             if (ev.finish == ENGINE_FINISH_ERROR)
                 rc = tern_err_set(e, TERN_EINTERNAL, "%s", ev.error);

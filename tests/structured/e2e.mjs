@@ -259,7 +259,7 @@ try {
   }
 
   // ---- 8. errors: named, 400, and the server stays responsive
-  await expect400({ response_format: { type: 'json_schema', json_schema: { name: 'h', schema: { type: 'string', format: 'hostname' } } } }, 'unsupported format', 'hostname');
+  await expect400({ response_format: { type: 'json_schema', json_schema: { name: 'h', schema: { type: 'string', format: 'idn-hostname' } } } }, 'unsupported format', 'idn-hostname');
   await expect400({ guided_json: { type: 'object', properties: { a: { type: 'string', maxlength: 3 } } } }, 'unsupported keyword', 'maxlength');
   await expect400({ guided_grammar: 'root ::= ("a"' }, 'malformed EBNF', 'guided_grammar');
   await expect400({ guided_grammar: 'root ::= other' }, 'undefined rule', 'other');
@@ -300,11 +300,11 @@ if (srv2) {
   try {
     const r = await fetch(srv2.url + '/v1/chat/completions', {
       method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], max_tokens: 8, response_format: { type: 'json_schema', json_schema: { name: 'h', schema: { type: 'string', format: 'hostname' } } } }),
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], max_tokens: 8, response_format: { type: 'json_schema', json_schema: { name: 'h', schema: { type: 'string', format: 'idn-hostname' } } } }),
     });
     check(r.status === 200, 'fallback: 200 instead of 400', r.status);
     const w = r.headers.get('warning') || '';
-    check(/^299 tern ".*hostname.*"$/.test(w), 'fallback: Warning header (RFC 7234 shape) names the problem', w);
+    check(/^299 tern ".*idn-hostname.*"$/.test(w), 'fallback: Warning header (RFC 7234 shape) names the problem', w);
     await r.text();
     const r2 = await fetch(srv2.url + '/v1/chat/completions', {
       method: 'POST', headers: { 'content-type': 'application/json' },
