@@ -1,22 +1,32 @@
-/* Thread pool (see pool.h). Workers sleep on a condition variable between
- * jobs; a job is split into one contiguous range per worker, which keeps
- * each worker streaming through its own rows of a weight matrix. */
+/* Spinning thread pool (see pool.h). A job is published by bumping
+ * `gen`; workers spinning on it start at once, sleeping ones are woken
+ * through the condition variable (only when some sleep, so the hot path
+ * makes no system call). */
 #include "pool.h"
 
+#include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
-#include "cpu.h"
+#include "base/cpu.h"
+
+/* ~10-20 us of pause instructions: longer than the gap between the jobs
+ * of one decode step, shorter than a scheduler tick, so idle workers give
+ * their core back soon on a shared machine. */
+#define SPIN_ROUNDS_DEFAULT 1000
+static int spin_rounds = SPIN_ROUNDS_DEFAULT; /* TERN_SPIN overrides, for measurements */
 
 struct tern_pool {
-    int n;                 /* workers including the caller */
-    pthread_t *threads;    /* [n-1] */
+    int n;
+    pthread_t *threads; /* [n - 1] */
     pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_done;
-    unsigned long gen;     /* job generation, bumped per job */
-    int pending;           /* workers still running the current job */
-    int stop;
-    /* current job */
+    pthread_cond_t cv;
+    atomic_ulong gen;
+    atomic_int pending; /* workers (not the caller) still on the job */
+    atomic_int sleepers;
+    atomic_int stop;
     tern_pool_fn fn;
     void *ctx;
     long n_items;
@@ -38,65 +48,66 @@ typedef struct { tern_pool *p; int w; } worker_arg;
 
 static void *worker_main(void *arg)
 {
-    worker_arg wa = *(worker_arg *)arg;
+    worker_arg a = *(worker_arg *)arg;
     free(arg);
-    tern_pool *p = wa.p;
+    tern_pool *p = a.p;
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && p->gen == seen)
-            pthread_cond_wait(&p->cv_work, &p->mu);
-        if (p->stop)
-            break;
-        seen = p->gen;
-        pthread_mutex_unlock(&p->mu);
-        run_part(p, wa.w);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
-            pthread_cond_signal(&p->cv_done);
+        unsigned long g;
+        int k = 0;
+        while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop) && k++ < spin_rounds)
+            _mm_pause();
+        if (g == seen && !atomic_load(&p->stop)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop))
+            return NULL;
+        seen = g;
+        run_part(p, a.w);
+        atomic_fetch_sub(&p->pending, 1);
     }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
 }
 
 tern_pool *tern_pool_new(int n_threads)
 {
     if (n_threads <= 0)
         n_threads = tern_cpu_count();
+    const char *env = getenv("TERN_SPIN");
+    if (env)
+        spin_rounds = atoi(env);
     tern_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->n = n_threads;
+    p->n = 1;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv_work, NULL);
-    pthread_cond_init(&p->cv_done, NULL);
+    pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads)
-        goto out_free;
-    for (int i = 1; i < n_threads; i++) {
-        worker_arg *wa = malloc(sizeof *wa);
-        if (!wa)
-            goto out_stop;
-        wa->p = p;
-        wa->w = i;
-        if (pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
-            free(wa);
-            goto out_stop;
-        }
+    if (!p->threads) {
+        tern_pool_free(p);
+        return NULL;
     }
-    return p;
-out_stop:
-    /* Shrink to the threads that started, then free. */
-    for (int i = 1; i < n_threads; i++)
-        if (!p->threads[i - 1]) {
-            p->n = i;
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *a = malloc(sizeof *a);
+        if (!a)
+            break;
+        a->p = p;
+        a->w = i;
+        if (pthread_create(&p->threads[i - 1], NULL, worker_main, a) != 0) {
+            free(a);
             break;
         }
-    tern_pool_free(p);
-    return NULL;
-out_free:
-    free(p);
-    return NULL;
+        p->n = i + 1;
+    }
+    if (p->n != n_threads) {
+        tern_pool_free(p);
+        return NULL;
+    }
+    return p;
 }
 
 void tern_pool_free(tern_pool *p)
@@ -104,14 +115,13 @@ void tern_pool_free(tern_pool *p)
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->cv_work);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++)
         pthread_join(p->threads[i - 1], NULL);
     pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv_work);
-    pthread_cond_destroy(&p->cv_done);
+    pthread_cond_destroy(&p->cv);
     free(p->threads);
     free(p);
 }
@@ -124,25 +134,27 @@ void tern_pool_for(tern_pool *p, long n, long grain, tern_pool_fn fn, void *ctx)
         return;
     if (grain < 1)
         grain = 1;
-    int parts = p ? p->n : 1;
-    if ((long)parts > (n + grain - 1) / grain)
-        parts = (int)((n + grain - 1) / grain);
-    if (parts <= 1) {
+    long parts = (n + grain - 1) / grain;
+    if (!p || p->n == 1 || parts == 1) {
         fn(ctx, 0, n, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n_items = n;
-    p->n_parts = parts;
-    p->pending = p->n - 1;
-    p->gen++;
-    pthread_cond_broadcast(&p->cv_work);
-    pthread_mutex_unlock(&p->mu);
+    p->n_parts = parts < p->n ? (int)parts : p->n;
+    atomic_store(&p->pending, p->n - 1);
+    atomic_fetch_add(&p->gen, 1); /* publishes the fields above (seq_cst) */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
     run_part(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->cv_done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (long k = 0; atomic_load(&p->pending) > 0; k++) {
+        if (k < spin_rounds)
+            _mm_pause();
+        else
+            sched_yield();
+    }
 }

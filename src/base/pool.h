@@ -1,5 +1,8 @@
-/* A fixed thread pool for data-parallel loops (matrix rows, heads).
- * One pool per model; the calling thread takes part as worker 0. */
+/* A fixed thread pool for the many short data-parallel jobs of a forward
+ * pass (a few per layer, tens of microseconds each at decode). Between jobs,
+ * workers spin briefly on a generation counter before sleeping, so the next
+ * job of the same step starts without a futex wake-up (TERN_SPIN=0 turns
+ * spinning off). The calling thread takes part as worker 0. */
 #ifndef TERN_BASE_POOL_H
 #define TERN_BASE_POOL_H
 

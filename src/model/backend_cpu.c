@@ -8,14 +8,14 @@
 #include "model/backend.h"
 #include "model/model.h"
 #include "tensor/kernels.h"
-#include "tensor/spin_pool.h"
+#include "base/pool.h"
 
 #define MM_MAX 4 /* matrices in one fused product */
 
 typedef struct cpu_backend {
     model_backend base;
     const tern_kernels *k;
-    tern_spool *pool;
+    tern_pool *pool;
     float *scores; /* [n_workers][cap_ctx] attention scratch */
     int cap_ctx;
     float *xsum;   /* per-group input sums for quantized products */
@@ -127,7 +127,7 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     }
     /* Enough work per part that waking a thread pays off (~64k MACs). */
     long grain = 65536 / ((long)w[0]->n_in * T) + 1;
-    tern_spool_for(be->pool, j.offs[n], grain, mm_run, &j);
+    tern_pool_for(be->pool, j.offs[n], grain, mm_run, &j);
     return 0;
 }
 
@@ -180,7 +180,7 @@ static int cpu_attention(model_backend *base, const model_attn *a, tern_err *err
             ctx = a->b->pos[i] + 1;
     if (ctx > be->cap_ctx) {
         int cap = ctx > 2 * be->cap_ctx ? ctx : 2 * be->cap_ctx;
-        float *ns = malloc((size_t)tern_spool_size(be->pool) * cap * sizeof(float));
+        float *ns = malloc((size_t)tern_pool_size(be->pool) * cap * sizeof(float));
         if (!ns)
             return tern_err_set(err, TERN_ENOMEM, "out of memory for attention scores (%d positions)", ctx);
         free(be->scores);
@@ -188,18 +188,18 @@ static int cpu_attention(model_backend *base, const model_attn *a, tern_err *err
         be->cap_ctx = cap;
     }
     att_job j = {be, a};
-    tern_spool_for(be->pool, (long)a->b->n * a->n_head, 1, att_run, &j);
+    tern_pool_for(be->pool, (long)a->b->n * a->n_head, 1, att_run, &j);
     return 0;
 }
 
-static int cpu_n_threads(const model_backend *base) { return tern_spool_size(((const cpu_backend *)base)->pool); }
+static int cpu_n_threads(const model_backend *base) { return tern_pool_size(((const cpu_backend *)base)->pool); }
 
 static void cpu_free(model_backend *base)
 {
     cpu_backend *be = (cpu_backend *)base;
     if (!be)
         return;
-    tern_spool_free(be->pool);
+    tern_pool_free(be->pool);
     free(be->scores);
     free(be->xsum);
     free(be);
@@ -218,7 +218,7 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     be->base.n_threads = cpu_n_threads;
     be->base.free = cpu_free;
     be->k = tern_kernels_best();
-    be->pool = tern_spool_new(n_threads);
+    be->pool = tern_pool_new(n_threads);
     if (!be->pool) {
         free(be);
         tern_err_set(err, TERN_ENOMEM, "cannot start threads");
