@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "grammar/grammar_int.h"
 
 void grammar_limits_init(grammar_limits *l)
@@ -262,69 +263,40 @@ uint64_t grammar_state_sig(const grammar *g, int32_t s)
 
 /* ---- printing ------------------------------------------------------------ */
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns) {
-            b->oom = 1;
-            return;
-        }
-        b->s = ns;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
 /* A code point inside a literal or class, escaped where needed. */
-static void put_cp(sbuf *b, uint32_t c, int in_class)
+static void put_cp(tern_sbuf *b, uint32_t c, int in_class)
 {
     char tmp[16];
     if (c == '\n')
-        sb_str(b, "\\n");
+        tern_sbuf_str(b, "\\n");
     else if (c == '\r')
-        sb_str(b, "\\r");
+        tern_sbuf_str(b, "\\r");
     else if (c == '\t')
-        sb_str(b, "\\t");
+        tern_sbuf_str(b, "\\t");
     else if (c == '\\')
-        sb_str(b, "\\\\");
+        tern_sbuf_str(b, "\\\\");
     else if (!in_class && c == '"')
-        sb_str(b, "\\\"");
+        tern_sbuf_str(b, "\\\"");
     else if (in_class && (c == ']' || c == '-' || c == '^' || c == '['))
-        snprintf(tmp, sizeof tmp, "\\%c", (char)c), sb_str(b, tmp);
+        snprintf(tmp, sizeof tmp, "\\%c", (char)c), tern_sbuf_str(b, tmp);
     else if (c < 0x20 || c == 0x7F)
-        snprintf(tmp, sizeof tmp, "\\x%02x", c), sb_str(b, tmp);
+        snprintf(tmp, sizeof tmp, "\\x%02x", c), tern_sbuf_str(b, tmp);
     else if (c < 0x80)
-        tmp[0] = (char)c, sb_put(b, tmp, 1);
+        tmp[0] = (char)c, tern_sbuf_put(b, tmp, 1);
     else if (c < 0x10000)
-        snprintf(tmp, sizeof tmp, "\\u%04x", c), sb_str(b, tmp);
+        snprintf(tmp, sizeof tmp, "\\u%04x", c), tern_sbuf_str(b, tmp);
     else
-        snprintf(tmp, sizeof tmp, "\\U%08x", c), sb_str(b, tmp);
+        snprintf(tmp, sizeof tmp, "\\U%08x", c), tern_sbuf_str(b, tmp);
 }
 
-static void print_ast(sbuf *b, const grammar *g, const gast *a, int paren)
+static void print_ast(tern_sbuf *b, const grammar *g, const gast *a, int paren)
 {
     switch (a->kind) {
     case GAST_EMPTY:
-        sb_str(b, "\"\"");
+        tern_sbuf_str(b, "\"\"");
         break;
     case GAST_BYTES: {
-        sb_str(b, "\"");
+        tern_sbuf_str(b, "\"");
         for (int i = 0; i < a->n;) {
             uint8_t c = a->u.bytes[i];
             uint32_t cp = c;
@@ -340,53 +312,53 @@ static void print_ast(sbuf *b, const grammar *g, const gast *a, int paren)
             put_cp(b, cp, 0);
             i += n;
         }
-        sb_str(b, "\"");
+        tern_sbuf_str(b, "\"");
         break;
     }
     case GAST_CLASS:
-        sb_str(b, "[");
+        tern_sbuf_str(b, "[");
         for (int i = 0; i < a->n; i++) {
             uint32_t lo = a->u.cls.ranges[2 * i], hi = a->u.cls.ranges[2 * i + 1];
             put_cp(b, lo, 1);
             if (hi != lo) {
                 if (hi > lo + 1)
-                    sb_str(b, "-");
+                    tern_sbuf_str(b, "-");
                 put_cp(b, hi, 1);
             }
         }
-        sb_str(b, "]");
+        tern_sbuf_str(b, "]");
         break;
     case GAST_REF:
-        sb_str(b, g->rule_names[a->u.ref]);
+        tern_sbuf_str(b, g->rule_names[a->u.ref]);
         break;
     case GAST_SEQ:
     case GAST_ALT:
         if (paren)
-            sb_str(b, "(");
+            tern_sbuf_str(b, "(");
         for (int i = 0; i < a->n; i++) {
             if (i)
-                sb_str(b, a->kind == GAST_ALT ? " | " : " ");
+                tern_sbuf_str(b, a->kind == GAST_ALT ? " | " : " ");
             print_ast(b, g, a->u.kids[i], a->kind == GAST_SEQ || a->u.kids[i]->kind == GAST_ALT);
         }
         if (paren)
-            sb_str(b, ")");
+            tern_sbuf_str(b, ")");
         break;
     case GAST_REP: {
         print_ast(b, g, a->u.rep.kid, 1);
         int32_t lo = a->u.rep.min, hi = a->u.rep.max;
         char tmp[48];
         if (lo == 0 && hi < 0)
-            sb_str(b, "*");
+            tern_sbuf_str(b, "*");
         else if (lo == 1 && hi < 0)
-            sb_str(b, "+");
+            tern_sbuf_str(b, "+");
         else if (lo == 0 && hi == 1)
-            sb_str(b, "?");
+            tern_sbuf_str(b, "?");
         else if (hi < 0)
-            snprintf(tmp, sizeof tmp, "{%d,}", lo), sb_str(b, tmp);
+            snprintf(tmp, sizeof tmp, "{%d,}", lo), tern_sbuf_str(b, tmp);
         else if (hi == lo)
-            snprintf(tmp, sizeof tmp, "{%d}", lo), sb_str(b, tmp);
+            snprintf(tmp, sizeof tmp, "{%d}", lo), tern_sbuf_str(b, tmp);
         else
-            snprintf(tmp, sizeof tmp, "{%d,%d}", lo, hi), sb_str(b, tmp);
+            snprintf(tmp, sizeof tmp, "{%d,%d}", lo, hi), tern_sbuf_str(b, tmp);
         break;
     }
     }
@@ -394,16 +366,16 @@ static void print_ast(sbuf *b, const grammar *g, const gast *a, int paren)
 
 char *grammar_to_ebnf(const grammar *g)
 {
-    sbuf b = {0};
+    tern_sbuf b = {0};
     /* root first, then the rest in definition order */
     for (int32_t k = -1; k < g->n_rules; k++) {
         int32_t r = k < 0 ? g->root : k;
         if (k >= 0 && r == g->root)
             continue;
-        sb_str(&b, g->rule_names[r]);
-        sb_str(&b, " ::= ");
+        tern_sbuf_str(&b, g->rule_names[r]);
+        tern_sbuf_str(&b, " ::= ");
         print_ast(&b, g, g->rule_bodies[r], 0);
-        sb_str(&b, "\n");
+        tern_sbuf_str(&b, "\n");
     }
     if (b.oom) {
         free(b.s);

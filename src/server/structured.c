@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "engine/constraint.h"
@@ -366,42 +367,13 @@ static int collect(const api_request *q, spec *out, api_error *e)
 
 /* ---- spec -> key, EBNF ---- */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* JSON text with object keys sorted: equal schemas give equal keys. */
-static void canonical(sbuf *b, json_object *o, int depth)
+static void canonical(tern_sbuf *b, json_object *o, int depth)
 {
     if (depth > 512) { /* deeper than any real schema; keep the key unique anyway */
-        sb_str(b, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+        tern_sbuf_str(b, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
         return;
     }
     if (json_object_is_type(o, json_type_object)) {
@@ -416,46 +388,46 @@ static void canonical(sbuf *b, json_object *o, int depth)
             keys[i++] = k;
         }
         qsort(keys, n, sizeof *keys, cmp_str);
-        sb_str(b, "{");
+        tern_sbuf_str(b, "{");
         for (i = 0; i < n; i++) {
             json_object *ks = json_object_new_string(keys[i]);
-            sb_str(b, i ? "," : "");
-            sb_str(b, ks ? json_object_to_json_string_ext(ks, JSON_C_TO_STRING_PLAIN) : "\"\"");
+            tern_sbuf_str(b, i ? "," : "");
+            tern_sbuf_str(b, ks ? json_object_to_json_string_ext(ks, JSON_C_TO_STRING_PLAIN) : "\"\"");
             json_object_put(ks);
-            sb_str(b, ":");
+            tern_sbuf_str(b, ":");
             canonical(b, json_object_object_get(o, keys[i]), depth + 1);
         }
-        sb_str(b, "}");
+        tern_sbuf_str(b, "}");
         free(keys);
     } else if (json_object_is_type(o, json_type_array)) {
-        sb_str(b, "[");
+        tern_sbuf_str(b, "[");
         for (size_t i = 0; i < json_object_array_length(o); i++) {
-            sb_str(b, i ? "," : "");
+            tern_sbuf_str(b, i ? "," : "");
             canonical(b, json_object_array_get_idx(o, i), depth + 1);
         }
-        sb_str(b, "]");
+        tern_sbuf_str(b, "]");
     } else {
-        sb_str(b, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+        tern_sbuf_str(b, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     }
 }
 
 static char *spec_key(const spec *sp, size_t *len)
 {
-    sbuf b = {0};
+    tern_sbuf b = {0};
     char head[96];
     snprintf(head, sizeof head, "%s|ws=%d|cap=%d|strict=%d|", kind_names[sp->kind], sp->any_ws, sp->max_ws,
              sp->strict);
-    sb_str(&b, head);
+    tern_sbuf_str(&b, head);
     if (sp->json)
         canonical(&b, sp->json, 0);
     else if (sp->text)
-        sb_put(&b, sp->text, sp->text_len);
+        tern_sbuf_put(&b, sp->text, sp->text_len);
     if (b.oom) {
-        free(b.p);
+        free(b.s);
         return NULL;
     }
     *len = b.n;
-    return b.p;
+    return b.s;
 }
 
 static int build_ebnf(void *user, char **ebnf, tern_err *err)
@@ -506,35 +478,35 @@ int structured_spec_key(const api_request *q, char **key, api_error *e)
 
 static char *fallback_instruction(const spec *sp)
 {
-    sbuf b = {0};
+    tern_sbuf b = {0};
     switch (sp->kind) {
     case SPEC_SCHEMA:
-        sb_str(&b, "Answer with a single JSON value, and nothing else, that conforms to this JSON Schema:\n");
-        sb_str(&b, json_object_to_json_string_ext(sp->json, JSON_C_TO_STRING_PLAIN));
+        tern_sbuf_str(&b, "Answer with a single JSON value, and nothing else, that conforms to this JSON Schema:\n");
+        tern_sbuf_str(&b, json_object_to_json_string_ext(sp->json, JSON_C_TO_STRING_PLAIN));
         break;
     case SPEC_JSON_OBJECT:
-        sb_str(&b, "Answer with a single JSON object and nothing else.");
+        tern_sbuf_str(&b, "Answer with a single JSON object and nothing else.");
         break;
     case SPEC_GRAMMAR:
-        sb_str(&b, "Answer with text, and nothing else, that this grammar (EBNF, start rule root) accepts:\n");
-        sb_put(&b, sp->text, sp->text_len);
+        tern_sbuf_str(&b, "Answer with text, and nothing else, that this grammar (EBNF, start rule root) accepts:\n");
+        tern_sbuf_put(&b, sp->text, sp->text_len);
         break;
     case SPEC_REGEX:
-        sb_str(&b, "Answer with text, and nothing else, that matches this regular expression in full:\n");
-        sb_put(&b, sp->text, sp->text_len);
+        tern_sbuf_str(&b, "Answer with text, and nothing else, that matches this regular expression in full:\n");
+        tern_sbuf_put(&b, sp->text, sp->text_len);
         break;
     case SPEC_CHOICE:
-        sb_str(&b, "Answer with exactly one of these, and nothing else: ");
-        sb_str(&b, json_object_to_json_string_ext(sp->json, JSON_C_TO_STRING_PLAIN));
+        tern_sbuf_str(&b, "Answer with exactly one of these, and nothing else: ");
+        tern_sbuf_str(&b, json_object_to_json_string_ext(sp->json, JSON_C_TO_STRING_PLAIN));
         break;
     default:
         break;
     }
     if (b.oom) {
-        free(b.p);
+        free(b.s);
         return NULL;
     }
-    return b.p;
+    return b.s;
 }
 
 static int inject_prompt(api_request *q, const char *instr)
