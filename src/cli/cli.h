@@ -25,5 +25,10 @@ int cli_parse_double(const char *s, double lo, double hi, double *out);
 #include "tokenizer/tokenizer.h"
 tern_model *cli_load_draft(const char *dir, const tern_tokenizer *target_tok, const model_load_opts *lo,
                           tern_err *err);
+/* Resolves a --device value (NULL = "auto") into buf: "auto" becomes
+ * "cuda:0" when a GPU is usable, else "cpu"; others are copied. Logs the
+ * choice (info level). Returns buf. */
+#include <stddef.h>
+const char *cli_device_resolve(const char *dev, char *buf, size_t cap);
 
 #endif

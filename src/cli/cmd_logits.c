@@ -36,7 +36,7 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n)
 
 int cmd_logits(int argc, char **argv)
 {
-    const char *dir = NULL, *prompt = NULL, *ids_s = NULL, *v;
+    const char *dir = NULL, *prompt = NULL, *ids_s = NULL, *device = NULL, *v;
     long long top = 5;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--prompt")))
@@ -48,7 +48,9 @@ int cmd_logits(int argc, char **argv)
                 fprintf(stderr, "tern logits: --top must be a positive integer\n");
                 return 2;
             }
-        } else if (argv[i][0] != '-' && !dir)
+        } else if ((v = cli_flag_value(argc, argv, &i, "--device")))
+            device = v; /* cpu | cuda[:N] | auto (default) */
+        else if (argv[i][0] != '-' && !dir)
             dir = argv[i];
         else {
             fprintf(stderr, "tern logits: unexpected argument '%s'\n", argv[i]);
@@ -56,7 +58,8 @@ int cmd_logits(int argc, char **argv)
         }
     }
     if (!dir || (!prompt == !ids_s)) {
-        fprintf(stderr, "usage: tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K]\n");
+        fprintf(stderr, "usage: tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] "
+                        "[--device cpu|cuda|cuda:N|auto]\n");
         return 2;
     }
     tern_err err = {0};
@@ -68,7 +71,9 @@ int cmd_logits(int argc, char **argv)
     kv_seq **seqs = NULL;
     kv_pool kv = {0};
     kv_seq seq = {0};
-    tern_model *m = model_load(dir, 0, &err);
+    char dev_buf[32];
+    model_load_opts lo = {0, cli_device_resolve(device, dev_buf, sizeof dev_buf)};
+    tern_model *m = model_load_ex(dir, &lo, &err);
     if (!m)
         goto out;
     if (ids_s) {

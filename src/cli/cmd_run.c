@@ -43,7 +43,7 @@ int cmd_run(int argc, char **argv)
             if (strcmp(v, "ngram") && strcmp(v, "draft"))
                 goto bad_value;
             spec = v;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--device"))) { /* cpu | cuda[:N] | auto */
+        } else if ((v = cli_flag_value(argc, argv, &i, "--device"))) { /* cpu | cuda[:N] | auto (default) */
             device = v;
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) { /* ids and timing on stderr */
             verbose = 1;
@@ -74,7 +74,8 @@ int cmd_run(int argc, char **argv)
     engine_req *req = NULL;
     tern_tokenizer *tok = NULL;
     tern_model *draft = NULL;
-    model_load_opts lo = {0, device};
+    char dev_buf[32];
+    model_load_opts lo = {0, cli_device_resolve(device, dev_buf, sizeof dev_buf)};
     tern_model *m = model_load_ex(dir, &lo, &err);
     if (!m)
         goto out;
@@ -91,7 +92,6 @@ int cmd_run(int argc, char **argv)
     engine_opts eo;
     engine_opts_default(&eo);
     eo.max_batch = 1;
-    eo.prefix_cache = 0;
     eo.draft = spec && !strcmp(spec, "ngram") ? NULL : draft;
     eo.spec_ngram = spec && !strcmp(spec, "ngram");
     eo.n_draft = (int)n_draft;

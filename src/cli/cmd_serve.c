@@ -18,7 +18,7 @@
     "                  [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
     "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
-    "                  [--grammar-jump]\n"
+    "                  [--grammar-jump] [--device cpu|cuda|cuda:N|auto]\n"
 
 static void progress(int step, int n_steps, const char *what, double t0)
 {
@@ -43,7 +43,7 @@ int cmd_serve(int argc, char **argv)
     double gb = 0;
     long long threads = 0;
     int verbose = 0;
-    const char *draft_dir = NULL;
+    const char *draft_dir = NULL, *device = NULL;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--host")))
             so.host = v;
@@ -99,6 +99,8 @@ int cmd_serve(int argc, char **argv)
             if (strcmp(v, "ngram") && strcmp(v, "draft"))
                 goto bad_value;
             eo.spec_ngram = !strcmp(v, "ngram");
+        } else if ((v = cli_flag_value(argc, argv, &i, "--device"))) { /* cpu | cuda[:N] | auto (default) */
+            device = v;
         } else if (!strcmp(argv[i], "--grammar-jump")) {
             eo.grammar_jump = 1;
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
@@ -146,8 +148,11 @@ int cmd_serve(int argc, char **argv)
     tern_server *srv = NULL;
     tern_model *draft = NULL;
     double t0 = tern_time_s();
+    char dev_buf[32];
+    /* the draft model goes on the target's device (its KV shares the pool) */
+    model_load_opts lo = {(int)threads, cli_device_resolve(device, dev_buf, sizeof dev_buf)};
     progress(0, 3, "loading model weights", t0);
-    tern_model *m = model_load(dir, (int)threads, &err);
+    tern_model *m = model_load_ex(dir, &lo, &err);
     if (!m)
         goto out;
     progress(1, 3, "loading tokenizer", t0);
@@ -155,7 +160,6 @@ int cmd_serve(int argc, char **argv)
         goto out;
     if (draft_dir && !eo.spec_ngram) {
         progress(2, 3, "loading draft model", t0);
-        model_load_opts lo = {(int)threads, NULL};
         if (!(draft = cli_load_draft(draft_dir, tok, &lo, &err)))
             goto out;
         eo.draft = draft;

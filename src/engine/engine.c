@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "engine/engine_int.h"
+#include "model/backend.h"
 
 void engine_opts_default(engine_opts *o)
 {
@@ -219,14 +220,14 @@ int engine_reserve(tern_engine *e, engine_req *r, int n)
     int before = e->kv.n_free, first = r->seq.n_tokens / e->kv.block_size;
     int32_t old[64];
     int n_old = 0;
-    if (e->dkv.k)
+    if (e->o.draft)
         for (int b = first; b < r->seq.n_blocks && n_old < 64; b++)
             old[n_old++] = r->seq.blocks[b];
     int rc = kv_seq_reserve(&e->kv, &r->seq, n, NULL);
-    if (rc == 0) {
-        for (int i = 0; i < n_old; i++)
-            if (r->seq.blocks[first + i] != old[i])
-                spec_block_copy(e, r->seq.blocks[first + i], old[i]);
+    if (rc == 0 || rc == TERN_EIO) { /* EIO (a failed device copy): the table changed all the same */
+        for (int i = 0; i < n_old && first + i < r->seq.n_blocks; i++)
+            if (r->seq.blocks[first + i] != old[i] && spec_block_copy(e, r->seq.blocks[first + i], old[i]))
+                rc = TERN_EIO;
         int took = before - e->kv.n_free;
         int c = took < r->blocks_committed ? took : r->blocks_committed;
         r->blocks_committed -= c;
@@ -530,26 +531,56 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
     }
     int kv_dim = m->cfg.n_kv_head * m->cfg.head_dim;
     size_t per_block = kv_bytes_per_token(m->cfg.n_layer, kv_dim) * KV_BLOCK_DEFAULT + spec_block_bytes(e);
+    int maxb = e->o.max_batch, rows = maxb * (e->n_draft + 1), cap_tok = e->o.prefill_chunk + rows;
+    /* On a device backend the pool lives in device memory (the host keeps
+     * only the block bookkeeping): size it from what the device has left
+     * once both models' weights and forward scratch are there. */
+    model_backend *be = m->be, *dbe = e->o.draft ? e->o.draft->be : NULL;
+    int on_dev = be->forward && be->mem_reserve && be->kv_bind;
+    size_t dev_free = 0, dev_total = 0;
+    if (on_dev && dbe && dbe->mem_reserve &&
+        dbe->mem_reserve(dbe, e->o.prefill_chunk + maxb, maxb, &dev_free, &dev_total, err)) {
+        free(e);
+        return NULL;
+    }
+    if (on_dev && be->mem_reserve(be, cap_tok, rows, &dev_free, &dev_total, err)) {
+        free(e);
+        return NULL;
+    }
     size_t budget = e->o.kv_budget_bytes;
-    if (budget == 0) {
-        /* half of free memory, but no more than every row at full context */
-        size_t want = per_block * (size_t)((e->o.ctx_size + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT + 1) *
-                      (size_t)e->o.max_batch;
+    /* no more than every row at full context */
+    size_t want = per_block * (size_t)((e->o.ctx_size + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT + 1) *
+                  (size_t)e->o.max_batch;
+    if (on_dev) {
+        /* keep a reserve for the runtime, graphs and library workspaces */
+        size_t margin = ((size_t)256 << 20) + dev_total / 50;
+        size_t room = dev_free > margin ? dev_free - margin : 0;
+        if (budget == 0) {
+            budget = want < room ? want : room;
+        } else if (budget > room) {
+            tern_err_set(err, TERN_ENOMEM,
+                         "the KV budget (%.2f GB) does not fit in GPU memory: %.2f GB free after the weights, "
+                         "%.2f GB of it kept in reserve; lower --kv-budget (or leave it out to use what fits)",
+                         budget / 1073741824.0, dev_free / 1073741824.0, margin / 1073741824.0);
+            free(e);
+            return NULL;
+        }
+    } else if (budget == 0) {
+        /* half of free memory */
         budget = mem_available() / 2;
         if (budget > want || budget == 0)
             budget = want;
     }
-    int n_blocks = (int)(budget / per_block);
+    int n_blocks = budget / per_block > (size_t)1 << 30 ? 1 << 30 : (int)(budget / per_block);
     if (n_blocks < 2) {
-        tern_err_set(err, TERN_ERANGE, "KV budget of %zu bytes holds less than 2 blocks of %d positions", budget,
-                     KV_BLOCK_DEFAULT);
+        tern_err_set(err, TERN_ERANGE, "KV budget of %zu bytes holds less than 2 blocks of %d positions%s", budget,
+                     KV_BLOCK_DEFAULT, on_dev ? " (GPU memory is full)" : "");
         free(e);
         return NULL;
     }
-    if (kv_pool_init(&e->kv, m->cfg.n_layer, kv_dim, KV_BLOCK_DEFAULT, n_blocks, err) ||
-        pcache_init(&e->pc, &e->kv, err) || spec_init(e, err))
+    if (kv_pool_init_ex(&e->kv, m->cfg.n_layer, kv_dim, KV_BLOCK_DEFAULT, n_blocks, !on_dev, err) ||
+        (on_dev && be->kv_bind(be, &e->kv, err)) || pcache_init(&e->pc, &e->kv, err) || spec_init(e, err))
         goto fail;
-    int maxb = e->o.max_batch, rows = maxb * (e->n_draft + 1), cap_tok = e->o.prefill_chunk + rows;
     e->waiting = calloc((size_t)e->o.max_queue, sizeof *e->waiting);
     e->running = calloc((size_t)maxb, sizeof *e->running);
     e->b_tok = malloc((size_t)cap_tok * sizeof *e->b_tok);
@@ -574,8 +605,8 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         pthread_cond_destroy(&e->cv);
         goto fail;
     }
-    TERN_INFO("engine: %d KV blocks (%zu MB), batch %d, context %d", n_blocks, e->st.kv_bytes_total >> 20, maxb,
-              e->o.ctx_size);
+    TERN_INFO("engine: %d KV blocks (%zu MB%s), batch %d, context %d", n_blocks, e->st.kv_bytes_total >> 20,
+              on_dev ? " of GPU memory" : "", maxb, e->o.ctx_size);
     return e;
 fail:
     engine_free_memory(e);

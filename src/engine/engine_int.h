@@ -111,8 +111,9 @@ int spec_init(tern_engine *e, tern_err *err);
 void spec_free(tern_engine *e);
 /* Extra bytes of KV storage per block for the draft. */
 size_t spec_block_bytes(const tern_engine *e);
-/* Copies the draft's part of block src to dst (copy-on-write). */
-void spec_block_copy(tern_engine *e, int32_t dst, int32_t src);
+/* Copies the draft's part of block src to dst (copy-on-write), on the host
+ * and/or the draft backend's device mirror; 0 or an error code. */
+int spec_block_copy(tern_engine *e, int32_t dst, int32_t src);
 /* Chooses the rows that speculate this step and drafts their tokens. */
 void spec_draft(tern_engine *e);
 /* Walks the target's logits over a row's K+1 verified positions. */

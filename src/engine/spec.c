@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/engine_int.h"
+#include "model/backend.h"
 
 size_t spec_block_bytes(const tern_engine *e)
 {
@@ -39,11 +40,19 @@ int spec_init(tern_engine *e, tern_err *err)
     e->dkv = e->kv;
     e->dkv.n_layer = c->n_layer;
     e->dkv.kv_dim = c->n_kv_head * c->head_dim;
+    e->dkv.k = e->dkv.v = NULL;
+    e->dkv.dev_copy = NULL; /* the draft's backend binds its own mirror */
+    e->dkv.dev_ctx = NULL;
+    e->d_logits = malloc((size_t)e->o.max_batch * e->n_vocab * sizeof *e->d_logits);
+    if (!e->d_logits)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    model_backend *be = e->o.draft->be;
+    if (be->forward && be->kv_bind) /* the storage is the draft backend's device mirror */
+        return be->kv_bind(be, &e->dkv, err);
     size_t n = (size_t)e->dkv.n_layer * e->kv.n_blocks * e->kv.block_size * e->dkv.kv_dim;
     e->dkv.k = malloc(n * sizeof(float));
     e->dkv.v = malloc(n * sizeof(float));
-    e->d_logits = malloc((size_t)e->o.max_batch * e->n_vocab * sizeof *e->d_logits);
-    if (!e->dkv.k || !e->dkv.v || !e->d_logits)
+    if (!e->dkv.k || !e->dkv.v)
         return tern_err_set(err, TERN_ENOMEM, "out of memory for the draft model's KV");
     return 0;
 }
@@ -59,17 +68,11 @@ void spec_free(tern_engine *e)
     e->probs = NULL;
 }
 
-void spec_block_copy(tern_engine *e, int32_t dst, int32_t src)
+int spec_block_copy(tern_engine *e, int32_t dst, int32_t src)
 {
-    const kv_pool *d = &e->dkv;
-    if (!d->k)
-        return;
-    size_t n = (size_t)d->block_size * d->kv_dim;
-    for (int l = 0; l < d->n_layer; l++) {
-        size_t od = ((size_t)l * d->n_blocks + (size_t)dst) * n, os = ((size_t)l * d->n_blocks + (size_t)src) * n;
-        memcpy(d->k + od, d->k + os, n * sizeof(float));
-        memcpy(d->v + od, d->v + os, n * sizeof(float));
-    }
+    if (!e->o.draft)
+        return 0;
+    return kv_block_copy(&e->dkv, dst, src); /* host storage and/or the draft's device mirror */
 }
 
 /* Prompt lookup: the tokens that followed the latest earlier occurrence of

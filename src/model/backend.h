@@ -9,6 +9,9 @@
 #ifndef TERN_MODEL_BACKEND_H
 #define TERN_MODEL_BACKEND_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "base/err.h"
 #include "model/kv.h"
 
@@ -44,6 +47,35 @@ typedef struct model_backend {
      * n_tokens). When set, model_forward hands the batch over to it. */
     int (*forward)(struct model_backend *be, struct tern_model *m, kv_pool *kv, const struct fwd_batch *b,
                    float *logits, tern_err *err);
+
+    /* The rest is optional too (NULL on the CPU), for a backend with a
+     * device forward whose KV pool lives in device memory. */
+    /* Allocates the forward's scratch for batches of up to max_t tokens with
+     * up to max_out logits rows (later batches within those bounds allocate
+     * nothing more), then reports the device memory still free, and its total. */
+    int (*mem_reserve)(struct model_backend *be, int max_t, int max_out, size_t *free_bytes, size_t *total_bytes,
+                       tern_err *err);
+    /* Allocates kv's device mirror now (TERN_ENOMEM with the sizes when it
+     * does not fit) and installs kv's dev_copy hook, so copy-on-write reaches
+     * the device. The pool's host storage is then unused (it may have none).
+     * The pool must not be used after the backend is freed. */
+    int (*kv_bind)(struct model_backend *be, kv_pool *kv, tern_err *err);
+    /* Greedy sampling on the device, in two halves so that the host can work
+     * (e.g. compute grammar masks) while the device runs the forward:
+     * forward_start queues a forward with forward's contract (inputs already
+     * validated; the caller updates the sequences' n_tokens) whose n_out
+     * logits rows stay on the device, and returns without waiting.
+     * argmax_finish must follow (and only it, on this backend): it writes
+     * ids[j] = the lowest id among the largest logits of row j, over the
+     * tokens allowed by row j's mask when mask_on[j] (masks: [n_out][n_words]
+     * packed 32-bit words, bit t & 31 of word t >> 5 set = token t allowed;
+     * masks and mask_on may be NULL = no masks), -1 when a masked row allows
+     * nothing (or only -inf logits). It waits for the device. Only ids come
+     * back; the logits never leave the device. */
+    int (*forward_start)(struct model_backend *be, struct tern_model *m, kv_pool *kv, const struct fwd_batch *b,
+                         tern_err *err);
+    int (*argmax_finish)(struct model_backend *be, const uint32_t *masks, int32_t n_words, const uint8_t *mask_on,
+                         int32_t *ids, tern_err *err);
 } model_backend;
 
 /* The CPU backend: the best kernel table for this CPU (tern_kernels_best)

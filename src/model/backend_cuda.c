@@ -37,6 +37,7 @@ int model_cuda_device_count(void) { return 0; }
 
 #include "base/log.h"
 #include "tensor/cuda/cuda_kernels.h"
+#include "tensor/cuda/cuda_sample.h"
 
 #define CU_MAX_GRAPHS 16
 #define CU_GRAPH_SPLIT 16 /* attention splits inside captured decode graphs */
@@ -94,6 +95,11 @@ typedef struct cu_backend {
     int gemm_min_t, use_graphs;
     cu_graph graphs[CU_MAX_GRAPHS];
     int n_graphs;
+    /* greedy sampling: device / pinned host [n_out] flags, [n_out][n_words]
+     * masks, [n_out] ids; n_out of the forward started, -1 = none */
+    int32_t *d_sel, *h_sel;
+    size_t cap_sel;
+    int pending_out;
 } cu_backend;
 
 static int cu_fail(tern_err *err, int rc, const char *what)
@@ -372,6 +378,42 @@ static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
     return 0;
 }
 
+/* kv_pool's dev_copy hook: block src -> dst in every layer of the mirror,
+ * queued on the stream (so before the next forward). */
+static int cu_kv_copy(void *ctx, const kv_pool *p, int32_t dst, int32_t src)
+{
+    cu_backend *be = ctx;
+    if (p != be->kv_host || !be->kv.k)
+        return (int)cudaErrorInvalidValue; /* this pool's mirror is gone (the backend serves another pool) */
+    if (dst < 0 || src < 0 || dst >= be->kv.n_blocks || src >= be->kv.n_blocks)
+        return (int)cudaErrorInvalidValue;
+    cudaError_t rc = cudaSetDevice(be->device);
+    size_t blk = (size_t)be->kv.block_size * be->kv.kv_dim * sizeof(float), pitch = blk * (size_t)be->kv.n_blocks;
+    float *const bases[2] = {be->kv.k, be->kv.v};
+    for (int i = 0; i < 2 && rc == cudaSuccess; i++) {
+        char *base = (char *)bases[i];
+        rc = cudaMemcpy2DAsync(base + (size_t)dst * blk, pitch, base + (size_t)src * blk, pitch, blk,
+                               (size_t)be->kv_layers, cudaMemcpyDeviceToDevice, be->stream);
+    }
+    return (int)rc;
+}
+
+static int cu_kv_bind(model_backend *base, kv_pool *kv, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    if (!be->m)
+        return tern_err_set(err, TERN_EINVAL, "cuda: no model on this backend");
+    if (kv->n_layer != be->m->cfg.n_layer || kv->kv_dim != be->m->cfg.n_kv_head * be->m->cfg.head_dim)
+        return tern_err_set(err, TERN_EINVAL, "cuda: KV pool shape does not match the model");
+    CU(cudaSetDevice(be->device), "set device");
+    int rc = kv_ensure(be, kv, err);
+    if (rc)
+        return rc;
+    kv->dev_copy = cu_kv_copy;
+    kv->dev_ctx = be;
+    return 0;
+}
+
 /* Packs tokens (may be NULL), pos, per-token block-table offsets, out rows
  * and block tables into h_in and sends them up. Offsets into d_in: tokens
  * 0, pos T, bt_off 2T, out_rows 3T, blocks 3T + n_out. */
@@ -492,6 +534,8 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     int T = b->n, hd = a->head_dim, rc;
     if (hd % 32 || hd > 256)
         return tern_err_set(err, TERN_EUNSUPPORTED, "cuda attention: head_dim %d (multiple of 32, <= 256)", hd);
+    if (!a->kv->k || !a->kv->v)
+        return tern_err_set(err, TERN_EINVAL, "cuda attention: the KV pool has no host storage");
     CU(cudaSetDevice(be->device), "set device");
     cudaGetLastError(); /* a failure of another caller's launch is not ours */
     if ((rc = kv_ensure(be, a->kv, err)))
@@ -604,22 +648,12 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
     return 0;
 }
 
-static int cu_forward(model_backend *base, tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
-                      tern_err *err)
+/* The dequantization scratch of the cuBLAS path (quantized weights only). */
+static int wdq_ensure(cu_backend *be, tern_err *err)
 {
-    cu_backend *be = (cu_backend *)base;
-    const model_config *c = &m->cfg;
-    int T = b->n, rc;
-    if (!be->m || m != be->m)
-        return tern_err_set(err, TERN_EINVAL, "cuda: backend used with another model");
-    if (kv->n_layer != c->n_layer || kv->kv_dim != c->n_kv_head * c->head_dim)
-        return tern_err_set(err, TERN_EINVAL, "cuda: KV pool shape does not match the model");
-    CU(cudaSetDevice(be->device), "set device");
-    cudaGetLastError(); /* a failure of another caller's launch is not ours */
-    if ((rc = kv_ensure(be, kv, err)) || (rc = scratch_ensure(be, T, b->n_out, err)))
-        return rc;
-    int big = T >= be->gemm_min_t || b->n_out >= be->gemm_min_t;
-    if (big) {
+    const model_config *c = &be->m->cfg;
+    int rc;
+    {
         size_t need = 0;
         for (int l = 0; l < c->n_layer; l++) {
             const tcu_mat *ws[7] = {be->layers[l].wq, be->layers[l].wk, be->layers[l].wv, be->layers[l].wo,
@@ -641,6 +675,29 @@ static int cu_forward(model_backend *base, tern_model *m, kv_pool *kv, const fwd
             be->cap_wdq = need;
         }
     }
+    return 0;
+}
+
+/* Queues the forward of b; the n_out logits rows stay in be->logits. */
+static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batch *b, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    int T = b->n, rc;
+    be->pending_out = -1;
+    if (!be->m || m != be->m)
+        return tern_err_set(err, TERN_EINVAL, "cuda: backend used with another model");
+    if (kv->n_layer != c->n_layer || kv->kv_dim != c->n_kv_head * c->head_dim)
+        return tern_err_set(err, TERN_EINVAL, "cuda: KV pool shape does not match the model");
+    CU(cudaSetDevice(be->device), "set device");
+    cudaGetLastError(); /* a failure of another caller's launch is not ours */
+    if ((rc = kv_ensure(be, kv, err)) || (rc = scratch_ensure(be, T, b->n_out, err)))
+        return rc;
+    /* copy-on-write of this pool's blocks must reach the mirror (backend.h kv_bind) */
+    kv->dev_copy = cu_kv_copy;
+    kv->dev_ctx = be;
+    int big = T >= be->gemm_min_t || b->n_out >= be->gemm_min_t;
+    if (big && (rc = wdq_ensure(be, err)))
+        return rc;
     if ((rc = pack_batch(be, kv, b, err)))
         return rc;
     if (!big && be->use_graphs) {
@@ -675,11 +732,134 @@ static int cu_forward(model_backend *base, tern_model *m, kv_pool *kv, const fwd
         if ((rc = layers_run(be, T, b->n_out, ns, err)))
             return rc;
     }
+    be->pending_out = b->n_out;
+    return 0;
+}
+
+static int cu_forward(model_backend *base, tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
+                      tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    const model_config *c = &m->cfg;
+    int rc = cu_enqueue(be, m, kv, b, err);
+    be->pending_out = -1;
+    if (rc) {
+        cudaStreamSynchronize(be->stream); /* leave nothing running on failure */
+        cudaGetLastError();
+        return rc;
+    }
     if (b->n_out > 0)
         CU(cudaMemcpyAsync(logits, be->logits, (size_t)b->n_out * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
                            be->stream),
            "logits download");
     CU(cudaStreamSynchronize(be->stream), "forward");
+    return 0;
+}
+
+/* ---- greedy sampling on the device (backend.h forward_start / argmax_finish) ---- */
+
+static int sel_ensure(cu_backend *be, size_t n, tern_err *err)
+{
+    if (n <= be->cap_sel)
+        return 0;
+    size_t cap = n > 2 * be->cap_sel ? n : 2 * be->cap_sel;
+    cu_free_one(be, be->d_sel);
+    be->d_sel = NULL;
+    cudaFreeHost(be->h_sel);
+    be->h_sel = NULL;
+    be->cap_sel = 0;
+    int rc = cu_alloc(be, (void **)&be->d_sel, cap * sizeof(int32_t), err);
+    if (rc)
+        return rc;
+    CU(cudaMallocHost((void **)&be->h_sel, cap * sizeof(int32_t)), "pinned alloc");
+    be->cap_sel = cap;
+    return 0;
+}
+
+static int cu_forward_start(model_backend *base, tern_model *m, kv_pool *kv, const fwd_batch *b, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    int rc = cu_enqueue(be, m, kv, b, err);
+    if (rc) {
+        be->pending_out = -1;
+        cudaStreamSynchronize(be->stream);
+        cudaGetLastError();
+    }
+    return rc;
+}
+
+/* Waits for the stream, whatever happened before (so a failed finish leaves
+ * nothing running), and reports the first failure. */
+static int sel_sync(cu_backend *be, int rc, tern_err *err)
+{
+    cudaError_t ce = cudaStreamSynchronize(be->stream);
+    if (rc)
+        return rc;
+    if (ce != cudaSuccess)
+        return cu_fail(err, (int)ce, "greedy sampling");
+    return 0;
+}
+
+static int cu_argmax_finish(model_backend *base, const uint32_t *masks, int32_t n_words, const uint8_t *mask_on,
+                            int32_t *ids, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    int n_out = be->pending_out, V = be->m->cfg.n_vocab, rc = 0;
+    be->pending_out = -1;
+    if (n_out < 0)
+        return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: argmax_finish without forward_start"), err);
+    if (n_out == 0)
+        return sel_sync(be, 0, err);
+    int any = 0;
+    for (int j = 0; masks && mask_on && j < n_out; j++)
+        any |= mask_on[j] != 0;
+    if (any && (size_t)n_words * 32 < (size_t)V)
+        return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: %d mask words for %d tokens", n_words, V), err);
+    size_t nw = any ? (size_t)n_words : 0;
+    /* pinned layout: [n_out] flags, [n_out][nw] masks, [n_out] ids */
+    if ((rc = sel_ensure(be, (size_t)n_out * (nw + 2), err)))
+        return sel_sync(be, rc, err);
+    int32_t *h = be->h_sel, *d = be->d_sel;
+    for (int j = 0; j < n_out; j++) {
+        int on = any && mask_on[j];
+        h[j] = on;
+        if (on)
+            memcpy(h + n_out + (size_t)j * nw, masks + (size_t)j * n_words, nw * sizeof(uint32_t));
+    }
+    size_t up = (size_t)n_out * (1 + nw);
+    int32_t *d_ids = d + up, *h_ids = h + up;
+    cudaError_t ce = cudaMemcpyAsync(d, h, up * sizeof(int32_t), cudaMemcpyHostToDevice, be->stream);
+    if (ce == cudaSuccess)
+        ce = (cudaError_t)tcu_argmax_rows(be->logits, n_out, V, any ? (const uint32_t *)(d + n_out) : NULL,
+                                          (int)nw, d, d_ids, (tcu_stream)be->stream);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(h_ids, d_ids, (size_t)n_out * sizeof(int32_t), cudaMemcpyDeviceToHost, be->stream);
+    if (ce != cudaSuccess)
+        return sel_sync(be, cu_fail(err, (int)ce, "greedy sampling"), err);
+    if ((rc = sel_sync(be, 0, err)))
+        return rc;
+    memcpy(ids, h_ids, (size_t)n_out * sizeof(int32_t));
+    return 0;
+}
+
+static int cu_mem_reserve(model_backend *base, int max_t, int max_out, size_t *free_bytes, size_t *total_bytes,
+                          tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    if (!be->m)
+        return tern_err_set(err, TERN_EINVAL, "cuda: no model on this backend");
+    CU(cudaSetDevice(be->device), "set device");
+    int rc;
+    if (max_t < 1)
+        max_t = 1;
+    if ((rc = scratch_ensure(be, max_t, max_out, err)) ||
+        ((max_t >= be->gemm_min_t || max_out >= be->gemm_min_t) && (rc = wdq_ensure(be, err))) ||
+        (rc = sel_ensure(be, (size_t)(max_out > 0 ? max_out : 1) * ((be->m->cfg.n_vocab + 31) / 32 + 2), err)))
+        return rc;
+    size_t fr = 0, tot = 0;
+    CU(cudaMemGetInfo(&fr, &tot), "memory info");
+    *free_bytes = fr;
+    *total_bytes = tot;
     return 0;
 }
 
@@ -700,6 +880,7 @@ static void cu_free(model_backend *base)
     for (int i = 0; i < be->n_allocs; i++)
         cudaFree(be->allocs[i]);
     cudaFreeHost(be->h_in);
+    cudaFreeHost(be->h_sel);
     if (be->blas)
         cublasDestroy(be->blas);
     if (be->stream)
@@ -813,6 +994,11 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->base.matmul = cu_matmul;
     be->base.attention = cu_attention;
     be->base.forward = cu_forward;
+    be->base.mem_reserve = cu_mem_reserve;
+    be->base.kv_bind = cu_kv_bind;
+    be->base.forward_start = cu_forward_start;
+    be->base.argmax_finish = cu_argmax_finish;
+    be->pending_out = -1;
     be->base.n_threads = cu_n_threads;
     be->base.free = cu_free;
     be->device = device;

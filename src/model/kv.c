@@ -8,6 +8,12 @@ size_t kv_bytes_per_token(int n_layer, int kv_dim) { return (size_t)2 * n_layer 
 
 int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_size, int n_blocks, tern_err *err)
 {
+    return kv_pool_init_ex(p, n_layer, kv_dim, block_size, n_blocks, 1, err);
+}
+
+int kv_pool_init_ex(kv_pool *p, int n_layer, int kv_dim, int block_size, int n_blocks, int host_storage,
+                    tern_err *err)
+{
     memset(p, 0, sizeof *p);
     if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0)
         return tern_err_set(err, TERN_EINVAL, "kv pool: bad shape");
@@ -16,11 +22,13 @@ int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_size, int n_bloc
     p->kv_dim = kv_dim;
     p->block_size = block_size;
     p->n_blocks = n_blocks;
-    p->k = malloc(per * sizeof(float));
-    p->v = malloc(per * sizeof(float));
+    if (host_storage) {
+        p->k = malloc(per * sizeof(float));
+        p->v = malloc(per * sizeof(float));
+    }
     p->ref = calloc((size_t)n_blocks, sizeof *p->ref);
     p->free = malloc((size_t)n_blocks * sizeof *p->free);
-    if (!p->k || !p->v || !p->ref || !p->free) {
+    if ((host_storage && (!p->k || !p->v)) || !p->ref || !p->free) {
         kv_pool_free(p);
         return tern_err_set(err, TERN_ENOMEM, "kv pool: cannot allocate %zu MB",
                             (per * 2 * sizeof(float)) >> 20);
@@ -54,14 +62,15 @@ static void block_release(kv_pool *p, int32_t b)
         p->free[p->n_free++] = b;
 }
 
-static void block_copy(kv_pool *p, int32_t dst, int32_t src)
+int kv_block_copy(kv_pool *p, int32_t dst, int32_t src)
 {
     size_t n = (size_t)p->block_size * p->kv_dim;
-    for (int l = 0; l < p->n_layer; l++) {
+    for (int l = 0; p->k && p->v && l < p->n_layer; l++) {
         size_t od = ((size_t)l * p->n_blocks + (size_t)dst) * n, os = ((size_t)l * p->n_blocks + (size_t)src) * n;
         memcpy(p->k + od, p->k + os, n * sizeof(float));
         memcpy(p->v + od, p->v + os, n * sizeof(float));
     }
+    return p->dev_copy ? p->dev_copy(p->dev_ctx, p, dst, src) : 0;
 }
 
 int kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int n_tokens)
@@ -91,17 +100,22 @@ int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_tokens, tern_err *err)
         s->blocks = nb;
         s->cap = cap;
     }
+    int copy_rc = 0;
     for (int b = s->n_tokens / p->block_size; b < s->n_blocks && b < want; b++) {
         int32_t old = s->blocks[b];
         if (p->ref[old] > 1) {
             int32_t nb = block_take(p);
-            block_copy(p, nb, old);
+            int rc = kv_block_copy(p, nb, old);
+            if (rc && !copy_rc)
+                copy_rc = rc;
             block_release(p, old);
             s->blocks[b] = nb;
         }
     }
     while (s->n_blocks < want)
         s->blocks[s->n_blocks++] = block_take(p);
+    if (copy_rc)
+        return tern_err_set(err, TERN_EIO, "kv cache: device copy of a shared block failed (%d)", copy_rc);
     return 0;
 }
 

@@ -25,6 +25,13 @@ typedef struct kv_pool {
     int32_t *ref;    /* [n_blocks] reference counts, 0 = free */
     int32_t *free;   /* [n_blocks] stack of free block ids */
     int n_free;
+    /* Device mirror (backend.h kv_bind): a backend whose forward keeps this
+     * pool's K/V on a device installs dev_copy, which copies block src to
+     * dst there (queued on its stream; 0 or an error code). Copy-on-write
+     * calls it besides the host copy. k and v are NULL when the pool has no
+     * host storage (the device holds the only copy). */
+    int (*dev_copy)(void *ctx, const struct kv_pool *p, int32_t dst, int32_t src);
+    void *dev_ctx;
 } kv_pool;
 
 typedef struct kv_seq {
@@ -38,12 +45,20 @@ typedef struct kv_seq {
 size_t kv_bytes_per_token(int n_layer, int kv_dim);
 
 int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_size, int n_blocks, tern_err *err);
+/* kv_pool_init with host_storage = 0: block bookkeeping only, k and v NULL
+ * (for a pool whose K/V live in a device mirror). */
+int kv_pool_init_ex(kv_pool *p, int n_layer, int kv_dim, int block_size, int n_blocks, int host_storage,
+                    tern_err *err);
 void kv_pool_free(kv_pool *p);
+/* Copies block src's K/V to block dst: the host storage if any, and the
+ * device mirror through dev_copy if set. 0 or the hook's error. */
+int kv_block_copy(kv_pool *p, int32_t dst, int32_t src);
 
 /* Makes positions [0, n_tokens) writable for s: allocates missing blocks and
- * privately copies any shared block that a position >= s->n_tokens falls in.
- * Does not change s->n_tokens (the forward pass sets it). TERN_EFULL when the
- * pool has too few free blocks; then s is unchanged. */
+ * privately copies any shared block that a position >= s->n_tokens falls in
+ * (kv_block_copy). Does not change s->n_tokens (the forward pass sets it).
+ * TERN_EFULL when the pool has too few free blocks; then s is unchanged.
+ * TERN_EIO when the device copy fails (the table is updated regardless). */
 int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_tokens, tern_err *err);
 /* Blocks a reserve to n_tokens would newly take (for admission control). */
 int kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int n_tokens);

@@ -10,10 +10,14 @@ export const BIN = process.env.TERN_BIN || path.join(ROOT, 'build', 'tern');
 export const BUILD = process.env.TERN_BUILD || path.join(ROOT, 'build');
 export const MODEL = path.join(ROOT, 'models', 'tern-demo');
 
+// Extra arguments for every server the tests start, from the environment
+// (e.g. TERN_SERVE_ARGS='--device cuda' runs the same scripts on a GPU).
+export const SERVE_ARGS = (process.env.TERN_SERVE_ARGS || '').split(/\s+/).filter(Boolean);
+
 // Starts the server; resolves to {url, port, proc, log(), stop()}.
 export function startServer(extraArgs = [], { timeoutMs = 60000 } = {}) {
   return new Promise((resolve, reject) => {
-    const args = ['serve', MODEL, '--host', '127.0.0.1', '--port', '0', ...extraArgs];
+    const args = ['serve', MODEL, '--host', '127.0.0.1', '--port', '0', ...extraArgs, ...SERVE_ARGS];
     const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let log = '';
     let done = false;
