@@ -94,7 +94,9 @@ static double cmp_top5(const float *row, int V, json_object *top, double tol, in
 static void check_model(const char *name, const char *dir, json_object *g, stats *st)
 {
     tern_err err = {0};
-    tern_model *m = model_load(dir, 2, &err);
+    /* TERN_TEST_DEVICE=cuda runs the same goldens on the GPU backend. */
+    model_load_opts lo = {2, getenv("TERN_TEST_DEVICE")};
+    tern_model *m = model_load_ex(dir, &lo, &err);
     if (!m)
         fail_msg("%s: %s", name, err.msg);
     const model_config *c = &m->cfg;
