@@ -343,6 +343,74 @@ static void sample_and_emit(tern_engine *e, engine_req *r, float *logits)
     engine_row_emit(e, r, id, &res);
 }
 
+/* ---- greedy sampling on the device ---- */
+
+/* Whether every output row of the step can take its token from the
+ * device's masked argmax: plain greedy (no processors, no logprobs). */
+static int step_all_greedy(const tern_engine *e, int n_out)
+{
+    if (!e->ids)
+        return 0;
+    for (int j = 0; j < n_out; j++)
+        if (e->out_req[j] && !sample_params_is_greedy_plain(&e->out_req[j]->sp))
+            return 0;
+    return 1;
+}
+
+/* The grammar masks of r's output positions j .. j + n_spec: position i's
+ * is the matcher's after the drafts before it (accepted ahead here, rolled
+ * back at the end), as the verification walk will see it if it gets there.
+ * A mask that cannot be computed is marked bad (an error only if that
+ * position is reached); a draft the grammar refuses ends the walk there. */
+static void masks_ahead(tern_engine *e, engine_req *r, int j)
+{
+    int32_t nw = (e->n_vocab + 31) / 32;
+    int adv = 0;
+    for (int i = 0; i <= r->n_spec; i++) {
+        if (r->cops->fill_mask(r->cctx, e->masks + (size_t)(j + i) * nw, nw)) {
+            e->mask_bad[j + i] = 1;
+            break;
+        }
+        e->mask_on[j + i] = 1;
+        if (i == r->n_spec || r->cops->accept(r->cctx, r->draft[i]))
+            break;
+        adv++;
+    }
+    if (adv > 0 && r->cops->rollback(r->cctx, adv))
+        e->mask_bad[j] = 1; /* the matcher is lost: fail the row */
+}
+
+/* One forward whose logits stay on the device: the device picks each
+ * output row's (masked) argmax and only the ids come back. The masks are
+ * computed while the device runs the forward. */
+static int forward_greedy(tern_engine *e, const fwd_batch *b, tern_err *err)
+{
+    model_backend *be = e->m->be;
+    int rc = be->forward_start(be, e->m, &e->kv, b, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < b->n; i++) /* model_forward's bookkeeping */
+        if (b->seqs[i]->n_tokens < b->pos[i] + 1)
+            b->seqs[i]->n_tokens = b->pos[i] + 1;
+    memset(e->mask_on, 0, (size_t)b->n_out);
+    memset(e->mask_bad, 0, (size_t)b->n_out);
+    for (int j = 0; j < b->n_out; j++)
+        if (e->out_req[j] && e->out_req[j]->cops)
+            masks_ahead(e, e->out_req[j], j);
+    return be->argmax_finish(be, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+}
+
+/* Emits the device's choice for output row j (a row without drafts). */
+static void emit_greedy(tern_engine *e, engine_req *r, int j)
+{
+    if (e->mask_bad[j])
+        engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
+    else if (e->ids[j] < 0)
+        engine_row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
+    else
+        engine_row_emit(e, r, e->ids[j], NULL);
+}
+
 /* Removes finished rows from running[] and drops the engine's reference. */
 static void drop_done(tern_engine *e)
 {
@@ -411,7 +479,8 @@ static void step(tern_engine *e)
     if (n == 0)
         return;
     fwd_batch b = {n, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
-    int rc = model_forward(e->m, &e->kv, &b, e->logits, &err);
+    int dev_greedy = step_all_greedy(e, n_out);
+    int rc = dev_greedy ? forward_greedy(e, &b, &err) : model_forward(e->m, &e->kv, &b, e->logits, &err);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     e->st.tokens_prefilled += n - n_out;
@@ -427,7 +496,11 @@ static void step(tern_engine *e)
             if (!r)
                 continue;
             float *lg = e->logits + (size_t)j * e->n_vocab;
-            if (r->n_spec > 0)
+            if (dev_greedy && r->n_spec > 0)
+                spec_verify_ids(e, r, e->ids + j, e->mask_bad + j);
+            else if (dev_greedy)
+                emit_greedy(e, r, j);
+            else if (r->n_spec > 0)
                 spec_verify(e, r, lg);
             else
                 sample_and_emit(e, r, lg);
@@ -492,6 +565,10 @@ static void engine_free_memory(tern_engine *e)
     free(e->out_req);
     free(e->logits);
     free(e->mask);
+    free(e->masks);
+    free(e->mask_on);
+    free(e->mask_bad);
+    free(e->ids);
     free(e);
 }
 
@@ -595,6 +672,17 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         tern_err_set(err, TERN_ENOMEM, "out of memory");
         goto fail;
     }
+    const char *gs = getenv("TERN_GPU_SAMPLING");
+    if (be->forward_start && be->argmax_finish && !(gs && !strcmp(gs, "0"))) {
+        e->masks = malloc((size_t)rows * ((e->n_vocab + 31) / 32) * sizeof *e->masks);
+        e->mask_on = malloc((size_t)rows);
+        e->mask_bad = malloc((size_t)rows);
+        e->ids = malloc((size_t)rows * sizeof *e->ids);
+        if (!e->masks || !e->mask_on || !e->mask_bad || !e->ids) {
+            tern_err_set(err, TERN_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     e->st.kv_blocks_total = n_blocks;
     e->st.kv_bytes_total = (size_t)n_blocks * per_block;
     pthread_mutex_init(&e->mu, NULL);
@@ -605,8 +693,8 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         pthread_cond_destroy(&e->cv);
         goto fail;
     }
-    TERN_INFO("engine: %d KV blocks (%zu MB%s), batch %d, context %d", n_blocks, e->st.kv_bytes_total >> 20,
-              on_dev ? " of GPU memory" : "", maxb, e->o.ctx_size);
+    TERN_INFO("engine: %d KV blocks (%zu MB%s), batch %d, context %d%s", n_blocks, e->st.kv_bytes_total >> 20,
+              on_dev ? " of GPU memory" : "", maxb, e->o.ctx_size, e->ids ? ", greedy sampling on the device" : "");
     return e;
 fail:
     engine_free_memory(e);

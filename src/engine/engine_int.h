@@ -35,6 +35,12 @@ struct tern_engine {
     engine_req **out_req;    /* request of each output row */
     float *logits;           /* [max_batch * (n_draft + 1)][n_vocab] */
     uint32_t *mask;          /* [ceil(n_vocab/32)] */
+    /* greedy sampling on the device (backend forward_start/argmax_finish):
+     * used for a step whose every output row is plain greedy; NULL when the
+     * backend lacks it or TERN_GPU_SAMPLING=0 */
+    uint32_t *masks;         /* [rows][ceil(n_vocab/32)] */
+    uint8_t *mask_on, *mask_bad; /* [rows]: mask set / mask could not be computed */
+    int32_t *ids;            /* [rows] chosen ids */
 
     /* speculation (spec.c): the draft's KV lives in the same blocks as the
      * target's - one block table per sequence, one allocator, one budget -
@@ -118,6 +124,10 @@ int spec_block_copy(tern_engine *e, int32_t dst, int32_t src);
 void spec_draft(tern_engine *e);
 /* Walks the target's logits over a row's K+1 verified positions. */
 void spec_verify(tern_engine *e, engine_req *r, float *logits);
+/* The same walk for a greedy row from the target's chosen ids (masked
+ * argmax on the device) of its K+1 positions; bad[i]: position i's grammar
+ * mask could not be computed. */
+void spec_verify_ids(tern_engine *e, engine_req *r, const int32_t *ids, const uint8_t *bad);
 
 /* Queues an event (takes ownership of ev's text) and wakes the client. */
 void req_push_event(engine_req *r, engine_event *ev);

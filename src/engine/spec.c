@@ -205,6 +205,8 @@ void spec_draft(tern_engine *e)
         rows[i]->n_drafted += rows[i]->n_spec;
 }
 
+static void verify_end(tern_engine *e, engine_req *r, int n, int a);
+
 void spec_verify(tern_engine *e, engine_req *r, float *logits)
 {
     int32_t V = e->n_vocab;
@@ -258,6 +260,35 @@ void spec_verify(tern_engine *e, engine_req *r, float *logits)
         r->n_accepted++; /* counted here: the row may finish at the next emit */
         r->accepted_by_pos[i]++;
     }
+    verify_end(e, r, n, a);
+}
+
+void spec_verify_ids(tern_engine *e, engine_req *r, const int32_t *ids, const uint8_t *bad)
+{
+    int n = r->n_tokens, k = r->n_spec, a = 0;
+    for (int i = 0; i <= k && !r->done; i++) {
+        if (bad[i]) {
+            engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
+            return;
+        }
+        if (ids[i] < 0) {
+            engine_row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
+            return;
+        }
+        int accepted = i < k && ids[i] == r->draft[i];
+        engine_row_emit(e, r, ids[i], NULL);
+        if (!accepted)
+            break;
+        a++;
+        r->n_accepted++;
+        r->accepted_by_pos[i]++;
+    }
+    verify_end(e, r, n, a);
+}
+
+/* After verification: n real tokens before the step, a drafts accepted. */
+static void verify_end(tern_engine *e, engine_req *r, int n, int a)
+{
     r->n_spec = 0;
     if (r->done)
         return;
