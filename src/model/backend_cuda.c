@@ -388,12 +388,14 @@ static int cu_kv_copy(void *ctx, const kv_pool *p, int32_t dst, int32_t src)
     if (dst < 0 || src < 0 || dst >= be->kv.n_blocks || src >= be->kv.n_blocks)
         return (int)cudaErrorInvalidValue;
     cudaError_t rc = cudaSetDevice(be->device);
-    size_t blk = (size_t)be->kv.block_size * be->kv.kv_dim * sizeof(float), pitch = blk * (size_t)be->kv.n_blocks;
-    float *const bases[2] = {be->kv.k, be->kv.v};
-    for (int i = 0; i < 2 && rc == cudaSuccess; i++) {
-        char *base = (char *)bases[i];
-        rc = cudaMemcpy2DAsync(base + (size_t)dst * blk, pitch, base + (size_t)src * blk, pitch, blk,
-                               (size_t)be->kv_layers, cudaMemcpyDeviceToDevice, be->stream);
+    size_t blk = (size_t)be->kv.block_size * be->kv.kv_dim; /* floats per block and layer */
+    for (int l = 0; l < be->kv_layers && rc == cudaSuccess; l++) {
+        size_t od = ((size_t)l * be->kv.n_blocks + (size_t)dst) * blk;
+        size_t os = ((size_t)l * be->kv.n_blocks + (size_t)src) * blk;
+        rc = cudaMemcpyAsync(be->kv.k + od, be->kv.k + os, blk * sizeof(float), cudaMemcpyDeviceToDevice, be->stream);
+        if (rc == cudaSuccess)
+            rc = cudaMemcpyAsync(be->kv.v + od, be->kv.v + os, blk * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 be->stream);
     }
     return (int)rc;
 }

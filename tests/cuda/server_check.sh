@@ -18,6 +18,17 @@ echo "server_check: $TERN_BIN, device ${TERN_CHECK_DEVICE:-cuda}, $(git log -1 -
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 python3 tests/cuda/server_check.py
 rc=$?
+# the device unit checks of serving (argmax kernel, copy-on-write, greedy
+# sampling, KV budget) when the build dir next to the binary has them
+UNIT="$(dirname "$TERN_BIN")/tests/cuda_test_cuda_serving"
+if [ "${TERN_CHECK_DEVICE:-cuda}" != cpu ] && [ -x "$UNIT" ]; then
+  if "$UNIT" > /tmp/tern_server_check_unit.log 2>&1; then
+    echo "PASS unit: $UNIT ($(grep -c '\[       OK \]' /tmp/tern_server_check_unit.log) ok, $(grep -c SKIPPED /tmp/tern_server_check_unit.log) skipped lines)"
+  else
+    echo "FAIL unit: $UNIT"; tail -20 /tmp/tern_server_check_unit.log; rc=1
+  fi
+  grep -E "rel. error|device|default KV|does not fit" /tmp/tern_server_check_unit.log | head -8
+fi
 if [ "$TERN_CHECK_NODE" = 1 ] && command -v node >/dev/null 2>&1; then
   export TERN_SERVE_ARGS="--device ${TERN_CHECK_DEVICE:-cuda}"
   for t in tests/server/concurrency.mjs tests/spec/spec_server.mjs tests/structured/e2e.mjs; do
