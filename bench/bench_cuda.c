@@ -2,6 +2,15 @@
  * next to the CPU backend's.
  *
  *   bench_cuda [--prompt N] [--tokens N] [--check N] MODEL_DIR...
+ *   bench_cuda --gemv
+ *
+ * --gemv (no model files): every GEMV variant (TERN_CUDA_GEMV) on random
+ * weights of the Llama 8B and 1B shapes (fused q/k/v, o, gate/up with the
+ * SwiGLU epilogue, down, lm_head), bf16 / 4-bit / 8-bit g64, T = 1, 8, 32:
+ * median time, GB/s of weight bytes next to the copy bandwidth, relative
+ * error of sampled rows against a double CPU reference, bitwise batch
+ * invariance (T = 1 and T = 32 against T = 8), then the GEMV-only decode
+ * step per model and variant.
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
@@ -21,6 +30,8 @@
 #include "model/backend.h"
 #include "model/model.h"
 #ifdef TERN_CUDA
+#include <cuda_runtime_api.h>
+
 #include "tensor/cuda/cuda_kernels.h"
 
 static double now_s(void)
@@ -44,6 +55,8 @@ static int argmax(const float *x, int n)
             b = i;
     return b;
 }
+
+static int g_prof; /* decode_run profiles its timed steps (tcu_prof_start) */
 
 /* Prefill n_prompt tokens of B sequences (one batch each), then `steps`
  * decode steps of all B together; seconds spent in the steps after the
@@ -71,8 +84,11 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
         tok[s] = argmax(logits + (size_t)s * V, V);
     }
     for (int st = 0; st < steps; st++) {
-        if (st == 2)
+        if (st == 2) {
+            if (g_prof)
+                tcu_prof_start();
             t0 = now_s();
+        }
         for (int s = 0; s < B; s++) {
             pos[s] = n_prompt + st;
             sp[s] = &seq[s];
@@ -152,12 +168,301 @@ out:
     kv_seq_free(kv, &seq);
     return rc;
 }
+/* ---- --gemv: the GEMV variants alone on random weights (no model files) ---- */
+
+typedef struct gv_shape {
+    const char *model, *name;
+    int n_out, n_in, glu, count; /* count: launches of this shape per decode step */
+} gv_shape;
+
+static const gv_shape gv_shapes[] = {
+    {"8b", "qkv", 6144, 4096, 0, 32},     {"8b", "o", 4096, 4096, 0, 32},        {"8b", "gate_up", 14336, 4096, 1, 32},
+    {"8b", "down", 4096, 14336, 0, 32},   {"8b", "lm_head", 128256, 4096, 0, 1}, {"1b", "qkv", 3072, 2048, 0, 16},
+    {"1b", "o", 2048, 2048, 0, 16},       {"1b", "gate_up", 8192, 2048, 1, 16},  {"1b", "down", 2048, 8192, 0, 16},
+    {"1b", "lm_head", 128256, 2048, 0, 1},
+};
+#define GV_NSHAPE (int)(sizeof gv_shapes / sizeof *gv_shapes)
+static const int gv_kinds[3] = {TCU_BF16, TCU_Q4, TCU_Q8};
+static const char *const gv_kind_names[3] = {"bf16", "q4g64", "q8g64"};
+static const int gv_Ts[3] = {1, 8, 32};
+#define GV_GROUP 64
+#define GV_REPS 20
+
+static int cu_ok(int rc, const char *what)
+{
+    if (rc)
+        fprintf(stderr, "bench_cuda: %s: %s\n", what, cudaGetErrorString((cudaError_t)rc));
+    return rc == 0;
+}
+
+static size_t gv_row_bytes(int kind, int n_in) { return kind == TCU_Q4 ? (size_t)n_in / 2 : kind == TCU_Q8 ? (size_t)n_in : (size_t)n_in * 2; }
+
+static double gv_weight(const uint8_t *row, const float *sb, int kind, int i)
+{
+    if (kind == TCU_BF16) {
+        uint32_t b = (uint32_t)((const uint16_t *)row)[i] << 16;
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    int q = kind == TCU_Q8 ? row[i] : (row[i / 2] >> ((i & 1) * 4)) & 15;
+    int g = i / GV_GROUP;
+    return (double)sb[2 * g] * q + sb[2 * g + 1];
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median ms of GV_REPS launches (after 3 warm-ups), rotating over nc copies */
+static double gv_time(tcu_gemv_args *a, int nc, void *const *w, float *const *sb, size_t wstride, size_t sbstride,
+                      cudaEvent_t *ev)
+{
+    float ms[GV_REPS];
+    for (int r = 0; r < GV_REPS + 3; r++) {
+        int c = r % nc;
+        for (int k = 0; k < (a->glu ? 2 : 1); k++) {
+            a->m[k].w = (const char *)w[c] + k * wstride;
+            a->m[k].sb = sb[c] ? sb[c] + k * sbstride : NULL;
+        }
+        if (r >= 3)
+            cudaEventRecord(ev[2 * (r - 3)], 0);
+        if (!cu_ok(tcu_gemv(a, NULL), "gemv"))
+            return -1;
+        if (r >= 3)
+            cudaEventRecord(ev[2 * (r - 3) + 1], 0);
+    }
+    if (!cu_ok(cudaDeviceSynchronize(), "gemv run"))
+        return -1;
+    for (int r = 0; r < GV_REPS; r++)
+        cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]);
+    qsort(ms, GV_REPS, sizeof *ms, cmp_f);
+    return ms[GV_REPS / 2];
+}
+
+static int gemv_bench(void)
+{
+    int nv = TCU_GEMV_N_VARIANTS, bad = 0;
+    double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
+    printf("== gemv micro-benchmark: device copy bandwidth (read + write) %.0f GB/s; median of %d launches, weights "
+           "rotated over >= 256 MB\n",
+           bw / 1e9, GV_REPS);
+    for (int v = 0; v < nv; v++)
+        printf("   variant %d: %s\n", v, tcu_gemv_variant_name(v));
+    /* ms[shape][kind][variant][T] */
+    static double ms[GV_NSHAPE][3][TCU_GEMV_N_VARIANTS][3];
+    cudaEvent_t ev[2 * GV_REPS];
+    for (int i = 0; i < 2 * GV_REPS; i++)
+        cudaEventCreate(&ev[i]);
+    float *x = NULL, *y = NULL;
+    const int TMAX = 32, NIN_MAX = 14336, NOUT_MAX = 128256;
+    if (!cu_ok(cudaMalloc((void **)&x, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&y, sizeof(float) * 3 * TMAX * NOUT_MAX), "alloc"))
+        return 1;
+    float *hx = malloc(sizeof(float) * TMAX * NIN_MAX), *hy = malloc(sizeof(float) * 3 * TMAX * NOUT_MAX);
+    printf("%-4s %-8s %-6s %3s %2s %9s %8s %6s %9s %s\n", "mdl", "shape", "kind", "T", "v", "us", "GB/s", "%copy",
+           "relerr", "batch-invariant");
+    for (int si = 0; si < GV_NSHAPE; si++) {
+        const gv_shape *sh = &gv_shapes[si];
+        for (int ki = 0; ki < 3; ki++) {
+            int kind = gv_kinds[ki], nm = sh->glu ? 2 : 1, q = kind != TCU_BF16;
+            size_t wb = (size_t)sh->n_out * gv_row_bytes(kind, sh->n_in), ng = (size_t)sh->n_out * (sh->n_in / GV_GROUP);
+            size_t sbn = q ? ng * 2 : 0, bytes = nm * (wb + sbn * sizeof(float));
+            int nc = (int)(((size_t)256 << 20) / bytes) + 1;
+            nc = nc > 16 ? 16 : nc;
+            void *w[16] = {0};
+            float *sb[16] = {0};
+            for (int c = 0; c < nc; c++) {
+                if (!cu_ok(cudaMalloc(&w[c], nm * wb), "alloc") ||
+                    (q && !cu_ok(cudaMalloc((void **)&sb[c], nm * sbn * sizeof(float)), "alloc")))
+                    return 1;
+                tcu_fill_random(w[c], kind == TCU_BF16 ? nm * wb / 2 : nm * wb, kind == TCU_BF16 ? TCU_BF16 : TCU_Q4,
+                                1000 + c, 0.05f, NULL);
+                if (q)
+                    tcu_fill_random(sb[c], nm * sbn, TCU_F32, 2000 + c, 0.01f, NULL);
+            }
+            tcu_fill_random(x, (size_t)TMAX * sh->n_in, TCU_F32, 7 + si, 1.0f, NULL);
+            if (!cu_ok(cudaDeviceSynchronize(), "fill"))
+                return 1;
+            cudaMemcpy(hx, x, sizeof(float) * TMAX * sh->n_in, cudaMemcpyDeviceToHost);
+            /* CPU reference (double) of 64 sampled rows for the first 8 tokens */
+            enum { NR = 64, NT = 8 };
+            static double ref[NR][NT];
+            uint8_t *hrow = malloc(gv_row_bytes(kind, sh->n_in));
+            float *hsb = malloc(sizeof(float) * 2 * (sh->n_in / GV_GROUP) + 8);
+            for (int ri = 0; ri < NR; ri++) {
+                int r = (int)((long)ri * (sh->n_out - 1) / (NR - 1));
+                double d[2][NT] = {{0}};
+                for (int k = 0; k < nm; k++) {
+                    cudaMemcpy(hrow, (const char *)w[0] + k * wb + (size_t)r * gv_row_bytes(kind, sh->n_in),
+                               gv_row_bytes(kind, sh->n_in), cudaMemcpyDeviceToHost);
+                    if (q)
+                        cudaMemcpy(hsb, sb[0] + k * sbn + (size_t)r * 2 * (sh->n_in / GV_GROUP),
+                                   sizeof(float) * 2 * (sh->n_in / GV_GROUP), cudaMemcpyDeviceToHost);
+                    for (int i = 0; i < sh->n_in; i++) {
+                        double wv = gv_weight(hrow, hsb, kind, i);
+                        for (int t = 0; t < NT; t++)
+                            d[k][t] += wv * hx[(size_t)t * sh->n_in + i];
+                    }
+                }
+                for (int t = 0; t < NT; t++)
+                    ref[ri][t] = sh->glu ? d[0][t] / (1.0 + exp(-d[0][t])) * d[1][t] : d[0][t];
+            }
+            free(hrow);
+            free(hsb);
+            for (int v = 0; v < nv; v++) {
+                tcu_gemv_set_variant(-1, v);
+                tcu_gemv_args a;
+                memset(&a, 0, sizeof a);
+                a.n = nm;
+                a.glu = sh->glu;
+                a.x = x;
+                a.n_in = sh->n_in;
+                for (int k = 0; k < nm; k++) {
+                    a.m[k].kind = kind;
+                    a.m[k].group = q ? GV_GROUP : 0;
+                    a.m[k].n_out = sh->n_out;
+                }
+                float *ys[3] = {y, y + (size_t)TMAX * NOUT_MAX, y + (size_t)2 * TMAX * NOUT_MAX};
+                for (int ti = 0; ti < 3; ti++) {
+                    a.T = gv_Ts[ti];
+                    a.m[0].y = ys[ti];
+                    a.m[1].y = ys[ti] + (size_t)TMAX * sh->n_out; /* glu: unused */
+                    ms[si][ki][v][ti] = gv_time(&a, nc, w, sb, wb, sbn, ev);
+                }
+                /* correctness on copy 0: T = 8 against the reference; T = 1
+                 * (token 5 alone) and T = 32 (first 8 tokens) bitwise against T = 8 */
+                for (int k = 0; k < nm; k++) {
+                    a.m[k].w = (const char *)w[0] + k * wb;
+                    a.m[k].sb = q ? sb[0] + k * sbn : NULL;
+                }
+                cudaMemset(y, 0xff, sizeof(float) * 3 * TMAX * NOUT_MAX); /* NaN poison */
+                int Ts[3] = {8, 1, 32};
+                for (int ti = 0; ti < 3; ti++) {
+                    a.T = Ts[ti];
+                    a.x = x + (Ts[ti] == 1 ? (size_t)5 * sh->n_in : 0);
+                    a.m[0].y = ys[ti];
+                    a.m[1].y = ys[ti] + (size_t)TMAX * sh->n_out;
+                    cu_ok(tcu_gemv(&a, NULL), "gemv");
+                }
+                a.x = x;
+                if (!cu_ok(cudaDeviceSynchronize(), "gemv check"))
+                    return 1;
+                float *h8 = hy, *h1 = hy + (size_t)TMAX * NOUT_MAX, *h32 = hy + (size_t)2 * TMAX * NOUT_MAX;
+                cudaMemcpy(h8, ys[0], sizeof(float) * 8 * sh->n_out, cudaMemcpyDeviceToHost);
+                cudaMemcpy(h1, ys[1], sizeof(float) * sh->n_out, cudaMemcpyDeviceToHost);
+                cudaMemcpy(h32, ys[2], sizeof(float) * 8 * sh->n_out, cudaMemcpyDeviceToHost);
+                double num = 0, den = 0;
+                for (int ri = 0; ri < NR; ri++) {
+                    int r = (int)((long)ri * (sh->n_out - 1) / (NR - 1));
+                    for (int t = 0; t < NT; t++) {
+                        double g = h8[(size_t)t * sh->n_out + r], dd = g - ref[ri][t];
+                        num += isfinite(g) ? dd * dd : INFINITY;
+                        den += ref[ri][t] * ref[ri][t];
+                    }
+                }
+                double rel = sqrt(num / (den > 0 ? den : 1));
+                int inv1 = !memcmp(h1, h8 + (size_t)5 * sh->n_out, sizeof(float) * sh->n_out);
+                int inv32 = !memcmp(h32, h8, sizeof(float) * 8 * sh->n_out);
+                if (!(rel <= 2e-5) || !inv1 || !inv32)
+                    bad++;
+                for (int ti = 0; ti < 3; ti++) {
+                    double t_ms = ms[si][ki][v][ti], gbs = bytes / (t_ms * 1e-3) / 1e9;
+                    printf("%-4s %-8s %-6s %3d %2d %9.1f %8.0f %5.0f%% %9.2e %s\n", sh->model, sh->name,
+                           gv_kind_names[ki], gv_Ts[ti], v, t_ms * 1e3, gbs, 100 * gbs * 1e9 / bw, rel,
+                           ti ? "" : inv1 && inv32 ? "yes" : !inv1 ? "NO (T=1 vs T=8)" : "NO (T=32 vs T=8)");
+                }
+            }
+            tcu_gemv_variant_reset();
+            for (int c = 0; c < nc; c++) {
+                cudaFree(w[c]);
+                cudaFree(sb[c]);
+            }
+            fflush(stdout);
+        }
+    }
+    /* compact: GB/s of every variant per shape, kind and T */
+    printf("== GB/s of weight bytes per variant (copy bandwidth %.0f GB/s)\n%-4s %-8s %-6s %3s", bw / 1e9, "mdl",
+           "shape", "kind", "T");
+    for (int v = 0; v < nv; v++)
+        printf(" %6s%d", "v", v);
+    printf("\n");
+    for (int si = 0; si < GV_NSHAPE; si++)
+        for (int ki = 0; ki < 3; ki++)
+            for (int ti = 0; ti < 3; ti++) {
+                const gv_shape *sh = &gv_shapes[si];
+                int kind = gv_kinds[ki], nm = sh->glu ? 2 : 1;
+                double bytes = (double)nm * ((size_t)sh->n_out * gv_row_bytes(kind, sh->n_in) +
+                                             (kind == TCU_BF16 ? 0 : (size_t)sh->n_out * (sh->n_in / GV_GROUP) * 8));
+                printf("%-4s %-8s %-6s %3d", sh->model, sh->name, gv_kind_names[ki], gv_Ts[ti]);
+                for (int v = 0; v < nv; v++)
+                    printf(" %7.0f", bytes / (ms[si][ki][v][ti] * 1e-3) / 1e9);
+                printf("\n");
+            }
+    /* GEMV-only decode step per model: sum over the shapes of count * time */
+    printf("== GEMV-only decode step (sum of the model's GEMV launches; tok/s = T / step; %%roof = weight bytes / "
+           "step / copy bandwidth)\n");
+    printf("%-4s %-6s %3s", "mdl", "kind", "T");
+    for (int v = 0; v < nv; v++)
+        printf("   v%d tok/s %%roof", v);
+    printf("  best\n");
+    const char *models[2] = {"8b", "1b"};
+    for (int mi = 0; mi < 2; mi++)
+        for (int ki = 0; ki < 3; ki++)
+            for (int ti = 0; ti < 3; ti++) {
+                printf("%-4s %-6s %3d", models[mi], gv_kind_names[ki], gv_Ts[ti]);
+                int best = 0;
+                double bt = 1e30;
+                for (int v = 0; v < nv; v++) {
+                    double step = 0, bytes = 0;
+                    for (int si = 0; si < GV_NSHAPE; si++) {
+                        const gv_shape *sh = &gv_shapes[si];
+                        if (strcmp(sh->model, models[mi]))
+                            continue;
+                        int kind = gv_kinds[ki], nm = sh->glu ? 2 : 1;
+                        size_t wb = (size_t)sh->n_out * gv_row_bytes(kind, sh->n_in);
+                        size_t sbb = kind == TCU_BF16 ? 0 : (size_t)sh->n_out * (sh->n_in / GV_GROUP) * 8;
+                        step += sh->count * ms[si][ki][v][ti] * 1e-3;
+                        bytes += (double)sh->count * nm * (wb + sbb);
+                    }
+                    printf("  %10.0f %4.0f%%", gv_Ts[ti] / step, 100 * bytes / step / bw);
+                    if (step < bt) {
+                        bt = step;
+                        best = v;
+                    }
+                }
+                printf("  v%d\n", best);
+            }
+    printf("== gemv check: %s\n", bad ? "FAILED (see relerr / batch-invariant columns)" : "all variants within 2e-5 of "
+                                                                                          "the reference, batch-invariant");
+    for (int i = 0; i < 2 * GV_REPS; i++)
+        cudaEventDestroy(ev[i]);
+    cudaFree(x);
+    cudaFree(y);
+    free(hx);
+    free(hy);
+    return bad ? 1 : 0;
+}
 #endif
 
 int main(int argc, char **argv)
 {
     int n_prompt = 128, steps = 64, check = 32;
     int first = 1;
+    if (argc == 2 && !strcmp(argv[1], "--gemv")) {
+#ifndef TERN_CUDA
+        fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
+        return 2;
+#else
+        if (model_cuda_device_count() <= 0) {
+            fprintf(stderr, "bench_cuda: no GPU\n");
+            return 2;
+        }
+        return gemv_bench();
+#endif
+    }
     for (; first < argc && argv[first][0] == '-'; first += 2) {
         if (first + 1 >= argc)
             break;
@@ -252,11 +557,46 @@ int main(int argc, char **argv)
         blas->free(blas);
         if (c32 < 0)
             return die(&err);
+        /* one eager (no graph) batch-1 run with every launch timed: where a
+         * decode step's time goes */
+        setenv("TERN_CUDA_GRAPHS", "0", 1);
+        model_backend *eager = model_backend_cuda_new(m, 0, &err);
+        unsetenv("TERN_CUDA_GRAPHS");
+        if (!eager)
+            return die(&err);
+        m->be = eager;
+        double te = decode_run(m, &kv, 1, n_prompt, 12, prompt, logits, &err);
+        g_prof = 1;
+        double tpf = te >= 0 ? decode_run(m, &kv, 1, n_prompt, 12, prompt, logits, &err) : -1;
+        g_prof = 0;
+        double pms[TCU_PROF_N];
+        int pn[TCU_PROF_N];
+        int prc = tcu_prof_stop(pms, pn);
+        m->be = gpu;
+        eager->free(eager);
+        if (tpf < 0)
+            return die(&err);
+        char prof[400];
+        {
+            static const char *const pnames[TCU_PROF_N] = {"gemv", "attention", "qkv_post", "rmsnorm", "embed",
+                                                           "other"};
+            double sum = 0;
+            int len = snprintf(prof, sizeof prof, "eager step %.3f ms (profiled %.3f), graph step %.3f ms; kernels:",
+                               te / 10 * 1e3, tpf / 10 * 1e3, t1 / (steps - 2) * 1e3);
+            for (int c = 0; c < TCU_PROF_N && !prc; c++) {
+                sum += pms[c];
+                len += snprintf(prof + len, sizeof prof - (size_t)len, " %s %.3f (%d)", pnames[c], pms[c] / 10,
+                                pn[c] / 10);
+            }
+            snprintf(prof + len, sizeof prof - (size_t)len, "; sum %.3f ms/step%s", sum / 10,
+                     prc ? " (profile failed)" : "");
+        }
         const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
         double b1 = (steps - 2) / t1, roof = bw / wb;
         printf("%-28s %8.2f %9.0f %9.1f %6.0f%% %9.0f %9.0f %9.0f %9.0f %10.0f %s\n", name, wb / 1e9, roof, b1,
                100 * b1 / roof, 8 * (steps - 2) / t8, 32 * (steps - 2) / t32, 8 * (steps - 2) / c8,
                32 * (steps - 2) / c32, 512 / tp, chk);
+        printf("  %s b1 profile: %s\n", name, prof);
         fflush(stdout);
         m->be = cpu;
         gpu->free(gpu);

@@ -1,8 +1,11 @@
 #!/bin/bash
 # The CUDA backend's check on a machine with an NVIDIA GPU (docs/cuda.md):
-# runs the CUDA-vs-CPU tests (tests/cuda/test_cuda.c), makes random
-# Llama-shaped fixtures (1B and 8B, bf16 and 4-bit) and runs bench_cuda over
-# them (logits check against the CPU + speed against the roofline).
+# the GEMV micro-benchmark (bench_cuda --gemv: every GEMV variant on random
+# weights of the 8B/1B shapes, no model files), the CUDA-vs-CPU tests
+# (tests/cuda/test_cuda.c; the product test covers every GEMV variant),
+# random Llama-shaped fixtures (1B and 8B, bf16 and 4-bit) and bench_cuda
+# over them (logits check against the CPU, speed against the roofline,
+# a per-kernel profile of one eager decode step).
 #
 #   bench/cuda_check.sh OUT_DIR
 #
@@ -11,11 +14,16 @@
 # the machine lacks); else it builds with -DTERN_CUDA=ON into build-cuda-check.
 # TOK: a Llama 3 tokenizer folder (default .device/llama3). SHARED: the
 # ../shared stand-in holding models/stories260K (default .device/shared).
-# SIZES="1b 8b" picks the bench fixtures.
+# SIZES="1b 8b" picks the bench fixtures. GEMV: the variants the tests and
+# the model bench use ("k" or "kb,k4,k8" as TERN_CUDA_GEMV; default: the
+# micro-benchmark's fastest at batch 1 on the 8B shapes, per kind; "keep"
+# leaves the built-in default). AB="1b": sizes also benched with variant 0
+# (the old kernel) for an A/B at the model level ("" skips).
 set -u
 OUT=${1:?usage: bench/cuda_check.sh OUT_DIR}
 TOK=${TOK:-.device/llama3}
 SIZES=${SIZES:-1b 8b}
+AB=${AB-1b}
 FX=${FX:-/tmp/tern-fixtures}
 export TERN_SHARED=$(realpath "${SHARED:-.device/shared}")
 mkdir -p "$OUT" "$FX"
@@ -42,10 +50,31 @@ else
   B=$(realpath "$B")
 fi
 export TERN_BUILD=$B TERN_BIN=$B/tern
+
+stamp "gemv micro-benchmark"
+timeout 240 "$B/bench/bench_cuda" --gemv > "$OUT/gemv.txt" 2>&1
+echo "gemv rc $?"
+# the compact GB/s table at T = 1, the decode-step summary and the check line
+awk '/^== GB\/s/{p=1} /^== GEMV-only/{p=2} p==1 && ($4 == 1 || $1 == "mdl" || /^==/) {print} p==2 {print}' "$OUT/gemv.txt"
+grep -E "NO \(|rror" "$OUT/gemv.txt" | head -20
+GEMV=${GEMV:-auto}
+if [ "$GEMV" = auto ]; then
+  best() { awk -v k="$1" '$1 == "8b" && $2 == k && $3 == 1 && NF > 6 {b=$NF} END {sub("v", "", b); print b}' "$OUT/gemv.txt"; }
+  vb=$(best bf16); v4=$(best q4g64); v8=$(best q8g64)
+  GEMV=${vb:-0},${v4:-0},${v8:-0}
+fi
+if [ "$GEMV" != keep ]; then
+  export TERN_CUDA_GEMV=$GEMV
+fi
+echo "GEMV variants for the tests and the model bench (bf16,q4,q8): ${TERN_CUDA_GEMV:-built-in default}"
+
 stamp tests
 timeout 300 "$B/tests/cuda_test_cuda" > "$OUT/test.log" 2>&1
 echo "test rc $?"
-grep -E "rel err|OK \]|FAILED|SKIPPED|PASSED|identical|differ|rror" "$OUT/test.log" | grep -v "mat [12]:" | head -90
+grep -E "rel err|OK \]|FAILED|SKIPPED|PASSED|identical|differ|rror" "$OUT/test.log" | grep -v "matmul kind" | head -60
+# products: worst relative error per GEMV variant (every kind, n_in, T)
+awk '/matmul kind/ && /gemv variant/ {for (i = 1; i < NF; i++) {if ($i == "variant") v = $(i + 1); if ($i == "err") e = $(i + 1)}
+     if (e + 0 > m[v] + 0) m[v] = e} END {for (v in m) printf "products gemv variant %s: worst rel err %s\n", v, m[v]}' "$OUT/test.log" | sort
 
 for s in $SIZES; do
   stamp "fixtures $s"
@@ -56,4 +85,10 @@ stamp bench
 M=""
 for s in $SIZES; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done
 "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 32 $M 2>&1 | tee "$OUT/bench.txt"
+if [ -n "$AB" ]; then
+  stamp "A/B: variant 0 on $AB"
+  M=""
+  for s in $AB; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done
+  TERN_CUDA_GEMV=0 "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 0 $M 2>&1 | tee "$OUT/bench-v0.txt"
+fi
 stamp done

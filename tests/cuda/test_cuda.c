@@ -24,6 +24,9 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "test_util.h"
+#ifdef TERN_CUDA
+#include "tensor/cuda/cuda_kernels.h"
+#endif
 
 static int have_gpu(void) { return model_cuda_device_count() > 0; }
 
@@ -134,14 +137,26 @@ static void test_matmul(void **state)
     tern_rng_seed(&r, 1234, 1);
     const int kinds[][2] = {{0, 0}, {1, 0}, {2, 0}, {4, 32}, {4, 64}, {4, 128}, {8, 32}, {8, 64}};
     const int Ts[] = {1, 3, 9, 40};
-    const int n_in = 512, outs[3] = {136, 40, 72};
+    const int outs[3] = {136, 40, 72};
+#ifdef TERN_CUDA
+    const int n_var = TCU_GEMV_N_VARIANTS;
+#else
+    const int n_var = 1;
+#endif
+    /* 3584 inputs: an 8-token tile of 4-bit chunks stages activations in two panels */
+    for (int big = 0; big < 2; big++)
     for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+        const int n_in = big ? 3584 : 512;
         test_w tw[3];
         for (int i = 0; i < 3; i++)
             make_weight(&r, &tw[i], kinds[ki][0], outs[i], n_in, kinds[ki][1]);
         const model_weight *w[3] = {&tw[0].w, &tw[1].w, &tw[2].w};
-        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (int var = 0; var < (Ts[ti] >= 33 ? 1 : n_var); var++) {
             int T = Ts[ti];
+#ifdef TERN_CUDA
+            tcu_gemv_set_variant(-1, var); /* every GEMV variant keeps the contract */
+#endif
             float *X = malloc((size_t)T * n_in * sizeof(float));
             float *yc[3], *yg[3];
             fill(&r, X, (size_t)T * n_in, 1.0f);
@@ -158,10 +173,11 @@ static void test_matmul(void **state)
             double tol = !cublas || kinds[ki][0] == 0 ? 2e-5 : kinds[ki][0] == 2 ? 2e-3 : 1e-2;
             for (int i = 0; i < 3; i++) {
                 double e = rel_err(yg[i], yc[i], (size_t)T * outs[i]);
-                print_message("matmul kind %d group %d T %d mat %d: rel err %.3g (tol %.0e)\n", kinds[ki][0],
-                              kinds[ki][1], T, i, e, tol);
+                print_message("matmul kind %d group %d n_in %d T %d gemv variant %d mat %d: rel err %.3g (tol %.0e)\n",
+                              kinds[ki][0], kinds[ki][1], n_in, T, var, i, e, tol);
                 if (!(e <= tol))
-                    fail_msg("kind %d T %d: relative error %g over %g", kinds[ki][0], T, e, tol);
+                    fail_msg("kind %d n_in %d T %d variant %d: relative error %g over %g", kinds[ki][0], n_in, T, var,
+                             e, tol);
             }
             /* batch invariance of the GEMV path: each row alone = its row in the batch */
             if (!cublas && T > 1) {
@@ -186,6 +202,9 @@ static void test_matmul(void **state)
         for (int i = 0; i < 3; i++)
             free_weight(&tw[i]);
     }
+#ifdef TERN_CUDA
+    tcu_gemv_variant_reset();
+#endif
     gpu->free(gpu);
     cpu->free(cpu);
 }

@@ -41,6 +41,22 @@ typedef struct tcu_gemv_args {
 } tcu_gemv_args;
 int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
 
+/* GEMV kernel variants (kernels.cu says what each does; every one keeps
+ * the contract above). The choice is process-wide and per weight kind
+ * (never per T: that would break batch invariance): TCU_GEMV_DEFAULT,
+ * overridden by TERN_CUDA_GEMV at the first launch, both "k" (every kind)
+ * or "kb,k4,k8" (bf16, 4-bit, 8-bit), or tcu_gemv_set_variant(kind, k)
+ * (kind -1 = all; takes effect for launches and graph captures after it;
+ * -1 when k is out of range). f32/f16 take the bf16 entry but run variant
+ * 0 whatever it says. */
+#define TCU_GEMV_DEFAULT "0" /* the default variant(s): change here */
+#define TCU_GEMV_N_VARIANTS 8
+int tcu_gemv_variant(int kind);
+int tcu_gemv_set_variant(int kind, int v);
+/* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */
+void tcu_gemv_variant_reset(void);
+const char *tcu_gemv_variant_name(int v);
+
 /* Dense copy of a weight for the cuBLAS path: out[n_out][n_in] as bf16
  * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */
 int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream);
@@ -99,6 +115,19 @@ int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
 /* Device-to-device copy bandwidth (bytes read + written per second) over a
  * buffer of `bytes`, best of reps; 0 on failure. Synchronizes. */
 double tcu_copy_bandwidth(size_t bytes, int reps);
+
+/* Per-launch profile for benchmarks: between tcu_prof_start and
+ * tcu_prof_stop every launcher above brackets its launches with events
+ * (eager streams only, not graph captures); stop synchronizes and returns
+ * milliseconds and launch counts per category. Not thread-safe. */
+enum { TCU_PROF_GEMV, TCU_PROF_ATTN, TCU_PROF_QKV, TCU_PROF_NORM, TCU_PROF_EMBED, TCU_PROF_OTHER, TCU_PROF_N };
+void tcu_prof_start(void);
+int tcu_prof_stop(double ms[TCU_PROF_N], int count[TCU_PROF_N]);
+
+/* Benchmark data: n elements at p of kind `what` - TCU_BF16 or TCU_F32
+ * uniform in [-scale, scale], anything else random bytes - from a hash of
+ * (seed, index). */
+int tcu_fill_random(void *p, size_t n, int what, uint64_t seed, float scale, tcu_stream stream);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "tensor/cuda/cuda_kernels.h"
 
@@ -14,6 +15,59 @@
 #define GEMV_U 4     /* 16-byte loads in flight per lane */
 
 static int last_err(void) { return (int)cudaGetLastError(); }
+
+// ---- per-launch profile (tcu_prof_start / tcu_prof_stop) ----
+
+#define PROF_MAX 16384
+static int prof_on, prof_n;
+static cudaEvent_t prof_ev[2 * PROF_MAX];
+static unsigned char prof_cat[PROF_MAX];
+
+struct prof_scope {
+    int i;
+    cudaStream_t s;
+    prof_scope(int cat, cudaStream_t st) : i(-1), s(st)
+    {
+        if (!prof_on || prof_n >= PROF_MAX)
+            return;
+        i = prof_n++;
+        if (!prof_ev[2 * i] && (cudaEventCreate(&prof_ev[2 * i]) || cudaEventCreate(&prof_ev[2 * i + 1]))) {
+            i = -1;
+            return;
+        }
+        prof_cat[i] = (unsigned char)cat;
+        cudaEventRecord(prof_ev[2 * i], s);
+    }
+    ~prof_scope()
+    {
+        if (i >= 0)
+            cudaEventRecord(prof_ev[2 * i + 1], s);
+    }
+};
+#define PROF(cat, stream) prof_scope prof_scope_((cat), (cudaStream_t)(stream))
+
+extern "C" void tcu_prof_start(void)
+{
+    prof_n = 0;
+    prof_on = 1;
+}
+
+extern "C" int tcu_prof_stop(double ms[TCU_PROF_N], int count[TCU_PROF_N])
+{
+    prof_on = 0;
+    for (int c = 0; c < TCU_PROF_N; c++) {
+        ms[c] = 0;
+        count[c] = 0;
+    }
+    int rc = (int)cudaDeviceSynchronize();
+    for (int i = 0; i < prof_n && !rc; i++) {
+        float t = 0.0f;
+        rc = (int)cudaEventElapsedTime(&t, prof_ev[2 * i], prof_ev[2 * i + 1]);
+        ms[prof_cat[i]] += t;
+        count[prof_cat[i]]++;
+    }
+    return rc;
+}
 
 __device__ __forceinline__ float warp_sum(float v)
 {
@@ -200,7 +254,7 @@ template <int KIND, int TT> __global__ void __launch_bounds__(GEMV_WARPS *WARP) 
     }
 }
 
-extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
+static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 {
     long rows = 0;
     if (a->glu)
@@ -233,6 +287,403 @@ extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
     return last_err();
 }
 
+// ---- GEMV variants (TERN_CUDA_GEMV, tcu_gemv_set_variant) ----
+//
+// One templated kernel covers the variants after the legacy one (0):
+//   R  output rows per warp (the activation chunk is loaded once and used
+//      for all R rows; GLU launches stream gate and up rows, 2R streams);
+//   S  warps per row (split-K: lane L = warp_in_group * 32 + lane of the S
+//      warps owns chunks c = L, L + 32S, ...; warp sums meet in shared
+//      memory and are added in warp order);
+//   XS the block stages the activations in shared memory (panels of at
+//      most GV_SMEM bytes), XOR-swizzled per 16-byte piece so that the
+//      lanes of a quarter-warp hit distinct banks.
+// Each (row, token) is summed in one order fixed by (variant, n_in): per
+// lane the chunks it owns in increasing order, each chunk's values in
+// order, then the butterfly over the warp and the S warps in order. Tiles,
+// panels and the unroll depth only change when loads are issued, so a row
+// never depends on T. Quantized chunks convert codes with the 2^23
+// magic-number trick (exact for 0..255, no int-to-float instruction) and
+// share the chunk's activation sum between the R rows.
+
+#define GV_WARPS 8
+#define GV_SMEM (96 * 1024)
+
+__device__ __forceinline__ float q_byte(uint32_t w, int k_sel)
+{
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (uint32_t)k_sel)) - 8388608.0f;
+}
+
+// dot of a 16-byte chunk with activations xv[NV] (in registers); sx is the
+// sum of xv (quantized kinds only).
+template <int KIND>
+__device__ __forceinline__ float chunk_dot_v(const uint4 &raw, const float *xv, float sx, float scale, float bias)
+{
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (KIND == TCU_BF16) {
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t h = (j & 1) ? (w[j >> 1] & 0xffff0000u) : (w[j >> 1] << 16);
+            s = fmaf(__uint_as_float(h), xv[j], s);
+        }
+        return s;
+    } else if constexpr (KIND == TCU_Q8) {
+        float sq = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 16; e++)
+            sq = fmaf(q_byte(w[e >> 2], e & 3), xv[e], sq);
+        return fmaf(scale, sq, __fmul_rn(bias, sx));
+    } else { /* TCU_Q4: element e = nibble e % 8 of word e / 8, low nibble first */
+        float sq = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t lo = w[k] & 0x0f0f0f0fu, hi = (w[k] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                sq = fmaf(q_byte(lo, b), xv[k * 8 + 2 * b], sq);
+                sq = fmaf(q_byte(hi, b), xv[k * 8 + 2 * b + 1], sq);
+            }
+        }
+        return fmaf(scale, sq, __fmul_rn(bias, sx));
+    }
+}
+
+// Swizzle of a chunk's 16-byte pieces in shared memory (P pieces a chunk).
+template <int NV> __device__ __forceinline__ int gv_swz(int cc)
+{
+    constexpr int P = NV / 4;
+    return P >= 8 ? (cc & 7) % P : (cc / (8 / P)) % P;
+}
+
+template <int KIND, int TT, int R, int S, bool XS, bool GLU>
+__global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals)
+{
+    constexpr int NV = chunk_traits<KIND>::NV;
+    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
+    constexpr int NS = GLU ? 2 * R : R;                        /* weight rows streamed per warp */
+    constexpr int UT = (TT == 1 ? 8 : 4) / NS, U = UT < 1 ? 1 : UT; /* chunks in flight per stream */
+    constexpr int LS = WARP * S;
+    extern __shared__ float4 xs4[];
+    float *xs = reinterpret_cast<float *>(xs4);
+    __shared__ float red[GV_WARPS][NS][TT];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = warp / S, ws = warp % S;
+    const int L = ws * WARP + lane, nch = a.n_in / NV;
+    long rows = 0;
+    if (GLU)
+        rows = a.m[0].n_out;
+    else
+        for (int k = 0; k < a.n; k++)
+            rows += a.m[k].n_out;
+    const long base = ((long)blockIdx.x * (GV_WARPS / S) + grp) * R;
+
+    const uint4 *rp[NS];
+    const float2 *sbp[NS];
+    int gsz[NS];
+    float *yp[R];
+    int ystride[R];
+    bool valid[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        long gr = base + i;
+        valid[i] = gr < rows;
+        if (!valid[i])
+            gr = rows - 1; /* clamped: computed, never stored */
+        int k = 0;
+        long off = 0;
+        if (!GLU)
+            while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
+                off += a.m[k].n_out;
+                k++;
+            }
+        const tcu_mat &m = a.m[k];
+        int r = (int)(gr - off);
+        yp[i] = m.y + r;
+        ystride[i] = m.n_out;
+#pragma unroll
+        for (int h = 0; h < (GLU ? 2 : 1); h++) {
+            const tcu_mat &mh = a.m[GLU ? h : k];
+            const int g = mh.group ? mh.group : NV;
+            rp[h * R + i] = reinterpret_cast<const uint4 *>((const char *)mh.w + (size_t)r * row_bytes<KIND>(a.n_in));
+            sbp[h * R + i] = mh.sb ? reinterpret_cast<const float2 *>(mh.sb) + (size_t)r * (a.n_in / g) : nullptr;
+            gsz[h * R + i] = g;
+        }
+    }
+
+    for (int t0 = 0; t0 < a.T; t0 += TT) {
+        const int nt = a.T - t0 < TT ? a.T - t0 : TT;
+        float acc[NS][TT];
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                acc[s][tt] = 0.0f;
+        const int pch = XS ? pvals / NV : nch;
+        for (int p0 = 0; p0 < nch; p0 += pch) {
+            const int pend = p0 + pch < nch ? p0 + pch : nch;
+            if constexpr (XS) {
+                __syncthreads();
+                const int nv4 = (pend - p0) * NV / 4;
+                for (int idx = threadIdx.x; idx < nt * nv4; idx += blockDim.x) {
+                    int tt = idx / nv4, v = (idx - tt * nv4) * 4, cc = v / NV, p = (v % NV) / 4;
+                    float4 val = __ldg(reinterpret_cast<const float4 *>(a.x + (size_t)(t0 + tt) * a.n_in +
+                                                                        (size_t)p0 * NV + v));
+                    xs4[(tt * pvals + cc * NV + ((p ^ gv_swz<NV>(cc)) * 4)) / 4] = val;
+                }
+                __syncthreads();
+            }
+            /* the first chunk >= p0 that lane L owns: ownership c % LS == L
+             * does not depend on the panel bounds */
+            for (int c0 = p0 + ((L - p0 % LS) + LS) % LS; c0 < pend; c0 += LS * U) {
+                uint4 raw[U][NS];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    int c = c0 + u * LS;
+#pragma unroll
+                    for (int s = 0; s < NS; s++)
+                        raw[u][s] = c < pend ? (TT == 1 ? __ldcs(rp[s] + c) : __ldg(rp[s] + c)) : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = c0 + u * LS;
+                    if (c >= pend)
+                        break;
+                    float scale[NS], bias[NS];
+#pragma unroll
+                    for (int s = 0; s < NS; s++) {
+                        scale[s] = bias[s] = 0.0f;
+                        if constexpr (Q) {
+                            float2 p = __ldg(sbp[s] + c * NV / gsz[s]);
+                            scale[s] = p.x;
+                            bias[s] = p.y;
+                        }
+                    }
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++) {
+                        if (tt >= nt)
+                            break;
+                        float xv[NV];
+                        if constexpr (XS) {
+                            const int cc = c - p0, sw = gv_swz<NV>(cc);
+                            const float *xr = xs + tt * pvals + cc * NV;
+#pragma unroll
+                            for (int p = 0; p < NV / 4; p++) {
+                                float4 v = *reinterpret_cast<const float4 *>(xr + ((p ^ sw) * 4));
+                                xv[4 * p] = v.x;
+                                xv[4 * p + 1] = v.y;
+                                xv[4 * p + 2] = v.z;
+                                xv[4 * p + 3] = v.w;
+                            }
+                        } else {
+                            const float4 *xr =
+                                reinterpret_cast<const float4 *>(a.x + (size_t)(t0 + tt) * a.n_in + (size_t)c * NV);
+#pragma unroll
+                            for (int p = 0; p < NV / 4; p++) {
+                                float4 v = __ldg(xr + p);
+                                xv[4 * p] = v.x;
+                                xv[4 * p + 1] = v.y;
+                                xv[4 * p + 2] = v.z;
+                                xv[4 * p + 3] = v.w;
+                            }
+                        }
+                        float sx = 0.0f;
+                        if constexpr (Q) {
+#pragma unroll
+                            for (int j = 0; j < NV; j++)
+                                sx = __fadd_rn(sx, xv[j]);
+                        }
+#pragma unroll
+                        for (int s = 0; s < NS; s++)
+                            acc[s][tt] = __fadd_rn(acc[s][tt], chunk_dot_v<KIND>(raw[u][s], xv, sx, scale[s], bias[s]));
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                acc[s][tt] = warp_sum(acc[s][tt]);
+        if constexpr (S > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (int s = 0; s < NS; s++)
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++)
+                        red[warp][s][tt] = acc[s][tt];
+            __syncthreads();
+            if (ws == 0)
+#pragma unroll
+                for (int s = 0; s < NS; s++)
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++) {
+                        float v = red[grp * S][s][tt];
+#pragma unroll
+                        for (int w = 1; w < S; w++)
+                            v = __fadd_rn(v, red[grp * S + w][s][tt]);
+                        acc[s][tt] = v;
+                    }
+            __syncthreads();
+        }
+        if (ws == 0 && lane < nt) {
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                float v = 0.0f, u = 0.0f;
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++)
+                    if (tt == lane) {
+                        v = acc[i][tt];
+                        if (GLU)
+                            u = acc[R + i][tt];
+                    }
+                if (!valid[i])
+                    continue;
+                float *y = yp[i] + (size_t)(t0 + lane) * ystride[i];
+                if (GLU)
+                    *y = (a.glu == 2 ? gelu_f(v) : silu_f(v)) * u;
+                else
+                    *y = a.accumulate ? *y + v : v;
+            }
+        }
+    }
+}
+
+template <int KIND, int TT, int R, int S, bool XS, bool GLU>
+static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    constexpr int NV = chunk_traits<KIND>::NV;
+    auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU>;
+    int pvals = 0;
+    size_t smem = 0;
+    if (XS) {
+        static bool raised = false;
+        if (!raised) {
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM);
+            raised = true;
+        }
+        int tt = a->T < TT ? a->T : TT;
+        pvals = GV_SMEM / 4 / tt / NV * NV;
+        if (pvals > a->n_in)
+            pvals = a->n_in;
+        smem = (size_t)tt * pvals * sizeof(float);
+    }
+    long rpb = (long)(GV_WARPS / S) * R;
+    kern<<<(unsigned)((rows + rpb - 1) / rpb), GV_WARPS * WARP, smem, s>>>(*a, pvals);
+    return last_err();
+}
+
+template <int KIND, int R, int S, bool XS> static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    if (a->T == 1)
+        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true>(a, rows, s)
+                      : gemv_v_launch<KIND, 1, R, S, XS, false>(a, rows, s);
+    return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true>(a, rows, s)
+                  : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false>(a, rows, s);
+}
+
+template <int R, int S, bool XS> static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    switch (a->m[0].kind) {
+    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS>(a, rows, s);
+    case TCU_Q4: return gemv_v<TCU_Q4, R, S, XS>(a, rows, s);
+    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS>(a, rows, s);
+    default: return -1; /* f32 / f16: the legacy kernel */
+    }
+}
+
+// The variants: {R, S, XS}. 0 is the legacy kernel above.
+static const struct {
+    const char *name;
+} gv_names[TCU_GEMV_N_VARIANTS] = {
+    {"legacy: 1 row/warp, x via L1, I2F"},
+    {"R1 S1 x-global, magic unpack"},
+    {"R2 S1 x-global"},
+    {"R4 S1 x-global"},
+    {"R2 S1 x-smem"},
+    {"R4 S1 x-smem"},
+    {"R1 S4 x-smem (split-K)"},
+    {"R2 S2 x-smem"},
+};
+
+/* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
+static int gv_variant[3] = {-1, -1, -1};
+
+static int gv_slot(int kind) { return kind == TCU_Q4 ? 1 : kind == TCU_Q8 ? 2 : 0; }
+
+/* "k" (every kind) or "kb,k4,k8" (bf16, 4-bit, 8-bit); out-of-range or
+ * missing entries keep what is there. */
+static void gv_parse(const char *e, int v[3])
+{
+    char *end;
+    for (int i = 0; i < 3 && e && *e; i++) {
+        long k = strtol(e, &end, 10);
+        if (end == e)
+            break;
+        if (k >= 0 && k < TCU_GEMV_N_VARIANTS)
+            for (int j = i; j < 3; j++)
+                v[j] = (int)k; /* a single number applies to all */
+        e = *end == ',' ? end + 1 : NULL;
+    }
+}
+
+extern "C" int tcu_gemv_variant(int kind)
+{
+    if (gv_variant[0] < 0) {
+        int v[3] = {0, 0, 0};
+        gv_parse(TCU_GEMV_DEFAULT, v);
+        gv_parse(getenv("TERN_CUDA_GEMV"), v);
+        for (int i = 0; i < 3; i++)
+            gv_variant[i] = v[i];
+    }
+    return gv_variant[gv_slot(kind)];
+}
+
+extern "C" int tcu_gemv_set_variant(int kind, int v)
+{
+    if (v < 0 || v >= TCU_GEMV_N_VARIANTS)
+        return -1;
+    tcu_gemv_variant(kind); /* reads the defaults first */
+    if (kind < 0)
+        gv_variant[0] = gv_variant[1] = gv_variant[2] = v;
+    else
+        gv_variant[gv_slot(kind)] = v;
+    return 0;
+}
+
+extern "C" void tcu_gemv_variant_reset(void) { gv_variant[0] = -1; }
+
+extern "C" const char *tcu_gemv_variant_name(int v)
+{
+    return v >= 0 && v < TCU_GEMV_N_VARIANTS ? gv_names[v].name : "?";
+}
+
+extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
+{
+    PROF(TCU_PROF_GEMV, stream);
+    long rows = 0;
+    if (a->glu)
+        rows = a->m[0].n_out;
+    else
+        for (int k = 0; k < a->n; k++)
+            rows += a->m[k].n_out;
+    if (rows == 0 || a->T == 0)
+        return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    int rc = -1;
+    switch (tcu_gemv_variant(a->m[0].kind)) {
+    case 1: rc = gemv_v_kind<1, 1, false>(a, rows, s); break;
+    case 2: rc = gemv_v_kind<2, 1, false>(a, rows, s); break;
+    case 3: rc = gemv_v_kind<4, 1, false>(a, rows, s); break;
+    case 4: rc = gemv_v_kind<2, 1, true>(a, rows, s); break;
+    case 5: rc = gemv_v_kind<4, 1, true>(a, rows, s); break;
+    case 6: rc = gemv_v_kind<1, 4, true>(a, rows, s); break;
+    case 7: rc = gemv_v_kind<2, 2, true>(a, rows, s); break;
+    default: break;
+    }
+    return rc >= 0 ? rc : gemv_legacy(a, stream);
+}
+
 // ---- weight/activation conversions for the cuBLAS path ----
 
 __device__ __forceinline__ float weight_at(const tcu_mat &m, int n_in, long r, long i)
@@ -263,6 +714,7 @@ __global__ void dequant_kernel(const tcu_mat m, int n_in, uint16_t *out, long n)
 
 extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream)
 {
+    PROF(TCU_PROF_OTHER, stream);
     long n = (long)m->n_out * n_in;
     dequant_kernel<<<4096, 256, 0, (cudaStream_t)stream>>>(*m, n_in, out, n);
     return last_err();
@@ -276,6 +728,7 @@ __global__ void to_half_kernel(const float *x, uint16_t *out, long n, int to_f16
 
 extern "C" int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, tcu_stream stream)
 {
+    PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
     to_half_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, (cudaStream_t)stream>>>(x, out, n, to_f16);
     return last_err();
@@ -294,6 +747,7 @@ __global__ void embed_kernel(const tcu_mat w, int n_in, const int32_t *tokens, f
 extern "C" int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int T, float scale, float *x,
                          tcu_stream stream)
 {
+    PROF(TCU_PROF_EMBED, stream);
     embed_kernel<<<T, 256, 0, (cudaStream_t)stream>>>(*w, n_in, tokens, scale, x);
     return last_err();
 }
@@ -337,6 +791,7 @@ __global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float 
 extern "C" int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, float *out, int n_rows, int n,
                            float eps, int add, tcu_stream stream)
 {
+    PROF(TCU_PROF_NORM, stream);
     if (n_rows <= 0)
         return 0;
     rmsnorm_kernel<<<n_rows, 256, 0, (cudaStream_t)stream>>>(x, rows, g, out, n, eps, add);
@@ -351,6 +806,7 @@ __global__ void glu_kernel(float *gate, const float *up, long n, int gelu)
 
 extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, tcu_stream stream)
 {
+    PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
     glu_kernel<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, (cudaStream_t)stream>>>(gate, up, n, gelu);
     return last_err();
@@ -364,6 +820,7 @@ __global__ void softcap_kernel(float *x, long n, float c)
 
 extern "C" int tcu_softcap(float *x, long n, float c, tcu_stream stream)
 {
+    PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
     softcap_kernel<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, (cudaStream_t)stream>>>(x, n, c);
     return last_err();
@@ -423,6 +880,7 @@ __global__ void qkv_post_kernel(const tcu_qkv_args a)
 
 extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
 {
+    PROF(TCU_PROF_QKV, stream);
     dim3 grid(a->T, a->n_head + a->n_kv_head);
     qkv_post_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(*a);
     return last_err();
@@ -522,6 +980,7 @@ __global__ void attn_merge_kernel(const tcu_attn_args a)
 
 extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
 {
+    PROF(TCU_PROF_ATTN, stream);
     cudaStream_t s = (cudaStream_t)stream;
     dim3 grid(a->n_head, a->T, a->n_split);
     switch (a->hd / 32) {
@@ -539,6 +998,39 @@ extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
     if (rc)
         return rc;
     attn_merge_kernel<<<dim3(a->n_head, a->T), a->hd, 0, s>>>(*a);
+    return last_err();
+}
+
+
+// ---- benchmark helpers ----
+
+__device__ __forceinline__ uint32_t hash_u32(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+__global__ void fill_kernel(void *p, size_t n, int what, uint64_t seed, float scale)
+{
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = hash_u32(seed * 0x9e3779b97f4a7c15ull + e);
+        float u = scale * ((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+        if (what == TCU_BF16)
+            ((uint16_t *)p)[e] = __bfloat16_as_ushort(__float2bfloat16_rn(u));
+        else if (what == TCU_F32)
+            ((float *)p)[e] = u;
+        else
+            ((uint8_t *)p)[e] = (uint8_t)h;
+    }
+}
+
+extern "C" int tcu_fill_random(void *p, size_t n, int what, uint64_t seed, float scale, tcu_stream stream)
+{
+    fill_kernel<<<2048, 256, 0, (cudaStream_t)stream>>>(p, n, what, seed, scale);
     return last_err();
 }
 
