@@ -98,8 +98,11 @@ static int ngram_propose(const engine_req *r, int k_max, int32_t *out)
 }
 
 /* Runs the draft model over the rows' pending tokens; logits of each row's
- * last fed position land in e->d_logits[row]. */
-static int draft_forward(tern_engine *e, engine_req **rows, int n_rows, int first_iter)
+ * last fed position land in e->d_logits[row]. When every row drafts
+ * greedily and the draft's backend can, the device picks the argmax
+ * instead: *ids is then set to the chosen ids (else NULL) and the logits
+ * stay on the device. */
+static int draft_forward(tern_engine *e, engine_req **rows, int n_rows, int first_iter, const int32_t **ids)
 {
     int n = 0, n_out = 0;
     for (int i = 0; i < n_rows; i++) {
@@ -118,7 +121,23 @@ static int draft_forward(tern_engine *e, engine_req **rows, int n_rows, int firs
         e->b_out[n_out++] = n - 1;
     }
     fwd_batch b = {n, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
-    return model_forward(e->o.draft, &e->dkv, &b, e->d_logits, NULL);
+    model_backend *be = e->o.draft->be;
+    int greedy = e->ids && be->forward_start && be->argmax_finish;
+    for (int i = 0; greedy && i < n_rows; i++)
+        greedy = rows[i]->sp.temperature == 0;
+    *ids = NULL;
+    if (!greedy)
+        return model_forward(e->o.draft, &e->dkv, &b, e->d_logits, NULL);
+    int rc = be->forward_start(be, e->o.draft, &e->dkv, &b, NULL);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++) /* model_forward's bookkeeping */
+        if (b.seqs[i]->n_tokens < b.pos[i] + 1)
+            b.seqs[i]->n_tokens = b.pos[i] + 1;
+    if ((rc = be->argmax_finish(be, NULL, 0, NULL, e->ids, NULL)))
+        return rc;
+    *ids = e->ids;
+    return 0;
 }
 
 /* Brings a row's draft KV up to n_tokens - 1 in chunks (new rows: the prompt). */
@@ -178,7 +197,8 @@ void spec_draft(tern_engine *e)
                 idx[n_act] = i;
                 act[n_act++] = rows[i];
             }
-        if (draft_forward(e, act, n_act, j == 0)) {
+        const int32_t *ids;
+        if (draft_forward(e, act, n_act, j == 0, &ids)) {
             for (int i = 0; i < n_rows; i++)
                 rows[i]->n_spec = 0; /* verify nothing; plain decoding this step */
             return;
@@ -188,7 +208,7 @@ void spec_draft(tern_engine *e)
             float *lg = e->d_logits + (size_t)a * e->n_vocab;
             int32_t d;
             if (r->sp.temperature == 0) {
-                d = sample_argmax(lg, e->n_vocab);
+                d = ids ? ids[a] : sample_argmax(lg, e->n_vocab);
             } else { /* q: the row's own sampling distribution on the draft's logits */
                 float *q = r->q + (size_t)j * e->n_vocab;
                 if (sample_dist(&r->ss, &r->sp, lg, NULL, q)) {

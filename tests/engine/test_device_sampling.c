@@ -239,8 +239,10 @@ static tern_engine *engine(int mode, int batch)
     return e;
 }
 
-/* references from the plain CPU engine: [prompt][plain, constrained, sampled] */
-static out ref[NP][3];
+/* references from the plain CPU engine: [prompt][plain, constrained, sampled],
+ * and with the draft model [prompt][plain, constrained] (for its counts:
+ * the device's greedy drafts must be the host's) */
+static out ref[NP][3], ref_draft[NP][2];
 
 static int setup(void **state)
 {
@@ -258,6 +260,12 @@ static int setup(void **state)
         drain(submit(e, i, 0, 0, 0, 0), &ref[i][0]);
         drain(submit(e, i, 0, 0, 1, 0), &ref[i][1]);
         drain(submit(e, i, 0.8f, 77 + i, 0, 0), &ref[i][2]);
+    }
+    engine_free(e);
+    e = engine(1, 1);
+    for (int i = 0; i < NP; i++) {
+        drain(submit(e, i, 0, 0, 0, 0), &ref_draft[i][0]);
+        drain(submit(e, i, 0, 0, 1, 0), &ref_draft[i][1]);
     }
     engine_free(e);
     install(g_target, &g_fk[0]);
@@ -291,15 +299,21 @@ static void test_alone(void **state)
         int before = g_fk[0].n_finish, masked = g_fk[0].n_masked, accepted = 0;
         for (int i = 0; i < NP; i++) {
             out o;
-            drain(submit(e, i, 0, 0, 0, 0), &o);
-            same(&o, &ref[i][0], names[mode], i);
-            drain(submit(e, i, 0, 0, 1, 0), &o);
-            same(&o, &ref[i][1], names[mode], i);
-            accepted += o.u.n_accepted;
+            for (int c = 0; c <= 1; c++) {
+                drain(submit(e, i, 0, 0, c, 0), &o);
+                same(&o, &ref[i][c], names[mode], i);
+                accepted += o.u.n_accepted;
+                if (mode == 1 && (o.u.n_drafted != ref_draft[i][c].u.n_drafted ||
+                                  o.u.n_accepted != ref_draft[i][c].u.n_accepted))
+                    fail_msg("prompt %d: %d/%d drafts accepted, the host engine %d/%d", i, o.u.n_accepted,
+                             o.u.n_drafted, ref_draft[i][c].u.n_accepted, ref_draft[i][c].u.n_drafted);
+            }
             drain(submit(e, i, 0, 0, 0, 1), &o); /* logprobs: the host path */
             same(&o, &ref[i][0], names[mode], i);
         }
         assert_true(g_fk[0].n_finish > before);   /* the device path ran */
+        if (mode == 1)
+            assert_true(g_fk[1].n_finish > 0);    /* for the drafts too */
         assert_true(g_fk[0].n_masked > masked);   /* with masks */
         if (mode == 1)
             assert_true(accepted > 0);            /* and verified drafts under the constraint */
