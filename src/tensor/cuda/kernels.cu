@@ -92,6 +92,9 @@ template <> struct chunk_traits<TCU_BF16> { static constexpr int NV = 8; };
 template <> struct chunk_traits<TCU_F16> { static constexpr int NV = 8; };
 template <> struct chunk_traits<TCU_Q4> { static constexpr int NV = 32; };
 template <> struct chunk_traits<TCU_Q8> { static constexpr int NV = 16; };
+/* internal kind: 4-bit codes converted as 1 + q/16 (see chunk_dot_v) */
+#define TCU_Q4F 100
+template <> struct chunk_traits<TCU_Q4F> { static constexpr int NV = 32; };
 
 template <int KIND>
 __device__ __forceinline__ float chunk_dot(const uint4 &raw, const float *__restrict__ x, float scale, float bias)
@@ -177,7 +180,7 @@ __device__ __forceinline__ void row_dot(const uint4 *__restrict__ row, const flo
 
 template <int KIND> __device__ __forceinline__ size_t row_bytes(int n_in)
 {
-    if constexpr (KIND == TCU_Q4)
+    if constexpr (KIND == TCU_Q4 || KIND == TCU_Q4F)
         return (size_t)n_in / 2;
     else if constexpr (KIND == TCU_Q8)
         return (size_t)n_in;
@@ -334,6 +337,23 @@ __device__ __forceinline__ float chunk_dot_v(const uint4 &raw, const float *xv, 
         for (int e = 0; e < 16; e++)
             sq = fmaf(q_byte(w[e >> 2], e & 3), xv[e], sq);
         return fmaf(scale, sq, __fmul_rn(bias, sx));
+    } else if constexpr (KIND == TCU_Q4F) {
+        /* each code q moved to bits 19-22 of a byte pattern 0x80 | q << 3,
+         * one byte_perm makes the float 1 + q/16 (exact); sum (1 + q/16) x
+         * - sum x = sum q x / 16: two instructions per code instead of
+         * three, at a few ulps more rounding */
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t lo = ((w[k] << 3) & 0x78787878u) | 0x80808080u, hi = ((w[k] >> 1) & 0x78787878u) | 0x80808080u;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                s = fmaf(__uint_as_float(__byte_perm(lo, 0x3F000000u, 0x7044u | (uint32_t)(b << 8))), xv[k * 8 + 2 * b], s);
+                s = fmaf(__uint_as_float(__byte_perm(hi, 0x3F000000u, 0x7044u | (uint32_t)(b << 8))), xv[k * 8 + 2 * b + 1],
+                         s);
+            }
+        }
+        return fmaf(scale * 16.0f, __fsub_rn(s, sx), __fmul_rn(bias, sx));
     } else { /* TCU_Q4: element e = nibble e % 8 of word e / 8, low nibble first */
         float sq = 0.0f;
 #pragma unroll
@@ -360,7 +380,7 @@ template <int KIND, int TT, int R, int S, bool XS, bool GLU>
 __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
-    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
+    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F;
     constexpr int NS = GLU ? 2 * R : R;                        /* weight rows streamed per warp */
     constexpr int UT = (TT == 1 ? 8 : 4) / NS, U = UT < 1 ? 1 : UT; /* chunks in flight per stream */
     constexpr int LS = WARP * S;
@@ -582,11 +602,12 @@ template <int KIND, int R, int S, bool XS> static int gemv_v(const tcu_gemv_args
                   : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false>(a, rows, s);
 }
 
-template <int R, int S, bool XS> static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
+template <int R, int S, bool XS, bool Q4F = false>
+static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     switch (a->m[0].kind) {
     case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS>(a, rows, s);
-    case TCU_Q4: return gemv_v<TCU_Q4, R, S, XS>(a, rows, s);
+    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS>(a, rows, s);
     case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS>(a, rows, s);
     default: return -1; /* f32 / f16: the legacy kernel */
     }
@@ -604,6 +625,8 @@ static const struct {
     {"R4 S1 x-smem"},
     {"R1 S4 x-smem (split-K)"},
     {"R2 S2 x-smem"},
+    {"R4 S1 x-smem, 4-bit as 1+q/16 (else = 5)"},
+    {"R4 S1 x-global, 4-bit as 1+q/16 (else = 3)"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -679,6 +702,8 @@ extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
     case 5: rc = gemv_v_kind<4, 1, true>(a, rows, s); break;
     case 6: rc = gemv_v_kind<1, 4, true>(a, rows, s); break;
     case 7: rc = gemv_v_kind<2, 2, true>(a, rows, s); break;
+    case 8: rc = gemv_v_kind<4, 1, true, true>(a, rows, s); break;
+    case 9: rc = gemv_v_kind<4, 1, false, true>(a, rows, s); break;
     default: break;
     }
     return rc >= 0 ? rc : gemv_legacy(a, stream);
