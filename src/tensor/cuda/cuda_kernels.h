@@ -50,7 +50,7 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * -1 when k is out of range). f32/f16 take the bf16 entry but run variant
  * 0 whatever it says. */
 #define TCU_GEMV_DEFAULT "0" /* the default variant(s): change here */
-#define TCU_GEMV_N_VARIANTS 10
+#define TCU_GEMV_N_VARIANTS 11
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);
 /* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */

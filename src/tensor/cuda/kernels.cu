@@ -627,6 +627,7 @@ static const struct {
     {"R2 S2 x-smem"},
     {"R4 S1 x-smem, 4-bit as 1+q/16 (else = 5)"},
     {"R4 S1 x-global, 4-bit as 1+q/16 (else = 3)"},
+    {"by shape: 4 (rows >= 96 * SMs), 7 (>= 48 * SMs), else 6"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -704,6 +705,23 @@ extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
     case 7: rc = gemv_v_kind<2, 2, true>(a, rows, s); break;
     case 8: rc = gemv_v_kind<4, 1, true, true>(a, rows, s); break;
     case 9: rc = gemv_v_kind<4, 1, false, true>(a, rows, s); break;
+    case 10: { /* by shape (never by T): enough warps for two waves */
+        static int n_sm = 0;
+        if (!n_sm) {
+            int dev = 0;
+            cudaGetDevice(&dev);
+            if (cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) || n_sm <= 0)
+                n_sm = 132;
+        }
+        long target = 2L * n_sm * 24;
+        if (rows / 2 >= target)
+            rc = gemv_v_kind<2, 1, true>(a, rows, s);
+        else if (rows >= target)
+            rc = gemv_v_kind<2, 2, true>(a, rows, s);
+        else
+            rc = gemv_v_kind<1, 4, true>(a, rows, s);
+        break;
+    }
     default: break;
     }
     return rc >= 0 ? rc : gemv_legacy(a, stream);
