@@ -250,9 +250,14 @@ static void test_device_greedy(void **state)
             assert_int_equal(be->forward_start(be, m, &kv, &b, &err), 0);
             assert_int_equal(be->argmax_finish(be, mk, nw, on, ids, &err), 0);
             for (int s = 0; s < S; s++) {
-                int32_t want = ref_argmax(lc + (size_t)s * V, V, on[s] ? mk + (size_t)s * nw : NULL);
+                const float *x = lc + (size_t)s * V;
+                const uint32_t *m_s = on[s] ? mk + (size_t)s * nw : NULL;
+                int32_t want = ref_argmax(x, V, m_s);
                 printf("row %d: device %d, CPU logits %d\n", s, ids[s], want);
-                assert_int_equal(ids[s], want);
+                assert_true(want >= 0 && ids[s] >= 0 && ids[s] < V);
+                assert_true(!m_s || (m_s[ids[s] >> 5] >> (ids[s] & 31) & 1)); /* allowed */
+                /* the same id, or a near tie on the CPU's logits (GPU and CPU sums differ ~1e-6) */
+                assert_true(ids[s] == want || fabsf(x[ids[s]] - x[want]) < 1e-4f * (1.0f + fabsf(x[want])));
             }
             /* finish without a start is an error, not a hang */
             assert_int_not_equal(be->argmax_finish(be, mk, nw, on, ids, &err), 0);
