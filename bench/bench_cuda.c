@@ -5,8 +5,9 @@
  *   bench_cuda --gemv
  *
  * --gemv (no model files): every GEMV variant (TERN_CUDA_GEMV) on random
- * weights of the Llama 8B and 1B shapes (fused q/k/v, o, gate/up with the
- * SwiGLU epilogue, down, lm_head), bf16 / 4-bit / 8-bit g64, T = 1, 8, 32:
+ * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
+ * RMSNorm before them - fused or not, as the variant does it in the model -
+ * and gate/up's SwiGLU epilogue, o, down, lm_head), bf16 / 4-bit / 8-bit g64, T = 1, 8, 32:
  * median time, GB/s of weight bytes next to the copy bandwidth, relative
  * error of sampled rows against a double CPU reference, bitwise batch
  * invariance (T = 1 and T = 32 against T = 8), then the GEMV-only decode
@@ -173,14 +174,17 @@ out:
 typedef struct gv_shape {
     const char *model, *name;
     int n_out, n_in, glu, count; /* count: launches of this shape per decode step */
+    int norm;                     /* RMSNorm of the inputs first (fused where the variant can) */
 } gv_shape;
 
 static const gv_shape gv_shapes[] = {
-    {"8b", "qkv", 6144, 4096, 0, 32},     {"8b", "o", 4096, 4096, 0, 32},        {"8b", "gate_up", 14336, 4096, 1, 32},
-    {"8b", "down", 4096, 14336, 0, 32},   {"8b", "lm_head", 128256, 4096, 0, 1}, {"1b", "qkv", 3072, 2048, 0, 16},
-    {"1b", "o", 2048, 2048, 0, 16},       {"1b", "gate_up", 8192, 2048, 1, 16},  {"1b", "down", 2048, 8192, 0, 16},
-    {"1b", "lm_head", 128256, 2048, 0, 1},
+    {"8b", "qkv", 6144, 4096, 0, 32, 1},    {"8b", "o", 4096, 4096, 0, 32, 0},
+    {"8b", "gate_up", 14336, 4096, 1, 32, 1}, {"8b", "down", 4096, 14336, 0, 32, 0},
+    {"8b", "lm_head", 128256, 4096, 0, 1, 0}, {"1b", "qkv", 3072, 2048, 0, 16, 1},
+    {"1b", "o", 2048, 2048, 0, 16, 0},      {"1b", "gate_up", 8192, 2048, 1, 16, 1},
+    {"1b", "down", 2048, 8192, 0, 16, 0},   {"1b", "lm_head", 128256, 2048, 0, 1, 0},
 };
+#define GV_EPS 1e-5f
 #define GV_NSHAPE (int)(sizeof gv_shapes / sizeof *gv_shapes)
 static const int gv_kinds[3] = {TCU_BF16, TCU_Q4, TCU_Q8};
 static const char *const gv_kind_names[3] = {"bf16", "q4g64", "q8g64"};
@@ -261,7 +265,12 @@ static int gemv_bench(void)
     if (!cu_ok(cudaMalloc((void **)&x, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
         !cu_ok(cudaMalloc((void **)&y, sizeof(float) * 3 * TMAX * NOUT_MAX), "alloc"))
         return 1;
+    float *gain = NULL, *nout = NULL; /* RMSNorm gain, and the unfused norm's output */
+    if (!cu_ok(cudaMalloc((void **)&gain, sizeof(float) * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&nout, sizeof(float) * TMAX * NIN_MAX), "alloc"))
+        return 1;
     float *hx = malloc(sizeof(float) * TMAX * NIN_MAX), *hy = malloc(sizeof(float) * 3 * TMAX * NOUT_MAX);
+    float *hg = malloc(sizeof(float) * NIN_MAX);
     printf("%-4s %-8s %-6s %3s %2s %9s %8s %6s %9s %s\n", "mdl", "shape", "kind", "T", "v", "us", "GB/s", "%copy",
            "relerr", "batch-invariant");
     for (int si = 0; si < GV_NSHAPE; si++) {
@@ -284,9 +293,21 @@ static int gemv_bench(void)
                     tcu_fill_random(sb[c], nm * sbn, TCU_F32, 2000 + c, 0.01f, NULL);
             }
             tcu_fill_random(x, (size_t)TMAX * sh->n_in, TCU_F32, 7 + si, 1.0f, NULL);
+            tcu_fill_random(gain, (size_t)sh->n_in, TCU_F32, 77 + si, 0.5f, NULL);
             if (!cu_ok(cudaDeviceSynchronize(), "fill"))
                 return 1;
             cudaMemcpy(hx, x, sizeof(float) * TMAX * sh->n_in, cudaMemcpyDeviceToHost);
+            cudaMemcpy(hg, gain, sizeof(float) * sh->n_in, cudaMemcpyDeviceToHost);
+            if (sh->norm) /* the reference's inputs: (x * r) * g as the kernels round it */
+                for (int t = 0; t < 8; t++) {
+                    float *xr = hx + (size_t)t * sh->n_in;
+                    double ss = 0;
+                    for (int i = 0; i < sh->n_in; i++)
+                        ss += (double)xr[i] * xr[i];
+                    float rr = (float)(1.0 / sqrt(ss / sh->n_in + GV_EPS));
+                    for (int i = 0; i < sh->n_in; i++)
+                        xr[i] = (xr[i] * rr) * hg[i];
+                }
             /* CPU reference (double) of 64 sampled rows for the first 8 tokens */
             enum { NR = 64, NT = 8 };
             static double ref[NR][NT];
@@ -320,6 +341,11 @@ static int gemv_bench(void)
                 a.glu = sh->glu;
                 a.x = x;
                 a.n_in = sh->n_in;
+                if (sh->norm) {
+                    a.norm_g = gain;
+                    a.norm_out = nout;
+                    a.norm_eps = GV_EPS;
+                }
                 for (int k = 0; k < nm; k++) {
                     a.m[k].kind = kind;
                     a.m[k].group = q ? GV_GROUP : 0;
@@ -441,6 +467,9 @@ static int gemv_bench(void)
         cudaEventDestroy(ev[i]);
     cudaFree(x);
     cudaFree(y);
+    cudaFree(gain);
+    cudaFree(nout);
+    free(hg);
     free(hx);
     free(hy);
     return bad ? 1 : 0;

@@ -287,6 +287,34 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
     return 0;
 }
 
+/* RMSNorm of x (gain g) into xn, then mm_dev of xn; the GEMV path hands
+ * the norm to tcu_gemv, which fuses it where the variant can. */
+static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, const float *g, float *xn, int n_in,
+                       int T, int glu, tern_err *err)
+{
+    int same = 1;
+    for (int i = 1; i < n; i++)
+        same &= mats[i].kind == mats[0].kind;
+    if (T < be->gemm_min_t && same) {
+        tcu_gemv_args a;
+        memset(&a, 0, sizeof a);
+        a.n = n;
+        for (int i = 0; i < n; i++)
+            a.m[i] = mats[i];
+        a.x = x;
+        a.n_in = n_in;
+        a.T = T;
+        a.glu = glu;
+        a.norm_g = g;
+        a.norm_out = xn;
+        a.norm_eps = be->m->cfg.norm_eps;
+        CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
+        return 0;
+    }
+    CU(tcu_rmsnorm(x, NULL, g, xn, T, n_in, be->m->cfg.norm_eps, 0, (tcu_stream)be->stream), "rmsnorm");
+    return mm_dev(be, n, mats, xn, be->xh, n_in, T, 0, glu, err);
+}
+
 /* ---- scratch ---- */
 
 static void graphs_clear(cu_backend *be)
@@ -595,12 +623,11 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
     CU(tcu_embed(be->embed, dim, tokens, T, c->embed_scale, be->x, s), "embed");
     for (int l = 0; l < c->n_layer; l++) {
         const cu_layer *L = &be->layers[l];
-        CU(tcu_rmsnorm(be->x, NULL, L->attn_norm, be->xn, T, dim, c->norm_eps, 0, s), "rmsnorm");
         tcu_mat qkv[3] = {*L->wq, *L->wk, *L->wv};
         qkv[0].y = be->q;
         qkv[1].y = be->k;
         qkv[2].y = be->v;
-        if ((rc = mm_dev(be, 3, qkv, be->xn, be->xh, dim, T, 0, 0, err)))
+        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, dim, T, 0, err)))
             return rc;
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
                            blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
@@ -620,11 +647,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
             if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, err)))
                 return rc;
         }
-        CU(tcu_rmsnorm(be->x, NULL, L->ffn_norm, be->xn, T, dim, c->norm_eps, 0, s), "rmsnorm");
         tcu_mat gu[2] = {*L->wg, *L->wu};
         gu[0].y = be->gate;
         gu[1].y = be->up;
-        if ((rc = mm_dev(be, 2, gu, be->xn, be->xh, dim, T, 0, c->gelu ? 2 : 1, err)))
+        if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, dim, T, c->gelu ? 2 : 1, err)))
             return rc;
         tcu_mat d = *L->wd;
         if (L->post_ffn_norm) {

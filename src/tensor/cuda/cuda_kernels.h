@@ -38,6 +38,14 @@ typedef struct tcu_gemv_args {
     tcu_mat m[TCU_MM_MAX];
     const float *x; /* [T][n_in] */
     int n_in, T, accumulate, glu;
+    /* optional RMSNorm of the inputs first (norm_g != NULL): the product
+     * uses (x * r) * g, r = 1 / sqrt(mean(x^2) + eps) per token, as
+     * tcu_rmsnorm computes it. Variants that stage activations in shared
+     * memory fuse it; the others run tcu_rmsnorm into norm_out ([T][n_in])
+     * first. */
+    const float *norm_g;
+    float *norm_out;
+    float norm_eps;
 } tcu_gemv_args;
 int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
 

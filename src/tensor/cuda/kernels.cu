@@ -312,6 +312,8 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 #define GV_WARPS 8
 #define GV_SMEM (96 * 1024)
 
+__device__ double block_sum_d(double v);
+
 __device__ __forceinline__ float q_byte(uint32_t w, int k_sel)
 {
     return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (uint32_t)k_sel)) - 8388608.0f;
@@ -387,6 +389,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
     extern __shared__ float4 xs4[];
     float *xs = reinterpret_cast<float *>(xs4);
     __shared__ float red[GV_WARPS][NS][TT];
+    __shared__ float rnorm[TT];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = warp / S, ws = warp % S;
     const int L = ws * WARP + lane, nch = a.n_in / NV;
@@ -439,6 +442,20 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
 #pragma unroll
             for (int tt = 0; tt < TT; tt++)
                 acc[s][tt] = 0.0f;
+        if (XS && a.norm_g) {
+            /* the RMSNorm factor of each token, reduced as rmsnorm_kernel
+             * does (the same 256 threads, double sums) */
+            for (int tt = 0; tt < nt; tt++) {
+                const float *xr = a.x + (size_t)(t0 + tt) * a.n_in;
+                double ss = 0.0;
+                for (int e = threadIdx.x; e < a.n_in; e += blockDim.x)
+                    ss += (double)xr[e] * xr[e];
+                ss = block_sum_d(ss);
+                if (threadIdx.x == 0)
+                    rnorm[tt] = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
+            }
+            __syncthreads();
+        }
         const int pch = XS ? pvals / NV : nch;
         for (int p0 = 0; p0 < nch; p0 += pch) {
             const int pend = p0 + pch < nch ? p0 + pch : nch;
@@ -449,6 +466,14 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
                     int tt = idx / nv4, v = (idx - tt * nv4) * 4, cc = v / NV, p = (v % NV) / 4;
                     float4 val = __ldg(reinterpret_cast<const float4 *>(a.x + (size_t)(t0 + tt) * a.n_in +
                                                                         (size_t)p0 * NV + v));
+                    if (a.norm_g) {
+                        const float r = rnorm[tt];
+                        const float4 g = __ldg(reinterpret_cast<const float4 *>(a.norm_g + (size_t)p0 * NV + v));
+                        val.x = __fmul_rn(__fmul_rn(val.x, r), g.x);
+                        val.y = __fmul_rn(__fmul_rn(val.y, r), g.y);
+                        val.z = __fmul_rn(__fmul_rn(val.z, r), g.z);
+                        val.w = __fmul_rn(__fmul_rn(val.w, r), g.w);
+                    }
                     xs4[(tt * pvals + cc * NV + ((p ^ gv_swz<NV>(cc)) * 4)) / 4] = val;
                 }
                 __syncthreads();
@@ -682,7 +707,30 @@ extern "C" const char *tcu_gemv_variant_name(int v)
     return v >= 0 && v < TCU_GEMV_N_VARIANTS ? gv_names[v].name : "?";
 }
 
+/* the variants that stage activations in shared memory (and fuse a norm) */
+static bool gv_xs(int v, int kind)
+{
+    return (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8) &&
+           (v == 4 || v == 5 || v == 6 || v == 7 || v == 8 || v == 10);
+}
+
+static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream);
+
 extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
+{
+    if (a->norm_g && a->T > 0 && !gv_xs(tcu_gemv_variant(a->m[0].kind), a->m[0].kind)) {
+        int rc = tcu_rmsnorm(a->x, NULL, a->norm_g, a->norm_out, a->T, a->n_in, a->norm_eps, 0, stream);
+        if (rc)
+            return rc;
+        tcu_gemv_args b = *a;
+        b.x = a->norm_out;
+        b.norm_g = NULL;
+        return gemv_dispatch(&b, stream);
+    }
+    return gemv_dispatch(a, stream);
+}
+
+static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
     long rows = 0;
