@@ -257,6 +257,7 @@ static int gemv_bench(void)
         printf("   variant %d: %s\n", v, tcu_gemv_variant_name(v));
     /* ms[shape][kind][variant][T] */
     static double ms[GV_NSHAPE][3][TCU_GEMV_N_VARIANTS][3];
+    static int vbad[3][TCU_GEMV_N_VARIANTS]; /* failed a check: never "best" */
     cudaEvent_t ev[2 * GV_REPS];
     for (int i = 0; i < 2 * GV_REPS; i++)
         cudaEventCreate(&ev[i]);
@@ -392,8 +393,10 @@ static int gemv_bench(void)
                 double rel = sqrt(num / (den > 0 ? den : 1));
                 int inv1 = !memcmp(h1, h8 + (size_t)5 * sh->n_out, sizeof(float) * sh->n_out);
                 int inv32 = !memcmp(h32, h8, sizeof(float) * 8 * sh->n_out);
-                if (!(rel <= 2e-5) || !inv1 || !inv32)
+                if (!(rel <= 2e-5) || !inv1 || !inv32) {
                     bad++;
+                    vbad[ki][v] = 1;
+                }
                 for (int ti = 0; ti < 3; ti++) {
                     double t_ms = ms[si][ki][v][ti], gbs = bytes / (t_ms * 1e-3) / 1e9;
                     printf("%-4s %-8s %-6s %3d %2d %9.1f %8.0f %5.0f%% %9.2e %s\n", sh->model, sh->name,
@@ -454,7 +457,7 @@ static int gemv_bench(void)
                         bytes += (double)sh->count * nm * (wb + sbb);
                     }
                     printf("  %10.0f %4.0f%%", gv_Ts[ti] / step, 100 * bytes / step / bw);
-                    if (step < bt) {
+                    if (step < bt && !vbad[ki][v]) {
                         bt = step;
                         best = v;
                     }
