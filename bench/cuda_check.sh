@@ -18,12 +18,15 @@
 # the model bench use ("k" or "kb,k4,k8" as TERN_CUDA_GEMV; default: the
 # micro-benchmark's fastest at batch 1 on the 8B shapes, per kind; "keep"
 # leaves the built-in default). AB="1b": sizes also benched with variant 0
-# (the old kernel) for an A/B at the model level ("" skips).
+# (the old kernel) for an A/B at the model level ("" skips). PDL="1b": sizes
+# benched again with programmatic dependent launch flipped (TERN_CUDA_PDL)
+# and the CPU check ("" skips).
 set -u
 OUT=${1:?usage: bench/cuda_check.sh OUT_DIR}
 TOK=${TOK:-.device/llama3}
 SIZES=${SIZES:-1b 8b}
 AB=${AB-1b}
+PDL=${PDL-1b}
 FX=${FX:-/tmp/tern-fixtures}
 export TERN_SHARED=$(realpath "${SHARED:-.device/shared}")
 mkdir -p "$OUT" "$FX"
@@ -90,5 +93,12 @@ if [ -n "$AB" ]; then
   M=""
   for s in $AB; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done
   TERN_CUDA_GEMV=0 "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 0 $M 2>&1 | tee "$OUT/bench-v0.txt"
+fi
+if [ -n "$PDL" ]; then
+  flip=$([ "${TERN_CUDA_PDL:-0}" = 1 ] && echo 0 || echo 1)
+  stamp "A/B: TERN_CUDA_PDL=$flip on $PDL"
+  M=""
+  for s in $PDL; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done
+  TERN_CUDA_PDL=$flip "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 32 $M 2>&1 | tee "$OUT/bench-pdl$flip.txt"
 fi
 stamp done

@@ -65,6 +65,14 @@ int tcu_gemv_set_variant(int kind, int v);
 void tcu_gemv_variant_reset(void);
 const char *tcu_gemv_variant_name(int v);
 
+/* Programmatic dependent launch: each launch may start while the one
+ * before it finishes (kernels wait for their inputs on the device).
+ * TCU_PDL_DEFAULT, overridden by TERN_CUDA_PDL=0/1 at the first launch or
+ * tcu_pdl_set. */
+#define TCU_PDL_DEFAULT 0
+void tcu_pdl_set(int on);
+int tcu_pdl(void); /* 1 when on */
+
 /* Dense copy of a weight for the cuBLAS path: out[n_out][n_in] as bf16
  * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */
 int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream);

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <utility>
+
 #include "tensor/cuda/cuda_kernels.h"
 
 #define WARP 32
@@ -15,6 +17,51 @@
 #define GEMV_U 4     /* 16-byte loads in flight per lane */
 
 static int last_err(void) { return (int)cudaGetLastError(); }
+
+// ---- programmatic dependent launch (Hopper) ----
+//
+// Every kernel here starts with pdl_wait() (griddepcontrol.wait: returns
+// once the grids it depends on have completed and their writes are
+// visible) before it touches memory an earlier kernel writes, then
+// pdl_trigger() lets the next launch be scheduled. Launched with the
+// programmatic-serialization attribute (TERN_CUDA_PDL, default
+// TCU_PDL_DEFAULT), the next kernel's launch and prologue (GEMV: weight
+// prefetch to L2) overlap this one's tail; without it both are no-ops.
+
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+static int pdl_on = -1;
+
+extern "C" void tcu_pdl_set(int on) { pdl_on = on ? 1 : 0; }
+
+extern "C" int tcu_pdl(void)
+{
+    if (pdl_on < 0) {
+        const char *e = getenv("TERN_CUDA_PDL");
+        pdl_on = e && *e ? atoi(e) != 0 : TCU_PDL_DEFAULT;
+    }
+    return pdl_on;
+}
+
+static bool pdl_enabled(void) { return tcu_pdl() != 0; }
+
+template <typename... KArgs, typename... Args>
+static int launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    int rc = (int)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    return rc ? rc : last_err();
+}
 
 // ---- per-launch profile (tcu_prof_start / tcu_prof_stop) ----
 
@@ -199,6 +246,8 @@ __device__ __forceinline__ float gelu_f(float x)
 
 template <int KIND, int TT> __global__ void __launch_bounds__(GEMV_WARPS *WARP) gemv_kernel(const tcu_gemv_args a)
 {
+    pdl_wait();
+    pdl_trigger();
     constexpr int NV = chunk_traits<KIND>::NV;
     int lane = threadIdx.x & 31;
     long gr = (long)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
@@ -269,14 +318,15 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
         return 0;
     dim3 grid((unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS)), block(GEMV_WARPS * WARP);
     cudaStream_t s = (cudaStream_t)stream;
+    int rc = 0;
     /* T = 1 (decode) gets a one-token tile: fewer registers, more rows in
      * flight. Either tile computes each (row, token) in the same order. */
 #define GEMV_CASE(K)                                                                                               \
     case K:                                                                                                        \
         if (a->T == 1)                                                                                             \
-            gemv_kernel<K, 1><<<grid, block, 0, s>>>(*a);                                                          \
+            rc = launch(gemv_kernel<K, 1>, grid, block, 0, s, *a);                                                  \
         else                                                                                                       \
-            gemv_kernel<K, GEMV_TT><<<grid, block, 0, s>>>(*a);                                                    \
+            rc = launch(gemv_kernel<K, GEMV_TT>, grid, block, 0, s, *a);                                            \
         break;
     switch (a->m[0].kind) {
         GEMV_CASE(TCU_F32)
@@ -287,7 +337,7 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
     default: return (int)cudaErrorInvalidValue;
     }
 #undef GEMV_CASE
-    return last_err();
+    return rc;
 }
 
 // ---- GEMV variants (TERN_CUDA_GEMV, tcu_gemv_set_variant) ----
@@ -433,6 +483,17 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
             gsz[h * R + i] = g;
         }
     }
+
+    /* weights never depend on an earlier kernel: start pulling this
+     * lane's first chunks into L2 before waiting for the inputs */
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+            if (L + u * LS < nch)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s] + L + u * LS));
+    pdl_wait();
+    pdl_trigger();
 
     for (int t0 = 0; t0 < a.T; t0 += TT) {
         const int nt = a.T - t0 < TT ? a.T - t0 : TT;
@@ -614,8 +675,7 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
         smem = (size_t)tt * pvals * sizeof(float);
     }
     long rpb = (long)(GV_WARPS / S) * R;
-    kern<<<(unsigned)((rows + rpb - 1) / rpb), GV_WARPS * WARP, smem, s>>>(*a, pvals);
-    return last_err();
+    return launch(kern, dim3((unsigned)((rows + rpb - 1) / rpb)), dim3(GV_WARPS * WARP), smem, s, *a, pvals);
 }
 
 template <int KIND, int R, int S, bool XS> static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
@@ -794,6 +854,8 @@ __device__ __forceinline__ float weight_at(const tcu_mat &m, int n_in, long r, l
 
 __global__ void dequant_kernel(const tcu_mat m, int n_in, uint16_t *out, long n)
 {
+    pdl_wait();
+    pdl_trigger();
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
         long r = e / n_in, i = e % n_in;
         if (m.kind == TCU_F16)
@@ -807,12 +869,13 @@ extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_s
 {
     PROF(TCU_PROF_OTHER, stream);
     long n = (long)m->n_out * n_in;
-    dequant_kernel<<<4096, 256, 0, (cudaStream_t)stream>>>(*m, n_in, out, n);
-    return last_err();
+    return launch(dequant_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n);
 }
 
 __global__ void to_half_kernel(const float *x, uint16_t *out, long n, int to_f16)
 {
+    pdl_wait();
+    pdl_trigger();
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
         out[e] = to_f16 ? __half_as_ushort(__float2half_rn(x[e])) : __bfloat16_as_ushort(__float2bfloat16_rn(x[e]));
 }
@@ -821,12 +884,14 @@ extern "C" int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    to_half_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, (cudaStream_t)stream>>>(x, out, n, to_f16);
-    return last_err();
+    return launch(to_half_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, (cudaStream_t)stream, x,
+                  out, n, to_f16);
 }
 
 __global__ void embed_kernel(const tcu_mat w, int n_in, const int32_t *tokens, float scale, float *x)
 {
+    pdl_wait();
+    pdl_trigger();
     int i = blockIdx.x;
     long r = tokens[i];
     for (int e = threadIdx.x; e < n_in; e += blockDim.x) {
@@ -839,8 +904,7 @@ extern "C" int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int 
                          tcu_stream stream)
 {
     PROF(TCU_PROF_EMBED, stream);
-    embed_kernel<<<T, 256, 0, (cudaStream_t)stream>>>(*w, n_in, tokens, scale, x);
-    return last_err();
+    return launch(embed_kernel, dim3(T), dim3(256), 0, (cudaStream_t)stream, *w, n_in, tokens, scale, x);
 }
 
 // ---- normalization and elementwise ----
@@ -865,6 +929,8 @@ __device__ double block_sum_d(double v)
 __global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *g, float *out, int n, float eps,
                                int add)
 {
+    pdl_wait();
+    pdl_trigger();
     int j = blockIdx.x;
     const float *xr = x + (size_t)(rows ? rows[j] : j) * n;
     double ss = 0.0;
@@ -885,12 +951,13 @@ extern "C" int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, 
     PROF(TCU_PROF_NORM, stream);
     if (n_rows <= 0)
         return 0;
-    rmsnorm_kernel<<<n_rows, 256, 0, (cudaStream_t)stream>>>(x, rows, g, out, n, eps, add);
-    return last_err();
+    return launch(rmsnorm_kernel, dim3(n_rows), dim3(256), 0, (cudaStream_t)stream, x, rows, g, out, n, eps, add);
 }
 
 __global__ void glu_kernel(float *gate, const float *up, long n, int gelu)
 {
+    pdl_wait();
+    pdl_trigger();
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
         gate[e] = (gelu ? gelu_f(gate[e]) : silu_f(gate[e])) * up[e];
 }
@@ -899,12 +966,14 @@ extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, tcu_strea
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    glu_kernel<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, (cudaStream_t)stream>>>(gate, up, n, gelu);
-    return last_err();
+    return launch(glu_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, gate,
+                  up, n, gelu);
 }
 
 __global__ void softcap_kernel(float *x, long n, float c)
 {
+    pdl_wait();
+    pdl_trigger();
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
         x[e] = c * tanhf(x[e] / c);
 }
@@ -913,8 +982,8 @@ extern "C" int tcu_softcap(float *x, long n, float c, tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    softcap_kernel<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, (cudaStream_t)stream>>>(x, n, c);
-    return last_err();
+    return launch(softcap_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, x,
+                  n, c);
 }
 
 // ---- q/k/v post-processing and the KV write ----
@@ -928,6 +997,8 @@ __device__ __forceinline__ size_t kv_off(const tcu_kv &kv, int layer, const int3
 // grid (T, n_head + n_kv_head), block 128: one head of one token.
 __global__ void qkv_post_kernel(const tcu_qkv_args a)
 {
+    pdl_wait();
+    pdl_trigger();
     int i = blockIdx.x, h = blockIdx.y, hd = a.hd, half = hd / 2;
     int is_q = h < a.n_head, kh = is_q ? h : h - a.n_head;
     int qd = a.n_head * hd, kvd = a.n_kv_head * hd;
@@ -973,8 +1044,7 @@ extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_QKV, stream);
     dim3 grid(a->T, a->n_head + a->n_kv_head);
-    qkv_post_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(*a);
-    return last_err();
+    return launch(qkv_post_kernel, grid, dim3(128), 0, (cudaStream_t)stream, *a);
 }
 
 // ---- paged attention ----
@@ -985,6 +1055,8 @@ extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
 // (lane owns dims lane*D .. lane*D + D - 1).
 template <int D> __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a)
 {
+    pdl_wait();
+    pdl_trigger();
     int h = blockIdx.x, i = blockIdx.y, sp = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int hd = a.hd, kvh = h / (a.n_head / a.n_kv_head);
@@ -1052,6 +1124,8 @@ template <int D> __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_ke
 // grid (n_head, T), block hd threads.
 __global__ void attn_merge_kernel(const tcu_attn_args a)
 {
+    pdl_wait();
+    pdl_trigger();
     int h = blockIdx.x, i = blockIdx.y, e = threadIdx.x, hd = a.hd;
     const float *part = a.part + ((size_t)i * a.n_head + h) * a.n_split * (hd + 2);
     float M = -INFINITY;
@@ -1074,22 +1148,21 @@ extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
     PROF(TCU_PROF_ATTN, stream);
     cudaStream_t s = (cudaStream_t)stream;
     dim3 grid(a->n_head, a->T, a->n_split);
+    int rc = 0;
     switch (a->hd / 32) {
-    case 1: attn_part_kernel<1><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
-    case 2: attn_part_kernel<2><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
-    case 3: attn_part_kernel<3><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
-    case 4: attn_part_kernel<4><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
-    case 5: attn_part_kernel<5><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
-    case 6: attn_part_kernel<6><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
-    case 7: attn_part_kernel<7><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
-    case 8: attn_part_kernel<8><<<grid, ATT_WARPS * WARP, 0, s>>>(*a); break;
+    case 1: rc = launch(attn_part_kernel<1>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
+    case 2: rc = launch(attn_part_kernel<2>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
+    case 3: rc = launch(attn_part_kernel<3>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
+    case 4: rc = launch(attn_part_kernel<4>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
+    case 5: rc = launch(attn_part_kernel<5>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
+    case 6: rc = launch(attn_part_kernel<6>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
+    case 7: rc = launch(attn_part_kernel<7>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
+    case 8: rc = launch(attn_part_kernel<8>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
     default: return (int)cudaErrorInvalidValue;
     }
-    int rc = last_err();
     if (rc)
         return rc;
-    attn_merge_kernel<<<dim3(a->n_head, a->T), a->hd, 0, s>>>(*a);
-    return last_err();
+    return launch(attn_merge_kernel, dim3(a->n_head, a->T), dim3(a->hd), 0, s, *a);
 }
 
 
@@ -1107,6 +1180,8 @@ __device__ __forceinline__ uint32_t hash_u32(uint64_t x)
 
 __global__ void fill_kernel(void *p, size_t n, int what, uint64_t seed, float scale)
 {
+    pdl_wait();
+    pdl_trigger();
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         uint32_t h = hash_u32(seed * 0x9e3779b97f4a7c15ull + e);
         float u = scale * ((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
@@ -1121,8 +1196,7 @@ __global__ void fill_kernel(void *p, size_t n, int what, uint64_t seed, float sc
 
 extern "C" int tcu_fill_random(void *p, size_t n, int what, uint64_t seed, float scale, tcu_stream stream)
 {
-    fill_kernel<<<2048, 256, 0, (cudaStream_t)stream>>>(p, n, what, seed, scale);
-    return last_err();
+    return launch(fill_kernel, dim3(2048), dim3(256), 0, (cudaStream_t)stream, p, n, what, seed, scale);
 }
 
 extern "C" double tcu_copy_bandwidth(size_t bytes, int reps)
