@@ -34,6 +34,7 @@
 
 #include "base/file.h"
 #include "base/json.h"
+#include "base/pool.h"
 #include "base/rng.h"
 #include "model/st_write.h"
 #include "tokenizer/tokenizer.h"
@@ -56,30 +57,49 @@ typedef struct fill_ctx {
     uint64_t seed;
     int first_index; /* global index of ts[0], so shards draw distinct streams */
     int gemma;       /* norms stored as gain - 1 */
+    tern_pool *pool;
+    /* the chunk being produced */
+    int i;
+    int64_t first;
+    void *buf;
 } fill_ctx;
 
-/* Each tensor has its own stream (seed, global index) so any element can be
- * regenerated without the others, and chunks are produced in order. */
-static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
+/* Elements [first + b, first + e) of the chunk: tensor i's stream advanced
+ * to its element first + b, so the pieces equal one sequential pass. */
+static void fill_part(void *vctx, long b, long e, int worker)
 {
+    (void)worker;
     fill_ctx *c = vctx;
-    const st_out_tensor *t = &c->ts[i];
-    static tern_rng rng;
-    if (first == 0)
-        tern_rng_seed(&rng, c->seed, (uint64_t)(c->first_index + i) + 1);
+    const st_out_tensor *t = &c->ts[c->i];
+    tern_rng rng;
+    tern_rng_seed(&rng, c->seed, (uint64_t)(c->first_index + c->i) + 1);
+    tern_rng_advance(&rng, (uint64_t)(c->first + b));
     int is_norm = t->n_dims == 1 && strstr(t->name, "norm");
     int is_bias = t->n_dims == 1 && strstr(t->name, "bias");
     const float a = 0.0346410f; /* sqrt(3) * 0.02 */
-    for (int64_t k = 0; k < n; k++) {
+    for (long k = b; k < e; k++) {
         float u = tern_rng_f32(&rng) * 2.0f - 1.0f;
         float v = is_norm ? (c->gemma ? 0.0f : 1.0f) + 0.1f * u : is_bias ? 0.02f * u : a * u;
         switch (t->dtype) {
-        case TERN_F32: ((float *)buf)[k] = v; break;
-        case TERN_BF16: ((uint16_t *)buf)[k] = tern_f32_to_bf16(v); break;
-        case TERN_F16: ((uint16_t *)buf)[k] = tern_f32_to_f16(v); break;
-        default: return TERN_EINVAL;
+        case TERN_F32: ((float *)c->buf)[k] = v; break;
+        case TERN_BF16: ((uint16_t *)c->buf)[k] = tern_f32_to_bf16(v); break;
+        default: ((uint16_t *)c->buf)[k] = tern_f32_to_f16(v); break;
         }
     }
+}
+
+/* Each tensor has its own stream (seed, global index) so any element can be
+ * regenerated without the others; a chunk is produced by all cores. */
+static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
+{
+    fill_ctx *c = vctx;
+    tern_dtype dt = c->ts[i].dtype;
+    if (dt != TERN_F32 && dt != TERN_BF16 && dt != TERN_F16)
+        return TERN_EINVAL;
+    c->i = i;
+    c->first = first;
+    c->buf = buf;
+    tern_pool_for(c->pool, (long)n, 4096, fill_part, c);
     return 0;
 }
 
@@ -336,6 +356,11 @@ int main(int argc, char **argv)
     int shards = fx.shards < 1 ? 1 : fx.shards > n ? n : fx.shards;
     json_object *wm = json_object_new_object();
     int rc = 0;
+    tern_pool *pool = tern_pool_new(0);
+    if (!pool) {
+        fprintf(stderr, "make_fixture: cannot start threads\n");
+        return 1;
+    }
     for (int s = 0, first = 0; s < shards && !rc; s++) {
         int last = (int)((long)n * (s + 1) / shards);
         char name[64];
@@ -344,13 +369,14 @@ int main(int argc, char **argv)
         else
             snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, shards);
         char *path = tern_path_join(out, name);
-        fill_ctx fc = {ts + first, fx.seed, first, gemma};
+        fill_ctx fc = {ts + first, fx.seed, first, gemma, pool, 0, 0, NULL};
         rc = st_write_file(path, ts + first, last - first, fill, &fc, &err);
         free(path);
         for (int k = first; k < last; k++)
             json_object_object_add(wm, ts[k].name, json_object_new_string(name));
         first = last;
     }
+    tern_pool_free(pool);
     if (!rc && shards > 1) {
         json_object *idx = json_object_new_object();
         json_object_object_add(idx, "metadata", json_object_new_object());

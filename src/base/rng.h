@@ -25,6 +25,22 @@ static inline void tern_rng_seed(tern_rng *r, uint64_t seed, uint64_t stream)
     tern_rng_u32(r);
 }
 
+/* Skips delta draws of tern_rng_u32 in O(log delta) (the LCG's jump-ahead),
+ * so a long stream can be produced in parallel pieces. */
+static inline void tern_rng_advance(tern_rng *r, uint64_t delta)
+{
+    uint64_t mul = 6364136223846793005ULL, add = r->inc, acc_mul = 1, acc_add = 0;
+    for (; delta; delta >>= 1) {
+        if (delta & 1) {
+            acc_mul *= mul;
+            acc_add = acc_add * mul + add;
+        }
+        add = (mul + 1) * add;
+        mul *= mul;
+    }
+    r->state = acc_mul * r->state + acc_add;
+}
+
 /* Uniform in [0, 1) with 24 bits, exactly representable as float. */
 static inline float tern_rng_f32(tern_rng *r) { return (float)(tern_rng_u32(r) >> 8) * (1.0f / 16777216.0f); }
 /* Uniform in [0, 1) with 53 bits. */

@@ -14,6 +14,7 @@
 
 #include "base/file.h"
 #include "base/json.h"
+#include "base/pool.h"
 #include "cli.h"
 #include "model/config.h"
 #include "model/quant.h"
@@ -26,24 +27,51 @@ typedef struct conv_ctx {
     const st_tensor **src; /* [n_out] source of each output tensor */
     int *part;             /* [n_out] PART_* */
     int bits, group;
-    /* the last quantized row, reused across the three outputs */
-    const st_tensor *row_t;
-    int64_t row_i;
-    float *row_f;
-    uint32_t *row_w;
-    float *row_s, *row_b;
+    tern_pool *pool;
+    int64_t max_in;
+    float *row_f;     /* [workers][max_in] one source row as f32 */
+    uint32_t *row_w;  /* [workers][max_in] its words */
+    /* scales and biases of every row of `cached`, filled while its words
+     * are written (the three outputs of a tensor come in order) */
+    const st_tensor *cached;
+    float *all_s, *all_b;
+    size_t cap_sb;
+    /* the job of one chunk of words */
+    void *buf;
+    int64_t first, n;
+    const st_tensor *t;
+    int64_t r0;
 } conv_ctx;
 
-static void quant_row(conv_ctx *c, const st_tensor *t, int64_t r)
+/* Quantizes rows [r0, r1) of c->t: their scales and biases into the cache,
+ * the words that fall inside the chunk [first, first + n) into buf. */
+static void quant_rows(void *vctx, long r0, long r1, int worker)
 {
-    if (c->row_t == t && c->row_i == r)
-        return;
-    int n = (int)t->shape[1];
+    conv_ctx *c = vctx;
+    const st_tensor *t = c->t;
+    int n_in = (int)t->shape[1], ng = n_in / c->group;
+    int64_t per_row = (int64_t)n_in * c->bits / 32;
     size_t es = tern_dtype_size(t->dtype);
-    tern_to_f32(t->dtype, (const char *)t->data + (size_t)r * n * es, c->row_f, (size_t)n);
-    model_quant_row(c->row_f, n, c->bits, c->group, t->dtype, c->row_w, c->row_s, c->row_b);
-    c->row_t = t;
-    c->row_i = r;
+    float *f = c->row_f + (size_t)worker * c->max_in;
+    uint32_t *w = c->row_w + (size_t)worker * c->max_in;
+    for (long r = r0; r < r1; r++) {
+        tern_to_f32(t->dtype, (const char *)t->data + (size_t)r * n_in * es, f, (size_t)n_in);
+        model_quant_row(f, n_in, c->bits, c->group, t->dtype, w, c->all_s + (size_t)r * ng,
+                        c->all_b + (size_t)r * ng);
+        int64_t lo = r * per_row, hi = lo + per_row;
+        if (lo < c->first)
+            lo = c->first;
+        if (hi > c->first + c->n)
+            hi = c->first + c->n;
+        if (hi > lo)
+            memcpy((uint32_t *)c->buf + (lo - c->first), w + (lo - r * per_row), (size_t)(hi - lo) * sizeof(uint32_t));
+    }
+}
+
+static void quant_rows_from(void *vctx, long b, long e, int worker)
+{
+    conv_ctx *c = vctx;
+    quant_rows(vctx, (long)c->r0 + b, (long)c->r0 + e, worker);
 }
 
 static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
@@ -55,28 +83,41 @@ static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
         memcpy(buf, (const char *)t->data + (size_t)first * es, (size_t)n * es);
         return 0;
     }
-    int64_t n_in = t->shape[1];
-    int64_t per_row = c->part[i] == PART_WORDS ? n_in * c->bits / 32 : n_in / c->group;
-    for (int64_t e = first; e < first + n;) {
-        int64_t r = e / per_row, k = e % per_row, cnt = per_row - k;
-        if (cnt > first + n - e)
-            cnt = first + n - e;
-        quant_row(c, t, r);
-        if (c->part[i] == PART_WORDS) {
-            memcpy((uint32_t *)buf + (e - first), c->row_w + k, (size_t)cnt * sizeof(uint32_t));
-        } else {
-            const float *v = (c->part[i] == PART_SCALES ? c->row_s : c->row_b) + k;
-            void *dst = (char *)buf + (size_t)(e - first) * tern_dtype_size(t->dtype);
-            for (int64_t j = 0; j < cnt; j++) {
-                if (t->dtype == TERN_F32)
-                    ((float *)dst)[j] = v[j];
-                else if (t->dtype == TERN_BF16)
-                    ((uint16_t *)dst)[j] = tern_f32_to_bf16(v[j]);
-                else
-                    ((uint16_t *)dst)[j] = tern_f32_to_f16(v[j]);
+    int64_t n_in = t->shape[1], rows = t->shape[0], ng = n_in / c->group;
+    if (c->part[i] == PART_WORDS) {
+        if (c->cached != t) {
+            size_t need = (size_t)rows * (size_t)ng;
+            if (need > c->cap_sb) {
+                free(c->all_s);
+                free(c->all_b);
+                c->all_s = malloc(need * sizeof(float));
+                c->all_b = malloc(need * sizeof(float));
+                c->cap_sb = c->all_s && c->all_b ? need : 0;
+                if (!c->cap_sb)
+                    return TERN_ENOMEM;
             }
+            c->cached = t;
         }
-        e += cnt;
+        int64_t per_row = n_in * c->bits / 32;
+        c->t = t;
+        c->buf = buf;
+        c->first = first;
+        c->n = n;
+        int64_t r0 = first / per_row, r1 = (first + n + per_row - 1) / per_row;
+        c->r0 = r0;
+        tern_pool_for(c->pool, (long)(r1 - r0), 1, quant_rows_from, c);
+        return 0;
+    }
+    if (c->cached != t) /* the words of t come first, so this never happens */
+        return TERN_EINVAL;
+    const float *v = (c->part[i] == PART_SCALES ? c->all_s : c->all_b) + first;
+    for (int64_t j = 0; j < n; j++) {
+        if (t->dtype == TERN_F32)
+            ((float *)buf)[j] = v[j];
+        else if (t->dtype == TERN_BF16)
+            ((uint16_t *)buf)[j] = tern_f32_to_bf16(v[j]);
+        else
+            ((uint16_t *)buf)[j] = tern_f32_to_f16(v[j]);
     }
     return 0;
 }
@@ -185,11 +226,12 @@ int cmd_convert(int argc, char **argv)
             max_in = st.tensors[i].shape[1];
     c.bits = (int)bits;
     c.group = (int)group;
-    c.row_f = malloc((size_t)max_in * sizeof(float));
-    c.row_w = malloc((size_t)max_in * sizeof(uint32_t));
-    c.row_s = malloc((size_t)max_in * sizeof(float));
-    c.row_b = malloc((size_t)max_in * sizeof(float));
-    if (!ts || !c.src || !c.part || !c.row_f || !c.row_w || !c.row_s || !c.row_b) {
+    c.max_in = max_in;
+    c.pool = tern_pool_new(0);
+    int nw = tern_pool_size(c.pool);
+    c.row_f = malloc((size_t)nw * max_in * sizeof(float));
+    c.row_w = malloc((size_t)nw * max_in * sizeof(uint32_t));
+    if (!ts || !c.src || !c.part || !c.pool || !c.row_f || !c.row_w) {
         tern_err_set(&err, TERN_ENOMEM, "out of memory");
         goto out;
     }
@@ -251,8 +293,9 @@ out:
     free(c.part);
     free(c.row_f);
     free(c.row_w);
-    free(c.row_s);
-    free(c.row_b);
+    free(c.all_s);
+    free(c.all_b);
+    tern_pool_free(c.pool);
     st_close(&st);
     return rc;
 }
