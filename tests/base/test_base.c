@@ -105,6 +105,23 @@ static void test_rng_deterministic(void **state)
     assert_true(sum / 10000 > 0.48 && sum / 10000 < 0.52);
 }
 
+/* Jumping ahead by k equals k sequential draws, for k around powers of two. */
+static void test_rng_advance(void **state)
+{
+    (void)state;
+    const uint64_t ks[] = {0, 1, 2, 3, 7, 8, 100, 1023, 1024, 65537};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        tern_rng a, b;
+        tern_rng_seed(&a, 9, 5);
+        b = a;
+        for (uint64_t k = 0; k < ks[i]; k++)
+            tern_rng_u32(&a);
+        tern_rng_advance(&b, ks[i]);
+        assert_int_equal(a.state, b.state);
+        assert_int_equal(tern_rng_u32(&a), tern_rng_u32(&b));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -112,6 +129,7 @@ int main(void)
         cmocka_unit_test(test_json_fields),
         cmocka_unit_test(test_pool_covers_range_once),
         cmocka_unit_test(test_rng_deterministic),
+        cmocka_unit_test(test_rng_advance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
