@@ -238,6 +238,15 @@ def grammar_valid(i, resp):
 # ---- checks ----
 
 
+def safe(fn, *args):
+    """Runs one check; an exception in it is that feature's FAIL, not the end of the run."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - report whatever broke
+        report("%s (crashed)" % fn.__name__, False, "%s: %s" % (type(e).__name__, e))
+        return None
+
+
 def check_selection(srvs):
     want = "device: cpu" if DEVICE == "cpu" else "device: cuda"
     bad = [s.name for s in srvs if s.name != "cpu" and want not in s.log]
@@ -402,7 +411,7 @@ def main():
                "; ".join("%s: %s" % (n, by[n].log.strip()[-400:]) for n in down))
         if down:
             return 1
-        check_selection(srvs)
+        safe(check_selection, srvs)
         ex = by["exact"]
         alone = [post(ex, request(i)) for i in range(16)]
         report("answers: 16 greedy requests alone on the device", all(r[0] == 200 and content(r) is not None
@@ -412,28 +421,28 @@ def main():
         th = threading.Thread(target=lambda: cpu_alone_box.update(
             r=[post(by["cpu"], request(i)) for i in range(16)]))
         th.start()
-        check_streaming(ex)
-        check_batching(ex, alone)
-        check_greedy_paths(ex, alone)
-        check_grammar(ex, "exact")
-        check_prefix_cache(ex)
-        spec_threads = [threading.Thread(target=check_spec, args=("draft model", by["draft"], alone, True)),
-                        threading.Thread(target=check_spec, args=("prompt lookup", by["ngram"], alone, False))]
+        safe(check_streaming, ex)
+        safe(check_batching, ex, alone)
+        safe(check_greedy_paths, ex, alone)
+        safe(check_grammar, ex, "exact")
+        safe(check_prefix_cache, ex)
+        spec_threads = [threading.Thread(target=safe, args=(check_spec, "draft model", by["draft"], alone, True)),
+                        threading.Thread(target=safe, args=(check_spec, "prompt lookup", by["ngram"], alone, False))]
         for t in spec_threads:
             t.start()
-        check_default_smoke(by["default"])
-        check_grammar(by["default"], "default")
+        safe(check_default_smoke, by["default"])
+        safe(check_grammar, by["default"], "default")
         for t in spec_threads:
             t.join()
         th.join()
-        check_cross_device(alone, cpu_alone_box.get("r", []))
+        safe(check_cross_device, alone, cpu_alone_box.get("r", []))
     finally:
         for s in srvs:
             rc = s.stop()
             if rc not in (0, None) and s.url:
                 report("shutdown: %s server exits cleanly" % s.name, False, "exit %s: %s" % (rc, s.log[-300:]))
-    check_errors()
-    check_logits()
+    safe(check_errors)
+    safe(check_logits)
     n_fail = sum(1 for r in results if not r[1])
     print("server_check (%s): %d passed, %d failed in %.0fs" % (DEVICE, len(results) - n_fail, n_fail,
                                                                 time.time() - t0))
