@@ -2,6 +2,8 @@
 # a ctest entry named <subsystem>.<name>; tests/<subsystem>/tests.cmake may
 # add script tests (oracle comparisons). Fuzz entry points tests/fuzz/fuzz_*.c
 # are replayed over tests/fuzz/corpus/<name>/ in the normal run.
+# TERN_DEVICE=cpu: the CLI's default device (auto) would pick a GPU of a CUDA
+# build; tests that want the GPU say so (tests/cuda, TERN_SERVE_ARGS).
 pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
 
 get_filename_component(TERN_SHARED_DIR ${CMAKE_SOURCE_DIR}/../shared ABSOLUTE)
@@ -10,6 +12,7 @@ set(TERN_TEST_ENV
   "TERN_SHARED=${TERN_SHARED_DIR}"
   "TERN_BIN=$<TARGET_FILE:tern_cli>"
   "TERN_BUILD=${CMAKE_BINARY_DIR}"
+  "TERN_DEVICE=cpu"
   "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0"
   "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 

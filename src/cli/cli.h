@@ -25,10 +25,12 @@ int cli_parse_double(const char *s, double lo, double hi, double *out);
 #include "tokenizer/tokenizer.h"
 tern_model *cli_load_draft(const char *dir, const tern_tokenizer *target_tok, const model_load_opts *lo,
                           tern_err *err);
-/* Resolves a --device value (NULL = "auto") into buf: "auto" becomes
- * "cuda:0" when a GPU is usable, else "cpu"; others are copied. Logs the
- * choice (info level). Returns buf. */
+/* Loads a model on a --device value (NULL: $TERN_DEVICE, else "auto").
+ * "auto" is "cuda:0" when a GPU is usable, else "cpu", and falls back to
+ * the CPU when the GPU backend does not support the model. The device used
+ * is left in dev_buf (for a draft model) and logged (info level). */
 #include <stddef.h>
-const char *cli_device_resolve(const char *dev, char *buf, size_t cap);
+tern_model *cli_load_model(const char *dir, const char *device, int n_threads, char *dev_buf, size_t cap,
+                           tern_err *err);
 
 #endif

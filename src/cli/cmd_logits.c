@@ -72,8 +72,7 @@ int cmd_logits(int argc, char **argv)
     kv_pool kv = {0};
     kv_seq seq = {0};
     char dev_buf[32];
-    model_load_opts lo = {0, cli_device_resolve(device, dev_buf, sizeof dev_buf)};
-    tern_model *m = model_load_ex(dir, &lo, &err);
+    tern_model *m = cli_load_model(dir, device, 0, dev_buf, sizeof dev_buf, &err);
     if (!m)
         goto out;
     if (ids_s) {

@@ -75,8 +75,8 @@ int cmd_run(int argc, char **argv)
     tern_tokenizer *tok = NULL;
     tern_model *draft = NULL;
     char dev_buf[32];
-    model_load_opts lo = {0, cli_device_resolve(device, dev_buf, sizeof dev_buf)};
-    tern_model *m = model_load_ex(dir, &lo, &err);
+    tern_model *m = cli_load_model(dir, device, 0, dev_buf, sizeof dev_buf, &err);
+    model_load_opts lo = {0, dev_buf}; /* the draft goes on the target's device */
     if (!m)
         goto out;
     if (!(tok = tokenizer_load(dir, &err)))

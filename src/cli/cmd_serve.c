@@ -149,10 +149,10 @@ int cmd_serve(int argc, char **argv)
     tern_model *draft = NULL;
     double t0 = tern_time_s();
     char dev_buf[32];
-    /* the draft model goes on the target's device (its KV shares the pool) */
-    model_load_opts lo = {(int)threads, cli_device_resolve(device, dev_buf, sizeof dev_buf)};
     progress(0, 3, "loading model weights", t0);
-    tern_model *m = model_load_ex(dir, &lo, &err);
+    tern_model *m = cli_load_model(dir, device, (int)threads, dev_buf, sizeof dev_buf, &err);
+    /* the draft model goes on the target's device (its KV shares the pool) */
+    model_load_opts lo = {(int)threads, dev_buf};
     if (!m)
         goto out;
     progress(1, 3, "loading tokenizer", t0);
