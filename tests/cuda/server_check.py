@@ -74,6 +74,7 @@ class Server:
         self.name, self.args, self.url, self.log = name, args, None, ""
         self.ready = threading.Event()
         e = dict(os.environ)
+        e.pop("TERN_DEVICE", None)  # no device flag means auto here
         e.update(env or {})
         cmd = [BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0"] + args
         self.cmd = cmd
@@ -250,6 +251,11 @@ def safe(fn, *args):
 def check_selection(srvs):
     want = "device: cpu" if DEVICE == "cpu" else "device: cuda"
     bad = [s.name for s in srvs if s.name != "cpu" and want not in s.log]
+    if DEVICE != "cpu" and not any(s.name == "default" and "device: cuda:0 (auto)" in s.log for s in srvs):
+        bad.append("default (no --device: 'device: cuda:0 (auto)' expected)")
+    for s in srvs:
+        m = re.search(r"engine: .*", s.log)
+        print("INFO %s: %s" % (s.name, m.group(0) if m else "no engine line"), flush=True)
     gpu_kv = DEVICE == "cpu" or all("of GPU memory" in s.log for s in srvs if s.name != "cpu")
     report("selection: servers log the chosen device and a GPU-resident KV pool", not bad and gpu_kv,
            ("missing '%s' in %s" % (want, bad)) if bad else ("" if gpu_kv else "engine line lacks 'of GPU memory'"))
@@ -263,6 +269,21 @@ def check_errors():
     msg = p.stdout.decode("utf-8", "replace")
     report("kv budget: a --kv-budget larger than the GPU is a clear error",
            p.returncode != 0 and "does not fit in GPU memory" in msg, msg.strip().splitlines()[-1] if msg else "")
+    # a large budget that fits: 20 GB of KV in GPU memory (none of it on the host)
+    big = Server("kv20", ["--device", DEVICE, "--kv-budget", "20"])
+    up = big.wait()
+    m = re.search(r"engine: (\d+) KV blocks \((\d+) MB of GPU memory\)", big.log)
+    r = post(big, request(0, 8)) if up else (0, {})
+    rss = 0
+    try:
+        with open("/proc/%d/status" % big.proc.pid) as f:
+            rss = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) >> 10
+    except Exception:
+        pass
+    big.stop()
+    report("kv budget: --kv-budget 20 gives a 20 GB pool in GPU memory (host RSS %d MB) that serves" % rss,
+           bool(m) and int(m.group(2)) >= 20 * 1024 - 1 and r[0] == 200 and rss < 4096,
+           (m.group(0) if m else big.log[-300:]))
     p = subprocess.run([BIN, "logits", MODEL, "--ids", "1,2", "--device", "cuda:97"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=90)
     msg = p.stdout.decode("utf-8", "replace")
@@ -409,7 +430,8 @@ def main():
         Server("exact", dev, exact),
         Server("draft", dev + ["--draft-model", DRAFT, "--num-draft-tokens", "4"], exact),
         Server("ngram", dev + ["--spec", "ngram", "--num-draft-tokens", "4"], exact),
-        Server("default", dev + ["--max-batch", "64"]),
+        # no --device: auto must pick the GPU
+        Server("default", (dev if DEVICE == "cpu" else []) + ["--max-batch", "64"]),
         Server("cpu", ["--device", "cpu"]),
     ]
     by = {s.name: s for s in srvs}
