@@ -317,20 +317,32 @@ void engine_row_emit(tern_engine *e, engine_req *r, int32_t id, const sample_res
         jump_forward(e, r);
 }
 
+int engine_row_mask(tern_engine *e, engine_req *r, const engine_premask *pm, int i, const uint32_t **mask)
+{
+    int32_t nw = (e->n_vocab + 31) / 32;
+    *mask = NULL;
+    if (!r->cops)
+        return 0;
+    if (pm && pm->on[i]) {
+        *mask = pm->masks + (size_t)i * nw;
+        return 0;
+    }
+    if ((pm && pm->bad[i]) || r->cops->fill_mask(r->cctx, e->mask, nw)) {
+        engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
+        return -1;
+    }
+    *mask = e->mask;
+    return 0;
+}
+
 /* Samples the row's next token from its logits and emits it. */
-static void sample_and_emit(tern_engine *e, engine_req *r, float *logits)
+static void sample_and_emit(tern_engine *e, engine_req *r, float *logits, const engine_premask *pm)
 {
     sample_result res = {0};
     int32_t id;
     const uint32_t *mask = NULL;
-    if (r->cops) {
-        int32_t nw = (e->n_vocab + 31) / 32;
-        if (r->cops->fill_mask(r->cctx, e->mask, nw)) {
-            engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
-            return;
-        }
-        mask = e->mask;
-    }
+    if (engine_row_mask(e, r, pm, 0, &mask))
+        return;
     if (!mask && sample_params_is_greedy_plain(&r->sp)) {
         id = sample_argmax(logits, e->n_vocab);
     } else {
@@ -349,8 +361,6 @@ static void sample_and_emit(tern_engine *e, engine_req *r, float *logits)
  * device's masked argmax: plain greedy (no processors, no logprobs). */
 static int step_all_greedy(const tern_engine *e, int n_out)
 {
-    if (!e->ids)
-        return 0;
     for (int j = 0; j < n_out; j++)
         if (e->out_req[j] && !sample_params_is_greedy_plain(&e->out_req[j]->sp))
             return 0;
@@ -380,10 +390,10 @@ static void masks_ahead(tern_engine *e, engine_req *r, int j)
         e->mask_bad[j] = 1; /* the matcher is lost: fail the row */
 }
 
-/* One forward whose logits stay on the device: the device picks each
- * output row's (masked) argmax and only the ids come back. The masks are
- * computed while the device runs the forward. */
-static int forward_greedy(tern_engine *e, const fwd_batch *b, tern_err *err)
+/* One forward on the device, the rows' grammar masks computed while it
+ * runs. greedy: the device picks each output row's (masked) argmax and only
+ * the ids come back; else the logits come down for the host's sampler. */
+static int forward_device(tern_engine *e, const fwd_batch *b, int greedy, tern_err *err)
 {
     model_backend *be = e->m->be;
     int rc = be->forward_start(be, e->m, &e->kv, b, err);
@@ -397,7 +407,9 @@ static int forward_greedy(tern_engine *e, const fwd_batch *b, tern_err *err)
     for (int j = 0; j < b->n_out; j++)
         if (e->out_req[j] && e->out_req[j]->cops)
             masks_ahead(e, e->out_req[j], j);
-    return be->argmax_finish(be, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+    if (greedy)
+        return be->argmax_finish(be, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+    return be->logits_finish(be, e->logits, err);
 }
 
 /* Emits the device's choice for output row j (a row without drafts). */
@@ -479,8 +491,9 @@ static void step(tern_engine *e)
     if (n == 0)
         return;
     fwd_batch b = {n, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
-    int dev_greedy = step_all_greedy(e, n_out);
-    int rc = dev_greedy ? forward_greedy(e, &b, &err) : model_forward(e->m, &e->kv, &b, e->logits, &err);
+    /* on a device (e->ids set): masks overlap the forward; greedy steps sample there */
+    int dev = e->ids != NULL, dev_greedy = dev && step_all_greedy(e, n_out);
+    int rc = dev ? forward_device(e, &b, dev_greedy, &err) : model_forward(e->m, &e->kv, &b, e->logits, &err);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     e->st.tokens_prefilled += n - n_out;
@@ -496,14 +509,16 @@ static void step(tern_engine *e)
             if (!r)
                 continue;
             float *lg = e->logits + (size_t)j * e->n_vocab;
+            engine_premask pm = {dev ? e->masks + (size_t)j * ((e->n_vocab + 31) / 32) : NULL,
+                                 dev ? e->mask_on + j : NULL, dev ? e->mask_bad + j : NULL};
             if (dev_greedy && r->n_spec > 0)
                 spec_verify_ids(e, r, e->ids + j, e->mask_bad + j);
             else if (dev_greedy)
                 emit_greedy(e, r, j);
             else if (r->n_spec > 0)
-                spec_verify(e, r, lg);
+                spec_verify(e, r, lg, dev ? &pm : NULL);
             else
-                sample_and_emit(e, r, lg);
+                sample_and_emit(e, r, lg, dev ? &pm : NULL);
         }
     }
     drop_done(e);
@@ -673,7 +688,7 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         goto fail;
     }
     const char *gs = getenv("TERN_GPU_SAMPLING");
-    if (be->forward_start && be->argmax_finish && !(gs && !strcmp(gs, "0"))) {
+    if (be->forward_start && be->argmax_finish && be->logits_finish && !(gs && !strcmp(gs, "0"))) {
         e->masks = malloc((size_t)rows * ((e->n_vocab + 31) / 32) * sizeof *e->masks);
         e->mask_on = malloc((size_t)rows);
         e->mask_bad = malloc((size_t)rows);

@@ -122,8 +122,20 @@ size_t spec_block_bytes(const tern_engine *e);
 int spec_block_copy(tern_engine *e, int32_t dst, int32_t src);
 /* Chooses the rows that speculate this step and drafts their tokens. */
 void spec_draft(tern_engine *e);
-/* Walks the target's logits over a row's K+1 verified positions. */
-void spec_verify(tern_engine *e, engine_req *r, float *logits);
+/* Grammar masks computed ahead for a row's output positions (while the
+ * device ran the forward): position i's mask is masks + i * n_words when
+ * on[i]; bad[i]: it could not be computed; neither: compute it then. */
+typedef struct engine_premask {
+    const uint32_t *masks;
+    const uint8_t *on, *bad;
+} engine_premask;
+/* The row's mask for position i into *mask (NULL = unconstrained): the
+ * precomputed one when pm has it, else the matcher's now. Nonzero (and the
+ * row finished with an error) when it cannot be computed. */
+int engine_row_mask(tern_engine *e, engine_req *r, const engine_premask *pm, int i, const uint32_t **mask);
+/* Walks the target's logits over a row's K+1 verified positions (pm may be
+ * NULL). */
+void spec_verify(tern_engine *e, engine_req *r, float *logits, const engine_premask *pm);
 /* The same walk for a greedy row from the target's chosen ids (masked
  * argmax on the device) of its K+1 positions; bad[i]: position i's grammar
  * mask could not be computed. */

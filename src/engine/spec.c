@@ -227,7 +227,7 @@ void spec_draft(tern_engine *e)
 
 static void verify_end(tern_engine *e, engine_req *r, int n, int a);
 
-void spec_verify(tern_engine *e, engine_req *r, float *logits)
+void spec_verify(tern_engine *e, engine_req *r, float *logits, const engine_premask *pm)
 {
     int32_t V = e->n_vocab;
     int n = r->n_tokens, k = r->n_spec, a = 0;
@@ -235,13 +235,8 @@ void spec_verify(tern_engine *e, engine_req *r, float *logits)
     for (int i = 0; i <= k && !r->done; i++) {
         float *lg = logits + (size_t)i * V;
         const uint32_t *mask = NULL;
-        if (r->cops) {
-            if (r->cops->fill_mask(r->cctx, e->mask, (V + 31) / 32)) {
-                engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
-                return;
-            }
-            mask = e->mask;
-        }
+        if (engine_row_mask(e, r, pm, i, &mask))
+            return;
         sample_result res = {0};
         int32_t t;
         int accepted = 0;

@@ -76,6 +76,9 @@ typedef struct model_backend {
                          tern_err *err);
     int (*argmax_finish)(struct model_backend *be, const uint32_t *masks, int32_t n_words, const uint8_t *mask_on,
                          int32_t *ids, tern_err *err);
+    /* The other way to finish a forward_start: downloads its n_out logits
+     * rows into logits[n_out][n_vocab] and waits (host sampling). */
+    int (*logits_finish)(struct model_backend *be, float *logits, tern_err *err);
 } model_backend;
 
 /* The CPU backend: the best kernel table for this CPU (tern_kernels_best)

@@ -870,6 +870,20 @@ static int cu_argmax_finish(model_backend *base, const uint32_t *masks, int32_t 
     return 0;
 }
 
+static int cu_logits_finish(model_backend *base, float *logits, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    int n_out = be->pending_out;
+    be->pending_out = -1;
+    if (n_out < 0)
+        return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: logits_finish without forward_start"), err);
+    cudaError_t ce = cudaSuccess;
+    if (n_out > 0)
+        ce = cudaMemcpyAsync(logits, be->logits, (size_t)n_out * be->m->cfg.n_vocab * sizeof(float),
+                             cudaMemcpyDeviceToHost, be->stream);
+    return sel_sync(be, ce != cudaSuccess ? cu_fail(err, (int)ce, "logits download") : 0, err);
+}
+
 static int cu_mem_reserve(model_backend *base, int max_t, int max_out, size_t *free_bytes, size_t *total_bytes,
                           tern_err *err)
 {
@@ -1026,6 +1040,7 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->base.kv_bind = cu_kv_bind;
     be->base.forward_start = cu_forward_start;
     be->base.argmax_finish = cu_argmax_finish;
+    be->base.logits_finish = cu_logits_finish;
     be->pending_out = -1;
     be->base.n_threads = cu_n_threads;
     be->base.free = cu_free;

@@ -40,6 +40,7 @@ typedef struct fake_be {
     float *logits;
     int cap, n_out;
     int n_finish, n_masked; /* argmax_finish calls, masked rows seen */
+    int n_logits;           /* logits_finish calls */
 } fake_be;
 
 static int fk_matmul(model_backend *b, int n, const model_weight *const *w, const float *X, float *const *Y, int T,
@@ -101,6 +102,17 @@ static int fk_finish(model_backend *b, const uint32_t *masks, int32_t nw, const 
     return 0;
 }
 
+static int fk_logits(model_backend *b, float *logits, tern_err *err)
+{
+    fake_be *f = (fake_be *)b;
+    (void)err;
+    assert_true(f->n_out >= 0);
+    memcpy(logits, f->logits, (size_t)f->n_out * f->m->cfg.n_vocab * sizeof(float));
+    f->n_out = -1;
+    f->n_logits++;
+    return 0;
+}
+
 static fake_be g_fk[2];
 
 static void install(tern_model *m, fake_be *f)
@@ -116,6 +128,7 @@ static void install(tern_model *m, fake_be *f)
     f->base.free = fk_free;
     f->base.forward_start = fk_start;
     f->base.argmax_finish = fk_finish;
+    f->base.logits_finish = fk_logits;
     m->be = &f->base;
 }
 
@@ -239,10 +252,11 @@ static tern_engine *engine(int mode, int batch)
     return e;
 }
 
-/* references from the plain CPU engine: [prompt][plain, constrained, sampled],
+/* references from the plain CPU engine: [prompt][plain, constrained, sampled,
+ * sampled constrained],
  * and with the draft model [prompt][plain, constrained] (for its counts:
  * the device's greedy drafts must be the host's) */
-static out ref[NP][3], ref_draft[NP][2];
+static out ref[NP][4], ref_draft[NP][2];
 
 static int setup(void **state)
 {
@@ -260,6 +274,7 @@ static int setup(void **state)
         drain(submit(e, i, 0, 0, 0, 0), &ref[i][0]);
         drain(submit(e, i, 0, 0, 1, 0), &ref[i][1]);
         drain(submit(e, i, 0.8f, 77 + i, 0, 0), &ref[i][2]);
+        drain(submit(e, i, 0.8f, 91 + i, 1, 0), &ref[i][3]); /* sampled under the constraint */
     }
     engine_free(e);
     e = engine(1, 1);
@@ -321,24 +336,42 @@ static void test_alone(void **state)
     }
 }
 
+/* Replays the toy constraint over a row's tokens (an independent check of
+ * adherence); 1 when every token was allowed where it was emitted. */
+static int toy_valid(const out *o)
+{
+    toy t = {0, 0, g_target->cfg.n_vocab};
+    for (int i = 0; i < o->n; i++)
+        if (toy_accept(&t, o->ids[i]))
+            return 0;
+    return 1;
+}
+
 static void test_mixed_batch(void **state)
 {
     (void)state;
     for (int mode = 0; mode <= 2; mode++) {
         tern_engine *e = engine(mode, 16);
+        int logits_before = g_fk[0].n_logits;
         engine_req *r[16];
-        for (int i = 0; i < 16; i++) { /* greedy, constrained, sampled rows; a sampled row forces the host */
-            int kind = (i / NP) % 3;
-            r[i] = kind == 2 ? submit(e, i % NP, 0.8f, 77 + i % NP, 0, 0) : submit(e, i % NP, 0, 0, kind, 0);
+        for (int i = 0; i < 16; i++) { /* greedy, constrained, sampled, sampled constrained rows */
+            int kind = i / NP;
+            r[i] = kind >= 2 ? submit(e, i % NP, 0.8f, (kind == 2 ? 77 : 91) + i % NP, kind - 2, 0)
+                             : submit(e, i % NP, 0, 0, kind, 0);
         }
         for (int i = 0; i < 16; i++) {
             out o;
             drain(r[i], &o);
-            int kind = (i / NP) % 3;
-            if (kind == 2 && mode != 0)
+            int kind = i / NP;
+            if (o.finish == ENGINE_FINISH_ERROR)
+                fail_msg("mode %d row %d: finished with an error", mode, i);
+            if ((kind == 1 || kind == 3) && !toy_valid(&o))
+                fail_msg("mode %d row %d: a token the constraint forbids", mode, i);
+            if (kind >= 2 && mode != 0)
                 continue; /* sampled rows with speculation draw differently (same distribution) */
             same(&o, &ref[i % NP][kind], "mixed batch", i);
         }
+        assert_true(g_fk[0].n_logits > logits_before); /* the host-sampling device path ran */
         engine_free(e);
     }
 }
