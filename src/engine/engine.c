@@ -386,8 +386,10 @@ static void masks_ahead(tern_engine *e, engine_req *r, int j)
             break;
         adv++;
     }
-    if (adv > 0 && r->cops->rollback(r->cctx, adv))
-        e->mask_bad[j] = 1; /* the matcher is lost: fail the row */
+    if (adv > 0 && r->cops->rollback(r->cctx, adv)) { /* the matcher is lost: fail the row */
+        e->mask_bad[j] = 1;
+        e->mask_on[j] = 0;
+    }
 }
 
 /* One forward on the device, the rows' grammar masks computed while it
