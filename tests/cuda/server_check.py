@@ -433,11 +433,12 @@ def main():
         # no --device: auto must pick the GPU
         Server("default", (dev if DEVICE == "cpu" else []) + ["--max-batch", "64"]),
         Server("cpu", ["--device", "cpu"]),
+        Server("hostpath", dev, dict(exact, TERN_GPU_SAMPLING="0")),
     ]
     by = {s.name: s for s in srvs}
     try:
         down = [s.name for s in srvs if not s.wait()]
-        report("startup: 5 servers (exact, draft, ngram, default, cpu) ready", not down,
+        report("startup: 6 servers (exact, draft, ngram, default, cpu, hostpath) ready", not down,
                "; ".join("%s: %s" % (n, by[n].log.strip()[-400:]) for n in down))
         if down:
             return 1
@@ -447,10 +448,13 @@ def main():
         report("answers: 16 greedy requests alone on the device", all(r[0] == 200 and content(r) is not None
                                                                         for r in alone),
                str([(r[0], json.dumps(r[1])[:160]) for r in alone if r[0] != 200][:2]))
-        cpu_alone_box = {}
+        cpu_alone_box, host_box = {}, {}
         th = threading.Thread(target=lambda: cpu_alone_box.update(
             r=[post(by["cpu"], request(i)) for i in range(16)]))
         th.start()
+        th2 = threading.Thread(target=lambda: host_box.update(
+            r=[post(by["hostpath"], request(i)) for i in range(16)]))
+        th2.start()
         safe(check_streaming, ex)
         safe(check_batching, ex, alone)
         safe(check_greedy_paths, ex, alone)
@@ -465,7 +469,12 @@ def main():
         for t in spec_threads:
             t.join()
         th.join()
+        th2.join()
         safe(check_cross_device, alone, cpu_alone_box.get("r", []))
+        hp = host_box.get("r", [])
+        bad = [i for i in range(16) if i >= len(hp) or content(hp[i]) != content(alone[i])]
+        report("greedy sampling: device path equals TERN_GPU_SAMPLING=0 (host sampling, no overlap), 16 requests "
+               "alone", not bad, "differ %s" % bad[:6])
     finally:
         for s in srvs:
             rc = s.stop()
