@@ -287,10 +287,11 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
     return 0;
 }
 
-/* RMSNorm of x (gain g) into xn, then mm_dev of xn; the GEMV path hands
- * the norm to tcu_gemv, which fuses it where the variant can. */
-static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, const float *g, float *xn, int n_in,
-                       int T, int glu, tern_err *err)
+/* RMSNorm of x (gain g; token t is x row rows[t] when rows != NULL) into
+ * xn, then mm_dev of xn; the GEMV path hands the norm to tcu_gemv, which
+ * fuses it where the variant can. */
+static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, const float *g, float *xn,
+                       const int32_t *rows, int n_in, int T, int glu, tern_err *err)
 {
     int same = 1;
     for (int i = 1; i < n; i++)
@@ -308,10 +309,11 @@ static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, con
         a.norm_g = g;
         a.norm_out = xn;
         a.norm_eps = be->m->cfg.norm_eps;
+        a.norm_rows = rows;
         CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
         return 0;
     }
-    CU(tcu_rmsnorm(x, NULL, g, xn, T, n_in, be->m->cfg.norm_eps, 0, (tcu_stream)be->stream), "rmsnorm");
+    CU(tcu_rmsnorm(x, rows, g, xn, T, n_in, be->m->cfg.norm_eps, 0, (tcu_stream)be->stream), "rmsnorm");
     return mm_dev(be, n, mats, xn, be->xh, n_in, T, 0, glu, err);
 }
 
@@ -603,7 +605,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     for (int i = 0; i < T; i++)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T, be->kv,
-                        a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap};
+                        a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap, NULL};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     CU(tcu_attention(&at, (tcu_stream)be->stream), "attention");
     CU(cudaMemcpyAsync(a->out, be->ty, qn * sizeof(float), cudaMemcpyDeviceToHost, be->stream), "download");
@@ -627,13 +629,13 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         qkv[0].y = be->q;
         qkv[1].y = be->k;
         qkv[2].y = be->v;
-        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, dim, T, 0, err)))
+        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, err)))
             return rc;
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
                            blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
         CU(tcu_qkv_post(&qa, s), "qkv");
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, be->kv, l, T, c->n_head, c->n_kv_head,
-                            c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap};
+                            c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap, NULL};
         CU(tcu_attention(&aa, s), "attention");
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;
@@ -650,7 +652,7 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         tcu_mat gu[2] = {*L->wg, *L->wu};
         gu[0].y = be->gate;
         gu[1].y = be->up;
-        if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, dim, T, c->gelu ? 2 : 1, err)))
+        if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, c->gelu ? 2 : 1, err)))
             return rc;
         tcu_mat d = *L->wd;
         if (L->post_ffn_norm) {
@@ -665,10 +667,9 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         }
     }
     if (n_out > 0) {
-        CU(tcu_rmsnorm(be->x, rows, be->final_norm, be->xo, n_out, dim, c->norm_eps, 0, s), "rmsnorm");
         tcu_mat lm = *be->lm_head;
         lm.y = be->logits;
-        if ((rc = mm_dev(be, 1, &lm, be->xo, be->xh, dim, n_out, 0, 0, err)))
+        if ((rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, err)))
             return rc;
         if (c->final_softcap > 0)
             CU(tcu_softcap(be->logits, (long)n_out * c->n_vocab, c->final_softcap, s), "softcap");

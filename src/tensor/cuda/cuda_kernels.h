@@ -46,6 +46,7 @@ typedef struct tcu_gemv_args {
     const float *norm_g;
     float *norm_out;
     float norm_eps;
+    const int32_t *norm_rows; /* with norm_g, may be set: token t's input is x row norm_rows[t] */
 } tcu_gemv_args;
 int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
 
@@ -116,7 +117,9 @@ int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream);
 
 /* Paged attention (flash-decoding): each (token, head) splits its positions
  * max(0, pos - window + 1) .. pos over n_split blocks, each with an online
- * softmax; a second kernel merges the parts. part is scratch of
+ * softmax; the last block of a (token, head) to finish merges the parts
+ * (arrival counters per stream; a second kernel merges them where no
+ * counter slot is free). part is scratch of
  * T * n_head * n_split * (hd + 2) floats. hd a multiple of 32, <= 256. */
 typedef struct tcu_attn_args {
     const float *q;
@@ -125,6 +128,7 @@ typedef struct tcu_attn_args {
     tcu_kv kv;
     int layer, T, n_head, n_kv_head, hd, window, n_split;
     float scale, softcap;
+    int *count; /* set by tcu_attention (callers leave it NULL) */
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
 

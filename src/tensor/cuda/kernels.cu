@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <utility>
 
@@ -507,7 +508,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
             /* the RMSNorm factor of each token, reduced as rmsnorm_kernel
              * does (the same 256 threads, double sums) */
             for (int tt = 0; tt < nt; tt++) {
-                const float *xr = a.x + (size_t)(t0 + tt) * a.n_in;
+                const float *xr = a.x + (size_t)(a.norm_rows ? a.norm_rows[t0 + tt] : t0 + tt) * a.n_in;
                 double ss = 0.0;
                 for (int e = threadIdx.x; e < a.n_in; e += blockDim.x)
                     ss += (double)xr[e] * xr[e];
@@ -525,8 +526,8 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
                 const int nv4 = (pend - p0) * NV / 4;
                 for (int idx = threadIdx.x; idx < nt * nv4; idx += blockDim.x) {
                     int tt = idx / nv4, v = (idx - tt * nv4) * 4, cc = v / NV, p = (v % NV) / 4;
-                    float4 val = __ldg(reinterpret_cast<const float4 *>(a.x + (size_t)(t0 + tt) * a.n_in +
-                                                                        (size_t)p0 * NV + v));
+                    const size_t xrow = a.norm_g && a.norm_rows ? (size_t)a.norm_rows[t0 + tt] : (size_t)(t0 + tt);
+                    float4 val = __ldg(reinterpret_cast<const float4 *>(a.x + xrow * a.n_in + (size_t)p0 * NV + v));
                     if (a.norm_g) {
                         const float r = rnorm[tt];
                         const float4 g = __ldg(reinterpret_cast<const float4 *>(a.norm_g + (size_t)p0 * NV + v));
@@ -779,12 +780,13 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream);
 extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
 {
     if (a->norm_g && a->T > 0 && !gv_xs(tcu_gemv_variant(a->m[0].kind), a->m[0].kind)) {
-        int rc = tcu_rmsnorm(a->x, NULL, a->norm_g, a->norm_out, a->T, a->n_in, a->norm_eps, 0, stream);
+        int rc = tcu_rmsnorm(a->x, a->norm_rows, a->norm_g, a->norm_out, a->T, a->n_in, a->norm_eps, 0, stream);
         if (rc)
             return rc;
         tcu_gemv_args b = *a;
         b.x = a->norm_out;
         b.norm_g = NULL;
+        b.norm_rows = NULL;
         return gemv_dispatch(&b, stream);
     }
     return gemv_dispatch(a, stream);
@@ -1051,6 +1053,8 @@ extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
 
 #define ATT_WARPS 4
 
+__device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e);
+
 // grid (n_head, T, n_split), block ATT_WARPS warps. D = hd / 32 dims per lane
 // (lane owns dims lane*D .. lane*D + D - 1).
 template <int D> __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a)
@@ -1119,6 +1123,47 @@ template <int D> __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_ke
         part[0] = M;
         part[1] = L;
     }
+    if (!a.count)
+        return;
+    /* the last of the n_split blocks of (i, h) to get here merges (the
+     * order of the merge is fixed, whichever block it is) */
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = a.count + (size_t)i * a.n_head + h;
+        last = atomicAdd(c, 1) == a.n_split - 1;
+        if (last)
+            *c = 0; /* every block has arrived: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int e = threadIdx.x; e < hd; e += blockDim.x)
+        attn_merge_one(a, h, i, e);
+}
+
+// out[i][h][e] from the n_split parts of (token i, head h), in split order.
+// Reads through L2 (the parts may come from other blocks of this grid).
+__device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e)
+{
+    const int hd = a.hd;
+    const float *part = a.part + ((size_t)i * a.n_head + h) * a.n_split * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < a.n_split; s++)
+        M = fmaxf(M, __ldcg(part + (size_t)s * (hd + 2)));
+    float L = 0.0f, v = 0.0f;
+    for (int s = 0; s < a.n_split; s++) {
+        const float *ps = part + (size_t)s * (hd + 2);
+        float m = __ldcg(ps);
+        if (m > -INFINITY) {
+            float f = expf(m - M);
+            L += f * __ldcg(ps + 1);
+            v += f * __ldcg(ps + 2 + e);
+        }
+    }
+    a.out[((size_t)i * a.n_head + h) * hd + e] = v / L;
 }
 
 // grid (n_head, T), block hd threads.
@@ -1126,27 +1171,56 @@ __global__ void attn_merge_kernel(const tcu_attn_args a)
 {
     pdl_wait();
     pdl_trigger();
-    int h = blockIdx.x, i = blockIdx.y, e = threadIdx.x, hd = a.hd;
-    const float *part = a.part + ((size_t)i * a.n_head + h) * a.n_split * (hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < a.n_split; s++)
-        M = fmaxf(M, part[(size_t)s * (hd + 2)]);
-    float L = 0.0f, v = 0.0f;
-    for (int s = 0; s < a.n_split; s++) {
-        const float *ps = part + (size_t)s * (hd + 2);
-        if (ps[0] > -INFINITY) {
-            float f = expf(ps[0] - M);
-            L += f * ps[1];
-            v += f * ps[2 + e];
-        }
-    }
-    a.out[((size_t)i * a.n_head + h) * hd + e] = v / L;
+    attn_merge_one(a, blockIdx.x, blockIdx.y, threadIdx.x);
 }
 
-extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
+// Arrival counters of the fused merge, one slot of ATT_CNT ints per
+// (device, stream) so that streams never share one; zero at load and
+// reset by the merging block.
+#define ATT_CNT 8192
+#define ATT_SLOTS 8
+__device__ int att_count[ATT_SLOTS][ATT_CNT];
+static struct {
+    int dev;
+    cudaStream_t s;
+    int *p;
+} att_slot[ATT_SLOTS];
+static int att_nslot;
+
+static int *att_counters(cudaStream_t s)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev))
+        return nullptr;
+    for (int k = 0; k < att_nslot; k++)
+        if (att_slot[k].dev == dev && att_slot[k].s == s)
+            return att_slot[k].p;
+    int used = 0; /* slots already handed out on this device */
+    for (int k = 0; k < att_nslot; k++)
+        used += att_slot[k].dev == dev;
+    void *base = nullptr;
+    if (att_nslot == ATT_SLOTS || used == ATT_SLOTS || cudaGetSymbolAddress(&base, att_count)) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    att_slot[att_nslot].dev = dev;
+    att_slot[att_nslot].s = s;
+    att_slot[att_nslot].p = (int *)base + (size_t)used * ATT_CNT;
+    return att_slot[att_nslot++].p;
+}
+
+extern "C" int tcu_attention(const tcu_attn_args *a_in, tcu_stream stream)
 {
     PROF(TCU_PROF_ATTN, stream);
     cudaStream_t s = (cudaStream_t)stream;
+    tcu_attn_args fused = *a_in;
+    const tcu_attn_args *a = &fused;
+    static int fuse = -1; /* TERN_CUDA_ATTN_FUSE=0: the separate merge kernel */
+    if (fuse < 0) {
+        const char *e = getenv("TERN_CUDA_ATTN_FUSE");
+        fuse = !(e && !strcmp(e, "0"));
+    }
+    fused.count = fuse && (long)a_in->T * a_in->n_head <= ATT_CNT ? att_counters(s) : nullptr;
     dim3 grid(a->n_head, a->T, a->n_split);
     int rc = 0;
     switch (a->hd / 32) {
@@ -1160,7 +1234,7 @@ extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
     case 8: rc = launch(attn_part_kernel<8>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
     default: return (int)cudaErrorInvalidValue;
     }
-    if (rc)
+    if (rc || a->count)
         return rc;
     return launch(attn_merge_kernel, dim3(a->n_head, a->T), dim3(a->hd), 0, s, *a);
 }
