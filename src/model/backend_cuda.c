@@ -605,7 +605,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     for (int i = 0; i < T; i++)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T, be->kv,
-                        a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap, NULL};
+                        a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     CU(tcu_attention(&at, (tcu_stream)be->stream), "attention");
     CU(cudaMemcpyAsync(a->out, be->ty, qn * sizeof(float), cudaMemcpyDeviceToHost, be->stream), "download");
@@ -635,7 +635,7 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
                            blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
         CU(tcu_qkv_post(&qa, s), "qkv");
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, be->kv, l, T, c->n_head, c->n_kv_head,
-                            c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap, NULL};
+                            c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap};
         CU(tcu_attention(&aa, s), "attention");
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;

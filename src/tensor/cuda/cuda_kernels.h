@@ -128,7 +128,6 @@ typedef struct tcu_attn_args {
     tcu_kv kv;
     int layer, T, n_head, n_kv_head, hd, window, n_split;
     float scale, softcap;
-    int *count; /* set by tcu_attention (callers leave it NULL) */
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
 

@@ -1053,11 +1053,19 @@ extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
 
 #define ATT_WARPS 4
 
+// Arrival counters of the fused merge, one slot of ATT_CNT ints per
+// (device, stream) so that streams never share one; zero at load and
+// reset by the merging block.
+#define ATT_CNT 8192
+#define ATT_SLOTS 8
+__device__ int att_count[ATT_SLOTS][ATT_CNT];
+
 __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e);
 
 // grid (n_head, T, n_split), block ATT_WARPS warps. D = hd / 32 dims per lane
 // (lane owns dims lane*D .. lane*D + D - 1).
-template <int D> __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a)
+template <int D>
+__global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a, int slot)
 {
     pdl_wait();
     pdl_trigger();
@@ -1123,7 +1131,7 @@ template <int D> __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_ke
         part[0] = M;
         part[1] = L;
     }
-    if (!a.count)
+    if (slot < 0)
         return;
     /* the last of the n_split blocks of (i, h) to get here merges (the
      * order of the merge is fixed, whichever block it is) */
@@ -1131,7 +1139,7 @@ template <int D> __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_ke
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        int *c = a.count + (size_t)i * a.n_head + h;
+        int *c = &att_count[slot][(size_t)i * a.n_head + h];
         last = atomicAdd(c, 1) == a.n_split - 1;
         if (last)
             *c = 0; /* every block has arrived: ready for the next launch */
@@ -1174,67 +1182,57 @@ __global__ void attn_merge_kernel(const tcu_attn_args a)
     attn_merge_one(a, blockIdx.x, blockIdx.y, threadIdx.x);
 }
 
-// Arrival counters of the fused merge, one slot of ATT_CNT ints per
-// (device, stream) so that streams never share one; zero at load and
-// reset by the merging block.
-#define ATT_CNT 8192
-#define ATT_SLOTS 8
-__device__ int att_count[ATT_SLOTS][ATT_CNT];
+// The counter slot of (current device, stream), or -1 when all are taken.
+#define ATT_MAX_STREAMS 64
 static struct {
-    int dev;
+    int dev, slot;
     cudaStream_t s;
-    int *p;
-} att_slot[ATT_SLOTS];
+} att_slot[ATT_MAX_STREAMS];
 static int att_nslot;
 
-static int *att_counters(cudaStream_t s)
+static int att_slot_of(cudaStream_t s)
 {
     int dev = 0;
     if (cudaGetDevice(&dev))
-        return nullptr;
-    for (int k = 0; k < att_nslot; k++)
-        if (att_slot[k].dev == dev && att_slot[k].s == s)
-            return att_slot[k].p;
+        return -1;
     int used = 0; /* slots already handed out on this device */
-    for (int k = 0; k < att_nslot; k++)
+    for (int k = 0; k < att_nslot; k++) {
+        if (att_slot[k].dev == dev && att_slot[k].s == s)
+            return att_slot[k].slot;
         used += att_slot[k].dev == dev;
-    void *base = nullptr;
-    if (att_nslot == ATT_SLOTS || used == ATT_SLOTS || cudaGetSymbolAddress(&base, att_count)) {
-        cudaGetLastError();
-        return nullptr;
     }
+    if (att_nslot == ATT_MAX_STREAMS || used == ATT_SLOTS)
+        return -1;
     att_slot[att_nslot].dev = dev;
     att_slot[att_nslot].s = s;
-    att_slot[att_nslot].p = (int *)base + (size_t)used * ATT_CNT;
-    return att_slot[att_nslot++].p;
+    att_slot[att_nslot].slot = used;
+    return att_slot[att_nslot++].slot;
 }
 
-extern "C" int tcu_attention(const tcu_attn_args *a_in, tcu_stream stream)
+extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_ATTN, stream);
     cudaStream_t s = (cudaStream_t)stream;
-    tcu_attn_args fused = *a_in;
-    const tcu_attn_args *a = &fused;
     static int fuse = -1; /* TERN_CUDA_ATTN_FUSE=0: the separate merge kernel */
     if (fuse < 0) {
         const char *e = getenv("TERN_CUDA_ATTN_FUSE");
         fuse = !(e && !strcmp(e, "0"));
     }
-    fused.count = fuse && (long)a_in->T * a_in->n_head <= ATT_CNT ? att_counters(s) : nullptr;
+    const int slot = fuse && (long)a->T * a->n_head <= ATT_CNT ? att_slot_of(s) : -1;
     dim3 grid(a->n_head, a->T, a->n_split);
     int rc = 0;
     switch (a->hd / 32) {
-    case 1: rc = launch(attn_part_kernel<1>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
-    case 2: rc = launch(attn_part_kernel<2>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
-    case 3: rc = launch(attn_part_kernel<3>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
-    case 4: rc = launch(attn_part_kernel<4>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
-    case 5: rc = launch(attn_part_kernel<5>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
-    case 6: rc = launch(attn_part_kernel<6>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
-    case 7: rc = launch(attn_part_kernel<7>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
-    case 8: rc = launch(attn_part_kernel<8>, grid, dim3(ATT_WARPS * WARP), 0, s, *a); break;
+    case 1: rc = launch(attn_part_kernel<1>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
+    case 2: rc = launch(attn_part_kernel<2>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
+    case 3: rc = launch(attn_part_kernel<3>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
+    case 4: rc = launch(attn_part_kernel<4>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
+    case 5: rc = launch(attn_part_kernel<5>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
+    case 6: rc = launch(attn_part_kernel<6>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
+    case 7: rc = launch(attn_part_kernel<7>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
+    case 8: rc = launch(attn_part_kernel<8>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
     default: return (int)cudaErrorInvalidValue;
     }
-    if (rc || a->count)
+    if (rc || slot >= 0)
         return rc;
     return launch(attn_merge_kernel, dim3(a->n_head, a->T), dim3(a->hd), 0, s, *a);
 }
