@@ -20,7 +20,8 @@
 # leaves the built-in default). AB="1b": sizes also benched with variant 0
 # (the old kernel) for an A/B at the model level ("" skips). PDL="1b": sizes
 # benched again with programmatic dependent launch flipped (TERN_CUDA_PDL)
-# and the CPU check ("" skips).
+# and the CPU check ("" skips). EXTRA="VAR=VAL ...": one more 1b bench per
+# assignment with it set (e.g. EXTRA="TERN_CUDA_ATTN_FUSE=0 TERN_CUDA_GEMV=0").
 set -u
 OUT=${1:?usage: bench/cuda_check.sh OUT_DIR}
 TOK=${TOK:-.device/llama3}
@@ -101,4 +102,9 @@ if [ -n "$PDL" ]; then
   for s in $PDL; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done
   TERN_CUDA_PDL=$flip "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 32 $M 2>&1 | tee "$OUT/bench-pdl$flip.txt"
 fi
+for kv in ${EXTRA:-}; do
+  stamp "A/B: $kv on 1b"
+  env "$kv" "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 32 "$FX/llama-1b-bf16" "$FX/llama-1b-q4" 2>&1 |
+    tee "$OUT/bench-${kv%%=*}.txt"
+done
 stamp done
