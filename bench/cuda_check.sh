@@ -15,19 +15,19 @@
 # TOK: a Llama 3 tokenizer folder (default .device/llama3). SHARED: the
 # ../shared stand-in holding models/stories260K (default .device/shared).
 # SIZES="1b 8b" picks the bench fixtures. GEMV: the variants the tests and
-# the model bench use ("k" or "kb,k4,k8" as TERN_CUDA_GEMV; default: the
-# micro-benchmark's fastest at batch 1 on the 8B shapes, per kind; "keep"
-# leaves the built-in default). AB="1b": sizes also benched with variant 0
-# (the old kernel) for an A/B at the model level ("" skips). PDL="1b": sizes
-# benched again with programmatic dependent launch flipped (TERN_CUDA_PDL)
-# and the CPU check ("" skips). EXTRA="VAR=VAL ...": one more 1b bench per
+# the model bench use ("k" or "kb,k4,k8" as TERN_CUDA_GEMV; "auto": the
+# micro-benchmark's fastest at batch 1 on the 8B shapes, per kind; default
+# "keep": the built-in TCU_GEMV_DEFAULT). AB="1b": sizes also benched with
+# variant 0 (the old kernel) for an A/B at the model level (default "":
+# skipped). PDL="1b 8b": sizes benched again with programmatic dependent
+# launch flipped (TERN_CUDA_PDL) and the CPU check ("" skips). EXTRA="VAR=VAL ...": one more 1b bench per
 # assignment with it set (e.g. EXTRA="TERN_CUDA_ATTN_FUSE=0 TERN_CUDA_GEMV=0").
 set -u
 OUT=${1:?usage: bench/cuda_check.sh OUT_DIR}
 TOK=${TOK:-.device/llama3}
 SIZES=${SIZES:-1b 8b}
-AB=${AB-1b}
-PDL=${PDL-1b}
+AB=${AB-}
+PDL=${PDL-1b 8b}
 FX=${FX:-/tmp/tern-fixtures}
 export TERN_SHARED=$(realpath "${SHARED:-.device/shared}")
 mkdir -p "$OUT" "$FX"
@@ -61,7 +61,7 @@ echo "gemv rc $?"
 # the compact GB/s table at T = 1, the decode-step summary and the check line
 awk '/^== GB\/s/{p=1} /^== GEMV-only/{p=2} p==1 && ($4 == 1 || $1 == "mdl" || /^==/) {print} p==2 {print}' "$OUT/gemv.txt"
 grep -E "NO \(|rror" "$OUT/gemv.txt" | head -20
-GEMV=${GEMV:-auto}
+GEMV=${GEMV:-keep}
 if [ "$GEMV" = auto ]; then
   best() { awk -v k="$1" '$1 == "8b" && $2 == k && $3 == 1 && NF > 6 {b=$NF} END {sub("v", "", b); print b}' "$OUT/gemv.txt"; }
   vb=$(best bf16); v4=$(best q4g64); v8=$(best q8g64)

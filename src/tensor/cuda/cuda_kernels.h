@@ -58,8 +58,12 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * (kind -1 = all; takes effect for launches and graph captures after it;
  * -1 when k is out of range). f32/f16 take the bf16 entry but run variant
  * 0 whatever it says. */
-#define TCU_GEMV_DEFAULT "0" /* the default variant(s): change here */
-#define TCU_GEMV_N_VARIANTS 11
+/* "4,8,4": the fastest at batch 1 of those that stage activations (and so
+ * fuse the RMSNorms) on the first H200 run: bf16 80% of the copy bandwidth
+ * in the 8B GEMV-only step (legacy 0: 72%), 4-bit 35% (11%), 8-bit 52%
+ * (31%); 4 is also the best at batch 8 and 32 for every kind. */
+#define TCU_GEMV_DEFAULT "4,8,4" /* the default variant(s): change here */
+#define TCU_GEMV_N_VARIANTS 12
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);
 /* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */

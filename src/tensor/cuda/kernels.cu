@@ -714,6 +714,7 @@ static const struct {
     {"R4 S1 x-smem, 4-bit as 1+q/16 (else = 5)"},
     {"R4 S1 x-global, 4-bit as 1+q/16 (else = 3)"},
     {"by shape: 4 (rows >= 96 * SMs), 7 (>= 48 * SMs), else 6"},
+    {"R2 S1 x-smem, 4-bit as 1+q/16 (else = 4)"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -772,7 +773,7 @@ extern "C" const char *tcu_gemv_variant_name(int v)
 static bool gv_xs(int v, int kind)
 {
     return (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8) &&
-           (v == 4 || v == 5 || v == 6 || v == 7 || v == 8 || v == 10);
+           (v == 4 || v == 5 || v == 6 || v == 7 || v == 8 || v == 10 || v == 11);
 }
 
 static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream);
@@ -815,6 +816,7 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
     case 7: rc = gemv_v_kind<2, 2, true>(a, rows, s); break;
     case 8: rc = gemv_v_kind<4, 1, true, true>(a, rows, s); break;
     case 9: rc = gemv_v_kind<4, 1, false, true>(a, rows, s); break;
+    case 11: rc = gemv_v_kind<2, 1, true, true>(a, rows, s); break;
     case 10: { /* by shape (never by T): enough warps for two waves */
         static int n_sm = 0;
         if (!n_sm) {
@@ -1052,6 +1054,7 @@ extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
 // ---- paged attention ----
 
 #define ATT_WARPS 4
+#define ATT_U 4 /* positions in flight per warp */
 
 // Arrival counters of the fused merge, one slot of ATT_CNT ints per
 // (device, stream) so that streams never share one; zero at load and
@@ -1085,22 +1088,45 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_at
     }
     float m = -INFINITY, l = 0.0f;
     const int32_t *blk = a.blk + a.bt_off[i];
-    for (int t = s0 + w; t < s1; t += ATT_WARPS) {
-        size_t o = kv_off(a.kv, a.layer, blk, t) + (size_t)kvh * hd + lane * D;
-        const float *kp = a.kv.k + o, *vp = a.kv.v + o;
-        float s = 0.0f;
+    /* a warp's positions t = s0 + w, + ATT_WARPS, ...: the K and V rows of
+     * ATT_U of them are loaded before the first is used (one memory round
+     * trip per ATT_U positions); the softmax sees them in the same order */
+    for (int t0 = s0 + w; t0 < s1; t0 += ATT_U * ATT_WARPS) {
+        float kr[ATT_U][D], vr[ATT_U][D];
 #pragma unroll
-        for (int d = 0; d < D; d++)
-            s = fmaf(qr[d], kp[d], s);
-        s = warp_sum(s) * a.scale;
-        if (a.softcap > 0)
-            s = a.softcap * tanhf(s / a.softcap);
-        float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
-        l = l * corr + e;
+        for (int j = 0; j < ATT_U; j++) {
+            const int t = t0 + j * ATT_WARPS;
+            if (t < s1) {
+                size_t o = kv_off(a.kv, a.layer, blk, t) + (size_t)kvh * hd + lane * D;
 #pragma unroll
-        for (int d = 0; d < D; d++)
-            acc[d] = acc[d] * corr + e * vp[d];
-        m = mn;
+                for (int d = 0; d < D; d++) {
+                    kr[j][d] = a.kv.k[o + d];
+                    vr[j][d] = a.kv.v[o + d];
+                }
+            } else {
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    kr[j][d] = vr[j][d] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_U; j++) {
+            if (t0 + j * ATT_WARPS >= s1)
+                break;
+            float s = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                s = fmaf(qr[d], kr[j][d], s);
+            s = warp_sum(s) * a.scale;
+            if (a.softcap > 0)
+                s = a.softcap * tanhf(s / a.softcap);
+            float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
+            l = l * corr + e;
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                acc[d] = acc[d] * corr + e * vr[j][d];
+            m = mn;
+        }
     }
     // Merge the warps' partial softmaxes.
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][256];
