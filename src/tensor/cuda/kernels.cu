@@ -429,13 +429,13 @@ template <int NV> __device__ __forceinline__ int gv_swz(int cc)
     return P >= 8 ? (cc & 7) % P : (cc / (8 / P)) % P;
 }
 
-template <int KIND, int TT, int R, int S, bool XS, bool GLU>
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM>
 __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
     constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F;
     constexpr int NS = GLU ? 2 * R : R;                        /* weight rows streamed per warp */
-    constexpr int UT = (TT == 1 ? 8 : 4) / NS, U = UT < 1 ? 1 : UT; /* chunks in flight per stream */
+    constexpr int UT = (TT == 1 ? 8 * UM : 4) / NS, U = UT < 1 ? 1 : UT; /* chunks in flight per stream */
     constexpr int LS = WARP * S;
     extern __shared__ float4 xs4[];
     float *xs = reinterpret_cast<float *>(xs4);
@@ -656,11 +656,11 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
     }
 }
 
-template <int KIND, int TT, int R, int S, bool XS, bool GLU>
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1>
 static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
-    auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU>;
+    auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM>;
     int pvals = 0;
     size_t smem = 0;
     if (XS) {
@@ -679,22 +679,24 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
     return launch(kern, dim3((unsigned)((rows + rpb - 1) / rpb)), dim3(GV_WARPS * WARP), smem, s, *a, pvals);
 }
 
-template <int KIND, int R, int S, bool XS> static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
+/* UM: loads in flight at T = 1 times UM (the order of the sums stays) */
+template <int KIND, int R, int S, bool XS, int UM = 1>
+static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     if (a->T == 1)
-        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true>(a, rows, s)
-                      : gemv_v_launch<KIND, 1, R, S, XS, false>(a, rows, s);
+        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM>(a, rows, s)
+                      : gemv_v_launch<KIND, 1, R, S, XS, false, UM>(a, rows, s);
     return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true>(a, rows, s)
                   : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false>(a, rows, s);
 }
 
-template <int R, int S, bool XS, bool Q4F = false>
+template <int R, int S, bool XS, bool Q4F = false, int UM = 1>
 static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     switch (a->m[0].kind) {
-    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS>(a, rows, s);
-    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS>(a, rows, s);
-    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS>(a, rows, s);
+    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM>(a, rows, s);
+    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM>(a, rows, s);
+    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM>(a, rows, s);
     default: return -1; /* f32 / f16: the legacy kernel */
     }
 }
@@ -715,6 +717,8 @@ static const struct {
     {"R4 S1 x-global, 4-bit as 1+q/16 (else = 3)"},
     {"by shape: 4 (rows >= 96 * SMs), 7 (>= 48 * SMs), else 6"},
     {"R2 S1 x-smem, 4-bit as 1+q/16 (else = 4)"},
+    {"= 4 with twice the loads in flight at T = 1"},
+    {"= 11 with twice the loads in flight at T = 1"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -773,7 +777,7 @@ extern "C" const char *tcu_gemv_variant_name(int v)
 static bool gv_xs(int v, int kind)
 {
     return (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8) &&
-           (v == 4 || v == 5 || v == 6 || v == 7 || v == 8 || v == 10 || v == 11);
+           ((v >= 4 && v <= 8) || v >= 10);
 }
 
 static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream);
@@ -817,6 +821,8 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
     case 8: rc = gemv_v_kind<4, 1, true, true>(a, rows, s); break;
     case 9: rc = gemv_v_kind<4, 1, false, true>(a, rows, s); break;
     case 11: rc = gemv_v_kind<2, 1, true, true>(a, rows, s); break;
+    case 12: rc = gemv_v_kind<2, 1, true, false, 2>(a, rows, s); break;
+    case 13: rc = gemv_v_kind<2, 1, true, true, 2>(a, rows, s); break;
     case 10: { /* by shape (never by T): enough warps for two waves */
         static int n_sm = 0;
         if (!n_sm) {
