@@ -221,35 +221,39 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
 
 /* y_k = x @ W_k^T (or += when accumulate); glu: m[0].y = act(gate) * up
  * with m[1].y as the up buffer. */
-static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
-                  int glu, tern_err *err)
+/* Whether the n matrices go to one GEMV launch (a decode-sized batch, all of
+ * one kind); if so, fills a's common fields. */
+static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const tcu_mat *mats, const float *x,
+                           int n_in, int T, int glu)
 {
     int same = 1;
     for (int i = 1; i < n; i++)
         same &= mats[i].kind == mats[0].kind;
-    if (T < be->gemm_min_t && same) {
-        tcu_gemv_args a;
-        memset(&a, 0, sizeof a);
-        a.n = n;
-        for (int i = 0; i < n; i++)
-            a.m[i] = mats[i];
-        a.x = x;
-        a.n_in = n_in;
-        a.T = T;
+    if (T >= be->gemm_min_t || !same)
+        return 0;
+    memset(a, 0, sizeof *a);
+    a->n = n;
+    for (int i = 0; i < n; i++)
+        a->m[i] = mats[i];
+    a->x = x;
+    a->n_in = n_in;
+    a->T = T;
+    a->glu = glu;
+    return 1;
+}
+
+static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
+                  int glu, tern_err *err)
+{
+    tcu_gemv_args a;
+    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu)) {
         a.accumulate = accumulate;
-        a.glu = glu;
         CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
         return 0;
     }
     if (T < be->gemm_min_t) { /* mixed kinds: one launch each */
         for (int i = 0; i < n; i++) {
-            tcu_gemv_args a;
-            memset(&a, 0, sizeof a);
-            a.n = 1;
-            a.m[0] = mats[i];
-            a.x = x;
-            a.n_in = n_in;
-            a.T = T;
+            gemv_one_launch(be, &a, 1, &mats[i], x, n_in, T, 0);
             a.accumulate = accumulate;
             CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
         }
@@ -293,19 +297,8 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
 static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, const float *g, float *xn,
                        const int32_t *rows, int n_in, int T, int glu, tern_err *err)
 {
-    int same = 1;
-    for (int i = 1; i < n; i++)
-        same &= mats[i].kind == mats[0].kind;
-    if (T < be->gemm_min_t && same) {
-        tcu_gemv_args a;
-        memset(&a, 0, sizeof a);
-        a.n = n;
-        for (int i = 0; i < n; i++)
-            a.m[i] = mats[i];
-        a.x = x;
-        a.n_in = n_in;
-        a.T = T;
-        a.glu = glu;
+    tcu_gemv_args a;
+    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu)) {
         a.norm_g = g;
         a.norm_out = xn;
         a.norm_eps = be->m->cfg.norm_eps;

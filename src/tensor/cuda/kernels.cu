@@ -307,14 +307,20 @@ template <int KIND, int TT> __global__ void __launch_bounds__(GEMV_WARPS *WARP) 
     }
 }
 
-static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
+/* Output rows of one GEMV launch (gate/up of a glu launch count once). */
+static long gemv_rows(const tcu_gemv_args *a)
 {
     long rows = 0;
     if (a->glu)
-        rows = a->m[0].n_out;
-    else
-        for (int k = 0; k < a->n; k++)
-            rows += a->m[k].n_out;
+        return a->m[0].n_out;
+    for (int k = 0; k < a->n; k++)
+        rows += a->m[k].n_out;
+    return rows;
+}
+
+static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
+{
+    long rows = gemv_rows(a);
     if (rows == 0 || a->T == 0)
         return 0;
     dim3 grid((unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS)), block(GEMV_WARPS * WARP);
@@ -800,12 +806,7 @@ extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
 static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
-    long rows = 0;
-    if (a->glu)
-        rows = a->m[0].n_out;
-    else
-        for (int k = 0; k < a->n; k++)
-            rows += a->m[k].n_out;
+    long rows = gemv_rows(a);
     if (rows == 0 || a->T == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
