@@ -1,7 +1,7 @@
 /* bench_cuda: the CUDA backend's speed next to the roofline, and its logits
  * next to the CPU backend's.
  *
- *   bench_cuda [--prompt N] [--tokens N] [--check N] MODEL_DIR...
+ *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] MODEL_DIR...
  *   bench_cuda --gemv
  *
  * --gemv (no model files): every GEMV variant (TERN_CUDA_GEMV) on random
@@ -16,8 +16,9 @@
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
  * roofline bandwidth / weight bytes, batch-1 decode tokens/s after an
- * N-token prompt, aggregate decode tokens/s at batch 8 and 32 (each row its
- * own sequence), and prefill tokens/s of a 512-token prompt in one batch.
+ * N-token prompt, aggregate decode tokens/s at batch 8, 32 and 128 (each row
+ * its own sequence; 128 rows go through cuBLAS), and prefill tokens/s of a --prefill-token prompt (default 512)
+ * in one batch.
  * --check N first runs an N-token prompt and 4 greedy steps on both the CPU
  * and the GPU and prints the logits' relative L2 error and whether the
  * greedy ids agree (0 skips it). Without a CUDA build it says so. */
@@ -145,11 +146,19 @@ static double prefill_run(tern_model *m, kv_pool *kv, int n, const int32_t *prom
 static int check_run(tern_model *m, kv_pool *kv, int n, const int32_t *prompt, float *lg, int32_t *ids, tern_err *err)
 {
     kv_seq seq = {0};
-    int32_t pos[512], last = n - 1;
-    kv_seq *sp[512];
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), last = n - 1;
+    kv_seq **sp = malloc(sizeof(kv_seq *) * (size_t)n);
     int V = m->cfg.n_vocab, rc;
-    if ((rc = kv_seq_reserve(kv, &seq, n + 4, err)))
+    if (!pos || !sp) {
+        free(pos);
+        free(sp);
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    }
+    if ((rc = kv_seq_reserve(kv, &seq, n + 4, err))) {
+        free(pos);
+        free(sp);
         return rc;
+    }
     for (int i = 0; i < n; i++) {
         pos[i] = i;
         sp[i] = &seq;
@@ -167,6 +176,8 @@ static int check_run(tern_model *m, kv_pool *kv, int n, const int32_t *prompt, f
     }
 out:
     kv_seq_free(kv, &seq);
+    free(pos);
+    free(sp);
     return rc;
 }
 /* ---- --gemv: the GEMV variants alone on random weights (no model files) ---- */
@@ -481,7 +492,7 @@ static int gemv_bench(void)
 
 int main(int argc, char **argv)
 {
-    int n_prompt = 128, steps = 64, check = 32;
+    int n_prompt = 128, steps = 64, check = 32, n_prefill = 512;
     int first = 1;
     if (argc == 2 && !strcmp(argv[1], "--gemv")) {
 #ifndef TERN_CUDA
@@ -504,11 +515,15 @@ int main(int argc, char **argv)
             steps = atoi(argv[first + 1]);
         else if (!strcmp(argv[first], "--check"))
             check = atoi(argv[first + 1]);
+        else if (!strcmp(argv[first], "--prefill"))
+            n_prefill = atoi(argv[first + 1]);
         else
             break;
     }
-    if (first >= argc || n_prompt < 1 || n_prompt > 512 || steps < 4 || check < 0 || check > 500) {
-        fprintf(stderr, "usage: bench_cuda [--prompt N<=512] [--tokens N>=4] [--check N] MODEL_DIR...\n");
+    if (first >= argc || n_prompt < 1 || n_prompt > 512 || steps < 4 || check < 0 || check > 500 || n_prefill < 1 ||
+        n_prefill > 16384) {
+        fprintf(stderr, "usage: bench_cuda [--prompt N<=512] [--tokens N>=4] [--check N] [--prefill N<=16384] "
+                        "MODEL_DIR...\n");
         return 2;
     }
 #ifndef TERN_CUDA
@@ -524,8 +539,8 @@ int main(int argc, char **argv)
            "programmatic dependent launch %s\n",
            bw / 1e9, tcu_gemv_variant(TCU_BF16), tcu_gemv_variant(TCU_Q4), tcu_gemv_variant(TCU_Q8),
            tcu_pdl() ? "on" : "off");
-    printf("%-28s %8s %9s %9s %7s %9s %9s %9s %9s %10s %s\n", "model", "weightGB", "roof t/s", "b1 t/s", "%roof",
-           "b8 t/s", "b32 t/s", "b8 blas", "b32 blas", "prefill/s", "check");
+    printf("%-28s %8s %9s %9s %7s %9s %9s %9s %9s %9s %10s %s\n", "model", "weightGB", "roof t/s", "b1 t/s", "%roof",
+           "b8 t/s", "b32 t/s", "b128 t/s", "b8 blas", "b32 blas", "prefill/s", "check");
     for (int a = first; a < argc; a++) {
         tern_err err = {0};
         model_load_opts o = {0, "cpu"};
@@ -539,16 +554,20 @@ int main(int argc, char **argv)
         int V = c->n_vocab, maxlen = 512 + 8;
         if (n_prompt + steps > maxlen)
             maxlen = n_prompt + steps;
-        int bs = 16, per = (maxlen + bs - 1) / bs + 1;
+        int bs = 16, per = (maxlen + bs - 1) / bs + 1, n_tok = n_prefill > 512 ? n_prefill : 512;
         kv_pool kv;
-        if (kv_pool_init(&kv, c->n_layer, c->n_kv_head * c->head_dim, bs, 32 * per + 64, &err))
+        if (kv_pool_init(&kv, c->n_layer, c->n_kv_head * c->head_dim, bs, 128 * per + n_tok / bs + 64, &err))
             return die(&err);
-        int32_t prompt[512];
+        int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_tok);
+        float *logits = malloc((size_t)128 * V * sizeof(float)), *lc = malloc((size_t)5 * V * sizeof(float));
+        if (!prompt || !logits || !lc) {
+            fprintf(stderr, "bench_cuda: out of memory\n");
+            return 1;
+        }
         tern_rng r;
         tern_rng_seed(&r, 42, 0);
-        for (int i = 0; i < 512; i++)
+        for (int i = 0; i < n_tok; i++)
             prompt[i] = (int32_t)(tern_rng_f32(&r) * (V - 1));
-        float *logits = malloc((size_t)32 * V * sizeof(float)), *lc = malloc((size_t)5 * V * sizeof(float));
         char chk[96] = "-";
         if (check > 0) {
             int32_t idc[4], idg[4];
@@ -576,7 +595,8 @@ int main(int argc, char **argv)
         double t1 = decode_run(m, &kv, 1, n_prompt, steps, prompt, logits, &err);
         double t8 = t1 >= 0 ? decode_run(m, &kv, 8, n_prompt, steps, prompt, logits, &err) : -1;
         double t32 = t8 >= 0 ? decode_run(m, &kv, 32, n_prompt, steps, prompt, logits, &err) : -1;
-        double tp = t32 >= 0 ? prefill_run(m, &kv, 512, prompt, logits, &err) : -1;
+        double t128 = t32 >= 0 ? decode_run(m, &kv, 128, n_prompt, steps, prompt, logits, &err) : -1;
+        double tp = t128 >= 0 ? prefill_run(m, &kv, n_prefill, prompt, logits, &err) : -1;
         if (tp < 0)
             return die(&err);
         /* batches through cuBLAS (TERN_CUDA_GEMM_MIN_T=2): faster, not batch-invariant */
@@ -628,9 +648,9 @@ int main(int argc, char **argv)
         }
         const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
         double b1 = (steps - 2) / t1, roof = bw / wb;
-        printf("%-28s %8.2f %9.0f %9.1f %6.0f%% %9.0f %9.0f %9.0f %9.0f %10.0f %s\n", name, wb / 1e9, roof, b1,
-               100 * b1 / roof, 8 * (steps - 2) / t8, 32 * (steps - 2) / t32, 8 * (steps - 2) / c8,
-               32 * (steps - 2) / c32, 512 / tp, chk);
+        printf("%-28s %8.2f %9.0f %9.1f %6.0f%% %9.0f %9.0f %9.0f %9.0f %9.0f %10.0f %s\n", name, wb / 1e9, roof, b1,
+               100 * b1 / roof, 8 * (steps - 2) / t8, 32 * (steps - 2) / t32, 128 * (steps - 2) / t128,
+               8 * (steps - 2) / c8, 32 * (steps - 2) / c32, n_prefill / tp, chk);
         printf("  %s b1 profile: %s\n", name, prof);
         fflush(stdout);
         m->be = cpu;
@@ -638,6 +658,7 @@ int main(int argc, char **argv)
         kv_pool_free(&kv);
         free(logits);
         free(lc);
+        free(prompt);
         model_free(m);
     }
     return 0;

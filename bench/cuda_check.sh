@@ -88,7 +88,7 @@ done
 stamp bench
 M=""
 for s in $SIZES; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done
-"$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 32 $M 2>&1 | tee "$OUT/bench.txt"
+"$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 32 --prefill ${PREFILL:-2048} $M 2>&1 | tee "$OUT/bench.txt"
 if [ -n "$AB" ]; then
   stamp "A/B: variant 0 on $AB"
   M=""
