@@ -16,42 +16,14 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "base/strbuf.h"
 #include "cli/cmd_grammar.h"
 #include "tokenizer/tokenizer.h"
 
-typedef struct dbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} dbuf;
-
-static void db_put(dbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns) {
-            b->oom = 1;
-            return;
-        }
-        b->s = ns;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void db_str(dbuf *b, const char *s) { db_put(b, s, strlen(s)); }
-
-static void dumps_string(dbuf *b, const char *s, size_t len)
+static void dumps_string(tern_sbuf *b, const char *s, size_t len)
 {
     char tmp[16];
-    db_put(b, "\"", 1);
+    tern_sbuf_put(b, "\"", 1);
     for (size_t i = 0; i < len;) {
         uint8_t c = (uint8_t)s[i];
         uint32_t cp = c;
@@ -69,75 +41,75 @@ static void dumps_string(dbuf *b, const char *s, size_t len)
         }
         i += n;
         switch (cp) {
-        case '"': db_str(b, "\\\""); continue;
-        case '\\': db_str(b, "\\\\"); continue;
-        case '\n': db_str(b, "\\n"); continue;
-        case '\r': db_str(b, "\\r"); continue;
-        case '\t': db_str(b, "\\t"); continue;
-        case '\b': db_str(b, "\\b"); continue;
-        case '\f': db_str(b, "\\f"); continue;
+        case '"': tern_sbuf_str(b, "\\\""); continue;
+        case '\\': tern_sbuf_str(b, "\\\\"); continue;
+        case '\n': tern_sbuf_str(b, "\\n"); continue;
+        case '\r': tern_sbuf_str(b, "\\r"); continue;
+        case '\t': tern_sbuf_str(b, "\\t"); continue;
+        case '\b': tern_sbuf_str(b, "\\b"); continue;
+        case '\f': tern_sbuf_str(b, "\\f"); continue;
         default: break;
         }
         if (cp >= 0x20 && cp < 0x7F) {
             tmp[0] = (char)cp;
-            db_put(b, tmp, 1);
+            tern_sbuf_put(b, tmp, 1);
         } else if (cp < 0x10000) {
             snprintf(tmp, sizeof tmp, "\\u%04x", cp);
-            db_str(b, tmp);
+            tern_sbuf_str(b, tmp);
         } else {
             uint32_t v = cp - 0x10000;
             snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
-            db_str(b, tmp);
+            tern_sbuf_str(b, tmp);
         }
     }
-    db_put(b, "\"", 1);
+    tern_sbuf_put(b, "\"", 1);
 }
 
 /* Python json.dumps(o) with the default separators and ensure_ascii. */
-static void dumps(dbuf *b, json_object *o)
+static void dumps(tern_sbuf *b, json_object *o)
 {
     char tmp[64];
     switch (json_object_get_type(o)) {
     case json_type_null:
-        db_str(b, "null");
+        tern_sbuf_str(b, "null");
         break;
     case json_type_boolean:
-        db_str(b, json_object_get_boolean(o) ? "true" : "false");
+        tern_sbuf_str(b, json_object_get_boolean(o) ? "true" : "false");
         break;
     case json_type_int:
         snprintf(tmp, sizeof tmp, "%lld", (long long)json_object_get_int64(o));
-        db_str(b, tmp);
+        tern_sbuf_str(b, tmp);
         break;
     case json_type_double:
         /* json-c keeps the number's source text, which Python wrote */
-        db_str(b, json_object_to_json_string(o));
+        tern_sbuf_str(b, json_object_to_json_string(o));
         break;
     case json_type_string:
         dumps_string(b, json_object_get_string(o), (size_t)json_object_get_string_len(o));
         break;
     case json_type_array: {
         size_t n = json_object_array_length(o);
-        db_str(b, "[");
+        tern_sbuf_str(b, "[");
         for (size_t i = 0; i < n; i++) {
             if (i)
-                db_str(b, ", ");
+                tern_sbuf_str(b, ", ");
             dumps(b, json_object_array_get_idx(o, i));
         }
-        db_str(b, "]");
+        tern_sbuf_str(b, "]");
         break;
     }
     case json_type_object: {
         int first = 1;
-        db_str(b, "{");
+        tern_sbuf_str(b, "{");
         json_object_object_foreach(o, k, val) {
             if (!first)
-                db_str(b, ", ");
+                tern_sbuf_str(b, ", ");
             first = 0;
             dumps_string(b, k, strlen(k));
-            db_str(b, ": ");
+            tern_sbuf_str(b, ": ");
             dumps(b, val);
         }
-        db_str(b, "}");
+        tern_sbuf_str(b, "}");
         break;
     }
     }
@@ -245,7 +217,7 @@ int grammar_bench_run(const grammar_spec *spec, const char *tok_dir, const char 
     dvec masks = {0}, comp = {0}, ttfm = {0};
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *mask = calloc(nw, sizeof *mask);
-    dbuf text = {0};
+    tern_sbuf text = {0};
     for (size_t f = 0; f < n_files && mask; f++) {
         char *path = tern_path_join(data_dir, names[f]);
         json_object *doc = path ? tern_json_parse_file(path, &err) : NULL;

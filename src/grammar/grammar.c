@@ -64,19 +64,25 @@ static inline uint64_t h64(uint64_t h, uint64_t x)
     return h * 0xFF51AFD7ED558CCDULL;
 }
 
+/* A node's kind and size, and its contents when it is a leaf (bytes or a
+ * class): the part of a tree hash that does not depend on rules. */
+static uint64_t node_hash(const gast *a, uint64_t h)
+{
+    h = h64(h, (uint64_t)a->kind * 131 + (uint64_t)a->n);
+    if (a->kind == GAST_BYTES)
+        for (int i = 0; i < a->n; i++)
+            h = h64(h, a->u.bytes[i]);
+    else if (a->kind == GAST_CLASS)
+        for (int i = 0; i < 2 * a->n; i++)
+            h = h64(h, a->u.cls.ranges[i]);
+    return h;
+}
+
 /* Hash of a tree; *ok cleared when it calls a rule without a signature. */
 static uint64_t ast_hash(const grammar *g, const gast *a, uint64_t h, int *ok)
 {
-    h = h64(h, (uint64_t)a->kind * 131 + (uint64_t)a->n);
+    h = node_hash(a, h);
     switch (a->kind) {
-    case GAST_BYTES:
-        for (int i = 0; i < a->n; i++)
-            h = h64(h, a->u.bytes[i]);
-        break;
-    case GAST_CLASS:
-        for (int i = 0; i < 2 * a->n; i++)
-            h = h64(h, a->u.cls.ranges[i]);
-        break;
     case GAST_REF:
         if (!g->rule_sig[a->u.ref])
             *ok = 0;
@@ -117,16 +123,8 @@ typedef struct gwalk {
 static uint64_t graph_ast(const gast *a, uint64_t h, gwalk *w)
 {
     w->work++;
-    h = h64(h, (uint64_t)a->kind * 131 + (uint64_t)a->n);
+    h = node_hash(a, h);
     switch (a->kind) {
-    case GAST_BYTES:
-        for (int i = 0; i < a->n; i++)
-            h = h64(h, a->u.bytes[i]);
-        break;
-    case GAST_CLASS:
-        for (int i = 0; i < 2 * a->n; i++)
-            h = h64(h, a->u.cls.ranges[i]);
-        break;
     case GAST_REF: {
         int32_t c = a->u.ref;
         if (w->sig1[c]) {

@@ -353,23 +353,31 @@ static int scratch_ensure(cu_backend *be, int T, int n_out, tern_err *err)
     return 0;
 }
 
-static int in_ensure(cu_backend *be, size_t n, tern_err *err)
+/* A device buffer and its pinned host twin, each of at least n int32 (grown to
+ * twice the old capacity); *cap is 0 while they are being replaced. */
+static int pinned_pair_ensure(cu_backend *be, int32_t **d, int32_t **h, size_t *cap_io, size_t n, tern_err *err)
 {
-    if (n <= be->cap_in)
+    if (n <= *cap_io)
         return 0;
-    size_t cap = n > 2 * be->cap_in ? n : 2 * be->cap_in;
-    graphs_clear(be);
-    cu_free_one(be, be->d_in);
-    be->d_in = NULL;
-    cudaFreeHost(be->h_in);
-    be->h_in = NULL;
-    be->cap_in = 0;
-    int rc = cu_alloc(be, (void **)&be->d_in, cap * sizeof(int32_t), err);
+    size_t cap = n > 2 * *cap_io ? n : 2 * *cap_io;
+    cu_free_one(be, *d);
+    *d = NULL;
+    cudaFreeHost(*h);
+    *h = NULL;
+    *cap_io = 0;
+    int rc = cu_alloc(be, (void **)d, cap * sizeof(int32_t), err);
     if (rc)
         return rc;
-    CU(cudaMallocHost((void **)&be->h_in, cap * sizeof(int32_t)), "pinned alloc");
-    be->cap_in = cap;
+    CU(cudaMallocHost((void **)h, cap * sizeof(int32_t)), "pinned alloc");
+    *cap_io = cap;
     return 0;
+}
+
+static int in_ensure(cu_backend *be, size_t n, tern_err *err)
+{
+    if (n > be->cap_in)
+        graphs_clear(be); /* captured graphs read the old input buffer */
+    return pinned_pair_ensure(be, &be->d_in, &be->h_in, &be->cap_in, n, err);
 }
 
 static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
@@ -782,20 +790,7 @@ static int cu_forward(model_backend *base, tern_model *m, kv_pool *kv, const fwd
 
 static int sel_ensure(cu_backend *be, size_t n, tern_err *err)
 {
-    if (n <= be->cap_sel)
-        return 0;
-    size_t cap = n > 2 * be->cap_sel ? n : 2 * be->cap_sel;
-    cu_free_one(be, be->d_sel);
-    be->d_sel = NULL;
-    cudaFreeHost(be->h_sel);
-    be->h_sel = NULL;
-    be->cap_sel = 0;
-    int rc = cu_alloc(be, (void **)&be->d_sel, cap * sizeof(int32_t), err);
-    if (rc)
-        return rc;
-    CU(cudaMallocHost((void **)&be->h_sel, cap * sizeof(int32_t)), "pinned alloc");
-    be->cap_sel = cap;
-    return 0;
+    return pinned_pair_ensure(be, &be->d_sel, &be->h_sel, &be->cap_sel, n, err);
 }
 
 static int cu_forward_start(model_backend *base, tern_model *m, kv_pool *kv, const fwd_batch *b, tern_err *err)
