@@ -21,6 +21,44 @@ extern "C" {
 int tcu_argmax_rows(const float *logits, int n_rows, int n_vocab, const uint32_t *masks, int n_words,
                     const int32_t *mask_on, int32_t *ids, tcu_stream stream);
 
+/* Per row of tcu_sample_rows: the host sampler's parameters (sample.h),
+ * u = a uniform in [0, 1) drawn on the host from the row's own stream, and
+ * the row's logit_bias entries bias_ids/bias_vals[bias_off, + n_bias). */
+typedef struct tcu_sample_param {
+    double u;          /* unused at temperature 0 */
+    float temperature; /* 0 = argmax */
+    float top_p;       /* >= 1 = off */
+    float min_p;       /* <= 0 = off */
+    int32_t top_k;     /* <= 0 = off */
+    int32_t bias_off, n_bias;
+} tcu_sample_param;
+
+#define TCU_SAMPLE_MAX_VOCAB (1 << 19) /* fixed-point masses: n_vocab * 2^44 < 2^64 */
+
+/* Sampling per row, the host's sample_row (src/sample/sample.c) without
+ * penalties and logprobs: the row's biases are added to its logits (in
+ * place: the rows are modified), masked tokens (masks/mask_on as in
+ * tcu_argmax_rows) and -inf/NaN logits can never be drawn. Temperature 0:
+ * the masked argmax of tcu_argmax_rows. Else weights e = expf((x - max) *
+ * (1/T)) over the allowed tokens; the kept set is the first K tokens in the
+ * order (weight descending, ties by ascending id - the host's sort),
+ * K = min(top_k, the shortest prefix of the top-k set holding top_p of its
+ * mass, the tokens with weight >= min_p * the largest); ties at a top-k or
+ * top-p cut keep the lower ids, exactly K tokens, as the host does. ids[j]
+ * = the first token of that order whose running mass exceeds u * the kept
+ * mass (rows without top-k/top-p/min-p: id order over every token, as
+ * sample_row). Masses are summed exactly in 64-bit fixed point (2^-44 of
+ * the largest weight), so a row's id depends only on its logits, params, u
+ * and mask - not on the other rows or the launch - and differs from the
+ * host's float/double arithmetic only where u falls within ~1e-6 of a
+ * boundary of the cumulative distribution (tokens below 2^-45 of the
+ * largest weight have no mass here). -1 when nothing can be drawn (every
+ * token masked or -inf: sample_row's error). n_vocab <= TCU_SAMPLE_MAX_VOCAB.
+ * One block per row; n_rows may be 0. */
+int tcu_sample_rows(float *logits, int n_rows, int n_vocab, const tcu_sample_param *params, const int32_t *bias_ids,
+                    const float *bias_vals, const uint32_t *masks, int n_words, const int32_t *mask_on, int32_t *ids,
+                    tcu_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

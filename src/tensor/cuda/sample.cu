@@ -1,5 +1,6 @@
-// Greedy sampling on the device (see cuda_sample.h): a masked argmax per
-// logits row, so that only the chosen ids leave the GPU.
+// Sampling on the device (see cuda_sample.h), so that only the chosen ids
+// leave the GPU: a masked argmax per logits row (greedy steps), and the
+// host sampler's processing and draw per row (tcu_sample_rows).
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <math.h>
@@ -68,6 +69,330 @@ __global__ void argmax_rows_kernel(const float *logits, int n_vocab, const uint3
     }
 }
 
+
+// ---- sampling rows (tcu_sample_rows) ----
+//
+// One block per row, blockDim a power of two (<= 1024). Host order (src/
+// sample/sample.c): bias, mask, then with temperature T > 0 the weights
+// e_i = expf((x_i - max) * (1/T)) (the largest is exactly 1), the kept set
+// = the first K tokens in the order (weight descending, id ascending),
+// K = min(top-k count, top-p count within the top-k set, min-p count), and
+// the draw = the first token of that order whose running mass exceeds
+// u * (kept mass). Rows without truncation draw in id order over every
+// token, as sample_row does. Masses are fixed point (e * 2^44 rounded, in
+// 64-bit integers): every sum is exact, so the result does not depend on
+// the reduction order or the block size. Positions in the order are found
+// without a sort, by radix selection on the weights' bit patterns (positive
+// floats order as their bits): 4 passes of 256-bin histograms of count and
+// mass; a tie group (equal weights) is ranked by id with a block scan.
+
+typedef unsigned long long sr_u64;
+
+#define SR_BINS 256
+#define SR_MAX_THREADS 1024
+#define SR_QSCALE 17592186044416.0 // 2^44: n_vocab < 2^19 keeps sums below 2^63
+
+struct sr_smem {
+    unsigned int cnt[SR_BINS];
+    sr_u64 mass[SR_BINS];
+    sr_u64 buf[SR_MAX_THREADS];
+    float rv[SR_MAX_THREADS];
+    int ri[SR_MAX_THREADS];
+    // radix selection state, written by thread 0
+    unsigned int prefix;
+    sr_u64 a_cnt, a_mass, g_cnt, g_mass;
+    int res;
+};
+
+// Where a selection landed: the tie group of weight bits key, after a_cnt
+// tokens of mass a_mass (the larger weights); the group has g_cnt tokens of
+// fixed-point mass q each.
+struct sr_pos {
+    unsigned int key;
+    sr_u64 a_cnt, a_mass, g_cnt, q;
+};
+
+// Token i's weight, 0 when it cannot be drawn (masked, -inf, NaN, or an
+// infinite maximum).
+__device__ __forceinline__ float sr_weight(const float *x, const uint32_t *mk, int i, float mx, float invt)
+{
+    if (mk && !((mk[i >> 5] >> (i & 31)) & 1u))
+        return 0.0f;
+    float v = x[i];
+    if (!(v > -INFINITY))
+        return 0.0f;
+    float e = expf((v - mx) * invt);
+    return e > 0.0f ? e : 0.0f;
+}
+
+__device__ __forceinline__ sr_u64 sr_fix(float e) { return __double2ull_rn((double)e * SR_QSCALE); }
+
+// Sum over the block (every thread gets it).
+__device__ __forceinline__ sr_u64 sr_sum(sr_u64 v, sr_smem &S)
+{
+    const int t = threadIdx.x;
+    S.buf[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
+        if (t < s)
+            S.buf[t] += S.buf[t + s];
+        __syncthreads();
+    }
+    sr_u64 r = S.buf[0];
+    __syncthreads();
+    return r;
+}
+
+// Inclusive prefix sum over the threads in order.
+__device__ __forceinline__ sr_u64 sr_scan(sr_u64 v, sr_smem &S)
+{
+    const int t = threadIdx.x;
+    S.buf[t] = v;
+    __syncthreads();
+    for (int o = 1; o < (int)blockDim.x; o <<= 1) {
+        sr_u64 a = t >= o ? S.buf[t - o] : 0;
+        __syncthreads();
+        S.buf[t] += a;
+        __syncthreads();
+    }
+    sr_u64 r = S.buf[t];
+    __syncthreads();
+    return r;
+}
+
+// The position in the order (weight descending, id ascending) where the
+// running count (by_mass 0) or running fixed-point mass (1) of the tokens
+// first reaches target (1 <= target <= the row's total).
+__device__ __forceinline__ sr_pos sr_select(const float *x, const uint32_t *mk, int V, float mx, float invt,
+                                            int by_mass, sr_u64 target, sr_smem &S)
+{
+    const int t = threadIdx.x, n = blockDim.x;
+    unsigned int prefix = 0, pmask = 0;
+    if (t == 0) {
+        S.a_cnt = 0;
+        S.a_mass = 0;
+    }
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = t; b < SR_BINS; b += n) {
+            S.cnt[b] = 0;
+            S.mass[b] = 0;
+        }
+        __syncthreads();
+        for (int i = t; i < V; i += n) {
+            float e = sr_weight(x, mk, i, mx, invt);
+            unsigned int key = __float_as_uint(e);
+            if (!(e > 0.0f) || (key & pmask) != prefix)
+                continue;
+            unsigned int b = (key >> shift) & (SR_BINS - 1);
+            atomicAdd(&S.cnt[b], 1u);
+            atomicAdd(&S.mass[b], sr_fix(e));
+        }
+        __syncthreads();
+        if (t == 0) { // the bins from the largest weights down
+            sr_u64 ac = S.a_cnt, am = S.a_mass;
+            int pick = -1, last = -1;
+            for (int b = SR_BINS - 1; b >= 0; b--) {
+                if (!S.cnt[b])
+                    continue;
+                last = b;
+                if ((by_mass ? am + S.mass[b] : ac + S.cnt[b]) >= target) {
+                    pick = b;
+                    break;
+                }
+                ac += S.cnt[b];
+                am += S.mass[b];
+            }
+            if (pick < 0 && last >= 0) { // target past the total (not for valid calls): the last group
+                pick = last;
+                ac -= S.cnt[last];
+                am -= S.mass[last];
+            }
+            if (pick < 0)
+                pick = 0;
+            S.a_cnt = ac;
+            S.a_mass = am;
+            S.g_cnt = S.cnt[pick];
+            S.g_mass = S.mass[pick];
+            S.prefix = prefix | ((unsigned int)pick << shift);
+        }
+        __syncthreads();
+        prefix = S.prefix;
+        pmask |= (unsigned int)(SR_BINS - 1) << shift;
+    }
+    sr_pos p;
+    p.key = prefix;
+    p.a_cnt = S.a_cnt;
+    p.a_mass = S.a_mass;
+    p.g_cnt = S.g_cnt;
+    p.q = S.g_cnt ? S.g_mass / S.g_cnt : 0; // equal weights, equal masses: exact
+    __syncthreads();
+    return p;
+}
+
+// The first id (in id order) at which the running sum of w(i) exceeds thr
+// (thr < the row's total): w = the fixed-point mass when key == 0, else 1
+// for the tokens whose weight has the bits key. Each thread sums one
+// contiguous chunk of ids; a block scan finds the chunk, its thread walks
+// it. -1 if none (not for valid calls).
+__device__ __forceinline__ int sr_walk(const float *x, const uint32_t *mk, int V, float mx, float invt,
+                                      unsigned int key, sr_u64 thr, sr_smem &S)
+{
+    const int chunk = (V + (int)blockDim.x - 1) / (int)blockDim.x;
+    const int lo = (int)threadIdx.x * chunk, hi = lo + chunk < V ? lo + chunk : V;
+    sr_u64 s = 0;
+    for (int i = lo; i < hi; i++) {
+        float e = sr_weight(x, mk, i, mx, invt);
+        s += key ? (sr_u64)(e > 0.0f && __float_as_uint(e) == key) : sr_fix(e);
+    }
+    sr_u64 p = sr_scan(s, S);
+    if (threadIdx.x == 0)
+        S.res = -1;
+    __syncthreads();
+    if (p - s <= thr && thr < p) {
+        sr_u64 c = p - s;
+        for (int i = lo; i < hi; i++) {
+            float e = sr_weight(x, mk, i, mx, invt);
+            c += key ? (sr_u64)(e > 0.0f && __float_as_uint(e) == key) : sr_fix(e);
+            if (c > thr) {
+                S.res = i;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    int r = S.res;
+    __syncthreads();
+    return r;
+}
+
+// floor(u * total), within [0, total - 1].
+__device__ __forceinline__ sr_u64 sr_target(double u, sr_u64 total)
+{
+    double d = u * (double)total;
+    sr_u64 t = d > 0.0 ? (sr_u64)d : 0;
+    return t < total ? t : total - 1;
+}
+
+// The draw of a row with temperature > 0 whose largest weight-able logit is mx.
+__device__ __forceinline__ int sr_draw(const float *x, const uint32_t *mk, int V, float mx,
+                                      const tcu_sample_param &P, sr_smem &S)
+{
+    const float invt = 1.0f / P.temperature;
+    const int use_minp = P.min_p > 0.0f;
+    sr_u64 npos = 0, z = 0, nmin = 0, zmin = 0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float e = sr_weight(x, mk, i, mx, invt);
+        if (!(e > 0.0f))
+            continue;
+        sr_u64 q = sr_fix(e);
+        npos++;
+        z += q;
+        if (use_minp && e >= P.min_p) {
+            nmin++;
+            zmin += q;
+        }
+    }
+    npos = sr_sum(npos, S);
+    z = sr_sum(z, S);
+    if (use_minp) {
+        nmin = sr_sum(nmin, S);
+        zmin = sr_sum(zmin, S);
+    }
+    if (npos == 0 || z == 0)
+        return -1;
+    if (!(P.top_k > 0 || P.top_p < 1.0f || use_minp)) // no truncation: id order, as sample_row
+        return sr_walk(x, mk, V, mx, invt, 0, sr_target(P.u, z), S);
+    sr_u64 K = npos, ck = z; // the kept prefix and its mass
+    if (P.top_k > 0 && (sr_u64)P.top_k < npos) {
+        sr_pos p = sr_select(x, mk, V, mx, invt, 0, (sr_u64)P.top_k, S);
+        K = (sr_u64)P.top_k;
+        ck = p.a_mass + (K - p.a_cnt) * p.q;
+    }
+    if (P.top_p < 1.0f) { // the shortest prefix holding top_p of the top-k set's mass
+        double d = ceil((double)P.top_p * (double)ck);
+        sr_u64 tp = d < 1.0 ? 1 : (sr_u64)d;
+        if (tp > ck)
+            tp = ck;
+        sr_pos p = sr_select(x, mk, V, mx, invt, 1, tp, S);
+        if (p.q > 0) {
+            sr_u64 r = (tp - p.a_mass + p.q - 1) / p.q;
+            if (p.a_cnt + r < K) {
+                K = p.a_cnt + r;
+                ck = p.a_mass + r * p.q;
+            }
+        }
+    }
+    if (use_minp && nmin < K) { // weights >= min_p * the largest (1): a prefix
+        K = nmin;
+        ck = zmin;
+    }
+    if (ck == 0)
+        return -1;
+    sr_u64 thr = sr_target(P.u, ck);
+    sr_pos p = sr_select(x, mk, V, mx, invt, 1, thr + 1, S);
+    if (p.q == 0)
+        return -1;
+    sr_u64 r = (thr + 1 - p.a_mass + p.q - 1) / p.q; // 1-based rank in the tie group, by id
+    return sr_walk(x, mk, V, mx, invt, p.key, r - 1, S);
+}
+
+__global__ void __launch_bounds__(SR_MAX_THREADS, 1)
+    sample_rows_kernel(float *logits, int V, const tcu_sample_param *params, const int32_t *bias_ids,
+                       const float *bias_vals, const uint32_t *masks, int n_words, const int32_t *mask_on,
+                       int32_t *ids)
+{
+    __shared__ sr_smem S;
+    const int row = blockIdx.x, t = threadIdx.x;
+    const tcu_sample_param P = params[row];
+    float *x = logits + (size_t)row * V;
+    const uint32_t *mk = masks && mask_on && mask_on[row] ? masks + (size_t)row * n_words : nullptr;
+    if (P.n_bias > 0) { // in list order, one thread: repeated ids add up as on the host
+        if (t == 0)
+            for (int b = 0; b < P.n_bias; b++) {
+                int id = bias_ids[P.bias_off + b];
+                if (id >= 0 && id < V)
+                    x[id] += bias_vals[P.bias_off + b];
+            }
+        __syncthreads();
+    }
+    // the largest allowed logit, the lowest id on ties (NaN never wins)
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int i = t; i < V; i += blockDim.x) {
+        if (mk && !((mk[i >> 5] >> (i & 31)) & 1u))
+            continue;
+        float v = x[i];
+        if (am_better(v, i, bv, bi)) {
+            bv = v;
+            bi = i;
+        }
+    }
+    S.rv[t] = bv;
+    S.ri[t] = bi;
+    __syncthreads();
+    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
+        if (t < s && am_better(S.rv[t + s], S.ri[t + s], S.rv[t], S.ri[t])) {
+            S.rv[t] = S.rv[t + s];
+            S.ri[t] = S.ri[t + s];
+        }
+        __syncthreads();
+    }
+    bv = S.rv[0];
+    bi = S.ri[0];
+    __syncthreads();
+    int id;
+    if (bi == INT_MAX || (bv == -INFINITY && (mk || P.n_bias > 0 || P.temperature > 0.0f)))
+        id = -1; // nothing can be drawn (sample_row's TERN_EINVAL)
+    else if (!(P.temperature > 0.0f))
+        id = bi; // greedy: tcu_argmax_rows' rule
+    else
+        id = sr_draw(x, mk, V, bv, P, S);
+    if (t == 0)
+        ids[row] = id;
+}
+
+// ---- launchers ----
+
 extern "C" int tcu_argmax_rows(const float *logits, int n_rows, int n_vocab, const uint32_t *masks, int n_words,
                                const int32_t *mask_on, int32_t *ids, tcu_stream stream)
 {
@@ -77,5 +402,19 @@ extern "C" int tcu_argmax_rows(const float *logits, int n_rows, int n_vocab, con
         return (int)cudaErrorInvalidValue;
     int threads = n_vocab >= 32768 ? 1024 : 256;
     argmax_rows_kernel<<<n_rows, threads, 0, (cudaStream_t)stream>>>(logits, n_vocab, masks, n_words, mask_on, ids);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int tcu_sample_rows(float *logits, int n_rows, int n_vocab, const tcu_sample_param *params,
+                               const int32_t *bias_ids, const float *bias_vals, const uint32_t *masks, int n_words,
+                               const int32_t *mask_on, int32_t *ids, tcu_stream stream)
+{
+    if (n_rows <= 0)
+        return 0;
+    if (n_vocab <= 0 || n_vocab > TCU_SAMPLE_MAX_VOCAB || (masks && (long)n_words * 32 < n_vocab))
+        return (int)cudaErrorInvalidValue;
+    int threads = n_vocab >= 32768 ? SR_MAX_THREADS : 256;
+    sample_rows_kernel<<<n_rows, threads, 0, (cudaStream_t)stream>>>(logits, n_vocab, params, bias_ids, bias_vals,
+                                                                      masks, n_words, mask_on, ids);
     return (int)cudaGetLastError();
 }
