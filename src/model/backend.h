@@ -33,6 +33,21 @@ typedef struct model_attn {
     float *out;
 } model_attn;
 
+struct sample_bias;
+
+/* One output row of sample_finish: the row's sampling parameters (as in
+ * sample_params: temperature 0 = argmax; top_k 0, top_p 1, min_p 0 = off),
+ * its logit_bias entries (borrowed for the call), and u, a uniform in
+ * [0, 1) drawn on the host from the row's own stream (unused at
+ * temperature 0). */
+typedef struct dev_sample_row {
+    float temperature, top_p, min_p;
+    int32_t top_k;
+    const struct sample_bias *bias;
+    int32_t n_bias;
+    double u;
+} dev_sample_row;
+
 typedef struct model_backend {
     const char *name;
     /* Y[k][T][w[k]->n_out] = X[T][n_in] @ w[k]^T for k < n (all w[k] share
@@ -65,7 +80,8 @@ typedef struct model_backend {
      * forward_start queues a forward with forward's contract (inputs already
      * validated; the caller updates the sequences' n_tokens) whose n_out
      * logits rows stay on the device, and returns without waiting.
-     * argmax_finish must follow (and only it, on this backend): it writes
+     * One of argmax_finish, sample_finish or logits_finish must follow
+     * (and only one, on this backend). argmax_finish writes
      * ids[j] = the lowest id among the largest logits of row j, over the
      * tokens allowed by row j's mask when mask_on[j] (masks: [n_out][n_words]
      * packed 32-bit words, bit t & 31 of word t >> 5 set = token t allowed;
@@ -79,6 +95,14 @@ typedef struct model_backend {
     /* The other way to finish a forward_start: downloads its n_out logits
      * rows into logits[n_out][n_vocab] and waits (host sampling). */
     int (*logits_finish)(struct model_backend *be, float *logits, tern_err *err);
+    /* The third way (optional): sampling on the device. ids[j] = output row
+     * j's draw under rows[j] (masks and mask_on as for argmax_finish), with
+     * sample_row's processing and draw minus penalties and logprobs (the
+     * contract of tcu_sample_rows, cuda_sample.h; temperature 0 rows get
+     * argmax_finish's choice, with their bias), -1 when nothing can be drawn.
+     * Only ids come back. */
+    int (*sample_finish)(struct model_backend *be, const dev_sample_row *rows, const uint32_t *masks,
+                         int32_t n_words, const uint8_t *mask_on, int32_t *ids, tern_err *err);
 } model_backend;
 
 /* The CPU backend: the best kernel table for this CPU (tern_kernels_best)

@@ -36,6 +36,7 @@ int model_cuda_device_count(void) { return 0; }
 #include <cuda_runtime_api.h>
 
 #include "base/log.h"
+#include "sample/sample.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/cuda_sample.h"
 
@@ -859,6 +860,75 @@ static int cu_argmax_finish(model_backend *base, const uint32_t *masks, int32_t 
     return 0;
 }
 
+/* Sampling on the device (backend.h sample_finish): flags, masks, the rows'
+ * parameters and bias lists go up in one copy, tcu_sample_rows draws over
+ * the logits where the forward left them, and only the ids come back. */
+static int cu_sample_finish(model_backend *base, const dev_sample_row *rows, const uint32_t *masks, int32_t n_words,
+                            const uint8_t *mask_on, int32_t *ids, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    int n_out = be->pending_out, V = be->m->cfg.n_vocab, rc = 0;
+    be->pending_out = -1;
+    if (n_out < 0)
+        return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: sample_finish without forward_start"), err);
+    if (n_out == 0)
+        return sel_sync(be, 0, err);
+    if (V > TCU_SAMPLE_MAX_VOCAB)
+        return sel_sync(be, tern_err_set(err, TERN_EUNSUPPORTED, "cuda: sampling over %d tokens (at most %d)", V,
+                                         TCU_SAMPLE_MAX_VOCAB), err);
+    int any = 0;
+    size_t nb = 0;
+    for (int j = 0; j < n_out; j++) {
+        const dev_sample_row *r = &rows[j];
+        any |= masks && mask_on && mask_on[j];
+        if (!(r->temperature >= 0.0f) || r->n_bias < 0 || (r->n_bias > 0 && !r->bias) || !(r->u >= 0.0 && r->u < 1.0))
+            return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: bad sampling parameters for row %d", j), err);
+        for (int32_t k = 0; k < r->n_bias; k++)
+            if (r->bias[k].id < 0 || r->bias[k].id >= V)
+                return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: logit_bias id %d outside the vocabulary",
+                                                 r->bias[k].id), err);
+        nb += (size_t)r->n_bias;
+    }
+    if (any && (size_t)n_words * 32 < (size_t)V)
+        return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: %d mask words for %d tokens", n_words, V), err);
+    size_t nw = any ? (size_t)n_words : 0, pw = sizeof(tcu_sample_param) / sizeof(int32_t);
+    /* pinned layout (32-bit words): [n_out] flags, [n_out][nw] masks, [n_out]
+     * params (8-byte aligned), [nb] bias ids, [nb] bias values, [n_out] ids */
+    size_t o_par = ((size_t)n_out * (1 + nw) + 1) & ~(size_t)1, o_bid = o_par + (size_t)n_out * pw,
+           o_bval = o_bid + nb, o_ids = o_bval + nb;
+    if ((rc = sel_ensure(be, o_ids + (size_t)n_out, err)))
+        return sel_sync(be, rc, err);
+    int32_t *h = be->h_sel, *d = be->d_sel;
+    for (int j = 0, bo = 0; j < n_out; j++) {
+        const dev_sample_row *r = &rows[j];
+        int on = any && mask_on[j];
+        h[j] = on;
+        if (on)
+            memcpy(h + n_out + (size_t)j * nw, masks + (size_t)j * n_words, nw * sizeof(uint32_t));
+        tcu_sample_param p = {r->u, r->temperature, r->top_p, r->min_p, r->top_k, bo, r->n_bias};
+        memcpy(h + o_par + (size_t)j * pw, &p, sizeof p);
+        for (int32_t k = 0; k < r->n_bias; k++, bo++) {
+            h[o_bid + (size_t)bo] = r->bias[k].id;
+            memcpy(h + o_bval + (size_t)bo, &r->bias[k].bias, sizeof(float));
+        }
+    }
+    cudaError_t ce = cudaMemcpyAsync(d, h, o_ids * sizeof(int32_t), cudaMemcpyHostToDevice, be->stream);
+    if (ce == cudaSuccess)
+        ce = (cudaError_t)tcu_sample_rows(be->logits, n_out, V, (const tcu_sample_param *)(const void *)(d + o_par),
+                                          d + o_bid, (const float *)(const void *)(d + o_bval),
+                                          any ? (const uint32_t *)(d + n_out) : NULL, (int)nw, d, d + o_ids,
+                                          (tcu_stream)be->stream);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(h + o_ids, d + o_ids, (size_t)n_out * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                             be->stream);
+    if (ce != cudaSuccess)
+        return sel_sync(be, cu_fail(err, (int)ce, "sampling"), err);
+    if ((rc = sel_sync(be, 0, err)))
+        return rc;
+    memcpy(ids, h + o_ids, (size_t)n_out * sizeof(int32_t));
+    return 0;
+}
+
 static int cu_logits_finish(model_backend *base, float *logits, tern_err *err)
 {
     cu_backend *be = (cu_backend *)base;
@@ -1030,6 +1100,7 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->base.forward_start = cu_forward_start;
     be->base.argmax_finish = cu_argmax_finish;
     be->base.logits_finish = cu_logits_finish;
+    be->base.sample_finish = cu_sample_finish;
     be->pending_out = -1;
     be->base.n_threads = cu_n_threads;
     be->base.free = cu_free;
