@@ -63,7 +63,7 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * in the 8B GEMV-only step (legacy 0: 72%), 4-bit 35% (11%), 8-bit 52%
  * (31%); 4 is also the best at batch 8 and 32 for every kind. */
 #define TCU_GEMV_DEFAULT "4,8,4" /* the default variant(s): change here */
-#define TCU_GEMV_N_VARIANTS 14
+#define TCU_GEMV_N_VARIANTS 15
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);
 /* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */

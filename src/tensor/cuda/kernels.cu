@@ -707,6 +707,241 @@ static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
     }
 }
 
+// ---- tensor-core products for small T (bf16 weights; variant 14) ----
+//
+// mma.sync m16n8k16 (bf16 inputs, f32 accumulation): a warp owns a tile of
+// 16 output rows and a contiguous slice of the inputs; its 8 token columns
+// per n-tile are tokens 8j .. 8j + 7. Each f32 activation is split exactly
+// into three bf16 (hi + mid + lo = x: 8 + 8 + 8 significant bits), and the
+// three products accumulate into the same f32 accumulator, so the result is
+// that of f32 activations up to the tensor core's accumulation rounding.
+// The k order inside a 16-wide tile is permuted (lane t holds inputs
+// 8t .. 8t + 7 of each 32-input step: one 16-byte load per row) - the same
+// permutation for weights and activations, so the sum is the same one.
+// Batch invariance: a column of the mma never depends on another column,
+// the k order is fixed per shape, and the split-K partial sums (KS warps per
+// tile, chosen from the shape alone) are added in warp order.
+#define MMA_U 4 /* 32-input steps in flight per warp */
+
+__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// x = hi + mid + lo exactly, each a bf16 (the upper half of a float).
+__device__ __forceinline__ void split3(float x, uint32_t &hi, uint32_t &mid, uint32_t &lo)
+{
+    hi = __float_as_uint(x) & 0xffff0000u;
+    float r = __fsub_rn(x, __uint_as_float(hi));
+    mid = __float_as_uint(r) & 0xffff0000u;
+    lo = __float_as_uint(__fsub_rn(r, __uint_as_float(mid))) & 0xffff0000u;
+}
+
+// Packs the bf16 parts of (x0, x1) as a bf16x2 register (x0 in the low half).
+__device__ __forceinline__ void pack3(float x0, float x1, uint32_t p[3])
+{
+    uint32_t h0, m0, l0, h1, m1, l1;
+    split3(x0, h0, m0, l0);
+    split3(x1, h1, m1, l1);
+    p[0] = (h0 >> 16) | h1;
+    p[1] = (m0 >> 16) | m1;
+    p[2] = (l0 >> 16) | l1;
+}
+
+// One 32-input step of one A tile (rows g, g + 8: wa, wb) against the
+// activations' bf16 parts xb[4][3] (pairs 0..3 of inputs 8t .. 8t + 7).
+__device__ __forceinline__ void mma_step(float c[4], const uint4 &wa, const uint4 &wb, const uint32_t xb[4][3])
+{
+#pragma unroll
+    for (int p = 0; p < 3; p++)
+        mma_bf16(c, wa.x, wb.x, wa.y, wb.y, xb[0][p], xb[1][p]);
+#pragma unroll
+    for (int p = 0; p < 3; p++)
+        mma_bf16(c, wa.z, wb.z, wa.w, wb.w, xb[2][p], xb[3][p]);
+}
+
+#define MMA_WARPS 8
+
+// grid: ceil(tiles / (MMA_WARPS / KS)), block MMA_WARPS warps; NT n-tiles
+// of 8 tokens (tokens t0 .. t0 + 8 NT - 1 per pass).
+template <int NT, bool GLU>
+__global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gemv_args a, int KS)
+{
+    constexpr int NA = GLU ? 2 : 1; /* A tiles per warp (gate, up) */
+    __shared__ float red[MMA_WARPS][NA * NT * 4][WARP];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int tile = blockIdx.x * (MMA_WARPS / KS) + warp / KS, ks = warp % KS;
+    long rows = 0;
+    if (GLU)
+        rows = a.m[0].n_out;
+    else
+        for (int k = 0; k < a.n; k++)
+            rows += a.m[k].n_out;
+    const int slice = a.n_in / KS, kb = ks * slice;
+    /* the lane's two rows (g, g + 8) of the tile: matrix and local row */
+    const uint4 *rp[NA][2];
+    float *yp[2];
+    int ystr[2];
+    bool valid[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        long gr = (long)tile * 16 + g + 8 * h;
+        valid[h] = gr < rows;
+        if (!valid[h])
+            gr = rows - 1;
+        int k = 0;
+        long off = 0;
+        if (!GLU)
+            while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
+                off += a.m[k].n_out;
+                k++;
+            }
+        const int r = (int)(gr - off);
+        yp[h] = a.m[k].y + r;
+        ystr[h] = a.m[k].n_out;
+#pragma unroll
+        for (int s = 0; s < NA; s++)
+            rp[s][h] = reinterpret_cast<const uint4 *>((const uint16_t *)a.m[GLU ? s : k].w + (size_t)r * a.n_in + kb) +
+                       t;
+    }
+    /* weights never depend on an earlier kernel: start pulling them into L2 */
+#pragma unroll
+    for (int u = 0; u < MMA_U; u++)
+#pragma unroll
+        for (int s = 0; s < NA; s++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if (u * 32 < slice)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s][h] + u * 4));
+    pdl_wait();
+    pdl_trigger();
+    for (int t0 = 0; t0 < a.T; t0 += 8 * NT) {
+        float c[NA][NT][4];
+#pragma unroll
+        for (int s = 0; s < NA; s++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                c[s][j][0] = c[s][j][1] = c[s][j][2] = c[s][j][3] = 0.0f;
+        const float *xr[NT];
+        bool xon[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const int tok = t0 + 8 * j + g;
+            xon[j] = tok < a.T;
+            xr[j] = a.x + (size_t)(xon[j] ? tok : 0) * a.n_in + kb + 8 * t;
+        }
+        for (int k0 = 0; k0 < slice; k0 += 32 * MMA_U) {
+            uint4 w[MMA_U][NA][2];
+#pragma unroll
+            for (int u = 0; u < MMA_U; u++)
+#pragma unroll
+                for (int s = 0; s < NA; s++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        w[u][s][h] = k0 + 32 * u < slice ? __ldcs(rp[s][h] + (k0 + 32 * u) / 8)
+                                                         : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int u = 0; u < MMA_U; u++) {
+                if (k0 + 32 * u >= slice)
+                    break;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    uint32_t xb[4][3];
+                    float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
+                    if (xon[j]) {
+                        v0 = __ldg(reinterpret_cast<const float4 *>(xr[j] + k0 + 32 * u));
+                        v1 = __ldg(reinterpret_cast<const float4 *>(xr[j] + k0 + 32 * u) + 1);
+                    }
+                    pack3(v0.x, v0.y, xb[0]);
+                    pack3(v0.z, v0.w, xb[1]);
+                    pack3(v1.x, v1.y, xb[2]);
+                    pack3(v1.z, v1.w, xb[3]);
+#pragma unroll
+                    for (int s = 0; s < NA; s++)
+                        mma_step(c[s][j], w[u][s][0], w[u][s][1], xb);
+                }
+            }
+        }
+        /* split-K: the KS warps of a tile add their sums in warp order */
+        if (KS > 1) {
+            if (ks > 0)
+#pragma unroll
+                for (int s = 0; s < NA; s++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            red[warp][(s * NT + j) * 4 + e][lane] = c[s][j][e];
+            __syncthreads();
+            if (ks == 0)
+                for (int w2 = 1; w2 < KS; w2++)
+#pragma unroll
+                    for (int s = 0; s < NA; s++)
+#pragma unroll
+                        for (int j = 0; j < NT; j++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                c[s][j][e] = __fadd_rn(c[s][j][e], red[warp + w2][(s * NT + j) * 4 + e][lane]);
+            __syncthreads();
+        }
+        if (ks == 0)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, tok = t0 + 8 * j + 2 * t + (e & 1);
+                    if (!valid[h] || tok >= a.T)
+                        continue;
+                    float *y = yp[h] + (size_t)tok * ystr[h];
+                    const float v = c[0][j][e];
+                    if (GLU)
+                        *y = (a.glu == 2 ? gelu_f(v) : silu_f(v)) * c[NA - 1][j][e];
+                    else
+                        *y = a.accumulate ? *y + v : v;
+                }
+    }
+}
+
+// Split-K factor from the shape alone: enough warps to fill the GPU.
+static int mma_ks(long tiles, int n_in)
+{
+    static int n_sm = 0;
+    if (!n_sm) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) || n_sm <= 0)
+            n_sm = 132;
+    }
+    int ks = 1;
+    while (ks < MMA_WARPS && tiles * ks < (long)n_sm * 24 && n_in % (64 * ks) == 0)
+        ks *= 2;
+    return ks;
+}
+
+template <int NT, bool GLU> static int gemv_mma_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    const long tiles = (rows + 15) / 16;
+    const int ks = mma_ks(tiles, a->n_in), tpb = MMA_WARPS / ks;
+    return launch(gemv_mma_kernel<NT, GLU>, dim3((unsigned)((tiles + tpb - 1) / tpb)), dim3(MMA_WARPS * WARP), 0, s,
+                  *a, ks);
+}
+
+// bf16 only (n_in a multiple of 32); -1 for other kinds.
+static int gemv_mma(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    if (a->m[0].kind != TCU_BF16 || a->n_in % 32)
+        return -1;
+    if (a->T <= 8)
+        return a->glu ? gemv_mma_launch<1, true>(a, rows, s) : gemv_mma_launch<1, false>(a, rows, s);
+    if (a->T <= 16)
+        return a->glu ? gemv_mma_launch<2, true>(a, rows, s) : gemv_mma_launch<2, false>(a, rows, s);
+    return a->glu ? gemv_mma_launch<4, true>(a, rows, s) : gemv_mma_launch<4, false>(a, rows, s);
+}
+
 // The variants: {R, S, XS}. 0 is the legacy kernel above.
 static const struct {
     const char *name;
@@ -725,6 +960,7 @@ static const struct {
     {"R2 S1 x-smem, 4-bit as 1+q/16 (else = 4)"},
     {"= 4 with twice the loads in flight at T = 1"},
     {"= 11 with twice the loads in flight at T = 1"},
+    {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -782,8 +1018,9 @@ extern "C" const char *tcu_gemv_variant_name(int v)
 /* the variants that stage activations in shared memory (and fuse a norm) */
 static bool gv_xs(int v, int kind)
 {
-    return (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8) &&
-           ((v >= 4 && v <= 8) || v >= 10);
+    if (v == 14)
+        return kind == TCU_Q4 || kind == TCU_Q8; /* bf16 runs the norm first; the rest = 4 */
+    return (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8) && ((v >= 4 && v <= 8) || v >= 10);
 }
 
 static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream);
@@ -824,6 +1061,9 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
     case 11: rc = gemv_v_kind<2, 1, true, true>(a, rows, s); break;
     case 12: rc = gemv_v_kind<2, 1, true, false, 2>(a, rows, s); break;
     case 13: rc = gemv_v_kind<2, 1, true, true, 2>(a, rows, s); break;
+    case 14:
+        rc = a->m[0].kind == TCU_BF16 ? gemv_mma(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
+        break;
     case 10: { /* by shape (never by T): enough warps for two waves */
         static int n_sm = 0;
         if (!n_sm) {
