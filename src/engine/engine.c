@@ -355,16 +355,61 @@ static void sample_and_emit(tern_engine *e, engine_req *r, float *logits, const 
     engine_row_emit(e, r, id, &res);
 }
 
-/* ---- greedy sampling on the device ---- */
+/* ---- sampling on the device ---- */
 
-/* Whether every output row of the step can take its token from the
- * device's masked argmax: plain greedy (no processors, no logprobs). */
-static int step_all_greedy(const tern_engine *e, int n_out)
+/* How a step on the device picks its tokens: the host's sampler over the
+ * downloaded logits, the device's masked argmax, or the device's sampler
+ * (ids only in both). */
+enum { DEV_HOST, DEV_ARGMAX, DEV_SAMPLE };
+
+/* Whether the device's sampler can take r's output rows this step: its
+ * distribution depends only on the logits, bias, mask and truncations (no
+ * penalties, no logprobs), and a speculating row is greedy (a sampled one
+ * needs p(d) of every position for accept/reject: the host). */
+static int row_device_sampleable(const engine_req *r)
 {
-    for (int j = 0; j < n_out; j++)
-        if (e->out_req[j] && !sample_params_is_greedy_plain(&e->out_req[j]->sp))
-            return 0;
-    return 1;
+    const sample_params *p = &r->sp;
+    return p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+           p->n_logprobs < 0 && (r->n_spec == 0 || p->temperature == 0.0f);
+}
+
+static int step_device_mode(const tern_engine *e, int n_out)
+{
+    int greedy = 1;
+    for (int j = 0; j < n_out; j++) {
+        const engine_req *r = e->out_req[j];
+        if (!r || sample_params_is_greedy_plain(&r->sp))
+            continue;
+        greedy = 0;
+        if (!e->srows || !row_device_sampleable(r))
+            return DEV_HOST;
+    }
+    return greedy ? DEV_ARGMAX : DEV_SAMPLE;
+}
+
+/* The device sampler's rows: each output row's parameters (a speculating
+ * row's K + 1 positions share them) and, for a sampled row, its one uniform
+ * of this step from its own stream, as sample_row would draw it. */
+static void sample_rows_fill(tern_engine *e, int n_out)
+{
+    const engine_req *r = NULL;
+    for (int j = 0; j < n_out; j++) {
+        dev_sample_row *d = &e->srows[j];
+        if (e->out_req[j])
+            r = e->out_req[j];
+        if (!r) { /* not for a planned step: every row starts with its request */
+            memset(d, 0, sizeof *d);
+            continue;
+        }
+        const sample_params *p = &r->sp;
+        d->temperature = p->temperature;
+        d->top_k = p->top_k;
+        d->top_p = p->top_p;
+        d->min_p = p->min_p;
+        d->bias = p->bias;
+        d->n_bias = p->n_bias;
+        d->u = e->out_req[j] && p->temperature > 0.0f ? sample_uniform(&e->out_req[j]->ss) : 0.0;
+    }
 }
 
 /* The grammar masks of r's output positions j .. j + n_spec: position i's
@@ -393,9 +438,10 @@ static void masks_ahead(tern_engine *e, engine_req *r, int j)
 }
 
 /* One forward on the device, the rows' grammar masks computed while it
- * runs. greedy: the device picks each output row's (masked) argmax and only
- * the ids come back; else the logits come down for the host's sampler. */
-static int forward_device(tern_engine *e, const fwd_batch *b, int greedy, tern_err *err)
+ * runs. DEV_ARGMAX / DEV_SAMPLE: the device picks each output row's token
+ * (masked argmax / the row's sampler) and only the ids come back; DEV_HOST:
+ * the logits come down for the host's sampler. */
+static int forward_device(tern_engine *e, const fwd_batch *b, int mode, tern_err *err)
 {
     model_backend *be = e->m->be;
     int rc = be->forward_start(be, e->m, &e->kv, b, err);
@@ -409,13 +455,17 @@ static int forward_device(tern_engine *e, const fwd_batch *b, int greedy, tern_e
     for (int j = 0; j < b->n_out; j++)
         if (e->out_req[j] && e->out_req[j]->cops)
             masks_ahead(e, e->out_req[j], j);
-    if (greedy)
+    if (mode == DEV_ARGMAX)
         return be->argmax_finish(be, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+    if (mode == DEV_SAMPLE) {
+        sample_rows_fill(e, b->n_out);
+        return be->sample_finish(be, e->srows, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+    }
     return be->logits_finish(be, e->logits, err);
 }
 
 /* Emits the device's choice for output row j (a row without drafts). */
-static void emit_greedy(tern_engine *e, engine_req *r, int j)
+static void emit_device(tern_engine *e, engine_req *r, int j)
 {
     if (e->mask_bad[j])
         engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
@@ -493,9 +543,10 @@ static void step(tern_engine *e)
     if (n == 0)
         return;
     fwd_batch b = {n, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
-    /* on a device (e->ids set): masks overlap the forward; greedy steps sample there */
-    int dev = e->ids != NULL, dev_greedy = dev && step_all_greedy(e, n_out);
-    int rc = dev ? forward_device(e, &b, dev_greedy, &err) : model_forward(e->m, &e->kv, &b, e->logits, &err);
+    /* on a device (e->ids set): masks overlap the forward; steps whose rows
+     * the device can sample sample there */
+    int dev = e->ids != NULL, mode = dev ? step_device_mode(e, n_out) : DEV_HOST;
+    int rc = dev ? forward_device(e, &b, mode, &err) : model_forward(e->m, &e->kv, &b, e->logits, &err);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     e->st.tokens_prefilled += n - n_out;
@@ -513,10 +564,10 @@ static void step(tern_engine *e)
             float *lg = e->logits + (size_t)j * e->n_vocab;
             engine_premask pm = {dev ? e->masks + (size_t)j * ((e->n_vocab + 31) / 32) : NULL,
                                  dev ? e->mask_on + j : NULL, dev ? e->mask_bad + j : NULL};
-            if (dev_greedy && r->n_spec > 0)
+            if (mode != DEV_HOST && r->n_spec > 0)
                 spec_verify_ids(e, r, e->ids + j, e->mask_bad + j);
-            else if (dev_greedy)
-                emit_greedy(e, r, j);
+            else if (mode != DEV_HOST)
+                emit_device(e, r, j);
             else if (r->n_spec > 0)
                 spec_verify(e, r, lg, dev ? &pm : NULL);
             else
@@ -586,6 +637,7 @@ static void engine_free_memory(tern_engine *e)
     free(e->mask_on);
     free(e->mask_bad);
     free(e->ids);
+    free(e->srows);
     free(e);
 }
 
@@ -699,6 +751,10 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
             tern_err_set(err, TERN_ENOMEM, "out of memory");
             goto fail;
         }
+        if (be->sample_finish && !(e->srows = malloc((size_t)rows * sizeof *e->srows))) {
+            tern_err_set(err, TERN_ENOMEM, "out of memory");
+            goto fail;
+        }
     }
     e->st.kv_blocks_total = n_blocks;
     e->st.kv_bytes_total = (size_t)n_blocks * per_block;
@@ -711,7 +767,8 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         goto fail;
     }
     TERN_INFO("engine: %d KV blocks (%zu MB%s), batch %d, context %d%s", n_blocks, e->st.kv_bytes_total >> 20,
-              on_dev ? " of GPU memory" : "", maxb, e->o.ctx_size, e->ids ? ", greedy sampling on the device" : "");
+              on_dev ? " of GPU memory" : "", maxb, e->o.ctx_size, e->srows ? ", sampling on the device"
+              : e->ids ? ", greedy sampling on the device" : "");
     return e;
 fail:
     engine_free_memory(e);

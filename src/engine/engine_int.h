@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
+#include "model/backend.h"
 
 struct tern_engine {
     tern_model *m;
@@ -35,12 +36,14 @@ struct tern_engine {
     engine_req **out_req;    /* request of each output row */
     float *logits;           /* [max_batch * (n_draft + 1)][n_vocab] */
     uint32_t *mask;          /* [ceil(n_vocab/32)] */
-    /* greedy sampling on the device (backend forward_start/argmax_finish):
-     * used for a step whose every output row is plain greedy; NULL when the
+    /* sampling on the device (backend forward_start, then argmax_finish
+     * for a step whose every output row is plain greedy, sample_finish when
+     * every row is device-sampleable, else logits_finish); NULL when the
      * backend lacks it or TERN_GPU_SAMPLING=0 */
     uint32_t *masks;         /* [rows][ceil(n_vocab/32)] */
     uint8_t *mask_on, *mask_bad; /* [rows]: mask set / mask could not be computed */
     int32_t *ids;            /* [rows] chosen ids */
+    dev_sample_row *srows;   /* [rows] the device sampler's rows; NULL without sample_finish */
 
     /* speculation (spec.c): the draft's KV lives in the same blocks as the
      * target's - one block table per sequence, one allocator, one budget -
