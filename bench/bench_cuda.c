@@ -1,7 +1,7 @@
 /* bench_cuda: the CUDA backend's speed next to the roofline, and its logits
  * next to the CPU backend's.
  *
- *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] MODEL_DIR...
+ *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] MODEL_DIR...
  *   bench_cuda --gemv
  *
  * --gemv (no model files): every GEMV variant (TERN_CUDA_GEMV) on random
@@ -492,7 +492,7 @@ static int gemv_bench(void)
 
 int main(int argc, char **argv)
 {
-    int n_prompt = 128, steps = 64, check = 32, n_prefill = 512;
+    int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0;
     int first = 1;
     if (argc == 2 && !strcmp(argv[1], "--gemv")) {
 #ifndef TERN_CUDA
@@ -517,13 +517,15 @@ int main(int argc, char **argv)
             check = atoi(argv[first + 1]);
         else if (!strcmp(argv[first], "--prefill"))
             n_prefill = atoi(argv[first + 1]);
+        else if (!strcmp(argv[first], "--only-b1"))
+            only_b1 = atoi(argv[first + 1]) != 0;
         else
             break;
     }
     if (first >= argc || n_prompt < 1 || n_prompt > 512 || steps < 4 || check < 0 || check > 500 || n_prefill < 1 ||
         n_prefill > 16384) {
         fprintf(stderr, "usage: bench_cuda [--prompt N<=512] [--tokens N>=4] [--check N] [--prefill N<=16384] "
-                        "MODEL_DIR...\n");
+                        "[--only-b1 0|1] MODEL_DIR...\n");
         return 2;
     }
 #ifndef TERN_CUDA
@@ -536,9 +538,9 @@ int main(int argc, char **argv)
     }
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
     printf("device copy bandwidth (read + write): %.0f GB/s; GEMV variants bf16 %d, 4-bit %d, 8-bit %d; "
-           "programmatic dependent launch %s\n",
+           "programmatic dependent launch %s, deep prefetch %s\n",
            bw / 1e9, tcu_gemv_variant(TCU_BF16), tcu_gemv_variant(TCU_Q4), tcu_gemv_variant(TCU_Q8),
-           tcu_pdl() ? "on" : "off");
+           tcu_pdl() ? "on" : "off", tcu_prefetch() ? "on" : "off");
     printf("%-28s %8s %9s %9s %7s %9s %9s %9s %9s %9s %10s %s\n", "model", "weightGB", "roof t/s", "b1 t/s", "%roof",
            "b8 t/s", "b32 t/s", "b128 t/s", "b8 blas", "b32 blas", "prefill/s", "check");
     for (int a = first; a < argc; a++) {
@@ -593,6 +595,21 @@ int main(int argc, char **argv)
         m->be = gpu;
         double wb = (double)model_weight_bytes(m);
         double t1 = decode_run(m, &kv, 1, n_prompt, steps, prompt, logits, &err);
+        if (only_b1 && t1 >= 0) { /* --only-b1 1: batch 1 and the check only */
+            const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
+            double b1 = (steps - 2) / t1, roof = bw / wb;
+            printf("%-28s %8.2f %9.0f %9.1f %6.0f%% (batch 1 only) %s\n", name, wb / 1e9, roof, b1, 100 * b1 / roof,
+                   chk);
+            fflush(stdout);
+            m->be = cpu;
+            gpu->free(gpu);
+            kv_pool_free(&kv);
+            free(logits);
+            free(lc);
+            free(prompt);
+            model_free(m);
+            continue;
+        }
         double t8 = t1 >= 0 ? decode_run(m, &kv, 8, n_prompt, steps, prompt, logits, &err) : -1;
         double t32 = t8 >= 0 ? decode_run(m, &kv, 32, n_prompt, steps, prompt, logits, &err) : -1;
         double t128 = t32 >= 0 ? decode_run(m, &kv, 128, n_prompt, steps, prompt, logits, &err) : -1;
@@ -627,11 +644,17 @@ int main(int argc, char **argv)
         double pms[TCU_PROF_N];
         int pn[TCU_PROF_N];
         int prc = tcu_prof_stop(pms, pn);
+        /* and one eager prefill (3 repetitions): where its time goes */
+        double fms[TCU_PROF_N];
+        int fn[TCU_PROF_N];
+        tcu_prof_start();
+        double tpe = tpf >= 0 ? prefill_run(m, &kv, n_prefill, prompt, logits, &err) : -1;
+        int frc = tcu_prof_stop(fms, fn);
         m->be = gpu;
         eager->free(eager);
-        if (tpf < 0)
+        if (tpf < 0 || tpe < 0)
             return die(&err);
-        char prof[400];
+        char prof[400], pprof[400];
         {
             static const char *const pnames[TCU_PROF_N] = {"gemv", "attention", "qkv_post", "rmsnorm", "embed",
                                                            "other"};
@@ -645,6 +668,15 @@ int main(int argc, char **argv)
             }
             snprintf(prof + len, sizeof prof - (size_t)len, "; sum %.3f ms/step%s", sum / 10,
                      prc ? " (profile failed)" : "");
+            sum = 0;
+            len = snprintf(pprof, sizeof pprof, "eager %d-token prefill %.3f ms; kernels:", n_prefill, tpe * 1e3);
+            for (int c = 0; c < TCU_PROF_N && !frc; c++) {
+                sum += fms[c];
+                len += snprintf(pprof + len, sizeof pprof - (size_t)len, " %s %.3f (%d)", pnames[c], fms[c] / 3,
+                                fn[c] / 3);
+            }
+            snprintf(pprof + len, sizeof pprof - (size_t)len, "; sum %.3f ms%s", sum / 3,
+                     frc ? " (profile failed)" : "");
         }
         const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
         double b1 = (steps - 2) / t1, roof = bw / wb;
@@ -652,6 +684,7 @@ int main(int argc, char **argv)
                100 * b1 / roof, 8 * (steps - 2) / t8, 32 * (steps - 2) / t32, 128 * (steps - 2) / t128,
                8 * (steps - 2) / c8, 32 * (steps - 2) / c32, n_prefill / tp, chk);
         printf("  %s b1 profile: %s\n", name, prof);
+        printf("  %s prefill profile: %s\n", name, pprof);
         fflush(stdout);
         m->be = cpu;
         gpu->free(gpu);

@@ -94,6 +94,7 @@ typedef struct cu_backend {
     uint16_t *txh;
     size_t cap_tx, cap_ty, cap_txh;
     int gemm_min_t, use_graphs;
+    int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
     cu_graph graphs[CU_MAX_GRAPHS];
     int n_graphs;
     /* greedy sampling: device / pinned host [n_out] flags, [n_out][n_words]
@@ -462,7 +463,7 @@ static int pack_batch(cu_backend *be, const kv_pool *kv, const fwd_batch *b, ter
         if (first)
             nb += (size_t)b->seqs[i]->n_blocks;
     }
-    int rc = in_ensure(be, (size_t)3 * T + n_out + nb, err);
+    int rc = in_ensure(be, (size_t)5 * T + n_out + nb, err);
     if (rc)
         return rc;
     int32_t *h = be->h_in, *blk = h + 3 * T + n_out;
@@ -483,6 +484,20 @@ static int pack_batch(cu_backend *be, const kv_pool *kv, const fwd_batch *b, ter
     }
     for (int j = 0; j < n_out; j++)
         h[3 * T + j] = b->out_rows[j];
+    /* prefill attention tiles: runs of one sequence's consecutive positions */
+    int32_t *tl = blk + used;
+    be->tile_off = 3 * T + n_out + (int)used;
+    be->n_tiles = 0;
+    for (int i = 0; i < T;) {
+        int n = 1;
+        while (i + n < T && n < TCU_ATTN_TILE_Q && b->seqs[i + n] == b->seqs[i] && b->pos[i + n] == b->pos[i] + n)
+            n++;
+        tl[2 * be->n_tiles] = i;
+        tl[2 * be->n_tiles + 1] = n;
+        be->n_tiles++;
+        i += n;
+    }
+    used += 2 * (size_t)be->n_tiles;
     (void)kv;
     CU(cudaMemcpyAsync(be->d_in, h, ((size_t)3 * T + n_out + used) * sizeof(int32_t), cudaMemcpyHostToDevice,
                        be->stream),
@@ -609,7 +624,13 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T, be->kv,
                         a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
-    CU(tcu_attention(&at, (tcu_stream)be->stream), "attention");
+    /* as layers_run: prefill-sized batches take the tiled kernel */
+    rc = T >= be->gemm_min_t && be->attn_tiled
+             ? tcu_attention_tiled(&at, be->d_in + be->tile_off, be->n_tiles, (tcu_stream)be->stream)
+             : -1;
+    if (rc == -1)
+        rc = tcu_attention(&at, (tcu_stream)be->stream);
+    CU(rc, "attention");
     CU(cudaMemcpyAsync(a->out, be->ty, qn * sizeof(float), cudaMemcpyDeviceToHost, be->stream), "download");
     CU(cudaStreamSynchronize(be->stream), "attention");
     return 0;
@@ -638,7 +659,13 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         CU(tcu_qkv_post(&qa, s), "qkv");
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, be->kv, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap};
-        CU(tcu_attention(&aa, s), "attention");
+        /* prefill-sized steps (the cuBLAS path, not batch-invariant anyway):
+         * the tiled kernel; -1 = head dim it does not cover */
+        rc = T >= be->gemm_min_t && be->attn_tiled ? tcu_attention_tiled(&aa, be->d_in + be->tile_off, be->n_tiles, s)
+                                                   : -1;
+        if (rc == -1)
+            rc = tcu_attention(&aa, s);
+        CU(rc, "attention");
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;
         if (L->post_attn_norm) {
@@ -1110,6 +1137,8 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->gemm_min_t = e && atoi(e) > 0 ? atoi(e) : 33;
     e = getenv("TERN_CUDA_GRAPHS");
     be->use_graphs = !(e && !strcmp(e, "0"));
+    e = getenv("TERN_CUDA_ATTN_TILED");
+    be->attn_tiled = !(e && !strcmp(e, "0"));
     if (cu_setup(be, m, err)) {
         cu_free(&be->base);
         return NULL;

@@ -233,51 +233,55 @@ static void test_attention(void **state)
         fill(&r, kv.v, (size_t)n_layer * 96 * 16 * n_kv * hd, 1.0f);
         kv_seq s[3] = {{0}};
         /* interleaved reservations so block tables are not contiguous */
-        int lens[3] = {5, 37, 700};
+        int lens[3] = {5, 141, 700};
         for (int step = 1; step <= 44; step++)
             for (int i = 0; i < 3; i++) {
                 int want = lens[i] * step / 44;
                 if (want > 0)
                     assert_int_equal(kv_seq_reserve(&kv, &s[i], want, &err), 0);
             }
-        /* batch: seq0 at 4, seq1 at 30..36 (a prefill chunk), seq2 at 699 */
-        int32_t pos[9];
-        kv_seq *seqs[9];
-        int T = 0;
-        pos[T] = 4;
-        seqs[T++] = &s[0];
-        for (int p = 30; p <= 36; p++) {
-            pos[T] = p;
-            seqs[T++] = &s[1];
+        /* batch: seq0 at 4, seq1 at 30..36 (a prefill chunk), seq2 at 699;
+         * then the same with seq1 at 30..140: 113 tokens, the tiled
+         * prefill kernel (two tiles of seq1, one of 47) */
+        for (int big = 0; big < 2; big++) {
+            int32_t pos[120];
+            kv_seq *seqs[120];
+            int T = 0;
+            pos[T] = 4;
+            seqs[T++] = &s[0];
+            for (int p = 30; p <= (big ? 140 : 36); p++) {
+                pos[T] = p;
+                seqs[T++] = &s[1];
+            }
+            pos[T] = 699;
+            seqs[T++] = &s[2];
+            fwd_batch b = {T, NULL, pos, seqs, 0, NULL};
+            size_t qn = (size_t)T * n_head * hd;
+            float *q = malloc(qn * sizeof(float)), *oc = malloc(qn * sizeof(float)), *og = malloc(qn * sizeof(float));
+            fill(&r, q, qn, 1.0f);
+            const struct {
+                int window;
+                float softcap;
+            } modes[] = {{0, 0.0f}, {20, 0.0f}, {0, 5.0f}, {300, 50.0f}};
+            for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
+                for (size_t e = 0; e < qn; e++)
+                    og[e] = NAN;
+                model_attn a = {&kv, &b, 1, n_head, n_kv, hd, modes[mi].window, 1.0f / sqrtf((float)hd), modes[mi].softcap,
+                                q, oc};
+                assert_int_equal(cpu->attention(cpu, &a, &err), 0);
+                a.out = og;
+                if (gpu->attention(gpu, &a, &err))
+                    fail_msg("%s", err.msg);
+                double e = rel_err(og, oc, qn);
+                print_message("attention hd %d T %d window %d softcap %g: rel err %.3g\n", hd, T, modes[mi].window,
+                              modes[mi].softcap, e);
+                if (!(e <= 2e-5))
+                    fail_msg("attention hd %d T %d mode %zu: relative error %g", hd, T, mi, e);
+            }
+            free(q);
+            free(oc);
+            free(og);
         }
-        pos[T] = 699;
-        seqs[T++] = &s[2];
-        fwd_batch b = {T, NULL, pos, seqs, 0, NULL};
-        size_t qn = (size_t)T * n_head * hd;
-        float *q = malloc(qn * sizeof(float)), *oc = malloc(qn * sizeof(float)), *og = malloc(qn * sizeof(float));
-        fill(&r, q, qn, 1.0f);
-        const struct {
-            int window;
-            float softcap;
-        } modes[] = {{0, 0.0f}, {20, 0.0f}, {0, 5.0f}, {300, 50.0f}};
-        for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
-            for (size_t e = 0; e < qn; e++)
-                og[e] = NAN;
-            model_attn a = {&kv, &b, 1, n_head, n_kv, hd, modes[mi].window, 1.0f / sqrtf((float)hd), modes[mi].softcap,
-                            q, oc};
-            assert_int_equal(cpu->attention(cpu, &a, &err), 0);
-            a.out = og;
-            if (gpu->attention(gpu, &a, &err))
-                fail_msg("%s", err.msg);
-            double e = rel_err(og, oc, qn);
-            print_message("attention hd %d window %d softcap %g: rel err %.3g\n", hd, modes[mi].window,
-                          modes[mi].softcap, e);
-            if (!(e <= 2e-5))
-                fail_msg("attention hd %d mode %zu: relative error %g", hd, mi, e);
-        }
-        free(q);
-        free(oc);
-        free(og);
         for (int i = 0; i < 3; i++)
             kv_seq_free(&kv, &s[i]);
         kv_pool_free(&kv);

@@ -78,6 +78,14 @@ const char *tcu_gemv_variant_name(int v);
 void tcu_pdl_set(int on);
 int tcu_pdl(void); /* 1 when on */
 
+/* Deep weight prefetch: GEMV blocks pull all their weight bytes into L2
+ * before waiting for their inputs (with PDL, during the previous kernel's
+ * tail). TCU_PREFETCH_DEFAULT, overridden by TERN_CUDA_PREFETCH=0/1 at the
+ * first launch or tcu_prefetch_set. */
+#define TCU_PREFETCH_DEFAULT 0
+void tcu_prefetch_set(int on);
+int tcu_prefetch(void); /* 1 when on */
+
 /* Dense copy of a weight for the cuBLAS path: out[n_out][n_in] as bf16
  * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */
 int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream);
@@ -134,6 +142,17 @@ typedef struct tcu_attn_args {
     float scale, softcap;
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
+
+/* The same attention for prefill chunks, tiled: tiles[2 j], tiles[2 j + 1]
+ * = first token and count (<= TCU_ATTN_TILE_Q) of tile j, tokens of one
+ * sequence at consecutive positions; each block keeps one tile's queries of
+ * one head in shared memory and streams the keys through it (a K/V row is
+ * read once per tile, not once per token). f32; a different summation order
+ * than tcu_attention, so it is used only where products are not
+ * batch-invariant anyway (the cuBLAS path). hd 64, 128 or 256; -1 (nothing
+ * queued) for other head dims. part is unused. */
+#define TCU_ATTN_TILE_Q 64
+int tcu_attention_tiled(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, tcu_stream stream);
 
 /* Device-to-device copy bandwidth (bytes read + written per second) over a
  * buffer of `bytes`, best of reps; 0 on failure. Synchronizes. */

@@ -47,6 +47,31 @@ extern "C" int tcu_pdl(void)
 
 static bool pdl_enabled(void) { return tcu_pdl() != 0; }
 
+// Deep weight prefetch (TERN_CUDA_PREFETCH=1, default TCU_PREFETCH_DEFAULT):
+// before waiting for its inputs, a GEMV block pulls every weight byte it will
+// read into L2, not just its first loads - with PDL the next kernel does
+// that during this one's tail, so the memory system stays busy across the
+// boundary.
+static int pf_on = -1;
+
+extern "C" int tcu_prefetch(void)
+{
+    if (pf_on < 0) {
+        const char *e = getenv("TERN_CUDA_PREFETCH");
+        pf_on = e && *e ? atoi(e) != 0 : TCU_PREFETCH_DEFAULT;
+    }
+    return pf_on;
+}
+
+extern "C" void tcu_prefetch_set(int on) { pf_on = on ? 1 : 0; }
+
+// Lines [i * 128, bytes) of p, i = first, first + step, ... into L2.
+__device__ __forceinline__ void prefetch_span(const void *p, size_t bytes, int first, int step)
+{
+    for (size_t o = (size_t)first * 128; o < bytes; o += (size_t)step * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + o));
+}
+
 template <typename... KArgs, typename... Args>
 static int launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args &&...args)
 {
@@ -436,7 +461,7 @@ template <int NV> __device__ __forceinline__ int gv_swz(int cc)
 }
 
 template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM>
-__global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals)
+__global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals, int pf)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
     constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F;
@@ -493,12 +518,18 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
 
     /* weights never depend on an earlier kernel: start pulling this
      * lane's first chunks into L2 before waiting for the inputs */
-#pragma unroll
-    for (int u = 0; u < U; u++)
+    if (pf) {
 #pragma unroll
         for (int s = 0; s < NS; s++)
-            if (L + u * LS < nch)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s] + L + u * LS));
+            prefetch_span(rp[s], row_bytes<KIND>(a.n_in), L, LS);
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int s = 0; s < NS; s++)
+                if (L + u * LS < nch)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s] + L + u * LS));
+    }
     pdl_wait();
     pdl_trigger();
 
@@ -682,7 +713,8 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
         smem = (size_t)tt * pvals * sizeof(float);
     }
     long rpb = (long)(GV_WARPS / S) * R;
-    return launch(kern, dim3((unsigned)((rows + rpb - 1) / rpb)), dim3(GV_WARPS * WARP), smem, s, *a, pvals);
+    return launch(kern, dim3((unsigned)((rows + rpb - 1) / rpb)), dim3(GV_WARPS * WARP), smem, s, *a, pvals,
+                  tcu_prefetch());
 }
 
 /* UM: loads in flight at T = 1 times UM (the order of the sums stays) */
@@ -769,10 +801,11 @@ __device__ __forceinline__ void mma_step(float c[4], const uint4 &wa, const uint
 // grid: ceil(tiles / (MMA_WARPS / KS)), block MMA_WARPS warps; NT n-tiles
 // of 8 tokens (tokens t0 .. t0 + 8 NT - 1 per pass).
 template <int NT, bool GLU>
-__global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gemv_args a, int KS)
+__global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gemv_args a, int KS, int pf)
 {
     constexpr int NA = GLU ? 2 : 1; /* A tiles per warp (gate, up) */
     __shared__ float red[MMA_WARPS][NA * NT * 4][WARP];
+    __shared__ float rnorm[8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x * (MMA_WARPS / KS) + warp / KS, ks = warp % KS;
     long rows = 0;
@@ -810,13 +843,18 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
     }
     /* weights never depend on an earlier kernel: start pulling them into L2 */
 #pragma unroll
-    for (int u = 0; u < MMA_U; u++)
+    for (int s = 0; s < NA; s++)
 #pragma unroll
-        for (int s = 0; s < NA; s++)
+        for (int h = 0; h < 2; h++) {
+            if (pf) {
+                prefetch_span(rp[s][h] - t, (size_t)slice * 2, t, 4);
+                continue;
+            }
 #pragma unroll
-            for (int h = 0; h < 2; h++)
+            for (int u = 0; u < MMA_U; u++)
                 if (u * 32 < slice)
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s][h] + u * 4));
+        }
     pdl_wait();
     pdl_trigger();
     for (int t0 = 0; t0 < a.T; t0 += 8 * NT) {
@@ -826,14 +864,36 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
 #pragma unroll
             for (int j = 0; j < NT; j++)
                 c[s][j][0] = c[s][j][1] = c[s][j][2] = c[s][j][3] = 0.0f;
+        /* the fused RMSNorm (NT = 1 only): each token's factor per block,
+         * reduced as rmsnorm_kernel does (the same 256 threads, double
+         * sums), then x * r * g as it is loaded - the values the norm
+         * kernel would write */
+        const bool nrm = NT == 1 && a.norm_g;
+        if (nrm) {
+            for (int tt = 0; tt < 8 && t0 + tt < a.T; tt++) {
+                const float *xq = a.x + (size_t)(a.norm_rows ? a.norm_rows[t0 + tt] : t0 + tt) * a.n_in;
+                double ss = 0.0;
+                for (int e = threadIdx.x; e < a.n_in; e += blockDim.x)
+                    ss += (double)xq[e] * xq[e];
+                ss = block_sum_d(ss);
+                if (threadIdx.x == 0)
+                    rnorm[tt] = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
+            }
+            __syncthreads();
+        }
         const float *xr[NT];
         bool xon[NT];
+        float rn = 0.0f;
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const int tok = t0 + 8 * j + g;
             xon[j] = tok < a.T;
-            xr[j] = a.x + (size_t)(xon[j] ? tok : 0) * a.n_in + kb + 8 * t;
+            const int xrow = !xon[j] ? 0 : nrm && a.norm_rows ? a.norm_rows[tok] : tok;
+            xr[j] = a.x + (size_t)xrow * a.n_in + kb + 8 * t;
+            if (nrm && xon[j])
+                rn = rnorm[g];
         }
+        const float *gp = nrm ? a.norm_g + kb + 8 * t : nullptr;
         for (int k0 = 0; k0 < slice; k0 += 32 * MMA_U) {
             uint4 w[MMA_U][NA][2];
 #pragma unroll
@@ -855,14 +915,30 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
                     if (xon[j]) {
                         v0 = __ldg(reinterpret_cast<const float4 *>(xr[j] + k0 + 32 * u));
                         v1 = __ldg(reinterpret_cast<const float4 *>(xr[j] + k0 + 32 * u) + 1);
+                        if (nrm) {
+                            const float4 g0 = __ldg(reinterpret_cast<const float4 *>(gp + k0 + 32 * u)),
+                                         g1 = __ldg(reinterpret_cast<const float4 *>(gp + k0 + 32 * u) + 1);
+                            v0 = make_float4(__fmul_rn(__fmul_rn(v0.x, rn), g0.x), __fmul_rn(__fmul_rn(v0.y, rn), g0.y),
+                                             __fmul_rn(__fmul_rn(v0.z, rn), g0.z), __fmul_rn(__fmul_rn(v0.w, rn), g0.w));
+                            v1 = make_float4(__fmul_rn(__fmul_rn(v1.x, rn), g1.x), __fmul_rn(__fmul_rn(v1.y, rn), g1.y),
+                                             __fmul_rn(__fmul_rn(v1.z, rn), g1.z), __fmul_rn(__fmul_rn(v1.w, rn), g1.w));
+                        }
                     }
                     pack3(v0.x, v0.y, xb[0]);
                     pack3(v0.z, v0.w, xb[1]);
                     pack3(v1.x, v1.y, xb[2]);
                     pack3(v1.z, v1.w, xb[3]);
+                    /* a fresh accumulator per step, added with IEEE rounding:
+                     * the tensor core's own accumulation rounding then covers
+                     * 32 inputs, not the whole row */
 #pragma unroll
-                    for (int s = 0; s < NA; s++)
-                        mma_step(c[s][j], w[u][s][0], w[u][s][1], xb);
+                    for (int s = 0; s < NA; s++) {
+                        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma_step(d, w[u][s][0], w[u][s][1], xb);
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            c[s][j][e] = __fadd_rn(c[s][j][e], d[e]);
+                    }
                 }
             }
         }
@@ -927,7 +1003,7 @@ template <int NT, bool GLU> static int gemv_mma_launch(const tcu_gemv_args *a, l
     const long tiles = (rows + 15) / 16;
     const int ks = mma_ks(tiles, a->n_in), tpb = MMA_WARPS / ks;
     return launch(gemv_mma_kernel<NT, GLU>, dim3((unsigned)((tiles + tpb - 1) / tpb)), dim3(MMA_WARPS * WARP), 0, s,
-                  *a, ks);
+                  *a, ks, tcu_prefetch());
 }
 
 // bf16 only (n_in a multiple of 32); -1 for other kinds.
@@ -1016,10 +1092,10 @@ extern "C" const char *tcu_gemv_variant_name(int v)
 }
 
 /* the variants that stage activations in shared memory (and fuse a norm) */
-static bool gv_xs(int v, int kind)
+static bool gv_xs(int v, int kind, int T)
 {
-    if (v == 14)
-        return kind == TCU_Q4 || kind == TCU_Q8; /* bf16 runs the norm first; the rest = 4 */
+    if (v == 14) /* bf16 fuses the norm up to 8 tokens (the rest = 4) */
+        return kind == TCU_Q4 || kind == TCU_Q8 || (kind == TCU_BF16 && T <= 8);
     return (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8) && ((v >= 4 && v <= 8) || v >= 10);
 }
 
@@ -1027,7 +1103,7 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream);
 
 extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
 {
-    if (a->norm_g && a->T > 0 && !gv_xs(tcu_gemv_variant(a->m[0].kind), a->m[0].kind)) {
+    if (a->norm_g && a->T > 0 && !gv_xs(tcu_gemv_variant(a->m[0].kind), a->m[0].kind, a->T)) {
         int rc = tcu_rmsnorm(a->x, a->norm_rows, a->norm_g, a->norm_out, a->T, a->n_in, a->norm_eps, 0, stream);
         if (rc)
             return rc;
@@ -1510,6 +1586,182 @@ extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
     return launch(attn_merge_kernel, dim3(a->n_head, a->T), dim3(a->hd), 0, s, *a);
 }
 
+
+// ---- tiled attention for prefill chunks ----
+//
+// One block per (head, tile of up to AQ consecutive tokens of one sequence
+// at consecutive positions): the tile's queries stay in shared memory and
+// the keys stream through it AK at a time - each K/V row is read once per
+// tile instead of once per token. Per key tile: scores of AQ x AK pairs
+// (each thread a 4 x 2 block), online softmax per query row (the 16
+// threads of a row reduce with shuffles), then P V into per-thread
+// accumulators (4 queries x hd/16 dims). f32 throughout.
+#define AQ TCU_ATTN_TILE_Q
+#define AK 32
+
+template <int HD>
+__global__ void __launch_bounds__(256) attn_tiled_kernel(const tcu_attn_args a, const int32_t *tiles)
+{
+    pdl_wait();
+    pdl_trigger();
+    constexpr int DV = HD / 16; /* output dims per thread */
+    extern __shared__ float4 sm4[];
+    float *qt = reinterpret_cast<float *>(sm4); /* [HD][AQ] queries, transposed */
+    float *kt = qt + HD * AQ;                   /* [HD][AK] keys, transposed */
+    float *vs = kt + HD * AK;                   /* [AK][HD] values */
+    float *pt = vs + AK * HD;                   /* [AK][AQ] probabilities, transposed */
+    const int h = blockIdx.x, i0 = tiles[2 * blockIdx.y], n = tiles[2 * blockIdx.y + 1];
+    const int kvh = h / (a.n_head / a.n_kv_head), tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
+    const int p0 = a.pos[i0];
+    const int32_t *blk = a.blk + a.bt_off[i0];
+    for (int e = tid; e < AQ * HD; e += 256) {
+        const int q = e / HD, d = e - q * HD;
+        qt[d * AQ + q] = q < n ? a.q[((size_t)(i0 + q) * a.n_head + h) * HD + d] : 0.0f;
+    }
+    float m[4], l[4], o[4][DV];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DV; d++)
+            o[r][d] = 0.0f;
+    }
+    const int kstart = a.window > 0 && p0 - a.window + 1 > 0 ? p0 - a.window + 1 : 0, kend = p0 + n - 1;
+    for (int k0 = kstart; k0 <= kend; k0 += AK) {
+        __syncthreads(); /* the previous tile's kt / vs / pt are consumed */
+        for (int e = tid; e < AK * HD / 4; e += 256) {
+            const int kk = e / (HD / 4), d4 = (e - kk * (HD / 4)) * 4, kp = k0 + kk;
+            float4 kv4 = make_float4(0, 0, 0, 0), vv4 = kv4;
+            if (kp <= kend) {
+                const size_t off = kv_off(a.kv, a.layer, blk, kp) + (size_t)kvh * HD + d4;
+                kv4 = *reinterpret_cast<const float4 *>(a.kv.k + off);
+                vv4 = *reinterpret_cast<const float4 *>(a.kv.v + off);
+            }
+            kt[(d4 + 0) * AK + kk] = kv4.x;
+            kt[(d4 + 1) * AK + kk] = kv4.y;
+            kt[(d4 + 2) * AK + kk] = kv4.z;
+            kt[(d4 + 3) * AK + kk] = kv4.w;
+            *reinterpret_cast<float4 *>(vs + kk * HD + d4) = vv4;
+        }
+        __syncthreads();
+        /* scores: queries 4 ty .. 4 ty + 3, keys 2 tx, 2 tx + 1 */
+        float s[4][2];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            s[r][0] = s[r][1] = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < HD; d++) {
+            const float4 qv = *reinterpret_cast<const float4 *>(qt + d * AQ + 4 * ty);
+            const float2 kv2 = *reinterpret_cast<const float2 *>(kt + d * AK + 2 * tx);
+            const float qa[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                s[r][0] = fmaf(qa[r], kv2.x, s[r][0]);
+                s[r][1] = fmaf(qa[r], kv2.y, s[r][1]);
+            }
+        }
+        /* online softmax per query row (16 threads share a row) */
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int qp = p0 + 4 * ty + r;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int kp = k0 + 2 * tx + c;
+                const bool ok = 4 * ty + r < n && kp <= qp && (a.window <= 0 || kp > qp - a.window);
+                float v = s[r][c] * a.scale;
+                if (a.softcap > 0)
+                    v = a.softcap * tanhf(v / a.softcap);
+                s[r][c] = ok ? v : -INFINITY;
+                mx = fmaxf(mx, s[r][c]);
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float mn = fmaxf(m[r], mx);
+            float corr = 1.0f, ps = 0.0f;
+            if (mn > -INFINITY) {
+                corr = expf(m[r] - mn);
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    s[r][c] = s[r][c] > -INFINITY ? expf(s[r][c] - mn) : 0.0f;
+                    ps += s[r][c];
+                }
+            } else {
+                s[r][0] = s[r][1] = 0.0f;
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            m[r] = mn;
+            l[r] = l[r] * corr + ps;
+#pragma unroll
+            for (int d = 0; d < DV; d++)
+                o[r][d] *= corr;
+            pt[(2 * tx) * AQ + 4 * ty + r] = s[r][0];
+            pt[(2 * tx + 1) * AQ + 4 * ty + r] = s[r][1];
+        }
+        __syncthreads();
+        /* o += P V: queries 4 ty .. + 3, dims tx * DV .. + DV - 1 */
+#pragma unroll 4
+        for (int kk = 0; kk < AK; kk++) {
+            const float4 pv = *reinterpret_cast<const float4 *>(pt + kk * AQ + 4 * ty);
+            const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
+            float vv[DV];
+#pragma unroll
+            for (int d4 = 0; d4 < DV; d4 += 4) {
+                const float4 t4 = *reinterpret_cast<const float4 *>(vs + kk * HD + tx * DV + d4);
+                vv[d4] = t4.x;
+                vv[d4 + 1] = t4.y;
+                vv[d4 + 2] = t4.z;
+                vv[d4 + 3] = t4.w;
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int d = 0; d < DV; d++)
+                    o[r][d] = fmaf(pa[r], vv[d], o[r][d]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int q = 4 * ty + r;
+        if (q >= n)
+            continue;
+        float *out = a.out + ((size_t)(i0 + q) * a.n_head + h) * HD + tx * DV;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+        for (int d4 = 0; d4 < DV; d4 += 4)
+            *reinterpret_cast<float4 *>(out + d4) =
+                make_float4(o[r][d4] * inv, o[r][d4 + 1] * inv, o[r][d4 + 2] * inv, o[r][d4 + 3] * inv);
+    }
+}
+
+template <int HD> static int attn_tiled_launch(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, cudaStream_t s)
+{
+    const size_t smem = ((size_t)HD * AQ + (size_t)HD * AK + (size_t)AK * HD + (size_t)AK * AQ) * sizeof(float);
+    static bool raised = false;
+    if (!raised) {
+        cudaFuncSetAttribute(attn_tiled_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        raised = true;
+    }
+    return launch(attn_tiled_kernel<HD>, dim3(a->n_head, n_tiles), dim3(256), smem, s, *a, tiles);
+}
+
+extern "C" int tcu_attention_tiled(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, tcu_stream stream)
+{
+    PROF(TCU_PROF_ATTN, stream);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (n_tiles <= 0)
+        return 0;
+    switch (a->hd) {
+    case 64: return attn_tiled_launch<64>(a, tiles, n_tiles, s);
+    case 128: return attn_tiled_launch<128>(a, tiles, n_tiles, s);
+    case 256: return attn_tiled_launch<256>(a, tiles, n_tiles, s);
+    default: return -1; /* other head dims: the per-token kernel */
+    }
+}
 
 // ---- benchmark helpers ----
 
