@@ -409,6 +409,27 @@ static int continue_final(char *out, size_t *len_out, json_object *request, tern
     return 0;
 }
 
+/* A private copy, for one render, of a special-token value (a string, or an
+ * array of them as special_tokens() builds). The template's own objects are
+ * shared by every thread that renders it and json-c's reference counts are
+ * plain integers: json_object_get/put on them from two threads at once lose
+ * updates, which freed a token the template still held (a use-after-free in
+ * later renders and a double free in tern_chat_template_free, i.e. the
+ * server crashing at shutdown after concurrent chat requests). Reading them
+ * is safe; taking references is not. */
+static json_object *special_copy(json_object *v)
+{
+    if (json_object_is_type(v, json_type_array)) {
+        json_object *a = json_object_new_array();
+        for (size_t i = 0; a && i < json_object_array_length(v); i++)
+            json_object_array_add(a, special_copy(json_object_array_get_idx(v, i)));
+        return a;
+    }
+    if (json_object_is_type(v, json_type_string))
+        return json_object_new_string_len(json_object_get_string(v), json_object_get_string_len(v));
+    return NULL;
+}
+
 char *tern_chat_template_apply(const tern_chat_template *ct, json_object *request,
                                const tern_template_limits *lim, size_t *len_out, tern_err *err)
 {
@@ -427,7 +448,7 @@ char *tern_chat_template_apply(const tern_chat_template *ct, json_object *reques
     }
     if (ct->special) {
         json_object_object_foreach(ct->special, k, v) {
-            json_object_object_add(ctx, k, json_object_get(v));
+            json_object_object_add(ctx, k, special_copy(v)); /* never json_object_get: see special_copy */
         }
     }
     /* transformers: render(messages=, tools=, documents=, add_generation_prompt=, **kwargs) */

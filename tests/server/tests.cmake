@@ -8,6 +8,8 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/concurrency.mjs TIMEOUT 300 LABELS no-asan)
   tern_add_script_test(NAME server.malformed
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/malformed.mjs TIMEOUT 300)
+  tern_add_script_test(NAME server.shutdown
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/shutdown.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.chat_page
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/chat_page.mjs TIMEOUT 300 LABELS no-asan)
 endif()
