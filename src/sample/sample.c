@@ -225,8 +225,12 @@ static void dist_core(sample_state *s, const sample_params *p, const float *x, f
             keep = p->top_k;
         if (p->top_p < 1.0f) { /* over the top-k set renormalized, as HF and vLLM do */
             double mk = 0, c = 0;
-            for (int32_t j = 0; j < keep; j++)
-                mk += s->probs[s->idx[j]];
+            if (p->top_k > 0 && p->top_k < n)
+                for (int32_t j = 0; j < keep; j++)
+                    mk += s->probs[s->idx[j]];
+            else /* the top-k set is every token, not only the candidates sorted here */
+                for (int32_t i = 0; i < V; i++)
+                    mk += s->probs[i];
             for (int32_t j = 0; j < keep; j++) {
                 c += s->probs[s->idx[j]];
                 if (c >= p->top_p * mk) {

@@ -1,11 +1,15 @@
-/* The engine's device greedy path (backend forward_start / argmax_finish),
- * on the CPU: a stand-in backend computes the forward with the CPU backend
- * and does the masked argmax the device would (its documented contract),
- * so the orchestration - masks computed ahead over the drafts and rolled
- * back, verification from ids, fallbacks to the host for sampled rows,
- * errors - is checked against the plain CPU engine token for token:
- * alone and batched, with a draft model, with prompt lookup, with a
- * state-dependent constraint, and mixed with sampled rows. */
+/* The engine's device sampling paths (backend forward_start, then
+ * argmax_finish / sample_finish / logits_finish), on the CPU: a stand-in
+ * backend computes the forward with the CPU backend and does the masked
+ * argmax the device would, and the device sampler through an independent
+ * sort-based reference of its contract (tests/sample_ref.h), so the
+ * orchestration - masks computed ahead over the drafts and rolled back,
+ * verification from ids, which steps go to which finish, one uniform per
+ * sampled row from its own stream, errors - is checked against the plain
+ * CPU engine token for token: alone and batched, with a draft model, with
+ * prompt lookup, with a state-dependent constraint, mixed with sampled
+ * rows; and the empirical distribution of many seeded device-sampled
+ * requests against sample_row's (total variation). */
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +22,7 @@
 
 #include "engine/engine.h"
 #include "model/backend.h"
+#include "sample_ref.h"
 #include "test_util.h"
 
 static tern_model *g_target, *g_draft;
@@ -41,6 +46,8 @@ typedef struct fake_be {
     int cap, n_out;
     int n_finish, n_masked; /* argmax_finish calls, masked rows seen */
     int n_logits;           /* logits_finish calls */
+    int n_sample, n_drawn;  /* sample_finish calls, rows drawn with temperature > 0 there */
+    int n_sample_masked;    /* masked rows seen by sample_finish */
 } fake_be;
 
 static int fk_matmul(model_backend *b, int n, const model_weight *const *w, const float *X, float *const *Y, int T,
@@ -102,6 +109,37 @@ static int fk_finish(model_backend *b, const uint32_t *masks, int32_t nw, const 
     return 0;
 }
 
+/* The device sampler's contract through the sort-based reference. */
+static int fk_sample(model_backend *b, const dev_sample_row *rows, const uint32_t *masks, int32_t nw,
+                     const uint8_t *on, int32_t *ids, tern_err *err)
+{
+    fake_be *f = (fake_be *)b;
+    (void)err;
+    assert_true(f->n_out >= 0);
+    int32_t V = f->m->cfg.n_vocab;
+    for (int j = 0; j < f->n_out; j++) {
+        const dev_sample_row *d = &rows[j];
+        const uint32_t *mk = masks && on && on[j] ? masks + (size_t)j * nw : NULL;
+        int32_t bid[64];
+        float bval[64];
+        assert_true(d->n_bias <= 64);
+        for (int k = 0; k < d->n_bias; k++) {
+            bid[k] = d->bias[k].id;
+            bval[k] = d->bias[k].bias;
+        }
+        sref_params p = {d->temperature, d->top_p, d->min_p, d->top_k, bid, bval, d->n_bias};
+        assert_true(d->u >= 0.0 && d->u < 1.0);
+        sref_row r;
+        ids[j] = sref_prepare(&r, f->logits + (size_t)j * V, V, &p, mk, 0.0) ? -1 : sref_draw(&r, r.k_nom, d->u);
+        sref_free(&r);
+        f->n_drawn += d->temperature > 0.0f;
+        f->n_sample_masked += mk != NULL;
+    }
+    f->n_out = -1;
+    f->n_sample++;
+    return 0;
+}
+
 static int fk_logits(model_backend *b, float *logits, tern_err *err)
 {
     fake_be *f = (fake_be *)b;
@@ -129,6 +167,7 @@ static void install(tern_model *m, fake_be *f)
     f->base.forward_start = fk_start;
     f->base.argmax_finish = fk_finish;
     f->base.logits_finish = fk_logits;
+    f->base.sample_finish = fk_sample;
     m->be = &f->base;
 }
 
@@ -352,7 +391,7 @@ static void test_mixed_batch(void **state)
     (void)state;
     for (int mode = 0; mode <= 2; mode++) {
         tern_engine *e = engine(mode, 16);
-        int logits_before = g_fk[0].n_logits;
+        int logits_before = g_fk[0].n_logits, sample_before = g_fk[0].n_sample;
         engine_req *r[16];
         for (int i = 0; i < 16; i++) { /* greedy, constrained, sampled, sampled constrained rows */
             int kind = i / NP;
@@ -369,9 +408,12 @@ static void test_mixed_batch(void **state)
                 fail_msg("mode %d row %d: a token the constraint forbids", mode, i);
             if (kind >= 2 && mode != 0)
                 continue; /* sampled rows with speculation draw differently (same distribution) */
-            same(&o, &ref[i % NP][kind], "mixed batch", i);
+            same(&o, &ref[i % NP][kind], "mixed batch", i); /* sampled: the device sampler as sample_row */
         }
-        assert_true(g_fk[0].n_logits > logits_before); /* the host-sampling device path ran */
+        if (mode == 0)
+            assert_true(g_fk[0].n_sample > sample_before && g_fk[0].n_sample_masked > 0); /* the device sampler ran */
+        else
+            assert_true(g_fk[0].n_logits > logits_before); /* sampled rows verifying drafts: the host */
         engine_free(e);
     }
 }
@@ -391,12 +433,269 @@ static void test_errors(void **state)
     }
 }
 
+/* ---- the device sampler (sample_finish) ---- */
+
+static engine_req *submit_sp(tern_engine *e, int pi, const sample_params *sp, int max_tokens)
+{
+    int32_t *ids;
+    size_t n;
+    tern_err err;
+    assert_int_equal(tokenizer_encode(g_tok, prompts[pi], strlen(prompts[pi]), 1, &ids, &n, &err), 0);
+    engine_params p;
+    engine_params_default(&p);
+    p.prompt = ids;
+    p.n_prompt = n;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = 1;
+    p.sample = *sp;
+    engine_req *r = engine_submit(e, &p, NULL, NULL, &err);
+    if (!r)
+        fail_msg("%s", err.msg);
+    free(ids);
+    return r;
+}
+
+static const sample_bias g_bias[3] = {{300, 6.0f}, {301, -100.0f}, {300, 2.5f}};
+
+/* Request kinds the device samples: temperatures, top-k, top-p, min-p,
+ * logit_bias (repeated ids add up), and a greedy row with a bias. */
+#define NS 8
+static void kind_params(int k, sample_params *sp)
+{
+    sample_params_default(sp);
+    sp->seed = 1000 + 17 * (uint64_t)k;
+    switch (k) {
+    case 0: break; /* the OpenAI default: temperature 1, top_p 1 */
+    case 1: sp->temperature = 0.7f, sp->top_p = 0.9f; break;
+    case 2: sp->temperature = 1.2f, sp->top_k = 5; break;
+    case 3: sp->temperature = 1.5f, sp->min_p = 0.05f; break;
+    case 4: sp->temperature = 0.9f, sp->top_k = 40, sp->top_p = 0.8f, sp->min_p = 0.02f; break;
+    case 5: sp->temperature = 1.0f, sp->bias = g_bias, sp->n_bias = 3; break;
+    case 6: sp->temperature = 0.0f, sp->bias = g_bias, sp->n_bias = 3; break; /* greedy with a bias */
+    default: sp->temperature = 2.0f, sp->top_p = 0.5f, sp->bias = g_bias, sp->n_bias = 2; break;
+    }
+}
+
+typedef struct counts {
+    int finish, sample, drawn, logits;
+} counts;
+/* The device sampler's tests run on the small draft model (g_fk[1]), as
+ * the engine's target: cheap forwards, the same vocabulary. */
+static counts counts_now(void)
+{
+    counts c = {g_fk[1].n_finish, g_fk[1].n_sample, g_fk[1].n_drawn, g_fk[1].n_logits};
+    return c;
+}
+
+static tern_engine *small_engine(int batch)
+{
+    engine_opts o;
+    engine_opts_default(&o);
+    o.max_batch = batch;
+    tern_err err;
+    tern_engine *e = engine_new(g_draft, g_tok, &o, &err);
+    if (!e)
+        fail_msg("%s", err.msg);
+    return e;
+}
+
+/* Every kind alone and all in one batch give the host engine's tokens
+ * (TERN_GPU_SAMPLING=0: sample_row over the same logits) for the same seeds;
+ * which finish ran is checked by counts: sampleable rows use sample_finish
+ * (one draw per sampled row per token), logprobs and penalties rows the
+ * host path, TERN_GPU_SAMPLING=0 neither. */
+static void test_device_sampler(void **state)
+{
+    (void)state;
+    enum { T = 12 };
+    out host[NS], o;
+    setenv("TERN_GPU_SAMPLING", "0", 1); /* read by engine_new */
+    tern_engine *e = small_engine(NS);
+    unsetenv("TERN_GPU_SAMPLING");
+    counts c0 = counts_now();
+    for (int k = 0; k < NS; k++) {
+        sample_params sp;
+        kind_params(k, &sp);
+        drain(submit_sp(e, k % NP, &sp, T), &host[k]);
+        assert_int_equal(host[k].finish, ENGINE_FINISH_LENGTH);
+    }
+    counts c1 = counts_now();
+    assert_memory_equal(&c0, &c1, sizeof c0); /* no device finish at all */
+    engine_free(e);
+
+    e = small_engine(NS);
+    for (int k = 0; k < NS; k++) { /* alone */
+        sample_params sp;
+        kind_params(k, &sp);
+        c0 = counts_now();
+        drain(submit_sp(e, k % NP, &sp, T), &o);
+        c1 = counts_now();
+        same(&o, &host[k], "device sampler, alone", k);
+        if (c1.sample - c0.sample != T || c1.logits != c0.logits || c1.finish != c0.finish)
+            fail_msg("kind %d: %d sample_finish, %d logits_finish, %d argmax_finish calls for %d tokens", k,
+                     c1.sample - c0.sample, c1.logits - c0.logits, c1.finish - c0.finish, T);
+        assert_int_equal(c1.drawn - c0.drawn, sp.temperature > 0 ? T : 0);
+    }
+    engine_req *r[NS];
+    c0 = counts_now();
+    for (int k = 0; k < NS; k++) { /* batched */
+        sample_params sp;
+        kind_params(k, &sp);
+        r[k] = submit_sp(e, k % NP, &sp, T);
+    }
+    for (int k = 0; k < NS; k++) {
+        drain(r[k], &o);
+        same(&o, &host[k], "device sampler, batched", k);
+    }
+    c1 = counts_now();
+    assert_true(c1.sample > c0.sample && c1.sample - c0.sample < NS * T); /* shared steps */
+    assert_int_equal(c1.drawn - c0.drawn, (NS - 1) * T);                  /* one draw per sampled row and token */
+    assert_int_equal(c1.logits, c0.logits);
+
+    /* logprobs or penalties: the host samples (the logits come down) */
+    for (int h = 0; h < 2; h++) {
+        sample_params sp;
+        kind_params(1, &sp);
+        if (h)
+            sp.presence_penalty = 0.5f;
+        else
+            sp.n_logprobs = 2;
+        c0 = counts_now();
+        drain(submit_sp(e, 1, &sp, T), &o);
+        c1 = counts_now();
+        assert_int_equal(o.finish, ENGINE_FINISH_LENGTH);
+        assert_int_equal(c1.sample, c0.sample);
+        assert_int_equal(c1.logits - c0.logits, T);
+        if (!h)
+            same(&o, &host[1], "logprobs row on the host path", 1);
+    }
+    engine_free(e);
+}
+
+/* Sanitizer builds run the statistical check as a smoke test (few draws). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TERN_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TERN_TEST_SANITIZED 1
+#endif
+#endif
+#ifdef TERN_TEST_SANITIZED
+#define DIST_DRAWS 64
+#else
+#define DIST_DRAWS 512
+#endif
+
+/* The first token of many seeded requests sampled on the device against
+ * sample_row's distribution on the same logits (sample_dist): no token
+ * outside its kept set, and the total variation over buckets (its 6 most
+ * likely tokens, the rest together) within a few times its expected size. */
+static void test_device_distribution(void **state)
+{
+    (void)state;
+    enum { N = DIST_DRAWS, NB = 7 };
+    tern_model *m = g_draft;
+    int32_t V = m->cfg.n_vocab;
+    const int pi = 2;
+    /* the prompt's next-token logits on the CPU */
+    int32_t *toks;
+    size_t n;
+    tern_err err;
+    assert_int_equal(tokenizer_encode(g_tok, prompts[pi], strlen(prompts[pi]), 1, &toks, &n, &err), 0);
+    kv_pool kv;
+    kv_seq sq = {0};
+    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, (int)n / 16 + 2, &err),
+                     0);
+    assert_int_equal(kv_seq_reserve(&kv, &sq, (int)n, &err), 0);
+    int32_t *pos = malloc(n * sizeof *pos), last = (int32_t)n - 1;
+    kv_seq **seqs = malloc(n * sizeof *seqs);
+    for (size_t i = 0; i < n; i++) {
+        pos[i] = (int32_t)i;
+        seqs[i] = &sq;
+    }
+    float *lg = malloc((size_t)V * sizeof *lg), *x = malloc((size_t)V * sizeof *x), *p = malloc((size_t)V * sizeof *p);
+    int *bucket = malloc((size_t)V * sizeof *bucket);
+    fwd_batch b = {(int)n, toks, pos, seqs, 1, &last};
+    assert_int_equal(model_forward(m, &kv, &b, lg, &err), 0);
+    kv_seq_free(&kv, &sq);
+    kv_pool_free(&kv);
+    static const int kinds[] = {3, 4}; /* min-p (hundreds of tokens kept), top-k + top-p + min-p */
+    for (int ki = 0; ki < 2; ki++) {
+        int k = kinds[ki];
+        sample_params sp;
+        kind_params(k, &sp);
+        sample_state ss;
+        assert_int_equal(sample_state_init(&ss, &sp, V, NULL, 0, &err), 0);
+        memcpy(x, lg, (size_t)V * sizeof *x);
+        assert_int_equal(sample_dist(&ss, &sp, x, NULL, p), 0);
+        sample_state_free(&ss);
+        /* buckets: the NB - 1 most likely tokens, then the rest of the kept set */
+        double pb[NB] = {0}, hb[NB] = {0};
+        int support = 0;
+        for (int32_t t = 0; t < V; t++) {
+            bucket[t] = NB - 1;
+            support += p[t] > 0;
+        }
+        for (int r = 0; r < NB - 1; r++) {
+            int32_t best = -1;
+            for (int32_t t = 0; t < V; t++)
+                if (bucket[t] == NB - 1 && p[t] > 0 && (best < 0 || p[t] > p[best]))
+                    best = t;
+            if (best >= 0)
+                bucket[best] = r;
+        }
+        for (int32_t t = 0; t < V; t++)
+            pb[bucket[t]] += p[t];
+        tern_engine *e = small_engine(64);
+        engine_req *r[64];
+        counts c0 = counts_now();
+        for (int i = 0; i < N; i += 64) {
+            for (int j = 0; j < 64; j++) {
+                sp.seed = 5000 + (uint64_t)(i + j);
+                r[j] = submit_sp(e, pi, &sp, 1);
+            }
+            for (int j = 0; j < 64; j++) {
+                out o;
+                drain(r[j], &o);
+                assert_int_equal(o.n, 1);
+                if (p[o.ids[0]] == 0)
+                    fail_msg("kind %d: token %d drawn, outside sample_row's kept set", k, o.ids[0]);
+                hb[bucket[o.ids[0]]] += 1.0 / N;
+            }
+        }
+        counts c1 = counts_now();
+        assert_int_equal(c1.drawn - c0.drawn, N);
+        assert_int_equal(c1.logits, c0.logits);
+        engine_free(e);
+        double tv = 0, expect = 0;
+        for (int q = 0; q < NB; q++) {
+            tv += fabs(hb[q] - pb[q]) / 2;
+            expect += sqrt(pb[q] * (1 - pb[q]) / N) * 0.3989; /* E|binomial deviation| / 2 */
+        }
+        printf("kind %d: %d tokens kept, bucket probabilities %.3f %.3f %.3f .. rest %.3f, total variation %.4f "
+               "(expected about %.4f)\n",
+               k, support, pb[0], pb[1], pb[2], pb[NB - 1], tv, expect);
+        if (tv > 3 * expect + 0.01)
+            fail_msg("kind %d: total variation %.4f from sample_row's distribution (bound %.4f)", k, tv,
+                     3 * expect + 0.01);
+    }
+    free(bucket);
+    free(lg);
+    free(x);
+    free(p);
+    free(pos);
+    free(seqs);
+    free(toks);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alone),
         cmocka_unit_test(test_mixed_batch),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_device_sampler),
+        cmocka_unit_test(test_device_distribution),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -263,6 +263,32 @@ static void test_spec_step_distribution(void **state)
     sample_state_free(&s);
 }
 
+/* top-p without top-k over a vocabulary whose head (the candidates the
+ * sampler sorts) does not hold all the mass: the nucleus is top_p of the
+ * whole distribution. 10 tokens at logit 0 hold 60%, 20000 at -8 the rest:
+ * top_p 0.55 keeps all 10 (9 hold 54%), not 6 (top_p of the head's 60%). */
+static void test_top_p_large_vocab(void **state)
+{
+    (void)state;
+    enum { VB = 20010 };
+    float *x = malloc(VB * sizeof *x), *pr = malloc(VB * sizeof *pr);
+    sample_params p;
+    sample_params_default(&p);
+    p.top_p = 0.55f;
+    sample_state s;
+    assert_int_equal(sample_state_init(&s, &p, VB, NULL, 0, NULL), 0);
+    for (int i = 0; i < VB; i++)
+        x[i] = i < 10 ? 0.0f : -8.0f;
+    assert_int_equal(sample_dist(&s, &p, x, NULL, pr), 0);
+    int kept = 0;
+    for (int i = 0; i < VB; i++)
+        kept += pr[i] > 0;
+    assert_int_equal(kept, 10);
+    sample_state_free(&s);
+    free(x);
+    free(pr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_seed_reproducible),
         cmocka_unit_test(test_param_checks),
         cmocka_unit_test(test_spec_step_distribution),
+        cmocka_unit_test(test_top_p_large_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
