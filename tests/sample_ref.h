@@ -37,7 +37,7 @@ typedef struct sref_row {
 } sref_row;
 
 static const double *sref_sort_w;
-static int sref_cmp(const void *a, const void *b)
+static inline int sref_cmp(const void *a, const void *b)
 {
     int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
     double wi = sref_sort_w[i], wj = sref_sort_w[j];
@@ -46,7 +46,7 @@ static int sref_cmp(const void *a, const void *b)
     return i < j ? -1 : i > j;
 }
 
-static void sref_free(sref_row *r)
+static inline void sref_free(sref_row *r)
 {
     free(r->ids);
     free(r->w);
@@ -57,7 +57,7 @@ static void sref_free(sref_row *r)
 
 /* Shortest kept prefix under the cuts, with the top-p target and the min-p
  * threshold scaled by fp and fm. */
-static int32_t sref_keep(const sref_row *r, const sref_params *p, double fp, double fm)
+static inline int32_t sref_keep(const sref_row *r, const sref_params *p, double fp, double fm)
 {
     int32_t k = p->top_k > 0 && p->top_k < r->n ? p->top_k : r->n;
     if (p->top_p < 1.0f) {
@@ -79,7 +79,7 @@ static int32_t sref_keep(const sref_row *r, const sref_params *p, double fp, dou
 
 /* Prepares one row; 0, or -1 when nothing can be drawn (r->argmax = -1).
  * mask: NULL or packed words (bit t & 31 of word t >> 5 = token t allowed). */
-static int sref_prepare(sref_row *r, const float *logits, int32_t V, const sref_params *p, const uint32_t *mask,
+static inline int sref_prepare(sref_row *r, const float *logits, int32_t V, const sref_params *p, const uint32_t *mask,
                         double eps)
 {
     memset(r, 0, sizeof *r);
@@ -154,7 +154,7 @@ static int sref_prepare(sref_row *r, const float *logits, int32_t V, const sref_
 }
 
 /* The inverse CDF at u over the first K tokens of the draw order. */
-static int32_t sref_draw(const sref_row *r, int32_t K, double u)
+static inline int32_t sref_draw(const sref_row *r, int32_t K, double u)
 {
     if (r->greedy || r->n == 0)
         return r->argmax;
@@ -167,7 +167,7 @@ static int32_t sref_draw(const sref_row *r, int32_t K, double u)
 
 /* Whether id is the inverse CDF at u for some kept length in [k_lo, k_hi],
  * allowing u to lie within eps of its interval's ends. */
-static int sref_accepts(const sref_row *r, int32_t id, double u, double eps)
+static inline int sref_accepts(const sref_row *r, int32_t id, double u, double eps)
 {
     if (r->greedy || r->n == 0)
         return id == r->argmax;
