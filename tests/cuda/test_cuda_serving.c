@@ -1,8 +1,14 @@
 /* What serving needs from the CUDA backend beyond the forward, on a GPU
  * (skipped without one; label cuda): the masked argmax kernel against a
  * host reference (ties, -inf, NaN, empty masks, a vocabulary that is not a
- * multiple of 32); device greedy sampling (forward_start/argmax_finish) on
- * the demo model against the CPU forward's logits; copy-on-write of a
+ * multiple of 32); the sampling kernel (tcu_sample_rows) against the
+ * double-precision reference of tests/sample_ref.h - for random rows of
+ * 1000 and 151936 tokens (ties, -inf, NaN, masks, biases) and many
+ * parameter sets, the id at each u of a grid must be the reference's
+ * inverse CDF at u, up to u within 2e-6 of a boundary; device greedy
+ * sampling (forward_start/argmax_finish) and device sampling
+ * (sample_finish) on the demo model against the CPU forward's logits;
+ * copy-on-write of a
  * shared, partly filled block reaching the device mirror (a forked
  * sequence continues differently from its parent: logits against the
  * CPU); the engine's KV budget in GPU memory (a budget larger than the GPU
@@ -21,6 +27,7 @@
 #include "engine/engine.h"
 #include "model/backend.h"
 #include "model/model.h"
+#include "sample_ref.h"
 #include "test_util.h"
 #ifdef TERN_CUDA
 #include <cuda_runtime_api.h>
@@ -109,6 +116,251 @@ static void test_argmax_kernel(void **state)
     cudaFree(dids);
     free(x);
     free(mk);
+#endif
+}
+
+#ifdef TERN_CUDA
+/* One parameter set of the sampling kernel test. */
+typedef struct skcase {
+    float t, top_p, min_p;
+    int top_k, n_bias, masked;
+} skcase;
+
+static const skcase sk_cases[] = {
+    {1.0f, 1.0f, 0, 0, 0, 0},     /* the OpenAI default: id order over everything */
+    {0.7f, 0.9f, 0, 0, 0, 0},     /* top-p */
+    {1.0f, 1.0f, 0, 40, 0, 0},    /* top-k */
+    {1.3f, 0.95f, 0.05f, 50, 0, 1},
+    {0.5f, 1.0f, 0.1f, 0, 3, 0},  /* min-p, biases (a repeated id) */
+    {2.0f, 0.5f, 0, 7, 2, 1},
+    {1.0f, 0.3f, 0, 0, 0, 1},
+    {0.9f, 1.0f, 0.9f, 0, 0, 0},
+    {1.0f, 1.0f, 0, 1, 0, 0},     /* top-k 1: the argmax */
+    {1.0f, 1.0f, 0, 3, 0, 1},
+    {3.0f, 0.99f, 0, 1000000, 1, 0}, /* top-k beyond the vocabulary */
+    {1.0f, 1.0f, 0, 0, 2, 1},
+    {0.35f, 0.8f, 0.01f, 100, 1, 1},
+    {0.0f, 1.0f, 0, 0, 2, 1},     /* greedy with bias and mask */
+    {0.0f, 1.0f, 0, 0, 0, 0},     /* plain greedy */
+};
+#define SK_NC (int)(sizeof sk_cases / sizeof sk_cases[0])
+
+/* Runs every parameter set over fresh random rows of V tokens, NU values of
+ * u each (0, the largest u below 1, then stratified); returns the number of
+ * draws the reference does not accept. variant: 0 = logits on a 1/64 grid
+ * (ties), 1 = 8 distinct values (huge tie groups), 2 = grid with NaNs. */
+static int sample_kernel_sweep(int V, int variant, int NU, tern_rng *rng, int *n_draws, int *n_exact)
+{
+    int NW = (V + 31) / 32, bad = 0;
+    float *base = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V * NU);
+    uint32_t *mk = malloc(4 * (size_t)NW), *mks = malloc(4 * (size_t)NW * NU);
+    tcu_sample_param *P = malloc(sizeof *P * NU);
+    int32_t *on = malloc(4 * (size_t)NU), *ids = malloc(4 * (size_t)NU), *ids2 = malloc(4 * (size_t)NU);
+    double *us = malloc(sizeof *us * NU);
+    float *dlg, *dbv;
+    uint32_t *dmk;
+    int32_t *don, *dids, *dbi;
+    tcu_sample_param *dP;
+    assert_int_equal(cudaMalloc((void **)&dlg, sizeof(float) * V * NU), 0);
+    assert_int_equal(cudaMalloc((void **)&dmk, 4 * (size_t)NW * NU), 0);
+    assert_int_equal(cudaMalloc((void **)&dP, sizeof *P * NU), 0);
+    assert_int_equal(cudaMalloc((void **)&don, 4 * (size_t)NU), 0);
+    assert_int_equal(cudaMalloc((void **)&dids, 4 * (size_t)NU), 0);
+    assert_int_equal(cudaMalloc((void **)&dbi, 4 * 4), 0);
+    assert_int_equal(cudaMalloc((void **)&dbv, 4 * 4), 0);
+    for (int c = 0; c < SK_NC; c++) {
+        const skcase *k = &sk_cases[c];
+        for (int i = 0; i < V; i++)
+            base[i] = variant == 1 ? (float)(tern_rng_u32(rng) % 8) / 4.0f
+                                   : (float)((int)(tern_rng_u32(rng) % 1536) - 768) / 64.0f;
+        for (int i = c % 7; i < V; i += 7)
+            base[i] = -INFINITY;
+        if (variant == 2)
+            for (int i = 3; i < V; i += 101)
+                base[i] = NAN;
+        for (int w = 0; w < NW; w++)
+            mk[w] = tern_rng_u32(rng) | tern_rng_u32(rng); /* about 3/4 allowed */
+        int32_t bid[4];
+        float bvl[4];
+        for (int b = 0; b < k->n_bias; b++) {
+            bid[b] = (int32_t)(tern_rng_u32(rng) % (uint32_t)V);
+            bvl[b] = (float)((int)(tern_rng_u32(rng) % 400) - 100) / 16.0f;
+        }
+        if (k->n_bias >= 2)
+            bid[1] = bid[0];
+        sref_params sp = {k->t, k->top_p, k->min_p, k->top_k, bid, bvl, k->n_bias};
+        sref_row R;
+        sref_prepare(&R, base, V, &sp, k->masked ? mk : NULL, 2e-6);
+        for (int j = 0; j < NU; j++) {
+            memcpy(lg + (size_t)j * V, base, sizeof(float) * V);
+            memcpy(mks + (size_t)j * NW, mk, 4 * (size_t)NW);
+            us[j] = j == 0 ? 0.0 : j == 1 ? 1.0 - 0x1p-53 : (j - 2 + tern_rng_f64(rng)) / (NU - 2);
+            tcu_sample_param q = {us[j], k->t, k->top_p, k->min_p, k->top_k, 0, k->n_bias};
+            P[j] = q;
+            on[j] = k->masked;
+        }
+        cudaMemcpy(dmk, mks, 4 * (size_t)NW * NU, cudaMemcpyHostToDevice);
+        cudaMemcpy(dP, P, sizeof *P * NU, cudaMemcpyHostToDevice);
+        cudaMemcpy(don, on, 4 * (size_t)NU, cudaMemcpyHostToDevice);
+        cudaMemcpy(dbi, bid, 4 * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dbv, bvl, 4 * 4, cudaMemcpyHostToDevice);
+        for (int rep = 0; rep < 2; rep++) { /* twice: the same ids (biases are added in place: fresh logits) */
+            cudaMemcpy(dlg, lg, sizeof(float) * V * NU, cudaMemcpyHostToDevice);
+            assert_int_equal(tcu_sample_rows(dlg, NU, V, dP, dbi, dbv, dmk, NW, don, dids, NULL), 0);
+            assert_int_equal(cudaMemcpy(rep ? ids2 : ids, dids, 4 * (size_t)NU, cudaMemcpyDeviceToHost), 0);
+        }
+        for (int j = 0; j < NU; j++) {
+            int32_t want = sref_draw(&R, R.k_nom, us[j]);
+            (*n_draws)++;
+            *n_exact += ids[j] == want;
+            if (ids2[j] != ids[j]) {
+                printf("V %d variant %d case %d u %.17g: not deterministic: %d then %d\n", V, variant, c, us[j], ids[j],
+                       ids2[j]);
+                bad++;
+                continue;
+            }
+            if (sref_accepts(&R, ids[j], us[j], 2e-6))
+                continue;
+            if (bad++ < 12) {
+                int32_t pj = !R.greedy && R.n > 0 && ids[j] >= 0 && ids[j] < V ? R.pos[ids[j]] : -1;
+                double z = R.n ? R.cum[R.k_nom - 1] : 1;
+                printf("V %d variant %d case %d (T %.2f top_k %d top_p %.2f min_p %.2f bias %d mask %d) u %.17g: "
+                       "kernel %d (reference position %d, interval [%.9f, %.9f)), reference %d; kept %d (%d..%d) of "
+                       "%d, argmax %d\n",
+                       V, variant, c, k->t, k->top_k, k->top_p, k->min_p, k->n_bias, k->masked, us[j], ids[j], pj,
+                       pj > 0 ? R.cum[pj - 1] / z : 0.0, pj >= 0 ? R.cum[pj] / z : -1.0, want, R.k_nom, R.k_lo,
+                       R.k_hi, R.n, R.argmax);
+            }
+        }
+        sref_free(&R);
+    }
+    cudaFree(dlg);
+    cudaFree(dmk);
+    cudaFree(dP);
+    cudaFree(don);
+    cudaFree(dids);
+    cudaFree(dbi);
+    cudaFree(dbv);
+    free(base);
+    free(lg);
+    free(mk);
+    free(mks);
+    free(P);
+    free(on);
+    free(ids);
+    free(ids2);
+    free(us);
+    return bad;
+}
+#endif
+
+static void test_sample_kernel(void **state)
+{
+    (void)state;
+#ifndef TERN_CUDA
+    skip();
+#else
+    if (!have_gpu())
+        skip();
+    tern_rng rng;
+    tern_rng_seed(&rng, 21, 3);
+    int bad = 0;
+    static const int vocabs[] = {1000, 151936};
+    for (int v = 0; v < 2; v++)
+        for (int variant = 0; variant < 3; variant++) {
+            int draws = 0, exact = 0;
+            int b = sample_kernel_sweep(vocabs[v], variant, v ? 24 : 64, &rng, &draws, &exact);
+            printf("sampling kernel, V %d, logits variant %d: %d draws, %d the reference's exact inverse CDF, %d "
+                   "rejected\n",
+                   vocabs[v], variant, draws, exact, b);
+            bad += b;
+        }
+    /* rows where nothing can be drawn: -1; and the argmax rule at temperature 0 */
+    enum { V = 3000, NW = (V + 31) / 32, R = 4 };
+    float *x = malloc(sizeof(float) * V * R);
+    uint32_t *mk = calloc((size_t)R * NW, 4);
+    int32_t on[R] = {1, 0, 0, 1}, ids[R];
+    for (int i = 0; i < V * R; i++)
+        x[i] = (float)(i % 17);
+    for (int t = 0; t < V; t++)
+        x[1 * V + t] = x[2 * V + t] = -INFINITY; /* row 0: empty mask; rows 1, 2: all -inf */
+    for (int w = 0; w < NW; w++)
+        mk[3 * NW + w] = 0x80000001u; /* row 3: ids 0 and 31 mod 32 allowed */
+    tcu_sample_param P[R] = {{0.5, 1.0f, 1.0f, 0, 0, 0, 0}, {0.5, 1.0f, 0.9f, 0, 0, 0, 0},
+                             {0.5, 0.0f, 1.0f, 0, 0, 0, 0}, {0.5, 0.0f, 1.0f, 0, 0, 0, 0}};
+    float *dx;
+    uint32_t *dm;
+    int32_t *don, *dids;
+    tcu_sample_param *dP;
+    assert_int_equal(cudaMalloc((void **)&dx, sizeof(float) * V * R), 0);
+    assert_int_equal(cudaMalloc((void **)&dm, 4 * R * NW), 0);
+    assert_int_equal(cudaMalloc((void **)&don, 4 * R), 0);
+    assert_int_equal(cudaMalloc((void **)&dids, 4 * R), 0);
+    assert_int_equal(cudaMalloc((void **)&dP, sizeof P), 0);
+    cudaMemcpy(dx, x, sizeof(float) * V * R, cudaMemcpyHostToDevice);
+    cudaMemcpy(dm, mk, 4 * R * NW, cudaMemcpyHostToDevice);
+    cudaMemcpy(don, on, 4 * R, cudaMemcpyHostToDevice);
+    cudaMemcpy(dP, P, sizeof P, cudaMemcpyHostToDevice);
+    assert_int_equal(tcu_sample_rows(dx, R, V, dP, NULL, NULL, dm, NW, don, dids, NULL), 0);
+    assert_int_equal(cudaMemcpy(ids, dids, 4 * R, cudaMemcpyDeviceToHost), 0);
+    int32_t want3 = ref_argmax(x + 3 * V, V, mk + 3 * NW);
+    printf("edge rows: %d %d %d %d (want -1 -1 0 %d)\n", ids[0], ids[1], ids[2], ids[3], want3);
+    if (ids[0] != -1 || ids[1] != -1 || ids[2] != 0 || ids[3] != want3)
+        bad++;
+    /* bad arguments are errors, not launches */
+    assert_int_not_equal(tcu_sample_rows(dx, R, TCU_SAMPLE_MAX_VOCAB + 1, dP, NULL, NULL, NULL, 0, NULL, dids, NULL), 0);
+    assert_int_not_equal(tcu_sample_rows(dx, R, V, dP, NULL, NULL, dm, 1, don, dids, NULL), 0);
+    cudaGetLastError();
+    /* time: 64 rows of 151936 tokens, top-p 0.9 and the default */
+    {
+        enum { TR = 64, TV = 151936 };
+        float *tl;
+        tcu_sample_param *tp, hp[TR];
+        int32_t *ti;
+        assert_int_equal(cudaMalloc((void **)&tl, sizeof(float) * TR * TV), 0);
+        assert_int_equal(cudaMalloc((void **)&tp, sizeof hp), 0);
+        assert_int_equal(cudaMalloc((void **)&ti, 4 * TR), 0);
+        float *hl = malloc(sizeof(float) * TV);
+        for (int i = 0; i < TV; i++)
+            hl[i] = tern_rng_f32(&rng) * 20.0f - 10.0f;
+        for (int r = 0; r < TR; r++)
+            cudaMemcpy(tl + (size_t)r * TV, hl, sizeof(float) * TV, cudaMemcpyHostToDevice);
+        free(hl);
+        for (int mode = 0; mode < 3; mode++) {
+            for (int r = 0; r < TR; r++) {
+                tcu_sample_param q = {(r + 0.5) / TR, 1.0f, mode == 1 ? 0.9f : 1.0f, 0, mode == 2 ? 40 : 0, 0, 0};
+                hp[r] = q;
+            }
+            cudaMemcpy(tp, hp, sizeof hp, cudaMemcpyHostToDevice);
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            tcu_sample_rows(tl, TR, TV, tp, NULL, NULL, NULL, 0, NULL, ti, NULL); /* warm-up */
+            cudaEventRecord(e0, NULL);
+            for (int it = 0; it < 10; it++)
+                tcu_sample_rows(tl, TR, TV, tp, NULL, NULL, NULL, 0, NULL, ti, NULL);
+            cudaEventRecord(e1, NULL);
+            assert_int_equal(cudaEventSynchronize(e1), 0);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            printf("tcu_sample_rows, %d rows of %d tokens, %s: %.3f ms per launch\n", TR, TV,
+                   mode == 0 ? "no truncation" : mode == 1 ? "top-p 0.9" : "top-k 40", ms / 10);
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+        }
+        cudaFree(tl);
+        cudaFree(tp);
+        cudaFree(ti);
+    }
+    cudaFree(dx);
+    cudaFree(dm);
+    cudaFree(don);
+    cudaFree(dids);
+    cudaFree(dP);
+    free(x);
+    free(mk);
+    if (bad)
+        fail_msg("%d sampling kernel checks failed (details above)", bad);
 #endif
 }
 
@@ -276,6 +528,101 @@ static void test_device_greedy(void **state)
     free(mk);
 }
 
+/* sample_finish on the demo model: 3 sequences, each row with its own
+ * parameters (the default, top-p with a mask, greedy with a bias), several
+ * u; the ids against the reference over the CPU forward's logits (GPU and
+ * CPU logits differ ~1e-6, hence the wider eps). */
+static void test_device_sample_finish(void **state)
+{
+    (void)state;
+    if (!g_gpu)
+        skip();
+    model_backend *be = g_gpu->be;
+    assert_non_null(be->sample_finish);
+    tern_err err;
+    int32_t V = g_cpu->cfg.n_vocab, nw = (V + 31) / 32;
+    enum { S = 3, L = 12, NU = 8 };
+    float *lc = malloc(sizeof(float) * S * V);
+    uint32_t *mk = malloc(4 * (size_t)S * nw);
+    uint8_t on[S] = {0, 1, 1};
+    int32_t ids[S];
+    tern_rng rng;
+    tern_rng_seed(&rng, 5, 1);
+    for (int i = 0; i < S * nw; i++)
+        mk[i] = tern_rng_u32(&rng) | tern_rng_u32(&rng);
+    int32_t tok[S * L], pos[S * L], rows[S];
+    for (int s = 0; s < S; s++) {
+        for (int i = 0; i < L; i++) {
+            tok[s * L + i] = (int32_t)(tern_rng_u32(&rng) % (uint32_t)V);
+            pos[s * L + i] = i;
+        }
+        rows[s] = s * L + L - 1;
+    }
+    const sample_bias bias[2] = {{7, 3.0f}, {9, -2.0f}};
+    dev_sample_row dr[S] = {{1.0f, 1.0f, 0.0f, 0, NULL, 0, 0},
+                            {0.8f, 0.9f, 0.0f, 0, NULL, 0, 0},
+                            {0.0f, 1.0f, 0.0f, 0, bias, 2, 0}};
+    int bad = 0;
+    for (int run = 0; run < 2; run++) {
+        tern_model *m = run ? g_gpu : g_cpu;
+        kv_pool kv;
+        kv_seq sq[S];
+        memset(sq, 0, sizeof sq);
+        kv_seq *seqs[S * L];
+        assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, 8, &err), 0);
+        for (int s = 0; s < S; s++) {
+            assert_int_equal(kv_seq_reserve(&kv, &sq[s], L, &err), 0);
+            for (int i = 0; i < L; i++)
+                seqs[s * L + i] = &sq[s];
+        }
+        fwd_batch b = {S * L, tok, pos, seqs, S, rows};
+        if (run == 0) {
+            assert_int_equal(model_forward(m, &kv, &b, lc, &err), 0);
+        } else {
+            for (int k = 0; k < NU; k++) {
+                for (int s = 0; s < S; s++)
+                    dr[s].u = (k + 0.5) / NU;
+                assert_int_equal(be->forward_start(be, m, &kv, &b, &err), 0);
+                assert_int_equal(be->sample_finish(be, dr, mk, nw, on, ids, &err), 0);
+                for (int s = 0; s < S; s++) {
+                    int32_t bid[2] = {bias[0].id, bias[1].id};
+                    float bv[2] = {bias[0].bias, bias[1].bias};
+                    sref_params sp = {dr[s].temperature, dr[s].top_p, dr[s].min_p, dr[s].top_k, bid, bv, dr[s].n_bias};
+                    sref_row R;
+                    const uint32_t *m_s = on[s] ? mk + (size_t)s * nw : NULL;
+                    sref_prepare(&R, lc + (size_t)s * V, V, &sp, m_s, 1e-4);
+                    int32_t want = sref_draw(&R, R.k_nom, dr[s].u);
+                    int ok = ids[s] >= 0 && ids[s] < V && (!m_s || (m_s[ids[s] >> 5] >> (ids[s] & 31) & 1));
+                    if (ok && R.greedy) { /* the argmax, or a near tie of GPU and CPU logits */
+                        float bx = 0, bw = 0;
+                        for (int q = 0; q < 2; q++) {
+                            bx += bid[q] == ids[s] ? bv[q] : 0;
+                            bw += bid[q] == want ? bv[q] : 0;
+                        }
+                        float xi = lc[(size_t)s * V + ids[s]] + bx, xw = lc[(size_t)s * V + want] + bw;
+                        ok = ids[s] == want || fabsf(xi - xw) < 1e-4f * (1.0f + fabsf(xw));
+                    } else if (ok) {
+                        ok = sref_accepts(&R, ids[s], dr[s].u, 1e-4);
+                    }
+                    printf("row %d u %.4f: device %d, reference on CPU logits %d%s\n", s, dr[s].u, ids[s], want,
+                           ok ? "" : "  <- MISMATCH");
+                    bad += !ok;
+                    sref_free(&R);
+                }
+            }
+            /* finish without a start is an error, not a hang */
+            assert_int_not_equal(be->sample_finish(be, dr, mk, nw, on, ids, &err), 0);
+        }
+        for (int s = 0; s < S; s++)
+            kv_seq_free(&kv, &sq[s]);
+        kv_pool_free(&kv);
+    }
+    free(lc);
+    free(mk);
+    if (bad)
+        fail_msg("%d device draws disagree with the reference (above)", bad);
+}
+
 static void test_kv_budget(void **state)
 {
     (void)state;
@@ -307,8 +654,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_argmax_kernel),
+        cmocka_unit_test(test_sample_kernel),
         cmocka_unit_test(test_fork_copy_on_write),
         cmocka_unit_test(test_device_greedy),
+        cmocka_unit_test(test_device_sample_finish),
         cmocka_unit_test(test_kv_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
