@@ -487,17 +487,20 @@ static counts counts_now(void)
     return c;
 }
 
-static tern_engine *small_engine(int batch)
+static tern_engine *small_engine_ex(int batch, int ngram)
 {
     engine_opts o;
     engine_opts_default(&o);
     o.max_batch = batch;
+    o.spec_ngram = ngram;
+    o.n_draft = 4;
     tern_err err;
     tern_engine *e = engine_new(g_draft, g_tok, &o, &err);
     if (!e)
         fail_msg("%s", err.msg);
     return e;
 }
+static tern_engine *small_engine(int batch) { return small_engine_ex(batch, 0); }
 
 /* Every kind alone and all in one batch give the host engine's tokens
  * (TERN_GPU_SAMPLING=0: sample_row over the same logits) for the same seeds;
@@ -570,6 +573,28 @@ static void test_device_sampler(void **state)
             same(&o, &host[1], "logprobs row on the host path", 1);
     }
     engine_free(e);
+
+    /* a greedy row with a bias that speculates (prompt lookup): its K + 1
+     * positions go to sample_finish and verify from the ids; tokens as on
+     * the host */
+    sample_params sp;
+    kind_params(6, &sp);
+    out ho;
+    setenv("TERN_GPU_SAMPLING", "0", 1);
+    e = small_engine_ex(1, 1);
+    unsetenv("TERN_GPU_SAMPLING");
+    drain(submit_sp(e, 0, &sp, 24), &ho);
+    engine_free(e);
+    e = small_engine_ex(1, 1);
+    c0 = counts_now();
+    drain(submit_sp(e, 0, &sp, 24), &o);
+    c1 = counts_now();
+    engine_free(e);
+    same(&o, &ho, "speculating greedy row with a bias", 0);
+    printf("speculating greedy row with a bias: %d drafted, %d accepted, %d sample_finish calls\n", o.u.n_drafted,
+           o.u.n_accepted, c1.sample - c0.sample);
+    assert_true(o.u.n_drafted > 0);
+    assert_true(c1.sample > c0.sample && c1.logits == c0.logits && c1.finish == c0.finish);
 }
 
 /* Sanitizer builds run the statistical check as a smoke test (few draws). */
