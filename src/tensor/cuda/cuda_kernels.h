@@ -63,7 +63,7 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * in the 8B GEMV-only step (legacy 0: 72%), 4-bit 35% (11%), 8-bit 52%
  * (31%); 4 is also the best at batch 8 and 32 for every kind. */
 #define TCU_GEMV_DEFAULT "4,8,4" /* the default variant(s): change here */
-#define TCU_GEMV_N_VARIANTS 15
+#define TCU_GEMV_N_VARIANTS 17
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);
 /* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */
@@ -147,12 +147,16 @@ int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
  * = first token and count (<= TCU_ATTN_TILE_Q) of tile j, tokens of one
  * sequence at consecutive positions; each block keeps one tile's queries of
  * one head in shared memory and streams the keys through it (a K/V row is
- * read once per tile, not once per token). f32; a different summation order
- * than tcu_attention, so it is used only where products are not
- * batch-invariant anyway (the cuBLAS path). hd 64, 128 or 256; -1 (nothing
- * queued) for other head dims. part is unused. */
+ * read once per tile, not once per token). Two kernels: tensor cores
+ * (mma.sync TF32: Q, K, V and P rounded to TF32, f32 accumulation - the
+ * default) or f32 CUDA cores; both sum in another order than tcu_attention,
+ * so they are used only where products are not batch-invariant anyway (the
+ * cuBLAS path). hd 64, 128 or 256; -1 (nothing queued) for other head dims.
+ * part is unused. tcu_attention_tiled_set(1) picks the f32 kernel, (2) the
+ * tensor cores (TERN_CUDA_ATTN_TILED=1 at the first launch: f32). */
 #define TCU_ATTN_TILE_Q 64
 int tcu_attention_tiled(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, tcu_stream stream);
+void tcu_attention_tiled_set(int mode);
 
 /* Device-to-device copy bandwidth (bytes read + written per second) over a
  * buffer of `bytes`, best of reps; 0 on failure. Synchronizes. */

@@ -460,7 +460,7 @@ template <int NV> __device__ __forceinline__ int gv_swz(int cc)
     return P >= 8 ? (cc & 7) % P : (cc / (8 / P)) % P;
 }
 
-template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM>
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM, bool ROT>
 __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals, int pf)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
@@ -578,8 +578,18 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
                 __syncthreads();
             }
             /* the first chunk >= p0 that lane L owns: ownership c % LS == L
-             * does not depend on the panel bounds */
-            for (int c0 = p0 + ((L - p0 % LS) + LS) % LS; c0 < pend; c0 += LS * U) {
+             * does not depend on the panel bounds. ROT: the panel's LS * U
+             * chunk pieces are visited from a piece picked by the warp's
+             * first row (then wrapping), so that warps in lockstep read
+             * different offsets of their rows - a per-row order, the same
+             * whatever T. */
+            const int cfirst = p0 + ((L - p0 % LS) + LS) % LS, piece = LS * U;
+            const int npiece = (pend - p0 + piece - 1) / piece;
+            const int rot = ROT ? (int)((base / R) % npiece) : 0;
+            for (int ip = 0; ip < npiece; ip++) {
+                const int c0 = cfirst + ((ip + rot) % npiece) * piece;
+                if (c0 >= pend)
+                    continue;
                 uint4 raw[U][NS];
 #pragma unroll
                 for (int u = 0; u < U; u++) {
@@ -693,11 +703,11 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
     }
 }
 
-template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1>
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1, bool ROT = false>
 static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
-    auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM>;
+    auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, ROT>;
     int pvals = 0;
     size_t smem = 0;
     if (XS) {
@@ -718,23 +728,23 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 }
 
 /* UM: loads in flight at T = 1 times UM (the order of the sums stays) */
-template <int KIND, int R, int S, bool XS, int UM = 1>
+template <int KIND, int R, int S, bool XS, int UM = 1, bool ROT = false>
 static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     if (a->T == 1)
-        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM>(a, rows, s)
-                      : gemv_v_launch<KIND, 1, R, S, XS, false, UM>(a, rows, s);
-    return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true>(a, rows, s)
-                  : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false>(a, rows, s);
+        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM, ROT>(a, rows, s)
+                      : gemv_v_launch<KIND, 1, R, S, XS, false, UM, ROT>(a, rows, s);
+    return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true, 1, ROT>(a, rows, s)
+                  : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false, 1, ROT>(a, rows, s);
 }
 
-template <int R, int S, bool XS, bool Q4F = false, int UM = 1>
+template <int R, int S, bool XS, bool Q4F = false, int UM = 1, bool ROT = false>
 static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     switch (a->m[0].kind) {
-    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM>(a, rows, s);
-    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM>(a, rows, s);
-    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM>(a, rows, s);
+    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM, ROT>(a, rows, s);
+    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM, ROT>(a, rows, s);
+    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM, ROT>(a, rows, s);
     default: return -1; /* f32 / f16: the legacy kernel */
     }
 }
@@ -1037,6 +1047,8 @@ static const struct {
     {"= 4 with twice the loads in flight at T = 1"},
     {"= 11 with twice the loads in flight at T = 1"},
     {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
+    {"= 4, each warp's row pieces visited from a row-dependent start"},
+    {"= 11, each warp's row pieces visited from a row-dependent start"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -1140,6 +1152,8 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
     case 14:
         rc = a->m[0].kind == TCU_BF16 ? gemv_mma(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
         break;
+    case 15: rc = gemv_v_kind<2, 1, true, false, 1, true>(a, rows, s); break;
+    case 16: rc = gemv_v_kind<2, 1, true, true, 1, true>(a, rows, s); break;
     case 10: { /* by shape (never by T): enough warps for two waves */
         static int n_sm = 0;
         if (!n_sm) {
@@ -1749,12 +1763,196 @@ template <int HD> static int attn_tiled_launch(const tcu_attn_args *a, const int
     return launch(attn_tiled_kernel<HD>, dim3(a->n_head, n_tiles), dim3(256), smem, s, *a, tiles);
 }
 
+// ---- tensor-core tiled attention for prefill chunks (TERN_CUDA_ATTN_TILED=2, the default) ----
+//
+// The same tiles as attn_tiled_kernel; 4 warps, each owning 16 of the
+// tile's 64 queries. Per key tile of 64: S = Q K^T and O += P V with
+// mma.sync m16n8k8 TF32 (inputs rounded to TF32, f32 accumulation - the
+// precision class of the cuBLAS products around it, not of the f32
+// per-token kernel), the online softmax on the S fragments in registers
+// (a row's 4 lanes reduce with shuffles), and P used as the A operand of
+// P V straight from those registers: a lane holds P[q][2t], P[q][2t + 1]
+// of each 8-key group, so the key order inside the group is permuted (2t
+// -> slot t, 2t + 1 -> slot t + 4) the same way for V's rows.
+#define TQ TCU_ATTN_TILE_Q
+#define TK 64
+
+__device__ __forceinline__ uint32_t to_tf32(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, const int32_t *tiles)
+{
+    pdl_wait();
+    pdl_trigger();
+    constexpr int LD = HD + 4; /* padded rows: conflict-free fragment loads */
+    extern __shared__ float4 sm4[];
+    uint32_t *qs = reinterpret_cast<uint32_t *>(sm4); /* [TQ][LD] tf32 */
+    uint32_t *ks = qs + TQ * LD;                      /* [TK][LD] */
+    uint32_t *vs = ks + TK * LD;                      /* [TK][LD] */
+    const int h = blockIdx.x, i0 = tiles[2 * blockIdx.y], n = tiles[2 * blockIdx.y + 1];
+    const int kvh = h / (a.n_head / a.n_kv_head), tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int p0 = a.pos[i0];
+    const int32_t *blk = a.blk + a.bt_off[i0];
+    for (int e = tid; e < TQ * HD / 4; e += 128) {
+        const int q = e / (HD / 4), d4 = (e - q * (HD / 4)) * 4;
+        float4 v = make_float4(0, 0, 0, 0);
+        if (q < n)
+            v = *reinterpret_cast<const float4 *>(a.q + ((size_t)(i0 + q) * a.n_head + h) * HD + d4);
+        *reinterpret_cast<uint4 *>(qs + q * LD + d4) = make_uint4(to_tf32(v.x), to_tf32(v.y), to_tf32(v.z), to_tf32(v.w));
+    }
+    float o[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    const int qr0 = 16 * w + g; /* this lane's query rows: qr0, qr0 + 8 */
+    const int kstart = a.window > 0 && p0 - a.window + 1 > 0 ? p0 - a.window + 1 : 0, kend = p0 + n - 1;
+    for (int k0 = kstart; k0 <= kend; k0 += TK) {
+        __syncthreads();
+        for (int e = tid; e < TK * HD / 4; e += 128) {
+            const int kk = e / (HD / 4), d4 = (e - kk * (HD / 4)) * 4, kp = k0 + kk;
+            float4 kv4 = make_float4(0, 0, 0, 0), vv4 = kv4;
+            if (kp <= kend) {
+                const size_t off = kv_off(a.kv, a.layer, blk, kp) + (size_t)kvh * HD + d4;
+                kv4 = *reinterpret_cast<const float4 *>(a.kv.k + off);
+                vv4 = *reinterpret_cast<const float4 *>(a.kv.v + off);
+            }
+            *reinterpret_cast<uint4 *>(ks + kk * LD + d4) =
+                make_uint4(to_tf32(kv4.x), to_tf32(kv4.y), to_tf32(kv4.z), to_tf32(kv4.w));
+            *reinterpret_cast<uint4 *>(vs + kk * LD + d4) =
+                make_uint4(to_tf32(vv4.x), to_tf32(vv4.y), to_tf32(vv4.z), to_tf32(vv4.w));
+        }
+        __syncthreads();
+        /* S = Q K^T: 16 queries x 64 keys (8 n-tiles) */
+        float s[TK / 8][4];
+#pragma unroll
+        for (int j = 0; j < TK / 8; j++)
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll 4
+        for (int d0 = 0; d0 < HD; d0 += 8) {
+            const uint32_t *qa = qs + (16 * w + g) * LD + d0 + t;
+            const uint32_t a0 = qa[0], a1 = qa[8 * LD], a2 = qa[4], a3 = qa[8 * LD + 4];
+#pragma unroll
+            for (int j = 0; j < TK / 8; j++) {
+                const uint32_t *kb = ks + (8 * j + g) * LD + d0 + t;
+                mma_tf32(s[j], a0, a1, a2, a3, kb[0], kb[4]);
+            }
+        }
+        /* mask, scale, soft-cap; online softmax of rows qr0 (c0, c1) and qr0 + 8 (c2, c3) */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < TK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1, q = qr0 + 8 * r, qp = p0 + q, kp = k0 + 8 * j + 2 * t + (e & 1);
+                const bool ok = q < n && kp <= qp && (a.window <= 0 || kp > qp - a.window);
+                float v = s[j][e] * a.scale;
+                if (a.softcap > 0)
+                    v = a.softcap * tanhf(v / a.softcap);
+                s[j][e] = ok ? v : -INFINITY;
+                mx[r] = fmaxf(mx[r], s[j][e]);
+            }
+        float corr[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r]);
+            corr[r] = mn > -INFINITY ? expf(m[r] - mn) : 1.0f;
+            m[r] = mn;
+        }
+#pragma unroll
+        for (int j = 0; j < TK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                s[j][e] = s[j][e] > -INFINITY ? expf(s[j][e] - m[r]) : 0.0f;
+                ps[r] += s[j][e];
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);
+            ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 2);
+            l[r] = l[r] * corr[r] + ps[r];
+        }
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
+            o[j][0] *= corr[0];
+            o[j][1] *= corr[0];
+            o[j][2] *= corr[1];
+            o[j][3] *= corr[1];
+        }
+        /* O += P V: k-steps of 8 keys (slot t <- key 2t, slot t + 4 <- key 2t + 1) */
+#pragma unroll
+        for (int kk = 0; kk < TK / 8; kk++) {
+            const uint32_t a0 = to_tf32(s[kk][0]), a1 = to_tf32(s[kk][2]), a2 = to_tf32(s[kk][1]),
+                           a3 = to_tf32(s[kk][3]);
+            const uint32_t *vb = vs + (8 * kk + 2 * t) * LD + g;
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++)
+                mma_tf32(o[j], a0, a1, a2, a3, vb[8 * j], vb[LD + 8 * j]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int q = qr0 + 8 * r;
+        if (q >= n)
+            continue;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        float *out = a.out + ((size_t)(i0 + q) * a.n_head + h) * HD + 2 * t;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+            *reinterpret_cast<float2 *>(out + 8 * j) = make_float2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    }
+}
+
+template <int HD> static int attn_tc_launch(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, cudaStream_t s)
+{
+    const size_t smem = (size_t)(TQ + 2 * TK) * (HD + 4) * sizeof(uint32_t);
+    static bool raised = false;
+    if (!raised) {
+        cudaFuncSetAttribute(attn_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        raised = true;
+    }
+    return launch(attn_tc_kernel<HD>, dim3(a->n_head, n_tiles), dim3(128), smem, s, *a, tiles);
+}
+
+/* 1: attn_tiled_kernel (f32), 2: attn_tc_kernel (TF32 tensor cores); -1 = not read yet */
+static int att_tiled_mode = -1;
+
+extern "C" void tcu_attention_tiled_set(int mode) { att_tiled_mode = mode == 1 ? 1 : 2; }
+
 extern "C" int tcu_attention_tiled(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, tcu_stream stream)
 {
     PROF(TCU_PROF_ATTN, stream);
     cudaStream_t s = (cudaStream_t)stream;
     if (n_tiles <= 0)
         return 0;
+    if (att_tiled_mode < 0) {
+        const char *e = getenv("TERN_CUDA_ATTN_TILED");
+        att_tiled_mode = e && !strcmp(e, "1") ? 1 : 2;
+    }
+    if (att_tiled_mode == 2)
+        switch (a->hd) {
+        case 64: return attn_tc_launch<64>(a, tiles, n_tiles, s);
+        case 128: return attn_tc_launch<128>(a, tiles, n_tiles, s);
+        case 256: return attn_tc_launch<256>(a, tiles, n_tiles, s);
+        default: return -1;
+        }
     switch (a->hd) {
     case 64: return attn_tiled_launch<64>(a, tiles, n_tiles, s);
     case 128: return attn_tiled_launch<128>(a, tiles, n_tiles, s);
