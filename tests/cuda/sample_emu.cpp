@@ -1,0 +1,152 @@
+// tcu_sample_rows' kernel source run on the CPU (tests/cuda/emu/cuda_runtime.h
+// stands in for CUDA) against the double-precision reference of
+// tests/sample_ref.h: random rows (logits on a 1/64 grid with ties, 8-valued
+// rows with huge tie groups, NaNs; -inf, masks, repeated-id biases) under 15
+// parameter sets and a grid of u; each id must be the reference's inverse CDF
+// at u (u within 2e-6 of a boundary aside), the same for two block sizes.
+// Built and run by sample_emu.sh (ctest cuda.sample_emu), which feeds it the
+// kernels of src/tensor/cuda/sample.cu (everything before the launchers) as
+// sample_body.inc. Exit 0 = all accepted.
+#include <cuda_runtime.h>
+thread_local emu_dim threadIdx, blockIdx;
+emu_dim blockDim;
+pthread_barrier_t emu_bar;
+#include "sample_body.inc"
+extern "C" {
+#include "base/rng.h"
+#include "sample_ref.h"
+}
+
+struct emu_launch {
+    float *lg;
+    int rows, V;
+    const tcu_sample_param *P;
+    const int32_t *bi;
+    const float *bv;
+    const uint32_t *mk;
+    int nw;
+    const int32_t *on;
+    int32_t *ids;
+};
+struct emu_thread {
+    int tid;
+    const emu_launch *L;
+};
+
+static void *emu_run(void *arg)
+{
+    const emu_thread *t = (const emu_thread *)arg;
+    const emu_launch *L = t->L;
+    threadIdx.x = t->tid;
+    for (int r = 0; r < L->rows; r++) { // the block's rows one after another
+        blockIdx.x = r;
+        sample_rows_kernel(L->lg, L->V, L->P, L->bi, L->bv, L->mk, L->nw, L->on, L->ids);
+        pthread_barrier_wait(&emu_bar);
+    }
+    return nullptr;
+}
+
+static void launch(int nt, const emu_launch &L)
+{
+    blockDim.x = nt;
+    pthread_barrier_init(&emu_bar, nullptr, nt);
+    pthread_t th[1024];
+    emu_thread a[1024];
+    for (int t = 0; t < nt; t++) {
+        a[t] = {t, &L};
+        pthread_create(&th[t], nullptr, emu_run, &a[t]);
+    }
+    for (int t = 0; t < nt; t++)
+        pthread_join(th[t], nullptr);
+    pthread_barrier_destroy(&emu_bar);
+}
+
+struct skcase {
+    float t, top_p, min_p;
+    int top_k, n_bias, masked;
+};
+static const skcase cases[] = {
+    {1.0f, 1.0f, 0, 0, 0, 0},   {0.7f, 0.9f, 0, 0, 0, 0},      {1.0f, 1.0f, 0, 40, 0, 0},
+    {1.3f, 0.95f, 0.05f, 50, 0, 1}, {0.5f, 1.0f, 0.1f, 0, 3, 0}, {2.0f, 0.5f, 0, 7, 2, 1},
+    {1.0f, 0.3f, 0, 0, 0, 1},   {0.9f, 1.0f, 0.9f, 0, 0, 0},   {1.0f, 1.0f, 0, 1, 0, 0},
+    {1.0f, 1.0f, 0, 3, 0, 1},   {3.0f, 0.99f, 0, 1000000, 1, 0}, {1.0f, 1.0f, 0, 0, 2, 1},
+    {0.35f, 0.8f, 0.01f, 100, 1, 1}, {0.0f, 1.0f, 0, 0, 2, 1}, {0.0f, 1.0f, 0, 0, 0, 0},
+};
+
+int main(int argc, char **argv)
+{
+    const int V = argc > 1 ? atoi(argv[1]) : 1000, NU = argc > 2 ? atoi(argv[2]) : 8, NW = (V + 31) / 32;
+    const int NC = sizeof cases / sizeof cases[0];
+    tern_rng rng;
+    tern_rng_seed(&rng, 11, 2);
+    float *base = (float *)malloc(sizeof(float) * V), *lg = (float *)malloc(sizeof(float) * V * NU);
+    uint32_t *mk = (uint32_t *)malloc(4 * (size_t)NW), *mks = (uint32_t *)malloc(4 * (size_t)NW * NU);
+    tcu_sample_param *P = (tcu_sample_param *)malloc(sizeof *P * NU);
+    int32_t *on = (int32_t *)malloc(4 * (size_t)NU), *ids = (int32_t *)malloc(4 * (size_t)NU),
+            *ids2 = (int32_t *)malloc(4 * (size_t)NU);
+    double *us = (double *)malloc(sizeof *us * NU);
+    int bad = 0, total = 0, exact = 0;
+    for (int variant = 0; variant < 3; variant++)
+        for (int c = 0; c < NC; c++) {
+            const skcase *k = &cases[c];
+            for (int i = 0; i < V; i++)
+                base[i] = variant == 1 ? (float)(tern_rng_u32(&rng) % 8) / 4.0f
+                                       : (float)((int)(tern_rng_u32(&rng) % 1536) - 768) / 64.0f;
+            for (int i = c % 7; i < V; i += 7)
+                base[i] = -INFINITY;
+            if (variant == 2)
+                for (int i = 3; i < V; i += 101)
+                    base[i] = NAN;
+            for (int w = 0; w < NW; w++)
+                mk[w] = tern_rng_u32(&rng) | tern_rng_u32(&rng);
+            int32_t bid[4];
+            float bvl[4];
+            for (int b = 0; b < k->n_bias; b++) {
+                bid[b] = (int32_t)(tern_rng_u32(&rng) % (uint32_t)V);
+                bvl[b] = (float)((int)(tern_rng_u32(&rng) % 400) - 100) / 16.0f;
+            }
+            if (k->n_bias >= 2)
+                bid[1] = bid[0];
+            sref_params sp = {k->t, k->top_p, k->min_p, k->top_k, bid, bvl, k->n_bias};
+            sref_row R;
+            sref_prepare(&R, base, V, &sp, k->masked ? mk : nullptr, 2e-6);
+            for (int j = 0; j < NU; j++) {
+                us[j] = j == 0 ? 0.0 : j == 1 ? 1.0 - 0x1p-53 : (j - 2 + tern_rng_f64(&rng)) / (NU - 2);
+                P[j] = {us[j], k->t, k->top_p, k->min_p, k->top_k, 0, k->n_bias};
+                on[j] = k->masked;
+            }
+            for (int pass = 0; pass < 2; pass++) { // block sizes 32 and 64: the same ids
+                for (int j = 0; j < NU; j++) {
+                    memcpy(lg + (size_t)j * V, base, sizeof(float) * V);
+                    memcpy(mks + (size_t)j * NW, mk, 4 * (size_t)NW);
+                }
+                emu_launch L = {lg, NU, V, P, bid, bvl, mks, NW, on, pass ? ids2 : ids};
+                launch(pass ? 64 : 32, L);
+            }
+            for (int j = 0; j < NU; j++) {
+                total++;
+                int32_t want = sref_draw(&R, R.k_nom, us[j]);
+                exact += ids[j] == want;
+                if (ids[j] == ids2[j] && sref_accepts(&R, ids[j], us[j], 2e-6))
+                    continue;
+                if (bad++ < 12)
+                    printf("variant %d case %d (T %.2f top_k %d top_p %.2f min_p %.2f bias %d mask %d) u %.17g: "
+                           "kernel %d / %d (32 / 64 threads), reference %d; kept %d (%d..%d) of %d\n",
+                           variant, c, k->t, k->top_k, k->top_p, k->min_p, k->n_bias, k->masked, us[j], ids[j],
+                           ids2[j], want, R.k_nom, R.k_lo, R.k_hi, R.n);
+            }
+            sref_free(&R);
+        }
+    printf("sampling kernel on the CPU, V %d: %d draws, %d the reference's exact inverse CDF, %d rejected\n", V, total,
+           exact, bad);
+    free(base);
+    free(lg);
+    free(mk);
+    free(mks);
+    free(P);
+    free(on);
+    free(ids);
+    free(ids2);
+    free(us);
+    return bad != 0;
+}
