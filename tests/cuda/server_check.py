@@ -345,6 +345,27 @@ def check_batching(srv, alone):
            "greedy differ %s, sampled differ %s" % (bad, bad_s) if bad or bad_s else "")
 
 
+def check_device_sampler(srv, hostpath):
+    # seeded sampled requests (the default temperature 1, top-p, top-k,
+    # min-p, logit_bias, grammar-free) sampled on the device equal the same
+    # requests sampled on the host (TERN_GPU_SAMPLING=0): one uniform per
+    # token from the request's stream, the host sampler's order and cuts;
+    # they may differ only if a uniform falls within ~1e-6 of a CDF boundary
+    kinds = [{}, {"top_p": 0.9}, {"temperature": 0.7, "top_k": 40}, {"temperature": 1.3, "min_p": 0.05},
+             {"temperature": 0.8, "top_p": 0.8, "top_k": 20, "min_p": 0.02},
+             {"logit_bias": {"13": 4.0, "29": -100}}]
+    reqs = [dict({"model": "tern-demo", "seed": 77 + i, "max_tokens": 32,
+                  "messages": [{"role": "user", "content": ASKS[i % 4]}]}, **kinds[i % len(kinds)])
+            for i in range(2 * len(kinds))]
+    dev = parallel(lambda b: post(srv, b), reqs)
+    host = parallel(lambda b: post(hostpath, b), reqs)
+    bad = [i for i in range(len(reqs)) if dev[i][0] != 200 or host[i][0] != 200 or content(dev[i]) != content(host[i])]
+    report("device sampling: %d seeded requests (top-p/top-k/min-p/logit_bias, batched) equal TERN_GPU_SAMPLING=0"
+           % len(reqs), not bad,
+           "; ".join("%d %s: %r vs %r" % (i, json.dumps(kinds[i % len(kinds)]), (content(dev[i]) or "")[:40],
+                                           (content(host[i]) or "")[:40]) for i in bad[:4]))
+
+
 def check_greedy_paths(srv, alone):
     # logprobs keep sampling on the host: the same greedy request with and
     # without them must give the same text (device argmax vs host argmax)
@@ -470,6 +491,7 @@ def main():
             t.join()
         th.join()
         th2.join()
+        safe(check_device_sampler, ex, by["hostpath"])
         safe(check_cross_device, alone, cpu_alone_box.get("r", []))
         hp = host_box.get("r", [])
         bad = [i for i in range(16) if i >= len(hp) or content(hp[i]) != content(alone[i])]

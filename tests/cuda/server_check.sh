@@ -28,6 +28,7 @@ if [ "${TERN_CHECK_DEVICE:-cuda}" != cpu ] && [ -x "$UNIT" ]; then
     echo "FAIL unit: $UNIT"; tail -20 /tmp/tern_server_check_unit.log; rc=1
   fi
   grep -E "rel. error|device|default KV|does not fit" /tmp/tern_server_check_unit.log | head -8
+  grep -E "sampling kernel|sample_finish|tcu_sample_rows|edge rows" /tmp/tern_server_check_unit.log | head -16
 fi
 if [ "$TERN_CHECK_NODE" = 1 ] && command -v node >/dev/null 2>&1; then
   export TERN_SERVE_ARGS="--device ${TERN_CHECK_DEVICE:-cuda}"
