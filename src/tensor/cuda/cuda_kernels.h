@@ -63,7 +63,7 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * in the 8B GEMV-only step (legacy 0: 72%), 4-bit 35% (11%), 8-bit 52%
  * (31%); 4 is also the best at batch 8 and 32 for every kind. */
 #define TCU_GEMV_DEFAULT "4,8,4" /* the default variant(s): change here */
-#define TCU_GEMV_N_VARIANTS 17
+#define TCU_GEMV_N_VARIANTS 15
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);
 /* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */
@@ -77,14 +77,6 @@ const char *tcu_gemv_variant_name(int v);
 #define TCU_PDL_DEFAULT 0
 void tcu_pdl_set(int on);
 int tcu_pdl(void); /* 1 when on */
-
-/* Deep weight prefetch: GEMV blocks pull all their weight bytes into L2
- * before waiting for their inputs (with PDL, during the previous kernel's
- * tail). TCU_PREFETCH_DEFAULT, overridden by TERN_CUDA_PREFETCH=0/1 at the
- * first launch or tcu_prefetch_set. */
-#define TCU_PREFETCH_DEFAULT 0
-void tcu_prefetch_set(int on);
-int tcu_prefetch(void); /* 1 when on */
 
 /* Dense copy of a weight for the cuBLAS path: out[n_out][n_in] as bf16
  * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */

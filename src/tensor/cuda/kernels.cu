@@ -47,31 +47,6 @@ extern "C" int tcu_pdl(void)
 
 static bool pdl_enabled(void) { return tcu_pdl() != 0; }
 
-// Deep weight prefetch (TERN_CUDA_PREFETCH=1, default TCU_PREFETCH_DEFAULT):
-// before waiting for its inputs, a GEMV block pulls every weight byte it will
-// read into L2, not just its first loads - with PDL the next kernel does
-// that during this one's tail, so the memory system stays busy across the
-// boundary.
-static int pf_on = -1;
-
-extern "C" int tcu_prefetch(void)
-{
-    if (pf_on < 0) {
-        const char *e = getenv("TERN_CUDA_PREFETCH");
-        pf_on = e && *e ? atoi(e) != 0 : TCU_PREFETCH_DEFAULT;
-    }
-    return pf_on;
-}
-
-extern "C" void tcu_prefetch_set(int on) { pf_on = on ? 1 : 0; }
-
-// Lines [i * 128, bytes) of p, i = first, first + step, ... into L2.
-__device__ __forceinline__ void prefetch_span(const void *p, size_t bytes, int first, int step)
-{
-    for (size_t o = (size_t)first * 128; o < bytes; o += (size_t)step * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + o));
-}
-
 template <typename... KArgs, typename... Args>
 static int launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args &&...args)
 {
@@ -460,8 +435,8 @@ template <int NV> __device__ __forceinline__ int gv_swz(int cc)
     return P >= 8 ? (cc & 7) % P : (cc / (8 / P)) % P;
 }
 
-template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM, bool ROT>
-__global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals, int pf)
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM>
+__global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
     constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F;
@@ -518,18 +493,12 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
 
     /* weights never depend on an earlier kernel: start pulling this
      * lane's first chunks into L2 before waiting for the inputs */
-    if (pf) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
 #pragma unroll
         for (int s = 0; s < NS; s++)
-            prefetch_span(rp[s], row_bytes<KIND>(a.n_in), L, LS);
-    } else {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int s = 0; s < NS; s++)
-                if (L + u * LS < nch)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s] + L + u * LS));
-    }
+            if (L + u * LS < nch)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s] + L + u * LS));
     pdl_wait();
     pdl_trigger();
 
@@ -578,18 +547,8 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
                 __syncthreads();
             }
             /* the first chunk >= p0 that lane L owns: ownership c % LS == L
-             * does not depend on the panel bounds. ROT: the panel's LS * U
-             * chunk pieces are visited from a piece picked by the warp's
-             * first row (then wrapping), so that warps in lockstep read
-             * different offsets of their rows - a per-row order, the same
-             * whatever T. */
-            const int cfirst = p0 + ((L - p0 % LS) + LS) % LS, piece = LS * U;
-            const int npiece = (pend - p0 + piece - 1) / piece;
-            const int rot = ROT ? (int)((base / R) % npiece) : 0;
-            for (int ip = 0; ip < npiece; ip++) {
-                const int c0 = cfirst + ((ip + rot) % npiece) * piece;
-                if (c0 >= pend)
-                    continue;
+             * does not depend on the panel bounds */
+            for (int c0 = p0 + ((L - p0 % LS) + LS) % LS; c0 < pend; c0 += LS * U) {
                 uint4 raw[U][NS];
 #pragma unroll
                 for (int u = 0; u < U; u++) {
@@ -703,11 +662,11 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
     }
 }
 
-template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1, bool ROT = false>
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1>
 static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
-    auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, ROT>;
+    auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM>;
     int pvals = 0;
     size_t smem = 0;
     if (XS) {
@@ -723,28 +682,27 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
         smem = (size_t)tt * pvals * sizeof(float);
     }
     long rpb = (long)(GV_WARPS / S) * R;
-    return launch(kern, dim3((unsigned)((rows + rpb - 1) / rpb)), dim3(GV_WARPS * WARP), smem, s, *a, pvals,
-                  tcu_prefetch());
+    return launch(kern, dim3((unsigned)((rows + rpb - 1) / rpb)), dim3(GV_WARPS * WARP), smem, s, *a, pvals);
 }
 
 /* UM: loads in flight at T = 1 times UM (the order of the sums stays) */
-template <int KIND, int R, int S, bool XS, int UM = 1, bool ROT = false>
+template <int KIND, int R, int S, bool XS, int UM = 1>
 static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     if (a->T == 1)
-        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM, ROT>(a, rows, s)
-                      : gemv_v_launch<KIND, 1, R, S, XS, false, UM, ROT>(a, rows, s);
-    return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true, 1, ROT>(a, rows, s)
-                  : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false, 1, ROT>(a, rows, s);
+        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM>(a, rows, s)
+                      : gemv_v_launch<KIND, 1, R, S, XS, false, UM>(a, rows, s);
+    return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true>(a, rows, s)
+                  : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false>(a, rows, s);
 }
 
-template <int R, int S, bool XS, bool Q4F = false, int UM = 1, bool ROT = false>
+template <int R, int S, bool XS, bool Q4F = false, int UM = 1>
 static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     switch (a->m[0].kind) {
-    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM, ROT>(a, rows, s);
-    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM, ROT>(a, rows, s);
-    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM, ROT>(a, rows, s);
+    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM>(a, rows, s);
+    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM>(a, rows, s);
+    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM>(a, rows, s);
     default: return -1; /* f32 / f16: the legacy kernel */
     }
 }
@@ -811,7 +769,7 @@ __device__ __forceinline__ void mma_step(float c[4], const uint4 &wa, const uint
 // grid: ceil(tiles / (MMA_WARPS / KS)), block MMA_WARPS warps; NT n-tiles
 // of 8 tokens (tokens t0 .. t0 + 8 NT - 1 per pass).
 template <int NT, bool GLU>
-__global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gemv_args a, int KS, int pf)
+__global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gemv_args a, int KS)
 {
     constexpr int NA = GLU ? 2 : 1; /* A tiles per warp (gate, up) */
     __shared__ float red[MMA_WARPS][NA * NT * 4][WARP];
@@ -855,16 +813,11 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
 #pragma unroll
     for (int s = 0; s < NA; s++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (pf) {
-                prefetch_span(rp[s][h] - t, (size_t)slice * 2, t, 4);
-                continue;
-            }
+        for (int h = 0; h < 2; h++)
 #pragma unroll
             for (int u = 0; u < MMA_U; u++)
                 if (u * 32 < slice)
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s][h] + u * 4));
-        }
     pdl_wait();
     pdl_trigger();
     for (int t0 = 0; t0 < a.T; t0 += 8 * NT) {
@@ -992,18 +945,14 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
     }
 }
 
-// Split-K factor from the shape alone: enough warps to fill the GPU.
+// Split-K factor from the shape alone: slices of at most 512 inputs (a
+// warp then streams <= 16 KB of bf16 weights: short tails), up to one warp
+// per slice of the block.
 static int mma_ks(long tiles, int n_in)
 {
-    static int n_sm = 0;
-    if (!n_sm) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) || n_sm <= 0)
-            n_sm = 132;
-    }
+    (void)tiles;
     int ks = 1;
-    while (ks < MMA_WARPS && tiles * ks < (long)n_sm * 24 && n_in % (64 * ks) == 0)
+    while (ks < MMA_WARPS && n_in / ks > 512 && n_in % (64 * ks) == 0)
         ks *= 2;
     return ks;
 }
@@ -1013,7 +962,7 @@ template <int NT, bool GLU> static int gemv_mma_launch(const tcu_gemv_args *a, l
     const long tiles = (rows + 15) / 16;
     const int ks = mma_ks(tiles, a->n_in), tpb = MMA_WARPS / ks;
     return launch(gemv_mma_kernel<NT, GLU>, dim3((unsigned)((tiles + tpb - 1) / tpb)), dim3(MMA_WARPS * WARP), 0, s,
-                  *a, ks, tcu_prefetch());
+                  *a, ks);
 }
 
 // bf16 only (n_in a multiple of 32); -1 for other kinds.
@@ -1047,8 +996,6 @@ static const struct {
     {"= 4 with twice the loads in flight at T = 1"},
     {"= 11 with twice the loads in flight at T = 1"},
     {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
-    {"= 4, each warp's row pieces visited from a row-dependent start"},
-    {"= 11, each warp's row pieces visited from a row-dependent start"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -1152,8 +1099,6 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
     case 14:
         rc = a->m[0].kind == TCU_BF16 ? gemv_mma(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
         break;
-    case 15: rc = gemv_v_kind<2, 1, true, false, 1, true>(a, rows, s); break;
-    case 16: rc = gemv_v_kind<2, 1, true, true, 1, true>(a, rows, s); break;
     case 10: { /* by shape (never by T): enough warps for two waves */
         static int n_sm = 0;
         if (!n_sm) {
@@ -1793,6 +1738,15 @@ __device__ __forceinline__ void mma_tf32(float c[4], uint32_t a0, uint32_t a1, u
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// 16 bytes global -> shared without registers (zeros when src_bytes = 0).
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ uint32_t tf32_of(uint32_t f32_bits) { return to_tf32(__uint_as_float(f32_bits)); }
+
 template <int HD>
 __global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, const int32_t *tiles)
 {
@@ -1801,8 +1755,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, con
     constexpr int LD = HD + 4; /* padded rows: conflict-free fragment loads */
     extern __shared__ float4 sm4[];
     uint32_t *qs = reinterpret_cast<uint32_t *>(sm4); /* [TQ][LD] tf32 */
-    uint32_t *ks = qs + TQ * LD;                      /* [TK][LD] */
-    uint32_t *vs = ks + TK * LD;                      /* [TK][LD] */
+    uint32_t *ks = qs + TQ * LD;                      /* [TK][LD] f32 bits (rounded to TF32 when read) */
+    uint32_t *vs = ks + TK * LD;                      /* [TK][LD] f32 bits */
     const int h = blockIdx.x, i0 = tiles[2 * blockIdx.y], n = tiles[2 * blockIdx.y + 1];
     const int kvh = h / (a.n_head / a.n_kv_head), tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -1823,19 +1777,15 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, con
     const int kstart = a.window > 0 && p0 - a.window + 1 > 0 ? p0 - a.window + 1 : 0, kend = p0 + n - 1;
     for (int k0 = kstart; k0 <= kend; k0 += TK) {
         __syncthreads();
+        /* the key tile's K and V rows straight into shared memory, every
+         * copy in flight at once (keys past kend: zeros) */
         for (int e = tid; e < TK * HD / 4; e += 128) {
             const int kk = e / (HD / 4), d4 = (e - kk * (HD / 4)) * 4, kp = k0 + kk;
-            float4 kv4 = make_float4(0, 0, 0, 0), vv4 = kv4;
-            if (kp <= kend) {
-                const size_t off = kv_off(a.kv, a.layer, blk, kp) + (size_t)kvh * HD + d4;
-                kv4 = *reinterpret_cast<const float4 *>(a.kv.k + off);
-                vv4 = *reinterpret_cast<const float4 *>(a.kv.v + off);
-            }
-            *reinterpret_cast<uint4 *>(ks + kk * LD + d4) =
-                make_uint4(to_tf32(kv4.x), to_tf32(kv4.y), to_tf32(kv4.z), to_tf32(kv4.w));
-            *reinterpret_cast<uint4 *>(vs + kk * LD + d4) =
-                make_uint4(to_tf32(vv4.x), to_tf32(vv4.y), to_tf32(vv4.z), to_tf32(vv4.w));
+            const size_t off = kv_off(a.kv, a.layer, blk, kp <= kend ? kp : kend) + (size_t)kvh * HD + d4;
+            cp_async16(ks + kk * LD + d4, a.kv.k + off, kp <= kend ? 16 : 0);
+            cp_async16(vs + kk * LD + d4, a.kv.v + off, kp <= kend ? 16 : 0);
         }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         __syncthreads();
         /* S = Q K^T: 16 queries x 64 keys (8 n-tiles) */
         float s[TK / 8][4];
@@ -1849,7 +1799,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, con
 #pragma unroll
             for (int j = 0; j < TK / 8; j++) {
                 const uint32_t *kb = ks + (8 * j + g) * LD + d0 + t;
-                mma_tf32(s[j], a0, a1, a2, a3, kb[0], kb[4]);
+                mma_tf32(s[j], a0, a1, a2, a3, tf32_of(kb[0]), tf32_of(kb[4]));
             }
         }
         /* mask, scale, soft-cap; online softmax of rows qr0 (c0, c1) and qr0 + 8 (c2, c3) */
@@ -1904,7 +1854,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, con
             const uint32_t *vb = vs + (8 * kk + 2 * t) * LD + g;
 #pragma unroll
             for (int j = 0; j < HD / 8; j++)
-                mma_tf32(o[j], a0, a1, a2, a3, vb[8 * j], vb[LD + 8 * j]);
+                mma_tf32(o[j], a0, a1, a2, a3, tf32_of(vb[8 * j]), tf32_of(vb[LD + 8 * j]));
         }
     }
 #pragma unroll
