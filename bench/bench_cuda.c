@@ -17,8 +17,9 @@
  * device-to-device copy bandwidth (bytes read + written per second), the
  * roofline bandwidth / weight bytes, batch-1 decode tokens/s after an
  * N-token prompt, aggregate decode tokens/s at batch 8, 32 and 128 (each row
- * its own sequence; 128 rows go through cuBLAS), and prefill tokens/s of a --prefill-token prompt (default 512)
- * in one batch.
+ * its own sequence; 128 rows go through cuBLAS; each step's greedy ids are
+ * picked on the device and only they come back, as in the engine), and
+ * prefill tokens/s of a --prefill-token prompt (default 512) in one batch.
  * --check N first runs an N-token prompt and 4 greedy steps on both the CPU
  * and the GPU and prints the logits' relative L2 error and whether the
  * greedy ids agree (0 skips it). Without a CUDA build it says so. */
@@ -68,7 +69,8 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
 {
     kv_seq *seq = calloc((size_t)B, sizeof *seq);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)(n_prompt > B ? n_prompt : B));
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)B), *rows = malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)B), *rows = malloc(sizeof(int32_t) * (size_t)B),
+            *ids = malloc(sizeof(int32_t) * (size_t)B);
     kv_seq **sp = malloc(sizeof(kv_seq *) * (size_t)(n_prompt > B ? n_prompt : B));
     double t0 = 0, dt = -1;
     int V = m->cfg.n_vocab;
@@ -97,6 +99,19 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
             rows[s] = s;
         }
         fwd_batch b = {B, tok, pos, sp, B, rows};
+        model_backend *be = m->be;
+        if (be->forward_start && be->argmax_finish) {
+            /* as the engine's greedy steps: the device picks, only ids come back */
+            if (be->forward_start(be, m, kv, &b, err))
+                goto out;
+            for (int s = 0; s < B; s++)
+                if (seq[s].n_tokens < pos[s] + 1)
+                    seq[s].n_tokens = pos[s] + 1;
+            if (be->argmax_finish(be, NULL, 0, NULL, ids, err))
+                goto out;
+            memcpy(tok, ids, sizeof(int32_t) * (size_t)B);
+            continue;
+        }
         if (model_forward(m, kv, &b, logits, err))
             goto out;
         for (int s = 0; s < B; s++)
@@ -110,6 +125,7 @@ out:
     free(pos);
     free(tok);
     free(rows);
+    free(ids);
     free(sp);
     return dt;
 }

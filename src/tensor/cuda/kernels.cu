@@ -1151,10 +1151,43 @@ __global__ void dequant_kernel(const tcu_mat m, int n_in, uint16_t *out, long n)
     }
 }
 
+// Quantized weights, 8 consecutive values per step (one 4- or 8-byte load,
+// one 16-byte store); the same value per element as weight_at.
+__global__ void dequant8_kernel(const tcu_mat m, int n_in, uint16_t *out, long n8)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < n8; k += (long)gridDim.x * blockDim.x) {
+        const long e = 8 * k, r = e / n_in, i = e % n_in, g = r * (n_in / m.group) + i / m.group;
+        const float sc = m.sb[2 * g], bi = m.sb[2 * g + 1];
+        const uint8_t *q = (const uint8_t *)m.w;
+        uint32_t v[8];
+        if (m.kind == TCU_Q8) {
+            const uint2 w = *reinterpret_cast<const uint2 *>(q + e);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = ((j < 4 ? w.x : w.y) >> (8 * (j & 3))) & 255u;
+        } else {
+            const uint32_t w = *reinterpret_cast<const uint32_t *>(q + e / 2);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = (w >> (4 * j)) & 15u;
+        }
+        uint32_t o[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            o[p] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(sc * (float)v[2 * p] + bi)) |
+                   (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(sc * (float)v[2 * p + 1] + bi)) << 16;
+        *reinterpret_cast<uint4 *>(out + e) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
 extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
     long n = (long)m->n_out * n_in;
+    if ((m->kind == TCU_Q4 || m->kind == TCU_Q8) && n_in % 8 == 0 && m->group % 8 == 0)
+        return launch(dequant8_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n / 8);
     return launch(dequant_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n);
 }
 
