@@ -58,11 +58,13 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * (kind -1 = all; takes effect for launches and graph captures after it;
  * -1 when k is out of range). f32/f16 take the bf16 entry but run variant
  * 0 whatever it says. */
-/* "4,8,4": the fastest at batch 1 of those that stage activations (and so
- * fuse the RMSNorms) on the first H200 run: bf16 80% of the copy bandwidth
- * in the 8B GEMV-only step (legacy 0: 72%), 4-bit 35% (11%), 8-bit 52%
- * (31%); 4 is also the best at batch 8 and 32 for every kind. */
-#define TCU_GEMV_DEFAULT "4,8,4" /* the default variant(s): change here */
+/* "4,11,4": of the variants that stage activations (and so fuse the
+ * RMSNorms), the fastest at batch 1 in the model on the H200 (8B bf16: 4;
+ * 4-bit: 11 = 4 with codes as 1 + q/16, 4% ahead of 8 in the 8B decode
+ * step and the best of all in the 1B GEMV-only step; 8-bit: 4). The
+ * tensor-core variant 14 is the throughput choice for bf16 batches
+ * (docs/cuda.md). */
+#define TCU_GEMV_DEFAULT "4,11,4" /* the default variant(s): change here */
 #define TCU_GEMV_N_VARIANTS 15
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);
