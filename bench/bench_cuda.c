@@ -545,6 +545,7 @@ int main(int argc, char **argv)
         return 2;
     }
 #ifndef TERN_CUDA
+    (void)only_b1;
     fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
     return 2;
 #else
