@@ -662,9 +662,231 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
     }
 }
 
+static int att_slot_of(cudaStream_t s); /* per-stream counter slots (attention section) */
+#ifndef TCU_GEMV_DYN_DEFAULT
+#define TCU_GEMV_DYN_DEFAULT 0
+#endif
+
+// ---- batch-1 GEMV with dynamic row scheduling (TERN_CUDA_GEMV_DYN=1) ----
+//
+// The shared-memory variants (R rows per warp, S = 1) at T = 1 when the
+// activations fit in one panel: a grid of at most the resident blocks
+// stages x (and its norm) once per block, then each warp takes the next R
+// rows from a counter until none are left, so no partial last wave idles
+// the memory system. A row's sum is computed by exactly the code and order
+// of gemv_v_kernel (same lanes, chunks, loads in flight, reduction), so the
+// result is bit for bit the same as the static kernel's at any T. The
+// counter pair (next group, warps done) is per stream slot and reset by the
+// last warp to finish.
+#define DYN_SLOTS 8
+__device__ unsigned long long dyn_ctr[DYN_SLOTS][2];
+
+template <int KIND, int R, bool GLU>
+__global__ void __launch_bounds__(GV_WARPS *WARP) gemv_dyn_kernel(const tcu_gemv_args a, int slot)
+{
+    constexpr int NV = chunk_traits<KIND>::NV;
+    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F;
+    constexpr int NS = GLU ? 2 * R : R;
+    constexpr int UT = 8 / NS, U = UT < 1 ? 1 : UT; /* = gemv_v_kernel's at TT = 1, UM = 1 */
+    extern __shared__ float4 xs4[];
+    const float *xs = reinterpret_cast<const float *>(xs4);
+    __shared__ float rnorm;
+    const int lane = threadIdx.x & 31, nch = a.n_in / NV;
+    long rows = 0;
+    if (GLU)
+        rows = a.m[0].n_out;
+    else
+        for (int k = 0; k < a.n; k++)
+            rows += a.m[k].n_out;
+    const long n_groups = (rows + R - 1) / R;
+    pdl_wait();
+    pdl_trigger();
+    if (a.norm_g) {
+        const float *xr = a.x + (size_t)(a.norm_rows ? a.norm_rows[0] : 0) * a.n_in;
+        double ss = 0.0;
+        for (int e = threadIdx.x; e < a.n_in; e += blockDim.x)
+            ss += (double)xr[e] * xr[e];
+        ss = block_sum_d(ss);
+        if (threadIdx.x == 0)
+            rnorm = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
+        __syncthreads();
+    }
+    {
+        const int nv4 = a.n_in / 4;
+        const size_t xrow = a.norm_g && a.norm_rows ? (size_t)a.norm_rows[0] : 0;
+        for (int idx = threadIdx.x; idx < nv4; idx += blockDim.x) {
+            const int v = idx * 4, cc = v / NV, p = (v % NV) / 4;
+            float4 val = __ldg(reinterpret_cast<const float4 *>(a.x + xrow * a.n_in + v));
+            if (a.norm_g) {
+                const float r = rnorm;
+                const float4 g = __ldg(reinterpret_cast<const float4 *>(a.norm_g + v));
+                val.x = __fmul_rn(__fmul_rn(val.x, r), g.x);
+                val.y = __fmul_rn(__fmul_rn(val.y, r), g.y);
+                val.z = __fmul_rn(__fmul_rn(val.z, r), g.z);
+                val.w = __fmul_rn(__fmul_rn(val.w, r), g.w);
+            }
+            xs4[(cc * NV + ((p ^ gv_swz<NV>(cc)) * 4)) / 4] = val;
+        }
+        __syncthreads();
+    }
+    for (;;) {
+        unsigned long long gi = 0;
+        if (lane == 0)
+            gi = atomicAdd(&dyn_ctr[slot][0], 1ull);
+        gi = __shfl_sync(0xffffffffu, gi, 0);
+        if ((long)gi >= n_groups)
+            break;
+        const long base = (long)gi * R;
+        const uint4 *rp[NS];
+        const float2 *sbp[NS];
+        int gsz[NS];
+        float *yp[R];
+        bool valid[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            long gr = base + i;
+            valid[i] = gr < rows;
+            if (!valid[i])
+                gr = rows - 1;
+            int k = 0;
+            long off = 0;
+            if (!GLU)
+                while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
+                    off += a.m[k].n_out;
+                    k++;
+                }
+            const int r = (int)(gr - off);
+            yp[i] = a.m[k].y + r;
+#pragma unroll
+            for (int h = 0; h < (GLU ? 2 : 1); h++) {
+                const tcu_mat &mh = a.m[GLU ? h : k];
+                const int g = mh.group ? mh.group : NV;
+                rp[h * R + i] = reinterpret_cast<const uint4 *>((const char *)mh.w + (size_t)r * row_bytes<KIND>(a.n_in));
+                sbp[h * R + i] = mh.sb ? reinterpret_cast<const float2 *>(mh.sb) + (size_t)r * (a.n_in / g) : nullptr;
+                gsz[h * R + i] = g;
+            }
+        }
+        float acc[NS];
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+            acc[s] = 0.0f;
+        for (int c0 = lane; c0 < nch; c0 += WARP * U) {
+            uint4 raw[U][NS];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * WARP;
+#pragma unroll
+                for (int s = 0; s < NS; s++)
+                    raw[u][s] = c < nch ? __ldcs(rp[s] + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * WARP;
+                if (c >= nch)
+                    break;
+                float scale[NS], bias[NS];
+#pragma unroll
+                for (int s = 0; s < NS; s++) {
+                    scale[s] = bias[s] = 0.0f;
+                    if constexpr (Q) {
+                        const float2 p = __ldg(sbp[s] + c * NV / gsz[s]);
+                        scale[s] = p.x;
+                        bias[s] = p.y;
+                    }
+                }
+                float xv[NV];
+                const int sw = gv_swz<NV>(c);
+                const float *xr = xs + c * NV;
+#pragma unroll
+                for (int p = 0; p < NV / 4; p++) {
+                    const float4 v = *reinterpret_cast<const float4 *>(xr + ((p ^ sw) * 4));
+                    xv[4 * p] = v.x;
+                    xv[4 * p + 1] = v.y;
+                    xv[4 * p + 2] = v.z;
+                    xv[4 * p + 3] = v.w;
+                }
+                float sx = 0.0f;
+                if constexpr (Q) {
+#pragma unroll
+                    for (int j = 0; j < NV; j++)
+                        sx = __fadd_rn(sx, xv[j]);
+                }
+#pragma unroll
+                for (int s = 0; s < NS; s++)
+                    acc[s] = __fadd_rn(acc[s], chunk_dot_v<KIND>(raw[u][s], xv, sx, scale[s], bias[s]));
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+            acc[s] = warp_sum(acc[s]);
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (!valid[i])
+                    continue;
+                float *y = yp[i];
+                if (GLU)
+                    *y = (a.glu == 2 ? gelu_f(acc[i]) : silu_f(acc[i])) * acc[R + i];
+                else
+                    *y = a.accumulate ? *y + acc[i] : acc[i];
+            }
+    }
+    /* the last warp out resets the slot's counters for the next launch */
+    if (lane == 0) {
+        __threadfence();
+        if (atomicAdd(&dyn_ctr[slot][1], 1ull) == (unsigned long long)gridDim.x * GV_WARPS - 1) {
+            dyn_ctr[slot][0] = 0;
+            dyn_ctr[slot][1] = 0;
+            __threadfence();
+        }
+    }
+}
+
+static int dyn_on = -1;
+
+// The dynamic kernel for a T = 1 launch of variant R (1 = done, 0 = not
+// applicable: the caller runs the static kernel).
+template <int KIND, int R, bool GLU> static int gemv_dyn_try(const tcu_gemv_args *a, long rows, cudaStream_t s, int *rc)
+{
+    constexpr int NV = chunk_traits<KIND>::NV;
+    if (dyn_on < 0) {
+        const char *e = getenv("TERN_CUDA_GEMV_DYN");
+        dyn_on = e && *e ? atoi(e) != 0 : TCU_GEMV_DYN_DEFAULT;
+    }
+    if (!dyn_on || a->T != 1 || (size_t)a->n_in * sizeof(float) > GV_SMEM)
+        return 0;
+    const int slot = att_slot_of(s);
+    if (slot < 0 || slot >= DYN_SLOTS)
+        return 0;
+    auto kern = gemv_dyn_kernel<KIND, R, GLU>;
+    static int per_sm = 0, n_sm = 0;
+    if (!per_sm) {
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM);
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) || n_sm <= 0)
+            n_sm = 132;
+        /* occupancy at the largest activation panel this kernel stages */
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GV_WARPS * WARP, 16384 * sizeof(float)) ||
+            per_sm <= 0)
+            per_sm = 1;
+    }
+    (void)NV;
+    const size_t smem = (size_t)a->n_in * sizeof(float);
+    const long groups = (rows + R - 1) / R, need = (groups + GV_WARPS - 1) / GV_WARPS;
+    const long grid = need < (long)per_sm * n_sm ? need : (long)per_sm * n_sm;
+    *rc = launch(kern, dim3((unsigned)grid), dim3(GV_WARPS * WARP), smem, s, *a, slot);
+    return 1;
+}
+
 template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1>
 static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
+    if constexpr (TT == 1 && XS && S == 1 && UM == 1) {
+        int rc = 0;
+        if (gemv_dyn_try<KIND, R, GLU>(a, rows, s, &rc))
+            return rc;
+    }
     constexpr int NV = chunk_traits<KIND>::NV;
     auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM>;
     int pvals = 0;
