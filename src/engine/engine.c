@@ -579,6 +579,14 @@ static void step(tern_engine *e)
 
 /* ---- the thread ---- */
 
+/* The KV pool and prefix cache belong to this thread; their gauges reach
+ * engine_stats_get through e->st (caller holds e->mu). */
+static void publish_kv_gauges(tern_engine *e)
+{
+    e->st.kv_blocks_used = e->kv.n_blocks - e->kv.n_free;
+    e->st.kv_blocks_cached = e->pc.n;
+}
+
 static void *engine_main(void *arg)
 {
     tern_engine *e = arg;
@@ -609,10 +617,12 @@ static void *engine_main(void *arg)
         }
         e->st.queue_len = e->n_waiting;
         e->st.running = e->n_running;
+        publish_kv_gauges(e);
         pthread_mutex_unlock(&e->mu);
         step(e);
         pthread_mutex_lock(&e->mu);
         e->st.running = e->n_running;
+        publish_kv_gauges(e);
         pthread_mutex_unlock(&e->mu);
     }
     return NULL;
@@ -910,7 +920,5 @@ void engine_stats_get(tern_engine *e, engine_stats *st)
 {
     pthread_mutex_lock(&e->mu);
     *st = e->st;
-    st->kv_blocks_used = e->kv.n_blocks - e->kv.n_free; /* read racily: a gauge */
-    st->kv_blocks_cached = e->pc.n;
     pthread_mutex_unlock(&e->mu);
 }
