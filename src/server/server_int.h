@@ -35,9 +35,9 @@ typedef struct srv_metrics {
 } srv_metrics;
 
 /* An eventfd the engine's notify hook pokes. Wakers are pooled for the
- * server's life and never closed early: the engine may call a released
- * request's notify once more (its FINISH push), and a late poke on a reused
- * waker is only a spurious wakeup. */
+ * server's life and never closed early; the engine notifies under the
+ * request's lock and never after its release, so a reused waker gets no
+ * poke meant for its previous request (src/server/README.md). */
 typedef struct srv_waker {
     int efd;
     struct srv_waker *next_free, *next_all;
