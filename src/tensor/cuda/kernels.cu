@@ -845,7 +845,6 @@ static int dyn_on = -1;
 // applicable: the caller runs the static kernel).
 template <int KIND, int R, bool GLU> static int gemv_dyn_try(const tcu_gemv_args *a, long rows, cudaStream_t s, int *rc)
 {
-    constexpr int NV = chunk_traits<KIND>::NV;
     if (dyn_on < 0) { /* 0 off, 1 every kind, 2 (default) by shape */
         const char *e = getenv("TERN_CUDA_GEMV_DYN");
         dyn_on = e && *e ? (atoi(e) != 0) : 2;
@@ -874,7 +873,6 @@ template <int KIND, int R, bool GLU> static int gemv_dyn_try(const tcu_gemv_args
             per_sm <= 0)
             per_sm = 1;
     }
-    (void)NV;
     const size_t smem = (size_t)a->n_in * sizeof(float);
     const long groups = (rows + R - 1) / R, need = (groups + GV_WARPS - 1) / GV_WARPS;
     const long grid = need < (long)per_sm * n_sm ? need : (long)per_sm * n_sm;
@@ -1173,9 +1171,8 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
 // Split-K factor from the shape alone: slices of at most 512 inputs (a
 // warp then streams <= 16 KB of bf16 weights: short tails), up to one warp
 // per slice of the block.
-static int mma_ks(long tiles, int n_in)
+static int mma_ks(int n_in)
 {
-    (void)tiles;
     int ks = 1;
     while (ks < MMA_WARPS && n_in / ks > 512 && n_in % (64 * ks) == 0)
         ks *= 2;
@@ -1185,7 +1182,7 @@ static int mma_ks(long tiles, int n_in)
 template <int NT, bool GLU> static int gemv_mma_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     const long tiles = (rows + 15) / 16;
-    const int ks = mma_ks(tiles, a->n_in), tpb = MMA_WARPS / ks;
+    const int ks = mma_ks(a->n_in), tpb = MMA_WARPS / ks;
     return launch(gemv_mma_kernel<NT, GLU>, dim3((unsigned)((tiles + tpb - 1) / tpb)), dim3(MMA_WARPS * WARP), 0, s,
                   *a, ks);
 }
