@@ -617,15 +617,7 @@ int main(int argc, char **argv)
             double b1 = (steps - 2) / t1, roof = bw / wb;
             printf("%-28s %8.2f %9.0f %9.1f %6.0f%% (batch 1 only) %s\n", name, wb / 1e9, roof, b1, 100 * b1 / roof,
                    chk);
-            fflush(stdout);
-            m->be = cpu;
-            gpu->free(gpu);
-            kv_pool_free(&kv);
-            free(logits);
-            free(lc);
-            free(prompt);
-            model_free(m);
-            continue;
+            goto next_model;
         }
         double t8 = t1 >= 0 ? decode_run(m, &kv, 8, n_prompt, steps, prompt, logits, &err) : -1;
         double t32 = t8 >= 0 ? decode_run(m, &kv, 32, n_prompt, steps, prompt, logits, &err) : -1;
@@ -702,6 +694,7 @@ int main(int argc, char **argv)
                8 * (steps - 2) / c8, 32 * (steps - 2) / c32, n_prefill / tp, chk);
         printf("  %s b1 profile: %s\n", name, prof);
         printf("  %s prefill profile: %s\n", name, pprof);
+    next_model:
         fflush(stdout);
         m->be = cpu;
         gpu->free(gpu);

@@ -15,6 +15,24 @@ __device__ __forceinline__ bool am_better(float v, int i, float bv, int bi)
     return v > bv || (v == bv && i < bi);
 }
 
+// The best allowed (value, id) of x[i], i = first, first + step, ... < n:
+// mk NULL or a packed mask (bit i set = allowed).
+__device__ __forceinline__ void am_scan(const float *x, const uint32_t *mk, int first, int step, int n, float &bv,
+                                        int &bi)
+{
+    bv = -INFINITY;
+    bi = INT_MAX;
+    for (int i = first; i < n; i += step) {
+        if (mk && !((mk[i >> 5] >> (i & 31)) & 1u))
+            continue;
+        float v = x[i];
+        if (am_better(v, i, bv, bi)) {
+            bv = v;
+            bi = i;
+        }
+    }
+}
+
 __device__ __forceinline__ void am_warp(float &bv, int &bi)
 {
 #pragma unroll
@@ -36,17 +54,9 @@ __global__ void argmax_rows_kernel(const float *logits, int n_vocab, const uint3
     const int row = blockIdx.x;
     const float *x = logits + (size_t)row * n_vocab;
     const uint32_t *mk = masks && mask_on && mask_on[row] ? masks + (size_t)row * n_words : nullptr;
-    float bv = -INFINITY;
-    int bi = INT_MAX;
-    for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
-        if (mk && !((mk[i >> 5] >> (i & 31)) & 1u))
-            continue;
-        float v = x[i];
-        if (am_better(v, i, bv, bi)) {
-            bv = v;
-            bi = i;
-        }
-    }
+    float bv;
+    int bi;
+    am_scan(x, mk, threadIdx.x, blockDim.x, n_vocab, bv, bi);
     am_warp(bv, bi);
     __shared__ float sv[32];
     __shared__ int si[32];
@@ -356,17 +366,9 @@ __global__ void __launch_bounds__(SR_MAX_THREADS, 1)
         __syncthreads();
     }
     // the largest allowed logit, the lowest id on ties (NaN never wins)
-    float bv = -INFINITY;
-    int bi = INT_MAX;
-    for (int i = t; i < V; i += blockDim.x) {
-        if (mk && !((mk[i >> 5] >> (i & 31)) & 1u))
-            continue;
-        float v = x[i];
-        if (am_better(v, i, bv, bi)) {
-            bv = v;
-            bi = i;
-        }
-    }
+    float bv;
+    int bi;
+    am_scan(x, mk, t, blockDim.x, V, bv, bi);
     S.rv[t] = bv;
     S.ri[t] = bi;
     __syncthreads();
