@@ -125,6 +125,13 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+// 16 bytes global -> shared without registers (zeros when src_bytes = 0).
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
 __device__ __forceinline__ float bf16f(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 __device__ __forceinline__ float f16f(uint32_t bits16)
 {
@@ -358,6 +365,14 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 //   XS the block stages the activations in shared memory (panels of at
 //      most GV_SMEM bytes), XOR-swizzled per 16-byte piece so that the
 //      lanes of a quarter-warp hit distinct banks.
+// When one panel holds the tile's activations (T = 1 always, up to a few
+// tokens), they arrive by cp.async - issued first, ahead of everything -
+// and each warp's first weight chunks are loaded into registers before the
+// block waits for them: the norm and the staging no longer hold the weight
+// stream back (a prologue that waited for x twice, for the norm's sums and
+// again for the staging, cost 4-13 us of a 12-70 us launch on the 8B
+// shapes). The norm is then taken from shared memory with the same sums
+// and products as the panel path, so both give the same bits.
 // Each (row, token) is summed in one order fixed by (variant, n_in): per
 // lane the chunks it owns in increasing order, each chunk's values in
 // order, then the butterfly over the warp and the S warps in order. Tiles,
@@ -368,6 +383,7 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 
 #define GV_WARPS 8
 #define GV_SMEM (96 * 1024)
+#define GV_SMEM_G (64 * 1024) /* the norm weights of the one-panel path */
 
 __device__ double block_sum_d(double v);
 
@@ -435,9 +451,32 @@ template <int NV> __device__ __forceinline__ int gv_swz(int cc)
     return P >= 8 ? (cc & 7) % P : (cc / (8 / P)) % P;
 }
 
-template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM>
-__global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_args a, int pvals)
+// Where input e of a staged row lives in shared memory.
+template <int NV> __device__ __forceinline__ int gv_pos(int e)
 {
+    const int cc = e / NV, p = (e % NV) / 4;
+    return cc * NV + ((p ^ gv_swz<NV>(cc)) * 4) + (e & 3);
+}
+
+/* blocks per SM the registers must allow at T = 1: three for 16-bit
+ * weights (a q/k/v launch of the 8B shape is then one wave), two for
+ * quantized ones */
+template <int KIND, int TT> constexpr int gv_min_blocks()
+{
+    return TT > 1 ? 1 : KIND == TCU_BF16 || KIND == TCU_F16 ? 3 : 2;
+}
+
+// ONE: 0 = activations staged panel by panel (the norm factor read from
+// global memory first); 1 = the one-panel path, x's copies issued first,
+// then the first weight chunks; 2 = the same with the weights issued before
+// waiting for the previous kernel (launched with PDL). A compile-time
+// choice: as a runtime flag it cost 10-20% on the 8B shapes (the first
+// loop iteration could not be peeled around the preloaded chunks).
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM, int ONE>
+__global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
+    gemv_v_kernel(const tcu_gemv_args a, int pvals)
+{
+    constexpr bool one = ONE != 0;
     constexpr int NV = chunk_traits<KIND>::NV;
     constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F;
     constexpr int NS = GLU ? 2 * R : R;                        /* weight rows streamed per warp */
@@ -491,16 +530,55 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
         }
     }
 
-    /* weights never depend on an earlier kernel: start pulling this
-     * lane's first chunks into L2 before waiting for the inputs */
+    /* one panel (XS only): tile t0's rows to shared memory, no registers */
+    float *gs = xs + (size_t)(a.T < TT ? a.T : TT) * pvals; /* norm weights */
+    auto stage_async = [&](int t0, int nt) {
+        const int nv4 = a.n_in / 4;
+        for (int idx = threadIdx.x; idx < nt * nv4; idx += blockDim.x) {
+            int tt = idx / nv4, v = (idx - tt * nv4) * 4, cc = v / NV, p = (v % NV) / 4;
+            const size_t xrow = a.norm_g && a.norm_rows ? (size_t)a.norm_rows[t0 + tt] : (size_t)(t0 + tt);
+            cp_async16(xs + tt * pvals + cc * NV + ((p ^ gv_swz<NV>(cc)) * 4), a.x + xrow * a.n_in + v, 16);
+        }
+    };
+    /* the chunks in flight and their scale/bias pairs (quantized kinds);
+     * the one-panel path loads the first ones ahead of the loop */
+    uint4 raw[U][NS];
+    float2 sbr[U][NS];
+    if constexpr (!one) {
+        /* weights never depend on an earlier kernel: start pulling this
+         * lane's first chunks into L2 before waiting for the inputs */
 #pragma unroll
-    for (int u = 0; u < U; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int s = 0; s < NS; s++)
-            if (L + u * LS < nch)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s] + L + u * LS));
+            for (int s = 0; s < NS; s++)
+                if (L + u * LS < nch)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s] + L + u * LS));
+    }
+    auto hoist = [&]() {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int s = 0; s < NS; s++) {
+                const int c = L + u * LS;
+                raw[u][s] = c < nch ? (TT == 1 ? __ldcs(rp[s] + c) : __ldg(rp[s] + c)) : make_uint4(0, 0, 0, 0);
+                if constexpr (Q)
+                    sbr[u][s] = c < nch ? __ldg(sbp[s] + c * NV / gsz[s]) : make_float2(0.0f, 0.0f);
+            }
+    };
+    if constexpr (ONE == 2)
+        hoist();
     pdl_wait();
     pdl_trigger();
+    if constexpr (one) {
+        stage_async(0, a.T < TT ? a.T : TT);
+        if (a.norm_g)
+            for (int v = threadIdx.x * 4; v < a.n_in; v += blockDim.x * 4)
+                cp_async16(gs + v, a.norm_g + v, 16);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        if constexpr (ONE == 1)
+            hoist();
+    }
+    bool pre = one;
 
     for (int t0 = 0; t0 < a.T; t0 += TT) {
         const int nt = a.T - t0 < TT ? a.T - t0 : TT;
@@ -510,7 +588,34 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
 #pragma unroll
             for (int tt = 0; tt < TT; tt++)
                 acc[s][tt] = 0.0f;
-        if (XS && a.norm_g) {
+        if constexpr (one) {
+            if (t0 > 0) {
+                __syncthreads(); /* every warp is done with the previous tile */
+                stage_async(t0, nt);
+                asm volatile("cp.async.commit_group;" ::: "memory");
+            }
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            __syncthreads();
+            if (a.norm_g) {
+                /* the norm kernel's sums (the same 256 threads, double) and
+                 * the panel path's products, in place */
+                for (int tt = 0; tt < nt; tt++) {
+                    float *xr = xs + tt * pvals;
+                    double ss = 0.0;
+                    for (int e = threadIdx.x; e < a.n_in; e += blockDim.x) {
+                        const float v = xr[gv_pos<NV>(e)];
+                        ss += (double)v * v;
+                    }
+                    ss = block_sum_d(ss);
+                    const float r = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
+                    for (int e = threadIdx.x; e < a.n_in; e += blockDim.x) {
+                        const int q = gv_pos<NV>(e);
+                        xr[q] = __fmul_rn(__fmul_rn(xr[q], r), gs[e]);
+                    }
+                }
+                __syncthreads();
+            }
+        } else if (XS && a.norm_g) {
             /* the RMSNorm factor of each token, reduced as rmsnorm_kernel
              * does (the same 256 threads, double sums) */
             for (int tt = 0; tt < nt; tt++) {
@@ -527,7 +632,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
         const int pch = XS ? pvals / NV : nch;
         for (int p0 = 0; p0 < nch; p0 += pch) {
             const int pend = p0 + pch < nch ? p0 + pch : nch;
-            if constexpr (XS) {
+            if constexpr (XS && !one) {
                 __syncthreads();
                 const int nv4 = (pend - p0) * NV / 4;
                 for (int idx = threadIdx.x; idx < nt * nv4; idx += blockDim.x) {
@@ -549,14 +654,22 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
             /* the first chunk >= p0 that lane L owns: ownership c % LS == L
              * does not depend on the panel bounds */
             for (int c0 = p0 + ((L - p0 % LS) + LS) % LS; c0 < pend; c0 += LS * U) {
-                uint4 raw[U][NS];
+                /* the chunks and their scale/bias pairs load together: a
+                 * pair fetched after its chunk arrived was a second memory
+                 * round trip per step */
+                if (!pre)
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    int c = c0 + u * LS;
+                    for (int u = 0; u < U; u++) {
+                        int c = c0 + u * LS;
 #pragma unroll
-                    for (int s = 0; s < NS; s++)
-                        raw[u][s] = c < pend ? (TT == 1 ? __ldcs(rp[s] + c) : __ldg(rp[s] + c)) : make_uint4(0, 0, 0, 0);
-                }
+                        for (int s = 0; s < NS; s++) {
+                            raw[u][s] = c < pend ? (TT == 1 ? __ldcs(rp[s] + c) : __ldg(rp[s] + c))
+                                                 : make_uint4(0, 0, 0, 0);
+                            if constexpr (Q)
+                                sbr[u][s] = c < pend ? __ldg(sbp[s] + c * NV / gsz[s]) : make_float2(0.0f, 0.0f);
+                        }
+                    }
+                pre = false;
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     const int c = c0 + u * LS;
@@ -567,9 +680,8 @@ __global__ void __launch_bounds__(GV_WARPS *WARP) gemv_v_kernel(const tcu_gemv_a
                     for (int s = 0; s < NS; s++) {
                         scale[s] = bias[s] = 0.0f;
                         if constexpr (Q) {
-                            float2 p = __ldg(sbp[s] + c * NV / gsz[s]);
-                            scale[s] = p.x;
-                            bias[s] = p.y;
+                            scale[s] = sbr[u][s].x;
+                            bias[s] = sbr[u][s].y;
                         }
                     }
 #pragma unroll
@@ -666,13 +778,14 @@ template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1>
 static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
-    auto kern = gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM>;
-    int pvals = 0;
+    int pvals = 0, one = 0;
     size_t smem = 0;
-    if (XS) {
+    if constexpr (XS) {
         static bool raised = false;
         if (!raised) {
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM);
+            for (auto k : {gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 1>,
+                           gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 2>})
+                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM + GV_SMEM_G);
             raised = true;
         }
         int tt = a->T < TT ? a->T : TT;
@@ -680,9 +793,23 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
         if (pvals > a->n_in)
             pvals = a->n_in;
         smem = (size_t)tt * pvals * sizeof(float);
+        /* one panel: the cp.async path (with room for the norm weights) */
+        one = pvals == a->n_in && (!a->norm_g || (size_t)a->n_in * sizeof(float) <= GV_SMEM_G);
+        if (one && a->norm_g)
+            smem += (size_t)a->n_in * sizeof(float);
+        if (one && pdl_enabled())
+            one = 2;
     }
     long rpb = (long)(GV_WARPS / S) * R;
-    return launch(kern, dim3((unsigned)((rows + rpb - 1) / rpb)), dim3(GV_WARPS * WARP), smem, s, *a, pvals);
+    const dim3 grid((unsigned)((rows + rpb - 1) / rpb)), block(GV_WARPS * WARP);
+    if constexpr (!XS) {
+        return launch(gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
+    } else {
+        if (!one)
+            return launch(gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
+        return one == 2 ? launch(gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 2>, grid, block, smem, s, *a, pvals)
+                        : launch(gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 1>, grid, block, smem, s, *a, pvals);
+    }
 }
 
 /* UM: loads in flight at T = 1 times UM (the order of the sums stays) */
@@ -1768,13 +1895,6 @@ __device__ __forceinline__ void mma_tf32(float c[4], uint32_t a0, uint32_t a1, u
                  "{%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 16 bytes global -> shared without registers (zeros when src_bytes = 0).
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
-{
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tf32_of(uint32_t f32_bits) { return to_tf32(__uint_as_float(f32_bits)); }

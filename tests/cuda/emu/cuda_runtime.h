@@ -16,6 +16,9 @@
 struct emu_dim {
     unsigned x;
 };
+struct float4 {
+    float x, y, z, w;
+};
 extern thread_local emu_dim threadIdx, blockIdx;
 extern emu_dim blockDim;
 extern pthread_barrier_t emu_bar;
