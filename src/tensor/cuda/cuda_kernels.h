@@ -72,13 +72,15 @@ int tcu_gemv_set_variant(int kind, int v);
 void tcu_gemv_variant_reset(void);
 const char *tcu_gemv_variant_name(int v);
 
-/* Programmatic dependent launch: each launch may start while the one
- * before it finishes (kernels wait for their inputs on the device).
- * TCU_PDL_DEFAULT, overridden by TERN_CUDA_PDL=0/1 at the first launch or
+/* Programmatic dependent launch: a launch may start while the one before
+ * it finishes (kernels wait for their inputs on the device). Modes: 0 off,
+ * 1 every launch, 2 the shared-memory GEMV launches of 4/8-bit weights only
+ * (measured: +5-7% at batch 1 for 4-bit, -3-5% for bf16 - docs/cuda.md).
+ * TCU_PDL_DEFAULT, overridden by TERN_CUDA_PDL=0/1/2 at the first launch or
  * tcu_pdl_set. */
-#define TCU_PDL_DEFAULT 0
-void tcu_pdl_set(int on);
-int tcu_pdl(void); /* 1 when on */
+#define TCU_PDL_DEFAULT 2
+void tcu_pdl_set(int mode);
+int tcu_pdl(void); /* the mode */
 
 /* Dense copy of a weight for the cuBLAS path: out[n_out][n_in] as bf16
  * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */

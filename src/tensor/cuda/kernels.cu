@@ -26,29 +26,34 @@ static int last_err(void) { return (int)cudaGetLastError(); }
 // visible) before it touches memory an earlier kernel writes, then
 // pdl_trigger() lets the next launch be scheduled. Launched with the
 // programmatic-serialization attribute (TERN_CUDA_PDL, default
-// TCU_PDL_DEFAULT), the next kernel's launch and prologue (GEMV: weight
-// prefetch to L2) overlap this one's tail; without it both are no-ops.
+// TCU_PDL_DEFAULT), the next kernel's launch and prologue (GEMV: its first
+// weight loads) overlap this one's tail; without it both are no-ops.
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 static int pdl_on = -1;
 
-extern "C" void tcu_pdl_set(int on) { pdl_on = on ? 1 : 0; }
+extern "C" void tcu_pdl_set(int mode) { pdl_on = mode >= 0 && mode <= 2 ? mode : TCU_PDL_DEFAULT; }
 
 extern "C" int tcu_pdl(void)
 {
     if (pdl_on < 0) {
         const char *e = getenv("TERN_CUDA_PDL");
-        pdl_on = e && *e ? atoi(e) != 0 : TCU_PDL_DEFAULT;
+        int v = e && *e ? atoi(e) : TCU_PDL_DEFAULT;
+        pdl_on = v >= 0 && v <= 2 ? v : TCU_PDL_DEFAULT;
     }
     return pdl_on;
 }
 
-static bool pdl_enabled(void) { return tcu_pdl() != 0; }
+static bool pdl_enabled(void) { return tcu_pdl() == 1; }
+
+/* GEMV launches of 4/8-bit weights use PDL in mode 2 as well */
+static bool pdl_enabled_gemv(int kind) { return tcu_pdl() == 1 || (tcu_pdl() == 2 && kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32); }
 
 template <typename... KArgs, typename... Args>
-static int launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args &&...args)
+static int launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                      Args &&...args)
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
@@ -59,9 +64,15 @@ static int launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, 
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
-    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    cfg.numAttrs = pdl ? 1 : 0;
     int rc = (int)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     return rc ? rc : last_err();
+}
+
+template <typename... KArgs, typename... Args>
+static int launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args &&...args)
+{
+    return launch_pdl(pdl_enabled(), kernel, grid, block, smem, s, std::forward<Args>(args)...);
 }
 
 // ---- per-launch profile (tcu_prof_start / tcu_prof_stop) ----
@@ -797,18 +808,20 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
         one = pvals == a->n_in && (!a->norm_g || (size_t)a->n_in * sizeof(float) <= GV_SMEM_G);
         if (one && a->norm_g)
             smem += (size_t)a->n_in * sizeof(float);
-        if (one && pdl_enabled())
-            one = 2;
     }
+    const bool pdl = pdl_enabled_gemv(KIND);
+    if (one && pdl)
+        one = 2;
     long rpb = (long)(GV_WARPS / S) * R;
     const dim3 grid((unsigned)((rows + rpb - 1) / rpb)), block(GV_WARPS * WARP);
     if constexpr (!XS) {
-        return launch(gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
+        return launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
     } else {
         if (!one)
-            return launch(gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
-        return one == 2 ? launch(gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 2>, grid, block, smem, s, *a, pvals)
-                        : launch(gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 1>, grid, block, smem, s, *a, pvals);
+            return launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
+        return one == 2
+                   ? launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 2>, grid, block, smem, s, *a, pvals)
+                   : launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 1>, grid, block, smem, s, *a, pvals);
     }
 }
 
