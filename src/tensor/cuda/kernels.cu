@@ -49,7 +49,11 @@ extern "C" int tcu_pdl(void)
 static bool pdl_enabled(void) { return tcu_pdl() == 1; }
 
 /* GEMV launches of 4/8-bit weights use PDL in mode 2 as well */
-static bool pdl_enabled_gemv(int kind) { return tcu_pdl() == 1 || (tcu_pdl() == 2 && kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32); }
+static bool pdl_enabled_gemv(int kind)
+{
+    const bool quantized = kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32;
+    return tcu_pdl() == 1 || (tcu_pdl() == 2 && quantized);
+}
 
 template <typename... KArgs, typename... Args>
 static int launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
@@ -1463,6 +1467,12 @@ __global__ void qkv_post_kernel(const tcu_qkv_args a)
     float *vec = is_q ? a.q + (size_t)i * qd + (size_t)kh * hd : a.k + (size_t)i * kvd + (size_t)kh * hd;
     const float *bias = is_q ? a.bq : a.bk;
     const float *nrm = is_q ? a.qn : a.kn;
+    /* the position and the K/V cache slot first: their loads (block table
+     * included) overlap the work below instead of following it */
+    const int p = a.pos[i];
+    size_t o = 0;
+    if (!is_q)
+        o = kv_off(a.kv, a.layer, a.blk + a.bt_off[i], p) + (size_t)kh * hd;
     if (bias)
         for (int e = threadIdx.x; e < hd; e += blockDim.x)
             vec[e] += bias[(size_t)kh * hd + e];
@@ -1478,7 +1488,6 @@ __global__ void qkv_post_kernel(const tcu_qkv_args a)
             vec[e] = (vec[e] * r) * nrm[e];
         __syncthreads();
     }
-    int p = a.pos[i];
     for (int e = threadIdx.x; e < half; e += blockDim.x) {
         float ang = (float)p * a.inv_freq[e];
         float c = cosf(ang), s = sinf(ang);
@@ -1489,8 +1498,6 @@ __global__ void qkv_post_kernel(const tcu_qkv_args a)
     if (is_q)
         return;
     __syncthreads();
-    const int32_t *blk = a.blk + a.bt_off[i];
-    size_t o = kv_off(a.kv, a.layer, blk, p) + (size_t)kh * hd;
     const float *vv = a.v + (size_t)i * kvd + (size_t)kh * hd;
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         a.kv.k[o + e] = vec[e];
@@ -1634,15 +1641,44 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_at
 
 // out[i][h][e] from the n_split parts of (token i, head h), in split order.
 // Reads through L2 (the parts may come from other blocks of this grid).
+#define ATT_MERGE_MAX 16 /* splits merged from registers (one memory round trip) */
+
 __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e)
 {
-    const int hd = a.hd;
-    const float *part = a.part + ((size_t)i * a.n_head + h) * a.n_split * (hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < a.n_split; s++)
-        M = fmaxf(M, __ldcg(part + (size_t)s * (hd + 2)));
+    const int hd = a.hd, n = a.n_split;
+    const float *part = a.part + ((size_t)i * a.n_head + h) * n * (hd + 2);
     float L = 0.0f, v = 0.0f;
-    for (int s = 0; s < a.n_split; s++) {
+    if (n <= ATT_MERGE_MAX) {
+        /* every split's (max, sum, value) requested at once; the same
+         * arithmetic in the same order as the loop below */
+        float ms[ATT_MERGE_MAX], ls[ATT_MERGE_MAX], vs[ATT_MERGE_MAX];
+#pragma unroll
+        for (int s = 0; s < ATT_MERGE_MAX; s++)
+            if (s < n) {
+                const float *ps = part + (size_t)s * (hd + 2);
+                ms[s] = __ldcg(ps);
+                ls[s] = __ldcg(ps + 1);
+                vs[s] = __ldcg(ps + 2 + e);
+            }
+        float M = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < ATT_MERGE_MAX; s++)
+            if (s < n)
+                M = fmaxf(M, ms[s]);
+#pragma unroll
+        for (int s = 0; s < ATT_MERGE_MAX; s++)
+            if (s < n && ms[s] > -INFINITY) {
+                float f = expf(ms[s] - M);
+                L += f * ls[s];
+                v += f * vs[s];
+            }
+        a.out[((size_t)i * a.n_head + h) * hd + e] = v / L;
+        return;
+    }
+    float M = -INFINITY;
+    for (int s = 0; s < n; s++)
+        M = fmaxf(M, __ldcg(part + (size_t)s * (hd + 2)));
+    for (int s = 0; s < n; s++) {
         const float *ps = part + (size_t)s * (hd + 2);
         float m = __ldcg(ps);
         if (m > -INFINITY) {
