@@ -62,6 +62,20 @@ static int argmax(const float *x, int n)
 
 static int g_prof; /* decode_run profiles its timed steps (tcu_prof_start) */
 
+/* Appends the per-category kernel times (ms and launch counts over `reps`
+ * repetitions, per repetition) and their sum to buf[0 .. len). */
+static void prof_line(char *buf, size_t cap, int len, const double *ms, const int *cnt, int reps, const char *unit,
+                      int failed)
+{
+    static const char *const names[TCU_PROF_N] = {"gemv", "attention", "qkv_post", "rmsnorm", "embed", "other"};
+    double sum = 0;
+    for (int c = 0; c < TCU_PROF_N && !failed; c++) {
+        sum += ms[c];
+        len += snprintf(buf + len, cap - (size_t)len, " %s %.3f (%d)", names[c], ms[c] / reps, cnt[c] / reps);
+    }
+    snprintf(buf + len, cap - (size_t)len, "; sum %.3f %s%s", sum / reps, unit, failed ? " (profile failed)" : "");
+}
+
 /* Prefill n_prompt tokens of B sequences (one batch each), then `steps`
  * decode steps of all B together; seconds spent in the steps after the
  * first two (graph capture, warm-up). */
@@ -685,29 +699,11 @@ int main(int argc, char **argv)
         if (tpf < 0 || tpe < 0)
             return die(&err);
         char prof[400], pprof[400];
-        {
-            static const char *const pnames[TCU_PROF_N] = {"gemv", "attention", "qkv_post", "rmsnorm", "embed",
-                                                           "other"};
-            double sum = 0;
-            int len = snprintf(prof, sizeof prof, "eager step %.3f ms (profiled %.3f), graph step %.3f ms; kernels:",
-                               te / 10 * 1e3, tpf / 10 * 1e3, t1 / (steps - 2) * 1e3);
-            for (int c = 0; c < TCU_PROF_N && !prc; c++) {
-                sum += pms[c];
-                len += snprintf(prof + len, sizeof prof - (size_t)len, " %s %.3f (%d)", pnames[c], pms[c] / 10,
-                                pn[c] / 10);
-            }
-            snprintf(prof + len, sizeof prof - (size_t)len, "; sum %.3f ms/step%s", sum / 10,
-                     prc ? " (profile failed)" : "");
-            sum = 0;
-            len = snprintf(pprof, sizeof pprof, "eager %d-token prefill %.3f ms; kernels:", n_prefill, tpe * 1e3);
-            for (int c = 0; c < TCU_PROF_N && !frc; c++) {
-                sum += fms[c];
-                len += snprintf(pprof + len, sizeof pprof - (size_t)len, " %s %.3f (%d)", pnames[c], fms[c] / 3,
-                                fn[c] / 3);
-            }
-            snprintf(pprof + len, sizeof pprof - (size_t)len, "; sum %.3f ms%s", sum / 3,
-                     frc ? " (profile failed)" : "");
-        }
+        int len = snprintf(prof, sizeof prof, "eager step %.3f ms (profiled %.3f), graph step %.3f ms; kernels:",
+                           te / 10 * 1e3, tpf / 10 * 1e3, t1 / (steps - 2) * 1e3);
+        prof_line(prof, sizeof prof, len, pms, pn, 10, "ms/step", prc);
+        len = snprintf(pprof, sizeof pprof, "eager %d-token prefill %.3f ms; kernels:", n_prefill, tpe * 1e3);
+        prof_line(pprof, sizeof pprof, len, fms, fn, 3, "ms", frc);
         const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
         double b1 = (steps - 2) / t1, roof = bw / wb;
         printf("%-28s %8.2f %9.0f %9.1f %6.0f%% %9.0f %9.0f %9.0f %9.0f %9.0f %10.0f %s\n", name, wb / 1e9, roof, b1,

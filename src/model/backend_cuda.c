@@ -576,6 +576,16 @@ static int cu_matmul(model_backend *base, int n, const model_weight *const *w, c
     return 0;
 }
 
+/* Prefill-sized steps (T >= gemm_min_t: the cuBLAS path, not
+ * batch-invariant anyway) take the tiled kernel over pack_batch's tiles;
+ * the rest, and head dims it does not cover (-1), the per-token kernel. */
+static int attention_launch(cu_backend *be, const tcu_attn_args *a, int T, tcu_stream s)
+{
+    int rc = T >= be->gemm_min_t && be->attn_tiled ? tcu_attention_tiled(a, be->d_in + be->tile_off, be->n_tiles, s)
+                                                   : -1;
+    return rc == -1 ? tcu_attention(a, s) : rc;
+}
+
 static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
 {
     cu_backend *be = (cu_backend *)base;
@@ -624,13 +634,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T, be->kv,
                         a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
-    /* as layers_run: prefill-sized batches take the tiled kernel */
-    rc = T >= be->gemm_min_t && be->attn_tiled
-             ? tcu_attention_tiled(&at, be->d_in + be->tile_off, be->n_tiles, (tcu_stream)be->stream)
-             : -1;
-    if (rc == -1)
-        rc = tcu_attention(&at, (tcu_stream)be->stream);
-    CU(rc, "attention");
+    CU(attention_launch(be, &at, T, (tcu_stream)be->stream), "attention");
     CU(cudaMemcpyAsync(a->out, be->ty, qn * sizeof(float), cudaMemcpyDeviceToHost, be->stream), "download");
     CU(cudaStreamSynchronize(be->stream), "attention");
     return 0;
@@ -659,13 +663,7 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         CU(tcu_qkv_post(&qa, s), "qkv");
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, be->kv, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap};
-        /* prefill-sized steps (the cuBLAS path, not batch-invariant anyway):
-         * the tiled kernel; -1 = head dim it does not cover */
-        rc = T >= be->gemm_min_t && be->attn_tiled ? tcu_attention_tiled(&aa, be->d_in + be->tile_off, be->n_tiles, s)
-                                                   : -1;
-        if (rc == -1)
-            rc = tcu_attention(&aa, s);
-        CU(rc, "attention");
+        CU(attention_launch(be, &aa, T, s), "attention");
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;
         if (L->post_attn_norm) {

@@ -110,6 +110,12 @@ static void test_argmax_kernel(void **state)
     assert_int_equal(cudaMemcpy(ids, dids, 4 * R, cudaMemcpyDeviceToHost), 0);
     for (int r = 0; r < R; r++)
         assert_int_equal(ids[r], ref_argmax(x + (size_t)r * V, V, NULL));
+    /* a vocabulary that is not a multiple of 4 (rows not 16-byte aligned:
+     * the scalar scan), same buffers read as rows of V - 1 */
+    assert_int_equal(tcu_argmax_rows(dx, R, V - 1, dm, NW, don, dids, NULL), 0);
+    assert_int_equal(cudaMemcpy(ids, dids, 4 * R, cudaMemcpyDeviceToHost), 0);
+    for (int r = 0; r < R; r++)
+        assert_int_equal(ids[r], ref_argmax(x + (size_t)r * (V - 1), V - 1, on[r] ? mk + (size_t)r * NW : NULL));
     cudaFree(dx);
     cudaFree(dm);
     cudaFree(don);

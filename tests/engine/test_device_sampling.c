@@ -228,16 +228,26 @@ typedef struct out {
     engine_usage u;
 } out;
 
-static engine_req *submit(tern_engine *e, int pi, float temp, uint64_t seed, int constrained, int logprobs)
+/* Submits p with prompt pi as its prompt. */
+static engine_req *submit_params(tern_engine *e, int pi, engine_params *p)
 {
     int32_t *ids;
     size_t n;
     tern_err err;
     assert_int_equal(tokenizer_encode(g_tok, prompts[pi], strlen(prompts[pi]), 1, &ids, &n, &err), 0);
+    p->prompt = ids;
+    p->n_prompt = n;
+    engine_req *r = engine_submit(e, p, NULL, NULL, &err);
+    if (!r)
+        fail_msg("%s", err.msg);
+    free(ids);
+    return r;
+}
+
+static engine_req *submit(tern_engine *e, int pi, float temp, uint64_t seed, int constrained, int logprobs)
+{
     engine_params p;
     engine_params_default(&p);
-    p.prompt = ids;
-    p.n_prompt = n;
     p.max_tokens = 24;
     p.sample.temperature = temp;
     p.sample.seed = seed;
@@ -250,11 +260,7 @@ static engine_req *submit(tern_engine *e, int pi, float temp, uint64_t seed, int
         p.constraint = &toy_ops;
         p.constraint_ctx = t;
     }
-    engine_req *r = engine_submit(e, &p, NULL, NULL, &err);
-    if (!r)
-        fail_msg("%s", err.msg);
-    free(ids);
-    return r;
+    return submit_params(e, pi, &p);
 }
 
 static void drain(engine_req *r, out *o)
@@ -437,22 +443,12 @@ static void test_errors(void **state)
 
 static engine_req *submit_sp(tern_engine *e, int pi, const sample_params *sp, int max_tokens)
 {
-    int32_t *ids;
-    size_t n;
-    tern_err err;
-    assert_int_equal(tokenizer_encode(g_tok, prompts[pi], strlen(prompts[pi]), 1, &ids, &n, &err), 0);
     engine_params p;
     engine_params_default(&p);
-    p.prompt = ids;
-    p.n_prompt = n;
     p.max_tokens = max_tokens;
     p.ignore_eos = 1;
     p.sample = *sp;
-    engine_req *r = engine_submit(e, &p, NULL, NULL, &err);
-    if (!r)
-        fail_msg("%s", err.msg);
-    free(ids);
-    return r;
+    return submit_params(e, pi, &p);
 }
 
 static const sample_bias g_bias[3] = {{300, 6.0f}, {301, -100.0f}, {300, 2.5f}};

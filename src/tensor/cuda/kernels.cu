@@ -402,6 +402,23 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 
 __device__ double block_sum_d(double v);
 
+// The RMSNorm factor of tokens t0 .. t0 + nt - 1 of a GEMV's input, into
+// rnorm[] (shared), reduced as rmsnorm_kernel does (the same 256 threads,
+// double sums), so a fused norm gives the norm kernel's bits. Whole block.
+__device__ void gv_norm_factors(const tcu_gemv_args &a, int t0, int nt, float *rnorm)
+{
+    for (int tt = 0; tt < nt; tt++) {
+        const float *xr = a.x + (size_t)(a.norm_rows ? a.norm_rows[t0 + tt] : t0 + tt) * a.n_in;
+        double ss = 0.0;
+        for (int e = threadIdx.x; e < a.n_in; e += blockDim.x)
+            ss += (double)xr[e] * xr[e];
+        ss = block_sum_d(ss);
+        if (threadIdx.x == 0)
+            rnorm[tt] = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
+    }
+    __syncthreads();
+}
+
 __device__ __forceinline__ float q_byte(uint32_t w, int k_sel)
 {
     return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (uint32_t)k_sel)) - 8388608.0f;
@@ -631,18 +648,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
                 __syncthreads();
             }
         } else if (XS && a.norm_g) {
-            /* the RMSNorm factor of each token, reduced as rmsnorm_kernel
-             * does (the same 256 threads, double sums) */
-            for (int tt = 0; tt < nt; tt++) {
-                const float *xr = a.x + (size_t)(a.norm_rows ? a.norm_rows[t0 + tt] : t0 + tt) * a.n_in;
-                double ss = 0.0;
-                for (int e = threadIdx.x; e < a.n_in; e += blockDim.x)
-                    ss += (double)xr[e] * xr[e];
-                ss = block_sum_d(ss);
-                if (threadIdx.x == 0)
-                    rnorm[tt] = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
-            }
-            __syncthreads();
+            gv_norm_factors(a, t0, nt, rnorm);
         }
         const int pch = XS ? pvals / NV : nch;
         for (int p0 = 0; p0 < nch; p0 += pch) {
@@ -976,18 +982,8 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
          * sums), then x * r * g as it is loaded - the values the norm
          * kernel would write */
         const bool nrm = NT == 1 && a.norm_g;
-        if (nrm) {
-            for (int tt = 0; tt < 8 && t0 + tt < a.T; tt++) {
-                const float *xq = a.x + (size_t)(a.norm_rows ? a.norm_rows[t0 + tt] : t0 + tt) * a.n_in;
-                double ss = 0.0;
-                for (int e = threadIdx.x; e < a.n_in; e += blockDim.x)
-                    ss += (double)xq[e] * xq[e];
-                ss = block_sum_d(ss);
-                if (threadIdx.x == 0)
-                    rnorm[tt] = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
-            }
-            __syncthreads();
-        }
+        if (nrm)
+            gv_norm_factors(a, t0, a.T - t0 < 8 ? a.T - t0 : 8, rnorm);
         const float *xr[NT];
         bool xon[NT];
         float rn = 0.0f;
