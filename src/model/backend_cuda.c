@@ -158,7 +158,9 @@ static int up_vec(cu_backend *be, const float *h, size_t n, float **out, tern_er
     int rc = cu_alloc(be, (void **)out, n * sizeof(float), err);
     if (rc)
         return rc;
-    CU(cudaMemcpy(*out, h, n * sizeof(float), cudaMemcpyHostToDevice), "upload");
+    /* on the backend's stream: cudaMemcpy from pageable memory may return
+     * before its DMA lands, and the non-blocking stream would not wait */
+    CU(cudaMemcpyAsync(*out, h, n * sizeof(float), cudaMemcpyHostToDevice, be->stream), "upload");
     return 0;
 }
 
@@ -204,7 +206,7 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
     size_t bytes = host_wbytes(w);
     if ((rc = cu_alloc(be, &d, bytes, err)))
         return rc;
-    CU(cudaMemcpy(d, w->data, bytes, cudaMemcpyHostToDevice), "weight upload");
+    CU(cudaMemcpyAsync(d, w->data, bytes, cudaMemcpyHostToDevice, be->stream), "weight upload"); /* see up_vec */
     cw->m.w = d;
     if (w->qbits) {
         float *sb;

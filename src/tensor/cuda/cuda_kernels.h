@@ -58,14 +58,15 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * (kind -1 = all; takes effect for launches and graph captures after it;
  * -1 when k is out of range). f32/f16 take the bf16 entry but run variant
  * 0 whatever it says. */
-/* "4,11,4": of the variants that stage activations (and so fuse the
- * RMSNorms), the fastest at batch 1 in the model on the H200 (8B bf16: 4;
- * 4-bit: 11 = 4 with codes as 1 + q/16, 4% ahead of 8 in the 8B decode
- * step and the best of all in the 1B GEMV-only step; 8-bit: 4). The
- * tensor-core variant 14 is the throughput choice for bf16 batches
- * (docs/cuda.md). */
-#define TCU_GEMV_DEFAULT "4,11,4" /* the default variant(s): change here */
-#define TCU_GEMV_N_VARIANTS 15
+/* "4,15,15": of the variants that stage activations (and so fuse the
+ * RMSNorms), the fastest at batch 1 on the H200: bf16 4 (2 rows a warp);
+ * 4/8-bit 15 = 4 rows a warp on the shapes with rows enough for the
+ * larger blocks (q/k/v and gate/up of 8B, gate/up of 1B, lm_head), else 2,
+ * with 4-bit codes as 1 + q/16 - each shape's faster of 8 and 11 (5 and 4
+ * for 8-bit), with the same bits. The tensor-core variant 14 is the
+ * throughput choice for bf16 batches (docs/cuda.md). */
+#define TCU_GEMV_DEFAULT "4,15,15" /* the default variant(s): change here */
+#define TCU_GEMV_N_VARIANTS 16
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);
 /* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */

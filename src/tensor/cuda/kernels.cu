@@ -1135,6 +1135,7 @@ static const struct {
     {"= 4 with twice the loads in flight at T = 1"},
     {"= 11 with twice the loads in flight at T = 1"},
     {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
+    {"by shape: 8 if rows >= 40 * SMs, else 11 (quantized; bf16 = 4)"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -1214,6 +1215,19 @@ extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
     return gemv_dispatch(a, stream);
 }
 
+/* multiprocessors of the current device (132 if the query fails) */
+static int sm_count(void)
+{
+    static int n_sm = 0;
+    if (!n_sm) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) || n_sm <= 0)
+            n_sm = 132;
+    }
+    return n_sm;
+}
+
 static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
@@ -1238,15 +1252,15 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
     case 14:
         rc = a->m[0].kind == TCU_BF16 ? gemv_mma(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
         break;
+    case 15: /* by shape (never by T): 4 rows a warp once there are blocks
+              * enough; the order of a row's sums does not depend on R */
+        if (a->m[0].kind == TCU_BF16 || rows < 40L * sm_count())
+            rc = gemv_v_kind<2, 1, true, true>(a, rows, s);
+        else
+            rc = gemv_v_kind<4, 1, true, true>(a, rows, s);
+        break;
     case 10: { /* by shape (never by T): enough warps for two waves */
-        static int n_sm = 0;
-        if (!n_sm) {
-            int dev = 0;
-            cudaGetDevice(&dev);
-            if (cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) || n_sm <= 0)
-                n_sm = 132;
-        }
-        long target = 2L * n_sm * 24;
+        const long target = 2L * sm_count() * 24;
         if (rows / 2 >= target)
             rc = gemv_v_kind<2, 1, true>(a, rows, s);
         else if (rows >= target)
