@@ -592,7 +592,10 @@ int main(int argc, char **argv)
     printf("device copy bandwidth (read + write): %.0f GB/s; GEMV variants bf16 %d, 4-bit %d, 8-bit %d; "
            "programmatic dependent launch %s\n",
            bw / 1e9, tcu_gemv_variant(TCU_BF16), tcu_gemv_variant(TCU_Q4), tcu_gemv_variant(TCU_Q8),
-           tcu_pdl() == 1 ? "on" : tcu_pdl() == 2 ? "on for 4/8-bit GEMVs" : "off");
+           tcu_pdl() == 1   ? "on"
+           : tcu_pdl() == 2 ? "on for 4/8-bit GEMVs"
+           : tcu_pdl() == 3 ? "on but for 16-bit GEMVs"
+                            : "off");
     printf("%-28s %8s %9s %9s %7s %9s %9s %9s %9s %9s %10s %s\n", "model", "weightGB", "roof t/s", "b1 t/s", "%roof",
            "b8 t/s", "b32 t/s", "b128 t/s", "b8 blas", "b32 blas", "prefill/s", "check");
     for (int a = first; a < argc; a++) {

@@ -34,25 +34,25 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 
 static int pdl_on = -1;
 
-extern "C" void tcu_pdl_set(int mode) { pdl_on = mode >= 0 && mode <= 2 ? mode : TCU_PDL_DEFAULT; }
+extern "C" void tcu_pdl_set(int mode) { pdl_on = mode >= 0 && mode <= 3 ? mode : TCU_PDL_DEFAULT; }
 
 extern "C" int tcu_pdl(void)
 {
     if (pdl_on < 0) {
         const char *e = getenv("TERN_CUDA_PDL");
         int v = e && *e ? atoi(e) : TCU_PDL_DEFAULT;
-        pdl_on = v >= 0 && v <= 2 ? v : TCU_PDL_DEFAULT;
+        pdl_on = v >= 0 && v <= 3 ? v : TCU_PDL_DEFAULT;
     }
     return pdl_on;
 }
 
-static bool pdl_enabled(void) { return tcu_pdl() == 1; }
+static bool pdl_enabled(void) { return tcu_pdl() == 1 || tcu_pdl() == 3; }
 
-/* GEMV launches of 4/8-bit weights use PDL in mode 2 as well */
+/* GEMV launches of 4/8-bit weights use PDL in modes 2 and 3 as well */
 static bool pdl_enabled_gemv(int kind)
 {
     const bool quantized = kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32;
-    return tcu_pdl() == 1 || (tcu_pdl() == 2 && quantized);
+    return tcu_pdl() == 1 || (tcu_pdl() >= 2 && quantized);
 }
 
 template <typename... KArgs, typename... Args>
