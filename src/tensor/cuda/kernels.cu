@@ -353,9 +353,9 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 #define GEMV_CASE(K)                                                                                               \
     case K:                                                                                                        \
         if (a->T == 1)                                                                                             \
-            rc = launch(gemv_kernel<K, 1>, grid, block, 0, s, *a);                                                  \
+            rc = launch_pdl(pdl_enabled_gemv(K), gemv_kernel<K, 1>, grid, block, 0, s, *a);                         \
         else                                                                                                       \
-            rc = launch(gemv_kernel<K, GEMV_TT>, grid, block, 0, s, *a);                                            \
+            rc = launch_pdl(pdl_enabled_gemv(K), gemv_kernel<K, GEMV_TT>, grid, block, 0, s, *a);                   \
         break;
     switch (a->m[0].kind) {
         GEMV_CASE(TCU_F32)
@@ -1100,8 +1100,8 @@ template <int NT, bool GLU> static int gemv_mma_launch(const tcu_gemv_args *a, l
 {
     const long tiles = (rows + 15) / 16;
     const int ks = mma_ks(a->n_in), tpb = MMA_WARPS / ks;
-    return launch(gemv_mma_kernel<NT, GLU>, dim3((unsigned)((tiles + tpb - 1) / tpb)), dim3(MMA_WARPS * WARP), 0, s,
-                  *a, ks);
+    return launch_pdl(pdl_enabled_gemv(TCU_BF16), gemv_mma_kernel<NT, GLU>, dim3((unsigned)((tiles + tpb - 1) / tpb)),
+                      dim3(MMA_WARPS * WARP), 0, s, *a, ks);
 }
 
 // bf16 only (n_in a multiple of 32); -1 for other kinds.
