@@ -216,15 +216,15 @@ out:
 typedef struct gv_shape {
     const char *model, *name;
     int n_out, n_in, glu, count; /* count: launches of this shape per decode step */
-    int norm;                     /* RMSNorm of the inputs first (fused where the variant can) */
+    int norm; /* RMSNorm of the inputs first (fused where the variant can; lm_head: the final norm) */
 } gv_shape;
 
 static const gv_shape gv_shapes[] = {
     {"8b", "qkv", 6144, 4096, 0, 32, 1},    {"8b", "o", 4096, 4096, 0, 32, 0},
     {"8b", "gate_up", 14336, 4096, 1, 32, 1}, {"8b", "down", 4096, 14336, 0, 32, 0},
-    {"8b", "lm_head", 128256, 4096, 0, 1, 0}, {"1b", "qkv", 3072, 2048, 0, 16, 1},
+    {"8b", "lm_head", 128256, 4096, 0, 1, 1}, {"1b", "qkv", 3072, 2048, 0, 16, 1},
     {"1b", "o", 2048, 2048, 0, 16, 0},      {"1b", "gate_up", 8192, 2048, 1, 16, 1},
-    {"1b", "down", 2048, 8192, 0, 16, 0},   {"1b", "lm_head", 128256, 2048, 0, 1, 0},
+    {"1b", "down", 2048, 8192, 0, 16, 0},   {"1b", "lm_head", 128256, 2048, 0, 1, 1},
 };
 #define GV_EPS 1e-5f
 #define GV_NSHAPE (int)(sizeof gv_shapes / sizeof *gv_shapes)

@@ -60,11 +60,11 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * 0 whatever it says. */
 /* "4,15,15": of the variants that stage activations (and so fuse the
  * RMSNorms), the fastest at batch 1 on the H200: bf16 4 (2 rows a warp);
- * 4/8-bit 15 = 4 rows a warp on the shapes with rows enough for the
- * larger blocks (q/k/v and gate/up of 8B, gate/up of 1B, lm_head), else 2,
- * with 4-bit codes as 1 + q/16 - each shape's faster of 8 and 11 (5 and 4
- * for 8-bit), with the same bits. The tensor-core variant 14 is the
- * throughput choice for bf16 batches (docs/cuda.md). */
+ * 4/8-bit 15 = rows a warp by shape (kernels.cu gemv_by_shape: 4-bit at
+ * T = 1 3 on q/k/v, 4 on gate/up, 6 on lm_head, 2 on o and down), with
+ * 4-bit codes as 1 + q/16 - the same bits whatever the rows. The
+ * tensor-core variant 14 is the throughput choice for bf16 batches
+ * (docs/cuda.md). */
 #define TCU_GEMV_DEFAULT "4,15,15" /* the default variant(s): change here */
 #define TCU_GEMV_N_VARIANTS 16
 int tcu_gemv_variant(int kind);

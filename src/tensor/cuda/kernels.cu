@@ -1135,7 +1135,7 @@ static const struct {
     {"= 4 with twice the loads in flight at T = 1"},
     {"= 11 with twice the loads in flight at T = 1"},
     {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
-    {"by shape: 8 if rows >= 40 * SMs, else 11 (quantized; bf16 = 4)"},
+    {"by shape: rows a warp 2, 3, 4 or 6 (gemv_by_shape; bf16 = 4)"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -1228,6 +1228,30 @@ static int sm_count(void)
     return n_sm;
 }
 
+// Variant 15, rows a warp by shape. A row's order of sums does not depend
+// on R, so every choice gives the same bits and R may even follow T.
+// Larger blocks stage the activations - and a fused norm - once for more
+// rows and share each chunk's activation sum, but need rows enough to
+// fill the SMs. Measured per launch on the H200 (8B / 1B shapes, 4-bit
+// g64, T = 1): o and down (no norm) 2; gate/up 4; q/k/v 3 (8B 11.2 us
+// against 12.7 with 4 and 14.5 with 2); lm_head 6 (187 us against 206 with
+// 4). Above T = 1 (8-token tiles) and for 8-bit: 4 on the launches with
+// >= 40 rows per SM, else 2. bf16: 2.
+static int gemv_by_shape(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    const int kind = a->m[0].kind;
+    const long n_sm = sm_count();
+    if (kind == TCU_Q4 && a->norm_g && !a->glu && a->T == 1) {
+        if (rows >= 200 * n_sm)
+            return gemv_v_launch<TCU_Q4F, 1, 6, 1, true, false>(a, rows, s);
+        if (rows >= 16 * n_sm)
+            return gemv_v_launch<TCU_Q4F, 1, 3, 1, true, false>(a, rows, s);
+    }
+    if (kind == TCU_BF16 || rows < 40 * n_sm)
+        return gemv_v_kind<2, 1, true, true>(a, rows, s);
+    return gemv_v_kind<4, 1, true, true>(a, rows, s);
+}
+
 static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
@@ -1252,12 +1276,8 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
     case 14:
         rc = a->m[0].kind == TCU_BF16 ? gemv_mma(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
         break;
-    case 15: /* by shape (never by T): 4 rows a warp once there are blocks
-              * enough; the order of a row's sums does not depend on R */
-        if (a->m[0].kind == TCU_BF16 || rows < 40L * sm_count())
-            rc = gemv_v_kind<2, 1, true, true>(a, rows, s);
-        else
-            rc = gemv_v_kind<4, 1, true, true>(a, rows, s);
+    case 15:
+        rc = gemv_by_shape(a, rows, s);
         break;
     case 10: { /* by shape (never by T): enough warps for two waves */
         const long target = 2L * sm_count() * 24;
