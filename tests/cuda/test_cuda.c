@@ -25,6 +25,8 @@
 #include "model/quant.h"
 #include "test_util.h"
 #ifdef TERN_CUDA
+#include <cuda_runtime.h>
+
 #include "tensor/cuda/cuda_kernels.h"
 #endif
 
@@ -397,6 +399,106 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     sh("rm -rf %s", dir);
 }
 
+/* The default 4-bit GEMV picks its rows per warp by shape (and, at T = 1,
+ * 3 on norm-fused launches with >= 16 rows per SM, 6 with >= 200): those
+ * launches against the CPU on the norm's output, and each token alone
+ * bit-identical to its row of a 3-token batch (the 8-token tile, 4 or 2
+ * rows a warp). test_matmul's products are too small and unnormed to
+ * reach them. */
+static void test_gemv_rows_by_shape(void **state)
+{
+    (void)state;
+#ifdef TERN_CUDA
+    if (!have_gpu())
+        skip();
+    tern_err err = {0};
+    model_backend *cpu = model_backend_cpu_new(2, &err);
+    assert_non_null(cpu);
+    tern_rng r;
+    tern_rng_seed(&r, 99, 1);
+    int n_sm = 0;
+    assert_int_equal(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0), 0);
+    const int n_in = 256, T = 3, group = 64;
+    const float eps = 1e-5f;
+    const int shapes[2] = {16 * n_sm + 5, 200 * n_sm + 3};
+    tcu_gemv_set_variant(TCU_Q4, 15);
+    for (int si = 0; si < 2; si++) {
+        const int rows = shapes[si];
+        test_w tw;
+        make_weight(&r, &tw, 4, rows, n_in, group);
+        float *x = malloc((size_t)T * n_in * sizeof(float)), *g = malloc(n_in * sizeof(float));
+        float *xn = malloc((size_t)T * n_in * sizeof(float)), *yc = malloc((size_t)T * rows * sizeof(float));
+        float *yb = malloc((size_t)T * rows * sizeof(float)), *y1 = malloc((size_t)rows * sizeof(float));
+        assert_true(x && g && xn && yc && yb && y1);
+        fill(&r, x, (size_t)T * n_in, 1.0f);
+        fill(&r, g, n_in, 1.0f);
+        for (int t = 0; t < T; t++) { /* the norm as the kernels round it */
+            double ss = 0;
+            for (int e = 0; e < n_in; e++)
+                ss += (double)x[t * n_in + e] * x[t * n_in + e];
+            const float rn = (float)(1.0 / sqrt(ss / n_in + eps));
+            for (int e = 0; e < n_in; e++)
+                xn[t * n_in + e] = (x[t * n_in + e] * rn) * g[e];
+        }
+        const model_weight *w = &tw.w;
+        assert_int_equal(cpu->matmul(cpu, 1, &w, xn, &yc, T, &err), 0);
+
+        void *dw;
+        float *dsb, *dx, *dg, *dy, *dn;
+        const size_t wbytes = (size_t)rows * n_in / 2, sbn = (size_t)rows * (n_in / group) * 2;
+        assert_int_equal(cudaMalloc(&dw, wbytes), 0);
+        assert_int_equal(cudaMalloc((void **)&dsb, sbn * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&dx, (size_t)T * n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&dg, n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&dy, (size_t)T * rows * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&dn, (size_t)T * n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMemcpy(dw, tw.buf, wbytes, cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(dsb, tw.w.sb, sbn * sizeof(float), cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(dx, x, (size_t)T * n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(dg, g, n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+        tcu_gemv_args a;
+        memset(&a, 0, sizeof a);
+        a.n = 1;
+        a.m[0] = (tcu_mat){dw, dsb, dy, rows, TCU_Q4, group};
+        a.x = dx;
+        a.n_in = n_in;
+        a.T = T;
+        a.norm_g = dg;
+        a.norm_out = dn;
+        a.norm_eps = eps;
+        assert_int_equal(tcu_gemv(&a, NULL), 0);
+        assert_int_equal(cudaMemcpy(yb, dy, (size_t)T * rows * sizeof(float), cudaMemcpyDeviceToHost), 0);
+        const double e = rel_err(yb, yc, (size_t)T * rows);
+        print_message("4-bit GEMV by shape, %d rows, fused norm, T %d: rel err %.3g (tol 2e-5)\n", rows, T, e);
+        assert_true(e <= 2e-5);
+        for (int t = 0; t < T; t++) {
+            a.T = 1;
+            a.x = dx + (size_t)t * n_in;
+            assert_int_equal(tcu_gemv(&a, NULL), 0);
+            assert_int_equal(cudaMemcpy(y1, dy, (size_t)rows * sizeof(float), cudaMemcpyDeviceToHost), 0);
+            assert_memory_equal(y1, yb + (size_t)t * rows, (size_t)rows * sizeof(float));
+        }
+        cudaFree(dw);
+        cudaFree(dsb);
+        cudaFree(dx);
+        cudaFree(dg);
+        cudaFree(dy);
+        cudaFree(dn);
+        free(x);
+        free(g);
+        free(xn);
+        free(yc);
+        free(yb);
+        free(y1);
+        free_weight(&tw);
+    }
+    tcu_gemv_variant_reset();
+    cpu->free(cpu);
+#else
+    skip();
+#endif
+}
+
 static void test_forward(void **state)
 {
     (void)state;
@@ -419,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_not_built_or_no_gpu),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gemv_rows_by_shape),
         cmocka_unit_test(test_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
