@@ -12,7 +12,8 @@
  * them), GB/s of weight bytes next to the copy bandwidth, relative
  * error of sampled rows against a double CPU reference, bitwise batch
  * invariance (T = 1 and T = 32 against T = 8), then the GEMV-only decode
- * step per model and variant.
+ * step per model and variant. TERN_BENCH_GEMV_VARIANTS="4,16" runs only
+ * the variants listed.
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
@@ -315,8 +316,18 @@ static int gemv_bench(void)
     printf("== gemv micro-benchmark: device copy bandwidth (read + write) %.0f GB/s; time per launch in a graph of %d "
            "launches (best of 3 replays), weights rotated over >= 256 MB\n",
            bw / 1e9, GV_REPS);
+    /* TERN_BENCH_GEMV_VARIANTS="4,14,16": only those (default: all) */
+    int want[TCU_GEMV_N_VARIANTS];
+    const char *wl = getenv("TERN_BENCH_GEMV_VARIANTS");
     for (int v = 0; v < nv; v++)
-        printf("   variant %d: %s\n", v, tcu_gemv_variant_name(v));
+        want[v] = !(wl && *wl);
+    for (const char *p = wl; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        int v = atoi(p);
+        if (v >= 0 && v < nv)
+            want[v] = 1;
+    }
+    for (int v = 0; v < nv; v++)
+        printf("   variant %d: %s%s\n", v, tcu_gemv_variant_name(v), want[v] ? "" : " (not run)");
     /* ms[shape][kind][variant][T] */
     static double ms[GV_NSHAPE][3][TCU_GEMV_N_VARIANTS][3];
     static int vbad[3][TCU_GEMV_N_VARIANTS]; /* failed a check: never "best" */
@@ -397,6 +408,12 @@ static int gemv_bench(void)
             free(hrow);
             free(hsb);
             for (int v = 0; v < nv; v++) {
+                if (!want[v]) { /* not asked for: no numbers, never "best" */
+                    for (int ti = 0; ti < 3; ti++)
+                        ms[si][ki][v][ti] = NAN;
+                    vbad[ki][v] = 1;
+                    continue;
+                }
                 tcu_gemv_set_variant(-1, v);
                 tcu_gemv_args a;
                 memset(&a, 0, sizeof a);

@@ -60,7 +60,7 @@ typedef struct cu_layer {
 } cu_layer;
 
 typedef struct cu_graph {
-    int T, n_out;
+    int T, n_out, wide;
     cudaGraphExec_t exec;
 } cu_graph;
 
@@ -94,6 +94,7 @@ typedef struct cu_backend {
     uint16_t *txh;
     size_t cap_tx, cap_ty, cap_txh;
     int gemm_min_t, use_graphs;
+    int wide; /* the forward carries two or more sequences (tcu_gemv_args.wide) */
     int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
     cu_graph graphs[CU_MAX_GRAPHS];
     int n_graphs;
@@ -243,6 +244,7 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->n_in = n_in;
     a->T = T;
     a->glu = glu;
+    a->wide = be->wide;
     return 1;
 }
 
@@ -530,6 +532,7 @@ static int cu_matmul(model_backend *base, int n, const model_weight *const *w, c
         return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
     CU(cudaSetDevice(be->device), "set device");
     cudaGetLastError(); /* a failure of another caller's launch is not ours */
+    be->wide = 0; /* rows without sequences: the one-sequence products */
     tcu_mat mats[TCU_MM_MAX];
     size_t tot = 0;
     int rc;
@@ -758,10 +761,13 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         return rc;
     if ((rc = pack_batch(be, kv, b, err)))
         return rc;
+    be->wide = 0;
+    for (int i = 1; i < T; i++)
+        be->wide |= b->seqs[i] != b->seqs[0];
     if (!big && be->use_graphs) {
         cu_graph *g = NULL;
         for (int i = 0; i < be->n_graphs; i++)
-            if (be->graphs[i].T == T && be->graphs[i].n_out == b->n_out)
+            if (be->graphs[i].T == T && be->graphs[i].n_out == b->n_out && be->graphs[i].wide == be->wide)
                 g = &be->graphs[i];
         if (!g) {
             if (be->n_graphs == CU_MAX_GRAPHS)
@@ -779,6 +785,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
             CU(ce, "graph instantiate");
             g->T = T;
             g->n_out = b->n_out;
+            g->wide = be->wide;
             be->n_graphs++;
         }
         CU(cudaGraphLaunch(g->exec, be->stream), "graph launch");

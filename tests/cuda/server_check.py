@@ -15,12 +15,15 @@ the CPU, to check this script itself), TERN_CHECK_LOGS (a folder to keep
 each server's log in).
 
 Servers (all --device DEVICE unless noted):
-  exact   TERN_CUDA_GEMM_MIN_T=1000000: every product on the batch-invariant
-          GEMV path, so a request gives the same tokens alone or in any
-          batch - the reference for the equivalence checks
+  exact   TERN_CUDA_GEMM_MIN_T=1000000 TERN_CUDA_GEMV=4: every product on
+          one batch-invariant GEMV kernel, so a request gives the same
+          tokens alone or in any batch - the reference for the equivalence
+          checks (by default a bf16 step of two or more sequences takes the
+          tensor-core GEMV, one sequence another kernel)
   draft   exact + --draft-model models/tern-demo-draft (speculation)
   ngram   exact + --spec ngram
-  default the default product paths (cuBLAS for batches of 33+ tokens):
+  default the default product paths (cuBLAS for batches of 33+ tokens,
+          the tensor-core GEMV for bf16 steps of two or more sequences):
           smoke checks only (bf16-rounded prefill products may change
           greedy ties)
   cpu     --device cpu: the cross-device comparison
@@ -445,7 +448,7 @@ def main():
     if not os.path.exists(BIN):
         print("FAIL setup -- no tern binary at %s (set TERN_BIN)" % BIN)
         return 1
-    exact = {"TERN_CUDA_GEMM_MIN_T": "1000000"}
+    exact = {"TERN_CUDA_GEMM_MIN_T": "1000000", "TERN_CUDA_GEMV": "4"}
     dev = ["--device", DEVICE]
     srvs = [
         Server("exact", dev, exact),

@@ -138,7 +138,7 @@ static void test_matmul(void **state)
     tern_rng r;
     tern_rng_seed(&r, 1234, 1);
     const int kinds[][2] = {{0, 0}, {1, 0}, {2, 0}, {4, 32}, {4, 64}, {4, 128}, {8, 32}, {8, 64}};
-    const int Ts[] = {1, 3, 9, 40};
+    const int Ts[] = {1, 3, 9, 20, 40};
     const int outs[3] = {136, 40, 72};
 #ifdef TERN_CUDA
     const int n_var = TCU_GEMV_N_VARIANTS;

@@ -47,6 +47,9 @@ typedef struct tcu_gemv_args {
     float *norm_out;
     float norm_eps;
     const int32_t *norm_rows; /* with norm_g, may be set: token t's input is x row norm_rows[t] */
+    /* the step carries two or more sequences: variant 17 then takes the
+     * tensor-core kernel (16), else 4 */
+    int wide;
 } tcu_gemv_args;
 int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
 
@@ -58,15 +61,17 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * (kind -1 = all; takes effect for launches and graph captures after it;
  * -1 when k is out of range). f32/f16 take the bf16 entry but run variant
  * 0 whatever it says. */
-/* "4,15,15": of the variants that stage activations (and so fuse the
- * RMSNorms), the fastest at batch 1 on the H200: bf16 4 (2 rows a warp);
- * 4/8-bit 15 = rows a warp by shape (kernels.cu gemv_by_shape: 4-bit at
- * T = 1 3 on q/k/v, 4 on gate/up, 6 on lm_head, 2 on o and down), with
- * 4-bit codes as 1 + q/16 - the same bits whatever the rows. The
- * tensor-core variant 14 is the throughput choice for bf16 batches
- * (docs/cuda.md). */
-#define TCU_GEMV_DEFAULT "4,15,15" /* the default variant(s): change here */
-#define TCU_GEMV_N_VARIANTS 16
+/* "17,15,15": bf16 17 = variant 4 (2 rows a warp, the fastest alone on
+ * the H200) for a step of one sequence, the tensor-core variant 16 (2.7-4x
+ * faster at 8-32 sequences, 16% slower alone) for a step of two or more
+ * (`wide`): a request's greedy tokens may differ at floating-point knife-
+ * edges between running alone and in a batch; "4" keeps every step on one
+ * kernel (bitwise batch-invariant). 4/8-bit 15 = rows a warp by shape
+ * (kernels.cu gemv_by_shape: 4-bit at T = 1 3 on q/k/v, 4 on gate/up, 6
+ * on lm_head, 2 on o and down), with 4-bit codes as 1 + q/16 - the same
+ * bits whatever the rows (docs/cuda.md). */
+#define TCU_GEMV_DEFAULT "17,15,15" /* the default variant(s): change here */
+#define TCU_GEMV_N_VARIANTS 18
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);
 /* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */

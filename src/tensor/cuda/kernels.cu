@@ -10,6 +10,8 @@
 
 #include <utility>
 
+#include <cooperative_groups.h>
+
 #include "tensor/cuda/cuda_kernels.h"
 
 #define WARP 32
@@ -1116,6 +1118,350 @@ static int gemv_mma(const tcu_gemv_args *a, long rows, cudaStream_t s)
     return a->glu ? gemv_mma_launch<4, true>(a, rows, s) : gemv_mma_launch<4, false>(a, rows, s);
 }
 
+static int sm_count(void);
+
+// ---- variant 16: tensor cores, activations split once per block ----
+//
+// The same exact products as variant 14 (bf16 weights x f32 activations
+// split into three bf16, f32 accumulation with a fresh accumulator per
+// 32-input step), laid out for speed at every T:
+// - the three parts of a token are three columns of the mma (token j:
+//   columns 3j, 3j + 1, 3j + 2), so one mma pair per 32-input step covers
+//   two tokens (variant 14: three pairs for one to eight tokens); NT
+//   n-tiles hold TP = 8 NT / 3 tokens, up to 32 in one pass;
+// - each block splits its activations once into shared memory, already in
+//   fragment order (one 16-byte load per lane and n-tile a step), with the
+//   RMSNorm applied as they are staged;
+// - a warp owns one 16-row tile (gate/up: warps 0-3 gate, 4-7 the same
+//   rows of up), a block 128 weight rows; split-K over the KS blocks of a
+//   thread-block cluster (KS from the shape alone): each block takes a
+//   slice of the inputs, and after the pass the blocks' sums meet in
+//   distributed shared memory, each block reducing 1 / KS of the rows in
+//   slice order.
+// Per (row, token) the order of sums is fixed by the shape: the 32-input
+// steps of a slice in order, each step's parts added (hi + mid) + lo, then
+// the slices in order; the norm factor likewise (a thread's elements, the
+// warp's butterfly, the warps in order). A column of an mma never depends
+// on another column, so a token's result does not depend on the batch.
+#define TC_WARPS 8
+#define TC_ROWS (TC_WARPS * 16)
+#define TC_SMEM_X (96 * 1024) /* activation panel (bytes) at most */
+#define TC_TP(NT) ((8 * (NT)) / 3) /* tokens a pass */
+
+// A weight load: 16 bytes, streamed (evict first), the L2 fetching the
+// whole 256-byte block around it on a miss (the row's next steps; measured
+// 1-5% faster at T = 8-32 than plain streaming loads).
+__device__ __forceinline__ uint4 tc_ld(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.cs.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+template <int NT, int U>
+__global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
+    gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps)
+{
+    namespace cg = cooperative_groups;
+    constexpr int C = 8 * NT, TP = TC_TP(NT), JS = (C + 2) / 3, NTH = TC_WARPS * WARP;
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    uint4 *xs = reinterpret_cast<uint4 *>(tc_smem); /* [psteps][C][4]: 8 bf16 of one column */
+    float *red = reinterpret_cast<float *>(tc_smem); /* after the pass: [TC_ROWS][C] */
+    __shared__ float rn[TP];
+    __shared__ double nsum[TC_WARPS][4];
+    cg::cluster_group cl = cg::this_cluster();
+    const int ks = (int)cl.block_rank();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const bool glu = a.glu != 0;
+    long rows = a.m[0].n_out; /* output rows */
+    if (!glu)
+        for (int k = 1; k < a.n; k++)
+            rows += a.m[k].n_out;
+    const int orows = glu ? TC_ROWS / 2 : TC_ROWS;
+    const long o0 = (long)blockIdx.y * orows;
+    const int nsteps = a.n_in / 32 / KS, s0 = ks * nsteps;
+    /* the lane's two weight rows (g, g + 8 of the warp's tile) */
+    const uint4 *rp[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        long gr = o0 + (glu ? warp & 3 : warp) * 16 + g + 8 * h;
+        if (gr >= rows)
+            gr = rows - 1;
+        int k = glu ? warp >> 2 : 0;
+        long off = 0;
+        if (!glu)
+            while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
+                off += a.m[k].n_out;
+                k++;
+            }
+        rp[h] = reinterpret_cast<const uint4 *>((const uint16_t *)a.m[k].w + (size_t)(gr - off) * a.n_in +
+                                                (size_t)s0 * 32) +
+                t;
+    }
+    const int nb = (nsteps + U - 1) / U, np = a.T < TP ? a.T : TP;
+    /* weights never depend on an earlier kernel: the first steps into L2
+     * (not registers: the norm and the staging need them) */
+#pragma unroll
+    for (int u = 0; u < 2 * U; u++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (u < nsteps)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[h] + 4 * u));
+    pdl_wait();
+    pdl_trigger();
+    if (a.norm_g) /* per token: a thread's elements, the warp's butterfly, the warps in order */
+        for (int j0 = 0; j0 < np; j0 += 4) {
+            double ss[4];
+            const float *xr[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                ss[j] = 0.0;
+                xr[j] = a.x + (size_t)(j0 + j < np ? (a.norm_rows ? a.norm_rows[j0 + j] : j0 + j) : 0) * a.n_in;
+            }
+            for (int e = threadIdx.x * 4; e < a.n_in; e += NTH * 4) {
+                float4 v[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (j0 + j < np)
+                        v[j] = __ldg(reinterpret_cast<const float4 *>(xr[j] + e));
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (j0 + j < np)
+                        ss[j] += (double)v[j].x * v[j].x + (double)v[j].y * v[j].y + (double)v[j].z * v[j].z +
+                                 (double)v[j].w * v[j].w;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
+                if (lane == 0)
+                    nsum[warp][j] = ss[j];
+            }
+            __syncthreads();
+            if (threadIdx.x < 4 && j0 + (int)threadIdx.x < np) {
+                double s = 0.0;
+                for (int k = 0; k < TC_WARPS; k++)
+                    s += nsum[k][threadIdx.x];
+                rn[j0 + threadIdx.x] = (float)(1.0 / sqrt(s / a.n_in + a.norm_eps));
+            }
+            __syncthreads();
+        }
+    uint4 w[U][2];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            w[u][h] = u < nsteps ? tc_ld(rp[h] + 4 * u) : make_uint4(0, 0, 0, 0);
+    float c[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+        c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        const int st0 = b * U, pst = st0 % psteps; /* step of the slice, of the panel */
+        if (pst == 0) { /* stage the panel: steps st0 .. st0 + psteps - 1, SB items a thread at once */
+            constexpr int SB = NT == 1 ? 1 : 2;
+            __syncthreads();
+            const int pn = nsteps - st0 < psteps ? nsteps - st0 : psteps, items = pn * JS * 4;
+            for (int i0 = threadIdx.x; i0 < items; i0 += SB * NTH) {
+                float4 v[SB][2];
+#pragma unroll
+                for (int q = 0; q < SB; q++) {
+                    const int i = i0 + q * NTH, st = i / (JS * 4), j = (i / 4) % JS, tq = i % 4;
+                    if (i < items && j < np) {
+                        const size_t xrow = a.norm_g && a.norm_rows ? (size_t)a.norm_rows[j] : (size_t)j;
+                        const float4 *xp =
+                            reinterpret_cast<const float4 *>(a.x + xrow * a.n_in + (s0 + st0 + st) * 32 + 8 * tq);
+                        v[q][0] = __ldg(xp);
+                        v[q][1] = __ldg(xp + 1);
+                    }
+                }
+#pragma unroll
+                for (int q = 0; q < SB; q++) {
+                    const int i = i0 + q * NTH, st = i / (JS * 4), j = (i / 4) % JS, tq = i % 4;
+                    if (i >= items)
+                        break;
+                    uint4 hi = make_uint4(0, 0, 0, 0), mid = hi, lo = hi;
+                    if (j < np) {
+                        float4 v0 = v[q][0], v1 = v[q][1];
+                        if (a.norm_g) {
+                            const int e = (s0 + st0 + st) * 32 + 8 * tq;
+                            const float r = rn[j];
+                            const float4 g0 = __ldg(reinterpret_cast<const float4 *>(a.norm_g + e)),
+                                         g1 = __ldg(reinterpret_cast<const float4 *>(a.norm_g + e) + 1);
+                            v0 = make_float4(__fmul_rn(__fmul_rn(v0.x, r), g0.x), __fmul_rn(__fmul_rn(v0.y, r), g0.y),
+                                             __fmul_rn(__fmul_rn(v0.z, r), g0.z), __fmul_rn(__fmul_rn(v0.w, r), g0.w));
+                            v1 = make_float4(__fmul_rn(__fmul_rn(v1.x, r), g1.x), __fmul_rn(__fmul_rn(v1.y, r), g1.y),
+                                             __fmul_rn(__fmul_rn(v1.z, r), g1.z), __fmul_rn(__fmul_rn(v1.w, r), g1.w));
+                        }
+                        uint32_t p[4][3];
+                        pack3(v0.x, v0.y, p[0]);
+                        pack3(v0.z, v0.w, p[1]);
+                        pack3(v1.x, v1.y, p[2]);
+                        pack3(v1.z, v1.w, p[3]);
+                        hi = make_uint4(p[0][0], p[1][0], p[2][0], p[3][0]);
+                        mid = make_uint4(p[0][1], p[1][1], p[2][1], p[3][1]);
+                        lo = make_uint4(p[0][2], p[1][2], p[2][2], p[3][2]);
+                    }
+                    uint4 *d = xs + ((size_t)st * C + 3 * j) * 4 + tq;
+                    d[0] = hi; /* columns past the tokens: zeros */
+                    if (3 * j + 1 < C)
+                        d[4] = mid;
+                    if (3 * j + 2 < C)
+                        d[8] = lo;
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (st0 + u >= nsteps)
+                break;
+            const uint4 *xp = xs + ((size_t)(pst + u) * C + g) * 4 + t;
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const uint4 xv = xp[32 * n];
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_bf16(d, w[u][0].x, w[u][1].x, w[u][0].y, w[u][1].y, xv.x, xv.y);
+                mma_bf16(d, w[u][0].z, w[u][1].z, w[u][0].w, w[u][1].w, xv.z, xv.w);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    c[n][e] = __fadd_rn(c[n][e], d[e]);
+            }
+        }
+        if (b + 1 < nb)
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int j = (b + 1) * U + u;
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    w[u][h] = j < nsteps ? tc_ld(rp[h] + 4 * j) : make_uint4(0, 0, 0, 0);
+            }
+    }
+    /* the block's sums by row and column, then the cluster's reduction */
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            red[(size_t)(warp * 16 + g + 8 * (e >> 1)) * C + 8 * n + 2 * t + (e & 1)] = c[n][e];
+    cl.sync();
+    const int per = orows / KS;
+    for (int i = threadIdx.x; i < per * np; i += NTH) {
+        const int r = ks * per + i / np, j = i % np;
+        const long gr = o0 + r;
+        if (gr >= rows)
+            continue;
+        float v[2];
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            if (s && !glu)
+                break;
+            for (int k = 0; k < KS; k++) {
+                const float *q = cl.map_shared_rank(red, k) + (size_t)(r + s * orows) * C + 3 * j;
+                const float part = __fadd_rn(__fadd_rn(q[0], q[1]), q[2]);
+                v[s] = k ? __fadd_rn(v[s], part) : part;
+            }
+        }
+        if (glu) {
+            a.m[0].y[(size_t)j * a.m[0].n_out + gr] = (a.glu == 2 ? gelu_f(v[0]) : silu_f(v[0])) * v[1];
+        } else {
+            int k = 0;
+            long off = 0;
+            while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
+                off += a.m[k].n_out;
+                k++;
+            }
+            float *y = a.m[k].y + (size_t)j * a.m[k].n_out + (gr - off);
+            *y = a.accumulate ? *y + v[0] : v[0];
+        }
+    }
+    cl.sync(); /* the others have read this block's sums */
+}
+
+// Cluster size (split-K) from the shape alone: slices of >= 256 inputs,
+// up to 8 blocks, until about 8 warps per SM (16 measured slower on the
+// 8B q/k/v: 26 against 20 us at T = 1 - more blocks, each with its staging
+// and its share of the reduction).
+static int tc_ks(int n_in, long blocks)
+{
+    int ks = 1;
+    while (ks < 8 && blocks * TC_WARPS * ks < 8L * sm_count() && n_in % (64 * ks) == 0 && n_in / (2 * ks) >= 256)
+        ks *= 2;
+    return ks;
+}
+
+template <int NT, int U> static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    constexpr int C = 8 * NT;
+    const long blocks = (rows + (a->glu ? TC_ROWS / 2 : TC_ROWS) - 1) / (a->glu ? TC_ROWS / 2 : TC_ROWS);
+    const int ks = tc_ks(a->n_in, blocks), nsteps = a->n_in / 32 / ks;
+    int psteps = TC_SMEM_X / (C * 64);
+    psteps = nsteps <= psteps ? nsteps : psteps / U * U;
+    size_t smem = (size_t)psteps * C * 64;
+    if (smem < (size_t)TC_ROWS * C * sizeof(float))
+        smem = (size_t)TC_ROWS * C * sizeof(float);
+    static size_t smem_set = 0;
+    if (smem > smem_set) {
+        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem);
+        if (rc)
+            return rc;
+        smem_set = smem;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)ks;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3((unsigned)ks, (unsigned)blocks);
+    cfg.blockDim = dim3(TC_WARPS * WARP);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl_enabled_gemv(TCU_BF16) ? 2 : 1;
+    int rc = (int)cudaLaunchKernelEx(&cfg, gemv_tc_kernel<NT, U>, *a, ks, psteps);
+    return rc ? rc : last_err();
+}
+
+// bf16 only (n_in a multiple of 32); -1 for other kinds. Above 32 tokens: launches of 32.
+static int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    if (a->m[0].kind != TCU_BF16 || a->n_in % 32)
+        return -1;
+    if (a->T > TC_TP(12)) { /* launches of 32 tokens (a token's bits do not change) */
+        for (int t0 = 0; t0 < a->T; t0 += TC_TP(12)) {
+            tcu_gemv_args b = *a;
+            b.T = a->T - t0 < TC_TP(12) ? a->T - t0 : TC_TP(12);
+            if (a->norm_g && a->norm_rows)
+                b.norm_rows = a->norm_rows + t0;
+            else
+                b.x = a->x + (size_t)t0 * a->n_in;
+            for (int k = 0; k < a->n; k++)
+                b.m[k].y = a->m[k].y + (size_t)t0 * a->m[k].n_out;
+            const int rc = gemv_tc(&b, rows, s);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    /* U (loads in flight) never changes the order of sums: by shape and T.
+     * 8 steps on the launches of many blocks (lm_head: 3 blocks a SM do
+     * not hide the latency), else 4 (3 blocks a SM) */
+    if (a->T <= TC_TP(1))
+        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8>(a, rows, s) : gemv_tc_launch<1, 4>(a, rows, s);
+    if (a->T <= TC_TP(3))
+        return gemv_tc_launch<3, 4>(a, rows, s);
+    if (a->T <= TC_TP(6))
+        return gemv_tc_launch<6, 2>(a, rows, s);
+    return gemv_tc_launch<12, 2>(a, rows, s);
+}
+
 // The variants: {R, S, XS}. 0 is the legacy kernel above.
 static const struct {
     const char *name;
@@ -1136,6 +1482,8 @@ static const struct {
     {"= 11 with twice the loads in flight at T = 1"},
     {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
     {"by shape: rows a warp 2, 3, 4 or 6 (gemv_by_shape; bf16 = 4)"},
+    {"bf16: tensor cores, 3 bf16 parts as mma columns, split-K over a cluster; else = 15"},
+    {"bf16: 4 for a step of one sequence, 16 for two or more (wide); else = 15"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -1278,6 +1626,15 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
         break;
     case 15:
         rc = gemv_by_shape(a, rows, s);
+        break;
+    case 16:
+        rc = a->m[0].kind == TCU_BF16 ? gemv_tc(a, rows, s) : gemv_by_shape(a, rows, s);
+        break;
+    case 17:
+        if (a->m[0].kind != TCU_BF16)
+            rc = gemv_by_shape(a, rows, s);
+        else
+            rc = a->wide ? gemv_tc(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
         break;
     case 10: { /* by shape (never by T): enough warps for two waves */
         const long target = 2L * sm_count() * 24;
