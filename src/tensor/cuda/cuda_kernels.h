@@ -55,22 +55,21 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
 
 /* GEMV kernel variants (kernels.cu says what each does; every one keeps
  * the contract above). The choice is process-wide and per weight kind
- * (never per T: that would break batch invariance): TCU_GEMV_DEFAULT,
+ * (never per T: that would break batch invariance; variant 17 looks only
+ * at `wide`): TCU_GEMV_DEFAULT,
  * overridden by TERN_CUDA_GEMV at the first launch, both "k" (every kind)
  * or "kb,k4,k8" (bf16, 4-bit, 8-bit), or tcu_gemv_set_variant(kind, k)
  * (kind -1 = all; takes effect for launches and graph captures after it;
  * -1 when k is out of range). f32/f16 take the bf16 entry but run variant
  * 0 whatever it says. */
-/* "17,15,15": bf16 17 = variant 4 (2 rows a warp, the fastest alone on
- * the H200) for a step of one sequence, the tensor-core variant 16 (2.7-4x
- * faster at 8-32 sequences, 16% slower alone) for a step of two or more
- * (`wide`): a request's greedy tokens may differ at floating-point knife-
- * edges between running alone and in a batch; "4" keeps every step on one
- * kernel (bitwise batch-invariant). 4/8-bit 15 = rows a warp by shape
- * (kernels.cu gemv_by_shape: 4-bit at T = 1 3 on q/k/v, 4 on gate/up, 6
- * on lm_head, 2 on o and down), with 4-bit codes as 1 + q/16 - the same
- * bits whatever the rows (docs/cuda.md). */
-#define TCU_GEMV_DEFAULT "17,15,15" /* the default variant(s): change here */
+/* "17,17,15": bf16 and 4-bit 17 = the fastest kernel alone for a step of
+ * one sequence (bf16 4: 2 rows a warp; 4-bit 15: rows a warp by shape -
+ * kernels.cu gemv_by_shape), the tensor-core variant 16 (2-4x faster at
+ * 8-32 sequences, slower alone) for a step of two or more (`wide`): a
+ * request's greedy tokens may differ at floating-point knife-edges
+ * between running alone and in a batch; "4,15,15" keeps every step on
+ * one kernel (bitwise batch-invariant). 8-bit 15 (docs/cuda.md). */
+#define TCU_GEMV_DEFAULT "17,17,15" /* the default variant(s): change here */
 #define TCU_GEMV_N_VARIANTS 18
 int tcu_gemv_variant(int kind);
 int tcu_gemv_set_variant(int kind, int v);

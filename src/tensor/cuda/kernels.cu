@@ -1160,7 +1160,14 @@ __device__ __forceinline__ uint4 tc_ld(const uint4 *p)
     return v;
 }
 
-template <int NT, int U>
+__device__ __forceinline__ uint32_t tc_ld32(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.global.cs.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+template <int NT, int U, bool Q>
 __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps)
 {
@@ -1169,6 +1176,12 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     extern __shared__ __align__(16) unsigned char tc_smem[];
     uint4 *xs = reinterpret_cast<uint4 *>(tc_smem); /* [psteps][C][4]: 8 bf16 of one column */
     float *red = reinterpret_cast<float *>(tc_smem); /* after the pass: [TC_ROWS][C] */
+    /* 4-bit: each group's activation sum per column (hi parts; 0 elsewhere),
+     * from the sums of 8 staged values [8-blocks of the panel][token slots] */
+    float *xsum = reinterpret_cast<float *>(tc_smem + (size_t)psteps * C * 64); /* [groups][C] */
+    float *xs8 = xsum + (size_t)psteps * C;
+    constexpr int SBY = Q ? 16 : 64; /* weight bytes a row and 32-input step */
+    const int G = Q ? a.m[0].group : 32;
     __shared__ float rn[TP];
     __shared__ double nsum[TC_WARPS][4];
     cg::cluster_group cl = cg::this_cluster();
@@ -1183,7 +1196,8 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     const long o0 = (long)blockIdx.y * orows;
     const int nsteps = a.n_in / 32 / KS, s0 = ks * nsteps;
     /* the lane's two weight rows (g, g + 8 of the warp's tile) */
-    const uint4 *rp[2];
+    const char *rp[2];
+    const float *sbp[2] = {nullptr, nullptr};
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         long gr = o0 + (glu ? warp & 3 : warp) * 16 + g + 8 * h;
@@ -1196,9 +1210,12 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                 off += a.m[k].n_out;
                 k++;
             }
-        rp[h] = reinterpret_cast<const uint4 *>((const uint16_t *)a.m[k].w + (size_t)(gr - off) * a.n_in +
-                                                (size_t)s0 * 32) +
-                t;
+        if (Q) {
+            rp[h] = (const char *)a.m[k].w + (size_t)(gr - off) * (a.n_in / 2) + (size_t)s0 * 16 + 4 * t;
+            sbp[h] = a.m[k].sb + (size_t)(gr - off) * (a.n_in / G) * 2;
+        } else {
+            rp[h] = (const char *)a.m[k].w + ((size_t)(gr - off) * a.n_in + (size_t)s0 * 32) * 2 + 16 * t;
+        }
     }
     const int nb = (nsteps + U - 1) / U, np = a.T < TP ? a.T : TP;
     /* weights never depend on an earlier kernel: the first steps into L2
@@ -1208,7 +1225,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
 #pragma unroll
         for (int h = 0; h < 2; h++)
             if (u < nsteps)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[h] + 4 * u));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[h] + SBY * u));
     pdl_wait();
     pdl_trigger();
     if (a.norm_g) /* per token: a thread's elements, the warp's butterfly, the warps in order */
@@ -1249,12 +1266,30 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
             }
             __syncthreads();
         }
-    uint4 w[U][2];
+    /* bf16: 8 weights a row and step; 4-bit: 8 codes, and the step's
+     * group's 16 scale and bias - 16 scale (w = 16 s (1 + q / 16) + b - 16 s) */
+    uint4 w[Q ? 1 : U][2];
+    uint32_t wq[Q ? U : 1][2];
+    float2 sv[Q ? U : 1][2];
+    auto load = [&](int j0) {
 #pragma unroll
-    for (int u = 0; u < U; u++)
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u;
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-            w[u][h] = u < nsteps ? tc_ld(rp[h] + 4 * u) : make_uint4(0, 0, 0, 0);
+            for (int h = 0; h < 2; h++) {
+                if constexpr (Q) {
+                    wq[u][h] = j < nsteps ? tc_ld32(reinterpret_cast<const uint32_t *>(rp[h] + SBY * j)) : 0u;
+                    const float2 p = j < nsteps ? __ldg(reinterpret_cast<const float2 *>(sbp[h]) + (s0 + j) * 32 / G)
+                                                : make_float2(0.0f, 0.0f);
+                    sv[u][h] = make_float2(16.0f * p.x, __fsub_rn(p.y, 16.0f * p.x));
+                } else {
+                    w[u][h] = j < nsteps ? tc_ld(reinterpret_cast<const uint4 *>(rp[h] + SBY * j))
+                                         : make_uint4(0, 0, 0, 0);
+                }
+            }
+        }
+    };
+    load(0);
     float c[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++)
@@ -1296,11 +1331,26 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                             v1 = make_float4(__fmul_rn(__fmul_rn(v1.x, r), g1.x), __fmul_rn(__fmul_rn(v1.y, r), g1.y),
                                              __fmul_rn(__fmul_rn(v1.z, r), g1.z), __fmul_rn(__fmul_rn(v1.w, r), g1.w));
                         }
+                        if (Q) /* the 8 values' sum, in order */
+                            xs8[(st * 4 + tq) * JS + j] =
+                                __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(v0.x, v0.y), v0.z),
+                                                                                  v0.w),
+                                                                        v1.x),
+                                                              v1.y),
+                                                    v1.z),
+                                          v1.w);
                         uint32_t p[4][3];
-                        pack3(v0.x, v0.y, p[0]);
-                        pack3(v0.z, v0.w, p[1]);
-                        pack3(v1.x, v1.y, p[2]);
-                        pack3(v1.z, v1.w, p[3]);
+                        if (Q) { /* pairs (8t + i, 8t + 4 + i): the codes' order */
+                            pack3(v0.x, v1.x, p[0]);
+                            pack3(v0.y, v1.y, p[1]);
+                            pack3(v0.z, v1.z, p[2]);
+                            pack3(v0.w, v1.w, p[3]);
+                        } else {
+                            pack3(v0.x, v0.y, p[0]);
+                            pack3(v0.z, v0.w, p[1]);
+                            pack3(v1.x, v1.y, p[2]);
+                            pack3(v1.z, v1.w, p[3]);
+                        }
                         hi = make_uint4(p[0][0], p[1][0], p[2][0], p[3][0]);
                         mid = make_uint4(p[0][1], p[1][1], p[2][1], p[3][1]);
                         lo = make_uint4(p[0][2], p[1][2], p[2][2], p[3][2]);
@@ -1313,6 +1363,17 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                         d[8] = lo;
                 }
             }
+            if (Q) { /* each group's activation sum: its 8-value sums in order (hi columns) */
+                __syncthreads();
+                for (int i = threadIdx.x; i < pn * 32 / G * C; i += NTH) {
+                    const int gl = i / C, col = i % C, j = col / 3;
+                    float sum = 0.0f;
+                    if (col % 3 == 0 && j < np)
+                        for (int k = 0; k < G / 8; k++)
+                            sum = __fadd_rn(sum, xs8[(gl * (G / 8) + k) * JS + j]);
+                    xsum[i] = sum;
+                }
+            }
             __syncthreads();
         }
 #pragma unroll
@@ -1320,25 +1381,48 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
             if (st0 + u >= nsteps)
                 break;
             const uint4 *xp = xs + ((size_t)(pst + u) * C + g) * 4 + t;
+            if constexpr (Q) {
+                /* codes as bf16 1 + q / 16 (exact): pairs (i, i + 4) of the 8 */
+                uint32_t A[2][4];
 #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                const uint4 xv = xp[32 * n];
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_bf16(d, w[u][0].x, w[u][1].x, w[u][0].y, w[u][1].y, xv.x, xv.y);
-                mma_bf16(d, w[u][0].z, w[u][1].z, w[u][0].w, w[u][1].w, xv.z, xv.w);
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t q = wq[u][h], M = 0x00780078u, O = 0x3F803F80u;
+                    A[h][0] = ((q << 3) & M) | O;
+                    A[h][1] = ((q >> 1) & M) | O;
+                    A[h][2] = ((q >> 5) & M) | O;
+                    A[h][3] = ((q >> 9) & M) | O;
+                }
+                const bool gend = (s0 + st0 + u + 1) * 32 % G == 0;
+                const float *xg = xsum + (size_t)((pst + u) * 32 / G) * C + 2 * t;
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    c[n][e] = __fadd_rn(c[n][e], d[e]);
+                for (int n = 0; n < NT; n++) {
+                    const uint4 xv = xp[32 * n];
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_bf16(d, A[0][0], A[1][0], A[0][1], A[1][1], xv.x, xv.y);
+                    mma_bf16(d, A[0][2], A[1][2], A[0][3], A[1][3], xv.z, xv.w);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        c[n][e] = fmaf(sv[u][e >> 1].x, d[e], c[n][e]);
+                    if (gend) /* the group's bias term, once (hi columns) */
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            c[n][e] = fmaf(sv[u][e >> 1].y, xg[8 * n + (e & 1)], c[n][e]);
+                }
+            } else {
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const uint4 xv = xp[32 * n];
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_bf16(d, w[u][0].x, w[u][1].x, w[u][0].y, w[u][1].y, xv.x, xv.y);
+                    mma_bf16(d, w[u][0].z, w[u][1].z, w[u][0].w, w[u][1].w, xv.z, xv.w);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        c[n][e] = __fadd_rn(c[n][e], d[e]);
+                }
             }
         }
         if (b + 1 < nb)
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int j = (b + 1) * U + u;
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    w[u][h] = j < nsteps ? tc_ld(rp[h] + 4 * j) : make_uint4(0, 0, 0, 0);
-            }
+            load((b + 1) * U);
     }
     /* the block's sums by row and column, then the cluster's reduction */
     __syncthreads();
@@ -1385,27 +1469,29 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
 // up to 8 blocks, until about 8 warps per SM (16 measured slower on the
 // 8B q/k/v: 26 against 20 us at T = 1 - more blocks, each with its staging
 // and its share of the reduction).
-static int tc_ks(int n_in, long blocks)
+static int tc_ks(int n_in, long blocks, int group)
 {
     int ks = 1;
-    while (ks < 8 && blocks * TC_WARPS * ks < 8L * sm_count() && n_in % (64 * ks) == 0 && n_in / (2 * ks) >= 256)
+    while (ks < 8 && blocks * TC_WARPS * ks < 8L * sm_count() && n_in % (64 * ks) == 0 && n_in / (2 * ks) >= 256 &&
+           n_in / (2 * ks) % group == 0)
         ks *= 2;
     return ks;
 }
 
-template <int NT, int U> static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
+template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     constexpr int C = 8 * NT;
+    const int G = Q ? a->m[0].group : 32, gm = U > G / 32 ? U : G / 32; /* panels: whole groups, whole batches */
     const long blocks = (rows + (a->glu ? TC_ROWS / 2 : TC_ROWS) - 1) / (a->glu ? TC_ROWS / 2 : TC_ROWS);
-    const int ks = tc_ks(a->n_in, blocks), nsteps = a->n_in / 32 / ks;
+    const int ks = tc_ks(a->n_in, blocks, G), nsteps = a->n_in / 32 / ks;
     int psteps = TC_SMEM_X / (C * 64);
-    psteps = nsteps <= psteps ? nsteps : psteps / U * U;
-    size_t smem = (size_t)psteps * C * 64;
+    psteps = nsteps <= psteps ? nsteps : psteps / gm * gm;
+    size_t smem = (size_t)psteps * C * 64 + (Q ? (size_t)psteps * (C + 4 * ((C + 2) / 3)) * sizeof(float) : 0);
     if (smem < (size_t)TC_ROWS * C * sizeof(float))
         smem = (size_t)TC_ROWS * C * sizeof(float);
     static size_t smem_set = 0;
     if (smem > smem_set) {
-        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem);
         if (rc)
             return rc;
@@ -1424,16 +1510,21 @@ template <int NT, int U> static int gemv_tc_launch(const tcu_gemv_args *a, long 
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
-    cfg.numAttrs = pdl_enabled_gemv(TCU_BF16) ? 2 : 1;
-    int rc = (int)cudaLaunchKernelEx(&cfg, gemv_tc_kernel<NT, U>, *a, ks, psteps);
+    cfg.numAttrs = pdl_enabled_gemv(Q ? TCU_Q4 : TCU_BF16) ? 2 : 1;
+    int rc = (int)cudaLaunchKernelEx(&cfg, gemv_tc_kernel<NT, U, Q>, *a, ks, psteps);
     return rc ? rc : last_err();
 }
 
-// bf16 only (n_in a multiple of 32); -1 for other kinds. Above 32 tokens: launches of 32.
+// bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
+// every matrix); -1 for other kinds. Above 32 tokens: launches of 32.
 static int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
-    if (a->m[0].kind != TCU_BF16 || a->n_in % 32)
+    const bool q = a->m[0].kind == TCU_Q4;
+    if ((a->m[0].kind != TCU_BF16 && !q) || a->n_in % 32 || (q && (a->m[0].group % 32 || a->n_in % a->m[0].group)))
         return -1;
+    for (int k = 1; q && k < a->n; k++)
+        if (a->m[k].group != a->m[0].group)
+            return -1;
     if (a->T > TC_TP(12)) { /* launches of 32 tokens (a token's bits do not change) */
         for (int t0 = 0; t0 < a->T; t0 += TC_TP(12)) {
             tcu_gemv_args b = *a;
@@ -1453,13 +1544,23 @@ static int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s)
     /* U (loads in flight) never changes the order of sums: by shape and T.
      * 8 steps on the launches of many blocks (lm_head: 3 blocks a SM do
      * not hide the latency), else 4 (3 blocks a SM) */
+    if (q) { /* a step is 256 bytes a warp: more of them in flight */
+        if (a->T <= TC_TP(1))
+            return gemv_tc_launch<1, 8, true>(a, rows, s);
+        if (a->T <= TC_TP(3))
+            return gemv_tc_launch<3, 8, true>(a, rows, s);
+        if (a->T <= TC_TP(6))
+            return gemv_tc_launch<6, 4, true>(a, rows, s);
+        return gemv_tc_launch<12, 2, true>(a, rows, s);
+    }
     if (a->T <= TC_TP(1))
-        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8>(a, rows, s) : gemv_tc_launch<1, 4>(a, rows, s);
+        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false>(a, rows, s)
+                                         : gemv_tc_launch<1, 4, false>(a, rows, s);
     if (a->T <= TC_TP(3))
-        return gemv_tc_launch<3, 4>(a, rows, s);
+        return gemv_tc_launch<3, 4, false>(a, rows, s);
     if (a->T <= TC_TP(6))
-        return gemv_tc_launch<6, 2>(a, rows, s);
-    return gemv_tc_launch<12, 2>(a, rows, s);
+        return gemv_tc_launch<6, 2, false>(a, rows, s);
+    return gemv_tc_launch<12, 2, false>(a, rows, s);
 }
 
 // The variants: {R, S, XS}. 0 is the legacy kernel above.
@@ -1482,8 +1583,8 @@ static const struct {
     {"= 11 with twice the loads in flight at T = 1"},
     {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
     {"by shape: rows a warp 2, 3, 4 or 6 (gemv_by_shape; bf16 = 4)"},
-    {"bf16: tensor cores, 3 bf16 parts as mma columns, split-K over a cluster; else = 15"},
-    {"bf16: 4 for a step of one sequence, 16 for two or more (wide); else = 15"},
+    {"bf16 / 4-bit: tensor cores, 3 bf16 parts as mma columns, split-K over a cluster; else = 15"},
+    {"one sequence in the step: bf16 4, else 15; two or more (wide): 16"},
 };
 
 /* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
@@ -1628,13 +1729,12 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
         rc = gemv_by_shape(a, rows, s);
         break;
     case 16:
-        rc = a->m[0].kind == TCU_BF16 ? gemv_tc(a, rows, s) : gemv_by_shape(a, rows, s);
-        break;
-    case 17:
-        if (a->m[0].kind != TCU_BF16)
+        if ((rc = gemv_tc(a, rows, s)) < 0)
             rc = gemv_by_shape(a, rows, s);
-        else
-            rc = a->wide ? gemv_tc(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
+        break;
+    case 17: /* one sequence: bf16 4, quantized 15; two or more: 16 */
+        if (!a->wide || (rc = gemv_tc(a, rows, s)) < 0)
+            rc = a->m[0].kind == TCU_BF16 ? gemv_v_kind<2, 1, true>(a, rows, s) : gemv_by_shape(a, rows, s);
         break;
     case 10: { /* by shape (never by T): enough warps for two waves */
         const long target = 2L * sm_count() * 24;
