@@ -57,22 +57,39 @@ static bool pdl_enabled_gemv(int kind)
     return tcu_pdl() == 1 || (tcu_pdl() >= 2 && quantized);
 }
 
+// cluster > 0: thread-block clusters of `cluster` blocks along x.
 template <typename... KArgs, typename... Args>
-static int launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                      Args &&...args)
+static int launch_cl(bool pdl, unsigned cluster, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                     cudaStream_t s, Args &&...args)
 {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = 1;
+    }
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = n;
     int rc = (int)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     return rc ? rc : last_err();
+}
+
+template <typename... KArgs, typename... Args>
+static int launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                      Args &&...args)
+{
+    return launch_cl(pdl, 0, kernel, grid, block, smem, s, std::forward<Args>(args)...);
 }
 
 template <typename... KArgs, typename... Args>
@@ -267,6 +284,26 @@ __device__ __forceinline__ float gelu_f(float x)
 {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+// The matrix of a fused launch's output row gr (a row past the last
+// matrix's is taken as the last's); *off = the rows of the matrices before.
+__device__ __forceinline__ int gv_mat_of(const tcu_gemv_args &a, long gr, long *off)
+{
+    int k = 0;
+    *off = 0;
+    while (k < a.n - 1 && gr >= *off + a.m[k].n_out) {
+        *off += a.m[k].n_out;
+        k++;
+    }
+    return k;
+}
+
+// (x * r) * g per element, the fused RMSNorm's rounding (as tcu_rmsnorm).
+__device__ __forceinline__ float4 norm4(float4 x, float r, float4 g)
+{
+    return make_float4(__fmul_rn(__fmul_rn(x.x, r), g.x), __fmul_rn(__fmul_rn(x.y, r), g.y),
+                       __fmul_rn(__fmul_rn(x.z, r), g.z), __fmul_rn(__fmul_rn(x.w, r), g.w));
 }
 
 template <int KIND, int TT> __global__ void __launch_bounds__(GEMV_WARPS *WARP) gemv_kernel(const tcu_gemv_args a)
@@ -543,13 +580,8 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
         valid[i] = gr < rows;
         if (!valid[i])
             gr = rows - 1; /* clamped: computed, never stored */
-        int k = 0;
         long off = 0;
-        if (!GLU)
-            while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
-                off += a.m[k].n_out;
-                k++;
-            }
+        const int k = GLU ? 0 : gv_mat_of(a, gr, &off);
         const tcu_mat &m = a.m[k];
         int r = (int)(gr - off);
         yp[i] = m.y + r;
@@ -665,10 +697,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
                     if (a.norm_g) {
                         const float r = rnorm[tt];
                         const float4 g = __ldg(reinterpret_cast<const float4 *>(a.norm_g + (size_t)p0 * NV + v));
-                        val.x = __fmul_rn(__fmul_rn(val.x, r), g.x);
-                        val.y = __fmul_rn(__fmul_rn(val.y, r), g.y);
-                        val.z = __fmul_rn(__fmul_rn(val.z, r), g.z);
-                        val.w = __fmul_rn(__fmul_rn(val.w, r), g.w);
+                        val = norm4(val, r, g);
                     }
                     xs4[(tt * pvals + cc * NV + ((p ^ gv_swz<NV>(cc)) * 4)) / 4] = val;
                 }
@@ -946,13 +975,8 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
         valid[h] = gr < rows;
         if (!valid[h])
             gr = rows - 1;
-        int k = 0;
         long off = 0;
-        if (!GLU)
-            while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
-                off += a.m[k].n_out;
-                k++;
-            }
+        const int k = GLU ? 0 : gv_mat_of(a, gr, &off);
         const int r = (int)(gr - off);
         yp[h] = a.m[k].y + r;
         ystr[h] = a.m[k].n_out;
@@ -1023,10 +1047,8 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
                         if (nrm) {
                             const float4 g0 = __ldg(reinterpret_cast<const float4 *>(gp + k0 + 32 * u)),
                                          g1 = __ldg(reinterpret_cast<const float4 *>(gp + k0 + 32 * u) + 1);
-                            v0 = make_float4(__fmul_rn(__fmul_rn(v0.x, rn), g0.x), __fmul_rn(__fmul_rn(v0.y, rn), g0.y),
-                                             __fmul_rn(__fmul_rn(v0.z, rn), g0.z), __fmul_rn(__fmul_rn(v0.w, rn), g0.w));
-                            v1 = make_float4(__fmul_rn(__fmul_rn(v1.x, rn), g1.x), __fmul_rn(__fmul_rn(v1.y, rn), g1.y),
-                                             __fmul_rn(__fmul_rn(v1.z, rn), g1.z), __fmul_rn(__fmul_rn(v1.w, rn), g1.w));
+                            v0 = norm4(v0, rn, g0);
+                            v1 = norm4(v1, rn, g1);
                         }
                     }
                     pack3(v0.x, v0.y, xb[0]);
@@ -1203,13 +1225,8 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
         long gr = o0 + (glu ? warp & 3 : warp) * 16 + g + 8 * h;
         if (gr >= rows)
             gr = rows - 1;
-        int k = glu ? warp >> 2 : 0;
         long off = 0;
-        if (!glu)
-            while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
-                off += a.m[k].n_out;
-                k++;
-            }
+        const int k = glu ? warp >> 2 : gv_mat_of(a, gr, &off);
         if (Q) {
             rp[h] = (const char *)a.m[k].w + (size_t)(gr - off) * (a.n_in / 2) + (size_t)s0 * 16 + 4 * t;
             sbp[h] = a.m[k].sb + (size_t)(gr - off) * (a.n_in / G) * 2;
@@ -1326,10 +1343,8 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                             const float r = rn[j];
                             const float4 g0 = __ldg(reinterpret_cast<const float4 *>(a.norm_g + e)),
                                          g1 = __ldg(reinterpret_cast<const float4 *>(a.norm_g + e) + 1);
-                            v0 = make_float4(__fmul_rn(__fmul_rn(v0.x, r), g0.x), __fmul_rn(__fmul_rn(v0.y, r), g0.y),
-                                             __fmul_rn(__fmul_rn(v0.z, r), g0.z), __fmul_rn(__fmul_rn(v0.w, r), g0.w));
-                            v1 = make_float4(__fmul_rn(__fmul_rn(v1.x, r), g1.x), __fmul_rn(__fmul_rn(v1.y, r), g1.y),
-                                             __fmul_rn(__fmul_rn(v1.z, r), g1.z), __fmul_rn(__fmul_rn(v1.w, r), g1.w));
+                            v0 = norm4(v0, r, g0);
+                            v1 = norm4(v1, r, g1);
                         }
                         if (Q) /* the 8 values' sum, in order */
                             xs8[(st * 4 + tq) * JS + j] =
@@ -1452,12 +1467,8 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
         if (glu) {
             a.m[0].y[(size_t)j * a.m[0].n_out + gr] = (a.glu == 2 ? gelu_f(v[0]) : silu_f(v[0])) * v[1];
         } else {
-            int k = 0;
-            long off = 0;
-            while (k < a.n - 1 && gr >= off + a.m[k].n_out) {
-                off += a.m[k].n_out;
-                k++;
-            }
+            long off;
+            const int k = gv_mat_of(a, gr, &off);
             float *y = a.m[k].y + (size_t)j * a.m[k].n_out + (gr - off);
             *y = a.accumulate ? *y + v[0] : v[0];
         }
@@ -1497,22 +1508,8 @@ template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *
             return rc;
         smem_set = smem;
     }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)ks;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3((unsigned)ks, (unsigned)blocks);
-    cfg.blockDim = dim3(TC_WARPS * WARP);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl_enabled_gemv(Q ? TCU_Q4 : TCU_BF16) ? 2 : 1;
-    int rc = (int)cudaLaunchKernelEx(&cfg, gemv_tc_kernel<NT, U, Q>, *a, ks, psteps);
-    return rc ? rc : last_err();
+    return launch_cl(pdl_enabled_gemv(Q ? TCU_Q4 : TCU_BF16), (unsigned)ks, gemv_tc_kernel<NT, U, Q>,
+                     dim3((unsigned)ks, (unsigned)blocks), dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps);
 }
 
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
