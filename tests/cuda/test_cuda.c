@@ -378,6 +378,23 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     run_model(mc, prompt, n_prompt, n_dec, lc, idc);
     /* GPU on its own greedy path; compare logits along the CPU's tokens too */
     run_model(mg, prompt, n_prompt, n_dec, lg, idg);
+    /* decode steps fuse the q/k/v post-processing into the attention
+     * (tcu_qkv_attention): bit for bit the values of the two launches */
+    {
+        setenv("TERN_CUDA_QKV_FUSE", "0", 1);
+        tern_model *m2 = model_load_ex(mdir, &og, &err);
+        unsetenv("TERN_CUDA_QKV_FUSE");
+        if (!m2)
+            fail_msg("%s", err.msg);
+        float *l2 = malloc((size_t)(n_dec + 1) * V * sizeof(float));
+        int32_t id2[16];
+        assert_non_null(l2);
+        run_model(m2, prompt, n_prompt, n_dec, l2, id2);
+        if (memcmp(l2, lg, (size_t)(n_dec + 1) * V * sizeof(float)))
+            fail_msg("%s: fused q/k/v + attention logits differ from the two launches'", family);
+        free(l2);
+        model_free(m2);
+    }
     double e = rel_err(lg, lc, (size_t)V); /* prefill logits */
     int same = !memcmp(idc, idg, sizeof(int32_t) * n_dec);
     print_message("forward %s %s bits %d prompt %d: prefill rel err %.3g, greedy ids %s\n", family, extra, bits,

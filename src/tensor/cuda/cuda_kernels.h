@@ -145,6 +145,11 @@ typedef struct tcu_attn_args {
     float scale, softcap;
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
+/* tcu_qkv_post and tcu_attention in one launch (a.q: post's unrotated q,
+ * left as it is), for steps whose tokens are each of another sequence: no
+ * token reads the K/V that another token of the step writes. The same
+ * values as the two launches. */
+int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *a, tcu_stream stream);
 
 /* The same attention for prefill chunks, tiled: tiles[2 j], tiles[2 j + 1]
  * = first token and count (<= TCU_ATTN_TILE_Q) of tile j, tokens of one

@@ -1940,52 +1940,70 @@ __device__ __forceinline__ size_t kv_off(const tcu_kv &kv, int layer, const int3
     return (((size_t)layer * kv.n_blocks + b) * kv.block_size + (size_t)(pos % kv.block_size)) * kv.kv_dim;
 }
 
-// grid (T, n_head + n_kv_head), block 128: one head of one token.
-__global__ void qkv_post_kernel(const tcu_qkv_args a)
+#define QKV_THREADS 128
+
+// Token i's head h (q heads, then k heads) of the q/k/v post-processing by a
+// block of QKV_THREADS threads: dst = src + bias, normed, rotated at p (dst
+// may be src). The same arithmetic in the same order wherever it runs.
+__device__ __forceinline__ void qkv_head(const tcu_qkv_args &a, int h, const float *src, float *dst, int p)
+{
+    const int hd = a.hd, half = hd / 2;
+    const bool is_q = h < a.n_head;
+    const int kh = is_q ? h : h - a.n_head;
+    const float *bias = is_q ? a.bq : a.bk;
+    const float *nrm = is_q ? a.qn : a.kn;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x)
+        dst[e] = bias ? src[e] + bias[(size_t)kh * hd + e] : src[e];
+    __syncthreads();
+    if (nrm) {
+        double ss = 0.0;
+        for (int e = threadIdx.x; e < hd; e += blockDim.x)
+            ss += (double)dst[e] * dst[e];
+        ss = block_sum_d(ss);
+        float r = (float)(1.0 / sqrt(ss / hd + a.eps));
+        __syncthreads();
+        for (int e = threadIdx.x; e < hd; e += blockDim.x)
+            dst[e] = (dst[e] * r) * nrm[e];
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < half; e += blockDim.x) {
+        float ang = (float)p * a.inv_freq[e];
+        float c = cosf(ang), s = sinf(ang);
+        float x0 = dst[e], x1 = dst[e + half];
+        dst[e] = x0 * c - x1 * s;
+        dst[e + half] = x1 * c + x0 * s;
+    }
+    __syncthreads();
+}
+
+// Token i's V row of kv head kh with its bias.
+__device__ __forceinline__ float qkv_v(const tcu_qkv_args &a, int i, int kh, int e)
+{
+    const size_t o = (size_t)kh * a.hd + e;
+    return a.v[(size_t)i * a.n_kv_head * a.hd + o] + (a.bv ? a.bv[o] : 0.0f);
+}
+
+// grid (T, n_head + n_kv_head), block QKV_THREADS: one head of one token.
+__global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_args a)
 {
     pdl_wait();
     pdl_trigger();
-    int i = blockIdx.x, h = blockIdx.y, hd = a.hd, half = hd / 2;
+    int i = blockIdx.x, h = blockIdx.y, hd = a.hd;
     int is_q = h < a.n_head, kh = is_q ? h : h - a.n_head;
     int qd = a.n_head * hd, kvd = a.n_kv_head * hd;
     float *vec = is_q ? a.q + (size_t)i * qd + (size_t)kh * hd : a.k + (size_t)i * kvd + (size_t)kh * hd;
-    const float *bias = is_q ? a.bq : a.bk;
-    const float *nrm = is_q ? a.qn : a.kn;
     /* the position and the K/V cache slot first: their loads (block table
      * included) overlap the work below instead of following it */
     const int p = a.pos[i];
     size_t o = 0;
     if (!is_q)
         o = kv_off(a.kv, a.layer, a.blk + a.bt_off[i], p) + (size_t)kh * hd;
-    if (bias)
-        for (int e = threadIdx.x; e < hd; e += blockDim.x)
-            vec[e] += bias[(size_t)kh * hd + e];
-    __syncthreads();
-    if (nrm) {
-        double ss = 0.0;
-        for (int e = threadIdx.x; e < hd; e += blockDim.x)
-            ss += (double)vec[e] * vec[e];
-        ss = block_sum_d(ss);
-        float r = (float)(1.0 / sqrt(ss / hd + a.eps));
-        __syncthreads();
-        for (int e = threadIdx.x; e < hd; e += blockDim.x)
-            vec[e] = (vec[e] * r) * nrm[e];
-        __syncthreads();
-    }
-    for (int e = threadIdx.x; e < half; e += blockDim.x) {
-        float ang = (float)p * a.inv_freq[e];
-        float c = cosf(ang), s = sinf(ang);
-        float x0 = vec[e], x1 = vec[e + half];
-        vec[e] = x0 * c - x1 * s;
-        vec[e + half] = x1 * c + x0 * s;
-    }
+    qkv_head(a, h, vec, vec, p);
     if (is_q)
         return;
-    __syncthreads();
-    const float *vv = a.v + (size_t)i * kvd + (size_t)kh * hd;
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         a.kv.k[o + e] = vec[e];
-        a.kv.v[o + e] = vv[e] + (a.bv ? a.bv[(size_t)kh * hd + e] : 0.0f);
+        a.kv.v[o + e] = qkv_v(a, i, kh, e);
     }
 }
 
@@ -1993,7 +2011,7 @@ extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_QKV, stream);
     dim3 grid(a->T, a->n_head + a->n_kv_head);
-    return launch(qkv_post_kernel, grid, dim3(128), 0, (cudaStream_t)stream, *a);
+    return launch(qkv_post_kernel, grid, dim3(QKV_THREADS), 0, (cudaStream_t)stream, *a);
 }
 
 // ---- paged attention ----
@@ -2010,21 +2028,48 @@ __device__ int att_count[ATT_SLOTS][ATT_CNT];
 
 __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e);
 
+static_assert(ATT_WARPS * WARP == QKV_THREADS, "the fused q/k/v post-processing sums as qkv_post_kernel does");
+
 // grid (n_head, T, n_split), block ATT_WARPS warps. D = hd / 32 dims per lane
-// (lane owns dims lane*D .. lane*D + D - 1).
-template <int D>
-__global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a, int slot)
+// (lane owns dims lane*D .. lane*D + D - 1). POST: the q/k/v post-
+// processing (`post`) fused: each block rotates its head's q into shared
+// memory; the block whose split holds the token's own position computes
+// that position's K and V there (no other block reads them: every token of
+// the step is of another sequence) and, for the first q head of its kv
+// head, writes them to the cache - the values qkv_post_kernel writes.
+template <int D, bool POST>
+__global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a, int slot,
+                                                                    const tcu_qkv_args post)
 {
     pdl_wait();
     pdl_trigger();
     int h = blockIdx.x, i = blockIdx.y, sp = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int hd = a.hd, kvh = h / (a.n_head / a.n_kv_head);
+    int hd = a.hd, grp = a.n_head / a.n_kv_head, kvh = h / grp;
     int p = a.pos[i];
     int start = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
     int len = p - start + 1, chunk = (len + a.n_split - 1) / a.n_split;
     int s0 = start + sp * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1;
     const float *q = a.q + ((size_t)i * a.n_head + h) * hd + lane * D;
+    __shared__ float pq[POST ? 256 : 1], pk[POST ? 256 : 1], pv[POST ? 256 : 1];
+    if constexpr (POST) {
+        qkv_head(post, h, post.q + ((size_t)i * a.n_head + h) * hd, pq, p);
+        if (s0 <= p && p < s1) {
+            const int kd = a.n_kv_head * hd;
+            qkv_head(post, a.n_head + kvh, post.k + (size_t)i * kd + (size_t)kvh * hd, pk, p);
+            for (int e = threadIdx.x; e < hd; e += blockDim.x)
+                pv[e] = qkv_v(post, i, kvh, e);
+            __syncthreads();
+            if (h % grp == 0) {
+                const size_t o = kv_off(a.kv, a.layer, a.blk + a.bt_off[i], p) + (size_t)kvh * hd;
+                for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+                    a.kv.k[o + e] = pk[e];
+                    a.kv.v[o + e] = pv[e];
+                }
+            }
+        }
+        q = pq + lane * D;
+    }
     float qr[D], acc[D];
 #pragma unroll
     for (int d = 0; d < D; d++) {
@@ -2041,7 +2086,13 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_at
 #pragma unroll
         for (int j = 0; j < ATT_U; j++) {
             const int t = t0 + j * ATT_WARPS;
-            if (t < s1) {
+            if (POST && t == p) {
+#pragma unroll
+                for (int d = 0; d < D; d++) {
+                    kr[j][d] = pk[lane * D + d];
+                    vr[j][d] = pv[lane * D + d];
+                }
+            } else if (t < s1) {
                 size_t o = kv_off(a.kv, a.layer, blk, t) + (size_t)kvh * hd + lane * D;
 #pragma unroll
                 for (int d = 0; d < D; d++) {
@@ -2209,27 +2260,26 @@ static int att_slot_of(cudaStream_t s)
     return att_slot[att_nslot++].slot;
 }
 
-extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
+template <bool POST>
+static int attention_launch(const tcu_attn_args *a, const tcu_qkv_args *post, cudaStream_t s)
 {
-    PROF(TCU_PROF_ATTN, stream);
-    cudaStream_t s = (cudaStream_t)stream;
     static int fuse = -1; /* TERN_CUDA_ATTN_FUSE=0: the separate merge kernel */
     if (fuse < 0) {
         const char *e = getenv("TERN_CUDA_ATTN_FUSE");
         fuse = !(e && !strcmp(e, "0"));
     }
     const int slot = fuse && (long)a->T * a->n_head <= ATT_CNT ? att_slot_of(s) : -1;
-    dim3 grid(a->n_head, a->T, a->n_split);
+    dim3 grid(a->n_head, a->T, a->n_split), block(ATT_WARPS * WARP);
     int rc = 0;
     switch (a->hd / 32) {
-    case 1: rc = launch(attn_part_kernel<1>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
-    case 2: rc = launch(attn_part_kernel<2>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
-    case 3: rc = launch(attn_part_kernel<3>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
-    case 4: rc = launch(attn_part_kernel<4>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
-    case 5: rc = launch(attn_part_kernel<5>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
-    case 6: rc = launch(attn_part_kernel<6>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
-    case 7: rc = launch(attn_part_kernel<7>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
-    case 8: rc = launch(attn_part_kernel<8>, grid, dim3(ATT_WARPS * WARP), 0, s, *a, slot); break;
+    case 1: rc = launch(attn_part_kernel<1, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 2: rc = launch(attn_part_kernel<2, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 3: rc = launch(attn_part_kernel<3, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 4: rc = launch(attn_part_kernel<4, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 5: rc = launch(attn_part_kernel<5, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 6: rc = launch(attn_part_kernel<6, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 7: rc = launch(attn_part_kernel<7, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 8: rc = launch(attn_part_kernel<8, POST>, grid, block, 0, s, *a, slot, *post); break;
     default: return (int)cudaErrorInvalidValue;
     }
     if (rc || slot >= 0)
@@ -2237,6 +2287,20 @@ extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
     return launch(attn_merge_kernel, dim3(a->n_head, a->T), dim3(a->hd), 0, s, *a);
 }
 
+extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
+{
+    PROF(TCU_PROF_ATTN, stream);
+    const tcu_qkv_args none = {};
+    return attention_launch<false>(a, &none, (cudaStream_t)stream);
+}
+
+extern "C" int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *a, tcu_stream stream)
+{
+    PROF(TCU_PROF_ATTN, stream);
+    if (post->T != a->T || post->hd != a->hd || post->n_head != a->n_head || post->n_kv_head != a->n_kv_head)
+        return (int)cudaErrorInvalidValue;
+    return attention_launch<true>(a, post, (cudaStream_t)stream);
+}
 
 // ---- tiled attention for prefill chunks ----
 //
