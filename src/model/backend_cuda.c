@@ -101,6 +101,7 @@ typedef struct cu_backend {
     int gemm_min_t, use_graphs;
     int wide; /* the forward carries two or more sequences (tcu_gemv_args.wide) */
     int fused; /* the forward's attention is tcu_qkv_attention (cu_enqueue) */
+    int split_len; /* tcu_attn_args.split_len of the forward (cu_enqueue) */
     int qkv_fuse; /* TERN_CUDA_QKV_FUSE=0: never tcu_qkv_attention */
     int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
     cu_graph graphs[CU_MAX_GRAPHS];
@@ -644,7 +645,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     for (int i = 0; i < T; i++)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T, be->kv,
-                        a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap};
+                        a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap, 0};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     CU(attention_launch(be, &at, T, (tcu_stream)be->stream), "attention");
     CU(cudaMemcpyAsync(a->out, be->ty, qn * sizeof(float), cudaMemcpyDeviceToHost, be->stream), "download");
@@ -673,7 +674,8 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
                            blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, be->kv, l, T, c->n_head, c->n_kv_head,
-                            c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap};
+                            c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
+                            be->split_len};
         if (be->fused) {
             CU(tcu_qkv_attention(&qa, &aa, s), "attention");
         } else {
@@ -775,6 +777,13 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
     be->wide = 0;
     for (int i = 1; i < T; i++)
         be->wide |= b->seqs[i] != b->seqs[0];
+    /* Steps of several sequences where the GEMVs take their batch kernel
+     * (variant 17's wide choice) split each token's attention by its own
+     * length, one split a 64 positions (8B bf16 b8 / b32 +7% / +11%, 1B
+     * +8% / +18%); alone, 16 short splits are faster (4-bit b1 -5% with
+     * the length rule) - knife-edge differences between alone and batched,
+     * as the GEMVs have. Other variants keep every step on one rule. */
+    be->split_len = be->wide && tcu_gemv_variant(be->layers[0].wq->kind) == 17 ? 64 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
     be->fused = be->qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;

@@ -131,7 +131,10 @@ typedef struct tcu_qkv_args {
 int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream);
 
 /* Paged attention (flash-decoding): each (token, head) splits its positions
- * max(0, pos - window + 1) .. pos over n_split blocks, each with an online
+ * max(0, pos - window + 1) .. pos (len of them) over n_split blocks, or
+ * with split_len > 0 over min(n_split, len / split_len + 1) - its own length
+ * alone decides, whatever the other tokens of the launch (many short splits
+ * are fastest for one token, few for many) - each with an online
  * softmax; the last block of a (token, head) to finish merges the parts
  * (arrival counters per stream; a second kernel merges them where no
  * counter slot is free). part is scratch of
@@ -143,6 +146,7 @@ typedef struct tcu_attn_args {
     tcu_kv kv;
     int layer, T, n_head, n_kv_head, hd, window, n_split;
     float scale, softcap;
+    int split_len;
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
 /* tcu_qkv_post and tcu_attention in one launch (a.q: post's unrotated q,

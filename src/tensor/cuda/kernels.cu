@@ -2028,6 +2028,17 @@ __device__ int att_count[ATT_SLOTS][ATT_CNT];
 
 __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e);
 
+// Positions token i attends to (its window), and its number of splits
+// (tcu_attn_args.split_len).
+__device__ __forceinline__ int attn_len(const tcu_attn_args &a, int p)
+{
+    return a.window > 0 && p + 1 > a.window ? a.window : p + 1;
+}
+__device__ __forceinline__ int attn_splits(const tcu_attn_args &a, int len)
+{
+    return a.split_len > 0 && len / a.split_len + 1 < a.n_split ? len / a.split_len + 1 : a.n_split;
+}
+
 static_assert(ATT_WARPS * WARP == QKV_THREADS, "the fused q/k/v post-processing sums as qkv_post_kernel does");
 
 // grid (n_head, T, n_split), block ATT_WARPS warps. D = hd / 32 dims per lane
@@ -2047,8 +2058,10 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_at
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int hd = a.hd, grp = a.n_head / a.n_kv_head, kvh = h / grp;
     int p = a.pos[i];
-    int start = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
-    int len = p - start + 1, chunk = (len + a.n_split - 1) / a.n_split;
+    int len = attn_len(a, p), start = p + 1 - len, ns = attn_splits(a, len);
+    if (sp >= ns)
+        return;
+    int chunk = (len + ns - 1) / ns;
     int s0 = start + sp * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1;
     const float *q = a.q + ((size_t)i * a.n_head + h) * hd + lane * D;
     __shared__ float pq[POST ? 256 : 1], pk[POST ? 256 : 1], pv[POST ? 256 : 1];
@@ -2155,14 +2168,14 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_at
     }
     if (slot < 0)
         return;
-    /* the last of the n_split blocks of (i, h) to get here merges (the
+    /* the last of the ns blocks of (i, h) to get here merges (the
      * order of the merge is fixed, whichever block it is) */
     __shared__ int last;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
         int *c = &att_count[slot][(size_t)i * a.n_head + h];
-        last = atomicAdd(c, 1) == a.n_split - 1;
+        last = atomicAdd(c, 1) == ns - 1;
         if (last)
             *c = 0; /* every block has arrived: ready for the next launch */
     }
@@ -2174,14 +2187,14 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_at
         attn_merge_one(a, h, i, e);
 }
 
-// out[i][h][e] from the n_split parts of (token i, head h), in split order.
+// out[i][h][e] from the parts of (token i, head h), in split order.
 // Reads through L2 (the parts may come from other blocks of this grid).
 #define ATT_MERGE_MAX 16 /* splits merged from registers (one memory round trip) */
 
 __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e)
 {
-    const int hd = a.hd, n = a.n_split;
-    const float *part = a.part + ((size_t)i * a.n_head + h) * n * (hd + 2);
+    const int hd = a.hd, n = attn_splits(a, attn_len(a, a.pos[i]));
+    const float *part = a.part + ((size_t)i * a.n_head + h) * a.n_split * (hd + 2);
     float L = 0.0f, v = 0.0f;
     if (n <= ATT_MERGE_MAX) {
         /* every split's (max, sum, value) requested at once; the same
