@@ -44,9 +44,12 @@ int model_cuda_device_count(void) { return 0; }
 #define CU_GRAPH_SPLIT 16 /* attention splits inside captured decode graphs */
 /* Steps of up to this many tokens, each of another sequence, fuse the q/k/v
  * post-processing into the attention (one launch less a layer: 8B bf16 b1
- * +0.7%, 8B 4-bit +1.7%, 1B +1-2%); in larger steps every split block
- * repeating its head's q work costs more than the launch (b8 -1%, b32 -2%). */
+ * +0.7%, 8B 4-bit +1.7%, 1B +1-2%; at b8 / b32 no gain - docs/cuda.md). */
 #define CU_QKV_FUSE_MAX_T 2
+/* Attention positions a split in steps of several sequences (split_len of
+ * tcu_attn_args; 128-194-token contexts, against 16 splits: 8B bf16 b8 /
+ * b32 +7% / +9%, 1B +12% / +14%, 4-bit +7-14%; 64 and 32 were slower). */
+#define CU_SPLIT_LEN 128
 
 /* Device copies are found by the host weight's identity (addresses, shape,
  * kind): a caller of the table must not reuse a weight's memory for other
@@ -779,11 +782,10 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         be->wide |= b->seqs[i] != b->seqs[0];
     /* Steps of several sequences where the GEMVs take their batch kernel
      * (variant 17's wide choice) split each token's attention by its own
-     * length, one split a 64 positions (8B bf16 b8 / b32 +7% / +11%, 1B
-     * +8% / +18%); alone, 16 short splits are faster (4-bit b1 -5% with
-     * the length rule) - knife-edge differences between alone and batched,
-     * as the GEMVs have. Other variants keep every step on one rule. */
-    be->split_len = be->wide && tcu_gemv_variant(be->layers[0].wq->kind) == 17 ? 64 : 0;
+     * length (CU_SPLIT_LEN); alone, CU_GRAPH_SPLIT short splits are faster
+     * - knife-edge differences between alone and batched, as the GEMVs
+     * have. Other variants keep every step on one rule. */
+    be->split_len = be->wide && tcu_gemv_variant(be->layers[0].wq->kind) == 17 ? CU_SPLIT_LEN : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
     be->fused = be->qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
