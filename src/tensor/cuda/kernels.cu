@@ -2274,7 +2274,7 @@ static int att_slot_of(cudaStream_t s)
 }
 
 template <bool POST>
-static int attention_launch(const tcu_attn_args *a, const tcu_qkv_args *post, cudaStream_t s)
+static int attn_part_launch(const tcu_attn_args *a, const tcu_qkv_args *post, cudaStream_t s)
 {
     static int fuse = -1; /* TERN_CUDA_ATTN_FUSE=0: the separate merge kernel */
     if (fuse < 0) {
@@ -2304,7 +2304,7 @@ extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_ATTN, stream);
     const tcu_qkv_args none = {};
-    return attention_launch<false>(a, &none, (cudaStream_t)stream);
+    return attn_part_launch<false>(a, &none, (cudaStream_t)stream);
 }
 
 extern "C" int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *a, tcu_stream stream)
@@ -2312,7 +2312,7 @@ extern "C" int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *
     PROF(TCU_PROF_ATTN, stream);
     if (post->T != a->T || post->hd != a->hd || post->n_head != a->n_head || post->n_kv_head != a->n_kv_head)
         return (int)cudaErrorInvalidValue;
-    return attention_launch<true>(a, post, (cudaStream_t)stream);
+    return attn_part_launch<true>(a, post, (cudaStream_t)stream);
 }
 
 // ---- tiled attention for prefill chunks ----
