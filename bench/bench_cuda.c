@@ -343,6 +343,12 @@ static int gemv_bench(void)
     if (!cu_ok(cudaMalloc((void **)&gain, sizeof(float) * NIN_MAX), "alloc") ||
         !cu_ok(cudaMalloc((void **)&nout, sizeof(float) * TMAX * NIN_MAX), "alloc"))
         return 1;
+    /* the tensor-core variant's stage, as the backend passes it (TERN_BENCH_STAGE=0: none, each block splits) */
+    void *stage = NULL;
+    const size_t stage_bytes = (size_t)NIN_MAX * 204;
+    const char *se = getenv("TERN_BENCH_STAGE");
+    if (!(se && !strcmp(se, "0")) && !cu_ok(cudaMalloc(&stage, stage_bytes), "alloc"))
+        return 1;
     float *hx = malloc(sizeof(float) * TMAX * NIN_MAX), *hy = malloc(sizeof(float) * 3 * TMAX * NOUT_MAX);
     float *hg = malloc(sizeof(float) * NIN_MAX);
     printf("%-4s %-8s %-6s %3s %2s %9s %8s %6s %9s %s\n", "mdl", "shape", "kind", "T", "v", "us", "GB/s", "%copy",
@@ -421,6 +427,8 @@ static int gemv_bench(void)
                 a.glu = sh->glu;
                 a.x = x;
                 a.n_in = sh->n_in;
+                a.stage = stage;
+                a.stage_bytes = stage ? stage_bytes : 0;
                 if (sh->norm) {
                     a.norm_g = gain;
                     a.norm_out = nout;
@@ -550,6 +558,7 @@ static int gemv_bench(void)
     cudaFree(x);
     cudaFree(y);
     cudaFree(gain);
+    cudaFree(stage);
     cudaFree(nout);
     free(hg);
     free(hx);
@@ -693,7 +702,7 @@ int main(int argc, char **argv)
         blas->free(blas);
         if (c32 < 0)
             return die(&err);
-        /* one eager (no graph) batch-1 run with every launch timed: where a
+        /* eager (no graph) batch-1 and batch-32 runs with every launch timed: where a
          * decode step's time goes */
         setenv("TERN_CUDA_GRAPHS", "0", 1);
         model_backend *eager = model_backend_cuda_new(m, 0, &err);
@@ -708,6 +717,14 @@ int main(int argc, char **argv)
         double pms[TCU_PROF_N];
         int pn[TCU_PROF_N];
         int prc = tcu_prof_stop(pms, pn);
+        /* the same at batch 32 */
+        double te32 = tpf >= 0 ? decode_run(m, &kv, 32, n_prompt, 12, prompt, logits, &err) : -1;
+        g_prof = 1;
+        double tpf32 = te32 >= 0 ? decode_run(m, &kv, 32, n_prompt, 12, prompt, logits, &err) : -1;
+        g_prof = 0;
+        double pms32[TCU_PROF_N];
+        int pn32[TCU_PROF_N];
+        int prc32 = tcu_prof_stop(pms32, pn32);
         /* and one eager prefill (3 repetitions): where its time goes */
         double fms[TCU_PROF_N];
         int fn[TCU_PROF_N];
@@ -716,12 +733,15 @@ int main(int argc, char **argv)
         int frc = tcu_prof_stop(fms, fn);
         m->be = gpu;
         eager->free(eager);
-        if (tpf < 0 || tpe < 0)
+        if (tpf32 < 0 || tpe < 0)
             return die(&err);
-        char prof[400], pprof[400];
+        char prof[400], prof32[400], pprof[400];
         int len = snprintf(prof, sizeof prof, "eager step %.3f ms (profiled %.3f), graph step %.3f ms; kernels:",
                            te / 10 * 1e3, tpf / 10 * 1e3, t1 / (steps - 2) * 1e3);
         prof_line(prof, sizeof prof, len, pms, pn, 10, "ms/step", prc);
+        len = snprintf(prof32, sizeof prof32, "eager step %.3f ms (profiled %.3f), graph step %.3f ms; kernels:",
+                       te32 / 10 * 1e3, tpf32 / 10 * 1e3, t32 / (steps - 2) * 1e3);
+        prof_line(prof32, sizeof prof32, len, pms32, pn32, 10, "ms/step", prc32);
         len = snprintf(pprof, sizeof pprof, "eager %d-token prefill %.3f ms; kernels:", n_prefill, tpe * 1e3);
         prof_line(pprof, sizeof pprof, len, fms, fn, 3, "ms", frc);
         const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
@@ -730,6 +750,7 @@ int main(int argc, char **argv)
                100 * b1 / roof, 8 * (steps - 2) / t8, 32 * (steps - 2) / t32, 128 * (steps - 2) / t128,
                8 * (steps - 2) / c8, 32 * (steps - 2) / c32, n_prefill / tp, chk);
         printf("  %s b1 profile: %s\n", name, prof);
+        printf("  %s b32 profile: %s\n", name, prof32);
         printf("  %s prefill profile: %s\n", name, pprof);
     next_model:
         fflush(stdout);

@@ -92,8 +92,8 @@ typedef struct cu_backend {
     /* forward scratch */
     int cap_t, cap_out;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *xo, *logits, *part;
-    uint16_t *xh, *wdq;
-    size_t cap_wdq;
+    uint16_t *xh, *wdq; /* xh: the cuBLAS path's 16-bit inputs, and the GEMVs' stage (tcu_gemv_args) */
+    size_t cap_wdq, cap_xh;
     int32_t *d_in, *h_in; /* device / pinned host: tokens, pos, bt_off, out_rows, blocks */
     size_t cap_in;
     int max_in; /* widest n_in of any weight */
@@ -256,6 +256,8 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->T = T;
     a->glu = glu;
     a->wide = be->wide;
+    a->stage = be->xh;
+    a->stage_bytes = be->cap_xh;
     return 1;
 }
 
@@ -362,9 +364,12 @@ static int scratch_ensure(cu_backend *be, int T, int n_out, tern_err *err)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if ((rc = cu_alloc(be, (void **)bufs[i], sizes[i] * sizeof(float), err)))
             return rc;
-    size_t xhn = (size_t)(ct > co ? ct : co) * be->max_in;
+    /* at least the GEMVs' stage at 32 tokens: 96 bf16 an input, 4-bit + 96 floats a group */
+    size_t xhn = (size_t)(ct > co ? (ct > 104 ? ct : 104) : (co > 104 ? co : 104)) * be->max_in;
+    be->cap_xh = 0;
     if ((rc = cu_alloc(be, (void **)&be->xh, xhn * sizeof(uint16_t), err)))
         return rc;
+    be->cap_xh = xhn * sizeof(uint16_t);
     be->cap_t = ct;
     be->cap_out = co;
     return 0;

@@ -579,6 +579,156 @@ static void test_gemv_rows_by_shape(void **state)
 #endif
 }
 
+/* The tensor-core GEMV (variant 16) above 2 tokens splits the activations
+ * once per launch into tcu_gemv_args.stage; without a stage every block
+ * splits its own. Both must give the same bits (fused norm over gathered
+ * rows, several matrices, the SwiGLU epilogue, 32-token launches), match
+ * the CPU, and give each token alone (T = 1: never staged) its row of the
+ * batch. */
+static void test_gemv_stage(void **state)
+{
+    (void)state;
+#ifdef TERN_CUDA
+    if (!have_gpu())
+        skip();
+    tern_err err = {0};
+    model_backend *cpu = model_backend_cpu_new(2, &err);
+    assert_non_null(cpu);
+    tern_rng r;
+    tern_rng_seed(&r, 4242, 3);
+    const int n_in = 3584, TMAX = 40, kinds[2][2] = {{1, 0}, {4, 64}}, Ts[3] = {3, 20, 40};
+    const int outs[2] = {200, 136};
+    const float eps = 1e-5f;
+    tcu_gemv_set_variant(-1, 16);
+    float *x = malloc((size_t)TMAX * n_in * sizeof(float)), *g = malloc(n_in * sizeof(float));
+    float *xn = malloc((size_t)TMAX * n_in * sizeof(float));
+    int32_t rows[TMAX];
+    assert_true(x && g && xn);
+    fill(&r, x, (size_t)TMAX * n_in, 1.0f);
+    fill(&r, g, n_in, 1.0f);
+    for (int t = 0; t < TMAX; t++) { /* token t reads x row TMAX - 1 - t, normed as the kernels round it */
+        rows[t] = TMAX - 1 - t;
+        const float *xr = x + (size_t)rows[t] * n_in;
+        double ss = 0;
+        for (int e = 0; e < n_in; e++)
+            ss += (double)xr[e] * xr[e];
+        const float rn = (float)(1.0 / sqrt(ss / n_in + eps));
+        for (int e = 0; e < n_in; e++)
+            xn[(size_t)t * n_in + e] = (xr[e] * rn) * g[e];
+    }
+    float *dx, *dg, *dn, *dy[2];
+    int32_t *drows;
+    void *stage;
+    const size_t stage_bytes = (size_t)n_in * 204;
+    assert_int_equal(cudaMalloc((void **)&dx, (size_t)TMAX * n_in * sizeof(float)), 0);
+    assert_int_equal(cudaMalloc((void **)&dg, n_in * sizeof(float)), 0);
+    assert_int_equal(cudaMalloc((void **)&dn, (size_t)TMAX * n_in * sizeof(float)), 0);
+    assert_int_equal(cudaMalloc((void **)&drows, sizeof rows), 0);
+    assert_int_equal(cudaMalloc(&stage, stage_bytes), 0);
+    assert_int_equal(cudaMemcpy(dx, x, (size_t)TMAX * n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+    assert_int_equal(cudaMemcpy(dg, g, n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+    assert_int_equal(cudaMemcpy(drows, rows, sizeof rows, cudaMemcpyHostToDevice), 0);
+    for (int ki = 0; ki < 2; ki++)
+        for (int glu = 0; glu < 2; glu++) {
+            const int kind = kinds[ki][0], group = kinds[ki][1], q = kind == 4;
+            const int n_out[2] = {outs[0], glu ? outs[0] : outs[1]};
+            test_w tw[2];
+            void *dw[2];
+            float *dsb[2] = {NULL, NULL}, *yc[2], *ys = malloc((size_t)TMAX * (outs[0] + outs[1]) * sizeof(float));
+            float *yu = malloc((size_t)TMAX * (outs[0] + outs[1]) * sizeof(float)), *y1 = malloc(outs[0] * sizeof(float));
+            assert_true(ys && yu && y1);
+            tcu_gemv_args a;
+            memset(&a, 0, sizeof a);
+            for (int k = 0; k < 2; k++) {
+                make_weight(&r, &tw[k], kind, n_out[k], n_in, group);
+                const size_t wb = q ? (size_t)n_out[k] * n_in / 2 : (size_t)n_out[k] * n_in * 2;
+                const size_t sbn = q ? (size_t)n_out[k] * (n_in / group) * 2 : 0;
+                assert_int_equal(cudaMalloc(&dw[k], wb), 0);
+                assert_int_equal(cudaMemcpy(dw[k], tw[k].buf, wb, cudaMemcpyHostToDevice), 0);
+                if (q) {
+                    assert_int_equal(cudaMalloc((void **)&dsb[k], sbn * sizeof(float)), 0);
+                    assert_int_equal(cudaMemcpy(dsb[k], tw[k].w.sb, sbn * sizeof(float), cudaMemcpyHostToDevice), 0);
+                }
+                assert_int_equal(cudaMalloc((void **)&dy[k], (size_t)TMAX * n_out[k] * sizeof(float)), 0);
+                a.m[k] = (tcu_mat){dw[k], dsb[k], dy[k], n_out[k], q ? TCU_Q4 : TCU_BF16, group};
+                yc[k] = malloc((size_t)TMAX * n_out[k] * sizeof(float));
+                assert_non_null(yc[k]);
+            }
+            const model_weight *w[2] = {&tw[0].w, &tw[1].w};
+            assert_int_equal(cpu->matmul(cpu, 2, w, xn, yc, TMAX, &err), 0);
+            if (glu)
+                for (size_t i = 0; i < (size_t)TMAX * n_out[0]; i++)
+                    yc[0][i] = yc[0][i] / (1.0f + expf(-yc[0][i])) * yc[1][i];
+            a.n = 2;
+            a.glu = glu;
+            a.x = dx;
+            a.n_in = n_in;
+            a.norm_g = dg;
+            a.norm_out = dn;
+            a.norm_eps = eps;
+            a.norm_rows = drows;
+            const int nm = glu ? 1 : 2;
+            for (int ti = 0; ti < 3; ti++) {
+                const int T = Ts[ti];
+                a.T = T;
+                for (int st = 0; st < 2; st++) { /* unstaged, then staged */
+                    a.stage = st ? stage : NULL;
+                    a.stage_bytes = st ? stage_bytes : 0;
+                    for (int k = 0; k < 2; k++)
+                        assert_int_equal(cudaMemset(dy[k], 0xff, (size_t)TMAX * n_out[k] * sizeof(float)), 0);
+                    assert_int_equal(tcu_gemv(&a, NULL), 0);
+                    float *h = st ? ys : yu;
+                    for (int k = 0, off = 0; k < nm; off += T * n_out[k], k++)
+                        assert_int_equal(cudaMemcpy(h + off, dy[k], (size_t)T * n_out[k] * sizeof(float),
+                                                    cudaMemcpyDeviceToHost),
+                                         0);
+                }
+                size_t n = (size_t)T * (glu ? n_out[0] : n_out[0] + n_out[1]);
+                double e = 0;
+                for (int k = 0, off = 0; k < nm; off += T * n_out[k], k++) {
+                    double ek = rel_err(ys + off, yc[k], (size_t)T * n_out[k]);
+                    e = ek > e ? ek : e;
+                }
+                print_message("GEMV variant 16 kind %d glu %d T %d: staged = unstaged bitwise, rel err %.3g (tol 2e-5)\n",
+                              kind, glu, T, e);
+                assert_memory_equal(ys, yu, n * sizeof(float));
+                assert_true(e <= 2e-5);
+                /* the first and last tokens alone: their rows of the batch */
+                for (int t = 0; t < T; t += T - 1) {
+                    tcu_gemv_args b = a;
+                    b.T = 1;
+                    b.norm_rows = drows + t;
+                    assert_int_equal(tcu_gemv(&b, NULL), 0);
+                    assert_int_equal(cudaMemcpy(y1, dy[0], n_out[0] * sizeof(float), cudaMemcpyDeviceToHost), 0);
+                    assert_memory_equal(y1, ys + (size_t)t * n_out[0], n_out[0] * sizeof(float));
+                }
+            }
+            for (int k = 0; k < 2; k++) {
+                cudaFree(dw[k]);
+                cudaFree(dsb[k]);
+                cudaFree(dy[k]);
+                free(yc[k]);
+                free_weight(&tw[k]);
+            }
+            free(ys);
+            free(yu);
+            free(y1);
+        }
+    tcu_gemv_variant_reset();
+    cudaFree(dx);
+    cudaFree(dg);
+    cudaFree(dn);
+    cudaFree(drows);
+    cudaFree(stage);
+    free(x);
+    free(g);
+    free(xn);
+    cpu->free(cpu);
+#else
+    skip();
+#endif
+}
+
 static void test_forward(void **state)
 {
     (void)state;
@@ -602,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_rows_by_shape),
+        cmocka_unit_test(test_gemv_stage),
         cmocka_unit_test(test_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

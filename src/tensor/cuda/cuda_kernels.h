@@ -50,6 +50,12 @@ typedef struct tcu_gemv_args {
     /* the step carries two or more sequences: variant 17 then takes the
      * tensor-core kernel (16), else 4 */
     int wide;
+    /* optional device scratch of stage_bytes: the tensor-core variant (16)
+     * splits a step's activations into it once per launch above 2 tokens
+     * (else, or when it is too small, every block splits its own; the
+     * same bits) - 192 bytes per input at 32 tokens, 4-bit + 384 per group */
+    void *stage;
+    size_t stage_bytes;
 } tcu_gemv_args;
 int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
 

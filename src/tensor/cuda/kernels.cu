@@ -1189,12 +1189,130 @@ __device__ __forceinline__ uint32_t tc_ld32(const uint32_t *p)
     return v;
 }
 
+// A thread's part of a token's sum of squares for the fused RMSNorm: the
+// four squares of v in order, in double (explicit roundings: the same
+// bits wherever it is inlined).
+__device__ __forceinline__ double tc_sq4(float4 v)
+{
+    double t = __dmul_rn((double)v.x, (double)v.x);
+    t = __fma_rn((double)v.y, (double)v.y, t);
+    t = __fma_rn((double)v.z, (double)v.z, t);
+    return __fma_rn((double)v.w, (double)v.w, t);
+}
+
+// 8 activations' sum, in order (4-bit: the bias term's group sums).
+__device__ __forceinline__ float tc_sum8(float4 v0, float4 v1)
+{
+    float s = __fadd_rn(__fadd_rn(__fadd_rn(v0.x, v0.y), v0.z), v0.w);
+    return __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(s, v1.x), v1.y), v1.z), v1.w);
+}
+
+// Steps of more than TC_TP(1) tokens: the activations split once per launch
+// (tcu_gemv_args.stage) instead of by every block. grid (JS token slots,
+// blocks along the inputs of `nbs` 32-input steps each: whole groups),
+// TC_WARPS warps. Block (j, b): token j's norm factor over its whole row
+// (the arithmetic of gemv_tc_kernel's own: a thread's elements, the
+// warp's butterfly, the warps in order), then its three columns of steps
+// b * nbs .. in the panel layout [step][C][4] uint4, and, 4-bit, each
+// group's activation sum [group][C] (hi columns; 0 elsewhere) after the
+// steps. Slots past the tokens write zeros. Every value is the one
+// gemv_tc_kernel stages itself, so both give the same bits.
+template <int NT, bool Q> __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv_args a, int nbs)
+{
+    constexpr int C = 8 * NT, NTH = TC_WARPS * WARP;
+    extern __shared__ float st8[]; /* [nbs * 4] 8-value sums */
+    __shared__ double nsum[TC_WARPS];
+    __shared__ float rn;
+    pdl_wait();
+    pdl_trigger();
+    const int j = blockIdx.x, sa = blockIdx.y * nbs, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int np = a.T < TC_TP(NT) ? a.T : TC_TP(NT), G = Q ? a.m[0].group : 32;
+    const bool tok = j < np;
+    const size_t xrow = tok && a.norm_g && a.norm_rows ? (size_t)a.norm_rows[j] : (size_t)j;
+    const float *xr = a.x + xrow * a.n_in;
+    uint4 *xsp = reinterpret_cast<uint4 *>(a.stage);
+    float *xsum = reinterpret_cast<float *>(xsp + (size_t)(a.n_in / 32) * C * 4);
+    float r = 1.0f;
+    if (tok && a.norm_g) {
+        double ss = 0.0;
+        for (int e = threadIdx.x * 4; e < a.n_in; e += NTH * 4)
+            ss = __dadd_rn(ss, tc_sq4(__ldg(reinterpret_cast<const float4 *>(xr + e))));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0)
+            nsum[warp] = ss;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double s = 0.0;
+            for (int k = 0; k < TC_WARPS; k++)
+                s += nsum[k];
+            rn = (float)(1.0 / sqrt(s / a.n_in + a.norm_eps));
+        }
+        __syncthreads();
+        r = rn;
+    }
+    for (int i = threadIdx.x; i < nbs * 4; i += NTH) {
+        const int st = sa + i / 4, tq = i % 4;
+        uint4 hi = make_uint4(0, 0, 0, 0), mid = hi, lo = hi;
+        float s8 = 0.0f;
+        if (tok) {
+            const int e = st * 32 + 8 * tq;
+            float4 v0 = __ldg(reinterpret_cast<const float4 *>(xr + e)), v1 = __ldg(reinterpret_cast<const float4 *>(xr + e) + 1);
+            if (a.norm_g) {
+                v0 = norm4(v0, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e)));
+                v1 = norm4(v1, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e) + 1));
+            }
+            uint32_t p[4][3];
+            if (Q) { /* pairs (8t + i, 8t + 4 + i): the codes' order */
+                s8 = tc_sum8(v0, v1);
+                pack3(v0.x, v1.x, p[0]);
+                pack3(v0.y, v1.y, p[1]);
+                pack3(v0.z, v1.z, p[2]);
+                pack3(v0.w, v1.w, p[3]);
+            } else {
+                pack3(v0.x, v0.y, p[0]);
+                pack3(v0.z, v0.w, p[1]);
+                pack3(v1.x, v1.y, p[2]);
+                pack3(v1.z, v1.w, p[3]);
+            }
+            hi = make_uint4(p[0][0], p[1][0], p[2][0], p[3][0]);
+            mid = make_uint4(p[0][1], p[1][1], p[2][1], p[3][1]);
+            lo = make_uint4(p[0][2], p[1][2], p[2][2], p[3][2]);
+        }
+        if (Q)
+            st8[i] = s8;
+        uint4 *d = xsp + ((size_t)st * C + 3 * j) * 4 + tq;
+        d[0] = hi;
+        if (3 * j + 1 < C)
+            d[4] = mid;
+        if (3 * j + 2 < C)
+            d[8] = lo;
+    }
+    if (Q) { /* each group's sum: its 8-value sums in order */
+        __syncthreads();
+        for (int gi = threadIdx.x; gi < nbs * 32 / G; gi += NTH) {
+            float sum = 0.0f;
+            if (tok)
+                for (int k = 0; k < G / 8; k++)
+                    sum = __fadd_rn(sum, st8[gi * (G / 8) + k]);
+            float *o = xsum + (size_t)(sa * 32 / G + gi) * C + 3 * j;
+            o[0] = sum;
+            if (3 * j + 1 < C)
+                o[1] = 0.0f;
+            if (3 * j + 2 < C)
+                o[2] = 0.0f;
+        }
+    }
+}
+
 template <int NT, int U, bool Q>
 __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
-    gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps)
+    gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps, int staged)
 {
     namespace cg = cooperative_groups;
     constexpr int C = 8 * NT, TP = TC_TP(NT), JS = (C + 2) / 3, NTH = TC_WARPS * WARP;
+    constexpr bool EARLY = !Q && NT > 1;
     extern __shared__ __align__(16) unsigned char tc_smem[];
     uint4 *xs = reinterpret_cast<uint4 *>(tc_smem); /* [psteps][C][4]: 8 bf16 of one column */
     float *red = reinterpret_cast<float *>(tc_smem); /* after the pass: [TC_ROWS][C] */
@@ -1245,7 +1363,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[h] + SBY * u));
     pdl_wait();
     pdl_trigger();
-    if (a.norm_g) /* per token: a thread's elements, the warp's butterfly, the warps in order */
+    if (a.norm_g && !staged) /* per token: a thread's elements, the warp's butterfly, the warps in order */
         for (int j0 = 0; j0 < np; j0 += 4) {
             double ss[4];
             const float *xr[4];
@@ -1263,8 +1381,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     if (j0 + j < np)
-                        ss[j] += (double)v[j].x * v[j].x + (double)v[j].y * v[j].y + (double)v[j].z * v[j].z +
-                                 (double)v[j].w * v[j].w;
+                        ss[j] = __dadd_rn(ss[j], tc_sq4(v[j]));
             }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -1313,7 +1430,23 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
         c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
     for (int b = 0; b < nb; b++) {
         const int st0 = b * U, pst = st0 % psteps; /* step of the slice, of the panel */
-        if (pst == 0) { /* stage the panel: steps st0 .. st0 + psteps - 1, SB items a thread at once */
+        if (pst == 0 && staged) { /* the panel as tc_stage_kernel split it: a copy */
+            __syncthreads();
+            const int pn = nsteps - st0 < psteps ? nsteps - st0 : psteps;
+            const uint4 *src = reinterpret_cast<const uint4 *>(a.stage) + (size_t)(s0 + st0) * C * 4;
+            for (int i = threadIdx.x; i < pn * C * 4; i += NTH)
+                cp_async16(xs + i, src + i, 16);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            if (Q) {
+                const float *gs = reinterpret_cast<const float *>(reinterpret_cast<const uint4 *>(a.stage) +
+                                                                  (size_t)(a.n_in / 32) * C * 4) +
+                                  (size_t)((s0 + st0) * 32 / G) * C;
+                for (int i = threadIdx.x; i < pn * 32 / G * C; i += NTH)
+                    xsum[i] = __ldg(gs + i);
+            }
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            __syncthreads();
+        } else if (pst == 0) { /* stage the panel: steps st0 .. st0 + psteps - 1, SB items a thread at once */
             constexpr int SB = NT == 1 ? 1 : 2;
             __syncthreads();
             const int pn = nsteps - st0 < psteps ? nsteps - st0 : psteps, items = pn * JS * 4;
@@ -1347,13 +1480,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                             v1 = norm4(v1, r, g1);
                         }
                         if (Q) /* the 8 values' sum, in order */
-                            xs8[(st * 4 + tq) * JS + j] =
-                                __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(v0.x, v0.y), v0.z),
-                                                                                  v0.w),
-                                                                        v1.x),
-                                                              v1.y),
-                                                    v1.z),
-                                          v1.w);
+                            xs8[(st * 4 + tq) * JS + j] = tc_sum8(v0, v1);
                         uint32_t p[4][3];
                         if (Q) { /* pairs (8t + i, 8t + 4 + i): the codes' order */
                             pack3(v0.x, v1.x, p[0]);
@@ -1391,6 +1518,22 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
             }
             __syncthreads();
         }
+        /* bf16 above TC_TP(1) tokens (registers to spare): this pass's
+         * weights leave the load registers and the next pass's loads go out
+         * before its products (T = 32: 8B gate/up 139 -> 127 us, down 126
+         * -> 109; where registers are short - T <= 2 with 8 steps in
+         * flight, 4-bit - the copies spill) */
+        uint4 wc[Q ? 1 : U][2]; /* unused (optimized out) unless EARLY */
+        if constexpr (EARLY) {
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    wc[u][h] = w[u][h];
+            if (b + 1 < nb)
+                load((b + 1) * U);
+        }
+        const uint4(&wr)[Q ? 1 : U][2] = EARLY ? wc : w;
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (st0 + u >= nsteps)
@@ -1428,15 +1571,15 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                 for (int n = 0; n < NT; n++) {
                     const uint4 xv = xp[32 * n];
                     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma_bf16(d, w[u][0].x, w[u][1].x, w[u][0].y, w[u][1].y, xv.x, xv.y);
-                    mma_bf16(d, w[u][0].z, w[u][1].z, w[u][0].w, w[u][1].w, xv.z, xv.w);
+                    mma_bf16(d, wr[u][0].x, wr[u][1].x, wr[u][0].y, wr[u][1].y, xv.x, xv.y);
+                    mma_bf16(d, wr[u][0].z, wr[u][1].z, wr[u][0].w, wr[u][1].w, xv.z, xv.w);
 #pragma unroll
                     for (int e = 0; e < 4; e++)
                         c[n][e] = __fadd_rn(c[n][e], d[e]);
                 }
             }
         }
-        if (b + 1 < nb)
+        if (!EARLY && b + 1 < nb)
             load((b + 1) * U);
     }
     /* the block's sums by row and column, then the cluster's reduction */
@@ -1479,22 +1622,74 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
 // Cluster size (split-K) from the shape alone: slices of >= 256 inputs,
 // up to 8 blocks, until about 8 warps per SM (16 measured slower on the
 // 8B q/k/v: 26 against 20 us at T = 1 - more blocks, each with its staging
-// and its share of the reduction).
-static int tc_ks(int n_in, long blocks, int group)
+// and its share of the reduction), and only while every cluster of the
+// launch can be resident at once in the largest configuration (32
+// tokens: two blocks a SM) - else a second wave of a few clusters doubles
+// the time (8B o at 8 tokens 27 -> 20 us with 4 blocks a cluster instead
+// of 8: the 32 clusters of 8 did not fit).
+template <bool Q> static int tc_max_clusters(int ks)
+{
+    static int n_max[9];
+    if (!n_max[ks]) {
+        const size_t smem = TC_SMEM_X + (Q ? (size_t)(TC_SMEM_X / (96 * 64)) * (96 + 4 * 32) * sizeof(float) : 0);
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = (unsigned)ks;
+        at.val.clusterDim.y = at.val.clusterDim.z = 1;
+        cfg.gridDim = dim3((unsigned)ks, 1024);
+        cfg.blockDim = dim3(TC_WARPS * WARP);
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = &at;
+        cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaFuncSetAttribute(gemv_tc_kernel<12, 2, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
+            cudaOccupancyMaxActiveClusters(&n, gemv_tc_kernel<12, 2, Q>, &cfg) || n <= 0) {
+            (void)cudaGetLastError();
+            n = 1 << 30; /* unknown: no limit */
+        }
+        n_max[ks] = n;
+    }
+    return n_max[ks];
+}
+
+template <bool Q> static int tc_ks(int n_in, long blocks, int group)
 {
     int ks = 1;
     while (ks < 8 && blocks * TC_WARPS * ks < 8L * sm_count() && n_in % (64 * ks) == 0 && n_in / (2 * ks) >= 256 &&
-           n_in / (2 * ks) % group == 0)
+           n_in / (2 * ks) % group == 0 && blocks <= tc_max_clusters<Q>(2 * ks))
         ks *= 2;
     return ks;
+}
+
+// Bytes of tcu_gemv_args.stage that tc_stage_kernel writes for C columns.
+static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
+{
+    return (size_t)(a->n_in / 32) * C * 64 + (q ? (size_t)(a->n_in / a->m[0].group) * C * sizeof(float) : 0);
 }
 
 template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     constexpr int C = 8 * NT;
+    /* more than TC_TP(1) tokens and room in the stage: split once - with a
+     * fused norm (each block would read every token's whole row for its
+     * factor) or above 8 tokens; without a norm at 3-8 tokens each block's
+     * own split of its slice costs less than the extra launch (1B 4-bit o
+     * and down) */
+    const int staged = NT > 1 && a->stage && a->stage_bytes >= tc_stage_bytes(a, C, Q) && (a->norm_g || NT > 3);
+    if (staged) {
+        const int G = Q ? a->m[0].group : 32, nst = a->n_in / 32, js = (C + 2) / 3;
+        int nb = 1; /* blocks along the inputs: about two a SM, whole groups each */
+        while (nb < 16 && (long)js * nb < 2L * sm_count() && nst % (2 * nb) == 0 && nst / (2 * nb) * 32 % G == 0)
+            nb *= 2;
+        const int rc = launch(tc_stage_kernel<NT, Q>, dim3((unsigned)js, (unsigned)nb), dim3(TC_WARPS * WARP),
+                              (size_t)(nst / nb) * 4 * sizeof(float), s, *a, nst / nb);
+        if (rc)
+            return rc;
+    }
     const int G = Q ? a->m[0].group : 32, gm = U > G / 32 ? U : G / 32; /* panels: whole groups, whole batches */
     const long blocks = (rows + (a->glu ? TC_ROWS / 2 : TC_ROWS) - 1) / (a->glu ? TC_ROWS / 2 : TC_ROWS);
-    const int ks = tc_ks(a->n_in, blocks, G), nsteps = a->n_in / 32 / ks;
+    const int ks = tc_ks<Q>(a->n_in, blocks, G), nsteps = a->n_in / 32 / ks;
     int psteps = TC_SMEM_X / (C * 64);
     psteps = nsteps <= psteps ? nsteps : psteps / gm * gm;
     size_t smem = (size_t)psteps * C * 64 + (Q ? (size_t)psteps * (C + 4 * ((C + 2) / 3)) * sizeof(float) : 0);
@@ -1509,7 +1704,7 @@ template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *
         smem_set = smem;
     }
     return launch_cl(pdl_enabled_gemv(Q ? TCU_Q4 : TCU_BF16), (unsigned)ks, gemv_tc_kernel<NT, U, Q>,
-                     dim3((unsigned)ks, (unsigned)blocks), dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps);
+                     dim3((unsigned)ks, (unsigned)blocks), dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
 }
 
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
