@@ -106,6 +106,7 @@ typedef struct cu_backend {
     int fused; /* the forward's attention is tcu_qkv_attention (cu_enqueue) */
     int split_len; /* tcu_attn_args.split_len of the forward (cu_enqueue) */
     int qkv_fuse; /* TERN_CUDA_QKV_FUSE=0: never tcu_qkv_attention */
+    int gemv_stage; /* TERN_CUDA_GEMV_STAGE=0: no tcu_gemv_args.stage (each block splits its activations) */
     int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
     cu_graph graphs[CU_MAX_GRAPHS];
     int n_graphs;
@@ -256,8 +257,8 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->T = T;
     a->glu = glu;
     a->wide = be->wide;
-    a->stage = be->xh;
-    a->stage_bytes = be->cap_xh;
+    a->stage = be->gemv_stage ? be->xh : NULL;
+    a->stage_bytes = be->gemv_stage ? be->cap_xh : 0;
     return 1;
 }
 
@@ -1183,6 +1184,8 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->attn_tiled = !(e && !strcmp(e, "0"));
     e = getenv("TERN_CUDA_QKV_FUSE");
     be->qkv_fuse = !(e && !strcmp(e, "0"));
+    e = getenv("TERN_CUDA_GEMV_STAGE");
+    be->gemv_stage = !(e && !strcmp(e, "0"));
     if (cu_setup(be, m, err)) {
         cu_free(&be->base);
         return NULL;

@@ -2244,8 +2244,7 @@ static_assert(ATT_WARPS * WARP == QKV_THREADS, "the fused q/k/v post-processing 
 // the step is of another sequence) and, for the first q head of its kv
 // head, writes them to the cache - the values qkv_post_kernel writes.
 template <int D, bool POST>
-__global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a, int slot,
-                                                                    const tcu_qkv_args post)
+__device__ __forceinline__ void attn_part(const tcu_attn_args &a, int slot, const tcu_qkv_args &post)
 {
     pdl_wait();
     pdl_trigger();
@@ -2382,6 +2381,25 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_at
         attn_merge_one(a, h, i, e);
 }
 
+template <int D, bool POST>
+__global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a, int slot,
+                                                                    const tcu_qkv_args post)
+{
+    attn_part<D, POST>(a, slot, post);
+}
+
+// The same for unfused steps with head_dim <= 128 with registers for 8
+// blocks a SM (64; the default takes 128 and leaves 4): many tokens are
+// latency-bound on their K/V loads (8B, 32 sequences: 76 -> 56 us a
+// layer). Not for the fused kernel of one or two tokens: a register cap
+// there cost batch 1 2-3% (8B).
+template <int D>
+__global__ void __launch_bounds__(ATT_WARPS *WARP, 8) attn_part_occ_kernel(const tcu_attn_args a, int slot,
+                                                                           const tcu_qkv_args post)
+{
+    attn_part<D, false>(a, slot, post);
+}
+
 // out[i][h][e] from the parts of (token i, head h), in split order.
 // Reads through L2 (the parts may come from other blocks of this grid).
 #define ATT_MERGE_MAX 16 /* splits merged from registers (one memory round trip) */
@@ -2480,10 +2498,30 @@ static int attn_part_launch(const tcu_attn_args *a, const tcu_qkv_args *post, cu
     dim3 grid(a->n_head, a->T, a->n_split), block(ATT_WARPS * WARP);
     int rc = 0;
     switch (a->hd / 32) {
-    case 1: rc = launch(attn_part_kernel<1, POST>, grid, block, 0, s, *a, slot, *post); break;
-    case 2: rc = launch(attn_part_kernel<2, POST>, grid, block, 0, s, *a, slot, *post); break;
-    case 3: rc = launch(attn_part_kernel<3, POST>, grid, block, 0, s, *a, slot, *post); break;
-    case 4: rc = launch(attn_part_kernel<4, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 1:
+        if constexpr (POST)
+            rc = launch(attn_part_kernel<1, true>, grid, block, 0, s, *a, slot, *post);
+        else
+            rc = launch(attn_part_occ_kernel<1>, grid, block, 0, s, *a, slot, *post);
+        break;
+    case 2:
+        if constexpr (POST)
+            rc = launch(attn_part_kernel<2, true>, grid, block, 0, s, *a, slot, *post);
+        else
+            rc = launch(attn_part_occ_kernel<2>, grid, block, 0, s, *a, slot, *post);
+        break;
+    case 3:
+        if constexpr (POST)
+            rc = launch(attn_part_kernel<3, true>, grid, block, 0, s, *a, slot, *post);
+        else
+            rc = launch(attn_part_occ_kernel<3>, grid, block, 0, s, *a, slot, *post);
+        break;
+    case 4:
+        if constexpr (POST)
+            rc = launch(attn_part_kernel<4, true>, grid, block, 0, s, *a, slot, *post);
+        else
+            rc = launch(attn_part_occ_kernel<4>, grid, block, 0, s, *a, slot, *post);
+        break;
     case 5: rc = launch(attn_part_kernel<5, POST>, grid, block, 0, s, *a, slot, *post); break;
     case 6: rc = launch(attn_part_kernel<6, POST>, grid, block, 0, s, *a, slot, *post); break;
     case 7: rc = launch(attn_part_kernel<7, POST>, grid, block, 0, s, *a, slot, *post); break;
