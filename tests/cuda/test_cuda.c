@@ -676,7 +676,11 @@ static void test_gemv_stage(void **state)
                     a.stage_bytes = st ? stage_bytes : 0;
                     for (int k = 0; k < 2; k++)
                         assert_int_equal(cudaMemset(dy[k], 0xff, (size_t)TMAX * n_out[k] * sizeof(float)), 0);
+                    assert_int_equal(cudaMemset(stage, 0xff, stage_bytes), 0);
                     assert_int_equal(tcu_gemv(&a, NULL), 0);
+                    uint32_t first; /* token 0's first hi pair: written by the stage kernel only when staged */
+                    assert_int_equal(cudaMemcpy(&first, stage, sizeof first, cudaMemcpyDeviceToHost), 0);
+                    assert_true(st ? first != 0xffffffffu : first == 0xffffffffu);
                     float *h = st ? ys : yu;
                     for (int k = 0, off = 0; k < nm; off += T * n_out[k], k++)
                         assert_int_equal(cudaMemcpy(h + off, dy[k], (size_t)T * n_out[k] * sizeof(float),
