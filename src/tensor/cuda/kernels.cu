@@ -1217,7 +1217,8 @@ __device__ __forceinline__ float tc_sum8(float4 v0, float4 v1)
 // group's activation sum [group][C] (hi columns; 0 elsewhere) after the
 // steps. Slots past the tokens write zeros. Every value is the one
 // gemv_tc_kernel stages itself, so both give the same bits.
-template <int NT, bool Q> __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv_args a, int nbs)
+template <int NT, bool Q>
+__global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv_args a, int nbs)
 {
     constexpr int C = 8 * NT, NTH = TC_WARPS * WARP;
     extern __shared__ float st8[]; /* [nbs * 4] 8-value sums */
@@ -1258,7 +1259,8 @@ template <int NT, bool Q> __global__ void __launch_bounds__(TC_WARPS *WARP) tc_s
         float s8 = 0.0f;
         if (tok) {
             const int e = st * 32 + 8 * tq;
-            float4 v0 = __ldg(reinterpret_cast<const float4 *>(xr + e)), v1 = __ldg(reinterpret_cast<const float4 *>(xr + e) + 1);
+            const float4 *xp = reinterpret_cast<const float4 *>(xr + e);
+            float4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
             if (a.norm_g) {
                 v0 = norm4(v0, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e)));
                 v1 = norm4(v1, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e) + 1));
