@@ -146,6 +146,28 @@ out:
     return dt;
 }
 
+/* Batch-B eager steps - a warm-up run, then one with every launch timed
+ * (10 steps each) - written to buf: the eager step time, the graph step's
+ * (graph_s seconds) and the kernels' time by category. -1 when a run
+ * failed. */
+static int eager_profile(tern_model *m, kv_pool *kv, int B, int n_prompt, const int32_t *prompt, float *logits,
+                         double graph_s, char *buf, size_t cap, tern_err *err)
+{
+    double te = decode_run(m, kv, B, n_prompt, 12, prompt, logits, err);
+    g_prof = 1;
+    double tpf = te >= 0 ? decode_run(m, kv, B, n_prompt, 12, prompt, logits, err) : -1;
+    g_prof = 0;
+    double ms[TCU_PROF_N];
+    int cnt[TCU_PROF_N];
+    int rc = tcu_prof_stop(ms, cnt);
+    if (tpf < 0)
+        return -1;
+    int len = snprintf(buf, cap, "eager step %.3f ms (profiled %.3f), graph step %.3f ms; kernels:", te / 10 * 1e3,
+                       tpf / 10 * 1e3, graph_s * 1e3);
+    prof_line(buf, cap, len, ms, cnt, 10, "ms/step", rc);
+    return 0;
+}
+
 static double prefill_run(tern_model *m, kv_pool *kv, int n, const int32_t *prompt, float *logits, tern_err *err)
 {
     kv_seq seq = {0};
@@ -710,39 +732,20 @@ int main(int argc, char **argv)
         if (!eager)
             return die(&err);
         m->be = eager;
-        double te = decode_run(m, &kv, 1, n_prompt, 12, prompt, logits, &err);
-        g_prof = 1;
-        double tpf = te >= 0 ? decode_run(m, &kv, 1, n_prompt, 12, prompt, logits, &err) : -1;
-        g_prof = 0;
-        double pms[TCU_PROF_N];
-        int pn[TCU_PROF_N];
-        int prc = tcu_prof_stop(pms, pn);
-        /* the same at batch 32 */
-        double te32 = tpf >= 0 ? decode_run(m, &kv, 32, n_prompt, 12, prompt, logits, &err) : -1;
-        g_prof = 1;
-        double tpf32 = te32 >= 0 ? decode_run(m, &kv, 32, n_prompt, 12, prompt, logits, &err) : -1;
-        g_prof = 0;
-        double pms32[TCU_PROF_N];
-        int pn32[TCU_PROF_N];
-        int prc32 = tcu_prof_stop(pms32, pn32);
+        char prof[400], prof32[400], pprof[400];
+        int ok = !eager_profile(m, &kv, 1, n_prompt, prompt, logits, t1 / (steps - 2), prof, sizeof prof, &err) &&
+                 !eager_profile(m, &kv, 32, n_prompt, prompt, logits, t32 / (steps - 2), prof32, sizeof prof32, &err);
         /* and one eager prefill (3 repetitions): where its time goes */
         double fms[TCU_PROF_N];
         int fn[TCU_PROF_N];
         tcu_prof_start();
-        double tpe = tpf >= 0 ? prefill_run(m, &kv, n_prefill, prompt, logits, &err) : -1;
+        double tpe = ok ? prefill_run(m, &kv, n_prefill, prompt, logits, &err) : -1;
         int frc = tcu_prof_stop(fms, fn);
         m->be = gpu;
         eager->free(eager);
-        if (tpf32 < 0 || tpe < 0)
+        if (tpe < 0)
             return die(&err);
-        char prof[400], prof32[400], pprof[400];
-        int len = snprintf(prof, sizeof prof, "eager step %.3f ms (profiled %.3f), graph step %.3f ms; kernels:",
-                           te / 10 * 1e3, tpf / 10 * 1e3, t1 / (steps - 2) * 1e3);
-        prof_line(prof, sizeof prof, len, pms, pn, 10, "ms/step", prc);
-        len = snprintf(prof32, sizeof prof32, "eager step %.3f ms (profiled %.3f), graph step %.3f ms; kernels:",
-                       te32 / 10 * 1e3, tpf32 / 10 * 1e3, t32 / (steps - 2) * 1e3);
-        prof_line(prof32, sizeof prof32, len, pms32, pn32, 10, "ms/step", prc32);
-        len = snprintf(pprof, sizeof pprof, "eager %d-token prefill %.3f ms; kernels:", n_prefill, tpe * 1e3);
+        int len = snprintf(pprof, sizeof pprof, "eager %d-token prefill %.3f ms; kernels:", n_prefill, tpe * 1e3);
         prof_line(pprof, sizeof pprof, len, fms, fn, 3, "ms", frc);
         const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
         double b1 = (steps - 2) / t1, roof = bw / wb;

@@ -479,6 +479,20 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     sh("rm -rf %s", dir);
 }
 
+#ifdef TERN_CUDA
+/* out = (x * r) * g, r = 1 / sqrt(mean(x^2) + eps): one row of n, the
+ * fused norm as the kernels round it */
+static void norm_row_ref(const float *x, const float *g, int n, float eps, float *out)
+{
+    double ss = 0;
+    for (int e = 0; e < n; e++)
+        ss += (double)x[e] * x[e];
+    const float rn = (float)(1.0 / sqrt(ss / n + eps));
+    for (int e = 0; e < n; e++)
+        out[e] = (x[e] * rn) * g[e];
+}
+#endif
+
 /* The default 4-bit GEMV picks its rows per warp by shape (and, at T = 1,
  * 3 on norm-fused launches with >= 16 rows per SM, 6 with >= 200): those
  * launches against the CPU on the norm's output, and each token alone
@@ -512,14 +526,8 @@ static void test_gemv_rows_by_shape(void **state)
         assert_true(x && g && xn && yc && yb && y1);
         fill(&r, x, (size_t)T * n_in, 1.0f);
         fill(&r, g, n_in, 1.0f);
-        for (int t = 0; t < T; t++) { /* the norm as the kernels round it */
-            double ss = 0;
-            for (int e = 0; e < n_in; e++)
-                ss += (double)x[t * n_in + e] * x[t * n_in + e];
-            const float rn = (float)(1.0 / sqrt(ss / n_in + eps));
-            for (int e = 0; e < n_in; e++)
-                xn[t * n_in + e] = (x[t * n_in + e] * rn) * g[e];
-        }
+        for (int t = 0; t < T; t++)
+            norm_row_ref(x + (size_t)t * n_in, g, n_in, eps, xn + (size_t)t * n_in);
         const model_weight *w = &tw.w;
         assert_int_equal(cpu->matmul(cpu, 1, &w, xn, &yc, T, &err), 0);
 
@@ -606,15 +614,9 @@ static void test_gemv_stage(void **state)
     assert_true(x && g && xn);
     fill(&r, x, (size_t)TMAX * n_in, 1.0f);
     fill(&r, g, n_in, 1.0f);
-    for (int t = 0; t < TMAX; t++) { /* token t reads x row TMAX - 1 - t, normed as the kernels round it */
+    for (int t = 0; t < TMAX; t++) { /* token t reads x row TMAX - 1 - t */
         rows[t] = TMAX - 1 - t;
-        const float *xr = x + (size_t)rows[t] * n_in;
-        double ss = 0;
-        for (int e = 0; e < n_in; e++)
-            ss += (double)xr[e] * xr[e];
-        const float rn = (float)(1.0 / sqrt(ss / n_in + eps));
-        for (int e = 0; e < n_in; e++)
-            xn[(size_t)t * n_in + e] = (xr[e] * rn) * g[e];
+        norm_row_ref(x + (size_t)rows[t] * n_in, g, n_in, eps, xn + (size_t)t * n_in);
     }
     float *dx, *dg, *dn, *dy[2];
     int32_t *drows;

@@ -2488,6 +2488,18 @@ static int att_slot_of(cudaStream_t s)
     return att_slot[att_nslot++].slot;
 }
 
+// The kernel of (D, POST): unfused head dims up to 128 take the copy for
+// 8 blocks a SM.
+template <int D, bool POST>
+static int attn_part_one(dim3 grid, dim3 block, cudaStream_t s, const tcu_attn_args *a, int slot,
+                         const tcu_qkv_args *post)
+{
+    if constexpr (!POST && D <= 4)
+        return launch(attn_part_occ_kernel<D>, grid, block, 0, s, *a, slot, *post);
+    else
+        return launch(attn_part_kernel<D, POST>, grid, block, 0, s, *a, slot, *post);
+}
+
 template <bool POST>
 static int attn_part_launch(const tcu_attn_args *a, const tcu_qkv_args *post, cudaStream_t s)
 {
@@ -2500,34 +2512,14 @@ static int attn_part_launch(const tcu_attn_args *a, const tcu_qkv_args *post, cu
     dim3 grid(a->n_head, a->T, a->n_split), block(ATT_WARPS * WARP);
     int rc = 0;
     switch (a->hd / 32) {
-    case 1:
-        if constexpr (POST)
-            rc = launch(attn_part_kernel<1, true>, grid, block, 0, s, *a, slot, *post);
-        else
-            rc = launch(attn_part_occ_kernel<1>, grid, block, 0, s, *a, slot, *post);
-        break;
-    case 2:
-        if constexpr (POST)
-            rc = launch(attn_part_kernel<2, true>, grid, block, 0, s, *a, slot, *post);
-        else
-            rc = launch(attn_part_occ_kernel<2>, grid, block, 0, s, *a, slot, *post);
-        break;
-    case 3:
-        if constexpr (POST)
-            rc = launch(attn_part_kernel<3, true>, grid, block, 0, s, *a, slot, *post);
-        else
-            rc = launch(attn_part_occ_kernel<3>, grid, block, 0, s, *a, slot, *post);
-        break;
-    case 4:
-        if constexpr (POST)
-            rc = launch(attn_part_kernel<4, true>, grid, block, 0, s, *a, slot, *post);
-        else
-            rc = launch(attn_part_occ_kernel<4>, grid, block, 0, s, *a, slot, *post);
-        break;
-    case 5: rc = launch(attn_part_kernel<5, POST>, grid, block, 0, s, *a, slot, *post); break;
-    case 6: rc = launch(attn_part_kernel<6, POST>, grid, block, 0, s, *a, slot, *post); break;
-    case 7: rc = launch(attn_part_kernel<7, POST>, grid, block, 0, s, *a, slot, *post); break;
-    case 8: rc = launch(attn_part_kernel<8, POST>, grid, block, 0, s, *a, slot, *post); break;
+    case 1: rc = attn_part_one<1, POST>(grid, block, s, a, slot, post); break;
+    case 2: rc = attn_part_one<2, POST>(grid, block, s, a, slot, post); break;
+    case 3: rc = attn_part_one<3, POST>(grid, block, s, a, slot, post); break;
+    case 4: rc = attn_part_one<4, POST>(grid, block, s, a, slot, post); break;
+    case 5: rc = attn_part_one<5, POST>(grid, block, s, a, slot, post); break;
+    case 6: rc = attn_part_one<6, POST>(grid, block, s, a, slot, post); break;
+    case 7: rc = attn_part_one<7, POST>(grid, block, s, a, slot, post); break;
+    case 8: rc = attn_part_one<8, POST>(grid, block, s, a, slot, post); break;
     default: return (int)cudaErrorInvalidValue;
     }
     if (rc || slot >= 0)
