@@ -703,6 +703,11 @@ int main(int argc, char **argv)
             double b1 = (steps - 2) / t1, roof = bw / wb;
             printf("%-28s %8.2f %9.0f %9.1f %6.0f%% (batch 1 only) %s\n", name, wb / 1e9, roof, b1, 100 * b1 / roof,
                    chk);
+            double us[6];
+            if (getenv("TERN_CUDA_STEP_TRACE") && tcu_step_count() > 0 && !tcu_step_trace(m->cfg.n_layer, us))
+                printf("  one-launch step (last): q/k/v %.2f, attention %.2f, o %.2f, gate/up %.2f, down %.2f us a layer; "
+                       "%.1f us in all\n",
+                       us[0], us[1], us[2], us[3], us[4], us[5]);
             goto next_model;
         }
         double t8 = t1 >= 0 ? decode_run(m, &kv, 8, n_prompt, steps, prompt, logits, &err) : -1;

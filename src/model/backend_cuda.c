@@ -50,6 +50,10 @@ int model_cuda_device_count(void) { return 0; }
  * tcu_attn_args; 128-194-token contexts, against 16 splits: 8B bf16 b8 /
  * b32 +7% / +9%, 1B +12% / +14%, 4-bit +7-14%; 64 and 32 were slower). */
 #define CU_SPLIT_LEN 128
+/* tcu_step's L2 prefetch: percent of the o weights during the attention,
+ * KiB a warp of its next product before a barrier */
+#define CU_STEP_PF_O 100
+#define CU_STEP_PF_KB 0
 
 /* Device copies are found by the host weight's identity (addresses, shape,
  * kind): a caller of the table must not reuse a weight's memory for other
@@ -108,6 +112,12 @@ typedef struct cu_backend {
     int qkv_fuse; /* TERN_CUDA_QKV_FUSE=0: never tcu_qkv_attention */
     int gemv_stage; /* TERN_CUDA_GEMV_STAGE=0: no tcu_gemv_args.stage (each block splits its activations) */
     int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
+    /* the one-launch decode step (tcu_step), opt-in (TERN_CUDA_STEP=1: slower
+     * so far - docs/cuda.md), where the model allows it (every layer weight
+     * bf16, no post-norms): its layers on the device, else NULL; L2
+     * prefetch amounts, loads in flight, trace (tcu_step_args) */
+    tcu_step_layer *step_layers;
+    int step, step_pf_o, step_pf_kb, step_u, step_trace;
     cu_graph graphs[CU_MAX_GRAPHS];
     int n_graphs;
     /* greedy sampling: device / pinned host [n_out] flags, [n_out][n_words]
@@ -672,7 +682,21 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
     const int32_t *tokens = be->d_in, *pos = be->d_in + T, *bt_off = be->d_in + 2 * T, *rows = be->d_in + 3 * T,
                   *blk = be->d_in + 3 * T + n_out;
     CU(tcu_embed(be->embed, dim, tokens, T, c->embed_scale, be->x, s), "embed");
-    for (int l = 0; l < c->n_layer; l++) {
+    int done = 0; /* the layers ran as one launch */
+    const int gv = tcu_gemv_variant(TCU_BF16);
+    if (T == 1 && be->step_layers && be->fused && (gv == 4 || gv == 17)) {
+        tcu_step_args sa = {be->step_layers, c->n_layer, dim, c->n_ff, c->gelu ? 2 : 1, be->x, be->gate, c->norm_eps,
+                            {0}, {0}, be->step_pf_o, be->step_pf_kb, be->step_u, be->step_trace};
+        sa.post = (tcu_qkv_args){be->q, be->k, be->v, NULL, NULL, NULL, NULL, NULL, NULL, pos, bt_off,
+                                 blk, be->kv, 0, 1, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
+        sa.attn = (tcu_attn_args){be->q, be->att, be->part, pos, bt_off, blk, be->kv, 0, 1, c->n_head, c->n_kv_head,
+                                  c->head_dim, 0, n_split, c->attn_scale, c->attn_softcap, be->split_len};
+        rc = tcu_step(&sa, s);
+        if (rc > 0)
+            CU(rc, "step");
+        done = rc == 0;
+    }
+    for (int l = 0; l < c->n_layer && !done; l++) {
         const cu_layer *L = &be->layers[l];
         tcu_mat qkv[3] = {*L->wq, *L->wk, *L->wv};
         qkv[0].y = be->q;
@@ -1054,8 +1078,11 @@ static void cu_free(model_backend *base)
     cudaFreeHost(be->h_sel);
     if (be->blas)
         cublasDestroy(be->blas);
-    if (be->stream)
+    if (be->stream) {
+        cudaStreamSynchronize(be->stream);
+        tcu_stream_forget((tcu_stream)be->stream);
         cudaStreamDestroy(be->stream);
+    }
     free(be->allocs);
     free(be->w);
     free(be->layers);
@@ -1087,6 +1114,39 @@ static size_t model_device_bytes(const tern_model *m)
             n += host_wbytes(lw[i]) + (lw[i]->qbits ? (size_t)lw[i]->n_out * (lw[i]->n_in / lw[i]->group) * 8 : 0);
     }
     return n;
+}
+
+/* The layers of tcu_step on the device, when every layer weight is bf16
+ * and no layer has post-norms (the launch covers neither). */
+static int step_setup(cu_backend *be, tern_err *err)
+{
+    const tern_model *m = be->m;
+    if (!be->step)
+        return 0;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const cu_layer *L = &be->layers[l];
+        const tcu_mat *ws[7] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+        for (int i = 0; i < 7; i++)
+            if (ws[i]->kind != TCU_BF16)
+                return 0;
+        if (L->post_attn_norm || L->post_ffn_norm)
+            return 0;
+    }
+    size_t n = (size_t)m->cfg.n_layer;
+    tcu_step_layer *h = calloc(n, sizeof *h);
+    if (!h)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    for (size_t l = 0; l < n; l++) {
+        const cu_layer *L = &be->layers[l];
+        h[l] = (tcu_step_layer){L->wq->w, L->wk->w, L->wv->w, L->wo->w, L->wg->w, L->wu->w, L->wd->w,
+                                L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope,
+                                m->layers[l].window};
+    }
+    int rc = cu_alloc(be, (void **)&be->step_layers, n * sizeof *h, err);
+    if (!rc && cudaMemcpy(be->step_layers, h, n * sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess)
+        rc = tern_err_set(err, TERN_EIO, "cuda: step layers upload failed");
+    free(h);
+    return rc;
 }
 
 static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
@@ -1150,6 +1210,8 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
             return rc;
         L->rope = H->rope_inv_freq == m->rope_inv_freq_local ? rope_l : rope_g;
     }
+    if ((rc = step_setup(be, err)))
+        return rc;
     CU(cudaDeviceSynchronize(), "upload");
     return 0;
 }
@@ -1186,6 +1248,16 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->qkv_fuse = !(e && !strcmp(e, "0"));
     e = getenv("TERN_CUDA_GEMV_STAGE");
     be->gemv_stage = !(e && !strcmp(e, "0"));
+    e = getenv("TERN_CUDA_STEP");
+    be->step = e && !strcmp(e, "1");
+    e = getenv("TERN_CUDA_STEP_PF_O");
+    be->step_pf_o = e && *e ? atoi(e) : CU_STEP_PF_O;
+    e = getenv("TERN_CUDA_STEP_PF_KB");
+    be->step_pf_kb = e && *e ? atoi(e) : CU_STEP_PF_KB;
+    e = getenv("TERN_CUDA_STEP_U");
+    be->step_u = e && atoi(e) == 16 ? 16 : 8;
+    e = getenv("TERN_CUDA_STEP_TRACE");
+    be->step_trace = e && !strcmp(e, "1");
     if (cu_setup(be, m, err)) {
         cu_free(&be->base);
         return NULL;

@@ -428,6 +428,29 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     run_model(mc, prompt, n_prompt, n_dec, lc, idc);
     /* GPU on its own greedy path; compare logits along the CPU's tokens too */
     run_model(mg, prompt, n_prompt, n_dec, lg, idg);
+#ifdef TERN_CUDA
+    /* bf16 models without post-norms may decode a token in one launch
+     * (tcu_step, TERN_CUDA_STEP=1): bit for bit the values of the
+     * launches it replaces */
+    if (!bits && strcmp(family, "gemma2")) {
+        const int steps0 = tcu_step_count();
+        setenv("TERN_CUDA_STEP", "1", 1);
+        tern_model *m2 = model_load_ex(mdir, &og, &err);
+        unsetenv("TERN_CUDA_STEP");
+        if (!m2)
+            fail_msg("%s", err.msg);
+        float *l2 = malloc((size_t)(n_dec + 1) * V * sizeof(float));
+        int32_t id2[16];
+        assert_non_null(l2);
+        run_model(m2, prompt, n_prompt, n_dec, l2, id2);
+        if (tcu_step_count() == steps0)
+            fail_msg("%s: the decode steps did not run as one launch", family);
+        if (memcmp(l2, lg, (size_t)(n_dec + 1) * V * sizeof(float)))
+            fail_msg("%s: one-launch decode logits differ from the separate launches'", family);
+        free(l2);
+        model_free(m2);
+    }
+#endif
     /* decode steps fuse the q/k/v post-processing into the attention
      * (tcu_qkv_attention): bit for bit the values of the two launches */
     {

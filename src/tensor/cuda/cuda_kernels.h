@@ -160,6 +160,51 @@ int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
  * token reads the K/V that another token of the step writes. The same
  * values as the two launches. */
 int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *a, tcu_stream stream);
+/* The stream is about to be destroyed: its counter slot (tcu_attention's
+ * merge, tcu_step's barrier - both left at zero after every launch) goes
+ * back to the pool. */
+void tcu_stream_forget(tcu_stream stream);
+
+/* One layer's weights and vectors for tcu_step (device pointers; bf16
+ * weights [n_out][n_in]; norms, biases and q/k norms as in tcu_qkv_args,
+ * NULL when absent). */
+typedef struct tcu_step_layer {
+    const uint16_t *wq, *wk, *wv, *wo, *wg, *wu, *wd;
+    const float *attn_norm, *ffn_norm, *bq, *bk, *bv, *qn, *kn, *rope;
+    int window;
+} tcu_step_layer;
+
+/* The layers of a decode step of one token in one launch: per layer x's
+ * RMSNorm and the q/k/v product, tcu_qkv_attention, x += o(att), the
+ * norm and gate/up with act(gate) * up into gate, x += down(gate) - the
+ * values of those launches with the bf16 GEMV variant 4 (bit for bit).
+ * One block a multiprocessor, all resident (a cooperative launch), a grid
+ * barrier between the steps: the weights of the next product are in
+ * flight while the barrier waits, and the o weights are brought into L2
+ * during the attention. post and attn describe the token as for
+ * tcu_qkv_attention (T = 1; their per-layer fields are taken from
+ * layers[l]); post.q/k/v are the product's outputs, attn.out the
+ * attention's. Returns -1 with nothing queued when the shape is not
+ * covered (head_dim 32, 64 or 128; every n_in a multiple of 8; the
+ * activations within shared memory; up to 256 layers). */
+typedef struct tcu_step_args {
+    const tcu_step_layer *layers; /* device array [n_layer] */
+    int n_layer, dim, n_ff, glu;  /* glu 1 SiLU, 2 GELU-tanh */
+    float *x, *gate;              /* residual [dim]; [n_ff] scratch */
+    float eps;
+    tcu_qkv_args post;
+    tcu_attn_args attn;
+    int pf_o;  /* percent of the o weights brought into L2 during the attention */
+    int pf_kb; /* KiB a warp brings into L2 of its next product before a barrier */
+    int u;     /* 16-byte weight loads in flight per lane: 8 or 16 */
+    int trace; /* 1: the first block times the launch's steps (tcu_step_trace) */
+} tcu_step_args;
+int tcu_step(const tcu_step_args *a, tcu_stream stream);
+int tcu_step_count(void); /* tcu_step launches queued (or captured) so far */
+/* The last traced tcu_step (synchronizes): the mean microseconds of each
+ * of a layer's five steps (q/k/v, attention, o, gate/up, down, each up to
+ * the grid barrier after it) and the launch's total in us[5]. */
+int tcu_step_trace(int n_layer, double us[6]);
 
 /* The same attention for prefill chunks, tiled: tiles[2 j], tiles[2 j + 1]
  * = first token and count (<= TCU_ATTN_TILE_Q) of tile j, tokens of one
