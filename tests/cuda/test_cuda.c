@@ -398,6 +398,29 @@ static void run_pair(tern_model *m, int n_dec, float *out)
     kv_pool_free(&kv);
 }
 
+/* run_model's logits on the GPU with var=val while the model loads: the
+ * same bits as ref? */
+static int same_logits_with(const char *mdir, const char *var, const char *val, const int32_t *prompt, int n_prompt,
+                            int n_dec, const float *ref)
+{
+    tern_err err = {0};
+    model_load_opts og = {0, "cuda"};
+    setenv(var, val, 1);
+    tern_model *m = model_load_ex(mdir, &og, &err);
+    unsetenv(var);
+    if (!m)
+        fail_msg("%s", err.msg);
+    size_t n = (size_t)(n_dec + 1) * m->cfg.n_vocab;
+    float *l = malloc(n * sizeof(float));
+    int32_t ids[16];
+    assert_non_null(l);
+    run_model(m, prompt, n_prompt, n_dec, l, ids);
+    const int same = !memcmp(l, ref, n * sizeof(float));
+    free(l);
+    model_free(m);
+    return same;
+}
+
 static void check_family(const char *family, const char *extra, int bits, int n_prompt, double tol)
 {
     const char *build = getenv("TERN_BUILD") ? getenv("TERN_BUILD") : "build";
@@ -434,40 +457,17 @@ static void check_family(const char *family, const char *extra, int bits, int n_
      * launches it replaces */
     if (!bits && strcmp(family, "gemma2")) {
         const int steps0 = tcu_step_count();
-        setenv("TERN_CUDA_STEP", "1", 1);
-        tern_model *m2 = model_load_ex(mdir, &og, &err);
-        unsetenv("TERN_CUDA_STEP");
-        if (!m2)
-            fail_msg("%s", err.msg);
-        float *l2 = malloc((size_t)(n_dec + 1) * V * sizeof(float));
-        int32_t id2[16];
-        assert_non_null(l2);
-        run_model(m2, prompt, n_prompt, n_dec, l2, id2);
+        const int same = same_logits_with(mdir, "TERN_CUDA_STEP", "1", prompt, n_prompt, n_dec, lg);
         if (tcu_step_count() == steps0)
             fail_msg("%s: the decode steps did not run as one launch", family);
-        if (memcmp(l2, lg, (size_t)(n_dec + 1) * V * sizeof(float)))
+        if (!same)
             fail_msg("%s: one-launch decode logits differ from the separate launches'", family);
-        free(l2);
-        model_free(m2);
     }
 #endif
     /* decode steps fuse the q/k/v post-processing into the attention
      * (tcu_qkv_attention): bit for bit the values of the two launches */
-    {
-        setenv("TERN_CUDA_QKV_FUSE", "0", 1);
-        tern_model *m2 = model_load_ex(mdir, &og, &err);
-        unsetenv("TERN_CUDA_QKV_FUSE");
-        if (!m2)
-            fail_msg("%s", err.msg);
-        float *l2 = malloc((size_t)(n_dec + 1) * V * sizeof(float));
-        int32_t id2[16];
-        assert_non_null(l2);
-        run_model(m2, prompt, n_prompt, n_dec, l2, id2);
-        if (memcmp(l2, lg, (size_t)(n_dec + 1) * V * sizeof(float)))
-            fail_msg("%s: fused q/k/v + attention logits differ from the two launches'", family);
-        free(l2);
-        model_free(m2);
-    }
+    if (!same_logits_with(mdir, "TERN_CUDA_QKV_FUSE", "0", prompt, n_prompt, n_dec, lg))
+        fail_msg("%s: fused q/k/v + attention logits differ from the two launches'", family);
     if (tol < 1e-3) { /* two sequences a step, against the CPU doing the same */
         const int nd = 6;
         float *pc = malloc((size_t)nd * 2 * V * sizeof(float)), *pg = malloc((size_t)nd * 2 * V * sizeof(float));
