@@ -465,7 +465,8 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     }
 #endif
     /* decode steps fuse the q/k/v post-processing into the attention
-     * (tcu_qkv_attention): bit for bit the values of the two launches */
+     * (tcu_qkv_attention, the first K/V rows loaded before the wait for
+     * the q/k/v product): bit for bit the values of the two launches */
     if (!same_logits_with(mdir, "TERN_CUDA_QKV_FUSE", "0", prompt, n_prompt, n_dec, lg))
         fail_msg("%s: fused q/k/v + attention logits differ from the two launches'", family);
     if (tol < 1e-3) { /* two sequences a step, against the CPU doing the same */

@@ -85,11 +85,13 @@ const char *tcu_gemv_variant_name(int v);
 
 /* Programmatic dependent launch: a launch may start while the one before
  * it finishes (kernels wait for their inputs on the device). Modes: 0 off,
- * 1 every launch, 2 the shared-memory GEMV launches of 4/8-bit weights
- * only, 3 every launch but the GEMVs of 16-bit weights (measured at batch
- * 1 on the H200 against mode 2: +2% 8B 4-bit, +1% 8B bf16, +3% 1B 4-bit,
- * +2% 1B bf16; PDL on the bf16 GEMVs costs 3-5% - docs/cuda.md).
- * TCU_PDL_DEFAULT, overridden by TERN_CUDA_PDL=0..3 at the first launch or
+ * 1 every launch (GEMVs request their first weight chunks before waiting),
+ * 2 the shared-memory GEMV launches of 4/8-bit weights only, 3 every
+ * launch, the shared-memory GEMVs of 16-bit weights requesting nothing
+ * before the wait and one-wave ones spread over the SMs, 4 every launch but
+ * the GEMVs of 16-bit weights (the default before 3; measured at batch 1 on
+ * the H200: 8B bf16 3 against 4 +3%, 1 against 4 -2% - docs/cuda.md).
+ * TCU_PDL_DEFAULT, overridden by TERN_CUDA_PDL=0..4 at the first launch or
  * tcu_pdl_set. */
 #define TCU_PDL_DEFAULT 3
 void tcu_pdl_set(int mode);

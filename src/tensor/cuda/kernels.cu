@@ -36,26 +36,33 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 
 static int pdl_on = -1;
 
-extern "C" void tcu_pdl_set(int mode) { pdl_on = mode >= 0 && mode <= 3 ? mode : TCU_PDL_DEFAULT; }
+extern "C" void tcu_pdl_set(int mode) { pdl_on = mode >= 0 && mode <= 4 ? mode : TCU_PDL_DEFAULT; }
 
 extern "C" int tcu_pdl(void)
 {
     if (pdl_on < 0) {
         const char *e = getenv("TERN_CUDA_PDL");
         int v = e && *e ? atoi(e) : TCU_PDL_DEFAULT;
-        pdl_on = v >= 0 && v <= 3 ? v : TCU_PDL_DEFAULT;
+        pdl_on = v >= 0 && v <= 4 ? v : TCU_PDL_DEFAULT;
     }
     return pdl_on;
 }
 
-static bool pdl_enabled(void) { return tcu_pdl() == 1 || tcu_pdl() == 3; }
+static bool pdl_enabled(void) { return tcu_pdl() == 1 || tcu_pdl() >= 3; }
 
-/* GEMV launches of 4/8-bit weights use PDL in modes 2 and 3 as well */
-static bool pdl_enabled_gemv(int kind)
-{
-    const bool quantized = kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32;
-    return tcu_pdl() == 1 || (tcu_pdl() >= 2 && quantized);
-}
+static bool kind_quantized(int kind) { return kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32; }
+
+/* GEMV launches of 4/8-bit weights use PDL in modes 1-4 */
+static bool pdl_enabled_gemv(int kind) { return tcu_pdl() == 1 || (tcu_pdl() >= 2 && kind_quantized(kind)); }
+
+/* The shared-memory GEMV (gemv_v_launch): PDL, and whether its blocks
+ * request their first weight chunks before waiting for the previous kernel
+ * (mode 3 has the 16-bit ones wait first: the earlier requests delayed
+ * their activations' copies by more than they gained - docs/cuda.md). */
+static bool pdl_gemv_v(int kind) { return pdl_enabled_gemv(kind) || (tcu_pdl() == 3 && !kind_quantized(kind)); }
+static bool gemv_v_hoist(int kind) { return tcu_pdl() == 1 || kind_quantized(kind); }
+
+static int sm_count(void);
 
 // cluster > 0: thread-block clusters of `cluster` blocks along x.
 template <typename... KArgs, typename... Args>
@@ -850,11 +857,23 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
         if (one && a->norm_g)
             smem += (size_t)a->n_in * sizeof(float);
     }
-    const bool pdl = pdl_enabled_gemv(KIND);
-    if (one && pdl)
+    const bool pdl = pdl_gemv_v(KIND);
+    if (one && pdl && gemv_v_hoist(KIND))
         one = 2;
     long rpb = (long)(GV_WARPS / S) * R;
     const dim3 grid((unsigned)((rows + rpb - 1) / rpb)), block(GV_WARPS * WARP);
+    if (XS && pdl && TT == 1 && !kind_quantized(KIND)) {
+        /* a launch of under three blocks a SM that starts while the one
+         * before ends would fill the SMs that free first (up to 3 blocks
+         * each: the 8B down 31 -> 38 us): shared memory so large that at
+         * most ceil(blocks / SMs) fit on one */
+        const long k = ((long)grid.x + sm_count() - 1) / sm_count();
+        if (k < 3) {
+            const size_t want = (size_t)(228 * 1024) / (size_t)(k + 1) + 1024;
+            if (smem < want)
+                smem = want;
+        }
+    }
     if constexpr (!XS) {
         return launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
     } else {
@@ -2037,7 +2056,7 @@ __global__ void embed_kernel(const tcu_mat w, int n_in, const int32_t *tokens, f
     pdl_trigger();
     int i = blockIdx.x;
     long r = tokens[i];
-    for (int e = threadIdx.x; e < n_in; e += blockDim.x) {
+    for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < n_in; e += gridDim.y * blockDim.x) {
         float v = weight_at(w, n_in, r, e);
         x[(size_t)i * n_in + e] = scale > 0 ? v * scale : v;
     }
@@ -2047,7 +2066,10 @@ extern "C" int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int 
                          tcu_stream stream)
 {
     PROF(TCU_PROF_EMBED, stream);
-    return launch(embed_kernel, dim3(T), dim3(256), 0, (cudaStream_t)stream, *w, n_in, tokens, scale, x);
+    /* a block a token's 256-value slice (one block a token took ~9 us at batch 1) */
+    const unsigned nb = (unsigned)((n_in + 255) / 256);
+    return launch(embed_kernel, dim3(T, nb < 64 ? nb : 64), dim3(256), 0, (cudaStream_t)stream, *w, n_in, tokens, scale,
+                  x);
 }
 
 // ---- normalization and elementwise ----
@@ -2166,7 +2188,7 @@ __device__ __forceinline__ size_t kv_off(const tcu_kv &kv, int layer, const int3
 // launch). The same arithmetic in the same order wherever it runs.
 template <class G>
 __device__ __forceinline__ void qkv_head(const G &g, const tcu_qkv_args &a, int h, const float *src, float *dst, int p,
-                                         double *sh)
+                                         double *sh, bool pre = false, float pc = 0.0f, float ps = 0.0f)
 {
     const int hd = a.hd, half = hd / 2;
     const bool is_q = h < a.n_head;
@@ -2188,8 +2210,12 @@ __device__ __forceinline__ void qkv_head(const G &g, const tcu_qkv_args &a, int 
         g.sync();
     }
     for (int e = g.tid(); e < half; e += g.size()) {
-        float ang = (float)p * a.inv_freq[e];
-        float c = cosf(ang), s = sinf(ang);
+        float c = pc, s = ps; /* pre: this thread's (e = tid) cosine and sine, computed by the caller */
+        if (!pre) {
+            const float ang = (float)p * a.inv_freq[e];
+            c = cosf(ang);
+            s = sinf(ang);
+        }
         float x0 = dst[e], x1 = dst[e + half];
         dst[e] = x0 * c - x1 * s;
         dst[e + half] = x1 * c + x0 * s;
@@ -2281,10 +2307,17 @@ template <bool POST> struct attn_smem {
 // head, writes them to the cache - the values qkv_post_kernel writes.
 template <int D, bool POST, class G>
 __device__ __forceinline__ void attn_part(const G &g, const tcu_attn_args &a, int slot, const tcu_qkv_args &post,
-                                          int h, int i, int sp, attn_smem<POST> &S)
+                                          int h, int i, int sp, attn_smem<POST> &S, bool early = false)
 {
-    pdl_wait();
-    pdl_trigger();
+    /* early (POST only): the positions, the block table and the first K/V
+     * rows load before the wait for the previous kernel - none of them is
+     * written by it (the cache below the token's own position was written
+     * by earlier steps; the own position's row is this kernel's) */
+    early = POST && early;
+    if (!early) {
+        pdl_wait();
+        pdl_trigger();
+    }
     int lane = g.tid() & 31, w = g.tid() >> 5;
     int hd = a.hd, grp = a.n_head / a.n_kv_head, kvh = h / grp;
     int p = a.pos[i];
@@ -2293,12 +2326,48 @@ __device__ __forceinline__ void attn_part(const G &g, const tcu_attn_args &a, in
         return;
     int chunk = (len + ns - 1) / ns;
     int s0 = start + sp * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1;
+    const int32_t *blk = a.blk + a.bt_off[i];
+    /* a warp's positions t = s0 + w, + ATT_WARPS, ...: the K and V rows of
+     * ATT_U of them are loaded before the first is used (one memory round
+     * trip per ATT_U positions); the softmax sees them in the same order */
+    float kr[ATT_U][D], vr[ATT_U][D];
+    auto load = [&](int t0) {
+#pragma unroll
+        for (int j = 0; j < ATT_U; j++) {
+            const int t = t0 + j * ATT_WARPS;
+            if (t < s1 && !(POST && t == p)) {
+                size_t o = kv_off(a.kv, a.layer, blk, t) + (size_t)kvh * hd + lane * D;
+#pragma unroll
+                for (int d = 0; d < D; d++) {
+                    kr[j][d] = a.kv.k[o + d];
+                    vr[j][d] = a.kv.v[o + d];
+                }
+            } else {
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    kr[j][d] = vr[j][d] = 0.0f;
+            }
+        }
+    };
+    /* and RoPE's cosines and sines at p (one element a thread) */
+    const bool pre = early && hd / 2 <= g.size();
+    float pc = 0.0f, ps = 0.0f;
+    if (pre && g.tid() < hd / 2) {
+        const float ang = (float)p * post.inv_freq[g.tid()];
+        pc = cosf(ang);
+        ps = sinf(ang);
+    }
+    if (early) {
+        load(s0 + w);
+        pdl_wait();
+        pdl_trigger();
+    }
     const float *q = a.q + ((size_t)i * a.n_head + h) * hd + lane * D;
     if constexpr (POST) {
-        qkv_head(g, post, h, post.q + ((size_t)i * a.n_head + h) * hd, S.pq, p, S.sh);
+        qkv_head(g, post, h, post.q + ((size_t)i * a.n_head + h) * hd, S.pq, p, S.sh, pre, pc, ps);
         if (s0 <= p && p < s1) {
             const int kd = a.n_kv_head * hd;
-            qkv_head(g, post, a.n_head + kvh, post.k + (size_t)i * kd + (size_t)kvh * hd, S.pk, p, S.sh);
+            qkv_head(g, post, a.n_head + kvh, post.k + (size_t)i * kd + (size_t)kvh * hd, S.pk, p, S.sh, pre, pc, ps);
             for (int e = g.tid(); e < hd; e += g.size())
                 S.pv[e] = qkv_v(post, i, kvh, e);
             g.sync();
@@ -2319,32 +2388,19 @@ __device__ __forceinline__ void attn_part(const G &g, const tcu_attn_args &a, in
         acc[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    const int32_t *blk = a.blk + a.bt_off[i];
-    /* a warp's positions t = s0 + w, + ATT_WARPS, ...: the K and V rows of
-     * ATT_U of them are loaded before the first is used (one memory round
-     * trip per ATT_U positions); the softmax sees them in the same order */
     for (int t0 = s0 + w; t0 < s1; t0 += ATT_U * ATT_WARPS) {
-        float kr[ATT_U][D], vr[ATT_U][D];
+        if (!early || t0 != s0 + w)
+            load(t0);
+        if constexpr (POST) {
 #pragma unroll
-        for (int j = 0; j < ATT_U; j++) {
-            const int t = t0 + j * ATT_WARPS;
-            if (POST && t == p) {
+            for (int j = 0; j < ATT_U; j++) {
+                if (t0 + j * ATT_WARPS != p)
+                    continue;
 #pragma unroll
                 for (int d = 0; d < D; d++) {
                     kr[j][d] = S.pk[lane * D + d];
                     vr[j][d] = S.pv[lane * D + d];
                 }
-            } else if (t < s1) {
-                size_t o = kv_off(a.kv, a.layer, blk, t) + (size_t)kvh * hd + lane * D;
-#pragma unroll
-                for (int d = 0; d < D; d++) {
-                    kr[j][d] = a.kv.k[o + d];
-                    vr[j][d] = a.kv.v[o + d];
-                }
-            } else {
-#pragma unroll
-                for (int d = 0; d < D; d++)
-                    kr[j][d] = vr[j][d] = 0.0f;
             }
         }
 #pragma unroll
@@ -2416,10 +2472,10 @@ __device__ __forceinline__ void attn_part(const G &g, const tcu_attn_args &a, in
 
 template <int D, bool POST>
 __global__ void __launch_bounds__(ATT_WARPS *WARP) attn_part_kernel(const tcu_attn_args a, int slot,
-                                                                    const tcu_qkv_args post)
+                                                                    const tcu_qkv_args post, int early)
 {
     __shared__ attn_smem<POST> S;
-    attn_part<D, POST>(blk_grp{}, a, slot, post, blockIdx.x, blockIdx.y, blockIdx.z, S);
+    attn_part<D, POST>(blk_grp{}, a, slot, post, blockIdx.x, blockIdx.y, blockIdx.z, S, early != 0);
 }
 
 // The same for unfused steps with head_dim <= 128 with registers for 8
@@ -2540,10 +2596,16 @@ template <int D, bool POST>
 static int attn_part_one(dim3 grid, dim3 block, cudaStream_t s, const tcu_attn_args *a, int slot,
                          const tcu_qkv_args *post)
 {
-    if constexpr (!POST && D <= 4)
+    if constexpr (!POST && D <= 4) {
         return launch(attn_part_occ_kernel<D>, grid, block, 0, s, *a, slot, *post);
-    else
-        return launch(attn_part_kernel<D, POST>, grid, block, 0, s, *a, slot, *post);
+    } else {
+        static int early = -1; /* TERN_CUDA_ATTN_EARLY=0: every load after the wait */
+        if (early < 0) {
+            const char *e = getenv("TERN_CUDA_ATTN_EARLY");
+            early = !(e && !strcmp(e, "0"));
+        }
+        return launch(attn_part_kernel<D, POST>, grid, block, 0, s, *a, slot, *post, early);
+    }
 }
 
 template <bool POST>
