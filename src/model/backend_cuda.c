@@ -50,6 +50,10 @@ int model_cuda_device_count(void) { return 0; }
  * tcu_attn_args; 128-194-token contexts, against 16 splits: 8B bf16 b8 /
  * b32 +7% / +9%, 1B +12% / +14%, 4-bit +7-14%; 64 and 32 were slower). */
 #define CU_SPLIT_LEN 128
+/* The same for a step of one token: one split a 16 positions (one load of
+ * each warp's K/V rows, which the fused kernel requests before its wait),
+ * up to CU_GRAPH_SPLIT - TERN_CUDA_SPLIT_LEN1, 0: always CU_GRAPH_SPLIT */
+#define CU_SPLIT_LEN1 16
 /* tcu_step's L2 prefetch: percent of the o weights during the attention,
  * KiB a warp of its next product before a barrier */
 #define CU_STEP_PF_O 100
@@ -109,6 +113,7 @@ typedef struct cu_backend {
     int wide; /* the forward carries two or more sequences (tcu_gemv_args.wide) */
     int fused; /* the forward's attention is tcu_qkv_attention (cu_enqueue) */
     int split_len; /* tcu_attn_args.split_len of the forward (cu_enqueue) */
+    int split_len1; /* ... of a step of one token (CU_SPLIT_LEN1) */
     int qkv_fuse; /* TERN_CUDA_QKV_FUSE=0: never tcu_qkv_attention */
     int gemv_stage; /* TERN_CUDA_GEMV_STAGE=0: no tcu_gemv_args.stage (each block splits its activations) */
     int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
@@ -815,7 +820,10 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
      * length (CU_SPLIT_LEN); alone, CU_GRAPH_SPLIT short splits are faster
      * - knife-edge differences between alone and batched, as the GEMVs
      * have. Other variants keep every step on one rule. */
-    be->split_len = be->wide && tcu_gemv_variant(be->layers[0].wq->kind) == 17 ? CU_SPLIT_LEN : 0;
+    be->split_len = tcu_gemv_variant(be->layers[0].wq->kind) != 17 ? 0
+                    : be->wide                                         ? CU_SPLIT_LEN
+                    : T == 1                                           ? be->split_len1
+                                                                       : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
     be->fused = be->qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
@@ -1248,6 +1256,8 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->qkv_fuse = !(e && !strcmp(e, "0"));
     e = getenv("TERN_CUDA_GEMV_STAGE");
     be->gemv_stage = !(e && !strcmp(e, "0"));
+    e = getenv("TERN_CUDA_SPLIT_LEN1");
+    be->split_len1 = e && *e && atoi(e) >= 0 ? atoi(e) : CU_SPLIT_LEN1;
     e = getenv("TERN_CUDA_STEP");
     be->step = e && !strcmp(e, "1");
     e = getenv("TERN_CUDA_STEP_PF_O");
