@@ -23,13 +23,14 @@ static int last_err(void) { return (int)cudaGetLastError(); }
 
 // ---- programmatic dependent launch (Hopper) ----
 //
-// Every kernel here starts with pdl_wait() (griddepcontrol.wait: returns
-// once the grids it depends on have completed and their writes are
-// visible) before it touches memory an earlier kernel writes, then
-// pdl_trigger() lets the next launch be scheduled. Launched with the
-// programmatic-serialization attribute (TERN_CUDA_PDL, default
-// TCU_PDL_DEFAULT), the next kernel's launch and prologue (GEMV: its first
-// weight loads) overlap this one's tail; without it both are no-ops.
+// Every kernel here calls pdl_wait() (griddepcontrol.wait: returns once
+// the grids it depends on have completed and their writes are visible)
+// before it touches memory an earlier kernel writes, then pdl_trigger()
+// lets the next launch be scheduled. Launched with the programmatic-
+// serialization attribute (TERN_CUDA_PDL, default TCU_PDL_DEFAULT), the
+// next kernel's launch and prologue (what no kernel writes: 4/8-bit GEMVs'
+// first weight chunks, norm weights, the fused attention's positions, block
+// table and K/V rows) overlap this one's tail; without it both are no-ops.
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
@@ -872,10 +873,17 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
          * before ends would fill the SMs that free first (up to 3 blocks
          * each: the 8B down 31 -> 38 us): shared memory so large that at
          * most ceil(blocks / SMs) fit on one */
+        static int sm_smem = 0;
+        if (!sm_smem) {
+            int dev = 0;
+            cudaGetDevice(&dev);
+            if (cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) || sm_smem <= 0)
+                sm_smem = 228 * 1024;
+        }
         const long k = ((long)grid.x + sm_count() - 1) / sm_count();
         if (k < 3) {
-            const size_t want = (size_t)(228 * 1024) / (size_t)(k + 1) + 1024;
-            if (smem < want)
+            const size_t want = (size_t)sm_smem / (size_t)(k + 1) + 1024;
+            if (smem < want && want <= GV_SMEM + GV_SMEM_G)
                 smem = want;
         }
     }
