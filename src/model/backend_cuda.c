@@ -817,13 +817,13 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         be->wide |= b->seqs[i] != b->seqs[0];
     /* Steps of several sequences where the GEMVs take their batch kernel
      * (variant 17's wide choice) split each token's attention by its own
-     * length (CU_SPLIT_LEN); alone, CU_GRAPH_SPLIT short splits are faster
-     * - knife-edge differences between alone and batched, as the GEMVs
-     * have. Other variants keep every step on one rule. */
-    be->split_len = tcu_gemv_variant(be->layers[0].wq->kind) != 17 ? 0
-                    : be->wide                                         ? CU_SPLIT_LEN
-                    : T == 1                                           ? be->split_len1
-                                                                       : 0;
+     * length (CU_SPLIT_LEN); a step of one token takes short splits
+     * (CU_SPLIT_LEN1), faster alone - knife-edge differences between alone
+     * and batched, as the GEMVs have. Other variants keep every step on
+     * one rule. */
+    be->split_len = 0;
+    if (tcu_gemv_variant(be->layers[0].wq->kind) == 17)
+        be->split_len = be->wide ? CU_SPLIT_LEN : T == 1 ? be->split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
     be->fused = be->qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;

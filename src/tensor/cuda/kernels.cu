@@ -1179,8 +1179,6 @@ static int gemv_mma(const tcu_gemv_args *a, long rows, cudaStream_t s)
     return a->glu ? gemv_mma_launch<4, true>(a, rows, s) : gemv_mma_launch<4, false>(a, rows, s);
 }
 
-static int sm_count(void);
-
 // ---- variant 16: tensor cores, activations split once per block ----
 //
 // The same exact products as variant 14 (bf16 weights x f32 activations
