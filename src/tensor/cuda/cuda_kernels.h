@@ -59,7 +59,7 @@ typedef struct tcu_gemv_args {
 } tcu_gemv_args;
 int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
 
-/* GEMV kernel variants (kernels.cu says what each does; every one keeps
+/* GEMV kernel variants (gemv.cu and gemv_tc.cu say what each does; every one keeps
  * the contract above). The choice is process-wide and per weight kind
  * (never per T: that would break batch invariance; variant 17 looks only
  * at `wide`): TCU_GEMV_DEFAULT,
@@ -70,7 +70,7 @@ int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
  * 0 whatever it says. */
 /* "17,17,15": bf16 and 4-bit 17 = the fastest kernel alone for a step of
  * one sequence (bf16 4: 2 rows a warp; 4-bit 15: rows a warp by shape -
- * kernels.cu gemv_by_shape), the tensor-core variant 16 (2-4x faster at
+ * gemv.cu gemv_by_shape), the tensor-core variant 16 (2-4x faster at
  * 8-32 sequences, slower alone) for a step of two or more (`wide`): a
  * request's greedy tokens may differ at floating-point knife-edges
  * between running alone and in a batch; "4,15,15" keeps every step on

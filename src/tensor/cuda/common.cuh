@@ -1,0 +1,174 @@
+// Shared by the CUDA kernel files: launch helpers (programmatic dependent
+// launch, clusters), the per-launch profile, and small device helpers.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <utility>
+
+#include "tensor/cuda/cuda_kernels.h"
+
+#define WARP 32
+
+static inline int last_err(void) { return (int)cudaGetLastError(); }
+
+// ---- programmatic dependent launch (Hopper) ----
+//
+// Every kernel here calls pdl_wait() (griddepcontrol.wait: returns once
+// the grids it depends on have completed and their writes are visible)
+// before it touches memory an earlier kernel writes, then pdl_trigger()
+// lets the next launch be scheduled. Launched with the programmatic-
+// serialization attribute (TERN_CUDA_PDL, default TCU_PDL_DEFAULT), the
+// next kernel's launch and prologue (what no kernel writes: 4/8-bit GEMVs'
+// first weight chunks, norm weights, the fused attention's positions, block
+// table and K/V rows) overlap this one's tail; without it both are no-ops.
+
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+static inline bool pdl_enabled(void) { return tcu_pdl() == 1 || tcu_pdl() >= 3; }
+
+static inline bool kind_quantized(int kind) { return kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32; }
+
+/* GEMV launches of 4/8-bit weights use PDL in modes 1-4 */
+static inline bool pdl_enabled_gemv(int kind) { return tcu_pdl() == 1 || (tcu_pdl() >= 2 && kind_quantized(kind)); }
+
+/* multiprocessors of the current device (132 if the query fails) */
+int sm_count(void);
+
+// cluster > 0: thread-block clusters of `cluster` blocks along x.
+template <typename... KArgs, typename... Args>
+static int launch_cl(bool pdl, unsigned cluster, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                     cudaStream_t s, Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = 1;
+    }
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = n;
+    int rc = (int)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    return rc ? rc : last_err();
+}
+
+template <typename... KArgs, typename... Args>
+static int launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                      Args &&...args)
+{
+    return launch_cl(pdl, 0, kernel, grid, block, smem, s, std::forward<Args>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static int launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args &&...args)
+{
+    return launch_pdl(pdl_enabled(), kernel, grid, block, smem, s, std::forward<Args>(args)...);
+}
+
+// ---- per-launch profile (tcu_prof_start / tcu_prof_stop) ----
+
+int prof_begin(int cat, cudaStream_t s); /* the event pair's index, -1 when not profiling */
+void prof_end(int i, cudaStream_t s);
+
+struct prof_scope {
+    int i;
+    cudaStream_t s;
+    prof_scope(int cat, cudaStream_t st) : i(prof_begin(cat, st)), s(st) {}
+    ~prof_scope()
+    {
+        if (i >= 0)
+            prof_end(i, s);
+    }
+};
+#define PROF(cat, stream) prof_scope prof_scope_((cat), (cudaStream_t)(stream))
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// 16 bytes global -> shared without registers (zeros when src_bytes = 0).
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ float bf16f(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float f16f(uint32_t bits16)
+{
+    return __half2float(__ushort_as_half((unsigned short)bits16));
+}
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu_f(float x)
+{
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+// The threads that work as one block: a whole block (the kernels) or one
+// 128-thread group of the step kernel (named barrier 1 + id).
+struct blk_grp {
+    __device__ int tid() const { return threadIdx.x; }
+    __device__ int size() const { return blockDim.x; }
+    __device__ void sync() const { __syncthreads(); }
+};
+struct sub_grp {
+    int id;
+    __device__ int tid() const { return threadIdx.x - id * 128; }
+    __device__ int size() const { return 128; }
+    __device__ void sync() const { asm volatile("bar.sync %0, 128;" ::"r"(id + 1) : "memory"); }
+};
+
+// Sum over the group (sh: 32 doubles of shared scratch): the warps'
+// butterflies, then the warps in order.
+template <class G> __device__ double grp_sum_d(const G &g, double v, double *sh)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = g.tid() >> 5, l = g.tid() & 31, nw = (g.size() + 31) >> 5;
+    g.sync();
+    if (l == 0)
+        sh[w] = v;
+    g.sync();
+    double s = 0.0;
+    for (int k = 0; k < nw; k++)
+        s += sh[k];
+    return s;
+}
+
+static __device__ double block_sum_d(double v)
+{
+    __shared__ double sh[32];
+    return grp_sum_d(blk_grp{}, v, sh);
+}
+
+// The offset of position pos of a sequence (block table blk) in layer
+// `layer` of the paged KV pool.
+__device__ __forceinline__ size_t kv_off(const tcu_kv &kv, int layer, const int32_t *blk, int pos)
+{
+    size_t b = (size_t)blk[pos / kv.block_size];
+    return (((size_t)layer * kv.n_blocks + b) * kv.block_size + (size_t)(pos % kv.block_size)) * kv.kv_dim;
+}

@@ -1,0 +1,824 @@
+// GEMV kernels on CUDA cores for every weight kind (the legacy kernel,
+// variant 0, and the shared-memory variants 1-13 and 15), the variant
+// table and the dispatch (tcu_gemv). The tensor-core variants live in
+// gemv_tc.cu.
+#include "tensor/cuda/gemv.cuh"
+
+#define GEMV_WARPS 8 /* rows per block */
+#define GEMV_TT 8    /* tokens per register tile */
+#define GEMV_U 4     /* 16-byte loads in flight per lane */
+
+/* The shared-memory GEMV (gemv_v_launch): PDL, and whether its blocks
+ * request their first weight chunks before waiting for the previous kernel
+ * (mode 3 has the 16-bit ones wait first: the earlier requests delayed
+ * their activations' copies by more than they gained - docs/cuda.md). */
+static bool pdl_gemv_v(int kind) { return pdl_enabled_gemv(kind) || (tcu_pdl() == 3 && !kind_quantized(kind)); }
+static bool gemv_v_hoist(int kind) { return tcu_pdl() == 1 || kind_quantized(kind); }
+
+template <int KIND>
+__device__ __forceinline__ float chunk_dot(const uint4 &raw, const float *__restrict__ x, float scale, float bias)
+{
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (KIND == TCU_F32) {
+        float4 a = __ldg(reinterpret_cast<const float4 *>(x));
+        /* explicit fmas: the same rounding in every instantiation */
+        float s = __uint_as_float(w[0]) * a.x;
+        s = fmaf(__uint_as_float(w[1]), a.y, s);
+        s = fmaf(__uint_as_float(w[2]), a.z, s);
+        return fmaf(__uint_as_float(w[3]), a.w, s);
+    } else if constexpr (KIND == TCU_BF16 || KIND == TCU_F16) {
+        float4 a = __ldg(reinterpret_cast<const float4 *>(x)), b = __ldg(reinterpret_cast<const float4 *>(x) + 1);
+        float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t h = (w[j >> 1] >> ((j & 1) * 16)) & 0xffffu;
+            s = fmaf(KIND == TCU_BF16 ? bf16f(h) : f16f(h), xs[j], s);
+        }
+        return s;
+    } else {
+        constexpr int BITS = KIND == TCU_Q4 ? 4 : 8, PER = 32 / BITS, NV = chunk_traits<KIND>::NV;
+        float sq = 0.0f, sx = 0.0f;
+#pragma unroll
+        for (int v4 = 0; v4 < NV / 4; v4++) {
+            float4 a = __ldg(reinterpret_cast<const float4 *>(x) + v4);
+            float xs[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int e = v4 * 4 + j;
+                float q = (float)((w[e / PER] >> ((e % PER) * BITS)) & ((1u << BITS) - 1));
+                sq = fmaf(q, xs[j], sq);
+                sx += xs[j];
+            }
+        }
+        return fmaf(scale, sq, bias * sx);
+    }
+}
+
+// acc[tt] = dot(row, x[t0 + tt]) for tt < nt (reduced over the warp).
+template <int KIND, int TT>
+__device__ __forceinline__ void row_dot(const uint4 *__restrict__ row, const float *__restrict__ sbrow, int group,
+                                        int nch, const float *__restrict__ x, int n_in, int t0, int nt, float acc[TT],
+                                        int lane)
+{
+    constexpr int NV = chunk_traits<KIND>::NV;
+    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
+#pragma unroll
+    for (int tt = 0; tt < TT; tt++)
+        acc[tt] = 0.0f;
+    constexpr int U = TT == 1 ? 2 * GEMV_U : GEMV_U; /* loads in flight per lane */
+    for (int c0 = lane; c0 < nch; c0 += WARP * U) {
+        uint4 raw[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int c = c0 + u * WARP;
+            raw[u] = c < nch ? (TT == 1 ? __ldcs(row + c) : __ldg(row + c)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int c = c0 + u * WARP;
+            if (c >= nch)
+                break;
+            float scale = 0.0f, bias = 0.0f;
+            if constexpr (Q) {
+                int g = c * NV / group;
+                float2 p = __ldg(reinterpret_cast<const float2 *>(sbrow) + g);
+                scale = p.x;
+                bias = p.y;
+            }
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                if (tt < nt)
+                    acc[tt] += chunk_dot<KIND>(raw[u], x + (size_t)(t0 + tt) * n_in + (size_t)c * NV, scale, bias);
+        }
+    }
+#pragma unroll
+    for (int tt = 0; tt < TT; tt++)
+        acc[tt] = warp_sum(acc[tt]);
+}
+
+template <int KIND> __device__ __forceinline__ size_t row_bytes(int n_in)
+{
+    if constexpr (KIND == TCU_Q4 || KIND == TCU_Q4F)
+        return (size_t)n_in / 2;
+    else if constexpr (KIND == TCU_Q8)
+        return (size_t)n_in;
+    else if constexpr (KIND == TCU_F32)
+        return (size_t)n_in * 4;
+    else
+        return (size_t)n_in * 2;
+}
+
+template <int KIND, int TT> __global__ void __launch_bounds__(GEMV_WARPS *WARP) gemv_kernel(const tcu_gemv_args a)
+{
+    pdl_wait();
+    pdl_trigger();
+    constexpr int NV = chunk_traits<KIND>::NV;
+    int lane = threadIdx.x & 31;
+    long gr = (long)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int nch = a.n_in / NV;
+    if (a.glu) {
+        if (gr >= a.m[0].n_out)
+            return;
+        int r = (int)gr, ng = a.n_in / (a.m[0].group ? a.m[0].group : 1);
+        const uint4 *rg = reinterpret_cast<const uint4 *>((const char *)a.m[0].w + (size_t)r * row_bytes<KIND>(a.n_in));
+        const uint4 *ru = reinterpret_cast<const uint4 *>((const char *)a.m[1].w + (size_t)r * row_bytes<KIND>(a.n_in));
+        const float *sg = a.m[0].sb ? a.m[0].sb + (size_t)r * ng * 2 : nullptr;
+        const float *su = a.m[1].sb ? a.m[1].sb + (size_t)r * ng * 2 : nullptr;
+        for (int t0 = 0; t0 < a.T; t0 += TT) {
+            int nt = a.T - t0 < TT ? a.T - t0 : TT;
+            float ag[TT], au[TT];
+            row_dot<KIND, TT>(rg, sg, a.m[0].group, nch, a.x, a.n_in, t0, nt, ag, lane);
+            row_dot<KIND, TT>(ru, su, a.m[1].group, nch, a.x, a.n_in, t0, nt, au, lane);
+            if (lane < nt) {
+                float g = 0.0f, u = 0.0f;
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++)
+                    if (tt == lane) {
+                        g = ag[tt];
+                        u = au[tt];
+                    }
+                a.m[0].y[(size_t)(t0 + lane) * a.m[0].n_out + r] = (a.glu == 2 ? gelu_f(g) : silu_f(g)) * u;
+            }
+        }
+        return;
+    }
+    int k = 0;
+    long off = 0;
+    while (k < a.n && gr >= off + a.m[k].n_out) {
+        off += a.m[k].n_out;
+        k++;
+    }
+    if (k >= a.n)
+        return;
+    const tcu_mat &m = a.m[k];
+    int r = (int)(gr - off), ng = a.n_in / (m.group ? m.group : 1);
+    const uint4 *row = reinterpret_cast<const uint4 *>((const char *)m.w + (size_t)r * row_bytes<KIND>(a.n_in));
+    const float *sb = m.sb ? m.sb + (size_t)r * ng * 2 : nullptr;
+    for (int t0 = 0; t0 < a.T; t0 += TT) {
+        int nt = a.T - t0 < TT ? a.T - t0 : TT;
+        float acc[TT];
+        row_dot<KIND, TT>(row, sb, m.group, nch, a.x, a.n_in, t0, nt, acc, lane);
+        if (lane < nt) {
+            float v = 0.0f;
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                if (tt == lane)
+                    v = acc[tt];
+            float *y = m.y + (size_t)(t0 + lane) * m.n_out + r;
+            *y = a.accumulate ? *y + v : v;
+        }
+    }
+}
+
+/* Output rows of one GEMV launch (gate/up of a glu launch count once). */
+static long gemv_rows(const tcu_gemv_args *a)
+{
+    long rows = 0;
+    if (a->glu)
+        return a->m[0].n_out;
+    for (int k = 0; k < a->n; k++)
+        rows += a->m[k].n_out;
+    return rows;
+}
+
+static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
+{
+    long rows = gemv_rows(a);
+    if (rows == 0 || a->T == 0)
+        return 0;
+    dim3 grid((unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS)), block(GEMV_WARPS * WARP);
+    cudaStream_t s = (cudaStream_t)stream;
+    int rc = 0;
+    /* T = 1 (decode) gets a one-token tile: fewer registers, more rows in
+     * flight. Either tile computes each (row, token) in the same order. */
+#define GEMV_CASE(K)                                                                                               \
+    case K:                                                                                                        \
+        if (a->T == 1)                                                                                             \
+            rc = launch_pdl(pdl_enabled_gemv(K), gemv_kernel<K, 1>, grid, block, 0, s, *a);                         \
+        else                                                                                                       \
+            rc = launch_pdl(pdl_enabled_gemv(K), gemv_kernel<K, GEMV_TT>, grid, block, 0, s, *a);                   \
+        break;
+    switch (a->m[0].kind) {
+        GEMV_CASE(TCU_F32)
+        GEMV_CASE(TCU_BF16)
+        GEMV_CASE(TCU_F16)
+        GEMV_CASE(TCU_Q4)
+        GEMV_CASE(TCU_Q8)
+    default: return (int)cudaErrorInvalidValue;
+    }
+#undef GEMV_CASE
+    return rc;
+}
+
+// ---- GEMV variants (TERN_CUDA_GEMV, tcu_gemv_set_variant) ----
+//
+// One templated kernel covers the variants after the legacy one (0):
+//   R  output rows per warp (the activation chunk is loaded once and used
+//      for all R rows; GLU launches stream gate and up rows, 2R streams);
+//   S  warps per row (split-K: lane L = warp_in_group * 32 + lane of the S
+//      warps owns chunks c = L, L + 32S, ...; warp sums meet in shared
+//      memory and are added in warp order);
+//   XS the block stages the activations in shared memory (panels of at
+//      most GV_SMEM bytes), XOR-swizzled per 16-byte piece so that the
+//      lanes of a quarter-warp hit distinct banks.
+// When one panel holds the tile's activations (T = 1 always, up to a few
+// tokens), they arrive by cp.async - issued first, ahead of everything -
+// and each warp's first weight chunks are loaded into registers before the
+// block waits for them: the norm and the staging no longer hold the weight
+// stream back (a prologue that waited for x twice, for the norm's sums and
+// again for the staging, cost 4-13 us of a 12-70 us launch on the 8B
+// shapes). The norm is then taken from shared memory with the same sums
+// and products as the panel path, so both give the same bits.
+// Each (row, token) is summed in one order fixed by (variant, n_in): per
+// lane the chunks it owns in increasing order, each chunk's values in
+// order, then the butterfly over the warp and the S warps in order. Tiles,
+// panels and the unroll depth only change when loads are issued, so a row
+// never depends on T. Quantized chunks convert codes with the 2^23
+// magic-number trick (exact for 0..255, no int-to-float instruction) and
+// share the chunk's activation sum between the R rows.
+
+#define GV_WARPS 8
+#define GV_SMEM (96 * 1024)
+#define GV_SMEM_G (64 * 1024) /* the norm weights of the one-panel path */
+
+
+// Swizzle of a chunk's 16-byte pieces in shared memory (P pieces a chunk).
+template <int NV> __device__ __forceinline__ int gv_swz(int cc)
+{
+    constexpr int P = NV / 4;
+    return P >= 8 ? (cc & 7) % P : (cc / (8 / P)) % P;
+}
+
+// Where input e of a staged row lives in shared memory.
+template <int NV> __device__ __forceinline__ int gv_pos(int e)
+{
+    const int cc = e / NV, p = (e % NV) / 4;
+    return cc * NV + ((p ^ gv_swz<NV>(cc)) * 4) + (e & 3);
+}
+
+/* blocks per SM the registers must allow at T = 1: three for 16-bit
+ * weights (a q/k/v launch of the 8B shape is then one wave), two for
+ * quantized ones */
+template <int KIND, int TT> constexpr int gv_min_blocks()
+{
+    return TT > 1 ? 1 : KIND == TCU_BF16 || KIND == TCU_F16 ? 3 : 2;
+}
+
+// ONE: 0 = activations staged panel by panel (the norm factor read from
+// global memory first); 1 = the one-panel path, x's copies issued first,
+// then the first weight chunks; 2 = the same with the weights issued before
+// waiting for the previous kernel (launched with PDL). A compile-time
+// choice: as a runtime flag it cost 10-20% on the 8B shapes (the first
+// loop iteration could not be peeled around the preloaded chunks).
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM, int ONE>
+__global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
+    gemv_v_kernel(const tcu_gemv_args a, int pvals)
+{
+    constexpr bool one = ONE != 0;
+    constexpr int NV = chunk_traits<KIND>::NV;
+    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F;
+    constexpr int NS = GLU ? 2 * R : R;                        /* weight rows streamed per warp */
+    constexpr int UT = (TT == 1 ? 8 * UM : 4) / NS, U = UT < 1 ? 1 : UT; /* chunks in flight per stream */
+    constexpr int LS = WARP * S;
+    extern __shared__ float4 xs4[];
+    float *xs = reinterpret_cast<float *>(xs4);
+    __shared__ float red[GV_WARPS][NS][TT];
+    __shared__ float rnorm[TT];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = warp / S, ws = warp % S;
+    const int L = ws * WARP + lane, nch = a.n_in / NV;
+    long rows = 0;
+    if (GLU)
+        rows = a.m[0].n_out;
+    else
+        for (int k = 0; k < a.n; k++)
+            rows += a.m[k].n_out;
+    const long base = ((long)blockIdx.x * (GV_WARPS / S) + grp) * R;
+
+    const uint4 *rp[NS];
+    const float2 *sbp[NS];
+    int gsz[NS];
+    float *yp[R];
+    int ystride[R];
+    bool valid[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        long gr = base + i;
+        valid[i] = gr < rows;
+        if (!valid[i])
+            gr = rows - 1; /* clamped: computed, never stored */
+        long off = 0;
+        const int k = GLU ? 0 : gv_mat_of(a, gr, &off);
+        const tcu_mat &m = a.m[k];
+        int r = (int)(gr - off);
+        yp[i] = m.y + r;
+        ystride[i] = m.n_out;
+#pragma unroll
+        for (int h = 0; h < (GLU ? 2 : 1); h++) {
+            const tcu_mat &mh = a.m[GLU ? h : k];
+            const int g = mh.group ? mh.group : NV;
+            rp[h * R + i] = reinterpret_cast<const uint4 *>((const char *)mh.w + (size_t)r * row_bytes<KIND>(a.n_in));
+            sbp[h * R + i] = mh.sb ? reinterpret_cast<const float2 *>(mh.sb) + (size_t)r * (a.n_in / g) : nullptr;
+            gsz[h * R + i] = g;
+        }
+    }
+
+    /* one panel (XS only): tile t0's rows to shared memory, no registers */
+    float *gs = xs + (size_t)(a.T < TT ? a.T : TT) * pvals; /* norm weights */
+    auto stage_async = [&](int t0, int nt) {
+        const int nv4 = a.n_in / 4;
+        for (int idx = threadIdx.x; idx < nt * nv4; idx += blockDim.x) {
+            int tt = idx / nv4, v = (idx - tt * nv4) * 4, cc = v / NV, p = (v % NV) / 4;
+            const size_t xrow = a.norm_g && a.norm_rows ? (size_t)a.norm_rows[t0 + tt] : (size_t)(t0 + tt);
+            cp_async16(xs + tt * pvals + cc * NV + ((p ^ gv_swz<NV>(cc)) * 4), a.x + xrow * a.n_in + v, 16);
+        }
+    };
+    /* the chunks in flight and their scale/bias pairs (quantized kinds);
+     * the one-panel path loads the first ones ahead of the loop */
+    uint4 raw[U][NS];
+    float2 sbr[U][NS];
+    if constexpr (!one) {
+        /* weights never depend on an earlier kernel: start pulling this
+         * lane's first chunks into L2 before waiting for the inputs */
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int s = 0; s < NS; s++)
+                if (L + u * LS < nch)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s] + L + u * LS));
+    }
+    auto hoist = [&]() {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int s = 0; s < NS; s++) {
+                const int c = L + u * LS;
+                raw[u][s] = c < nch ? (TT == 1 ? __ldcs(rp[s] + c) : __ldg(rp[s] + c)) : make_uint4(0, 0, 0, 0);
+                if constexpr (Q)
+                    sbr[u][s] = c < nch ? __ldg(sbp[s] + c * NV / gsz[s]) : make_float2(0.0f, 0.0f);
+            }
+    };
+    if constexpr (ONE == 2)
+        hoist();
+    /* the norm weights (no kernel writes them) are copied before the wait,
+     * in the same group as the activations */
+    if (ONE == 1 && a.norm_g)
+        for (int v = threadIdx.x * 4; v < a.n_in; v += blockDim.x * 4)
+            cp_async16(gs + v, a.norm_g + v, 16);
+    pdl_wait();
+    pdl_trigger();
+    if constexpr (one) {
+        stage_async(0, a.T < TT ? a.T : TT);
+        if (ONE == 2 && a.norm_g)
+            for (int v = threadIdx.x * 4; v < a.n_in; v += blockDim.x * 4)
+                cp_async16(gs + v, a.norm_g + v, 16);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        if constexpr (ONE == 1)
+            hoist();
+    }
+    bool pre = one;
+
+    for (int t0 = 0; t0 < a.T; t0 += TT) {
+        const int nt = a.T - t0 < TT ? a.T - t0 : TT;
+        float acc[NS][TT];
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                acc[s][tt] = 0.0f;
+        if constexpr (one) {
+            if (t0 > 0) {
+                __syncthreads(); /* every warp is done with the previous tile */
+                stage_async(t0, nt);
+                asm volatile("cp.async.commit_group;" ::: "memory");
+            }
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            __syncthreads();
+            if (a.norm_g) {
+                /* the norm kernel's sums (the same 256 threads, double) and
+                 * the panel path's products, in place */
+                for (int tt = 0; tt < nt; tt++) {
+                    float *xr = xs + tt * pvals;
+                    double ss = 0.0;
+                    for (int e = threadIdx.x; e < a.n_in; e += blockDim.x) {
+                        const float v = xr[gv_pos<NV>(e)];
+                        ss += (double)v * v;
+                    }
+                    ss = block_sum_d(ss);
+                    const float r = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
+                    for (int e = threadIdx.x; e < a.n_in; e += blockDim.x) {
+                        const int q = gv_pos<NV>(e);
+                        xr[q] = __fmul_rn(__fmul_rn(xr[q], r), gs[e]);
+                    }
+                }
+                __syncthreads();
+            }
+        } else if (XS && a.norm_g) {
+            gv_norm_factors(a, t0, nt, rnorm);
+        }
+        const int pch = XS ? pvals / NV : nch;
+        for (int p0 = 0; p0 < nch; p0 += pch) {
+            const int pend = p0 + pch < nch ? p0 + pch : nch;
+            if constexpr (XS && !one) {
+                __syncthreads();
+                const int nv4 = (pend - p0) * NV / 4;
+                for (int idx = threadIdx.x; idx < nt * nv4; idx += blockDim.x) {
+                    int tt = idx / nv4, v = (idx - tt * nv4) * 4, cc = v / NV, p = (v % NV) / 4;
+                    const size_t xrow = a.norm_g && a.norm_rows ? (size_t)a.norm_rows[t0 + tt] : (size_t)(t0 + tt);
+                    float4 val = __ldg(reinterpret_cast<const float4 *>(a.x + xrow * a.n_in + (size_t)p0 * NV + v));
+                    if (a.norm_g) {
+                        const float r = rnorm[tt];
+                        const float4 g = __ldg(reinterpret_cast<const float4 *>(a.norm_g + (size_t)p0 * NV + v));
+                        val = norm4(val, r, g);
+                    }
+                    xs4[(tt * pvals + cc * NV + ((p ^ gv_swz<NV>(cc)) * 4)) / 4] = val;
+                }
+                __syncthreads();
+            }
+            /* the first chunk >= p0 that lane L owns: ownership c % LS == L
+             * does not depend on the panel bounds */
+            for (int c0 = p0 + ((L - p0 % LS) + LS) % LS; c0 < pend; c0 += LS * U) {
+                /* the chunks and their scale/bias pairs load together: a
+                 * pair fetched after its chunk arrived was a second memory
+                 * round trip per step */
+                if (!pre)
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        int c = c0 + u * LS;
+#pragma unroll
+                        for (int s = 0; s < NS; s++) {
+                            raw[u][s] = c < pend ? (TT == 1 ? __ldcs(rp[s] + c) : __ldg(rp[s] + c))
+                                                 : make_uint4(0, 0, 0, 0);
+                            if constexpr (Q)
+                                sbr[u][s] = c < pend ? __ldg(sbp[s] + c * NV / gsz[s]) : make_float2(0.0f, 0.0f);
+                        }
+                    }
+                pre = false;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = c0 + u * LS;
+                    if (c >= pend)
+                        break;
+                    float scale[NS], bias[NS];
+#pragma unroll
+                    for (int s = 0; s < NS; s++) {
+                        scale[s] = bias[s] = 0.0f;
+                        if constexpr (Q) {
+                            scale[s] = sbr[u][s].x;
+                            bias[s] = sbr[u][s].y;
+                        }
+                    }
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++) {
+                        if (tt >= nt)
+                            break;
+                        float xv[NV];
+                        if constexpr (XS) {
+                            const int cc = c - p0, sw = gv_swz<NV>(cc);
+                            const float *xr = xs + tt * pvals + cc * NV;
+#pragma unroll
+                            for (int p = 0; p < NV / 4; p++) {
+                                float4 v = *reinterpret_cast<const float4 *>(xr + ((p ^ sw) * 4));
+                                xv[4 * p] = v.x;
+                                xv[4 * p + 1] = v.y;
+                                xv[4 * p + 2] = v.z;
+                                xv[4 * p + 3] = v.w;
+                            }
+                        } else {
+                            const float4 *xr =
+                                reinterpret_cast<const float4 *>(a.x + (size_t)(t0 + tt) * a.n_in + (size_t)c * NV);
+#pragma unroll
+                            for (int p = 0; p < NV / 4; p++) {
+                                float4 v = __ldg(xr + p);
+                                xv[4 * p] = v.x;
+                                xv[4 * p + 1] = v.y;
+                                xv[4 * p + 2] = v.z;
+                                xv[4 * p + 3] = v.w;
+                            }
+                        }
+                        float sx = 0.0f;
+                        if constexpr (Q) {
+#pragma unroll
+                            for (int j = 0; j < NV; j++)
+                                sx = __fadd_rn(sx, xv[j]);
+                        }
+#pragma unroll
+                        for (int s = 0; s < NS; s++)
+                            acc[s][tt] = __fadd_rn(acc[s][tt], chunk_dot_v<KIND>(raw[u][s], xv, sx, scale[s], bias[s]));
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                acc[s][tt] = warp_sum(acc[s][tt]);
+        if constexpr (S > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (int s = 0; s < NS; s++)
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++)
+                        red[warp][s][tt] = acc[s][tt];
+            __syncthreads();
+            if (ws == 0)
+#pragma unroll
+                for (int s = 0; s < NS; s++)
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++) {
+                        float v = red[grp * S][s][tt];
+#pragma unroll
+                        for (int w = 1; w < S; w++)
+                            v = __fadd_rn(v, red[grp * S + w][s][tt]);
+                        acc[s][tt] = v;
+                    }
+            __syncthreads();
+        }
+        if (ws == 0 && lane < nt) {
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                float v = 0.0f, u = 0.0f;
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++)
+                    if (tt == lane) {
+                        v = acc[i][tt];
+                        if (GLU)
+                            u = acc[R + i][tt];
+                    }
+                if (!valid[i])
+                    continue;
+                float *y = yp[i] + (size_t)(t0 + lane) * ystride[i];
+                if (GLU)
+                    *y = (a.glu == 2 ? gelu_f(v) : silu_f(v)) * u;
+                else
+                    *y = a.accumulate ? *y + v : v;
+            }
+        }
+    }
+}
+
+template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1>
+static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    constexpr int NV = chunk_traits<KIND>::NV;
+    int pvals = 0, one = 0;
+    size_t smem = 0;
+    if constexpr (XS) {
+        static bool raised = false;
+        if (!raised) {
+            for (auto k : {gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 1>,
+                           gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 2>})
+                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM + GV_SMEM_G);
+            raised = true;
+        }
+        int tt = a->T < TT ? a->T : TT;
+        pvals = GV_SMEM / 4 / tt / NV * NV;
+        if (pvals > a->n_in)
+            pvals = a->n_in;
+        smem = (size_t)tt * pvals * sizeof(float);
+        /* one panel: the cp.async path (with room for the norm weights) */
+        one = pvals == a->n_in && (!a->norm_g || (size_t)a->n_in * sizeof(float) <= GV_SMEM_G);
+        if (one && a->norm_g)
+            smem += (size_t)a->n_in * sizeof(float);
+    }
+    const bool pdl = pdl_gemv_v(KIND);
+    if (one && pdl && gemv_v_hoist(KIND))
+        one = 2;
+    long rpb = (long)(GV_WARPS / S) * R;
+    const dim3 grid((unsigned)((rows + rpb - 1) / rpb)), block(GV_WARPS * WARP);
+    if (XS && pdl && TT == 1 && !kind_quantized(KIND)) {
+        /* a launch of under three blocks a SM that starts while the one
+         * before ends would fill the SMs that free first (up to 3 blocks
+         * each: the 8B down 31 -> 38 us): shared memory so large that at
+         * most ceil(blocks / SMs) fit on one */
+        static int sm_smem = 0;
+        if (!sm_smem) {
+            int dev = 0;
+            cudaGetDevice(&dev);
+            if (cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) || sm_smem <= 0)
+                sm_smem = 228 * 1024;
+        }
+        const long k = ((long)grid.x + sm_count() - 1) / sm_count();
+        if (k < 3) {
+            const size_t want = (size_t)sm_smem / (size_t)(k + 1) + 1024;
+            if (smem < want && want <= GV_SMEM + GV_SMEM_G)
+                smem = want;
+        }
+    }
+    if constexpr (!XS) {
+        return launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
+    } else {
+        if (!one)
+            return launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 0>, grid, block, smem, s, *a, pvals);
+        return one == 2
+                   ? launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 2>, grid, block, smem, s, *a, pvals)
+                   : launch_pdl(pdl, gemv_v_kernel<KIND, TT, R, S, XS, GLU, UM, 1>, grid, block, smem, s, *a, pvals);
+    }
+}
+
+/* UM: loads in flight at T = 1 times UM (the order of the sums stays) */
+template <int KIND, int R, int S, bool XS, int UM = 1>
+static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    if (a->T == 1) {
+        /* 16-bit gate/up: one row pair a warp instead of two (same sums in
+         * the same order; the 8B launch is 4.5 waves of short blocks
+         * instead of 2.3 of long ones: +0.9% at batch 1) */
+        if constexpr (R == 2 && KIND != TCU_Q4 && KIND != TCU_Q4F && KIND != TCU_Q8)
+            if (a->glu)
+                return gemv_v_launch<KIND, 1, 1, S, XS, true, UM>(a, rows, s);
+        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM>(a, rows, s)
+                      : gemv_v_launch<KIND, 1, R, S, XS, false, UM>(a, rows, s);
+    }
+    return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true>(a, rows, s)
+                  : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false>(a, rows, s);
+}
+
+template <int R, int S, bool XS, bool Q4F = false, int UM = 1>
+static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    switch (a->m[0].kind) {
+    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM>(a, rows, s);
+    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM>(a, rows, s);
+    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM>(a, rows, s);
+    default: return -1; /* f32 / f16: the legacy kernel */
+    }
+}
+
+// The variants: {R, S, XS}. 0 is the legacy kernel above.
+static const struct {
+    const char *name;
+} gv_names[TCU_GEMV_N_VARIANTS] = {
+    {"legacy: 1 row/warp, x via L1, I2F"},
+    {"R1 S1 x-global, magic unpack"},
+    {"R2 S1 x-global"},
+    {"R4 S1 x-global"},
+    {"R2 S1 x-smem"},
+    {"R4 S1 x-smem"},
+    {"R1 S4 x-smem (split-K)"},
+    {"R2 S2 x-smem"},
+    {"R4 S1 x-smem, 4-bit as 1+q/16 (else = 5)"},
+    {"R4 S1 x-global, 4-bit as 1+q/16 (else = 3)"},
+    {"by shape: 4 (rows >= 96 * SMs), 7 (>= 48 * SMs), else 6"},
+    {"R2 S1 x-smem, 4-bit as 1+q/16 (else = 4)"},
+    {"= 4 with twice the loads in flight at T = 1"},
+    {"= 11 with twice the loads in flight at T = 1"},
+    {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
+    {"by shape: rows a warp 2, 3, 4 or 6 (gemv_by_shape; bf16 = 4)"},
+    {"bf16 / 4-bit: tensor cores, 3 bf16 parts as mma columns, split-K over a cluster; else = 15"},
+    {"one sequence in the step: bf16 4, else 15; two or more (wide): 16"},
+};
+
+/* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
+static int gv_variant[3] = {-1, -1, -1};
+
+static int gv_slot(int kind) { return kind == TCU_Q4 ? 1 : kind == TCU_Q8 ? 2 : 0; }
+
+/* "k" (every kind) or "kb,k4,k8" (bf16, 4-bit, 8-bit); out-of-range or
+ * missing entries keep what is there. */
+static void gv_parse(const char *e, int v[3])
+{
+    char *end;
+    for (int i = 0; i < 3 && e && *e; i++) {
+        long k = strtol(e, &end, 10);
+        if (end == e)
+            break;
+        if (k >= 0 && k < TCU_GEMV_N_VARIANTS)
+            for (int j = i; j < 3; j++)
+                v[j] = (int)k; /* a single number applies to all */
+        e = *end == ',' ? end + 1 : NULL;
+    }
+}
+
+extern "C" int tcu_gemv_variant(int kind)
+{
+    if (gv_variant[0] < 0) {
+        int v[3] = {0, 0, 0};
+        gv_parse(TCU_GEMV_DEFAULT, v);
+        gv_parse(getenv("TERN_CUDA_GEMV"), v);
+        for (int i = 0; i < 3; i++)
+            gv_variant[i] = v[i];
+    }
+    return gv_variant[gv_slot(kind)];
+}
+
+extern "C" int tcu_gemv_set_variant(int kind, int v)
+{
+    if (v < 0 || v >= TCU_GEMV_N_VARIANTS)
+        return -1;
+    tcu_gemv_variant(kind); /* reads the defaults first */
+    if (kind < 0)
+        gv_variant[0] = gv_variant[1] = gv_variant[2] = v;
+    else
+        gv_variant[gv_slot(kind)] = v;
+    return 0;
+}
+
+extern "C" void tcu_gemv_variant_reset(void) { gv_variant[0] = -1; }
+
+extern "C" const char *tcu_gemv_variant_name(int v)
+{
+    return v >= 0 && v < TCU_GEMV_N_VARIANTS ? gv_names[v].name : "?";
+}
+
+/* the variants that stage activations in shared memory (and fuse a norm) */
+static bool gv_xs(int v, int kind, int T)
+{
+    if (v == 14) /* bf16 fuses the norm up to 8 tokens (the rest = 4) */
+        return kind == TCU_Q4 || kind == TCU_Q8 || (kind == TCU_BF16 && T <= 8);
+    return (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8) && ((v >= 4 && v <= 8) || v >= 10);
+}
+
+static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream);
+
+extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
+{
+    if (a->norm_g && a->T > 0 && !gv_xs(tcu_gemv_variant(a->m[0].kind), a->m[0].kind, a->T)) {
+        int rc = tcu_rmsnorm(a->x, a->norm_rows, a->norm_g, a->norm_out, a->T, a->n_in, a->norm_eps, 0, stream);
+        if (rc)
+            return rc;
+        tcu_gemv_args b = *a;
+        b.x = a->norm_out;
+        b.norm_g = NULL;
+        b.norm_rows = NULL;
+        return gemv_dispatch(&b, stream);
+    }
+    return gemv_dispatch(a, stream);
+}
+
+// Variant 15, rows a warp by shape. A row's order of sums does not depend
+// on R, so every choice gives the same bits and R may even follow T.
+// Larger blocks stage the activations - and a fused norm - once for more
+// rows and share each chunk's activation sum, but need rows enough to
+// fill the SMs. Measured per launch on the H200 (8B / 1B shapes, 4-bit
+// g64, T = 1): o and down (no norm) 2; gate/up 4; q/k/v 3 (8B 11.2 us
+// against 12.7 with 4 and 14.5 with 2); lm_head 6 (187 us against 206 with
+// 4). Above T = 1 (8-token tiles) and for 8-bit: 4 on the launches with
+// >= 40 rows per SM, else 2. bf16: 2.
+static int gemv_by_shape(const tcu_gemv_args *a, long rows, cudaStream_t s)
+{
+    const int kind = a->m[0].kind;
+    const long n_sm = sm_count();
+    if (kind == TCU_Q4 && a->norm_g && !a->glu && a->T == 1) {
+        if (rows >= 200 * n_sm)
+            return gemv_v_launch<TCU_Q4F, 1, 6, 1, true, false>(a, rows, s);
+        if (rows >= 16 * n_sm)
+            return gemv_v_launch<TCU_Q4F, 1, 3, 1, true, false>(a, rows, s);
+    }
+    if (kind == TCU_BF16 || rows < 40 * n_sm)
+        return gemv_v_kind<2, 1, true, true>(a, rows, s);
+    return gemv_v_kind<4, 1, true, true>(a, rows, s);
+}
+
+static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
+{
+    PROF(TCU_PROF_GEMV, stream);
+    long rows = gemv_rows(a);
+    if (rows == 0 || a->T == 0)
+        return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    int rc = -1;
+    switch (tcu_gemv_variant(a->m[0].kind)) {
+    case 1: rc = gemv_v_kind<1, 1, false>(a, rows, s); break;
+    case 2: rc = gemv_v_kind<2, 1, false>(a, rows, s); break;
+    case 3: rc = gemv_v_kind<4, 1, false>(a, rows, s); break;
+    case 4: rc = gemv_v_kind<2, 1, true>(a, rows, s); break;
+    case 5: rc = gemv_v_kind<4, 1, true>(a, rows, s); break;
+    case 6: rc = gemv_v_kind<1, 4, true>(a, rows, s); break;
+    case 7: rc = gemv_v_kind<2, 2, true>(a, rows, s); break;
+    case 8: rc = gemv_v_kind<4, 1, true, true>(a, rows, s); break;
+    case 9: rc = gemv_v_kind<4, 1, false, true>(a, rows, s); break;
+    case 11: rc = gemv_v_kind<2, 1, true, true>(a, rows, s); break;
+    case 12: rc = gemv_v_kind<2, 1, true, false, 2>(a, rows, s); break;
+    case 13: rc = gemv_v_kind<2, 1, true, true, 2>(a, rows, s); break;
+    case 14:
+        rc = a->m[0].kind == TCU_BF16 ? gemv_mma(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
+        break;
+    case 15:
+        rc = gemv_by_shape(a, rows, s);
+        break;
+    case 16:
+        if ((rc = gemv_tc(a, rows, s)) < 0)
+            rc = gemv_by_shape(a, rows, s);
+        break;
+    case 17: /* one sequence: bf16 4, quantized 15; two or more: 16 */
+        if (!a->wide || (rc = gemv_tc(a, rows, s)) < 0)
+            rc = a->m[0].kind == TCU_BF16 ? gemv_v_kind<2, 1, true>(a, rows, s) : gemv_by_shape(a, rows, s);
+        break;
+    case 10: { /* by shape (never by T): enough warps for two waves */
+        const long target = 2L * sm_count() * 24;
+        if (rows / 2 >= target)
+            rc = gemv_v_kind<2, 1, true>(a, rows, s);
+        else if (rows >= target)
+            rc = gemv_v_kind<2, 2, true>(a, rows, s);
+        else
+            rc = gemv_v_kind<1, 4, true>(a, rows, s);
+        break;
+    }
+    default: break;
+    }
+    return rc >= 0 ? rc : gemv_legacy(a, stream);
+}
+

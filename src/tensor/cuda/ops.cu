@@ -1,0 +1,308 @@
+// Small kernels and host state: PDL mode, the per-launch profile, weight
+// and activation conversions for the cuBLAS path, embedding, RMSNorm,
+// GLU, soft-capping, and the benchmark's fills and copy-bandwidth probe.
+#include "tensor/cuda/common.cuh"
+
+static int pdl_on = -1;
+
+extern "C" void tcu_pdl_set(int mode) { pdl_on = mode >= 0 && mode <= 4 ? mode : TCU_PDL_DEFAULT; }
+
+extern "C" int tcu_pdl(void)
+{
+    if (pdl_on < 0) {
+        const char *e = getenv("TERN_CUDA_PDL");
+        int v = e && *e ? atoi(e) : TCU_PDL_DEFAULT;
+        pdl_on = v >= 0 && v <= 4 ? v : TCU_PDL_DEFAULT;
+    }
+    return pdl_on;
+}
+
+// ---- per-launch profile ----
+
+#define PROF_MAX 16384
+static int prof_on, prof_n;
+static cudaEvent_t prof_ev[2 * PROF_MAX];
+static unsigned char prof_cat[PROF_MAX];
+
+int prof_begin(int cat, cudaStream_t s)
+{
+    if (!prof_on || prof_n >= PROF_MAX)
+        return -1;
+    const int i = prof_n++;
+    if (!prof_ev[2 * i] && (cudaEventCreate(&prof_ev[2 * i]) || cudaEventCreate(&prof_ev[2 * i + 1])))
+        return -1;
+    prof_cat[i] = (unsigned char)cat;
+    cudaEventRecord(prof_ev[2 * i], s);
+    return i;
+}
+
+void prof_end(int i, cudaStream_t s) { cudaEventRecord(prof_ev[2 * i + 1], s); }
+
+extern "C" void tcu_prof_start(void)
+{
+    prof_n = 0;
+    prof_on = 1;
+}
+
+extern "C" int tcu_prof_stop(double ms[TCU_PROF_N], int count[TCU_PROF_N])
+{
+    prof_on = 0;
+    for (int c = 0; c < TCU_PROF_N; c++) {
+        ms[c] = 0;
+        count[c] = 0;
+    }
+    int rc = (int)cudaDeviceSynchronize();
+    for (int i = 0; i < prof_n && !rc; i++) {
+        float t = 0.0f;
+        rc = (int)cudaEventElapsedTime(&t, prof_ev[2 * i], prof_ev[2 * i + 1]);
+        ms[prof_cat[i]] += t;
+        count[prof_cat[i]]++;
+    }
+    return rc;
+}
+
+int sm_count(void)
+{
+    static int n_sm = 0;
+    if (!n_sm) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) || n_sm <= 0)
+            n_sm = 132;
+    }
+    return n_sm;
+}
+
+// ---- weight/activation conversions for the cuBLAS path ----
+
+__device__ __forceinline__ float weight_at(const tcu_mat &m, int n_in, long r, long i)
+{
+    switch (m.kind) {
+    case TCU_F32: return ((const float *)m.w)[r * n_in + i];
+    case TCU_BF16: return bf16f(((const uint16_t *)m.w)[r * n_in + i]);
+    case TCU_F16: return f16f(((const uint16_t *)m.w)[r * n_in + i]);
+    default: {
+        const uint8_t *q = (const uint8_t *)m.w;
+        int v = m.kind == TCU_Q8 ? q[r * n_in + i] : (q[(r * n_in + i) >> 1] >> ((i & 1) * 4)) & 15;
+        long g = r * (n_in / m.group) + i / m.group;
+        return m.sb[2 * g] * (float)v + m.sb[2 * g + 1];
+    }
+    }
+}
+
+__global__ void dequant_kernel(const tcu_mat m, int n_in, uint16_t *out, long n)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long r = e / n_in, i = e % n_in;
+        if (m.kind == TCU_F16)
+            out[e] = ((const uint16_t *)m.w)[e];
+        else
+            out[e] = __bfloat16_as_ushort(__float2bfloat16_rn(weight_at(m, n_in, r, i)));
+    }
+}
+
+// Quantized weights, 8 consecutive values per step (one 4- or 8-byte load,
+// one 16-byte store); the same value per element as weight_at.
+__global__ void dequant8_kernel(const tcu_mat m, int n_in, uint16_t *out, long n8)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < n8; k += (long)gridDim.x * blockDim.x) {
+        const long e = 8 * k, r = e / n_in, i = e % n_in, g = r * (n_in / m.group) + i / m.group;
+        const float sc = m.sb[2 * g], bi = m.sb[2 * g + 1];
+        const uint8_t *q = (const uint8_t *)m.w;
+        uint32_t v[8];
+        if (m.kind == TCU_Q8) {
+            const uint2 w = *reinterpret_cast<const uint2 *>(q + e);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = ((j < 4 ? w.x : w.y) >> (8 * (j & 3))) & 255u;
+        } else {
+            const uint32_t w = *reinterpret_cast<const uint32_t *>(q + e / 2);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = (w >> (4 * j)) & 15u;
+        }
+        uint32_t o[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            o[p] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(sc * (float)v[2 * p] + bi)) |
+                   (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(sc * (float)v[2 * p + 1] + bi)) << 16;
+        *reinterpret_cast<uint4 *>(out + e) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream)
+{
+    PROF(TCU_PROF_OTHER, stream);
+    long n = (long)m->n_out * n_in;
+    if ((m->kind == TCU_Q4 || m->kind == TCU_Q8) && n_in % 8 == 0 && m->group % 8 == 0)
+        return launch(dequant8_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n / 8);
+    return launch(dequant_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n);
+}
+
+__global__ void to_half_kernel(const float *x, uint16_t *out, long n, int to_f16)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
+        out[e] = to_f16 ? __half_as_ushort(__float2half_rn(x[e])) : __bfloat16_as_ushort(__float2bfloat16_rn(x[e]));
+}
+
+extern "C" int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, tcu_stream stream)
+{
+    PROF(TCU_PROF_OTHER, stream);
+    long blocks = (n + 255) / 256;
+    return launch(to_half_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, (cudaStream_t)stream, x,
+                  out, n, to_f16);
+}
+
+__global__ void embed_kernel(const tcu_mat w, int n_in, const int32_t *tokens, float scale, float *x)
+{
+    pdl_wait();
+    pdl_trigger();
+    int i = blockIdx.x;
+    long r = tokens[i];
+    for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < n_in; e += gridDim.y * blockDim.x) {
+        float v = weight_at(w, n_in, r, e);
+        x[(size_t)i * n_in + e] = scale > 0 ? v * scale : v;
+    }
+}
+
+extern "C" int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int T, float scale, float *x,
+                         tcu_stream stream)
+{
+    PROF(TCU_PROF_EMBED, stream);
+    /* a block a token's 256-value slice (one block a token took ~9 us at batch 1) */
+    const unsigned nb = (unsigned)((n_in + 255) / 256);
+    return launch(embed_kernel, dim3(T, nb < 64 ? nb : 64), dim3(256), 0, (cudaStream_t)stream, *w, n_in, tokens, scale,
+                  x);
+}
+
+// ---- normalization and elementwise ----
+
+__global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *g, float *out, int n, float eps,
+                               int add)
+{
+    pdl_wait();
+    pdl_trigger();
+    int j = blockIdx.x;
+    const float *xr = x + (size_t)(rows ? rows[j] : j) * n;
+    double ss = 0.0;
+    for (int e = threadIdx.x; e < n; e += blockDim.x)
+        ss += (double)xr[e] * xr[e];
+    ss = block_sum_d(ss);
+    float r = (float)(1.0 / sqrt(ss / n + eps));
+    float *o = out + (size_t)j * n;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        float v = (xr[e] * r) * g[e];
+        o[e] = add ? o[e] + v : v;
+    }
+}
+
+extern "C" int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, float *out, int n_rows, int n,
+                           float eps, int add, tcu_stream stream)
+{
+    PROF(TCU_PROF_NORM, stream);
+    if (n_rows <= 0)
+        return 0;
+    return launch(rmsnorm_kernel, dim3(n_rows), dim3(256), 0, (cudaStream_t)stream, x, rows, g, out, n, eps, add);
+}
+
+__global__ void glu_kernel(float *gate, const float *up, long n, int gelu)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
+        gate[e] = (gelu ? gelu_f(gate[e]) : silu_f(gate[e])) * up[e];
+}
+
+extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, tcu_stream stream)
+{
+    PROF(TCU_PROF_OTHER, stream);
+    long blocks = (n + 255) / 256;
+    return launch(glu_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, gate,
+                  up, n, gelu);
+}
+
+__global__ void softcap_kernel(float *x, long n, float c)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x)
+        x[e] = c * tanhf(x[e] / c);
+}
+
+extern "C" int tcu_softcap(float *x, long n, float c, tcu_stream stream)
+{
+    PROF(TCU_PROF_OTHER, stream);
+    long blocks = (n + 255) / 256;
+    return launch(softcap_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, x,
+                  n, c);
+}
+
+// ---- benchmark helpers ----
+
+__device__ __forceinline__ uint32_t hash_u32(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+__global__ void fill_kernel(void *p, size_t n, int what, uint64_t seed, float scale)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = hash_u32(seed * 0x9e3779b97f4a7c15ull + e);
+        float u = scale * ((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+        if (what == TCU_BF16)
+            ((uint16_t *)p)[e] = __bfloat16_as_ushort(__float2bfloat16_rn(u));
+        else if (what == TCU_F32)
+            ((float *)p)[e] = u;
+        else
+            ((uint8_t *)p)[e] = (uint8_t)h;
+    }
+}
+
+extern "C" int tcu_fill_random(void *p, size_t n, int what, uint64_t seed, float scale, tcu_stream stream)
+{
+    return launch(fill_kernel, dim3(2048), dim3(256), 0, (cudaStream_t)stream, p, n, what, seed, scale);
+}
+
+extern "C" double tcu_copy_bandwidth(size_t bytes, int reps)
+{
+    void *a = nullptr, *b = nullptr;
+    double best = 0.0;
+    cudaEvent_t e0, e1;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+        cudaFree(a);
+        return 0.0;
+    }
+    cudaMemset(a, 1, bytes);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int r = 0; r < reps + 1; r++) {
+        cudaEventRecord(e0);
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, e0, e1);
+        double bw = 2.0 * (double)bytes / (ms * 1e-3);
+        if (r > 0 && bw > best) /* first copy is a warm-up */
+            best = bw;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return best;
+}
+
