@@ -281,6 +281,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
     constexpr int NS = GLU ? 2 * R : R;                        /* weight rows streamed per warp */
     constexpr int UT = (TT == 1 ? 8 * UM : 4) / NS, U = UT < 1 ? 1 : UT; /* chunks in flight per stream */
     constexpr int LS = WARP * S;
+    constexpr bool PIPE = TT == 1 && U % 2 == 0 && (KIND == TCU_BF16 || KIND == TCU_F16);
     extern __shared__ float4 xs4[];
     float *xs = reinterpret_cast<float *>(xs4);
     __shared__ float red[GV_WARPS][NS][TT];
@@ -436,77 +437,102 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
                 }
                 __syncthreads();
             }
+            /* the chunks and their scale/bias pairs load together: a pair
+             * fetched after its chunk arrived was a second memory round
+             * trip per step */
+            auto fetch = [&](int u, int c) {
+#pragma unroll
+                for (int s = 0; s < NS; s++) {
+                    raw[u][s] = c < pend ? (TT == 1 ? __ldcs(rp[s] + c) : __ldg(rp[s] + c)) : make_uint4(0, 0, 0, 0);
+                    if constexpr (Q)
+                        sbr[u][s] = c < pend ? __ldg(sbp[s] + c * NV / gsz[s]) : make_float2(0.0f, 0.0f);
+                }
+            };
+            auto use = [&](int u, int c) {
+                float scale[NS], bias[NS];
+#pragma unroll
+                for (int s = 0; s < NS; s++) {
+                    scale[s] = bias[s] = 0.0f;
+                    if constexpr (Q) {
+                        scale[s] = sbr[u][s].x;
+                        bias[s] = sbr[u][s].y;
+                    }
+                }
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) {
+                    if (tt >= nt)
+                        break;
+                    float xv[NV];
+                    if constexpr (XS) {
+                        const int cc = c - p0, sw = gv_swz<NV>(cc);
+                        const float *xr = xs + tt * pvals + cc * NV;
+#pragma unroll
+                        for (int p = 0; p < NV / 4; p++) {
+                            float4 v = *reinterpret_cast<const float4 *>(xr + ((p ^ sw) * 4));
+                            xv[4 * p] = v.x;
+                            xv[4 * p + 1] = v.y;
+                            xv[4 * p + 2] = v.z;
+                            xv[4 * p + 3] = v.w;
+                        }
+                    } else {
+                        const float4 *xr =
+                            reinterpret_cast<const float4 *>(a.x + (size_t)(t0 + tt) * a.n_in + (size_t)c * NV);
+#pragma unroll
+                        for (int p = 0; p < NV / 4; p++) {
+                            float4 v = __ldg(xr + p);
+                            xv[4 * p] = v.x;
+                            xv[4 * p + 1] = v.y;
+                            xv[4 * p + 2] = v.z;
+                            xv[4 * p + 3] = v.w;
+                        }
+                    }
+                    float sx = 0.0f;
+                    if constexpr (Q) {
+#pragma unroll
+                        for (int j = 0; j < NV; j++)
+                            sx = __fadd_rn(sx, xv[j]);
+                    }
+#pragma unroll
+                    for (int s = 0; s < NS; s++)
+                        acc[s][tt] = __fadd_rn(acc[s][tt], chunk_dot_v<KIND>(raw[u][s], xv, sx, scale[s], bias[s]));
+                }
+            };
             /* the first chunk >= p0 that lane L owns: ownership c % LS == L
              * does not depend on the panel bounds */
-            for (int c0 = p0 + ((L - p0 % LS) + LS) % LS; c0 < pend; c0 += LS * U) {
-                /* the chunks and their scale/bias pairs load together: a
-                 * pair fetched after its chunk arrived was a second memory
-                 * round trip per step */
+            const int cs = p0 + ((L - p0 % LS) + LS) % LS;
+            if constexpr (PIPE) {
+                /* one token: the U chunks of a pass in two halves, each
+                 * half's next chunks requested as soon as it is used, so
+                 * that the other half's loads are in flight while it is */
+                constexpr int H = U / 2;
                 if (!pre)
 #pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        int c = c0 + u * LS;
-#pragma unroll
-                        for (int s = 0; s < NS; s++) {
-                            raw[u][s] = c < pend ? (TT == 1 ? __ldcs(rp[s] + c) : __ldg(rp[s] + c))
-                                                 : make_uint4(0, 0, 0, 0);
-                            if constexpr (Q)
-                                sbr[u][s] = c < pend ? __ldg(sbp[s] + c * NV / gsz[s]) : make_float2(0.0f, 0.0f);
-                        }
-                    }
+                    for (int u = 0; u < U; u++)
+                        fetch(u, cs + u * LS);
                 pre = false;
+                for (int c0 = cs; c0 < pend; c0 += LS * U) {
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int c = c0 + u * LS;
-                    if (c >= pend)
-                        break;
-                    float scale[NS], bias[NS];
+                    for (int h = 0; h < 2; h++) {
 #pragma unroll
-                    for (int s = 0; s < NS; s++) {
-                        scale[s] = bias[s] = 0.0f;
-                        if constexpr (Q) {
-                            scale[s] = sbr[u][s].x;
-                            bias[s] = sbr[u][s].y;
-                        }
+                        for (int u = h * H; u < (h + 1) * H; u++)
+                            if (c0 + u * LS < pend)
+                                use(u, c0 + u * LS);
+#pragma unroll
+                        for (int u = h * H; u < (h + 1) * H; u++)
+                            fetch(u, c0 + (U + u) * LS);
                     }
+                }
+            } else {
+                for (int c0 = cs; c0 < pend; c0 += LS * U) {
+                    if (!pre)
 #pragma unroll
-                    for (int tt = 0; tt < TT; tt++) {
-                        if (tt >= nt)
-                            break;
-                        float xv[NV];
-                        if constexpr (XS) {
-                            const int cc = c - p0, sw = gv_swz<NV>(cc);
-                            const float *xr = xs + tt * pvals + cc * NV;
+                        for (int u = 0; u < U; u++)
+                            fetch(u, c0 + u * LS);
+                    pre = false;
 #pragma unroll
-                            for (int p = 0; p < NV / 4; p++) {
-                                float4 v = *reinterpret_cast<const float4 *>(xr + ((p ^ sw) * 4));
-                                xv[4 * p] = v.x;
-                                xv[4 * p + 1] = v.y;
-                                xv[4 * p + 2] = v.z;
-                                xv[4 * p + 3] = v.w;
-                            }
-                        } else {
-                            const float4 *xr =
-                                reinterpret_cast<const float4 *>(a.x + (size_t)(t0 + tt) * a.n_in + (size_t)c * NV);
-#pragma unroll
-                            for (int p = 0; p < NV / 4; p++) {
-                                float4 v = __ldg(xr + p);
-                                xv[4 * p] = v.x;
-                                xv[4 * p + 1] = v.y;
-                                xv[4 * p + 2] = v.z;
-                                xv[4 * p + 3] = v.w;
-                            }
-                        }
-                        float sx = 0.0f;
-                        if constexpr (Q) {
-#pragma unroll
-                            for (int j = 0; j < NV; j++)
-                                sx = __fadd_rn(sx, xv[j]);
-                        }
-#pragma unroll
-                        for (int s = 0; s < NS; s++)
-                            acc[s][tt] = __fadd_rn(acc[s][tt], chunk_dot_v<KIND>(raw[u][s], xv, sx, scale[s], bias[s]));
-                    }
+                    for (int u = 0; u < U; u++)
+                        if (c0 + u * LS < pend)
+                            use(u, c0 + u * LS);
                 }
             }
         }
