@@ -54,6 +54,17 @@ int model_cuda_device_count(void) { return 0; }
  * each warp's K/V rows, which the fused kernel requests before its wait),
  * up to CU_GRAPH_SPLIT - TERN_CUDA_SPLIT_LEN1, 0: always CU_GRAPH_SPLIT */
 #define CU_SPLIT_LEN1 16
+/* One-token products whose weights may be requested before the launch
+ * waits for the kernel before it (tcu_gemv_args.early; TERN_CUDA_EARLY =
+ * the sum of those wanted, default CU_EARLY_DOWN): down follows gate/up,
+ * whose last of 4.5 waves leaves the memory half idle - the down blocks
+ * already resident fill it (8B bf16 batch 1 +0.9%); measured on the H200
+ * at batch 1, the o product after the attention gained nothing, gate/up
+ * (after the short o launch) lost 3%, q/k/v lost 1.3% (docs/cuda.md). */
+#define CU_EARLY_O 1
+#define CU_EARLY_GU 2
+#define CU_EARLY_DOWN 4
+#define CU_EARLY_QKV 8
 /* tcu_step's L2 prefetch: percent of the o weights during the attention,
  * KiB a warp of its next product before a barrier */
 #define CU_STEP_PF_O 100
@@ -116,6 +127,8 @@ typedef struct cu_backend {
     int split_len1; /* ... of a step of one token (CU_SPLIT_LEN1) */
     int qkv_fuse; /* TERN_CUDA_QKV_FUSE=0: never tcu_qkv_attention */
     int gemv_stage; /* TERN_CUDA_GEMV_STAGE=0: no tcu_gemv_args.stage (each block splits its activations) */
+    int early;      /* TERN_CUDA_EARLY: the products whose launches get tcu_gemv_args.early (CU_EARLY_*) */
+    int gemv_early; /* tcu_gemv_args.early of the launches being queued */
     int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
     /* the one-launch decode step (tcu_step), opt-in (TERN_CUDA_STEP=1: slower
      * so far - docs/cuda.md), where the model allows it (every layer weight
@@ -274,6 +287,7 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->wide = be->wide;
     a->stage = be->gemv_stage ? be->xh : NULL;
     a->stage_bytes = be->gemv_stage ? be->cap_xh : 0;
+    a->early = be->gemv_early;
     return 1;
 }
 
@@ -707,7 +721,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         qkv[0].y = be->q;
         qkv[1].y = be->k;
         qkv[2].y = be->v;
-        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, err)))
+        be->gemv_early = be->early & CU_EARLY_QKV;
+        rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, err);
+        be->gemv_early = 0;
+        if (rc)
             return rc;
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
                            blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
@@ -722,20 +739,28 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         }
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;
+        be->gemv_early = be->early & CU_EARLY_O;
         if (L->post_attn_norm) {
             o.y = be->tmp;
-            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, err)))
+            rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, err);
+            be->gemv_early = 0;
+            if (rc)
                 return rc;
             CU(tcu_rmsnorm(be->tmp, NULL, L->post_attn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
         } else {
             o.y = be->x;
-            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, err)))
+            rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, err);
+            be->gemv_early = 0;
+            if (rc)
                 return rc;
         }
         tcu_mat gu[2] = {*L->wg, *L->wu};
         gu[0].y = be->gate;
         gu[1].y = be->up;
-        if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, c->gelu ? 2 : 1, err)))
+        be->gemv_early = be->early & CU_EARLY_GU;
+        rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, c->gelu ? 2 : 1, err);
+        be->gemv_early = be->early & CU_EARLY_DOWN;
+        if (rc)
             return rc;
         tcu_mat d = *L->wd;
         if (L->post_ffn_norm) {
@@ -748,6 +773,7 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
             if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 1, 0, err)))
                 return rc;
         }
+        be->gemv_early = 0;
     }
     if (n_out > 0) {
         tcu_mat lm = *be->lm_head;
@@ -1256,6 +1282,8 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->qkv_fuse = !(e && !strcmp(e, "0"));
     e = getenv("TERN_CUDA_GEMV_STAGE");
     be->gemv_stage = !(e && !strcmp(e, "0"));
+    e = getenv("TERN_CUDA_EARLY");
+    be->early = e && *e ? atoi(e) : CU_EARLY_DOWN;
     e = getenv("TERN_CUDA_SPLIT_LEN1");
     be->split_len1 = e && *e && atoi(e) >= 0 ? atoi(e) : CU_SPLIT_LEN1;
     e = getenv("TERN_CUDA_STEP");

@@ -56,6 +56,12 @@ typedef struct tcu_gemv_args {
      * same bits) - 192 bytes per input at 32 tokens, 4-bit + 384 per group */
     void *stage;
     size_t stage_bytes;
+    /* the launch follows a kernel that leaves the memory partly idle (down
+     * after the ragged last wave of gate/up): with programmatic dependent
+     * launch the one-token shared-memory GEMV requests its first weight
+     * chunks before it waits for that kernel, as the 4/8-bit ones always
+     * do */
+    int early;
 } tcu_gemv_args;
 int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
 

@@ -610,7 +610,7 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
             smem += (size_t)a->n_in * sizeof(float);
     }
     const bool pdl = pdl_gemv_v(KIND);
-    if (one && pdl && gemv_v_hoist(KIND))
+    if (one && pdl && (gemv_v_hoist(KIND) || (a->early && TT == 1)))
         one = 2;
     long rpb = (long)(GV_WARPS / S) * R;
     const dim3 grid((unsigned)((rows + rpb - 1) / rpb)), block(GV_WARPS * WARP);
