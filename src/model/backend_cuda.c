@@ -58,13 +58,15 @@ int model_cuda_device_count(void) { return 0; }
  * waits for the kernel before it (tcu_gemv_args.early; TERN_CUDA_EARLY =
  * the sum of those wanted, default CU_EARLY_DOWN): down follows gate/up,
  * whose last of 4.5 waves leaves the memory half idle - the down blocks
- * already resident fill it (8B bf16 batch 1 +0.9%); measured on the H200
- * at batch 1, the o product after the attention gained nothing, gate/up
- * (after the short o launch) lost 3%, q/k/v lost 1.3% (docs/cuda.md). */
+ * already resident fill it (8B bf16 batch 1 +0.3-0.9%); measured on the
+ * H200 at batch 1, the o product after the attention and lm_head gained
+ * nothing, gate/up (after the short o launch) lost 3%, q/k/v 1.3%
+ * (docs/cuda.md). */
 #define CU_EARLY_O 1
 #define CU_EARLY_GU 2
 #define CU_EARLY_DOWN 4
 #define CU_EARLY_QKV 8
+#define CU_EARLY_LM 16
 /* tcu_step's L2 prefetch: percent of the o weights during the attention,
  * KiB a warp of its next product before a barrier */
 #define CU_STEP_PF_O 100
@@ -778,7 +780,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
     if (n_out > 0) {
         tcu_mat lm = *be->lm_head;
         lm.y = be->logits;
-        if ((rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, err)))
+        be->gemv_early = be->early & CU_EARLY_LM;
+        rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, err);
+        be->gemv_early = 0;
+        if (rc)
             return rc;
         if (c->final_softcap > 0)
             CU(tcu_softcap(be->logits, (long)n_out * c->n_vocab, c->final_softcap, s), "softcap");

@@ -469,6 +469,11 @@ static void check_family(const char *family, const char *extra, int bits, int n_
      * the q/k/v product): bit for bit the values of the two launches */
     if (!same_logits_with(mdir, "TERN_CUDA_QKV_FUSE", "0", prompt, n_prompt, n_dec, lg))
         fail_msg("%s: fused q/k/v + attention logits differ from the two launches'", family);
+    /* every product's first weights requested before its wait (down by
+     * default, tcu_gemv_args.early) against none: the same bits */
+    if (!same_logits_with(mdir, "TERN_CUDA_EARLY", "31", prompt, n_prompt, n_dec, lg) ||
+        !same_logits_with(mdir, "TERN_CUDA_EARLY", "0", prompt, n_prompt, n_dec, lg))
+        fail_msg("%s: logits change with the products' early weight requests", family);
     if (tol < 1e-3) { /* two sequences a step, against the CPU doing the same */
         const int nd = 6;
         float *pc = malloc((size_t)nd * 2 * V * sizeof(float)), *pg = malloc((size_t)nd * 2 * V * sizeof(float));
