@@ -25,8 +25,9 @@ static inline int last_err(void) { return (int)cudaGetLastError(); }
 // lets the next launch be scheduled. Launched with the programmatic-
 // serialization attribute (TERN_CUDA_PDL, default TCU_PDL_DEFAULT), the
 // next kernel's launch and prologue (what no kernel writes: 4/8-bit GEMVs'
-// first weight chunks, norm weights, the fused attention's positions, block
-// table and K/V rows) overlap this one's tail; without it both are no-ops.
+// and `early` launches' first weight chunks, norm weights, the fused
+// attention's positions, block table and K/V rows) overlap this one's
+// tail; without it both are no-ops.
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
