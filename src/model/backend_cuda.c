@@ -130,7 +130,6 @@ typedef struct cu_backend {
     int qkv_fuse; /* TERN_CUDA_QKV_FUSE=0: never tcu_qkv_attention */
     int gemv_stage; /* TERN_CUDA_GEMV_STAGE=0: no tcu_gemv_args.stage (each block splits its activations) */
     int early;      /* TERN_CUDA_EARLY: the products whose launches get tcu_gemv_args.early (CU_EARLY_*) */
-    int gemv_early; /* tcu_gemv_args.early of the launches being queued */
     int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
     /* the one-launch decode step (tcu_step), opt-in (TERN_CUDA_STEP=1: slower
      * so far - docs/cuda.md), where the model allows it (every layer weight
@@ -271,7 +270,7 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
 /* Whether the n matrices go to one GEMV launch (a decode-sized batch, all of
  * one kind); if so, fills a's common fields. */
 static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const tcu_mat *mats, const float *x,
-                           int n_in, int T, int glu)
+                           int n_in, int T, int glu, int early)
 {
     int same = 1;
     for (int i = 1; i < n; i++)
@@ -289,22 +288,23 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->wide = be->wide;
     a->stage = be->gemv_stage ? be->xh : NULL;
     a->stage_bytes = be->gemv_stage ? be->cap_xh : 0;
-    a->early = be->gemv_early;
+    a->early = early;
     return 1;
 }
 
+/* early: tcu_gemv_args.early of the GEMV launches (CU_EARLY_*) */
 static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
-                  int glu, tern_err *err)
+                  int glu, int early, tern_err *err)
 {
     tcu_gemv_args a;
-    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu)) {
+    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, early)) {
         a.accumulate = accumulate;
         CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
         return 0;
     }
     if (T < be->gemm_min_t) { /* mixed kinds: one launch each */
         for (int i = 0; i < n; i++) {
-            gemv_one_launch(be, &a, 1, &mats[i], x, n_in, T, 0);
+            gemv_one_launch(be, &a, 1, &mats[i], x, n_in, T, 0, early);
             a.accumulate = accumulate;
             CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
         }
@@ -346,10 +346,10 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
  * xn, then mm_dev of xn; the GEMV path hands the norm to tcu_gemv, which
  * fuses it where the variant can. */
 static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, const float *g, float *xn,
-                       const int32_t *rows, int n_in, int T, int glu, tern_err *err)
+                       const int32_t *rows, int n_in, int T, int glu, int early, tern_err *err)
 {
     tcu_gemv_args a;
-    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu)) {
+    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, early)) {
         a.norm_g = g;
         a.norm_out = xn;
         a.norm_eps = be->m->cfg.norm_eps;
@@ -358,7 +358,7 @@ static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, con
         return 0;
     }
     CU(tcu_rmsnorm(x, rows, g, xn, T, n_in, be->m->cfg.norm_eps, 0, (tcu_stream)be->stream), "rmsnorm");
-    return mm_dev(be, n, mats, xn, be->xh, n_in, T, 0, glu, err);
+    return mm_dev(be, n, mats, xn, be->xh, n_in, T, 0, glu, early, err);
 }
 
 /* ---- scratch ---- */
@@ -619,7 +619,7 @@ static int cu_matmul(model_backend *base, int n, const model_weight *const *w, c
         }
     }
     CU(cudaMemcpyAsync(be->tx, X, (size_t)T * n_in * sizeof(float), cudaMemcpyHostToDevice, be->stream), "upload");
-    if ((rc = mm_dev(be, n, mats, be->tx, be->txh, n_in, T, 0, 0, err)))
+    if ((rc = mm_dev(be, n, mats, be->tx, be->txh, n_in, T, 0, 0, 0, err)))
         return rc;
     for (int i = 0; i < n; i++)
         CU(cudaMemcpyAsync(Y[i], mats[i].y, (size_t)T * w[i]->n_out * sizeof(float), cudaMemcpyDeviceToHost,
@@ -723,10 +723,8 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         qkv[0].y = be->q;
         qkv[1].y = be->k;
         qkv[2].y = be->v;
-        be->gemv_early = be->early & CU_EARLY_QKV;
-        rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, err);
-        be->gemv_early = 0;
-        if (rc)
+        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, be->early & CU_EARLY_QKV,
+                              err)))
             return rc;
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
                            blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
@@ -741,49 +739,41 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         }
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;
-        be->gemv_early = be->early & CU_EARLY_O;
+        const int o_early = be->early & CU_EARLY_O;
         if (L->post_attn_norm) {
             o.y = be->tmp;
-            rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, err);
-            be->gemv_early = 0;
-            if (rc)
+            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, o_early, err)))
                 return rc;
             CU(tcu_rmsnorm(be->tmp, NULL, L->post_attn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
         } else {
             o.y = be->x;
-            rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, err);
-            be->gemv_early = 0;
-            if (rc)
+            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, o_early, err)))
                 return rc;
         }
         tcu_mat gu[2] = {*L->wg, *L->wu};
         gu[0].y = be->gate;
         gu[1].y = be->up;
-        be->gemv_early = be->early & CU_EARLY_GU;
-        rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, c->gelu ? 2 : 1, err);
-        be->gemv_early = be->early & CU_EARLY_DOWN;
-        if (rc)
+        if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, c->gelu ? 2 : 1,
+                              be->early & CU_EARLY_GU, err)))
             return rc;
+        const int d_early = be->early & CU_EARLY_DOWN;
         tcu_mat d = *L->wd;
         if (L->post_ffn_norm) {
             d.y = be->tmp;
-            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 0, 0, err)))
+            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 0, 0, d_early, err)))
                 return rc;
             CU(tcu_rmsnorm(be->tmp, NULL, L->post_ffn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
         } else {
             d.y = be->x;
-            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 1, 0, err)))
+            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 1, 0, d_early, err)))
                 return rc;
         }
-        be->gemv_early = 0;
     }
     if (n_out > 0) {
         tcu_mat lm = *be->lm_head;
         lm.y = be->logits;
-        be->gemv_early = be->early & CU_EARLY_LM;
-        rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, err);
-        be->gemv_early = 0;
-        if (rc)
+        if ((rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, be->early & CU_EARLY_LM,
+                              err)))
             return rc;
         if (c->final_softcap > 0)
             CU(tcu_softcap(be->logits, (long)n_out * c->n_vocab, c->final_softcap, s), "softcap");

@@ -171,20 +171,9 @@ template <int KIND, int TT> __global__ void __launch_bounds__(GEMV_WARPS *WARP) 
     }
 }
 
-/* Output rows of one GEMV launch (gate/up of a glu launch count once). */
-static long gemv_rows(const tcu_gemv_args *a)
-{
-    long rows = 0;
-    if (a->glu)
-        return a->m[0].n_out;
-    for (int k = 0; k < a->n; k++)
-        rows += a->m[k].n_out;
-    return rows;
-}
-
 static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 {
-    long rows = gemv_rows(a);
+    const long rows = gv_out_rows(*a, a->glu != 0);
     if (rows == 0 || a->T == 0)
         return 0;
     dim3 grid((unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS)), block(GEMV_WARPS * WARP);
@@ -289,12 +278,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = warp / S, ws = warp % S;
     const int L = ws * WARP + lane, nch = a.n_in / NV;
-    long rows = 0;
-    if (GLU)
-        rows = a.m[0].n_out;
-    else
-        for (int k = 0; k < a.n; k++)
-            rows += a.m[k].n_out;
+    const long rows = gv_out_rows(a, GLU);
     const long base = ((long)blockIdx.x * (GV_WARPS / S) + grp) * R;
 
     const uint4 *rp[NS];
@@ -801,7 +785,7 @@ static int gemv_by_shape(const tcu_gemv_args *a, long rows, cudaStream_t s)
 static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
-    long rows = gemv_rows(a);
+    const long rows = gv_out_rows(*a, a->glu != 0);
     if (rows == 0 || a->T == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;

@@ -29,6 +29,15 @@ __device__ __forceinline__ int gv_mat_of(const tcu_gemv_args &a, long gr, long *
     return k;
 }
 
+// Output rows of a launch: a gate/up pair (glu) counts once.
+__host__ __device__ inline long gv_out_rows(const tcu_gemv_args &a, bool glu)
+{
+    long rows = a.m[0].n_out;
+    for (int k = 1; !glu && k < a.n; k++)
+        rows += a.m[k].n_out;
+    return rows;
+}
+
 // (x * r) * g per element, the fused RMSNorm's rounding (as tcu_rmsnorm).
 __device__ __forceinline__ float4 norm4(float4 x, float r, float4 g)
 {

@@ -50,6 +50,29 @@ __device__ __forceinline__ void pack3(float x0, float x1, uint32_t p[3])
     p[2] = (l0 >> 16) | l1;
 }
 
+// Inputs 8t .. 8t + 7 of a step (v0, v1) split into three bf16 parts, in
+// the panel's 16-byte pieces: pairs (8t + i, 8t + i + 1), or for 4-bit
+// weights (Q) pairs (8t + i, 8t + 4 + i), the codes' order.
+template <bool Q>
+__device__ __forceinline__ void tc_split8(float4 v0, float4 v1, uint4 &hi, uint4 &mid, uint4 &lo)
+{
+    uint32_t p[4][3];
+    if (Q) {
+        pack3(v0.x, v1.x, p[0]);
+        pack3(v0.y, v1.y, p[1]);
+        pack3(v0.z, v1.z, p[2]);
+        pack3(v0.w, v1.w, p[3]);
+    } else {
+        pack3(v0.x, v0.y, p[0]);
+        pack3(v0.z, v0.w, p[1]);
+        pack3(v1.x, v1.y, p[2]);
+        pack3(v1.z, v1.w, p[3]);
+    }
+    hi = make_uint4(p[0][0], p[1][0], p[2][0], p[3][0]);
+    mid = make_uint4(p[0][1], p[1][1], p[2][1], p[3][1]);
+    lo = make_uint4(p[0][2], p[1][2], p[2][2], p[3][2]);
+}
+
 // One 32-input step of one A tile (rows g, g + 8: wa, wb) against the
 // activations' bf16 parts xb[4][3] (pairs 0..3 of inputs 8t .. 8t + 7).
 __device__ __forceinline__ void mma_step(float c[4], const uint4 &wa, const uint4 &wb, const uint32_t xb[4][3])
@@ -74,12 +97,7 @@ __global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gem
     __shared__ float rnorm[8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x * (MMA_WARPS / KS) + warp / KS, ks = warp % KS;
-    long rows = 0;
-    if (GLU)
-        rows = a.m[0].n_out;
-    else
-        for (int k = 0; k < a.n; k++)
-            rows += a.m[k].n_out;
+    const long rows = gv_out_rows(a, GLU);
     const int slice = a.n_in / KS, kb = ks * slice;
     /* the lane's two rows (g, g + 8) of the tile: matrix and local row */
     const uint4 *rp[NA][2];
@@ -380,22 +398,9 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
                 v0 = norm4(v0, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e)));
                 v1 = norm4(v1, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e) + 1));
             }
-            uint32_t p[4][3];
-            if (Q) { /* pairs (8t + i, 8t + 4 + i): the codes' order */
+            if (Q)
                 s8 = tc_sum8(v0, v1);
-                pack3(v0.x, v1.x, p[0]);
-                pack3(v0.y, v1.y, p[1]);
-                pack3(v0.z, v1.z, p[2]);
-                pack3(v0.w, v1.w, p[3]);
-            } else {
-                pack3(v0.x, v0.y, p[0]);
-                pack3(v0.z, v0.w, p[1]);
-                pack3(v1.x, v1.y, p[2]);
-                pack3(v1.z, v1.w, p[3]);
-            }
-            hi = make_uint4(p[0][0], p[1][0], p[2][0], p[3][0]);
-            mid = make_uint4(p[0][1], p[1][1], p[2][1], p[3][1]);
-            lo = make_uint4(p[0][2], p[1][2], p[2][2], p[3][2]);
+            tc_split8<Q>(v0, v1, hi, mid, lo);
         }
         if (Q)
             st8[i] = s8;
@@ -445,10 +450,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     const int ks = (int)cl.block_rank();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const bool glu = a.glu != 0;
-    long rows = a.m[0].n_out; /* output rows */
-    if (!glu)
-        for (int k = 1; k < a.n; k++)
-            rows += a.m[k].n_out;
+    const long rows = gv_out_rows(a, glu);
     const int orows = glu ? TC_ROWS / 2 : TC_ROWS;
     const long o0 = (long)blockIdx.y * orows;
     const int nsteps = a.n_in / 32 / KS, s0 = ks * nsteps;
@@ -598,21 +600,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                         }
                         if (Q) /* the 8 values' sum, in order */
                             xs8[(st * 4 + tq) * JS + j] = tc_sum8(v0, v1);
-                        uint32_t p[4][3];
-                        if (Q) { /* pairs (8t + i, 8t + 4 + i): the codes' order */
-                            pack3(v0.x, v1.x, p[0]);
-                            pack3(v0.y, v1.y, p[1]);
-                            pack3(v0.z, v1.z, p[2]);
-                            pack3(v0.w, v1.w, p[3]);
-                        } else {
-                            pack3(v0.x, v0.y, p[0]);
-                            pack3(v0.z, v0.w, p[1]);
-                            pack3(v1.x, v1.y, p[2]);
-                            pack3(v1.z, v1.w, p[3]);
-                        }
-                        hi = make_uint4(p[0][0], p[1][0], p[2][0], p[3][0]);
-                        mid = make_uint4(p[0][1], p[1][1], p[2][1], p[3][1]);
-                        lo = make_uint4(p[0][2], p[1][2], p[2][2], p[3][2]);
+                        tc_split8<Q>(v0, v1, hi, mid, lo);
                     }
                     uint4 *d = xs + ((size_t)st * C + 3 * j) * 4 + tq;
                     d[0] = hi; /* columns past the tokens: zeros */
