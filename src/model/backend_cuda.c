@@ -56,17 +56,24 @@ int model_cuda_device_count(void) { return 0; }
 #define CU_SPLIT_LEN1 16
 /* One-token products whose weights may be requested before the launch
  * waits for the kernel before it (tcu_gemv_args.early; TERN_CUDA_EARLY =
- * the sum of those wanted, default CU_EARLY_DOWN): down follows gate/up,
+ * the sum of those wanted, default CU_PROD_DOWN): down follows gate/up,
  * whose last of 4.5 waves leaves the memory half idle - the down blocks
  * already resident fill it (8B bf16 batch 1 +0.3-0.9%); measured on the
  * H200 at batch 1, the o product after the attention and lm_head gained
  * nothing, gate/up (after the short o launch) lost 3%, q/k/v 1.3%
  * (docs/cuda.md). */
-#define CU_EARLY_O 1
-#define CU_EARLY_GU 2
-#define CU_EARLY_DOWN 4
-#define CU_EARLY_QKV 8
-#define CU_EARLY_LM 16
+#define CU_PROD_O 1
+#define CU_PROD_GU 2
+#define CU_PROD_DOWN 4
+#define CU_PROD_QKV 8
+#define CU_PROD_LM 16
+/* One-token bf16 products whose weights stream through a shared-memory
+ * ring (tcu_gemv_args.ring; TERN_CUDA_RING = the sum of those wanted, same
+ * bits as TERN_CUDA_EARLY) */
+#define CU_RING_DEFAULT CU_PROD_GU
+/* what mm_dev / mm_dev_norm pass to a product's GEMV launch */
+#define CU_OPT_EARLY 1
+#define CU_OPT_RING 2
 /* tcu_step's L2 prefetch: percent of the o weights during the attention,
  * KiB a warp of its next product before a barrier */
 #define CU_STEP_PF_O 100
@@ -129,7 +136,8 @@ typedef struct cu_backend {
     int split_len1; /* ... of a step of one token (CU_SPLIT_LEN1) */
     int qkv_fuse; /* TERN_CUDA_QKV_FUSE=0: never tcu_qkv_attention */
     int gemv_stage; /* TERN_CUDA_GEMV_STAGE=0: no tcu_gemv_args.stage (each block splits its activations) */
-    int early;      /* TERN_CUDA_EARLY: the products whose launches get tcu_gemv_args.early (CU_EARLY_*) */
+    int early;      /* TERN_CUDA_EARLY: the products whose launches get tcu_gemv_args.early (CU_PROD_*) */
+    int ring;       /* TERN_CUDA_RING: ... tcu_gemv_args.ring */
     int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
     /* the one-launch decode step (tcu_step), opt-in (TERN_CUDA_STEP=1: slower
      * so far - docs/cuda.md), where the model allows it (every layer weight
@@ -265,12 +273,18 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
 
 /* ---- products on device arrays ---- */
 
+/* The launch options of product p (CU_PROD_*): CU_OPT_* */
+static int cu_opts(const cu_backend *be, int p)
+{
+    return (be->early & p ? CU_OPT_EARLY : 0) | (be->ring & p ? CU_OPT_RING : 0);
+}
+
 /* y_k = x @ W_k^T (or += when accumulate); glu: m[0].y = act(gate) * up
  * with m[1].y as the up buffer. */
 /* Whether the n matrices go to one GEMV launch (a decode-sized batch, all of
  * one kind); if so, fills a's common fields. */
 static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const tcu_mat *mats, const float *x,
-                           int n_in, int T, int glu, int early)
+                           int n_in, int T, int glu, int opts)
 {
     int same = 1;
     for (int i = 1; i < n; i++)
@@ -288,23 +302,24 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->wide = be->wide;
     a->stage = be->gemv_stage ? be->xh : NULL;
     a->stage_bytes = be->gemv_stage ? be->cap_xh : 0;
-    a->early = early;
+    a->early = (opts & CU_OPT_EARLY) != 0;
+    a->ring = (opts & CU_OPT_RING) != 0;
     return 1;
 }
 
-/* early: tcu_gemv_args.early of the GEMV launches (CU_EARLY_*) */
+/* opts: CU_OPT_* of the GEMV launches (cu_opts) */
 static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
-                  int glu, int early, tern_err *err)
+                  int glu, int opts, tern_err *err)
 {
     tcu_gemv_args a;
-    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, early)) {
+    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
         a.accumulate = accumulate;
         CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
         return 0;
     }
     if (T < be->gemm_min_t) { /* mixed kinds: one launch each */
         for (int i = 0; i < n; i++) {
-            gemv_one_launch(be, &a, 1, &mats[i], x, n_in, T, 0, early);
+            gemv_one_launch(be, &a, 1, &mats[i], x, n_in, T, 0, opts);
             a.accumulate = accumulate;
             CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
         }
@@ -346,10 +361,10 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
  * xn, then mm_dev of xn; the GEMV path hands the norm to tcu_gemv, which
  * fuses it where the variant can. */
 static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, const float *g, float *xn,
-                       const int32_t *rows, int n_in, int T, int glu, int early, tern_err *err)
+                       const int32_t *rows, int n_in, int T, int glu, int opts, tern_err *err)
 {
     tcu_gemv_args a;
-    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, early)) {
+    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
         a.norm_g = g;
         a.norm_out = xn;
         a.norm_eps = be->m->cfg.norm_eps;
@@ -358,7 +373,7 @@ static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, con
         return 0;
     }
     CU(tcu_rmsnorm(x, rows, g, xn, T, n_in, be->m->cfg.norm_eps, 0, (tcu_stream)be->stream), "rmsnorm");
-    return mm_dev(be, n, mats, xn, be->xh, n_in, T, 0, glu, early, err);
+    return mm_dev(be, n, mats, xn, be->xh, n_in, T, 0, glu, opts, err);
 }
 
 /* ---- scratch ---- */
@@ -723,7 +738,7 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         qkv[0].y = be->q;
         qkv[1].y = be->k;
         qkv[2].y = be->v;
-        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, be->early & CU_EARLY_QKV,
+        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, cu_opts(be, CU_PROD_QKV),
                               err)))
             return rc;
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
@@ -739,40 +754,40 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         }
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;
-        const int o_early = be->early & CU_EARLY_O;
+        const int o_opts = cu_opts(be, CU_PROD_O);
         if (L->post_attn_norm) {
             o.y = be->tmp;
-            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, o_early, err)))
+            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, o_opts, err)))
                 return rc;
             CU(tcu_rmsnorm(be->tmp, NULL, L->post_attn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
         } else {
             o.y = be->x;
-            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, o_early, err)))
+            if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, o_opts, err)))
                 return rc;
         }
         tcu_mat gu[2] = {*L->wg, *L->wu};
         gu[0].y = be->gate;
         gu[1].y = be->up;
         if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, c->gelu ? 2 : 1,
-                              be->early & CU_EARLY_GU, err)))
+                              cu_opts(be, CU_PROD_GU), err)))
             return rc;
-        const int d_early = be->early & CU_EARLY_DOWN;
+        const int d_opts = cu_opts(be, CU_PROD_DOWN);
         tcu_mat d = *L->wd;
         if (L->post_ffn_norm) {
             d.y = be->tmp;
-            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 0, 0, d_early, err)))
+            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 0, 0, d_opts, err)))
                 return rc;
             CU(tcu_rmsnorm(be->tmp, NULL, L->post_ffn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
         } else {
             d.y = be->x;
-            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 1, 0, d_early, err)))
+            if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 1, 0, d_opts, err)))
                 return rc;
         }
     }
     if (n_out > 0) {
         tcu_mat lm = *be->lm_head;
         lm.y = be->logits;
-        if ((rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, be->early & CU_EARLY_LM,
+        if ((rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, cu_opts(be, CU_PROD_LM),
                               err)))
             return rc;
         if (c->final_softcap > 0)
@@ -1278,7 +1293,9 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     e = getenv("TERN_CUDA_GEMV_STAGE");
     be->gemv_stage = !(e && !strcmp(e, "0"));
     e = getenv("TERN_CUDA_EARLY");
-    be->early = e && *e ? atoi(e) : CU_EARLY_DOWN;
+    be->early = e && *e ? atoi(e) : CU_PROD_DOWN;
+    e = getenv("TERN_CUDA_RING");
+    be->ring = e && *e ? atoi(e) : CU_RING_DEFAULT;
     e = getenv("TERN_CUDA_SPLIT_LEN1");
     be->split_len1 = e && *e && atoi(e) >= 0 ? atoi(e) : CU_SPLIT_LEN1;
     e = getenv("TERN_CUDA_STEP");

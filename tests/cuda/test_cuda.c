@@ -474,6 +474,16 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     if (!same_logits_with(mdir, "TERN_CUDA_EARLY", "31", prompt, n_prompt, n_dec, lg) ||
         !same_logits_with(mdir, "TERN_CUDA_EARLY", "0", prompt, n_prompt, n_dec, lg))
         fail_msg("%s: logits change with the products' early weight requests", family);
+    /* every product's bf16 weights through the shared-memory ring
+     * (tcu_gemv_args.ring) against none: the same bits */
+#ifdef TERN_CUDA
+    const int rings0 = tcu_gemv_ring_count();
+    if (!same_logits_with(mdir, "TERN_CUDA_RING", "31", prompt, n_prompt, n_dec, lg) ||
+        !same_logits_with(mdir, "TERN_CUDA_RING", "0", prompt, n_prompt, n_dec, lg))
+        fail_msg("%s: logits change with the shared-memory weight ring", family);
+    if (!bits && tcu_gemv_ring_count() == rings0)
+        fail_msg("%s: no product took the shared-memory ring", family);
+#endif
     if (tol < 1e-3) { /* two sequences a step, against the CPU doing the same */
         const int nd = 6;
         float *pc = malloc((size_t)nd * 2 * V * sizeof(float)), *pg = malloc((size_t)nd * 2 * V * sizeof(float));
@@ -611,6 +621,164 @@ static void test_gemv_rows_by_shape(void **state)
     }
     tcu_gemv_variant_reset();
     cpu->free(cpu);
+#else
+    skip();
+#endif
+}
+
+/* The shared-memory ring GEMV (tcu_gemv_args.ring: one token, bf16) sums
+ * each row as variant 4 does: the same bits, on shapes whose blocks wrap
+ * the ring several times (q/k/v-like rows across three matrices with a
+ * fused norm over a gathered row, a SwiGLU and a GELU pair, a wide down
+ * product accumulating into its output), and near a double reference. */
+static void test_gemv_ring(void **state)
+{
+    (void)state;
+#ifdef TERN_CUDA
+    if (!have_gpu())
+        skip();
+    tern_rng r;
+    tern_rng_seed(&r, 4242, 1);
+    const struct {
+        int n_in, n, glu, norm, acc, rows[3];
+    } cases[] = {
+        {4096, 3, 0, 1, 0, {4096, 1024, 1024}},
+        {4096, 2, 1, 1, 0, {14336, 14336, 0}},
+        {2048, 2, 2, 1, 0, {1500, 1500, 0}},
+        {14336, 1, 0, 0, 1, {1500, 0, 0}},
+        {512, 1, 0, 0, 0, {77, 0, 0}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int n_in = cases[ci].n_in, n = cases[ci].n, glu = cases[ci].glu;
+        const int xrow = 1; /* the norm reads row 1 of two */
+        float *x = malloc(2 * (size_t)n_in * sizeof(float)), *g = malloc((size_t)n_in * sizeof(float));
+        float *xn = malloc((size_t)n_in * sizeof(float));
+        assert_true(x && g && xn);
+        fill(&r, x, 2 * (size_t)n_in, 1.0f);
+        fill(&r, g, (size_t)n_in, 1.0f);
+        if (cases[ci].norm)
+            norm_row_ref(x + (size_t)xrow * n_in, g, n_in, 1e-5f, xn);
+        else
+            memcpy(xn, x + (size_t)xrow * n_in, (size_t)n_in * sizeof(float));
+        tcu_gemv_args a;
+        memset(&a, 0, sizeof a);
+        a.n = n;
+        a.n_in = n_in;
+        a.T = 1;
+        a.glu = glu;
+        a.accumulate = cases[ci].acc;
+        float *dx, *dg, *dn;
+        int32_t *drow;
+        assert_int_equal(cudaMalloc((void **)&dx, 2 * (size_t)n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&dg, (size_t)n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&dn, (size_t)n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&drow, sizeof(int32_t)), 0);
+        assert_int_equal(cudaMemcpy(dx, x, 2 * (size_t)n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(dg, g, (size_t)n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(drow, &xrow, sizeof(int32_t), cudaMemcpyHostToDevice), 0);
+        a.x = cases[ci].norm ? dx : dx + (size_t)xrow * n_in;
+        if (cases[ci].norm) {
+            a.norm_g = dg;
+            a.norm_out = dn;
+            a.norm_eps = 1e-5f;
+            a.norm_rows = drow;
+        }
+        uint16_t *hw[3];
+        double *ref[3];
+        float *y0[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < n; k++) {
+            const int rows = cases[ci].rows[k];
+            const size_t nw = (size_t)rows * n_in;
+            hw[k] = malloc(nw * sizeof(uint16_t));
+            ref[k] = malloc((size_t)rows * sizeof(double));
+            y0[k] = malloc((size_t)rows * sizeof(float));
+            assert_true(hw[k] && ref[k] && y0[k]);
+            for (size_t i = 0; i < nw; i++) {
+                float f = 0.05f * (tern_rng_f32(&r) * 2.0f - 1.0f);
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                hw[k][i] = (uint16_t)(u >> 16);
+            }
+            fill(&r, y0[k], (size_t)rows, 1.0f); /* what an accumulating product adds to */
+            for (int o = 0; o < rows; o++) {
+                double d = 0.0;
+                for (int i = 0; i < n_in; i++) {
+                    uint32_t u = (uint32_t)hw[k][(size_t)o * n_in + i] << 16;
+                    float wf;
+                    memcpy(&wf, &u, 4);
+                    d += (double)wf * xn[i];
+                }
+                ref[k][o] = d;
+            }
+            void *dw;
+            float *dy;
+            assert_int_equal(cudaMalloc(&dw, nw * sizeof(uint16_t)), 0);
+            assert_int_equal(cudaMalloc((void **)&dy, (size_t)rows * sizeof(float)), 0);
+            assert_int_equal(cudaMemcpy(dw, hw[k], nw * sizeof(uint16_t), cudaMemcpyHostToDevice), 0);
+            a.m[k] = (tcu_mat){dw, NULL, dy, rows, TCU_BF16, 0};
+        }
+        const int rows0 = cases[ci].rows[0];
+        float *yv[2][3];
+        tcu_gemv_set_variant(-1, 4);
+        for (int ring = 0; ring < 2; ring++) {
+            a.ring = ring;
+            for (int k = 0; k < n; k++)
+                assert_int_equal(cudaMemcpy(a.m[k].y, y0[k], (size_t)a.m[k].n_out * sizeof(float),
+                                            cudaMemcpyHostToDevice), 0);
+            const int before = tcu_gemv_ring_count();
+            assert_int_equal(tcu_gemv(&a, NULL), 0);
+            assert_int_equal(cudaDeviceSynchronize(), 0);
+            if (ring && tcu_gemv_ring_count() != before + 1)
+                fail_msg("case %zu: the launch did not take the ring", ci);
+            for (int k = 0; k < (glu ? 1 : n); k++) {
+                yv[ring][k] = malloc((size_t)a.m[k].n_out * sizeof(float));
+                assert_non_null(yv[ring][k]);
+                assert_int_equal(cudaMemcpy(yv[ring][k], a.m[k].y, (size_t)a.m[k].n_out * sizeof(float),
+                                            cudaMemcpyDeviceToHost), 0);
+            }
+        }
+        tcu_gemv_variant_reset();
+        double num = 0.0, den = 0.0;
+        for (int k = 0; k < (glu ? 1 : n); k++) {
+            const int rows = a.m[k].n_out;
+            assert_memory_equal(yv[0][k], yv[1][k], (size_t)rows * sizeof(float));
+            for (int o = 0; o < rows; o++) {
+                double want = ref[k][o];
+                if (glu) {
+                    const double v = ref[0][o], u = ref[1][o];
+                    want = (glu == 2 ? 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+                                     : v / (1.0 + exp(-v))) *
+                           u;
+                } else if (cases[ci].acc) {
+                    want += y0[k][o];
+                }
+                num += (yv[1][k][o] - want) * (yv[1][k][o] - want);
+                den += want * want;
+            }
+            free(yv[0][k]);
+            free(yv[1][k]);
+        }
+        const double e = sqrt(num / (den > 0 ? den : 1));
+        print_message("ring GEMV n_in %d, %d rows x %d%s%s%s: same bits as variant 4, rel err %.3g (tol 1e-5)\n",
+                      n_in, rows0, n, glu ? ", GLU" : "", cases[ci].norm ? ", fused norm" : "",
+                      cases[ci].acc ? ", accumulate" : "", e);
+        if (!(e <= 1e-5))
+            fail_msg("ring GEMV case %zu: relative error %g", ci, e);
+        for (int k = 0; k < n; k++) {
+            cudaFree((void *)a.m[k].w);
+            cudaFree(a.m[k].y);
+            free(hw[k]);
+            free(ref[k]);
+            free(y0[k]);
+        }
+        cudaFree(dx);
+        cudaFree(dg);
+        cudaFree(dn);
+        cudaFree(drow);
+        free(x);
+        free(g);
+        free(xn);
+    }
 #else
     skip();
 #endif
@@ -788,6 +956,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_rows_by_shape),
         cmocka_unit_test(test_gemv_stage),
+        cmocka_unit_test(test_gemv_ring),
         cmocka_unit_test(test_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

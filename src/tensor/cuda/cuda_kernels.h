@@ -62,8 +62,13 @@ typedef struct tcu_gemv_args {
      * chunks before it waits for that kernel, as the 4/8-bit ones always
      * do */
     int early;
+    /* one token of bf16 weights: the weights stream through a ring of
+     * shared memory (gemv_ring.cu), requested from the block's start */
+    int ring;
 } tcu_gemv_args;
 int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
+/* launches that took the shared-memory ring (tcu_gemv_args.ring), for tests */
+int tcu_gemv_ring_count(void);
 
 /* GEMV kernel variants (gemv.cu and gemv_tc.cu say what each does; every one keeps
  * the contract above). The choice is process-wide and per weight kind

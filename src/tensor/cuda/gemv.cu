@@ -232,20 +232,6 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 #define GV_SMEM_G (64 * 1024) /* the norm weights of the one-panel path */
 
 
-// Swizzle of a chunk's 16-byte pieces in shared memory (P pieces a chunk).
-template <int NV> __device__ __forceinline__ int gv_swz(int cc)
-{
-    constexpr int P = NV / 4;
-    return P >= 8 ? (cc & 7) % P : (cc / (8 / P)) % P;
-}
-
-// Where input e of a staged row lives in shared memory.
-template <int NV> __device__ __forceinline__ int gv_pos(int e)
-{
-    const int cc = e / NV, p = (e % NV) / 4;
-    return cc * NV + ((p ^ gv_swz<NV>(cc)) * 4) + (e & 3);
-}
-
 /* blocks per SM the registers must allow at T = 1: three for 16-bit
  * weights (a q/k/v launch of the 8B shape is then one wave), two for
  * quantized ones */
@@ -790,6 +776,8 @@ static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
     int rc = -1;
+    if (a->ring && (rc = gemv_ring(a, rows, s)) >= 0)
+        return rc;
     switch (tcu_gemv_variant(a->m[0].kind)) {
     case 1: rc = gemv_v_kind<1, 1, false>(a, rows, s); break;
     case 2: rc = gemv_v_kind<2, 1, false>(a, rows, s); break;

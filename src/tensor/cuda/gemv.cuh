@@ -38,6 +38,20 @@ __host__ __device__ inline long gv_out_rows(const tcu_gemv_args &a, bool glu)
     return rows;
 }
 
+// Swizzle of a chunk's 16-byte pieces in shared memory (P pieces a chunk).
+template <int NV> __device__ __forceinline__ int gv_swz(int cc)
+{
+    constexpr int P = NV / 4;
+    return P >= 8 ? (cc & 7) % P : (cc / (8 / P)) % P;
+}
+
+// Where input e of a staged row lives in shared memory.
+template <int NV> __device__ __forceinline__ int gv_pos(int e)
+{
+    const int cc = e / NV, p = (e % NV) / 4;
+    return cc * NV + ((p ^ gv_swz<NV>(cc)) * 4) + (e & 3);
+}
+
 // (x * r) * g per element, the fused RMSNorm's rounding (as tcu_rmsnorm).
 __device__ __forceinline__ float4 norm4(float4 x, float r, float4 g)
 {
@@ -123,3 +137,6 @@ __device__ __forceinline__ float chunk_dot_v(const uint4 &raw, const float *xv, 
 // 4-bit); -1 when the launch's weights do not suit them.
 int gemv_mma(const tcu_gemv_args *a, long rows, cudaStream_t s);
 int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s);
+// One token of bf16 weights through a shared-memory ring (gemv_ring.cu);
+// -1 when the launch does not suit it.
+int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s);
