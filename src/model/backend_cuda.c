@@ -69,7 +69,9 @@ int model_cuda_device_count(void) { return 0; }
 #define CU_PROD_LM 16
 /* One-token bf16 products whose weights stream through a shared-memory
  * ring (tcu_gemv_args.ring; TERN_CUDA_RING = the sum of those wanted, same
- * bits as TERN_CUDA_EARLY) */
+ * bits as TERN_CUDA_EARLY): gate/up, whose 4.5 waves of register-kernel
+ * blocks end in a ragged one (H200 batch 1: 8B bf16 +4.4%, 1B +6.5%); o,
+ * q/k/v, down and lm_head lost on it (docs/cuda.md) */
 #define CU_RING_DEFAULT CU_PROD_GU
 /* what mm_dev / mm_dev_norm pass to a product's GEMV launch */
 #define CU_OPT_EARLY 1
