@@ -5,8 +5,10 @@
 // weights - and consumer warps that sum each row as variant 4 does (lane L
 // adds chunks L, L + 32, ... in order, the warp's butterfly, the fused
 // norm's 256-thread double sums), so the bits are those of the register
-// kernel. The ring holds up to ~200 KiB a multiprocessor in flight without
-// a register for it, so a launch's ramp overlaps the kernel before it.
+// kernel. The ring keeps ~128 KiB a multiprocessor in flight without a
+// register for it, and one block a multiprocessor has no waves: the
+// one-token gate/up product (4.5 waves of register-kernel blocks) loses
+// its ramp and ragged last wave (docs/cuda.md).
 #include "tensor/cuda/gemv.cuh"
 
 #define RG_WARPS 16          /* consumer warps; one more warp produces */
