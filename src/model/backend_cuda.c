@@ -70,9 +70,11 @@ int model_cuda_device_count(void) { return 0; }
 /* One-token bf16 products whose weights stream through a shared-memory
  * ring (tcu_gemv_args.ring; TERN_CUDA_RING = the sum of those wanted, same
  * bits as TERN_CUDA_EARLY): gate/up, whose 4.5 waves of register-kernel
- * blocks end in a ragged one (H200 batch 1: 8B bf16 +4.4%, 1B +6.5%); o,
- * q/k/v, down and lm_head lost on it (docs/cuda.md) */
-#define CU_RING_DEFAULT CU_PROD_GU
+ * blocks end in a ragged one (H200 batch 1: 8B bf16 +4.4%, 1B +6.5%), and
+ * down where its rows fit the ring's 8 slots (1B +3.6%; the 8B rows do
+ * not, and keep the register kernel); o, q/k/v and lm_head lost on it
+ * (docs/cuda.md) */
+#define CU_RING_DEFAULT (CU_PROD_GU | CU_PROD_DOWN)
 /* what mm_dev / mm_dev_norm pass to a product's GEMV launch */
 #define CU_OPT_EARLY 1
 #define CU_OPT_RING 2

@@ -629,8 +629,9 @@ static void test_gemv_rows_by_shape(void **state)
 /* The shared-memory ring GEMV (tcu_gemv_args.ring: one token, bf16) sums
  * each row as variant 4 does: the same bits, on shapes whose blocks wrap
  * the ring several times (q/k/v-like rows across three matrices with a
- * fused norm over a gathered row, a SwiGLU and a GELU pair, a wide down
- * product accumulating into its output), and near a double reference. */
+ * fused norm over a gathered row, a SwiGLU and a GELU pair, a down
+ * product accumulating into its output), and near a double reference; a
+ * launch too wide for its 8 slots keeps the register kernel. */
 static void test_gemv_ring(void **state)
 {
     (void)state;
@@ -640,13 +641,14 @@ static void test_gemv_ring(void **state)
     tern_rng r;
     tern_rng_seed(&r, 4242, 1);
     const struct {
-        int n_in, n, glu, norm, acc, rows[3];
+        int n_in, n, glu, norm, acc, rows[3], takes; /* takes: the ring has room for its 8 slots */
     } cases[] = {
-        {4096, 3, 0, 1, 0, {4096, 1024, 1024}},
-        {4096, 2, 1, 1, 0, {14336, 14336, 0}},
-        {2048, 2, 2, 1, 0, {1500, 1500, 0}},
-        {14336, 1, 0, 0, 1, {1500, 0, 0}},
-        {512, 1, 0, 0, 0, {77, 0, 0}},
+        {4096, 3, 0, 1, 0, {4096, 1024, 1024}, 1},
+        {4096, 2, 1, 1, 0, {14336, 14336, 0}, 1},
+        {2048, 2, 2, 1, 0, {1500, 1500, 0}, 1},
+        {8192, 1, 0, 0, 1, {1500, 0, 0}, 1},
+        {512, 1, 0, 0, 0, {77, 0, 0}, 1},
+        {14336, 1, 0, 0, 1, {600, 0, 0}, 0}, /* 8B down: the register kernel */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int n_in = cases[ci].n_in, n = cases[ci].n, glu = cases[ci].glu;
@@ -728,8 +730,9 @@ static void test_gemv_ring(void **state)
             const int before = tcu_gemv_ring_count();
             assert_int_equal(tcu_gemv(&a, NULL), 0);
             assert_int_equal(cudaDeviceSynchronize(), 0);
-            if (ring && tcu_gemv_ring_count() != before + 1)
-                fail_msg("case %zu: the launch did not take the ring", ci);
+            const int took = tcu_gemv_ring_count() - before, want = ring && cases[ci].takes;
+            if (took != want)
+                fail_msg("case %zu: the ring was %s", ci, want ? "not taken" : "taken for a too wide row");
             for (int k = 0; k < (glu ? 1 : n); k++) {
                 yv[ring][k] = malloc((size_t)a.m[k].n_out * sizeof(float));
                 assert_non_null(yv[ring][k]);

@@ -14,6 +14,10 @@
 #define RG_WARPS 16          /* consumer warps; one more warp produces */
 #define RG_NORM_THREADS 256 /* the fused norm's sums: as rmsnorm_kernel */
 #define RG_MAX_SLOTS 64
+/* fewer slots starve the stream: gate/up of 8B in 4 slots (64 KiB in
+ * flight a SM) ran at 218 tok/s against 249 in 8; down of 8B (3 slots of
+ * 28 KiB) lost 4% - those launches keep the register kernel */
+#define RG_MIN_SLOTS 8
 /* dynamic shared memory a block: activations (and norm weights) + ring.
  * Measured at 8B bf16 batch 1 (gate/up on the ring): 8 slots in 160 KiB
  * 249 tok/s, 11 slots in 208 KiB 235, 4 in 96 KiB 218. Likely the
@@ -212,7 +216,7 @@ static int ring_launches;
 extern "C" int tcu_gemv_ring_count(void) { return ring_launches; }
 
 // -1 when the launch does not suit the ring (not one token of bf16
-// weights, or no room for two slots).
+// weights, or no room for RG_MIN_SLOTS slots).
 int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s)
 {
     if (a->T != 1 || (a->glu && a->n != 2))
@@ -229,7 +233,7 @@ int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s)
     const bool glu = a->glu != 0;
     const size_t xs = (size_t)(a->norm_g ? 2 : 1) * a->n_in * sizeof(float);
     const size_t ib = (size_t)a->n_in * 2 * (glu ? 2 : 1);
-    if (xs + 2 * ib > RG_SMEM)
+    if (xs + RG_MIN_SLOTS * ib > RG_SMEM)
         return -1;
     int nslot = (int)((RG_SMEM - xs) / ib);
     if (nslot > RG_MAX_SLOTS)
