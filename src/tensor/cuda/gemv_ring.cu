@@ -8,7 +8,8 @@
 // kernel. The ring keeps ~128 KiB a multiprocessor in flight without a
 // register for it, and one block a multiprocessor has no waves: the
 // one-token gate/up product (4.5 waves of register-kernel blocks) loses
-// its ramp and ragged last wave (docs/cuda.md).
+// its ramp and ragged last wave, and down (where its rows fit 8 slots)
+// its ramp (docs/cuda.md).
 #include "tensor/cuda/gemv.cuh"
 
 #define RG_WARPS 16          /* consumer warps; one more warp produces */
