@@ -685,38 +685,29 @@ static void test_gemv_ring(void **state)
             a.norm_eps = 1e-5f;
             a.norm_rows = drow;
         }
-        uint16_t *hw[3];
+        test_w tw[3];
         double *ref[3];
         float *y0[3] = {NULL, NULL, NULL};
         for (int k = 0; k < n; k++) {
             const int rows = cases[ci].rows[k];
             const size_t nw = (size_t)rows * n_in;
-            hw[k] = malloc(nw * sizeof(uint16_t));
+            make_weight(&r, &tw[k], 1, rows, n_in, 0);
+            const uint16_t *hw = tw[k].buf;
             ref[k] = malloc((size_t)rows * sizeof(double));
             y0[k] = malloc((size_t)rows * sizeof(float));
-            assert_true(hw[k] && ref[k] && y0[k]);
-            for (size_t i = 0; i < nw; i++) {
-                float f = 0.05f * (tern_rng_f32(&r) * 2.0f - 1.0f);
-                uint32_t u;
-                memcpy(&u, &f, 4);
-                hw[k][i] = (uint16_t)(u >> 16);
-            }
+            assert_true(ref[k] && y0[k]);
             fill(&r, y0[k], (size_t)rows, 1.0f); /* what an accumulating product adds to */
             for (int o = 0; o < rows; o++) {
                 double d = 0.0;
-                for (int i = 0; i < n_in; i++) {
-                    uint32_t u = (uint32_t)hw[k][(size_t)o * n_in + i] << 16;
-                    float wf;
-                    memcpy(&wf, &u, 4);
-                    d += (double)wf * xn[i];
-                }
+                for (int i = 0; i < n_in; i++)
+                    d += (double)tern_bf16_to_f32(hw[(size_t)o * n_in + i]) * xn[i];
                 ref[k][o] = d;
             }
             void *dw;
             float *dy;
             assert_int_equal(cudaMalloc(&dw, nw * sizeof(uint16_t)), 0);
             assert_int_equal(cudaMalloc((void **)&dy, (size_t)rows * sizeof(float)), 0);
-            assert_int_equal(cudaMemcpy(dw, hw[k], nw * sizeof(uint16_t), cudaMemcpyHostToDevice), 0);
+            assert_int_equal(cudaMemcpy(dw, hw, nw * sizeof(uint16_t), cudaMemcpyHostToDevice), 0);
             a.m[k] = (tcu_mat){dw, NULL, dy, rows, TCU_BF16, 0};
         }
         const int rows0 = cases[ci].rows[0];
@@ -770,7 +761,7 @@ static void test_gemv_ring(void **state)
         for (int k = 0; k < n; k++) {
             cudaFree((void *)a.m[k].w);
             cudaFree(a.m[k].y);
-            free(hw[k]);
+            free_weight(&tw[k]);
             free(ref[k]);
             free(y0[k]);
         }

@@ -371,13 +371,8 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
                  * the panel path's products, in place */
                 for (int tt = 0; tt < nt; tt++) {
                     float *xr = xs + tt * pvals;
-                    double ss = 0.0;
-                    for (int e = threadIdx.x; e < a.n_in; e += blockDim.x) {
-                        const float v = xr[gv_pos<NV>(e)];
-                        ss += (double)v * v;
-                    }
-                    ss = block_sum_d(ss);
-                    const float r = (float)(1.0 / sqrt(ss / a.n_in + a.norm_eps));
+                    const float r = gv_staged_rnorm<NV>(xr, a.n_in, a.norm_eps, threadIdx.x, blockDim.x,
+                                                        [](double v) { return block_sum_d(v); });
                     for (int e = threadIdx.x; e < a.n_in; e += blockDim.x) {
                         const int q = gv_pos<NV>(e);
                         xr[q] = __fmul_rn(__fmul_rn(xr[q], r), gs[e]);

@@ -52,6 +52,22 @@ template <int NV> __device__ __forceinline__ int gv_pos(int e)
     return cc * NV + ((p ^ gv_swz<NV>(cc)) * 4) + (e & 3);
 }
 
+// The RMSNorm factor of a row staged in shared memory (gv_pos layout):
+// thread tid of nthr adds e = tid, tid + nthr, ... in double, sum() reduces
+// over the threads - 256 of them in a fixed order, as rmsnorm_kernel, for
+// the norm kernel's bits.
+template <int NV, class Sum>
+__device__ __forceinline__ float gv_staged_rnorm(const float *xr, int n_in, float eps, int tid, int nthr, Sum sum)
+{
+    double ss = 0.0;
+    for (int e = tid; e < n_in; e += nthr) {
+        const float v = xr[gv_pos<NV>(e)];
+        ss += (double)v * v;
+    }
+    ss = sum(ss);
+    return (float)(1.0 / sqrt(ss / n_in + eps));
+}
+
 // (x * r) * g per element, the fused RMSNorm's rounding (as tcu_rmsnorm).
 __device__ __forceinline__ float4 norm4(float4 x, float r, float4 g)
 {

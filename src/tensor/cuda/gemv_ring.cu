@@ -150,14 +150,10 @@ __global__ void __launch_bounds__((RG_WARPS + 1) * WARP, 1) gemv_ring_kernel(con
     }
     if (a.norm_g) {
         if (threadIdx.x < RG_NORM_THREADS) {
-            double ss = 0.0;
-            for (int e = threadIdx.x; e < n_in; e += RG_NORM_THREADS) {
-                const float v = xs[gv_pos<NV>(e)];
-                ss += (double)v * v;
-            }
-            ss = grp_sum_d(rg_norm_grp{}, ss, sh);
+            const float r = gv_staged_rnorm<NV>(xs, n_in, a.norm_eps, threadIdx.x, RG_NORM_THREADS,
+                                                [&](double v) { return grp_sum_d(rg_norm_grp{}, v, sh); });
             if (threadIdx.x == 0)
-                rnorm = (float)(1.0 / sqrt(ss / n_in + a.norm_eps));
+                rnorm = r;
         }
         rg_consumers_sync();
         const float r = rnorm;
