@@ -12,11 +12,13 @@
 #include "cli.h"
 #include "engine/engine.h"
 #include "server/server.h"
+#include "server/toolfmt.h"
 
 #define SERVE_USAGE                                                                                  \
     "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--model-name NAME]\n" \
     "                  [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
     "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
+    "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
     "                  [--grammar-jump] [--device cpu|cuda|cuda:N|auto]\n"
 
@@ -61,6 +63,10 @@ int cmd_serve(int argc, char **argv)
             if (strcmp(v, "prompt") != 0 && strcmp(v, "none") != 0)
                 goto bad_value;
             so.grammar_fallback = !strcmp(v, "prompt");
+        } else if ((v = cli_flag_value(argc, argv, &i, "--tool-call-format"))) {
+            if (!toolfmt_by_name(v))
+                goto bad_value;
+            so.tool_call_format = v;
         } else if ((v = cli_flag_value(argc, argv, &i, "--ctx-size"))) {
             if (cli_parse_int(v, 16, 1 << 24, &x))
                 goto bad_value;

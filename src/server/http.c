@@ -269,6 +269,21 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
         if (rc)
             TERN_WARN("server: %s has no chat template; /v1/chat/completions will answer 400", o->model_dir);
     }
+    if (toolfmt_detect(&s->chat, tok, &s->tools, err))
+        goto fail;
+    if (o->tool_call_format) {
+        const toolfmt *f = toolfmt_by_name(o->tool_call_format);
+        if (!f) {
+            tern_err_set(err, TERN_EINVAL, "unknown tool-call format '%s' (one of %s)", o->tool_call_format,
+                         toolfmt_names());
+            goto fail;
+        }
+        s->tools.fmt = f;
+        s->tools.why = "--tool-call-format";
+    }
+    if (s->chat.tpl)
+        TERN_INFO("server: tool calls: %s (%s)%s", s->tools.fmt->name, s->tools.why,
+                  s->tools.renders_tools ? "" : "; the template does not render tools");
     struct sockaddr_storage ss;
     socklen_t sl;
     if (resolve(s->host, o->port, &ss, &sl, err))

@@ -10,6 +10,7 @@
 
 #include "server/api.h"
 #include "server/server.h"
+#include "server/toolfmt.h"
 #include "template/template.h"
 
 /* Routes, for dispatch and per-route metrics. */
@@ -50,6 +51,7 @@ struct tern_server {
     const tern_tokenizer *tok;
     tern_engine *eng;
     tern_chat_template chat; /* .tpl NULL when the model has none */
+    toolfmt_probe tools;     /* the template's tool-call format (detected, or --tool-call-format) */
     struct MHD_Daemon *d;
     int port;
     int ctx_size;
