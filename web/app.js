@@ -1,7 +1,9 @@
 // tern chat page: talks to this server's /v1/chat/completions with streaming
 // (Server-Sent Events read from fetch), a stop button (aborts the request,
 // which closes the connection and cancels the generation in the engine), and
-// a few settings kept in localStorage. No external resources.
+// a few settings kept in localStorage. A thinking model's thought
+// (delta.reasoning_content) is shown collapsed above the answer. No
+// external resources.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -44,6 +46,22 @@ function addMessage(role, text) {
   els.messages.appendChild(div);
   els.messages.scrollTop = els.messages.scrollHeight;
   return div;
+}
+// An assistant reply: a collapsed thought (shown once one arrives) and the answer.
+function addReply() {
+  const div = addMessage('assistant', '');
+  const thought = document.createElement('details');
+  thought.className = 'thought';
+  thought.hidden = true;
+  const summary = document.createElement('summary');
+  summary.textContent = 'Thinking…';
+  const body = document.createElement('div');
+  body.className = 'thought-text';
+  thought.append(summary, body);
+  const answer = document.createElement('span');
+  answer.className = 'answer';
+  div.append(thought, answer);
+  return { div, thought, summary, body, answer };
 }
 function showEmpty() {
   els.messages.innerHTML = '';
@@ -97,7 +115,8 @@ async function readSSE(body, onEvent) {
 async function send(text) {
   history.push({ role: 'user', content: text });
   addMessage('user', text);
-  const out = addMessage('assistant', '');
+  const reply = addReply();
+  const out = reply.div;
   out.classList.add('streaming');
   setBusy(true);
   controller = new AbortController();
@@ -110,7 +129,7 @@ async function send(text) {
   if (modelId) req.model = modelId;
   if (Number.isFinite(temperature)) req.temperature = temperature;
   if (Number.isFinite(maxTokens) && maxTokens > 0) req.max_tokens = maxTokens;
-  let text_out = '', finish = null, usage = null, stopped = false;
+  let text_out = '', thought_out = '', finish = null, usage = null, stopped = false;
   try {
     const r = await fetch('/v1/chat/completions', { method: 'POST', headers: headers(), body: JSON.stringify(req), signal: controller.signal });
     if (!r.ok) {
@@ -122,7 +141,10 @@ async function send(text) {
       if (ev.error) throw new Error(ev.error.message);
       if (ev.usage) usage = ev.usage;
       for (const c of ev.choices || []) {
-        if (c.delta && c.delta.content) { text_out += c.delta.content; out.textContent = text_out; els.messages.scrollTop = els.messages.scrollHeight; }
+        const d = c.delta || {};
+        if (d.reasoning_content) { thought_out += d.reasoning_content; reply.body.textContent = thought_out; reply.thought.hidden = false; }
+        if (d.content) { text_out += d.content; reply.answer.textContent = text_out; reply.summary.textContent = 'Thought'; }
+        if (d.reasoning_content || d.content) els.messages.scrollTop = els.messages.scrollHeight;
         if (c.finish_reason) finish = c.finish_reason;
       }
     });
@@ -131,6 +153,7 @@ async function send(text) {
     else { addMessage('error', String(e.message || e)); }
   } finally {
     controller = null;
+    reply.summary.textContent = 'Thought';
     out.classList.remove('streaming');
     setBusy(false);
   }

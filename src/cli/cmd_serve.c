@@ -20,7 +20,7 @@
     "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
-    "                  [--grammar-jump] [--device cpu|cuda|cuda:N|auto]\n"
+    "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto]\n"
 
 static void progress(int step, int n_steps, const char *what, double t0)
 {
@@ -107,6 +107,10 @@ int cmd_serve(int argc, char **argv)
             eo.spec_ngram = !strcmp(v, "ngram");
         } else if ((v = cli_flag_value(argc, argv, &i, "--device"))) { /* cpu | cuda[:N] | auto (default) */
             device = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--reasoning-budget"))) {
+            if (cli_parse_int(v, -1, 1 << 24, &x))
+                goto bad_value;
+            so.reasoning_budget = (int)x;
         } else if (!strcmp(argv[i], "--grammar-jump")) {
             eo.grammar_jump = 1;
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {

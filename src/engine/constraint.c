@@ -1,9 +1,11 @@
-/* The row constraint behind structured output (see constraint.h). States:
+/* The row constraint behind structured output and the reasoning budget
+ * (see constraint.h). States:
  *   PRE     the first token: the grammar's set plus the think-open token;
  *   THINK   free text (special, stop and padded ids excluded) until the
  *           think-close token,
  *           forced once the think cap is reached;
- *   GRAMMAR the matcher decides.
+ *   GRAMMAR the matcher decides (without a grammar - a think budget
+ *           alone - every token is allowed: the answer is free).
  * Every accepted token is recorded with the transition it made, so
  * rollback (speculative decoding) can undo any suffix exactly: grammar
  * steps roll the matcher back, the others restore the state. */
@@ -16,7 +18,7 @@ enum { S_PRE, S_THINK, S_GRAMMAR };
 enum { K_OPEN, K_THINK, K_CLOSE, K_GRAMMAR };
 
 typedef struct gconstraint {
-    grammar_matcher *m;
+    grammar_matcher *m;       /* NULL: a think budget without a grammar */
     const grammar_vocab *v;
     int32_t n_vocab;
     size_t n_words;
@@ -32,10 +34,24 @@ typedef struct gconstraint {
 
 static void set_bit(uint32_t *mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
 
+static int think_capped(const gconstraint *c)
+{
+    return (c->think.max_tokens > 0 || c->think.capped) && c->n_think >= c->think.max_tokens;
+}
+
+/* Every id the logits have: the answer of a row without a grammar. */
+static void fill_all(const gconstraint *c, uint32_t *mask, int32_t n_words)
+{
+    memset(mask, 0, (size_t)n_words * sizeof *mask);
+    memset(mask, 0xff, (size_t)(c->n_vocab / 32) * sizeof *mask);
+    for (int32_t i = c->n_vocab & ~31; i < c->n_vocab; i++)
+        set_bit(mask, i);
+}
+
 static int fill_think(gconstraint *c, uint32_t *mask, int32_t n_words)
 {
     memset(mask, 0, (size_t)n_words * sizeof *mask);
-    if (c->think.max_tokens > 0 && c->n_think >= c->think.max_tokens) {
+    if (think_capped(c)) {
         set_bit(mask, c->think.close_id);
         return 0;
     }
@@ -62,6 +78,10 @@ static int op_fill_mask(void *ctx, uint32_t *mask, int32_t n_words)
         return TERN_ERANGE;
     if (c->state == S_THINK)
         return fill_think(c, mask, n_words);
+    if (!c->m) {
+        fill_all(c, mask, n_words);
+        return 0;
+    }
     int rc = grammar_matcher_fill_next_token_bitmask(c->m, mask, (size_t)n_words);
     if (rc < 0)
         return rc;
@@ -96,7 +116,7 @@ static int op_accept(void *ctx, int32_t token)
         return 0;
     }
     if (c->state == S_THINK) {
-        int capped = c->think.max_tokens > 0 && c->n_think >= c->think.max_tokens;
+        int capped = think_capped(c);
         if (token == c->think.close_id) {
             if (hist_push(c, K_CLOSE))
                 return TERN_ENOMEM;
@@ -114,6 +134,10 @@ static int op_accept(void *ctx, int32_t token)
     /* PRE (any other token) or GRAMMAR: the matcher decides */
     if (hist_push(c, K_GRAMMAR))
         return TERN_ENOMEM;
+    if (!c->m) {
+        c->state = S_GRAMMAR;
+        return 0;
+    }
     int rc = grammar_matcher_accept_token(c->m, token);
     if (rc != 1) {
         c->n_hist--;
@@ -126,7 +150,7 @@ static int op_accept(void *ctx, int32_t token)
 static int op_is_terminated(void *ctx)
 {
     gconstraint *c = ctx;
-    return c->state == S_GRAMMAR && grammar_matcher_is_terminated(c->m);
+    return c->state == S_GRAMMAR && c->m && grammar_matcher_is_terminated(c->m);
 }
 
 static int op_rollback(void *ctx, int n)
@@ -137,7 +161,7 @@ static int op_rollback(void *ctx, int n)
     int n_grammar = 0;
     for (int i = c->n_hist - n; i < c->n_hist; i++)
         n_grammar += c->hist[i] == K_GRAMMAR;
-    if (n_grammar) {
+    if (n_grammar && c->m) {
         int rc = grammar_matcher_rollback(c->m, n_grammar);
         if (rc)
             return rc;
@@ -160,7 +184,7 @@ static int op_rollback(void *ctx, int n)
 static size_t op_jump_forward(void *ctx, char *buf, size_t cap)
 {
     gconstraint *c = ctx;
-    if (c->state != S_GRAMMAR || cap == 0)
+    if (c->state != S_GRAMMAR || cap == 0 || !c->m)
         return 0;
     return grammar_matcher_find_jump_forward_string(c->m, buf, cap);
 }
@@ -187,11 +211,11 @@ static const engine_constraint_ops grammar_ops = {
     .jump_forward = op_jump_forward,
 };
 
-int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, int32_t n_vocab,
-                           void (*on_release)(void *user), void *release_user, const engine_constraint_ops **ops,
-                           void **ctx, tern_err *err)
+/* The common constructor: cg NULL = a think budget alone over v. */
+static int constraint_new(grammar_compiled *cg, const grammar_vocab *v, const constraint_think *think,
+                          int32_t n_vocab, void (*on_release)(void *user), void *release_user,
+                          const engine_constraint_ops **ops, void **ctx, tern_err *err)
 {
-    const grammar_vocab *v = grammar_compiled_vocab(cg);
     if (n_vocab <= 0 || (size_t)(n_vocab + 31) / 32 < grammar_vocab_mask_words(v))
         return tern_err_set(err, TERN_EINVAL, "constraint: the grammar's vocabulary is wider than the logits (%d)",
                             n_vocab);
@@ -204,7 +228,7 @@ int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, 
     gconstraint *c = calloc(1, sizeof *c);
     if (!c)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    if (!(c->m = grammar_matcher_new(cg, err))) {
+    if (cg && !(c->m = grammar_matcher_new(cg, err))) {
         free(c);
         return err ? err->code : TERN_ENOMEM;
     }
@@ -219,4 +243,19 @@ int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, 
     *ops = &grammar_ops;
     *ctx = c;
     return 0;
+}
+
+int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, int32_t n_vocab,
+                           void (*on_release)(void *user), void *release_user, const engine_constraint_ops **ops,
+                           void **ctx, tern_err *err)
+{
+    return constraint_new(cg, grammar_compiled_vocab(cg), think, n_vocab, on_release, release_user, ops, ctx, err);
+}
+
+int constraint_think_new(const grammar_vocab *v, const constraint_think *think, int32_t n_vocab,
+                         const engine_constraint_ops **ops, void **ctx, tern_err *err)
+{
+    if (!think || think->mode == CONSTRAINT_THINK_OFF)
+        return tern_err_set(err, TERN_EINVAL, "constraint: a think budget needs a think block");
+    return constraint_new(NULL, v, think, n_vocab, NULL, NULL, ops, ctx, err);
 }

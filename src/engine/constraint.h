@@ -22,8 +22,9 @@ typedef struct constraint_think {
     constraint_think_mode mode;
     int32_t open_id, close_id; /* the vocabulary's think delimiters (from the tokenizer) */
     /* Tokens allowed inside the block before the close token is forced
-     * (0 = no cap); the row's max_tokens still applies on top. */
+     * (0 = no cap unless capped); the row's max_tokens still applies on top. */
     int max_tokens;
+    int capped; /* 1: max_tokens is a cap even when 0 (a budget of 0 closes at once) */
 } constraint_think;
 
 /* Builds a row constraint over cg (borrowed until on_release(release_user)
@@ -37,5 +38,13 @@ typedef struct constraint_think {
 int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, int32_t n_vocab,
                            void (*on_release)(void *user), void *release_user, const engine_constraint_ops **ops,
                            void **ctx, tern_err *err);
+
+/* A think budget alone, for a row without a grammar (the reasoning budget):
+ * the think block as above, capped by think->max_tokens, and every token
+ * allowed once it is closed (or when the row does not open it). v is the
+ * vocabulary (borrowed; must outlive the constraint); think->mode must
+ * not be OFF. Ownership as for constraint_grammar_new. */
+int constraint_think_new(const grammar_vocab *v, const constraint_think *think, int32_t n_vocab,
+                         const engine_constraint_ops **ops, void **ctx, tern_err *err);
 
 #endif

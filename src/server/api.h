@@ -71,6 +71,10 @@ typedef struct api_request {
     int top_logprobs;           /* alternatives per token (0..20) */
     int stream, include_usage;
     int ignore_eos, skip_special;
+    /* reasoning (reasoning.h) */
+    int include_reasoning;      /* default 1: report the thought as reasoning_content */
+    int enable_thinking;        /* -1 = the template's default; 0/1 from reasoning_effort */
+    int reasoning_budget;       /* think tokens before the close is forced, -1 = none (before the server's cap) */
     struct srv_structured *structured; /* owned (structured.c): the grammar, NULL = unconstrained */
 } api_request;
 
@@ -80,6 +84,9 @@ typedef struct api_request {
 int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const api_limits *lim,
               api_error *err);
 void api_request_free(api_request *r);
+/* Whether the request turned thinking off (chat_template_kwargs.enable_thinking
+ * false, or reasoning_effort "none"). */
+int api_thinking_off(const api_request *r);
 
 /* --- formatting (api_format.c); every returned string is malloc'd --- */
 

@@ -9,6 +9,7 @@
 
 #include "base/json.h"
 #include "server/api.h"
+#include "server/reasoning.h"
 #include "server/structured.h"
 
 int api_error_set(api_error *e, int status, const char *type, const char *code, const char *param,
@@ -551,6 +552,14 @@ static int parse_field(api_request *r, const char *k, json_object *v, const api_
     }
     if (chat && !strcmp(k, "add_generation_prompt"))
         return get_bool(v, k, &r->add_generation_prompt, e);
+    if (chat && !strcmp(k, "include_reasoning"))
+        return get_bool(v, k, &r->include_reasoning, e);
+    if (chat && !strcmp(k, "reasoning_effort")) {
+        if (need_type(v, json_type_string, k, "a string", e) ||
+            reasoning_effort_parse(json_object_get_string(v), &r->enable_thinking, &r->reasoning_budget))
+            return api_bad(e, "invalid_value", k, "'reasoning_effort' must be one of none, minimal, low, medium, high");
+        return 0;
+    }
     if (!strcmp(k, "response_format"))
         return parse_response_format(v, e);
     if (is_structured(k))
@@ -558,6 +567,14 @@ static int parse_field(api_request *r, const char *k, json_object *v, const api_
     if (is_noop_hint(k))
         return 0;
     return api_bad(e, "unsupported_parameter", k, "Unsupported parameter: '%.60s' is not supported by this server", k);
+}
+
+int api_thinking_off(const api_request *r)
+{
+    json_object *et = NULL;
+    if (r->template_kwargs && json_object_object_get_ex(r->template_kwargs, "enable_thinking", &et) && et)
+        return !json_object_get_boolean(et);
+    return r->enable_thinking == 0;
 }
 
 void api_request_free(api_request *r)
@@ -582,6 +599,9 @@ int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const
     r->n = 1;
     r->skip_special = 1;
     r->add_generation_prompt = 1;
+    r->include_reasoning = 1;
+    r->enable_thinking = -1;
+    r->reasoning_budget = -1;
     sample_params_default(&r->sample);
     size_t valid = api_utf8_valid_len(body, len);
     if (valid != len)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "engine/constraint.h"
 #include "server/server_int.h"
 #include "server/structured.h"
 
@@ -24,7 +25,9 @@ typedef struct gen_choice {
     engine_finish finish;
     engine_usage usage;
     char error[TERN_ERR_MSG_MAX];
-    api_buf text;       /* non-streaming: the whole text */
+    api_buf text;       /* non-streaming: the whole text (chat: the answer) */
+    api_buf reasoning;  /* non-streaming chat: the thought */
+    reasoning_split rs; /* chat: thought / answer */
     json_object *lp;    /* logprobs: chat content array, or completions object */
     size_t text_off;    /* completions: bytes of text so far (text_offset) */
     int started;        /* streaming: the role chunk / echo went out */
@@ -118,6 +121,8 @@ void gen_free(gen_job *j)
             engine_req_release(c->r); /* cancels it if still running */
         }
         api_buf_free(&c->text);
+        api_buf_free(&c->reasoning);
+        reasoning_split_free(&c->rs);
         json_object_put(c->lp);
     }
     if (active)
@@ -140,6 +145,32 @@ static uint64_t random_seed(void)
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
     return x;
+}
+
+/* The reasoning budget of a row without a grammar (a grammar's constraint
+ * caps the block itself, structured_attach): the same constraint, think
+ * block only. Nothing when the row has no budget or cannot think. */
+static int budget_attach(tern_server *s, const api_request *q, const int32_t *prompt, size_t n, size_t boundary,
+                         engine_params *p, api_error *err)
+{
+    if (p->constraint || q->kind != API_CHAT || q->reasoning_budget < 0 || !s->has_think)
+        return 0;
+    reasoning_start st = reasoning_start_of(&s->think, prompt, n, boundary, api_thinking_off(q));
+    if (st == REASONING_START_ANSWER)
+        return 0;
+    const grammar_vocab *v = structured_vocab(s, err);
+    if (!v)
+        return -1;
+    constraint_think th = {0};
+    th.mode = st == REASONING_START_INSIDE ? CONSTRAINT_THINK_INSIDE : CONSTRAINT_THINK_MAY;
+    th.open_id = s->think.open_id;
+    th.close_id = s->think.close_id;
+    th.max_tokens = q->reasoning_budget;
+    th.capped = 1;
+    tern_err te = {0};
+    if (constraint_think_new(v, &th, s->m->cfg.n_vocab, &p->constraint, &p->constraint_ctx, &te))
+        return api_error_set(err, 500, "server_error", NULL, NULL, "reasoning budget: %s", te.msg);
+    return 0;
 }
 
 int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_prompt, size_t cache_boundary,
@@ -180,10 +211,15 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
         p.skip_special = j->req.skip_special;
         p.cache_boundary = cache_boundary;
         tern_err te;
-        if (structured_attach(s, &j->req, prompt, n_prompt, cache_boundary, &p, err)) {
+        if (structured_attach(s, &j->req, prompt, n_prompt, cache_boundary, &p, err) ||
+            budget_attach(s, &j->req, prompt, n_prompt, cache_boundary, &p, err)) {
             gen_free(j);
             return -1;
         }
+        reasoning_start start = REASONING_START_ANSWER;
+        if (j->req.kind == API_CHAT && s->has_think)
+            start = reasoning_start_of(&s->think, prompt, n_prompt, cache_boundary, api_thinking_off(&j->req));
+        reasoning_split_init(&j->ch[i].rs, j->req.kind == API_CHAT && s->has_think ? &s->think : NULL, start);
         j->ch[i].r = engine_submit(s->eng, &p, on_notify, j->wk, &te);
         if (!j->ch[i].r) {
             if (p.constraint)
@@ -246,8 +282,9 @@ static json_object *chunk_new(gen_job *j, int idx, json_object **choice)
     return o;
 }
 
-/* One content chunk (text and/or a logprob entry) for choice idx. */
-static void stream_piece(gen_job *j, int idx, const char *text, size_t len, const sample_result *lp)
+/* One chunk (thought and/or answer text and/or a logprob entry) for choice idx. */
+static void stream_piece(gen_job *j, int idx, const char *rtext, size_t rlen, const char *text, size_t len,
+                         const sample_result *lp)
 {
     gen_choice *c = &j->ch[idx];
     json_object *choice, *o = chunk_new(j, idx, &choice);
@@ -262,7 +299,12 @@ static void stream_piece(gen_job *j, int idx, const char *text, size_t len, cons
     }
     if (j->req.kind == API_CHAT) {
         json_object *delta = json_object_new_object();
-        json_object_object_add(delta, "content", api_json_string(text, len));
+        if (rlen) { /* reasoning is the alias newer clients read */
+            json_object_object_add(delta, "reasoning_content", api_json_string(rtext, rlen));
+            json_object_object_add(delta, "reasoning", api_json_string(rtext, rlen));
+        }
+        if (len || !rlen)
+            json_object_object_add(delta, "content", api_json_string(text, len));
         json_object_object_add(choice, "delta", delta);
     } else {
         json_object_object_add(choice, "text", api_json_string(text, len));
@@ -289,7 +331,7 @@ static void stream_start(gen_job *j, int idx)
         json_object_object_add(choice, "finish_reason", NULL);
         api_buf_sse(&j->out, o);
     } else if (j->echo) {
-        stream_piece(j, idx, j->echo, strlen(j->echo), NULL);
+        stream_piece(j, idx, NULL, 0, j->echo, strlen(j->echo), NULL);
     }
 }
 
@@ -363,19 +405,40 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
 {
     gen_choice *c = &j->ch[idx];
     const sample_result *lp = ev->kind == ENGINE_EV_TOKEN && ev->has_logprob && j->req.logprobs ? &ev->lp : NULL;
-    if (streaming) {
+    if (j->req.kind == API_CHAT) {
+        /* thought and answer apart; what the splitter holds back comes later */
+        tern_sbuf rb = {0}, cb = {0};
+        if (ev->text_len)
+            reasoning_split_push(&c->rs, ev->text, ev->text_len, &rb, &cb);
+        if (ev->kind == ENGINE_EV_FINISH)
+            reasoning_split_finish(&c->rs, &rb, &cb);
+        if (!j->req.include_reasoning)
+            rb.n = 0;
+        if (streaming) {
+            stream_start(j, idx);
+            if (rb.n || cb.n || lp)
+                stream_piece(j, idx, rb.s, rb.n, cb.n ? cb.s : "", cb.n, lp);
+        } else {
+            if (lp) {
+                if (!c->lp)
+                    c->lp = json_object_new_array();
+                json_object_array_add(c->lp, api_chat_logprob(lp, j->req.top_logprobs, token_text, (void *)j->s->tok));
+            }
+            if (rb.n)
+                api_buf_append(&c->reasoning, rb.s, rb.n);
+            if (cb.n)
+                api_buf_append(&c->text, cb.s, cb.n);
+        }
+        free(rb.s);
+        free(cb.s);
+    } else if (streaming) {
         stream_start(j, idx);
         if (ev->text_len || lp)
-            stream_piece(j, idx, ev->text ? ev->text : "", ev->text_len, lp);
+            stream_piece(j, idx, NULL, 0, ev->text ? ev->text : "", ev->text_len, lp);
     } else {
-        if (lp && j->req.kind == API_CHAT) {
-            if (!c->lp)
-                c->lp = json_object_new_array();
-            json_object_array_add(c->lp, api_chat_logprob(lp, j->req.top_logprobs, token_text, (void *)j->s->tok));
-        } else if (lp) {
+        if (lp)
             api_completion_logprob_add(&c->lp, lp, j->req.top_logprobs, c->text_off, token_text,
                                        (void *)j->s->tok);
-        }
         if (ev->text_len)
             api_buf_append(&c->text, ev->text, ev->text_len);
         c->text_off += ev->text_len;
@@ -487,6 +550,10 @@ int gen_collect(gen_job *j, char **json, api_error *err)
             json_object *msg = json_object_new_object();
             json_object_object_add(msg, "role", json_object_new_string("assistant"));
             json_object_object_add(msg, "content", api_json_string(c->text.data ? c->text.data : "", c->text.len));
+            if (c->reasoning.len) { /* reasoning: the alias newer clients read */
+                json_object_object_add(msg, "reasoning_content", api_json_string(c->reasoning.data, c->reasoning.len));
+                json_object_object_add(msg, "reasoning", api_json_string(c->reasoning.data, c->reasoning.len));
+            }
             json_object_object_add(msg, "refusal", NULL);
             json_object_object_add(ch, "message", msg);
             json_object *lpo = NULL;

@@ -25,6 +25,7 @@ void server_opts_default(server_opts *o)
     o->max_header_bytes = (size_t)64 << 10; /* MHD's per-connection pool: headers + bookkeeping */
     o->header_timeout_s = 30;
     o->max_connections = 512;
+    o->reasoning_budget = -1;
 }
 
 void http_add_common_headers(const tern_server *s, struct MHD_Response *r)
@@ -251,6 +252,7 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     s->o.cors_origin = s->cors;
     s->m = m;
     s->tok = tok;
+    s->has_think = reasoning_delims_find(tok, &s->think);
     s->eng = e;
     s->ctx_size = o->ctx_size > 0 ? o->ctx_size : m->cfg.max_pos;
     s->started = (long long)time(NULL);

@@ -135,6 +135,9 @@ static char *render_chat(tern_server *s, const api_request *q, int add_gen, size
     if (q->template_kwargs) {
         json_object_object_foreach(q->template_kwargs, k, v) json_object_object_add(rq, k, json_object_get(v));
     }
+    /* reasoning_effort's switch, unless the kwargs say it themselves */
+    if (q->enable_thinking >= 0 && !json_object_object_get_ex(rq, "enable_thinking", NULL))
+        json_object_object_add(rq, "enable_thinking", json_object_new_boolean(q->enable_thinking));
     json_object_object_add(rq, "messages", json_object_get(q->messages));
     if (q->tools)
         json_object_object_add(rq, "tools", json_object_get(q->tools));
@@ -222,6 +225,7 @@ static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
     api_limits lim = {.n_vocab = s->m->cfg.n_vocab, .model_name = s->model_name};
     if (api_parse(&q, kind, c->body.data ? c->body.data : "", c->body.len, &lim, &e))
         return http_reply_error(c, &e);
+    q.reasoning_budget = reasoning_budget_combine(q.reasoning_budget, s->o.reasoning_budget);
     if (structured_prepare(s, &q, c->warning, &e)) {
         api_request_free(&q);
         return http_reply_error(c, &e);

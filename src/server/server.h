@@ -26,6 +26,7 @@ typedef struct server_opts {
     int max_connections;     /* concurrent connections (default 512) */
     int grammar_fallback;    /* 1: a grammar that cannot compile goes into the prompt (+ Warning) instead of a 400 */
     const char *tool_call_format; /* NULL = detected from the chat template; else a toolfmt name (toolfmt.h) */
+    int reasoning_budget;    /* think tokens before the engine closes the block; -1 (default) = no cap */
 } server_opts;
 
 void server_opts_default(server_opts *o);

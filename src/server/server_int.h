@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "server/api.h"
+#include "server/reasoning.h"
 #include "server/server.h"
 #include "server/toolfmt.h"
 #include "template/template.h"
@@ -52,6 +53,8 @@ struct tern_server {
     tern_engine *eng;
     tern_chat_template chat; /* .tpl NULL when the model has none */
     toolfmt_probe tools;     /* the template's tool-call format (detected, or --tool-call-format) */
+    reasoning_delims think;  /* the vocabulary's thought delimiters, when has_think */
+    int has_think;
     struct MHD_Daemon *d;
     int port;
     int ctx_size;

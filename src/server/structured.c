@@ -101,6 +101,12 @@ static structured_server *server_state(tern_server *s, api_error *e)
     return ss;
 }
 
+const grammar_vocab *structured_vocab(tern_server *s, api_error *e)
+{
+    structured_server *ss = server_state(s, e);
+    return ss ? ss->v : NULL;
+}
+
 void structured_server_free(tern_server *s)
 {
     structured_server *ss = s->structured;
@@ -649,11 +655,7 @@ static constraint_think_mode think_mode(const structured_server *ss, const api_r
         if (prompt[i] == ss->think_open)
             return CONSTRAINT_THINK_INSIDE;
     }
-    json_object *et = NULL;
-    if (q->template_kwargs && json_object_object_get_ex(q->template_kwargs, "enable_thinking", &et) && et &&
-        !json_object_get_boolean(et))
-        return CONSTRAINT_THINK_OFF;
-    return CONSTRAINT_THINK_MAY;
+    return api_thinking_off(q) ? CONSTRAINT_THINK_OFF : CONSTRAINT_THINK_MAY;
 }
 
 static void release_ref(void *user)
@@ -680,6 +682,10 @@ int structured_attach(tern_server *s, const api_request *q, const int32_t *promp
     th.open_id = ss->think_open;
     th.close_id = ss->think_close;
     th.max_tokens = q->max_tokens > 0 ? (q->max_tokens + 1) / 2 : STRUCTURED_THINK_CAP;
+    if (q->reasoning_budget >= 0 && q->reasoning_budget < th.max_tokens) { /* reasoning.h */
+        th.max_tokens = q->reasoning_budget;
+        th.capped = 1;
+    }
     tern_err te = {0};
     if (constraint_grammar_new(grammar_cache_ref_compiled(row->ref), &th, s->m->cfg.n_vocab, release_ref, row,
                                &p->constraint, &p->constraint_ctx, &te)) {

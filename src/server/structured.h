@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "server/api.h"
 
 struct tern_server;
@@ -43,6 +44,11 @@ int structured_attach(struct tern_server *s, const api_request *q, const int32_t
  * fuzz entry point. Returns 0, or -1 with e set (a field of the wrong
  * shape). */
 int structured_spec_key(const api_request *q, char **key, api_error *e);
+
+/* The server's grammar vocabulary (made on first use, freed by
+ * structured_server_free), for constraints without a grammar (the
+ * reasoning budget). NULL with e set (500) when it cannot be made. */
+const grammar_vocab *structured_vocab(struct tern_server *s, api_error *e);
 
 /* Frees a request's spec (NULL is a no-op). */
 void structured_free(srv_structured *st);

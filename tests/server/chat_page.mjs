@@ -1,6 +1,7 @@
 // The chat page at / in headless Chromium (Debian's, driven by
 // playwright-core): it shows the model, streams a reply that equals the API's
-// greedy answer to the same conversation, stops a long generation (the
+// greedy answer to the same conversation (the thought collapsed above it,
+// equal to the API's reasoning_content), stops a long generation (the
 // engine sees the cancellation), loads nothing from outside the server, and
 // leaves a screenshot in the build directory.
 import fs from 'node:fs';
@@ -58,13 +59,20 @@ try {
   await page.waitForFunction(() => { const m = document.querySelector('.msg.assistant'); return m && m.dataset.done; }, null, { timeout: 60000 });
   const seen = await page.evaluate(() => {
     const m = document.querySelector('.msg.assistant');
-    return { streamingWithText: window.__seen.size, text: m.firstChild ? m.firstChild.textContent : '', done: m.dataset.done };
+    const t = m.querySelector('details.thought');
+    return { streamingWithText: window.__seen.size, text: m.querySelector('.answer').textContent, done: m.dataset.done,
+      thought: t && !t.hidden ? t.querySelector('.thought-text').textContent : null, thoughtOpen: t ? t.open : null,
+      thoughtVisible: t ? t.querySelector('.thought-text').checkVisibility() : null };
   });
   check(seen.done === 'finished', 'reply finished', seen);
   check(seen.streamingWithText >= 3, 'text grew piece by piece while streaming', seen);
   const api = await (await fetch(srv.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ messages: [{ role: 'user', content: 'Hello! What is your name?' }], temperature: 0, max_tokens: 40 }) })).json();
   check(seen.text === api.choices[0].message.content, 'page reply == API greedy reply', { page: seen.text, api: api.choices[0].message.content });
+  check(!seen.text.includes('<think>') && !seen.text.includes('</think>'), 'no raw think tags in the reply', seen.text);
+  const apiThought = api.choices[0].message.reasoning_content ?? null;
+  check(seen.thought === apiThought, 'page thought == API reasoning_content', { page: seen.thought, api: apiThought });
+  if (apiThought) check(seen.thoughtOpen === false && seen.thoughtVisible === false, 'the thought is collapsed', seen);
 
   // 2. a long generation, stopped
   const before = await stats();

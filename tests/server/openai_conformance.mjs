@@ -42,7 +42,8 @@ try {
   await expectError(client.models.retrieve('nope'), 404, 'models.retrieve unknown');
 
   // ---- chat, non-streaming, greedy
-  const greedy = { model: M, messages: msgs, max_tokens: 24, temperature: 0 };
+  // thinking off: the whole output is the answer (the thought's split has its own test, reasoning.mjs)
+  const greedy = { model: M, messages: msgs, max_tokens: 24, temperature: 0, chat_template_kwargs: { enable_thinking: false } };
   const c1 = await client.chat.completions.create(greedy);
   check(c1.object === 'chat.completion' && /^chatcmpl-/.test(c1.id), 'chat object/id', c1);
   check(c1.choices.length === 1 && c1.choices[0].index === 0, 'chat one choice');
@@ -56,7 +57,7 @@ try {
 
   // ---- outside reference: jinja template + HF tokenizers -> token prompt
   const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8'));
-  const rendered = new Template(cfg.chat_template).render({ messages: msgs, add_generation_prompt: true, eos_token: cfg.eos_token, bos_token: cfg.bos_token ?? '' });
+  const rendered = new Template(cfg.chat_template).render({ messages: msgs, add_generation_prompt: true, enable_thinking: false, eos_token: cfg.eos_token, bos_token: cfg.bos_token ?? '' });
   const hf = Tokenizer.fromFile(path.join(MODEL, 'tokenizer.json'));
   const ids = (await hf.encode(rendered, null, { addSpecialTokens: false })).getIds();
   check(ids.length === u.prompt_tokens, 'prompt tokens == HF template+tokenizer count', { hf: ids.length, tern: u.prompt_tokens });
@@ -160,8 +161,8 @@ try {
   // ---- extra sampling fields pass through the client
   const ext = await client.chat.completions.create({ ...greedy, max_tokens: 4, top_k: 5, min_p: 0.05, repetition_penalty: 1.1, presence_penalty: 0.5, frequency_penalty: 0.5, logit_bias: { '10': -100 }, user: 'u1', metadata: { a: 'b' }, store: false, chat_template_kwargs: { enable_thinking: false } });
   check(ext.choices[0].message.content.length >= 0, 'extra sampling fields accepted');
-  const think = await client.chat.completions.create({ ...greedy, chat_template_kwargs: { enable_thinking: false } });
-  check(think.usage.prompt_tokens > u.prompt_tokens, 'chat_template_kwargs reach the template (enable_thinking=false adds the empty think block)', [think.usage.prompt_tokens, u.prompt_tokens]);
+  const think = await client.chat.completions.create({ ...greedy, chat_template_kwargs: { enable_thinking: true } });
+  check(think.usage.prompt_tokens < u.prompt_tokens, 'chat_template_kwargs reach the template (enable_thinking=false adds the empty think block)', [think.usage.prompt_tokens, u.prompt_tokens]);
 
   // ---- prefix cache: the same conversation again reuses its KV (the cache boundary is the end of the
   // conversation before the generation primer, which the server computes from the template)

@@ -113,24 +113,25 @@ const srv = await startServer(['--max-batch', '128']);
 const client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'none', maxRetries: 0, timeout: 120000 });
 const M = 'tern-demo';
 
-// Strips a leading think block; returns [text, hadThink] or null if unclosed.
-function stripThink(t) {
-  if (!t.startsWith('<think>')) return [t, false];
-  const k = t.indexOf('</think>');
-  return k < 0 ? null : [t.slice(k + 8), true];
+// The answer of a chat message: the server splits the think block into
+// reasoning_content, so content must hold no block; [text, hadThink] or null.
+function stripThink(m) {
+  if (m.content.includes('<think>') || m.content.includes('</think>')) return null;
+  return [m.content, typeof m.reasoning_content === 'string' && m.reasoning_content.length > 0];
 }
 
 const stats = { total: 0, completed: 0, length: 0, bad: 0, thinking: 0 };
 async function runOne(i, { chat = i % 5 !== 4, think = i % 10 === 3, temperature = 0.8, seed = i } = {}) {
   const sp = makeSpec(i);
   const prompt = PROMPTS[i % PROMPTS.length];
-  let text, finish, usage;
+  let text, finish, usage, msg;
   if (chat) {
     const kw = think ? {} : { chat_template_kwargs: { enable_thinking: false } };
     const r = await client.chat.completions.create({
       model: M, messages: [{ role: 'user', content: prompt }], max_tokens: MAX_TOKENS, temperature, seed, ...kw, ...sp.body,
     });
     text = r.choices[0].message.content; finish = r.choices[0].finish_reason; usage = r.usage;
+    msg = r.choices[0].message;
   } else {
     const r = await client.completions.create({ model: M, prompt: prompt + '\n', max_tokens: MAX_TOKENS, temperature, seed, ...sp.body });
     text = r.choices[0].text; finish = r.choices[0].finish_reason; usage = r.usage;
@@ -144,8 +145,8 @@ async function runOne(i, { chat = i % 5 !== 4, think = i % 10 === 3, temperature
   check(finish === 'stop', `#${i} ${sp.kind}: finish_reason stop`, finish);
   let body = text, had = false;
   if (chat && think) {
-    const st = stripThink(text);
-    if (!check(st !== null, `#${i}: think block closed`, text)) return { i, text, finish };
+    const st = stripThink(msg);
+    if (!check(st !== null, `#${i}: think block split off the answer`, msg)) return { i, text, finish };
     [body, had] = st;
     if (had) stats.thinking++;
   }
@@ -204,10 +205,10 @@ try {
       model: M, messages: [{ role: 'user', content: 'Describe a person.' }], max_tokens: 300, temperature: 0.7,
       response_format: { type: 'json_schema', json_schema: { name: 'p', schema: SCHEMAS.enums, any_whitespace: false } }, seed: k,
     });
-    const t = r.choices[0].message.content;
+    const t = r.choices[0].message;
     if (r.choices[0].finish_reason !== 'stop') continue;
     const st = stripThink(t);
-    check(st !== null && st[1], 'thinking: output opens and closes a think block', t);
+    check(st !== null && st[1], 'thinking: the thought in reasoning_content, the answer in content', t);
     if (st && st[1]) {
       thought++;
       let o = null;
