@@ -100,7 +100,7 @@ try {
   }
 
   // ---- seeds
-  const sampled = { model: M, messages: msgs, max_tokens: 16, temperature: 1.0, top_p: 0.95 };
+  const sampled = { model: M, messages: msgs, max_tokens: 16, temperature: 1.0, top_p: 0.95, chat_template_kwargs: { enable_thinking: false } };
   const a = await client.chat.completions.create({ ...sampled, seed: 1234 });
   const b = await client.chat.completions.create({ ...sampled, seed: 1234 });
   check(a.choices[0].message.content === b.choices[0].message.content, 'same seed, same text', [a.choices[0].message.content, b.choices[0].message.content]);
