@@ -1,4 +1,5 @@
-/* Error codes table and message formatting (see err.h). */
+/* Error names and messages from TERN_ERRNO_MAP (include/tern.h), and the
+ * tern_err formatting of err.h. */
 #include "err.h"
 
 #include <stdio.h>
@@ -8,17 +9,17 @@ const char *tern_err_name(int code)
 {
     switch (code) {
 #define X(name, value, msg) case value: return #name;
-        TERN_ERR_MAP(X)
+        TERN_ERRNO_MAP(X)
 #undef X
     }
     return "EUNKNOWN";
 }
 
-const char *tern_err_str(int code)
+const char *tern_strerror(int code)
 {
     switch (code) {
 #define X(name, value, msg) case value: return msg;
-        TERN_ERR_MAP(X)
+        TERN_ERRNO_MAP(X)
 #undef X
     }
     return "unknown error";

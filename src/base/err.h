@@ -7,26 +7,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-/* X(name, value, default message) */
-#define TERN_ERR_MAP(X)                                              \
-    X(OK, 0, "ok")                                                   \
-    X(EINVAL, -1, "invalid argument")                                \
-    X(ENOMEM, -2, "out of memory")                                   \
-    X(EIO, -3, "input/output error")                                 \
-    X(EFORMAT, -4, "malformed input")                                \
-    X(EUNSUPPORTED, -5, "unsupported")                               \
-    X(ERANGE, -6, "value out of range")                              \
-    X(ETIMEOUT, -7, "time limit exceeded")                           \
-    X(ECANCELED, -8, "canceled")                                     \
-    X(EFULL, -9, "capacity exhausted")                               \
-    X(ENOTFOUND, -10, "not found")                                   \
-    X(EINTERNAL, -11, "internal error")
-
-enum tern_err_code {
-#define TERN_ERR_ENUM(name, value, msg) TERN_##name = value,
-    TERN_ERR_MAP(TERN_ERR_ENUM)
-#undef TERN_ERR_ENUM
-};
+/* The codes, their names and messages: TERN_ERRNO_MAP in include/tern.h,
+ * the one table (the public API returns the same values). */
+#include "tern.h"
 
 /* Message buffers are fixed so an error can be reported with no allocation
  * (the out-of-memory path included). 512 bytes holds a path plus context. */
@@ -38,9 +21,12 @@ typedef struct tern_err {
     char msg[TERN_ERR_MSG_MAX]; /* human readable, one line */
 } tern_err;
 
-/* Name ("EINVAL") and default message of a code. Never NULL. */
-const char *tern_err_name(int code);
-const char *tern_err_str(int code);
+/* Name ("EINVAL") and default message of a code: tern_err_name and
+ * tern_strerror of tern.h. Never NULL. */
+static inline const char *tern_err_str(int code)
+{
+    return tern_strerror(code);
+}
 
 /* Fills *e (if non-NULL) and returns code, so callers can write
  * `return tern_err_set(e, TERN_EFORMAT, "bad header in %s", path);`. */

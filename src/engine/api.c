@@ -17,6 +17,10 @@ struct tern_ctx {
 tern_ctx *tern_open(const char *model_dir, const tern_open_opts *opts, tern_error *err)
 {
     tern_err *e = (tern_err *)err;
+    if (!model_dir) {
+        tern_err_set(e, TERN_EINVAL, "tern_open: no model folder");
+        return NULL;
+    }
     tern_ctx *t = calloc(1, sizeof *t);
     if (!t) {
         tern_err_set(e, TERN_ENOMEM, "out of memory");
@@ -47,11 +51,15 @@ void tern_close(tern_ctx *t)
 
 int tern_tokenize(tern_ctx *t, const char *text, int add_special, int32_t **ids, size_t *n_ids, tern_error *err)
 {
+    if (!t || !text || !ids || !n_ids)
+        return tern_err_set((tern_err *)err, TERN_EINVAL, "tern_tokenize: NULL argument");
     return tokenizer_encode(t->tok, text, strlen(text), add_special, ids, n_ids, (tern_err *)err);
 }
 
 int tern_detokenize(tern_ctx *t, const int32_t *ids, size_t n_ids, char **text, tern_error *err)
 {
+    if (!t || !text || (!ids && n_ids))
+        return tern_err_set((tern_err *)err, TERN_EINVAL, "tern_detokenize: NULL argument");
     return tokenizer_decode(t->tok, ids, n_ids, 1, text, NULL, (tern_err *)err);
 }
 
@@ -67,6 +75,8 @@ int tern_generate(tern_ctx *t, const char *prompt, const tern_gen_opts *o, tern_
                   int *n_generated, tern_error *err)
 {
     tern_err *e = (tern_err *)err;
+    if (!t || !prompt)
+        return tern_err_set(e, TERN_EINVAL, "tern_generate: no context or prompt");
     tern_gen_opts def;
     if (!o) {
         tern_gen_opts_init(&def);

@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <limits.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -21,6 +22,50 @@ static void test_err_messages(void **state)
     assert_string_equal(e.msg, "loading x: bad 7");
     assert_string_equal(tern_err_name(TERN_ENOMEM), "ENOMEM");
     assert_int_equal(tern_err_set(NULL, TERN_EIO, "ignored"), TERN_EIO);
+}
+
+/* The code table of tern.h: the values are the ABI (an embedder compares
+ * against them), so they are spelled out here rather than read back from
+ * TERN_ERRNO_MAP; names and messages come from that one table. */
+static void test_err_table(void **state)
+{
+    (void)state;
+    static const struct { int code, value; const char *name, *msg; } want[] = {
+        {TERN_OK, 0, "OK", "ok"},
+        {TERN_EINVAL, -1, "EINVAL", "invalid argument"},
+        {TERN_ENOMEM, -2, "ENOMEM", "out of memory"},
+        {TERN_EIO, -3, "EIO", "input/output error"},
+        {TERN_EFORMAT, -4, "EFORMAT", "malformed input"},
+        {TERN_EUNSUPPORTED, -5, "EUNSUPPORTED", "unsupported"},
+        {TERN_ERANGE, -6, "ERANGE", "value out of range"},
+        {TERN_ETIMEOUT, -7, "ETIMEOUT", "time limit exceeded"},
+        {TERN_ECANCELED, -8, "ECANCELED", "canceled"},
+        {TERN_EFULL, -9, "EFULL", "capacity exhausted"},
+        {TERN_ENOTFOUND, -10, "ENOTFOUND", "not found"},
+        {TERN_EINTERNAL, -11, "EINTERNAL", "internal error"},
+    };
+    size_t n = sizeof want / sizeof want[0];
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(want[i].code, want[i].value);
+        assert_string_equal(tern_err_name(want[i].code), want[i].name);
+        assert_string_equal(tern_strerror(want[i].code), want[i].msg);
+        assert_string_equal(tern_err_str(want[i].code), want[i].msg);
+    }
+    /* every row of the table is checked above, and only those */
+    size_t n_map = 0;
+#define COUNT(name, value, msg) n_map++;
+    TERN_ERRNO_MAP(COUNT)
+#undef COUNT
+    assert_int_equal(n_map, n);
+    const int unknown[] = {1, -12, 100, INT_MIN, INT_MAX};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        assert_string_equal(tern_strerror(unknown[i]), "unknown error");
+        assert_string_equal(tern_err_name(unknown[i]), "EUNKNOWN");
+    }
+    /* no format: the message is the table's */
+    tern_err e;
+    assert_int_equal(tern_err_set(&e, TERN_EFULL, NULL), TERN_EFULL);
+    assert_string_equal(e.msg, "capacity exhausted");
 }
 
 static void test_json_fields(void **state)
@@ -126,6 +171,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_messages),
+        cmocka_unit_test(test_err_table),
         cmocka_unit_test(test_json_fields),
         cmocka_unit_test(test_pool_covers_range_once),
         cmocka_unit_test(test_rng_deterministic),
