@@ -152,6 +152,65 @@ static int norm_content(json_object *c, const char *path, json_object **out, api
     return *out ? 0 : api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
+/* An assistant message's tool_calls, as the template gets them: each call
+ * {id?, type: "function", function: {name, arguments}}; arguments, which
+ * OpenAI sends as JSON text, become the object they encode (templates
+ * write `arguments | tojson`; text would come out quoted twice). *out is
+ * a new array. */
+static int norm_tool_calls(json_object *v, const char *key, json_object **out, api_error *e)
+{
+    char k[192];
+    if (!json_object_is_type(v, json_type_array))
+        return api_bad(e, "invalid_type", key, "'%s' must be an array", key);
+    json_object *arr = json_object_new_array();
+    if (!arr)
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < json_object_array_length(v); i++) {
+        json_object *c = json_object_array_get_idx(v, i), *fn = NULL, *name = NULL, *args = NULL, *id = NULL;
+        snprintf(k, sizeof k, "%s[%zu]", key, i);
+        if (!json_object_is_type(c, json_type_object) || !json_object_object_get_ex(c, "function", &fn) ||
+            !json_object_is_type(fn, json_type_object) || !json_object_object_get_ex(fn, "name", &name) ||
+            !json_object_is_type(name, json_type_string)) {
+            json_object_put(arr);
+            return api_bad(e, "invalid_value", k, "'%s' must be {type: \"function\", function: {name, arguments}}", k);
+        }
+        if (json_object_object_get_ex(c, "id", &id) && id && !json_object_is_type(id, json_type_string)) {
+            json_object_put(arr);
+            return api_bad(e, "invalid_type", k, "'%s.id' must be a string", k);
+        }
+        json_object *nc = json_object_new_object(), *nf = json_object_new_object();
+        if (id)
+            json_object_object_add(nc, "id", json_object_get(id));
+        json_object_object_add(nc, "type", json_object_new_string("function"));
+        json_object_object_add(nf, "name", json_object_get(name));
+        json_object *a = NULL;
+        if (json_object_object_get_ex(fn, "arguments", &args) && args) {
+            if (json_object_is_type(args, json_type_string)) {
+                a = tern_json_parse(json_object_get_string(args), (size_t)json_object_get_string_len(args), NULL);
+                if (!a || !json_object_is_type(a, json_type_object)) {
+                    json_object_put(a);
+                    json_object_put(nc);
+                    json_object_put(nf);
+                    json_object_put(arr);
+                    return api_bad(e, "invalid_value", k, "'%s.function.arguments' must be a JSON object (as text)", k);
+                }
+            } else if (json_object_is_type(args, json_type_object)) {
+                a = json_object_get(args);
+            } else {
+                json_object_put(nc);
+                json_object_put(nf);
+                json_object_put(arr);
+                return api_bad(e, "invalid_type", k, "'%s.function.arguments' must be a string", k);
+            }
+        }
+        json_object_object_add(nf, "arguments", a ? a : json_object_new_object());
+        json_object_object_add(nc, "function", nf);
+        json_object_array_add(arr, nc);
+    }
+    *out = arr;
+    return 0;
+}
+
 static int parse_message(json_object *m, size_t idx, json_object *out_arr, api_error *e)
 {
     char path[96], key[128];
@@ -190,12 +249,13 @@ static int parse_message(json_object *m, size_t idx, json_object *out_arr, api_e
         if (!strcmp(k, "tool_calls")) {
             if (!v)
                 continue;
-            if (!json_object_is_type(v, json_type_array)) {
+            json_object *calls = NULL;
+            if (norm_tool_calls(v, key, &calls, e)) {
                 json_object_put(nm);
-                return api_bad(e, "invalid_type", key, "'%s' must be an array", key);
+                return -1;
             }
-            has_tool_calls = json_object_array_length(v) > 0;
-            json_object_object_add(nm, k, json_object_get(v));
+            has_tool_calls = json_object_array_length(calls) > 0;
+            json_object_object_add(nm, k, calls);
             continue;
         }
         json_object_put(nm);
@@ -210,7 +270,7 @@ static int parse_message(json_object *m, size_t idx, json_object *out_arr, api_e
             json_object_put(nm);
             return api_bad(e, "invalid_value", key, "'%s' is required", key);
         }
-        json_object_object_add(nm, "content", NULL);
+        json_object_object_add(nm, "content", json_object_new_string("")); /* templates test and split content */
     } else {
         json_object *c = NULL;
         if (norm_content(content, key, &c, e)) {

@@ -16,6 +16,7 @@
 #include "engine/constraint.h"
 #include "server/server_int.h"
 #include "server/structured.h"
+#include "server/toolcall_parse.h"
 
 #define GEN_POLL_MS 250 /* how often a wait re-checks for server shutdown */
 
@@ -28,6 +29,9 @@ typedef struct gen_choice {
     api_buf text;       /* non-streaming: the whole text (chat: the answer) */
     api_buf reasoning;  /* non-streaming chat: the thought */
     reasoning_split rs; /* chat: thought / answer */
+    toolcall_parser tp; /* chat with tools: calls out of the answer */
+    json_object *calls; /* non-streaming: the tool_calls array (NULL = none) */
+    int n_calls;        /* calls released so far (their stream indexes) */
     json_object *lp;    /* logprobs: chat content array, or completions object */
     size_t text_off;    /* completions: bytes of text so far (text_offset) */
     int started;        /* streaming: the role chunk / echo went out */
@@ -123,6 +127,8 @@ void gen_free(gen_job *j)
         api_buf_free(&c->text);
         api_buf_free(&c->reasoning);
         reasoning_split_free(&c->rs);
+        toolcall_parser_free(&c->tp);
+        json_object_put(c->calls);
         json_object_put(c->lp);
     }
     if (active)
@@ -145,6 +151,15 @@ static uint64_t random_seed(void)
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
     return x;
+}
+
+/* The tool-call format the answer is parsed with: the template's, when the
+ * request passes tools to it (not with tool_choice none); NULL = none. */
+static const toolfmt *gen_tool_format(const tern_server *s, const api_request *q)
+{
+    if (q->kind != API_CHAT || !q->tools || !s->tools.fmt || s->tools.fmt->kind == TOOLFMT_NONE)
+        return NULL;
+    return s->tools.fmt;
 }
 
 /* The reasoning budget of a row without a grammar (a grammar's constraint
@@ -209,6 +224,11 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
         p.n_stop = j->req.n_stop;
         p.ignore_eos = j->req.ignore_eos;
         p.skip_special = j->req.skip_special;
+        /* a trigger that is a special token ([TOOL_CALLS], <|python_tag|>) must reach the parser as text */
+        const toolfmt *tf = gen_tool_format(s, &j->req);
+        for (int t = 0; tf && tf->triggers[t]; t++)
+            if (toolfmt_trigger_token(s->tok, tf->triggers[t]) >= 0)
+                p.skip_special = 0;
         p.cache_boundary = cache_boundary;
         tern_err te;
         if (structured_attach(s, &j->req, prompt, n_prompt, cache_boundary, &p, err) ||
@@ -220,6 +240,7 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
         if (j->req.kind == API_CHAT && s->has_think)
             start = reasoning_start_of(&s->think, prompt, n_prompt, cache_boundary, api_thinking_off(&j->req));
         reasoning_split_init(&j->ch[i].rs, j->req.kind == API_CHAT && s->has_think ? &s->think : NULL, start);
+        toolcall_parser_init(&j->ch[i].tp, gen_tool_format(s, &j->req));
         j->ch[i].r = engine_submit(s->eng, &p, on_notify, j->wk, &te);
         if (!j->ch[i].r) {
             if (p.constraint)
@@ -266,6 +287,30 @@ static int all_done(const gen_job *j)
 static const char *finish_reason(engine_finish f)
 {
     return f == ENGINE_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* A chat choice's finish_reason: "tool_calls" when it made calls,
+ * "malformed_tool_call" when a call it started was no valid call (or the
+ * model stopped inside one) and went back to content (docs/agents.md). */
+static const char *chat_finish_reason(const gen_choice *c)
+{
+    if (c->finish == ENGINE_FINISH_LENGTH)
+        return "length";
+    if (c->tp.status != TOOLCALL_OK)
+        return "malformed_tool_call";
+    return c->n_calls > 0 ? "tool_calls" : "stop";
+}
+
+/* One tool call as a chat message carries it. */
+static json_object *call_json(const toolcall_call *tc, const char *id)
+{
+    json_object *o = json_object_new_object(), *fn = json_object_new_object();
+    json_object_object_add(o, "id", json_object_new_string(id));
+    json_object_object_add(o, "type", json_object_new_string("function"));
+    json_object_object_add(fn, "name", json_object_new_string(tc->name));
+    json_object_object_add(fn, "arguments", json_object_new_string(tc->arguments));
+    json_object_object_add(o, "function", fn);
+    return o;
 }
 
 /* A streaming chunk envelope holding one choice object (returned borrowed in *choice). */
@@ -356,8 +401,54 @@ static void stream_finish(gen_job *j, int idx)
     else
         json_object_object_add(choice, "text", json_object_new_string(""));
     json_object_object_add(choice, "logprobs", NULL);
-    json_object_object_add(choice, "finish_reason", json_object_new_string(finish_reason(c->finish)));
+    json_object_object_add(choice, "finish_reason", json_object_new_string(
+                                                      j->req.kind == API_CHAT ? chat_finish_reason(c) : finish_reason(c->finish)));
     api_buf_sse(&j->out, o);
+}
+
+/* Bytes of one streamed arguments piece: OpenAI streams a call's
+ * arguments in small pieces; ours are cut at UTF-8 boundaries. */
+#define GEN_ARGS_PIECE 24
+
+/* Streams released calls: per call a chunk with index, id, type and name
+ * (arguments ""), then its arguments in pieces. */
+static void stream_calls(gen_job *j, int idx, const toolcall_out *to)
+{
+    gen_choice *c = &j->ch[idx];
+    for (int k = 0; k < to->n_calls; k++) {
+        const toolcall_call *tc = &to->calls[k];
+        char id[32];
+        toolcall_id_new(id, sizeof id);
+        size_t len = strlen(tc->arguments), at = 0;
+        int first = 1;
+        while (first || at < len) {
+            json_object *choice, *o = chunk_new(j, idx, &choice);
+            json_object *delta = json_object_new_object(), *arr = json_object_new_array(), *d = json_object_new_object();
+            json_object *fn = json_object_new_object();
+            json_object_object_add(d, "index", json_object_new_int(c->n_calls));
+            size_t n = 0;
+            if (first) {
+                json_object_object_add(d, "id", json_object_new_string(id));
+                json_object_object_add(d, "type", json_object_new_string("function"));
+                json_object_object_add(fn, "name", json_object_new_string(tc->name));
+            } else {
+                n = len - at < GEN_ARGS_PIECE ? len - at : GEN_ARGS_PIECE;
+                while (at + n < len && ((unsigned char)tc->arguments[at + n] & 0xC0) == 0x80)
+                    n++; /* never split a character */
+            }
+            json_object_object_add(fn, "arguments", json_object_new_string_len(tc->arguments + at, (int)n));
+            json_object_object_add(d, "function", fn);
+            json_object_array_add(arr, d);
+            json_object_object_add(delta, "tool_calls", arr);
+            json_object_object_add(choice, "delta", delta);
+            json_object_object_add(choice, "logprobs", NULL);
+            json_object_object_add(choice, "finish_reason", NULL);
+            api_buf_sse(&j->out, o);
+            at += n;
+            first = 0;
+        }
+        c->n_calls++;
+    }
 }
 
 static void usage_totals(const gen_job *j, int *n_completion, int *n_cached)
@@ -407,18 +498,35 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
     const sample_result *lp = ev->kind == ENGINE_EV_TOKEN && ev->has_logprob && j->req.logprobs ? &ev->lp : NULL;
     if (j->req.kind == API_CHAT) {
         /* thought and answer apart; what the splitter holds back comes later */
-        tern_sbuf rb = {0}, cb = {0};
+        tern_sbuf rb = {0}, ab = {0};
+        toolcall_out to = {0};
         if (ev->text_len)
-            reasoning_split_push(&c->rs, ev->text, ev->text_len, &rb, &cb);
+            reasoning_split_push(&c->rs, ev->text, ev->text_len, &rb, &ab);
         if (ev->kind == ENGINE_EV_FINISH)
-            reasoning_split_finish(&c->rs, &rb, &cb);
+            reasoning_split_finish(&c->rs, &rb, &ab);
+        /* calls are parsed in the answer only, after the thought */
+        if (ab.n)
+            toolcall_parser_push(&c->tp, ab.s, ab.n, &to);
+        if (ev->kind == ENGINE_EV_FINISH)
+            toolcall_parser_finish(&c->tp, &to);
+        free(ab.s);
+        tern_sbuf cb = to.content;
         if (!j->req.include_reasoning)
             rb.n = 0;
         if (streaming) {
             stream_start(j, idx);
             if (rb.n || cb.n || lp)
                 stream_piece(j, idx, rb.s, rb.n, cb.n ? cb.s : "", cb.n, lp);
+            stream_calls(j, idx, &to);
         } else {
+            for (int k = 0; k < to.n_calls; k++) {
+                char id[32];
+                toolcall_id_new(id, sizeof id);
+                if (!c->calls)
+                    c->calls = json_object_new_array();
+                json_object_array_add(c->calls, call_json(&to.calls[k], id));
+                c->n_calls++;
+            }
             if (lp) {
                 if (!c->lp)
                     c->lp = json_object_new_array();
@@ -430,7 +538,7 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
                 api_buf_append(&c->text, cb.s, cb.n);
         }
         free(rb.s);
-        free(cb.s);
+        toolcall_out_free(&to);
     } else if (streaming) {
         stream_start(j, idx);
         if (ev->text_len || lp)
@@ -549,12 +657,17 @@ int gen_collect(gen_job *j, char **json, api_error *err)
         if (j->req.kind == API_CHAT) {
             json_object *msg = json_object_new_object();
             json_object_object_add(msg, "role", json_object_new_string("assistant"));
-            json_object_object_add(msg, "content", api_json_string(c->text.data ? c->text.data : "", c->text.len));
+            /* a reply that is only calls has no content (OpenAI: null) */
+            json_object_object_add(msg, "content", c->calls && !c->text.len
+                                                       ? NULL
+                                                       : api_json_string(c->text.data ? c->text.data : "", c->text.len));
             if (c->reasoning.len) { /* reasoning: the alias newer clients read */
                 json_object_object_add(msg, "reasoning_content", api_json_string(c->reasoning.data, c->reasoning.len));
                 json_object_object_add(msg, "reasoning", api_json_string(c->reasoning.data, c->reasoning.len));
             }
             json_object_object_add(msg, "refusal", NULL);
+            if (c->calls)
+                json_object_object_add(msg, "tool_calls", json_object_get(c->calls));
             json_object_object_add(ch, "message", msg);
             json_object *lpo = NULL;
             if (j->req.logprobs) {
@@ -575,7 +688,8 @@ int gen_collect(gen_job *j, char **json, api_error *err)
                 lpo = c->lp ? json_object_get(c->lp) : json_object_new_object();
             json_object_object_add(ch, "logprobs", lpo);
         }
-        json_object_object_add(ch, "finish_reason", json_object_new_string(finish_reason(c->finish)));
+        json_object_object_add(ch, "finish_reason", json_object_new_string(
+                                                    j->req.kind == API_CHAT ? chat_finish_reason(c) : finish_reason(c->finish)));
         json_object_array_add(choices, ch);
     }
     json_object_object_add(o, "usage", usage_json(j));

@@ -99,7 +99,73 @@ static void fail(toolcall_parser *p, toolcall_out *o, toolcall_status why)
     p->status = why;
 }
 
-static int add_call(toolcall_out *o, const char *name, json_object *args)
+/* ---- spans in JSON text json-c already accepted (so it is valid) ---- */
+
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && is_ws(s[i]))
+        i++;
+    return i;
+}
+
+/* The index just after the value that starts at s[i]. */
+static size_t skip_value(const char *s, size_t i, size_t n)
+{
+    int depth = 0, in_str = 0, esc = 0;
+    for (; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (c == '\\')
+                esc = 1;
+            else if (c == '"') {
+                in_str = 0;
+                if (depth == 0)
+                    return i + 1;
+            }
+            continue;
+        }
+        if (c == '"')
+            in_str = 1;
+        else if (c == '{' || c == '[')
+            depth++;
+        else if (c == '}' || c == ']') {
+            if (--depth <= 0)
+                return depth < 0 ? i : i + 1;
+        } else if (depth == 0 && (c == ',' || is_ws(c)))
+            return i;
+    }
+    return n;
+}
+
+/* The span [*vb, *ve) of member key's value in the object at s[i] ('{');
+ * 0 if found, -1 if not (keys written with escapes do not match). */
+static int member_span(const char *s, size_t i, size_t n, const char *key, size_t *vb, size_t *ve)
+{
+    size_t kl = strlen(key);
+    i = skip_ws(s, i + 1, n);
+    while (i < n && s[i] == '"') {
+        size_t ke = skip_value(s, i, n);
+        int hit = ke - i == kl + 2 && !memcmp(s + i + 1, key, kl);
+        i = skip_ws(s, ke, n);
+        i = skip_ws(s, i + 1, n); /* the colon */
+        size_t e = skip_value(s, i, n);
+        if (hit) {
+            *vb = i;
+            *ve = e;
+            return 0;
+        }
+        i = skip_ws(s, e, n);
+        if (i < n && s[i] == ',')
+            i = skip_ws(s, i + 1, n);
+    }
+    return -1;
+}
+
+/* The call with its arguments as the model wrote them (raw: numbers and
+ * spacing kept exactly), or re-serialized when the raw text is not at hand. */
+static int add_call(toolcall_out *o, const char *name, json_object *args, const char *raw, size_t raw_len)
 {
     if (o->n_calls == o->cap_calls) {
         int cap = o->cap_calls ? o->cap_calls * 2 : 4;
@@ -109,10 +175,14 @@ static int add_call(toolcall_out *o, const char *name, json_object *args)
         o->calls = c;
         o->cap_calls = cap;
     }
-    const char *a = json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
     toolcall_call *c = &o->calls[o->n_calls];
     c->name = strdup(name);
-    c->arguments = strdup(a ? a : "{}");
+    if (raw)
+        c->arguments = strndup(raw, raw_len);
+    else {
+        const char *a = json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+        c->arguments = strdup(a ? a : "{}");
+    }
     if (!c->name || !c->arguments) {
         free(c->name);
         free(c->arguments);
@@ -124,9 +194,9 @@ static int add_call(toolcall_out *o, const char *name, json_object *args)
 
 /* One call object: {"<name_key>": string, "<args_key>": object}; the other
  * arguments key ("arguments" / "parameters") is taken too, and arguments
- * given as JSON text are parsed. Returns 0, -1 if it is no call, or
- * TERN_ENOMEM. */
-static int take_call(const toolfmt *f, json_object *c, toolcall_out *o)
+ * given as JSON text are parsed. s[0..n) is the object's text. Returns 0,
+ * -1 if it is no call, or TERN_ENOMEM. */
+static int take_call(const toolfmt *f, json_object *c, const char *s, size_t n, toolcall_out *o)
 {
     json_object *name = NULL, *args = NULL;
     if (!json_object_is_type(c, json_type_object) || !json_object_object_get_ex(c, f->name_key, &name) ||
@@ -134,18 +204,28 @@ static int take_call(const toolfmt *f, json_object *c, toolcall_out *o)
         return -1;
     if (!json_object_object_get_ex(c, f->args_key, &args))
         json_object_object_get_ex(c, strcmp(f->args_key, "arguments") ? "arguments" : "parameters", &args);
+    const char *used_key = json_object_object_get_ex(c, f->args_key, NULL) ? f->args_key
+                           : strcmp(f->args_key, "arguments")                ? "arguments"
+                                                                             : "parameters";
     json_object *parsed = NULL;
+    const char *raw = NULL;
+    size_t vb = 0, ve = 0;
     if (args && json_object_is_type(args, json_type_string)) {
-        parsed = tern_json_parse(json_object_get_string(args), (size_t)json_object_get_string_len(args), NULL);
+        raw = json_object_get_string(args); /* the arguments' own text */
+        ve = (size_t)json_object_get_string_len(args);
+        parsed = tern_json_parse(raw, ve, NULL);
         args = parsed;
+    } else if (args && n && member_span(s, 0, n, used_key, &vb, &ve) == 0) {
+        raw = s + vb;
+        ve -= vb;
     }
     int rc = -1;
     if (!args) { /* a function without parameters */
         json_object *empty = json_object_new_object();
-        rc = empty ? add_call(o, json_object_get_string(name), empty) : TERN_ENOMEM;
+        rc = empty ? add_call(o, json_object_get_string(name), empty, NULL, 0) : TERN_ENOMEM;
         json_object_put(empty);
     } else if (json_object_is_type(args, json_type_object)) {
-        rc = add_call(o, json_object_get_string(name), args);
+        rc = add_call(o, json_object_get_string(name), args, raw, ve);
     }
     json_object_put(parsed);
     return rc;
@@ -159,18 +239,26 @@ static int take_calls(const toolfmt *f, const char *s, size_t n, toolcall_out *o
     if (!v)
         return -1;
     json_object *list = NULL;
+    size_t lb = 0, le = n; /* the list's text */
     if (f->kind == TOOLFMT_MISTRAL)
         list = v;
-    else if (f->kind == TOOLFMT_JSON)
-        json_object_object_get_ex(v, "tool_calls", &list);
+    else if (f->kind == TOOLFMT_JSON && json_object_object_get_ex(v, "tool_calls", &list) &&
+             member_span(s, skip_ws(s, 0, n), n, "tool_calls", &lb, &le))
+        lb = le = 0; /* written with escapes: no raw text */
     int before = o->n_calls, rc = 0;
     if (list) {
         size_t k = json_object_is_type(list, json_type_array) ? json_object_array_length(list) : 0;
         rc = k ? 0 : -1;
-        for (size_t i = 0; i < k && !rc; i++)
-            rc = take_call(f, json_object_array_get_idx(list, i), o);
+        size_t at = le > lb ? skip_ws(s, lb + 1, le) : le; /* the first element */
+        for (size_t i = 0; i < k && !rc; i++) {
+            size_t end = at < le ? skip_value(s, at, le) : at;
+            rc = take_call(f, json_object_array_get_idx(list, i), s + at, end - at, o);
+            at = skip_ws(s, end, le);
+            if (at < le && s[at] == ',')
+                at = skip_ws(s, at + 1, le);
+        }
     } else {
-        rc = take_call(f, v, o);
+        rc = take_call(f, v, s + skip_ws(s, 0, n), n - skip_ws(s, 0, n), o);
     }
     json_object_put(v);
     if (rc == -1) { /* all or nothing */

@@ -239,6 +239,21 @@ static void test_hermes(void **state)
     /* arguments given as JSON text; a call without arguments */
     expect(H, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 2}\"}</tool_call>", "", 1, "f", "{\"a\": 2}", TOOLCALL_OK);
     expect(H, "<tool_call>\n{\"name\": \"now\"}\n</tool_call>", "", 1, "now", "{}", TOOLCALL_OK);
+    /* the arguments exactly as written: big integers, number forms and spacing survive */
+    result raw;
+    parse_all_ways(toolfmt_get(H), "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"id\": 12345678901234567890123, \"x\": 1.10e0 ,\"s\":\"\\u00e9}\"}}\n</tool_call>", &raw);
+    assert_int_equal(raw.n, 1);
+    assert_string_equal(raw.args[0], "{\"id\": 12345678901234567890123, \"x\": 1.10e0 ,\"s\":\"\\u00e9}\"}");
+    result_free(&raw);
+    parse_all_ways(toolfmt_get(TOOLFMT_MISTRAL), "[TOOL_CALLS] [ {\"arguments\" : {\"a\":[1, {\"b\":\"]\"}]}, \"name\": \"f\"} , {\"name\":\"g\",\"arguments\":{ }}]", &raw);
+    assert_int_equal(raw.n, 2);
+    assert_string_equal(raw.args[0], "{\"a\":[1, {\"b\":\"]\"}]}");
+    assert_string_equal(raw.args[1], "{ }");
+    result_free(&raw);
+    parse_all_ways(toolfmt_get(TOOLFMT_JSON), "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"n\": 10000000000000000000001}}]}", &raw);
+    assert_int_equal(raw.n, 1);
+    assert_string_equal(raw.args[0], "{\"n\": 10000000000000000000001}");
+    result_free(&raw);
     /* the closing tag missing at the end: the JSON is complete, the call stands */
     expect(H, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}", "", 1, "f", "{\"a\": 1}", TOOLCALL_OK);
     /* plain answers pass through untouched */
