@@ -1,14 +1,15 @@
 /* bench_decode: batch-1 decode speed of the CPU forward pass next to this
  * machine's memory-bandwidth floor.
  *
- *   bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] MODEL_DIR...
+ *   bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] [--exact-products] MODEL_DIR...
  *
  * The floor is what a perfect kernel could do: measured read bandwidth
  * divided by the weight bytes one decode step must read (quantized: packed
  * values plus the f32 scale/bias pairs the kernels read). Also prints
  * prefill tokens/s for a --prompt-token prompt (one batch). With --runs N
  * every number is the best of N runs (the bandwidth too), for noisy shared
- * machines. */
+ * machines. Quantized weights use the integer products (int8 activations)
+ * unless --exact-products (f32 activations); the header line says which. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "base/pool.h"
 #include "model/backend.h"
 #include "model/model.h"
+#include "tensor/kernels.h"
 
 typedef struct bw_job {
     const float *buf;
@@ -96,19 +98,22 @@ int main(int argc, char **argv)
             n_prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--exact-products"))
+            tern_kernels_exact_set(1);
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
             runs = atoi(argv[++i]);
         else if (n_dirs < 16)
             dirs[n_dirs++] = argv[i];
     }
     if (!n_dirs || n_tokens < 2 || n_prompt < 1 || runs < 1) {
-        fprintf(stderr, "usage: bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] MODEL_DIR...\n");
+        fprintf(stderr, "usage: bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] [--exact-products] MODEL_DIR...\n");
         return 2;
     }
     tern_pool *pool = tern_pool_new(threads);
     double bw = measure_bandwidth(pool);
     printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, tern_pool_size(pool));
     tern_pool_free(pool);
+    printf("quantized products: %s\n", tern_kernels_exact_get() ? "exact (f32 activations)" : "integer (int8 activations)");
     printf("%-28s %6s %10s %10s %10s %8s %12s %8s\n", "model", "isa", "weights", "decode", "floor", "of floor",
            "prefill", "cpu got");
     for (int d = 0; d < n_dirs; d++) {

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "model/model.h"
+#include "tensor/kernels.h"
 #include "tokenizer/tokenizer.h"
 
 static int parse_ids(const char *s, int32_t **ids, size_t *n)
@@ -48,7 +49,9 @@ int cmd_logits(int argc, char **argv)
                 fprintf(stderr, "tern logits: --top must be a positive integer\n");
                 return 2;
             }
-        } else if ((v = cli_flag_value(argc, argv, &i, "--device")))
+        } else if (!strcmp(argv[i], "--exact-products")) /* f32 activations for quantized weights */
+            tern_kernels_exact_set(1);
+        else if ((v = cli_flag_value(argc, argv, &i, "--device")))
             device = v; /* cpu | cuda[:N] | auto (default) */
         else if (argv[i][0] != '-' && !dir)
             dir = argv[i];
@@ -59,7 +62,7 @@ int cmd_logits(int argc, char **argv)
     }
     if (!dir || (!prompt == !ids_s)) {
         fprintf(stderr, "usage: tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] "
-                        "[--device cpu|cuda|cuda:N|auto]\n");
+                        "[--device cpu|cuda|cuda:N|auto] [--exact-products]\n");
         return 2;
     }
     tern_err err = {0};

@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "cli.h"
 #include "engine/engine.h"
+#include "tensor/kernels.h"
 
 int cmd_run(int argc, char **argv)
 {
@@ -45,6 +46,8 @@ int cmd_run(int argc, char **argv)
             spec = v;
         } else if ((v = cli_flag_value(argc, argv, &i, "--device"))) { /* cpu | cuda[:N] | auto (default) */
             device = v;
+        } else if (!strcmp(argv[i], "--exact-products")) { /* f32 activations for quantized weights */
+            tern_kernels_exact_set(1);
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) { /* ids and timing on stderr */
             verbose = 1;
         } else if (argv[i][0] != '-' && !dir) {
@@ -61,7 +64,7 @@ int cmd_run(int argc, char **argv)
     if (!dir || !prompt) {
         fprintf(stderr, "usage: tern run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] "
                         "[--top-p P] [--top-k K] [--seed S] [--draft-model DIR] [--num-draft-tokens K] "
-                        "[--spec ngram] [--device cpu|cuda|cuda:N|auto] [--verbose]\n");
+                        "[--spec ngram] [--device cpu|cuda|cuda:N|auto] [--exact-products] [--verbose]\n");
         return 2;
     }
     if (verbose)

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "server/server.h"
 #include "server/toolfmt.h"
+#include "tensor/kernels.h"
 
 #define SERVE_USAGE                                                                                  \
     "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--model-name NAME]\n" \
@@ -20,7 +21,7 @@
     "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
-    "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto]\n"
+    "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n"
 
 static void progress(int step, int n_steps, const char *what, double t0)
 {
@@ -88,6 +89,8 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(v, 1, 3600, &x))
                 goto bad_value;
             so.header_timeout_s = (int)x;
+        } else if (!strcmp(argv[i], "--exact-products")) { /* f32 activations for quantized weights */
+            tern_kernels_exact_set(1);
         } else if ((v = cli_flag_value(argc, argv, &i, "--threads"))) {
             if (cli_parse_int(v, 1, 1024, &threads))
                 goto bad_value;

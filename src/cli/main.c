@@ -13,14 +13,14 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"run", cmd_run, "run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--device D]"},
-    {"logits", cmd_logits, "logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] [--device D]"},
+    {"run", cmd_run, "run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--device D] [--exact-products]"},
+    {"logits", cmd_logits, "logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] [--device D] [--exact-products]"},
     {"convert", cmd_convert, "convert IN_DIR OUT_DIR --bits 4|8 [--group-size 64]  (MLX affine quantization)"},
     {"template", cmd_template, "template DIR [--jsonl] < request.json  (renders the chat template)"},
     {"grammar", cmd_grammar, "grammar compile|check|masks|bench SPEC ... (tern grammar --help)"},
     {"tokenize", cmd_tokenize, "tokenize DIR [--no-special] [--jsonl] < text  (prints the id array)"},
     {"detokenize", cmd_detokenize, "detokenize DIR [--skip-special] [--jsonl] < ids.json"},
-    {"serve", cmd_serve, "serve MODEL_DIR [--host H] [--port P] [--api-key KEY] [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--cors ORIGIN] [--device cpu|cuda|cuda:N|auto]"},
+    {"serve", cmd_serve, "serve MODEL_DIR [--host H] [--port P] [--api-key KEY] [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--cors ORIGIN] [--device cpu|cuda|cuda:N|auto] [--exact-products]"},
 };
 
 static void usage(FILE *f)

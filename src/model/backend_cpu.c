@@ -1,6 +1,9 @@
 /* The CPU backend (see backend.h): kernel table + spinning thread pool.
  * Fused products split the concatenated output rows of all their matrices
- * across the workers, so q/k/v (or gate/up) cost one synchronization. */
+ * across the workers, so q/k/v (or gate/up) cost one synchronization.
+ * Quantized weights use the integer products (kernels.h): the input rows are
+ * quantized to int8 once per product (per group size), in parallel, before
+ * the rows are split; --exact-products keeps the f32-activation kernels. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,11 @@ typedef struct cpu_backend {
     int cap_ctx;
     float *xsum;   /* per-group input sums for quantized products */
     size_t cap_xsum;
+    int exact;     /* f32-activation products for quantized weights */
+    int8_t *qx;    /* quantized inputs: [distinct groups][T][n_in] */
+    size_t cap_qx;
+    float *qs;     /* their block scales and sums: [distinct groups][T][2 * ngp] */
+    size_t cap_qs;
 } cpu_backend;
 
 typedef struct mm_job {
@@ -31,12 +39,17 @@ typedef struct mm_job {
     long T;
     long offs[MM_MAX + 1]; /* first global row of each matrix */
     const float *xsum[MM_MAX];
+    const int8_t *Q[MM_MAX]; /* integer path: the quantized inputs of each matrix, else NULL */
+    const float *qs[MM_MAX];
 } mm_job;
 
-static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum, float *Y,
-                   long T, long r0, long r1)
+static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
+                   const int8_t *Q, const float *qs, float *Y, long T, long r0, long r1)
 {
-    if (w->qbits)
+    if (w->qbits && Q)
+        (w->qbits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
+                                                        r0, r1);
+    else if (w->qbits)
         (w->qbits == 4 ? k->matmul_q4 : k->matmul_q8)(w->data, w->sb, w->group, X, xsum, Y, T, w->n_in, w->n_out,
                                                       r0, r1);
     else
@@ -49,24 +62,25 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
  * tokens (~256 KB of inputs) streams past it. Tiling changes no arithmetic:
  * every (row, token) result is computed by the same kernel code, so the
  * results are bit-identical to the untiled product. */
-static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum, float *Y,
-                     long T, long r0, long r1)
+static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
+                     const int8_t *Q, const float *qs, float *Y, long T, long r0, long r1)
 {
     long n_in = w->n_in;
     long row_bytes = w->qbits ? n_in * w->qbits / 8 : n_in * (long)tern_dtype_size(w->dtype);
-    long rb = 65536 / row_bytes, tb = (262144 / (n_in * 4)) & ~1L;
+    long rb = 65536 / row_bytes, tb = (262144 / (n_in * (Q ? 1 : 4))) & ~1L;
     if (rb < 1)
         rb = 1;
     if (tb < 2)
         tb = 2;
     if (T <= tb) {
-        mm_one(k, w, X, xsum, Y, T, r0, r1);
+        mm_one(k, w, X, xsum, Q, qs, Y, T, r0, r1);
         return;
     }
     long ng = w->qbits ? n_in / w->group : 0;
     for (long r = r0; r < r1; r += rb)
         for (long t = 0; t < T; t += tb)
-            mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Y + t * w->n_out, T - t < tb ? T - t : tb, r,
+            mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Q ? Q + t * n_in : NULL,
+                   qs ? qs + t * 2 * tern_iq_ngp(ng) : NULL, Y + t * w->n_out, T - t < tb ? T - t : tb, r,
                    r + rb < r1 ? r + rb : r1);
 }
 
@@ -77,8 +91,80 @@ static void mm_run(void *ctx, long b, long e, int worker)
     for (int i = 0; i < j->n; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
         if (lo < hi)
-            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Y[i], j->T, lo - j->offs[i], hi - j->offs[i]);
+            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], j->Y[i], j->T, lo - j->offs[i],
+                     hi - j->offs[i]);
     }
+}
+
+typedef struct quant_job {
+    const tern_kernels *k;
+    const float *X;
+    long n_in;
+    int group;
+    int8_t *Q;
+    float *qs;
+} quant_job;
+
+static void quant_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    quant_job *j = ctx;
+    long ngp = tern_iq_ngp(j->n_in / j->group);
+    j->k->quant_act(j->X + b * j->n_in, e - b, j->n_in, j->group, j->Q + b * j->n_in, j->qs + b * 2 * ngp);
+}
+
+/* Grows *buf to hold need elements of size sz (doubling). */
+static int grow(void **buf, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap)
+        return 0;
+    void *nb = realloc(*buf, need * 2 * sz);
+    if (!nb)
+        return TERN_ENOMEM;
+    *buf = nb;
+    *cap = need * 2;
+    return 0;
+}
+
+/* The integer path's inputs: X quantized once per distinct group size among
+ * the quantized matrices of the job (usually one), shared by the matrices. */
+static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *const *w, const float *X, long T,
+                       tern_err *err)
+{
+    int groups[MM_MAX], n_groups = 0;
+    size_t need_q = 0, need_s = 0;
+    for (int i = 0; i < n; i++) {
+        if (!w[i]->qbits)
+            continue;
+        int seen = 0;
+        for (int k = 0; k < n_groups; k++)
+            seen |= groups[k] == w[i]->group;
+        if (seen)
+            continue;
+        groups[n_groups++] = w[i]->group;
+        need_q += (size_t)T * w[i]->n_in;
+        need_s += (size_t)T * 2 * tern_iq_ngp(w[i]->n_in / w[i]->group);
+    }
+    if (!n_groups)
+        return 0;
+    if (grow((void **)&be->qx, &be->cap_qx, need_q, 1) || grow((void **)&be->qs, &be->cap_qs, need_s, sizeof(float)))
+        return tern_err_set(err, TERN_ENOMEM, "out of memory for quantized inputs");
+    int8_t *q = be->qx;
+    float *qs = be->qs;
+    long n_in = w[0]->n_in;
+    for (int k = 0; k < n_groups; k++) {
+        quant_job qj = {be->k, X, n_in, groups[k], q, qs};
+        /* ~16k inputs per part: quantizing is cheap next to the product. */
+        tern_pool_for(be->pool, T, 16384 / n_in + 1, quant_run, &qj);
+        for (int i = 0; i < n; i++)
+            if (w[i]->qbits && w[i]->group == groups[k]) {
+                j->Q[i] = q;
+                j->qs[i] = qs;
+            }
+        q += (size_t)T * n_in;
+        qs += (size_t)T * 2 * tern_iq_ngp(n_in / groups[k]);
+    }
+    return 0;
 }
 
 static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, const float *X, float *const *Y,
@@ -87,11 +173,16 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     cpu_backend *be = (cpu_backend *)base;
     if (n < 1 || n > MM_MAX)
         return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
-    mm_job j = {be, n, w, X, Y, T, {0}, {0}};
+    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}};
+    if (!be->exact) {
+        int rc = mm_quantize(be, &j, n, w, X, T, err);
+        if (rc)
+            return rc;
+    }
     size_t need = 0;
     for (int i = 0; i < n; i++) {
         j.offs[i + 1] = j.offs[i] + w[i]->n_out;
-        if (w[i]->qbits)
+        if (w[i]->qbits && !j.Q[i])
             need += (size_t)T * (w[i]->n_in / w[i]->group);
     }
     if (need > be->cap_xsum) {
@@ -105,7 +196,7 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     float *xs = be->xsum;
     int last_group = 0;
     for (int i = 0; i < n; i++) {
-        if (!w[i]->qbits)
+        if (!w[i]->qbits || j.Q[i])
             continue;
         int g = w[i]->group;
         if (g != last_group) {
@@ -202,6 +293,8 @@ static void cpu_free(model_backend *base)
     tern_pool_free(be->pool);
     free(be->scores);
     free(be->xsum);
+    free(be->qx);
+    free(be->qs);
     free(be);
 }
 
@@ -218,6 +311,7 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     be->base.n_threads = cpu_n_threads;
     be->base.free = cpu_free;
     be->k = tern_kernels_best();
+    be->exact = tern_kernels_exact_get();
     be->pool = tern_pool_new(n_threads);
     if (!be->pool) {
         free(be);

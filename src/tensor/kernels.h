@@ -26,6 +26,31 @@ typedef void (*tern_matmul_fn)(const void *W, const float *X, float *Y, long T, 
 typedef void (*tern_qmatmul_fn)(const uint8_t *Wq, const float *sb, int group, const float *X, const float *xsum,
                                 float *Y, long T, long n_in, long ldy, long r0, long r1);
 
+/* ---- Integer products for MLX affine weights (the default for quantized
+ * weights; the f32 tern_qmatmul_fn above is the exact reference, selected
+ * with tern_kernels_exact_set). The activations are quantized once per
+ * product, per token and per block of `group` inputs (the weight's group):
+ *   d = max|x| / 127, q_i = round-half-even(x_i * (127 / max|x|)) in
+ *   [-127, 127], A = sum q_i
+ * (a block whose max|x| is below 1e-30 gets d = 0, q = 0; NaN inputs give
+ * unspecified values).
+ * Layout: Q[t * n_in + i] int8; qs[t * 2 * ngp + g] = d and
+ * qs[t * 2 * ngp + ngp + g] = (float)A, where ngp = n_groups rounded up to
+ * a multiple of 8 and the padding is zero. */
+typedef void (*tern_quant_act_fn)(const float *X, long T, long n_in, int group, int8_t *Q, float *qs);
+
+/* The integer product against the same weight layout as tern_qmatmul_fn.
+ * For row r and token t, with I_g = sum_{i in g} w_i * Q_i (exact int32),
+ * sw/bw the group's {scale, bias} and d/A the activation block's:
+ *   u_g = fma(sw, (float)I_g, bw * A); acc[g % 8] = fma(u_g, d, acc[g % 8])
+ * over g = 0 .. ngp - 1 in order (padding groups have I, sw, bw, d, A = 0),
+ * from acc = 0, then Y = ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)).
+ * Every table computes exactly these bits (the SIMD kernels only differ in
+ * how they obtain the exact integer sums), so results are identical across
+ * ISAs and batch invariance holds by construction. */
+typedef void (*tern_iqmatmul_fn)(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs,
+                                 float *Y, long T, long n_in, long ldy, long r0, long r1);
+
 typedef struct tern_kernels {
     const char *isa; /* "scalar", "avx2", "avx512" */
     tern_matmul_fn matmul_f32;
@@ -33,9 +58,21 @@ typedef struct tern_kernels {
     tern_matmul_fn matmul_f16;
     tern_qmatmul_fn matmul_q4;
     tern_qmatmul_fn matmul_q8;
+    tern_quant_act_fn quant_act;
+    tern_iqmatmul_fn imatmul_q4;
+    tern_iqmatmul_fn imatmul_q8;
     float (*dot)(const float *a, const float *b, long n);
     void (*axpy)(float a, const float *x, float *y, long n); /* y += a * x */
 } tern_kernels;
+
+/* Groups padded to a multiple of 8 (the qs layout above). */
+static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }
+
+/* The f32-activation products (--exact-products) instead of the integer ones
+ * for quantized weights, in CPU backends created after the call. Off by
+ * default; process-wide, set once at start-up. */
+void tern_kernels_exact_set(int on);
+int tern_kernels_exact_get(void);
 
 /* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512 in the
  * environment to force one, for tests and benchmarks). Never NULL. */

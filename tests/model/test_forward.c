@@ -168,12 +168,14 @@ static void test_batch_equivalence(void **state)
 
 /* The CPU backend's fused, tiled products (large T and n_in force token and
  * row tiles) give each (row, token) exactly the single-token kernel's bits,
- * for dense and quantized weights. */
-static void test_backend_tiling(void **state)
+ * for dense and quantized weights, with the integer products (the default)
+ * and with the f32-activation ones (exact products). */
+static void check_backend_tiling(int exact)
 {
-    (void)state;
     tern_err err = {0};
+    tern_kernels_exact_set(exact);
     model_backend *be = model_backend_cpu_new(2, &err);
+    tern_kernels_exact_set(0);
     assert_non_null(be);
     const tern_kernels *k = tern_kernels_best();
     const int n_in = 4096, T = 37, n_out[2] = {23, 9};
@@ -181,6 +183,8 @@ static void test_backend_tiling(void **state)
     uint16_t *wb = malloc((size_t)32 * n_in * sizeof(uint16_t));
     uint8_t *wq = malloc((size_t)32 * n_in);
     float *sb = malloc((size_t)32 * (n_in / 64) * 2 * sizeof(float)), *xs = malloc((size_t)(n_in / 64) * sizeof(float));
+    int8_t *xq = malloc((size_t)n_in);
+    float *qs = malloc((size_t)tern_iq_ngp(n_in / 64) * 2 * sizeof(float));
     for (int i = 0; i < T * n_in; i++)
         X[i] = (float)(((long)i * 7919) % 1000) / 500.0f - 1.0f;
     for (int i = 0; i < 32 * n_in; i++) {
@@ -204,12 +208,24 @@ static void test_backend_tiling(void **state)
                 s += X[(size_t)t * n_in + g * 64 + e];
             xs[g] = s;
         }
-        k->matmul_q4(wq, sb, 64, X + (size_t)t * n_in, xs, one, 1, n_in, n_out[1], 0, n_out[1]);
+        if (exact) {
+            k->matmul_q4(wq, sb, 64, X + (size_t)t * n_in, xs, one, 1, n_in, n_out[1], 0, n_out[1]);
+        } else {
+            k->quant_act(X + (size_t)t * n_in, 1, n_in, 64, xq, qs);
+            k->imatmul_q4(wq, sb, 64, xq, qs, one, 1, n_in, n_out[1], 0, n_out[1]);
+        }
         for (int r = 0; r < n_out[1]; r++)
             assert_true(one[r] == Y[1][(size_t)t * n_out[1] + r]);
     }
-    free(X), free(wb), free(wq), free(sb), free(xs), free(Y[0]), free(Y[1]);
+    free(X), free(wb), free(wq), free(sb), free(xs), free(xq), free(qs), free(Y[0]), free(Y[1]);
     be->free(be);
+}
+
+static void test_backend_tiling(void **state)
+{
+    (void)state;
+    check_backend_tiling(0);
+    check_backend_tiling(1);
 }
 
 int main(void)

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 
 #include "model/model.h"
+#include "tensor/kernels.h"
 #include "test_util.h"
 
 static char g_dirs[4][64];
@@ -214,8 +215,12 @@ static void test_envelope(void **state)
     model_free(full);
     const char *dirs[2] = {q8, q4};
     const double max_d[2] = {Q8_MAX_DELTA, Q4_MAX_DELTA}, agree[2] = {Q8_TOP1_AGREE, Q4_TOP1_AGREE};
-    for (int k = 0; k < 2; k++) {
+    /* integer products (the default), then the f32-activation ones */
+    for (int e = 0; e < 4; e++) {
+        int k = e & 1, exact = e >> 1;
+        tern_kernels_exact_set(exact);
         tern_model *m = model_load(dirs[k], 2, &err);
+        tern_kernels_exact_set(0);
         if (!m)
             fail_msg("%s", err.msg);
         float *lg = forward_all(m, ids, n, 0);
@@ -234,11 +239,11 @@ static void test_envelope(void **state)
             }
             same += a == b;
         }
-        printf("q%d vs bf16: max |d logit| %.3f, rms %.4f, argmax agrees at %d/%d positions\n", k ? 4 : 8, worst,
-               sqrt(rms / ((double)n * V)), same, n);
+        printf("q%d (%s) vs bf16: max |d logit| %.3f, rms %.4f, argmax agrees at %d/%d positions\n", k ? 4 : 8,
+               exact ? "exact products" : "integer products", worst, sqrt(rms / ((double)n * V)), same, n);
         assert_true(worst <= max_d[k]);
         assert_true(same >= agree[k] * n);
-        if (k == 1) { /* batched == one token per forward, bit for bit */
+        { /* batched == one token per forward, bit for bit */
             float *one = forward_all(m, ids, 12, 1);
             for (size_t e = 0; e < (size_t)12 * V; e++)
                 assert_true(one[e] == lg[e]);

@@ -162,10 +162,109 @@ static void check_quant(const tern_kernels *k)
         }
 }
 
+/* The integer products: the table's activation quantization and products
+ * must equal the scalar reference bit for bit (kernels.h: the integer sums
+ * are exact and the f32 combination order is fixed), on fresh random inputs
+ * with tails of groups (n_groups not a multiple of 8), zero blocks, every
+ * group size; row ranges and tokens alone give the same bits. The scalar
+ * reference itself is checked against a double-precision product of the
+ * dequantized weights and dequantized activations, and the quantized
+ * activations against the f32 inputs. */
+static void check_iq(const tern_kernels *k)
+{
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long shapes[][3] = {{1, 32, 32}, {3, 64, 32}, {5, 128, 64}, {4, 256, 128}, {7, 384, 64},
+                                     {2, 896, 128}, {3, 96, 32}, {5, 576, 32}, {3, 1088, 64}, {2, 2048, 64},
+                                     {4, 2176, 128}};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            long n_out = shapes[si][0], n_in = shapes[si][1], G = shapes[si][2], ng = n_in / G;
+            long ngp = tern_iq_ngp(ng);
+            long T = 1 + (long)(tern_rng_u32(&rng) % 7);
+            int *q = malloc((size_t)(n_out * n_in) * sizeof(int));
+            uint32_t *wq = malloc((size_t)(n_out * n_in * bits / 32) * 4);
+            float *sb = malloc((size_t)(n_out * ng * 2) * 4), *x = malloc((size_t)(T * n_in) * 4);
+            int8_t *Q0 = malloc((size_t)(T * n_in)), *Q1 = malloc((size_t)(T * n_in));
+            float *qs0 = malloc((size_t)(T * 2 * ngp) * 4), *qs1 = malloc((size_t)(T * 2 * ngp) * 4);
+            float *y0 = malloc((size_t)(T * n_out) * 4), *y1 = malloc((size_t)(T * n_out) * 4);
+            for (long i = 0; i < n_out * n_in; i++)
+                q[i] = (int)(tern_rng_u32(&rng) % (1u << bits));
+            for (long r = 0; r < n_out; r++)
+                pack_row(q + r * n_in, n_in, bits, wq + r * n_in * bits / 32);
+            for (long i = 0; i < n_out * ng; i++) {
+                sb[2 * i] = 0.01f * (1.0f + rnd());
+                sb[2 * i + 1] = 0.1f * rnd();
+            }
+            /* inputs of varied magnitude per token; one all-zero block */
+            for (long t = 0; t < T; t++) {
+                float mag = 1e-3f + 10.0f * tern_rng_f32(&rng);
+                for (long i = 0; i < n_in; i++)
+                    x[t * n_in + i] = mag * rnd();
+            }
+            if (T > 1)
+                memset(x + n_in, 0, (size_t)G * 4);
+            memset(qs0, 0x55, (size_t)(T * 2 * ngp) * 4);
+            memset(qs1, 0x66, (size_t)(T * 2 * ngp) * 4);
+            ref->quant_act(x, T, n_in, (int)G, Q0, qs0);
+            k->quant_act(x, T, n_in, (int)G, Q1, qs1);
+            if (memcmp(Q0, Q1, (size_t)(T * n_in)) || memcmp(qs0, qs1, (size_t)(T * 2 * ngp) * 4))
+                fail_msg("%s quant_act n_in %ld group %ld T %ld differs from the scalar reference", k->isa, n_in, G, T);
+            for (long t = 0; t < T; t++)
+                for (long g = 0; g < ngp; g++) {
+                    float d = qs0[t * 2 * ngp + g], A = qs0[t * 2 * ngp + ngp + g];
+                    long sum = 0;
+                    for (long i = g * G; g < ng && i < (g + 1) * G; i++) {
+                        sum += Q0[t * n_in + i];
+                        /* |x - d q| <= d / 2 (rounding to the nearest step), plus
+                         * the f32 rounding of x * 127 / max and of d */
+                        assert_true(fabs(x[t * n_in + i] - d * Q0[t * n_in + i]) <= 0.5 * d + 1e-4 * d + 1e-30);
+                    }
+                    assert_true(A == (float)sum);
+                    if (g >= ng)
+                        assert_true(d == 0 && A == 0);
+                }
+            tern_iqmatmul_fn fk = bits == 4 ? k->imatmul_q4 : k->imatmul_q8;
+            tern_iqmatmul_fn fr = bits == 4 ? ref->imatmul_q4 : ref->imatmul_q8;
+            fr((const uint8_t *)wq, sb, (int)G, Q0, qs0, y0, T, n_in, n_out, 0, n_out);
+            fk((const uint8_t *)wq, sb, (int)G, Q0, qs0, y1, T, n_in, n_out, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < n_out; r++) {
+                    double want = 0, mag = 0;
+                    for (long i = 0; i < n_in; i++) {
+                        long g = i / G;
+                        double w = (double)sb[(r * ng + g) * 2] * q[r * n_in + i] + sb[(r * ng + g) * 2 + 1];
+                        double a = (double)qs0[t * 2 * ngp + g] * Q0[t * n_in + i];
+                        want += w * a;
+                        mag += fabs(w * a);
+                    }
+                    float got = y1[t * n_out + r], sc = y0[t * n_out + r];
+                    if (memcmp(&got, &sc, 4))
+                        fail_msg("%s iq%d n_in %ld group %ld T %ld row %ld token %ld: %.9g, scalar %.9g", k->isa, bits,
+                                 n_in, G, T, r, t, got, sc);
+                    if (fabs(sc - want) > 1e-6 * mag * 8 + 1e-6)
+                        fail_msg("scalar iq%d n_in %ld group %ld: %g, exact %g", bits, n_in, G, sc, want);
+                }
+            if (n_out > 1) {
+                fk((const uint8_t *)wq, sb, (int)G, Q0, qs0, y0, T, n_in, n_out, 0, n_out / 2);
+                fk((const uint8_t *)wq, sb, (int)G, Q0, qs0, y0, T, n_in, n_out, n_out / 2, n_out);
+                assert_memory_equal(y0, y1, (size_t)(T * n_out) * 4);
+            }
+            for (long t = 0; t < T; t++) {
+                k->quant_act(x + t * n_in, 1, n_in, (int)G, Q1, qs1);
+                fk((const uint8_t *)wq, sb, (int)G, Q1, qs1, y0, 1, n_in, n_out, 0, n_out);
+                for (long r = 0; r < n_out; r++)
+                    if (memcmp(&y0[r], &y1[t * n_out + r], 4))
+                        fail_msg("%s iq%d: token %ld of %ld differs from alone", k->isa, bits, t, T);
+            }
+            free(q), free(wq), free(sb), free(x), free(Q0), free(Q1), free(qs0), free(qs1), free(y0), free(y1);
+        }
+}
+
 static void test_scalar_quant(void **state)
 {
     (void)state;
     check_quant(tern_kernels_scalar());
+    check_iq(tern_kernels_scalar());
 }
 
 static void test_avx2(void **state)
@@ -176,6 +275,7 @@ static void test_avx2(void **state)
         skip();
     check_table(k);
     check_quant(k);
+    check_iq(k);
 }
 
 static void test_avx512(void **state)
@@ -188,7 +288,9 @@ static void test_avx512(void **state)
     }
     check_table(k);
     check_quant(k);
-    printf("AVX-512 kernels match the scalar reference\n");
+    check_iq(k);
+    printf("AVX-512 kernels match the scalar reference (integer products: %s)\n",
+           k->imatmul_q8 == tern_kernels_avx2()->imatmul_q8 ? "AVX2, no VNNI on this CPU" : "VNNI");
 }
 
 static void test_conversions(void **state)

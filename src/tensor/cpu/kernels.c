@@ -6,6 +6,7 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "tensor/kernels.h"
+#include "tensor/cpu/intdot.h"
 
 const tern_kernels *tern_kernels_avx2_table(void);
 #ifndef TERN_NO_AVX512
@@ -18,15 +19,35 @@ const tern_kernels *tern_kernels_avx2(void)
     return f->avx2 && f->fma && f->f16c ? tern_kernels_avx2_table() : NULL;
 }
 
+#ifndef TERN_NO_AVX512
+/* AVX-512 without VNNI: the AVX2 integer products (same bits, see kernels.h). */
+static tern_kernels g_avx512_novnni;
+static pthread_once_t g_novnni_once = PTHREAD_ONCE_INIT;
+static void novnni_init(void)
+{
+    g_avx512_novnni = *tern_kernels_avx512_table();
+    g_avx512_novnni.imatmul_q4 = tern_iq_avx2_q4;
+    g_avx512_novnni.imatmul_q8 = tern_iq_avx2_q8;
+}
+#endif
+
 const tern_kernels *tern_kernels_avx512(void)
 {
 #ifndef TERN_NO_AVX512
     const tern_cpu_features *f = tern_cpu();
-    if (f->avx512f && f->avx512bw && f->avx512vl && f->fma && f->f16c)
-        return tern_kernels_avx512_table();
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->fma && f->f16c && f->avx2) {
+        if (f->avx512_vnni)
+            return tern_kernels_avx512_table();
+        pthread_once(&g_novnni_once, novnni_init);
+        return &g_avx512_novnni;
+    }
 #endif
     return NULL;
 }
+
+static int g_exact;
+void tern_kernels_exact_set(int on) { g_exact = on; }
+int tern_kernels_exact_get(void) { return g_exact; }
 
 static const tern_kernels *g_best;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

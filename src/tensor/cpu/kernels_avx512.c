@@ -5,6 +5,7 @@
 
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
+#include "tensor/cpu/intdot.h"
 
 static inline float hsum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 
@@ -192,7 +193,8 @@ static void axpy(float a, const float *x, float *y, long n)
         y[i] += a * x[i];
 }
 
-static const tern_kernels k_avx512 = {"avx512", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8, dot, axpy};
+static const tern_kernels k_avx512 = {"avx512", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
+                                      tern_iq_avx2_quant, tern_iq_vnni_q4, tern_iq_vnni_q8, dot, axpy};
 
 const tern_kernels *tern_kernels_avx512_table(void);
 const tern_kernels *tern_kernels_avx512_table(void) { return &k_avx512; }

@@ -2,6 +2,8 @@
  * against. Plain loops, f32 accumulation in index order. */
 #include "tensor/kernels.h"
 
+#include <math.h>
+
 #include "tensor/dtype.h"
 
 #define SCALAR_MATMUL(name, wtype, load)                                                          \
@@ -54,6 +56,69 @@ SCALAR_MATMUL(matmul_f16, uint16_t, tern_f16_to_f32)
 SCALAR_QMATMUL(matmul_q4, (w[i >> 1] >> ((i & 1) * 4)) & 15)
 SCALAR_QMATMUL(matmul_q8, w[i])
 
+/* The specification of the activation quantization (see kernels.h). */
+static void quant_act(const float *X, long T, long n_in, int group, int8_t *Q, float *qs)
+{
+    long ng = n_in / group, ngp = tern_iq_ngp(ng);
+    for (long t = 0; t < T; t++) {
+        float *d = qs + t * 2 * ngp, *A = d + ngp;
+        for (long g = 0; g < ngp; g++) {
+            d[g] = A[g] = 0.0f;
+            if (g >= ng)
+                continue;
+            const float *x = X + t * n_in + g * group;
+            int8_t *q = Q + t * n_in + g * group;
+            float amax = 0.0f;
+            for (int i = 0; i < group; i++)
+                amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+            int sum = 0;
+            float id = amax >= 1e-30f ? 127.0f / amax : 0.0f;
+            for (int i = 0; i < group; i++) {
+                q[i] = (int8_t)(id > 0 ? (int)nearbyintf(x[i] * id) : 0);
+                sum += q[i];
+            }
+            if (id > 0) {
+                d[g] = amax / 127.0f;
+                A[g] = (float)sum;
+            }
+        }
+    }
+}
+
+/* The specification of the integer product (see kernels.h): exact integer
+ * group sums, then the f32 combination in the contract's order. */
+#define SCALAR_IQMATMUL(name, BITS, QV)                                                           \
+    static void name(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, \
+                     float *Y, long T, long n_in, long ldy, long r0, long r1)                     \
+    {                                                                                             \
+        long ng = n_in / group, ngp = tern_iq_ngp(ng);                                            \
+        for (long r = r0; r < r1; r++) {                                                          \
+            const uint8_t *w = Wq + r * n_in * BITS / 8;                                          \
+            const float *s = sb + r * ng * 2;                                                     \
+            for (long t = 0; t < T; t++) {                                                        \
+                const int8_t *a = Q + t * n_in;                                                   \
+                const float *d = qs + t * 2 * ngp, *A = d + ngp;                                  \
+                float acc[8] = {0};                                                               \
+                for (long g = 0; g < ngp; g++) {                                                  \
+                    int32_t I = 0;                                                                \
+                    float sw = 0.0f, bw = 0.0f;                                                   \
+                    if (g < ng) {                                                                 \
+                        for (long i = g * group; i < (g + 1) * group; i++)                        \
+                            I += (int32_t)(QV) * a[i];                                            \
+                        sw = s[2 * g];                                                            \
+                        bw = s[2 * g + 1];                                                        \
+                    }                                                                             \
+                    float u = fmaf(sw, (float)I, bw * A[g]);                                      \
+                    acc[g & 7] = fmaf(u, d[g], acc[g & 7]);                                       \
+                }                                                                                 \
+                Y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])); \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+SCALAR_IQMATMUL(imatmul_q4, 4, (w[i >> 1] >> ((i & 1) * 4)) & 15)
+SCALAR_IQMATMUL(imatmul_q8, 8, w[i])
+
 static float dot(const float *a, const float *b, long n)
 {
     float acc = 0.0f;
@@ -69,6 +134,6 @@ static void axpy(float a, const float *x, float *y, long n)
 }
 
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
-                                      dot, axpy};
+                                      quant_act, imatmul_q4, imatmul_q8, dot, axpy};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }

@@ -1,0 +1,19 @@
+/* The integer-product kernels of each ISA (contracts: kernels.h,
+ * tern_quant_act_fn and tern_iqmatmul_fn), for the tables in kernels_*.c. */
+#ifndef TERN_TENSOR_CPU_INTDOT_H
+#define TERN_TENSOR_CPU_INTDOT_H
+
+#include <stdint.h>
+
+void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int8_t *Q, float *qs);
+void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                     long T, long n_in, long ldy, long r0, long r1);
+void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                     long T, long n_in, long ldy, long r0, long r1);
+/* AVX-512 VNNI (vpdpbusd): only for CPUs with avx512_vnni. */
+void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                     long T, long n_in, long ldy, long r0, long r1);
+void tern_iq_vnni_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                     long T, long n_in, long ldy, long r0, long r1);
+
+#endif

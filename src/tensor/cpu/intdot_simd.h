@@ -1,0 +1,178 @@
+/* The ISA-independent half of the integer products (kernels.h,
+ * tern_iqmatmul_fn): reducing per-group int32 partial sums and the fixed f32
+ * combination, written once in 256-bit AVX2 and included by intdot_avx2.c
+ * and intdot_avx512.c so that both compute the same bits as the scalar
+ * reference. Only explicit FMA intrinsics combine products and sums, so no
+ * compiler contraction can change the rounding. */
+#ifndef TERN_TENSOR_CPU_INTDOT_SIMD_H
+#define TERN_TENSOR_CPU_INTDOT_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tensor/kernels.h"
+
+/* Sums of 8 groups' int32 vectors (any split of a group's sum over the 8
+ * lanes) as one vector in group order, from the pairs h01 = hadd(g0, g1),
+ * h23, h45, h67 (hadd pairs early to keep few registers live). Integer adds
+ * in any order are exact. */
+static inline __m256i iq_sum8(__m256i h01, __m256i h23, __m256i h45, __m256i h67)
+{
+    __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                            _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+/* Even (scales) and odd (biases) entries of 8 interleaved {scale, bias}
+ * pairs, in group order. */
+static inline void iq_sb_load(const float *sb, __m256 *sw, __m256 *bw)
+{
+    __m256 a = _mm256_loadu_ps(sb), b = _mm256_loadu_ps(sb + 8);
+    __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)); /* p0 p2 p8 p10 | p4 p6 p12 p14 */
+    __m256 o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    *sw = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+    *bw = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* The {scale, bias} pairs of groups c .. c+7 of a row with ng groups; the
+ * ones past ng read as 0 (the padding of the contract). */
+static inline void iq_sb_chunk(const float *s, long c, long ng, __m256 *sw, __m256 *bw)
+{
+    if (c + 8 <= ng) {
+        iq_sb_load(s + 2 * c, sw, bw);
+    } else {
+        float tmp[16] = {0};
+        memcpy(tmp, s + 2 * c, (size_t)(ng - c) * 2 * sizeof(float));
+        iq_sb_load(tmp, sw, bw);
+    }
+}
+
+/* acc += (sw * I + bw * A) * d for 8 groups, the contract's two FMAs. */
+static inline __m256 iq_combine(__m256 acc, __m256i I, __m256 sw, __m256 bw, const float *d, const float *A)
+{
+    __m256 u = _mm256_fmadd_ps(sw, _mm256_cvtepi32_ps(I), _mm256_mul_ps(bw, _mm256_loadu_ps(A)));
+    return _mm256_fmadd_ps(u, _mm256_loadu_ps(d), acc);
+}
+
+/* ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), the contract's final order. */
+static inline float iq_hsum(__m256 v)
+{
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* Activation quantization (kernels.h, tern_quant_act_fn) with 8 lanes. */
+static inline void iq_quant_act(const float *X, long T, long n_in, int group, int8_t *Q, float *qs)
+{
+    long ng = n_in / group, ngp = (ng + 7) & ~7L;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (long t = 0; t < T; t++) {
+        const float *x = X + t * n_in;
+        int8_t *q = Q + t * n_in;
+        float *d = qs + t * 2 * ngp, *A = d + ngp;
+        for (long g = ng; g < ngp; g++)
+            d[g] = A[g] = 0.0f;
+        for (long g = 0; g < ng; g++) {
+            const float *xg = x + g * group;
+            int8_t *qg = q + g * group;
+            __m256 m = _mm256_setzero_ps();
+            for (int i = 0; i < group; i += 8)
+                m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xg + i), absmask));
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            float amax = _mm_cvtss_f32(m4);
+            if (!(amax >= 1e-30f)) {
+                memset(qg, 0, (size_t)group);
+                d[g] = A[g] = 0.0f;
+                continue;
+            }
+            __m256 id = _mm256_set1_ps(127.0f / amax);
+            __m256i sum = _mm256_setzero_si256();
+            for (int i = 0; i < group; i += 32) {
+                __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i), id));
+                __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 8), id));
+                __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 16), id));
+                __m256i e = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 24), id));
+                sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, e)));
+                __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, e));
+                _mm256_storeu_si256((__m256i *)(qg + i), _mm256_permutevar8x32_epi32(p, perm));
+            }
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+            d[g] = amax / 127.0f;
+            A[g] = (float)_mm_cvtsi128_si32(s4);
+        }
+    }
+}
+
+/* GRP sums that come back as sum (q - 128) * a (AVX2's 8-bit path) get
+ * 128 * A added (exact in int32); the others are already I. */
+static inline __m256i iq_fix128(__m256i S, const float *A)
+{
+    return _mm256_add_epi32(S, _mm256_slli_epi32(_mm256_cvtps_epi32(_mm256_loadu_ps(A)), 7));
+}
+static inline __m256i iq_nofix(__m256i S, const float *A)
+{
+    (void)A;
+    return S;
+}
+
+/* A kernel from GRP(w, a0, a1, group, two, &s0, &s1), the int32 vectors of
+ * one group for a token pair, and FIX(S, A), what turns GRP's sums into the
+ * exact I: rows one at a time, tokens in pairs sharing each weight load. */
+#define IQ_KERNEL(name, BITS, GRP, FIX)                                                                         \
+    static inline __attribute__((always_inline)) void name##_row(                                             \
+        const uint8_t *w, const float *s, int group, long ng, long ngp, const int8_t *a0, const int8_t *a1,   \
+        const float *q0, const float *q1, float *y0, float *y1, int two)                                      \
+    {                                                                                                         \
+        __m256 f0 = _mm256_setzero_ps(), f1 = f0;                                                             \
+        for (long c = 0; c < ngp; c += 8) {                                                                   \
+            __m256i h0[4], h1[4];                                                                             \
+            for (int k = 0; k < 4; k++) {                                                                     \
+                __m256i x0 = _mm256_setzero_si256(), x1 = x0, z0 = x0, z1 = x0;                               \
+                long g = c + 2 * k;                                                                           \
+                if (g < ng)                                                                                   \
+                    GRP(w + g * group * BITS / 8, a0 + g * group, a1 + g * group, group, two, &x0, &x1);      \
+                if (g + 1 < ng)                                                                               \
+                    GRP(w + (g + 1) * group * BITS / 8, a0 + (g + 1) * group, a1 + (g + 1) * group, group, two, \
+                        &z0, &z1);                                                                            \
+                h0[k] = _mm256_hadd_epi32(x0, z0);                                                            \
+                h1[k] = _mm256_hadd_epi32(x1, z1);                                                            \
+            }                                                                                                 \
+            __m256 sw, bw;                                                                                    \
+            iq_sb_chunk(s, c, ng, &sw, &bw);                                                                  \
+            __m256i I0 = FIX(iq_sum8(h0[0], h0[1], h0[2], h0[3]), q0 + ngp + c);                              \
+            f0 = iq_combine(f0, I0, sw, bw, q0 + c, q0 + ngp + c);                                            \
+            if (two) {                                                                                        \
+                __m256i I1 = FIX(iq_sum8(h1[0], h1[1], h1[2], h1[3]), q1 + ngp + c);                          \
+                f1 = iq_combine(f1, I1, sw, bw, q1 + c, q1 + ngp + c);                                        \
+            }                                                                                                 \
+        }                                                                                                     \
+        *y0 = iq_hsum(f0);                                                                                    \
+        if (two)                                                                                              \
+            *y1 = iq_hsum(f1);                                                                                \
+    }                                                                                                         \
+    void name(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y, long T, \
+              long n_in, long ldy, long r0, long r1)                                                          \
+    {                                                                                                         \
+        long ng = n_in / group, ngp = tern_iq_ngp(ng);                                                        \
+        for (long r = r0; r < r1; r++) {                                                                      \
+            const uint8_t *w = Wq + r * n_in * BITS / 8;                                                      \
+            const float *s = sb + r * ng * 2;                                                                 \
+            long t = 0;                                                                                       \
+            for (; t + 1 < T; t += 2)                                                                         \
+                name##_row(w, s, group, ng, ngp, Q + t * n_in, Q + (t + 1) * n_in, qs + t * 2 * ngp,          \
+                           qs + (t + 1) * 2 * ngp, &Y[t * ldy + r], &Y[(t + 1) * ldy + r], 1);                \
+            if (t < T)                                                                                        \
+                name##_row(w, s, group, ng, ngp, Q + t * n_in, Q + t * n_in, qs + t * 2 * ngp,                \
+                           qs + t * 2 * ngp, &Y[t * ldy + r], NULL, 0);                                       \
+        }                                                                                                     \
+    }
+
+#endif
