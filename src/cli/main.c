@@ -15,6 +15,7 @@ typedef struct command {
 static const command commands[] = {
     {"run", cmd_run, "run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--device D] [--exact-products]"},
     {"logits", cmd_logits, "logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] [--device D] [--exact-products]"},
+    {"perplexity", cmd_perplexity, "perplexity MODEL_DIR --file TEXT [--ctx N] [--chunks N] [--save-logits F | --kl-base F] [--exact-products]"},
     {"convert", cmd_convert, "convert IN_DIR OUT_DIR --bits 4|8 [--group-size 64]  (MLX affine quantization)"},
     {"template", cmd_template, "template DIR [--jsonl] < request.json  (renders the chat template)"},
     {"grammar", cmd_grammar, "grammar compile|check|masks|bench SPEC ... (tern grammar --help)"},
