@@ -107,7 +107,7 @@ void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
     engine_event ev = {0};
     ev.kind = ENGINE_EV_FINISH;
     ev.finish = why;
-    if (why == ENGINE_FINISH_STOP || why == ENGINE_FINISH_LENGTH) {
+    if ((why == ENGINE_FINISH_STOP || why == ENGINE_FINISH_LENGTH) && !r->pool.mode) {
         /* nothing more will come: release held text (not a stop string) */
         const char *piece;
         size_t pl;
@@ -117,6 +117,16 @@ void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
     }
     if (msg)
         snprintf(ev.error, sizeof ev.error, "%s", msg);
+    if (r->pool.mode && why == ENGINE_FINISH_STOP) {
+        ev.embedding = malloc((size_t)r->pool.dim * sizeof *ev.embedding);
+        if (ev.embedding) {
+            embed_pool_finish(&r->pool, r->embed_normalize, ev.embedding);
+            ev.n_embedding = r->pool.dim;
+        } else {
+            ev.finish = ENGINE_FINISH_ERROR;
+            snprintf(ev.error, sizeof ev.error, "out of memory for the embedding");
+        }
+    }
     ev.usage.n_prompt = r->n_prompt;
     ev.usage.n_cached = r->n_cached;
     ev.usage.n_generated = r->n_generated;
@@ -128,8 +138,9 @@ void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
     ev.usage.n_jump = r->n_jump;
     memcpy(ev.usage.accepted_by_pos, r->accepted_by_pos, sizeof r->accepted_by_pos);
 
-    /* Keep the computed KV for later prompts, up to the cache boundary. */
-    if (e->o.prefix_cache && why != ENGINE_FINISH_ERROR) {
+    /* Keep the computed KV for later prompts, up to the cache boundary
+     * (not an embedding's: no KV is kept after one). */
+    if (e->o.prefix_cache && why != ENGINE_FINISH_ERROR && !r->pool.mode) {
         int n = r->n_past;
         if (r->cache_boundary > 0 && r->cache_boundary < n)
             n = r->cache_boundary;
@@ -139,6 +150,7 @@ void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
     e->kv_committed -= r->blocks_committed;
     r->blocks_committed = 0;
     sample_state_free(&r->ss);
+    embed_pool_free(&r->pool);
     free(r->q);
     r->q = NULL;
     detok_free(r->detok);
@@ -175,7 +187,7 @@ static int blocks_for(const tern_engine *e, int n_tokens)
  * for a copy-on-write of a shared last prefix block. */
 static int projected_blocks(const tern_engine *e, const engine_req *r)
 {
-    int total = r->n_prompt + r->max_tokens + e->n_draft; /* drafts run past the end */
+    int total = r->n_prompt + r->max_tokens + (r->no_spec ? 0 : e->n_draft); /* drafts run past the end */
     if (total > e->o.ctx_size)
         total = e->o.ctx_size;
     return blocks_for(e, total) + 1;
@@ -189,7 +201,7 @@ static int admit(tern_engine *e, engine_req *r)
     if (need > avail)
         return 0;
     tern_err err = {0};
-    if (e->o.prefix_cache) {
+    if (e->o.prefix_cache && !r->pool.mode) {
         /* keep at least the last prompt token to compute its logits */
         int m = pcache_match(&e->pc, &r->seq, r->tokens, r->n_prompt - 1);
         r->n_cached = r->n_past = m;
@@ -197,8 +209,14 @@ static int admit(tern_engine *e, engine_req *r)
     int have = r->seq.n_blocks;
     r->blocks_committed = need - have > 0 ? need - have : 0;
     e->kv_committed += r->blocks_committed;
-    if (sample_state_init(&r->ss, &r->sp, e->n_vocab, r->tokens, (size_t)r->n_prompt, &err) ||
-        !(r->detok = detok_new(e->tok, r->tokens, (size_t)r->n_prompt, r->skip_special, &err))) {
+    if (r->pool.mode) { /* an embedding: nothing to sample or detokenize */
+        if (embed_pool_init(&r->pool, r->pool.mode, r->pool.dim)) {
+            engine_row_finish(e, r, ENGINE_FINISH_ERROR, "out of memory for the embedding");
+            req_unref(r);
+            return 1;
+        }
+    } else if (sample_state_init(&r->ss, &r->sp, e->n_vocab, r->tokens, (size_t)r->n_prompt, &err) ||
+               !(r->detok = detok_new(e->tok, r->tokens, (size_t)r->n_prompt, r->skip_special, &err))) {
         engine_row_finish(e, r, ENGINE_FINISH_ERROR, err.msg);
         req_unref(r);
         return 1;
@@ -489,6 +507,21 @@ static void drop_done(tern_engine *e)
     }
 }
 
+/* Pools the step's hidden rows into their embedding requests and finishes
+ * the requests whose every position is now computed. */
+static void embed_rows_finish(tern_engine *e, int n_hid)
+{
+    int dim = model_hidden_dim(e->m);
+    for (int j = 0; j < n_hid; j++)
+        if (!e->hid_req[j]->done)
+            embed_pool_add(&e->hid_req[j]->pool, e->hidden + (size_t)j * dim);
+    for (int i = 0; i < e->n_running; i++) {
+        engine_req *r = e->running[i];
+        if (r->pool.mode && !r->done && r->n_past >= r->n_tokens)
+            engine_row_finish(e, r, ENGINE_FINISH_STOP, NULL);
+    }
+}
+
 static void step(tern_engine *e)
 {
     /* cancellations first: they free rows and KV */
@@ -498,7 +531,7 @@ static void step(tern_engine *e)
     drop_done(e);
     if (e->n_draft > 0)
         spec_draft(e); /* sets n_spec (and the drafts) of the rows that speculate */
-    int n = 0, n_out = 0, budget = e->o.prefill_chunk;
+    int n = 0, n_out = 0, n_hid = 0, budget = e->o.prefill_chunk;
     tern_err err = {0};
     for (int i = 0; i < e->n_running; i++) {
         engine_req *r = e->running[i];
@@ -523,6 +556,15 @@ static void step(tern_engine *e)
             e->b_seq[n] = &r->seq;
             n++;
         }
+        if (r->pool.mode) { /* an embedding: the hidden states its pooling reads, no logits */
+            for (int k = 0; k < todo; k++)
+                if (embed_pool_wants(r->pool.mode, r->n_past + k, r->n_tokens)) {
+                    e->b_hid[n_hid] = n - todo + k;
+                    e->hid_req[n_hid++] = r;
+                }
+            r->n_past += todo;
+            continue;
+        }
         r->n_past += todo;
         r->n_target_forwards++;
         if (r->n_past < r->n_tokens)
@@ -543,10 +585,11 @@ static void step(tern_engine *e)
     if (n == 0)
         return;
     fwd_batch b = {n, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
+    fwd_hidden hid = {n_hid, e->b_hid, e->hidden};
     /* on a device (e->ids set): masks overlap the forward; steps whose rows
      * the device can sample sample there */
     int dev = e->ids != NULL, mode = dev ? step_device_mode(e, n_out) : DEV_HOST;
-    int rc = dev ? forward_device(e, &b, mode, &err) : model_forward(e->m, &e->kv, &b, e->logits, &err);
+    int rc = dev ? forward_device(e, &b, mode, &err) : model_forward_hidden(e->m, &e->kv, &b, e->logits, &hid, &err);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     e->st.tokens_prefilled += n - n_out;
@@ -573,6 +616,7 @@ static void step(tern_engine *e)
             else
                 sample_and_emit(e, r, lg, dev ? &pm : NULL);
         }
+        embed_rows_finish(e, n_hid);
     }
     drop_done(e);
 }
@@ -648,6 +692,9 @@ static void engine_free_memory(tern_engine *e)
     free(e->mask_bad);
     free(e->ids);
     free(e->srows);
+    free(e->b_hid);
+    free(e->hid_req);
+    free(e->hidden);
     free(e);
 }
 
@@ -751,6 +798,15 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         tern_err_set(err, TERN_ENOMEM, "out of memory");
         goto fail;
     }
+    if (model_hidden_supported(m)) {
+        e->b_hid = malloc((size_t)cap_tok * sizeof *e->b_hid);
+        e->hid_req = malloc((size_t)cap_tok * sizeof *e->hid_req);
+        e->hidden = malloc((size_t)cap_tok * model_hidden_dim(m) * sizeof *e->hidden);
+        if (!e->b_hid || !e->hid_req || !e->hidden) {
+            tern_err_set(err, TERN_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     const char *gs = getenv("TERN_GPU_SAMPLING");
     if (be->forward_start && be->argmax_finish && be->logits_finish && !(gs && !strcmp(gs, "0"))) {
         e->masks = malloc((size_t)rows * ((e->n_vocab + 31) / 32) * sizeof *e->masks);
@@ -814,9 +870,19 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
         tern_err_set(err, TERN_EINVAL, "the prompt is empty");
         return NULL;
     }
-    if (p->n_prompt >= (size_t)e->o.ctx_size) {
-        tern_err_set(err, TERN_ERANGE, "the prompt has %zu tokens; the context holds %d (including at least one generated token)",
-                     p->n_prompt, e->o.ctx_size);
+    int embed = p->embed_pooling != EMBED_POOL_NONE;
+    if (embed && p->constraint) {
+        tern_err_set(err, TERN_EINVAL, "an embedding request takes no constraint");
+        return NULL;
+    }
+    if (embed && !e->hidden) {
+        tern_err_set(err, TERN_EUNSUPPORTED, "embeddings need the CPU backend (the %s forward returns no hidden states)",
+                     e->m->be->name);
+        return NULL;
+    }
+    if (embed ? p->n_prompt > (size_t)e->o.ctx_size : p->n_prompt >= (size_t)e->o.ctx_size) {
+        tern_err_set(err, TERN_ERANGE, "the prompt has %zu tokens; the context holds %d%s", p->n_prompt,
+                     e->o.ctx_size, embed ? "" : " (including at least one generated token)");
         return NULL;
     }
     for (size_t i = 0; i < p->n_prompt; i++)
@@ -824,7 +890,7 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
             tern_err_set(err, TERN_ERANGE, "prompt token %d is outside the vocabulary", p->prompt[i]);
             return NULL;
         }
-    if (sample_params_check(&p->sample, e->n_vocab, err))
+    if (!embed && sample_params_check(&p->sample, e->n_vocab, err))
         return NULL;
     engine_req *r = calloc(1, sizeof *r);
     if (!r)
@@ -841,6 +907,13 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
         r->max_tokens = e->o.ctx_size - r->n_prompt;
     r->ignore_eos = p->ignore_eos;
     r->no_spec = p->no_speculation;
+    if (embed) { /* the pool's memory comes at admission */
+        r->max_tokens = 0;
+        r->no_spec = 1;
+        r->pool.mode = p->embed_pooling;
+        r->pool.dim = model_hidden_dim(e->m);
+        r->embed_normalize = p->embed_normalize;
+    }
     r->skip_special = p->skip_special;
     r->cache_boundary = (int)p->cache_boundary;
     r->notify = notify;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "model/embed.h"
 #include "model/model.h"
 #include "sample/sample.h"
 #include "tokenizer/tokenizer.h"
@@ -72,6 +73,16 @@ typedef struct engine_params {
     const engine_constraint_ops *constraint; /* NULL = unconstrained */
     void *constraint_ctx;
     int no_speculation;      /* opt this request out of the engine's drafter */
+    /* An embedding request when not EMBED_POOL_NONE: the prompt runs through
+     * the forward in prefill chunks like any other, its final-normed hidden
+     * states are pooled so (normalized when embed_normalize), nothing is
+     * sampled, and its KV is dropped at the end (never matched against or
+     * added to the prefix cache). The FINISH event (ENGINE_FINISH_STOP)
+     * carries the vector. The prompt may fill the whole context. Sampling
+     * fields, max_tokens and stops are ignored; constraint must be NULL. Needs
+     * model_hidden_supported (else TERN_EUNSUPPORTED at submit). */
+    embed_pooling embed_pooling;
+    int embed_normalize;
 } engine_params;
 
 void engine_params_default(engine_params *p);
@@ -113,6 +124,8 @@ typedef struct engine_event {
     engine_finish finish;         /* FINISH */
     char error[TERN_ERR_MSG_MAX]; /* FINISH with ENGINE_FINISH_ERROR */
     engine_usage usage;           /* FINISH */
+    float *embedding;             /* FINISH of a completed embedding request: owned [n_embedding] */
+    int n_embedding;
 } engine_event;
 
 void engine_event_clear(engine_event *ev);

@@ -52,6 +52,12 @@ struct tern_engine {
     kv_pool dkv;             /* view: draft layers, same block ids */
     float *d_logits;         /* [max_batch][n_vocab] */
     float *probs;            /* [n_vocab] verification scratch */
+
+    /* embedding rows: the hidden states a step asks for (NULL when the
+     * model cannot return them) */
+    int32_t *b_hid;          /* [cap_tok] batch rows */
+    engine_req **hid_req;    /* [cap_tok] the request of each */
+    float *hidden;           /* [cap_tok][dim] */
 };
 
 typedef struct ev_node {
@@ -98,6 +104,8 @@ struct engine_req {
     int n_drafted, n_accepted, n_target_forwards, n_jump;
     int accepted_by_pos[ENGINE_MAX_DRAFT];
     int done;               /* finished; dropped from running[] at the end of the step */
+    embed_pool pool;        /* embedding request: pool.mode set, its running pooling */
+    int embed_normalize;
 
     /* shared with the client, under mu */
     pthread_mutex_t mu;

@@ -12,6 +12,7 @@ void engine_event_clear(engine_event *ev)
     if (!ev)
         return;
     free(ev->text);
+    free(ev->embedding);
     memset(ev, 0, sizeof *ev);
 }
 
@@ -40,6 +41,7 @@ void req_push_event(engine_req *r, engine_event *ev)
         r->tail = n;
     } else {
         free(ev->text); /* out of memory: the text is lost, the finish is not */
+        free(ev->embedding);
     }
     if (ev->kind == ENGINE_EV_FINISH)
         r->finished = 1;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "model/backend.h"
+#include "model/embed.h"
 #include "model/model.h"
 
 struct model_scratch {
@@ -126,6 +127,13 @@ static inline float gelu_tanh(float x)
 
 int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, tern_err *err)
 {
+    return model_forward_hidden(m, kv, b, logits, NULL, err);
+}
+
+int model_forward_hidden(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, const fwd_hidden *hid,
+                         tern_err *err)
+{
+    int n_hid = hid ? hid->n : 0;
     const model_config *c = &m->cfg;
     int T = b->n;
     if (T <= 0)
@@ -143,6 +151,11 @@ int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
     for (int j = 0; j < b->n_out; j++)
         if (b->out_rows[j] < 0 || b->out_rows[j] >= T)
             return tern_err_set(err, TERN_EINVAL, "output row %d is outside the batch", b->out_rows[j]);
+    for (int j = 0; j < n_hid; j++)
+        if (hid->rows[j] < 0 || hid->rows[j] >= T)
+            return tern_err_set(err, TERN_EINVAL, "hidden-state row %d is outside the batch", hid->rows[j]);
+    if (n_hid > 0 && m->be->forward)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "the %s backend does not return hidden states", m->be->name);
     (void)max_pos;
     if (m->be->forward) { /* a device-resident forward (backend.h) */
         int frc = m->be->forward(m->be, m, kv, b, logits, err);
@@ -234,6 +247,8 @@ int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
             s->x[e] += s->tmp[e];
     }
 
+    for (int j = 0; j < n_hid; j++) /* embeddings: the final-normed states, no head */
+        rmsnorm(hid->out + (size_t)j * dim, s->x + (size_t)hid->rows[j] * dim, m->final_norm, dim, c->norm_eps);
     for (int j = 0; j < b->n_out; j++)
         rmsnorm(s->xo + (size_t)j * dim, s->x + (size_t)b->out_rows[j] * dim, m->final_norm, dim, c->norm_eps);
     if (b->n_out > 0) {

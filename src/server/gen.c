@@ -102,7 +102,7 @@ void srv_wakers_free(tern_server *s)
 }
 
 /* Engine thread: must not block. A full counter (EAGAIN) is still a wakeup. */
-static void on_notify(void *user)
+void srv_waker_notify(void *user)
 {
     srv_waker *w = user;
     uint64_t one = 1;
@@ -241,7 +241,7 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
             start = reasoning_start_of(&s->think, prompt, n_prompt, cache_boundary, api_thinking_off(&j->req));
         reasoning_split_init(&j->ch[i].rs, j->req.kind == API_CHAT && s->has_think ? &s->think : NULL, start);
         toolcall_parser_init(&j->ch[i].tp, gen_tool_format(s, &j->req));
-        j->ch[i].r = engine_submit(s->eng, &p, on_notify, j->wk, &te);
+        j->ch[i].r = engine_submit(s->eng, &p, srv_waker_notify, j->wk, &te);
         if (!j->ch[i].r) {
             if (p.constraint)
                 p.constraint->free(p.constraint_ctx);
@@ -588,7 +588,7 @@ static int drain(gen_job *j, int streaming)
 
 /* Did the peer close (or reset) its side? Data it sends (a pipelined next
  * request) is not a hangup. */
-static int peer_closed(int fd, short revents)
+int srv_peer_closed(int fd, short revents)
 {
     if (revents & (POLLHUP | POLLERR | POLLNVAL))
         return 1;
@@ -613,7 +613,7 @@ static int wait_events(gen_job *j, int streaming)
         int rc = poll(p, (nfds_t)np, GEN_POLL_MS);
         if (rc < 0 && errno != EINTR)
             return -1;
-        if (np == 2 && rc > 0 && peer_closed(j->client_fd, p[1].revents)) {
+        if (np == 2 && rc > 0 && srv_peer_closed(j->client_fd, p[1].revents)) {
             j->client_gone = 1;
             return -1;
         }

@@ -270,6 +270,17 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
         }
         if (rc)
             TERN_WARN("server: %s has no chat template; /v1/chat/completions will answer 400", o->model_dir);
+        /* a sentence-transformers folder: /v1/embeddings (a config tern cannot honour fails the start) */
+        rc = embed_config_load(o->model_dir, model_hidden_dim(m), &s->embed, &te);
+        if (rc && rc != TERN_ENOTFOUND) {
+            tern_err_set(err, rc, "embedding config: %s", te.msg);
+            goto fail;
+        }
+        if (!rc)
+            TERN_INFO("server: embedding model (%s pooling%s%s); /v1/embeddings %s",
+                      embed_pooling_name(s->embed.pooling), s->embed.normalize ? ", normalized" : "",
+                      s->embed.prompt ? ", default prompt" : "",
+                      model_hidden_supported(m) ? "is served" : "needs the CPU backend (--device cpu)");
     }
     if (toolfmt_detect(&s->chat, tok, &s->tools, err))
         goto fail;
@@ -333,6 +344,7 @@ void server_free(tern_server *s)
     srv_wakers_free(s);
     structured_server_free(s);
     tern_chat_template_free(&s->chat);
+    embed_config_free(&s->embed);
     pthread_mutex_destroy(&s->wk_mu);
     free(s->host);
     free(s->model_name);

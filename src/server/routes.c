@@ -18,7 +18,7 @@ typedef struct tern_asset {
 } tern_asset;
 extern const tern_asset tern_assets[];
 
-const char *const srv_route_names[ROUTE_N] = {"chat_completions", "completions", "models", "health",
+const char *const srv_route_names[ROUTE_N] = {"chat_completions", "completions", "embeddings", "models", "health",
                                               "stats", "metrics", "page", "other"};
 
 srv_route routes_classify(const char *url)
@@ -27,6 +27,8 @@ srv_route routes_classify(const char *url)
         return ROUTE_CHAT;
     if (!strcmp(url, "/v1/completions"))
         return ROUTE_COMPLETIONS;
+    if (!strcmp(url, "/v1/embeddings"))
+        return ROUTE_EMBEDDINGS;
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
         return ROUTE_MODELS;
     if (!strcmp(url, "/health"))
@@ -268,6 +270,10 @@ enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url
         if (!post)
             break;
         return serve_generate(c, c->route == ROUTE_CHAT ? API_CHAT : API_COMPLETION);
+    case ROUTE_EMBEDDINGS:
+        if (!post)
+            break;
+        return embed_route_serve(c);
     case ROUTE_MODELS:
         if (!get)
             break;

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "model/embed.h"
 #include "server/api.h"
 #include "server/reasoning.h"
 #include "server/server.h"
@@ -18,6 +19,7 @@
 typedef enum srv_route {
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
+    ROUTE_EMBEDDINGS,
     ROUTE_MODELS,
     ROUTE_HEALTH,
     ROUTE_STATS,
@@ -64,6 +66,7 @@ struct tern_server {
     srv_waker *wk_free, *wk_all;
     srv_metrics met;
     struct structured_server *structured; /* structured.c: vocabulary + compile cache, made on first use */
+    embed_config embed;      /* the folder's sentence-transformers config; pooling NONE = not an embedding model */
 };
 
 /* One HTTP request (MHD's per-request context). */
@@ -92,6 +95,11 @@ void http_timeout_lift(srv_conn *c);
 srv_waker *srv_waker_get(tern_server *s);
 void srv_waker_put(tern_server *s, srv_waker *w);
 void srv_wakers_free(tern_server *s);
+/* The engine's notify hook for a request whose user pointer is a waker. */
+void srv_waker_notify(void *user);
+/* Whether poll's revents on a client socket mean the peer closed (data it
+ * sends, a pipelined next request, is not a hangup). */
+int srv_peer_closed(int fd, short revents);
 
 /* routes.c */
 enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url);
@@ -110,6 +118,9 @@ int gen_collect(gen_job *j, char **json, api_error *err);
 /* Streaming: queues an SSE response for j (which it takes). */
 enum MHD_Result gen_stream(srv_conn *c, gen_job *j);
 void gen_free(gen_job *j);
+
+/* embeddings.c: POST /v1/embeddings */
+enum MHD_Result embed_route_serve(srv_conn *c);
 
 /* metrics.c */
 char *metrics_stats_json(tern_server *s);
