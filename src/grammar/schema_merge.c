@@ -1,0 +1,469 @@
+/* allOf as one schema: sc_merge intersects two schemas keyword by keyword
+ * through a table of per-keyword mergers (bounds take the tighter value,
+ * required the union, type the intersection, subschemas nest as allOf, ...)
+ * and fails closed on pairs it cannot intersect exactly. $ref siblings
+ * (2020-12) are merged with the target here too (sc_deref). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schema_int.h"
+
+/* Largest cross product when two anyOf/oneOf lists meet in an allOf. */
+#define SC_MAX_CROSS 64
+
+json_object *sc_deref(sc *c, json_object *s, const char *path)
+{
+    for (int hops = 0; json_object_is_type(s, json_type_object) && sc_has(s, "$ref"); hops++) {
+        if (hops > 32 || c->rc) {
+            sc_fail(c, TERN_EUNSUPPORTED, path, "$ref chain too long or cyclic");
+            return NULL;
+        }
+        json_object *t = sc_ref_resolve(c, sc_get(s, "$ref"), path);
+        if (!t)
+            return NULL;
+        if (c->draft == 7 || sc_n_constraints(s) == 1) {
+            s = t;
+            continue;
+        }
+        static const char *const k[] = {"$ref"};
+        json_object *rest = sc_without(c, s, k, 1);
+        if (!rest)
+            return NULL;
+        if (++c->depth > SC_MAX_DEPTH) {
+            sc_fail(c, TERN_EUNSUPPORTED, path, "schema nested too deeply");
+            return NULL;
+        }
+        s = sc_merge(c, rest, t, path);
+        c->depth--;
+        if (!s)
+            return NULL;
+    }
+    return s;
+}
+
+json_object *sc_values_of(json_object *s, json_object **tmp)
+{
+    json_object *e = sc_get(s, "enum");
+    if (sc_has(s, "const")) {
+        *tmp = json_object_new_array();
+        if (*tmp) {
+            json_object_array_add(*tmp, json_object_get(sc_get(s, "const")));
+            if (e && json_object_is_type(e, json_type_array)) {
+                /* const and enum together: keep const only if enum has it */
+                int found = 0;
+                for (size_t i = 0; i < json_object_array_length(e); i++)
+                    found |= sc_json_equal(json_object_array_get_idx(e, i), sc_get(s, "const"));
+                if (!found) {
+                    json_object_put(*tmp);
+                    *tmp = json_object_new_array();
+                }
+            }
+        }
+        return *tmp;
+    }
+    return e;
+}
+
+json_object *sc_all_of2(json_object *x, json_object *y)
+{
+    json_object *o = json_object_new_object(), *a = json_object_new_array();
+    if (!o || !a) {
+        json_object_put(o);
+        json_object_put(a);
+        return NULL;
+    }
+    json_object_array_add(a, json_object_get(x));
+    json_object_array_add(a, json_object_get(y));
+    json_object_object_add(o, "allOf", a);
+    return o;
+}
+
+/* ------------------------------------------------------------ per keyword */
+
+/* A keyword present in both a (value va) and b (vb), with different
+ * values: writes the intersection into m. 0, or the error (set). */
+typedef int (*merge_fn)(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                        json_object *vb, const char *path);
+
+/* type: the intersection of the type sets. */
+static int merge_type(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                      json_object *vb, const char *path)
+{
+    int t = sc_type_mask(a) & sc_type_mask(b);
+    static const struct { int bit; const char *n; } names[] = {
+        {ST_NULL, "null"},   {ST_BOOL, "boolean"},  {ST_OBJECT, "object"},
+        {ST_ARRAY, "array"}, {ST_STRING, "string"},
+    };
+    json_object *arr = json_object_new_array();
+    for (size_t i = 0; arr && i < sizeof names / sizeof names[0]; i++)
+        if (t & names[i].bit)
+            json_object_array_add(arr, json_object_new_string(names[i].n));
+    if (arr && (t & ST_NUMBER))
+        json_object_array_add(arr, json_object_new_string("number"));
+    else if (arr && (t & ST_INTEGER))
+        json_object_array_add(arr, json_object_new_string("integer"));
+    if (!arr) {
+        sc_own(c, NULL);
+        return c->rc;
+    }
+    json_object_object_add(m, "type", arr);
+    return 0;
+}
+
+/* enum, const and properties: combined after the keyword loop. */
+static int merge_later(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                       json_object *vb, const char *path)
+{
+    return 0;
+}
+
+static const char *const k_max_of[] = {"minimum", "exclusiveMinimum", "minLength", "minItems",
+                                       "minProperties", "minContains"};
+
+/* Lower bounds take the larger value, upper bounds the smaller. */
+static int merge_bound(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                       json_object *vb, const char *path)
+{
+    if (!sc_is_num(va) || !sc_is_num(vb))
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "non-numeric '%s'", k);
+    int is_min = 0;
+    for (size_t i = 0; i < sizeof k_max_of / sizeof k_max_of[0]; i++)
+        is_min |= !strcmp(k, k_max_of[i]);
+    int take_b = is_min ? sc_numv(vb) > sc_numv(va) : sc_numv(vb) < sc_numv(va);
+    if (take_b)
+        json_object_object_add(m, k, json_object_get(vb));
+    return 0;
+}
+
+/* required: the union. */
+static int merge_required(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                          json_object *vb, const char *path)
+{
+    json_object *arr = json_object_new_array();
+    if (!arr || !json_object_is_type(va, json_type_array) || !json_object_is_type(vb, json_type_array)) {
+        json_object_put(arr);
+        return sc_fail(c, TERN_EINVAL, path, "'required' must be an array");
+    }
+    for (size_t i = 0; i < json_object_array_length(va); i++)
+        json_object_array_add(arr, json_object_get(json_object_array_get_idx(va, i)));
+    for (size_t i = 0; i < json_object_array_length(vb); i++) {
+        json_object *e = json_object_array_get_idx(vb, i);
+        int dup = 0;
+        for (size_t j = 0; j < json_object_array_length(va); j++)
+            dup |= sc_json_equal(e, json_object_array_get_idx(va, j));
+        if (!dup)
+            json_object_array_add(arr, json_object_get(e));
+    }
+    json_object_object_add(m, "required", arr);
+    return 0;
+}
+
+/* Keywords holding one subschema that applies to the same instances on
+ * both sides: {"allOf": [va, vb]}. */
+static int merge_sub(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                     json_object *vb, const char *path)
+{
+    json_object *o = sc_all_of2(va, vb);
+    if (!o) {
+        sc_own(c, NULL);
+        return c->rc;
+    }
+    json_object_object_add(m, k, o);
+    return 0;
+}
+
+static int merge_differ(sc *c, const char *k, const char *path)
+{
+    return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with two different '%s' values", k);
+}
+
+/* items: a plain schema on both sides (no prefixItems, not draft 7's
+ * array form) nests; anything else differs. */
+static int merge_items(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                       json_object *vb, const char *path)
+{
+    if (json_object_is_type(va, json_type_array) || json_object_is_type(vb, json_type_array) ||
+        sc_has(a, "prefixItems") || sc_has(b, "prefixItems"))
+        return merge_differ(c, k, path);
+    return merge_sub(c, m, k, a, b, va, vb, path);
+}
+
+/* multipleOf: multiples of the least common multiple (exact decimals). */
+static int merge_multiple(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                          json_object *vb, const char *path)
+{
+    long pa, pb;
+    int qa, qb;
+    if (sc_decimal(va, &pa, &qa) || sc_decimal(vb, &pb, &qb))
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with two different 'multipleOf' values");
+    int q = qa > qb ? qa : qb;
+    for (int i = qa; i < q; i++)
+        pa *= 10;
+    for (int i = qb; i < q; i++)
+        pb *= 10;
+    long g = pa, h = pb;
+    while (h) {
+        long t = g % h;
+        g = h;
+        h = t;
+    }
+    long l = pa / g * pb;
+    if (l > 1000000000L)
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with two different 'multipleOf' values");
+    char txt[48];
+    double dv = (double)l;
+    for (int i = 0; i < q; i++)
+        dv /= 10;
+    snprintf(txt, sizeof txt, "%.17g", dv);
+    json_object_object_add(m, k, q ? json_object_new_double_s(dv, txt) : json_object_new_int64(l));
+    return 0;
+}
+
+static int merge_unique(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                        json_object *vb, const char *path)
+{
+    json_object_object_add(m, k, json_object_new_boolean(json_object_get_boolean(va) || json_object_get_boolean(vb)));
+    return 0;
+}
+
+/* allOf: the concatenation. */
+static int merge_all_of(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                        json_object *vb, const char *path)
+{
+    json_object *arr = json_object_new_array();
+    if (!arr) {
+        sc_own(c, NULL);
+        return c->rc;
+    }
+    for (int s = 0; s < 2; s++) {
+        json_object *l = s ? vb : va;
+        for (size_t i = 0; json_object_is_type(l, json_type_array) && i < json_object_array_length(l); i++)
+            json_object_array_add(arr, json_object_get(json_object_array_get_idx(l, i)));
+    }
+    json_object_object_add(m, k, arr);
+    return 0;
+}
+
+/* anyOf / oneOf on both sides: the cross product of the branches. */
+static int merge_cross(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                       json_object *vb, const char *path)
+{
+    if (!json_object_is_type(va, json_type_array) || !json_object_is_type(vb, json_type_array))
+        return sc_fail(c, TERN_EINVAL, path, "'%s' must be an array", k);
+    size_t na = json_object_array_length(va), nb = json_object_array_length(vb);
+    if (na * nb > SC_MAX_CROSS)
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf of two large '%s' lists", k);
+    json_object *arr = json_object_new_array();
+    for (size_t i = 0; arr && i < na; i++)
+        for (size_t j = 0; j < nb; j++)
+            json_object_array_add(arr, sc_all_of2(json_object_array_get_idx(va, i), json_object_array_get_idx(vb, j)));
+    if (!arr) {
+        sc_own(c, NULL);
+        return c->rc;
+    }
+    json_object_object_add(m, k, arr);
+    return 0;
+}
+
+/* Keywords without a row differ: unsupported. */
+static const struct {
+    const char *k;
+    merge_fn fn;
+} k_mergers[] = {
+    {"type", merge_type},
+    {"enum", merge_later},
+    {"const", merge_later},
+    {"properties", merge_later},
+    {"minimum", merge_bound},
+    {"exclusiveMinimum", merge_bound},
+    {"minLength", merge_bound},
+    {"minItems", merge_bound},
+    {"minProperties", merge_bound},
+    {"minContains", merge_bound},
+    {"maximum", merge_bound},
+    {"exclusiveMaximum", merge_bound},
+    {"maxLength", merge_bound},
+    {"maxItems", merge_bound},
+    {"maxProperties", merge_bound},
+    {"maxContains", merge_bound},
+    {"required", merge_required},
+    {"additionalProperties", merge_sub},
+    {"propertyNames", merge_sub},
+    {"items", merge_items},
+    {"multipleOf", merge_multiple},
+    {"uniqueItems", merge_unique},
+    {"allOf", merge_all_of},
+    {"anyOf", merge_cross},
+    {"oneOf", merge_cross},
+};
+
+static int merge_keyword(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                         json_object *vb, const char *path)
+{
+    for (size_t i = 0; i < sizeof k_mergers / sizeof k_mergers[0]; i++)
+        if (!strcmp(k, k_mergers[i].k))
+            return k_mergers[i].fn(c, m, k, a, b, va, vb, path);
+    return merge_differ(c, k, path);
+}
+
+/* ------------------------------------------------------------ across keywords */
+
+/* Object keywords of one side seen by the other: a name listed only in b is
+ * constrained in a by a's additionalProperties (or patternProperties). */
+static int merge_props(sc *c, json_object *m, json_object *a, json_object *b, const char *path)
+{
+    json_object *pa = sc_get(a, "properties"), *pb = sc_get(b, "properties");
+    if (!pa && !pb)
+        return 0;
+    if ((sc_has(a, "patternProperties") && pb) || (sc_has(b, "patternProperties") && pa))
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf combining properties with patternProperties unsupported");
+    json_object *out = json_object_new_object();
+    if (!out)
+        return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    json_object *sides[2][2] = {{pa, pb}, {pb, pa}};
+    json_object *owners[2][2] = {{a, b}, {b, a}};
+    for (int s = 0; s < 2; s++) {
+        json_object *p = sides[s][0], *q = sides[s][1], *other = owners[s][1];
+        if (!p)
+            continue;
+        json_object_object_foreach(p, k, v) {
+            if (json_object_object_get_ex(out, k, NULL))
+                continue;
+            json_object *w = NULL, *nv;
+            if (q && json_object_object_get_ex(q, k, &w))
+                nv = s == 0 ? sc_all_of2(v, w) : sc_all_of2(w, v);
+            else if (sc_get(other, "additionalProperties"))
+                nv = sc_all_of2(v, sc_get(other, "additionalProperties"));
+            else
+                nv = json_object_get(v);
+            if (!nv) {
+                json_object_put(out);
+                return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+            }
+            json_object_object_add(out, k, nv);
+        }
+    }
+    json_object_object_add(m, "properties", out);
+    return 0;
+}
+
+/* patternProperties meeting additionalProperties or other patterns: only
+ * identical schemas combine. */
+static int merge_check_patterns(sc *c, json_object *a, json_object *b, const char *path)
+{
+    if ((sc_has(a, "patternProperties") && (sc_has(b, "additionalProperties") || sc_has(b, "patternProperties"))) ||
+        (sc_has(b, "patternProperties") && (sc_has(a, "additionalProperties") || sc_has(a, "patternProperties")))) {
+        if (!sc_json_equal(a, b))
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf combining patternProperties unsupported");
+    }
+    return 0;
+}
+
+/* Array item keywords on both sides: only plain `items` schemas (merged
+ * by the table) or identical keywords combine. */
+static int merge_check_items(sc *c, json_object *a, json_object *b, const char *path)
+{
+    static const char *const arr_k[] = {"prefixItems", "items", "additionalItems", "contains",
+                                        "unevaluatedItems", "unevaluatedProperties"};
+    int na = 0, nb = 0, plain = 1;
+    for (size_t j = 0; j < 6; j++) {
+        na += sc_has(a, arr_k[j]);
+        nb += sc_has(b, arr_k[j]);
+    }
+    na -= sc_has(a, "unevaluatedItems"); /* the base's own: see sc_merge */
+    if (!na || !nb)
+        return 0;
+    int only_items = na == 1 && nb == 1 && sc_has(a, "items") && sc_has(b, "items") &&
+                     !json_object_is_type(sc_get(a, "items"), json_type_array) &&
+                     !json_object_is_type(sc_get(b, "items"), json_type_array);
+    if (!only_items)
+        for (size_t j = 0; j < 6; j++)
+            if (sc_has(a, arr_k[j]) != sc_has(b, arr_k[j]) ||
+                (sc_has(a, arr_k[j]) && !sc_json_equal(sc_get(a, arr_k[j]), sc_get(b, arr_k[j]))))
+                plain = 0;
+    if (!plain)
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf combining array item keywords");
+    return 0;
+}
+
+/* enum / const of either side: the values both allow, as one enum. */
+static void merge_values(json_object *m, json_object *a, json_object *b)
+{
+    json_object *ta = NULL, *tb = NULL;
+    json_object *ea = sc_values_of(a, &ta), *eb = sc_values_of(b, &tb);
+    if (ea || eb) {
+        json_object *arr = json_object_new_array();
+        json_object *src = ea ? ea : eb, *flt = ea ? eb : NULL;
+        for (size_t i = 0; arr && json_object_is_type(src, json_type_array) && i < json_object_array_length(src); i++) {
+            json_object *v = json_object_array_get_idx(src, i);
+            int keep = 1;
+            if (flt) {
+                keep = 0;
+                for (size_t j = 0; json_object_is_type(flt, json_type_array) && j < json_object_array_length(flt); j++)
+                    keep |= sc_json_equal(v, json_object_array_get_idx(flt, j));
+            }
+            if (keep)
+                json_object_array_add(arr, json_object_get(v));
+        }
+        json_object_object_del(m, "const");
+        if (arr)
+            json_object_object_add(m, "enum", arr);
+    }
+    json_object_put(ta);
+    json_object_put(tb);
+}
+
+json_object *sc_merge(sc *c, json_object *a, json_object *b, const char *path)
+{
+    if (c->rc)
+        return NULL;
+    if (sc_over_time(c)) {
+        sc_fail(c, TERN_ETIMEOUT, path, "compile time limit exceeded");
+        return NULL;
+    }
+    if (json_object_is_type(a, json_type_boolean))
+        return json_object_get_boolean(a) ? b : a;
+    if (json_object_is_type(b, json_type_boolean))
+        return json_object_get_boolean(b) ? a : b;
+    a = sc_deref(c, a, path);
+    b = a ? sc_deref(c, b, path) : NULL;
+    if (!a || !b)
+        return NULL;
+    if (!json_object_is_type(a, json_type_object) || !json_object_is_type(b, json_type_object))
+        return sc_merge(c, a, b, path);
+    /* unevaluated*: a is the schema holding the combinator (or the $ref),
+     * b a member. The base's keyword sees everything merged into it, which
+     * is what "evaluated by an adjacent applicator" means; a member's own
+     * unevaluated* sees only that member and cannot be lifted. */
+    if (sc_has(b, "unevaluatedProperties") || sc_has(b, "unevaluatedItems")) {
+        sc_fail(c, TERN_EUNSUPPORTED, path, "unevaluatedProperties/Items inside allOf/anyOf/oneOf/$ref member");
+        return NULL;
+    }
+    json_object *m = sc_own(c, json_object_new_object());
+    if (!m)
+        return NULL;
+    json_object_object_foreach(a, ka, va) {
+        if (!sc_is_annotation(ka))
+            json_object_object_add(m, ka, json_object_get(va));
+    }
+    json_object_object_foreach(b, k, vb) {
+        if (sc_is_annotation(k))
+            continue;
+        json_object *va = sc_get(a, k);
+        if (!va) {
+            json_object_object_add(m, k, json_object_get(vb));
+            continue;
+        }
+        if (sc_json_equal(va, vb))
+            continue;
+        if (merge_keyword(c, m, k, a, b, va, vb, path))
+            return NULL;
+    }
+    if ((sc_has(a, "properties") || sc_has(b, "properties")) && merge_props(c, m, a, b, path))
+        return NULL;
+    if (merge_check_patterns(c, a, b, path) || merge_check_items(c, a, b, path))
+        return NULL;
+    merge_values(m, a, b);
+    return m;
+}

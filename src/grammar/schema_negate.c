@@ -1,0 +1,440 @@
+/* Negation: sc_negate turns a schema into one matching exactly the values
+ * it rejects (for not, if/then/else and oneOf exclusivity). NOT (k1 AND k2
+ * ...) = (NOT k1) OR (NOT k2) ...: each keyword's negation comes from a
+ * table of per-keyword negators; keywords without one are unsupported. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schema_int.h"
+
+static json_object *obj1(const char *k, json_object *v)
+{
+    json_object *o = json_object_new_object();
+    if (o)
+        json_object_object_add(o, k, v);
+    else
+        json_object_put(v);
+    return o;
+}
+
+static json_object *typed(const char *type, const char *k, json_object *v)
+{
+    json_object *o = obj1(k, v);
+    if (o)
+        json_object_object_add(o, "type", json_object_new_string(type));
+    return o;
+}
+
+static json_object *num_plus(json_object *v, long d)
+{
+    return json_object_new_int64(json_object_get_int64(v) + d);
+}
+
+/* A regex (ECMAScript syntax, anchored) matching every string except the
+ * names[0..n) (all sharing their first d bytes): the trie complement. */
+static void regex_notin(gfe_buf *b, const char **names, size_t n, size_t d, int depth)
+{
+    gfe_cset next = {0};
+    int ends_here = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        uint32_t cp;
+        if (d == len)
+            ends_here = 1;
+        else if (gfe_utf8_get(names[i] + d, len - d, &cp) > 0)
+            gfe_cset_add(&next, cp, cp);
+    }
+    int n_alt = 0;
+    gfe_buf_puts(b, "(?:");
+    if (!ends_here) {
+        n_alt++; /* end here: the empty alternative */
+    }
+    if (next.n) {
+        gfe_buf_puts(b, n_alt++ ? "|[^" : "[^");
+        for (size_t r = 0; r < next.n; r++) {
+            gfe_buf_printf(b, "\\u{%X}", (unsigned)next.r[r].lo);
+            if (next.r[r].hi > next.r[r].lo)
+                gfe_buf_printf(b, "-\\u{%X}", (unsigned)next.r[r].hi);
+        }
+        gfe_buf_puts(b, "][\\s\\S]*");
+    } else {
+        gfe_buf_puts(b, n_alt++ ? "|[\\s\\S]+" : "[\\s\\S]+");
+    }
+    for (size_t r = 0; r < next.n && depth < 64; r++) {
+        for (uint32_t cp = next.r[r].lo; cp <= next.r[r].hi; cp++) {
+            const char **sub = malloc(n * sizeof *sub);
+            size_t m = 0, adv = 0;
+            if (!sub) {
+                b->err = TERN_ENOMEM;
+                break;
+            }
+            for (size_t i = 0; i < n; i++) {
+                size_t len = strlen(names[i]);
+                uint32_t x;
+                int k;
+                if (d < len && (k = gfe_utf8_get(names[i] + d, len - d, &x)) > 0 && x == cp) {
+                    sub[m++] = names[i];
+                    adv = (size_t)k;
+                }
+            }
+            gfe_buf_printf(b, "|\\u{%X}", (unsigned)cp);
+            regex_notin(b, sub, m, d + adv, depth + 1);
+            free(sub);
+        }
+    }
+    gfe_cset_free(&next);
+    gfe_buf_puts(b, ")");
+}
+
+/* NOT (enum/const): values of other types, or of the same type but
+ * different, for null, booleans, integers and strings. */
+static json_object *negate_values(sc *c, json_object *vals, const char *path)
+{
+    int types = 0; /* types present among the values */
+    size_t n = json_object_array_length(vals);
+    const char **strs = calloc(n + 1, sizeof *strs);
+    size_t n_str = 0;
+    json_object *alts = json_object_new_array();
+    int has_true = 0, has_false = 0;
+    json_object *ints = json_object_new_array();
+    if (!strs || !alts || !ints)
+        goto fail_mem;
+    for (size_t i = 0; i < n; i++) {
+        json_object *v = json_object_array_get_idx(vals, i);
+        int t = sc_value_type(v);
+        if (t & ST_STRING) {
+            const char *sv = json_object_get_string(v);
+            if ((size_t)json_object_get_string_len(v) != strlen(sv))
+                goto fail_unsup; /* embedded NUL */
+            strs[n_str++] = sv;
+        } else if (t & ST_BOOL) {
+            if (json_object_get_boolean(v))
+                has_true = 1;
+            else
+                has_false = 1;
+        } else if (t == (ST_NUMBER | ST_INTEGER) && fabs(sc_num(v)) < 1e15) {
+            json_object_array_add(ints, json_object_new_int64((int64_t)sc_num(v)));
+        } else if (t != ST_NULL) {
+            goto fail_unsup;
+        }
+        types |= t & ST_INTEGER ? ST_NUMBER : t;
+    }
+    static const struct { int bit; const char *n; } names[] = {
+        {ST_NULL, "null"}, {ST_BOOL, "boolean"}, {ST_OBJECT, "object"},
+        {ST_ARRAY, "array"}, {ST_STRING, "string"}, {ST_NUMBER, "number"},
+    };
+    json_object *other = json_object_new_array();
+    for (size_t i = 0; other && i < sizeof names / sizeof names[0]; i++)
+        if (!(types & names[i].bit))
+            json_object_array_add(other, json_object_new_string(names[i].n));
+    json_object *to = json_object_new_object();
+    if (!other || !to) {
+        json_object_put(other);
+        json_object_put(to);
+        goto fail_mem;
+    }
+    json_object_object_add(to, "type", other);
+    json_object_array_add(alts, to);
+    if (has_true != has_false) {
+        json_object *b = json_object_new_object(), *e = json_object_new_array();
+        json_object_array_add(e, json_object_new_boolean(has_false));
+        json_object_object_add(b, "enum", e);
+        json_object_array_add(alts, b);
+    }
+    if (json_object_array_length(ints)) {
+        /* numbers other than the listed integers: below, between, above
+         * each one (bounds exclusive) */
+        size_t k = json_object_array_length(ints);
+        int64_t *iv = malloc(k * sizeof *iv);
+        if (!iv)
+            goto fail_mem;
+        for (size_t i = 0; i < k; i++)
+            iv[i] = json_object_get_int64(json_object_array_get_idx(ints, i));
+        for (size_t i = 0; i < k; i++) /* insertion sort: k is small */
+            for (size_t j = i; j > 0 && iv[j - 1] > iv[j]; j--) {
+                int64_t t = iv[j];
+                iv[j] = iv[j - 1];
+                iv[j - 1] = t;
+            }
+        for (size_t i = 0; i <= k; i++) {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "type", json_object_new_string("number"));
+            if (i > 0)
+                json_object_object_add(o, "exclusiveMinimum", json_object_new_int64(iv[i - 1]));
+            if (i < k)
+                json_object_object_add(o, "exclusiveMaximum", json_object_new_int64(iv[i]));
+            json_object_array_add(alts, o);
+        }
+        free(iv);
+    }
+    if (n_str) {
+        gfe_buf re;
+        gfe_buf_init(&re, 1u << 20);
+        gfe_buf_puts(&re, "^");
+        regex_notin(&re, strs, n_str, 0, 0);
+        gfe_buf_puts(&re, "$");
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "type", json_object_new_string("string"));
+        if (!re.err)
+            json_object_object_add(o, "pattern", json_object_new_string(re.s));
+        json_object_array_add(alts, o);
+        int err = re.err;
+        gfe_buf_free(&re);
+        if (err)
+            goto fail_mem;
+    }
+    free(strs);
+    json_object_put(ints);
+    return sc_own(c, obj1("anyOf", alts));
+fail_unsup:
+    free(strs);
+    json_object_put(alts);
+    json_object_put(ints);
+    sc_fail(c, TERN_EUNSUPPORTED, path, "'not' / 'if' of an enum/const with non-scalar or fractional values");
+    return NULL;
+fail_mem:
+    free(strs);
+    json_object_put(alts);
+    json_object_put(ints);
+    sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    return NULL;
+}
+/* ------------------------------------------------------------ per keyword */
+
+/* What a negator did with keyword k of s: NEG_ALT (*alt is the negation,
+ * NULL: out of memory), NEG_ADDED (its alternatives are already in alts, or
+ * it has none), NEG_UNSUPPORTED (this form cannot be negated), NEG_FAILED
+ * (error set). */
+enum { NEG_ALT, NEG_ADDED, NEG_UNSUPPORTED, NEG_FAILED };
+
+typedef struct neg_arg {
+    sc *c;
+    json_object *s; /* the schema (dereferenced) */
+    const char *k;
+    json_object *v; /* its value */
+    int no_eval;
+    const char *path;
+    json_object *alts;
+} neg_arg;
+
+typedef int (*neg_fn)(neg_arg *n, json_object **alt);
+
+/* Bounds: the opposite bound, on the same type (integer counts shifted). */
+static const struct { const char *k, *type, *inv; long d; } k_neg_bounds[] = {
+    {"minimum", "number", "exclusiveMaximum", 0}, {"exclusiveMinimum", "number", "maximum", 0},
+    {"maximum", "number", "exclusiveMinimum", 0}, {"exclusiveMaximum", "number", "minimum", 0},
+    {"minLength", "string", "maxLength", -1},     {"maxLength", "string", "minLength", 1},
+    {"minItems", "array", "maxItems", -1},        {"maxItems", "array", "minItems", 1},
+    {"minProperties", "object", "maxProperties", -1}, {"maxProperties", "object", "minProperties", 1},
+};
+
+static int neg_bound(neg_arg *n, json_object **alt)
+{
+    size_t bi;
+    for (bi = 0; strcmp(n->k, k_neg_bounds[bi].k); bi++)
+        ;
+    json_object *v = n->v;
+    if (!json_object_is_type(v, json_type_int) && !(json_object_is_type(v, json_type_double) && !k_neg_bounds[bi].d)) {
+        sc_fail(n->c, TERN_EUNSUPPORTED, n->path, "'not' of a non-integer '%s'", n->k);
+        return NEG_FAILED;
+    }
+    if (k_neg_bounds[bi].d < 0 && json_object_get_int64(v) <= 0)
+        return NEG_ADDED; /* minX 0 always holds: its negation is empty */
+    *alt = typed(k_neg_bounds[bi].type, k_neg_bounds[bi].inv,
+                 k_neg_bounds[bi].d ? num_plus(v, k_neg_bounds[bi].d) : json_object_get(v));
+    return NEG_ALT;
+}
+
+/* type: the other types (integer alone has no expressible complement). */
+static int neg_type(neg_arg *n, json_object **alt)
+{
+    int m = sc_type_mask(n->s);
+    if (m < 0 || ((m & ST_INTEGER) && !(m & ST_NUMBER))) {
+        sc_fail(n->c, TERN_EUNSUPPORTED, n->path, "'not' of type integer");
+        return NEG_FAILED;
+    }
+    static const struct { int bit; const char *n; } names[] = {
+        {ST_NULL, "null"}, {ST_BOOL, "boolean"}, {ST_OBJECT, "object"},
+        {ST_ARRAY, "array"}, {ST_STRING, "string"}, {ST_NUMBER, "number"},
+    };
+    json_object *arr = json_object_new_array();
+    for (size_t i = 0; arr && i < sizeof names / sizeof names[0]; i++)
+        if (!(m & names[i].bit))
+            json_object_array_add(arr, json_object_new_string(names[i].n));
+    *alt = obj1("type", arr);
+    return NEG_ALT;
+}
+
+/* required: an object without one of the names. */
+static int neg_required(neg_arg *n, json_object **alt)
+{
+    if (!json_object_is_type(n->v, json_type_array))
+        return NEG_UNSUPPORTED;
+    for (size_t i = 0; i < json_object_array_length(n->v); i++) {
+        json_object *nm = json_object_array_get_idx(n->v, i);
+        if (!json_object_is_type(nm, json_type_string))
+            continue;
+        json_object *ps = obj1(json_object_get_string(nm), json_object_new_boolean(0));
+        json_object_array_add(n->alts, typed("object", "properties", ps));
+    }
+    return NEG_ADDED;
+}
+
+/* properties: an object holding one of them with a value its schema
+ * rejects. */
+static int neg_properties(neg_arg *n, json_object **alt)
+{
+    if (!json_object_is_type(n->v, json_type_object) || n->no_eval)
+        return NEG_UNSUPPORTED;
+    json_object_object_foreach(n->v, pn, ps) {
+        json_object *np = sc_negate(n->c, ps, 0, n->path);
+        if (!np)
+            return NEG_FAILED;
+        json_object *o = typed("object", "properties", obj1(pn, json_object_get(np)));
+        json_object *rq = json_object_new_array();
+        json_object_array_add(rq, json_object_new_string(pn));
+        if (o)
+            json_object_object_add(o, "required", rq);
+        else
+            json_object_put(rq);
+        json_object_array_add(n->alts, o);
+    }
+    return NEG_ADDED;
+}
+
+/* NOT anyOf = allOf of the negations. */
+static int neg_any_of(neg_arg *n, json_object **alt)
+{
+    if (!json_object_is_type(n->v, json_type_array))
+        return NEG_UNSUPPORTED;
+    json_object *all = json_object_new_array();
+    for (size_t i = 0; i < json_object_array_length(n->v); i++) {
+        json_object *ni = sc_negate(n->c, json_object_array_get_idx(n->v, i), n->no_eval, n->path);
+        if (!ni) {
+            json_object_put(all);
+            return NEG_FAILED;
+        }
+        json_object_array_add(all, json_object_get(ni));
+    }
+    *alt = obj1("allOf", all);
+    return NEG_ALT;
+}
+
+/* NOT allOf = anyOf of the negations (flattened into alts). */
+static int neg_all_of(neg_arg *n, json_object **alt)
+{
+    if (!json_object_is_type(n->v, json_type_array))
+        return NEG_UNSUPPORTED;
+    for (size_t i = 0; i < json_object_array_length(n->v); i++) {
+        json_object *ni = sc_negate(n->c, json_object_array_get_idx(n->v, i), n->no_eval, n->path);
+        if (!ni)
+            return NEG_FAILED;
+        json_object_array_add(n->alts, json_object_get(ni));
+    }
+    return NEG_ADDED;
+}
+
+/* enum / const: negate_values. */
+static int neg_values(neg_arg *n, json_object **alt)
+{
+    if (!strcmp(n->k, "enum") && sc_has(n->s, "const"))
+        return NEG_ADDED; /* const alone decides; enum's negation is wider */
+    json_object *tmp = NULL, *vals = sc_values_of(n->s, &tmp);
+    json_object *nv = json_object_is_type(vals, json_type_array) ? negate_values(n->c, vals, n->path) : NULL;
+    json_object_put(tmp);
+    if (!nv) {
+        if (!n->c->rc)
+            sc_fail(n->c, TERN_EUNSUPPORTED, n->path, "'not' of a malformed enum");
+        return NEG_FAILED;
+    }
+    *alt = json_object_get(nv);
+    return NEG_ALT;
+}
+
+/* NOT NOT x = x (its annotations would count under no_eval). */
+static int neg_not(neg_arg *n, json_object **alt)
+{
+    if (n->no_eval)
+        return NEG_UNSUPPORTED;
+    *alt = json_object_get(n->v);
+    return NEG_ALT;
+}
+
+static const struct {
+    const char *k;
+    neg_fn fn;
+} k_negators[] = {
+    {"minimum", neg_bound},       {"exclusiveMinimum", neg_bound}, {"maximum", neg_bound},
+    {"exclusiveMaximum", neg_bound}, {"minLength", neg_bound},    {"maxLength", neg_bound},
+    {"minItems", neg_bound},      {"maxItems", neg_bound},         {"minProperties", neg_bound},
+    {"maxProperties", neg_bound}, {"type", neg_type},              {"required", neg_required},
+    {"properties", neg_properties}, {"anyOf", neg_any_of},         {"allOf", neg_all_of},
+    {"const", neg_values},        {"enum", neg_values},            {"not", neg_not},
+};
+
+static int negate_keyword(neg_arg *n, json_object **alt)
+{
+    for (size_t i = 0; i < sizeof k_negators / sizeof k_negators[0]; i++)
+        if (!strcmp(n->k, k_negators[i].k))
+            return k_negators[i].fn(n, alt);
+    return NEG_UNSUPPORTED;
+}
+
+json_object *sc_negate(sc *c, json_object *s, int no_eval, const char *path)
+{
+    if (c->rc)
+        return NULL;
+    if (json_object_is_type(s, json_type_boolean))
+        return sc_own(c, json_object_new_boolean(!json_object_get_boolean(s)));
+    if (!json_object_is_type(s, json_type_object)) {
+        sc_fail(c, TERN_EINVAL, path, "a schema must be an object or a boolean");
+        return NULL;
+    }
+    if (++c->depth > SC_MAX_DEPTH) {
+        c->depth--;
+        sc_fail(c, TERN_EUNSUPPORTED, path, "schema nested too deeply");
+        return NULL;
+    }
+    json_object *r = NULL;
+    s = sc_deref(c, s, path);
+    if (!s)
+        goto out;
+    if (json_object_is_type(s, json_type_boolean)) {
+        r = sc_own(c, json_object_new_boolean(!json_object_get_boolean(s)));
+        goto out;
+    }
+    json_object *alts = sc_own(c, json_object_new_array());
+    if (!alts)
+        goto out;
+    json_object_object_foreach(s, k, v) {
+        if (sc_is_annotation(k))
+            continue;
+        neg_arg n = {c, s, k, v, no_eval, path, alts};
+        json_object *alt = NULL;
+        switch (negate_keyword(&n, &alt)) {
+        case NEG_ADDED:
+            continue;
+        case NEG_FAILED:
+            goto out;
+        case NEG_UNSUPPORTED:
+            sc_fail(c, TERN_EUNSUPPORTED, path, "'not' / 'if' of keyword '%.100s' unsupported", k);
+            goto out;
+        }
+        if (!alt) {
+            sc_fail(c, TERN_ENOMEM, path, "out of memory");
+            goto out;
+        }
+        json_object_array_add(alts, alt);
+    }
+    if (json_object_array_length(alts) == 0)
+        r = sc_own(c, json_object_new_boolean(0));
+    else if (json_object_array_length(alts) == 1)
+        r = json_object_array_get_idx(alts, 0);
+    else
+        r = sc_own(c, obj1("anyOf", json_object_get(alts)));
+out:
+    c->depth--;
+    return r;
+}
