@@ -203,6 +203,211 @@ int sc_regex_search(const char *re, const char *s, size_t n)
     return rc == PCRE2_ERROR_NOMATCH ? 0 : -1;
 }
 
+/* ---- the validator: one function per keyword, 1 (holds), 0 (fails) or
+ * -1 (undecidable here: the caller fails closed). */
+
+typedef struct val_arg {
+    sc *c;
+    json_object *v;  /* the instance */
+    json_object *s;  /* the schema */
+    const char *k;   /* the keyword */
+    json_object *kv; /* its value */
+    int depth;
+} val_arg;
+
+typedef int (*val_fn)(const val_arg *a);
+
+static int val_type(const val_arg *a)
+{
+    int m = sc_type_mask(a->s);
+    if (m < 0)
+        return -1;
+    return (m & sc_value_type(a->v)) ? 1 : 0;
+}
+
+static int val_const(const val_arg *a)
+{
+    return sc_json_equal(a->v, a->kv) ? 1 : 0;
+}
+
+static int val_enum(const val_arg *a)
+{
+    if (!json_object_is_type(a->kv, json_type_array))
+        return -1;
+    int found = 0;
+    for (size_t i = 0; i < json_object_array_length(a->kv); i++)
+        found |= sc_json_equal(a->v, json_object_array_get_idx(a->kv, i));
+    return found ? 1 : 0;
+}
+
+static int val_bound(const val_arg *a)
+{
+    double d, x;
+    const char *k = a->k;
+    if (!num_of(a->kv, &d))
+        return -1;
+    if (!num_of(a->v, &x))
+        return 1;
+    if ((!strcmp(k, "minimum") && x < d) || (!strcmp(k, "maximum") && x > d) ||
+        (!strcmp(k, "exclusiveMinimum") && x <= d) || (!strcmp(k, "exclusiveMaximum") && x >= d))
+        return 0;
+    return 1;
+}
+
+/* min/maxLength, min/maxItems, min/maxProperties: a count of instances of
+ * one type ("mi..." a lower bound, "ma..." an upper one). */
+static int val_count(const val_arg *a)
+{
+    double d, n;
+    if (!num_of(a->kv, &d))
+        return -1;
+    const char *k = a->k;
+    json_object *v = a->v;
+    if (!strcmp(k + 3, "Length")) {
+        if (!json_object_is_type(v, json_type_string))
+            return 1;
+        n = (double)sc_utf8_len(json_object_get_string(v), (size_t)json_object_get_string_len(v));
+    } else if (!strcmp(k + 3, "Items")) {
+        if (!json_object_is_type(v, json_type_array))
+            return 1;
+        n = (double)json_object_array_length(v);
+    } else {
+        if (!json_object_is_type(v, json_type_object))
+            return 1;
+        n = (double)json_object_object_length(v);
+    }
+    return (k[1] == 'i' && n < d) || (k[1] == 'a' && n > d) ? 0 : 1;
+}
+
+static int val_pattern(const val_arg *a)
+{
+    if (!json_object_is_type(a->kv, json_type_string))
+        return -1;
+    if (!json_object_is_type(a->v, json_type_string))
+        return 1;
+    int m = sc_regex_search(json_object_get_string(a->kv), json_object_get_string(a->v),
+                            (size_t)json_object_get_string_len(a->v));
+    return m < 0 ? -1 : m ? 1 : 0;
+}
+
+static int val_required(const val_arg *a)
+{
+    if (!json_object_is_type(a->kv, json_type_array))
+        return -1;
+    if (!json_object_is_type(a->v, json_type_object))
+        return 1;
+    int ok = 1;
+    for (size_t i = 0; i < json_object_array_length(a->kv); i++) {
+        json_object *n = json_object_array_get_idx(a->kv, i);
+        if (!json_object_is_type(n, json_type_string))
+            return -1;
+        if (!json_object_object_get_ex(a->v, json_object_get_string(n), NULL))
+            ok = 0;
+    }
+    return ok;
+}
+
+/* properties checks the listed members, additionalProperties the others
+ * (strict mode: none allowed without it). */
+static int val_properties(const val_arg *a)
+{
+    if (!json_object_is_type(a->v, json_type_object))
+        return 1;
+    json_object *props = NULL, *ap = NULL;
+    json_object_object_get_ex(a->s, "properties", &props);
+    json_object_object_get_ex(a->s, "additionalProperties", &ap);
+    if (json_object_object_get_ex(a->s, "patternProperties", NULL))
+        return -1;
+    int ok = 1;
+    json_object_object_foreach(a->v, pk, pv) {
+        json_object *ps = NULL;
+        int r;
+        if (props && json_object_object_get_ex(props, pk, &ps))
+            r = sc_validate(a->c, pv, ps, a->depth + 1);
+        else if (!strcmp(a->k, "properties"))
+            continue; /* the additionalProperties pass checks it */
+        else if (ap)
+            r = sc_validate(a->c, pv, ap, a->depth + 1);
+        else
+            r = a->c->o.strict ? 0 : 1;
+        if (!strcmp(a->k, "additionalProperties") && props && json_object_object_get_ex(props, pk, NULL))
+            continue;
+        if (r < 0)
+            return -1;
+        if (!r)
+            ok = 0;
+    }
+    return ok;
+}
+
+/* items as one schema (an items array is undecidable here). */
+static int val_items(const val_arg *a)
+{
+    if (json_object_is_type(a->kv, json_type_array))
+        return -1;
+    if (!json_object_is_type(a->v, json_type_array))
+        return 1;
+    if (json_object_object_get_ex(a->s, "prefixItems", NULL))
+        return -1;
+    int ok = 1;
+    for (size_t i = 0; i < json_object_array_length(a->v); i++) {
+        int r = sc_validate(a->c, json_object_array_get_idx(a->v, i), a->kv, a->depth + 1);
+        if (r < 0)
+            return -1;
+        if (!r)
+            ok = 0;
+    }
+    return ok;
+}
+
+static int val_unique(const val_arg *a)
+{
+    if (!json_object_is_type(a->kv, json_type_boolean))
+        return -1;
+    if (!json_object_get_boolean(a->kv) || !json_object_is_type(a->v, json_type_array))
+        return 1;
+    size_t n = json_object_array_length(a->v);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (sc_json_equal(json_object_array_get_idx(a->v, i), json_object_array_get_idx(a->v, j)))
+                ok = 0;
+    return ok;
+}
+
+/* nullable: handled with type (sc_type_mask's callers add null). */
+static int val_nothing(const val_arg *a)
+{
+    return 1;
+}
+
+/* Keywords without a row are undecidable. */
+static const struct {
+    const char *k;
+    val_fn fn;
+} k_validators[] = {
+    {"type", val_type},
+    {"const", val_const},
+    {"enum", val_enum},
+    {"minimum", val_bound},
+    {"maximum", val_bound},
+    {"exclusiveMinimum", val_bound},
+    {"exclusiveMaximum", val_bound},
+    {"minLength", val_count},
+    {"maxLength", val_count},
+    {"pattern", val_pattern},
+    {"minItems", val_count},
+    {"maxItems", val_count},
+    {"minProperties", val_count},
+    {"maxProperties", val_count},
+    {"required", val_required},
+    {"properties", val_properties},
+    {"additionalProperties", val_properties},
+    {"items", val_items},
+    {"uniqueItems", val_unique},
+    {"nullable", val_nothing},
+};
+
 /* Validation of the keywords tern compiles; anything else makes the answer
  * undecidable (-1) so the caller fails closed. */
 int sc_validate(sc *c, json_object *v, json_object *s, int depth)
@@ -213,139 +418,20 @@ int sc_validate(sc *c, json_object *v, json_object *s, int depth)
         return json_object_get_boolean(s) ? 1 : 0;
     if (!json_object_is_type(s, json_type_object))
         return -1;
-    int vt = sc_value_type(v), ok = 1;
+    int ok = 1;
     json_object_object_foreach(s, k, kv) {
         if (sc_is_annotation(k))
             continue;
-        double d, x;
-        if (strcmp(k, "type") == 0) {
-            int m = sc_type_mask(s);
-            if (m < 0)
-                return -1;
-            if (!(m & vt))
-                ok = 0;
-        } else if (strcmp(k, "const") == 0) {
-            if (!sc_json_equal(v, kv))
-                ok = 0;
-        } else if (strcmp(k, "enum") == 0) {
-            if (!json_object_is_type(kv, json_type_array))
-                return -1;
-            int found = 0;
-            for (size_t i = 0; i < json_object_array_length(kv); i++)
-                found |= sc_json_equal(v, json_object_array_get_idx(kv, i));
-            if (!found)
-                ok = 0;
-        } else if (!strcmp(k, "minimum") || !strcmp(k, "maximum") ||
-                   !strcmp(k, "exclusiveMinimum") || !strcmp(k, "exclusiveMaximum")) {
-            if (!num_of(kv, &d))
-                return -1;
-            if (!num_of(v, &x))
-                continue;
-            if ((!strcmp(k, "minimum") && x < d) || (!strcmp(k, "maximum") && x > d) ||
-                (!strcmp(k, "exclusiveMinimum") && x <= d) ||
-                (!strcmp(k, "exclusiveMaximum") && x >= d))
-                ok = 0;
-        } else if (!strcmp(k, "minLength") || !strcmp(k, "maxLength")) {
-            if (!num_of(kv, &d))
-                return -1;
-            if (!json_object_is_type(v, json_type_string))
-                continue;
-            double n = (double)sc_utf8_len(json_object_get_string(v),
-                                           (size_t)json_object_get_string_len(v));
-            if ((k[1] == 'i' && n < d) || (k[1] == 'a' && n > d))
-                ok = 0;
-        } else if (!strcmp(k, "pattern")) {
-            if (!json_object_is_type(kv, json_type_string))
-                return -1;
-            if (!json_object_is_type(v, json_type_string))
-                continue;
-            int m = sc_regex_search(json_object_get_string(kv), json_object_get_string(v),
-                                    (size_t)json_object_get_string_len(v));
-            if (m < 0)
-                return -1;
-            if (!m)
-                ok = 0;
-        } else if (!strcmp(k, "minItems") || !strcmp(k, "maxItems")) {
-            if (!num_of(kv, &d))
-                return -1;
-            if (!json_object_is_type(v, json_type_array))
-                continue;
-            double n = (double)json_object_array_length(v);
-            if ((k[1] == 'i' && n < d) || (k[1] == 'a' && n > d))
-                ok = 0;
-        } else if (!strcmp(k, "minProperties") || !strcmp(k, "maxProperties")) {
-            if (!num_of(kv, &d))
-                return -1;
-            if (!json_object_is_type(v, json_type_object))
-                continue;
-            double n = (double)json_object_object_length(v);
-            if ((k[1] == 'i' && n < d) || (k[1] == 'a' && n > d))
-                ok = 0;
-        } else if (!strcmp(k, "required")) {
-            if (!json_object_is_type(kv, json_type_array))
-                return -1;
-            if (!json_object_is_type(v, json_type_object))
-                continue;
-            for (size_t i = 0; i < json_object_array_length(kv); i++) {
-                json_object *n = json_object_array_get_idx(kv, i);
-                if (!json_object_is_type(n, json_type_string))
-                    return -1;
-                if (!json_object_object_get_ex(v, json_object_get_string(n), NULL))
-                    ok = 0;
-            }
-        } else if (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")) {
-            if (!json_object_is_type(v, json_type_object))
-                continue;
-            json_object *props = NULL, *ap = NULL;
-            json_object_object_get_ex(s, "properties", &props);
-            json_object_object_get_ex(s, "additionalProperties", &ap);
-            if (json_object_object_get_ex(s, "patternProperties", NULL))
-                return -1;
-            json_object_object_foreach(v, pk, pv) {
-                json_object *ps = NULL;
-                int r;
-                if (props && json_object_object_get_ex(props, pk, &ps))
-                    r = sc_validate(c, pv, ps, depth + 1);
-                else if (!strcmp(k, "properties"))
-                    continue; /* the additionalProperties pass checks it */
-                else if (ap)
-                    r = sc_validate(c, pv, ap, depth + 1);
-                else
-                    r = c->o.strict ? 0 : 1;
-                if (!strcmp(k, "additionalProperties") && props &&
-                    json_object_object_get_ex(props, pk, NULL))
-                    continue;
-                if (r < 0)
-                    return -1;
-                if (!r)
-                    ok = 0;
-            }
-        } else if (!strcmp(k, "items") && !json_object_is_type(kv, json_type_array)) {
-            if (!json_object_is_type(v, json_type_array))
-                continue;
-            if (json_object_object_get_ex(s, "prefixItems", NULL))
-                return -1;
-            for (size_t i = 0; i < json_object_array_length(v); i++) {
-                int r = sc_validate(c, json_object_array_get_idx(v, i), kv, depth + 1);
-                if (r < 0)
-                    return -1;
-                if (!r)
-                    ok = 0;
-            }
-        } else if (!strcmp(k, "uniqueItems") && json_object_is_type(kv, json_type_boolean)) {
-            if (!json_object_get_boolean(kv) || !json_object_is_type(v, json_type_array))
-                continue;
-            size_t n = json_object_array_length(v);
-            for (size_t i = 0; i < n; i++)
-                for (size_t j = i + 1; j < n; j++)
-                    if (sc_json_equal(json_object_array_get_idx(v, i),
-                                      json_object_array_get_idx(v, j)))
-                        ok = 0;
-        } else if (!strcmp(k, "nullable")) {
-            continue; /* handled with type below */
-        } else {
+        val_arg a = {c, v, s, k, kv, depth};
+        size_t i;
+        for (i = 0; i < sizeof k_validators / sizeof k_validators[0]; i++)
+            if (!strcmp(k, k_validators[i].k))
+                break;
+        int r = i < sizeof k_validators / sizeof k_validators[0] ? k_validators[i].fn(&a) : -1;
+        if (r < 0)
             return -1;
-        }
+        if (!r)
+            ok = 0;
     }
     return ok;
 }
