@@ -65,14 +65,11 @@ static int array_items_read(sc *c, json_object *s, const char *path, arr_spec *a
         return sc_fail(c, TERN_EINVAL, path, "prefixItems must be an array");
     if (!a->rest && sc_get(s, "unevaluatedItems"))
         a->rest = sc_get(s, "unevaluatedItems");
-    if (!a->rest) /* strict mode: no items past prefixItems unless allowed */
-        a->rest = c->o.strict && a->pre ? json_object_new_boolean(0) : NULL;
-    json_object *owned_rest = a->rest && !sc_get(s, "items") && !sc_get(s, "additionalItems") &&
-                                      !sc_get(s, "unevaluatedItems")
-                                  ? a->rest
-                                  : NULL;
-    if (owned_rest)
-        sc_own(c, owned_rest);
+    if (!a->rest && c->o.strict && a->pre) { /* strict mode: no items past prefixItems unless allowed */
+        a->rest = sc_own(c, json_object_new_boolean(0));
+        if (!a->rest)
+            return c->rc;
+    }
     return 0;
 }
 

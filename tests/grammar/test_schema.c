@@ -225,6 +225,34 @@ static void test_string_lengths(void **state)
     grammar_free(g);
 }
 
+/* Arrays in strict mode: a prefix closes the array (draft 2020-12
+ * prefixItems, draft 7 items arrays), unless items / additionalItems say
+ * otherwise. (The draft-7 form once leaked its "false" schema: ASan.) */
+static void test_strict_prefix_arrays(void **state)
+{
+    (void)state;
+    grammar_schema_opts o;
+    grammar_schema_opts_init(&o);
+    o.any_whitespace = 0;
+    static const struct { int draft; const char *schema; int more; } cases[] = {
+        {2020, "{\"prefixItems\":[{\"type\":\"integer\"}]}", 0},
+        {7, "{\"items\":[{\"type\":\"integer\"}]}", 0},
+        {7, "{\"items\":[{\"type\":\"integer\"}],\"additionalItems\":{\"type\":\"string\"}}", 1},
+        {2020, "{\"prefixItems\":[{\"type\":\"integer\"}],\"items\":{\"type\":\"string\"}}", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        o.draft = cases[i].draft;
+        grammar *g = schema_grammar(cases[i].schema, &o);
+        assert_true(accepts(g, "[]"));
+        assert_true(accepts(g, "[1]"));
+        assert_false(accepts(g, "[\"a\"]"));
+        if (accepts(g, "[1,\"a\"]") != cases[i].more)
+            fail_msg("%s (draft %d): [1,\"a\"]", cases[i].schema, cases[i].draft);
+        assert_false(accepts(g, "[1,2]"));
+        grammar_free(g);
+    }
+}
+
 static void test_objects_and_whitespace(void **state)
 {
     (void)state;
@@ -372,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_integer_ranges),      cmocka_unit_test(test_decimal_bounds),
         cmocka_unit_test(test_multiple_of),
         cmocka_unit_test(test_string_lengths),      cmocka_unit_test(test_objects_and_whitespace),
+        cmocka_unit_test(test_strict_prefix_arrays),
         cmocka_unit_test(test_choice_and_builtin),  cmocka_unit_test(test_errors_and_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
