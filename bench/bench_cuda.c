@@ -89,7 +89,7 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
             *ids = malloc(sizeof(int32_t) * (size_t)B);
     kv_seq **sp = malloc(sizeof(kv_seq *) * (size_t)(n_prompt > B ? n_prompt : B));
     double t0 = 0, dt = -1;
-    int V = m->cfg.n_vocab;
+    int V = model_config_get(m)->n_vocab;
     for (int s = 0; s < B; s++) {
         if (kv_seq_reserve(kv, &seq[s], n_prompt + steps, err))
             goto out;
@@ -115,15 +115,11 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
             rows[s] = s;
         }
         fwd_batch b = {B, tok, pos, sp, B, rows};
-        model_backend *be = m->be;
-        if (be->forward_start && be->argmax_finish) {
+        model_caps caps;
+        model_caps_get(m, &caps);
+        if (caps.device_argmax) {
             /* as the engine's greedy steps: the device picks, only ids come back */
-            if (be->forward_start(be, m, kv, &b, err))
-                goto out;
-            for (int s = 0; s < B; s++)
-                if (seq[s].n_tokens < pos[s] + 1)
-                    seq[s].n_tokens = pos[s] + 1;
-            if (be->argmax_finish(be, NULL, 0, NULL, ids, err))
+            if (model_forward_start(m, kv, &b, err) || model_forward_argmax(m, NULL, 0, NULL, ids, err))
                 goto out;
             memcpy(tok, ids, sizeof(int32_t) * (size_t)B);
             continue;
@@ -202,7 +198,7 @@ static int check_run(tern_model *m, kv_pool *kv, int n, const int32_t *prompt, f
     kv_seq seq = {0};
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), last = n - 1;
     kv_seq **sp = malloc(sizeof(kv_seq *) * (size_t)n);
-    int V = m->cfg.n_vocab, rc;
+    int V = model_config_get(m)->n_vocab, rc;
     if (!pos || !sp) {
         free(pos);
         free(sp);
@@ -652,16 +648,16 @@ int main(int argc, char **argv)
         tern_model *m = model_load_ex(argv[a], &o, &err);
         if (!m)
             return die(&err);
-        model_backend *cpu = m->be, *gpu = model_backend_cuda_new(m, 0, &err);
+        model_backend *cpu = model_backend_get(m), *gpu = model_backend_cuda_new(m, 0, &err);
         if (!gpu)
             return die(&err);
-        const model_config *c = &m->cfg;
+        const model_config *c = model_config_get(m);
         int V = c->n_vocab, maxlen = 512 + 8;
         if (n_prompt + steps > maxlen)
             maxlen = n_prompt + steps;
         int bs = 16, per = (maxlen + bs - 1) / bs + 1, n_tok = n_prefill > 512 ? n_prefill : 512;
         kv_pool kv;
-        if (kv_pool_init(&kv, c->n_layer, c->n_kv_head * c->head_dim, bs, 128 * per + n_tok / bs + 64, &err))
+        if (kv_pool_init(&kv, c->n_layer, model_kv_dim(m), bs, 128 * per + n_tok / bs + 64, &err))
             return die(&err);
         int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_tok);
         float *logits = malloc((size_t)128 * V * sizeof(float)), *lc = malloc((size_t)5 * V * sizeof(float));
@@ -676,10 +672,10 @@ int main(int argc, char **argv)
         char chk[96] = "-";
         if (check > 0) {
             int32_t idc[4], idg[4];
-            m->be = cpu;
+            model_backend_swap(m, cpu);
             if (check_run(m, &kv, check, prompt, lc, idc, &err))
                 return die(&err);
-            m->be = gpu;
+            model_backend_swap(m, gpu);
             if (check_run(m, &kv, check, prompt, logits, idg, &err))
                 return die(&err);
             double num = 0, den = 0, num0 = 0, den0 = 0;
@@ -695,7 +691,7 @@ int main(int argc, char **argv)
             snprintf(chk, sizeof chk, "prefill rel %.2e, 5 steps rel %.2e, greedy %s", sqrt(num0 / den0),
                      sqrt(num / den), memcmp(idc, idg, sizeof idc) ? "DIFFER" : "same");
         }
-        m->be = gpu;
+        model_backend_swap(m, gpu);
         double wb = (double)model_weight_bytes(m);
         double t1 = decode_run(m, &kv, 1, n_prompt, steps, prompt, logits, &err);
         if (only_b1 && t1 >= 0) { /* --only-b1 1: batch 1 and the check only */
@@ -704,7 +700,7 @@ int main(int argc, char **argv)
             printf("%-28s %8.2f %9.0f %9.1f %6.0f%% (batch 1 only) %s\n", name, wb / 1e9, roof, b1, 100 * b1 / roof,
                    chk);
             double us[6];
-            if (getenv("TERN_CUDA_STEP_TRACE") && tcu_step_count() > 0 && !tcu_step_trace(m->cfg.n_layer, us))
+            if (getenv("TERN_CUDA_STEP_TRACE") && tcu_step_count() > 0 && !tcu_step_trace(c->n_layer, us))
                 printf("  one-launch step (last): q/k/v %.2f, attention %.2f, o %.2f, gate/up %.2f, down %.2f us a layer; "
                        "%.1f us in all\n",
                        us[0], us[1], us[2], us[3], us[4], us[5]);
@@ -722,10 +718,10 @@ int main(int argc, char **argv)
         unsetenv("TERN_CUDA_GEMM_MIN_T");
         if (!blas)
             return die(&err);
-        m->be = blas;
+        model_backend_swap(m, blas);
         double c8 = decode_run(m, &kv, 8, n_prompt, steps, prompt, logits, &err);
         double c32 = c8 >= 0 ? decode_run(m, &kv, 32, n_prompt, steps, prompt, logits, &err) : -1;
-        m->be = gpu;
+        model_backend_swap(m, gpu);
         blas->free(blas);
         if (c32 < 0)
             return die(&err);
@@ -736,7 +732,7 @@ int main(int argc, char **argv)
         unsetenv("TERN_CUDA_GRAPHS");
         if (!eager)
             return die(&err);
-        m->be = eager;
+        model_backend_swap(m, eager);
         char prof[400], prof32[400], pprof[400];
         int ok = !eager_profile(m, &kv, 1, n_prompt, prompt, logits, t1 / (steps - 2), prof, sizeof prof, &err) &&
                  !eager_profile(m, &kv, 32, n_prompt, prompt, logits, t32 / (steps - 2), prof32, sizeof prof32, &err);
@@ -746,7 +742,7 @@ int main(int argc, char **argv)
         tcu_prof_start();
         double tpe = ok ? prefill_run(m, &kv, n_prefill, prompt, logits, &err) : -1;
         int frc = tcu_prof_stop(fms, fn);
-        m->be = gpu;
+        model_backend_swap(m, gpu);
         eager->free(eager);
         if (tpe < 0)
             return die(&err);
@@ -762,7 +758,7 @@ int main(int argc, char **argv)
         printf("  %s prefill profile: %s\n", name, pprof);
     next_model:
         fflush(stdout);
-        m->be = cpu;
+        model_backend_swap(m, cpu);
         gpu->free(gpu);
         kv_pool_free(&kv);
         free(logits);

@@ -18,7 +18,6 @@
 
 #include "base/log.h"
 #include "base/pool.h"
-#include "model/backend.h"
 #include "model/model.h"
 #include "tensor/kernels.h"
 
@@ -123,20 +122,20 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_decode: %s\n", err.msg);
             return 1;
         }
+        const model_config *c = model_config_get(m);
         int ctx = n_prompt + n_tokens + 1;
         kv_pool kv;
         kv_seq seq = {0};
-        if (kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, KV_BLOCK_DEFAULT,
-                         ctx / KV_BLOCK_DEFAULT + 2, &err) ||
+        if (kv_pool_init(&kv, c->n_layer, model_kv_dim(m), KV_BLOCK_DEFAULT, ctx / KV_BLOCK_DEFAULT + 2, &err) ||
             kv_seq_reserve(&kv, &seq, ctx, &err)) {
             fprintf(stderr, "bench_decode: %s\n", err.msg);
             return 1;
         }
         int32_t *tok = malloc((size_t)ctx * sizeof *tok), *pos = malloc((size_t)ctx * sizeof *pos);
         kv_seq **seqs = malloc((size_t)ctx * sizeof *seqs);
-        float *logits = malloc((size_t)m->cfg.n_vocab * sizeof *logits);
+        float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
         for (int i = 0; i < ctx; i++) {
-            tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.n_vocab);
+            tok[i] = (int32_t)((i * 7919 + 13) % c->n_vocab);
             pos[i] = i;
             seqs[i] = &seq;
         }
@@ -167,7 +166,7 @@ int main(int argc, char **argv)
             }
             double td = tern_time_s() - t1;
             if (td < t_decode)
-                cpu_share = (cpu_s() - c1) / (td * m->be->n_threads(m->be));
+                cpu_share = (cpu_s() - c1) / (td * model_n_threads(m));
             t_prefill = tp < t_prefill ? tp : t_prefill;
             t_decode = td < t_decode ? td : t_decode;
             double b2 = run + 1 < runs ? measure_bandwidth_quick(threads) : 0;
@@ -177,8 +176,8 @@ int main(int argc, char **argv)
         double wb = (double)model_weight_bytes(m);
         double floor_tps = bw * 1e9 / wb;
         const char *name = strrchr(dirs[d], '/') ? strrchr(dirs[d], '/') + 1 : dirs[d];
-        printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s %7.0f%%\n", name, m->kern->isa, wb / 1e6,
-               tps, floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill, 100.0 * cpu_share);
+        printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s %7.0f%%\n", name, tern_kernels_best()->isa,
+               wb / 1e6, tps, floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill, 100.0 * cpu_share);
         free(tok), free(pos), free(seqs), free(logits);
         kv_seq_free(&kv, &seq);
         kv_pool_free(&kv);

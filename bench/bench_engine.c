@@ -42,7 +42,7 @@ static int run_level(tern_model *m, tern_tokenizer *tok, int clients, int n_toke
     int32_t *ids = malloc((size_t)prompt_len * sizeof *ids);
     double t0 = tern_time_s();
     for (int c = 0; c < clients; c++) {
-        make_prompt(ids, prompt_len, c, m->cfg.n_vocab);
+        make_prompt(ids, prompt_len, c, model_config_get(m)->n_vocab);
         engine_params p;
         engine_params_default(&p);
         p.prompt = ids;
@@ -146,14 +146,15 @@ int main(int argc, char **argv)
             break;
         s++;
     }
-    if (long_len >= m->cfg.max_pos)
-        long_len = m->cfg.max_pos - 2;
+    int max_pos = model_config_get(m)->max_pos;
+    if (long_len >= max_pos)
+        long_len = max_pos - 2;
     engine_opts o;
     engine_opts_default(&o);
     o.max_batch = 1;
     tern_engine *e = engine_new(m, tok, &o, &err);
     int32_t *ids = malloc((size_t)long_len * sizeof *ids);
-    make_prompt(ids, long_len, 7, m->cfg.n_vocab);
+    make_prompt(ids, long_len, 7, model_config_get(m)->n_vocab);
     double cold = prefix_ttft(e, ids, long_len), warm = prefix_ttft(e, ids, long_len);
     printf("prefix cache, %d-token prompt: cold ttft %.3f s, cached %.3f s, speed-up %.1fx\n", long_len, cold, warm,
            warm > 0 ? cold / warm : 0);

@@ -106,10 +106,11 @@ static int run(tern_model *m, tern_tokenizer *tok, grammar_cache *gc, int client
     double *ttft = calloc((size_t)clients, sizeof *ttft);
     int32_t *ids = malloc((size_t)prompt_len * sizeof *ids);
     double t0 = tern_time_s(), first = 0, last = 0;
+    int32_t V = model_config_get(m)->n_vocab;
     if (with_grammar)
         g_n_row0 = 0;
     for (int c = 0; c < clients; c++) {
-        make_prompt(ids, prompt_len, c, m->cfg.n_vocab);
+        make_prompt(ids, prompt_len, c, V);
         engine_params p;
         engine_params_default(&p);
         p.prompt = ids;
@@ -126,8 +127,8 @@ static int run(tern_model *m, tern_tokenizer *tok, grammar_cache *gc, int client
                 goto fail;
             rel[0] = gc;
             rel[1] = ref;
-            if (constraint_grammar_new(grammar_cache_ref_compiled(ref), NULL, m->cfg.n_vocab, release_ref, rel,
-                                       &p.constraint, &p.constraint_ctx, &err))
+            if (constraint_grammar_new(grammar_cache_ref_compiled(ref), NULL, V, release_ref, rel, &p.constraint,
+                                       &p.constraint_ctx, &err))
                 goto fail;
         }
         if (!(reqs[c] = engine_submit(e, &p, NULL, NULL, &err)))
@@ -200,7 +201,8 @@ int main(int argc, char **argv)
         return 1;
     }
     double tv = tern_time_s();
-    grammar_vocab *v = grammar_vocab_new(tok, m->cfg.n_vocab, m->cfg.eos_ids, (size_t)m->cfg.n_eos, &err);
+    const model_config *mc = model_config_get(m);
+    grammar_vocab *v = grammar_vocab_new(tok, mc->n_vocab, mc->eos_ids, (size_t)mc->n_eos, &err);
     grammar_cache *gc = v ? grammar_cache_new(v, 0, NULL, &err) : NULL;
     if (!gc) {
         fprintf(stderr, "bench_structured: %s\n", err.msg);
@@ -226,9 +228,9 @@ int main(int argc, char **argv)
         const engine_constraint_ops *ops;
         void *ctx;
         double first_ms = -1;
-        int32_t nw = (m->cfg.n_vocab + 31) / 32;
+        int32_t nw = (mc->n_vocab + 31) / 32;
         uint32_t *mask = malloc((size_t)nw * sizeof *mask);
-        if (mask && constraint_grammar_new(grammar_cache_ref_compiled(r), NULL, m->cfg.n_vocab, NULL, NULL, &ops,
+        if (mask && constraint_grammar_new(grammar_cache_ref_compiled(r), NULL, mc->n_vocab, NULL, NULL, &ops,
                                            &ctx, &err) == 0) {
             double t = tern_time_s();
             ops->fill_mask(ctx, mask, nw);
@@ -275,11 +277,11 @@ int main(int argc, char **argv)
         grammar_cache_ref *ref = grammar_cache_get(gc, "long", 4, build, (void *)&SPECS[1], &hit, &ms, &err);
         const engine_constraint_ops *ops;
         void *ctx;
-        int32_t nw = (m->cfg.n_vocab + 31) / 32;
+        int32_t nw = (mc->n_vocab + 31) / 32;
         uint32_t *mask = malloc((size_t)nw * sizeof *mask);
         double best = 1e9;
         for (int k = 0; k < 5 && ref && mask; k++) {
-            if (constraint_grammar_new(grammar_cache_ref_compiled(ref), NULL, m->cfg.n_vocab, NULL, NULL, &ops, &ctx,
+            if (constraint_grammar_new(grammar_cache_ref_compiled(ref), NULL, mc->n_vocab, NULL, NULL, &ops, &ctx,
                                        &err))
                 break;
             double t = tern_time_s();

@@ -92,15 +92,15 @@ int cmd_logits(int argc, char **argv)
         if (e)
             goto out;
     }
-    if (n == 0 || n > (size_t)m->cfg.max_pos) {
-        tern_err_set(&err, TERN_ERANGE, "%zu tokens: need 1 to %d", n, m->cfg.max_pos);
+    if (n == 0 || n > (size_t)model_config_get(m)->max_pos) {
+        tern_err_set(&err, TERN_ERANGE, "%zu tokens: need 1 to %d", n, model_config_get(m)->max_pos);
         goto out;
     }
     int nb = ((int)n + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT;
-    if (kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, KV_BLOCK_DEFAULT, nb, &err) ||
+    if (kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), KV_BLOCK_DEFAULT, nb, &err) ||
         kv_seq_reserve(&kv, &seq, (int)n, &err))
         goto out;
-    logits = malloc(n * (size_t)m->cfg.n_vocab * sizeof *logits);
+    logits = malloc(n * (size_t)model_config_get(m)->n_vocab * sizeof *logits);
     pos = malloc(n * sizeof *pos);
     rows = malloc(n * sizeof *rows);
     seqs = malloc(n * sizeof *seqs);
@@ -115,7 +115,7 @@ int cmd_logits(int argc, char **argv)
     fwd_batch b = {(int)n, ids, pos, seqs, (int)n, rows};
     if (model_forward(m, &kv, &b, logits, &err))
         goto out;
-    int V = m->cfg.n_vocab, K = top < V ? (int)top : V;
+    int V = model_config_get(m)->n_vocab, K = top < V ? (int)top : V;
     int32_t *best = malloc((size_t)K * sizeof *best);
     if (!best) {
         tern_err_set(&err, TERN_ENOMEM, "out of memory");

@@ -180,9 +180,10 @@ int cmd_serve(int argc, char **argv)
     progress(2, 3, "starting engine", t0);
     if (!(eng = engine_new(m, tok, &eo, &err)))
         goto out;
-    so.ctx_size = eo.ctx_size > 0 ? eo.ctx_size : m->cfg.max_pos;
-    if (so.ctx_size > m->cfg.max_pos)
-        so.ctx_size = m->cfg.max_pos;
+    int max_pos = model_config_get(m)->max_pos;
+    so.ctx_size = eo.ctx_size > 0 ? eo.ctx_size : max_pos;
+    if (so.ctx_size > max_pos)
+        so.ctx_size = max_pos;
     if (!(srv = server_start(&so, m, tok, eng, &err)))
         goto out;
     progress(3, 3, "ready", t0);

@@ -13,7 +13,6 @@
 
 #include "base/log.h"
 #include "engine/engine_int.h"
-#include "model/backend.h"
 
 void engine_opts_default(engine_opts *o)
 {
@@ -268,9 +267,11 @@ static void emit_token(tern_engine *e, engine_req *r, int32_t id, const sample_r
     const char *piece = NULL;
     size_t pl = 0;
     int is_eos = 0;
-    if (!r->ignore_eos)
-        for (int i = 0; i < e->m->cfg.n_eos; i++)
-            is_eos |= id == e->m->cfg.eos_ids[i];
+    if (!r->ignore_eos) {
+        const model_config *c = model_config_get(e->m);
+        for (int i = 0; i < c->n_eos; i++)
+            is_eos |= id == c->eos_ids[i];
+    }
     if (!is_eos && detok_push(r->detok, id, &piece, &pl, NULL) == 0 && pl)
         hold_append(r, piece, pl);
     size_t tail = 0;
@@ -461,25 +462,21 @@ static void masks_ahead(tern_engine *e, engine_req *r, int j)
  * the logits come down for the host's sampler. */
 static int forward_device(tern_engine *e, const fwd_batch *b, int mode, tern_err *err)
 {
-    model_backend *be = e->m->be;
-    int rc = be->forward_start(be, e->m, &e->kv, b, err);
+    int rc = model_forward_start(e->m, &e->kv, b, err);
     if (rc)
         return rc;
-    for (int i = 0; i < b->n; i++) /* model_forward's bookkeeping */
-        if (b->seqs[i]->n_tokens < b->pos[i] + 1)
-            b->seqs[i]->n_tokens = b->pos[i] + 1;
     memset(e->mask_on, 0, (size_t)b->n_out);
     memset(e->mask_bad, 0, (size_t)b->n_out);
     for (int j = 0; j < b->n_out; j++)
         if (e->out_req[j] && e->out_req[j]->cops)
             masks_ahead(e, e->out_req[j], j);
     if (mode == DEV_ARGMAX)
-        return be->argmax_finish(be, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+        return model_forward_argmax(e->m, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
     if (mode == DEV_SAMPLE) {
         sample_rows_fill(e, b->n_out);
-        return be->sample_finish(be, e->srows, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+        return model_forward_sample(e->m, e->srows, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
     }
-    return be->logits_finish(be, e->logits, err);
+    return model_forward_logits(e->m, e->logits, err);
 }
 
 /* Emits the device's choice for output row j (a row without drafts). */
@@ -708,15 +705,16 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
     e->m = m;
     e->tok = tok;
     e->o = *o;
-    e->n_vocab = m->cfg.n_vocab;
+    const model_config *c = model_config_get(m);
+    e->n_vocab = c->n_vocab;
     if (e->o.max_batch <= 0)
         e->o.max_batch = 64;
     if (e->o.prefill_chunk <= 0)
         e->o.prefill_chunk = 512;
     if (e->o.max_queue <= 0)
         e->o.max_queue = 1024;
-    if (e->o.ctx_size <= 0 || e->o.ctx_size > m->cfg.max_pos)
-        e->o.ctx_size = m->cfg.max_pos;
+    if (e->o.ctx_size <= 0 || e->o.ctx_size > c->max_pos)
+        e->o.ctx_size = c->max_pos;
     e->n_draft = 0;
     if (e->o.draft || e->o.spec_ngram) {
         e->n_draft = e->o.n_draft > 0 ? e->o.n_draft : 4;
@@ -724,29 +722,32 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
             e->n_draft = ENGINE_MAX_DRAFT;
     }
     if (e->o.draft) {
-        const model_config *dc = &e->o.draft->cfg;
-        if (dc->n_vocab != m->cfg.n_vocab) {
+        const model_config *dc = model_config_get(e->o.draft);
+        if (dc->n_vocab != c->n_vocab) {
             tern_err_set(err, TERN_EINVAL, "the draft model's vocabulary (%d) differs from the target's (%d)",
-                         dc->n_vocab, m->cfg.n_vocab);
+                         dc->n_vocab, c->n_vocab);
             free(e);
             return NULL;
         }
     }
-    int kv_dim = m->cfg.n_kv_head * m->cfg.head_dim;
-    size_t per_block = kv_bytes_per_token(m->cfg.n_layer, kv_dim) * KV_BLOCK_DEFAULT + spec_block_bytes(e);
+    int kv_dim = model_kv_dim(m);
+    size_t per_block = kv_bytes_per_token(c->n_layer, kv_dim) * KV_BLOCK_DEFAULT + spec_block_bytes(e);
     int maxb = e->o.max_batch, rows = maxb * (e->n_draft + 1), cap_tok = e->o.prefill_chunk + rows;
     /* On a device backend the pool lives in device memory (the host keeps
      * only the block bookkeeping): size it from what the device has left
      * once both models' weights and forward scratch are there. */
-    model_backend *be = m->be, *dbe = e->o.draft ? e->o.draft->be : NULL;
-    int on_dev = be->forward && be->mem_reserve && be->kv_bind;
+    model_caps caps, dcaps = {0};
+    model_caps_get(m, &caps);
+    if (e->o.draft)
+        model_caps_get(e->o.draft, &dcaps);
+    int on_dev = caps.device_kv;
     size_t dev_free = 0, dev_total = 0;
-    if (on_dev && dbe && dbe->mem_reserve &&
-        dbe->mem_reserve(dbe, e->o.prefill_chunk + maxb, maxb, &dev_free, &dev_total, err)) {
+    if (on_dev && dcaps.device_kv &&
+        model_mem_reserve(e->o.draft, e->o.prefill_chunk + maxb, maxb, &dev_free, &dev_total, err)) {
         free(e);
         return NULL;
     }
-    if (on_dev && be->mem_reserve(be, cap_tok, rows, &dev_free, &dev_total, err)) {
+    if (on_dev && model_mem_reserve(m, cap_tok, rows, &dev_free, &dev_total, err)) {
         free(e);
         return NULL;
     }
@@ -781,8 +782,8 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         free(e);
         return NULL;
     }
-    if (kv_pool_init_ex(&e->kv, m->cfg.n_layer, kv_dim, KV_BLOCK_DEFAULT, n_blocks, !on_dev, err) ||
-        (on_dev && be->kv_bind(be, &e->kv, err)) || pcache_init(&e->pc, &e->kv, err) || spec_init(e, err))
+    if (kv_pool_init_ex(&e->kv, c->n_layer, kv_dim, KV_BLOCK_DEFAULT, n_blocks, !on_dev, err) ||
+        (on_dev && model_kv_bind(m, &e->kv, err)) || pcache_init(&e->pc, &e->kv, err) || spec_init(e, err))
         goto fail;
     e->waiting = calloc((size_t)e->o.max_queue, sizeof *e->waiting);
     e->running = calloc((size_t)maxb, sizeof *e->running);
@@ -808,7 +809,7 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         }
     }
     const char *gs = getenv("TERN_GPU_SAMPLING");
-    if (be->forward_start && be->argmax_finish && be->logits_finish && !(gs && !strcmp(gs, "0"))) {
+    if (caps.device_argmax && !(gs && !strcmp(gs, "0"))) {
         e->masks = malloc((size_t)rows * ((e->n_vocab + 31) / 32) * sizeof *e->masks);
         e->mask_on = malloc((size_t)rows);
         e->mask_bad = malloc((size_t)rows);
@@ -817,7 +818,7 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
             tern_err_set(err, TERN_ENOMEM, "out of memory");
             goto fail;
         }
-        if (be->sample_finish && !(e->srows = malloc((size_t)rows * sizeof *e->srows))) {
+        if (caps.device_sample && !(e->srows = malloc((size_t)rows * sizeof *e->srows))) {
             tern_err_set(err, TERN_ENOMEM, "out of memory");
             goto fail;
         }

@@ -8,7 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
-#include "model/backend.h"
+#include "model/model.h"
 
 struct tern_engine {
     tern_model *m;
@@ -36,10 +36,10 @@ struct tern_engine {
     engine_req **out_req;    /* request of each output row */
     float *logits;           /* [max_batch * (n_draft + 1)][n_vocab] */
     uint32_t *mask;          /* [ceil(n_vocab/32)] */
-    /* sampling on the device (backend forward_start, then argmax_finish
-     * for a step whose every output row is plain greedy, sample_finish when
-     * every row is device-sampleable, else logits_finish); NULL when the
-     * backend lacks it or TERN_GPU_SAMPLING=0 */
+    /* sampling on the device (model_forward_start, then model_forward_argmax
+     * for a step whose every output row is plain greedy, model_forward_sample
+     * when every row is device-sampleable, else model_forward_logits); NULL
+     * when the model's backend lacks it or TERN_GPU_SAMPLING=0 */
     uint32_t *masks;         /* [rows][ceil(n_vocab/32)] */
     uint8_t *mask_on, *mask_bad; /* [rows]: mask set / mask could not be computed */
     int32_t *ids;            /* [rows] chosen ids */

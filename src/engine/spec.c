@@ -14,14 +14,12 @@
 #include <string.h>
 
 #include "engine/engine_int.h"
-#include "model/backend.h"
 
 size_t spec_block_bytes(const tern_engine *e)
 {
     if (!e->o.draft)
         return 0;
-    const model_config *c = &e->o.draft->cfg;
-    return kv_bytes_per_token(c->n_layer, c->n_kv_head * c->head_dim) * KV_BLOCK_DEFAULT;
+    return kv_bytes_per_token(model_config_get(e->o.draft)->n_layer, model_kv_dim(e->o.draft)) * KV_BLOCK_DEFAULT;
 }
 
 int spec_init(tern_engine *e, tern_err *err)
@@ -34,21 +32,21 @@ int spec_init(tern_engine *e, tern_err *err)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
     if (!e->o.draft)
         return 0;
-    const model_config *c = &e->o.draft->cfg;
     /* A view of the pool: same block ids, reference counts and free list;
      * the draft's own storage shape. */
     e->dkv = e->kv;
-    e->dkv.n_layer = c->n_layer;
-    e->dkv.kv_dim = c->n_kv_head * c->head_dim;
+    e->dkv.n_layer = model_config_get(e->o.draft)->n_layer;
+    e->dkv.kv_dim = model_kv_dim(e->o.draft);
     e->dkv.k = e->dkv.v = NULL;
     e->dkv.dev_copy = NULL; /* the draft's backend binds its own mirror */
     e->dkv.dev_ctx = NULL;
     e->d_logits = malloc((size_t)e->o.max_batch * e->n_vocab * sizeof *e->d_logits);
     if (!e->d_logits)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    model_backend *be = e->o.draft->be;
-    if (be->forward && be->kv_bind) /* the storage is the draft backend's device mirror */
-        return be->kv_bind(be, &e->dkv, err);
+    model_caps caps;
+    model_caps_get(e->o.draft, &caps);
+    if (caps.device_kv) /* the storage is the draft backend's device mirror */
+        return model_kv_bind(e->o.draft, &e->dkv, err);
     size_t n = (size_t)e->dkv.n_layer * e->kv.n_blocks * e->kv.block_size * e->dkv.kv_dim;
     e->dkv.k = malloc(n * sizeof(float));
     e->dkv.v = malloc(n * sizeof(float));
@@ -121,20 +119,16 @@ static int draft_forward(tern_engine *e, engine_req **rows, int n_rows, int firs
         e->b_out[n_out++] = n - 1;
     }
     fwd_batch b = {n, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
-    model_backend *be = e->o.draft->be;
-    int greedy = e->ids && be->forward_start && be->argmax_finish;
+    model_caps caps;
+    model_caps_get(e->o.draft, &caps);
+    int greedy = e->ids && caps.device_argmax;
     for (int i = 0; greedy && i < n_rows; i++)
         greedy = rows[i]->sp.temperature == 0;
     *ids = NULL;
     if (!greedy)
         return model_forward(e->o.draft, &e->dkv, &b, e->d_logits, NULL);
-    int rc = be->forward_start(be, e->o.draft, &e->dkv, &b, NULL);
-    if (rc)
-        return rc;
-    for (int i = 0; i < n; i++) /* model_forward's bookkeeping */
-        if (b.seqs[i]->n_tokens < b.pos[i] + 1)
-            b.seqs[i]->n_tokens = b.pos[i] + 1;
-    if ((rc = be->argmax_finish(be, NULL, 0, NULL, e->ids, NULL)))
+    int rc = model_forward_start(e->o.draft, &e->dkv, &b, NULL);
+    if (rc || (rc = model_forward_argmax(e->o.draft, NULL, 0, NULL, e->ids, NULL)))
         return rc;
     *ids = e->ids;
     return 0;

@@ -5,7 +5,12 @@
  *
  * Contract for every backend: the product of one output row with one token
  * must not depend on the batch or on how rows are split among workers (the
- * batched forward reproduces single-sequence decoding bit for bit). */
+ * batched forward reproduces single-sequence decoding bit for bit).
+ *
+ * This header is for src/model, backend implementers and the tests and
+ * benchmarks that compare or wrap backends. The engine and every other
+ * caller go through model.h: model_forward (and its device halves) check
+ * the batch and keep the sequences' n_tokens, so no entry below does. */
 #ifndef TERN_MODEL_BACKEND_H
 #define TERN_MODEL_BACKEND_H
 
@@ -14,10 +19,10 @@
 
 #include "base/err.h"
 #include "model/kv.h"
+#include "model/model.h"
 
-struct model_weight;
-struct fwd_batch;
-struct tern_model;
+/* A 2-D weight as the products read it (the body is in model_int.h). */
+typedef struct model_weight model_weight;
 
 /* Attention of one layer for every token of a batch. Token i's query heads
  * q[i][n_head][head_dim] attend to its own sequence's cached positions
@@ -26,41 +31,29 @@ struct tern_model;
  * scale * q.k, then softcap * tanh(s / softcap) when softcap > 0. */
 typedef struct model_attn {
     const kv_pool *kv;
-    const struct fwd_batch *b;
+    const fwd_batch *b;
     int layer, n_head, n_kv_head, head_dim, window;
     float scale, softcap;
     const float *q;
     float *out;
 } model_attn;
 
-struct sample_bias;
-
-/* One output row of sample_finish: the row's sampling parameters (as in
- * sample_params: temperature 0 = argmax; top_k 0, top_p 1, min_p 0 = off),
- * its logit_bias entries (borrowed for the call), and u, a uniform in
- * [0, 1) drawn on the host from the row's own stream (unused at
- * temperature 0). */
-typedef struct dev_sample_row {
-    float temperature, top_p, min_p;
-    int32_t top_k;
-    const struct sample_bias *bias;
-    int32_t n_bias;
-    double u;
-} dev_sample_row;
-
 typedef struct model_backend {
     const char *name;
+    /* The head dims the attention runs: multiples of head_dim_align up to
+     * head_dim_max (0: no bound). model_head_dim_check applies it. */
+    int head_dim_align, head_dim_max;
     /* Y[k][T][w[k]->n_out] = X[T][n_in] @ w[k]^T for k < n (all w[k] share
      * n_in), run as one parallel job: q/k/v and gate/up go together. */
-    int (*matmul)(struct model_backend *be, int n, const struct model_weight *const *w, const float *X,
+    int (*matmul)(struct model_backend *be, int n, const model_weight *const *w, const float *X,
                   float *const *Y, int T, tern_err *err);
     int (*attention)(struct model_backend *be, const model_attn *a, tern_err *err);
     int (*n_threads)(const struct model_backend *be);
     void (*free)(struct model_backend *be);
     /* Optional (NULL on the CPU): the whole forward on the device, with the
-     * contract of model_forward (inputs already validated there; it updates
-     * n_tokens). When set, model_forward hands the batch over to it. */
-    int (*forward)(struct model_backend *be, struct tern_model *m, kv_pool *kv, const struct fwd_batch *b,
+     * contract of model_forward (inputs already checked there; model_forward
+     * updates n_tokens). When set, model_forward hands the batch over to it. */
+    int (*forward)(struct model_backend *be, tern_model *m, kv_pool *kv, const fwd_batch *b,
                    float *logits, tern_err *err);
 
     /* The rest is optional too (NULL on the CPU), for a backend with a
@@ -78,7 +71,7 @@ typedef struct model_backend {
     /* Greedy sampling on the device, in two halves so that the host can work
      * (e.g. compute grammar masks) while the device runs the forward:
      * forward_start queues a forward with forward's contract (inputs already
-     * validated; the caller updates the sequences' n_tokens) whose n_out
+     * checked; model_forward_start updates n_tokens) whose n_out
      * logits rows stay on the device, and returns without waiting.
      * One of argmax_finish, sample_finish or logits_finish must follow
      * (and only one, on this backend). argmax_finish writes
@@ -88,7 +81,7 @@ typedef struct model_backend {
      * masks and mask_on may be NULL = no masks), -1 when a masked row allows
      * nothing (or only -inf logits). It waits for the device. Only ids come
      * back; the logits never leave the device. */
-    int (*forward_start)(struct model_backend *be, struct tern_model *m, kv_pool *kv, const struct fwd_batch *b,
+    int (*forward_start)(struct model_backend *be, tern_model *m, kv_pool *kv, const fwd_batch *b,
                          tern_err *err);
     int (*argmax_finish)(struct model_backend *be, const uint32_t *masks, int32_t n_words, const uint8_t *mask_on,
                          int32_t *ids, tern_err *err);
@@ -105,6 +98,21 @@ typedef struct model_backend {
                          int32_t n_words, const uint8_t *mask_on, int32_t *ids, tern_err *err);
 } model_backend;
 
+/* The one head_dim rule: even (RoPE rotates the pairs i, i + head_dim / 2:
+ * TERN_EFORMAT), and within what be declares (head_dim_align,
+ * head_dim_max: TERN_EUNSUPPORTED naming the backend). The loader applies
+ * it to the CPU backend, a device backend before it uploads anything, and
+ * the table path of a backend without a model (kernel tests) per call. */
+int model_head_dim_check(const model_backend *be, int head_dim, tern_err *err);
+
+/* The backend m's forward runs on (borrowed). */
+model_backend *model_backend_get(const tern_model *m);
+/* For tests and benchmarks that compare backends or wrap one: installs be
+ * and returns the one it replaces. The caller owns the returned backend
+ * and must put the model's own back before model_free (which frees the
+ * installed one). */
+model_backend *model_backend_swap(tern_model *m, model_backend *be);
+
 /* The CPU backend: the best kernel table for this CPU (tern_kernels_best)
  * and a pool of n_threads workers (<= 0: one per core). NULL with err set. */
 model_backend *model_backend_cpu_new(int n_threads, tern_err *err);
@@ -112,7 +120,7 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err);
 /* The CUDA backend (backend_cuda.c, docs/cuda.md) on GPU `device`: uploads
  * m's weights (m NULL: table path only, weights upload on first use). NULL
  * with err set when built without CUDA, no GPU, or the model does not fit. */
-model_backend *model_backend_cuda_new(struct tern_model *m, int device, tern_err *err);
+model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err);
 /* GPUs visible to the CUDA backend (0 when built without it). */
 int model_cuda_device_count(void);
 

@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/backend.h"
-#include "model/model.h"
+#include "model/model_int.h"
 #include "tensor/kernels.h"
 #include "base/pool.h"
 
@@ -306,6 +305,7 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
         return NULL;
     }
     be->base.name = "cpu";
+    be->base.head_dim_align = 1; /* any head_dim: attention loops over it */
     be->base.matmul = cpu_matmul;
     be->base.attention = cpu_attention;
     be->base.n_threads = cpu_n_threads;

@@ -15,8 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/backend.h"
-#include "model/model.h"
+#include "model/model_int.h"
 
 #ifndef TERN_CUDA
 
@@ -663,8 +662,8 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     cu_backend *be = (cu_backend *)base;
     const fwd_batch *b = a->b;
     int T = b->n, hd = a->head_dim, rc;
-    if (hd % 32 || hd > 256)
-        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda attention: head_dim %d (multiple of 32, <= 256)", hd);
+    if ((rc = model_head_dim_check(base, hd, err)))
+        return rc;
     if (!a->kv->k || !a->kv->v)
         return tern_err_set(err, TERN_EINVAL, "cuda attention: the KV pool has no host storage");
     CU(cudaSetDevice(be->device), "set device");
@@ -1220,9 +1219,9 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
     be->cap_w = 7 * c->n_layer + 2 + 64; /* + room for table-path weights of tests */
     if (!(be->w = calloc((size_t)be->cap_w, sizeof *be->w)) || !(be->layers = calloc((size_t)c->n_layer, sizeof *be->layers)))
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    if (c->head_dim % 32 || c->head_dim > 256 || c->n_head % c->n_kv_head)
-        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: head_dim %d is not a multiple of 32 up to 256",
-                            c->head_dim);
+    int rc = model_head_dim_check(&be->base, c->head_dim, err);
+    if (rc)
+        return rc;
     size_t need = model_device_bytes(m), fr = 0, tot = 0;
     CU(cudaMemGetInfo(&fr, &tot), "memory info");
     if (need + (256u << 20) > fr)
@@ -1230,7 +1229,6 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
                             "cuda: the model needs %.2f GB of GPU memory for its weights, GPU %d has %.2f GB free "
                             "of %.2f GB (try a 4-bit conversion: tern convert)",
                             need / 1e9, be->device, fr / 1e9, tot / 1e9);
-    int rc;
     if ((rc = weight_get(be, &m->embed, &be->embed, err)) || (rc = weight_get(be, &m->lm_head, &be->lm_head, err)) ||
         (rc = up_vec(be, m->final_norm, (size_t)c->dim, &be->final_norm, err)))
         return rc;
@@ -1272,6 +1270,9 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
         return NULL;
     }
     be->base.name = "cuda";
+    /* the attention kernels keep a head in registers, 32 lanes x up to 8 */
+    be->base.head_dim_align = 32;
+    be->base.head_dim_max = 256;
     be->base.matmul = cu_matmul;
     be->base.attention = cu_attention;
     be->base.forward = cu_forward;

@@ -307,10 +307,6 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
                           cfg->n_head, cfg->n_kv_head);
         goto out;
     }
-    if (cfg->head_dim % 2) {
-        rc = tern_err_set(err, TERN_EFORMAT, "config.json: head_dim %d must be even for RoPE", cfg->head_dim);
-        goto out;
-    }
     double eps = 1e-6;
     if ((rc = tern_json_get_num(o, "rms_norm_eps", &eps, "config.json", err)) && rc != TERN_ENOTFOUND)
         goto out;

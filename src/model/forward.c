@@ -14,9 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/backend.h"
 #include "model/embed.h"
-#include "model/model.h"
+#include "model/model_int.h"
 
 struct model_scratch {
     int cap_t, cap_out;
@@ -28,7 +27,6 @@ struct model_scratch {
     float *xo;               /* [cap_out][dim] */
 };
 
-void model_scratch_free(model_scratch *s);
 void model_scratch_free(model_scratch *s)
 {
     if (!s)
@@ -125,6 +123,37 @@ static inline float gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+/* ---- the checks and bookkeeping every way in shares ---- */
+
+/* The batch's contract (model.h): ids in the vocabulary, positions
+ * reserved, output rows in the batch. */
+static int batch_check(const tern_model *m, const kv_pool *kv, const fwd_batch *b, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    for (int i = 0; i < b->n; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= c->n_vocab)
+            return tern_err_set(err, TERN_ERANGE, "token id %d is outside the vocabulary (%d)", b->tokens[i],
+                                c->n_vocab);
+        if (b->pos[i] < 0 || b->pos[i] >= b->seqs[i]->n_blocks * kv->block_size)
+            return tern_err_set(err, TERN_EINVAL, "position %d is not reserved in the KV cache", b->pos[i]);
+    }
+    for (int j = 0; j < b->n_out; j++)
+        if (b->out_rows[j] < 0 || b->out_rows[j] >= b->n)
+            return tern_err_set(err, TERN_EINVAL, "output row %d is outside the batch", b->out_rows[j]);
+    return 0;
+}
+
+/* Each sequence now holds KV through its largest position in the batch. */
+static void batch_commit(const fwd_batch *b)
+{
+    for (int i = 0; i < b->n; i++)
+        if (b->seqs[i]->n_tokens < b->pos[i] + 1)
+            b->seqs[i]->n_tokens = b->pos[i] + 1;
+}
+
+static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, const fwd_hidden *hid,
+                        tern_err *err);
+
 int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, tern_err *err)
 {
     return model_forward_hidden(m, kv, b, logits, NULL, err);
@@ -134,38 +163,98 @@ int model_forward_hidden(tern_model *m, kv_pool *kv, const fwd_batch *b, float *
                          tern_err *err)
 {
     int n_hid = hid ? hid->n : 0;
-    const model_config *c = &m->cfg;
-    int T = b->n;
-    if (T <= 0)
+    if (b->n <= 0)
         return 0;
-    int max_pos = 0;
-    for (int i = 0; i < T; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= c->n_vocab)
-            return tern_err_set(err, TERN_ERANGE, "token id %d is outside the vocabulary (%d)", b->tokens[i],
-                                c->n_vocab);
-        if (b->pos[i] < 0 || b->pos[i] >= b->seqs[i]->n_blocks * kv->block_size)
-            return tern_err_set(err, TERN_EINVAL, "position %d is not reserved in the KV cache", b->pos[i]);
-        if (b->pos[i] > max_pos)
-            max_pos = b->pos[i];
-    }
-    for (int j = 0; j < b->n_out; j++)
-        if (b->out_rows[j] < 0 || b->out_rows[j] >= T)
-            return tern_err_set(err, TERN_EINVAL, "output row %d is outside the batch", b->out_rows[j]);
+    int rc = batch_check(m, kv, b, err);
+    if (rc)
+        return rc;
     for (int j = 0; j < n_hid; j++)
-        if (hid->rows[j] < 0 || hid->rows[j] >= T)
+        if (hid->rows[j] < 0 || hid->rows[j] >= b->n)
             return tern_err_set(err, TERN_EINVAL, "hidden-state row %d is outside the batch", hid->rows[j]);
     if (n_hid > 0 && m->be->forward)
         return tern_err_set(err, TERN_EUNSUPPORTED, "the %s backend does not return hidden states", m->be->name);
-    (void)max_pos;
-    if (m->be->forward) { /* a device-resident forward (backend.h) */
-        int frc = m->be->forward(m->be, m, kv, b, logits, err);
-        if (frc)
-            return frc;
-        for (int i = 0; i < T; i++)
-            if (b->seqs[i]->n_tokens < b->pos[i] + 1)
-                b->seqs[i]->n_tokens = b->pos[i] + 1;
-        return 0;
-    }
+    /* a device-resident forward (backend.h), else the layers here */
+    rc = m->be->forward ? m->be->forward(m->be, m, kv, b, logits, err) : forward_host(m, kv, b, logits, hid, err);
+    if (rc)
+        return rc;
+    batch_commit(b);
+    return 0;
+}
+
+/* ---- the forward in two halves (model.h) ---- */
+
+void model_caps_get(const tern_model *m, model_caps *caps)
+{
+    const model_backend *be = m->be;
+    caps->device_kv = be->forward && be->mem_reserve && be->kv_bind;
+    caps->device_argmax = be->forward_start && be->argmax_finish && be->logits_finish;
+    caps->device_sample = caps->device_argmax && be->sample_finish;
+}
+
+static int lacks(const tern_model *m, const char *what, tern_err *err)
+{
+    return tern_err_set(err, TERN_EUNSUPPORTED, "the %s backend has no %s", m->be->name, what);
+}
+
+int model_forward_start(tern_model *m, kv_pool *kv, const fwd_batch *b, tern_err *err)
+{
+    if (!m->be->forward_start)
+        return lacks(m, "device forward", err);
+    int rc = batch_check(m, kv, b, err);
+    if (rc || (rc = m->be->forward_start(m->be, m, kv, b, err)))
+        return rc;
+    batch_commit(b);
+    return 0;
+}
+
+int model_forward_argmax(tern_model *m, const uint32_t *masks, int32_t n_words, const uint8_t *mask_on, int32_t *ids,
+                         tern_err *err)
+{
+    if (!m->be->argmax_finish)
+        return lacks(m, "device argmax", err);
+    return m->be->argmax_finish(m->be, masks, n_words, mask_on, ids, err);
+}
+
+int model_forward_sample(tern_model *m, const dev_sample_row *rows, const uint32_t *masks, int32_t n_words,
+                         const uint8_t *mask_on, int32_t *ids, tern_err *err)
+{
+    if (!m->be->sample_finish)
+        return lacks(m, "device sampler", err);
+    return m->be->sample_finish(m->be, rows, masks, n_words, mask_on, ids, err);
+}
+
+int model_forward_logits(tern_model *m, float *logits, tern_err *err)
+{
+    if (!m->be->logits_finish)
+        return lacks(m, "device forward", err);
+    return m->be->logits_finish(m->be, logits, err);
+}
+
+int model_mem_reserve(tern_model *m, int max_t, int max_out, size_t *free_bytes, size_t *total_bytes,
+                      tern_err *err)
+{
+    if (!m->be->mem_reserve)
+        return lacks(m, "device memory", err);
+    return m->be->mem_reserve(m->be, max_t, max_out, free_bytes, total_bytes, err);
+}
+
+int model_kv_bind(tern_model *m, kv_pool *kv, tern_err *err)
+{
+    if (!m->be->kv_bind)
+        return lacks(m, "device KV", err);
+    return m->be->kv_bind(m->be, kv, err);
+}
+
+/* ---- the layers on the host, products and attention through the backend ---- */
+
+/* The forward of a checked batch of T >= 1 tokens (model_forward_hidden's
+ * contract, n_tokens left to the caller). */
+static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, const fwd_hidden *hid,
+                        tern_err *err)
+{
+    int n_hid = hid ? hid->n : 0;
+    const model_config *c = &m->cfg;
+    int T = b->n;
     int rc = scratch_ensure(m, T, b->n_out, err);
     if (rc)
         return rc;
@@ -258,8 +347,5 @@ int model_forward_hidden(tern_model *m, kv_pool *kv, const fwd_batch *b, float *
             for (size_t e = 0; e < (size_t)b->n_out * c->n_vocab; e++)
                 logits[e] = c->final_softcap * tanhf(logits[e] / c->final_softcap);
     }
-    for (int i = 0; i < T; i++)
-        if (b->seqs[i]->n_tokens < b->pos[i] + 1)
-            b->seqs[i]->n_tokens = b->pos[i] + 1;
     return 0;
 }

@@ -1,6 +1,6 @@
 /* Model loading: maps tensors to layer weights by their Hugging Face names and
  * checks every shape against config.json before anything runs. */
-#include "model.h"
+#include "model/model_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,9 +8,6 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "model/backend.h"
-
-void model_scratch_free(model_scratch *s);
 
 /* Dense: the tensor itself. MLX-quantized (NAME's stem has .scales and
  * .biases beside it): uint32 words [n_out][n_in * bits / 32], scales and
@@ -203,9 +200,17 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     int rc;
     if ((rc = model_config_load(&m->cfg, dir, err)))
         goto fail;
-    if ((rc = st_open_dir(&m->st, dir, err)))
-        goto fail;
     const model_config *c = &m->cfg;
+    /* The CPU backend first: it checks the shape before any weight is read
+     * (a device backend replaces it below, checking again for itself). */
+    m->kern = tern_kernels_best();
+    m->be = model_backend_cpu_new(n_threads, err);
+    if (!m->be) {
+        rc = err ? err->code : TERN_ENOMEM;
+        goto fail;
+    }
+    if ((rc = model_head_dim_check(m->be, c->head_dim, err)) || (rc = st_open_dir(&m->st, dir, err)))
+        goto fail;
     if ((rc = get_weight(m, "model.embed_tokens.weight", c->n_vocab, c->dim, &m->embed, err)))
         goto fail;
     if (st_find(&m->st, "lm_head.weight")) {
@@ -242,12 +247,6 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     for (int l = 0; l < c->n_layer; l++)
         if ((rc = load_layer(m, l, err)))
             goto fail;
-    m->kern = tern_kernels_best();
-    m->be = model_backend_cpu_new(n_threads, err);
-    if (!m->be) {
-        rc = err ? err->code : TERN_ENOMEM;
-        goto fail;
-    }
     if (cuda_dev >= 0) {
         model_backend *cu = model_backend_cuda_new(m, cuda_dev, err);
         if (!cu) {
@@ -299,6 +298,34 @@ void model_free(tern_model *m)
         m->be->free(m->be);
     st_close(&m->st);
     free(m);
+}
+
+/* ---- accessors (model.h, backend.h) ---- */
+
+const model_config *model_config_get(const tern_model *m) { return &m->cfg; }
+
+int model_kv_dim(const tern_model *m) { return m->cfg.n_kv_head * m->cfg.head_dim; }
+
+int model_n_threads(const tern_model *m) { return m->be->n_threads(m->be); }
+
+model_backend *model_backend_get(const tern_model *m) { return m->be; }
+
+model_backend *model_backend_swap(tern_model *m, model_backend *be)
+{
+    model_backend *old = m->be;
+    m->be = be;
+    return old;
+}
+
+int model_head_dim_check(const model_backend *be, int head_dim, tern_err *err)
+{
+    if (head_dim % 2)
+        return tern_err_set(err, TERN_EFORMAT, "config.json: head_dim %d must be even for RoPE", head_dim);
+    int align = be->head_dim_align > 1 ? be->head_dim_align : 1;
+    if (head_dim % align || (be->head_dim_max > 0 && head_dim > be->head_dim_max))
+        return tern_err_set(err, TERN_EUNSUPPORTED, "%s: head_dim %d is not a multiple of %d up to %d", be->name,
+                            head_dim, align, be->head_dim_max);
+    return 0;
 }
 
 static size_t wbytes(const model_weight *w)

@@ -1,79 +1,61 @@
-/* A loaded model: config, memory-mapped weights, and the batched forward
- * pass that every caller (run, server, speculation) goes through. */
+/* A loaded model: an opaque handle (the body is in model_int.h, for
+ * src/model only), its config, and the batched forward pass that every
+ * caller (run, server, speculation) goes through - on whatever backend the
+ * model was loaded on. Nothing outside src/model reaches into the model or
+ * drives its backend: the forward, the device half of it (start, then one
+ * finish) and the device memory calls below are the whole surface. */
 #ifndef TERN_MODEL_H
 #define TERN_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/err.h"
 #include "model/config.h"
 #include "model/kv.h"
-#include "model/safetensors.h"
-#include "tensor/kernels.h"
 
-/* A 2-D weight [n_out][n_in] borrowed from the safetensors mapping. Dense
- * (f32/bf16/f16: data is [n_out][n_in] of dtype) or MLX affine-quantized
- * (qbits 4 or 8: data is the packed uint32 words, read as bytes
- * [n_out][n_in * qbits / 8]; w = scale * q + bias per group of `group`
- * inputs, sb the owned f32 copy [n_out][n_in / group][2] of {scale, bias}). */
-typedef struct model_weight {
-    tern_dtype dtype; /* of the dense data, or of the stored scales when quantized */
-    const void *data;
-    int n_out, n_in;
-    int qbits, group; /* 0 when dense */
-    float *sb;        /* owned; NULL when dense */
-} model_weight;
-
-typedef struct model_layer {
-    model_weight wq;      /* [n_head*head_dim][dim] */
-    model_weight wk, wv;  /* [n_kv_head*head_dim][dim] */
-    model_weight wo;      /* [dim][n_head*head_dim] */
-    model_weight w_gate, w_up; /* [n_ff][dim] */
-    model_weight w_down;  /* [dim][n_ff] */
-    float *attn_norm, *ffn_norm; /* [dim], owned f32 gains (Gemma's 1 + w applied) */
-    float *post_attn_norm, *post_ffn_norm; /* [dim] (gemma), else NULL */
-    float *q_norm, *k_norm;      /* [head_dim] (qwen3, gemma3), else NULL */
-    float *bq, *bk, *bv;         /* q/k/v biases (qwen2), else NULL */
-    int window;                  /* sliding window of this layer, 0 = full attention */
-    const float *rope_inv_freq;  /* [head_dim/2], the model's global or local table */
-} model_layer;
-
-typedef struct model_scratch model_scratch;
-
-typedef struct tern_model {
-    model_config cfg;
-    st_set st;
-    model_weight embed;   /* [n_vocab][dim] */
-    model_weight lm_head; /* [n_vocab][dim], = embed when tied */
-    float *final_norm;    /* [dim] */
-    model_layer *layers;  /* [n_layer] */
-    float *rope_inv_freq; /* [head_dim/2] full-attention layers */
-    float *rope_inv_freq_local; /* [head_dim/2] Gemma 3 sliding layers, else NULL */
-    const tern_kernels *kern;   /* the CPU backend's table (tests, tools) */
-    struct model_backend *be;   /* where the forward's compute runs */
-    model_scratch *scratch;
-} tern_model;
+typedef struct tern_model tern_model;
 
 /* Loads DIR (config.json, safetensors, generation_config.json). n_threads
  * <= 0 uses every core. NULL with err set on failure. */
 tern_model *model_load(const char *dir, int n_threads, tern_err *err);
 /* model_load with a choice of device: NULL or "cpu" (the default), "cuda"
  * or "cuda:N" (GPU N), "auto" (cuda when built with it and a GPU is
- * present, else cpu). */
+ * present, else cpu). A shape the chosen backend cannot run (its head_dim,
+ * model_head_dim_check) is TERN_EUNSUPPORTED. */
 typedef struct model_load_opts {
     int n_threads;
     const char *device;
 } model_load_opts;
 tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *err);
+/* Frees m, its weights mapping and its backend; NULL is a no-op. */
 void model_free(tern_model *m);
 
-/* One batched forward. Token i of the batch is tokens[i] at position pos[i]
- * of sequence seqs[i]; every sequence's KV must be reserved through its
+/* ---- what the model is ---- */
+
+/* The model's config (borrowed, valid until model_free). */
+const model_config *model_config_get(const tern_model *m);
+/* Floats of K (and of V) per position and layer: n_kv_head * head_dim -
+ * the kv_dim of a pool this model's forward writes (with the config's
+ * n_layer). */
+int model_kv_dim(const tern_model *m);
+/* Bytes of weights one decode step reads (for bandwidth floors): every
+ * matrix but the embedding, with quantized scales and biases as the f32
+ * pairs the kernels read. */
+size_t model_weight_bytes(const tern_model *m);
+/* Worker threads of the backend (1 for a device backend's host side). */
+int model_n_threads(const tern_model *m);
+/* The backend's name ("cpu", "cuda", ...), static. */
+const char *model_backend_name(const tern_model *m);
+
+/* ---- the forward ---- */
+
+/* One batch. Token i of the batch is tokens[i] at position pos[i] of
+ * sequence seqs[i]; every sequence's KV must be reserved through its
  * largest position (kv_seq_reserve). Tokens of one sequence must come in
  * increasing position order, and positions below a token's must already be
  * cached or earlier in the batch. Logits are computed only for the batch rows
- * listed in out_rows, into logits[n_out][n_vocab]. Updates each sequence's
- * n_tokens to its largest position + 1. */
+ * listed in out_rows. */
 typedef struct fwd_batch {
     int n;
     const int32_t *tokens; /* [n] */
@@ -83,18 +65,71 @@ typedef struct fwd_batch {
     const int32_t *out_rows; /* [n_out] indices into the batch */
 } fwd_batch;
 
+/* One batched forward into logits[n_out][n_vocab] (may be NULL when
+ * n_out is 0). Checks the batch (ids in the vocabulary, positions
+ * reserved, output rows in the batch: TERN_ERANGE / TERN_EINVAL) and
+ * updates each sequence's n_tokens to its largest position + 1. */
 int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, tern_err *err);
 
-/* Bytes of weights one decode step reads (for bandwidth floors): every
- * matrix but the embedding, with quantized scales and biases as the f32
- * pairs the kernels read. */
-size_t model_weight_bytes(const tern_model *m);
+/* ---- the forward in two halves, outputs kept on the device ----
+ * On a backend that offers it (model_caps), model_forward_start checks and
+ * queues a batch as model_forward would (and updates n_tokens the same
+ * way) and returns without waiting, its n_out logits rows kept on the
+ * device, so the host can work meanwhile (e.g. compute grammar masks).
+ * Exactly one finish must follow:
+ *  - model_forward_argmax: ids[j] = the lowest id among the largest logits
+ *    of row j, over the tokens allowed by row j's mask when mask_on[j]
+ *    (masks: [n_out][n_words] packed 32-bit words, bit t & 31 of word
+ *    t >> 5 set = token t allowed; masks and mask_on may be NULL = no
+ *    masks), -1 when a masked row allows nothing (or only -inf logits);
+ *  - model_forward_sample: ids[j] = output row j's draw under rows[j]
+ *    (masks as above): sample_row's processing and draw minus penalties
+ *    and logprobs; temperature 0 rows get argmax's choice, with their
+ *    bias; -1 when nothing can be drawn;
+ *  - model_forward_logits: downloads the rows into logits[n_out][n_vocab].
+ * Each waits for the device. A half the backend lacks is
+ * TERN_EUNSUPPORTED. */
+typedef struct model_caps {
+    int device_kv;     /* the KV pool lives in device memory: model_mem_reserve, model_kv_bind */
+    int device_argmax; /* model_forward_start, model_forward_argmax and model_forward_logits */
+    int device_sample; /* model_forward_sample too */
+} model_caps;
+void model_caps_get(const tern_model *m, model_caps *caps);
 
-/* Row r of w (dense or quantized) as f32 into out[n_in]. */
-void model_weight_row(const model_weight *w, int r, float *out);
+struct sample_bias;
 
-/* RoPE inverse frequencies for theta and the config's scaling (HF's
- * formulas), into out[head_dim/2]. */
-void model_rope_freqs(const model_config *c, double theta, int scaled, float *out);
+/* One output row of model_forward_sample: the row's sampling parameters
+ * (as in sample_params: temperature 0 = argmax; top_k 0, top_p 1, min_p 0
+ * = off), its logit_bias entries (borrowed for the call), and u, a uniform
+ * in [0, 1) drawn on the host from the row's own stream (unused at
+ * temperature 0). */
+typedef struct dev_sample_row {
+    float temperature, top_p, min_p;
+    int32_t top_k;
+    const struct sample_bias *bias;
+    int32_t n_bias;
+    double u;
+} dev_sample_row;
+
+int model_forward_start(tern_model *m, kv_pool *kv, const fwd_batch *b, tern_err *err);
+int model_forward_argmax(tern_model *m, const uint32_t *masks, int32_t n_words, const uint8_t *mask_on, int32_t *ids,
+                         tern_err *err);
+int model_forward_sample(tern_model *m, const dev_sample_row *rows, const uint32_t *masks, int32_t n_words,
+                         const uint8_t *mask_on, int32_t *ids, tern_err *err);
+int model_forward_logits(tern_model *m, float *logits, tern_err *err);
+
+/* ---- device memory (caps.device_kv) ---- */
+
+/* Allocates the forward's device scratch for batches of up to max_t tokens
+ * with up to max_out logits rows (later batches within those bounds
+ * allocate nothing more), then reports the device memory still free, and
+ * its total. */
+int model_mem_reserve(tern_model *m, int max_t, int max_out, size_t *free_bytes, size_t *total_bytes,
+                      tern_err *err);
+/* Allocates kv's device mirror now (TERN_ENOMEM with the sizes when it does
+ * not fit) and installs kv's dev_copy hook, so copy-on-write reaches the
+ * device. The pool's host storage is then unused (it may have none). The
+ * pool must not be used after the model is freed. */
+int model_kv_bind(tern_model *m, kv_pool *kv, tern_err *err);
 
 #endif

@@ -254,7 +254,7 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     s->tok = tok;
     s->has_think = reasoning_delims_find(tok, &s->think);
     s->eng = e;
-    s->ctx_size = o->ctx_size > 0 ? o->ctx_size : m->cfg.max_pos;
+    s->ctx_size = o->ctx_size > 0 ? o->ctx_size : model_config_get(m)->max_pos;
     s->started = (long long)time(NULL);
     pthread_mutex_init(&s->wk_mu, NULL);
     if (!s->host || !s->model_name) {

@@ -224,7 +224,7 @@ static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
     tern_server *s = c->s;
     api_request q;
     api_error e;
-    api_limits lim = {.n_vocab = s->m->cfg.n_vocab, .model_name = s->model_name};
+    api_limits lim = {.n_vocab = model_config_get(s->m)->n_vocab, .model_name = s->model_name};
     if (api_parse(&q, kind, c->body.data ? c->body.data : "", c->body.len, &lim, &e))
         return http_reply_error(c, &e);
     q.reasoning_budget = reasoning_budget_combine(q.reasoning_budget, s->o.reasoning_budget);

@@ -80,7 +80,7 @@ static structured_server *server_state(tern_server *s, api_error *e)
         tern_err te = {0};
         ss = calloc(1, sizeof *ss);
         if (ss) {
-            const model_config *cfg = &s->m->cfg;
+            const model_config *cfg = model_config_get(s->m);
             ss->v = grammar_vocab_new(s->tok, cfg->n_vocab, cfg->eos_ids, (size_t)cfg->n_eos, &te);
             ss->cache = ss->v ? grammar_cache_new(ss->v, 0, NULL, &te) : NULL;
             ss->think_open = tokenizer_token_id(s->tok, "<think>");
@@ -687,8 +687,9 @@ int structured_attach(tern_server *s, const api_request *q, const int32_t *promp
         th.capped = 1;
     }
     tern_err te = {0};
-    if (constraint_grammar_new(grammar_cache_ref_compiled(row->ref), &th, s->m->cfg.n_vocab, release_ref, row,
-                               &p->constraint, &p->constraint_ctx, &te)) {
+    int32_t n_vocab = model_config_get(s->m)->n_vocab;
+    if (constraint_grammar_new(grammar_cache_ref_compiled(row->ref), &th, n_vocab, release_ref, row, &p->constraint,
+                               &p->constraint_ctx, &te)) {
         structured_free(row);
         return api_error_set(e, 500, "server_error", NULL, NULL, "structured output: %s", te.msg);
     }

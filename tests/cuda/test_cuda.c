@@ -20,8 +20,7 @@
 #include <cmocka.h>
 
 #include "base/rng.h"
-#include "model/backend.h"
-#include "model/model.h"
+#include "model/model_int.h"
 #include "model/quant.h"
 #include "test_util.h"
 #ifdef TERN_CUDA
@@ -318,8 +317,8 @@ static void run_model(tern_model *m, const int32_t *prompt, int n_prompt, int n_
     tern_err err = {0};
     kv_pool kv;
     kv_seq seq = {0};
-    int V = m->cfg.n_vocab;
-    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, 16, &err), 0);
+    int V = model_config_get(m)->n_vocab;
+    assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 16, 16, &err), 0);
     assert_int_equal(kv_seq_reserve(&kv, &seq, n_prompt + n_dec, &err), 0);
     int32_t pos[256];
     kv_seq *seqs[256];
@@ -360,8 +359,8 @@ static void run_pair(tern_model *m, int n_dec, float *out)
     tern_err err = {0};
     kv_pool kv;
     kv_seq sa = {0}, sb = {0};
-    const int V = m->cfg.n_vocab;
-    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, 32, &err), 0);
+    const int V = model_config_get(m)->n_vocab;
+    assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 16, 32, &err), 0);
     assert_int_equal(kv_seq_reserve(&kv, &sa, LA + n_dec, &err), 0);
     assert_int_equal(kv_seq_reserve(&kv, &sb, LB + n_dec, &err), 0);
     int32_t tok[LA + LB], pos[LA + LB];
@@ -410,7 +409,7 @@ static int same_logits_with(const char *mdir, const char *var, const char *val, 
     unsetenv(var);
     if (!m)
         fail_msg("%s", err.msg);
-    size_t n = (size_t)(n_dec + 1) * m->cfg.n_vocab;
+    size_t n = (size_t)(n_dec + 1) * model_config_get(m)->n_vocab;
     float *l = malloc(n * sizeof(float));
     int32_t ids[16];
     assert_non_null(l);
@@ -441,7 +440,7 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     tern_model *mc = model_load_ex(mdir, &oc, &err), *mg = NULL;
     if (!mc || !(mg = model_load_ex(mdir, &og, &err)))
         fail_msg("%s", err.msg);
-    int n_dec = 12, V = mc->cfg.n_vocab;
+    int n_dec = 12, V = model_config_get(mc)->n_vocab;
     int32_t prompt[64], idc[16], idg[16];
     tern_rng r;
     tern_rng_seed(&r, 7, (uint64_t)n_prompt);

@@ -425,7 +425,7 @@ static void fork_script(tern_model *m, float *logits)
     kv_seq a = {0}, b = {0};
     int32_t tok[24], pos[24], rows[4];
     kv_seq *seqs[24];
-    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, 16, &err), 0);
+    assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 16, 16, &err), 0);
     for (int i = 0; i < 20; i++) {
         tok[i] = 100 + 37 * i;
         pos[i] = i;
@@ -457,7 +457,7 @@ static void test_fork_copy_on_write(void **state)
     (void)state;
     if (!g_gpu)
         skip();
-    size_t n = (size_t)4 * g_cpu->cfg.n_vocab;
+    size_t n = (size_t)4 * model_config_get(g_cpu)->n_vocab;
     float *lc = malloc(n * sizeof(float)), *lg = malloc(n * sizeof(float));
     fork_script(g_cpu, lc);
     fork_script(g_gpu, lg);
@@ -473,11 +473,11 @@ static void test_device_greedy(void **state)
     (void)state;
     if (!g_gpu)
         skip();
-    model_backend *be = g_gpu->be;
+    model_backend *be = model_backend_get(g_gpu);
     assert_non_null(be->forward_start);
     assert_non_null(be->argmax_finish);
     tern_err err;
-    int32_t V = g_cpu->cfg.n_vocab, nw = (V + 31) / 32;
+    int32_t V = model_config_get(g_cpu)->n_vocab, nw = (V + 31) / 32;
     enum { S = 3, L = 12 };
     float *lc = malloc(sizeof(float) * S * V);
     uint32_t *mk = malloc(4 * (size_t)S * nw);
@@ -494,7 +494,7 @@ static void test_device_greedy(void **state)
         memset(sq, 0, sizeof sq);
         int32_t tok[S * L], pos[S * L], rows[S];
         kv_seq *seqs[S * L];
-        assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, 8, &err), 0);
+        assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 16, 8, &err), 0);
         for (int s = 0; s < S; s++) {
             assert_int_equal(kv_seq_reserve(&kv, &sq[s], L, &err), 0);
             for (int i = 0; i < L; i++) {
@@ -546,10 +546,10 @@ static void test_device_sample_finish(void **state)
     (void)state;
     if (!g_gpu)
         skip();
-    model_backend *be = g_gpu->be;
+    model_backend *be = model_backend_get(g_gpu);
     assert_non_null(be->sample_finish);
     tern_err err;
-    int32_t V = g_cpu->cfg.n_vocab, nw = (V + 31) / 32;
+    int32_t V = model_config_get(g_cpu)->n_vocab, nw = (V + 31) / 32;
     enum { S = 3, L = 12, NU = 8 };
     float *lc = malloc(sizeof(float) * S * V);
     uint32_t *mk = malloc(4 * (size_t)S * nw);
@@ -578,7 +578,7 @@ static void test_device_sample_finish(void **state)
         kv_seq sq[S];
         memset(sq, 0, sizeof sq);
         kv_seq *seqs[S * L];
-        assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, 8, &err), 0);
+        assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 16, 8, &err), 0);
         for (int s = 0; s < S; s++) {
             assert_int_equal(kv_seq_reserve(&kv, &sq[s], L, &err), 0);
             for (int i = 0; i < L; i++)

@@ -71,11 +71,11 @@ static int fk_start(model_backend *b, tern_model *m, kv_pool *kv, const fwd_batc
     assert_int_equal(f->n_out, -1); /* argmax_finish followed the last start */
     if (bt->n_out > f->cap) {
         f->cap = bt->n_out;
-        f->logits = realloc(f->logits, (size_t)f->cap * m->cfg.n_vocab * sizeof(float));
+        f->logits = realloc(f->logits, (size_t)f->cap * model_config_get(m)->n_vocab * sizeof(float));
     }
-    m->be = f->inner;
+    model_backend_swap(m, f->inner);
     int rc = model_forward(m, kv, bt, f->logits, err);
-    m->be = &f->base;
+    model_backend_swap(m, &f->base);
     f->n_out = rc ? -1 : bt->n_out;
     return rc;
 }
@@ -86,7 +86,7 @@ static int fk_finish(model_backend *b, const uint32_t *masks, int32_t nw, const 
     fake_be *f = (fake_be *)b;
     (void)err;
     assert_true(f->n_out >= 0);
-    int32_t V = f->m->cfg.n_vocab;
+    int32_t V = model_config_get(f->m)->n_vocab;
     for (int j = 0; j < f->n_out; j++) {
         const float *x = f->logits + (size_t)j * V;
         const uint32_t *mk = masks && on && on[j] ? masks + (size_t)j * nw : NULL;
@@ -116,7 +116,7 @@ static int fk_sample(model_backend *b, const dev_sample_row *rows, const uint32_
     fake_be *f = (fake_be *)b;
     (void)err;
     assert_true(f->n_out >= 0);
-    int32_t V = f->m->cfg.n_vocab;
+    int32_t V = model_config_get(f->m)->n_vocab;
     for (int j = 0; j < f->n_out; j++) {
         const dev_sample_row *d = &rows[j];
         const uint32_t *mk = masks && on && on[j] ? masks + (size_t)j * nw : NULL;
@@ -145,7 +145,7 @@ static int fk_logits(model_backend *b, float *logits, tern_err *err)
     fake_be *f = (fake_be *)b;
     (void)err;
     assert_true(f->n_out >= 0);
-    memcpy(logits, f->logits, (size_t)f->n_out * f->m->cfg.n_vocab * sizeof(float));
+    memcpy(logits, f->logits, (size_t)f->n_out * model_config_get(f->m)->n_vocab * sizeof(float));
     f->n_out = -1;
     f->n_logits++;
     return 0;
@@ -156,7 +156,7 @@ static fake_be g_fk[2];
 static void install(tern_model *m, fake_be *f)
 {
     memset(f, 0, sizeof *f);
-    f->inner = m->be;
+    f->inner = model_backend_get(m);
     f->m = m;
     f->n_out = -1;
     f->base.name = "fake-device";
@@ -168,12 +168,12 @@ static void install(tern_model *m, fake_be *f)
     f->base.argmax_finish = fk_finish;
     f->base.logits_finish = fk_logits;
     f->base.sample_finish = fk_sample;
-    m->be = &f->base;
+    model_backend_swap(m, &f->base);
 }
 
 static void uninstall(tern_model *m, fake_be *f)
 {
-    m->be = f->inner;
+    model_backend_swap(m, f->inner);
     free(f->logits);
 }
 
@@ -255,7 +255,7 @@ static engine_req *submit(tern_engine *e, int pi, float temp, uint64_t seed, int
         p.sample.n_logprobs = 2;
     if (constrained) {
         toy *t = calloc(1, sizeof *t);
-        t->V = g_target->cfg.n_vocab;
+        t->V = model_config_get(g_target)->n_vocab;
         t->mode = constrained - 1;
         p.constraint = &toy_ops;
         p.constraint_ctx = t;
@@ -385,7 +385,7 @@ static void test_alone(void **state)
  * adherence); 1 when every token was allowed where it was emitted. */
 static int toy_valid(const out *o)
 {
-    toy t = {0, 0, g_target->cfg.n_vocab};
+    toy t = {0, 0, model_config_get(g_target)->n_vocab};
     for (int i = 0; i < o->n; i++)
         if (toy_accept(&t, o->ids[i]))
             return 0;
@@ -616,7 +616,7 @@ static void test_device_distribution(void **state)
     (void)state;
     enum { N = DIST_DRAWS, NB = 7 };
     tern_model *m = g_draft;
-    int32_t V = m->cfg.n_vocab;
+    int32_t V = model_config_get(m)->n_vocab;
     const int pi = 2;
     /* the prompt's next-token logits on the CPU */
     int32_t *toks;
@@ -625,7 +625,7 @@ static void test_device_distribution(void **state)
     assert_int_equal(tokenizer_encode(g_tok, prompts[pi], strlen(prompts[pi]), 1, &toks, &n, &err), 0);
     kv_pool kv;
     kv_seq sq = {0};
-    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, (int)n / 16 + 2, &err),
+    assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 16, (int)n / 16 + 2, &err),
                      0);
     assert_int_equal(kv_seq_reserve(&kv, &sq, (int)n, &err), 0);
     int32_t *pos = malloc(n * sizeof *pos), last = (int32_t)n - 1;

@@ -237,7 +237,7 @@ static void test_prefix_cache(void **state)
     assert_int_equal(s1.tokens_prefilled - s0.tokens_prefilled, b.usage.n_prompt - b.usage.n_cached - 1);
     engine_free(e);
     /* a tiny budget forces eviction between requests; results stay identical */
-    size_t per_tok = kv_bytes_per_token(g_model->cfg.n_layer, g_model->cfg.n_kv_head * g_model->cfg.head_dim);
+    size_t per_tok = kv_bytes_per_token(model_config_get(g_model)->n_layer, model_kv_dim(g_model));
     e = new_engine(2, per_tok * 16 * 12, 1);
     for (int round = 0; round < 2; round++)
         for (int i = 0; i < 4; i++) {

@@ -78,7 +78,7 @@ static engine_req *submit(tern_engine *e, int pi, float temp, uint64_t seed, int
     p.no_speculation = no_spec;
     if (constrained) {
         toy *t = calloc(1, sizeof *t);
-        t->V = g_target->cfg.n_vocab;
+        t->V = model_config_get(g_target)->n_vocab;
         p.constraint = &toy_ops;
         p.constraint_ctx = t;
     }

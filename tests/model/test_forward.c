@@ -8,10 +8,11 @@
 #include <cmocka.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/json.h"
-#include "model/backend.h"
-#include "model/model.h"
+#include "model/model_int.h" /* internals: weights and kernels for the tiling test */
 #include "test_util.h"
 
 static tern_model *load_stories(void)
@@ -29,9 +30,9 @@ static float *forward_all(tern_model *m, const int32_t *ids, int n)
     tern_err err = {0};
     kv_pool kv;
     kv_seq seq = {0};
-    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 4, 64, &err), 0);
+    assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 4, 64, &err), 0);
     assert_int_equal(kv_seq_reserve(&kv, &seq, n, &err), 0);
-    float *logits = malloc((size_t)n * m->cfg.n_vocab * sizeof(float));
+    float *logits = malloc((size_t)n * model_config_get(m)->n_vocab * sizeof(float));
     int32_t pos[64], rows[64];
     kv_seq *seqs[64];
     for (int i = 0; i < n; i++) {
@@ -65,7 +66,7 @@ static void test_hf_golden_logits(void **state)
     for (int p = 0; p < n; p++) {
         json_object *e = json_object_array_get_idx(pos_j, p), *top;
         assert_true(json_object_object_get_ex(e, "top5", &top));
-        const float *row = logits + (size_t)p * m->cfg.n_vocab;
+        const float *row = logits + (size_t)p * model_config_get(m)->n_vocab;
         for (int k = 0; k < 5; k++) {
             json_object *pair = json_object_array_get_idx(top, k);
             int id = json_object_get_int(json_object_array_get_idx(pair, 0));
@@ -75,7 +76,7 @@ static void test_hf_golden_logits(void **state)
                 worst = d;
             /* rank: exactly k entries are larger than this one */
             int larger = 0;
-            for (int t = 0; t < m->cfg.n_vocab; t++)
+            for (int t = 0; t < model_config_get(m)->n_vocab; t++)
                 larger += row[t] > row[id];
             assert_int_equal(larger, k);
         }
@@ -95,10 +96,10 @@ static void test_batch_equivalence(void **state)
     tern_model *m = load_stories();
     tern_err err = {0};
     const int32_t ids[12] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
-    const int n = 12, V = m->cfg.n_vocab;
+    const int n = 12, V = model_config_get(m)->n_vocab;
     float *ref = forward_all(m, ids, n);
     kv_pool kv;
-    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 4, 64, &err), 0);
+    assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 4, 64, &err), 0);
     kv_seq a = {0}, c = {0};
     float *lg = malloc((size_t)2 * V * sizeof(float));
     double worst = 0;
@@ -228,12 +229,95 @@ static void test_backend_tiling(void **state)
     check_backend_tiling(1);
 }
 
+/* The one head_dim rule (model_head_dim_check): even for RoPE, then what
+ * the backend declares; applied at load before any weight is read. */
+static void test_head_dim_rule(void **state)
+{
+    (void)state;
+    tern_err err = {0};
+    model_backend *cpu = model_backend_cpu_new(1, &err);
+    assert_non_null(cpu);
+    assert_int_equal(model_head_dim_check(cpu, 8, &err), 0);
+    assert_int_equal(model_head_dim_check(cpu, 6, &err), 0);
+    assert_int_equal(model_head_dim_check(cpu, 7, &err), TERN_EFORMAT);
+    assert_non_null(strstr(err.msg, "head_dim 7 must be even"));
+    cpu->free(cpu);
+    model_backend dev = {.name = "dev", .head_dim_align = 32, .head_dim_max = 256};
+    assert_int_equal(model_head_dim_check(&dev, 64, &err), 0);
+    assert_int_equal(model_head_dim_check(&dev, 256, &err), 0);
+    assert_int_equal(model_head_dim_check(&dev, 8, &err), TERN_EUNSUPPORTED);
+    assert_string_equal(err.msg, "dev: head_dim 8 is not a multiple of 32 up to 256");
+    assert_int_equal(model_head_dim_check(&dev, 288, &err), TERN_EUNSUPPORTED);
+    assert_int_equal(model_head_dim_check(&dev, 33, &err), TERN_EFORMAT);
+
+    /* a config alone: the shape is refused before the weights are opened */
+    char dir[64], path[96];
+    snprintf(dir, sizeof dir, "/tmp/tern-test-hd-%d", (int)getpid());
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"model_type\": \"llama\", \"vocab_size\": 512, \"hidden_size\": 64, \"intermediate_size\": 172, "
+          "\"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"head_dim\": 7}",
+          f);
+    fclose(f);
+    tern_model *m = model_load(dir, 1, &err);
+    unlink(path);
+    rmdir(dir);
+    assert_null(m);
+    assert_int_equal(err.code, TERN_EFORMAT);
+    assert_non_null(strstr(err.msg, "config.json: head_dim 7 must be even for RoPE"));
+}
+
+/* The forward's own checks, and the device halves on a backend without
+ * them: errors, the sequence untouched. */
+static void test_forward_checks(void **state)
+{
+    (void)state;
+    tern_err err = {0};
+    tern_model *m = load_stories();
+    const model_config *c = model_config_get(m);
+    model_caps caps;
+    model_caps_get(m, &caps);
+    assert_int_equal(caps.device_kv + caps.device_argmax + caps.device_sample, 0);
+    kv_pool kv;
+    kv_seq seq = {0};
+    assert_int_equal(kv_pool_init(&kv, c->n_layer, model_kv_dim(m), 4, 8, &err), 0);
+    assert_int_equal(kv_seq_reserve(&kv, &seq, 4, &err), 0);
+    int32_t tok[2] = {1, c->n_vocab}, pos[2] = {0, 1}, row = 1, far = 4;
+    kv_seq *seqs[2] = {&seq, &seq};
+    float *logits = malloc((size_t)c->n_vocab * sizeof(float));
+    fwd_batch b = {2, tok, pos, seqs, 1, &row};
+    assert_int_equal(model_forward(m, &kv, &b, logits, &err), TERN_ERANGE);
+    tok[1] = 2;
+    pos[1] = 4; /* not reserved */
+    assert_int_equal(model_forward(m, &kv, &b, logits, &err), TERN_EINVAL);
+    pos[1] = 1;
+    b.out_rows = &far;
+    assert_int_equal(model_forward(m, &kv, &b, logits, &err), TERN_EINVAL);
+    assert_int_equal(seq.n_tokens, 0);
+    b.out_rows = &row;
+    assert_int_equal(model_forward_start(m, &kv, &b, &err), TERN_EUNSUPPORTED);
+    assert_int_equal(model_forward_argmax(m, NULL, 0, NULL, tok, &err), TERN_EUNSUPPORTED);
+    assert_int_equal(model_forward_logits(m, logits, &err), TERN_EUNSUPPORTED);
+    assert_int_equal(model_kv_bind(m, &kv, &err), TERN_EUNSUPPORTED);
+    assert_int_equal(seq.n_tokens, 0);
+    assert_int_equal(model_forward(m, &kv, &b, logits, &err), 0);
+    assert_int_equal(seq.n_tokens, 2);
+    free(logits);
+    kv_seq_free(&kv, &seq);
+    kv_pool_free(&kv);
+    model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_tiling),
         cmocka_unit_test(test_hf_golden_logits),
         cmocka_unit_test(test_batch_equivalence),
+        cmocka_unit_test(test_head_dim_rule),
+        cmocka_unit_test(test_forward_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

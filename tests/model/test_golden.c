@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "base/json.h"
-#include "model/model.h"
+#include "model/model_int.h" /* internals: the RoPE tables */
 #include "test_util.h"
 
 #define F32_TOL 1e-4
@@ -106,7 +106,7 @@ static int check_model(const char *name, const char *dir, json_object *g, stats 
     }
     if (!m)
         fail_msg("%s: %s", name, err.msg);
-    const model_config *c = &m->cfg;
+    const model_config *c = model_config_get(m);
     int V = c->n_vocab;
     /* RoPE tables: the cause of most disagreements, so check them first. */
     json_object *invf, *arr;
@@ -128,7 +128,7 @@ static int check_model(const char *name, const char *dir, json_object *g, stats 
     json_object_object_get_ex(g, "bf16_compute", &bf16);
     kv_pool kv;
     int ctx = 128;
-    assert_int_equal(kv_pool_init(&kv, c->n_layer, c->n_kv_head * c->head_dim, 16, ctx / 16 * 2, &err), 0);
+    assert_int_equal(kv_pool_init(&kv, c->n_layer, model_kv_dim(m), 16, ctx / 16 * 2, &err), 0);
     float *logits = malloc((size_t)ctx * V * sizeof(float));
     for (size_t p = 0; p < json_object_array_length(prompts); p++) {
         json_object *pr = json_object_array_get_idx(prompts, p), *top, *greedy, *gap;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "model/model.h"
+#include "model/model_int.h" /* internals: the weights as loaded */
 #include "tensor/kernels.h"
 #include "test_util.h"
 
@@ -146,7 +146,7 @@ static void test_packing(void **state)
         fail_msg("%s", err.msg);
     assert_int_equal(m->embed.qbits, 4);
     assert_int_equal(m->layers[0].wq.group, 32);
-    assert_int_equal(m->cfg.quant_bits, 4);
+    assert_int_equal(model_config_get(m)->quant_bits, 4);
     model_free(m);
     /* a mismatched scales tensor is a load error, not a crash */
     sh("cd %s && python3 -c \"import json,struct;d=open('model.safetensors','rb').read();n=struct.unpack('<Q',d[:8])[0];"
@@ -165,8 +165,8 @@ static float *forward_all(tern_model *m, const int32_t *ids, int n, int one_by_o
     tern_err err = {0};
     kv_pool kv;
     kv_seq seq = {0};
-    int V = m->cfg.n_vocab;
-    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 16, 8, &err), 0);
+    int V = model_config_get(m)->n_vocab;
+    assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 16, 8, &err), 0);
     assert_int_equal(kv_seq_reserve(&kv, &seq, n, &err), 0);
     float *logits = malloc((size_t)n * V * sizeof(float));
     int32_t pos[64], rows[64];
@@ -210,7 +210,7 @@ static void test_envelope(void **state)
     tern_err err = {0};
     tern_model *full = model_load(model, 2, &err);
     assert_non_null(full);
-    int V = full->cfg.n_vocab;
+    int V = model_config_get(full)->n_vocab;
     float *ref = forward_all(full, ids, n, 0);
     model_free(full);
     const char *dirs[2] = {q8, q4};

@@ -1,0 +1,67 @@
+/* The body of a loaded model, for src/model (the loader, the forward, the
+ * backends) and the tests of its internals - everyone else holds the
+ * opaque handle of model.h (SQLite's btree.h / btreeInt.h split). */
+#ifndef TERN_MODEL_INT_H
+#define TERN_MODEL_INT_H
+
+#include <stdint.h>
+
+#include "model/backend.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "tensor/kernels.h"
+
+/* A 2-D weight [n_out][n_in] borrowed from the safetensors mapping. Dense
+ * (f32/bf16/f16: data is [n_out][n_in] of dtype) or MLX affine-quantized
+ * (qbits 4 or 8: data is the packed uint32 words, read as bytes
+ * [n_out][n_in * qbits / 8]; w = scale * q + bias per group of `group`
+ * inputs, sb the owned f32 copy [n_out][n_in / group][2] of {scale, bias}). */
+struct model_weight {
+    tern_dtype dtype; /* of the dense data, or of the stored scales when quantized */
+    const void *data;
+    int n_out, n_in;
+    int qbits, group; /* 0 when dense */
+    float *sb;        /* owned; NULL when dense */
+};
+
+typedef struct model_layer {
+    model_weight wq;      /* [n_head*head_dim][dim] */
+    model_weight wk, wv;  /* [n_kv_head*head_dim][dim] */
+    model_weight wo;      /* [dim][n_head*head_dim] */
+    model_weight w_gate, w_up; /* [n_ff][dim] */
+    model_weight w_down;  /* [dim][n_ff] */
+    float *attn_norm, *ffn_norm; /* [dim], owned f32 gains (Gemma's 1 + w applied) */
+    float *post_attn_norm, *post_ffn_norm; /* [dim] (gemma), else NULL */
+    float *q_norm, *k_norm;      /* [head_dim] (qwen3, gemma3), else NULL */
+    float *bq, *bk, *bv;         /* q/k/v biases (qwen2), else NULL */
+    int window;                  /* sliding window of this layer, 0 = full attention */
+    const float *rope_inv_freq;  /* [head_dim/2], the model's global or local table */
+} model_layer;
+
+typedef struct model_scratch model_scratch;
+
+struct tern_model {
+    model_config cfg;
+    st_set st;
+    model_weight embed;   /* [n_vocab][dim] */
+    model_weight lm_head; /* [n_vocab][dim], = embed when tied */
+    float *final_norm;    /* [dim] */
+    model_layer *layers;  /* [n_layer] */
+    float *rope_inv_freq; /* [head_dim/2] full-attention layers */
+    float *rope_inv_freq_local; /* [head_dim/2] Gemma 3 sliding layers, else NULL */
+    const tern_kernels *kern;   /* the CPU kernel table (for the load log) */
+    model_backend *be;          /* where the forward's compute runs */
+    model_scratch *scratch;     /* forward.c's, grown on demand */
+};
+
+/* Row r of w (dense or quantized) as f32 into out[n_in]. */
+void model_weight_row(const model_weight *w, int r, float *out);
+
+/* RoPE inverse frequencies for theta and the config's scaling (HF's
+ * formulas), into out[head_dim/2]. */
+void model_rope_freqs(const model_config *c, double theta, int scaled, float *out);
+
+/* forward.c's scratch, freed with the model; NULL is a no-op. */
+void model_scratch_free(model_scratch *s);
+
+#endif
