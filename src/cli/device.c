@@ -11,7 +11,7 @@
 
 #include "base/log.h"
 #include "cli.h"
-#include "model/backend.h"
+#include "model/model.h"
 
 tern_model *cli_load_model(const char *dir, const char *device, int n_threads, char *dev_buf, size_t cap,
                            tern_err *err)

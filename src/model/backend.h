@@ -121,7 +121,5 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err);
  * m's weights (m NULL: table path only, weights upload on first use). NULL
  * with err set when built without CUDA, no GPU, or the model does not fit. */
 model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err);
-/* GPUs visible to the CUDA backend (0 when built without it). */
-int model_cuda_device_count(void);
 
 #endif

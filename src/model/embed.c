@@ -10,8 +10,7 @@
 
 #include "base/file.h"
 #include "base/json.h"
-#include "model/backend.h"
-#include "model/model.h"
+#include "model/model_int.h"
 
 const char *embed_pooling_name(embed_pooling p)
 {

@@ -7,6 +7,11 @@
  * [post-feed-forward norm], residual. Products and attention go through
  * the backend (backend.h); the rest is cheap per-token glue here.
  *
+ * Every way in - model_forward, and model_forward_start with its finishes
+ * for a backend that keeps the outputs on the device - checks the batch
+ * and updates the sequences' n_tokens here, once; a backend's own forward
+ * (backend.h) gets a checked batch and does neither.
+ *
  * Activations are f32; weights stay in their stored dtype and are converted
  * inside the matmul kernels. Per-call scratch is kept on the model and only
  * grows, so steady-state decoding does not allocate. */
