@@ -183,7 +183,7 @@ static int budget_attach(tern_server *s, const api_request *q, const int32_t *pr
     th.max_tokens = q->reasoning_budget;
     th.capped = 1;
     tern_err te = {0};
-    if (constraint_think_new(v, &th, s->m->cfg.n_vocab, &p->constraint, &p->constraint_ctx, &te))
+    if (constraint_think_new(v, &th, model_config_get(s->m)->n_vocab, &p->constraint, &p->constraint_ctx, &te))
         return api_error_set(err, 500, "server_error", NULL, NULL, "reasoning budget: %s", te.msg);
     return 0;
 }
