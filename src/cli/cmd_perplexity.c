@@ -125,11 +125,12 @@ int cmd_perplexity(int argc, char **argv)
         tokenizer_encode(tok, text, text_len, 0, &ids, &n_ids, &err) ||
         tokenizer_encode(tok, "", 0, 1, &bos, &n_bos, &err))
         goto out;
-    if (ctx > m->cfg.max_pos) {
-        tern_err_set(&err, TERN_ERANGE, "--ctx %lld is past the model's %d positions", ctx, m->cfg.max_pos);
+    const model_config *cfg = model_config_get(m);
+    if (ctx > cfg->max_pos) {
+        tern_err_set(&err, TERN_ERANGE, "--ctx %lld is past the model's %d positions", ctx, cfg->max_pos);
         goto out;
     }
-    int C = (int)ctx, V = m->cfg.n_vocab, first = C / 2, n_scored = C - 1 - first;
+    int C = (int)ctx, V = cfg->n_vocab, first = C / 2, n_scored = C - 1 - first;
     long n_chunks = (long)(n_ids / (size_t)C);
     if (max_chunks && n_chunks > max_chunks)
         n_chunks = (long)max_chunks;
@@ -138,7 +139,7 @@ int cmd_perplexity(int argc, char **argv)
         goto out;
     }
     int nb = (C + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT;
-    if (kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, KV_BLOCK_DEFAULT, nb, &err))
+    if (kv_pool_init(&kv, cfg->n_layer, model_kv_dim(m), KV_BLOCK_DEFAULT, nb, &err))
         goto out;
     size_t n_tok = (size_t)n_chunks * n_scored;
     logits = malloc((size_t)n_scored * V * sizeof *logits);
