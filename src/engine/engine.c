@@ -878,7 +878,7 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
     }
     if (embed && !e->hidden) {
         tern_err_set(err, TERN_EUNSUPPORTED, "embeddings need the CPU backend (the %s forward returns no hidden states)",
-                     e->m->be->name);
+                     model_backend_name(e->m));
         return NULL;
     }
     if (embed ? p->n_prompt > (size_t)e->o.ctx_size : p->n_prompt >= (size_t)e->o.ctx_size) {

@@ -308,6 +308,8 @@ int model_kv_dim(const tern_model *m) { return m->cfg.n_kv_head * m->cfg.head_di
 
 int model_n_threads(const tern_model *m) { return m->be->n_threads(m->be); }
 
+const char *model_backend_name(const tern_model *m) { return m->be->name; }
+
 model_backend *model_backend_get(const tern_model *m) { return m->be; }
 
 model_backend *model_backend_swap(tern_model *m, model_backend *be)

@@ -45,6 +45,8 @@ int model_kv_dim(const tern_model *m);
 size_t model_weight_bytes(const tern_model *m);
 /* Worker threads of the backend (1 for a device backend's host side). */
 int model_n_threads(const tern_model *m);
+/* The backend's name ("cpu", "cuda", ...; static). */
+const char *model_backend_name(const tern_model *m);
 /* GPUs visible to the CUDA backend (0 when built without it). */
 int model_cuda_device_count(void);
 

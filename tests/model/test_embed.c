@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "model/embed.h"
-#include "model/model.h"
+#include "model/model_int.h" /* internals: the head's weight rows */
 #include "test_util.h"
 
 /* ---- folders ---- */
@@ -188,12 +188,12 @@ static void test_hidden_forward(void **state)
     if (!m)
         fail_msg("%s", err.msg);
     assert_true(model_hidden_supported(m));
-    int dim = model_hidden_dim(m), V = m->cfg.n_vocab;
+    int dim = model_hidden_dim(m), V = model_config_get(m)->n_vocab;
     enum { N = 9 };
     const int32_t ids[N] = {1, 403, 407, 261, 378, 400, 275, 299, 46};
     kv_pool kv;
     kv_seq a = {0}, b = {0};
-    assert_int_equal(kv_pool_init(&kv, m->cfg.n_layer, m->cfg.n_kv_head * m->cfg.head_dim, 4, 64, &err), 0);
+    assert_int_equal(kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), 4, 64, &err), 0);
     assert_int_equal(kv_seq_reserve(&kv, &a, N, &err), 0);
     assert_int_equal(kv_seq_reserve(&kv, &b, N, &err), 0);
     int32_t pos[2 * N], rows[N];
