@@ -18,6 +18,9 @@ can tell a real mismatch from a near-tie. Models stored in bf16 also get the
 top-5 of a bf16-compute forward (HF's native dtype) for the bf16 envelope.
 Also recorded: library versions, the config transformers actually built, and
 every rotary inv_freq buffer, so a disagreement can be traced to its cause.
+The manifest's "repo" models (the demo pair under models/) are read from this
+repository; golden_one() writes one golden for any folder (the demo's
+fine-tuning script, tools/demo/finetune.py, calls it for the new pair).
 TF32 is off and attention is "eager" (softcapping needs it).
 """
 import json
@@ -83,6 +86,28 @@ def run_model(path, prompts, n_new, dev):
     return res
 
 
+def golden_one(name, path, origin, out, dev):
+    """Writes OUT/<name>.json for the model folder at path; origin says where
+    the test finds it ({'make_fixture_args': [...]}, {'shared_model': p} or
+    {'repo_model': p}). Expects TF32 off (see goldens())."""
+    import torch
+    import transformers
+    man = json.load(open(MANIFEST))
+    versions = {'torch': torch.__version__, 'transformers': transformers.__version__,
+                'device': torch.cuda.get_device_name(0) if dev == 'cuda' else 'cpu'}
+    vocab = json.load(open(os.path.join(path, 'config.json')))['vocab_size']
+    prompts = man['prompts_small_vocab'] if vocab <= 4096 else man['prompts_large_vocab']
+    r = run_model(path, prompts, man['new_tokens'], dev)
+    r.update(origin)
+    r['name'] = name
+    r['source'] = ('tools/hf_goldens.py: transformers float32 (TF32 off, eager attention) on %s; '
+                   'greedy = full forward per step, argmax' % versions['device'])
+    r['versions'] = versions
+    with open(os.path.join(out, name + '.json'), 'w') as f:
+        json.dump(r, f, indent=0, separators=(',', ':'))
+    print('OK', name, 'gaps min %.3g' % min(min(p['gap']) for p in r['prompts']), flush=True)
+
+
 def goldens(fixdir, shared, out):
     import torch
     import transformers
@@ -91,24 +116,14 @@ def goldens(fixdir, shared, out):
     dev = 'cuda' if torch.cuda.is_available() else 'cpu'
     man = json.load(open(MANIFEST))
     os.makedirs(out, exist_ok=True)
-    versions = {'torch': torch.__version__, 'transformers': transformers.__version__,
-                'device': torch.cuda.get_device_name(0) if dev == 'cuda' else 'cpu'}
+    print('transformers', transformers.__version__, 'on', dev, flush=True)
     jobs = [(n, os.path.join(fixdir, n), {'make_fixture_args': a}) for n, a in man['fixtures'].items()]
     jobs += [(n, os.path.join(shared, p), {'shared_model': p}) for n, p in man['shared'].items()]
+    jobs += [(n, os.path.join(HERE, '..', p), {'repo_model': p}) for n, p in man.get('repo', {}).items()]
     failed = []
     for name, path, origin in jobs:
         try:
-            vocab = json.load(open(os.path.join(path, 'config.json')))['vocab_size']
-            prompts = man['prompts_small_vocab'] if vocab <= 4096 else man['prompts_large_vocab']
-            r = run_model(path, prompts, man['new_tokens'], dev)
-            r.update(origin)
-            r['name'] = name
-            r['source'] = ('tools/hf_goldens.py: transformers float32 (TF32 off, eager attention) on %s; '
-                           'greedy = full forward per step, argmax' % versions['device'])
-            r['versions'] = versions
-            with open(os.path.join(out, name + '.json'), 'w') as f:
-                json.dump(r, f, indent=0, separators=(',', ':'))
-            print('OK', name, 'gaps min %.3g' % min(min(p['gap']) for p in r['prompts']), flush=True)
+            golden_one(name, path, origin, out, dev)
         except Exception:
             failed.append(name)
             print('FAILED', name, traceback.format_exc(), flush=True)
