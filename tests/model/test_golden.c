@@ -1,7 +1,7 @@
 /* Every family against Hugging Face transformers (tests/golden/NAME.json,
  * written by tools/hf_goldens.py): random-weight fixtures regenerated here
- * with make_fixture from the arguments stored in each golden, and the real
- * models in ../shared/models. Checks per prompt: top-5 logits of every
+ * with make_fixture from the arguments stored in each golden, the real
+ * models in ../shared/models and the demo pair under models/. Checks per prompt: top-5 logits of every
  * position (|delta| <= 1e-4 with HF float32 compute; models stored in bf16
  * also against HF's bf16 compute within a measured envelope), and 64 greedy
  * ids through the KV-cached decode path equal HF's (a divergence is
@@ -206,7 +206,7 @@ static void test_goldens(void **state)
         char rel[512];
         snprintf(rel, sizeof rel, "tests/golden/%s", e->d_name);
         tern_err err = {0};
-        json_object *g = tern_json_parse_file(repo_path(rel), &err), *args, *shared;
+        json_object *g = tern_json_parse_file(repo_path(rel), &err), *args, *shared, *repo;
         assert_non_null(g);
         stats st = {0};
         int skipped;
@@ -214,6 +214,8 @@ static void test_goldens(void **state)
             const char *dir = make_fixture(args);
             skipped = check_model(e->d_name, dir, g, &st);
             remove_tmp();
+        } else if (json_object_object_get_ex(g, "repo_model", &repo)) {
+            skipped = check_model(e->d_name, repo_path(json_object_get_string(repo)), g, &st);
         } else {
             assert_true(json_object_object_get_ex(g, "shared_model", &shared));
             skipped = check_model(e->d_name, shared_path(json_object_get_string(shared)), g, &st);
