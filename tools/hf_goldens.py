@@ -98,6 +98,9 @@ def golden_one(name, path, origin, out, dev):
     vocab = json.load(open(os.path.join(path, 'config.json')))['vocab_size']
     prompts = man['prompts_small_vocab'] if vocab <= 4096 else man['prompts_large_vocab']
     r = run_model(path, prompts, man['new_tokens'], dev)
+    rel = origin.get('repo_model') or origin.get('shared_model')
+    if rel:  # where the test finds it, not where it was read from
+        r['config_seen']['_name_or_path'] = rel
     r.update(origin)
     r['name'] = name
     r['source'] = ('tools/hf_goldens.py: transformers float32 (TF32 off, eager attention) on %s; '

@@ -1,7 +1,7 @@
 /* Tool-call format detection on real chat templates: Qwen3 (../shared),
  * Hermes 3 tool_use, Llama 3.1 and Mistral v0.3 (tests/template/templates),
- * and templates without tools (Gemma 3, the Llama 3 base template, the demo
- * model). The expected formats are the ones those models' documentation
+ * the demo model (Hermes/Qwen3 layout, trained on it), and templates without
+ * tools (Gemma 3, the Llama 3 base template). The expected formats are the ones those models' documentation
  * gives; the literal strings are checked against what the templates render
  * for a call, so a wrong table entry fails here too. */
 #include <setjmp.h>
@@ -92,6 +92,24 @@ static void test_hermes3(void **state)
     check_literal(repo_path("tests/template/templates/hermes3"), p.fmt);
 }
 
+/* models/tern-demo writes calls in the Hermes/Qwen3 layout; its vocabulary
+ * has no <tool_call> token, so the trigger is text. */
+static void test_demo(void **state)
+{
+    (void)state;
+    tern_err err;
+    tern_tokenizer *tok = tokenizer_load(repo_path("models/tern-demo"), &err);
+    assert_non_null(tok);
+    toolfmt_probe p;
+    detect_dir(repo_path("models/tern-demo"), &p, tok);
+    assert_int_equal(p.fmt->kind, TOOLFMT_HERMES);
+    assert_true(p.renders_tools);
+    assert_true(p.renders_calls);
+    check_literal(repo_path("models/tern-demo"), p.fmt);
+    assert_int_equal(toolfmt_trigger_token(tok, "<tool_call>"), -1);
+    tokenizer_free(tok);
+}
+
 static void test_llama31(void **state)
 {
     (void)state;
@@ -127,8 +145,7 @@ static void test_mistral(void **state)
 static void test_no_tools(void **state)
 {
     (void)state;
-    const char *dirs[] = {shared_path("tokenizers/gemma3"), shared_path("tokenizers/llama3"),
-                          repo_path("models/tern-demo")};
+    const char *dirs[] = {shared_path("tokenizers/gemma3"), shared_path("tokenizers/llama3")};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         toolfmt_probe p;
         detect_dir(dirs[i], &p, NULL);
@@ -184,7 +201,7 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qwen3),   cmocka_unit_test(test_hermes3), cmocka_unit_test(test_llama31),
+        cmocka_unit_test(test_qwen3),   cmocka_unit_test(test_hermes3), cmocka_unit_test(test_demo), cmocka_unit_test(test_llama31),
         cmocka_unit_test(test_mistral), cmocka_unit_test(test_no_tools), cmocka_unit_test(test_generic),
         cmocka_unit_test(test_names),
     };
