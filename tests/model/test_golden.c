@@ -1,9 +1,10 @@
 /* Every family against Hugging Face transformers (tests/golden/NAME.json,
  * written by tools/hf_goldens.py): random-weight fixtures regenerated here
  * with make_fixture from the arguments stored in each golden, the real
- * models in ../shared/models and the demo pair under models/. Checks per prompt: top-5 logits of every
- * position (|delta| <= 1e-4 with HF float32 compute; models stored in bf16
- * also against HF's bf16 compute within a measured envelope), and 64 greedy
+ * models in ../shared/models and the demo pair under models/. Checks per
+ * prompt: top-5 logits of every position (|delta| <= 1e-4 with HF float32
+ * compute; models stored in bf16 also against HF's bf16 compute within a
+ * measured envelope), and 64 greedy
  * ids through the KV-cached decode path equal HF's (a divergence is
  * accepted only where HF's own top1 - top2 gap was below 1e-4: a tie). */
 #include <stdarg.h>
