@@ -79,8 +79,44 @@ static void test_generate_golden(void **state)
     assert_true(err.code < 0 && err.msg[0]);
 }
 
+/* Bad arguments are TERN_EINVAL with a message naming the function, never
+ * a crash; the codes are those tern.h's contract comments name. */
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    tern_error err;
+    memset(&err, 0, sizeof err);
+    assert_null(tern_open(NULL, NULL, &err));
+    assert_int_equal(err.code, TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "tern_open"));
+    assert_null(tern_open("/nonexistent/model", NULL, NULL)); /* err may be NULL */
+    tern_close(NULL);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    assert_int_equal(tern_tokenize(NULL, "x", 1, &ids, &n_ids, &err), TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "tern_tokenize"));
+    char *text = NULL;
+    assert_int_equal(tern_detokenize(NULL, NULL, 0, &text, &err), TERN_EINVAL);
+    assert_int_equal(tern_generate(NULL, "x", NULL, NULL, NULL, NULL, &err), TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "tern_generate"));
+    tern_ctx *t = tern_open(shared_path("models/stories260K"), NULL, &err);
+    if (!t)
+        fail_msg("%s", err.msg);
+    assert_int_equal(tern_tokenize(t, NULL, 1, &ids, &n_ids, &err), TERN_EINVAL);
+    assert_int_equal(tern_detokenize(t, NULL, 3, &text, &err), TERN_EINVAL);
+    assert_int_equal(tern_generate(t, NULL, NULL, NULL, NULL, NULL, &err), TERN_EINVAL);
+    /* an empty prompt encodes to BOS alone: generation still runs */
+    tern_gen_opts o;
+    tern_gen_opts_init(&o);
+    o.max_tokens = 2;
+    int n = -1;
+    assert_int_equal(tern_generate(t, "", &o, NULL, NULL, &n, &err), 0);
+    assert_int_equal(n, 2);
+    tern_close(t);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_generate_golden)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_generate_golden), cmocka_unit_test(test_bad_arguments)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
