@@ -225,6 +225,28 @@ for (const [mode, extra] of [['pooling_mode_max_tokens', {}], ['pooling_mode_wei
     check(genDone < embDone, 'a completion sent during a long embedding request finishes first',
       { completion_ms: genDone - t0, embedding_ms: embDone - t0 });
     console.log(`interleaving: completion ${Math.round(genDone - t0)} ms, embeddings (4 x 600 tokens, prefill chunk 64) ${Math.round(embDone - t0)} ms after it was sent`);
+    // no KV is kept after an embedding: a completion of the same tokens reuses nothing
+    const same = inputs[0].slice(0, 300);
+    await raw(srv, { input: [same] });
+    const c = await (await fetch(srv.url + '/v1/completions', { method: 'POST', body: JSON.stringify({ prompt: same, max_tokens: 1 }) })).json();
+    check(c.usage && c.usage.prompt_tokens_details && c.usage.prompt_tokens_details.cached_tokens === 0,
+      'an embedded prompt leaves nothing in the prefix cache', c.usage);
+    // a client that goes away mid-request: its inputs are cancelled, the server goes on
+    const ac = new AbortController();
+    const ab = fetch(srv.url + '/v1/embeddings', { method: 'POST', body: JSON.stringify({ input: inputs }), signal: ac.signal }).catch(() => 'aborted');
+    await new Promise((r) => setTimeout(r, 300));
+    ac.abort();
+    check((await ab) === 'aborted', 'the client aborted');
+    let stats;
+    for (let k = 0; k < 100; k++) {
+      stats = await (await fetch(srv.url + '/stats')).json();
+      if (stats.engine.running === 0 && stats.engine.queue_len === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    check(stats.engine.running === 0 && stats.engine.queue_len === 0 && stats.engine.requests_cancelled >= 1,
+      'an abandoned embedding request is cancelled', stats.engine);
+    const after = await raw(srv, { input: 'still here' });
+    check(after.status === 200, 'embeddings work after a client left', after.status);
   } finally {
     await srv.stop();
   }
