@@ -309,13 +309,21 @@ static int input_ids(tern_server *s, const embed_input *in, size_t i, int32_t **
         free(text);
         if (rc)
             return api_bad(e, "invalid_value", "input", "cannot tokenize input[%zu]: %s", i, te.msg);
-        if (*n == 0)
-            return api_bad(e, "invalid_value", "input", "input[%zu] has no tokens", i);
+        if (*n == 0) {
+            api_bad(e, "invalid_value", "input", "input[%zu] has no tokens", i);
+            goto fail;
+        }
     }
-    if (*n > (size_t)limit)
-        return api_bad(e, "context_length_exceeded", "input",
-                       "input[%zu] has %zu tokens; this model embeds at most %d tokens per input", i, *n, limit);
+    if (*n > (size_t)limit) {
+        api_bad(e, "context_length_exceeded", "input",
+                "input[%zu] has %zu tokens; this model embeds at most %d tokens per input", i, *n, limit);
+        goto fail;
+    }
     return 0;
+fail:
+    free(*ids);
+    *ids = NULL;
+    return -1;
 }
 
 /* Takes the finished inputs' vectors; -1 with e set when one failed. */

@@ -212,7 +212,7 @@ for (const [mode, extra] of [['pooling_mode_max_tokens', {}], ['pooling_mode_wei
   const folder = buildFolder('demo-last');
   const srv = await startServer(['--prefill-chunk', '64'], { model: folder });
   try {
-    const inputs = Array.from({ length: 4 }, (_, k) => Array.from({ length: 600 }, (_, i) => 5 + ((i * 7 + k) % 4000)));
+    const inputs = Array.from({ length: 4 }, (_, k) => Array.from({ length: 400 }, (_, i) => 5 + ((i * 7 + k) % 4000)));
     let embDone = 0, genDone = 0;
     const emb = raw(srv, { input: inputs, encoding_format: 'base64' }).then(async (r) => { await r.json(); embDone = performance.now(); return r.status; });
     await new Promise((r) => setTimeout(r, 150));
@@ -224,7 +224,7 @@ for (const [mode, extra] of [['pooling_mode_max_tokens', {}], ['pooling_mode_wei
     check(st === 200, 'long embedding request: 200', st);
     check(genDone < embDone, 'a completion sent during a long embedding request finishes first',
       { completion_ms: genDone - t0, embedding_ms: embDone - t0 });
-    console.log(`interleaving: completion ${Math.round(genDone - t0)} ms, embeddings (4 x 600 tokens, prefill chunk 64) ${Math.round(embDone - t0)} ms after it was sent`);
+    console.log(`interleaving: completion ${Math.round(genDone - t0)} ms, embeddings (4 x 400 tokens, prefill chunk 64) ${Math.round(embDone - t0)} ms after it was sent`);
     // no KV is kept after an embedding: a completion of the same tokens reuses nothing
     const same = inputs[0].slice(0, 300);
     await raw(srv, { input: [same] });
