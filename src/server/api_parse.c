@@ -246,6 +246,21 @@ static int parse_message(json_object *m, size_t idx, json_object *out_arr, api_e
                 json_object_object_add(nm, k, json_object_get(v));
             continue;
         }
+        /* Fields of the server's own response message, echoed back by clients
+         * that append it to the history (the openai client's runTools does):
+         * `reasoning` is the alias of reasoning_content; `parsed` (the client's
+         * parse of content) and `annotations` are derived from content and hold
+         * nothing a template renders. Accepted on assistant messages only. */
+        if (!strcmp(rs, "assistant") && !strcmp(k, "reasoning")) {
+            if (v && !json_object_is_type(v, json_type_string))
+                goto bad_str;
+            json_object *rc = NULL;
+            if (v && (!json_object_object_get_ex(m, "reasoning_content", &rc) || !rc))
+                json_object_object_add(nm, "reasoning_content", json_object_get(v));
+            continue;
+        }
+        if (!strcmp(rs, "assistant") && (!strcmp(k, "parsed") || !strcmp(k, "annotations")))
+            continue;
         if (!strcmp(k, "tool_calls")) {
             if (!v)
                 continue;

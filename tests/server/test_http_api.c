@@ -156,6 +156,36 @@ static void test_errors(void **state)
     api_request_free(&r);
 }
 
+/* An assistant message as the server returned it, appended to the history
+ * by a client (the openai client's runTools adds `parsed`): accepted, the
+ * `reasoning` alias kept as reasoning_content, the derived fields dropped;
+ * the same fields elsewhere are still errors. */
+static void test_echoed_message(void **state)
+{
+    (void)state;
+    api_request r;
+    api_error e;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+                       "\"content\":null,\"reasoning_content\":null,\"reasoning\":\"think\",\"refusal\":null,"
+                       "\"parsed\":null,\"annotations\":[],\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+                       "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+                       "\"tool_call_id\":\"call_1\",\"content\":\"1\"}]}";
+    assert_int_equal(parse(&r, API_CHAT, body, &e), 0);
+    json_object *m = json_object_array_get_idx(r.messages, 1), *v = NULL;
+    assert_true(json_object_object_get_ex(m, "reasoning_content", &v));
+    assert_string_equal(json_object_get_string(v), "think");
+    assert_false(json_object_object_get_ex(m, "parsed", NULL));
+    assert_false(json_object_object_get_ex(m, "annotations", NULL));
+    assert_false(json_object_object_get_ex(m, "reasoning", NULL));
+    api_request_free(&r);
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"parsed\":null}]}", 400,
+               "messages[0].parsed");
+    expect_bad(API_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":\"y\","
+               "\"reasoning\":5}]}",
+               400, "messages[1].reasoning");
+}
+
 static void test_error_json(void **state)
 {
     (void)state;
@@ -211,7 +241,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_defaults),   cmocka_unit_test(test_chat_fields),
-        cmocka_unit_test(test_completion_prompts), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_completion_prompts), cmocka_unit_test(test_errors), cmocka_unit_test(test_echoed_message),
         cmocka_unit_test(test_error_json),      cmocka_unit_test(test_json_string_utf8),
         cmocka_unit_test(test_sse_and_usage),
     };
