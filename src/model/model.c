@@ -102,7 +102,18 @@ static int get_vector(tern_model *m, const char *name, int n, float **out, tern_
     return 0;
 }
 
-static int load_layer(tern_model *m, int l, tern_err *err)
+/* The prefix of the decoder's tensor names: "model." in a causal-LM
+ * checkpoint; none in one saved from the base model (transformers'
+ * AutoModel - how sentence-transformers exports an embedding model:
+ * embed_tokens.weight, layers.N..., norm.weight, no lm_head). */
+static const char *name_prefix(const tern_model *m)
+{
+    if (!st_find(&m->st, "model.embed_tokens.weight") && st_find(&m->st, "embed_tokens.weight"))
+        return "";
+    return "model.";
+}
+
+static int load_layer(tern_model *m, const char *pfx, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
     model_layer *L = &m->layers[l];
@@ -110,11 +121,11 @@ static int load_layer(tern_model *m, int l, tern_err *err)
     char n[256];
     int rc;
 #define W(field, suffix, o, i)                                                    \
-    snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                      \
+    snprintf(n, sizeof n, "%slayers.%d.%s", pfx, l, suffix);                     \
     if ((rc = get_weight(m, n, o, i, &L->field, err)))                           \
         return rc;
 #define V(field, suffix, len)                                                     \
-    snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                      \
+    snprintf(n, sizeof n, "%slayers.%d.%s", pfx, l, suffix);                     \
     if ((rc = get_vector(m, n, len, &L->field, err)))                            \
         return rc;
     W(wq, "self_attn.q_proj.weight", qd, c->dim)
@@ -211,7 +222,10 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     }
     if ((rc = model_head_dim_check(m->be, c->head_dim, err)) || (rc = st_open_dir(&m->st, dir, err)))
         goto fail;
-    if ((rc = get_weight(m, "model.embed_tokens.weight", c->n_vocab, c->dim, &m->embed, err)))
+    const char *pfx = name_prefix(m);
+    char name[64];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", pfx);
+    if ((rc = get_weight(m, name, c->n_vocab, c->dim, &m->embed, err)))
         goto fail;
     if (st_find(&m->st, "lm_head.weight")) {
         if ((rc = get_weight(m, "lm_head.weight", c->n_vocab, c->dim, &m->lm_head, err)))
@@ -222,7 +236,8 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
         rc = tern_err_set(err, TERN_EFORMAT, "missing tensor 'lm_head.weight' (and tie_word_embeddings is false)");
         goto fail;
     }
-    if ((rc = get_vector(m, "model.norm.weight", c->dim, &m->final_norm, err)))
+    snprintf(name, sizeof name, "%snorm.weight", pfx);
+    if ((rc = get_vector(m, name, c->dim, &m->final_norm, err)))
         goto fail;
     /* RoPE tables first: layers point at them. */
     m->rope_inv_freq = malloc((size_t)(c->head_dim / 2) * sizeof(float));
@@ -245,7 +260,7 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
         goto fail;
     }
     for (int l = 0; l < c->n_layer; l++)
-        if ((rc = load_layer(m, l, err)))
+        if ((rc = load_layer(m, pfx, l, err)))
             goto fail;
     if (cuda_dev >= 0) {
         model_backend *cu = model_backend_cuda_new(m, cuda_dev, err);

@@ -11,7 +11,7 @@
 #include "server/api.h"
 
 #define EMBED_MAX_INPUTS 2048  /* inputs per request, OpenAI's limit */
-#define EMBED_MAX_INFLIGHT 32  /* engine requests one HTTP request keeps queued at once (the rest wait their turn) */
+#define EMBED_MAX_INFLIGHT 16  /* engine requests one HTTP request keeps queued at once: a quarter of the default batch (64 rows), so one request never fills it; the rest wait their turn */
 
 /* One input: text (borrowed from the body, prompt not yet applied) or
  * token ids (owned; sent to the model as they are). */

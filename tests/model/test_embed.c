@@ -17,6 +17,8 @@
 
 #include "model/embed.h"
 #include "model/model_int.h" /* internals: the head's weight rows */
+#include "model/safetensors.h"
+#include "model/st_write.h"
 #include "test_util.h"
 
 /* ---- folders ---- */
@@ -253,12 +255,82 @@ static void test_hidden_forward(void **state)
     model_free(m);
 }
 
+/* ---- a base-model checkpoint (no "model." prefix) ---- */
+
+static int copy_fill(void *ctx, int i, int64_t first, int64_t n, void *buf)
+{
+    const st_set *st = ctx;
+    size_t es = st->tensors[i].n_bytes / (size_t)st_numel(&st->tensors[i]);
+    memcpy(buf, (const char *)st->tensors[i].data + (size_t)first * es, (size_t)n * es);
+    return 0;
+}
+
+/* stories260K rewritten as transformers' AutoModel saves it (embed_tokens,
+ * layers.N..., norm; tied head): the same model, the same logits bit for bit. */
+static void test_base_checkpoint(void **state)
+{
+    (void)state;
+    tern_err err = {0};
+    char tmp[] = "/tmp/tern_base_XXXXXX", path[600], cmd[1400];
+    assert_non_null(mkdtemp(tmp));
+    st_set st = {0};
+    assert_int_equal(st_open_dir(&st, shared_path("models/stories260K"), &err), 0);
+    st_out_tensor *ts = calloc((size_t)st.n_tensors, sizeof *ts);
+    for (int i = 0; i < st.n_tensors; i++) {
+        const st_tensor *t = &st.tensors[i];
+        assert_int_equal(strncmp(t->name, "model.", 6), 0);
+        snprintf(ts[i].name, sizeof ts[i].name, "%s", t->name + 6);
+        ts[i].dtype = t->dtype;
+        ts[i].n_dims = t->n_dims;
+        memcpy(ts[i].shape, t->shape, sizeof ts[i].shape);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    assert_int_equal(st_write_file(path, ts, st.n_tensors, copy_fill, &st, &err), 0);
+    snprintf(cmd, sizeof cmd, "cp %s %s/", shared_path("models/stories260K/config.json"), tmp);
+    assert_int_equal(system(cmd), 0);
+    tern_model *a = model_load(shared_path("models/stories260K"), 1, &err), *b = model_load(tmp, 1, &err);
+    if (!a || !b)
+        fail_msg("%s", err.msg);
+    enum { N = 6 };
+    const int32_t ids[N] = {1, 403, 407, 261, 378, 400};
+    int V = a->cfg.n_vocab;
+    float *la = malloc((size_t)N * V * sizeof *la), *lb = malloc((size_t)N * V * sizeof *lb);
+    tern_model *ms[2] = {a, b};
+    float *ls[2] = {la, lb};
+    for (int k = 0; k < 2; k++) {
+        kv_pool kv;
+        kv_seq seq = {0};
+        assert_int_equal(kv_pool_init(&kv, a->cfg.n_layer, a->cfg.n_kv_head * a->cfg.head_dim, 4, 16, &err), 0);
+        assert_int_equal(kv_seq_reserve(&kv, &seq, N, &err), 0);
+        int32_t pos[N], rows[N];
+        kv_seq *seqs[N];
+        for (int i = 0; i < N; i++) {
+            pos[i] = rows[i] = i;
+            seqs[i] = &seq;
+        }
+        fwd_batch fb = {N, ids, pos, seqs, N, rows};
+        assert_int_equal(model_forward(ms[k], &kv, &fb, ls[k], &err), 0);
+        kv_seq_free(&kv, &seq);
+        kv_pool_free(&kv);
+    }
+    assert_memory_equal(la, lb, (size_t)N * V * sizeof *la);
+    free(la);
+    free(lb);
+    free(ts);
+    model_free(a);
+    model_free(b);
+    st_close(&st);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_hidden_forward),
+        cmocka_unit_test(test_base_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
