@@ -88,119 +88,151 @@ static void regex_notin(gfe_buf *b, const char **names, size_t n, size_t d, int 
     gfe_buf_puts(b, ")");
 }
 
-/* NOT (enum/const): values of other types, or of the same type but
- * different, for null, booleans, integers and strings. */
-static json_object *negate_values(sc *c, json_object *vals, const char *path)
+/* The scalars an enum/const lists, by type. */
+typedef struct value_set {
+    int types;         /* types present (integers count as numbers) */
+    const char **strs; /* the strings (no embedded NUL) */
+    size_t n_str;
+    int has_true, has_false;
+    json_object *ints; /* the integers (|v| < 1e15), as an array */
+} value_set;
+
+/* Sorts vals into *vs. 0, 1 (a value tern cannot negate: non-scalar,
+ * fractional, huge, a string with a NUL), -1 out of memory. */
+static int values_scan(json_object *vals, value_set *vs)
 {
-    int types = 0; /* types present among the values */
     size_t n = json_object_array_length(vals);
-    const char **strs = calloc(n + 1, sizeof *strs);
-    size_t n_str = 0;
-    json_object *alts = json_object_new_array();
-    int has_true = 0, has_false = 0;
-    json_object *ints = json_object_new_array();
-    if (!strs || !alts || !ints)
-        goto fail_mem;
+    vs->strs = calloc(n + 1, sizeof *vs->strs);
+    vs->ints = json_object_new_array();
+    if (!vs->strs || !vs->ints)
+        return -1;
     for (size_t i = 0; i < n; i++) {
         json_object *v = json_object_array_get_idx(vals, i);
         int t = sc_value_type(v);
         if (t & ST_STRING) {
             const char *sv = json_object_get_string(v);
             if ((size_t)json_object_get_string_len(v) != strlen(sv))
-                goto fail_unsup; /* embedded NUL */
-            strs[n_str++] = sv;
+                return 1; /* embedded NUL */
+            vs->strs[vs->n_str++] = sv;
         } else if (t & ST_BOOL) {
             if (json_object_get_boolean(v))
-                has_true = 1;
+                vs->has_true = 1;
             else
-                has_false = 1;
+                vs->has_false = 1;
         } else if (t == (ST_NUMBER | ST_INTEGER) && fabs(sc_num(v)) < 1e15) {
-            json_object_array_add(ints, json_object_new_int64((int64_t)sc_num(v)));
+            json_object_array_add(vs->ints, json_object_new_int64((int64_t)sc_num(v)));
         } else if (t != ST_NULL) {
-            goto fail_unsup;
+            return 1;
         }
-        types |= t & ST_INTEGER ? ST_NUMBER : t;
+        vs->types |= t & ST_INTEGER ? ST_NUMBER : t;
     }
+    return 0;
+}
+
+/* Values of the types none of the listed values has. */
+static int neg_other_types(const value_set *vs, json_object *alts)
+{
     static const struct { int bit; const char *n; } names[] = {
         {ST_NULL, "null"}, {ST_BOOL, "boolean"}, {ST_OBJECT, "object"},
         {ST_ARRAY, "array"}, {ST_STRING, "string"}, {ST_NUMBER, "number"},
     };
     json_object *other = json_object_new_array();
     for (size_t i = 0; other && i < sizeof names / sizeof names[0]; i++)
-        if (!(types & names[i].bit))
+        if (!(vs->types & names[i].bit))
             json_object_array_add(other, json_object_new_string(names[i].n));
     json_object *to = json_object_new_object();
     if (!other || !to) {
         json_object_put(other);
         json_object_put(to);
-        goto fail_mem;
+        return -1;
     }
     json_object_object_add(to, "type", other);
     json_object_array_add(alts, to);
-    if (has_true != has_false) {
+    return 0;
+}
+
+/* Numbers other than the listed integers: below, between, above each one
+ * (bounds exclusive). */
+static int neg_ints(const value_set *vs, json_object *alts)
+{
+    size_t k = json_object_array_length(vs->ints);
+    if (!k)
+        return 0;
+    int64_t *iv = malloc(k * sizeof *iv);
+    if (!iv)
+        return -1;
+    for (size_t i = 0; i < k; i++)
+        iv[i] = json_object_get_int64(json_object_array_get_idx(vs->ints, i));
+    for (size_t i = 0; i < k; i++) /* insertion sort: k is small */
+        for (size_t j = i; j > 0 && iv[j - 1] > iv[j]; j--) {
+            int64_t t = iv[j];
+            iv[j] = iv[j - 1];
+            iv[j - 1] = t;
+        }
+    for (size_t i = 0; i <= k; i++) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "type", json_object_new_string("number"));
+        if (i > 0)
+            json_object_object_add(o, "exclusiveMinimum", json_object_new_int64(iv[i - 1]));
+        if (i < k)
+            json_object_object_add(o, "exclusiveMaximum", json_object_new_int64(iv[i]));
+        json_object_array_add(alts, o);
+    }
+    free(iv);
+    return 0;
+}
+
+/* Strings other than the listed ones: a pattern of the trie complement. */
+static int neg_strings(const value_set *vs, json_object *alts)
+{
+    if (!vs->n_str)
+        return 0;
+    gfe_buf re;
+    gfe_buf_init(&re, 1u << 20);
+    gfe_buf_puts(&re, "^");
+    regex_notin(&re, vs->strs, vs->n_str, 0, 0);
+    gfe_buf_puts(&re, "$");
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "type", json_object_new_string("string"));
+    if (!re.err)
+        json_object_object_add(o, "pattern", json_object_new_string(re.s));
+    json_object_array_add(alts, o);
+    int err = re.err;
+    gfe_buf_free(&re);
+    return err ? -1 : 0;
+}
+
+/* NOT (enum/const): values of other types, or of the same type but
+ * different, for null, booleans, integers and strings. */
+static json_object *negate_values(sc *c, json_object *vals, const char *path)
+{
+    value_set vs = {0};
+    json_object *alts = json_object_new_array(), *r = NULL;
+    int rc = alts ? values_scan(vals, &vs) : -1;
+    if (!rc)
+        rc = neg_other_types(&vs, alts);
+    if (!rc && vs.has_true != vs.has_false) {
         json_object *b = json_object_new_object(), *e = json_object_new_array();
-        json_object_array_add(e, json_object_new_boolean(has_false));
+        json_object_array_add(e, json_object_new_boolean(vs.has_false));
         json_object_object_add(b, "enum", e);
         json_object_array_add(alts, b);
     }
-    if (json_object_array_length(ints)) {
-        /* numbers other than the listed integers: below, between, above
-         * each one (bounds exclusive) */
-        size_t k = json_object_array_length(ints);
-        int64_t *iv = malloc(k * sizeof *iv);
-        if (!iv)
-            goto fail_mem;
-        for (size_t i = 0; i < k; i++)
-            iv[i] = json_object_get_int64(json_object_array_get_idx(ints, i));
-        for (size_t i = 0; i < k; i++) /* insertion sort: k is small */
-            for (size_t j = i; j > 0 && iv[j - 1] > iv[j]; j--) {
-                int64_t t = iv[j];
-                iv[j] = iv[j - 1];
-                iv[j - 1] = t;
-            }
-        for (size_t i = 0; i <= k; i++) {
-            json_object *o = json_object_new_object();
-            json_object_object_add(o, "type", json_object_new_string("number"));
-            if (i > 0)
-                json_object_object_add(o, "exclusiveMinimum", json_object_new_int64(iv[i - 1]));
-            if (i < k)
-                json_object_object_add(o, "exclusiveMaximum", json_object_new_int64(iv[i]));
-            json_object_array_add(alts, o);
-        }
-        free(iv);
-    }
-    if (n_str) {
-        gfe_buf re;
-        gfe_buf_init(&re, 1u << 20);
-        gfe_buf_puts(&re, "^");
-        regex_notin(&re, strs, n_str, 0, 0);
-        gfe_buf_puts(&re, "$");
-        json_object *o = json_object_new_object();
-        json_object_object_add(o, "type", json_object_new_string("string"));
-        if (!re.err)
-            json_object_object_add(o, "pattern", json_object_new_string(re.s));
-        json_object_array_add(alts, o);
-        int err = re.err;
-        gfe_buf_free(&re);
-        if (err)
-            goto fail_mem;
-    }
-    free(strs);
-    json_object_put(ints);
-    return sc_own(c, obj1("anyOf", alts));
-fail_unsup:
-    free(strs);
+    if (!rc)
+        rc = neg_ints(&vs, alts);
+    if (!rc)
+        rc = neg_strings(&vs, alts);
+    free(vs.strs);
+    json_object_put(vs.ints);
+    if (!rc)
+        return sc_own(c, obj1("anyOf", alts));
     json_object_put(alts);
-    json_object_put(ints);
-    sc_fail(c, TERN_EUNSUPPORTED, path, "'not' / 'if' of an enum/const with non-scalar or fractional values");
-    return NULL;
-fail_mem:
-    free(strs);
-    json_object_put(alts);
-    json_object_put(ints);
-    sc_fail(c, TERN_ENOMEM, path, "out of memory");
-    return NULL;
+    if (rc > 0)
+        sc_fail(c, TERN_EUNSUPPORTED, path, "'not' / 'if' of an enum/const with non-scalar or fractional values");
+    else
+        sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    return r;
 }
+
 /* ------------------------------------------------------------ per keyword */
 
 /* What a negator did with keyword k of s: NEG_ALT (*alt is the negation,
