@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "engine/constraint.h"
 #include "server/server_int.h"
+#include "server/responses.h"
 #include "server/structured.h"
 #include "server/toolcall_parse.h"
 
@@ -32,6 +33,7 @@ typedef struct gen_choice {
     toolcall_parser tp; /* chat with tools: calls out of the answer */
     json_object *calls; /* non-streaming: the tool_calls array (NULL = none) */
     int n_calls;        /* calls released so far (their stream indexes) */
+    int n_thought;      /* tokens sampled inside the thought (Responses usage) */
     json_object *lp;    /* logprobs: chat content array, or completions object */
     size_t text_off;    /* completions: bytes of text so far (text_offset) */
     int started;        /* streaming: the role chunk / echo went out */
@@ -49,6 +51,7 @@ struct gen_job {
     srv_waker *wk;
     int client_fd;
     int client_gone;
+    resp_state *resp; /* owned: a Responses API reply (NULL = chat / completions) */
     /* streaming */
     api_buf out;
     size_t out_pos;
@@ -136,6 +139,7 @@ void gen_free(gen_job *j)
     atomic_fetch_sub(&j->s->met.gens_active, 1);
     srv_waker_put(j->s, j->wk);
     api_buf_free(&j->out);
+    responses_state_free(j->resp);
     api_request_free(&j->req);
     free(j->echo);
     free(j);
@@ -500,6 +504,8 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
         /* thought and answer apart; what the splitter holds back comes later */
         tern_sbuf rb = {0}, ab = {0};
         toolcall_out to = {0};
+        if (ev->kind == ENGINE_EV_TOKEN && reasoning_split_in_thought(&c->rs))
+            c->n_thought++;
         if (ev->text_len)
             reasoning_split_push(&c->rs, ev->text, ev->text_len, &rb, &ab);
         if (ev->kind == ENGINE_EV_FINISH)
@@ -513,7 +519,10 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
         tern_sbuf cb = to.content;
         if (!j->req.include_reasoning)
             rb.n = 0;
-        if (streaming) {
+        if (j->resp) {
+            responses_piece(j->resp, &j->out, streaming, rb.s, rb.n, cb.s, cb.n, &to);
+            c->n_calls += to.n_calls;
+        } else if (streaming) {
             stream_start(j, idx);
             if (rb.n || cb.n || lp)
                 stream_piece(j, idx, rb.s, rb.n, cb.n ? cb.s : "", cb.n, lp);
@@ -563,9 +572,18 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
             atomic_fetch_add(&j->s->met.gen_failed, 1);
             TERN_ERROR("server: generation failed: %s", ev->error);
         }
-        if (streaming)
+        if (j->resp)
+            responses_finish(j->resp, &j->out, streaming, ev->finish, ev->error, j->n_prompt, &ev->usage, c->n_thought);
+        else if (streaming)
             stream_finish(j, idx);
     }
+}
+
+void gen_set_responses(gen_job *j, resp_state *r)
+{
+    j->resp = r;
+    if (j->req.stream)
+        responses_start(r, &j->out);
 }
 
 /* Drains every available event. Returns the number handled. */
@@ -639,6 +657,14 @@ int gen_collect(gen_job *j, char **json, api_error *err)
                                  "request abandoned (server shutting down)");
         }
     }
+    if (j->resp) {
+        if (j->ch[0].finish == ENGINE_FINISH_ERROR)
+            return api_error_set(err, 500, "server_error", NULL, NULL, "generation failed: %s", j->ch[0].error);
+        if (j->ch[0].finish == ENGINE_FINISH_CANCELLED)
+            return api_error_set(err, 503, "server_error", NULL, NULL, "request cancelled (server shutting down)");
+        *json = responses_body(j->resp);
+        return *json ? 0 : api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
     json_object *choices;
     json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion" : "text_completion",
                                   j->created, j->s->model_name, &choices);
@@ -701,6 +727,10 @@ int gen_collect(gen_job *j, char **json, api_error *err)
 
 static void stream_tail(gen_job *j)
 {
+    if (j->resp) { /* the Responses stream ends with its final event, no [DONE] */
+        j->tail_sent = 1;
+        return;
+    }
     if (j->req.include_usage) {
         json_object *choices;
         json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion.chunk" : "text_completion",

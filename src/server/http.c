@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "server/responses.h"
 #include "server/server_int.h"
 #include "server/structured.h"
 
@@ -343,6 +344,7 @@ void server_free(tern_server *s)
     server_stop(s);
     srv_wakers_free(s);
     structured_server_free(s);
+    responses_server_free(s);
     tern_chat_template_free(&s->chat);
     embed_config_free(&s->embed);
     pthread_mutex_destroy(&s->wk_mu);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "server/responses.h"
 #include "server/server_int.h"
 #include "server/structured.h"
 #include "template/template.h"
@@ -18,8 +19,8 @@ typedef struct tern_asset {
 } tern_asset;
 extern const tern_asset tern_assets[];
 
-const char *const srv_route_names[ROUTE_N] = {"chat_completions", "completions", "embeddings", "models", "health",
-                                              "stats", "metrics", "page", "other"};
+const char *const srv_route_names[ROUTE_N] = {"chat_completions", "completions", "embeddings", "responses", "models",
+                                              "health", "stats", "metrics", "page", "other"};
 
 srv_route routes_classify(const char *url)
 {
@@ -29,6 +30,8 @@ srv_route routes_classify(const char *url)
         return ROUTE_COMPLETIONS;
     if (!strcmp(url, "/v1/embeddings"))
         return ROUTE_EMBEDDINGS;
+    if (!strcmp(url, "/v1/responses"))
+        return ROUTE_RESPONSES;
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
         return ROUTE_MODELS;
     if (!strcmp(url, "/health"))
@@ -219,17 +222,22 @@ static int check_context(tern_server *s, const api_request *q, size_t n, api_err
     return 0;
 }
 
-static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
+/* A generation request from its body; resp (taken, may be NULL) makes it a
+ * Responses API reply over the chat body it was translated into. */
+static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const char *body, size_t len, resp_state *resp)
 {
     tern_server *s = c->s;
     api_request q;
     api_error e;
     api_limits lim = {.n_vocab = model_config_get(s->m)->n_vocab, .model_name = s->model_name};
-    if (api_parse(&q, kind, c->body.data ? c->body.data : "", c->body.len, &lim, &e))
+    if (api_parse(&q, kind, body, len, &lim, &e)) {
+        responses_state_free(resp);
         return http_reply_error(c, &e);
+    }
     q.reasoning_budget = reasoning_budget_combine(q.reasoning_budget, s->o.reasoning_budget);
     if (structured_prepare(s, &q, c->warning, &e)) {
         api_request_free(&q);
+        responses_state_free(resp);
         return http_reply_error(c, &e);
     }
     int32_t *ids;
@@ -239,6 +247,7 @@ static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
         free(ids);
         free(echo);
         api_request_free(&q);
+        responses_state_free(resp);
         return http_reply_error(c, &e);
     }
     int stream = q.stream;
@@ -247,8 +256,12 @@ static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
     int rc = gen_start(s, &q, ids, n, boundary, echo, http_client_fd(c), &j, &e);
     free(ids);
     free(echo);
-    if (rc)
+    if (rc) {
+        responses_state_free(resp);
         return http_reply_error(c, &e);
+    }
+    if (resp)
+        gen_set_responses(j, resp);
     if (stream)
         return gen_stream(c, j);
     char *json = NULL;
@@ -257,6 +270,24 @@ static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
     if (rc)
         return e.status == 499 ? MHD_NO : http_reply_error(c, &e);
     return http_reply_json(c, 200, json);
+}
+
+static enum MHD_Result serve_generate(srv_conn *c, api_kind kind)
+{
+    return serve_generate_body(c, kind, c->body.data ? c->body.data : "", c->body.len, NULL);
+}
+
+/* /v1/responses: translated into a chat body, then the chat path. */
+static enum MHD_Result serve_responses(srv_conn *c)
+{
+    char *chat = NULL;
+    resp_state *r = NULL;
+    api_error e;
+    if (responses_translate(c->s, c->body.data ? c->body.data : "", c->body.len, &chat, &r, &e))
+        return http_reply_error(c, &e);
+    enum MHD_Result rc = serve_generate_body(c, API_CHAT, chat, strlen(chat), r);
+    free(chat);
+    return rc;
 }
 
 enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url)
@@ -274,6 +305,10 @@ enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url
         if (!post)
             break;
         return embed_route_serve(c);
+    case ROUTE_RESPONSES:
+        if (!post)
+            break;
+        return serve_responses(c);
     case ROUTE_MODELS:
         if (!get)
             break;

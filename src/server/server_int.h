@@ -15,11 +15,14 @@
 #include "server/toolfmt.h"
 #include "template/template.h"
 
+struct resp_state; /* responses.h */
+
 /* Routes, for dispatch and per-route metrics. */
 typedef enum srv_route {
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
     ROUTE_EMBEDDINGS,
+    ROUTE_RESPONSES,
     ROUTE_MODELS,
     ROUTE_HEALTH,
     ROUTE_STATS,
@@ -67,6 +70,7 @@ struct tern_server {
     srv_metrics met;
     struct structured_server *structured; /* structured.c: vocabulary + compile cache, made on first use */
     embed_config embed;      /* the folder's sentence-transformers config; pooling NONE = not an embedding model */
+    struct resp_store *responses;         /* responses.c: stored responses (previous_response_id), made on first use */
 };
 
 /* One HTTP request (MHD's per-request context). */
@@ -117,6 +121,9 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
 int gen_collect(gen_job *j, char **json, api_error *err);
 /* Streaming: queues an SSE response for j (which it takes). */
 enum MHD_Result gen_stream(srv_conn *c, gen_job *j);
+/* Makes j a Responses API reply (responses.h), taking r; before any
+ * gen_collect / gen_stream. A streamed one starts with its first events. */
+void gen_set_responses(gen_job *j, struct resp_state *r);
 void gen_free(gen_job *j);
 
 /* embeddings.c: POST /v1/embeddings */
