@@ -18,6 +18,8 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/demo_tools.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.embeddings
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/embeddings.mjs TIMEOUT 300)
+  tern_add_script_test(NAME server.responses
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/responses.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.chat_page
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/chat_page.mjs TIMEOUT 300 LABELS no-asan)
 endif()
