@@ -117,7 +117,7 @@ try {
   await expect400(client.chat.completions.create({ ...greedy, reasoning_effort: 'max' }), 'unknown reasoning_effort', 'reasoning_effort');
   await expect400(client.chat.completions.create({ ...greedy, include_reasoning: 'yes' }), 'include_reasoning not a boolean', 'include_reasoning');
 } finally {
-  await srv.stop();
+  { const ex = await srv.stop(); check(ex.code === 0 && !/Sanitizer|runtime error|LeakSanitizer/.test(srv.log()), 'server exits cleanly (no sanitizer report)', { ex, log: srv.log().slice(-1500) }); }
 }
 
 // ---- --reasoning-budget: the engine closes the block itself
@@ -150,7 +150,7 @@ for (const budget of [0, 3]) {
     const te = thinkTokens(eff.choices[0].logprobs);
     check(te.open < 0 || te.n <= budget, `budget ${budget}: reasoning_effort high stays under the server's cap`, te);
   } finally {
-    await srv.stop();
+    { const ex = await srv.stop(); check(ex.code === 0 && !/Sanitizer|runtime error|LeakSanitizer/.test(srv.log()), 'server exits cleanly (no sanitizer report)', { ex, log: srv.log().slice(-1500) }); }
   }
 }
 

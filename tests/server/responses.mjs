@@ -125,7 +125,7 @@ try {
   await expectError(client.responses.create({ model: M, input: 'x', text: { format: { type: 'yaml' } } }), 400, 'bad text.format', 'text.format.type');
   await expectError(client.responses.create({ model: 'gpt-5', input: 'x' }), 400, 'unknown model', 'model');
 } finally {
-  await srv.stop();
+  { const ex = await srv.stop(); check(ex.code === 0 && !/Sanitizer|runtime error|LeakSanitizer/.test(srv.log()), 'server exits cleanly (no sanitizer report)', { ex, log: srv.log().slice(-1500) }); }
 }
 
 // ---- function tools on the Qwen3-template copy
@@ -163,7 +163,7 @@ try {
       { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' }] });
   check(rr.usage.input_tokens === cc.usage.prompt_tokens && rr.output_text === (cc.choices[0].message.content ?? ''), 'function_call items render as the chat messages', [rr.usage, cc.usage]);
 } finally {
-  await srv.stop();
+  { const ex = await srv.stop(); check(ex.code === 0 && !/Sanitizer|runtime error|LeakSanitizer/.test(srv.log()), 'server exits cleanly (no sanitizer report)', { ex, log: srv.log().slice(-1500) }); }
   fs.rmSync(dir, { recursive: true, force: true });
 }
 process.exit(summary('responses'));

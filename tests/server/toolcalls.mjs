@@ -162,7 +162,7 @@ try {
     check(e.status === 400 && /tool_calls\[0\]/.test(e.error?.param ?? ''), 'arguments that are not JSON: 400 naming the call', e.error);
   }
 } finally {
-  await tsrv.stop();
+  { const ex = await tsrv.stop(); check(ex.code === 0 && !/Sanitizer|runtime error|LeakSanitizer/.test(tsrv.log()), 'server exits cleanly (no sanitizer report)', { ex, log: tsrv.log().slice(-1500) }); }
   fs.rmSync(dir, { recursive: true, force: true });
 }
 process.exit(summary('toolcalls'));
