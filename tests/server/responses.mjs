@@ -87,12 +87,18 @@ try {
   check(completed.status === 'completed' && completed.output.length === r.output.length && completed.usage?.output_tokens === r.usage.output_tokens, 'response.completed carries the whole response', completed);
 
   // ---- text.format json_schema (responses.parse) and json_object
-  const schema = { type: 'object', properties: { name: { type: 'string' }, age: { type: 'integer' } }, required: ['name', 'age'], additionalProperties: false };
+  const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 24 }, age: { type: 'integer', minimum: 0, maximum: 150 } }, required: ['name', 'age'], additionalProperties: false };
   const validate = new Ajv().compile(schema);
   let parsed = 0;
   for (const seed of [1, 2, 3, 4]) {
-    const p = await client.responses.parse({ model: M, input: 'Describe a person as JSON.', max_output_tokens: 300, temperature: 0.7, seed,
-      text: { format: { type: 'json_schema', name: 'person', schema, strict: true } } });
+    let p;
+    try {
+      p = await client.responses.parse({ model: M, input: 'Describe a person as JSON.', max_output_tokens: 300, temperature: 0.7, seed,
+        text: { format: { type: 'json_schema', name: 'person', schema, strict: true } } });
+    } catch (e) {
+      if (e instanceof SyntaxError) continue; /* cut off at max_output_tokens: the client parses it anyway */
+      throw e;
+    }
     if (p.status !== 'completed') continue;
     if (check(p.output_parsed && validate(p.output_parsed), `text.format json_schema seed ${seed}: output_parsed validates`, p.output_text)) parsed++;
     check(p.text?.format?.type === 'json_schema', 'the response repeats text.format', p.text);
