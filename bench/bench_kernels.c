@@ -1,0 +1,106 @@
+/* bench_kernels: single-thread throughput of the quantized products, the
+ * f32-activation kernels (--exact-products) against the integer ones, in
+ * thread CPU time so that a busy shared machine changes the numbers little.
+ *
+ *   bench_kernels [--rows N] [--in N] [--group G] [--tokens T,T,...] [--reps N]
+ *
+ * Per bits (8, 4) and token count: a [rows][in] MLX affine matrix (random
+ * values; default 2048 x 8192, Llama-3.2-1B's down projection: 16.8 MB at
+ * 8 bits, larger than the caches) times T input rows; prints weight GB/s
+ * and G multiply-adds/s for each path (the integer path's time includes
+ * quantizing the inputs), and the ratio. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/rng.h"
+#include "tensor/kernels.h"
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    long rows = 2048, n_in = 8192, reps = 0;
+    int group = 64, tokens[16] = {1, 2, 8, 64}, n_tok = 4;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+            rows = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--in") && i + 1 < argc)
+            n_in = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--group") && i + 1 < argc)
+            group = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+            n_tok = 0;
+            for (char *s = argv[++i]; *s && n_tok < 16; s += *s == ',') {
+                char *e;
+                tokens[n_tok++] = (int)strtol(s, &e, 10);
+                s = e;
+            }
+        } else {
+            fprintf(stderr, "usage: bench_kernels [--rows N] [--in N] [--group 32|64|128] [--tokens T,T,...] "
+                            "[--reps N]\n");
+            return 2;
+        }
+    }
+    if (rows < 1 || n_in < group || n_in % group || (group != 32 && group != 64 && group != 128) || n_tok < 1) {
+        fprintf(stderr, "bench_kernels: bad shape\n");
+        return 2;
+    }
+    const tern_kernels *k = tern_kernels_best();
+    int max_t = 1;
+    for (int i = 0; i < n_tok; i++)
+        max_t = tokens[i] > max_t ? tokens[i] : max_t;
+    long ng = n_in / group, ngp = tern_iq_ngp(ng);
+    tern_rng rng;
+    tern_rng_seed(&rng, 1, 1);
+    uint8_t *w = malloc((size_t)(rows * n_in));
+    float *sb = malloc((size_t)(rows * ng * 2) * sizeof(float)), *x = malloc((size_t)max_t * n_in * sizeof(float));
+    float *xs = malloc((size_t)max_t * ng * sizeof(float)), *y = malloc((size_t)max_t * rows * sizeof(float));
+    float *qs = malloc((size_t)max_t * 2 * ngp * sizeof(float));
+    int8_t *q = malloc((size_t)max_t * n_in);
+    if (!w || !sb || !x || !xs || !y || !qs || !q)
+        return 1;
+    for (long i = 0; i < rows * n_in; i++)
+        w[i] = (uint8_t)tern_rng_u32(&rng);
+    for (long i = 0; i < rows * ng * 2; i++)
+        sb[i] = tern_rng_f32(&rng) * 0.01f;
+    for (long i = 0; i < (long)max_t * n_in; i++)
+        x[i] = tern_rng_f32(&rng) * 2 - 1;
+    for (long i = 0; i < (long)max_t * ng; i++)
+        xs[i] = 0.5f;
+    printf("isa %s, matrix %ld x %ld, group %d, single thread (thread CPU time)\n", k->isa, rows, n_in, group);
+    printf("%4s %6s %14s %14s %14s %14s %7s\n", "bits", "tokens", "f32 GB/s", "f32 GMAC/s", "int8 GB/s", "int8 GMAC/s",
+           "ratio");
+    for (int bits = 8; bits >= 4; bits -= 4)
+        for (int ti = 0; ti < n_tok; ti++) {
+            long T = tokens[ti];
+            double bytes = (double)rows * n_in * bits / 8 + (double)rows * ng * 8, macs = (double)rows * n_in * T;
+            long n_rep = reps ? reps : (long)(4e9 / (macs + bytes * 8)) + 1;
+            double t[2];
+            for (int path = 0; path < 2; path++) {
+                double t0 = cpu_s();
+                for (long r = 0; r < n_rep; r++) {
+                    if (path == 0) {
+                        (bits == 4 ? k->matmul_q4 : k->matmul_q8)(w, sb, group, x, xs, y, T, n_in, rows, 0, rows);
+                    } else {
+                        k->quant_act(x, T, n_in, group, q, qs);
+                        (bits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w, sb, group, q, qs, y, T, n_in, rows, 0, rows);
+                    }
+                }
+                t[path] = (cpu_s() - t0) / n_rep;
+            }
+            printf("%4d %6ld %14.2f %14.2f %14.2f %14.2f %6.2fx\n", bits, T, bytes / t[0] / 1e9, macs / t[0] / 1e9,
+                   bytes / t[1] / 1e9, macs / t[1] / 1e9, t[0] / t[1]);
+        }
+    free(w), free(sb), free(x), free(xs), free(y), free(qs), free(q);
+    return 0;
+}
