@@ -92,7 +92,7 @@ int main(int argc, char **argv)
                     if (path == 0) {
                         (bits == 4 ? k->matmul_q4 : k->matmul_q8)(w, sb, group, x, xs, y, T, n_in, rows, 0, rows);
                     } else {
-                        k->quant_act(x, T, n_in, group, q, qs);
+                        k->quant_act(x, T, n_in, group, bits, q, qs);
                         (bits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w, sb, group, q, qs, y, T, n_in, rows, 0, rows);
                     }
                 }

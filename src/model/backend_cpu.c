@@ -99,7 +99,7 @@ typedef struct quant_job {
     const tern_kernels *k;
     const float *X;
     long n_in;
-    int group;
+    int group, bits;
     int8_t *Q;
     float *qs;
 } quant_job;
@@ -109,7 +109,8 @@ static void quant_run(void *ctx, long b, long e, int worker)
     (void)worker;
     quant_job *j = ctx;
     long ngp = tern_iq_ngp(j->n_in / j->group);
-    j->k->quant_act(j->X + b * j->n_in, e - b, j->n_in, j->group, j->Q + b * j->n_in, j->qs + b * 2 * ngp);
+    j->k->quant_act(j->X + b * j->n_in, e - b, j->n_in, j->group, j->bits, j->Q + b * j->n_in,
+                    j->qs + b * 2 * ngp);
 }
 
 /* Grows *buf to hold need elements of size sz (doubling). */
@@ -125,21 +126,22 @@ static int grow(void **buf, size_t *cap, size_t need, size_t sz)
     return 0;
 }
 
-/* The integer path's inputs: X quantized once per distinct group size among
- * the quantized matrices of the job (usually one), shared by the matrices. */
+/* The integer path's inputs: X quantized once per distinct (group size, bits)
+ * among the quantized matrices of the job (usually one), shared by them. */
 static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *const *w, const float *X, long T,
                        tern_err *err)
 {
-    int groups[MM_MAX], n_groups = 0;
+    int groups[MM_MAX], bits[MM_MAX], n_groups = 0;
     size_t need_q = 0, need_s = 0;
     for (int i = 0; i < n; i++) {
         if (!w[i]->qbits)
             continue;
         int seen = 0;
         for (int k = 0; k < n_groups; k++)
-            seen |= groups[k] == w[i]->group;
+            seen |= groups[k] == w[i]->group && bits[k] == w[i]->qbits;
         if (seen)
             continue;
+        bits[n_groups] = w[i]->qbits;
         groups[n_groups++] = w[i]->group;
         need_q += (size_t)T * w[i]->n_in;
         need_s += (size_t)T * 2 * tern_iq_ngp(w[i]->n_in / w[i]->group);
@@ -152,11 +154,11 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
     float *qs = be->qs;
     long n_in = w[0]->n_in;
     for (int k = 0; k < n_groups; k++) {
-        quant_job qj = {be->k, X, n_in, groups[k], q, qs};
+        quant_job qj = {be->k, X, n_in, groups[k], bits[k], q, qs};
         /* ~16k inputs per part: quantizing is cheap next to the product. */
         tern_pool_for(be->pool, T, 16384 / n_in + 1, quant_run, &qj);
         for (int i = 0; i < n; i++)
-            if (w[i]->qbits && w[i]->group == groups[k]) {
+            if (w[i]->qbits == bits[k] && w[i]->group == groups[k]) {
                 j->Q[i] = q;
                 j->qs[i] = qs;
             }

@@ -29,18 +29,23 @@ typedef void (*tern_qmatmul_fn)(const uint8_t *Wq, const float *sb, int group, c
 /* ---- Integer products for MLX affine weights (the default for quantized
  * weights; the f32 tern_qmatmul_fn above is the exact reference, selected
  * with tern_kernels_exact_set). The activations are quantized once per
- * product, per token and per block of `group` inputs (the weight's group):
+ * product, per token and per block of `group` inputs (the weight's group),
+ * for the weights' `bits`:
  *   d = max|x| / 127, q_i = round-half-even(x_i * (127 / max|x|)) in
  *   [-127, 127], A = sum q_i
  * (a block whose max|x| is below 1e-30 gets d = 0, q = 0; NaN inputs give
  * unspecified values).
- * Layout: Q[t * n_in + i] int8; qs[t * 2 * ngp + g] = d and
- * qs[t * 2 * ngp + ngp + g] = (float)A, where ngp = n_groups rounded up to
+ * Layout: Q[t * n_in + i] int8 - for bits 4 in nibble order, each 32 inputs
+ * stored as their 16 even ones then their 16 odd ones (the order of the
+ * packed weights' low then high nibbles, so a 16-byte weight load meets its
+ * activations without shuffles); for bits 8 in input order.
+ * qs[t * 2 * ngp + g] = d and qs[t * 2 * ngp + ngp + g] = (float)A, where ngp = n_groups rounded up to
  * a multiple of 8 and the padding is zero. */
-typedef void (*tern_quant_act_fn)(const float *X, long T, long n_in, int group, int8_t *Q, float *qs);
+typedef void (*tern_quant_act_fn)(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs);
 
-/* The integer product against the same weight layout as tern_qmatmul_fn.
- * For row r and token t, with I_g = sum_{i in g} w_i * Q_i (exact int32),
+/* The integer product against the same weight layout as tern_qmatmul_fn,
+ * with Q quantized for its bits. For row r and token t, with
+ * I_g = sum_{i in g} w_i * q_i (exact int32; q_i the activation of input i),
  * sw/bw the group's {scale, bias} and d/A the activation block's:
  *   u_g = fma(sw, (float)I_g, bw * A); acc[g % 8] = fma(u_g, d, acc[g % 8])
  * over g = 0 .. ngp - 1 in order (padding groups have I, sw, bw, d, A = 0),

@@ -212,7 +212,7 @@ static void check_backend_tiling(int exact)
         if (exact) {
             k->matmul_q4(wq, sb, 64, X + (size_t)t * n_in, xs, one, 1, n_in, n_out[1], 0, n_out[1]);
         } else {
-            k->quant_act(X + (size_t)t * n_in, 1, n_in, 64, xq, qs);
+            k->quant_act(X + (size_t)t * n_in, 1, n_in, 64, 4, xq, qs);
             k->imatmul_q4(wq, sb, 64, xq, qs, one, 1, n_in, n_out[1], 0, n_out[1]);
         }
         for (int r = 0; r < n_out[1]; r++)

@@ -170,6 +170,10 @@ static void check_quant(const tern_kernels *k)
  * reference itself is checked against a double-precision product of the
  * dequantized weights and dequantized activations, and the quantized
  * activations against the f32 inputs. */
+/* Where input i's activation sits in Q (kernels.h): 4-bit products read
+ * each 32 inputs as 16 even then 16 odd ones. */
+static long qidx(long i, int bits) { return bits == 4 ? (i & ~31L) + ((i & 31) >> 1) + (i & 1) * 16 : i; }
+
 static void check_iq(const tern_kernels *k)
 {
     const tern_kernels *ref = tern_kernels_scalar();
@@ -205,8 +209,8 @@ static void check_iq(const tern_kernels *k)
                 memset(x + n_in, 0, (size_t)G * 4);
             memset(qs0, 0x55, (size_t)(T * 2 * ngp) * 4);
             memset(qs1, 0x66, (size_t)(T * 2 * ngp) * 4);
-            ref->quant_act(x, T, n_in, (int)G, Q0, qs0);
-            k->quant_act(x, T, n_in, (int)G, Q1, qs1);
+            ref->quant_act(x, T, n_in, (int)G, bits, Q0, qs0);
+            k->quant_act(x, T, n_in, (int)G, bits, Q1, qs1);
             if (memcmp(Q0, Q1, (size_t)(T * n_in)) || memcmp(qs0, qs1, (size_t)(T * 2 * ngp) * 4))
                 fail_msg("%s quant_act n_in %ld group %ld T %ld differs from the scalar reference", k->isa, n_in, G, T);
             for (long t = 0; t < T; t++)
@@ -217,7 +221,7 @@ static void check_iq(const tern_kernels *k)
                         sum += Q0[t * n_in + i];
                         /* |x - d q| <= d / 2 (rounding to the nearest step), plus
                          * the f32 rounding of x * 127 / max and of d */
-                        assert_true(fabs(x[t * n_in + i] - d * Q0[t * n_in + i]) <= 0.5 * d + 1e-4 * d + 1e-30);
+                        assert_true(fabs(x[t * n_in + i] - d * Q0[t * n_in + qidx(i, bits)]) <= 0.5 * d + 1e-4 * d + 1e-30);
                     }
                     assert_true(A == (float)sum);
                     if (g >= ng)
@@ -233,7 +237,7 @@ static void check_iq(const tern_kernels *k)
                     for (long i = 0; i < n_in; i++) {
                         long g = i / G;
                         double w = (double)sb[(r * ng + g) * 2] * q[r * n_in + i] + sb[(r * ng + g) * 2 + 1];
-                        double a = (double)qs0[t * 2 * ngp + g] * Q0[t * n_in + i];
+                        double a = (double)qs0[t * 2 * ngp + g] * Q0[t * n_in + qidx(i, bits)];
                         want += w * a;
                         mag += fabs(w * a);
                     }
@@ -250,7 +254,7 @@ static void check_iq(const tern_kernels *k)
                 assert_memory_equal(y0, y1, (size_t)(T * n_out) * 4);
             }
             for (long t = 0; t < T; t++) {
-                k->quant_act(x + t * n_in, 1, n_in, (int)G, Q1, qs1);
+                k->quant_act(x + t * n_in, 1, n_in, (int)G, bits, Q1, qs1);
                 fk((const uint8_t *)wq, sb, (int)G, Q1, qs1, y0, 1, n_in, n_out, 0, n_out);
                 for (long r = 0; r < n_out; r++)
                     if (memcmp(&y0[r], &y1[t * n_out + r], 4))

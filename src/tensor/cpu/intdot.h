@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int8_t *Q, float *qs);
+void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs);
 void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1);
 void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,

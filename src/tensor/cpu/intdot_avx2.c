@@ -30,11 +30,31 @@ static inline __attribute__((always_inline)) void q8_grp(const uint8_t *w, const
     *s1 = r1;
 }
 
-/* One group of 4-bit weights (packed: byte j = values 2j | 2j+1 << 4): the
- * int16 pair sums (<= 2 * 15 * 127 each, at most 4 added for group 128)
- * stay in int16 until one vpmaddwd per group. */
+/* One group of 4-bit weights (packed: byte j = values 2j | 2j+1 << 4): 16
+ * bytes broadcast to both lanes, the upper lane shifted by 4, give the low
+ * then the high nibbles - the activations' nibble order (kernels.h), so no
+ * shuffle. The int16 pair sums (<= 2 * 15 * 127 each, at most 4 added for
+ * group 128) stay in int16 until one vpmaddwd per group. */
 static inline __attribute__((always_inline)) void q4_grp(const uint8_t *w, const int8_t *a0, const int8_t *a1,
                                                          int group, int two, __m256i *s0, __m256i *s1)
+{
+    const __m256i ones = _mm256_set1_epi16(1), m = _mm256_set1_epi8(15), sh = _mm256_setr_epi64x(0, 0, 4, 4);
+    __m256i p0 = _mm256_setzero_si256(), p1 = p0;
+    for (int i = 0; i < group; i += 32) {
+        __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + i / 2)));
+        __m256i v = _mm256_and_si256(_mm256_srlv_epi64(b, sh), m);
+        p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(v, LD(a0 + i)));
+        if (two)
+            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(v, LD(a1 + i)));
+    }
+    *s0 = _mm256_madd_epi16(p0, ones);
+    *s1 = two ? _mm256_madd_epi16(p1, ones) : p1;
+}
+
+/* The natural-order 4-bit unpack this replaced (kept out of the build). */
+#if 0
+static inline void q4_grp_natural(const uint8_t *w, const int8_t *a0, const int8_t *a1,
+                                  int group, int two, __m256i *s0, __m256i *s1)
 {
     const __m256i ones = _mm256_set1_epi16(1), m = _mm256_set1_epi8(15);
     __m256i p0, p1 = _mm256_setzero_si256();
@@ -61,11 +81,12 @@ static inline __attribute__((always_inline)) void q4_grp(const uint8_t *w, const
     *s0 = _mm256_madd_epi16(p0, ones);
     *s1 = two ? _mm256_madd_epi16(p1, ones) : p1;
 }
+#endif
 
 IQ_KERNEL(tern_iq_avx2_q4, 4, q4_grp, iq_nofix)
 IQ_KERNEL(tern_iq_avx2_q8, 8, q8_grp, iq_fix128)
 
-void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int8_t *Q, float *qs)
+void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)
 {
-    iq_quant_act(X, T, n_in, group, Q, qs);
+    iq_quant_act(X, T, n_in, group, bits, Q, qs);
 }

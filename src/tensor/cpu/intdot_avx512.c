@@ -39,26 +39,25 @@ static inline __attribute__((always_inline)) void q8_grp(const uint8_t *w, const
     *s1 = fold(r1);
 }
 
-/* 4-bit: byte j holds values 2j (low nibble) and 2j+1; unpacked to bytes in
- * natural order so the activations need no reordering. */
+/* 4-bit: byte j holds values 2j (low nibble) and 2j+1; each 16 bytes go to
+ * two 128-bit lanes, the second shifted by 4, which gives the low then the
+ * high nibbles of 32 values - the activations' nibble order (kernels.h). */
 static inline __attribute__((always_inline)) void q4_grp(const uint8_t *w, const int8_t *a0, const int8_t *a1,
                                                          int group, int two, __m256i *s0, __m256i *s1)
 {
     if (group == 32) {
-        __m128i b = _mm_loadu_si128((const __m128i *)w), m4 = _mm_set1_epi8(15);
-        __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
-        __m256i v = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi)), z = _mm256_setzero_si256();
+        __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)w)), z = _mm256_setzero_si256();
+        __m256i v = _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
         *s0 = _mm256_dpbusd_epi32(z, v, LD(a0));
         *s1 = two ? _mm256_dpbusd_epi32(z, v, LD(a1)) : z;
         return;
     }
-    const __m256i m = _mm256_set1_epi8(15);
+    const __m512i m = _mm512_set1_epi8(15), sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
     __m512i r0 = _mm512_setzero_si512(), r1 = r0;
     for (int i = 0; i < group; i += 64) {
-        __m256i b = LD(w + i / 2), lo = _mm256_and_si256(b, m), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m);
-        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_unpacklo_epi8(lo, hi)),
-                                       _mm256_unpackhi_epi8(lo, hi), 1); /* 0-15 32-47 16-31 48-63 */
-        __m512i v = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+        __m512i z = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w + i / 2)));
+        z = _mm512_mask_broadcast_i32x4(z, 0xFF00, _mm_loadu_si128((const __m128i *)(w + i / 2 + 16)));
+        __m512i v = _mm512_and_si512(_mm512_srlv_epi64(z, sh), m);
         r0 = _mm512_dpbusd_epi32(r0, v, LDZ(a0 + i));
         if (two)
             r1 = _mm512_dpbusd_epi32(r1, v, LDZ(a1 + i));

@@ -65,11 +65,15 @@ static inline float iq_hsum(__m256 v)
 }
 
 /* Activation quantization (kernels.h, tern_quant_act_fn) with 8 lanes. */
-static inline void iq_quant_act(const float *X, long T, long n_in, int group, int8_t *Q, float *qs)
+static inline void iq_quant_act(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)
 {
     long ng = n_in / group, ngp = (ng + 7) & ~7L;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    /* nibble order (bits 4): evens then odds within each 128-bit lane, then
+     * the lanes' halves gathered */
+    const __m256i nib = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14,
+                                         1, 3, 5, 7, 9, 11, 13, 15);
     for (long t = 0; t < T; t++) {
         const float *x = X + t * n_in;
         int8_t *q = Q + t * n_in;
@@ -100,7 +104,10 @@ static inline void iq_quant_act(const float *X, long T, long n_in, int group, in
                 __m256i e = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 24), id));
                 sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, e)));
                 __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, e));
-                _mm256_storeu_si256((__m256i *)(qg + i), _mm256_permutevar8x32_epi32(p, perm));
+                p = _mm256_permutevar8x32_epi32(p, perm);
+                if (bits == 4)
+                    p = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(p, nib), _MM_SHUFFLE(3, 1, 2, 0));
+                _mm256_storeu_si256((__m256i *)(qg + i), p);
             }
             __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
             s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));

@@ -57,7 +57,7 @@ SCALAR_QMATMUL(matmul_q4, (w[i >> 1] >> ((i & 1) * 4)) & 15)
 SCALAR_QMATMUL(matmul_q8, w[i])
 
 /* The specification of the activation quantization (see kernels.h). */
-static void quant_act(const float *X, long T, long n_in, int group, int8_t *Q, float *qs)
+static void quant_act(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)
 {
     long ng = n_in / group, ngp = tern_iq_ngp(ng);
     for (long t = 0; t < T; t++) {
@@ -74,8 +74,10 @@ static void quant_act(const float *X, long T, long n_in, int group, int8_t *Q, f
             int sum = 0;
             float id = amax >= 1e-30f ? 127.0f / amax : 0.0f;
             for (int i = 0; i < group; i++) {
-                q[i] = (int8_t)(id > 0 ? (int)nearbyintf(x[i] * id) : 0);
-                sum += q[i];
+                int v = id > 0 ? (int)nearbyintf(x[i] * id) : 0;
+                /* bits 4: nibble order within each 32 (see kernels.h) */
+                q[bits == 4 ? (i & ~31) + ((i & 31) >> 1) + (i & 1) * 16 : i] = (int8_t)v;
+                sum += v;
             }
             if (id > 0) {
                 d[g] = amax / 127.0f;
@@ -87,7 +89,7 @@ static void quant_act(const float *X, long T, long n_in, int group, int8_t *Q, f
 
 /* The specification of the integer product (see kernels.h): exact integer
  * group sums, then the f32 combination in the contract's order. */
-#define SCALAR_IQMATMUL(name, BITS, QV)                                                           \
+#define SCALAR_IQMATMUL(name, BITS, QV, QI)                                                           \
     static void name(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, \
                      float *Y, long T, long n_in, long ldy, long r0, long r1)                     \
     {                                                                                             \
@@ -104,7 +106,7 @@ static void quant_act(const float *X, long T, long n_in, int group, int8_t *Q, f
                     float sw = 0.0f, bw = 0.0f;                                                   \
                     if (g < ng) {                                                                 \
                         for (long i = g * group; i < (g + 1) * group; i++)                        \
-                            I += (int32_t)(QV) * a[i];                                            \
+                            I += (int32_t)(QV) * a[QI];                                           \
                         sw = s[2 * g];                                                            \
                         bw = s[2 * g + 1];                                                        \
                     }                                                                             \
@@ -116,8 +118,8 @@ static void quant_act(const float *X, long T, long n_in, int group, int8_t *Q, f
         }                                                                                         \
     }
 
-SCALAR_IQMATMUL(imatmul_q4, 4, (w[i >> 1] >> ((i & 1) * 4)) & 15)
-SCALAR_IQMATMUL(imatmul_q8, 8, w[i])
+SCALAR_IQMATMUL(imatmul_q4, 4, (w[i >> 1] >> ((i & 1) * 4)) & 15, (i & ~31) + ((i & 31) >> 1) + (i & 1) * 16)
+SCALAR_IQMATMUL(imatmul_q8, 8, w[i], i)
 
 static float dot(const float *a, const float *b, long n)
 {
