@@ -247,6 +247,14 @@ for (const [mode, extra] of [['pooling_mode_max_tokens', {}], ['pooling_mode_wei
       'an abandoned embedding request is cancelled', stats.engine);
     const after = await raw(srv, { input: 'still here' });
     check(after.status === 200, 'embeddings work after a client left', after.status);
+    // SIGTERM while an embedding request runs: a clean exit, the client gets an answer or a closed socket
+    const pending = raw(srv, { input: inputs }).then((r) => r.status, () => 'closed');
+    await new Promise((r) => setTimeout(r, 300));
+    const ex = await srv.stop();
+    check(ex.code === 0, 'SIGTERM during an embedding request: exit code 0', ex);
+    const res = await pending;
+    check(res === 'closed' || res === 503, 'the pending embedding request is answered 503 or closed', res);
+    check(!/sanitizer|runtime error|LeakSanitizer/i.test(srv.log()), 'clean log after SIGTERM', srv.log().slice(-1500));
   } finally {
     await srv.stop();
   }
