@@ -6,8 +6,10 @@
 // sequence (created, in_progress, item added/done around text deltas,
 // completed; sequence_number 0, 1, 2, ...) and reassemble into the
 // non-streamed output; text.format json_schema output validates (ajv);
-// function tools give function_call items (forced by guided_grammar on a
-// demo copy with the Qwen3 template); function_call / function_call_output
+// function tools give function_call items (the tool-tuned demo model in
+// auto mode, its call's output continuing the stored conversation; and
+// forced by guided_grammar on a demo copy with the Qwen3 template);
+// function_call / function_call_output
 // input items render like the equivalent chat messages; previous_response_id
 // continues a conversation; bad input is a 400 naming the field.
 import fs from 'node:fs';
@@ -120,6 +122,22 @@ try {
   check(explicit.usage.input_tokens === t2.usage.input_tokens && explicit.output_text === t2.output_text, 'stored conversation == the same items sent explicitly', [explicit.usage, t2.usage]);
   const nostore = await client.responses.create({ model: M, input: 'x', max_output_tokens: 4, store: false });
   await expectError(client.responses.create({ model: M, input: 'y', previous_response_id: nostore.id }), 404, 'store false: not kept', 'previous_response_id');
+
+  // ---- the demo model's own calls (auto mode, no grammar): a call, its output, the answer
+  const wtool = [{ type: 'function', name: 'get_weather', description: 'Get the current weather in a city.',
+    parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } }, required: ['city'], additionalProperties: false } }];
+  const c1 = await client.responses.create({ model: M, input: 'What is the weather in Paris?', tools: wtool, max_output_tokens: 160, temperature: 0, reasoning: { effort: 'none' } });
+  const call = c1.output.find((x) => x.type === 'function_call');
+  check(call && call.name === 'get_weather' && JSON.stringify(JSON.parse(call.arguments)) === '{"city":"Paris"}' && /^call_/.test(call.call_id), 'demo model: a function_call item in auto mode', c1.output);
+  if (call) {
+    const c2 = await client.responses.create({ model: M, previous_response_id: c1.id, tools: wtool, max_output_tokens: 160, temperature: 0, reasoning: { effort: 'none' },
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: '{"temperature": 21, "unit": "celsius"}' }] });
+    check(c2.status === 'completed' && c2.output_text.length > 0 && !c2.output.some((x) => x.type === 'function_call'), 'the call\'s output continues the stored conversation into an answer', c2.output);
+    const ev = [];
+    for await (const e of client.responses.stream({ model: M, input: 'What is the weather in Paris?', tools: wtool, max_output_tokens: 160, temperature: 0, reasoning: { effort: 'none' } })) ev.push(e);
+    const d = ev.find((e) => e.type === 'response.function_call_arguments.done');
+    check(d && d.arguments === call.arguments && ev.at(-1).type === 'response.completed', 'streamed: function_call_arguments.done == the non-streamed call', d);
+  }
 
   // ---- bad input
   await expectError(client.responses.create({ model: M, input: 'x', frobnicate: 1 }), 400, 'unknown field', 'frobnicate');
