@@ -133,6 +133,10 @@ try {
     const c2 = await client.responses.create({ model: M, previous_response_id: c1.id, tools: wtool, max_output_tokens: 160, temperature: 0, reasoning: { effort: 'none' },
       input: [{ type: 'function_call_output', call_id: call.call_id, output: '{"temperature": 21, "unit": "celsius"}' }] });
     check(c2.status === 'completed' && c2.output_text.length > 0 && !c2.output.some((x) => x.type === 'function_call'), 'the call\'s output continues the stored conversation into an answer', c2.output);
+    // the manual loop: the previous output items sent back as input, then the call's output
+    const c3 = await client.responses.create({ model: M, tools: wtool, max_output_tokens: 160, temperature: 0, reasoning: { effort: 'none' },
+      input: [{ role: 'user', content: 'What is the weather in Paris?' }, ...c1.output, { type: 'function_call_output', call_id: call.call_id, output: '{"temperature": 21, "unit": "celsius"}' }] });
+    check(c3.status === 'completed' && c3.output_text === c2.output_text && c3.usage.input_tokens === c2.usage.input_tokens, 'output items echoed back as input == previous_response_id', [c3.output_text, c2.output_text]);
     const ev = [];
     for await (const e of client.responses.stream({ model: M, input: 'What is the weather in Paris?', tools: wtool, max_output_tokens: 160, temperature: 0, reasoning: { effort: 'none' } })) ev.push(e);
     const d = ev.find((e) => e.type === 'response.function_call_arguments.done');
