@@ -374,122 +374,6 @@ static void sample_and_emit(tern_engine *e, engine_req *r, float *logits, const 
     engine_row_emit(e, r, id, &res);
 }
 
-/* ---- sampling on the device ---- */
-
-/* How a step on the device picks its tokens: the host's sampler over the
- * downloaded logits, the device's masked argmax, or the device's sampler
- * (ids only in both). */
-enum { DEV_HOST, DEV_ARGMAX, DEV_SAMPLE };
-
-/* Whether the device's sampler can take r's output rows this step: its
- * distribution depends only on the logits, bias, mask and truncations (no
- * penalties, no logprobs), and a speculating row is greedy (a sampled one
- * needs p(d) of every position for accept/reject: the host). */
-static int row_device_sampleable(const engine_req *r)
-{
-    const sample_params *p = &r->sp;
-    return p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
-           p->n_logprobs < 0 && (r->n_spec == 0 || p->temperature == 0.0f);
-}
-
-static int step_device_mode(const tern_engine *e, int n_out)
-{
-    int greedy = 1;
-    for (int j = 0; j < n_out; j++) {
-        const engine_req *r = e->out_req[j];
-        if (!r || sample_params_is_greedy_plain(&r->sp))
-            continue;
-        greedy = 0;
-        if (!e->srows || !row_device_sampleable(r))
-            return DEV_HOST;
-    }
-    return greedy ? DEV_ARGMAX : DEV_SAMPLE;
-}
-
-/* The device sampler's rows: each output row's parameters (a speculating
- * row's K + 1 positions share them) and, for a sampled row, its one uniform
- * of this step from its own stream, as sample_row would draw it. */
-static void sample_rows_fill(tern_engine *e, int n_out)
-{
-    const engine_req *r = NULL;
-    for (int j = 0; j < n_out; j++) {
-        dev_sample_row *d = &e->srows[j];
-        if (e->out_req[j])
-            r = e->out_req[j];
-        if (!r) { /* not for a planned step: every row starts with its request */
-            memset(d, 0, sizeof *d);
-            continue;
-        }
-        const sample_params *p = &r->sp;
-        d->temperature = p->temperature;
-        d->top_k = p->top_k;
-        d->top_p = p->top_p;
-        d->min_p = p->min_p;
-        d->bias = p->bias;
-        d->n_bias = p->n_bias;
-        d->u = e->out_req[j] && p->temperature > 0.0f ? sample_uniform(&e->out_req[j]->ss) : 0.0;
-    }
-}
-
-/* The grammar masks of r's output positions j .. j + n_spec: position i's
- * is the matcher's after the drafts before it (accepted ahead here, rolled
- * back at the end), as the verification walk will see it if it gets there.
- * A mask that cannot be computed is marked bad (an error only if that
- * position is reached); a draft the grammar refuses ends the walk there. */
-static void masks_ahead(tern_engine *e, engine_req *r, int j)
-{
-    int32_t nw = (e->n_vocab + 31) / 32;
-    int adv = 0;
-    for (int i = 0; i <= r->n_spec; i++) {
-        if (r->cops->fill_mask(r->cctx, e->masks + (size_t)(j + i) * nw, nw)) {
-            e->mask_bad[j + i] = 1;
-            break;
-        }
-        e->mask_on[j + i] = 1;
-        if (i == r->n_spec || r->cops->accept(r->cctx, r->draft[i]))
-            break;
-        adv++;
-    }
-    if (adv > 0 && r->cops->rollback(r->cctx, adv)) { /* the matcher is lost: fail the row */
-        e->mask_bad[j] = 1;
-        e->mask_on[j] = 0;
-    }
-}
-
-/* One forward on the device, the rows' grammar masks computed while it
- * runs. DEV_ARGMAX / DEV_SAMPLE: the device picks each output row's token
- * (masked argmax / the row's sampler) and only the ids come back; DEV_HOST:
- * the logits come down for the host's sampler. */
-static int forward_device(tern_engine *e, const fwd_batch *b, int mode, tern_err *err)
-{
-    int rc = model_forward_start(e->m, &e->kv, b, err);
-    if (rc)
-        return rc;
-    memset(e->mask_on, 0, (size_t)b->n_out);
-    memset(e->mask_bad, 0, (size_t)b->n_out);
-    for (int j = 0; j < b->n_out; j++)
-        if (e->out_req[j] && e->out_req[j]->cops)
-            masks_ahead(e, e->out_req[j], j);
-    if (mode == DEV_ARGMAX)
-        return model_forward_argmax(e->m, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
-    if (mode == DEV_SAMPLE) {
-        sample_rows_fill(e, b->n_out);
-        return model_forward_sample(e->m, e->srows, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
-    }
-    return model_forward_logits(e->m, e->logits, err);
-}
-
-/* Emits the device's choice for output row j (a row without drafts). */
-static void emit_device(tern_engine *e, engine_req *r, int j)
-{
-    if (e->mask_bad[j])
-        engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
-    else if (e->ids[j] < 0)
-        engine_row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
-    else
-        engine_row_emit(e, r, e->ids[j], NULL);
-}
-
 /* Removes finished rows from running[] and drops the engine's reference. */
 static void drop_done(tern_engine *e)
 {
@@ -585,8 +469,9 @@ static void step(tern_engine *e)
     fwd_hidden hid = {n_hid, e->b_hid, e->hidden};
     /* on a device (e->ids set): masks overlap the forward; steps whose rows
      * the device can sample sample there */
-    int dev = e->ids != NULL, mode = dev ? step_device_mode(e, n_out) : DEV_HOST;
-    int rc = dev ? forward_device(e, &b, mode, &err) : model_forward_hidden(e->m, &e->kv, &b, e->logits, &hid, &err);
+    int dev = e->ids != NULL, mode = dev ? engine_device_mode(e, n_out) : ENGINE_DEV_HOST;
+    int rc = dev ? engine_device_forward(e, &b, mode, &err)
+                 : model_forward_hidden(e->m, &e->kv, &b, e->logits, &hid, &err);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     e->st.tokens_prefilled += n - n_out;
@@ -604,10 +489,10 @@ static void step(tern_engine *e)
             float *lg = e->logits + (size_t)j * e->n_vocab;
             engine_premask pm = {dev ? e->masks + (size_t)j * ((e->n_vocab + 31) / 32) : NULL,
                                  dev ? e->mask_on + j : NULL, dev ? e->mask_bad + j : NULL};
-            if (mode != DEV_HOST && r->n_spec > 0)
+            if (mode != ENGINE_DEV_HOST && r->n_spec > 0)
                 spec_verify_ids(e, r, e->ids + j, e->mask_bad + j);
-            else if (mode != DEV_HOST)
-                emit_device(e, r, j);
+            else if (mode != ENGINE_DEV_HOST)
+                engine_device_emit(e, r, j);
             else if (r->n_spec > 0)
                 spec_verify(e, r, lg, dev ? &pm : NULL);
             else
@@ -684,11 +569,7 @@ static void engine_free_memory(tern_engine *e)
     free(e->out_req);
     free(e->logits);
     free(e->mask);
-    free(e->masks);
-    free(e->mask_on);
-    free(e->mask_bad);
-    free(e->ids);
-    free(e->srows);
+    engine_device_free(e);
     free(e->b_hid);
     free(e->hid_req);
     free(e->hidden);
@@ -808,21 +689,8 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
             goto fail;
         }
     }
-    const char *gs = getenv("TERN_GPU_SAMPLING");
-    if (caps.device_argmax && !(gs && !strcmp(gs, "0"))) {
-        e->masks = malloc((size_t)rows * ((e->n_vocab + 31) / 32) * sizeof *e->masks);
-        e->mask_on = malloc((size_t)rows);
-        e->mask_bad = malloc((size_t)rows);
-        e->ids = malloc((size_t)rows * sizeof *e->ids);
-        if (!e->masks || !e->mask_on || !e->mask_bad || !e->ids) {
-            tern_err_set(err, TERN_ENOMEM, "out of memory");
-            goto fail;
-        }
-        if (caps.device_sample && !(e->srows = malloc((size_t)rows * sizeof *e->srows))) {
-            tern_err_set(err, TERN_ENOMEM, "out of memory");
-            goto fail;
-        }
-    }
+    if (engine_device_init(e, rows, err))
+        goto fail;
     e->st.kv_blocks_total = n_blocks;
     e->st.kv_bytes_total = (size_t)n_blocks * per_block;
     pthread_mutex_init(&e->mu, NULL);

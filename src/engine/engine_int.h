@@ -152,6 +152,25 @@ void spec_verify(tern_engine *e, engine_req *r, float *logits, const engine_prem
  * mask could not be computed. */
 void spec_verify_ids(tern_engine *e, engine_req *r, const int32_t *ids, const uint8_t *bad);
 
+/* device.c: sampling on the device. How a step picks its tokens: the
+ * host's sampler over the logits (downloaded from a device, or the CPU's),
+ * the device's masked argmax, or the device's sampler (ids only in both). */
+enum { ENGINE_DEV_HOST, ENGINE_DEV_ARGMAX, ENGINE_DEV_SAMPLE };
+/* Allocates the device-sampling scratch for `rows` output rows when the
+ * model's backend can sample (model_caps_get) and TERN_GPU_SAMPLING is not
+ * 0; else leaves e->ids NULL (the host samples). 0 or TERN_ENOMEM. */
+int engine_device_init(tern_engine *e, int rows, tern_err *err);
+void engine_device_free(tern_engine *e);
+/* The mode of a planned step of n_out output rows (out_req[]). */
+int engine_device_mode(const tern_engine *e, int n_out);
+/* One forward on the device, the rows' grammar masks computed while it
+ * runs (masks, mask_on, mask_bad). ENGINE_DEV_ARGMAX / _SAMPLE: the device
+ * picks each output row's token and only ids come back (ids);
+ * ENGINE_DEV_HOST: the logits come down into e->logits. */
+int engine_device_forward(tern_engine *e, const fwd_batch *b, int mode, tern_err *err);
+/* Emits the device's choice for output row j (a row without drafts). */
+void engine_device_emit(tern_engine *e, engine_req *r, int j);
+
 /* Queues an event (takes ownership of ev's text) and wakes the client. */
 void req_push_event(engine_req *r, engine_event *ev);
 /* Drops one reference; frees r when none is left. */

@@ -1,0 +1,148 @@
+/* Sampling on the device: when the model's backend keeps a forward's
+ * outputs on the device (model_caps_get), a step starts the forward,
+ * computes its rows' grammar masks while the device runs it, and finishes
+ * it the cheapest way its rows allow - the device's masked argmax when
+ * every output row is plain greedy, the device's sampler when every row is
+ * device-sampleable, else the logits come down for the host's sampler
+ * (engine.c's step then samples as on the CPU, with the masks computed
+ * here). Only the engine thread calls these. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_int.h"
+
+int engine_device_init(tern_engine *e, int rows, tern_err *err)
+{
+    model_caps caps;
+    model_caps_get(e->m, &caps);
+    const char *gs = getenv("TERN_GPU_SAMPLING"); /* 0: the host samples (a developer's comparison) */
+    if (!caps.device_argmax || (gs && !strcmp(gs, "0")))
+        return 0;
+    e->masks = malloc((size_t)rows * ((e->n_vocab + 31) / 32) * sizeof *e->masks);
+    e->mask_on = malloc((size_t)rows);
+    e->mask_bad = malloc((size_t)rows);
+    e->ids = malloc((size_t)rows * sizeof *e->ids);
+    if (!e->masks || !e->mask_on || !e->mask_bad || !e->ids ||
+        (caps.device_sample && !(e->srows = malloc((size_t)rows * sizeof *e->srows)))) {
+        engine_device_free(e);
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+void engine_device_free(tern_engine *e)
+{
+    free(e->masks);
+    free(e->mask_on);
+    free(e->mask_bad);
+    free(e->ids);
+    free(e->srows);
+    e->masks = NULL;
+    e->mask_on = e->mask_bad = NULL;
+    e->ids = NULL;
+    e->srows = NULL;
+}
+
+/* Whether the device's sampler can take r's output rows this step: its
+ * distribution depends only on the logits, bias, mask and truncations (no
+ * penalties, no logprobs), and a speculating row is greedy (a sampled one
+ * needs p(d) of every position for accept/reject: the host). */
+static int row_device_sampleable(const engine_req *r)
+{
+    const sample_params *p = &r->sp;
+    return p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+           p->n_logprobs < 0 && (r->n_spec == 0 || p->temperature == 0.0f);
+}
+
+int engine_device_mode(const tern_engine *e, int n_out)
+{
+    int greedy = 1;
+    for (int j = 0; j < n_out; j++) {
+        const engine_req *r = e->out_req[j];
+        if (!r || sample_params_is_greedy_plain(&r->sp))
+            continue;
+        greedy = 0;
+        if (!e->srows || !row_device_sampleable(r))
+            return ENGINE_DEV_HOST;
+    }
+    return greedy ? ENGINE_DEV_ARGMAX : ENGINE_DEV_SAMPLE;
+}
+
+/* The device sampler's rows: each output row's parameters (a speculating
+ * row's K + 1 positions share them) and, for a sampled row, its one uniform
+ * of this step from its own stream, as sample_row would draw it. */
+static void sample_rows_fill(tern_engine *e, int n_out)
+{
+    const engine_req *r = NULL;
+    for (int j = 0; j < n_out; j++) {
+        dev_sample_row *d = &e->srows[j];
+        if (e->out_req[j])
+            r = e->out_req[j];
+        if (!r) { /* not for a planned step: every row starts with its request */
+            memset(d, 0, sizeof *d);
+            continue;
+        }
+        const sample_params *p = &r->sp;
+        d->temperature = p->temperature;
+        d->top_k = p->top_k;
+        d->top_p = p->top_p;
+        d->min_p = p->min_p;
+        d->bias = p->bias;
+        d->n_bias = p->n_bias;
+        d->u = e->out_req[j] && p->temperature > 0.0f ? sample_uniform(&e->out_req[j]->ss) : 0.0;
+    }
+}
+
+/* The grammar masks of r's output positions j .. j + n_spec: position i's
+ * is the matcher's after the drafts before it (accepted ahead here, rolled
+ * back at the end), as the verification walk will see it if it gets there.
+ * A mask that cannot be computed is marked bad (an error only if that
+ * position is reached); a draft the grammar refuses ends the walk there. */
+static void masks_ahead(tern_engine *e, engine_req *r, int j)
+{
+    int32_t nw = (e->n_vocab + 31) / 32;
+    int adv = 0;
+    for (int i = 0; i <= r->n_spec; i++) {
+        if (r->cops->fill_mask(r->cctx, e->masks + (size_t)(j + i) * nw, nw)) {
+            e->mask_bad[j + i] = 1;
+            break;
+        }
+        e->mask_on[j + i] = 1;
+        if (i == r->n_spec || r->cops->accept(r->cctx, r->draft[i]))
+            break;
+        adv++;
+    }
+    if (adv > 0 && r->cops->rollback(r->cctx, adv)) { /* the matcher is lost: fail the row */
+        e->mask_bad[j] = 1;
+        e->mask_on[j] = 0;
+    }
+}
+
+int engine_device_forward(tern_engine *e, const fwd_batch *b, int mode, tern_err *err)
+{
+    int rc = model_forward_start(e->m, &e->kv, b, err);
+    if (rc)
+        return rc;
+    memset(e->mask_on, 0, (size_t)b->n_out);
+    memset(e->mask_bad, 0, (size_t)b->n_out);
+    for (int j = 0; j < b->n_out; j++)
+        if (e->out_req[j] && e->out_req[j]->cops)
+            masks_ahead(e, e->out_req[j], j);
+    if (mode == ENGINE_DEV_ARGMAX)
+        return model_forward_argmax(e->m, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+    if (mode == ENGINE_DEV_SAMPLE) {
+        sample_rows_fill(e, b->n_out);
+        return model_forward_sample(e->m, e->srows, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
+    }
+    return model_forward_logits(e->m, e->logits, err);
+}
+
+void engine_device_emit(tern_engine *e, engine_req *r, int j)
+{
+    if (e->mask_bad[j])
+        engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot compute the token mask");
+    else if (e->ids[j] < 0)
+        engine_row_finish(e, r, ENGINE_FINISH_ERROR, "no token is allowed at this position");
+    else
+        engine_row_emit(e, r, e->ids[j], NULL);
+}
