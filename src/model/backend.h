@@ -57,43 +57,22 @@ typedef struct model_backend {
                    float *logits, tern_err *err);
 
     /* The rest is optional too (NULL on the CPU), for a backend with a
-     * device forward whose KV pool lives in device memory. */
-    /* Allocates the forward's scratch for batches of up to max_t tokens with
-     * up to max_out logits rows (later batches within those bounds allocate
-     * nothing more), then reports the device memory still free, and its total. */
+     * device forward. Each entry is the backend side of a model.h call and
+     * has its contract: mem_reserve - model_mem_reserve, kv_bind -
+     * model_kv_bind, forward_start - model_forward_start, argmax_finish /
+     * logits_finish / sample_finish - model_forward_argmax / _logits /
+     * _sample (exactly one finish after each start). The model.h calls
+     * check the batch and update n_tokens; the backend does neither. A pool
+     * given to kv_bind must not be used after the backend is freed. */
     int (*mem_reserve)(struct model_backend *be, int max_t, int max_out, size_t *free_bytes, size_t *total_bytes,
                        tern_err *err);
-    /* Allocates kv's device mirror now (TERN_ENOMEM with the sizes when it
-     * does not fit) and installs kv's dev_copy hook, so copy-on-write reaches
-     * the device. The pool's host storage is then unused (it may have none).
-     * The pool must not be used after the backend is freed. */
     int (*kv_bind)(struct model_backend *be, kv_pool *kv, tern_err *err);
-    /* Greedy sampling on the device, in two halves so that the host can work
-     * (e.g. compute grammar masks) while the device runs the forward:
-     * forward_start queues a forward with forward's contract (inputs already
-     * checked; model_forward_start updates n_tokens) whose n_out
-     * logits rows stay on the device, and returns without waiting.
-     * One of argmax_finish, sample_finish or logits_finish must follow
-     * (and only one, on this backend). argmax_finish writes
-     * ids[j] = the lowest id among the largest logits of row j, over the
-     * tokens allowed by row j's mask when mask_on[j] (masks: [n_out][n_words]
-     * packed 32-bit words, bit t & 31 of word t >> 5 set = token t allowed;
-     * masks and mask_on may be NULL = no masks), -1 when a masked row allows
-     * nothing (or only -inf logits). It waits for the device. Only ids come
-     * back; the logits never leave the device. */
     int (*forward_start)(struct model_backend *be, tern_model *m, kv_pool *kv, const fwd_batch *b,
                          tern_err *err);
     int (*argmax_finish)(struct model_backend *be, const uint32_t *masks, int32_t n_words, const uint8_t *mask_on,
                          int32_t *ids, tern_err *err);
-    /* The other way to finish a forward_start: downloads its n_out logits
-     * rows into logits[n_out][n_vocab] and waits (host sampling). */
     int (*logits_finish)(struct model_backend *be, float *logits, tern_err *err);
-    /* The third way (optional): sampling on the device. ids[j] = output row
-     * j's draw under rows[j] (masks and mask_on as for argmax_finish), with
-     * sample_row's processing and draw minus penalties and logprobs (the
-     * contract of tcu_sample_rows, cuda_sample.h; temperature 0 rows get
-     * argmax_finish's choice, with their bias), -1 when nothing can be drawn.
-     * Only ids come back. */
+    /* (the CUDA backend's: tcu_sample_rows, cuda_sample.h) */
     int (*sample_finish)(struct model_backend *be, const dev_sample_row *rows, const uint32_t *masks,
                          int32_t n_words, const uint8_t *mask_on, int32_t *ids, tern_err *err);
 } model_backend;
