@@ -554,6 +554,56 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+/* How many KV blocks of per_block bytes the pool gets: --kv-budget, or by
+ * default no more than every row at full context - on the host within half
+ * of free memory; on a device backend (*on_dev set: the pool lives in device
+ * memory, the host keeps only the block bookkeeping) within what the device
+ * has left once both models' weights and forward scratch for cap_tok tokens
+ * and `rows` logits rows (reserved here) are there, less a reserve. At
+ * least 2, or a negative error. */
+static int kv_plan(tern_engine *e, size_t per_block, int cap_tok, int rows, int *on_dev, tern_err *err)
+{
+    model_caps caps, dcaps = {0};
+    model_caps_get(e->m, &caps);
+    if (e->o.draft)
+        model_caps_get(e->o.draft, &dcaps);
+    *on_dev = caps.device_kv;
+    size_t dev_free = 0, dev_total = 0;
+    int rc, maxb = e->o.max_batch;
+    if (*on_dev && dcaps.device_kv &&
+        (rc = model_mem_reserve(e->o.draft, e->o.prefill_chunk + maxb, maxb, &dev_free, &dev_total, err)))
+        return rc;
+    if (*on_dev && (rc = model_mem_reserve(e->m, cap_tok, rows, &dev_free, &dev_total, err)))
+        return rc;
+    size_t budget = e->o.kv_budget_bytes;
+    /* no more than every row at full context */
+    size_t want = per_block * (size_t)((e->o.ctx_size + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT + 1) *
+                  (size_t)e->o.max_batch;
+    if (*on_dev) {
+        /* keep a reserve for the runtime, graphs and library workspaces */
+        size_t margin = ((size_t)256 << 20) + dev_total / 50;
+        size_t room = dev_free > margin ? dev_free - margin : 0;
+        if (budget == 0) {
+            budget = want < room ? want : room;
+        } else if (budget > room) {
+            return tern_err_set(err, TERN_ENOMEM,
+                                "the KV budget (%.2f GB) does not fit in GPU memory: %.2f GB free after the weights, "
+                                "%.2f GB of it kept in reserve; lower --kv-budget (or leave it out to use what fits)",
+                                budget / 1073741824.0, dev_free / 1073741824.0, margin / 1073741824.0);
+        }
+    } else if (budget == 0) {
+        /* half of free memory */
+        budget = mem_available() / 2;
+        if (budget > want || budget == 0)
+            budget = want;
+    }
+    int n_blocks = budget / per_block > (size_t)1 << 30 ? 1 << 30 : (int)(budget / per_block);
+    if (n_blocks < 2)
+        return tern_err_set(err, TERN_ERANGE, "KV budget of %zu bytes holds less than 2 blocks of %d positions%s",
+                            budget, KV_BLOCK_DEFAULT, *on_dev ? " (GPU memory is full)" : "");
+    return n_blocks;
+}
+
 /* Frees the pools and scratch of e and e itself (the thread is gone). */
 static void engine_free_memory(tern_engine *e)
 {
@@ -614,52 +664,8 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
     int kv_dim = model_kv_dim(m);
     size_t per_block = kv_bytes_per_token(c->n_layer, kv_dim) * KV_BLOCK_DEFAULT + spec_block_bytes(e);
     int maxb = e->o.max_batch, rows = maxb * (e->n_draft + 1), cap_tok = e->o.prefill_chunk + rows;
-    /* On a device backend the pool lives in device memory (the host keeps
-     * only the block bookkeeping): size it from what the device has left
-     * once both models' weights and forward scratch are there. */
-    model_caps caps, dcaps = {0};
-    model_caps_get(m, &caps);
-    if (e->o.draft)
-        model_caps_get(e->o.draft, &dcaps);
-    int on_dev = caps.device_kv;
-    size_t dev_free = 0, dev_total = 0;
-    if (on_dev && dcaps.device_kv &&
-        model_mem_reserve(e->o.draft, e->o.prefill_chunk + maxb, maxb, &dev_free, &dev_total, err)) {
-        free(e);
-        return NULL;
-    }
-    if (on_dev && model_mem_reserve(m, cap_tok, rows, &dev_free, &dev_total, err)) {
-        free(e);
-        return NULL;
-    }
-    size_t budget = e->o.kv_budget_bytes;
-    /* no more than every row at full context */
-    size_t want = per_block * (size_t)((e->o.ctx_size + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT + 1) *
-                  (size_t)e->o.max_batch;
-    if (on_dev) {
-        /* keep a reserve for the runtime, graphs and library workspaces */
-        size_t margin = ((size_t)256 << 20) + dev_total / 50;
-        size_t room = dev_free > margin ? dev_free - margin : 0;
-        if (budget == 0) {
-            budget = want < room ? want : room;
-        } else if (budget > room) {
-            tern_err_set(err, TERN_ENOMEM,
-                         "the KV budget (%.2f GB) does not fit in GPU memory: %.2f GB free after the weights, "
-                         "%.2f GB of it kept in reserve; lower --kv-budget (or leave it out to use what fits)",
-                         budget / 1073741824.0, dev_free / 1073741824.0, margin / 1073741824.0);
-            free(e);
-            return NULL;
-        }
-    } else if (budget == 0) {
-        /* half of free memory */
-        budget = mem_available() / 2;
-        if (budget > want || budget == 0)
-            budget = want;
-    }
-    int n_blocks = budget / per_block > (size_t)1 << 30 ? 1 << 30 : (int)(budget / per_block);
-    if (n_blocks < 2) {
-        tern_err_set(err, TERN_ERANGE, "KV budget of %zu bytes holds less than 2 blocks of %d positions%s", budget,
-                     KV_BLOCK_DEFAULT, on_dev ? " (GPU memory is full)" : "");
+    int on_dev = 0, n_blocks = kv_plan(e, per_block, cap_tok, rows, &on_dev, err);
+    if (n_blocks < 0) {
         free(e);
         return NULL;
     }
