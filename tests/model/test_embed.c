@@ -293,14 +293,14 @@ static void test_base_checkpoint(void **state)
         fail_msg("%s", err.msg);
     enum { N = 6 };
     const int32_t ids[N] = {1, 403, 407, 261, 378, 400};
-    int V = a->cfg.n_vocab;
+    int V = model_config_get(a)->n_vocab;
     float *la = malloc((size_t)N * V * sizeof *la), *lb = malloc((size_t)N * V * sizeof *lb);
     tern_model *ms[2] = {a, b};
     float *ls[2] = {la, lb};
     for (int k = 0; k < 2; k++) {
         kv_pool kv;
         kv_seq seq = {0};
-        assert_int_equal(kv_pool_init(&kv, a->cfg.n_layer, a->cfg.n_kv_head * a->cfg.head_dim, 4, 16, &err), 0);
+        assert_int_equal(kv_pool_init(&kv, model_config_get(a)->n_layer, model_kv_dim(a), 4, 16, &err), 0);
         assert_int_equal(kv_seq_reserve(&kv, &seq, N, &err), 0);
         int32_t pos[N], rows[N];
         kv_seq *seqs[N];
