@@ -14,3 +14,5 @@ tern_add_script_test(NAME template.oracle_random
 tern_add_script_test(NAME template.oracle_exprs
   COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare_exprs.py --seed 1 --count 200
   TIMEOUT 300 LABELS no-asan)
+tern_add_script_test(NAME template.demo_hf
+  COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/demo_hf.py TIMEOUT 120)
