@@ -233,6 +233,10 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
         for (int t = 0; tf && tf->triggers[t]; t++)
             if (toolfmt_trigger_token(s->tok, tf->triggers[t]) >= 0)
                 p.skip_special = 0;
+        /* so must thought delimiters that are special tokens (the splitter reads text) */
+        if (j->req.kind == API_CHAT && s->has_think &&
+            (tokenizer_is_special(s->tok, s->think.open_id) || tokenizer_is_special(s->tok, s->think.close_id)))
+            p.skip_special = 0;
         p.cache_boundary = cache_boundary;
         tern_err te;
         if (structured_attach(s, &j->req, prompt, n_prompt, cache_boundary, &p, err) ||

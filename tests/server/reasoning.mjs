@@ -38,6 +38,7 @@ function thinkTokens(lp) {
 }
 
 let srv = await startServer([]);
+let ref = null; // the greedy split of the plain demo, for the special-delimiter copy
 try {
   const client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'none', maxRetries: 0, timeout: 60000 });
   const greedy = { model: M, messages: msgs, max_tokens: 160, temperature: 0 };
@@ -45,6 +46,7 @@ try {
   // ---- non-streamed split
   const r = await client.chat.completions.create(greedy);
   const m = r.choices[0].message;
+  ref = m;
   check(typeof m.reasoning_content === 'string' && m.reasoning_content.length > 0, 'reasoning_content holds the thought', m);
   check(m.reasoning === m.reasoning_content, 'reasoning is an alias of reasoning_content', m);
   check(!m.content.includes('<think>') && !m.content.includes('</think>') && !m.reasoning_content.includes('think>'), 'no delimiters left in either part', m);
@@ -118,6 +120,27 @@ try {
   await expect400(client.chat.completions.create({ ...greedy, include_reasoning: 'yes' }), 'include_reasoning not a boolean', 'include_reasoning');
 } finally {
   { const ex = await srv.stop(); check(ex.code === 0 && !/Sanitizer|runtime error|LeakSanitizer/.test(srv.log()), 'server exits cleanly (no sanitizer report)', { ex, log: srv.log().slice(-1500) }); }
+}
+
+// ---- thought delimiters that are special tokens (detokenization would drop them): a demo
+// copy whose tokenizer.json marks <think> / </think> special must split the same way
+{
+  const dir = path.join(process.env.TERN_BUILD || path.join(ROOT, 'build'), 'reasoning-special');
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true });
+  for (const f of fs.readdirSync(MODEL)) if (f !== 'tokenizer.json') fs.symlinkSync(path.join(MODEL, f), path.join(dir, f));
+  const tj = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8'));
+  for (const a of tj.added_tokens) if (a.content === '<think>' || a.content === '</think>') a.special = true;
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tj));
+  srv = await startServer(['--model-name', M], { model: dir });
+  try {
+    const client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'none', maxRetries: 0, timeout: 60000 });
+    const x = (await client.chat.completions.create({ model: M, messages: msgs, max_tokens: 160, temperature: 0 })).choices[0].message;
+    check(ref && x.reasoning_content === ref.reasoning_content && x.content === ref.content, 'special-token delimiters: the same split', { x, ref });
+  } finally {
+    { const ex = await srv.stop(); check(ex.code === 0 && !/Sanitizer|runtime error|LeakSanitizer/.test(srv.log()), 'server exits cleanly (no sanitizer report)', { ex, log: srv.log().slice(-1500) }); }
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 // ---- --reasoning-budget: the engine closes the block itself
