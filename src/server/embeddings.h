@@ -47,7 +47,8 @@ void embed_request_free(embed_request *r);
 char *embed_response_json(const char *model, const float *const *vecs, size_t n, int dim, int base64,
                           long long n_tokens);
 
-/* Truncates v to its first d values and L2-normalises them (Matryoshka). */
+/* Matryoshka `dimensions`: L2-normalises the first d values of v in place
+ * (the response then carries only those d). */
 void embed_truncate(float *v, int d);
 
 #endif
