@@ -4,8 +4,8 @@
 // content, streamed == non-streamed; the raw output of the same prompt
 // (rendered by @huggingface/jinja, encoded by HF tokenizers, sent to
 // /v1/completions) is exactly <think> thought </think> answer;
-// chat.completions.parse with a JSON schema parses the answer while
-// thinking; include_reasoning, reasoning_effort, enable_thinking and
+// chat.completions.parse with a JSON schema and with a zod schema
+// (zodResponseFormat) parses the answer while thinking; include_reasoning, reasoning_effort, enable_thinking and
 // --reasoning-budget (counted in tokens through logprobs).
 import fs from 'node:fs';
 import path from 'node:path';
@@ -114,6 +114,25 @@ try {
     if (pm.reasoning_content) thought++;
   }
   check(parsed >= 3 && thought >= 1, 'chat.completions.parse with thinking on: parsed answers, a non-empty thought', { parsed, thought });
+  // the same with a zod schema (the client's zodResponseFormat helper)
+  const { z } = require('zod');
+  const { zodResponseFormat } = require('openai/helpers/zod');
+  const Person = z.object({ name: z.string().max(24), age: z.number().int().min(0).max(150) });
+  let zParsed = 0, zThought = 0;
+  for (const seed of [1, 2, 3, 4, 5, 6]) {
+    let p;
+    try {
+      p = await client.chat.completions.parse({ model: M, messages: [{ role: 'user', content: 'Describe a person as JSON.' }], max_tokens: 300, temperature: 0.7, seed,
+        response_format: zodResponseFormat(Person, 'person') });
+    } catch (e) {
+      if (e && e.constructor && e.constructor.name === 'LengthFinishReasonError') continue;
+      throw e;
+    }
+    const pm = p.choices[0].message;
+    if (check(Person.safeParse(pm.parsed).success, `zod seed ${seed}: parsed object passes the zod schema`, pm)) zParsed++;
+    if (pm.reasoning_content) zThought++;
+  }
+  check(zParsed >= 3 && zThought >= 1, 'chat.completions.parse with a zod schema, thinking on', { zParsed, zThought });
 
   // ---- bad input
   await expect400(client.chat.completions.create({ ...greedy, reasoning_effort: 'max' }), 'unknown reasoning_effort', 'reasoning_effort');
