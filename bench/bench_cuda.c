@@ -4,16 +4,16 @@
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] MODEL_DIR...
  *   bench_cuda --gemv
  *
- * --gemv (no model files): every GEMV variant (TERN_CUDA_GEMV) on random
+ * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
- * RMSNorm before them - fused or not, as the variant does it in the model -
+ * RMSNorm before them - fused or not, as the kernel does it in the model -
  * and gate/up's SwiGLU epilogue, o, down, lm_head), bf16 / 4-bit / 8-bit g64, T = 1, 8, 32:
  * time per launch in a CUDA graph of 20 launches (as a decode step runs
  * them), GB/s of weight bytes next to the copy bandwidth, relative
  * error of sampled rows against a double CPU reference, bitwise batch
  * invariance (T = 1 and T = 32 against T = 8), then the GEMV-only decode
- * step per model and variant. TERN_BENCH_GEMV_VARIANTS="4,16" runs only
- * the variants listed.
+ * step per model and kernel. TERN_BENCH_GEMV="staged,tensor" runs only
+ * the kernels listed.
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
@@ -33,6 +33,7 @@
 
 #include "base/rng.h"
 #include "model/backend.h"
+#include "model/backend_cuda.h"
 #include "model/model.h"
 #ifdef TERN_CUDA
 #include <cuda_runtime_api.h>
@@ -230,12 +231,12 @@ out:
     free(sp);
     return rc;
 }
-/* ---- --gemv: the GEMV variants alone on random weights (no model files) ---- */
+/* ---- --gemv: the GEMV kernels alone on random weights (no model files) ---- */
 
 typedef struct gv_shape {
     const char *model, *name;
     int n_out, n_in, glu, count; /* count: launches of this shape per decode step */
-    int norm; /* RMSNorm of the inputs first (fused where the variant can; lm_head: the final norm) */
+    int norm; /* RMSNorm of the inputs first (fused where the kernel can; lm_head: the final norm) */
 } gv_shape;
 
 static const gv_shape gv_shapes[] = {
@@ -287,8 +288,8 @@ static void gv_point(tcu_gemv_args *a, int c, void *const *w, float *const *sb, 
  * captured in one CUDA graph as a decode step runs them (launches timed
  * one by one between events would count each launch's overhead); best of
  * three replays, after three eager warm-up launches */
-static double gv_time(tcu_gemv_args *a, int nc, void *const *w, float *const *sb, size_t wstride, size_t sbstride,
-                      cudaEvent_t *ev)
+static double gv_time(tcu_gemv_args *a, const tcu_opts *o, int nc, void *const *w, float *const *sb, size_t wstride,
+                      size_t sbstride, cudaEvent_t *ev)
 {
     cudaStream_t st;
     cudaGraph_t g = NULL;
@@ -299,14 +300,14 @@ static double gv_time(tcu_gemv_args *a, int nc, void *const *w, float *const *sb
     int ok = 1;
     for (int r = 0; r < 3 && ok; r++) {
         gv_point(a, r % nc, w, sb, wstride, sbstride);
-        ok = cu_ok(tcu_gemv(a, (tcu_stream)st), "gemv");
+        ok = cu_ok(tcu_gemv(a, o, (tcu_stream)st), "gemv");
     }
     ok = ok && cu_ok(cudaStreamSynchronize(st), "gemv warm-up") &&
          cu_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
     if (ok) {
         for (int r = 0; r < GV_REPS && ok; r++) {
             gv_point(a, r % nc, w, sb, wstride, sbstride);
-            ok = cu_ok(tcu_gemv(a, (tcu_stream)st), "gemv");
+            ok = cu_ok(tcu_gemv(a, o, (tcu_stream)st), "gemv");
         }
         ok = cu_ok(cudaStreamEndCapture(st, &g), "capture") && ok;
     }
@@ -329,26 +330,31 @@ static double gv_time(tcu_gemv_args *a, int nc, void *const *w, float *const *sb
 
 static int gemv_bench(void)
 {
-    int nv = TCU_GEMV_N_VARIANTS, bad = 0;
+    int nv = TCU_GEMV_N, bad = 0;
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
     printf("== gemv micro-benchmark: device copy bandwidth (read + write) %.0f GB/s; time per launch in a graph of %d "
            "launches (best of 3 replays), weights rotated over >= 256 MB\n",
            bw / 1e9, GV_REPS);
-    /* TERN_BENCH_GEMV_VARIANTS="4,14,16": only those (default: all) */
-    int want[TCU_GEMV_N_VARIANTS];
-    const char *wl = getenv("TERN_BENCH_GEMV_VARIANTS");
+    /* TERN_BENCH_GEMV="staged,tensor": only those (default: all) */
+    int want[TCU_GEMV_N];
+    const char *wl = getenv("TERN_BENCH_GEMV");
     for (int v = 0; v < nv; v++)
         want[v] = !(wl && *wl);
     for (const char *p = wl; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
-        int v = atoi(p);
-        if (v >= 0 && v < nv)
-            want[v] = 1;
+        int v = 0;
+        while (v < nv && !(strlen(tcu_gemv_name(v)) == strcspn(p, ",") && !strncmp(p, tcu_gemv_name(v), strcspn(p, ","))))
+            v++;
+        if (v == nv) {
+            fprintf(stderr, "bench_cuda: TERN_BENCH_GEMV=%s: kernels are plain, staged, by-shape, tensor, auto\n", wl);
+            return 2;
+        }
+        want[v] = 1;
     }
     for (int v = 0; v < nv; v++)
-        printf("   variant %d: %s%s\n", v, tcu_gemv_variant_name(v), want[v] ? "" : " (not run)");
-    /* ms[shape][kind][variant][T] */
-    static double ms[GV_NSHAPE][3][TCU_GEMV_N_VARIANTS][3];
-    static int vbad[3][TCU_GEMV_N_VARIANTS]; /* failed a check: never "best" */
+        printf("   kernel %s%s\n", tcu_gemv_name(v), want[v] ? "" : " (not run)");
+    /* ms[shape][kind][kernel][T] */
+    static double ms[GV_NSHAPE][3][TCU_GEMV_N][3];
+    static int vbad[3][TCU_GEMV_N]; /* failed a check: never "best" */
     cudaEvent_t ev[2 * GV_REPS];
     for (int i = 0; i < 2 * GV_REPS; i++)
         cudaEventCreate(&ev[i]);
@@ -361,7 +367,7 @@ static int gemv_bench(void)
     if (!cu_ok(cudaMalloc((void **)&gain, sizeof(float) * NIN_MAX), "alloc") ||
         !cu_ok(cudaMalloc((void **)&nout, sizeof(float) * TMAX * NIN_MAX), "alloc"))
         return 1;
-    /* the tensor-core variant's stage, as the backend passes it (TERN_BENCH_STAGE=0: none, each block splits) */
+    /* the tensor-core kernel's stage, as the backend passes it (TERN_BENCH_STAGE=0: none, each block splits) */
     void *stage = NULL;
     const size_t stage_bytes = (size_t)NIN_MAX * 204;
     const char *se = getenv("TERN_BENCH_STAGE");
@@ -369,7 +375,7 @@ static int gemv_bench(void)
         return 1;
     float *hx = malloc(sizeof(float) * TMAX * NIN_MAX), *hy = malloc(sizeof(float) * 3 * TMAX * NOUT_MAX);
     float *hg = malloc(sizeof(float) * NIN_MAX);
-    printf("%-4s %-8s %-6s %3s %2s %9s %8s %6s %9s %s\n", "mdl", "shape", "kind", "T", "v", "us", "GB/s", "%copy",
+    printf("%-4s %-8s %-6s %3s %-8s %9s %8s %6s %9s %s\n", "mdl", "shape", "kind", "T", "gemv", "us", "GB/s", "%copy",
            "relerr", "batch-invariant");
     for (int si = 0; si < GV_NSHAPE; si++) {
         const gv_shape *sh = &gv_shapes[si];
@@ -438,7 +444,9 @@ static int gemv_bench(void)
                     vbad[ki][v] = 1;
                     continue;
                 }
-                tcu_gemv_set_variant(-1, v);
+                tcu_opts o;
+                tcu_opts_init(&o);
+                o.gemv_bf16 = o.gemv_q4 = o.gemv_q8 = v;
                 tcu_gemv_args a;
                 memset(&a, 0, sizeof a);
                 a.n = nm;
@@ -462,7 +470,7 @@ static int gemv_bench(void)
                     a.T = gv_Ts[ti];
                     a.m[0].y = ys[ti];
                     a.m[1].y = ys[ti] + (size_t)TMAX * sh->n_out; /* glu: unused */
-                    ms[si][ki][v][ti] = gv_time(&a, nc, w, sb, wb, sbn, ev);
+                    ms[si][ki][v][ti] = gv_time(&a, &o, nc, w, sb, wb, sbn, ev);
                 }
                 /* correctness on copy 0: T = 8 against the reference; T = 1
                  * (token 5 alone) and T = 32 (first 8 tokens) bitwise against T = 8 */
@@ -477,7 +485,7 @@ static int gemv_bench(void)
                     a.x = x + (Ts[ti] == 1 ? (size_t)5 * sh->n_in : 0);
                     a.m[0].y = ys[ti];
                     a.m[1].y = ys[ti] + (size_t)TMAX * sh->n_out;
-                    cu_ok(tcu_gemv(&a, NULL), "gemv");
+                    cu_ok(tcu_gemv(&a, &o, NULL), "gemv");
                 }
                 a.x = x;
                 if (!cu_ok(cudaDeviceSynchronize(), "gemv check"))
@@ -504,12 +512,11 @@ static int gemv_bench(void)
                 }
                 for (int ti = 0; ti < 3; ti++) {
                     double t_ms = ms[si][ki][v][ti], gbs = bytes / (t_ms * 1e-3) / 1e9;
-                    printf("%-4s %-8s %-6s %3d %2d %9.1f %8.0f %5.0f%% %9.2e %s\n", sh->model, sh->name,
-                           gv_kind_names[ki], gv_Ts[ti], v, t_ms * 1e3, gbs, 100 * gbs * 1e9 / bw, rel,
+                    printf("%-4s %-8s %-6s %3d %-8s %9.1f %8.0f %5.0f%% %9.2e %s\n", sh->model, sh->name,
+                           gv_kind_names[ki], gv_Ts[ti], tcu_gemv_name(v), t_ms * 1e3, gbs, 100 * gbs * 1e9 / bw, rel,
                            ti ? "" : inv1 && inv32 ? "yes" : !inv1 ? "NO (T=1 vs T=8)" : "NO (T=32 vs T=8)");
                 }
             }
-            tcu_gemv_variant_reset();
             for (int c = 0; c < nc; c++) {
                 cudaFree(w[c]);
                 cudaFree(sb[c]);
@@ -517,11 +524,11 @@ static int gemv_bench(void)
             fflush(stdout);
         }
     }
-    /* compact: GB/s of every variant per shape, kind and T */
-    printf("== GB/s of weight bytes per variant (copy bandwidth %.0f GB/s)\n%-4s %-8s %-6s %3s", bw / 1e9, "mdl",
+    /* compact: GB/s of every kernel per shape, kind and T */
+    printf("== GB/s of weight bytes per kernel (copy bandwidth %.0f GB/s)\n%-4s %-8s %-6s %3s", bw / 1e9, "mdl",
            "shape", "kind", "T");
     for (int v = 0; v < nv; v++)
-        printf(" %6s%d", "v", v);
+        printf(" %8s", tcu_gemv_name(v));
     printf("\n");
     for (int si = 0; si < GV_NSHAPE; si++)
         for (int ki = 0; ki < 3; ki++)
@@ -532,7 +539,7 @@ static int gemv_bench(void)
                                              (kind == TCU_BF16 ? 0 : (size_t)sh->n_out * (sh->n_in / GV_GROUP) * 8));
                 printf("%-4s %-8s %-6s %3d", sh->model, sh->name, gv_kind_names[ki], gv_Ts[ti]);
                 for (int v = 0; v < nv; v++)
-                    printf(" %7.0f", bytes / (ms[si][ki][v][ti] * 1e-3) / 1e9);
+                    printf(" %8.0f", bytes / (ms[si][ki][v][ti] * 1e-3) / 1e9);
                 printf("\n");
             }
     /* GEMV-only decode step per model: sum over the shapes of count * time */
@@ -540,7 +547,7 @@ static int gemv_bench(void)
            "step / copy bandwidth)\n");
     printf("%-4s %-6s %3s", "mdl", "kind", "T");
     for (int v = 0; v < nv; v++)
-        printf("   v%d tok/s %%roof", v);
+        printf(" %8s tok/s %%roof", tcu_gemv_name(v));
     printf("  best\n");
     const char *models[2] = {"8b", "1b"};
     for (int mi = 0; mi < 2; mi++)
@@ -561,15 +568,15 @@ static int gemv_bench(void)
                         step += sh->count * ms[si][ki][v][ti] * 1e-3;
                         bytes += (double)sh->count * nm * (wb + sbb);
                     }
-                    printf("  %10.0f %4.0f%%", gv_Ts[ti] / step, 100 * bytes / step / bw);
+                    printf("  %14.0f %4.0f%%", gv_Ts[ti] / step, 100 * bytes / step / bw);
                     if (step < bt && !vbad[ki][v]) {
                         bt = step;
                         best = v;
                     }
                 }
-                printf("  v%d\n", best);
+                printf("  %s\n", tcu_gemv_name(best));
             }
-    printf("== gemv check: %s\n", bad ? "FAILED (see relerr / batch-invariant columns)" : "all variants within 2e-5 of "
+    printf("== gemv check: %s\n", bad ? "FAILED (see relerr / batch-invariant columns)" : "all kernels within 2e-5 of "
                                                                                           "the reference, batch-invariant");
     for (int i = 0; i < 2 * GV_REPS; i++)
         cudaEventDestroy(ev[i]);
@@ -632,14 +639,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cuda: no GPU\n");
         return 2;
     }
+    tern_err oerr = {0};
+    tcu_opts opts; /* the defaults with the environment's overrides, as the backend takes them */
+    if (model_cuda_opts_from_env(&opts, &oerr))
+        return die(&oerr);
+    char desc[512];
+    tcu_opts_format(&opts, desc, sizeof desc);
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
-    printf("device copy bandwidth (read + write): %.0f GB/s; GEMV variants bf16 %d, 4-bit %d, 8-bit %d; "
-           "programmatic dependent launch %s\n",
-           bw / 1e9, tcu_gemv_variant(TCU_BF16), tcu_gemv_variant(TCU_Q4), tcu_gemv_variant(TCU_Q8),
-           tcu_pdl() == 1   ? "on"
-           : tcu_pdl() == 2 ? "on for 4/8-bit GEMVs"
-           : tcu_pdl() == 3 ? "on but for 16-bit GEMVs"
-                            : "off");
+    printf("device copy bandwidth (read + write): %.0f GB/s; options: %s\n", bw / 1e9, desc);
     printf("%-28s %8s %9s %9s %7s %9s %9s %9s %9s %9s %10s %s\n", "model", "weightGB", "roof t/s", "b1 t/s", "%roof",
            "b8 t/s", "b32 t/s", "b128 t/s", "b8 blas", "b32 blas", "prefill/s", "check");
     for (int a = first; a < argc; a++) {
@@ -648,7 +655,7 @@ int main(int argc, char **argv)
         tern_model *m = model_load_ex(argv[a], &o, &err);
         if (!m)
             return die(&err);
-        model_backend *cpu = model_backend_get(m), *gpu = model_backend_cuda_new(m, 0, &err);
+        model_backend *cpu = model_backend_get(m), *gpu = model_backend_cuda_new_opts(m, 0, &opts, &err);
         if (!gpu)
             return die(&err);
         const model_config *c = model_config_get(m);
@@ -699,11 +706,6 @@ int main(int argc, char **argv)
             double b1 = (steps - 2) / t1, roof = bw / wb;
             printf("%-28s %8.2f %9.0f %9.1f %6.0f%% (batch 1 only) %s\n", name, wb / 1e9, roof, b1, 100 * b1 / roof,
                    chk);
-            double us[6];
-            if (getenv("TERN_CUDA_STEP_TRACE") && tcu_step_count() > 0 && !tcu_step_trace(c->n_layer, us))
-                printf("  one-launch step (last): q/k/v %.2f, attention %.2f, o %.2f, gate/up %.2f, down %.2f us a layer; "
-                       "%.1f us in all\n",
-                       us[0], us[1], us[2], us[3], us[4], us[5]);
             goto next_model;
         }
         double t8 = t1 >= 0 ? decode_run(m, &kv, 8, n_prompt, steps, prompt, logits, &err) : -1;
@@ -712,10 +714,10 @@ int main(int argc, char **argv)
         double tp = t128 >= 0 ? prefill_run(m, &kv, n_prefill, prompt, logits, &err) : -1;
         if (tp < 0)
             return die(&err);
-        /* batches through cuBLAS (TERN_CUDA_GEMM_MIN_T=2): faster, not batch-invariant */
-        setenv("TERN_CUDA_GEMM_MIN_T", "2", 1);
-        model_backend *blas = model_backend_cuda_new(m, 0, &err);
-        unsetenv("TERN_CUDA_GEMM_MIN_T");
+        /* batches through cuBLAS (gemm_min_t 2): faster, not batch-invariant */
+        tcu_opts ob = opts;
+        ob.gemm_min_t = 2;
+        model_backend *blas = model_backend_cuda_new_opts(m, 0, &ob, &err);
         if (!blas)
             return die(&err);
         model_backend_swap(m, blas);
@@ -727,9 +729,9 @@ int main(int argc, char **argv)
             return die(&err);
         /* eager (no graph) batch-1 and batch-32 runs with every launch timed: where a
          * decode step's time goes */
-        setenv("TERN_CUDA_GRAPHS", "0", 1);
-        model_backend *eager = model_backend_cuda_new(m, 0, &err);
-        unsetenv("TERN_CUDA_GRAPHS");
+        tcu_opts oe = opts;
+        oe.graphs = 0;
+        model_backend *eager = model_backend_cuda_new_opts(m, 0, &oe, &err);
         if (!eager)
             return die(&err);
         model_backend_swap(m, eager);

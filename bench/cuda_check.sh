@@ -14,14 +14,15 @@
 # the machine lacks); else it builds with -DTERN_CUDA=ON into build-cuda-check.
 # TOK: a Llama 3 tokenizer folder (default .device/llama3). SHARED: the
 # ../shared stand-in holding models/stories260K (default .device/shared).
-# SIZES="1b 8b" picks the bench fixtures. GEMV: the variants the tests and
-# the model bench use ("k" or "kb,k4,k8" as TERN_CUDA_GEMV; "auto": the
-# micro-benchmark's fastest at batch 1 on the 8B shapes, per kind; default
-# "keep": the built-in TCU_GEMV_DEFAULT). AB="1b": sizes also benched with
-# variant 0 (the old kernel) for an A/B at the model level (default "":
-# skipped). PDL="1b 8b": sizes benched again with programmatic dependent
-# launch flipped (TERN_CUDA_PDL) and the CPU check ("" skips). EXTRA="VAR=VAL ...": one more 1b bench per
-# assignment with it set (e.g. EXTRA="TERN_CUDA_ATTN_FUSE=0 TERN_CUDA_GEMV=0").
+# SIZES="1b 8b" picks the bench fixtures. GEMV: the kernels the tests and
+# the model bench use ("k" or "kb,k4,k8" as TERN_CUDA_GEMV, by name;
+# "fastest": the micro-benchmark's fastest at batch 1 on the 8B shapes, per
+# kind; default "keep": the built-in defaults, tcu_opts_init). AB="1b":
+# sizes also benched with the plain kernel for an A/B at the model level
+# (default "": skipped). PDL="1b 8b": sizes benched again with programmatic
+# dependent launch flipped (TERN_CUDA_PDL) and the CPU check ("" skips).
+# EXTRA="VAR=VAL ...": one more 1b bench per assignment with it set (e.g.
+# EXTRA="TERN_CUDA_ATTN_FUSE=0 TERN_CUDA_GEMV=plain").
 set -u
 OUT=${1:?usage: bench/cuda_check.sh OUT_DIR}
 TOK=${TOK:-.device/llama3}
@@ -62,23 +63,23 @@ echo "gemv rc $?"
 awk '/^== GB\/s/{p=1} /^== GEMV-only/{p=2} p==1 && ($4 == 1 || $1 == "mdl" || /^==/) {print} p==2 {print}' "$OUT/gemv.txt"
 grep -E "NO \(|rror" "$OUT/gemv.txt" | head -20
 GEMV=${GEMV:-keep}
-if [ "$GEMV" = auto ]; then
-  best() { awk -v k="$1" '$1 == "8b" && $2 == k && $3 == 1 && NF > 6 {b=$NF} END {sub("v", "", b); print b}' "$OUT/gemv.txt"; }
+if [ "$GEMV" = fastest ]; then
+  best() { awk -v k="$1" '$1 == "8b" && $2 == k && $3 == 1 && NF > 6 {b=$NF} END {print b}' "$OUT/gemv.txt"; }
   vb=$(best bf16); v4=$(best q4g64); v8=$(best q8g64)
-  GEMV=${vb:-0},${v4:-0},${v8:-0}
+  GEMV=${vb:-plain},${v4:-plain},${v8:-plain}
 fi
 if [ "$GEMV" != keep ]; then
   export TERN_CUDA_GEMV=$GEMV
 fi
-echo "GEMV variants for the tests and the model bench (bf16,q4,q8): ${TERN_CUDA_GEMV:-built-in default}"
+echo "GEMV kernels for the tests and the model bench (bf16,q4,q8): ${TERN_CUDA_GEMV:-built-in default}"
 
 stamp tests
 timeout 300 "$B/tests/cuda_test_cuda" > "$OUT/test.log" 2>&1
 echo "test rc $?"
 grep -E "rel err|OK \]|FAILED|SKIPPED|PASSED|identical|differ|rror" "$OUT/test.log" | grep -v "matmul kind" | head -60
-# products: worst relative error per GEMV variant (every kind, n_in, T)
-awk '/matmul kind/ && /gemv variant/ {for (i = 1; i < NF; i++) {if ($i == "variant") v = $(i + 1); if ($i == "err") e = $(i + 1)}
-     if (e + 0 > m[v] + 0) m[v] = e} END {for (v in m) printf "products gemv variant %s: worst rel err %s\n", v, m[v]}' "$OUT/test.log" | sort
+# products: worst relative error per GEMV kernel (every kind, n_in, T)
+awk '/matmul kind/ && / gemv / {for (i = 1; i < NF; i++) {if ($i == "gemv") v = $(i + 1); if ($i == "err") e = $(i + 1)}
+     if (e + 0 > m[v] + 0) m[v] = e} END {for (v in m) printf "products gemv %s: worst rel err %s\n", v, m[v]}' "$OUT/test.log" | sort
 
 for s in $SIZES; do
   stamp "fixtures $s"
@@ -90,13 +91,13 @@ M=""
 for s in $SIZES; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done
 "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 32 --prefill ${PREFILL:-2048} $M 2>&1 | tee "$OUT/bench.txt"
 if [ -n "$AB" ]; then
-  stamp "A/B: variant 0 on $AB"
+  stamp "A/B: the plain GEMV on $AB"
   M=""
   for s in $AB; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done
-  TERN_CUDA_GEMV=0 "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 0 $M 2>&1 | tee "$OUT/bench-v0.txt"
+  TERN_CUDA_GEMV=plain "$B/bench/bench_cuda" --prompt 128 --tokens 66 --check 0 $M 2>&1 | tee "$OUT/bench-plain.txt"
 fi
 if [ -n "$PDL" ]; then
-  flip=$([ "${TERN_CUDA_PDL:-0}" = 1 ] && echo 0 || echo 1)
+  flip=$([ "${TERN_CUDA_PDL:-1}" = 1 ] && echo 0 || echo 1)
   stamp "A/B: TERN_CUDA_PDL=$flip on $PDL"
   M=""
   for s in $PDL; do M="$M $FX/llama-$s-bf16 $FX/llama-$s-q4"; done

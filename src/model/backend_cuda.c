@@ -10,11 +10,16 @@
  *    steps (T < gemm_min_t) are captured once per (T, n_out) as CUDA graphs.
  * Products: our GEMV kernels (one warp per output row, batch-invariant) for
  * T < gemm_min_t (default 33), cuBLAS (bf16 inputs, f32 accumulation) above.
- * Without TERN_CUDA this file only provides the "not built" error. */
+ * Every choice among kernels is a field of the backend's tcu_opts, filled
+ * once when it is made (backend_cuda.h). Without TERN_CUDA this file only
+ * provides the "not built" error. */
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/backend_cuda.h"
 #include "model/model_int.h"
 
 #ifndef TERN_CUDA
@@ -25,6 +30,18 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     (void)device;
     tern_err_set(err, TERN_EUNSUPPORTED, "this tern was built without CUDA (build with make CUDA=1)");
     return NULL;
+}
+
+model_backend *model_backend_cuda_new_opts(tern_model *m, int device, const tcu_opts *o, tern_err *err)
+{
+    (void)o;
+    return model_backend_cuda_new(m, device, err);
+}
+
+int model_cuda_opts_from_env(tcu_opts *o, tern_err *err)
+{
+    memset(o, 0, sizeof *o);
+    return tern_err_set(err, TERN_EUNSUPPORTED, "this tern was built without CUDA (build with make CUDA=1)");
 }
 
 int model_cuda_device_count(void) { return 0; }
@@ -47,40 +64,15 @@ int model_cuda_device_count(void) { return 0; }
 #define CU_QKV_FUSE_MAX_T 2
 /* Attention positions a split in steps of several sequences (split_len of
  * tcu_attn_args; 128-194-token contexts, against 16 splits: 8B bf16 b8 /
- * b32 +7% / +9%, 1B +12% / +14%, 4-bit +7-14%; 64 and 32 were slower). */
+ * b32 +7% / +9%, 1B +12% / +14%, 4-bit +7-14%; 64 and 32 were slower). A
+ * step of one token takes tcu_opts.split_len1 (16: one load of each warp's
+ * K/V rows, which the fused kernel requests before its wait). */
 #define CU_SPLIT_LEN 128
-/* The same for a step of one token: one split a 16 positions (one load of
- * each warp's K/V rows, which the fused kernel requests before its wait),
- * up to CU_GRAPH_SPLIT - TERN_CUDA_SPLIT_LEN1, 0: always CU_GRAPH_SPLIT */
-#define CU_SPLIT_LEN1 16
-/* One-token products whose weights may be requested before the launch
- * waits for the kernel before it (tcu_gemv_args.early; TERN_CUDA_EARLY =
- * the sum of those wanted, default CU_PROD_DOWN): down follows gate/up,
- * whose last of 4.5 waves leaves the memory half idle - the down blocks
- * already resident fill it (8B bf16 batch 1 +0.3-0.9%); measured on the
- * H200 at batch 1, the o product after the attention and lm_head gained
- * nothing, gate/up (after the short o launch) lost 3%, q/k/v 1.3%
- * (docs/cuda.md). */
-#define CU_PROD_O 1
-#define CU_PROD_GU 2
-#define CU_PROD_DOWN 4
-#define CU_PROD_QKV 8
-#define CU_PROD_LM 16
-/* One-token bf16 products whose weights stream through a shared-memory
- * ring (tcu_gemv_args.ring; TERN_CUDA_RING = the sum of those wanted, same
- * bits as TERN_CUDA_EARLY): gate/up, whose 4.5 waves of register-kernel
- * blocks end in a ragged one (H200 batch 1: 8B bf16 +4.4%, 1B +6.5%), and
- * down where its rows fit the ring's 8 slots (1B +3.6%; the 8B rows do
- * not, and keep the register kernel); o, q/k/v and lm_head lost on it
- * (docs/cuda.md) */
-#define CU_RING_DEFAULT (CU_PROD_GU | CU_PROD_DOWN)
-/* what mm_dev / mm_dev_norm pass to a product's GEMV launch */
+/* What mm_dev / mm_dev_norm pass to a product's GEMV launch, from the
+ * product's bits in tcu_opts.early and .ring (why down is early and gate/up
+ * and down take the ring by default: docs/cuda.md). */
 #define CU_OPT_EARLY 1
 #define CU_OPT_RING 2
-/* tcu_step's L2 prefetch: percent of the o weights during the attention,
- * KiB a warp of its next product before a barrier */
-#define CU_STEP_PF_O 100
-#define CU_STEP_PF_KB 0
 
 /* Device copies are found by the host weight's identity (addresses, shape,
  * kind): a caller of the table must not reuse a weight's memory for other
@@ -132,22 +124,11 @@ typedef struct cu_backend {
     float *tx, *ty;
     uint16_t *txh;
     size_t cap_tx, cap_ty, cap_txh;
-    int gemm_min_t, use_graphs;
+    tcu_opts opts; /* filled when the backend is made, read-only after */
     int wide; /* the forward carries two or more sequences (tcu_gemv_args.wide) */
     int fused; /* the forward's attention is tcu_qkv_attention (cu_enqueue) */
     int split_len; /* tcu_attn_args.split_len of the forward (cu_enqueue) */
-    int split_len1; /* ... of a step of one token (CU_SPLIT_LEN1) */
-    int qkv_fuse; /* TERN_CUDA_QKV_FUSE=0: never tcu_qkv_attention */
-    int gemv_stage; /* TERN_CUDA_GEMV_STAGE=0: no tcu_gemv_args.stage (each block splits its activations) */
-    int early;      /* TERN_CUDA_EARLY: the products whose launches get tcu_gemv_args.early (CU_PROD_*) */
-    int ring;       /* TERN_CUDA_RING: ... tcu_gemv_args.ring */
-    int tile_off, n_tiles, attn_tiled; /* prefill attention tiles in d_in (pack_batch); TERN_CUDA_ATTN_TILED */
-    /* the one-launch decode step (tcu_step), opt-in (TERN_CUDA_STEP=1: slower
-     * so far - docs/cuda.md), where the model allows it (every layer weight
-     * bf16, no post-norms): its layers on the device, else NULL; L2
-     * prefetch amounts, loads in flight, trace (tcu_step_args) */
-    tcu_step_layer *step_layers;
-    int step, step_pf_o, step_pf_kb, step_u, step_trace;
+    int tile_off, n_tiles; /* prefill attention tiles in d_in (pack_batch) */
     cu_graph graphs[CU_MAX_GRAPHS];
     int n_graphs;
     /* greedy sampling: device / pinned host [n_out] flags, [n_out][n_words]
@@ -276,10 +257,16 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
 
 /* ---- products on device arrays ---- */
 
-/* The launch options of product p (CU_PROD_*): CU_OPT_* */
+/* The launch options of product p (TCU_PROD_*): CU_OPT_* */
 static int cu_opts(const cu_backend *be, int p)
 {
-    return (be->early & p ? CU_OPT_EARLY : 0) | (be->ring & p ? CU_OPT_RING : 0);
+    return (be->opts.early & p ? CU_OPT_EARLY : 0) | (be->opts.ring & p ? CU_OPT_RING : 0);
+}
+
+/* The GEMV kernel of the options for weights of kind (TCU_GEMV_*). */
+static int cu_gemv_choice(const tcu_opts *o, int kind)
+{
+    return kind == TCU_Q4 ? o->gemv_q4 : kind == TCU_Q8 ? o->gemv_q8 : o->gemv_bf16;
 }
 
 /* y_k = x @ W_k^T (or += when accumulate); glu: m[0].y = act(gate) * up
@@ -292,7 +279,7 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     int same = 1;
     for (int i = 1; i < n; i++)
         same &= mats[i].kind == mats[0].kind;
-    if (T >= be->gemm_min_t || !same)
+    if (T >= be->opts.gemm_min_t || !same)
         return 0;
     memset(a, 0, sizeof *a);
     a->n = n;
@@ -303,8 +290,8 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->T = T;
     a->glu = glu;
     a->wide = be->wide;
-    a->stage = be->gemv_stage ? be->xh : NULL;
-    a->stage_bytes = be->gemv_stage ? be->cap_xh : 0;
+    a->stage = be->opts.gemv_stage ? be->xh : NULL;
+    a->stage_bytes = be->opts.gemv_stage ? be->cap_xh : 0;
     a->early = (opts & CU_OPT_EARLY) != 0;
     a->ring = (opts & CU_OPT_RING) != 0;
     return 1;
@@ -317,14 +304,14 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
     tcu_gemv_args a;
     if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
         a.accumulate = accumulate;
-        CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
+        CU(tcu_gemv(&a, &be->opts, (tcu_stream)be->stream), "gemv");
         return 0;
     }
-    if (T < be->gemm_min_t) { /* mixed kinds: one launch each */
+    if (T < be->opts.gemm_min_t) { /* mixed kinds: one launch each */
         for (int i = 0; i < n; i++) {
             gemv_one_launch(be, &a, 1, &mats[i], x, n_in, T, 0, opts);
             a.accumulate = accumulate;
-            CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
+            CU(tcu_gemv(&a, &be->opts, (tcu_stream)be->stream), "gemv");
         }
     } else {
         /* cuBLAS: inputs rounded to the weight's 16-bit type (bf16 for
@@ -341,12 +328,12 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
             }
             int f16 = mm->kind == TCU_F16;
             if (have_h != f16) {
-                CU(tcu_f32_to_half(x, xh, (long)T * n_in, f16, (tcu_stream)be->stream), "convert");
+                CU(tcu_f32_to_half(x, xh, (long)T * n_in, f16, &be->opts, (tcu_stream)be->stream), "convert");
                 have_h = f16;
             }
             const void *A = mm->w;
             if (mm->kind == TCU_Q4 || mm->kind == TCU_Q8) {
-                CU(tcu_dequant_bf16(mm, n_in, be->wdq, (tcu_stream)be->stream), "dequant");
+                CU(tcu_dequant_bf16(mm, n_in, be->wdq, &be->opts, (tcu_stream)be->stream), "dequant");
                 A = be->wdq;
             }
             cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -356,7 +343,7 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
         }
     }
     if (glu)
-        CU(tcu_glu(mats[0].y, mats[1].y, (long)T * mats[0].n_out, glu == 2, (tcu_stream)be->stream), "glu");
+        CU(tcu_glu(mats[0].y, mats[1].y, (long)T * mats[0].n_out, glu == 2, &be->opts, (tcu_stream)be->stream), "glu");
     return 0;
 }
 
@@ -372,10 +359,10 @@ static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, con
         a.norm_out = xn;
         a.norm_eps = be->m->cfg.norm_eps;
         a.norm_rows = rows;
-        CU(tcu_gemv(&a, (tcu_stream)be->stream), "gemv");
+        CU(tcu_gemv(&a, &be->opts, (tcu_stream)be->stream), "gemv");
         return 0;
     }
-    CU(tcu_rmsnorm(x, rows, g, xn, T, n_in, be->m->cfg.norm_eps, 0, (tcu_stream)be->stream), "rmsnorm");
+    CU(tcu_rmsnorm(x, rows, g, xn, T, n_in, be->m->cfg.norm_eps, 0, &be->opts, (tcu_stream)be->stream), "rmsnorm");
     return mm_dev(be, n, mats, xn, be->xh, n_in, T, 0, glu, opts, err);
 }
 
@@ -624,7 +611,7 @@ static int cu_matmul(model_backend *base, int n, const model_weight *const *w, c
     for (int i = 0; i < n; i++) {
         mats[i].y = be->ty + off;
         off += (size_t)T * w[i]->n_out;
-        if ((mats[i].kind == TCU_Q4 || mats[i].kind == TCU_Q8) && T >= be->gemm_min_t) {
+        if ((mats[i].kind == TCU_Q4 || mats[i].kind == TCU_Q8) && T >= be->opts.gemm_min_t) {
             size_t need = (size_t)w[i]->n_out * n_in;
             if (need > be->cap_wdq) {
                 cu_free_one(be, be->wdq);
@@ -649,12 +636,12 @@ static int cu_matmul(model_backend *base, int n, const model_weight *const *w, c
 
 /* Prefill-sized steps (T >= gemm_min_t: the cuBLAS path, not
  * batch-invariant anyway) take the tiled kernel over pack_batch's tiles;
- * the rest, and head dims it does not cover (-1), the per-token kernel. */
+ * the rest, head dims it does not cover and tcu_opts.attn_tiled off (-1),
+ * the per-token kernel. */
 static int attention_launch(cu_backend *be, const tcu_attn_args *a, int T, tcu_stream s)
 {
-    int rc = T >= be->gemm_min_t && be->attn_tiled ? tcu_attention_tiled(a, be->d_in + be->tile_off, be->n_tiles, s)
-                                                   : -1;
-    return rc == -1 ? tcu_attention(a, s) : rc;
+    int rc = T >= be->opts.gemm_min_t ? tcu_attention_tiled(a, be->d_in + be->tile_off, be->n_tiles, &be->opts, s) : -1;
+    return rc == -1 ? tcu_attention(a, &be->opts, s) : rc;
 }
 
 static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
@@ -720,28 +707,15 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
     int dim = c->dim, rc;
     const int32_t *tokens = be->d_in, *pos = be->d_in + T, *bt_off = be->d_in + 2 * T, *rows = be->d_in + 3 * T,
                   *blk = be->d_in + 3 * T + n_out;
-    CU(tcu_embed(be->embed, dim, tokens, T, c->embed_scale, be->x, s), "embed");
-    int done = 0; /* the layers ran as one launch */
-    const int gv = tcu_gemv_variant(TCU_BF16);
-    if (T == 1 && be->step_layers && be->fused && (gv == 4 || gv == 17)) {
-        tcu_step_args sa = {be->step_layers, c->n_layer, dim, c->n_ff, c->gelu ? 2 : 1, be->x, be->gate, c->norm_eps,
-                            {0}, {0}, be->step_pf_o, be->step_pf_kb, be->step_u, be->step_trace};
-        sa.post = (tcu_qkv_args){be->q, be->k, be->v, NULL, NULL, NULL, NULL, NULL, NULL, pos, bt_off,
-                                 blk, be->kv, 0, 1, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
-        sa.attn = (tcu_attn_args){be->q, be->att, be->part, pos, bt_off, blk, be->kv, 0, 1, c->n_head, c->n_kv_head,
-                                  c->head_dim, 0, n_split, c->attn_scale, c->attn_softcap, be->split_len};
-        rc = tcu_step(&sa, s);
-        if (rc > 0)
-            CU(rc, "step");
-        done = rc == 0;
-    }
-    for (int l = 0; l < c->n_layer && !done; l++) {
+    const tcu_opts *opt = &be->opts;
+    CU(tcu_embed(be->embed, dim, tokens, T, c->embed_scale, be->x, opt, s), "embed");
+    for (int l = 0; l < c->n_layer; l++) {
         const cu_layer *L = &be->layers[l];
         tcu_mat qkv[3] = {*L->wq, *L->wk, *L->wv};
         qkv[0].y = be->q;
         qkv[1].y = be->k;
         qkv[2].y = be->v;
-        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, cu_opts(be, CU_PROD_QKV),
+        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, cu_opts(be, TCU_PROD_QKV),
                               err)))
             return rc;
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
@@ -750,19 +724,19 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
                             be->split_len};
         if (be->fused) {
-            CU(tcu_qkv_attention(&qa, &aa, s), "attention");
+            CU(tcu_qkv_attention(&qa, &aa, opt, s), "attention");
         } else {
-            CU(tcu_qkv_post(&qa, s), "qkv");
+            CU(tcu_qkv_post(&qa, opt, s), "qkv");
             CU(attention_launch(be, &aa, T, s), "attention");
         }
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;
-        const int o_opts = cu_opts(be, CU_PROD_O);
+        const int o_opts = cu_opts(be, TCU_PROD_O);
         if (L->post_attn_norm) {
             o.y = be->tmp;
             if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, o_opts, err)))
                 return rc;
-            CU(tcu_rmsnorm(be->tmp, NULL, L->post_attn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
+            CU(tcu_rmsnorm(be->tmp, NULL, L->post_attn_norm, be->x, T, dim, c->norm_eps, 1, opt, s), "rmsnorm");
         } else {
             o.y = be->x;
             if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, o_opts, err)))
@@ -772,15 +746,15 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         gu[0].y = be->gate;
         gu[1].y = be->up;
         if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, c->gelu ? 2 : 1,
-                              cu_opts(be, CU_PROD_GU), err)))
+                              cu_opts(be, TCU_PROD_GU), err)))
             return rc;
-        const int d_opts = cu_opts(be, CU_PROD_DOWN);
+        const int d_opts = cu_opts(be, TCU_PROD_DOWN);
         tcu_mat d = *L->wd;
         if (L->post_ffn_norm) {
             d.y = be->tmp;
             if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 0, 0, d_opts, err)))
                 return rc;
-            CU(tcu_rmsnorm(be->tmp, NULL, L->post_ffn_norm, be->x, T, dim, c->norm_eps, 1, s), "rmsnorm");
+            CU(tcu_rmsnorm(be->tmp, NULL, L->post_ffn_norm, be->x, T, dim, c->norm_eps, 1, opt, s), "rmsnorm");
         } else {
             d.y = be->x;
             if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 1, 0, d_opts, err)))
@@ -790,11 +764,11 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
     if (n_out > 0) {
         tcu_mat lm = *be->lm_head;
         lm.y = be->logits;
-        if ((rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, cu_opts(be, CU_PROD_LM),
+        if ((rc = mm_dev_norm(be, 1, &lm, be->x, be->final_norm, be->xo, rows, dim, n_out, 0, cu_opts(be, TCU_PROD_LM),
                               err)))
             return rc;
         if (c->final_softcap > 0)
-            CU(tcu_softcap(be->logits, (long)n_out * c->n_vocab, c->final_softcap, s), "softcap");
+            CU(tcu_softcap(be->logits, (long)n_out * c->n_vocab, c->final_softcap, opt, s), "softcap");
     }
     return 0;
 }
@@ -846,7 +820,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
     /* copy-on-write of this pool's blocks must reach the mirror (backend.h kv_bind) */
     kv->dev_copy = cu_kv_copy;
     kv->dev_ctx = be;
-    int big = T >= be->gemm_min_t || b->n_out >= be->gemm_min_t;
+    int big = T >= be->opts.gemm_min_t || b->n_out >= be->opts.gemm_min_t;
     if (big && (rc = wdq_ensure(be, err)))
         return rc;
     if ((rc = pack_batch(be, kv, b, err)))
@@ -855,21 +829,21 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
     for (int i = 1; i < T; i++)
         be->wide |= b->seqs[i] != b->seqs[0];
     /* Steps of several sequences where the GEMVs take their batch kernel
-     * (variant 17's wide choice) split each token's attention by its own
+     * (TCU_GEMV_AUTO's wide choice) split each token's attention by its own
      * length (CU_SPLIT_LEN); a step of one token takes short splits
-     * (CU_SPLIT_LEN1), faster alone - knife-edge differences between alone
-     * and batched, as the GEMVs have. Other variants keep every step on
-     * one rule. */
+     * (tcu_opts.split_len1), faster alone - knife-edge differences between
+     * alone and batched, as the GEMVs have. The other GEMV choices keep
+     * every step on one rule. */
     be->split_len = 0;
-    if (tcu_gemv_variant(be->layers[0].wq->kind) == 17)
-        be->split_len = be->wide ? CU_SPLIT_LEN : T == 1 ? be->split_len1 : 0;
+    if (cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO)
+        be->split_len = be->wide ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
-    be->fused = be->qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
+    be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
     for (int i = 1; i < T && be->fused; i++)
         for (int j = 0; j < i; j++)
             be->fused &= b->seqs[i] != b->seqs[j];
-    if (!big && be->use_graphs) {
+    if (!big && be->opts.graphs) {
         cu_graph *g = NULL;
         for (int i = 0; i < be->n_graphs; i++)
             if (be->graphs[i].T == T && be->graphs[i].n_out == b->n_out && be->graphs[i].wide == be->wide &&
@@ -1095,7 +1069,7 @@ static int cu_mem_reserve(model_backend *base, int max_t, int max_out, size_t *f
     if (max_t < 1)
         max_t = 1;
     if ((rc = scratch_ensure(be, max_t, max_out, err)) ||
-        ((max_t >= be->gemm_min_t || max_out >= be->gemm_min_t) && (rc = wdq_ensure(be, err))) ||
+        ((max_t >= be->opts.gemm_min_t || max_out >= be->opts.gemm_min_t) && (rc = wdq_ensure(be, err))) ||
         (rc = sel_ensure(be, (size_t)(max_out > 0 ? max_out : 1) * ((be->m->cfg.n_vocab + 31) / 32 + 2), err)))
         return rc;
     size_t fr = 0, tot = 0;
@@ -1163,39 +1137,6 @@ static size_t model_device_bytes(const tern_model *m)
     return n;
 }
 
-/* The layers of tcu_step on the device, when every layer weight is bf16
- * and no layer has post-norms (the launch covers neither). */
-static int step_setup(cu_backend *be, tern_err *err)
-{
-    const tern_model *m = be->m;
-    if (!be->step)
-        return 0;
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        const cu_layer *L = &be->layers[l];
-        const tcu_mat *ws[7] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
-        for (int i = 0; i < 7; i++)
-            if (ws[i]->kind != TCU_BF16)
-                return 0;
-        if (L->post_attn_norm || L->post_ffn_norm)
-            return 0;
-    }
-    size_t n = (size_t)m->cfg.n_layer;
-    tcu_step_layer *h = calloc(n, sizeof *h);
-    if (!h)
-        return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    for (size_t l = 0; l < n; l++) {
-        const cu_layer *L = &be->layers[l];
-        h[l] = (tcu_step_layer){L->wq->w, L->wk->w, L->wv->w, L->wo->w, L->wg->w, L->wu->w, L->wd->w,
-                                L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope,
-                                m->layers[l].window};
-    }
-    int rc = cu_alloc(be, (void **)&be->step_layers, n * sizeof *h, err);
-    if (!rc && cudaMemcpy(be->step_layers, h, n * sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess)
-        rc = tern_err_set(err, TERN_EIO, "cuda: step layers upload failed");
-    free(h);
-    return rc;
-}
-
 static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
 {
     int n;
@@ -1256,14 +1197,109 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
             return rc;
         L->rope = H->rope_inv_freq == m->rope_inv_freq_local ? rope_l : rope_g;
     }
-    if ((rc = step_setup(be, err)))
-        return rc;
     CU(cudaDeviceSynchronize(), "upload");
+    return 0;
+}
+
+/* The environment's overrides (backend_cuda.h): developer experiments
+ * only - A/B measurements and tests; every default is the measured best.
+ * Integers within [lo, hi]; TERN_CUDA_GEMV by name below. */
+static const struct cu_env_opt {
+    const char *name;
+    size_t off; /* of the int in tcu_opts */
+    int lo, hi;
+} cu_env_opts[] = {
+    {"TERN_CUDA_PDL", offsetof(tcu_opts, pdl), 0, 1},
+    {"TERN_CUDA_ATTN_EARLY", offsetof(tcu_opts, attn_early), 0, 1},
+    {"TERN_CUDA_ATTN_FUSE", offsetof(tcu_opts, attn_merge_last), 0, 1},
+    {"TERN_CUDA_ATTN_TILED", offsetof(tcu_opts, attn_tiled), TCU_ATTN_TILED_OFF, TCU_ATTN_TILED_TF32},
+    {"TERN_CUDA_GEMM_MIN_T", offsetof(tcu_opts, gemm_min_t), 1, INT_MAX},
+    {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
+    {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
+    {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},
+    {"TERN_CUDA_EARLY", offsetof(tcu_opts, early), 0, 31},
+    {"TERN_CUDA_RING", offsetof(tcu_opts, ring), 0, 31},
+    {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
+};
+
+/* TERN_CUDA_GEMV: one kernel name for every weight kind, or three (bf16,
+ * 4-bit, 8-bit) separated by commas. */
+static int cu_gemv_parse(const char *e, tcu_opts *o, tern_err *err)
+{
+    int v[3], n = 0;
+    for (const char *p = e;;) {
+        const size_t len = strcspn(p, ",");
+        int k = 0;
+        while (k < TCU_GEMV_N && !(strlen(tcu_gemv_name(k)) == len && !strncmp(p, tcu_gemv_name(k), len)))
+            k++;
+        if (k == TCU_GEMV_N || n == 3) {
+            n = 0;
+            break;
+        }
+        v[n++] = k;
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    if (n != 1 && n != 3)
+        return tern_err_set(err, TERN_EINVAL,
+                            "TERN_CUDA_GEMV=%s: one or three (bf16,4-bit,8-bit) of plain, staged, by-shape, tensor, "
+                            "auto",
+                            e);
+    o->gemv_bf16 = v[0];
+    o->gemv_q4 = v[n == 3 ? 1 : 0];
+    o->gemv_q8 = v[n == 3 ? 2 : 0];
+    return 0;
+}
+
+int model_cuda_opts_from_env(tcu_opts *o, tern_err *err)
+{
+    tcu_opts_init(o);
+    for (size_t i = 0; i < sizeof cu_env_opts / sizeof *cu_env_opts; i++) {
+        const struct cu_env_opt *d = &cu_env_opts[i];
+        const char *e = getenv(d->name);
+        if (!e)
+            continue;
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (end == e || *end || v < d->lo || v > d->hi)
+            return tern_err_set(err, TERN_EINVAL, "%s=%s: an integer from %d to %d is needed", d->name, e, d->lo,
+                                d->hi);
+        *(int *)(void *)((char *)o + d->off) = (int)v;
+    }
+    const char *g = getenv("TERN_CUDA_GEMV");
+    return g ? cu_gemv_parse(g, o, err) : 0;
+}
+
+/* Every field of o within what it may be (the ranges of cu_env_opts). */
+static int cu_opts_check(const tcu_opts *o, tern_err *err)
+{
+    for (size_t i = 0; i < sizeof cu_env_opts / sizeof *cu_env_opts; i++) {
+        const struct cu_env_opt *d = &cu_env_opts[i];
+        const int v = *(const int *)(const void *)((const char *)o + d->off);
+        if (v < d->lo || v > d->hi)
+            return tern_err_set(err, TERN_EINVAL, "cuda: option %s is %d (from %d to %d)", d->name + 10, v, d->lo,
+                                d->hi);
+    }
+    const int g[3] = {o->gemv_bf16, o->gemv_q4, o->gemv_q8};
+    for (int i = 0; i < 3; i++)
+        if (g[i] < 0 || g[i] >= TCU_GEMV_N)
+            return tern_err_set(err, TERN_EINVAL, "cuda: GEMV kernel %d (0 to %d)", g[i], TCU_GEMV_N - 1);
     return 0;
 }
 
 model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
 {
+    tcu_opts o;
+    if (model_cuda_opts_from_env(&o, err))
+        return NULL;
+    return model_backend_cuda_new_opts(m, device, &o, err);
+}
+
+model_backend *model_backend_cuda_new_opts(tern_model *m, int device, const tcu_opts *o, tern_err *err)
+{
+    if (cu_opts_check(o, err))
+        return NULL;
     cu_backend *be = calloc(1, sizeof *be);
     if (!be) {
         tern_err_set(err, TERN_ENOMEM, "out of memory");
@@ -1287,40 +1323,19 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
     be->base.free = cu_free;
     be->device = device;
     be->m = m;
-    const char *e = getenv("TERN_CUDA_GEMM_MIN_T");
-    be->gemm_min_t = e && atoi(e) > 0 ? atoi(e) : 33;
-    e = getenv("TERN_CUDA_GRAPHS");
-    be->use_graphs = !(e && !strcmp(e, "0"));
-    e = getenv("TERN_CUDA_ATTN_TILED");
-    be->attn_tiled = !(e && !strcmp(e, "0"));
-    e = getenv("TERN_CUDA_QKV_FUSE");
-    be->qkv_fuse = !(e && !strcmp(e, "0"));
-    e = getenv("TERN_CUDA_GEMV_STAGE");
-    be->gemv_stage = !(e && !strcmp(e, "0"));
-    e = getenv("TERN_CUDA_EARLY");
-    be->early = e && *e ? atoi(e) : CU_PROD_DOWN;
-    e = getenv("TERN_CUDA_RING");
-    be->ring = e && *e ? atoi(e) : CU_RING_DEFAULT;
-    e = getenv("TERN_CUDA_SPLIT_LEN1");
-    be->split_len1 = e && *e && atoi(e) >= 0 ? atoi(e) : CU_SPLIT_LEN1;
-    e = getenv("TERN_CUDA_STEP");
-    be->step = e && !strcmp(e, "1");
-    e = getenv("TERN_CUDA_STEP_PF_O");
-    be->step_pf_o = e && *e ? atoi(e) : CU_STEP_PF_O;
-    e = getenv("TERN_CUDA_STEP_PF_KB");
-    be->step_pf_kb = e && *e ? atoi(e) : CU_STEP_PF_KB;
-    e = getenv("TERN_CUDA_STEP_U");
-    be->step_u = e && atoi(e) == 16 ? 16 : 8;
-    e = getenv("TERN_CUDA_STEP_TRACE");
-    be->step_trace = e && !strcmp(e, "1");
+    be->opts = *o;
     if (cu_setup(be, m, err)) {
         cu_free(&be->base);
         return NULL;
     }
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
-    if (m)
-        TERN_INFO("cuda: %d weights on GPU %d, %.2f GB free of %.2f GB", be->n_w, device, fr / 1e9, tot / 1e9);
+    if (m) {
+        char desc[512];
+        tcu_opts_format(&be->opts, desc, sizeof desc);
+        TERN_INFO("cuda: %d weights on GPU %d, %.2f GB free of %.2f GB; %s", be->n_w, device, fr / 1e9, tot / 1e9,
+                  desc);
+    }
     return &be->base;
 }
 

@@ -15,7 +15,7 @@ the CPU, to check this script itself), TERN_CHECK_LOGS (a folder to keep
 each server's log in).
 
 Servers (all --device DEVICE unless noted):
-  exact   TERN_CUDA_GEMM_MIN_T=1000000 TERN_CUDA_GEMV=4,15,15: every product on
+  exact   TERN_CUDA_GEMM_MIN_T=1000000 TERN_CUDA_GEMV=staged,by-shape,by-shape: every product on
           one batch-invariant GEMV kernel, so a request gives the same
           tokens alone or in any batch - the reference for the equivalence
           checks (by default a bf16 step of two or more sequences takes the
@@ -448,7 +448,7 @@ def main():
     if not os.path.exists(BIN):
         print("FAIL setup -- no tern binary at %s (set TERN_BIN)" % BIN)
         return 1
-    exact = {"TERN_CUDA_GEMM_MIN_T": "1000000", "TERN_CUDA_GEMV": "4,15,15"}
+    exact = {"TERN_CUDA_GEMM_MIN_T": "1000000", "TERN_CUDA_GEMV": "staged,by-shape,by-shape"}
     dev = ["--device", DEVICE]
     srvs = [
         Server("exact", dev, exact),

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "base/rng.h"
+#include "model/backend_cuda.h"
 #include "model/model_int.h"
 #include "model/quant.h"
 #include "test_util.h"
@@ -30,6 +31,51 @@
 #endif
 
 static int have_gpu(void) { return model_cuda_device_count() > 0; }
+
+static const char *gemv_name(int v)
+{
+#ifdef TERN_CUDA
+    return tcu_gemv_name(v);
+#else
+    (void)v;
+    return "-";
+#endif
+}
+
+/* A table-path GPU backend whose GEMVs take kernel `gemv` (TCU_GEMV_*) for
+ * every weight kind and whose prefill attention is `tiled`
+ * (TCU_ATTN_TILED_*); -1 keeps the default. */
+static model_backend *gpu_new(int gemv, int tiled)
+{
+    tern_err err = {0};
+#ifdef TERN_CUDA
+    tcu_opts o;
+    tcu_opts_init(&o);
+    if (gemv >= 0)
+        o.gemv_bf16 = o.gemv_q4 = o.gemv_q8 = gemv;
+    if (tiled >= 0)
+        o.attn_tiled = tiled;
+    model_backend *b = model_backend_cuda_new_opts(NULL, 0, &o, &err);
+#else
+    (void)gemv;
+    (void)tiled;
+    model_backend *b = model_backend_cuda_new(NULL, 0, &err);
+#endif
+    if (!b)
+        fail_msg("%s", err.msg);
+    return b;
+}
+
+#ifdef TERN_CUDA
+/* The default options with kernel `gemv` for every weight kind. */
+static tcu_opts opts_gemv(int gemv)
+{
+    tcu_opts o;
+    tcu_opts_init(&o);
+    o.gemv_bf16 = o.gemv_q4 = o.gemv_q8 = gemv;
+    return o;
+}
+#endif
 
 static double rel_err(const float *a, const float *ref, size_t n)
 {
@@ -124,15 +170,78 @@ static void test_not_built_or_no_gpu(void **state)
     assert_int_equal(err.code, TERN_EINVAL);
 }
 
+/* The options: the environment's overrides parsed by name and range, a
+ * malformed one an error naming its variable (before any GPU is touched),
+ * options out of range refused; without CUDA, "not built". */
+static void test_opts(void **state)
+{
+    (void)state;
+    tern_err err = {0};
+#ifdef TERN_CUDA
+    tcu_opts o, d;
+    tcu_opts_init(&d);
+    assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
+    assert_memory_equal(&o, &d, sizeof o);
+    assert_int_equal(d.gemv_bf16, TCU_GEMV_AUTO);
+    assert_int_equal(d.gemv_q8, TCU_GEMV_BY_SHAPE);
+    setenv("TERN_CUDA_GEMV", "staged,by-shape,tensor", 1);
+    setenv("TERN_CUDA_ATTN_TILED", "0", 1);
+    setenv("TERN_CUDA_RING", "31", 1);
+    assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
+    assert_int_equal(o.gemv_bf16, TCU_GEMV_STAGED);
+    assert_int_equal(o.gemv_q4, TCU_GEMV_BY_SHAPE);
+    assert_int_equal(o.gemv_q8, TCU_GEMV_TENSOR);
+    assert_int_equal(o.attn_tiled, TCU_ATTN_TILED_OFF);
+    assert_int_equal(o.ring, 31);
+    assert_int_equal(o.pdl, d.pdl);
+    setenv("TERN_CUDA_GEMV", "plain", 1);
+    assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
+    assert_true(o.gemv_bf16 == TCU_GEMV_PLAIN && o.gemv_q4 == TCU_GEMV_PLAIN && o.gemv_q8 == TCU_GEMV_PLAIN);
+    unsetenv("TERN_CUDA_ATTN_TILED");
+    unsetenv("TERN_CUDA_RING");
+    const char *bad_gemv[] = {"staged,foo", "staged,staged", "auto,auto,auto,auto", "", "17", "staged,"};
+    for (size_t i = 0; i < sizeof bad_gemv / sizeof *bad_gemv; i++) {
+        setenv("TERN_CUDA_GEMV", bad_gemv[i], 1);
+        assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EINVAL);
+        assert_non_null(strstr(err.msg, "TERN_CUDA_GEMV"));
+        assert_null(model_backend_cuda_new(NULL, 0, &err));
+        assert_int_equal(err.code, TERN_EINVAL);
+    }
+    unsetenv("TERN_CUDA_GEMV");
+    const char *bad_int[][2] = {{"TERN_CUDA_PDL", "2"}, {"TERN_CUDA_GRAPHS", "yes"}, {"TERN_CUDA_GEMM_MIN_T", "0"},
+                                {"TERN_CUDA_EARLY", "32"}, {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"}};
+    for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++) {
+        setenv(bad_int[i][0], bad_int[i][1], 1);
+        assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EINVAL);
+        assert_non_null(strstr(err.msg, bad_int[i][0]));
+        unsetenv(bad_int[i][0]);
+    }
+    o = d;
+    o.gemv_q4 = TCU_GEMV_N;
+    assert_null(model_backend_cuda_new_opts(NULL, 0, &o, &err));
+    assert_int_equal(err.code, TERN_EINVAL);
+    o = d;
+    o.attn_tiled = 7;
+    assert_null(model_backend_cuda_new_opts(NULL, 0, &o, &err));
+    assert_int_equal(err.code, TERN_EINVAL);
+    char desc[512];
+    tcu_opts_format(&d, desc, sizeof desc);
+    assert_non_null(strstr(desc, "gemv bf16 auto, 4-bit auto, 8-bit by-shape"));
+#else
+    tcu_opts o;
+    assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EUNSUPPORTED);
+    assert_null(model_backend_cuda_new_opts(NULL, 0, &o, &err));
+    assert_int_equal(err.code, TERN_EUNSUPPORTED);
+#endif
+}
+
 static void test_matmul(void **state)
 {
     (void)state;
     if (!have_gpu())
         skip();
     tern_err err = {0};
-    model_backend *cpu = model_backend_cpu_new(2, &err), *gpu = model_backend_cuda_new(NULL, 0, &err);
-    if (!gpu)
-        fail_msg("%s", err.msg);
+    model_backend *cpu = model_backend_cpu_new(2, &err);
     assert_non_null(cpu);
     tern_rng r;
     tern_rng_seed(&r, 1234, 1);
@@ -140,10 +249,13 @@ static void test_matmul(void **state)
     const int Ts[] = {1, 3, 9, 20, 40};
     const int outs[3] = {136, 40, 72};
 #ifdef TERN_CUDA
-    const int n_var = TCU_GEMV_N_VARIANTS;
+    enum { n_var = TCU_GEMV_N };
 #else
-    const int n_var = 1;
+    enum { n_var = 1 };
 #endif
+    model_backend *gpus[n_var]; /* one a GEMV kernel (TCU_GEMV_*) */
+    for (int v = 0; v < n_var; v++)
+        gpus[v] = gpu_new(v, -1);
     /* 3584 inputs: an 8-token tile of 4-bit chunks stages activations in two panels */
     const size_t nk = sizeof kinds / sizeof *kinds;
     for (size_t kk = 0; kk < 2 * nk; kk++) {
@@ -153,15 +265,13 @@ static void test_matmul(void **state)
         for (int i = 0; i < 3; i++)
             make_weight(&r, &tw[i], kinds[ki][0], outs[i], n_in, kinds[ki][1]);
         const model_weight *w[3] = {&tw[0].w, &tw[1].w, &tw[2].w};
-        /* every (T, variant) pair; T >= 33 (cuBLAS) once */
+        /* every (T, GEMV kernel) pair; T >= 33 (cuBLAS) once */
         const int nT = (int)(sizeof Ts / sizeof *Ts);
         for (int tv = 0; tv < nT * n_var; tv++) {
             const int T = Ts[tv / n_var], var = tv % n_var;
             if (T >= 33 && var > 0)
                 continue;
-#ifdef TERN_CUDA
-            tcu_gemv_set_variant(-1, var); /* every GEMV variant keeps the contract */
-#endif
+            model_backend *gpu = gpus[var]; /* every GEMV kernel keeps the contract */
             float *X = malloc((size_t)T * n_in * sizeof(float));
             float *yc[3], *yg[3];
             fill(&r, X, (size_t)T * n_in, 1.0f);
@@ -178,11 +288,11 @@ static void test_matmul(void **state)
             double tol = !cublas || kinds[ki][0] == 0 ? 2e-5 : kinds[ki][0] == 2 ? 2e-3 : 1e-2;
             for (int i = 0; i < 3; i++) {
                 double e = rel_err(yg[i], yc[i], (size_t)T * outs[i]);
-                print_message("matmul kind %d group %d n_in %d T %d gemv variant %d mat %d: rel err %.3g (tol %.0e)\n",
-                              kinds[ki][0], kinds[ki][1], n_in, T, var, i, e, tol);
+                print_message("matmul kind %d group %d n_in %d T %d gemv %s mat %d: rel err %.3g (tol %.0e)\n",
+                              kinds[ki][0], kinds[ki][1], n_in, T, gemv_name(var), i, e, tol);
                 if (!(e <= tol))
-                    fail_msg("kind %d n_in %d T %d variant %d: relative error %g over %g", kinds[ki][0], n_in, T, var,
-                             e, tol);
+                    fail_msg("kind %d n_in %d T %d gemv %s: relative error %g over %g", kinds[ki][0], n_in, T,
+                             gemv_name(var), e, tol);
             }
             /* batch invariance of the GEMV path: each row alone = its row in the batch */
             if (!cublas && T > 1) {
@@ -207,10 +317,8 @@ static void test_matmul(void **state)
         for (int i = 0; i < 3; i++)
             free_weight(&tw[i]);
     }
-#ifdef TERN_CUDA
-    tcu_gemv_variant_reset();
-#endif
-    gpu->free(gpu);
+    for (int v = 0; v < n_var; v++)
+        gpus[v]->free(gpus[v]);
     cpu->free(cpu);
 }
 
@@ -220,9 +328,8 @@ static void test_attention(void **state)
     if (!have_gpu())
         skip();
     tern_err err = {0};
-    model_backend *cpu = model_backend_cpu_new(2, &err), *gpu = model_backend_cuda_new(NULL, 0, &err);
-    if (!gpu)
-        fail_msg("%s", err.msg);
+    /* the tiled prefill kernels: [1] f32, [2] TF32 tensor cores (TCU_ATTN_TILED_*) */
+    model_backend *cpu = model_backend_cpu_new(2, &err), *gpus[3] = {NULL, gpu_new(-1, 1), gpu_new(-1, 2)};
     tern_rng r;
     tern_rng_seed(&r, 99, 2);
     const int hds[] = {64, 128, 256};
@@ -268,9 +375,7 @@ static void test_attention(void **state)
              * inputs, tolerance 3e-3) and f32 (2e-5) */
             for (int tm = big ? 1 : 2; tm <= 2; tm++)
             for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
-#ifdef TERN_CUDA
-                tcu_attention_tiled_set(tm);
-#endif
+                model_backend *gpu = gpus[tm];
                 const double tol = big && tm == 2 ? 3e-3 : 2e-5;
                 for (size_t e = 0; e < qn; e++)
                     og[e] = NAN;
@@ -295,7 +400,8 @@ static void test_attention(void **state)
             kv_seq_free(&kv, &s[i]);
         kv_pool_free(&kv);
     }
-    gpu->free(gpu);
+    gpus[1]->free(gpus[1]);
+    gpus[2]->free(gpus[2]);
     cpu->free(cpu);
 }
 
@@ -347,8 +453,8 @@ static void run_model(tern_model *m, const int32_t *prompt, int n_prompt, int n_
     kv_pool_free(&kv);
 }
 
-/* Two sequences decoding in the same steps (the batched kernels: variant
- * 16, attention split by each token's length - the long one past a split,
+/* Two sequences decoding in the same steps (the batched kernels: the
+ * tensor-core GEMV, attention split by each token's length - the long one past a split,
  * the q/k/v post-processing fused at two tokens), prompts prefilled in
  * chunks of 25 (the f32-accurate GEMV path); fixed tokens, so that the CPU
  * and the GPU run the same steps. Logits of every decode step into out
@@ -450,19 +556,6 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     run_model(mc, prompt, n_prompt, n_dec, lc, idc);
     /* GPU on its own greedy path; compare logits along the CPU's tokens too */
     run_model(mg, prompt, n_prompt, n_dec, lg, idg);
-#ifdef TERN_CUDA
-    /* bf16 models without post-norms may decode a token in one launch
-     * (tcu_step, TERN_CUDA_STEP=1): bit for bit the values of the
-     * launches it replaces */
-    if (!bits && strcmp(family, "gemma2")) {
-        const int steps0 = tcu_step_count();
-        const int same = same_logits_with(mdir, "TERN_CUDA_STEP", "1", prompt, n_prompt, n_dec, lg);
-        if (tcu_step_count() == steps0)
-            fail_msg("%s: the decode steps did not run as one launch", family);
-        if (!same)
-            fail_msg("%s: one-launch decode logits differ from the separate launches'", family);
-    }
-#endif
     /* decode steps fuse the q/k/v post-processing into the attention
      * (tcu_qkv_attention, the first K/V rows loaded before the wait for
      * the q/k/v product): bit for bit the values of the two launches */
@@ -553,7 +646,7 @@ static void test_gemv_rows_by_shape(void **state)
     const int n_in = 256, T = 3, group = 64;
     const float eps = 1e-5f;
     const int shapes[2] = {16 * n_sm + 5, 200 * n_sm + 3};
-    tcu_gemv_set_variant(TCU_Q4, 15);
+    const tcu_opts o = opts_gemv(TCU_GEMV_BY_SHAPE);
     for (int si = 0; si < 2; si++) {
         const int rows = shapes[si];
         test_w tw;
@@ -592,7 +685,7 @@ static void test_gemv_rows_by_shape(void **state)
         a.norm_g = dg;
         a.norm_out = dn;
         a.norm_eps = eps;
-        assert_int_equal(tcu_gemv(&a, NULL), 0);
+        assert_int_equal(tcu_gemv(&a, &o, NULL), 0);
         assert_int_equal(cudaMemcpy(yb, dy, (size_t)T * rows * sizeof(float), cudaMemcpyDeviceToHost), 0);
         const double e = rel_err(yb, yc, (size_t)T * rows);
         print_message("4-bit GEMV by shape, %d rows, fused norm, T %d: rel err %.3g (tol 2e-5)\n", rows, T, e);
@@ -600,7 +693,7 @@ static void test_gemv_rows_by_shape(void **state)
         for (int t = 0; t < T; t++) {
             a.T = 1;
             a.x = dx + (size_t)t * n_in;
-            assert_int_equal(tcu_gemv(&a, NULL), 0);
+            assert_int_equal(tcu_gemv(&a, &o, NULL), 0);
             assert_int_equal(cudaMemcpy(y1, dy, (size_t)rows * sizeof(float), cudaMemcpyDeviceToHost), 0);
             assert_memory_equal(y1, yb + (size_t)t * rows, (size_t)rows * sizeof(float));
         }
@@ -618,7 +711,6 @@ static void test_gemv_rows_by_shape(void **state)
         free(y1);
         free_weight(&tw);
     }
-    tcu_gemv_variant_reset();
     cpu->free(cpu);
 #else
     skip();
@@ -626,7 +718,7 @@ static void test_gemv_rows_by_shape(void **state)
 }
 
 /* The shared-memory ring GEMV (tcu_gemv_args.ring: one token, bf16) sums
- * each row as variant 4 does: the same bits, on shapes whose blocks wrap
+ * each row as TCU_GEMV_STAGED does: the same bits, on shapes whose blocks wrap
  * the ring several times (q/k/v-like rows across three matrices with a
  * fused norm over a gathered row, a SwiGLU and a GELU pair, a down
  * product accumulating into its output), and near a double reference; a
@@ -711,14 +803,14 @@ static void test_gemv_ring(void **state)
         }
         const int rows0 = cases[ci].rows[0];
         float *yv[2][3];
-        tcu_gemv_set_variant(-1, 4);
+        const tcu_opts o = opts_gemv(TCU_GEMV_STAGED);
         for (int ring = 0; ring < 2; ring++) {
             a.ring = ring;
             for (int k = 0; k < n; k++)
                 assert_int_equal(cudaMemcpy(a.m[k].y, y0[k], (size_t)a.m[k].n_out * sizeof(float),
                                             cudaMemcpyHostToDevice), 0);
             const int before = tcu_gemv_ring_count();
-            assert_int_equal(tcu_gemv(&a, NULL), 0);
+            assert_int_equal(tcu_gemv(&a, &o, NULL), 0);
             assert_int_equal(cudaDeviceSynchronize(), 0);
             const int took = tcu_gemv_ring_count() - before, want = ring && cases[ci].takes;
             if (took != want)
@@ -730,7 +822,6 @@ static void test_gemv_ring(void **state)
                                             cudaMemcpyDeviceToHost), 0);
             }
         }
-        tcu_gemv_variant_reset();
         double num = 0.0, den = 0.0;
         for (int k = 0; k < (glu ? 1 : n); k++) {
             const int rows = a.m[k].n_out;
@@ -752,7 +843,7 @@ static void test_gemv_ring(void **state)
             free(yv[1][k]);
         }
         const double e = sqrt(num / (den > 0 ? den : 1));
-        print_message("ring GEMV n_in %d, %d rows x %d%s%s%s: same bits as variant 4, rel err %.3g (tol 1e-5)\n",
+        print_message("ring GEMV n_in %d, %d rows x %d%s%s%s: same bits as the staged kernel, rel err %.3g (tol 1e-5)\n",
                       n_in, rows0, n, glu ? ", GLU" : "", cases[ci].norm ? ", fused norm" : "",
                       cases[ci].acc ? ", accumulate" : "", e);
         if (!(e <= 1e-5))
@@ -777,7 +868,7 @@ static void test_gemv_ring(void **state)
 #endif
 }
 
-/* The tensor-core GEMV (variant 16) above 2 tokens splits the activations
+/* The tensor-core GEMV (TCU_GEMV_TENSOR) above 2 tokens splits the activations
  * once per launch into tcu_gemv_args.stage; without a stage every block
  * splits its own. Both must give the same bits (fused norm over gathered
  * rows, several matrices, the SwiGLU epilogue, 32-token launches), match
@@ -797,7 +888,7 @@ static void test_gemv_stage(void **state)
     const int n_in = 3584, TMAX = 40, kinds[2][2] = {{1, 0}, {4, 64}}, Ts[3] = {3, 20, 40};
     const int outs[2] = {200, 136};
     const float eps = 1e-5f;
-    tcu_gemv_set_variant(-1, 16);
+    const tcu_opts o = opts_gemv(TCU_GEMV_TENSOR);
     float *x = malloc((size_t)TMAX * n_in * sizeof(float)), *g = malloc(n_in * sizeof(float));
     float *xn = malloc((size_t)TMAX * n_in * sizeof(float));
     int32_t rows[TMAX];
@@ -869,7 +960,7 @@ static void test_gemv_stage(void **state)
                     for (int k = 0; k < 2; k++)
                         assert_int_equal(cudaMemset(dy[k], 0xff, (size_t)TMAX * n_out[k] * sizeof(float)), 0);
                     assert_int_equal(cudaMemset(stage, 0xff, stage_bytes), 0);
-                    assert_int_equal(tcu_gemv(&a, NULL), 0);
+                    assert_int_equal(tcu_gemv(&a, &o, NULL), 0);
                     uint32_t first; /* token 0's first hi pair: written by the stage kernel only when staged */
                     assert_int_equal(cudaMemcpy(&first, stage, sizeof first, cudaMemcpyDeviceToHost), 0);
                     assert_true(st ? first != 0xffffffffu : first == 0xffffffffu);
@@ -885,7 +976,7 @@ static void test_gemv_stage(void **state)
                     double ek = rel_err(ys + off, yc[k], (size_t)T * n_out[k]);
                     e = ek > e ? ek : e;
                 }
-                print_message("GEMV variant 16 kind %d glu %d T %d: staged = unstaged bitwise, rel err %.3g (tol 2e-5)\n",
+                print_message("tensor-core GEMV kind %d glu %d T %d: staged = unstaged bitwise, rel err %.3g (tol 2e-5)\n",
                               kind, glu, T, e);
                 assert_memory_equal(ys, yu, n * sizeof(float));
                 assert_true(e <= 2e-5);
@@ -894,7 +985,7 @@ static void test_gemv_stage(void **state)
                     tcu_gemv_args b = a;
                     b.T = 1;
                     b.norm_rows = drows + t;
-                    assert_int_equal(tcu_gemv(&b, NULL), 0);
+                    assert_int_equal(tcu_gemv(&b, &o, NULL), 0);
                     assert_int_equal(cudaMemcpy(y1, dy[0], n_out[0] * sizeof(float), cudaMemcpyDeviceToHost), 0);
                     assert_memory_equal(y1, ys + (size_t)t * n_out[0], n_out[0] * sizeof(float));
                 }
@@ -910,7 +1001,6 @@ static void test_gemv_stage(void **state)
             free(yu);
             free(y1);
         }
-    tcu_gemv_variant_reset();
     cudaFree(dx);
     cudaFree(dg);
     cudaFree(dn);
@@ -945,6 +1035,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_built_or_no_gpu),
+        cmocka_unit_test(test_opts),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_rows_by_shape),

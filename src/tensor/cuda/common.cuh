@@ -23,21 +23,19 @@ static inline int last_err(void) { return (int)cudaGetLastError(); }
 // the grids it depends on have completed and their writes are visible)
 // before it touches memory an earlier kernel writes, then pdl_trigger()
 // lets the next launch be scheduled. Launched with the programmatic-
-// serialization attribute (TERN_CUDA_PDL, default TCU_PDL_DEFAULT), the
-// next kernel's launch and prologue (what no kernel writes: 4/8-bit GEMVs'
-// and `early` launches' first weight chunks, norm weights, the fused
-// attention's positions, block table and K/V rows) overlap this one's
-// tail; without it both are no-ops.
+// serialization attribute (tcu_opts.pdl), the next kernel's launch and
+// prologue (what no kernel writes: 4/8-bit GEMVs' and `early` launches'
+// first weight chunks, norm weights, the fused attention's positions,
+// block table and K/V rows) overlap this one's tail; without it both are
+// no-ops.
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-static inline bool pdl_enabled(void) { return tcu_pdl() == 1 || tcu_pdl() >= 3; }
-
 static inline bool kind_quantized(int kind) { return kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32; }
 
-/* GEMV launches of 4/8-bit weights use PDL in modes 1-4 */
-static inline bool pdl_enabled_gemv(int kind) { return tcu_pdl() == 1 || (tcu_pdl() >= 2 && kind_quantized(kind)); }
+/* the options a launcher was given, or the defaults for NULL */
+const tcu_opts &opts_or_default(const tcu_opts *o);
 
 /* multiprocessors of the current device (132 if the query fails) */
 int sm_count(void);
@@ -75,12 +73,6 @@ static int launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
                       Args &&...args)
 {
     return launch_cl(pdl, 0, kernel, grid, block, smem, s, std::forward<Args>(args)...);
-}
-
-template <typename... KArgs, typename... Args>
-static int launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args &&...args)
-{
-    return launch_pdl(pdl_enabled(), kernel, grid, block, smem, s, std::forward<Args>(args)...);
 }
 
 // ---- per-launch profile (tcu_prof_start / tcu_prof_stop) ----
@@ -128,18 +120,12 @@ __device__ __forceinline__ float gelu_f(float x)
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-// The threads that work as one block: a whole block (the kernels) or one
-// 128-thread group of the step kernel (named barrier 1 + id).
+// The threads that work as one block (the group the sums below reduce
+// over; gemv_ring.cu has a group of its own).
 struct blk_grp {
     __device__ int tid() const { return threadIdx.x; }
     __device__ int size() const { return blockDim.x; }
     __device__ void sync() const { __syncthreads(); }
-};
-struct sub_grp {
-    int id;
-    __device__ int tid() const { return threadIdx.x - id * 128; }
-    __device__ int size() const { return 128; }
-    __device__ void sync() const { asm volatile("bar.sync %0, 128;" ::"r"(id + 1) : "memory"); }
 };
 
 // Sum over the group (sh: 32 doubles of shared scratch): the warps'

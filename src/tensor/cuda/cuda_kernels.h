@@ -7,6 +7,7 @@
 #ifndef TERN_TENSOR_CUDA_KERNELS_H
 #define TERN_TENSOR_CUDA_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -17,6 +18,83 @@ typedef struct CUstream_st *tcu_stream;
 
 /* Weight storage kinds. */
 enum { TCU_F32 = 0, TCU_BF16 = 1, TCU_F16 = 2, TCU_Q4 = 3, TCU_Q8 = 4 };
+
+/* The GEMV kernels (gemv.cu, gemv_tc.cu), one chosen per weight kind
+ * (tcu_opts.gemv_*). Every one keeps tcu_gemv's contract; each sums a row
+ * in an order fixed by the kernel and n_in, never by T, so a row does not
+ * depend on the batch - but two kernels may differ in the last bits. */
+enum {
+    /* one warp a row, activations read through L1: f32/f16 weights always
+     * (every other choice falls back to it for them) */
+    TCU_GEMV_PLAIN = 0,
+    /* two rows a warp, the activations (and a fused RMSNorm) staged in
+     * shared memory; one token: loads of the next pass in flight while a
+     * half is summed */
+    TCU_GEMV_STAGED,
+    /* STAGED with the rows a warp picked by the launch's shape (2, 3, 4 or
+     * 6; gemv.cu gemv_by_shape) and 4-bit codes read as 1 + q/16 */
+    TCU_GEMV_BY_SHAPE,
+    /* tensor cores for bf16 and 4-bit (the activations split exactly into
+     * three bf16 parts as mma columns, split-K over a thread-block
+     * cluster); 8-bit: BY_SHAPE. 2-4x faster at 8-32 tokens, slower alone */
+    TCU_GEMV_TENSOR,
+    /* by the step: one sequence - STAGED for bf16, BY_SHAPE for 4/8-bit;
+     * two or more (tcu_gemv_args.wide) - TENSOR. A request's greedy tokens
+     * may then differ at floating-point knife-edges between running alone
+     * and in a batch; STAGED / BY_SHAPE everywhere keeps every step on one
+     * kernel (bitwise batch-invariant) */
+    TCU_GEMV_AUTO,
+    TCU_GEMV_N
+};
+/* "plain", "staged", "by-shape", "tensor", "auto" (or "?") */
+const char *tcu_gemv_name(int gemv);
+
+/* The products of a layer, as bits of tcu_opts.early / .ring. */
+enum { TCU_PROD_O = 1, TCU_PROD_GU = 2, TCU_PROD_DOWN = 4, TCU_PROD_QKV = 8, TCU_PROD_LM = 16 };
+
+/* The prefill attention kernel (tcu_opts.attn_tiled). */
+enum {
+    TCU_ATTN_TILED_OFF = 0, /* none: prefill chunks take the per-token kernel (tcu_attention) */
+    TCU_ATTN_TILED_F32 = 1, /* f32 CUDA cores */
+    TCU_ATTN_TILED_TF32 = 2 /* TF32 tensor cores */
+};
+
+/* The CUDA options: filled once when the backend is created (tcu_opts_init,
+ * then the backend's overrides - src/model/backend_cuda.c), read-only after,
+ * handed to every launcher below (NULL = tcu_opts_init's values). The
+ * defaults are the measured best on the H200 (docs/cuda.md); the others are
+ * kept for A/B measurements and tests. */
+typedef struct tcu_opts {
+    /* -- read by the launchers -- */
+    int gemv_bf16, gemv_q4, gemv_q8; /* TCU_GEMV_* per weight kind (f32/f16 take gemv_bf16, run PLAIN) */
+    /* programmatic dependent launch (Hopper): every launch may start while
+     * the one before it ends, each kernel waiting for its inputs on the
+     * device (griddepcontrol.wait); 4/8-bit GEMVs request their first
+     * weight chunks before that wait, 16-bit ones nothing (their
+     * activations' copies queued behind such requests), except
+     * tcu_gemv_args.early. 1 on, 0 off */
+    int pdl;
+    int attn_early;      /* the fused decode attention loads its positions, block table, first K/V rows and
+                          * RoPE factors before its wait: 1, or everything after it: 0 */
+    int attn_merge_last; /* the attention's last block of a (token, head) merges the splits: 1, or a merge
+                          * kernel: 0 */
+    int attn_tiled;      /* TCU_ATTN_TILED_*: prefill attention (the backend's cuBLAS-sized steps) */
+    /* -- read by the backend (src/model/backend_cuda.c) -- */
+    int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
+    int graphs;      /* decode steps replayed as CUDA graphs: 1, or launched one by one: 0 */
+    int qkv_fuse;    /* small steps of distinct sequences: q/k/v post-processing inside the attention */
+    int gemv_stage;  /* the tensor-core GEMV gets a scratch to split a step's activations into once */
+    int early;       /* TCU_PROD_* bits: products whose one-token launch gets tcu_gemv_args.early */
+    int ring;        /* TCU_PROD_* bits: ... tcu_gemv_args.ring */
+    int split_len1;  /* attention positions a split for a step of one token (0: always the most splits) */
+} tcu_opts;
+/* The defaults, measured (docs/cuda.md): GEMVs auto / auto / by-shape, PDL
+ * on, the attention's early loads and last-block merge on, TF32 prefill
+ * attention, cuBLAS from 33 tokens, graphs, q/k/v fusion and the stage on,
+ * down early, gate/up and down on the ring, 16 positions a split. */
+void tcu_opts_init(tcu_opts *o);
+/* o in words (every field) into buf of n bytes, for logs and benchmarks. */
+void tcu_opts_format(const tcu_opts *o, char *buf, size_t n);
 
 #define TCU_MM_MAX 4
 
@@ -40,17 +118,17 @@ typedef struct tcu_gemv_args {
     int n_in, T, accumulate, glu;
     /* optional RMSNorm of the inputs first (norm_g != NULL): the product
      * uses (x * r) * g, r = 1 / sqrt(mean(x^2) + eps) per token, as
-     * tcu_rmsnorm computes it. Variants that stage activations in shared
-     * memory fuse it; the others run tcu_rmsnorm into norm_out ([T][n_in])
-     * first. */
+     * tcu_rmsnorm computes it. The kernels that stage activations in
+     * shared memory (all but TCU_GEMV_PLAIN) fuse it; PLAIN runs
+     * tcu_rmsnorm into norm_out ([T][n_in]) first. */
     const float *norm_g;
     float *norm_out;
     float norm_eps;
     const int32_t *norm_rows; /* with norm_g, may be set: token t's input is x row norm_rows[t] */
-    /* the step carries two or more sequences: variant 17 then takes the
-     * tensor-core kernel (16), else 4 */
+    /* the step carries two or more sequences (TCU_GEMV_AUTO then takes
+     * the tensor cores) */
     int wide;
-    /* optional device scratch of stage_bytes: the tensor-core variant (16)
+    /* optional device scratch of stage_bytes: the tensor-core GEMV
      * splits a step's activations into it once per launch above 2 tokens
      * (else, or when it is too small, every block splits its own; the
      * same bits) - 192 bytes per input at 32 tokens, 4-bit + 384 per group */
@@ -66,66 +144,32 @@ typedef struct tcu_gemv_args {
      * shared memory (gemv_ring.cu), requested from the block's start */
     int ring;
 } tcu_gemv_args;
-int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream);
+/* o->gemv_* picks the kernel; o->pdl how it is launched. */
+int tcu_gemv(const tcu_gemv_args *a, const tcu_opts *o, tcu_stream stream);
 /* launches that took the shared-memory ring (tcu_gemv_args.ring), for tests */
 int tcu_gemv_ring_count(void);
 
-/* GEMV kernel variants (gemv.cu and gemv_tc.cu say what each does; every one keeps
- * the contract above). The choice is process-wide and per weight kind
- * (never per T: that would break batch invariance; variant 17 looks only
- * at `wide`): TCU_GEMV_DEFAULT,
- * overridden by TERN_CUDA_GEMV at the first launch, both "k" (every kind)
- * or "kb,k4,k8" (bf16, 4-bit, 8-bit), or tcu_gemv_set_variant(kind, k)
- * (kind -1 = all; takes effect for launches and graph captures after it;
- * -1 when k is out of range). f32/f16 take the bf16 entry but run variant
- * 0 whatever it says. */
-/* "17,17,15": bf16 and 4-bit 17 = the fastest kernel alone for a step of
- * one sequence (bf16 4: 2 rows a warp; 4-bit 15: rows a warp by shape -
- * gemv.cu gemv_by_shape), the tensor-core variant 16 (2-4x faster at
- * 8-32 sequences, slower alone) for a step of two or more (`wide`): a
- * request's greedy tokens may differ at floating-point knife-edges
- * between running alone and in a batch; "4,15,15" keeps every step on
- * one kernel (bitwise batch-invariant). 8-bit 15 (docs/cuda.md). */
-#define TCU_GEMV_DEFAULT "17,17,15" /* the default variant(s): change here */
-#define TCU_GEMV_N_VARIANTS 18
-int tcu_gemv_variant(int kind);
-int tcu_gemv_set_variant(int kind, int v);
-/* back to TCU_GEMV_DEFAULT / TERN_CUDA_GEMV */
-void tcu_gemv_variant_reset(void);
-const char *tcu_gemv_variant_name(int v);
-
-/* Programmatic dependent launch: a launch may start while the one before
- * it finishes (kernels wait for their inputs on the device). Modes: 0 off,
- * 1 every launch (GEMVs request their first weight chunks before waiting),
- * 2 the shared-memory GEMV launches of 4/8-bit weights only, 3 every
- * launch, the shared-memory GEMVs of 16-bit weights requesting nothing
- * before the wait and one-wave ones spread over the SMs, 4 every launch but
- * the GEMVs of 16-bit weights (the default before 3; measured at batch 1 on
- * the H200: 8B bf16 3 against 4 +3%, 1 against 4 -2% - docs/cuda.md).
- * TCU_PDL_DEFAULT, overridden by TERN_CUDA_PDL=0..4 at the first launch or
- * tcu_pdl_set. */
-#define TCU_PDL_DEFAULT 3
-void tcu_pdl_set(int mode);
-int tcu_pdl(void); /* the mode */
+/* The launchers below that take `o` read only o->pdl unless they say. */
 
 /* Dense copy of a weight for the cuBLAS path: out[n_out][n_in] as bf16
  * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */
-int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream);
+int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, const tcu_opts *o, tcu_stream stream);
 /* x[n] f32 -> out[n] bf16 (to_f16 = 0) or f16 (to_f16 = 1), round to nearest. */
-int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, tcu_stream stream);
+int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, const tcu_opts *o, tcu_stream stream);
 
 /* Row-gathered embedding: x[i] = scale * row tokens[i] of w (scale 0 = 1). */
-int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int T, float scale, float *x, tcu_stream stream);
+int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int T, float scale, float *x, const tcu_opts *o,
+              tcu_stream stream);
 
 /* RMSNorm of rows: out[j] (= or += when add) x[rows ? rows[j] : j] * r * g,
  * r = 1 / sqrt(mean(x^2) + eps), for j < n_rows rows of length n. */
 int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, float *out, int n_rows, int n, float eps,
-                int add, tcu_stream stream);
+                int add, const tcu_opts *o, tcu_stream stream);
 
 /* act (= gate) = silu(gate) * up, or gelu_tanh when gelu. */
-int tcu_glu(float *gate, const float *up, long n, int gelu, tcu_stream stream);
+int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu_opts *o, tcu_stream stream);
 /* x = c * tanh(x / c). */
-int tcu_softcap(float *x, long n, float c, tcu_stream stream);
+int tcu_softcap(float *x, long n, float c, const tcu_opts *o, tcu_stream stream);
 
 /* The paged KV pool on the device, the host pool's layout:
  * k, v [n_layer][n_blocks][block_size][kv_dim] f32. A token's block table is
@@ -147,7 +191,7 @@ typedef struct tcu_qkv_args {
     int layer, T, n_head, n_kv_head, hd;
     float eps;
 } tcu_qkv_args;
-int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream);
+int tcu_qkv_post(const tcu_qkv_args *a, const tcu_opts *o, tcu_stream stream);
 
 /* Paged attention (flash-decoding): each (token, head) splits its positions
  * max(0, pos - window + 1) .. pos (len of them) over n_split blocks, or
@@ -157,7 +201,8 @@ int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream);
  * softmax; the last block of a (token, head) to finish merges the parts
  * (arrival counters per stream; a second kernel merges them where no
  * counter slot is free). part is scratch of
- * T * n_head * n_split * (hd + 2) floats. hd a multiple of 32, <= 256. */
+ * T * n_head * n_split * (hd + 2) floats. hd a multiple of 32, <= 256.
+ * Reads o->attn_merge_last (and o->attn_early when fused, below). */
 typedef struct tcu_attn_args {
     const float *q;
     float *out, *part;
@@ -167,57 +212,15 @@ typedef struct tcu_attn_args {
     float scale, softcap;
     int split_len;
 } tcu_attn_args;
-int tcu_attention(const tcu_attn_args *a, tcu_stream stream);
+int tcu_attention(const tcu_attn_args *a, const tcu_opts *o, tcu_stream stream);
 /* tcu_qkv_post and tcu_attention in one launch (a.q: post's unrotated q,
  * left as it is), for steps whose tokens are each of another sequence: no
  * token reads the K/V that another token of the step writes. The same
  * values as the two launches. */
-int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *a, tcu_stream stream);
+int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *a, const tcu_opts *o, tcu_stream stream);
 /* The stream is about to be destroyed: its counter slot (tcu_attention's
- * merge, tcu_step's barrier - both left at zero after every launch) goes
- * back to the pool. */
+ * merge, left at zero after every launch) goes back to the pool. */
 void tcu_stream_forget(tcu_stream stream);
-
-/* One layer's weights and vectors for tcu_step (device pointers; bf16
- * weights [n_out][n_in]; norms, biases and q/k norms as in tcu_qkv_args,
- * NULL when absent). */
-typedef struct tcu_step_layer {
-    const uint16_t *wq, *wk, *wv, *wo, *wg, *wu, *wd;
-    const float *attn_norm, *ffn_norm, *bq, *bk, *bv, *qn, *kn, *rope;
-    int window;
-} tcu_step_layer;
-
-/* The layers of a decode step of one token in one launch: per layer x's
- * RMSNorm and the q/k/v product, tcu_qkv_attention, x += o(att), the
- * norm and gate/up with act(gate) * up into gate, x += down(gate) - the
- * values of those launches with the bf16 GEMV variant 4 (bit for bit).
- * One block a multiprocessor, all resident (a cooperative launch), a grid
- * barrier between the steps: the weights of the next product are in
- * flight while the barrier waits, and the o weights are brought into L2
- * during the attention. post and attn describe the token as for
- * tcu_qkv_attention (T = 1; their per-layer fields are taken from
- * layers[l]); post.q/k/v are the product's outputs, attn.out the
- * attention's. Returns -1 with nothing queued when the shape is not
- * covered (head_dim 32, 64 or 128; every n_in a multiple of 8; the
- * activations within shared memory; up to 256 layers). */
-typedef struct tcu_step_args {
-    const tcu_step_layer *layers; /* device array [n_layer] */
-    int n_layer, dim, n_ff, glu;  /* glu 1 SiLU, 2 GELU-tanh */
-    float *x, *gate;              /* residual [dim]; [n_ff] scratch */
-    float eps;
-    tcu_qkv_args post;
-    tcu_attn_args attn;
-    int pf_o;  /* percent of the o weights brought into L2 during the attention */
-    int pf_kb; /* KiB a warp brings into L2 of its next product before a barrier */
-    int u;     /* 16-byte weight loads in flight per lane: 8 or 16 */
-    int trace; /* 1: the first block times the launch's steps (tcu_step_trace) */
-} tcu_step_args;
-int tcu_step(const tcu_step_args *a, tcu_stream stream);
-int tcu_step_count(void); /* tcu_step launches queued (or captured) so far */
-/* The last traced tcu_step (synchronizes): the mean microseconds of each
- * of a layer's five steps (q/k/v, attention, o, gate/up, down, each up to
- * the grid barrier after it) and the launch's total in us[5]. */
-int tcu_step_trace(int n_layer, double us[6]);
 
 /* The same attention for prefill chunks, tiled: tiles[2 j], tiles[2 j + 1]
  * = first token and count (<= TCU_ATTN_TILE_Q) of tile j, tokens of one
@@ -227,12 +230,12 @@ int tcu_step_trace(int n_layer, double us[6]);
  * (mma.sync TF32: Q, K, V and P rounded to TF32, f32 accumulation - the
  * default) or f32 CUDA cores; both sum in another order than tcu_attention,
  * so they are used only where products are not batch-invariant anyway (the
- * cuBLAS path). hd 64, 128 or 256; -1 (nothing queued) for other head dims.
- * part is unused. tcu_attention_tiled_set(1) picks the f32 kernel, (2) the
- * tensor cores (TERN_CUDA_ATTN_TILED=1 at the first launch: f32). */
+ * cuBLAS path). hd 64, 128 or 256; -1 (nothing queued) for other head dims
+ * and for o->attn_tiled TCU_ATTN_TILED_OFF. part is unused. o->attn_tiled
+ * picks the kernel. */
 #define TCU_ATTN_TILE_Q 64
-int tcu_attention_tiled(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, tcu_stream stream);
-void tcu_attention_tiled_set(int mode);
+int tcu_attention_tiled(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, const tcu_opts *o,
+                        tcu_stream stream);
 
 /* Device-to-device copy bandwidth (bytes read + written per second) over a
  * buffer of `bytes`, best of reps; 0 on failure. Synchronizes. */
@@ -248,7 +251,7 @@ int tcu_prof_stop(double ms[TCU_PROF_N], int count[TCU_PROF_N]);
 
 /* Benchmark data: n elements at p of kind `what` - TCU_BF16 or TCU_F32
  * uniform in [-scale, scale], anything else random bytes - from a hash of
- * (seed, index). */
+ * (seed, index). Launched without PDL. */
 int tcu_fill_random(void *p, size_t n, int what, uint64_t seed, float scale, tcu_stream stream);
 
 #ifdef __cplusplus

@@ -1,8 +1,7 @@
 // The decode path's attention: q/k/v post-processing with the KV write,
-// paged flash-decoding attention (split positions, merged by the last block
-// of a token's head) with the q/k/v post-processing optionally fused in,
-// and the one-launch decode step of one token (opt-in) built on the same
-// attention code.
+// and paged flash-decoding attention (split positions, merged by the last
+// block of a token's head) with the q/k/v post-processing optionally fused
+// in.
 #include "tensor/cuda/gemv.cuh"
 
 // ---- q/k/v post-processing and the KV write ----
@@ -11,8 +10,9 @@
 
 // Token i's head h (q heads, then k heads) of the q/k/v post-processing by a
 // group of QKV_THREADS threads: dst = src + bias, normed, rotated at p (dst
-// may be src; src read through L2: the step kernel writes it in the same
-// launch). The same arithmetic in the same order wherever it runs.
+// may be src; src read through L2, a habit of the one-launch decode step
+// that once ran it too). The same arithmetic in the same order wherever it
+// runs.
 template <class G>
 __device__ __forceinline__ void qkv_head(const G &g, const tcu_qkv_args &a, int h, const float *src, float *dst, int p,
                                          double *sh, bool pre = false, float pc = 0.0f, float ps = 0.0f)
@@ -82,11 +82,11 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
     }
 }
 
-extern "C" int tcu_qkv_post(const tcu_qkv_args *a, tcu_stream stream)
+extern "C" int tcu_qkv_post(const tcu_qkv_args *a, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_QKV, stream);
     dim3 grid(a->T, a->n_head + a->n_kv_head);
-    return launch(qkv_post_kernel, grid, dim3(QKV_THREADS), 0, (cudaStream_t)stream, *a);
+    return launch_pdl(opts_or_default(o).pdl, qkv_post_kernel, grid, dim3(QKV_THREADS), 0, (cudaStream_t)stream, *a);
 }
 
 // ---- paged attention ----
@@ -421,461 +421,49 @@ extern "C" void tcu_stream_forget(tcu_stream stream)
 // 8 blocks a SM.
 template <int D, bool POST>
 static int attn_part_one(dim3 grid, dim3 block, cudaStream_t s, const tcu_attn_args *a, int slot,
-                         const tcu_qkv_args *post)
+                         const tcu_qkv_args *post, const tcu_opts &o)
 {
     if constexpr (!POST && D <= 4) {
-        return launch(attn_part_occ_kernel<D>, grid, block, 0, s, *a, slot, *post);
+        return launch_pdl(o.pdl, attn_part_occ_kernel<D>, grid, block, 0, s, *a, slot, *post);
     } else {
-        static int early = -1; /* TERN_CUDA_ATTN_EARLY=0: every load after the wait */
-        if (early < 0) {
-            const char *e = getenv("TERN_CUDA_ATTN_EARLY");
-            early = !(e && !strcmp(e, "0"));
-        }
-        return launch(attn_part_kernel<D, POST>, grid, block, 0, s, *a, slot, *post, early);
+        return launch_pdl(o.pdl, attn_part_kernel<D, POST>, grid, block, 0, s, *a, slot, *post, o.attn_early ? 1 : 0);
     }
 }
 
 template <bool POST>
-static int attn_part_launch(const tcu_attn_args *a, const tcu_qkv_args *post, cudaStream_t s)
+static int attn_part_launch(const tcu_attn_args *a, const tcu_qkv_args *post, const tcu_opts &o, cudaStream_t s)
 {
-    static int fuse = -1; /* TERN_CUDA_ATTN_FUSE=0: the separate merge kernel */
-    if (fuse < 0) {
-        const char *e = getenv("TERN_CUDA_ATTN_FUSE");
-        fuse = !(e && !strcmp(e, "0"));
-    }
-    const int slot = fuse && (long)a->T * a->n_head <= ATT_CNT ? att_slot_of(s) : -1;
+    const int slot = o.attn_merge_last && (long)a->T * a->n_head <= ATT_CNT ? att_slot_of(s) : -1;
     dim3 grid(a->n_head, a->T, a->n_split), block(ATT_WARPS * WARP);
     int rc = 0;
     switch (a->hd / 32) {
-    case 1: rc = attn_part_one<1, POST>(grid, block, s, a, slot, post); break;
-    case 2: rc = attn_part_one<2, POST>(grid, block, s, a, slot, post); break;
-    case 3: rc = attn_part_one<3, POST>(grid, block, s, a, slot, post); break;
-    case 4: rc = attn_part_one<4, POST>(grid, block, s, a, slot, post); break;
-    case 5: rc = attn_part_one<5, POST>(grid, block, s, a, slot, post); break;
-    case 6: rc = attn_part_one<6, POST>(grid, block, s, a, slot, post); break;
-    case 7: rc = attn_part_one<7, POST>(grid, block, s, a, slot, post); break;
-    case 8: rc = attn_part_one<8, POST>(grid, block, s, a, slot, post); break;
+    case 1: rc = attn_part_one<1, POST>(grid, block, s, a, slot, post, o); break;
+    case 2: rc = attn_part_one<2, POST>(grid, block, s, a, slot, post, o); break;
+    case 3: rc = attn_part_one<3, POST>(grid, block, s, a, slot, post, o); break;
+    case 4: rc = attn_part_one<4, POST>(grid, block, s, a, slot, post, o); break;
+    case 5: rc = attn_part_one<5, POST>(grid, block, s, a, slot, post, o); break;
+    case 6: rc = attn_part_one<6, POST>(grid, block, s, a, slot, post, o); break;
+    case 7: rc = attn_part_one<7, POST>(grid, block, s, a, slot, post, o); break;
+    case 8: rc = attn_part_one<8, POST>(grid, block, s, a, slot, post, o); break;
     default: return (int)cudaErrorInvalidValue;
     }
     if (rc || slot >= 0)
         return rc;
-    return launch(attn_merge_kernel, dim3(a->n_head, a->T), dim3(a->hd), 0, s, *a);
+    return launch_pdl(o.pdl, attn_merge_kernel, dim3(a->n_head, a->T), dim3(a->hd), 0, s, *a);
 }
 
-extern "C" int tcu_attention(const tcu_attn_args *a, tcu_stream stream)
+extern "C" int tcu_attention(const tcu_attn_args *a, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_ATTN, stream);
     const tcu_qkv_args none = {};
-    return attn_part_launch<false>(a, &none, (cudaStream_t)stream);
+    return attn_part_launch<false>(a, &none, opts_or_default(o), (cudaStream_t)stream);
 }
 
-extern "C" int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *a, tcu_stream stream)
+extern "C" int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *a, const tcu_opts *o,
+                                 tcu_stream stream)
 {
     PROF(TCU_PROF_ATTN, stream);
     if (post->T != a->T || post->hd != a->hd || post->n_head != a->n_head || post->n_kv_head != a->n_kv_head)
         return (int)cudaErrorInvalidValue;
-    return attn_part_launch<true>(a, post, (cudaStream_t)stream);
+    return attn_part_launch<true>(a, post, opts_or_default(o), (cudaStream_t)stream);
 }
-
-// ---- the decode step of one token in one launch (bf16 weights) ----
-//
-// tcu_step: one block of SK_WARPS warps a multiprocessor, all resident (a
-// cooperative launch), walking the layers' five steps - q/k/v, attention,
-// o, gate/up, down - with a grid barrier between them. Every product is
-// variant 4's arithmetic at T = 1 (lane L sums its chunks L, L + 32, ... of
-// a row in order, the warp's butterfly, the fused norm's 256-thread double
-// sums), so the values are those of the separate launches. What the launch
-// boundaries cost there (each product's first memory round trip, its
-// ramp-up and tail, the attention's latency with the memory idle) is
-// hidden here: a warp's weights are one stream of 16-byte loads, U (8 or 16) in
-// flight, that runs across the barriers - before arriving, each warp
-// requests the first chunks of its rows of the next product - and during
-// the attention the o weights are brought into L2.
-#define SK_WARPS 16
-
-__device__ unsigned long long sk_trace[1 + 5 * 256]; /* tcu_step_trace */
-
-__device__ unsigned sk_bar[ATT_SLOTS][2]; /* arrivals, generation */
-
-__device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
-{
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ unsigned long long globaltimer()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-__device__ __forceinline__ void l2_prefetch(const void *p, unsigned bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
-// Every block of the grid arrives before any leaves; the last to arrive
-// resets the count and moves the generation on.
-__device__ __forceinline__ void sk_sync(unsigned *bar, unsigned &gen)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (ld_acquire(bar + 1) == gen)
-                ;
-        }
-        gen++;
-        __threadfence();
-    }
-    __syncthreads();
-}
-
-// Where input e of a product lives in shared memory: 32 chunks of 8 inputs
-// a step, lane L's chunk as two float4 128 floats apart (conflict-free).
-__device__ __forceinline__ int sk_pos(int e)
-{
-    const int c = e >> 3, j = e & 7;
-    return (c >> 5) * 256 + (j >> 2) * 128 + (c & 31) * 4 + (j & 3);
-}
-
-// One product of the step: up to three matrices stacked by rows (q, k, v)
-// or a gate/up pair (w[0], w[1]; mode 2 SiLU, 3 GELU-tanh: y[0] = act(gate)
-// * up); mode 0 y = v, 1 y += v.
-struct sk_phase {
-    const uint16_t *w[3];
-    float *y[3];
-    long rows[3];
-    int nm, n_in, mode;
-    long total;
-};
-
-// The matrix of stacked row r, r made its row there.
-__device__ __forceinline__ int sk_mat(const sk_phase &P, long &r)
-{
-    if (P.nm == 1 || r < P.rows[0])
-        return 0;
-    r -= P.rows[0];
-    if (P.nm == 2 || r < P.rows[1])
-        return 1;
-    r -= P.rows[1];
-    return 2;
-}
-
-// A warp's next load: row r, step cs (lane L: chunk cs * 32 + L).
-struct sk_cur {
-    long r;
-    int cs;
-    const uint4 *p0, *p1;
-};
-
-__device__ __forceinline__ void sk_row(const sk_phase &P, sk_cur &c)
-{
-    long r = c.r;
-    const int k = sk_mat(P, r);
-    const size_t off = (size_t)r * P.n_in;
-    c.p0 = reinterpret_cast<const uint4 *>((k == 0 ? P.w[0] : k == 1 ? P.w[1] : P.w[2]) + off);
-    c.p1 = reinterpret_cast<const uint4 *>(P.w[1] + off); /* gate/up only */
-}
-
-template <bool GLU>
-__device__ __forceinline__ void sk_ld(const sk_phase &P, sk_cur &c, int lane, int nch, int spr, uint4 &d0, uint4 &d1)
-{
-    const int ch = c.cs * 32 + lane;
-    if (ch < nch) {
-        d0 = __ldcs(c.p0 + ch);
-        if constexpr (GLU)
-            d1 = __ldcs(c.p1 + ch);
-    }
-    if (++c.cs == spr) {
-        c.cs = 0;
-        c.r++;
-        sk_row(P, c);
-    }
-}
-
-// The warp's first loads of rows r0 .. r1 - 1 of P (before the barrier
-// that P's inputs wait for), and lane 0's L2 prefetch of up to pf bytes of
-// those rows.
-template <bool GLU, int U>
-__device__ __forceinline__ void sk_hoist(const sk_phase &P, long r0, long r1, sk_cur &c, uint4 (&ring)[U], int lane,
-                                         long pf)
-{
-    constexpr int DEPTH = GLU ? U / 2 : U;
-    const int nch = P.n_in >> 3, spr = (nch + 31) >> 5;
-    const long S = (r1 - r0) * spr;
-    c.r = r0;
-    c.cs = 0;
-    if (r0 < r1)
-        sk_row(P, c);
-#pragma unroll
-    for (int u = 0; u < DEPTH; u++)
-        if (u < S)
-            sk_ld<GLU>(P, c, lane, nch, spr, ring[GLU ? 2 * u : u], ring[GLU ? 2 * u + 1 : u]);
-    if (lane == 0)
-        for (long r = r0; r < r1 && pf > 0; r++) {
-            long rr = r;
-            const int k = sk_mat(P, rr);
-            const unsigned b = (unsigned)(pf < (long)P.n_in * 2 ? pf : (long)P.n_in * 2) & ~15u;
-            const size_t off = (size_t)rr * P.n_in;
-            if (b)
-                l2_prefetch((k == 0 ? P.w[0] : k == 1 ? P.w[1] : P.w[2]) + off, b);
-            if (GLU && b)
-                l2_prefetch(P.w[1] + off, b);
-            pf -= GLU ? 2 * (long)b : b;
-        }
-}
-
-__device__ __forceinline__ void sk_out(const sk_phase &P, long r, float v, float u)
-{
-    const int k = sk_mat(P, r);
-    float *y = (k == 0 ? P.y[0] : k == 1 ? P.y[1] : P.y[2]) + r;
-    if (P.mode == 0)
-        *y = v;
-    else if (P.mode == 1)
-        *y = *y + v;
-    else
-        *y = (P.mode == 3 ? gelu_f(v) : silu_f(v)) * u;
-}
-
-// Rows r0 .. r1 - 1 of P against the staged inputs xs, the loads U
-// (gate/up: U / 2 pairs) steps ahead of the products; the first ones are
-// in ring already (sk_hoist).
-template <bool GLU, int U>
-__device__ __forceinline__ void sk_gemv(const sk_phase &P, const float *xs, uint4 (&ring)[U], sk_cur &c, long r0,
-                                        long r1, int lane)
-{
-    constexpr int DEPTH = GLU ? U / 2 : U;
-    const int nch = P.n_in >> 3, spr = (nch + 31) >> 5;
-    const long S = (r1 - r0) * spr;
-    float acc = 0.0f, accu = 0.0f;
-    long r = r0;
-    int cs = 0;
-    for (long s0 = 0; s0 < S; s0 += DEPTH) {
-#pragma unroll
-        for (int u = 0; u < DEPTH; u++) {
-            if (s0 + u >= S)
-                break;
-            const uint4 w0 = ring[GLU ? 2 * u : u], w1 = ring[GLU ? 2 * u + 1 : u];
-            if (s0 + u + DEPTH < S)
-                sk_ld<GLU>(P, c, lane, nch, spr, ring[GLU ? 2 * u : u], ring[GLU ? 2 * u + 1 : u]);
-            if (cs * 32 + lane < nch) {
-                const float4 a0 = *reinterpret_cast<const float4 *>(xs + cs * 256 + lane * 4);
-                const float4 a1 = *reinterpret_cast<const float4 *>(xs + cs * 256 + 128 + lane * 4);
-                const float xv[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-                acc = __fadd_rn(acc, chunk_dot_v<TCU_BF16>(w0, xv, 0.0f, 0.0f, 0.0f));
-                if constexpr (GLU)
-                    accu = __fadd_rn(accu, chunk_dot_v<TCU_BF16>(w1, xv, 0.0f, 0.0f, 0.0f));
-            }
-            if (++cs == spr) {
-                cs = 0;
-                const float v = warp_sum(acc), uv = GLU ? warp_sum(accu) : 0.0f;
-                if (lane == 0)
-                    sk_out(P, r, v, uv);
-                acc = accu = 0.0f;
-                r++;
-            }
-        }
-    }
-}
-
-// x[n] (global, written by this launch: through L2) into xs at sk_pos;
-// with g, variant 4's fused RMSNorm in place (threads 0-255 sum as its 256
-// threads do; the other warps add zeros after them).
-__device__ void sk_stage(const float *x, int n, const float *g, float eps, float *xs, double *sh)
-{
-    for (int v = threadIdx.x * 4; v < n; v += blockDim.x * 4)
-        cp_async16(xs + sk_pos(v), x + v, 16);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    __syncthreads();
-    if (!g)
-        return;
-    double ss = 0.0;
-    if (threadIdx.x < 256)
-        for (int e = threadIdx.x; e < n; e += 256) {
-            const float f = xs[sk_pos(e)];
-            ss += (double)f * f;
-        }
-    ss = grp_sum_d(blk_grp{}, ss, sh);
-    const float r = (float)(1.0 / sqrt(ss / n + eps));
-    for (int e = threadIdx.x; e < n; e += blockDim.x) {
-        const int q = sk_pos(e);
-        xs[q] = __fmul_rn(__fmul_rn(xs[q], r), g[e]);
-    }
-    __syncthreads();
-}
-
-// Product k (0 q/k/v, 1 o, 2 gate/up, 3 down) of layer l.
-__device__ sk_phase sk_make(const tcu_step_args &a, int l, int k)
-{
-    const tcu_step_layer &L = a.layers[l];
-    const int qd = a.attn.n_head * a.attn.hd, kvd = a.attn.n_kv_head * a.attn.hd;
-    switch (k) {
-    case 0: return sk_phase{{L.wq, L.wk, L.wv}, {a.post.q, a.post.k, a.post.v}, {qd, kvd, kvd}, 3, a.dim, 0, qd + 2L * kvd};
-    case 1: return sk_phase{{L.wo}, {a.x}, {a.dim}, 1, qd, 1, a.dim};
-    case 2: return sk_phase{{L.wg, L.wu}, {a.gate}, {a.n_ff}, 1, a.dim, a.glu == 2 ? 3 : 2, a.n_ff};
-    default: return sk_phase{{L.wd}, {a.x}, {a.dim}, 1, a.n_ff, 1, a.dim};
-    }
-}
-
-// D: head_dim / 32; U: 16-byte weight loads in flight per lane.
-template <int D, int U>
-__global__ void __launch_bounds__(SK_WARPS *WARP, 1) step_kernel(const tcu_step_args a, int slot, int xs_len)
-{
-    extern __shared__ float4 sk_smem[];
-    float *xs = reinterpret_cast<float *>(sk_smem);
-    attn_smem<true> *as = reinterpret_cast<attn_smem<true> *>(xs + xs_len);
-    sk_phase *tab = reinterpret_cast<sk_phase *>(as + 4); /* [n_layer][4] */
-    __shared__ double sh[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const long gw = (long)blockIdx.x * SK_WARPS + warp, W = (long)gridDim.x * SK_WARPS;
-    unsigned *bar = sk_bar[slot];
-    unsigned gen = 0;
-    const bool tr = a.trace && blockIdx.x == 0 && threadIdx.x == 0;
-    int nt = 0;
-    auto sync = [&]() {
-        sk_sync(bar, gen);
-        if (tr)
-            sk_trace[++nt] = globaltimer();
-    };
-    if (threadIdx.x == 0)
-        gen = ld_acquire(bar + 1);
-    if (tr)
-        sk_trace[0] = globaltimer();
-    for (int t = threadIdx.x; t < 4 * a.n_layer; t += blockDim.x)
-        tab[t] = sk_make(a, t / 4, t % 4);
-    __syncthreads();
-    const int qd = a.attn.n_head * a.attn.hd;
-    const long pf = (long)a.pf_kb * 1024;
-    auto lo = [&](const sk_phase &P) { return P.total * gw / W; };
-    auto hi = [&](const sk_phase &P) { return P.total * (gw + 1) / W; };
-    uint4 ring[U];
-    sk_cur c;
-    sk_hoist<false, U>(tab[0], lo(tab[0]), hi(tab[0]), c, ring, lane, 0);
-    for (int l = 0; l < a.n_layer; l++) {
-        const tcu_step_layer &L = a.layers[l];
-        const sk_phase *P = tab + 4 * l;
-        /* 1. norm, q/k/v */
-        sk_stage(a.x, a.dim, L.attn_norm, a.eps, xs, sh);
-        sk_gemv<false, U>(P[0], xs, ring, c, lo(P[0]), hi(P[0]), lane);
-        sync();
-        /* 2. attention; meanwhile the block's o rows into L2 */
-        if (threadIdx.x == 0 && a.pf_o > 0) {
-            const long b0 = P[1].total * ((long)blockIdx.x * SK_WARPS) / W,
-                       b1 = P[1].total * ((long)blockIdx.x + 1) * SK_WARPS / W;
-            const long bytes = (b1 - b0) * (long)qd * 2 * a.pf_o / 100;
-            const char *w = reinterpret_cast<const char *>(L.wo + (size_t)b0 * qd);
-            for (long o = 0; o < bytes; o += 65536)
-                l2_prefetch(w + o, (unsigned)(bytes - o < 65536 ? bytes - o : 65536) & ~15u);
-        }
-        {
-            const int g = warp >> 2;
-            tcu_attn_args at = a.attn;
-            tcu_qkv_args po = a.post;
-            at.layer = po.layer = l;
-            at.window = L.window;
-            po.bq = L.bq;
-            po.bk = L.bk;
-            po.bv = L.bv;
-            po.qn = L.qn;
-            po.kn = L.kn;
-            po.inv_freq = L.rope;
-            const int nu = at.n_head * at.n_split;
-            for (int u = g * (int)gridDim.x + (int)blockIdx.x; u < nu; u += 4 * (int)gridDim.x)
-                attn_part<D, true>(sub_grp{g}, at, slot, po, u / at.n_split, 0, u % at.n_split, as[g]);
-        }
-        sk_hoist<false, U>(P[1], lo(P[1]), hi(P[1]), c, ring, lane, 0);
-        sync();
-        /* 3. x += o(att) */
-        sk_stage(a.attn.out, qd, nullptr, 0.0f, xs, sh);
-        sk_gemv<false, U>(P[1], xs, ring, c, lo(P[1]), hi(P[1]), lane);
-        sk_hoist<true, U>(P[2], lo(P[2]), hi(P[2]), c, ring, lane, pf);
-        sync();
-        /* 4. norm, gate = act(gate) * up */
-        sk_stage(a.x, a.dim, L.ffn_norm, a.eps, xs, sh);
-        sk_gemv<true, U>(P[2], xs, ring, c, lo(P[2]), hi(P[2]), lane);
-        sk_hoist<false, U>(P[3], lo(P[3]), hi(P[3]), c, ring, lane, pf);
-        sync();
-        /* 5. x += down(gate) */
-        sk_stage(a.gate, a.n_ff, nullptr, 0.0f, xs, sh);
-        sk_gemv<false, U>(P[3], xs, ring, c, lo(P[3]), hi(P[3]), lane);
-        if (l + 1 < a.n_layer)
-            sk_hoist<false, U>(P[4], lo(P[4]), hi(P[4]), c, ring, lane, pf);
-        sync();
-    }
-}
-
-static int step_count;
-
-extern "C" int tcu_step_count(void) { return step_count; }
-
-template <int D, int U> static int step_launch(const tcu_step_args *a, int slot, cudaStream_t s)
-{
-    const int qd = a->attn.n_head * a->attn.hd;
-    int n = a->dim > qd ? a->dim : qd;
-    n = a->n_ff > n ? a->n_ff : n;
-    const int xs_len = (n + 255) / 256 * 256;
-    const size_t smem =
-        (size_t)xs_len * sizeof(float) + 4 * sizeof(attn_smem<true>) + 4 * (size_t)a->n_layer * sizeof(sk_phase);
-    int occ = 0;
-    if (cudaFuncSetAttribute(step_kernel<D, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, step_kernel<D, U>, SK_WARPS * WARP, smem) || occ < 1) {
-        cudaGetLastError();
-        return -1;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeCooperative;
-    at[0].val.cooperative = 1;
-    cfg.gridDim = dim3((unsigned)sm_count());
-    cfg.blockDim = dim3(SK_WARPS * WARP);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    int rc = (int)cudaLaunchKernelEx(&cfg, step_kernel<D, U>, *a, slot, xs_len);
-    if (!rc)
-        step_count++;
-    return rc ? rc : last_err();
-}
-
-extern "C" int tcu_step(const tcu_step_args *a, tcu_stream stream)
-{
-    const int qd = a->attn.n_head * a->attn.hd;
-    if (a->attn.T != 1 || a->post.T != 1 || a->n_layer < 1 || a->n_layer > 256 || a->dim % 8 || a->n_ff % 8 || qd % 8)
-        return -1;
-    cudaStream_t s = (cudaStream_t)stream;
-    const int slot = att_slot_of(s);
-    if (slot < 0)
-        return -1;
-    PROF(TCU_PROF_OTHER, stream);
-    const bool u16 = a->u == 16;
-    switch (a->attn.hd) {
-    case 32: return u16 ? step_launch<1, 16>(a, slot, s) : step_launch<1, 8>(a, slot, s);
-    case 64: return u16 ? step_launch<2, 16>(a, slot, s) : step_launch<2, 8>(a, slot, s);
-    case 128: return u16 ? step_launch<4, 16>(a, slot, s) : step_launch<4, 8>(a, slot, s);
-    default: return -1;
-    }
-}
-
-extern "C" int tcu_step_trace(int n_layer, double us[6])
-{
-    unsigned long long t[1 + 5 * 256];
-    if (n_layer < 1 || n_layer > 256 || cudaMemcpyFromSymbol(t, sk_trace, sizeof(unsigned long long) * (1 + 5 * n_layer)))
-        return -1;
-    for (int k = 0; k < 6; k++)
-        us[k] = 0;
-    for (int l = 0; l < n_layer; l++)
-        for (int k = 0; k < 5; k++)
-            us[k] += (double)(t[1 + 5 * l + k] - t[5 * l + k]) / 1e3 / n_layer;
-    us[5] = (double)(t[5 * n_layer] - t[0]) / 1e3;
-    return 0;
-}
-

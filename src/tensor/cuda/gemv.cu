@@ -1,19 +1,18 @@
-// GEMV kernels on CUDA cores for every weight kind (the legacy kernel,
-// variant 0, and the shared-memory variants 1-13 and 15), the variant
-// table and the dispatch (tcu_gemv). The tensor-core variants live in
-// gemv_tc.cu.
+// GEMV kernels on CUDA cores for every weight kind (TCU_GEMV_PLAIN, and
+// the shared-memory kernel behind TCU_GEMV_STAGED and BY_SHAPE) and the
+// dispatch (tcu_gemv) by tcu_opts. The tensor-core kernel lives in
+// gemv_tc.cu, the shared-memory weight ring in gemv_ring.cu.
 #include "tensor/cuda/gemv.cuh"
 
 #define GEMV_WARPS 8 /* rows per block */
 #define GEMV_TT 8    /* tokens per register tile */
 #define GEMV_U 4     /* 16-byte loads in flight per lane */
 
-/* The shared-memory GEMV (gemv_v_launch): PDL, and whether its blocks
- * request their first weight chunks before waiting for the previous kernel
- * (mode 3 has the 16-bit ones wait first: the earlier requests delayed
- * their activations' copies by more than they gained - docs/cuda.md). */
-static bool pdl_gemv_v(int kind) { return pdl_enabled_gemv(kind) || (tcu_pdl() == 3 && !kind_quantized(kind)); }
-static bool gemv_v_hoist(int kind) { return tcu_pdl() == 1 || kind_quantized(kind); }
+/* With PDL, the shared-memory GEMV's blocks of 4/8-bit weights request
+ * their first weight chunks before waiting for the previous kernel; those
+ * of 16-bit weights wait first (their activations' copies queued behind
+ * the early requests and lost more than those gained - docs/cuda.md),
+ * unless the launch asks for it (tcu_gemv_args.early). */
 
 template <int KIND>
 __device__ __forceinline__ float chunk_dot(const uint4 &raw, const float *__restrict__ x, float scale, float bias)
@@ -171,7 +170,7 @@ template <int KIND, int TT> __global__ void __launch_bounds__(GEMV_WARPS *WARP) 
     }
 }
 
-static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
+static int gemv_plain(const tcu_gemv_args *a, bool pdl, tcu_stream stream)
 {
     const long rows = gv_out_rows(*a, a->glu != 0);
     if (rows == 0 || a->T == 0)
@@ -184,9 +183,9 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 #define GEMV_CASE(K)                                                                                               \
     case K:                                                                                                        \
         if (a->T == 1)                                                                                             \
-            rc = launch_pdl(pdl_enabled_gemv(K), gemv_kernel<K, 1>, grid, block, 0, s, *a);                         \
+            rc = launch_pdl(pdl && kind_quantized(K), gemv_kernel<K, 1>, grid, block, 0, s, *a);                         \
         else                                                                                                       \
-            rc = launch_pdl(pdl_enabled_gemv(K), gemv_kernel<K, GEMV_TT>, grid, block, 0, s, *a);                   \
+            rc = launch_pdl(pdl && kind_quantized(K), gemv_kernel<K, GEMV_TT>, grid, block, 0, s, *a);                   \
         break;
     switch (a->m[0].kind) {
         GEMV_CASE(TCU_F32)
@@ -200,9 +199,12 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
     return rc;
 }
 
-// ---- GEMV variants (TERN_CUDA_GEMV, tcu_gemv_set_variant) ----
+// ---- the shared-memory kernel (TCU_GEMV_STAGED, TCU_GEMV_BY_SHAPE) ----
 //
-// One templated kernel covers the variants after the legacy one (0):
+// One templated kernel (the alternatives measured and dropped - more
+// warps a row, activations from global memory, more loads in flight - are
+// in docs/cuda-log.md; S = 1, XS and UM = 1 are all the dispatch
+// instantiates):
 //   R  output rows per warp (the activation chunk is loaded once and used
 //      for all R rows; GLU launches stream gate and up rows, 2R streams);
 //   S  warps per row (split-K: lane L = warp_in_group * 32 + lane of the S
@@ -219,7 +221,7 @@ static int gemv_legacy(const tcu_gemv_args *a, tcu_stream stream)
 // again for the staging, cost 4-13 us of a 12-70 us launch on the 8B
 // shapes). The norm is then taken from shared memory with the same sums
 // and products as the panel path, so both give the same bits.
-// Each (row, token) is summed in one order fixed by (variant, n_in): per
+// Each (row, token) is summed in one order fixed by (R's kernel, n_in): per
 // lane the chunks it owns in increasing order, each chunk's values in
 // order, then the butterfly over the warp and the S warps in order. Tiles,
 // panels and the unroll depth only change when loads are issued, so a row
@@ -551,7 +553,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
 }
 
 template <int KIND, int TT, int R, int S, bool XS, bool GLU, int UM = 1>
-static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
+static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     constexpr int NV = chunk_traits<KIND>::NV;
     int pvals = 0, one = 0;
@@ -574,8 +576,7 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
         if (one && a->norm_g)
             smem += (size_t)a->n_in * sizeof(float);
     }
-    const bool pdl = pdl_gemv_v(KIND);
-    if (one && pdl && (gemv_v_hoist(KIND) || (a->early && TT == 1)))
+    if (one && pdl && (kind_quantized(KIND) || (a->early && TT == 1)))
         one = 2;
     long rpb = (long)(GV_WARPS / S) * R;
     const dim3 grid((unsigned)((rows + rpb - 1) / rpb)), block(GV_WARPS * WARP);
@@ -611,7 +612,7 @@ static int gemv_v_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
 
 /* UM: loads in flight at T = 1 times UM (the order of the sums stays) */
 template <int KIND, int R, int S, bool XS, int UM = 1>
-static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
+static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     if (a->T == 1) {
         /* 16-bit gate/up: one row pair a warp instead of two (same sums in
@@ -619,127 +620,57 @@ static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s)
          * instead of 2.3 of long ones: +0.9% at batch 1) */
         if constexpr (R == 2 && KIND != TCU_Q4 && KIND != TCU_Q4F && KIND != TCU_Q8)
             if (a->glu)
-                return gemv_v_launch<KIND, 1, 1, S, XS, true, UM>(a, rows, s);
-        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM>(a, rows, s)
-                      : gemv_v_launch<KIND, 1, R, S, XS, false, UM>(a, rows, s);
+                return gemv_v_launch<KIND, 1, 1, S, XS, true, UM>(a, rows, s, pdl);
+        return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM>(a, rows, s, pdl)
+                      : gemv_v_launch<KIND, 1, R, S, XS, false, UM>(a, rows, s, pdl);
     }
-    return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true>(a, rows, s)
-                  : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false>(a, rows, s);
+    return a->glu ? gemv_v_launch<KIND, GEMV_TT, R, S, XS, true>(a, rows, s, pdl)
+                  : gemv_v_launch<KIND, GEMV_TT, R, S, XS, false>(a, rows, s, pdl);
 }
 
 template <int R, int S, bool XS, bool Q4F = false, int UM = 1>
-static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s)
+static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     switch (a->m[0].kind) {
-    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM>(a, rows, s);
-    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM>(a, rows, s);
-    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM>(a, rows, s);
+    case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM>(a, rows, s, pdl);
+    case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM>(a, rows, s, pdl);
+    case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM>(a, rows, s, pdl);
     default: return -1; /* f32 / f16: the legacy kernel */
     }
 }
 
-// The variants: {R, S, XS}. 0 is the legacy kernel above.
-static const struct {
-    const char *name;
-} gv_names[TCU_GEMV_N_VARIANTS] = {
-    {"legacy: 1 row/warp, x via L1, I2F"},
-    {"R1 S1 x-global, magic unpack"},
-    {"R2 S1 x-global"},
-    {"R4 S1 x-global"},
-    {"R2 S1 x-smem"},
-    {"R4 S1 x-smem"},
-    {"R1 S4 x-smem (split-K)"},
-    {"R2 S2 x-smem"},
-    {"R4 S1 x-smem, 4-bit as 1+q/16 (else = 5)"},
-    {"R4 S1 x-global, 4-bit as 1+q/16 (else = 3)"},
-    {"by shape: 4 (rows >= 96 * SMs), 7 (>= 48 * SMs), else 6"},
-    {"R2 S1 x-smem, 4-bit as 1+q/16 (else = 4)"},
-    {"= 4 with twice the loads in flight at T = 1"},
-    {"= 11 with twice the loads in flight at T = 1"},
-    {"bf16: tensor cores (mma.sync, x split in 3 bf16), split-K by shape; else = 4"},
-    {"by shape: rows a warp 2, 3, 4 or 6 (gemv_by_shape; bf16 = 4)"},
-    {"bf16 / 4-bit: tensor cores, 3 bf16 parts as mma columns, split-K over a cluster; else = 15"},
-    {"one sequence in the step: bf16 4, else 15; two or more (wide): 16"},
-};
+// ---- the dispatch by tcu_opts ----
 
-/* per weight kind: [0] bf16 (and the rest), [1] 4-bit, [2] 8-bit; -1 = not read yet */
-static int gv_variant[3] = {-1, -1, -1};
-
-static int gv_slot(int kind) { return kind == TCU_Q4 ? 1 : kind == TCU_Q8 ? 2 : 0; }
-
-/* "k" (every kind) or "kb,k4,k8" (bf16, 4-bit, 8-bit); out-of-range or
- * missing entries keep what is there. */
-static void gv_parse(const char *e, int v[3])
+static int gv_choice(const tcu_opts &o, int kind)
 {
-    char *end;
-    for (int i = 0; i < 3 && e && *e; i++) {
-        long k = strtol(e, &end, 10);
-        if (end == e)
-            break;
-        if (k >= 0 && k < TCU_GEMV_N_VARIANTS)
-            for (int j = i; j < 3; j++)
-                v[j] = (int)k; /* a single number applies to all */
-        e = *end == ',' ? end + 1 : NULL;
-    }
+    return kind == TCU_Q4 ? o.gemv_q4 : kind == TCU_Q8 ? o.gemv_q8 : o.gemv_bf16;
 }
 
-extern "C" int tcu_gemv_variant(int kind)
+/* the kernels that stage activations in shared memory (and fuse a norm) */
+static bool gv_xs(int choice, int kind)
 {
-    if (gv_variant[0] < 0) {
-        int v[3] = {0, 0, 0};
-        gv_parse(TCU_GEMV_DEFAULT, v);
-        gv_parse(getenv("TERN_CUDA_GEMV"), v);
-        for (int i = 0; i < 3; i++)
-            gv_variant[i] = v[i];
-    }
-    return gv_variant[gv_slot(kind)];
+    return choice != TCU_GEMV_PLAIN && (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8);
 }
 
-extern "C" int tcu_gemv_set_variant(int kind, int v)
+static int gemv_dispatch(const tcu_gemv_args *a, const tcu_opts &o, tcu_stream stream);
+
+extern "C" int tcu_gemv(const tcu_gemv_args *a, const tcu_opts *opts, tcu_stream stream)
 {
-    if (v < 0 || v >= TCU_GEMV_N_VARIANTS)
-        return -1;
-    tcu_gemv_variant(kind); /* reads the defaults first */
-    if (kind < 0)
-        gv_variant[0] = gv_variant[1] = gv_variant[2] = v;
-    else
-        gv_variant[gv_slot(kind)] = v;
-    return 0;
-}
-
-extern "C" void tcu_gemv_variant_reset(void) { gv_variant[0] = -1; }
-
-extern "C" const char *tcu_gemv_variant_name(int v)
-{
-    return v >= 0 && v < TCU_GEMV_N_VARIANTS ? gv_names[v].name : "?";
-}
-
-/* the variants that stage activations in shared memory (and fuse a norm) */
-static bool gv_xs(int v, int kind, int T)
-{
-    if (v == 14) /* bf16 fuses the norm up to 8 tokens (the rest = 4) */
-        return kind == TCU_Q4 || kind == TCU_Q8 || (kind == TCU_BF16 && T <= 8);
-    return (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8) && ((v >= 4 && v <= 8) || v >= 10);
-}
-
-static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream);
-
-extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
-{
-    if (a->norm_g && a->T > 0 && !gv_xs(tcu_gemv_variant(a->m[0].kind), a->m[0].kind, a->T)) {
-        int rc = tcu_rmsnorm(a->x, a->norm_rows, a->norm_g, a->norm_out, a->T, a->n_in, a->norm_eps, 0, stream);
+    const tcu_opts &o = opts_or_default(opts);
+    if (a->norm_g && a->T > 0 && !gv_xs(gv_choice(o, a->m[0].kind), a->m[0].kind)) {
+        int rc = tcu_rmsnorm(a->x, a->norm_rows, a->norm_g, a->norm_out, a->T, a->n_in, a->norm_eps, 0, &o, stream);
         if (rc)
             return rc;
         tcu_gemv_args b = *a;
         b.x = a->norm_out;
         b.norm_g = NULL;
         b.norm_rows = NULL;
-        return gemv_dispatch(&b, stream);
+        return gemv_dispatch(&b, o, stream);
     }
-    return gemv_dispatch(a, stream);
+    return gemv_dispatch(a, o, stream);
 }
 
-// Variant 15, rows a warp by shape. A row's order of sums does not depend
+// TCU_GEMV_BY_SHAPE, rows a warp by shape. A row's order of sums does not depend
 // on R, so every choice gives the same bits and R may even follow T.
 // Larger blocks stage the activations - and a fused norm - once for more
 // rows and share each chunk's activation sum, but need rows enough to
@@ -748,70 +679,46 @@ extern "C" int tcu_gemv(const tcu_gemv_args *a, tcu_stream stream)
 // against 12.7 with 4 and 14.5 with 2); lm_head 6 (187 us against 206 with
 // 4). Above T = 1 (8-token tiles) and for 8-bit: 4 on the launches with
 // >= 40 rows per SM, else 2. bf16: 2.
-static int gemv_by_shape(const tcu_gemv_args *a, long rows, cudaStream_t s)
+static int gemv_by_shape(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     const int kind = a->m[0].kind;
     const long n_sm = sm_count();
     if (kind == TCU_Q4 && a->norm_g && !a->glu && a->T == 1) {
         if (rows >= 200 * n_sm)
-            return gemv_v_launch<TCU_Q4F, 1, 6, 1, true, false>(a, rows, s);
+            return gemv_v_launch<TCU_Q4F, 1, 6, 1, true, false>(a, rows, s, pdl);
         if (rows >= 16 * n_sm)
-            return gemv_v_launch<TCU_Q4F, 1, 3, 1, true, false>(a, rows, s);
+            return gemv_v_launch<TCU_Q4F, 1, 3, 1, true, false>(a, rows, s, pdl);
     }
     if (kind == TCU_BF16 || rows < 40 * n_sm)
-        return gemv_v_kind<2, 1, true, true>(a, rows, s);
-    return gemv_v_kind<4, 1, true, true>(a, rows, s);
+        return gemv_v_kind<2, 1, true, true>(a, rows, s, pdl);
+    return gemv_v_kind<4, 1, true, true>(a, rows, s, pdl);
 }
 
-static int gemv_dispatch(const tcu_gemv_args *a, tcu_stream stream)
+static int gemv_dispatch(const tcu_gemv_args *a, const tcu_opts &o, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
     const long rows = gv_out_rows(*a, a->glu != 0);
     if (rows == 0 || a->T == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
+    const bool pdl = o.pdl != 0;
+    const int kind = a->m[0].kind;
     int rc = -1;
-    if (a->ring && (rc = gemv_ring(a, rows, s)) >= 0)
+    if (a->ring && (rc = gemv_ring(a, rows, s, pdl)) >= 0)
         return rc;
-    switch (tcu_gemv_variant(a->m[0].kind)) {
-    case 1: rc = gemv_v_kind<1, 1, false>(a, rows, s); break;
-    case 2: rc = gemv_v_kind<2, 1, false>(a, rows, s); break;
-    case 3: rc = gemv_v_kind<4, 1, false>(a, rows, s); break;
-    case 4: rc = gemv_v_kind<2, 1, true>(a, rows, s); break;
-    case 5: rc = gemv_v_kind<4, 1, true>(a, rows, s); break;
-    case 6: rc = gemv_v_kind<1, 4, true>(a, rows, s); break;
-    case 7: rc = gemv_v_kind<2, 2, true>(a, rows, s); break;
-    case 8: rc = gemv_v_kind<4, 1, true, true>(a, rows, s); break;
-    case 9: rc = gemv_v_kind<4, 1, false, true>(a, rows, s); break;
-    case 11: rc = gemv_v_kind<2, 1, true, true>(a, rows, s); break;
-    case 12: rc = gemv_v_kind<2, 1, true, false, 2>(a, rows, s); break;
-    case 13: rc = gemv_v_kind<2, 1, true, true, 2>(a, rows, s); break;
-    case 14:
-        rc = a->m[0].kind == TCU_BF16 ? gemv_mma(a, rows, s) : gemv_v_kind<2, 1, true>(a, rows, s);
+    switch (gv_choice(o, kind)) {
+    case TCU_GEMV_STAGED: rc = gemv_v_kind<2, 1, true>(a, rows, s, pdl); break;
+    case TCU_GEMV_BY_SHAPE: rc = gemv_by_shape(a, rows, s, pdl); break;
+    case TCU_GEMV_TENSOR:
+        if ((rc = gemv_tc(a, rows, s, pdl)) < 0)
+            rc = gemv_by_shape(a, rows, s, pdl);
         break;
-    case 15:
-        rc = gemv_by_shape(a, rows, s);
+    case TCU_GEMV_AUTO:
+        if (!a->wide || (rc = gemv_tc(a, rows, s, pdl)) < 0)
+            rc = kind == TCU_BF16 ? gemv_v_kind<2, 1, true>(a, rows, s, pdl) : gemv_by_shape(a, rows, s, pdl);
         break;
-    case 16:
-        if ((rc = gemv_tc(a, rows, s)) < 0)
-            rc = gemv_by_shape(a, rows, s);
-        break;
-    case 17: /* one sequence: bf16 4, quantized 15; two or more: 16 */
-        if (!a->wide || (rc = gemv_tc(a, rows, s)) < 0)
-            rc = a->m[0].kind == TCU_BF16 ? gemv_v_kind<2, 1, true>(a, rows, s) : gemv_by_shape(a, rows, s);
-        break;
-    case 10: { /* by shape (never by T): enough warps for two waves */
-        const long target = 2L * sm_count() * 24;
-        if (rows / 2 >= target)
-            rc = gemv_v_kind<2, 1, true>(a, rows, s);
-        else if (rows >= target)
-            rc = gemv_v_kind<2, 2, true>(a, rows, s);
-        else
-            rc = gemv_v_kind<1, 4, true>(a, rows, s);
-        break;
-    }
     default: break;
     }
-    return rc >= 0 ? rc : gemv_legacy(a, stream);
+    /* PLAIN, and f32/f16 weights whatever the choice */
+    return rc >= 0 ? rc : gemv_plain(a, pdl, stream);
 }
-

@@ -1,5 +1,5 @@
-// Shared by the GEMV kernel files (gemv.cu, gemv_tc.cu) and the one-launch
-// decode step: weight-chunk arithmetic, the fused RMSNorm's factors.
+// Shared by the GEMV kernel files (gemv.cu, gemv_tc.cu, gemv_ring.cu):
+// weight-chunk arithmetic, the fused RMSNorm's factors.
 #pragma once
 #include "tensor/cuda/common.cuh"
 
@@ -149,10 +149,9 @@ __device__ __forceinline__ float chunk_dot_v(const uint4 &raw, const float *xv, 
     }
 }
 
-// The tensor-core GEMVs (gemv_tc.cu): variant 14 (bf16) and 16 (bf16 and
-// 4-bit); -1 when the launch's weights do not suit them.
-int gemv_mma(const tcu_gemv_args *a, long rows, cudaStream_t s);
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s);
+// The tensor-core GEMV (gemv_tc.cu): bf16 and 4-bit; -1 when the launch's
+// weights do not suit it. pdl: tcu_opts.pdl.
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl);
 // One token of bf16 weights through a shared-memory ring (gemv_ring.cu);
 // -1 when the launch does not suit it.
-int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s);
+int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl);

@@ -2,7 +2,7 @@
 // by bulk copies (tcu_gemv_args.ring): one block a multiprocessor, a
 // producer warp that keeps the ring full from the block's first moment -
 // before the launch waits for the kernel before it, since no kernel writes
-// weights - and consumer warps that sum each row as variant 4 does (lane L
+// weights - and consumer warps that sum each row as TCU_GEMV_STAGED does (lane L
 // adds chunks L, L + 32, ... in order, the warp's butterfly, the fused
 // norm's 256-thread double sums), so the bits are those of the register
 // kernel. The ring keeps ~128 KiB a multiprocessor in flight without a
@@ -214,7 +214,7 @@ extern "C" int tcu_gemv_ring_count(void) { return ring_launches; }
 
 // -1 when the launch does not suit the ring (not one token of bf16
 // weights, or no room for RG_MIN_SLOTS slots).
-int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s)
+int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     if (a->T != 1 || (a->glu && a->n != 2))
         return -1;
@@ -239,7 +239,6 @@ int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s)
         nslot -= nslot % RG_WARPS;
     const long grid = rows < sm_count() ? rows : sm_count();
     const size_t smem = xs + (size_t)nslot * ib;
-    const bool pdl = tcu_pdl() == 1 || tcu_pdl() == 3;
     ring_launches++;
     const dim3 g((unsigned)grid), b((RG_WARPS + 1) * WARP);
     return glu ? launch_pdl(pdl, gemv_ring_kernel<true>, g, b, smem, s, *a, nslot)

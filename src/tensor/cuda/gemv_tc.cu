@@ -1,25 +1,19 @@
-// Tensor-core GEMVs: variant 14 (bf16, mma.sync with activations split
-// exactly into three bf16) and variant 16 (bf16 and 4-bit, the parts as mma
-// columns, split-K over a thread-block cluster) with its staging kernel.
+// The tensor-core GEMV (TCU_GEMV_TENSOR, and TCU_GEMV_AUTO's choice for
+// steps of several sequences): bf16 and 4-bit weights, the activations
+// split exactly into three bf16 parts as mma columns, split-K over a
+// thread-block cluster, with its staging kernel.
 #include <cooperative_groups.h>
 
 #include "tensor/cuda/gemv.cuh"
 
-// ---- tensor-core products for small T (bf16 weights; variant 14) ----
-//
-// mma.sync m16n8k16 (bf16 inputs, f32 accumulation): a warp owns a tile of
-// 16 output rows and a contiguous slice of the inputs; its 8 token columns
-// per n-tile are tokens 8j .. 8j + 7. Each f32 activation is split exactly
-// into three bf16 (hi + mid + lo = x: 8 + 8 + 8 significant bits), and the
-// three products accumulate into the same f32 accumulator, so the result is
-// that of f32 activations up to the tensor core's accumulation rounding.
-// The k order inside a 16-wide tile is permuted (lane t holds inputs
-// 8t .. 8t + 7 of each 32-input step: one 16-byte load per row) - the same
-// permutation for weights and activations, so the sum is the same one.
-// Batch invariance: a column of the mma never depends on another column,
-// the k order is fixed per shape, and the split-K partial sums (KS warps per
-// tile, chosen from the shape alone) are added in warp order.
-#define MMA_U 4 /* 32-input steps in flight per warp */
+// mma.sync m16n8k16 (bf16 inputs, f32 accumulation). Each f32 activation
+// is split exactly into three bf16 (hi + mid + lo = x: 8 + 8 + 8
+// significant bits), and the three products accumulate in f32, so the
+// result is that of f32 activations up to the tensor core's accumulation
+// rounding. The k order inside a 16-wide tile is permuted (lane t holds
+// inputs 8t .. 8t + 7 of each 32-input step: one 16-byte load per row) -
+// the same permutation for weights and activations, so the sum is the same
+// one.
 
 __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1)
@@ -73,216 +67,15 @@ __device__ __forceinline__ void tc_split8(float4 v0, float4 v1, uint4 &hi, uint4
     lo = make_uint4(p[0][2], p[1][2], p[2][2], p[3][2]);
 }
 
-// One 32-input step of one A tile (rows g, g + 8: wa, wb) against the
-// activations' bf16 parts xb[4][3] (pairs 0..3 of inputs 8t .. 8t + 7).
-__device__ __forceinline__ void mma_step(float c[4], const uint4 &wa, const uint4 &wb, const uint32_t xb[4][3])
-{
-#pragma unroll
-    for (int p = 0; p < 3; p++)
-        mma_bf16(c, wa.x, wb.x, wa.y, wb.y, xb[0][p], xb[1][p]);
-#pragma unroll
-    for (int p = 0; p < 3; p++)
-        mma_bf16(c, wa.z, wb.z, wa.w, wb.w, xb[2][p], xb[3][p]);
-}
-
-#define MMA_WARPS 8
-
-// grid: ceil(tiles / (MMA_WARPS / KS)), block MMA_WARPS warps; NT n-tiles
-// of 8 tokens (tokens t0 .. t0 + 8 NT - 1 per pass).
-template <int NT, bool GLU>
-__global__ void __launch_bounds__(MMA_WARPS *WARP) gemv_mma_kernel(const tcu_gemv_args a, int KS)
-{
-    constexpr int NA = GLU ? 2 : 1; /* A tiles per warp (gate, up) */
-    __shared__ float red[MMA_WARPS][NA * NT * 4][WARP];
-    __shared__ float rnorm[8];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int tile = blockIdx.x * (MMA_WARPS / KS) + warp / KS, ks = warp % KS;
-    const long rows = gv_out_rows(a, GLU);
-    const int slice = a.n_in / KS, kb = ks * slice;
-    /* the lane's two rows (g, g + 8) of the tile: matrix and local row */
-    const uint4 *rp[NA][2];
-    float *yp[2];
-    int ystr[2];
-    bool valid[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        long gr = (long)tile * 16 + g + 8 * h;
-        valid[h] = gr < rows;
-        if (!valid[h])
-            gr = rows - 1;
-        long off = 0;
-        const int k = GLU ? 0 : gv_mat_of(a, gr, &off);
-        const int r = (int)(gr - off);
-        yp[h] = a.m[k].y + r;
-        ystr[h] = a.m[k].n_out;
-#pragma unroll
-        for (int s = 0; s < NA; s++)
-            rp[s][h] = reinterpret_cast<const uint4 *>((const uint16_t *)a.m[GLU ? s : k].w + (size_t)r * a.n_in + kb) +
-                       t;
-    }
-    /* weights never depend on an earlier kernel: start pulling them into L2 */
-#pragma unroll
-    for (int s = 0; s < NA; s++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int u = 0; u < MMA_U; u++)
-                if (u * 32 < slice)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[s][h] + u * 4));
-    pdl_wait();
-    pdl_trigger();
-    for (int t0 = 0; t0 < a.T; t0 += 8 * NT) {
-        float c[NA][NT][4];
-#pragma unroll
-        for (int s = 0; s < NA; s++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-                c[s][j][0] = c[s][j][1] = c[s][j][2] = c[s][j][3] = 0.0f;
-        /* the fused RMSNorm (NT = 1 only): each token's factor per block,
-         * reduced as rmsnorm_kernel does (the same 256 threads, double
-         * sums), then x * r * g as it is loaded - the values the norm
-         * kernel would write */
-        const bool nrm = NT == 1 && a.norm_g;
-        if (nrm)
-            gv_norm_factors(a, t0, a.T - t0 < 8 ? a.T - t0 : 8, rnorm);
-        const float *xr[NT];
-        bool xon[NT];
-        float rn = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const int tok = t0 + 8 * j + g;
-            xon[j] = tok < a.T;
-            const int xrow = !xon[j] ? 0 : nrm && a.norm_rows ? a.norm_rows[tok] : tok;
-            xr[j] = a.x + (size_t)xrow * a.n_in + kb + 8 * t;
-            if (nrm && xon[j])
-                rn = rnorm[g];
-        }
-        const float *gp = nrm ? a.norm_g + kb + 8 * t : nullptr;
-        for (int k0 = 0; k0 < slice; k0 += 32 * MMA_U) {
-            uint4 w[MMA_U][NA][2];
-#pragma unroll
-            for (int u = 0; u < MMA_U; u++)
-#pragma unroll
-                for (int s = 0; s < NA; s++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        w[u][s][h] = k0 + 32 * u < slice ? __ldcs(rp[s][h] + (k0 + 32 * u) / 8)
-                                                         : make_uint4(0, 0, 0, 0);
-#pragma unroll
-            for (int u = 0; u < MMA_U; u++) {
-                if (k0 + 32 * u >= slice)
-                    break;
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    uint32_t xb[4][3];
-                    float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
-                    if (xon[j]) {
-                        v0 = __ldg(reinterpret_cast<const float4 *>(xr[j] + k0 + 32 * u));
-                        v1 = __ldg(reinterpret_cast<const float4 *>(xr[j] + k0 + 32 * u) + 1);
-                        if (nrm) {
-                            const float4 g0 = __ldg(reinterpret_cast<const float4 *>(gp + k0 + 32 * u)),
-                                         g1 = __ldg(reinterpret_cast<const float4 *>(gp + k0 + 32 * u) + 1);
-                            v0 = norm4(v0, rn, g0);
-                            v1 = norm4(v1, rn, g1);
-                        }
-                    }
-                    pack3(v0.x, v0.y, xb[0]);
-                    pack3(v0.z, v0.w, xb[1]);
-                    pack3(v1.x, v1.y, xb[2]);
-                    pack3(v1.z, v1.w, xb[3]);
-                    /* a fresh accumulator per step, added with IEEE rounding:
-                     * the tensor core's own accumulation rounding then covers
-                     * 32 inputs, not the whole row */
-#pragma unroll
-                    for (int s = 0; s < NA; s++) {
-                        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma_step(d, w[u][s][0], w[u][s][1], xb);
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            c[s][j][e] = __fadd_rn(c[s][j][e], d[e]);
-                    }
-                }
-            }
-        }
-        /* split-K: the KS warps of a tile add their sums in warp order */
-        if (KS > 1) {
-            if (ks > 0)
-#pragma unroll
-                for (int s = 0; s < NA; s++)
-#pragma unroll
-                    for (int j = 0; j < NT; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            red[warp][(s * NT + j) * 4 + e][lane] = c[s][j][e];
-            __syncthreads();
-            if (ks == 0)
-                for (int w2 = 1; w2 < KS; w2++)
-#pragma unroll
-                    for (int s = 0; s < NA; s++)
-#pragma unroll
-                        for (int j = 0; j < NT; j++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                c[s][j][e] = __fadd_rn(c[s][j][e], red[warp + w2][(s * NT + j) * 4 + e][lane]);
-            __syncthreads();
-        }
-        if (ks == 0)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int h = e >> 1, tok = t0 + 8 * j + 2 * t + (e & 1);
-                    if (!valid[h] || tok >= a.T)
-                        continue;
-                    float *y = yp[h] + (size_t)tok * ystr[h];
-                    const float v = c[0][j][e];
-                    if (GLU)
-                        *y = (a.glu == 2 ? gelu_f(v) : silu_f(v)) * c[NA - 1][j][e];
-                    else
-                        *y = a.accumulate ? *y + v : v;
-                }
-    }
-}
-
-// Split-K factor from the shape alone: slices of at most 512 inputs (a
-// warp then streams <= 16 KB of bf16 weights: short tails), up to one warp
-// per slice of the block.
-static int mma_ks(int n_in)
-{
-    int ks = 1;
-    while (ks < MMA_WARPS && n_in / ks > 512 && n_in % (64 * ks) == 0)
-        ks *= 2;
-    return ks;
-}
-
-template <int NT, bool GLU> static int gemv_mma_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
-{
-    const long tiles = (rows + 15) / 16;
-    const int ks = mma_ks(a->n_in), tpb = MMA_WARPS / ks;
-    return launch_pdl(pdl_enabled_gemv(TCU_BF16), gemv_mma_kernel<NT, GLU>, dim3((unsigned)((tiles + tpb - 1) / tpb)),
-                      dim3(MMA_WARPS * WARP), 0, s, *a, ks);
-}
-
-// bf16 only (n_in a multiple of 32); -1 for other kinds.
-int gemv_mma(const tcu_gemv_args *a, long rows, cudaStream_t s)
-{
-    if (a->m[0].kind != TCU_BF16 || a->n_in % 32)
-        return -1;
-    if (a->T <= 8)
-        return a->glu ? gemv_mma_launch<1, true>(a, rows, s) : gemv_mma_launch<1, false>(a, rows, s);
-    if (a->T <= 16)
-        return a->glu ? gemv_mma_launch<2, true>(a, rows, s) : gemv_mma_launch<2, false>(a, rows, s);
-    return a->glu ? gemv_mma_launch<4, true>(a, rows, s) : gemv_mma_launch<4, false>(a, rows, s);
-}
-
-// ---- variant 16: tensor cores, activations split once per block ----
+// ---- the kernel: activations split once per block (or per launch) ----
 //
-// The same exact products as variant 14 (bf16 weights x f32 activations
-// split into three bf16, f32 accumulation with a fresh accumulator per
-// 32-input step), laid out for speed at every T:
+// Exact products (bf16 weights x f32 activations split into three bf16,
+// f32 accumulation with a fresh accumulator per 32-input step), laid out
+// for speed at every T:
 // - the three parts of a token are three columns of the mma (token j:
 //   columns 3j, 3j + 1, 3j + 2), so one mma pair per 32-input step covers
-//   two tokens (variant 14: three pairs for one to eight tokens); NT
+//   two tokens (the parts as three mma passes over 8-token columns, the
+//   first layout, took three pairs for one to eight tokens); NT
 //   n-tiles hold TP = 8 NT / 3 tokens, up to 32 in one pass;
 // - each block splits its activations once into shared memory, already in
 //   fragment order (one 16-byte load per lane and n-tile a step), with the
@@ -773,7 +566,8 @@ static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
     return (size_t)(a->n_in / 32) * C * 64 + (q ? (size_t)(a->n_in / a->m[0].group) * C * sizeof(float) : 0);
 }
 
-template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s)
+template <int NT, int U, bool Q>
+static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     constexpr int C = 8 * NT;
     /* more than TC_TP(1) tokens and room in the stage: split once - with a
@@ -787,7 +581,7 @@ template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *
         int nb = 1; /* blocks along the inputs: about two a SM, whole groups each */
         while (nb < 16 && (long)js * nb < 2L * sm_count() && nst % (2 * nb) == 0 && nst / (2 * nb) * 32 % G == 0)
             nb *= 2;
-        const int rc = launch(tc_stage_kernel<NT, Q>, dim3((unsigned)js, (unsigned)nb), dim3(TC_WARPS * WARP),
+        const int rc = launch_pdl(pdl, tc_stage_kernel<NT, Q>, dim3((unsigned)js, (unsigned)nb), dim3(TC_WARPS * WARP),
                               (size_t)(nst / nb) * 4 * sizeof(float), s, *a, nst / nb);
         if (rc)
             return rc;
@@ -808,13 +602,13 @@ template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *
             return rc;
         smem_set = smem;
     }
-    return launch_cl(pdl_enabled_gemv(Q ? TCU_Q4 : TCU_BF16), (unsigned)ks, gemv_tc_kernel<NT, U, Q>,
+    return launch_cl(pdl && Q, (unsigned)ks, gemv_tc_kernel<NT, U, Q>,
                      dim3((unsigned)ks, (unsigned)blocks), dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
 }
 
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
 // every matrix); -1 for other kinds. Above 32 tokens: launches of 32.
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s)
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     const bool q = a->m[0].kind == TCU_Q4;
     if ((a->m[0].kind != TCU_BF16 && !q) || a->n_in % 32 || (q && (a->m[0].group % 32 || a->n_in % a->m[0].group)))
@@ -832,7 +626,7 @@ int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s)
                 b.x = a->x + (size_t)t0 * a->n_in;
             for (int k = 0; k < a->n; k++)
                 b.m[k].y = a->m[k].y + (size_t)t0 * a->m[k].n_out;
-            const int rc = gemv_tc(&b, rows, s);
+            const int rc = gemv_tc(&b, rows, s, pdl);
             if (rc)
                 return rc;
         }
@@ -843,20 +637,20 @@ int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s)
      * not hide the latency), else 4 (3 blocks a SM) */
     if (q) { /* a step is 256 bytes a warp: more of them in flight */
         if (a->T <= TC_TP(1))
-            return gemv_tc_launch<1, 8, true>(a, rows, s);
+            return gemv_tc_launch<1, 8, true>(a, rows, s, pdl);
         if (a->T <= TC_TP(3))
-            return gemv_tc_launch<3, 8, true>(a, rows, s);
+            return gemv_tc_launch<3, 8, true>(a, rows, s, pdl);
         if (a->T <= TC_TP(6))
-            return gemv_tc_launch<6, 4, true>(a, rows, s);
-        return gemv_tc_launch<12, 2, true>(a, rows, s);
+            return gemv_tc_launch<6, 4, true>(a, rows, s, pdl);
+        return gemv_tc_launch<12, 2, true>(a, rows, s, pdl);
     }
     if (a->T <= TC_TP(1))
-        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false>(a, rows, s)
-                                         : gemv_tc_launch<1, 4, false>(a, rows, s);
+        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false>(a, rows, s, pdl)
+                                         : gemv_tc_launch<1, 4, false>(a, rows, s, pdl);
     if (a->T <= TC_TP(3))
-        return gemv_tc_launch<3, 4, false>(a, rows, s);
+        return gemv_tc_launch<3, 4, false>(a, rows, s, pdl);
     if (a->T <= TC_TP(6))
-        return gemv_tc_launch<6, 2, false>(a, rows, s);
-    return gemv_tc_launch<12, 2, false>(a, rows, s);
+        return gemv_tc_launch<6, 2, false>(a, rows, s, pdl);
+    return gemv_tc_launch<12, 2, false>(a, rows, s, pdl);
 }
 

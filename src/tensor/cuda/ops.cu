@@ -1,20 +1,55 @@
-// Small kernels and host state: PDL mode, the per-launch profile, weight
+// Small kernels and host state: the options' defaults, the per-launch profile, weight
 // and activation conversions for the cuBLAS path, embedding, RMSNorm,
 // GLU, soft-capping, and the benchmark's fills and copy-bandwidth probe.
 #include "tensor/cuda/common.cuh"
 
-static int pdl_on = -1;
+// ---- options ----
 
-extern "C" void tcu_pdl_set(int mode) { pdl_on = mode >= 0 && mode <= 4 ? mode : TCU_PDL_DEFAULT; }
-
-extern "C" int tcu_pdl(void)
+extern "C" void tcu_opts_init(tcu_opts *o)
 {
-    if (pdl_on < 0) {
-        const char *e = getenv("TERN_CUDA_PDL");
-        int v = e && *e ? atoi(e) : TCU_PDL_DEFAULT;
-        pdl_on = v >= 0 && v <= 4 ? v : TCU_PDL_DEFAULT;
-    }
-    return pdl_on;
+    memset(o, 0, sizeof *o);
+    o->gemv_bf16 = TCU_GEMV_AUTO;
+    o->gemv_q4 = TCU_GEMV_AUTO;
+    o->gemv_q8 = TCU_GEMV_BY_SHAPE;
+    o->pdl = 1;
+    o->attn_early = 1;
+    o->attn_merge_last = 1;
+    o->attn_tiled = TCU_ATTN_TILED_TF32;
+    /* from 33 tokens cuBLAS's bf16 tensor cores beat the GEMVs (and 32 is
+     * the widest step the tensor-core GEMV's stage is sized for) */
+    o->gemm_min_t = 33;
+    o->graphs = 1;
+    o->qkv_fuse = 1;
+    o->gemv_stage = 1;
+    o->early = TCU_PROD_DOWN;
+    o->ring = TCU_PROD_GU | TCU_PROD_DOWN;
+    o->split_len1 = 16;
+}
+
+static const tcu_opts opts_default = [] {
+    tcu_opts o;
+    tcu_opts_init(&o);
+    return o;
+}();
+
+const tcu_opts &opts_or_default(const tcu_opts *o) { return o ? *o : opts_default; }
+
+extern "C" const char *tcu_gemv_name(int gemv)
+{
+    static const char *const names[TCU_GEMV_N] = {"plain", "staged", "by-shape", "tensor", "auto"};
+    return gemv >= 0 && gemv < TCU_GEMV_N ? names[gemv] : "?";
+}
+
+extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
+{
+    static const char *const tiled[3] = {"off", "f32", "tf32"};
+    snprintf(buf, n,
+             "gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
+             "prefill tiles %s; cuBLAS from %d tokens; graphs %d; q/k/v fused %d; stage %d; early products %d; "
+             "ring products %d; one-token split %d",
+             tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4), tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early,
+             o->attn_merge_last, o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?",
+             o->gemm_min_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1);
 }
 
 // ---- per-launch profile ----
@@ -134,13 +169,13 @@ __global__ void dequant8_kernel(const tcu_mat m, int n_in, uint16_t *out, long n
     }
 }
 
-extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, tcu_stream stream)
+extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
     long n = (long)m->n_out * n_in;
     if ((m->kind == TCU_Q4 || m->kind == TCU_Q8) && n_in % 8 == 0 && m->group % 8 == 0)
-        return launch(dequant8_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n / 8);
-    return launch(dequant_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n);
+        return launch_pdl(opts_or_default(o).pdl, dequant8_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n / 8);
+    return launch_pdl(opts_or_default(o).pdl, dequant_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n);
 }
 
 __global__ void to_half_kernel(const float *x, uint16_t *out, long n, int to_f16)
@@ -151,11 +186,12 @@ __global__ void to_half_kernel(const float *x, uint16_t *out, long n, int to_f16
         out[e] = to_f16 ? __half_as_ushort(__float2half_rn(x[e])) : __bfloat16_as_ushort(__float2bfloat16_rn(x[e]));
 }
 
-extern "C" int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, tcu_stream stream)
+extern "C" int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, const tcu_opts *o,
+                               tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    return launch(to_half_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, (cudaStream_t)stream, x,
+    return launch_pdl(opts_or_default(o).pdl, to_half_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, (cudaStream_t)stream, x,
                   out, n, to_f16);
 }
 
@@ -172,12 +208,12 @@ __global__ void embed_kernel(const tcu_mat w, int n_in, const int32_t *tokens, f
 }
 
 extern "C" int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int T, float scale, float *x,
-                         tcu_stream stream)
+                         const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_EMBED, stream);
     /* a block a token's 256-value slice (one block a token took ~9 us at batch 1) */
     const unsigned nb = (unsigned)((n_in + 255) / 256);
-    return launch(embed_kernel, dim3(T, nb < 64 ? nb : 64), dim3(256), 0, (cudaStream_t)stream, *w, n_in, tokens, scale,
+    return launch_pdl(opts_or_default(o).pdl, embed_kernel, dim3(T, nb < 64 ? nb : 64), dim3(256), 0, (cudaStream_t)stream, *w, n_in, tokens, scale,
                   x);
 }
 
@@ -203,12 +239,12 @@ __global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float 
 }
 
 extern "C" int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, float *out, int n_rows, int n,
-                           float eps, int add, tcu_stream stream)
+                           float eps, int add, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_NORM, stream);
     if (n_rows <= 0)
         return 0;
-    return launch(rmsnorm_kernel, dim3(n_rows), dim3(256), 0, (cudaStream_t)stream, x, rows, g, out, n, eps, add);
+    return launch_pdl(opts_or_default(o).pdl, rmsnorm_kernel, dim3(n_rows), dim3(256), 0, (cudaStream_t)stream, x, rows, g, out, n, eps, add);
 }
 
 __global__ void glu_kernel(float *gate, const float *up, long n, int gelu)
@@ -219,11 +255,11 @@ __global__ void glu_kernel(float *gate, const float *up, long n, int gelu)
         gate[e] = (gelu ? gelu_f(gate[e]) : silu_f(gate[e])) * up[e];
 }
 
-extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, tcu_stream stream)
+extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    return launch(glu_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, gate,
+    return launch_pdl(opts_or_default(o).pdl, glu_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, gate,
                   up, n, gelu);
 }
 
@@ -235,11 +271,11 @@ __global__ void softcap_kernel(float *x, long n, float c)
         x[e] = c * tanhf(x[e] / c);
 }
 
-extern "C" int tcu_softcap(float *x, long n, float c, tcu_stream stream)
+extern "C" int tcu_softcap(float *x, long n, float c, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    return launch(softcap_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, x,
+    return launch_pdl(opts_or_default(o).pdl, softcap_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, x,
                   n, c);
 }
 
@@ -273,7 +309,7 @@ __global__ void fill_kernel(void *p, size_t n, int what, uint64_t seed, float sc
 
 extern "C" int tcu_fill_random(void *p, size_t n, int what, uint64_t seed, float scale, tcu_stream stream)
 {
-    return launch(fill_kernel, dim3(2048), dim3(256), 0, (cudaStream_t)stream, p, n, what, seed, scale);
+    return launch_pdl(false, fill_kernel, dim3(2048), dim3(256), 0, (cudaStream_t)stream, p, n, what, seed, scale);
 }
 
 extern "C" double tcu_copy_bandwidth(size_t bytes, int reps)

@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(256) attn_tiled_kernel(const tcu_attn_args a, 
     }
 }
 
-template <int HD> static int attn_tiled_launch(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, cudaStream_t s)
+template <int HD>
+static int attn_tiled_launch(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, cudaStream_t s, bool pdl)
 {
     const size_t smem = ((size_t)HD * AQ + (size_t)HD * AK + (size_t)AK * HD + (size_t)AK * AQ) * sizeof(float);
     static bool raised = false;
@@ -161,10 +162,10 @@ template <int HD> static int attn_tiled_launch(const tcu_attn_args *a, const int
         cudaFuncSetAttribute(attn_tiled_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         raised = true;
     }
-    return launch(attn_tiled_kernel<HD>, dim3(a->n_head, n_tiles), dim3(256), smem, s, *a, tiles);
+    return launch_pdl(pdl, attn_tiled_kernel<HD>, dim3(a->n_head, n_tiles), dim3(256), smem, s, *a, tiles);
 }
 
-// ---- tensor-core tiled attention for prefill chunks (TERN_CUDA_ATTN_TILED=2, the default) ----
+// ---- tensor-core tiled attention for prefill chunks (TCU_ATTN_TILED_TF32, the default) ----
 //
 // The same tiles as attn_tiled_kernel; 4 warps, each owning 16 of the
 // tile's 64 queries. Per key tile of 64: S = Q K^T and O += P V with
@@ -319,7 +320,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, con
     }
 }
 
-template <int HD> static int attn_tc_launch(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, cudaStream_t s)
+template <int HD>
+static int attn_tc_launch(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, cudaStream_t s, bool pdl)
 {
     const size_t smem = (size_t)(TQ + 2 * TK) * (HD + 4) * sizeof(uint32_t);
     static bool raised = false;
@@ -327,35 +329,31 @@ template <int HD> static int attn_tc_launch(const tcu_attn_args *a, const int32_
         cudaFuncSetAttribute(attn_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         raised = true;
     }
-    return launch(attn_tc_kernel<HD>, dim3(a->n_head, n_tiles), dim3(128), smem, s, *a, tiles);
+    return launch_pdl(pdl, attn_tc_kernel<HD>, dim3(a->n_head, n_tiles), dim3(128), smem, s, *a, tiles);
 }
 
-/* 1: attn_tiled_kernel (f32), 2: attn_tc_kernel (TF32 tensor cores); -1 = not read yet */
-static int att_tiled_mode = -1;
-
-extern "C" void tcu_attention_tiled_set(int mode) { att_tiled_mode = mode == 1 ? 1 : 2; }
-
-extern "C" int tcu_attention_tiled(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, tcu_stream stream)
+extern "C" int tcu_attention_tiled(const tcu_attn_args *a, const int32_t *tiles, int n_tiles, const tcu_opts *opts,
+                                   tcu_stream stream)
 {
     PROF(TCU_PROF_ATTN, stream);
+    const tcu_opts &o = opts_or_default(opts);
     cudaStream_t s = (cudaStream_t)stream;
+    const bool pdl = o.pdl != 0;
+    if (o.attn_tiled == TCU_ATTN_TILED_OFF)
+        return -1;
     if (n_tiles <= 0)
         return 0;
-    if (att_tiled_mode < 0) {
-        const char *e = getenv("TERN_CUDA_ATTN_TILED");
-        att_tiled_mode = e && !strcmp(e, "1") ? 1 : 2;
-    }
-    if (att_tiled_mode == 2)
+    if (o.attn_tiled == TCU_ATTN_TILED_TF32)
         switch (a->hd) {
-        case 64: return attn_tc_launch<64>(a, tiles, n_tiles, s);
-        case 128: return attn_tc_launch<128>(a, tiles, n_tiles, s);
-        case 256: return attn_tc_launch<256>(a, tiles, n_tiles, s);
+        case 64: return attn_tc_launch<64>(a, tiles, n_tiles, s, pdl);
+        case 128: return attn_tc_launch<128>(a, tiles, n_tiles, s, pdl);
+        case 256: return attn_tc_launch<256>(a, tiles, n_tiles, s, pdl);
         default: return -1;
         }
     switch (a->hd) {
-    case 64: return attn_tiled_launch<64>(a, tiles, n_tiles, s);
-    case 128: return attn_tiled_launch<128>(a, tiles, n_tiles, s);
-    case 256: return attn_tiled_launch<256>(a, tiles, n_tiles, s);
+    case 64: return attn_tiled_launch<64>(a, tiles, n_tiles, s, pdl);
+    case 128: return attn_tiled_launch<128>(a, tiles, n_tiles, s, pdl);
+    case 256: return attn_tiled_launch<256>(a, tiles, n_tiles, s, pdl);
     default: return -1; /* other head dims: the per-token kernel */
     }
 }
