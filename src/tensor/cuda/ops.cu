@@ -1,6 +1,8 @@
 // Small kernels and host state: the options' defaults, the per-launch profile, weight
 // and activation conversions for the cuBLAS path, embedding, RMSNorm,
 // GLU, soft-capping, and the benchmark's fills and copy-bandwidth probe.
+#include <stdio.h>
+
 #include "tensor/cuda/common.cuh"
 
 // ---- options ----
