@@ -236,7 +236,7 @@ out:
 typedef struct gv_shape {
     const char *model, *name;
     int n_out, n_in, glu, count; /* count: launches of this shape per decode step */
-    int norm; /* RMSNorm of the inputs first (fused where the kernel can; lm_head: the final norm) */
+    int norm;                    /* RMSNorm of the inputs first (fused where the kernel can; lm_head: the final norm) */
 } gv_shape;
 
 static const gv_shape gv_shapes[] = {
@@ -342,7 +342,8 @@ static int gemv_bench(void)
         want[v] = !(wl && *wl);
     for (const char *p = wl; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
         int v = 0;
-        while (v < nv && !(strlen(tcu_gemv_name(v)) == strcspn(p, ",") && !strncmp(p, tcu_gemv_name(v), strcspn(p, ","))))
+        while (v < nv &&
+               !(strlen(tcu_gemv_name(v)) == strcspn(p, ",") && !strncmp(p, tcu_gemv_name(v), strcspn(p, ","))))
             v++;
         if (v == nv) {
             fprintf(stderr, "bench_cuda: TERN_BENCH_GEMV=%s: kernels are plain, staged, by-shape, tensor, auto\n", wl);
@@ -514,7 +515,10 @@ static int gemv_bench(void)
                     double t_ms = ms[si][ki][v][ti], gbs = bytes / (t_ms * 1e-3) / 1e9;
                     printf("%-4s %-8s %-6s %3d %-8s %9.1f %8.0f %5.0f%% %9.2e %s\n", sh->model, sh->name,
                            gv_kind_names[ki], gv_Ts[ti], tcu_gemv_name(v), t_ms * 1e3, gbs, 100 * gbs * 1e9 / bw, rel,
-                           ti ? "" : inv1 && inv32 ? "yes" : !inv1 ? "NO (T=1 vs T=8)" : "NO (T=32 vs T=8)");
+                           ti              ? ""
+                           : inv1 && inv32 ? "yes"
+                           : !inv1         ? "NO (T=1 vs T=8)"
+                                           : "NO (T=32 vs T=8)");
                 }
             }
             for (int c = 0; c < nc; c++) {
@@ -576,8 +580,9 @@ static int gemv_bench(void)
                 }
                 printf("  %s\n", tcu_gemv_name(best));
             }
-    printf("== gemv check: %s\n", bad ? "FAILED (see relerr / batch-invariant columns)" : "all kernels within 2e-5 of "
-                                                                                          "the reference, batch-invariant");
+    printf("== gemv check: %s\n", bad ? "FAILED (see relerr / batch-invariant columns)"
+                                      : "all kernels within 2e-5 of "
+                                        "the reference, batch-invariant");
     for (int i = 0; i < 2 * GV_REPS; i++)
         cudaEventDestroy(ev[i]);
     cudaFree(x);

@@ -208,8 +208,9 @@ static void test_opts(void **state)
         assert_int_equal(err.code, TERN_EINVAL);
     }
     unsetenv("TERN_CUDA_GEMV");
-    const char *bad_int[][2] = {{"TERN_CUDA_PDL", "2"}, {"TERN_CUDA_GRAPHS", "yes"}, {"TERN_CUDA_GEMM_MIN_T", "0"},
-                                {"TERN_CUDA_EARLY", "32"}, {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"}};
+    const char *bad_int[][2] = {{"TERN_CUDA_PDL", "2"},        {"TERN_CUDA_GRAPHS", "yes"},
+                                {"TERN_CUDA_GEMM_MIN_T", "0"}, {"TERN_CUDA_EARLY", "32"},
+                                {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"}};
     for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++) {
         setenv(bad_int[i][0], bad_int[i][1], 1);
         assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EINVAL);
@@ -843,9 +844,9 @@ static void test_gemv_ring(void **state)
             free(yv[1][k]);
         }
         const double e = sqrt(num / (den > 0 ? den : 1));
-        print_message("ring GEMV n_in %d, %d rows x %d%s%s%s: same bits as the staged kernel, rel err %.3g (tol 1e-5)\n",
-                      n_in, rows0, n, glu ? ", GLU" : "", cases[ci].norm ? ", fused norm" : "",
-                      cases[ci].acc ? ", accumulate" : "", e);
+        print_message(
+            "ring GEMV n_in %d, %d rows x %d%s%s%s: same bits as the staged kernel, rel err %.3g (tol 1e-5)\n", n_in,
+            rows0, n, glu ? ", GLU" : "", cases[ci].norm ? ", fused norm" : "", cases[ci].acc ? ", accumulate" : "", e);
         if (!(e <= 1e-5))
             fail_msg("ring GEMV case %zu: relative error %g", ci, e);
         for (int k = 0; k < n; k++) {
@@ -976,8 +977,9 @@ static void test_gemv_stage(void **state)
                     double ek = rel_err(ys + off, yc[k], (size_t)T * n_out[k]);
                     e = ek > e ? ek : e;
                 }
-                print_message("tensor-core GEMV kind %d glu %d T %d: staged = unstaged bitwise, rel err %.3g (tol 2e-5)\n",
-                              kind, glu, T, e);
+                print_message(
+                    "tensor-core GEMV kind %d glu %d T %d: staged = unstaged bitwise, rel err %.3g (tol 2e-5)\n", kind,
+                    glu, T, e);
                 assert_memory_equal(ys, yu, n * sizeof(float));
                 assert_true(e <= 2e-5);
                 /* the first and last tokens alone: their rows of the batch */

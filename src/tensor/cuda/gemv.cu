@@ -180,12 +180,12 @@ static int gemv_plain(const tcu_gemv_args *a, bool pdl, tcu_stream stream)
     int rc = 0;
     /* T = 1 (decode) gets a one-token tile: fewer registers, more rows in
      * flight. Either tile computes each (row, token) in the same order. */
-#define GEMV_CASE(K)                                                                                               \
-    case K:                                                                                                        \
-        if (a->T == 1)                                                                                             \
-            rc = launch_pdl(pdl && kind_quantized(K), gemv_kernel<K, 1>, grid, block, 0, s, *a);                         \
-        else                                                                                                       \
-            rc = launch_pdl(pdl && kind_quantized(K), gemv_kernel<K, GEMV_TT>, grid, block, 0, s, *a);                   \
+#define GEMV_CASE(K)                                                                                                   \
+    case K:                                                                                                            \
+        if (a->T == 1)                                                                                                 \
+            rc = launch_pdl(pdl && kind_quantized(K), gemv_kernel<K, 1>, grid, block, 0, s, *a);                       \
+        else                                                                                                           \
+            rc = launch_pdl(pdl && kind_quantized(K), gemv_kernel<K, GEMV_TT>, grid, block, 0, s, *a);                 \
         break;
     switch (a->m[0].kind) {
         GEMV_CASE(TCU_F32)

@@ -2,10 +2,10 @@
 // by bulk copies (tcu_gemv_args.ring): one block a multiprocessor, a
 // producer warp that keeps the ring full from the block's first moment -
 // before the launch waits for the kernel before it, since no kernel writes
-// weights - and consumer warps that sum each row as TCU_GEMV_STAGED does (lane L
-// adds chunks L, L + 32, ... in order, the warp's butterfly, the fused
-// norm's 256-thread double sums), so the bits are those of the register
-// kernel. The ring keeps ~128 KiB a multiprocessor in flight without a
+// weights - and consumer warps that sum each row as TCU_GEMV_STAGED does
+// (lane L adds chunks L, L + 32, ... in order, the warp's butterfly, the
+// fused norm's 256-thread double sums), so the bits are those of the
+// staged kernel. The ring keeps ~128 KiB a multiprocessor in flight without a
 // register for it, and one block a multiprocessor has no waves: the
 // one-token gate/up product (4.5 waves of register-kernel blocks) loses
 // its ramp and ragged last wave, and down (where its rows fit 8 slots)

@@ -566,8 +566,7 @@ static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
     return (size_t)(a->n_in / 32) * C * 64 + (q ? (size_t)(a->n_in / a->m[0].group) * C * sizeof(float) : 0);
 }
 
-template <int NT, int U, bool Q>
-static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
+template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     constexpr int C = 8 * NT;
     /* more than TC_TP(1) tokens and room in the stage: split once - with a
@@ -582,7 +581,7 @@ static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, boo
         while (nb < 16 && (long)js * nb < 2L * sm_count() && nst % (2 * nb) == 0 && nst / (2 * nb) * 32 % G == 0)
             nb *= 2;
         const int rc = launch_pdl(pdl, tc_stage_kernel<NT, Q>, dim3((unsigned)js, (unsigned)nb), dim3(TC_WARPS * WARP),
-                              (size_t)(nst / nb) * 4 * sizeof(float), s, *a, nst / nb);
+                                  (size_t)(nst / nb) * 4 * sizeof(float), s, *a, nst / nb);
         if (rc)
             return rc;
     }
@@ -602,8 +601,8 @@ static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, boo
             return rc;
         smem_set = smem;
     }
-    return launch_cl(pdl && Q, (unsigned)ks, gemv_tc_kernel<NT, U, Q>,
-                     dim3((unsigned)ks, (unsigned)blocks), dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
+    return launch_cl(pdl && Q, (unsigned)ks, gemv_tc_kernel<NT, U, Q>, dim3((unsigned)ks, (unsigned)blocks),
+                     dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
 }
 
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for

@@ -50,8 +50,8 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
              "prefill tiles %s; cuBLAS from %d tokens; graphs %d; q/k/v fused %d; stage %d; early products %d; "
              "ring products %d; one-token split %d",
              tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4), tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early,
-             o->attn_merge_last, o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?",
-             o->gemm_min_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1);
+             o->attn_merge_last, o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
+             o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1);
 }
 
 // ---- per-launch profile ----
@@ -176,8 +176,10 @@ extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, const
     PROF(TCU_PROF_OTHER, stream);
     long n = (long)m->n_out * n_in;
     if ((m->kind == TCU_Q4 || m->kind == TCU_Q8) && n_in % 8 == 0 && m->group % 8 == 0)
-        return launch_pdl(opts_or_default(o).pdl, dequant8_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n / 8);
-    return launch_pdl(opts_or_default(o).pdl, dequant_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in, out, n);
+        return launch_pdl(opts_or_default(o).pdl, dequant8_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m,
+                          n_in, out, n / 8);
+    return launch_pdl(opts_or_default(o).pdl, dequant_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in,
+                      out, n);
 }
 
 __global__ void to_half_kernel(const float *x, uint16_t *out, long n, int to_f16)
@@ -188,13 +190,12 @@ __global__ void to_half_kernel(const float *x, uint16_t *out, long n, int to_f16
         out[e] = to_f16 ? __half_as_ushort(__float2half_rn(x[e])) : __bfloat16_as_ushort(__float2bfloat16_rn(x[e]));
 }
 
-extern "C" int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, const tcu_opts *o,
-                               tcu_stream stream)
+extern "C" int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    return launch_pdl(opts_or_default(o).pdl, to_half_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, (cudaStream_t)stream, x,
-                  out, n, to_f16);
+    return launch_pdl(opts_or_default(o).pdl, to_half_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)),
+                      dim3(256), 0, (cudaStream_t)stream, x, out, n, to_f16);
 }
 
 __global__ void embed_kernel(const tcu_mat w, int n_in, const int32_t *tokens, float scale, float *x)
@@ -215,8 +216,8 @@ extern "C" int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int 
     PROF(TCU_PROF_EMBED, stream);
     /* a block a token's 256-value slice (one block a token took ~9 us at batch 1) */
     const unsigned nb = (unsigned)((n_in + 255) / 256);
-    return launch_pdl(opts_or_default(o).pdl, embed_kernel, dim3(T, nb < 64 ? nb : 64), dim3(256), 0, (cudaStream_t)stream, *w, n_in, tokens, scale,
-                  x);
+    return launch_pdl(opts_or_default(o).pdl, embed_kernel, dim3(T, nb < 64 ? nb : 64), dim3(256), 0,
+                      (cudaStream_t)stream, *w, n_in, tokens, scale, x);
 }
 
 // ---- normalization and elementwise ----
@@ -246,7 +247,8 @@ extern "C" int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, 
     PROF(TCU_PROF_NORM, stream);
     if (n_rows <= 0)
         return 0;
-    return launch_pdl(opts_or_default(o).pdl, rmsnorm_kernel, dim3(n_rows), dim3(256), 0, (cudaStream_t)stream, x, rows, g, out, n, eps, add);
+    return launch_pdl(opts_or_default(o).pdl, rmsnorm_kernel, dim3(n_rows), dim3(256), 0, (cudaStream_t)stream, x, rows,
+                      g, out, n, eps, add);
 }
 
 __global__ void glu_kernel(float *gate, const float *up, long n, int gelu)
@@ -261,8 +263,8 @@ extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    return launch_pdl(opts_or_default(o).pdl, glu_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, gate,
-                  up, n, gelu);
+    return launch_pdl(opts_or_default(o).pdl, glu_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0,
+                      (cudaStream_t)stream, gate, up, n, gelu);
 }
 
 __global__ void softcap_kernel(float *x, long n, float c)
@@ -277,8 +279,8 @@ extern "C" int tcu_softcap(float *x, long n, float c, const tcu_opts *o, tcu_str
 {
     PROF(TCU_PROF_OTHER, stream);
     long blocks = (n + 255) / 256;
-    return launch_pdl(opts_or_default(o).pdl, softcap_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0, (cudaStream_t)stream, x,
-                  n, c);
+    return launch_pdl(opts_or_default(o).pdl, softcap_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)),
+                      dim3(256), 0, (cudaStream_t)stream, x, n, c);
 }
 
 // ---- benchmark helpers ----
