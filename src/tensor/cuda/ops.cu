@@ -9,23 +9,32 @@
 
 extern "C" void tcu_opts_init(tcu_opts *o)
 {
+    /* each the measured best on the H200 (docs/cuda.md, the numbers in
+     * docs/cuda-log.md) */
     memset(o, 0, sizeof *o);
+    /* one sequence: the fastest kernel alone; several: tensor cores, 2-4x
+     * at 8-32 sequences. 8-bit has no tensor-core path */
     o->gemv_bf16 = TCU_GEMV_AUTO;
     o->gemv_q4 = TCU_GEMV_AUTO;
     o->gemv_q8 = TCU_GEMV_BY_SHAPE;
-    o->pdl = 1;
-    o->attn_early = 1;
-    o->attn_merge_last = 1;
-    o->attn_tiled = TCU_ATTN_TILED_TF32;
-    /* from 33 tokens cuBLAS's bf16 tensor cores beat the GEMVs (and 32 is
-     * the widest step the tensor-core GEMV's stage is sized for) */
+    o->pdl = 1;             /* 8B bf16 batch 1 +3%, 4-bit +5-7% */
+    o->attn_early = 1;      /* +0.6-3% at batch 1, the same bits */
+    o->attn_merge_last = 1; /* a launch less a layer */
+    o->attn_tiled = TCU_ATTN_TILED_TF32; /* ~2x the f32 tiles, in the bf16 class of the prefill products */
+    /* decode batches up to 32 keep the GEMVs' f32 accuracy (cuBLAS rounds
+     * activations to bf16; it is faster from ~32 tokens: b32 8B bf16 3136
+     * against 1799 tok/s then); prefill chunks take cuBLAS */
     o->gemm_min_t = 33;
     o->graphs = 1;
-    o->qkv_fuse = 1;
-    o->gemv_stage = 1;
+    o->qkv_fuse = 1;   /* one launch less a layer: 8B bf16 b1 +0.7%, 4-bit +1.7% */
+    o->gemv_stage = 1; /* the 8B q/k/v launch at 32 tokens spent most of its 73 us splitting in every block */
+    /* down's blocks fill the memory gate/up's ragged end leaves idle
+     * (+0.3-0.9%); o and lm_head gained nothing, gate/up lost 3%, q/k/v 1.3% */
     o->early = TCU_PROD_DOWN;
+    /* gate/up +4.4% (8B) / +6.5% (1B) at batch 1, the 1B down +3.6% (the 8B
+     * down's rows do not fit the ring); o, q/k/v and lm_head lost */
     o->ring = TCU_PROD_GU | TCU_PROD_DOWN;
-    o->split_len1 = 16;
+    o->split_len1 = 16; /* one K/V load a warp, requested before the wait; 8 and 32 were slower */
 }
 
 static const tcu_opts opts_default = [] {
