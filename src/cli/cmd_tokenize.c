@@ -96,13 +96,16 @@ static int json_ids(json_object *o, int32_t **ids, size_t *n)
     return 0;
 }
 
+/* "tern tokenize" or "tern detokenize": the start of every error line. */
+static const char *who = "tern";
+
 /* Calls fn on every line of stdin; stops at the first failure. */
 static int each_line(int (*fn)(tern_tokenizer *, const char *, size_t, int, size_t), tern_tokenizer *tok, int flag)
 {
     size_t len;
     char *all = read_all(stdin, &len);
     if (!all) {
-        fprintf(stderr, "tern: cannot read stdin\n");
+        fprintf(stderr, "%s: cannot read stdin\n", who);
         return 1;
     }
     int rc = 0;
@@ -124,7 +127,7 @@ static int encode_line(tern_tokenizer *tok, const char *s, size_t n, int add_spe
     tern_err err = {0};
     json_object *o = tern_json_parse(s, n, &err);
     if (!o || !json_object_is_type(o, json_type_string)) {
-        fprintf(stderr, "tern: line %zu: expected a JSON string%s%s\n", line, o ? "" : ": ", o ? "" : err.msg);
+        fprintf(stderr, "%s: line %zu: expected a JSON string%s%s\n", who, line, o ? "" : ": ", o ? "" : err.msg);
         json_object_put(o);
         return 1;
     }
@@ -134,7 +137,7 @@ static int encode_line(tern_tokenizer *tok, const char *s, size_t n, int add_spe
                               &k, &err);
     json_object_put(o);
     if (rc) {
-        fprintf(stderr, "tern: line %zu: %s\n", line, err.msg);
+        fprintf(stderr, "%s: line %zu: %s\n", who, line, err.msg);
         return 1;
     }
     print_ids(ids, k);
@@ -149,7 +152,7 @@ static int decode_line(tern_tokenizer *tok, const char *s, size_t n, int skip, s
     int32_t *ids;
     size_t k;
     if (json_ids(o, &ids, &k)) {
-        fprintf(stderr, "tern: line %zu: expected a JSON array of ids\n", line);
+        fprintf(stderr, "%s: line %zu: expected a JSON array of ids\n", who, line);
         json_object_put(o);
         return 1;
     }
@@ -159,7 +162,7 @@ static int decode_line(tern_tokenizer *tok, const char *s, size_t n, int skip, s
     int rc = tokenizer_decode(tok, ids, k, skip, &text, &len, &err);
     free(ids);
     if (rc) {
-        fprintf(stderr, "tern: line %zu: %s\n", line, err.msg);
+        fprintf(stderr, "%s: line %zu: %s\n", who, line, err.msg);
         return 1;
     }
     print_json_string(text, len);
@@ -171,6 +174,7 @@ int cmd_tokenize(int argc, char **argv)
 {
     const char *dir = NULL;
     int no_special = 0, jsonl = 0;
+    who = "tern tokenize";
     if (parse_args(argc, argv, "--no-special", &dir, &no_special, &jsonl)) {
         fprintf(stderr, "usage: tern tokenize DIR [--no-special] [--jsonl] < text\n");
         return 2;
@@ -178,7 +182,7 @@ int cmd_tokenize(int argc, char **argv)
     tern_err err = {0};
     tern_tokenizer *tok = tokenizer_load(dir, &err);
     if (!tok) {
-        fprintf(stderr, "tern: %s\n", err.msg);
+        fprintf(stderr, "%s: %s\n", who, err.msg);
         return 1;
     }
     int rc = 0;
@@ -190,10 +194,10 @@ int cmd_tokenize(int argc, char **argv)
         int32_t *ids;
         size_t n;
         if (!text) {
-            fprintf(stderr, "tern: cannot read stdin\n");
+            fprintf(stderr, "%s: cannot read stdin\n", who);
             rc = 1;
         } else if (tokenizer_encode(tok, text, len, !no_special, &ids, &n, &err)) {
-            fprintf(stderr, "tern: %s\n", err.msg);
+            fprintf(stderr, "%s: %s\n", who, err.msg);
             rc = 1;
         } else {
             print_ids(ids, n);
@@ -209,6 +213,7 @@ int cmd_detokenize(int argc, char **argv)
 {
     const char *dir = NULL;
     int skip = 0, jsonl = 0;
+    who = "tern detokenize";
     if (parse_args(argc, argv, "--skip-special", &dir, &skip, &jsonl)) {
         fprintf(stderr, "usage: tern detokenize DIR [--skip-special] [--jsonl] < ids.json\n");
         return 2;
@@ -216,7 +221,7 @@ int cmd_detokenize(int argc, char **argv)
     tern_err err = {0};
     tern_tokenizer *tok = tokenizer_load(dir, &err);
     if (!tok) {
-        fprintf(stderr, "tern: %s\n", err.msg);
+        fprintf(stderr, "%s: %s\n", who, err.msg);
         return 1;
     }
     int rc = 0;
@@ -231,11 +236,11 @@ int cmd_detokenize(int argc, char **argv)
         char *text;
         size_t tl;
         if (json_ids(o, &ids, &n)) {
-            fprintf(stderr, "tern: expected a JSON array of ids on stdin\n");
+            fprintf(stderr, "%s: expected a JSON array of ids on stdin\n", who);
             rc = 1;
         } else {
             if (tokenizer_decode(tok, ids, n, skip, &text, &tl, &err)) {
-                fprintf(stderr, "tern: %s\n", err.msg);
+                fprintf(stderr, "%s: %s\n", who, err.msg);
                 rc = 1;
             } else {
                 fwrite(text, 1, tl, stdout);

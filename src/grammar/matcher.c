@@ -242,7 +242,7 @@ int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, 
         m->grp = gp;
         m->cap_grp = st->n;
     }
-    const int32_t *ids = m->hist + st->ids_off;
+    const int32_t *ids = m->hist ? m->hist + st->ids_off : NULL; /* no stacks yet: no history */
     for (int32_t i = 0; i < st->n; i++)
         m->grp[i] = ((int64_t)m->pool.state[ids[i]] << 32) | (uint32_t)ids[i];
     if (st->n > 1)

@@ -310,6 +310,12 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
     double eps = 1e-6;
     if ((rc = tern_json_get_num(o, "rms_norm_eps", &eps, "config.json", err)) && rc != TERN_ENOTFOUND)
         goto out;
+    /* json-c reads NaN and Infinity; a norm with eps <= 0 divides by zero on a
+     * zero row, and one beyond float's range is no norm at all */
+    if (!(eps > 0 && eps < 1)) {
+        rc = tern_err_set(err, TERN_ERANGE, "config.json: rms_norm_eps %g must be a number in (0, 1)", eps);
+        goto out;
+    }
     cfg->norm_eps = (float)eps;
     if ((rc = read_rope(o, cfg, err)) || (rc = read_quant(o, cfg, err)))
         goto out;
@@ -415,7 +421,8 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
     free(path);
     for (int i = 0; !rc && i < cfg->n_eos; i++)
         if (cfg->eos_ids[i] < 0 || cfg->eos_ids[i] >= cfg->n_vocab)
-            rc = tern_err_set(err, TERN_ERANGE, "eos id %d is outside the vocabulary", cfg->eos_ids[i]);
+            rc = tern_err_set(err, TERN_ERANGE, "eos_token_id %d is outside the vocabulary (vocab_size %d)",
+                              cfg->eos_ids[i], cfg->n_vocab);
 out:
     json_object_put(o);
     return rc;

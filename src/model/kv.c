@@ -123,7 +123,8 @@ void kv_seq_truncate(kv_pool *p, kv_seq *s, int n_tokens)
 {
     if (n_tokens < 0)
         n_tokens = 0;
-    int keep = (n_tokens + p->block_size - 1) / p->block_size;
+    /* a pool that was never initialised (block_size 0) holds no blocks */
+    int keep = p->block_size > 0 ? (n_tokens + p->block_size - 1) / p->block_size : 0;
     while (s->n_blocks > keep)
         block_release(p, s->blocks[--s->n_blocks]);
     if (s->n_tokens > n_tokens)

@@ -66,7 +66,8 @@ int kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int n_tokens);
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n_tokens);
 /* dst (empty) shares src's first n_tokens positions. */
 int kv_seq_fork(kv_pool *p, const kv_seq *src, kv_seq *dst, int n_tokens, tern_err *err);
-/* Releases all blocks and the table. */
+/* Releases all blocks and the table. A zeroed seq on a zeroed pool is a no-op
+ * (cleanup paths run it before the pool was ever initialised). */
 void kv_seq_free(kv_pool *p, kv_seq *s);
 
 /* Address of position pos of layer l (pos must be reserved). */

@@ -66,6 +66,35 @@ static int parse_tensor(st_tensor *t, const char *name, json_object *v, const ui
     return t->name ? 0 : tern_err_set(err, TERN_ENOMEM, "out of memory");
 }
 
+static int cmp_data(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    return x->data < y->data ? -1 : x->data > y->data;
+}
+
+/* No two tensors of one file share a byte (a file whose tensors overlap lies
+ * about at least one of them). Empty tensors take no bytes. */
+static int check_overlap(st_tensor *ts, int n, const char *path, tern_err *err)
+{
+    if (n < 2)
+        return 0;
+    st_tensor **by = malloc((size_t)n * sizeof *by);
+    if (!by)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (ts[i].n_bytes)
+            by[m++] = &ts[i];
+    qsort(by, (size_t)m, sizeof *by, cmp_data);
+    int rc = 0;
+    for (int i = 1; i < m && !rc; i++)
+        if (by[i - 1]->data + by[i - 1]->n_bytes > by[i]->data)
+            rc = tern_err_set(err, TERN_EFORMAT, "%s: tensors '%s' and '%s' overlap (data_offsets)", path,
+                              by[i - 1]->name, by[i]->name);
+    free(by);
+    return rc;
+}
+
 int st_open_file(st_set *s, const char *path, tern_err *err)
 {
     tern_mmap *maps = realloc(s->maps, (size_t)(s->n_maps + 1) * sizeof *maps);
@@ -103,6 +132,7 @@ int st_open_file(st_set *s, const char *path, tern_err *err)
     }
     s->tensors = ts;
     rc = 0;
+    int first = s->n_tensors;
     json_object_object_foreach(h, key, val)
     {
         if (!strcmp(key, "__metadata__"))
@@ -118,6 +148,8 @@ int st_open_file(st_set *s, const char *path, tern_err *err)
         s->n_tensors++;
     }
     json_object_put(h);
+    if (!rc)
+        rc = check_overlap(s->tensors + first, s->n_tensors - first, path, err);
     return rc;
 }
 
@@ -142,7 +174,15 @@ int st_open_dir(st_set *s, const char *dir, tern_err *err)
             rc = tern_err_set(err, TERN_EFORMAT, "%s: missing 'weight_map'", index);
             goto out;
         }
-        /* Open each distinct shard once, then check every mapped name exists. */
+        /* Open each distinct shard once, then check every mapped name exists.
+         * A shard already open that lacks a mapped name is the index lying,
+         * not a reason to open the shard again. */
+        json_object *opened = json_object_new_object();
+        if (!opened) {
+            json_object_put(o);
+            rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
+            goto out;
+        }
         json_object_object_foreach(wm, name, file)
         {
             if (!json_object_is_type(file, json_type_string) || strchr(json_object_get_string(file), '/')) {
@@ -151,6 +191,15 @@ int st_open_dir(st_set *s, const char *dir, tern_err *err)
             }
             if (st_find(s, name))
                 continue;
+            if (json_object_object_get_ex(opened, json_object_get_string(file), NULL)) {
+                rc = tern_err_set(err, TERN_EFORMAT, "%s names tensor '%s' in %s, which does not hold it", index, name,
+                                  json_object_get_string(file));
+                break;
+            }
+            if (json_object_object_add(opened, json_object_get_string(file), NULL)) {
+                rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
+                break;
+            }
             char *shard = tern_path_join(dir, json_object_get_string(file));
             if (!shard) {
                 rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
@@ -166,6 +215,7 @@ int st_open_dir(st_set *s, const char *dir, tern_err *err)
                 break;
             }
         }
+        json_object_put(opened);
         json_object_put(o);
     } else if (tern_file_exists(single)) {
         rc = st_open_file(s, single, err);

@@ -213,6 +213,9 @@ static int load_vocab(tern_tokenizer *t, json_object *model, json_object *added,
         for (size_t i = 0; i < vl->n; i++) {
             tok_vent e = vl->v[i];
             char *w = t->strings + e.off;
+            if (t->id_str[e.id]) /* two pieces for one id: decoding could not tell them apart */
+                return tern_err_set(err, TERN_EFORMAT, "model.vocab: '%.60s' and '%.60s' both have id %d",
+                                    t->id_str[e.id], w, e.id);
             t->id_str[e.id] = w;
             t->id_len[e.id] = e.len;
             if (tok_map_put(&t->vocab, w, e.len, e.id))
@@ -233,6 +236,10 @@ static int load_vocab(tern_tokenizer *t, json_object *model, json_object *added,
         int32_t mid = tok_map_get(&t->vocab, x->content, n);
         if (mid >= 0)
             id = mid;
+        int32_t aid = (int32_t)tok_map_get(&t->added_map, x->content, n);
+        if (aid < 0 && (t->id_flags[id] & 2)) /* another added token already holds this id */
+            return tern_err_set(err, TERN_EFORMAT, "added_tokens[%zu]: '%.60s' and '%.60s' both have id %d", i,
+                                t->id_str[id], x->content, id);
         x->id = id;
         x->len = n;
         x->special = (uint8_t)jbool(a, "special", 0);
