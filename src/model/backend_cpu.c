@@ -66,7 +66,9 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
 {
     long n_in = w->n_in;
     long row_bytes = w->qbits ? n_in * w->qbits / 8 : n_in * (long)tern_dtype_size(w->dtype);
-    long rb = 65536 / row_bytes, tb = (262144 / (n_in * (Q ? 1 : 4))) & ~1L;
+    /* integer path: 4x the rows per tile, so that a kernel's one-off
+     * rearranging of its token tile (AVX-512 panels) is shared by more rows */
+    long rb = (Q ? 262144 : 65536) / row_bytes, tb = (262144 / (n_in * (Q ? 1 : 4))) & ~1L;
     if (rb < 1)
         rb = 1;
     if (tb < 2)
