@@ -6,6 +6,7 @@
  * sign-adjusted activations, and the exact sum is restored as S + 128 * A.
  * Tokens go in pairs sharing each unpacked weight vector. */
 #include <immintrin.h>
+#include <stdlib.h>
 
 #include "tensor/cpu/intdot_simd.h"
 #include "tensor/cpu/intdot.h"
@@ -51,40 +52,107 @@ static inline __attribute__((always_inline)) void q4_grp(const uint8_t *w, const
     *s1 = two ? _mm256_madd_epi16(p1, ones) : p1;
 }
 
-/* The natural-order 4-bit unpack this replaced (kept out of the build). */
-#if 0
-static inline void q4_grp_natural(const uint8_t *w, const int8_t *a0, const int8_t *a1,
-                                  int group, int two, __m256i *s0, __m256i *s1)
+
+static void avx2_q4_rows(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                         long T, long n_in, long ldy, long r0, long r1);
+static void avx2_q8_rows(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                         long T, long n_in, long ldy, long r0, long r1);
+IQ_KERNEL(avx2_q4_rows, 4, q4_grp, iq_nofix)
+IQ_KERNEL(avx2_q8_rows, 8, q8_grp, iq_fix128)
+
+/* Panels (see intdot_avx512.c) from 8 tokens (4-bit) or 16 (8-bit). 4-bit:
+ * vpmaddubsw pair sums (<= 2 * 15 * 127) add up in int16 over 8 vectors,
+ * then one vpmaddwd; 8-bit: the sign trick per vector, the exact sums
+ * restored as S + 128 * A per chunk. Same bits as the row kernels. */
+#define PANEL_MIN_T(bits) ((bits) == 4 ? 8 : 16)
+
+#define PANEL_Q4(p, i) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wv, LD(a[i] + v * 32)))
+#define PANEL_Q8(acc, i)                                                                                      \
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(LD(a[i] + v * 32), ws)), ones))
+
+static void panel_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
+                          float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp)
 {
-    const __m256i ones = _mm256_set1_epi16(1), m = _mm256_set1_epi8(15);
-    __m256i p0, p1 = _mm256_setzero_si256();
-    if (group == 32) {
-        __m128i b = _mm_loadu_si128((const __m128i *)w), m4 = _mm_set1_epi8(15);
-        __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
-        __m256i v = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-        p0 = _mm256_maddubs_epi16(v, LD(a0));
-        if (two)
-            p1 = _mm256_maddubs_epi16(v, LD(a1));
-    } else {
-        p0 = p1;
-        for (int i = 0; i < group; i += 64) {
-            __m256i b = LD(w + i / 2), lo = _mm256_and_si256(b, m), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m);
-            __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi); /* 0-15|32-47, 16-31|48-63 */
-            __m256i v0 = _mm256_permute2x128_si256(u0, u1, 0x20), v1 = _mm256_permute2x128_si256(u0, u1, 0x31);
-            p0 = _mm256_add_epi16(p0, _mm256_add_epi16(_mm256_maddubs_epi16(v0, LD(a0 + i)),
-                                                       _mm256_maddubs_epi16(v1, LD(a0 + i + 32))));
-            if (two)
-                p1 = _mm256_add_epi16(p1, _mm256_add_epi16(_mm256_maddubs_epi16(v0, LD(a1 + i)),
-                                                           _mm256_maddubs_epi16(v1, LD(a1 + i + 32))));
+    const __m256i ones = _mm256_set1_epi16(1), x80 = _mm256_set1_epi8((char)0x80);
+    long ng = n_in / group, ngp = tern_iq_ngp(ng), nv = group / 4, span = ngp * group;
+    for (long t = 0; t < T; t++)
+        panel_acts(Q + t * n_in, group, bits, ng, ngp, A + t * span);
+    for (long r = r0; r < r1; r++) {
+        panel_row(Wq + r * n_in * bits / 8, group, bits, ng, ngp, Wp);
+        const float *s = sb + r * ng * 2;
+        for (long t0 = 0; t0 < T; t0 += 4) {
+            long t[4];
+            for (int i = 0; i < 4; i++)
+                t[i] = t0 + i < T ? t0 + i : T - 1; /* a short last quad repeats its last token */
+            const int8_t *a[4] = {A + t[0] * span, A + t[1] * span, A + t[2] * span, A + t[3] * span};
+            __m256 f[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (long c = 0; c < ngp / 8; c++) {
+                __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+                for (long v8 = c * nv; v8 < (c + 1) * nv; v8 += 8) {
+                    if (bits == 4) {
+                        __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0;
+                        for (long v = v8; v < v8 + 8; v++) {
+                            __m256i wv = LD(Wp + v * 32);
+                            PANEL_Q4(p0, 0);
+                            PANEL_Q4(p1, 1);
+                            PANEL_Q4(p2, 2);
+                            PANEL_Q4(p3, 3);
+                        }
+                        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
+                        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
+                        s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(p2, ones));
+                        s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(p3, ones));
+                    } else {
+                        for (long v = v8; v < v8 + 8; v++) {
+                            __m256i ws = _mm256_xor_si256(LD(Wp + v * 32), x80), aw = _mm256_abs_epi8(ws);
+                            PANEL_Q8(s0, 0);
+                            PANEL_Q8(s1, 1);
+                            PANEL_Q8(s2, 2);
+                            PANEL_Q8(s3, 3);
+                        }
+                    }
+                }
+                __m256 sw, bw;
+                iq_sb_chunk(s, 8 * c, ng, &sw, &bw);
+                __m256i S[4] = {s0, s1, s2, s3};
+                for (int i = 0; i < 4; i++) {
+                    const float *q = qs + t[i] * 2 * ngp;
+                    __m256i I = bits == 8 ? iq_fix128(S[i], q + ngp + 8 * c) : S[i];
+                    f[i] = iq_combine(f[i], I, sw, bw, q + 8 * c, q + ngp + 8 * c);
+                }
+            }
+            for (int i = 0; i < 4 && t0 + i < T; i++)
+                Y[(t0 + i) * ldy + r] = iq_hsum(f[i]);
         }
     }
-    *s0 = _mm256_madd_epi16(p0, ones);
-    *s1 = two ? _mm256_madd_epi16(p1, ones) : p1;
 }
-#endif
 
-IQ_KERNEL(tern_iq_avx2_q4, 4, q4_grp, iq_nofix)
-IQ_KERNEL(tern_iq_avx2_q8, 8, q8_grp, iq_fix128)
+static void avx2_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
+                         float *Y, long T, long n_in, long ldy, long r0, long r1)
+{
+    long span = tern_iq_ngp(n_in / group) * group;
+    int8_t *A = T >= PANEL_MIN_T(bits) ? malloc((size_t)(T * span)) : NULL;
+    uint8_t *Wp = A ? malloc((size_t)span) : NULL;
+    if (A && Wp)
+        panel_product(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp);
+    else /* few tokens, or no memory for the panels: the row kernels, same bits */
+        (bits == 4 ? avx2_q4_rows : avx2_q8_rows)(Wq, sb, group, Q, qs, Y, T, n_in, ldy, r0, r1);
+    free(A);
+    free(Wp);
+}
+
+void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                     long T, long n_in, long ldy, long r0, long r1)
+{
+    avx2_product(Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+}
+
+void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                     long T, long n_in, long ldy, long r0, long r1)
+{
+    avx2_product(Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+}
+
 
 void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)
 {

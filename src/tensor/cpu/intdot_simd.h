@@ -182,4 +182,65 @@ static inline __m256i iq_nofix(__m256i S, const float *A)
         }                                                                                                     \
     }
 
+/* ---- Panels (intdot_avx512.c says why): 32-bit lane j of every 256-bit
+ * vector holds 4 bytes of group 8c + j of chunk c. Vector v of a chunk takes
+ * word panel_off(v) of each group's bytes. */
+static inline long panel_off(long v, int bits)
+{
+    if (bits == 8)
+        return v;
+    long k = v >> 1;
+    return 8 * (k >> 2) + (k & 3) + (v & 1) * 4;
+}
+
+/* Lanes of chunk c present (groups < ng), as a gather mask. */
+static inline __m256i panel_mask(long c, long ng)
+{
+    __m256i j = _mm256_add_epi32(_mm256_set1_epi32((int)(8 * c)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)ng), j);
+}
+
+/* The inputs of one token: P[(c * nv + v) * 32 ..] for every chunk. */
+static inline void panel_acts(const int8_t *q, int group, int bits, long ng, long ngp, int8_t *P)
+{
+    long nv = group / 4;
+    const __m256i lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(group / 4));
+    for (long c = 0; c < ngp / 8; c++) {
+        __m256i m = panel_mask(c, ng), base = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(c * 8 * nv)));
+        for (long v = 0; v < nv; v++) {
+            __m256i idx = _mm256_add_epi32(base, _mm256_set1_epi32((int)panel_off(v, bits)));
+            __m256i x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)q, idx, m, 4);
+            _mm256_storeu_si256((__m256i *)(P + (c * nv + v) * 32), x);
+        }
+    }
+}
+
+/* One weight row as unsigned bytes in the same order. */
+static inline void panel_row(const uint8_t *w, int group, int bits, long ng, long ngp, uint8_t *P)
+{
+    long nv = group / 4;
+    const __m256i nib = _mm256_set1_epi8(15);
+    const __m256i lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32(group * bits / 32));
+    for (long c = 0; c < ngp / 8; c++) {
+        __m256i m = panel_mask(c, ng);
+        __m256i base = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(c * 8 * group * bits / 32)));
+        if (bits == 8) {
+            for (long v = 0; v < nv; v++) {
+                __m256i x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)w,
+                                                        _mm256_add_epi32(base, _mm256_set1_epi32((int)v)), m, 4);
+                _mm256_storeu_si256((__m256i *)(P + (c * nv + v) * 32), x);
+            }
+        } else {
+            for (long k = 0; k < nv / 2; k++) {
+                __m256i x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)w,
+                                                        _mm256_add_epi32(base, _mm256_set1_epi32((int)k)), m, 4);
+                _mm256_storeu_si256((__m256i *)(P + (c * nv + 2 * k) * 32), _mm256_and_si256(x, nib));
+                _mm256_storeu_si256((__m256i *)(P + (c * nv + 2 * k + 1) * 32),
+                                    _mm256_and_si256(_mm256_srli_epi16(x, 4), nib));
+            }
+        }
+    }
+}
+
 #endif
