@@ -214,7 +214,6 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     const model_config *c = &m->cfg;
     /* The CPU backend first: it checks the shape before any weight is read
      * (a device backend replaces it below, checking again for itself). */
-    m->kern = tern_kernels_best();
     m->be = model_backend_cpu_new(n_threads, err);
     if (!m->be) {
         rc = err ? err->code : TERN_ENOMEM;
@@ -272,7 +271,7 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
         m->be = cu;
     }
     TERN_INFO("loaded %s: %s, %d layers, dim %d, %s%s kernels, %d threads", dir, c->model_type, c->n_layer, c->dim,
-              m->lm_head.qbits == 4 ? "q4 " : m->lm_head.qbits == 8 ? "q8 " : "", m->kern->isa,
+              m->lm_head.qbits == 4 ? "q4 " : m->lm_head.qbits == 8 ? "q8 " : "", tern_kernels_best()->isa,
               m->be->n_threads(m->be));
     return m;
 fail:

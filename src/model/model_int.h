@@ -49,7 +49,6 @@ struct tern_model {
     model_layer *layers;  /* [n_layer] */
     float *rope_inv_freq; /* [head_dim/2] full-attention layers */
     float *rope_inv_freq_local; /* [head_dim/2] Gemma 3 sliding layers, else NULL */
-    const tern_kernels *kern;   /* the CPU kernel table (for the load log) */
     model_backend *be;          /* where the forward's compute runs */
     model_scratch *scratch;     /* forward.c's, grown on demand */
 };
