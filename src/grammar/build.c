@@ -28,6 +28,10 @@ typedef struct builder {
     int bad;        /* error code once something failed */
     tern_err *err;
     long tick;
+    int32_t *alias; /* [cap_alias] raw state -> equivalent earlier state (itself if none) */
+    int32_t cap_alias;
+    int32_t horizon; /* copies this many from both ends of a repetition are alike */
+    const uint8_t *rnull; /* [n_rules] rule may match "" */
 } builder;
 
 static int bfail(builder *b, int code, const char *msg)
@@ -47,7 +51,66 @@ static int32_t new_state(builder *b)
         return bfail(b, TERN_EFULL, "too many automaton states (repetition bounds too large?)");
     if ((++b->tick & 1023) == 0 && b->max_ms > 0 && gclock_ms() - b->t0 > (double)b->max_ms)
         return bfail(b, TERN_ETIMEOUT, "compile time limit exceeded");
+    if (b->n_s >= b->cap_alias) {
+        int32_t cap = b->cap_alias ? b->cap_alias * 2 : 1024;
+        int32_t *na = realloc(b->alias, (size_t)cap * sizeof *na);
+        if (!na)
+            return bfail(b, TERN_ENOMEM, "out of memory");
+        b->alias = na;
+        b->cap_alias = cap;
+    }
+    b->alias[b->n_s] = b->n_s;
     return b->n_s++;
+}
+
+/* 1 when every match of a reads at least one byte, given which rules may
+ * match the empty string (rnull). */
+static int ast_reads_byte(const gast *a, const uint8_t *rnull)
+{
+    switch (a->kind) {
+    case GAST_BYTES: return a->n > 0;
+    case GAST_CLASS: return a->n > 0;
+    case GAST_REF: return !rnull[a->u.ref];
+    case GAST_SEQ:
+        for (int i = 0; i < a->n; i++)
+            if (ast_reads_byte(a->u.kids[i], rnull))
+                return 1;
+        return 0;
+    case GAST_ALT:
+        for (int i = 0; i < a->n; i++)
+            if (!ast_reads_byte(a->u.kids[i], rnull))
+                return 0;
+        return 1;
+    case GAST_REP: return a->u.rep.min > 0 && ast_reads_byte(a->u.rep.kid, rnull);
+    default: return 0;
+    }
+}
+
+/* rnull[r] = rule r may match the empty string (least fixpoint; rules are
+ * visited last to first because front ends define callees first, so it
+ * usually settles in two passes). 0, or TERN_ETIMEOUT past the limit. */
+static int rules_nullable(const grammar *g, uint8_t *rnull, long max_ms, double t0)
+{
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t r = g->n_rules - 1; r >= 0; r--)
+            if (!rnull[r] && !ast_reads_byte(g->rule_bodies[r], rnull))
+                rnull[r] = 1, changed = 1;
+        if (changed && max_ms > 0 && gclock_ms() - t0 > (double)max_ms)
+            return TERN_ETIMEOUT;
+    }
+    return 0;
+}
+
+/* Marks the states of copy [first, first+w) as equivalent to those of the
+ * canonical copy [canon, canon+w) (same body built the same way, so the
+ * same layout). */
+static void alias_copy(builder *b, int32_t first, int32_t canon, int32_t w)
+{
+    if (b->bad || first == canon)
+        return;
+    for (int32_t k = 0; k < w; k++)
+        b->alias[first + k] = canon + k;
 }
 
 static void add_edge(builder *b, int32_t from, int32_t to, int type, uint8_t lo, uint8_t hi, int32_t rule)
@@ -172,9 +235,22 @@ static int32_t build(builder *b, const gast *a, int32_t from)
         return end;
     }
     case GAST_REP: {
-        int32_t cur = from;
-        for (int32_t i = 0; i < a->u.rep.min && !b->bad; i++)
+        /* Copy i of x{m,n} (x reads a byte each time) differs from copy 0
+         * only in how many copies remain, mandatory (m - i) and in all
+         * (n - i); a token of at most h bytes cannot see past h + 1 more
+         * copies, so copies with both counts above h + 1 (T below) are
+         * alike: their states share token sets (st_alias). */
+        int alike = b->horizon > 0 && ast_reads_byte(a->u.rep.kid, b->rnull);
+        int32_t T = b->horizon + 2, m = a->u.rep.min, n = a->u.rep.max;
+        int32_t cur = from, first0 = -1, w0 = -1;
+        for (int32_t i = 0; i < m && !b->bad; i++) {
+            int32_t first = b->n_s;
             cur = build(b, a->u.rep.kid, cur);
+            if (i == 0)
+                first0 = first, w0 = b->n_s - first;
+            else if (alike && m - i >= T && (n < 0 || n - i >= T) && b->n_s - first == w0)
+                alias_copy(b, first, first0, w0);
+        }
         if (a->u.rep.max < 0) {
             int32_t head = new_state(b);
             add_edge(b, cur, head, E_EPS, 0, 0, 0);
@@ -193,6 +269,10 @@ static int32_t build(builder *b, const gast *a, int32_t from)
             int32_t st = new_state(b);
             add_edge(b, cur, st, E_EPS, 0, 0, 0);
             cur = build(b, a->u.rep.kid, st);
+            if (i == 0)
+                first0 = st, w0 = b->n_s - st;
+            else if (alike && n_opt - i >= T && b->n_s - st == w0)
+                alias_copy(b, st, first0, w0);
         }
         add_edge(b, cur, end, E_EPS, 0, 0, 0);
         return end;
@@ -218,7 +298,12 @@ static int cmp_edge_from(const void *x, const void *y)
 
 int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err *err)
 {
-    builder B = {.g = g, .max_states = lim->max_states, .max_ms = lim->max_ms, .t0 = t0, .err = err};
+    long horizon = lim->alias_horizon > 0 ? lim->alias_horizon : GRAMMAR_ALIAS_HORIZON;
+    if (horizon > 1L << 20)
+        horizon = 0; /* no sharing */
+    builder B = {.g = g, .max_states = lim->max_states, .max_ms = lim->max_ms, .t0 = t0, .err = err,
+                 .horizon = (int32_t)horizon};
+    g->alias_horizon = horizon;
     builder *b = &B;
     int32_t nr = g->n_rules;
     int32_t *start = malloc((size_t)nr * sizeof *start), *endst = malloc((size_t)nr * sizeof *endst);
@@ -228,14 +313,24 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
     uint8_t *fin = NULL, *live = NULL, *prod = NULL, *nullable = NULL;
     bedge *ne = NULL;
     size_t n_ne = 0, cap_ne = 0;
-    if (!start || !endst) {
+    uint8_t *rnull = calloc((size_t)(nr ? nr : 1), 1);
+    b->rnull = rnull;
+    if (!start || !endst || !rnull) {
+        free(rnull);
         rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        goto out;
+    }
+    if (rules_nullable(g, rnull, b->max_ms, t0)) {
+        free(rnull);
+        rc = tern_err_set(err, TERN_ETIMEOUT, "grammar: compile time limit exceeded");
         goto out;
     }
     for (int32_t r = 0; r < nr; r++) {
         start[r] = new_state(b);
         endst[r] = build(b, g->rule_bodies[r], start[r]);
     }
+    free(rnull);
+    b->rnull = NULL;
     if (b->bad) {
         rc = b->bad;
         goto out;
@@ -525,7 +620,9 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
     }
     g->be = malloc((nb ? nb : 1) * sizeof *g->be);
     g->re = malloc((nre ? nre : 1) * sizeof *g->re);
-    if (!g->rule_start || !g->st_rule || !g->st_final || !g->be_off || !g->re_off || !g->be || !g->re) {
+    g->st_alias = malloc((size_t)(n_keep ? n_keep : 1) * sizeof *g->st_alias);
+    if (!g->rule_start || !g->st_rule || !g->st_final || !g->be_off || !g->re_off || !g->be || !g->re ||
+        !g->st_alias) {
         rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         goto out;
     }
@@ -536,6 +633,14 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
             continue;
         g->st_rule[newid[s]] = srule[s];
         g->st_final[newid[s]] = fin[s];
+    }
+    /* aliases point to earlier states: resolve chains (nested repetitions)
+     * in order, then renumber; a dropped target leaves the state alone */
+    for (int32_t s = 0; s < ns; s++) {
+        b->alias[s] = b->alias[b->alias[s]];
+        int32_t t = b->alias[s];
+        if (newid[s] >= 0)
+            g->st_alias[newid[s]] = newid[t] >= 0 && srule[t] == srule[s] ? newid[t] : newid[s];
     }
     /* edges are sorted by old from; old->new order is monotone */
     nb = nre = 0;
@@ -557,6 +662,7 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
     }
 out:
     free(b->e);
+    free(b->alias);
     free(ne);
     free(start);
     free(endst);

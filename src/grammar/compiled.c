@@ -141,6 +141,8 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     }
     cg->g = g;
     cg->v = vocab;
+    if (g->st_alias && g->alias_horizon >= (long)vocab->max_len)
+        cg->alias = g->st_alias;
     pthread_mutex_init(&cg->lock, NULL);
     cg->entries = calloc((size_t)(g->n_states ? g->n_states : 1), sizeof *cg->entries);
     cg->scratch_bits = calloc(vocab->n_words ? vocab->n_words : 1, sizeof *cg->scratch_bits);
@@ -163,7 +165,14 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
 grammar_compiled *grammar_compile_ebnf(const char *text, size_t len, const grammar_vocab *vocab,
                                        const grammar_limits *limits, tern_err *err)
 {
-    grammar *g = grammar_from_ebnf(text, len, NULL, limits, err);
+    grammar_limits lim;
+    if (limits)
+        lim = *limits;
+    else
+        grammar_limits_init(&lim);
+    if (vocab && lim.alias_horizon <= 0)
+        lim.alias_horizon = vocab->max_len ? (long)vocab->max_len : 1;
+    grammar *g = grammar_from_ebnf(text, len, NULL, &lim, err);
     if (!g)
         return NULL;
     return grammar_compile(g, vocab, err);
@@ -458,6 +467,14 @@ const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
     gctx_entry *e = __atomic_load_n(&cg->entries[s], __ATOMIC_ACQUIRE);
     if (e)
         return e;
+    int32_t a = cg->alias ? cg->alias[s] : s;
+    if (a != s) {
+        /* an equivalent repetition copy: its entry is this state's */
+        e = (gctx_entry *)gcompiled_entry(cg, a);
+        if (e)
+            __atomic_store_n(&cg->entries[s], e, __ATOMIC_RELEASE);
+        return e;
+    }
     pthread_mutex_lock(&cg->lock);
     e = cg->entries[s];
     if (!e) {
@@ -509,6 +526,8 @@ static int child_put(grammar_compiled *cg, const gctx_entry *p, int32_t t, gctx_
 const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int32_t t)
 {
     gctx_entry *c = NULL;
+    if (cg->alias)
+        t = cg->alias[t]; /* equivalent return states continue alike */
     pthread_mutex_lock(&cg->lock);
     if (cg->cap_children) {
         for (size_t j = child_hash(e, t) & (cg->cap_children - 1); cg->children[j].child;

@@ -31,9 +31,18 @@ typedef struct grammar_limits {
      * copies its body); max_ms: wall clock for parsing + building. */
     long max_states;
     long max_ms;
+    /* alias_horizon: the longest token (bytes) the grammar will be masked
+     * for. Copies of a repetition that no token of that length can tell
+     * apart (x{0,500}: every copy more than horizon+1 copies from both
+     * ends) share one token set; a vocabulary with longer tokens gets no
+     * sharing. 0 = GRAMMAR_ALIAS_HORIZON; grammar_compile_ebnf sets it
+     * to the vocabulary's longest token. */
+    long alias_horizon;
 } grammar_limits;
 
-/* Defaults: 1,000,000 states, 2,000 ms. */
+#define GRAMMAR_ALIAS_HORIZON 256
+
+/* Defaults: 1,000,000 states, 2,000 ms, alias horizon 0 (the default). */
 void grammar_limits_init(grammar_limits *l);
 
 /* Parses EBNF text[0..len) with start rule `root` (NULL = "root") and

@@ -78,6 +78,12 @@ struct grammar {
      * (rules in or above a recursion cycle). */
     uint64_t *rule_sig;   /* [n_rules] */
     int32_t *rule_first;  /* [n_rules] first state of the rule, -1 if unused */
+
+    /* Repetition copies no token up to alias_horizon bytes can tell apart:
+     * st_alias[s] is the lowest state with s's token sets (s itself when
+     * none). Only token sets use it; parsing runs on the real states. */
+    int32_t *st_alias;    /* [n_states] */
+    long alias_horizon;
 };
 
 /* grammar.c: fills rule_sig / rule_first (after gbuild_automaton). */

@@ -140,6 +140,13 @@ static void test_masks_vs_pcre2(void **state)
         {"root ::= ([a-c] | \"xyz\" | [0-9]{1,2})+", "(?:[a-c]|xyz|[0-9]{1,2})+"},
         {"root ::= [^\\x00-\\x7f]* \"z\"?", "[^\\x00-\\x7f]*z?"},
         {"root ::= (\"true\" | \"null\") (\", \" (\"true\" | \"null\"))*", "(?:true|null)(?:, (?:true|null))*"},
+        /* counted repetitions longer than the longest token (7 bytes):
+         * middle copies share token sets (st_alias), the ends do not */
+        {"root ::= \"\\\"\" r{0,40} \"\\\"\"\nr ::= [a-z] | \"\\\\u\" [0-9]{2}",
+         "\"(?:[a-z]|\\\\u[0-9]{2}){0,40}\""},
+        {"root ::= ([a-c] | \"xyz\"){12,30} \"}\"", "(?:[a-c]|xyz){12,30}\\}"},
+        {"root ::= (\"a\" [b-c]{0,12}){2,20} \"1\"?", "(?:a[b-c]{0,12}){2,20}1?"},
+        {"root ::= [a-z]{25} (\", \" [a-z]{0,20})*", "[a-z]{25}(?:, [a-z]{0,20})*"},
     };
     grammar_vocab *v = synth_vocab();
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -373,12 +380,83 @@ static void test_real_tokenizer(void **state)
     tokenizer_free(tok);
 }
 
+/* Repetition copies that share token sets (st_alias) give the masks the
+ * grammar without sharing gives, at every step of a long string, on the
+ * Llama-3 vocabulary (tokens up to 128 bytes: copies near both ends of
+ * c{0,300} stay apart, the middle ones share). */
+static void test_repetition_alias(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
+    if (!tok) {
+        print_message("skipping: %s\n", e.msg);
+        skip();
+    }
+    grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    assert_non_null(v);
+    static const char ebnf[] = "root ::= \"\\\"\" c{0,300} \"\\\"\" | [0-9]{140,330}\n"
+                               "c ::= [^\"\\\\] | \"\\\\\" [\"\\\\/bfnrt]\n";
+    grammar_limits nolim;
+    grammar_limits_init(&nolim);
+    nolim.alias_horizon = 1L << 21; /* past any sharing */
+    grammar_compiled *cg = grammar_compile_ebnf(ebnf, strlen(ebnf), v, NULL, &e);
+    assert_non_null(cg);
+    grammar_compiled *ref = grammar_compile_ebnf(ebnf, strlen(ebnf), v, &nolim, &e);
+    assert_non_null(ref);
+    const char *docs[2] = {NULL, NULL};
+    char str[400], num[400];
+    size_t k = 0;
+    str[k++] = '"';
+    while (k < 296)
+        k += (size_t)snprintf(str + k, sizeof str - k, "%s", k % 5 ? "word " : "\\n x");
+    str[k++] = '"';
+    str[k] = 0;
+    for (k = 0; k < 329; k++)
+        num[k] = (char)('0' + k % 10);
+    num[k] = 0;
+    docs[0] = str;
+    docs[1] = num;
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
+    for (int d = 0; d < 2; d++) {
+        grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
+        assert_non_null(a);
+        assert_non_null(b);
+        int32_t *ids;
+        size_t n_ids;
+        assert_int_equal(tokenizer_encode(tok, docs[d], strlen(docs[d]), 0, &ids, &n_ids, &e), 0);
+        for (size_t i = 0; i <= n_ids; i++) {
+            int c1 = grammar_matcher_fill_next_token_bitmask(a, m1, nw);
+            int c2 = grammar_matcher_fill_next_token_bitmask(b, m2, nw);
+            assert_true(c1 > 0);
+            assert_int_equal(c1, c2);
+            if (memcmp(m1, m2, nw * sizeof *m1))
+                fail_msg("doc %d step %zu: masks differ", d, i);
+            if (i < n_ids) {
+                assert_int_equal(grammar_matcher_accept_token(a, ids[i]), 1);
+                assert_int_equal(grammar_matcher_accept_token(b, ids[i]), 1);
+            }
+        }
+        assert_true(grammar_matcher_can_end(a));
+        free(ids);
+        grammar_matcher_free(a);
+        grammar_matcher_free(b);
+    }
+    free(m1);
+    free(m2);
+    grammar_compiled_free(cg);
+    grammar_compiled_free(ref);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_masks_vs_pcre2), cmocka_unit_test(test_masks_recursive),
         cmocka_unit_test(test_matcher_api),    cmocka_unit_test(test_vocab_errors),
-        cmocka_unit_test(test_real_tokenizer),
+        cmocka_unit_test(test_real_tokenizer), cmocka_unit_test(test_repetition_alias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
