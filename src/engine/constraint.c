@@ -1,21 +1,27 @@
-/* The row constraint behind structured output and the reasoning budget
- * (see constraint.h). States:
- *   PRE     the first token: the grammar's set plus the think-open token;
+/* The row constraint behind structured output, tool calls and the
+ * reasoning budget (see constraint.h). States:
+ *   PRE     the first token: the grammar's set (lazy: the free set) plus
+ *           the think-open token;
  *   THINK   free text (special, stop and padded ids excluded) until the
  *           think-close token,
  *           forced once the think cap is reached;
+ *   FREE    (lazy only) free text until a trigger starts the grammar;
+ *   OFF     (lazy only) free text where no trigger can start any more;
  *   GRAMMAR the matcher decides (without a grammar - a think budget
  *           alone - every token is allowed: the answer is free).
- * Every accepted token is recorded with the transition it made, so
- * rollback (speculative decoding) can undo any suffix exactly: grammar
- * steps roll the matcher back, the others restore the state. */
+ * Every accepted token is recorded with the transition it made (and the
+ * free-text bytes it added), so rollback (speculative decoding) can undo
+ * any suffix exactly: grammar steps roll the matcher back, the others
+ * restore the state. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/constraint.h"
+#include "engine/constraint_int.h"
 
-enum { S_PRE, S_THINK, S_GRAMMAR };
-enum { K_OPEN, K_THINK, K_CLOSE, K_GRAMMAR };
+enum { S_PRE, S_THINK, S_GRAMMAR, S_FREE, S_OFF };
+/* K_TRIG_TEXT: the token that completed a text trigger (one matcher step,
+ * the bytes from the trigger on); K_TRIG_ID: a token trigger (no step). */
+enum { K_OPEN, K_THINK, K_CLOSE, K_GRAMMAR, K_FREE, K_TRIG_TEXT, K_TRIG_ID };
 
 typedef struct gconstraint {
     grammar_matcher *m;       /* NULL: a think budget without a grammar */
@@ -26,8 +32,15 @@ typedef struct gconstraint {
     int state, start_state;
     int n_think;              /* tokens inside the block so far */
     uint8_t *hist;            /* [n_hist] K_* per accepted token */
+    uint32_t *hist_len;       /* [n_hist] free-text bytes the token added (lazy) */
     int n_hist, cap_hist;
     uint32_t *free_mask;      /* THINK mask, built on first use */
+    int lazy;
+    constraint_lazy lz;
+    char *text;               /* lazy: the free text since the think block [n_text] */
+    size_t n_text, cap_text;
+    char *scratch;            /* lazy: text tail + one token, for the trigger check */
+    size_t cap_scratch;
     void (*on_release)(void *);
     void *release_user;
 } gconstraint;
@@ -71,6 +84,63 @@ static int fill_think(gconstraint *c, uint32_t *mask, int32_t n_words)
     return 0;
 }
 
+static void clear_bit(uint32_t *mask, int32_t id) { mask[id >> 5] &= ~(1u << (id & 31)); }
+
+/* Free text: every id, except a token that would complete a text trigger
+ * with bytes the grammar refuses (checked on the matcher, which has not
+ * started yet, and undone). Forced: only the token triggers. */
+static int fill_free(gconstraint *c, uint32_t *mask, int32_t n_words)
+{
+    const constraint_triggers *t = c->lz.triggers;
+    memset(mask, 0, (size_t)n_words * sizeof *mask);
+    if (c->lz.forced) {
+        for (size_t i = 0; i < t->n_ids; i++)
+            if (t->ids[i] >= 0 && t->ids[i] < c->n_vocab)
+                set_bit(mask, t->ids[i]);
+        return 0;
+    }
+    fill_all(c, mask, n_words);
+    if (c->state == S_OFF)
+        return 0;
+    /* the text a trigger can still start in: from the first non-blank
+     * byte (at_start: none after it may start one) or the last bytes */
+    size_t from = 0;
+    if (t->at_start)
+        from = constraint_trigger_first_text(c->text, c->n_text);
+    else if (c->n_text > t->max_len)
+        from = c->n_text - t->max_len;
+    size_t n_win = c->n_text - from;
+    for (size_t i = 0; i < t->n_texts; i++) {
+        const trig_text *x = &t->texts[i];
+        for (size_t j = 0; j < x->n_cand; j++) {
+            size_t len = 0;
+            const char *b = grammar_vocab_token(c->v, x->cand[j], &len);
+            if (n_win + len > c->cap_scratch) {
+                size_t cap = (n_win + len) * 2;
+                char *p = realloc(c->scratch, cap);
+                if (!p)
+                    return TERN_ENOMEM;
+                c->scratch = p;
+                c->cap_scratch = cap;
+            }
+            if (n_win)
+                memcpy(c->scratch, c->text + from, n_win);
+            memcpy(c->scratch + n_win, b, len);
+            long at = constraint_trigger_find(t, c->scratch, n_win, n_win + len);
+            if (at < 0)
+                continue;
+            int rc = grammar_matcher_accept_string(c->m, c->scratch + at, n_win + len - (size_t)at);
+            if (rc < 0)
+                return rc;
+            if (rc == 1)
+                grammar_matcher_rollback(c->m, 1);
+            else
+                clear_bit(mask, x->cand[j]);
+        }
+    }
+    return 0;
+}
+
 static int op_fill_mask(void *ctx, uint32_t *mask, int32_t n_words)
 {
     gconstraint *c = ctx;
@@ -78,19 +148,24 @@ static int op_fill_mask(void *ctx, uint32_t *mask, int32_t n_words)
         return TERN_ERANGE;
     if (c->state == S_THINK)
         return fill_think(c, mask, n_words);
-    if (!c->m) {
+    if (c->state == S_FREE || c->state == S_OFF || (c->state == S_PRE && c->lazy)) {
+        int rc = fill_free(c, mask, n_words);
+        if (rc < 0)
+            return rc;
+    } else if (!c->m) {
         fill_all(c, mask, n_words);
         return 0;
+    } else {
+        int rc = grammar_matcher_fill_next_token_bitmask(c->m, mask, (size_t)n_words);
+        if (rc < 0)
+            return rc;
     }
-    int rc = grammar_matcher_fill_next_token_bitmask(c->m, mask, (size_t)n_words);
-    if (rc < 0)
-        return rc;
     if (c->state == S_PRE)
         set_bit(mask, c->think.open_id);
     return 0;
 }
 
-static int hist_push(gconstraint *c, uint8_t k)
+static int hist_push_len(gconstraint *c, uint8_t k, uint32_t len)
 {
     if (c->n_hist == c->cap_hist) {
         int cap = c->cap_hist ? c->cap_hist * 2 : 256;
@@ -98,11 +173,73 @@ static int hist_push(gconstraint *c, uint8_t k)
         if (!h)
             return TERN_ENOMEM;
         c->hist = h;
+        uint32_t *l = realloc(c->hist_len, (size_t)cap * sizeof *l);
+        if (!l)
+            return TERN_ENOMEM;
+        c->hist_len = l;
         c->cap_hist = cap;
     }
+    c->hist_len[c->n_hist] = len;
     c->hist[c->n_hist++] = k;
     return 0;
 }
+
+static int hist_push(gconstraint *c, uint8_t k) { return hist_push_len(c, k, 0); }
+
+/* The state once the think block is over (or when there is none). */
+static int after_think(const gconstraint *c) { return c->lazy ? S_FREE : S_GRAMMAR; }
+
+static int free_state(const gconstraint *c)
+{
+    return constraint_trigger_dead(c->lz.triggers, c->text, c->n_text) ? S_OFF : S_FREE;
+}
+
+/* A token in free text: a token trigger, a text trigger completed (the
+ * grammar takes the bytes from the trigger on), or more free text. */
+static int accept_free(gconstraint *c, int32_t token)
+{
+    const constraint_triggers *t = c->lz.triggers;
+    if (c->state != S_OFF && constraint_trigger_is_id(t, token)) {
+        if (hist_push(c, K_TRIG_ID))
+            return TERN_ENOMEM;
+        c->state = S_GRAMMAR;
+        return 0;
+    }
+    if (c->lz.forced)
+        return TERN_EINVAL;
+    size_t len = 0;
+    const char *b = grammar_vocab_token(c->v, token, &len);
+    if (c->n_text + len > c->cap_text) {
+        size_t cap = (c->n_text + len) * 2 + 64;
+        char *p = realloc(c->text, cap);
+        if (!p)
+            return TERN_ENOMEM;
+        c->text = p;
+        c->cap_text = cap;
+    }
+    if (len)
+        memcpy(c->text + c->n_text, b, len);
+    long at = c->state == S_OFF ? -1 : constraint_trigger_find(t, c->text, c->n_text, c->n_text + len);
+    if (at >= 0) {
+        int rc = grammar_matcher_accept_string(c->m, c->text + at, c->n_text + len - (size_t)at);
+        if (rc != 1)
+            return rc < 0 ? rc : TERN_EINVAL;
+        if (hist_push_len(c, K_TRIG_TEXT, (uint32_t)len)) {
+            grammar_matcher_rollback(c->m, 1);
+            return TERN_ENOMEM;
+        }
+        c->n_text += len;
+        c->state = S_GRAMMAR;
+        return 0;
+    }
+    if (hist_push_len(c, K_FREE, (uint32_t)len))
+        return TERN_ENOMEM;
+    c->n_text += len;
+    if (c->state != S_OFF)
+        c->state = free_state(c);
+    return 0;
+}
+
 
 static int op_accept(void *ctx, int32_t token)
 {
@@ -120,7 +257,7 @@ static int op_accept(void *ctx, int32_t token)
         if (token == c->think.close_id) {
             if (hist_push(c, K_CLOSE))
                 return TERN_ENOMEM;
-            c->state = S_GRAMMAR;
+            c->state = after_think(c);
             return 0;
         }
         size_t len = 0;
@@ -131,6 +268,8 @@ static int op_accept(void *ctx, int32_t token)
         c->n_think++;
         return 0;
     }
+    if (c->state == S_FREE || c->state == S_OFF || (c->state == S_PRE && c->lazy))
+        return accept_free(c, token);
     /* PRE (any other token) or GRAMMAR: the matcher decides */
     if (hist_push(c, K_GRAMMAR))
         return TERN_ENOMEM;
@@ -160,20 +299,28 @@ static int op_rollback(void *ctx, int n)
         return TERN_ERANGE;
     int n_grammar = 0;
     for (int i = c->n_hist - n; i < c->n_hist; i++)
-        n_grammar += c->hist[i] == K_GRAMMAR;
+        n_grammar += c->hist[i] == K_GRAMMAR || c->hist[i] == K_TRIG_TEXT;
     if (n_grammar && c->m) {
         int rc = grammar_matcher_rollback(c->m, n_grammar);
         if (rc)
             return rc;
     }
-    for (int i = c->n_hist - n; i < c->n_hist; i++)
+    for (int i = c->n_hist - n; i < c->n_hist; i++) {
         c->n_think -= c->hist[i] == K_THINK;
+        if (c->hist[i] == K_FREE || c->hist[i] == K_TRIG_TEXT)
+            c->n_text -= c->hist_len[i];
+    }
     c->n_hist -= n;
     /* the state after the last remaining token */
-    if (c->n_hist == 0)
+    int last = c->n_hist ? c->hist[c->n_hist - 1] : -1;
+    if (last < 0)
         c->state = c->start_state;
-    else if (c->hist[c->n_hist - 1] == K_OPEN || c->hist[c->n_hist - 1] == K_THINK)
+    else if (last == K_OPEN || last == K_THINK)
         c->state = S_THINK;
+    else if (last == K_CLOSE)
+        c->state = after_think(c);
+    else if (last == K_FREE)
+        c->state = free_state(c);
     else
         c->state = S_GRAMMAR;
     return 0;
@@ -198,7 +345,10 @@ static void op_free(void *ctx)
     if (c->on_release)
         c->on_release(c->release_user);
     free(c->hist);
+    free(c->hist_len);
     free(c->free_mask);
+    free(c->text);
+    free(c->scratch);
     free(c);
 }
 
@@ -213,8 +363,8 @@ static const engine_constraint_ops grammar_ops = {
 
 /* The common constructor: cg NULL = a think budget alone over v. */
 static int constraint_new(grammar_compiled *cg, const grammar_vocab *v, const constraint_think *think,
-                          int32_t n_vocab, void (*on_release)(void *user), void *release_user,
-                          const engine_constraint_ops **ops, void **ctx, tern_err *err)
+                          const constraint_lazy *lazy, int32_t n_vocab, void (*on_release)(void *user),
+                          void *release_user, const engine_constraint_ops **ops, void **ctx, tern_err *err)
 {
     if (n_vocab <= 0 || (size_t)(n_vocab + 31) / 32 < grammar_vocab_mask_words(v))
         return tern_err_set(err, TERN_EINVAL, "constraint: the grammar's vocabulary is wider than the logits (%d)",
@@ -236,7 +386,13 @@ static int constraint_new(grammar_compiled *cg, const grammar_vocab *v, const co
     c->n_vocab = n_vocab;
     c->n_words = (size_t)(n_vocab + 31) / 32;
     c->think = th;
-    c->start_state = th.mode == CONSTRAINT_THINK_MAY ? S_PRE : th.mode == CONSTRAINT_THINK_INSIDE ? S_THINK : S_GRAMMAR;
+    if (lazy) {
+        c->lazy = 1;
+        c->lz = *lazy;
+    }
+    c->start_state = th.mode == CONSTRAINT_THINK_MAY      ? S_PRE
+                     : th.mode == CONSTRAINT_THINK_INSIDE ? S_THINK
+                                                          : after_think(c);
     c->state = c->start_state;
     c->on_release = on_release;
     c->release_user = release_user;
@@ -249,7 +405,8 @@ int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, 
                            void (*on_release)(void *user), void *release_user, const engine_constraint_ops **ops,
                            void **ctx, tern_err *err)
 {
-    return constraint_new(cg, grammar_compiled_vocab(cg), think, n_vocab, on_release, release_user, ops, ctx, err);
+    return constraint_new(cg, grammar_compiled_vocab(cg), think, NULL, n_vocab, on_release, release_user, ops, ctx,
+                          err);
 }
 
 int constraint_think_new(const grammar_vocab *v, const constraint_think *think, int32_t n_vocab,
@@ -257,5 +414,15 @@ int constraint_think_new(const grammar_vocab *v, const constraint_think *think, 
 {
     if (!think || think->mode == CONSTRAINT_THINK_OFF)
         return tern_err_set(err, TERN_EINVAL, "constraint: a think budget needs a think block");
-    return constraint_new(NULL, v, think, n_vocab, NULL, NULL, ops, ctx, err);
+    return constraint_new(NULL, v, think, NULL, n_vocab, NULL, NULL, ops, ctx, err);
+}
+
+int constraint_grammar_new_lazy(grammar_compiled *cg, const constraint_think *think, const constraint_lazy *lazy,
+                                int32_t n_vocab, void (*on_release)(void *user), void *release_user,
+                                const engine_constraint_ops **ops, void **ctx, tern_err *err)
+{
+    if (!lazy || !lazy->triggers)
+        return tern_err_set(err, TERN_EINVAL, "constraint: a lazy grammar needs triggers");
+    return constraint_new(cg, grammar_compiled_vocab(cg), think, lazy, n_vocab, on_release, release_user, ops, ctx,
+                          err);
 }

@@ -6,6 +6,7 @@
 #ifndef TERN_ENGINE_CONSTRAINT_H
 #define TERN_ENGINE_CONSTRAINT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -46,5 +47,45 @@ int constraint_grammar_new(grammar_compiled *cg, const constraint_think *think, 
  * not be OFF. Ownership as for constraint_grammar_new. */
 int constraint_think_new(const grammar_vocab *v, const constraint_think *think, int32_t n_vocab,
                          const engine_constraint_ops **ops, void **ctx, tern_err *err);
+
+/* ---- lazy grammars: free text until a trigger, then the grammar ----
+ * Tool calls in tool_choice "auto": the model writes what it likes until a
+ * trigger appears (a text such as "<tool_call>", or a special token such
+ * as [TOOL_CALLS]); from there the grammar decides, so a call that starts
+ * always completes well-formed. */
+
+/* Longest text trigger in bytes (real ones are short tags). */
+#define CONSTRAINT_TRIGGER_MAX 64
+
+typedef struct constraint_triggers constraint_triggers;
+
+/* Trigger tables over v (borrowed for the call only): texts[0..n_texts)
+ * (copied; each 1..CONSTRAINT_TRIGGER_MAX bytes) and special-token ids
+ * ids[0..n_ids) (copied). at_start: a text trigger counts only at the first
+ * non-whitespace byte of the free text. Scans the vocabulary once for the
+ * tokens that can complete a text trigger; build it once per trigger set
+ * and share it. NULL with err set on error. */
+constraint_triggers *constraint_triggers_new(const grammar_vocab *v, const char *const *texts, size_t n_texts,
+                                             const int32_t *ids, size_t n_ids, int at_start, tern_err *err);
+void constraint_triggers_free(constraint_triggers *t); /* NULL is a no-op */
+
+typedef struct constraint_lazy {
+    const constraint_triggers *triggers; /* borrowed: must outlive every row built with it */
+    /* 0: free text (after any think block) until a trigger: a text trigger
+     *    is the first text the grammar matches (it is fed from the
+     *    trigger's first byte), a token trigger is followed by the grammar.
+     *    Tokens that would complete a text trigger with bytes the grammar
+     *    rejects are masked, so a started grammar never fails.
+     * 1: forced: the answer must start with one of the token triggers
+     *    (a special token the grammar's text cannot hold), then the grammar. */
+    int forced;
+} constraint_lazy;
+
+/* As constraint_grammar_new, with the grammar preceded by free text and a
+ * trigger (lazy, borrowed for the call; its triggers for the row's life).
+ * The think block, when the row has one, comes first as usual. */
+int constraint_grammar_new_lazy(grammar_compiled *cg, const constraint_think *think, const constraint_lazy *lazy,
+                                int32_t n_vocab, void (*on_release)(void *user), void *release_user,
+                                const engine_constraint_ops **ops, void **ctx, tern_err *err);
 
 #endif

@@ -21,6 +21,14 @@
 
 typedef enum api_kind { API_CHAT = 0, API_COMPLETION } api_kind;
 
+/* tool_choice: auto (the model decides; a call that starts is enforced),
+ * none (tools hidden), required (at least one call), named (exactly that
+ * function). */
+typedef enum api_tool_choice { API_TOOL_AUTO = 0, API_TOOL_NONE, API_TOOL_REQUIRED, API_TOOL_NAMED } api_tool_choice;
+
+/* A function name as OpenAI allows it: [A-Za-z0-9_-], 1 to 64 characters. */
+#define API_MAX_TOOL_NAME 64
+
 /* An error as OpenAI shapes it: {"error": {message, type, param, code}}. */
 typedef struct api_error {
     int status;       /* HTTP status */
@@ -49,7 +57,10 @@ typedef struct api_request {
     const char *model;          /* NULL if absent */
     /* chat */
     json_object *messages;      /* owned: normalized [{role, content: string|null, ...}] */
-    json_object *tools;         /* borrowed, NULL if absent or tool_choice "none" */
+    json_object *tools;         /* borrowed, NULL if absent, empty or tool_choice "none" */
+    api_tool_choice tool_choice;
+    const char *tool_name;      /* borrowed: the function API_TOOL_NAMED forces */
+    int parallel_tool_calls;    /* default 1; 0 = at most one call */
     json_object *template_kwargs; /* borrowed chat_template_kwargs object, or NULL */
     int add_generation_prompt;  /* default 1 */
     /* completions */
@@ -87,6 +98,8 @@ void api_request_free(api_request *r);
 /* Whether the request turned thinking off (chat_template_kwargs.enable_thinking
  * false, or reasoning_effort "none"). */
 int api_thinking_off(const api_request *r);
+/* The function name of a validated tool (borrowed), or NULL. */
+const char *api_tool_name(json_object *tool);
 
 /* --- formatting (api_format.c); every returned string is malloc'd --- */
 

@@ -312,44 +312,160 @@ static int parse_messages(api_request *r, json_object *v, api_error *e)
     return 0;
 }
 
+static int tool_name_ok(const char *n, size_t len)
+{
+    if (len == 0 || len > API_MAX_TOOL_NAME)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= 'A' && n[i] <= 'Z') || (n[i] >= '0' && n[i] <= '9') ||
+              n[i] == '_' || n[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* One tool: {type: "function", function: {name, description?, parameters?,
+ * strict?}}; every other key is a 400 naming it. The parameters' schema is
+ * compiled later (toolcall.c), where a bad one is a 400 naming it too. */
+static int parse_tool(json_object *t, size_t i, api_error *e)
+{
+    char key[96];
+    snprintf(key, sizeof key, "tools[%zu]", i);
+    json_object *ty = NULL, *fn = NULL, *name = NULL;
+    if (!json_object_is_type(t, json_type_object) || !json_object_object_get_ex(t, "type", &ty) ||
+        !json_object_is_type(ty, json_type_string) || strcmp(json_object_get_string(ty), "function") != 0)
+        return api_bad(e, "invalid_value", key, "'%s' must be an object with type \"function\"", key);
+    json_object_object_foreach(t, tk, tv) {
+        (void)tv;
+        if (strcmp(tk, "type") && strcmp(tk, "function")) {
+            snprintf(key, sizeof key, "tools[%zu].%.40s", i, tk);
+            return api_bad(e, "unsupported_parameter", key, "unsupported field '%s'", key);
+        }
+    }
+    snprintf(key, sizeof key, "tools[%zu].function", i);
+    if (!json_object_object_get_ex(t, "function", &fn) || !json_object_is_type(fn, json_type_object))
+        return api_bad(e, "invalid_type", key, "'%s' must be an object", key);
+    json_object_object_foreach(fn, k, v) {
+        snprintf(key, sizeof key, "tools[%zu].function.%.40s", i, k);
+        if (!strcmp(k, "name")) {
+            name = v;
+        } else if (!strcmp(k, "description")) {
+            if (v && !json_object_is_type(v, json_type_string))
+                return api_bad(e, "invalid_type", key, "'%s' must be a string", key);
+        } else if (!strcmp(k, "parameters")) {
+            if (v && !json_object_is_type(v, json_type_object))
+                return api_bad(e, "invalid_type", key, "'%s' must be a JSON Schema object", key);
+        } else if (!strcmp(k, "strict")) {
+            if (v && !json_object_is_type(v, json_type_boolean))
+                return api_bad(e, "invalid_type", key, "'%s' must be a boolean", key);
+        } else {
+            return api_bad(e, "unsupported_parameter", key, "unsupported field '%s'", key);
+        }
+    }
+    snprintf(key, sizeof key, "tools[%zu].function.name", i);
+    if (!name || !json_object_is_type(name, json_type_string))
+        return api_bad(e, name ? "invalid_type" : "missing_required_parameter", key, "'%s' must be a string", key);
+    if (!tool_name_ok(json_object_get_string(name), (size_t)json_object_get_string_len(name)))
+        return api_bad(e, "invalid_value", key,
+                       "'%s' must be 1 to %d characters of a-z, A-Z, 0-9, underscores and dashes", key,
+                       API_MAX_TOOL_NAME);
+    return 0;
+}
+
+const char *api_tool_name(json_object *tool)
+{
+    json_object *fn = NULL, *name = NULL;
+    if (!json_object_object_get_ex(tool, "function", &fn) || !json_object_object_get_ex(fn, "name", &name))
+        return NULL;
+    return json_object_get_string(name);
+}
+
 static int parse_tools(json_object *v, api_error *e)
 {
     if (!json_object_is_type(v, json_type_array))
         return api_bad(e, "invalid_type", "tools", "'tools' must be an array");
     size_t n = json_object_array_length(v);
     for (size_t i = 0; i < n; i++) {
-        char key[64];
-        snprintf(key, sizeof key, "tools[%zu]", i);
-        json_object *t = json_object_array_get_idx(v, i), *ty = NULL, *fn = NULL, *name = NULL;
-        if (!json_object_is_type(t, json_type_object) || !json_object_object_get_ex(t, "type", &ty) ||
-            !json_object_is_type(ty, json_type_string) || strcmp(json_object_get_string(ty), "function") != 0)
-            return api_bad(e, "invalid_value", key, "'%s' must be an object with type \"function\"", key);
-        if (!json_object_object_get_ex(t, "function", &fn) || !json_object_is_type(fn, json_type_object) ||
-            !json_object_object_get_ex(fn, "name", &name) || !json_object_is_type(name, json_type_string))
-            return api_bad(e, "invalid_value", key, "'%s.function.name' must be a string", key);
+        if (parse_tool(json_object_array_get_idx(v, i), i, e))
+            return -1;
+        const char *name = api_tool_name(json_object_array_get_idx(v, i));
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(name, api_tool_name(json_object_array_get_idx(v, j)))) {
+                char key[64];
+                snprintf(key, sizeof key, "tools[%zu].function.name", i);
+                return api_bad(e, "duplicate_tool_name", key, "'%s': tools[%zu] is already named '%.64s'", key, j,
+                               name);
+            }
     }
     return 0;
 }
 
-/* tool_choice "auto" lets the template show the tools; "none" hides them.
- * Forcing a call ("required" or a named function) needs constrained decoding. */
-static int parse_tool_choice(json_object *v, int *hide_tools, api_error *e)
+/* tool_choice: "none" | "auto" | "required" | {type: "function",
+ * function: {name}}. That the tools exist (and hold the name) is checked
+ * once every field is read. */
+static int parse_tool_choice(api_request *r, json_object *v, api_error *e)
 {
     if (json_object_is_type(v, json_type_string)) {
-        const char *s = json_object_get_string(v);
-        if (!strcmp(s, "auto"))
-            return 0;
-        if (!strcmp(s, "none")) {
-            *hide_tools = 1;
-            return 0;
-        }
-        if (!strcmp(s, "required"))
-            return api_bad(e, "unsupported_value", "tool_choice", "tool_choice \"required\" is not supported yet");
-        return api_bad(e, "invalid_value", "tool_choice", "'tool_choice' must be \"none\", \"auto\" or \"required\"");
+        static const struct {
+            const char *s;
+            api_tool_choice c;
+        } modes[] = {{"auto", API_TOOL_AUTO}, {"none", API_TOOL_NONE}, {"required", API_TOOL_REQUIRED}};
+        for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+            if (!strcmp(json_object_get_string(v), modes[i].s)) {
+                r->tool_choice = modes[i].c;
+                return 0;
+            }
+        return api_bad(e, "invalid_value", "tool_choice",
+                       "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}");
     }
-    if (json_object_is_type(v, json_type_object))
-        return api_bad(e, "unsupported_value", "tool_choice", "forcing a named tool is not supported yet");
-    return api_bad(e, "invalid_type", "tool_choice", "'tool_choice' must be a string or an object");
+    if (!json_object_is_type(v, json_type_object))
+        return api_bad(e, "invalid_type", "tool_choice", "'tool_choice' must be a string or an object");
+    json_object *ty = NULL, *fn = NULL, *name = NULL;
+    json_object_object_foreach(v, k, x) {
+        (void)x;
+        if (strcmp(k, "type") && strcmp(k, "function")) {
+            char key[64];
+            snprintf(key, sizeof key, "tool_choice.%.40s", k);
+            return api_bad(e, "unsupported_parameter", key, "unsupported field '%s'", key);
+        }
+    }
+    if (!json_object_object_get_ex(v, "type", &ty) || !json_object_is_type(ty, json_type_string) ||
+        strcmp(json_object_get_string(ty), "function") != 0)
+        return api_bad(e, "invalid_value", "tool_choice.type", "'tool_choice.type' must be \"function\"");
+    if (!json_object_object_get_ex(v, "function", &fn) || !json_object_is_type(fn, json_type_object) ||
+        !json_object_object_get_ex(fn, "name", &name) || !json_object_is_type(name, json_type_string))
+        return api_bad(e, "missing_required_parameter", "tool_choice.function.name",
+                       "'tool_choice.function.name' must be a string");
+    json_object_object_foreach(fn, fk, fx) {
+        (void)fx;
+        if (strcmp(fk, "name")) {
+            char key[64];
+            snprintf(key, sizeof key, "tool_choice.function.%.40s", fk);
+            return api_bad(e, "unsupported_parameter", key, "unsupported field '%s'", key);
+        }
+    }
+    r->tool_choice = API_TOOL_NAMED;
+    r->tool_name = json_object_get_string(name);
+    return 0;
+}
+
+/* After every field: tool_choice needs tools, and a named one must be there. */
+static int check_tools(api_request *r, int seen_choice, api_error *e)
+{
+    size_t n = r->tools ? json_object_array_length(r->tools) : 0;
+    if (seen_choice && n == 0)
+        return api_bad(e, "invalid_value", "tool_choice", "'tool_choice' is only allowed when 'tools' are specified");
+    if (r->tool_choice == API_TOOL_NAMED) {
+        size_t i = 0;
+        while (i < n && strcmp(api_tool_name(json_object_array_get_idx(r->tools, i)), r->tool_name) != 0)
+            i++;
+        if (i == n)
+            return api_bad(e, "invalid_value", "tool_choice.function.name",
+                           "'tool_choice.function.name': no tool named '%.64s' in 'tools'", r->tool_name);
+    }
+    if (n == 0 || r->tool_choice == API_TOOL_NONE)
+        r->tools = NULL; /* hidden from the template, nothing to enforce */
+    return 0;
 }
 
 /* ---- completions prompt ---- */
@@ -477,7 +593,7 @@ static int parse_response_format(json_object *v, api_error *e)
 /* Fields OpenAI defines as hints with no effect on the output. */
 static int is_noop_hint(const char *k)
 {
-    static const char *const hints[] = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"};
+    static const char *const hints[] = {"user", "metadata", "store", "service_tier"};
     for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
         if (!strcmp(k, hints[i]))
             return 1;
@@ -496,7 +612,7 @@ static int is_structured(const char *k)
 
 /* One top-level field. Returns 0, or -1 with e set. */
 static int parse_field(api_request *r, const char *k, json_object *v, const api_limits *lim, int *seen_lp,
-                       int *seen_top, int *hide_tools, long long *best_of, api_error *e)
+                       int *seen_top, int *seen_choice, long long *best_of, api_error *e)
 {
     int chat = r->kind == API_CHAT;
     long long i;
@@ -618,7 +734,9 @@ static int parse_field(api_request *r, const char *k, json_object *v, const api_
     if (chat && !strcmp(k, "tools"))
         return parse_tools(v, e) ? -1 : (r->tools = v, 0);
     if (chat && !strcmp(k, "tool_choice"))
-        return parse_tool_choice(v, hide_tools, e);
+        return *seen_choice = 1, parse_tool_choice(r, v, e);
+    if (chat && !strcmp(k, "parallel_tool_calls"))
+        return get_bool(v, k, &r->parallel_tool_calls, e);
     if (chat && !strcmp(k, "chat_template_kwargs")) {
         if (need_type(v, json_type_object, k, "an object", e))
             return -1;
@@ -677,6 +795,7 @@ int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const
     r->include_reasoning = 1;
     r->enable_thinking = -1;
     r->reasoning_budget = -1;
+    r->parallel_tool_calls = 1;
     sample_params_default(&r->sample);
     size_t valid = api_utf8_valid_len(body, len);
     if (valid != len)
@@ -689,12 +808,12 @@ int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const
         api_request_free(r);
         return api_bad(e, "invalid_type", NULL, "request body must be a JSON object");
     }
-    int seen_lp = 0, seen_top = 0, hide_tools = 0;
+    int seen_lp = 0, seen_top = 0, seen_choice = 0;
     long long best_of = 0;
     json_object_object_foreach(r->root, k, v) {
         if (!v)
             continue; /* null = absent, as OpenAI's SDKs send it */
-        if (parse_field(r, k, v, lim, &seen_lp, &seen_top, &hide_tools, &best_of, e))
+        if (parse_field(r, k, v, lim, &seen_lp, &seen_top, &seen_choice, &best_of, e))
             goto fail;
     }
     if (kind == API_CHAT && !r->messages) {
@@ -726,8 +845,8 @@ int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const
         api_bad(e, "unsupported_value", "echo", "'echo' together with 'logprobs' is not supported");
         goto fail;
     }
-    if (hide_tools)
-        r->tools = NULL;
+    if (kind == API_CHAT && check_tools(r, seen_choice, e))
+        goto fail;
     (void)seen_lp;
     r->sample.n_logprobs = r->logprobs ? r->top_logprobs : -1;
     r->sample.bias = r->bias;

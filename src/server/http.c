@@ -15,6 +15,7 @@
 #include "server/responses.h"
 #include "server/server_int.h"
 #include "server/structured.h"
+#include "server/toolcall.h"
 
 void server_opts_default(server_opts *o)
 {
@@ -343,6 +344,7 @@ void server_free(tern_server *s)
         return;
     server_stop(s);
     srv_wakers_free(s);
+    toolcall_server_free(s);
     structured_server_free(s);
     responses_server_free(s);
     tern_chat_template_free(&s->chat);

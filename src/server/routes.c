@@ -9,6 +9,7 @@
 #include "server/responses.h"
 #include "server/server_int.h"
 #include "server/structured.h"
+#include "server/toolcall.h"
 #include "template/template.h"
 
 /* The chat page, embedded from web/ by tools/embed.cmake. */
@@ -235,7 +236,7 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
         return http_reply_error(c, &e);
     }
     q.reasoning_budget = reasoning_budget_combine(q.reasoning_budget, s->o.reasoning_budget);
-    if (structured_prepare(s, &q, c->warning, &e)) {
+    if (structured_prepare(s, &q, c->warning, &e) || toolcall_prepare(s, &q, &e)) {
         api_request_free(&q);
         responses_state_free(resp);
         return http_reply_error(c, &e);

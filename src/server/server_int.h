@@ -71,6 +71,7 @@ struct tern_server {
     struct structured_server *structured; /* structured.c: vocabulary + compile cache, made on first use */
     embed_config embed;      /* the folder's sentence-transformers config; pooling NONE = not an embedding model */
     struct resp_store *responses;         /* responses.c: stored responses (previous_response_id), made on first use */
+    struct toolcall_server *toolcall;     /* toolcall.c: the format's trigger tables, made on first use */
 };
 
 /* One HTTP request (MHD's per-request context). */

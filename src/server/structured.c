@@ -63,6 +63,9 @@ typedef struct structured_server {
 struct srv_structured {
     structured_server *ss; /* borrowed */
     grammar_cache_ref *ref;
+    int lazy;              /* the grammar starts at a trigger (tool calls, toolcall.c) */
+    int from_rf;           /* the spec came from response_format (not guided_* / structured_outputs) */
+    constraint_lazy lz;
     spec_kind kind;
     double compile_ms;
     int cache_hit;
@@ -373,9 +376,27 @@ static int collect(const api_request *q, spec *out, api_error *e)
 
 /* ---- spec -> key, EBNF ---- */
 
+const char *structured_error_code(int code)
+{
+    return code == TERN_EUNSUPPORTED                         ? "unsupported_schema"
+           : code == TERN_ETIMEOUT || code == TERN_EFULL ? "grammar_too_complex"
+           : code == TERN_ENOMEM                           ? "grammar_too_complex"
+                                                           : "invalid_grammar";
+}
+
+static int compile_error(api_error *e, const spec *sp, const tern_err *te)
+{
+    return api_bad(e, structured_error_code(te->code), sp->param, "%s: cannot compile the %s: %s", sp->param,
+                   kind_names[sp->kind], te->msg);
+}
+
+static void canonical(tern_sbuf *b, json_object *o, int depth);
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* JSON text with object keys sorted: equal schemas give equal keys. */
+void structured_canonical(tern_sbuf *b, json_object *o) { canonical(b, o, 0); }
+
 static void canonical(tern_sbuf *b, json_object *o, int depth)
 {
     if (depth > 512) { /* deeper than any real schema; keep the key unique anyway */
@@ -480,6 +501,29 @@ int structured_spec_key(const api_request *q, char **key, api_error *e)
     return 0;
 }
 
+int structured_spec_ebnf(const api_request *q, char **ebnf, char **key, api_error *e)
+{
+    spec sp;
+    *ebnf = *key = NULL;
+    if (collect(q, &sp, e))
+        return -1;
+    if (!sp.kind)
+        return 0;
+    size_t len;
+    tern_err te = {0};
+    int rc = 0;
+    if (!(*key = spec_key(&sp, &len)))
+        rc = api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    else if (build_ebnf(&sp, ebnf, &te))
+        rc = compile_error(e, &sp, &te);
+    if (rc) {
+        free(*key);
+        *key = NULL;
+    }
+    spec_free(&sp);
+    return rc;
+}
+
 /* ---- fallback: the spec into the prompt ---- */
 
 static char *fallback_instruction(const spec *sp)
@@ -577,15 +621,6 @@ static void warning_value(char *dst, size_t cap, const char *kind, const char *w
 
 /* ---- prepare / attach ---- */
 
-static int compile_error(api_error *e, const spec *sp, const tern_err *te)
-{
-    const char *code = te->code == TERN_EUNSUPPORTED                             ? "unsupported_schema"
-                       : te->code == TERN_ETIMEOUT || te->code == TERN_EFULL ? "grammar_too_complex"
-                       : te->code == TERN_ENOMEM                               ? "grammar_too_complex"
-                                                                               : "invalid_grammar";
-    return api_bad(e, code, sp->param, "%s: cannot compile the %s: %s", sp->param, kind_names[sp->kind], te->msg);
-}
-
 int structured_prepare(tern_server *s, api_request *q, char *warning, api_error *e)
 {
     spec sp;
@@ -633,11 +668,54 @@ int structured_prepare(tern_server *s, api_request *q, char *warning, api_error 
     st->ss = ss;
     st->ref = ref;
     st->kind = sp.kind;
+    st->from_rf = !strncmp(sp.param, "response_format", 15);
     st->compile_ms = ms;
     st->cache_hit = hit;
     TERN_DEBUG("structured: %s from '%s', %s in %.2f ms", kind_names[sp.kind], sp.param, hit ? "cached" : "compiled",
                ms);
     spec_free(&sp);
+    q->structured = st;
+    return 0;
+}
+
+static int build_given(void *user, char **ebnf, tern_err *err)
+{
+    if (!(*ebnf = strdup(user)))
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    return 0;
+}
+
+int structured_from_response_format(const srv_structured *st) { return st && st->from_rf; }
+
+int structured_set_ebnf(tern_server *s, api_request *q, const char *key, size_t key_len, const char *ebnf,
+                        const constraint_lazy *lazy, const char *param, api_error *e)
+{
+    structured_server *ss = server_state(s, e);
+    if (!ss)
+        return -1;
+    int hit = 0;
+    double ms = 0;
+    tern_err te = {0};
+    grammar_cache_ref *ref = grammar_cache_get(ss->cache, key, key_len, build_given, (void *)ebnf, &hit, &ms, &te);
+    if (!ref)
+        return api_bad(e, structured_error_code(te.code), param, "%s: cannot compile the grammar: %s", param, te.msg);
+    srv_structured *st = calloc(1, sizeof *st);
+    if (!st) {
+        grammar_cache_release(ss->cache, ref);
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    st->ss = ss;
+    st->ref = ref;
+    st->kind = SPEC_GRAMMAR;
+    st->compile_ms = ms;
+    st->cache_hit = hit;
+    if (lazy) {
+        st->lazy = 1;
+        st->lz = *lazy;
+    }
+    TERN_DEBUG("structured: %s grammar from '%s', %s in %.2f ms", lazy ? "lazy" : "forced", param,
+               hit ? "cached" : "compiled", ms);
+    structured_free(q->structured);
     q->structured = st;
     return 0;
 }
@@ -688,8 +766,11 @@ int structured_attach(tern_server *s, const api_request *q, const int32_t *promp
     }
     tern_err te = {0};
     int32_t n_vocab = model_config_get(s->m)->n_vocab;
-    if (constraint_grammar_new(grammar_cache_ref_compiled(row->ref), &th, n_vocab, release_ref, row, &p->constraint,
-                               &p->constraint_ctx, &te)) {
+    int rc = row->lazy ? constraint_grammar_new_lazy(grammar_cache_ref_compiled(row->ref), &th, &row->lz, n_vocab,
+                                                     release_ref, row, &p->constraint, &p->constraint_ctx, &te)
+                       : constraint_grammar_new(grammar_cache_ref_compiled(row->ref), &th, n_vocab, release_ref, row,
+                                                &p->constraint, &p->constraint_ctx, &te);
+    if (rc) {
         structured_free(row);
         return api_error_set(e, 500, "server_error", NULL, NULL, "structured output: %s", te.msg);
     }

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/strbuf.h"
+#include "engine/constraint.h"
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "server/api.h"
@@ -49,6 +51,34 @@ int structured_spec_key(const api_request *q, char **key, api_error *e);
  * structured_server_free), for constraints without a grammar (the
  * reasoning budget). NULL with e set (500) when it cannot be made. */
 const grammar_vocab *structured_vocab(struct tern_server *s, api_error *e);
+
+/* The EBNF of the spec structured_prepare would pick for q and its cache
+ * key, without compiling (both malloc'd; both NULL when q is
+ * unconstrained). For grammars that include the request's spec (tool calls
+ * or the schema'd answer, toolcall.c). Returns 0, or -1 with e set (400
+ * naming the field). */
+int structured_spec_ebnf(const api_request *q, char **ebnf, char **key, api_error *e);
+
+/* Compiles ebnf (key[0..key_len): its normalized cache key) through the
+ * server's cache and makes it q's grammar, replacing any other. lazy NULL:
+ * the grammar starts at the first token (after a think block); else it
+ * starts at a trigger (constraint.h; lazy is copied, its triggers must
+ * outlive every row). A grammar that does not compile is a 400 naming
+ * param. Returns 0, or -1 with e set. */
+int structured_set_ebnf(struct tern_server *s, api_request *q, const char *key, size_t key_len, const char *ebnf,
+                        const constraint_lazy *lazy, const char *param, api_error *e);
+
+/* 1 if st (may be NULL) was compiled from response_format (the answer's
+ * format), 0 for guided_* / structured_outputs (a grammar of the whole
+ * output) or none. */
+int structured_from_response_format(const srv_structured *st);
+
+/* JSON text of o with object keys sorted, appended to b: equal values
+ * give equal text (cache keys). */
+void structured_canonical(tern_sbuf *b, json_object *o);
+
+/* The API error code of a grammar front-end / compile error code. */
+const char *structured_error_code(int code);
 
 /* Frees a request's spec (NULL is a no-op). */
 void structured_free(srv_structured *st);

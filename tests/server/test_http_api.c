@@ -86,6 +86,36 @@ static void test_chat_fields(void **state)
     api_request_free(&r);
 }
 
+/* tool_choice and parallel_tool_calls are read into typed fields */
+static void test_tool_fields(void **state)
+{
+    (void)state;
+    api_request r;
+    api_error e;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"parallel_tool_calls\":false,"
+                       "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g-2\"}},\"tools\":["
+                       "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{}}},"
+                       "{\"type\":\"function\",\"function\":{\"name\":\"g-2\",\"description\":\"d\"}}]}";
+    assert_int_equal(parse(&r, API_CHAT, body, &e), 0);
+    assert_int_equal(r.tool_choice, API_TOOL_NAMED);
+    assert_string_equal(r.tool_name, "g-2");
+    assert_int_equal(r.parallel_tool_calls, 0);
+    assert_non_null(r.tools);
+    assert_string_equal(api_tool_name(json_object_array_get_idx(r.tools, 1)), "g-2");
+    api_request_free(&r);
+    body = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tool_choice\":\"required\","
+           "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
+    assert_int_equal(parse(&r, API_CHAT, body, &e), 0);
+    assert_int_equal(r.tool_choice, API_TOOL_REQUIRED);
+    assert_int_equal(r.parallel_tool_calls, 1);
+    api_request_free(&r);
+    /* an empty tools list is no tools */
+    body = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[]}";
+    assert_int_equal(parse(&r, API_CHAT, body, &e), 0);
+    assert_null(r.tools);
+    api_request_free(&r);
+}
+
 static void test_completion_prompts(void **state)
 {
     (void)state;
@@ -133,6 +163,20 @@ static void test_errors(void **state)
     BAD("{%s,\"wat\":1}", 400, "wat");
     BAD("{%s,\"stream_options\":{\"include_usage\":true}}", 400, "stream_options");
     BAD("{%s,\"tool_choice\":\"required\"}", 400, "tool_choice");
+    BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400,
+        "tool_choice.function.name");
+    BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\"}}", 400, "tool_choice.function.name");
+    BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"always\"}", 400, "tool_choice");
+    BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"parallel_tool_calls\":1}", 400, "parallel_tool_calls");
+    BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "tools[1].function.name");
+    BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", 400,
+        "tools[0].function.name");
+    BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}", 400,
+        "tools[0].function.parameters");
+    BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"extra\":1}}]}", 400,
+        "tools[0].function.extra");
+    BAD("{%s,\"tools\":[],\"tool_choice\":\"none\"}", 400, "tool_choice");
     BAD("{%s,\"messages\":[]}", 400, "messages");
 #undef BAD
     expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
@@ -241,7 +285,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_defaults),   cmocka_unit_test(test_chat_fields),
-        cmocka_unit_test(test_completion_prompts), cmocka_unit_test(test_errors), cmocka_unit_test(test_echoed_message),
+        cmocka_unit_test(test_tool_fields), cmocka_unit_test(test_completion_prompts), cmocka_unit_test(test_errors), cmocka_unit_test(test_echoed_message),
         cmocka_unit_test(test_error_json),      cmocka_unit_test(test_json_string_utf8),
         cmocka_unit_test(test_sse_and_usage),
     };

@@ -1,0 +1,352 @@
+/* Tool calls enforced by the grammar engine (see toolcall.h). The grammar
+ * of the calls, in the format's own text:
+ *
+ *   root     ::= tc_calls                       (| rf_root: auto + response_format)
+ *   tc_calls ::= LEAD tc_any CLOSE (SEP OPEN tc_any CLOSE)* END
+ *   tc_any   ::= tc0_call | tc1_call | ...
+ *   tcI_call ::= "{" ws "\"name\"" ws ":" ws "\"NAME\"" ws "," ws "\"arguments\"" ws ":" ws tcI_root ws "}"
+ *
+ * where LEAD = begin + call_open (minus what a special token writes),
+ * tcI_root is tool I's parameters schema compiled by the JSON-Schema front
+ * end (its rules renamed with the prefix tcI_), and the repetition exists
+ * only when several calls are allowed. The grammar text is the cache key:
+ * equal tools give equal grammars, compiled once. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/strbuf.h"
+#include "engine/constraint.h"
+#include "grammar/schema.h"
+#include "server/server_int.h"
+#include "server/structured.h"
+#include "server/toolcall.h"
+
+/* Whitespace characters between two JSON tokens of a call: templates
+ * render calls as one-line JSON (", " and ": "), so one is all a model
+ * needs, and a call cannot run away on blanks (a sampled call always
+ * closes within its arguments' length plus a few tokens). */
+#define TOOLCALL_MAX_WS 1
+
+typedef struct toolcall_server {
+    size_t lead_skip;               /* bytes of LEAD a special token writes (0 = none) */
+    int can_parallel;               /* further calls can be written as text */
+    constraint_triggers *lazy_trig; /* auto: the format's triggers */
+    constraint_triggers *lead_trig; /* forced with lead_skip: the lead token */
+} toolcall_server;
+
+static pthread_mutex_t tc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- EBNF text ---- */
+
+/* Appends s as an EBNF string literal. */
+static void put_lit(tern_sbuf *b, const char *s)
+{
+    char tmp[8];
+    tern_sbuf_str(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            tmp[0] = '\\';
+            tmp[1] = (char)c;
+            tern_sbuf_put(b, tmp, 2);
+        } else if (c == '\n') {
+            tern_sbuf_str(b, "\\n");
+        } else if (c == '\t') {
+            tern_sbuf_str(b, "\\t");
+        } else if (c == '\r') {
+            tern_sbuf_str(b, "\\r");
+        } else if (c < 0x20 || c == 0x7f) {
+            snprintf(tmp, sizeof tmp, "\\x%02x", c);
+            tern_sbuf_str(b, tmp);
+        } else {
+            tern_sbuf_put(b, s, 1);
+        }
+    }
+    tern_sbuf_str(b, "\"");
+}
+
+static int name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static int name_char(char c) { return name_start(c) || (c >= '0' && c <= '9') || c == '-' || c == '.'; }
+
+/* Appends ebnf with every rule name prefixed (names are outside strings,
+ * classes and comments; see the syntax at the top of grammar/ebnf.c), so
+ * several front-end grammars live in one text. */
+static void put_renamed(tern_sbuf *b, const char *ebnf, const char *prefix)
+{
+    const char *p = ebnf;
+    while (*p) {
+        const char *q = p;
+        if (*p == '"' || *p == '\'' || *p == '[') {
+            char close = *p == '[' ? ']' : *p;
+            q++;
+            while (*q && *q != close)
+                q += q[0] == '\\' && q[1] ? 2 : 1;
+            if (*q)
+                q++;
+        } else if (*p == '#') {
+            while (*q && *q != '\n')
+                q++;
+        } else if (name_start(*p)) {
+            while (name_char(*q))
+                q++;
+            tern_sbuf_str(b, prefix);
+        } else {
+            q++;
+        }
+        tern_sbuf_put(b, p, (size_t)(q - p));
+        p = q;
+    }
+    tern_sbuf_str(b, "\n");
+}
+
+static int put_tool(tern_sbuf *b, const toolfmt *f, json_object *tool, size_t i, api_error *e)
+{
+    json_object *fn = NULL, *params = NULL, *dflt = NULL;
+    json_object_object_get_ex(tool, "function", &fn);
+    if (!json_object_object_get_ex(fn, "parameters", &params) || !params) {
+        /* OpenAI: no parameters = a function without arguments */
+        dflt = json_tokener_parse("{\"type\": \"object\", \"properties\": {}}");
+        params = dflt;
+    }
+    grammar_schema_opts o;
+    grammar_schema_opts_init(&o);
+    o.max_whitespace = TOOLCALL_MAX_WS;
+    char *sch = NULL;
+    tern_err te = {0};
+    int rc = grammar_schema_to_ebnf(params, &o, &sch, &te);
+    json_object_put(dflt);
+    if (rc) {
+        char param[96];
+        snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        return api_bad(e, structured_error_code(te.code), param, "%s: cannot compile the JSON Schema: %s", param,
+                       te.msg);
+    }
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "tc%zu_", i);
+    put_renamed(b, sch, prefix);
+    free(sch);
+    char line[128];
+    snprintf(line, sizeof line, "tc%zu_call ::= \"{\" tc_ws ", i);
+    tern_sbuf_str(b, line);
+    char key[96];
+    snprintf(key, sizeof key, "\"%s\"", f->name_key);
+    put_lit(b, key);
+    tern_sbuf_str(b, " tc_ws \":\" tc_ws ");
+    snprintf(key, sizeof key, "\"%s\"", api_tool_name(tool));
+    put_lit(b, key);
+    tern_sbuf_str(b, " tc_ws \",\" tc_ws ");
+    snprintf(key, sizeof key, "\"%s\"", f->args_key);
+    put_lit(b, key);
+    snprintf(line, sizeof line, " tc_ws \":\" tc_ws tc%zu_root tc_ws \"}\"\n", i);
+    tern_sbuf_str(b, line);
+    return 0;
+}
+
+int toolcall_grammar(const toolfmt *f, json_object *tools, const char *only, int parallel, size_t lead_skip,
+                     const char *alt_ebnf, char **ebnf, api_error *e)
+{
+    tern_sbuf b = {0};
+    char lead[128];
+    *ebnf = NULL;
+    snprintf(lead, sizeof lead, "%s%s", f->begin, f->call_open);
+    if (lead_skip > strlen(lead))
+        lead_skip = strlen(lead);
+    tern_sbuf_str(&b, alt_ebnf ? "root ::= tc_calls | rf_root\n" : "root ::= tc_calls\n");
+    char ws[64];
+    snprintf(ws, sizeof ws, "tc_ws ::= [\\t\\n\\r ]{0,%d}\ntc_calls ::= ", TOOLCALL_MAX_WS);
+    tern_sbuf_str(&b, ws);
+    put_lit(&b, lead + lead_skip);
+    tern_sbuf_str(&b, " tc_any ");
+    put_lit(&b, f->call_close);
+    if (parallel) {
+        tern_sbuf_str(&b, " (");
+        put_lit(&b, f->sep);
+        tern_sbuf_str(&b, " ");
+        put_lit(&b, f->call_open);
+        tern_sbuf_str(&b, " tc_any ");
+        put_lit(&b, f->call_close);
+        tern_sbuf_str(&b, ")*");
+    }
+    tern_sbuf_str(&b, " ");
+    put_lit(&b, f->end);
+    tern_sbuf_str(&b, "\ntc_any ::= ");
+    size_t n = json_object_array_length(tools), n_any = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = api_tool_name(json_object_array_get_idx(tools, i));
+        if (only && strcmp(name, only) != 0)
+            continue;
+        char alt[48];
+        snprintf(alt, sizeof alt, "%stc%zu_call", n_any++ ? " | " : "", i);
+        tern_sbuf_str(&b, alt);
+    }
+    tern_sbuf_str(&b, "\n");
+    if (n_any == 0) {
+        free(b.s);
+        return api_bad(e, "invalid_value", "tool_choice", "no tool to call");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_object *t = json_object_array_get_idx(tools, i);
+        if (only && strcmp(api_tool_name(t), only) != 0)
+            continue;
+        if (put_tool(&b, f, t, i, e)) {
+            free(b.s);
+            return -1;
+        }
+    }
+    if (alt_ebnf)
+        put_renamed(&b, alt_ebnf, "rf_");
+    if (b.oom) {
+        free(b.s);
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    *ebnf = b.s;
+    return 0;
+}
+
+/* ---- server state: the format's triggers over the vocabulary ---- */
+
+static toolcall_server *server_state(tern_server *s, api_error *e)
+{
+    pthread_mutex_lock(&tc_mu);
+    toolcall_server *ts = s->toolcall;
+    if (ts)
+        goto out_unlock;
+    const grammar_vocab *v = structured_vocab(s, e);
+    if (!v)
+        goto out_unlock;
+    const toolfmt *f = s->tools.fmt;
+    ts = calloc(1, sizeof *ts);
+    if (!ts)
+        goto out_oom;
+    const char *texts[TOOLFMT_MAX_TRIGGERS];
+    int32_t ids[TOOLFMT_MAX_TRIGGERS], lead_id = -1;
+    size_t n_texts = 0, n_ids = 0;
+    char lead[128];
+    snprintf(lead, sizeof lead, "%s%s", f->begin, f->call_open);
+    for (int i = 0; i < TOOLFMT_MAX_TRIGGERS && f->triggers[i]; i++) {
+        int32_t id = toolfmt_trigger_token(s->tok, f->triggers[i]);
+        if (id < 0) {
+            texts[n_texts++] = f->triggers[i];
+            continue;
+        }
+        ids[n_ids++] = id;
+        if (!strncmp(lead, f->triggers[i], strlen(f->triggers[i]))) {
+            ts->lead_skip = strlen(f->triggers[i]);
+            lead_id = id;
+        }
+    }
+    /* after a special lead, a further call would need that token again */
+    char more[128];
+    snprintf(more, sizeof more, "%s%s", f->sep, f->call_open);
+    ts->can_parallel = !ts->lead_skip || !strstr(more, f->triggers[0]);
+    tern_err te = {0};
+    /* text triggers match the grammar's first text only when no token writes it */
+    ts->lazy_trig = constraint_triggers_new(v, texts, ts->lead_skip ? 0 : n_texts, ids, n_ids, f->trigger_at_start, &te);
+    if (ts->lazy_trig && lead_id >= 0)
+        ts->lead_trig = constraint_triggers_new(v, NULL, 0, &lead_id, 1, 0, &te);
+    if (!ts->lazy_trig || (lead_id >= 0 && !ts->lead_trig)) {
+        constraint_triggers_free(ts->lazy_trig);
+        free(ts);
+        ts = NULL;
+        api_error_set(e, 500, "server_error", NULL, NULL, "tool calls: %s", te.msg);
+        goto out_unlock;
+    }
+    TERN_DEBUG("toolcall: format %s, %zu text and %zu token triggers, lead skip %zu", f->name, n_texts, n_ids,
+               ts->lead_skip);
+    s->toolcall = ts;
+    goto out_unlock;
+out_oom:
+    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+out_unlock:
+    pthread_mutex_unlock(&tc_mu);
+    return ts;
+}
+
+void toolcall_server_free(tern_server *s)
+{
+    toolcall_server *ts = s->toolcall;
+    if (!ts)
+        return;
+    constraint_triggers_free(ts->lazy_trig);
+    constraint_triggers_free(ts->lead_trig);
+    free(ts);
+    s->toolcall = NULL;
+}
+
+/* ---- per request ---- */
+
+int toolcall_prepare(tern_server *s, api_request *q, api_error *e)
+{
+    if (q->kind != API_CHAT || !q->tools)
+        return 0;
+    const toolfmt *f = s->tools.fmt;
+    if (!s->tools.renders_tools)
+        return api_bad(e, "tools_not_supported", "tools",
+                       "this model's chat template does not render tools (%s); send no tools or tool_choice "
+                       "\"none\", or serve a model whose template does",
+                       s->tools.why ? s->tools.why : "no template");
+    int forced = q->tool_choice == API_TOOL_REQUIRED || q->tool_choice == API_TOOL_NAMED;
+    if (f->kind == TOOLFMT_NONE) {
+        if (forced)
+            return api_bad(e, "unsupported_value", "tool_choice",
+                           "tool_choice \"%s\" needs a tool-call format; this server runs with none "
+                           "(see tern serve --tool-call-format)",
+                           q->tool_choice == API_TOOL_REQUIRED ? "required" : "function");
+        return 0;
+    }
+    toolcall_server *ts = server_state(s, e);
+    if (!ts)
+        return -1;
+    char *alt = NULL, *alt_key = NULL;
+    if (q->structured && !structured_from_response_format(q->structured)) {
+        /* guided_* / structured_outputs: the caller's grammar is the whole output */
+        if (forced)
+            return api_bad(e, "unsupported_value", "tool_choice",
+                           "tool_choice \"%s\" cannot be combined with guided_* / structured_outputs (their grammar "
+                           "is the whole answer); use tool_choice \"auto\" or drop the grammar",
+                           q->tool_choice == API_TOOL_REQUIRED ? "required" : "function");
+        return 0;
+    }
+    if (!forced && q->structured) {
+        if (ts->lead_skip)
+            return api_bad(e, "unsupported_value", "response_format",
+                           "response_format together with tools is not supported for the %s tool-call format "
+                           "(its calls start with a special token); use tool_choice \"none\" or \"required\"",
+                           f->name);
+        if (structured_spec_ebnf(q, &alt, &alt_key, e))
+            return -1;
+    }
+    int parallel = q->parallel_tool_calls && f->parallel && ts->can_parallel;
+    char *ebnf = NULL;
+    int rc = toolcall_grammar(f, q->tools, q->tool_choice == API_TOOL_NAMED ? q->tool_name : NULL, parallel,
+                              ts->lead_skip, alt, &ebnf, e);
+    free(alt);
+    free(alt_key);
+    if (rc)
+        return -1;
+    tern_sbuf key = {0};
+    tern_sbuf_str(&key, "tools|");
+    tern_sbuf_str(&key, ebnf);
+    if (key.oom) {
+        free(ebnf);
+        free(key.s);
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    constraint_lazy lz = {0}, *lzp = NULL;
+    if (forced && ts->lead_skip) {
+        lz.triggers = ts->lead_trig;
+        lz.forced = 1;
+        lzp = &lz;
+    } else if (!forced && !q->structured) {
+        lz.triggers = ts->lazy_trig;
+        lzp = &lz;
+    }
+    /* forced calls leave no answer for a response_format: the calls' grammar replaces it */
+    rc = structured_set_ebnf(s, q, key.s, key.n, ebnf, lzp, "tools", e);
+    free(ebnf);
+    free(key.s);
+    return rc;
+}
