@@ -9,9 +9,57 @@
 
 #include "base/log.h"
 
-/* Dense: the tensor itself. MLX-quantized (NAME's stem has .scales and
- * .biases beside it): uint32 words [n_out][n_in * bits / 32], scales and
- * biases [n_out][n_in / group]; bits and group follow from the shapes. */
+/* An MLX-quantized weight: t is NAME.weight, uint32 words
+ * [n_out][n_in * bits / 32]; ts and tb are NAME.scales and NAME.biases,
+ * [n_out][n_in / group] in the model dtype. Bits and group follow from the
+ * shapes; the pairs become interleaved f32 {scale, bias} (owned by w). */
+static int get_weight_quant(const char *name, const st_tensor *t, const st_tensor *ts, const st_tensor *tb,
+                            int n_out, int n_in, model_weight *w, tern_err *err)
+{
+    if (!ts || !tb)
+        return tern_err_set(err, TERN_EFORMAT, "'%s' has scales without biases or the reverse", name);
+    if (t->dtype != TERN_U32 || t->n_dims != 2 || t->shape[0] != n_out)
+        return tern_err_set(err, TERN_EFORMAT, "quantized tensor '%s' must be uint32 [%d, packed]", name, n_out);
+    int64_t words = t->shape[1];
+    int bits = words * 32 % n_in == 0 ? (int)(words * 32 / n_in) : 0;
+    if (bits != 4 && bits != 8)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': %lld words per row for %d inputs is not 4 or 8 bits", name,
+                            (long long)words, n_in);
+    if (ts->n_dims != 2 || tb->n_dims != 2 || ts->shape[0] != n_out || tb->shape[0] != n_out ||
+        ts->shape[1] != tb->shape[1] || ts->shape[1] < 1 || n_in % ts->shape[1])
+        return tern_err_set(err, TERN_EFORMAT, "'%s': scales/biases shapes do not match the weight", name);
+    int group = (int)(n_in / ts->shape[1]);
+    if (group != 32 && group != 64 && group != 128)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': group size %d is not 32, 64 or 128", name, group);
+    if ((ts->dtype != TERN_F32 && ts->dtype != TERN_BF16 && ts->dtype != TERN_F16) || tb->dtype != ts->dtype)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': scales must be f32, bf16 or f16", name);
+    size_t ng = (size_t)n_out * (size_t)(n_in / group);
+    float *tmp = malloc(ng * 2 * sizeof(float));
+    w->sb = malloc(ng * 2 * sizeof(float));
+    if (!tmp || !w->sb) {
+        free(tmp);
+        free(w->sb);
+        w->sb = NULL;
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    }
+    tern_to_f32(ts->dtype, ts->data, tmp, ng);
+    tern_to_f32(tb->dtype, tb->data, tmp + ng, ng);
+    for (size_t i = 0; i < ng; i++) { /* interleave: one cache line feeds a row's groups */
+        w->sb[2 * i] = tmp[i];
+        w->sb[2 * i + 1] = tmp[ng + i];
+    }
+    free(tmp);
+    w->dtype = ts->dtype;
+    w->data = t->data;
+    w->n_out = n_out;
+    w->n_in = n_in;
+    w->qbits = bits;
+    w->group = group;
+    return 0;
+}
+
+/* NAME as a weight [n_out][n_in]: quantized when NAME's stem has .scales or
+ * .biases beside it (get_weight_quant), else the dense tensor itself. */
 static int get_weight(tern_model *m, const char *name, int n_out, int n_in, model_weight *w, tern_err *err)
 {
     const st_tensor *t = st_find(&m->st, name);
@@ -26,48 +74,8 @@ static int get_weight(tern_model *m, const char *name, int n_out, int n_in, mode
         snprintf(sn, sizeof sn, "%s.scales", stem);
         snprintf(bn, sizeof bn, "%s.biases", stem);
         const st_tensor *ts = st_find(&m->st, sn), *tb = st_find(&m->st, bn);
-        if (ts || tb) {
-            if (!ts || !tb)
-                return tern_err_set(err, TERN_EFORMAT, "'%s' has scales without biases or the reverse", name);
-            if (t->dtype != TERN_U32 || t->n_dims != 2 || t->shape[0] != n_out)
-                return tern_err_set(err, TERN_EFORMAT, "quantized tensor '%s' must be uint32 [%d, packed]", name, n_out);
-            int64_t words = t->shape[1];
-            int bits = words * 32 % n_in == 0 ? (int)(words * 32 / n_in) : 0;
-            if (bits != 4 && bits != 8)
-                return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': %lld words per row for %d inputs is not 4 or 8 bits",
-                                    name, (long long)words, n_in);
-            if (ts->n_dims != 2 || tb->n_dims != 2 || ts->shape[0] != n_out || tb->shape[0] != n_out ||
-                ts->shape[1] != tb->shape[1] || ts->shape[1] < 1 || n_in % ts->shape[1])
-                return tern_err_set(err, TERN_EFORMAT, "'%s': scales/biases shapes do not match the weight", name);
-            int group = (int)(n_in / ts->shape[1]);
-            if (group != 32 && group != 64 && group != 128)
-                return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': group size %d is not 32, 64 or 128", name, group);
-            if ((ts->dtype != TERN_F32 && ts->dtype != TERN_BF16 && ts->dtype != TERN_F16) || tb->dtype != ts->dtype)
-                return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': scales must be f32, bf16 or f16", name);
-            size_t ng = (size_t)n_out * (size_t)(n_in / group);
-            float *tmp = malloc(ng * 2 * sizeof(float));
-            w->sb = malloc(ng * 2 * sizeof(float));
-            if (!tmp || !w->sb) {
-                free(tmp);
-                free(w->sb);
-                w->sb = NULL;
-                return tern_err_set(err, TERN_ENOMEM, "out of memory");
-            }
-            tern_to_f32(ts->dtype, ts->data, tmp, ng);
-            tern_to_f32(tb->dtype, tb->data, tmp + ng, ng);
-            for (size_t i = 0; i < ng; i++) { /* interleave: one cache line feeds a row's groups */
-                w->sb[2 * i] = tmp[i];
-                w->sb[2 * i + 1] = tmp[ng + i];
-            }
-            free(tmp);
-            w->dtype = ts->dtype;
-            w->data = t->data;
-            w->n_out = n_out;
-            w->n_in = n_in;
-            w->qbits = bits;
-            w->group = group;
-            return 0;
-        }
+        if (ts || tb)
+            return get_weight_quant(name, t, ts, tb, n_out, n_in, w, err);
     }
     if (t->n_dims != 2 || t->shape[0] != n_out || t->shape[1] != n_in)
         return tern_err_set(err, TERN_EFORMAT, "tensor '%s' has shape [%lld, %lld], expected [%d, %d]", name,

@@ -2,8 +2,10 @@
  * src/model only), its config, and the batched forward pass that every
  * caller (run, server, speculation) goes through - on whatever backend the
  * model was loaded on. Nothing outside src/model reaches into the model or
- * drives its backend: the forward, the device half of it (start, then one
- * finish) and the device memory calls below are the whole surface. */
+ * drives its backend: the forward, its device halves (start, then one
+ * finish) and the device memory calls below, with embed.h's
+ * model_forward_hidden (the same forward, handing back hidden states), are
+ * the whole surface. */
 #ifndef TERN_MODEL_H
 #define TERN_MODEL_H
 
