@@ -117,6 +117,19 @@ typedef int (*tern_token_cb)(void *user, int32_t token, const char *text, size_t
 int tern_generate(tern_ctx *t, const char *prompt, const tern_gen_opts *o, tern_token_cb cb, void *user,
                   int *n_generated, tern_error *err);
 
+/* Embedding models (a sentence-transformers folder: modules.json, its
+ * Pooling config, Normalize; see docs/embeddings.md): writes the embedding
+ * of text (the folder's default prompt prepended, the tokenizer's special
+ * tokens added) into out[0 .. size), size = the model's hidden size, which
+ * *dim (may be NULL) receives. Safe to call from several threads on one t:
+ * the inputs are batched with everything else. Blocks until done; returns
+ * 0, or with *err: TERN_EINVAL (a NULL argument, an empty text),
+ * TERN_EUNSUPPORTED (the folder is no embedding model, holds a setting tern
+ * does not support, or the model runs on a device backend), TERN_ERANGE
+ * (cap below the size, or the text longer than the context or the
+ * folder's max_seq_length), TERN_EFULL, TERN_ENOMEM, TERN_EINTERNAL. */
+int tern_embed(tern_ctx *t, const char *text, float *out, int cap, int *dim, tern_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,9 @@ struct tern_ctx {
     tern_model *m;
     tern_tokenizer *tok;
     tern_engine *e;
+    embed_config ec;   /* the folder's sentence-transformers config, when ec_rc is 0 */
+    int ec_rc;         /* embed_config_load's result (TERN_ENOTFOUND: a plain model) */
+    tern_err ec_err;
 };
 
 tern_ctx *tern_open(const char *model_dir, const tern_open_opts *opts, tern_error *err)
@@ -36,6 +39,8 @@ tern_ctx *tern_open(const char *model_dir, const tern_open_opts *opts, tern_erro
         tern_close(t);
         return NULL;
     }
+    /* a setting tern cannot honour fails tern_embed, not generation */
+    t->ec_rc = embed_config_load(model_dir, model_hidden_dim(t->m), &t->ec, &t->ec_err);
     return t;
 }
 
@@ -44,6 +49,7 @@ void tern_close(tern_ctx *t)
     if (!t)
         return;
     engine_free(t->e);
+    embed_config_free(&t->ec);
     tokenizer_free(t->tok);
     model_free(t->m);
     free(t);
@@ -132,5 +138,67 @@ int tern_generate(tern_ctx *t, const char *prompt, const tern_gen_opts *o, tern_
     engine_req_release(r);
     if (n_generated)
         *n_generated = gen;
+    return rc;
+}
+
+int tern_embed(tern_ctx *t, const char *text, float *out, int cap, int *dim, tern_error *err)
+{
+    tern_err *e = (tern_err *)err;
+    if (!t || !text || !out)
+        return tern_err_set(e, TERN_EINVAL, "tern_embed: NULL argument");
+    if (!text[0])
+        return tern_err_set(e, TERN_EINVAL, "tern_embed: empty text");
+    if (t->ec_rc == TERN_ENOTFOUND)
+        return tern_err_set(e, TERN_EUNSUPPORTED, "not an embedding model: the folder has no modules.json");
+    if (t->ec_rc)
+        return tern_err_set(e, TERN_EUNSUPPORTED, "embedding config: %s", t->ec_err.msg);
+    if (dim)
+        *dim = t->ec.dim;
+    if (cap < t->ec.dim)
+        return tern_err_set(e, TERN_ERANGE, "tern_embed: out holds %d floats; the embedding has %d", cap, t->ec.dim);
+    size_t pl = t->ec.prompt ? strlen(t->ec.prompt) : 0, tl = strlen(text);
+    char *full = malloc(pl + tl + 1);
+    if (!full)
+        return tern_err_set(e, TERN_ENOMEM, "out of memory");
+    if (pl)
+        memcpy(full, t->ec.prompt, pl);
+    memcpy(full + pl, text, tl + 1);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = tokenizer_encode(t->tok, full, pl + tl, 1, &ids, &n, e);
+    free(full);
+    if (rc)
+        return rc;
+    if (t->ec.max_seq_length > 0 && n > (size_t)t->ec.max_seq_length) {
+        free(ids);
+        return tern_err_set(e, TERN_ERANGE, "the text has %zu tokens; the model embeds at most %d", n,
+                            t->ec.max_seq_length);
+    }
+    engine_params p;
+    engine_params_default(&p);
+    p.prompt = ids;
+    p.n_prompt = n;
+    p.embed_pooling = t->ec.pooling;
+    p.embed_normalize = t->ec.normalize;
+    engine_req *r = engine_submit(t->e, &p, NULL, NULL, e);
+    free(ids);
+    if (!r)
+        return e ? e->code : TERN_EINVAL;
+    engine_event ev;
+    rc = TERN_EINTERNAL;
+    while (engine_req_next(r, &ev, -1)) {
+        if (ev.kind == ENGINE_EV_FINISH) {
+            if (ev.finish == ENGINE_FINISH_STOP && ev.embedding && ev.n_embedding == t->ec.dim) {
+                memcpy(out, ev.embedding, (size_t)ev.n_embedding * sizeof *out);
+                rc = 0;
+            } else {
+                tern_err_set(e, TERN_EINTERNAL, "embedding failed: %s", ev.error);
+            }
+            engine_event_clear(&ev);
+            break;
+        }
+        engine_event_clear(&ev);
+    }
+    engine_req_release(r);
     return rc;
 }

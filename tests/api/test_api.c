@@ -1,12 +1,17 @@
 /* The embeddable API (include/tern.h) end to end on stories260K: greedy
- * generation through the callback equals llama2.c's golden text. */
+ * generation through the callback equals llama2.c's golden text; tern_embed
+ * on the stories-mean embedding folder (tests/embedding) matches its
+ * sentence-transformers golden. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/json.h"
 #include "tern.h"
@@ -115,8 +120,71 @@ static void test_bad_arguments(void **state)
     tern_close(t);
 }
 
+/* The stories-mean folder: stories260K's files linked, the recipe's copied
+ * (as tests/server/embeddings.mjs and tools/st_goldens.py build it). */
+static void build_stories_mean(char *dir)
+{
+    char cmd[2048];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "for f in %s/*; do [ -f \"$f\" ] && ln -s \"$f\" %s/; done; cp -r %s/. %s/ && rm %s/recipe.json",
+             shared_path("models/stories260K"), dir, repo_path("tests/embedding/stories-mean"), dir, dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_embed_golden(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/tern_api_embed_XXXXXX", cmd[600];
+    build_stories_mean(dir);
+    tern_error err;
+    tern_ctx *t = tern_open(dir, NULL, &err);
+    if (!t)
+        fail_msg("%s", err.msg);
+    tern_err je;
+    json_object *g = tern_json_parse_file(repo_path("tests/golden/embed_stories-mean.json"), &je);
+    if (!g)
+        fail_msg("%s", je.msg);
+    json_object *inputs;
+    assert_true(json_object_object_get_ex(g, "inputs", &inputs));
+    float out[64];
+    for (size_t i = 0; i < json_object_array_length(inputs); i++) {
+        json_object *in = json_object_array_get_idx(inputs, i), *text, *emb;
+        assert_true(json_object_object_get_ex(in, "text", &text));
+        assert_true(json_object_object_get_ex(in, "embedding", &emb));
+        int dim = 0;
+        assert_int_equal(tern_embed(t, json_object_get_string(text), out, 64, &dim, &err), 0);
+        assert_int_equal(dim, (int)json_object_array_length(emb));
+        double d = 0, na = 0, nb = 0;
+        for (int k = 0; k < dim; k++) {
+            double w = json_object_get_double(json_object_array_get_idx(emb, k));
+            d += out[k] * w;
+            na += (double)out[k] * out[k];
+            nb += w * w;
+        }
+        double cos = d / sqrt(na * nb);
+        if (cos < 0.9999 || fabs(sqrt(na / nb) - 1) > 1e-3)
+            fail_msg("input %zu: cosine %.9f, norm ratio %.6f", i, cos, sqrt(na / nb));
+    }
+    json_object_put(g);
+    int dim = 0;
+    assert_int_equal(tern_embed(t, "x", out, 8, &dim, &err), TERN_ERANGE); /* out too small */
+    assert_int_equal(dim, 64);
+    assert_int_equal(tern_embed(t, "", out, 64, NULL, &err), TERN_EINVAL);
+    assert_int_equal(tern_embed(t, NULL, out, 64, NULL, &err), TERN_EINVAL);
+    tern_close(t);
+    /* a plain model is no embedding model */
+    t = tern_open(shared_path("models/stories260K"), NULL, &err);
+    assert_non_null(t);
+    assert_int_equal(tern_embed(t, "x", out, 64, NULL, &err), TERN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "modules.json"));
+    tern_close(t);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_generate_golden), cmocka_unit_test(test_bad_arguments)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_generate_golden), cmocka_unit_test(test_bad_arguments),
+                                       cmocka_unit_test(test_embed_golden)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
