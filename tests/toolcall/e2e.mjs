@@ -9,6 +9,7 @@
 //   plain, auto-mode and response_format requests on a server that
 //   speculates with the draft model (every row speculative: the grammar
 //   must hold on that lane too);
+// - streamed calls reassemble into the non-streamed ones (same seed);
 // - parallel calls: every call of an answer validates;
 // - auto mode: the answer is free text, and a call that starts validates;
 // - bad input: OpenAI-shaped 400s naming the field; a template that cannot
@@ -268,6 +269,28 @@ async function main() {
     await runForced(client, 'required, alone', 'required', 100, 1);
     await runForced(client, 'named, alone', 'named', 100, 1);
     console.log(`alone: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+
+    // streamed: delta.tool_calls reassemble into the non-streamed calls (same seed)
+    let diff = [];
+    for (let i = 0; i < 4; i++) {
+      const body = forcedRequest(i, i % 2 ? 'named' : 'required', { parallel_tool_calls: i >= 2 });
+      const r = await client.chat.completions.create(body);
+      const want = (r.choices[0].message.tool_calls ?? []).map((t) => [t.function.name, t.function.arguments]);
+      const got = [];
+      let finish = null;
+      for await (const ch of await client.chat.completions.create({ ...body, stream: true })) {
+        const c = ch.choices[0];
+        if (!c) continue;
+        for (const t of c.delta.tool_calls ?? []) {
+          if (!got[t.index]) got[t.index] = [t.function?.name, ''];
+          got[t.index][1] += t.function?.arguments ?? '';
+        }
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+      if (!want.length || JSON.stringify(got) !== JSON.stringify(want) || finish !== r.choices[0].finish_reason)
+        diff.push(`#${i}: ${JSON.stringify(want)} vs streamed ${JSON.stringify(got)} (${finish})`);
+    }
+    check(diff.length === 0, 'forced calls: streamed == non-streamed', diff.slice(0, 2).join(' | '));
 
     // parallel calls: every call of every answer validates
     let bad = [];
