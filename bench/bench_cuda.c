@@ -2,7 +2,7 @@
  * next to the CPU backend's.
  *
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] MODEL_DIR...
- *   bench_cuda --gemv
+ *   bench_cuda --gemv [KERNELS] [--no-stage]
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
@@ -12,8 +12,9 @@
  * them), GB/s of weight bytes next to the copy bandwidth, relative
  * error of sampled rows against a double CPU reference, bitwise batch
  * invariance (T = 1 and T = 32 against T = 8), then the GEMV-only decode
- * step per model and kernel. TERN_BENCH_GEMV="staged,tensor" runs only
- * the kernels listed.
+ * step per model and kernel. KERNELS ("staged,tensor") runs only those;
+ * --no-stage gives the tensor-core kernel no stage (each block splits its
+ * own activations).
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
@@ -328,16 +329,17 @@ static double gv_time(tcu_gemv_args *a, const tcu_opts *o, int nc, void *const *
     return ok ? best : -1;
 }
 
-static int gemv_bench(void)
+/* list: the kernels to run ("staged,tensor"; NULL: all); stage: hand the
+ * tensor-core kernel a stage as the backend does */
+static int gemv_bench(const char *list, int use_stage)
 {
     int nv = TCU_GEMV_N, bad = 0;
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
     printf("== gemv micro-benchmark: device copy bandwidth (read + write) %.0f GB/s; time per launch in a graph of %d "
            "launches (best of 3 replays), weights rotated over >= 256 MB\n",
            bw / 1e9, GV_REPS);
-    /* TERN_BENCH_GEMV="staged,tensor": only those (default: all) */
     int want[TCU_GEMV_N];
-    const char *wl = getenv("TERN_BENCH_GEMV");
+    const char *wl = list;
     for (int v = 0; v < nv; v++)
         want[v] = !(wl && *wl);
     for (const char *p = wl; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
@@ -346,7 +348,7 @@ static int gemv_bench(void)
                !(strlen(tcu_gemv_name(v)) == strcspn(p, ",") && !strncmp(p, tcu_gemv_name(v), strcspn(p, ","))))
             v++;
         if (v == nv) {
-            fprintf(stderr, "bench_cuda: TERN_BENCH_GEMV=%s: kernels are plain, staged, by-shape, tensor, auto\n", wl);
+            fprintf(stderr, "bench_cuda: --gemv %s: kernels are plain, staged, by-shape, tensor, auto\n", wl);
             return 2;
         }
         want[v] = 1;
@@ -368,11 +370,10 @@ static int gemv_bench(void)
     if (!cu_ok(cudaMalloc((void **)&gain, sizeof(float) * NIN_MAX), "alloc") ||
         !cu_ok(cudaMalloc((void **)&nout, sizeof(float) * TMAX * NIN_MAX), "alloc"))
         return 1;
-    /* the tensor-core kernel's stage, as the backend passes it (TERN_BENCH_STAGE=0: none, each block splits) */
+    /* the tensor-core kernel's stage, as the backend passes it (--no-stage: none, each block splits) */
     void *stage = NULL;
     const size_t stage_bytes = (size_t)NIN_MAX * 204;
-    const char *se = getenv("TERN_BENCH_STAGE");
-    if (!(se && !strcmp(se, "0")) && !cu_ok(cudaMalloc(&stage, stage_bytes), "alloc"))
+    if (use_stage && !cu_ok(cudaMalloc(&stage, stage_bytes), "alloc"))
         return 1;
     float *hx = malloc(sizeof(float) * TMAX * NIN_MAX), *hy = malloc(sizeof(float) * 3 * TMAX * NOUT_MAX);
     float *hg = malloc(sizeof(float) * NIN_MAX);
@@ -601,8 +602,22 @@ int main(int argc, char **argv)
 {
     int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0;
     int first = 1;
-    if (argc == 2 && !strcmp(argv[1], "--gemv")) {
+    if (argc >= 2 && !strcmp(argv[1], "--gemv")) {
+        const char *list = NULL;
+        int use_stage = 1;
+        for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--no-stage"))
+                use_stage = 0;
+            else if (!list && argv[i][0] != '-')
+                list = argv[i];
+            else {
+                fprintf(stderr, "usage: bench_cuda --gemv [KERNELS] [--no-stage]\n");
+                return 2;
+            }
+        }
 #ifndef TERN_CUDA
+        (void)list;
+        (void)use_stage;
         fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
         return 2;
 #else
@@ -610,7 +625,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_cuda: no GPU\n");
             return 2;
         }
-        return gemv_bench();
+        return gemv_bench(list, use_stage);
 #endif
     }
     for (; first < argc && argv[first][0] == '-'; first += 2) {
