@@ -1,8 +1,8 @@
 #!/bin/bash
 # The CUDA backend's check on a machine with an NVIDIA GPU (docs/cuda.md):
-# the GEMV micro-benchmark (bench_cuda --gemv: every GEMV variant on random
+# the GEMV micro-benchmark (bench_cuda --gemv: every GEMV kernel on random
 # weights of the 8B/1B shapes, no model files), the CUDA-vs-CPU tests
-# (tests/cuda/test_cuda.c; the product test covers every GEMV variant),
+# (tests/cuda/test_cuda.c; the product test covers every GEMV kernel),
 # random Llama-shaped fixtures (1B and 8B, bf16 and 4-bit) and bench_cuda
 # over them (logits check against the CPU, speed against the roofline,
 # a per-kernel profile of one eager decode step).

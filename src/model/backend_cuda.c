@@ -349,7 +349,7 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
 
 /* RMSNorm of x (gain g; token t is x row rows[t] when rows != NULL) into
  * xn, then mm_dev of xn; the GEMV path hands the norm to tcu_gemv, which
- * fuses it where the variant can. */
+ * fuses it where the kernel can. */
 static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, const float *g, float *xn,
                        const int32_t *rows, int n_in, int T, int glu, int opts, tern_err *err)
 {

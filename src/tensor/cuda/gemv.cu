@@ -635,7 +635,7 @@ static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s, bool p
     case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM>(a, rows, s, pdl);
     case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM>(a, rows, s, pdl);
     case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM>(a, rows, s, pdl);
-    default: return -1; /* f32 / f16: the legacy kernel */
+    default: return -1; /* f32 / f16: the plain kernel */
     }
 }
 
