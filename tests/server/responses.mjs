@@ -8,7 +8,9 @@
 // non-streamed output; text.format json_schema output validates (ajv);
 // function tools give function_call items (the tool-tuned demo model in
 // auto mode, its call's output continuing the stored conversation; and
-// forced by guided_grammar on a demo copy with the Qwen3 template);
+// forced by guided_grammar on a demo copy with the Qwen3 template;
+// tool_choice required / named: valid calls even for a prompt that needs
+// none, streamed == non-streamed);
 // function_call / function_call_output
 // input items render like the equivalent chat messages; previous_response_id
 // continues a conversation; bad input is a 400 naming the field.
@@ -141,6 +143,28 @@ try {
     for await (const e of client.responses.stream({ model: M, input: 'What is the weather in Paris?', tools: wtool, max_output_tokens: 160, temperature: 0, reasoning: { effort: 'none' } })) ev.push(e);
     const d = ev.find((e) => e.type === 'response.function_call_arguments.done');
     check(d && d.arguments === call.arguments && ev.at(-1).type === 'response.completed', 'streamed: function_call_arguments.done == the non-streamed call', d);
+  }
+
+  // ---- tool_choice required / named: the grammar forces a call, valid against the schema (ajv)
+  const wv = new Ajv().compile(wtool[0].parameters);
+  const ctool = { type: 'function', name: 'count_words', description: 'Count the words in a text.', parameters: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'], additionalProperties: false } };
+  for (const seed of [1, 2, 3]) {
+    for (const [tc, want] of [['required', null], [{ type: 'function', name: 'count_words' }, 'count_words']]) {
+      const body = { model: M, input: 'Tell me a joke.', tools: [...wtool, ctool], tool_choice: tc, max_output_tokens: 200, temperature: 1, seed, reasoning: { effort: 'none' } };
+      const fr = await client.responses.create(body);
+      const f = fr.output.find((x) => x.type === 'function_call');
+      let a = null;
+      try { a = JSON.parse(f?.arguments); } catch { /* checked */ }
+      const ok = f && (want ? f.name === want : ['get_weather', 'count_words'].includes(f.name)) &&
+        (f.name === 'get_weather' ? wv(a) : a && typeof a.text === 'string' && Object.keys(a).length === 1);
+      check(ok && fr.status === 'completed', `tool_choice ${JSON.stringify(tc)} seed ${seed}: a valid call`, fr.output);
+      if (seed === 1) {
+        const sev = [];
+        for await (const e of client.responses.stream(body)) sev.push(e);
+        const d = sev.find((e) => e.type === 'response.function_call_arguments.done');
+        check(d && d.arguments === f?.arguments, `tool_choice ${JSON.stringify(tc)}: streamed call == non-streamed`, d);
+      }
+    }
   }
 
   // ---- bad input
