@@ -302,6 +302,11 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
         cfg->head_dim = 256; /* transformers' default for both Gemmas */
     if ((rc = get_opt_int(o, "head_dim", 1, 4096, &cfg->head_dim, err)))
         goto out;
+    if (cfg->head_dim < 1) { /* the default, hidden_size / num_attention_heads, rounded to 0 */
+        rc = tern_err_set(err, TERN_EFORMAT, "config.json: hidden_size %d over num_attention_heads %d leaves no head_dim",
+                          cfg->dim, cfg->n_head);
+        goto out;
+    }
     if (cfg->n_head % cfg->n_kv_head) {
         rc = tern_err_set(err, TERN_EFORMAT, "config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                           cfg->n_head, cfg->n_kv_head);

@@ -262,11 +262,22 @@ static void test_head_dim_rule(void **state)
           f);
     fclose(f);
     tern_model *m = model_load(dir, 1, &err);
+    assert_null(m);
+    assert_int_equal(err.code, TERN_EFORMAT);
+    assert_non_null(strstr(err.msg, "config.json: head_dim 7 must be even for RoPE"));
+    /* no head_dim key and fewer hidden units than heads: the default is 0 */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"model_type\": \"llama\", \"vocab_size\": 512, \"hidden_size\": 4, \"intermediate_size\": 8, "
+          "\"num_hidden_layers\": 1, \"num_attention_heads\": 8}",
+          f);
+    fclose(f);
+    m = model_load(dir, 1, &err);
     unlink(path);
     rmdir(dir);
     assert_null(m);
     assert_int_equal(err.code, TERN_EFORMAT);
-    assert_non_null(strstr(err.msg, "config.json: head_dim 7 must be even for RoPE"));
+    assert_non_null(strstr(err.msg, "leaves no head_dim"));
 }
 
 /* The forward's own checks, and the device halves on a backend without
