@@ -16,8 +16,8 @@
 #include "tensor/kernels.h"
 
 #define SERVE_USAGE                                                                                  \
-    "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--model-name NAME]\n" \
-    "                  [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
+    "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--metrics-key KEY]\n" \
+    "                  [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
     "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
@@ -56,6 +56,8 @@ int cmd_serve(int argc, char **argv)
             so.port = (int)x;
         } else if ((v = cli_flag_value(argc, argv, &i, "--api-key")))
             so.api_key = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--metrics-key")))
+            so.metrics_key = v; /* /stats and /metrics need it */
         else if ((v = cli_flag_value(argc, argv, &i, "--model-name")))
             so.model_name = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--cors")))

@@ -1,6 +1,7 @@
 /* HTTP plumbing over libmicrohttpd: the daemon (one thread per connection,
  * so a slow client or a blocked wait stalls only its own thread), bounded
- * request bodies and headers, bearer-token auth, CORS, and reply helpers.
+ * request bodies and headers, strict framing (one Content-Length; JSON
+ * bodies only), API-key and metrics-key auth, CORS, and reply helpers.
  * Routing and everything OpenAI-specific live in routes.c / gen.c. */
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -112,17 +113,102 @@ static int key_equal(const char *a, const char *b)
     return d == 0;
 }
 
+/* Whether the request carries key: as "Authorization: Bearer KEY" or, as
+ * Anthropic-style clients send it, "x-api-key: KEY". A bearer token that is
+ * present decides alone (a wrong one is not rescued by the other header). */
+static int key_presented(srv_conn *c, const char *key)
+{
+    const char *h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
+    if (h) {
+        if (strncasecmp(h, "Bearer ", 7) != 0)
+            return 0;
+        h += 7;
+        while (*h == ' ')
+            h++;
+        return key_equal(h, key);
+    }
+    h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key");
+    return h && key_equal(h, key);
+}
+
 static int authorized(srv_conn *c)
 {
-    if (!c->s->api_key)
-        return 1;
-    const char *h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+    return !c->s->api_key || key_presented(c, c->s->api_key);
+}
+
+/* Counts the request's Content-Length headers. */
+static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (!strcasecmp(key, "Content-Length"))
+        (*(int *)cls)++;
+    return MHD_YES;
+}
+
+/* The framing and media type of a request body, checked before it is read.
+ * One Content-Length, never beside a Transfer-Encoding: two framings are how
+ * requests are smuggled past a proxy that reads the other one. A body that
+ * says it is not JSON is 415 (none said is taken as JSON). Returns 0, or
+ * fills e. */
+static int body_headers_check(srv_conn *c, const char *method, api_error *e)
+{
+    int n_cl = 0;
+    MHD_get_connection_values(c->mc, MHD_HEADER_KIND, count_cl, &n_cl);
+    const char *te = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Transfer-Encoding");
+    if (n_cl > 1)
+        return api_error_set(e, 400, "invalid_request_error", "invalid_request", NULL,
+                             "the request has %d Content-Length headers; send one", n_cl);
+    if (n_cl && te)
+        return api_error_set(e, 400, "invalid_request_error", "invalid_request", NULL,
+                             "the request has both Content-Length and Transfer-Encoding; send one");
+    if (strcmp(method, "POST") != 0)
         return 0;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    return key_equal(h, c->s->api_key);
+    const char *ct = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Content-Type");
+    if (!ct)
+        return 0;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    size_t n = strcspn(ct, "; \t");
+    /* application/json, or any application/...+json */
+    int json = (n == 16 && !strncasecmp(ct, "application/json", 16)) ||
+               (n > 17 && !strncasecmp(ct, "application/", 12) && !strncasecmp(ct + n - 5, "+json", 5));
+    if (!json)
+        return api_error_set(e, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                             "Content-Type '%.*s' is not supported: send the body as JSON with "
+                             "'Content-Type: application/json'",
+                             (int)(n < 80 ? n : 80), ct);
+    return 0;
+}
+
+/* A body that is JSON but not an object, told apart before the route's
+ * parser sees it (for `null`, json-c has no object to report). Returns 0
+ * when the body starts like an object (or is not JSON: the route says so). */
+static int body_object_check(const api_buf *b, api_error *e)
+{
+    size_t i = 0, n = b->len;
+    const char *p = b->data;
+    while (i < n && strchr(" \t\r\n", p[i]))
+        i++;
+    while (n > i && strchr(" \t\r\n", p[n - 1]))
+        n--;
+    if (i == n || p[i] == '{')
+        return 0;
+    const char *what = NULL;
+    if (n - i == 4 && !memcmp(p + i, "null", 4))
+        what = "null";
+    else if ((n - i == 4 && !memcmp(p + i, "true", 4)) || (n - i == 5 && !memcmp(p + i, "false", 5)))
+        what = "a boolean";
+    else if (p[i] == '[')
+        what = "an array";
+    else if (p[i] == '"')
+        what = "a string";
+    else if (p[i] == '-' || (p[i] >= '0' && p[i] <= '9'))
+        what = "a number";
+    if (!what)
+        return 0;
+    return api_error_set(e, 400, "invalid_request_error", "invalid_type", NULL,
+                         "the request body must be a JSON object, not %s", what);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
@@ -139,7 +225,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->mc = mc;
         c->route = routes_classify(url);
         *ctx = c;
-        /* reject an announced oversized body before reading it */
+        /* reject a badly framed or non-JSON body, or an announced oversized
+         * one, before reading it */
+        api_error e0;
+        if (body_headers_check(c, method, &e0))
+            return http_reply_error(c, &e0);
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes)
             c->body_too_big = 1;
@@ -181,9 +271,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     }
     if (!strncmp(url, "/v1/", 4) && !authorized(c)) {
         api_error_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                      "Incorrect or missing API key: send 'Authorization: Bearer <key>'");
+                      "Incorrect or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'");
         return http_reply_error(c, &e);
     }
+    if ((c->route == ROUTE_STATS || c->route == ROUTE_METRICS) && s->o.metrics_key &&
+        !key_presented(c, s->o.metrics_key)) {
+        api_error_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                      "%s needs the metrics key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", url);
+        return http_reply_error(c, &e);
+    }
+    if (!strcmp(method, "POST") && body_object_check(&c->body, &e))
+        return http_reply_error(c, &e);
     return routes_dispatch(c, method, url);
 }
 
@@ -218,6 +316,19 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     TERN_DEBUG("http: %s", buf);
 }
 
+/* Whether the bound address is reachable only from this machine. */
+static int loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) ||
+               (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
 static int resolve(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len, tern_err *err)
 {
     struct addrinfo hints = {0}, *res = NULL;
@@ -248,6 +359,7 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     s->model_name = strdup(o->model_name ? o->model_name : "tern");
     s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
     s->cors = o->cors_origin && o->cors_origin[0] ? strdup(o->cors_origin) : NULL;
+    s->o.metrics_key = o->metrics_key && o->metrics_key[0] ? strdup(o->metrics_key) : NULL; /* freed in server_free */
     s->o.host = s->host;
     s->o.model_name = s->model_name;
     s->o.api_key = s->api_key;
@@ -259,7 +371,8 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     s->ctx_size = o->ctx_size > 0 ? o->ctx_size : model_config_get(m)->max_pos;
     s->started = (long long)time(NULL);
     pthread_mutex_init(&s->wk_mu, NULL);
-    if (!s->host || !s->model_name) {
+    if (!s->host || !s->model_name || (o->api_key && o->api_key[0] && !s->api_key) ||
+        (o->metrics_key && o->metrics_key[0] && !s->o.metrics_key)) {
         tern_err_set(err, TERN_ENOMEM, "out of memory");
         goto fail;
     }
@@ -321,6 +434,9 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
+    if (!s->api_key && !loopback(&ss))
+        TERN_WARN("server: listening on %s with no --api-key: anyone who can reach this address can use the model",
+                  s->host);
     return s;
 fail:
     server_free(s);
@@ -354,5 +470,6 @@ void server_free(tern_server *s)
     free(s->model_name);
     free(s->api_key);
     free(s->cors);
+    free((char *)s->o.metrics_key);
     free(s);
 }

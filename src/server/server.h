@@ -16,7 +16,8 @@ typedef struct server_opts {
     const char *model_dir;   /* where the chat template is read from */
     const char *host;        /* bind address, default "127.0.0.1" (loopback) */
     int port;                /* default 8080; 0 = any free port (see server_port) */
-    const char *api_key;     /* NULL = no auth; else /v1 needs "Authorization: Bearer KEY" */
+    const char *api_key;     /* NULL = no auth; else /v1 needs "Authorization: Bearer KEY" or "x-api-key: KEY" */
+    const char *metrics_key; /* NULL = /stats and /metrics open; else they need this key (either header) */
     const char *model_name;  /* the id /v1/models reports and requests must name */
     const char *cors_origin; /* NULL = no CORS headers */
     int ctx_size;            /* the engine's context (positions per sequence) */

@@ -6,6 +6,8 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/openai_conformance.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.concurrency
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/concurrency.mjs TIMEOUT 300 LABELS no-asan)
+  tern_add_script_test(NAME server.http_strict
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/http_strict.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.malformed
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/malformed.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.shutdown
