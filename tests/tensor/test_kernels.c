@@ -184,8 +184,8 @@ static void check_iq(const tern_kernels *k)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             long n_out = shapes[si][0], n_in = shapes[si][1], G = shapes[si][2], ng = n_in / G;
             long ngp = tern_iq_ngp(ng);
-            /* few tokens (row kernels) and many (the AVX-512 panels from 8 or
-             * 16 tokens), alternately for each shape and bits */
+            /* few tokens (row kernels) and many (the panels from 8 tokens),
+             * alternately for each shape and bits */
             long T = (si + bits / 4) % 2 ? 1 + (long)(tern_rng_u32(&rng) % 7) : 16 + (long)(tern_rng_u32(&rng) % 9);
             int *q = malloc((size_t)(n_out * n_in) * sizeof(int));
             uint32_t *wq = malloc((size_t)(n_out * n_in * bits / 32) * 4);

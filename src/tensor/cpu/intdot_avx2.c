@@ -60,11 +60,11 @@ static void avx2_q8_rows(const uint8_t *Wq, const float *sb, int group, const in
 IQ_KERNEL(avx2_q4_rows, 4, q4_grp, iq_nofix)
 IQ_KERNEL(avx2_q8_rows, 8, q8_grp, iq_fix128)
 
-/* Panels (see intdot_avx512.c) from 8 tokens (4-bit) or 16 (8-bit). 4-bit:
+/* Panels (see intdot_avx512.c) from 8 tokens. 4-bit:
  * vpmaddubsw pair sums (<= 2 * 15 * 127) add up in int16 over 8 vectors,
  * then one vpmaddwd; 8-bit: the sign trick per vector, the exact sums
  * restored as S + 128 * A per chunk. Same bits as the row kernels. */
-#define PANEL_MIN_T(bits) ((bits) == 4 ? 8 : 16)
+#define PANEL_MIN_T(bits) 8
 
 #define PANEL_Q4(p, i) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wv, LD(a[i] + v * 32)))
 #define PANEL_Q8(acc, i)                                                                                      \

@@ -85,11 +85,11 @@ IQ_KERNEL(vnni_q8_rows, 8, q8_grp, iq_nofix)
  * takes word `off(v)` of each group's bytes: 8-bit weights and inputs word v;
  * 4-bit weights packed word v/2, low nibbles for even v and high for odd,
  * and the inputs (nibble order, kernels.h) the matching word. */
-/* Tokens from which the panels pay for their rearranging (gathers): fewer
- * for 4-bit, whose row kernel unpacks nibbles for every token pair
- * (bench_kernels on the Zen 4 development machine: 4-bit T = 8 about even,
- * T = 32 1.4x; 8-bit T = 8 0.6x, T = 32 1.2x). */
-#define PANEL_MIN_T(bits) ((bits) == 4 ? 8 : 16)
+/* Tokens from which the panels pay for their rearranging (8-bit rows by
+ * 8 x 8 word transposes, 4-bit rows and the inputs by gathers): measured
+ * with bench_kernels on the Zen 4 development machine, T = 8 1.3x (8-bit)
+ * and about even (4-bit) over the row kernels, T = 32 1.35-1.5x. */
+#define PANEL_MIN_T(bits) 8
 
 static void panel_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
                           float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp)

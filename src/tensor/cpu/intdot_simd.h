@@ -215,6 +215,8 @@ static inline void panel_acts(const int8_t *q, int group, int bits, long ng, lon
     }
 }
 
+#define LDP(p) _mm256_loadu_si256((const __m256i *)(p))
+
 /* One weight row as unsigned bytes in the same order. */
 static inline void panel_row(const uint8_t *w, int group, int bits, long ng, long ngp, uint8_t *P)
 {
@@ -226,10 +228,29 @@ static inline void panel_row(const uint8_t *w, int group, int bits, long ng, lon
         __m256i m = panel_mask(c, ng);
         __m256i base = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(c * 8 * group * bits / 32)));
         if (bits == 8) {
-            for (long v = 0; v < nv; v++) {
-                __m256i x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)w,
-                                                        _mm256_add_epi32(base, _mm256_set1_epi32((int)v)), m, 4);
-                _mm256_storeu_si256((__m256i *)(P + (c * nv + v) * 32), x);
+            /* 8 x 8 transposes of 32-bit words: row j = 8 words of group
+             * 8c + j (zero past ng), column k = vector v + k */
+            for (long v = 0; v < nv; v += 8) {
+                __m256i R[8];
+                for (int j = 0; j < 8; j++)
+                    R[j] = 8 * c + j < ng ? LDP(w + (8 * c + j) * group + v * 4) : _mm256_setzero_si256();
+                __m256i t0 = _mm256_unpacklo_epi32(R[0], R[1]), t1 = _mm256_unpackhi_epi32(R[0], R[1]);
+                __m256i t2 = _mm256_unpacklo_epi32(R[2], R[3]), t3 = _mm256_unpackhi_epi32(R[2], R[3]);
+                __m256i t4 = _mm256_unpacklo_epi32(R[4], R[5]), t5 = _mm256_unpackhi_epi32(R[4], R[5]);
+                __m256i t6 = _mm256_unpacklo_epi32(R[6], R[7]), t7 = _mm256_unpackhi_epi32(R[6], R[7]);
+                __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+                __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+                __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+                __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+                uint8_t *o = P + (c * nv + v) * 32;
+                _mm256_storeu_si256((__m256i *)(o + 0 * 32), _mm256_permute2x128_si256(u0, u4, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 1 * 32), _mm256_permute2x128_si256(u1, u5, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 2 * 32), _mm256_permute2x128_si256(u2, u6, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 3 * 32), _mm256_permute2x128_si256(u3, u7, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 4 * 32), _mm256_permute2x128_si256(u0, u4, 0x31));
+                _mm256_storeu_si256((__m256i *)(o + 5 * 32), _mm256_permute2x128_si256(u1, u5, 0x31));
+                _mm256_storeu_si256((__m256i *)(o + 6 * 32), _mm256_permute2x128_si256(u2, u6, 0x31));
+                _mm256_storeu_si256((__m256i *)(o + 7 * 32), _mm256_permute2x128_si256(u3, u7, 0x31));
             }
         } else {
             for (long k = 0; k < nv / 2; k++) {
