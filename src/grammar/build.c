@@ -86,20 +86,22 @@ static int ast_reads_byte(const gast *a, const uint8_t *rnull)
     }
 }
 
-/* rnull[r] = rule r may match the empty string (least fixpoint; rules are
- * visited last to first because front ends define callees first, so it
- * usually settles in two passes). 0, or TERN_ETIMEOUT past the limit. */
-static int rules_nullable(const grammar *g, uint8_t *rnull, long max_ms, double t0)
+/* rnull[r] = rule r may match the empty string: the least fixpoint,
+ * visiting rules in order (front ends define callees first, so it settles
+ * in a pass or two). Past a few passes every rule is taken as nullable,
+ * which only gives up sharing (ast_reads_byte then answers 0 for refs). */
+static void rules_nullable(const grammar *g, uint8_t *rnull)
 {
-    for (int changed = 1; changed;) {
+    for (int pass = 0, changed = 1; changed; pass++) {
+        if (pass == 8) {
+            memset(rnull, 1, (size_t)g->n_rules);
+            return;
+        }
         changed = 0;
-        for (int32_t r = g->n_rules - 1; r >= 0; r--)
+        for (int32_t r = 0; r < g->n_rules; r++)
             if (!rnull[r] && !ast_reads_byte(g->rule_bodies[r], rnull))
                 rnull[r] = 1, changed = 1;
-        if (changed && max_ms > 0 && gclock_ms() - t0 > (double)max_ms)
-            return TERN_ETIMEOUT;
     }
-    return 0;
 }
 
 /* Marks the states of copy [first, first+w) as equivalent to those of the
@@ -282,6 +284,77 @@ static int32_t build(builder *b, const gast *a, int32_t from)
     return -1;
 }
 
+/* Live states (can reach their rule's end) and productive rules (whose
+ * start is live), where a rule edge is passable once its rule is
+ * productive: a worklist over reversed edges, linear in the automaton
+ * (a pass-until-stable loop took a pass per link of a chain of rules).
+ * 0, or -1 when out of memory. */
+static int live_states(const bedge *ne, size_t n_ne, int32_t ns, int32_t nr, const int32_t *start,
+                       const uint8_t *fin, uint8_t *live, uint8_t *prod)
+{
+    int32_t *toff = calloc((size_t)ns + 1, sizeof *toff), *tidx = malloc((n_ne ? n_ne : 1) * sizeof *tidx);
+    int32_t *roff = calloc((size_t)nr + 1, sizeof *roff), *ridx = malloc((n_ne ? n_ne : 1) * sizeof *ridx);
+    int32_t *st2rule = malloc((size_t)(ns ? ns : 1) * sizeof *st2rule);
+    int32_t *q = malloc((size_t)(ns ? ns : 1) * sizeof *q);
+    int rc = -1;
+    if (!toff || !tidx || !roff || !ridx || !st2rule || !q)
+        goto out;
+    for (size_t i = 0; i < n_ne; i++) {
+        toff[ne[i].to + 1]++;
+        if (ne[i].type == E_RULE)
+            roff[ne[i].rule + 1]++;
+    }
+    for (int32_t s = 0; s < ns; s++)
+        toff[s + 1] += toff[s];
+    for (int32_t r = 0; r < nr; r++)
+        roff[r + 1] += roff[r];
+    for (size_t i = 0; i < n_ne; i++) {
+        tidx[toff[ne[i].to]++] = (int32_t)i;
+        if (ne[i].type == E_RULE)
+            ridx[roff[ne[i].rule]++] = (int32_t)i;
+    }
+    for (int32_t s = ns; s > 0; s--) /* the fill moved each offset to its end */
+        toff[s] = toff[s - 1];
+    toff[0] = 0;
+    for (int32_t r = nr; r > 0; r--)
+        roff[r] = roff[r - 1];
+    roff[0] = 0;
+    for (int32_t s = 0; s < ns; s++)
+        st2rule[s] = -1;
+    for (int32_t r = 0; r < nr; r++)
+        if (start[r] >= 0)
+            st2rule[start[r]] = r;
+    int32_t qn = 0;
+    for (int32_t s = 0; s < ns; s++)
+        if ((live[s] = fin[s]))
+            q[qn++] = s;
+    for (int32_t qh = 0; qh < qn; qh++) {
+        int32_t x = q[qh], r = st2rule[x];
+        if (r >= 0 && !prod[r]) {
+            prod[r] = 1; /* rule edges calling r open where their target is live */
+            for (int32_t k = roff[r]; k < roff[r + 1]; k++) {
+                const bedge *e = &ne[ridx[k]];
+                if (live[e->to] && !live[e->from])
+                    live[e->from] = 1, q[qn++] = e->from;
+            }
+        }
+        for (int32_t k = toff[x]; k < toff[x + 1]; k++) {
+            const bedge *e = &ne[tidx[k]];
+            if (!live[e->from] && (e->type == E_BYTE || prod[e->rule]))
+                live[e->from] = 1, q[qn++] = e->from;
+        }
+    }
+    rc = 0;
+out:
+    free(toff);
+    free(tidx);
+    free(roff);
+    free(ridx);
+    free(st2rule);
+    free(q);
+    return rc;
+}
+
 static int cmp_edge_from(const void *x, const void *y)
 {
     const bedge *a = x, *c = y;
@@ -320,11 +393,7 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
         rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         goto out;
     }
-    if (rules_nullable(g, rnull, b->max_ms, t0)) {
-        free(rnull);
-        rc = tern_err_set(err, TERN_ETIMEOUT, "grammar: compile time limit exceeded");
-        goto out;
-    }
+    rules_nullable(g, rnull);
     for (int32_t r = 0; r < nr; r++) {
         start[r] = new_state(b);
         endst[r] = build(b, g->rule_bodies[r], start[r]);
@@ -429,24 +498,9 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
         rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         goto out;
     }
-    for (int32_t s = 0; s < ns; s++)
-        live[s] = fin[s];
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int32_t s = ns - 1; s >= 0; s--) {
-            if (live[s])
-                continue;
-            for (int32_t i = off[s]; i < off[s + 1]; i++) {
-                if (live[ne[i].to] && (ne[i].type == E_BYTE || prod[ne[i].rule])) {
-                    live[s] = 1;
-                    changed = 1;
-                    break;
-                }
-            }
-        }
-        for (int32_t r = 0; r < nr; r++)
-            if (!prod[r] && live[start[r]])
-                prod[r] = 1, changed = 1;
+    if (live_states(ne, n_ne, ns, nr, start, fin, live, prod)) {
+        rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+        goto out;
     }
     if (!prod[g->root]) {
         rc = tern_err_set(err, TERN_EINVAL, "grammar: rule '%s' matches nothing", g->rule_names[g->root]);

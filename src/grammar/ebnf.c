@@ -30,7 +30,10 @@ typedef struct eparser {
     gast **bodies;
     size_t *name_pos; /* position of first reference/definition */
     uint8_t *defined;
+    uint32_t *name_len;
     int32_t n, cap;
+    int32_t *hash;    /* [hmask+1] open addressing over names: rule index or -1 */
+    uint32_t hmask;
 } eparser;
 
 struct garena_blk {
@@ -124,11 +127,47 @@ static int at_rule_start(eparser *p)
     return yes;
 }
 
+static uint32_t name_hash(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h ^ (h >> 15);
+}
+
+/* Grows the name hash to twice the rule capacity (load <= 1/2). */
+static int hash_grow(eparser *p)
+{
+    uint32_t cap = p->hmask ? (p->hmask + 1) * 2 : 64;
+    int32_t *h = malloc(cap * sizeof *h);
+    if (!h)
+        return -1;
+    memset(h, 0xFF, cap * sizeof *h);
+    for (int32_t i = 0; i < p->n; i++) {
+        uint32_t j = name_hash(p->names[i], p->name_len[i]) & (cap - 1);
+        while (h[j] >= 0)
+            j = (j + 1) & (cap - 1);
+        h[j] = i;
+    }
+    free(p->hash);
+    p->hash = h;
+    p->hmask = cap - 1;
+    return 0;
+}
+
+/* Index of the rule named name[0..n); creates it when asked (-2 on OOM),
+ * else -1 when absent. Hashed: a grammar of 20k rules parses in linear
+ * time. */
 static int32_t rule_lookup(eparser *p, const char *name, size_t n, int create)
 {
-    for (int32_t i = 0; i < p->n; i++)
-        if (strlen(p->names[i]) == n && !memcmp(p->names[i], name, n))
+    if ((uint32_t)(p->n + 1) * 2 > p->hmask + 1 && hash_grow(p))
+        return -2;
+    uint32_t j = name_hash(name, n) & p->hmask;
+    for (; p->hash[j] >= 0; j = (j + 1) & p->hmask) {
+        int32_t i = p->hash[j];
+        if (p->name_len[i] == n && !memcmp(p->names[i], name, n))
             return i;
+    }
     if (!create)
         return -1;
     if (p->n == p->cap) {
@@ -145,7 +184,10 @@ static int32_t rule_lookup(eparser *p, const char *name, size_t n, int create)
         uint8_t *nd = realloc(p->defined, (size_t)cap);
         if (nd)
             p->defined = nd;
-        if (!nn || !nb || !np || !nd)
+        uint32_t *nl = realloc(p->name_len, (size_t)cap * sizeof *nl);
+        if (nl)
+            p->name_len = nl;
+        if (!nn || !nb || !np || !nd || !nl)
             return -2;
         p->cap = cap;
     }
@@ -155,6 +197,8 @@ static int32_t rule_lookup(eparser *p, const char *name, size_t n, int create)
     memcpy(s, name, n);
     s[n] = 0;
     p->names[p->n] = s;
+    p->name_len[p->n] = (uint32_t)n;
+    p->hash[j] = p->n;
     p->bodies[p->n] = NULL;
     p->name_pos[p->n] = p->pos;
     p->defined[p->n] = 0;
@@ -773,5 +817,7 @@ out:
     free(p->bodies);
     free(p->name_pos);
     free(p->defined);
+    free(p->name_len);
+    free(p->hash);
     return rc;
 }

@@ -220,7 +220,81 @@ void sc_emit_value(sc *c, gfe_buf *b, json_object *v)
 
 /* ------------------------------------------------------------ leaf */
 
-/* enum / const: the listed values that satisfy the sibling keywords. */
+/* ---- large enums: plain strings as a trie -------------------------------- */
+
+typedef struct plain_str {
+    const char *s;
+    size_t n;
+} plain_str;
+
+static int cmp_plain(const void *x, const void *y)
+{
+    const plain_str *a = x, *b = y;
+    size_t n = a->n < b->n ? a->n : b->n;
+    int r = memcmp(a->s, b->s, n);
+    return r ? r : (a->n > b->n) - (a->n < b->n);
+}
+
+/* A string every character of which is printable ASCII other than '"'
+ * and '\\': its only JSON text is itself between quotes. */
+static int is_plain_str(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((uint8_t)s[i] < 0x20 || (uint8_t)s[i] >= 0x7f || s[i] == '"' || s[i] == '\\')
+            return 0;
+    return 1;
+}
+
+/* Nesting kept by the trie (the EBNF parser allows 200 levels): deeper
+ * groups are listed flat, still correct, only less factored. */
+#define ENUM_TRIE_DEPTH 64
+
+/* Emits v[lo, hi) (sorted, distinct, all sharing their first `at` bytes)
+ * as an alternation factored on common prefixes; a value that ends at
+ * `at` is the empty alternative. A sorted list keeps the grammar
+ * deterministic: one parser stack per step, however many values. */
+static void emit_trie(gfe_buf *b, const plain_str *v, size_t lo, size_t hi, size_t at, int depth)
+{
+    int first = 1;
+    gfe_buf_puts(b, "(");
+    for (size_t i = lo; i < hi;) {
+        gfe_buf_puts(b, first ? "" : " | ");
+        first = 0;
+        if (v[i].n == at) { /* sorted first: the value ends here */
+            gfe_buf_puts(b, "\"\"");
+            i++;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < hi && v[j].s[at] == v[i].s[at])
+            j++;
+        if (j == i + 1 || depth >= ENUM_TRIE_DEPTH) {
+            for (size_t k = i; k < j; k++) {
+                gfe_buf_puts(b, k > i ? " | " : "");
+                if (v[k].n > at)
+                    gfe_buf_lit(b, v[k].s + at, v[k].n - at);
+                else
+                    gfe_buf_puts(b, "\"\"");
+            }
+            i = j;
+            continue;
+        }
+        /* the common prefix of the group, beyond `at` */
+        size_t p = at + 1;
+        while (p < v[i].n && p < v[j - 1].n && v[i].s[p] == v[j - 1].s[p])
+            p++;
+        gfe_buf_lit(b, v[i].s + at, p - at);
+        gfe_buf_puts(b, " ");
+        emit_trie(b, v, i, j, p, depth + 1);
+        i = j;
+    }
+    gfe_buf_puts(b, ")");
+}
+
+/* enum / const: the listed values that satisfy the sibling keywords.
+ * O(n log n) in the number of values: enum members are checked against
+ * the other keywords only (a member is in the enum), and plain strings
+ * are sorted into a trie. */
 static int leaf_values(sc *c, json_object *s, json_object *e, int mask, const char *path, gfe_buf *b,
                        int *n_alt)
 {
@@ -233,22 +307,57 @@ static int leaf_values(sc *c, json_object *s, json_object *e, int mask, const ch
         json_object_array_add(tmp, json_object_get(sc_get(s, "const")));
         vals = tmp;
     }
-    for (size_t i = 0; i < json_object_array_length(vals); i++) {
+    json_object *chk = s;
+    if (vals == e) {
+        static const char *const k_enum[] = {"enum"};
+        chk = sc_without(c, s, k_enum, 1);
+        if (!chk)
+            return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    }
+    size_t n_vals = json_object_array_length(vals), n_plain = 0;
+    plain_str *plain = n_vals > 1 ? malloc(n_vals * sizeof *plain) : NULL;
+    int rc = 0;
+    for (size_t i = 0; i < n_vals; i++) {
+        if ((i & 1023) == 1023 && sc_over_time(c)) {
+            rc = sc_fail(c, TERN_ETIMEOUT, path, "compile time limit exceeded");
+            goto out;
+        }
         json_object *v = json_object_array_get_idx(vals, i);
-        int ok = sc_validate(c, v, s, 0);
+        int ok = sc_validate(c, v, chk, 0);
         if (ok < 0 && nl) /* nullable: re-check without it */
             ok = (mask & sc_value_type(v)) ? 1 : 0;
         if (ok < 0) {
-            json_object_put(tmp);
-            return sc_fail(c, TERN_EUNSUPPORTED, path, "enum/const together with keywords tern cannot check against it");
+            rc = sc_fail(c, TERN_EUNSUPPORTED, path, "enum/const together with keywords tern cannot check against it");
+            goto out;
         }
         if (!ok)
             continue;
+        if (plain && json_object_is_type(v, json_type_string)) {
+            const char *t = json_object_get_string(v);
+            size_t n = (size_t)json_object_get_string_len(v);
+            if (is_plain_str(t, n)) {
+                plain[n_plain++] = (plain_str){t, n};
+                continue;
+            }
+        }
         gfe_buf_puts(b, (*n_alt)++ ? " | " : "");
         sc_emit_value(c, b, v);
     }
+    if (n_plain) {
+        qsort(plain, n_plain, sizeof *plain, cmp_plain);
+        size_t k = 0;
+        for (size_t i = 0; i < n_plain; i++)
+            if (!k || cmp_plain(&plain[k - 1], &plain[i]))
+                plain[k++] = plain[i];
+        gfe_buf_puts(b, (*n_alt)++ ? " | " : "");
+        gfe_buf_puts(b, "(\"\\\"\" ");
+        emit_trie(b, plain, 0, k, 0, 0);
+        gfe_buf_puts(b, " \"\\\"\")");
+    }
+out:
+    free(plain);
     json_object_put(tmp);
-    return 0;
+    return rc;
 }
 
 static int leaf_null(sc *c, json_object *s, int mask, const char *path, gfe_buf *out)

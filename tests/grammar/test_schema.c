@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/rng.h"
+#include "base/strbuf.h"
 #include "grammar/frontend.h"
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
@@ -394,6 +396,131 @@ static void test_errors_and_bounds(void **state)
     assert_true(rc == TERN_EUNSUPPORTED || rc == TERN_ETIMEOUT || rc == TERN_EFULL);
 }
 
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* Big inputs compile within the compile limit (2 s) plus a second, in
+ * every phase: a 30,000-value enum (once quadratic in value checks, and
+ * past the parser's stack bound as a flat alternation), 5,000 properties
+ * (quadratic rule lookup and liveness), a chain of 20,000 EBNF rules, a
+ * huge minItems (a bound error, quickly). Membership is checked against
+ * the value list itself. */
+static void test_large_inputs(void **state)
+{
+    (void)state;
+    enum { N_ENUM = 30000 };
+    tern_rng r;
+    tern_rng_seed(&r, 42, 7);
+    tern_sbuf sb = {0};
+    char **vals = calloc(N_ENUM, sizeof *vals);
+    assert_non_null(vals);
+    tern_sbuf_str(&sb, "{\"enum\":[");
+    for (int i = 0; i < N_ENUM; i++) {
+        char v[24];
+        int n = 1 + (int)(tern_rng_u32(&r) % 12);
+        for (int k = 0; k < n; k++)
+            v[k] = (char)('a' + tern_rng_u32(&r) % 6);
+        v[n] = 0;
+        if (i % 1000 == 7)
+            snprintf(v, sizeof v, "q\\\"%d", i); /* a quote: not a plain string */
+        vals[i] = strdup(v);
+        tern_sbuf_str(&sb, i ? ",\"" : "\"");
+        tern_sbuf_str(&sb, v);
+        tern_sbuf_str(&sb, "\"");
+    }
+    tern_sbuf_str(&sb, ",17,null]}");
+    double t0 = now_ms();
+    grammar *g = schema_grammar(sb.s, NULL);
+    double dt = now_ms() - t0;
+    print_message("enum of %d values: %.0f ms\n", N_ENUM, dt);
+    assert_true(dt < 3000);
+    char text[64];
+    for (int i = 0; i < N_ENUM; i += 97) {
+        /* vals[i] holds the JSON body (escapes included) */
+        snprintf(text, sizeof text, "\"%s\"", vals[i]);
+        if (accepts(g, text) != 1)
+            fail_msg("member %s rejected", text);
+    }
+    assert_int_equal(accepts(g, "17"), 1);
+    assert_int_equal(accepts(g, "null"), 1);
+    assert_int_equal(accepts(g, "\"ag\""), 0);
+    assert_int_equal(accepts(g, "18"), 0);
+    for (int t = 0; t < 300; t++) {
+        int n = 1 + (int)(tern_rng_u32(&r) % 13);
+        char v[24];
+        for (int k = 0; k < n; k++)
+            v[k] = (char)('a' + tern_rng_u32(&r) % 6);
+        v[n] = 0;
+        int member = 0;
+        for (int i = 0; i < N_ENUM && !member; i++)
+            member = !strcmp(vals[i], v);
+        snprintf(text, sizeof text, "\"%s\"", v);
+        if (accepts(g, text) != member)
+            fail_msg("%s: accepted %d, member %d", text, !member, member);
+    }
+    grammar_free(g);
+    for (int i = 0; i < N_ENUM; i++)
+        free(vals[i]);
+    free(vals);
+
+    /* 5,000 properties */
+    sb.n = 0;
+    tern_sbuf_str(&sb, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 5000; i++) {
+        snprintf(text, sizeof text, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+        tern_sbuf_str(&sb, text);
+    }
+    tern_sbuf_str(&sb, "}}");
+    t0 = now_ms();
+    g = schema_grammar(sb.s, NULL);
+    dt = now_ms() - t0;
+    print_message("5,000 properties: %.0f ms\n", dt);
+    assert_true(dt < 3000);
+    assert_int_equal(accepts(g, "{\"p3\": 1, \"p4999\": 2}"), 1);
+    assert_int_equal(accepts(g, "{\"p3\": \"x\"}"), 0);
+    grammar_free(g);
+
+    /* a chain of 20,000 rules */
+    sb.n = 0;
+    tern_sbuf_str(&sb, "root ::= r0\n");
+    for (int i = 0; i < 20000; i++) {
+        snprintf(text, sizeof text, "r%d ::= \"a\" r%d | \"b\"\n", i, i + 1);
+        tern_sbuf_str(&sb, text);
+    }
+    tern_sbuf_str(&sb, "r20000 ::= \"c\"\n");
+    t0 = now_ms();
+    g = from_ebnf(sb.s);
+    dt = now_ms() - t0;
+    print_message("20,000 rules: %.0f ms\n", dt);
+    assert_true(dt < 3000);
+    assert_int_equal(accepts(g, "aaab"), 1);
+    assert_int_equal(accepts(g, "aaa"), 0);
+    grammar_free(g);
+    free(sb.s);
+
+    /* a huge minItems: compiled or a bound error, quickly */
+    static const char mi[] = "{\"type\":\"array\",\"minItems\":100000,\"items\":{\"type\":\"object\","
+                             "\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":30},\"b\":{\"enum\":[1,2]}}}}";
+    t0 = now_ms();
+    json_object *js = json_tokener_parse(mi);
+    char *ebnf = NULL;
+    tern_err err = {0};
+    assert_int_equal(grammar_schema_to_ebnf(js, NULL, &ebnf, &err), 0);
+    json_object_put(js);
+    g = grammar_from_ebnf(ebnf, strlen(ebnf), "root", NULL, &err);
+    free(ebnf);
+    int rc = g ? 0 : err.code;
+    grammar_free(g);
+    dt = now_ms() - t0;
+    print_message("minItems 100,000: %.0f ms (%s)\n", dt, rc ? tern_err_name(rc) : "compiled");
+    assert_true(rc == 0 || rc == TERN_EFULL || rc == TERN_ETIMEOUT);
+    assert_true(dt < 3000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_string_lengths),      cmocka_unit_test(test_objects_and_whitespace),
         cmocka_unit_test(test_strict_prefix_arrays),
         cmocka_unit_test(test_choice_and_builtin),  cmocka_unit_test(test_errors_and_bounds),
+        cmocka_unit_test(test_large_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
