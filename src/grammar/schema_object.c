@@ -31,6 +31,7 @@ typedef struct obj_ctx {
     int has_add;                    /* an additional member can appear */
     size_t n_live, n_required;
     long add_lo, add_hi;            /* count of additional members (-1: unbounded) */
+    int counted;                    /* min/maxProperties need members counted (object_emit_counted) */
 } obj_ctx;
 
 /* Keys (JSON string literals) that differ from every name in names[0..n)
@@ -362,6 +363,9 @@ static int object_additional(sc *c, const char *path, obj_ctx *o)
     return 0;
 }
 
+/* Rules a counted object may take: (listed properties + 1) x (counts). */
+#define OBJ_COUNTED_MAX_RULES 20000
+
 /* minProperties / maxProperties against what the members allow: counts
  * only on additional members, or implied by the listed ones. */
 static int object_counts_check(sc *c, const char *path, obj_ctx *o)
@@ -378,7 +382,10 @@ static int object_counts_check(sc *c, const char *path, obj_ctx *o)
             o->add_lo = mnp;
             o->add_hi = mxp;
         } else if (!(mxp >= 0 && !o->has_add && mxp >= (long)o->n_live && mnp <= (long)o->n_required)) {
-            return sc_fail(c, TERN_EUNSUPPORTED, path, "minProperties/maxProperties with listed properties");
+            long kmax = mxp >= 0 ? mxp : mnp;
+            if ((double)(o->n + 1) * (double)(kmax + 1) > OBJ_COUNTED_MAX_RULES)
+                return sc_fail(c, TERN_EUNSUPPORTED, path, "minProperties/maxProperties with listed properties");
+            o->counted = 1;
         }
     }
     if (mxp >= 0 && mxp < mnp)
@@ -499,6 +506,119 @@ out:
     return rc;
 }
 
+/* The count after one more member, or -1 past maxProperties; past
+ * minProperties (with no maximum) every count behaves alike. */
+static long counted_next(const obj_ctx *o, long k)
+{
+    if (o->mxp >= 0)
+        return k + 1 > o->mxp ? -1 : k + 1;
+    return k + 1 > o->mnp ? o->mnp : k + 1;
+}
+
+/* min/maxProperties with listed properties, exactly: seq(i, k) is
+ * "properties i.. each after a comma, then additional members, with k
+ * members written so far"; start(i) the same with nothing written. A
+ * count past maxProperties ends a path; with no maximum, counts past
+ * minProperties are one. Names are "" where no object can follow. */
+static int object_emit_counted(sc *c, const char *path, obj_ctx *o, gfe_buf *out)
+{
+    const char *w = sc_ws(c);
+    long kmax = o->mxp >= 0 ? o->mxp : o->mnp, nk = kmax + 1;
+    size_t n = o->n;
+    char(*seq)[GFE_NAME_MAX] = calloc((n + 1) * (size_t)nk, GFE_NAME_MAX);
+    char(*mem)[GFE_NAME_MAX] = calloc(n + 1, GFE_NAME_MAX);
+    char start[GFE_NAME_MAX] = "", next_start[GFE_NAME_MAX] = "", add_nm[GFE_NAME_MAX] = "";
+    gfe_buf b;
+    gfe_buf_init(&b, 0);
+    int rc = 0;
+    if (!seq || !mem) {
+        rc = sc_fail(c, TERN_ENOMEM, path, "out of memory");
+        goto out;
+    }
+#define SEQ(i, k) seq[(size_t)(i) * (size_t)nk + (size_t)(k)]
+    if (o->has_add) {
+        gfe_buf_printf(&b, "%s%s\":\"%s%s", o->key.s, w, w, o->add_val);
+        if ((rc = sc_rule_add(c, &b, path, add_nm)))
+            goto out;
+    }
+    /* seq(n, k): the additional members, so that mnp <= k + j <= mxp */
+    for (long k = 0; k <= kmax; k++) {
+        long lo = o->mnp > k ? o->mnp - k : 0, hi = o->mxp >= 0 ? o->mxp - k : -1;
+        b.len = 0;
+        if (o->has_add && hi != 0) {
+            gfe_buf_printf(&b, "(%s\",\"%s%s)", w, w, add_nm);
+            sc_rep(&b, lo, hi);
+        } else if (lo == 0) {
+            gfe_buf_puts(&b, "\"\"");
+        } else {
+            continue; /* too few members and none can be added */
+        }
+        if ((rc = sc_rule_add(c, &b, path, SEQ(n, k))))
+            goto out;
+    }
+    /* start(n): a first additional member, then the rest counted from 1 */
+    long k1 = counted_next(o, 0);
+    if (o->has_add && k1 >= 0 && SEQ(n, k1)[0]) {
+        b.len = 0;
+        gfe_buf_printf(&b, "%s %s", add_nm, SEQ(n, k1));
+        if ((rc = sc_rule_add(c, &b, path, next_start)))
+            goto out;
+    }
+    for (size_t i = n; i-- > 0;) {
+        prop *p = &o->p[i];
+        if (p->never) {
+            for (long k = 0; k <= kmax; k++)
+                memcpy(SEQ(i, k), SEQ(i + 1, k), GFE_NAME_MAX);
+            continue;
+        }
+        b.len = 0;
+        sc_emit_string_lit(c, &b, p->name, strlen(p->name));
+        gfe_buf_printf(&b, "%s\":\"%s%s", w, w, p->rule);
+        if ((rc = sc_rule_add(c, &b, path, mem[i])))
+            goto out;
+        for (long k = 0; k <= kmax; k++) {
+            long kn = counted_next(o, k);
+            const char *with = kn >= 0 ? SEQ(i + 1, kn) : "", *without = p->required ? "" : SEQ(i + 1, k);
+            b.len = 0;
+            if (with[0])
+                gfe_buf_printf(&b, "%s\",\"%s%s %s", w, w, mem[i], with);
+            if (without[0])
+                gfe_buf_printf(&b, "%s%s", with[0] ? " | " : "", without);
+            if (b.len && (rc = sc_rule_add(c, &b, path, SEQ(i, k))))
+                goto out;
+        }
+        b.len = 0;
+        if (k1 >= 0 && SEQ(i + 1, k1)[0])
+            gfe_buf_printf(&b, "%s %s", mem[i], SEQ(i + 1, k1));
+        if (!p->required && next_start[0])
+            gfe_buf_printf(&b, "%s%s", b.len ? " | " : "", next_start);
+        start[0] = 0;
+        if (b.len && (rc = sc_rule_add(c, &b, path, start)))
+            goto out;
+        memcpy(next_start, start, GFE_NAME_MAX);
+        if ((i & 255) == 0 && sc_over_time(c)) {
+            rc = sc_fail(c, TERN_ETIMEOUT, path, "compile time limit exceeded");
+            goto out;
+        }
+    }
+#undef SEQ
+    int n_alt = 0;
+    gfe_buf_puts(out, "(");
+    if (next_start[0]) {
+        gfe_buf_printf(out, "\"{\"%s%s%s\"}\"", w, next_start, w);
+        n_alt++;
+    }
+    if (o->n_required == 0 && o->mnp == 0)
+        gfe_buf_printf(out, "%s\"{\"%s\"}\"", n_alt++ ? " | " : "", c->st.any_whitespace ? " ws " : " ");
+    gfe_buf_puts(out, ")");
+    rc = n_alt ? 0 : 1;
+out:
+    gfe_buf_free(&b);
+    free(seq);
+    free(mem);
+    return rc;
+}
+
 int sc_object_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *out)
 {
     (void)mask;
@@ -511,7 +631,7 @@ int sc_object_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *ou
         (rc = object_props_gen(c, path, &o)) || (rc = object_additional(c, path, &o)) ||
         (rc = object_counts_check(c, path, &o)))
         goto out;
-    rc = object_emit(c, path, &o, out);
+    rc = o.counted ? object_emit_counted(c, path, &o, out) : object_emit(c, path, &o, out);
 out:
     gfe_buf_free(&o.key);
     free(o.p);
