@@ -31,7 +31,14 @@ tern_model *cli_load_draft(const char *dir, const tern_tokenizer *target_tok, co
  * the CPU when the GPU backend does not support the model. The device used
  * is left in dev_buf (for a draft model) and logged (info level). */
 #include <stddef.h>
+#include <stdio.h>
 tern_model *cli_load_model(const char *dir, const char *device, int n_threads, char *dev_buf, size_t cap,
                            tern_err *err);
+
+/* help.c: `tern --version`; `tern CMD --help` (-1 for an unknown CMD); the
+ * one-line description of CMD (NULL if unknown). */
+void cli_version_print(FILE *f);
+int cli_help_print(const char *cmd, FILE *f);
+const char *cli_help_what(const char *cmd);
 
 #endif

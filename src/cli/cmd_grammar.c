@@ -1,6 +1,6 @@
 /* tern grammar: compile / check / masks / bench over the grammar engine.
  *   tern grammar compile SPEC                       print the compiled EBNF
- *   tern grammar check SPEC --input FILE            exit 0 accepted, 1 rejected, 2 bad SPEC
+ *   tern grammar check SPEC --input FILE|-          exit 0 accepted, 1 rejected (and why), 2 bad SPEC
  *   tern grammar masks --tokenizer DIR SPEC --input FILE [--list] [--final]
  *     one JSON line per input token (mask before accepting it); stops after a
  *     rejected token; --final adds the mask after the last token, --list the
@@ -138,7 +138,7 @@ static grammar *spec_grammar(const grammar_spec *s, tern_err *err)
 static void usage(void)
 {
     fprintf(stderr, "usage: tern grammar compile SPEC\n"
-                    "       tern grammar check SPEC --input FILE\n"
+                    "       tern grammar check SPEC --input FILE|-   (- reads stdin; a trailing newline is allowed)\n"
                     "       tern grammar masks --tokenizer DIR SPEC --input FILE [--list] [--final]\n"
                     "       tern grammar bench --tokenizer DIR --data DIR [--limit N] [--jsonl]\n"
                     "SPEC: --schema FILE | --ebnf FILE | --regex RE | --choice JSON_ARRAY | --json\n"
@@ -207,6 +207,63 @@ static int cmd_compile(gargs *a)
     return 0;
 }
 
+static char *read_stdin(size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        size_t r = fread(b + n, 1, cap - n, stdin);
+        n += r;
+        if (r == 0)
+            break;
+        if (n == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb)
+                free(b);
+            b = nb;
+        }
+    }
+    if (b && ferror(stdin)) {
+        free(b);
+        b = NULL;
+    }
+    *len = n;
+    return b;
+}
+
+/* Says why text[0..len) is rejected: the first byte no sentence can have
+ * there (the longest accepted prefix, by bisection: every prefix of an
+ * accepted prefix is accepted), or that the text stops short. */
+static void explain_reject(const grammar *g, const char *text, size_t len)
+{
+    if (grammar_check_prefix(g, text, len) == 1) {
+        fprintf(stderr, "tern grammar: rejected: the text ends before the grammar allows (after %zu bytes)\n", len);
+        return;
+    }
+    size_t lo = 0, hi = len; /* prefix lo is accepted, prefix hi is not */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (grammar_check_prefix(g, text, mid) == 1)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < lo; i++, col++)
+        if (text[i] == '\n') {
+            line++;
+            col = 0;
+        }
+    size_t from = lo > 20 ? lo - 20 : 0;
+    fprintf(stderr, "tern grammar: rejected at byte %zu (line %zu, column %zu): '%.*s' cannot be followed by ", lo,
+            line, col, (int)(lo - from), text + from);
+    unsigned char ch = (unsigned char)text[lo];
+    if (ch >= 0x20 && ch < 0x7f)
+        fprintf(stderr, "'%c'\n", ch);
+    else
+        fprintf(stderr, "byte 0x%02x\n", ch);
+}
+
 static int cmd_check(gargs *a)
 {
     tern_err err = {0};
@@ -220,13 +277,19 @@ static int cmd_check(gargs *a)
         return 2;
     }
     size_t len;
-    char *text = tern_file_read(a->input, &len, 0, &err);
+    char *text = !strcmp(a->input, "-") ? read_stdin(&len) : tern_file_read(a->input, &len, 0, &err);
     if (!text) {
         grammar_free(g);
-        fprintf(stderr, "tern grammar: %s\n", err.msg);
+        fprintf(stderr, "tern grammar: %s\n", !strcmp(a->input, "-") ? "cannot read stdin" : err.msg);
         return 2;
     }
     int rc = grammar_check_text(g, text, len);
+    /* a file or a here-string ends with a newline the grammar need not allow */
+    size_t n = len;
+    while (rc == 0 && n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        rc = grammar_check_text(g, text, --n);
+    if (rc == 0)
+        explain_reject(g, text, n);
     free(text);
     grammar_free(g);
     if (rc < 0) {

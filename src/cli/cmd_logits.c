@@ -38,7 +38,7 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n)
 int cmd_logits(int argc, char **argv)
 {
     const char *dir = NULL, *prompt = NULL, *ids_s = NULL, *device = NULL, *v;
-    long long top = 5;
+    long long top = 5, threads = 0;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--prompt")))
             prompt = v;
@@ -47,6 +47,11 @@ int cmd_logits(int argc, char **argv)
         else if ((v = cli_flag_value(argc, argv, &i, "--top"))) {
             if (cli_parse_int(v, 1, 1 << 20, &top)) {
                 fprintf(stderr, "tern logits: --top must be a positive integer\n");
+                return 2;
+            }
+        } else if ((v = cli_flag_value(argc, argv, &i, "--threads")) || (v = cli_flag_value(argc, argv, &i, "-t"))) {
+            if (cli_parse_int(v, 1, 1024, &threads)) {
+                fprintf(stderr, "tern logits: --threads must be a positive integer\n");
                 return 2;
             }
         } else if (!strcmp(argv[i], "--exact-products")) /* f32 activations for quantized weights */
@@ -62,7 +67,7 @@ int cmd_logits(int argc, char **argv)
     }
     if (!dir || (!prompt == !ids_s)) {
         fprintf(stderr, "usage: tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] "
-                        "[--device cpu|cuda|cuda:N|auto] [--exact-products]\n");
+                        "[-t|--threads N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n");
         return 2;
     }
     tern_err err = {0};
@@ -75,7 +80,7 @@ int cmd_logits(int argc, char **argv)
     kv_pool kv = {0};
     kv_seq seq = {0};
     char dev_buf[32];
-    tern_model *m = cli_load_model(dir, device, 0, dev_buf, sizeof dev_buf, &err);
+    tern_model *m = cli_load_model(dir, device, (int)threads, dev_buf, sizeof dev_buf, &err);
     if (!m)
         goto out;
     if (ids_s) {

@@ -73,13 +73,14 @@ int cmd_perplexity(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--file")))
             file = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--ctx"))) {
+        else if ((v = cli_flag_value(argc, argv, &i, "--ctx")) || (v = cli_flag_value(argc, argv, &i, "--ctx-size")) ||
+                 (v = cli_flag_value(argc, argv, &i, "-c"))) {
             if (cli_parse_int(v, 4, 1 << 20, &ctx))
                 goto bad_value;
         } else if ((v = cli_flag_value(argc, argv, &i, "--chunks"))) {
             if (cli_parse_int(v, 1, 1 << 30, &max_chunks))
                 goto bad_value;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--threads"))) {
+        } else if ((v = cli_flag_value(argc, argv, &i, "--threads")) || (v = cli_flag_value(argc, argv, &i, "-t"))) {
             if (cli_parse_int(v, 1, 1024, &threads))
                 goto bad_value;
         } else if ((v = cli_flag_value(argc, argv, &i, "--save-logits")))

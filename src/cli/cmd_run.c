@@ -14,7 +14,7 @@ int cmd_run(int argc, char **argv)
 {
     const char *dir = NULL, *prompt = NULL, *draft_dir = NULL, *spec = NULL, *device = NULL, *v;
     long long n_draft = 4;
-    long long max_tokens = 256, seed = -1, top_k = 0;
+    long long max_tokens = 256, seed = -1, top_k = 0, ctx_size = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     int verbose = 0;
     for (int i = 1; i < argc; i++) {
@@ -31,6 +31,12 @@ int cmd_run(int argc, char **argv)
                 goto bad_value;
         } else if ((v = cli_flag_value(argc, argv, &i, "--top-k"))) {
             if (cli_parse_int(v, 0, 1 << 24, &top_k))
+                goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--ctx-size")) || (v = cli_flag_value(argc, argv, &i, "-c"))) {
+            if (cli_parse_int(v, 16, 1 << 24, &ctx_size))
+                goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--threads")) || (v = cli_flag_value(argc, argv, &i, "-t"))) {
+            if (cli_parse_int(v, 1, 1024, &threads))
                 goto bad_value;
         } else if ((v = cli_flag_value(argc, argv, &i, "--seed"))) {
             if (cli_parse_int(v, 0, (long long)1 << 62, &seed))
@@ -64,7 +70,8 @@ int cmd_run(int argc, char **argv)
     if (!dir || !prompt) {
         fprintf(stderr, "usage: tern run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] "
                         "[--top-p P] [--top-k K] [--seed S] [--draft-model DIR] [--num-draft-tokens K] "
-                        "[--spec ngram] [--device cpu|cuda|cuda:N|auto] [--exact-products] [--verbose]\n");
+                        "[--spec ngram] [-c|--ctx-size N] [-t|--threads N] [--device cpu|cuda|cuda:N|auto] [--exact-products] "
+                        "[--verbose]\n");
         return 2;
     }
     if (verbose)
@@ -78,10 +85,15 @@ int cmd_run(int argc, char **argv)
     tern_tokenizer *tok = NULL;
     tern_model *draft = NULL;
     char dev_buf[32];
-    tern_model *m = cli_load_model(dir, device, 0, dev_buf, sizeof dev_buf, &err);
-    model_load_opts lo = {0, dev_buf}; /* the draft goes on the target's device */
+    tern_model *m = cli_load_model(dir, device, (int)threads, dev_buf, sizeof dev_buf, &err);
+    model_load_opts lo = {(int)threads, dev_buf}; /* the draft goes on the target's device */
     if (!m)
         goto out;
+    if (ctx_size > model_config_get(m)->max_pos) { /* an error, not a silent clamp */
+        tern_err_set(&err, TERN_ERANGE, "--ctx-size %lld is above the model's maximum context (%d positions)",
+                     ctx_size, model_config_get(m)->max_pos);
+        goto out;
+    }
     if (!(tok = tokenizer_load(dir, &err)))
         goto out;
     if (draft_dir && !(draft = cli_load_draft(draft_dir, tok, &lo, &err)))
@@ -99,6 +111,7 @@ int cmd_run(int argc, char **argv)
     eo.spec_ngram = spec && !strcmp(spec, "ngram");
     eo.n_draft = (int)n_draft;
     eo.kv_budget_bytes = 0; /* one row: the engine sizes the KV for one full context */
+    eo.ctx_size = (int)ctx_size;
     if (!(eng = engine_new(m, tok, &eo, &err)))
         goto out;
     engine_params p;

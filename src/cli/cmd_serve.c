@@ -70,7 +70,7 @@ int cmd_serve(int argc, char **argv)
             if (!toolfmt_by_name(v))
                 goto bad_value;
             so.tool_call_format = v;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--ctx-size"))) {
+        } else if ((v = cli_flag_value(argc, argv, &i, "--ctx-size")) || (v = cli_flag_value(argc, argv, &i, "-c"))) {
             if (cli_parse_int(v, 16, 1 << 24, &x))
                 goto bad_value;
             eo.ctx_size = (int)x;
@@ -93,7 +93,7 @@ int cmd_serve(int argc, char **argv)
             so.header_timeout_s = (int)x;
         } else if (!strcmp(argv[i], "--exact-products")) { /* f32 activations for quantized weights */
             tern_kernels_exact_set(1);
-        } else if ((v = cli_flag_value(argc, argv, &i, "--threads"))) {
+        } else if ((v = cli_flag_value(argc, argv, &i, "--threads")) || (v = cli_flag_value(argc, argv, &i, "-t"))) {
             if (cli_parse_int(v, 1, 1024, &threads))
                 goto bad_value;
         } else if ((v = cli_flag_value(argc, argv, &i, "--prefill-chunk"))) {
@@ -179,13 +179,16 @@ int cmd_serve(int argc, char **argv)
             goto out;
         eo.draft = draft;
     }
+    if (eo.ctx_size > model_config_get(m)->max_pos) { /* an error, not a silent clamp */
+        tern_err_set(&err, TERN_ERANGE, "--ctx-size %d is above the model's maximum context (%d positions)",
+                     eo.ctx_size, model_config_get(m)->max_pos);
+        goto out;
+    }
     progress(2, 3, "starting engine", t0);
     if (!(eng = engine_new(m, tok, &eo, &err)))
         goto out;
     int max_pos = model_config_get(m)->max_pos;
     so.ctx_size = eo.ctx_size > 0 ? eo.ctx_size : max_pos;
-    if (so.ctx_size > max_pos)
-        so.ctx_size = max_pos;
     if (!(srv = server_start(&so, m, tok, eng, &err)))
         goto out;
     progress(3, 3, "ready", t0);

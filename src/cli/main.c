@@ -26,9 +26,12 @@ static const command commands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: tern COMMAND [ARGS]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  tern %s\n", commands[i].help);
+    fprintf(f, "usage: tern COMMAND [ARGS]   (tern COMMAND --help: its options and their defaults;\n"
+               "                              tern --version)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        const char *what = cli_help_what(commands[i].name);
+        fprintf(f, "  %-11s %s\n", commands[i].name, what ? what : "");
+    }
 }
 
 const char *cli_flag_value(int argc, char **argv, int *i, const char *flag)
@@ -76,9 +79,18 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version")) {
+        cli_version_print(stdout);
+        return 0;
+    }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
+        if (!strcmp(argv[1], commands[i].name)) {
+            /* `tern CMD --help` (or -h), anywhere among its arguments */
+            for (int j = 2; j < argc; j++)
+                if (!strcmp(argv[j], "--help") || !strcmp(argv[j], "-h"))
+                    return cli_help_print(commands[i].name, stdout) ? 2 : 0;
             return commands[i].fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "tern: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

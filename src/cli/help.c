@@ -1,0 +1,139 @@
+/* `tern --version` and `tern SUBCOMMAND --help`: for each subcommand a
+ * one-line description, its arguments and every option with its default.
+ * The option lists here are the contract the subcommands' parsers follow
+ * (tests/cli/test_cli_help.py checks both against each other). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#ifndef TERN_VERSION
+#define TERN_VERSION "0.0.0"
+#endif
+
+typedef struct cli_help {
+    const char *name, *synopsis, *what, *options;
+} cli_help;
+
+#define DEVICE_OPTS                                                                                  \
+    "  --device cpu|cuda|cuda:N|auto  where the model runs (default: auto = the first GPU of a CUDA\n" \
+    "                             build, else the CPU)\n"                                              \
+    "  --exact-products           f32 activations for quantized weights (default: integer products)\n"
+
+static const cli_help helps[] = {
+    {"run", "tern run MODEL_DIR --prompt TEXT [OPTIONS]",
+     "Generates text from one prompt, streaming only the new text to stdout.",
+     "  -p, --prompt TEXT          the prompt (required)\n"
+     "  -n, --max-tokens N         tokens to generate (default: 256)\n"
+     "  --temperature T            sampling temperature, 0 = greedy (default: 0.8)\n"
+     "  --top-p P                  nucleus sampling (default: 1.0, off)\n"
+     "  --top-k K                  keep the K most likely tokens, 0 = all (default: 0)\n"
+     "  --seed S                   sampling seed (default: from the clock)\n"
+     "  -c, --ctx-size N           context in positions; above the model's maximum is an error\n"
+     "                             (default: the model's maximum)\n"
+     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  --draft-model DIR          a small model of the same vocabulary for speculative decoding\n"
+     "                             (default: none)\n"
+     "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
+     "  --spec ngram|draft         speculation source (default: draft when --draft-model is given)\n"
+     DEVICE_OPTS
+     "  -v, --verbose              token ids, speculation and timing on stderr (default: off)\n"},
+    {"logits", "tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [OPTIONS]",
+     "One forward pass; prints the top-K logits at every position as JSON lines.",
+     "  --prompt TEXT              text to tokenize, with the tokenizer's special tokens\n"
+     "                             (required, or --ids)\n"
+     "  --ids LIST                 token ids, comma-separated (required, or --prompt)\n"
+     "  --top K                    logits printed per position (default: 5)\n"
+     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     DEVICE_OPTS},
+    {"perplexity", "tern perplexity MODEL_DIR --file TEXT [OPTIONS]",
+     "Perplexity of a text file in chunks (llama-perplexity's method), or KL divergence against a saved run.",
+     "  --file TEXT                the text (required)\n"
+     "  -c, --ctx, --ctx-size N    tokens per chunk; above the model's maximum is an error (default: 512)\n"
+     "  --chunks N                 chunks scored, 0 = all (default: 0)\n"
+     "  --save-logits F            save the logits for a later --kl-base (default: none)\n"
+     "  --kl-base F                KL divergence against logits saved by --save-logits (default: none)\n"
+     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     DEVICE_OPTS},
+    {"convert", "tern convert IN_DIR OUT_DIR --bits 4|8 [OPTIONS]",
+     "Writes an MLX affine-quantized copy of a model folder.",
+     "  --bits 4|8                 bits per weight (required)\n"
+     "  --group-size 32|64|128     weights sharing one scale and bias (default: 64)\n"},
+    {"template", "tern template DIR [--jsonl] < request.json",
+     "Renders the chat template of DIR for a chat request read from stdin.",
+     "  --jsonl                    one request per input line, one rendering per output line (default: off)\n"},
+    {"grammar", "tern grammar compile|check|masks|bench SPEC [OPTIONS]",
+     "Compiles a JSON schema, EBNF grammar, regex or choice list; checks text against it; prints token masks.",
+     "  compile SPEC               prints the grammar as EBNF\n"
+     "  check SPEC --input FILE|-  exit 0 accepted, 1 rejected (saying where), 2 bad SPEC; - reads stdin,\n"
+     "                             and a trailing newline is allowed\n"
+     "  masks --tokenizer DIR SPEC --input FILE [--list] [--final]\n"
+     "                             the allowed-token mask before each token of the input\n"
+     "  bench --tokenizer DIR --data DIR [--limit N] [--jsonl]\n"
+     "                             compile and mask timings over a folder of schemas (default limit: all)\n"
+     "SPEC: --schema FILE | --ebnf FILE | --regex RE | --choice JSON_ARRAY | --json (any JSON value)\n"
+     "  --any-whitespace=false     JSON without free whitespace (default: true)\n"
+     "  --max-whitespace N|none    longest whitespace run in JSON (default: 20)\n"},
+    {"tokenize", "tern tokenize DIR [OPTIONS] < text",
+     "Prints the token ids of stdin as a JSON array.",
+     "  --no-special               leave out the tokenizer's special tokens (default: added)\n"
+     "  --jsonl                    each input line a JSON string, one array per line (default: off)\n"},
+    {"detokenize", "tern detokenize DIR [OPTIONS] < ids.json",
+     "Prints the text of a JSON array of token ids read from stdin.",
+     "  --skip-special             leave out special tokens (default: kept)\n"
+     "  --jsonl                    one array per input line, one JSON string per line (default: off)\n"},
+    {"serve", "tern serve MODEL_DIR [OPTIONS]",
+     "Serves the model over an OpenAI-compatible HTTP API, with a chat page at /.",
+     "  --host H                   bind address (default: 127.0.0.1; beyond loopback, use --api-key)\n"
+     "  --port P                   TCP port, 0 = any free one (default: 8080)\n"
+     "  --api-key KEY              /v1 needs 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: none)\n"
+     "  --metrics-key KEY          /stats and /metrics need this key (default: none, open)\n"
+     "  --model-name NAME          the model id clients name (default: the folder's name)\n"
+     "  -c, --ctx-size N           context per sequence; above the model's maximum is an error\n"
+     "                             (default: the model's maximum)\n"
+     "  --kv-budget GB             KV cache memory (default: half the free memory, at most what\n"
+     "                             max-batch full contexts need)\n"
+     "  --max-batch N              sequences decoded together (default: 64)\n"
+     "  --max-queue N              requests waiting beyond the batch before 429 (default: 1024)\n"
+     "  --prefill-chunk N          prompt tokens per forward (default: 512)\n"
+     "  --cors ORIGIN              CORS headers for this origin (default: none)\n"
+     "  --timeout S                idle / slow-request timeout in seconds (default: 30)\n"
+     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  --grammar-fallback prompt|none  a grammar that cannot compile goes into the prompt with a\n"
+     "                             Warning header instead of a 400 (default: none)\n"
+     "  --tool-call-format hermes|llama3_json|mistral|json|none  (default: detected from the template)\n"
+     "  --draft-model DIR          draft model for speculative decoding (default: none)\n"
+     "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
+     "  --spec ngram               n-gram speculation from the context (default: off)\n"
+     "  --grammar-jump             emit grammar-forced text without sampling it (default: off)\n"
+     "  --reasoning-budget N       think tokens before the block is closed, -1 = no cap (default: -1)\n"
+     DEVICE_OPTS
+     "  -v, --verbose              info-level logs (default: warnings only)\n"},
+};
+
+void cli_version_print(FILE *f)
+{
+#ifdef TERN_CUDA
+    fprintf(f, "tern %s (CPU and CUDA backends)\n", TERN_VERSION);
+#else
+    fprintf(f, "tern %s (CPU backend)\n", TERN_VERSION);
+#endif
+}
+
+int cli_help_print(const char *cmd, FILE *f)
+{
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
+        if (!strcmp(helps[i].name, cmd)) {
+            fprintf(f, "usage: %s\n\n%s\n\noptions:\n%s", helps[i].synopsis, helps[i].what, helps[i].options);
+            return 0;
+        }
+    return -1;
+}
+
+const char *cli_help_what(const char *cmd)
+{
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
+        if (!strcmp(helps[i].name, cmd))
+            return helps[i].what;
+    return NULL;
+}
