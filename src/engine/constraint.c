@@ -86,6 +86,41 @@ static int fill_think(gconstraint *c, uint32_t *mask, int32_t n_words)
 
 static void clear_bit(uint32_t *mask, int32_t id) { mask[id >> 5] &= ~(1u << (id & 31)); }
 
+/* Clears the tokens of group k of x (constraint_int.h) that would complete
+ * the trigger after the free text's window [from, from + n_win) with bytes
+ * the grammar refuses (checked on the matcher, which has not started yet,
+ * and undone). */
+static int check_group(gconstraint *c, const trig_text *x, size_t k, uint32_t *mask, size_t from, size_t n_win)
+{
+    const constraint_triggers *t = c->lz.triggers;
+    for (size_t j = x->grp[k]; j < x->grp[k + 1]; j++) {
+        size_t len = 0;
+        const char *b = grammar_vocab_token(c->v, x->cand[j], &len);
+        if (n_win + len > c->cap_scratch) {
+            size_t cap = (n_win + len) * 2;
+            char *p = realloc(c->scratch, cap);
+            if (!p)
+                return TERN_ENOMEM;
+            c->scratch = p;
+            c->cap_scratch = cap;
+        }
+        if (n_win)
+            memcpy(c->scratch, c->text + from, n_win);
+        memcpy(c->scratch + n_win, b, len);
+        long at = constraint_trigger_find(t, c->scratch, n_win, n_win + len);
+        if (at < 0)
+            continue;
+        int rc = grammar_matcher_accept_string(c->m, c->scratch + at, n_win + len - (size_t)at);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            grammar_matcher_rollback(c->m, 1);
+        else
+            clear_bit(mask, x->cand[j]);
+    }
+    return 0;
+}
+
 /* Free text: every id, except a token that would complete a text trigger
  * with bytes the grammar refuses (checked on the matcher, which has not
  * started yet, and undone). Forced: only the token triggers. */
@@ -112,30 +147,15 @@ static int fill_free(gconstraint *c, uint32_t *mask, int32_t n_words)
     size_t n_win = c->n_text - from;
     for (size_t i = 0; i < t->n_texts; i++) {
         const trig_text *x = &t->texts[i];
-        for (size_t j = 0; j < x->n_cand; j++) {
-            size_t len = 0;
-            const char *b = grammar_vocab_token(c->v, x->cand[j], &len);
-            if (n_win + len > c->cap_scratch) {
-                size_t cap = (n_win + len) * 2;
-                char *p = realloc(c->scratch, cap);
-                if (!p)
-                    return TERN_ENOMEM;
-                c->scratch = p;
-                c->cap_scratch = cap;
-            }
-            if (n_win)
-                memcpy(c->scratch, c->text + from, n_win);
-            memcpy(c->scratch + n_win, b, len);
-            long at = constraint_trigger_find(t, c->scratch, n_win, n_win + len);
-            if (at < 0)
+        /* group 0 always; group k only after text ending in s[0..k) (at_start:
+         * that is all the text after the blanks) */
+        for (size_t k = 0; k < x->len; k++) {
+            if (k > 0 && (t->at_start ? n_win != k || memcmp(c->text + from, x->s, k)
+                                      : c->n_text < k || memcmp(c->text + c->n_text - k, x->s, k)))
                 continue;
-            int rc = grammar_matcher_accept_string(c->m, c->scratch + at, n_win + len - (size_t)at);
-            if (rc < 0)
+            int rc = check_group(c, x, k, mask, from, n_win);
+            if (rc)
                 return rc;
-            if (rc == 1)
-                grammar_matcher_rollback(c->m, 1);
-            else
-                clear_bit(mask, x->cand[j]);
         }
     }
     return 0;

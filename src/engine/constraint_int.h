@@ -11,8 +11,12 @@
 typedef struct trig_text {
     char *s;
     size_t len;
-    int32_t *cand; /* [n_cand] tokens that can complete s: s inside them, or a suffix of s at their start */
+    /* [n_cand] tokens that can complete s, by group: group 0 (cand[grp[0]
+     * .. grp[1])) holds s inside them, group k (1 <= k < len) starts with
+     * s[k..len), which completes s after text ending in s[0..k). */
+    int32_t *cand;
     size_t n_cand;
+    size_t grp[CONSTRAINT_TRIGGER_MAX + 1];
 } trig_text;
 
 struct constraint_triggers {

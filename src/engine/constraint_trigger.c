@@ -24,16 +24,13 @@ void constraint_triggers_free(constraint_triggers *t)
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
-/* 1 if token bytes b[0..n) can end an occurrence of s given some text
- * before it: s inside b, or a non-empty suffix s[k..) at b's start. */
-static int can_complete(const char *s, size_t len, const char *b, size_t n)
+/* 1 if token bytes b[0..n) belong to group k of s (see trig_text): s
+ * inside them (k = 0), or starting with s[k..len). */
+static int in_group(const char *s, size_t len, size_t k, const char *b, size_t n)
 {
-    if (n >= len && memmem(b, n, s, len))
-        return 1;
-    for (size_t k = 1; k < len; k++)
-        if (n >= len - k && !memcmp(b, s + k, len - k))
-            return 1;
-    return 0;
+    if (k == 0)
+        return n >= len && memmem(b, n, s, len);
+    return n >= len - k && !memcmp(b, s + k, len - k);
 }
 
 constraint_triggers *constraint_triggers_new(const grammar_vocab *v, const char *const *texts, size_t n_texts,
@@ -67,20 +64,24 @@ constraint_triggers *constraint_triggers_new(const grammar_vocab *v, const char 
         if (x->len > t->max_len)
             t->max_len = x->len;
         size_t cap = 0;
-        for (int32_t id = 0; id < t->n_vocab; id++) {
-            size_t n = 0;
-            const char *b = grammar_vocab_token(v, id, &n);
-            if (!b || n == 0 || !can_complete(x->s, x->len, b, n))
-                continue;
-            if (x->n_cand == cap) {
-                cap = cap ? cap * 2 : 64;
-                int32_t *c = realloc(x->cand, cap * sizeof *c);
-                if (!c)
-                    goto out_oom;
-                x->cand = c;
+        for (size_t k = 0; k < x->len; k++) {
+            x->grp[k] = x->n_cand;
+            for (int32_t id = 0; id < t->n_vocab; id++) {
+                size_t n = 0;
+                const char *b = grammar_vocab_token(v, id, &n);
+                if (!b || n == 0 || !in_group(x->s, x->len, k, b, n))
+                    continue;
+                if (x->n_cand == cap) {
+                    cap = cap ? cap * 2 : 64;
+                    int32_t *c = realloc(x->cand, cap * sizeof *c);
+                    if (!c)
+                        goto out_oom;
+                    x->cand = c;
+                }
+                x->cand[x->n_cand++] = id;
             }
-            x->cand[x->n_cand++] = id;
         }
+        x->grp[x->len] = x->n_cand;
     }
     return t;
 out_oom:

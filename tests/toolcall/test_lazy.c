@@ -20,9 +20,10 @@
 #include "grammar/grammar.h"
 
 enum { T_LT, T_TOOLGT, T_TRIG, T_X, T_A, T_LB, T_RB, T_SP, T_LTT, T_OOLGT, T_TRIGX, T_NL_TRIG_LB, T_OPEN, T_CLOSE,
-       T_SPECIAL, T_EOS, N_TOK };
-static const char *const TOKS[N_TOK] = {"<", "tool>", "<tool>", "x", "a", "{", "}", " ", "<t", "ool>", "<tool>x",
-                                        "\n<tool>{", "<think>", "</think>", "[T]", "<eos>"};
+       T_SPECIAL, T_EOS, T_TOOLGTX, T_OOLGTX, N_TOK };
+static const char *const TOKS[N_TOK] = {"<",       "tool>",    "<tool>",  "x",   "a",     "{",
+                                        "}",       " ",        "<t",      "ool>", "<tool>x", "\n<tool>{",
+                                        "<think>", "</think>", "[T]",     "<eos>", "tool>x", "ool>x"};
 #define N_VOCAB 40
 #define NW ((N_VOCAB + 31) / 32)
 
@@ -74,6 +75,8 @@ static void test_free_then_grammar(void **state)
     mask_of(ops, ctx, m);
     assert_true(bit(m, T_TOOLGT)); /* completes "<tool>" */
     assert_false(bit(m, T_TRIGX));
+    assert_false(bit(m, T_TOOLGTX)); /* completes "<tool>" across tokens, then "x" */
+    assert_true(bit(m, T_OOLGTX));   /* "<ool>x" is no trigger */
     assert_false(ops->is_terminated(ctx));
     assert_int_equal(ops->accept(ctx, T_TOOLGT), 0); /* triggered across two tokens */
     mask_of(ops, ctx, m);
@@ -125,6 +128,7 @@ static void test_at_start_and_tokens(void **state)
     assert_int_equal(ops->accept(ctx, T_LTT), 0);
     mask_of(ops, ctx, m);
     assert_true(bit(m, T_OOLGT));
+    assert_false(bit(m, T_OOLGTX)); /* " <tool>x": the trigger at the start, then a refused byte */
     assert_int_equal(ops->accept(ctx, T_OOLGT), 0);
     mask_of(ops, ctx, m);
     assert_true(bit(m, T_LB) && !bit(m, T_X));
