@@ -355,6 +355,116 @@ out:
     return rc;
 }
 
+/* Left recursion: rule r calls a rule before reading a byte (through
+ * nullable calls) and so, transitively, itself. First the nullable rules
+ * and each rule's states reachable from its start through nullable calls
+ * (a worklist: when a rule turns nullable, the calls to it from reached
+ * states open), then a DFS over the rule -> left-called rule graph. Linear
+ * in the automaton. 0, TERN_EINVAL naming the rule, or TERN_ENOMEM. */
+static int left_recursion_check(const grammar *g, const bedge *ne, size_t n_ne, const int32_t *off, int32_t ns,
+                                int32_t nr, const int32_t *start, const uint8_t *fin, tern_err *err)
+{
+    int32_t *roff = calloc((size_t)nr + 1, sizeof *roff), *ridx = malloc((n_ne ? n_ne : 1) * sizeof *ridx);
+    int32_t *q = malloc((size_t)(ns ? ns : 1) * sizeof *q), *srule = malloc((size_t)(ns ? ns : 1) * sizeof *srule);
+    int32_t *lc_off = calloc((size_t)nr + 1, sizeof *lc_off), *lc = NULL, *stk = NULL;
+    uint8_t *reached = calloc((size_t)(ns ? ns : 1), 1), *nullable = calloc((size_t)(nr ? nr : 1), 1);
+    uint8_t *color = calloc((size_t)(nr ? nr : 1), 1);
+    int rc = TERN_ENOMEM;
+    if (!roff || !ridx || !q || !srule || !lc_off || !reached || !nullable || !color)
+        goto out;
+    for (size_t i = 0; i < n_ne; i++)
+        if (ne[i].type == E_RULE)
+            roff[ne[i].rule + 1]++;
+    for (int32_t r = 0; r < nr; r++)
+        roff[r + 1] += roff[r];
+    for (size_t i = 0; i < n_ne; i++)
+        if (ne[i].type == E_RULE)
+            ridx[roff[ne[i].rule]++] = (int32_t)i;
+    for (int32_t r = nr; r > 0; r--)
+        roff[r] = roff[r - 1];
+    roff[0] = 0;
+    for (int32_t r = 0, s = 0; r < nr; r++) /* states are allocated rule by rule */
+        for (int32_t lim = r + 1 < nr ? start[r + 1] : ns; s < lim; s++)
+            srule[s] = r;
+    int32_t qn = 0;
+    for (int32_t r = 0; r < nr; r++)
+        reached[start[r]] = 1, q[qn++] = start[r];
+    for (int32_t qh = 0; qh < qn; qh++) {
+        int32_t x = q[qh];
+        if (fin[x] && !nullable[srule[x]]) {
+            int32_t r = srule[x];
+            nullable[r] = 1;
+            for (int32_t k = roff[r]; k < roff[r + 1]; k++) {
+                const bedge *e = &ne[ridx[k]];
+                if (reached[e->from] && !reached[e->to])
+                    reached[e->to] = 1, q[qn++] = e->to;
+            }
+        }
+        for (int32_t i = off[x]; i < off[x + 1]; i++)
+            if (ne[i].type == E_RULE && nullable[ne[i].rule] && !reached[ne[i].to])
+                reached[ne[i].to] = 1, q[qn++] = ne[i].to;
+    }
+    /* the left-call graph: calls made from reached states */
+    size_t n_lc = 0;
+    for (int32_t s = 0; s < ns; s++)
+        if (reached[s])
+            for (int32_t i = off[s]; i < off[s + 1]; i++)
+                if (ne[i].type == E_RULE)
+                    lc_off[srule[s] + 1]++, n_lc++;
+    for (int32_t r = 0; r < nr; r++)
+        lc_off[r + 1] += lc_off[r];
+    lc = malloc((n_lc ? n_lc : 1) * sizeof *lc);
+    stk = malloc(((size_t)nr + 1) * 2 * sizeof *stk);
+    if (!lc || !stk)
+        goto out;
+    memset(q, 0, (size_t)nr * sizeof *q); /* q reused as per-rule fill cursors (ns >= nr) */
+    for (int32_t s = 0, *fill = q; s < ns; s++)
+        if (reached[s])
+            for (int32_t i = off[s]; i < off[s + 1]; i++)
+                if (ne[i].type == E_RULE)
+                    lc[lc_off[srule[s]] + fill[srule[s]]++] = ne[i].rule;
+    rc = 0;
+    for (int32_t r0 = 0; r0 < nr && !rc; r0++) {
+        if (color[r0])
+            continue;
+        int sp = 1;
+        stk[0] = r0;
+        stk[1] = lc_off[r0];
+        color[r0] = 1;
+        while (sp && !rc) {
+            int32_t r = stk[2 * (sp - 1)], k = stk[2 * (sp - 1) + 1]++;
+            if (k >= lc_off[r + 1]) {
+                color[r] = 2;
+                sp--;
+                continue;
+            }
+            int32_t f = lc[k];
+            if (color[f] == 1)
+                rc = tern_err_set(err, TERN_EINVAL, "grammar: rule '%s' is left-recursive", g->rule_names[f]);
+            else if (color[f] == 0) {
+                color[f] = 1;
+                stk[2 * sp] = f;
+                stk[2 * sp + 1] = lc_off[f];
+                sp++;
+            }
+        }
+    }
+out:
+    if (rc == TERN_ENOMEM)
+        tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
+    free(roff);
+    free(ridx);
+    free(q);
+    free(srule);
+    free(lc_off);
+    free(lc);
+    free(stk);
+    free(reached);
+    free(nullable);
+    free(color);
+    return rc;
+}
+
 static int cmp_edge_from(const void *x, const void *y)
 {
     const bedge *a = x, *c = y;
@@ -383,7 +493,7 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
     int rc = 0;
     int32_t *off = NULL, *stk = NULL, *newid = NULL, *srule = NULL;
     uint32_t *mark = NULL;
-    uint8_t *fin = NULL, *live = NULL, *prod = NULL, *nullable = NULL;
+    uint8_t *fin = NULL, *live = NULL, *prod = NULL;
     bedge *ne = NULL;
     size_t n_ne = 0, cap_ne = 0;
     uint8_t *rnull = calloc((size_t)(nr ? nr : 1), 1);
@@ -493,8 +603,7 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
      * fixpoint: a rule edge is passable once its rule is productive */
     live = calloc((size_t)ns, 1);
     prod = calloc((size_t)nr, 1);
-    nullable = calloc((size_t)nr, 1);
-    if (!live || !prod || !nullable) {
+    if (!live || !prod) {
         rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         goto out;
     }
@@ -506,105 +615,8 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
         rc = tern_err_set(err, TERN_EINVAL, "grammar: rule '%s' matches nothing", g->rule_names[g->root]);
         goto out;
     }
-    /* nullable rules (fixpoint over start -> final via nullable calls) */
-    uint32_t epc = (uint32_t)ns + 1;
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int32_t r = 0; r < nr; r++) {
-            if (nullable[r])
-                continue;
-            uint32_t ep = ++epc;
-            int sp = 0;
-            stk[sp++] = start[r];
-            mark[start[r]] = ep;
-            while (sp && !nullable[r]) {
-                int32_t x = stk[--sp];
-                if (fin[x])
-                    nullable[r] = 1;
-                for (int32_t i = off[x]; i < off[x + 1]; i++)
-                    if (ne[i].type == E_RULE && nullable[ne[i].rule] && mark[ne[i].to] != ep) {
-                        mark[ne[i].to] = ep;
-                        stk[sp++] = ne[i].to;
-                    }
-            }
-            if (nullable[r])
-                changed = 1;
-        }
-    }
-    /* left recursion: rule r calls itself before reading a byte. DFS over
-     * (rule -> rules callable at its start via nullable prefixes). */
-    {
-        uint8_t *color = calloc((size_t)nr, 1);
-        int32_t *rs = malloc(((size_t)nr + 1) * 2 * sizeof *rs);
-        if (!color || !rs) {
-            free(color);
-            free(rs);
-            rc = tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
-            goto out;
-        }
-        /* left-call lists computed on demand */
-        for (int32_t r0 = 0; r0 < nr && !rc; r0++) {
-            if (color[r0])
-                continue;
-            /* iterative DFS; frame = (rule, next-edge cursor encoded) */
-            int sp = 0;
-            rs[0] = r0;
-            rs[1] = 0;
-            sp = 1;
-            color[r0] = 1;
-            while (sp && !rc) {
-                int32_t r = rs[2 * (sp - 1)];
-                /* enumerate left calls of r: states reachable from start via
-                 * nullable calls; we recompute and take the k-th call */
-                int32_t k = rs[2 * (sp - 1) + 1]++;
-                int32_t found = -1, cnt = 0;
-                /* small BFS with a local visited list */
-                int32_t *q = stk;
-                int qh = 0, qt = 0;
-                q[qt++] = start[r];
-                uint32_t vm = 0x80000000u | (uint32_t)r;
-                mark[start[r]] = vm;
-                while (qh < qt && found < 0) {
-                    int32_t x = q[qh++];
-                    for (int32_t i = off[x]; i < off[x + 1]; i++) {
-                        if (ne[i].type != E_RULE)
-                            continue;
-                        if (cnt++ == k) {
-                            found = ne[i].rule;
-                            break;
-                        }
-                        if (nullable[ne[i].rule] && mark[ne[i].to] != vm) {
-                            mark[ne[i].to] = vm;
-                            q[qt++] = ne[i].to;
-                        }
-                    }
-                }
-                /* reset marks we used so the next BFS of r starts clean */
-                for (int i = 0; i < qt; i++)
-                    mark[q[i]] = 0;
-                if (found < 0) {
-                    color[r] = 2;
-                    sp--;
-                    continue;
-                }
-                if (color[found] == 1) {
-                    rc = tern_err_set(err, TERN_EINVAL, "grammar: rule '%s' is left-recursive",
-                                      g->rule_names[found]);
-                    break;
-                }
-                if (color[found] == 0) {
-                    color[found] = 1;
-                    rs[2 * sp] = found;
-                    rs[2 * sp + 1] = 0;
-                    sp++;
-                }
-            }
-        }
-        free(color);
-        free(rs);
-        if (rc)
-            goto out;
-    }
+    if ((rc = left_recursion_check(g, ne, n_ne, off, ns, nr, start, fin, err)))
+        goto out;
     /* keep live edges, then the states reachable from the root's start */
     {
         size_t k = 0;
@@ -726,7 +738,6 @@ out:
     free(fin);
     free(live);
     free(prod);
-    free(nullable);
     free(newid);
     free(srule);
     return rc;
