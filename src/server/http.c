@@ -269,7 +269,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         }
         return http_reply_response(c, 204, r);
     }
-    if (!strncmp(url, "/v1/", 4) && !authorized(c)) {
+    if ((!strncmp(url, "/v1/", 4) || routes_keyed(c->route)) && !authorized(c)) {
         api_error_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
                       "Incorrect or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'");
         return http_reply_error(c, &e);

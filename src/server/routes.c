@@ -21,7 +21,8 @@ typedef struct tern_asset {
 extern const tern_asset tern_assets[];
 
 const char *const srv_route_names[ROUTE_N] = {"chat_completions", "completions", "embeddings", "responses", "models",
-                                              "health", "stats", "metrics", "page", "other"};
+                                              "health", "stats", "metrics", "tokenize", "detokenize",
+                                              "version", "page", "other"};
 
 srv_route routes_classify(const char *url)
 {
@@ -41,9 +42,20 @@ srv_route routes_classify(const char *url)
         return ROUTE_STATS;
     if (!strcmp(url, "/metrics"))
         return ROUTE_METRICS;
+    if (!strcmp(url, "/tokenize"))
+        return ROUTE_TOKENIZE;
+    if (!strcmp(url, "/detokenize"))
+        return ROUTE_DETOKENIZE;
+    if (!strcmp(url, "/version"))
+        return ROUTE_VERSION;
     if (strncmp(url, "/v1/", 4) != 0)
         return ROUTE_PAGE;
     return ROUTE_OTHER;
+}
+
+int routes_keyed(srv_route route)
+{
+    return route == ROUTE_TOKENIZE || route == ROUTE_DETOKENIZE || route == ROUTE_VERSION;
 }
 
 static const char *content_type(const char *path)
@@ -333,6 +345,18 @@ enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url
             return MHD_NO;
         return http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, MHD_RESPMEM_MUST_FREE);
     }
+    case ROUTE_TOKENIZE:
+        if (!post)
+            break;
+        return compat_tokenize_serve(c);
+    case ROUTE_DETOKENIZE:
+        if (!post)
+            break;
+        return compat_detokenize_serve(c);
+    case ROUTE_VERSION:
+        if (!get)
+            break;
+        return compat_version_serve(c);
     case ROUTE_PAGE:
         if (!get)
             break;

@@ -27,6 +27,9 @@ typedef enum srv_route {
     ROUTE_HEALTH,
     ROUTE_STATS,
     ROUTE_METRICS,
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
+    ROUTE_VERSION,
     ROUTE_PAGE,
     ROUTE_OTHER,
     ROUTE_N
@@ -109,6 +112,8 @@ int srv_peer_closed(int fd, short revents);
 /* routes.c */
 enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url);
 srv_route routes_classify(const char *url);
+/* Whether a route needs the API key besides /v1 (the llama-server endpoints). */
+int routes_keyed(srv_route route);
 
 /* gen.c: a generation job = the n engine requests of one HTTP request. */
 typedef struct gen_job gen_job;
@@ -129,6 +134,11 @@ void gen_free(gen_job *j);
 
 /* embeddings.c: POST /v1/embeddings */
 enum MHD_Result embed_route_serve(srv_conn *c);
+
+/* compat.c: llama-server's /tokenize and /detokenize, and /version */
+enum MHD_Result compat_tokenize_serve(srv_conn *c);
+enum MHD_Result compat_detokenize_serve(srv_conn *c);
+enum MHD_Result compat_version_serve(srv_conn *c);
 
 /* metrics.c */
 char *metrics_stats_json(tern_server *s);

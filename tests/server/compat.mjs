@@ -1,0 +1,109 @@
+// Endpoints and fields other servers' clients send (llama-server, vLLM),
+// through HTTP: POST /tokenize and /detokenize against HF `tokenizers` on the
+// model's tokenizer.json, GET /version, the API key on each, and 400s naming
+// the field.
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { startServer, check, summary, MODEL, ROOT } from './lib.mjs';
+
+const require = createRequire(path.join(ROOT, 'tests/oracle/package.json'));
+const { Tokenizer } = require('tokenizers');
+
+const KEY = 'sk-test-' + Math.random().toString(36).slice(2);
+const srv = await startServer(['--api-key', KEY, '--model-name', 'tern-demo']);
+const hf = Tokenizer.fromFile(path.join(MODEL, 'tokenizer.json'));
+const AUTH = { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' };
+
+async function post(route, body, headers = AUTH) {
+  const r = await fetch(srv.url + route, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const text = await r.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: r.status, json, text, headers: r.headers };
+}
+
+function expect400(res, param, what) {
+  check(res.status === 400, `${what}: status 400`, res.status);
+  check(res.json && res.json.error && typeof res.json.error.message === 'string', `${what}: OpenAI error shape`, res.text);
+  check(res.json && res.json.error && res.json.error.param === param, `${what}: names '${param}'`, res.json && res.json.error);
+}
+
+try {
+  // ---- /tokenize against HF tokenizers
+  const texts = ['Hello, world! How are you?', '  leading spaces and ünïcödé 🦀 text\nnew line', 'x'];
+  for (const t of texts) {
+    for (const add of [false, true]) {
+      const want = (await hf.encode(t, null, { addSpecialTokens: add })).getIds();
+      const r = await post('/tokenize', { content: t, add_special: add });
+      check(r.status === 200, `tokenize ${JSON.stringify(t)} add_special=${add}: 200`, r.text);
+      check(JSON.stringify(r.json && r.json.tokens) === JSON.stringify(Array.from(want)),
+        `tokenize ${JSON.stringify(t)} add_special=${add} == HF`, { got: r.json, want: Array.from(want) });
+    }
+  }
+  // add_special defaults to false (llama-server)
+  {
+    const t = texts[0];
+    const want = Array.from((await hf.encode(t, null, { addSpecialTokens: false })).getIds());
+    const r = await post('/tokenize', { content: t });
+    check(JSON.stringify(r.json && r.json.tokens) === JSON.stringify(want), 'tokenize: add_special defaults to false', r.json);
+  }
+  // with_pieces: [{id, piece}], the pieces concatenate to the text
+  {
+    const t = 'Pieces of a sentence, with ümlauts.';
+    const want = Array.from((await hf.encode(t, null, { addSpecialTokens: false })).getIds());
+    const r = await post('/tokenize', { content: t, with_pieces: true });
+    const toks = (r.json && r.json.tokens) || [];
+    check(toks.length === want.length && toks.every((x, i) => x.id === want[i]), 'with_pieces: ids == HF', toks);
+    const bytes = [];
+    for (const x of toks) {
+      if (typeof x.piece === 'string') bytes.push(...Buffer.from(x.piece, 'utf8'));
+      else if (Array.isArray(x.piece)) bytes.push(...x.piece);
+    }
+    check(Buffer.from(bytes).toString('utf8') === t, 'with_pieces: pieces join to the text', toks);
+  }
+  // ---- /detokenize against HF decode (special tokens kept)
+  for (const t of texts) {
+    const ids = Array.from((await hf.encode(t, null, { addSpecialTokens: true })).getIds());
+    const want = await hf.decode(ids, false);
+    const r = await post('/detokenize', { tokens: ids });
+    check(r.status === 200 && r.json && r.json.content === want, `detokenize ${JSON.stringify(t)} == HF`, { got: r.json, want });
+  }
+  {
+    const r = await post('/detokenize', { tokens: [] });
+    check(r.status === 200 && r.json && r.json.content === '', 'detokenize []: ""', r.text);
+  }
+  // ---- bad input: 400 naming the field
+  expect400(await post('/tokenize', {}), 'content', 'tokenize without content');
+  expect400(await post('/tokenize', { content: 5 }), 'content', 'tokenize content not a string');
+  expect400(await post('/tokenize', { content: 'a', add_special: 'yes' }), 'add_special', 'add_special not a boolean');
+  expect400(await post('/tokenize', { content: 'a', with_pieces: 1 }), 'with_pieces', 'with_pieces not a boolean');
+  expect400(await post('/tokenize', { content: 'a', bogus: 1 }), 'bogus', 'tokenize unknown field');
+  expect400(await post('/tokenize', { content: 'a', model: 'other' }), 'model', 'tokenize other model');
+  expect400(await post('/detokenize', {}), 'tokens', 'detokenize without tokens');
+  expect400(await post('/detokenize', { tokens: 'abc' }), 'tokens', 'detokenize tokens not an array');
+  expect400(await post('/detokenize', { tokens: [1, -1] }), 'tokens', 'detokenize negative id');
+  expect400(await post('/detokenize', { tokens: [1, 1e9] }), 'tokens', 'detokenize id past the vocabulary');
+  expect400(await post('/detokenize', { tokens: [1, 'a'] }), 'tokens', 'detokenize id not an integer');
+  {
+    const r = await post('/tokenize', '{"content": ');
+    check(r.status === 400 && r.json && r.json.error, 'tokenize bad JSON: 400 OpenAI shape', r.text);
+  }
+  // ---- the API key, as on /v1
+  for (const [route, method, body] of [['/tokenize', 'POST', '{"content":"a"}'], ['/detokenize', 'POST', '{"tokens":[1]}'], ['/version', 'GET', undefined]]) {
+    const r = await fetch(srv.url + route, { method, body, headers: body ? { 'Content-Type': 'application/json' } : {} });
+    const j = await r.json().catch(() => null);
+    check(r.status === 401 && j && j.error, `${route} without the key: 401`, r.status);
+  }
+  // ---- /version
+  {
+    const r = await fetch(srv.url + '/version', { headers: AUTH });
+    const j = await r.json().catch(() => null);
+    check(r.status === 200 && j && typeof j.version === 'string' && /^\d+\.\d+\.\d+/.test(j.version), '/version: {version}', j);
+    check(!j || j.commit === undefined || /^[0-9a-f]{7,40}$/.test(j.commit), '/version: commit is a hash when given', j);
+    const g = await fetch(srv.url + '/tokenize', { headers: AUTH });
+    check(g.status === 405, 'GET /tokenize: 405', g.status);
+  }
+} finally {
+  await srv.stop();
+}
+process.exit(summary('compat'));
