@@ -120,7 +120,7 @@ static inline const mstep *cur_step(const grammar_matcher *m) { return &m->steps
 static int load_current(grammar_matcher *m)
 {
     const mstep *st = cur_step(m);
-    gstk_set tmp = {.ids = m->hist + st->ids_off, .n = st->n, .can_end = st->can_end};
+    gstk_set tmp = {.ids = m->hist ? m->hist + st->ids_off : NULL, .n = st->n, .can_end = st->can_end};
     return gstk_set_copy(&m->a, &tmp);
 }
 

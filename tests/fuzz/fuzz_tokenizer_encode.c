@@ -2,8 +2,10 @@
  * tokenizers (first byte picks one and the options), then decode and a
  * streaming decode whose concatenation must equal the decode whenever the
  * decoded text ends on a whole code point. Corpus:
- * tests/fuzz/corpus/tokenizer_encode/. Tokenizers come from TERN_SHARED /
- * TERN_ROOT (set by ctest); missing ones are skipped. */
+ * tests/fuzz/corpus/tokenizer_encode/. Tokenizers: the repository's
+ * tern-demo (always; the build bakes in where the source is), and
+ * stories260K and qwen3 from the shared folder when present (tern-demo
+ * stands in for a missing one). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,15 +17,29 @@
 static tern_tokenizer *toks[N_TOK];
 static int loaded;
 
+/* The source tree, baked in by the build (tests/tests.cmake) so a fuzzer
+ * started from anywhere, with no environment, loads real tokenizers;
+ * TERN_ROOT / TERN_SHARED still override. */
+#ifndef TERN_SOURCE_DIR
+#define TERN_SOURCE_DIR "."
+#endif
+
 static void load_all(void)
 {
     const char *sh = getenv("TERN_SHARED"), *root = getenv("TERN_ROOT");
     char p[3][4096];
-    snprintf(p[0], sizeof p[0], "%s/models/stories260K", sh ? sh : "../shared");
-    snprintf(p[1], sizeof p[1], "%s/models/tern-demo", root ? root : ".");
-    snprintf(p[2], sizeof p[2], "%s/tokenizers/qwen3", sh ? sh : "../shared");
+    snprintf(p[0], sizeof p[0], "%s/models/tern-demo", root ? root : TERN_SOURCE_DIR);
+    snprintf(p[1], sizeof p[1], "%s/models/stories260K", sh ? sh : TERN_SOURCE_DIR "/../shared");
+    snprintf(p[2], sizeof p[2], "%s/tokenizers/qwen3", sh ? sh : TERN_SOURCE_DIR "/../shared");
     for (int i = 0; i < N_TOK; i++)
         toks[i] = tokenizer_load(p[i], NULL);
+    if (!toks[0]) { /* the repository's own tokenizer always exists: fuzzing nothing is a failure */
+        fprintf(stderr, "fuzz_tokenizer_encode: cannot load %s\n", p[0]);
+        abort();
+    }
+    for (int i = 1; i < N_TOK; i++)
+        if (!toks[i])
+            toks[i] = toks[0]; /* the shared ones are optional */
     loaded = 1;
 }
 
