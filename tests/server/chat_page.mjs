@@ -54,6 +54,40 @@ try {
       if (m && m.classList.contains('streaming') && m.textContent.length > 0) window.__seen.add(m.textContent);
     }).observe(document.getElementById('messages'), { subtree: true, childList: true, characterData: true });
   });
+  // The page must render each SSE event as it arrives. A fast server can
+  // deliver the whole short reply in one or two network reads, and the
+  // observer sees one update per task, so the test hands the page the
+  // stream one event per task (a timer between events): what is checked is
+  // the page's incremental rendering, not how the network coalesced reads.
+  await page.evaluate(() => {
+    const orig = window.fetch;
+    window.fetch = async (...args) => {
+      const r = await orig(...args);
+      if (!String(args[0]).includes('/v1/chat/completions') || !r.body) return r;
+      const reader = r.body.getReader();
+      const dec = new TextDecoder(), enc = new TextEncoder();
+      let buf = '';
+      const body = new ReadableStream({
+        async pull(ctl) {
+          for (;;) {
+            const i = buf.indexOf('\n\n');
+            if (i >= 0) {
+              const ev = buf.slice(0, i + 2);
+              buf = buf.slice(i + 2);
+              await new Promise((res) => setTimeout(res, 2));
+              ctl.enqueue(enc.encode(ev));
+              return;
+            }
+            const { value, done } = await reader.read();
+            if (done) { if (buf) ctl.enqueue(enc.encode(buf)); buf = ''; ctl.close(); return; }
+            buf += dec.decode(value, { stream: true });
+          }
+        },
+        cancel(reason) { return reader.cancel(reason); },
+      });
+      return new Response(body, { status: r.status, statusText: r.statusText, headers: r.headers });
+    };
+  });
   await page.fill('#input', 'Hello! What is your name?');
   await page.click('#send');
   await page.waitForFunction(() => { const m = document.querySelector('.msg.assistant'); return m && m.dataset.done; }, null, { timeout: 60000 });
