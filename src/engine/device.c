@@ -59,6 +59,8 @@ int engine_device_mode(const tern_engine *e, int n_out)
     int greedy = 1;
     for (int j = 0; j < n_out; j++) {
         const engine_req *r = e->out_req[j];
+        if (r && r->n_generated < r->min_tokens)
+            return ENGINE_DEV_HOST; /* its logits are edited on the host */
         if (!r || sample_params_is_greedy_plain(&r->sp))
             continue;
         greedy = 0;

@@ -8,6 +8,7 @@
  *   5. retire finished rows (their blocks go to the prefix cache).
  * Only this thread touches the model, the KV pool and row state. */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,15 +82,17 @@ static char *hold_take(engine_req *r, size_t n, size_t *len)
 
 /* Where the earliest stop string starts in the held text (-1 if none), and
  * how many trailing bytes could still begin one. */
-static long stop_find(const engine_req *r, size_t *keep_tail)
+static long stop_find(const engine_req *r, size_t *keep_tail, size_t *stop_len)
 {
     long best = -1;
     *keep_tail = 0;
     for (int i = 0; i < r->n_stop; i++) {
         size_t sl = strlen(r->stop[i]);
         const char *p = memmem(r->hold, r->hold_len, r->stop[i], sl);
-        if (p && (best < 0 || p - r->hold < best))
+        if (p && (best < 0 || p - r->hold < best)) {
             best = p - r->hold;
+            *stop_len = sl;
+        }
         for (size_t k = sl - 1; k > *keep_tail; k--)
             if (k <= r->hold_len && !memcmp(r->hold + r->hold_len - k, r->stop[i], k)) {
                 *keep_tail = k;
@@ -272,12 +275,15 @@ static void emit_token(tern_engine *e, engine_req *r, int32_t id, const sample_r
         for (int i = 0; i < c->n_eos; i++)
             is_eos |= id == c->eos_ids[i];
     }
+    for (int i = 0; i < r->n_stop_ids; i++)
+        is_eos |= id == r->stop_ids[i];
     if (!is_eos && detok_push(r->detok, id, &piece, &pl, NULL) == 0 && pl)
         hold_append(r, piece, pl);
-    size_t tail = 0;
-    long at = r->n_stop ? stop_find(r, &tail) : -1;
+    size_t tail = 0, stop_len = 0;
+    /* before min_tokens no stop string is matched (vLLM) */
+    long at = r->n_stop && r->n_generated >= r->min_tokens ? stop_find(r, &tail, &stop_len) : -1;
     if (at >= 0) {
-        ev.text = hold_take(r, (size_t)at, &ev.text_len);
+        ev.text = hold_take(r, (size_t)at + (r->include_stop_str ? stop_len : 0), &ev.text_len);
         r->hold_len = 0; /* the stop string and anything after it is dropped */
         req_push_event(r, &ev);
         engine_row_finish(e, r, ENGINE_FINISH_STOP, NULL);
@@ -354,12 +360,26 @@ int engine_row_mask(tern_engine *e, engine_req *r, const engine_premask *pm, int
     return 0;
 }
 
+/* Before min_tokens: EOS and the stop ids cannot be sampled. */
+static void min_tokens_suppress(tern_engine *e, engine_req *r, float *logits)
+{
+    if (r->n_generated >= r->min_tokens)
+        return;
+    const model_config *c = model_config_get(e->m);
+    for (int i = 0; i < c->n_eos && !r->ignore_eos; i++)
+        if (c->eos_ids[i] >= 0 && c->eos_ids[i] < e->n_vocab)
+            logits[c->eos_ids[i]] = -INFINITY;
+    for (int i = 0; i < r->n_stop_ids; i++)
+        logits[r->stop_ids[i]] = -INFINITY;
+}
+
 /* Samples the row's next token from its logits and emits it. */
 static void sample_and_emit(tern_engine *e, engine_req *r, float *logits, const engine_premask *pm)
 {
     sample_result res = {0};
     int32_t id;
     const uint32_t *mask = NULL;
+    min_tokens_suppress(e, r, logits);
     if (engine_row_mask(e, r, pm, 0, &mask))
         return;
     if (!mask && sample_params_is_greedy_plain(&r->sp)) {
@@ -781,7 +801,9 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
     if (r->max_tokens > e->o.ctx_size - r->n_prompt)
         r->max_tokens = e->o.ctx_size - r->n_prompt;
     r->ignore_eos = p->ignore_eos;
-    r->no_spec = p->no_speculation;
+    r->no_spec = p->no_speculation || p->min_tokens > 0;
+    r->min_tokens = p->min_tokens;
+    r->include_stop_str = p->include_stop_str;
     if (embed) { /* the pool's memory comes at admission */
         r->max_tokens = 0;
         r->no_spec = 1;
@@ -806,6 +828,17 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
             goto nomem_req;
         memcpy(r->bias, p->sample.bias, (size_t)p->sample.n_bias * sizeof *r->bias);
         r->sp.bias = r->bias;
+    }
+    if (p->n_stop_ids > 0) {
+        if (!(r->stop_ids = malloc((size_t)p->n_stop_ids * sizeof *r->stop_ids)))
+            goto nomem_req;
+        for (int i = 0; i < p->n_stop_ids; i++)
+            if (p->stop_ids[i] < 0 || p->stop_ids[i] >= e->n_vocab) {
+                tern_err_set(err, TERN_EINVAL, "stop token id %d is outside the vocabulary", p->stop_ids[i]);
+                goto fail_req;
+            }
+        memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
+        r->n_stop_ids = p->n_stop_ids;
     }
     if (p->n_stop > 0) {
         r->stop = calloc((size_t)p->n_stop, sizeof *r->stop);

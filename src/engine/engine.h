@@ -66,6 +66,15 @@ typedef struct engine_params {
     const char *const *stop; /* [n_stop] stop strings, copied; never emitted */
     int n_stop;
     int ignore_eos;
+    /* Extra ids that end the row like EOS (their text is not emitted);
+     * [n_stop_ids], copied. */
+    const int32_t *stop_ids;
+    int n_stop_ids;
+    /* Until this many tokens are generated, EOS and stop_ids get -inf
+     * logits and stop strings are not matched (vLLM's min_tokens). Such a
+     * row samples on the host and does not speculate. */
+    int min_tokens;
+    int include_stop_str;    /* the matched stop string ends the text (vLLM) */
     int skip_special;        /* detokenize without special tokens (default 1) */
     /* Prompt length up to which the KV is worth keeping in the prefix cache
      * (chat: the end of the previous turn); 0 = the whole prompt. */

@@ -74,6 +74,9 @@ struct engine_req {
     char **stop;            /* [n_stop] owned copies */
     int n_stop;
     int ignore_eos, skip_special;
+    int32_t *stop_ids;      /* [n_stop_ids] owned copies */
+    int n_stop_ids;
+    int min_tokens, include_stop_str;
     int cache_boundary;
     const engine_constraint_ops *cops;
     void *cctx;

@@ -101,6 +101,7 @@ void req_unref(engine_req *r)
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
+    free(r->stop_ids);
     free(r->bias);
     free(r->tokens);
     free(r->hold);

@@ -82,6 +82,13 @@ typedef struct api_request {
     int top_logprobs;           /* alternatives per token (0..20) */
     int stream, include_usage;
     int ignore_eos, skip_special;
+    /* vLLM's fields: EOS / stop_token_ids / stop strings held off until
+     * min_tokens are generated; stop_token_ids end a choice like EOS; the
+     * matched stop string kept at the end of the text. */
+    int min_tokens;
+    int32_t *stop_ids;          /* owned [n_stop_ids] */
+    int n_stop_ids;
+    int include_stop_str;
     /* reasoning (reasoning.h) */
     int include_reasoning;      /* default 1: report the thought as reasoning_content */
     int enable_thinking;        /* -1 = the template's default; 0/1 from reasoning_effort */

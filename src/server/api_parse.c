@@ -538,6 +538,61 @@ static int parse_stop(api_request *r, json_object *v, api_error *e)
     return 0;
 }
 
+/* stop_token_ids: an array of token ids below the vocabulary size. */
+static int parse_stop_ids(api_request *r, json_object *v, const api_limits *lim, api_error *e)
+{
+    const char *k = "stop_token_ids";
+    if (need_type(v, json_type_array, k, "an array of token ids", e))
+        return -1;
+    size_t n = json_object_array_length(v);
+    if (n > API_MAX_BIAS)
+        return api_bad(e, "invalid_value", k, "'%s' may hold at most %d ids", k, API_MAX_BIAS);
+    free(r->stop_ids);
+    r->n_stop_ids = 0;
+    if (!(r->stop_ids = malloc((n ? n : 1) * sizeof *r->stop_ids)))
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t j = 0; j < n; j++) {
+        json_object *t = json_object_array_get_idx(v, j);
+        int64_t id = json_object_is_type(t, json_type_int) ? json_object_get_int64(t) : -1;
+        if (id < 0 || id >= lim->n_vocab)
+            return api_bad(e, "invalid_value", k, "'%s[%zu]' must be a token id in [0, %d)", k, j, lim->n_vocab);
+        r->stop_ids[r->n_stop_ids++] = (int32_t)id;
+    }
+    return 0;
+}
+
+/* llama-server's names for OpenAI / vLLM fields, once every field is read:
+ * n_predict -> max_tokens (the OpenAI names win), repeat_penalty ->
+ * repetition_penalty, grammar -> guided_grammar, json_schema -> guided_json
+ * (structured.c reads those from the body). Giving both names with
+ * different values is a 400 naming the llama-server one. */
+static int resolve_aliases(api_request *r, api_error *e)
+{
+    json_object *v = NULL, *o = NULL;
+    if (json_object_object_get_ex(r->root, "n_predict", &v) && v && r->max_tokens < 0)
+        r->max_tokens = (int)json_object_get_int64(v) > 0 ? (int)json_object_get_int64(v) : -1;
+    if (json_object_object_get_ex(r->root, "repeat_penalty", &v) && v) {
+        float p = (float)json_object_get_double(v);
+        if (json_object_object_get_ex(r->root, "repetition_penalty", &o) && o && r->sample.repetition_penalty != p)
+            return api_bad(e, "invalid_value", "repeat_penalty",
+                           "'repeat_penalty' and 'repetition_penalty' disagree; send one");
+        r->sample.repetition_penalty = p;
+    }
+    static const char *const alias[][2] = {{"grammar", "guided_grammar"}, {"json_schema", "guided_json"}};
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++) {
+        if (!json_object_object_get_ex(r->root, alias[i][0], &v) || !v)
+            continue;
+        if ((json_object_object_get_ex(r->root, alias[i][1], &o) && o) ||
+            (i == 1 && json_object_object_get_ex(r->root, "response_format", &o) && o))
+            return api_bad(e, "invalid_value", alias[i][0], "'%s' cannot be combined with '%s'", alias[i][0],
+                           i == 1 && !json_object_object_get_ex(r->root, "guided_json", NULL) ? "response_format"
+                                                                                          : alias[i][1]);
+        if (json_object_object_add(r->root, alias[i][1], json_object_get(v)))
+            return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
 static int parse_logit_bias(api_request *r, json_object *v, const api_limits *lim, api_error *e)
 {
     if (need_type(v, json_type_object, "logit_bias", "an object of token id -> bias", e))
@@ -722,6 +777,37 @@ static int parse_field(api_request *r, const char *k, json_object *v, const api_
         return parse_stream_options(r, v, e);
     if (!strcmp(k, "ignore_eos"))
         return get_bool(v, k, &r->ignore_eos, e);
+    if (!strcmp(k, "min_tokens")) {
+        if (get_int(v, k, 0, 1 << 30, &i, e))
+            return -1;
+        r->min_tokens = (int)i;
+        return 0;
+    }
+    if (!strcmp(k, "stop_token_ids"))
+        return parse_stop_ids(r, v, lim, e);
+    if (!strcmp(k, "include_stop_str_in_output"))
+        return get_bool(v, k, &r->include_stop_str, e);
+    /* llama-server's names; resolved against the OpenAI ones in api_parse */
+    if (!strcmp(k, "cache_prompt")) /* the prefix cache is always on */
+        return get_bool(v, k, &(int){0}, e);
+    if (!strcmp(k, "n_predict")) {
+        if (get_int(v, k, -1, 1 << 30, &i, e))
+            return -1;
+        if (i == 0)
+            return api_bad(e, "invalid_value", k, "'n_predict' must be -1 (no limit) or at least 1");
+        return 0;
+    }
+    if (!strcmp(k, "repeat_penalty")) {
+        if (get_num(v, k, 0, 100, &d, e))
+            return -1;
+        if (d <= 0)
+            return api_bad(e, "invalid_value", k, "'repeat_penalty' must be greater than 0");
+        return 0;
+    }
+    if (!strcmp(k, "grammar"))
+        return need_type(v, json_type_string, k, "a string (GBNF / EBNF grammar)", e);
+    if (!strcmp(k, "json_schema"))
+        return need_type(v, json_type_object, k, "an object (a JSON schema)", e);
     if (!strcmp(k, "skip_special_tokens"))
         return get_bool(v, k, &r->skip_special, e);
     if (!chat && !strcmp(k, "echo"))
@@ -779,6 +865,7 @@ void api_request_free(api_request *r)
     free(r->prompt_ids);
     free(r->bias);
     free(r->stop);
+    free(r->stop_ids);
     structured_free(r->structured);
     memset(r, 0, sizeof *r);
 }
@@ -815,6 +902,13 @@ int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const
             continue; /* null = absent, as OpenAI's SDKs send it */
         if (parse_field(r, k, v, lim, &seen_lp, &seen_top, &seen_choice, &best_of, e))
             goto fail;
+    }
+    if (resolve_aliases(r, e))
+        goto fail;
+    if (r->max_tokens > 0 && r->min_tokens > r->max_tokens) {
+        api_bad(e, "invalid_value", "min_tokens", "'min_tokens' (%d) must not exceed the maximum tokens (%d)",
+                r->min_tokens, r->max_tokens);
+        goto fail;
     }
     if (kind == API_CHAT && !r->messages) {
         api_bad(e, "missing_required_parameter", "messages", "'messages' is required");

@@ -227,6 +227,10 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
         p.stop = j->req.stop;
         p.n_stop = j->req.n_stop;
         p.ignore_eos = j->req.ignore_eos;
+        p.stop_ids = j->req.stop_ids;
+        p.n_stop_ids = j->req.n_stop_ids;
+        p.min_tokens = j->req.min_tokens;
+        p.include_stop_str = j->req.include_stop_str;
         p.skip_special = j->req.skip_special;
         /* a trigger that is a special token ([TOOL_CALLS], <|python_tag|>) must reach the parser as text */
         const toolfmt *tf = gen_tool_format(s, &j->req);

@@ -103,6 +103,70 @@ try {
     const g = await fetch(srv.url + '/tokenize', { headers: AUTH });
     check(g.status === 405, 'GET /tokenize: 405', g.status);
   }
+  // ---- fields llama-server and vLLM clients send
+  const comp = async (body) => post('/v1/completions', { prompt: 'The capital of France is', temperature: 0, ...body });
+  const chat = async (body) => post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Say hello.' }], temperature: 0, ...body });
+  const base = await comp({ max_tokens: 24 });
+  const G = base.json && base.json.choices[0].text;
+  check(base.status === 200 && typeof G === 'string' && G.length > 8, 'greedy reference completion', base.text);
+  {
+    const r = await comp({ n_predict: 5 });
+    check(r.status === 200 && r.json.usage.completion_tokens === 5 && r.json.choices[0].finish_reason === 'length', 'n_predict: 5 tokens', r.text);
+    check(G.startsWith(r.json.choices[0].text), 'n_predict: the greedy prefix', r.json.choices[0].text);
+    const c = await comp({ max_tokens: 24, cache_prompt: true });
+    check(c.status === 200 && c.json.choices[0].text === G, 'cache_prompt: accepted, same text', c.text);
+    const a = await comp({ max_tokens: 16, repeat_penalty: 1.8 });
+    const b = await comp({ max_tokens: 16, repetition_penalty: 1.8 });
+    check(a.status === 200 && b.status === 200 && a.json.choices[0].text === b.json.choices[0].text, 'repeat_penalty == repetition_penalty', [a.text, b.text]);
+  }
+  // stop strings: include_stop_str_in_output keeps the matched string
+  {
+    const stop = G.slice(6, 9);
+    const at = G.indexOf(stop);
+    const off = await comp({ max_tokens: 24, stop: [stop] });
+    const on = await comp({ max_tokens: 24, stop: [stop], include_stop_str_in_output: true });
+    check(off.json && off.json.choices[0].text === G.slice(0, at), 'stop: cut before the stop string', off.json && off.json.choices[0]);
+    check(on.json && on.json.choices[0].text === G.slice(0, at + stop.length), 'include_stop_str_in_output: ends with the stop string', on.json && on.json.choices[0]);
+    check(on.json && on.json.choices[0].finish_reason === 'stop', 'include_stop_str_in_output: finish stop', on.json && on.json.choices[0]);
+  }
+  // stop_token_ids: a token of the greedy text ends the choice there
+  {
+    const pieces = (await post('/tokenize', { content: G, with_pieces: true })).json.tokens;
+    const t = pieces[3];
+    const r = await comp({ max_tokens: 24, stop_token_ids: [t.id] });
+    const text = r.json && r.json.choices[0].text;
+    check(r.status === 200 && r.json.choices[0].finish_reason === 'stop' && G.startsWith(text) && text.length < G.length,
+      'stop_token_ids: stops on the token, a prefix of the greedy text', { text, t, G });
+    check(r.status === 200 && r.json.usage.completion_tokens < 24, 'stop_token_ids: fewer tokens', r.json && r.json.usage);
+    expect400(await comp({ stop_token_ids: [1e9] }), 'stop_token_ids', 'stop_token_ids past the vocabulary');
+  }
+  // min_tokens: EOS held off (a short greedy chat answer that ends by EOS)
+  {
+    const short = await chat({ max_tokens: 64 });
+    const c0 = short.json && short.json.choices[0];
+    if (check(c0 && c0.finish_reason === 'stop' && short.json.usage.completion_tokens < 40, 'a short answer that ends by EOS', short.text)) {
+      const k = short.json.usage.completion_tokens;
+      const r = await chat({ max_tokens: 64, min_tokens: k + 8 });
+      check(r.status === 200 && r.json.usage.completion_tokens >= k + 8, `min_tokens ${k + 8}: at least that many tokens`, r.json && r.json.usage);
+      check(r.status === 200 && r.json.choices[0].message.content.startsWith(c0.message.content), 'min_tokens: continues the greedy answer', r.json && r.json.choices[0]);
+      const s = await chat({ max_tokens: 64, min_tokens: k + 8, stream: true });
+      const txt = await s.text;
+      check(s.status === 200 && txt.includes('[DONE]'), 'min_tokens streamed', txt.slice(0, 200));
+    }
+    expect400(await chat({ max_tokens: 4, min_tokens: 5 }), 'min_tokens', 'min_tokens above max_tokens');
+  }
+  // grammar / json_schema: llama-server's names for guided_grammar / a JSON schema
+  {
+    const r = await comp({ max_tokens: 8, grammar: 'root ::= "yes" | "no"' });
+    check(r.status === 200 && ['yes', 'no'].includes(r.json.choices[0].text), 'grammar: constrained', r.text);
+    const schema = { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'], additionalProperties: false };
+    const j = await chat({ max_tokens: 48, json_schema: schema });
+    let parsed = null;
+    try { parsed = JSON.parse(j.json.choices[0].message.content); } catch { /* checked below */ }
+    check(j.status === 200 && parsed && Number.isInteger(parsed.a) && Object.keys(parsed).length === 1, 'json_schema: the answer matches the schema', j.text);
+    expect400(await comp({ grammar: 'root ::= "a"', guided_grammar: 'root ::= "b"' }), 'grammar', 'grammar and guided_grammar');
+    expect400(await comp({ n_predict: 0 }), 'n_predict', 'n_predict 0');
+  }
 } finally {
   await srv.stop();
 }

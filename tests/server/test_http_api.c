@@ -204,6 +204,66 @@ static void test_errors(void **state)
  * by a client (the openai client's runTools adds `parsed`): accepted, the
  * `reasoning` alias kept as reasoning_content, the derived fields dropped;
  * the same fields elsewhere are still errors. */
+/* llama-server's and vLLM's fields: mapped onto the OpenAI ones, or a 400
+ * naming them. */
+static void test_compat_fields(void **state)
+{
+    (void)state;
+    api_request r;
+    api_error e;
+    json_object *v = NULL;
+    const char *body = "{\"prompt\":\"a\",\"n_predict\":7,\"repeat_penalty\":1.3,\"cache_prompt\":true,"
+                       "\"min_tokens\":3,\"stop_token_ids\":[5,9],\"include_stop_str_in_output\":true,"
+                       "\"grammar\":\"root ::= \\\"x\\\"\"}";
+    assert_int_equal(parse(&r, API_COMPLETION, body, &e), 0);
+    assert_int_equal(r.max_tokens, 7);
+    assert_true(fabsf(r.sample.repetition_penalty - 1.3f) < 1e-6f);
+    assert_int_equal(r.min_tokens, 3);
+    assert_int_equal(r.n_stop_ids, 2);
+    assert_int_equal(r.stop_ids[0], 5);
+    assert_int_equal(r.stop_ids[1], 9);
+    assert_int_equal(r.include_stop_str, 1);
+    assert_true(json_object_object_get_ex(r.root, "guided_grammar", &v));
+    assert_string_equal(json_object_get_string(v), "root ::= \"x\"");
+    api_request_free(&r);
+    /* the OpenAI name wins over n_predict; -1 = no limit */
+    assert_int_equal(parse(&r, API_COMPLETION, "{\"prompt\":\"a\",\"n_predict\":7,\"max_tokens\":4}", &e), 0);
+    assert_int_equal(r.max_tokens, 4);
+    api_request_free(&r);
+    assert_int_equal(parse(&r, API_COMPLETION, "{\"max_tokens\":4,\"prompt\":\"a\",\"n_predict\":7}", &e), 0);
+    assert_int_equal(r.max_tokens, 4);
+    api_request_free(&r);
+    assert_int_equal(parse(&r, API_COMPLETION, "{\"prompt\":\"a\",\"n_predict\":-1}", &e), 0);
+    assert_int_equal(r.max_tokens, -1);
+    api_request_free(&r);
+    /* json_schema -> guided_json */
+    assert_int_equal(parse(&r, API_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                           "\"json_schema\":{\"type\":\"object\"}}",
+                           &e),
+                     0);
+    assert_true(json_object_object_get_ex(r.root, "guided_json", &v) && json_object_is_type(v, json_type_object));
+    api_request_free(&r);
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"n_predict\":0}", 400, "n_predict");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"n_predict\":\"5\"}", 400, "n_predict");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"cache_prompt\":1}", 400, "cache_prompt");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"repeat_penalty\":0}", 400, "repeat_penalty");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"repeat_penalty\":1.1,\"repetition_penalty\":1.2}", 400,
+               "repeat_penalty");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"grammar\":5}", 400, "grammar");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"grammar\":\"x\",\"guided_grammar\":\"y\"}", 400, "grammar");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"json_schema\":\"x\"}", 400, "json_schema");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"json_schema\":{},\"response_format\":{\"type\":\"text\"}}", 400,
+               "json_schema");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"min_tokens\":-1}", 400, "min_tokens");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"min_tokens\":9,\"max_tokens\":4}", 400, "min_tokens");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"stop_token_ids\":[100]}", 400, "stop_token_ids");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"stop_token_ids\":5}", 400, "stop_token_ids");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"stop_token_ids\":[\"5\"]}", 400, "stop_token_ids");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"include_stop_str_in_output\":1}", 400,
+               "include_stop_str_in_output");
+}
+
 static void test_echoed_message(void **state)
 {
     (void)state;
@@ -286,6 +346,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_defaults),   cmocka_unit_test(test_chat_fields),
         cmocka_unit_test(test_tool_fields), cmocka_unit_test(test_completion_prompts), cmocka_unit_test(test_errors), cmocka_unit_test(test_echoed_message),
+        cmocka_unit_test(test_compat_fields),
         cmocka_unit_test(test_error_json),      cmocka_unit_test(test_json_string_utf8),
         cmocka_unit_test(test_sse_and_usage),
     };
