@@ -8,6 +8,13 @@
 import net from 'node:net';
 import { startServer, check, summary } from './lib.mjs';
 
+// a server's stop: a clean exit and nothing a sanitizer says
+async function stopClean(srv, what) {
+  const r = await srv.stop();
+  check(r.code === 0, `${what}: exit 0`, r);
+  check(!/Sanitizer|runtime error/.test(srv.log()), `${what}: no sanitizer report`, srv.log().slice(-2000));
+}
+
 function raw(port, bytes, { timeoutMs = 10000 } = {}) {
   return new Promise((resolve) => {
     const s = net.connect(port, '127.0.0.1');
@@ -86,7 +93,7 @@ try {
   const tr = await raw(port, `TRACE /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
   check(tr.status >= 400 && tr.status < 500 && errorOf(tr.body || ''), 'TRACE: a 4xx in OpenAI shape', tr.status ?? tr);
 } finally {
-  await srv.stop();
+  await stopClean(srv, 'strict server');
 }
 
 // keys: the API key as a bearer token or as x-api-key; the metrics key
@@ -110,14 +117,14 @@ try {
   check((await get('/health')).status === 200, '/health stays open');
   check((await get('/v1/models', { Authorization: 'Bearer mkey' })).status === 401, 'the metrics key is no API key');
 } finally {
-  await keyed.stop();
+  await stopClean(keyed, 'keyed server');
 }
 // without --metrics-key, /stats and /metrics stay open
 const open = await startServer(['--api-key', 'sekret']);
 try {
   check((await fetch(open.url + '/metrics')).status === 200, 'no --metrics-key: /metrics open');
 } finally {
-  await open.stop();
+  await stopClean(open, 'open server');
 }
 
 // listening beyond loopback with no key warns; with a key, or on loopback, it does not
