@@ -3,8 +3,9 @@
  * later one, as a real out-of-memory does). Each run must end either in
  * success or in a clean error (a negative TERN_E* code and a message), and
  * must leave no allocation behind. Covered: the request parser
- * (api_parse, chat and completions), config.json loading, tokenizer.json
- * loading and encoding, and safetensors opening.
+ * (api_parse, chat and completions), the chat template (load and render),
+ * config.json loading, tokenizer.json loading and encoding, and safetensors
+ * opening.
  *
  * Live blocks are tracked in a pointer set, so a leak shows here in every
  * build, not only under ASan. */
@@ -23,7 +24,9 @@
 
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "base/json.h"
 #include "server/api.h"
+#include "template/template.h"
 #include "tokenizer/tokenizer.h"
 
 /* Two ways in. A normal build defines malloc and friends here, over glibc's
@@ -461,6 +464,36 @@ static int op_safetensors(const void *arg, char *msg, size_t msg_len)
     return 0;
 }
 
+/* The chat template step of a request: load tern-demo's template, render a
+ * conversation with a tool. */
+static int op_template(const void *arg, char *msg, size_t msg_len)
+{
+    static const char req[] =
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+        "{\"role\": \"user\", \"content\": \"Weather in Oslo?\"}],"
+        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"weather\","
+        "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}],"
+        "\"add_generation_prompt\": true}";
+    tern_chat_template ct;
+    tern_err err = {0};
+    int rc = tern_chat_template_load(path_of(arg), &ct, &err);
+    if (rc) {
+        snprintf(msg, msg_len, "%s", err.msg);
+        return rc;
+    }
+    json_object *r = tern_json_parse(req, sizeof req - 1, &err);
+    size_t len = 0;
+    char *out = r ? tern_chat_template_apply(&ct, r, NULL, &len, &err) : NULL;
+    if (!out) {
+        snprintf(msg, msg_len, "%s", err.msg);
+        rc = err.code < 0 ? err.code : TERN_EINTERNAL;
+    }
+    free(out);
+    json_object_put(r);
+    tern_chat_template_free(&ct);
+    return rc;
+}
+
 static void test_parse_chat(void **state)
 {
     (void)state;
@@ -495,6 +528,12 @@ static void test_tokenizer(void **state)
     inject_all("tokenizer stories260K", op_tokenizer, "shared/models/stories260K", 1);
 }
 
+static void test_template(void **state)
+{
+    (void)state;
+    inject_all("chat template tern-demo", op_template, "models/tern-demo", 1);
+}
+
 static void test_safetensors(void **state)
 {
     (void)state;
@@ -507,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_parse_chat),  cmocka_unit_test(test_parse_completion),
         cmocka_unit_test(test_parse_bad),   cmocka_unit_test(test_config),
         cmocka_unit_test(test_tokenizer),   cmocka_unit_test(test_safetensors),
+        cmocka_unit_test(test_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
