@@ -149,7 +149,8 @@ static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind, const char *
 /* The framing and media type of a request body, checked before it is read.
  * One Content-Length, never beside a Transfer-Encoding: two framings are how
  * requests are smuggled past a proxy that reads the other one. A body that
- * says it is not JSON is 415 (none said is taken as JSON). Returns 0, or
+ * says it is another format is 415 (none said, or text/plain, is taken as
+ * JSON). Returns 0, or
  * fills e. */
 static int body_headers_check(srv_conn *c, const char *method, api_error *e)
 {
@@ -170,9 +171,12 @@ static int body_headers_check(srv_conn *c, const char *method, api_error *e)
     while (*ct == ' ' || *ct == '\t')
         ct++;
     size_t n = strcspn(ct, "; \t");
-    /* application/json, or any application/...+json */
+    /* application/json, any application/...+json, or text/plain: what
+     * fetch() and many HTTP libraries label a string body they were not told
+     * the type of (it is parsed as JSON like any other) */
     int json = (n == 16 && !strncasecmp(ct, "application/json", 16)) ||
-               (n > 17 && !strncasecmp(ct, "application/", 12) && !strncasecmp(ct + n - 5, "+json", 5));
+               (n > 17 && !strncasecmp(ct, "application/", 12) && !strncasecmp(ct + n - 5, "+json", 5)) ||
+               (n == 10 && !strncasecmp(ct, "text/plain", 10));
     if (!json)
         return api_error_set(e, 415, "invalid_request_error", "unsupported_media_type", NULL,
                              "Content-Type '%.*s' is not supported: send the body as JSON with "
