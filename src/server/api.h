@@ -51,6 +51,14 @@ typedef struct api_limits {
     const char *model_name; /* the one served model; "model" must match when given */
 } api_limits;
 
+/* One prompt of a batched /v1/completions request. */
+typedef struct api_prompt {
+    const char *text;           /* borrowed, or NULL when ids */
+    size_t len;
+    int32_t *ids;               /* owned, or NULL */
+    size_t n_ids;
+} api_prompt;
+
 typedef struct api_request {
     api_kind kind;
     json_object *root;          /* owned: the parsed body; borrowed pointers below point into it */
@@ -69,6 +77,9 @@ typedef struct api_request {
     int32_t *prompt_ids;        /* owned token-array prompt, or NULL */
     size_t n_prompt_ids;
     int echo;
+    api_prompt *batch;          /* owned [n_batch] when prompt is a list of several prompts (prompt /
+                                 * prompt_ids then NULL); each gives n choices */
+    int n_batch;
     /* common */
     int max_tokens;             /* -1 = until the context is full */
     sample_params sample;       /* sample.bias points at bias */

@@ -487,6 +487,37 @@ static int parse_id_array(api_request *r, json_object *a, const api_limits *lim,
     return 0;
 }
 
+/* A list of prompts: all strings, or all token-id lists. */
+static int parse_batch(api_request *r, json_object *v, const api_limits *lim, api_error *e)
+{
+    size_t n = json_object_array_length(v);
+    if (n > API_MAX_N)
+        return api_bad(e, "invalid_value", "prompt", "'prompt' may hold at most %d prompts", API_MAX_N);
+    if (!(r->batch = calloc(n, sizeof *r->batch)))
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    int strings = json_object_is_type(json_object_array_get_idx(v, 0), json_type_string);
+    for (size_t i = 0; i < n; i++) {
+        json_object *p = json_object_array_get_idx(v, i);
+        api_prompt *b = &r->batch[r->n_batch];
+        if (strings && json_object_is_type(p, json_type_string)) {
+            b->text = json_object_get_string(p);
+            b->len = (size_t)json_object_get_string_len(p);
+        } else if (!strings && json_object_is_type(p, json_type_array) && json_object_array_length(p) > 0) {
+            if (parse_id_array(r, p, lim, e))
+                return -1;
+            b->ids = r->prompt_ids;
+            b->n_ids = r->n_prompt_ids;
+            r->prompt_ids = NULL;
+            r->n_prompt_ids = 0;
+        } else {
+            return api_bad(e, "invalid_type", "prompt",
+                           "'prompt[%zu]': a batch is a list of strings or a list of non-empty token-id lists", i);
+        }
+        r->n_batch++;
+    }
+    return 0;
+}
+
 static int parse_prompt(api_request *r, json_object *v, const api_limits *lim, api_error *e)
 {
     if (json_object_is_type(v, json_type_string)) {
@@ -503,7 +534,7 @@ static int parse_prompt(api_request *r, json_object *v, const api_limits *lim, a
     if (json_object_is_type(first, json_type_int) || json_object_is_type(first, json_type_double))
         return parse_id_array(r, v, lim, e);
     if (n > 1)
-        return api_bad(e, "unsupported_value", "prompt", "a batch of several prompts is not supported; send one");
+        return parse_batch(r, v, lim, e);
     if (json_object_is_type(first, json_type_string))
         return parse_prompt(r, first, lim, e);
     if (json_object_is_type(first, json_type_array))
@@ -548,6 +579,9 @@ static int parse_stop_ids(api_request *r, json_object *v, const api_limits *lim,
     if (n > API_MAX_BIAS)
         return api_bad(e, "invalid_value", k, "'%s' may hold at most %d ids", k, API_MAX_BIAS);
     free(r->stop_ids);
+    for (int i = 0; i < r->n_batch; i++)
+        free(r->batch[i].ids);
+    free(r->batch);
     r->n_stop_ids = 0;
     if (!(r->stop_ids = malloc((n ? n : 1) * sizeof *r->stop_ids)))
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -914,7 +948,11 @@ int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const
         api_bad(e, "missing_required_parameter", "messages", "'messages' is required");
         goto fail;
     }
-    if (kind == API_COMPLETION && !r->prompt && !r->prompt_ids) {
+    if (r->n_batch && r->n_batch * r->n > API_MAX_N) {
+        api_bad(e, "invalid_value", "prompt", "%d prompts x n=%d is more than %d choices", r->n_batch, r->n, API_MAX_N);
+        goto fail;
+    }
+    if (kind == API_COMPLETION && !r->prompt && !r->prompt_ids && !r->n_batch) {
         api_bad(e, "missing_required_parameter", "prompt", "'prompt' is required");
         goto fail;
     }

@@ -37,6 +37,7 @@ typedef struct gen_choice {
     json_object *lp;    /* logprobs: chat content array, or completions object */
     size_t text_off;    /* completions: bytes of text so far (text_offset) */
     int started;        /* streaming: the role chunk / echo went out */
+    char *echo;         /* completions: the prompt text echoed before the choice */
 } gen_choice;
 
 struct gen_job {
@@ -44,8 +45,7 @@ struct gen_job {
     api_request req;
     char id[48];
     long long created;
-    int n_prompt;
-    char *echo;
+    int n_prompt;       /* prompt tokens, summed over a batch's prompts */
     int n;
     gen_choice ch[API_MAX_N];
     srv_waker *wk;
@@ -133,6 +133,7 @@ void gen_free(gen_job *j)
         toolcall_parser_free(&c->tp);
         json_object_put(c->calls);
         json_object_put(c->lp);
+        free(c->echo);
     }
     if (active)
         atomic_fetch_add(&j->s->met.gen_disconnected, 1);
@@ -141,7 +142,6 @@ void gen_free(gen_job *j)
     api_buf_free(&j->out);
     responses_state_free(j->resp);
     api_request_free(&j->req);
-    free(j->echo);
     free(j);
 }
 
@@ -192,8 +192,8 @@ static int budget_attach(tern_server *s, const api_request *q, const int32_t *pr
     return 0;
 }
 
-int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_prompt, size_t cache_boundary,
-              const char *echo_text, int client_fd, gen_job **out, api_error *err)
+int gen_start(tern_server *s, api_request *req, const gen_prompt *prompts, int n_prompts, int client_fd,
+              gen_job **out, api_error *err)
 {
     gen_job *j = calloc(1, sizeof *j);
     if (!j) {
@@ -203,26 +203,31 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
     j->s = s;
     j->req = *req;
     memset(req, 0, sizeof *req);
-    j->n = j->req.n;
-    j->n_prompt = (int)n_prompt;
+    int per = j->req.n;
+    j->n = per * n_prompts;
+    for (int b = 0; b < n_prompts; b++)
+        j->n_prompt += (int)prompts[b].n;
     j->client_fd = client_fd;
     j->created = (long long)time(NULL);
     snprintf(j->id, sizeof j->id, "%s-%016llx", j->req.kind == API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)random_seed());
     atomic_fetch_add(&s->met.gens_active, 1);
-    if (echo_text && !(j->echo = strdup(echo_text)))
-        goto nomem;
     if (!(j->wk = srv_waker_get(s)))
         goto nomem;
     uint64_t seed = j->req.has_seed ? j->req.sample.seed : random_seed();
     for (int i = 0; i < j->n; i++) {
+        const gen_prompt *pr = &prompts[i / per];
+        const int32_t *prompt = pr->ids;
+        size_t n_prompt = pr->n, cache_boundary = pr->cache_boundary;
+        if (pr->echo && !(j->ch[i].echo = strdup(pr->echo)))
+            goto nomem;
         engine_params p;
         engine_params_default(&p);
         p.prompt = prompt;
         p.n_prompt = n_prompt;
         p.sample = j->req.sample;
-        /* choice 0 keeps the request's seed; the others get distinct streams */
-        p.sample.seed = seed + (uint64_t)i * 0x9E3779B97F4A7C15ull;
+        /* choice 0 of each prompt keeps the request's seed; the others get distinct streams */
+        p.sample.seed = seed + (uint64_t)(i % per) * 0x9E3779B97F4A7C15ull;
         p.max_tokens = j->req.max_tokens;
         p.stop = j->req.stop;
         p.n_stop = j->req.n_stop;
@@ -271,7 +276,7 @@ int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_
         }
         atomic_fetch_add(&s->met.gen_started, 1);
     }
-    atomic_fetch_add(&s->met.prompt_tokens, (long long)n_prompt);
+    atomic_fetch_add(&s->met.prompt_tokens, (long long)j->n_prompt);
     *out = j;
     return 0;
 nomem:
@@ -387,8 +392,8 @@ static void stream_start(gen_job *j, int idx)
         json_object_object_add(choice, "logprobs", NULL);
         json_object_object_add(choice, "finish_reason", NULL);
         api_buf_sse(&j->out, o);
-    } else if (j->echo) {
-        stream_piece(j, idx, NULL, 0, j->echo, strlen(j->echo), NULL);
+    } else if (j->ch[idx].echo) {
+        stream_piece(j, idx, NULL, 0, j->ch[idx].echo, strlen(j->ch[idx].echo), NULL);
     }
 }
 
@@ -711,8 +716,8 @@ int gen_collect(gen_job *j, char **json, api_error *err)
             json_object_object_add(ch, "logprobs", lpo);
         } else {
             api_buf t = {0};
-            if (j->echo)
-                api_buf_append(&t, j->echo, strlen(j->echo));
+            if (c->echo)
+                api_buf_append(&t, c->echo, strlen(c->echo));
             if (c->text.len)
                 api_buf_append(&t, c->text.data, c->text.len);
             json_object_object_add(ch, "text", api_json_string(t.data ? t.data : "", t.len));

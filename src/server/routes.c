@@ -253,22 +253,42 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
         responses_state_free(resp);
         return http_reply_error(c, &e);
     }
-    int32_t *ids;
-    size_t n, boundary;
-    char *echo;
-    if (build_prompt(s, &q, &ids, &n, &boundary, &echo, &e) || check_context(s, &q, n, &e)) {
-        free(ids);
-        free(echo);
-        api_request_free(&q);
-        responses_state_free(resp);
-        return http_reply_error(c, &e);
+    /* one prompt, or each of a batch's (completions) */
+    int n_pr = q.n_batch ? q.n_batch : 1, rc = 0;
+    gen_prompt pr[API_MAX_N];
+    memset(pr, 0, sizeof pr);
+    api_prompt *batch = q.batch;
+    for (int b = 0; b < n_pr && !rc; b++) {
+        if (batch) {
+            q.prompt = batch[b].text;
+            q.prompt_len = batch[b].len;
+            q.prompt_ids = batch[b].ids;
+            q.n_prompt_ids = batch[b].n_ids;
+        }
+        int32_t *ids;
+        char *echo;
+        rc = build_prompt(s, &q, &ids, &pr[b].n, &pr[b].cache_boundary, &echo, &e) ||
+             check_context(s, &q, pr[b].n, &e);
+        pr[b].ids = ids;
+        pr[b].echo = echo;
+    }
+    if (batch) { /* the batch owns its ids */
+        q.prompt = NULL;
+        q.prompt_ids = NULL;
+        q.n_prompt_ids = 0;
     }
     int stream = q.stream;
-    gen_job *j;
-    http_timeout_lift(c);
-    int rc = gen_start(s, &q, ids, n, boundary, echo, http_client_fd(c), &j, &e);
-    free(ids);
-    free(echo);
+    gen_job *j = NULL;
+    if (!rc) {
+        http_timeout_lift(c);
+        rc = gen_start(s, &q, pr, n_pr, http_client_fd(c), &j, &e);
+    } else {
+        api_request_free(&q);
+    }
+    for (int b = 0; b < n_pr; b++) {
+        free((void *)pr[b].ids);
+        free((void *)pr[b].echo);
+    }
     if (rc) {
         responses_state_free(resp);
         return http_reply_error(c, &e);

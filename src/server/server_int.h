@@ -117,11 +117,20 @@ int routes_keyed(srv_route route);
 
 /* gen.c: a generation job = the n engine requests of one HTTP request. */
 typedef struct gen_job gen_job;
-/* Submits n engine requests for req (taken on success and failure) over the
- * prompt (copied). echo_text (copied, may be NULL) is prepended to every
- * choice's text. 0, or -1 with err set (429 when the queue is full). */
-int gen_start(tern_server *s, api_request *req, const int32_t *prompt, size_t n_prompt, size_t cache_boundary,
-              const char *echo_text, int client_fd, gen_job **out, api_error *err);
+/* One prompt of a job: its ids (copied by the engine), where its KV is worth
+ * caching, and the text echoed before each of its choices (copied, may be
+ * NULL). A batch of prompts gives n choices each, prompt-major. */
+typedef struct gen_prompt {
+    const int32_t *ids;
+    size_t n;
+    size_t cache_boundary;
+    const char *echo;
+} gen_prompt;
+/* Submits n engine requests per prompt for req (taken on success and
+ * failure); choice i is prompt i / n's. 0, or -1 with err set (429 when the
+ * queue is full). */
+int gen_start(tern_server *s, api_request *req, const gen_prompt *prompts, int n_prompts, int client_fd,
+              gen_job **out, api_error *err);
 /* Non-streaming: blocks until every choice finished (returns 0 and the
  * response JSON in *json) or the client went away / the server stops (-1). */
 int gen_collect(gen_job *j, char **json, api_error *err);

@@ -167,6 +167,34 @@ try {
     expect400(await comp({ grammar: 'root ::= "a"', guided_grammar: 'root ::= "b"' }), 'grammar', 'grammar and guided_grammar');
     expect400(await comp({ n_predict: 0 }), 'n_predict', 'n_predict 0');
   }
+  // batched prompts on /v1/completions: one choice per prompt (x n), each as if sent alone
+  {
+    const P = ['The capital of France is', 'Once upon a time', 'def add(a, b):'];
+    const solo = [];
+    for (const p of P) solo.push((await post('/v1/completions', { prompt: p, temperature: 0, max_tokens: 8 })).json);
+    const r = await post('/v1/completions', { prompt: P, temperature: 0, max_tokens: 8, n: 2 });
+    const chs = (r.json && r.json.choices) || [];
+    check(r.status === 200 && chs.length === 6, 'batch: 3 prompts x n=2 -> 6 choices', r.text);
+    chs.sort((a, b) => a.index - b.index);
+    for (let i = 0; i < chs.length; i++)
+      check(chs[i].index === i && chs[i].text === solo[Math.floor(i / 2)].choices[0].text, `batch choice ${i} == its prompt alone`, [chs[i], solo[Math.floor(i / 2)].choices[0]]);
+    const pt = solo.reduce((a, x) => a + x.usage.prompt_tokens, 0);
+    check(r.json && r.json.usage.prompt_tokens === pt, 'batch: prompt_tokens summed', r.json && r.json.usage);
+    const ids = await Promise.all(P.map(async (p) => (await post('/tokenize', { content: p, add_special: true })).json.tokens));
+    const t = await post('/v1/completions', { prompt: ids, temperature: 0, max_tokens: 8, echo: true });
+    const tc = ((t.json && t.json.choices) || []).sort((a, b) => a.index - b.index);
+    check(t.status === 200 && tc.length === 3 && tc.every((c, i) => c.text === P[i] + solo[i].choices[0].text), 'batch of id lists with echo', t.text);
+    const s = await post('/v1/completions', { prompt: P.slice(0, 2), temperature: 0, max_tokens: 8, stream: true });
+    const got = ['', ''];
+    for (const line of s.text.split('\n')) {
+      if (!line.startsWith('data: {')) continue;
+      const ch = JSON.parse(line.slice(6)).choices || [];
+      for (const c of ch) got[c.index] += c.text || '';
+    }
+    check(s.status === 200 && got[0] === solo[0].choices[0].text && got[1] === solo[1].choices[0].text, 'batch streamed', got);
+    expect400(await post('/v1/completions', { prompt: ['a', [1]] }), 'prompt', 'batch of mixed kinds');
+    expect400(await post('/v1/completions', { prompt: ['a', 'b', 'c', 'd', 'e'], n: 4 }), 'prompt', 'batch over 16 choices');
+  }
 } finally {
   await srv.stop();
 }

@@ -118,7 +118,7 @@ const cmplCases = [
   ['prompt nested empty', '{"prompt": [[]]}'],
   ['prompt id out of vocab', '{"prompt": [1, 2, 99999999]}'],
   ['prompt negative id', '{"prompt": [-1]}'],
-  ['prompt batch', '{"prompt": ["a", "b"]}'],
+  ['prompt batch of mixed kinds', '{"prompt": ["a", [1]]}'],
   ['missing prompt', '{"max_tokens": 5}'],
   ['logprobs bool', '{"prompt": "hi", "logprobs": true}'],
   ['logprobs too many', '{"prompt": "hi", "logprobs": 50}'],

@@ -189,7 +189,7 @@ static void test_errors(void **state)
     expect_bad(API_COMPLETION, "{\"prompt\":\"\xed\xa0\x80\"}", 400, NULL); /* a UTF-8 surrogate */
     expect_bad(API_COMPLETION, "{\"prompt\":[1,100]}", 400, "prompt");
     expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs");
-    expect_bad(API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt");
+    expect_bad(API_COMPLETION, "{\"prompt\":[\"a\",5]}", 400, "prompt"); /* a batch of one kind only */
     expect_bad(API_COMPLETION, "{\"max_tokens\":3}", 400, "prompt");
     expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"messages\":[]}", 400, "messages");
     /* the body is not NUL-terminated: parse must respect len */
@@ -262,6 +262,24 @@ static void test_compat_fields(void **state)
     expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"stop_token_ids\":[\"5\"]}", 400, "stop_token_ids");
     expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"include_stop_str_in_output\":1}", 400,
                "include_stop_str_in_output");
+    /* batched prompts: strings or id lists, one kind, at most API_MAX_N choices in all */
+    assert_int_equal(parse(&r, API_COMPLETION, "{\"prompt\":[\"a\",\"bc\",\"\"],\"n\":2}", &e), 0);
+    assert_int_equal(r.n_batch, 3);
+    assert_null(r.prompt);
+    assert_int_equal((int)r.batch[1].len, 2);
+    assert_memory_equal(r.batch[1].text, "bc", 2);
+    api_request_free(&r);
+    assert_int_equal(parse(&r, API_COMPLETION, "{\"prompt\":[[1,2],[3]]}", &e), 0);
+    assert_int_equal(r.n_batch, 2);
+    assert_null(r.prompt_ids);
+    assert_int_equal((int)r.batch[0].n_ids, 2);
+    assert_int_equal(r.batch[1].ids[0], 3);
+    api_request_free(&r);
+    expect_bad(API_COMPLETION, "{\"prompt\":[\"a\",[1]]}", 400, "prompt");
+    expect_bad(API_COMPLETION, "{\"prompt\":[[1],\"a\"]}", 400, "prompt");
+    expect_bad(API_COMPLETION, "{\"prompt\":[[1],[]]}", 400, "prompt");
+    expect_bad(API_COMPLETION, "{\"prompt\":[[1],[100]]}", 400, "prompt");
+    expect_bad(API_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":4}", 400, "prompt");
 }
 
 static void test_echoed_message(void **state)
