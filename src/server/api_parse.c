@@ -579,9 +579,6 @@ static int parse_stop_ids(api_request *r, json_object *v, const api_limits *lim,
     if (n > API_MAX_BIAS)
         return api_bad(e, "invalid_value", k, "'%s' may hold at most %d ids", k, API_MAX_BIAS);
     free(r->stop_ids);
-    for (int i = 0; i < r->n_batch; i++)
-        free(r->batch[i].ids);
-    free(r->batch);
     r->n_stop_ids = 0;
     if (!(r->stop_ids = malloc((n ? n : 1) * sizeof *r->stop_ids)))
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -900,6 +897,9 @@ void api_request_free(api_request *r)
     free(r->bias);
     free(r->stop);
     free(r->stop_ids);
+    for (int i = 0; i < r->n_batch; i++)
+        free(r->batch[i].ids);
+    free(r->batch);
     structured_free(r->structured);
     memset(r, 0, sizeof *r);
 }
