@@ -100,6 +100,7 @@ typedef struct api_request {
     int32_t *stop_ids;          /* owned [n_stop_ids] */
     int n_stop_ids;
     int include_stop_str;
+    char ignored[160];          /* unknown top-level fields ignored, ", "-joined ("" = none) */
     /* reasoning (reasoning.h) */
     int include_reasoning;      /* default 1: report the thought as reasoning_content */
     int enable_thinking;        /* -1 = the template's default; 0/1 from reasoning_effort */

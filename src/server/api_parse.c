@@ -696,6 +696,71 @@ static int is_structured(const char *k)
     return 0;
 }
 
+/* Every top-level field name either endpoint understands, for "did you mean". */
+static const char *const known_fields[] = {
+    "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+    "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "seed", "stop", "n",
+    "best_of", "logprobs", "top_logprobs", "stream", "stream_options", "ignore_eos", "skip_special_tokens", "echo",
+    "suffix", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt",
+    "include_reasoning", "reasoning_effort", "response_format", "guided_json", "guided_grammar", "guided_regex",
+    "guided_choice", "structured_outputs", "user", "metadata", "store", "service_tier", "min_tokens",
+    "stop_token_ids", "include_stop_str_in_output", "cache_prompt", "n_predict", "repeat_penalty", "grammar",
+    "json_schema"};
+
+/* Levenshtein distance of a and b, capped at 3 (names past 63 bytes: 3). */
+static int edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 3;
+    if ((la > lb ? la - lb : lb - la) > 2)
+        return 3;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb] < 3 ? row[lb] : 3;
+}
+
+/* A field no branch took: a known name (of the other endpoint) or a likely
+ * misspelling of one is a 400; anything else is ignored and listed in
+ * r->ignored (the server sends it back in a Warning header). */
+static int unknown_field(api_request *r, const char *k, api_error *e)
+{
+    const char *near = NULL;
+    int best = 3;
+    for (size_t i = 0; i < sizeof known_fields / sizeof known_fields[0]; i++) {
+        int d = edit_distance(k, known_fields[i]);
+        if (d < best) {
+            best = d;
+            near = known_fields[i];
+        }
+    }
+    if (best == 0)
+        return api_bad(e, "unsupported_parameter", k, "Unsupported parameter: '%.60s' is not supported on this endpoint",
+                       k);
+    if (near)
+        return api_bad(e, "unsupported_parameter", k, "Unknown parameter: '%.60s' (did you mean '%s'?)", k, near);
+    size_t used = strlen(r->ignored), kl = strlen(k);
+    if (used + kl + 3 < sizeof r->ignored)
+        snprintf(r->ignored + used, sizeof r->ignored - used, "%s%s", used ? ", " : "", k);
+    else if (used + 5 < sizeof r->ignored && strcmp(r->ignored + used - 3, "...") != 0)
+        snprintf(r->ignored + used, sizeof r->ignored - used, ", ...");
+    return 0;
+}
+
 /* One top-level field. Returns 0, or -1 with e set. */
 static int parse_field(api_request *r, const char *k, json_object *v, const api_limits *lim, int *seen_lp,
                        int *seen_top, int *seen_choice, long long *best_of, api_error *e)
@@ -876,7 +941,7 @@ static int parse_field(api_request *r, const char *k, json_object *v, const api_
         return 0; /* read from root by structured_prepare */
     if (is_noop_hint(k))
         return 0;
-    return api_bad(e, "unsupported_parameter", k, "Unsupported parameter: '%.60s' is not supported by this server", k);
+    return unknown_field(r, k, e);
 }
 
 int api_thinking_off(const api_request *r)

@@ -248,6 +248,14 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
         return http_reply_error(c, &e);
     }
     q.reasoning_budget = reasoning_budget_combine(q.reasoning_budget, s->o.reasoning_budget);
+    if (q.ignored[0]) { /* unknown fields: ignored, and said so */
+        char clean[160];
+        snprintf(clean, sizeof clean, "%s", q.ignored);
+        for (char *p = clean; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\' || (unsigned char)*p >= 0x7f)
+                *p = '?';
+        snprintf(c->warning, sizeof c->warning, "299 tern \"unknown fields ignored: %s\"", clean);
+    }
     if (structured_prepare(s, &q, c->warning, &e) || toolcall_prepare(s, &q, &e)) {
         api_request_free(&q);
         responses_state_free(resp);

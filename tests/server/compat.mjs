@@ -167,6 +167,19 @@ try {
     expect400(await comp({ grammar: 'root ::= "a"', guided_grammar: 'root ::= "b"' }), 'grammar', 'grammar and guided_grammar');
     expect400(await comp({ n_predict: 0 }), 'n_predict', 'n_predict 0');
   }
+  // unknown fields: ignored with a Warning header naming them; misspellings stay 400s
+  {
+    const r = await comp({ max_tokens: 24, frobnicate: 1, x_client_trace: 'abc' });
+    const w = r.headers.get('warning') || '';
+    check(r.status === 200 && r.json.choices[0].text === G, 'unknown fields: ignored, same text', r.text);
+    check(/frobnicate/.test(w) && /x_client_trace/.test(w) && /^299 /.test(w), 'unknown fields: Warning header names them', w);
+    const plain = await comp({ max_tokens: 2 });
+    check(!plain.headers.get('warning'), 'no Warning without unknown fields', plain.headers.get('warning'));
+    const m = await comp({ max_tokens: 4, temperatur: 0.5 });
+    expect400(m, 'temperatur', 'misspelled temperature');
+    check(/did you mean 'temperature'/.test(m.json && m.json.error.message), 'misspelling: did you mean', m.json);
+    expect400(await comp({ max_tokens: 4, messages: [] }), 'messages', "chat's field on completions");
+  }
   // batched prompts on /v1/completions: one choice per prompt (x n), each as if sent alone
   {
     const P = ['The capital of France is', 'Once upon a time', 'def add(a, b):'];

@@ -107,7 +107,7 @@ const cases = [
   ['guided_regex unbalanced', `{"messages": ${msg}, "guided_regex": "(a"}`],
   ['guided_choice empty', `{"messages": ${msg}, "guided_choice": []}`],
   ['structured_outputs number', `{"messages": ${msg}, "structured_outputs": 5}`],
-  ['unknown field', `{"messages": ${msg}, "frobnicate": 1}`],
+  ['misspelled field', `{"messages": ${msg}, "max_token": 1}`],
   ['unknown message field', '{"messages": [{"role": "user", "content": "hi", "audio": {}}]}'],
   ['unknown model', `{"messages": ${msg}, "model": "gpt-4o"}`],
   ['deep nesting', '{"messages": ' + '['.repeat(50000) + ']'.repeat(50000) + '}'],

@@ -183,7 +183,7 @@ try {
   await expectError(client.completions.create({ model: M, prompt: 'hi', max_tokens: 100000 }), 400, 'prompt + max_tokens over the context');
   await expectError(client.chat.completions.create({ ...greedy, response_format: { type: 'yaml' } }), 400, 'unknown response_format type');
   await expectError(client.chat.completions.create({ ...greedy, guided_regex: '(a' }), 400, 'guided_regex that does not compile', 'guided_regex');
-  await expectError(client.chat.completions.create({ ...greedy, frobnicate: 1 }), 400, 'unknown field named', 'frobnicate');
+  await expectError(client.chat.completions.create({ ...greedy, temprature: 1 }), 400, 'misspelled field named', 'temprature');
   await expectError(client.chat.completions.create({ ...greedy, messages: [] }), 400, 'empty messages', 'messages');
   await expectError(client.chat.completions.create({ ...greedy, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }), 400, 'image content part');
   const bad = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'wrong-key', maxRetries: 0 });

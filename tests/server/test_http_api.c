@@ -160,7 +160,9 @@ static void test_errors(void **state)
     BAD("{%s,\"stop\":[\"\"]}", 400, "stop");
     BAD("{%s,\"top_logprobs\":2}", 400, "top_logprobs");
     BAD("{%s,\"model\":\"other\"}", 400, "model");
-    BAD("{%s,\"wat\":1}", 400, "wat");
+    BAD("{%s,\"temprature\":1}", 400, "temprature"); /* a misspelling: did you mean */
+    BAD("{%s,\"max_token\":1}", 400, "max_token");
+    BAD("{%s,\"prompt\":\"a\"}", 400, "prompt"); /* the other endpoint's field */
     BAD("{%s,\"stream_options\":{\"include_usage\":true}}", 400, "stream_options");
     BAD("{%s,\"tool_choice\":\"required\"}", 400, "tool_choice");
     BAD("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400,
@@ -262,6 +264,10 @@ static void test_compat_fields(void **state)
     expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"stop_token_ids\":[\"5\"]}", 400, "stop_token_ids");
     expect_bad(API_COMPLETION, "{\"prompt\":\"a\",\"include_stop_str_in_output\":1}", 400,
                "include_stop_str_in_output");
+    /* unknown fields far from every known one: ignored and listed */
+    assert_int_equal(parse(&r, API_COMPLETION, "{\"prompt\":\"a\",\"frobnicate\":1,\"x_trace_id\":\"q\"}", &e), 0);
+    assert_string_equal(r.ignored, "frobnicate, x_trace_id");
+    api_request_free(&r);
     /* batched prompts: strings or id lists, one kind, at most API_MAX_N choices in all */
     assert_int_equal(parse(&r, API_COMPLETION, "{\"prompt\":[\"a\",\"bc\",\"\"],\"n\":2}", &e), 0);
     assert_int_equal(r.n_batch, 3);
