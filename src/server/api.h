@@ -59,6 +59,34 @@ typedef struct api_prompt {
     size_t n_ids;
 } api_prompt;
 
+/* Whitespace run cap between JSON tokens when the request says nothing:
+ * enough for any pretty-printing, and a weak model cannot spin on blanks. */
+#define API_STRUCTURED_DEFAULT_MAX_WS 20
+
+/* What a structured-output spec constrains to (the order is structured.c's
+ * kind names). */
+typedef enum api_spec_kind {
+    API_SPEC_NONE = 0,
+    API_SPEC_GRAMMAR,
+    API_SPEC_SCHEMA,
+    API_SPEC_JSON_OBJECT,
+    API_SPEC_REGEX,
+    API_SPEC_CHOICE,
+} api_spec_kind;
+
+/* The one structured-output spec a request asks for (api_structured.c),
+ * picked by precedence from response_format, guided_* and
+ * structured_outputs; kind API_SPEC_NONE when unconstrained. */
+typedef struct api_structured_spec {
+    api_spec_kind kind;
+    char param[96];      /* the request field it came from (errors name it) */
+    json_object *json;   /* SCHEMA / CHOICE: borrowed from the request or owned below */
+    json_object *owned;  /* a schema parsed from JSON text */
+    const char *text;    /* GRAMMAR / REGEX: borrowed */
+    size_t text_len;
+    int any_ws, max_ws, strict;
+} api_structured_spec;
+
 typedef struct api_request {
     api_kind kind;
     json_object *root;          /* owned: the parsed body; borrowed pointers below point into it */
@@ -105,6 +133,7 @@ typedef struct api_request {
     int include_reasoning;      /* default 1: report the thought as reasoning_content */
     int enable_thinking;        /* -1 = the template's default; 0/1 from reasoning_effort */
     int reasoning_budget;       /* think tokens before the close is forced, -1 = none (before the server's cap) */
+    api_structured_spec structured_spec; /* owned: the structured-output fields, checked */
     struct srv_structured *structured; /* owned (structured.c): the grammar, NULL = unconstrained */
 } api_request;
 
@@ -114,6 +143,14 @@ typedef struct api_request {
 int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const api_limits *lim,
               api_error *err);
 void api_request_free(api_request *r);
+/* Reads the structured-output fields of r->root (response_format,
+ * guided_*, structured_outputs) into r->structured_spec, the winner by
+ * precedence (grammar > json_schema > json_object > structured_outputs >
+ * regex > choice); api_parse calls it last. A field of the wrong shape is
+ * a 400 naming it, and leaves the spec empty. Returns 0, or -1 with e set. */
+int api_structured_parse(api_request *r, api_error *e);
+/* Frees what sp owns and empties it (NULL is a no-op). */
+void api_structured_free(api_structured_spec *sp);
 /* Whether the request turned thinking off (chat_template_kwargs.enable_thinking
  * false, or reasoning_effort "none"). */
 int api_thinking_off(const api_request *r);

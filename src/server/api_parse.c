@@ -595,7 +595,7 @@ static int parse_stop_ids(api_request *r, json_object *v, const api_limits *lim,
 /* llama-server's names for OpenAI / vLLM fields, once every field is read:
  * n_predict -> max_tokens (the OpenAI names win), repeat_penalty ->
  * repetition_penalty, grammar -> guided_grammar, json_schema -> guided_json
- * (structured.c reads those from the body). Giving both names with
+ * (api_structured.c reads those from the body). Giving both names with
  * different values is a 400 naming the llama-server one. */
 static int resolve_aliases(api_request *r, api_error *e)
 {
@@ -673,7 +673,7 @@ static int parse_response_format(json_object *v, api_error *e)
     if (!json_object_is_type(v, json_type_object) || !json_object_object_get_ex(v, "type", &t) ||
         !json_object_is_type(t, json_type_string))
         return api_bad(e, "invalid_type", "response_format", "'response_format' must be an object with a 'type'");
-    return 0; /* the rest is checked by structured_prepare */
+    return 0; /* the rest is checked by api_structured_parse */
 }
 
 /* Fields OpenAI defines as hints with no effect on the output. */
@@ -938,7 +938,7 @@ static int parse_field(api_request *r, const char *k, json_object *v, const api_
     if (!strcmp(k, "response_format"))
         return parse_response_format(v, e);
     if (is_structured(k))
-        return 0; /* read from root by structured_prepare */
+        return 0; /* read from root by api_structured_parse */
     if (is_noop_hint(k))
         return 0;
     return unknown_field(r, k, e);
@@ -958,6 +958,7 @@ void api_request_free(api_request *r)
         return;
     json_object_put(r->messages);
     json_object_put(r->root);
+    api_structured_free(&r->structured_spec);
     free(r->prompt_ids);
     free(r->bias);
     free(r->stop);
@@ -1053,6 +1054,8 @@ int api_parse(api_request *r, api_kind kind, const char *body, size_t len, const
         api_bad(e, "invalid_value", NULL, "%s", se.msg);
         goto fail;
     }
+    if (api_structured_parse(r, e)) /* last: every other field's 400 comes first */
+        goto fail;
     return 0;
 fail:
     api_request_free(r);

@@ -1,16 +1,7 @@
-/* Structured output: request fields -> grammar spec -> compiled grammar
- * (cached per server, keyed by the normalized spec) -> a constraint per
- * engine row. See structured.h and docs/structured-output.md.
- *
- * Field shapes accepted:
- *   response_format {type: text | json_object | json_schema,
- *                    json_schema: {name, schema, strict, description,
- *                                  any_whitespace, max_whitespace}}
- *   guided_json (schema object or JSON text), guided_grammar (EBNF text),
- *   guided_regex (text), guided_choice ([strings]),
- *   structured_outputs: a bare schema, or vLLM's object form
- *                       {json | regex | choice | grammar | json_object,
- *                        disable_any_whitespace}. */
+/* Structured output: the request's typed spec (api_structured_spec, read
+ * and checked by api_structured.c) -> normalized cache key and EBNF ->
+ * compiled grammar (cached per server) -> a constraint per engine row.
+ * See structured.h and docs/structured-output.md. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,32 +18,13 @@
 #include "server/server_int.h"
 #include "server/structured.h"
 
-/* Whitespace run cap between JSON tokens when the request says nothing:
- * enough for any pretty-printing, and a weak model cannot spin on blanks. */
-#define STRUCTURED_DEFAULT_MAX_WS 20
 /* Think tokens before </think> is forced, when max_tokens leaves no hint. */
 #define STRUCTURED_THINK_CAP 4096
 
-typedef enum spec_kind {
-    SPEC_NONE = 0,
-    SPEC_GRAMMAR,
-    SPEC_SCHEMA,
-    SPEC_JSON_OBJECT,
-    SPEC_REGEX,
-    SPEC_CHOICE,
-} spec_kind;
-
+/* By api_spec_kind. */
 static const char *const kind_names[] = {"none", "grammar", "json_schema", "json_object", "regex", "choice"};
 
-typedef struct spec {
-    spec_kind kind;
-    char param[96];      /* the request field it came from */
-    json_object *json;   /* SCHEMA / CHOICE: borrowed from the request or owned below */
-    json_object *owned;  /* a schema parsed from JSON text */
-    const char *text;    /* GRAMMAR / REGEX: borrowed */
-    size_t text_len;
-    int any_ws, max_ws, strict;
-} spec;
+typedef api_structured_spec spec;
 
 typedef struct structured_server {
     grammar_vocab *v;
@@ -66,7 +38,7 @@ struct srv_structured {
     int lazy;              /* the grammar starts at a trigger (tool calls, toolcall.c) */
     int from_rf;           /* the spec came from response_format (not guided_* / structured_outputs) */
     constraint_lazy lz;
-    spec_kind kind;
+    api_spec_kind kind;
     double compile_ms;
     int cache_hit;
 };
@@ -127,251 +99,6 @@ void structured_free(srv_structured *st)
         return;
     grammar_cache_release(st->ss->cache, st->ref);
     free(st);
-}
-
-/* ---- fields -> spec ---- */
-
-static int bad_type(api_error *e, const char *param, const char *what)
-{
-    return api_bad(e, "invalid_type", param, "'%s' must be %s", param, what);
-}
-
-static int get_string_field(json_object *v, const char *param, const char **s, size_t *len, api_error *e)
-{
-    if (!json_object_is_type(v, json_type_string))
-        return bad_type(e, param, "a string");
-    *s = json_object_get_string(v);
-    *len = (size_t)json_object_get_string_len(v);
-    if (*len == 0)
-        return api_bad(e, "invalid_value", param, "'%s' must not be empty", param);
-    return 0;
-}
-
-/* A schema given as an object, or as JSON text (vLLM accepts both). */
-static int take_schema(spec *sp, json_object *v, const char *param, api_error *e)
-{
-    if (json_object_is_type(v, json_type_string)) {
-        tern_err je;
-        json_object *o = tern_json_parse(json_object_get_string(v), (size_t)json_object_get_string_len(v), &je);
-        if (!o)
-            return api_bad(e, "invalid_value", param, "'%s' is not valid JSON: %s", param, je.msg);
-        sp->owned = o;
-        v = o;
-    }
-    if (!json_object_is_type(v, json_type_object) && !json_object_is_type(v, json_type_boolean))
-        return bad_type(e, param, "a JSON Schema (an object)");
-    sp->kind = SPEC_SCHEMA;
-    sp->json = v;
-    snprintf(sp->param, sizeof sp->param, "%s", param);
-    return 0;
-}
-
-static int take_choice(spec *sp, json_object *v, const char *param, api_error *e)
-{
-    if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0)
-        return bad_type(e, param, "a non-empty array of strings");
-    for (size_t i = 0; i < json_object_array_length(v); i++)
-        if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string))
-            return bad_type(e, param, "a non-empty array of strings");
-    sp->kind = SPEC_CHOICE;
-    sp->json = v;
-    snprintf(sp->param, sizeof sp->param, "%s", param);
-    return 0;
-}
-
-static int take_text(spec *sp, spec_kind kind, json_object *v, const char *param, api_error *e)
-{
-    if (get_string_field(v, param, &sp->text, &sp->text_len, e))
-        return -1;
-    sp->kind = kind;
-    snprintf(sp->param, sizeof sp->param, "%s", param);
-    return 0;
-}
-
-static int get_bool_field(json_object *v, const char *param, int *out, api_error *e)
-{
-    if (!json_object_is_type(v, json_type_boolean))
-        return bad_type(e, param, "a boolean");
-    *out = json_object_get_boolean(v);
-    return 0;
-}
-
-static int parse_json_schema_obj(spec *sp, json_object *js, api_error *e)
-{
-    const char *P = "response_format.json_schema";
-    if (!json_object_is_type(js, json_type_object))
-        return bad_type(e, P, "an object {name, schema, strict}");
-    json_object *schema = NULL;
-    json_object_object_foreach(js, k, v) {
-        char param[96];
-        snprintf(param, sizeof param, "%s.%.40s", P, k);
-        if (!v)
-            continue;
-        if (!strcmp(k, "schema")) {
-            schema = v;
-        } else if (!strcmp(k, "name") || !strcmp(k, "description")) {
-            if (!json_object_is_type(v, json_type_string))
-                return bad_type(e, param, "a string");
-        } else if (!strcmp(k, "strict")) {
-            if (get_bool_field(v, param, &sp->strict, e))
-                return -1;
-        } else if (!strcmp(k, "any_whitespace")) {
-            if (get_bool_field(v, param, &sp->any_ws, e))
-                return -1;
-        } else if (!strcmp(k, "max_whitespace")) {
-            if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0 ||
-                json_object_get_int64(v) > 256)
-                return api_bad(e, "invalid_value", param, "'%s' must be an integer from 0 to 256", param);
-            sp->max_ws = (int)json_object_get_int64(v);
-        } else {
-            return api_bad(e, "unsupported_parameter", param, "unsupported field '%s'", param);
-        }
-    }
-    if (!schema) /* OpenAI: a json_schema without a schema admits any object */
-        return sp->kind = SPEC_JSON_OBJECT, snprintf(sp->param, sizeof sp->param, "%s", P), 0;
-    return take_schema(sp, schema, "response_format.json_schema.schema", e);
-}
-
-static int parse_response_format(json_object *rf, spec *schema_sp, spec *object_sp, api_error *e)
-{
-    json_object *t = NULL;
-    if (!json_object_is_type(rf, json_type_object) || !json_object_object_get_ex(rf, "type", &t) ||
-        !json_object_is_type(t, json_type_string))
-        return api_bad(e, "invalid_type", "response_format", "'response_format' must be an object with a 'type'");
-    const char *type = json_object_get_string(t);
-    json_object_object_foreach(rf, k, v) {
-        if (!strcmp(k, "type") || (!strcmp(type, "json_schema") && !strcmp(k, "json_schema")))
-            continue;
-        (void)v;
-        char param[96];
-        snprintf(param, sizeof param, "response_format.%.40s", k);
-        return api_bad(e, "unsupported_parameter", param, "unsupported field '%s' for type '%.40s'", param, type);
-    }
-    if (!strcmp(type, "text"))
-        return 0;
-    if (!strcmp(type, "json_object")) {
-        object_sp->kind = SPEC_JSON_OBJECT;
-        snprintf(object_sp->param, sizeof object_sp->param, "response_format");
-        return 0;
-    }
-    if (!strcmp(type, "json_schema")) {
-        json_object *js = NULL;
-        if (!json_object_object_get_ex(rf, "json_schema", &js) || !js)
-            return api_bad(e, "missing_required_parameter", "response_format.json_schema",
-                           "response_format type 'json_schema' needs 'json_schema'");
-        return parse_json_schema_obj(schema_sp, js, e);
-    }
-    return api_bad(e, "invalid_value", "response_format.type",
-                   "response_format type must be 'text', 'json_object' or 'json_schema', not '%.40s'", type);
-}
-
-/* structured_outputs: vLLM's object form, or a bare schema. */
-static int parse_structured_outputs(json_object *v, spec *sp, api_error *e)
-{
-    static const char *const form_keys[] = {"json", "regex", "choice", "grammar", "json_object"};
-    int is_form = 0;
-    if (json_object_is_type(v, json_type_object))
-        for (size_t i = 0; i < sizeof form_keys / sizeof form_keys[0]; i++)
-            is_form |= json_object_object_get_ex(v, form_keys[i], NULL);
-    if (!is_form)
-        return take_schema(sp, v, "structured_outputs", e);
-    /* precedence inside the form follows the top level's */
-    spec g = {0}, js = {0}, jo = {0}, re = {0}, ch = {0};
-    g.any_ws = js.any_ws = jo.any_ws = re.any_ws = ch.any_ws = sp->any_ws;
-    g.max_ws = js.max_ws = jo.max_ws = re.max_ws = ch.max_ws = sp->max_ws;
-    g.strict = js.strict = jo.strict = re.strict = ch.strict = sp->strict;
-    int any_ws = sp->any_ws;
-    json_object_object_foreach(v, k, f) {
-        char param[96];
-        snprintf(param, sizeof param, "structured_outputs.%.40s", k);
-        if (!f)
-            continue;
-        int rc = 0;
-        if (!strcmp(k, "json"))
-            rc = take_schema(&js, f, param, e);
-        else if (!strcmp(k, "grammar"))
-            rc = take_text(&g, SPEC_GRAMMAR, f, param, e);
-        else if (!strcmp(k, "regex"))
-            rc = take_text(&re, SPEC_REGEX, f, param, e);
-        else if (!strcmp(k, "choice"))
-            rc = take_choice(&ch, f, param, e);
-        else if (!strcmp(k, "json_object")) {
-            int on = 0;
-            rc = get_bool_field(f, param, &on, e);
-            if (on) {
-                jo.kind = SPEC_JSON_OBJECT;
-                snprintf(jo.param, sizeof jo.param, "%s", param);
-            }
-        } else if (!strcmp(k, "disable_any_whitespace")) {
-            int off = 0;
-            rc = get_bool_field(f, param, &off, e);
-            any_ws = !off;
-        } else if (!strcmp(k, "disable_additional_properties")) {
-            int off = 0;
-            rc = get_bool_field(f, param, &off, e);
-            if (off)
-                sp->strict = 1;
-        } else {
-            rc = api_bad(e, "unsupported_parameter", param, "unsupported field '%s'", param);
-        }
-        if (rc) {
-            json_object_put(js.owned);
-            return -1;
-        }
-    }
-    spec *pick = g.kind ? &g : js.kind ? &js : jo.kind ? &jo : re.kind ? &re : ch.kind ? &ch : NULL;
-    if (pick) {
-        int strict = sp->strict;
-        *sp = *pick;
-        sp->any_ws = any_ws;
-        sp->strict = strict;
-        if (pick != &js)
-            json_object_put(js.owned);
-    }
-    return 0;
-}
-
-static void spec_free(spec *sp) { json_object_put(sp->owned); }
-
-/* Collects every structured field of q and keeps the winner in *out. */
-static int collect(const api_request *q, spec *out, api_error *e)
-{
-    spec s[6]; /* by precedence: grammar, json_schema, json_object, structured_outputs, regex, choice */
-    memset(s, 0, sizeof s);
-    for (int i = 0; i < 6; i++) {
-        s[i].any_ws = 1;
-        s[i].max_ws = STRUCTURED_DEFAULT_MAX_WS;
-        s[i].strict = 1;
-    }
-    int rc = 0;
-    json_object_object_foreach(q->root, k, v) {
-        if (!v || rc)
-            continue;
-        if (!strcmp(k, "response_format")) {
-            spec_free(&s[1]); /* wins over a guided_json seen earlier */
-            s[1].owned = NULL;
-            s[1].kind = SPEC_NONE;
-            rc = parse_response_format(v, &s[1], &s[2], e);
-        }
-        else if (!strcmp(k, "guided_grammar"))
-            rc = take_text(&s[0], SPEC_GRAMMAR, v, k, e);
-        else if (!strcmp(k, "guided_json") && !s[1].kind) /* response_format's json_schema wins */
-            rc = take_schema(&s[1], v, k, e);
-        else if (!strcmp(k, "structured_outputs"))
-            rc = parse_structured_outputs(v, &s[3], e);
-        else if (!strcmp(k, "guided_regex"))
-            rc = take_text(&s[4], SPEC_REGEX, v, k, e);
-        else if (!strcmp(k, "guided_choice"))
-            rc = take_choice(&s[5], v, k, e);
-    }
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < 6; i++) {
-        if (!rc && s[i].kind && !out->kind)
-            *out = s[i];
-        else
-            spec_free(&s[i]);
-    }
-    return rc ? -1 : 0;
 }
 
 /* ---- spec -> key, EBNF ---- */
@@ -461,11 +188,11 @@ static int build_ebnf(void *user, char **ebnf, tern_err *err)
 {
     const spec *sp = user;
     switch (sp->kind) {
-    case SPEC_GRAMMAR:
+    case API_SPEC_GRAMMAR:
         if (!(*ebnf = strndup(sp->text, sp->text_len)))
             return tern_err_set(err, TERN_ENOMEM, "out of memory");
         return 0;
-    case SPEC_SCHEMA: {
+    case API_SPEC_SCHEMA: {
         grammar_schema_opts o;
         grammar_schema_opts_init(&o);
         o.any_whitespace = sp->any_ws;
@@ -473,13 +200,13 @@ static int build_ebnf(void *user, char **ebnf, tern_err *err)
         o.strict = sp->strict;
         return grammar_schema_to_ebnf(sp->json, &o, ebnf, err);
     }
-    case SPEC_JSON_OBJECT:
+    case API_SPEC_JSON_OBJECT:
         if (!(*ebnf = grammar_json_builtin_ebnf(GRAMMAR_JSON_OBJECT, sp->any_ws, sp->max_ws)))
             return tern_err_set(err, TERN_ENOMEM, "out of memory");
         return 0;
-    case SPEC_REGEX:
+    case API_SPEC_REGEX:
         return grammar_regex_to_ebnf(sp->text, sp->text_len, ebnf, err);
-    case SPEC_CHOICE:
+    case API_SPEC_CHOICE:
         return grammar_choice_to_ebnf(sp->json, ebnf, err);
     default:
         return tern_err_set(err, TERN_EINVAL, "no grammar");
@@ -488,39 +215,31 @@ static int build_ebnf(void *user, char **ebnf, tern_err *err)
 
 int structured_spec_key(const api_request *q, char **key, api_error *e)
 {
-    spec sp;
+    const spec *sp = &q->structured_spec;
     *key = NULL;
-    if (collect(q, &sp, e))
-        return -1;
     size_t len;
-    if (sp.kind && !(*key = spec_key(&sp, &len))) {
-        spec_free(&sp);
+    if (sp->kind && !(*key = spec_key(sp, &len)))
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    }
-    spec_free(&sp);
     return 0;
 }
 
 int structured_spec_ebnf(const api_request *q, char **ebnf, char **key, api_error *e)
 {
-    spec sp;
+    const spec *sp = &q->structured_spec;
     *ebnf = *key = NULL;
-    if (collect(q, &sp, e))
-        return -1;
-    if (!sp.kind)
+    if (!sp->kind)
         return 0;
     size_t len;
     tern_err te = {0};
     int rc = 0;
-    if (!(*key = spec_key(&sp, &len)))
+    if (!(*key = spec_key(sp, &len)))
         rc = api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    else if (build_ebnf(&sp, ebnf, &te))
-        rc = compile_error(e, &sp, &te);
+    else if (build_ebnf((void *)sp, ebnf, &te))
+        rc = compile_error(e, sp, &te);
     if (rc) {
         free(*key);
         *key = NULL;
     }
-    spec_free(&sp);
     return rc;
 }
 
@@ -530,22 +249,22 @@ static char *fallback_instruction(const spec *sp)
 {
     tern_sbuf b = {0};
     switch (sp->kind) {
-    case SPEC_SCHEMA:
+    case API_SPEC_SCHEMA:
         tern_sbuf_str(&b, "Answer with a single JSON value, and nothing else, that conforms to this JSON Schema:\n");
         tern_sbuf_str(&b, json_object_to_json_string_ext(sp->json, JSON_C_TO_STRING_PLAIN));
         break;
-    case SPEC_JSON_OBJECT:
+    case API_SPEC_JSON_OBJECT:
         tern_sbuf_str(&b, "Answer with a single JSON object and nothing else.");
         break;
-    case SPEC_GRAMMAR:
+    case API_SPEC_GRAMMAR:
         tern_sbuf_str(&b, "Answer with text, and nothing else, that this grammar (EBNF, start rule root) accepts:\n");
         tern_sbuf_put(&b, sp->text, sp->text_len);
         break;
-    case SPEC_REGEX:
+    case API_SPEC_REGEX:
         tern_sbuf_str(&b, "Answer with text, and nothing else, that matches this regular expression in full:\n");
         tern_sbuf_put(&b, sp->text, sp->text_len);
         break;
-    case SPEC_CHOICE:
+    case API_SPEC_CHOICE:
         tern_sbuf_str(&b, "Answer with exactly one of these, and nothing else: ");
         tern_sbuf_str(&b, json_object_to_json_string_ext(sp->json, JSON_C_TO_STRING_PLAIN));
         break;
@@ -623,57 +342,48 @@ static void warning_value(char *dst, size_t cap, const char *kind, const char *w
 
 int structured_prepare(tern_server *s, api_request *q, char *warning, api_error *e)
 {
-    spec sp;
+    const spec *sp = &q->structured_spec;
     q->structured = NULL;
-    if (collect(q, &sp, e))
-        return -1;
-    if (!sp.kind)
+    if (!sp->kind)
         return 0;
     structured_server *ss = server_state(s, e);
-    if (!ss) {
-        spec_free(&sp);
+    if (!ss)
         return -1;
-    }
     size_t key_len = 0;
-    char *key = spec_key(&sp, &key_len);
-    if (!key) {
-        spec_free(&sp);
+    char *key = spec_key(sp, &key_len);
+    if (!key)
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    }
     int hit = 0;
     double ms = 0;
     tern_err te = {0};
-    grammar_cache_ref *ref = grammar_cache_get(ss->cache, key, key_len, build_ebnf, &sp, &hit, &ms, &te);
+    grammar_cache_ref *ref = grammar_cache_get(ss->cache, key, key_len, build_ebnf, (void *)sp, &hit, &ms, &te);
     free(key);
     if (!ref) {
-        int rc = compile_error(e, &sp, &te);
+        int rc = compile_error(e, sp, &te);
         if (s->o.grammar_fallback && te.code != TERN_ENOMEM) {
-            char *instr = fallback_instruction(&sp);
+            char *instr = fallback_instruction(sp);
             if (instr && inject_prompt(q, instr) == 0) {
-                warning_value(warning, STRUCTURED_WARNING_MAX, kind_names[sp.kind], te.msg);
+                warning_value(warning, STRUCTURED_WARNING_MAX, kind_names[sp->kind], te.msg);
                 TERN_INFO("structured: %s", e->msg);
                 rc = 0;
             }
             free(instr);
         }
-        spec_free(&sp);
         return rc;
     }
     srv_structured *st = calloc(1, sizeof *st);
     if (!st) {
         grammar_cache_release(ss->cache, ref);
-        spec_free(&sp);
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     }
     st->ss = ss;
     st->ref = ref;
-    st->kind = sp.kind;
-    st->from_rf = !strncmp(sp.param, "response_format", 15);
+    st->kind = sp->kind;
+    st->from_rf = !strncmp(sp->param, "response_format", 15);
     st->compile_ms = ms;
     st->cache_hit = hit;
-    TERN_DEBUG("structured: %s from '%s', %s in %.2f ms", kind_names[sp.kind], sp.param, hit ? "cached" : "compiled",
-               ms);
-    spec_free(&sp);
+    TERN_DEBUG("structured: %s from '%s', %s in %.2f ms", kind_names[sp->kind], sp->param,
+               hit ? "cached" : "compiled", ms);
     q->structured = st;
     return 0;
 }
@@ -706,7 +416,7 @@ int structured_set_ebnf(tern_server *s, api_request *q, const char *key, size_t 
     }
     st->ss = ss;
     st->ref = ref;
-    st->kind = SPEC_GRAMMAR;
+    st->kind = API_SPEC_GRAMMAR;
     st->compile_ms = ms;
     st->cache_hit = hit;
     if (lazy) {

@@ -1,8 +1,8 @@
-/* Structured output for the server: the request fields (response_format,
- * guided_*, structured_outputs) -> one grammar spec by precedence, compiled
- * through the server's compile cache, and a grammar constraint per engine
- * row (with the think-block wrapper for thinking models). See
- * docs/structured-output.md. */
+/* Structured output for the server: the request's typed spec
+ * (q->structured_spec, read and checked by api_parse through
+ * api_structured.c) compiled through the server's compile cache, and a
+ * grammar constraint per engine row (with the think-block wrapper for
+ * thinking models). See docs/structured-output.md. */
 #ifndef TERN_SERVER_STRUCTURED_H
 #define TERN_SERVER_STRUCTURED_H
 
@@ -21,11 +21,10 @@ typedef struct srv_structured srv_structured;
 /* Bytes of a Warning header value (structured_prepare's fallback). */
 #define STRUCTURED_WARNING_MAX 256
 
-/* Reads the structured-output fields of q (from q->root), picks one by
- * precedence (grammar > json_schema > json_object > structured_outputs >
- * regex > choice) and compiles it. On success q->structured holds the
- * result (NULL when the request is unconstrained). A field of the wrong
- * shape, or a spec that cannot be compiled, is a 400 naming the problem;
+/* Compiles q->structured_spec (api_parse checked its fields and picked it
+ * by precedence). On success q->structured holds the result (NULL when the
+ * request is unconstrained). A spec that cannot be compiled is a 400
+ * naming its field;
  * with the server's prompt fallback on, a spec that cannot be compiled is
  * instead written into the prompt (system message / prompt prefix) and
  * warning (STRUCTURED_WARNING_MAX bytes) receives a Warning header value.
@@ -40,11 +39,10 @@ int structured_prepare(struct tern_server *s, api_request *q, char *warning, api
 int structured_attach(struct tern_server *s, const api_request *q, const int32_t *prompt, size_t n_prompt,
                       size_t boundary, engine_params *p, api_error *e);
 
-/* The spec structured_prepare would pick for q, as its normalized cache
- * key ("kind|ws=..|cap=..|strict=..|" + canonical text), without compiling:
+/* q->structured_spec as its normalized cache key
+ * ("kind|ws=..|cap=..|strict=..|" + canonical text), without compiling:
  * *key is malloc'd, or NULL when q is unconstrained. For tests and the
- * fuzz entry point. Returns 0, or -1 with e set (a field of the wrong
- * shape). */
+ * fuzz entry point. Returns 0, or -1 with e set (500, out of memory). */
 int structured_spec_key(const api_request *q, char **key, api_error *e);
 
 /* The server's grammar vocabulary (made on first use, freed by
@@ -52,11 +50,11 @@ int structured_spec_key(const api_request *q, char **key, api_error *e);
  * reasoning budget). NULL with e set (500) when it cannot be made. */
 const grammar_vocab *structured_vocab(struct tern_server *s, api_error *e);
 
-/* The EBNF of the spec structured_prepare would pick for q and its cache
- * key, without compiling (both malloc'd; both NULL when q is
- * unconstrained). For grammars that include the request's spec (tool calls
- * or the schema'd answer, toolcall.c). Returns 0, or -1 with e set (400
- * naming the field). */
+/* The EBNF of q->structured_spec and its cache key, without compiling
+ * (both malloc'd; both NULL when q is unconstrained). For grammars that
+ * include the request's spec (tool calls or the schema'd answer,
+ * toolcall.c). Returns 0, or -1 with e set (400 naming the field when the
+ * spec has no EBNF, 500 out of memory). */
 int structured_spec_ebnf(const api_request *q, char **ebnf, char **key, api_error *e);
 
 /* Compiles ebnf (key[0..key_len): its normalized cache key) through the

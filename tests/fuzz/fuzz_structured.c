@@ -22,13 +22,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         q.root = root;
         api_error e;
         char *k1 = NULL, *k2 = NULL;
-        int rc = structured_spec_key(&q, &k1, &e);
+        int rc = api_structured_parse(&q, &e) || structured_spec_key(&q, &k1, &e) ? -1 : 0;
         if (rc && (e.status < 400 || e.status >= 600 || !e.msg[0]))
             abort();
         if (rc == 0 && (structured_spec_key(&q, &k2, &e) || (!k1) != (!k2) || (k1 && strcmp(k1, k2))))
             abort(); /* the key is a function of the body */
         free(k1);
         free(k2);
+        api_structured_free(&q.structured_spec);
     }
     json_object_put(root);
     return 0;

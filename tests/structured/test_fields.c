@@ -1,5 +1,5 @@
-/* Request fields -> spec (src/server/structured.c, through
- * structured_spec_key): precedence, both structured_outputs forms, key
+/* Request fields -> spec (src/server/api_structured.c, then
+ * structured_spec_key in structured.c): precedence, both structured_outputs forms, key
  * normalization (object key order does not matter, options do), and the
  * 400s for fields of the wrong shape. No model needed. */
 #include <setjmp.h>
@@ -27,9 +27,10 @@ static char *key_of(const char *body, int *status)
     api_error e;
     memset(&e, 0, sizeof e);
     char *k = NULL;
-    *status = structured_spec_key(&q, &k, &e) ? e.status : 0;
+    *status = api_structured_parse(&q, &e) || structured_spec_key(&q, &k, &e) ? e.status : 0;
     if (*status)
         assert_true(e.msg[0] && e.param[0]);
+    api_structured_free(&q.structured_spec);
     json_object_put(root);
     return k;
 }
