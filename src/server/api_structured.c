@@ -121,7 +121,8 @@ static int parse_json_schema_obj(api_structured_spec *sp, json_object *js, api_e
     return take_schema(sp, schema, "response_format.json_schema.schema", e);
 }
 
-static int parse_response_format(json_object *rf, api_structured_spec *schema_sp, api_structured_spec *object_sp, api_error *e)
+static int parse_response_format(json_object *rf, api_structured_spec *schema_sp, api_structured_spec *object_sp,
+                                 api_error *e)
 {
     json_object *t = NULL;
     if (!json_object_is_type(rf, json_type_object) || !json_object_object_get_ex(rf, "type", &t) ||
