@@ -432,6 +432,23 @@ static int object_emit_additional(sc *c, const char *path, obj_ctx *o, gfe_buf *
     return sc_rule_add(c, b, path, tail);
 }
 
+/* The object itself: "{" ws members ws "}" when start (the members' rule)
+ * is not NULL, "{}" as well when no member is needed; 1 when neither is
+ * possible (the schema admits no object). */
+static int object_emit_braces(const sc *c, const obj_ctx *o, const char *w, const char *start, gfe_buf *out)
+{
+    int n_alt = 0;
+    gfe_buf_puts(out, "(");
+    if (start) {
+        gfe_buf_printf(out, "\"{\"%s%s%s\"}\"", w, start, w);
+        n_alt++;
+    }
+    if (o->n_required == 0 && o->mnp == 0)
+        gfe_buf_printf(out, "%s\"{\"%s\"}\"", n_alt++ ? " | " : "", c->st.any_whitespace ? " ws " : " ");
+    gfe_buf_puts(out, ")");
+    return n_alt ? 0 : 1;
+}
+
 /* seq[i]: properties i.. each preceded by a comma, then the tail;
  * start[i]: the same with nothing written yet (non-empty). Then the
  * object: "{" start[0] "}" or, when allowed, "{}". */
@@ -491,16 +508,7 @@ static int object_emit(sc *c, const char *path, obj_ctx *o, gfe_buf *out)
         memcpy(next_start, start, GFE_NAME_MAX);
         start_ok = 1;
     }
-    int n_alt = 0;
-    gfe_buf_puts(out, "(");
-    if (start_ok) {
-        gfe_buf_printf(out, "\"{\"%s%s%s\"}\"", w, next_start, w);
-        n_alt++;
-    }
-    if (o->n_required == 0 && o->mnp == 0)
-        gfe_buf_printf(out, "%s\"{\"%s\"}\"", n_alt++ ? " | " : "", c->st.any_whitespace ? " ws " : " ");
-    gfe_buf_puts(out, ")");
-    rc = n_alt ? 0 : 1;
+    rc = object_emit_braces(c, o, w, start_ok ? next_start : NULL, out);
 out:
     gfe_buf_free(&b);
     return rc;
@@ -602,16 +610,7 @@ static int object_emit_counted(sc *c, const char *path, obj_ctx *o, gfe_buf *out
         }
     }
 #undef SEQ
-    int n_alt = 0;
-    gfe_buf_puts(out, "(");
-    if (next_start[0]) {
-        gfe_buf_printf(out, "\"{\"%s%s%s\"}\"", w, next_start, w);
-        n_alt++;
-    }
-    if (o->n_required == 0 && o->mnp == 0)
-        gfe_buf_printf(out, "%s\"{\"%s\"}\"", n_alt++ ? " | " : "", c->st.any_whitespace ? " ws " : " ");
-    gfe_buf_puts(out, ")");
-    rc = n_alt ? 0 : 1;
+    rc = object_emit_braces(c, o, w, next_start[0] ? next_start : NULL, out);
 out:
     gfe_buf_free(&b);
     free(seq);
