@@ -64,7 +64,6 @@ IQ_KERNEL(avx2_q8_rows, 8, q8_grp, iq_fix128)
  * vpmaddubsw pair sums (<= 2 * 15 * 127) add up in int16 over 8 vectors,
  * then one vpmaddwd; 8-bit: the sign trick per vector, the exact sums
  * restored as S + 128 * A per chunk. Same bits as the row kernels. */
-#define PANEL_MIN_T(bits) 8
 
 #define PANEL_Q4(p, i) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wv, LD(a[i] + v * 32)))
 #define PANEL_Q8(acc, i)                                                                                      \
@@ -127,30 +126,16 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
     }
 }
 
-static void avx2_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
-                         float *Y, long T, long n_in, long ldy, long r0, long r1)
-{
-    long span = tern_iq_ngp(n_in / group) * group;
-    int8_t *A = T >= PANEL_MIN_T(bits) ? malloc((size_t)(T * span)) : NULL;
-    uint8_t *Wp = A ? malloc((size_t)span) : NULL;
-    if (A && Wp)
-        panel_product(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp);
-    else /* few tokens, or no memory for the panels: the row kernels, same bits */
-        (bits == 4 ? avx2_q4_rows : avx2_q8_rows)(Wq, sb, group, Q, qs, Y, T, n_in, ldy, r0, r1);
-    free(A);
-    free(Wp);
-}
-
 void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    avx2_product(Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+    iq_product(panel_product, avx2_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    avx2_product(Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+    iq_product(panel_product, avx2_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 

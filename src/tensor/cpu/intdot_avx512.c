@@ -75,7 +75,7 @@ IQ_KERNEL(vnni_q4_rows, 4, q4_grp, iq_nofix)
 IQ_KERNEL(vnni_q8_rows, 8, q8_grp, iq_nofix)
 
 /* ---- Panels for several tokens (prefill, batches): the per-group
- * horizontal sums cost more than vpdpbusd itself, so for T >= PANEL_MIN_T
+ * horizontal sums cost more than vpdpbusd itself, so for T >= IQ_PANEL_MIN_T
  * each weight row and the inputs are rearranged once per call so that
  * 32-bit lane j of every 256-bit vector holds 4 bytes of group 8c + j:
  * vpdpbusd then accumulates each group's exact sum in its own lane, and the
@@ -85,12 +85,6 @@ IQ_KERNEL(vnni_q8_rows, 8, q8_grp, iq_nofix)
  * takes word `off(v)` of each group's bytes: 8-bit weights and inputs word v;
  * 4-bit weights packed word v/2, low nibbles for even v and high for odd,
  * and the inputs (nibble order, kernels.h) the matching word. */
-/* Tokens from which the panels pay for their rearranging (8-bit rows by
- * 8 x 8 word transposes, 4-bit rows and the inputs by gathers): measured
- * with bench_kernels on the Zen 4 development machine, T = 8 1.3x (8-bit)
- * and about even (4-bit) over the row kernels, T = 32 1.35-1.5x. */
-#define PANEL_MIN_T(bits) 8
-
 static void panel_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
                           float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp)
 {
@@ -141,28 +135,14 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
     }
 }
 
-static void vnni_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
-                         float *Y, long T, long n_in, long ldy, long r0, long r1)
-{
-    long span = tern_iq_ngp(n_in / group) * group;
-    int8_t *A = T >= PANEL_MIN_T(bits) ? malloc((size_t)(T * span)) : NULL;
-    uint8_t *Wp = A ? malloc((size_t)span) : NULL;
-    if (A && Wp)
-        panel_product(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp);
-    else /* few tokens, or no memory for the panels: the row kernels, same bits */
-        (bits == 4 ? vnni_q4_rows : vnni_q8_rows)(Wq, sb, group, Q, qs, Y, T, n_in, ldy, r0, r1);
-    free(A);
-    free(Wp);
-}
-
 void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    vnni_product(Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+    iq_product(panel_product, vnni_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 void tern_iq_vnni_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    vnni_product(Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+    iq_product(panel_product, vnni_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }

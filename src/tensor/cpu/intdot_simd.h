@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/kernels.h"
@@ -262,6 +263,34 @@ static inline void panel_row(const uint8_t *w, int group, int bits, long ng, lon
             }
         }
     }
+}
+
+/* One product of an ISA file: its panels from IQ_PANEL_MIN_T tokens where
+ * their scratch can be had, else its row kernels (the same bits either
+ * way). IQ_PANEL_MIN_T: tokens from which the panels pay for their
+ * rearranging (8-bit rows by 8 x 8 word transposes, 4-bit rows and the
+ * inputs by gathers): measured with bench_kernels on the Zen 4 development
+ * machine, T = 8 1.3x (8-bit) and about even (4-bit) over the row kernels,
+ * T = 32 1.35-1.5x. */
+#define IQ_PANEL_MIN_T 8
+typedef void iq_rows_fn(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
+                        long T, long n_in, long ldy, long r0, long r1);
+typedef void iq_panel_fn(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
+                         float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp);
+
+static inline void iq_product(iq_panel_fn *panel, iq_rows_fn *rows, const uint8_t *Wq, const float *sb, int group,
+                              int bits, const int8_t *Q, const float *qs, float *Y, long T, long n_in, long ldy,
+                              long r0, long r1)
+{
+    long span = tern_iq_ngp(n_in / group) * group;
+    int8_t *A = T >= IQ_PANEL_MIN_T ? malloc((size_t)(T * span)) : NULL;
+    uint8_t *Wp = A ? malloc((size_t)span) : NULL;
+    if (A && Wp)
+        panel(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp);
+    else /* few tokens, or no memory for the panels: the row kernels, same bits */
+        rows(Wq, sb, group, Q, qs, Y, T, n_in, ldy, r0, r1);
+    free(A);
+    free(Wp);
 }
 
 #endif
