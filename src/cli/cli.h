@@ -5,6 +5,7 @@
 /* Each returns the process exit code (0 ok, 1 error, 2 usage). argv[0] is the
  * subcommand name. */
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_template(int argc, char **argv);

@@ -38,6 +38,27 @@ static const cli_help helps[] = {
      "  --spec ngram|draft         speculation source (default: draft when --draft-model is given)\n"
      DEVICE_OPTS
      "  -v, --verbose              token ids, speculation and timing on stderr (default: off)\n"},
+    {"chat", "tern chat MODEL_DIR [OPTIONS]",
+     "Chats with the model in the terminal: its chat template, streamed answers, the conversation kept.",
+     "  -s, --system TEXT          the system prompt (default: none)\n"
+     "  -n, --max-tokens N         tokens per answer at most, 0 = until the context is full (default: 1024)\n"
+     "  --temperature T            sampling temperature, 0 = greedy (default: 0.7)\n"
+     "  --top-p P                  nucleus sampling (default: 1.0, off)\n"
+     "  --top-k K                  keep the K most likely tokens, 0 = all (default: 0)\n"
+     "  --seed S                   sampling seed (default: from the clock)\n"
+     "  --think on|off             the template's enable_thinking (default: the template's own)\n"
+     "  --hide-thinking            do not print the thought of a thinking model (default: shown dimmed)\n"
+     "  --color, --no-color        color and dim text (default: on a terminal, unless NO_COLOR is set)\n"
+     "  -c, --ctx-size N           context in positions; above the model's maximum is an error\n"
+     "                             (default: the model's maximum); the oldest exchanges are dropped\n"
+     "                             when the conversation no longer fits\n"
+     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  --draft-model DIR          a small model of the same vocabulary for speculative decoding\n"
+     "                             (default: none)\n"
+     DEVICE_OPTS
+     "  -v, --verbose              tokens, cache hits and speed per answer on stderr (default: off)\n"
+     "commands: /reset, /undo, /system TEXT, /think on|off, /help, /exit; a line ending with \\ goes on;\n"
+     "Ctrl-C stops an answer, Ctrl-D leaves\n"},
     {"logits", "tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [OPTIONS]",
      "One forward pass; prints the top-K logits at every position as JSON lines.",
      "  --prompt TEXT              text to tokenize, with the tokenizer's special tokens\n"

@@ -14,6 +14,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"run", cmd_run, "run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--device D] [--exact-products]"},
+    {"chat", cmd_chat, "chat MODEL_DIR [--system TEXT] [--think on|off] [--device D]  (interactive chat)"},
     {"logits", cmd_logits, "logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] [--device D] [--exact-products]"},
     {"perplexity", cmd_perplexity, "perplexity MODEL_DIR --file TEXT [--ctx N] [--chunks N] [--save-logits F | --kl-base F] [--exact-products]"},
     {"convert", cmd_convert, "convert IN_DIR OUT_DIR --bits 4|8 [--group-size 64]  (MLX affine quantization)"},

@@ -64,6 +64,7 @@ with open(text, "w") as f:
 # --- each subcommand, each way a folder fails ---------------------------------
 for folder, what in ((missing, "missing folder"), (empty, "empty folder"), (broken, "unparseable config.json")):
     clean_failure(run("run", folder, "--prompt", "hi", "--max-tokens", "2"), "run", what)
+    clean_failure(run("chat", folder, stdin="hi\n"), "chat", what)
     clean_failure(run("logits", folder, "--prompt", "hi"), "logits", what)
     clean_failure(run("logits", folder, "--ids", "1,2"), "logits", what + " (--ids)")
     clean_failure(run("perplexity", folder, "--file", text, "--ctx", "16"), "perplexity", what)
