@@ -18,7 +18,8 @@
 #define SERVE_USAGE                                                                                  \
     "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--metrics-key KEY]\n" \
     "                  [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
-    "                  [--timeout S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
+    "                  [--timeout S] [--max-connections N] [--max-client-connections N]\n" \
+    "                  [--header-deadline S] [--body-deadline S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
     "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n"
@@ -91,6 +92,22 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(v, 1, 3600, &x))
                 goto bad_value;
             so.header_timeout_s = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--max-connections"))) { /* one thread each */
+            if (cli_parse_int(v, 2, 65536, &x))
+                goto bad_value;
+            so.max_connections = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--max-client-connections"))) { /* 0 = no cap */
+            if (cli_parse_int(v, 0, 65536, &x))
+                goto bad_value;
+            so.max_client_connections = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--header-deadline"))) { /* 0 = none */
+            if (cli_parse_int(v, 0, 3600, &x))
+                goto bad_value;
+            so.header_deadline_s = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--body-deadline"))) {
+            if (cli_parse_int(v, 0, 3600, &x))
+                goto bad_value;
+            so.body_deadline_s = (int)x;
         } else if (!strcmp(argv[i], "--exact-products")) { /* f32 activations for quantized weights */
             tern_kernels_exact_set(1);
         } else if ((v = cli_flag_value(argc, argv, &i, "--threads")) || (v = cli_flag_value(argc, argv, &i, "-t"))) {

@@ -28,6 +28,10 @@ void server_opts_default(server_opts *o)
     o->max_header_bytes = (size_t)64 << 10; /* MHD's per-connection pool: headers + bookkeeping */
     o->header_timeout_s = 30;
     o->max_connections = 512;
+    o->max_client_connections = -1; /* -1: max_connections / 2, resolved at start */
+    o->reserve_connections = -1;    /* -1: max_connections / 8 */
+    o->header_deadline_s = 15;      /* a real client sends its headers in one packet */
+    o->body_deadline_s = 120;       /* 8 MiB at 70 KB/s */
     o->reasoning_budget = -1;
 }
 
@@ -229,6 +233,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->mc = mc;
         c->route = routes_classify(url);
         *ctx = c;
+        srv_guard_headers_done(s, mc);
         /* reject a badly framed or non-JSON body, or an announced oversized
          * one, before reading it */
         api_error e0;
@@ -256,6 +261,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         return MHD_YES;
     }
     api_error e;
+    srv_guard_request_done(s, mc);
     if (c->body_too_big) {
         api_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
                       "request body exceeds %zu bytes", s->o.max_body_bytes);
@@ -298,8 +304,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
         return;
     if (!c->replied)
         metrics_count_response(s, c->route, 0);
-    /* the next request on this keep-alive connection gets the idle timeout back */
+    /* the next request on this keep-alive connection gets the idle timeout and read deadlines back */
     MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.header_timeout_s);
+    srv_guard_reply_done(s, mc);
     api_buf_free(&c->body);
     free(c);
     *ctx = NULL;
@@ -375,6 +382,14 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     s->ctx_size = o->ctx_size > 0 ? o->ctx_size : model_config_get(m)->max_pos;
     s->started = (long long)time(NULL);
     pthread_mutex_init(&s->wk_mu, NULL);
+    if (s->o.max_connections < 2)
+        s->o.max_connections = 2;
+    if (s->o.max_client_connections < 0)
+        s->o.max_client_connections = s->o.max_connections / 2;
+    if (s->o.reserve_connections < 0)
+        s->o.reserve_connections = s->o.max_connections / 8 > 1 ? s->o.max_connections / 8 : 1;
+    if (s->o.reserve_connections >= s->o.max_connections)
+        s->o.reserve_connections = s->o.max_connections - 1;
     if (!s->host || !s->model_name || (o->api_key && o->api_key[0] && !s->api_key) ||
         (o->metrics_key && o->metrics_key[0] && !s->o.metrics_key)) {
         tern_err_set(err, TERN_ENOMEM, "out of memory");
@@ -420,16 +435,19 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     socklen_t sl;
     if (resolve(s->host, o->port, &ss, &sl, err))
         goto fail;
+    if (srv_guard_start(s, err))
+        goto fail;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, srv_guard_accept, s, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, srv_guard_notify, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->header_timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->max_header_bytes,
                             MHD_OPTION_END);
     if (!s->d) {
@@ -454,6 +472,7 @@ void server_stop(tern_server *s)
     if (!s || !s->d)
         return;
     atomic_store(&s->stopping, 1);
+    srv_guard_stop(s);
     MHD_stop_daemon(s->d); /* joins every connection thread; their waits see `stopping` */
     s->d = NULL;
 }
@@ -463,6 +482,7 @@ void server_free(tern_server *s)
     if (!s)
         return;
     server_stop(s);
+    srv_guard_free(s);
     srv_wakers_free(s);
     toolcall_server_free(s);
     structured_server_free(s);

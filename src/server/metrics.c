@@ -54,6 +54,9 @@ char *metrics_stats_json(tern_server *s)
     SI("prompt_tokens", prompt_tokens);
     SI("completion_tokens", completion_tokens);
     SI("cached_tokens", cached_tokens);
+    SI("connections_evicted", conn_evicted);
+    SI("connections_refused", conn_refused);
+    SI("connections_past_deadline", conn_deadline);
 #undef SI
     json_object *http = json_object_new_object();
     for (int r = 0; r < ROUTE_N; r++) {
@@ -140,6 +143,13 @@ char *metrics_prometheus(tern_server *s, size_t *len)
            (double)atomic_load(&s->met.prompt_tokens));
     metric(&b, "completion_tokens_total", "counter", "Completion tokens returned.",
            (double)atomic_load(&s->met.completion_tokens));
+    pf(&b, "# HELP tern_connections_closed_total Connections the server closed or refused to keep slots free.\n"
+           "# TYPE tern_connections_closed_total counter\n"
+           "tern_connections_closed_total{reason=\"evicted\"} %lld\n"
+           "tern_connections_closed_total{reason=\"refused\"} %lld\n"
+           "tern_connections_closed_total{reason=\"deadline\"} %lld\n",
+       (long long)atomic_load(&s->met.conn_evicted), (long long)atomic_load(&s->met.conn_refused),
+       (long long)atomic_load(&s->met.conn_deadline));
     pf(&b, "# HELP tern_http_responses_total HTTP responses by route and status class.\n"
            "# TYPE tern_http_responses_total counter\n");
     for (int r = 0; r < ROUTE_N; r++)

@@ -24,7 +24,11 @@ typedef struct server_opts {
     size_t max_body_bytes;   /* request bodies beyond it get 413 (default 8 MiB) */
     size_t max_header_bytes; /* per-connection header memory (default 64 KiB) */
     int header_timeout_s;    /* idle / slow-request timeout (default 30 s) */
-    int max_connections;     /* concurrent connections (default 512) */
+    int max_connections;     /* concurrent connections (default 512): one thread each */
+    int max_client_connections; /* of one client address (default max_connections / 2); 0 = no cap */
+    int reserve_connections; /* slots connections still reading a request may not take (default max / 8) */
+    int header_deadline_s;   /* a request's headers complete within it (default 15 s; 0 = none) */
+    int body_deadline_s;     /* its body within it after the headers (default 120 s; 0 = none) */
     int grammar_fallback;    /* 1: a grammar that cannot compile goes into the prompt (+ Warning) instead of a 400 */
     const char *tool_call_format; /* NULL = detected from the chat template; else a toolfmt name (toolfmt.h) */
     int reasoning_budget;    /* think tokens before the engine closes the block; -1 (default) = no cap */

@@ -42,6 +42,7 @@ typedef struct srv_metrics {
     atomic_llong gen_started, gen_finished, gen_disconnected, gen_failed;
     atomic_llong prompt_tokens, completion_tokens, cached_tokens;
     atomic_int streams_active, gens_active;
+    atomic_llong conn_evicted, conn_refused, conn_deadline; /* guard.c */
 } srv_metrics;
 
 /* An eventfd the engine's notify hook pokes. Wakers are pooled for the
@@ -75,6 +76,7 @@ struct tern_server {
     embed_config embed;      /* the folder's sentence-transformers config; pooling NONE = not an embedding model */
     struct resp_store *responses;         /* responses.c: stored responses (previous_response_id), made on first use */
     struct toolcall_server *toolcall;     /* toolcall.c: the format's trigger tables, made on first use */
+    struct srv_guard *guard;              /* guard.c: connection states, caps and read deadlines */
 };
 
 /* One HTTP request (MHD's per-request context). */
@@ -98,6 +100,21 @@ void http_add_common_headers(const tern_server *s, struct MHD_Response *r);
 int http_client_fd(srv_conn *c);
 /* Generation may take long: lift the idle timeout while it runs. */
 void http_timeout_lift(srv_conn *c);
+
+/* guard.c: slow connections cannot take every slot (src/server/README.md).
+ * srv_guard_accept is MHD's accept policy and srv_guard_notify its
+ * connection notifier (cls = the server); the marks move a connection
+ * through its states from on_request / on_completed. */
+typedef struct srv_guard srv_guard;
+int srv_guard_start(tern_server *s, tern_err *err);
+void srv_guard_stop(tern_server *s); /* before MHD stops: ends the deadline sweep */
+void srv_guard_free(tern_server *s); /* after MHD stopped */
+enum MHD_Result srv_guard_accept(void *cls, const struct sockaddr *addr, socklen_t len);
+void srv_guard_notify(void *cls, struct MHD_Connection *mc, void **socket_ctx,
+                      enum MHD_ConnectionNotificationCode toe);
+void srv_guard_headers_done(tern_server *s, struct MHD_Connection *mc); /* the body deadline starts */
+void srv_guard_request_done(tern_server *s, struct MHD_Connection *mc); /* being served: no deadline */
+void srv_guard_reply_done(tern_server *s, struct MHD_Connection *mc);   /* keep-alive: the next headers' deadline */
 
 /* waker.c-ish helpers in gen.c */
 srv_waker *srv_waker_get(tern_server *s);
