@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "tensor/kernels.h"
 #include "tokenizer/tokenizer.h"
@@ -37,7 +38,7 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n)
 
 int cmd_logits(int argc, char **argv)
 {
-    const char *dir = NULL, *prompt = NULL, *ids_s = NULL, *device = NULL, *v;
+    const char *dir = NULL, *prompt = NULL, *ids_s = NULL, *device = NULL, *lora_dir = NULL, *v;
     long long top = 5, threads = 0;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--prompt")))
@@ -56,6 +57,8 @@ int cmd_logits(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--exact-products")) /* f32 activations for quantized weights */
             tern_kernels_exact_set(1);
+        else if ((v = cli_flag_value(argc, argv, &i, "--lora")))
+            lora_dir = v; /* a PEFT adapter folder applied to every row */
         else if ((v = cli_flag_value(argc, argv, &i, "--device")))
             device = v; /* cpu | cuda[:N] | auto (default) */
         else if (argv[i][0] != '-' && !dir)
@@ -67,7 +70,7 @@ int cmd_logits(int argc, char **argv)
     }
     if (!dir || (!prompt == !ids_s)) {
         fprintf(stderr, "usage: tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] "
-                        "[-t|--threads N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n");
+                        "[-t|--threads N] [--device cpu|cuda|cuda:N|auto] [--exact-products] [--lora DIR]\n");
         return 2;
     }
     tern_err err = {0};
@@ -80,8 +83,12 @@ int cmd_logits(int argc, char **argv)
     kv_pool kv = {0};
     kv_seq seq = {0};
     char dev_buf[32];
+    model_lora *lora = NULL;
+    const model_lora **row_lora = NULL;
     tern_model *m = cli_load_model(dir, device, (int)threads, dev_buf, sizeof dev_buf, &err);
     if (!m)
+        goto out;
+    if (lora_dir && (model_lora_supported(m, &err) || !(lora = model_lora_load(m, lora_dir, &err))))
         goto out;
     if (ids_s) {
         if (parse_ids(ids_s, &ids, &n)) {
@@ -109,16 +116,18 @@ int cmd_logits(int argc, char **argv)
     pos = malloc(n * sizeof *pos);
     rows = malloc(n * sizeof *rows);
     seqs = malloc(n * sizeof *seqs);
-    if (!logits || !pos || !rows || !seqs) {
+    row_lora = malloc(n * sizeof *row_lora);
+    if (!logits || !pos || !rows || !seqs || !row_lora) {
         tern_err_set(&err, TERN_ENOMEM, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         pos[i] = rows[i] = (int32_t)i;
         seqs[i] = &seq;
+        row_lora[i] = lora;
     }
     fwd_batch b = {(int)n, ids, pos, seqs, (int)n, rows};
-    if (model_forward(m, &kv, &b, logits, &err))
+    if (model_forward_lora(m, &kv, &b, row_lora, logits, NULL, &err))
         goto out;
     int V = model_config_get(m)->n_vocab, K = top < V ? (int)top : V;
     int32_t *best = malloc((size_t)K * sizeof *best);
@@ -157,9 +166,11 @@ out_quiet:
     free(pos);
     free(rows);
     free(seqs);
+    free(row_lora);
     free(ids);
     kv_seq_free(&kv, &seq);
     kv_pool_free(&kv);
+    model_lora_release(lora);
     model_free(m);
     return rc;
 }

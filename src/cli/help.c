@@ -65,6 +65,7 @@ static const cli_help helps[] = {
      "                             (required, or --ids)\n"
      "  --ids LIST                 token ids, comma-separated (required, or --prompt)\n"
      "  --top K                    logits printed per position (default: 5)\n"
+     "  --lora DIR                 a PEFT LoRA adapter folder applied to the model (CPU; default: none)\n"
      "  -t, --threads N            CPU threads (default: every online CPU)\n"
      DEVICE_OPTS},
     {"perplexity", "tern perplexity MODEL_DIR --file TEXT [OPTIONS]",

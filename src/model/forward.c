@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "model/embed.h"
+#include "model/lora.h"
 #include "model/model_int.h"
 
 struct model_scratch {
@@ -156,8 +157,8 @@ static void batch_commit(const fwd_batch *b)
             b->seqs[i]->n_tokens = b->pos[i] + 1;
 }
 
-static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, const fwd_hidden *hid,
-                        tern_err *err);
+static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const model_lora *const *lora,
+                        float *logits, const fwd_hidden *hid, tern_err *err);
 
 int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, tern_err *err)
 {
@@ -166,6 +167,12 @@ int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
 
 int model_forward_hidden(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, const fwd_hidden *hid,
                          tern_err *err)
+{
+    return model_forward_lora(m, kv, b, NULL, logits, hid, err);
+}
+
+int model_forward_lora(tern_model *m, kv_pool *kv, const fwd_batch *b, const model_lora *const *lora, float *logits,
+                       const fwd_hidden *hid, tern_err *err)
 {
     int n_hid = hid ? hid->n : 0;
     if (b->n <= 0)
@@ -178,8 +185,16 @@ int model_forward_hidden(tern_model *m, kv_pool *kv, const fwd_batch *b, float *
             return tern_err_set(err, TERN_EINVAL, "hidden-state row %d is outside the batch", hid->rows[j]);
     if (n_hid > 0 && m->be->forward)
         return tern_err_set(err, TERN_EUNSUPPORTED, "the %s backend does not return hidden states", m->be->name);
+    int any_lora = 0;
+    for (int i = 0; lora && i < b->n && !any_lora; i++)
+        any_lora = lora[i] != NULL;
+    if (!any_lora)
+        lora = NULL;
+    else if ((rc = model_lora_supported(m, err)))
+        return rc;
     /* a device-resident forward (backend.h), else the layers here */
-    rc = m->be->forward ? m->be->forward(m->be, m, kv, b, logits, err) : forward_host(m, kv, b, logits, hid, err);
+    rc = m->be->forward ? m->be->forward(m->be, m, kv, b, logits, err)
+                        : forward_host(m, kv, b, lora, logits, hid, err);
     if (rc)
         return rc;
     batch_commit(b);
@@ -252,10 +267,13 @@ int model_kv_bind(tern_model *m, kv_pool *kv, tern_err *err)
 
 /* ---- the layers on the host, products and attention through the backend ---- */
 
-/* The forward of a checked batch of T >= 1 tokens (model_forward_hidden's
- * contract, n_tokens left to the caller). */
-static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits, const fwd_hidden *hid,
-                        tern_err *err)
+/* The forward of a checked batch of T >= 1 tokens (model_forward_lora's
+ * contract, n_tokens left to the caller); lora NULL when no row has an
+ * adapter, else each adapted product gets its rows' low-rank updates right
+ * after it (lora.c), before biases and norms, as PEFT adds them to the base
+ * layer's output. */
+static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const model_lora *const *lora,
+                        float *logits, const fwd_hidden *hid, tern_err *err)
 {
     int n_hid = hid ? hid->n : 0;
     const model_config *c = &m->cfg;
@@ -284,6 +302,9 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, float *l
             float *y[3] = {s->q, s->k, s->v};
             if ((rc = m->be->matmul(m->be, 3, w, s->xn, y, T, err)))
                 return rc;
+            for (int k = 0; lora && k < 3; k++)
+                if ((rc = model_lora_apply(m, lora, T, l, LORA_Q + k, s->xn, y[k], err)))
+                    return rc;
         }
         for (int i = 0; i < T; i++) {
             float *q = s->q + (size_t)i * qd, *k = s->k + (size_t)i * kvd, *v = s->v + (size_t)i * kvd;
@@ -310,7 +331,8 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, float *l
         }
         model_attn at = {kv, b, l, c->n_head, c->n_kv_head, hd, L->window, c->attn_scale, c->attn_softcap,
                          s->q, s->att};
-        if ((rc = m->be->attention(m->be, &at, err)) || (rc = matmul(m, &L->wo, s->att, s->tmp, T, err)))
+        if ((rc = m->be->attention(m->be, &at, err)) || (rc = matmul(m, &L->wo, s->att, s->tmp, T, err)) ||
+            (rc = model_lora_apply(m, lora, T, l, LORA_O, s->att, s->tmp, err)))
             return rc;
         if (L->post_attn_norm)
             for (int i = 0; i < T; i++)
@@ -325,6 +347,9 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, float *l
             float *y[2] = {s->gate, s->up};
             if ((rc = m->be->matmul(m->be, 2, w, s->xn, y, T, err)))
                 return rc;
+            for (int k = 0; lora && k < 2; k++)
+                if ((rc = model_lora_apply(m, lora, T, l, LORA_GATE + k, s->xn, y[k], err)))
+                    return rc;
         }
         if (c->gelu)
             for (size_t e = 0; e < (size_t)T * c->n_ff; e++)
@@ -332,7 +357,8 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, float *l
         else
             for (size_t e = 0; e < (size_t)T * c->n_ff; e++)
                 s->gate[e] = silu(s->gate[e]) * s->up[e];
-        if ((rc = matmul(m, &L->w_down, s->gate, s->tmp, T, err)))
+        if ((rc = matmul(m, &L->w_down, s->gate, s->tmp, T, err)) ||
+            (rc = model_lora_apply(m, lora, T, l, LORA_DOWN, s->gate, s->tmp, err)))
             return rc;
         if (L->post_ffn_norm)
             for (int i = 0; i < T; i++)

@@ -316,6 +316,7 @@ void model_free(tern_model *m)
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_local);
     model_scratch_free(m->scratch);
+    model_lora_scratch_free(m->lora_scratch);
     if (m->be)
         m->be->free(m->be);
     st_close(&m->st);

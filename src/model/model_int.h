@@ -39,6 +39,7 @@ typedef struct model_layer {
 } model_layer;
 
 typedef struct model_scratch model_scratch;
+typedef struct model_lora_scratch model_lora_scratch;
 
 struct tern_model {
     model_config cfg;
@@ -51,6 +52,7 @@ struct tern_model {
     float *rope_inv_freq_local; /* [head_dim/2] Gemma 3 sliding layers, else NULL */
     model_backend *be;          /* where the forward's compute runs */
     model_scratch *scratch;     /* forward.c's, grown on demand */
+    model_lora_scratch *lora_scratch; /* lora.c's, grown on demand */
 };
 
 /* Row r of w (dense or quantized) as f32 into out[n_in]. */
@@ -62,5 +64,13 @@ void model_rope_freqs(const model_config *c, double theta, int scaled, float *ou
 
 /* forward.c's scratch, freed with the model; NULL is a no-op. */
 void model_scratch_free(model_scratch *s);
+
+struct model_lora;
+/* lora.c: adds each row's adapter update to module mod of layer l - the
+ * rows i with lora[i] adapting it get Y[i] += B (A X[i]) * scale (X [T][n_in]
+ * the product's input, Y [T][n_out] its output). lora NULL: nothing. */
+int model_lora_apply(tern_model *m, const struct model_lora *const *lora, int T, int l, int mod, const float *X,
+                     float *Y, tern_err *err);
+void model_lora_scratch_free(model_lora_scratch *s);
 
 #endif
