@@ -14,6 +14,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Parses "--flag value" or "--flag=value"; returns the value or NULL and
  * advances *i when it consumed the next argument. */

@@ -104,6 +104,23 @@ static const cli_help helps[] = {
      "Prints the text of a JSON array of token ids read from stdin.",
      "  --skip-special             leave out special tokens (default: kept)\n"
      "  --jsonl                    one array per input line, one JSON string per line (default: off)\n"},
+    {"bench", "tern bench MODEL_DIR [OPTIONS]",
+     "Benchmarks every serving feature on this machine and writes report.json, report.md and plots.",
+     "  --draft DIR                a draft model: adds the draft-speculation cells (default: none)\n"
+     "  --out DIR                  where the reports and plots go (default: bench-report)\n"
+     "  --quick                    streams 1,8, warm cache without speculation only, 32 tokens\n"
+     "                             (default: off, the full matrix)\n"
+     "  --compare URL              the same load against another OpenAI-compatible server, e.g.\n"
+     "                             http://127.0.0.1:8081 (default: none)\n"
+     "  --streams LIST             concurrent streams per cell (default: 1,4,16,64; quick: 1,8)\n"
+     "  --features LIST            of plain, json_schema, regex, choice (default: all four)\n"
+     "  --requests N               requests per cell at least (default: 8, quick: 4; and 2 per\n"
+     "                             stream, quick: 1)\n"
+     "  --max-tokens N             tokens per plain request (default: 64, quick: 32; constrained\n"
+     "                             requests end with their grammar, at most max(N, 64))\n"
+     "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
+     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     DEVICE_OPTS},
     {"serve", "tern serve MODEL_DIR [OPTIONS]",
      "Serves the model over an OpenAI-compatible HTTP API, with a chat page at /.",
      "  --host H                   bind address (default: 127.0.0.1; beyond loopback, use --api-key)\n"

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"grammar", cmd_grammar, "grammar compile|check|masks|bench SPEC ... (tern grammar --help)"},
     {"tokenize", cmd_tokenize, "tokenize DIR [--no-special] [--jsonl] < text  (prints the id array)"},
     {"detokenize", cmd_detokenize, "detokenize DIR [--skip-special] [--jsonl] < ids.json"},
+    {"bench", cmd_bench, "bench MODEL_DIR [--draft DIR] [--out DIR] [--quick] [--compare URL] [--device D]"},
     {"serve", cmd_serve, "serve MODEL_DIR [--host H] [--port P] [--api-key KEY] [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--cors ORIGIN] [--device cpu|cuda|cuda:N|auto] [--exact-products]"},
 };
 

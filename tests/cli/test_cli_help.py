@@ -15,7 +15,7 @@ TERN = os.environ["TERN_BIN"]
 SHARED = os.environ.get("TERN_SHARED", "../shared")
 STORIES = os.path.join(SHARED, "models/stories260K")  # max_position_embeddings 512
 failures = 0
-COMMANDS = ["run", "chat", "logits", "perplexity", "convert", "template", "grammar", "tokenize", "detokenize", "serve"]
+COMMANDS = ["run", "chat", "logits", "perplexity", "convert", "template", "grammar", "tokenize", "detokenize", "serve", "bench"]
 
 
 def check(ok, what):
