@@ -71,6 +71,7 @@ for folder, what in ((missing, "missing folder"), (empty, "empty folder"), (brok
     clean_failure(run("convert", folder, os.path.join(tmp, "out-" + what.replace(" ", "-")), "--bits", "8"),
                   "convert", what)
     clean_failure(run("serve", folder, "--port", "0"), "serve", what)
+    clean_failure(run("bench", folder, "--out", os.path.join(tmp, "bench-" + what.replace(" ", "-"))), "bench", what)
     if folder != broken:  # these read only the tokenizer / template files
         clean_failure(run("tokenize", folder, stdin="hi"), "tokenize", what)
         clean_failure(run("detokenize", folder, stdin="[1, 2]"), "detokenize", what)
