@@ -142,7 +142,7 @@ void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
 
     /* Keep the computed KV for later prompts, up to the cache boundary
      * (not an embedding's: no KV is kept after one). */
-    if (e->o.prefix_cache && why != ENGINE_FINISH_ERROR && !r->pool.mode) {
+    if (e->o.prefix_cache && why != ENGINE_FINISH_ERROR && !r->pool.mode && !r->lora) {
         int n = r->n_past;
         if (r->cache_boundary > 0 && r->cache_boundary < n)
             n = r->cache_boundary;
@@ -203,7 +203,7 @@ static int admit(tern_engine *e, engine_req *r)
     if (need > avail)
         return 0;
     tern_err err = {0};
-    if (e->o.prefix_cache && !r->pool.mode) {
+    if (e->o.prefix_cache && !r->pool.mode && !r->lora) {
         /* keep at least the last prompt token to compute its logits */
         int m = pcache_match(&e->pc, &r->seq, r->tokens, r->n_prompt - 1);
         r->n_cached = r->n_past = m;
@@ -432,7 +432,7 @@ static void step(tern_engine *e)
     drop_done(e);
     if (e->n_draft > 0)
         spec_draft(e); /* sets n_spec (and the drafts) of the rows that speculate */
-    int n = 0, n_out = 0, n_hid = 0, budget = e->o.prefill_chunk;
+    int n = 0, n_out = 0, n_hid = 0, n_lora = 0, budget = e->o.prefill_chunk;
     tern_err err = {0};
     for (int i = 0; i < e->n_running; i++) {
         engine_req *r = e->running[i];
@@ -455,6 +455,8 @@ static void step(tern_engine *e)
             e->b_tok[n] = r->tokens[r->n_past + k];
             e->b_pos[n] = r->n_past + k;
             e->b_seq[n] = &r->seq;
+            e->b_lora[n] = r->lora;
+            n_lora += r->lora != NULL;
             n++;
         }
         if (r->pool.mode) { /* an embedding: the hidden states its pooling reads, no logits */
@@ -476,6 +478,7 @@ static void step(tern_engine *e)
             e->b_tok[n] = r->draft[k];
             e->b_pos[n] = r->n_past + k;
             e->b_seq[n] = &r->seq;
+            e->b_lora[n] = r->lora; /* NULL: adapter rows do not speculate */
             n++;
         }
         for (int k = 0; k <= r->n_spec; k++) {
@@ -491,7 +494,7 @@ static void step(tern_engine *e)
      * the device can sample sample there */
     int dev = e->ids != NULL, mode = dev ? engine_device_mode(e, n_out) : ENGINE_DEV_HOST;
     int rc = dev ? engine_device_forward(e, &b, mode, &err)
-                 : model_forward_hidden(e->m, &e->kv, &b, e->logits, &hid, &err);
+                 : model_forward_lora(e->m, &e->kv, &b, n_lora ? e->b_lora : NULL, e->logits, &hid, &err);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     e->st.tokens_prefilled += n - n_out;
@@ -635,6 +638,7 @@ static void engine_free_memory(tern_engine *e)
     free(e->b_tok);
     free(e->b_pos);
     free(e->b_seq);
+    free(e->b_lora);
     free(e->b_out);
     free(e->out_req);
     free(e->logits);
@@ -697,11 +701,12 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
     e->b_tok = malloc((size_t)cap_tok * sizeof *e->b_tok);
     e->b_pos = malloc((size_t)cap_tok * sizeof *e->b_pos);
     e->b_seq = malloc((size_t)cap_tok * sizeof *e->b_seq);
+    e->b_lora = malloc((size_t)cap_tok * sizeof *e->b_lora);
     e->b_out = malloc((size_t)rows * sizeof *e->b_out);
     e->out_req = malloc((size_t)rows * sizeof *e->out_req);
     e->logits = malloc((size_t)rows * e->n_vocab * sizeof *e->logits);
     e->mask = malloc((size_t)((e->n_vocab + 31) / 32) * sizeof *e->mask);
-    if (!e->waiting || !e->running || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->out_req ||
+    if (!e->waiting || !e->running || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_lora || !e->b_out || !e->out_req ||
         !e->logits || !e->mask) {
         tern_err_set(err, TERN_ENOMEM, "out of memory");
         goto fail;
@@ -766,6 +771,8 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
         return NULL;
     }
     int embed = p->embed_pooling != EMBED_POOL_NONE;
+    if (p->lora && model_lora_supported(e->m, err))
+        return NULL;
     if (embed && p->constraint) {
         tern_err_set(err, TERN_EINVAL, "an embedding request takes no constraint");
         return NULL;
@@ -801,7 +808,11 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
     if (r->max_tokens > e->o.ctx_size - r->n_prompt)
         r->max_tokens = e->o.ctx_size - r->n_prompt;
     r->ignore_eos = p->ignore_eos;
-    r->no_spec = p->no_speculation || p->min_tokens > 0;
+    r->no_spec = p->no_speculation || p->min_tokens > 0 || p->lora;
+    if (p->lora) {
+        r->lora = (struct model_lora *)p->lora; /* our own reference, dropped in req_unref */
+        model_lora_retain(r->lora);
+    }
     r->min_tokens = p->min_tokens;
     r->include_stop_str = p->include_stop_str;
     if (embed) { /* the pool's memory comes at admission */

@@ -92,6 +92,13 @@ typedef struct engine_params {
      * model_hidden_supported (else TERN_EUNSUPPORTED at submit). */
     embed_pooling embed_pooling;
     int embed_normalize;
+    /* A LoRA adapter of the engine's model (model/lora.h) applied to this
+     * request's rows; NULL = the base model. Borrowed: the engine takes its
+     * own reference at submit and drops it when the request is freed. Such
+     * a request does not speculate, and its KV is cached apart from the
+     * base's and other adapters'. TERN_EUNSUPPORTED at submit when the
+     * model's backend does not run adapters (model_lora_supported). */
+    const struct model_lora *lora;
 } engine_params;
 
 void engine_params_default(engine_params *p);

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 struct tern_engine {
@@ -33,6 +34,7 @@ struct tern_engine {
     /* per-step scratch, sized once */
     int32_t *b_tok, *b_pos, *b_out;
     kv_seq **b_seq;
+    const struct model_lora **b_lora; /* [cap_tok] each row's adapter (NULL = base) */
     engine_req **out_req;    /* request of each output row */
     float *logits;           /* [max_batch * (n_draft + 1)][n_vocab] */
     uint32_t *mask;          /* [ceil(n_vocab/32)] */
@@ -78,6 +80,7 @@ struct engine_req {
     int n_stop_ids;
     int min_tokens, include_stop_str;
     int cache_boundary;
+    struct model_lora *lora; /* the request's adapter (a reference held), NULL = base */
     const engine_constraint_ops *cops;
     void *cctx;
     void (*notify)(void *user);

@@ -105,6 +105,7 @@ void req_unref(engine_req *r)
     free(r->bias);
     free(r->tokens);
     free(r->hold);
+    model_lora_release(r->lora);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
