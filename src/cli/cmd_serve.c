@@ -1,11 +1,13 @@
 /* tern serve: load a model, start the engine and the OpenAI-compatible HTTP
  * server, and run until SIGINT/SIGTERM. Progress goes to stderr. */
+#include <dirent.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -17,12 +19,90 @@
 
 #define SERVE_USAGE                                                                                  \
     "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--metrics-key KEY]\n" \
+    "       tern serve (--models DIR | --model NAME=DIR ...) [--max-memory GB] [--pin NAME ...] [options]\n" \
     "                  [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
     "                  [--timeout S] [--max-connections N] [--max-client-connections N]\n" \
     "                  [--header-deadline S] [--body-deadline S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
     "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n"
+
+/* Most models one pool serves (a bound for the argument arrays). */
+#define SERVE_MAX_MODELS 256
+
+/* How the pool loads a folder: the same device choice and threads as a
+ * single model (the loader thread calls this). */
+typedef struct serve_loader {
+    const char *device;
+    int n_threads;
+} serve_loader;
+
+static int serve_load(void *ctx, const char *dir, tern_model **m, tern_tokenizer **tok, tern_err *err)
+{
+    const serve_loader *l = ctx;
+    char dev[32];
+    *tok = NULL;
+    if (!(*m = cli_load_model(dir, l->device, l->n_threads, dev, sizeof dev, err)))
+        return err->code ? err->code : TERN_EIO;
+    if (!(*tok = tokenizer_load(dir, err))) {
+        model_free(*m);
+        *m = NULL;
+        return err->code ? err->code : TERN_EIO;
+    }
+    return 0;
+}
+
+/* Adds a model to the pool's list; names must be unique. */
+static int spec_add(server_model_spec *specs, int *n, const char *name, const char *dir)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(specs[i].name, name)) {
+            fprintf(stderr, "tern serve: two models are named '%s'\n", name);
+            return -1;
+        }
+    if (*n >= SERVE_MAX_MODELS) {
+        fprintf(stderr, "tern serve: more than %d models\n", SERVE_MAX_MODELS);
+        return -1;
+    }
+    specs[*n].name = name;
+    specs[*n].dir = dir;
+    specs[*n].pinned = 0;
+    (*n)++;
+    return 0;
+}
+
+/* --models DIR: every folder in DIR (sorted by name; hidden ones skipped),
+ * named by its folder name. A folder that is no model is still listed: the
+ * server reports it as failed with the reason. Strings are malloc'd for the
+ * process's life. */
+static int specs_scan(const char *root, server_model_spec *specs, int *n)
+{
+    struct dirent **ents = NULL;
+    int k = scandir(root, &ents, NULL, alphasort);
+    if (k < 0) {
+        fprintf(stderr, "tern serve: --models %s: cannot read the folder\n", root);
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < k; i++) {
+        char path[PATH_MAX];
+        struct stat st;
+        const char *nm = ents[i]->d_name;
+        snprintf(path, sizeof path, "%s/%s", root, nm);
+        if (!rc && nm[0] != '.' && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            char *name = strdup(nm), *dir = strdup(path);
+            if (!name || !dir || spec_add(specs, n, name, dir))
+                rc = -1;
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    if (!rc && *n == 0) {
+        fprintf(stderr, "tern serve: --models %s holds no model folder\n", root);
+        rc = -1;
+    }
+    return rc;
+}
 
 static void progress(int step, int n_steps, const char *what, double t0)
 {
@@ -34,6 +114,83 @@ static void progress(int step, int n_steps, const char *what, double t0)
         fputc(i < fill ? '=' : (i == fill ? '>' : ' '), stderr);
     fprintf(stderr, "] %d/%d %s (%.1fs)%s", step, n_steps, what, tern_time_s() - t0, tty ? "" : "\n");
     fflush(stderr);
+}
+
+/* Blocks SIGINT/SIGTERM for every thread started after (the main thread
+ * collects them with sigwait). */
+static void signals_block(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void print_serving(const server_opts *so, int port, const char *what)
+{
+    const char *h = so->host;
+    int v6 = strchr(h, ':') != NULL;
+    fprintf(stderr, "tern: serving %s on http://%s%s%s:%d (chat page at /, API at /v1)%s\n", what, v6 ? "[" : "", h,
+            v6 ? "]" : "", port, so->api_key ? " [API key required]" : "");
+    fflush(stderr);
+}
+
+/* --models DIR / --model NAME=DIR: the pool (src/server/models.c). */
+static int serve_pool(server_opts *so, const engine_opts *eo, server_model_spec *specs, int n_specs,
+                      const char *const *pins, int n_pins, double max_mem_gb, const char *draft_dir,
+                      const char *device, int threads)
+{
+    if (draft_dir) {
+        fprintf(stderr, "tern serve: --draft-model serves one model (use --spec ngram with a pool)\n");
+        return 2;
+    }
+    if (so->model_name && strcmp(so->model_name, "tern") != 0) {
+        fprintf(stderr, "tern serve: --model-name names a single model; a pool's are NAME in --model NAME=DIR\n");
+        return 2;
+    }
+    for (int p = 0; p < n_pins; p++) {
+        int found = 0;
+        for (int i = 0; i < n_specs; i++)
+            if (!strcmp(specs[i].name, pins[p]))
+                found = specs[i].pinned = 1;
+        if (!found) {
+            fprintf(stderr, "tern serve: --pin %s names no served model\n", pins[p]);
+            return 2;
+        }
+    }
+    serve_loader ld = {device, threads};
+    so->models = specs;
+    so->n_models = n_specs;
+    so->max_memory = (size_t)(max_mem_gb * 1024.0 * 1024.0 * 1024.0);
+    so->engine = *eo;
+    so->load = serve_load;
+    so->load_ctx = &ld;
+    so->ctx_size = 0;
+    sigset_t sigs;
+    signals_block(&sigs);
+    tern_err err = {0};
+    fprintf(stderr, "tern: %d models, %s memory limit%s\n", n_specs, so->max_memory ? "a" : "no",
+            n_pins ? "; loading the pinned ones" : "");
+    tern_server *srv = server_start(so, NULL, NULL, NULL, &err);
+    if (!srv) {
+        fprintf(stderr, "tern serve: %s\n", err.msg);
+        return 1;
+    }
+    char names[512];
+    size_t off = 0;
+    names[0] = 0;
+    for (int i = 0; i < n_specs && off < sizeof names - 1; i++) {
+        int n = snprintf(names + off, sizeof names - off, "%s%s", i ? "," : "", specs[i].name);
+        off += n > 0 ? (size_t)n : 0;
+    }
+    print_serving(so, server_port(srv), names);
+    int sig;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "tern: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+    server_stop(srv);
+    server_free(srv); /* the pool's engines, then the rest */
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -48,6 +205,10 @@ int cmd_serve(int argc, char **argv)
     long long threads = 0;
     int verbose = 0;
     const char *draft_dir = NULL, *device = NULL;
+    static server_model_spec specs[SERVE_MAX_MODELS];
+    const char *pins[SERVE_MAX_MODELS];
+    int n_specs = 0, n_pins = 0, pool = 0;
+    double max_mem_gb = 0;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--host")))
             so.host = v;
@@ -61,6 +222,33 @@ int cmd_serve(int argc, char **argv)
             so.metrics_key = v; /* /stats and /metrics need it */
         else if ((v = cli_flag_value(argc, argv, &i, "--model-name")))
             so.model_name = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--models"))) {
+            pool = 1;
+            if (specs_scan(v, specs, &n_specs))
+                return 2;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--model"))) { /* NAME=DIR (or DIR: named by its folder) */
+            pool = 1;
+            const char *eq = strchr(v, '=');
+            char *name = eq ? strndup(v, (size_t)(eq - v)) : NULL;
+            if (!name) {
+                char buf[PATH_MAX];
+                snprintf(buf, sizeof buf, "%s", v);
+                for (size_t l = strlen(buf); l > 1 && buf[l - 1] == '/';)
+                    buf[--l] = 0;
+                name = strdup(basename(buf));
+            }
+            if (!name || !name[0] || !(eq ? eq[1] : v[0]))
+                goto bad_value;
+            if (spec_add(specs, &n_specs, name, eq ? eq + 1 : v))
+                return 2;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--pin"))) {
+            if (n_pins >= SERVE_MAX_MODELS)
+                goto bad_value;
+            pins[n_pins++] = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--max-memory"))) {
+            if (cli_parse_double(v, 0.001, 1 << 20, &max_mem_gb))
+                goto bad_value;
+        }
         else if ((v = cli_flag_value(argc, argv, &i, "--cors")))
             so.cors_origin = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--grammar-fallback"))) {
@@ -148,11 +336,22 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "tern serve: bad value for %s\n", argv[i - 1]);
         return 2;
     }
-    if (!dir) {
+    if (pool && dir) {
+        fprintf(stderr, "tern serve: a MODEL_DIR and --models / --model are exclusive (name it --model NAME=%s)\n",
+                dir);
+        return 2;
+    }
+    if (!pool && (n_pins || max_mem_gb > 0)) {
+        fprintf(stderr, "tern serve: --pin and --max-memory go with --models / --model\n");
+        return 2;
+    }
+    if (!dir && !pool) {
         fputs(SERVE_USAGE, stderr);
         return 2;
     }
     tern_log_set_level(verbose ? TERN_LOG_DEBUG : TERN_LOG_INFO);
+    if (pool)
+        return serve_pool(&so, &eo, specs, n_specs, pins, n_pins, max_mem_gb, draft_dir, device, (int)threads);
     /* the model name defaults to the folder's name */
     char name_buf[PATH_MAX];
     if (!so.model_name || !strcmp(so.model_name, "tern")) {
@@ -167,11 +366,7 @@ int cmd_serve(int argc, char **argv)
     /* every thread started from here on inherits the blocked signals; the
      * main thread collects them with sigwait */
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    signals_block(&sigs);
 
     tern_err err = {0};
     int rc = 1;
@@ -211,12 +406,7 @@ int cmd_serve(int argc, char **argv)
     progress(3, 3, "ready", t0);
     if (isatty(2))
         fputc('\n', stderr);
-    int port = server_port(srv);
-    const char *h = so.host;
-    int v6 = strchr(h, ':') != NULL;
-    fprintf(stderr, "tern: serving %s on http://%s%s%s:%d (chat page at /, API at /v1)%s\n", so.model_name,
-            v6 ? "[" : "", h, v6 ? "]" : "", port, so.api_key ? " [API key required]" : "");
-    fflush(stderr);
+    print_serving(&so, server_port(srv), so.model_name);
     int sig;
     sigwait(&sigs, &sig);
     fprintf(stderr, "tern: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");

@@ -121,17 +121,25 @@ static const cli_help helps[] = {
      "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
      "  -t, --threads N            CPU threads (default: every online CPU)\n"
      DEVICE_OPTS},
-    {"serve", "tern serve MODEL_DIR [OPTIONS]",
-     "Serves the model over an OpenAI-compatible HTTP API, with a chat page at /.",
+    {"serve", "tern serve MODEL_DIR [OPTIONS]\n       tern serve (--models DIR | --model NAME=DIR ...) [OPTIONS]",
+     "Serves the model over an OpenAI-compatible HTTP API, with a chat page at /. With --models or\n"
+     "--model, serves a pool: a request's \"model\" picks one, loaded on demand (docs/model-pool.md).",
      "  --host H                   bind address (default: 127.0.0.1; beyond loopback, use --api-key)\n"
      "  --port P                   TCP port, 0 = any free one (default: 8080)\n"
      "  --api-key KEY              /v1 needs 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: none)\n"
      "  --metrics-key KEY          /stats and /metrics need this key (default: none, open)\n"
      "  --model-name NAME          the model id clients name (default: the folder's name)\n"
+     "  --models DIR               serve every model folder in DIR, named by its folder\n"
+     "  --model NAME=DIR           serve DIR as NAME (repeatable; with or beside --models)\n"
+     "  --max-memory GB            the pool's weights + KV budget; the least recently used idle\n"
+     "                             model is evicted to make room (default: no limit)\n"
+     "  --pin NAME                 keep NAME loaded from the start, never evicted (repeatable)\n"
      "  -c, --ctx-size N           context per sequence; above the model's maximum is an error\n"
+     "                             (in a pool: capped at each model's maximum)\n"
      "                             (default: the model's maximum)\n"
-     "  --kv-budget GB             KV cache memory (default: half the free memory, at most what\n"
-     "                             max-batch full contexts need)\n"
+     "  --kv-budget GB             KV cache memory, per model in a pool (default: half the free\n"
+     "                             memory - in a pool at most 1 GB - and at most what max-batch\n"
+     "                             full contexts need)\n"
      "  --max-batch N              sequences decoded together (default: 64)\n"
      "  --max-queue N              requests waiting beyond the batch before 429 (default: 1024)\n"
      "  --prefill-chunk N          prompt tokens per forward (default: 512)\n"

@@ -40,16 +40,20 @@ static json_object *body_object(srv_conn *c, api_error *e)
     return root;
 }
 
-/* A "model" field, when given, must be a string naming the served model. */
-static int check_model(tern_server *s, json_object *v, api_error *e)
+/* A "model" field, when given, must be a string naming a served model. */
+static int check_model(tern_server *s, json_object *v, srv_model **mm, api_error *e)
 {
     if (!json_object_is_type(v, json_type_string))
         return api_bad(e, "invalid_type", "model", "'model' must be a string");
-    if (strcmp(json_object_get_string(v), s->model_name) != 0)
-        return api_error_set(e, 400, "invalid_request_error", "model_not_found", "model",
-                             "The model '%.200s' does not exist (this server serves '%.200s')",
-                             json_object_get_string(v), s->model_name);
-    return 0;
+    return (*mm = models_resolve(s, json_object_get_string(v), e)) ? 0 : -1;
+}
+
+/* The model named (or the default) with a reference taken; NULL with e set. */
+static srv_model *use_model(tern_server *s, srv_model *mm, api_error *e)
+{
+    if (!mm && !(mm = models_resolve(s, NULL, e)))
+        return NULL;
+    return models_acquire(s, mm, e) ? NULL : mm;
 }
 
 /* A token's piece as llama-server writes it: its bytes as a string when they
@@ -73,6 +77,7 @@ static json_object *piece_json(const tern_tokenizer *tok, int32_t id)
 enum MHD_Result compat_tokenize_serve(srv_conn *c)
 {
     tern_server *s = c->s;
+    srv_model *mm = NULL, *held = NULL;
     api_error e;
     json_object *root = body_object(c, &e), *content = NULL, *out = NULL;
     int add_special = 0, with_pieces = 0, rc = -1;
@@ -105,7 +110,7 @@ enum MHD_Result compat_tokenize_serve(srv_conn *c)
                 goto cleanup;
             }
         } else if (!strcmp(k, "model")) {
-            if (check_model(s, v, &e))
+            if (check_model(s, v, &mm, &e))
                 goto cleanup;
         } else {
             api_bad(&e, "unsupported_parameter", k, "Unsupported parameter: '%.60s' is not supported by /tokenize",
@@ -117,8 +122,10 @@ enum MHD_Result compat_tokenize_serve(srv_conn *c)
         api_bad(&e, "missing_required_parameter", "content", "'content' is required");
         goto cleanup;
     }
+    if (!(held = mm = use_model(s, mm, &e)))
+        goto cleanup;
     tern_err te;
-    if (tokenizer_encode(s->tok, json_object_get_string(content), (size_t)json_object_get_string_len(content),
+    if (tokenizer_encode(mm->tok, json_object_get_string(content), (size_t)json_object_get_string_len(content),
                          add_special, &ids, &n, &te)) {
         api_bad(&e, "invalid_value", "content", "cannot tokenize 'content': %s", te.msg);
         goto cleanup;
@@ -133,11 +140,12 @@ enum MHD_Result compat_tokenize_serve(srv_conn *c)
         }
         json_object *t = json_object_new_object();
         json_object_object_add(t, "id", json_object_new_int(ids[i]));
-        json_object_object_add(t, "piece", piece_json(s->tok, ids[i]));
+        json_object_object_add(t, "piece", piece_json(mm->tok, ids[i]));
         json_object_array_add(arr, t);
     }
     rc = 0;
 cleanup:
+    models_release(held);
     free(ids);
     json_object_put(root);
     if (rc)
@@ -150,6 +158,7 @@ cleanup:
 enum MHD_Result compat_detokenize_serve(srv_conn *c)
 {
     tern_server *s = c->s;
+    srv_model *mm = NULL, *held = NULL;
     api_error e;
     json_object *root = body_object(c, &e), *tokens = NULL;
     int32_t *ids = NULL;
@@ -168,7 +177,7 @@ enum MHD_Result compat_detokenize_serve(srv_conn *c)
             }
             tokens = v;
         } else if (!strcmp(k, "model")) {
-            if (check_model(s, v, &e))
+            if (check_model(s, v, &mm, &e))
                 goto cleanup;
         } else {
             api_bad(&e, "unsupported_parameter", k,
@@ -180,8 +189,10 @@ enum MHD_Result compat_detokenize_serve(srv_conn *c)
         api_bad(&e, "missing_required_parameter", "tokens", "'tokens' is required");
         goto cleanup;
     }
+    if (!(held = mm = use_model(s, mm, &e)))
+        goto cleanup;
     size_t n = json_object_array_length(tokens);
-    int32_t n_vocab = tokenizer_vocab_size(s->tok);
+    int32_t n_vocab = tokenizer_vocab_size(mm->tok);
     ids = malloc((n ? n : 1) * sizeof *ids);
     if (!ids) {
         api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -198,12 +209,13 @@ enum MHD_Result compat_detokenize_serve(srv_conn *c)
         ids[i] = (int32_t)id;
     }
     tern_err te;
-    if (tokenizer_decode(s->tok, ids, n, 0, &text, &len, &te)) {
+    if (tokenizer_decode(mm->tok, ids, n, 0, &text, &len, &te)) {
         api_bad(&e, "invalid_value", "tokens", "cannot decode 'tokens': %s", te.msg);
         goto cleanup;
     }
     rc = 0;
 cleanup:
+    models_release(held);
     free(ids);
     json_object_put(root);
     if (rc)

@@ -275,6 +275,7 @@ char *embed_response_json(const char *model, const float *const *vecs, size_t n,
 
 typedef struct embed_job {
     tern_server *s;
+    srv_model *mm;        /* the model it runs on (the route holds the reference) */
     srv_waker *wk;
     int client_fd;
     engine_req **r;       /* [n] the engine request of each input while it runs, else NULL */
@@ -285,10 +286,10 @@ typedef struct embed_job {
 
 /* Tokenizes input i (prompt + text with the tokenizer's specials, or the
  * ids as sent) and checks it against the length limit. */
-static int input_ids(tern_server *s, const embed_input *in, size_t i, int32_t **ids, size_t *n, api_error *e)
+static int input_ids(srv_model *mm, const embed_input *in, size_t i, int32_t **ids, size_t *n, api_error *e)
 {
-    int limit = s->embed.max_seq_length > 0 && s->embed.max_seq_length < s->ctx_size ? s->embed.max_seq_length
-                                                                                      : s->ctx_size;
+    int limit = mm->embed.max_seq_length > 0 && mm->embed.max_seq_length < mm->ctx_size ? mm->embed.max_seq_length
+                                                                                      : mm->ctx_size;
     *ids = NULL;
     *n = 0;
     if (in->ids) {
@@ -297,15 +298,15 @@ static int input_ids(tern_server *s, const embed_input *in, size_t i, int32_t **
         memcpy(*ids, in->ids, in->n_ids * sizeof **ids);
         *n = in->n_ids;
     } else {
-        size_t pl = s->embed.prompt ? strlen(s->embed.prompt) : 0;
+        size_t pl = mm->embed.prompt ? strlen(mm->embed.prompt) : 0;
         char *text = malloc(pl + in->text_len + 1);
         if (!text)
             return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         if (pl)
-            memcpy(text, s->embed.prompt, pl);
+            memcpy(text, mm->embed.prompt, pl);
         memcpy(text + pl, in->text, in->text_len);
         tern_err te;
-        int rc = tokenizer_encode(s->tok, text, pl + in->text_len, 1, ids, n, &te);
+        int rc = tokenizer_encode(mm->tok, text, pl + in->text_len, 1, ids, n, &te);
         free(text);
         if (rc)
             return api_bad(e, "invalid_value", "input", "cannot tokenize input[%zu]: %s", i, te.msg);
@@ -365,20 +366,21 @@ static int job_drain(embed_job *j, api_error *e)
 static int job_submit(embed_job *j, const embed_request *q, api_error *e)
 {
     tern_server *s = j->s;
+    srv_model *mm = j->mm;
     while (j->next < j->n && j->n_live < EMBED_MAX_INFLIGHT) {
         size_t i = j->next;
         int32_t *ids;
         size_t n;
-        if (input_ids(s, &q->in[i], i, &ids, &n, e))
+        if (input_ids(mm, &q->in[i], i, &ids, &n, e))
             return -1;
         engine_params p;
         engine_params_default(&p);
         p.prompt = ids;
         p.n_prompt = n;
-        p.embed_pooling = s->embed.pooling;
-        p.embed_normalize = s->embed.normalize;
+        p.embed_pooling = mm->embed.pooling;
+        p.embed_normalize = mm->embed.normalize;
         tern_err te;
-        j->r[i] = engine_submit(s->eng, &p, srv_waker_notify, j->wk, &te);
+        j->r[i] = engine_submit(mm->eng, &p, srv_waker_notify, j->wk, &te);
         free(ids);
         if (!j->r[i]) {
             if (te.code == TERN_EFULL && j->n_live > 0)
@@ -393,6 +395,7 @@ static int job_submit(embed_job *j, const embed_request *q, api_error *e)
             return api_error_set(e, 500, "server_error", NULL, NULL, "%s", te.msg);
         }
         atomic_fetch_add(&s->met.prompt_tokens, (long long)n);
+        atomic_fetch_add(&mm->met.prompt_tokens, (long long)n);
         j->n_tokens += (long long)n;
         j->n_live++;
         j->next++;
@@ -428,28 +431,42 @@ static void job_free(embed_job *j)
     srv_waker_put(j->s, j->wk);
 }
 
+static enum MHD_Result embed_serve(srv_conn *c, srv_model *mm);
+
 enum MHD_Result embed_route_serve(srv_conn *c)
 {
     tern_server *s = c->s;
     api_error e;
-    if (!s->embed.pooling) {
+    srv_model *mm = models_acquire_body(s, c->body.data ? c->body.data : "", c->body.len, &e);
+    if (!mm)
+        return http_reply_error(c, &e);
+    enum MHD_Result ret = embed_serve(c, mm);
+    models_release(mm);
+    return ret;
+}
+
+static enum MHD_Result embed_serve(srv_conn *c, srv_model *mm)
+{
+    tern_server *s = c->s;
+    api_error e;
+    if (!mm->embed.pooling) {
         api_bad(&e, "model_not_embedding", "model",
                 "'%.200s' is not an embedding model: its folder has no sentence-transformers modules.json with a "
                 "Pooling module, so it has no pooling to embed with (serve an embedding model's folder)",
-                s->model_name);
+                mm->name);
         return http_reply_error(c, &e);
     }
-    if (!model_hidden_supported(s->m)) {
+    if (!model_hidden_supported(mm->m)) {
         api_bad(&e, "unsupported_device", "model",
                 "embeddings run on the CPU backend only; this server runs the model on a device (serve it with "
                 "--device cpu)");
         return http_reply_error(c, &e);
     }
     embed_request q;
-    api_limits lim = {.n_vocab = tokenizer_vocab_size(s->tok), .model_name = s->model_name};
-    if (embed_request_parse(&q, c->body.data ? c->body.data : "", c->body.len, &lim, s->embed.dim, &e))
+    api_limits lim = {.n_vocab = tokenizer_vocab_size(mm->tok)};
+    if (embed_request_parse(&q, c->body.data ? c->body.data : "", c->body.len, &lim, mm->embed.dim, &e))
         return http_reply_error(c, &e);
-    embed_job j = {.s = s, .client_fd = http_client_fd(c), .n = q.n_in};
+    embed_job j = {.s = s, .mm = mm, .client_fd = http_client_fd(c), .n = q.n_in};
     j.r = calloc(q.n_in, sizeof *j.r);
     j.vec = calloc(q.n_in, sizeof *j.vec);
     j.wk = srv_waker_get(s);
@@ -467,8 +484,8 @@ enum MHD_Result embed_route_serve(srv_conn *c)
     if (q.dimensions)
         for (size_t i = 0; i < q.n_in; i++)
             embed_truncate(j.vec[i], q.dimensions);
-    char *json = embed_response_json(s->model_name, (const float *const *)j.vec, j.n,
-                                     q.dimensions ? q.dimensions : s->embed.dim, q.base64, j.n_tokens);
+    char *json = embed_response_json(mm->name, (const float *const *)j.vec, j.n,
+                                     q.dimensions ? q.dimensions : mm->embed.dim, q.base64, j.n_tokens);
     if (!json)
         api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
     job_free(&j);

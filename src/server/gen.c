@@ -42,6 +42,7 @@ typedef struct gen_choice {
 
 struct gen_job {
     tern_server *s;
+    srv_model *mm;      /* the model it runs on: a reference, dropped by gen_free */
     api_request req;
     char id[48];
     long long created;
@@ -141,7 +142,8 @@ void gen_free(gen_job *j)
     srv_waker_put(j->s, j->wk);
     api_buf_free(&j->out);
     responses_state_free(j->resp);
-    api_request_free(&j->req);
+    api_request_free(&j->req); /* its grammar lives in the model's cache: before the release */
+    models_release(j->mm);
     free(j);
 }
 
@@ -159,7 +161,7 @@ static uint64_t random_seed(void)
 
 /* The tool-call format the answer is parsed with: the template's, when the
  * request passes tools to it (not with tool_choice none); NULL = none. */
-static const toolfmt *gen_tool_format(const tern_server *s, const api_request *q)
+static const toolfmt *gen_tool_format(const srv_model *s, const api_request *q)
 {
     if (q->kind != API_CHAT || !q->tools || !s->tools.fmt || s->tools.fmt->kind == TOOLFMT_NONE)
         return NULL;
@@ -169,7 +171,7 @@ static const toolfmt *gen_tool_format(const tern_server *s, const api_request *q
 /* The reasoning budget of a row without a grammar (a grammar's constraint
  * caps the block itself, structured_attach): the same constraint, think
  * block only. Nothing when the row has no budget or cannot think. */
-static int budget_attach(tern_server *s, const api_request *q, const int32_t *prompt, size_t n, size_t boundary,
+static int budget_attach(srv_model *s, const api_request *q, const int32_t *prompt, size_t n, size_t boundary,
                          engine_params *p, api_error *err)
 {
     if (p->constraint || q->kind != API_CHAT || q->reasoning_budget < 0 || !s->has_think)
@@ -192,15 +194,18 @@ static int budget_attach(tern_server *s, const api_request *q, const int32_t *pr
     return 0;
 }
 
-int gen_start(tern_server *s, api_request *req, const gen_prompt *prompts, int n_prompts, int client_fd,
+int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_prompts, int client_fd,
               gen_job **out, api_error *err)
 {
+    tern_server *s = mm->s;
     gen_job *j = calloc(1, sizeof *j);
     if (!j) {
         api_request_free(req);
+        models_release(mm);
         return api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
     j->s = s;
+    j->mm = mm;
     j->req = *req;
     memset(req, 0, sizeof *req);
     int per = j->req.n;
@@ -238,27 +243,27 @@ int gen_start(tern_server *s, api_request *req, const gen_prompt *prompts, int n
         p.include_stop_str = j->req.include_stop_str;
         p.skip_special = j->req.skip_special;
         /* a trigger that is a special token ([TOOL_CALLS], <|python_tag|>) must reach the parser as text */
-        const toolfmt *tf = gen_tool_format(s, &j->req);
+        const toolfmt *tf = gen_tool_format(mm, &j->req);
         for (int t = 0; tf && tf->triggers[t]; t++)
-            if (toolfmt_trigger_token(s->tok, tf->triggers[t]) >= 0)
+            if (toolfmt_trigger_token(mm->tok, tf->triggers[t]) >= 0)
                 p.skip_special = 0;
         /* so must thought delimiters that are special tokens (the splitter reads text) */
-        if (j->req.kind == API_CHAT && s->has_think &&
-            (tokenizer_is_special(s->tok, s->think.open_id) || tokenizer_is_special(s->tok, s->think.close_id)))
+        if (j->req.kind == API_CHAT && mm->has_think &&
+            (tokenizer_is_special(mm->tok, mm->think.open_id) || tokenizer_is_special(mm->tok, mm->think.close_id)))
             p.skip_special = 0;
         p.cache_boundary = cache_boundary;
         tern_err te;
-        if (structured_attach(s, &j->req, prompt, n_prompt, cache_boundary, &p, err) ||
-            budget_attach(s, &j->req, prompt, n_prompt, cache_boundary, &p, err)) {
+        if (structured_attach(mm, &j->req, prompt, n_prompt, cache_boundary, &p, err) ||
+            budget_attach(mm, &j->req, prompt, n_prompt, cache_boundary, &p, err)) {
             gen_free(j);
             return -1;
         }
         reasoning_start start = REASONING_START_ANSWER;
-        if (j->req.kind == API_CHAT && s->has_think)
-            start = reasoning_start_of(&s->think, prompt, n_prompt, cache_boundary, api_thinking_off(&j->req));
-        reasoning_split_init(&j->ch[i].rs, j->req.kind == API_CHAT && s->has_think ? &s->think : NULL, start);
-        toolcall_parser_init(&j->ch[i].tp, gen_tool_format(s, &j->req));
-        j->ch[i].r = engine_submit(s->eng, &p, srv_waker_notify, j->wk, &te);
+        if (j->req.kind == API_CHAT && mm->has_think)
+            start = reasoning_start_of(&mm->think, prompt, n_prompt, cache_boundary, api_thinking_off(&j->req));
+        reasoning_split_init(&j->ch[i].rs, j->req.kind == API_CHAT && mm->has_think ? &mm->think : NULL, start);
+        toolcall_parser_init(&j->ch[i].tp, gen_tool_format(mm, &j->req));
+        j->ch[i].r = engine_submit(mm->eng, &p, srv_waker_notify, j->wk, &te);
         if (!j->ch[i].r) {
             if (p.constraint)
                 p.constraint->free(p.constraint_ctx);
@@ -275,8 +280,10 @@ int gen_start(tern_server *s, api_request *req, const gen_prompt *prompts, int n
             return -1;
         }
         atomic_fetch_add(&s->met.gen_started, 1);
+        atomic_fetch_add(&mm->met.gen_started, 1);
     }
     atomic_fetch_add(&s->met.prompt_tokens, (long long)j->n_prompt);
+    atomic_fetch_add(&mm->met.prompt_tokens, (long long)j->n_prompt);
     *out = j;
     return 0;
 nomem:
@@ -335,7 +342,7 @@ static json_object *chunk_new(gen_job *j, int idx, json_object **choice)
 {
     json_object *choices;
     json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion.chunk" : "text_completion",
-                                  j->created, j->s->model_name, &choices);
+                                  j->created, j->mm->name, &choices);
     if (j->req.include_usage)
         json_object_object_add(o, "usage", NULL);
     *choice = json_object_new_object();
@@ -354,10 +361,10 @@ static void stream_piece(gen_job *j, int idx, const char *rtext, size_t rlen, co
     if (lp && j->req.kind == API_CHAT) {
         lpo = json_object_new_object();
         json_object *arr = json_object_new_array();
-        json_object_array_add(arr, api_chat_logprob(lp, j->req.top_logprobs, token_text, (void *)j->s->tok));
+        json_object_array_add(arr, api_chat_logprob(lp, j->req.top_logprobs, token_text, (void *)j->mm->tok));
         json_object_object_add(lpo, "content", arr);
     } else if (lp) {
-        api_completion_logprob_add(&lpo, lp, j->req.top_logprobs, c->text_off, token_text, (void *)j->s->tok);
+        api_completion_logprob_add(&lpo, lp, j->req.top_logprobs, c->text_off, token_text, (void *)j->mm->tok);
     }
     if (j->req.kind == API_CHAT) {
         json_object *delta = json_object_new_object();
@@ -552,7 +559,7 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
             if (lp) {
                 if (!c->lp)
                     c->lp = json_object_new_array();
-                json_object_array_add(c->lp, api_chat_logprob(lp, j->req.top_logprobs, token_text, (void *)j->s->tok));
+                json_object_array_add(c->lp, api_chat_logprob(lp, j->req.top_logprobs, token_text, (void *)j->mm->tok));
             }
             if (rb.n)
                 api_buf_append(&c->reasoning, rb.s, rb.n);
@@ -568,7 +575,7 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
     } else {
         if (lp)
             api_completion_logprob_add(&c->lp, lp, j->req.top_logprobs, c->text_off, token_text,
-                                       (void *)j->s->tok);
+                                       (void *)j->mm->tok);
         if (ev->text_len)
             api_buf_append(&c->text, ev->text, ev->text_len);
         c->text_off += ev->text_len;
@@ -581,8 +588,12 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
         atomic_fetch_add(&j->s->met.gen_finished, 1);
         atomic_fetch_add(&j->s->met.completion_tokens, ev->usage.n_generated);
         atomic_fetch_add(&j->s->met.cached_tokens, ev->usage.n_cached);
+        atomic_fetch_add(&j->mm->met.gen_finished, 1);
+        atomic_fetch_add(&j->mm->met.completion_tokens, ev->usage.n_generated);
+        atomic_fetch_add(&j->mm->met.cached_tokens, ev->usage.n_cached);
         if (ev->finish == ENGINE_FINISH_ERROR) {
             atomic_fetch_add(&j->s->met.gen_failed, 1);
+            atomic_fetch_add(&j->mm->met.gen_failed, 1);
             TERN_ERROR("server: generation failed: %s", ev->error);
         }
         if (j->resp)
@@ -595,6 +606,7 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
 void gen_set_responses(gen_job *j, resp_state *r)
 {
     j->resp = r;
+    responses_set_model(r, j->mm->name);
     if (j->req.stream)
         responses_start(r, &j->out);
 }
@@ -680,7 +692,7 @@ int gen_collect(gen_job *j, char **json, api_error *err)
     }
     json_object *choices;
     json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion" : "text_completion",
-                                  j->created, j->s->model_name, &choices);
+                                  j->created, j->mm->name, &choices);
     for (int i = 0; i < j->n; i++) {
         gen_choice *c = &j->ch[i];
         if (c->finish == ENGINE_FINISH_ERROR) {
@@ -747,7 +759,7 @@ static void stream_tail(gen_job *j)
     if (j->req.include_usage) {
         json_object *choices;
         json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion.chunk" : "text_completion",
-                                      j->created, j->s->model_name, &choices);
+                                      j->created, j->mm->name, &choices);
         json_object_object_add(o, "usage", usage_json(j));
         api_buf_sse(&j->out, o);
     }

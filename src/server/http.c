@@ -367,19 +367,12 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     }
     s->o = *o;
     s->host = strdup(o->host ? o->host : "127.0.0.1");
-    s->model_name = strdup(o->model_name ? o->model_name : "tern");
     s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
     s->cors = o->cors_origin && o->cors_origin[0] ? strdup(o->cors_origin) : NULL;
     s->o.metrics_key = o->metrics_key && o->metrics_key[0] ? strdup(o->metrics_key) : NULL; /* freed in server_free */
     s->o.host = s->host;
-    s->o.model_name = s->model_name;
     s->o.api_key = s->api_key;
     s->o.cors_origin = s->cors;
-    s->m = m;
-    s->tok = tok;
-    s->has_think = reasoning_delims_find(tok, &s->think);
-    s->eng = e;
-    s->ctx_size = o->ctx_size > 0 ? o->ctx_size : model_config_get(m)->max_pos;
     s->started = (long long)time(NULL);
     pthread_mutex_init(&s->wk_mu, NULL);
     if (s->o.max_connections < 2)
@@ -390,47 +383,28 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
         s->o.reserve_connections = s->o.max_connections / 8 > 1 ? s->o.max_connections / 8 : 1;
     if (s->o.reserve_connections >= s->o.max_connections)
         s->o.reserve_connections = s->o.max_connections - 1;
-    if (!s->host || !s->model_name || (o->api_key && o->api_key[0] && !s->api_key) ||
+    if (!s->host || (o->api_key && o->api_key[0] && !s->api_key) ||
         (o->metrics_key && o->metrics_key[0] && !s->o.metrics_key)) {
         tern_err_set(err, TERN_ENOMEM, "out of memory");
         goto fail;
     }
-    if (o->model_dir) {
-        tern_err te;
-        int rc = tern_chat_template_load(o->model_dir, &s->chat, &te);
-        if (rc && rc != TERN_ENOTFOUND) {
-            tern_err_set(err, rc, "chat template: %s", te.msg);
-            goto fail;
-        }
-        if (rc)
-            TERN_WARN("server: %s has no chat template; /v1/chat/completions will answer 400", o->model_dir);
-        /* a sentence-transformers folder: /v1/embeddings (a config tern cannot honour fails the start) */
-        rc = embed_config_load(o->model_dir, model_hidden_dim(m), &s->embed, &te);
-        if (rc && rc != TERN_ENOTFOUND) {
-            tern_err_set(err, rc, "embedding config: %s", te.msg);
-            goto fail;
-        }
-        if (!rc)
-            TERN_INFO("server: embedding model (%s pooling%s%s); /v1/embeddings %s",
-                      embed_pooling_name(s->embed.pooling), s->embed.normalize ? ", normalized" : "",
-                      s->embed.prompt ? ", default prompt" : "",
-                      model_hidden_supported(m) ? "is served" : "needs the CPU backend (--device cpu)");
-    }
-    if (toolfmt_detect(&s->chat, tok, &s->tools, err))
-        goto fail;
-    if (o->tool_call_format) {
+    if (o->tool_call_format) { /* kept as the format's own (static) name: the loader reads it later */
         const toolfmt *f = toolfmt_by_name(o->tool_call_format);
         if (!f) {
             tern_err_set(err, TERN_EINVAL, "unknown tool-call format '%s' (one of %s)", o->tool_call_format,
                          toolfmt_names());
             goto fail;
         }
-        s->tools.fmt = f;
-        s->tools.why = "--tool-call-format";
+        s->o.tool_call_format = f->name;
     }
-    if (s->chat.tpl)
-        TERN_INFO("server: tool calls: %s (%s)%s", s->tools.fmt->name, s->tools.why,
-                  s->tools.renders_tools ? "" : "; the template does not render tools");
+    s->o.model_name = o->model_name;
+    s->o.model_dir = o->model_dir;
+    s->o.models = o->models;
+    int rc = models_init(s, m, tok, e, err); /* reads the caller's strings; keeps copies */
+    s->o.model_name = s->o.model_dir = NULL;
+    s->o.models = NULL;
+    if (rc)
+        goto fail;
     struct sockaddr_storage ss;
     socklen_t sl;
     if (resolve(s->host, o->port, &ss, &sl, err))
@@ -473,6 +447,7 @@ void server_stop(tern_server *s)
         return;
     atomic_store(&s->stopping, 1);
     srv_guard_stop(s);
+    models_wake(s); /* requests waiting for a load give up */
     MHD_stop_daemon(s->d); /* joins every connection thread; their waits see `stopping` */
     s->d = NULL;
 }
@@ -482,16 +457,12 @@ void server_free(tern_server *s)
     if (!s)
         return;
     server_stop(s);
+    models_free(s); /* the pool's engines first: they may still poke wakers */
     srv_guard_free(s);
     srv_wakers_free(s);
-    toolcall_server_free(s);
-    structured_server_free(s);
     responses_server_free(s);
-    tern_chat_template_free(&s->chat);
-    embed_config_free(&s->embed);
     pthread_mutex_destroy(&s->wk_mu);
     free(s->host);
-    free(s->model_name);
     free(s->api_key);
     free(s->cors);
     free((char *)s->o.metrics_key);

@@ -18,9 +18,10 @@ void metrics_count_response(tern_server *s, srv_route route, unsigned status)
 char *metrics_stats_json(tern_server *s)
 {
     engine_stats st;
-    engine_stats_get(s->eng, &st);
+    json_object *models = models_stats_json(s, &st); /* st: every model's engines summed */
     json_object *o = json_object_new_object(), *eng = json_object_new_object(), *srv = json_object_new_object();
-    json_object_object_add(o, "model", api_json_string(s->model_name, strlen(s->model_name)));
+    const char *name = s->models[0]->name; /* the default model */
+    json_object_object_add(o, "model", api_json_string(name, strlen(name)));
     json_object_object_add(o, "uptime_s", json_object_new_int64((long long)time(NULL) - s->started));
 #define EI(k, v) json_object_object_add(eng, k, json_object_new_int64((long long)(v)))
     EI("queue_len", st.queue_len);
@@ -77,6 +78,7 @@ char *metrics_stats_json(tern_server *s)
     json_object_object_add(srv, "http_responses", http);
     json_object_object_add(o, "engine", eng);
     json_object_object_add(o, "server", srv);
+    json_object_object_add(o, "models", models);
     return api_json_take(o);
 }
 
@@ -100,7 +102,7 @@ static void metric(api_buf *b, const char *name, const char *type, const char *h
 char *metrics_prometheus(tern_server *s, size_t *len)
 {
     engine_stats st;
-    engine_stats_get(s->eng, &st);
+    json_object_put(models_stats_json(s, &st)); /* every model's engines summed */
     api_buf b = {0};
     metric(&b, "queue_length", "gauge", "Requests waiting for admission.", st.queue_len);
     metric(&b, "running_requests", "gauge", "Requests in the running batch.", st.running);
@@ -159,6 +161,7 @@ char *metrics_prometheus(tern_server *s, size_t *len)
                 pf(&b, "tern_http_responses_total{route=\"%s\",status=\"%s\"} %lld\n", srv_route_names[r],
                    c ? (const char *[]){"", "1xx", "2xx", "3xx", "4xx", "5xx"}[c] : "dropped", v);
         }
+    models_prometheus(s, &b);
     *len = b.len;
     return b.data;
 }

@@ -32,6 +32,8 @@ typedef struct resp_state resp_state;
 int responses_translate(struct tern_server *s, const char *body, size_t len, char **chat, resp_state **out,
                         api_error *e);
 void responses_state_free(resp_state *r);
+/* The model the response names (borrowed: it must outlive r). */
+void responses_set_model(resp_state *r, const char *model);
 
 /* The reply, driven by gen.c with what the chat pipeline decided. With
  * streaming, events are appended to out as SSE ("event: T\ndata: {..}").

@@ -12,6 +12,7 @@
 
 struct resp_state {
     struct tern_server *s;
+    const char *model;     /* borrowed: the served model's id (responses_set_model) */
     char id[RESP_ID_MAX];  /* resp_... */
     long long created;
     json_object *echo;     /* owned: request fields the response object repeats */

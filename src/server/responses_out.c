@@ -277,7 +277,8 @@ static json_object *response_object(resp_state *r, const char *status)
     json_object_object_add(o, "status", json_object_new_string(status));
     json_object_object_add(o, "error", NULL);
     json_object_object_add(o, "incomplete_details", NULL);
-    json_object_object_add(o, "model", api_json_string(r->s->model_name, strlen(r->s->model_name)));
+    const char *model = r->model ? r->model : "";
+    json_object_object_add(o, "model", api_json_string(model, strlen(model)));
     json_object_object_add(o, "output", json_object_get(r->output));
     static const char *const echoed[] = {"instructions", "max_output_tokens", "temperature", "top_p",
                                          "previous_response_id", "reasoning", "text", "tools", "tool_choice",
@@ -303,6 +304,8 @@ static json_object *response_object(resp_state *r, const char *status)
     json_object_object_add(o, "truncation", json_object_new_string("disabled"));
     return o;
 }
+
+void responses_set_model(resp_state *r, const char *model) { r->model = model; }
 
 void responses_start(resp_state *r, api_buf *out)
 {

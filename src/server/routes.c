@@ -98,50 +98,20 @@ static enum MHD_Result serve_asset(srv_conn *c, const char *url)
     return http_reply_error(c, &e);
 }
 
-static json_object *model_obj(tern_server *s)
-{
-    json_object *m = json_object_new_object();
-    json_object_object_add(m, "id", api_json_string(s->model_name, strlen(s->model_name)));
-    json_object_object_add(m, "object", json_object_new_string("model"));
-    json_object_object_add(m, "created", json_object_new_int64(s->started));
-    json_object_object_add(m, "owned_by", json_object_new_string("tern"));
-    json_object_object_add(m, "max_model_len", json_object_new_int(s->ctx_size));
-    return m;
-}
-
-static enum MHD_Result serve_models(srv_conn *c, const char *url)
-{
-    tern_server *s = c->s;
-    if (!strncmp(url, "/v1/models/", 11)) {
-        if (strcmp(url + 11, s->model_name) != 0) {
-            api_error e;
-            api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
-                          "The model '%.200s' does not exist", url + 11);
-            return http_reply_error(c, &e);
-        }
-        return http_reply_json(c, 200, api_json_take(model_obj(s)));
-    }
-    json_object *o = json_object_new_object(), *data = json_object_new_array();
-    json_object_object_add(o, "object", json_object_new_string("list"));
-    json_object_array_add(data, model_obj(s));
-    json_object_object_add(o, "data", data);
-    return http_reply_json(c, 200, api_json_take(o));
-}
-
 /* ---- prompts ---- */
 
-static int encode(tern_server *s, const char *text, size_t len, int add_special, int32_t **ids, size_t *n,
+static int encode(srv_model *mm, const char *text, size_t len, int add_special, int32_t **ids, size_t *n,
                   api_error *e)
 {
     tern_err te;
-    if (tokenizer_encode(s->tok, text, len, add_special, ids, n, &te))
+    if (tokenizer_encode(mm->tok, text, len, add_special, ids, n, &te))
         return api_bad(e, "invalid_value", NULL, "cannot tokenize the prompt: %s", te.msg);
     return 0;
 }
 
-static char *render_chat(tern_server *s, const api_request *q, int add_gen, size_t *len, api_error *e)
+static char *render_chat(srv_model *mm, const api_request *q, int add_gen, size_t *len, api_error *e)
 {
-    if (!s->chat.tpl) {
+    if (!mm->chat.tpl) {
         api_bad(e, "no_chat_template", "messages", "this model has no chat template; use /v1/completions");
         return NULL;
     }
@@ -161,7 +131,7 @@ static char *render_chat(tern_server *s, const api_request *q, int add_gen, size
         json_object_object_add(rq, "tools", json_object_get(q->tools));
     json_object_object_add(rq, "add_generation_prompt", json_object_new_boolean(add_gen));
     tern_err te;
-    char *text = tern_chat_template_apply(&s->chat, rq, NULL, len, &te);
+    char *text = tern_chat_template_apply(&mm->chat, rq, NULL, len, &te);
     json_object_put(rq);
     if (!text)
         api_bad(e, "template_error", "messages", "chat template: %s", te.msg);
@@ -171,7 +141,7 @@ static char *render_chat(tern_server *s, const api_request *q, int add_gen, size
 /* Builds the prompt ids of a request; *boundary is where the KV stays worth
  * caching (chat: the end of the conversation before the generation primer,
  * which the next turn's prompt shares). */
-static int build_prompt(tern_server *s, const api_request *q, int32_t **ids, size_t *n, size_t *boundary,
+static int build_prompt(srv_model *mm, const api_request *q, int32_t **ids, size_t *n, size_t *boundary,
                         char **echo, api_error *e)
 {
     *ids = NULL;
@@ -179,10 +149,10 @@ static int build_prompt(tern_server *s, const api_request *q, int32_t **ids, siz
     *echo = NULL;
     if (q->kind == API_CHAT) {
         size_t len;
-        char *text = render_chat(s, q, q->add_generation_prompt, &len, e);
+        char *text = render_chat(mm, q, q->add_generation_prompt, &len, e);
         if (!text)
             return -1;
-        int rc = encode(s, text, len, 0, ids, n, e);
+        int rc = encode(mm, text, len, 0, ids, n, e);
         free(text);
         if (rc)
             return -1;
@@ -190,8 +160,8 @@ static int build_prompt(tern_server *s, const api_request *q, int32_t **ids, siz
             int32_t *pre = NULL;
             size_t n_pre = 0;
             api_error ignore;
-            char *t2 = render_chat(s, q, 0, &len, &ignore);
-            if (t2 && !encode(s, t2, len, 0, &pre, &n_pre, &ignore) && n_pre <= *n &&
+            char *t2 = render_chat(mm, q, 0, &len, &ignore);
+            if (t2 && !encode(mm, t2, len, 0, &pre, &n_pre, &ignore) && n_pre <= *n &&
                 !memcmp(pre, *ids, n_pre * sizeof *pre))
                 *boundary = n_pre;
             free(t2);
@@ -208,30 +178,30 @@ static int build_prompt(tern_server *s, const api_request *q, int32_t **ids, siz
         if (q->echo) {
             tern_err te;
             size_t l;
-            if (tokenizer_decode(s->tok, *ids, *n, 0, echo, &l, &te))
+            if (tokenizer_decode(mm->tok, *ids, *n, 0, echo, &l, &te))
                 return api_bad(e, "invalid_value", "prompt", "cannot decode the prompt: %s", te.msg);
         }
         return 0;
     }
     if (q->echo && !(*echo = strndup(q->prompt, q->prompt_len)))
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    return encode(s, q->prompt, q->prompt_len, 1, ids, n, e);
+    return encode(mm, q->prompt, q->prompt_len, 1, ids, n, e);
 }
 
-static int check_context(tern_server *s, const api_request *q, size_t n, api_error *e)
+static int check_context(srv_model *mm, const api_request *q, size_t n, api_error *e)
 {
     const char *param = q->kind == API_CHAT ? "messages" : "prompt";
     if (n == 0)
         return api_bad(e, "invalid_value", param, "the prompt is empty");
-    if (n >= (size_t)s->ctx_size)
+    if (n >= (size_t)mm->ctx_size)
         return api_bad(e, "context_length_exceeded", param,
                        "This model's maximum context length is %d tokens. However, your prompt has %zu tokens.",
-                       s->ctx_size, n);
-    if (q->max_tokens > 0 && n + (size_t)q->max_tokens > (size_t)s->ctx_size)
+                       mm->ctx_size, n);
+    if (q->max_tokens > 0 && n + (size_t)q->max_tokens > (size_t)mm->ctx_size)
         return api_bad(e, "context_length_exceeded", q->kind == API_CHAT ? "max_completion_tokens" : "max_tokens",
                        "This model's maximum context length is %d tokens. However, you requested %zu tokens "
                        "(%zu in the prompt, %d for the completion).",
-                       s->ctx_size, n + (size_t)q->max_tokens, n, q->max_tokens);
+                       mm->ctx_size, n + (size_t)q->max_tokens, n, q->max_tokens);
     return 0;
 }
 
@@ -242,8 +212,15 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
     tern_server *s = c->s;
     api_request q;
     api_error e;
-    api_limits lim = {.n_vocab = model_config_get(s->m)->n_vocab, .model_name = s->model_name};
+    /* the model first: the body is checked against its vocabulary */
+    srv_model *mm = models_acquire_body(s, body, len, &e);
+    if (!mm) {
+        responses_state_free(resp);
+        return http_reply_error(c, &e);
+    }
+    api_limits lim = {.n_vocab = model_config_get(mm->m)->n_vocab};
     if (api_parse(&q, kind, body, len, &lim, &e)) {
+        models_release(mm);
         responses_state_free(resp);
         return http_reply_error(c, &e);
     }
@@ -256,8 +233,9 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
                 *p = '?';
         snprintf(c->warning, sizeof c->warning, "299 tern \"unknown fields ignored: %s\"", clean);
     }
-    if (structured_prepare(s, &q, c->warning, &e) || toolcall_prepare(s, &q, &e)) {
+    if (structured_prepare(mm, &q, c->warning, &e) || toolcall_prepare(mm, &q, &e)) {
         api_request_free(&q);
+        models_release(mm);
         responses_state_free(resp);
         return http_reply_error(c, &e);
     }
@@ -275,8 +253,8 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
         }
         int32_t *ids;
         char *echo;
-        rc = build_prompt(s, &q, &ids, &pr[b].n, &pr[b].cache_boundary, &echo, &e) ||
-             check_context(s, &q, pr[b].n, &e);
+        rc = build_prompt(mm, &q, &ids, &pr[b].n, &pr[b].cache_boundary, &echo, &e) ||
+             check_context(mm, &q, pr[b].n, &e);
         pr[b].ids = ids;
         pr[b].echo = echo;
     }
@@ -289,9 +267,10 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
     gen_job *j = NULL;
     if (!rc) {
         http_timeout_lift(c);
-        rc = gen_start(s, &q, pr, n_pr, http_client_fd(c), &j, &e);
+        rc = gen_start(mm, &q, pr, n_pr, http_client_fd(c), &j, &e); /* takes the model's reference */
     } else {
         api_request_free(&q);
+        models_release(mm);
     }
     for (int b = 0; b < n_pr; b++) {
         free((void *)pr[b].ids);
@@ -351,9 +330,7 @@ enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url
             break;
         return serve_responses(c);
     case ROUTE_MODELS:
-        if (!get)
-            break;
-        return serve_models(c, url);
+        return models_route_serve(c, method, url);
     case ROUTE_HEALTH: {
         if (!get)
             break;

@@ -32,14 +32,40 @@ typedef struct server_opts {
     int grammar_fallback;    /* 1: a grammar that cannot compile goes into the prompt (+ Warning) instead of a 400 */
     const char *tool_call_format; /* NULL = detected from the chat template; else a toolfmt name (toolfmt.h) */
     int reasoning_budget;    /* think tokens before the engine closes the block; -1 (default) = no cap */
+    /* The model pool (server_start with m NULL): the models requests may
+     * name, each loaded on demand by `load` on the pool's loader thread and
+     * run by its own engine (made with `engine`'s options; a KV budget of 0
+     * there means the pool's default, see docs/model-pool.md), within
+     * max_memory bytes of weights + KV (0 = no limit), the least recently
+     * used idle model evicted to make room. */
+    const struct server_model_spec *models; /* [n_models], copied */
+    int n_models;
+    size_t max_memory;
+    engine_opts engine;
+    /* Loads DIR's model and tokenizer (called on the loader thread; both
+     * owned by the server on success). 0 or a negative TERN_E* with err set. */
+    int (*load)(void *ctx, const char *dir, tern_model **m, tern_tokenizer **tok, tern_err *err);
+    void *load_ctx;
 } server_opts;
+
+/* One model of the pool: the id requests name, its folder, and whether it
+ * stays resident (loaded at start, never evicted). */
+typedef struct server_model_spec {
+    const char *name;
+    const char *dir;
+    int pinned;
+} server_model_spec;
 
 void server_opts_default(server_opts *o);
 
 typedef struct tern_server tern_server;
 
-/* Starts listening. Borrows m, tok and e: they must outlive the server, and
- * the engine must be freed only after server_stop (see server_free). */
+/* Starts listening. With m: serves that one model (named o->model_name,
+ * its template read from o->model_dir), borrowing m, tok and e: they must
+ * outlive the server, and the engine must be freed only after server_stop
+ * (see server_free). With m NULL (tok and e NULL too): serves o->models as
+ * a pool; pinned models are loaded before it returns (one that fails is
+ * listed as failed, the server still starts). */
 tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokenizer *tok, tern_engine *e,
                           tern_err *err);
 /* The bound TCP port (useful with port 0). */

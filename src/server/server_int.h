@@ -54,29 +54,78 @@ typedef struct srv_waker {
     struct srv_waker *next_free, *next_all;
 } srv_waker;
 
+/* A model's state in the pool (models.c). */
+typedef enum srv_model_state {
+    MODEL_UNLOADED,  /* not in memory (can be loaded on demand) */
+    MODEL_LOADING,   /* queued for, or on, the loader thread */
+    MODEL_LOADED,    /* serving */
+    MODEL_UNLOADING, /* being freed (evicted or unloaded) */
+    MODEL_FAILED,    /* its folder cannot be served: reason says why (a load retries) */
+} srv_model_state;
+
+/* Per-model server counters (the model label of /stats and /metrics). */
+typedef struct srv_model_metrics {
+    atomic_llong gen_started, gen_finished, gen_failed;
+    atomic_llong prompt_tokens, completion_tokens, cached_tokens;
+    atomic_llong loads, load_failures, evictions, unloads, rejected_no_room;
+    atomic_llong load_ms_total;  /* milliseconds spent loading it */
+} srv_model_metrics;
+
+/* One served model: its identity and pool bookkeeping (under the server's
+ * pool_mu), and while LOADED everything a request needs. A request holds a
+ * reference (models_acquire .. models_release) for as long as it uses any
+ * field below `loaded state`; a model with references is never unloaded. */
+typedef struct srv_model {
+    struct tern_server *s;
+    char *name, *dir;
+    int pinned;
+    int borrowed;              /* m, tok, eng are the caller's (single-model serve) */
+    /* pool bookkeeping, under s->pool_mu */
+    srv_model_state state;
+    char reason[TERN_ERR_MSG_MAX]; /* FAILED: why; UNLOADED after a refused load: the last refusal */
+    int refs;                  /* requests using it */
+    int waiters;               /* requests waiting for it to load (it is not evicted under them) */
+    int in_loader;             /* the loader thread is bringing it up */
+    unsigned long long last_used; /* pool tick of its last acquire or release (LRU) */
+    size_t weights_bytes;      /* its safetensors files */
+    size_t kv_bytes;           /* KV budget: estimated before a load, the engine's pool after */
+    engine_stats retired;      /* counters of its earlier engines, so totals survive an unload */
+    double loaded_at;          /* tern_time_s() when it became LOADED */
+    /* loaded state */
+    tern_model *m;
+    tern_tokenizer *tok;
+    tern_engine *eng;
+    tern_chat_template chat;   /* .tpl NULL when the model has none */
+    toolfmt_probe tools;       /* the template's tool-call format (detected, or --tool-call-format) */
+    reasoning_delims think;    /* the vocabulary's thought delimiters, when has_think */
+    int has_think;
+    int ctx_size;              /* positions per sequence */
+    embed_config embed;        /* the folder's sentence-transformers config; pooling NONE = not an embedding model */
+    struct structured_server *structured; /* structured.c: vocabulary + compile cache, made on first use */
+    struct toolcall_server *toolcall;     /* toolcall.c: the format's trigger tables, made on first use */
+    srv_model_metrics met;
+} srv_model;
+
 struct tern_server {
     server_opts o;           /* strings point at the copies below */
-    char *host, *api_key, *model_name, *cors;
-    tern_model *m;
-    const tern_tokenizer *tok;
-    tern_engine *eng;
-    tern_chat_template chat; /* .tpl NULL when the model has none */
-    toolfmt_probe tools;     /* the template's tool-call format (detected, or --tool-call-format) */
-    reasoning_delims think;  /* the vocabulary's thought delimiters, when has_think */
-    int has_think;
+    char *host, *api_key, *cors;
     struct MHD_Daemon *d;
     int port;
-    int ctx_size;
     long long started;       /* unix time */
     atomic_int stopping;
     pthread_mutex_t wk_mu;
     srv_waker *wk_free, *wk_all;
     srv_metrics met;
-    struct structured_server *structured; /* structured.c: vocabulary + compile cache, made on first use */
-    embed_config embed;      /* the folder's sentence-transformers config; pooling NONE = not an embedding model */
     struct resp_store *responses;         /* responses.c: stored responses (previous_response_id), made on first use */
-    struct toolcall_server *toolcall;     /* toolcall.c: the format's trigger tables, made on first use */
     struct srv_guard *guard;              /* guard.c: connection states, caps and read deadlines */
+    /* the model pool (models.c) */
+    srv_model **models;      /* [n_models], in the order given; models[0] is the default */
+    int n_models;
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_cv;  /* a model's state changed, or the loader has work */
+    pthread_t loader;
+    int loader_started, loader_quit;
+    unsigned long long tick; /* LRU clock */
 };
 
 /* One HTTP request (MHD's per-request context). */
@@ -143,10 +192,10 @@ typedef struct gen_prompt {
     size_t cache_boundary;
     const char *echo;
 } gen_prompt;
-/* Submits n engine requests per prompt for req (taken on success and
- * failure); choice i is prompt i / n's. 0, or -1 with err set (429 when the
+/* Submits n engine requests per prompt for req on mm (req and the caller's
+ * reference on mm taken on success and failure); choice i is prompt i / n's. 0, or -1 with err set (429 when the
  * queue is full). */
-int gen_start(tern_server *s, api_request *req, const gen_prompt *prompts, int n_prompts, int client_fd,
+int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_prompts, int client_fd,
               gen_job **out, api_error *err);
 /* Non-streaming: blocks until every choice finished (returns 0 and the
  * response JSON in *json) or the client went away / the server stops (-1). */
@@ -165,6 +214,42 @@ enum MHD_Result embed_route_serve(srv_conn *c);
 enum MHD_Result compat_tokenize_serve(srv_conn *c);
 enum MHD_Result compat_detokenize_serve(srv_conn *c);
 enum MHD_Result compat_version_serve(srv_conn *c);
+
+/* models.c: the model pool. */
+/* Fills s->models: one borrowed, loaded model (m not NULL: the single-model
+ * serve), or the pool of s->o.models with its loader thread (pinned models
+ * loaded before it returns). 0, or a negative TERN_E* with err set. */
+int models_init(tern_server *s, tern_model *m, const tern_tokenizer *tok, tern_engine *eng, tern_err *err);
+/* Stops the loader and frees every model (engines first). After server_stop. */
+void models_free(tern_server *s);
+/* Wakes requests waiting for a load (they see `stopping`). */
+void models_wake(tern_server *s);
+/* A request's `model` string -> the model it names. NULL or "" is the
+ * default when the server has one model (else 400 naming `model`); an
+ * unknown name is a 404 model_not_found. The one place a name is read:
+ * adapter names will resolve here to their base model. Loads nothing. */
+srv_model *models_resolve(tern_server *s, const char *name, api_error *e);
+/* Takes a reference on mm, loading it first if needed (waiting on this
+ * thread, evicting idle models least recently used first). Errors: 503
+ * model_cannot_fit (with the sizes), 503 model_load_failed (with the
+ * reason), 503 when the server stops. */
+int models_acquire(tern_server *s, srv_model *mm, api_error *e);
+/* Drops a reference (NULL is a no-op). */
+void models_release(srv_model *mm);
+/* models_resolve + models_acquire of a JSON body's "model" field. */
+srv_model *models_acquire_body(tern_server *s, const char *body, size_t len, api_error *e);
+/* POST /v1/models/load and /unload: a load waits until loaded (a failed
+ * model is surveyed again first); an unload of a pinned (409
+ * model_pinned) or busy (409 model_busy) model is refused. */
+int models_load(tern_server *s, srv_model *mm, api_error *e);
+int models_unload(tern_server *s, srv_model *mm, api_error *e);
+const char *models_state_name(srv_model_state st);
+
+/* models_api.c: GET /v1/models[/{id}], POST /v1/models/load|unload, and
+ * the per-model part of /stats and /metrics. */
+enum MHD_Result models_route_serve(srv_conn *c, const char *method, const char *url);
+json_object *models_stats_json(tern_server *s, engine_stats *total);
+void models_prometheus(tern_server *s, api_buf *b);
 
 /* metrics.c */
 char *metrics_stats_json(tern_server *s);

@@ -47,19 +47,19 @@ static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- server-wide state ---- */
 
-static structured_server *server_state(tern_server *s, api_error *e)
+static structured_server *server_state(srv_model *mm, api_error *e)
 {
     pthread_mutex_lock(&init_mu);
-    structured_server *ss = s->structured;
+    structured_server *ss = mm->structured;
     if (!ss) {
         tern_err te = {0};
         ss = calloc(1, sizeof *ss);
         if (ss) {
-            const model_config *cfg = model_config_get(s->m);
-            ss->v = grammar_vocab_new(s->tok, cfg->n_vocab, cfg->eos_ids, (size_t)cfg->n_eos, &te);
+            const model_config *cfg = model_config_get(mm->m);
+            ss->v = grammar_vocab_new(mm->tok, cfg->n_vocab, cfg->eos_ids, (size_t)cfg->n_eos, &te);
             ss->cache = ss->v ? grammar_cache_new(ss->v, 0, NULL, &te) : NULL;
-            ss->think_open = tokenizer_token_id(s->tok, "<think>");
-            ss->think_close = tokenizer_token_id(s->tok, "</think>");
+            ss->think_open = tokenizer_token_id(mm->tok, "<think>");
+            ss->think_close = tokenizer_token_id(mm->tok, "</think>");
         } else {
             tern_err_set(&te, TERN_ENOMEM, "out of memory");
         }
@@ -70,27 +70,27 @@ static structured_server *server_state(tern_server *s, api_error *e)
             ss = NULL;
             api_error_set(e, 500, "server_error", NULL, NULL, "structured output: %s", te.msg);
         }
-        s->structured = ss;
+        mm->structured = ss;
     }
     pthread_mutex_unlock(&init_mu);
     return ss;
 }
 
-const grammar_vocab *structured_vocab(tern_server *s, api_error *e)
+const grammar_vocab *structured_vocab(srv_model *mm, api_error *e)
 {
-    structured_server *ss = server_state(s, e);
+    structured_server *ss = server_state(mm, e);
     return ss ? ss->v : NULL;
 }
 
-void structured_server_free(tern_server *s)
+void structured_server_free(srv_model *mm)
 {
-    structured_server *ss = s->structured;
+    structured_server *ss = mm->structured;
     if (!ss)
         return;
     grammar_cache_free(ss->cache);
     grammar_vocab_free(ss->v);
     free(ss);
-    s->structured = NULL;
+    mm->structured = NULL;
 }
 
 void structured_free(srv_structured *st)
@@ -340,13 +340,13 @@ static void warning_value(char *dst, size_t cap, const char *kind, const char *w
 
 /* ---- prepare / attach ---- */
 
-int structured_prepare(tern_server *s, api_request *q, char *warning, api_error *e)
+int structured_prepare(srv_model *mm, api_request *q, char *warning, api_error *e)
 {
     const spec *sp = &q->structured_spec;
     q->structured = NULL;
     if (!sp->kind)
         return 0;
-    structured_server *ss = server_state(s, e);
+    structured_server *ss = server_state(mm, e);
     if (!ss)
         return -1;
     size_t key_len = 0;
@@ -360,7 +360,7 @@ int structured_prepare(tern_server *s, api_request *q, char *warning, api_error 
     free(key);
     if (!ref) {
         int rc = compile_error(e, sp, &te);
-        if (s->o.grammar_fallback && te.code != TERN_ENOMEM) {
+        if (mm->s->o.grammar_fallback && te.code != TERN_ENOMEM) {
             char *instr = fallback_instruction(sp);
             if (instr && inject_prompt(q, instr) == 0) {
                 warning_value(warning, STRUCTURED_WARNING_MAX, kind_names[sp->kind], te.msg);
@@ -397,10 +397,10 @@ static int build_given(void *user, char **ebnf, tern_err *err)
 
 int structured_from_response_format(const srv_structured *st) { return st && st->from_rf; }
 
-int structured_set_ebnf(tern_server *s, api_request *q, const char *key, size_t key_len, const char *ebnf,
+int structured_set_ebnf(srv_model *mm, api_request *q, const char *key, size_t key_len, const char *ebnf,
                         const constraint_lazy *lazy, const char *param, api_error *e)
 {
-    structured_server *ss = server_state(s, e);
+    structured_server *ss = server_state(mm, e);
     if (!ss)
         return -1;
     int hit = 0;
@@ -452,7 +452,7 @@ static void release_ref(void *user)
     structured_free(st);
 }
 
-int structured_attach(tern_server *s, const api_request *q, const int32_t *prompt, size_t n_prompt, size_t boundary,
+int structured_attach(srv_model *mm, const api_request *q, const int32_t *prompt, size_t n_prompt, size_t boundary,
                       engine_params *p, api_error *e)
 {
     const srv_structured *st = q->structured;
@@ -475,7 +475,7 @@ int structured_attach(tern_server *s, const api_request *q, const int32_t *promp
         th.capped = 1;
     }
     tern_err te = {0};
-    int32_t n_vocab = model_config_get(s->m)->n_vocab;
+    int32_t n_vocab = model_config_get(mm->m)->n_vocab;
     int rc = row->lazy ? constraint_grammar_new_lazy(grammar_cache_ref_compiled(row->ref), &th, &row->lz, n_vocab,
                                                      release_ref, row, &p->constraint, &p->constraint_ctx, &te)
                        : constraint_grammar_new(grammar_cache_ref_compiled(row->ref), &th, n_vocab, release_ref, row,

@@ -15,7 +15,7 @@
 #include "grammar/grammar.h"
 #include "server/api.h"
 
-struct tern_server;
+struct srv_model;
 typedef struct srv_structured srv_structured;
 
 /* Bytes of a Warning header value (structured_prepare's fallback). */
@@ -29,14 +29,14 @@ typedef struct srv_structured srv_structured;
  * instead written into the prompt (system message / prompt prefix) and
  * warning (STRUCTURED_WARNING_MAX bytes) receives a Warning header value.
  * Returns 0, or -1 with e set. */
-int structured_prepare(struct tern_server *s, api_request *q, char *warning, api_error *e);
+int structured_prepare(struct srv_model *mm, api_request *q, char *warning, api_error *e);
 
 /* Sets p->constraint / p->constraint_ctx for one engine row of q (nothing
  * when q is unconstrained). prompt[0..n) is the row's prompt and boundary
  * where its generation primer starts (0 = unknown): they decide whether
  * the row starts inside a think block. The caller owns the constraint
  * until engine_submit succeeds. Returns 0, or -1 with e set (500). */
-int structured_attach(struct tern_server *s, const api_request *q, const int32_t *prompt, size_t n_prompt,
+int structured_attach(struct srv_model *mm, const api_request *q, const int32_t *prompt, size_t n_prompt,
                       size_t boundary, engine_params *p, api_error *e);
 
 /* q->structured_spec as its normalized cache key
@@ -45,10 +45,10 @@ int structured_attach(struct tern_server *s, const api_request *q, const int32_t
  * fuzz entry point. Returns 0, or -1 with e set (500, out of memory). */
 int structured_spec_key(const api_request *q, char **key, api_error *e);
 
-/* The server's grammar vocabulary (made on first use, freed by
+/* The model's grammar vocabulary (made on first use, freed by
  * structured_server_free), for constraints without a grammar (the
  * reasoning budget). NULL with e set (500) when it cannot be made. */
-const grammar_vocab *structured_vocab(struct tern_server *s, api_error *e);
+const grammar_vocab *structured_vocab(struct srv_model *mm, api_error *e);
 
 /* The EBNF of q->structured_spec and its cache key, without compiling
  * (both malloc'd; both NULL when q is unconstrained). For grammars that
@@ -63,7 +63,7 @@ int structured_spec_ebnf(const api_request *q, char **ebnf, char **key, api_erro
  * starts at a trigger (constraint.h; lazy is copied, its triggers must
  * outlive every row). A grammar that does not compile is a 400 naming
  * param. Returns 0, or -1 with e set. */
-int structured_set_ebnf(struct tern_server *s, api_request *q, const char *key, size_t key_len, const char *ebnf,
+int structured_set_ebnf(struct srv_model *mm, api_request *q, const char *key, size_t key_len, const char *ebnf,
                         const constraint_lazy *lazy, const char *param, api_error *e);
 
 /* 1 if st (may be NULL) was compiled from response_format (the answer's
@@ -80,7 +80,7 @@ const char *structured_error_code(int code);
 
 /* Frees a request's spec (NULL is a no-op). */
 void structured_free(srv_structured *st);
-/* Frees the server-wide vocabulary and compile cache (server_free). */
-void structured_server_free(struct tern_server *s);
+/* Frees the model's vocabulary and compile cache (when it unloads). */
+void structured_server_free(struct srv_model *mm);
 
 #endif

@@ -208,16 +208,16 @@ int toolcall_grammar(const toolfmt *f, json_object *tools, const char *only, int
 
 /* ---- server state: the format's triggers over the vocabulary ---- */
 
-static toolcall_server *server_state(tern_server *s, api_error *e)
+static toolcall_server *server_state(srv_model *mm, api_error *e)
 {
     pthread_mutex_lock(&tc_mu);
-    toolcall_server *ts = s->toolcall;
+    toolcall_server *ts = mm->toolcall;
     if (ts)
         goto out_unlock;
-    const grammar_vocab *v = structured_vocab(s, e);
+    const grammar_vocab *v = structured_vocab(mm, e);
     if (!v)
         goto out_unlock;
-    const toolfmt *f = s->tools.fmt;
+    const toolfmt *f = mm->tools.fmt;
     ts = calloc(1, sizeof *ts);
     if (!ts)
         goto out_oom;
@@ -227,7 +227,7 @@ static toolcall_server *server_state(tern_server *s, api_error *e)
     char lead[128];
     snprintf(lead, sizeof lead, "%s%s", f->begin, f->call_open);
     for (int i = 0; i < TOOLFMT_MAX_TRIGGERS && f->triggers[i]; i++) {
-        int32_t id = toolfmt_trigger_token(s->tok, f->triggers[i]);
+        int32_t id = toolfmt_trigger_token(mm->tok, f->triggers[i]);
         if (id < 0) {
             texts[n_texts++] = f->triggers[i];
             continue;
@@ -256,7 +256,7 @@ static toolcall_server *server_state(tern_server *s, api_error *e)
     }
     TERN_DEBUG("toolcall: format %s, %zu text and %zu token triggers, lead skip %zu", f->name, n_texts, n_ids,
                ts->lead_skip);
-    s->toolcall = ts;
+    mm->toolcall = ts;
     goto out_unlock;
 out_oom:
     api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -265,29 +265,29 @@ out_unlock:
     return ts;
 }
 
-void toolcall_server_free(tern_server *s)
+void toolcall_server_free(srv_model *mm)
 {
-    toolcall_server *ts = s->toolcall;
+    toolcall_server *ts = mm->toolcall;
     if (!ts)
         return;
     constraint_triggers_free(ts->lazy_trig);
     constraint_triggers_free(ts->lead_trig);
     free(ts);
-    s->toolcall = NULL;
+    mm->toolcall = NULL;
 }
 
 /* ---- per request ---- */
 
-int toolcall_prepare(tern_server *s, api_request *q, api_error *e)
+int toolcall_prepare(srv_model *mm, api_request *q, api_error *e)
 {
     if (q->kind != API_CHAT || !q->tools)
         return 0;
-    const toolfmt *f = s->tools.fmt;
-    if (!s->tools.renders_tools)
+    const toolfmt *f = mm->tools.fmt;
+    if (!mm->tools.renders_tools)
         return api_bad(e, "tools_not_supported", "tools",
                        "this model's chat template does not render tools (%s); send no tools or tool_choice "
                        "\"none\", or serve a model whose template does",
-                       s->tools.why ? s->tools.why : "no template");
+                       mm->tools.why ? mm->tools.why : "no template");
     int forced = q->tool_choice == API_TOOL_REQUIRED || q->tool_choice == API_TOOL_NAMED;
     if (f->kind == TOOLFMT_NONE) {
         if (forced)
@@ -297,7 +297,7 @@ int toolcall_prepare(tern_server *s, api_request *q, api_error *e)
                            q->tool_choice == API_TOOL_REQUIRED ? "required" : "function");
         return 0;
     }
-    toolcall_server *ts = server_state(s, e);
+    toolcall_server *ts = server_state(mm, e);
     if (!ts)
         return -1;
     char *alt = NULL, *alt_key = NULL;
@@ -345,7 +345,7 @@ int toolcall_prepare(tern_server *s, api_request *q, api_error *e)
         lzp = &lz;
     }
     /* forced calls leave no answer for a response_format: the calls' grammar replaces it */
-    rc = structured_set_ebnf(s, q, key.s, key.n, ebnf, lzp, "tools", e);
+    rc = structured_set_ebnf(mm, q, key.s, key.n, ebnf, lzp, "tools", e);
     free(ebnf);
     free(key.s);
     return rc;

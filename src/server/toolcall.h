@@ -12,7 +12,7 @@
 #include "server/api.h"
 #include "server/toolfmt.h"
 
-struct tern_server;
+struct srv_model;
 
 /* For a chat request with tools (q->tools, tool_choice not "none"):
  * checks the template renders tools (else 400 naming `tools`), compiles
@@ -23,7 +23,7 @@ struct tern_server;
  * response_format: either the calls or the schema'd answer. parallel_tool_calls
  * false (or a format that writes one call) allows one call. Call after
  * structured_prepare. Returns 0, or -1 with e set. */
-int toolcall_prepare(struct tern_server *s, api_request *q, api_error *e);
+int toolcall_prepare(struct srv_model *mm, api_request *q, api_error *e);
 
 /* The grammar of the calls, pure (tests use it directly): EBNF whose root
  * matches the calls' text in format f - with its first lead_skip bytes
@@ -38,6 +38,6 @@ int toolcall_grammar(const toolfmt *f, json_object *tools, const char *only, int
                      const char *alt_ebnf, char **ebnf, api_error *e);
 
 /* Frees the server's trigger tables (server_free, after engine_free). */
-void toolcall_server_free(struct tern_server *s);
+void toolcall_server_free(struct srv_model *mm);
 
 #endif

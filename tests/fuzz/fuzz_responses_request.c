@@ -14,7 +14,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     tern_server s;
     memset(&s, 0, sizeof s);
-    s.model_name = "tern-demo";
     char *chat = NULL;
     resp_state *r = NULL;
     api_error e;

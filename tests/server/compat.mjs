@@ -78,7 +78,11 @@ try {
   expect400(await post('/tokenize', { content: 'a', add_special: 'yes' }), 'add_special', 'add_special not a boolean');
   expect400(await post('/tokenize', { content: 'a', with_pieces: 1 }), 'with_pieces', 'with_pieces not a boolean');
   expect400(await post('/tokenize', { content: 'a', bogus: 1 }), 'bogus', 'tokenize unknown field');
-  expect400(await post('/tokenize', { content: 'a', model: 'other' }), 'model', 'tokenize other model');
+  {
+    const r = await post('/tokenize', { content: 'a', model: 'other' }); // an unknown model: OpenAI's 404
+    check(r.status === 404 && r.json && r.json.error && r.json.error.code === 'model_not_found' &&
+      r.json.error.param === 'model', 'tokenize other model: 404 model_not_found', r.text);
+  }
   expect400(await post('/detokenize', {}), 'tokens', 'detokenize without tokens');
   expect400(await post('/detokenize', { tokens: 'abc' }), 'tokens', 'detokenize tokens not an array');
   expect400(await post('/detokenize', { tokens: [1, -1] }), 'tokens', 'detokenize negative id');

@@ -157,7 +157,7 @@ for (const name of recipes) {
     await expectError(client.embeddings.create({ model: M, input: 'a', dimensions: g.dim + 1 }), 400, `${name}: dimensions > size`, 'dimensions');
     await expectError(client.embeddings.create({ model: M, input: 'a', dimensions: 2.5 }), 400, `${name}: dimensions 2.5`, 'dimensions');
     await expectError(client.embeddings.create({ model: M, input: 'a', encoding_format: 'hex' }), 400, `${name}: encoding_format`, 'encoding_format');
-    await expectError(client.embeddings.create({ model: 'nope', input: 'a' }), 400, `${name}: other model`, 'model');
+    await expectError(client.embeddings.create({ model: 'nope', input: 'a' }), 404, `${name}: other model`, 'model');
     await expectError(client.embeddings.create({ model: M, input: 'a', frobnicate: 1 }), 400, `${name}: unknown field`, 'frobnicate');
     const long = Array.from({ length: 5000 }, (_, i) => 3 + (i % 200));
     await expectError(client.embeddings.create({ model: M, input: [long] }), 400, `${name}: over the context`, 'input');

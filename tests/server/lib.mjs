@@ -14,11 +14,12 @@ export const MODEL = path.join(ROOT, 'models', 'tern-demo');
 // (e.g. TERN_SERVE_ARGS='--device cuda' runs the same scripts on a GPU).
 export const SERVE_ARGS = (process.env.TERN_SERVE_ARGS || '').split(/\s+/).filter(Boolean);
 
-// Starts the server (on the demo model, or another model folder); resolves
+// Starts the server (on the demo model, another model folder, or - model
+// null - only what extraArgs name, e.g. a pool's --models DIR); resolves
 // to {url, port, proc, log(), stop()}.
 export function startServer(extraArgs = [], { timeoutMs = 60000, model = MODEL } = {}) {
   return new Promise((resolve, reject) => {
-    const args = ['serve', model, '--host', '127.0.0.1', '--port', '0', ...extraArgs, ...SERVE_ARGS];
+    const args = ['serve', ...(model ? [model] : []), '--host', '127.0.0.1', '--port', '0', ...extraArgs, ...SERVE_ARGS];
     const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let log = '';
     let done = false;

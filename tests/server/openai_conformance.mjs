@@ -178,7 +178,7 @@ try {
   await expectError(client.chat.completions.create({ ...greedy, temperature: 'hot' }), 400, 'bad type', 'temperature');
   await expectError(client.chat.completions.create({ ...greedy, max_tokens: -5 }), 400, 'out of range', 'max_tokens');
   await expectError(client.chat.completions.create({ ...greedy, top_logprobs: 50, logprobs: true }), 400, 'top_logprobs too large', 'top_logprobs');
-  await expectError(client.chat.completions.create({ ...greedy, model: 'gpt-4o' }), 400, 'unknown model', 'model');
+  await expectError(client.chat.completions.create({ ...greedy, model: 'gpt-4o' }), 404, 'unknown model', 'model');
   await expectError(client.chat.completions.create({ ...greedy, messages: [{ role: 'user', content: 'word '.repeat(3000) }] }), 400, 'over-long prompt', 'messages');
   await expectError(client.completions.create({ model: M, prompt: 'hi', max_tokens: 100000 }), 400, 'prompt + max_tokens over the context');
   await expectError(client.chat.completions.create({ ...greedy, response_format: { type: 'yaml' } }), 400, 'unknown response_format type');

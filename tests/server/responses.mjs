@@ -175,7 +175,7 @@ try {
   await expectError(client.responses.create({ model: M, input: 'x', tools: [{ type: 'web_search' }] }), 400, 'non-function tool', 'tools[0]');
   await expectError(client.responses.create({ model: M, input: 'x', reasoning: { effort: 'max' } }), 400, 'bad effort', 'reasoning.effort');
   await expectError(client.responses.create({ model: M, input: 'x', text: { format: { type: 'yaml' } } }), 400, 'bad text.format', 'text.format.type');
-  await expectError(client.responses.create({ model: 'gpt-5', input: 'x' }), 400, 'unknown model', 'model');
+  await expectError(client.responses.create({ model: 'gpt-5', input: 'x' }), 404, 'unknown model', 'model');
 } finally {
   { const ex = await srv.stop(); check(ex.code === 0 && !/Sanitizer|runtime error|LeakSanitizer/.test(srv.log()), 'server exits cleanly (no sanitizer report)', { ex, log: srv.log().slice(-1500) }); }
 }

@@ -24,6 +24,8 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/responses.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.chat_page
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/chat_page.mjs TIMEOUT 300 LABELS no-asan)
+  tern_add_script_test(NAME server.pool
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/pool.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.compat
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/compat.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.slowloris
