@@ -8,7 +8,8 @@ Two steps, on two machines:
        python3 tools/hf_goldens.py fixtures BUILD_DIR SHARED_DIR OUT_DIR
   2. On a machine with PyTorch + transformers: run every fixture and every
      shared model and write one tests/golden/<name>.json each:
-       python3 tools/hf_goldens.py goldens FIXTURE_DIR SHARED_DIR OUT_DIR
+       python3 tools/hf_goldens.py goldens FIXTURE_DIR SHARED_DIR OUT_DIR [NAME...]
+     (NAMEs: only those manifest entries; both steps take them)
 
 Each golden holds, per prompt (token ids, no tokenizer involved): the top-5
 [id, logit] of every prompt position from one float32 forward pass, and 64
@@ -21,7 +22,9 @@ every rotary inv_freq buffer, so a disagreement can be traced to its cause.
 The manifest's "repo" models (the demo pair under models/) are read from this
 repository; golden_one() writes one golden for any folder (the demo's
 fine-tuning script, tools/demo/finetune.py, calls it for the new pair).
-TF32 is off and attention is "eager" (softcapping needs it).
+TF32 is off and attention is "eager" (softcapping needs it); mixtures of
+experts run transformers' "eager" expert loop where the version offers a
+choice (recorded as experts_implementation).
 """
 import json
 import os
@@ -33,10 +36,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = os.path.join(HERE, '..', 'tests', 'golden', 'manifest.json')
 
 
-def make_fixtures(build, shared, out):
+def make_fixtures(build, shared, out, *only):
     man = json.load(open(MANIFEST))
     os.makedirs(out, exist_ok=True)
     for name, args in man['fixtures'].items():
+        if only and name not in only:
+            continue
         d = os.path.join(out, name)
         cmd = [os.path.join(build, 'tools', 'make_fixture')] + args + [
             '--out', d, '--tokenizer', os.path.join(shared, man['tokenizer'])]
@@ -50,14 +55,27 @@ def top5(row):
     return [[int(a), float(b)] for a, b in zip(i.tolist(), v.tolist())]
 
 
+def load(path, dtype, dev):
+    """The model in eager attention (and eager experts, where offered)."""
+    from transformers import AutoModelForCausalLM
+    try:
+        m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation='eager',
+                                                 experts_implementation='eager')
+        impl = 'eager'
+    except (TypeError, ValueError):
+        m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation='eager')
+        impl = 'default'
+    m = m.to(dev)
+    m.eval()
+    return m, impl
+
+
 def run_model(path, prompts, n_new, dev):
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
     cfg = json.load(open(os.path.join(path, 'config.json')))
     stored = cfg.get('torch_dtype') or cfg.get('dtype') or 'float32'
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation='eager').to(dev)
-    model.eval()
-    res = {'stored_dtype': stored, 'hf_class': type(model).__name__,
+    model, impl = load(path, torch.float32, dev)
+    res = {'stored_dtype': stored, 'hf_class': type(model).__name__, 'experts_implementation': impl,
            'config_seen': json.loads(json.dumps(model.config.to_dict(), default=str)),
            'inv_freq': {n: b.float().cpu().tolist() for n, b in model.named_buffers() if 'inv_freq' in n},
            'prompts': []}
@@ -75,8 +93,7 @@ def run_model(path, prompts, n_new, dev):
                 seq.append(int(i[0]))
             res['prompts'].append(p)
         if 'bfloat16' in stored:
-            mb = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation='eager').to(dev)
-            mb.eval()
+            mb, _ = load(path, torch.bfloat16, dev)
             res['bf16_compute'] = []
             for ids in prompts:
                 lg = mb(torch.tensor([ids], device=dev)).logits[0]
@@ -111,7 +128,7 @@ def golden_one(name, path, origin, out, dev):
     print('OK', name, 'gaps min %.3g' % min(min(p['gap']) for p in r['prompts']), flush=True)
 
 
-def goldens(fixdir, shared, out):
+def goldens(fixdir, shared, out, *only):
     import torch
     import transformers
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -125,6 +142,8 @@ def goldens(fixdir, shared, out):
     jobs += [(n, os.path.join(HERE, '..', p), {'repo_model': p}) for n, p in man.get('repo', {}).items()]
     failed = []
     for name, path, origin in jobs:
+        if only and name not in only:
+            continue
         try:
             golden_one(name, path, origin, out, dev)
         except Exception:
@@ -135,7 +154,7 @@ def goldens(fixdir, shared, out):
 
 
 if __name__ == '__main__':
-    if len(sys.argv) != 5 or sys.argv[1] not in ('fixtures', 'goldens'):
+    if len(sys.argv) < 5 or sys.argv[1] not in ('fixtures', 'goldens'):
         sys.exit(__doc__)
     if sys.argv[1] == 'fixtures':
         make_fixtures(*sys.argv[2:])

@@ -2,7 +2,7 @@
  * given family and shape, deterministic from a seed - for tests and
  * benchmarks of models we cannot download.
  *
- *   make_fixture --family llama|mistral|qwen2|qwen3|gemma2|gemma3 --out DIR
+ *   make_fixture --family llama|mistral|qwen2|qwen3|gemma2|gemma3|qwen3_moe|mixtral --out DIR
  *                --tokenizer DIR
  *                [--preset tiny|0.5b|1b|8b] [--dim N] [--layers N] [--heads N]
  *                [--kv-heads N] [--head-dim N] [--ff N] [--vocab N]
@@ -12,6 +12,13 @@
  *                [--rope-orig N] (llama3: original_max_position_embeddings)
  *                [--attn-softcap X] [--final-softcap X] [--qpas N]
  *                [--sw-pattern N] [--rope-local-theta X]   (gemma)
+ *                [--experts N] [--top-k K] [--moe-ff N]      (qwen3_moe, mixtral)
+ *                [--norm-topk 0|1] [--sparse-step N] [--mlp-only L,L,...] (qwen3_moe)
+ *
+ * Mixtures of experts: qwen3_moe writes the hub's layout (mlp.gate, the
+ * experts' mlp.experts.N.{gate,up,down}_proj, --moe-ff wide; layers in
+ * --mlp-only or off the --sparse-step keep a dense --ff MLP); mixtral writes
+ * block_sparse_moe.gate and block_sparse_moe.experts.N.{w1,w2,w3}, --ff wide.
  *
  * Gemma norms are stored as w with the effective gain 1 + w (HF's
  * convention), so their random values are drawn around 0 instead of 1.
@@ -48,9 +55,32 @@ typedef struct fixture {
     int sliding_window, sw_pattern, rope_orig, tie_set;
     const char *rope_scaling;
     double rope_factor, attn_softcap, final_softcap, qpas, rope_local_theta;
+    int experts, top_k, moe_ff, norm_topk, sparse_step;
+    const char *mlp_only; /* comma-separated layer indices */
 } fixture;
 
 static int is_gemma(const char *f) { return !strncmp(f, "gemma", 5); }
+
+static int is_moe(const char *f) { return !strcmp(f, "qwen3_moe") || !strcmp(f, "mixtral"); }
+
+/* Whether layer l of a qwen3_moe fixture is sparse (transformers' rule). */
+static int layer_sparse(const fixture *fx, int l)
+{
+    if (!strcmp(fx->family, "mixtral"))
+        return 1;
+    if (strcmp(fx->family, "qwen3_moe") || (l + 1) % fx->sparse_step)
+        return 0;
+    for (const char *p = fx->mlp_only; p && *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (v == l)
+            return 0;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 1;
+}
 
 typedef struct fill_ctx {
     const st_out_tensor *ts;
@@ -149,6 +179,8 @@ static int write_config(const fixture *fx, const char *out)
                        : !strcmp(fx->family, "qwen2") ? "Qwen2ForCausalLM"
                        : !strcmp(fx->family, "gemma2") ? "Gemma2ForCausalLM"
                        : !strcmp(fx->family, "gemma3") ? "Gemma3ForCausalLM"
+                       : !strcmp(fx->family, "qwen3_moe") ? "Qwen3MoeForCausalLM"
+                       : !strcmp(fx->family, "mixtral") ? "MixtralForCausalLM"
                                                        : "Qwen3ForCausalLM";
     json_object *archs = json_object_new_array();
     json_object_array_add(archs, json_object_new_string(arch));
@@ -187,6 +219,23 @@ static int write_config(const fixture *fx, const char *out)
     } else {
         json_object_object_add(c, "hidden_act", json_object_new_string("silu"));
     }
+    if (!strcmp(fx->family, "qwen3_moe")) {
+        json_object_object_add(c, "num_experts", json_object_new_int(fx->experts));
+        json_object_object_add(c, "num_experts_per_tok", json_object_new_int(fx->top_k));
+        json_object_object_add(c, "moe_intermediate_size", json_object_new_int(fx->moe_ff));
+        json_object_object_add(c, "norm_topk_prob", json_object_new_boolean(fx->norm_topk));
+        json_object_object_add(c, "decoder_sparse_step", json_object_new_int(fx->sparse_step));
+        json_object *mo = json_object_new_array();
+        for (int l = 0; l < fx->layers; l++)
+            if ((l + 1) % fx->sparse_step == 0 && !layer_sparse(fx, l))
+                json_object_array_add(mo, json_object_new_int(l));
+        json_object_object_add(c, "mlp_only_layers", mo);
+        json_object_object_add(c, "output_router_logits", json_object_new_boolean(0));
+    } else if (!strcmp(fx->family, "mixtral")) {
+        json_object_object_add(c, "num_local_experts", json_object_new_int(fx->experts));
+        json_object_object_add(c, "num_experts_per_tok", json_object_new_int(fx->top_k));
+        json_object_object_add(c, "output_router_logits", json_object_new_boolean(0));
+    }
     if (fx->sliding_window > 0)
         json_object_object_add(c, "sliding_window", json_object_new_int(fx->sliding_window));
     if (fx->rope_scaling) {
@@ -219,7 +268,7 @@ static int write_config(const fixture *fx, const char *out)
 int main(int argc, char **argv)
 {
     fixture fx = {"llama", 64, 2, 4, 2, 0, 128, 0, 512, 0, 1, 10000.0, TERN_F32, 1, 0, 6, 8192, 0, NULL, 8.0,
-                  0, 0, 0, 10000.0};
+                  0, 0, 0, 10000.0, 8, 2, 32, 1, 1, NULL};
     const char *out = NULL, *tokdir = NULL, *preset = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -251,6 +300,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--qpas")) fx.qpas = atof(v);
         else if (!strcmp(a, "--rope-local-theta")) fx.rope_local_theta = atof(v);
         else if (!strcmp(a, "--shards")) fx.shards = atoi(v);
+        else if (!strcmp(a, "--experts")) fx.experts = atoi(v);
+        else if (!strcmp(a, "--top-k")) fx.top_k = atoi(v);
+        else if (!strcmp(a, "--moe-ff")) fx.moe_ff = atoi(v);
+        else if (!strcmp(a, "--norm-topk")) fx.norm_topk = atoi(v);
+        else if (!strcmp(a, "--sparse-step")) fx.sparse_step = atoi(v);
+        else if (!strcmp(a, "--mlp-only")) fx.mlp_only = v;
         else if (!strcmp(a, "--seed")) fx.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--rope-theta")) fx.rope_theta = atof(v);
         else if (!strcmp(a, "--dtype")) {
@@ -286,8 +341,15 @@ int main(int argc, char **argv)
         return 2;
     }
     if (strcmp(fx.family, "llama") && strcmp(fx.family, "mistral") && strcmp(fx.family, "qwen2") &&
-        strcmp(fx.family, "qwen3") && strcmp(fx.family, "gemma2") && strcmp(fx.family, "gemma3")) {
-        fprintf(stderr, "make_fixture: family must be llama, mistral, qwen2, qwen3, gemma2 or gemma3\n");
+        strcmp(fx.family, "qwen3") && strcmp(fx.family, "gemma2") && strcmp(fx.family, "gemma3") &&
+        !is_moe(fx.family)) {
+        fprintf(stderr, "make_fixture: family must be llama, mistral, qwen2, qwen3, gemma2, gemma3, qwen3_moe or "
+                        "mixtral\n");
+        return 2;
+    }
+    if (is_moe(fx.family) && (fx.experts < 1 || fx.top_k < 1 || fx.top_k > fx.experts || fx.moe_ff < 1 ||
+                              fx.sparse_step < 1)) {
+        fprintf(stderr, "make_fixture: need 1 <= --top-k <= --experts, --moe-ff >= 1, --sparse-step >= 1\n");
         return 2;
     }
     if (fx.rope_scaling && strcmp(fx.rope_scaling, "llama3") && strcmp(fx.rope_scaling, "linear")) {
@@ -319,7 +381,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int L = fx.layers, qd = fx.heads * fx.head_dim, kvd = fx.kv_heads * fx.head_dim;
-    int max_t = 4 + L * 16;
+    int max_t = 4 + L * (16 + (is_moe(fx.family) ? 1 + 3 * fx.experts : 0));
     int gemma = is_gemma(fx.family);
     st_out_tensor *ts = calloc((size_t)max_t, sizeof *ts);
     int n = 0;
@@ -335,7 +397,7 @@ int main(int argc, char **argv)
             add(ts, &n, dt, kvd, 0, "model.layers.%d.self_attn.k_proj.bias", l);
             add(ts, &n, dt, kvd, 0, "model.layers.%d.self_attn.v_proj.bias", l);
         }
-        if (!strcmp(fx.family, "qwen3") || !strcmp(fx.family, "gemma3")) {
+        if (!strcmp(fx.family, "qwen3") || !strcmp(fx.family, "gemma3") || !strcmp(fx.family, "qwen3_moe")) {
             add(ts, &n, dt, fx.head_dim, 0, "model.layers.%d.self_attn.q_norm.weight", l);
             add(ts, &n, dt, fx.head_dim, 0, "model.layers.%d.self_attn.k_norm.weight", l);
         }
@@ -345,9 +407,24 @@ int main(int argc, char **argv)
             add(ts, &n, dt, fx.dim, 0, "model.layers.%d.pre_feedforward_layernorm.weight", l);
             add(ts, &n, dt, fx.dim, 0, "model.layers.%d.post_feedforward_layernorm.weight", l);
         }
-        add(ts, &n, dt, fx.ff, fx.dim, "model.layers.%d.mlp.gate_proj.weight", l);
-        add(ts, &n, dt, fx.ff, fx.dim, "model.layers.%d.mlp.up_proj.weight", l);
-        add(ts, &n, dt, fx.dim, fx.ff, "model.layers.%d.mlp.down_proj.weight", l);
+        if (is_moe(fx.family) && layer_sparse(&fx, l)) {
+            int mix = !strcmp(fx.family, "mixtral"), eff = mix ? fx.ff : fx.moe_ff;
+            const char *blk = mix ? "block_sparse_moe" : "mlp";
+            char fmt[128];
+            snprintf(fmt, sizeof fmt, "model.layers.%%d.%s.gate.weight", blk);
+            add(ts, &n, dt, fx.experts, fx.dim, fmt, l);
+            for (int e = 0; e < fx.experts; e++) {
+                const char *nm[3] = {mix ? "w1" : "gate_proj", mix ? "w3" : "up_proj", mix ? "w2" : "down_proj"};
+                for (int k = 0; k < 3; k++) {
+                    snprintf(fmt, sizeof fmt, "model.layers.%%d.%s.experts.%d.%s.weight", blk, e, nm[k]);
+                    add(ts, &n, dt, k < 2 ? eff : fx.dim, k < 2 ? fx.dim : eff, fmt, l);
+                }
+            }
+        } else {
+            add(ts, &n, dt, fx.ff, fx.dim, "model.layers.%d.mlp.gate_proj.weight", l);
+            add(ts, &n, dt, fx.ff, fx.dim, "model.layers.%d.mlp.up_proj.weight", l);
+            add(ts, &n, dt, fx.dim, fx.ff, "model.layers.%d.mlp.down_proj.weight", l);
+        }
     }
     add(ts, &n, dt, fx.dim, 0, "model.norm.weight", 0);
     if (!fx.tie)

@@ -1,8 +1,9 @@
 /* tern convert: a Hugging Face model folder to an MLX-style affine-quantized
  * one (the layout mlx-community publishes; see model/quant.h). Every 2-D
  * ".weight" whose input size is a multiple of the group size - projections,
- * embeddings, heads - becomes NAME.weight (uint32 words), NAME.scales and
- * NAME.biases (in the tensor's own dtype); norms and other tensors are
+ * embeddings, heads, every expert of a mixture - becomes NAME.weight (uint32
+ * words), NAME.scales and NAME.biases (in the tensor's own dtype); norms,
+ * mixture-of-experts routers and other tensors are
  * copied. config.json gains a "quantization" block; tokenizer files and
  * generation_config.json are copied. Output streams to one safetensors
  * file, so models larger than memory convert. */
@@ -122,9 +123,21 @@ static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
     return 0;
 }
 
+/* Whether NAME ends in suffix. */
+static int ends_with(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && !strcmp(name + n - k, suffix);
+}
+
+/* Every 2-D weight but a mixture of experts' router (mlp.gate,
+ * block_sparse_moe.gate), which stays in its dtype as MLX keeps it: its
+ * few rows cost nothing and decide which experts run. */
 static int quantizable(const st_tensor *t, int group)
 {
     size_t len = strlen(t->name);
+    if (ends_with(t->name, ".mlp.gate.weight") || ends_with(t->name, ".block_sparse_moe.gate.weight"))
+        return 0;
     return t->n_dims == 2 && len > 7 && !strcmp(t->name + len - 7, ".weight") && t->shape[1] % group == 0 &&
            (t->dtype == TERN_F32 || t->dtype == TERN_BF16 || t->dtype == TERN_F16);
 }

@@ -243,6 +243,100 @@ static int read_quant(json_object *o, model_config *cfg, tern_err *err)
     return 0;
 }
 
+/* Fields of MoE variants we do not run: present with a value that changes
+ * the math, they are a load error naming the field. */
+static int moe_reject_variants(json_object *o, tern_err *err)
+{
+    static const struct {
+        const char *key, *what;
+        double neutral;
+    } unsup[] = {
+        {"shared_expert_intermediate_size", "shared experts", 0},
+        {"n_shared_experts", "shared experts", 0},
+        {"num_shared_experts", "shared experts", 0},
+        {"moe_shared_expert_intermediate_size", "shared experts", 0},
+        {"n_group", "group-limited routing", 1},
+        {"topk_group", "group-limited routing", 1},
+        {"routed_scaling_factor", "scaled routing weights", 1},
+        {"first_k_dense_replace", "leading dense layers", 0},
+        {"moe_layer_freq", "an MoE layer frequency", 1},
+    };
+    for (size_t i = 0; i < sizeof unsup / sizeof unsup[0]; i++) {
+        double v;
+        int rc = tern_json_get_num(o, unsup[i].key, &v, "config.json", err);
+        if (rc == TERN_ENOTFOUND)
+            continue;
+        if (rc)
+            return rc;
+        if (v != unsup[i].neutral)
+            return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: '%s' = %g: %s are not supported",
+                                unsup[i].key, v, unsup[i].what);
+    }
+    static const struct {
+        const char *key, *ok;
+    } modes[] = {{"topk_method", "greedy"}, {"scoring_func", "softmax"}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        const char *v = NULL;
+        int rc = tern_json_get_str(o, modes[i].key, &v, "config.json", err);
+        if (rc == TERN_ENOTFOUND)
+            continue;
+        if (rc)
+            return rc;
+        if (strcmp(v, modes[i].ok))
+            return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: '%s' = '%s' is not supported (only '%s')",
+                                modes[i].key, v, modes[i].ok);
+    }
+    return 0;
+}
+
+/* The mixture-of-experts fields of qwen3_moe and mixtral (transformers'
+ * defaults where a field is absent), and which layers are sparse: Qwen's
+ * layer l is when it is not in mlp_only_layers and (l + 1) is a multiple
+ * of decoder_sparse_step; every Mixtral layer is. */
+static int read_moe(json_object *o, model_config *cfg, tern_err *err)
+{
+    int qwen = cfg->moe == MOE_QWEN3, rc;
+    int step = 1;
+    cfg->n_expert = qwen ? 128 : 8;
+    cfg->n_expert_used = qwen ? 8 : 2;
+    cfg->n_ff_expert = qwen ? 768 : cfg->n_ff;
+    /* num_experts on the hub, num_local_experts from transformers 5 (and Mixtral) */
+    if ((rc = get_opt_int(o, "num_experts", 1, 1 << 16, &cfg->n_expert, err)) ||
+        (rc = get_opt_int(o, "num_local_experts", 1, 1 << 16, &cfg->n_expert, err)) ||
+        (rc = get_opt_int(o, "num_experts_per_tok", 1, cfg->n_expert, &cfg->n_expert_used, err)) ||
+        (qwen && (rc = get_opt_int(o, "moe_intermediate_size", 1, 1 << 20, &cfg->n_ff_expert, err))) ||
+        (qwen && (rc = get_opt_int(o, "decoder_sparse_step", 1, 1 << 20, &step, err))) ||
+        (rc = moe_reject_variants(o, err)))
+        return rc;
+    if (cfg->n_expert_used > cfg->n_expert)
+        return tern_err_set(err, TERN_ERANGE, "config.json: num_experts_per_tok %d is more than the %d experts",
+                            cfg->n_expert_used, cfg->n_expert);
+    cfg->norm_topk = 1; /* Mixtral renormalizes its top-k */
+    if (qwen) {
+        cfg->norm_topk = 0;
+        if ((rc = tern_json_get_bool(o, "norm_topk_prob", &cfg->norm_topk, "config.json", err)) &&
+            rc != TERN_ENOTFOUND)
+            return rc;
+    }
+    for (int l = 0; l < cfg->n_layer; l++)
+        cfg->layer_moe[l] = !qwen || (l + 1) % step == 0;
+    json_object *mo = NULL;
+    if (qwen && json_object_object_get_ex(o, "mlp_only_layers", &mo) && mo) {
+        if (!json_object_is_type(mo, json_type_array))
+            return tern_err_set(err, TERN_EFORMAT, "config.json: 'mlp_only_layers' must be a list of layer indices");
+        for (size_t i = 0; i < json_object_array_length(mo); i++) {
+            json_object *e = json_object_array_get_idx(mo, i);
+            int v = e && json_object_is_type(e, json_type_int) ? json_object_get_int(e) : -1;
+            if (v < 0 || v >= cfg->n_layer)
+                return tern_err_set(err, TERN_EFORMAT,
+                                    "config.json: 'mlp_only_layers' entry %zu is not a layer index below %d", i,
+                                    cfg->n_layer);
+            cfg->layer_moe[v] = 0;
+        }
+    }
+    return 0;
+}
+
 int model_config_load(model_config *cfg, const char *dir, tern_err *err)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -267,6 +361,10 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
         cfg->arch = ARCH_QWEN2;
     else if (!strcmp(mt, "qwen3"))
         cfg->arch = ARCH_QWEN3;
+    else if (!strcmp(mt, "qwen3_moe"))
+        cfg->arch = ARCH_QWEN3, cfg->moe = MOE_QWEN3;
+    else if (!strcmp(mt, "mixtral"))
+        cfg->arch = ARCH_LLAMA, cfg->moe = MOE_MIXTRAL;
     else if (!strcmp(mt, "gemma2"))
         cfg->arch = ARCH_GEMMA2;
     else if (!strcmp(mt, "gemma3_text"))
@@ -274,6 +372,16 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
     else if (!strcmp(mt, "gemma3")) {
         rc = tern_err_set(err, TERN_EUNSUPPORTED,
                           "config.json: model_type 'gemma3' is the multimodal model; use a text-only (gemma3_text) checkpoint");
+        goto out;
+    } else if (!strcmp(mt, "gpt_oss")) {
+        rc = tern_err_set(err, TERN_EUNSUPPORTED,
+                          "config.json: model_type 'gpt_oss' is not supported yet: it needs attention sinks, "
+                          "biased and clamped SwiGLU experts, MXFP4 expert weights and YaRN RoPE");
+        goto out;
+    } else if (!strcmp(mt, "qwen2_moe")) {
+        rc = tern_err_set(err, TERN_EUNSUPPORTED,
+                          "config.json: model_type 'qwen2_moe' is not supported: its shared experts "
+                          "(shared_expert_intermediate_size) are not implemented");
         goto out;
     } else {
         rc = tern_err_set(err, TERN_EUNSUPPORTED, "config.json: model_type '%s' is not supported", mt);
@@ -322,7 +430,8 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
         goto out;
     }
     cfg->norm_eps = (float)eps;
-    if ((rc = read_rope(o, cfg, err)) || (rc = read_quant(o, cfg, err)))
+    if ((rc = read_rope(o, cfg, err)) || (rc = read_quant(o, cfg, err)) ||
+        (cfg->moe != MOE_NONE && (rc = read_moe(o, cfg, err))))
         goto out;
     /* Gemma reads hidden_activation (hidden_act is a legacy alias there). */
     if (gemma) {

@@ -15,6 +15,13 @@ typedef enum model_arch {
     ARCH_GEMMA3,  /* Gemma 2 + q/k norms, local/global RoPE bases */
 } model_arch;
 
+/* Mixture-of-experts layout of the MLP (the tensor names differ). */
+typedef enum model_moe_style {
+    MOE_NONE,
+    MOE_QWEN3,   /* mlp.gate, mlp.experts.N.{gate,up,down}_proj */
+    MOE_MIXTRAL, /* block_sparse_moe.gate, block_sparse_moe.experts.N.{w1,w3,w2} */
+} model_moe_style;
+
 typedef enum model_rope_scaling {
     ROPE_NONE,
     ROPE_LINEAR, /* inv_freq / factor */
@@ -56,6 +63,17 @@ typedef struct model_config {
     float attn_softcap;    /* scores = c * tanh(scores / c) */
     float final_softcap;   /* logits = c * tanh(logits / c) */
     unsigned char layer_sliding[MODEL_MAX_LAYERS]; /* 1: layer uses sliding_window */
+    /* Mixture of experts (qwen3_moe, mixtral; n_expert 0 = dense): a
+     * layer with layer_moe set routes each token to the n_expert_used
+     * experts of highest softmax(router) probability and sums their SiLU
+     * MLPs (n_ff_expert wide) weighted by those probabilities, renormalized
+     * to sum 1 when norm_topk; the other layers keep the dense MLP (n_ff). */
+    model_moe_style moe;
+    int n_expert;      /* num_experts / num_local_experts */
+    int n_expert_used; /* num_experts_per_tok */
+    int n_ff_expert;   /* moe_intermediate_size (mixtral: intermediate_size) */
+    int norm_topk;     /* norm_topk_prob (always for mixtral) */
+    unsigned char layer_moe[MODEL_MAX_LAYERS]; /* 1: layer is sparse */
     /* MLX affine quantization from config.json's "quantization" (0 = none);
      * each tensor's own bits and group size are read from its shapes. */
     int quant_bits, quant_group;

@@ -31,6 +31,15 @@ struct model_scratch {
     float *gate, *up;        /* [cap_t][n_ff] */
     float *tmp;              /* [cap_t][dim] */
     float *xo;               /* [cap_out][dim] */
+    /* sparse layers (n_expert > 0), else NULL */
+    float *rl;               /* [cap_t][n_expert] router logits, then probabilities */
+    float *wt;               /* [cap_t][n_expert_used] routing weights, by expert id */
+    int *sel;                /* [cap_t][n_expert_used] chosen experts, ascending */
+    int *row;                /* [cap_t][n_expert_used] each choice's row in the grouped buffers */
+    int *cnt;                /* [n_expert + 1] tokens per expert, then first rows */
+    float *xg;               /* [cap_t * n_expert_used][dim] inputs grouped by expert */
+    float *eg, *eu;          /* [cap_t * n_expert_used][n_ff_expert] */
+    float *ed;               /* [cap_t * n_expert_used][dim] expert outputs */
 };
 
 void model_scratch_free(model_scratch *s)
@@ -47,6 +56,15 @@ void model_scratch_free(model_scratch *s)
     free(s->up);
     free(s->tmp);
     free(s->xo);
+    free(s->rl);
+    free(s->wt);
+    free(s->sel);
+    free(s->row);
+    free(s->cnt);
+    free(s->xg);
+    free(s->eg);
+    free(s->eu);
+    free(s->ed);
     free(s);
 }
 
@@ -80,7 +98,22 @@ static int scratch_ensure(tern_model *m, int T, int n_out, tern_err *err)
     s->gate = malloc((size_t)ct * c->n_ff * sizeof(float));
     s->up = malloc((size_t)ct * c->n_ff * sizeof(float));
     s->xo = malloc((size_t)co * c->dim * sizeof(float));
-    if (!s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->gate || !s->up || !s->xo) {
+    int moe_bad = 0;
+    if (c->n_expert) {
+        size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used, rows = (size_t)ct * K;
+        s->rl = malloc((size_t)ct * E * sizeof(float));
+        s->wt = malloc(rows * sizeof(float));
+        s->sel = malloc(rows * sizeof(int));
+        s->row = malloc(rows * sizeof(int));
+        s->cnt = malloc((E + 1) * sizeof(int));
+        s->xg = malloc(rows * c->dim * sizeof(float));
+        s->eg = malloc(rows * c->n_ff_expert * sizeof(float));
+        s->eu = malloc(rows * c->n_ff_expert * sizeof(float));
+        s->ed = malloc(rows * c->dim * sizeof(float));
+        moe_bad = !s->rl || !s->wt || !s->sel || !s->row || !s->cnt || !s->xg || !s->eg || !s->eu || !s->ed;
+    }
+    if (moe_bad || !s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->gate || !s->up ||
+        !s->xo) {
         model_scratch_free(s);
         m->scratch = NULL;
         return tern_err_set(err, TERN_ENOMEM, "out of memory for forward scratch (%d tokens)", T);
@@ -127,6 +160,134 @@ static inline float gelu_tanh(float x)
 {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+/* A dense layer's MLP: s->xn[T][dim] in, s->tmp[T][dim] out; the rows'
+ * LoRA deltas (lora NULL: none) right after each base product. */
+static int dense_mlp(tern_model *m, int l, const model_lora *const *lora, int T, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->layers[l];
+    model_scratch *s = m->scratch;
+    const model_weight *w[2] = {&L->w_gate, &L->w_up};
+    float *y[2] = {s->gate, s->up};
+    int rc = m->be->matmul(m->be, 2, w, s->xn, y, T, err);
+    if (rc)
+        return rc;
+    for (int k = 0; lora && k < 2; k++)
+        if ((rc = model_lora_apply(m, lora, T, l, LORA_GATE + k, s->xn, y[k], err)))
+            return rc;
+    if (c->gelu)
+        for (size_t e = 0; e < (size_t)T * c->n_ff; e++)
+            s->gate[e] = gelu_tanh(s->gate[e]) * s->up[e];
+    else
+        for (size_t e = 0; e < (size_t)T * c->n_ff; e++)
+            s->gate[e] = silu(s->gate[e]) * s->up[e];
+    if ((rc = matmul(m, &L->w_down, s->gate, s->tmp, T, err)))
+        return rc;
+    return model_lora_apply(m, lora, T, l, LORA_DOWN, s->gate, s->tmp, err);
+}
+
+/* ---- mixture of experts ---- */
+
+/* Token t's routing: softmax over the router's logits p[n_expert] (in
+ * place), the k most probable experts (the lower id on a tie), their
+ * probabilities renormalized to sum 1 when norm_topk (as HF), and then the
+ * choices sorted by expert id - the order their outputs are summed in, as
+ * HF's loop over experts does. */
+static void moe_route(const model_config *c, float *p, int *sel, float *wt)
+{
+    int E = c->n_expert, K = c->n_expert_used;
+    float mx = p[0], sum = 0.0f;
+    for (int e = 1; e < E; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    for (int e = 0; e < E; e++) {
+        p[e] = expf(p[e] - mx);
+        sum += p[e];
+    }
+    for (int e = 0; e < E; e++)
+        p[e] /= sum;
+    float tsum = 0.0f;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++)
+                taken |= sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        sel[k] = best;
+        wt[k] = p[best];
+        tsum += p[best];
+    }
+    if (c->norm_topk)
+        for (int k = 0; k < K; k++)
+            wt[k] /= tsum;
+    for (int k = 1; k < K; k++) /* insertion sort by expert id */
+        for (int j = k; j > 0 && sel[j - 1] > sel[j]; j--) {
+            int ts = sel[j];
+            float tw = wt[j];
+            sel[j] = sel[j - 1], wt[j] = wt[j - 1];
+            sel[j - 1] = ts, wt[j - 1] = tw;
+        }
+}
+
+/* A sparse layer's MLP: s->xn[T][dim] in, s->tmp[T][dim] out. Tokens are
+ * grouped by expert (in token order within an expert), so each chosen
+ * expert's weights are read once for all its tokens; every (token, expert)
+ * product is the backend's batch-independent one, and each token sums its
+ * experts in id order, so a token's output does not depend on the batch. */
+static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->layers[l];
+    model_scratch *s = m->scratch;
+    int E = c->n_expert, K = c->n_expert_used, dim = c->dim, ff = c->n_ff_expert;
+    int rc = matmul(m, &L->router, s->xn, s->rl, T, err);
+    if (rc)
+        return rc;
+    memset(s->cnt, 0, (size_t)(E + 1) * sizeof(int));
+    for (int t = 0; t < T; t++) {
+        moe_route(c, s->rl + (size_t)t * E, s->sel + (size_t)t * K, s->wt + (size_t)t * K);
+        for (int k = 0; k < K; k++)
+            s->cnt[s->sel[t * K + k] + 1]++;
+    }
+    for (int e = 0; e < E; e++) /* cnt[e]: first row of expert e */
+        s->cnt[e + 1] += s->cnt[e];
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            int r = s->cnt[s->sel[t * K + k]]++;
+            s->row[t * K + k] = r;
+            memcpy(s->xg + (size_t)r * dim, s->xn + (size_t)t * dim, (size_t)dim * sizeof(float));
+        }
+    /* now cnt[e] is one past expert e's last row: expert e holds [cnt[e-1], cnt[e]) */
+    for (int e = 0; e < E; e++) {
+        int r0 = e ? s->cnt[e - 1] : 0, n = s->cnt[e] - r0;
+        if (n == 0)
+            continue;
+        const model_weight *ex = L->experts + 3 * e;
+        const model_weight *w[2] = {&ex[0], &ex[1]};
+        float *y[2] = {s->eg + (size_t)r0 * ff, s->eu + (size_t)r0 * ff};
+        model_experts_touch(m, l, e);
+        if ((rc = m->be->matmul(m->be, 2, w, s->xg + (size_t)r0 * dim, y, n, err)))
+            return rc;
+        for (size_t i = 0; i < (size_t)n * ff; i++)
+            y[0][i] = silu(y[0][i]) * y[1][i];
+        if ((rc = matmul(m, &ex[2], y[0], s->ed + (size_t)r0 * dim, n, err)))
+            return rc;
+    }
+    for (int t = 0; t < T; t++) {
+        float *o = s->tmp + (size_t)t * dim;
+        memset(o, 0, (size_t)dim * sizeof(float));
+        for (int k = 0; k < K; k++) {
+            const float *y = s->ed + (size_t)s->row[t * K + k] * dim;
+            float wk = s->wt[t * K + k];
+            for (int d = 0; d < dim; d++)
+                o[d] += y[d] * wk;
+        }
+    }
+    return 0;
 }
 
 /* ---- the checks and bookkeeping every way in shares ---- */
@@ -342,23 +503,7 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const mo
 
         for (int i = 0; i < T; i++)
             rmsnorm(s->xn + (size_t)i * dim, s->x + (size_t)i * dim, L->ffn_norm, dim, c->norm_eps);
-        {
-            const model_weight *w[2] = {&L->w_gate, &L->w_up};
-            float *y[2] = {s->gate, s->up};
-            if ((rc = m->be->matmul(m->be, 2, w, s->xn, y, T, err)))
-                return rc;
-            for (int k = 0; lora && k < 2; k++)
-                if ((rc = model_lora_apply(m, lora, T, l, LORA_GATE + k, s->xn, y[k], err)))
-                    return rc;
-        }
-        if (c->gelu)
-            for (size_t e = 0; e < (size_t)T * c->n_ff; e++)
-                s->gate[e] = gelu_tanh(s->gate[e]) * s->up[e];
-        else
-            for (size_t e = 0; e < (size_t)T * c->n_ff; e++)
-                s->gate[e] = silu(s->gate[e]) * s->up[e];
-        if ((rc = matmul(m, &L->w_down, s->gate, s->tmp, T, err)) ||
-            (rc = model_lora_apply(m, lora, T, l, LORA_DOWN, s->gate, s->tmp, err)))
+        if ((rc = L->experts ? moe_mlp(m, l, T, err) : dense_mlp(m, l, lora, T, err)))
             return rc;
         if (L->post_ffn_norm)
             for (int i = 0; i < T; i++)

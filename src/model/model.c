@@ -121,6 +121,33 @@ static const char *name_prefix(const tern_model *m)
     return "model.";
 }
 
+/* A sparse layer's router and experts, by the family's names (Qwen's
+ * mlp.gate / mlp.experts.N.{gate,up,down}_proj, Mixtral's
+ * block_sparse_moe.gate / block_sparse_moe.experts.N.{w1,w3,w2}); a missing
+ * or misshapen one is an error naming the tensor (get_weight). */
+static int load_experts(tern_model *m, const char *pfx, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    model_layer *L = &m->layers[l];
+    int mix = c->moe == MOE_MIXTRAL, rc;
+    const char *blk = mix ? "block_sparse_moe" : "mlp";
+    static const char *const qn[3] = {"gate_proj", "up_proj", "down_proj"}, *const xn[3] = {"w1", "w3", "w2"};
+    char n[256];
+    L->experts = calloc((size_t)c->n_expert * 3, sizeof *L->experts);
+    if (!L->experts)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    for (int e = 0; e < c->n_expert; e++)
+        for (int k = 0; k < 3; k++) {
+            snprintf(n, sizeof n, "%slayers.%d.%s.experts.%d.%s.weight", pfx, l, blk, e, mix ? xn[k] : qn[k]);
+            int o = k < 2 ? c->n_ff_expert : c->dim, i = k < 2 ? c->dim : c->n_ff_expert;
+            if ((rc = get_weight(m, n, o, i, &L->experts[3 * e + k], err)))
+                return rc;
+        }
+    /* the router last: a count of experts the folder lacks names the first missing one */
+    snprintf(n, sizeof n, "%slayers.%d.%s.gate.weight", pfx, l, blk);
+    return get_weight(m, n, c->n_expert, c->dim, &L->router, err);
+}
+
 static int load_layer(tern_model *m, const char *pfx, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
@@ -140,9 +167,14 @@ static int load_layer(tern_model *m, const char *pfx, int l, tern_err *err)
     W(wk, "self_attn.k_proj.weight", kvd, c->dim)
     W(wv, "self_attn.v_proj.weight", kvd, c->dim)
     W(wo, "self_attn.o_proj.weight", c->dim, qd)
-    W(w_gate, "mlp.gate_proj.weight", c->n_ff, c->dim)
-    W(w_up, "mlp.up_proj.weight", c->n_ff, c->dim)
-    W(w_down, "mlp.down_proj.weight", c->dim, c->n_ff)
+    if (c->layer_moe[l]) {
+        if ((rc = load_experts(m, pfx, l, err)))
+            return rc;
+    } else {
+        W(w_gate, "mlp.gate_proj.weight", c->n_ff, c->dim)
+        W(w_up, "mlp.up_proj.weight", c->n_ff, c->dim)
+        W(w_down, "mlp.down_proj.weight", c->dim, c->n_ff)
+    }
     V(attn_norm, "input_layernorm.weight", c->dim)
     if (c->sandwich_norms) {
         V(post_attn_norm, "post_attention_layernorm.weight", c->dim)
@@ -220,6 +252,16 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     if ((rc = model_config_load(&m->cfg, dir, err)))
         goto fail;
     const model_config *c = &m->cfg;
+    if (c->n_expert && cuda_dev >= 0) {
+        if (!strcmp(dev, "auto")) {
+            cuda_dev = -1; /* the CPU runs mixtures of experts; the CUDA backend does not yet */
+        } else {
+            rc = tern_err_set(err, TERN_EUNSUPPORTED,
+                              "the CUDA backend does not run mixture-of-experts models (%s) yet; use the cpu device",
+                              c->model_type);
+            goto fail;
+        }
+    }
     /* The CPU backend first: it checks the shape before any weight is read
      * (a device backend replaces it below, checking again for itself). */
     m->be = model_backend_cpu_new(n_threads, err);
@@ -298,6 +340,11 @@ void model_free(tern_model *m)
             model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             for (int i = 0; i < 7; i++)
                 free(ws[i]->sb);
+            free(L->router.sb);
+            if (L->experts)
+                for (int e = 0; e < 3 * m->cfg.n_expert; e++)
+                    free(L->experts[e].sb);
+            free(L->experts);
             free(L->post_attn_norm);
             free(L->post_ffn_norm);
             free(L->attn_norm);
@@ -382,8 +429,14 @@ size_t model_weight_bytes(const tern_model *m)
     size_t n = wbytes(&m->lm_head);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        n += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo) + wbytes(&L->w_gate) +
-             wbytes(&L->w_up) + wbytes(&L->w_down);
+        n += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo);
+        if (L->experts) {
+            n += wbytes(&L->router);
+            for (int e = 0; e < 3 * m->cfg.n_expert; e++)
+                n += wbytes(&L->experts[e]);
+        } else {
+            n += wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
+        }
     }
     return n;
 }

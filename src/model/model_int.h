@@ -28,8 +28,11 @@ typedef struct model_layer {
     model_weight wq;      /* [n_head*head_dim][dim] */
     model_weight wk, wv;  /* [n_kv_head*head_dim][dim] */
     model_weight wo;      /* [dim][n_head*head_dim] */
-    model_weight w_gate, w_up; /* [n_ff][dim] */
+    model_weight w_gate, w_up; /* [n_ff][dim]; unset in a sparse layer */
     model_weight w_down;  /* [dim][n_ff] */
+    /* A sparse layer (cfg.layer_moe): the router and every expert's MLP. */
+    model_weight router;  /* [n_expert][dim] */
+    model_weight *experts; /* [n_expert][3] gate, up [n_ff_expert][dim], down [dim][n_ff_expert]; owned, else NULL */
     float *attn_norm, *ffn_norm; /* [dim], owned f32 gains (Gemma's 1 + w applied) */
     float *post_attn_norm, *post_ffn_norm; /* [dim] (gemma), else NULL */
     float *q_norm, *k_norm;      /* [head_dim] (qwen3, gemma3), else NULL */
@@ -40,6 +43,7 @@ typedef struct model_layer {
 
 typedef struct model_scratch model_scratch;
 typedef struct model_lora_scratch model_lora_scratch;
+typedef struct model_expert_cache model_expert_cache;
 
 struct tern_model {
     model_config cfg;
@@ -53,6 +57,7 @@ struct tern_model {
     model_backend *be;          /* where the forward's compute runs */
     model_scratch *scratch;     /* forward.c's, grown on demand */
     model_lora_scratch *lora_scratch; /* lora.c's, grown on demand */
+    model_expert_cache *xc;     /* experts.c's residency of expert weights, NULL when not managed */
 };
 
 /* Row r of w (dense or quantized) as f32 into out[n_in]. */
@@ -61,6 +66,11 @@ void model_weight_row(const model_weight *w, int r, float *out);
 /* RoPE inverse frequencies for theta and the config's scaling (HF's
  * formulas), into out[head_dim/2]. */
 void model_rope_freqs(const model_config *c, double theta, int scaled, float *out);
+
+/* Expert `expert` of sparse layer `layer` is about to be read (experts.c):
+ * its weights are paged in and kept resident within the cache budget;
+ * counts a hit or the bytes streamed. No-op without a cache. */
+void model_experts_touch(tern_model *m, int layer, int expert);
 
 /* forward.c's scratch, freed with the model; NULL is a no-op. */
 void model_scratch_free(model_scratch *s);

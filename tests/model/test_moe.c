@@ -1,0 +1,255 @@
+/* Mixtures of experts (qwen3_moe, mixtral) beyond the HF goldens: a batch
+ * of many sequences gives bit-identical logits to each sequence alone (f32,
+ * bf16 and 4-bit experts, integer and exact products), `tern convert`
+ * quantizes experts and keeps the router, and a folder whose config or
+ * experts are wrong is a load error naming the field or the tensor. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/json.h"
+#include "model/model_int.h" /* internals: the layers' experts */
+#include "test_util.h"
+
+static char g_dirs[8][64];
+static int g_n_dirs;
+
+static const char *tmpdir(void)
+{
+    char *d = g_dirs[g_n_dirs++];
+    snprintf(d, 64, "/tmp/tern-moe-XXXXXX");
+    assert_non_null(mkdtemp(d));
+    return d;
+}
+
+static void sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    if (system(cmd) != 0)
+        fail_msg("command failed: %s", cmd);
+}
+
+static const char *bin(void) { return getenv("TERN_BIN") ? getenv("TERN_BIN") : "build/tern"; }
+static const char *build(void) { return getenv("TERN_BUILD") ? getenv("TERN_BUILD") : "build"; }
+
+/* A fixture of family with extra make_fixture arguments, into a new folder. */
+static const char *fixture(const char *args)
+{
+    const char *d = tmpdir();
+    sh("%s/tools/make_fixture %s --out %s --tokenizer %s", build(), args, d, shared_path("models/stories260K"));
+    return d;
+}
+
+/* Sets config.json's key to the JSON text val (NULL: removes it). */
+static void config_set(const char *dir, const char *key, const char *val)
+{
+    char path[256];
+    tern_err err = {0};
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_object *o = tern_json_parse_file(path, &err);
+    assert_non_null(o);
+    json_object_object_del(o, key);
+    if (val)
+        json_object_object_add(o, key, json_tokener_parse(val));
+    assert_int_equal(json_object_to_file(path, o), 0);
+    json_object_put(o);
+}
+
+static const int32_t IDS[12] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
+
+/* The batch contract on a mixture: one batch of 12 tokens == the same
+ * tokens one by one == a batch mixing two sequences at other positions.
+ */
+static void check_batch(const char *dir, int exact)
+{
+    tern_err err = {0};
+    tern_kernels_exact_set(exact);
+    tern_model *m = model_load(dir, 2, &err);
+    tern_kernels_exact_set(0);
+    if (!m)
+        fail_msg("%s", err.msg);
+    const model_config *c = model_config_get(m);
+    assert_true(c->n_expert > 0);
+    const int n = 12, V = c->n_vocab;
+    kv_pool kv;
+    assert_int_equal(kv_pool_init(&kv, c->n_layer, model_kv_dim(m), 4, 64, &err), 0);
+    kv_seq a = {0}, b2 = {0};
+    float *ref = malloc((size_t)n * V * sizeof(float)), *lg = malloc((size_t)2 * V * sizeof(float));
+    int32_t pos[12], rows[12];
+    kv_seq *seqs[12];
+    assert_int_equal(kv_seq_reserve(&kv, &a, n, &err), 0);
+    for (int i = 0; i < n; i++) {
+        pos[i] = rows[i] = i;
+        seqs[i] = &a;
+    }
+    fwd_batch b = {n, IDS, pos, seqs, n, rows};
+    assert_int_equal(model_forward(m, &kv, &b, ref, &err), 0);
+    kv_seq_free(&kv, &a);
+    a = (kv_seq){0};
+    for (int i = 0; i < n; i++) { /* token by token */
+        assert_int_equal(kv_seq_reserve(&kv, &a, i + 1, &err), 0);
+        int32_t p = i, r = 0;
+        kv_seq *sp = &a;
+        fwd_batch one = {1, &IDS[i], &p, &sp, 1, &r};
+        assert_int_equal(model_forward(m, &kv, &one, lg, &err), 0);
+        for (int t = 0; t < V; t++)
+            if (lg[t] != ref[(size_t)i * V + t])
+                fail_msg("%s: token %d alone differs from the batch at logit %d (%g vs %g)", dir, i, t, lg[t],
+                         ref[(size_t)i * V + t]);
+    }
+    /* b2: 5 tokens prefilled, then its tokens 5..7 with a (truncated to 9) at 9 */
+    assert_int_equal(kv_seq_reserve(&kv, &b2, 5, &err), 0);
+    {
+        int32_t p5[5] = {0, 1, 2, 3, 4};
+        kv_seq *s5[5] = {&b2, &b2, &b2, &b2, &b2};
+        fwd_batch pre = {5, IDS, p5, s5, 0, NULL};
+        assert_int_equal(model_forward(m, &kv, &pre, NULL, &err), 0);
+    }
+    kv_seq_truncate(&kv, &a, 9);
+    assert_int_equal(kv_seq_reserve(&kv, &a, 10, &err), 0);
+    assert_int_equal(kv_seq_reserve(&kv, &b2, 8, &err), 0);
+    int32_t toks[4] = {IDS[5], IDS[9], IDS[6], IDS[7]}, mp[4] = {5, 9, 6, 7}, mr[2] = {1, 3};
+    kv_seq *ms[4] = {&b2, &a, &b2, &b2};
+    fwd_batch mixed = {4, toks, mp, ms, 2, mr};
+    assert_int_equal(model_forward(m, &kv, &mixed, lg, &err), 0);
+    for (int t = 0; t < V; t++) {
+        assert_true(lg[t] == ref[(size_t)9 * V + t]);
+        assert_true(lg[V + t] == ref[(size_t)7 * V + t]);
+    }
+    kv_seq_free(&kv, &a);
+    kv_seq_free(&kv, &b2);
+    kv_pool_free(&kv);
+    free(ref);
+    free(lg);
+    model_free(m);
+}
+
+static void test_batch_equivalence(void **state)
+{
+    (void)state;
+    const char *q = fixture("--family qwen3_moe --dim 64 --layers 3 --heads 4 --kv-heads 2 --head-dim 32 --ff 96 "
+                            "--experts 8 --top-k 3 --moe-ff 64 --sparse-step 1 --mlp-only 1 --seed 31");
+    const char *mx = fixture("--family mixtral --dim 64 --layers 2 --heads 4 --kv-heads 1 --ff 64 --experts 4 "
+                             "--top-k 2 --dtype bf16 --seed 32");
+    const char *q4 = tmpdir();
+    sh("%s convert %s %s/q4 --bits 4 --group-size 32 2>/dev/null", bin(), q, q4);
+    char q4d[128];
+    snprintf(q4d, sizeof q4d, "%s/q4", q4);
+    check_batch(q, 0);
+    check_batch(mx, 0);
+    check_batch(q4d, 0); /* integer products */
+    check_batch(q4d, 1); /* f32-activation products */
+    /* the conversion: experts quantized, the router kept (f32 here) */
+    tern_err err = {0};
+    tern_model *m = model_load(q4d, 1, &err);
+    assert_non_null(m);
+    const model_layer *L = &m->layers[0];
+    assert_non_null(L->experts);
+    assert_null(m->layers[1].experts); /* mlp_only_layers */
+    assert_int_equal(L->router.qbits, 0);
+    assert_int_equal(L->router.dtype, TERN_F32);
+    for (int e = 0; e < 3 * model_config_get(m)->n_expert; e++)
+        assert_int_equal(L->experts[e].qbits, 4);
+    model_free(m);
+}
+
+/* Loading dir must fail with code, the message naming want. */
+static void load_fails(const char *dir, int code, const char *want)
+{
+    tern_err err = {0};
+    tern_model *m = model_load(dir, 1, &err);
+    if (m)
+        fail_msg("%s loaded; expected an error naming '%s'", dir, want);
+    if (err.code != code || !strstr(err.msg, want))
+        fail_msg("error %d '%s'; expected %d naming '%s'", err.code, err.msg, code, want);
+}
+
+static void test_load_errors(void **state)
+{
+    (void)state;
+    const char *d = fixture("--family qwen3_moe --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 "
+                            "--ff 96 --experts 4 --top-k 2 --moe-ff 32 --seed 33");
+    /* experts the folder does not hold */
+    config_set(d, "num_experts", "5");
+    load_fails(d, TERN_EFORMAT, "model.layers.0.mlp.experts.4.gate_proj.weight");
+    config_set(d, "num_experts", "4");
+    /* misshapen experts */
+    config_set(d, "moe_intermediate_size", "48");
+    load_fails(d, TERN_EFORMAT, "model.layers.0.mlp.experts.0.gate_proj.weight");
+    config_set(d, "moe_intermediate_size", "32");
+    /* a dense layer where the folder has experts */
+    config_set(d, "mlp_only_layers", "[1]");
+    load_fails(d, TERN_EFORMAT, "model.layers.1.mlp.gate_proj.weight");
+    config_set(d, "mlp_only_layers", "[2]");
+    load_fails(d, TERN_EFORMAT, "mlp_only_layers");
+    config_set(d, "mlp_only_layers", "[]");
+    /* transformers 5's spelling of the expert count */
+    config_set(d, "num_experts", NULL);
+    config_set(d, "num_local_experts", "4");
+    tern_err err = {0};
+    tern_model *m = model_load(d, 1, &err);
+    if (!m)
+        fail_msg("%s", err.msg);
+    assert_int_equal(model_config_get(m)->n_expert, 4);
+    model_free(m);
+    /* variants we do not run, each named */
+    config_set(d, "num_experts_per_tok", "5");
+    load_fails(d, TERN_ERANGE, "num_experts_per_tok");
+    config_set(d, "num_experts_per_tok", "2");
+    config_set(d, "shared_expert_intermediate_size", "64");
+    load_fails(d, TERN_EUNSUPPORTED, "shared_expert_intermediate_size");
+    config_set(d, "shared_expert_intermediate_size", "0");
+    config_set(d, "n_group", "4");
+    load_fails(d, TERN_EUNSUPPORTED, "n_group");
+    config_set(d, "n_group", NULL);
+    config_set(d, "scoring_func", "\"sigmoid\"");
+    load_fails(d, TERN_EUNSUPPORTED, "scoring_func");
+    config_set(d, "scoring_func", NULL);
+    config_set(d, "decoder_sparse_step", "0");
+    load_fails(d, TERN_ERANGE, "decoder_sparse_step");
+    config_set(d, "decoder_sparse_step", "1");
+    config_set(d, "model_type", "\"gpt_oss\"");
+    load_fails(d, TERN_EUNSUPPORTED, "MXFP4");
+    config_set(d, "model_type", "\"qwen2_moe\"");
+    load_fails(d, TERN_EUNSUPPORTED, "shared experts");
+    /* the CUDA backend does not run experts: a clear error, never a crash */
+    config_set(d, "model_type", "\"qwen3_moe\"");
+    model_load_opts lo = {1, "cuda"};
+    m = model_load_ex(d, &lo, &err);
+    assert_null(m);
+    assert_int_equal(err.code, TERN_EUNSUPPORTED);
+    /* a Mixtral folder with a missing expert matrix */
+    const char *x = fixture("--family mixtral --dim 64 --layers 1 --heads 4 --kv-heads 1 --ff 64 --experts 2 "
+                            "--top-k 2 --seed 34");
+    config_set(x, "model_type", "\"qwen3_moe\"");
+    config_set(x, "moe_intermediate_size", "64");
+    load_fails(x, TERN_EFORMAT, "model.layers.0.mlp.experts.0.gate_proj.weight");
+}
+
+static int cleanup(void **state)
+{
+    (void)state;
+    for (int i = 0; i < g_n_dirs; i++)
+        sh("rm -rf %s", g_dirs[i]);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_equivalence),
+        cmocka_unit_test(test_load_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, cleanup);
+}
