@@ -9,7 +9,7 @@ ifeq ($(CUDA),1)
 CMAKE_FLAGS += -DTERN_CUDA=ON
 endif
 
-.PHONY: all deps oracles demo check test test-asan asan clean
+.PHONY: all deps oracles demo check test test-asan asan clean desktop desktop-check
 all:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -23,6 +23,15 @@ oracles: deps
 asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=ON -DCMAKE_C_FLAGS_DEBUG="-O1 -g" $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+# tern-desktop (desktop/): installs GTK + WebKitGTK + Xvfb if missing, then
+# builds it with the rest; desktop-check runs its Xvfb test.
+desktop: deps
+	@$(MAKE) --no-print-directory all
+	@test -x $(BUILD)/desktop/tern-desktop && echo "tern-desktop: $(BUILD)/desktop/tern-desktop"
+
+desktop-check: desktop
+	@cd $(BUILD) && ctest -R '^desktop\.' --output-on-failure
 
 demo: deps all
 	@bash scripts/demo.sh

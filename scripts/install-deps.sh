@@ -6,7 +6,8 @@ pkgs=(build-essential cmake pkg-config clang
       libjson-c-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev
       libcmocka-dev libxxhash-dev libzstd-dev
       nodejs npm python3-jinja2 chromium
-      gnuplot-nox fonts-dejavu-core)  # tern bench's plots (PNG with readable text, SVG)
+      gnuplot-nox fonts-dejavu-core  # tern bench's plots (PNG with readable text, SVG)
+      libgtk-3-dev libwebkit2gtk-4.1-dev xvfb xauth)  # tern-desktop and its Xvfb test
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
