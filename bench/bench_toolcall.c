@@ -111,7 +111,7 @@ int main(int argc, char **argv)
     int32_t *ids = malloc((size_t)steps * sizeof *ids);
     for (int i = 0; i < steps; i++)
         ids[i] = free_ids[(size_t)i % n_free];
-    constraint_lazy lz = {trig, 0};
+    constraint_lazy lz = {.triggers = trig};
     constraint_grammar_new_lazy(cg, NULL, &lz, n_vocab, NULL, NULL, &ops, &ctx, &err);
     double us_free = run(ops, ctx, ids, (size_t)steps, mask, n_words, &done);
     ops->free(ctx);

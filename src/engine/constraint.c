@@ -7,6 +7,8 @@
  *           forced once the think cap is reached;
  *   FREE    (lazy only) free text until a trigger starts the grammar;
  *   OFF     (lazy only) free text where no trigger can start any more;
+ *           a rearming lazy grammar (structural tags) returns to FREE
+ *           when a segment is complete (constraint.h);
  *   GRAMMAR the matcher decides (without a grammar - a think budget
  *           alone - every token is allowed: the answer is free).
  * Every accepted token is recorded with the transition it made (and the
@@ -20,8 +22,11 @@
 
 enum { S_PRE, S_THINK, S_GRAMMAR, S_FREE, S_OFF };
 /* K_TRIG_TEXT: the token that completed a text trigger (one matcher step,
- * the bytes from the trigger on); K_TRIG_ID: a token trigger (no step). */
-enum { K_OPEN, K_THINK, K_CLOSE, K_GRAMMAR, K_FREE, K_TRIG_TEXT, K_TRIG_ID };
+ * the bytes from the trigger on); K_TRIG_ID: a token trigger (no step).
+ * K_GRAMMAR_END / K_TRIG_TEXT_END: the same tokens when they also completed
+ * a segment of a rearming grammar (one more matcher step: the restart; one
+ * more free-text byte: a NUL barrier, so no trigger spans a segment). */
+enum { K_OPEN, K_THINK, K_CLOSE, K_GRAMMAR, K_FREE, K_TRIG_TEXT, K_TRIG_ID, K_GRAMMAR_END, K_TRIG_TEXT_END };
 
 typedef struct gconstraint {
     grammar_matcher *m;       /* NULL: a think budget without a grammar */
@@ -41,6 +46,7 @@ typedef struct gconstraint {
     size_t n_text, cap_text;
     char *scratch;            /* lazy: text tail + one token, for the trigger check */
     size_t cap_scratch;
+    int n_segs;               /* segments completed (rearm) */
     void (*on_release)(void *);
     void *release_user;
 } gconstraint;
@@ -135,6 +141,10 @@ static int fill_free(gconstraint *c, uint32_t *mask, int32_t n_words)
         return 0;
     }
     fill_all(c, mask, n_words);
+    if (c->lz.at_least_one && c->n_segs == 0)
+        for (int32_t i = 0; i < c->n_vocab; i++)
+            if (grammar_vocab_is_stop(c->v, i))
+                clear_bit(mask, i);
     if (c->state == S_OFF)
         return 0;
     /* the text a trigger can still start in: from the first non-blank
@@ -214,6 +224,32 @@ static int free_state(const gconstraint *c)
     return constraint_trigger_dead(c->lz.triggers, c->text, c->n_text) ? S_OFF : S_FREE;
 }
 
+/* After a grammar token of a rearming grammar: when the segment is
+ * complete (the grammar admits no further byte), the matcher starts over
+ * (one more step) and the row is back in free text; the token's history
+ * entry becomes its _END kind. */
+static int segment_end(gconstraint *c, int32_t token)
+{
+    if (!c->lz.rearm || !c->m || grammar_vocab_is_stop(c->v, token) || !grammar_matcher_is_terminated(c->m))
+        return 0;
+    if (c->n_text + 1 > c->cap_text) {
+        size_t cap = c->n_text * 2 + 64;
+        char *p = realloc(c->text, cap);
+        if (!p)
+            return TERN_ENOMEM;
+        c->text = p;
+        c->cap_text = cap;
+    }
+    if (grammar_matcher_restart(c->m))
+        return TERN_ENOMEM;
+    c->text[c->n_text++] = '\0';
+    uint8_t *k = &c->hist[c->n_hist - 1];
+    *k = *k == K_TRIG_TEXT ? K_TRIG_TEXT_END : K_GRAMMAR_END;
+    c->n_segs++;
+    c->state = free_state(c);
+    return 0;
+}
+
 /* A token in free text: a token trigger, a text trigger completed (the
  * grammar takes the bytes from the trigger on), or more free text. */
 static int accept_free(gconstraint *c, int32_t token)
@@ -250,7 +286,7 @@ static int accept_free(gconstraint *c, int32_t token)
         }
         c->n_text += len;
         c->state = S_GRAMMAR;
-        return 0;
+        return segment_end(c, token);
     }
     if (hist_push_len(c, K_FREE, (uint32_t)len))
         return TERN_ENOMEM;
@@ -303,7 +339,7 @@ static int op_accept(void *ctx, int32_t token)
         return rc < 0 ? rc : TERN_EINVAL;
     }
     c->state = S_GRAMMAR;
-    return 0;
+    return c->lazy ? segment_end(c, token) : 0;
 }
 
 static int op_is_terminated(void *ctx)
@@ -318,8 +354,10 @@ static int op_rollback(void *ctx, int n)
     if (n < 0 || n > c->n_hist)
         return TERN_ERANGE;
     int n_grammar = 0;
-    for (int i = c->n_hist - n; i < c->n_hist; i++)
-        n_grammar += c->hist[i] == K_GRAMMAR || c->hist[i] == K_TRIG_TEXT;
+    for (int i = c->n_hist - n; i < c->n_hist; i++) {
+        uint8_t k = c->hist[i];
+        n_grammar += k == K_GRAMMAR || k == K_TRIG_TEXT ? 1 : k == K_GRAMMAR_END || k == K_TRIG_TEXT_END ? 2 : 0;
+    }
     if (n_grammar && c->m) {
         int rc = grammar_matcher_rollback(c->m, n_grammar);
         if (rc)
@@ -327,8 +365,12 @@ static int op_rollback(void *ctx, int n)
     }
     for (int i = c->n_hist - n; i < c->n_hist; i++) {
         c->n_think -= c->hist[i] == K_THINK;
-        if (c->hist[i] == K_FREE || c->hist[i] == K_TRIG_TEXT)
+        if (c->hist[i] == K_FREE || c->hist[i] == K_TRIG_TEXT || c->hist[i] == K_TRIG_TEXT_END)
             c->n_text -= c->hist_len[i];
+        if (c->hist[i] == K_GRAMMAR_END || c->hist[i] == K_TRIG_TEXT_END) {
+            c->n_text--; /* the barrier */
+            c->n_segs--;
+        }
     }
     c->n_hist -= n;
     /* the state after the last remaining token */
@@ -339,7 +381,7 @@ static int op_rollback(void *ctx, int n)
         c->state = S_THINK;
     else if (last == K_CLOSE)
         c->state = after_think(c);
-    else if (last == K_FREE)
+    else if (last == K_FREE || last == K_GRAMMAR_END || last == K_TRIG_TEXT_END)
         c->state = free_state(c);
     else
         c->state = S_GRAMMAR;

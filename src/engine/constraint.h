@@ -79,6 +79,15 @@ typedef struct constraint_lazy {
      * 1: forced: the answer must start with one of the token triggers
      *    (a special token the grammar's text cannot hold), then the grammar. */
     int forced;
+    /* Structural tags: the grammar describes one segment (a tag: begin,
+     * content, end); when a segment is complete (the grammar admits no
+     * further byte) the matcher starts over and the row is back in free
+     * text, where a trigger starts the next one. 0: the row ends with the
+     * grammar (tool calls). */
+    int rearm;
+    /* With rearm: the row cannot end (stop ids masked) before one segment
+     * is complete. */
+    int at_least_one;
 } constraint_lazy;
 
 /* As constraint_grammar_new, with the grammar preceded by free text and a

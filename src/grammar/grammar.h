@@ -127,6 +127,10 @@ int grammar_matcher_accept_string(grammar_matcher *m, const char *s, size_t len)
  * ids, or negative TERN_E*. No allocation in steady state. */
 int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *bitmask, size_t n_words);
 
+/* Starts the grammar over, as one more step (rollback undoes it): the next
+ * segment of a structural tag. 0 or TERN_ENOMEM. */
+int grammar_matcher_restart(grammar_matcher *m);
+
 /* Undoes the last n accepted steps (tokens or strings). TERN_ERANGE if
  * fewer steps were taken. */
 int grammar_matcher_rollback(grammar_matcher *m, int n);

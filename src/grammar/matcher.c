@@ -177,6 +177,19 @@ int grammar_matcher_accept_token(grammar_matcher *m, int32_t id)
     return grammar_matcher_accept_string(m, v->blob + v->tok_off[id], v->tok_len[id]);
 }
 
+int grammar_matcher_restart(grammar_matcher *m)
+{
+    if (!m)
+        return TERN_EINVAL;
+    int32_t mark = m->pool.n;
+    gstk_start(m->cg->g, &m->pool, &m->a);
+    if (m->a.oom || push_step(m, &m->a, 0)) {
+        gstk_truncate(&m->pool, mark);
+        return TERN_ENOMEM;
+    }
+    return 0;
+}
+
 int grammar_matcher_rollback(grammar_matcher *m, int n)
 {
     if (!m || n < 0)

@@ -20,10 +20,11 @@
 #include "grammar/grammar.h"
 
 enum { T_LT, T_TOOLGT, T_TRIG, T_X, T_A, T_LB, T_RB, T_SP, T_LTT, T_OOLGT, T_TRIGX, T_NL_TRIG_LB, T_OPEN, T_CLOSE,
-       T_SPECIAL, T_EOS, T_TOOLGTX, T_OOLGTX, N_TOK };
+       T_SPECIAL, T_EOS, T_TOOLGTX, T_OOLGTX, T_RB_X, N_TOK };
 static const char *const TOKS[N_TOK] = {"<",       "tool>",    "<tool>",  "x",   "a",     "{",
                                         "}",       " ",        "<t",      "ool>", "<tool>x", "\n<tool>{",
-                                        "<think>", "</think>", "[T]",     "<eos>", "tool>x", "ool>x"};
+                                        "<think>", "</think>", "[T]",     "<eos>", "tool>x", "ool>x",
+                                        "}x"};
 #define N_VOCAB 40
 #define NW ((N_VOCAB + 31) / 32)
 
@@ -59,7 +60,7 @@ static void test_free_then_grammar(void **state)
     const char *texts[] = {"<tool>"};
     constraint_triggers *t = constraint_triggers_new(v, texts, 1, NULL, 0, 0, &err);
     assert_non_null(t);
-    constraint_lazy lz = {t, 0};
+    constraint_lazy lz = {.triggers = t};
     const engine_constraint_ops *ops;
     void *ctx;
     assert_int_equal(constraint_grammar_new_lazy(cg, NULL, &lz, N_VOCAB, NULL, NULL, &ops, &ctx, &err), 0);
@@ -118,7 +119,7 @@ static void test_at_start_and_tokens(void **state)
     int32_t ids[] = {T_SPECIAL};
     constraint_triggers *t = constraint_triggers_new(v, texts, 1, ids, 1, 1, &err);
     assert_non_null(t);
-    constraint_lazy lz = {t, 0};
+    constraint_lazy lz = {.triggers = t};
     const engine_constraint_ops *ops;
     void *ctx;
     uint32_t m[NW];
@@ -156,7 +157,7 @@ static void test_at_start_and_tokens(void **state)
     ops->free(ctx);
 
     /* forced: only the token trigger (and the think open on the first token), then the grammar */
-    constraint_lazy forced = {t, 1};
+    constraint_lazy forced = {.triggers = t, .forced = 1};
     constraint_think th = {CONSTRAINT_THINK_MAY, T_OPEN, T_CLOSE, 0, 0};
     assert_int_equal(constraint_grammar_new_lazy(cg2, &th, &forced, N_VOCAB, NULL, NULL, &ops, &ctx, &err), 0);
     mask_of(ops, ctx, m);
@@ -185,19 +186,84 @@ static void test_at_start_and_tokens(void **state)
     grammar_vocab_free(v);
 }
 
-/* Random walks: every allowed token is accepted; after a rollback the mask
- * is the one seen at that point before. */
-static void test_random_walk(void **state)
+/* Structural tags: a rearming grammar (one segment) starts over when a
+ * segment is complete, and the row is in free text again; at_least_one
+ * keeps the stop ids masked until a segment is complete; rollback across a
+ * segment's end restores the grammar. */
+static const char *GR = "root ::= \"<tool>\" \"{\" \"a\"* \"}\"";
+
+static void test_rearm(void **state)
 {
     (void)state;
     grammar_vocab *v = vocab();
     tern_err err = {0};
-    const char *G3 = "root ::= \"<tool>\" (\"{\" \"a\"* \"}\")+";
-    grammar_compiled *cg = grammar_compile_ebnf(G3, strlen(G3), v, NULL, &err);
+    grammar_compiled *cg = grammar_compile_ebnf(GR, strlen(GR), v, NULL, &err);
     assert_non_null(cg);
     const char *texts[] = {"<tool>"};
     constraint_triggers *t = constraint_triggers_new(v, texts, 1, NULL, 0, 0, &err);
-    constraint_lazy lz = {t, 0};
+    assert_non_null(t);
+    constraint_lazy lz = {.triggers = t, .rearm = 1, .at_least_one = 1};
+    const engine_constraint_ops *ops;
+    void *ctx;
+    uint32_t m[NW], before[NW];
+    assert_int_equal(constraint_grammar_new_lazy(cg, NULL, &lz, N_VOCAB, NULL, NULL, &ops, &ctx, &err), 0);
+    mask_of(ops, ctx, m);
+    assert_false(bit(m, T_EOS)); /* at_least_one: no end before a segment */
+    assert_true(bit(m, T_X) && bit(m, T_TRIG) && !bit(m, T_TRIGX));
+    assert_int_equal(ops->accept(ctx, T_X), 0);
+    assert_int_equal(ops->accept(ctx, T_TRIG), 0);
+    assert_int_equal(ops->accept(ctx, T_LB), 0);
+    assert_int_equal(ops->accept(ctx, T_A), 0);
+    mask_of(ops, ctx, m);
+    for (int i = 0; i < N_VOCAB; i++) /* inside: "a" or "}", never "}x" */
+        if (bit(m, i) != (i == T_A || i == T_RB))
+            fail_msg("segment mask: token %d is %d", i, bit(m, i));
+    assert_int_not_equal(ops->accept(ctx, T_RB_X), 0);
+    assert_int_equal(ops->accept(ctx, T_RB), 0); /* the segment ends: free text again */
+    assert_false(ops->is_terminated(ctx));
+    mask_of(ops, ctx, before);
+    assert_true(bit(before, T_EOS) && bit(before, T_X) && bit(before, T_TRIG) && !bit(before, T_TRIGX));
+    assert_int_equal(ops->accept(ctx, T_X), 0);
+    assert_int_equal(ops->accept(ctx, T_LTT), 0); /* "<t" "ool>": a second segment across two tokens */
+    assert_int_equal(ops->accept(ctx, T_OOLGT), 0);
+    mask_of(ops, ctx, m);
+    for (int i = 0; i < N_VOCAB; i++)
+        if (bit(m, i) != (i == T_LB))
+            fail_msg("second segment mask: token %d is %d", i, bit(m, i));
+    assert_int_equal(ops->rollback(ctx, 3), 0); /* back to just after the first segment */
+    mask_of(ops, ctx, m);
+    assert_memory_equal(m, before, sizeof m);
+    assert_int_equal(ops->rollback(ctx, 1), 0); /* into the first segment */
+    mask_of(ops, ctx, m);
+    assert_true(bit(m, T_A) && bit(m, T_RB) && !bit(m, T_X) && !bit(m, T_EOS));
+    assert_int_equal(ops->rollback(ctx, 4), 0); /* to the start */
+    mask_of(ops, ctx, m);
+    assert_false(bit(m, T_EOS));
+    /* one token: trigger, whole segment */
+    assert_int_equal(ops->accept(ctx, T_NL_TRIG_LB), 0);
+    assert_int_equal(ops->accept(ctx, T_RB), 0);
+    mask_of(ops, ctx, m);
+    assert_true(bit(m, T_EOS) && bit(m, T_X));
+    ops->free(ctx);
+    constraint_triggers_free(t);
+    grammar_compiled_free(cg);
+    grammar_vocab_free(v);
+}
+
+/* Random walks: every allowed token is accepted; after a rollback the mask
+ * is the one seen at that point before. */
+static void test_random_walk(void **state)
+{
+    grammar_vocab *v = vocab();
+    tern_err err = {0};
+    const char *G3 = "root ::= \"<tool>\" (\"{\" \"a\"* \"}\")+";
+    int rearm = *(int *)*state;
+    const char *src = rearm ? GR : G3;
+    grammar_compiled *cg = grammar_compile_ebnf(src, strlen(src), v, NULL, &err);
+    assert_non_null(cg);
+    const char *texts[] = {"<tool>"};
+    constraint_triggers *t = constraint_triggers_new(v, texts, 1, NULL, 0, 0, &err);
+    constraint_lazy lz = {.triggers = t, .rearm = rearm};
     constraint_think th = {CONSTRAINT_THINK_MAY, T_OPEN, T_CLOSE, 3, 1};
     uint32_t seed = 12345;
     for (int walk = 0; walk < 200; walk++) {
@@ -240,10 +306,13 @@ static void test_random_walk(void **state)
 
 int main(void)
 {
+    static int plain = 0, rearm = 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_free_then_grammar),
         cmocka_unit_test(test_at_start_and_tokens),
-        cmocka_unit_test(test_random_walk),
+        cmocka_unit_test_prestate(test_random_walk, &plain),
+        cmocka_unit_test(test_rearm),
+        cmocka_unit_test_prestate(test_random_walk, &rearm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
