@@ -72,6 +72,7 @@ typedef enum api_spec_kind {
     API_SPEC_JSON_OBJECT,
     API_SPEC_REGEX,
     API_SPEC_CHOICE,
+    API_SPEC_STRUCTURAL, /* a structural tag (structural.c); json holds it */
 } api_spec_kind;
 
 /* The one structured-output spec a request asks for (api_structured.c),
@@ -80,7 +81,7 @@ typedef enum api_spec_kind {
 typedef struct api_structured_spec {
     api_spec_kind kind;
     char param[96];      /* the request field it came from (errors name it) */
-    json_object *json;   /* SCHEMA / CHOICE: borrowed from the request or owned below */
+    json_object *json;   /* SCHEMA / CHOICE / STRUCTURAL: borrowed from the request or owned below */
     json_object *owned;  /* a schema parsed from JSON text */
     const char *text;    /* GRAMMAR / REGEX: borrowed */
     size_t text_len;

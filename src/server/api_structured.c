@@ -8,10 +8,12 @@
  *   response_format {type: text | json_object | json_schema,
  *                    json_schema: {name, schema, strict, description,
  *                                  any_whitespace, max_whitespace}}
+ *                   or {type: structural_tag, ...} (structural.c's shapes)
  *   guided_json (schema object or JSON text), guided_grammar (EBNF text),
  *   guided_regex (text), guided_choice ([strings]),
  *   structured_outputs: a bare schema, or vLLM's object form
  *                       {json | regex | choice | grammar | json_object,
+ *                        structural_tag (an object or JSON text),
  *                        disable_any_whitespace}. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +79,32 @@ static int take_text(api_structured_spec *sp, api_spec_kind kind, json_object *v
     return 0;
 }
 
+/* A structural tag, as an object or as JSON text (vLLM's
+ * structured_outputs.structural_tag); its body is checked by structural.c.
+ * A "type" in it must say structural_tag. */
+static int take_structural(api_structured_spec *sp, json_object *v, const char *param, api_error *e)
+{
+    if (json_object_is_type(v, json_type_string)) {
+        tern_err je;
+        json_object *o = tern_json_parse(json_object_get_string(v), (size_t)json_object_get_string_len(v), &je);
+        if (!o)
+            return api_bad(e, "invalid_value", param, "'%s' is not valid JSON: %s", param, je.msg);
+        json_object_put(sp->owned);
+        sp->owned = o;
+        v = o;
+    }
+    json_object *t = NULL;
+    if (!json_object_is_type(v, json_type_object))
+        return bad_type(e, param, "a structural tag object");
+    if (json_object_object_get_ex(v, "type", &t) &&
+        (!json_object_is_type(t, json_type_string) || strcmp(json_object_get_string(t), "structural_tag")))
+        return api_bad(e, "invalid_value", param, "'%s.type' must be \"structural_tag\"", param);
+    sp->kind = API_SPEC_STRUCTURAL;
+    sp->json = v;
+    snprintf(sp->param, sizeof sp->param, "%s", param);
+    return 0;
+}
+
 static int get_bool_field(json_object *v, const char *param, int *out, api_error *e)
 {
     if (!json_object_is_type(v, json_type_boolean))
@@ -129,6 +157,8 @@ static int parse_response_format(json_object *rf, api_structured_spec *schema_sp
         !json_object_is_type(t, json_type_string))
         return api_bad(e, "invalid_type", "response_format", "'response_format' must be an object with a 'type'");
     const char *type = json_object_get_string(t);
+    if (!strcmp(type, "structural_tag"))
+        return take_structural(schema_sp, rf, "response_format", e);
     json_object_object_foreach(rf, k, v) {
         if (!strcmp(k, "type") || (!strcmp(type, "json_schema") && !strcmp(k, "json_schema")))
             continue;
@@ -152,13 +182,14 @@ static int parse_response_format(json_object *rf, api_structured_spec *schema_sp
         return parse_json_schema_obj(schema_sp, js, e);
     }
     return api_bad(e, "invalid_value", "response_format.type",
-                   "response_format type must be 'text', 'json_object' or 'json_schema', not '%.40s'", type);
+                   "response_format type must be 'text', 'json_object', 'json_schema' or 'structural_tag', not "
+                   "'%.40s'", type);
 }
 
 /* structured_outputs: vLLM's object form, or a bare schema. */
 static int parse_structured_outputs(json_object *v, api_structured_spec *sp, api_error *e)
 {
-    static const char *const form_keys[] = {"json", "regex", "choice", "grammar", "json_object"};
+    static const char *const form_keys[] = {"json", "regex", "choice", "grammar", "json_object", "structural_tag"};
     int is_form = 0;
     if (json_object_is_type(v, json_type_object))
         for (size_t i = 0; i < sizeof form_keys / sizeof form_keys[0]; i++)
@@ -166,10 +197,10 @@ static int parse_structured_outputs(json_object *v, api_structured_spec *sp, api
     if (!is_form)
         return take_schema(sp, v, "structured_outputs", e);
     /* precedence inside the form follows the top level's */
-    api_structured_spec g = {0}, js = {0}, jo = {0}, re = {0}, ch = {0};
-    g.any_ws = js.any_ws = jo.any_ws = re.any_ws = ch.any_ws = sp->any_ws;
-    g.max_ws = js.max_ws = jo.max_ws = re.max_ws = ch.max_ws = sp->max_ws;
-    g.strict = js.strict = jo.strict = re.strict = ch.strict = sp->strict;
+    api_structured_spec g = {0}, js = {0}, jo = {0}, re = {0}, ch = {0}, st = {0};
+    g.any_ws = js.any_ws = jo.any_ws = re.any_ws = ch.any_ws = st.any_ws = sp->any_ws;
+    g.max_ws = js.max_ws = jo.max_ws = re.max_ws = ch.max_ws = st.max_ws = sp->max_ws;
+    g.strict = js.strict = jo.strict = re.strict = ch.strict = st.strict = sp->strict;
     int any_ws = sp->any_ws;
     json_object_object_foreach(v, k, f) {
         char param[96];
@@ -185,6 +216,8 @@ static int parse_structured_outputs(json_object *v, api_structured_spec *sp, api
             rc = take_text(&re, API_SPEC_REGEX, f, param, e);
         else if (!strcmp(k, "choice"))
             rc = take_choice(&ch, f, param, e);
+        else if (!strcmp(k, "structural_tag"))
+            rc = take_structural(&st, f, param, e);
         else if (!strcmp(k, "json_object")) {
             int on = 0;
             rc = get_bool_field(f, param, &on, e);
@@ -206,10 +239,17 @@ static int parse_structured_outputs(json_object *v, api_structured_spec *sp, api
         }
         if (rc) {
             json_object_put(js.owned);
+            json_object_put(st.owned);
             return -1;
         }
     }
-    api_structured_spec *pick = g.kind ? &g : js.kind ? &js : jo.kind ? &jo : re.kind ? &re : ch.kind ? &ch : NULL;
+    api_structured_spec *pick = g.kind    ? &g
+                                : st.kind ? &st
+                                : js.kind ? &js
+                                : jo.kind ? &jo
+                                : re.kind ? &re
+                                : ch.kind ? &ch
+                                          : NULL;
     if (pick) {
         int strict = sp->strict;
         *sp = *pick;
@@ -217,6 +257,8 @@ static int parse_structured_outputs(json_object *v, api_structured_spec *sp, api
         sp->strict = strict;
         if (pick != &js)
             json_object_put(js.owned);
+        if (pick != &st)
+            json_object_put(st.owned);
     }
     return 0;
 }

@@ -22,7 +22,8 @@
 #define STRUCTURED_THINK_CAP 4096
 
 /* By api_spec_kind. */
-static const char *const kind_names[] = {"none", "grammar", "json_schema", "json_object", "regex", "choice"};
+static const char *const kind_names[] = {"none", "grammar", "json_schema", "json_object", "regex", "choice",
+                                         "structural_tag"};
 
 typedef api_structured_spec spec;
 
@@ -38,12 +39,44 @@ struct srv_structured {
     int lazy;              /* the grammar starts at a trigger (tool calls, toolcall.c) */
     int from_rf;           /* the spec came from response_format (not guided_* / structured_outputs) */
     constraint_lazy lz;
+    struct trig_ref *trig; /* owned triggers of lz (structural tags), shared by the rows */
     api_spec_kind kind;
     double compile_ms;
     int cache_hit;
 };
 
+/* Triggers a request built for itself, freed with the last row using them. */
+typedef struct trig_ref {
+    constraint_triggers *t;
+    int refs; /* under trig_mu */
+} trig_ref;
+
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t trig_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void trig_ref_change(trig_ref *r, int by)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&trig_mu);
+    int left = r->refs += by;
+    pthread_mutex_unlock(&trig_mu);
+    if (left == 0) {
+        constraint_triggers_free(r->t);
+        free(r);
+    }
+}
+
+int structured_own_triggers(srv_structured *st, constraint_triggers *t)
+{
+    trig_ref *r = malloc(sizeof *r);
+    if (!r)
+        return TERN_ENOMEM;
+    r->t = t;
+    r->refs = 1;
+    st->trig = r;
+    return 0;
+}
 
 /* ---- server-wide state ---- */
 
@@ -98,6 +131,7 @@ void structured_free(srv_structured *st)
     if (!st)
         return;
     grammar_cache_release(st->ss->cache, st->ref);
+    trig_ref_change(st->trig, -1);
     free(st);
 }
 
@@ -346,6 +380,8 @@ int structured_prepare(srv_model *mm, api_request *q, char *warning, api_error *
     q->structured = NULL;
     if (!sp->kind)
         return 0;
+    if (sp->kind == API_SPEC_STRUCTURAL)
+        return structural_prepare(mm, q, e);
     structured_server *ss = server_state(mm, e);
     if (!ss)
         return -1;
@@ -465,6 +501,7 @@ int structured_attach(srv_model *mm, const api_request *q, const int32_t *prompt
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     *row = *st;
     grammar_cache_ref_retain(ss->cache, row->ref);
+    trig_ref_change(row->trig, +1);
     constraint_think th = {0};
     th.mode = think_mode(ss, q, prompt, n_prompt, boundary);
     th.open_id = ss->think_open;

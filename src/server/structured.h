@@ -66,6 +66,23 @@ int structured_spec_ebnf(const api_request *q, char **ebnf, char **key, api_erro
 int structured_set_ebnf(struct srv_model *mm, api_request *q, const char *key, size_t key_len, const char *ebnf,
                         const constraint_lazy *lazy, const char *param, api_error *e);
 
+/* Gives st (q->structured after structured_set_ebnf with lazy) the
+ * triggers its lazy grammar was set with: shared by the request's rows,
+ * freed with the last of them. 0, or TERN_ENOMEM (t not taken). */
+int structured_own_triggers(srv_structured *st, constraint_triggers *t);
+
+/* structural.c: a structural tag (q->structured_spec of kind
+ * API_SPEC_STRUCTURAL) -> q->structured, a lazy grammar that starts over
+ * after each tag. A malformed tag is a 400 naming the field. 0 or -1. */
+int structural_prepare(struct srv_model *mm, api_request *q, api_error *e);
+
+/* EBNF text builders (structural.c; tool calls use them too): s[0..len) as
+ * an EBNF string literal; ebnf with every rule name prefixed (names are
+ * outside strings, classes and comments; see grammar/ebnf.c), so several
+ * front-end grammars live in one text. */
+void structured_ebnf_literal(tern_sbuf *b, const char *s, size_t len);
+void structured_ebnf_renamed(tern_sbuf *b, const char *ebnf, const char *prefix);
+
 /* 1 if st (may be NULL) was compiled from response_format (the answer's
  * format), 0 for guided_* / structured_outputs (a grammar of the whole
  * output) or none. */

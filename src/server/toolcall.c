@@ -41,66 +41,7 @@ static pthread_mutex_t tc_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- EBNF text ---- */
 
-/* Appends s as an EBNF string literal. */
-static void put_lit(tern_sbuf *b, const char *s)
-{
-    char tmp[8];
-    tern_sbuf_str(b, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            tmp[0] = '\\';
-            tmp[1] = (char)c;
-            tern_sbuf_put(b, tmp, 2);
-        } else if (c == '\n') {
-            tern_sbuf_str(b, "\\n");
-        } else if (c == '\t') {
-            tern_sbuf_str(b, "\\t");
-        } else if (c == '\r') {
-            tern_sbuf_str(b, "\\r");
-        } else if (c < 0x20 || c == 0x7f) {
-            snprintf(tmp, sizeof tmp, "\\x%02x", c);
-            tern_sbuf_str(b, tmp);
-        } else {
-            tern_sbuf_put(b, s, 1);
-        }
-    }
-    tern_sbuf_str(b, "\"");
-}
-
-static int name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-static int name_char(char c) { return name_start(c) || (c >= '0' && c <= '9') || c == '-' || c == '.'; }
-
-/* Appends ebnf with every rule name prefixed (names are outside strings,
- * classes and comments; see the syntax at the top of grammar/ebnf.c), so
- * several front-end grammars live in one text. */
-static void put_renamed(tern_sbuf *b, const char *ebnf, const char *prefix)
-{
-    const char *p = ebnf;
-    while (*p) {
-        const char *q = p;
-        if (*p == '"' || *p == '\'' || *p == '[') {
-            char close = *p == '[' ? ']' : *p;
-            q++;
-            while (*q && *q != close)
-                q += q[0] == '\\' && q[1] ? 2 : 1;
-            if (*q)
-                q++;
-        } else if (*p == '#') {
-            while (*q && *q != '\n')
-                q++;
-        } else if (name_start(*p)) {
-            while (name_char(*q))
-                q++;
-            tern_sbuf_str(b, prefix);
-        } else {
-            q++;
-        }
-        tern_sbuf_put(b, p, (size_t)(q - p));
-        p = q;
-    }
-    tern_sbuf_str(b, "\n");
-}
+static void put_lit(tern_sbuf *b, const char *s) { structured_ebnf_literal(b, s, strlen(s)); }
 
 static int put_tool(tern_sbuf *b, const toolfmt *f, json_object *tool, size_t i, api_error *e)
 {
@@ -126,7 +67,7 @@ static int put_tool(tern_sbuf *b, const toolfmt *f, json_object *tool, size_t i,
     }
     char prefix[32];
     snprintf(prefix, sizeof prefix, "tc%zu_", i);
-    put_renamed(b, sch, prefix);
+    structured_ebnf_renamed(b, sch, prefix);
     free(sch);
     char line[128];
     snprintf(line, sizeof line, "tc%zu_call ::= \"{\" tc_ws ", i);
@@ -197,7 +138,7 @@ int toolcall_grammar(const toolfmt *f, json_object *tools, const char *only, int
         }
     }
     if (alt_ebnf)
-        put_renamed(&b, alt_ebnf, "rf_");
+        structured_ebnf_renamed(&b, alt_ebnf, "rf_");
     if (b.oom) {
         free(b.s);
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -288,6 +229,10 @@ int toolcall_prepare(srv_model *mm, api_request *q, api_error *e)
                        "this model's chat template does not render tools (%s); send no tools or tool_choice "
                        "\"none\", or serve a model whose template does",
                        mm->tools.why ? mm->tools.why : "no template");
+    if (q->structured_spec.kind == API_SPEC_STRUCTURAL)
+        return api_bad(e, "unsupported_value", q->structured_spec.param,
+                       "a structural tag cannot be combined with tools; describe the calls as tags, or send "
+                       "tool_choice \"none\"");
     int forced = q->tool_choice == API_TOOL_REQUIRED || q->tool_choice == API_TOOL_NAMED;
     if (f->kind == TOOLFMT_NONE) {
         if (forced)

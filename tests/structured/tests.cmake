@@ -6,3 +6,8 @@ if(TERN_NODE)
   tern_add_script_test(NAME structured.e2e
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/structured/e2e.mjs TIMEOUT 600 LABELS no-asan)
 endif()
+# Structural tags end to end (free text, triggered tagged segments; see structural.mjs).
+if(TERN_NODE)
+  tern_add_script_test(NAME structured.structural_tag
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/structured/structural.mjs TIMEOUT 600 LABELS no-asan)
+endif()
