@@ -22,7 +22,7 @@
     "       tern serve (--models DIR | --model NAME=DIR ...) [--max-memory GB] [--pin NAME ...] [options]\n" \
     "                  [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
     "                  [--timeout S] [--max-connections N] [--max-client-connections N]\n" \
-    "                  [--header-deadline S] [--body-deadline S] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
+    "                  [--header-deadline S] [--body-deadline S] [--compile-threads N] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
     "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n"
@@ -288,6 +288,10 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(v, 0, 65536, &x))
                 goto bad_value;
             so.max_client_connections = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--compile-threads"))) {
+            if (cli_parse_int(v, 1, 256, &x))
+                goto bad_value;
+            so.compile_threads = (int)x;
         } else if ((v = cli_flag_value(argc, argv, &i, "--header-deadline"))) { /* 0 = none */
             if (cli_parse_int(v, 0, 3600, &x))
                 goto bad_value;

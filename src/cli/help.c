@@ -149,6 +149,7 @@ static const cli_help helps[] = {
      "  --max-client-connections N  of one client address, 0 = no cap (default: max-connections / 2)\n"
      "  --header-deadline S        a request's headers must arrive within S s, 0 = none (default: 15)\n"
      "  --body-deadline S          its body within S s after the headers, 0 = none (default: 120)\n"
+     "  --compile-threads N        grammar compile workers (default: 2)\n"
      "  -t, --threads N            CPU threads (default: every online CPU)\n"
      "  --grammar-fallback prompt|none  a grammar that cannot compile goes into the prompt with a\n"
      "                             Warning header instead of a 400 (default: none)\n"

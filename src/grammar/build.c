@@ -49,8 +49,13 @@ static int32_t new_state(builder *b)
         return -1;
     if (b->n_s >= b->max_states)
         return bfail(b, TERN_EFULL, "too many automaton states (repetition bounds too large?)");
-    if ((++b->tick & 1023) == 0 && b->max_ms > 0 && gclock_ms() - b->t0 > (double)b->max_ms)
-        return bfail(b, TERN_ETIMEOUT, "compile time limit exceeded");
+    if ((++b->tick & 1023) == 0) {
+        int stop = grammar_thread_stopped();
+        if (stop == TERN_ECANCELED)
+            return bfail(b, stop, "compile cancelled");
+        if (stop || (b->max_ms > 0 && gclock_ms() - b->t0 > (double)b->max_ms))
+            return bfail(b, TERN_ETIMEOUT, "compile time limit exceeded");
+    }
     if (b->n_s >= b->cap_alias) {
         int32_t cap = b->cap_alias ? b->cap_alias * 2 : 1024;
         int32_t *na = realloc(b->alias, (size_t)cap * sizeof *na);
@@ -575,9 +580,13 @@ int gbuild_automaton(grammar *g, const grammar_limits *lim, double t0, tern_err 
                 }
             }
         }
-        if ((s & 255) == 0 && b->max_ms > 0 && gclock_ms() - t0 > (double)b->max_ms) {
-            rc = tern_err_set(err, TERN_ETIMEOUT, "grammar: compile time limit exceeded");
-            goto out;
+        if ((s & 255) == 0) {
+            int stop = grammar_thread_stopped();
+            if (stop || (b->max_ms > 0 && gclock_ms() - t0 > (double)b->max_ms)) {
+                rc = stop == TERN_ECANCELED ? tern_err_set(err, stop, "grammar: compile cancelled")
+                                            : tern_err_set(err, TERN_ETIMEOUT, "grammar: compile time limit exceeded");
+                goto out;
+            }
         }
         if ((long)n_ne > 16 * b->max_states) {
             rc = tern_err_set(err, TERN_EFULL, "grammar: too many automaton edges");

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "grammar/cache.h"
 #include "grammar/compiled_int.h"
@@ -42,6 +43,10 @@ struct grammar_cache {
  * once their token sets are filled; this keeps dozens without crowding
  * out the KV cache. */
 #define GRAMMAR_CACHE_DEFAULT_BYTES ((size_t)256 << 20)
+
+/* How often a thread waiting for another's compile checks its own cancel
+ * flag and deadline (grammar_thread_control_set). */
+#define CACHE_WAIT_SLICE_MS 20
 
 static uint64_t key_hash(const char *k, size_t n)
 {
@@ -165,7 +170,10 @@ static int warm(grammar_compiled *cg, double t0, long max_ms, tern_err *err)
             continue;
         if (!gcompiled_entry(cg, s))
             return tern_err_set(err, TERN_ENOMEM, "grammar: out of memory computing token sets");
-        if ((s & 15) == 0 && max_ms > 0 && gclock_ms() - t0 > (double)max_ms)
+        int stop = (s & 15) == 0 ? grammar_thread_stopped() : 0;
+        if (stop == TERN_ECANCELED)
+            return tern_err_set(err, stop, "grammar: compile cancelled");
+        if ((s & 15) == 0 && (stop || (max_ms > 0 && gclock_ms() - t0 > (double)max_ms)))
             return tern_err_set(err, TERN_ETIMEOUT,
                                 "grammar too large: its token sets were not computed within %ld ms (%d states)",
                                 max_ms, (int)g->n_states);
@@ -180,15 +188,36 @@ grammar_cache_ref *grammar_cache_get(grammar_cache *c, const char *key, size_t k
     uint64_t h = key_hash(key, key_len);
     *hit = 0;
     pthread_mutex_lock(&c->mu);
-    grammar_cache_ref *r = find_locked(c, h, key, key_len);
-    if (r) {
+    grammar_cache_ref *r;
+    while ((r = find_locked(c, h, key, key_len))) {
         r->refs++;
+        int stop = 0;
         if (r->state == ENT_PENDING) {
             c->st.waits++;
-            while (r->state == ENT_PENDING)
-                pthread_cond_wait(&c->cv, &c->mu);
+            while (r->state == ENT_PENDING && !(stop = grammar_thread_stopped())) {
+                /* wake now and then: this thread's own cancel or deadline ends the wait */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += CACHE_WAIT_SLICE_MS * 1000000L;
+                ts.tv_sec += ts.tv_nsec / 1000000000L;
+                ts.tv_nsec %= 1000000000L;
+                pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            }
         } else {
             c->st.hits++;
+        }
+        if (stop) {
+            unref_locked(r);
+            pthread_mutex_unlock(&c->mu);
+            tern_err_set(err, stop, "grammar: %s while waiting for the same grammar's compile",
+                         stop == TERN_ECANCELED ? "cancelled" : "compile time limit exceeded");
+            *compile_ms = gclock_ms() - t0;
+            return NULL;
+        }
+        if (r->state == ENT_FAILED && !r->linked) {
+            /* the compiling thread was cut short (cancelled): compile it here */
+            unref_locked(r);
+            continue;
         }
         if (r->linked) { /* most recent first */
             unlink_ent(c, r);
@@ -254,6 +283,13 @@ grammar_cache_ref *grammar_cache_get(grammar_cache *c, const char *key, size_t k
         r->err = e;
         r->state = ENT_FAILED;
         c->st.failures++;
+        /* cut short by this thread's control (cancelled, or its deadline came
+         * before the compile's own limit): not the grammar's fault, not cached */
+        if ((e.code == TERN_ECANCELED || (e.code == TERN_ETIMEOUT && gclock_ms() - t0 < (double)c->lim.max_ms)) &&
+            r->linked) {
+            unlink_ent(c, r);
+            unref_locked(r); /* the list's reference; waiters hold their own */
+        }
     }
     pthread_cond_broadcast(&c->cv);
     trim_locked(c);

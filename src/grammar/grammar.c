@@ -7,6 +7,26 @@
 #include "base/strbuf.h"
 #include "grammar/grammar_int.h"
 
+static _Thread_local const int *g_cancel;
+static _Thread_local double g_deadline_ms;
+
+void grammar_thread_control_set(const int *cancel, double deadline_ms)
+{
+    g_cancel = cancel;
+    g_deadline_ms = deadline_ms;
+}
+
+int grammar_thread_stopped(void)
+{
+    if (g_cancel && __atomic_load_n(g_cancel, __ATOMIC_RELAXED))
+        return TERN_ECANCELED;
+    if (g_deadline_ms > 0 && gclock_ms() > g_deadline_ms)
+        return TERN_ETIMEOUT;
+    return 0;
+}
+
+double grammar_clock_ms(void) { return gclock_ms(); }
+
 void grammar_limits_init(grammar_limits *l)
 {
     l->max_states = 1000000; /* ~100 MB of automaton at worst */

@@ -45,6 +45,21 @@ typedef struct grammar_limits {
 /* Defaults: 1,000,000 states, 2,000 ms, alias horizon 0 (the default). */
 void grammar_limits_init(grammar_limits *l);
 
+/* Compile control of the calling thread, for a server's compile workers:
+ * while set, every compile phase on this thread (JSON-Schema and other
+ * front ends, automaton build, token-set warm-up, waiting for another
+ * thread's identical compile in grammar_cache_get) stops early once *cancel
+ * is nonzero (TERN_ECANCELED) or the monotonic clock passes deadline_ms
+ * (TERN_ETIMEOUT; a gclock value, see grammar_clock_ms; 0 = none), on top of
+ * each phase's own limits. cancel is borrowed until the next call; NULL
+ * and 0 turn the control off. A compile cut short this way is never cached
+ * as a failure. */
+void grammar_thread_control_set(const int *cancel, double deadline_ms);
+/* 0 while the calling thread may go on, else TERN_ECANCELED or TERN_ETIMEOUT. */
+int grammar_thread_stopped(void);
+/* The monotonic clock the deadlines use, in milliseconds. */
+double grammar_clock_ms(void);
+
 /* Parses EBNF text[0..len) with start rule `root` (NULL = "root") and
  * builds the byte-level automaton. limits may be NULL (defaults). Errors:
  * TERN_EFORMAT (syntax; err->pos = byte offset), TERN_EINVAL (undefined

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
 #include "schema_int.h"
 
 void grammar_schema_opts_init(grammar_schema_opts *o)
@@ -58,6 +59,13 @@ json_object *sc_own(sc *c, json_object *o)
 
 int sc_over_time(sc *c)
 {
+    int stop = grammar_thread_stopped(); /* a compile worker's cancel or deadline */
+    if (stop == TERN_ECANCELED) {
+        sc_fail(c, stop, NULL, "compile cancelled");
+        return 1;
+    }
+    if (stop)
+        return 1;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     long ms = (t.tv_sec - c->t0.tv_sec) * 1000 + (t.tv_nsec - c->t0.tv_nsec) / 1000000;

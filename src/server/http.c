@@ -32,6 +32,9 @@ void server_opts_default(server_opts *o)
     o->reserve_connections = -1;    /* -1: max_connections / 8 */
     o->header_deadline_s = 15;      /* a real client sends its headers in one packet */
     o->body_deadline_s = 120;       /* 8 MiB at 70 KB/s */
+    o->compile_threads = 2;         /* compiles are bounded (2 s): two keep one slow schema from stalling the rest */
+    o->compile_queue = -1;          /* -1: max_connections (each connection waits for one compile at most) */
+    o->compile_time_limit_ms = 2000; /* the grammar engine's own per-compile limit */
     o->reasoning_budget = -1;
 }
 
@@ -381,6 +384,8 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
         s->o.max_client_connections = s->o.max_connections / 2;
     if (s->o.reserve_connections < 0)
         s->o.reserve_connections = s->o.max_connections / 8 > 1 ? s->o.max_connections / 8 : 1;
+    if (s->o.compile_queue < 0)
+        s->o.compile_queue = s->o.max_connections;
     if (s->o.reserve_connections >= s->o.max_connections)
         s->o.reserve_connections = s->o.max_connections - 1;
     if (!s->host || (o->api_key && o->api_key[0] && !s->api_key) ||
@@ -409,7 +414,8 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     socklen_t sl;
     if (resolve(s->host, o->port, &ss, &sl, err))
         goto fail;
-    if (srv_guard_start(s, err))
+    if (srv_guard_start(s, err) ||
+        srv_compile_pool_start(s, s->o.compile_threads, s->o.compile_queue, s->o.compile_time_limit_ms, err))
         goto fail;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG;
@@ -446,10 +452,12 @@ void server_stop(tern_server *s)
     if (!s || !s->d)
         return;
     atomic_store(&s->stopping, 1);
+    srv_compile_pool_cancel_all(s); /* a compile never holds up the stop */
     srv_guard_stop(s);
     models_wake(s); /* requests waiting for a load give up */
     MHD_stop_daemon(s->d); /* joins every connection thread; their waits see `stopping` */
     s->d = NULL;
+    srv_compile_pool_free(s);
 }
 
 void server_free(tern_server *s)
@@ -458,6 +466,7 @@ void server_free(tern_server *s)
         return;
     server_stop(s);
     models_free(s); /* the pool's engines first: they may still poke wakers */
+    srv_compile_pool_free(s); /* when MHD never started */
     srv_guard_free(s);
     srv_wakers_free(s);
     responses_server_free(s);

@@ -58,7 +58,14 @@ char *metrics_stats_json(tern_server *s)
     SI("connections_evicted", conn_evicted);
     SI("connections_refused", conn_refused);
     SI("connections_past_deadline", conn_deadline);
+    SI("grammar_compiles", compiles);
+    SI("grammar_compiles_cancelled", compile_cancelled);
+    SI("grammar_compiles_rejected", compile_rejected);
 #undef SI
+    int n_queued, n_running;
+    srv_compile_pool_counts(s, &n_queued, &n_running);
+    json_object_object_add(srv, "grammar_compiles_queued", json_object_new_int(n_queued));
+    json_object_object_add(srv, "grammar_compiles_running", json_object_new_int(n_running));
     json_object *http = json_object_new_object();
     for (int r = 0; r < ROUTE_N; r++) {
         json_object *per = json_object_new_object();
@@ -145,6 +152,18 @@ char *metrics_prometheus(tern_server *s, size_t *len)
            (double)atomic_load(&s->met.prompt_tokens));
     metric(&b, "completion_tokens_total", "counter", "Completion tokens returned.",
            (double)atomic_load(&s->met.completion_tokens));
+    int n_queued, n_running;
+    srv_compile_pool_counts(s, &n_queued, &n_running);
+    metric(&b, "grammar_compiles_queued", "gauge", "Grammar compiles waiting for a worker.", n_queued);
+    metric(&b, "grammar_compiles_running", "gauge", "Grammar compiles running on the workers.", n_running);
+    metric(&b, "grammar_compiles_total", "counter", "Grammar compile jobs finished (cache hits included).",
+           (double)atomic_load(&s->met.compiles));
+    metric(&b, "grammar_compile_seconds_total", "counter", "Time the compile workers spent on jobs.",
+           (double)atomic_load(&s->met.compile_us) / 1e6);
+    metric(&b, "grammar_compiles_cancelled_total", "counter", "Compiles cancelled (client left, shutdown).",
+           (double)atomic_load(&s->met.compile_cancelled));
+    metric(&b, "grammar_compiles_rejected_total", "counter", "Compiles refused because the queue was full.",
+           (double)atomic_load(&s->met.compile_rejected));
     pf(&b, "# HELP tern_connections_closed_total Connections the server closed or refused to keep slots free.\n"
            "# TYPE tern_connections_closed_total counter\n"
            "tern_connections_closed_total{reason=\"evicted\"} %lld\n"

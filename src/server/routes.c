@@ -233,11 +233,11 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
                 *p = '?';
         snprintf(c->warning, sizeof c->warning, "299 tern \"unknown fields ignored: %s\"", clean);
     }
-    if (structured_prepare(mm, &q, c->warning, &e) || toolcall_prepare(mm, &q, &e)) {
+    if (structured_prepare_request(mm, &q, http_client_fd(c), c->warning, &e)) { /* on the compile pool */
         api_request_free(&q);
         models_release(mm);
         responses_state_free(resp);
-        return http_reply_error(c, &e);
+        return e.status == 499 ? MHD_NO : http_reply_error(c, &e);
     }
     /* one prompt, or each of a batch's (completions) */
     int n_pr = q.n_batch ? q.n_batch : 1, rc = 0;

@@ -29,6 +29,9 @@ typedef struct server_opts {
     int reserve_connections; /* slots connections still reading a request may not take (default max / 8) */
     int header_deadline_s;   /* a request's headers complete within it (default 15 s; 0 = none) */
     int body_deadline_s;     /* its body within it after the headers (default 120 s; 0 = none) */
+    int compile_threads;     /* grammar compile workers (default 2) */
+    int compile_queue;       /* compiles waiting for a worker before 429 (default max_connections) */
+    long compile_time_limit_ms; /* one request's grammar compiles together (default 2000 ms) */
     int grammar_fallback;    /* 1: a grammar that cannot compile goes into the prompt (+ Warning) instead of a 400 */
     const char *tool_call_format; /* NULL = detected from the chat template; else a toolfmt name (toolfmt.h) */
     int reasoning_budget;    /* think tokens before the engine closes the block; -1 (default) = no cap */

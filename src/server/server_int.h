@@ -43,6 +43,7 @@ typedef struct srv_metrics {
     atomic_llong prompt_tokens, completion_tokens, cached_tokens;
     atomic_int streams_active, gens_active;
     atomic_llong conn_evicted, conn_refused, conn_deadline; /* guard.c */
+    atomic_llong compiles, compile_us, compile_cancelled, compile_rejected; /* compile_pool.c */
 } srv_metrics;
 
 /* An eventfd the engine's notify hook pokes. Wakers are pooled for the
@@ -118,6 +119,7 @@ struct tern_server {
     srv_metrics met;
     struct resp_store *responses;         /* responses.c: stored responses (previous_response_id), made on first use */
     struct srv_guard *guard;              /* guard.c: connection states, caps and read deadlines */
+    struct srv_compile_pool *compile;     /* compile_pool.c: grammar compile workers */
     /* the model pool (models.c) */
     srv_model **models;      /* [n_models], in the order given; models[0] is the default */
     int n_models;
@@ -164,6 +166,23 @@ void srv_guard_notify(void *cls, struct MHD_Connection *mc, void **socket_ctx,
 void srv_guard_headers_done(tern_server *s, struct MHD_Connection *mc); /* the body deadline starts */
 void srv_guard_request_done(tern_server *s, struct MHD_Connection *mc); /* being served: no deadline */
 void srv_guard_reply_done(tern_server *s, struct MHD_Connection *mc);   /* keep-alive: the next headers' deadline */
+
+/* compile_pool.c: grammar compiles off the connection threads. */
+typedef struct srv_compile_pool srv_compile_pool;
+/* n_threads workers, at most max_queue waiting jobs; time_limit_ms (0 =
+ * none) bounds each job's compile phases together. */
+int srv_compile_pool_start(tern_server *s, int n_threads, int max_queue, long time_limit_ms, tern_err *err);
+/* Cancels every queued and running compile (server_stop, before MHD stops). */
+void srv_compile_pool_cancel_all(tern_server *s);
+/* Joins the workers (after MHD stopped: no job is left). */
+void srv_compile_pool_free(tern_server *s);
+void srv_compile_pool_counts(tern_server *s, int *n_queued, int *n_running);
+/* Runs fn(arg, e) on a worker and waits, polling client_fd (-1 = none): a
+ * client that leaves cancels it (499, nothing to reply), so does the
+ * server stopping (503); a full queue is 429. arg must stay valid until
+ * this returns (it does not return while a worker uses it). Returns fn's
+ * result, or -1 with e set. */
+int srv_compile_run(tern_server *s, int client_fd, int (*fn)(void *arg, api_error *e), void *arg, api_error *e);
 
 /* waker.c-ish helpers in gen.c */
 srv_waker *srv_waker_get(tern_server *s);

@@ -17,6 +17,7 @@
 #include "grammar/schema.h"
 #include "server/server_int.h"
 #include "server/structured.h"
+#include "server/toolcall.h"
 
 /* Think tokens before </think> is forced, when max_tokens leaves no hint. */
 #define STRUCTURED_THINK_CAP 4096
@@ -422,6 +423,26 @@ int structured_prepare(srv_model *mm, api_request *q, char *warning, api_error *
                hit ? "cached" : "compiled", ms);
     q->structured = st;
     return 0;
+}
+
+typedef struct prepare_args {
+    srv_model *mm;
+    api_request *q;
+    char *warning;
+} prepare_args;
+
+static int prepare_both(void *arg, api_error *e)
+{
+    prepare_args *a = arg;
+    return structured_prepare(a->mm, a->q, a->warning, e) || toolcall_prepare(a->mm, a->q, e) ? -1 : 0;
+}
+
+int structured_prepare_request(srv_model *mm, api_request *q, int client_fd, char *warning, api_error *e)
+{
+    prepare_args a = {mm, q, warning};
+    if (!q->structured_spec.kind && !(q->kind == API_CHAT && q->tools))
+        return prepare_both(&a, e); /* nothing to compile: no thread hop */
+    return srv_compile_run(mm->s, client_fd, prepare_both, &a, e);
 }
 
 static int build_given(void *user, char **ebnf, tern_err *err)

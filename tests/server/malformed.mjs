@@ -13,7 +13,10 @@ const srv = await startServer(['--timeout', '2']);
 const u = new URL(srv.url);
 
 // Raw HTTP/1.1 exchange on a fresh socket; resolves {status, headers, body} or {closed}.
-function raw(bytes, { timeoutMs = 10000 } = {}) {
+// halfClose: end our side after sending (the server takes a client that
+// half-closes while its request waits, for a compile or a generation, as
+// gone: requests that reach those send Connection: close instead).
+function raw(bytes, { timeoutMs = 10000, halfClose = true } = {}) {
   return new Promise((resolve) => {
     const s = net.connect(Number(u.port), u.hostname);
     const chunks = [];
@@ -30,14 +33,14 @@ function raw(bytes, { timeoutMs = 10000 } = {}) {
       if (/transfer-encoding: chunked/i.test(head)) body = body.replace(/^[0-9a-f]+\r\n/i, '').replace(/\r\n0\r\n\r\n$/, '');
       resolve({ status: Number(m[1]), head, body });
     });
-    s.end(bytes);
+    if (halfClose) s.end(bytes); else s.write(bytes);
   });
 }
 
 function post(url, body, extra = '') {
   const b = Buffer.isBuffer(body) ? body : Buffer.from(body, 'utf8');
   const head = `POST ${url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\nConnection: close\r\n${extra}\r\n`;
-  return raw(Buffer.concat([Buffer.from(head, 'latin1'), b]));
+  return raw(Buffer.concat([Buffer.from(head, 'latin1'), b]), { halfClose: false });
 }
 
 function isOpenAIError(body) {

@@ -1,5 +1,5 @@
 // Connection abuse: 600 connections from six client addresses
-// (127.0.0.2-7, 100 each) trickle header bytes (one every 800 ms, which
+// (127.0.0.2-7, 100 each) trickle header bytes (one every 2 s, which
 // keeps resetting an idle timeout) and reconnect when the server closes
 // them, for a bounded time. Meanwhile /health and an
 // authenticated request must each answer within 1 s, every time. Then: a
@@ -46,13 +46,13 @@ function trickle(i) {
   opened++;
   s.on('connect', () => {
     s.write('GET /v1/models HTTP/1.1\r\nHost: x\r\n');
-    rec.iv = setInterval(() => s.write('X'), 800);
+    rec.iv = setInterval(() => s.write('X'), 2000);
   });
   s.on('error', () => {});
   s.on('close', () => {
     clearInterval(rec.iv);
     slow.delete(rec);
-    if (attacking) { closedByServer++; setTimeout(() => trickle(i), 500); } // a real attacker comes back
+    if (attacking) { closedByServer++; setTimeout(() => trickle(i), 1000); } // a real attacker comes back
   });
 }
 for (let i = 0; i < N_SLOW; i++) trickle(i);

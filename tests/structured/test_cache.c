@@ -1,5 +1,6 @@
 /* The grammar compile cache (src/grammar/cache.c): hits and misses, cached
- * failures, one compile for many concurrent identical requests, LRU
+ * failures, one compile for many concurrent identical requests, cancelled
+ * or deadline-cut compiles not cached (grammar_thread_control_set), LRU
  * eviction by memory with grammars in use kept alive. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -165,6 +166,117 @@ static void test_concurrent_single_compile(void **state)
     grammar_vocab_free(v);
 }
 
+/* A build that, like the schema front end, gives up when the thread's
+ * compile control says so (grammar_thread_control_set). */
+static int build_checked(void *user, char **out, tern_err *err)
+{
+    build_ctx *b = user;
+    __atomic_add_fetch(&b->calls, 1, __ATOMIC_SEQ_CST);
+    struct timespec ts = {0, (long)b->sleep_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    int stop = grammar_thread_stopped();
+    if (stop)
+        return tern_err_set(err, stop, "stopped");
+    *out = strdup(b->ebnf);
+    return *out ? 0 : tern_err_set(err, TERN_ENOMEM, "oom");
+}
+
+typedef struct ctl_arg {
+    grammar_cache *c;
+    build_ctx *b;
+    const int *cancel;
+    double deadline_ms;
+    grammar_cache_ref *r;
+    tern_err err;
+} ctl_arg;
+
+static void *th_get_ctl(void *p)
+{
+    ctl_arg *a = p;
+    int hit;
+    double ms;
+    grammar_thread_control_set(a->cancel, a->deadline_ms);
+    a->r = grammar_cache_get(a->c, "k", 1, build_checked, a->b, &hit, &ms, &a->err);
+    grammar_thread_control_set(NULL, 0);
+    return NULL;
+}
+
+/* A cancelled compile is not cached: a thread waiting for it compiles the
+ * grammar itself, and later requests hit that. */
+static void test_cancel_not_cached(void **state)
+{
+    (void)state;
+    grammar_vocab *v = vocab();
+    grammar_cache *c = grammar_cache_new(v, 0, NULL, NULL);
+    build_ctx b = {"root ::= \"a\" \"b\"*", 200, 0};
+    int cancel = 0;
+    ctl_arg a = {c, &b, &cancel, 0, NULL, {0}}, w = {c, &b, NULL, 0, NULL, {0}};
+    pthread_t ta, tw;
+    assert_int_equal(pthread_create(&ta, NULL, th_get_ctl, &a), 0);
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+    assert_int_equal(pthread_create(&tw, NULL, th_get_ctl, &w), 0); /* waits for a's compile */
+    nanosleep(&ts, NULL);
+    __atomic_store_n(&cancel, 1, __ATOMIC_RELAXED);
+    pthread_join(ta, NULL);
+    pthread_join(tw, NULL);
+    assert_null(a.r);
+    assert_int_equal(a.err.code, TERN_ECANCELED);
+    assert_non_null(w.r);
+    assert_int_equal(b.calls, 2);
+    check_accepts(grammar_cache_ref_compiled(w.r), "abb");
+    int hit;
+    double ms;
+    grammar_cache_ref *r3 = grammar_cache_get(c, "k", 1, build_checked, &b, &hit, &ms, NULL);
+    assert_non_null(r3);
+    assert_int_equal(hit, 1);
+    assert_int_equal(b.calls, 2);
+    grammar_cache_release(c, r3);
+    grammar_cache_release(c, w.r);
+    grammar_cache_free(c);
+    grammar_vocab_free(v);
+}
+
+/* A thread whose own deadline passes gives up (waiting, or compiling) with
+ * TERN_ETIMEOUT, and a failure cut short by it before the compile's own
+ * limit is not cached. */
+static void test_thread_deadline(void **state)
+{
+    (void)state;
+    grammar_vocab *v = vocab();
+    grammar_cache *c = grammar_cache_new(v, 0, NULL, NULL);
+    build_ctx b = {"root ::= \"b\"+", 150, 0};
+    ctl_arg a = {c, &b, NULL, grammar_clock_ms() + 50, NULL, {0}};
+    th_get_ctl(&a);
+    assert_null(a.r);
+    assert_int_equal(a.err.code, TERN_ETIMEOUT);
+    ctl_arg w = {c, &b, NULL, 0, NULL, {0}};
+    th_get_ctl(&w);
+    assert_non_null(w.r); /* compiled again: the timeout was not cached */
+    assert_int_equal(b.calls, 2);
+    /* a waiter whose deadline passes leaves the wait */
+    build_ctx slow = {"root ::= \"a\"+", 400, 0};
+    grammar_cache *c2 = grammar_cache_new(v, 0, NULL, NULL);
+    ctl_arg first = {c2, &slow, NULL, 0, NULL, {0}};
+    pthread_t t1;
+    assert_int_equal(pthread_create(&t1, NULL, th_get_ctl, &first), 0);
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+    double t0 = grammar_clock_ms();
+    ctl_arg late = {c2, &slow, NULL, t0 + 60, NULL, {0}};
+    th_get_ctl(&late);
+    assert_null(late.r);
+    assert_int_equal(late.err.code, TERN_ETIMEOUT);
+    assert_true(grammar_clock_ms() - t0 < 250);
+    pthread_join(t1, NULL);
+    assert_non_null(first.r);
+    grammar_cache_release(c2, first.r);
+    grammar_cache_release(c, w.r);
+    grammar_cache_free(c2);
+    grammar_cache_free(c);
+    grammar_vocab_free(v);
+}
+
 static void test_eviction(void **state)
 {
     (void)state;
@@ -218,6 +330,8 @@ int main(void)
         cmocka_unit_test(test_hit_miss),
         cmocka_unit_test(test_failures_cached),
         cmocka_unit_test(test_concurrent_single_compile),
+        cmocka_unit_test(test_cancel_not_cached),
+        cmocka_unit_test(test_thread_deadline),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_mem_estimate_grows),
     };
