@@ -9,7 +9,7 @@
 const $ = (id) => document.getElementById(id);
 const els = {
   messages: $('messages'), input: $('input'), send: $('send'), stop: $('stop'), status: $('status'),
-  model: $('model-name'), settings: $('settings'), toggle: $('toggle-settings'), newChat: $('new-chat'),
+  model: $('model-name'), pick: $('model-pick'), settings: $('settings'), toggle: $('toggle-settings'), newChat: $('new-chat'),
   system: $('system-prompt'), temperature: $('temperature'), maxTokens: $('max-tokens'), apiKey: $('api-key'),
 };
 
@@ -83,9 +83,36 @@ async function loadModel() {
     if (!r.ok) throw new Error(j.error ? j.error.message : r.statusText);
     modelId = j.data[0].id;
     els.model.textContent = modelId;
+    if (j.data.length > 1) showPicker(j.data);
   } catch (e) {
     els.model.textContent = '(model unavailable: ' + e.message + ')';
   }
+}
+
+// A server with several models (a pool): a picker; unloaded ones load when
+// first used, failed ones cannot be picked. The choice is kept.
+function showPicker(models) {
+  let saved = null;
+  try { saved = localStorage.getItem('tern.model'); } catch (_) { /* no storage */ }
+  els.pick.textContent = '';
+  for (const m of models) {
+    const o = document.createElement('option');
+    o.value = m.id;
+    o.textContent = m.state && m.state !== 'loaded' ? `${m.id} (${m.state})` : m.id;
+    o.disabled = m.state === 'failed';
+    if (m.reason) o.title = m.reason;
+    els.pick.appendChild(o);
+  }
+  const usable = models.filter((m) => m.state !== 'failed');
+  const pick = usable.find((m) => m.id === saved) || usable.find((m) => m.state === 'loaded') || usable[0];
+  if (pick) els.pick.value = pick.id;
+  modelId = pick ? pick.id : null;
+  els.pick.hidden = false;
+  els.model.hidden = true;
+  els.pick.onchange = () => {
+    modelId = els.pick.value;
+    try { localStorage.setItem('tern.model', modelId); } catch (_) { /* no storage */ }
+  };
 }
 
 // ---- streaming ----

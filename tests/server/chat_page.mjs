@@ -141,6 +141,30 @@ try {
   await page.screenshot({ path: shot, fullPage: true });
   check(fs.statSync(shot).size > 1000, 'screenshot saved', shot);
   console.log(`screenshot: ${shot}`);
+
+  // 3. a server with several models (a pool): the page offers a picker and
+  //    chats with the picked model
+  const pool = await startServer(['--model', `first=${path.join(ROOT, 'models', 'tern-demo')}`,
+    '--model', `second=${path.join(ROOT, 'models', 'tern-demo')}`], { model: null });
+  try {
+    const p2 = await ctx.newPage();
+    p2.on('pageerror', (e) => consoleErrors.push(String(e)));
+    await p2.goto(pool.url + '/', { waitUntil: 'load' });
+    await p2.waitForFunction(() => !document.getElementById('model-pick').hidden, null, { timeout: 15000 });
+    const opts = await p2.evaluate(() => [...document.getElementById('model-pick').options].map((o) => o.value));
+    check(opts.join(',') === 'first,second', 'pool: the picker lists the models', opts);
+    await p2.selectOption('#model-pick', 'second');
+    await p2.fill('#input', 'Hi');
+    await p2.click('#send');
+    await p2.waitForFunction(() => { const m = document.querySelector('.msg.assistant'); return m && m.dataset.done; }, null, { timeout: 60000 });
+    const ps = (await (await fetch(pool.url + '/stats')).json()).models;
+    check(ps.second.generations_started === 1 && ps.first.generations_started === 0, 'pool: the page chats with the picked model',
+      [ps.first.generations_started, ps.second.generations_started]);
+    await p2.close();
+  } finally {
+    const ex = await pool.stop();
+    check(ex.code === 0, 'pool server exits cleanly', ex);
+  }
   check(foreign.length === 0, 'no request leaves the server', foreign);
   check(consoleErrors.length === 0, 'no console errors', consoleErrors);
 } catch (e) {
