@@ -1,8 +1,13 @@
 /* CPU feature detection through cpuid + xgetbv (OS must save the registers). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include "cpu.h"
 
 #include <cpuid.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <unistd.h>
 
 static tern_cpu_features g_feat;
@@ -50,4 +55,45 @@ int tern_cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (int)n;
+}
+
+/* One integer from a sysfs file, or -1. */
+static long sysfs_long(const char *fmt, int cpu)
+{
+    char path[128];
+    snprintf(path, sizeof path, fmt, cpu);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+int tern_cpu_physical_count(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return tern_cpu_count();
+    enum { MAX_CORES = 1024 };
+    long seen[MAX_CORES];
+    int n = 0, logical = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set))
+            continue;
+        logical++;
+        long core = sysfs_long("/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        long pkg = sysfs_long("/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        if (core < 0 || pkg < 0)
+            return logical > 0 ? tern_cpu_count() : 1;
+        long key = pkg * 1000000 + core;
+        int dup = 0;
+        for (int i = 0; i < n && !dup; i++)
+            dup = seen[i] == key;
+        if (!dup && n < MAX_CORES)
+            seen[n++] = key;
+    }
+    return n > 0 ? n : 1;
 }

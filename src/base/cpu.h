@@ -8,7 +8,13 @@ typedef struct tern_cpu_features {
 } tern_cpu_features;
 
 const tern_cpu_features *tern_cpu(void);
-/* Number of online cores (>= 1). */
+/* Number of online logical CPUs (>= 1). */
 int tern_cpu_count(void);
+/* Physical cores this process may run on (>= 1): the CPUs of its affinity
+ * mask counted once per (package, core) pair from sysfs topology, so SMT
+ * siblings count once. Falls back to tern_cpu_count() where the topology
+ * cannot be read. The default thread count: a second hyperthread shares
+ * the core's vector units, which the products already keep busy. */
+int tern_cpu_physical_count(void);
 
 #endif

@@ -76,7 +76,7 @@ static void *worker_main(void *arg)
 tern_pool *tern_pool_new(int n_threads)
 {
     if (n_threads <= 0)
-        n_threads = tern_cpu_count();
+        n_threads = tern_cpu_physical_count();
     const char *env = getenv("TERN_SPIN");
     if (env)
         spin_rounds = atoi(env);

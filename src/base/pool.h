@@ -11,7 +11,8 @@ typedef struct tern_pool tern_pool;
 /* fn(ctx, begin, end, worker) handles items [begin, end). */
 typedef void (*tern_pool_fn)(void *ctx, long begin, long end, int worker);
 
-/* n_threads <= 0 means one per core. Returns NULL on failure. */
+/* n_threads <= 0 means one per physical core (tern_cpu_physical_count).
+ * Returns NULL on failure. */
 tern_pool *tern_pool_new(int n_threads);
 void tern_pool_free(tern_pool *p);
 int tern_pool_size(const tern_pool *p);

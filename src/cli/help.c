@@ -31,7 +31,7 @@ static const cli_help helps[] = {
      "  --seed S                   sampling seed (default: from the clock)\n"
      "  -c, --ctx-size N           context in positions; above the model's maximum is an error\n"
      "                             (default: the model's maximum)\n"
-     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  -t, --threads N            CPU threads (default: the physical cores)\n"
      "  --draft-model DIR          a small model of the same vocabulary for speculative decoding\n"
      "                             (default: none)\n"
      "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
@@ -52,7 +52,7 @@ static const cli_help helps[] = {
      "  -c, --ctx-size N           context in positions; above the model's maximum is an error\n"
      "                             (default: the model's maximum); the oldest exchanges are dropped\n"
      "                             when the conversation no longer fits\n"
-     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  -t, --threads N            CPU threads (default: the physical cores)\n"
      "  --draft-model DIR          a small model of the same vocabulary for speculative decoding\n"
      "                             (default: none)\n"
      DEVICE_OPTS
@@ -66,7 +66,7 @@ static const cli_help helps[] = {
      "  --ids LIST                 token ids, comma-separated (required, or --prompt)\n"
      "  --top K                    logits printed per position (default: 5)\n"
      "  --lora DIR                 a PEFT LoRA adapter folder applied to the model (CPU; default: none)\n"
-     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  -t, --threads N            CPU threads (default: the physical cores)\n"
      DEVICE_OPTS},
     {"perplexity", "tern perplexity MODEL_DIR --file TEXT [OPTIONS]",
      "Perplexity of a text file in chunks (llama-perplexity's method), or KL divergence against a saved run.",
@@ -75,7 +75,7 @@ static const cli_help helps[] = {
      "  --chunks N                 chunks scored, 0 = all (default: 0)\n"
      "  --save-logits F            save the logits for a later --kl-base (default: none)\n"
      "  --kl-base F                KL divergence against logits saved by --save-logits (default: none)\n"
-     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  -t, --threads N            CPU threads (default: the physical cores)\n"
      DEVICE_OPTS},
     {"convert", "tern convert IN_DIR OUT_DIR --bits 4|8 [OPTIONS]",
      "Writes an MLX affine-quantized copy of a model folder.",
@@ -119,7 +119,7 @@ static const cli_help helps[] = {
      "  --max-tokens N             tokens per plain request (default: 64, quick: 32; constrained\n"
      "                             requests end with their grammar, at most max(N, 64))\n"
      "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
-     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  -t, --threads N            CPU threads (default: the physical cores)\n"
      DEVICE_OPTS},
     {"serve", "tern serve MODEL_DIR [OPTIONS]\n       tern serve (--models DIR | --model NAME=DIR ...) [OPTIONS]",
      "Serves the model over an OpenAI-compatible HTTP API, with a chat page at /. With --models or\n"
@@ -150,7 +150,7 @@ static const cli_help helps[] = {
      "  --header-deadline S        a request's headers must arrive within S s, 0 = none (default: 15)\n"
      "  --body-deadline S          its body within S s after the headers, 0 = none (default: 120)\n"
      "  --compile-threads N        grammar compile workers (default: 2)\n"
-     "  -t, --threads N            CPU threads (default: every online CPU)\n"
+     "  -t, --threads N            CPU threads (default: the physical cores)\n"
      "  --grammar-fallback prompt|none  a grammar that cannot compile goes into the prompt with a\n"
      "                             Warning header instead of a 400 (default: none)\n"
      "  --tool-call-format hermes|llama3_json|mistral|json|none  (default: detected from the template)\n"

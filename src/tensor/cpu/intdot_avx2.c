@@ -77,7 +77,7 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
     for (long t = 0; t < T; t++)
         panel_acts(Q + t * n_in, group, bits, ng, ngp, A + t * span);
     for (long r = r0; r < r1; r++) {
-        panel_row(Wq + r * n_in * bits / 8, group, bits, ng, ngp, Wp);
+        panel_row(Wq + r * n_in * bits / 8, group, bits, ng, ngp, Wp, 32);
         const float *s = sb + r * ng * 2;
         for (long t0 = 0; t0 < T; t0 += 4) {
             long t[4];

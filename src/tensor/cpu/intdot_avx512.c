@@ -85,52 +85,86 @@ IQ_KERNEL(vnni_q8_rows, 8, q8_grp, iq_nofix)
  * takes word `off(v)` of each group's bytes: 8-bit weights and inputs word v;
  * 4-bit weights packed word v/2, low nibbles for even v and high for odd,
  * and the inputs (nibble order, kernels.h) the matching word. */
+/* Two 256-bit halves as one 512-bit vector. */
+static inline __m512 cat_ps(__m256 lo, __m256 hi)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+static inline __m256 hi_ps(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+static inline __m512 dup_ps(const float *p)
+{
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+}
+
+/* The micro-kernel: 4 weight rows x 4 tokens. Two rows share a 512-bit
+ * vector (row 2p in the low half, 2p + 1 in the high one: panel_row with
+ * stride 64) and each token's 32 input bytes are broadcast to both halves,
+ * so one vpdpbusd is 2 rows x 1 token and a chunk step is 2 weight loads, 4
+ * input loads and 8 vpdpbusd. Each half computes exactly the 256-bit
+ * combination of the contract (iq_combine's two FMAs, iq_hsum), so every
+ * (row, token) result has the row kernels' bits. */
 static void panel_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
                           float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp)
 {
     long ng = n_in / group, ngp = tern_iq_ngp(ng), nv = group / 4, span = ngp * group;
     for (long t = 0; t < T; t++)
         panel_acts(Q + t * n_in, group, bits, ng, ngp, A + t * span);
-    for (long r = r0; r < r1; r++) {
-        panel_row(Wq + r * n_in * bits / 8, group, bits, ng, ngp, Wp);
-        const float *s = sb + r * ng * 2;
+    uint8_t *W0 = Wp, *W1 = Wp + 2 * span;
+    for (long r = r0; r < r1; r += 4) {
+        long rr[4];
+        for (int i = 0; i < 4; i++)
+            rr[i] = r + i < r1 ? r + i : r1 - 1; /* a short last quad repeats its last row */
+        for (int i = 0; i < 4; i++)
+            panel_row(Wq + rr[i] * n_in * bits / 8, group, bits, ng, ngp, Wp + (i >> 1) * 2 * span + (i & 1) * 32,
+                      64);
+        const float *s[4] = {sb + rr[0] * ng * 2, sb + rr[1] * ng * 2, sb + rr[2] * ng * 2, sb + rr[3] * ng * 2};
         for (long t0 = 0; t0 < T; t0 += 4) {
             long t[4];
             for (int i = 0; i < 4; i++)
                 t[i] = t0 + i < T ? t0 + i : T - 1; /* a short last quad repeats its last token */
             const int8_t *a0 = A + t[0] * span, *a1 = A + t[1] * span, *a2 = A + t[2] * span, *a3 = A + t[3] * span;
-            __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
+            __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0, g0 = f0, g1 = f0, g2 = f0, g3 = f0;
             for (long c = 0; c < ngp / 8; c++) {
-                /* two accumulators per token (even and odd vectors): eight
-                 * vpdpbusd chains in flight hide its latency */
-                __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, u0 = s0, u1 = s0, u2 = s0, u3 = s0;
-                for (long v = c * nv; v < (c + 1) * nv; v += 2) {
-                    __m256i wv = LD(Wp + v * 32), wu = LD(Wp + v * 32 + 32);
-                    s0 = _mm256_dpbusd_epi32(s0, wv, LD(a0 + v * 32));
-                    s1 = _mm256_dpbusd_epi32(s1, wv, LD(a1 + v * 32));
-                    s2 = _mm256_dpbusd_epi32(s2, wv, LD(a2 + v * 32));
-                    s3 = _mm256_dpbusd_epi32(s3, wv, LD(a3 + v * 32));
-                    u0 = _mm256_dpbusd_epi32(u0, wu, LD(a0 + v * 32 + 32));
-                    u1 = _mm256_dpbusd_epi32(u1, wu, LD(a1 + v * 32 + 32));
-                    u2 = _mm256_dpbusd_epi32(u2, wu, LD(a2 + v * 32 + 32));
-                    u3 = _mm256_dpbusd_epi32(u3, wu, LD(a3 + v * 32 + 32));
+                __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+                for (long v = c * nv; v < (c + 1) * nv; v++) {
+                    __m512i w0 = LDZ(W0 + v * 64), w1 = LDZ(W1 + v * 64);
+                    __m512i x0 = _mm512_broadcast_i64x4(LD(a0 + v * 32)), x1 = _mm512_broadcast_i64x4(LD(a1 + v * 32));
+                    __m512i x2 = _mm512_broadcast_i64x4(LD(a2 + v * 32)), x3 = _mm512_broadcast_i64x4(LD(a3 + v * 32));
+                    s0 = _mm512_dpbusd_epi32(s0, w0, x0);
+                    s1 = _mm512_dpbusd_epi32(s1, w0, x1);
+                    s2 = _mm512_dpbusd_epi32(s2, w0, x2);
+                    s3 = _mm512_dpbusd_epi32(s3, w0, x3);
+                    u0 = _mm512_dpbusd_epi32(u0, w1, x0);
+                    u1 = _mm512_dpbusd_epi32(u1, w1, x1);
+                    u2 = _mm512_dpbusd_epi32(u2, w1, x2);
+                    u3 = _mm512_dpbusd_epi32(u3, w1, x3);
                 }
-                s0 = _mm256_add_epi32(s0, u0);
-                s1 = _mm256_add_epi32(s1, u1);
-                s2 = _mm256_add_epi32(s2, u2);
-                s3 = _mm256_add_epi32(s3, u3);
-                __m256 sw, bw;
-                iq_sb_chunk(s, 8 * c, ng, &sw, &bw);
-                const float *q0 = qs + t[0] * 2 * ngp, *q1 = qs + t[1] * 2 * ngp;
-                const float *q2 = qs + t[2] * 2 * ngp, *q3 = qs + t[3] * 2 * ngp;
-                f0 = iq_combine(f0, s0, sw, bw, q0 + 8 * c, q0 + ngp + 8 * c);
-                f1 = iq_combine(f1, s1, sw, bw, q1 + 8 * c, q1 + ngp + 8 * c);
-                f2 = iq_combine(f2, s2, sw, bw, q2 + 8 * c, q2 + ngp + 8 * c);
-                f3 = iq_combine(f3, s3, sw, bw, q3 + 8 * c, q3 + ngp + 8 * c);
+                __m256 sw[4], bw[4];
+                for (int i = 0; i < 4; i++)
+                    iq_sb_chunk(s[i], 8 * c, ng, &sw[i], &bw[i]);
+                __m512 swa = cat_ps(sw[0], sw[1]), bwa = cat_ps(bw[0], bw[1]);
+                __m512 swb = cat_ps(sw[2], sw[3]), bwb = cat_ps(bw[2], bw[3]);
+#define COMBINE(F, G, S, U, ti)                                                                                \
+    do {                                                                                                      \
+        const float *q = qs + t[ti] * 2 * ngp + 8 * c;                                                        \
+        __m512 d = dup_ps(q), a = dup_ps(q + ngp);                                                            \
+        F = _mm512_fmadd_ps(_mm512_fmadd_ps(swa, _mm512_cvtepi32_ps(S), _mm512_mul_ps(bwa, a)), d, F);         \
+        G = _mm512_fmadd_ps(_mm512_fmadd_ps(swb, _mm512_cvtepi32_ps(U), _mm512_mul_ps(bwb, a)), d, G);         \
+    } while (0)
+                COMBINE(f0, g0, s0, u0, 0);
+                COMBINE(f1, g1, s1, u1, 1);
+                COMBINE(f2, g2, s2, u2, 2);
+                COMBINE(f3, g3, s3, u3, 3);
+#undef COMBINE
             }
-            float y[4] = {iq_hsum(f0), iq_hsum(f1), iq_hsum(f2), iq_hsum(f3)};
-            for (int i = 0; i < 4 && t0 + i < T; i++)
-                Y[(t0 + i) * ldy + r] = y[i];
+            __m512 F[4] = {f0, f1, f2, f3}, G[4] = {g0, g1, g2, g3};
+            for (int i = 0; i < 4 && t0 + i < T; i++) {
+                float *y = Y + (t0 + i) * ldy;
+                float v[4] = {iq_hsum(_mm512_castps512_ps256(F[i])), iq_hsum(hi_ps(F[i])),
+                              iq_hsum(_mm512_castps512_ps256(G[i])), iq_hsum(hi_ps(G[i]))};
+                for (int k = 0; k < 4 && r + k < r1; k++)
+                    y[r + k] = v[k];
+            }
         }
     }
 }

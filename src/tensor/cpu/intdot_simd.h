@@ -218,8 +218,10 @@ static inline void panel_acts(const int8_t *q, int group, int bits, long ng, lon
 
 #define LDP(p) _mm256_loadu_si256((const __m256i *)(p))
 
-/* One weight row as unsigned bytes in the same order. */
-static inline void panel_row(const uint8_t *w, int group, int bits, long ng, long ngp, uint8_t *P)
+/* One weight row as unsigned bytes in the same order: vector v of the
+ * row at P + v * ps (ps = 32 for one row alone; 64 puts two rows' vectors
+ * side by side, for 512-bit kernels that take two rows a load). */
+static inline void panel_row(const uint8_t *w, int group, int bits, long ng, long ngp, uint8_t *P, long ps)
 {
     long nv = group / 4;
     const __m256i nib = _mm256_set1_epi8(15);
@@ -243,22 +245,22 @@ static inline void panel_row(const uint8_t *w, int group, int bits, long ng, lon
                 __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
                 __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
                 __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
-                uint8_t *o = P + (c * nv + v) * 32;
-                _mm256_storeu_si256((__m256i *)(o + 0 * 32), _mm256_permute2x128_si256(u0, u4, 0x20));
-                _mm256_storeu_si256((__m256i *)(o + 1 * 32), _mm256_permute2x128_si256(u1, u5, 0x20));
-                _mm256_storeu_si256((__m256i *)(o + 2 * 32), _mm256_permute2x128_si256(u2, u6, 0x20));
-                _mm256_storeu_si256((__m256i *)(o + 3 * 32), _mm256_permute2x128_si256(u3, u7, 0x20));
-                _mm256_storeu_si256((__m256i *)(o + 4 * 32), _mm256_permute2x128_si256(u0, u4, 0x31));
-                _mm256_storeu_si256((__m256i *)(o + 5 * 32), _mm256_permute2x128_si256(u1, u5, 0x31));
-                _mm256_storeu_si256((__m256i *)(o + 6 * 32), _mm256_permute2x128_si256(u2, u6, 0x31));
-                _mm256_storeu_si256((__m256i *)(o + 7 * 32), _mm256_permute2x128_si256(u3, u7, 0x31));
+                uint8_t *o = P + (c * nv + v) * ps;
+                _mm256_storeu_si256((__m256i *)(o + 0 * ps), _mm256_permute2x128_si256(u0, u4, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 1 * ps), _mm256_permute2x128_si256(u1, u5, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 2 * ps), _mm256_permute2x128_si256(u2, u6, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 3 * ps), _mm256_permute2x128_si256(u3, u7, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 4 * ps), _mm256_permute2x128_si256(u0, u4, 0x31));
+                _mm256_storeu_si256((__m256i *)(o + 5 * ps), _mm256_permute2x128_si256(u1, u5, 0x31));
+                _mm256_storeu_si256((__m256i *)(o + 6 * ps), _mm256_permute2x128_si256(u2, u6, 0x31));
+                _mm256_storeu_si256((__m256i *)(o + 7 * ps), _mm256_permute2x128_si256(u3, u7, 0x31));
             }
         } else {
             for (long k = 0; k < nv / 2; k++) {
                 __m256i x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)w,
                                                         _mm256_add_epi32(base, _mm256_set1_epi32((int)k)), m, 4);
-                _mm256_storeu_si256((__m256i *)(P + (c * nv + 2 * k) * 32), _mm256_and_si256(x, nib));
-                _mm256_storeu_si256((__m256i *)(P + (c * nv + 2 * k + 1) * 32),
+                _mm256_storeu_si256((__m256i *)(P + (c * nv + 2 * k) * ps), _mm256_and_si256(x, nib));
+                _mm256_storeu_si256((__m256i *)(P + (c * nv + 2 * k + 1) * ps),
                                     _mm256_and_si256(_mm256_srli_epi16(x, 4), nib));
             }
         }
@@ -273,6 +275,8 @@ static inline void panel_row(const uint8_t *w, int group, int bits, long ng, lon
  * machine, T = 8 1.3x (8-bit) and about even (4-bit) over the row kernels,
  * T = 32 1.35-1.5x. */
 #define IQ_PANEL_MIN_T 8
+/* Weight rows a panel kernel rearranges at once (its Wp holds this many). */
+#define IQ_PANEL_ROWS 4
 typedef void iq_rows_fn(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                         long T, long n_in, long ldy, long r0, long r1);
 typedef void iq_panel_fn(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
@@ -284,7 +288,7 @@ static inline void iq_product(iq_panel_fn *panel, iq_rows_fn *rows, const uint8_
 {
     long span = tern_iq_ngp(n_in / group) * group;
     int8_t *A = T >= IQ_PANEL_MIN_T ? malloc((size_t)(T * span)) : NULL;
-    uint8_t *Wp = A ? malloc((size_t)span) : NULL;
+    uint8_t *Wp = A ? malloc((size_t)(IQ_PANEL_ROWS * span)) : NULL;
     if (A && Wp)
         panel(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp);
     else /* few tokens, or no memory for the panels: the row kernels, same bits */
