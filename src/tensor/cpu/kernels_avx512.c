@@ -18,69 +18,75 @@ static inline __m512 ld_bf16(const uint16_t *p)
 static inline __m512 ld_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline float sc_f32(float v) { return v; }
 
-/* Tokens go in pairs that share each loaded weight vector; every token keeps
- * four accumulators (hiding FMA latency) and reduces them in one fixed order,
- * so a row's result is bit-identical whatever else is in the batch - batched
- * decoding then reproduces single-sequence decoding exactly. */
-#define AVX512_MATMUL(name, wtype, LD, SC)                                                          \
-    static void name(const void *Wv, const float *X, float *Y, long T, long n_in, long ldy,       \
-                     long r0, long r1)                                                            \
-    {                                                                                             \
-        const wtype *W = Wv;                                                                      \
-        long n16 = n_in & ~15L, n64 = n_in & ~63L;                                                  \
-        for (long r = r0; r < r1; r++) {                                                          \
-            const wtype *w = W + r * n_in;                                                        \
-            for (long t0 = 0; t0 < T; t0 += 2) {                                                  \
-                int two = t0 + 1 < T;                                                             \
-                const float *x0 = X + t0 * n_in, *x1 = two ? x0 + n_in : x0;                      \
-                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                       \
-                __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                        \
-                long i = 0;                                                                       \
-                if (two) {                                                                        \
-                    for (; i < n64; i += 64) {                                                    \
-                        __m512 w0 = LD(w + i), w1 = LD(w + i + 16);                                \
-                        __m512 w2 = LD(w + i + 32), w3 = LD(w + i + 48);                          \
-                        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x0 + i), a0);                    \
-                        b0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x1 + i), b0);                    \
-                        a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x0 + i + 16), a1);                \
-                        b1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x1 + i + 16), b1);                \
-                        a2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x0 + i + 32), a2);               \
-                        b2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x1 + i + 32), b2);               \
-                        a3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x0 + i + 48), a3);               \
-                        b3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x1 + i + 48), b3);               \
-                    }                                                                             \
-                    for (; i < n16; i += 16) {                                                      \
-                        __m512 w0 = LD(w + i);                                                    \
-                        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x0 + i), a0);                    \
-                        b0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x1 + i), b0);                    \
-                    }                                                                             \
-                } else {                                                                          \
-                    for (; i < n64; i += 64) {                                                    \
-                        a0 = _mm512_fmadd_ps(LD(w + i), _mm512_loadu_ps(x0 + i), a0);             \
-                        a1 = _mm512_fmadd_ps(LD(w + i + 16), _mm512_loadu_ps(x0 + i + 16), a1);     \
-                        a2 = _mm512_fmadd_ps(LD(w + i + 32), _mm512_loadu_ps(x0 + i + 32), a2);   \
-                        a3 = _mm512_fmadd_ps(LD(w + i + 48), _mm512_loadu_ps(x0 + i + 48), a3);   \
-                    }                                                                             \
-                    for (; i < n16; i += 16)                                                        \
-                        a0 = _mm512_fmadd_ps(LD(w + i), _mm512_loadu_ps(x0 + i), a0);             \
-                }                                                                                 \
-                float s0 = hsum16(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));    \
-                float s1 = hsum16(_mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)));    \
-                for (; i < n_in; i++) {                                                           \
-                    float wf = SC(w[i]);                                                          \
-                    s0 += wf * x0[i];                                                             \
-                    s1 += wf * x1[i];                                                             \
-                }                                                                                 \
-                Y[t0 * ldy + r] = s0;                                                             \
-                if (two)                                                                          \
-                    Y[(t0 + 1) * ldy + r] = s1;                                                   \
-            }                                                                                     \
-        }                                                                                         \
+/* Register tiles: up to 4 rows x 4 tokens per pass over n_in, one 16-lane
+ * accumulator per (row, token), so each weight vector loaded (and widened
+ * to f32) serves 4 tokens and each input vector 4 rows. A (row, token)
+ * result is always the same chain: acc = fma(w[i..i+15], x[i..i+15], acc)
+ * for i = 0, 16, .. in order, then hsum16, then the tail i >= n16 one term
+ * at a time - whatever the tile it is computed in, so a token's bits do not
+ * depend on the batch (batched decoding reproduces single-sequence
+ * decoding) and tiles never change with T. A short tile (fewer rows or
+ * tokens left) is the same code with NR/NT smaller. */
+#define AVX512_TILE(name, wtype, LD, SC)                                                                      \
+    static inline __attribute__((always_inline)) void name##_tile(const wtype *W, const float *X, float *Y,   \
+                                                                  long n_in, long ldy, long r, long t, int NR,  \
+                                                                  int NT)                                     \
+    {                                                                                                         \
+        long n16 = n_in & ~15L;                                                                               \
+        const wtype *w[4];                                                                                    \
+        const float *x[4];                                                                                    \
+        for (int k = 0; k < 4; k++) {                                                                         \
+            w[k] = W + (r + (k < NR ? k : 0)) * n_in;                                                         \
+            x[k] = X + (t + (k < NT ? k : 0)) * n_in;                                                         \
+        }                                                                                                     \
+        __m512 acc[4][4];                                                                                     \
+        for (int a = 0; a < 4; a++)                                                                           \
+            for (int b = 0; b < 4; b++)                                                                       \
+                acc[a][b] = _mm512_setzero_ps();                                                              \
+        for (long i = 0; i < n16; i += 16) {                                                                  \
+            __m512 wv[4], xv[4];                                                                              \
+            for (int a = 0; a < NR; a++)                                                                      \
+                wv[a] = LD(w[a] + i);                                                                         \
+            for (int b = 0; b < NT; b++)                                                                      \
+                xv[b] = _mm512_loadu_ps(x[b] + i);                                                            \
+            for (int a = 0; a < NR; a++)                                                                      \
+                for (int b = 0; b < NT; b++)                                                                  \
+                    acc[a][b] = _mm512_fmadd_ps(wv[a], xv[b], acc[a][b]);                                     \
+        }                                                                                                     \
+        for (int a = 0; a < NR; a++)                                                                          \
+            for (int b = 0; b < NT; b++) {                                                                    \
+                float s = hsum16(acc[a][b]);                                                                  \
+                for (long i = n16; i < n_in; i++)                                                             \
+                    s += SC(w[a][i]) * x[b][i];                                                               \
+                Y[(t + b) * ldy + r + a] = s;                                                                 \
+            }                                                                                                 \
+    }                                                                                                         \
+    static inline __attribute__((always_inline)) void name##_rows(const wtype *W, const float *X, float *Y,   \
+                                                                  long n_in, long ldy, long r, long T, int NR)  \
+    {                                                                                                         \
+        long t = 0;                                                                                           \
+        for (; t + 4 <= T; t += 4)                                                                            \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 4);                                                     \
+        if (T - t == 3)                                                                                       \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 3);                                                     \
+        else if (T - t == 2)                                                                                  \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 2);                                                     \
+        else if (T - t == 1)                                                                                  \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 1);                                                     \
+    }                                                                                                         \
+    static void name(const void *Wv, const float *X, float *Y, long T, long n_in, long ldy, long r0, long r1) \
+    {                                                                                                         \
+        const wtype *W = Wv;                                                                                  \
+        long r = r0;                                                                                          \
+        for (; r + 4 <= r1; r += 4)                                                                           \
+            name##_rows(W, X, Y, n_in, ldy, r, T, 4);                                                         \
+        for (; r < r1; r++)                                                                                   \
+            name##_rows(W, X, Y, n_in, ldy, r, T, 1);                                                         \
     }
 
-AVX512_MATMUL(matmul_f32, float, ld_f32, sc_f32)
-AVX512_MATMUL(matmul_bf16, uint16_t, ld_bf16, tern_bf16_to_f32)
-AVX512_MATMUL(matmul_f16, uint16_t, ld_f16, tern_f16_to_f32)
+AVX512_TILE(matmul_f32, float, ld_f32, sc_f32)
+AVX512_TILE(matmul_bf16, uint16_t, ld_bf16, tern_bf16_to_f32)
+AVX512_TILE(matmul_f16, uint16_t, ld_f16, tern_f16_to_f32)
 
 /* ---- MLX affine-quantized weights (see kernels.h) ----
  * 32 weights become two 16-lane vectors; 64 at a time feed four
