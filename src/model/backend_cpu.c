@@ -66,9 +66,11 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
 {
     long n_in = w->n_in;
     long row_bytes = w->qbits ? n_in * w->qbits / 8 : n_in * (long)tern_dtype_size(w->dtype);
-    /* integer path: 4x the rows per tile, so that a kernel's one-off
-     * rearranging of its token tile (AVX-512 panels) is shared by more rows */
-    long rb = (Q ? 262144 : 65536) / row_bytes, tb = (262144 / (n_in * (Q ? 1 : 4))) & ~1L;
+    /* integer path: all the part's rows per tile, so that a kernel's one-off
+     * rearranging of its token tile (the panels, intdot_simd.h) is shared
+     * by every row; ~512 KB of int8 inputs per token tile stay in L2 while
+     * the rows stream past them */
+    long rb = Q ? r1 - r0 : 65536 / row_bytes, tb = (Q ? 524288 / n_in : 262144 / (n_in * 4)) & ~1L;
     if (rb < 1)
         rb = 1;
     if (tb < 2)

@@ -24,69 +24,71 @@ static inline __m256 ld_bf16(const uint16_t *p)
 static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline float sc_f32(float v) { return v; }
 
-/* Tokens go in pairs that share each loaded weight vector; every token keeps
- * four accumulators (hiding FMA latency) and reduces them in one fixed order,
- * so a row's result is bit-identical whatever else is in the batch - batched
- * decoding then reproduces single-sequence decoding exactly. */
-#define AVX2_MATMUL(name, wtype, LD, SC)                                                          \
-    static void name(const void *Wv, const float *X, float *Y, long T, long n_in, long ldy,       \
-                     long r0, long r1)                                                            \
-    {                                                                                             \
-        const wtype *W = Wv;                                                                      \
-        long n8 = n_in & ~7L, n32 = n_in & ~31L;                                                  \
-        for (long r = r0; r < r1; r++) {                                                          \
-            const wtype *w = W + r * n_in;                                                        \
-            for (long t0 = 0; t0 < T; t0 += 2) {                                                  \
-                int two = t0 + 1 < T;                                                             \
-                const float *x0 = X + t0 * n_in, *x1 = two ? x0 + n_in : x0;                      \
-                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                       \
-                __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                        \
-                long i = 0;                                                                       \
-                if (two) {                                                                        \
-                    for (; i < n32; i += 32) {                                                    \
-                        __m256 w0 = LD(w + i), w1 = LD(w + i + 8);                                \
-                        __m256 w2 = LD(w + i + 16), w3 = LD(w + i + 24);                          \
-                        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a0);                    \
-                        b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), b0);                    \
-                        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + i + 8), a1);                \
-                        b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + i + 8), b1);                \
-                        a2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x0 + i + 16), a2);               \
-                        b2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x1 + i + 16), b2);               \
-                        a3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x0 + i + 24), a3);               \
-                        b3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x1 + i + 24), b3);               \
-                    }                                                                             \
-                    for (; i < n8; i += 8) {                                                      \
-                        __m256 w0 = LD(w + i);                                                    \
-                        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a0);                    \
-                        b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), b0);                    \
-                    }                                                                             \
-                } else {                                                                          \
-                    for (; i < n32; i += 32) {                                                    \
-                        a0 = _mm256_fmadd_ps(LD(w + i), _mm256_loadu_ps(x0 + i), a0);             \
-                        a1 = _mm256_fmadd_ps(LD(w + i + 8), _mm256_loadu_ps(x0 + i + 8), a1);     \
-                        a2 = _mm256_fmadd_ps(LD(w + i + 16), _mm256_loadu_ps(x0 + i + 16), a2);   \
-                        a3 = _mm256_fmadd_ps(LD(w + i + 24), _mm256_loadu_ps(x0 + i + 24), a3);   \
-                    }                                                                             \
-                    for (; i < n8; i += 8)                                                        \
-                        a0 = _mm256_fmadd_ps(LD(w + i), _mm256_loadu_ps(x0 + i), a0);             \
-                }                                                                                 \
-                float s0 = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));    \
-                float s1 = hsum8(_mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3)));    \
-                for (; i < n_in; i++) {                                                           \
-                    float wf = SC(w[i]);                                                          \
-                    s0 += wf * x0[i];                                                             \
-                    s1 += wf * x1[i];                                                             \
-                }                                                                                 \
-                Y[t0 * ldy + r] = s0;                                                             \
-                if (two)                                                                          \
-                    Y[(t0 + 1) * ldy + r] = s1;                                                   \
-            }                                                                                     \
-        }                                                                                         \
+/* Register tiles of up to 2 rows x 4 tokens (8 accumulators of the 16
+ * registers), one 8-lane accumulator per (row, token): each weight vector
+ * loaded serves 4 tokens and each input vector 2 rows. A (row, token)
+ * result is always the same chain - acc = fma(w[i..i+7], x[i..i+7], acc)
+ * for i = 0, 8, .. in order, hsum8, then the tail one term at a time -
+ * whatever tile computes it, so batched results equal single-token ones
+ * bit for bit and the tile shape never depends on T. */
+#define AVX2_TILE(name, wtype, LD, SC)                                                                        \
+    static inline __attribute__((always_inline)) void name##_tile(const wtype *W, const float *X, float *Y,   \
+                                                                  long n_in, long ldy, long r, long t, int NR,  \
+                                                                  int NT)                                     \
+    {                                                                                                         \
+        long n8 = n_in & ~7L;                                                                                 \
+        const wtype *w[2] = {W + r * n_in, W + (r + (NR > 1)) * n_in};                                        \
+        const float *x[4];                                                                                    \
+        for (int k = 0; k < 4; k++)                                                                           \
+            x[k] = X + (t + (k < NT ? k : 0)) * n_in;                                                         \
+        __m256 acc[2][4];                                                                                     \
+        for (int a = 0; a < 2; a++)                                                                           \
+            for (int b = 0; b < 4; b++)                                                                       \
+                acc[a][b] = _mm256_setzero_ps();                                                              \
+        for (long i = 0; i < n8; i += 8) {                                                                    \
+            __m256 wv[2];                                                                                     \
+            for (int a = 0; a < NR; a++)                                                                      \
+                wv[a] = LD(w[a] + i);                                                                         \
+            for (int b = 0; b < NT; b++) {                                                                    \
+                __m256 xv = _mm256_loadu_ps(x[b] + i);                                                        \
+                for (int a = 0; a < NR; a++)                                                                  \
+                    acc[a][b] = _mm256_fmadd_ps(wv[a], xv, acc[a][b]);                                        \
+            }                                                                                                 \
+        }                                                                                                     \
+        for (int a = 0; a < NR; a++)                                                                          \
+            for (int b = 0; b < NT; b++) {                                                                    \
+                float s = hsum8(acc[a][b]);                                                                   \
+                for (long i = n8; i < n_in; i++)                                                              \
+                    s += SC(w[a][i]) * x[b][i];                                                               \
+                Y[(t + b) * ldy + r + a] = s;                                                                 \
+            }                                                                                                 \
+    }                                                                                                         \
+    static inline __attribute__((always_inline)) void name##_rows(const wtype *W, const float *X, float *Y,   \
+                                                                  long n_in, long ldy, long r, long T, int NR)  \
+    {                                                                                                         \
+        long t = 0;                                                                                           \
+        for (; t + 4 <= T; t += 4)                                                                            \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 4);                                                     \
+        if (T - t == 3)                                                                                       \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 3);                                                     \
+        else if (T - t == 2)                                                                                  \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 2);                                                     \
+        else if (T - t == 1)                                                                                  \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 1);                                                     \
+    }                                                                                                         \
+    static void name(const void *Wv, const float *X, float *Y, long T, long n_in, long ldy, long r0, long r1) \
+    {                                                                                                         \
+        const wtype *W = Wv;                                                                                  \
+        long r = r0;                                                                                          \
+        for (; r + 2 <= r1; r += 2)                                                                           \
+            name##_rows(W, X, Y, n_in, ldy, r, T, 2);                                                         \
+        if (r < r1)                                                                                           \
+            name##_rows(W, X, Y, n_in, ldy, r, T, 1);                                                         \
     }
 
-AVX2_MATMUL(matmul_f32, float, ld_f32, sc_f32)
-AVX2_MATMUL(matmul_bf16, uint16_t, ld_bf16, tern_bf16_to_f32)
-AVX2_MATMUL(matmul_f16, uint16_t, ld_f16, tern_f16_to_f32)
+AVX2_TILE(matmul_f32, float, ld_f32, sc_f32)
+AVX2_TILE(matmul_bf16, uint16_t, ld_bf16, tern_bf16_to_f32)
+AVX2_TILE(matmul_f16, uint16_t, ld_f16, tern_f16_to_f32)
 
 /* ---- MLX affine-quantized weights (see kernels.h) ----
  * 32 weights at a time become four 8-lane vectors; each token keeps four
