@@ -8,7 +8,8 @@
  * values; default 2048 x 8192, Llama-3.2-1B's down projection: 16.8 MB at
  * 8 bits, larger than the caches) times T input rows; prints weight GB/s
  * and G multiply-adds/s for each path (the integer path's time includes
- * quantizing the inputs), and the ratio. */
+ * quantizing the inputs), and the ratio; then the dense bf16 product (f32
+ * activations) on the same shape. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +102,24 @@ int main(int argc, char **argv)
             printf("%4d %6ld %14.2f %14.2f %14.2f %14.2f %6.2fx\n", bits, T, bytes / t[0] / 1e9, macs / t[0] / 1e9,
                    bytes / t[1] / 1e9, macs / t[1] / 1e9, t[0] / t[1]);
         }
+    /* the dense bf16 product (f32 activations) on the same shape */
+    uint16_t *wb = malloc((size_t)(rows * n_in) * sizeof(uint16_t));
+    if (!wb)
+        return 1;
+    for (long i = 0; i < rows * n_in; i++)
+        wb[i] = (uint16_t)(0x3c00 + (tern_rng_u32(&rng) & 0x3ff)); /* bf16 values in [2^-7, 2^-6) */
+    printf("%4s %6s %14s %14s\n", "bf16", "tokens", "GB/s", "GMAC/s");
+    for (int ti = 0; ti < n_tok; ti++) {
+        long T = tokens[ti];
+        double bytes = (double)rows * n_in * 2, macs = (double)rows * n_in * T;
+        long n_rep = reps ? reps : (long)(4e9 / (macs + bytes * 4)) + 1;
+        double t0 = cpu_s();
+        for (long r = 0; r < n_rep; r++)
+            k->matmul_bf16(wb, x, y, T, n_in, rows, 0, rows);
+        double dt = (cpu_s() - t0) / n_rep;
+        printf("%4s %6ld %14.2f %14.2f\n", "", T, bytes / dt / 1e9, macs / dt / 1e9);
+    }
+    free(wb);
     free(w), free(sb), free(x), free(xs), free(y), free(qs), free(q);
     return 0;
 }

@@ -24,8 +24,9 @@ static inline __m256 ld_bf16(const uint16_t *p)
 static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline float sc_f32(float v) { return v; }
 
-/* Register tiles of up to 2 rows x 4 tokens (8 accumulators of the 16
- * registers), one 8-lane accumulator per (row, token): each weight vector
+/* Register tiles of 2 rows x 4 tokens (8 accumulators of the 16
+ * registers; 4 rows x 1-2 tokens for the tokens left over, decode
+ * included), one 8-lane accumulator per (row, token): each weight vector
  * loaded serves 4 tokens and each input vector 2 rows. A (row, token)
  * result is always the same chain - acc = fma(w[i..i+7], x[i..i+7], acc)
  * for i = 0, 8, .. in order, hsum8, then the tail one term at a time -
@@ -37,52 +38,64 @@ static inline float sc_f32(float v) { return v; }
                                                                   int NT)                                     \
     {                                                                                                         \
         long n8 = n_in & ~7L;                                                                                 \
-        const wtype *w[2] = {W + r * n_in, W + (r + (NR > 1)) * n_in};                                        \
+        const wtype *w[4];                                                                                    \
         const float *x[4];                                                                                    \
-        for (int k = 0; k < 4; k++)                                                                           \
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                                                   \
+        {                                                                                                     \
+            w[k] = W + (r + (k < NR ? k : 0)) * n_in;                                                         \
             x[k] = X + (t + (k < NT ? k : 0)) * n_in;                                                         \
-        __m256 acc[2][4];                                                                                     \
-        for (int a = 0; a < 2; a++)                                                                           \
-            for (int b = 0; b < 4; b++)                                                                       \
-                acc[a][b] = _mm256_setzero_ps();                                                              \
+        }                                                                                                     \
+        __m256 acc[4][4];                                                                                     \
+        _Pragma("GCC unroll 4") for (int a = 0; a < 4; a++)                                                   \
+            _Pragma("GCC unroll 4") for (int b = 0; b < 4; b++) acc[a][b] = _mm256_setzero_ps();              \
         for (long i = 0; i < n8; i += 8) {                                                                    \
-            __m256 wv[2];                                                                                     \
-            for (int a = 0; a < NR; a++)                                                                      \
-                wv[a] = LD(w[a] + i);                                                                         \
-            for (int b = 0; b < NT; b++) {                                                                    \
+            __m256 wv[4];                                                                                     \
+            _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++) wv[a] = LD(w[a] + i);                        \
+            _Pragma("GCC unroll 4") for (int b = 0; b < NT; b++)                                              \
+            {                                                                                                 \
                 __m256 xv = _mm256_loadu_ps(x[b] + i);                                                        \
-                for (int a = 0; a < NR; a++)                                                                  \
-                    acc[a][b] = _mm256_fmadd_ps(wv[a], xv, acc[a][b]);                                        \
+                _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++) acc[a][b] =                              \
+                    _mm256_fmadd_ps(wv[a], xv, acc[a][b]);                                                    \
             }                                                                                                 \
         }                                                                                                     \
-        for (int a = 0; a < NR; a++)                                                                          \
-            for (int b = 0; b < NT; b++) {                                                                    \
-                float s = hsum8(acc[a][b]);                                                                   \
-                for (long i = n8; i < n_in; i++)                                                              \
-                    s += SC(w[a][i]) * x[b][i];                                                               \
-                Y[(t + b) * ldy + r + a] = s;                                                                 \
-            }                                                                                                 \
+        _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)                                                  \
+            _Pragma("GCC unroll 4") for (int b = 0; b < NT; b++)                                              \
+        {                                                                                                     \
+            float s = hsum8(acc[a][b]);                                                                       \
+            for (long i = n8; i < n_in; i++)                                                                  \
+                s += SC(w[a][i]) * x[b][i];                                                                   \
+            Y[(t + b) * ldy + r + a] = s;                                                                     \
+        }                                                                                                     \
     }                                                                                                         \
+    /* rows r .. r+NR-1 (NR 4 or fewer at the end) for all T tokens: token    \
+     * quads in 2-row x 4-token tiles, the 1-3 tokens left in NR-row tiles    \
+     * (4 rows keep 4 FMA chains busy at decode) */                           \
     static inline __attribute__((always_inline)) void name##_rows(const wtype *W, const float *X, float *Y,   \
                                                                   long n_in, long ldy, long r, long T, int NR)  \
     {                                                                                                         \
         long t = 0;                                                                                           \
-        for (; t + 4 <= T; t += 4)                                                                            \
-            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 4);                                                     \
-        if (T - t == 3)                                                                                       \
-            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 3);                                                     \
-        else if (T - t == 2)                                                                                  \
+        for (; t + 4 <= T; t += 4) {                                                                          \
+            if (NR == 4) {                                                                                    \
+                name##_tile(W, X, Y, n_in, ldy, r, t, 2, 4);                                                  \
+                name##_tile(W, X, Y, n_in, ldy, r + 2, t, 2, 4);                                              \
+            } else {                                                                                          \
+                name##_tile(W, X, Y, n_in, ldy, r, t, 1, 4);                                                  \
+            }                                                                                                 \
+        }                                                                                                     \
+        if (T - t >= 2) {                                                                                     \
             name##_tile(W, X, Y, n_in, ldy, r, t, NR, 2);                                                     \
-        else if (T - t == 1)                                                                                  \
+            t += 2;                                                                                           \
+        }                                                                                                     \
+        if (T - t == 1)                                                                                       \
             name##_tile(W, X, Y, n_in, ldy, r, t, NR, 1);                                                     \
     }                                                                                                         \
     static void name(const void *Wv, const float *X, float *Y, long T, long n_in, long ldy, long r0, long r1) \
     {                                                                                                         \
         const wtype *W = Wv;                                                                                  \
         long r = r0;                                                                                          \
-        for (; r + 2 <= r1; r += 2)                                                                           \
-            name##_rows(W, X, Y, n_in, ldy, r, T, 2);                                                         \
-        if (r < r1)                                                                                           \
+        for (; r + 4 <= r1; r += 4)                                                                           \
+            name##_rows(W, X, Y, n_in, ldy, r, T, 4);                                                         \
+        for (; r < r1; r++)                                                                                   \
             name##_rows(W, X, Y, n_in, ldy, r, T, 1);                                                         \
     }
 

@@ -35,31 +35,30 @@ static inline float sc_f32(float v) { return v; }
         long n16 = n_in & ~15L;                                                                               \
         const wtype *w[4];                                                                                    \
         const float *x[4];                                                                                    \
-        for (int k = 0; k < 4; k++) {                                                                         \
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                                                   \
+        {                                                                                                     \
             w[k] = W + (r + (k < NR ? k : 0)) * n_in;                                                         \
             x[k] = X + (t + (k < NT ? k : 0)) * n_in;                                                         \
         }                                                                                                     \
         __m512 acc[4][4];                                                                                     \
-        for (int a = 0; a < 4; a++)                                                                           \
-            for (int b = 0; b < 4; b++)                                                                       \
-                acc[a][b] = _mm512_setzero_ps();                                                              \
+        _Pragma("GCC unroll 4") for (int a = 0; a < 4; a++)                                                   \
+            _Pragma("GCC unroll 4") for (int b = 0; b < 4; b++) acc[a][b] = _mm512_setzero_ps();              \
         for (long i = 0; i < n16; i += 16) {                                                                  \
             __m512 wv[4], xv[4];                                                                              \
-            for (int a = 0; a < NR; a++)                                                                      \
-                wv[a] = LD(w[a] + i);                                                                         \
-            for (int b = 0; b < NT; b++)                                                                      \
-                xv[b] = _mm512_loadu_ps(x[b] + i);                                                            \
-            for (int a = 0; a < NR; a++)                                                                      \
-                for (int b = 0; b < NT; b++)                                                                  \
-                    acc[a][b] = _mm512_fmadd_ps(wv[a], xv[b], acc[a][b]);                                     \
+            _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++) wv[a] = LD(w[a] + i);                        \
+            _Pragma("GCC unroll 4") for (int b = 0; b < NT; b++) xv[b] = _mm512_loadu_ps(x[b] + i);           \
+            _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)                                              \
+                _Pragma("GCC unroll 4") for (int b = 0; b < NT; b++) acc[a][b] =                              \
+                    _mm512_fmadd_ps(wv[a], xv[b], acc[a][b]);                                                 \
         }                                                                                                     \
-        for (int a = 0; a < NR; a++)                                                                          \
-            for (int b = 0; b < NT; b++) {                                                                    \
-                float s = hsum16(acc[a][b]);                                                                  \
-                for (long i = n16; i < n_in; i++)                                                             \
-                    s += SC(w[a][i]) * x[b][i];                                                               \
-                Y[(t + b) * ldy + r + a] = s;                                                                 \
-            }                                                                                                 \
+        _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)                                                  \
+            _Pragma("GCC unroll 4") for (int b = 0; b < NT; b++)                                              \
+        {                                                                                                     \
+            float s = hsum16(acc[a][b]);                                                                      \
+            for (long i = n16; i < n_in; i++)                                                                 \
+                s += SC(w[a][i]) * x[b][i];                                                                   \
+            Y[(t + b) * ldy + r + a] = s;                                                                     \
+        }                                                                                                     \
     }                                                                                                         \
     static inline __attribute__((always_inline)) void name##_rows(const wtype *W, const float *X, float *Y,   \
                                                                   long n_in, long ldy, long r, long T, int NR)  \
