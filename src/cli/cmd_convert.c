@@ -1,5 +1,8 @@
 /* tern convert: a Hugging Face model folder to an MLX-style affine-quantized
- * one (the layout mlx-community publishes; see model/quant.h). Every 2-D
+ * one (the layout mlx-community publishes; see model/quant.h), and/or with a
+ * PEFT LoRA adapter merged into its weights (--merge-lora: each adapted
+ * projection's rows become W + scale * B A in f32, PEFT's merge, stored in
+ * the weight's own dtype or quantized). Every 2-D
  * ".weight" whose input size is a multiple of the group size - projections,
  * embeddings, heads, every expert of a mixture - becomes NAME.weight (uint32
  * words), NAME.scales and NAME.biases (in the tensor's own dtype); norms,
@@ -18,15 +21,18 @@
 #include "base/pool.h"
 #include "cli.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/quant.h"
 #include "model/safetensors.h"
 #include "model/st_write.h"
 
-enum { PART_COPY, PART_WORDS, PART_SCALES, PART_BIASES };
+enum { PART_COPY, PART_WORDS, PART_SCALES, PART_BIASES, PART_MERGE };
 
 typedef struct conv_ctx {
     const st_tensor **src; /* [n_out] source of each output tensor */
     int *part;             /* [n_out] PART_* */
+    const model_lora *lora; /* --merge-lora: the adapter, else NULL */
+    int *l_layer, *l_mod;  /* [n_out] the adapted (layer, module) of the source, l_mod -1 = none */
     int bits, group;
     tern_pool *pool;
     int64_t max_in;
@@ -42,6 +48,7 @@ typedef struct conv_ctx {
     int64_t first, n;
     const st_tensor *t;
     int64_t r0;
+    int i; /* the output tensor being filled */
 } conv_ctx;
 
 /* Quantizes rows [r0, r1) of c->t: their scales and biases into the cache,
@@ -57,6 +64,8 @@ static void quant_rows(void *vctx, long r0, long r1, int worker)
     uint32_t *w = c->row_w + (size_t)worker * c->max_in;
     for (long r = r0; r < r1; r++) {
         tern_to_f32(t->dtype, (const char *)t->data + (size_t)r * n_in * es, f, (size_t)n_in);
+        if (c->lora && c->l_mod[c->i] >= 0)
+            model_lora_merge_row(c->lora, c->l_layer[c->i], c->l_mod[c->i], (int)r, f);
         model_quant_row(f, n_in, c->bits, c->group, t->dtype, w, c->all_s + (size_t)r * ng,
                         c->all_b + (size_t)r * ng);
         int64_t lo = r * per_row, hi = lo + per_row;
@@ -75,10 +84,37 @@ static void quant_rows_from(void *vctx, long b, long e, int worker)
     quant_rows(vctx, (long)c->r0 + b, (long)c->r0 + e, worker);
 }
 
+/* Elements [first, first + n) of a merged dense weight: its rows as f32,
+ * the adapter's update added, back in the weight's dtype. */
+static int merge_fill(conv_ctx *c, const st_tensor *t, int i, int64_t first, int64_t n, void *buf)
+{
+    int64_t n_in = t->shape[1];
+    size_t es = tern_dtype_size(t->dtype);
+    float *f = c->row_f;
+    for (int64_t r = first / n_in; r * n_in < first + n; r++) {
+        tern_to_f32(t->dtype, (const char *)t->data + (size_t)(r * n_in) * es, f, (size_t)n_in);
+        model_lora_merge_row(c->lora, c->l_layer[i], c->l_mod[i], (int)r, f);
+        int64_t lo = r * n_in > first ? r * n_in : first, hi = (r + 1) * n_in < first + n ? (r + 1) * n_in : first + n;
+        for (int64_t k = lo; k < hi; k++) {
+            float v = f[k - r * n_in];
+            if (t->dtype == TERN_F32)
+                ((float *)buf)[k - first] = v;
+            else if (t->dtype == TERN_BF16)
+                ((uint16_t *)buf)[k - first] = tern_f32_to_bf16(v);
+            else
+                ((uint16_t *)buf)[k - first] = tern_f32_to_f16(v);
+        }
+    }
+    return 0;
+}
+
 static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
 {
     conv_ctx *c = vctx;
     const st_tensor *t = c->src[i];
+    c->i = i;
+    if (c->part[i] == PART_MERGE)
+        return merge_fill(c, t, i, first, n, buf);
     if (c->part[i] == PART_COPY) {
         size_t es = tern_dtype_size(t->dtype);
         memcpy(buf, (const char *)t->data + (size_t)first * es, (size_t)n * es);
@@ -132,13 +168,14 @@ static int ends_with(const char *name, const char *suffix)
 
 /* Every 2-D weight but a mixture of experts' router (mlp.gate,
  * block_sparse_moe.gate), which stays in its dtype as MLX keeps it: its
- * few rows cost nothing and decide which experts run. */
-static int quantizable(const st_tensor *t, int group)
+ * few rows cost nothing and decide which experts run. Nothing when bits is
+ * 0 (--merge-lora alone). */
+static int quantizable(const st_tensor *t, int bits, int group)
 {
     size_t len = strlen(t->name);
     if (ends_with(t->name, ".mlp.gate.weight") || ends_with(t->name, ".block_sparse_moe.gate.weight"))
         return 0;
-    return t->n_dims == 2 && len > 7 && !strcmp(t->name + len - 7, ".weight") && t->shape[1] % group == 0 &&
+    return bits && t->n_dims == 2 && len > 7 && !strcmp(t->name + len - 7, ".weight") && t->shape[1] % group == 0 &&
            (t->dtype == TERN_F32 || t->dtype == TERN_BF16 || t->dtype == TERN_F16);
 }
 
@@ -165,6 +202,27 @@ static int copy_if_present(const char *in, const char *out, const char *name, te
     return rc;
 }
 
+/* The adapted (layer, module) a base tensor name is, or -1: the HF names
+ * model.layers.N.self_attn.{q,k,v,o}_proj.weight, model.layers.N.mlp.
+ * {gate,up,down}_proj.weight (or without "model."). */
+static int lora_target(const model_lora *a, const char *name, int *layer)
+{
+    const char *p = !strncmp(name, "model.", 6) ? name + 6 : name;
+    int l, off = 0;
+    if (sscanf(p, "layers.%d.%n", &l, &off) != 1 || off == 0)
+        return -1;
+    p += off;
+    for (int k = 0; k < LORA_N_MOD; k++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s%s.weight", k < LORA_GATE ? "self_attn." : "mlp.", model_lora_mod_name(k));
+        if (!strcmp(p, want) && model_lora_has(a, l, k)) {
+            *layer = l;
+            return k;
+        }
+    }
+    return -1;
+}
+
 static int write_config(const char *in, const char *out, int bits, int group, tern_err *err)
 {
     char *s = tern_path_join(in, "config.json"), *d = tern_path_join(out, "config.json");
@@ -173,7 +231,7 @@ static int write_config(const char *in, const char *out, int bits, int group, te
     if (!o) {
         rc = s ? err->code : tern_err_set(err, TERN_ENOMEM, "out of memory");
     } else {
-        for (int k = 0; k < 2; k++) { /* mlx-lm writes both keys */
+        for (int k = 0; bits && k < 2; k++) { /* mlx-lm writes both keys */
             json_object *q = json_object_new_object();
             json_object_object_add(q, "group_size", json_object_new_int(group));
             json_object_object_add(q, "bits", json_object_new_int(bits));
@@ -190,7 +248,7 @@ static int write_config(const char *in, const char *out, int bits, int group, te
 
 int cmd_convert(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL, *v;
+    const char *in = NULL, *out = NULL, *lora_dir = NULL, *v;
     long long bits = 0, group = 64;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--bits"))) {
@@ -203,6 +261,8 @@ int cmd_convert(int argc, char **argv)
                 fprintf(stderr, "tern convert: --group-size must be 32, 64 or 128\n");
                 return 2;
             }
+        } else if ((v = cli_flag_value(argc, argv, &i, "--merge-lora"))) {
+            lora_dir = v;
         } else if (argv[i][0] != '-' && !in) {
             in = argv[i];
         } else if (argv[i][0] != '-' && !out) {
@@ -212,8 +272,8 @@ int cmd_convert(int argc, char **argv)
             return 2;
         }
     }
-    if (!in || !out || !bits) {
-        fprintf(stderr, "usage: tern convert IN_DIR OUT_DIR --bits 4|8 [--group-size 32|64|128]\n");
+    if (!in || !out || (!bits && !lora_dir)) {
+        fprintf(stderr, "usage: tern convert IN_DIR OUT_DIR (--bits 4|8 [--group-size 32|64|128] | --merge-lora DIR)...\n");
         return 2;
     }
     tern_err err = {0};
@@ -221,7 +281,9 @@ int cmd_convert(int argc, char **argv)
     st_set st = {0};
     conv_ctx c = {0};
     st_out_tensor *ts = NULL;
-    int rc = 1, n = 0, n_quant = 0;
+    int rc = 1, n = 0, n_quant = 0, n_merged = 0;
+    tern_model *base = NULL;
+    model_lora *lora = NULL;
     char *path = NULL;
     /* Validating the config refuses families we could not run anyway. */
     if (model_config_load(&cfg, in, &err) || st_open_dir(&st, in, &err))
@@ -230,9 +292,16 @@ int cmd_convert(int argc, char **argv)
         tern_err_set(&err, TERN_EINVAL, "%s is already quantized (%d bits)", in, cfg.quant_bits);
         goto out;
     }
+    if (lora_dir) { /* the adapter is read against the base, whose weights stay mapped */
+        if (!(base = model_load(in, 1, &err)) || !(lora = model_lora_load(base, lora_dir, &err)))
+            goto out;
+        c.lora = lora;
+    }
     ts = calloc((size_t)st.n_tensors * 3, sizeof *ts);
     c.src = calloc((size_t)st.n_tensors * 3, sizeof *c.src);
     c.part = calloc((size_t)st.n_tensors * 3, sizeof *c.part);
+    c.l_layer = calloc((size_t)st.n_tensors * 3, sizeof *c.l_layer);
+    c.l_mod = calloc((size_t)st.n_tensors * 3, sizeof *c.l_mod);
     int64_t max_in = 1;
     for (int i = 0; i < st.n_tensors; i++)
         if (st.tensors[i].n_dims == 2 && st.tensors[i].shape[1] > max_in)
@@ -244,7 +313,7 @@ int cmd_convert(int argc, char **argv)
     int nw = tern_pool_size(c.pool);
     c.row_f = malloc((size_t)nw * max_in * sizeof(float));
     c.row_w = malloc((size_t)nw * max_in * sizeof(uint32_t));
-    if (!ts || !c.src || !c.part || !c.pool || !c.row_f || !c.row_w) {
+    if (!ts || !c.src || !c.part || !c.l_layer || !c.l_mod || !c.pool || !c.row_f || !c.row_w) {
         tern_err_set(&err, TERN_ENOMEM, "out of memory");
         goto out;
     }
@@ -254,14 +323,18 @@ int cmd_convert(int argc, char **argv)
             tern_err_set(&err, TERN_EFORMAT, "tensor name '%s' is too long", t->name);
             goto out;
         }
-        if (!quantizable(t, (int)group)) {
+        int layer = -1, mod = lora ? lora_target(lora, t->name, &layer) : -1;
+        n_merged += mod >= 0;
+        if (!quantizable(t, (int)bits, (int)group)) {
             st_out_tensor *o = &ts[n];
             snprintf(o->name, sizeof o->name, "%s", t->name);
             o->dtype = t->dtype;
             o->n_dims = t->n_dims;
             memcpy(o->shape, t->shape, sizeof o->shape);
             c.src[n] = t;
-            c.part[n++] = PART_COPY;
+            c.l_layer[n] = layer;
+            c.l_mod[n] = mod;
+            c.part[n++] = mod >= 0 ? PART_MERGE : PART_COPY;
             continue;
         }
         size_t stem = strlen(t->name) - 7;
@@ -274,6 +347,8 @@ int cmd_convert(int argc, char **argv)
             o->shape[0] = t->shape[0];
             o->shape[1] = k ? t->shape[1] / group : t->shape[1] * bits / 32;
             c.src[n] = t;
+            c.l_layer[n] = layer;
+            c.l_mod[n] = mod;
             c.part[n++] = PART_WORDS + k;
         }
         n_quant++;
@@ -291,11 +366,14 @@ int cmd_convert(int argc, char **argv)
                             "special_tokens_map.json", "chat_template.jinja", "tokenizer.model"};
     if (st_write_file(path, ts, n, fill, &c, &err) || write_config(in, out, (int)bits, (int)group, &err))
         goto out;
+    if (lora)
+        fprintf(stderr, "tern convert: merged %s into %d weights\n", lora_dir, n_merged);
     for (size_t k = 0; k < sizeof copies / sizeof copies[0]; k++)
         if (copy_if_present(in, out, copies[k], &err))
             goto out;
-    fprintf(stderr, "tern convert: %d of %d tensors quantized to %lld bits (group %lld) into %s\n", n_quant,
-            st.n_tensors, bits, group, out);
+    if (bits)
+        fprintf(stderr, "tern convert: %d of %d tensors quantized to %lld bits (group %lld) into %s\n", n_quant,
+                st.n_tensors, bits, group, out);
     rc = 0;
 out:
     if (rc)
@@ -304,11 +382,15 @@ out:
     free(ts);
     free(c.src);
     free(c.part);
+    free(c.l_layer);
+    free(c.l_mod);
     free(c.row_f);
     free(c.row_w);
     free(c.all_s);
     free(c.all_b);
     tern_pool_free(c.pool);
     st_close(&st);
+    model_lora_release(lora);
+    model_free(base);
     return rc;
 }

@@ -77,10 +77,11 @@ static const cli_help helps[] = {
      "  --kl-base F                KL divergence against logits saved by --save-logits (default: none)\n"
      "  -t, --threads N            CPU threads (default: the physical cores)\n"
      DEVICE_OPTS},
-    {"convert", "tern convert IN_DIR OUT_DIR --bits 4|8 [OPTIONS]",
-     "Writes an MLX affine-quantized copy of a model folder.",
-     "  --bits 4|8                 bits per weight (required)\n"
-     "  --group-size 32|64|128     weights sharing one scale and bias (default: 64)\n"},
+    {"convert", "tern convert IN_DIR OUT_DIR (--bits 4|8 | --merge-lora DIR) [OPTIONS]",
+     "Writes an MLX affine-quantized copy of a model folder, and/or one with a LoRA adapter merged in.",
+     "  --bits 4|8                 bits per weight (required unless --merge-lora)\n"
+     "  --group-size 32|64|128     weights sharing one scale and bias (default: 64)\n"
+     "  --merge-lora DIR           a PEFT LoRA adapter baked into the weights (default: none)\n"},
     {"template", "tern template DIR [--jsonl] < request.json",
      "Renders the chat template of DIR for a chat request read from stdin.",
      "  --jsonl                    one request per input line, one rendering per output line (default: off)\n"},

@@ -328,6 +328,11 @@ static int load_mods(model_lora *a, tern_model *m, const lora_cfg *cfg, const st
         for (int k = 0; k < LORA_N_MOD; k++) {
             if (!cfg->targets[k] || !cfg->layers[l])
                 continue;
+            if (k >= LORA_GATE && m->cfg.n_expert && m->cfg.layer_moe[l])
+                return tern_err_set(err, TERN_EUNSUPPORTED,
+                                    "'target_modules' lists %s, but layer %d is a mixture of experts (adapters on "
+                                    "experts are not supported)",
+                                    mod_names[k], l);
             lora_mod *md = &a->mods[(size_t)l * LORA_N_MOD + k];
             snprintf(full, sizeof full, "model.layers.%d.%s", l, mod_paths[k]);
             const lora_pattern *pr = pattern_find(cfg->ranks, cfg->n_ranks, full);

@@ -5,7 +5,8 @@
  * tools/lora_goldens.py). Also: a batch mixing base rows and rows of two
  * adapters gives every row the bits it gets alone; config fields that change
  * the math and tensors that do not fit the base are load errors naming
- * them; a backend without adapter support refuses adapter rows. */
+ * them; a backend without adapter support refuses adapter rows; `tern
+ * convert --merge-lora` gives the adapter's logits. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -394,6 +395,51 @@ static void test_load_errors(void **state)
     model_free(m);
 }
 
+/* tern convert --merge-lora: the merged model's logits are the adapter's
+ * (within f32 rounding of W + s B A against W x + s B (A x)), for two
+ * adapters (one with rank_pattern / alpha_pattern, one bf16 rsLoRA). */
+static void test_merged_convert(void **state)
+{
+    (void)state;
+    static const char *cases[2][2] = {{"llama3", "llama3-all-r8-patterns"}, {"qwen2", "qwen2-all-rslora-r16-bf16"}};
+    const char *bin = getenv("TERN_BIN") ? getenv("TERN_BIN") : "build/tern";
+    for (int k = 0; k < 2; k++) {
+        char lora_dir[300];
+        snprintf(lora_dir, sizeof lora_dir, "lora-%s", cases[k][1]);
+        sh("%s convert '%s' '%s' --merge-lora '%s' 2>/dev/null", bin, path_of(cases[k][0]), path_of("merged"),
+           path_of(lora_dir));
+        tern_model *m = load_base(cases[k][0]), *mm = load_base("merged");
+        model_lora *a = load_case(m, cases[k][1]);
+        const model_config *c = model_config_get(m);
+        int V = c->n_vocab;
+        tern_err err = {0};
+        kv_pool kv;
+        assert_int_equal(kv_pool_init(&kv, c->n_layer, model_kv_dim(m), 16, 8, &err), 0);
+        static const int32_t ids[12] = {1, 450, 2, 33, 99, 100, 101, 7, 8, 9, 250, 251};
+        float *la = malloc((size_t)12 * V * sizeof(float)), *lm = malloc((size_t)12 * V * sizeof(float));
+        kv_seq s1 = {0}, s2 = {0};
+        run_prompt(m, &kv, &s1, a, ids, 12, 0, la);
+        run_prompt(mm, &kv, &s2, NULL, ids, 12, 0, lm);
+        double worst = 0;
+        for (size_t i = 0; i < (size_t)12 * V; i++)
+            worst = fmax(worst, fabs(la[i] - lm[i]));
+        printf("merged %-28s max |d| vs the adapter %.2g\n", cases[k][1], worst);
+        assert_true(worst <= F32_TOL);
+        kv_seq_free(&kv, &s1);
+        run_prompt(m, &kv, &s1, NULL, ids, 12, 0, la); /* and the base is another model */
+        kv_seq_free(&kv, &s1);
+        kv_seq_free(&kv, &s2);
+        assert_true(memcmp(la, lm, (size_t)V * sizeof(float)) != 0);
+        free(la);
+        free(lm);
+        kv_pool_free(&kv);
+        model_lora_release(a);
+        model_free(mm);
+        model_free(m);
+        sh("rm -rf '%s'", path_of("merged"));
+    }
+}
+
 static int fake_forward(model_backend *be, tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
                         tern_err *err)
 {
@@ -440,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_peft_goldens),
         cmocka_unit_test(test_mixed_batch),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_merged_convert),
         cmocka_unit_test(test_device_refuses),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
