@@ -3,8 +3,9 @@
 # 1. --self-test: the window appears, the chat page loads from the server the
 #    app started, a typed message gets an answer, a screenshot is taken; then
 #    the server is killed under the app (it must start another), the model
-#    picker switches folders (/v1/models must name the new one), and the
-#    window is closed: every server the app started must be gone.
+#    picker switches to the other model (the pool loads it and unloads the
+#    first, as /v1/models reports), and the window is closed: every server
+#    the app started must be gone.
 # 2. the app itself is killed (SIGKILL, no cleanup code runs): its server
 #    must die with it.
 # usage: desktop/check.sh TERN_BIN TERN_DESKTOP_BIN [OUT_DIR]
@@ -26,11 +27,12 @@ cat "$OUT/out.txt"
 check "[ $rc = 0 ]" "self-test exits 0 (got $rc)"
 check "grep -Eq '^answer: .{2,}' '$OUT/out.txt'" "a message got an answer"
 check "grep -q '^restarted: pid [0-9]* serving tern-demo' '$OUT/out.txt'" "a killed server was restarted"
-check "grep -q '^switched: pid [0-9]* serving tern-demo-draft' '$OUT/out.txt'" "the picker switched models (/v1/models)"
+check "grep -q '^switched: pid [0-9]* serving tern-demo-draft (tern-demo unloaded)' '$OUT/out.txt'" \
+  "the picker loaded the other model and unloaded the first (/v1/models states)"
 check "[ \"\$(head -c 8 '$OUT/desktop.png' | od -An -tx1 | tr -d ' \n')\" = 89504e470d0a1a0a ]" "screenshot is a PNG"
 check "[ \$(stat -c %s '$OUT/desktop.png') -gt 20000 ]" "screenshot is not blank ($(stat -c %s "$OUT/desktop.png" 2>/dev/null) bytes)"
 pids=$(sed -n 's/^tern-desktop: server pid \([0-9]*\):.*/\1/p' "$OUT/err.txt" | tr '\n' ' ')
-check "[ \$(echo $pids | wc -w) -ge 3 ]" "three servers were started ($(echo $pids))"
+check "[ \$(echo $pids | wc -w) -eq 2 ]" "two servers were started, the first and its replacement ($(echo $pids))"
 check "gone $pids" "closing the window left no tern serve process"
 
 # the app dies without cleaning up: PR_SET_PDEATHSIG takes its server along

@@ -1,19 +1,21 @@
-/* tern-desktop: a native window around `tern serve`. It starts the server
- * on a free loopback port (--port 0; the port is read from the server's
- * "serving ... on http://" line), shows the server's own chat page in a
- * WebKitGTK view, restarts the server if it dies, offers the model folders
- * of a models directory in a picker (switching restarts the server on the
- * chosen folder: one model per server until tern serves several), shows the
- * server's live tokens/s (GET /stats) and memory (its resident set, from
- * /proc), and stops the server when the window closes - the server is also
- * tied to this process with PR_SET_PDEATHSIG, so it cannot outlive a crash.
- * Nothing here needs a GPU or the network: tern picks the CPU when no GPU is
- * usable and the page comes from the local server.
+/* tern-desktop: a native window around `tern serve`. It starts one server
+ * over a models folder (`tern serve --models DIR`, the model pool) on a free
+ * loopback port (--port 0; the port is read from the server's "serving ...
+ * on http://" line), shows the server's own chat page in a WebKitGTK view,
+ * and restarts the server if it dies. The model picker lists what
+ * GET /v1/models reports; choosing a model loads it (POST /v1/models/load),
+ * unloads the one it replaces (POST /v1/models/unload) and points the chat
+ * page at it (/?model=ID). A status line shows each model's state, the
+ * server's live tokens/s (GET /stats) and its memory (its resident set, from
+ * /proc). Closing the window stops the server; the server is also tied to
+ * this process with PR_SET_PDEATHSIG, so it cannot outlive a crash. Nothing
+ * here needs a GPU or the network: tern picks the CPU when no GPU is usable
+ * and the page comes from the local server.
  *
- * --self-test PNG drives the page as a person would (types a message,
- * presses Send, waits for the streamed answer), saves a screenshot of the
- * whole window and closes the window the normal way; desktop/check.sh runs
- * it under Xvfb. */
+ * --self-test PNG drives the app as a person would (types a message,
+ * presses Send, waits for the streamed answer, takes a screenshot of the
+ * window; then kills the server under the app, switches the picker, and
+ * closes the window the normal way); desktop/check.sh runs it under Xvfb. */
 #include <errno.h>
 #include <gtk/gtk.h>
 #include <json-c/json.h>
@@ -37,21 +39,25 @@
 #define SELF_TEST_TIMEOUT_S 240
 
 typedef struct app {
-    GtkWidget *win, *combo, *status, *stats;
+    GtkWidget *win, *combo, *status, *states, *stats;
     WebKitWebView *view;
-    char *models_dir, *tern_bin, *model; /* model: the folder being served */
+    char *models_dir, *tern_bin;
+    char *want;   /* the model the picker asks for */
+    char *active; /* the model the page is on (loaded), NULL while none */
     GPid pid;
-    int port, stopping, restarts, page_loaded, served_check;
-    char served[256]; /* the id /v1/models reports for the running server */
+    int port, stopping, restarts, page_loaded, filling, activating;
+    unsigned generation; /* bumped per server start: late answers of an old one are dropped */
     GIOChannel *err_ch;
     guint err_watch, child_watch, poll_timer;
     GString *line;
+    json_object *models; /* the last GET /v1/models */
     long long last_tokens;
     double last_t;
     const char *self_test_png; /* NULL unless --self-test */
     int test_sent, test_done, test_rc; /* test_sent: 0 not yet, 1 asked, 2 sent */
     int test_phase;                    /* 0 chat, 1 restart, 2 model switch */
     GPid test_pid;
+    char *test_from;                   /* phase 2: the model switched away from */
     double test_t0;
 } app;
 
@@ -60,14 +66,19 @@ static double now_s(void)
     return g_get_monotonic_time() / 1e6;
 }
 
-/* ---- a tiny GET against the supervised server (loopback, short timeout) ---- */
+/* ---- tiny requests to the supervised server (loopback, short timeouts) ---- */
 
-static char *http_get(int port, const char *path)
+/* method path [body]; returns the response body (g_free) and *status, or
+ * NULL when nothing answered. timeout_s bounds each read (a model load
+ * answers only once loaded). */
+static char *http_request(int port, const char *method, const char *path, const char *body, int timeout_s,
+                          int *status)
 {
+    *status = 0;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         return NULL;
-    struct timeval tv = {1, 0};
+    struct timeval tv = {timeout_s, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -75,9 +86,12 @@ static char *http_get(int port, const char *path)
     GString *resp = NULL;
     if (connect(fd, (struct sockaddr *)&a, sizeof a))
         goto out;
-    char rq[256];
-    int n = snprintf(rq, sizeof rq, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
-    if (send(fd, rq, (size_t)n, MSG_NOSIGNAL) != n)
+    char *rq = g_strdup_printf("%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                               "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                               method, path, body ? strlen(body) : 0, body ? body : "");
+    ssize_t n = (ssize_t)strlen(rq), sent = send(fd, rq, (size_t)n, MSG_NOSIGNAL);
+    g_free(rq);
+    if (sent != n)
         goto out;
     resp = g_string_new(NULL);
     char buf[4096];
@@ -88,10 +102,22 @@ out:
     close(fd);
     if (!resp)
         return NULL;
-    char *body = strstr(resp->str, "\r\n\r\n");
-    char *ret = body && !strncmp(resp->str, "HTTP/1.1 200", 12) ? g_strdup(body + 4) : NULL;
+    char *ret = NULL, *sep = strstr(resp->str, "\r\n\r\n");
+    if (sscanf(resp->str, "HTTP/1.1 %d", status) == 1 && sep)
+        ret = g_strdup(sep + 4);
     g_string_free(resp, TRUE);
     return ret;
+}
+
+static char *http_get(int port, const char *path)
+{
+    int st;
+    char *b = http_request(port, "GET", path, NULL, 2, &st);
+    if (st != 200) {
+        g_free(b);
+        return NULL;
+    }
+    return b;
 }
 
 /* Resident memory of a process, MiB (0 if unknown). */
@@ -113,6 +139,7 @@ static double proc_rss_mb(GPid pid)
 /* ---- the server ---- */
 
 static void server_start(app *a);
+static void model_activate(app *a, const char *id);
 
 static void set_status(app *a, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 static void set_status(app *a, const char *fmt, ...)
@@ -144,19 +171,83 @@ static void on_child_exit(GPid pid, gint status, gpointer user)
     a->child_watch = 0;
     a->pid = 0;
     a->port = 0;
+    g_clear_pointer(&a->active, g_free);
     if (a->stopping)
         return;
     fprintf(stderr, "tern-desktop: server %d exited (status %d)\n", (int)pid, status);
     if (++a->restarts > MAX_RESTARTS) {
-        set_status(a, "server stopped (status %d) - pick a model to try again", status);
+        set_status(a, "the server keeps stopping (status %d); restart the app to try again", status);
         return;
     }
     set_status(a, "server exited (status %d) - restarting", status);
     g_timeout_add(1000, restart_later, a);
 }
 
+/* The picker's entries: every model of GET /v1/models, the wanted one active. */
+static void picker_fill(app *a)
+{
+    json_object *data;
+    if (!a->models || !json_object_object_get_ex(a->models, "data", &data))
+        return;
+    a->filling = 1;
+    gtk_combo_box_text_remove_all(GTK_COMBO_BOX_TEXT(a->combo));
+    int pick = -1;
+    for (size_t i = 0; i < json_object_array_length(data); i++) {
+        json_object *id;
+        if (!json_object_object_get_ex(json_object_array_get_idx(data, i), "id", &id))
+            continue;
+        const char *s = json_object_get_string(id);
+        gtk_combo_box_text_append(GTK_COMBO_BOX_TEXT(a->combo), s, s);
+        if (pick < 0 || (a->want && !strcmp(s, a->want)))
+            pick = (int)i;
+    }
+    if (pick >= 0)
+        gtk_combo_box_set_active(GTK_COMBO_BOX(a->combo), pick);
+    a->filling = 0;
+    const char *id = gtk_combo_box_get_active_id(GTK_COMBO_BOX(a->combo));
+    if (id && (!a->want || strcmp(a->want, id))) {
+        g_free(a->want);
+        a->want = g_strdup(id);
+    }
+}
+
+/* A model's state in the last /v1/models ("" if unknown). */
+static const char *model_state(app *a, const char *id)
+{
+    json_object *data, *v;
+    if (!id || !a->models || !json_object_object_get_ex(a->models, "data", &data))
+        return "";
+    for (size_t i = 0; i < json_object_array_length(data); i++) {
+        json_object *m = json_object_array_get_idx(data, i);
+        if (json_object_object_get_ex(m, "id", &v) && !strcmp(json_object_get_string(v), id))
+            return json_object_object_get_ex(m, "state", &v) ? json_object_get_string(v) : "";
+    }
+    return "";
+}
+
+static void models_refresh(app *a)
+{
+    char *body = http_get(a->port, "/v1/models");
+    json_object *o = body ? json_tokener_parse(body) : NULL, *data;
+    g_free(body);
+    if (!o)
+        return;
+    json_object_put(a->models);
+    a->models = o;
+    GString *g = g_string_new(NULL);
+    if (json_object_object_get_ex(o, "data", &data))
+        for (size_t i = 0; i < json_object_array_length(data); i++) {
+            json_object *m = json_object_array_get_idx(data, i), *id, *st;
+            if (json_object_object_get_ex(m, "id", &id) && json_object_object_get_ex(m, "state", &st))
+                g_string_append_printf(g, "%s%s: %s", g->len ? "  ·  " : "", json_object_get_string(id),
+                                       json_object_get_string(st));
+        }
+    gtk_label_set_text(GTK_LABEL(a->states), g->str);
+    g_string_free(g, TRUE);
+}
+
 /* One line of the server's stderr: echoed, shown while loading, and the
- * "serving NAME on http://HOST:PORT" line gives the port. */
+ * "serving ... on http://HOST:PORT" line gives the port. */
 static void server_line(app *a, const char *line)
 {
     fprintf(stderr, "[tern serve] %s\n", line);
@@ -168,12 +259,13 @@ static void server_line(app *a, const char *line)
             a->port = port;
             a->restarts = 0;
             a->last_tokens = -1;
-            char *uri = g_strdup_printf("http://127.0.0.1:%d/", port);
-            fprintf(stderr, "tern-desktop: server %d ready at %s\n", (int)a->pid, uri);
-            a->served_check = 1; /* the poll asks /v1/models what is served */
-            a->page_loaded = 0;
-            webkit_web_view_load_uri(a->view, uri);
-            g_free(uri);
+            fprintf(stderr, "tern-desktop: server %d ready at http://127.0.0.1:%d/\n", (int)a->pid, port);
+            models_refresh(a);
+            picker_fill(a);
+            if (a->want)
+                model_activate(a, a->want);
+            else
+                set_status(a, "no model in %s", a->models_dir);
             return;
         }
     }
@@ -207,24 +299,23 @@ static gboolean on_server_stderr(GIOChannel *ch, GIOCondition cond, gpointer use
 
 static void server_start(app *a)
 {
-    char *dir = g_build_filename(a->models_dir, a->model, NULL);
-    char *argv[] = {a->tern_bin, "serve", dir, "--host", "127.0.0.1", "--port", "0", NULL};
+    char *argv[] = {a->tern_bin, "serve", "--models", a->models_dir, "--host", "127.0.0.1", "--port", "0", NULL};
     GError *ge = NULL;
     gint err_fd = -1;
     a->stopping = 0;
     a->port = 0;
-    a->served[0] = 0;
+    a->generation++;
     if (!g_spawn_async_with_pipes(NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD, child_setup, NULL, &a->pid, NULL,
                                   NULL, &err_fd, &ge)) {
         set_status(a, "cannot start %s: %s", a->tern_bin, ge->message);
         fprintf(stderr, "tern-desktop: cannot start %s: %s\n", a->tern_bin, ge->message);
         g_error_free(ge);
-        g_free(dir);
         return;
     }
-    fprintf(stderr, "tern-desktop: server pid %d: %s serve %s\n", (int)a->pid, a->tern_bin, dir);
-    g_free(dir);
-    set_status(a, "starting %s", a->model);
+    fprintf(stderr, "tern-desktop: server pid %d: %s serve --models %s\n", (int)a->pid, a->tern_bin, a->models_dir);
+    set_status(a, "starting the server");
+    webkit_web_view_load_html(a->view, "<p style='font-family:sans-serif;color:#666'>Starting the server…</p>",
+                              NULL);
     a->child_watch = g_child_watch_add(a->pid, on_child_exit, a);
     a->err_ch = g_io_channel_unix_new(err_fd);
     g_io_channel_set_encoding(a->err_ch, NULL, NULL);
@@ -270,6 +361,97 @@ static void server_stop(app *a)
     a->port = 0;
 }
 
+/* ---- switching models: load the new one, unload the old, move the page ---- */
+
+typedef struct activation {
+    app *a;
+    unsigned generation;
+    int port, status;
+    char *id, *prev, *error;
+} activation;
+
+static gboolean activation_done(gpointer user)
+{
+    activation *x = user;
+    app *a = x->a;
+    if (x->generation == a->generation && a->port == x->port) { /* still the same server */
+        a->activating = 0;
+        if (x->status == 200) {
+            g_free(a->active);
+            a->active = g_strdup(x->id);
+            fprintf(stderr, "tern-desktop: model %s loaded%s%s\n", x->id, x->prev ? ", unloaded " : "",
+                    x->prev ? x->prev : "");
+            set_status(a, "serving %s", x->id);
+            char *uri = g_strdup_printf("http://127.0.0.1:%d/?model=%s", a->port, x->id);
+            a->page_loaded = 0;
+            webkit_web_view_load_uri(a->view, uri);
+            g_free(uri);
+        } else {
+            set_status(a, "cannot load %s: %s", x->id, x->error ? x->error : "no answer");
+        }
+        models_refresh(a);
+        if (a->want && strcmp(a->want, x->id)) /* picked again meanwhile */
+            model_activate(a, a->want);
+    }
+    g_free(x->id);
+    g_free(x->prev);
+    g_free(x->error);
+    g_free(x);
+    return G_SOURCE_REMOVE;
+}
+
+static gpointer activation_main(gpointer user)
+{
+    activation *x = user;
+    char *body = g_strdup_printf("{\"model\":\"%s\"}", x->id);
+    char *r = http_request(x->port, "POST", "/v1/models/load", body, 300, &x->status);
+    g_free(body);
+    if (x->status != 200) {
+        json_object *o = r ? json_tokener_parse(r) : NULL, *e, *m;
+        x->error = g_strdup(o && json_object_object_get_ex(o, "error", &e) && json_object_object_get_ex(e, "message", &m)
+                                ? json_object_get_string(m)
+                                : "the server did not answer");
+        json_object_put(o);
+    } else if (x->prev && strcmp(x->prev, x->id)) { /* free the one it replaces (409 if busy: left to the pool) */
+        int st;
+        body = g_strdup_printf("{\"model\":\"%s\"}", x->prev);
+        g_free(http_request(x->port, "POST", "/v1/models/unload", body, 30, &st));
+        g_free(body);
+    }
+    g_free(r);
+    g_idle_add(activation_done, x);
+    return NULL;
+}
+
+/* Loads id on the running server in a worker thread (a load answers once
+ * the weights are in), then moves the page to it. */
+static void model_activate(app *a, const char *id)
+{
+    if (!a->port || a->activating)
+        return;
+    activation *x = g_new0(activation, 1);
+    x->a = a;
+    x->generation = a->generation;
+    x->port = a->port;
+    x->id = g_strdup(id);
+    x->prev = a->active ? g_strdup(a->active) : NULL;
+    a->activating = 1;
+    set_status(a, "loading %s", id);
+    g_thread_unref(g_thread_new("model-load", activation_main, x));
+}
+
+static void on_model_changed(GtkComboBox *cb, gpointer user)
+{
+    app *a = user;
+    const char *id = gtk_combo_box_get_active_id(cb);
+    if (a->filling || !id)
+        return;
+    g_free(a->want);
+    a->want = g_strdup(id);
+    if (!a->active || strcmp(a->active, id))
+        model_activate(a, id);
+}
+
 /* ---- live numbers ---- */
 
 static gboolean on_poll(gpointer user)
@@ -279,18 +461,7 @@ static gboolean on_poll(gpointer user)
         gtk_label_set_text(GTK_LABEL(a->stats), "");
         return G_SOURCE_CONTINUE;
     }
-    if (a->served_check) {
-        char *m = http_get(a->port, "/v1/models");
-        json_object *mo = m ? json_tokener_parse(m) : NULL, *data, *id;
-        if (mo && json_object_object_get_ex(mo, "data", &data) && json_object_array_length(data) > 0 &&
-            json_object_object_get_ex(json_object_array_get_idx(data, 0), "id", &id)) {
-            snprintf(a->served, sizeof a->served, "%s", json_object_get_string(id));
-            set_status(a, "serving %s", a->served);
-            a->served_check = 0;
-        }
-        json_object_put(mo);
-        g_free(m);
-    }
+    models_refresh(a);
     char *body = http_get(a->port, "/stats");
     json_object *o = body ? json_tokener_parse(body) : NULL, *eng, *v;
     long long tokens = -1, running = 0;
@@ -314,58 +485,6 @@ static gboolean on_poll(gpointer user)
     json_object_put(o);
     g_free(body);
     return G_SOURCE_CONTINUE;
-}
-
-/* ---- the model picker ---- */
-
-static void on_model_changed(GtkComboBox *cb, gpointer user)
-{
-    app *a = user;
-    const char *id = gtk_combo_box_get_active_id(cb);
-    if (!id || (a->model && !strcmp(id, a->model)))
-        return;
-    server_stop(a);
-    g_free(a->model);
-    a->model = g_strdup(id);
-    a->restarts = 0;
-    webkit_web_view_load_html(a->view, "<p style='font-family:sans-serif;color:#666'>Starting the server…</p>",
-                              NULL);
-    server_start(a);
-}
-
-static gint cmp_names(gconstpointer x, gconstpointer y)
-{
-    return strcmp(*(char *const *)x, *(char *const *)y);
-}
-
-/* Subfolders of dir holding a config.json, sorted. */
-static int models_fill(app *a, const char *prefer)
-{
-    GDir *d = g_dir_open(a->models_dir, 0, NULL);
-    if (!d)
-        return 0;
-    GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
-    const char *n;
-    while ((n = g_dir_read_name(d))) {
-        char *cfg = g_build_filename(a->models_dir, n, "config.json", NULL);
-        if (g_file_test(cfg, G_FILE_TEST_IS_REGULAR))
-            g_ptr_array_add(names, g_strdup(n));
-        g_free(cfg);
-    }
-    g_dir_close(d);
-    g_ptr_array_sort(names, cmp_names);
-    int pick = 0;
-    for (guint i = 0; i < names->len; i++) {
-        const char *s = g_ptr_array_index(names, i);
-        gtk_combo_box_text_append(GTK_COMBO_BOX_TEXT(a->combo), s, s);
-        if (prefer && !strcmp(s, prefer))
-            pick = (int)i;
-    }
-    int count = (int)names->len;
-    g_ptr_array_free(names, TRUE);
-    if (count)
-        gtk_combo_box_set_active(GTK_COMBO_BOX(a->combo), pick);
-    return count;
 }
 
 /* ---- the self-test ---- */
@@ -402,26 +521,32 @@ static gboolean self_test_shot(gpointer user)
     return G_SOURCE_REMOVE;
 }
 
-/* After the answer: wait for the restarted server, then switch models with
- * the picker (when there is a second one) and wait for /v1/models to name it. */
+/* After the answer: wait for the restarted server to serve the same model,
+ * then pick the next model (when there is one) and wait until it is loaded,
+ * the old one unloaded and the page on it. Returns 1 when done. */
 static int self_test_later_phases(app *a)
 {
+    if (!a->port || !a->active || a->activating || !a->page_loaded)
+        return 0;
     if (a->test_phase == 1) {
-        if (!a->port || a->pid == a->test_pid || a->served_check)
+        if (a->pid == a->test_pid || strcmp(a->active, a->want))
             return 0;
-        printf("restarted: pid %d serving %s\n", (int)a->pid, a->served);
+        printf("restarted: pid %d serving %s\n", (int)a->pid, a->active);
         GtkTreeModel *m = gtk_combo_box_get_model(GTK_COMBO_BOX(a->combo));
         int n = gtk_tree_model_iter_n_children(m, NULL);
         if (n < 2)
             return 1;
         int cur = gtk_combo_box_get_active(GTK_COMBO_BOX(a->combo));
         a->test_phase = 2;
+        a->test_from = g_strdup(a->active);
         gtk_combo_box_set_active(GTK_COMBO_BOX(a->combo), (cur + 1) % n); /* as a click would */
         return 0;
     }
-    if (!a->port || a->served_check || strcmp(a->served, a->model))
+    if (!strcmp(a->active, a->test_from) || strcmp(model_state(a, a->active), "loaded") ||
+        strcmp(model_state(a, a->test_from), "unloaded"))
         return 0;
-    printf("switched: pid %d serving %s\n", (int)a->pid, a->served);
+    printf("switched: pid %d serving %s (%s %s)\n", (int)a->pid, a->active, a->test_from,
+           model_state(a, a->test_from));
     return 1;
 }
 
@@ -461,18 +586,20 @@ static gboolean self_test_step(gpointer user)
 {
     app *a = user;
     if (now_s() - a->test_t0 > SELF_TEST_TIMEOUT_S) {
-        fprintf(stderr, "tern-desktop: self-test: no answer after %d s\n", SELF_TEST_TIMEOUT_S);
+        fprintf(stderr, "tern-desktop: self-test: stuck in phase %d after %d s\n", a->test_phase,
+                SELF_TEST_TIMEOUT_S);
         self_test_finish(a, 1);
         return G_SOURCE_REMOVE;
     }
     if (a->test_phase > 0) {
         if (self_test_later_phases(a)) {
+            fflush(stdout);
             self_test_finish(a, 0);
             return G_SOURCE_REMOVE;
         }
         return G_SOURCE_CONTINUE;
     }
-    if (!a->port || !a->page_loaded || a->test_done || a->test_sent == 1)
+    if (!a->port || !a->active || !a->page_loaded || a->test_done || a->test_sent == 1)
         return G_SOURCE_CONTINUE;
     if (!a->test_sent) { /* type and press Send, as a person would */
         static const char js[] = "(() => { const i = document.getElementById('input');"
@@ -494,7 +621,7 @@ static gboolean self_test_step(gpointer user)
 static void on_load_changed(WebKitWebView *v, WebKitLoadEvent ev, gpointer user)
 {
     app *a = user;
-    if (ev == WEBKIT_LOAD_FINISHED && a->port)
+    if (ev == WEBKIT_LOAD_FINISHED && a->port && a->active)
         a->page_loaded = 1;
 }
 
@@ -518,11 +645,11 @@ static char *find_tern(const char *argv0)
         return g_strdup(env);
     char *self = g_file_read_link("/proc/self/exe", NULL);
     char *dir = self ? g_path_get_dirname(self) : g_path_get_dirname(argv0);
-    const char *rel[] = {"tern", "../build/tern", "../../build/tern"};
+    const char *rel[] = {"tern", "../tern", "../build/tern", "../../build/tern"};
     char *found = NULL;
     for (size_t i = 0; i < G_N_ELEMENTS(rel) && !found; i++) {
         char *p = g_build_filename(dir, rel[i], NULL);
-        if (g_file_test(p, G_FILE_TEST_IS_EXECUTABLE))
+        if (g_file_test(p, G_FILE_TEST_IS_EXECUTABLE) && !g_file_test(p, G_FILE_TEST_IS_DIR))
             found = p;
         else
             g_free(p);
@@ -555,10 +682,14 @@ int main(int argc, char **argv)
     gtk_init(&argc, &argv);
     a.models_dir = g_canonicalize_filename(models, NULL);
     a.tern_bin = tern ? g_strdup(tern) : find_tern(argv[0]);
+    a.want = g_strdup(prefer);
     a.line = g_string_new(NULL);
-    a.test_rc = 0;
     if (!a.tern_bin) {
         fprintf(stderr, "tern-desktop: no tern binary found (--tern PATH or TERN_BIN)\n");
+        return 1;
+    }
+    if (!g_file_test(a.models_dir, G_FILE_TEST_IS_DIR)) {
+        fprintf(stderr, "tern-desktop: %s is not a folder (--models DIR)\n", a.models_dir);
         return 1;
     }
 
@@ -567,37 +698,42 @@ int main(int argc, char **argv)
     gtk_window_set_default_size(GTK_WINDOW(a.win), 1000, 720);
     GtkWidget *box = gtk_box_new(GTK_ORIENTATION_VERTICAL, 0);
     GtkWidget *bar = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
+    GtkWidget *bar2 = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
     gtk_container_set_border_width(GTK_CONTAINER(bar), 6);
+    gtk_container_set_border_width(GTK_CONTAINER(bar2), 2);
     a.combo = gtk_combo_box_text_new();
     a.status = gtk_label_new("");
+    a.states = gtk_label_new("");
     a.stats = gtk_label_new("");
     gtk_label_set_ellipsize(GTK_LABEL(a.status), PANGO_ELLIPSIZE_END);
+    gtk_label_set_ellipsize(GTK_LABEL(a.states), PANGO_ELLIPSIZE_END);
+    gtk_widget_set_opacity(a.states, 0.7);
     gtk_box_pack_start(GTK_BOX(bar), gtk_label_new("Model"), FALSE, FALSE, 0);
     gtk_box_pack_start(GTK_BOX(bar), a.combo, FALSE, FALSE, 0);
     gtk_box_pack_start(GTK_BOX(bar), a.status, TRUE, TRUE, 0);
     gtk_box_pack_end(GTK_BOX(bar), a.stats, FALSE, FALSE, 0);
+    gtk_box_pack_start(GTK_BOX(bar2), a.states, TRUE, TRUE, 6);
     a.view = WEBKIT_WEB_VIEW(webkit_web_view_new());
     g_signal_connect(a.view, "load-changed", G_CALLBACK(on_load_changed), &a);
     gtk_box_pack_start(GTK_BOX(box), bar, FALSE, FALSE, 0);
+    gtk_box_pack_start(GTK_BOX(box), bar2, FALSE, FALSE, 0);
     gtk_box_pack_start(GTK_BOX(box), GTK_WIDGET(a.view), TRUE, TRUE, 0);
     gtk_container_add(GTK_CONTAINER(a.win), box);
     g_signal_connect(a.win, "destroy", G_CALLBACK(on_destroy), &a);
     g_signal_connect(a.combo, "changed", G_CALLBACK(on_model_changed), &a);
     gtk_widget_show_all(a.win);
 
-    if (!models_fill(&a, prefer)) {
-        set_status(&a, "no model folders (with a config.json) in %s", a.models_dir);
-        fprintf(stderr, "tern-desktop: no model folders in %s\n", a.models_dir);
-        if (a.self_test_png)
-            return 1;
-    }
+    server_start(&a);
     a.poll_timer = g_timeout_add(1000, on_poll, &a);
     if (a.self_test_png) {
         a.test_t0 = now_s();
         g_timeout_add(500, self_test_step, &a);
     }
     gtk_main();
-    g_free(a.model);
+    json_object_put(a.models);
+    g_free(a.want);
+    g_free(a.active);
+    g_free(a.test_from);
     g_free(a.models_dir);
     g_free(a.tern_bin);
     g_string_free(a.line, TRUE);

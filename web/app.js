@@ -81,7 +81,10 @@ async function loadModel() {
     const r = await fetch('/v1/models', { headers: headers() });
     const j = await r.json();
     if (!r.ok) throw new Error(j.error ? j.error.message : r.statusText);
-    modelId = j.data[0].id;
+    // ?model=ID picks one of a pool's models (the desktop app's picker); else the first
+    const want = new URLSearchParams(location.search).get('model');
+    if (want && !j.data.some((m) => m.id === want)) throw new Error(`no model '${want}' here`);
+    modelId = want || j.data[0].id;
     els.model.textContent = modelId;
     if (j.data.length > 1) showPicker(j.data);
   } catch (e) {

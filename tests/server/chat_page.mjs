@@ -2,8 +2,8 @@
 // playwright-core): it shows the model, streams a reply that equals the API's
 // greedy answer to the same conversation (the thought collapsed above it,
 // equal to the API's reasoning_content), stops a long generation (the
-// engine sees the cancellation), loads nothing from outside the server, and
-// leaves a screenshot in the build directory.
+// engine sees the cancellation), loads nothing from outside the server,
+// leaves a screenshot in the build directory, and takes ?model=ID.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -167,6 +167,15 @@ try {
   }
   check(foreign.length === 0, 'no request leaves the server', foreign);
   check(consoleErrors.length === 0, 'no console errors', consoleErrors);
+
+  // ?model=ID (the desktop app's picker) picks the model; an unknown one says so
+  await page.goto(srv.url + '/?model=tern-demo', { waitUntil: 'load' });
+  await page.waitForFunction(() => document.getElementById('model-name').textContent === 'tern-demo', null, { timeout: 15000 });
+  check(true, '?model=tern-demo shows it');
+  await page.goto(srv.url + '/?model=no-such-model', { waitUntil: 'load' });
+  await page.waitForFunction(() => document.getElementById('model-name').textContent.includes('unavailable'), null, { timeout: 15000 });
+  check((await page.textContent('#model-name')).includes("no model 'no-such-model'"), '?model=unknown is named',
+    await page.textContent('#model-name'));
 } catch (e) {
   check(false, 'unexpected exception', e && e.stack ? e.stack : String(e));
 } finally {
