@@ -27,7 +27,7 @@ cat "$OUT/out.txt"
 check "[ $rc = 0 ]" "self-test exits 0 (got $rc)"
 check "grep -Eq '^answer: .{2,}' '$OUT/out.txt'" "a message got an answer"
 check "grep -q '^restarted: pid [0-9]* serving tern-demo' '$OUT/out.txt'" "a killed server was restarted"
-check "grep -q '^switched: pid [0-9]* serving tern-demo-draft (tern-demo unloaded)' '$OUT/out.txt'" \
+check "grep -q '^switched: pid [0-9]* serving tern-demo-draft (tern-demo unloaded), page on tern-demo-draft' '$OUT/out.txt'" \
   "the picker loaded the other model and unloaded the first (/v1/models states)"
 check "[ \"\$(head -c 8 '$OUT/desktop.png' | od -An -tx1 | tr -d ' \n')\" = 89504e470d0a1a0a ]" "screenshot is a PNG"
 check "[ \$(stat -c %s '$OUT/desktop.png') -gt 20000 ]" "screenshot is not blank ($(stat -c %s "$OUT/desktop.png" 2>/dev/null) bytes)"

@@ -58,6 +58,7 @@ typedef struct app {
     int test_phase;                    /* 0 chat, 1 restart, 2 model switch */
     GPid test_pid;
     char *test_from;                   /* phase 2: the model switched away from */
+    char *test_page_model;             /* phase 2: the model the page says it talks to */
     double test_t0;
 } app;
 
@@ -521,6 +522,16 @@ static gboolean self_test_shot(gpointer user)
     return G_SOURCE_REMOVE;
 }
 
+static void on_page_model(GObject *src, GAsyncResult *res, gpointer user)
+{
+    app *a = user;
+    JSCValue *v = webkit_web_view_evaluate_javascript_finish(WEBKIT_WEB_VIEW(src), res, NULL);
+    g_free(a->test_page_model);
+    a->test_page_model = v ? jsc_value_to_string(v) : NULL;
+    if (v)
+        g_object_unref(v);
+}
+
 /* After the answer: wait for the restarted server to serve the same model,
  * then pick the next model (when there is one) and wait until it is loaded,
  * the old one unloaded and the page on it. Returns 1 when done. */
@@ -545,8 +556,13 @@ static int self_test_later_phases(app *a)
     if (!strcmp(a->active, a->test_from) || strcmp(model_state(a, a->active), "loaded") ||
         strcmp(model_state(a, a->test_from), "unloaded"))
         return 0;
-    printf("switched: pid %d serving %s (%s %s)\n", (int)a->pid, a->active, a->test_from,
-           model_state(a, a->test_from));
+    if (!a->test_page_model || strcmp(a->test_page_model, a->active)) { /* ask the page (answer comes later) */
+        webkit_web_view_evaluate_javascript(a->view, "typeof modelId === 'string' ? modelId : ''", -1, NULL, NULL,
+                                            NULL, on_page_model, a);
+        return 0;
+    }
+    printf("switched: pid %d serving %s (%s %s), page on %s\n", (int)a->pid, a->active, a->test_from,
+           model_state(a, a->test_from), a->test_page_model);
     return 1;
 }
 
@@ -734,6 +750,7 @@ int main(int argc, char **argv)
     g_free(a.want);
     g_free(a.active);
     g_free(a.test_from);
+    g_free(a.test_page_model);
     g_free(a.models_dir);
     g_free(a.tern_bin);
     g_string_free(a.line, TRUE);

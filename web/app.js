@@ -107,7 +107,9 @@ function showPicker(models) {
     els.pick.appendChild(o);
   }
   const usable = models.filter((m) => m.state !== 'failed');
-  const pick = usable.find((m) => m.id === saved) || usable.find((m) => m.state === 'loaded') || usable[0];
+  const want = new URLSearchParams(location.search).get('model'); // ?model=ID wins over the saved choice
+  const pick = usable.find((m) => m.id === want) || usable.find((m) => m.id === saved) ||
+    usable.find((m) => m.state === 'loaded') || usable[0];
   if (pick) els.pick.value = pick.id;
   modelId = pick ? pick.id : null;
   els.pick.hidden = false;
