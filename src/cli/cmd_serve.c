@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "cli.h"
 #include "engine/engine.h"
+#include "engine/kv_events.h"
 #include "server/server.h"
 #include "server/toolfmt.h"
 #include "tensor/kernels.h"
@@ -25,7 +26,9 @@
     "                  [--header-deadline S] [--body-deadline S] [--compile-threads N] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
-    "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n"
+    "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n" \
+    "                  [--kv-events ENDPOINT] [--kv-events-replay ENDPOINT] [--kv-events-topic T]\n" \
+    "                  [--kv-events-format array|map]\n"
 
 /* Most models one pool serves (a bound for the argument arrays). */
 #define SERVE_MAX_MODELS 256
@@ -209,6 +212,7 @@ int cmd_serve(int argc, char **argv)
     const char *pins[SERVE_MAX_MODELS];
     int n_specs = 0, n_pins = 0, pool = 0;
     double max_mem_gb = 0;
+    kv_events_opts ko = {0};
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--host")))
             so.host = v;
@@ -325,6 +329,16 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(v, -1, 1 << 24, &x))
                 goto bad_value;
             so.reasoning_budget = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--kv-events"))) {
+            ko.endpoint = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--kv-events-replay"))) {
+            ko.replay_endpoint = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--kv-events-topic"))) {
+            eo.kv_events_topic = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--kv-events-format"))) {
+            if (strcmp(v, "array") && strcmp(v, "map"))
+                goto bad_value;
+            ko.format = !strcmp(v, "map") ? KV_EVENTS_MAP : KV_EVENTS_ARRAY;
         } else if (!strcmp(argv[i], "--grammar-jump")) {
             eo.grammar_jump = 1;
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
@@ -354,8 +368,24 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
     tern_log_set_level(verbose ? TERN_LOG_DEBUG : TERN_LOG_INFO);
-    if (pool)
-        return serve_pool(&so, &eo, specs, n_specs, pins, n_pins, max_mem_gb, draft_dir, device, (int)threads);
+    if ((ko.replay_endpoint || eo.kv_events_topic) && !ko.endpoint) {
+        fprintf(stderr, "tern serve: --kv-events-replay and --kv-events-topic go with --kv-events\n");
+        return 2;
+    }
+    kv_events *kev = NULL;
+    if (ko.endpoint) {
+        tern_err kerr = {0};
+        if (!(kev = kv_events_new(&ko, &kerr))) {
+            fprintf(stderr, "tern serve: %s\n", kerr.msg);
+            return 1;
+        }
+        eo.kv_events = kev;
+    }
+    if (pool) {
+        int prc = serve_pool(&so, &eo, specs, n_specs, pins, n_pins, max_mem_gb, draft_dir, device, (int)threads);
+        kv_events_free(kev);
+        return prc;
+    }
     /* the model name defaults to the folder's name */
     char name_buf[PATH_MAX];
     if (!so.model_name || !strcmp(so.model_name, "tern")) {
@@ -424,6 +454,7 @@ out_quiet:
     server_stop(srv);
     engine_free(eng);
     server_free(srv); /* after the engine: see server_free */
+    kv_events_free(kev); /* after the engine: its last batch */
     tokenizer_free(tok);
     model_free(draft);
     model_free(m);

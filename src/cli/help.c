@@ -159,6 +159,12 @@ static const cli_help helps[] = {
      "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
      "  --spec ngram               n-gram speculation from the context (default: off)\n"
      "  --grammar-jump             emit grammar-forced text without sampling it (default: off)\n"
+     "  --kv-events ENDPOINT       publish the prefix cache's stored/removed blocks on a ZeroMQ PUB\n"
+     "                             socket in vLLM's format, e.g. tcp://*:5557 (bound; an address\n"
+     "                             without * is connected to) (default: off)\n"
+     "  --kv-events-replay ENDPOINT  ROUTER socket answering replay requests (default: none)\n"
+     "  --kv-events-topic T        topic of the events; a pool appends each model's name (default: \"\")\n"
+     "  --kv-events-format array|map  msgpack arrays (vLLM's array_like) or maps (default: array)\n"
      "  --reasoning-budget N       think tokens before the block is closed, -1 = no cap (default: -1)\n"
      DEVICE_OPTS
      "  -v, --verbose              info-level logs (default: warnings only)\n"},

@@ -569,6 +569,7 @@ static void *engine_main(void *arg)
         publish_kv_gauges(e);
         pthread_mutex_unlock(&e->mu);
         step(e);
+        kv_events_flush(e->kv_ev);
         pthread_mutex_lock(&e->mu);
         e->st.running = e->n_running;
         publish_kv_gauges(e);
@@ -632,6 +633,7 @@ static void engine_free_memory(tern_engine *e)
 {
     spec_free(e);
     pcache_free(&e->pc);
+    kv_events_src_free(e->kv_ev); /* the last batch (AllBlocksCleared) goes out */
     kv_pool_free(&e->kv);
     free(e->waiting);
     free(e->running);
@@ -696,6 +698,11 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
     if (kv_pool_init_ex(&e->kv, c->n_layer, kv_dim, KV_BLOCK_DEFAULT, n_blocks, !on_dev, err) ||
         (on_dev && model_kv_bind(m, &e->kv, err)) || pcache_init(&e->pc, &e->kv, err) || spec_init(e, err))
         goto fail;
+    if (e->o.kv_events && !(e->pc.events = e->kv_ev = kv_events_src_new(e->o.kv_events, e->o.kv_events_topic,
+                                                                        KV_BLOCK_DEFAULT, on_dev ? "GPU" : "CPU"))) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        goto fail;
+    }
     e->waiting = calloc((size_t)e->o.max_queue, sizeof *e->waiting);
     e->running = calloc((size_t)maxb, sizeof *e->running);
     e->b_tok = malloc((size_t)cap_tok * sizeof *e->b_tok);

@@ -35,6 +35,11 @@ typedef struct engine_opts {
     int spec_ngram;
     int n_draft;            /* default 4 */
     int grammar_jump;       /* jump-forward over forced grammar text (opt-in) */
+    /* KV cache events (kv_events.h; borrowed, NULL = none): the prefix
+     * cache's stored and removed blocks, one batch per step, under
+     * kv_events_topic (NULL = ""). */
+    struct kv_events *kv_events;
+    const char *kv_events_topic;
 } engine_opts;
 
 void engine_opts_default(engine_opts *o);

@@ -18,6 +18,7 @@ struct tern_engine {
     int32_t n_vocab;
     kv_pool kv;
     pcache pc;
+    kv_events_src *kv_ev;   /* the prefix cache's events (o.kv_events), NULL = none */
     int kv_committed;        /* blocks promised to running rows, not yet taken */
 
     pthread_t th;

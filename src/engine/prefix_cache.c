@@ -21,6 +21,8 @@ int pcache_init(pcache *c, kv_pool *pool, tern_err *err)
 
 void pcache_free(pcache *c)
 {
+    if (c->n)
+        kv_events_cleared(c->events);
     for (int i = 0; c->slots && i < c->cap; i++)
         if (c->slots[i].hash) {
             kv_pool *p = c->pool;
@@ -100,20 +102,32 @@ void pcache_insert(pcache *c, const kv_seq *seq, const int32_t *tokens, int n_to
     int bs = c->pool->block_size, n_full = n_tokens / bs;
     if (n_full > seq->n_blocks)
         n_full = seq->n_blocks;
-    uint64_t h = 0;
+    uint64_t h = 0, run_parent = 0, run[64];
+    int run_start = -1, n_run = 0;
     for (int b = 0; b < n_full; b++) {
         const int32_t *tk = tokens + (size_t)b * bs;
+        uint64_t parent = h;
         h = chain_hash(h, tk, bs);
         pcache_entry *e = lookup(c, h, tk);
+        if (e || n_run == (int)(sizeof run / sizeof run[0])) { /* a run of stored blocks ends */
+            if (n_run)
+                kv_events_stored(c->events, run, n_run, run_start > 0, run_parent, tokens + (size_t)run_start * bs);
+            n_run = 0;
+        }
         if (e) {
             e->tick = ++c->tick;
             continue;
         }
         if (c->n * 2 >= c->cap) /* keep the load factor under 1/2 */
-            return;
+            break;
         int32_t *copy = malloc((size_t)bs * sizeof *copy);
         if (!copy)
-            return;
+            break;
+        if (n_run == 0) {
+            run_start = b;
+            run_parent = parent;
+        }
+        run[n_run++] = h;
         memcpy(copy, tk, (size_t)bs * sizeof *copy);
         int i = (int)(h & (uint64_t)(c->cap - 1));
         while (c->slots[i].hash)
@@ -122,6 +136,8 @@ void pcache_insert(pcache *c, const kv_seq *seq, const int32_t *tokens, int n_to
         c->pool->ref[seq->blocks[b]]++;
         c->n++;
     }
+    if (n_run)
+        kv_events_stored(c->events, run, n_run, run_start > 0, run_parent, tokens + (size_t)run_start * bs);
 }
 
 int pcache_evictable(const pcache *c)
@@ -136,6 +152,8 @@ int pcache_evictable(const pcache *c)
 int pcache_evict(pcache *c, int n_free)
 {
     kv_pool *p = c->pool;
+    uint64_t gone[64];
+    int n_gone = 0;
     while (p->n_free < n_free) {
         int best = -1;
         for (int i = 0; i < c->cap; i++)
@@ -145,10 +163,16 @@ int pcache_evict(pcache *c, int n_free)
         if (best < 0)
             break;
         int32_t blk = c->slots[best].block;
+        if (n_gone == (int)(sizeof gone / sizeof gone[0])) {
+            kv_events_removed(c->events, gone, n_gone);
+            n_gone = 0;
+        }
+        gone[n_gone++] = c->slots[best].hash;
         free(c->slots[best].tokens);
         slot_delete(c, best);
         p->ref[blk] = 0;
         p->free[p->n_free++] = blk;
     }
+    kv_events_removed(c->events, gone, n_gone);
     return p->n_free;
 }

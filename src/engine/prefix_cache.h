@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/kv_events.h"
 #include "model/kv.h"
 
 typedef struct pcache_entry {
@@ -23,6 +24,7 @@ typedef struct pcache {
     pcache_entry *slots; /* open addressing, cap a power of two */
     int cap, n;
     uint64_t tick;
+    kv_events_src *events; /* borrowed, NULL = none: every block stored or evicted is published */
 } pcache;
 
 int pcache_init(pcache *c, kv_pool *pool, tern_err *err);
@@ -31,10 +33,12 @@ void pcache_free(pcache *c); /* releases every block it holds */
 /* Shares into seq (empty) the longest cached prefix of tokens, in whole
  * blocks; returns the number of positions reused. */
 int pcache_match(pcache *c, kv_seq *seq, const int32_t *tokens, int n_tokens);
-/* Offers the full blocks of seq covering tokens[0, n_tokens) to the cache. */
+/* Offers the full blocks of seq covering tokens[0, n_tokens) to the cache
+ * (each run of newly stored blocks is one BlockStored event). */
 void pcache_insert(pcache *c, const kv_seq *seq, const int32_t *tokens, int n_tokens);
 /* Evicts LRU blocks held only by the cache until the pool has n_free free
- * blocks or nothing is evictable. Returns the pool's free block count. */
+ * blocks or nothing is evictable (one BlockRemoved event for them).
+ * Returns the pool's free block count. */
 int pcache_evict(pcache *c, int n_free);
 /* Blocks that eviction could free now. */
 int pcache_evictable(const pcache *c);

@@ -106,6 +106,22 @@ static void metric(api_buf *b, const char *name, const char *type, const char *h
     pf(b, "# HELP tern_%s %s\n# TYPE tern_%s %s\ntern_%s %.17g\n", name, help, name, type, name, v);
 }
 
+/* The gauges prefix-aware routers (llm-d, the vLLM production stack, Dynamo)
+ * read, under vLLM's names: running and waiting requests and the share of
+ * the KV cache in use (0..1), over every model's engine. */
+static void router_gauges(api_buf *b, const engine_stats *st)
+{
+    double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+    pf(b, "# HELP vllm:num_requests_running Requests in the running batch (vLLM's name, for routers).\n"
+          "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running %d\n", st->running);
+    pf(b, "# HELP vllm:num_requests_waiting Requests waiting for admission (vLLM's name, for routers).\n"
+          "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting %d\n", st->queue_len);
+    pf(b, "# HELP vllm:kv_cache_usage_perc KV cache usage, 1 = full (vLLM's name, for routers).\n"
+          "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc %.6f\n", usage);
+    pf(b, "# HELP vllm:gpu_cache_usage_perc KV cache usage, 1 = full (vLLM's older name).\n"
+          "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc %.6f\n", usage);
+}
+
 char *metrics_prometheus(tern_server *s, size_t *len)
 {
     engine_stats st;
@@ -181,6 +197,7 @@ char *metrics_prometheus(tern_server *s, size_t *len)
                    c ? (const char *[]){"", "1xx", "2xx", "3xx", "4xx", "5xx"}[c] : "dropped", v);
         }
     models_prometheus(s, &b);
+    router_gauges(&b, &st);
     *len = b.len;
     return b.data;
 }

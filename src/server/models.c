@@ -172,6 +172,11 @@ static int model_bring_up(tern_server *s, srv_model *mm, tern_err *err)
     engine_opts eo = s->o.engine;
     eo.ctx_size = mm->ctx_size;
     eo.kv_budget_bytes = mm->kv_bytes;
+    char topic[256]; /* a pool's events: each model under its own topic */
+    if (eo.kv_events && s->o.n_models > 0) {
+        snprintf(topic, sizeof topic, "%s%s", eo.kv_events_topic ? eo.kv_events_topic : "", mm->name);
+        eo.kv_events_topic = topic;
+    }
     if (!(mm->eng = engine_new(mm->m, mm->tok, &eo, err)))
         goto fail;
     engine_stats st;
