@@ -37,6 +37,16 @@ tern_model *cli_load_draft(const char *dir, const tern_tokenizer *target_tok, co
 tern_model *cli_load_model(const char *dir, const char *device, int n_threads, char *dev_buf, size_t cap,
                            tern_err *err);
 
+/* --experts-in host|disk and --expert-cache SIZE (bytes, with an optional
+ * K, M, G or T suffix, powers of 1024; alone it implies disk) for the
+ * models loaded next (model_experts_opts_set). Returns 1 when argv[*i] was
+ * one of them (advancing *i past its value), 0 when not, -1 on a bad value
+ * (the message printed for cmd). */
+int cli_experts_flag(int argc, char **argv, int *i, const char *cmd);
+/* The expert residency counters of m, one line on f ("" for a model
+ * without managed experts). */
+void cli_experts_report(const tern_model *m, FILE *f);
+
 /* help.c: `tern --version`; `tern CMD --help` (-1 for an unknown CMD); the
  * one-line description of CMD (NULL if unknown). */
 void cli_version_print(FILE *f);

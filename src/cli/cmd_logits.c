@@ -40,6 +40,7 @@ int cmd_logits(int argc, char **argv)
 {
     const char *dir = NULL, *prompt = NULL, *ids_s = NULL, *device = NULL, *lora_dir = NULL, *v;
     long long top = 5, threads = 0;
+    int xf;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--prompt")))
             prompt = v;
@@ -55,6 +56,9 @@ int cmd_logits(int argc, char **argv)
                 fprintf(stderr, "tern logits: --threads must be a positive integer\n");
                 return 2;
             }
+        } else if ((xf = cli_experts_flag(argc, argv, &i, "logits"))) {
+            if (xf < 0)
+                return 2;
         } else if (!strcmp(argv[i], "--exact-products")) /* f32 activations for quantized weights */
             tern_kernels_exact_set(1);
         else if ((v = cli_flag_value(argc, argv, &i, "--lora")))

@@ -70,6 +70,7 @@ int cmd_perplexity(int argc, char **argv)
 {
     const char *dir = NULL, *file = NULL, *save = NULL, *base = NULL, *device = NULL, *v;
     long long ctx = 512, max_chunks = 0, threads = 0;
+    int xf;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--file")))
             file = v;
@@ -89,7 +90,10 @@ int cmd_perplexity(int argc, char **argv)
             base = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--device")))
             device = v;
-        else if (!strcmp(argv[i], "--exact-products")) /* f32 activations for quantized weights */
+        else if ((xf = cli_experts_flag(argc, argv, &i, "perplexity"))) {
+            if (xf < 0)
+                return 2;
+        } else if (!strcmp(argv[i], "--exact-products")) /* f32 activations for quantized weights */
             tern_kernels_exact_set(1);
         else if (argv[i][0] != '-' && !dir)
             dir = argv[i];

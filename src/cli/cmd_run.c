@@ -17,6 +17,7 @@ int cmd_run(int argc, char **argv)
     long long max_tokens = 256, seed = -1, top_k = 0, ctx_size = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     int verbose = 0;
+    int xf;
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--prompt")) || (v = cli_flag_value(argc, argv, &i, "-p")))
             prompt = v;
@@ -52,6 +53,9 @@ int cmd_run(int argc, char **argv)
             spec = v;
         } else if ((v = cli_flag_value(argc, argv, &i, "--device"))) { /* cpu | cuda[:N] | auto (default) */
             device = v;
+        } else if ((xf = cli_experts_flag(argc, argv, &i, "run"))) {
+            if (xf < 0)
+                return 2;
         } else if (!strcmp(argv[i], "--exact-products")) { /* f32 activations for quantized weights */
             tern_kernels_exact_set(1);
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) { /* ids and timing on stderr */
@@ -147,6 +151,8 @@ int cmd_run(int argc, char **argv)
             if (verbose && ev.usage.n_drafted)
                 fprintf(stderr, "[speculation: %d drafted, %d accepted, %d target forwards]\n", ev.usage.n_drafted,
                         ev.usage.n_accepted, ev.usage.n_target_forwards);
+            if (verbose)
+                cli_experts_report(m, stderr);
             if (verbose)
                 fprintf(stderr, "[%d prompt tokens, %d generated, finish %s, ttft %.3fs, %.1f tok/s]\n",
                         ev.usage.n_prompt, n_gen, engine_finish_name(ev.finish), ev.usage.ttft_s,

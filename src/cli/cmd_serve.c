@@ -304,6 +304,9 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(v, 0, 3600, &x))
                 goto bad_value;
             so.body_deadline_s = (int)x;
+        } else if ((x = cli_experts_flag(argc, argv, &i, "serve"))) {
+            if (x < 0)
+                return 2;
         } else if (!strcmp(argv[i], "--exact-products")) { /* f32 activations for quantized weights */
             tern_kernels_exact_set(1);
         } else if ((v = cli_flag_value(argc, argv, &i, "--threads")) || (v = cli_flag_value(argc, argv, &i, "-t"))) {

@@ -20,6 +20,13 @@ typedef struct cli_help {
     "                             build, else the CPU)\n"                                              \
     "  --exact-products           f32 activations for quantized weights (default: integer products)\n"
 
+#define EXPERT_OPTS                                                                                  \
+    "  --experts-in host|disk     a mixture of experts' weights: read into memory at load (host), or\n" \
+    "                             read from disk when picked, the recent ones kept (disk) (default:\n" \
+    "                             mapped, paged by the kernel)\n"                                         \
+    "  --expert-cache SIZE        disk: memory for recently used experts, e.g. 8G (default: half the\n" \
+    "                             memory); the hit rate and GB/s read are logged at exit\n"
+
 static const cli_help helps[] = {
     {"run", "tern run MODEL_DIR --prompt TEXT [OPTIONS]",
      "Generates text from one prompt, streaming only the new text to stdout.",
@@ -37,6 +44,7 @@ static const cli_help helps[] = {
      "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
      "  --spec ngram|draft         speculation source (default: draft when --draft-model is given)\n"
      DEVICE_OPTS
+     EXPERT_OPTS
      "  -v, --verbose              token ids, speculation and timing on stderr (default: off)\n"},
     {"chat", "tern chat MODEL_DIR [OPTIONS]",
      "Chats with the model in the terminal: its chat template, streamed answers, the conversation kept.",
@@ -67,7 +75,8 @@ static const cli_help helps[] = {
      "  --top K                    logits printed per position (default: 5)\n"
      "  --lora DIR                 a PEFT LoRA adapter folder applied to the model (CPU; default: none)\n"
      "  -t, --threads N            CPU threads (default: the physical cores)\n"
-     DEVICE_OPTS},
+     DEVICE_OPTS
+     EXPERT_OPTS},
     {"perplexity", "tern perplexity MODEL_DIR --file TEXT [OPTIONS]",
      "Perplexity of a text file in chunks (llama-perplexity's method), or KL divergence against a saved run.",
      "  --file TEXT                the text (required)\n"
@@ -76,7 +85,8 @@ static const cli_help helps[] = {
      "  --save-logits F            save the logits for a later --kl-base (default: none)\n"
      "  --kl-base F                KL divergence against logits saved by --save-logits (default: none)\n"
      "  -t, --threads N            CPU threads (default: the physical cores)\n"
-     DEVICE_OPTS},
+     DEVICE_OPTS
+     EXPERT_OPTS},
     {"convert", "tern convert IN_DIR OUT_DIR (--bits 4|8 | --merge-lora DIR) [OPTIONS]",
      "Writes an MLX affine-quantized copy of a model folder, and/or one with a LoRA adapter merged in.",
      "  --bits 4|8                 bits per weight (required unless --merge-lora)\n"
@@ -167,6 +177,7 @@ static const cli_help helps[] = {
      "  --kv-events-format array|map  msgpack arrays (vLLM's array_like) or maps (default: array)\n"
      "  --reasoning-budget N       think tokens before the block is closed, -1 = no cap (default: -1)\n"
      DEVICE_OPTS
+     EXPERT_OPTS
      "  -v, --verbose              info-level logs (default: warnings only)\n"},
 };
 

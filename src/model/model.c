@@ -311,6 +311,8 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     for (int l = 0; l < c->n_layer; l++)
         if ((rc = load_layer(m, pfx, l, err)))
             goto fail;
+    if ((rc = model_experts_init(m, err)))
+        goto fail;
     if (cuda_dev >= 0) {
         model_backend *cu = model_backend_cuda_new(m, cuda_dev, err);
         if (!cu) {
@@ -334,6 +336,7 @@ void model_free(tern_model *m)
 {
     if (!m)
         return;
+    model_experts_free(m); /* first: it unlocks the experts' pages */
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layer; l++) {
             model_layer *L = &m->layers[l];
@@ -430,10 +433,10 @@ size_t model_weight_bytes(const tern_model *m)
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const model_layer *L = &m->layers[l];
         n += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo);
-        if (L->experts) {
-            n += wbytes(&L->router);
-            for (int e = 0; e < 3 * m->cfg.n_expert; e++)
-                n += wbytes(&L->experts[e]);
+        if (L->experts) { /* the router and the experts a token runs (all are one size) */
+            n += wbytes(&L->router) + (size_t)m->cfg.n_expert_used * (wbytes(&L->experts[0]) +
+                                                                        wbytes(&L->experts[1]) +
+                                                                        wbytes(&L->experts[2]));
         } else {
             n += wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
         }

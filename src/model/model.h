@@ -43,7 +43,8 @@ const model_config *model_config_get(const tern_model *m);
 int model_kv_dim(const tern_model *m);
 /* Bytes of weights one decode step reads (for bandwidth floors): every
  * matrix but the embedding, with quantized scales and biases as the f32
- * pairs the kernels read. */
+ * pairs the kernels read; of a mixture of experts, the router and the
+ * num_experts_per_tok experts one token runs (its active weights). */
 size_t model_weight_bytes(const tern_model *m);
 /* Worker threads of the backend (1 for a device backend's host side). */
 int model_n_threads(const tern_model *m);
@@ -51,6 +52,33 @@ int model_n_threads(const tern_model *m);
 const char *model_backend_name(const tern_model *m);
 /* GPUs visible to the CUDA backend (0 when built without it). */
 int model_cuda_device_count(void);
+
+/* ---- where a mixture's experts live (CPU) ---- */
+
+/* --experts-in and --expert-cache, for the models loaded after the call
+ * (process-wide, as tern_kernels_exact_set). MODEL_EXPERTS_MAPPED (the
+ * default): expert weights are mapped like every other weight and the
+ * kernel pages them as it likes. HOST: every expert is read into memory at
+ * load. DISK: an expert stays on disk until a token picks it; the most
+ * recently used experts, up to cache_bytes, are kept resident (locked with
+ * mlock where RLIMIT_MEMLOCK allows, else only advised), and one evicted is
+ * released (its pages may be dropped), so a model larger than memory runs.
+ * A pick outside the cache is a miss: its pages are read in, timed. */
+enum { MODEL_EXPERTS_MAPPED, MODEL_EXPERTS_HOST, MODEL_EXPERTS_DISK };
+void model_experts_opts_set(int where, size_t cache_bytes);
+
+typedef struct model_experts_stats {
+    int where;              /* MODEL_EXPERTS_* of this model */
+    size_t total_bytes;     /* every expert's weights */
+    size_t cache_bytes;     /* the budget (DISK) */
+    size_t resident_bytes;  /* experts held now */
+    int locked;             /* 1: held experts are mlocked */
+    uint64_t hits, misses;  /* picks of an expert (per forward, per layer) */
+    double streamed_bytes;  /* read in on misses */
+    double stream_seconds;  /* spent reading them */
+} model_experts_stats;
+/* m's expert residency and counters; TERN_ENOTFOUND when m has no experts. */
+int model_experts_stats_get(const tern_model *m, model_experts_stats *st);
 
 /* ---- the forward ---- */
 

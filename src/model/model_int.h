@@ -72,6 +72,12 @@ void model_rope_freqs(const model_config *c, double theta, int scaled, float *ou
  * counts a hit or the bytes streamed. No-op without a cache. */
 void model_experts_touch(tern_model *m, int layer, int expert);
 
+/* experts.c: sets up the residency model_experts_opts_set asked for (a
+ * model without experts, or MAPPED: nothing), and frees it, logging its
+ * counters at info level. */
+int model_experts_init(tern_model *m, tern_err *err);
+void model_experts_free(tern_model *m);
+
 /* forward.c's scratch, freed with the model; NULL is a no-op. */
 void model_scratch_free(model_scratch *s);
 

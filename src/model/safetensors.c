@@ -95,6 +95,42 @@ static int check_overlap(st_tensor *ts, int n, const char *path, tern_err *err)
     return rc;
 }
 
+static size_t name_hash(const char *name)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return (size_t)h;
+}
+
+static void name_slot_put(int *slots, size_t n_slots, const char *name, int i)
+{
+    size_t k = name_hash(name) & (n_slots - 1);
+    while (slots[k])
+        k = (k + 1) & (n_slots - 1);
+    slots[k] = i + 1;
+}
+
+/* Indexes tensor i (already counted in n_tensors), growing the table. */
+static int name_index_add(st_set *s, int i, tern_err *err)
+{
+    if ((size_t)s->n_tensors * 2 >= s->n_slots) {
+        size_t n = s->n_slots ? s->n_slots * 2 : 64;
+        while (n <= (size_t)s->n_tensors * 2)
+            n *= 2;
+        int *slots = calloc(n, sizeof *slots);
+        if (!slots)
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        for (int j = 0; j < i; j++)
+            name_slot_put(slots, n, s->tensors[j].name, j);
+        free(s->slots);
+        s->slots = slots;
+        s->n_slots = n;
+    }
+    name_slot_put(s->slots, s->n_slots, s->tensors[i].name, i);
+    return 0;
+}
+
 int st_open_file(st_set *s, const char *path, tern_err *err)
 {
     tern_mmap *maps = realloc(s->maps, (size_t)(s->n_maps + 1) * sizeof *maps);
@@ -146,6 +182,8 @@ int st_open_file(st_set *s, const char *path, tern_err *err)
         if ((rc = parse_tensor(t, key, val, data, data_len, path, err)))
             break;
         s->n_tensors++;
+        if ((rc = name_index_add(s, s->n_tensors - 1, err)))
+            break;
     }
     json_object_put(h);
     if (!rc)
@@ -238,13 +276,16 @@ void st_close(st_set *s)
         tern_mmap_close(&s->maps[i]);
     free(s->tensors);
     free(s->maps);
+    free(s->slots);
     memset(s, 0, sizeof *s);
 }
 
 const st_tensor *st_find(const st_set *s, const char *name)
 {
-    for (int i = 0; i < s->n_tensors; i++)
-        if (!strcmp(s->tensors[i].name, name))
-            return &s->tensors[i];
+    if (!s->n_slots)
+        return NULL;
+    for (size_t k = name_hash(name) & (s->n_slots - 1); s->slots[k]; k = (k + 1) & (s->n_slots - 1))
+        if (!strcmp(s->tensors[s->slots[k] - 1].name, name))
+            return &s->tensors[s->slots[k] - 1];
     return NULL;
 }

@@ -33,6 +33,11 @@ typedef struct st_set {
     int n_maps;
     st_tensor *tensors;    /* [n_tensors] */
     int n_tensors;
+    /* name -> index + 1 (0: empty), open addressing over a power of two
+     * (more than twice n_tensors): a mixture of experts has tens of
+     * thousands of tensors, so lookups must not scan. Owned. */
+    int *slots;
+    size_t n_slots;
 } st_set;
 
 /* Opens DIR/model.safetensors, or every shard named by
@@ -41,7 +46,7 @@ int st_open_dir(st_set *s, const char *dir, tern_err *err);
 /* Opens one file (adds its tensors to s; s must be zeroed first time). */
 int st_open_file(st_set *s, const char *path, tern_err *err);
 void st_close(st_set *s);
-/* Borrowed; NULL if absent. */
+/* Borrowed; NULL if absent. O(1) expected (a hash of the names). */
 const st_tensor *st_find(const st_set *s, const char *name);
 int64_t st_numel(const st_tensor *t);
 

@@ -1,8 +1,9 @@
 /* Mixtures of experts (qwen3_moe, mixtral) beyond the HF goldens: a batch
  * of many sequences gives bit-identical logits to each sequence alone (f32,
  * bf16 and 4-bit experts, integer and exact products), `tern convert`
- * quantizes experts and keeps the router, and a folder whose config or
- * experts are wrong is a load error naming the field or the tensor. */
+ * quantizes experts and keeps the router, a folder whose config or experts
+ * are wrong is a load error naming the field or the tensor, and experts
+ * read from disk through a small cache give the same logits. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -164,6 +165,97 @@ static void test_batch_equivalence(void **state)
     model_free(m);
 }
 
+/* Logits of IDS in one batch (n rows) then 4 greedy decode steps, into
+ * out[(n + 4) * V]. */
+static void run_ids(tern_model *m, float *out)
+{
+    tern_err err = {0};
+    const model_config *c = model_config_get(m);
+    const int n = 12, V = c->n_vocab;
+    kv_pool kv;
+    kv_seq a = {0};
+    assert_int_equal(kv_pool_init(&kv, c->n_layer, model_kv_dim(m), 4, 64, &err), 0);
+    assert_int_equal(kv_seq_reserve(&kv, &a, n + 4, &err), 0);
+    int32_t pos[12], rows[12];
+    kv_seq *seqs[12];
+    for (int i = 0; i < n; i++) {
+        pos[i] = rows[i] = i;
+        seqs[i] = &a;
+    }
+    fwd_batch b = {n, IDS, pos, seqs, n, rows};
+    assert_int_equal(model_forward(m, &kv, &b, out, &err), 0);
+    for (int k = 0; k < 4; k++) {
+        const float *last = out + (size_t)(n + k - 1) * V;
+        int32_t tok = 0, p = n + k, r = 0;
+        for (int t = 1; t < V; t++)
+            tok = last[t] > last[tok] ? t : tok;
+        kv_seq *sp = &a;
+        fwd_batch one = {1, &tok, &p, &sp, 1, &r};
+        assert_int_equal(model_forward(m, &kv, &one, out + (size_t)(n + k) * V, &err), 0);
+    }
+    kv_seq_free(&kv, &a);
+    kv_pool_free(&kv);
+}
+
+/* --experts-in / --expert-cache: the same logits whatever the residency;
+ * host reads every expert at load and then only hits; disk with a cache of
+ * 12 of the 16 experts hits; with 3, misses, evicts and stays within it;
+ * with 0, misses on every pick. */
+static void test_expert_residency(void **state)
+{
+    (void)state;
+    const char *d = fixture("--family qwen3_moe --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 96 "
+                            "--experts 8 --top-k 2 --moe-ff 64 --seed 35");
+    tern_err err = {0};
+    tern_model *m = model_load(d, 2, &err);
+    assert_non_null(m);
+    const int V = model_config_get(m)->n_vocab, rows = 16;
+    float *ref = malloc((size_t)rows * V * sizeof(float)), *got = malloc((size_t)rows * V * sizeof(float));
+    run_ids(m, ref);
+    model_experts_stats st;
+    assert_int_equal(model_experts_stats_get(m, &st), 0);
+    assert_int_equal(st.where, MODEL_EXPERTS_MAPPED);
+    model_free(m);
+    const size_t one = 3 * 64 * 64 * sizeof(float), total = 2 * 8 * one;
+    struct {
+        int where;
+        size_t cache;
+    } modes[4] = {{MODEL_EXPERTS_HOST, 0}, {MODEL_EXPERTS_DISK, 12 * one}, {MODEL_EXPERTS_DISK, 3 * one},
+                  {MODEL_EXPERTS_DISK, 0}};
+    for (int k = 0; k < 4; k++) {
+        model_experts_opts_set(modes[k].where, modes[k].cache);
+        m = model_load(d, 2, &err);
+        model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
+        assert_non_null(m);
+        run_ids(m, got);
+        assert_memory_equal(ref, got, (size_t)rows * V * sizeof(float));
+        assert_int_equal(model_experts_stats_get(m, &st), 0);
+        uint64_t picks = st.hits + st.misses;
+        printf("mode %d cache %zu: %llu picks, %llu hits, %.0f bytes read, %zu held\n", modes[k].where,
+               modes[k].cache, (unsigned long long)picks, (unsigned long long)st.hits, st.streamed_bytes,
+               st.resident_bytes);
+        assert_int_equal(st.total_bytes, total);
+        assert_true(picks >= 2 * 5 * 2); /* 5 forwards, 2 sparse layers, >= 2 experts each */
+        if (modes[k].where == MODEL_EXPERTS_HOST) {
+            assert_int_equal(st.misses, 0);
+            assert_int_equal(st.resident_bytes, total);
+            assert_true(st.streamed_bytes == (double)total);
+        } else {
+            assert_true(st.resident_bytes <= modes[k].cache);
+            assert_true(st.streamed_bytes == (double)st.misses * (double)one);
+            if (modes[k].cache == 0)
+                assert_int_equal(st.hits, 0);
+            else if (modes[k].cache == 3 * one) /* full, evicting */
+                assert_true(st.misses > 3 && st.resident_bytes == 3 * one);
+            else /* the hot experts stay */
+                assert_true(st.hits > 0 && st.resident_bytes == 12 * one);
+        }
+        model_free(m);
+    }
+    free(ref);
+    free(got);
+}
+
 /* Loading dir must fail with code, the message naming want. */
 static void load_fails(const char *dir, int code, const char *want)
 {
@@ -250,6 +342,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_equivalence),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_expert_residency),
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
 }
