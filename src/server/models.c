@@ -236,12 +236,12 @@ static size_t held_bytes(tern_server *s, const srv_model *mm, size_t *pinned, ch
 static int fits(tern_server *s, srv_model *mm)
 {
     size_t need = mm->weights_bytes + mm->kv_bytes, max = s->o.max_memory, pinned;
-    char who[512], a[32], b[32], c[32], d[32], f[32];
+    char who[200], a[32], b[32], c[32], d[32], f[32]; /* the reason fits TERN_ERR_MSG_MAX */
     size_t held = held_bytes(s, mm, &pinned, who, sizeof who);
     if (!max || held + need <= max)
         return 1;
     snprintf(mm->reason, sizeof mm->reason,
-             "model '%s' needs %s (weights %s + KV %s) but only %s of --max-memory %s can be made free%s%s",
+             "model '%.48s' needs %s (weights %s + KV %s) but only %s of --max-memory %s can be made free%s%.199s",
              mm->name, size_str(need, a, sizeof a), size_str(mm->weights_bytes, b, sizeof b),
              size_str(mm->kv_bytes, c, sizeof c), size_str(held < max ? max - held : 0, d, sizeof d),
              size_str(max, f, sizeof f), who[0] ? "; held by " : "", who);
