@@ -8,7 +8,11 @@
  * values plus the f32 scale/bias pairs the kernels read). Also prints
  * prefill tokens/s for a --prompt-token prompt (one batch). With --runs N
  * every number is the best of N runs (the bandwidth too), for noisy shared
- * machines. Quantized weights use the integer products (int8 activations)
+ * machines. The last two columns divide by the process's CPU seconds
+ * instead of wall time: the rate one thread would reach with its core to
+ * itself (with --threads 1 a load-independent measure on a busy machine;
+ * with more threads the pool's spinning counts too). Quantized weights use
+ * the integer products (int8 activations)
  * unless --exact-products (f32 activations); the header line says which. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,8 +117,8 @@ int main(int argc, char **argv)
     printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, tern_pool_size(pool));
     tern_pool_free(pool);
     printf("quantized products: %s\n", tern_kernels_exact_get() ? "exact (f32 activations)" : "integer (int8 activations)");
-    printf("%-28s %6s %10s %10s %10s %8s %12s %8s\n", "model", "isa", "weights", "decode", "floor", "of floor",
-           "prefill", "cpu got");
+    printf("%-28s %6s %10s %10s %10s %8s %12s %8s %14s %14s\n", "model", "isa", "weights", "decode", "floor",
+           "of floor", "prefill", "cpu got", "decode/cpu-s", "prefill/cpu-s");
     for (int d = 0; d < n_dirs; d++) {
         tern_err err = {0};
         tern_model *m = model_load(dirs[d], threads, &err);
@@ -140,7 +144,7 @@ int main(int argc, char **argv)
             seqs[i] = &seq;
         }
         int32_t last = n_prompt - 1;
-        double t_prefill = 1e30, t_decode = 1e30, cpu_share = 0;
+        double t_prefill = 1e30, t_decode = 1e30, cpu_share = 0, cpu_prefill = 1e30, cpu_decode = 1e30;
         for (int run = 0; run < runs; run++) {
             kv_seq_truncate(&kv, &seq, 0);
             if (kv_seq_reserve(&kv, &seq, ctx, &err)) {
@@ -148,12 +152,12 @@ int main(int argc, char **argv)
                 return 1;
             }
             fwd_batch pb = {n_prompt, tok, pos, seqs, 1, &last};
-            double t0 = tern_time_s();
+            double t0 = tern_time_s(), c0 = cpu_s();
             if (model_forward(m, &kv, &pb, logits, &err)) {
                 fprintf(stderr, "bench_decode: %s\n", err.msg);
                 return 1;
             }
-            double tp = tern_time_s() - t0;
+            double tp = tern_time_s() - t0, cp = cpu_s() - c0;
             int32_t zero = 0;
             double t1 = tern_time_s(), c1 = cpu_s();
             for (int i = 0; i < n_tokens; i++) {
@@ -164,9 +168,11 @@ int main(int argc, char **argv)
                     return 1;
                 }
             }
-            double td = tern_time_s() - t1;
+            double td = tern_time_s() - t1, cd = cpu_s() - c1;
             if (td < t_decode)
-                cpu_share = (cpu_s() - c1) / (td * model_n_threads(m));
+                cpu_share = cd / (td * model_n_threads(m));
+            cpu_prefill = cp < cpu_prefill ? cp : cpu_prefill;
+            cpu_decode = cd < cpu_decode ? cd : cpu_decode;
             t_prefill = tp < t_prefill ? tp : t_prefill;
             t_decode = td < t_decode ? td : t_decode;
             double b2 = run + 1 < runs ? measure_bandwidth_quick(threads) : 0;
@@ -176,8 +182,9 @@ int main(int argc, char **argv)
         double wb = (double)model_weight_bytes(m);
         double floor_tps = bw * 1e9 / wb;
         const char *name = strrchr(dirs[d], '/') ? strrchr(dirs[d], '/') + 1 : dirs[d];
-        printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s %7.0f%%\n", name, tern_kernels_best()->isa,
-               wb / 1e6, tps, floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill, 100.0 * cpu_share);
+        printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s %7.0f%% %10.2f t/s %10.2f t/s\n", name,
+               tern_kernels_best()->isa, wb / 1e6, tps, floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill,
+               100.0 * cpu_share, n_tokens / cpu_decode, n_prompt / cpu_prefill);
         free(tok), free(pos), free(seqs), free(logits);
         kv_seq_free(&kv, &seq);
         kv_pool_free(&kv);
