@@ -210,7 +210,8 @@ int cmd_serve(int argc, char **argv)
     const char *draft_dir = NULL, *device = NULL;
     static server_model_spec specs[SERVE_MAX_MODELS];
     const char *pins[SERVE_MAX_MODELS];
-    int n_specs = 0, n_pins = 0, pool = 0;
+    static const char *loras[SERVE_MAX_MODELS * 4];
+    int n_specs = 0, n_pins = 0, pool = 0, n_loras = 0;
     double max_mem_gb = 0;
     kv_events_opts ko = {0};
     for (int i = 1; i < argc; i++) {
@@ -245,6 +246,10 @@ int cmd_serve(int argc, char **argv)
                 goto bad_value;
             if (spec_add(specs, &n_specs, name, eq ? eq + 1 : v))
                 return 2;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--lora"))) { /* [BASE:]NAME=DIR, repeatable */
+            if (n_loras >= (int)(sizeof loras / sizeof loras[0]) || !strchr(v, '='))
+                goto bad_value;
+            loras[n_loras++] = v;
         } else if ((v = cli_flag_value(argc, argv, &i, "--pin"))) {
             if (n_pins >= SERVE_MAX_MODELS)
                 goto bad_value;
@@ -370,6 +375,8 @@ int cmd_serve(int argc, char **argv)
         fputs(SERVE_USAGE, stderr);
         return 2;
     }
+    so.loras = loras;
+    so.n_loras = n_loras;
     tern_log_set_level(verbose ? TERN_LOG_DEBUG : TERN_LOG_INFO);
     if ((ko.replay_endpoint || eo.kv_events_topic) && !ko.endpoint) {
         fprintf(stderr, "tern serve: --kv-events-replay and --kv-events-topic go with --kv-events\n");

@@ -145,6 +145,8 @@ static const cli_help helps[] = {
      "  --max-memory GB            the pool's weights + KV budget; the least recently used idle\n"
      "                             model is evicted to make room (default: no limit)\n"
      "  --pin NAME                 keep NAME loaded from the start, never evicted (repeatable)\n"
+     "  --lora [BASE:]NAME=DIR     a PEFT LoRA adapter requests name as model NAME or BASE:NAME\n"
+     "                             (repeatable; BASE: the first model; CPU only; default: none)\n"
      "  -c, --ctx-size N           context per sequence; above the model's maximum is an error\n"
      "                             (in a pool: capped at each model's maximum)\n"
      "                             (default: the model's maximum)\n"

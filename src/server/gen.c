@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "model/lora.h"
 #include "engine/constraint.h"
 #include "server/server_int.h"
 #include "server/responses.h"
@@ -53,6 +54,7 @@ struct gen_job {
     int client_fd;
     int client_gone;
     resp_state *resp; /* owned: a Responses API reply (NULL = chat / completions) */
+    srv_adapter *adapter; /* the LoRA adapter the request names (counters), NULL = base */
     /* streaming */
     api_buf out;
     size_t out_pos;
@@ -198,6 +200,7 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
               gen_job **out, api_error *err)
 {
     tern_server *s = mm->s;
+    struct model_lora *lora = NULL; /* the request's adapter; the engine takes its own references */
     gen_job *j = calloc(1, sizeof *j);
     if (!j) {
         api_request_free(req);
@@ -219,6 +222,10 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
     atomic_fetch_add(&s->met.gens_active, 1);
     if (!(j->wk = srv_waker_get(s)))
         goto nomem;
+    if (adapters_acquire(mm, j->req.model, &j->adapter, &lora, err)) {
+        gen_free(j);
+        return -1;
+    }
     uint64_t seed = j->req.has_seed ? j->req.sample.seed : random_seed();
     for (int i = 0; i < j->n; i++) {
         const gen_prompt *pr = &prompts[i / per];
@@ -252,9 +259,11 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
             (tokenizer_is_special(mm->tok, mm->think.open_id) || tokenizer_is_special(mm->tok, mm->think.close_id)))
             p.skip_special = 0;
         p.cache_boundary = cache_boundary;
+        p.lora = lora;
         tern_err te;
         if (structured_attach(mm, &j->req, prompt, n_prompt, cache_boundary, &p, err) ||
             budget_attach(mm, &j->req, prompt, n_prompt, cache_boundary, &p, err)) {
+            model_lora_release(lora);
             gen_free(j);
             return -1;
         }
@@ -274,8 +283,11 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
                         te.msg);
             else if (te.code == TERN_EINVAL)
                 api_bad(err, "invalid_value", NULL, "%s", te.msg);
+            else if (te.code == TERN_EUNSUPPORTED)
+                api_bad(err, "unsupported_device", "model", "%s", te.msg);
             else
                 api_error_set(err, 500, "server_error", NULL, NULL, "%s", te.msg);
+            model_lora_release(lora);
             gen_free(j);
             return -1;
         }
@@ -284,9 +296,12 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
     }
     atomic_fetch_add(&s->met.prompt_tokens, (long long)j->n_prompt);
     atomic_fetch_add(&mm->met.prompt_tokens, (long long)j->n_prompt);
+    adapters_count_start(j->adapter, j->n, (long long)j->n_prompt);
+    model_lora_release(lora);
     *out = j;
     return 0;
 nomem:
+    model_lora_release(lora);
     gen_free(j);
     return api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
 }
@@ -591,6 +606,7 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
         atomic_fetch_add(&j->mm->met.gen_finished, 1);
         atomic_fetch_add(&j->mm->met.completion_tokens, ev->usage.n_generated);
         atomic_fetch_add(&j->mm->met.cached_tokens, ev->usage.n_cached);
+        adapters_count_finish(j->adapter, &ev->usage, ev->finish == ENGINE_FINISH_ERROR);
         if (ev->finish == ENGINE_FINISH_ERROR) {
             atomic_fetch_add(&j->s->met.gen_failed, 1);
             atomic_fetch_add(&j->mm->met.gen_failed, 1);

@@ -378,6 +378,7 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     s->o.cors_origin = s->cors;
     s->started = (long long)time(NULL);
     pthread_mutex_init(&s->wk_mu, NULL);
+    adapters_init(s);
     if (s->o.max_connections < 2)
         s->o.max_connections = 2;
     if (s->o.max_client_connections < 0)
@@ -410,6 +411,10 @@ tern_server *server_start(const server_opts *o, tern_model *m, const tern_tokeni
     s->o.models = NULL;
     if (rc)
         goto fail;
+    for (int i = 0; i < o->n_loras; i++)
+        if (adapters_add_spec(s, o->loras[i], err))
+            goto fail;
+    s->o.loras = NULL;
     struct sockaddr_storage ss;
     socklen_t sl;
     if (resolve(s->host, o->port, &ss, &sl, err))
@@ -466,6 +471,7 @@ void server_free(tern_server *s)
         return;
     server_stop(s);
     models_free(s); /* the pool's engines first: they may still poke wakers */
+    adapters_free(s);
     srv_compile_pool_free(s); /* when MHD never started */
     srv_guard_free(s);
     srv_wakers_free(s);

@@ -86,6 +86,7 @@ char *metrics_stats_json(tern_server *s)
     json_object_object_add(o, "engine", eng);
     json_object_object_add(o, "server", srv);
     json_object_object_add(o, "models", models);
+    json_object_object_add(o, "lora_adapters", adapters_stats_json(s));
     return api_json_take(o);
 }
 
@@ -198,6 +199,7 @@ char *metrics_prometheus(tern_server *s, size_t *len)
         }
     models_prometheus(s, &b);
     router_gauges(&b, &st);
+    adapters_prometheus(s, &b);
     *len = b.len;
     return b.data;
 }

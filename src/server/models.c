@@ -388,6 +388,9 @@ srv_model *models_resolve(tern_server *s, const char *name, api_error *e)
         if (!strcmp(s->models[i]->name, name))
             return s->models[i];
     /* adapters (BASE:ADAPTER, or an adapter's own name) resolve here too, to their base */
+    srv_model *base = adapters_resolve(s, name);
+    if (base)
+        return base;
     api_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
                   "The model '%.200s' does not exist (see GET /v1/models)", name);
     return NULL;

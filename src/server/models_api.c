@@ -185,6 +185,7 @@ enum MHD_Result models_route_serve(srv_conn *c, const char *method, const char *
     json_object_object_add(o, "object", json_object_new_string("list"));
     for (int i = 0; i < s->n_models; i++)
         json_object_array_add(data, entry_json(s, &v[i]));
+    adapters_models_json(s, data);
     json_object_object_add(o, "data", data);
     free(v);
     return http_reply_json(c, 200, api_json_take(o));

@@ -34,7 +34,8 @@ srv_route routes_classify(const char *url)
         return ROUTE_EMBEDDINGS;
     if (!strcmp(url, "/v1/responses"))
         return ROUTE_RESPONSES;
-    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11) || !strcmp(url, "/v1/load_lora_adapter") ||
+        !strcmp(url, "/v1/unload_lora_adapter"))
         return ROUTE_MODELS;
     if (!strcmp(url, "/health"))
         return ROUTE_HEALTH;
@@ -330,6 +331,13 @@ enum MHD_Result routes_dispatch(srv_conn *c, const char *method, const char *url
             break;
         return serve_responses(c);
     case ROUTE_MODELS:
+        if (strstr(url, "_lora_adapter")) {
+            if (!strcmp(method, "POST"))
+                return adapters_route_serve(c, url);
+            api_error e;
+            api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "use POST on %.100s", url);
+            return http_reply_error(c, &e);
+        }
         return models_route_serve(c, method, url);
     case ROUTE_HEALTH: {
         if (!get)

@@ -43,6 +43,11 @@ typedef struct server_opts {
      * used idle model evicted to make room. */
     const struct server_model_spec *models; /* [n_models], copied */
     int n_models;
+    /* LoRA adapters, "[BASE:]NAME=DIR" each (--lora; BASE defaults to the
+     * first model): registered at start, read then when the base is loaded
+     * (an adapter that fails fails the start); borrowed for the call. */
+    const char *const *loras;
+    int n_loras;
     size_t max_memory;
     engine_opts engine;
     /* Loads DIR's model and tokenizer (called on the loader thread; both

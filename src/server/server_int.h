@@ -128,6 +128,10 @@ struct tern_server {
     pthread_t loader;
     int loader_started, loader_quit;
     unsigned long long tick; /* LRU clock */
+    /* LoRA adapters (adapters.c), under adapters_mu */
+    struct srv_adapter **adapters;
+    int n_adapters;
+    pthread_mutex_t adapters_mu;
 };
 
 /* One HTTP request (MHD's per-request context). */
@@ -263,6 +267,30 @@ srv_model *models_acquire_body(tern_server *s, const char *body, size_t len, api
 int models_load(tern_server *s, srv_model *mm, api_error *e);
 int models_unload(tern_server *s, srv_model *mm, api_error *e);
 const char *models_state_name(srv_model_state st);
+
+/* adapters.c: LoRA adapters per request (docs/lora.md). */
+typedef struct srv_adapter srv_adapter;
+struct model_lora;
+void adapters_init(tern_server *s);
+void adapters_free(tern_server *s); /* after models_free */
+/* Registers --lora's "[BASE:]NAME=DIR", reading it when BASE is loaded. */
+int adapters_add_spec(tern_server *s, const char *spec, tern_err *err);
+/* The base model a `model` string names when it is no model's own name
+ * ("BASE:NAME" or an adapter's NAME), else NULL. */
+srv_model *adapters_resolve(tern_server *s, const char *name);
+/* For a request on mm (acquired) whose `model` is name: *lora the adapter it
+ * names (a reference for the caller; NULL for the base) and *ad its record
+ * (counters). -1 with e set: 404 model_not_found, 400 unsupported_device
+ * (a backend without adapters), 400 adapter_load_failed. */
+int adapters_acquire(srv_model *mm, const char *name, srv_adapter **ad, struct model_lora **lora, api_error *e);
+void adapters_count_start(srv_adapter *a, int n_choices, long long prompt_tokens); /* a NULL: nothing */
+void adapters_count_finish(srv_adapter *a, const engine_usage *u, int failed);
+/* POST /v1/load_lora_adapter {"lora_name", "lora_path"[, "model"]} and
+ * /v1/unload_lora_adapter {"lora_name"[, "model"]} (vLLM's shape). */
+enum MHD_Result adapters_route_serve(srv_conn *c, const char *url);
+void adapters_models_json(tern_server *s, json_object *data); /* /v1/models entries */
+json_object *adapters_stats_json(tern_server *s);
+void adapters_prometheus(tern_server *s, api_buf *b);
 
 /* models_api.c: GET /v1/models[/{id}], POST /v1/models/load|unload, and
  * the per-model part of /stats and /metrics. */

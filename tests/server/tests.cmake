@@ -26,6 +26,8 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/chat_page.mjs TIMEOUT 300 LABELS no-asan)
   tern_add_script_test(NAME server.pool
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/pool.mjs TIMEOUT 300)
+  tern_add_script_test(NAME server.lora
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/lora.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.pool_stall
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/pool_stall.mjs TIMEOUT 900 LABELS slow no-asan)
   tern_add_script_test(NAME server.compat
