@@ -40,6 +40,16 @@ static double spec_speedup(const bench_cell *cells, int n, const bench_cell *c)
     return b && cell_ok(b) && cell_ok(c) && b->r.tok_s > 0 ? c->r.tok_s / b->r.tok_s : NAN;
 }
 
+/* Inter-token time without speculation over with it: the decode speed-up
+ * alone, free of prefill and queueing; NAN if none. */
+static double spec_decode_speedup(const bench_cell *cells, int n, const bench_cell *c)
+{
+    if (c->spec == BENCH_SPEC_NONE)
+        return NAN;
+    const bench_cell *b = find(cells, n, c, c->feature, BENCH_SPEC_NONE);
+    return b && cell_ok(b) && cell_ok(c) && c->r.itl_p50 > 0 && b->r.itl_p50 > 0 ? b->r.itl_p50 / c->r.itl_p50 : NAN;
+}
+
 /* The feature's decode cost per token over plain's (same speculation,
  * streams, cache), in percent of plain's inter-token time; NAN if none. */
 static double feature_overhead(const bench_cell *cells, int n, const bench_cell *c)
@@ -129,6 +139,7 @@ static int write_json(const char *path, const bench_run_info *info, const bench_
         json_object_object_add(e, "accepted", json_object_new_int64(r->n_accepted));
         json_object_object_add(e, "acceptance", num_or_null(acceptance(c), 1));
         json_object_object_add(e, "speedup_vs_no_spec", num_or_null(spec_speedup(cells, n, c), 1));
+        json_object_object_add(e, "decode_speedup_vs_no_spec", num_or_null(spec_decode_speedup(cells, n, c), 1));
         json_object_object_add(e, "overhead_vs_plain_pct", num_or_null(feature_overhead(cells, n, c), 1));
         json_object_object_add(e, "grammar_us_per_token",
                                r->grammar_us_per_token >= 0 ? num_or_null(r->grammar_us_per_token, 1) : NULL);
@@ -183,7 +194,8 @@ static int write_md(const char *path, const bench_run_info *info, const bench_ce
             "checked (json-c, PCRE2, string equality): an invalid one fails its cell. TTFT is submit to first "
             "token; inter-token is each request's mean gap between tokens; p50/p99 are over the cell's requests. "
             "*vs plain* is the feature's inter-token time over plain decoding's in the same setting; *speed-up* "
-            "is tok/s over the same cell without speculation. Warm cache: the shared system prompt was cached "
+            "is tok/s over the same cell without speculation (report.json also has the decode speed-up, from "
+            "inter-token times). Warm cache: the shared system prompt was cached "
             "before the clock started. KV types: %s.\n\n",
             info->min_requests, info->requests_per_stream, info->max_tokens,
             info->max_tokens < 64 ? 64 : info->max_tokens, info->kv_note);
@@ -223,6 +235,29 @@ static int write_md(const char *path, const bench_run_info *info, const bench_ce
             md_num(f, remote ? NAN : r->rss_peak_mb, "%.0f");
             md_num(f, remote ? NAN : r->kv_peak_mb, "%.1f");
             fprintf(f, " %s |\n", cell_ok(c) ? "ok" : "**FAILED**");
+        }
+    }
+    if (info->compare_url) { /* side by side: the same load, no speculation, each server's own cache */
+        fprintf(f, "\n## Side by side: tern (cold cache) and %s\n\n", info->compare_url);
+        fprintf(f, "| feature | streams | tern tok/s | other tok/s | tern TTFT p50 ms | other TTFT p50 ms | "
+                   "tern inter-token p50 ms | other inter-token p50 ms | failed (tern / other) |\n");
+        fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        for (int i = 0; i < n; i++) {
+            const bench_cell *o = &cells[i], *t = NULL;
+            if (!o->remote)
+                continue;
+            for (int k = 0; k < n && !t; k++)
+                if (!cells[k].remote && cells[k].feature == o->feature && cells[k].spec == BENCH_SPEC_NONE &&
+                    cells[k].concurrency == o->concurrency && !cells[k].warm)
+                    t = &cells[k];
+            fprintf(f, "| %s | %d |", bench_feature_name(o->feature), o->concurrency);
+            md_num(f, t && cell_ok(t) ? t->r.tok_s : NAN, "%.1f");
+            md_num(f, cell_ok(o) ? o->r.tok_s : NAN, "%.1f");
+            md_num(f, t && cell_ok(t) ? t->r.ttft_p50 * 1e3 : NAN, "%.1f");
+            md_num(f, cell_ok(o) ? o->r.ttft_p50 * 1e3 : NAN, "%.1f");
+            md_num(f, t && cell_ok(t) ? t->r.itl_p50 * 1e3 : NAN, "%.2f");
+            md_num(f, cell_ok(o) ? o->r.itl_p50 * 1e3 : NAN, "%.2f");
+            fprintf(f, " %d / %d |\n", t ? t->r.n_failed : -1, o->r.n_failed);
         }
     }
     int nf = 0;
@@ -419,8 +454,11 @@ static int write_plots(const char *dir, const bench_cell *cells, int n, int *con
     if (pid == 0) {
         if (chdir(dir) == 0) {
             int devnull = open("/dev/null", O_RDONLY);
+            int log = open("plots.log", O_WRONLY | O_CREAT | O_TRUNC, 0644); /* gnuplot's warnings */
             if (devnull >= 0)
                 dup2(devnull, 0);
+            if (log >= 0)
+                dup2(log, 2);
             execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
         }
         _exit(127);
@@ -431,7 +469,7 @@ static int write_plots(const char *dir, const bench_cell *cells, int n, int *con
         return tern_err_set(err, TERN_EUNSUPPORTED, "gnuplot is not installed (scripts/install-deps.sh installs it): "
                                                     "the plots' data and script are in %s", dir);
     if (!WIFEXITED(status) || WEXITSTATUS(status))
-        return tern_err_set(err, TERN_EIO, "gnuplot failed on %s/plots.gp", dir);
+        return tern_err_set(err, TERN_EIO, "gnuplot failed on %s/plots.gp (its messages: %s/plots.log)", dir, dir);
     return 0;
 }
 

@@ -90,8 +90,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check(s["cells"] == len(cells) and s["requests"] == sum(c["requests"] for c in cells) and s["failed_cells"] == 0,
           "summary adds up")
     md = open(os.path.join(out, "report.md")).read()
-    rows = [l for l in md.splitlines() if re.match(r"\| (plain|json_schema|regex|choice) \|", l)]
+    rows = [l for l in md.splitlines() if re.match(r"\| (plain|json_schema|regex|choice) \| (none|draft|ngram) \|", l)]
     check(len(rows) == len(cells), "report.md: a row per cell (%d)" % len(rows))
+    side = md.split("## Side by side", 1)[1] if "## Side by side" in md else ""
+    side_rows = [l for l in side.splitlines() if re.match(r"\| (plain|json_schema|regex|choice) \| \d+ \|", l)]
+    check(len(side_rows) == sum(c["target"] == "compare" for c in cells), "report.md: side by side, a row per compared cell")
+    check(all("decode_speedup_vs_no_spec" in c for c in cells), "decode speed-up in every cell")
     for plot in ("throughput", "latency", "speedup"):
         png = open(os.path.join(out, plot + ".png"), "rb").read()
         check(png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000, plot + ".png is a PNG")
