@@ -123,8 +123,10 @@ typedef struct bench_http {
 /* Parses url and asks the server for its model. Only plain http. */
 int bench_http_open(bench_http *h, const char *url, tern_err *err);
 /* The same load through POST /v1/chat/completions (stream), the feature as
- * response_format json_schema, guided_regex or guided_choice. Fills
- * cell->r as bench_local_run does (no speculation, grammar or KV numbers). */
+ * structured_outputs json, guided_regex or guided_choice, after one
+ * unclocked request that primes the server's prefix cache with the shared
+ * prompt (as the engine's warm cells). Fills cell->r as bench_local_run
+ * does (no speculation, grammar or KV numbers). */
 int bench_http_run(bench_http *h, bench_cell *cell, const bench_load *load, tern_err *err);
 
 /* ---- shared numbers (bench_work.c) ---- */

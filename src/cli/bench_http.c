@@ -413,6 +413,16 @@ int bench_http_run(bench_http *h, bench_cell *cell, const bench_load *load, tern
         rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
         goto out;
     }
+    { /* prime the server's prefix cache with the shared prompt, as the engine's warm cells are */
+        sse_req q = {0};
+        tern_err pe = {0};
+        char *body = request_body(h, BENCH_PLAIN, 0, 1);
+        if (body)
+            http_exchange(h, "POST", "/v1/chat/completions", body, sink_sse, &q, &pe);
+        free(body);
+        free(q.line.s);
+        free(q.text.s);
+    }
     double t0 = tern_time_s();
     hr.t_end = t0;
     for (; n_th < cell->concurrency; n_th++)

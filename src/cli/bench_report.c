@@ -119,7 +119,7 @@ static int write_json(const char *path, const bench_run_info *info, const bench_
         json_object_object_add(e, "spec", json_object_new_string(bench_spec_name(c->spec)));
         json_object_object_add(e, "concurrency", json_object_new_int(c->concurrency));
         json_object_object_add(e, "prefix_cache",
-                               json_object_new_string(c->remote ? "server" : c->warm ? "warm" : "cold"));
+                               json_object_new_string(c->remote ? "primed" : c->warm ? "warm" : "cold"));
         json_object_object_add(e, "kv_type", json_object_new_string(c->kv_type));
         json_object_object_add(e, "requests", json_object_new_int(r->n_requests));
         json_object_object_add(e, "failed", json_object_new_int(r->n_failed));
@@ -207,7 +207,7 @@ static int write_md(const char *path, const bench_run_info *info, const bench_ce
             continue;
         if (remote)
             fprintf(f, "\n## The same load against %s (model `%s`)\n\nThat server's own speculation and cache "
-                       "settings apply.\n\n",
+                       "settings apply; one unclocked request primes its prefix cache with the shared prompt.\n\n",
                     info->compare_url, info->compare_model ? info->compare_model : "?");
         else
             fprintf(f, "## Matrix\n\n");
@@ -220,7 +220,7 @@ static int write_md(const char *path, const bench_run_info *info, const bench_ce
             if (c->remote != remote)
                 continue;
             fprintf(f, "| %s | %s | %d | %s | %d (%d) |", bench_feature_name(c->feature), bench_spec_name(c->spec),
-                    c->concurrency, remote ? "server" : c->warm ? "warm" : "cold", r->n_requests, r->n_failed);
+                    c->concurrency, remote ? "primed" : c->warm ? "warm" : "cold", r->n_requests, r->n_failed);
             md_num(f, r->tok_s, "%.1f");
             double ov = feature_overhead(cells, n, c);
             if (isnan(ov))
@@ -237,8 +237,8 @@ static int write_md(const char *path, const bench_run_info *info, const bench_ce
             fprintf(f, " %s |\n", cell_ok(c) ? "ok" : "**FAILED**");
         }
     }
-    if (info->compare_url) { /* side by side: the same load, no speculation, each server's own cache */
-        fprintf(f, "\n## Side by side: tern (cold cache) and %s\n\n", info->compare_url);
+    if (info->compare_url) { /* side by side: the same load, no speculation, both caches primed */
+        fprintf(f, "\n## Side by side: tern and %s (no speculation, prefix caches primed)\n\n", info->compare_url);
         fprintf(f, "| feature | streams | tern tok/s | other tok/s | tern TTFT p50 ms | other TTFT p50 ms | "
                    "tern inter-token p50 ms | other inter-token p50 ms | failed (tern / other) |\n");
         fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -248,7 +248,7 @@ static int write_md(const char *path, const bench_run_info *info, const bench_ce
                 continue;
             for (int k = 0; k < n && !t; k++)
                 if (!cells[k].remote && cells[k].feature == o->feature && cells[k].spec == BENCH_SPEC_NONE &&
-                    cells[k].concurrency == o->concurrency && !cells[k].warm)
+                    cells[k].concurrency == o->concurrency && cells[k].warm)
                     t = &cells[k];
             fprintf(f, "| %s | %d |", bench_feature_name(o->feature), o->concurrency);
             md_num(f, t && cell_ok(t) ? t->r.tok_s : NAN, "%.1f");
@@ -308,30 +308,33 @@ static int write_plots(const char *dir, const bench_cell *cells, int n, int *con
     FILE *f = fopen(path, "w");
     if (!f)
         return tern_err_set(err, TERN_EIO, "cannot write %s", path);
-    int panels[4][2], n_panels = 0; /* {remote, spec} with data */
-    for (int remote = 0; remote < 2; remote++)
-        for (int s = 0; s < (remote ? 1 : BENCH_N_SPECS); s++) {
-            int any = 0;
-            for (int k = 0; k < n_conc; k++)
-                for (int ft = 0; ft < BENCH_N_FEATURES; ft++) { /* a panel needs one clean value */
-                    const bench_cell *c = pick(cells, n, remote, (bench_feature)ft, (bench_spec)s, concs[k], 0);
-                    any |= c && cell_ok(c);
-                }
-            if (!any)
-                continue;
-            fprintf(f, "# %s spec=%s\n", remote ? "compare" : "tern", bench_spec_name((bench_spec)s));
-            for (int k = 0; k < n_conc; k++) {
-                fprintf(f, "%d", concs[k]);
-                for (int ft = 0; ft < BENCH_N_FEATURES; ft++) {
-                    const bench_cell *c = pick(cells, n, remote, (bench_feature)ft, (bench_spec)s, concs[k], 0);
-                    dat_val(f, c, c ? c->r.tok_s : NAN);
-                }
-                fputc('\n', f);
+    /* panels {remote, spec, warm}: each speculation on a cold cache, then
+     * no speculation on a warm one, then the compared server (primed) */
+    static const int PLAN[5][3] = {{0, BENCH_SPEC_NONE, 0}, {0, BENCH_SPEC_DRAFT, 0}, {0, BENCH_SPEC_NGRAM, 0},
+                                   {0, BENCH_SPEC_NONE, 1}, {1, BENCH_SPEC_NONE, 0}};
+    int panels[5][3], n_panels = 0;
+    for (int p = 0; p < 5; p++) {
+        int remote = PLAN[p][0], s = PLAN[p][1], warm = PLAN[p][2], any = 0;
+        for (int k = 0; k < n_conc; k++)
+            for (int ft = 0; ft < BENCH_N_FEATURES; ft++) { /* a panel needs one clean value */
+                const bench_cell *c = pick(cells, n, remote, (bench_feature)ft, (bench_spec)s, concs[k], warm);
+                any |= c && cell_ok(c);
             }
-            fputs("\n\n", f);
-            panels[n_panels][0] = remote;
-            panels[n_panels++][1] = s;
+        if (!any)
+            continue;
+        fprintf(f, "# %s spec=%s cache=%s\n", remote ? "compare" : "tern", bench_spec_name((bench_spec)s),
+                remote ? "primed" : warm ? "warm" : "cold");
+        for (int k = 0; k < n_conc; k++) {
+            fprintf(f, "%d", concs[k]);
+            for (int ft = 0; ft < BENCH_N_FEATURES; ft++) {
+                const bench_cell *c = pick(cells, n, remote, (bench_feature)ft, (bench_spec)s, concs[k], warm);
+                dat_val(f, c, c ? c->r.tok_s : NAN);
+            }
+            fputc('\n', f);
         }
+        fputs("\n\n", f);
+        memcpy(panels[n_panels++], PLAN[p], sizeof PLAN[p]);
+    }
     fclose(f);
     /* latency.dat: spec none, cold: conc, then per feature ttft p50 p99 itl p50 p99 (ms) */
     snprintf(path, sizeof path, "%s/latency.dat", dir);
@@ -386,19 +389,21 @@ static int write_plots(const char *dir, const bench_cell *cells, int n, int *con
     const char *term[2] = {"pngcairo size %d,%d font 'DejaVu Sans,10'", "svg size %d,%d font 'DejaVu Sans,10' dynamic"};
     const char *ext[2] = {"png", "svg"};
     for (int t = 0; t < 2; t++) {
-        int w = n_panels > 2 ? 1500 : 1000;
+        int w = n_panels > 3 ? 1800 : n_panels > 2 ? 1500 : 1000;
         fprintf(f, "\nset terminal ");
         fprintf(f, term[t], w, 480);
-        fprintf(f, "\nset output 'throughput.%s'\nset multiplot layout 1,%d title 'Throughput vs concurrent streams "
-                   "(cold prefix cache)' font ',13'\n",
+        fprintf(f, "\nset output 'throughput.%s'\nset multiplot layout 1,%d title 'Throughput vs concurrent streams' "
+                   "font ',13'\n",
                 ext[t], n_panels > 0 ? n_panels : 1);
         if (n_panels == 0)
             fprintf(f, "set title 'no cell ran clean'\nset yrange [0:1]\nplot 1/0 notitle\n");
         for (int p = 0; p < n_panels; p++) {
-            fprintf(f, "set title '%s%s'\nset xlabel 'concurrent streams'\nset ylabel 'tokens/s (all streams)'\n"
-                       "set yrange [0:*]\n",
-                    panels[p][0] ? "compare server" : "speculation: ",
-                    panels[p][0] ? "" : bench_spec_name((bench_spec)panels[p][1]));
+            if (panels[p][0])
+                fprintf(f, "set title 'compared server (cache primed)'\n");
+            else
+                fprintf(f, "set title 'speculation: %s, %s cache'\n", bench_spec_name((bench_spec)panels[p][1]),
+                        panels[p][2] ? "warm" : "cold");
+            fprintf(f, "set xlabel 'concurrent streams'\nset ylabel 'tokens/s (all streams)'\nset yrange [0:*]\n");
             fprintf(f, "plot for [i=1:4] 'throughput.dat' index %d using 1:(column(i+1)) with linespoints ls i "
                        "title word('plain json\\_schema regex choice', i)\n",
                     p);

@@ -62,7 +62,7 @@ with tempfile.TemporaryDirectory() as tmp:
             for spec in ("none", "draft", "ngram"):
                 want.add(("tern", f, spec, streams, "cold"))
             want.add(("tern", f, "none", streams, "warm"))
-            want.add(("compare", f, "none", streams, "server"))
+            want.add(("compare", f, "none", streams, "primed"))
     got = [(c["target"], c["feature"], c["spec"], c["concurrency"], c["prefix_cache"]) for c in cells]
     check(len(got) == len(set(got)), "no cell twice")
     check(set(got) == want, "every planned cell is present (%d of %d)" % (len(set(got) & want), len(want)))
