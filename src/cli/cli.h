@@ -46,6 +46,14 @@ int cli_experts_flag(int argc, char **argv, int *i, const char *cmd);
 /* The expert residency counters of m, one line on f ("" for a model
  * without managed experts). */
 void cli_experts_report(const tern_model *m, FILE *f);
+/* kv_flags.c: consumes --kv-type T, --kv-type-layers SPEC or
+ * --kv-quant-start N at argv[*i] into s (*given = 1 when a type was named):
+ * 1 when consumed, 0 when argv[*i] is none of them, -1 on a bad value (the
+ * message, naming the flag, printed). */
+int cli_kv_flag(int argc, char **argv, int *i, kv_spec *s, int *given);
+/* A one-sequence host pool of n_blocks for m under s (logits and
+ * perplexity: their default is f32, the exact forward they measure). */
+int cli_kv_pool_init(const tern_model *m, kv_pool *kv, const kv_spec *s, int n_blocks, tern_err *err);
 
 /* help.c: `tern --version`; `tern CMD --help` (-1 for an unknown CMD); the
  * one-line description of CMD (NULL if unknown). */

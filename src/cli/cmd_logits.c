@@ -41,8 +41,14 @@ int cmd_logits(int argc, char **argv)
     const char *dir = NULL, *prompt = NULL, *ids_s = NULL, *device = NULL, *lora_dir = NULL, *v;
     long long top = 5, threads = 0;
     int xf;
+    kv_spec ks;
+    int kv_given = 0, kr; /* f32 unless named */
+    kv_spec_init(&ks, KV_F32);
     for (int i = 1; i < argc; i++) {
-        if ((v = cli_flag_value(argc, argv, &i, "--prompt")))
+        if ((kr = cli_kv_flag(argc, argv, &i, &ks, &kv_given))) {
+            if (kr < 0)
+                return 2;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--prompt")))
             prompt = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--ids")))
             ids_s = v;
@@ -74,7 +80,8 @@ int cmd_logits(int argc, char **argv)
     }
     if (!dir || (!prompt == !ids_s)) {
         fprintf(stderr, "usage: tern logits MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--top K] "
-                        "[-t|--threads N] [--device cpu|cuda|cuda:N|auto] [--exact-products] [--lora DIR]\n");
+                        "[-t|--threads N] [--device cpu|cuda|cuda:N|auto] [--exact-products] [--lora DIR]\n"
+                        "       [--kv-type T] [--kv-type-layers SPEC] [--kv-quant-start N]\n");
         return 2;
     }
     tern_err err = {0};
@@ -113,7 +120,7 @@ int cmd_logits(int argc, char **argv)
         goto out;
     }
     int nb = ((int)n + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT;
-    if (kv_pool_init(&kv, model_config_get(m)->n_layer, model_kv_dim(m), KV_BLOCK_DEFAULT, nb, &err) ||
+    if (cli_kv_pool_init(m, &kv, &ks, nb, &err) ||
         kv_seq_reserve(&kv, &seq, (int)n, &err))
         goto out;
     logits = malloc(n * (size_t)model_config_get(m)->n_vocab * sizeof *logits);

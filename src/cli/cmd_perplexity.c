@@ -71,8 +71,14 @@ int cmd_perplexity(int argc, char **argv)
     const char *dir = NULL, *file = NULL, *save = NULL, *base = NULL, *device = NULL, *v;
     long long ctx = 512, max_chunks = 0, threads = 0;
     int xf;
+    kv_spec ks;
+    int kv_given = 0, kr; /* f32 unless named */
+    kv_spec_init(&ks, KV_F32);
     for (int i = 1; i < argc; i++) {
-        if ((v = cli_flag_value(argc, argv, &i, "--file")))
+        if ((kr = cli_kv_flag(argc, argv, &i, &ks, &kv_given))) {
+            if (kr < 0)
+                return 2;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--file")))
             file = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--ctx")) || (v = cli_flag_value(argc, argv, &i, "--ctx-size")) ||
                  (v = cli_flag_value(argc, argv, &i, "-c"))) {
@@ -108,7 +114,8 @@ int cmd_perplexity(int argc, char **argv)
     }
     if (!dir || !file || (save && base)) {
         fprintf(stderr, "usage: tern perplexity MODEL_DIR --file TEXT [--ctx N] [--chunks N] "
-                        "[--save-logits F | --kl-base F] [--threads N] [--device D] [--exact-products]\n");
+                        "[--save-logits F | --kl-base F] [--threads N] [--device D] [--exact-products]\n"
+                        "       [--kv-type T] [--kv-type-layers SPEC] [--kv-quant-start N]\n");
         return 2;
     }
     tern_err err = {0};
@@ -144,8 +151,10 @@ int cmd_perplexity(int argc, char **argv)
         goto out;
     }
     int nb = (C + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT;
-    if (kv_pool_init(&kv, cfg->n_layer, model_kv_dim(m), KV_BLOCK_DEFAULT, nb, &err))
+    if (cli_kv_pool_init(m, &kv, &ks, nb, &err))
         goto out;
+    fprintf(stderr, "KV cache: %s%s, 16-bit start %d\n", kv_type_name(ks.type),
+            ks.n_rules ? " with per-layer rules" : "", ks.quant_start);
     size_t n_tok = (size_t)n_chunks * n_scored;
     logits = malloc((size_t)n_scored * V * sizeof *logits);
     lp = malloc((size_t)V * sizeof *lp);

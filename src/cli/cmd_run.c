@@ -18,12 +18,18 @@ int cmd_run(int argc, char **argv)
     double temperature = 0.8, top_p = 1.0;
     int verbose = 0;
     int xf;
+    kv_spec ks;
+    int kv_given = 0, kr;
+    kv_spec_init(&ks, KV_F32);
     for (int i = 1; i < argc; i++) {
         if ((v = cli_flag_value(argc, argv, &i, "--prompt")) || (v = cli_flag_value(argc, argv, &i, "-p")))
             prompt = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--max-tokens")) || (v = cli_flag_value(argc, argv, &i, "-n"))) {
             if (cli_parse_int(v, 1, 1 << 24, &max_tokens))
                 goto bad_value;
+        } else if ((kr = cli_kv_flag(argc, argv, &i, &ks, &kv_given))) {
+            if (kr < 0)
+                return 2;
         } else if ((v = cli_flag_value(argc, argv, &i, "--temperature"))) {
             if (cli_parse_double(v, 0, 100, &temperature))
                 goto bad_value;
@@ -75,7 +81,7 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "usage: tern run MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] "
                         "[--top-p P] [--top-k K] [--seed S] [--draft-model DIR] [--num-draft-tokens K] "
                         "[--spec ngram] [-c|--ctx-size N] [-t|--threads N] [--device cpu|cuda|cuda:N|auto] [--exact-products] "
-                        "[--verbose]\n");
+                        "[--kv-type T] [--kv-type-layers SPEC] [--kv-quant-start N] [--verbose]\n");
         return 2;
     }
     if (verbose)
@@ -116,6 +122,8 @@ int cmd_run(int argc, char **argv)
     eo.n_draft = (int)n_draft;
     eo.kv_budget_bytes = 0; /* one row: the engine sizes the KV for one full context */
     eo.ctx_size = (int)ctx_size;
+    eo.kv = ks;
+    eo.kv_type_given = kv_given;
     if (!(eng = engine_new(m, tok, &eo, &err)))
         goto out;
     engine_params p;

@@ -22,6 +22,7 @@
     "usage: tern serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--metrics-key KEY]\n" \
     "       tern serve (--models DIR | --model NAME=DIR ...) [--max-memory GB] [--pin NAME ...] [options]\n" \
     "                  [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
+    "                  [--kv-type T] [--kv-type-layers SPEC] [--kv-quant-start N]\n" \
     "                  [--timeout S] [--max-connections N] [--max-client-connections N]\n" \
     "                  [--header-deadline S] [--body-deadline S] [--compile-threads N] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
@@ -206,7 +207,7 @@ int cmd_serve(int argc, char **argv)
     long long x;
     double gb = 0;
     long long threads = 0;
-    int verbose = 0;
+    int verbose = 0, kr;
     const char *draft_dir = NULL, *device = NULL;
     static server_model_spec specs[SERVE_MAX_MODELS];
     const char *pins[SERVE_MAX_MODELS];
@@ -276,6 +277,9 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_double(v, 0.001, 4096, &gb))
                 goto bad_value;
             eo.kv_budget_bytes = (size_t)(gb * 1024.0 * 1024.0 * 1024.0);
+        } else if ((kr = cli_kv_flag(argc, argv, &i, &eo.kv, &eo.kv_type_given))) {
+            if (kr < 0)
+                return 2;
         } else if ((v = cli_flag_value(argc, argv, &i, "--max-batch")) ||
                    (v = cli_flag_value(argc, argv, &i, "--batch"))) {
             if (cli_parse_int(v, 1, 4096, &x))

@@ -585,7 +585,13 @@ static void *engine_main(void *arg)
  * has left once both models' weights and forward scratch for cap_tok tokens
  * and `rows` logits rows (reserved here) are there, less a reserve. At
  * least 2, or a negative error. */
-static int kv_plan(tern_engine *e, size_t per_block, int cap_tok, int rows, int *on_dev, tern_err *err)
+/* The pool's blocks within the KV budget: n_blocks (returned) of which
+ * *n_sink are 16-bit sink blocks (per_sink bytes each, the rest per_block):
+ * with --kv-quant-start, enough for twice the running rows' starts (the
+ * prefix cache keeps some), at most half the budget; a sequence that finds
+ * none free takes a regular block. */
+static int kv_plan(tern_engine *e, size_t per_block, size_t per_sink, int cap_tok, int rows, int *on_dev,
+                   int *n_sink, tern_err *err)
 {
     model_caps caps, dcaps = {0};
     model_caps_get(e->m, &caps);
@@ -621,7 +627,16 @@ static int kv_plan(tern_engine *e, size_t per_block, int cap_tok, int rows, int 
         if (budget > want || budget == 0)
             budget = want;
     }
-    int n_blocks = budget / per_block > (size_t)1 << 30 ? 1 << 30 : (int)(budget / per_block);
+    *n_sink = 0;
+    int qs = e->o.kv.quant_start;
+    if (qs > 0 && per_sink != per_block) {
+        size_t want_sink = (size_t)2 * e->o.max_batch * (size_t)((qs + KV_BLOCK_DEFAULT - 1) / KV_BLOCK_DEFAULT);
+        size_t cap_sink = budget / 2 / per_sink;
+        *n_sink = (int)(want_sink < cap_sink ? want_sink : cap_sink);
+        budget -= (size_t)*n_sink * per_sink;
+    }
+    size_t n_reg = budget / per_block;
+    int n_blocks = n_reg + *n_sink > (size_t)1 << 30 ? 1 << 30 : (int)(n_reg + *n_sink);
     if (n_blocks < 2)
         return tern_err_set(err, TERN_ERANGE, "KV budget of %zu bytes holds less than 2 blocks of %d positions%s",
                             budget, KV_BLOCK_DEFAULT, *on_dev ? " (GPU memory is full)" : "");
@@ -687,15 +702,25 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
             return NULL;
         }
     }
-    int kv_dim = model_kv_dim(m);
-    size_t per_block = kv_bytes_per_token(c->n_layer, kv_dim) * KV_BLOCK_DEFAULT + spec_block_bytes(e);
+    if (!e->o.kv_type_given)
+        e->o.kv.type = model_kv_type_default(m);
+    if (model_kv_spec_check(m, &e->o.kv, err)) {
+        free(e);
+        return NULL;
+    }
+    /* real bytes per block: the regular blocks, and the 16-bit sink blocks
+     * that hold positions below --kv-quant-start */
+    size_t per_block = kv_spec_block_bytes(&e->o.kv, c->n_layer, c->n_kv_head, c->head_dim, KV_BLOCK_DEFAULT, 0) +
+                       spec_block_bytes(e, 0);
+    size_t per_sink = kv_spec_block_bytes(&e->o.kv, c->n_layer, c->n_kv_head, c->head_dim, KV_BLOCK_DEFAULT, 1) +
+                      spec_block_bytes(e, 1);
     int maxb = e->o.max_batch, rows = maxb * (e->n_draft + 1), cap_tok = e->o.prefill_chunk + rows;
-    int on_dev = 0, n_blocks = kv_plan(e, per_block, cap_tok, rows, &on_dev, err);
+    int on_dev = 0, n_sink = 0, n_blocks = kv_plan(e, per_block, per_sink, cap_tok, rows, &on_dev, &n_sink, err);
     if (n_blocks < 0) {
         free(e);
         return NULL;
     }
-    if (kv_pool_init_ex(&e->kv, c->n_layer, kv_dim, KV_BLOCK_DEFAULT, n_blocks, !on_dev, err) ||
+    if (model_kv_pool_init(m, &e->kv, &e->o.kv, KV_BLOCK_DEFAULT, n_blocks, n_sink, !on_dev, err) ||
         (on_dev && model_kv_bind(m, &e->kv, err)) || pcache_init(&e->pc, &e->kv, err) || spec_init(e, err))
         goto fail;
     if (e->o.kv_events && !(e->pc.events = e->kv_ev = kv_events_src_new(e->o.kv_events, e->o.kv_events_topic,
@@ -730,7 +755,7 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
     if (engine_device_init(e, rows, err))
         goto fail;
     e->st.kv_blocks_total = n_blocks;
-    e->st.kv_bytes_total = (size_t)n_blocks * per_block;
+    e->st.kv_bytes_total = (size_t)(n_blocks - n_sink) * per_block + (size_t)n_sink * per_sink;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (pthread_create(&e->th, NULL, engine_main, e) != 0) {

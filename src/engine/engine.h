@@ -40,6 +40,11 @@ typedef struct engine_opts {
      * kv_events_topic (NULL = ""). */
     struct kv_events *kv_events;
     const char *kv_events_topic;
+    /* KV storage (model/kv.h): types per layer and the 16-bit start. With
+     * kv_type_given 0, kv.type is the backend's default
+     * (model_kv_type_default); the draft model uses the same spec. */
+    kv_spec kv;
+    int kv_type_given;
 } engine_opts;
 
 void engine_opts_default(engine_opts *o);

@@ -134,7 +134,7 @@ int engine_reserve(tern_engine *e, engine_req *r, int n);
 int spec_init(tern_engine *e, tern_err *err);
 void spec_free(tern_engine *e);
 /* Extra bytes of KV storage per block for the draft. */
-size_t spec_block_bytes(const tern_engine *e);
+size_t spec_block_bytes(const tern_engine *e, int sink);
 /* Copies the draft's part of block src to dst (copy-on-write), on the host
  * and/or the draft backend's device mirror; 0 or an error code. */
 int spec_block_copy(tern_engine *e, int32_t dst, int32_t src);

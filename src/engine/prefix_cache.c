@@ -25,9 +25,7 @@ void pcache_free(pcache *c)
         kv_events_cleared(c->events);
     for (int i = 0; c->slots && i < c->cap; i++)
         if (c->slots[i].hash) {
-            kv_pool *p = c->pool;
-            if (--p->ref[c->slots[i].block] == 0)
-                p->free[p->n_free++] = c->slots[i].block;
+            kv_block_unref(c->pool, c->slots[i].block);
             free(c->slots[i].tokens);
         }
     free(c->slots);
@@ -170,8 +168,7 @@ int pcache_evict(pcache *c, int n_free)
         gone[n_gone++] = c->slots[best].hash;
         free(c->slots[best].tokens);
         slot_delete(c, best);
-        p->ref[blk] = 0;
-        p->free[p->n_free++] = blk;
+        kv_block_unref(p, blk);
     }
     kv_events_removed(c->events, gone, n_gone);
     return p->n_free;

@@ -15,11 +15,12 @@
 
 #include "engine/engine_int.h"
 
-size_t spec_block_bytes(const tern_engine *e)
+size_t spec_block_bytes(const tern_engine *e, int sink)
 {
     if (!e->o.draft)
         return 0;
-    return kv_bytes_per_token(model_config_get(e->o.draft)->n_layer, model_kv_dim(e->o.draft)) * KV_BLOCK_DEFAULT;
+    const model_config *dc = model_config_get(e->o.draft);
+    return kv_spec_block_bytes(&e->o.kv, dc->n_layer, dc->n_kv_head, dc->head_dim, KV_BLOCK_DEFAULT, sink);
 }
 
 int spec_init(tern_engine *e, tern_err *err)
@@ -33,32 +34,27 @@ int spec_init(tern_engine *e, tern_err *err)
     if (!e->o.draft)
         return 0;
     /* A view of the pool: same block ids, reference counts and free list;
-     * the draft's own storage shape. */
-    e->dkv = e->kv;
-    e->dkv.n_layer = model_config_get(e->o.draft)->n_layer;
-    e->dkv.kv_dim = model_kv_dim(e->o.draft);
-    e->dkv.k = e->dkv.v = NULL;
-    e->dkv.dev_copy = NULL; /* the draft's backend binds its own mirror */
-    e->dkv.dev_ctx = NULL;
+     * the draft's own storage (its device mirror when its backend keeps
+     * one, bound below). */
     e->d_logits = malloc((size_t)e->o.max_batch * e->n_vocab * sizeof *e->d_logits);
     if (!e->d_logits)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
     model_caps caps;
     model_caps_get(e->o.draft, &caps);
+    const model_config *dc = model_config_get(e->o.draft);
+    int rc = model_kv_spec_check(e->o.draft, &e->o.kv, err);
+    if (rc || (rc = kv_pool_view_init(&e->dkv, &e->kv, &e->o.kv, dc->n_layer, model_kv_dim(e->o.draft),
+                                      dc->head_dim, !caps.device_kv, err)))
+        return rc;
     if (caps.device_kv) /* the storage is the draft backend's device mirror */
         return model_kv_bind(e->o.draft, &e->dkv, err);
-    size_t n = (size_t)e->dkv.n_layer * e->kv.n_blocks * e->kv.block_size * e->dkv.kv_dim;
-    e->dkv.k = malloc(n * sizeof(float));
-    e->dkv.v = malloc(n * sizeof(float));
-    if (!e->dkv.k || !e->dkv.v)
-        return tern_err_set(err, TERN_ENOMEM, "out of memory for the draft model's KV");
     return 0;
 }
 
 void spec_free(tern_engine *e)
 {
-    free(e->dkv.k); /* the view owns only its storage */
-    free(e->dkv.v);
+    if (e->dkv.is_view) /* the view owns only its storage */
+        kv_pool_free(&e->dkv);
     free(e->d_logits);
     free(e->probs);
     memset(&e->dkv, 0, sizeof e->dkv);

@@ -43,6 +43,10 @@ typedef struct model_backend {
     /* The head dims the attention runs: multiples of head_dim_align up to
      * head_dim_max (0: no bound). model_head_dim_check applies it. */
     int head_dim_align, head_dim_max;
+    /* The KV types (kv.h) its attention reads, a bit per kv_type (0: f32
+     * only), and the one it uses when none is asked for. */
+    unsigned kv_types;
+    kv_type kv_default;
     /* Y[k][T][w[k]->n_out] = X[T][n_in] @ w[k]^T for k < n (all w[k] share
      * n_in), run as one parallel job: q/k/v and gate/up go together. */
     int (*matmul)(struct model_backend *be, int n, const model_weight *const *w, const float *X,

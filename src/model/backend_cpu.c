@@ -232,11 +232,66 @@ typedef struct att_job {
     const model_attn *a;
 } att_job;
 
+/* Attention over a typed pool (kv.h): the codes are read in place,
+ * kv_head_dot / kv_head_axpy fusing the dequantization; for a rotated layer
+ * q is rotated once per head and the output rotated back once. */
+static void att_run_typed(att_job *j, long begin, long end, int worker)
+{
+    const model_attn *a = j->a;
+    const kv_pool *kv = a->kv;
+    const kv_layer *L = &kv->layers[a->layer];
+    int hd = a->head_dim, group = a->n_head / a->n_kv_head, qd = a->n_head * hd, rot = kv_type_is_rotated(L->type);
+    float *sc = j->be->scores + (size_t)worker * j->be->cap_ctx;
+    float qr[KV_HEAD_DIM_MAX];
+    for (long it = begin; it < end; it++) {
+        int i = (int)(it / a->n_head), h = (int)(it % a->n_head), kvh = h / group;
+        const kv_seq *seq = a->b->seqs[i];
+        int p = a->b->pos[i];
+        int start = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        const float *q = a->q + (size_t)i * qd + (size_t)h * hd;
+        if (rot) {
+            memcpy(qr, q, (size_t)hd * sizeof(float));
+            kv_rotate(qr, hd);
+            q = qr;
+        }
+        float mx = -INFINITY;
+        for (int t = start; t <= p; t++) {
+            kv_type tt;
+            const uint8_t *r = kv_row_at(kv, seq, a->layer, t, 0, &tt);
+            float v = kv_head_dot(tt, hd, q, r + (size_t)kvh * kv_head_bytes(tt, hd)) * a->scale;
+            if (a->softcap > 0)
+                v = a->softcap * tanhf(v / a->softcap);
+            sc[t] = v;
+            if (v > mx)
+                mx = v;
+        }
+        float sum = 0.0f;
+        for (int t = start; t <= p; t++) {
+            sc[t] = expf(sc[t] - mx);
+            sum += sc[t];
+        }
+        float inv = 1.0f / sum;
+        float *out = a->out + (size_t)i * qd + (size_t)h * hd;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int t = start; t <= p; t++) {
+            kv_type tt;
+            const uint8_t *r = kv_row_at(kv, seq, a->layer, t, 1, &tt);
+            kv_head_axpy(tt, hd, sc[t] * inv, r + (size_t)kvh * kv_head_bytes(tt, hd), out);
+        }
+        if (rot)
+            kv_unrotate(out, hd);
+    }
+}
+
 static void att_run(void *ctx, long begin, long end, int worker)
 {
     att_job *j = ctx;
     const model_attn *a = j->a;
     const tern_kernels *k = j->be->k;
+    if (!a->kv->k) {
+        att_run_typed(j, begin, end, worker);
+        return;
+    }
     int hd = a->head_dim, group = a->n_head / a->n_kv_head, qd = a->n_head * hd;
     float *sc = j->be->scores + (size_t)worker * j->be->cap_ctx;
     for (long it = begin; it < end; it++) {
@@ -270,6 +325,8 @@ static void att_run(void *ctx, long begin, long end, int worker)
 static int cpu_attention(model_backend *base, const model_attn *a, tern_err *err)
 {
     cpu_backend *be = (cpu_backend *)base;
+    if (!a->kv->k && !a->kv->mem_k)
+        return tern_err_set(err, TERN_EINVAL, "attention: the KV pool has no host storage");
     int ctx = 0;
     for (int i = 0; i < a->b->n; i++)
         if (a->b->pos[i] + 1 > ctx)
@@ -312,6 +369,8 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     }
     be->base.name = "cpu";
     be->base.head_dim_align = 1; /* any head_dim: attention loops over it */
+    be->base.kv_types = (1u << KV_TYPE_COUNT) - 1; /* every type, read in place (kv_codec.c) */
+    be->base.kv_default = KV_BF16;
     be->base.matmul = cpu_matmul;
     be->base.attention = cpu_attention;
     be->base.n_threads = cpu_n_threads;

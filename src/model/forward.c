@@ -297,6 +297,17 @@ static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
 static int batch_check(const tern_model *m, const kv_pool *kv, const fwd_batch *b, tern_err *err)
 {
     const model_config *c = &m->cfg;
+    if (!kv->k && kv->layers) { /* a typed pool: types this backend reads, heads of this model */
+        unsigned mask = m->be->kv_types ? m->be->kv_types : 1u << KV_F32;
+        for (int l = 0; l < kv->n_layer && l < c->n_layer; l++) {
+            kv_type t = kv->layers[l].type, ts = kv->layers[l].sink_type;
+            if (!(mask & (1u << t)) || !(mask & (1u << ts)))
+                return tern_err_set(err, TERN_EUNSUPPORTED, "the %s backend has no %s KV cache", m->be->name,
+                                    kv_type_name(mask & (1u << t) ? ts : t));
+            if ((t != KV_F32 || ts != KV_F32) && (kv->head_dim != c->head_dim || kv->n_layer != c->n_layer))
+                return tern_err_set(err, TERN_EINVAL, "the KV pool's shape does not match the model");
+        }
+    }
     for (int i = 0; i < b->n; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= c->n_vocab)
             return tern_err_set(err, TERN_ERANGE, "token id %d is outside the vocabulary (%d)", b->tokens[i],
@@ -487,8 +498,12 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const mo
                     rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->norm_eps);
                 rope(k + h * hd, hd, b->pos[i], L->rope_inv_freq);
             }
-            memcpy(kv_k_at(kv, b->seqs[i], l, b->pos[i]), k, (size_t)kvd * sizeof(float));
-            memcpy(kv_v_at(kv, b->seqs[i], l, b->pos[i]), v, (size_t)kvd * sizeof(float));
+            if (kv->k) {
+                memcpy(kv_k_at(kv, b->seqs[i], l, b->pos[i]), k, (size_t)kvd * sizeof(float));
+                memcpy(kv_v_at(kv, b->seqs[i], l, b->pos[i]), v, (size_t)kvd * sizeof(float));
+            } else { /* a typed pool: encode (s->att is free until the attention) */
+                kv_row_store(kv, b->seqs[i], l, b->pos[i], k, v, s->att);
+            }
         }
         model_attn at = {kv, b, l, c->n_head, c->n_kv_head, hd, L->window, c->attn_scale, c->attn_softcap,
                          s->q, s->att};

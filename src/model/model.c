@@ -379,6 +379,34 @@ const model_config *model_config_get(const tern_model *m) { return &m->cfg; }
 
 int model_kv_dim(const tern_model *m) { return m->cfg.n_kv_head * m->cfg.head_dim; }
 
+kv_type model_kv_type_default(const tern_model *m) { return m->be->kv_types ? m->be->kv_default : KV_F32; }
+
+int model_kv_spec_check(const tern_model *m, const kv_spec *s, tern_err *err)
+{
+    int rc = kv_spec_check(s, m->cfg.n_layer, m->cfg.head_dim, err);
+    unsigned mask = m->be->kv_types ? m->be->kv_types : 1u << KV_F32;
+    for (int l = 0; !rc && l < m->cfg.n_layer; l++) {
+        kv_type t = kv_spec_layer_type(s, l, m->cfg.n_layer);
+        kv_type ts = s->quant_start > 0 ? kv_type_sink(t) : t;
+        if (!(mask & (1u << t)) || !(mask & (1u << ts)))
+            rc = tern_err_set(err, TERN_EUNSUPPORTED, "the %s backend has no %s KV cache", m->be->name,
+                              kv_type_name(mask & (1u << t) ? ts : t));
+    }
+    return rc;
+}
+
+int model_kv_pool_init(const tern_model *m, kv_pool *p, const kv_spec *s, int block_size, int n_blocks, int n_sink,
+                       int host_storage, tern_err *err)
+{
+    int rc = s ? model_kv_spec_check(m, s, err) : 0;
+    if (rc) {
+        memset(p, 0, sizeof *p);
+        return rc;
+    }
+    return kv_pool_init_spec(p, s, m->cfg.n_layer, model_kv_dim(m), m->cfg.head_dim, block_size, n_blocks, n_sink,
+                             host_storage, err);
+}
+
 int model_n_threads(const tern_model *m) { return m->be->n_threads(m->be); }
 
 const char *model_backend_name(const tern_model *m) { return m->be->name; }

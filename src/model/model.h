@@ -41,6 +41,15 @@ const model_config *model_config_get(const tern_model *m);
  * the kv_dim of a pool this model's forward writes (with the config's
  * n_layer). */
 int model_kv_dim(const tern_model *m);
+/* The KV type (kv.h) m's backend uses when none is asked for. */
+kv_type model_kv_type_default(const tern_model *m);
+/* Whether a pool under s works with m: every layer's type (and the 16-bit
+ * type of its sink blocks) is one m's backend reads, and stores heads of
+ * m's head_dim. TERN_EUNSUPPORTED naming the type and the backend. */
+int model_kv_spec_check(const tern_model *m, const kv_spec *s, tern_err *err);
+/* kv_pool_init_spec for m's shape (n_layer, kv_dim, head_dim). */
+int model_kv_pool_init(const tern_model *m, kv_pool *p, const kv_spec *s, int block_size, int n_blocks, int n_sink,
+                       int host_storage, tern_err *err);
 /* Bytes of weights one decode step reads (for bandwidth floors): every
  * matrix but the embedding, with quantized scales and biases as the f32
  * pairs the kernels read; of a mixture of experts, the router and the

@@ -160,6 +160,8 @@ static void install(tern_model *m, fake_be *f)
     f->m = m;
     f->n_out = -1;
     f->base.name = "fake-device";
+    f->base.kv_types = f->inner->kv_types; /* the attention is the inner backend's */
+    f->base.kv_default = f->inner->kv_default;
     f->base.matmul = fk_matmul;
     f->base.attention = fk_attention;
     f->base.n_threads = fk_threads;

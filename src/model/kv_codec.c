@@ -1,0 +1,380 @@
+/* The KV storage codecs (kv.h): one head of head_dim elements encoded,
+ * decoded, and read by the attention with the dequantization fused into a
+ * dot product (q . k) or an axpy (out += p * v). This scalar code is the
+ * reference and the CPU path; the loops are plain so that the compiler
+ * vectorizes them.
+ *
+ * Group layouts (g elements, kv_type_group):
+ *   q8: f16 scale, f16 min, g codes; x = min + scale * c, c in 0..255
+ *   q4: f16 scale, f16 min, g/2 bytes; byte j: c[j] low nibble, c[j + g/2] high
+ *   r4: f16 scale, g/2 bytes as q4;   x = scale * (c - 7.5), c in 0..15
+ *   r3: f16 scale, g/4 bytes of 2-bit low parts (byte j: c[j + i*g/4] in bits
+ *       2i..2i+1), g/8 bytes of high bits (byte j: c[j + i*g/8] in bit i);
+ *       x = scale * (c - 3.5), c in 0..7
+ * r4 and r3 store the rotated head (kv_rotate): a randomized Hadamard
+ * transform spreads outliers over the head, so a symmetric grid fits. */
+#include <math.h>
+#include <string.h>
+
+#include "model/kv.h"
+#include "tensor/dtype.h"
+
+static inline float h2f(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return tern_f16_to_f32(h);
+}
+
+static inline void f2h(uint8_t *p, float f)
+{
+    uint16_t h = tern_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+static inline float bf2f(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return tern_bf16_to_f32(h);
+}
+
+/* Bytes of one group of g elements. */
+static size_t group_bytes(kv_type t, int g)
+{
+    switch (t) {
+    case KV_Q8: return 4 + (size_t)g;
+    case KV_Q4: return 4 + (size_t)g / 2;
+    case KV_R4: return 2 + (size_t)g / 2;
+    case KV_R3: return 2 + (size_t)g / 4 + (size_t)g / 8;
+    default: return 0;
+    }
+}
+
+int kv_type_group(kv_type t, int hd)
+{
+    if (hd <= 0)
+        return 0;
+    switch (t) {
+    case KV_F32:
+    case KV_BF16:
+    case KV_F16: return hd;
+    case KV_Q4:
+        if (hd % 64 == 0)
+            return 64;
+        /* fall through */
+    case KV_Q8:
+    case KV_R4:
+        return hd % 32 == 0 ? 32 : hd < 32 && hd % 2 == 0 ? hd : 0;
+    case KV_R3: return hd % 32 == 0 ? 32 : hd < 32 && hd % 8 == 0 ? hd : 0;
+    default: return 0;
+    }
+}
+
+size_t kv_head_bytes(kv_type t, int hd)
+{
+    switch (t) {
+    case KV_F32: return (size_t)hd * 4;
+    case KV_BF16:
+    case KV_F16: return (size_t)hd * 2;
+    default: {
+        int g = kv_type_group(t, hd);
+        return g ? (size_t)(hd / g) * group_bytes(t, g) : 0;
+    }
+    }
+}
+
+/* ---- the rotation ---- */
+
+/* A fixed pseudo-random sign per element (a hash of its index). */
+static inline int flip(int e)
+{
+    uint32_t h = (uint32_t)e * 0x9E3779B1u + 0x7F4A7C15u;
+    h ^= h >> 15;
+    h *= 0x85EBCA77u;
+    h ^= h >> 13;
+    return (int)(h & 1u);
+}
+
+/* Normalized Walsh-Hadamard transform of n (a power of two) elements. */
+static void fwht(float *x, int n)
+{
+    for (int len = 1; len < n; len *= 2)
+        for (int i = 0; i < n; i += 2 * len)
+            for (int j = i; j < i + len; j++) {
+                float a = x[j], b = x[j + len];
+                x[j] = a + b;
+                x[j + len] = a - b;
+            }
+    float s = 1.0f / sqrtf((float)n);
+    for (int i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+/* Block-diagonal Hadamard over the power-of-two pieces of hd (hd = 96:
+ * 64 + 32), so any head_dim gets an orthogonal transform. */
+static void hadamard_blocks(float *x, int hd)
+{
+    for (int off = 0; off < hd;) {
+        int n = 1;
+        while (2 * n <= hd - off)
+            n *= 2;
+        fwht(x + off, n);
+        off += n;
+    }
+}
+
+void kv_rotate(float *x, int hd)
+{
+    for (int e = 0; e < hd; e++)
+        if (flip(e))
+            x[e] = -x[e];
+    hadamard_blocks(x, hd);
+}
+
+void kv_unrotate(float *x, int hd)
+{
+    hadamard_blocks(x, hd);
+    for (int e = 0; e < hd; e++)
+        if (flip(e))
+            x[e] = -x[e];
+}
+
+/* ---- encode ---- */
+
+static void enc_affine(const float *x, int g, int levels, uint8_t *dst, int nibbles)
+{
+    float mn = x[0], mx = x[0];
+    for (int e = 1; e < g; e++) {
+        mn = x[e] < mn ? x[e] : mn;
+        mx = x[e] > mx ? x[e] : mx;
+    }
+    f2h(dst + 2, mn);
+    float m = h2f(dst + 2); /* code against the stored (rounded) min and scale */
+    float s = (mx - m) / (float)levels;
+    f2h(dst, s);
+    s = h2f(dst);
+    float inv = s > 0 ? 1.0f / s : 0.0f;
+    uint8_t *c = dst + 4;
+    if (nibbles)
+        memset(c, 0, (size_t)g / 2);
+    for (int e = 0; e < g; e++) {
+        float f = rintf((x[e] - m) * inv);
+        int q = f < 0 ? 0 : f > (float)levels ? levels : (int)f;
+        if (!nibbles)
+            c[e] = (uint8_t)q;
+        else if (e < g / 2)
+            c[e] |= (uint8_t)q;
+        else
+            c[e - g / 2] |= (uint8_t)(q << 4);
+    }
+}
+
+/* Symmetric: x = s * (c - half), c in 0..2*half. */
+static void enc_sym(const float *x, int g, int bits, uint8_t *dst)
+{
+    float amax = 0.0f;
+    for (int e = 0; e < g; e++)
+        amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
+    int top = (1 << bits) - 1;
+    float half = (float)top / 2.0f;
+    f2h(dst, amax / half);
+    float s = h2f(dst);
+    float inv = s > 0 ? 1.0f / s : 0.0f;
+    uint8_t *c = dst + 2;
+    memset(c, 0, group_bytes(bits == 4 ? KV_R4 : KV_R3, g) - 2);
+    for (int e = 0; e < g; e++) {
+        float f = rintf(x[e] * inv + half);
+        int q = f < 0 ? 0 : f > (float)top ? top : (int)f;
+        if (bits == 4) {
+            if (e < g / 2)
+                c[e] |= (uint8_t)q;
+            else
+                c[e - g / 2] |= (uint8_t)(q << 4);
+        } else {
+            int q4 = g / 4, q8 = g / 8;
+            c[e % q4] |= (uint8_t)((q & 3) << (2 * (e / q4)));
+            c[g / 4 + e % q8] |= (uint8_t)(((q >> 2) & 1) << (e / q8));
+        }
+    }
+}
+
+void kv_head_encode(kv_type t, int hd, const float *x, uint8_t *dst)
+{
+    switch (t) {
+    case KV_F32: memcpy(dst, x, (size_t)hd * 4); return;
+    case KV_BF16:
+        for (int e = 0; e < hd; e++) {
+            uint16_t h = tern_f32_to_bf16(x[e]);
+            memcpy(dst + 2 * e, &h, 2);
+        }
+        return;
+    case KV_F16:
+        for (int e = 0; e < hd; e++)
+            f2h(dst + 2 * e, x[e]);
+        return;
+    default: break;
+    }
+    int g = kv_type_group(t, hd);
+    size_t gb = group_bytes(t, g);
+    for (int o = 0; o < hd; o += g, dst += gb) {
+        if (t == KV_Q8)
+            enc_affine(x + o, g, 255, dst, 0);
+        else if (t == KV_Q4)
+            enc_affine(x + o, g, 15, dst, 1);
+        else
+            enc_sym(x + o, g, t == KV_R4 ? 4 : 3, dst);
+    }
+}
+
+/* ---- the codes of one group as small integers ---- */
+
+static inline int code_at(kv_type t, int g, const uint8_t *c, int e)
+{
+    switch (t) {
+    case KV_Q8: return c[e];
+    case KV_Q4:
+    case KV_R4: return e < g / 2 ? c[e] & 15 : c[e - g / 2] >> 4;
+    default: {
+        int q4 = g / 4, q8 = g / 8;
+        return ((c[e % q4] >> (2 * (e / q4))) & 3) | (((c[q4 + e % q8] >> (e / q8)) & 1) << 2);
+    }
+    }
+}
+
+/* Group g's scale a and offset b: x = a * c + b. Returns the codes. */
+static inline const uint8_t *group_affine(kv_type t, const uint8_t *p, float *a, float *b)
+{
+    *a = h2f(p);
+    switch (t) {
+    case KV_Q8:
+    case KV_Q4: *b = h2f(p + 2); return p + 4;
+    case KV_R4: *b = -7.5f * *a; return p + 2;
+    default: *b = -3.5f * *a; return p + 2;
+    }
+}
+
+void kv_head_decode(kv_type t, int hd, const uint8_t *src, float *x)
+{
+    switch (t) {
+    case KV_F32: memcpy(x, src, (size_t)hd * 4); return;
+    case KV_BF16:
+        for (int e = 0; e < hd; e++)
+            x[e] = bf2f(src + 2 * e);
+        return;
+    case KV_F16:
+        for (int e = 0; e < hd; e++)
+            x[e] = h2f(src + 2 * e);
+        return;
+    default: break;
+    }
+    int g = kv_type_group(t, hd);
+    size_t gb = group_bytes(t, g);
+    for (int o = 0; o < hd; o += g, src += gb) {
+        float a, b;
+        const uint8_t *c = group_affine(t, src, &a, &b);
+        for (int e = 0; e < g; e++)
+            x[o + e] = a * (float)code_at(t, g, c, e) + b;
+    }
+}
+
+/* ---- fused reads ---- */
+
+/* q . codes and sum(q) over one group of 4-bit codes in the nibble layout. */
+static inline void dot_nib(const float *q, const uint8_t *c, int g, float *qc, float *qs)
+{
+    float s0 = 0, s1 = 0;
+    int h = g / 2;
+    for (int j = 0; j < h; j++) {
+        s0 += q[j] * (float)(c[j] & 15) + q[j + h] * (float)(c[j] >> 4);
+        s1 += q[j] + q[j + h];
+    }
+    *qc = s0;
+    *qs = s1;
+}
+
+float kv_head_dot(kv_type t, int hd, const float *q, const uint8_t *src)
+{
+    float acc = 0.0f;
+    switch (t) {
+    case KV_F32: {
+        const float *k = (const float *)(const void *)src;
+        for (int e = 0; e < hd; e++)
+            acc += q[e] * k[e];
+        return acc;
+    }
+    case KV_BF16:
+        for (int e = 0; e < hd; e++)
+            acc += q[e] * bf2f(src + 2 * e);
+        return acc;
+    case KV_F16:
+        for (int e = 0; e < hd; e++)
+            acc += q[e] * h2f(src + 2 * e);
+        return acc;
+    default: break;
+    }
+    int g = kv_type_group(t, hd);
+    size_t gb = group_bytes(t, g);
+    for (int o = 0; o < hd; o += g, src += gb) {
+        float a, b, qc = 0.0f, qs = 0.0f;
+        const uint8_t *c = group_affine(t, src, &a, &b);
+        const float *qq = q + o;
+        if (t == KV_Q8) {
+            for (int e = 0; e < g; e++) {
+                qc += qq[e] * (float)c[e];
+                qs += qq[e];
+            }
+        } else if (t != KV_R3) {
+            dot_nib(qq, c, g, &qc, &qs);
+        } else {
+            for (int e = 0; e < g; e++) {
+                qc += qq[e] * (float)code_at(t, g, c, e);
+                qs += qq[e];
+            }
+        }
+        acc += a * qc + b * qs;
+    }
+    return acc;
+}
+
+void kv_head_axpy(kv_type t, int hd, float w, const uint8_t *src, float *out)
+{
+    switch (t) {
+    case KV_F32: {
+        const float *v = (const float *)(const void *)src;
+        for (int e = 0; e < hd; e++)
+            out[e] += w * v[e];
+        return;
+    }
+    case KV_BF16:
+        for (int e = 0; e < hd; e++)
+            out[e] += w * bf2f(src + 2 * e);
+        return;
+    case KV_F16:
+        for (int e = 0; e < hd; e++)
+            out[e] += w * h2f(src + 2 * e);
+        return;
+    default: break;
+    }
+    int g = kv_type_group(t, hd);
+    size_t gb = group_bytes(t, g);
+    for (int o = 0; o < hd; o += g, src += gb) {
+        float a, b;
+        const uint8_t *c = group_affine(t, src, &a, &b);
+        float wa = w * a, wb = w * b;
+        float *y = out + o;
+        if (t == KV_Q8) {
+            for (int e = 0; e < g; e++)
+                y[e] += wa * (float)c[e] + wb;
+        } else if (t != KV_R3) {
+            int h = g / 2;
+            for (int j = 0; j < h; j++) {
+                y[j] += wa * (float)(c[j] & 15) + wb;
+                y[j + h] += wa * (float)(c[j] >> 4) + wb;
+            }
+        } else {
+            for (int e = 0; e < g; e++)
+                y[e] += wa * (float)code_at(t, g, c, e) + wb;
+        }
+    }
+}
