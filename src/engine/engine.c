@@ -72,9 +72,11 @@ static char *hold_take(engine_req *r, size_t n, size_t *len)
         *len = 0;
         return NULL;
     }
-    memcpy(t, r->hold, n);
+    if (n) /* hold is NULL until the first text */
+        memcpy(t, r->hold, n);
     t[n] = '\0';
-    memmove(r->hold, r->hold + n, r->hold_len - n);
+    if (r->hold_len > n)
+        memmove(r->hold, r->hold + n, r->hold_len - n);
     r->hold_len -= n;
     *len = n;
     return t;
