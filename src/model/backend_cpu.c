@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/kv_int.h"
 #include "model/model_int.h"
 #include "tensor/kernels.h"
 #include "base/pool.h"
@@ -241,6 +242,8 @@ static void att_run_typed(att_job *j, long begin, long end, int worker)
     const kv_pool *kv = a->kv;
     const kv_layer *L = &kv->layers[a->layer];
     int hd = a->head_dim, group = a->n_head / a->n_kv_head, qd = a->n_head * hd, rot = kv_type_is_rotated(L->type);
+    const kv_reader *rd = kv_reader_best();
+    size_t hb = kv_head_bytes(L->type, hd), hb_sink = kv_head_bytes(L->sink_type, hd);
     float *sc = j->be->scores + (size_t)worker * j->be->cap_ctx;
     float qr[KV_HEAD_DIM_MAX];
     for (long it = begin; it < end; it++) {
@@ -258,7 +261,7 @@ static void att_run_typed(att_job *j, long begin, long end, int worker)
         for (int t = start; t <= p; t++) {
             kv_type tt;
             const uint8_t *r = kv_row_at(kv, seq, a->layer, t, 0, &tt);
-            float v = kv_head_dot(tt, hd, q, r + (size_t)kvh * kv_head_bytes(tt, hd)) * a->scale;
+            float v = rd->dot(tt, hd, q, r + (size_t)kvh * (tt == L->type ? hb : hb_sink)) * a->scale;
             if (a->softcap > 0)
                 v = a->softcap * tanhf(v / a->softcap);
             sc[t] = v;
@@ -276,7 +279,7 @@ static void att_run_typed(att_job *j, long begin, long end, int worker)
         for (int t = start; t <= p; t++) {
             kv_type tt;
             const uint8_t *r = kv_row_at(kv, seq, a->layer, t, 1, &tt);
-            kv_head_axpy(tt, hd, sc[t] * inv, r + (size_t)kvh * kv_head_bytes(tt, hd), out);
+            rd->axpy(tt, hd, sc[t] * inv, r + (size_t)kvh * (tt == L->type ? hb : hb_sink), out);
         }
         if (rot)
             kv_unrotate(out, hd);

@@ -14,9 +14,12 @@
  * r4 and r3 store the rotated head (kv_rotate): a randomized Hadamard
  * transform spreads outliers over the head, so a symmetric grid fits. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "model/kv.h"
+#include "model/kv_int.h"
 #include "tensor/dtype.h"
 
 static inline float h2f(const uint8_t *p)
@@ -39,8 +42,7 @@ static inline float bf2f(const uint8_t *p)
     return tern_bf16_to_f32(h);
 }
 
-/* Bytes of one group of g elements. */
-static size_t group_bytes(kv_type t, int g)
+size_t kv_group_bytes(kv_type t, int g)
 {
     switch (t) {
     case KV_Q8: return 4 + (size_t)g;
@@ -79,7 +81,7 @@ size_t kv_head_bytes(kv_type t, int hd)
     case KV_F16: return (size_t)hd * 2;
     default: {
         int g = kv_type_group(t, hd);
-        return g ? (size_t)(hd / g) * group_bytes(t, g) : 0;
+        return g ? (size_t)(hd / g) * kv_group_bytes(t, g) : 0;
     }
     }
 }
@@ -182,7 +184,7 @@ static void enc_sym(const float *x, int g, int bits, uint8_t *dst)
     float s = h2f(dst);
     float inv = s > 0 ? 1.0f / s : 0.0f;
     uint8_t *c = dst + 2;
-    memset(c, 0, group_bytes(bits == 4 ? KV_R4 : KV_R3, g) - 2);
+    memset(c, 0, kv_group_bytes(bits == 4 ? KV_R4 : KV_R3, g) - 2);
     for (int e = 0; e < g; e++) {
         float f = rintf(x[e] * inv + half);
         int q = f < 0 ? 0 : f > (float)top ? top : (int)f;
@@ -216,7 +218,7 @@ void kv_head_encode(kv_type t, int hd, const float *x, uint8_t *dst)
     default: break;
     }
     int g = kv_type_group(t, hd);
-    size_t gb = group_bytes(t, g);
+    size_t gb = kv_group_bytes(t, g);
     for (int o = 0; o < hd; o += g, dst += gb) {
         if (t == KV_Q8)
             enc_affine(x + o, g, 255, dst, 0);
@@ -269,7 +271,7 @@ void kv_head_decode(kv_type t, int hd, const uint8_t *src, float *x)
     default: break;
     }
     int g = kv_type_group(t, hd);
-    size_t gb = group_bytes(t, g);
+    size_t gb = kv_group_bytes(t, g);
     for (int o = 0; o < hd; o += g, src += gb) {
         float a, b;
         const uint8_t *c = group_affine(t, src, &a, &b);
@@ -314,7 +316,7 @@ float kv_head_dot(kv_type t, int hd, const float *q, const uint8_t *src)
     default: break;
     }
     int g = kv_type_group(t, hd);
-    size_t gb = group_bytes(t, g);
+    size_t gb = kv_group_bytes(t, g);
     for (int o = 0; o < hd; o += g, src += gb) {
         float a, b, qc = 0.0f, qs = 0.0f;
         const uint8_t *c = group_affine(t, src, &a, &b);
@@ -357,7 +359,7 @@ void kv_head_axpy(kv_type t, int hd, float w, const uint8_t *src, float *out)
     default: break;
     }
     int g = kv_type_group(t, hd);
-    size_t gb = group_bytes(t, g);
+    size_t gb = kv_group_bytes(t, g);
     for (int o = 0; o < hd; o += g, src += gb) {
         float a, b;
         const uint8_t *c = group_affine(t, src, &a, &b);
@@ -377,4 +379,24 @@ void kv_head_axpy(kv_type t, int hd, float w, const uint8_t *src, float *out)
                 y[e] += wa * (float)code_at(t, g, c, e) + wb;
         }
     }
+}
+
+const kv_reader kv_reader_scalar = {"scalar", kv_head_dot, kv_head_axpy};
+
+static const kv_reader *g_reader = &kv_reader_scalar;
+static pthread_once_t g_reader_once = PTHREAD_ONCE_INIT;
+
+static void reader_choose(void)
+{
+#ifdef __x86_64__
+    const tern_cpu_features *f = tern_cpu();
+    if (f->avx2 && f->fma && f->f16c)
+        g_reader = &kv_reader_avx2;
+#endif
+}
+
+const kv_reader *kv_reader_best(void)
+{
+    pthread_once(&g_reader_once, reader_choose);
+    return g_reader;
 }

@@ -136,7 +136,9 @@ static void reference(const char *prompt, const model_lora *a, int32_t *out)
     assert_int_equal(tokenizer_encode(g_tok, prompt, strlen(prompt), 1, &ids, &n, &err), 0);
     const model_config *c = model_config_get(g_model);
     kv_pool kv;
-    assert_int_equal(kv_pool_init(&kv, c->n_layer, model_kv_dim(g_model), 16, 16, &err), 0);
+    kv_spec ks; /* the KV type the engine uses by default */
+    kv_spec_init(&ks, model_kv_type_default(g_model));
+    assert_int_equal(model_kv_pool_init(g_model, &kv, &ks, 16, 16, 0, 1, &err), 0);
     kv_seq seq = {0};
     float *lg = malloc((size_t)c->n_vocab * sizeof(float));
     int32_t pos[256], row = 0;

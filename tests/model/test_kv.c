@@ -16,6 +16,7 @@
 
 #include "base/rng.h"
 #include "model/backend.h"
+#include "model/kv_int.h"
 #include "test_util.h"
 
 static uint64_t g_seed = 0x1234567u;
@@ -152,6 +153,16 @@ static void test_fused_reads(void **state)
                 ref[e] += 0.37f * dec[e];
             for (int e = 0; e < hd; e++)
                 assert_true(fabsf(out[e] - ref[e]) <= 1e-5f * (1 + fabsf(ref[e])));
+            /* this CPU's fast reader against the scalar reference */
+            const kv_reader *rd = kv_reader_best();
+            float fast = rd->dot(t, hd, q, buf);
+            if (fabs(fast - got) > 1e-5 * mag + 1e-6)
+                fail_msg("%s hd %d: %s dot %g, scalar %g", kv_type_name(t), hd, rd->name, fast, got);
+            for (int e = 0; e < hd; e++)
+                ref[e] = q[e];
+            rd->axpy(t, hd, 0.37f, buf, ref);
+            for (int e = 0; e < hd; e++)
+                assert_true(fabsf(out[e] - ref[e]) <= 1e-5f * (1 + fabsf(out[e])));
         }
 }
 

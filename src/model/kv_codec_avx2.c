@@ -1,0 +1,137 @@
+/* AVX2 + FMA + F16C versions of the fused KV reads (kv_head_dot,
+ * kv_head_axpy in kv_codec.c, the reference they are tested against):
+ * bf16, f16, q8, q4 and r4 eight elements at a time; the dequantization is
+ * one FMA per eight codes (x = a * c + b). Anything else (r3, f32, a head
+ * or group not a multiple of 8) goes to the scalar code. Compiled with
+ * -mavx2 -mfma -mf16c (CMake, by the file name); called only when the CPU
+ * has them (kv_reader_best). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "model/kv.h"
+#include "model/kv_int.h"
+
+static inline float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256 load_bf16(const uint8_t *p)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline __m256 load_f16(const uint8_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+static inline __m256 load_u8(const uint8_t *p)
+{
+    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+}
+
+/* 8 bytes of nibble pairs: the low nibbles (elements j..j+7) and the high
+ * ones (j + g/2 ..). */
+static inline void load_nib(const uint8_t *p, __m256 *lo, __m256 *hi)
+{
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    *lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+    *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+}
+
+static inline float f16at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+static int fast_ok(kv_type t, int hd)
+{
+    int g = kv_type_group(t, hd);
+    switch (t) {
+    case KV_BF16:
+    case KV_F16:
+    case KV_Q8: return hd % 8 == 0 && g % 8 == 0;
+    case KV_Q4:
+    case KV_R4: return g % 16 == 0;
+    default: return 0;
+    }
+}
+
+static float dot_avx2(kv_type t, int hd, const float *q, const uint8_t *src)
+{
+    if (!fast_ok(t, hd))
+        return kv_head_dot(t, hd, q, src);
+    __m256 acc = _mm256_setzero_ps();
+    if (t == KV_BF16 || t == KV_F16) {
+        for (int e = 0; e < hd; e += 8)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), t == KV_BF16 ? load_bf16(src + 2 * e) : load_f16(src + 2 * e),
+                                  acc);
+        return hsum(acc);
+    }
+    int g = kv_type_group(t, hd);
+    size_t gb = kv_group_bytes(t, g);
+    for (int o = 0; o < hd; o += g, src += gb) {
+        float a = f16at(src), b = t == KV_R4 ? -7.5f * a : f16at(src + 2);
+        const uint8_t *c = src + (t == KV_R4 ? 2 : 4);
+        __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+        const float *qq = q + o;
+        if (t == KV_Q8) {
+            for (int e = 0; e < g; e += 8)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qq + e), _mm256_fmadd_ps(load_u8(c + e), va, vb), acc);
+        } else {
+            int h = g / 2;
+            for (int j = 0; j < h; j += 8) {
+                __m256 lo, hi;
+                load_nib(c + j, &lo, &hi);
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qq + j), _mm256_fmadd_ps(lo, va, vb), acc);
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qq + j + h), _mm256_fmadd_ps(hi, va, vb), acc);
+            }
+        }
+    }
+    return hsum(acc);
+}
+
+static void axpy_avx2(kv_type t, int hd, float w, const uint8_t *src, float *out)
+{
+    if (!fast_ok(t, hd)) {
+        kv_head_axpy(t, hd, w, src, out);
+        return;
+    }
+    if (t == KV_BF16 || t == KV_F16) {
+        __m256 vw = _mm256_set1_ps(w);
+        for (int e = 0; e < hd; e += 8)
+            _mm256_storeu_ps(out + e, _mm256_fmadd_ps(vw, t == KV_BF16 ? load_bf16(src + 2 * e) : load_f16(src + 2 * e),
+                                                      _mm256_loadu_ps(out + e)));
+        return;
+    }
+    int g = kv_type_group(t, hd);
+    size_t gb = kv_group_bytes(t, g);
+    for (int o = 0; o < hd; o += g, src += gb) {
+        float a = f16at(src), b = t == KV_R4 ? -7.5f * a : f16at(src + 2);
+        const uint8_t *c = src + (t == KV_R4 ? 2 : 4);
+        __m256 va = _mm256_set1_ps(w * a), vb = _mm256_set1_ps(w * b);
+        float *y = out + o;
+        if (t == KV_Q8) {
+            for (int e = 0; e < g; e += 8)
+                _mm256_storeu_ps(y + e, _mm256_add_ps(_mm256_loadu_ps(y + e), _mm256_fmadd_ps(load_u8(c + e), va, vb)));
+        } else {
+            int h = g / 2;
+            for (int j = 0; j < h; j += 8) {
+                __m256 lo, hi;
+                load_nib(c + j, &lo, &hi);
+                _mm256_storeu_ps(y + j, _mm256_add_ps(_mm256_loadu_ps(y + j), _mm256_fmadd_ps(lo, va, vb)));
+                _mm256_storeu_ps(y + j + h, _mm256_add_ps(_mm256_loadu_ps(y + j + h), _mm256_fmadd_ps(hi, va, vb)));
+            }
+        }
+    }
+}
+
+const kv_reader kv_reader_avx2 = {"avx2", dot_avx2, axpy_avx2};
