@@ -85,7 +85,7 @@ tmp = tempfile.mkdtemp(prefix="tern-kvev-")
 ev_ep, replay_ep = "ipc://%s/ev" % tmp, "ipc://%s/replay" % tmp
 ctx = zmq.Context()
 srv, url = start(["--kv-events", ev_ep, "--kv-events-replay", replay_ep, "--kv-budget", "0.004", "--max-batch", "2",
-                  "-c", "256"])
+                  "-c", "256", "--kv-type", "f32"])  # a budget of f32 blocks
 try:
     sub = Sub(ctx, ev_ep)
     time.sleep(0.5)  # PUB/SUB: the subscription must reach the server first
