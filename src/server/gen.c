@@ -163,35 +163,35 @@ static uint64_t random_seed(void)
 
 /* The tool-call format the answer is parsed with: the template's, when the
  * request passes tools to it (not with tool_choice none); NULL = none. */
-static const toolfmt *gen_tool_format(const srv_model *s, const api_request *q)
+static const toolfmt *gen_tool_format(const srv_model *mm, const api_request *q)
 {
-    if (q->kind != API_CHAT || !q->tools || !s->tools.fmt || s->tools.fmt->kind == TOOLFMT_NONE)
+    if (q->kind != API_CHAT || !q->tools || !mm->tools.fmt || mm->tools.fmt->kind == TOOLFMT_NONE)
         return NULL;
-    return s->tools.fmt;
+    return mm->tools.fmt;
 }
 
 /* The reasoning budget of a row without a grammar (a grammar's constraint
  * caps the block itself, structured_attach): the same constraint, think
  * block only. Nothing when the row has no budget or cannot think. */
-static int budget_attach(srv_model *s, const api_request *q, const int32_t *prompt, size_t n, size_t boundary,
+static int budget_attach(srv_model *mm, const api_request *q, const int32_t *prompt, size_t n, size_t boundary,
                          engine_params *p, api_error *err)
 {
-    if (p->constraint || q->kind != API_CHAT || q->reasoning_budget < 0 || !s->has_think)
+    if (p->constraint || q->kind != API_CHAT || q->reasoning_budget < 0 || !mm->has_think)
         return 0;
-    reasoning_start st = reasoning_start_of(&s->think, prompt, n, boundary, api_thinking_off(q));
+    reasoning_start st = reasoning_start_of(&mm->think, prompt, n, boundary, api_thinking_off(q));
     if (st == REASONING_START_ANSWER)
         return 0;
-    const grammar_vocab *v = structured_vocab(s, err);
+    const grammar_vocab *v = structured_vocab(mm, err);
     if (!v)
         return -1;
     constraint_think th = {0};
     th.mode = st == REASONING_START_INSIDE ? CONSTRAINT_THINK_INSIDE : CONSTRAINT_THINK_MAY;
-    th.open_id = s->think.open_id;
-    th.close_id = s->think.close_id;
+    th.open_id = mm->think.open_id;
+    th.close_id = mm->think.close_id;
     th.max_tokens = q->reasoning_budget;
     th.capped = 1;
     tern_err te = {0};
-    if (constraint_think_new(v, &th, model_config_get(s->m)->n_vocab, &p->constraint, &p->constraint_ctx, &te))
+    if (constraint_think_new(v, &th, model_config_get(mm->m)->n_vocab, &p->constraint, &p->constraint_ctx, &te))
         return api_error_set(err, 500, "server_error", NULL, NULL, "reasoning budget: %s", te.msg);
     return 0;
 }

@@ -186,6 +186,7 @@ try {
   const ex = await srv.stop();
   servers.pop();
   check(ex.code === 0, 'pool server exits 0', ex);
+  check(!/Sanitizer|runtime error/.test(srv.log()), 'no sanitizer report in the pool server log', srv.log().slice(-1500));
 
   // ---- pinning: the pinned demo stays; a second demo can never fit beside it
   srv = await startServer(['--models', dir, '--max-memory', gb, '--pin', 'demo', ...COMMON], { model: null });
@@ -207,6 +208,7 @@ try {
   const ex2 = await srv.stop();
   servers.pop();
   check(ex2.code === 0, 'pinned server exits 0', ex2);
+  check(!/Sanitizer|runtime error/.test(srv.log()), 'no sanitizer report in the pinned server log', srv.log().slice(-1500));
 } catch (e) {
   check(false, 'exception', e.stack || String(e));
   for (const s of servers) console.error(s.log());
