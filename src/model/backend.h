@@ -51,6 +51,13 @@ typedef struct model_backend {
      * n_in), run as one parallel job: q/k/v and gate/up go together. */
     int (*matmul)(struct model_backend *be, int n, const model_weight *const *w, const float *X,
                   float *const *Y, int T, tern_err *err);
+    /* Optional (NULL: the forward calls matmul per matrix): Y[k][T[k]][w[k]->n_out]
+     * = X[k][T[k]][n_in] @ w[k]^T for k < n, every w[k] with its own inputs
+     * and token count (T[k] >= 1), as one parallel job - a mixture's chosen
+     * experts, each over its own tokens. Each (row, token) result has the
+     * bits matmul gives it. */
+    int (*matmul_grouped)(struct model_backend *be, int n, const model_weight *const *w, const float *const *X,
+                          float *const *Y, const int *T, tern_err *err);
     int (*attention)(struct model_backend *be, const model_attn *a, tern_err *err);
     int (*n_threads)(const struct model_backend *be);
     void (*free)(struct model_backend *be);

@@ -228,6 +228,138 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     return 0;
 }
 
+/* ---- grouped products (a mixture's experts) ---- */
+
+typedef struct mg_job {
+    cpu_backend *be;
+    int n;
+    const model_weight *const *w;
+    const float *const *X;
+    float *const *Y;
+    const int *T;
+    long *offs;           /* [n + 1] first global row of each matrix */
+    const int8_t **Q;     /* [n] quantized inputs (integer path), else NULL */
+    const float **qs;     /* [n] */
+    const float **xsum;   /* [n] group sums (f32-activation quantized path), else NULL */
+} mg_job;
+
+static void mg_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    mg_job *j = ctx;
+    /* the first matrix holding row b (offs ascending), then on while rows remain */
+    int lo_i = 0, hi_i = j->n;
+    while (lo_i + 1 < hi_i) {
+        int mid = (lo_i + hi_i) / 2;
+        if (j->offs[mid] <= b)
+            lo_i = mid;
+        else
+            hi_i = mid;
+    }
+    for (int i = lo_i; i < j->n && j->offs[i] < e; i++) {
+        long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
+        if (lo < hi)
+            mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i], j->Y[i], j->T[i], lo - j->offs[i],
+                     hi - j->offs[i]);
+    }
+}
+
+/* Quantizes the inputs of matrices [b, e) (those not sharing their
+ * predecessor's). */
+static void mgq_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    mg_job *j = ctx;
+    for (long i = b; i < e; i++) {
+        const model_weight *w = j->w[i];
+        if (!w->qbits || (i > 0 && j->Q[i] == j->Q[i - 1]))
+            continue;
+        j->be->k->quant_act(j->X[i], j->T[i], w->n_in, w->group, w->qbits, (int8_t *)j->Q[i], (float *)j->qs[i]);
+    }
+}
+
+static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *const *w, const float *const *X,
+                              float *const *Y, const int *T, tern_err *err)
+{
+    cpu_backend *be = (cpu_backend *)base;
+    if (n < 1)
+        return 0;
+    int rc = TERN_ENOMEM;
+    long *offs = malloc((size_t)(n + 1) * sizeof *offs);
+    const int8_t **Q = calloc((size_t)n, sizeof *Q);
+    const float **qs = calloc((size_t)n, sizeof *qs), **xsum = calloc((size_t)n, sizeof *xsum);
+    if (!offs || !Q || !qs || !xsum)
+        goto out;
+    /* the inputs' quantized copies (integer path) or group sums: one per
+     * distinct (X, T, group, bits), a matrix reusing its predecessor's */
+    size_t need_q = 0, need_s = 0, need_x = 0;
+    long max_t = 1;
+    offs[0] = 0;
+    for (int i = 0; i < n; i++) {
+        offs[i + 1] = offs[i] + w[i]->n_out;
+        max_t = T[i] > max_t ? T[i] : max_t;
+        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i]->qbits == w[i - 1]->qbits &&
+                   w[i]->group == w[i - 1]->group;
+        if (!w[i]->qbits || same)
+            continue;
+        if (!be->exact) {
+            need_q += (size_t)T[i] * w[i]->n_in;
+            need_s += (size_t)T[i] * 2 * tern_iq_ngp(w[i]->n_in / w[i]->group);
+        } else {
+            need_x += (size_t)T[i] * (w[i]->n_in / w[i]->group);
+        }
+    }
+    if (grow((void **)&be->qx, &be->cap_qx, need_q, 1) || grow((void **)&be->qs, &be->cap_qs, need_s, sizeof(float)) ||
+        grow((void **)&be->xsum, &be->cap_xsum, need_x, sizeof(float)))
+        goto out;
+    size_t oq = 0, os = 0, ox = 0;
+    for (int i = 0; i < n; i++) {
+        if (!w[i]->qbits)
+            continue;
+        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i - 1]->qbits == w[i]->qbits &&
+                   w[i]->group == w[i - 1]->group;
+        long ng = w[i]->n_in / w[i]->group;
+        if (!be->exact) {
+            if (same) {
+                Q[i] = Q[i - 1];
+                qs[i] = qs[i - 1];
+                continue;
+            }
+            Q[i] = be->qx + oq;
+            qs[i] = be->qs + os;
+            oq += (size_t)T[i] * w[i]->n_in;
+            os += (size_t)T[i] * 2 * tern_iq_ngp(ng);
+        } else {
+            if (same) {
+                xsum[i] = xsum[i - 1];
+                continue;
+            }
+            float *xs = be->xsum + ox;
+            for (long t = 0; t < T[i]; t++)
+                for (long q = 0; q < ng; q++) {
+                    const float *x = X[i] + t * w[i]->n_in + q * w[i]->group;
+                    float s = 0.0f;
+                    for (int e = 0; e < w[i]->group; e++)
+                        s += x[e];
+                    xs[t * ng + q] = s;
+                }
+            xsum[i] = xs;
+            ox += (size_t)T[i] * ng;
+        }
+    }
+    mg_job j = {be, n, w, X, Y, T, offs, Q, qs, xsum};
+    if (!be->exact && need_q)
+        tern_pool_for(be->pool, n, 1, mgq_run, &j);
+    tern_pool_for(be->pool, offs[n], 65536 / ((long)w[0]->n_in * max_t) + 1, mg_run, &j);
+    rc = 0;
+out:
+    free(offs);
+    free(Q);
+    free(qs);
+    free(xsum);
+    return rc ? tern_err_set(err, rc, "out of memory for a grouped product") : 0;
+}
+
 typedef struct att_job {
     cpu_backend *be;
     const model_attn *a;
@@ -375,6 +507,7 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     be->base.kv_types = (1u << KV_TYPE_COUNT) - 1; /* every type, read in place (kv_codec.c) */
     be->base.kv_default = KV_BF16;
     be->base.matmul = cpu_matmul;
+    be->base.matmul_grouped = cpu_matmul_grouped;
     be->base.attention = cpu_attention;
     be->base.n_threads = cpu_n_threads;
     be->base.free = cpu_free;

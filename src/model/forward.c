@@ -40,6 +40,10 @@ struct model_scratch {
     float *xg;               /* [cap_t * n_expert_used][dim] inputs grouped by expert */
     float *eg, *eu;          /* [cap_t * n_expert_used][n_ff_expert] */
     float *ed;               /* [cap_t * n_expert_used][dim] expert outputs */
+    const model_weight **gw; /* [2 * n_expert] a grouped product's matrices, */
+    const float **gx;        /* inputs, */
+    float **gy;              /* outputs */
+    int *gt;                 /* and token counts */
 };
 
 void model_scratch_free(model_scratch *s)
@@ -65,6 +69,10 @@ void model_scratch_free(model_scratch *s)
     free(s->eg);
     free(s->eu);
     free(s->ed);
+    free(s->gw);
+    free(s->gx);
+    free(s->gy);
+    free(s->gt);
     free(s);
 }
 
@@ -110,7 +118,12 @@ static int scratch_ensure(tern_model *m, int T, int n_out, tern_err *err)
         s->eg = malloc(rows * c->n_ff_expert * sizeof(float));
         s->eu = malloc(rows * c->n_ff_expert * sizeof(float));
         s->ed = malloc(rows * c->dim * sizeof(float));
-        moe_bad = !s->rl || !s->wt || !s->sel || !s->row || !s->cnt || !s->xg || !s->eg || !s->eu || !s->ed;
+        s->gw = malloc(2 * E * sizeof *s->gw);
+        s->gx = malloc(2 * E * sizeof *s->gx);
+        s->gy = malloc(2 * E * sizeof *s->gy);
+        s->gt = malloc(2 * E * sizeof *s->gt);
+        moe_bad = !s->rl || !s->wt || !s->sel || !s->row || !s->cnt || !s->xg || !s->eg || !s->eu || !s->ed ||
+                  !s->gw || !s->gx || !s->gy || !s->gt;
     }
     if (moe_bad || !s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->gate || !s->up ||
         !s->xo) {
@@ -233,6 +246,71 @@ static void moe_route(const model_config *c, float *p, int *sel, float *wt)
         }
 }
 
+/* The chosen experts of layer l over their grouped rows (s->cnt, s->xg),
+ * one expert at a time: s->ed gets each row's expert output. */
+static int moe_each(tern_model *m, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    model_scratch *s = m->scratch;
+    const model_weight *ex0 = m->layers[l].experts;
+    int dim = c->dim, ff = c->n_ff_expert, rc;
+    for (int e = 0; e < c->n_expert; e++) {
+        int r0 = e ? s->cnt[e - 1] : 0, n = s->cnt[e] - r0;
+        if (n == 0)
+            continue;
+        const model_weight *ex = ex0 + 3 * e;
+        const model_weight *w[2] = {&ex[0], &ex[1]};
+        float *y[2] = {s->eg + (size_t)r0 * ff, s->eu + (size_t)r0 * ff};
+        model_experts_touch(m, l, e);
+        if ((rc = m->be->matmul(m->be, 2, w, s->xg + (size_t)r0 * dim, y, n, err)))
+            return rc;
+        for (size_t i = 0; i < (size_t)n * ff; i++)
+            y[0][i] = silu(y[0][i]) * y[1][i];
+        if ((rc = matmul(m, &ex[2], y[0], s->ed + (size_t)r0 * dim, n, err)))
+            return rc;
+    }
+    return 0;
+}
+
+/* moe_each's result with two jobs for the whole layer (the backend's
+ * matmul_grouped): every chosen expert's gate and up products, then every
+ * down product - the same bits, two pool rounds instead of two per expert. */
+static int moe_grouped(tern_model *m, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    model_scratch *s = m->scratch;
+    const model_weight *ex0 = m->layers[l].experts;
+    int dim = c->dim, ff = c->n_ff_expert, n = 0, rc;
+    for (int e = 0; e < c->n_expert; e++) {
+        int r0 = e ? s->cnt[e - 1] : 0, t = s->cnt[e] - r0;
+        if (t == 0)
+            continue;
+        model_experts_touch(m, l, e);
+        for (int k = 0; k < 2; k++, n++) {
+            s->gw[n] = &ex0[3 * e + k];
+            s->gx[n] = s->xg + (size_t)r0 * dim;
+            s->gy[n] = (k ? s->eu : s->eg) + (size_t)r0 * ff;
+            s->gt[n] = t;
+        }
+    }
+    if ((rc = m->be->matmul_grouped(m->be, n, s->gw, s->gx, s->gy, s->gt, err)))
+        return rc;
+    size_t rows = (size_t)s->cnt[c->n_expert - 1];
+    for (size_t i = 0; i < rows * ff; i++)
+        s->eg[i] = silu(s->eg[i]) * s->eu[i];
+    int g = 0;
+    for (int e = 0; e < c->n_expert; e++) {
+        int r0 = e ? s->cnt[e - 1] : 0, t = s->cnt[e] - r0;
+        if (t == 0)
+            continue;
+        s->gw[g] = &ex0[3 * e + 2];
+        s->gx[g] = s->eg + (size_t)r0 * ff;
+        s->gy[g] = s->ed + (size_t)r0 * dim;
+        s->gt[g++] = t;
+    }
+    return m->be->matmul_grouped(m->be, g, s->gw, s->gx, s->gy, s->gt, err);
+}
+
 /* A sparse layer's MLP: s->xn[T][dim] in, s->tmp[T][dim] out. Tokens are
  * grouped by expert (in token order within an expert), so each chosen
  * expert's weights are read once for all its tokens; every (token, expert)
@@ -243,7 +321,7 @@ static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
     const model_config *c = &m->cfg;
     const model_layer *L = &m->layers[l];
     model_scratch *s = m->scratch;
-    int E = c->n_expert, K = c->n_expert_used, dim = c->dim, ff = c->n_ff_expert;
+    int E = c->n_expert, K = c->n_expert_used, dim = c->dim;
     int rc = matmul(m, &L->router, s->xn, s->rl, T, err);
     if (rc)
         return rc;
@@ -262,21 +340,8 @@ static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
             memcpy(s->xg + (size_t)r * dim, s->xn + (size_t)t * dim, (size_t)dim * sizeof(float));
         }
     /* now cnt[e] is one past expert e's last row: expert e holds [cnt[e-1], cnt[e]) */
-    for (int e = 0; e < E; e++) {
-        int r0 = e ? s->cnt[e - 1] : 0, n = s->cnt[e] - r0;
-        if (n == 0)
-            continue;
-        const model_weight *ex = L->experts + 3 * e;
-        const model_weight *w[2] = {&ex[0], &ex[1]};
-        float *y[2] = {s->eg + (size_t)r0 * ff, s->eu + (size_t)r0 * ff};
-        model_experts_touch(m, l, e);
-        if ((rc = m->be->matmul(m->be, 2, w, s->xg + (size_t)r0 * dim, y, n, err)))
-            return rc;
-        for (size_t i = 0; i < (size_t)n * ff; i++)
-            y[0][i] = silu(y[0][i]) * y[1][i];
-        if ((rc = matmul(m, &ex[2], y[0], s->ed + (size_t)r0 * dim, n, err)))
-            return rc;
-    }
+    if ((rc = m->be->matmul_grouped ? moe_grouped(m, l, err) : moe_each(m, l, err)))
+        return rc;
     for (int t = 0; t < T; t++) {
         float *o = s->tmp + (size_t)t * dim;
         memset(o, 0, (size_t)dim * sizeof(float));

@@ -70,7 +70,8 @@ static void config_set(const char *dir, const char *key, const char *val)
 static const int32_t IDS[12] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
 
 /* The batch contract on a mixture: one batch of 12 tokens == the same
- * tokens one by one == a batch mixing two sequences at other positions.
+ * tokens one by one == a batch mixing two sequences at other positions;
+ * and the backend's grouped expert products == one product per expert.
  */
 static void check_batch(const char *dir, int exact)
 {
@@ -98,6 +99,21 @@ static void check_batch(const char *dir, int exact)
     assert_int_equal(model_forward(m, &kv, &b, ref, &err), 0);
     kv_seq_free(&kv, &a);
     a = (kv_seq){0};
+    { /* the grouped products (one job per layer) == one product per expert */
+        model_backend *be = model_backend_get(m);
+        assert_non_null(be->matmul_grouped);
+        int (*grouped)(model_backend *, int, const model_weight *const *, const float *const *, float *const *,
+                       const int *, tern_err *) = be->matmul_grouped;
+        be->matmul_grouped = NULL;
+        float *each = malloc((size_t)n * V * sizeof(float));
+        assert_int_equal(kv_seq_reserve(&kv, &a, n, &err), 0);
+        assert_int_equal(model_forward(m, &kv, &b, each, &err), 0);
+        be->matmul_grouped = grouped;
+        assert_memory_equal(each, ref, (size_t)n * V * sizeof(float));
+        free(each);
+        kv_seq_free(&kv, &a);
+        a = (kv_seq){0};
+    }
     for (int i = 0; i < n; i++) { /* token by token */
         assert_int_equal(kv_seq_reserve(&kv, &a, i + 1, &err), 0);
         int32_t p = i, r = 0;
