@@ -137,19 +137,21 @@ static const cli_help helps[] = {
      "  --num-draft-tokens K       tokens drafted per step (default: 4)\n"
      "  -t, --threads N            CPU threads (default: the physical cores)\n"
      DEVICE_OPTS},
-    {"serve", "tern serve MODEL_DIR [OPTIONS]\n       tern serve (--models DIR | --model NAME=DIR ...) [OPTIONS]",
-     "Serves the model over an OpenAI-compatible HTTP API, with a chat page at /. With --models or\n"
-     "--model, serves a pool: a request's \"model\" picks one, loaded on demand (docs/model-pool.md).",
+    {"serve", "tern serve (MODEL_DIR | --models DIR | --model NAME=DIR ...) [OPTIONS]",
+     "Serves a model, or a pool of models, over an OpenAI-compatible HTTP API, with a chat page at /.",
      "  --host H                   bind address (default: 127.0.0.1; beyond loopback, use --api-key)\n"
      "  --port P                   TCP port, 0 = any free one (default: 8080)\n"
      "  --api-key KEY              /v1 needs 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: none)\n"
      "  --metrics-key KEY          /stats and /metrics need this key (default: none, open)\n"
      "  --model-name NAME          the model id clients name (default: the folder's name)\n"
-     "  --models DIR               serve every model folder in DIR, named by its folder\n"
-     "  --model NAME=DIR           serve DIR as NAME (repeatable; with or beside --models)\n"
+     "  --models DIR               serve every model folder in DIR, named by its folder; a request's\n"
+     "                             \"model\" picks one, loaded on demand (docs/model-pool.md)\n"
+     "                             (default: none, the one MODEL_DIR)\n"
+     "  --model NAME=DIR           serve DIR as NAME (repeatable; with or beside --models) (default: none)\n"
      "  --max-memory GB            the pool's weights + KV budget; the least recently used idle\n"
      "                             model is evicted to make room (default: no limit)\n"
      "  --pin NAME                 keep NAME loaded from the start, never evicted (repeatable)\n"
+     "                             (default: none)\n"
      "  --lora [BASE:]NAME=DIR     a PEFT LoRA adapter requests name as model NAME or BASE:NAME\n"
      "                             (repeatable; BASE: the first model; CPU only; default: none)\n"
      "  -c, --ctx-size N           context per sequence; above the model's maximum is an error\n"
