@@ -144,11 +144,13 @@ void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
 
     /* Keep the computed KV for later prompts, up to the cache boundary
      * (not an embedding's: no KV is kept after one). */
-    if (e->o.prefix_cache && why != ENGINE_FINISH_ERROR && !r->pool.mode && !r->lora) {
+    if (e->o.prefix_cache && why != ENGINE_FINISH_ERROR && !r->pool.mode) {
         int n = r->n_past;
         if (r->cache_boundary > 0 && r->cache_boundary < n)
             n = r->cache_boundary;
+        e->pc.salt = r->lora ? model_lora_id(r->lora) : 0; /* an adapter's KV is its own */
         pcache_insert(&e->pc, &r->seq, r->tokens, n);
+        e->pc.salt = 0;
     }
     kv_seq_free(&e->kv, &r->seq);
     e->kv_committed -= r->blocks_committed;
@@ -205,9 +207,11 @@ static int admit(tern_engine *e, engine_req *r)
     if (need > avail)
         return 0;
     tern_err err = {0};
-    if (e->o.prefix_cache && !r->pool.mode && !r->lora) {
+    if (e->o.prefix_cache && !r->pool.mode) {
         /* keep at least the last prompt token to compute its logits */
+        e->pc.salt = r->lora ? model_lora_id(r->lora) : 0;
         int m = pcache_match(&e->pc, &r->seq, r->tokens, r->n_prompt - 1);
+        e->pc.salt = 0;
         r->n_cached = r->n_past = m;
     }
     int have = r->seq.n_blocks;

@@ -53,7 +53,7 @@ static pcache_entry *lookup(pcache *c, uint64_t h, const int32_t *toks)
 int pcache_match(pcache *c, kv_seq *seq, const int32_t *tokens, int n_tokens)
 {
     int bs = c->pool->block_size, n_full = n_tokens / bs;
-    uint64_t h = 0;
+    uint64_t h = c->salt;
     int matched = 0;
     for (int b = 0; b < n_full; b++) {
         h = chain_hash(h, tokens + (size_t)b * bs, bs);
@@ -100,7 +100,7 @@ void pcache_insert(pcache *c, const kv_seq *seq, const int32_t *tokens, int n_to
     int bs = c->pool->block_size, n_full = n_tokens / bs;
     if (n_full > seq->n_blocks)
         n_full = seq->n_blocks;
-    uint64_t h = 0, run_parent = 0, run[64];
+    uint64_t h = c->salt, run_parent = 0, run[64];
     int run_start = -1, n_run = 0;
     for (int b = 0; b < n_full; b++) {
         const int32_t *tk = tokens + (size_t)b * bs;

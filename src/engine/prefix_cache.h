@@ -24,6 +24,11 @@ typedef struct pcache {
     pcache_entry *slots; /* open addressing, cap a power of two */
     int cap, n;
     uint64_t tick;
+    /* The root of the hash chains of the next pcache_match / pcache_insert:
+     * 0 for the base model, a LoRA adapter's id (model_lora_id) for its
+     * requests, so KV computed under one adapter is never matched by
+     * another's (or the base's) prompt. */
+    uint64_t salt;
     kv_events_src *events; /* borrowed, NULL = none: every block stored or evicted is published */
 } pcache;
 

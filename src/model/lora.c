@@ -6,6 +6,7 @@
  * (backend.h), so a row's result is the same alone or among any others. */
 #include <math.h>
 #include <stdatomic.h>
+#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,6 @@ struct model_lora {
     lora_mod *mods; /* [n_layer][LORA_N_MOD] */
 };
 
-static atomic_ullong g_next_id = 1;
 
 /* ---- adapter_config.json ---- */
 
@@ -369,6 +369,30 @@ static int load_mods(model_lora *a, tern_model *m, const lora_cfg *cfg, const st
     return 0;
 }
 
+/* The adapter's content hash (every module's rank, scale, A and B): its
+ * prefix-cache key, the same for the same adapter in every process and
+ * under every name (a disk tier keeps blocks across restarts). Never 0. */
+static uint64_t lora_fingerprint(const model_lora *a)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return 1;
+    XXH3_64bits_reset_withSeed(st, 0x4c6f5241);
+    for (size_t i = 0; i < (size_t)a->n_layer * LORA_N_MOD; i++) {
+        const lora_mod *md = &a->mods[i];
+        if (!md->a.data)
+            continue;
+        uint64_t head[3] = {i, (uint64_t)md->r, 0};
+        memcpy(&head[2], &md->scale, sizeof md->scale);
+        XXH3_64bits_update(st, head, sizeof head);
+        XXH3_64bits_update(st, md->a.data, (size_t)md->a.n_out * md->a.n_in * sizeof(float));
+        XXH3_64bits_update(st, md->b.data, (size_t)md->b.n_out * md->b.n_in * sizeof(float));
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h ? h : 1;
+}
+
 model_lora *model_lora_load(tern_model *m, const char *dir, tern_err *err)
 {
     char path[4096];
@@ -384,7 +408,6 @@ model_lora *model_lora_load(tern_model *m, const char *dir, tern_err *err)
         return NULL;
     }
     atomic_init(&a->refs, 1);
-    a->id = atomic_fetch_add(&g_next_id, 1);
     a->n_layer = m->cfg.n_layer;
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     if (!(o = tern_json_parse_file(path, err)))
@@ -406,6 +429,7 @@ model_lora *model_lora_load(tern_model *m, const char *dir, tern_err *err)
     }
     if (load_mods(a, m, &cfg, &st, used, err))
         goto fail;
+    a->id = lora_fingerprint(a);
     free(used);
     free(cfg.layers);
     st_close(&st);

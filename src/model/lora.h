@@ -48,7 +48,8 @@ void model_lora_release(model_lora *a);
 int model_lora_rank(const model_lora *a);
 /* Bytes of f32 A and B matrices the adapter holds. */
 size_t model_lora_bytes(const model_lora *a);
-/* A number no other adapter of this process has (prefix-cache keys). */
+/* The adapter's content hash, never 0: its prefix-cache key (the same
+ * adapter loaded twice, or in another process, has the same id). */
 uint64_t model_lora_id(const model_lora *a);
 /* Whether module mod of layer l is adapted. */
 int model_lora_has(const model_lora *a, int l, int mod);
