@@ -29,8 +29,12 @@ static inline float h2f(const uint8_t *p)
     return tern_f16_to_f32(h);
 }
 
+/* Saturating: a K or V beyond the f16 range (rare, massive activations)
+ * is stored as +-65504, never as an infinity that would turn the scores
+ * into NaN. */
 static inline void f2h(uint8_t *p, float f)
 {
+    f = f > 65504.0f ? 65504.0f : f < -65504.0f ? -65504.0f : f;
     uint16_t h = tern_f32_to_f16(f);
     memcpy(p, &h, 2);
 }

@@ -234,6 +234,12 @@ static void test_spec_parse(void **state)
     assert_int_equal(kv_type_check(KV_Q8, 48, &err), TERN_EUNSUPPORTED);
     assert_int_equal(kv_type_check(KV_R3, 12, &err), TERN_EUNSUPPORTED);
     assert_int_equal(kv_type_check(KV_BF16, 12, &err), 0);
+    /* f16 saturates instead of storing an infinity */
+    float big[8] = {1e6f, -1e6f, 1, 2, 3, 4, 5, 6}, back[8];
+    uint8_t hb[16];
+    kv_head_encode(KV_F16, 8, big, hb);
+    kv_head_decode(KV_F16, 8, hb, back);
+    assert_true(back[0] == 65504.0f && back[1] == -65504.0f && back[7] == 6.0f);
 }
 
 /* Sink blocks for the start of a sequence, copy-on-write across formats,
