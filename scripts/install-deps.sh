@@ -7,6 +7,7 @@ pkgs=(build-essential cmake pkg-config clang
       libcmocka-dev libxxhash-dev libzstd-dev
       libzmq3-dev python3-zmq python3-msgpack python3-xxhash  # KV events (ZeroMQ) and their subscriber test
       nodejs npm python3-jinja2 chromium
+      python3-prometheus-client  # the /metrics exposition parser the server tests check against
       gnuplot-nox fonts-dejavu-core  # tern bench's plots (PNG with readable text, SVG)
       libgtk-3-dev libwebkit2gtk-4.1-dev xvfb xauth)  # tern-desktop and its Xvfb test
 missing=()

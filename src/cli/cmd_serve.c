@@ -24,7 +24,8 @@
     "                  [--model-name NAME] [--ctx-size N] [--kv-budget GB] [--max-batch N] [--max-queue N] [--cors ORIGIN]\n" \
     "                  [--kv-type T] [--kv-type-layers SPEC] [--kv-quant-start N]\n" \
     "                  [--timeout S] [--max-connections N] [--max-client-connections N]\n" \
-    "                  [--header-deadline S] [--body-deadline S] [--compile-threads N] [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
+    "                  [--header-deadline S] [--body-deadline S] [--compile-threads N] [--log-format text|json]\n" \
+    "                  [--threads N] [--grammar-fallback prompt] [--verbose]\n" \
     "                  [--tool-call-format hermes|llama3_json|mistral|json|none]\n" \
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
     "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n" \
@@ -108,16 +109,27 @@ static int specs_scan(const char *root, server_model_spec *specs, int *n)
     return rc;
 }
 
+/* The load's progress bar: rewritten in place on a terminal, log lines of
+ * other threads go above it (base/log.h); a line per step otherwise. */
 static void progress(int step, int n_steps, const char *what, double t0)
 {
+    if (tern_log_get_format() == TERN_LOG_JSON) {
+        char f[96];
+        snprintf(f, sizeof f, "\"step\":%d,\"steps\":%d,\"elapsed_s\":%.2f", step, n_steps, tern_time_s() - t0);
+        tern_log_record(TERN_LOG_INFO, what, NULL, f);
+        return;
+    }
     const int width = 24;
     int fill = step * width / n_steps;
-    int tty = isatty(2);
-    fprintf(stderr, "%s[", tty ? "\r\033[K" : "");
+    char bar[160];
+    size_t o = 0;
+    bar[o++] = '[';
     for (int i = 0; i < width; i++)
-        fputc(i < fill ? '=' : (i == fill ? '>' : ' '), stderr);
-    fprintf(stderr, "] %d/%d %s (%.1fs)%s", step, n_steps, what, tern_time_s() - t0, tty ? "" : "\n");
-    fflush(stderr);
+        bar[o++] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    snprintf(bar + o, sizeof bar - o, "] %d/%d %s (%.1fs)", step, n_steps, what, tern_time_s() - t0);
+    tern_log_progress(bar);
+    if (step == n_steps)
+        tern_log_progress_end();
 }
 
 /* Blocks SIGINT/SIGTERM for every thread started after (the main thread
@@ -135,9 +147,10 @@ static void print_serving(const server_opts *so, int port, const char *what)
 {
     const char *h = so->host;
     int v6 = strchr(h, ':') != NULL;
-    fprintf(stderr, "tern: serving %s on http://%s%s%s:%d (chat page at /, API at /v1)%s\n", what, v6 ? "[" : "", h,
-            v6 ? "]" : "", port, so->api_key ? " [API key required]" : "");
-    fflush(stderr);
+    char line[1024];
+    snprintf(line, sizeof line, "tern: serving %s on http://%s%s%s:%d (chat page at /, API at /v1)%s", what,
+             v6 ? "[" : "", h, v6 ? "]" : "", port, so->api_key ? " [API key required]" : "");
+    tern_log_line(line);
 }
 
 /* --models DIR / --model NAME=DIR: the pool (src/server/models.c). */
@@ -174,8 +187,10 @@ static int serve_pool(server_opts *so, const engine_opts *eo, server_model_spec 
     sigset_t sigs;
     signals_block(&sigs);
     tern_err err = {0};
-    fprintf(stderr, "tern: %d models, %s memory limit%s\n", n_specs, so->max_memory ? "a" : "no",
-            n_pins ? "; loading the pinned ones" : "");
+    char head[160];
+    snprintf(head, sizeof head, "tern: %d models, %s memory limit%s", n_specs, so->max_memory ? "a" : "no",
+             n_pins ? "; loading the pinned ones" : "");
+    tern_log_line(head);
     tern_server *srv = server_start(so, NULL, NULL, NULL, &err);
     if (!srv) {
         fprintf(stderr, "tern serve: %s\n", err.msg);
@@ -191,7 +206,7 @@ static int serve_pool(server_opts *so, const engine_opts *eo, server_model_spec 
     print_serving(so, server_port(srv), names);
     int sig;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "tern: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+    tern_log_line(sig == SIGINT ? "tern: interrupted, shutting down" : "tern: terminated, shutting down");
     server_stop(srv);
     server_free(srv); /* the pool's engines, then the rest */
     return 0;
@@ -207,7 +222,7 @@ int cmd_serve(int argc, char **argv)
     long long x;
     double gb = 0;
     long long threads = 0;
-    int verbose = 0, kr;
+    int verbose = 0, kr, json_log = 0;
     const char *draft_dir = NULL, *device = NULL;
     static server_model_spec specs[SERVE_MAX_MODELS];
     const char *pins[SERVE_MAX_MODELS];
@@ -301,6 +316,10 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(v, 0, 65536, &x))
                 goto bad_value;
             so.max_client_connections = (int)x;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--log-format"))) {
+            if (strcmp(v, "text") && strcmp(v, "json"))
+                goto bad_value;
+            json_log = !strcmp(v, "json");
         } else if ((v = cli_flag_value(argc, argv, &i, "--compile-threads"))) {
             if (cli_parse_int(v, 1, 256, &x))
                 goto bad_value;
@@ -382,6 +401,8 @@ int cmd_serve(int argc, char **argv)
     so.loras = loras;
     so.n_loras = n_loras;
     tern_log_set_level(verbose ? TERN_LOG_DEBUG : TERN_LOG_INFO);
+    tern_log_set_timestamps(1); /* a server's log is read against the clock */
+    tern_log_set_format(json_log ? TERN_LOG_JSON : TERN_LOG_TEXT);
     if ((ko.replay_endpoint || eo.kv_events_topic) && !ko.endpoint) {
         fprintf(stderr, "tern serve: --kv-events-replay and --kv-events-topic go with --kv-events\n");
         return 2;
@@ -452,17 +473,14 @@ int cmd_serve(int argc, char **argv)
     if (!(srv = server_start(&so, m, tok, eng, &err)))
         goto out;
     progress(3, 3, "ready", t0);
-    if (isatty(2))
-        fputc('\n', stderr);
     print_serving(&so, server_port(srv), so.model_name);
     int sig;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "tern: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+    tern_log_line(sig == SIGINT ? "tern: interrupted, shutting down" : "tern: terminated, shutting down");
     rc = 0;
     goto out_quiet;
 out:
-    if (isatty(2))
-        fputc('\n', stderr);
+    tern_log_progress_end();
     fprintf(stderr, "tern serve: %s\n", err.msg);
 out_quiet:
     server_stop(srv);

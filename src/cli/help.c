@@ -170,6 +170,8 @@ static const cli_help helps[] = {
      "  --header-deadline S        a request's headers must arrive within S s, 0 = none (default: 15)\n"
      "  --body-deadline S          its body within S s after the headers, 0 = none (default: 120)\n"
      "  --compile-threads N        grammar compile workers (default: 2)\n"
+     "  --log-format text|json     log lines as text or one JSON object each; an access line per\n"
+     "                             request either way (default: text)\n"
      "  -t, --threads N            CPU threads (default: the physical cores)\n"
      "  --grammar-fallback prompt|none  a grammar that cannot compile goes into the prompt with a\n"
      "                             Warning header instead of a 400 (default: none)\n"

@@ -135,6 +135,7 @@ void engine_row_finish(tern_engine *e, engine_req *r, engine_finish why, const c
     ev.usage.n_cached = r->n_cached;
     ev.usage.n_generated = r->n_generated;
     ev.usage.ttft_s = r->started ? r->t_first - r->t_submit : 0;
+    ev.usage.queue_s = r->t_admit > 0 ? r->t_admit - r->t_submit : -1;
     ev.usage.decode_s = r->started ? r->t_last - r->t_first : 0;
     ev.usage.n_drafted = r->n_drafted;
     ev.usage.n_accepted = r->n_accepted;
@@ -214,6 +215,7 @@ static int admit(tern_engine *e, engine_req *r)
         e->pc.salt = 0;
         r->n_cached = r->n_past = m;
     }
+    r->t_admit = tern_time_s();
     int have = r->seq.n_blocks;
     r->blocks_committed = need - have > 0 ? need - have : 0;
     e->kv_committed += r->blocks_committed;

@@ -129,6 +129,7 @@ typedef struct engine_usage {
     int n_generated;    /* tokens sampled */
     double ttft_s;      /* submit to first token */
     double decode_s;    /* first to last token */
+    double queue_s;     /* submit to admission into the batch; -1 = never admitted */
     /* speculation telemetry (zero when the row did not speculate) */
     int n_drafted, n_accepted, n_target_forwards;
     int accepted_by_pos[ENGINE_MAX_DRAFT]; /* drafts accepted at burst position i */

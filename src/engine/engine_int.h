@@ -87,6 +87,7 @@ struct engine_req {
     void (*notify)(void *user);
     void *user;
     double t_submit;
+    double t_admit;         /* when it left the queue for a batch row (0 = still queued) */
 
     /* engine thread only */
     int32_t *tokens;        /* [cap_tokens] prompt then generated */

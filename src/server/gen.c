@@ -35,6 +35,7 @@ typedef struct gen_choice {
     json_object *calls; /* non-streaming: the tool_calls array (NULL = none) */
     int n_calls;        /* calls released so far (their stream indexes) */
     int n_thought;      /* tokens sampled inside the thought (Responses usage) */
+    double t_last_tok;  /* its last token reached this thread (tern_time_s; 0 = none yet) */
     json_object *lp;    /* logprobs: chat content array, or completions object */
     size_t text_off;    /* completions: bytes of text so far (text_offset) */
     int started;        /* streaming: the role chunk / echo went out */
@@ -55,6 +56,8 @@ struct gen_job {
     int client_gone;
     resp_state *resp; /* owned: a Responses API reply (NULL = chat / completions) */
     srv_adapter *adapter; /* the LoRA adapter the request names (counters), NULL = base */
+    double t_first;   /* the first token of any choice reached this thread (0 = none yet) */
+    int n_tokens;     /* tokens received, over the choices (the access line's completion tokens) */
     /* streaming */
     api_buf out;
     size_t out_pos;
@@ -531,9 +534,35 @@ static json_object *usage_json(const gen_job *j)
     return u;
 }
 
+/* The latency histograms of a token (inter-token) or a finish (queue time). */
+static void observe(gen_job *j, gen_choice *c, const engine_event *ev)
+{
+    if (ev->kind == ENGINE_EV_TOKEN) {
+        double now = tern_time_s();
+        if (!j->t_first)
+            j->t_first = now;
+        if (c->t_last_tok)
+            metrics_observe(j->mm, HIST_ITL, now - c->t_last_tok);
+        c->t_last_tok = now;
+        j->n_tokens++;
+    } else if (ev->kind == ENGINE_EV_FINISH && ev->usage.queue_s >= 0) {
+        metrics_observe(j->mm, HIST_QUEUE, ev->usage.queue_s);
+    }
+}
+
+void gen_access(const gen_job *j, srv_access *a)
+{
+    a->mm = j->mm;
+    snprintf(a->completion_id, sizeof a->completion_id, "%s", j->id);
+    a->prompt_tokens = j->n_prompt;
+    a->completion_tokens = j->n_tokens;
+    a->t_first = j->t_first;
+}
+
 static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
 {
     gen_choice *c = &j->ch[idx];
+    observe(j, c, ev);
     const sample_result *lp = ev->kind == ENGINE_EV_TOKEN && ev->has_logprob && j->req.logprobs ? &ev->lp : NULL;
     if (j->req.kind == API_CHAT) {
         /* thought and answer apart; what the splitter holds back comes later */
@@ -828,5 +857,9 @@ enum MHD_Result gen_stream(srv_conn *c, gen_job *j)
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    return http_reply_response(c, 200, r);
+    c->stream_job = j; /* the access line reads it in on_completed, before the response (and j) is freed */
+    enum MHD_Result rc = http_reply_response(c, 200, r);
+    if (rc != MHD_YES)
+        c->stream_job = NULL; /* freed with the response */
+    return rc;
 }

@@ -51,10 +51,13 @@ enum MHD_Result http_reply_response(srv_conn *c, unsigned status, struct MHD_Res
     http_add_common_headers(c->s, r);
     if (c->warning[0])
         MHD_add_response_header(r, "Warning", c->warning);
+    if (c->id[0])
+        MHD_add_response_header(r, "X-Request-Id", c->id);
     enum MHD_Result ret = MHD_queue_response(c->mc, status, r);
     MHD_destroy_response(r);
     if (ret == MHD_YES) {
         c->replied = 1;
+        c->status = status;
         metrics_count_response(c->s, c->route, status);
     }
     return ret;
@@ -236,6 +239,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->mc = mc;
         c->route = routes_classify(url);
         *ctx = c;
+        access_begin(c, method);
         srv_guard_headers_done(s, mc);
         /* reject a badly framed or non-JSON body, or an announced oversized
          * one, before reading it */
@@ -302,11 +306,11 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
 {
     tern_server *s = cls;
     srv_conn *c = *ctx;
-    (void)toe;
     if (!c)
         return;
     if (!c->replied)
         metrics_count_response(s, c->route, 0);
+    access_end(c, toe);
     /* the next request on this keep-alive connection gets the idle timeout and read deadlines back */
     MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.header_timeout_s);
     srv_guard_reply_done(s, mc);

@@ -15,6 +15,73 @@ void metrics_count_response(tern_server *s, srv_route route, unsigned status)
     atomic_fetch_add(&s->met.http[route][cls], 1);
 }
 
+static void pf(api_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Bucket upper bounds in seconds, per srv_hist_kind (SRV_HIST_BUCKETS
+ * each, then +Inf): from a fast local model's token (a millisecond) to a
+ * long generation behind a full queue (minutes). */
+static const double hist_le[HIST_N][SRV_HIST_BUCKETS] = {
+    [HIST_TTFT] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
+    [HIST_ITL] = {0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5},
+    [HIST_DURATION] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+    [HIST_QUEUE] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+};
+static const char *const hist_name[HIST_N] = {
+    [HIST_TTFT] = "time_to_first_token_seconds",
+    [HIST_ITL] = "inter_token_latency_seconds",
+    [HIST_DURATION] = "request_duration_seconds",
+    [HIST_QUEUE] = "queue_time_seconds",
+};
+static const char *const hist_help[HIST_N] = {
+    [HIST_TTFT] = "Request arrival to its first generated token.",
+    [HIST_ITL] = "Time between two generated tokens of a choice.",
+    [HIST_DURATION] = "Generation request arrival to the end of its response.",
+    [HIST_QUEUE] = "Time an engine request waited for a batch row.",
+};
+
+void metrics_observe(srv_model *mm, srv_hist_kind k, double seconds)
+{
+    if (!mm || seconds < 0)
+        return;
+    srv_hist *h = &mm->met.hist[k];
+    int b = 0;
+    while (b < SRV_HIST_BUCKETS && seconds > hist_le[k][b])
+        b++;
+    atomic_fetch_add(&h->n[b], 1);
+    atomic_fetch_add(&h->count, 1);
+    atomic_fetch_add(&h->sum_ns, (long long)(seconds * 1e9));
+}
+
+/* The histograms in Prometheus' form: cumulative buckets per model. */
+static void hist_prometheus(tern_server *s, api_buf *b)
+{
+    for (int k = 0; k < HIST_N; k++) {
+        pf(b, "# HELP tern_%s %s\n# TYPE tern_%s histogram\n", hist_name[k], hist_help[k], hist_name[k]);
+        for (int m = 0; m < s->n_models; m++) {
+            srv_model *mm = s->models[m];
+            const srv_hist *h = &mm->met.hist[k];
+            char name[192]; /* the label value: \\, \" and newline escaped */
+            size_t o = 0;
+            for (const char *p = mm->name; *p && o + 3 < sizeof name; p++) {
+                if (*p == '\\' || *p == '"' || *p == '\n')
+                    name[o++] = '\\';
+                name[o++] = *p == '\n' ? 'n' : *p;
+            }
+            name[o] = 0;
+            long long cum = 0;
+            for (int i = 0; i <= SRV_HIST_BUCKETS; i++) {
+                cum += atomic_load(&h->n[i]);
+                if (i < SRV_HIST_BUCKETS)
+                    pf(b, "tern_%s_bucket{model=\"%s\",le=\"%g\"} %lld\n", hist_name[k], name, hist_le[k][i], cum);
+                else
+                    pf(b, "tern_%s_bucket{model=\"%s\",le=\"+Inf\"} %lld\n", hist_name[k], name, cum);
+            }
+            pf(b, "tern_%s_sum{model=\"%s\"} %.9g\ntern_%s_count{model=\"%s\"} %lld\n", hist_name[k], name,
+               (double)atomic_load(&h->sum_ns) * 1e-9, hist_name[k], name, (long long)atomic_load(&h->count));
+        }
+    }
+}
+
 char *metrics_stats_json(tern_server *s)
 {
     engine_stats st;
@@ -200,6 +267,7 @@ char *metrics_prometheus(tern_server *s, size_t *len)
     models_prometheus(s, &b);
     router_gauges(&b, &st);
     adapters_prometheus(s, &b);
+    hist_prometheus(s, &b);
     *len = b.len;
     return b.data;
 }

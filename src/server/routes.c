@@ -287,6 +287,7 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
         return gen_stream(c, j);
     char *json = NULL;
     rc = gen_collect(j, &json, &e);
+    gen_access(j, &c->acc);
     gen_free(j);
     if (rc)
         return e.status == 499 ? MHD_NO : http_reply_error(c, &e);

@@ -64,8 +64,23 @@ typedef enum srv_model_state {
     MODEL_FAILED,    /* its folder cannot be served: reason says why (a load retries) */
 } srv_model_state;
 
+/* Latency histograms of /metrics (metrics.c has their buckets), per model. */
+typedef enum srv_hist_kind {
+    HIST_TTFT,     /* request arrival to its first token reaching the connection thread */
+    HIST_ITL,      /* between two tokens of a choice, as the connection thread sees them */
+    HIST_DURATION, /* request arrival to its response's end (generation routes) */
+    HIST_QUEUE,    /* engine submit to admission into the batch, per choice */
+    HIST_N
+} srv_hist_kind;
+#define SRV_HIST_BUCKETS 14
+typedef struct srv_hist {
+    atomic_llong n[SRV_HIST_BUCKETS + 1]; /* per bucket (not cumulative); the last is +Inf */
+    atomic_llong count, sum_ns;
+} srv_hist;
+
 /* Per-model server counters (the model label of /stats and /metrics). */
 typedef struct srv_model_metrics {
+    srv_hist hist[HIST_N];
     atomic_llong gen_started, gen_finished, gen_failed;
     atomic_llong prompt_tokens, completion_tokens, cached_tokens;
     atomic_llong loads, load_failures, evictions, unloads, rejected_no_room;
@@ -134,6 +149,14 @@ struct tern_server {
     pthread_mutex_t adapters_mu;
 };
 
+/* What a generation adds to its request's access line and histograms. */
+typedef struct srv_access {
+    srv_model *mm;           /* the model that generated (NULL = none) */
+    char completion_id[48];  /* chatcmpl-... / cmpl-... ("" = none) */
+    int prompt_tokens, completion_tokens;
+    double t_first;          /* its first token reached the connection thread (tern_time_s; 0 = none) */
+} srv_access;
+
 /* One HTTP request (MHD's per-request context). */
 typedef struct srv_conn {
     tern_server *s;
@@ -143,7 +166,19 @@ typedef struct srv_conn {
     int body_too_big;
     int replied;             /* a response was queued */
     char warning[256];       /* a Warning header for the reply ("" = none; structured.c) */
+    /* the access log line (http.c) */
+    double t_start;          /* its headers arrived (tern_time_s) */
+    char id[72];             /* the client's X-Request-Id, or one made here; echoed as X-Request-Id */
+    char method[12];
+    unsigned status;         /* of the queued response (when replied) */
+    srv_access acc;          /* what a generation adds (gen_access) */
+    struct gen_job *stream_job; /* a streamed generation, alive until after on_completed (gen_stream) */
 } srv_conn;
+
+/* access.c: the access line of a request (begun with its headers, written
+ * when MHD reports it complete). */
+void access_begin(srv_conn *c, const char *method);
+void access_end(srv_conn *c, enum MHD_RequestTerminationCode toe);
 
 /* http.c: replies; each records metrics. Return MHD's result. */
 enum MHD_Result http_reply(srv_conn *c, unsigned status, const char *ctype, const void *data, size_t len,
@@ -225,6 +260,9 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
 int gen_collect(gen_job *j, char **json, api_error *err);
 /* Streaming: queues an SSE response for j (which it takes). */
 enum MHD_Result gen_stream(srv_conn *c, gen_job *j);
+/* Copies what j's request adds to the access line into a (before gen_free;
+ * for a stream, from on_completed: the response and j outlive it). */
+void gen_access(const gen_job *j, srv_access *a);
 /* Makes j a Responses API reply (responses.h), taking r; before any
  * gen_collect / gen_stream. A streamed one starts with its first events. */
 void gen_set_responses(gen_job *j, struct resp_state *r);
@@ -302,5 +340,7 @@ void models_prometheus(tern_server *s, api_buf *b);
 char *metrics_stats_json(tern_server *s);
 char *metrics_prometheus(tern_server *s, size_t *len);
 void metrics_count_response(tern_server *s, srv_route route, unsigned status);
+/* Adds one observation (seconds) to mm's histogram k (mm NULL: nothing). */
+void metrics_observe(srv_model *mm, srv_hist_kind k, double seconds);
 
 #endif

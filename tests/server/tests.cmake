@@ -34,6 +34,8 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/compat.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.compile_pool
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/compile_pool.mjs TIMEOUT 120 LABELS no-asan)
+  tern_add_script_test(NAME server.access_log
+    COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/server/access_log.py TIMEOUT 300)
   tern_add_script_test(NAME server.slowloris
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/slowloris.mjs TIMEOUT 120 LABELS no-asan)
 endif()
