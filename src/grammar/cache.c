@@ -284,8 +284,12 @@ grammar_cache_ref *grammar_cache_get(grammar_cache *c, const char *key, size_t k
         r->state = ENT_FAILED;
         c->st.failures++;
         /* cut short by this thread's control (cancelled, or its deadline came
-         * before the compile's own limit): not the grammar's fault, not cached */
-        if ((e.code == TERN_ECANCELED || (e.code == TERN_ETIMEOUT && gclock_ms() - t0 < (double)c->lim.max_ms)) &&
+         * before the compile had half its own limit, e.g. after a request's
+         * other compiles): not the grammar's fault, not cached. A compile
+         * that ran longer is taken as too large and cached like any failure,
+         * so a pathological schema costs its time once. */
+        if ((e.code == TERN_ECANCELED ||
+             (e.code == TERN_ETIMEOUT && gclock_ms() - t0 < (double)c->lim.max_ms / 2)) &&
             r->linked) {
             unlink_ent(c, r);
             unref_locked(r); /* the list's reference; waiters hold their own */

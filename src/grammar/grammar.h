@@ -52,8 +52,8 @@ void grammar_limits_init(grammar_limits *l);
  * is nonzero (TERN_ECANCELED) or the monotonic clock passes deadline_ms
  * (TERN_ETIMEOUT; a gclock value, see grammar_clock_ms; 0 = none), on top of
  * each phase's own limits. cancel is borrowed until the next call; NULL
- * and 0 turn the control off. A compile cut short this way is never cached
- * as a failure. */
+ * and 0 turn the control off. A compile cancelled, or cut by the deadline
+ * before it ran half its own limit, is not cached as a failure. */
 void grammar_thread_control_set(const int *cancel, double deadline_ms);
 /* 0 while the calling thread may go on, else TERN_ECANCELED or TERN_ETIMEOUT. */
 int grammar_thread_stopped(void);

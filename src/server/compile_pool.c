@@ -31,6 +31,7 @@ typedef struct srv_compile_job {
     int rc;
     api_error err;
     int cancel;                   /* read by the grammar code through grammar_thread_control_set */
+    double spent_ms;              /* the request's time before it was queued (parsing): taken off its limit */
     int running, done;            /* under the pool's mutex */
     srv_waker *wk;                /* poked when done (or cancelled by the server) */
     struct srv_compile_job *next; /* queue, or the running list */
@@ -75,7 +76,10 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&p->mu);
 
         double t0 = grammar_clock_ms();
-        grammar_thread_control_set(&j->cancel, p->time_limit_ms > 0 ? t0 + (double)p->time_limit_ms : 0);
+        /* the request's own time before the queue counts (at most half the
+         * limit), its wait in the queue does not */
+        double lim = (double)p->time_limit_ms, spent = j->spent_ms < lim / 2 ? j->spent_ms : lim / 2;
+        grammar_thread_control_set(&j->cancel, lim > 0 ? t0 + lim - (spent > 0 ? spent : 0) : 0);
         int rc = j->fn(j->arg, &j->err);
         grammar_thread_control_set(NULL, 0);
         double ms = grammar_clock_ms() - t0;
@@ -188,12 +192,15 @@ static int dequeue_locked(srv_compile_pool *p, srv_compile_job *j)
     return 0;
 }
 
-int srv_compile_run(tern_server *s, int client_fd, int (*fn)(void *arg, api_error *e), void *arg, api_error *e)
+int srv_compile_run(tern_server *s, int client_fd, double t_start, int (*fn)(void *arg, api_error *e), void *arg,
+                    api_error *e)
 {
     srv_compile_pool *p = s->compile;
     if (!p)
         return fn(arg, e);
     srv_compile_job j = {.fn = fn, .arg = arg};
+    if (t_start > 0)
+        j.spent_ms = (tern_time_s() - t_start) * 1e3;
     if (!(j.wk = srv_waker_get(s)))
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     int rc = 0;

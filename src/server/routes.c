@@ -234,7 +234,7 @@ static enum MHD_Result serve_generate_body(srv_conn *c, api_kind kind, const cha
                 *p = '?';
         snprintf(c->warning, sizeof c->warning, "299 tern \"unknown fields ignored: %s\"", clean);
     }
-    if (structured_prepare_request(mm, &q, http_client_fd(c), c->warning, &e)) { /* on the compile pool */
+    if (structured_prepare_request(mm, &q, http_client_fd(c), c->t_start, c->warning, &e)) { /* on the compile pool */
         api_request_free(&q);
         models_release(mm);
         responses_state_free(resp);

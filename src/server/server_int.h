@@ -218,10 +218,13 @@ void srv_compile_pool_free(tern_server *s);
 void srv_compile_pool_counts(tern_server *s, int *n_queued, int *n_running);
 /* Runs fn(arg, e) on a worker and waits, polling client_fd (-1 = none): a
  * client that leaves cancels it (499, nothing to reply), so does the
- * server stopping (503); a full queue is 429. arg must stay valid until
- * this returns (it does not return while a worker uses it). Returns fn's
- * result, or -1 with e set. */
-int srv_compile_run(tern_server *s, int client_fd, int (*fn)(void *arg, api_error *e), void *arg, api_error *e);
+ * server stopping (503); a full queue is 429. t_start (tern_time_s; 0 =
+ * unknown) is when the request arrived: its time until now comes off the
+ * compile limit (at most half of it), so the request answers within about
+ * the limit. arg must stay valid until this returns (it does not return
+ * while a worker uses it). Returns fn's result, or -1 with e set. */
+int srv_compile_run(tern_server *s, int client_fd, double t_start, int (*fn)(void *arg, api_error *e), void *arg,
+                    api_error *e);
 
 /* waker.c-ish helpers in gen.c */
 srv_waker *srv_waker_get(tern_server *s);

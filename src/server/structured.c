@@ -437,12 +437,13 @@ static int prepare_both(void *arg, api_error *e)
     return structured_prepare(a->mm, a->q, a->warning, e) || toolcall_prepare(a->mm, a->q, e) ? -1 : 0;
 }
 
-int structured_prepare_request(srv_model *mm, api_request *q, int client_fd, char *warning, api_error *e)
+int structured_prepare_request(srv_model *mm, api_request *q, int client_fd, double t_start, char *warning,
+                               api_error *e)
 {
     prepare_args a = {mm, q, warning};
     if (!q->structured_spec.kind && !(q->kind == API_CHAT && q->tools))
         return prepare_both(&a, e); /* nothing to compile: no thread hop */
-    return srv_compile_run(mm->s, client_fd, prepare_both, &a, e);
+    return srv_compile_run(mm->s, client_fd, t_start, prepare_both, &a, e);
 }
 
 static int build_given(void *user, char **ebnf, tern_err *err)

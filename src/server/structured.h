@@ -35,8 +35,10 @@ int structured_prepare(struct srv_model *mm, api_request *q, char *warning, api_
  * run on the server's compile pool (compile_pool.c) while this thread
  * waits polling client_fd: a client that leaves cancels the compile (-1,
  * e->status 499: nothing to reply), and so does the server stopping (503).
- * A request with nothing to compile runs here. Returns 0, or -1 with e set. */
-int structured_prepare_request(struct srv_model *mm, api_request *q, int client_fd, char *warning, api_error *e);
+ * t_start: when the request arrived (srv_compile_run). A request with
+ * nothing to compile runs here. Returns 0, or -1 with e set. */
+int structured_prepare_request(struct srv_model *mm, api_request *q, int client_fd, double t_start, char *warning,
+                               api_error *e);
 
 /* Sets p->constraint / p->constraint_ctx for one engine row of q (nothing
  * when q is unconstrained). prompt[0..n) is the row's prompt and boundary
