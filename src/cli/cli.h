@@ -21,6 +21,9 @@ int cmd_bench(int argc, char **argv);
 const char *cli_flag_value(int argc, char **argv, int *i, const char *flag);
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 int cli_parse_double(const char *s, double lo, double hi, double *out);
+/* A byte size: a number with an optional K, M, G or T (powers of 1024,
+ * optionally followed by B or iB): "512M", "20G", "1.5GiB". */
+int cli_parse_size(const char *s, size_t *out);
 
 /* Loads a draft model for speculative decoding and checks that it shares
  * the target's tokenizer. NULL with err set. */

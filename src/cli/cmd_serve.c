@@ -30,7 +30,8 @@
     "                  [--prefill-chunk N] [--draft-model DIR] [--num-draft-tokens K] [--spec ngram]\n" \
     "                  [--grammar-jump] [--reasoning-budget N] [--device cpu|cuda|cuda:N|auto] [--exact-products]\n" \
     "                  [--kv-events ENDPOINT] [--kv-events-replay ENDPOINT] [--kv-events-topic T]\n" \
-    "                  [--kv-events-format array|map]\n"
+    "                  [--kv-events-format array|map]\n" \
+    "                  [--kv-disk DIR] [--kv-disk-budget SIZE] [--kv-disk-zstd LEVEL]\n"
 
 /* Most models one pool serves (a bound for the argument arrays). */
 #define SERVE_MAX_MODELS 256
@@ -295,6 +296,15 @@ int cmd_serve(int argc, char **argv)
         } else if ((kr = cli_kv_flag(argc, argv, &i, &eo.kv, &eo.kv_type_given))) {
             if (kr < 0)
                 return 2;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--kv-disk"))) {
+            eo.kv_disk_dir = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--kv-disk-budget"))) {
+            if (cli_parse_size(v, &eo.kv_disk_budget_bytes))
+                goto bad_value;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--kv-disk-zstd"))) {
+            if (cli_parse_int(v, 0, 19, &x))
+                goto bad_value;
+            eo.kv_disk_zstd = (int)x;
         } else if ((v = cli_flag_value(argc, argv, &i, "--max-batch")) ||
                    (v = cli_flag_value(argc, argv, &i, "--batch"))) {
             if (cli_parse_int(v, 1, 4096, &x))
@@ -465,6 +475,8 @@ int cmd_serve(int argc, char **argv)
                      eo.ctx_size, model_config_get(m)->max_pos);
         goto out;
     }
+    if (eo.kv_disk_dir && kvdisk_model_id(dir, &eo.kv_disk_model_id, &err))
+        goto out;
     progress(2, 3, "starting engine", t0);
     if (!(eng = engine_new(m, tok, &eo, &err)))
         goto out;

@@ -75,6 +75,27 @@ int cli_parse_double(const char *s, double lo, double hi, double *out)
     return 0;
 }
 
+int cli_parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1048576.0; end++; break;
+    case 'g': case 'G': mul = 1073741824.0; end++; break;
+    case 't': case 'T': mul = 1099511627776.0; end++; break;
+    default: break;
+    }
+    if (mul > 1 && (*end == 'B' || *end == 'b' || *end == 'i'))
+        end += *end == 'i' && (end[1] == 'B' || end[1] == 'b') ? 2 : 1;
+    if (errno || end == s || *end || !(v > 0) || v * mul > 1e18)
+        return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {

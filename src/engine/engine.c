@@ -210,10 +210,15 @@ static int admit(tern_engine *e, engine_req *r)
     tern_err err = {0};
     if (e->o.prefix_cache && !r->pool.mode) {
         /* keep at least the last prompt token to compute its logits */
+        int n_disk = 0;
         e->pc.salt = r->lora ? model_lora_id(r->lora) : 0;
-        int m = pcache_match(&e->pc, &r->seq, r->tokens, r->n_prompt - 1);
+        int m = pcache_match(&e->pc, &r->seq, r->tokens, r->n_prompt - 1, &n_disk);
         e->pc.salt = 0;
         r->n_cached = r->n_past = m;
+        pthread_mutex_lock(&e->mu);
+        e->st.kv_disk_hit_tokens += n_disk;
+        e->st.kv_mem_hit_tokens += m - n_disk;
+        pthread_mutex_unlock(&e->mu);
     }
     r->t_admit = tern_time_s();
     int have = r->seq.n_blocks;
@@ -542,6 +547,9 @@ static void publish_kv_gauges(tern_engine *e)
 {
     e->st.kv_blocks_used = e->kv.n_blocks - e->kv.n_free;
     e->st.kv_blocks_cached = e->pc.n;
+    e->st.kv_mem_cached_bytes = (size_t)e->pc.n * e->block_bytes;
+    e->st.kv_mem_lookup_s = e->pc.mem_lookup_s;
+    e->st.kv_mem_insert_s = e->pc.mem_insert_s;
 }
 
 static void *engine_main(void *arg)
@@ -651,11 +659,47 @@ static int kv_plan(tern_engine *e, size_t per_block, size_t per_sink, int cap_to
     return n_blocks;
 }
 
+/* Opens the prefix cache's disk tier for the pool (and the draft's view),
+ * under a fingerprint of the model, its config and the KV layout; a
+ * directory that cannot be used is one warning and no tier. */
+static void disk_open(tern_engine *e)
+{
+    kvdisk_opts o = {0};
+    o.dir = e->o.kv_disk_dir;
+    o.budget_bytes = e->o.kv_disk_budget_bytes ? e->o.kv_disk_budget_bytes : (size_t)10 << 30;
+    o.zstd_level = e->o.kv_disk_zstd;
+    o.pools[o.n_pools++] = &e->kv;
+    if (e->o.draft)
+        o.pools[o.n_pools++] = &e->dkv;
+    const model_config *c = model_config_get(e->m);
+    uint64_t id = e->o.kv_disk_model_id;
+    if (e->o.draft) { /* the draft's part of each block depends on it too */
+        const model_config *dc = model_config_get(e->o.draft);
+        id ^= kvdisk_fingerprint(0, dc, sizeof *dc, "draft", NULL, 0);
+    }
+    char kv_desc[1024]; /* the KV types per layer and the 16-bit start */
+    kv_spec_describe(&e->o.kv, c->n_layer, kv_desc, sizeof kv_desc);
+    o.fingerprint = kvdisk_fingerprint(id, c, sizeof *c, kv_desc, o.pools, o.n_pools);
+    tern_err err = {0};
+    e->disk = kvdisk_open(&o, &err);
+    if (!e->disk) {
+        TERN_WARN("%s; serving continues without the disk tier", err.msg);
+        return;
+    }
+    pcache_disk_set(&e->pc, e->disk);
+    kvdisk_stats st;
+    kvdisk_stats_get(e->disk, &st);
+    TERN_INFO("kv-disk: %lld blocks (%.1f MB of %.1f MB) in %s/%016llx%s", st.n_blocks, st.bytes_used / 1048576.0,
+              st.budget_bytes / 1048576.0, e->o.kv_disk_dir, (unsigned long long)o.fingerprint,
+              st.torn ? ", partial writes deleted" : "");
+}
+
 /* Frees the pools and scratch of e and e itself (the thread is gone). */
 static void engine_free_memory(tern_engine *e)
 {
+    pcache_free(&e->pc); /* flushes to the disk tier: before the draft's KV goes */
+    kvdisk_close(e->disk);
     spec_free(e);
-    pcache_free(&e->pc);
     kv_events_src_free(e->kv_ev); /* the last batch (AllBlocksCleared) goes out */
     kv_pool_free(&e->kv);
     free(e->waiting);
@@ -736,6 +780,9 @@ tern_engine *engine_new(tern_model *m, const tern_tokenizer *tok, const engine_o
         tern_err_set(err, TERN_ENOMEM, "out of memory");
         goto fail;
     }
+    e->block_bytes = per_block;
+    if (e->o.kv_disk_dir && e->o.prefix_cache)
+        disk_open(e);
     e->waiting = calloc((size_t)e->o.max_queue, sizeof *e->waiting);
     e->running = calloc((size_t)maxb, sizeof *e->running);
     e->b_tok = malloc((size_t)cap_tok * sizeof *e->b_tok);
@@ -953,4 +1000,38 @@ void engine_stats_get(tern_engine *e, engine_stats *st)
     pthread_mutex_lock(&e->mu);
     *st = e->st;
     pthread_mutex_unlock(&e->mu);
+    st->kv_disk_on = e->disk != NULL;
+    if (e->disk)
+        kvdisk_stats_get(e->disk, &st->kv_disk);
+}
+
+void engine_stats_tiers_add(engine_stats *a, const engine_stats *b, int gauges)
+{
+    a->kv_mem_hit_tokens += b->kv_mem_hit_tokens;
+    a->kv_disk_hit_tokens += b->kv_disk_hit_tokens;
+    a->kv_mem_lookup_s += b->kv_mem_lookup_s;
+    a->kv_mem_insert_s += b->kv_mem_insert_s;
+    kvdisk_stats *x = &a->kv_disk;
+    const kvdisk_stats *y = &b->kv_disk;
+    x->hits += y->hits;
+    x->hit_bytes += y->hit_bytes;
+    x->read_s += y->read_s;
+    x->writes += y->writes;
+    x->write_bytes += y->write_bytes;
+    x->write_s += y->write_s;
+    x->dropped += y->dropped;
+    x->corrupt += y->corrupt;
+    x->torn += y->torn;
+    x->evicted += y->evicted;
+    if (!gauges)
+        return;
+    a->kv_mem_cached_bytes += b->kv_mem_cached_bytes;
+    if (b->kv_disk_on) {
+        x->enabled = a->kv_disk_on ? x->enabled && y->enabled : y->enabled;
+        a->kv_disk_on = 1;
+        x->n_blocks += y->n_blocks;
+        x->bytes_used += y->bytes_used;
+        x->budget_bytes += y->budget_bytes;
+        x->block_file_bytes = y->block_file_bytes;
+    }
 }

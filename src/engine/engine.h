@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/kv_disk.h"
 #include "model/embed.h"
 #include "model/model.h"
 #include "sample/sample.h"
@@ -45,6 +46,17 @@ typedef struct engine_opts {
      * (model_kv_type_default); the draft model uses the same spec. */
     kv_spec kv;
     int kv_type_given;
+    /* The prefix cache's disk tier (kv_disk.h): a directory (NULL = none)
+     * that blocks evicted from memory are written to and read back from,
+     * across restarts, within kv_disk_budget_bytes (0 = 10 GiB); zstd level
+     * (0 = raw); kv_disk_model_id: kvdisk_model_id of the model folder,
+     * mixed into the files' fingerprint (0 = the config alone identifies
+     * the model). A directory that cannot be written is a warning and the
+     * engine runs without the tier. CPU (host KV storage) only. */
+    const char *kv_disk_dir;
+    size_t kv_disk_budget_bytes;
+    int kv_disk_zstd;
+    uint64_t kv_disk_model_id;
 } engine_opts;
 
 void engine_opts_default(engine_opts *o);
@@ -188,9 +200,21 @@ typedef struct engine_stats {
     long long spec_drafted, spec_accepted, spec_target_forwards, jump_tokens;
     int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
     size_t kv_bytes_total;
+    /* Prefix-cache tiers. Memory: prompt tokens whose KV was shared in
+     * place, the bytes the cache holds, seconds in lookups and insertions.
+     * Disk (kv_disk_on when configured and open): prompt tokens read back,
+     * and the tier's own counters. prefix_hit_tokens is their sum. */
+    long long kv_mem_hit_tokens, kv_disk_hit_tokens;
+    size_t kv_mem_cached_bytes;
+    double kv_mem_lookup_s, kv_mem_insert_s;
+    int kv_disk_on;
+    kvdisk_stats kv_disk;
     double last_ttft_s, last_decode_tps;
 } engine_stats;
 
 void engine_stats_get(tern_engine *e, engine_stats *st);
+/* Adds b's prefix-cache tier counters to a - and, with gauges, its tier
+ * gauges (bytes and blocks held, budget, disk on) - for sums over engines. */
+void engine_stats_tiers_add(engine_stats *a, const engine_stats *b, int gauges);
 
 #endif

@@ -19,6 +19,8 @@ struct tern_engine {
     kv_pool kv;
     pcache pc;
     kv_events_src *kv_ev;   /* the prefix cache's events (o.kv_events), NULL = none */
+    kvdisk *disk;            /* the prefix cache's disk tier; NULL = none */
+    size_t block_bytes;      /* bytes of one pool block (both models) */
     int kv_committed;        /* blocks promised to running rows, not yet taken */
 
     pthread_t th;

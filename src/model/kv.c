@@ -315,6 +315,13 @@ static int32_t block_take(kv_pool *p, int sink)
     return b;
 }
 
+int32_t kv_block_alloc(kv_pool *p, int sink)
+{
+    if (sink ? p->n_free_sink == 0 : p->n_free_reg == 0)
+        return -1;
+    return block_take(p, sink);
+}
+
 void kv_block_unref(kv_pool *p, int32_t b)
 {
     if (--p->ref[b] != 0)

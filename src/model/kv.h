@@ -174,6 +174,10 @@ int kv_block_save(const kv_pool *p, int32_t blk, void *dst);
 int kv_block_load(kv_pool *p, int32_t blk, const void *src, size_t len);
 /* Drops one reference to blk (freeing it at zero). */
 void kv_block_unref(kv_pool *p, int32_t blk);
+/* Takes a free block of exactly one kind (sink 1: a sink block, 0: a
+ * regular one) with one reference - for bytes kv_block_load will write
+ * (a block's format is a property of its id). -1 when none is free. */
+int32_t kv_block_alloc(kv_pool *p, int sink);
 
 /* Makes positions [0, n_tokens) writable for s: allocates missing blocks and
  * privately copies any shared block that a position >= s->n_tokens falls in

@@ -82,6 +82,43 @@ static void hist_prometheus(tern_server *s, api_buf *b)
     }
 }
 
+/* The prefix cache's tiers: memory always, disk when configured. */
+static json_object *kv_tiers_json(const engine_stats *st)
+{
+    json_object *t = json_object_new_object(), *mem = json_object_new_object();
+#define TI(o, k, v) json_object_object_add(o, k, json_object_new_int64((long long)(v)))
+#define TD(o, k, v) json_object_object_add(o, k, json_object_new_double(v))
+    TI(mem, "hit_tokens", st->kv_mem_hit_tokens);
+    TI(mem, "blocks", st->kv_blocks_cached);
+    TI(mem, "bytes", st->kv_mem_cached_bytes);
+    TD(mem, "read_s", st->kv_mem_lookup_s);
+    TD(mem, "write_s", st->kv_mem_insert_s);
+    json_object_object_add(t, "memory", mem);
+    if (st->kv_disk_on) {
+        const kvdisk_stats *d = &st->kv_disk;
+        json_object *dk = json_object_new_object();
+        json_object_object_add(dk, "enabled", json_object_new_boolean(d->enabled));
+        TI(dk, "hit_tokens", st->kv_disk_hit_tokens);
+        TI(dk, "hit_blocks", d->hits);
+        TI(dk, "blocks", d->n_blocks);
+        TI(dk, "bytes", d->bytes_used);
+        TI(dk, "budget_bytes", d->budget_bytes);
+        TI(dk, "read_bytes", d->hit_bytes);
+        TD(dk, "read_s", d->read_s);
+        TI(dk, "written_blocks", d->writes);
+        TI(dk, "written_bytes", d->write_bytes);
+        TD(dk, "write_s", d->write_s);
+        TI(dk, "dropped_blocks", d->dropped);
+        TI(dk, "evicted_blocks", d->evicted);
+        TI(dk, "corrupt_blocks", d->corrupt);
+        TI(dk, "torn_files", d->torn);
+        json_object_object_add(t, "disk", dk);
+    }
+#undef TI
+#undef TD
+    return t;
+}
+
 char *metrics_stats_json(tern_server *s)
 {
     engine_stats st;
@@ -112,6 +149,7 @@ char *metrics_stats_json(tern_server *s)
 #undef EI
     json_object_object_add(eng, "last_ttft_s", json_object_new_double(st.last_ttft_s));
     json_object_object_add(eng, "last_decode_tps", json_object_new_double(st.last_decode_tps));
+    json_object_object_add(eng, "kv_tiers", kv_tiers_json(&st));
 #define SI(k, v) json_object_object_add(srv, k, json_object_new_int64((long long)atomic_load(&s->met.v)))
     SI("generations_started", gen_started);
     SI("generations_finished", gen_finished);
@@ -190,6 +228,49 @@ static void router_gauges(api_buf *b, const engine_stats *st)
           "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc %.6f\n", usage);
 }
 
+static void tier_metric(api_buf *b, const char *name, const char *type, const char *help, double mem, int disk_on,
+                        double disk)
+{
+    pf(b, "# HELP tern_%s %s\n# TYPE tern_%s %s\ntern_%s{tier=\"memory\"} %.17g\n", name, help, name, type, name,
+       mem);
+    if (disk_on)
+        pf(b, "tern_%s{tier=\"disk\"} %.17g\n", name, disk);
+}
+
+/* The prefix cache's tiers (labels tier="memory", tier="disk"), then the
+ * disk tier's own counters. */
+static void kv_tiers_prometheus(api_buf *b, const engine_stats *st)
+{
+    const kvdisk_stats *d = &st->kv_disk;
+    int on = st->kv_disk_on;
+    tier_metric(b, "kv_tier_hit_tokens_total", "counter", "Prompt tokens whose KV came from this prefix-cache tier.",
+                (double)st->kv_mem_hit_tokens, on, (double)st->kv_disk_hit_tokens);
+    tier_metric(b, "kv_tier_bytes", "gauge", "Bytes of KV blocks this tier holds.", (double)st->kv_mem_cached_bytes,
+                on, (double)d->bytes_used);
+    tier_metric(b, "kv_tier_read_seconds_total", "counter",
+                "Seconds finding (memory) or reading and checking (disk) cached blocks.", st->kv_mem_lookup_s, on,
+                d->read_s);
+    tier_metric(b, "kv_tier_write_seconds_total", "counter",
+                "Seconds adding blocks to the tier (disk: the writer thread's file writes).", st->kv_mem_insert_s,
+                on, d->write_s);
+    if (!on)
+        return;
+    metric(b, "kv_disk_enabled", "gauge", "1 while the disk tier writes blocks, 0 after a write failure.",
+           d->enabled);
+    metric(b, "kv_disk_blocks", "gauge", "Block files in the disk tier.", (double)d->n_blocks);
+    metric(b, "kv_disk_budget_bytes", "gauge", "The disk tier's budget.", (double)d->budget_bytes);
+    metric(b, "kv_disk_read_blocks_total", "counter", "Blocks read back from disk.", (double)d->hits);
+    metric(b, "kv_disk_read_bytes_total", "counter", "Bytes read back from disk.", (double)d->hit_bytes);
+    metric(b, "kv_disk_written_blocks_total", "counter", "Blocks written to disk.", (double)d->writes);
+    metric(b, "kv_disk_written_bytes_total", "counter", "Bytes written to disk.", (double)d->write_bytes);
+    metric(b, "kv_disk_dropped_blocks_total", "counter", "Evicted blocks not written (queue full or tier off).",
+           (double)d->dropped);
+    metric(b, "kv_disk_evicted_blocks_total", "counter", "Block files deleted for the budget.", (double)d->evicted);
+    metric(b, "kv_disk_corrupt_blocks_total", "counter",
+           "Block files that failed a check (deleted, the block recomputed).", (double)d->corrupt);
+    metric(b, "kv_disk_torn_files_total", "counter", "Partial writes found and deleted at start.", (double)d->torn);
+}
+
 char *metrics_prometheus(tern_server *s, size_t *len)
 {
     engine_stats st;
@@ -222,6 +303,7 @@ char *metrics_prometheus(tern_server *s, size_t *len)
     metric(&b, "kv_blocks_used", "gauge", "KV cache blocks in use.", st.kv_blocks_used);
     metric(&b, "kv_blocks_cached", "gauge", "KV cache blocks held by the prefix cache.", st.kv_blocks_cached);
     metric(&b, "kv_bytes_total", "gauge", "Bytes of the KV cache pool.", (double)st.kv_bytes_total);
+    kv_tiers_prometheus(&b, &st);
     metric(&b, "last_ttft_seconds", "gauge", "Time to first token of the last request.", st.last_ttft_s);
     metric(&b, "last_decode_tokens_per_second", "gauge", "Decode speed of the last request.",
            st.last_decode_tps);

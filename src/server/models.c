@@ -177,6 +177,8 @@ static int model_bring_up(tern_server *s, srv_model *mm, tern_err *err)
         snprintf(topic, sizeof topic, "%s%s", eo.kv_events_topic ? eo.kv_events_topic : "", mm->name);
         eo.kv_events_topic = topic;
     }
+    if (eo.kv_disk_dir && kvdisk_model_id(mm->dir, &eo.kv_disk_model_id, err)) /* its own disk-tier folder */
+        goto fail;
     if (!(mm->eng = engine_new(mm->m, mm->tok, &eo, err)))
         goto fail;
     engine_stats st;
@@ -278,6 +280,7 @@ static void begin_unload(srv_model *mm)
     r->spec_accepted += st.spec_accepted;
     r->spec_target_forwards += st.spec_target_forwards;
     r->jump_tokens += st.jump_tokens;
+    engine_stats_tiers_add(r, &st, 0);
     mm->state = MODEL_UNLOADING;
 }
 

@@ -46,6 +46,7 @@ static void stats_add(engine_stats *a, const engine_stats *b)
         a->last_ttft_s = b->last_ttft_s;
     if (b->last_decode_tps > 0)
         a->last_decode_tps = b->last_decode_tps;
+    engine_stats_tiers_add(a, b, 1);
 }
 
 /* Snapshots of every model ([s->n_models], malloc'd; NULL when out of memory). */

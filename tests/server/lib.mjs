@@ -16,11 +16,12 @@ export const SERVE_ARGS = (process.env.TERN_SERVE_ARGS || '').split(/\s+/).filte
 
 // Starts the server (on the demo model, another model folder, or - model
 // null - only what extraArgs name, e.g. a pool's --models DIR); resolves
-// to {url, port, proc, log(), stop()}.
-export function startServer(extraArgs = [], { timeoutMs = 60000, model = MODEL } = {}) {
+// to {url, port, proc, log(), stop()}. spawnOpts go to child_process.spawn
+// (e.g. {uid, gid}).
+export function startServer(extraArgs = [], { timeoutMs = 60000, model = MODEL, spawnOpts = {} } = {}) {
   return new Promise((resolve, reject) => {
     const args = ['serve', ...(model ? [model] : []), '--host', '127.0.0.1', '--port', '0', ...extraArgs, ...SERVE_ARGS];
-    const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], ...spawnOpts });
     let log = '';
     let done = false;
     const timer = setTimeout(() => {
