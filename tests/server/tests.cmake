@@ -38,6 +38,10 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/compile_pool.mjs TIMEOUT 120 LABELS no-asan)
   tern_add_script_test(NAME server.access_log
     COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/server/access_log.py TIMEOUT 300)
+  # 64 clients for 30 s: streams, disconnects, cancellations, grammar, malformed bodies; RSS bounded, every
+  # request accounted for, healthy and idle after (TERN_SOAK_SECONDS=900 node tests/server/soak.mjs: the long one).
+  tern_add_script_test(NAME server.soak
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/soak.mjs TIMEOUT 300 LABELS no-asan)
   tern_add_script_test(NAME server.slowloris
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/slowloris.mjs TIMEOUT 120 LABELS no-asan)
 endif()
