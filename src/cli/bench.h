@@ -77,7 +77,7 @@ typedef struct bench_cell {
     bench_spec spec;
     int concurrency;   /* streams kept busy at once */
     int warm;          /* 1: prefix cache on and primed with the system prompt; 0: off */
-    const char *kv_type; /* "default" until the engine has KV types */
+    const char *kv_type; /* "default" (the engine's), or a --kv-types name */
     int remote;        /* 1: the --compare server */
     int done;          /* ran (its result is filled) */
     bench_result r;

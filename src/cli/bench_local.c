@@ -383,6 +383,11 @@ int bench_local_run(bench_local *b, bench_cell *cell, const bench_load *load, te
     o.draft = cell->spec == BENCH_SPEC_DRAFT ? b->draft : NULL;
     o.spec_ngram = cell->spec == BENCH_SPEC_NGRAM;
     o.n_draft = b->n_draft;
+    if (strcmp(cell->kv_type, "default")) {
+        if ((rc = kv_type_parse(cell->kv_type, &o.kv.type, err)))
+            goto out;
+        o.kv_type_given = 1;
+    }
     if (!(cr.eng = engine_new(b->model, b->tok, &o, err))) {
         rc = err->code;
         goto out;

@@ -211,16 +211,17 @@ static int write_md(const char *path, const bench_run_info *info, const bench_ce
                     info->compare_url, info->compare_model ? info->compare_model : "?");
         else
             fprintf(f, "## Matrix\n\n");
-        fprintf(f, "| feature | spec | streams | cache | requests (failed) | tok/s | vs plain | TTFT p50 / p99 ms "
+        fprintf(f, "| feature | spec | streams | cache | KV | requests (failed) | tok/s | vs plain | TTFT p50 / p99 ms "
                    "| inter-token p50 / p99 ms | acceptance | speed-up | grammar us/tok | RSS MB | KV MB | status |\n");
-        fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
         for (int i = 0; i < n; i++) {
             const bench_cell *c = &cells[i];
             const bench_result *r = &c->r;
             if (c->remote != remote)
                 continue;
-            fprintf(f, "| %s | %s | %d | %s | %d (%d) |", bench_feature_name(c->feature), bench_spec_name(c->spec),
-                    c->concurrency, remote ? "primed" : c->warm ? "warm" : "cold", r->n_requests, r->n_failed);
+            fprintf(f, "| %s | %s | %d | %s | %s | %d (%d) |", bench_feature_name(c->feature), bench_spec_name(c->spec),
+                    c->concurrency, remote ? "primed" : c->warm ? "warm" : "cold", c->kv_type, r->n_requests,
+                    r->n_failed);
             md_num(f, r->tok_s, "%.1f");
             double ov = feature_overhead(cells, n, c);
             if (isnan(ov))

@@ -16,14 +16,16 @@
 #include "base/log.h"
 #include "bench.h"
 #include "cli.h"
+#include "model/kv.h"
 
 #define BENCH_USAGE                                                                                            \
     "usage: tern bench MODEL_DIR [--draft DIR] [--device cpu|cuda|cuda:N|auto] [--out DIR] [--quick]\n"        \
     "                  [--compare URL] [--streams 1,4,16,64] [--features plain,json_schema,regex,choice]\n"     \
+    "                  [--kv-types f32,bf16,f16,q8,q4,r4,r3]\n"                                                  \
     "                  [--requests N] [--max-tokens N] [--num-draft-tokens K] [-t|--threads N]\n"
 
 /* Why the KV axis has one value: the engine has no KV storage types yet. */
-#define KV_NOTE "this build has one KV type (the model's dtype); the axis gains values when the engine has more"
+#define KV_NOTE "plain decoding, cold cache, no speculation, once per --kv-types entry; every other cell uses the default KV type"
 
 static int parse_list(const char *s, int *out, int cap, int lo, int hi)
 {
@@ -121,7 +123,7 @@ static void progress_cell_done(const progress *p, int done, const bench_cell *c)
 int cmd_bench(int argc, char **argv)
 {
     const char *dir = NULL, *draft_dir = NULL, *device = NULL, *out_dir = "bench-report", *compare = NULL, *v;
-    const char *streams_arg = NULL, *features_arg = NULL;
+    const char *streams_arg = NULL, *features_arg = NULL, *kv_arg = NULL;
     long long threads = 0, min_req = -1, max_tokens = -1, n_draft = 4;
     int quick = 0;
     for (int i = 1; i < argc; i++) {
@@ -137,6 +139,8 @@ int cmd_bench(int argc, char **argv)
             streams_arg = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--features")))
             features_arg = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--kv-types")))
+            kv_arg = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--requests"))) {
             if (cli_parse_int(v, 1, 100000, &min_req))
                 goto bad_value;
@@ -175,6 +179,20 @@ int cmd_bench(int argc, char **argv)
     if (parse_features(features_arg ? features_arg : "plain,json_schema,regex,choice", on) <= 0) {
         fprintf(stderr, "tern bench: bad value for --features (of plain, json_schema, regex, choice)\n");
         return 2;
+    }
+    /* the KV axis: every type by default, q8 and q4 when quick, none with "" */
+    const char *kv_names[KV_TYPE_COUNT];
+    int n_kv = 0;
+    static char kv_buf[256];
+    snprintf(kv_buf, sizeof kv_buf, "%s", kv_arg ? kv_arg : quick ? "q8,q4" : "f32,bf16,f16,q8,q4,r4,r3");
+    for (char *save = NULL, *t = strtok_r(kv_buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        kv_type kt;
+        tern_err ke = {0};
+        if (kv_type_parse(t, &kt, &ke) || n_kv == KV_TYPE_COUNT) {
+            fprintf(stderr, "tern bench: bad value for --kv-types: %s\n", ke.msg[0] ? ke.msg : t);
+            return 2;
+        }
+        kv_names[n_kv++] = t;
     }
     int per_stream = quick ? 1 : 2;
     if (min_req < 0)
@@ -233,7 +251,8 @@ int cmd_bench(int argc, char **argv)
     }
 
     /* the matrix: quick keeps the warm cache to runs without speculation */
-    int max_cells = 2 * BENCH_N_FEATURES * BENCH_N_SPECS * n_streams + BENCH_N_FEATURES * n_streams, n_cells = 0;
+    int max_cells = 2 * BENCH_N_FEATURES * BENCH_N_SPECS * n_streams + BENCH_N_FEATURES * n_streams + n_kv * n_streams,
+        n_cells = 0;
     if (!(cells = calloc((size_t)max_cells, sizeof *cells))) {
         tern_err_set(&err, TERN_ENOMEM, "out of memory");
         goto out;
@@ -248,6 +267,12 @@ int cmd_bench(int argc, char **argv)
                         cells[n_cells++] = (bench_cell){.feature = (bench_feature)f, .spec = (bench_spec)s,
                                                         .concurrency = streams[k], .warm = warm, .kv_type = "default"};
         }
+    /* the KV types: plain decoding, cold, at each stream count (quick: the largest) */
+    if (on[BENCH_PLAIN])
+        for (int t = 0; t < n_kv; t++)
+            for (int k = quick ? n_streams - 1 : 0; k < n_streams; k++)
+                cells[n_cells++] = (bench_cell){.feature = BENCH_PLAIN, .spec = BENCH_SPEC_NONE,
+                                                .concurrency = streams[k], .kv_type = kv_names[t]};
     if (compare)
         for (int k = 0; k < n_streams; k++)
             for (int f = 0; f < BENCH_N_FEATURES; f++)

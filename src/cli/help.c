@@ -130,6 +130,8 @@ static const cli_help helps[] = {
      "                             http://127.0.0.1:8081 (default: none)\n"
      "  --streams LIST             concurrent streams per cell (default: 1,4,16,64; quick: 1,8)\n"
      "  --features LIST            of plain, json_schema, regex, choice (default: all four)\n"
+     "  --kv-types LIST            KV cache types run as extra plain cells (default: all seven;\n"
+     "                             quick: q8,q4 at the largest stream count; \"\" = none)\n"
      "  --requests N               requests per cell at least (default: 8, quick: 4; and 2 per\n"
      "                             stream, quick: 1)\n"
      "  --max-tokens N             tokens per plain request (default: 64, quick: 32; constrained\n"

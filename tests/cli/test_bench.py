@@ -47,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
     try:
         out = os.path.join(tmp, "r")
         p = bench(out, "--draft", DRAFT, "--quick", "--streams", "1,2", "--requests", "2", "--max-tokens", "8",
-                  "--compare", "http://127.0.0.1:%d/v1" % port)
+                  "--kv-types", "q8,bf16", "--compare", "http://127.0.0.1:%d/v1" % port)
     finally:
         srv.terminate()
         srv.wait(timeout=30)
@@ -55,19 +55,22 @@ with tempfile.TemporaryDirectory() as tmp:
     check(p.returncode == 0, "bench exits 0")
     rep = json.load(open(os.path.join(out, "report.json")))
     cells = rep["cells"]
-    # the plan: quick keeps the warm cache to no speculation
+    # the plan: quick keeps the warm cache to no speculation; each KV type is a plain cold cell at the most streams
     want = set()
     for streams in (1, 2):
         for f in FEATURES:
             for spec in ("none", "draft", "ngram"):
-                want.add(("tern", f, spec, streams, "cold"))
-            want.add(("tern", f, "none", streams, "warm"))
-            want.add(("compare", f, "none", streams, "primed"))
-    got = [(c["target"], c["feature"], c["spec"], c["concurrency"], c["prefix_cache"]) for c in cells]
+                want.add(("tern", f, spec, streams, "cold", "default"))
+            want.add(("tern", f, "none", streams, "warm", "default"))
+            want.add(("compare", f, "none", streams, "primed", "default"))
+    for kv in ("q8", "bf16"):
+        want.add(("tern", "plain", "none", 2, "cold", kv))
+    got = [(c["target"], c["feature"], c["spec"], c["concurrency"], c["prefix_cache"], c["kv_type"]) for c in cells]
     check(len(got) == len(set(got)), "no cell twice")
     check(set(got) == want, "every planned cell is present (%d of %d)" % (len(set(got) & want), len(want)))
     for c in cells:
-        name = "%s %s/%s/%d/%s" % (c["target"], c["feature"], c["spec"], c["concurrency"], c["prefix_cache"])
+        name = "%s %s/%s/%d/%s/%s" % (c["target"], c["feature"], c["spec"], c["concurrency"], c["prefix_cache"],
+                                     c["kv_type"])
         check(c["requests"] == max(2, c["concurrency"]), name + ": ran its requests (%d)" % c["requests"])
         check(c["failed"] == 0 and c["ok"] and c["error"] is None, name + ": none failed (%s)" % c["error"])
         check(c["tokens"] > 0 and c["tok_s"] > 0 and c["wall_s"] > 0, name + ": tokens and tok/s")
@@ -76,8 +79,8 @@ with tempfile.TemporaryDirectory() as tmp:
             check(c["tokens"] == 8 * c["requests"], name + ": plain decodes exactly --max-tokens")
         if c["target"] == "compare":
             continue
-        check(c["kv_type"] == "default" and c["memory"]["rss_peak_mb"] > 0 and c["memory"]["kv_peak_mb"] >= 0,
-              name + ": memory")
+        check(c["kv_type"] in ("default", "q8", "bf16") and c["memory"]["rss_peak_mb"] > 0 and
+              c["memory"]["kv_peak_mb"] >= 0, name + ": memory")
         check((c["grammar_us_per_token"] is not None) == (c["feature"] != "plain"), name + ": grammar cost iff grammar")
         check((c["drafted"] > 0) == (c["spec"] == "draft") or c["spec"] == "ngram", name + ": drafts iff draft")
         check((c["acceptance"] is not None) == (c["drafted"] > 0), name + ": acceptance iff drafts")
@@ -91,6 +94,8 @@ with tempfile.TemporaryDirectory() as tmp:
           "summary adds up")
     md = open(os.path.join(out, "report.md")).read()
     rows = [l for l in md.splitlines() if re.match(r"\| (plain|json_schema|regex|choice) \| (none|draft|ngram) \|", l)]
+    check(sum(" | q8 | " in l for l in rows) == 1 and sum(" | bf16 | " in l for l in rows) == 1,
+          "report.md: the KV type cells are named")
     check(len(rows) == len(cells), "report.md: a row per cell (%d)" % len(rows))
     side = md.split("## Side by side", 1)[1] if "## Side by side" in md else ""
     side_rows = [l for l in side.splitlines() if re.match(r"\| (plain|json_schema|regex|choice) \| \d+ \|", l)]
