@@ -28,8 +28,6 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/pool.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.lora
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/lora.mjs TIMEOUT 300)
-  tern_add_script_test(NAME server.pool_stall
-    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/pool_stall.mjs TIMEOUT 900 LABELS slow no-asan)
   tern_add_script_test(NAME server.kv_disk
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/kv_disk.mjs TIMEOUT 1200 LABELS no-asan)
   tern_add_script_test(NAME server.compat
