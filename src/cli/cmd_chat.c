@@ -131,11 +131,6 @@ out:
     return rc;
 }
 
-static void chat_write(const char *s, size_t len)
-{
-    fwrite(s, 1, len, stdout);
-}
-
 /* Prints newly split text: the thought dimmed (or between [thinking] lines),
  * the answer plain. *in_thought tracks what is open on the screen. */
 static void chat_show(chat_session *c, tern_sbuf *thought, tern_sbuf *answer, int *in_thought)
@@ -144,13 +139,13 @@ static void chat_show(chat_session *c, tern_sbuf *thought, tern_sbuf *answer, in
         if (!*in_thought)
             fputs(c->color ? DIM : "[thinking]\n", stdout);
         *in_thought = 1;
-        chat_write(thought->s, thought->n);
+        fwrite(thought->s, 1, thought->n, stdout);
     }
     if (answer->n) {
         if (*in_thought)
             fputs(c->color ? RESET "\n\n" : "\n[/thinking]\n", stdout);
         *in_thought = 0;
-        chat_write(answer->s, answer->n);
+        fwrite(answer->s, 1, answer->n, stdout);
     }
     fflush(stdout);
     thought->n = answer->n = 0;

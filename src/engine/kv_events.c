@@ -17,7 +17,8 @@
 
 typedef struct kv_batch {
     struct kv_batch *next;
-    char *topic; /* owned */
+    uint64_t seq; /* set when published */
+    char *topic;  /* owned */
     char *data;
     size_t len;
 } kv_batch;
@@ -42,8 +43,6 @@ struct kv_events {
     /* publisher thread: sequence and replay ring */
     uint64_t seq;
     kv_batch **ring; /* [buffer_batches], ring[seq % n] */
-    uint64_t *ring_seq;
-    long long batches, dropped;
 };
 
 /* ---- msgpack (big-endian, the smallest form of each value) ---- */
@@ -236,7 +235,7 @@ void kv_events_flush(kv_events_src *s)
         free(b.s);
         free(k);
         free(topic);
-        ev->dropped++;
+        TERN_WARN("kv events: out of memory, a batch of events is lost");
     } else {
         k->next = NULL;
         k->topic = topic;
@@ -306,12 +305,9 @@ static void publish(kv_events *ev, kv_batch *k)
         TERN_WARN("kv events: send failed: %s", zmq_strerror(zmq_errno()));
     size_t slot = (size_t)(ev->seq % (uint64_t)ev->o.buffer_batches);
     batch_free(ev->ring[slot]);
+    k->seq = ev->seq;
     ev->ring[slot] = k;
-    ev->ring_seq[slot] = ev->seq;
     ev->seq++;
-    pthread_mutex_lock(&ev->mu);
-    ev->batches++;
-    pthread_mutex_unlock(&ev->mu);
 }
 
 /* One replay request: [identity, "", start (8 bytes)] -> the batches from
@@ -343,7 +339,7 @@ static void serve_replay(kv_events *ev)
     for (uint64_t s = start > first ? start : first; s < ev->seq; s++) {
         size_t slot = (size_t)(s % (uint64_t)ev->o.buffer_batches);
         kv_batch *k = ev->ring[slot];
-        if (!k || ev->ring_seq[slot] != s)
+        if (!k || k->seq != s)
             continue;
         be64(seq, s);
         zmq_send(ev->replay, frames[0], (size_t)lens[0], ZMQ_SNDMORE);
@@ -409,10 +405,9 @@ kv_events *kv_events_new(const kv_events_opts *o, tern_err *err)
     if (ev->o.buffer_batches <= 0)
         ev->o.buffer_batches = 10000;
     ev->ring = calloc((size_t)ev->o.buffer_batches, sizeof *ev->ring);
-    ev->ring_seq = calloc((size_t)ev->o.buffer_batches, sizeof *ev->ring_seq);
     pthread_mutex_init(&ev->mu, NULL);
     pthread_cond_init(&ev->cv, NULL);
-    if (!ev->ring || !ev->ring_seq || !(ev->ctx = zmq_ctx_new())) {
+    if (!ev->ring || !(ev->ctx = zmq_ctx_new())) {
         tern_err_set(err, TERN_ENOMEM, "out of memory");
         goto fail;
     }
@@ -454,7 +449,6 @@ fail:
     if (ev->ctx)
         zmq_ctx_term(ev->ctx);
     free(ev->ring);
-    free(ev->ring_seq);
     pthread_mutex_destroy(&ev->mu);
     pthread_cond_destroy(&ev->cv);
     free(ev);
@@ -477,19 +471,7 @@ void kv_events_free(kv_events *ev)
     for (int i = 0; i < ev->o.buffer_batches; i++)
         batch_free(ev->ring[i]);
     free(ev->ring);
-    free(ev->ring_seq);
     pthread_mutex_destroy(&ev->mu);
     pthread_cond_destroy(&ev->cv);
     free(ev);
-}
-
-void kv_events_counts(kv_events *ev, long long *batches, long long *dropped)
-{
-    *batches = *dropped = 0;
-    if (!ev)
-        return;
-    pthread_mutex_lock(&ev->mu);
-    *batches = ev->batches;
-    *dropped = ev->dropped;
-    pthread_mutex_unlock(&ev->mu);
 }

@@ -65,7 +65,4 @@ void kv_events_cleared(kv_events_src *s);
 /* Ends the step: its events (if any) go to the publisher as one batch. */
 void kv_events_flush(kv_events_src *s);
 
-/* Batches published so far, and batches dropped because memory ran out. */
-void kv_events_counts(kv_events *ev, long long *batches, long long *dropped);
-
 #endif
