@@ -34,6 +34,10 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/compat.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.compile_pool
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/compile_pool.mjs TIMEOUT 120 LABELS no-asan)
+  # bench/bench_serve (the served-throughput load generator) against the demo model: its counts equal the
+  # server's /metrics counters to the token, closed streams are cancelled, reports and --compare written.
+  tern_add_script_test(NAME server.serve_bench
+    COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/server/serve_bench.py TIMEOUT 300 LABELS no-asan)
   tern_add_script_test(NAME server.access_log
     COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/server/access_log.py TIMEOUT 300)
   # 64 clients for 30 s: streams, disconnects, cancellations, grammar, malformed bodies; RSS bounded, every
