@@ -854,6 +854,7 @@ static void usage(void)
             "       bench_serve --compare A/serve.json B/serve.json ... --out DIR\n"
             "  --clients LIST        concurrent clients per level, 1-256 (default 1,8,32,64,128)\n"
             "  --duration S          seconds per level (default 15)\n"
+            "  --wait S              wait up to S s for the server to load its model (default 0)\n"
             "  --drain               let requests in flight at the end finish (default: close them)\n"
             "  --model NAME          the model field (default: the server's first, GET /v1/models)\n"
             "  --label NAME          the run's name in reports (default: the model)\n"
@@ -874,12 +875,13 @@ static int parse_dist(const char *s, serve_dist *d)
                : -1;
 }
 
-/* GET /v1/models: the first model's id into o->model (empty when none). */
-static void server_model(serve_opts *o)
+/* GET /v1/models: the HTTP status (0: no answer); the first model's id
+ * into o->model unless one was given. */
+static int server_model(serve_opts *o, int named)
 {
     int fd = http_connect(o);
     if (fd < 0)
-        return;
+        return 0;
     char rq[512], buf[8192];
     int n = snprintf(rq, sizeof rq, "GET /v1/models HTTP/1.1\r\nHost: %s:%s\r\nConnection: close\r\n\r\n", o->host,
                      o->port);
@@ -889,10 +891,14 @@ static void server_model(serve_opts *o)
             have += (size_t)k;
     close(fd);
     buf[have] = 0;
+    int status = 0;
+    if (sscanf(buf, "HTTP/%*s %d", &status) != 1 || status != 200 || named)
+        return status;
     char *id = strstr(buf, "\"id\"");
     char *q1 = id ? strchr(id + 4, '"') : NULL, *q2 = q1 ? strchr(q1 + 1, '"') : NULL;
     if (q2 && q2 - q1 - 1 < (long)sizeof o->model)
         snprintf(o->model, sizeof o->model, "%.*s", (int)(q2 - q1 - 1), q1 + 1);
+    return status;
 }
 
 static int compare_main(const char *out, char **files, int n_files)
@@ -929,6 +935,7 @@ int main(int argc, char **argv)
     o.in = (serve_dist){200, 0.8, 16, 1024};
     o.out = (serve_dist){150, 0.7, 16, 512};
     const char *url = NULL, *clients = "1,8,32,64,128";
+    double wait_s = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--compare")) {
@@ -954,6 +961,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--url")) url = v;
         else if (!strcmp(a, "--clients")) clients = v;
         else if (!strcmp(a, "--duration")) o.duration_s = atof(v);
+        else if (!strcmp(a, "--wait")) wait_s = atof(v);
         else if (!strcmp(a, "--model")) snprintf(o.model, sizeof o.model, "%s", v);
         else if (!strcmp(a, "--label")) snprintf(o.label, sizeof o.label, "%s", v);
         else if (!strcmp(a, "--endpoint")) o.chat = !strcmp(v, "chat") ? 1 : !strcmp(v, "completions") ? 0 : -1;
@@ -992,8 +1000,15 @@ int main(int argc, char **argv)
     snprintf(o.host, sizeof o.host, "%.*s", (int)(hl < 255 ? hl : 255), hp);
     snprintf(o.port, sizeof o.port, "%.*s", colon && (!slash || colon < slash) ? (int)strcspn(colon + 1, "/") : 2,
              colon && (!slash || colon < slash) ? colon + 1 : "80");
-    if (!o.model[0])
-        server_model(&o);
+    /* --wait: a server still loading its model refuses connections or answers 503 */
+    int named = o.model[0] != 0, status = server_model(&o, named);
+    for (double t_wait = tern_time_s() + wait_s; status != 200 && tern_time_s() < t_wait; status = server_model(&o, named))
+        usleep(250000);
+    if (status != 200) {
+        fprintf(stderr, "bench_serve: %s: GET /v1/models answered %d%s\n", url, status,
+                wait_s > 0 ? " at the end of --wait" : "");
+        return 1;
+    }
     serve_run r = {.o = &o};
     pthread_mutex_init(&r.mu, NULL);
     /* calibration: prompt tokens of 1 and 51 words give the tokens per word and the template's overhead */

@@ -18,9 +18,9 @@ unchanged. The token kept are: normal tokens whose text is printable ASCII
 (the SentencePiece space included) other than a lone space, and byte tokens
 0x21-0x7E.
 
-OUT_DIR also gets a ChatML chat template in tokenizer_config.json (the
-fixture has none; llama-server is started with --chat-template chatml, the
-same format). Every other file is a symbolic link to SRC_DIR's; only the
+OUT_DIR also gets a ChatML chat template, chat_template.jinja (the fixture
+has none; tern reads the file, llama-server takes it with
+--chat-template-file). Every other file is a symbolic link to SRC_DIR's; only the
 safetensors shard that holds the head is copied. Pure Python (no numpy)."""
 import json
 import os
@@ -84,12 +84,10 @@ def main():
             os.remove(dst)
         if name == shard:
             shutil.copyfile(os.path.join(src, name), dst)
-        elif name == "tokenizer_config.json":
-            tc = json.load(open(os.path.join(src, name)))
-            tc["chat_template"] = CHATML
-            json.dump(tc, open(dst, "w"), indent=1)
         else:
             os.symlink(os.path.abspath(os.path.join(src, name)), dst)
+    with open(os.path.join(out, "chat_template.jinja"), "w") as f:
+        f.write(CHATML)
     row_bytes = dim * width
     start = base + info["data_offsets"][0]
     zero_row = bytes(row_bytes)
