@@ -140,6 +140,7 @@ static int gen_alts(sc *c, json_object *base, json_object *list, const char *kw,
     }
     if (!c->rc && !strcmp(kw, "oneOf")) {
         size_t oi = 0, oj = 0;
+        char why[160] = "";
         int overlap = 0;
         for (size_t i = 0; i < n && !overlap; i++)
             for (size_t j = i + 1; j < n && !overlap; j++)
@@ -149,9 +150,13 @@ static int gen_alts(sc *c, json_object *base, json_object *list, const char *kw,
          * other branch, when the negations are expressible */
         if (overlap && n <= SC_ONEOF_NEGATE_MAX) {
             json_object **neg = calloc(n, sizeof *neg);
+            int no_eval = sc_has(base, "unevaluatedProperties") || sc_has(base, "unevaluatedItems");
             tern_err saved = c->err ? *c->err : (tern_err){0};
+            /* base AND b_i AND NOT (base AND b_j) = base AND b_i AND NOT
+             * b_j: the branch's own keywords are negated, not the
+             * siblings merged into it */
             for (size_t i = 0; neg && i < n && !c->rc; i++)
-                neg[i] = sc_negate(c, br[i], 1, path);
+                neg[i] = sc_negate(c, json_object_array_get_idx(list, i), no_eval, path);
             if (neg && !c->rc) {
                 for (size_t i = 0; i < n && !c->rc; i++) {
                     json_object *x = br[i];
@@ -162,16 +167,19 @@ static int gen_alts(sc *c, json_object *base, json_object *list, const char *kw,
                 }
                 overlap = c->rc != 0;
             }
-            if (c->rc) { /* forget the negation's error; report the overlap */
+            if (c->rc) { /* report the overlap, with why negation failed */
                 c->rc = 0;
-                if (c->err)
+                if (c->err) {
+                    snprintf(why, sizeof why, "%.150s", c->err->msg);
                     *c->err = saved;
+                }
             }
             free(neg);
         }
         if (overlap)
             sc_fail(c, TERN_EUNSUPPORTED, path,
-                    "oneOf branches %zu and %zu may overlap (exclusivity not enforceable)", oi, oj);
+                    "oneOf branches %zu and %zu may overlap (exclusivity not enforceable%s%.120s)", oi, oj,
+                    why[0] ? ": " : "", why);
     }
     gfe_buf b;
     gfe_buf_init(&b, 0);

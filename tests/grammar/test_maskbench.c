@@ -16,8 +16,8 @@
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
 
-/* Measured 1,001 of 1,137 (docs/json-schema.md); margin for small changes. */
-#define COMPILED_FLOOR 980
+/* Measured 1,027 of 1,137 (docs/json-schema.md); margin for small changes. */
+#define COMPILED_FLOOR 1020
 
 static void test_maskbench(void **state)
 {

@@ -625,6 +625,68 @@ static void test_large_inputs(void **state)
     assert_true(dt < 3000);
 }
 
+/* Formats with an RFC grammar (uri-reference, iri, uri-template, duration,
+ * JSON pointers): texts whose validity the RFCs' ABNF decides (the wide
+ * check against ajv and the JSON-Schema-Test-Suite is
+ * tests/grammar/schema_ajv.mjs); names outside every draft are
+ * annotations; oneOf with overlapping branches made exclusive. */
+static void test_formats_and_one_of(void **state)
+{
+    (void)state;
+    static const struct { const char *fmt, *text; int valid; } k[] = {
+        {"duration", "\"P1Y2M3DT4H5M6S\"", 1}, {"duration", "\"P2W\"", 1}, {"duration", "\"PT36H\"", 1},
+        {"duration", "\"P1Y2D\"", 0},          {"duration", "\"PT\"", 0},   {"duration", "\"P1WT1H\"", 0},
+        {"duration", "\"PT0.5S\"", 0},
+        {"json-pointer", "\"\"", 1},            {"json-pointer", "\"/a~1b/~0\"", 1},
+        {"json-pointer", "\"/a\\\\b\"", 1},     {"json-pointer", "\"/a~2\"", 0}, {"json-pointer", "\"a/b\"", 0},
+        {"relative-json-pointer", "\"0#\"", 1}, {"relative-json-pointer", "\"12/a\"", 1},
+        {"relative-json-pointer", "\"01/a\"", 0}, {"relative-json-pointer", "\"0##\"", 0},
+        {"uri-reference", "\"../a/b?c#d\"", 1}, {"uri-reference", "\"//host:8/p\"", 1},
+        {"uri-reference", "\"\"", 1},           {"uri-reference", "\"a b\"", 0},
+        {"uri-reference", "\"\\\\\\\\x\"", 0},
+        {"iri", "\"http://\u00e9x.com/\u00fc?q\"", 1}, {"iri", "\"http://x.com/\\uFFFF\"", 0},
+        {"iri", "\"relative/path\"", 0},
+        {"iri-reference", "\"\u00e9t\u00e9\"", 1},
+        {"uri-template", "\"http://x/{term:1}/{+a,b*}\"", 1}, {"uri-template", "\"{a.b}\"", 1},
+        {"uri-template", "\"{}\"", 0},          {"uri-template", "\"{a..b}\"", 0},
+        {"uri-template", "\"{v:10000}\"", 0},   {"uri-template", "\"a}b\"", 0},
+        {"topic", "\"anything at all\"", 1},    {"url", "\"https://x.org/\"", 1},
+        {"url", "\"x.org\"", 0},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char schema[128];
+        snprintf(schema, sizeof schema, "{\"type\":\"string\",\"format\":\"%s\"}", k[i].fmt);
+        grammar *g = schema_grammar(schema, NULL);
+        if (accepts(g, k[i].text) != k[i].valid)
+            fail_msg("format %s on %s: want %d", k[i].fmt, k[i].text, k[i].valid);
+        grammar_free(g);
+    }
+    char msg[TERN_ERR_MSG_MAX];
+    assert_int_equal(schema_error("{\"type\":\"string\",\"format\":\"Date-Time\"}", NULL, msg, sizeof msg),
+                     TERN_EUNSUPPORTED);
+    assert_non_null(strstr(msg, "Date-Time"));
+    assert_int_equal(schema_error("{\"type\":\"string\",\"format\":\"regex\"}", NULL, msg, sizeof msg),
+                     TERN_EUNSUPPORTED);
+    /* oneOf of overlapping required lists: exactly one branch holds */
+    grammar *g = schema_grammar("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},"
+                                "\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", NULL);
+    assert_int_equal(accepts(g, "{\"a\":1}"), 1);
+    assert_int_equal(accepts(g, "{\"b\":1}"), 1);
+    assert_int_equal(accepts(g, "{\"a\":1,\"b\":2}"), 0);
+    assert_int_equal(accepts(g, "{}"), 0);
+    grammar_free(g);
+    /* oneOf of lengths: a string of 3 to 5 codepoints satisfies both */
+    g = schema_grammar("{\"type\":\"string\",\"oneOf\":[{\"minLength\":3},{\"maxLength\":5}]}", NULL);
+    for (int len = 0; len < 9; len++) {
+        char text[16] = "\"";
+        memset(text + 1, 'x', (size_t)len);
+        text[len + 1] = '"';
+        text[len + 2] = 0;
+        assert_int_equal(accepts(g, text), (len >= 3) != (len <= 5));
+    }
+    grammar_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -634,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_strict_prefix_arrays),
         cmocka_unit_test(test_choice_and_builtin),  cmocka_unit_test(test_errors_and_bounds),
         cmocka_unit_test(test_large_inputs),        cmocka_unit_test(test_property_counts),
+        cmocka_unit_test(test_formats_and_one_of),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,8 @@
 tern_add_script_test(NAME grammar.jsts_xgrammar
   COMMAND sh -c "TERN_JSTS_DUMP=${CMAKE_BINARY_DIR}/jsts_dump.jsonl ${CMAKE_BINARY_DIR}/tests/grammar_test_jsts >/dev/null && node tests/grammar/jsts_xgrammar.cjs ${CMAKE_BINARY_DIR}/jsts_dump.jsonl"
   TIMEOUT 600 LABELS no-asan)
+# Keywords and formats against ajv (+ ajv-formats) and the suite's labels.
+tern_add_script_test(NAME grammar.schema_ajv COMMAND node tests/grammar/schema_ajv.mjs TIMEOUT 300 LABELS no-asan)
 
 # Grammar core (EBNF, matcher, masks): CLI contract, the MaskBench sample
 # (0 invalid accepted), and mask parity with xgrammar on a small subset (the

@@ -1,0 +1,100 @@
+// JSON Schema keywords checked against an independent validator (ajv 8 with
+// ajv-formats, full mode): for each schema below, every instance is given to
+// `tern grammar check` (request defaults) and to ajv. Fails when tern
+// accepts an instance ajv rejects (or one the JSON-Schema-Test-Suite marks
+// invalid), when a schema does not compile, or when tern accepts fewer of
+// the valid instances than the case's floor (so a keyword that silently
+// became "reject everything" fails too). Instances: hand-written ones plus,
+// for formats, every string of the suite's optional/format file.
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
+const require = createRequire(path.join(ROOT, 'tests/oracle/package.json'));
+const Ajv = require('ajv/dist/2020').default ?? require('ajv/dist/2020');
+const addFormats = require('ajv-formats').default ?? require('ajv-formats');
+const ajv = new Ajv({ strict: false, allowUnionTypes: true, logger: false });
+addFormats(ajv, { mode: 'full' });
+
+const TERN = process.env.TERN_BIN ?? path.join(ROOT, 'build/tern');
+const SHARED = process.env.TERN_SHARED ?? path.join(ROOT, '../shared');
+const SUITE = path.join(SHARED, 'data/json-schema-test-suite/tests/draft2020-12/optional/format');
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tern-ajv-'));
+
+// Suite strings of a format file: [text, valid].
+function suiteStrings(format) {
+  const f = path.join(SUITE, `${format}.json`);
+  const out = [];
+  for (const g of JSON.parse(fs.readFileSync(f, 'utf8')))
+    for (const t of g.tests)
+      if (typeof t.data === 'string')
+        out.push([t.data, t.valid]);
+  return out;
+}
+
+const CASES = [];
+// formats tern enforces: the suite's strings; floor = valid ones tern must accept
+for (const [format, floor] of [['duration', 20], ['json-pointer', 20], ['relative-json-pointer', 6],
+                               ['uri-reference', 6], ['iri', 4], ['iri-reference', 4], ['uri-template', 14]]) {
+  const inst = suiteStrings(format);
+  CASES.push({ name: `format ${format}`, schema: { type: 'string', format }, instances: inst.map((x) => x[0]),
+               labels: inst.map((x) => x[1]), strings: true, floor });
+}
+// a format outside every draft asserts nothing (ajv: unknown formats ignored
+// with strict false); `url` is read as `uri`
+CASES.push({ name: 'format topic (annotation)', schema: { type: 'string', format: 'topic' },
+             instances: ['a', '', 'x y', 'http://e.com'], strings: true, floor: 4, ajvSchema: { type: 'string' } });
+CASES.push({ name: 'format url as uri', schema: { type: 'string', format: 'url' },
+             instances: ['http://example.com/a?b#c', 'mailto:x@y.z', 'no scheme', '//x/y', ''], strings: true, floor: 2,
+             ajvSchema: { type: 'string', format: 'uri' } });
+// oneOf with overlapping branches: made exclusive by negating the others
+CASES.push({ name: 'oneOf required a xor b',
+             schema: { type: 'object', properties: { a: { type: 'string' }, b: { type: 'integer' } },
+                       oneOf: [{ required: ['a'] }, { required: ['b'] }] },
+             instances: ['{"a":"x"}', '{"b":1}', '{"a":"x","b":1}', '{}', '{"a":1}'], floor: 2 });
+CASES.push({ name: 'oneOf lengths',
+             schema: { type: 'string', oneOf: [{ minLength: 3 }, { maxLength: 5 }] },
+             instances: ['"ab"', '"abcd"', '"abcdef"', '""', '"abcde"', '"abc"'], floor: 3 });
+
+let bad = 0, checked = 0;
+for (const c of CASES) {
+  const file = path.join(tmp, 'schema.json');
+  fs.writeFileSync(file, JSON.stringify(c.schema));
+  const validate = ajv.compile(c.ajvSchema ?? c.schema);
+  let okValid = 0;
+  c.instances.forEach((inst, i) => {
+    const text = c.strings ? JSON.stringify(inst) : inst;
+    const r = spawnSync(TERN, ['grammar', 'check', '--schema', file, '--input', '-'], { input: text });
+    if (r.status === 2) {
+      console.log(`FAIL ${c.name}: schema refused: ${r.stderr}`);
+      bad++;
+      return;
+    }
+    const acc = r.status === 0;
+    const ajvOk = validate(JSON.parse(text));
+    checked++;
+    // the suite's label decides where it has one (ajv-formats lags it on
+    // uri-template and knows no iri); ajv decides elsewhere
+    if (acc && (c.labels ? !c.labels[i] : !ajvOk)) {
+      console.log(`FAIL ${c.name}: accepted ${text} (ajv ${ajvOk}, suite ${c.labels?.[i]})`);
+      bad++;
+    } else if (acc && !ajvOk) {
+      console.log(`note ${c.name}: ${text} valid by the suite, ajv rejects it`);
+    }
+    if (acc)
+      okValid++;
+  });
+  const line = `${c.name}: ${okValid} of ${c.instances.length} accepted (floor ${c.floor})`;
+  if (okValid < c.floor) {
+    console.log(`FAIL ${line}`);
+    bad++;
+  } else {
+    console.log(line);
+  }
+}
+fs.rmSync(tmp, { recursive: true, force: true });
+console.log(`${checked} instances checked, ${bad} failures`);
+process.exit(bad ? 1 : 0);
