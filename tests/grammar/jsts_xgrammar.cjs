@@ -16,7 +16,16 @@ const xg = mod.exports;
 
 (async () => {
   const lines = fs.readFileSync(process.argv[2], 'utf8').trim().split('\n');
-  let grammars = 0, parseErrors = 0, checked = 0, disagree = 0, ternLooser = 0;
+  let grammars = 0, parseErrors = 0, checked = 0, disagree = 0, ternLooser = 0, classBug = 0;
+  // xgrammar 0.1.27 reads a character class with ranges of high BMP or
+  // astral codepoints (e.g. [\uf900-\ufdcf]) as admitting ASCII too: probed
+  // here; where the probe shows it, the grammars of the IRI and URI-template
+  // formats (ucschar classes) are counted apart, and only tern being looser
+  // there fails.
+  const probe = await xg.Grammar.fromEBNF('root ::= "a" [\\uf900-\\ufdcf]* "b"');
+  const hasClassBug = await xg.Testings.isGrammarAcceptString(probe, 'a{b');
+  probe.dispose();
+  const classBugFile = (g) => hasClassBug && ['iri', 'iri-reference', 'uri-template'].includes(g.schema?.format);
   for (const line of lines) {
     const g = JSON.parse(line);
     grammars++;
@@ -34,12 +43,15 @@ const xg = mod.exports;
       if (acc !== g.tern_accepts[i]) {
         disagree++;
         if (g.tern_accepts[i]) ternLooser++;
+        else if (classBugFile(g)) { classBug++; continue; }
         console.log(`disagree ${g.file} #${g.group} (${g.tests[i].desc}): xgrammar ${acc}, tern ${g.tern_accepts[i]}: ${g.tests[i].text.slice(0, 200)}`);
       }
     }
     gr.dispose();
   }
-  console.log(`${grammars} grammars, ${parseErrors} rejected by xgrammar; ${checked} instances, ${disagree} disagreements`);
+  disagree -= classBug;
+  console.log(`${grammars} grammars, ${parseErrors} rejected by xgrammar; ${checked} instances, ${disagree} disagreements` +
+              ` (+ ${classBug} from xgrammar's high-codepoint class bug, probe ${hasClassBug})`);
   // Known: xgrammar 0.1.27 accepts a few instances these grammars exclude
   // (20-digit integers past the 17-digit cap, " " for pattern ^\S$, an object
   // whose "foo" breaks patternProperties f.*o: 8 instances); tern's
