@@ -5,7 +5,7 @@
  *     one JSON line per input token (mask before accepting it); stops after a
  *     rejected token; --final adds the mask after the last token, --list the
  *     allowed ids themselves
- *   tern grammar bench --tokenizer DIR --data DIR [--limit N] [--jsonl]
+ *   tern grammar bench --tokenizer DIR --data DIR [--limit N] [--match STR] [--jsonl [--slow-us N]]
  * SPEC: --schema FILE | --ebnf FILE | --regex RE | --choice JSON_ARRAY | --json,
  * plus --any-whitespace=false and --max-whitespace N|none. */
 #include <stdio.h>
@@ -140,7 +140,7 @@ static void usage(void)
     fprintf(stderr, "usage: tern grammar compile SPEC\n"
                     "       tern grammar check SPEC --input FILE|-   (- reads stdin; a trailing newline is allowed)\n"
                     "       tern grammar masks --tokenizer DIR SPEC --input FILE [--list] [--final]\n"
-                    "       tern grammar bench --tokenizer DIR --data DIR [--limit N] [--jsonl]\n"
+                    "       tern grammar bench --tokenizer DIR --data DIR [--limit N] [--match STR] [--jsonl [--slow-us N]]\n"
                     "SPEC: --schema FILE | --ebnf FILE | --regex RE | --choice JSON_ARRAY | --json\n"
                     "      [--any-whitespace=false] [--max-whitespace N|none]\n");
 }
@@ -149,7 +149,8 @@ static void usage(void)
 typedef struct gargs {
     grammar_spec spec;
     const char *input, *tokenizer, *data;
-    long long limit;
+    const char *match;
+    long long limit, slow_us;
     int list, jsonl, final;
 } gargs;
 
@@ -158,6 +159,7 @@ static int parse_args(gargs *a, int argc, char **argv)
     memset(a, 0, sizeof *a);
     grammar_spec_init(&a->spec);
     a->limit = -1;
+    a->slow_us = -1;
     for (int i = 2; i < argc; i++) {
         int r = grammar_spec_parse_flag(&a->spec, argc, argv, &i);
         if (r < 0)
@@ -177,6 +179,11 @@ static int parse_args(gargs *a, int argc, char **argv)
             a->tokenizer = v;
         } else if ((v = cli_flag_value(argc, argv, &i, "--data"))) {
             a->data = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--match"))) {
+            a->match = v;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--slow-us"))) {
+            if (cli_parse_int(v, 0, 1LL << 40, &a->slow_us))
+                return -1;
         } else if ((v = cli_flag_value(argc, argv, &i, "--limit"))) {
             if (cli_parse_int(v, 0, 1LL << 40, &a->limit))
                 return -1;
@@ -440,7 +447,9 @@ int cmd_grammar(int argc, char **argv)
             usage();
             return 2;
         }
-        return grammar_bench_run(&a.spec, a.tokenizer, a.data, a.limit, a.jsonl);
+        grammar_bench_opts o = {.tokenizer = a.tokenizer, .data = a.data, .match = a.match, .limit = a.limit,
+                                .slow_us = a.slow_us, .jsonl = a.jsonl};
+        return grammar_bench_run(&a.spec, &o);
     }
     fprintf(stderr, "tern grammar: unknown subcommand '%s'\n", argv[1]);
     usage();

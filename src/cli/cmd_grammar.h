@@ -26,8 +26,15 @@ int grammar_spec_to_ebnf(const grammar_spec *s, char **ebnf_out, tern_err *err);
 int grammar_spec_schema_to_ebnf(const grammar_spec *s, json_object *schema, char **ebnf_out, tern_err *err);
 /* 64-bit FNV-1a over the sorted allowed non-special ids (4 LE bytes each). */
 uint64_t grammar_mask_fnv1a(const grammar_vocab *v, const uint32_t *mask, int32_t *count_out);
+/* MaskBench run options: the first `limit` files (-1: all) of `data` whose
+ * name contains `match` (NULL: any); with jsonl a record per file, and per
+ * mask slower than slow_us CPU microseconds (-1: none). */
+typedef struct grammar_bench_opts {
+    const char *tokenizer, *data, *match;
+    long long limit, slow_us;
+    int jsonl;
+} grammar_bench_opts;
 /* MaskBench run; returns the exit code. */
-int grammar_bench_run(const grammar_spec *spec, const char *tok_dir, const char *data_dir, long long limit,
-                      int jsonl);
+int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o);
 
 #endif

@@ -166,9 +166,11 @@ static double avg(const dvec *d)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int grammar_bench_run(const grammar_spec *spec, const char *tok_dir, const char *data_dir, long long limit,
-                      int jsonl)
+int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
 {
+    const char *tok_dir = o->tokenizer, *data_dir = o->data;
+    long long limit = o->limit;
+    int jsonl = o->jsonl;
     tern_err err = {0};
     tern_tokenizer *tok = tokenizer_load(tok_dir, &err);
     if (!tok) {
@@ -193,7 +195,7 @@ int grammar_bench_run(const grammar_spec *spec, const char *tok_dir, const char 
     struct dirent *e;
     while ((e = readdir(d))) {
         size_t l = strlen(e->d_name);
-        if (l < 6 || strcmp(e->d_name + l - 5, ".json"))
+        if (l < 6 || strcmp(e->d_name + l - 5, ".json") || (o->match && !strstr(e->d_name, o->match)))
             continue;
         if (n_names == cap_names) {
             cap_names = cap_names ? cap_names * 2 : 256;
@@ -275,10 +277,20 @@ int grammar_bench_run(const grammar_spec *spec, const char *tok_dir, const char 
             grammar_matcher_reset(m);
             int ok = 1;
             for (size_t i = 0; i <= n_ids && ok; i++) {
+                grammar_compiled_stats s0, s1;
+                grammar_compiled_stats_get(cg, &s0);
                 double a = cpu_s();
                 int n = grammar_matcher_fill_next_token_bitmask(m, mask, nw);
                 double b = cpu_s();
                 dv_push(&masks, (b - a) * 1e6);
+                if (jsonl && o->slow_us >= 0 && (b - a) * 1e6 >= (double)o->slow_us) {
+                    grammar_compiled_stats_get(cg, &s1);
+                    printf("{\"file\": \"%s\", \"slow_mask_us\": %.1f, \"instance\": %zu, \"token\": %zu, "
+                           "\"allowed\": %d, \"walks\": %lld, \"child_walks\": %lld, \"walk_nodes\": %lld, "
+                           "\"shared_hits\": %lld}\n",
+                           names[f], (b - a) * 1e6, k, i, n, s1.entries - s0.entries, s1.children - s0.children,
+                           s1.walk_nodes - s0.walk_nodes, s1.shared_hits - s0.shared_hits);
+                }
                 if (first_mask) {
                     dv_push(&ttfm, (b - t0) * 1e3);
                     first_mask = 0;

@@ -41,6 +41,14 @@ static int sets_grow(grammar_compiled *cg)
     if (!tr)
         return -1;
     cg->trans = tr;
+    uint64_t(*la)[4] = realloc(cg->loop_asc, (size_t)cap * sizeof *la);
+    if (!la)
+        return -1;
+    cg->loop_asc = la;
+    uint8_t *lf = realloc(cg->loop_flags, (size_t)cap);
+    if (!lf)
+        return -1;
+    cg->loop_flags = lf;
     int32_t *h = malloc((size_t)cap * 2 * sizeof *h);
     if (!h)
         return -1;
@@ -89,6 +97,8 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     cg->n_set_ids += (size_t)n;
     cg->set_off[id + 1] = (int32_t)cg->n_set_ids;
     memset(cg->trans + (size_t)id * 256, 0xFF, 256 * sizeof *cg->trans);
+    cg->loop_flags[id] = 0;
+    memset(cg->loop_asc[id], 0, sizeof cg->loop_asc[id]);
     uint32_t b = hv & cg->set_hmask;
     cg->set_next[id] = cg->set_heads[b];
     cg->set_heads[b] = id;
@@ -203,6 +213,8 @@ void grammar_compiled_free(grammar_compiled *cg)
     free(cg->set_heads);
     free(cg->set_next);
     free(cg->trans);
+    free(cg->loop_asc);
+    free(cg->loop_flags);
     gstk_set_free(&cg->tmp_in);
     gstk_set_free(&cg->tmp_out);
     free(cg->scratch_bits);
@@ -216,6 +228,11 @@ void grammar_compiled_free(grammar_compiled *cg)
 
 const grammar *grammar_compiled_grammar(const grammar_compiled *cg) { return cg->g; }
 const grammar_vocab *grammar_compiled_vocab(const grammar_compiled *cg) { return cg->v; }
+
+void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_stats *out)
+{
+    *out = cg->stats;
+}
 
 /* ---- entry computation ---------------------------------------------------- */
 
@@ -233,6 +250,291 @@ static int add_pop(grammar_compiled *cg, int32_t node)
     return 0;
 }
 
+/* ---- loop skip -------------------------------------------------------------
+ * String contents and free-text loops read almost every token, so a plain
+ * walk visits the whole trie (~270k nodes for Llama 3, 2-3 ms) for each
+ * such state. But when the set X at a node reached at a character
+ * boundary reads every ASCII byte found below the node back to X itself
+ * without popping, and (if non-ASCII bytes occur below) every strict UTF-8
+ * character back to X through non-empty sets without popping, then every
+ * token below is accepted and none pops: the walk takes them all at once
+ * from the preorder token list and skips the subtree. Exact: it is the
+ * result the node-by-node walk would reach. */
+
+/* Subtrees smaller than this are walked node by node. */
+#define GCOMP_SKIP_MIN_NODES 1
+/* Bound on (set, UTF-8 state) pairs the non-ASCII check explores. */
+#define GCOMP_UTF8_MAX_PAIRS 64
+
+/* Every strict UTF-8 character of 2-4 bytes leads x to l through
+ * non-empty sets without a pop: 1 yes, 0 no, -1 OOM. Explores (set,
+ * UTF-8 state) pairs depth first. */
+static int utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l)
+{
+    int32_t ps[GCOMP_UTF8_MAX_PAIRS];
+    int8_t pu[GCOMP_UTF8_MAX_PAIRS];
+    int n = 0, top = 0;
+    int32_t stk_s[GCOMP_UTF8_MAX_PAIRS];
+    int8_t stk_u[GCOMP_UTF8_MAX_PAIRS];
+    /* from the boundary: the lead bytes */
+    for (int b = 0x80; b < 0x100; b++) {
+        int u = gvoc_utf8_next(0, (uint8_t)b);
+        if (u < 0)
+            continue;
+        int32_t t = set_trans(cg, x, (uint8_t)b);
+        if (t < 0)
+            return -1;
+        if ((t & 1) || !(t >> 1))
+            return 0;
+        int32_t y = t >> 1;
+        int seen = 0;
+        for (int k = 0; k < n && !seen; k++)
+            seen = ps[k] == y && pu[k] == u;
+        if (seen)
+            continue;
+        if (n == GCOMP_UTF8_MAX_PAIRS)
+            return 0;
+        ps[n] = y, pu[n] = (int8_t)u, n++;
+        stk_s[top] = y, stk_u[top] = (int8_t)u, top++;
+    }
+    while (top) {
+        top--;
+        int32_t y = stk_s[top];
+        int uu = stk_u[top];
+        for (int b = 0x80; b < 0xC0; b++) {
+            int u = gvoc_utf8_next(uu, (uint8_t)b);
+            if (u < 0)
+                continue;
+            int32_t t = set_trans(cg, y, (uint8_t)b);
+            if (t < 0)
+                return -1;
+            if ((t & 1) || !(t >> 1))
+                return 0;
+            int32_t z = t >> 1;
+            if (u == 0) {
+                if (z != l)
+                    return 0;
+                continue;
+            }
+            int seen = 0;
+            for (int k = 0; k < n && !seen; k++)
+                seen = ps[k] == z && pu[k] == u;
+            if (seen)
+                continue;
+            if (n == GCOMP_UTF8_MAX_PAIRS)
+                return 0;
+            ps[n] = z, pu[n] = (int8_t)u, n++;
+            stk_s[top] = z, stk_u[top] = (int8_t)u, top++;
+        }
+    }
+    return 1;
+}
+
+/* Whether the subtree below trie node i is read entirely by looping on
+ * set x (see above): 1 yes, 0 no, -1 OOM. */
+static int loop_covers(grammar_compiled *cg, int32_t x, int32_t i)
+{
+    const grammar_vocab *v = cg->v;
+    uint64_t *la = cg->loop_asc[x];
+    const uint64_t *need = v->nsk_asc[i];
+    if ((need[0] & la[2]) || (need[1] & la[3]))
+        return 0; /* a byte below is known to leave x */
+    for (int w = 0; w < 2; w++) {
+        for (uint64_t m = need[w] & ~la[w]; m; m &= m - 1) {
+            int b = w * 64 + __builtin_ctzll(m);
+            int32_t t = set_trans(cg, x, (uint8_t)b);
+            if (t < 0)
+                return -1;
+            if (t != x * 2) {
+                la[2 + w] |= 1ull << (b & 63);
+                return 0;
+            }
+            la[w] |= 1ull << (b & 63);
+        }
+    }
+    uint8_t f = cg->loop_flags[x];
+    if (!(v->nsk_flags[i] & GVOC_SK_DESC_NONASCII))
+        return 1;
+    if (!(f & GLOOP_UTF8_DONE)) {
+        int r = utf8_reaches(cg, x, x);
+        if (r < 0)
+            return -1;
+        f |= GLOOP_UTF8_DONE | (r ? GLOOP_UTF8_CLOSED : 0);
+        cg->loop_flags[x] = f;
+    }
+    return (f & GLOOP_UTF8_CLOSED) != 0;
+}
+
+/* Fills every ASCII bit of x's loop mask; -1 on OOM. */
+static int loop_fill(grammar_compiled *cg, int32_t x)
+{
+    uint64_t *la = cg->loop_asc[x];
+    for (int b = 0; b < 128; b++) {
+        uint64_t bit = 1ull << (b & 63);
+        if ((la[b >> 6] | la[2 + (b >> 6)]) & bit)
+            continue;
+        int32_t t = set_trans(cg, x, (uint8_t)b);
+        if (t < 0)
+            return -1;
+        la[(t == x * 2 ? 0 : 2) + (b >> 6)] |= bit;
+    }
+    uint8_t f = cg->loop_flags[x] | GLOOP_ASC_FULL;
+    if (!(f & GLOOP_UTF8_DONE)) {
+        int r = utf8_reaches(cg, x, x);
+        if (r < 0)
+            return -1;
+        f |= GLOOP_UTF8_DONE | (r ? GLOOP_UTF8_CLOSED : 0);
+    }
+    cg->loop_flags[x] = f;
+    return 0;
+}
+
+static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0);
+
+/* Walks below trie nodes smaller than this go node by node. */
+#define GCOMP_CLASS_MIN_NODES 256
+
+/* The looping set the walk from x enters at the root, and the class to
+ * use: x itself when it loops on some ASCII byte; else the set most ASCII
+ * bytes lead x to without a pop, when that one loops, with the class
+ * narrowed to the bytes that lead x there (and to no non-ASCII character
+ * unless every one leads x there and the loop set reads them all).
+ * 1 found, 0 none, -1 OOM. */
+static int root_loop(grammar_compiled *cg, int32_t x, int32_t *l_out, uint64_t cls[2], int *utf8)
+{
+    if (!(cg->loop_flags[x] & GLOOP_ASC_FULL) && loop_fill(cg, x))
+        return -1;
+    const uint64_t *la = cg->loop_asc[x];
+    if (la[0] || la[1]) {
+        *l_out = x;
+        cls[0] = la[0], cls[1] = la[1];
+        *utf8 = (cg->loop_flags[x] & GLOOP_UTF8_CLOSED) != 0;
+        return 1;
+    }
+    /* the successor of the printable letters and digits decides */
+    int32_t l = -1;
+    static const char probe[] = "etaoinsrhldcumfpgwybvkxjqzETAOINS0123456789";
+    for (const char *p = probe; *p && l < 0; p++) {
+        int32_t t = set_trans(cg, x, (uint8_t)*p);
+        if (t < 0)
+            return -1;
+        if (!(t & 1) && (t >> 1))
+            l = t >> 1;
+    }
+    if (l <= 0)
+        return 0;
+    if (!(cg->loop_flags[l] & GLOOP_ASC_FULL) && loop_fill(cg, l))
+        return -1;
+    uint64_t c[2] = {0, 0};
+    for (int w = 0; w < 2; w++) {
+        for (uint64_t m = cg->loop_asc[l][w]; m; m &= m - 1) {
+            int b = w * 64 + __builtin_ctzll(m);
+            int32_t t = set_trans(cg, x, (uint8_t)b);
+            if (t < 0)
+                return -1;
+            if (t == l * 2)
+                c[w] |= 1ull << (b & 63);
+        }
+    }
+    if (!c[0] && !c[1])
+        return 0;
+    int u = 0;
+    if (cg->loop_flags[l] & GLOOP_UTF8_CLOSED) {
+        /* every character from x must land on l; checked like
+         * utf8_closed, but from x to l */
+        u = utf8_reaches(cg, x, l);
+        if (u < 0)
+            return -1;
+    }
+    *l_out = l;
+    cls[0] = c[0], cls[1] = c[1];
+    *utf8 = u;
+    return 1;
+}
+
+static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0);
+
+/* Walks below trie nodes smaller than this go node by node. */
+#define GCOMP_CLASS_MIN_NODES 256
+
+/* The walk of [lo, hi) from set x through a loop class (vocab_class.c):
+ * when the range is the whole trie and x reads the class's characters
+ * into a set l that reads them back to itself (l may be x), or the range
+ * is the subtree of a node whose path stays in x's own loop class, the
+ * runs' tokens are accepted as they are (they never pop nor empty the
+ * set) and only the frontier subtrees are walked, from x or l after the
+ * pending bytes of an unfinished character. 1 done, 0 not applicable,
+ * -1 OOM / bound. */
+static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x)
+{
+    grammar_vocab *v = (grammar_vocab *)cg->v;
+    if (!x || hi - lo < GCOMP_CLASS_MIN_NODES)
+        return 0;
+    int32_t l = x;
+    uint64_t cls[2];
+    int utf8;
+    const gvoc_class *c;
+    int32_t j = lo - 1;
+    if (base == 0) {
+        if (lo != 0 || hi != v->n_nodes)
+            return 0;
+        int r = root_loop(cg, x, &l, cls, &utf8);
+        if (r <= 0)
+            return r;
+        if (!(c = gvoc_class_get(v, cls, utf8)))
+            return 0;
+    } else {
+        if (j < 0 || v->nd[j] != base || v->nend[j] != hi || !(v->nsk_flags[j] & GVOC_SK_BOUNDARY))
+            return 0;
+        if (!(cg->loop_flags[x] & GLOOP_ASC_FULL) && loop_fill(cg, x))
+            return -1;
+        cls[0] = cg->loop_asc[x][0], cls[1] = cg->loop_asc[x][1];
+        if (!cls[0] && !cls[1])
+            return 0;
+        utf8 = (cg->loop_flags[x] & GLOOP_UTF8_CLOSED) != 0;
+        if (!(c = gvoc_class_get(v, cls, utf8)) || !gvoc_class_path_in(v, c, j))
+            return 0;
+    }
+    cg->stats.class_walks++;
+    uint32_t *bits = cg->scratch_bits;
+    int32_t a = 0, b = c->n_items;
+    if (base == 0) {
+        gbits_or(bits, c->run_bits, v->n_words);
+    } else {
+        /* the first item that ends at or after lo */
+        while (a < b) {
+            int32_t mid = a + (b - a) / 2;
+            if (c->items[mid].last < lo)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+    }
+    const int32_t *ntok = v->ntok, *ntok_off = v->ntok_off;
+    for (int32_t k = a; k < c->n_items && c->items[k].first < hi; k++) {
+        const gvoc_item *it = &c->items[k];
+        if (!it->frontier) {
+            if (base == 0)
+                continue;
+            int32_t f0 = it->first > lo ? it->first : lo, f1 = it->last + 1 < hi ? it->last + 1 : hi;
+            int32_t q1 = ntok_off[f1];
+            for (int32_t q = ntok_off[f0]; q < q1; q++)
+                bits[ntok[q] >> 5] |= 1u << (ntok[q] & 31);
+            continue;
+        }
+        int32_t y = it->from_root ? x : l;
+        for (int p = 0; p < it->n_pend && y; p++) {
+            int32_t t = set_trans(cg, y, it->pend[p]);
+            if (t < 0)
+                return -1;
+            y = t >> 1; /* inside the class: never a pop */
+        }
+        if (y && walk(cg, it->first, v->nend[it->first], v->nd[it->first] - 1, y))
+            return -1;
+    }
+    return 1;
+}
+
 /* Walks vocab trie nodes [lo, hi) (a preorder range whose nodes sit
  * below depth `base`) from interned set sid0 (at depth base). Accepted
  * tokens go to scratch_bits; nodes where the frame pops with descendants
@@ -243,9 +545,13 @@ static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int3
     int32_t *S = cg->scratch_S;
     uint8_t *pop = cg->scratch_pop;
     uint32_t *bits = cg->scratch_bits;
+    int r = cg->plain_walk ? 0 : class_walk(cg, lo, hi, base, sid0);
+    if (r)
+        return r < 0 ? -1 : 0;
     S[base] = sid0;
     for (int32_t i = lo; i < hi;) {
         int32_t d = v->nd[i];
+        cg->stats.walk_nodes++;
         int32_t t = set_trans(cg, S[d - 1], v->nb[i]);
         if (t < 0)
             return -1;
@@ -257,6 +563,31 @@ static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int3
                 bits[v->ntok[k] / 32] |= 1u << (v->ntok[k] % 32);
         if (pop[d] && v->nend[i] > i + 1 && add_pop(cg, i))
             return -1;
+        if (cg->plain_walk) {
+            i = cur ? i + 1 : v->nend[i];
+            continue;
+        }
+        if (cur && v->nend[i] - i > GCOMP_SKIP_MIN_NODES &&
+            (v->nsk_flags[i] & (GVOC_SK_BOUNDARY | GVOC_SK_DESC_VALID)) == (GVOC_SK_BOUNDARY | GVOC_SK_DESC_VALID)) {
+            int r = loop_covers(cg, cur, i);
+            if (r < 0)
+                return -1;
+            if (r) {
+                for (int32_t k = v->ntok_off[i + 1]; k < v->ntok_off[v->nend[i]]; k++)
+                    bits[v->ntok[k] / 32] |= 1u << (v->ntok[k] % 32);
+                i = v->nend[i];
+                continue;
+            }
+        }
+        if (cur && v->nend[i] - i > GCOMP_CLASS_MIN_NODES) {
+            int r = class_walk(cg, i + 1, v->nend[i], d, cur);
+            if (r < 0)
+                return -1;
+            if (r) {
+                i = v->nend[i];
+                continue;
+            }
+        }
         i = cur ? i + 1 : v->nend[i];
     }
     return 0;
@@ -481,8 +812,12 @@ const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
         uint64_t sig = grammar_state_sig(cg->g, s);
         uint64_t key = sig ? key_mix(sig, 0x70B) : 0;
         e = shared_lookup(cg, key);
-        if (!e)
+        if (e) {
+            cg->stats.shared_hits++;
+        } else {
+            cg->stats.entries++;
             e = publish(cg, compute_entry(cg, s), key);
+        }
         if (e)
             __atomic_store_n(&cg->entries[s], e, __ATOMIC_RELEASE);
     }
@@ -541,8 +876,12 @@ const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int
     uint64_t sig = e->key ? grammar_state_sig(cg->g, t) : 0;
     uint64_t key = sig ? key_mix(e->key, sig) : 0;
     c = shared_lookup(cg, key);
-    if (!c)
+    if (c) {
+        cg->stats.shared_hits++;
+    } else {
+        cg->stats.children++;
         c = publish(cg, compute_child(cg, e, t), key);
+    }
     if (c && child_put(cg, e, t, c))
         c = NULL; /* OOM: the entry stays owned or shared, freed later */
 out:

@@ -23,6 +23,13 @@
  * Children are created on demand and cached: the chains JSON grammars
  * produce are short and few. */
 typedef struct gctx_entry gctx_entry;
+
+/* loop_flags: the UTF-8 check ran; every non-ASCII
+ * character (strict UTF-8) leads back to the same set through non-empty
+ * sets without a pop */
+#define GLOOP_UTF8_DONE 2
+#define GLOOP_UTF8_CLOSED 4
+#define GLOOP_ASC_FULL 8 /* every ASCII byte is known one way or the other */
 struct gctx_entry {
     uint64_t key;        /* structural key if shared through the vocab, else 0 */
     uint32_t *acc_bits;  /* [n_words] bitset for a large accepted set, or */
@@ -63,6 +70,11 @@ struct grammar_compiled {
     int32_t *set_next;
     uint32_t set_hmask;
     int32_t *trans;            /* [n_sets*256]: -1 unknown, else next*2 + popped */
+    /* per set, filled on demand by the walk's loop skip: the ASCII bytes
+     * known to lead back to the same set without a pop ([0..1]) and known
+     * not to ([2..3]), and GLOOP_* flags */
+    uint64_t (*loop_asc)[4];
+    uint8_t *loop_flags;
     gstk_set tmp_in, tmp_out;
     /* walk scratch */
     uint32_t *scratch_bits;    /* [n_words] */
@@ -70,6 +82,8 @@ struct grammar_compiled {
     uint8_t *scratch_pop;      /* [max_len+2] */
     int32_t *scratch_pops;
     int32_t n_scratch_pops, cap_scratch_pops;
+    grammar_compiled_stats stats; /* guarded by lock */
+    int plain_walk;            /* tests: walk node by node (no loop skip, no classes) */
 };
 
 /* The entry of state s, computing it on first use. NULL on OOM. */

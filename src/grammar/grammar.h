@@ -120,6 +120,16 @@ void grammar_compiled_free(grammar_compiled *cg);
 const grammar *grammar_compiled_grammar(const grammar_compiled *cg);
 const grammar_vocab *grammar_compiled_vocab(const grammar_compiled *cg);
 
+/* Work counters of a compiled grammar since it was made (read without the
+ * lock: approximate while other threads compute). A "walk" is one trie
+ * walk computing a token set; nodes counts the trie nodes they visited
+ * one by one; class_walks the walks that took a loop class's runs
+ * wholesale. */
+typedef struct grammar_compiled_stats {
+    long long entries, children, walk_nodes, shared_hits, class_walks;
+} grammar_compiled_stats;
+void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_stats *out);
+
 /* ---- matcher --------------------------------------------------------------- */
 
 /* A parser positioned at the start of the grammar. cg is borrowed. */

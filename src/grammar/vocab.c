@@ -21,6 +21,57 @@ static int cmp_tok(const void *x, const void *y, void *ctx)
     return a < b ? -1 : a > b;
 }
 
+/* The per-node subtree summaries (GVOC_SK_*, vocab_int.h), bottom-up over
+ * the preorder: a node's children are i+1, nend[i+1], ... */
+static int build_skip(grammar_vocab *v)
+{
+    int32_t n = v->n_nodes;
+    v->nsk_asc = calloc((size_t)(n ? n : 1), sizeof *v->nsk_asc);
+    v->nsk_flags = calloc((size_t)(n ? n : 1), 1);
+    int8_t *u = malloc((size_t)(n ? n : 1));
+    int8_t *ustack = malloc((size_t)v->max_len + 2);
+    if (!v->nsk_asc || !v->nsk_flags || !u || !ustack) {
+        free(u);
+        free(ustack);
+        return -1;
+    }
+    /* u[i]: UTF-8 state after the path to i (-1 invalid) */
+    ustack[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int d = v->nd[i];
+        int p = ustack[d - 1];
+        u[i] = (int8_t)(p < 0 ? -1 : gvoc_utf8_next(p, v->nb[i]));
+        ustack[d] = u[i];
+        if (u[i] == 0)
+            v->nsk_flags[i] |= GVOC_SK_BOUNDARY;
+    }
+    /* reverse preorder: children are done before their parent */
+    for (int32_t i = n - 1; i >= 0; i--) {
+        uint64_t a0 = 0, a1 = 0;
+        uint8_t valid = GVOC_SK_DESC_VALID, nonascii = 0;
+        for (int32_t c = i + 1; c < v->nend[i]; c = v->nend[c]) {
+            uint8_t b = v->nb[c];
+            if (b < 64)
+                a0 |= 1ull << b;
+            else if (b < 128)
+                a1 |= 1ull << (b - 64);
+            else
+                nonascii = GVOC_SK_DESC_NONASCII;
+            a0 |= v->nsk_asc[c][0];
+            a1 |= v->nsk_asc[c][1];
+            nonascii |= v->nsk_flags[c] & GVOC_SK_DESC_NONASCII;
+            if (u[c] < 0 || !(v->nsk_flags[c] & GVOC_SK_DESC_VALID))
+                valid = 0;
+        }
+        v->nsk_asc[i][0] = a0;
+        v->nsk_asc[i][1] = a1;
+        v->nsk_flags[i] |= (uint8_t)(valid | nonascii);
+    }
+    free(u);
+    free(ustack);
+    return 0;
+}
+
 static int build_trie(grammar_vocab *v, tern_err *err)
 {
     int32_t n = 0;
@@ -82,6 +133,8 @@ static int build_trie(grammar_vocab *v, tern_err *err)
     v->n_trie_tokens = n;
     free(ids);
     free(path);
+    if (build_skip(v))
+        return tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
     return 0;
 }
 
@@ -105,6 +158,7 @@ grammar_vocab *grammar_vocab_from_bytes(const char *const *bytes, const size_t *
         return NULL;
     }
     pthread_mutex_init(&v->share_lock, NULL);
+    pthread_mutex_init(&v->class_lock, NULL);
     v->n_tokens = n_tokens;
     v->mask_width = mask_width;
     v->n_words = ((size_t)mask_width + 31) / 32;
@@ -175,11 +229,15 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->nend);
     free(v->ntok_off);
     free(v->ntok);
+    free(v->nsk_asc);
+    free(v->nsk_flags);
     for (size_t i = 0; i < v->share_cap; i++)
         if (v->share[i].e)
             gctx_entry_free(v->share[i].e);
     free(v->share);
     pthread_mutex_destroy(&v->share_lock);
+    gvoc_classes_free(v);
+    pthread_mutex_destroy(&v->class_lock);
     free(v);
 }
 

@@ -8,6 +8,41 @@
 
 struct gctx_entry;
 
+/* A loop class: the bytes a parser set reads back to itself. ASCII bytes
+ * asc (bit b of word b/64), plus every strict UTF-8 character when utf8.
+ * Its split of the trie (vocab_class.c), in preorder:
+ * - runs: nodes [first, last] whose whole path from the root stays in
+ *   the class (their tokens are read by looping, whatever the set);
+ * - frontiers: node f whose byte is the path's first one outside the
+ *   class; pend/n_pend are the bytes of the path's unfinished UTF-8
+ *   character before f (a set must read them before f's byte).
+ * A frontier's subtree belongs to it; runs and frontiers never overlap. */
+typedef struct gvoc_item {
+    int32_t first, last; /* a frontier has first == last == f */
+    uint8_t frontier, n_pend, pend[3];
+    uint8_t from_root;   /* frontier: the pending bytes start at the root */
+} gvoc_item;
+
+typedef struct gvoc_class {
+    uint64_t asc[2];
+    int utf8;
+    gvoc_item *items;
+    int32_t n_items;
+    uint32_t *run_bits;  /* [n_words] the tokens of all runs */
+} gvoc_class;
+
+/* Bounds of the vocabulary's class cache (past them walks go node by
+ * node). */
+#define GVOC_MAX_CLASSES 256
+#define GVOC_MAX_CLASS_BYTES ((size_t)64 << 20)
+
+/* The class (asc, utf8) of v, computed on first use and kept until v is
+ * freed (thread-safe). NULL when the cache is full or on OOM. */
+const gvoc_class *gvoc_class_get(struct grammar_vocab *v, const uint64_t asc[2], int utf8);
+/* Whether the path from the root to node i stays in class c. */
+int gvoc_class_path_in(const struct grammar_vocab *v, const gvoc_class *c, int32_t i);
+void gvoc_classes_free(struct grammar_vocab *v);
+
 /* One slot of the vocabulary-wide cache of token sets, keyed by a
  * structural signature (see grammar_state_sig). */
 typedef struct gshare_slot {
@@ -37,6 +72,11 @@ struct grammar_vocab {
     int32_t n_trie_tokens;
     uint8_t *nb;
     int32_t *nd, *nend, *ntok_off, *ntok;
+    /* Subtree summaries for the walk's loop skip (compiled.c): per node,
+     * the ASCII bytes read below it (bit b of word b/64) and GVOC_SK_*
+     * flags. */
+    uint64_t (*nsk_asc)[2];
+    uint8_t *nsk_flags;
 
     /* Token sets shared by every grammar compiled against this vocabulary
      * (identical rules in different schemas walk the trie once). Owned
@@ -44,7 +84,56 @@ struct grammar_vocab {
     pthread_mutex_t share_lock;
     gshare_slot *share;
     size_t share_cap, share_n, share_bytes;
+
+    /* loop classes (vocab_class.c), guarded by class_lock; published
+     * classes are immutable */
+    pthread_mutex_t class_lock;
+    gvoc_class *classes[GVOC_MAX_CLASSES];
+    int n_classes;
+    size_t class_bytes;
 };
+
+/* The path from the root to the node is valid UTF-8 ending at a character
+ * boundary; every path below the node continues it as valid UTF-8 (a
+ * token may end inside a character); some byte below is not ASCII. */
+#define GVOC_SK_BOUNDARY 1
+#define GVOC_SK_DESC_VALID 2
+#define GVOC_SK_DESC_NONASCII 4
+
+/* Strict UTF-8 (RFC 3629: no overlongs, surrogates or code points above
+ * U+10FFFF) as a byte automaton: state 0 is a character boundary, 1-7
+ * expect continuation bytes; returns the next state or -1. */
+static inline int gvoc_utf8_next(int u, uint8_t b)
+{
+    switch (u) {
+    case 0:
+        if (b < 0x80)
+            return 0;
+        if (b >= 0xC2 && b <= 0xDF)
+            return 1;
+        if (b == 0xE0)
+            return 4;
+        if (b == 0xED)
+            return 5;
+        if (b >= 0xE1 && b <= 0xEF)
+            return 2;
+        if (b == 0xF0)
+            return 6;
+        if (b >= 0xF1 && b <= 0xF3)
+            return 3;
+        if (b == 0xF4)
+            return 7;
+        return -1;
+    case 1: return b >= 0x80 && b <= 0xBF ? 0 : -1;
+    case 2: return b >= 0x80 && b <= 0xBF ? 1 : -1;
+    case 3: return b >= 0x80 && b <= 0xBF ? 2 : -1;
+    case 4: return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 5: return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 6: return b >= 0x90 && b <= 0xBF ? 2 : -1;
+    case 7: return b >= 0x80 && b <= 0x8F ? 2 : -1;
+    default: return -1;
+    }
+}
 
 #define GSHARE_MAX_ENTRIES 65536
 #define GSHARE_MAX_BYTES ((size_t)512 << 20)

@@ -16,6 +16,7 @@
 #include <pcre2.h>
 
 #include "base/rng.h"
+#include "grammar/compiled_int.h"
 #include "grammar/grammar.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -451,12 +452,104 @@ static void test_repetition_alias(void **state)
     tokenizer_free(tok);
 }
 
+/* The walk's shortcuts (loop skip, loop classes with their runs and
+ * frontiers, root loops entered after a first byte) give the masks of the
+ * node-by-node walk, at every step of real documents on the Llama-3
+ * vocabulary: string contents with escapes and non-ASCII text, an
+ * unanchored pattern, a class without every character (no UTF-8 loop), a
+ * digit run, free text up to a marker, a string made of a called
+ * character rule (child walks), bounded repetitions; plus sampled tokens
+ * against accept + rollback. */
+static void test_loop_classes(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
+    if (!tok) {
+        print_message("skipping: %s\n", e.msg);
+        skip();
+    }
+    grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    assert_non_null(v);
+    static const struct {
+        const char *ebnf, *doc;
+    } cases[] = {
+        {"root ::= \"\\\"\" ([^\"\\\\] | \"\\\\\" [\"\\\\/bfnrt])* \"\\\"\"\n",
+         "\"caf\xc3\xa9 cr\xc3\xa8me \\\"br\xc3\xbbl\xc3\xa9" "e\\\" \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80 tab\\t end\""},
+        {"root ::= \"\\\"\" [^\"\\\\]* \"wifi\" [^\"\\\\]* \"\\\"\"\n", "\"my home wifi network, the wide one\""},
+        {"root ::= [a-z \\u00c0-\\u00ff]* \".\"\n", "une phrase tr\xc3\xa8s \xc3\xa0 la fran\xc3\xa7" "aise."},
+        {"root ::= [0-9]+ (\".\" [0-9]+)? \" units\"\n", "12345678901234567890.5 units"},
+        {"root ::= [^<]* \"<end>\" [a-z]*\n", "free text\n\twith tags? no> lines\n\n<end>tail"},
+        {"root ::= \"{\\\"a\\\": \" str \", \\\"b\\\": \" str \"}\"\nstr ::= \"\\\"\" chr* \"\\\"\"\n"
+         "chr ::= [^\"\\\\] | \"\\\\\" [\"\\\\/bfnrt]\n",
+         "{\"a\": \"first value, long enough to span tokens\", \"b\": \"\\\"quoted\\\" \xc3\xa9\"}"},
+        {"root ::= \"\\\"\" chr{0,25} \"\\\"\" \" \" \"\\\"\" chr{3,} \"\\\"\"\nchr ::= [^\"\\\\]\n",
+         "\"short one\" \"a longer second string that goes on\""},
+    };
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
+    int32_t width = grammar_vocab_mask_width(v);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        grammar_compiled *cg = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), v, NULL, &e);
+        if (!cg)
+            fail_msg("case %zu: %s", c, e.msg);
+        grammar_compiled *ref = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), v, NULL, &e);
+        assert_non_null(ref);
+        ref->plain_walk = 1;
+        grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
+        grammar_matcher *probe = grammar_matcher_new(cg, &e);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_non_null(probe);
+        int32_t *ids;
+        size_t n_ids;
+        assert_int_equal(tokenizer_encode(tok, cases[c].doc, strlen(cases[c].doc), 0, &ids, &n_ids, &e), 0);
+        for (size_t i = 0; i <= n_ids; i++) {
+            int c1 = grammar_matcher_fill_next_token_bitmask(a, m1, nw);
+            int c2 = grammar_matcher_fill_next_token_bitmask(b, m2, nw);
+            assert_true(c1 > 0);
+            if (c1 != c2 || memcmp(m1, m2, nw * sizeof *m1))
+                fail_msg("case %zu step %zu: masks differ (%d vs %d allowed)", c, i, c1, c2);
+            /* every 97th id against accept + rollback */
+            for (int32_t t = (int32_t)(i % 97); t < width; t += 97) {
+                int ok = grammar_matcher_accept_token(probe, t);
+                if (ok == 1)
+                    grammar_matcher_rollback(probe, 1);
+                if ((ok == 1) != bit(m1, t))
+                    fail_msg("case %zu step %zu token %d: mask %d, accept %d", c, i, t, bit(m1, t), ok);
+            }
+            if (i < n_ids) {
+                if (grammar_matcher_accept_token(a, ids[i]) != 1)
+                    fail_msg("case %zu step %zu: document token %d rejected", c, i, ids[i]);
+                assert_int_equal(grammar_matcher_accept_token(b, ids[i]), 1);
+                assert_int_equal(grammar_matcher_accept_token(probe, ids[i]), 1);
+            }
+        }
+        assert_true(grammar_matcher_can_end(a));
+        grammar_compiled_stats st;
+        grammar_compiled_stats_get(cg, &st);
+        print_message("case %zu: %zu tokens, %lld walks, %lld class walks, %lld nodes\n", c, n_ids,
+                      st.entries + st.children, st.class_walks, st.walk_nodes);
+        free(ids);
+        grammar_matcher_free(a);
+        grammar_matcher_free(b);
+        grammar_matcher_free(probe);
+        grammar_compiled_free(cg);
+        grammar_compiled_free(ref);
+    }
+    free(m1);
+    free(m2);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_masks_vs_pcre2), cmocka_unit_test(test_masks_recursive),
         cmocka_unit_test(test_matcher_api),    cmocka_unit_test(test_vocab_errors),
         cmocka_unit_test(test_real_tokenizer), cmocka_unit_test(test_repetition_alias),
+        cmocka_unit_test(test_loop_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
