@@ -335,21 +335,21 @@ static int utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l)
 static int loop_covers(grammar_compiled *cg, int32_t x, int32_t i)
 {
     const grammar_vocab *v = cg->v;
-    uint64_t *la = cg->loop_asc[x];
+    /* cg->loop_asc moves when set_trans interns a set: index it afresh */
     const uint64_t *need = v->nsk_asc[i];
-    if ((need[0] & la[2]) || (need[1] & la[3]))
+    if ((need[0] & cg->loop_asc[x][2]) || (need[1] & cg->loop_asc[x][3]))
         return 0; /* a byte below is known to leave x */
     for (int w = 0; w < 2; w++) {
-        for (uint64_t m = need[w] & ~la[w]; m; m &= m - 1) {
+        for (uint64_t m = need[w] & ~cg->loop_asc[x][w]; m; m &= m - 1) {
             int b = w * 64 + __builtin_ctzll(m);
             int32_t t = set_trans(cg, x, (uint8_t)b);
             if (t < 0)
                 return -1;
             if (t != x * 2) {
-                la[2 + w] |= 1ull << (b & 63);
+                cg->loop_asc[x][2 + w] |= 1ull << (b & 63);
                 return 0;
             }
-            la[w] |= 1ull << (b & 63);
+            cg->loop_asc[x][w] |= 1ull << (b & 63);
         }
     }
     uint8_t f = cg->loop_flags[x];
@@ -368,15 +368,14 @@ static int loop_covers(grammar_compiled *cg, int32_t x, int32_t i)
 /* Fills every ASCII bit of x's loop mask; -1 on OOM. */
 static int loop_fill(grammar_compiled *cg, int32_t x)
 {
-    uint64_t *la = cg->loop_asc[x];
     for (int b = 0; b < 128; b++) {
         uint64_t bit = 1ull << (b & 63);
-        if ((la[b >> 6] | la[2 + (b >> 6)]) & bit)
+        if ((cg->loop_asc[x][b >> 6] | cg->loop_asc[x][2 + (b >> 6)]) & bit)
             continue;
         int32_t t = set_trans(cg, x, (uint8_t)b);
         if (t < 0)
             return -1;
-        la[(t == x * 2 ? 0 : 2) + (b >> 6)] |= bit;
+        cg->loop_asc[x][(t == x * 2 ? 0 : 2) + (b >> 6)] |= bit; /* indexed after set_trans: it may move */
     }
     uint8_t f = cg->loop_flags[x] | GLOOP_ASC_FULL;
     if (!(f & GLOOP_UTF8_DONE)) {
@@ -404,10 +403,9 @@ static int root_loop(grammar_compiled *cg, int32_t x, int32_t *l_out, uint64_t c
 {
     if (!(cg->loop_flags[x] & GLOOP_ASC_FULL) && loop_fill(cg, x))
         return -1;
-    const uint64_t *la = cg->loop_asc[x];
-    if (la[0] || la[1]) {
+    if (cg->loop_asc[x][0] || cg->loop_asc[x][1]) {
         *l_out = x;
-        cls[0] = la[0], cls[1] = la[1];
+        cls[0] = cg->loop_asc[x][0], cls[1] = cg->loop_asc[x][1];
         *utf8 = (cg->loop_flags[x] & GLOOP_UTF8_CLOSED) != 0;
         return 1;
     }
