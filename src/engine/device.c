@@ -120,9 +120,10 @@ static void masks_ahead(tern_engine *e, engine_req *r, int j)
     }
 }
 
-int engine_device_forward(tern_engine *e, const fwd_batch *b, int mode, tern_err *err)
+int engine_device_forward(tern_engine *e, const fwd_batch *b, const struct model_lora *const *lora, int mode,
+                          tern_err *err)
 {
-    int rc = model_forward_start(e->m, &e->kv, b, err);
+    int rc = model_forward_start_lora(e->m, &e->kv, b, lora, err);
     if (rc)
         return rc;
     memset(e->mask_on, 0, (size_t)b->n_out);

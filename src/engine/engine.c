@@ -491,7 +491,7 @@ static void step(tern_engine *e)
             e->b_tok[n] = r->draft[k];
             e->b_pos[n] = r->n_past + k;
             e->b_seq[n] = &r->seq;
-            e->b_lora[n] = r->lora; /* NULL: adapter rows do not speculate */
+            e->b_lora[n] = r->lora; /* the target verifies under the row's adapter */
             n++;
         }
         for (int k = 0; k <= r->n_spec; k++) {
@@ -506,7 +506,7 @@ static void step(tern_engine *e)
     /* on a device (e->ids set): masks overlap the forward; steps whose rows
      * the device can sample sample there */
     int dev = e->ids != NULL, mode = dev ? engine_device_mode(e, n_out) : ENGINE_DEV_HOST;
-    int rc = dev ? engine_device_forward(e, &b, mode, &err)
+    int rc = dev ? engine_device_forward(e, &b, n_lora ? e->b_lora : NULL, mode, &err)
                  : model_forward_lora(e->m, &e->kv, &b, n_lora ? e->b_lora : NULL, e->logits, &hid, &err);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
@@ -895,7 +895,7 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
     if (r->max_tokens > e->o.ctx_size - r->n_prompt)
         r->max_tokens = e->o.ctx_size - r->n_prompt;
     r->ignore_eos = p->ignore_eos;
-    r->no_spec = p->no_speculation || p->min_tokens > 0 || p->lora;
+    r->no_spec = p->no_speculation || p->min_tokens > 0;
     if (p->lora) {
         r->lora = (struct model_lora *)p->lora; /* our own reference, dropped in req_unref */
         model_lora_retain(r->lora);

@@ -117,8 +117,9 @@ typedef struct engine_params {
     /* A LoRA adapter of the engine's model (model/lora.h) applied to this
      * request's rows; NULL = the base model. Borrowed: the engine takes its
      * own reference at submit and drops it when the request is freed. Such
-     * a request does not speculate, and its KV is cached apart from the
-     * base's and other adapters'. TERN_EUNSUPPORTED at submit when the
+     * a request speculates like any other (the draft proposes without the
+     * adapter, the target verifies with it), and its KV is cached apart
+     * from the base's and other adapters'. TERN_EUNSUPPORTED at submit when the
      * model's backend does not run adapters (model_lora_supported). */
     const struct model_lora *lora;
 } engine_params;

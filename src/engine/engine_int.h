@@ -173,11 +173,13 @@ int engine_device_init(tern_engine *e, int rows, tern_err *err);
 void engine_device_free(tern_engine *e);
 /* The mode of a planned step of n_out output rows (out_req[]). */
 int engine_device_mode(const tern_engine *e, int n_out);
-/* One forward on the device, the rows' grammar masks computed while it
- * runs (masks, mask_on, mask_bad). ENGINE_DEV_ARGMAX / _SAMPLE: the device
+/* One forward on the device (row i with adapter lora[i], lora NULL: all
+ * base), the rows' grammar masks computed while it runs (masks, mask_on,
+ * mask_bad). ENGINE_DEV_ARGMAX / _SAMPLE: the device
  * picks each output row's token and only ids come back (ids);
  * ENGINE_DEV_HOST: the logits come down into e->logits. */
-int engine_device_forward(tern_engine *e, const fwd_batch *b, int mode, tern_err *err);
+int engine_device_forward(tern_engine *e, const fwd_batch *b, const struct model_lora *const *lora, int mode,
+                          tern_err *err);
 /* Emits the device's choice for output row j (a row without drafts). */
 void engine_device_emit(tern_engine *e, engine_req *r, int j);
 

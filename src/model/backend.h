@@ -23,6 +23,7 @@
 
 /* A 2-D weight as the products read it (the body is in model_int.h). */
 typedef struct model_weight model_weight;
+struct model_lora;
 
 /* Attention of one layer for every token of a batch. Token i's query heads
  * q[i][n_head][head_dim] attend to its own sequence's cached positions
@@ -86,6 +87,15 @@ typedef struct model_backend {
     /* (the CUDA backend's: tcu_sample_rows, cuda_sample.h) */
     int (*sample_finish)(struct model_backend *be, const dev_sample_row *rows, const uint32_t *masks,
                          int32_t n_words, const uint8_t *mask_on, int32_t *ids, tern_err *err);
+    /* Optional (NULL: the device forward runs no LoRA adapters,
+     * model_lora_supported). lora_upload - called by model_lora_load once
+     * the adapter is read: copies it to the device (model_lora_dev_set);
+     * lora_rows - row i of the next forward / forward_start (T rows) runs
+     * adapter lora[i] (NULL = the base; lora NULL = every row), set by
+     * model_forward_lora / model_forward_start_lora before each device
+     * forward and used by that forward only. */
+    int (*lora_upload)(struct model_backend *be, struct model_lora *a, tern_err *err);
+    int (*lora_rows)(struct model_backend *be, const struct model_lora *const *lora, int T, tern_err *err);
 } model_backend;
 
 /* The one head_dim rule: even (RoPE rotates the pairs i, i + head_dim / 2:

@@ -52,6 +52,8 @@ int model_cuda_device_count(void) { return 0; }
 #include <cuda_runtime_api.h>
 
 #include "base/log.h"
+#include "model/backend_cuda_lora.h"
+#include "model/lora.h"
 #include "sample/sample.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/cuda_sample.h"
@@ -136,6 +138,7 @@ typedef struct cu_backend {
     int32_t *d_sel, *h_sel;
     size_t cap_sel;
     int pending_out;
+    cu_lora *lora; /* the rows' LoRA adapters of the next forward (backend_cuda_lora.c) */
 } cu_backend;
 
 static int cu_fail(tern_err *err, int rc, const char *what)
@@ -715,9 +718,16 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         qkv[0].y = be->q;
         qkv[1].y = be->k;
         qkv[2].y = be->v;
+        /* LoRA rows read the normed inputs, which a fused-norm GEMV keeps to itself */
+        int lora_qkv = cu_lora_has(be->lora, l, LORA_Q) || cu_lora_has(be->lora, l, LORA_K) ||
+                       cu_lora_has(be->lora, l, LORA_V);
+        if (lora_qkv)
+            CU(tcu_rmsnorm(be->x, NULL, L->attn_norm, be->xn, T, dim, c->norm_eps, 0, opt, s), "rmsnorm");
         if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, cu_opts(be, TCU_PROD_QKV),
                               err)))
             return rc;
+        for (int k = 0; lora_qkv && k < 3; k++)
+            CU(cu_lora_add(be->lora, l, LORA_Q + k, be->xn, qkv[k].y, dim, qkv[k].n_out, T, opt, s), "lora");
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
                            blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, be->kv, l, T, c->n_head, c->n_kv_head,
@@ -736,29 +746,42 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
             o.y = be->tmp;
             if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, o_opts, err)))
                 return rc;
+            CU(cu_lora_add(be->lora, l, LORA_O, be->att, be->tmp, qd, dim, T, opt, s), "lora");
             CU(tcu_rmsnorm(be->tmp, NULL, L->post_attn_norm, be->x, T, dim, c->norm_eps, 1, opt, s), "rmsnorm");
         } else {
             o.y = be->x;
             if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, o_opts, err)))
                 return rc;
+            CU(cu_lora_add(be->lora, l, LORA_O, be->att, be->x, qd, dim, T, opt, s), "lora");
         }
         tcu_mat gu[2] = {*L->wg, *L->wu};
         gu[0].y = be->gate;
         gu[1].y = be->up;
-        if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, c->gelu ? 2 : 1,
+        /* LoRA rows: the updates go on gate and up before the activation */
+        int lora_gu = cu_lora_has(be->lora, l, LORA_GATE) || cu_lora_has(be->lora, l, LORA_UP);
+        if (lora_gu)
+            CU(tcu_rmsnorm(be->x, NULL, L->ffn_norm, be->xn, T, dim, c->norm_eps, 0, opt, s), "rmsnorm");
+        if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, lora_gu ? 0 : c->gelu ? 2 : 1,
                               cu_opts(be, TCU_PROD_GU), err)))
             return rc;
+        if (lora_gu) {
+            for (int k = 0; k < 2; k++)
+                CU(cu_lora_add(be->lora, l, LORA_GATE + k, be->xn, gu[k].y, dim, c->n_ff, T, opt, s), "lora");
+            CU(tcu_glu(be->gate, be->up, (long)T * c->n_ff, c->gelu != 0, opt, s), "glu");
+        }
         const int d_opts = cu_opts(be, TCU_PROD_DOWN);
         tcu_mat d = *L->wd;
         if (L->post_ffn_norm) {
             d.y = be->tmp;
             if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 0, 0, d_opts, err)))
                 return rc;
+            CU(cu_lora_add(be->lora, l, LORA_DOWN, be->gate, be->tmp, c->n_ff, dim, T, opt, s), "lora");
             CU(tcu_rmsnorm(be->tmp, NULL, L->post_ffn_norm, be->x, T, dim, c->norm_eps, 1, opt, s), "rmsnorm");
         } else {
             d.y = be->x;
             if ((rc = mm_dev(be, 1, &d, be->gate, be->xh, c->n_ff, T, 1, 0, d_opts, err)))
                 return rc;
+            CU(cu_lora_add(be->lora, l, LORA_DOWN, be->gate, be->x, c->n_ff, dim, T, opt, s), "lora");
         }
     }
     if (n_out > 0) {
@@ -843,7 +866,10 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
     for (int i = 1; i < T && be->fused; i++)
         for (int j = 0; j < i; j++)
             be->fused &= b->seqs[i] != b->seqs[j];
-    if (!big && be->opts.graphs) {
+    /* steps with LoRA rows run uncaptured: which products get updates
+     * depends on the step's adapters */
+    int lora_on = cu_lora_has_any(be->lora);
+    if (!big && be->opts.graphs && !lora_on) {
         cu_graph *g = NULL;
         for (int i = 0; i < be->n_graphs; i++)
             if (be->graphs[i].T == T && be->graphs[i].n_out == b->n_out && be->graphs[i].wide == be->wide &&
@@ -875,7 +901,9 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         for (int i = 0; i < T; i++)
             ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
         int ns = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
-        if ((rc = layers_run(be, T, b->n_out, ns, err)))
+        rc = layers_run(be, T, b->n_out, ns, err);
+        cu_lora_done(be->lora);
+        if (rc)
             return rc;
     }
     be->pending_out = b->n_out;
@@ -1079,6 +1107,25 @@ static int cu_mem_reserve(model_backend *base, int max_t, int max_out, size_t *f
     return 0;
 }
 
+/* ---- LoRA adapters (backend_cuda_lora.c) ---- */
+
+static int cu_lora_upload_be(model_backend *base, struct model_lora *a, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    if (!be->m)
+        return tern_err_set(err, TERN_EINVAL, "cuda: LoRA adapters need the device forward");
+    return cu_lora_upload(be->device, be->m->cfg.n_layer, a, err);
+}
+
+static int cu_lora_rows_be(model_backend *base, const struct model_lora *const *lora, int T, tern_err *err)
+{
+    cu_backend *be = (cu_backend *)base;
+    if (!be->m)
+        return lora ? tern_err_set(err, TERN_EINVAL, "cuda: LoRA adapters need the device forward") : 0;
+    CU(cudaSetDevice(be->device), "set device");
+    return cu_lora_rows_set(&be->lora, be->m->cfg.n_layer, lora, T, (tcu_stream)be->stream, err);
+}
+
 static int cu_n_threads(const model_backend *base)
 {
     (void)base;
@@ -1104,6 +1151,7 @@ static void cu_free(model_backend *base)
         tcu_stream_forget((tcu_stream)be->stream);
         cudaStreamDestroy(be->stream);
     }
+    cu_lora_free(be->lora);
     free(be->allocs);
     free(be->w);
     free(be->layers);
@@ -1318,6 +1366,8 @@ model_backend *model_backend_cuda_new_opts(tern_model *m, int device, const tcu_
     be->base.argmax_finish = cu_argmax_finish;
     be->base.logits_finish = cu_logits_finish;
     be->base.sample_finish = cu_sample_finish;
+    be->base.lora_upload = cu_lora_upload_be;
+    be->base.lora_rows = cu_lora_rows_be;
     be->pending_out = -1;
     be->base.n_threads = cu_n_threads;
     be->base.free = cu_free;

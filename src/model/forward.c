@@ -429,6 +429,8 @@ int model_forward_lora(tern_model *m, kv_pool *kv, const fwd_batch *b, const mod
         lora = NULL;
     else if ((rc = model_lora_supported(m, err)))
         return rc;
+    if (m->be->forward && m->be->lora_rows && (rc = m->be->lora_rows(m->be, lora, b->n, err)))
+        return rc;
     /* a device-resident forward (backend.h), else the layers here */
     rc = m->be->forward ? m->be->forward(m->be, m, kv, b, logits, err)
                         : forward_host(m, kv, b, lora, logits, hid, err);
@@ -455,10 +457,27 @@ static int lacks(const tern_model *m, const char *what, tern_err *err)
 
 int model_forward_start(tern_model *m, kv_pool *kv, const fwd_batch *b, tern_err *err)
 {
+    return model_forward_start_lora(m, kv, b, NULL, err);
+}
+
+int model_forward_start_lora(tern_model *m, kv_pool *kv, const fwd_batch *b, const model_lora *const *lora,
+                             tern_err *err)
+{
     if (!m->be->forward_start)
         return lacks(m, "device forward", err);
     int rc = batch_check(m, kv, b, err);
-    if (rc || (rc = m->be->forward_start(m->be, m, kv, b, err)))
+    if (rc)
+        return rc;
+    int any_lora = 0;
+    for (int i = 0; lora && i < b->n && !any_lora; i++)
+        any_lora = lora[i] != NULL;
+    if (!any_lora)
+        lora = NULL;
+    else if ((rc = model_lora_supported(m, err)))
+        return rc;
+    if (m->be->lora_rows && (rc = m->be->lora_rows(m->be, lora, b->n, err)))
+        return rc;
+    if ((rc = m->be->forward_start(m->be, m, kv, b, err)))
         return rc;
     batch_commit(b);
     return 0;

@@ -37,6 +37,8 @@ struct model_lora {
     int n_layer, max_r;
     size_t bytes;
     lora_mod *mods; /* [n_layer][LORA_N_MOD] */
+    void *dev;      /* a device backend's copy (lora_upload), freed by dev_free */
+    void (*dev_free)(void *dev);
 };
 
 
@@ -430,6 +432,8 @@ model_lora *model_lora_load(tern_model *m, const char *dir, tern_err *err)
     if (load_mods(a, m, &cfg, &st, used, err))
         goto fail;
     a->id = lora_fingerprint(a);
+    if (m->be->lora_upload && m->be->lora_upload(m->be, a, err))
+        goto fail;
     free(used);
     free(cfg.layers);
     st_close(&st);
@@ -452,6 +456,8 @@ void model_lora_release(model_lora *a)
 {
     if (!a || atomic_fetch_sub(&a->refs, 1) != 1)
         return;
+    if (a->dev_free)
+        a->dev_free(a->dev);
     if (a->mods)
         for (size_t i = 0; i < (size_t)a->n_layer * LORA_N_MOD; i++) {
             free((void *)a->mods[i].a.data);
@@ -472,11 +478,33 @@ int model_lora_has(const model_lora *a, int l, int mod)
 
 int model_lora_supported(const tern_model *m, tern_err *err)
 {
-    if (m->be->forward)
-        return tern_err_set(err, TERN_EUNSUPPORTED,
-                            "LoRA adapters run on the CPU backend only; this model runs on %s", m->be->name);
+    if (m->be->forward && !m->be->lora_rows)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "the %s backend does not run LoRA adapters", m->be->name);
     return 0;
 }
+
+int model_lora_mod_get(const model_lora *a, int l, int mod, const float **A, const float **B, int *r, int *n_in,
+                       int *n_out, float *scale)
+{
+    if (!model_lora_has(a, l, mod))
+        return 0;
+    const lora_mod *md = &a->mods[(size_t)l * LORA_N_MOD + mod];
+    *A = md->a.data;
+    *B = md->b.data;
+    *r = md->r;
+    *n_in = md->a.n_in;
+    *n_out = md->b.n_out;
+    *scale = md->scale;
+    return 1;
+}
+
+void model_lora_dev_set(model_lora *a, void *dev, void (*free_fn)(void *dev))
+{
+    a->dev = dev;
+    a->dev_free = free_fn;
+}
+
+void *model_lora_dev(const model_lora *a) { return a->dev; }
 
 void model_lora_merge_row(const model_lora *a, int l, int mod, int r, float *w_row)
 {

@@ -54,8 +54,9 @@ uint64_t model_lora_id(const model_lora *a);
 /* Whether module mod of layer l is adapted. */
 int model_lora_has(const model_lora *a, int l, int mod);
 
-/* Whether m's backend runs adapters: the host forward does; a device
- * forward (CUDA) does not yet, and says so (TERN_EUNSUPPORTED). */
+/* Whether m's backend runs adapters: the host forward and the CUDA
+ * forward do; a device forward without adapter products says so
+ * (TERN_EUNSUPPORTED). */
 int model_lora_supported(const tern_model *m, tern_err *err);
 
 /* model_forward_hidden with an adapter per batch row: lora[i] (borrowed)
@@ -65,6 +66,11 @@ int model_lora_supported(const tern_model *m, tern_err *err);
  * does not run them (model_lora_supported). */
 int model_forward_lora(tern_model *m, kv_pool *kv, const fwd_batch *b, const model_lora *const *lora, float *logits,
                        const fwd_hidden *hid, tern_err *err);
+
+/* model_forward_start (model.h) with an adapter per batch row, as
+ * model_forward_lora: the device halves of an adapted forward. */
+int model_forward_start_lora(tern_model *m, kv_pool *kv, const fwd_batch *b, const model_lora *const *lora,
+                             tern_err *err);
 
 /* Adds the adapter's update to row r of layer l's module mod as f32
  * (w_row[n_in] += scale * sum_k B[r][k] A[k][:], PEFT's merge), for

@@ -88,5 +88,14 @@ struct model_lora;
 int model_lora_apply(tern_model *m, const struct model_lora *const *lora, int T, int l, int mod, const float *X,
                      float *Y, tern_err *err);
 void model_lora_scratch_free(model_lora_scratch *s);
+/* lora.c, for a device backend: module mod of layer l of a - A [r][n_in]
+ * and B [n_out][r] (host f32), their shape and the scale; 0 when a leaves
+ * it alone. */
+int model_lora_mod_get(const struct model_lora *a, int l, int mod, const float **A, const float **B, int *r,
+                       int *n_in, int *n_out, float *scale);
+/* The device copy a backend keeps with the adapter (lora_upload, backend.h):
+ * set once; free(dev) runs when the last reference goes. */
+void model_lora_dev_set(struct model_lora *a, void *dev, void (*free_fn)(void *dev));
+void *model_lora_dev(const struct model_lora *a);
 
 #endif
