@@ -64,6 +64,13 @@ struct gen_job {
     int tail_sent; /* usage + [DONE] queued */
 };
 
+/* The `model` a response names: what the request asked for when that is
+ * an adapter (its NAME or BASE:NAME, vLLM's convention), else the model's. */
+static const char *gen_model_name(const struct gen_job *j)
+{
+    return j->adapter && j->req.model ? j->req.model : j->mm->name;
+}
+
 /* ---- wakers ---- */
 
 srv_waker *srv_waker_get(tern_server *s)
@@ -360,7 +367,7 @@ static json_object *chunk_new(gen_job *j, int idx, json_object **choice)
 {
     json_object *choices;
     json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion.chunk" : "text_completion",
-                                  j->created, j->mm->name, &choices);
+                                  j->created, gen_model_name(j), &choices);
     if (j->req.include_usage)
         json_object_object_add(o, "usage", NULL);
     *choice = json_object_new_object();
@@ -651,7 +658,7 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
 void gen_set_responses(gen_job *j, resp_state *r)
 {
     j->resp = r;
-    responses_set_model(r, j->mm->name);
+    responses_set_model(r, gen_model_name(j));
     if (j->req.stream)
         responses_start(r, &j->out);
 }
@@ -737,7 +744,7 @@ int gen_collect(gen_job *j, char **json, api_error *err)
     }
     json_object *choices;
     json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion" : "text_completion",
-                                  j->created, j->mm->name, &choices);
+                                  j->created, gen_model_name(j), &choices);
     for (int i = 0; i < j->n; i++) {
         gen_choice *c = &j->ch[i];
         if (c->finish == ENGINE_FINISH_ERROR) {
@@ -804,7 +811,7 @@ static void stream_tail(gen_job *j)
     if (j->req.include_usage) {
         json_object *choices;
         json_object *o = api_envelope(j->id, j->req.kind == API_CHAT ? "chat.completion.chunk" : "text_completion",
-                                      j->created, j->mm->name, &choices);
+                                      j->created, gen_model_name(j), &choices);
         json_object_object_add(o, "usage", usage_json(j));
         api_buf_sse(&j->out, o);
     }

@@ -7,8 +7,9 @@
 // (vLLM's shape) behind the API key - a duplicate name 400, a folder that is
 // no adapter or an adapter of another shape 400 naming the file or tensor,
 // an unloaded adapter 404 afterwards; adapters listed in /v1/models with
-// their parent; per-adapter counters in /stats and /metrics; a bad --lora
-// fails the start with the reason.
+// their parent; per-adapter counters in /stats and /metrics; a response's
+// `model` (and every streamed chunk's) names what the request asked for; a
+// bad --lora fails the start with the reason.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -65,6 +66,7 @@ try {
       for (const p of PROMPTS) {
         const r = await complete(url, m, p);
         check(r.status === 200, `${m} answers "${p}"`, r);
+        check(r.model === m, `${m}'s response names "${m}"`, r.model);
         alone[`${m}|${p}`] = r.text;
       }
     let differ = 0;
@@ -75,6 +77,17 @@ try {
     check(differ >= 4, 'the adapters change the answers', alone);
     const prefixed = await complete(url, 'tern-demo:a', PROMPTS[0]);
     check(prefixed.text === alone[`a|${PROMPTS[0]}`], '"tern-demo:a" is adapter a', prefixed);
+    check(prefixed.model === 'tern-demo:a', 'its response names "tern-demo:a"', prefixed.model);
+    // ---- streamed: every chunk names the adapter as asked
+    {
+      const sr = await fetch(`${url}/v1/completions`, { method: 'POST', headers,
+        body: JSON.stringify({ model: 'tern-demo:b', prompt: PROMPTS[0], max_tokens: 16, temperature: 0, stream: true }) });
+      const chunks = (await sr.text()).split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)));
+      const text = chunks.map((c) => (c.choices && c.choices[0] ? c.choices[0].text || '' : '')).join('');
+      check(sr.status === 200 && chunks.length > 1 && chunks.every((c) => c.model === 'tern-demo:b'),
+        'streamed chunks name "tern-demo:b"', chunks.map((c) => c.model));
+      check(text === alone[`b|${PROMPTS[0]}`], 'the streamed "tern-demo:b" text is b\'s', { text, want: alone[`b|${PROMPTS[0]}`] });
+    }
     // ---- all at once: base, a and b rows share the steps
     const jobs = [];
     for (let k = 0; k < 2; k++)
@@ -128,13 +141,19 @@ try {
     // ---- counters
     const st = await (await fetch(`${url}/stats`)).json();
     const la = st.lora_adapters || {};
-    // a: 3 alone + 1 prefixed + 6 mixed; b: 3 + 6; c: 2
+    // a: 3 alone + 1 prefixed + 6 mixed; b: 3 + 1 streamed + 6; c: 2
     check(la.a && la.a.requests === 10 && la.a.parent === 'tern-demo', '/stats counts a\'s requests', la.a);
-    check(la.b && la.b.requests === 9 && la.b.completion_tokens === 9 * 16, '/stats counts b\'s tokens', la.b);
+    check(la.b && la.b.requests === 10 && la.b.completion_tokens === 10 * 16 && la.b.failed === 0,
+      '/stats counts b\'s tokens', la.b);
     check(la.c && la.c.requests === 2 && la.c.loaded === true, '/stats counts c across an unload', la.c);
     const prom = await (await fetch(`${url}/metrics`)).text();
+    const lines = prom.split('\n').filter((l) => l.startsWith('tern_lora')).join('\n');
     check(/tern_lora_requests_total\{adapter="a",model="tern-demo"\} 10/.test(prom), '/metrics has per-adapter counters',
-      prom.split('\n').filter((l) => l.startsWith('tern_lora')).join('\n'));
+      lines);
+    check(new RegExp(`tern_lora_completion_tokens_total\\{adapter="b",model="tern-demo"\\} ${10 * 16}\\b`).test(prom) &&
+      new RegExp(`tern_lora_prompt_tokens_total\\{adapter="b",model="tern-demo"\\} ${la.b && la.b.prompt_tokens}\\b`).test(prom) &&
+      /tern_lora_requests_total\{adapter="c",model="tern-demo"\} 2\b/.test(prom), '/metrics agrees with /stats for b and c',
+      lines);
   } finally {
     const ex = await srv.stop();
     check(ex.code === 0, 'the server exits cleanly', ex);
