@@ -57,6 +57,8 @@ struct tern_engine {
     kv_pool dkv;             /* view: draft layers, same block ids */
     float *d_logits;         /* [max_batch][n_vocab] */
     float *probs;            /* [n_vocab] verification scratch */
+    uint32_t *d_masks;       /* [max_batch][ceil(n_vocab / 32)] grammar rows' masks of a draft step */
+    uint8_t *d_mask_on;      /* [max_batch] which rows of a draft step have one */
 
     /* embedding rows: the hidden states a step asks for (NULL when the
      * model cannot return them) */

@@ -8,6 +8,12 @@
  * probability min(1, p(d)/q(d)), else draw from the normalized max(0, p - q)),
  * so the output distribution is exactly the target's. Grammar rows mask
  * every position with their matcher, which advances only on emitted tokens.
+ * Their drafts are masked too: the draft proposes among the tokens the
+ * row's grammar allows after the drafts before (the matcher advanced over
+ * each draft, rolled back after the last), and a lookup's proposal ends at
+ * the first token the grammar refuses - the verify step alone decides what
+ * is emitted, so outputs are as without speculation, and acceptance no
+ * longer falls to almost nothing on constrained rows.
  * Rejected positions are dropped by truncating the block table. */
 #include <math.h>
 #include <stdlib.h>
@@ -36,8 +42,11 @@ int spec_init(tern_engine *e, tern_err *err)
     /* A view of the pool: same block ids, reference counts and free list;
      * the draft's own storage (its device mirror when its backend keeps
      * one, bound below). */
-    e->d_logits = malloc((size_t)e->o.max_batch * e->n_vocab * sizeof *e->d_logits);
-    if (!e->d_logits)
+    int mb = e->o.max_batch > 0 ? e->o.max_batch : 1;
+    e->d_logits = malloc((size_t)mb * e->n_vocab * sizeof *e->d_logits);
+    e->d_masks = malloc((size_t)mb * ((e->n_vocab + 31) / 32) * sizeof *e->d_masks);
+    e->d_mask_on = calloc((size_t)mb, 1);
+    if (!e->d_logits || !e->d_masks || !e->d_mask_on)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
     model_caps caps;
     model_caps_get(e->o.draft, &caps);
@@ -56,9 +65,13 @@ void spec_free(tern_engine *e)
     if (e->dkv.is_view) /* the view owns only its storage */
         kv_pool_free(&e->dkv);
     free(e->d_logits);
+    free(e->d_masks);
+    free(e->d_mask_on);
     free(e->probs);
     memset(&e->dkv, 0, sizeof e->dkv);
     e->d_logits = NULL;
+    e->d_masks = NULL;
+    e->d_mask_on = NULL;
     e->probs = NULL;
 }
 
@@ -91,12 +104,38 @@ static int ngram_propose(const engine_req *r, int k_max, int32_t *out)
     return 0;
 }
 
+/* The highest logit among the tokens mask allows (ties: the lowest id), -1
+ * when none is allowed. */
+static int32_t masked_argmax(const float *lg, const uint32_t *mask, int32_t n)
+{
+    int32_t best = -1;
+    for (int32_t t = 0; t < n; t++)
+        if ((mask[t >> 5] >> (t & 31) & 1u) && (best < 0 || lg[t] > lg[best]))
+            best = t;
+    return best;
+}
+
+/* A grammar row's proposal cut at the first token its grammar refuses
+ * (the matcher walked over the rest and rolled back): the count kept, or
+ * -1 when the matcher cannot be rolled back. */
+static int grammar_cut(engine_req *r, int k)
+{
+    int adv = 0;
+    while (adv < k && !r->cops->accept(r->cctx, r->draft[adv]))
+        adv++;
+    if (adv > 0 && r->cops->rollback(r->cctx, adv))
+        return -1;
+    return adv;
+}
+
 /* Runs the draft model over the rows' pending tokens; logits of each row's
  * last fed position land in e->d_logits[row]. When every row drafts
  * greedily and the draft's backend can, the device picks the argmax
- * instead: *ids is then set to the chosen ids (else NULL) and the logits
- * stay on the device. */
-static int draft_forward(tern_engine *e, engine_req **rows, int n_rows, int first_iter, const int32_t **ids)
+ * instead - among the tokens of masks[row] where mask_on[row] (masks NULL:
+ * no row has one): *ids is then set to the chosen ids (else NULL) and the
+ * logits stay on the device. */
+static int draft_forward(tern_engine *e, engine_req **rows, int n_rows, int first_iter, const uint32_t *masks,
+                         const uint8_t *mask_on, const int32_t **ids)
 {
     int n = 0, n_out = 0;
     for (int i = 0; i < n_rows; i++) {
@@ -124,7 +163,8 @@ static int draft_forward(tern_engine *e, engine_req **rows, int n_rows, int firs
     if (!greedy)
         return model_forward(e->o.draft, &e->dkv, &b, e->d_logits, NULL);
     int rc = model_forward_start(e->o.draft, &e->dkv, &b, NULL);
-    if (rc || (rc = model_forward_argmax(e->o.draft, NULL, 0, NULL, e->ids, NULL)))
+    if (rc || (rc = model_forward_argmax(e->o.draft, masks, masks ? (e->n_vocab + 31) / 32 : 0,
+                                         masks ? mask_on : NULL, e->ids, NULL)))
         return rc;
     *ids = e->ids;
     return 0;
@@ -166,6 +206,11 @@ void spec_draft(tern_engine *e)
             continue;
         if (!e->o.draft) {
             r->n_spec = ngram_propose(r, k, r->draft);
+            if (r->cops && r->n_spec > 0 && (r->n_spec = grammar_cut(r, r->n_spec)) < 0) {
+                r->n_spec = 0;
+                engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot roll back the matcher");
+                continue;
+            }
             r->n_drafted += r->n_spec;
             continue;
         }
@@ -178,41 +223,72 @@ void spec_draft(tern_engine *e)
         if (k > k_max)
             k_max = k;
     }
-    /* K batched draft forwards over the rows still drafting */
+    /* K batched draft forwards over the rows still drafting; a grammar
+     * row's matcher advances over each of its drafts (adv[i] of them),
+     * rolled back at the end */
+    int32_t nw = (e->n_vocab + 31) / 32;
+    int adv[e->o.max_batch > 0 ? e->o.max_batch : 1];
+    memset(adv, 0, sizeof adv);
     for (int j = 0; j < k_max; j++) {
         engine_req *act[e->o.max_batch > 0 ? e->o.max_batch : 1];
-        int idx[e->o.max_batch > 0 ? e->o.max_batch : 1], n_act = 0;
+        int idx[e->o.max_batch > 0 ? e->o.max_batch : 1], n_act = 0, any_mask = 0;
         for (int i = 0; i < n_rows; i++)
             if (j < kk[i]) {
                 idx[n_act] = i;
                 act[n_act++] = rows[i];
             }
+        for (int a = 0; a < n_act; a++) { /* the masks this position's drafts obey */
+            engine_req *r = act[a];
+            e->d_mask_on[a] = 0;
+            if (!r->cops)
+                continue;
+            if (r->cops->fill_mask(r->cctx, e->d_masks + (size_t)a * nw, nw))
+                kk[idx[a]] = j; /* no draft here: the verify step reports it */
+            else
+                e->d_mask_on[a] = any_mask = 1;
+        }
         const int32_t *ids;
-        if (draft_forward(e, act, n_act, j == 0, &ids)) {
+        if (draft_forward(e, act, n_act, j == 0, any_mask ? e->d_masks : NULL, e->d_mask_on, &ids)) {
             for (int i = 0; i < n_rows; i++)
                 rows[i]->n_spec = 0; /* verify nothing; plain decoding this step */
-            return;
+            break;
         }
         for (int a = 0; a < n_act; a++) {
             engine_req *r = act[a];
+            if (j >= kk[idx[a]])
+                continue;
             float *lg = e->d_logits + (size_t)a * e->n_vocab;
+            const uint32_t *mask = e->d_mask_on[a] ? e->d_masks + (size_t)a * nw : NULL;
             int32_t d;
             if (r->sp.temperature == 0) {
-                d = ids ? ids[a] : sample_argmax(lg, e->n_vocab);
-            } else { /* q: the row's own sampling distribution on the draft's logits */
+                d = ids ? ids[a] : mask ? masked_argmax(lg, mask, e->n_vocab) : sample_argmax(lg, e->n_vocab);
+            } else { /* q: the row's own sampling distribution on the draft's logits (masked as p will be) */
                 float *q = r->q + (size_t)j * e->n_vocab;
-                if (sample_dist(&r->ss, &r->sp, lg, NULL, q)) {
-                    kk[idx[a]] = j;
-                    continue;
-                }
-                d = sample_draw(&r->ss, q, e->n_vocab);
+                d = sample_dist(&r->ss, &r->sp, lg, mask, q) ? -1 : sample_draw(&r->ss, q, e->n_vocab);
+            }
+            if (d < 0) { /* nothing allowed, or no distribution */
+                kk[idx[a]] = j;
+                continue;
             }
             r->draft[j] = d;
             r->n_spec = j + 1;
+            if (r->cops && j + 1 < kk[idx[a]]) { /* the next draft's mask follows this one */
+                if (r->cops->accept(r->cctx, d))
+                    kk[idx[a]] = j + 1;
+                else
+                    adv[idx[a]]++;
+            }
         }
     }
-    for (int i = 0; i < n_rows; i++)
-        rows[i]->n_drafted += rows[i]->n_spec;
+    for (int i = 0; i < n_rows; i++) {
+        engine_req *r = rows[i];
+        if (adv[i] > 0 && r->cops->rollback(r->cctx, adv[i])) {
+            r->n_spec = 0;
+            engine_row_finish(e, r, ENGINE_FINISH_ERROR, "grammar: cannot roll back the matcher");
+            continue;
+        }
+        r->n_drafted += r->n_spec;
+    }
 }
 
 static void verify_end(tern_engine *e, engine_req *r, int n, int a);

@@ -1,7 +1,9 @@
 /* Speculative decoding in the batch: greedy output with a draft model (or
  * prompt lookup) is token-for-token the target's own, alone and in a batch of
  * 16 mixed rows (speculating, opted out, constrained); seeded sampling with
- * speculation does not depend on the batch; telemetry counts add up. */
+ * speculation does not depend on the batch; telemetry counts add up; the
+ * drafts of constrained rows obey the row's grammar, so a sparse grammar's
+ * rows accept about as many drafts as plain rows (not almost none). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -25,23 +27,26 @@ static const char *prompts[] = {
 };
 #define NP 4
 
-/* A toy constraint: token ids divisible by 3 are forbidden; it terminates
- * after 12 accepted tokens. Enough to show masks apply at every verified
- * position and termination mid-burst ends the row. */
-typedef struct toy { int n; int32_t V; } toy;
+/* A toy constraint: token ids divisible by 3 are forbidden (keyed: every
+ * other token is forced, id 100 + n at the n-th, as a JSON schema forces
+ * its keys and punctuation between free values); it terminates after 12
+ * accepted tokens. Enough to show masks apply at every verified position
+ * and termination mid-burst ends the row. */
+typedef struct toy { int n, keyed; int32_t V; } toy;
+static int toy_allows(const toy *t, int32_t i) { return t->keyed && t->n % 2 == 0 ? i == 100 + t->n : i % 3 != 0; }
 static int toy_mask(void *ctx, uint32_t *mask, int32_t nw)
 {
     toy *t = ctx;
     memset(mask, 0, (size_t)nw * 4);
     for (int32_t i = 0; i < t->V; i++)
-        if (i % 3)
+        if (toy_allows(t, i))
             mask[i >> 5] |= 1u << (i & 31);
     return 0;
 }
 static int toy_accept(void *ctx, int32_t tok)
 {
     toy *t = ctx;
-    if (tok % 3 == 0)
+    if (!toy_allows(t, tok))
         return -1;
     t->n++;
     return 0;
@@ -79,6 +84,7 @@ static engine_req *submit(tern_engine *e, int pi, float temp, uint64_t seed, int
     if (constrained) {
         toy *t = calloc(1, sizeof *t);
         t->V = model_config_get(g_target)->n_vocab;
+        t->keyed = constrained == 2;
         p.constraint = &toy_ops;
         p.constraint_ctx = t;
     }
@@ -123,7 +129,7 @@ static tern_engine *engine(int mode, int batch)
     return e;
 }
 
-static out ref_plain[NP], ref_toy[NP];
+static out ref_plain[NP], ref_toy[NP], ref_keyed[NP];
 
 static int setup(void **state)
 {
@@ -140,6 +146,7 @@ static int setup(void **state)
     for (int i = 0; i < NP; i++) {
         drain(submit(e, i, 0, 0, 0, 0), &ref_plain[i]);
         drain(submit(e, i, 0, 0, 1, 0), &ref_toy[i]);
+        drain(submit(e, i, 0, 0, 2, 0), &ref_keyed[i]);
     }
     engine_free(e);
     return 0;
@@ -225,12 +232,48 @@ static void test_seeded_sampling_batch_invariant(void **state)
     engine_free(e);
 }
 
+/* Rows of a keyed grammar (every other token forced) with a draft model:
+ * their drafts are proposed among the allowed ids, so a forced one is
+ * always accepted when the walk gets there (unmasked, the draft would
+ * almost never propose it, and every walk would end by the second
+ * position); greedy output is the target's own, and a sampled row emits
+ * the forced ids. */
+static void test_constrained_drafts(void **state)
+{
+    (void)state;
+    tern_engine *e = engine(1, 8);
+    int pd = 0, pa = 0, cd = 0, ca = 0;
+    for (int i = 0; i < NP; i++) {
+        out o;
+        drain(submit(e, i, 0, 0, 0, 0), &o);
+        pd += o.u.n_drafted;
+        pa += o.u.n_accepted;
+        drain(submit(e, i, 0, 0, 2, 0), &o);
+        same(&o, &ref_keyed[i], "draft, keyed grammar");
+        cd += o.u.n_drafted;
+        ca += o.u.n_accepted;
+        drain(submit(e, i, 0.8f, 77 + (uint64_t)i, 2, 0), &o);
+        assert_int_equal(o.finish, ENGINE_FINISH_STOP);
+        assert_int_equal(o.n, 12);
+        for (int k = 0; k < o.n; k += 2)
+            assert_int_equal(o.ids[k], 100 + k);
+    }
+    double rp = pd ? (double)pa / pd : 0, rc = cd ? (double)ca / cd : 0;
+    printf("draft acceptance: plain %d/%d = %.2f, keyed grammar %d/%d = %.2f\n", pa, pd, rp, ca, cd, rc);
+    assert_true(cd > 0 && pd > 0);
+    /* measured: 0.27 masked, 0.05 with the drafts unmasked (plain 0.54:
+     * the free positions of this toy are text the models rarely agree on) */
+    assert_true(rc >= 0.15);
+    engine_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_alone),
         cmocka_unit_test(test_greedy_mixed_batch),
         cmocka_unit_test(test_seeded_sampling_batch_invariant),
+        cmocka_unit_test(test_constrained_drafts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
