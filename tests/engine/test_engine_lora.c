@@ -5,7 +5,8 @@
  * adapter forward (model_forward_lora, held to PEFT by tests/model/test_lora.c)
  * step by step. The prefix cache (keyed by adapter) never hands a request
  * KV computed under another adapter (or the base), and does reuse its own
- * adapter's. Adapter rows speculate (a draft model without the adapter, and
+ * adapter's. With TERN_TEST_DEVICE=cuda the target runs on the GPU (its
+ * device forward and device sampling). Adapter rows speculate (a draft model without the adapter, and
  * prompt lookup) and keep exactly the tokens they get without. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,7 +40,11 @@ static int setup(void **state)
 {
     (void)state;
     tern_err err = {0};
-    g_model = model_load(repo_path("models/tern-demo"), 2, &err);
+    /* TERN_TEST_DEVICE=cuda: the same checks with the target on the GPU */
+    model_load_opts lo = {2, getenv("TERN_TEST_DEVICE") ? getenv("TERN_TEST_DEVICE") : "cpu"};
+    g_model = model_load_ex(repo_path("models/tern-demo"), &lo, &err);
+    if (!g_model)
+        fprintf(stderr, "%s\n", err.msg);
     g_tok = tokenizer_load(repo_path("models/tern-demo"), &err);
     g_draft = model_load(repo_path("models/tern-demo-draft"), 2, &err);
     snprintf(g_root, sizeof g_root, "/tmp/tern-elora-XXXXXX");
