@@ -41,8 +41,7 @@ def make_gguf(tree, models, gguf_dir, name, kind):
         return out
     base = os.path.join(gguf_dir, "%s-BF16.gguf" % name)
     if not os.path.exists(base):
-        run([sys.executable, os.path.join(HERE, "gguf_from_tern.py"), tree, os.path.join(models, name + "-bf16"),
-             base])
+        run([sys.executable, os.path.join(HERE, "gguf_from_tern.py"), os.path.join(models, name + "-bf16"), base])
     if kind != "bf16":
         run([os.path.join(tree, "build", "bin", "llama-quantize"), base, out, LLAMA_TYPES[kind]])
     return out

@@ -3,129 +3,155 @@
 tools/make_fixture writes the decode-benchmark models) as one GGUF file, so
 that llama.cpp can run the very same weights next to tern.
 
-    gguf_from_tern.py LLAMA_CPP_TREE MODEL_DIR OUT.gguf
+    gguf_from_tern.py MODEL_DIR OUT.gguf
 
-LLAMA_CPP_TREE is a llama.cpp source tree: its gguf-py package writes the
-file (needs numpy). Weights keep their dtype (bf16 -> BF16). The q/k
-projections are reordered from the checkpoint's half-split rotary layout to
-the interleaved one GGUF's llama architecture expects. The vocabulary: the
-folder's tokenizer.json (a byte-fallback BPE such as stories260K's) as
-llama.cpp's SentencePiece-style tokenizer, token scores from the merge ranks,
-padded with unused tokens up to the model's vocab_size, so both engines
-tokenize a text the same way."""
+Plain Python (no numpy, no gguf package): the GGUF v3 layout is written
+here, in the order llama.cpp's gguf-py writer uses, one tensor at a time
+(memory stays at one tensor). Weights keep their dtype (bf16 -> BF16); 1-D
+tensors (the norms) are written as F32, as llama.cpp's converter does. The
+q/k projections are reordered from the checkpoint's half-split rotary layout
+to the interleaved one GGUF's llama architecture expects. The vocabulary:
+the folder's tokenizer.json (a byte-fallback BPE such as stories260K's) as
+llama.cpp's SentencePiece-style tokenizer, token scores from the merge
+ranks, padded with unused tokens up to the model's vocab_size, so both
+engines tokenize a text the same way."""
 import json
 import os
 import struct
 import sys
 
-import numpy as np
+ALIGN = 32
+# GGUF value types and the ggml tensor types / llama file types used here
+T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR = 4, 5, 6, 7, 8, 9
+GGML = {"F32": 0, "F16": 1, "BF16": 30}
+FILE_TYPE = {"F32": 0, "F16": 1, "BF16": 32}
+TOK_NORMAL, TOK_CONTROL, TOK_UNUSED, TOK_BYTE = 1, 3, 5, 6
+ELEM = {"F32": 4, "F16": 2, "BF16": 2}
 
 
-def load_safetensors(folder):
-    """Every tensor of the folder's *.safetensors as (dtype name, shape, bytes)."""
+def safetensors_index(folder):
+    """Every tensor of the folder's *.safetensors: name -> (dtype, shape, file, offset, length)."""
     out = {}
     for name in sorted(os.listdir(folder)):
         if not name.endswith(".safetensors"):
             continue
-        with open(os.path.join(folder, name), "rb") as f:
+        path = os.path.join(folder, name)
+        with open(path, "rb") as f:
             n = struct.unpack("<Q", f.read(8))[0]
             header = json.loads(f.read(n))
-            base = 8 + n
-            for key, info in header.items():
-                if key == "__metadata__":
-                    continue
-                b, e = info["data_offsets"]
-                f.seek(base + b)
-                out[key] = (info["dtype"], info["shape"], f.read(e - b))
+        for key, info in header.items():
+            if key == "__metadata__":
+                continue
+            b, e = info["data_offsets"]
+            out[key] = (info["dtype"], info["shape"], path, 8 + n + b, e - b)
     return out
 
 
-def as_array(dtype, shape, raw):
-    np_dtype = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}[dtype]
-    return np.frombuffer(raw, dtype=np_dtype).reshape(shape)
-
-
-def unsplit_rotary(w, n_head, head_dim):
+def unsplit_rotary(raw, shape, n_head, head_dim, elem):
     """Rows of one q/k projection from [head][half][i] to [head][i][half]."""
-    rows = w.shape[1:]
-    return w.reshape(n_head, 2, head_dim // 2, *rows).swapaxes(1, 2).reshape(w.shape)
+    row = elem * (len(raw) // (elem * shape[0]))
+    half = head_dim // 2
+    out = bytearray()
+    for h in range(n_head):
+        base = h * head_dim
+        for i in range(half):
+            for s in (0, 1):
+                r = base + s * half + i
+                out += raw[r * row:(r + 1) * row]
+    return bytes(out)
 
 
-def vocab_entries(folder, n_vocab, gguf):
+def vocab_entries(folder, n_vocab):
     tok = json.load(open(os.path.join(folder, "tokenizer.json")))
     model = tok["model"]
-    vocab = model["vocab"]
     rank = {}
     for i, m in enumerate(model.get("merges", [])):
         a, b = m.split(" ") if isinstance(m, str) else m
         rank.setdefault(a + b, i)
     special = {t["id"] for t in tok.get("added_tokens", []) if t.get("special")}
     tokens, scores, types = [""] * n_vocab, [0.0] * n_vocab, [0] * n_vocab
-    T = gguf.TokenType
-    for text, i in vocab.items():
+    for text, i in model["vocab"].items():
         if i >= n_vocab:
             continue
         tokens[i] = text
         if i in special:
-            types[i], scores[i] = T.CONTROL, 0.0
+            types[i], scores[i] = TOK_CONTROL, 0.0
         elif text.startswith("<0x") and text.endswith(">") and len(text) == 6:
-            types[i], scores[i] = T.BYTE, 0.0
+            types[i], scores[i] = TOK_BYTE, 0.0
         else:
-            types[i] = T.NORMAL
+            types[i] = TOK_NORMAL
             scores[i] = -float(rank[text]) if text in rank else (0.0 if len(text) == 1 else -1e6)
     for i in range(n_vocab):
         if not tokens[i]:
-            tokens[i], types[i], scores[i] = "[PAD%d]" % i, T.UNUSED, -1e9
+            tokens[i], types[i], scores[i] = "[PAD%d]" % i, TOK_UNUSED, -1e9
     return tokens, scores, types
 
 
-def main():
-    if len(sys.argv) != 4:
-        sys.exit(__doc__)
-    tree, folder, out_path = sys.argv[1:]
-    sys.path.insert(0, os.path.join(tree, "gguf-py"))
-    import gguf
+def pack_str(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
 
+
+def pack_val(vtype, v):
+    if vtype == T_STR:
+        return pack_str(v)
+    return struct.pack({T_U32: "<I", T_I32: "<i", T_F32: "<f", T_BOOL: "?"}[vtype], v)
+
+
+def pack_kv(key, vtype, v, sub=None):
+    out = pack_str(key) + struct.pack("<I", vtype)
+    if vtype != T_ARR:
+        return out + pack_val(vtype, v)
+    out += struct.pack("<IQ", sub, len(v))
+    return out + b"".join(pack_val(sub, x) for x in v)
+
+
+def pad(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    folder, out_path = sys.argv[1:]
     cfg = json.load(open(os.path.join(folder, "config.json")))
     if cfg.get("model_type") != "llama":
         sys.exit("gguf_from_tern: only llama-family folders (model_type %r)" % cfg.get("model_type"))
+    if cfg.get("rope_scaling"):
+        sys.exit("gguf_from_tern: rope_scaling is not written (the benchmark models have none)")
     dim, n_head = cfg["hidden_size"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
     head_dim = cfg.get("head_dim") or dim // n_head
     n_layer, n_vocab = cfg["num_hidden_layers"], cfg["vocab_size"]
-    ts = load_safetensors(folder)
-    dtypes = {d for d, _, _ in ts.values()}
-    ftype = {"BF16": gguf.LlamaFileType.MOSTLY_BF16, "F16": gguf.LlamaFileType.MOSTLY_F16}.get(
-        next(iter(dtypes)) if len(dtypes) == 1 else "F32", gguf.LlamaFileType.ALL_F32)
-
-    w = gguf.GGUFWriter(out_path, "llama")
-    w.add_name(os.path.basename(os.path.normpath(folder)))
-    w.add_file_type(ftype)
-    w.add_context_length(cfg.get("max_position_embeddings", 4096))
-    w.add_embedding_length(dim)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
-    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-5)))
-    w.add_vocab_size(n_vocab)
-    if cfg.get("rope_scaling"):
-        sys.exit("gguf_from_tern: rope_scaling is not written (the benchmark models have none)")
-    tokens, scores, types = vocab_entries(folder, n_vocab, gguf)
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(cfg.get("bos_token_id", 1))
-    w.add_eos_token_id(cfg.get("eos_token_id", 2))
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    ts = safetensors_index(folder)
+    dtypes = {v[0] for v in ts.values()}
+    ftype = FILE_TYPE.get(next(iter(dtypes)) if len(dtypes) == 1 else "F32", 0)
+    tokens, scores, types = vocab_entries(folder, n_vocab)
+    kv = [("general.architecture", T_STR, "llama"),
+          ("general.name", T_STR, os.path.basename(os.path.normpath(folder))),
+          ("general.file_type", T_U32, ftype),
+          ("llama.context_length", T_U32, cfg.get("max_position_embeddings", 4096)),
+          ("llama.embedding_length", T_U32, dim),
+          ("llama.block_count", T_U32, n_layer),
+          ("llama.feed_forward_length", T_U32, cfg["intermediate_size"]),
+          ("llama.attention.head_count", T_U32, n_head),
+          ("llama.attention.head_count_kv", T_U32, n_kv),
+          ("llama.attention.key_length", T_U32, head_dim),
+          ("llama.attention.value_length", T_U32, head_dim),
+          ("llama.rope.dimension_count", T_U32, head_dim),
+          ("llama.rope.freq_base", T_F32, float(cfg.get("rope_theta", 10000.0))),
+          ("llama.attention.layer_norm_rms_epsilon", T_F32, float(cfg.get("rms_norm_eps", 1e-5))),
+          ("llama.vocab_size", T_U32, n_vocab),
+          ("tokenizer.ggml.model", T_STR, "llama"),
+          ("tokenizer.ggml.pre", T_STR, "default"),
+          ("tokenizer.ggml.tokens", T_ARR, tokens, T_STR),
+          ("tokenizer.ggml.scores", T_ARR, scores, T_F32),
+          ("tokenizer.ggml.token_type", T_ARR, types, T_I32),
+          ("tokenizer.ggml.bos_token_id", T_U32, cfg.get("bos_token_id", 1)),
+          ("tokenizer.ggml.eos_token_id", T_U32, cfg.get("eos_token_id", 2)),
+          ("tokenizer.ggml.unknown_token_id", T_U32, 0),
+          ("tokenizer.ggml.add_bos_token", T_BOOL, True),
+          ("tokenizer.ggml.add_eos_token", T_BOOL, False)]
 
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
@@ -137,26 +163,45 @@ def main():
     for l in range(n_layer):
         for k, v in per_layer.items():
             names["model.layers.%d.%s" % (l, k)] = "blk.%d.%s" % (l, v)
-    raw_types = {"BF16": gguf.GGMLQuantizationType.BF16, "F16": gguf.GGMLQuantizationType.F16,
-                 "F32": gguf.GGMLQuantizationType.F32}
-    for key in sorted(ts, key=lambda k: (names.get(k, k))):
+    for key in ts:
         if key not in names:
             sys.exit("gguf_from_tern: tensor %s has no llama.cpp name" % key)
-        dt, shape, raw = ts[key]
-        a = as_array(dt, shape, raw)
-        if key.endswith("q_proj.weight"):
-            a = unsplit_rotary(a, n_head, head_dim)
-        elif key.endswith("k_proj.weight"):
-            a = unsplit_rotary(a, n_kv, head_dim)
-        if a.ndim == 1 and dt != "F32":  # norms in f32, as llama.cpp's converter writes them
-            a = (a.astype(np.uint32) << 16).view(np.float32) if dt == "BF16" else a.astype(np.float32)
-            w.add_tensor(names[key], np.ascontiguousarray(a))
-        else:
-            w.add_tensor(names[key], np.ascontiguousarray(a), raw_dtype=raw_types[dt])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    order = sorted(ts, key=lambda k: names[k])
+    # tensor infos: 1-D tensors become F32, the rest keep their type
+    infos, offset = [], 0
+    for key in order:
+        dt, shape, _, _, length = ts[key]
+        out_dt = "F32" if len(shape) == 1 else dt
+        nbytes = length // ELEM[dt] * ELEM[out_dt]
+        infos.append((key, dt, out_dt, shape, offset, nbytes))
+        offset += pad(nbytes)
+    with open(out_path, "wb") as f:
+        head = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(order), len(kv)))
+        for e in kv:
+            head += pack_kv(*e)
+        for key, dt, out_dt, shape, off, nbytes in infos:
+            head += pack_str(names[key]) + struct.pack("<I", len(shape))
+            head += b"".join(struct.pack("<Q", d) for d in reversed(shape))
+            head += struct.pack("<IQ", GGML[out_dt], off)
+        head += b"\0" * (pad(len(head)) - len(head))
+        f.write(head)
+        for key, dt, out_dt, shape, off, nbytes in infos:
+            _, _, path, start, length = ts[key]
+            with open(path, "rb") as src:
+                src.seek(start)
+                raw = src.read(length)
+            if key.endswith("q_proj.weight"):
+                raw = unsplit_rotary(raw, shape, n_head, head_dim, ELEM[dt])
+            elif key.endswith("k_proj.weight"):
+                raw = unsplit_rotary(raw, shape, n_kv, head_dim, ELEM[dt])
+            if out_dt != dt:  # norms in f32
+                n = length // ELEM[dt]
+                if dt == "BF16":
+                    raw = struct.pack("<%dI" % n, *(v << 16 for v in struct.unpack("<%dH" % n, raw)))
+                else:
+                    raw = struct.pack("<%df" % n, *struct.unpack("<%de" % n, raw))
+            f.write(raw)
+            f.write(b"\0" * (pad(nbytes) - nbytes))
 
 
 if __name__ == "__main__":
