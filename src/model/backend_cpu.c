@@ -3,7 +3,9 @@
  * across the workers, so q/k/v (or gate/up) cost one synchronization.
  * Quantized weights use the integer products (kernels.h): the input rows are
  * quantized to int8 once per product (per group size), in parallel, before
- * the rows are split; --exact-products keeps the f32-activation kernels. */
+ * the rows are split; bf16 weights, where the CPU has a bf16 dot product
+ * (AVX-512 BF16), meet the input rows rounded to bf16 once per product the
+ * same way; --exact-products keeps the f32-activation kernels for both. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,8 @@ typedef struct cpu_backend {
     size_t cap_qx;
     float *qs;     /* their block scales and sums: [distinct groups][T][2 * ngp] */
     size_t cap_qs;
+    uint16_t *xb;  /* bf16 inputs for bf16 weights: [distinct inputs][T][n_in] */
+    size_t cap_xb;
 } cpu_backend;
 
 typedef struct mm_job {
@@ -41,12 +45,15 @@ typedef struct mm_job {
     const float *xsum[MM_MAX];
     const int8_t *Q[MM_MAX]; /* integer path: the quantized inputs of each matrix, else NULL */
     const float *qs[MM_MAX];
+    const uint16_t *Xb; /* bf16 inputs (bf16 weights, unless exact), else NULL */
 } mm_job;
 
 static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
-                   const int8_t *Q, const float *qs, float *Y, long T, long r0, long r1)
+                   const int8_t *Q, const float *qs, const uint16_t *Xb, float *Y, long T, long r0, long r1)
 {
-    if (w->qbits && Q)
+    if (Xb)
+        k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
+    else if (w->qbits && Q)
         (w->qbits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
                                                         r0, r1);
     else if (w->qbits)
@@ -63,7 +70,7 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
  * every (row, token) result is computed by the same kernel code, so the
  * results are bit-identical to the untiled product. */
 static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
-                     const int8_t *Q, const float *qs, float *Y, long T, long r0, long r1)
+                     const int8_t *Q, const float *qs, const uint16_t *Xb, float *Y, long T, long r0, long r1)
 {
     long n_in = w->n_in;
     long row_bytes = w->qbits ? n_in * w->qbits / 8 : n_in * (long)tern_dtype_size(w->dtype);
@@ -71,21 +78,27 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
      * rearranging of its token tile (the panels, intdot_simd.h) is shared
      * by every row; ~512 KB of int8 inputs per token tile stay in L2 while
      * the rows stream past them */
-    long rb = Q ? r1 - r0 : 65536 / row_bytes, tb = (Q ? 524288 / n_in : 262144 / (n_in * 4)) & ~1L;
+    long rb = Q ? r1 - r0 : 65536 / row_bytes, tb = (Q ? 524288 / n_in : 262144 / (n_in * (Xb ? 2 : 4))) & ~1L;
     if (rb < 1)
         rb = 1;
     if (tb < 2)
         tb = 2;
     if (T <= tb) {
-        mm_one(k, w, X, xsum, Q, qs, Y, T, r0, r1);
+        mm_one(k, w, X, xsum, Q, qs, Xb, Y, T, r0, r1);
         return;
     }
     long ng = w->qbits ? n_in / w->group : 0;
     for (long r = r0; r < r1; r += rb)
         for (long t = 0; t < T; t += tb)
             mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Q ? Q + t * n_in : NULL,
-                   qs ? qs + t * 2 * tern_iq_ngp(ng) : NULL, Y + t * w->n_out, T - t < tb ? T - t : tb, r,
-                   r + rb < r1 ? r + rb : r1);
+                   qs ? qs + t * 2 * tern_iq_ngp(ng) : NULL, Xb ? Xb + t * n_in : NULL, Y + t * w->n_out,
+                   T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1);
+}
+
+/* Whether w meets bf16 inputs (kernels.h, tern_bmatmul_fn). */
+static int mm_uses_bf16b(const cpu_backend *be, const model_weight *w)
+{
+    return !be->exact && be->k->matmul_bf16b && !w->qbits && w->dtype == TERN_BF16;
 }
 
 static void mm_run(void *ctx, long b, long e, int worker)
@@ -95,8 +108,8 @@ static void mm_run(void *ctx, long b, long e, int worker)
     for (int i = 0; i < j->n; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
         if (lo < hi)
-            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], j->Y[i], j->T, lo - j->offs[i],
-                     hi - j->offs[i]);
+            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], mm_uses_bf16b(j->be, j->w[i]) ? j->Xb : NULL,
+                     j->Y[i], j->T, lo - j->offs[i], hi - j->offs[i]);
     }
 }
 
@@ -116,6 +129,20 @@ static void quant_run(void *ctx, long b, long e, int worker)
     long ngp = tern_iq_ngp(j->n_in / j->group);
     j->k->quant_act(j->X + b * j->n_in, e - b, j->n_in, j->group, j->bits, j->Q + b * j->n_in,
                     j->qs + b * 2 * ngp);
+}
+
+typedef struct bf16_job {
+    const tern_kernels *k;
+    const float *X;
+    uint16_t *Xb;
+    long n_in;
+} bf16_job;
+
+static void bf16_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    bf16_job *j = ctx;
+    j->k->bf16_act(j->X + b * j->n_in, (e - b) * j->n_in, j->Xb + b * j->n_in);
 }
 
 /* Grows *buf to hold need elements of size sz (doubling). */
@@ -179,12 +206,20 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     cpu_backend *be = (cpu_backend *)base;
     if (n < 1 || n > MM_MAX)
         return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
-    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}};
+    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, NULL};
     if (!be->exact) {
         int rc = mm_quantize(be, &j, n, w, X, T, err);
         if (rc)
             return rc;
     }
+    for (int i = 0; i < n && !j.Xb; i++)
+        if (mm_uses_bf16b(be, w[i])) {
+            if (grow((void **)&be->xb, &be->cap_xb, (size_t)T * w[i]->n_in, sizeof(uint16_t)))
+                return tern_err_set(err, TERN_ENOMEM, "out of memory for bf16 inputs");
+            bf16_job bj = {be->k, X, be->xb, w[i]->n_in};
+            tern_pool_for(be->pool, T, 16384 / w[i]->n_in + 1, bf16_run, &bj);
+            j.Xb = be->xb;
+        }
     size_t need = 0;
     for (int i = 0; i < n; i++) {
         j.offs[i + 1] = j.offs[i] + w[i]->n_out;
@@ -241,6 +276,7 @@ typedef struct mg_job {
     const int8_t **Q;     /* [n] quantized inputs (integer path), else NULL */
     const float **qs;     /* [n] */
     const float **xsum;   /* [n] group sums (f32-activation quantized path), else NULL */
+    const uint16_t **Xb;  /* [n] bf16 inputs (bf16 weights, unless exact), else NULL */
 } mg_job;
 
 static void mg_run(void *ctx, long b, long e, int worker)
@@ -259,8 +295,8 @@ static void mg_run(void *ctx, long b, long e, int worker)
     for (int i = lo_i; i < j->n && j->offs[i] < e; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
         if (lo < hi)
-            mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i], j->Y[i], j->T[i], lo - j->offs[i],
-                     hi - j->offs[i]);
+            mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i], j->Xb[i], j->Y[i], j->T[i],
+                     lo - j->offs[i], hi - j->offs[i]);
     }
 }
 
@@ -272,6 +308,8 @@ static void mgq_run(void *ctx, long b, long e, int worker)
     mg_job *j = ctx;
     for (long i = b; i < e; i++) {
         const model_weight *w = j->w[i];
+        if (j->Xb[i] && !(i > 0 && j->Xb[i] == j->Xb[i - 1]))
+            j->be->k->bf16_act(j->X[i], j->T[i] * w->n_in, (uint16_t *)j->Xb[i]);
         if (!w->qbits || (i > 0 && j->Q[i] == j->Q[i - 1]))
             continue;
         j->be->k->quant_act(j->X[i], j->T[i], w->n_in, w->group, w->qbits, (int8_t *)j->Q[i], (float *)j->qs[i]);
@@ -288,16 +326,20 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
     long *offs = malloc((size_t)(n + 1) * sizeof *offs);
     const int8_t **Q = calloc((size_t)n, sizeof *Q);
     const float **qs = calloc((size_t)n, sizeof *qs), **xsum = calloc((size_t)n, sizeof *xsum);
-    if (!offs || !Q || !qs || !xsum)
+    const uint16_t **Xb = calloc((size_t)n, sizeof *Xb);
+    if (!offs || !Q || !qs || !xsum || !Xb)
         goto out;
     /* the inputs' quantized copies (integer path) or group sums: one per
      * distinct (X, T, group, bits), a matrix reusing its predecessor's */
-    size_t need_q = 0, need_s = 0, need_x = 0;
+    size_t need_q = 0, need_s = 0, need_x = 0, need_b = 0;
     long max_t = 1;
     offs[0] = 0;
     for (int i = 0; i < n; i++) {
         offs[i + 1] = offs[i] + w[i]->n_out;
         max_t = T[i] > max_t ? T[i] : max_t;
+        if (mm_uses_bf16b(be, w[i]) &&
+            !(i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_uses_bf16b(be, w[i - 1])))
+            need_b += (size_t)T[i] * w[i]->n_in;
         int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i]->qbits == w[i - 1]->qbits &&
                    w[i]->group == w[i - 1]->group;
         if (!w[i]->qbits || same)
@@ -310,10 +352,19 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
         }
     }
     if (grow((void **)&be->qx, &be->cap_qx, need_q, 1) || grow((void **)&be->qs, &be->cap_qs, need_s, sizeof(float)) ||
-        grow((void **)&be->xsum, &be->cap_xsum, need_x, sizeof(float)))
+        grow((void **)&be->xsum, &be->cap_xsum, need_x, sizeof(float)) ||
+        grow((void **)&be->xb, &be->cap_xb, need_b, sizeof(uint16_t)))
         goto out;
-    size_t oq = 0, os = 0, ox = 0;
+    size_t oq = 0, os = 0, ox = 0, ob = 0;
     for (int i = 0; i < n; i++) {
+        if (mm_uses_bf16b(be, w[i])) {
+            if (i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_uses_bf16b(be, w[i - 1])) {
+                Xb[i] = Xb[i - 1];
+            } else {
+                Xb[i] = be->xb + ob;
+                ob += (size_t)T[i] * w[i]->n_in;
+            }
+        }
         if (!w[i]->qbits)
             continue;
         int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i - 1]->qbits == w[i]->qbits &&
@@ -347,8 +398,8 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
             ox += (size_t)T[i] * ng;
         }
     }
-    mg_job j = {be, n, w, X, Y, T, offs, Q, qs, xsum};
-    if (!be->exact && need_q)
+    mg_job j = {be, n, w, X, Y, T, offs, Q, qs, xsum, Xb};
+    if ((!be->exact && need_q) || need_b)
         tern_pool_for(be->pool, n, 1, mgq_run, &j);
     tern_pool_for(be->pool, offs[n], 65536 / ((long)w[0]->n_in * max_t) + 1, mg_run, &j);
     rc = 0;
@@ -357,6 +408,7 @@ out:
     free(Q);
     free(qs);
     free(xsum);
+    free(Xb);
     return rc ? tern_err_set(err, rc, "out of memory for a grouped product") : 0;
 }
 
@@ -492,6 +544,7 @@ static void cpu_free(model_backend *base)
     free(be->xsum);
     free(be->qx);
     free(be->qs);
+    free(be->xb);
     free(be);
 }
 

@@ -56,6 +56,18 @@ typedef void (*tern_quant_act_fn)(const float *X, long T, long n_in, int group, 
 typedef void (*tern_iqmatmul_fn)(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs,
                                  float *Y, long T, long n_in, long ldy, long r0, long r1);
 
+/* bf16 weights times bf16 activations (the default for bf16 weights where
+ * the table has it; --exact-products keeps the f32 activations of
+ * tern_matmul_fn): Xb[t * n_in + i] is X rounded to bf16 (tern_bf16_act),
+ * every product w_i * x_i is exact in f32 and the sum is an f32 sum in an
+ * order fixed per (row, token) - not the reference's index order, so the
+ * tests allow f32 reordering - and never depends on T or [r0, r1) (batch
+ * invariance as tern_matmul_fn). */
+typedef void (*tern_bmatmul_fn)(const void *W, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0,
+                                long r1);
+/* X[0 .. n) to bf16, round to nearest even (tern_f32_to_bf16's bits). */
+typedef void (*tern_bf16_act_fn)(const float *X, long n, uint16_t *Xb);
+
 typedef struct tern_kernels {
     const char *isa; /* "scalar", "avx2", "avx512" */
     tern_matmul_fn matmul_f32;
@@ -66,6 +78,8 @@ typedef struct tern_kernels {
     tern_quant_act_fn quant_act;
     tern_iqmatmul_fn imatmul_q4;
     tern_iqmatmul_fn imatmul_q8;
+    tern_bmatmul_fn matmul_bf16b; /* NULL: no bf16 dot-product instruction (f32 activations stay) */
+    tern_bf16_act_fn bf16_act;
     float (*dot)(const float *a, const float *b, long n);
     void (*axpy)(float a, const float *x, float *y, long n); /* y += a * x */
 } tern_kernels;
@@ -83,6 +97,11 @@ int tern_kernels_exact_get(void);
  * environment to force one, for tests and benchmarks). Never NULL. */
 const tern_kernels *tern_kernels_best(void);
 const tern_kernels *tern_kernels_scalar(void);
+/* The scalar reference of tern_bmatmul_fn (index-order f32 sum of the exact
+ * products), for tests: no table uses it, since without a bf16 dot-product
+ * instruction rounding the activations would only cost accuracy. */
+void tern_matmul_bf16b_ref(const void *W, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0,
+                           long r1);
 /* NULL when not compiled in or not supported by this CPU. */
 const tern_kernels *tern_kernels_avx2(void);
 const tern_kernels *tern_kernels_avx512(void);

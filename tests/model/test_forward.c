@@ -169,8 +169,8 @@ static void test_batch_equivalence(void **state)
 
 /* The CPU backend's fused, tiled products (large T and n_in force token and
  * row tiles) give each (row, token) exactly the single-token kernel's bits,
- * for dense and quantized weights, with the integer products (the default)
- * and with the f32-activation ones (exact products). */
+ * for dense and quantized weights, with the integer and bf16-activation
+ * products (the default) and with the f32-activation ones (exact products). */
 static void check_backend_tiling(int exact)
 {
     tern_err err = {0};
@@ -199,8 +199,14 @@ static void check_backend_tiling(int exact)
     const model_weight *wp[2] = {&w[0], &w[1]};
     assert_int_equal(be->matmul(be, 2, wp, X, Y, T, &err), 0);
     float one[32];
+    uint16_t xb[4096];
     for (int t = 0; t < T; t++) {
-        k->matmul_bf16(wb, X + (size_t)t * n_in, one, 1, n_in, n_out[0], 0, n_out[0]);
+        if (!exact && k->matmul_bf16b) { /* bf16 activations (AVX-512 BF16) */
+            k->bf16_act(X + (size_t)t * n_in, n_in, xb);
+            k->matmul_bf16b(wb, xb, one, 1, n_in, n_out[0], 0, n_out[0]);
+        } else {
+            k->matmul_bf16(wb, X + (size_t)t * n_in, one, 1, n_in, n_out[0], 0, n_out[0]);
+        }
         for (int r = 0; r < n_out[0]; r++)
             assert_true(one[r] == Y[0][(size_t)t * n_out[0] + r]);
         for (int g = 0; g < n_in / 64; g++) {

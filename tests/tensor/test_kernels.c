@@ -20,8 +20,62 @@ static tern_rng rng;
 
 static float rnd(void) { return tern_rng_f32(&rng) * 2.0f - 1.0f; }
 
+/* The bf16-activation product (kernels.h, tern_bmatmul_fn) against the
+ * scalar reference: the activations' bf16 bits equal the scalar
+ * conversion's, the sums agree within f32 reordering, row ranges and every
+ * token alone give the same bits. */
+static void check_bf16b(const tern_kernels *k, const uint16_t *wb, const float *x, long T, long n_in, long n_out,
+                        float *y0, float *y1)
+{
+    uint16_t *xb = malloc((size_t)(T * n_in) * 2);
+    k->bf16_act(x, T * n_in, xb);
+    for (long i = 0; i < T * n_in; i++)
+        if (xb[i] != tern_f32_to_bf16(x[i]))
+            fail_msg("%s bf16_act: input %ld %a gives %04x, not %04x", k->isa, i, x[i], xb[i], tern_f32_to_bf16(x[i]));
+    tern_matmul_bf16b_ref(wb, xb, y0, T, n_in, n_out, 0, n_out);
+    k->matmul_bf16b(wb, xb, y1, T, n_in, n_out, 0, n_out);
+    for (long i = 0; i < T * n_out; i++)
+        if (fabs(y0[i] - y1[i]) > 1e-6 * (double)n_in + 1e-6)
+            fail_msg("%s matmul_bf16b n_out %ld n_in %ld T %ld: %g vs %g", k->isa, n_out, n_in, T, y1[i], y0[i]);
+    if (n_out > 1) {
+        k->matmul_bf16b(wb, xb, y0, T, n_in, n_out, 0, n_out / 2);
+        k->matmul_bf16b(wb, xb, y0, T, n_in, n_out, n_out / 2, n_out);
+        for (long i = 0; i < T * n_out; i++)
+            assert_true(y0[i] == y1[i]);
+    }
+    for (long t = 0; t < T; t++) {
+        k->matmul_bf16b(wb, xb + t * n_in, y0, 1, n_in, n_out, 0, n_out);
+        for (long r = 0; r < n_out; r++)
+            if (y0[r] != y1[t * n_out + r])
+                fail_msg("%s matmul_bf16b: token %ld of %ld differs from alone", k->isa, t, T);
+    }
+    free(xb);
+}
+
+/* bf16_act on the values where a vector conversion could differ from the
+ * scalar one: ties, denormals, NaNs, infinities, the largest finite. */
+static void check_bf16_act_special(const tern_kernels *k)
+{
+    static const uint32_t bits[] = {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00400000, 0x00800000,
+                                    0x3f808000, 0x3f818000, 0x3f80ffff, 0x7f7fffff, 0xff7fffff, 0x7f800000,
+                                    0xff800000, 0x7fc00000, 0x7f800001, 0xffbfffff, 0x3f800001, 0x477fe000};
+    enum { N = 37 };
+    float x[N];
+    uint16_t xb[N];
+    for (int i = 0; i < N; i++) {
+        uint32_t u = bits[(i * 7) % (sizeof bits / sizeof bits[0])];
+        memcpy(&x[i], &u, 4);
+    }
+    k->bf16_act(x, N, xb);
+    for (int i = 0; i < N; i++)
+        if (xb[i] != tern_f32_to_bf16(x[i]))
+            fail_msg("%s bf16_act: %a gives %04x, not %04x", k->isa, x[i], xb[i], tern_f32_to_bf16(x[i]));
+}
+
 static void check_table(const tern_kernels *k)
 {
+    if (k->matmul_bf16b)
+        check_bf16_act_special(k);
     const tern_kernels *ref = tern_kernels_scalar();
     static const long sizes[][2] = {{1, 1}, {3, 7}, {5, 8}, {9, 31}, {4, 32}, {17, 33}, {8, 64},
                                     {13, 172}, {6, 384}, {3, 1000}, {2, 4096}};
@@ -68,6 +122,8 @@ static void check_table(const tern_kernels *k)
                             fail_msg("%s dtype %d: token %ld of %ld differs from alone", k->isa, d, t, T);
                 }
             }
+            if (k->matmul_bf16b)
+                check_bf16b(k, wb, x, T, n_in, n_out, y0, y1);
             float a = rnd();
             float d0 = ref->dot(x, wf, n_in), d1 = k->dot(x, wf, n_in);
             assert_true(fabs(d0 - d1) <= 1e-6 * n_in + 1e-6);
@@ -296,8 +352,9 @@ static void test_avx512(void **state)
     check_table(k);
     check_quant(k);
     check_iq(k);
-    printf("AVX-512 kernels match the scalar reference (integer products: %s)\n",
-           k->imatmul_q8 == tern_kernels_avx2()->imatmul_q8 ? "AVX2, no VNNI on this CPU" : "VNNI");
+    printf("AVX-512 kernels match the scalar reference (integer products: %s; bf16 activations: %s)\n",
+           k->imatmul_q8 == tern_kernels_avx2()->imatmul_q8 ? "AVX2, no VNNI on this CPU" : "VNNI",
+           k->matmul_bf16b ? "AVX-512 BF16" : "none, no AVX-512 BF16 on this CPU");
 }
 
 static void test_conversions(void **state)

@@ -20,14 +20,22 @@ const tern_kernels *tern_kernels_avx2(void)
 }
 
 #ifndef TERN_NO_AVX512
-/* AVX-512 without VNNI: the AVX2 integer products (same bits, see kernels.h). */
-static tern_kernels g_avx512_novnni;
-static pthread_once_t g_novnni_once = PTHREAD_ONCE_INIT;
-static void novnni_init(void)
+/* AVX-512 without VNNI: the AVX2 integer products (same bits, see kernels.h);
+ * without BF16: no bf16-activation product (f32 activations stay). */
+static tern_kernels g_avx512_partial;
+static pthread_once_t g_partial_once = PTHREAD_ONCE_INIT;
+static void partial_init(void)
 {
-    g_avx512_novnni = *tern_kernels_avx512_table();
-    g_avx512_novnni.imatmul_q4 = tern_iq_avx2_q4;
-    g_avx512_novnni.imatmul_q8 = tern_iq_avx2_q8;
+    const tern_cpu_features *f = tern_cpu();
+    g_avx512_partial = *tern_kernels_avx512_table();
+    if (!f->avx512_vnni) {
+        g_avx512_partial.imatmul_q4 = tern_iq_avx2_q4;
+        g_avx512_partial.imatmul_q8 = tern_iq_avx2_q8;
+    }
+    if (!f->avx512_bf16) {
+        g_avx512_partial.matmul_bf16b = NULL;
+        g_avx512_partial.bf16_act = NULL;
+    }
 }
 #endif
 
@@ -36,10 +44,10 @@ const tern_kernels *tern_kernels_avx512(void)
 #ifndef TERN_NO_AVX512
     const tern_cpu_features *f = tern_cpu();
     if (f->avx512f && f->avx512bw && f->avx512vl && f->fma && f->f16c && f->avx2) {
-        if (f->avx512_vnni)
+        if (f->avx512_vnni && f->avx512_bf16)
             return tern_kernels_avx512_table();
-        pthread_once(&g_novnni_once, novnni_init);
-        return &g_avx512_novnni;
+        pthread_once(&g_partial_once, partial_init);
+        return &g_avx512_partial;
     }
 #endif
     return NULL;

@@ -121,6 +121,25 @@ static void quant_act(const float *X, long T, long n_in, int group, int bits, in
 SCALAR_IQMATMUL(imatmul_q4, 4, (w[i >> 1] >> ((i & 1) * 4)) & 15, (i & ~31) + ((i & 31) >> 1) + (i & 1) * 16)
 SCALAR_IQMATMUL(imatmul_q8, 8, w[i], i)
 
+void tern_matmul_bf16b_ref(const void *Wv, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0,
+                           long r1)
+{
+    const uint16_t *W = Wv;
+    for (long r = r0; r < r1; r++)
+        for (long t = 0; t < T; t++) {
+            float acc = 0.0f;
+            for (long i = 0; i < n_in; i++)
+                acc += tern_bf16_to_f32(W[r * n_in + i]) * tern_bf16_to_f32(Xb[t * n_in + i]);
+            Y[t * ldy + r] = acc;
+        }
+}
+
+static void bf16_act(const float *X, long n, uint16_t *Xb)
+{
+    for (long i = 0; i < n; i++)
+        Xb[i] = tern_f32_to_bf16(X[i]);
+}
+
 static float dot(const float *a, const float *b, long n)
 {
     float acc = 0.0f;
@@ -136,6 +155,6 @@ static void axpy(float a, const float *x, float *y, long n)
 }
 
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
-                                      quant_act, imatmul_q4, imatmul_q8, dot, axpy};
+                                      quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }
