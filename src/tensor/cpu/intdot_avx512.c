@@ -67,6 +67,131 @@ static inline __attribute__((always_inline)) void q4_grp(const uint8_t *w, const
     *s1 = fold(r1);
 }
 
+/* Two 256-bit halves as one 512-bit vector. */
+static inline __m512 cat_ps(__m256 lo, __m256 hi)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+static inline __m256 hi_ps(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+static inline __m512 dup_ps(const float *p)
+{
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+}
+
+/* ---- Few tokens (decode), groups of 64 or 128: two weight rows at a time.
+ * The row kernels above fold each group's 16 int32 lanes with hadd trees
+ * (about 4.5 instructions a group, more than its vpdpbusd); here the 16
+ * group vectors of a chunk of two rows (8 groups each) reduce together in
+ * 512-bit unpack/shuffle steps (2.8 a group) to one vector holding both
+ * rows' exact I_g, and the f32 combination of the contract runs for both
+ * rows in one 512-bit FMA chain (row r in the low half, r + 1 in the high
+ * one, each half the 256-bit combination exactly: same bits as the row
+ * kernels). Each activation load serves both rows. */
+
+/* 64 weights of a row as 64 unsigned bytes in the activations' order. */
+static inline __attribute__((always_inline)) __m512i w64(const uint8_t *w, int bits)
+{
+    if (bits == 8)
+        return LDZ(w);
+    __m512i z = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w));
+    z = _mm512_mask_broadcast_i32x4(z, 0xFF00, _mm_loadu_si128((const __m128i *)(w + 16)));
+    return _mm512_and_si512(_mm512_srlv_epi64(z, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(15));
+}
+
+/* Exact int32 sums, any order: a pair of group vectors to one whose 32-bit
+ * lanes alternate the two groups' partial sums (per 128-bit lane). */
+static inline __m512i pair32(__m512i a, __m512i b)
+{
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+static inline __m512i pair64(__m512i a, __m512i b)
+{
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+/* From pair32 outputs p[0..3] (row A's groups 01, 23, 45, 67) and q[0..3]
+ * (row B's): lanes 0-7 = A's 8 group sums in order, 8-15 = B's. */
+static inline __m512i sum16(const __m512i *p, const __m512i *q)
+{
+    __m512i a0 = pair64(p[0], p[1]), a1 = pair64(p[2], p[3]); /* 128-bit lanes: groups 0-3 / 4-7 partials */
+    __m512i b0 = pair64(q[0], q[1]), b1 = pair64(q[2], q[3]);
+    __m512i sa = _mm512_add_epi32(_mm512_shuffle_i32x4(a0, a1, 0x88), _mm512_shuffle_i32x4(a0, a1, 0xDD));
+    __m512i sb = _mm512_add_epi32(_mm512_shuffle_i32x4(b0, b1, 0x88), _mm512_shuffle_i32x4(b0, b1, 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(sa, sb, 0x88), _mm512_shuffle_i32x4(sa, sb, 0xDD));
+}
+
+/* Rows ra and rb (rb may repeat ra) for NT (1 or 2) tokens t0, t1. */
+static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const float *sb, int group, int bits,
+                                                        const int8_t *Q, const float *qs, float *Y, long n_in,
+                                                        long ldy, long ra, long rb, long t0, long t1, int NT)
+{
+    long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in * bits / 8;
+    const uint8_t *wa = Wq + ra * rowb, *wb = Wq + rb * rowb;
+    const int8_t *x[2] = {Q + t0 * n_in, Q + t1 * n_in};
+    const float *q[2] = {qs + t0 * 2 * ngp, qs + t1 * 2 * ngp};
+    __m512 F[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (long c = 0; c < ngp; c += 8) {
+        __m512i pa[2][4], pb[2][4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i ra_[2][2], rb_[2][2];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                long g = c + 2 * k + h;
+#pragma GCC unroll 2
+                for (int tk = 0; tk < NT; tk++)
+                    ra_[tk][h] = rb_[tk][h] = _mm512_setzero_si512();
+                if (g >= ng)
+                    continue;
+#pragma GCC unroll 2
+                for (int i = 0; i < group; i += 64) {
+                    __m512i va = w64(wa + (g * group + i) * bits / 8, bits), vb = w64(wb + (g * group + i) * bits / 8, bits);
+#pragma GCC unroll 2
+                    for (int tk = 0; tk < NT; tk++) {
+                        __m512i xv = LDZ(x[tk] + g * group + i);
+                        ra_[tk][h] = _mm512_dpbusd_epi32(ra_[tk][h], va, xv);
+                        rb_[tk][h] = _mm512_dpbusd_epi32(rb_[tk][h], vb, xv);
+                    }
+                }
+            }
+#pragma GCC unroll 2
+            for (int tk = 0; tk < NT; tk++) {
+                pa[tk][k] = pair32(ra_[tk][0], ra_[tk][1]);
+                pb[tk][k] = pair32(rb_[tk][0], rb_[tk][1]);
+            }
+        }
+        __m256 swa, bwa, swb, bwb;
+        iq_sb_chunk(sb + ra * ng * 2, c, ng, &swa, &bwa);
+        iq_sb_chunk(sb + rb * ng * 2, c, ng, &swb, &bwb);
+        __m512 sw = cat_ps(swa, swb), bw = cat_ps(bwa, bwb);
+#pragma GCC unroll 2
+        for (int tk = 0; tk < NT; tk++) {
+            __m512i I = sum16(pa[tk], pb[tk]);
+            __m512 d = dup_ps(q[tk] + c), A = dup_ps(q[tk] + ngp + c);
+            F[tk] = _mm512_fmadd_ps(_mm512_fmadd_ps(sw, _mm512_cvtepi32_ps(I), _mm512_mul_ps(bw, A)), d, F[tk]);
+        }
+    }
+    for (int tk = 0; tk < NT; tk++) {
+        long t = tk ? t1 : t0;
+        Y[t * ldy + ra] = iq_hsum(_mm512_castps512_ps256(F[tk]));
+        if (rb != ra)
+            Y[t * ldy + rb] = iq_hsum(hi_ps(F[tk]));
+    }
+}
+
+static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, const float *sb, int group, int bits,
+                                                             const int8_t *Q, const float *qs, float *Y, long T,
+                                                             long n_in, long ldy, long r0, long r1)
+{
+    for (long r = r0; r < r1; r += 2) {
+        long rb = r + 1 < r1 ? r + 1 : r;
+        long t = 0;
+        for (; t + 1 < T; t += 2)
+            rows2(Wq, sb, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
+        if (t < T)
+            rows2(Wq, sb, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
+    }
+}
+
 static void vnni_q4_rows(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                          long T, long n_in, long ldy, long r0, long r1);
 static void vnni_q8_rows(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
@@ -85,16 +210,6 @@ IQ_KERNEL(vnni_q8_rows, 8, q8_grp, iq_nofix)
  * takes word `off(v)` of each group's bytes: 8-bit weights and inputs word v;
  * 4-bit weights packed word v/2, low nibbles for even v and high for odd,
  * and the inputs (nibble order, kernels.h) the matching word. */
-/* Two 256-bit halves as one 512-bit vector. */
-static inline __m512 cat_ps(__m256 lo, __m256 hi)
-{
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
-}
-static inline __m256 hi_ps(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
-static inline __m512 dup_ps(const float *p)
-{
-    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
-}
 
 /* The micro-kernel: 4 weight rows x 4 tokens. Two rows share a 512-bit
  * vector (row 2p in the low half, 2p + 1 in the high one: panel_row with
@@ -172,11 +287,21 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
 void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    iq_product(panel_product, vnni_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+    if (group == 64 && T < IQ_PANEL_MIN_T)
+        few_tokens(Wq, sb, 64, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+    else if (group == 128 && T < IQ_PANEL_MIN_T)
+        few_tokens(Wq, sb, 128, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+    else
+        iq_product(panel_product, vnni_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 void tern_iq_vnni_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    iq_product(panel_product, vnni_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+    if (group == 64 && T < IQ_PANEL_MIN_T)
+        few_tokens(Wq, sb, 64, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+    else if (group == 128 && T < IQ_PANEL_MIN_T)
+        few_tokens(Wq, sb, 128, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+    else
+        iq_product(panel_product, vnni_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
