@@ -12,8 +12,8 @@
 # bench/bench_serve. Environment: TERN, BENCH_SERVE, LLAMA_SERVER (the
 # binaries; defaults build/tern, build/bench/bench_serve, llama-server),
 # TERN_ARGS / LLAMA_ARGS (extra server flags), DEVICE (tern's, default cuda), ONLY=tern|llama (one server),
-# GGUF_READY (a file whose existence means GGUF is complete: the conversion
-# may still run while tern is measured). Each server gets up to 300 s to load.
+# GGUF_READY (a file that appears once the GGUF's conversion has ended, so
+# the conversion may run while tern is measured). Each server gets up to 300 s to load.
 set -u
 out=$1 model=$2 gguf=$3 clients=${4:-1,8,32,64,128} secs=${5:-15}
 TERN=${TERN:-build/tern} BENCH_SERVE=${BENCH_SERVE:-build/bench/bench_serve} LLAMA_SERVER=${LLAMA_SERVER:-llama-server}
@@ -21,14 +21,22 @@ max=$(echo "$clients" | tr ',' '\n' | sort -n | tail -1)
 mkdir -p "$out"
 rc=0
 
-# run NAME PORT CMD...: starts the server, measures it, stops it
+# run NAME PORT CMD...: starts the server, measures it, stops it (a server that exits stops the measurement)
 run() {
     local name=$1 port=$2
     shift 2
     "$@" > "$out/$name.server.log" 2>&1 &
     local pid=$!
     "$BENCH_SERVE" --url "http://127.0.0.1:$port" --wait 300 --clients "$clients" --duration "$secs" \
-        --label "$name" --out "$out/$name" || rc=1
+        --label "$name" --out "$out/$name" &
+    local bpid=$!
+    ( while kill -0 "$pid" 2>/dev/null; do sleep 0.5; done; kill "$bpid" 2>/dev/null ) &
+    local wpid=$!
+    if ! wait "$bpid"; then
+        rc=1
+        kill -0 "$pid" 2>/dev/null || echo "$name: the server exited (see $out/$name.server.log)" >&2
+    fi
+    kill "$wpid" 2>/dev/null
     kill "$pid" 2>/dev/null
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null
