@@ -8,6 +8,7 @@
 
 #include "fe_int.h"
 #include "regex.h"
+#include "regex_int.h"
 
 /* Nesting deeper than this is refused: keeps recursion bounded on hostile
  * input (no real pattern nests 100 groups). */
@@ -16,16 +17,6 @@
  * certainly mistakes and would make huge grammars downstream. */
 #define RX_MAX_REPEAT 10000
 #define RX_MAX_NODES 100000
-
-enum rx_kind { RX_SET, RX_CAT, RX_ALT, RX_REP, RX_EMPTY, RX_BOL, RX_EOL };
-
-typedef struct rx {
-    enum rx_kind kind;
-    gfe_cset set;      /* RX_SET */
-    struct rx **kids;  /* RX_CAT, RX_ALT; RX_REP has kids[0] */
-    int n_kids, cap_kids;
-    int min, max;      /* RX_REP; max -1 = unbounded */
-} rx;
 
 typedef struct rx_parser {
     const char *s;
@@ -858,3 +849,22 @@ int grammar_regex_to_ebnf(const char *re, size_t len, char **ebnf_out, tern_err 
     *ebnf_out = s;
     return 0;
 }
+
+rx *gfe_rx_parse(const char *re, size_t len, int json_mode, tern_err *err)
+{
+    rx_parser p = {.s = re, .n = len, .json_mode = json_mode, .err = err};
+    rx *root = parse_alt(&p);
+    if (!root) {
+        if (!p.rc)
+            tern_err_set(err, TERN_EINTERNAL, "regex: parse failed");
+        return NULL;
+    }
+    if (p.i < p.n) {
+        rx_free(root);
+        fail(&p, TERN_EFORMAT, "unmatched )");
+        return NULL;
+    }
+    return root;
+}
+
+void gfe_rx_free(rx *x) { rx_free(x); }

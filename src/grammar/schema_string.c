@@ -109,15 +109,27 @@ static int string_format_re(sc *c, json_object *fmt, const char *path, const cha
     return 0;
 }
 
-/* The regex (pattern or format) with the length bounds. 0, 1 (no
- * string), or the error. */
-static int string_regex(sc *c, const char *re, long mn, long mx, const char *path, gfe_buf *out)
+/* The regexes (a pattern, a format, or both) with the length bounds. One
+ * regex whose lengths fold into one repetition is written inline; other
+ * shapes, and two regexes, go through the product automaton
+ * (regex_nfa.c). 0, 1 (no string), or the error. */
+static int string_regex(sc *c, const char *const *res, int n_re, long mn, long mx, const char *path, gfe_buf *out)
 {
-    int never = 0;
-    tern_err e;
+    int never = 0, rc = TERN_EUNSUPPORTED;
+    tern_err e = {0};
     gfe_buf b;
     gfe_buf_init(&b, 0);
-    int rc = gfe_regex_emit_len(&b, re, strlen(re), 1, 1, mn, mx, &never, &e);
+    if (n_re == 1)
+        rc = gfe_regex_emit_len(&b, res[0], strlen(res[0]), 1, 1, mn, mx, &never, &e);
+    if (rc == TERN_EUNSUPPORTED && (n_re > 1 || mn > 0 || mx >= 0)) {
+        size_t lens[2] = {strlen(res[0]), n_re > 1 ? strlen(res[1]) : 0};
+        char nm[GFE_NAME_MAX];
+        never = 0;
+        b.len = 0;
+        rc = gfe_regex_emit_product(&c->r, res, lens, n_re, mn, mx, nm, &never, &e);
+        if (!rc && !never)
+            gfe_buf_puts(&b, nm);
+    }
     if (!rc && !never) {
         gfe_buf_puts(out, "(\"\\\"\" ");
         gfe_buf_put(out, b.s, b.len);
@@ -144,15 +156,17 @@ int sc_string_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *ou
     int rc;
     if (fmt && (rc = string_format_re(c, fmt, path, &re)))
         return rc;
+    const char *res[2];
+    int n_re = 0;
+    if (re)
+        res[n_re++] = re;
     if (pat) {
         if (!json_object_is_type(pat, json_type_string))
             return sc_fail(c, TERN_EINVAL, path, "'pattern' must be a string");
-        if (re)
-            return sc_fail(c, TERN_EUNSUPPORTED, path, "'pattern' together with 'format'");
-        re = json_object_get_string(pat);
+        res[n_re++] = json_object_get_string(pat);
     }
-    if (re)
-        return string_regex(c, re, mn, mx, path, out);
+    if (n_re)
+        return string_regex(c, res, n_re, mn, mx, path, out);
     gfe_buf_printf(out, "(\"\\\"\" %s", sc_unit(c));
     sc_rep(out, mn, mx);
     gfe_buf_puts(out, " \"\\\"\")");

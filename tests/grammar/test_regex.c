@@ -202,6 +202,9 @@ static void test_pattern_with_length(void **state)
     static const struct { const char *re; int mn, mx; const char *alphabet; } cases[] = {
         {"^[a-c]+x$", 2, 4, "abx"}, {"^a[b\u00e9]*$", 0, 3, "ab\xc3\xa9"}, {"^\\\\d{2}-\\\\d*$", 4, 5, "1-"},
         {"^(ab|cd)e?$", 3, 3, "abcde"}, {"c$", 0, 3, "abc"}, {"^ab", 3, -1, "abc"},
+        /* shapes one repetition cannot absorb: the product automaton */
+        {"^a+b+$", 0, 3, "abc"}, {"(a|ab)(c|bcd)", 2, 4, "abcd"}, {"b+c", 2, 4, "abc"},
+        {"^(x|y)*z(x|y)*$", 1, 4, "xyz"}, {"^(a{1,2}b){0,2}$", 3, 5, "ab"}, {"a.*b", 3, -1, "ab\xc3\xa9"},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         char sch[256];
@@ -247,12 +250,36 @@ static void test_pattern_with_length(void **state)
         grammar_free(g);
         json_object_put(s);
     }
-    /* not expressible: two variable parts */
-    json_object *s = json_tokener_parse("{\"type\":\"string\",\"pattern\":\"a+b+\",\"maxLength\":3}");
-    char *ebnf = NULL;
-    tern_err err;
-    assert_int_equal(grammar_schema_to_ebnf(s, NULL, &ebnf, &err), TERN_EUNSUPPORTED);
-    json_object_put(s);
+    /* pattern and format together: exactly the strings both grammars
+     * accept on their own (each checked against its reference above and in
+     * test_schema) */
+    static const char *const texts[] = {"\"P1D\"", "\"P12D\"", "\"P1DT2H\"", "\"P1Y\"", "\"PT1S\"", "\"P1M1D\"",
+                                        "\"1D\"", "\"P\"", "\"P11Y2M\""};
+    grammar *both = NULL, *fmt = NULL, *pat = NULL;
+    const char *sch[3] = {"{\"type\":\"string\",\"format\":\"duration\",\"pattern\":\"^P\\\\d+\",\"maxLength\":5}",
+                          "{\"type\":\"string\",\"format\":\"duration\"}", "{\"type\":\"string\",\"pattern\":\"^P\\\\d+\"}"};
+    grammar **gs[3] = {&both, &fmt, &pat};
+    for (int i = 0; i < 3; i++) {
+        json_object *s = json_tokener_parse(sch[i]);
+        assert_non_null(s);
+        char *ebnf = NULL;
+        tern_err err;
+        if (grammar_schema_to_ebnf(s, NULL, &ebnf, &err))
+            fail_msg("%s: %s", sch[i], err.msg);
+        *gs[i] = grammar_from_ebnf(ebnf, strlen(ebnf), "root", NULL, &err);
+        assert_non_null(*gs[i]);
+        free(ebnf);
+        json_object_put(s);
+    }
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        size_t n = strlen(texts[i]);
+        int want = grammar_check_text(fmt, texts[i], n) && grammar_check_text(pat, texts[i], n) && n - 2 <= 5;
+        if (grammar_check_text(both, texts[i], n) != want)
+            fail_msg("duration + pattern on %s: want %d", texts[i], want);
+    }
+    grammar_free(both);
+    grammar_free(fmt);
+    grammar_free(pat);
 }
 
 static void test_regex_errors(void **state)
