@@ -116,7 +116,7 @@ static uint64_t ast_hash(const grammar *g, const gast *a, uint64_t h, int *ok)
             h = ast_hash(g, a->u.kids[i], h, ok);
         break;
     case GAST_REP:
-        h = h64(h, (uint64_t)(uint32_t)a->u.rep.min * 7 + (uint64_t)(uint32_t)a->u.rep.max);
+        h = h64(h64(h, (uint64_t)(uint32_t)a->u.rep.min), (uint64_t)(uint32_t)a->u.rep.max);
         h = ast_hash(g, a->u.rep.kid, h, ok);
         break;
     default:
@@ -170,7 +170,7 @@ static uint64_t graph_ast(const gast *a, uint64_t h, gwalk *w)
             h = graph_ast(a->u.kids[i], h, w);
         break;
     case GAST_REP:
-        h = h64(h, (uint64_t)(uint32_t)a->u.rep.min * 7 + (uint64_t)(uint32_t)a->u.rep.max);
+        h = h64(h64(h, (uint64_t)(uint32_t)a->u.rep.min), (uint64_t)(uint32_t)a->u.rep.max);
         h = graph_ast(a->u.rep.kid, h, w);
         break;
     default:

@@ -16,6 +16,7 @@
 
 #include "base/rng.h"
 #include "grammar/grammar.h"
+#include "grammar/grammar_int.h"
 
 static grammar *parse(const char *src, tern_err *e)
 {
@@ -309,6 +310,32 @@ static void test_bad_args(void **state)
     grammar_free(NULL);
 }
 
+/* Structural signatures (the key of token sets shared across grammars)
+ * tell repetition bounds apart: {0,14} and {1,7} once hashed alike, and a
+ * grammar compiled after another reused the other's token sets. */
+static void test_signatures_of_bounds(void **state)
+{
+    (void)state;
+    static const char *const src[] = {"root ::= \"a\"{0,14}", "root ::= \"a\"{1,7}", "root ::= \"a\"{2,0}",
+                                      "root ::= \"a\"{0,14} \"b\""};
+    uint64_t sig[4];
+    for (int i = 0; i < 4; i++) {
+        tern_err e;
+        grammar *g = parse(src[i], &e);
+        if (i == 2) { /* {2,0} is malformed: only its error matters */
+            assert_null(g);
+            sig[i] = 0;
+            continue;
+        }
+        assert_non_null(g);
+        sig[i] = g->rule_sig[0];
+        grammar_free(g);
+    }
+    assert_true(sig[0] != 0 && sig[1] != 0);
+    assert_true(sig[0] != sig[1]);
+    assert_true(sig[0] != sig[3]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_errors),           cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_recursion_and_depth), cmocka_unit_test(test_print_roundtrip),
         cmocka_unit_test(test_against_pcre2),    cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_signatures_of_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
