@@ -22,7 +22,7 @@ int engine_device_init(tern_engine *e, int rows, tern_err *err)
     e->mask_on = malloc((size_t)rows);
     e->mask_bad = malloc((size_t)rows);
     e->ids = malloc((size_t)rows * sizeof *e->ids);
-    if (!e->masks || !e->mask_on || !e->mask_bad || !e->ids ||
+    if (!e->masks || !e->mask_on || !e->mask_bad || !e->ids || engine_masks_reserve(e) ||
         (caps.device_sample && !(e->srows = malloc((size_t)rows * sizeof *e->srows)))) {
         engine_device_free(e);
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
@@ -37,6 +37,7 @@ void engine_device_free(tern_engine *e)
     free(e->mask_bad);
     free(e->ids);
     free(e->srows);
+    engine_masks_free(e);
     e->masks = NULL;
     e->mask_on = e->mask_bad = NULL;
     e->ids = NULL;
@@ -95,42 +96,13 @@ static void sample_rows_fill(tern_engine *e, int n_out)
     }
 }
 
-/* The grammar masks of r's output positions j .. j + n_spec: position i's
- * is the matcher's after the drafts before it (accepted ahead here, rolled
- * back at the end), as the verification walk will see it if it gets there.
- * A mask that cannot be computed is marked bad (an error only if that
- * position is reached); a draft the grammar refuses ends the walk there. */
-static void masks_ahead(tern_engine *e, engine_req *r, int j)
-{
-    int32_t nw = (e->n_vocab + 31) / 32;
-    int adv = 0;
-    for (int i = 0; i <= r->n_spec; i++) {
-        if (r->cops->fill_mask(r->cctx, e->masks + (size_t)(j + i) * nw, nw)) {
-            e->mask_bad[j + i] = 1;
-            break;
-        }
-        e->mask_on[j + i] = 1;
-        if (i == r->n_spec || r->cops->accept(r->cctx, r->draft[i]))
-            break;
-        adv++;
-    }
-    if (adv > 0 && r->cops->rollback(r->cctx, adv)) { /* the matcher is lost: fail the row */
-        e->mask_bad[j] = 1;
-        e->mask_on[j] = 0;
-    }
-}
-
 int engine_device_forward(tern_engine *e, const fwd_batch *b, const struct model_lora *const *lora, int mode,
                           tern_err *err)
 {
     int rc = model_forward_start_lora(e->m, &e->kv, b, lora, err);
     if (rc)
         return rc;
-    memset(e->mask_on, 0, (size_t)b->n_out);
-    memset(e->mask_bad, 0, (size_t)b->n_out);
-    for (int j = 0; j < b->n_out; j++)
-        if (e->out_req[j] && e->out_req[j]->cops)
-            masks_ahead(e, e->out_req[j], j);
+    engine_masks_ahead(e, b->n_out); /* masks.c: all rows together */
     if (mode == ENGINE_DEV_ARGMAX)
         return model_forward_argmax(e->m, e->masks, (e->n_vocab + 31) / 32, e->mask_on, e->ids, err);
     if (mode == ENGINE_DEV_SAMPLE) {

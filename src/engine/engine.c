@@ -518,21 +518,28 @@ static void step(tern_engine *e)
             if (!e->running[i]->done)
                 engine_row_finish(e, e->running[i], ENGINE_FINISH_ERROR, err.msg);
     } else {
+        /* on the host, several constrained rows: their masks together
+         * (masks.c) before the rows sample */
+        int pre = dev;
+        if (!dev && engine_masks_count(e, n_out) >= 2 && !engine_masks_reserve(e)) {
+            engine_masks_ahead(e, n_out);
+            pre = 1;
+        }
         for (int j = 0; j < n_out; j++) {
             engine_req *r = e->out_req[j];
             if (!r)
                 continue;
             float *lg = e->logits + (size_t)j * e->n_vocab;
-            engine_premask pm = {dev ? e->masks + (size_t)j * ((e->n_vocab + 31) / 32) : NULL,
-                                 dev ? e->mask_on + j : NULL, dev ? e->mask_bad + j : NULL};
+            engine_premask pm = {pre ? e->masks + (size_t)j * ((e->n_vocab + 31) / 32) : NULL,
+                                 pre ? e->mask_on + j : NULL, pre ? e->mask_bad + j : NULL};
             if (mode != ENGINE_DEV_HOST && r->n_spec > 0)
                 spec_verify_ids(e, r, e->ids + j, e->mask_bad + j);
             else if (mode != ENGINE_DEV_HOST)
                 engine_device_emit(e, r, j);
             else if (r->n_spec > 0)
-                spec_verify(e, r, lg, dev ? &pm : NULL);
+                spec_verify(e, r, lg, pre ? &pm : NULL);
             else
-                sample_and_emit(e, r, lg, dev ? &pm : NULL);
+                sample_and_emit(e, r, lg, pre ? &pm : NULL);
         }
         embed_rows_finish(e, n_hid);
     }

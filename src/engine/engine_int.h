@@ -48,6 +48,11 @@ struct tern_engine {
     uint32_t *masks;         /* [rows][ceil(n_vocab/32)] */
     uint8_t *mask_on, *mask_bad; /* [rows]: mask set / mask could not be computed */
     int32_t *ids;            /* [rows] chosen ids */
+    /* the batch matcher (masks.c): masks/mask_on/mask_bad also serve the
+     * host's steps with several constrained rows */
+    int *mask_rows;          /* [rows] the constrained output rows of a step */
+    struct tern_pool *mask_pool; /* NULL until needed (or one thread) */
+    int mask_pool_failed;
     dev_sample_row *srows;   /* [rows] the device sampler's rows; NULL without sample_finish */
 
     /* speculation (spec.c): the draft's KV lives in the same blocks as the
@@ -182,6 +187,15 @@ int engine_device_mode(const tern_engine *e, int n_out);
  * ENGINE_DEV_HOST: the logits come down into e->logits. */
 int engine_device_forward(tern_engine *e, const fwd_batch *b, const struct model_lora *const *lora, int mode,
                           tern_err *err);
+/* The batch matcher (masks.c). reserve: the mask buffers for max_batch
+ * rows (0 or TERN_ENOMEM); count: output rows with a grammar; ahead: every
+ * constrained output row's masks (each row's positions through its drafts)
+ * into masks / mask_on / mask_bad, the rows spread over the mask threads;
+ * free: the threads and the row list (engine_device_free frees the rest). */
+int engine_masks_reserve(tern_engine *e);
+int engine_masks_count(const tern_engine *e, int n_out);
+void engine_masks_ahead(tern_engine *e, int n_out);
+void engine_masks_free(tern_engine *e);
 /* Emits the device's choice for output row j (a row without drafts). */
 void engine_device_emit(tern_engine *e, engine_req *r, int j);
 
