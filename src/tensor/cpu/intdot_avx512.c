@@ -178,6 +178,125 @@ static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const
     }
 }
 
+/* 4-bit rows (rows2's job for bits 4): 64 packed bytes are 128 values,
+ * their low nibbles the even values of four 32-value blocks and the high
+ * nibbles the odd ones, so one load, an and, a shift and an and give two
+ * vpdpbusd operands - against the activations' evens and odds of the same
+ * four blocks (two 128-bit lane shuffles of the nibble-ordered inputs,
+ * kernels.h, made once per token and shared by both rows). A group of 128
+ * is one such vector; with groups of 64 it holds two groups (lanes 0-7 the
+ * first, 8-15 the second), reduced by pair32/pair64, one lane shuffle-add
+ * and a final permutation into group order. Exact integer sums, then the
+ * contract's combination: the row kernels' bits. */
+static inline __attribute__((always_inline)) void q4_pair(const uint8_t *w, __m512i *lo, __m512i *hi, int full)
+{
+    const __m512i m = _mm512_set1_epi8(15);
+    __m512i v = full ? LDZ(w) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, w);
+    *lo = _mm512_and_si512(v, m);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+}
+static inline __attribute__((always_inline)) void q4_acts(const int8_t *x, __m512i *e, __m512i *o, int full)
+{
+    __m512i x0 = LDZ(x), x1 = full ? LDZ(x + 64) : _mm512_setzero_si512();
+    *e = _mm512_shuffle_i32x4(x0, x1, 0x88);
+    *o = _mm512_shuffle_i32x4(x0, x1, 0xDD);
+}
+
+static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, const float *sb, int group,
+                                                           const int8_t *Q, const float *qs, float *Y, long n_in,
+                                                           long ldy, long ra, long rb, long t0, long t1, int NT)
+{
+    long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in / 2;
+    const uint8_t *wa = Wq + ra * rowb, *wb = Wq + rb * rowb;
+    const int8_t *x[2] = {Q + t0 * n_in, Q + t1 * n_in};
+    const float *q[2] = {qs + t0 * 2 * ngp, qs + t1 * 2 * ngp};
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    __m512 F[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (long c = 0; c < ngp; c += 8) {
+        __m512i I[2];
+        if (group == 128) {
+            __m512i pa[2][4], pb[2][4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i va[2][2], vb[2][2];
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    long g = c + 2 * k + h;
+#pragma GCC unroll 2
+                    for (int tk = 0; tk < NT; tk++)
+                        va[tk][h] = vb[tk][h] = _mm512_setzero_si512();
+                    if (g >= ng)
+                        continue;
+                    __m512i la, ha, lb, hb;
+                    q4_pair(wa + g * 64, &la, &ha, 1);
+                    q4_pair(wb + g * 64, &lb, &hb, 1);
+#pragma GCC unroll 2
+                    for (int tk = 0; tk < NT; tk++) {
+                        __m512i e, o;
+                        q4_acts(x[tk] + g * 128, &e, &o, 1);
+                        va[tk][h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(va[tk][h], la, e), ha, o);
+                        vb[tk][h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(vb[tk][h], lb, e), hb, o);
+                    }
+                }
+#pragma GCC unroll 2
+                for (int tk = 0; tk < NT; tk++) {
+                    pa[tk][k] = pair32(va[tk][0], va[tk][1]);
+                    pb[tk][k] = pair32(vb[tk][0], vb[tk][1]);
+                }
+            }
+#pragma GCC unroll 2
+            for (int tk = 0; tk < NT; tk++)
+                I[tk] = sum16(pa[tk], pb[tk]);
+        } else { /* 64: vector k of the chunk holds groups c + 2k (lanes 0-7) and c + 2k + 1 (8-15) */
+            __m512i va[2][4], vb[2][4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                long g = c + 2 * k;
+#pragma GCC unroll 2
+                for (int tk = 0; tk < NT; tk++)
+                    va[tk][k] = vb[tk][k] = _mm512_setzero_si512();
+                if (g >= ng)
+                    continue;
+                int full = g + 1 < ng;
+                __m512i la, ha, lb, hb;
+                q4_pair(wa + g * 32, &la, &ha, full);
+                q4_pair(wb + g * 32, &lb, &hb, full);
+#pragma GCC unroll 2
+                for (int tk = 0; tk < NT; tk++) {
+                    __m512i e, o;
+                    q4_acts(x[tk] + g * 64, &e, &o, full);
+                    va[tk][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(va[tk][k], la, e), ha, o);
+                    vb[tk][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(vb[tk][k], lb, e), hb, o);
+                }
+            }
+#pragma GCC unroll 2
+            for (int tk = 0; tk < NT; tk++) {
+                /* 128-bit lanes 0-1: groups 0 2 4 6 (partials), 2-3: 1 3 5 7 */
+                __m512i a = pair64(pair32(va[tk][0], va[tk][1]), pair32(va[tk][2], va[tk][3]));
+                __m512i b = pair64(pair32(vb[tk][0], vb[tk][1]), pair32(vb[tk][2], vb[tk][3]));
+                __m512i sab = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
+                I[tk] = _mm512_permutexvar_epi32(order, sab);
+            }
+        }
+        __m256 swa, bwa, swb, bwb;
+        iq_sb_chunk(sb + ra * ng * 2, c, ng, &swa, &bwa);
+        iq_sb_chunk(sb + rb * ng * 2, c, ng, &swb, &bwb);
+        __m512 sw = cat_ps(swa, swb), bw = cat_ps(bwa, bwb);
+#pragma GCC unroll 2
+        for (int tk = 0; tk < NT; tk++) {
+            __m512 d = dup_ps(q[tk] + c), A = dup_ps(q[tk] + ngp + c);
+            F[tk] = _mm512_fmadd_ps(_mm512_fmadd_ps(sw, _mm512_cvtepi32_ps(I[tk]), _mm512_mul_ps(bw, A)), d, F[tk]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int tk = 0; tk < NT; tk++) {
+        long t = tk ? t1 : t0;
+        Y[t * ldy + ra] = iq_hsum(_mm512_castps512_ps256(F[tk]));
+        if (rb != ra)
+            Y[t * ldy + rb] = iq_hsum(hi_ps(F[tk]));
+    }
+}
+
 static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, const float *sb, int group, int bits,
                                                              const int8_t *Q, const float *qs, float *Y, long T,
                                                              long n_in, long ldy, long r0, long r1)
@@ -186,9 +305,16 @@ static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, 
         long rb = r + 1 < r1 ? r + 1 : r;
         long t = 0;
         for (; t + 1 < T; t += 2)
-            rows2(Wq, sb, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
-        if (t < T)
-            rows2(Wq, sb, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
+            if (bits == 4)
+                rows2_q4(Wq, sb, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
+            else
+                rows2(Wq, sb, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
+        if (t < T) {
+            if (bits == 4)
+                rows2_q4(Wq, sb, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
+            else
+                rows2(Wq, sb, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
+        }
     }
 }
 
