@@ -154,12 +154,24 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
 }
 
 /* HF rotate_half convention: pairs (i, i + d/2) rotate by pos * inv_freq[i]. */
-static void rope(float *v, int d, int pos, const float *inv_freq)
+/* The rotation's cos/sin for one position (d / 2 pairs), computed once per
+ * token and shared by all its q and k heads (the same values as computing
+ * them per head: the same cosf/sinf of the same argument). */
+static void rope_table(float *cs, float *sn, int d, int pos, const float *inv_freq)
+{
+    for (int i = 0; i < d / 2; i++) {
+        float a = (float)pos * inv_freq[i];
+        cs[i] = cosf(a);
+        sn[i] = sinf(a);
+    }
+}
+
+static void rope(float *v, int d, const float *cs, const float *sn, int pos, const float *inv_freq)
 {
     int h = d / 2;
     for (int i = 0; i < h; i++) {
         float a = (float)pos * inv_freq[i];
-        float c = cosf(a), s = sinf(a);
+        float c = cs ? cs[i] : cosf(a), s = sn ? sn[i] : sinf(a); /* no table: head_dim past its size */
         float x0 = v[i], x1 = v[i + h];
         v[i] = x0 * c - x1 * s;
         v[i + h] = x1 * c + x0 * s;
@@ -572,15 +584,19 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const mo
                     v[e] += L->bv[e];
                 }
             }
+            float rc_[KV_HEAD_DIM_MAX / 2], rs_[KV_HEAD_DIM_MAX / 2];
+            int tab = hd <= KV_HEAD_DIM_MAX;
+            if (tab)
+                rope_table(rc_, rs_, hd, b->pos[i], L->rope_inv_freq);
             for (int h = 0; h < c->n_head; h++) {
                 if (L->q_norm)
                     rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->norm_eps);
-                rope(q + h * hd, hd, b->pos[i], L->rope_inv_freq);
+                rope(q + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, b->pos[i], L->rope_inv_freq);
             }
             for (int h = 0; h < c->n_kv_head; h++) {
                 if (L->k_norm)
                     rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->norm_eps);
-                rope(k + h * hd, hd, b->pos[i], L->rope_inv_freq);
+                rope(k + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, b->pos[i], L->rope_inv_freq);
             }
             if (kv->k) {
                 memcpy(kv_k_at(kv, b->seqs[i], l, b->pos[i]), k, (size_t)kvd * sizeof(float));
