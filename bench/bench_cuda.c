@@ -1,7 +1,7 @@
 /* bench_cuda: the CUDA backend's speed next to the roofline, and its logits
  * next to the CPU backend's.
  *
- *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] MODEL_DIR...
+ *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--exact-products] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage]
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
@@ -20,9 +20,12 @@
  * device-to-device copy bandwidth (bytes read + written per second), the
  * roofline bandwidth / weight bytes, batch-1 decode tokens/s after an
  * N-token prompt, aggregate decode tokens/s at batch 8, 32 and 128 (each row
- * its own sequence; 128 rows go through cuBLAS; each step's greedy ids are
- * picked on the device and only they come back, as in the engine), and
- * prefill tokens/s of a --prefill-token prompt (default 512) in one batch.
+ * its own sequence; each step's greedy ids are picked on the device and
+ * only they come back, as in the engine), and prefill tokens/s of a
+ * --prefill-token prompt (default 512) in one batch; eager profiles of
+ * batches 1, 32 and 128 and of the prefill. --exact-products: the exact
+ * products on both backends (tcu_opts.exact; the CPU's f32-activation
+ * kernels), else the throughput mode.
  * --check N first runs an N-token prompt and 4 greedy steps on both the CPU
  * and the GPU and prints the logits' relative L2 error and whether the
  * greedy ids agree (0 skips it). Without a CUDA build it says so. */
@@ -36,6 +39,7 @@
 #include "model/backend.h"
 #include "model/backend_cuda.h"
 #include "model/model.h"
+#include "tensor/kernels.h"
 #ifdef TERN_CUDA
 #include <cuda_runtime_api.h>
 
@@ -641,7 +645,10 @@ int main(int argc, char **argv)
             n_prefill = atoi(argv[first + 1]);
         else if (!strcmp(argv[first], "--only-b1"))
             only_b1 = atoi(argv[first + 1]) != 0;
-        else
+        else if (!strcmp(argv[first], "--exact-products")) {
+            tern_kernels_exact_set(1);
+            first--; /* no value */
+        } else
             break;
     }
     if (first >= argc || n_prompt < 1 || n_prompt > 512 || steps < 4 || check < 0 || check > 500 || n_prefill < 1 ||
@@ -734,9 +741,10 @@ int main(int argc, char **argv)
         double tp = t128 >= 0 ? prefill_run(m, &kv, n_prefill, prompt, logits, &err) : -1;
         if (tp < 0)
             return die(&err);
-        /* batches through cuBLAS (gemm_min_t 2): faster, not batch-invariant */
+        /* batches through cuBLAS (gemm_min_t 2): not batch-invariant */
         tcu_opts ob = opts;
         ob.gemm_min_t = 2;
+        ob.tc_max_t = 0;
         model_backend *blas = model_backend_cuda_new_opts(m, 0, &ob, &err);
         if (!blas)
             return die(&err);
@@ -755,9 +763,11 @@ int main(int argc, char **argv)
         if (!eager)
             return die(&err);
         model_backend_swap(m, eager);
-        char prof[400], prof32[400], pprof[400];
+        char prof[400], prof32[400], prof128[400], pprof[400];
         int ok = !eager_profile(m, &kv, 1, n_prompt, prompt, logits, t1 / (steps - 2), prof, sizeof prof, &err) &&
-                 !eager_profile(m, &kv, 32, n_prompt, prompt, logits, t32 / (steps - 2), prof32, sizeof prof32, &err);
+                 !eager_profile(m, &kv, 32, n_prompt, prompt, logits, t32 / (steps - 2), prof32, sizeof prof32, &err) &&
+                 !eager_profile(m, &kv, 128, n_prompt, prompt, logits, t128 / (steps - 2), prof128, sizeof prof128,
+                                &err);
         /* and one eager prefill (3 repetitions): where its time goes */
         double fms[TCU_PROF_N];
         int fn[TCU_PROF_N];
@@ -777,6 +787,7 @@ int main(int argc, char **argv)
                8 * (steps - 2) / c8, 32 * (steps - 2) / c32, n_prefill / tp, chk);
         printf("  %s b1 profile: %s\n", name, prof);
         printf("  %s b32 profile: %s\n", name, prof32);
+        printf("  %s b128 profile: %s\n", name, prof128);
         printf("  %s prefill profile: %s\n", name, pprof);
     next_model:
         fflush(stdout);

@@ -8,8 +8,11 @@
  *    mirror of the paged KV pool resident there; only token ids, positions
  *    and block tables go up and only the requested logits come down. Decode
  *    steps (T < gemm_min_t) are captured once per (T, n_out) as CUDA graphs.
- * Products: our GEMV kernels (one warp per output row, batch-invariant) for
- * T < gemm_min_t (default 33), cuBLAS (bf16 inputs, f32 accumulation) above.
+ * Products: our GEMV kernels (batch-invariant) for T < gemm_min_t (default
+ * 33) and for steps of several sequences up to tc_max_t (128) tokens in
+ * the throughput mode, cuBLAS (bf16 inputs, f32 accumulation) above;
+ * --exact-products (tcu_opts.exact) keeps f32-exact activations and no
+ * cuBLAS.
  * Every choice among kernels is a field of the backend's tcu_opts, filled
  * once when it is made (backend_cuda.h). Without TERN_CUDA this file only
  * provides the "not built" error. */
@@ -21,6 +24,7 @@
 
 #include "model/backend_cuda.h"
 #include "model/model_int.h"
+#include "tensor/kernels.h"
 
 #ifndef TERN_CUDA
 
@@ -272,6 +276,20 @@ static int cu_gemv_choice(const tcu_opts *o, int kind)
     return kind == TCU_Q4 ? o->gemv_q4 : kind == TCU_Q8 ? o->gemv_q8 : o->gemv_bf16;
 }
 
+/* Whether a step of T tokens (or n_out logits rows) takes the GEMVs: below
+ * gemm_min_t, or - throughput mode, several sequences (be->wide), weights
+ * the tensor-core GEMV takes - up to tc_max_t, so that a decode batch keeps
+ * one batch-invariant kernel and its graph. */
+static int cu_step_gemv(const cu_backend *be, int T)
+{
+    if (T < be->opts.gemm_min_t)
+        return 1;
+    if (!be->wide || be->opts.exact || T > be->opts.tc_max_t || !be->m)
+        return 0;
+    const int k = be->layers[0].wq->kind, g = cu_gemv_choice(&be->opts, k);
+    return (k == TCU_BF16 || k == TCU_Q4) && (g == TCU_GEMV_AUTO || g == TCU_GEMV_TENSOR);
+}
+
 /* y_k = x @ W_k^T (or += when accumulate); glu: m[0].y = act(gate) * up
  * with m[1].y as the up buffer. */
 /* Whether the n matrices go to one GEMV launch (a decode-sized batch, all of
@@ -282,7 +300,7 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     int same = 1;
     for (int i = 1; i < n; i++)
         same &= mats[i].kind == mats[0].kind;
-    if (T >= be->opts.gemm_min_t || !same)
+    if (!cu_step_gemv(be, T) || !same)
         return 0;
     memset(a, 0, sizeof *a);
     a->n = n;
@@ -310,7 +328,7 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
         CU(tcu_gemv(&a, &be->opts, (tcu_stream)be->stream), "gemv");
         return 0;
     }
-    if (T < be->opts.gemm_min_t) { /* mixed kinds: one launch each */
+    if (cu_step_gemv(be, T)) { /* mixed kinds: one launch each */
         for (int i = 0; i < n; i++) {
             gemv_one_launch(be, &a, 1, &mats[i], x, n_in, T, 0, opts);
             a.accumulate = accumulate;
@@ -404,8 +422,12 @@ static int scratch_ensure(cu_backend *be, int T, int n_out, tern_err *err)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if ((rc = cu_alloc(be, (void **)bufs[i], sizes[i] * sizeof(float), err)))
             return rc;
-    /* at least the GEMVs' stage at 32 tokens: 96 bf16 an input, 4-bit + 96 floats a group */
-    size_t xhn = (size_t)(ct > co ? (ct > 104 ? ct : 104) : (co > 104 ? co : 104)) * be->max_in;
+    /* at least the GEMVs' stage at 32 tokens (exact: 96 bf16 an input, 4-bit
+     * + 96 floats a group), or at the steps' columns rounded up to 32
+     * (throughput: a bf16 an input and token, + a float a group and token) */
+    size_t cols = (size_t)(ct > co ? ct : co);
+    cols = (cols + 31) / 32 * 32;
+    size_t xhn = (cols * 17 / 16 > 104 ? cols * 17 / 16 : 104) * be->max_in;
     be->cap_xh = 0;
     if ((rc = cu_alloc(be, (void **)&be->xh, xhn * sizeof(uint16_t), err)))
         return rc;
@@ -643,7 +665,7 @@ static int cu_matmul(model_backend *base, int n, const model_weight *const *w, c
  * the per-token kernel. */
 static int attention_launch(cu_backend *be, const tcu_attn_args *a, int T, tcu_stream s)
 {
-    int rc = T >= be->opts.gemm_min_t ? tcu_attention_tiled(a, be->d_in + be->tile_off, be->n_tiles, &be->opts, s) : -1;
+    int rc = !cu_step_gemv(be, T) ? tcu_attention_tiled(a, be->d_in + be->tile_off, be->n_tiles, &be->opts, s) : -1;
     return rc == -1 ? tcu_attention(a, &be->opts, s) : rc;
 }
 
@@ -843,22 +865,22 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
     /* copy-on-write of this pool's blocks must reach the mirror (backend.h kv_bind) */
     kv->dev_copy = cu_kv_copy;
     kv->dev_ctx = be;
-    int big = T >= be->opts.gemm_min_t || b->n_out >= be->opts.gemm_min_t;
+    be->wide = 0;
+    for (int i = 1; i < T; i++)
+        be->wide |= b->seqs[i] != b->seqs[0];
+    int big = !cu_step_gemv(be, T) || !cu_step_gemv(be, b->n_out);
     if (big && (rc = wdq_ensure(be, err)))
         return rc;
     if ((rc = pack_batch(be, kv, b, err)))
         return rc;
-    be->wide = 0;
-    for (int i = 1; i < T; i++)
-        be->wide |= b->seqs[i] != b->seqs[0];
     /* Steps of several sequences where the GEMVs take their batch kernel
      * (TCU_GEMV_AUTO's wide choice) split each token's attention by its own
      * length (CU_SPLIT_LEN); a step of one token takes short splits
      * (tcu_opts.split_len1), faster alone - knife-edge differences between
-     * alone and batched, as the GEMVs have. The other GEMV choices keep
-     * every step on one rule. */
+     * alone and batched, as the GEMVs have. The other GEMV choices, and
+     * exact products, keep every step on one rule. */
     be->split_len = 0;
-    if (cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO)
+    if (cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO && !be->opts.exact)
         be->split_len = be->wide ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
@@ -1262,6 +1284,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_ATTN_FUSE", offsetof(tcu_opts, attn_merge_last), 0, 1},
     {"TERN_CUDA_ATTN_TILED", offsetof(tcu_opts, attn_tiled), TCU_ATTN_TILED_OFF, TCU_ATTN_TILED_TF32},
     {"TERN_CUDA_GEMM_MIN_T", offsetof(tcu_opts, gemm_min_t), 1, INT_MAX},
+    {"TERN_CUDA_TC_MAX_T", offsetof(tcu_opts, tc_max_t), 0, 128},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
     {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},
@@ -1303,6 +1326,12 @@ static int cu_gemv_parse(const char *e, tcu_opts *o, tern_err *err)
 int model_cuda_opts_from_env(tcu_opts *o, tern_err *err)
 {
     tcu_opts_init(o);
+    /* --exact-products (the process-wide switch of the CPU kernels too):
+     * f32-exact activations, no cuBLAS unless the environment says so */
+    if (tern_kernels_exact_get()) {
+        o->exact = 1;
+        o->gemm_min_t = INT_MAX;
+    }
     for (size_t i = 0; i < sizeof cu_env_opts / sizeof *cu_env_opts; i++) {
         const struct cu_env_opt *d = &cu_env_opts[i];
         const char *e = getenv(d->name);
@@ -1329,6 +1358,8 @@ static int cu_opts_check(const tcu_opts *o, tern_err *err)
             return tern_err_set(err, TERN_EINVAL, "cuda: option %s is %d (from %d to %d)", d->name + 10, v, d->lo,
                                 d->hi);
     }
+    if (o->exact != 0 && o->exact != 1)
+        return tern_err_set(err, TERN_EINVAL, "cuda: option exact is %d (0 or 1)", o->exact);
     const int g[3] = {o->gemv_bf16, o->gemv_q4, o->gemv_q8};
     for (int i = 0; i < 3; i++)
         if (g[i] < 0 || g[i] >= TCU_GEMV_N)

@@ -8,6 +8,7 @@
  * Tolerances (relative L2 error ||gpu - cpu|| / ||cpu||): f32-accumulated
  * paths (GEMV, attention, forward through them) 2e-5 - only the summation
  * order differs; cuBLAS products with bf16-rounded inputs 1e-2, f16 2e-3. */
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 #include "model/backend_cuda.h"
 #include "model/model_int.h"
 #include "model/quant.h"
+#include "tensor/kernels.h"
 #include "test_util.h"
 #ifdef TERN_CUDA
 #include <cuda_runtime.h>
@@ -42,7 +44,8 @@ static const char *gemv_name(int v)
 #endif
 }
 
-/* A table-path GPU backend whose GEMVs take kernel `gemv` (TCU_GEMV_*) for
+/* A table-path GPU backend with exact products (the f32-accurate kernels
+ * these tests hold to 2e-5) whose GEMVs take kernel `gemv` (TCU_GEMV_*) for
  * every weight kind and whose prefill attention is `tiled`
  * (TCU_ATTN_TILED_*); -1 keeps the default. */
 static model_backend *gpu_new(int gemv, int tiled)
@@ -51,6 +54,7 @@ static model_backend *gpu_new(int gemv, int tiled)
 #ifdef TERN_CUDA
     tcu_opts o;
     tcu_opts_init(&o);
+    o.exact = 1;
     if (gemv >= 0)
         o.gemv_bf16 = o.gemv_q4 = o.gemv_q8 = gemv;
     if (tiled >= 0)
@@ -67,11 +71,13 @@ static model_backend *gpu_new(int gemv, int tiled)
 }
 
 #ifdef TERN_CUDA
-/* The default options with kernel `gemv` for every weight kind. */
+/* The default options with exact products and kernel `gemv` for every
+ * weight kind. */
 static tcu_opts opts_gemv(int gemv)
 {
     tcu_opts o;
     tcu_opts_init(&o);
+    o.exact = 1;
     o.gemv_bf16 = o.gemv_q4 = o.gemv_q8 = gemv;
     return o;
 }
@@ -180,10 +186,27 @@ static void test_opts(void **state)
 #ifdef TERN_CUDA
     tcu_opts o, d;
     tcu_opts_init(&d);
+    tern_kernels_exact_set(0); /* main sets it for the CPU reference */
     assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
     assert_memory_equal(&o, &d, sizeof o);
     assert_int_equal(d.gemv_bf16, TCU_GEMV_AUTO);
     assert_int_equal(d.gemv_q8, TCU_GEMV_BY_SHAPE);
+    assert_int_equal(d.exact, 0);
+    assert_int_equal(d.tc_max_t, 128);
+    /* --exact-products: exact products, no cuBLAS - unless the environment says */
+    tern_kernels_exact_set(1);
+    assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
+    assert_int_equal(o.exact, 1);
+    assert_int_equal(o.gemm_min_t, INT_MAX);
+    setenv("TERN_CUDA_GEMM_MIN_T", "40", 1);
+    assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
+    assert_int_equal(o.exact, 1);
+    assert_int_equal(o.gemm_min_t, 40);
+    unsetenv("TERN_CUDA_GEMM_MIN_T");
+    setenv("TERN_CUDA_TC_MAX_T", "64", 1);
+    assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
+    assert_int_equal(o.tc_max_t, 64);
+    unsetenv("TERN_CUDA_TC_MAX_T");
     setenv("TERN_CUDA_GEMV", "staged,by-shape,tensor", 1);
     setenv("TERN_CUDA_ATTN_TILED", "0", 1);
     setenv("TERN_CUDA_RING", "31", 1);
@@ -210,7 +233,8 @@ static void test_opts(void **state)
     unsetenv("TERN_CUDA_GEMV");
     const char *bad_int[][2] = {{"TERN_CUDA_PDL", "2"},        {"TERN_CUDA_GRAPHS", "yes"},
                                 {"TERN_CUDA_GEMM_MIN_T", "0"}, {"TERN_CUDA_EARLY", "32"},
-                                {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"}};
+                                {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"},
+                                {"TERN_CUDA_TC_MAX_T", "129"}};
     for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++) {
         setenv(bad_int[i][0], bad_int[i][1], 1);
         assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EINVAL);
@@ -225,9 +249,13 @@ static void test_opts(void **state)
     o.attn_tiled = 7;
     assert_null(model_backend_cuda_new_opts(NULL, 0, &o, &err));
     assert_int_equal(err.code, TERN_EINVAL);
+    o = d;
+    o.exact = 2;
+    assert_null(model_backend_cuda_new_opts(NULL, 0, &o, &err));
+    assert_int_equal(err.code, TERN_EINVAL);
     char desc[512];
     tcu_opts_format(&d, desc, sizeof desc);
-    assert_non_null(strstr(desc, "gemv bf16 auto, 4-bit auto, 8-bit by-shape"));
+    assert_non_null(strstr(desc, "products throughput; gemv bf16 auto, 4-bit auto, 8-bit by-shape"));
 #else
     tcu_opts o;
     assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EUNSUPPORTED);
@@ -527,6 +555,10 @@ static int same_logits_with(const char *mdir, const char *var, const char *val, 
     return same;
 }
 
+/* check_family's GPU model runs in the throughput mode (--exact-products
+ * off): the two-sequence steps are compared too, within tol */
+static int g_throughput;
+
 static void check_family(const char *family, const char *extra, int bits, int n_prompt, double tol)
 {
     const char *build = getenv("TERN_BUILD") ? getenv("TERN_BUILD") : "build";
@@ -577,7 +609,7 @@ static void check_family(const char *family, const char *extra, int bits, int n_
     if (!bits && tcu_gemv_ring_count() == rings0)
         fail_msg("%s: no product took the shared-memory ring", family);
 #endif
-    if (tol < 1e-3) { /* two sequences a step, against the CPU doing the same */
+    if (tol < 1e-3 || g_throughput) { /* two sequences a step, against the CPU doing the same */
         const int nd = 6;
         float *pc = malloc((size_t)nd * 2 * V * sizeof(float)), *pg = malloc((size_t)nd * 2 * V * sizeof(float));
         assert_true(pc && pg);
@@ -869,12 +901,15 @@ static void test_gemv_ring(void **state)
 #endif
 }
 
-/* The tensor-core GEMV (TCU_GEMV_TENSOR) above 2 tokens splits the activations
- * once per launch into tcu_gemv_args.stage; without a stage every block
- * splits its own. Both must give the same bits (fused norm over gathered
- * rows, several matrices, the SwiGLU epilogue, 32-token launches), match
- * the CPU, and give each token alone (T = 1: never staged) its row of the
- * batch. */
+/* The tensor-core GEMV (TCU_GEMV_TENSOR) above one pass of tokens splits
+ * the activations once per launch into tcu_gemv_args.stage; without a
+ * stage every block splits its own. Both must give the same bits (fused
+ * norm over gathered rows, several matrices, the SwiGLU epilogue, launches
+ * of 32 / 128 tokens), match the CPU's exact products - exact mode within
+ * 2e-5, the throughput mode (activations rounded once to bf16) within the
+ * bf16 envelope, 4e-3 - and give each token alone (T = 1: never staged)
+ * its row of the batch, bit for bit, in both modes: batches of 2, 8, 32,
+ * 100 and 128 in the throughput mode (each an n-tile count of its own). */
 static void test_gemv_stage(void **state)
 {
     (void)state;
@@ -886,10 +921,11 @@ static void test_gemv_stage(void **state)
     assert_non_null(cpu);
     tern_rng r;
     tern_rng_seed(&r, 4242, 3);
-    const int n_in = 3584, TMAX = 40, kinds[2][2] = {{1, 0}, {4, 64}}, Ts[3] = {3, 20, 40};
+    enum { TMAX = 128 };
+    const int n_in = 3584, kinds[2][2] = {{1, 0}, {4, 64}};
+    const int Ts[2][5] = {{2, 8, 32, 100, 128}, {3, 20, 40, 0, 0}}; /* throughput, exact */
     const int outs[2] = {200, 136};
     const float eps = 1e-5f;
-    const tcu_opts o = opts_gemv(TCU_GEMV_TENSOR);
     float *x = malloc((size_t)TMAX * n_in * sizeof(float)), *g = malloc(n_in * sizeof(float));
     float *xn = malloc((size_t)TMAX * n_in * sizeof(float));
     int32_t rows[TMAX];
@@ -903,7 +939,7 @@ static void test_gemv_stage(void **state)
     float *dx, *dg, *dn, *dy[2];
     int32_t *drows;
     void *stage;
-    const size_t stage_bytes = (size_t)n_in * 204;
+    const size_t stage_bytes = (size_t)n_in * 272; /* 128 tokens a bf16 an input + 4-bit group sums */
     assert_int_equal(cudaMalloc((void **)&dx, (size_t)TMAX * n_in * sizeof(float)), 0);
     assert_int_equal(cudaMalloc((void **)&dg, n_in * sizeof(float)), 0);
     assert_int_equal(cudaMalloc((void **)&dn, (size_t)TMAX * n_in * sizeof(float)), 0);
@@ -952,8 +988,13 @@ static void test_gemv_stage(void **state)
             a.norm_eps = eps;
             a.norm_rows = drows;
             const int nm = glu ? 1 : 2;
-            for (int ti = 0; ti < 3; ti++) {
-                const int T = Ts[ti];
+            for (int tv = 0; tv < 10; tv++) {
+                const int ex = tv / 5, T = Ts[ex][tv % 5];
+                if (!T)
+                    continue;
+                tcu_opts o = opts_gemv(TCU_GEMV_TENSOR);
+                o.exact = ex;
+                const double tol = ex ? 2e-5 : 4e-3;
                 a.T = T;
                 for (int st = 0; st < 2; st++) { /* unstaged, then staged */
                     a.stage = st ? stage : NULL;
@@ -964,7 +1005,8 @@ static void test_gemv_stage(void **state)
                     assert_int_equal(tcu_gemv(&a, &o, NULL), 0);
                     uint32_t first; /* token 0's first hi pair: written by the stage kernel only when staged */
                     assert_int_equal(cudaMemcpy(&first, stage, sizeof first, cudaMemcpyDeviceToHost), 0);
-                    assert_true(st ? first != 0xffffffffu : first == 0xffffffffu);
+                    /* staged above one pass: 2 tokens (exact), 8 (throughput) */
+                    assert_true(st && T > (ex ? 2 : 8) ? first != 0xffffffffu : first == 0xffffffffu);
                     float *h = st ? ys : yu;
                     for (int k = 0, off = 0; k < nm; off += T * n_out[k], k++)
                         assert_int_equal(cudaMemcpy(h + off, dy[k], (size_t)T * n_out[k] * sizeof(float),
@@ -977,19 +1019,26 @@ static void test_gemv_stage(void **state)
                     double ek = rel_err(ys + off, yc[k], (size_t)T * n_out[k]);
                     e = ek > e ? ek : e;
                 }
-                print_message(
-                    "tensor-core GEMV kind %d glu %d T %d: staged = unstaged bitwise, rel err %.3g (tol 2e-5)\n", kind,
-                    glu, T, e);
+                print_message("tensor-core GEMV %s kind %d glu %d T %d: staged = unstaged bitwise, rel err %.3g "
+                              "(tol %.0e)\n",
+                              ex ? "exact" : "throughput", kind, glu, T, e, tol);
                 assert_memory_equal(ys, yu, n * sizeof(float));
-                assert_true(e <= 2e-5);
-                /* the first and last tokens alone: their rows of the batch */
-                for (int t = 0; t < T; t += T - 1) {
+                if (!(e <= tol))
+                    fail_msg("tensor-core GEMV %s kind %d glu %d T %d: rel err %g over %g", ex ? "exact" : "throughput",
+                             kind, glu, T, e, tol);
+                /* the first, a middle and the last token alone: their rows of the batch */
+                const int probe[3] = {0, T / 2, T - 1};
+                for (int pi = 0; pi < 3; pi++) {
+                    const int t = probe[pi];
                     tcu_gemv_args b = a;
                     b.T = 1;
                     b.norm_rows = drows + t;
                     assert_int_equal(tcu_gemv(&b, &o, NULL), 0);
                     assert_int_equal(cudaMemcpy(y1, dy[0], n_out[0] * sizeof(float), cudaMemcpyDeviceToHost), 0);
-                    assert_memory_equal(y1, ys + (size_t)t * n_out[0], n_out[0] * sizeof(float));
+                    if (memcmp(y1, ys + (size_t)t * n_out[0], n_out[0] * sizeof(float)))
+                        fail_msg("tensor-core GEMV %s kind %d glu %d: token %d alone differs from its row in a "
+                                 "batch of %d",
+                                 ex ? "exact" : "throughput", kind, glu, t, T);
                 }
             }
             for (int k = 0; k < 2; k++) {
@@ -1031,10 +1080,22 @@ static void test_forward(void **state)
     /* prompt through cuBLAS (bf16-rounded activations): the bf16 envelope */
     check_family("llama", "", 0, 48, 2e-2);
     check_family("llama", "", 4, 48, 2e-2);
+    /* the throughput mode (the default without --exact-products): steps of
+     * two sequences through the tensor-core GEMV with activations rounded
+     * once to bf16 - the bf16 envelope (16-bit weights: the CPU reference
+     * does not depend on the switch) */
+    tern_kernels_exact_set(0);
+    g_throughput = 1;
+    check_family("llama", "", 0, 20, 2e-2);
+    check_family("qwen3", "", 0, 20, 2e-2);
+    g_throughput = 0;
+    tern_kernels_exact_set(1);
 }
 
 int main(void)
 {
+    /* the CPU reference: f32-activation (exact) products, not the integer ones */
+    tern_kernels_exact_set(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_built_or_no_gpu),
         cmocka_unit_test(test_opts),

@@ -34,15 +34,15 @@ enum {
     /* STAGED with the rows a warp picked by the launch's shape (2, 3, 4 or
      * 6; gemv.cu gemv_by_shape) and 4-bit codes read as 1 + q/16 */
     TCU_GEMV_BY_SHAPE,
-    /* tensor cores for bf16 and 4-bit (the activations split exactly into
-     * three bf16 parts as mma columns, split-K over a thread-block
-     * cluster); 8-bit: BY_SHAPE. 2-4x faster at 8-32 tokens, slower alone */
+    /* tensor cores for bf16 and 4-bit (mma columns, split-K over a
+     * thread-block cluster): tcu_opts.exact - each activation split
+     * exactly into three bf16 parts; else rounded once to bf16 (the
+     * throughput mode, a third of the tensor work); 8-bit: BY_SHAPE */
     TCU_GEMV_TENSOR,
     /* by the step: one sequence - STAGED for bf16, BY_SHAPE for 4/8-bit;
-     * two or more (tcu_gemv_args.wide) - TENSOR. A request's greedy tokens
-     * may then differ at floating-point knife-edges between running alone
-     * and in a batch; STAGED / BY_SHAPE everywhere keeps every step on one
-     * kernel (bitwise batch-invariant) */
+     * two or more (tcu_gemv_args.wide) - TENSOR. With tcu_opts.exact:
+     * TENSOR for every step, one sequence too (and no ring), so a request's
+     * tokens are the same alone and in any batch */
     TCU_GEMV_AUTO,
     TCU_GEMV_N
 };
@@ -79,8 +79,17 @@ typedef struct tcu_opts {
     int attn_merge_last; /* the attention's last block of a (token, head) merges the splits: 1, or a merge
                           * kernel: 0 */
     int attn_tiled;      /* TCU_ATTN_TILED_*: prefill attention (the backend's cuBLAS-sized steps) */
+    /* the products' precision (--exact-products): 1 - f32-exact activations
+     * everywhere (the tensor-core GEMV's three bf16 parts, AUTO = TENSOR at
+     * every step, cuBLAS never: the backend's gemm_min_t default becomes
+     * INT_MAX, and one attention split rule), bit-identical alone and
+     * batched; 0 (default) - throughput: the tensor-core GEMV rounds
+     * activations once to bf16 (each row still batch-invariant) */
+    int exact;
     /* -- read by the backend (src/model/backend_cuda.c) -- */
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
+    int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
+                      * take the GEMVs (the tensor-core kernel for bf16 / 4-bit) whatever gemm_min_t */
     int graphs;      /* decode steps replayed as CUDA graphs: 1, or launched one by one: 0 */
     int qkv_fuse;    /* small steps of distinct sequences: q/k/v post-processing inside the attention */
     int gemv_stage;  /* the tensor-core GEMV gets a scratch to split a step's activations into once */
@@ -90,7 +99,8 @@ typedef struct tcu_opts {
 } tcu_opts;
 /* The defaults, measured (docs/cuda.md): GEMVs auto / auto / by-shape, PDL
  * on, the attention's early loads and last-block merge on, TF32 prefill
- * attention, cuBLAS from 33 tokens, graphs, q/k/v fusion and the stage on,
+ * attention, throughput products (exact 0), cuBLAS from 33 tokens but for
+ * steps of several sequences up to 128, graphs, q/k/v fusion and the stage on,
  * down early, gate/up and down on the ring, 16 positions a split. */
 void tcu_opts_init(tcu_opts *o);
 /* o in words (every field) into buf of n bytes, for logs and benchmarks. */

@@ -704,17 +704,21 @@ static int gemv_dispatch(const tcu_gemv_args *a, const tcu_opts &o, tcu_stream s
     const bool pdl = o.pdl != 0;
     const int kind = a->m[0].kind;
     int rc = -1;
-    if (a->ring && (rc = gemv_ring(a, rows, s, pdl)) >= 0)
+    const int choice = gv_choice(o, kind);
+    const bool exact = o.exact != 0;
+    /* exact AUTO: the tensor-core kernel at every step, never the ring's
+     * (staged) bits */
+    if (a->ring && !(exact && choice == TCU_GEMV_AUTO) && (rc = gemv_ring(a, rows, s, pdl)) >= 0)
         return rc;
-    switch (gv_choice(o, kind)) {
+    switch (choice) {
     case TCU_GEMV_STAGED: rc = gemv_v_kind<2, 1, true>(a, rows, s, pdl); break;
     case TCU_GEMV_BY_SHAPE: rc = gemv_by_shape(a, rows, s, pdl); break;
     case TCU_GEMV_TENSOR:
-        if ((rc = gemv_tc(a, rows, s, pdl)) < 0)
+        if ((rc = gemv_tc(a, rows, s, pdl, exact)) < 0)
             rc = gemv_by_shape(a, rows, s, pdl);
         break;
     case TCU_GEMV_AUTO:
-        if (!a->wide || (rc = gemv_tc(a, rows, s, pdl)) < 0)
+        if ((!a->wide && !exact) || (rc = gemv_tc(a, rows, s, pdl, exact)) < 0)
             rc = kind == TCU_BF16 ? gemv_v_kind<2, 1, true>(a, rows, s, pdl) : gemv_by_shape(a, rows, s, pdl);
         break;
     default: break;

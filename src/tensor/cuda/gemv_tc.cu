@@ -1,7 +1,8 @@
 // The tensor-core GEMV (TCU_GEMV_TENSOR, and TCU_GEMV_AUTO's choice for
 // steps of several sequences): bf16 and 4-bit weights, the activations
-// split exactly into three bf16 parts as mma columns, split-K over a
-// thread-block cluster, with its staging kernel.
+// split exactly into three bf16 parts as mma columns (tcu_opts.exact) or
+// rounded once to bf16 (one column a token: the throughput mode), split-K
+// over a thread-block cluster, with its staging kernel.
 #include <cooperative_groups.h>
 
 #include "tensor/cuda/gemv.cuh"
@@ -42,6 +43,27 @@ __device__ __forceinline__ void pack3(float x0, float x1, uint32_t p[3])
     p[0] = (h0 >> 16) | h1;
     p[1] = (m0 >> 16) | m1;
     p[2] = (l0 >> 16) | l1;
+}
+
+// x rounded to the nearest bf16 (ties to even; a NaN stays a NaN), as the
+// upper 16 bits.
+__device__ __forceinline__ uint32_t bf16_rn(float x)
+{
+    const uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (u >> 16) | 0x40u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+__device__ __forceinline__ uint32_t pack1(float x0, float x1) { return bf16_rn(x0) | (bf16_rn(x1) << 16); }
+
+// Inputs 8t .. 8t + 7 of a step (v0, v1) rounded once to bf16, in
+// tc_split8's order (the throughput mode's one column a token).
+template <bool Q> __device__ __forceinline__ uint4 tc_round8(float4 v0, float4 v1)
+{
+    if (Q)
+        return make_uint4(pack1(v0.x, v1.x), pack1(v0.y, v1.y), pack1(v0.z, v1.z), pack1(v0.w, v1.w));
+    return make_uint4(pack1(v0.x, v0.y), pack1(v0.z, v0.w), pack1(v1.x, v1.y), pack1(v1.z, v1.w));
 }
 
 // Inputs 8t .. 8t + 7 of a step (v0, v1) split into three bf16 parts, in
@@ -91,10 +113,20 @@ __device__ __forceinline__ void tc_split8(float4 v0, float4 v1, uint4 &hi, uint4
 // the slices in order; the norm factor likewise (a thread's elements, the
 // warp's butterfly, the warps in order). A column of an mma never depends
 // on another column, so a token's result does not depend on the batch.
+//
+// P (parts a token) = 3 is that exact layout; P = 1 the throughput mode:
+// each activation rounded once to bf16 (nearest, ties to even), a token
+// one column (NT n-tiles: 8 NT tokens, up to 128 in one pass), bf16
+// products accumulated by the mma itself across the slice's steps (4-bit:
+// each step's product scaled into the accumulator as for P = 3). The same
+// argument gives batch invariance: the order per (row, token) is fixed by
+// the shape and the mode, never by T.
 #define TC_WARPS 8
 #define TC_ROWS (TC_WARPS * 16)
 #define TC_SMEM_X (96 * 1024) /* activation panel (bytes) at most */
-#define TC_TP(NT) ((8 * (NT)) / 3) /* tokens a pass */
+#define TC_TP(NT) ((8 * (NT)) / 3) /* tokens a pass (P = 3) */
+#define TC_TPP(NT, P) ((8 * (NT)) / (P)) /* tokens a pass */
+#define TC_MAX_T1 128 /* tokens a launch, P = 1 (NT 16) */
 
 // A weight load: 16 bytes, streamed (evict first), the L2 fetching the
 // whole 256-byte block around it on a miss (the row's next steps; measured
@@ -143,7 +175,7 @@ __device__ __forceinline__ float tc_sum8(float4 v0, float4 v1)
 // group's activation sum [group][C] (hi columns; 0 elsewhere) after the
 // steps. Slots past the tokens write zeros. Every value is the one
 // gemv_tc_kernel stages itself, so both give the same bits.
-template <int NT, bool Q>
+template <int NT, bool Q, int P>
 __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv_args a, int nbs)
 {
     constexpr int C = 8 * NT, NTH = TC_WARPS * WARP;
@@ -153,7 +185,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
     pdl_wait();
     pdl_trigger();
     const int j = blockIdx.x, sa = blockIdx.y * nbs, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int np = a.T < TC_TP(NT) ? a.T : TC_TP(NT), G = Q ? a.m[0].group : 32;
+    const int np = a.T < TC_TPP(NT, P) ? a.T : TC_TPP(NT, P), G = Q ? a.m[0].group : 32;
     const bool tok = j < np;
     const size_t xrow = tok && a.norm_g && a.norm_rows ? (size_t)a.norm_rows[j] : (size_t)j;
     const float *xr = a.x + xrow * a.n_in;
@@ -193,15 +225,18 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
             }
             if (Q)
                 s8 = tc_sum8(v0, v1);
-            tc_split8<Q>(v0, v1, hi, mid, lo);
+            if (P == 3)
+                tc_split8<Q>(v0, v1, hi, mid, lo);
+            else
+                hi = tc_round8<Q>(v0, v1);
         }
         if (Q)
             st8[i] = s8;
-        uint4 *d = xsp + ((size_t)st * C + 3 * j) * 4 + tq;
+        uint4 *d = xsp + ((size_t)st * C + P * j) * 4 + tq;
         d[0] = hi;
-        if (3 * j + 1 < C)
+        if (P == 3 && 3 * j + 1 < C)
             d[4] = mid;
-        if (3 * j + 2 < C)
+        if (P == 3 && 3 * j + 2 < C)
             d[8] = lo;
     }
     if (Q) { /* each group's sum: its 8-value sums in order */
@@ -211,22 +246,22 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
             if (tok)
                 for (int k = 0; k < G / 8; k++)
                     sum = __fadd_rn(sum, st8[gi * (G / 8) + k]);
-            float *o = xsum + (size_t)(sa * 32 / G + gi) * C + 3 * j;
+            float *o = xsum + (size_t)(sa * 32 / G + gi) * C + P * j;
             o[0] = sum;
-            if (3 * j + 1 < C)
+            if (P == 3 && 3 * j + 1 < C)
                 o[1] = 0.0f;
-            if (3 * j + 2 < C)
+            if (P == 3 && 3 * j + 2 < C)
                 o[2] = 0.0f;
         }
     }
 }
 
-template <int NT, int U, bool Q>
+template <int NT, int U, bool Q, int P>
 __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps, int staged)
 {
     namespace cg = cooperative_groups;
-    constexpr int C = 8 * NT, TP = TC_TP(NT), JS = (C + 2) / 3, NTH = TC_WARPS * WARP;
+    constexpr int C = 8 * NT, TP = TC_TPP(NT, P), JS = (C + P - 1) / P, NTH = TC_WARPS * WARP;
     constexpr bool EARLY = !Q && NT > 1;
     extern __shared__ __align__(16) unsigned char tc_smem[];
     uint4 *xs = reinterpret_cast<uint4 *>(tc_smem); /* [psteps][C][4]: 8 bf16 of one column */
@@ -393,22 +428,25 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                         }
                         if (Q) /* the 8 values' sum, in order */
                             xs8[(st * 4 + tq) * JS + j] = tc_sum8(v0, v1);
-                        tc_split8<Q>(v0, v1, hi, mid, lo);
+                        if (P == 3)
+                            tc_split8<Q>(v0, v1, hi, mid, lo);
+                        else
+                            hi = tc_round8<Q>(v0, v1);
                     }
-                    uint4 *d = xs + ((size_t)st * C + 3 * j) * 4 + tq;
+                    uint4 *d = xs + ((size_t)st * C + P * j) * 4 + tq;
                     d[0] = hi; /* columns past the tokens: zeros */
-                    if (3 * j + 1 < C)
+                    if (P == 3 && 3 * j + 1 < C)
                         d[4] = mid;
-                    if (3 * j + 2 < C)
+                    if (P == 3 && 3 * j + 2 < C)
                         d[8] = lo;
                 }
             }
             if (Q) { /* each group's activation sum: its 8-value sums in order (hi columns) */
                 __syncthreads();
                 for (int i = threadIdx.x; i < pn * 32 / G * C; i += NTH) {
-                    const int gl = i / C, col = i % C, j = col / 3;
+                    const int gl = i / C, col = i % C, j = col / P;
                     float sum = 0.0f;
-                    if (col % 3 == 0 && j < np)
+                    if (col % P == 0 && j < np)
                         for (int k = 0; k < G / 8; k++)
                             sum = __fadd_rn(sum, xs8[(gl * (G / 8) + k) * JS + j]);
                     xsum[i] = sum;
@@ -464,6 +502,13 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                         for (int e = 0; e < 4; e++)
                             c[n][e] = fmaf(sv[u][e >> 1].y, xg[8 * n + (e & 1)], c[n][e]);
                 }
+            } else if (P == 1) { /* one part: the mma accumulates the slice */
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const uint4 xv = xp[32 * n];
+                    mma_bf16(c[n], wr[u][0].x, wr[u][1].x, wr[u][0].y, wr[u][1].y, xv.x, xv.y);
+                    mma_bf16(c[n], wr[u][0].z, wr[u][1].z, wr[u][0].w, wr[u][1].w, xv.z, xv.w);
+                }
             } else {
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
@@ -500,8 +545,8 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
             if (s && !glu)
                 break;
             for (int k = 0; k < KS; k++) {
-                const float *q = cl.map_shared_rank(red, k) + (size_t)(r + s * orows) * C + 3 * j;
-                const float part = __fadd_rn(__fadd_rn(q[0], q[1]), q[2]);
+                const float *q = cl.map_shared_rank(red, k) + (size_t)(r + s * orows) * C + P * j;
+                const float part = P == 3 ? __fadd_rn(__fadd_rn(q[0], q[1]), q[2]) : q[0];
                 v[s] = k ? __fadd_rn(v[s], part) : part;
             }
         }
@@ -541,8 +586,9 @@ template <bool Q> static int tc_max_clusters(int ks)
         cfg.attrs = &at;
         cfg.numAttrs = 1;
         int n = 0;
-        if (cudaFuncSetAttribute(gemv_tc_kernel<12, 2, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
-            cudaOccupancyMaxActiveClusters(&n, gemv_tc_kernel<12, 2, Q>, &cfg) || n <= 0) {
+        if (cudaFuncSetAttribute(gemv_tc_kernel<12, 2, Q, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem) ||
+            cudaOccupancyMaxActiveClusters(&n, gemv_tc_kernel<12, 2, Q, 3>, &cfg) || n <= 0) {
             (void)cudaGetLastError();
             n = 1 << 30; /* unknown: no limit */
         }
@@ -566,48 +612,80 @@ static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
     return (size_t)(a->n_in / 32) * C * 64 + (q ? (size_t)(a->n_in / a->m[0].group) * C * sizeof(float) : 0);
 }
 
-template <int NT, int U, bool Q> static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
+template <int NT, int U, bool Q, int P>
+static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
-    constexpr int C = 8 * NT;
-    /* more than TC_TP(1) tokens and room in the stage: split once - with a
-     * fused norm (each block would read every token's whole row for its
-     * factor) or above 8 tokens; without a norm at 3-8 tokens each block's
-     * own split of its slice costs less than the extra launch (1B 4-bit o
-     * and down) */
-    const int staged = NT > 1 && a->stage && a->stage_bytes >= tc_stage_bytes(a, C, Q) && (a->norm_g || NT > 3);
+    constexpr int C = 8 * NT, JS = (C + P - 1) / P;
+    /* more than one pass of TC_TPP(1, P) tokens and room in the stage:
+     * split once - with a fused norm (each block would read every token's
+     * whole row for its factor) or above 8 tokens; without a norm at 3-8
+     * tokens each block's own split of its slice costs less than the extra
+     * launch (1B 4-bit o and down) */
+    const int staged =
+        NT > 1 && a->stage && a->stage_bytes >= tc_stage_bytes(a, C, Q) && (a->norm_g || TC_TPP(NT, P) > 8);
     if (staged) {
-        const int G = Q ? a->m[0].group : 32, nst = a->n_in / 32, js = (C + 2) / 3;
+        const int G = Q ? a->m[0].group : 32, nst = a->n_in / 32;
         int nb = 1; /* blocks along the inputs: about two a SM, whole groups each */
-        while (nb < 16 && (long)js * nb < 2L * sm_count() && nst % (2 * nb) == 0 && nst / (2 * nb) * 32 % G == 0)
+        while (nb < 16 && (long)JS * nb < 2L * sm_count() && nst % (2 * nb) == 0 && nst / (2 * nb) * 32 % G == 0)
             nb *= 2;
-        const int rc = launch_pdl(pdl, tc_stage_kernel<NT, Q>, dim3((unsigned)js, (unsigned)nb), dim3(TC_WARPS * WARP),
-                                  (size_t)(nst / nb) * 4 * sizeof(float), s, *a, nst / nb);
+        const int rc = launch_pdl(pdl, tc_stage_kernel<NT, Q, P>, dim3((unsigned)JS, (unsigned)nb),
+                                  dim3(TC_WARPS * WARP), (size_t)(nst / nb) * 4 * sizeof(float), s, *a, nst / nb);
         if (rc)
             return rc;
     }
     const int G = Q ? a->m[0].group : 32, gm = U > G / 32 ? U : G / 32; /* panels: whole groups, whole batches */
     const long blocks = (rows + (a->glu ? TC_ROWS / 2 : TC_ROWS) - 1) / (a->glu ? TC_ROWS / 2 : TC_ROWS);
     const int ks = tc_ks<Q>(a->n_in, blocks, G), nsteps = a->n_in / 32 / ks;
-    int psteps = TC_SMEM_X / (C * 64);
+    /* 4-bit, one part a token (4 JS 8-value sums a step): the sums' room
+     * out of the panel's, so that two blocks fit a SM */
+    int psteps = TC_SMEM_X / (C * 64 + (Q && P == 1 ? (C + 4 * JS) * (int)sizeof(float) : 0));
     psteps = nsteps <= psteps ? nsteps : psteps / gm * gm;
-    size_t smem = (size_t)psteps * C * 64 + (Q ? (size_t)psteps * (C + 4 * ((C + 2) / 3)) * sizeof(float) : 0);
+    size_t smem = (size_t)psteps * C * 64 + (Q ? (size_t)psteps * (C + 4 * JS) * sizeof(float) : 0);
     if (smem < (size_t)TC_ROWS * C * sizeof(float))
         smem = (size_t)TC_ROWS * C * sizeof(float);
     static size_t smem_set = 0;
     if (smem > smem_set) {
-        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U, Q, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem);
         if (rc)
             return rc;
         smem_set = smem;
     }
-    return launch_cl(pdl && Q, (unsigned)ks, gemv_tc_kernel<NT, U, Q>, dim3((unsigned)ks, (unsigned)blocks),
+    return launch_cl(pdl && Q, (unsigned)ks, gemv_tc_kernel<NT, U, Q, P>, dim3((unsigned)ks, (unsigned)blocks),
                      dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
 }
 
+// The throughput mode's kernels (P = 1) by T: n-tiles for up to 8, 16, 32,
+// 64 or 128 tokens (U: loads in flight, never the order of sums).
+static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool q)
+{
+    if (q) {
+        if (a->T <= 8)
+            return gemv_tc_launch<1, 8, true, 1>(a, rows, s, pdl);
+        if (a->T <= 16)
+            return gemv_tc_launch<2, 8, true, 1>(a, rows, s, pdl);
+        if (a->T <= 32)
+            return gemv_tc_launch<4, 4, true, 1>(a, rows, s, pdl);
+        if (a->T <= 64)
+            return gemv_tc_launch<8, 4, true, 1>(a, rows, s, pdl);
+        return gemv_tc_launch<16, 2, true, 1>(a, rows, s, pdl);
+    }
+    if (a->T <= 8)
+        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false, 1>(a, rows, s, pdl)
+                                         : gemv_tc_launch<1, 4, false, 1>(a, rows, s, pdl);
+    if (a->T <= 16)
+        return gemv_tc_launch<2, 4, false, 1>(a, rows, s, pdl);
+    if (a->T <= 32)
+        return gemv_tc_launch<4, 4, false, 1>(a, rows, s, pdl);
+    if (a->T <= 64)
+        return gemv_tc_launch<8, 2, false, 1>(a, rows, s, pdl);
+    return gemv_tc_launch<16, 2, false, 1>(a, rows, s, pdl);
+}
+
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
-// every matrix); -1 for other kinds. Above 32 tokens: launches of 32.
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
+// every matrix); -1 for other kinds. Above 32 tokens (exact) or 128
+// (throughput): launches of that many.
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact)
 {
     const bool q = a->m[0].kind == TCU_Q4;
     if ((a->m[0].kind != TCU_BF16 && !q) || a->n_in % 32 || (q && (a->m[0].group % 32 || a->n_in % a->m[0].group)))
@@ -615,41 +693,43 @@ int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
     for (int k = 1; q && k < a->n; k++)
         if (a->m[k].group != a->m[0].group)
             return -1;
-    if (a->T > TC_TP(12)) { /* launches of 32 tokens (a token's bits do not change) */
-        for (int t0 = 0; t0 < a->T; t0 += TC_TP(12)) {
+    const int tmax = exact ? TC_TP(12) : TC_MAX_T1;
+    if (a->T > tmax) { /* launches of tmax tokens (a token's bits do not change) */
+        for (int t0 = 0; t0 < a->T; t0 += tmax) {
             tcu_gemv_args b = *a;
-            b.T = a->T - t0 < TC_TP(12) ? a->T - t0 : TC_TP(12);
+            b.T = a->T - t0 < tmax ? a->T - t0 : tmax;
             if (a->norm_g && a->norm_rows)
                 b.norm_rows = a->norm_rows + t0;
             else
                 b.x = a->x + (size_t)t0 * a->n_in;
             for (int k = 0; k < a->n; k++)
                 b.m[k].y = a->m[k].y + (size_t)t0 * a->m[k].n_out;
-            const int rc = gemv_tc(&b, rows, s, pdl);
+            const int rc = gemv_tc(&b, rows, s, pdl, exact);
             if (rc)
                 return rc;
         }
         return 0;
     }
+    if (!exact)
+        return gemv_tc1(a, rows, s, pdl, q);
     /* U (loads in flight) never changes the order of sums: by shape and T.
      * 8 steps on the launches of many blocks (lm_head: 3 blocks a SM do
      * not hide the latency), else 4 (3 blocks a SM) */
     if (q) { /* a step is 256 bytes a warp: more of them in flight */
         if (a->T <= TC_TP(1))
-            return gemv_tc_launch<1, 8, true>(a, rows, s, pdl);
+            return gemv_tc_launch<1, 8, true, 3>(a, rows, s, pdl);
         if (a->T <= TC_TP(3))
-            return gemv_tc_launch<3, 8, true>(a, rows, s, pdl);
+            return gemv_tc_launch<3, 8, true, 3>(a, rows, s, pdl);
         if (a->T <= TC_TP(6))
-            return gemv_tc_launch<6, 4, true>(a, rows, s, pdl);
-        return gemv_tc_launch<12, 2, true>(a, rows, s, pdl);
+            return gemv_tc_launch<6, 4, true, 3>(a, rows, s, pdl);
+        return gemv_tc_launch<12, 2, true, 3>(a, rows, s, pdl);
     }
     if (a->T <= TC_TP(1))
-        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false>(a, rows, s, pdl)
-                                         : gemv_tc_launch<1, 4, false>(a, rows, s, pdl);
+        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false, 3>(a, rows, s, pdl)
+                                         : gemv_tc_launch<1, 4, false, 3>(a, rows, s, pdl);
     if (a->T <= TC_TP(3))
-        return gemv_tc_launch<3, 4, false>(a, rows, s, pdl);
+        return gemv_tc_launch<3, 4, false, 3>(a, rows, s, pdl);
     if (a->T <= TC_TP(6))
-        return gemv_tc_launch<6, 2, false>(a, rows, s, pdl);
-    return gemv_tc_launch<12, 2, false>(a, rows, s, pdl);
+        return gemv_tc_launch<6, 2, false, 3>(a, rows, s, pdl);
+    return gemv_tc_launch<12, 2, false, 3>(a, rows, s, pdl);
 }
-
