@@ -28,6 +28,7 @@
 #include "model/backend.h"
 #include "model/model.h"
 #include "sample_ref.h"
+#include "tensor/kernels.h"
 #include "test_util.h"
 #ifdef TERN_CUDA
 #include <cuda_runtime_api.h>
@@ -381,7 +382,9 @@ static int setup(void **state)
     if (!have_gpu())
         return 0;
     tern_err err;
-    setenv("TERN_CUDA_GEMM_MIN_T", "1000000", 1); /* GEMV everywhere: f32 accumulation, tight tolerances */
+    /* exact products, GEMV everywhere: f32 accumulation, tight tolerances */
+    tern_kernels_exact_set(1);
+    setenv("TERN_CUDA_GEMM_MIN_T", "1000000", 1);
     model_load_opts lo = {2, "cuda"};
     g_cpu = model_load(repo_path("models/tern-demo"), 2, &err);
     g_gpu = g_cpu ? model_load_ex(repo_path("models/tern-demo"), &lo, &err) : NULL;
