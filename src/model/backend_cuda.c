@@ -62,7 +62,11 @@ int model_cuda_device_count(void) { return 0; }
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/cuda_sample.h"
 
-#define CU_MAX_GRAPHS 16
+/* Captured decode graphs kept (one per T, n_out, wide, fused; all dropped
+ * when full): room for every batch size up to tc_max_t, so that a server
+ * whose batch changes size every few steps does not capture again and
+ * again. */
+#define CU_MAX_GRAPHS 160
 #define CU_GRAPH_SPLIT 16 /* attention splits inside captured decode graphs */
 /* Steps of up to this many tokens, each of another sequence, fuse the q/k/v
  * post-processing into the attention (one launch less a layer: 8B bf16 b1
