@@ -57,6 +57,13 @@ __device__ __forceinline__ uint32_t bf16_rn(float x)
 
 __device__ __forceinline__ uint32_t pack1(float x0, float x1) { return bf16_rn(x0) | (bf16_rn(x1) << 16); }
 
+// The 8 activations' sum as the throughput mode's products see them: of
+// the bf16-rounded values (4-bit: the bias term then completes the product
+// of the dequantized weights with the rounded activations, so the error is
+// that of bf16 weights - 1.7e-3 rather than 7.5e-3 with the f32 sums).
+__device__ __forceinline__ float tc_r(float x) { return __uint_as_float(bf16_rn(x) << 16); }
+__device__ __forceinline__ float4 tc_r4(float4 v) { return make_float4(tc_r(v.x), tc_r(v.y), tc_r(v.z), tc_r(v.w)); }
+
 // Inputs 8t .. 8t + 7 of a step (v0, v1) rounded once to bf16, in
 // tc_split8's order (the throughput mode's one column a token).
 template <bool Q> __device__ __forceinline__ uint4 tc_round8(float4 v0, float4 v1)
@@ -224,7 +231,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
                 v1 = norm4(v1, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e) + 1));
             }
             if (Q)
-                s8 = tc_sum8(v0, v1);
+                s8 = P == 3 ? tc_sum8(v0, v1) : tc_sum8(tc_r4(v0), tc_r4(v1));
             if (P == 3)
                 tc_split8<Q>(v0, v1, hi, mid, lo);
             else
@@ -262,7 +269,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
 {
     namespace cg = cooperative_groups;
     constexpr int C = 8 * NT, TP = TC_TPP(NT, P), JS = (C + P - 1) / P, NTH = TC_WARPS * WARP;
-    constexpr bool EARLY = !Q && NT > 1;
+    constexpr bool EARLY = !Q && NT > 1 && NT < 16; /* 16 n-tiles: no registers to spare */
     extern __shared__ __align__(16) unsigned char tc_smem[];
     uint4 *xs = reinterpret_cast<uint4 *>(tc_smem); /* [psteps][C][4]: 8 bf16 of one column */
     float *red = reinterpret_cast<float *>(tc_smem); /* after the pass: [TC_ROWS][C] */
@@ -427,7 +434,8 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                             v1 = norm4(v1, r, g1);
                         }
                         if (Q) /* the 8 values' sum, in order */
-                            xs8[(st * 4 + tq) * JS + j] = tc_sum8(v0, v1);
+                            xs8[(st * 4 + tq) * JS + j] =
+                                P == 3 ? tc_sum8(v0, v1) : tc_sum8(tc_r4(v0), tc_r4(v1));
                         if (P == 3)
                             tc_split8<Q>(v0, v1, hi, mid, lo);
                         else
@@ -616,13 +624,13 @@ template <int NT, int U, bool Q, int P>
 static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     constexpr int C = 8 * NT, JS = (C + P - 1) / P;
-    /* more than one pass of TC_TPP(1, P) tokens and room in the stage:
-     * split once - with a fused norm (each block would read every token's
-     * whole row for its factor) or above 8 tokens; without a norm at 3-8
-     * tokens each block's own split of its slice costs less than the extra
-     * launch (1B 4-bit o and down) */
-    const int staged =
-        NT > 1 && a->stage && a->stage_bytes >= tc_stage_bytes(a, C, Q) && (a->norm_g || TC_TPP(NT, P) > 8);
+    /* more than two tokens and room in the stage: split (round) once - with
+     * a fused norm (each block would read every token's whole row for its
+     * factor) or above 8 tokens; without a norm at 3-8 tokens each block's
+     * own split of its slice costs less than the extra launch (1B 4-bit o
+     * and down) */
+    const int staged = (P == 3 ? NT > 1 : a->T > 2) && a->stage && a->stage_bytes >= tc_stage_bytes(a, C, Q) &&
+                       (a->norm_g || TC_TPP(NT, P) > 8);
     if (staged) {
         const int G = Q ? a->m[0].group : 32, nst = a->n_in / 32;
         int nb = 1; /* blocks along the inputs: about two a SM, whole groups each */
