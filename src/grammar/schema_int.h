@@ -194,6 +194,10 @@ int sc_validate(sc *c, json_object *v, json_object *s, int depth);
 double sc_num(json_object *v);
 /* Number of codepoints in a UTF-8 string. */
 size_t sc_utf8_len(const char *s, size_t n);
+/* schema_negate.c: an ECMAScript regex body (wrap it in ^...$) matching
+ * every string except names[0..n) (all sharing their first d bytes): the
+ * trie complement; call with d = depth = 0. */
+void sc_regex_notin(gfe_buf *b, const char **names, size_t n, size_t d, int depth);
 /* Does the regex (ECMAScript flavour, searched) match s? 1/0, -1 error. */
 int sc_regex_search(const char *re, const char *s, size_t n);
 

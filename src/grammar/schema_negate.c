@@ -34,7 +34,7 @@ static json_object *num_plus(json_object *v, long d)
 
 /* A regex (ECMAScript syntax, anchored) matching every string except the
  * names[0..n) (all sharing their first d bytes): the trie complement. */
-static void regex_notin(gfe_buf *b, const char **names, size_t n, size_t d, int depth)
+void sc_regex_notin(gfe_buf *b, const char **names, size_t n, size_t d, int depth)
 {
     gfe_cset next = {0};
     int ends_here = 0;
@@ -80,7 +80,7 @@ static void regex_notin(gfe_buf *b, const char **names, size_t n, size_t d, int 
                 }
             }
             gfe_buf_printf(b, "|\\u{%X}", (unsigned)cp);
-            regex_notin(b, sub, m, d + adv, depth + 1);
+            sc_regex_notin(b, sub, m, d + adv, depth + 1);
             free(sub);
         }
     }
@@ -190,7 +190,7 @@ static int neg_strings(const value_set *vs, json_object *alts)
     gfe_buf re;
     gfe_buf_init(&re, 1u << 20);
     gfe_buf_puts(&re, "^");
-    regex_notin(&re, vs->strs, vs->n_str, 0, 0);
+    sc_regex_notin(&re, vs->strs, vs->n_str, 0, 0);
     gfe_buf_puts(&re, "$");
     json_object *o = json_object_new_object();
     json_object_object_add(o, "type", json_object_new_string("string"));

@@ -29,6 +29,7 @@ typedef struct obj_ctx {
     gfe_buf key;                    /* the additional member's key grammar */
     char add_val[GFE_NAME_MAX];     /* ... and its value rule */
     int has_add;                    /* an additional member can appear */
+    int pp_listed;                  /* a pattern matches a listed name */
     size_t n_live, n_required;
     long add_lo, add_hi;            /* count of additional members (-1: unbounded) */
     int counted;                    /* min/maxProperties need members counted (object_emit_counted) */
@@ -176,7 +177,8 @@ static int object_props_read(sc *c, json_object *s, const char *path, obj_ctx *o
 
 /* patternProperties: a key matching any pattern must satisfy all their
  * schemas (stricter than needed when a key matches only one: sound, not
- * complete); a pattern may not match a listed name. */
+ * complete); a listed name a pattern matches gets that pattern's schema
+ * too (exact), and the pattern keys then exclude the listed names. */
 static int object_patterns_read(sc *c, const char *path, obj_ctx *o)
 {
     if (!o->pp)
@@ -199,10 +201,18 @@ static int object_patterns_read(sc *c, const char *path, obj_ctx *o)
      * than false, or non-strict mode, then admits fewer objects than JSON
      * Schema does: sound, not complete) */
     json_object_object_foreach(o->pp, re, v2) {
-        (void)v2;
-        for (size_t i = 0; i < o->n; i++)
-            if (sc_regex_search(re, o->p[i].name, strlen(o->p[i].name)) != 0)
+        for (size_t i = 0; i < o->n; i++) {
+            int m = sc_regex_search(re, o->p[i].name, strlen(o->p[i].name));
+            if (m < 0)
                 return sc_fail(c, TERN_EUNSUPPORTED, path, "patternProperties pattern matching a listed property");
+            if (m) {
+                json_object *both = sc_own(c, sc_all_of2(o->p[i].schema, v2));
+                if (!both)
+                    return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+                o->p[i].schema = both;
+                o->pp_listed = 1;
+            }
+        }
     }
     return 0;
 }
@@ -262,20 +272,51 @@ static int additional_patterns(sc *c, const char *path, obj_ctx *o)
     tern_err e;
     int n_ok = 0;
     gfe_buf_puts(&o->key, "(\"\\\"\" (");
+    /* a pattern matching a listed name: its keys intersected with the
+     * complement of the listed names (product automaton) */
+    gfe_buf notin;
+    gfe_buf_init(&notin, 1u << 20);
+    if (o->pp_listed) {
+        const char **names = calloc(o->n + 1, sizeof *names);
+        if (!names)
+            return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+        for (size_t i = 0; i < o->n; i++)
+            names[i] = o->p[i].name;
+        gfe_buf_puts(&notin, "^");
+        sc_regex_notin(&notin, names, o->n, 0, 0);
+        gfe_buf_puts(&notin, "$");
+        free(names);
+        if (notin.err) {
+            gfe_buf_free(&notin);
+            return sc_fail(c, notin.err, path, "listed names too large to exclude from patternProperties");
+        }
+    }
     json_object_object_foreach(o->pp, re, v3) {
         (void)v3;
         int nv1 = 0;
         gfe_buf one;
         gfe_buf_init(&one, 0);
-        rc = gfe_regex_emit(&one, re, strlen(re), 1, 1, &nv1, &e);
+        if (o->pp_listed) {
+            const char *res[2] = {re, notin.s};
+            size_t lens[2] = {strlen(re), notin.len};
+            char nm[GFE_NAME_MAX];
+            rc = gfe_regex_emit_product(&c->r, res, lens, 2, 0, -1, nm, &nv1, &e);
+            if (!rc && !nv1)
+                gfe_buf_puts(&one, nm);
+        } else {
+            rc = gfe_regex_emit(&one, re, strlen(re), 1, 1, &nv1, &e);
+        }
         if (!rc && !nv1) {
             gfe_buf_puts(&o->key, n_ok++ ? " | " : "");
             gfe_buf_put(&o->key, one.s, one.len);
         }
         gfe_buf_free(&one);
-        if (rc)
+        if (rc) {
+            gfe_buf_free(&notin);
             return sc_fail(c, rc, path, "%s", e.msg);
+        }
     }
+    gfe_buf_free(&notin);
     gfe_buf_puts(&o->key, ")");
     gfe_buf_puts(&o->key, " \"\\\"\")");
     o->has_add = n_ok != 0;

@@ -59,6 +59,23 @@ CASES.push({ name: 'oneOf lengths',
              schema: { type: 'string', oneOf: [{ minLength: 3 }, { maxLength: 5 }] },
              instances: ['"ab"', '"abcd"', '"abcdef"', '""', '"abcde"', '"abc"'], floor: 3 });
 
+// patternProperties matching a listed name: both schemas apply to it, and
+// pattern keys exclude the listed names (strict mode: other keys refused)
+CASES.push({ name: 'patternProperties over a listed name',
+             schema: { type: 'object', properties: { foo: { type: 'array', maxItems: 3 }, bar: { type: 'array' } },
+                       patternProperties: { 'f.o': { minItems: 2 } }, additionalProperties: false },
+             instances: ['{"foo":[1,2]}', '{"foo":[1]}', '{"foo":[1,2,3,4]}', '{"fao":[1,2]}', '{"fao":[1]}',
+                         '{"bar":[]}', '{"quux":1}', '{"foo":[1,2],"fxo":[3,4,5,6]}'], floor: 4 });
+// pattern with lengths in shapes one repetition cannot absorb, and with a format
+CASES.push({ name: 'pattern with maxLength',
+             schema: { type: 'string', pattern: '^([a-z0-9-]+):([a-z0-9.-]+):([a-z0-9-]+)?:([a-z0-9-]+)$', maxLength: 12 },
+             instances: ['a:b::c', 'a:b:c:d', 'abcdef:b:c:d', 'abcdefg:b:c:d', 'a:b:c', 'x:y:z:w:v'], strings: true,
+             floor: 3 });
+CASES.push({ name: 'pattern with format',
+             schema: { type: 'string', format: 'email', pattern: '^[a-z]+@', minLength: 8 },
+             instances: ['ab@cd.ef', 'a@b.cd', 'AB@cd.ef', 'abc@example.com', 'abc@', 'abc@x..com'], strings: true,
+             floor: 2 });
+
 let bad = 0, checked = 0;
 for (const c of CASES) {
   const file = path.join(tmp, 'schema.json');
