@@ -56,6 +56,7 @@ int model_cuda_device_count(void) { return 0; }
 #include <cuda_runtime_api.h>
 
 #include "base/log.h"
+#include "model/backend_cuda_kv.h"
 #include "model/backend_cuda_lora.h"
 #include "model/lora.h"
 #include "sample/sample.h"
@@ -118,10 +119,7 @@ typedef struct cu_backend {
     cu_layer *layers;
     const tcu_mat *embed, *lm_head;
     float *final_norm;
-    /* device KV mirror of one host pool */
-    const kv_pool *kv_host;
-    int kv_layers;
-    tcu_kv kv;
+    cu_kvm kvm; /* device KV mirror of one host pool (backend_cuda_kv.h) */
     /* forward scratch */
     int cap_t, cap_out;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *xo, *logits, *part;
@@ -470,15 +468,13 @@ static int in_ensure(cu_backend *be, size_t n, tern_err *err)
 
 static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
 {
-    if (be->kv_host == kv && be->kv.n_blocks == kv->n_blocks && be->kv.kv_dim == kv->kv_dim &&
-        be->kv.block_size == kv->block_size && be->kv_layers == kv->n_layer)
+    if (cu_kvm_matches(&be->kvm, kv))
         return 0;
-    cu_free_one(be, be->kv.k);
-    cu_free_one(be, be->kv.v);
-    memset(&be->kv, 0, sizeof be->kv);
-    be->kv_host = NULL;
+    cu_free_one(be, be->kvm.k);
+    cu_free_one(be, be->kvm.v);
+    cu_kvm_clear(&be->kvm);
     graphs_clear(be);
-    size_t bytes = (size_t)kv->n_layer * kv->n_blocks * kv->block_size * kv->kv_dim * sizeof(float);
+    size_t bytes = cu_kvm_bytes(kv);
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
     if (2 * bytes + (64u << 20) > fr)
@@ -486,14 +482,14 @@ static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
                             "cuda: the KV cache (%zu MB) does not fit in GPU %d's free memory (%zu MB); "
                             "lower the KV budget or context",
                             (2 * bytes) >> 20, be->device, fr >> 20);
+    void *k = NULL, *v = NULL;
     int rc;
-    if ((rc = cu_alloc(be, (void **)&be->kv.k, bytes, err)) || (rc = cu_alloc(be, (void **)&be->kv.v, bytes, err)))
+    if ((rc = cu_alloc(be, &k, bytes, err)) || (rc = cu_alloc(be, &v, bytes, err)) ||
+        (rc = cu_kvm_set(&be->kvm, kv, k, v, err))) {
+        cu_free_one(be, k);
+        cu_free_one(be, v);
         return rc;
-    be->kv.n_blocks = kv->n_blocks;
-    be->kv.block_size = kv->block_size;
-    be->kv.kv_dim = kv->kv_dim;
-    be->kv_layers = kv->n_layer;
-    be->kv_host = kv;
+    }
     return 0;
 }
 
@@ -502,21 +498,10 @@ static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
 static int cu_kv_copy(void *ctx, const kv_pool *p, int32_t dst, int32_t src)
 {
     cu_backend *be = ctx;
-    if (p != be->kv_host || !be->kv.k)
+    if (p != be->kvm.host || !be->kvm.k)
         return (int)cudaErrorInvalidValue; /* this pool's mirror is gone (the backend serves another pool) */
-    if (dst < 0 || src < 0 || dst >= be->kv.n_blocks || src >= be->kv.n_blocks)
-        return (int)cudaErrorInvalidValue;
     cudaError_t rc = cudaSetDevice(be->device);
-    size_t blk = (size_t)be->kv.block_size * be->kv.kv_dim; /* floats per block and layer */
-    for (int l = 0; l < be->kv_layers && rc == cudaSuccess; l++) {
-        size_t od = ((size_t)l * be->kv.n_blocks + (size_t)dst) * blk;
-        size_t os = ((size_t)l * be->kv.n_blocks + (size_t)src) * blk;
-        rc = cudaMemcpyAsync(be->kv.k + od, be->kv.k + os, blk * sizeof(float), cudaMemcpyDeviceToDevice, be->stream);
-        if (rc == cudaSuccess)
-            rc = cudaMemcpyAsync(be->kv.v + od, be->kv.v + os, blk * sizeof(float), cudaMemcpyDeviceToDevice,
-                                 be->stream);
-    }
-    return (int)rc;
+    return rc != cudaSuccess ? (int)rc : cu_kvm_block_copy(&be->kvm, dst, src, (tcu_stream)be->stream);
 }
 
 static int cu_kv_bind(model_backend *base, kv_pool *kv, tern_err *err)
@@ -680,7 +665,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     int T = b->n, hd = a->head_dim, rc;
     if ((rc = model_head_dim_check(base, hd, err)))
         return rc;
-    if (!a->kv->k || !a->kv->v)
+    if (!a->kv->mem_k || !a->kv->mem_v)
         return tern_err_set(err, TERN_EINVAL, "cuda attention: the KV pool has no host storage");
     CU(cudaSetDevice(be->device), "set device");
     cudaGetLastError(); /* a failure of another caller's launch is not ours */
@@ -693,7 +678,6 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
         return rc;
     /* Mirror the layer's blocks that the batch reads. */
     const kv_pool *kv = a->kv;
-    size_t bl = (size_t)kv->block_size * kv->kv_dim;
     for (int i = 0; i < T; i++) {
         int j = 0;
         while (j < i && b->seqs[j] != b->seqs[i])
@@ -704,11 +688,8 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
         for (int k = i; k < T; k++)
             if (b->seqs[k] == b->seqs[i] && b->pos[k] > maxp)
                 maxp = b->pos[k];
-        for (int blk = 0; blk <= maxp / kv->block_size; blk++) {
-            size_t o = ((size_t)a->layer * kv->n_blocks + (size_t)b->seqs[i]->blocks[blk]) * bl;
-            CU(cudaMemcpyAsync(be->kv.k + o, kv->k + o, bl * sizeof(float), cudaMemcpyHostToDevice, be->stream), "kv");
-            CU(cudaMemcpyAsync(be->kv.v + o, kv->v + o, bl * sizeof(float), cudaMemcpyHostToDevice, be->stream), "kv");
-        }
+        for (int blk = 0; blk <= maxp / kv->block_size; blk++)
+            CU(cu_kvm_block_upload(&be->kvm, kv, a->layer, b->seqs[i]->blocks[blk], (tcu_stream)be->stream), "kv");
     }
     size_t qn = (size_t)T * a->n_head * hd;
     size_t pn = (size_t)T * a->n_head * CU_GRAPH_SPLIT * (hd + 2);
@@ -718,8 +699,8 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     int ctx = 0;
     for (int i = 0; i < T; i++)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
-    tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T, be->kv,
-                        a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap, 0};
+    tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
+                        cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap, 0};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     CU(attention_launch(be, &at, T, (tcu_stream)be->stream), "attention");
     CU(cudaMemcpyAsync(a->out, be->ty, qn * sizeof(float), cudaMemcpyDeviceToHost, be->stream), "download");
@@ -754,9 +735,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
             return rc;
         for (int k = 0; lora_qkv && k < 3; k++)
             CU(cu_lora_add(be->lora, l, LORA_Q + k, be->xn, qkv[k].y, dim, qkv[k].n_out, T, opt, s), "lora");
+        const tcu_kv kvl = cu_kvm_layer(&be->kvm, l);
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
-                           blk, be->kv, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
-        tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, be->kv, l, T, c->n_head, c->n_kv_head,
+                           blk, kvl, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
+        tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, kvl, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
                             be->split_len};
         if (be->fused) {
@@ -1181,6 +1163,7 @@ static void cu_free(model_backend *base)
     free(be->allocs);
     free(be->w);
     free(be->layers);
+    cu_kvm_clear(&be->kvm);
     free(be);
     cudaGetLastError(); /* leave no error behind for the next caller */
 }
@@ -1397,6 +1380,8 @@ model_backend *model_backend_cuda_new_opts(tern_model *m, int device, const tcu_
     be->base.forward = cu_forward;
     be->base.mem_reserve = cu_mem_reserve;
     be->base.kv_bind = cu_kv_bind;
+    be->base.kv_types = cu_kvm_types(); /* f32, bf16, f16, q8, q4 (docs/kv-cache.md) */
+    be->base.kv_default = KV_BF16;
     be->base.forward_start = cu_forward_start;
     be->base.argmax_finish = cu_argmax_finish;
     be->base.logits_finish = cu_logits_finish;

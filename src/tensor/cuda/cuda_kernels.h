@@ -181,13 +181,38 @@ int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu_opts *o, t
 /* x = c * tanh(x / c). */
 int tcu_softcap(float *x, long n, float c, const tcu_opts *o, tcu_stream stream);
 
-/* The paged KV pool on the device, the host pool's layout:
- * k, v [n_layer][n_blocks][block_size][kv_dim] f32. A token's block table is
- * blk + bt_off[i] (block ids of its sequence). */
+/* KV storage types of the device pool: the values of kv.h's kv_type, the
+ * same bytes as the CPU's codecs (src/model/kv_codec.c): bf16, IEEE f16,
+ * q8 (per group of `group` along a head: f16 scale, f16 min, one byte a
+ * code) and q4 (f16 scale, f16 min, byte j holding codes j and j + group/2
+ * in its low and high nibble). The rotated types are not read here. */
+enum { TCU_KV_F32 = 0, TCU_KV_BF16 = 1, TCU_KV_F16 = 2, TCU_KV_Q8 = 3, TCU_KV_Q4 = 4 };
+/* The longest head a typed pool takes (the attention's bound too). */
+#define TCU_KV_HEAD_MAX 256
+
+/* The paged KV pool on the device, the host pool's layout. A token's block
+ * table is blk + bt_off[i] (block ids of its sequence).
+ *  - typed 0 (every layer f32, no sink blocks): k, v [n_layer][n_blocks]
+ *    [block_size][kv_dim] f32; kernels add the launch's layer.
+ *  - typed 1: one layer, already chosen (the launch's layer is not used):
+ *    lk, lv its K and V bytes, [n_sink][block_size][sink_row] (block ids
+ *    below n_sink, type sink_type) then [n_blocks - n_sink][block_size][row]
+ *    (type `type`); a row is n_kv_head heads of hb (sink_hb) bytes each;
+ *    `group` the quantized type's group. The KV writes encode on the
+ *    device, bit for bit as kv_head_encode does. */
 typedef struct tcu_kv {
     float *k, *v;
     int n_blocks, block_size, kv_dim;
+    int typed;
+    uint8_t *lk, *lv;
+    int type, sink_type, n_sink, row, sink_row, hb, sink_hb, group;
 } tcu_kv;
+
+/* Copies block src to block dst in one typed layer of the pool (K and V),
+ * re-encoding each head when their formats differ (a sink block and a
+ * regular one: decoded, then encoded as kv_head_encode would); hd the head
+ * dim. Same formats: a device copy. */
+int tcu_kv_block_copy(const tcu_kv *kv, int hd, int32_t dst, int32_t src, tcu_stream stream);
 
 /* After the q/k/v product of one layer, per token i: optional biases, per-
  * head RMSNorm (qn/kn, may be NULL), RoPE at pos[i] with inv_freq (rotate-

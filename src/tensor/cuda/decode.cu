@@ -3,6 +3,7 @@
 // block of a token's head) with the q/k/v post-processing optionally fused
 // in.
 #include "tensor/cuda/gemv.cuh"
+#include "tensor/cuda/kv_typed.cuh"
 
 // ---- q/k/v post-processing and the KV write ----
 
@@ -70,12 +71,25 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
      * included) overlap the work below instead of following it */
     const int p = a.pos[i];
     size_t o = 0;
+    int t = TCU_KV_F32;
     if (!is_q)
-        o = kv_off(a.kv, a.layer, a.blk + a.bt_off[i], p) + (size_t)kh * hd;
+        o = a.kv.typed ? kvt_off(a.kv, a.blk + a.bt_off[i], p, kh, &t)
+                       : kv_off(a.kv, a.layer, a.blk + a.bt_off[i], p) + (size_t)kh * hd;
     __shared__ double sh[32];
     qkv_head(blk_grp{}, a, h, vec, vec, p, sh);
     if (is_q)
         return;
+    if (a.kv.typed) { /* encoded from shared copies: a group's thread reads the whole group */
+        __shared__ float skv[2][TCU_KV_HEAD_MAX];
+        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+            skv[0][e] = __ldcg(vec + e);
+            skv[1][e] = qkv_v(a, i, kh, e);
+        }
+        __syncthreads();
+        kvt_encode(t, a.kv.group, hd, skv[0], a.kv.lk + o, threadIdx.x, blockDim.x);
+        kvt_encode(t, a.kv.group, hd, skv[1], a.kv.lv + o, threadIdx.x, blockDim.x);
+        return;
+    }
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         a.kv.k[o + e] = vec[e];
         a.kv.v[o + e] = qkv_v(a, i, kh, e);
@@ -162,7 +176,12 @@ __device__ __forceinline__ void attn_part(const G &g, const tcu_attn_args &a, in
 #pragma unroll
         for (int j = 0; j < ATT_U; j++) {
             const int t = t0 + j * ATT_WARPS;
-            if (t < s1 && !(POST && t == p)) {
+            if (t < s1 && !(POST && t == p) && a.kv.typed) {
+                int ty;
+                const size_t o = kvt_off(a.kv, blk, t, kvh, &ty);
+                kvt_load<D>(a.kv.lk + o, ty, a.kv.group, lane * D, kr[j]);
+                kvt_load<D>(a.kv.lv + o, ty, a.kv.group, lane * D, vr[j]);
+            } else if (t < s1 && !(POST && t == p)) {
                 size_t o = kv_off(a.kv, a.layer, blk, t) + (size_t)kvh * hd + lane * D;
 #pragma unroll
                 for (int d = 0; d < D; d++) {
@@ -465,5 +484,11 @@ extern "C" int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *
     PROF(TCU_PROF_ATTN, stream);
     if (post->T != a->T || post->hd != a->hd || post->n_head != a->n_head || post->n_kv_head != a->n_kv_head)
         return (int)cudaErrorInvalidValue;
+    if (a->kv.typed) { /* typed KV: the two launches (the own position read back as stored) */
+        if (a->q != post->q)
+            return (int)cudaErrorInvalidValue;
+        const int rc = tcu_qkv_post(post, o, stream);
+        return rc ? rc : attn_part_launch<false>(a, post, opts_or_default(o), (cudaStream_t)stream);
+    }
     return attn_part_launch<true>(a, post, opts_or_default(o), (cudaStream_t)stream);
 }

@@ -1,6 +1,7 @@
 // Tiled attention for prefill chunks: f32 CUDA cores, and TF32 tensor
 // cores (the default).
 #include "tensor/cuda/common.cuh"
+#include "tensor/cuda/kv_typed.cuh"
 
 // ---- tiled attention for prefill chunks ----
 //
@@ -13,6 +14,20 @@
 // accumulators (4 queries x hd/16 dims). f32 throughout.
 #define AQ TCU_ATTN_TILE_Q
 #define AK 32
+
+// Elements d4 .. d4 + 3 of kv head kvh's K and V at position kp of a typed
+// layer, decoded.
+__device__ __forceinline__ void kvt_load4(const tcu_kv &kv, const int32_t *blk, int kp, int kvh, int d4, float4 &k4,
+                                          float4 &v4)
+{
+    int t;
+    const size_t o = kvt_off(kv, blk, kp, kvh, &t);
+    float x[4];
+    kvt_load<4>(kv.lk + o, t, kv.group, d4, x);
+    k4 = make_float4(x[0], x[1], x[2], x[3]);
+    kvt_load<4>(kv.lv + o, t, kv.group, d4, x);
+    v4 = make_float4(x[0], x[1], x[2], x[3]);
+}
 
 template <int HD>
 __global__ void __launch_bounds__(256) attn_tiled_kernel(const tcu_attn_args a, const int32_t *tiles)
@@ -48,7 +63,9 @@ __global__ void __launch_bounds__(256) attn_tiled_kernel(const tcu_attn_args a, 
         for (int e = tid; e < AK * HD / 4; e += 256) {
             const int kk = e / (HD / 4), d4 = (e - kk * (HD / 4)) * 4, kp = k0 + kk;
             float4 kv4 = make_float4(0, 0, 0, 0), vv4 = kv4;
-            if (kp <= kend) {
+            if (kp <= kend && a.kv.typed) {
+                kvt_load4(a.kv, blk, kp, kvh, d4, kv4, vv4);
+            } else if (kp <= kend) {
                 const size_t off = kv_off(a.kv, a.layer, blk, kp) + (size_t)kvh * HD + d4;
                 kv4 = *reinterpret_cast<const float4 *>(a.kv.k + off);
                 vv4 = *reinterpret_cast<const float4 *>(a.kv.v + off);
@@ -231,6 +248,16 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, con
          * copy in flight at once (keys past kend: zeros) */
         for (int e = tid; e < TK * HD / 4; e += 128) {
             const int kk = e / (HD / 4), d4 = (e - kk * (HD / 4)) * 4, kp = k0 + kk;
+            if (a.kv.typed) { /* decoded to f32 bits on the way (no cp.async) */
+                float4 k4 = make_float4(0, 0, 0, 0), v4 = k4;
+                if (kp <= kend)
+                    kvt_load4(a.kv, blk, kp, kvh, d4, k4, v4);
+                *reinterpret_cast<uint4 *>(ks + kk * LD + d4) =
+                    make_uint4(__float_as_uint(k4.x), __float_as_uint(k4.y), __float_as_uint(k4.z), __float_as_uint(k4.w));
+                *reinterpret_cast<uint4 *>(vs + kk * LD + d4) =
+                    make_uint4(__float_as_uint(v4.x), __float_as_uint(v4.y), __float_as_uint(v4.z), __float_as_uint(v4.w));
+                continue;
+            }
             const size_t off = kv_off(a.kv, a.layer, blk, kp <= kend ? kp : kend) + (size_t)kvh * HD + d4;
             cp_async16(ks + kk * LD + d4, a.kv.k + off, kp <= kend ? 16 : 0);
             cp_async16(vs + kk * LD + d4, a.kv.v + off, kp <= kend ? 16 : 0);

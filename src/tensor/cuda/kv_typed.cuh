@@ -1,0 +1,175 @@
+// Typed KV storage on the device (cuda_kernels.h tcu_kv, typed 1): where a
+// position's head lives, its elements decoded in registers (the attention
+// kernels' fused reads - no full-precision copy of the cache), and a head
+// encoded by a block of threads (the KV write), bit for bit as the CPU's
+// kv_head_encode (src/model/kv_codec.c): the same f16 / bf16 roundings,
+// the same saturation at +-65504, the same affine grid per group.
+#ifndef TERN_TENSOR_CUDA_KV_TYPED_CUH
+#define TERN_TENSOR_CUDA_KV_TYPED_CUH
+
+#include "tensor/cuda/common.cuh"
+
+// Bytes of one group of G elements of a quantized type.
+__device__ __forceinline__ int kvt_group_bytes(int t, int G) { return t == TCU_KV_Q8 ? 4 + G : 4 + G / 2; }
+
+// Byte offset (in lk / lv) of kv head kvh of position pos of a sequence
+// (block table blk) in a typed layer; *t its storage type.
+__device__ __forceinline__ size_t kvt_off(const tcu_kv &kv, const int32_t *blk, int pos, int kvh, int *t)
+{
+    const size_t b = (size_t)blk[pos / kv.block_size], off = (size_t)(pos % kv.block_size);
+    if (b < (size_t)kv.n_sink) {
+        *t = kv.sink_type;
+        return (b * kv.block_size + off) * kv.sink_row + (size_t)kvh * kv.sink_hb;
+    }
+    *t = kv.type;
+    return (size_t)kv.n_sink * kv.block_size * kv.sink_row + ((b - kv.n_sink) * kv.block_size + off) * kv.row +
+           (size_t)kvh * kv.hb;
+}
+
+// An f16 stored at p (2-byte aligned).
+__device__ __forceinline__ float kvt_h(const uint8_t *p) { return f16f(*reinterpret_cast<const uint16_t *>(p)); }
+
+// Element e of a head stored at h (type t, group G): x = scale * c + min
+// for the quantized types, as kv_head_decode.
+__device__ __forceinline__ float kvt_elem(const uint8_t *h, int t, int G, int e)
+{
+    switch (t) {
+    case TCU_KV_F32: return reinterpret_cast<const float *>(h)[e];
+    case TCU_KV_BF16: return bf16f(reinterpret_cast<const uint16_t *>(h)[e]);
+    case TCU_KV_F16: return f16f(reinterpret_cast<const uint16_t *>(h)[e]);
+    case TCU_KV_Q8: {
+        const uint8_t *g = h + (size_t)(e / G) * (4 + G);
+        return kvt_h(g) * (float)g[4 + e % G] + kvt_h(g + 2);
+    }
+    default: {
+        const uint8_t *g = h + (size_t)(e / G) * (4 + G / 2);
+        const int j = e % G, hg = G / 2, c = j < hg ? g[4 + j] & 15 : g[4 + j - hg] >> 4;
+        return kvt_h(g) * (float)c + kvt_h(g + 2);
+    }
+    }
+}
+
+// Elements e0 .. e0 + D - 1 of the head at h (e0 a multiple of D). The
+// 16-bit types read pairs (D even); the quantized types, when D divides
+// 32 (every element of one group), read the group's scale and minimum once.
+template <int D>
+__device__ __forceinline__ void kvt_load(const uint8_t *h, int t, int G, int e0, float (&x)[D])
+{
+    if constexpr (D % 2 == 0) {
+        if (t == TCU_KV_BF16 || t == TCU_KV_F16) {
+            const uint32_t *p = reinterpret_cast<const uint32_t *>(h) + e0 / 2;
+#pragma unroll
+            for (int d = 0; d < D; d += 2) {
+                const uint32_t w = p[d / 2];
+                x[d] = t == TCU_KV_BF16 ? bf16f(w & 0xffffu) : f16f(w & 0xffffu);
+                x[d + 1] = t == TCU_KV_BF16 ? bf16f(w >> 16) : f16f(w >> 16);
+            }
+            return;
+        }
+    }
+    if constexpr (32 % D == 0) {
+        if (t == TCU_KV_Q8 || t == TCU_KV_Q4) {
+            const int j0 = e0 % G;
+            const uint8_t *g = h + (size_t)(e0 / G) * kvt_group_bytes(t, G);
+            const uint32_t sm = *reinterpret_cast<const uint32_t *>(g);
+            const float a = f16f(sm & 0xffffu), b = f16f(sm >> 16);
+            if (t == TCU_KV_Q8) {
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    x[d] = a * (float)g[4 + j0 + d] + b;
+            } else {
+                const int hg = G / 2, hi = j0 >= hg; /* D divides G / 2: one nibble half */
+                const uint8_t *c = g + 4 + (hi ? j0 - hg : j0);
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    x[d] = a * (float)(hi ? c[d] >> 4 : c[d] & 15) + b;
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int d = 0; d < D; d++)
+        x[d] = kvt_elem(h, t, G, e0 + d);
+}
+
+// ---- encode (kv_head_encode's arithmetic) ----
+
+// f32 -> f16 bits, saturating at +-65504 (the CPU's f2h).
+__device__ __forceinline__ uint16_t kvt_f2h(float f)
+{
+    f = f > 65504.0f ? 65504.0f : f < -65504.0f ? -65504.0f : f;
+    return __half_as_ushort(__float2half_rn(f));
+}
+
+// f32 -> bf16 bits, round to nearest even (tern_f32_to_bf16).
+__device__ __forceinline__ uint16_t kvt_f2bf(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ __forceinline__ void kvt_put16(uint8_t *p, uint16_t h) { *reinterpret_cast<uint16_t *>(p) = h; }
+
+// One affine group (q8: 255 levels, one byte a code; q4: 15, nibbles), by
+// one thread: the codes against the stored (rounded) minimum and scale.
+__device__ __forceinline__ void kvt_enc_group(int t, const float *x, int G, uint8_t *dst)
+{
+    const int levels = t == TCU_KV_Q8 ? 255 : 15;
+    float mn = x[0], mx = x[0];
+    for (int e = 1; e < G; e++) {
+        mn = x[e] < mn ? x[e] : mn;
+        mx = x[e] > mx ? x[e] : mx;
+    }
+    const uint16_t hm = kvt_f2h(mn);
+    const float m = f16f(hm);
+    const uint16_t hs = kvt_f2h(__fdiv_rn(__fsub_rn(mx, m), (float)levels));
+    const float s = f16f(hs);
+    const float inv = s > 0 ? __fdiv_rn(1.0f, s) : 0.0f;
+    kvt_put16(dst, hs);
+    kvt_put16(dst + 2, hm);
+    uint8_t *c = dst + 4;
+    if (t == TCU_KV_Q8) {
+        for (int e = 0; e < G; e++) {
+            const float f = rintf(__fmul_rn(__fsub_rn(x[e], m), inv));
+            c[e] = (uint8_t)(f < 0 ? 0 : f > (float)levels ? levels : (int)f);
+        }
+        return;
+    }
+    for (int j = 0; j < G / 2; j++) {
+        const float f0 = rintf(__fmul_rn(__fsub_rn(x[j], m), inv));
+        const float f1 = rintf(__fmul_rn(__fsub_rn(x[j + G / 2], m), inv));
+        const int q0 = f0 < 0 ? 0 : f0 > (float)levels ? levels : (int)f0;
+        const int q1 = f1 < 0 ? 0 : f1 > (float)levels ? levels : (int)f1;
+        c[j] = (uint8_t)(q0 | (q1 << 4));
+    }
+}
+
+// Head x[hd] (any memory the group reads) encoded into dst in type t by
+// threads tid of nthr: the float types an element a thread, the quantized
+// ones a group a thread.
+__device__ __forceinline__ void kvt_encode(int t, int G, int hd, const float *x, uint8_t *dst, int tid, int nthr)
+{
+    switch (t) {
+    case TCU_KV_F32:
+        for (int e = tid; e < hd; e += nthr)
+            reinterpret_cast<float *>(dst)[e] = x[e];
+        return;
+    case TCU_KV_BF16:
+        for (int e = tid; e < hd; e += nthr)
+            kvt_put16(dst + 2 * e, kvt_f2bf(x[e]));
+        return;
+    case TCU_KV_F16:
+        for (int e = tid; e < hd; e += nthr)
+            kvt_put16(dst + 2 * e, kvt_f2h(x[e]));
+        return;
+    default:
+        for (int gi = tid; gi < hd / G; gi += nthr)
+            kvt_enc_group(t, x + gi * G, G, dst + (size_t)gi * kvt_group_bytes(t, G));
+        return;
+    }
+}
+
+#endif
