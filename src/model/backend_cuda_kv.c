@@ -9,8 +9,8 @@
 
 #include <cuda_runtime_api.h>
 
-_Static_assert(TCU_KV_F32 == KV_F32 && TCU_KV_BF16 == KV_BF16 && TCU_KV_F16 == KV_F16 && TCU_KV_Q8 == KV_Q8 &&
-                   TCU_KV_Q4 == KV_Q4,
+_Static_assert((int)TCU_KV_F32 == (int)KV_F32 && (int)TCU_KV_BF16 == (int)KV_BF16 &&
+                   (int)TCU_KV_F16 == (int)KV_F16 && (int)TCU_KV_Q8 == (int)KV_Q8 && (int)TCU_KV_Q4 == (int)KV_Q4,
                "the device KV type codes are kv.h's");
 
 unsigned cu_kvm_types(void)
