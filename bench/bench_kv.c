@@ -3,7 +3,10 @@
  * the forward does; a prefill of 32k tokens would take minutes on a small
  * CPU and measures something else), then N single-token forwards at
  * positions C, C+1, ... are timed. Prints one line per (type, context):
- * decode tokens/s and the KV bytes one step reads.
+ * decode tokens/s and the KV bytes one step reads. On a device (cuda) the
+ * cache lives there only: nothing is filled (the device cache holds
+ * whatever its memory held - the attention reads every position all the
+ * same, and its speed does not depend on the values).
  *
  *   bench_kv [--ctx 8192,32768] [--tokens 8] [--types f32,bf16,q8,q4,r4]
  *            [--threads N] [--device cpu|cuda] MODEL_DIR */
@@ -86,13 +89,13 @@ int main(int argc, char **argv)
             }
             kv_pool kv;
             kv_seq seq = {0};
-            int nb = (C + n_tok) / KV_BLOCK_DEFAULT + 2;
-            if (model_kv_pool_init(m, &kv, &s, KV_BLOCK_DEFAULT, nb, 0, 1, &err) ||
+            int nb = (C + n_tok) / KV_BLOCK_DEFAULT + 2, on_host = !strcmp(device, "cpu");
+            if (model_kv_pool_init(m, &kv, &s, KV_BLOCK_DEFAULT, nb, 0, on_host, &err) ||
                 kv_seq_reserve(&kv, &seq, C + n_tok, &err)) {
                 printf("%-5s ctx %6d: %s\n", ts, C, err.msg);
                 continue;
             }
-            for (int l = 0; l < c->n_layer; l++)
+            for (int l = 0; on_host && l < c->n_layer; l++)
                 for (int p = 0; p < C; p++) {
                     for (int e = 0; e < kvd; e++) {
                         k[e] = frand() * 2.0f;

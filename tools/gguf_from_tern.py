@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a tern Llama-family model folder (bf16/f16/f32 safetensors, as
+"""Writes a tern Llama- or Qwen3-family model folder (bf16/f16/f32 safetensors, as
 tools/make_fixture writes the decode-benchmark models) as one GGUF file, so
 that llama.cpp can run the very same weights next to tern.
 
@@ -14,7 +14,11 @@ to the interleaved one GGUF's llama architecture expects. The vocabulary:
 the folder's tokenizer.json (a byte-fallback BPE such as stories260K's) as
 llama.cpp's SentencePiece-style tokenizer, token scores from the merge
 ranks, padded with unused tokens up to the model's vocab_size, so both
-engines tokenize a text the same way."""
+engines tokenize a text the same way. Qwen3 folders (models/tern-demo):
+architecture qwen3 (NEOX rotary: q/k stay as they are; per-head q/k norms),
+a byte-level BPE tokenizer.json with its merges as llama.cpp's "gpt2" model
+and the "qwen2" pre-tokenizer (the split regex is checked to be Qwen2's),
+no BOS when the folder has none; tied embeddings stay tied."""
 import json
 import os
 import struct
@@ -25,7 +29,9 @@ ALIGN = 32
 T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR = 4, 5, 6, 7, 8, 9
 GGML = {"F32": 0, "F16": 1, "BF16": 30}
 FILE_TYPE = {"F32": 0, "F16": 1, "BF16": 32}
-TOK_NORMAL, TOK_CONTROL, TOK_UNUSED, TOK_BYTE = 1, 3, 5, 6
+TOK_NORMAL, TOK_CONTROL, TOK_USER, TOK_UNUSED, TOK_BYTE = 1, 3, 4, 5, 6
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
 ELEM = {"F32": 4, "F16": 2, "BF16": 2}
 
 
@@ -87,6 +93,28 @@ def vocab_entries(folder, n_vocab):
     return tokens, scores, types
 
 
+def bpe_entries(folder, n_vocab):
+    """A byte-level BPE tokenizer.json (Qwen2's split) as gpt2-model tokens, types and merges."""
+    tok = json.load(open(os.path.join(folder, "tokenizer.json")))
+    pre = tok.get("pre_tokenizer") or {}
+    splits = [p for p in pre.get("pretokenizers", []) if p.get("type") == "Split"]
+    if not splits or splits[0]["pattern"].get("Regex") != QWEN2_SPLIT:
+        sys.exit("gguf_from_tern: the byte-level tokenizer's split is not Qwen2's (llama.cpp would split otherwise)")
+    tokens, types = [""] * n_vocab, [TOK_NORMAL] * n_vocab
+    for text, i in tok["model"]["vocab"].items():
+        if i < n_vocab:
+            tokens[i] = text
+    for t in tok.get("added_tokens", []):
+        if t["id"] < n_vocab:
+            tokens[t["id"]] = t["content"]
+            types[t["id"]] = TOK_CONTROL if t.get("special") else TOK_USER
+    for i in range(n_vocab):
+        if not tokens[i]:
+            tokens[i], types[i] = "[PAD%d]" % i, TOK_UNUSED
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"].get("merges", [])]
+    return tokens, types, merges
+
+
 def pack_str(s):
     b = s.encode("utf-8")
     return struct.pack("<Q", len(b)) + b
@@ -115,9 +143,11 @@ def main():
         sys.exit(__doc__)
     folder, out_path = sys.argv[1:]
     cfg = json.load(open(os.path.join(folder, "config.json")))
-    if cfg.get("model_type") != "llama":
-        sys.exit("gguf_from_tern: only llama-family folders (model_type %r)" % cfg.get("model_type"))
-    if cfg.get("rope_scaling"):
+    arch = cfg.get("model_type")
+    if arch not in ("llama", "qwen3"):
+        sys.exit("gguf_from_tern: only llama- and qwen3-family folders (model_type %r)" % arch)
+    rp = cfg.get("rope_parameters") or {}
+    if cfg.get("rope_scaling") or rp.get("rope_type", "default") != "default":
         sys.exit("gguf_from_tern: rope_scaling is not written (the benchmark models have none)")
     dim, n_head = cfg["hidden_size"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
@@ -126,32 +156,45 @@ def main():
     ts = safetensors_index(folder)
     dtypes = {v[0] for v in ts.values()}
     ftype = FILE_TYPE.get(next(iter(dtypes)) if len(dtypes) == 1 else "F32", 0)
-    tokens, scores, types = vocab_entries(folder, n_vocab)
-    kv = [("general.architecture", T_STR, "llama"),
+    kv = [("general.architecture", T_STR, arch),
           ("general.name", T_STR, os.path.basename(os.path.normpath(folder))),
           ("general.file_type", T_U32, ftype),
-          ("llama.context_length", T_U32, cfg.get("max_position_embeddings", 4096)),
-          ("llama.embedding_length", T_U32, dim),
-          ("llama.block_count", T_U32, n_layer),
-          ("llama.feed_forward_length", T_U32, cfg["intermediate_size"]),
-          ("llama.attention.head_count", T_U32, n_head),
-          ("llama.attention.head_count_kv", T_U32, n_kv),
-          ("llama.attention.key_length", T_U32, head_dim),
-          ("llama.attention.value_length", T_U32, head_dim),
-          ("llama.rope.dimension_count", T_U32, head_dim),
-          ("llama.rope.freq_base", T_F32, float(cfg.get("rope_theta", 10000.0))),
-          ("llama.attention.layer_norm_rms_epsilon", T_F32, float(cfg.get("rms_norm_eps", 1e-5))),
-          ("llama.vocab_size", T_U32, n_vocab),
-          ("tokenizer.ggml.model", T_STR, "llama"),
-          ("tokenizer.ggml.pre", T_STR, "default"),
-          ("tokenizer.ggml.tokens", T_ARR, tokens, T_STR),
-          ("tokenizer.ggml.scores", T_ARR, scores, T_F32),
-          ("tokenizer.ggml.token_type", T_ARR, types, T_I32),
-          ("tokenizer.ggml.bos_token_id", T_U32, cfg.get("bos_token_id", 1)),
-          ("tokenizer.ggml.eos_token_id", T_U32, cfg.get("eos_token_id", 2)),
-          ("tokenizer.ggml.unknown_token_id", T_U32, 0),
-          ("tokenizer.ggml.add_bos_token", T_BOOL, True),
-          ("tokenizer.ggml.add_eos_token", T_BOOL, False)]
+          (arch + ".context_length", T_U32, cfg.get("max_position_embeddings", 4096)),
+          (arch + ".embedding_length", T_U32, dim),
+          (arch + ".block_count", T_U32, n_layer),
+          (arch + ".feed_forward_length", T_U32, cfg["intermediate_size"]),
+          (arch + ".attention.head_count", T_U32, n_head),
+          (arch + ".attention.head_count_kv", T_U32, n_kv),
+          (arch + ".attention.key_length", T_U32, head_dim),
+          (arch + ".attention.value_length", T_U32, head_dim),
+          (arch + ".rope.dimension_count", T_U32, head_dim),
+          (arch + ".rope.freq_base", T_F32, float(cfg.get("rope_theta", rp.get("rope_theta", 10000.0)))),
+          (arch + ".attention.layer_norm_rms_epsilon", T_F32, float(cfg.get("rms_norm_eps", 1e-5))),
+          (arch + ".vocab_size", T_U32, n_vocab)]
+    if arch == "qwen3":
+        tokens, types, merges = bpe_entries(folder, n_vocab)
+        bos = cfg.get("bos_token_id")
+        kv += [("tokenizer.ggml.model", T_STR, "gpt2"),
+               ("tokenizer.ggml.pre", T_STR, "qwen2"),
+               ("tokenizer.ggml.tokens", T_ARR, tokens, T_STR),
+               ("tokenizer.ggml.token_type", T_ARR, types, T_I32),
+               ("tokenizer.ggml.merges", T_ARR, merges, T_STR)]
+        kv += [("tokenizer.ggml.bos_token_id", T_U32, bos)] if bos is not None else []
+        kv += [("tokenizer.ggml.eos_token_id", T_U32, cfg.get("eos_token_id", 2)),
+               ("tokenizer.ggml.add_bos_token", T_BOOL, bos is not None),
+               ("tokenizer.ggml.add_eos_token", T_BOOL, False)]
+    else:
+        tokens, scores, types = vocab_entries(folder, n_vocab)
+        kv += [("tokenizer.ggml.model", T_STR, "llama"),
+               ("tokenizer.ggml.pre", T_STR, "default"),
+               ("tokenizer.ggml.tokens", T_ARR, tokens, T_STR),
+               ("tokenizer.ggml.scores", T_ARR, scores, T_F32),
+               ("tokenizer.ggml.token_type", T_ARR, types, T_I32),
+               ("tokenizer.ggml.bos_token_id", T_U32, cfg.get("bos_token_id", 1)),
+               ("tokenizer.ggml.eos_token_id", T_U32, cfg.get("eos_token_id", 2)),
+               ("tokenizer.ggml.unknown_token_id", T_U32, 0),
+               ("tokenizer.ggml.add_bos_token", T_BOOL, True),
+               ("tokenizer.ggml.add_eos_token", T_BOOL, False)]
 
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
@@ -159,7 +202,8 @@ def main():
                  "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
                  "self_attn.o_proj.weight": "attn_output.weight",
                  "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
-                 "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
+                 "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+                 "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
     for l in range(n_layer):
         for k, v in per_layer.items():
             names["model.layers.%d.%s" % (l, k)] = "blk.%d.%s" % (l, v)
@@ -190,9 +234,9 @@ def main():
             with open(path, "rb") as src:
                 src.seek(start)
                 raw = src.read(length)
-            if key.endswith("q_proj.weight"):
+            if arch == "llama" and key.endswith("q_proj.weight"):
                 raw = unsplit_rotary(raw, shape, n_head, head_dim, ELEM[dt])
-            elif key.endswith("k_proj.weight"):
+            elif arch == "llama" and key.endswith("k_proj.weight"):
                 raw = unsplit_rotary(raw, shape, n_kv, head_dim, ELEM[dt])
             if out_dt != dt:  # norms in f32
                 n = length // ELEM[dt]
