@@ -702,7 +702,11 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
                         cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap, 0};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
+    if (at.kv.rot)
+        CU(tcu_kv_rotate(be->tx, (long)T * a->n_head, hd, 0, &be->opts, (tcu_stream)be->stream), "rotate");
     CU(attention_launch(be, &at, T, (tcu_stream)be->stream), "attention");
+    if (at.kv.rot)
+        CU(tcu_kv_rotate(be->ty, (long)T * a->n_head, hd, 1, &be->opts, (tcu_stream)be->stream), "rotate");
     CU(cudaMemcpyAsync(a->out, be->ty, qn * sizeof(float), cudaMemcpyDeviceToHost, be->stream), "download");
     CU(cudaStreamSynchronize(be->stream), "attention");
     return 0;
@@ -741,11 +745,15 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, kvl, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
                             be->split_len};
-        if (be->fused) {
+        if (be->fused && !kvl.rot) {
             CU(tcu_qkv_attention(&qa, &aa, opt, s), "attention");
-        } else {
+        } else { /* a rotated KV layer (r4): q into its basis, the output back (tcu_kv.rot) */
             CU(tcu_qkv_post(&qa, opt, s), "qkv");
+            if (kvl.rot)
+                CU(tcu_kv_rotate(be->q, (long)T * c->n_head, c->head_dim, 0, opt, s), "rotate");
             CU(attention_launch(be, &aa, T, s), "attention");
+            if (kvl.rot)
+                CU(tcu_kv_rotate(be->att, (long)T * c->n_head, c->head_dim, 1, opt, s), "rotate");
         }
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;

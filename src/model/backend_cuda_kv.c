@@ -10,12 +10,13 @@
 #include <cuda_runtime_api.h>
 
 _Static_assert((int)TCU_KV_F32 == (int)KV_F32 && (int)TCU_KV_BF16 == (int)KV_BF16 &&
-                   (int)TCU_KV_F16 == (int)KV_F16 && (int)TCU_KV_Q8 == (int)KV_Q8 && (int)TCU_KV_Q4 == (int)KV_Q4,
+                   (int)TCU_KV_F16 == (int)KV_F16 && (int)TCU_KV_Q8 == (int)KV_Q8 && (int)TCU_KV_Q4 == (int)KV_Q4 &&
+                   (int)TCU_KV_R4 == (int)KV_R4,
                "the device KV type codes are kv.h's");
 
 unsigned cu_kvm_types(void)
 {
-    return 1u << KV_F32 | 1u << KV_BF16 | 1u << KV_F16 | 1u << KV_Q8 | 1u << KV_Q4;
+    return 1u << KV_F32 | 1u << KV_BF16 | 1u << KV_F16 | 1u << KV_Q8 | 1u << KV_Q4 | 1u << KV_R4;
 }
 
 /* Bytes of layer L's K (or V) over the pool's blocks. */
@@ -98,6 +99,7 @@ int cu_kvm_set(cu_kvm *m, const kv_pool *kv, void *k, void *v, tern_err *err)
             d->hb = (int)kv_head_bytes(L->type, kv->head_dim);
             d->sink_hb = (int)kv_head_bytes(L->sink_type, kv->head_dim);
             d->group = kv_type_group(L->type, kv->head_dim);
+            d->rot = kv_type_is_rotated(L->type);
         }
         off += layer_bytes(kv, L);
     }

@@ -24,7 +24,8 @@ typedef struct cu_kvm {
     tcu_kv *layers;      /* [n_layer] what a launch of layer l takes */
 } cu_kvm;
 
-/* The KV types the device kernels read (a bit per kv_type). */
+/* The KV types the device kernels read (a bit per kv_type): f32, bf16,
+ * f16, q8, q4, r4. */
 unsigned cu_kvm_types(void);
 /* Bytes of device storage for kv's K (and as many for V). */
 size_t cu_kvm_bytes(const kv_pool *kv);

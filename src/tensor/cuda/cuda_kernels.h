@@ -184,9 +184,11 @@ int tcu_softcap(float *x, long n, float c, const tcu_opts *o, tcu_stream stream)
 /* KV storage types of the device pool: the values of kv.h's kv_type, the
  * same bytes as the CPU's codecs (src/model/kv_codec.c): bf16, IEEE f16,
  * q8 (per group of `group` along a head: f16 scale, f16 min, one byte a
- * code) and q4 (f16 scale, f16 min, byte j holding codes j and j + group/2
- * in its low and high nibble). The rotated types are not read here. */
-enum { TCU_KV_F32 = 0, TCU_KV_BF16 = 1, TCU_KV_F16 = 2, TCU_KV_Q8 = 3, TCU_KV_Q4 = 4 };
+ * code), q4 (f16 scale, f16 min, byte j holding codes j and j + group/2
+ * in its low and high nibble) and r4 (the head rotated - tcu_kv.rot - then
+ * an f16 scale and q4's nibbles, x = scale * (c - 7.5)). r3 is not read
+ * here. */
+enum { TCU_KV_F32 = 0, TCU_KV_BF16 = 1, TCU_KV_F16 = 2, TCU_KV_Q8 = 3, TCU_KV_Q4 = 4, TCU_KV_R4 = 5 };
 /* The longest head a typed pool takes (the attention's bound too). */
 #define TCU_KV_HEAD_MAX 256
 
@@ -206,6 +208,11 @@ typedef struct tcu_kv {
     int typed;
     uint8_t *lk, *lv;
     int type, sink_type, n_sink, row, sink_row, hb, sink_hb, group;
+    /* the layer stores every head (sink rows too) rotated by kv.h's
+     * kv_rotate: the KV write rotates K and V before encoding them, and the
+     * caller rotates q before the attention and the output back after it
+     * (tcu_kv_rotate) - q.k and p.v are exact in the rotated basis */
+    int rot;
 } tcu_kv;
 
 /* Copies block src to block dst in one typed layer of the pool (K and V),
@@ -213,6 +220,9 @@ typedef struct tcu_kv {
  * regular one: decoded, then encoded as kv_head_encode would); hd the head
  * dim. Same formats: a device copy. */
 int tcu_kv_block_copy(const tcu_kv *kv, int hd, int32_t dst, int32_t src, tcu_stream stream);
+/* n heads of hd floats at x (consecutive) rotated in place as kv_rotate
+ * does (inverse 1: kv_unrotate), bit for bit. hd <= TCU_KV_HEAD_MAX. */
+int tcu_kv_rotate(float *x, long n, int hd, int inverse, const tcu_opts *o, tcu_stream stream);
 
 /* After the q/k/v product of one layer, per token i: optional biases, per-
  * head RMSNorm (qn/kn, may be NULL), RoPE at pos[i] with inv_freq (rotate-

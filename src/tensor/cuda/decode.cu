@@ -86,6 +86,10 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
             skv[1][e] = qkv_v(a, i, kh, e);
         }
         __syncthreads();
+        if (a.kv.rot) {
+            kvt_rotate(skv[0], hd, false);
+            kvt_rotate(skv[1], hd, false);
+        }
         kvt_encode(t, a.kv.group, hd, skv[0], a.kv.lk + o, threadIdx.x, blockDim.x);
         kvt_encode(t, a.kv.group, hd, skv[1], a.kv.lv + o, threadIdx.x, blockDim.x);
         return;

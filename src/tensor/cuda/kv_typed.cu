@@ -23,6 +23,32 @@ __global__ void __launch_bounds__(KVT_THREADS) kv_convert_kernel(const tcu_kv kv
     kvt_encode(td, kv.group, hd, x[1], kv.lv + od, threadIdx.x, blockDim.x);
 }
 
+// grid (n heads), block KVT_THREADS: one head rotated in place.
+__global__ void __launch_bounds__(KVT_THREADS) kv_rotate_kernel(float *x, int hd, int inverse)
+{
+    pdl_wait();
+    pdl_trigger();
+    __shared__ float s[TCU_KV_HEAD_MAX];
+    float *h = x + (size_t)blockIdx.x * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x)
+        s[e] = h[e];
+    __syncthreads();
+    kvt_rotate(s, hd, inverse != 0);
+    for (int e = threadIdx.x; e < hd; e += blockDim.x)
+        h[e] = s[e];
+}
+
+extern "C" int tcu_kv_rotate(float *x, long n, int hd, int inverse, const tcu_opts *o, tcu_stream stream)
+{
+    PROF(TCU_PROF_OTHER, stream);
+    if (hd <= 0 || hd > TCU_KV_HEAD_MAX || n < 0 || n > 0x7fffffffL)
+        return (int)cudaErrorInvalidValue;
+    if (n == 0)
+        return 0;
+    return launch_pdl(opts_or_default(o).pdl, kv_rotate_kernel, dim3((unsigned)n), dim3(KVT_THREADS), 0,
+                      (cudaStream_t)stream, x, hd, inverse);
+}
+
 extern "C" int tcu_kv_block_copy(const tcu_kv *kv, int hd, int32_t dst, int32_t src, tcu_stream stream)
 {
     cudaStream_t s = (cudaStream_t)stream;

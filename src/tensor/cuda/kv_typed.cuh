@@ -10,7 +10,10 @@
 #include "tensor/cuda/common.cuh"
 
 // Bytes of one group of G elements of a quantized type.
-__device__ __forceinline__ int kvt_group_bytes(int t, int G) { return t == TCU_KV_Q8 ? 4 + G : 4 + G / 2; }
+__device__ __forceinline__ int kvt_group_bytes(int t, int G)
+{
+    return t == TCU_KV_Q8 ? 4 + G : t == TCU_KV_Q4 ? 4 + G / 2 : 2 + G / 2;
+}
 
 // Byte offset (in lk / lv) of kv head kvh of position pos of a sequence
 // (block table blk) in a typed layer; *t its storage type.
@@ -41,10 +44,12 @@ __device__ __forceinline__ float kvt_elem(const uint8_t *h, int t, int G, int e)
         const uint8_t *g = h + (size_t)(e / G) * (4 + G);
         return kvt_h(g) * (float)g[4 + e % G] + kvt_h(g + 2);
     }
-    default: {
-        const uint8_t *g = h + (size_t)(e / G) * (4 + G / 2);
-        const int j = e % G, hg = G / 2, c = j < hg ? g[4 + j] & 15 : g[4 + j - hg] >> 4;
-        return kvt_h(g) * (float)c + kvt_h(g + 2);
+    default: { /* q4, r4: nibbles */
+        const int r4 = t == TCU_KV_R4, cb = r4 ? 2 : 4;
+        const uint8_t *g = h + (size_t)(e / G) * (cb + G / 2);
+        const int j = e % G, hg = G / 2, c = j < hg ? g[cb + j] & 15 : g[cb + j - hg] >> 4;
+        const float a = kvt_h(g);
+        return a * (float)c + (r4 ? -7.5f * a : kvt_h(g + 2));
     }
     }
 }
@@ -68,11 +73,12 @@ __device__ __forceinline__ void kvt_load(const uint8_t *h, int t, int G, int e0,
         }
     }
     if constexpr (32 % D == 0) {
-        if (t == TCU_KV_Q8 || t == TCU_KV_Q4) {
+        if (t == TCU_KV_Q8 || t == TCU_KV_Q4 || t == TCU_KV_R4) {
             const int j0 = e0 % G;
             const uint8_t *g = h + (size_t)(e0 / G) * kvt_group_bytes(t, G);
-            const uint32_t sm = *reinterpret_cast<const uint32_t *>(g);
-            const float a = f16f(sm & 0xffffu), b = f16f(sm >> 16);
+            const float a = kvt_h(g), b = t == TCU_KV_R4 ? -7.5f * a : kvt_h(g + 2);
+            if (t == TCU_KV_R4)
+                g -= 2; /* codes at g + 2: as q4's at g + 4 */
             if (t == TCU_KV_Q8) {
 #pragma unroll
                 for (int d = 0; d < D; d++)
@@ -147,6 +153,75 @@ __device__ __forceinline__ void kvt_enc_group(int t, const float *x, int G, uint
     }
 }
 
+// One symmetric 4-bit group (r4): x = s * (c - 7.5), s = max|x| / 7.5.
+__device__ __forceinline__ void kvt_enc_sym4(const float *x, int G, uint8_t *dst)
+{
+    float amax = 0.0f;
+    for (int e = 0; e < G; e++)
+        amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
+    const uint16_t hs = kvt_f2h(__fdiv_rn(amax, 7.5f));
+    const float s = f16f(hs);
+    const float inv = s > 0 ? __fdiv_rn(1.0f, s) : 0.0f;
+    kvt_put16(dst, hs);
+    uint8_t *c = dst + 2;
+    for (int j = 0; j < G / 2; j++) {
+        const float f0 = rintf(__fadd_rn(__fmul_rn(x[j], inv), 7.5f));
+        const float f1 = rintf(__fadd_rn(__fmul_rn(x[j + G / 2], inv), 7.5f));
+        const int q0 = f0 < 0 ? 0 : f0 > 15.0f ? 15 : (int)f0, q1 = f1 < 0 ? 0 : f1 > 15.0f ? 15 : (int)f1;
+        c[j] = (uint8_t)(q0 | (q1 << 4));
+    }
+}
+
+// kv_rotate's fixed sign of element e (a hash of its index).
+__device__ __forceinline__ bool kvt_flip(int e)
+{
+    uint32_t h = (uint32_t)e * 0x9E3779B1u + 0x7F4A7C15u;
+    h ^= h >> 15;
+    h *= 0x85EBCA77u;
+    h ^= h >> 13;
+    return h & 1u;
+}
+
+// x[hd] (shared memory) rotated in place as kv_rotate (inverse: kv_unrotate)
+// does, the same operations on every element: signs, then the normalized
+// Walsh-Hadamard transform of each power-of-two piece (stage by stage),
+// or the reverse. Every thread of the block calls it (it synchronizes).
+__device__ __forceinline__ void kvt_rotate(float *x, int hd, bool inverse)
+{
+    const int tid = threadIdx.x, nthr = blockDim.x;
+    if (!inverse) {
+        for (int e = tid; e < hd; e += nthr)
+            if (kvt_flip(e))
+                x[e] = -x[e];
+        __syncthreads();
+    }
+    for (int off = 0; off < hd;) {
+        int n = 1;
+        while (2 * n <= hd - off)
+            n *= 2;
+        for (int len = 1; len < n; len *= 2) {
+            for (int k = tid; k < n / 2; k += nthr) {
+                const int i = off + (k / len) * 2 * len + k % len;
+                const float a = x[i], b = x[i + len];
+                x[i] = __fadd_rn(a, b);
+                x[i + len] = __fsub_rn(a, b);
+            }
+            __syncthreads();
+        }
+        const float s = __fdiv_rn(1.0f, __fsqrt_rn((float)n));
+        for (int e = tid; e < n; e += nthr)
+            x[off + e] = __fmul_rn(x[off + e], s);
+        __syncthreads();
+        off += n;
+    }
+    if (inverse) {
+        for (int e = tid; e < hd; e += nthr)
+            if (kvt_flip(e))
+                x[e] = -x[e];
+        __syncthreads();
+    }
+}
+
 // Head x[hd] (any memory the group reads) encoded into dst in type t by
 // threads tid of nthr: the float types an element a thread, the quantized
 // ones a group a thread.
@@ -164,6 +239,10 @@ __device__ __forceinline__ void kvt_encode(int t, int G, int hd, const float *x,
     case TCU_KV_F16:
         for (int e = tid; e < hd; e += nthr)
             kvt_put16(dst + 2 * e, kvt_f2h(x[e]));
+        return;
+    case TCU_KV_R4:
+        for (int gi = tid; gi < hd / G; gi += nthr)
+            kvt_enc_sym4(x + gi * G, G, dst + (size_t)gi * kvt_group_bytes(t, G));
         return;
     default:
         for (int gi = tid; gi < hd / G; gi += nthr)
