@@ -4,7 +4,7 @@
  *
  *   make_fixture --family llama|mistral|qwen2|qwen3|gemma2|gemma3|qwen3_moe|mixtral --out DIR
  *                --tokenizer DIR
- *                [--preset tiny|0.5b|1b|8b] [--dim N] [--layers N] [--heads N]
+ *                [--preset tiny|0.5b|1b|8b|30b-a3b] [--dim N] [--layers N] [--heads N]
  *                [--kv-heads N] [--head-dim N] [--ff N] [--vocab N]
  *                [--dtype f32|bf16|f16] [--seed S] [--shards N] [--tie 0|1]
  *                [--max-pos N] [--rope-theta X] [--sliding-window N]
@@ -19,6 +19,9 @@
  * experts' mlp.experts.N.{gate,up,down}_proj, --moe-ff wide; layers in
  * --mlp-only or off the --sparse-step keep a dense --ff MLP); mixtral writes
  * block_sparse_moe.gate and block_sparse_moe.experts.N.{w1,w2,w3}, --ff wide.
+ * --preset 30b-a3b is Qwen3-30B-A3B's shape (qwen3_moe: 48 layers, 128
+ * experts, 8 a token, 768 wide); a --layers given with a preset overrides
+ * its layer count (a shorter stack of the same layers, for benchmarks).
  *
  * Gemma norms are stored as w with the effective gain 1 + w (HF's
  * convention), so their random values are drawn around 0 instead of 1.
@@ -270,6 +273,7 @@ int main(int argc, char **argv)
     fixture fx = {"llama", 64, 2, 4, 2, 0, 128, 0, 512, 0, 1, 10000.0, TERN_F32, 1, 0, 6, 8192, 0, NULL, 8.0,
                   0, 0, 0, 10000.0, 8, 2, 32, 1, 1, NULL};
     const char *out = NULL, *tokdir = NULL, *preset = NULL;
+    int layers_arg = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -282,7 +286,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tokenizer")) tokdir = v;
         else if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "--dim")) fx.dim = atoi(v);
-        else if (!strcmp(a, "--layers")) fx.layers = atoi(v);
+        else if (!strcmp(a, "--layers")) fx.layers = layers_arg = atoi(v);
         else if (!strcmp(a, "--heads")) fx.heads = atoi(v);
         else if (!strcmp(a, "--kv-heads")) fx.kv_heads = atoi(v);
         else if (!strcmp(a, "--head-dim")) fx.head_dim = atoi(v);
@@ -331,10 +335,17 @@ int main(int argc, char **argv)
         } else if (!strcmp(preset, "8b")) { /* Llama-3.1-8B */
             fx.dim = 4096, fx.layers = 32, fx.heads = 32, fx.kv_heads = 8, fx.head_dim = 128, fx.ff = 14336;
             fx.tie = 0, fx.max_pos = 8192, fx.rope_theta = 500000;
+        } else if (!strcmp(preset, "30b-a3b")) { /* Qwen3-30B-A3B */
+            fx.family = "qwen3_moe";
+            fx.dim = 2048, fx.layers = 48, fx.heads = 32, fx.kv_heads = 4, fx.head_dim = 128, fx.ff = 6144;
+            fx.experts = 128, fx.top_k = 8, fx.moe_ff = 768, fx.norm_topk = 1, fx.sparse_step = 1;
+            fx.tie = 0, fx.max_pos = 40960, fx.rope_theta = 1e6;
         } else {
             fprintf(stderr, "make_fixture: unknown preset %s\n", preset);
             return 2;
         }
+        if (layers_arg > 0)
+            fx.layers = layers_arg;
     }
     if (!out || !tokdir) {
         fprintf(stderr, "usage: make_fixture --family F --out DIR --tokenizer DIR [options] (see source)\n");

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "model/backend_cuda.h"
+#include "model/backend_cuda_moe.h"
 #include "model/model_int.h"
 #include "tensor/kernels.h"
 
@@ -117,6 +118,7 @@ typedef struct cu_backend {
     int n_allocs, cap_allocs;
     tern_model *m;
     cu_layer *layers;
+    cu_moe *moe; /* the sparse layers' routers and experts (backend_cuda_moe.c), NULL when dense */
     const tcu_mat *embed, *lm_head;
     float *final_norm;
     cu_kvm kvm; /* device KV mirror of one host pool (backend_cuda_kv.h) */
@@ -434,6 +436,9 @@ static int scratch_ensure(cu_backend *be, int T, int n_out, tern_err *err)
     if ((rc = cu_alloc(be, (void **)&be->xh, xhn * sizeof(uint16_t), err)))
         return rc;
     be->cap_xh = xhn * sizeof(uint16_t);
+    int grown;
+    if ((rc = cu_moe_scratch_ensure(be->moe, ct, &grown, err)))
+        return rc;
     be->cap_t = ct;
     be->cap_out = co;
     return 0;
@@ -770,6 +775,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
                 return rc;
             CU(cu_lora_add(be->lora, l, LORA_O, be->att, be->x, qd, dim, T, opt, s), "lora");
         }
+        if (cu_moe_layer_sparse(be->moe, l)) { /* x += the experts' sum (backend_cuda_moe.c) */
+            CU(cu_moe_run(be->moe, l, be->x, L->ffn_norm, c->norm_eps, be->xn, T, opt, s), "experts");
+            continue;
+        }
         tcu_mat gu[2] = {*L->wg, *L->wu};
         gu[0].y = be->gate;
         gu[1].y = be->up;
@@ -823,7 +832,7 @@ static int wdq_ensure(cu_backend *be, tern_err *err)
             const tcu_mat *ws[7] = {be->layers[l].wq, be->layers[l].wk, be->layers[l].wv, be->layers[l].wo,
                                     be->layers[l].wg, be->layers[l].wu, be->layers[l].wd};
             for (int i = 0; i < 7; i++)
-                if (ws[i]->kind == TCU_Q4 || ws[i]->kind == TCU_Q8) {
+                if (ws[i] && (ws[i]->kind == TCU_Q4 || ws[i]->kind == TCU_Q8)) {
                     size_t n = (size_t)ws[i]->n_out * (i == 3 ? c->n_head * c->head_dim : i == 6 ? c->n_ff : c->dim);
                     need = n > need ? n : need;
                 }
@@ -865,7 +874,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
     int big = !cu_step_gemv(be, T) || !cu_step_gemv(be, b->n_out);
     if (big && (rc = wdq_ensure(be, err)))
         return rc;
-    if ((rc = pack_batch(be, kv, b, err)))
+    if ((rc = pack_batch(be, kv, b, err)) || (rc = cu_moe_step_begin(be->moe, err)))
         return rc;
     /* Steps of several sequences where the GEMVs take their batch kernel
      * (TCU_GEMV_AUTO's wide choice) split each token's attention by its own
@@ -922,6 +931,8 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         if (rc)
             return rc;
     }
+    if ((rc = cu_moe_step_end(be->moe, err)))
+        return rc;
     be->pending_out = b->n_out;
     return 0;
 }
@@ -1156,6 +1167,7 @@ static void cu_free(model_backend *base)
     if (be->stream)
         cudaSetDevice(be->device);
     graphs_clear(be);
+    cu_moe_free(be->moe);
     for (int i = 0; i < be->n_allocs; i++)
         cudaFree(be->allocs[i]);
     cudaFreeHost(be->h_in);
@@ -1228,7 +1240,7 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
     int rc = model_head_dim_check(&be->base, c->head_dim, err);
     if (rc)
         return rc;
-    size_t need = model_device_bytes(m), fr = 0, tot = 0;
+    size_t need = model_device_bytes(m) + cu_moe_bytes(m), fr = 0, tot = 0;
     CU(cudaMemGetInfo(&fr, &tot), "memory info");
     if (need + (256u << 20) > fr)
         return tern_err_set(err, TERN_ENOMEM,
@@ -1248,8 +1260,9 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
         cu_layer *L = &be->layers[l];
         if ((rc = weight_get(be, &H->wq, &L->wq, err)) || (rc = weight_get(be, &H->wk, &L->wk, err)) ||
             (rc = weight_get(be, &H->wv, &L->wv, err)) || (rc = weight_get(be, &H->wo, &L->wo, err)) ||
-            (rc = weight_get(be, &H->w_gate, &L->wg, err)) || (rc = weight_get(be, &H->w_up, &L->wu, err)) ||
-            (rc = weight_get(be, &H->w_down, &L->wd, err)))
+            (!H->experts && ((rc = weight_get(be, &H->w_gate, &L->wg, err)) ||
+                             (rc = weight_get(be, &H->w_up, &L->wu, err)) ||
+                             (rc = weight_get(be, &H->w_down, &L->wd, err)))))
             return rc;
         size_t qd = (size_t)c->n_head * hd, kvd = (size_t)c->n_kv_head * hd;
         if ((rc = up_vec(be, H->attn_norm, (size_t)c->dim, &L->attn_norm, err)) ||
@@ -1262,6 +1275,8 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
             return rc;
         L->rope = H->rope_inv_freq == m->rope_inv_freq_local ? rope_l : rope_g;
     }
+    if ((rc = cu_moe_new(m, (tcu_stream)be->stream, &be->moe, err)))
+        return rc;
     CU(cudaDeviceSynchronize(), "upload");
     return 0;
 }

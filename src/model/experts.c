@@ -16,7 +16,10 @@
  *   expert larger than the whole budget is read and never kept.
  *
  * Only forward.c calls model_experts_touch, from the thread running the
- * forward (a model's forwards never overlap), so there is no lock. */
+ * forward (a model's forwards never overlap), so the LRU has no lock; the
+ * counters are atomics, read by model_experts_stats_get from any thread
+ * (the server's /stats and /metrics). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,14 +32,15 @@
 struct model_expert_cache {
     int where;              /* MODEL_EXPERTS_* */
     int n_expert;           /* ids are layer * n_expert + expert */
-    size_t budget, resident, total;
+    size_t budget, total;
+    _Atomic size_t resident;
     size_t *bytes;          /* [n_layer * n_expert] an expert's weight bytes, 0 in dense layers */
     int *prev, *next;       /* the LRU list of held experts (-1 ends), head most recent */
     unsigned char *held, *locked;
     int head, tail;
     int lock_refused;       /* mlock failed once: only advise from then on */
-    uint64_t hits, misses;
-    double streamed, seconds;
+    _Atomic uint64_t hits, misses;
+    _Atomic uint64_t streamed, ns; /* bytes read in on misses (and at load), and the nanoseconds it took */
 };
 
 static int g_where = MODEL_EXPERTS_MAPPED;
@@ -170,14 +174,14 @@ void model_experts_touch(tern_model *m, int layer, int expert)
         return;
     int id = layer * xc->n_expert + expert;
     if (xc->where != MODEL_EXPERTS_DISK || xc->held[id]) {
-        xc->hits++;
+        atomic_fetch_add_explicit(&xc->hits, 1, memory_order_relaxed);
         if (xc->held[id] && xc->head != id) {
             lru_unlink(xc, id);
             lru_push_front(xc, id);
         }
         return;
     }
-    xc->misses++;
+    atomic_fetch_add_explicit(&xc->misses, 1, memory_order_relaxed);
     size_t b = xc->bytes[id];
     while (xc->tail >= 0 && xc->resident + b > xc->budget)
         evict(m, xc->tail);
@@ -186,8 +190,9 @@ void model_experts_touch(tern_model *m, int layer, int expert)
     expert_op(m, id, OP_ADVISE);
     expert_op(m, id, OP_READ);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    xc->seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    xc->streamed += (double)b;
+    atomic_fetch_add_explicit(&xc->ns, (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)),
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&xc->streamed, (uint64_t)b, memory_order_relaxed);
     if (b > xc->budget)
         return; /* larger than the whole cache: used once, not kept */
     if (!xc->lock_refused) {
@@ -202,6 +207,19 @@ void model_experts_touch(tern_model *m, int layer, int expert)
     xc->held[id] = 1;
     xc->resident += b;
     lru_push_front(xc, id);
+}
+
+void model_experts_add(tern_model *m, uint64_t hits, uint64_t misses, double copied_bytes, double seconds,
+                       size_t resident)
+{
+    model_expert_cache *xc = m->xc;
+    if (!xc)
+        return;
+    atomic_fetch_add_explicit(&xc->hits, hits, memory_order_relaxed);
+    atomic_fetch_add_explicit(&xc->misses, misses, memory_order_relaxed);
+    atomic_fetch_add_explicit(&xc->streamed, (uint64_t)copied_bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&xc->ns, (uint64_t)(seconds * 1e9), memory_order_relaxed);
+    atomic_store_explicit(&xc->resident, resident, memory_order_relaxed);
 }
 
 int model_experts_init(tern_model *m, tern_err *err)
@@ -242,9 +260,9 @@ int model_experts_init(tern_model *m, tern_err *err)
             if (xc->bytes[id])
                 expert_op(m, (int)id, OP_READ);
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        xc->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        xc->streamed = (double)xc->total;
-        xc->resident = xc->total;
+        atomic_store(&xc->ns, (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
+        atomic_store(&xc->streamed, (uint64_t)xc->total);
+        atomic_store(&xc->resident, xc->total);
     }
     return 0;
 }
@@ -260,12 +278,12 @@ int model_experts_stats_get(const tern_model *m, model_experts_stats *st)
     st->where = xc->where;
     st->total_bytes = xc->total;
     st->cache_bytes = xc->budget;
-    st->resident_bytes = xc->resident;
+    st->resident_bytes = atomic_load_explicit(&xc->resident, memory_order_relaxed);
     st->locked = xc->where == MODEL_EXPERTS_DISK && !xc->lock_refused;
-    st->hits = xc->hits;
-    st->misses = xc->misses;
-    st->streamed_bytes = xc->streamed;
-    st->stream_seconds = xc->seconds;
+    st->hits = atomic_load_explicit(&xc->hits, memory_order_relaxed);
+    st->misses = atomic_load_explicit(&xc->misses, memory_order_relaxed);
+    st->streamed_bytes = (double)atomic_load_explicit(&xc->streamed, memory_order_relaxed);
+    st->stream_seconds = 1e-9 * (double)atomic_load_explicit(&xc->ns, memory_order_relaxed);
     return 0;
 }
 

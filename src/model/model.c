@@ -121,10 +121,68 @@ static const char *name_prefix(const tern_model *m)
     return "model.";
 }
 
+/* Slice e of a 3-D tensor [n][d1][d2] as a 2-D one [d1][d2] (borrowing
+ * the mapping); NULL stays NULL. */
+static const st_tensor *slice3(const st_tensor *t, int n, int e, st_tensor *out)
+{
+    if (!t)
+        return NULL;
+    if (t->n_dims != 3 || t->shape[0] != n)
+        return t; /* the caller's shape check names it */
+    *out = *t;
+    out->n_dims = 2;
+    out->shape[0] = t->shape[1];
+    out->shape[1] = t->shape[2];
+    out->n_bytes = t->n_bytes / (size_t)n;
+    out->data = (const char *)t->data + out->n_bytes * (size_t)e;
+    return out;
+}
+
+/* Expert e of MLX's stacked layout (mlx-lm's SwitchGLU: NAME
+ * [n_expert][n_out][n_in], or uint32 [n_expert][n_out][packed] with
+ * .scales / .biases [n_expert][n_out][groups]) as get_weight reads a 2-D
+ * one. */
+static int get_weight_stacked(tern_model *m, const char *name, int e, int n_out, int n_in, model_weight *w,
+                              tern_err *err)
+{
+    const int E = m->cfg.n_expert;
+    const st_tensor *t = st_find(&m->st, name);
+    if (!t)
+        return tern_err_set(err, TERN_EFORMAT, "missing tensor '%s'", name);
+    if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != n_out)
+        return tern_err_set(err, TERN_EFORMAT, "stacked expert tensor '%s' must be [%d, %d, ...]", name, E, n_out);
+    memset(w, 0, sizeof *w);
+    char stem[256], sn[272], bn[272];
+    size_t len = strlen(name);
+    st_tensor t2, s2, b2;
+    if (len > 7 && len - 7 < sizeof stem) {
+        memcpy(stem, name, len - 7);
+        stem[len - 7] = 0;
+        snprintf(sn, sizeof sn, "%s.scales", stem);
+        snprintf(bn, sizeof bn, "%s.biases", stem);
+        const st_tensor *ts = st_find(&m->st, sn), *tb = st_find(&m->st, bn);
+        if (ts || tb)
+            return get_weight_quant(name, slice3(t, E, e, &t2), slice3(ts, E, e, &s2), slice3(tb, E, e, &b2), n_out,
+                                    n_in, w, err);
+    }
+    if (t->shape[2] != n_in)
+        return tern_err_set(err, TERN_EFORMAT, "stacked expert tensor '%s' has %lld inputs, expected %d", name,
+                            (long long)t->shape[2], n_in);
+    if (t->dtype != TERN_F32 && t->dtype != TERN_BF16 && t->dtype != TERN_F16)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "tensor '%s' has dtype %s", name, tern_dtype_name(t->dtype));
+    w->dtype = t->dtype;
+    w->data = slice3(t, E, e, &t2)->data;
+    w->n_out = n_out;
+    w->n_in = n_in;
+    return 0;
+}
+
 /* A sparse layer's router and experts, by the family's names (Qwen's
  * mlp.gate / mlp.experts.N.{gate,up,down}_proj, Mixtral's
- * block_sparse_moe.gate / block_sparse_moe.experts.N.{w1,w3,w2}); a missing
- * or misshapen one is an error naming the tensor (get_weight). */
+ * block_sparse_moe.gate / block_sparse_moe.experts.N.{w1,w3,w2}), or
+ * stacked as MLX writes them (BLOCK.switch_mlp.{gate,up,down}_proj, expert
+ * first); a missing or misshapen one is an error naming the tensor
+ * (get_weight). */
 static int load_experts(tern_model *m, const char *pfx, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
@@ -136,7 +194,16 @@ static int load_experts(tern_model *m, const char *pfx, int l, tern_err *err)
     L->experts = calloc((size_t)c->n_expert * 3, sizeof *L->experts);
     if (!L->experts)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    for (int e = 0; e < c->n_expert; e++)
+    snprintf(n, sizeof n, "%slayers.%d.%s.switch_mlp.gate_proj.weight", pfx, l, blk);
+    const int stacked = st_find(&m->st, n) != NULL;
+    for (int e = 0; e < c->n_expert && stacked; e++)
+        for (int k = 0; k < 3; k++) {
+            snprintf(n, sizeof n, "%slayers.%d.%s.switch_mlp.%s.weight", pfx, l, blk, qn[k]);
+            int o = k < 2 ? c->n_ff_expert : c->dim, i = k < 2 ? c->dim : c->n_ff_expert;
+            if ((rc = get_weight_stacked(m, n, e, o, i, &L->experts[3 * e + k], err)))
+                return rc;
+        }
+    for (int e = 0; e < c->n_expert && !stacked; e++)
         for (int k = 0; k < 3; k++) {
             snprintf(n, sizeof n, "%slayers.%d.%s.experts.%d.%s.weight", pfx, l, blk, e, mix ? xn[k] : qn[k]);
             int o = k < 2 ? c->n_ff_expert : c->dim, i = k < 2 ? c->dim : c->n_ff_expert;
@@ -252,16 +319,6 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     if ((rc = model_config_load(&m->cfg, dir, err)))
         goto fail;
     const model_config *c = &m->cfg;
-    if (c->n_expert && cuda_dev >= 0) {
-        if (!strcmp(dev, "auto")) {
-            cuda_dev = -1; /* the CPU runs mixtures of experts; the CUDA backend does not yet */
-        } else {
-            rc = tern_err_set(err, TERN_EUNSUPPORTED,
-                              "the CUDA backend does not run mixture-of-experts models (%s) yet; use the cpu device",
-                              c->model_type);
-            goto fail;
-        }
-    }
     /* The CPU backend first: it checks the shape before any weight is read
      * (a device backend replaces it below, checking again for itself). */
     m->be = model_backend_cpu_new(n_threads, err);

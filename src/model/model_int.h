@@ -72,6 +72,12 @@ void model_rope_freqs(const model_config *c, double theta, int scaled, float *ou
  * counts a hit or the bytes streamed. No-op without a cache. */
 void model_experts_touch(tern_model *m, int layer, int expert);
 
+/* A device backend's expert cache reports into the model's counters
+ * (experts.c; a no-op without them): picks that found the expert cached and
+ * not, bytes copied into the cache and the seconds it took, bytes held. */
+void model_experts_add(tern_model *m, uint64_t hits, uint64_t misses, double copied_bytes, double seconds,
+                       size_t resident);
+
 /* experts.c: sets up the residency model_experts_opts_set asked for (a
  * model without experts, or MAPPED: nothing), and frees it, logging its
  * counters at info level. */

@@ -20,6 +20,8 @@ typedef struct model_snap {
     engine_stats st; /* cumulative: earlier engines + the live one */
     long long gen_started, gen_finished, gen_failed, prompt_tokens, completion_tokens, cached_tokens;
     long long loads, load_failures, evictions, unloads, rejected_no_room, load_ms;
+    int has_experts;          /* a loaded mixture of experts: xs holds its residency and counters */
+    model_experts_stats xs;
 } model_snap;
 
 static void stats_add(engine_stats *a, const engine_stats *b)
@@ -73,6 +75,8 @@ static model_snap *snap_all(tern_server *s)
             engine_stats_get(mm->eng, &live);
             stats_add(&p->st, &live);
         }
+        if (mm->state == MODEL_LOADED && mm->m)
+            p->has_experts = model_experts_stats_get(mm->m, &p->xs) == 0;
         const srv_model_metrics *m = &mm->met;
         p->gen_started = atomic_load(&m->gen_started);
         p->gen_finished = atomic_load(&m->gen_finished);
@@ -194,6 +198,34 @@ enum MHD_Result models_route_serve(srv_conn *c, const char *method, const char *
 
 /* ---- /stats and /metrics ---- */
 
+static const char *experts_where(int w)
+{
+    return w == MODEL_EXPERTS_DISK ? "disk" : w == MODEL_EXPERTS_HOST ? "host" : "mapped";
+}
+
+/* A mixture's expert residency (--experts-in, --expert-cache) and counters:
+ * picks (one per chosen expert per layer per forward) that found the expert
+ * resident or not, and the bytes read in and the time it took. Counted on
+ * the host forward; "mapped" keeps no counters. */
+static json_object *experts_json(const model_experts_stats *x)
+{
+    json_object *o = json_object_new_object();
+    const uint64_t picks = x->hits + x->misses;
+    json_object_object_add(o, "where", json_object_new_string(experts_where(x->where)));
+#define XI(k, v) json_object_object_add(o, k, json_object_new_int64((long long)(v)))
+    XI("hits", x->hits);
+    XI("misses", x->misses);
+    XI("streamed_bytes", x->streamed_bytes);
+    XI("resident_bytes", x->resident_bytes);
+    XI("total_bytes", x->total_bytes);
+    XI("cache_bytes", x->cache_bytes);
+#undef XI
+    json_object_object_add(o, "hit_rate", json_object_new_double(picks ? (double)x->hits / (double)picks : 0.0));
+    json_object_object_add(o, "stream_seconds", json_object_new_double(x->stream_seconds));
+    json_object_object_add(o, "locked", json_object_new_boolean(x->locked));
+    return o;
+}
+
 json_object *models_stats_json(tern_server *s, engine_stats *total)
 {
     memset(total, 0, sizeof *total);
@@ -233,6 +265,8 @@ json_object *models_stats_json(tern_server *s, engine_stats *total)
         MI("completion_tokens", p->completion_tokens);
         MI("cached_tokens", p->cached_tokens);
 #undef MI
+        if (p->has_experts)
+            json_object_object_add(m, "experts", experts_json(&p->xs));
         json_object_object_add(o, p->name, m);
     }
     free(v);
@@ -333,6 +367,30 @@ void models_prometheus(tern_server *s, api_buf *b)
     FAM("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", p->prompt_tokens);
     FAM("completion_tokens_total", "counter", "Completion tokens returned.", p->completion_tokens);
 #undef FAM
+    /* a mixture of experts' residency counters, for the loaded ones */
+#define XFAM(nm, type, help, expr)                                                                            \
+    do {                                                                                                      \
+        family(b, nm, type, help);                                                                            \
+        for (int i = 0; i < s->n_models; i++)                                                                 \
+            if (v[i].has_experts) {                                                                           \
+                const model_experts_stats *x = &v[i].xs;                                                      \
+                char extra[48];                                                                               \
+                snprintf(extra, sizeof extra, ",where=\"%s\"", experts_where(x->where));                      \
+                sample(b, nm, lab[i], extra, (double)(expr));                                                 \
+            }                                                                                                 \
+    } while (0)
+    int any_x = 0;
+    for (int i = 0; i < s->n_models; i++)
+        any_x |= v[i].has_experts;
+    if (any_x) {
+        XFAM("expert_hits_total", "counter", "Expert picks that found the expert resident.", x->hits);
+        XFAM("expert_misses_total", "counter", "Expert picks that read the expert in.", x->misses);
+        XFAM("expert_streamed_bytes_total", "counter", "Expert bytes read in (misses, and host's load).",
+             x->streamed_bytes);
+        XFAM("expert_stream_seconds_total", "counter", "Seconds spent reading experts in.", x->stream_seconds);
+        XFAM("expert_resident_bytes", "gauge", "Expert bytes held resident now.", x->resident_bytes);
+    }
+#undef XFAM
     free(lab);
     free(v);
 }

@@ -25,4 +25,6 @@ RT=$(find_header cuda_runtime.h) || { echo "SKIP host glue: cuda_runtime.h not f
 BLAS=$(find_header cublas_v2.h) || { echo "SKIP host glue: cuBLAS headers (cublas_v2.h) not installed with this nvcc"; exit 77; }
 "$CC" -std=c17 -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE -DTERN_CUDA=1 -Isrc -Iinclude \
   -I"$RT" -I"$BLAS" -c src/model/backend_cuda.c -o "$DIR/backend_cuda_check.o"
+"$CC" -std=c17 -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE -DTERN_CUDA=1 -Isrc -Iinclude \
+  -I"$RT" -I"$BLAS" -c src/model/backend_cuda_moe.c -o "$DIR/backend_cuda_moe_check.o"
 echo "cuda host glue compiles"

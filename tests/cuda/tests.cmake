@@ -10,6 +10,7 @@ if(TERN_NVCC AND NOT TERN_CUDA)
   set_tests_properties(cuda.compile PROPERTIES SKIP_RETURN_CODE 77)
 endif()
 set_tests_properties(cuda.test_cuda_serving PROPERTIES LABELS "cuda;no-asan" TIMEOUT 600)
+set_tests_properties(cuda.test_cuda_moe PROPERTIES LABELS "cuda;no-asan" TIMEOUT 600)
 # The sampling kernel's source run on the CPU (pthreads for its threads)
 # against tests/sample_ref.h: CI checks its logic without a GPU.
 find_program(TERN_CXX NAMES c++ g++ clang++)

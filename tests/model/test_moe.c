@@ -2,8 +2,9 @@
  * of many sequences gives bit-identical logits to each sequence alone (f32,
  * bf16 and 4-bit experts, integer and exact products), `tern convert`
  * quantizes experts and keeps the router, a folder whose config or experts
- * are wrong is a load error naming the field or the tensor, and experts
- * read from disk through a small cache give the same logits. */
+ * are wrong is a load error naming the field or the tensor, experts
+ * read from disk through a small cache give the same logits, and MLX's
+ * stacked experts (switch_mlp) load to the same logits. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -17,9 +18,11 @@
 
 #include "base/json.h"
 #include "model/model_int.h" /* internals: the layers' experts */
+#include "model/safetensors.h"
+#include "model/st_write.h"
 #include "test_util.h"
 
-static char g_dirs[8][64];
+static char g_dirs[16][64];
 static int g_n_dirs;
 
 static const char *tmpdir(void)
@@ -283,6 +286,148 @@ static void load_fails(const char *dir, int code, const char *want)
         fail_msg("error %d '%s'; expected %d naming '%s'", err.code, err.msg, code, want);
 }
 
+/* ---- MLX's stacked experts (switch_mlp) ---- */
+
+typedef struct restack {
+    const st_set *src;
+    int n;
+    const st_tensor *one[4096]; /* tensors copied as they are; NULL for a stacked one */
+    const st_tensor *parts[4096][16]; /* a stacked tensor's experts in order */
+    int n_parts[4096];
+} restack;
+
+static int restack_fill(void *ctx, int i, int64_t first, int64_t n, void *buf)
+{
+    const restack *r = ctx;
+    if (r->one[i]) {
+        size_t es = r->one[i]->n_bytes / (size_t)st_numel(r->one[i]);
+        memcpy(buf, (const char *)r->one[i]->data + (size_t)first * es, (size_t)n * es);
+        return 0;
+    }
+    const st_tensor *p0 = r->parts[i][0];
+    int64_t per = st_numel(p0);
+    size_t es = p0->n_bytes / (size_t)per;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t g = first + k;
+        memcpy((char *)buf + (size_t)k * es, (const char *)r->parts[i][g / per]->data + (size_t)(g % per) * es, es);
+    }
+    return 0;
+}
+
+/* dir's folder with every sparse layer's experts stacked as MLX writes
+ * them (mlp.switch_mlp.X.{weight,scales,biases} [n_expert][...]), into out. */
+static void write_stacked(const char *dir, const char *out, int n_expert)
+{
+    static restack r;
+    static st_out_tensor ts[4096];
+    st_set src = {0};
+    tern_err err = {0};
+    char path[512];
+    assert_int_equal(st_open_dir(&src, dir, &err), 0);
+    memset(&r, 0, sizeof r);
+    int n = 0;
+    for (int i = 0; i < src.n_tensors; i++) {
+        const st_tensor *t = &src.tensors[i];
+        int l, e;
+        char proj[64], suf[16];
+        if (sscanf(t->name, "model.layers.%d.mlp.experts.%d.%63[a-z_].%15s", &l, &e, proj, suf) == 4) {
+            if (e != 0)
+                continue; /* gathered with expert 0 */
+            st_out_tensor *o = &ts[n];
+            snprintf(o->name, sizeof o->name, "model.layers.%d.mlp.switch_mlp.%s.%s", l, proj, suf);
+            o->dtype = t->dtype;
+            o->n_dims = 3;
+            o->shape[0] = n_expert;
+            o->shape[1] = t->shape[0];
+            o->shape[2] = t->shape[1];
+            for (int x = 0; x < n_expert; x++) {
+                char nm[256];
+                snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.%s.%s", l, x, proj, suf);
+                r.parts[n][x] = st_find(&src, nm);
+                assert_non_null(r.parts[n][x]);
+            }
+            n++;
+            continue;
+        }
+        st_out_tensor *o = &ts[n];
+        snprintf(o->name, sizeof o->name, "%s", t->name);
+        o->dtype = t->dtype;
+        o->n_dims = t->n_dims;
+        for (int d = 0; d < t->n_dims; d++)
+            o->shape[d] = t->shape[d];
+        r.one[n++] = t;
+    }
+    sh("mkdir -p %s && cd %s && for f in *; do [ \"$f\" = model.safetensors ] || cp \"$f\" %s/; done", out, dir, out);
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    if (st_write_file(path, ts, n, restack_fill, &r, &err))
+        fail_msg("%s", err.msg);
+    st_close(&src);
+}
+
+/* The logits of IDS as one batch. */
+static float *logits_of(const char *dir)
+{
+    tern_err err = {0};
+    tern_model *m = model_load(dir, 2, &err);
+    if (!m)
+        fail_msg("%s: %s", dir, err.msg);
+    const model_config *c = model_config_get(m);
+    const int n = 12, V = c->n_vocab;
+    kv_pool kv;
+    kv_seq a = {0};
+    assert_int_equal(kv_pool_init(&kv, c->n_layer, model_kv_dim(m), 4, 64, &err), 0);
+    assert_int_equal(kv_seq_reserve(&kv, &a, n, &err), 0);
+    int32_t pos[12], rows[12];
+    kv_seq *seqs[12];
+    for (int i = 0; i < n; i++) {
+        pos[i] = rows[i] = i;
+        seqs[i] = &a;
+    }
+    float *out = malloc((size_t)n * V * sizeof(float));
+    fwd_batch b = {n, IDS, pos, seqs, n, rows};
+    assert_int_equal(model_forward(m, &kv, &b, out, &err), 0);
+    kv_seq_free(&kv, &a);
+    kv_pool_free(&kv);
+    model_free(m);
+    return out;
+}
+
+/* A folder with MLX's stacked experts (switch_mlp) loads and gives the
+ * per-expert folder's logits bit for bit, bf16 and 4-bit; a stacked tensor
+ * of the wrong expert count is an error naming it. */
+static void test_stacked_experts(void **state)
+{
+    (void)state;
+    const char *d = fixture("--family qwen3_moe --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 96 "
+                            "--experts 8 --top-k 2 --moe-ff 64 --seed 37 --dtype bf16");
+    const char *q4 = tmpdir(), *sd = tmpdir(), *sq = tmpdir();
+    sh("%s convert %s %s/q --bits 4 --group-size 32 2>/dev/null", bin(), d, q4);
+    char qd[96], sdd[96], sqd[96];
+    snprintf(qd, sizeof qd, "%s/q", q4);
+    snprintf(sdd, sizeof sdd, "%s/s", sd);
+    snprintf(sqd, sizeof sqd, "%s/s", sq);
+    write_stacked(d, sdd, 8);
+    write_stacked(qd, sqd, 8);
+    const char *pairs[2][2] = {{d, sdd}, {qd, sqd}};
+    for (int p = 0; p < 2; p++) {
+        float *a = logits_of(pairs[p][0]), *b = logits_of(pairs[p][1]);
+        tern_err err = {0};
+        tern_model *m = model_load(pairs[p][0], 2, &err);
+        assert_non_null(m);
+        const int nv = model_config_get(m)->n_vocab;
+        model_free(m);
+        assert_memory_equal(a, b, (size_t)12 * nv * sizeof(float));
+        free(a);
+        free(b);
+    }
+    /* 7 experts in config.json for 8 stacked: the tensor is named */
+    config_set(sdd, "num_experts", "7");
+    tern_err err = {0};
+    tern_model *m = model_load(sdd, 2, &err);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "switch_mlp.gate_proj.weight"));
+}
+
 static void test_load_errors(void **state)
 {
     (void)state;
@@ -359,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_batch_equivalence),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_expert_residency),
+        cmocka_unit_test(test_stacked_experts),
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
 }

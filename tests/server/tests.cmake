@@ -44,6 +44,8 @@ if(TERN_NODE)
   # request accounted for, healthy and idle after (TERN_SOAK_SECONDS=900 node tests/server/soak.mjs: the long one).
   tern_add_script_test(NAME server.soak
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/soak.mjs TIMEOUT 300 LABELS no-asan)
+  tern_add_script_test(NAME server.experts
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/experts.mjs TIMEOUT 120)
   tern_add_script_test(NAME server.slowloris
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/slowloris.mjs TIMEOUT 120 LABELS no-asan)
 endif()

@@ -1,0 +1,657 @@
+// A mixture-of-experts layer's MLP on the device (cuda_moe.h): the router,
+// the routing and grouping of the step's tokens by expert, and the experts'
+// products over their own tokens, with the weighted sum added to the
+// residual - four launches after the RMSNorm, none of which needs the host.
+//
+// The expert products are a warp an output row: the lane reads units of 8
+// consecutive weights (32, 16, 8 or 4 bytes by kind), up to 8 units of a
+// row in registers at once (a whole 2048-wide bf16 row), and dots them
+// with each token routed to the expert in turn, so the weights are read
+// once for all of them; a lane sums its units in order and the warp's
+// butterfly sums the lanes - an order fixed by n_in, never by the batch.
+#include "tensor/cuda/common.cuh"
+#include "tensor/cuda/cuda_moe.h"
+
+namespace {
+
+constexpr int NT = 4; // tokens a pass (accumulators in registers)
+constexpr int CH = 8; // 32-unit chunks of a row in registers at once
+
+template <int KIND> struct unit_t {
+    static constexpr int WORDS = KIND == TCU_F32 ? 8 : KIND == TCU_Q8 ? 2 : KIND == TCU_Q4 ? 1 : 4;
+    static constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
+};
+
+__device__ __forceinline__ size_t row_bytes(int kind, int n_in)
+{
+    return kind == TCU_F32 ? (size_t)n_in * 4 : kind == TCU_Q8 ? (size_t)n_in : kind == TCU_Q4 ? (size_t)n_in / 2 : (size_t)n_in * 2;
+}
+
+template <int KIND> __device__ __forceinline__ void unit_load(const uint8_t *row, int u, uint32_t *r)
+{
+    constexpr int W = unit_t<KIND>::WORDS;
+    const uint8_t *p = row + (size_t)u * 4 * W;
+    if constexpr (W == 8) {
+        uint4 a = __ldg((const uint4 *)p), b = __ldg((const uint4 *)p + 1);
+        r[0] = a.x, r[1] = a.y, r[2] = a.z, r[3] = a.w, r[4] = b.x, r[5] = b.y, r[6] = b.z, r[7] = b.w;
+    } else if constexpr (W == 4) {
+        uint4 a = __ldg((const uint4 *)p);
+        r[0] = a.x, r[1] = a.y, r[2] = a.z, r[3] = a.w;
+    } else if constexpr (W == 2) {
+        uint2 a = __ldg((const uint2 *)p);
+        r[0] = a.x, r[1] = a.y;
+    } else {
+        r[0] = __ldg((const uint32_t *)p);
+    }
+}
+
+__device__ __forceinline__ float byte_f(uint32_t w, int b) { return (float)((w >> (8 * b)) & 0xffu); }
+
+// acc + the dot of one unit (8 weights) with x[8]; quantized: scale *
+// sum q x + bias * sum x over the unit.
+template <int KIND>
+__device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, float sc, float bi, float acc)
+{
+    if constexpr (KIND == TCU_F32) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc = fmaf(__uint_as_float(r[j]), x[j], acc);
+        return acc;
+    } else if constexpr (KIND == TCU_BF16 || KIND == TCU_F16) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t h = (r[j >> 1] >> (16 * (j & 1))) & 0xffffu;
+            acc = fmaf(KIND == TCU_BF16 ? bf16f(h) : f16f(h), x[j], acc);
+        }
+        return acc;
+    } else {
+        float sq = 0.0f, sx = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float q = KIND == TCU_Q8 ? byte_f(r[j >> 2], j & 3) : (float)((r[0] >> (4 * j)) & 0xfu);
+            sq = fmaf(q, x[j], sq);
+            sx += x[j];
+        }
+        return fmaf(sc, sq, fmaf(bi, sx, acc));
+    }
+}
+
+// Rows of NM matrices sharing n_in (gate and up: NM = 2), one warp: res[m][j]
+// = W_m[row] . X[xrow(j)] for the n <= NT tokens j, xrow(j) = pk ? pk[j] /
+// div : base + j. wrow[m]: the row's bytes, sbrow[m]: its {scale, bias}
+// pairs (quantized kinds).
+// NORM: X is the residual and the input is its RMSNorm, (x * rn[j]) * ng as
+// the norm kernel rounds it (rn: the tokens' factors, ng: the gain).
+template <int KIND, int NM, bool NORM = false, int C = KIND == TCU_F32 ? 4 : CH> // f32: 64 registers as the others
+__device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const float *const *sbrow, int n_in, int group,
+                                          const float *X, const int32_t *pk, int div, int base, int n,
+                                          float (&res)[NM][NT], const float *ng = nullptr, const float *rn = nullptr)
+{
+    using U = unit_t<KIND>;
+    constexpr int W = U::WORDS;
+    const int lane = threadIdx.x & 31, units = n_in / 8;
+    float acc[NM][NT];
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            acc[m][j] = 0.0f;
+    int xr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        xr[j] = j < n ? (pk ? pk[j] / div : base + j) : 0;
+    for (int c0 = 0; c0 * 32 < units; c0 += C) {
+        uint32_t r[NM][C][W];
+        float sc[NM][C], bi[NM][C];
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const int u = (c0 + c) * 32 + lane;
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                if (u < units) {
+                    unit_load<KIND>(wrow[m], u, r[m][c]);
+                    if constexpr (U::Q) {
+                        const float2 p = __ldg((const float2 *)sbrow[m] + (u * 8) / group);
+                        sc[m][c] = p.x, bi[m][c] = p.y;
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < W; k++)
+                        r[m][c][k] = 0;
+                    sc[m][c] = bi[m][c] = 0.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            if (j >= n)
+                break;
+            const float *xrow = X + (size_t)xr[j] * n_in;
+#pragma unroll
+            for (int c = 0; c < C; c++) {
+                const int u = (c0 + c) * 32 + lane;
+                if (u >= units)
+                    break;
+                const float4 a = *(const float4 *)(xrow + u * 8), b = *(const float4 *)(xrow + u * 8 + 4);
+                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                if constexpr (NORM) {
+                    const float4 ga = __ldg((const float4 *)(ng + u * 8)), gb = __ldg((const float4 *)(ng + u * 8 + 4));
+                    const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w}, r = rn[xr[j]];
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        xv[k] = (xv[k] * r) * gv[k];
+                }
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+                    acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+            res[m][j] = j < n ? warp_sum(acc[m][j]) : 0.0f;
+}
+
+// A group's record, written by the routing: the expert's six pointers (its
+// table row when routed), its picks [p0, p1) in meta's list (p0 == p1: no
+// group) - one 64-byte line the expert kernels read before their weights.
+struct __align__(64) grp_rec {
+    const void *p[6];
+    int p0, p1, e, pad;
+};
+
+// meta layout (cuda_moe.h): [0] groups, [1, 1 + G) their experts, [1 + G,
+// 2 + 2G) their first picks (and the end), then the picks t K + k grouped.
+
+// The router: rl[t][e] = router[e] . xn[t], a warp a row, all T tokens.
+template <int KIND>
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_router_kernel(const uint8_t *w, const float *sb, int n_out,
+                                                                       int n_in, int group, const float *xn, int T,
+                                                                       float *rl)
+{
+    pdl_wait();
+    pdl_trigger();
+    const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
+    if (row >= n_out)
+        return;
+    const uint8_t *wr = w + (size_t)row * row_bytes(KIND, n_in);
+    const float *sr = sb ? sb + (size_t)row * (n_in / group) * 2 : nullptr;
+    for (int t0 = 0; t0 < T; t0 += NT) {
+        float res[1][NT];
+        warp_rows<KIND, 1>(&wr, &sr, n_in, group, xn, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                if (t0 + j < T)
+                    rl[(size_t)(t0 + j) * n_out + row] = res[0][j];
+    }
+}
+
+constexpr int MAXV = TCU_MOE_MAX_EXPERTS / 32;
+
+// Routing and grouping by one block of up to 32 warps (see cuda_moe.h); sh:
+// 2 E ints of shared memory. rl is read through L2 (other blocks of the
+// caller's grid may have written it).
+__device__ void route_block(const float *rl, int T, int E, int K, int norm_topk, int G, float *wt, int32_t *sel,
+                            int32_t *meta, int *sh, const tcu_experts &ex, grp_rec *rec)
+{
+    __shared__ int ssel[32][TCU_MOE_MAX_USED];
+    __shared__ float swt[32][TCU_MOE_MAX_USED];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int t = w; t < T; t += nw) {
+        const float *p = rl + (size_t)t * E;
+        float v[MAXV];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < MAXV; j++) {
+            const int e = lane + 32 * j;
+            v[j] = e < E ? __ldcg(p + e) : -INFINITY;
+            mx = fmaxf(mx, v[j]);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < MAXV; j++)
+            if (lane + 32 * j < E) {
+                v[j] = expf(v[j] - mx);
+                s += v[j];
+            }
+        s = warp_sum(s);
+#pragma unroll
+        for (int j = 0; j < MAXV; j++)
+            v[j] = lane + 32 * j < E ? v[j] / s : -1.0f;
+        unsigned taken = 0;
+        float tsum = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float bv = -2.0f;
+            int bi = 0x7fffffff;
+#pragma unroll
+            for (int j = 0; j < MAXV; j++)
+                if (!((taken >> j) & 1u) && v[j] > bv) {
+                    bv = v[j];
+                    bi = lane + 32 * j;
+                }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) {
+                    bv = ov;
+                    bi = oi;
+                }
+            }
+            if ((bi & 31) == lane)
+                taken |= 1u << (bi >> 5);
+            if (lane == 0) {
+                ssel[w][k] = bi;
+                swt[w][k] = bv;
+            }
+            tsum += bv;
+        }
+        __syncwarp();
+        if (lane == 0) {
+            int *ps = ssel[w];
+            float *pw = swt[w];
+            if (norm_topk)
+                for (int k = 0; k < K; k++)
+                    pw[k] /= tsum;
+            for (int k = 1; k < K; k++) // by expert id
+                for (int j = k; j > 0 && ps[j - 1] > ps[j]; j--) {
+                    const int ts = ps[j];
+                    const float tw = pw[j];
+                    ps[j] = ps[j - 1], pw[j] = pw[j - 1];
+                    ps[j - 1] = ts, pw[j - 1] = tw;
+                }
+            for (int k = 0; k < K; k++) {
+                sel[(size_t)t * K + k] = ps[k];
+                wt[(size_t)t * K + k] = pw[k];
+            }
+        }
+        __syncwarp();
+    }
+    int *cnt = sh, *num = sh + E;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        cnt[e] = 0;
+    __syncthreads();
+    const int n = T * K;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        atomicAdd(&cnt[sel[i]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int g = 0, off = 0;
+        for (int e = 0; e < E; e++) {
+            const int c = cnt[e];
+            num[e] = c;
+            cnt[e] = off;
+            if (c) {
+                meta[1 + g] = e;
+                meta[1 + G + g] = off;
+                g++;
+                off += c;
+            }
+        }
+        meta[1 + G + g] = off;
+        meta[0] = g;
+    }
+    __syncthreads();
+    int32_t *picks = meta + 2 + 2 * G;
+    for (int e = w; e < E; e += nw) {
+        if (!num[e])
+            continue;
+        int at = cnt[e];
+        for (int i0 = 0; i0 < n; i0 += 32) {
+            const int i = i0 + lane;
+            const bool hit = i < n && sel[i] == e;
+            const unsigned b = __ballot_sync(0xffffffffu, hit);
+            if (hit)
+                picks[at + __popc(b & ((1u << lane) - 1u))] = i;
+            at += __popc(b);
+        }
+    __syncthreads();
+    /* the groups' records (empty past the step's groups), and the picks counted */
+    const int ng = meta[0];
+    for (int g = threadIdx.x; g < G; g += blockDim.x) {
+        grp_rec r = {};
+        if (g < ng) {
+            const int e = meta[1 + g];
+            const void *const *t = ex.tab + (size_t)e * 6;
+            for (int k = 0; k < 6; k++)
+                r.p[k] = t[k];
+            r.p0 = meta[1 + G + g];
+            r.p1 = meta[2 + G + g];
+            r.e = e;
+            if (ex.used) {
+                ex.used[e] = 1;
+                const bool hit = r.p[0] >= ex.cache_lo && r.p[0] < ex.cache_hi;
+                atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
+            }
+        }
+        rec[g] = r;
+    }
+    }
+}
+
+__global__ void __launch_bounds__(1024) moe_route_kernel(const float *rl, int T, int G, float *wt, int32_t *sel,
+                                                         int32_t *meta, tcu_experts ex, grp_rec *rec)
+{
+    pdl_wait();
+    pdl_trigger();
+    extern __shared__ int sh[];
+    route_block(rl, T, ex.n_expert, ex.n_used, ex.norm_topk, G, wt, sel, meta, sh, ex, rec);
+}
+
+constexpr int FUSE_T = 64; // steps up to this many tokens take moe_gate_kernel
+
+// A token's RMSNorm factor 1 / sqrt(mean(x^2) + eps) by one warp: each lane
+// sums its strided elements in double, then the butterfly - one order
+// whatever the step.
+__device__ __forceinline__ float norm_factor(const float *xr, int n, float eps)
+{
+    double ss = 0.0;
+    for (int e = threadIdx.x & 31; e < n; e += 32)
+        ss += (double)xr[e] * xr[e];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    return (float)(1.0 / sqrt(ss / n + eps));
+}
+
+// Steps above FUSE_T tokens: xn = (x * r) * g, a warp a token (the gate
+// kernel's arithmetic).
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
+    moe_norm_kernel(const float *x, const float *g, float eps, float *xn, int T, int n)
+{
+    pdl_wait();
+    pdl_trigger();
+    const int t = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
+    if (t >= T)
+        return;
+    const float *xr = x + (size_t)t * n;
+    const float r = norm_factor(xr, n, eps);
+    for (int e = threadIdx.x & 31; e < n; e += 32)
+        xn[(size_t)t * n + e] = (xr[e] * r) * g[e];
+}
+
+// RMSNorm, router and routing in one launch for steps of up to FUSE_T
+// tokens: every block computes the tokens' norm factors (a warp a token, as
+// moe_norm_kernel - the same bits), block 0 writes xn, a warp a router row
+// dots the normed rows on the fly; the last block to finish (cnt) routes
+// and groups.
+template <int KIND>
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
+    moe_gate_kernel(const uint8_t *w, const float *sb, int n_out, int n_in, int group, const float *x, const float *ng,
+                    float eps, float *xn, int T, float *rl, int G, float *wt, int32_t *sel, int32_t *meta,
+                    int32_t *cnt, tcu_experts ex, grp_rec *rec)
+{
+    pdl_wait();
+    pdl_trigger();
+    __shared__ float rn[FUSE_T];
+    extern __shared__ int sh[];
+    for (int t = threadIdx.x >> 5; t < T; t += TCU_MOE_ROWS) {
+        const float r = norm_factor(x + (size_t)t * n_in, n_in, eps);
+        if ((threadIdx.x & 31) == 0)
+            rn[t] = r;
+    }
+    __syncthreads();
+    if (blockIdx.x == 0)
+        for (int i = threadIdx.x; i < T * n_in; i += blockDim.x)
+            xn[i] = (x[i] * rn[i / n_in]) * ng[i % n_in];
+    const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
+    if (row < n_out) {
+        const uint8_t *wr = w + (size_t)row * row_bytes(KIND, n_in);
+        const float *sr = sb ? sb + (size_t)row * (n_in / group) * 2 : nullptr;
+        for (int t0 = 0; t0 < T; t0 += NT) {
+            float res[1][NT];
+            warp_rows<KIND, 1, true>(&wr, &sr, n_in, group, x, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res, ng, rn);
+            if ((threadIdx.x & 31) == 0)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    if (t0 + j < T)
+                        rl[(size_t)(t0 + j) * n_out + row] = res[0][j];
+        }
+    }
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(cnt, 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    route_block(rl, T, n_out, ex.n_used, ex.norm_topk, G, wt, sel, meta, sh, ex, rec);
+    if (threadIdx.x == 0)
+        *cnt = 0;
+}
+
+// Gate and up of group blockIdx.y's expert over its picks, RPW rows a
+// warp: h[pick][row] = silu(gate) * up.
+template <int KIND, int RPW>
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
+    moe_gu_kernel(int dim, int ff, int group, int K, const grp_rec *rec, const int32_t *picks, const float *xn,
+                  float *h)
+{
+    pdl_wait();
+    pdl_trigger();
+    const grp_rec &R = rec[blockIdx.y];
+    const int p0 = R.p0, p1 = R.p1;
+    if (p0 == p1)
+        return;
+    const int row0 = (blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5)) * RPW;
+    if (row0 >= ff)
+        return;
+    const size_t rb = row_bytes(KIND, dim), ng = unit_t<KIND>::Q ? (size_t)dim / group : 0;
+    const uint8_t *wr[2 * RPW];
+    const float *sr[2 * RPW];
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+        const int row = row0 + i < ff ? row0 + i : row0; /* a short last warp repeats its first row */
+        for (int k = 0; k < 2; k++) {
+            wr[2 * i + k] = (const uint8_t *)R.p[k] + (size_t)row * rb;
+            sr[2 * i + k] = unit_t<KIND>::Q ? (const float *)R.p[3 + k] + (size_t)row * ng * 2 : nullptr;
+        }
+    }
+    for (int q = p0; q < p1; q += NT) {
+        const int n = p1 - q < NT ? p1 - q : NT;
+        float res[2 * RPW][NT];
+        warp_rows<KIND, 2 * RPW>(wr, sr, dim, group, xn, picks + q, K, 0, n, res);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                if (j < n)
+#pragma unroll
+                    for (int i = 0; i < RPW; i++)
+                        if (row0 + i < ff)
+                            h[(size_t)picks[q + j] * ff + row0 + i] = silu_f(res[2 * i][j]) * res[2 * i + 1][j];
+    }
+}
+
+// Down of group blockIdx.y's expert over its picks into y[pick][row], RPW
+// rows a warp (tiles of TCU_MOE_ROWS * RPW rows); the last block of a row
+// tile to finish (cnt) sums each token's picks in expert order, weighted,
+// and adds the sum to x.
+template <int KIND, int RPW>
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
+    moe_down_kernel(int dim, int ff, int group, int K, const grp_rec *rec, const int32_t *meta, const int32_t *picks,
+                    const float *h, float *y, const float *wt, int32_t *cnt, float *x, int T)
+{
+    pdl_wait();
+    pdl_trigger();
+    const grp_rec &R = rec[blockIdx.y];
+    const int p0 = R.p0, p1 = R.p1;
+    if (p0 == p1)
+        return;
+    constexpr int TILE = TCU_MOE_ROWS * RPW;
+    const int row0 = blockIdx.x * TILE + (threadIdx.x >> 5) * RPW;
+    if (row0 < dim) {
+        const size_t rb = row_bytes(KIND, ff), ng = unit_t<KIND>::Q ? (size_t)ff / group : 0;
+        const uint8_t *wr[RPW];
+        const float *sr[RPW];
+#pragma unroll
+        for (int i = 0; i < RPW; i++) {
+            const int row = row0 + i < dim ? row0 + i : row0;
+            wr[i] = (const uint8_t *)R.p[2] + (size_t)row * rb;
+            sr[i] = unit_t<KIND>::Q ? (const float *)R.p[5] + (size_t)row * ng * 2 : nullptr;
+        }
+        for (int q = p0; q < p1; q += NT) {
+            const int n = p1 - q < NT ? p1 - q : NT;
+            float res[RPW][NT];
+            warp_rows<KIND, RPW, false, 4>(wr, sr, ff, group, h, picks + q, 1, 0, n, res);
+            if ((threadIdx.x & 31) == 0)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    if (j < n)
+#pragma unroll
+                        for (int i = 0; i < RPW; i++)
+                            if (row0 + i < dim)
+                                y[(size_t)picks[q + j] * dim + row0 + i] = res[i][j];
+        }
+    }
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&cnt[blockIdx.x], 1) == __ldcg(meta) - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const int r0 = blockIdx.x * TILE;
+    for (int i = threadIdx.x; i < T * TILE; i += blockDim.x) {
+        const int t = i / TILE, r = r0 + i % TILE;
+        if (r >= dim)
+            continue;
+        float o = 0.0f;
+        for (int k = 0; k < K; k++)
+            o += __ldcg(y + ((size_t)t * K + k) * dim + r) * __ldcg(wt + (size_t)t * K + k);
+        x[(size_t)t * dim + r] += o;
+    }
+    if (threadIdx.x == 0)
+        cnt[blockIdx.x] = 0;
+}
+
+template <int KIND>
+int router_launch(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, cudaStream_t st)
+{
+    return launch_pdl(pdl, moe_router_kernel<KIND>, dim3((r.n_out + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS),
+                      dim3(TCU_MOE_ROWS * 32), 0, st, (const uint8_t *)r.w, r.sb, r.n_out, n_in, r.group, xn, T, rl);
+}
+
+// Rows a warp: gate/up two for 4-bit (registers allow), else one; down
+// four (its rows are narrow: 768 wide for Qwen3-30B-A3B).
+template <int KIND> constexpr int gu_rpw() { return 1; }
+constexpr int DOWN_RPW = 4;
+
+template <int KIND>
+int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
+                   cudaStream_t st)
+{
+    const int G = e.n_expert < T * e.n_used ? e.n_expert : T * e.n_used;
+    const int32_t *picks = s.meta + 2 + 2 * G;
+    const grp_rec *rec = (const grp_rec *)s.grp;
+    const dim3 blk(TCU_MOE_ROWS * 32);
+    constexpr int GR = gu_rpw<KIND>();
+    const int gu_rows = TCU_MOE_ROWS * GR, dn_rows = TCU_MOE_ROWS * DOWN_RPW;
+    int rc = launch_pdl(pdl, moe_gu_kernel<KIND, GR>, dim3((e.ff + gu_rows - 1) / gu_rows, G), blk, 0, st, e.dim, e.ff,
+                        e.group, e.n_used, rec, picks, xn, s.h);
+    if (rc)
+        return rc;
+    return launch_pdl(pdl, moe_down_kernel<KIND, DOWN_RPW>, dim3((e.dim + dn_rows - 1) / dn_rows, G), blk, 0, st,
+                      e.dim, e.ff, e.group, e.n_used, rec, (const int32_t *)s.meta, picks, (const float *)s.h, s.y,
+                      (const float *)s.wt, s.cnt, x, T);
+}
+
+int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, cudaStream_t st)
+{
+    switch (r.kind) {
+    case TCU_F32: return router_launch<TCU_F32>(r, n_in, xn, T, rl, pdl, st);
+    case TCU_BF16: return router_launch<TCU_BF16>(r, n_in, xn, T, rl, pdl, st);
+    case TCU_F16: return router_launch<TCU_F16>(r, n_in, xn, T, rl, pdl, st);
+    case TCU_Q4: return router_launch<TCU_Q4>(r, n_in, xn, T, rl, pdl, st);
+    case TCU_Q8: return router_launch<TCU_Q8>(r, n_in, xn, T, rl, pdl, st);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+template <int KIND>
+int gate_launch(const tcu_experts &e, const float *x, const float *ng, float eps, float *xn, int T, int G,
+                const tcu_moe_scratch &s, bool pdl, cudaStream_t st)
+{
+    const tcu_mat &r = e.router;
+    const int tiles = (e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
+    return launch_pdl(pdl, moe_gate_kernel<KIND>, dim3((r.n_out + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS),
+                      dim3(TCU_MOE_ROWS * 32), (size_t)2 * e.n_expert * sizeof(int), st, (const uint8_t *)r.w, r.sb,
+                      r.n_out, e.dim, r.group, x, ng, eps, xn, T, s.rl, G, s.wt, s.sel, s.meta, s.cnt + tiles, e,
+                      (grp_rec *)s.grp);
+}
+
+int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, float *xn, int T, int G,
+             const tcu_moe_scratch &s, bool pdl, cudaStream_t st)
+{
+    switch (e.router.kind) {
+    case TCU_F32: return gate_launch<TCU_F32>(e, x, ng, eps, xn, T, G, s, pdl, st);
+    case TCU_BF16: return gate_launch<TCU_BF16>(e, x, ng, eps, xn, T, G, s, pdl, st);
+    case TCU_F16: return gate_launch<TCU_F16>(e, x, ng, eps, xn, T, G, s, pdl, st);
+    case TCU_Q4: return gate_launch<TCU_Q4>(e, x, ng, eps, xn, T, G, s, pdl, st);
+    case TCU_Q8: return gate_launch<TCU_Q8>(e, x, ng, eps, xn, T, G, s, pdl, st);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
+                cudaStream_t st)
+{
+    switch (e.kind) {
+    case TCU_F32: return experts_launch<TCU_F32>(e, s, xn, x, T, pdl, st);
+    case TCU_BF16: return experts_launch<TCU_BF16>(e, s, xn, x, T, pdl, st);
+    case TCU_F16: return experts_launch<TCU_F16>(e, s, xn, x, T, pdl, st);
+    case TCU_Q4: return experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, st);
+    case TCU_Q8: return experts_launch<TCU_Q8>(e, s, xn, x, T, pdl, st);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+} // namespace
+
+extern "C" size_t tcu_moe_meta_len(int n_expert, int n_used, int T)
+{
+    const long G = n_expert < (long)T * n_used ? n_expert : (long)T * n_used;
+    return (size_t)(2 + 2 * G + (long)T * n_used);
+}
+
+extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x, const float *norm_g, float norm_eps,
+                       float *xn, int T, const tcu_opts *o, tcu_stream stream)
+{
+    const tcu_opts &op = opts_or_default(o);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (T < 1)
+        return 0;
+    if (e->n_expert > TCU_MOE_MAX_EXPERTS || e->n_used > TCU_MOE_MAX_USED || e->n_used > e->n_expert ||
+        e->dim % 8 || e->ff % 8 || ((e->kind == TCU_Q4 || e->kind == TCU_Q8) && e->group % 8))
+        return (int)cudaErrorInvalidValue;
+    const int G = e->n_expert < T * e->n_used ? e->n_expert : T * e->n_used;
+    int rc;
+    {
+    PROF(TCU_PROF_NORM, st); /* the profile's categories: norm + router + routing as "norm", the experts as "other" */
+    if (T <= FUSE_T) {
+        rc = gate_any(*e, x, norm_g, norm_eps, xn, T, G, *s, op.pdl, st);
+    } else {
+        rc = launch_pdl(op.pdl, moe_norm_kernel, dim3((T + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS), dim3(TCU_MOE_ROWS * 32),
+                        0, st, (const float *)x, norm_g, norm_eps, xn, T, e->dim);
+        if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, st)))
+            return rc;
+        rc = launch_pdl(op.pdl, moe_route_kernel, dim3(1), dim3(1024), (size_t)2 * e->n_expert * sizeof(int), st,
+                        (const float *)s->rl, T, G, s->wt, s->sel, s->meta, *e, (grp_rec *)s->grp);
+    }
+    }
+    if (rc)
+        return rc;
+    PROF(TCU_PROF_OTHER, st);
+    return experts_any(*e, *s, xn, x, T, op.pdl, st);
+}
