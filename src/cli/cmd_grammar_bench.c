@@ -216,6 +216,7 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
 
     long schemas = 0, compiled = 0, unsupported = 0, failed = 0, valid_total = 0, valid_acc = 0,
          invalid_total = 0, invalid_acc = 0, mismatch = 0, errors = 0;
+    long long walks = 0, walk_nodes = 0, class_walks = 0;
     dvec masks = {0}, comp = {0}, ttfm = {0};
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *mask = calloc(nw, sizeof *mask);
@@ -334,6 +335,11 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
             printf("{\"file\": \"%s\", \"status\": \"compiled\", \"compile_ms\": %.3f, \"valid\": %ld, "
                    "\"valid_accepted\": %ld, \"invalid\": %ld, \"invalid_accepted\": %ld}\n",
                    names[f], (t1 - t0) * 1e3, f_valid, f_valid_acc, f_invalid, f_invalid_acc);
+        grammar_compiled_stats gs;
+        grammar_compiled_stats_get(cg, &gs);
+        walks += gs.entries + gs.children;
+        walk_nodes += gs.walk_nodes;
+        class_walks += gs.class_walks;
         grammar_matcher_free(m);
         grammar_compiled_free(cg);
         free(ebnf);
@@ -351,10 +357,11 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
            "\"first_mask_ms_p50\": %.3f, \"masks\": %zu, "
            "\"mask_us_avg\": %.2f, \"mask_us_p50\": %.2f, \"mask_us_p99\": %.2f, \"mask_us_max\": %.1f, "
            "\"valid_total\": %ld, \"valid_accepted\": %ld, \"invalid_total\": %ld, \"invalid_accepted\": %ld, "
-           "\"token_vs_byte_mismatch\": %ld, \"errors\": %ld}\n",
+           "\"token_vs_byte_mismatch\": %ld, \"errors\": %ld, \"walks\": %lld, \"class_walks\": %lld, "
+           "\"walk_nodes\": %lld}\n",
            schemas, compiled, unsupported, failed, pct(&comp, 0.5), cavg, pct(&comp, 0.99), pct(&ttfm, 0.5),
            masks.n, mavg, pct(&masks, 0.5), pct(&masks, 0.99), masks.n ? masks.v[masks.n - 1] : 0.0, valid_total,
-           valid_acc, invalid_total, invalid_acc, mismatch, errors);
+           valid_acc, invalid_total, invalid_acc, mismatch, errors, walks, class_walks, walk_nodes);
     free(masks.v);
     free(comp.v);
     free(ttfm.v);
