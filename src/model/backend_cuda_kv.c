@@ -35,15 +35,21 @@ size_t cu_kvm_bytes(const kv_pool *kv)
 
 int cu_kvm_matches(const cu_kvm *m, const kv_pool *kv)
 {
-    return m->host == kv && m->k && m->n_layer == kv->n_layer && m->n_blocks == kv->n_blocks &&
-           m->block_size == kv->block_size && m->kv_dim == kv->kv_dim && m->head_dim == kv->head_dim &&
-           m->n_sink == kv->n_sink;
+    if (!(m->host == kv && m->k && m->fmt && m->n_layer == kv->n_layer && m->n_blocks == kv->n_blocks &&
+          m->block_size == kv->block_size && m->kv_dim == kv->kv_dim && m->head_dim == kv->head_dim &&
+          m->n_sink == kv->n_sink && m->bytes == cu_kvm_bytes(kv)))
+        return 0;
+    for (int l = 0; l < kv->n_layer; l++)
+        if (m->fmt[2 * l] != (uint8_t)kv->layers[l].type || m->fmt[2 * l + 1] != (uint8_t)kv->layers[l].sink_type)
+            return 0;
+    return 1;
 }
 
 void cu_kvm_clear(cu_kvm *m)
 {
     free(m->off);
     free(m->layers);
+    free(m->fmt);
     memset(m, 0, sizeof *m);
 }
 
@@ -63,7 +69,8 @@ int cu_kvm_set(cu_kvm *m, const kv_pool *kv, void *k, void *v, tern_err *err)
                             TCU_KV_HEAD_MAX, kv->head_dim);
     m->off = calloc((size_t)kv->n_layer, sizeof *m->off);
     m->layers = calloc((size_t)kv->n_layer, sizeof *m->layers);
-    if (!m->off || !m->layers) {
+    m->fmt = calloc((size_t)kv->n_layer * 2, 1);
+    if (!m->off || !m->layers || !m->fmt) {
         cu_kvm_clear(m);
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
     }
@@ -77,11 +84,14 @@ int cu_kvm_set(cu_kvm *m, const kv_pool *kv, void *k, void *v, tern_err *err)
     m->typed = typed;
     m->k = k;
     m->v = v;
+    m->bytes = cu_kvm_bytes(kv);
     size_t off = 0;
     for (int l = 0; l < kv->n_layer; l++) {
         const kv_layer *L = &kv->layers[l];
         tcu_kv *d = &m->layers[l];
         m->off[l] = off;
+        m->fmt[2 * l] = (uint8_t)L->type;
+        m->fmt[2 * l + 1] = (uint8_t)L->sink_type;
         d->k = k;
         d->v = v;
         d->n_blocks = kv->n_blocks;

@@ -20,6 +20,9 @@ typedef struct cu_kvm {
     int n_layer, n_blocks, block_size, kv_dim, head_dim, n_sink;
     int typed;           /* some layer is not f32, or the pool has sink blocks */
     uint8_t *k, *v;      /* device storage: cu_kvm_bytes each (the caller's) */
+    size_t bytes;        /* of k (and of v) */
+    uint8_t *fmt;        /* [n_layer][2] each layer's type and sink type (a pool made anew at the same
+                            address and shape but other types is not the same mirror) */
     size_t *off;         /* [n_layer] byte offset of layer l in k and in v */
     tcu_kv *layers;      /* [n_layer] what a launch of layer l takes */
 } cu_kvm;
@@ -29,7 +32,7 @@ typedef struct cu_kvm {
 unsigned cu_kvm_types(void);
 /* Bytes of device storage for kv's K (and as many for V). */
 size_t cu_kvm_bytes(const kv_pool *kv);
-/* m already mirrors kv in its current shape. */
+/* m already mirrors kv in its current shape and types. */
 int cu_kvm_matches(const cu_kvm *m, const kv_pool *kv);
 /* m describes kv over device storage k, v (cu_kvm_bytes each): clears m's
  * table first. TERN_ENOMEM; TERN_EUNSUPPORTED for a type the kernels do

@@ -31,6 +31,7 @@
 #include "base/rng.h"
 #include "model/backend_cuda.h"
 #include "model/model_int.h"
+#include "tensor/kernels.h"
 #include "test_util.h"
 #ifdef TERN_CUDA
 #include <cuda_runtime.h>
@@ -517,6 +518,9 @@ static void test_kv_goldens(void **state)
 
 int main(void)
 {
+    /* the CPU reference with f32-exact products, and the GPU models too (--exact-products reaches the
+     * backend's options): the forwards then differ only in the order of sums */
+    tern_kernels_exact_set(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_declared),    cmocka_unit_test(test_kv_attention), cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_kv_forward), cmocka_unit_test(test_kv_goldens),
