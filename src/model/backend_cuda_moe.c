@@ -357,7 +357,7 @@ int cu_moe_scratch_ensure(cu_moe *x, int T, int *grown, tern_err *err)
     int ct = T > 2 * x->cap_t ? T : 2 * x->cap_t;
     tcu_moe_scratch *s = &x->s;
     void **bufs[] = {(void **)&s->rl, (void **)&s->wt, (void **)&s->h, (void **)&s->y, (void **)&s->sel,
-                     (void **)&s->meta, (void **)&s->cnt, &s->grp};
+                     (void **)&s->meta, (void **)&s->cnt};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
         moe_free_one(x, *bufs[i]);
         *bufs[i] = NULL;
@@ -367,8 +367,7 @@ int cu_moe_scratch_ensure(cu_moe *x, int T, int *grown, tern_err *err)
     size_t tk = (size_t)ct * x->K, tiles = (size_t)(x->dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 1;
     size_t sizes[] = {(size_t)ct * x->E * sizeof(float), tk * sizeof(float), tk * x->ff * sizeof(float),
                       tk * x->dim * sizeof(float), tk * sizeof(int32_t),
-                      tcu_moe_meta_len(x->E, x->K, ct) * sizeof(int32_t), tiles * sizeof(int32_t),
-                      (size_t)(x->E < (long)ct * x->K ? x->E : (long)ct * x->K) * 64};
+                      tcu_moe_meta_len(x->E, x->K, ct) * sizeof(int32_t), tiles * sizeof(int32_t)};
     int rc;
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if ((rc = moe_alloc(x, bufs[i], sizes[i], err)))

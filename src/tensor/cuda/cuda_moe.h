@@ -65,7 +65,6 @@ typedef struct tcu_experts {
 typedef struct tcu_moe_scratch {
     float *rl, *wt, *h, *y;
     int32_t *sel, *meta, *cnt;
-    void *grp; /* [min(n_expert, T K)] 64-byte group records */
 } tcu_moe_scratch;
 
 /* ints of meta for T tokens */

@@ -14,12 +14,13 @@
 
 namespace {
 
-constexpr int NT = 4; // tokens a pass (accumulators in registers)
+constexpr int NT = 8; // tokens a pass (accumulators in registers)
 constexpr int CH = 8; // 32-unit chunks of a row in registers at once
 
 template <int KIND> struct unit_t {
     static constexpr int WORDS = KIND == TCU_F32 ? 8 : KIND == TCU_Q8 ? 2 : KIND == TCU_Q4 ? 1 : 4;
     static constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
+    static constexpr int CHN = KIND == TCU_F32 ? 4 : CH; // f32: 64 registers as for the others
 };
 
 __device__ __forceinline__ size_t row_bytes(int kind, int n_in)
@@ -82,13 +83,13 @@ __device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, flo
 // pairs (quantized kinds).
 // NORM: X is the residual and the input is its RMSNorm, (x * rn[j]) * ng as
 // the norm kernel rounds it (rn: the tokens' factors, ng: the gain).
-template <int KIND, int NM, bool NORM = false, int C = KIND == TCU_F32 ? 4 : CH> // f32: 64 registers as the others
+template <int KIND, int NM, bool NORM = false>
 __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const float *const *sbrow, int n_in, int group,
                                           const float *X, const int32_t *pk, int div, int base, int n,
                                           float (&res)[NM][NT], const float *ng = nullptr, const float *rn = nullptr)
 {
     using U = unit_t<KIND>;
-    constexpr int W = U::WORDS;
+    constexpr int W = U::WORDS, C = U::CHN;
     const int lane = threadIdx.x & 31, units = n_in / 8;
     float acc[NM][NT];
 #pragma unroll
@@ -148,22 +149,22 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
         }
     }
 #pragma unroll
-    for (int j = 0; j < NT; j++)
+    for (int m = 0; m < NM; m++)
 #pragma unroll
-        for (int m = 0; m < NM; m++)
-            res[m][j] = j < n ? warp_sum(acc[m][j]) : 0.0f;
+        for (int j = 0; j < NT; j++)
+            res[m][j] = warp_sum(acc[m][j]);
 }
-
-// A group's record, written by the routing: the expert's six pointers (its
-// table row when routed), its picks [p0, p1) in meta's list (p0 == p1: no
-// group) - one 64-byte line the expert kernels read before their weights.
-struct __align__(64) grp_rec {
-    const void *p[6];
-    int p0, p1, e, pad;
-};
 
 // meta layout (cuda_moe.h): [0] groups, [1, 1 + G) their experts, [1 + G,
 // 2 + 2G) their first picks (and the end), then the picks t K + k grouped.
+struct meta_v {
+    const int32_t *m;
+    int G;
+    __device__ int groups() const { return m[0]; }
+    __device__ int expert(int g) const { return m[1 + g]; }
+    __device__ int start(int g) const { return m[1 + G + g]; }
+    __device__ const int32_t *picks() const { return m + 2 + 2 * G; }
+};
 
 // The router: rl[t][e] = router[e] . xn[t], a warp a row, all T tokens.
 template <int KIND>
@@ -195,7 +196,7 @@ constexpr int MAXV = TCU_MOE_MAX_EXPERTS / 32;
 // 2 E ints of shared memory. rl is read through L2 (other blocks of the
 // caller's grid may have written it).
 __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk, int G, float *wt, int32_t *sel,
-                            int32_t *meta, int *sh, const tcu_experts &ex, grp_rec *rec)
+                            int32_t *meta, int *sh)
 {
     __shared__ int ssel[32][TCU_MOE_MAX_USED];
     __shared__ float swt[32][TCU_MOE_MAX_USED];
@@ -311,37 +312,16 @@ __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk,
                 picks[at + __popc(b & ((1u << lane) - 1u))] = i;
             at += __popc(b);
         }
-    __syncthreads();
-    /* the groups' records (empty past the step's groups), and the picks counted */
-    const int ng = meta[0];
-    for (int g = threadIdx.x; g < G; g += blockDim.x) {
-        grp_rec r = {};
-        if (g < ng) {
-            const int e = meta[1 + g];
-            const void *const *t = ex.tab + (size_t)e * 6;
-            for (int k = 0; k < 6; k++)
-                r.p[k] = t[k];
-            r.p0 = meta[1 + G + g];
-            r.p1 = meta[2 + G + g];
-            r.e = e;
-            if (ex.used) {
-                ex.used[e] = 1;
-                const bool hit = r.p[0] >= ex.cache_lo && r.p[0] < ex.cache_hi;
-                atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
-            }
-        }
-        rec[g] = r;
-    }
     }
 }
 
-__global__ void __launch_bounds__(1024) moe_route_kernel(const float *rl, int T, int G, float *wt, int32_t *sel,
-                                                         int32_t *meta, tcu_experts ex, grp_rec *rec)
+__global__ void __launch_bounds__(1024) moe_route_kernel(const float *rl, int T, int E, int K, int norm_topk, int G,
+                                                         float *wt, int32_t *sel, int32_t *meta)
 {
     pdl_wait();
     pdl_trigger();
     extern __shared__ int sh[];
-    route_block(rl, T, ex.n_expert, ex.n_used, ex.norm_topk, G, wt, sel, meta, sh, ex, rec);
+    route_block(rl, T, E, K, norm_topk, G, wt, sel, meta, sh);
 }
 
 constexpr int FUSE_T = 64; // steps up to this many tokens take moe_gate_kernel
@@ -384,8 +364,8 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
 template <int KIND>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     moe_gate_kernel(const uint8_t *w, const float *sb, int n_out, int n_in, int group, const float *x, const float *ng,
-                    float eps, float *xn, int T, float *rl, int G, float *wt, int32_t *sel, int32_t *meta,
-                    int32_t *cnt, tcu_experts ex, grp_rec *rec)
+                    float eps, float *xn, int T, float *rl, int K, int norm_topk, int G, float *wt, int32_t *sel,
+                    int32_t *meta, int32_t *cnt)
 {
     pdl_wait();
     pdl_trigger();
@@ -424,113 +404,103 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     if (!last)
         return;
     __threadfence();
-    route_block(rl, T, n_out, ex.n_used, ex.norm_topk, G, wt, sel, meta, sh, ex, rec);
+    route_block(rl, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
     if (threadIdx.x == 0)
         *cnt = 0;
 }
 
-// Gate and up of group blockIdx.y's expert over its picks, RPW rows a
-// warp: h[pick][row] = silu(gate) * up.
-template <int KIND, int RPW>
-__global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
-    moe_gu_kernel(int dim, int ff, int group, int K, const grp_rec *rec, const int32_t *picks, const float *xn,
-                  float *h)
+// Gate and up of group blockIdx.y's expert over its picks: h[pick][row] =
+// silu(gate) * up.
+template <int KIND>
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts ex, const int32_t *meta, int G,
+                                                                   const float *xn, float *h)
 {
     pdl_wait();
     pdl_trigger();
-    const grp_rec &R = rec[blockIdx.y];
-    const int p0 = R.p0, p1 = R.p1;
-    if (p0 == p1)
+    const meta_v mv{meta, G};
+    const int g = blockIdx.y;
+    if (g >= mv.groups())
         return;
-    const int row0 = (blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5)) * RPW;
-    if (row0 >= ff)
+    const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
+    if (row >= ex.ff)
         return;
-    const size_t rb = row_bytes(KIND, dim), ng = unit_t<KIND>::Q ? (size_t)dim / group : 0;
-    const uint8_t *wr[2 * RPW];
-    const float *sr[2 * RPW];
-#pragma unroll
-    for (int i = 0; i < RPW; i++) {
-        const int row = row0 + i < ff ? row0 + i : row0; /* a short last warp repeats its first row */
-        for (int k = 0; k < 2; k++) {
-            wr[2 * i + k] = (const uint8_t *)R.p[k] + (size_t)row * rb;
-            sr[2 * i + k] = unit_t<KIND>::Q ? (const float *)R.p[3 + k] + (size_t)row * ng * 2 : nullptr;
-        }
+    const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
+    const void *const *tab = ex.tab + (size_t)e * 6;
+    if (ex.used && blockIdx.x == 0 && threadIdx.x == 0) { /* the step's pick of e, and where it is read from */
+        ex.used[e] = 1;
+        const bool hit = tab[0] >= ex.cache_lo && tab[0] < ex.cache_hi;
+        atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
     }
+    const size_t rb = row_bytes(KIND, ex.dim);
+    const uint8_t *wr[2] = {(const uint8_t *)tab[0] + (size_t)row * rb, (const uint8_t *)tab[1] + (size_t)row * rb};
+    const size_t ng = unit_t<KIND>::Q ? (size_t)ex.dim / ex.group : 0;
+    const float *sr[2] = {unit_t<KIND>::Q ? (const float *)tab[3] + (size_t)row * ng * 2 : nullptr,
+                          unit_t<KIND>::Q ? (const float *)tab[4] + (size_t)row * ng * 2 : nullptr};
+    const int32_t *pk = mv.picks();
     for (int q = p0; q < p1; q += NT) {
         const int n = p1 - q < NT ? p1 - q : NT;
-        float res[2 * RPW][NT];
-        warp_rows<KIND, 2 * RPW>(wr, sr, dim, group, xn, picks + q, K, 0, n, res);
+        float res[2][NT];
+        warp_rows<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int j = 0; j < NT; j++)
                 if (j < n)
-#pragma unroll
-                    for (int i = 0; i < RPW; i++)
-                        if (row0 + i < ff)
-                            h[(size_t)picks[q + j] * ff + row0 + i] = silu_f(res[2 * i][j]) * res[2 * i + 1][j];
+                    h[(size_t)pk[q + j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
     }
 }
 
-// Down of group blockIdx.y's expert over its picks into y[pick][row], RPW
-// rows a warp (tiles of TCU_MOE_ROWS * RPW rows); the last block of a row
-// tile to finish (cnt) sums each token's picks in expert order, weighted,
-// and adds the sum to x.
-template <int KIND, int RPW>
-__global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
-    moe_down_kernel(int dim, int ff, int group, int K, const grp_rec *rec, const int32_t *meta, const int32_t *picks,
-                    const float *h, float *y, const float *wt, int32_t *cnt, float *x, int T)
+// Down of group blockIdx.y's expert over its picks into y[pick][row]; the
+// last block of a row tile to finish (cnt) sums each token's picks in
+// expert order, weighted, and adds the sum to x.
+template <int KIND>
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts ex, const int32_t *meta, int G,
+                                                                     const float *h, float *y, const float *wt,
+                                                                     int32_t *cnt, float *x, int T)
 {
     pdl_wait();
     pdl_trigger();
-    const grp_rec &R = rec[blockIdx.y];
-    const int p0 = R.p0, p1 = R.p1;
-    if (p0 == p1)
+    const meta_v mv{meta, G};
+    const int g = blockIdx.y, ng_all = mv.groups();
+    if (g >= ng_all)
         return;
-    constexpr int TILE = TCU_MOE_ROWS * RPW;
-    const int row0 = blockIdx.x * TILE + (threadIdx.x >> 5) * RPW;
-    if (row0 < dim) {
-        const size_t rb = row_bytes(KIND, ff), ng = unit_t<KIND>::Q ? (size_t)ff / group : 0;
-        const uint8_t *wr[RPW];
-        const float *sr[RPW];
-#pragma unroll
-        for (int i = 0; i < RPW; i++) {
-            const int row = row0 + i < dim ? row0 + i : row0;
-            wr[i] = (const uint8_t *)R.p[2] + (size_t)row * rb;
-            sr[i] = unit_t<KIND>::Q ? (const float *)R.p[5] + (size_t)row * ng * 2 : nullptr;
-        }
+    const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
+    if (row < ex.dim) {
+        const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
+        const void *const *tab = ex.tab + (size_t)e * 6;
+        const size_t rb = row_bytes(KIND, ex.ff);
+        const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)row * rb;
+        const float *sr = unit_t<KIND>::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+        const int32_t *pk = mv.picks();
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
-            float res[RPW][NT];
-            warp_rows<KIND, RPW, false, 4>(wr, sr, ff, group, h, picks + q, 1, 0, n, res);
+            float res[1][NT];
+            warp_rows<KIND, 1>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
                     if (j < n)
-#pragma unroll
-                        for (int i = 0; i < RPW; i++)
-                            if (row0 + i < dim)
-                                y[(size_t)picks[q + j] * dim + row0 + i] = res[i][j];
+                        y[(size_t)pk[q + j] * ex.dim + row] = res[0][j];
         }
     }
     __shared__ int last;
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
-        last = atomicAdd(&cnt[blockIdx.x], 1) == __ldcg(meta) - 1;
+        last = atomicAdd(&cnt[blockIdx.x], 1) == ng_all - 1;
     }
     __syncthreads();
     if (!last)
         return;
     __threadfence();
-    const int r0 = blockIdx.x * TILE;
-    for (int i = threadIdx.x; i < T * TILE; i += blockDim.x) {
-        const int t = i / TILE, r = r0 + i % TILE;
-        if (r >= dim)
+    const int K = ex.n_used, r0 = blockIdx.x * TCU_MOE_ROWS;
+    for (int i = threadIdx.x; i < T * TCU_MOE_ROWS; i += blockDim.x) {
+        const int t = i / TCU_MOE_ROWS, r = r0 + i % TCU_MOE_ROWS;
+        if (r >= ex.dim)
             continue;
         float o = 0.0f;
         for (int k = 0; k < K; k++)
-            o += __ldcg(y + ((size_t)t * K + k) * dim + r) * __ldcg(wt + (size_t)t * K + k);
-        x[(size_t)t * dim + r] += o;
+            o += __ldcg(y + ((size_t)t * K + k) * ex.dim + r) * __ldcg(wt + (size_t)t * K + k);
+        x[(size_t)t * ex.dim + r] += o;
     }
     if (threadIdx.x == 0)
         cnt[blockIdx.x] = 0;
@@ -543,28 +513,18 @@ int router_launch(const tcu_mat &r, int n_in, const float *xn, int T, float *rl,
                       dim3(TCU_MOE_ROWS * 32), 0, st, (const uint8_t *)r.w, r.sb, r.n_out, n_in, r.group, xn, T, rl);
 }
 
-// Rows a warp: gate/up two for 4-bit (registers allow), else one; down
-// four (its rows are narrow: 768 wide for Qwen3-30B-A3B).
-template <int KIND> constexpr int gu_rpw() { return 1; }
-constexpr int DOWN_RPW = 4;
-
 template <int KIND>
 int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
                    cudaStream_t st)
 {
     const int G = e.n_expert < T * e.n_used ? e.n_expert : T * e.n_used;
-    const int32_t *picks = s.meta + 2 + 2 * G;
-    const grp_rec *rec = (const grp_rec *)s.grp;
     const dim3 blk(TCU_MOE_ROWS * 32);
-    constexpr int GR = gu_rpw<KIND>();
-    const int gu_rows = TCU_MOE_ROWS * GR, dn_rows = TCU_MOE_ROWS * DOWN_RPW;
-    int rc = launch_pdl(pdl, moe_gu_kernel<KIND, GR>, dim3((e.ff + gu_rows - 1) / gu_rows, G), blk, 0, st, e.dim, e.ff,
-                        e.group, e.n_used, rec, picks, xn, s.h);
+    int rc = launch_pdl(pdl, moe_gu_kernel<KIND>, dim3((e.ff + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
+                        (const int32_t *)s.meta, G, xn, s.h);
     if (rc)
         return rc;
-    return launch_pdl(pdl, moe_down_kernel<KIND, DOWN_RPW>, dim3((e.dim + dn_rows - 1) / dn_rows, G), blk, 0, st,
-                      e.dim, e.ff, e.group, e.n_used, rec, (const int32_t *)s.meta, picks, (const float *)s.h, s.y,
-                      (const float *)s.wt, s.cnt, x, T);
+    return launch_pdl(pdl, moe_down_kernel<KIND>, dim3((e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
+                      (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T);
 }
 
 int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, cudaStream_t st)
@@ -587,8 +547,8 @@ int gate_launch(const tcu_experts &e, const float *x, const float *ng, float eps
     const int tiles = (e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
     return launch_pdl(pdl, moe_gate_kernel<KIND>, dim3((r.n_out + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS),
                       dim3(TCU_MOE_ROWS * 32), (size_t)2 * e.n_expert * sizeof(int), st, (const uint8_t *)r.w, r.sb,
-                      r.n_out, e.dim, r.group, x, ng, eps, xn, T, s.rl, G, s.wt, s.sel, s.meta, s.cnt + tiles, e,
-                      (grp_rec *)s.grp);
+                      r.n_out, e.dim, r.group, x, ng, eps, xn, T, s.rl, e.n_used, e.norm_topk, G, s.wt, s.sel,
+                      s.meta, s.cnt + tiles);
 }
 
 int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, float *xn, int T, int G,
@@ -635,10 +595,9 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     if (e->n_expert > TCU_MOE_MAX_EXPERTS || e->n_used > TCU_MOE_MAX_USED || e->n_used > e->n_expert ||
         e->dim % 8 || e->ff % 8 || ((e->kind == TCU_Q4 || e->kind == TCU_Q8) && e->group % 8))
         return (int)cudaErrorInvalidValue;
+    PROF(TCU_PROF_GEMV, st);
     const int G = e->n_expert < T * e->n_used ? e->n_expert : T * e->n_used;
     int rc;
-    {
-    PROF(TCU_PROF_NORM, st); /* the profile's categories: norm + router + routing as "norm", the experts as "other" */
     if (T <= FUSE_T) {
         rc = gate_any(*e, x, norm_g, norm_eps, xn, T, G, *s, op.pdl, st);
     } else {
@@ -647,11 +606,9 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
         if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, st)))
             return rc;
         rc = launch_pdl(op.pdl, moe_route_kernel, dim3(1), dim3(1024), (size_t)2 * e->n_expert * sizeof(int), st,
-                        (const float *)s->rl, T, G, s->wt, s->sel, s->meta, *e, (grp_rec *)s->grp);
-    }
+                        (const float *)s->rl, T, e->n_expert, e->n_used, e->norm_topk, G, s->wt, s->sel, s->meta);
     }
     if (rc)
         return rc;
-    PROF(TCU_PROF_OTHER, st);
     return experts_any(*e, *s, xn, x, T, op.pdl, st);
 }
