@@ -78,7 +78,7 @@ static const cli_help helps[] = {
      "                             (required, or --ids)\n"
      "  --ids LIST                 token ids, comma-separated (required, or --prompt)\n"
      "  --top K                    logits printed per position (default: 5)\n"
-     "  --lora DIR                 a PEFT LoRA adapter folder applied to the model (CPU; default: none)\n"
+     "  --lora DIR                 a PEFT LoRA adapter folder applied to the model (default: none)\n"
      "  -t, --threads N            CPU threads (default: the physical cores)\n"
      DEVICE_OPTS
      EXPERT_OPTS},
