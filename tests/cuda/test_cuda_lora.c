@@ -10,9 +10,9 @@
  *  - a batch mixing base rows and rows of two adapters at mixed positions,
  *    prompt chunks then decode steps of all rows together: each row gets
  *    the tokens it gets alone and logits within 1e-5;
- *  - a bf16 base with an adapter: the GPU's logits against the CPU's within
- *    bf16's envelope (the adapter's update is there: they are far from the
- *    base's).
+ *  - a bf16 base with an adapter, exact products: the GPU's logits against
+ *    the CPU's within 2e-3 relative (the adapter's update is there: they
+ *    are far from the base's).
  * Fixtures: the random bases of tests/golden/manifest.json and adapters
  * from build/tools/make_lora (TERN_LORA_FIXTURES: a folder already holding
  * them). Skipped without a GPU. */
@@ -31,6 +31,7 @@
 #include "base/json.h"
 #include "model/backend_cuda.h"
 #include "model/lora.h"
+#include "tensor/kernels.h"
 #include "test_util.h"
 
 #define F32_TOL 1e-4
@@ -443,6 +444,10 @@ static void test_bf16_vs_cpu(void **state)
 
 int main(void)
 {
+    /* exact products on both sides (--exact-products): the bf16 comparison
+     * is then of f32-activation products (the default GPU throughput mode
+     * rounds activations to bf16: 7.7e-3 measured against the CPU) */
+    tern_kernels_exact_set(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peft_goldens),
         cmocka_unit_test(test_mixed_batch),
