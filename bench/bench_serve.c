@@ -1002,7 +1002,8 @@ int main(int argc, char **argv)
              colon && (!slash || colon < slash) ? colon + 1 : "80");
     /* --wait: a server still loading its model refuses connections or answers 503 */
     int named = o.model[0] != 0, status = server_model(&o, named);
-    for (double t_wait = tern_time_s() + wait_s; status != 200 && tern_time_s() < t_wait; status = server_model(&o, named))
+    double t_wait = tern_time_s() + wait_s;
+    for (; status != 200 && tern_time_s() < t_wait; status = server_model(&o, named))
         usleep(250000);
     if (status != 200) {
         fprintf(stderr, "bench_serve: %s: GET /v1/models answered %d%s\n", url, status,
@@ -1013,7 +1014,13 @@ int main(int argc, char **argv)
     pthread_mutex_init(&r.mu, NULL);
     /* calibration: prompt tokens of 1 and 51 words give the tokens per word and the template's overhead */
     char why[256] = "";
-    long long p1 = probe(&r, 1, why, sizeof why), p2 = p1 > 0 ? probe(&r, 51, why, sizeof why) : -1;
+    long long p1 = probe(&r, 1, why, sizeof why);
+    /* some servers (llama-server) list their model while it still loads and answer 503 until it is in */
+    while (p1 <= 0 && strstr(why, "503") && tern_time_s() < t_wait) {
+        usleep(250000);
+        p1 = probe(&r, 1, why, sizeof why);
+    }
+    long long p2 = p1 > 0 ? probe(&r, 51, why, sizeof why) : -1;
     if (p1 <= 0 || p2 <= p1) {
         fprintf(stderr, "bench_serve: %s: the calibration request failed: %s\n", url, why);
         return 1;
