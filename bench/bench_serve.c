@@ -929,6 +929,28 @@ out:
     return rc;
 }
 
+/* Writes serve.json (the totals so far) and its reports into o->out_dir:
+ * after every level, so a run cut short keeps what it measured. */
+static int run_save(json_object *run, const serve_run *r, const serve_opts *o)
+{
+    json_object *tot = json_object_new_object();
+    json_object_object_add(tot, "requests", json_object_new_int64(r->sent_requests));
+    json_object_object_add(tot, "prompt_tokens", json_object_new_int64(r->sent_prompt));
+    json_object_object_add(tot, "completion_tokens", json_object_new_int64(r->sent_completion));
+    json_object_object_add(run, "totals", tot);
+    mkdir(o->out_dir, 0755);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/serve.json", o->out_dir);
+    int rc = 0;
+    if (json_object_to_file_ext(path, run, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED)) {
+        fprintf(stderr, "bench_serve: cannot write %s\n", path);
+        rc = 1;
+    }
+    if (report_write(o->out_dir, "serve", &run, 1) < 0)
+        rc = 1;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     serve_opts o = {.chat = 1, .duration_s = 15, .ignore_eos = 1, .seed = 1, .out_dir = "."};
@@ -1079,23 +1101,11 @@ int main(int argc, char **argv)
         free(lv.reqs);
         free(lv.max_tokens);
         free(lv.in_target);
+        if (run_save(run, &r, &o))
+            rc = 1;
         if (!o.drain && i + 1 < o.n_levels)
             usleep(500000); /* the server cancels what the clients closed */
     }
-    json_object *tot = json_object_new_object();
-    json_object_object_add(tot, "requests", json_object_new_int64(r.sent_requests));
-    json_object_object_add(tot, "prompt_tokens", json_object_new_int64(r.sent_prompt));
-    json_object_object_add(tot, "completion_tokens", json_object_new_int64(r.sent_completion));
-    json_object_object_add(run, "totals", tot);
-    mkdir(o.out_dir, 0755);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/serve.json", o.out_dir);
-    if (json_object_to_file_ext(path, run, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED)) {
-        fprintf(stderr, "bench_serve: cannot write %s\n", path);
-        rc = 1;
-    }
-    if (report_write(o.out_dir, "serve", &run, 1) < 0)
-        rc = 1;
     json_object_put(run);
     pthread_mutex_destroy(&r.mu);
     return rc;

@@ -25,6 +25,7 @@ rc=0
 run() {
     local name=$1 port=$2
     shift 2
+    echo "== $name: $*"
     "$@" > "$out/$name.server.log" 2>&1 &
     local pid=$!
     "$BENCH_SERVE" --url "http://127.0.0.1:$port" --wait 300 --clients "$clients" --duration "$secs" \
