@@ -55,10 +55,13 @@ if [ "${ONLY:-llama}" != tern ]; then
     fi
     tpl=()
     [ -e "$model/chat_template.jinja" ] && tpl=(--chat-template-file "$model/chat_template.jinja")
-    # -np slots for every client, one KV buffer shared by them (-kvu) holding every slot's longest request
+    # -np: a slot per client, each with its own 2048-token KV stream (no -kvu: with one buffer shared by 128
+    # slots every step attended over the whole buffer - the first H200 run, docs/benchmarks.md; KVU=1 puts it back)
+    kvu=()
+    [ "${KVU:-0}" = 1 ] && kvu=(-kvu)
     # shellcheck disable=SC2086
-    run llama-server 18572 "$LLAMA_SERVER" -m "$gguf" --host 127.0.0.1 --port 18572 -ngl 99 -fa on -np "$max" -kvu \
-        -c $((max * 2048)) "${tpl[@]}" ${LLAMA_ARGS:-}
+    run llama-server 18572 "$LLAMA_SERVER" -m "$gguf" --host 127.0.0.1 --port 18572 -ngl 99 -fa on -np "$max" \
+        "${kvu[@]}" -c $((max * 2048)) "${tpl[@]}" ${LLAMA_ARGS:-}
 fi
 if [ -z "${ONLY:-}" ]; then
     "$BENCH_SERVE" --compare "$out/tern/serve.json" "$out/llama-server/serve.json" --out "$out" || rc=1
