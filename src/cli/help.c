@@ -107,8 +107,10 @@ static const cli_help helps[] = {
      "                             and a trailing newline is allowed\n"
      "  masks --tokenizer DIR SPEC --input FILE [--list] [--final]\n"
      "                             the allowed-token mask before each token of the input\n"
-     "  bench --tokenizer DIR --data DIR [--limit N] [--jsonl]\n"
-     "                             compile and mask timings over a folder of schemas (default limit: all)\n"
+     "  bench --tokenizer DIR --data DIR [--limit N] [--match STR] [--jsonl [--slow-us N]]\n"
+     "                             compile and mask timings over a folder of schemas (default limit: all;\n"
+     "                             --match: only files whose name holds STR; --slow-us: a record per mask\n"
+     "                             slower than N us in the --jsonl output)\n"
      "SPEC: --schema FILE | --ebnf FILE | --regex RE | --choice JSON_ARRAY | --json (any JSON value)\n"
      "  --any-whitespace=false     JSON without free whitespace (default: true)\n"
      "  --max-whitespace N|none    longest whitespace run in JSON (default: 20)\n"},
