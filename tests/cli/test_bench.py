@@ -151,5 +151,16 @@ with tempfile.TemporaryDirectory() as tmp:
     check(rep["summary"]["failed_cells"] == 1, "summary counts the failed cell")
     check("## Failed cells (1)" in open(os.path.join(out2, "report.md")).read(), "report.md lists the failed cell")
 
+    # A machine without gnuplot: the reports are written, the missing plots are a warning, the exit status 0.
+    out3 = os.path.join(tmp, "noplot")
+    p = subprocess.run([TERN, "bench", MODEL, "--out", out3, "--quick", "--streams", "1", "--requests", "1",
+                        "--max-tokens", "4", "--features", "plain", "--kv-types", ""], capture_output=True, text=True,
+                       timeout=900, env=dict(os.environ, PATH=os.path.join(tmp, "no-such-dir")))
+    check(p.returncode == 0, "bench without gnuplot exits 0 (%d: %s)" % (p.returncode, p.stderr[-300:]))
+    check("gnuplot is not installed" in p.stderr, "bench without gnuplot says the plots were not made")
+    check(os.path.exists(os.path.join(out3, "report.md")) and os.path.exists(os.path.join(out3, "plots.gp")),
+          "bench without gnuplot still writes the reports and the plot script")
+    check(not os.path.exists(os.path.join(out3, "throughput.png")), "no plot appears without gnuplot")
+
 print("%d failed" % failures)
 sys.exit(1 if failures else 0)
