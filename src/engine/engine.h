@@ -57,6 +57,9 @@ typedef struct engine_opts {
     size_t kv_disk_budget_bytes;
     int kv_disk_zstd;
     uint64_t kv_disk_model_id;
+    /* Threads computing a step's grammar masks together (masks.c): 0 = one
+     * per physical core up to 8, 1 = inline on the step's thread. */
+    int mask_threads;
 } engine_opts;
 
 void engine_opts_default(engine_opts *o);

@@ -15,7 +15,7 @@
 
 /* Rows per mask thread below which a step's masks are computed inline. */
 #define ENGINE_MASK_MIN_ROWS 2
-/* Mask threads at most (TERN_MASK_THREADS overrides; 1 = inline). */
+/* Mask threads at most (engine_opts.mask_threads; 1 = inline). */
 #define ENGINE_MASK_MAX_THREADS 8
 
 /* The grammar masks of r's output positions j .. j + n_spec: position i's
@@ -53,10 +53,9 @@ static void masks_run(void *ctx, long begin, long end, int worker)
     }
 }
 
-static int mask_threads(void)
+static int mask_threads(const tern_engine *e)
 {
-    const char *s = getenv("TERN_MASK_THREADS");
-    int n = s && *s ? atoi(s) : tern_cpu_physical_count();
+    int n = e->o.mask_threads > 0 ? e->o.mask_threads : tern_cpu_physical_count();
     if (n > ENGINE_MASK_MAX_THREADS)
         n = ENGINE_MASK_MAX_THREADS;
     return n < 1 ? 1 : n;
@@ -95,7 +94,7 @@ void engine_masks_ahead(tern_engine *e, int n_out)
         if (e->out_req[j] && e->out_req[j]->cops)
             e->mask_rows[n++] = j;
     if (n >= ENGINE_MASK_MIN_ROWS && !e->mask_pool && !e->mask_pool_failed) {
-        int t = mask_threads();
+        int t = mask_threads(e);
         if (t > 1)
             e->mask_pool = tern_pool_new(t);
         e->mask_pool_failed = !e->mask_pool;

@@ -154,9 +154,6 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     if (g->st_alias && g->alias_horizon >= (long)vocab->max_len)
         cg->alias = g->st_alias;
     pthread_mutex_init(&cg->lock, NULL);
-    /* a developer's comparison: TERN_GRAMMAR_PLAIN_WALK=1 walks node by node */
-    const char *pw = getenv("TERN_GRAMMAR_PLAIN_WALK");
-    cg->plain_walk = pw && !strcmp(pw, "1");
     cg->entries = calloc((size_t)(g->n_states ? g->n_states : 1), sizeof *cg->entries);
     cg->scratch_bits = calloc(vocab->n_words ? vocab->n_words : 1, sizeof *cg->scratch_bits);
     cg->scratch_S = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->scratch_S);

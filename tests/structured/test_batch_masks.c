@@ -60,13 +60,14 @@ static grammar_compiled *compile_spec(int i, const grammar_vocab *v)
 
 /* Runs the eight rows together; out[i] gets row i's tokens. */
 static void run_rows(tern_model *m, tern_tokenizer *tok, grammar_compiled **cg, int32_t out[N_ROWS][N_TOKENS + 1],
-                     int *n_out)
+                     int *n_out, int threads)
 {
     tern_err err = {0};
     engine_opts o;
     engine_opts_default(&o);
     o.max_batch = N_ROWS;
     o.prefix_cache = 0;
+    o.mask_threads = threads;
     tern_engine *e = engine_new(m, tok, &o, &err);
     assert_non_null(e);
     int32_t V = model_config_get(m)->n_vocab;
@@ -126,11 +127,8 @@ static void test_threads_agree(void **state)
         cg[i] = compile_spec(i, v);
     static int32_t a[N_ROWS][N_TOKENS + 1], b[N_ROWS][N_TOKENS + 1];
     int na[N_ROWS], nb[N_ROWS];
-    setenv("TERN_MASK_THREADS", "1", 1);
-    run_rows(m, tok, cg, a, na);
-    setenv("TERN_MASK_THREADS", "4", 1);
-    run_rows(m, tok, cg, b, nb);
-    unsetenv("TERN_MASK_THREADS");
+    run_rows(m, tok, cg, a, na, 1);
+    run_rows(m, tok, cg, b, nb, 4);
     for (int i = 0; i < N_ROWS; i++) {
         assert_true(na[i] > 0);
         if (na[i] != nb[i] || memcmp(a[i], b[i], (size_t)na[i] * sizeof a[i][0]))
