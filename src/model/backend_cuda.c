@@ -121,7 +121,8 @@ typedef struct cu_backend {
     cu_moe *moe; /* the sparse layers' routers and experts (backend_cuda_moe.c), NULL when dense */
     const tcu_mat *embed, *lm_head;
     float *final_norm;
-    cu_kvm kvm; /* device KV mirror of one host pool (backend_cuda_kv.h) */
+    cu_kvm kvm; /* device KV mirror of the pool of the last forward (backend_cuda_kv.h) */
+    cu_kvm_park parked; /* the mirrors of other live pools (kv_ensure) */
     /* forward scratch */
     int cap_t, cap_out;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *xo, *logits, *part;
@@ -471,14 +472,59 @@ static int in_ensure(cu_backend *be, size_t n, tern_err *err)
     return pinned_pair_ensure(be, &be->d_in, &be->h_in, &be->cap_in, n, err);
 }
 
+/* Frees mirror m's storage and table; unhook: its pool's hooks too. */
+static void kvm_free(cu_backend *be, cu_kvm *m, int unhook)
+{
+    kv_pool *p = (kv_pool *)m->host;
+    if (unhook && p && p->dev_ctx == be) {
+        p->dev_copy = NULL;
+        p->dev_release = NULL;
+        p->dev_ctx = NULL;
+    }
+    cu_free_one(be, m->k);
+    cu_free_one(be, m->v);
+    cu_kvm_clear(m);
+}
+
+/* kv_pool's dev_release hook (kv_pool_free): the pool's mirror goes. */
+static void cu_kv_release(void *ctx, const kv_pool *p)
+{
+    cu_backend *be = ctx;
+    cu_kvm m;
+    cudaSetDevice(be->device);
+    cudaStreamSynchronize(be->stream); /* nothing queued reads it any more */
+    if (be->kvm.host == p) {
+        graphs_clear(be); /* captured graphs read its storage */
+        kvm_free(be, &be->kvm, 0);
+    } else if (cu_kvm_park_take(&be->parked, p, &m)) {
+        kvm_free(be, &m, 0);
+    }
+    cudaGetLastError();
+}
+
+/* Makes be->kvm kv's mirror: the current one, a parked one (a device-KV
+ * pool's K/V live only there: a forward of another pool in between - a
+ * test's reference pool, a second engine - must not lose them), or a new
+ * one. The pool's dev_release then frees it (kv_pool_free). */
 static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
 {
     if (cu_kvm_matches(&be->kvm, kv))
         return 0;
-    cu_free_one(be, be->kvm.k);
-    cu_free_one(be, be->kvm.v);
-    cu_kvm_clear(&be->kvm);
-    graphs_clear(be);
+    graphs_clear(be); /* captured graphs read the current mirror */
+    cu_kvm dropped;
+    if (be->kvm.k && be->kvm.host != kv && cu_kvm_park_put(&be->parked, &be->kvm, &dropped)) {
+        TERN_WARN("cuda: more than %d KV pools on one model: the oldest one's device KV is dropped", CU_KVM_PARKED);
+        kvm_free(be, &dropped, 0);
+    }
+    kvm_free(be, &be->kvm, 0); /* (a pool's old shape at the same address) */
+    cu_kvm m;
+    if (cu_kvm_park_take(&be->parked, kv, &m)) {
+        if (cu_kvm_matches(&m, kv)) {
+            be->kvm = m;
+            return 0;
+        }
+        kvm_free(be, &m, 0);
+    }
     size_t bytes = cu_kvm_bytes(kv);
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
@@ -495,6 +541,8 @@ static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
         cu_free_one(be, v);
         return rc;
     }
+    ((kv_pool *)kv)->dev_release = cu_kv_release;
+    ((kv_pool *)kv)->dev_ctx = be;
     return 0;
 }
 
@@ -503,10 +551,11 @@ static int kv_ensure(cu_backend *be, const kv_pool *kv, tern_err *err)
 static int cu_kv_copy(void *ctx, const kv_pool *p, int32_t dst, int32_t src)
 {
     cu_backend *be = ctx;
-    if (p != be->kvm.host || !be->kvm.k)
-        return (int)cudaErrorInvalidValue; /* this pool's mirror is gone (the backend serves another pool) */
+    const cu_kvm *m = p == be->kvm.host ? &be->kvm : cu_kvm_park_find(&be->parked, p);
+    if (!m || !m->k)
+        return (int)cudaErrorInvalidValue; /* this pool's mirror is gone */
     cudaError_t rc = cudaSetDevice(be->device);
-    return rc != cudaSuccess ? (int)rc : cu_kvm_block_copy(&be->kvm, dst, src, (tcu_stream)be->stream);
+    return rc != cudaSuccess ? (int)rc : cu_kvm_block_copy(m, dst, src, (tcu_stream)be->stream);
 }
 
 static int cu_kv_bind(model_backend *base, kv_pool *kv, tern_err *err)
@@ -1167,6 +1216,11 @@ static void cu_free(model_backend *base)
     if (be->stream)
         cudaSetDevice(be->device);
     graphs_clear(be);
+    /* the pools still mirrored outlive their mirrors: no hooks into a freed backend */
+    for (int i = 0; i < be->parked.n; i++)
+        kvm_free(be, &be->parked.m[i], 1);
+    be->parked.n = 0;
+    kvm_free(be, &be->kvm, 1);
     cu_moe_free(be->moe);
     for (int i = 0; i < be->n_allocs; i++)
         cudaFree(be->allocs[i]);

@@ -170,6 +170,40 @@ int cu_kvm_block_upload(const cu_kvm *m, const kv_pool *host, int l, int32_t blk
     return (int)rc;
 }
 
+int cu_kvm_park_put(cu_kvm_park *pk, cu_kvm *cur, cu_kvm *dropped)
+{
+    int full = pk->n == CU_KVM_PARKED;
+    if (full) {
+        *dropped = pk->m[0];
+        memmove(pk->m, pk->m + 1, (size_t)(CU_KVM_PARKED - 1) * sizeof *pk->m);
+        pk->n--;
+    }
+    pk->m[pk->n++] = *cur;
+    memset(cur, 0, sizeof *cur);
+    return full;
+}
+
+int cu_kvm_park_take(cu_kvm_park *pk, const kv_pool *kv, cu_kvm *out)
+{
+    for (int i = 0; i < pk->n; i++)
+        if (pk->m[i].host == kv) {
+            *out = pk->m[i];
+            memmove(pk->m + i, pk->m + i + 1, (size_t)(pk->n - i - 1) * sizeof *pk->m);
+            pk->n--;
+            memset(&pk->m[pk->n], 0, sizeof pk->m[pk->n]);
+            return 1;
+        }
+    return 0;
+}
+
+const cu_kvm *cu_kvm_park_find(const cu_kvm_park *pk, const kv_pool *kv)
+{
+    for (int i = 0; i < pk->n; i++)
+        if (pk->m[i].host == kv)
+            return &pk->m[i];
+    return NULL;
+}
+
 #else
 typedef int tern_backend_cuda_kv_unused; /* ISO C: a translation unit declares something */
 #endif

@@ -49,5 +49,25 @@ int cu_kvm_block_copy(const cu_kvm *m, int32_t dst, int32_t src, tcu_stream stre
  * mirror (the table path). 0 or a cudaError_t. */
 int cu_kvm_block_upload(const cu_kvm *m, const kv_pool *host, int l, int32_t blk, tcu_stream stream);
 
+/* Mirrors of live pools that the forward of another pool displaced (a
+ * device-KV pool has no other copy of its K/V): parked until their pool
+ * comes back (cu_kvm_park_take) or is freed (kv_pool.dev_release, then
+ * cu_kvm_park_take too), never dropped while the pool lives - beyond
+ * CU_KVM_PARKED pools on one backend the oldest is. */
+#define CU_KVM_PARKED 8
+typedef struct cu_kvm_park {
+    cu_kvm m[CU_KVM_PARKED];
+    int n;
+} cu_kvm_park;
+/* Moves *cur (a mirror with storage) into the park and zeroes *cur. With
+ * the park full the oldest mirror moves out to *dropped (its storage the
+ * caller's to free; its pool's K/V are lost): returns 1 then, else 0. */
+int cu_kvm_park_put(cu_kvm_park *pk, cu_kvm *cur, cu_kvm *dropped);
+/* Moves the parked mirror of pool kv (same address; shape checked by the
+ * caller with cu_kvm_matches) out to *out: 1, or 0 when none is parked. */
+int cu_kvm_park_take(cu_kvm_park *pk, const kv_pool *kv, cu_kvm *out);
+/* The parked mirror of pool kv (still parked), or NULL. */
+const cu_kvm *cu_kvm_park_find(const cu_kvm_park *pk, const kv_pool *kv);
+
 #endif
 #endif

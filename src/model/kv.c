@@ -265,6 +265,7 @@ int kv_pool_view_init(kv_pool *view, const kv_pool *base, const kv_spec *spec, i
     view->k = view->v = NULL;
     view->mem_k = view->mem_v = NULL;
     view->dev_copy = NULL;
+    view->dev_release = NULL;
     view->dev_ctx = NULL;
     view->is_view = 1;
     kv_spec s;
@@ -282,6 +283,8 @@ int kv_pool_view_init(kv_pool *view, const kv_pool *base, const kv_spec *spec, i
 
 void kv_pool_free(kv_pool *p)
 {
+    if (p->dev_release)
+        p->dev_release(p->dev_ctx, p);
     free(p->mem_k);
     free(p->mem_v);
     free(p->layers);

@@ -126,8 +126,12 @@ typedef struct kv_pool {
      * pool's K/V on a device installs dev_copy, which copies block src to
      * dst there (queued on its stream; 0 or an error code). Copy-on-write
      * calls it besides the host copy. k and v are NULL when the pool has no
-     * host storage (the device holds the only copy). */
+     * host storage (the device holds the only copy). dev_release, when
+     * set, is called first thing by kv_pool_free: the device frees the
+     * pool's mirror (a backend serving several pools keeps each one's
+     * until then). */
     int (*dev_copy)(void *ctx, const struct kv_pool *p, int32_t dst, int32_t src);
+    void (*dev_release)(void *ctx, const struct kv_pool *p);
     void *dev_ctx;
 } kv_pool;
 

@@ -242,6 +242,51 @@ static void test_spec_parse(void **state)
     assert_true(back[0] == 65504.0f && back[1] == -65504.0f && back[7] == 6.0f);
 }
 
+/* The device hooks: kv_pool_free tells the device first (dev_release, so a
+ * backend frees that pool's mirror and no other), a view starts without the
+ * base's hooks, and copy-on-write reaches dev_copy. */
+static int g_released, g_copied;
+static const kv_pool *g_released_pool;
+static void hook_release(void *ctx, const kv_pool *p)
+{
+    assert_ptr_equal(ctx, &g_released);
+    assert_non_null(p->layers); /* called before anything is freed */
+    g_released++;
+    g_released_pool = p;
+}
+static int hook_copy(void *ctx, const kv_pool *p, int32_t dst, int32_t src)
+{
+    (void)ctx;
+    (void)p;
+    assert_int_not_equal(dst, src);
+    g_copied++;
+    return 0;
+}
+
+static void test_dev_hooks(void **state)
+{
+    (void)state;
+    tern_err err;
+    kv_pool p, view;
+    assert_int_equal(kv_pool_init_ex(&p, 2, 64, 16, 8, 0, &err), 0);
+    p.dev_copy = hook_copy;
+    p.dev_release = hook_release;
+    p.dev_ctx = &g_released;
+    assert_int_equal(kv_pool_view_init(&view, &p, NULL, 1, 32, 32, 0, &err), 0);
+    assert_null(view.dev_release);
+    assert_null(view.dev_copy);
+    assert_int_equal(kv_block_copy(&p, 1, 0), 0);
+    assert_int_equal(g_copied, 1);
+    kv_pool_free(&view);
+    assert_int_equal(g_released, 0);
+    kv_pool_free(&p);
+    assert_int_equal(g_released, 1);
+    assert_ptr_equal(g_released_pool, &p);
+    assert_null(p.dev_release); /* zeroed: a second free calls nothing */
+    kv_pool_free(&p);
+    assert_int_equal(g_released, 1);
+}
+
 /* Sink blocks for the start of a sequence, copy-on-write across formats,
  * save/load. */
 static void test_pool_sinks(void **state)
@@ -528,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_rotation),   cmocka_unit_test(test_fused_reads),
         cmocka_unit_test(test_bytes),        cmocka_unit_test(test_spec_parse), cmocka_unit_test(test_pool_sinks),
         cmocka_unit_test(test_attention_types), cmocka_unit_test(test_forward_types),
+        cmocka_unit_test(test_dev_hooks),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }
