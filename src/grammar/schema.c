@@ -160,7 +160,8 @@ static sc_apply_fn applicator_of(json_object *s)
 {
     for (size_t i = 0; i < sizeof k_applicators / sizeof k_applicators[0]; i++)
         for (int j = 0; j < 3 && k_applicators[i].keys[j]; j++)
-            if (sc_has(s, k_applicators[i].keys[j]))
+            if (sc_has(s, k_applicators[i].keys[j]) &&
+                !(k_applicators[i].fn == sc_apply_not && sc_not_fraction(s)))
                 return k_applicators[i].fn;
     return sc_leaf;
 }

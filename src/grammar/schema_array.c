@@ -58,8 +58,8 @@ static int array_items_read(sc *c, json_object *s, const char *path, arr_spec *a
             return sc_fail(c, TERN_EINVAL, path, "'items' must be a schema (use prefixItems)");
         a->pre = sc_get(s, "prefixItems");
         a->rest = items;
-        if (sc_get(s, "additionalItems") && c->draft != 7)
-            return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'additionalItems' without items array");
+        /* additionalItems beside no items array has no effect (draft 7,
+         * 2019-09; not a 2020-12 keyword at all) */
     }
     if (a->pre && !json_object_is_type(a->pre, json_type_array))
         return sc_fail(c, TERN_EINVAL, path, "prefixItems must be an array");

@@ -180,6 +180,10 @@ int sc_array_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *out
 int sc_object_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *out);
 
 /* ---- schema_util.c */
+/* 1 when s holds "not": {"multipleOf": 1} and nothing else under not: the
+ * non-integral numbers, compiled by the leaf (schema_number.c) rather than
+ * negated; the negation of `type: integer` is written this way. */
+int sc_not_fraction(json_object *s);
 /* JSON Schema equality: numbers by value, objects ignoring key order. */
 int sc_json_equal(json_object *a, json_object *b);
 /* Type mask of a JSON value (integers also count as numbers: ST_NUMBER|

@@ -394,6 +394,8 @@ int sc_leaf(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], in
     json_object *nl = sc_get(s, "nullable");
     if (nl && json_object_is_type(nl, json_type_boolean) && json_object_get_boolean(nl))
         mask |= ST_NULL;
+    if (sc_not_fraction(s)) /* non-integral numbers only */
+        mask = mask & ST_NUMBER ? ST_NUMBER : 0;
     json_object *e = sc_get(s, "enum");
     if (e && !json_object_is_type(e, json_type_array))
         return sc_fail(c, TERN_EINVAL, path, "'enum' must be an array");

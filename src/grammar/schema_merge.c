@@ -266,6 +266,24 @@ static int merge_cross(sc *c, json_object *m, const char *k, json_object *a, jso
     return 0;
 }
 
+/* not on both sides: NOT x AND NOT y = NOT (x OR y). */
+static int merge_not(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                     json_object *vb, const char *path)
+{
+    json_object *o = json_object_new_object(), *l = json_object_new_array();
+    if (!o || !l) {
+        json_object_put(o);
+        json_object_put(l);
+        sc_own(c, NULL);
+        return c->rc;
+    }
+    json_object_array_add(l, json_object_get(va));
+    json_object_array_add(l, json_object_get(vb));
+    json_object_object_add(o, "anyOf", l);
+    json_object_object_add(m, k, o);
+    return 0;
+}
+
 /* Keywords without a row differ: unsupported. */
 static const struct {
     const char *k;
@@ -296,6 +314,7 @@ static const struct {
     {"allOf", merge_all_of},
     {"anyOf", merge_cross},
     {"oneOf", merge_cross},
+    {"not", merge_not},
 };
 
 static int merge_keyword(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,

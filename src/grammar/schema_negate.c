@@ -279,13 +279,25 @@ static int neg_bound(neg_arg *n, json_object **alt)
     return NEG_ALT;
 }
 
-/* type: the other types (integer alone has no expressible complement). */
+/* The non-integral numbers: {"type": "number", "not": {"multipleOf": 1}}
+ * (sc_not_fraction: compiled by the leaf). */
+static json_object *non_integers(void)
+{
+    return typed("number", "not", obj1("multipleOf", json_object_new_int64(1)));
+}
+
+/* type: the other types; integer without number: the other types and the
+ * non-integral numbers. */
 static int neg_type(neg_arg *n, json_object **alt)
 {
     int m = sc_type_mask(n->s);
-    if (m < 0 || ((m & ST_INTEGER) && !(m & ST_NUMBER))) {
-        sc_fail(n->c, TERN_EUNSUPPORTED, n->path, "'not' of type integer");
+    if (m < 0) {
+        sc_fail(n->c, TERN_EUNSUPPORTED, n->path, "'not' of a malformed 'type'");
         return NEG_FAILED;
+    }
+    if ((m & ST_INTEGER) && !(m & ST_NUMBER)) {
+        json_object_array_add(n->alts, non_integers());
+        m |= ST_NUMBER;
     }
     static const struct { int bit; const char *n; } names[] = {
         {ST_NULL, "null"}, {ST_BOOL, "boolean"}, {ST_OBJECT, "object"},
@@ -385,10 +397,19 @@ static int neg_values(neg_arg *n, json_object **alt)
     return NEG_ALT;
 }
 
+/* multipleOf 1: the non-integral numbers (other divisors: unsupported). */
+static int neg_multiple(neg_arg *n, json_object **alt)
+{
+    if (!sc_is_num(n->v) || sc_numv(n->v) != 1.0)
+        return NEG_UNSUPPORTED;
+    *alt = non_integers();
+    return NEG_ALT;
+}
+
 /* NOT NOT x = x (its annotations would count under no_eval). */
 static int neg_not(neg_arg *n, json_object **alt)
 {
-    if (n->no_eval)
+    if (n->no_eval && !sc_not_fraction(n->s))
         return NEG_UNSUPPORTED;
     *alt = json_object_get(n->v);
     return NEG_ALT;
@@ -404,6 +425,7 @@ static const struct {
     {"maxProperties", neg_bound}, {"type", neg_type},              {"required", neg_required},
     {"properties", neg_properties}, {"anyOf", neg_any_of},         {"allOf", neg_all_of},
     {"const", neg_values},        {"enum", neg_values},            {"not", neg_not},
+    {"multipleOf", neg_multiple},
 };
 
 static int negate_keyword(neg_arg *n, json_object **alt)

@@ -566,12 +566,54 @@ static int number_ranges(sc *c, bound lo, bound hi, int integer, const char *pat
     return 0;
 }
 
+/* Non-integral numbers ("not": {"multipleOf": 1}, the negation of
+ * integer): I "." F with a non-zero digit in F, no exponent (1.5e1 is
+ * 15, an integer; 1e-1 is refused: a sound subset). With integral bounds
+ * lo <= x <= hi: I in [lo, hi - 1] for x > 0, I in [-hi, -lo - 1] for the
+ * magnitude of x < 0. 0, 1 (no value), or the error. */
+static int number_fraction(sc *c, json_object *s, bound lo, bound hi, const char *path, gfe_buf *out)
+{
+    json_object *mo = sc_get(s, "multipleOf");
+    if (mo && sc_is_num(mo) && sc_numv(mo) == 1.0)
+        return 1; /* an integer that is not one */
+    if (mo)
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "'not' of type integer together with 'multipleOf'");
+    if ((lo.has && lo.v != floor(lo.v)) || (hi.has && hi.v != floor(hi.v)))
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "'not' of type integer with fractional bounds");
+    double lim = (double)SC_INT_LIMIT;
+    if ((lo.has && fabs(lo.v) > lim) || (hi.has && fabs(hi.v) > lim))
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "'not' of type integer with bounds past 17 digits");
+    int n = 0;
+    /* positive side: I from max(lo, 0) to hi - 1 (unbounded: -1) */
+    long long plo = lo.has && lo.v > 0 ? (long long)lo.v : 0, phi = hi.has ? (long long)hi.v - 1 : -1;
+    if (!hi.has || phi >= plo) {
+        gfe_buf_puts(out, n++ ? " | " : "(");
+        gfe_buf_puts(out, "(");
+        gfe_emit_uint_range(out, plo, phi);
+        gfe_buf_printf(out, " %s)", FRAC_NONZERO);
+    }
+    /* negative side: magnitude I from max(-hi, 0) to -lo - 1 */
+    long long nlo = hi.has && hi.v < 0 ? (long long)-hi.v : 0, nhi = lo.has ? (long long)-lo.v - 1 : -1;
+    if (!lo.has || nhi >= nlo) {
+        gfe_buf_puts(out, n++ ? " | " : "(");
+        gfe_buf_puts(out, "(\"-\" ");
+        gfe_emit_uint_range(out, nlo, nhi);
+        gfe_buf_printf(out, " %s)", FRAC_NONZERO);
+    }
+    if (!n)
+        return 1;
+    gfe_buf_puts(out, ")");
+    return 0;
+}
+
 int sc_number_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *out)
 {
     int integer = !(mask & ST_NUMBER);
     bound lo = {0}, hi = {0};
     if (number_bounds_read(c, s, path, &lo, &hi))
         return c->rc;
+    if (sc_not_fraction(s))
+        return integer ? 1 : number_fraction(c, s, lo, hi, path, out);
     int done = 0;
     int rc = number_multiple(c, s, &integer, lo, hi, path, out, &done);
     if (rc || done)

@@ -159,13 +159,13 @@ static int object_props_read(sc *c, json_object *s, const char *path, obj_ctx *o
                 o->n = n;
                 return sc_fail(c, TERN_EUNSUPPORTED, path, "required property '%.100s' with patternProperties", k);
             }
+            /* strict mode closes the object to the listed and the required
+             * names: a required name takes any value, as JSON Schema says */
             p[n].name = k;
-            p[n].schema = o->ap ? o->ap : (c->o.strict ? NULL : json_object_new_boolean(1));
-            if (!o->ap && !c->o.strict)
-                sc_own(c, p[n].schema);
+            p[n].schema = o->ap ? o->ap : sc_own(c, json_object_new_boolean(1));
             if (!p[n].schema) {
                 o->n = n;
-                return 1; /* strict: an unlisted name cannot appear */
+                return c->rc;
             }
             n++;
         }

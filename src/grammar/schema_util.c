@@ -151,6 +151,15 @@ static int type_bit(const char *t)
     return -1;
 }
 
+int sc_not_fraction(json_object *s)
+{
+    json_object *n = sc_get(s, "not");
+    if (!json_object_is_type(n, json_type_object) || json_object_object_length(n) != 1)
+        return 0;
+    json_object *m = sc_get(n, "multipleOf");
+    return m && sc_is_num(m) && sc_numv(m) == 1.0;
+}
+
 int sc_type_mask(json_object *s)
 {
     json_object *t;
@@ -307,8 +316,20 @@ static int val_required(const val_arg *a)
     return ok;
 }
 
+static int is_required_in(json_object *s, const char *k)
+{
+    json_object *r = NULL;
+    json_object_object_get_ex(s, "required", &r);
+    for (size_t i = 0; json_object_is_type(r, json_type_array) && i < json_object_array_length(r); i++) {
+        json_object *e = json_object_array_get_idx(r, i);
+        if (json_object_is_type(e, json_type_string) && !strcmp(json_object_get_string(e), k))
+            return 1;
+    }
+    return 0;
+}
+
 /* properties checks the listed members, additionalProperties the others
- * (strict mode: none allowed without it). */
+ * (strict mode: only the required ones without it). */
 static int val_properties(const val_arg *a)
 {
     if (!json_object_is_type(a->v, json_type_object))
@@ -328,8 +349,8 @@ static int val_properties(const val_arg *a)
             continue; /* the additionalProperties pass checks it */
         else if (ap)
             r = sc_validate(a->c, pv, ap, a->depth + 1);
-        else
-            r = a->c->o.strict ? 0 : 1;
+        else /* strict mode: only listed and required names */
+            r = a->c->o.strict ? is_required_in(a->s, pk) : 1;
         if (!strcmp(a->k, "additionalProperties") && props && json_object_object_get_ex(props, pk, NULL))
             continue;
         if (r < 0)
@@ -375,6 +396,38 @@ static int val_unique(const val_arg *a)
     return ok;
 }
 
+/* not: the opposite answer (undecidable stays undecidable). */
+static int val_not(const val_arg *a)
+{
+    int r = sc_validate(a->c, a->v, a->kv, a->depth + 1);
+    return r < 0 ? -1 : !r;
+}
+
+/* multipleOf: exact for integers and for decimals of up to 9 places. */
+static int val_multiple(const val_arg *a)
+{
+    long p, q, pv;
+    int iq, vq;
+    if (sc_decimal(a->kv, &p, &iq))
+        return -1;
+    if (!sc_is_num(a->v))
+        return 1;
+    double x = sc_numv(a->v);
+    if (x == 0)
+        return 1;
+    json_object *ab = json_object_new_double(fabs(x));
+    int bad = !ab || sc_decimal(ab, &pv, &vq);
+    json_object_put(ab);
+    if (bad)
+        return -1;
+    /* x = pv / 10^vq, m = p / 10^iq: x / m = pv * 10^iq / (p * 10^vq) */
+    q = 1;
+    for (int i = 0; i < (vq > iq ? vq - iq : iq - vq); i++)
+        q *= 10;
+    __int128 num = (__int128)pv * (vq < iq ? q : 1), den = (__int128)p * (vq > iq ? q : 1);
+    return num % den == 0;
+}
+
 /* nullable: handled with type (sc_type_mask's callers add null). */
 static int val_nothing(const val_arg *a)
 {
@@ -406,6 +459,8 @@ static const struct {
     {"items", val_items},
     {"uniqueItems", val_unique},
     {"nullable", val_nothing},
+    {"not", val_not},
+    {"multipleOf", val_multiple},
 };
 
 /* Validation of the keywords tern compiles; anything else makes the answer

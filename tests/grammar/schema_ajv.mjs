@@ -76,6 +76,34 @@ CASES.push({ name: 'pattern with format',
              instances: ['ab@cd.ef', 'a@b.cd', 'AB@cd.ef', 'abc@example.com', 'abc@', 'abc@x..com'], strings: true,
              floor: 2 });
 
+// not integer: the other types and the non-integral numbers (1.5e1 and
+// 1e-1 written with an exponent are refused: a documented subset)
+CASES.push({ name: 'not integer',
+             schema: { not: { type: 'integer' } },
+             instances: ['1', '0', '-3', '1.5', '-0.25', '2.0', '"x"', 'null', '[1]', '{}', '1.05', '10.000'],
+             floor: 7 });
+CASES.push({ name: 'oneOf integer xor minimum 2',
+             schema: { oneOf: [{ type: 'integer' }, { minimum: 2 }] },
+             instances: ['1', '2', '3', '1.5', '2.5', '-1', '-1.5', '"a"', '100', '2.0000001'], floor: 5 });
+CASES.push({ name: 'not integer with bounds',
+             schema: { not: { type: 'integer' }, minimum: -2, exclusiveMaximum: 3 },
+             instances: ['-2', '-1.5', '-2.5', '0.5', '2.999', '3', '3.5', '-0.1', '2', '"s"', '-1.99'], floor: 6 });
+// strict mode closes objects to the listed and the required names
+CASES.push({ name: 'strict: required name not listed',
+             schema: { type: 'object', properties: { a: { type: 'integer' } }, required: ['a', 'b'] },
+             instances: ['{"a": 1, "b": "x"}', '{"a": 1, "b": [1, {}]}', '{"a": 1}', '{"b": 1}', '{"a": "1", "b": 1}'],
+             floor: 2 });
+// two `not` in one allOf: NOT x AND NOT y
+CASES.push({ name: 'allOf of two not',
+             schema: { type: 'string', allOf: [{ not: { maxLength: 2 } }, { not: { minLength: 5 } }] },
+             instances: ['"ab"', '"abc"', '"abcd"', '"abcde"', '""'], strings: false, floor: 2 });
+// additionalItems beside an items schema has no effect
+CASES.push({ name: 'additionalItems without items array',
+             schema: { $schema: 'http://json-schema.org/draft-07/schema#', type: 'array', items: { type: 'string' },
+                       additionalItems: false },
+             ajvSchema: { type: 'array', items: { type: 'string' } },
+             instances: ['[]', '["a", "b", "c"]', '[1]', '["a", 2]'], floor: 2 });
+
 let bad = 0, checked = 0;
 for (const c of CASES) {
   const file = path.join(tmp, 'schema.json');
