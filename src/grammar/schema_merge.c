@@ -178,17 +178,6 @@ static int merge_differ(sc *c, const char *k, const char *path)
     return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with two different '%s' values", k);
 }
 
-/* items: a plain schema on both sides (no prefixItems, not draft 7's
- * array form) nests; anything else differs. */
-static int merge_items(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
-                       json_object *vb, const char *path)
-{
-    if (json_object_is_type(va, json_type_array) || json_object_is_type(vb, json_type_array) ||
-        sc_has(a, "prefixItems") || sc_has(b, "prefixItems"))
-        return merge_differ(c, k, path);
-    return merge_sub(c, m, k, a, b, va, vb, path);
-}
-
 /* multipleOf: multiples of the least common multiple (exact decimals). */
 static int merge_multiple(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
                           json_object *vb, const char *path)
@@ -308,7 +297,9 @@ static const struct {
     {"required", merge_required},
     {"additionalProperties", merge_sub},
     {"propertyNames", merge_sub},
-    {"items", merge_items},
+    {"items", merge_later},
+    {"prefixItems", merge_later},
+    {"additionalItems", merge_later},
     {"multipleOf", merge_multiple},
     {"uniqueItems", merge_unique},
     {"allOf", merge_all_of},
@@ -379,30 +370,80 @@ static int merge_check_patterns(sc *c, json_object *a, json_object *b, const cha
     return 0;
 }
 
-/* Array item keywords on both sides: only plain `items` schemas (merged
- * by the table) or identical keywords combine. */
-static int merge_check_items(sc *c, json_object *a, json_object *b, const char *path)
+/* One side's array items as a prefix and the schema of the rest (NULL:
+ * absent, any item): prefixItems / items (2020-12), or a draft 7 items
+ * array / additionalItems. */
+static void items_of(const sc *c, json_object *s, json_object **pre, json_object **rest)
 {
-    static const char *const arr_k[] = {"prefixItems", "items", "additionalItems", "contains",
-                                        "unevaluatedItems", "unevaluatedProperties"};
-    int na = 0, nb = 0, plain = 1;
-    for (size_t j = 0; j < 6; j++) {
-        na += sc_has(a, arr_k[j]);
-        nb += sc_has(b, arr_k[j]);
+    json_object *items = sc_get(s, "items");
+    *pre = NULL;
+    *rest = items;
+    if (c->draft == 7 && json_object_is_type(items, json_type_array)) {
+        *pre = items;
+        *rest = sc_get(s, "additionalItems");
+    } else if (c->draft != 7) {
+        *pre = sc_get(s, "prefixItems");
     }
-    na -= sc_has(a, "unevaluatedItems"); /* the base's own: see sc_merge */
-    if (!na || !nb)
-        return 0;
-    int only_items = na == 1 && nb == 1 && sc_has(a, "items") && sc_has(b, "items") &&
-                     !json_object_is_type(sc_get(a, "items"), json_type_array) &&
-                     !json_object_is_type(sc_get(b, "items"), json_type_array);
-    if (!only_items)
-        for (size_t j = 0; j < 6; j++)
-            if (sc_has(a, arr_k[j]) != sc_has(b, arr_k[j]) ||
-                (sc_has(a, arr_k[j]) && !sc_json_equal(sc_get(a, arr_k[j]), sc_get(b, arr_k[j]))))
-                plain = 0;
-    if (!plain)
-        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf combining array item keywords");
+    if (!json_object_is_type(*pre, json_type_array))
+        *pre = NULL;
+}
+
+/* Item i of one side: its prefix schema, else the rest (NULL: any). */
+static json_object *item_at(json_object *pre, json_object *rest, size_t i)
+{
+    return pre && i < json_object_array_length(pre) ? json_object_array_get_idx(pre, i) : rest;
+}
+
+/* x AND y where either may be NULL (any value); a new reference. */
+static json_object *both_of(json_object *x, json_object *y)
+{
+    if (!x || !y)
+        return json_object_get(x ? x : y);
+    return sc_json_equal(x, y) ? json_object_get(x) : sc_all_of2(x, y);
+}
+
+/* Array items on both sides: position by position, item i satisfies both
+ * sides' schema for position i (a prefix entry, else the side's rest), and
+ * items past both prefixes both rests -- the exact intersection, written
+ * in the draft's own spelling. 0, or the error. */
+static int merge_array(sc *c, json_object *m, json_object *a, json_object *b, const char *path)
+{
+    json_object *pa, *ra, *pb, *rb;
+    items_of(c, a, &pa, &ra);
+    items_of(c, b, &pb, &rb);
+    if (!(pa || ra) || !(pb || rb))
+        return 0; /* one side says nothing: the other's keywords are in m */
+    size_t na = pa ? json_object_array_length(pa) : 0, nb = pb ? json_object_array_length(pb) : 0;
+    size_t n = na > nb ? na : nb;
+    json_object *pre = json_object_new_array();
+    if (!pre)
+        return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_object *x = both_of(item_at(pa, ra, i), item_at(pb, rb, i));
+        json_object_array_add(pre, x ? x : json_object_new_boolean(1));
+    }
+    json_object *rest = both_of(ra, rb);
+    json_object_object_del(m, "prefixItems");
+    json_object_object_del(m, "items");
+    json_object_object_del(m, "additionalItems");
+    if (c->draft == 7) {
+        if (n) {
+            json_object_object_add(m, "items", pre);
+            if (rest)
+                json_object_object_add(m, "additionalItems", rest);
+        } else {
+            json_object_put(pre);
+            if (rest)
+                json_object_object_add(m, "items", rest);
+        }
+    } else {
+        if (n)
+            json_object_object_add(m, "prefixItems", pre);
+        else
+            json_object_put(pre);
+        if (rest)
+            json_object_object_add(m, "items", rest);
+    }
     return 0;
 }
 
@@ -433,6 +474,46 @@ static void merge_values(json_object *m, json_object *a, json_object *b)
     json_object_put(tb);
 }
 
+/* A member's own unevaluatedProperties / unevaluatedItems, when the member
+ * has no in-place applicator (nothing else of it can evaluate a property or
+ * an item), is exactly its additionalProperties / items (additionalItems
+ * after a draft 7 items array), or asserts nothing where that keyword is
+ * present: the member rewritten (owned), or NULL with an error. The
+ * rewritten member then evaluates every property (item), which is what the
+ * base's own unevaluated* sees after merging. */
+static json_object *member_unevaluated(sc *c, json_object *b, const char *path)
+{
+    static const char *const applicators[] = {"allOf", "anyOf", "oneOf", "$ref", "if", "then", "else",
+                                              "dependentSchemas", "dependencies"};
+    for (size_t i = 0; i < sizeof applicators / sizeof applicators[0]; i++)
+        if (sc_has(b, applicators[i])) {
+            sc_fail(c, TERN_EUNSUPPORTED, path,
+                    "unevaluatedProperties/Items of an allOf/anyOf/oneOf/$ref member holding '%s'", applicators[i]);
+            return NULL;
+        }
+    if (sc_has(b, "unevaluatedItems") && sc_has(b, "contains")) {
+        sc_fail(c, TERN_EUNSUPPORTED, path, "unevaluatedItems beside contains in an allOf/anyOf/oneOf/$ref member");
+        return NULL;
+    }
+    static const char *const k[] = {"unevaluatedProperties", "unevaluatedItems"};
+    json_object *m = sc_without(c, b, k, 2);
+    if (!m)
+        return NULL;
+    json_object *up = sc_get(b, "unevaluatedProperties"), *ui = sc_get(b, "unevaluatedItems");
+    if (up && !sc_has(b, "additionalProperties"))
+        json_object_object_add(m, "additionalProperties", json_object_get(up));
+    if (ui) {
+        json_object *items = sc_get(b, "items");
+        if (json_object_is_type(items, json_type_array)) { /* draft 7 form */
+            if (!sc_has(b, "additionalItems"))
+                json_object_object_add(m, "additionalItems", json_object_get(ui));
+        } else if (!items) {
+            json_object_object_add(m, "items", json_object_get(ui));
+        }
+    }
+    return m;
+}
+
 json_object *sc_merge(sc *c, json_object *a, json_object *b, const char *path)
 {
     if (c->rc)
@@ -454,10 +535,12 @@ json_object *sc_merge(sc *c, json_object *a, json_object *b, const char *path)
     /* unevaluated*: a is the schema holding the combinator (or the $ref),
      * b a member. The base's keyword sees everything merged into it, which
      * is what "evaluated by an adjacent applicator" means; a member's own
-     * unevaluated* sees only that member and cannot be lifted. */
+     * unevaluated* sees only that member: without applicators of its own it
+     * is the member's additional* keyword (member_unevaluated). */
     if (sc_has(b, "unevaluatedProperties") || sc_has(b, "unevaluatedItems")) {
-        sc_fail(c, TERN_EUNSUPPORTED, path, "unevaluatedProperties/Items inside allOf/anyOf/oneOf/$ref member");
-        return NULL;
+        b = member_unevaluated(c, b, path);
+        if (!b)
+            return NULL;
     }
     json_object *m = sc_own(c, json_object_new_object());
     if (!m)
@@ -481,7 +564,7 @@ json_object *sc_merge(sc *c, json_object *a, json_object *b, const char *path)
     }
     if ((sc_has(a, "properties") || sc_has(b, "properties")) && merge_props(c, m, a, b, path))
         return NULL;
-    if (merge_check_patterns(c, a, b, path) || merge_check_items(c, a, b, path))
+    if (merge_check_patterns(c, a, b, path) || merge_array(c, m, a, b, path))
         return NULL;
     merge_values(m, a, b);
     return m;

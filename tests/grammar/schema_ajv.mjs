@@ -104,6 +104,27 @@ CASES.push({ name: 'additionalItems without items array',
              ajvSchema: { type: 'array', items: { type: 'string' } },
              instances: ['[]', '["a", "b", "c"]', '[1]', '["a", 2]'], floor: 2 });
 
+// a member's own unevaluatedProperties / unevaluatedItems: its
+// additionalProperties / items (the member has no applicators of its own)
+CASES.push({ name: 'unevaluatedProperties of an allOf member',
+             schema: { type: 'object', allOf: [{ properties: { foo: { type: 'string' } }, unevaluatedProperties: false }],
+                       properties: { bar: { type: 'integer' } } },
+             instances: ['{"foo": "a"}', '{}', '{"foo": "a", "bar": 1}', '{"bar": 1}', '{"foo": 1}'], floor: 2 });
+CASES.push({ name: 'unevaluatedProperties true in a member, false in the base',
+             schema: { type: 'object', properties: { foo: { type: 'string' } },
+                       anyOf: [{ unevaluatedProperties: true }], unevaluatedProperties: false },
+             instances: ['{"foo": "a"}', '{"foo": "a", "x": [1]}', '{"foo": 2}'], floor: 2 });
+CASES.push({ name: 'unevaluatedItems of a $ref target',
+             schema: { type: 'array', $defs: { t: { prefixItems: [{ type: 'string' }], unevaluatedItems: { type: 'integer' } } },
+                       $ref: '#/$defs/t', items: { minimum: 2 } },
+             instances: ['["a"]', '["a", 2, 3]', '["a", 1]', '["a", "b"]', '[1]', '[]'], floor: 3 });
+// prefixItems on both sides of an allOf: position by position
+CASES.push({ name: 'allOf of two prefixItems',
+             schema: { type: 'array', prefixItems: [{ type: 'string' }], items: { type: 'integer' },
+                       allOf: [{ prefixItems: [true, { minimum: 3 }, { type: 'number' }] }] },
+             instances: ['["a"]', '["a", 3]', '["a", 2]', '["a", 3, 4, 5]', '["a", 3, 4.5]', '[1]', '["a", 3, 4, "b"]', '[]'],
+             floor: 4 });
+
 let bad = 0, checked = 0;
 for (const c of CASES) {
   const file = path.join(tmp, 'schema.json');

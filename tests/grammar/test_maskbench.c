@@ -16,8 +16,8 @@
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
 
-/* Measured 1,045 of 1,137 (docs/json-schema.md); margin for small changes. */
-#define COMPILED_FLOOR 1038
+/* Measured 1,059 of 1,137 (docs/json-schema.md); margin for small changes. */
+#define COMPILED_FLOOR 1052
 
 static void test_maskbench(void **state)
 {
