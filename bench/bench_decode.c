@@ -13,7 +13,11 @@
  * itself (with --threads 1 a load-independent measure on a busy machine;
  * with more threads the pool's spinning counts too). Quantized weights use
  * the integer products (int8 activations)
- * unless --exact-products (f32 activations); the header line says which. */
+ * unless --exact-products (f32 activations); the header line says which.
+ * --profile: the decode step split by backend call (a wrapper backend times
+ * each product class and the attention; the rest of the step is the
+ * forward's own element-wise work on the calling thread) with each
+ * product class's weight bytes per second. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +26,9 @@
 
 #include "base/log.h"
 #include "base/pool.h"
+#include "model/backend.h"
 #include "model/model.h"
+#include "model/model_int.h"
 #include "tensor/kernels.h"
 
 typedef struct bw_job {
@@ -71,6 +77,122 @@ static double measure_bandwidth(tern_pool *pool)
     return best;
 }
 
+/* ---- --profile: a backend that times the CPU backend's calls ---- */
+
+enum { PR_QKV, PR_O, PR_GATEUP, PR_DOWN, PR_HEAD, PR_OTHER, PR_ATTN, PR_N };
+static const char *const pr_names[PR_N] = {"q/k/v", "o", "gate/up", "down", "lm head", "other product",
+                                           "attention"};
+
+typedef struct prof_backend {
+    model_backend base;
+    model_backend *in;
+    const tern_model *m;
+    double s[PR_N];
+    double bytes[PR_N];
+    long calls[PR_N];
+} prof_backend;
+
+static double weight_bytes(const model_weight *w)
+{
+    if (w->qbits)
+        return (double)w->n_out * w->n_in * w->qbits / 8 + (double)w->n_out * (w->n_in / w->group) * 8;
+    return (double)w->n_out * w->n_in * tern_dtype_size(w->dtype);
+}
+
+static int prof_class(const prof_backend *p, int n, const model_weight *w)
+{
+    const model_config *c = model_config_get(p->m);
+    if (n == 3)
+        return PR_QKV;
+    if (n == 2)
+        return PR_GATEUP;
+    if (w->n_out == c->n_vocab)
+        return PR_HEAD;
+    if (w->n_in == c->n_ff)
+        return PR_DOWN;
+    if (w->n_out == c->dim)
+        return PR_O;
+    return PR_OTHER;
+}
+
+static int prof_matmul(model_backend *be, int n, const model_weight *const *w, const float *X, float *const *Y,
+                       int T, tern_err *err)
+{
+    prof_backend *p = (prof_backend *)be;
+    double t = tern_time_s();
+    int rc = p->in->matmul(p->in, n, w, X, Y, T, err);
+    int k = prof_class(p, n, w[0]);
+    p->s[k] += tern_time_s() - t;
+    for (int i = 0; i < n; i++)
+        p->bytes[k] += weight_bytes(w[i]);
+    p->calls[k]++;
+    return rc;
+}
+
+static int prof_attention(model_backend *be, const model_attn *a, tern_err *err)
+{
+    prof_backend *p = (prof_backend *)be;
+    double t = tern_time_s();
+    int rc = p->in->attention(p->in, a, err);
+    p->s[PR_ATTN] += tern_time_s() - t;
+    p->calls[PR_ATTN]++;
+    return rc;
+}
+
+static int prof_n_threads(const model_backend *be)
+{
+    const prof_backend *p = (const prof_backend *)be;
+    return p->in->n_threads(p->in);
+}
+
+static void prof_free(model_backend *be) { (void)be; }
+
+/* Times n_tokens decode steps after pos0 (the prompt already in kv) and
+ * prints the split. */
+static int profile_decode(tern_model *m, kv_pool *kv, const int32_t *tok, const int32_t *pos, kv_seq **seqs,
+                          int pos0, int n_tokens, float *logits)
+{
+    prof_backend p = {0};
+    p.in = model_backend_get(m);
+    p.base = *p.in;
+    p.base.name = "profile";
+    p.base.matmul = prof_matmul;
+    p.base.matmul_grouped = NULL;
+    p.base.attention = prof_attention;
+    p.base.n_threads = prof_n_threads;
+    p.base.free = prof_free;
+    p.m = m;
+    model_backend *own = model_backend_swap(m, &p.base);
+    tern_err err = {0};
+    int32_t zero = 0;
+    double t0 = tern_time_s();
+    for (int i = 0; i < n_tokens; i++) {
+        int32_t q = pos0 + i;
+        fwd_batch db = {1, &tok[q], &pos[q], &seqs[q], 1, &zero};
+        if (model_forward(m, kv, &db, logits, &err)) {
+            fprintf(stderr, "bench_decode: %s\n", err.msg);
+            model_backend_swap(m, own);
+            return 1;
+        }
+    }
+    double total = tern_time_s() - t0, in_be = 0;
+    model_backend_swap(m, own);
+    printf("  decode profile, %d steps: %.3f ms a step\n", n_tokens, 1e3 * total / n_tokens);
+    for (int k = 0; k < PR_N; k++) {
+        if (!p.calls[k])
+            continue;
+        in_be += p.s[k];
+        printf("    %-14s %8.3f ms %5.1f%%  %4ld calls", pr_names[k], 1e3 * p.s[k] / n_tokens, 100 * p.s[k] / total,
+               p.calls[k] / n_tokens);
+        if (p.bytes[k] > 0)
+            printf("  %6.1f GB/s", p.bytes[k] / p.s[k] / 1e9);
+        printf("\n");
+    }
+    printf("    %-14s %8.3f ms %5.1f%%  (the forward's element-wise work, the calls' overhead)\n", "rest",
+           1e3 * (total - in_be) / n_tokens, 100 * (total - in_be) / total);
+    return 0;
+}
+
 /* Re-measures between runs, so the floor uses the best bandwidth seen. */
 /* CPU seconds of the whole process: with wall time, the share of its
  * threads' cores it actually got (low on a busy shared machine). */
@@ -91,7 +213,7 @@ static double measure_bandwidth_quick(int threads)
 
 int main(int argc, char **argv)
 {
-    int n_tokens = 64, n_prompt = 512, threads = 0, runs = 1;
+    int n_tokens = 64, n_prompt = 512, threads = 0, runs = 1, profile = 0;
     const char *dirs[16];
     int n_dirs = 0;
     for (int i = 1; i < argc; i++) {
@@ -103,13 +225,15 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--exact-products"))
             tern_kernels_exact_set(1);
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
             runs = atoi(argv[++i]);
         else if (n_dirs < 16)
             dirs[n_dirs++] = argv[i];
     }
     if (!n_dirs || n_tokens < 2 || n_prompt < 1 || runs < 1) {
-        fprintf(stderr, "usage: bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] [--exact-products] MODEL_DIR...\n");
+        fprintf(stderr, "usage: bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] [--exact-products] [--profile] MODEL_DIR...\n");
         return 2;
     }
     tern_pool *pool = tern_pool_new(threads);
@@ -127,7 +251,7 @@ int main(int argc, char **argv)
             return 1;
         }
         const model_config *c = model_config_get(m);
-        int ctx = n_prompt + n_tokens + 1;
+        int ctx = n_prompt + (profile ? 2 : 1) * n_tokens + 1;
         kv_pool kv;
         kv_seq seq = {0};
         if (kv_pool_init(&kv, c->n_layer, model_kv_dim(m), KV_BLOCK_DEFAULT, ctx / KV_BLOCK_DEFAULT + 2, &err) ||
@@ -185,6 +309,8 @@ int main(int argc, char **argv)
         printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s %7.0f%% %10.2f t/s %10.2f t/s\n", name,
                tern_kernels_best()->isa, wb / 1e6, tps, floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill,
                100.0 * cpu_share, n_tokens / cpu_decode, n_prompt / cpu_prefill);
+        if (profile && profile_decode(m, &kv, tok, pos, seqs, n_prompt + n_tokens, n_tokens, logits))
+            return 1;
         free(tok), free(pos), free(seqs), free(logits);
         kv_seq_free(&kv, &seq);
         kv_pool_free(&kv);
