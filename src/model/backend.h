@@ -62,6 +62,13 @@ typedef struct model_backend {
     int (*attention)(struct model_backend *be, const model_attn *a, tern_err *err);
     int (*n_threads)(const struct model_backend *be);
     void (*free)(struct model_backend *be);
+    /* Optional (NULL: the caller runs fn(ctx, 0, n, 0) itself): fn over
+     * [0, n) on the backend's host threads, in contiguous parts of at
+     * least grain items, returning when all are done; worker < n_threads.
+     * The host forward's element-wise work (norms, RoPE and the KV write,
+     * the gate, residual adds) runs through it. */
+    void (*par_for)(struct model_backend *be, long n, long grain, void (*fn)(void *ctx, long b, long e, int worker),
+                    void *ctx);
     /* Optional (NULL on the CPU): the whole forward on the device, with the
      * contract of model_forward (inputs already checked there; model_forward
      * updates n_tokens). When set, model_forward hands the batch over to it. */

@@ -532,6 +532,12 @@ static int cpu_attention(model_backend *base, const model_attn *a, tern_err *err
     return 0;
 }
 
+static void cpu_par_for(model_backend *base, long n, long grain, void (*fn)(void *ctx, long b, long e, int worker),
+                        void *ctx)
+{
+    tern_pool_for(((cpu_backend *)base)->pool, n, grain, fn, ctx);
+}
+
 static int cpu_n_threads(const model_backend *base) { return tern_pool_size(((const cpu_backend *)base)->pool); }
 
 static void cpu_free(model_backend *base)
@@ -563,6 +569,7 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     be->base.matmul_grouped = cpu_matmul_grouped;
     be->base.attention = cpu_attention;
     be->base.n_threads = cpu_n_threads;
+    be->base.par_for = cpu_par_for;
     be->base.free = cpu_free;
     be->k = tern_kernels_best();
     be->exact = tern_kernels_exact_get();

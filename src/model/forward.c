@@ -143,6 +143,19 @@ static int matmul(tern_model *m, const model_weight *w, const float *X, float *Y
 
 /* ---- elementwise pieces ---- */
 
+/* fn over [0, n) on the backend's threads (parts of >= grain items), or
+ * inline. Every item is computed by the same code either way, so the
+ * split never changes a bit. */
+static void fwd_par(tern_model *m, long n, long grain, void (*fn)(void *ctx, long b, long e, int worker), void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (m->be->par_for && n > grain)
+        m->be->par_for(m->be, n, grain, fn, ctx);
+    else
+        fn(ctx, 0, n, 0);
+}
+
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
     double ss = 0.0; /* double: the mean of squares of a long row stays exact enough */
@@ -187,6 +200,61 @@ static inline float gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+/* The gate: g[e] = act(g[e]) * u[e] for e in [b, e). */
+typedef struct gate_job {
+    float *g;
+    const float *u;
+    int gelu;
+} gate_job;
+
+#define GATE_GRAIN 2048L  /* elements a part: ~10 us of expf */
+#define ROWS_GRAIN 16384L /* elements a part for the norms and residual adds */
+
+static void gate_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    gate_job *j = ctx;
+    if (j->gelu)
+        for (long i = b; i < e; i++)
+            j->g[i] = gelu_tanh(j->g[i]) * j->u[i];
+    else
+        for (long i = b; i < e; i++)
+            j->g[i] = silu(j->g[i]) * j->u[i];
+}
+
+/* out[i] = rmsnorm(x[i]) * w for rows [b, e); then, when add, x[i] += a[i]
+ * first (the residual add, the norm reading its result). */
+typedef struct norm_job {
+    float *out, *x;
+    const float *a, *w;
+    int n;
+    float eps;
+} norm_job;
+
+static void norm_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    norm_job *j = ctx;
+    for (long i = b; i < e; i++) {
+        float *x = j->x + (size_t)i * j->n;
+        if (j->a) {
+            const float *a = j->a + (size_t)i * j->n;
+            for (int k = 0; k < j->n; k++)
+                x[k] += a[k];
+        }
+        if (j->out)
+            rmsnorm(j->out + (size_t)i * j->n, x, j->w, j->n, j->eps);
+    }
+}
+
+/* Rows [0, T) of x (n wide): x += a (a NULL: none), then out = rmsnorm(x) * w
+ * (out NULL: none), a token per item. */
+static void norm_rows(tern_model *m, float *out, float *x, const float *a, const float *w, int n, int T)
+{
+    norm_job j = {out, x, a, w, n, m->cfg.norm_eps};
+    fwd_par(m, T, ROWS_GRAIN / n + 1, norm_run, &j);
+}
+
 /* A dense layer's MLP: s->xn[T][dim] in, s->tmp[T][dim] out; the rows'
  * LoRA deltas (lora NULL: none) right after each base product. */
 static int dense_mlp(tern_model *m, int l, const model_lora *const *lora, int T, tern_err *err)
@@ -202,15 +270,64 @@ static int dense_mlp(tern_model *m, int l, const model_lora *const *lora, int T,
     for (int k = 0; lora && k < 2; k++)
         if ((rc = model_lora_apply(m, lora, T, l, LORA_GATE + k, s->xn, y[k], err)))
             return rc;
-    if (c->gelu)
-        for (size_t e = 0; e < (size_t)T * c->n_ff; e++)
-            s->gate[e] = gelu_tanh(s->gate[e]) * s->up[e];
-    else
-        for (size_t e = 0; e < (size_t)T * c->n_ff; e++)
-            s->gate[e] = silu(s->gate[e]) * s->up[e];
+    gate_job gj = {s->gate, s->up, c->gelu};
+    fwd_par(m, (long)T * c->n_ff, GATE_GRAIN, gate_run, &gj);
     if ((rc = matmul(m, &L->w_down, s->gate, s->tmp, T, err)))
         return rc;
     return model_lora_apply(m, lora, T, l, LORA_DOWN, s->gate, s->tmp, err);
+}
+
+/* Token i's q/k/v after the product: biases, q/k norms, RoPE, and its K
+ * and V rows written to the cache (a token per item). */
+typedef struct qkv_job {
+    const model_config *c;
+    const model_layer *L;
+    kv_pool *kv;
+    const fwd_batch *b;
+    model_scratch *s;
+    int l;
+} qkv_job;
+
+static void qkv_run(void *ctx, long b0, long e0, int worker)
+{
+    (void)worker;
+    qkv_job *j = ctx;
+    const model_config *c = j->c;
+    const model_layer *L = j->L;
+    model_scratch *s = j->s;
+    int hd = c->head_dim, qd = c->n_head * hd, kvd = c->n_kv_head * hd;
+    for (long i = b0; i < e0; i++) {
+        float *q = s->q + (size_t)i * qd, *k = s->k + (size_t)i * kvd, *v = s->v + (size_t)i * kvd;
+        int pos = j->b->pos[i];
+        if (L->bq) {
+            for (int e = 0; e < qd; e++)
+                q[e] += L->bq[e];
+            for (int e = 0; e < kvd; e++) {
+                k[e] += L->bk[e];
+                v[e] += L->bv[e];
+            }
+        }
+        float rc_[KV_HEAD_DIM_MAX / 2], rs_[KV_HEAD_DIM_MAX / 2];
+        int tab = hd <= KV_HEAD_DIM_MAX;
+        if (tab)
+            rope_table(rc_, rs_, hd, pos, L->rope_inv_freq);
+        for (int h = 0; h < c->n_head; h++) {
+            if (L->q_norm)
+                rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->norm_eps);
+            rope(q + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq);
+        }
+        for (int h = 0; h < c->n_kv_head; h++) {
+            if (L->k_norm)
+                rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->norm_eps);
+            rope(k + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq);
+        }
+        if (j->kv->k) {
+            memcpy(kv_k_at(j->kv, j->b->seqs[i], j->l, pos), k, (size_t)kvd * sizeof(float));
+            memcpy(kv_v_at(j->kv, j->b->seqs[i], j->l, pos), v, (size_t)kvd * sizeof(float));
+        } else { /* a typed pool: encode (token i's row of s->att is free until the attention) */
+            kv_row_store(j->kv, j->b->seqs[i], j->l, pos, k, v, s->att + (size_t)i * qd);
+        }
+    }
 }
 
 /* ---- mixture of experts ---- */
@@ -551,7 +668,6 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const mo
         return rc;
     model_scratch *s = m->scratch;
     int dim = c->dim, hd = c->head_dim;
-    int qd = c->n_head * hd, kvd = c->n_kv_head * hd;
 
     for (int i = 0; i < T; i++) {
         float *x = s->x + (size_t)i * dim;
@@ -561,10 +677,9 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const mo
                 x[e] *= c->embed_scale;
     }
 
+    norm_rows(m, s->xn, s->x, NULL, m->layers[0].attn_norm, dim, T);
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        for (int i = 0; i < T; i++)
-            rmsnorm(s->xn + (size_t)i * dim, s->x + (size_t)i * dim, L->attn_norm, dim, c->norm_eps);
         {
             const model_weight *w[3] = {&L->wq, &L->wk, &L->wv};
             float *y[3] = {s->q, s->k, s->v};
@@ -574,57 +689,23 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const mo
                 if ((rc = model_lora_apply(m, lora, T, l, LORA_Q + k, s->xn, y[k], err)))
                     return rc;
         }
-        for (int i = 0; i < T; i++) {
-            float *q = s->q + (size_t)i * qd, *k = s->k + (size_t)i * kvd, *v = s->v + (size_t)i * kvd;
-            if (L->bq) {
-                for (int e = 0; e < qd; e++)
-                    q[e] += L->bq[e];
-                for (int e = 0; e < kvd; e++) {
-                    k[e] += L->bk[e];
-                    v[e] += L->bv[e];
-                }
-            }
-            float rc_[KV_HEAD_DIM_MAX / 2], rs_[KV_HEAD_DIM_MAX / 2];
-            int tab = hd <= KV_HEAD_DIM_MAX;
-            if (tab)
-                rope_table(rc_, rs_, hd, b->pos[i], L->rope_inv_freq);
-            for (int h = 0; h < c->n_head; h++) {
-                if (L->q_norm)
-                    rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->norm_eps);
-                rope(q + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, b->pos[i], L->rope_inv_freq);
-            }
-            for (int h = 0; h < c->n_kv_head; h++) {
-                if (L->k_norm)
-                    rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->norm_eps);
-                rope(k + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, b->pos[i], L->rope_inv_freq);
-            }
-            if (kv->k) {
-                memcpy(kv_k_at(kv, b->seqs[i], l, b->pos[i]), k, (size_t)kvd * sizeof(float));
-                memcpy(kv_v_at(kv, b->seqs[i], l, b->pos[i]), v, (size_t)kvd * sizeof(float));
-            } else { /* a typed pool: encode (s->att is free until the attention) */
-                kv_row_store(kv, b->seqs[i], l, b->pos[i], k, v, s->att);
-            }
-        }
+        qkv_job qj = {c, L, kv, b, s, l};
+        fwd_par(m, T, 1, qkv_run, &qj);
         model_attn at = {kv, b, l, c->n_head, c->n_kv_head, hd, L->window, c->attn_scale, c->attn_softcap,
                          s->q, s->att};
         if ((rc = m->be->attention(m->be, &at, err)) || (rc = matmul(m, &L->wo, s->att, s->tmp, T, err)) ||
             (rc = model_lora_apply(m, lora, T, l, LORA_O, s->att, s->tmp, err)))
             return rc;
         if (L->post_attn_norm)
-            for (int i = 0; i < T; i++)
-                rmsnorm(s->tmp + (size_t)i * dim, s->tmp + (size_t)i * dim, L->post_attn_norm, dim, c->norm_eps);
-        for (size_t e = 0; e < (size_t)T * dim; e++)
-            s->x[e] += s->tmp[e];
-
-        for (int i = 0; i < T; i++)
-            rmsnorm(s->xn + (size_t)i * dim, s->x + (size_t)i * dim, L->ffn_norm, dim, c->norm_eps);
+            norm_rows(m, s->tmp, s->tmp, NULL, L->post_attn_norm, dim, T);
+        norm_rows(m, s->xn, s->x, s->tmp, L->ffn_norm, dim, T); /* x += attention; xn = norm(x) */
         if ((rc = L->experts ? moe_mlp(m, l, T, err) : dense_mlp(m, l, lora, T, err)))
             return rc;
         if (L->post_ffn_norm)
-            for (int i = 0; i < T; i++)
-                rmsnorm(s->tmp + (size_t)i * dim, s->tmp + (size_t)i * dim, L->post_ffn_norm, dim, c->norm_eps);
-        for (size_t e = 0; e < (size_t)T * dim; e++)
-            s->x[e] += s->tmp[e];
+            norm_rows(m, s->tmp, s->tmp, NULL, L->post_ffn_norm, dim, T);
+        /* x += MLP, and the next layer's input norm */
+        norm_rows(m, l + 1 < c->n_layer ? s->xn : NULL, s->x, s->tmp,
+                  l + 1 < c->n_layer ? m->layers[l + 1].attn_norm : NULL, dim, T);
     }
 
     for (int j = 0; j < n_hid; j++) /* embeddings: the final-normed states, no head */
