@@ -16,8 +16,8 @@
  * unless --exact-products (f32 activations); the header line says which.
  * --profile: the decode step split by backend call (a wrapper backend times
  * each product class and the attention; the rest of the step is the
- * forward's own element-wise work on the calling thread) with each
- * product class's weight bytes per second. */
+ * forward's own element-wise work) with each product class's weight bytes
+ * per second; the same for the prefill. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,10 +147,28 @@ static int prof_n_threads(const model_backend *be)
 
 static void prof_free(model_backend *be) { (void)be; }
 
-/* Times n_tokens decode steps after pos0 (the prompt already in kv) and
- * prints the split. */
-static int profile_decode(tern_model *m, kv_pool *kv, const int32_t *tok, const int32_t *pos, kv_seq **seqs,
-                          int pos0, int n_tokens, float *logits)
+static void prof_print(const prof_backend *p, const char *what, int steps, double total)
+{
+    double in_be = 0;
+    printf("  %s profile, %d step%s: %.3f ms a step\n", what, steps, steps > 1 ? "s" : "", 1e3 * total / steps);
+    for (int k = 0; k < PR_N; k++) {
+        if (!p->calls[k])
+            continue;
+        in_be += p->s[k];
+        printf("    %-14s %8.3f ms %5.1f%%  %4ld calls", pr_names[k], 1e3 * p->s[k] / steps, 100 * p->s[k] / total,
+               p->calls[k] / steps);
+        if (p->bytes[k] > 0)
+            printf("  %6.1f GB/s of weights", p->bytes[k] / p->s[k] / 1e9);
+        printf("\n");
+    }
+    printf("    %-14s %8.3f ms %5.1f%%  (the forward's element-wise work, the calls' overhead)\n", "rest",
+           1e3 * (total - in_be) / steps, 100 * (total - in_be) / total);
+}
+
+/* Times a prefill of n_prompt tokens (the sequence emptied first), then
+ * n_tokens decode steps after it, and prints each split. */
+static int profile_run(tern_model *m, kv_pool *kv, kv_seq *seq, const int32_t *tok, const int32_t *pos,
+                       kv_seq **seqs, int n_prompt, int n_tokens, float *logits)
 {
     prof_backend p = {0};
     p.in = model_backend_get(m);
@@ -164,33 +182,31 @@ static int profile_decode(tern_model *m, kv_pool *kv, const int32_t *tok, const 
     p.m = m;
     model_backend *own = model_backend_swap(m, &p.base);
     tern_err err = {0};
-    int32_t zero = 0;
+    int32_t last = n_prompt - 1, zero = 0;
+    int rc = 1;
+    kv_seq_truncate(kv, seq, 0);
+    if (kv_seq_reserve(kv, seq, n_prompt + n_tokens + 1, &err))
+        goto out;
+    fwd_batch pb = {n_prompt, tok, pos, seqs, 1, &last};
     double t0 = tern_time_s();
+    if (model_forward(m, kv, &pb, logits, &err))
+        goto out;
+    prof_print(&p, "prefill", 1, tern_time_s() - t0);
+    memset(p.s, 0, sizeof p.s), memset(p.bytes, 0, sizeof p.bytes), memset(p.calls, 0, sizeof p.calls);
+    t0 = tern_time_s();
     for (int i = 0; i < n_tokens; i++) {
-        int32_t q = pos0 + i;
+        int32_t q = n_prompt + i;
         fwd_batch db = {1, &tok[q], &pos[q], &seqs[q], 1, &zero};
-        if (model_forward(m, kv, &db, logits, &err)) {
-            fprintf(stderr, "bench_decode: %s\n", err.msg);
-            model_backend_swap(m, own);
-            return 1;
-        }
+        if (model_forward(m, kv, &db, logits, &err))
+            goto out;
     }
-    double total = tern_time_s() - t0, in_be = 0;
+    prof_print(&p, "decode", n_tokens, tern_time_s() - t0);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "bench_decode: %s\n", err.msg);
     model_backend_swap(m, own);
-    printf("  decode profile, %d steps: %.3f ms a step\n", n_tokens, 1e3 * total / n_tokens);
-    for (int k = 0; k < PR_N; k++) {
-        if (!p.calls[k])
-            continue;
-        in_be += p.s[k];
-        printf("    %-14s %8.3f ms %5.1f%%  %4ld calls", pr_names[k], 1e3 * p.s[k] / n_tokens, 100 * p.s[k] / total,
-               p.calls[k] / n_tokens);
-        if (p.bytes[k] > 0)
-            printf("  %6.1f GB/s", p.bytes[k] / p.s[k] / 1e9);
-        printf("\n");
-    }
-    printf("    %-14s %8.3f ms %5.1f%%  (the forward's element-wise work, the calls' overhead)\n", "rest",
-           1e3 * (total - in_be) / n_tokens, 100 * (total - in_be) / total);
-    return 0;
+    return rc;
 }
 
 /* Re-measures between runs, so the floor uses the best bandwidth seen. */
@@ -251,7 +267,7 @@ int main(int argc, char **argv)
             return 1;
         }
         const model_config *c = model_config_get(m);
-        int ctx = n_prompt + (profile ? 2 : 1) * n_tokens + 1;
+        int ctx = n_prompt + n_tokens + 1;
         kv_pool kv;
         kv_seq seq = {0};
         if (kv_pool_init(&kv, c->n_layer, model_kv_dim(m), KV_BLOCK_DEFAULT, ctx / KV_BLOCK_DEFAULT + 2, &err) ||
@@ -309,7 +325,7 @@ int main(int argc, char **argv)
         printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s %7.0f%% %10.2f t/s %10.2f t/s\n", name,
                tern_kernels_best()->isa, wb / 1e6, tps, floor_tps, 100.0 * tps / floor_tps, n_prompt / t_prefill,
                100.0 * cpu_share, n_tokens / cpu_decode, n_prompt / cpu_prefill);
-        if (profile && profile_decode(m, &kv, tok, pos, seqs, n_prompt + n_tokens, n_tokens, logits))
+        if (profile && profile_run(m, &kv, &seq, tok, pos, seqs, n_prompt, n_tokens, logits))
             return 1;
         free(tok), free(pos), free(seqs), free(logits);
         kv_seq_free(&kv, &seq);
