@@ -28,7 +28,6 @@
 #include "base/pool.h"
 #include "model/backend.h"
 #include "model/model.h"
-#include "model/model_int.h"
 #include "tensor/kernels.h"
 
 typedef struct bw_job {
@@ -90,29 +89,34 @@ typedef struct prof_backend {
     double s[PR_N];
     double bytes[PR_N];
     long calls[PR_N];
+    int last;               /* the class of the previous call */
+    double bytes_per_param; /* the model's average */
 } prof_backend;
 
-static double weight_bytes(const model_weight *w)
+/* The product classes in the forward's call order: per layer q/k/v (3
+ * matrices), attention, o, gate/up (2), down; the lm head is the single
+ * product right after a down. Weight bytes are estimated from the config's
+ * shapes at the model's average bytes per parameter (every product of a
+ * converted model has the same bits). */
+static int prof_class(prof_backend *p, int n)
 {
-    if (w->qbits)
-        return (double)w->n_out * w->n_in * w->qbits / 8 + (double)w->n_out * (w->n_in / w->group) * 8;
-    return (double)w->n_out * w->n_in * tern_dtype_size(w->dtype);
+    int k = n == 3 ? PR_QKV : n == 2 ? PR_GATEUP : p->last == PR_ATTN ? PR_O : p->last == PR_GATEUP ? PR_DOWN
+          : p->last == PR_DOWN ? PR_HEAD : PR_OTHER;
+    p->last = k;
+    return k;
 }
 
-static int prof_class(const prof_backend *p, int n, const model_weight *w)
+static double prof_params(const model_config *c, int k)
 {
-    const model_config *c = model_config_get(p->m);
-    if (n == 3)
-        return PR_QKV;
-    if (n == 2)
-        return PR_GATEUP;
-    if (w->n_out == c->n_vocab)
-        return PR_HEAD;
-    if (w->n_in == c->n_ff)
-        return PR_DOWN;
-    if (w->n_out == c->dim)
-        return PR_O;
-    return PR_OTHER;
+    double qd = (double)c->n_head * c->head_dim, kvd = (double)c->n_kv_head * c->head_dim;
+    switch (k) {
+    case PR_QKV: return c->dim * (qd + 2 * kvd);
+    case PR_O: return c->dim * qd;
+    case PR_GATEUP: return 2.0 * c->dim * c->n_ff;
+    case PR_DOWN: return (double)c->dim * c->n_ff;
+    case PR_HEAD: return (double)c->dim * c->n_vocab;
+    default: return 0;
+    }
 }
 
 static int prof_matmul(model_backend *be, int n, const model_weight *const *w, const float *X, float *const *Y,
@@ -121,10 +125,10 @@ static int prof_matmul(model_backend *be, int n, const model_weight *const *w, c
     prof_backend *p = (prof_backend *)be;
     double t = tern_time_s();
     int rc = p->in->matmul(p->in, n, w, X, Y, T, err);
-    int k = prof_class(p, n, w[0]);
+    (void)w;
+    int k = prof_class(p, n);
     p->s[k] += tern_time_s() - t;
-    for (int i = 0; i < n; i++)
-        p->bytes[k] += weight_bytes(w[i]);
+    p->bytes[k] += prof_params(model_config_get(p->m), k) * p->bytes_per_param;
     p->calls[k]++;
     return rc;
 }
@@ -135,6 +139,7 @@ static int prof_attention(model_backend *be, const model_attn *a, tern_err *err)
     double t = tern_time_s();
     int rc = p->in->attention(p->in, a, err);
     p->s[PR_ATTN] += tern_time_s() - t;
+    p->last = PR_ATTN;
     p->calls[PR_ATTN]++;
     return rc;
 }
@@ -158,7 +163,7 @@ static void prof_print(const prof_backend *p, const char *what, int steps, doubl
         printf("    %-14s %8.3f ms %5.1f%%  %4ld calls", pr_names[k], 1e3 * p->s[k] / steps, 100 * p->s[k] / total,
                p->calls[k] / steps);
         if (p->bytes[k] > 0)
-            printf("  %6.1f GB/s of weights", p->bytes[k] / p->s[k] / 1e9);
+            printf("  %6.1f GB/s of weights (est.)", p->bytes[k] / p->s[k] / 1e9);
         printf("\n");
     }
     printf("    %-14s %8.3f ms %5.1f%%  (the forward's element-wise work, the calls' overhead)\n", "rest",
@@ -180,6 +185,10 @@ static int profile_run(tern_model *m, kv_pool *kv, kv_seq *seq, const int32_t *t
     p.base.n_threads = prof_n_threads;
     p.base.free = prof_free;
     p.m = m;
+    double params = 0;
+    for (int k = 0; k < PR_ATTN; k++)
+        params += prof_params(model_config_get(m), k) * (k == PR_HEAD ? 1 : model_config_get(m)->n_layer);
+    p.bytes_per_param = (double)model_weight_bytes(m) / params;
     model_backend *own = model_backend_swap(m, &p.base);
     tern_err err = {0};
     int32_t last = n_prompt - 1, zero = 0;
