@@ -1,7 +1,8 @@
 /* bench_decode: batch-1 decode speed of the CPU forward pass next to this
  * machine's memory-bandwidth floor.
  *
- *   bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] [--exact-products] MODEL_DIR...
+ *   bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] [--exact-products] [--profile]
+ *                [--streams 1,4,16] MODEL_DIR...
  *
  * The floor is what a perfect kernel could do: measured read bandwidth
  * divided by the weight bytes one decode step must read (quantized: packed
@@ -17,7 +18,10 @@
  * --profile: the decode step split by backend call (a wrapper backend times
  * each product class and the attention; the rest of the step is the
  * forward's own element-wise work) with each product class's weight bytes
- * per second; the same for the prefill. */
+ * per second; the same for the prefill. --streams: the aggregate decode
+ * tokens/s of N sequences decoding together (16-token prompts, --tokens
+ * steps of N rows), and its ratio to one stream's (with --profile, each
+ * split as above). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +78,16 @@ static double measure_bandwidth(tern_pool *pool)
     }
     free(buf);
     return best;
+}
+
+/* Re-measures between runs, so the floor uses the best bandwidth seen. */
+/* CPU seconds of the whole process: with wall time, the share of its
+ * threads' cores it actually got (low on a busy shared machine). */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ---- --profile: a backend that times the CPU backend's calls ---- */
@@ -218,14 +232,94 @@ out:
     return rc;
 }
 
-/* Re-measures between runs, so the floor uses the best bandwidth seen. */
-/* CPU seconds of the whole process: with wall time, the share of its
- * threads' cores it actually got (low on a busy shared machine). */
-static double cpu_s(void)
+/* N streams decoding together: N sequences, each with a 16-token prompt
+ * (one batch for all), then n_tokens steps of N decode rows (weights read
+ * once a step for all rows). Returns the aggregate decode tokens/s, or -1. */
+static double streams_run(tern_model *m, int n_streams, int n_tokens, int profile, double *per_cpu_s)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    const model_config *c = model_config_get(m);
+    int P = 16, ctx = P + n_tokens + 1, n = n_streams * P;
+    tern_err err = {0};
+    kv_pool kv;
+    double tps = -1;
+    if (kv_pool_init(&kv, c->n_layer, model_kv_dim(m), KV_BLOCK_DEFAULT,
+                     n_streams * (ctx / KV_BLOCK_DEFAULT + 2), &err)) {
+        fprintf(stderr, "bench_decode: %s\n", err.msg);
+        return -1;
+    }
+    kv_seq *seq = calloc((size_t)n_streams, sizeof *seq);
+    kv_seq **seqs = malloc((size_t)n * sizeof *seqs);
+    int32_t *tok = malloc((size_t)n * sizeof *tok), *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *out = malloc((size_t)n_streams * sizeof *out);
+    float *logits = malloc((size_t)n_streams * c->n_vocab * sizeof *logits);
+    prof_backend p = {0};
+    model_backend *own = NULL;
+    if (!seq || !seqs || !tok || !pos || !out || !logits)
+        goto out;
+    for (int i = 0; i < n_streams; i++)
+        if (kv_seq_reserve(&kv, &seq[i], ctx, &err)) {
+            fprintf(stderr, "bench_decode: %s\n", err.msg);
+            goto out;
+        }
+    for (int i = 0; i < n; i++) {
+        tok[i] = (int32_t)(((i % P) * 7919 + (i / P) * 104729 + 13) % c->n_vocab);
+        pos[i] = i % P;
+        seqs[i] = &seq[i / P];
+    }
+    for (int i = 0; i < n_streams; i++)
+        out[i] = i * P + P - 1;
+    fwd_batch pb = {n, tok, pos, seqs, n_streams, out};
+    if (model_forward(m, &kv, &pb, logits, &err)) {
+        fprintf(stderr, "bench_decode: %s\n", err.msg);
+        goto out;
+    }
+    for (int i = 0; i < n_streams; i++) {
+        seqs[i] = &seq[i];
+        out[i] = i;
+    }
+    if (profile) {
+        p.in = model_backend_get(m);
+        p.base = *p.in;
+        p.base.matmul = prof_matmul;
+        p.base.matmul_grouped = NULL;
+        p.base.attention = prof_attention;
+        p.base.n_threads = prof_n_threads;
+        p.base.free = prof_free;
+        p.m = m;
+        double params = 0;
+        for (int k = 0; k < PR_ATTN; k++)
+            params += prof_params(c, k) * (k == PR_HEAD ? 1 : c->n_layer);
+        p.bytes_per_param = (double)model_weight_bytes(m) / params;
+        own = model_backend_swap(m, &p.base);
+    }
+    double t0 = tern_time_s(), c0 = cpu_s();
+    for (int s = 0; s < n_tokens; s++) {
+        for (int i = 0; i < n_streams; i++) {
+            tok[i] = (int32_t)((s * 7919 + i * 31 + 5) % c->n_vocab);
+            pos[i] = P + s;
+        }
+        fwd_batch db = {n_streams, tok, pos, seqs, n_streams, out};
+        if (model_forward(m, &kv, &db, logits, &err)) {
+            fprintf(stderr, "bench_decode: %s\n", err.msg);
+            goto out;
+        }
+    }
+    double dt = tern_time_s() - t0;
+    tps = (double)n_streams * n_tokens / dt;
+    *per_cpu_s = (double)n_streams * n_tokens / (cpu_s() - c0);
+    if (profile) {
+        char what[64];
+        snprintf(what, sizeof what, "%d-stream decode", n_streams);
+        prof_print(&p, what, n_tokens, dt);
+    }
+out:
+    if (own)
+        model_backend_swap(m, own);
+    for (int i = 0; seq && i < n_streams; i++)
+        kv_seq_free(&kv, &seq[i]);
+    kv_pool_free(&kv);
+    free(seq), free(seqs), free(tok), free(pos), free(out), free(logits);
+    return tps;
 }
 
 static double measure_bandwidth_quick(int threads)
@@ -239,6 +333,7 @@ static double measure_bandwidth_quick(int threads)
 int main(int argc, char **argv)
 {
     int n_tokens = 64, n_prompt = 512, threads = 0, runs = 1, profile = 0;
+    char *streams = NULL;
     const char *dirs[16];
     int n_dirs = 0;
     for (int i = 1; i < argc; i++) {
@@ -250,6 +345,8 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--exact-products"))
             tern_kernels_exact_set(1);
+        else if (!strcmp(argv[i], "--streams") && i + 1 < argc)
+            streams = argv[++i];
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
@@ -258,7 +355,7 @@ int main(int argc, char **argv)
             dirs[n_dirs++] = argv[i];
     }
     if (!n_dirs || n_tokens < 2 || n_prompt < 1 || runs < 1) {
-        fprintf(stderr, "usage: bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] [--exact-products] [--profile] MODEL_DIR...\n");
+        fprintf(stderr, "usage: bench_decode [--tokens N] [--prompt N] [--threads N] [--runs N] [--exact-products] [--profile] [--streams 1,4,16] MODEL_DIR...\n");
         return 2;
     }
     tern_pool *pool = tern_pool_new(threads);
@@ -336,6 +433,23 @@ int main(int argc, char **argv)
                100.0 * cpu_share, n_tokens / cpu_decode, n_prompt / cpu_prefill);
         if (profile && profile_run(m, &kv, &seq, tok, pos, seqs, n_prompt, n_tokens, logits))
             return 1;
+        if (streams) {
+            double one = 0, one_c = 0;
+            for (char *q = streams; *q;) {
+                int ns = (int)strtol(q, &q, 10);
+                if (*q == ',')
+                    q++;
+                if (ns < 1)
+                    break;
+                double tc = 0, t = streams_run(m, ns, n_tokens, profile, &tc);
+                if (t < 0)
+                    return 1;
+                if (ns == 1 || one == 0)
+                    one = t / ns, one_c = tc / ns;
+                printf("  %3d streams: %8.2f t/s aggregate decode (%.2fx one stream), %8.2f t/s per CPU second "
+                       "(%.2fx)\n", ns, t, t / one, tc, tc / one_c);
+            }
+        }
         free(tok), free(pos), free(seqs), free(logits);
         kv_seq_free(&kv, &seq);
         kv_pool_free(&kv);
