@@ -78,21 +78,61 @@ srv_model *adapters_resolve(tern_server *s, const char *name)
     return base;
 }
 
-/* Reads a's adapter against its base's current model (under adapters_mu). */
-static int adapter_read(srv_adapter *a, tern_err *err)
+/* a->lora becomes l (NULL: none), its bytes charged to the base (under
+ * adapters_mu). */
+static void lora_set(srv_adapter *a, model_lora *l)
+{
+    if (a->lora)
+        atomic_fetch_sub(&a->base->lora_bytes, (long long)model_lora_bytes(a->lora));
+    model_lora_release(a->lora);
+    a->lora = l;
+    if (l)
+        atomic_fetch_add(&a->base->lora_bytes, (long long)model_lora_bytes(l));
+}
+
+void adapters_base_down(tern_server *s, srv_model *base)
+{
+    pthread_mutex_lock(&s->adapters_mu);
+    for (int i = 0; i < s->n_adapters; i++)
+        if (s->adapters[i]->base == base)
+            lora_set(s->adapters[i], NULL);
+    pthread_mutex_unlock(&s->adapters_mu);
+}
+
+/* Reads a's adapter against its base's current model (under adapters_mu);
+ * *fresh set when it was read now (its bytes newly charged). */
+static int adapter_read(srv_adapter *a, int *fresh, tern_err *err)
 {
     srv_model *mm = a->base;
     long long gen = atomic_load(&mm->met.loads);
+    *fresh = 0;
     if (a->lora && a->for_m == mm->m && a->gen == gen)
         return 0;
-    model_lora_release(a->lora);
-    a->lora = model_lora_load(mm->m, a->dir, err);
+    lora_set(a, NULL);
+    lora_set(a, model_lora_load(mm->m, a->dir, err));
     if (!a->lora)
         return err->code ? err->code : TERN_EFORMAT;
+    *fresh = 1;
     a->for_m = mm->m;
     a->gen = gen;
     atomic_fetch_add(&a->loads, 1);
     return 0;
+}
+
+/* An adapter just read (l, a's) is charged to its base: room is made in
+ * --max-memory by evicting idle models, else it is dropped again and the
+ * request refused (503 model_cannot_fit with the sizes). */
+static int adapter_room(tern_server *s, srv_adapter *a, const model_lora *l, api_error *e)
+{
+    char what[256], why[TERN_ERR_MSG_MAX];
+    snprintf(what, sizeof what, "adapter '%.200s'", a->name);
+    if (!models_room(s, a->base, what, model_lora_bytes(l), why, sizeof why))
+        return 0;
+    pthread_mutex_lock(&s->adapters_mu);
+    if (a->lora == l)
+        lora_set(a, NULL);
+    pthread_mutex_unlock(&s->adapters_mu);
+    return api_error_set(e, 503, "server_error", "model_cannot_fit", "model", "%s", why);
 }
 
 int adapters_acquire(srv_model *mm, const char *name, srv_adapter **out, model_lora **lora, api_error *e)
@@ -107,13 +147,13 @@ int adapters_acquire(srv_model *mm, const char *name, srv_adapter **out, model_l
     pthread_mutex_lock(&s->adapters_mu);
     srv_adapter *a = find(s, mm, an, strlen(an));
     tern_err te = {0};
-    int rc = 0;
+    int rc = 0, fresh = 0;
     if (!a) {
         rc = api_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
                            "The model '%.200s' does not exist (see GET /v1/models)", name);
     } else if (model_lora_supported(mm->m, &te)) {
         rc = api_bad(e, "unsupported_device", "model", "adapter '%.100s': %s", a->name, te.msg);
-    } else if (adapter_read(a, &te)) {
+    } else if (adapter_read(a, &fresh, &te)) {
         rc = api_bad(e, "adapter_load_failed", "model", "%s", te.msg);
     } else {
         model_lora_retain(a->lora);
@@ -121,6 +161,11 @@ int adapters_acquire(srv_model *mm, const char *name, srv_adapter **out, model_l
         *out = a;
     }
     pthread_mutex_unlock(&s->adapters_mu);
+    if (!rc && fresh && (rc = adapter_room(s, a, *lora, e))) {
+        model_lora_release(*lora);
+        *lora = NULL;
+        *out = NULL;
+    }
     return rc ? -1 : 0;
 }
 
@@ -154,6 +199,7 @@ static int adapter_add(tern_server *s, srv_model *base, const char *name, const 
     pthread_mutex_lock(&s->adapters_mu);
     int rc = 0;
     srv_adapter *a = NULL;
+    model_lora *l = NULL; /* read now: charged once the lock is dropped */
     if (find(s, NULL, name, strlen(name))) {
         rc = api_bad(e, "invalid_value", "lora_name", "The lora adapter '%.200s' has already been loaded.", name);
         goto out;
@@ -176,22 +222,28 @@ static int adapter_add(tern_server *s, srv_model *base, const char *name, const 
         }
         s->adapters[s->n_adapters++] = a;
     }
+    lora_set(a, NULL);
     free(a->dir);
     a->dir = strdup(dir);
     a->base = base;
     a->removed = 1; /* listed once read */
-    model_lora_release(a->lora);
-    a->lora = NULL;
     tern_err te = {0};
+    int fresh = 0;
     if (!a->dir) {
         rc = api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    } else if (base->m && adapter_read(a, &te)) {
+    } else if (base->m && adapter_read(a, &fresh, &te)) {
         rc = api_bad(e, "adapter_load_failed", "lora_path", "%s", te.msg);
     } else {
         a->removed = 0;
     }
+    l = fresh ? a->lora : NULL;
 out:
     pthread_mutex_unlock(&s->adapters_mu);
+    if (!rc && l && (rc = adapter_room(s, a, l, e))) {
+        pthread_mutex_lock(&s->adapters_mu);
+        a->removed = 1; /* not added: as if never asked */
+        pthread_mutex_unlock(&s->adapters_mu);
+    }
     return rc ? -1 : 0;
 }
 
@@ -272,8 +324,7 @@ enum MHD_Result adapters_route_serve(srv_conn *c, const char *url)
         srv_adapter *a = find(s, base, name, strlen(name));
         if (a) { /* requests that hold it keep their reference */
             a->removed = 1;
-            model_lora_release(a->lora);
-            a->lora = NULL;
+            lora_set(a, NULL);
         }
         pthread_mutex_unlock(&s->adapters_mu);
         if (!a) {

@@ -148,6 +148,7 @@ static int model_state_open(tern_server *s, srv_model *mm, tern_err *err)
  * first: rows it still finishes hold constraints over the grammar cache. */
 static void model_teardown(srv_model *mm)
 {
+    adapters_base_down(mm->s, mm); /* read against mm->m: they go with it */
     if (!mm->borrowed)
         engine_free(mm->eng);
     toolcall_server_free(mm);
@@ -197,7 +198,7 @@ fail:
 static size_t charged(const srv_model *mm)
 {
     return mm->state == MODEL_LOADED || mm->state == MODEL_UNLOADING || mm->state == MODEL_LOADING
-               ? mm->weights_bytes + mm->kv_bytes
+               ? mm->weights_bytes + mm->kv_bytes + (size_t)atomic_load(&mm->lora_bytes)
                : 0;
 }
 
@@ -293,6 +294,37 @@ static void finish_unload(tern_server *s, srv_model *mm)
     pthread_mutex_lock(&s->pool_mu);
     mm->state = MODEL_UNLOADED;
     pthread_cond_broadcast(&s->pool_cv);
+}
+
+int models_room(tern_server *s, srv_model *keep, const char *what, size_t bytes, char *reason, size_t cap)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->pool_mu);
+    for (;;) {
+        size_t used = 0;
+        for (int i = 0; i < s->n_models; i++)
+            used += charged(s->models[i]);
+        if (!s->o.max_memory || used <= s->o.max_memory)
+            break;
+        srv_model *v = lru_victim(s, keep);
+        if (!v) {
+            size_t pinned, held, max = s->o.max_memory, mine = charged(keep);
+            char who[200], a[32], b[32], d[32], f[32];
+            held = held_bytes(s, keep, &pinned, who, sizeof who);
+            snprintf(reason, cap, "%.200s (%s) does not fit: model '%.48s' would hold %s but only %s of --max-memory %s "
+                     "can be made free%s%.199s", what, size_str(bytes, a, sizeof a), keep->name,
+                     size_str(mine, b, sizeof b), size_str(held < max ? max - held : 0, d, sizeof d),
+                     size_str(max, f, sizeof f), who[0] ? "; held by " : "", who);
+            rc = -1;
+            break;
+        }
+        TERN_INFO("models: evicting %s (least recently used) for %s", v->name, what);
+        begin_unload(v);
+        atomic_fetch_add(&v->met.evictions, 1);
+        finish_unload(s, v);
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+    return rc;
 }
 
 /* ---- the loader thread ---- */

@@ -15,7 +15,7 @@ typedef struct model_snap {
     const char *name; /* borrowed: names live as long as the server */
     srv_model_state state;
     int pinned, refs, ctx_size;
-    size_t weights_bytes, kv_bytes;
+    size_t weights_bytes, kv_bytes, lora_bytes;
     char reason[TERN_ERR_MSG_MAX];
     engine_stats st; /* cumulative: earlier engines + the live one */
     long long gen_started, gen_finished, gen_failed, prompt_tokens, completion_tokens, cached_tokens;
@@ -68,6 +68,7 @@ static model_snap *snap_all(tern_server *s)
         p->ctx_size = mm->ctx_size;
         p->weights_bytes = mm->weights_bytes;
         p->kv_bytes = mm->kv_bytes;
+        p->lora_bytes = (size_t)atomic_load(&mm->lora_bytes);
         snprintf(p->reason, sizeof p->reason, "%s", mm->reason);
         p->st = mm->retired;
         if (mm->state == MODEL_LOADED && mm->eng) {
@@ -115,6 +116,7 @@ static json_object *entry_json(tern_server *s, const model_snap *p)
     json_object_object_add(m, "active_requests", json_object_new_int(p->refs));
     json_object_object_add(mem, "weights_bytes", json_object_new_int64((long long)p->weights_bytes));
     json_object_object_add(mem, "kv_bytes", json_object_new_int64((long long)p->kv_bytes));
+    json_object_object_add(mem, "adapters_bytes", json_object_new_int64((long long)p->lora_bytes));
     json_object_object_add(m, "memory", mem);
     return m;
 }
@@ -243,6 +245,7 @@ json_object *models_stats_json(tern_server *s, engine_stats *total)
         MI("active_requests", p->refs);
         MI("weights_bytes", p->weights_bytes);
         MI("kv_bytes", p->kv_bytes);
+        MI("adapters_bytes", p->lora_bytes);
         MI("loads", p->loads);
         MI("load_failures", p->load_failures);
         MI("evictions", p->evictions);
@@ -346,6 +349,7 @@ void models_prometheus(tern_server *s, api_buf *b)
         int r = resident(v[i].state);
         sample(b, "memory_bytes", lab[i], ",kind=\"weights\"", r ? (double)v[i].weights_bytes : 0);
         sample(b, "memory_bytes", lab[i], ",kind=\"kv\"", r ? (double)v[i].kv_bytes : 0);
+        sample(b, "memory_bytes", lab[i], ",kind=\"adapters\"", r ? (double)v[i].lora_bytes : 0);
     }
     FAM("loads_total", "counter", "Times the model was loaded.", p->loads);
     FAM("load_failures_total", "counter", "Loads that failed.", p->load_failures);

@@ -105,6 +105,7 @@ typedef struct srv_model {
     unsigned long long last_used; /* pool tick of its last acquire or release (LRU) */
     size_t weights_bytes;      /* its safetensors files */
     size_t kv_bytes;           /* KV budget: estimated before a load, the engine's pool after */
+    atomic_llong lora_bytes;   /* its LoRA adapters read against the current load (adapters.c), charged with it */
     engine_stats retired;      /* counters of its earlier engines, so totals survive an unload */
     double loaded_at;          /* tern_time_s() when it became LOADED */
     /* loaded state */
@@ -300,6 +301,12 @@ srv_model *models_resolve(tern_server *s, const char *name, api_error *e);
 int models_acquire(tern_server *s, srv_model *mm, api_error *e);
 /* Drops a reference (NULL is a no-op). */
 void models_release(srv_model *mm);
+/* Evicts idle models (least recently used first, never keep) until the
+ * loaded models' charges - weights, KV, adapters - fit in --max-memory:
+ * 0, or -1 with why (naming `what`, which needs `bytes` more on keep) in
+ * reason. Call it with adapters_mu not held (an eviction frees the
+ * victim's adapters). */
+int models_room(tern_server *s, srv_model *keep, const char *what, size_t bytes, char *reason, size_t cap);
 /* models_resolve + models_acquire of a JSON body's "model" field. */
 srv_model *models_acquire_body(tern_server *s, const char *body, size_t len, api_error *e);
 /* POST /v1/models/load and /unload: a load waits until loaded (a failed
@@ -313,6 +320,9 @@ const char *models_state_name(srv_model_state st);
 typedef struct srv_adapter srv_adapter;
 struct model_lora;
 void adapters_init(tern_server *s);
+/* Drops the adapters read against base's model (its teardown): requests
+ * keep their references; the next one reads them again. */
+void adapters_base_down(tern_server *s, srv_model *base);
 void adapters_free(tern_server *s); /* after models_free */
 /* Registers --lora's "[BASE:]NAME=DIR", reading it when BASE is loaded. */
 int adapters_add_spec(tern_server *s, const char *spec, tern_err *err);

@@ -50,6 +50,7 @@ async function complete(url, model, prompt) {
 }
 
 let rc = 1;
+let mem = null; // the demo's charges and adapter c's bytes, from the first server
 try {
   // ---- a bad --lora fails the start, naming why
   const bad = spawnSync(BIN, ['serve', MODEL, '--port', '0', '--lora', `x=${OTHER}`], { encoding: 'utf8', timeout: 60000 });
@@ -154,9 +155,75 @@ try {
       new RegExp(`tern_lora_prompt_tokens_total\\{adapter="b",model="tern-demo"\\} ${la.b && la.b.prompt_tokens}\\b`).test(prom) &&
       /tern_lora_requests_total\{adapter="c",model="tern-demo"\} 2\b/.test(prom), '/metrics agrees with /stats for b and c',
       lines);
+    // ---- memory: the adapters read are charged to their base (/v1/models, /stats, /metrics)
+    const entries = async (u) => (await (await fetch(`${u}/v1/models`, { headers })).json()).data;
+    let data = await entries(url);
+    const by = (id) => data.find((m) => m.id === id);
+    const bytesOf = { a: by('a').bytes, b: by('b').bytes, c: by('c').bytes };
+    check(bytesOf.a > 0 && bytesOf.b > 0 && bytesOf.c > 0, 'adapter entries give their bytes', bytesOf);
+    const demo = by('tern-demo');
+    check(demo.memory.adapters_bytes === bytesOf.a + bytesOf.b + bytesOf.c,
+      'the base\'s memory.adapters_bytes is its adapters\' bytes', { memory: demo.memory, bytesOf });
+    const promMem = await (await fetch(`${url}/metrics`)).text();
+    check(new RegExp(`tern_model_memory_bytes\\{model="tern-demo",kind="adapters"\\} ${demo.memory.adapters_bytes}\\b`)
+      .test(promMem), '/metrics charges the adapters to the base',
+    promMem.split('\n').filter((l) => l.startsWith('tern_model_memory_bytes')).join('\n'));
+    const stm = await (await fetch(`${url}/stats`)).json();
+    check(stm.models && stm.models['tern-demo'] && stm.models['tern-demo'].adapters_bytes === demo.memory.adapters_bytes,
+      '/stats charges the adapters to the base', stm.models && stm.models['tern-demo']);
+    r = await post(`${url}/v1/unload_lora_adapter`, { lora_name: 'c' });
+    data = await entries(url);
+    check(r.status === 200 && by('tern-demo').memory.adapters_bytes === bytesOf.a + bytesOf.b,
+      'an unloaded adapter is no longer charged', by('tern-demo').memory);
+    mem = { ...demo.memory, c: bytesOf.c, cText: cText.text };
   } finally {
     const ex = await srv.stop();
     check(ex.code === 0, 'the server exits cleanly', ex);
+  }
+
+  // ---- --max-memory counts adapters: x and y (the demo twice) fit, x's adapter c on top does not
+  if (mem) {
+    const model = mem.weights_bytes + mem.kv_bytes;
+    const gib = (n) => (n / 2 ** 30).toFixed(12);
+    const limit = gib(2 * model + Math.floor(mem.c / 2));
+    const pool = ['--model', `x=${MODEL}`, '--model', `y=${MODEL}`, '--max-memory', limit, '--api-key', KEY,
+      '--threads', '2', '--kv-budget', '0.05', '--lora', `x:c=${C}`];
+    // y pinned: c cannot fit - refused with the sizes, nothing charged
+    let p = await startServer([...pool, '--pin', 'y'], { model: null });
+    try {
+      const x = await complete(p.url, 'x', PROMPTS[0]);
+      const pm = (await (await fetch(`${p.url}/v1/models`, { headers })).json()).data;
+      const ex = pm.find((m) => m.id === 'x');
+      check(x.status === 200 && ex.memory.weights_bytes + ex.memory.kv_bytes === model,
+        'x costs what the demo costs alone', ex && ex.memory);
+      const rc2 = await complete(p.url, 'c', PROMPTS[0]);
+      check(rc2.status === 503 && rc2.error.code === 'model_cannot_fit' &&
+        /adapter 'c' .*does not fit.*--max-memory.*y \(pinned\)/.test(rc2.error.message),
+      'an adapter beyond --max-memory is 503 model_cannot_fit naming it, the sizes and the holder', rc2);
+      const pm2 = (await (await fetch(`${p.url}/v1/models`, { headers })).json()).data;
+      check(pm2.find((m) => m.id === 'x').memory.adapters_bytes === 0, 'the refused adapter is not charged',
+        pm2.find((m) => m.id === 'x').memory);
+    } finally {
+      await p.stop();
+    }
+    // nothing pinned: reading c evicts the idle y; evicting x drops c's charge
+    p = await startServer(pool, { model: null });
+    try {
+      await complete(p.url, 'x', PROMPTS[0]);
+      await complete(p.url, 'y', PROMPTS[0]);
+      const rc3 = await complete(p.url, 'c', PROMPTS[0]);
+      let pm = (await (await fetch(`${p.url}/v1/models`, { headers })).json()).data;
+      const st = (id) => pm.find((m) => m.id === id);
+      check(rc3.status === 200 && rc3.text === mem.cText, 'c on x answers as on the demo', rc3);
+      check(st('y').state === 'unloaded' && st('x').state === 'loaded' && st('x').memory.adapters_bytes === mem.c,
+        'reading c evicted the idle y and charges c to x', pm.map((m) => [m.id, m.state, m.memory]));
+      const ry = await complete(p.url, 'y', PROMPTS[0]);
+      pm = (await (await fetch(`${p.url}/v1/models`, { headers })).json()).data;
+      check(ry.status === 200 && st('x').state === 'unloaded' && st('x').memory.adapters_bytes === 0,
+        'y back evicts x, and x\'s adapter goes with it', pm.map((m) => [m.id, m.state, m.memory]));
+    } finally {
+      await p.stop();
+    }
   }
   rc = summary('lora');
 } finally {
