@@ -1066,6 +1066,185 @@ static void test_gemv_stage(void **state)
 #endif
 }
 
+/* The throughput mode's GEMM tile (tcu_opts.tc_gemm): bf16 and 4-bit (g64) weights at
+ * T = 1 .. 128 against the CPU on the norm's output (the bf16 envelope),
+ * two shapes - 200 rows of 3584 inputs (split-K over a cluster of 8) and
+ * 17000 rows of 1024 (one block a slice) - plain (two matrices, one
+ * launch), accumulating, and gate/up with SwiGLU; every token of a batch
+ * bit-identical to the same token alone and in a batch of another size. */
+static void test_gemm_tile(void **state)
+{
+    (void)state;
+#ifdef TERN_CUDA
+    if (!have_gpu())
+        skip();
+    tern_err err = {0};
+    model_backend *cpu = model_backend_cpu_new(2, &err);
+    assert_non_null(cpu);
+    tern_rng r;
+    tern_rng_seed(&r, 777, 5);
+    enum { TMAX = 128 };
+    const int shapes[2][2] = {{3584, 200}, {1024, 17000}}; /* n_in, rows */
+    const int Ts[] = {1, 2, 7, 8, 17, 32, 64, 100, 128}, nT = (int)(sizeof Ts / sizeof *Ts);
+    const float eps = 1e-5f;
+    for (int ci = 0; ci < 4; ci++) {
+        const int si = ci / 2, q = ci % 2, n_in = shapes[si][0], n_out = shapes[si][1];
+        float *x = malloc((size_t)TMAX * n_in * sizeof(float)), *g = malloc(n_in * sizeof(float));
+        float *xn = malloc((size_t)TMAX * n_in * sizeof(float));
+        int32_t rows[TMAX];
+        assert_true(x && g && xn);
+        fill(&r, x, (size_t)TMAX * n_in, 1.0f);
+        fill(&r, g, n_in, 1.0f);
+        for (int t = 0; t < TMAX; t++) { /* token t reads x row (t * 37) % TMAX */
+            rows[t] = (t * 37) % TMAX;
+            norm_row_ref(x + (size_t)rows[t] * n_in, g, n_in, eps, xn + (size_t)t * n_in);
+        }
+        float *dx, *dg, *dn, *dy[2];
+        int32_t *drows;
+        void *stage, *dw[2];
+        float *dsb[2] = {NULL, NULL};
+        const size_t stage_bytes = (size_t)n_in * 272;
+        assert_int_equal(cudaMalloc((void **)&dx, (size_t)TMAX * n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&dg, n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&dn, (size_t)TMAX * n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMalloc((void **)&drows, sizeof rows), 0);
+        assert_int_equal(cudaMalloc(&stage, stage_bytes), 0);
+        assert_int_equal(cudaMemcpy(dx, x, (size_t)TMAX * n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(dg, g, n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(drows, rows, sizeof rows, cudaMemcpyHostToDevice), 0);
+        test_w tw[2];
+        float *yc[2], *yb[2], *ya[2], *y0 = malloc((size_t)TMAX * n_out * sizeof(float));
+        assert_non_null(y0);
+        for (int k = 0; k < 2; k++) {
+            make_weight(&r, &tw[k], q ? 4 : 1, n_out, n_in, 64);
+            const size_t wb = q ? (size_t)n_out * n_in / 2 : (size_t)n_out * n_in * 2;
+            const size_t sbn = (size_t)n_out * (n_in / 64) * 2;
+            assert_int_equal(cudaMalloc(&dw[k], wb), 0);
+            assert_int_equal(cudaMemcpy(dw[k], tw[k].buf, wb, cudaMemcpyHostToDevice), 0);
+            if (q) {
+                assert_int_equal(cudaMalloc((void **)&dsb[k], sbn * sizeof(float)), 0);
+                assert_int_equal(cudaMemcpy(dsb[k], tw[k].w.sb, sbn * sizeof(float), cudaMemcpyHostToDevice), 0);
+            }
+            assert_int_equal(cudaMalloc((void **)&dy[k], (size_t)TMAX * n_out * sizeof(float)), 0);
+            yc[k] = malloc((size_t)TMAX * n_out * sizeof(float));
+            yb[k] = malloc((size_t)TMAX * n_out * sizeof(float));
+            ya[k] = malloc((size_t)n_out * sizeof(float));
+            assert_true(yc[k] && yb[k] && ya[k]);
+        }
+        const model_weight *w[2] = {&tw[0].w, &tw[1].w};
+        assert_int_equal(cpu->matmul(cpu, 2, w, xn, yc, TMAX, &err), 0);
+        for (int mode = 0; mode < 3; mode++) { /* plain, accumulate, glu */
+            const int glu = mode == 2, acc = mode == 1, nm = glu ? 1 : 2;
+            float *ref[2] = {yc[0], yc[1]};
+            float *gl = NULL;
+            if (glu) {
+                gl = malloc((size_t)TMAX * n_out * sizeof(float));
+                assert_non_null(gl);
+                for (size_t i = 0; i < (size_t)TMAX * n_out; i++)
+                    gl[i] = yc[0][i] / (1.0f + expf(-yc[0][i])) * yc[1][i];
+                ref[0] = gl;
+            }
+            tcu_gemv_args a;
+            memset(&a, 0, sizeof a);
+            a.n = 2;
+            for (int k = 0; k < 2; k++)
+                a.m[k] = (tcu_mat){dw[k], dsb[k], dy[k], n_out, q ? TCU_Q4 : TCU_BF16, 64};
+            a.glu = glu;
+            a.accumulate = acc;
+            a.x = dx;
+            a.n_in = n_in;
+            a.norm_g = dg;
+            a.norm_out = dn;
+            a.norm_eps = eps;
+            a.norm_rows = drows;
+            a.stage = stage;
+            a.stage_bytes = stage_bytes;
+            tcu_opts o = opts_gemv(TCU_GEMV_TENSOR);
+            o.exact = 0;
+            o.tc_gemm = 1;
+            for (int ti = 0; ti < nT; ti++) {
+                const int T = Ts[ti];
+                a.T = T;
+                for (int k = 0; k < nm; k++) /* accumulate: onto 0.5 */
+                    assert_int_equal(cudaMemset(dy[k], acc ? 0x3f : 0xff, (size_t)TMAX * n_out * sizeof(float)), 0);
+                float base = 0.0f;
+                if (acc) {
+                    uint32_t u = 0x3f3f3f3fu;
+                    memcpy(&base, &u, 4);
+                }
+                assert_int_equal(tcu_gemv(&a, &o, NULL), 0);
+                assert_int_equal(cudaDeviceSynchronize(), 0);
+                for (int k = 0; k < nm; k++)
+                    assert_int_equal(
+                        cudaMemcpy(yb[k], dy[k], (size_t)T * n_out * sizeof(float), cudaMemcpyDeviceToHost), 0);
+                double e = 0;
+                for (int k = 0; k < nm; k++) {
+                    if (acc)
+                        for (size_t i = 0; i < (size_t)T * n_out; i++)
+                            yb[k][i] -= base;
+                    const double ek = rel_err(yb[k], ref[k], (size_t)T * n_out);
+                    e = ek > e ? ek : e;
+                }
+                print_message("GEMM tile %s %d x %d mode %d T %d: rel err %.3g (tol 4e-3)\n", q ? "4-bit" : "bf16", n_out,
+                              n_in, mode, T, e);
+                if (!(e <= 4e-3))
+                    fail_msg("GEMM tile %s %d x %d mode %d T %d: rel err %g over 4e-3", q ? "4-bit" : "bf16", n_out,
+                             n_in, mode, T, e);
+                if (acc)
+                    continue;
+                if (T == 128)
+                    memcpy(y0, yb[0], (size_t)T * n_out * sizeof(float));
+                /* the first, a middle and the last token alone: their rows of the batch */
+                const int probe[3] = {0, T / 2, T - 1};
+                for (int pi = 0; pi < 3; pi++) {
+                    const int t = probe[pi];
+                    tcu_gemv_args b = a;
+                    b.T = 1;
+                    b.norm_rows = drows + t;
+                    assert_int_equal(tcu_gemv(&b, &o, NULL), 0);
+                    for (int k = 0; k < nm; k++) {
+                        assert_int_equal(cudaMemcpy(ya[k], dy[k], n_out * sizeof(float), cudaMemcpyDeviceToHost), 0);
+                        if (memcmp(ya[k], yb[k] + (size_t)t * n_out, n_out * sizeof(float)))
+                            fail_msg("GEMM tile %s %d x %d mode %d: token %d alone differs from its row in a batch of %d",
+                                     q ? "4-bit" : "bf16", n_out, n_in, mode, t, T);
+                    }
+                }
+            }
+            /* every token of a batch of 100 = its row of the batch of 128 */
+            a.T = 100;
+            assert_int_equal(tcu_gemv(&a, &o, NULL), 0);
+            if (!acc) {
+                assert_int_equal(cudaMemcpy(yb[0], dy[0], (size_t)100 * n_out * sizeof(float), cudaMemcpyDeviceToHost),
+                                 0);
+                assert_memory_equal(yb[0], y0, (size_t)100 * n_out * sizeof(float));
+            }
+            free(gl);
+        }
+        for (int k = 0; k < 2; k++) {
+            cudaFree(dw[k]);
+            cudaFree(dsb[k]);
+            cudaFree(dy[k]);
+            free(yc[k]);
+            free(yb[k]);
+            free(ya[k]);
+            free_weight(&tw[k]);
+        }
+        free(y0);
+        cudaFree(dx);
+        cudaFree(dg);
+        cudaFree(dn);
+        cudaFree(drows);
+        cudaFree(stage);
+        free(x);
+        free(g);
+        free(xn);
+    }
+    cpu->free(cpu);
+#else
+    skip();
+#endif
+}
+
 /* B sequences (prompts of 20-169 tokens, prefilled one chunk of 25 at a
  * time) decoding n_dec steps together, every row's logits out; sequence
  * 0's logits of each step into out [n_dec][V]. */
@@ -1213,6 +1392,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_rows_by_shape),
         cmocka_unit_test(test_gemv_stage),
+        cmocka_unit_test(test_gemm_tile),
         cmocka_unit_test(test_gemv_ring),
         cmocka_unit_test(test_forward),
         cmocka_unit_test(test_batch_invariance),

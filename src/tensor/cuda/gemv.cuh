@@ -152,7 +152,11 @@ __device__ __forceinline__ float chunk_dot_v(const uint4 &raw, const float *xv, 
 // The tensor-core GEMV (gemv_tc.cu): bf16 and 4-bit; -1 when the launch's
 // weights do not suit it. pdl: tcu_opts.pdl; exact: tcu_opts.exact (three
 // bf16 parts an activation, else one).
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact);
+// gemm: tcu_opts.tc_gemm (throughput bf16 steps through gemm_tc).
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact, bool gemm);
+// The throughput mode's GEMM tile (gemm_tc.cu): bf16 weights, 1-128 tokens,
+// a stage of the step's columns; -1 when the launch does not suit it.
+int gemm_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl);
 // One token of bf16 weights through a shared-memory ring (gemv_ring.cu);
 // -1 when the launch does not suit it.
 int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl);

@@ -1,0 +1,436 @@
+// The throughput mode's tensor-core GEMM tile (tcu_opts.tc_gemm): bf16
+// weights times activations rounded once to bf16, every step of 1-128
+// tokens of a launch in one tile of 128 weight rows by 128 token columns,
+// the weights streamed once through a multi-stage cp.async pipeline in
+// shared memory, split-K over a thread-block cluster fixed by the weight's
+// shape. See docs/cuda.md, "Products".
+#include <cooperative_groups.h>
+
+#include "tensor/cuda/gemv.cuh"
+
+// Layout. A 32-input step of the weights is 128 rows of 64 bytes in shared
+// memory ([row][4] 16-byte pieces: lane (g, t) of a warp reads piece t of
+// row g - 8 lanes of a quarter-warp read 128 consecutive bytes, no bank
+// conflict); the step's activations are the stage's [token][4] pieces
+// (gm_stage_kernel: one bf16 an input, nearest even, the fused RMSNorm
+// applied), the same shape. GM_ST steps in flight.
+//
+// Warps: 2 along the rows (64 each: 4 m-tiles; with a gate/up pair warp
+// row 0 holds gate rows, 1 the same rows of up) by 4 along the tokens (32
+// each: 4 n-tiles of 8). n-tiles wholly past the launch's tokens are
+// skipped (their columns are never summed into another).
+//
+// Order of sums per (row, token), fixed by the weight's shape alone: the
+// mma m16n8k16 accumulating over the slice's steps in order (within a step
+// the k order of gemv_tc.cu: lane t's 16 bytes are inputs 8t .. 8t + 7,
+// the first mma taking 8t .. 8t + 3 of each t, the second 8t + 4 .. 8t +
+// 7), a fresh accumulator per slice of KS; then the KS slices in order in
+// f32. A column of an mma never depends on another, and a token's staged
+// values never depend on the others: a token's result is the same in any
+// batch, alone too.
+#define GM_WARPS 8
+#define GM_BM 128 /* weight rows a tile */
+#define GM_BN 128 /* token columns a tile (a launch) */
+#define GM_ST 6   /* pipeline stages, a 32-input step each (4-bit: 12, one block a SM) */
+
+__device__ __forceinline__ void gm_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes of a weight row into shared memory, the L2 fetching the 256
+// bytes around them (the row's next steps).
+__device__ __forceinline__ void gm_cp_w(void *smem, const void *gmem)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ uint32_t gm_bf16_rn(float x)
+{
+    const uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (u >> 16) | 0x40u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+__device__ __forceinline__ uint32_t gm_pack(float x0, float x1) { return gm_bf16_rn(x0) | (gm_bf16_rn(x1) << 16); }
+
+__device__ __forceinline__ float gm_r(float x) { return __uint_as_float(gm_bf16_rn(x) << 16); }
+
+// A thread's part of a token's sum of squares (the fused RMSNorm), in
+// double with explicit roundings.
+__device__ __forceinline__ double gm_sq4(float4 v)
+{
+    double t = __dmul_rn((double)v.x, (double)v.x);
+    t = __fma_rn((double)v.y, (double)v.y, t);
+    t = __fma_rn((double)v.z, (double)v.z, t);
+    return __fma_rn((double)v.w, (double)v.w, t);
+}
+
+// The step's activations rounded once to bf16 into tcu_gemv_args.stage:
+// [n_in / 32][C][4] 16-byte pieces (C token columns, a multiple of 8;
+// columns past the tokens zeros), pairs (8t + i, 8t + i + 1) of each piece
+// t, or for 4-bit weights (Q) pairs (8t + i, 8t + 4 + i), the codes'
+// order; 4-bit, then each group's sum of the rounded values per column
+// [n_in / G][C] f32 (its 8-value sums in order). grid (C, blocks along the
+// inputs of nbs steps each: whole groups). Token j's norm factor over its
+// whole row: a thread's elements in order, the warp's butterfly, the warps
+// in order - the same arithmetic at any C, in any block.
+template <bool Q> __global__ void __launch_bounds__(GM_WARPS *WARP) gm_stage_kernel(const tcu_gemv_args a, int nbs, int C)
+{
+    constexpr int NTH = GM_WARPS * WARP;
+    extern __shared__ float gm_s8[]; /* 4-bit: [nbs * 4] 8-value sums */
+    __shared__ double nsum[GM_WARPS];
+    __shared__ float rn;
+    pdl_wait();
+    pdl_trigger();
+    const int j = blockIdx.x, sa = blockIdx.y * nbs, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool tok = j < a.T;
+    const size_t xrow = tok && a.norm_g && a.norm_rows ? (size_t)a.norm_rows[j] : (size_t)j;
+    const float *xr = a.x + xrow * a.n_in;
+    uint4 *xsp = reinterpret_cast<uint4 *>(a.stage);
+    float r = 1.0f;
+    if (tok && a.norm_g) {
+        double ss = 0.0;
+        for (int e = threadIdx.x * 4; e < a.n_in; e += NTH * 4)
+            ss = __dadd_rn(ss, gm_sq4(__ldg(reinterpret_cast<const float4 *>(xr + e))));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            ss = __dadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+        if (lane == 0)
+            nsum[warp] = ss;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double s = 0.0;
+            for (int k = 0; k < GM_WARPS; k++)
+                s = __dadd_rn(s, nsum[k]);
+            rn = (float)(1.0 / sqrt(s / a.n_in + a.norm_eps));
+        }
+        __syncthreads();
+        r = rn;
+    }
+    for (int i = threadIdx.x; i < nbs * 4; i += NTH) {
+        const int st = sa + i / 4, tq = i % 4;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        float s8 = 0.0f;
+        if (tok) {
+            const int e = st * 32 + 8 * tq;
+            const float4 *xp = reinterpret_cast<const float4 *>(xr + e);
+            float4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+            if (a.norm_g) {
+                v0 = norm4(v0, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e)));
+                v1 = norm4(v1, r, __ldg(reinterpret_cast<const float4 *>(a.norm_g + e) + 1));
+            }
+            if (Q) {
+                v = make_uint4(gm_pack(v0.x, v1.x), gm_pack(v0.y, v1.y), gm_pack(v0.z, v1.z), gm_pack(v0.w, v1.w));
+                const float r8[8] = {gm_r(v0.x), gm_r(v0.y), gm_r(v0.z), gm_r(v0.w),
+                                     gm_r(v1.x), gm_r(v1.y), gm_r(v1.z), gm_r(v1.w)};
+                s8 = r8[0];
+#pragma unroll
+                for (int k = 1; k < 8; k++)
+                    s8 = __fadd_rn(s8, r8[k]);
+            } else {
+                v = make_uint4(gm_pack(v0.x, v0.y), gm_pack(v0.z, v0.w), gm_pack(v1.x, v1.y), gm_pack(v1.z, v1.w));
+            }
+        }
+        if (Q)
+            gm_s8[i] = s8;
+        xsp[((size_t)st * C + j) * 4 + tq] = v;
+    }
+    if (Q) { /* each group's sum: its 8-value sums in order */
+        const int G = a.m[0].group;
+        float *xsum = reinterpret_cast<float *>(xsp + (size_t)(a.n_in / 32) * C * 4);
+        __syncthreads();
+        for (int gi = threadIdx.x; gi < nbs * 32 / G; gi += NTH) {
+            float sum = 0.0f;
+            for (int k = 0; k < G / 8; k++)
+                sum = __fadd_rn(sum, gm_s8[gi * (G / 8) + k]);
+            xsum[(size_t)(sa * 32 / G + gi) * C + j] = sum;
+        }
+    }
+}
+
+// grid (KS, row tiles), clusters of KS along x (block rank = slice), C the
+// stage's token columns. Dynamic shared memory: GM_ST stages (gm_stage_bytes),
+// reused after the pass for the block's sums [GM_BM][C + 4] f32.
+//
+// 4-bit (Q): a step's 16 bytes of codes a row, the row's {scale, bias} of
+// the step's group, and the group's activation sums per column; codes read
+// as bf16 1 + q / 16 (exact: pairs (i, i + 4) of a lane's 8), the step's
+// two mma into a fresh accumulator d, then c += 16 s d, and at a group's
+// last step c += (b - 16 s) sum x (w = 16 s (1 + q / 16) + b - 16 s).
+template <bool Q> __host__ __device__ constexpr int gm_wbytes() { return Q ? 16 : 64; } /* a row's step */
+template <bool Q> __host__ __device__ constexpr int gm_stage_bytes()
+{
+    return GM_BM * gm_wbytes<Q>() + GM_BN * 64 + (Q ? GM_BM * 8 + GM_BN * 4 : 0);
+}
+
+template <bool Q> __host__ __device__ constexpr int gm_st() { return Q ? 2 * GM_ST : GM_ST; }
+
+template <bool Q>
+__global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu_gemv_args a, int KS, int C)
+{
+    namespace cg = cooperative_groups;
+    constexpr int NTH = GM_WARPS * WARP, WB = gm_wbytes<Q>(), SB = gm_stage_bytes<Q>(), ST = gm_st<Q>();
+    extern __shared__ __align__(128) unsigned char gm_smem[];
+    float *red = reinterpret_cast<float *>(gm_smem); /* after the pass: [GM_BM][C + 4] */
+    cg::cluster_group cl = cg::this_cluster();
+    const int ks = (int)cl.block_rank();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3;
+    const bool glu = a.glu != 0;
+    const long rows = gv_out_rows(a, glu);
+    const int orows = glu ? GM_BM / 2 : GM_BM;
+    const long o0 = (long)blockIdx.y * orows;
+    const int ns = a.n_in / 32 / KS, s0 = ks * ns, G = Q ? a.m[0].group : 32;
+    /* the weight rows this thread copies: bf16 tile rows tid / 4 and 64 +
+     * tid / 4 (piece tid % 4); 4-bit tile row tid % 128 - its codes
+     * (tid < 128) or its scale and bias */
+    const char *wp[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = Q ? tid % 128 : h * 64 + tid / 4;
+        long gr, off = 0;
+        int k;
+        if (glu) {
+            gr = o0 + (r & 63);
+            if (gr >= rows)
+                gr = rows - 1;
+            k = r >> 6;
+        } else {
+            gr = o0 + r;
+            if (gr >= rows)
+                gr = rows - 1;
+            k = gv_mat_of(a, gr, &off);
+        }
+        if (Q)
+            wp[h] = tid < 128 ? (const char *)a.m[k].w + (size_t)(gr - off) * (a.n_in / 2) + (size_t)s0 * 16
+                              : (const char *)(a.m[k].sb + (size_t)(gr - off) * (a.n_in / G) * 2);
+        else
+            wp[h] = (const char *)a.m[k].w + ((size_t)(gr - off) * a.n_in + (size_t)s0 * 32) * 2 + 16 * (tid % 4);
+    }
+    const uint4 *xg = reinterpret_cast<const uint4 *>(a.stage) + (size_t)s0 * C * 4;
+    const float *xsg = reinterpret_cast<const float *>(reinterpret_cast<const uint4 *>(a.stage) +
+                                                       (size_t)(a.n_in / 32) * C * 4);
+    auto load_w = [&](int st) {
+        unsigned char *d = gm_smem + (size_t)(st % ST) * SB;
+        if (Q) {
+            if (tid < 128) {
+                gm_cp_w(d + tid * 16, wp[0] + (size_t)st * 16);
+            } else { /* {scale, bias} of the step's group */
+                const uint32_t sd = (uint32_t)__cvta_generic_to_shared(d + GM_BM * WB + GM_BN * 64 + (tid - 128) * 8);
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sd),
+                             "l"(wp[0] + (size_t)((s0 + st) * 32 / G) * 8)
+                             : "memory");
+            }
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                gm_cp_w(d + (h * 256 + tid) * 16, wp[h] + (size_t)st * 64);
+        }
+    };
+    auto load_x = [&](int st) {
+        unsigned char *d = gm_smem + (size_t)(st % ST) * SB + GM_BM * WB;
+        const uint4 *src = xg + (size_t)st * C * 4;
+        for (int i = tid; i < C * 4; i += NTH)
+            cp_async16(d + i * 16, src + i, 16);
+        if (Q && tid < C / 4) /* the group's sums */
+            cp_async16(d + GM_BN * 64 + GM_BM * 8 + tid * 16, xsg + (size_t)((s0 + st) * 32 / G) * C + 4 * tid, 16);
+    };
+#pragma unroll
+    for (int st = 0; st < ST - 1; st++)
+        if (st < ns)
+            load_w(st);
+    pdl_wait();
+    pdl_trigger();
+#pragma unroll
+    for (int st = 0; st < ST - 1; st++) {
+        if (st < ns)
+            load_x(st);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    float c[4][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                c[mi][ni][e] = 0.0f;
+    const int nn = (C - wn * 32) / 8; /* the warp's n-tiles with tokens (warp-uniform; <= 0: none) */
+    for (int st = 0; st < ns; st++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
+        __syncthreads();
+        if (st + ST - 1 < ns) {
+            load_w(st + ST - 1);
+            load_x(st + ST - 1);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        if (nn <= 0)
+            continue;
+        const unsigned char *sl = gm_smem + (size_t)(st % ST) * SB;
+        const uint4 *xsl = reinterpret_cast<const uint4 *>(sl + GM_BM * WB) + (size_t)(wn * 32 + g) * 4 + t;
+        if constexpr (Q) {
+            const uint32_t *wsl = reinterpret_cast<const uint32_t *>(sl) + (size_t)(wm * 64 + g) * 4 + t;
+            const float2 *sbl = reinterpret_cast<const float2 *>(sl + GM_BM * WB + GM_BN * 64) + wm * 64 + g;
+            const float *xgs = reinterpret_cast<const float *>(sl + GM_BM * WB + GM_BN * 64 + GM_BM * 8) + wn * 32 + 2 * t;
+            const bool gend = (s0 + st + 1) * 32 % G == 0;
+            uint32_t A[4][2][4];
+            float2 sv[4][2];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t q = wsl[(mi * 16 + 8 * h) * 4], M = 0x00780078u, O = 0x3F803F80u;
+                    A[mi][h][0] = ((q << 3) & M) | O;
+                    A[mi][h][1] = ((q >> 1) & M) | O;
+                    A[mi][h][2] = ((q >> 5) & M) | O;
+                    A[mi][h][3] = ((q >> 9) & M) | O;
+                    const float2 p = sbl[mi * 16 + 8 * h];
+                    sv[mi][h] = make_float2(16.0f * p.x, __fsub_rn(p.y, 16.0f * p.x));
+                }
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                if (ni >= nn)
+                    break;
+                const uint4 B = xsl[ni * 8 * 4];
+                float2 xs2 = make_float2(0.0f, 0.0f);
+                if (gend)
+                    xs2 = *reinterpret_cast<const float2 *>(xgs + ni * 8);
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++) {
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    gm_mma(d, A[mi][0][0], A[mi][1][0], A[mi][0][1], A[mi][1][1], B.x, B.y);
+                    gm_mma(d, A[mi][0][2], A[mi][1][2], A[mi][0][3], A[mi][1][3], B.z, B.w);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        c[mi][ni][e] = fmaf(sv[mi][e >> 1].x, d[e], c[mi][ni][e]);
+                    if (gend) /* the group's bias term, once */
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            c[mi][ni][e] = fmaf(sv[mi][e >> 1].y, (e & 1) ? xs2.y : xs2.x, c[mi][ni][e]);
+                }
+            }
+        } else {
+            const uint4 *wsl = reinterpret_cast<const uint4 *>(sl) + (size_t)(wm * 64 + g) * 4 + t;
+            uint4 A[4][2];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    A[mi][h] = wsl[(mi * 16 + 8 * h) * 4];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                if (ni >= nn)
+                    break;
+                const uint4 B = xsl[ni * 8 * 4];
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++) {
+                    gm_mma(c[mi][ni], A[mi][0].x, A[mi][1].x, A[mi][0].y, A[mi][1].y, B.x, B.y);
+                    gm_mma(c[mi][ni], A[mi][0].z, A[mi][1].z, A[mi][0].w, A[mi][1].w, B.z, B.w);
+                }
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    const int RS = C + 4;
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        if (ni >= nn)
+            break;
+#pragma unroll
+        for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *reinterpret_cast<float2 *>(red + (size_t)(wm * 64 + mi * 16 + g + 8 * h) * RS + wn * 32 + ni * 8 +
+                                            2 * t) = make_float2(c[mi][ni][2 * h], c[mi][ni][2 * h + 1]);
+    }
+    cl.sync();
+    /* block ks sums rows ks * per .. of every block of the cluster, the
+     * slices in order; consecutive threads take consecutive rows */
+    const int per = orows / KS, T = a.T;
+    for (int i = tid; i < per * T; i += NTH) {
+        const int r = ks * per + i % per, j = i / per;
+        const long gr = o0 + r;
+        if (gr >= rows)
+            continue;
+        float v[2];
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            if (s && !glu)
+                break;
+            for (int k = 0; k < KS; k++) {
+                const float part = cl.map_shared_rank(red, k)[(size_t)(r + s * 64) * RS + j];
+                v[s] = k ? __fadd_rn(v[s], part) : part;
+            }
+        }
+        if (glu) {
+            a.m[0].y[(size_t)j * a.m[0].n_out + gr] = (a.glu == 2 ? gelu_f(v[0]) : silu_f(v[0])) * v[1];
+        } else {
+            long off;
+            const int k = gv_mat_of(a, gr, &off);
+            float *y = a.m[k].y + (size_t)j * a.m[k].n_out + (gr - off);
+            *y = a.accumulate ? *y + v[0] : v[0];
+        }
+    }
+    cl.sync(); /* the others have read this block's sums */
+}
+
+// Split-K from the weight's shape alone: slices while the launch has
+// fewer blocks than multiprocessors, each slice at least 8 steps of whole
+// groups.
+static int gm_ks(int n_in, long blocks, int G)
+{
+    const int nst = n_in / 32;
+    int ks = 1;
+    while (ks < 8 && blocks * ks < sm_count() && nst % (2 * ks) == 0 && nst / (2 * ks) >= 8 &&
+           nst / (2 * ks) * 32 % G == 0)
+        ks *= 2;
+    return ks;
+}
+
+template <bool Q> static int gm_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
+{
+    const int C = (a->T + 7) / 8 * 8, nst = a->n_in / 32, G = Q ? a->m[0].group : 32;
+    if (a->stage_bytes < (size_t)nst * C * 64 + (Q ? (size_t)(a->n_in / G) * C * sizeof(float) : 0))
+        return -1;
+    int nb = 1; /* stage blocks along the inputs: about two a SM, whole groups */
+    while (nb < 16 && (long)C * nb < 2L * sm_count() && nst % (2 * nb) == 0 && nst / (2 * nb) * 32 % G == 0)
+        nb *= 2;
+    int rc = launch_pdl(pdl, gm_stage_kernel<Q>, dim3((unsigned)C, (unsigned)nb), dim3(GM_WARPS * WARP),
+                        Q ? (size_t)(nst / nb) * 4 * sizeof(float) : 0, s, *a, nst / nb, C);
+    if (rc)
+        return rc;
+    const long blocks = (rows + (a->glu ? GM_BM / 2 : GM_BM) - 1) / (a->glu ? GM_BM / 2 : GM_BM);
+    const int ks = gm_ks(a->n_in, blocks, G);
+    size_t smem = (size_t)gm_st<Q>() * gm_stage_bytes<Q>();
+    if (smem < (size_t)GM_BM * (GM_BN + 4) * sizeof(float))
+        smem = (size_t)GM_BM * (GM_BN + 4) * sizeof(float);
+    static int smem_set;
+    if (!smem_set) {
+        if ((rc = (int)cudaFuncSetAttribute(gm_kernel<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
+            return rc;
+        smem_set = 1;
+    }
+    return launch_cl(pdl, (unsigned)ks, gm_kernel<Q>, dim3((unsigned)ks, (unsigned)blocks), dim3(GM_WARPS * WARP),
+                     smem, s, *a, ks, C);
+}
+
+int gemm_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
+{
+    const int kind = a->m[0].kind, G = a->m[0].group;
+    if ((kind != TCU_BF16 && kind != TCU_Q4) || a->n_in % 32 || a->T > GM_BN || !a->stage)
+        return -1;
+    if (kind == TCU_Q4 && (G % 32 || a->n_in % G))
+        return -1;
+    for (int k = 1; k < a->n; k++)
+        if (a->m[k].kind != kind || (kind == TCU_Q4 && a->m[k].group != G))
+            return -1;
+    return kind == TCU_Q4 ? gm_launch<true>(a, rows, s, pdl) : gm_launch<false>(a, rows, s, pdl);
+}
