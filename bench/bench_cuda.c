@@ -3,6 +3,7 @@
  *
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--exact-products] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage]
+ *   bench_cuda --gemm
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
@@ -15,6 +16,10 @@
  * step per model and kernel. KERNELS ("staged,tensor") runs only those;
  * --no-stage gives the tensor-core kernel no stage (each block splits its
  * own activations).
+ *
+ * --gemm (no model files): the throughput mode's batched products on the
+ * 8B shapes, the tensor-core GEMV against the GEMM tile (tcu_opts.tc_gemm),
+ * bf16 / 4-bit g64, T = 8, 32, 64, 128 (gemm_bench below).
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
@@ -600,12 +605,146 @@ static int gemv_bench(const char *list, int use_stage)
     free(hy);
     return bad ? 1 : 0;
 }
+
+/* --gemm: the throughput mode's batched products alone - the tensor-core
+ * GEMV (tc_gemm 0) and the GEMM tile (tc_gemm 1) - on the Llama 8B shapes,
+ * bf16 and 4-bit g64, T = 8, 32, 64, 128: us per launch (graph of
+ * GV_REPS), weight GB/s, TFLOPS, and whether the two kernels agree within
+ * the bf16 envelope (relative L2 difference); then the product-only decode
+ * step of the 8B model per kernel and T. */
+static int gemm_bench(void)
+{
+    enum { TMAX = 128, NIN_MAX = 14336, NOUT_MAX = 128256 };
+    static const int Ts[4] = {8, 32, 64, 128};
+    double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
+    printf("== gemm micro-benchmark (throughput mode): copy bandwidth %.0f GB/s\n", bw / 1e9);
+    printf("%-8s %-6s %3s %9s %7s %7s %9s %7s %7s %8s %s\n", "shape", "kind", "T", "gemv us", "GB/s", "TFLOPS",
+           "gemm us", "GB/s", "TFLOPS", "speedup", "rel diff");
+    cudaEvent_t ev[2];
+    cudaEventCreate(&ev[0]);
+    cudaEventCreate(&ev[1]);
+    float *x = NULL, *y = NULL, *gain = NULL, *nout = NULL;
+    void *stage = NULL;
+    const size_t stage_bytes = (size_t)NIN_MAX * 272;
+    if (!cu_ok(cudaMalloc((void **)&x, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&y, sizeof(float) * 2 * TMAX * NOUT_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&gain, sizeof(float) * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&nout, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc(&stage, stage_bytes), "alloc"))
+        return 1;
+    float *h0 = malloc(sizeof(float) * TMAX * NOUT_MAX), *h1 = malloc(sizeof(float) * TMAX * NOUT_MAX);
+    double step[2][2][4] = {{{0}}}; /* [kind][kernel][T] seconds */
+    int bad = 0;
+    for (int si = 0; si < 5; si++) { /* the 8B shapes */
+        const gv_shape *sh = &gv_shapes[si];
+        for (int ki = 0; ki < 2; ki++) {
+            int kind = gv_kinds[ki], nm = sh->glu ? 2 : 1, q = kind != TCU_BF16;
+            size_t wb = (size_t)sh->n_out * gv_row_bytes(kind, sh->n_in), ng = (size_t)sh->n_out * (sh->n_in / GV_GROUP);
+            size_t sbn = q ? ng * 2 : 0, bytes = nm * (wb + sbn * sizeof(float));
+            int nc = (int)(((size_t)256 << 20) / bytes) + 1;
+            nc = nc > 16 ? 16 : nc;
+            void *w[16] = {0};
+            float *sb[16] = {0};
+            for (int c = 0; c < nc; c++) {
+                if (!cu_ok(cudaMalloc(&w[c], nm * wb), "alloc") ||
+                    (q && !cu_ok(cudaMalloc((void **)&sb[c], nm * sbn * sizeof(float)), "alloc")))
+                    return 1;
+                tcu_fill_random(w[c], q ? nm * wb : nm * wb / 2, q ? TCU_Q4 : TCU_BF16, 1000 + c, 0.05f, NULL);
+                if (q)
+                    tcu_fill_random(sb[c], nm * sbn, TCU_F32, 2000 + c, 0.01f, NULL);
+            }
+            tcu_fill_random(x, (size_t)TMAX * sh->n_in, TCU_F32, 7 + si, 1.0f, NULL);
+            tcu_fill_random(gain, (size_t)sh->n_in, TCU_F32, 77 + si, 0.5f, NULL);
+            tcu_gemv_args a;
+            memset(&a, 0, sizeof a);
+            a.n = nm;
+            a.glu = sh->glu;
+            a.x = x;
+            a.n_in = sh->n_in;
+            a.stage = stage;
+            a.stage_bytes = stage_bytes;
+            a.wide = 1;
+            if (sh->norm) {
+                a.norm_g = gain;
+                a.norm_out = nout;
+                a.norm_eps = GV_EPS;
+            }
+            for (int k = 0; k < nm; k++) {
+                a.m[k].kind = kind;
+                a.m[k].group = q ? GV_GROUP : 0;
+                a.m[k].n_out = sh->n_out;
+                a.m[k].y = y + (size_t)k * TMAX * NOUT_MAX;
+            }
+            for (int ti = 0; ti < 4; ti++) {
+                double us[2];
+                a.T = Ts[ti];
+                for (int v = 0; v < 2; v++) {
+                    tcu_opts o;
+                    tcu_opts_init(&o);
+                    o.gemv_bf16 = o.gemv_q4 = TCU_GEMV_TENSOR;
+                    o.exact = 0;
+                    o.tc_gemm = v;
+                    us[v] = gv_time(&a, &o, nc, w, sb, wb, sbn, ev) * 1e3;
+                    step[ki][v][ti] += sh->count * us[v] * 1e-6;
+                    gv_point(&a, 0, w, sb, wb, sbn);
+                    cudaMemset(y, 0xff, sizeof(float) * TMAX * sh->n_out);
+                    cu_ok(tcu_gemv(&a, &o, NULL), "gemv");
+                    cu_ok(cudaMemcpy(v ? h1 : h0, y, sizeof(float) * a.T * sh->n_out, cudaMemcpyDeviceToHost), "copy");
+                }
+                double num = 0, den = 0;
+                for (size_t i = 0; i < (size_t)a.T * sh->n_out; i++) {
+                    double d = (double)h1[i] - h0[i];
+                    num += isfinite(h1[i]) ? d * d : INFINITY;
+                    den += (double)h0[i] * h0[i];
+                }
+                const double rel = sqrt(num / (den > 0 ? den : 1)), fl = 2.0 * nm * sh->n_out * sh->n_in * a.T;
+                bad += !(rel <= 4e-3);
+                printf("%-8s %-6s %3d %9.1f %7.0f %7.1f %9.1f %7.0f %7.1f %7.2fx %.2e\n", sh->name,
+                       gv_kind_names[ki], a.T, us[0], bytes / us[0] / 1e3, fl / us[0] / 1e6, us[1],
+                       bytes / us[1] / 1e3, fl / us[1] / 1e6, us[0] / us[1], rel);
+            }
+            for (int c = 0; c < nc; c++) {
+                cudaFree(w[c]);
+                cudaFree(sb[c]);
+            }
+            fflush(stdout);
+        }
+    }
+    printf("== 8B product-only decode step (the shapes times their launches a step): tok/s GEMV -> GEMM\n");
+    for (int ki = 0; ki < 2; ki++)
+        for (int ti = 0; ti < 4; ti++)
+            printf("8b %-6s T %3d: %7.3f ms %7.0f tok/s -> %7.3f ms %7.0f tok/s\n", gv_kind_names[ki], Ts[ti],
+                   step[ki][0][ti] * 1e3, Ts[ti] / step[ki][0][ti], step[ki][1][ti] * 1e3, Ts[ti] / step[ki][1][ti]);
+    printf("== gemm check: %s\n", bad ? "FAILED (rel diff over 4e-3)" : "GEMM within 4e-3 of the GEMV everywhere");
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(gain);
+    cudaFree(nout);
+    cudaFree(stage);
+    free(h0);
+    free(h1);
+    return bad ? 1 : 0;
+}
 #endif
 
 int main(int argc, char **argv)
 {
     int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0;
     int first = 1;
+    if (argc == 2 && !strcmp(argv[1], "--gemm")) {
+#ifndef TERN_CUDA
+        fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
+        return 2;
+#else
+        if (model_cuda_device_count() <= 0) {
+            fprintf(stderr, "bench_cuda: no GPU\n");
+            return 2;
+        }
+        return gemm_bench();
+#endif
+    }
     if (argc >= 2 && !strcmp(argv[1], "--gemv")) {
         const char *list = NULL;
         int use_stage = 1;
