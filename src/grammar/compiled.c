@@ -49,6 +49,10 @@ static int sets_grow(grammar_compiled *cg)
     if (!lf)
         return -1;
     cg->loop_flags = lf;
+    int32_t *co = realloc(cg->chain_of, (size_t)cap * sizeof *co);
+    if (!co)
+        return -1;
+    cg->chain_of = co;
     int32_t *h = malloc((size_t)cap * 2 * sizeof *h);
     if (!h)
         return -1;
@@ -98,6 +102,7 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     cg->set_off[id + 1] = (int32_t)cg->n_set_ids;
     memset(cg->trans + (size_t)id * 256, 0xFF, 256 * sizeof *cg->trans);
     cg->loop_flags[id] = 0;
+    cg->chain_of[id] = -1;
     memset(cg->loop_asc[id], 0, sizeof cg->loop_asc[id]);
     uint32_t b = hv & cg->set_hmask;
     cg->set_next[id] = cg->set_heads[b];
@@ -106,7 +111,7 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
 }
 
 /* set x byte -> next*2 + popped, or -1 on OOM */
-static int32_t set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
+int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
 {
     int32_t t = cg->trans[(size_t)sid * 256 + byte];
     if (t >= 0)
@@ -123,6 +128,7 @@ static int32_t set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
     if (n)
         memcpy(in->ids, cg->set_ids + cg->set_off[sid], (size_t)n * sizeof *in->ids);
     in->n = n;
+    cg->stats.steps++;
     gstk_step(cg->g, &cg->pool, in, byte, out);
     if (out->oom)
         return -1;
@@ -158,7 +164,12 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     cg->scratch_bits = calloc(vocab->n_words ? vocab->n_words : 1, sizeof *cg->scratch_bits);
     cg->scratch_S = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->scratch_S);
     cg->scratch_pop = calloc((size_t)vocab->max_len + 2, 1);
-    if (!cg->entries || !cg->scratch_bits || !cg->scratch_S || !cg->scratch_pop || gstk_pool_init(&cg->pool)) {
+    cg->sub_ch = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->sub_ch);
+    cg->sub_u = malloc((size_t)vocab->max_len + 2);
+    cg->sub_lb = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->sub_lb);
+    cg->sub_b = malloc((size_t)vocab->max_len + 2);
+    if (!cg->entries || !cg->scratch_bits || !cg->scratch_S || !cg->scratch_pop || !cg->sub_ch || !cg->sub_u ||
+        !cg->sub_lb || !cg->sub_b || gstk_pool_init(&cg->pool)) {
         grammar_compiled_free(cg);
         tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         return NULL;
@@ -215,11 +226,18 @@ void grammar_compiled_free(grammar_compiled *cg)
     free(cg->trans);
     free(cg->loop_asc);
     free(cg->loop_flags);
+    free(cg->chain_of);
+    free(cg->chains);
+    free(cg->chain_sets);
     gstk_set_free(&cg->tmp_in);
     gstk_set_free(&cg->tmp_out);
     free(cg->scratch_bits);
     free(cg->scratch_S);
     free(cg->scratch_pop);
+    free(cg->sub_ch);
+    free(cg->sub_u);
+    free(cg->sub_lb);
+    free(cg->sub_b);
     free(cg->scratch_pops);
     pthread_mutex_destroy(&cg->lock);
     grammar_free(cg->g);
@@ -269,7 +287,7 @@ static int add_pop(grammar_compiled *cg, int32_t node)
 /* Every strict UTF-8 character of 2-4 bytes leads x to l through
  * non-empty sets without a pop: 1 yes, 0 no, -1 OOM. Explores (set,
  * UTF-8 state) pairs depth first. */
-static int utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l)
+int gcomp_utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l, uint64_t lead)
 {
     int32_t ps[GCOMP_UTF8_MAX_PAIRS];
     int8_t pu[GCOMP_UTF8_MAX_PAIRS];
@@ -279,9 +297,9 @@ static int utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l)
     /* from the boundary: the lead bytes */
     for (int b = 0x80; b < 0x100; b++) {
         int u = gvoc_utf8_next(0, (uint8_t)b);
-        if (u < 0)
+        if (u < 0 || !((lead >> (b - 0xC0)) & 1))
             continue;
-        int32_t t = set_trans(cg, x, (uint8_t)b);
+        int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
         if (t < 0)
             return -1;
         if ((t & 1) || !(t >> 1))
@@ -305,7 +323,7 @@ static int utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l)
             int u = gvoc_utf8_next(uu, (uint8_t)b);
             if (u < 0)
                 continue;
-            int32_t t = set_trans(cg, y, (uint8_t)b);
+            int32_t t = gcomp_set_trans(cg, y, (uint8_t)b);
             if (t < 0)
                 return -1;
             if ((t & 1) || !(t >> 1))
@@ -342,7 +360,7 @@ static int loop_covers(grammar_compiled *cg, int32_t x, int32_t i)
     for (int w = 0; w < 2; w++) {
         for (uint64_t m = need[w] & ~cg->loop_asc[x][w]; m; m &= m - 1) {
             int b = w * 64 + __builtin_ctzll(m);
-            int32_t t = set_trans(cg, x, (uint8_t)b);
+            int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
             if (t < 0)
                 return -1;
             if (t != x * 2) {
@@ -356,7 +374,7 @@ static int loop_covers(grammar_compiled *cg, int32_t x, int32_t i)
     if (!(v->nsk_flags[i] & GVOC_SK_DESC_NONASCII))
         return 1;
     if (!(f & GLOOP_UTF8_DONE)) {
-        int r = utf8_reaches(cg, x, x);
+        int r = gcomp_utf8_reaches(cg, x, x, ~0ull);
         if (r < 0)
             return -1;
         f |= GLOOP_UTF8_DONE | (r ? GLOOP_UTF8_CLOSED : 0);
@@ -372,14 +390,14 @@ static int loop_fill(grammar_compiled *cg, int32_t x)
         uint64_t bit = 1ull << (b & 63);
         if ((cg->loop_asc[x][b >> 6] | cg->loop_asc[x][2 + (b >> 6)]) & bit)
             continue;
-        int32_t t = set_trans(cg, x, (uint8_t)b);
+        int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
         if (t < 0)
             return -1;
         cg->loop_asc[x][(t == x * 2 ? 0 : 2) + (b >> 6)] |= bit; /* indexed after set_trans: it may move */
     }
     uint8_t f = cg->loop_flags[x] | GLOOP_ASC_FULL;
     if (!(f & GLOOP_UTF8_DONE)) {
-        int r = utf8_reaches(cg, x, x);
+        int r = gcomp_utf8_reaches(cg, x, x, ~0ull);
         if (r < 0)
             return -1;
         f |= GLOOP_UTF8_DONE | (r ? GLOOP_UTF8_CLOSED : 0);
@@ -387,11 +405,6 @@ static int loop_fill(grammar_compiled *cg, int32_t x)
     cg->loop_flags[x] = f;
     return 0;
 }
-
-static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0);
-
-/* Walks below trie nodes smaller than this go node by node. */
-#define GCOMP_CLASS_MIN_NODES 256
 
 /* The looping set the walk from x enters at the root, and the class to
  * use: x itself when it loops on some ASCII byte; else the set most ASCII
@@ -413,7 +426,7 @@ static int root_loop(grammar_compiled *cg, int32_t x, int32_t *l_out, uint64_t c
     int32_t l = -1;
     static const char probe[] = "etaoinsrhldcumfpgwybvkxjqzETAOINS0123456789";
     for (const char *p = probe; *p && l < 0; p++) {
-        int32_t t = set_trans(cg, x, (uint8_t)*p);
+        int32_t t = gcomp_set_trans(cg, x, (uint8_t)*p);
         if (t < 0)
             return -1;
         if (!(t & 1) && (t >> 1))
@@ -427,7 +440,7 @@ static int root_loop(grammar_compiled *cg, int32_t x, int32_t *l_out, uint64_t c
     for (int w = 0; w < 2; w++) {
         for (uint64_t m = cg->loop_asc[l][w]; m; m &= m - 1) {
             int b = w * 64 + __builtin_ctzll(m);
-            int32_t t = set_trans(cg, x, (uint8_t)b);
+            int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
             if (t < 0)
                 return -1;
             if (t == l * 2)
@@ -440,7 +453,7 @@ static int root_loop(grammar_compiled *cg, int32_t x, int32_t *l_out, uint64_t c
     if (cg->loop_flags[l] & GLOOP_UTF8_CLOSED) {
         /* every character from x must land on l; checked like
          * utf8_closed, but from x to l */
-        u = utf8_reaches(cg, x, l);
+        u = gcomp_utf8_reaches(cg, x, l, ~0ull);
         if (u < 0)
             return -1;
     }
@@ -450,10 +463,6 @@ static int root_loop(grammar_compiled *cg, int32_t x, int32_t *l_out, uint64_t c
     return 1;
 }
 
-static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0);
-
-/* Walks below trie nodes smaller than this go node by node. */
-#define GCOMP_CLASS_MIN_NODES 256
 
 /* The walk of [lo, hi) from set x through a loop class (vocab_class.c):
  * when the range is the whole trie and x reads the class's characters
@@ -522,12 +531,12 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
         }
         int32_t y = it->from_root ? x : l;
         for (int p = 0; p < it->n_pend && y; p++) {
-            int32_t t = set_trans(cg, y, it->pend[p]);
+            int32_t t = gcomp_set_trans(cg, y, it->pend[p]);
             if (t < 0)
                 return -1;
             y = t >> 1; /* inside the class: never a pop */
         }
-        if (y && walk(cg, it->first, v->nend[it->first], v->nd[it->first] - 1, y))
+        if (y && gcomp_walk_from(cg, it->first, v->nend[it->first], v->nd[it->first] - 1, y, 0))
             return -1;
     }
     return 1;
@@ -537,20 +546,27 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
  * below depth `base`) from interned set sid0 (at depth base). Accepted
  * tokens go to scratch_bits; nodes where the frame pops with descendants
  * left go to scratch_pops. 0 or -1 (OOM / bound). */
-static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0)
+int gcomp_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0)
+{
+    return gcomp_walk_from(cg, lo, hi, base, sid0, 1);
+}
+
+int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0, int whole)
 {
     const grammar_vocab *v = cg->v;
     int32_t *S = cg->scratch_S;
     uint8_t *pop = cg->scratch_pop;
     uint32_t *bits = cg->scratch_bits;
-    int r = cg->plain_walk ? 0 : class_walk(cg, lo, hi, base, sid0);
+    int r = cg->plain_walk || !whole ? 0 : class_walk(cg, lo, hi, base, sid0);
+    if (!r && !cg->plain_walk && whole)
+        r = gcomp_count_walk(cg, lo, hi, base, sid0);
     if (r)
         return r < 0 ? -1 : 0;
     S[base] = sid0;
     for (int32_t i = lo; i < hi;) {
         int32_t d = v->nd[i];
         cg->stats.walk_nodes++;
-        int32_t t = set_trans(cg, S[d - 1], v->nb[i]);
+        int32_t t = gcomp_set_trans(cg, S[d - 1], v->nb[i]);
         if (t < 0)
             return -1;
         int32_t cur = t >> 1;
@@ -577,8 +593,10 @@ static int walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int3
                 continue;
             }
         }
-        if (cur && v->nend[i] - i > GCOMP_CLASS_MIN_NODES) {
-            int r = class_walk(cg, i + 1, v->nend[i], d, cur);
+        if (cur && v->nend[i] - i > GCOMP_COUNT_MIN_NODES) {
+            int r = v->nend[i] - i > GCOMP_CLASS_MIN_NODES ? class_walk(cg, i + 1, v->nend[i], d, cur) : 0;
+            if (!r)
+                r = gcomp_count_walk(cg, i + 1, v->nend[i], d, cur);
             if (r < 0)
                 return -1;
             if (r) {
@@ -637,7 +655,7 @@ static gctx_entry *compute_entry(grammar_compiled *cg, int32_t s)
 {
     int32_t x = gstk_intern(&cg->pool, s, GSTK_UNKNOWN);
     int32_t sid = x < 0 ? -1 : set_intern(cg, &x, 1);
-    if (sid < 0 || walk(cg, 0, cg->v->n_nodes, 0, sid)) {
+    if (sid < 0 || gcomp_walk(cg, 0, cg->v->n_nodes, 0, sid)) {
         memset(cg->scratch_bits, 0, cg->v->n_words * sizeof *cg->scratch_bits);
         cg->n_scratch_pops = 0;
         return NULL;
@@ -667,7 +685,7 @@ static gctx_entry *compute_child(grammar_compiled *cg, const gctx_entry *e, int3
         int32_t j = e->pops[k];
         if (through && add_pop(cg, j))
             bad = 1;
-        if (!bad && sid && walk(cg, j + 1, v->nend[j], v->nd[j], sid))
+        if (!bad && sid && gcomp_walk(cg, j + 1, v->nend[j], v->nd[j], sid))
             bad = 1;
     }
     if (bad) {

@@ -82,9 +82,59 @@ struct grammar_compiled {
     uint8_t *scratch_pop;      /* [max_len+2] */
     int32_t *scratch_pops;
     int32_t n_scratch_pops, cap_scratch_pops;
+    /* counted walks (compiled_chain.c): per set, -1 unknown, -2 none,
+     * else its chain in chains[]; the chains' sets in chain_sets */
+    int32_t *chain_of;         /* [cap_sets] */
+    struct gchain *chains;
+    int32_t n_chains, cap_chains;
+    int32_t *chain_sets;
+    size_t n_chain_sets, cap_chain_sets;
+    int32_t *sub_ch;           /* [max_len+2] subtree walk: characters, */
+    int8_t *sub_u;             /* UTF-8 state, */
+    int32_t *sub_lb;           /* last boundary depth, */
+    uint8_t *sub_b;            /* byte per depth */
     grammar_compiled_stats stats; /* guarded by lock */
     int plain_walk;            /* tests: walk node by node (no loop skip, no classes) */
 };
+
+/* A chain of sets (compiled_chain.c): X[0] = x and, for k < len, every
+ * character of the class (ASCII bytes asc, every strict UTF-8 character
+ * when utf8) found at position k or later of some vocabulary path leads
+ * X[k] to X[k+1] through non-empty sets without a pop; past len:
+ * GCHAIN_FULL no path has more characters, GCHAIN_LOOP X[len] reads the
+ * whole class back to itself, GCHAIN_DEAD X[len] reads every such
+ * character into the empty set. */
+#define GCHAIN_FULL 0
+#define GCHAIN_LOOP 1
+#define GCHAIN_DEAD 2
+typedef struct gchain {
+    uint64_t asc[2];
+    int32_t off;        /* X[k] = chain_sets[off + k], k in [0, len] */
+    int32_t len;
+    uint8_t utf8, kind;
+} gchain;
+
+/* Walk-level helpers shared by compiled.c and compiled_chain.c (caller
+ * holds cg->lock). gcomp_set_trans: set x byte -> next*2 + popped, -1 on
+ * OOM / bound. gcomp_utf8_reaches: every strict UTF-8 character whose
+ * lead byte b has bit b - 0xC0 in lead leads x to l through non-empty
+ * sets without a pop (1 yes, 0 no, -1 OOM). gcomp_walk: the trie walk of
+ * [lo, hi) below depth base from set sid0 into the scratch (0 / -1).
+ * gcomp_count_walk: the counted class walk of [lo, hi) from x (1 done, 0
+ * not applicable, -1 OOM); same preconditions as the class walk. */
+int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte);
+int gcomp_utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l, uint64_t lead);
+int gcomp_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0);
+/* gcomp_walk, but with whole = 0 the range itself is not handed to a
+ * class or counted walk (a frontier subtree: its first node is read one
+ * by one, so nested walks always make progress). */
+int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0, int whole);
+int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x);
+
+/* Walks below trie nodes smaller than this go node by node. */
+#define GCOMP_CLASS_MIN_NODES 256
+/* Counted walks of subtrees (split on the fly) start at this size. */
+#define GCOMP_COUNT_MIN_NODES 16
 
 /* The entry of state s, computing it on first use. NULL on OOM. */
 const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);

@@ -124,9 +124,11 @@ const grammar_vocab *grammar_compiled_vocab(const grammar_compiled *cg);
  * lock: approximate while other threads compute). A "walk" is one trie
  * walk computing a token set; nodes counts the trie nodes they visited
  * one by one; class_walks the walks that took a loop class's runs
- * wholesale. */
+ * wholesale, count_walks those that took them by character count (a
+ * chain of repetition copies); steps the parser-set transitions computed
+ * (the memo's misses). */
 typedef struct grammar_compiled_stats {
-    long long entries, children, walk_nodes, shared_hits, class_walks;
+    long long entries, children, walk_nodes, shared_hits, class_walks, count_walks, steps;
 } grammar_compiled_stats;
 void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_stats *out);
 

@@ -72,6 +72,62 @@ static int build_skip(grammar_vocab *v)
     return 0;
 }
 
+/* The character weights and per-position byte sets (vocab_int.h). */
+static int build_weights(grammar_vocab *v)
+{
+    int32_t n = v->n_nodes;
+    v->nw = malloc((size_t)(n ? n : 1));
+    v->nw_tok = malloc((size_t)(v->n_trie_tokens ? v->n_trie_tokens : 1));
+    v->pos_asc = calloc(GVOC_W_MAX + 2, sizeof *v->pos_asc);
+    v->pos_lead = calloc(GVOC_W_MAX + 2, sizeof *v->pos_lead);
+    int8_t *us = malloc((size_t)v->max_len + 2);
+    int32_t *cs = malloc(((size_t)v->max_len + 2) * sizeof *cs);
+    if (!v->nw || !v->nw_tok || !v->pos_asc || !v->pos_lead || !us || !cs) {
+        free(us);
+        free(cs);
+        return -1;
+    }
+    /* us[d] / cs[d]: UTF-8 state (-1 invalid) and complete characters
+     * after the path's first d bytes */
+    us[0] = 0;
+    cs[0] = 0;
+    int32_t wmax = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int d = v->nd[i];
+        int p = us[d - 1];
+        uint8_t b = v->nb[i];
+        int u = p < 0 ? -1 : gvoc_utf8_next(p, b);
+        us[d] = (int8_t)u;
+        cs[d] = cs[d - 1] + (u == 0);
+        int32_t w = u < 0 ? -1 : cs[d] + (u != 0);
+        if (w > GVOC_W_MAX)
+            wmax = -1;
+        if (w < 0 || w > GVOC_W_MAX) {
+            v->nw[i] = GVOC_W_NONE;
+            continue;
+        }
+        v->nw[i] = (uint8_t)w;
+        if (wmax >= 0 && w > wmax)
+            wmax = w;
+        if (p == 0 && b < 128)
+            v->pos_asc[cs[d - 1]][b >> 6] |= 1ull << (b & 63);
+        else if (p == 0)
+            v->pos_lead[cs[d - 1]] |= 1ull << (b - 0xC0);
+    }
+    for (int32_t k = GVOC_W_MAX; k >= 0; k--) {
+        v->pos_asc[k][0] |= v->pos_asc[k + 1][0];
+        v->pos_asc[k][1] |= v->pos_asc[k + 1][1];
+        v->pos_lead[k] |= v->pos_lead[k + 1];
+    }
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t q = v->ntok_off[i]; q < v->ntok_off[i + 1]; q++)
+            v->nw_tok[q] = v->nw[i];
+    v->w_max = wmax;
+    free(us);
+    free(cs);
+    return 0;
+}
+
 static int build_trie(grammar_vocab *v, tern_err *err)
 {
     int32_t n = 0;
@@ -133,7 +189,7 @@ static int build_trie(grammar_vocab *v, tern_err *err)
     v->n_trie_tokens = n;
     free(ids);
     free(path);
-    if (build_skip(v))
+    if (build_skip(v) || build_weights(v))
         return tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
     return 0;
 }
@@ -231,6 +287,10 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->ntok);
     free(v->nsk_asc);
     free(v->nsk_flags);
+    free(v->nw);
+    free(v->nw_tok);
+    free(v->pos_asc);
+    free(v->pos_lead);
     for (size_t i = 0; i < v->share_cap; i++)
         if (v->share[i].e)
             gctx_entry_free(v->share[i].e);

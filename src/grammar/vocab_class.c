@@ -40,9 +40,10 @@ static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], in
     gvoc_class *c = calloc(1, sizeof *c);
     int8_t *u = malloc((size_t)v->max_len + 2);
     int32_t *lastb = malloc(((size_t)v->max_len + 2) * sizeof *lastb);
+    int32_t *chd = malloc(((size_t)v->max_len + 2) * sizeof *chd);
     uint8_t *pathb = malloc((size_t)v->max_len + 2);
     int32_t cap = 0;
-    if (!c || !u || !lastb || !pathb)
+    if (!c || !u || !lastb || !pathb || !chd)
         goto fail;
     c->asc[0] = asc[0];
     c->asc[1] = asc[1];
@@ -52,6 +53,7 @@ static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], in
         goto fail;
     u[0] = 0;
     lastb[0] = 0;
+    chd[0] = 0; /* complete characters on the path's first d bytes */
     for (int32_t i = 0; i < v->n_nodes;) {
         int32_t d = v->nd[i];
         uint8_t b = v->nb[i];
@@ -62,6 +64,7 @@ static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], in
             int32_t from = lastb[d - 1];
             it.n_pend = (uint8_t)(d - 1 - from);
             it.from_root = from == 0;
+            it.nch = (uint8_t)(chd[from] < GVOC_W_MAX ? chd[from] : GVOC_W_MAX);
             for (int k = 0; k < it.n_pend && k < 3; k++)
                 it.pend[k] = pathb[from + 1 + k];
             if (items_push(&c->items, &c->n_items, &cap, it))
@@ -70,6 +73,7 @@ static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], in
             continue;
         }
         u[d] = (int8_t)nu;
+        chd[d] = chd[d - 1] + (nu == 0);
         lastb[d] = nu == 0 ? d : lastb[d - 1];
         /* a subtree read entirely inside the class joins the run whole */
         int32_t end = i + 1;
@@ -97,6 +101,7 @@ static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], in
     free(u);
     free(lastb);
     free(pathb);
+    free(chd);
     return c;
 fail:
     if (c) {
@@ -107,6 +112,7 @@ fail:
     free(u);
     free(lastb);
     free(pathb);
+    free(chd);
     return NULL;
 }
 

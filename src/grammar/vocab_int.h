@@ -21,6 +21,7 @@ typedef struct gvoc_item {
     int32_t first, last; /* a frontier has first == last == f */
     uint8_t frontier, n_pend, pend[3];
     uint8_t from_root;   /* frontier: the pending bytes start at the root */
+    uint8_t nch;         /* frontier: complete characters before the pending bytes (capped at GVOC_W_MAX) */
 } gvoc_item;
 
 typedef struct gvoc_class {
@@ -77,6 +78,18 @@ struct grammar_vocab {
      * flags. */
     uint64_t (*nsk_asc)[2];
     uint8_t *nsk_flags;
+    /* Character weights for the counted walk (compiled_chain.c): per
+     * node, the strict UTF-8 characters of its path, an unfinished one
+     * counting as one (GVOC_W_NONE when the path is not UTF-8); nw_tok
+     * the same per trie token position (ntok order). w_max is the largest
+     * weight (-1: a path is longer than GVOC_W_MAX characters: no counted
+     * walks). pos_asc[k] / pos_lead[k]: the ASCII bytes / UTF-8 lead
+     * bytes (bit b - 0xC0) that begin a character at position k or later
+     * of some path (k in [0, w_max]). */
+    uint8_t *nw, *nw_tok;
+    int32_t w_max;
+    uint64_t (*pos_asc)[2];
+    uint64_t *pos_lead;
 
     /* Token sets shared by every grammar compiled against this vocabulary
      * (identical rules in different schemas walk the trie once). Owned
@@ -92,6 +105,9 @@ struct grammar_vocab {
     int n_classes;
     size_t class_bytes;
 };
+
+#define GVOC_W_MAX 250
+#define GVOC_W_NONE 255
 
 /* The path from the root to the node is valid UTF-8 ending at a character
  * boundary; every path below the node continues it as valid UTF-8 (a

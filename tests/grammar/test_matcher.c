@@ -471,6 +471,9 @@ static void test_loop_classes(void **state)
     }
     grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
     assert_non_null(v);
+    /* the reference's own vocabulary: no token set shared with v's */
+    grammar_vocab *vref = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    assert_non_null(vref);
     static const struct {
         const char *ebnf, *doc;
     } cases[] = {
@@ -485,6 +488,21 @@ static void test_loop_classes(void **state)
          "{\"a\": \"first value, long enough to span tokens\", \"b\": \"\\\"quoted\\\" \xc3\xa9\"}"},
         {"root ::= \"\\\"\" chr{0,25} \"\\\"\" \" \" \"\\\"\" chr{3,} \"\\\"\"\nchr ::= [^\"\\\\]\n",
          "\"short one\" \"a longer second string that goes on\""},
+        /* counted walks: bounded strings made of a called character rule
+         * (escapes, multi-byte characters, a token crossing the end) */
+        {"root ::= \"{\\\"a\\\": \" s5 \", \\\"b\\\": \" s40 \", \\\"c\\\": \" s200 \"}\"\n"
+         "s5 ::= \"\\\"\" chr{0,5} \"\\\"\"\ns40 ::= \"\\\"\" chr{2,40} \"\\\"\"\ns200 ::= \"\\\"\" chr{0,200} \"\\\"\"\n"
+         "chr ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt] | \"\\\\u\" [0-9a-fA-F]{4}\n",
+         "{\"a\": \"abcde\", \"b\": \"caf\xc3\xa9 \\\"x\\\" \xe6\x97\xa5\xe6\x9c\xac sixteen chars..\", \"c\": "
+         "\"a long value: \\u00e9t\xc3\xa9, -------- and ======== and spaces          end\"}"},
+        /* counted walks: inline classes with counts (a UUID) */
+        {"root ::= \"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
+         "[0-9a-fA-F]{12} \"\\\"\" [a-z ]{3,30} \".\"\n",
+         "\"123e4567-e89b-12d3-a456-426614174000\"some words here."},
+        /* counted walks below nodes whose path leaves the class: a count
+         * searched inside free text (an unanchored pattern) */
+        {"root ::= \"\\\"\" [^\"\\\\]* [a-zA-Z0-9_-]{40} [^\"\\\\]* \"\\\"\"\n",
+         "\"id: the key is abc-DEF_0123456789-0123456789-abcdefghijklmnop, done\""},
     };
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
@@ -493,7 +511,7 @@ static void test_loop_classes(void **state)
         grammar_compiled *cg = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), v, NULL, &e);
         if (!cg)
             fail_msg("case %zu: %s", c, e.msg);
-        grammar_compiled *ref = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), v, NULL, &e);
+        grammar_compiled *ref = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), vref, NULL, &e);
         assert_non_null(ref);
         ref->plain_walk = 1;
         grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
@@ -528,8 +546,13 @@ static void test_loop_classes(void **state)
         assert_true(grammar_matcher_can_end(a));
         grammar_compiled_stats st;
         grammar_compiled_stats_get(cg, &st);
-        print_message("case %zu: %zu tokens, %lld walks, %lld class walks, %lld nodes\n", c, n_ids,
-                      st.entries + st.children, st.class_walks, st.walk_nodes);
+        grammar_compiled_stats rs;
+        grammar_compiled_stats_get(ref, &rs);
+        assert_int_equal(rs.class_walks + rs.count_walks, 0);
+        print_message("case %zu: %zu tokens, %lld walks, %lld class walks, %lld counted walks, %lld nodes "
+                      "(node by node: %lld)\n",
+                      c, n_ids, st.entries + st.children, st.class_walks, st.count_walks, st.walk_nodes,
+                      rs.walk_nodes);
         free(ids);
         grammar_matcher_free(a);
         grammar_matcher_free(b);
@@ -540,6 +563,7 @@ static void test_loop_classes(void **state)
     free(m1);
     free(m2);
     grammar_vocab_free(v);
+    grammar_vocab_free(vref);
     tokenizer_free(tok);
 }
 

@@ -1,0 +1,416 @@
+/* Counted class walks: the token sets of sets that read a byte class
+ * into one another instead of back to themselves. A bounded repetition
+ * (`"\"" char{0,25} "\""`, `[0-9a-f]{8} "-"`) is expanded to copies, so
+ * after k characters the parser set is X[k], a new set each time, and
+ * the loop classes of compiled.c never apply: every copy's state walked
+ * the whole trie (~260k nodes, 2-5 ms per first mask). But the copies
+ * read the class alike: X[k] reads any class character into X[k+1].
+ * So one split of the trie by the class (vocab_class.c) serves all of
+ * them: a token whose bytes stay in the class is accepted iff its
+ * character count is at most the chain's length (always when the chain
+ * loops or outlasts the vocabulary's longest path), and only the
+ * frontier subtrees are walked, each from X[c] for the c characters
+ * before it. The chain is verified level by level on the characters the
+ * vocabulary has at that position or later (vocab.c's pos_asc /
+ * pos_lead), so the result is the node-by-node walk's, exactly
+ * (test_matcher's test_loop_classes and test_counted_walks compare). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/bitset.h"
+#include "grammar/compiled_int.h"
+
+/* Chains shorter than this into a loop with a wider class are left to
+ * the plain walk (see chain_build). */
+#define GCHAIN_NARROW_MIN 3
+/* A class narrower than this is not worth its trie split. */
+#define GCHAIN_MIN_BYTES 8
+
+static const char chain_probe[] = "etaoinsrhldcumfpgwybvkxjqzETAOINS0123456789";
+
+static int chain_push(grammar_compiled *cg, int32_t sid)
+{
+    if (cg->n_chain_sets == cg->cap_chain_sets) {
+        size_t cap = cg->cap_chain_sets ? cg->cap_chain_sets * 2 : 1024;
+        int32_t *ns = realloc(cg->chain_sets, cap * sizeof *ns);
+        if (!ns)
+            return -1;
+        cg->chain_sets = ns;
+        cg->cap_chain_sets = cap;
+    }
+    cg->chain_sets[cg->n_chain_sets++] = sid;
+    return 0;
+}
+
+/* Every strict UTF-8 lead byte in lead takes x to the empty set without
+ * a pop: 1 yes, 0 no, -1 OOM. */
+static int utf8_dead(grammar_compiled *cg, int32_t x, uint64_t lead)
+{
+    for (int b = 0xC2; b <= 0xF4; b++) {
+        if (!((lead >> (b - 0xC0)) & 1))
+            continue;
+        int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
+        if (t < 0)
+            return -1;
+        if (t != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static inline int asc_has(const uint64_t c[2], int b) { return (int)((c[b >> 6] >> (b & 63)) & 1); }
+
+/* Builds x's chain into chains[n_chains]: 1 built, 0 none, -1 OOM. The
+ * class starts as the ASCII bytes that take x where the probe letters
+ * do (and every UTF-8 character if they all do too); a level that reads
+ * some class bytes differently drops them from the class (they become
+ * frontier bytes everywhere, so the levels already checked stay valid). */
+static int chain_build(grammar_compiled *cg, int32_t x)
+{
+    const grammar_vocab *v = cg->v;
+    int32_t y = -1;
+    for (const char *p = chain_probe; *p && y < 0; p++) {
+        int32_t t = gcomp_set_trans(cg, x, (uint8_t)*p);
+        if (t < 0)
+            return -1;
+        if (!(t & 1) && (t >> 1))
+            y = t >> 1;
+    }
+    if (y <= 0)
+        return 0;
+    uint64_t c[2] = {0, 0};
+    for (int b = 0; b < 128; b++) {
+        int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
+        if (t < 0)
+            return -1;
+        if (t == y * 2)
+            c[b >> 6] |= 1ull << (b & 63);
+    }
+    int utf8 = 1;
+    size_t off = cg->n_chain_sets;
+    if (chain_push(cg, x))
+        return -1;
+    int kind = -1;
+    int32_t k = 0;
+    for (;; k++) {
+        int32_t X = cg->chain_sets[off + (size_t)k];
+        if (k >= v->w_max) {
+            kind = GCHAIN_FULL;
+            break;
+        }
+        /* the candidate successor: the first class byte that does not pop */
+        int32_t ny = -1;
+        for (const char *p = chain_probe; *p && ny < 0; p++) {
+            if (!asc_has(c, (uint8_t)*p))
+                continue;
+            int32_t t = gcomp_set_trans(cg, X, (uint8_t)*p);
+            if (t < 0)
+                goto oom;
+            if (!(t & 1))
+                ny = t >> 1;
+        }
+        for (int b = 0; b < 128 && ny < 0; b++) {
+            if (!asc_has(c, b))
+                continue;
+            int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
+            if (t < 0)
+                goto oom;
+            if (!(t & 1))
+                ny = t >> 1;
+        }
+        if (ny < 0)
+            goto none;
+        /* the class bytes found at this position or later must agree */
+        uint64_t a[2] = {c[0] & v->pos_asc[k][0], c[1] & v->pos_asc[k][1]};
+        for (int w = 0; w < 2; w++) {
+            for (uint64_t m = a[w]; m; m &= m - 1) {
+                int b = w * 64 + __builtin_ctzll(m);
+                int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
+                if (t < 0)
+                    goto oom;
+                if (t != ny * 2)
+                    c[w] &= ~(1ull << (b & 63));
+            }
+        }
+        if (__builtin_popcountll(c[0]) + __builtin_popcountll(c[1]) < GCHAIN_MIN_BYTES)
+            goto none;
+        uint64_t lead = v->pos_lead[k];
+        if (utf8 && lead) {
+            int r = ny ? gcomp_utf8_reaches(cg, X, ny, lead) : utf8_dead(cg, X, lead);
+            if (r < 0)
+                goto oom;
+            if (!r)
+                utf8 = 0;
+        }
+        if (ny == 0) {
+            kind = GCHAIN_DEAD;
+            break;
+        }
+        if (ny == X) {
+            /* a loop: every class byte and character, not only those found here */
+            int loop = 1;
+            for (int b = 0; b < 128 && loop; b++) {
+                if (!asc_has(c, b))
+                    continue;
+                int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
+                if (t < 0)
+                    goto oom;
+                loop = t == X * 2;
+            }
+            if (loop && utf8) {
+                int r = gcomp_utf8_reaches(cg, X, X, ~0ull);
+                if (r < 0)
+                    goto oom;
+                loop = r;
+            }
+            if (loop) {
+                /* a short chain into a loop whose own class is wider than
+                 * the chain's: the plain walk reaches X at a few top nodes
+                 * and takes the loop's class (already built) below them,
+                 * cheaper than a narrowed class's trie split */
+                uint64_t lc[2] = {0, 0};
+                for (int b = 0; b < 128; b++) {
+                    int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
+                    if (t < 0)
+                        goto oom;
+                    if (t == X * 2)
+                        lc[b >> 6] |= 1ull << (b & 63);
+                }
+                int narrow = lc[0] != c[0] || lc[1] != c[1];
+                if (!narrow && !utf8) {
+                    int r = gcomp_utf8_reaches(cg, X, X, ~0ull);
+                    if (r < 0)
+                        goto oom;
+                    narrow = r;
+                }
+                if (narrow && k < GCHAIN_NARROW_MIN)
+                    goto none;
+                kind = GCHAIN_LOOP;
+                break;
+            }
+        }
+        if (chain_push(cg, ny))
+            goto oom;
+    }
+    if (cg->n_chains == cg->cap_chains) {
+        int32_t cap = cg->cap_chains ? cg->cap_chains * 2 : 64;
+        gchain *nc = realloc(cg->chains, (size_t)cap * sizeof *nc);
+        if (!nc)
+            goto oom;
+        cg->chains = nc;
+        cg->cap_chains = cap;
+    }
+    gchain *ch = &cg->chains[cg->n_chains++];
+    ch->asc[0] = c[0];
+    ch->asc[1] = c[1];
+    ch->off = (int32_t)off;
+    ch->len = k;
+    ch->utf8 = (uint8_t)utf8;
+    ch->kind = (uint8_t)kind;
+    return 1;
+none:
+    cg->n_chain_sets = off;
+    return 0;
+oom:
+    cg->n_chain_sets = off;
+    return -1;
+}
+
+/* x's chain index (computed on first use): 1 found, 0 none, -1 OOM. */
+static int chain_get(grammar_compiled *cg, int32_t x, int32_t *idx)
+{
+    int32_t k = cg->chain_of[x];
+    if (k == -2)
+        return 0;
+    if (k < 0) {
+        int r = chain_build(cg, x);
+        if (r < 0)
+            return -1;
+        k = r ? cg->n_chains - 1 : -2;
+        cg->chain_of[x] = k; /* indexed after the build: sets may have moved */
+        if (!r)
+            return 0;
+    }
+    *idx = k;
+    return 1;
+}
+
+/* Next UTF-8 state after byte b from state u inside the class (asc,
+ * utf8), or -1 when b leaves it (vocab_class.c's rule). */
+static inline int sub_next(const uint64_t asc[2], int utf8, int u, uint8_t b)
+{
+    if (u == 0 && b < 128)
+        return asc_has(asc, b) ? 0 : -1;
+    if (!utf8)
+        return -1;
+    return gvoc_utf8_next(u, b);
+}
+
+/* The counted walk of the subtree [lo, hi) of node j = lo - 1 (a
+ * character boundary at depth base), splitting it by the chain's class
+ * on the fly (the class split of vocab_class.c starts at the root, and
+ * j's path need not stay in the class): a node whose whole subtree stays
+ * in the class takes its tokens at once, a node leaving the class is a
+ * frontier walked from X[c] after the pending bytes of its unfinished
+ * character. 0 or -1 (OOM / bound). */
+static int count_walk_sub(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, const gchain *ch)
+{
+    const grammar_vocab *v = cg->v;
+    int dead = ch->kind == GCHAIN_DEAD;
+    int32_t c0 = v->nw[lo - 1];
+    int32_t lim = dead ? c0 + ch->len : GVOC_W_MAX; /* largest weight accepted */
+    int32_t *CH = cg->sub_ch, *LB = cg->sub_lb;
+    int8_t *U = cg->sub_u;
+    uint8_t *B = cg->sub_b;
+    uint32_t *bits = cg->scratch_bits;
+    const int32_t *ntok = v->ntok, *ntok_off = v->ntok_off;
+    const uint8_t *nw_tok = v->nw_tok;
+    CH[base] = 0;
+    U[base] = 0;
+    LB[base] = base;
+    for (int32_t i = lo; i < hi;) {
+        int32_t d = v->nd[i];
+        uint8_t b = v->nb[i];
+        cg->stats.walk_nodes++;
+        int nu = sub_next(ch->asc, ch->utf8, U[d - 1], b);
+        if (nu < 0) {
+            int32_t cc = CH[d - 1]; /* characters before the pending bytes */
+            if (!dead || cc <= ch->len) {
+                int32_t y = cg->chain_sets[ch->off + (cc < ch->len ? cc : ch->len)];
+                for (int32_t p = LB[d - 1] + 1; p < d && y > 0; p++) {
+                    int32_t t = gcomp_set_trans(cg, y, B[p]);
+                    if (t < 0)
+                        return -1;
+                    y = t >> 1; /* inside the class: never a pop */
+                }
+                if (y > 0 && gcomp_walk_from(cg, i, v->nend[i], d - 1, y, 0))
+                    return -1;
+            }
+            i = v->nend[i];
+            continue;
+        }
+        U[d] = (int8_t)nu;
+        B[d] = b;
+        CH[d] = CH[d - 1] + (nu == 0);
+        LB[d] = nu == 0 ? d : LB[d - 1];
+        int32_t w = c0 + CH[d] + (nu != 0);
+        if (w > lim) {
+            i = v->nend[i]; /* every token below is longer, every frontier dead */
+            continue;
+        }
+        int32_t end = i + 1;
+        if (nu == 0 && v->nend[i] > i + 1 && (v->nsk_flags[i] & GVOC_SK_DESC_VALID) &&
+            !(v->nsk_asc[i][0] & ~ch->asc[0]) && !(v->nsk_asc[i][1] & ~ch->asc[1]) &&
+            (ch->utf8 || !(v->nsk_flags[i] & GVOC_SK_DESC_NONASCII)))
+            end = v->nend[i]; /* the whole subtree stays in the class */
+        int32_t q1 = ntok_off[end];
+        for (int32_t q = ntok_off[i]; q < q1; q++)
+            if (nw_tok[q] <= lim)
+                bits[ntok[q] >> 5] |= 1u << (ntok[q] & 31);
+        i = end;
+    }
+    return 0;
+}
+
+int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x)
+{
+    grammar_vocab *v = (grammar_vocab *)cg->v;
+    if (!x || hi - lo < (base ? GCOMP_COUNT_MIN_NODES : GCOMP_CLASS_MIN_NODES) || v->w_max < 1)
+        return 0;
+    int32_t j = lo - 1, c0 = 0;
+    if (base == 0) {
+        if (lo != 0 || hi != v->n_nodes)
+            return 0;
+    } else {
+        if (j < 0 || v->nd[j] != base || v->nend[j] != hi || !(v->nsk_flags[j] & GVOC_SK_BOUNDARY) ||
+            v->nw[j] == GVOC_W_NONE)
+            return 0;
+        c0 = v->nw[j];
+    }
+    if (cg->chain_of[x] == -1) {
+        /* before building a chain, a cheap look at bytes the plain walk
+         * reads anyway (the first children; the root's probe letters,
+         * already read by the loop class's test): they must all lead x
+         * to one non-empty set without a pop */
+        int32_t t0 = -1;
+        for (int k = 0; k < 3; k++) {
+            uint8_t b;
+            if (base == 0) {
+                b = (uint8_t)chain_probe[k];
+            } else {
+                int32_t n = lo;
+                for (int s = 0; s < k && n < hi; s++)
+                    n = v->nend[n];
+                if (n >= hi)
+                    break;
+                b = v->nb[n];
+            }
+            int32_t t = gcomp_set_trans(cg, x, b);
+            if (t < 0)
+                return -1;
+            if ((t & 1) || !(t >> 1) || (t0 >= 0 && t != t0))
+                return 0;
+            t0 = t;
+        }
+    }
+    int32_t idx;
+    int r = chain_get(cg, x, &idx);
+    if (r <= 0)
+        return r;
+    /* copied: walks below may add chains and move the arrays */
+    gchain ch = cg->chains[idx];
+    if (base) {
+        cg->stats.count_walks++;
+        return count_walk_sub(cg, lo, hi, base, &ch) ? -1 : 1;
+    }
+    const gvoc_class *c = gvoc_class_get(v, ch.asc, ch.utf8);
+    if (!c)
+        return 0;
+    cg->stats.count_walks++;
+    uint32_t *bits = cg->scratch_bits;
+    int dead = ch.kind == GCHAIN_DEAD;
+    int32_t lim = dead ? c0 + ch.len : GVOC_W_MAX; /* largest weight accepted in the runs */
+    int32_t a = 0, b = c->n_items;
+    if (base == 0) {
+        if (!dead)
+            gbits_or(bits, c->run_bits, v->n_words);
+    } else {
+        while (a < b) {
+            int32_t mid = a + (b - a) / 2;
+            if (c->items[mid].last < lo)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+    }
+    const int32_t *ntok = v->ntok, *ntok_off = v->ntok_off;
+    const uint8_t *nw_tok = v->nw_tok;
+    for (int32_t k = a; k < c->n_items && c->items[k].first < hi; k++) {
+        const gvoc_item *it = &c->items[k];
+        if (!it->frontier) {
+            if (base == 0 && !dead)
+                continue;
+            int32_t f0 = it->first > lo ? it->first : lo, f1 = it->last + 1 < hi ? it->last + 1 : hi;
+            int32_t q1 = ntok_off[f1];
+            for (int32_t q = ntok_off[f0]; q < q1; q++)
+                if (nw_tok[q] <= lim)
+                    bits[ntok[q] >> 5] |= 1u << (ntok[q] & 31);
+            continue;
+        }
+        int32_t cc = (int32_t)it->nch - c0; /* characters read before the pending bytes */
+        if (cc < 0)
+            cc = 0; /* not reached: j is a boundary on the item's path */
+        if (dead && cc > ch.len)
+            continue;
+        int32_t y = cg->chain_sets[ch.off + (cc < ch.len ? cc : ch.len)];
+        for (int p = 0; p < it->n_pend && y > 0; p++) {
+            int32_t t = gcomp_set_trans(cg, y, it->pend[p]);
+            if (t < 0)
+                return -1;
+            y = t >> 1; /* inside the class: never a pop */
+        }
+        if (y > 0 && gcomp_walk_from(cg, it->first, v->nend[it->first], v->nd[it->first] - 1, y, 0))
+            return -1;
+    }
+    return 1;
+}
