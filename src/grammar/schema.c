@@ -57,6 +57,16 @@ json_object *sc_own(sc *c, json_object *o)
     return o;
 }
 
+int sc_patterns_internal(sc *c, json_object *v)
+{
+    if (!json_object_is_type(v, json_type_array))
+        return 0;
+    for (size_t i = c->n_owned; i-- > 0;)
+        if (c->owned[i] == v)
+            return 1;
+    return 0;
+}
+
 int sc_over_time(sc *c)
 {
     int stop = grammar_thread_stopped(); /* a compile worker's cancel or deadline */

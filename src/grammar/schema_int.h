@@ -98,6 +98,9 @@ const char *sc_ws(sc *c); /* " ws " or " " */
 
 /* Takes ownership of o (kept alive until the compile ends); returns o. */
 json_object *sc_own(sc *c, json_object *o);
+/* 1 when v is a list of patterns sc_merge built (an allOf of two
+ * patterns): the compiler's own, never a user's array. */
+int sc_patterns_internal(sc *c, json_object *v);
 /* 1 once the compile has run past opts.max_ms. */
 int sc_over_time(sc *c);
 /* Shallow copy of s without the n listed keys; owned by c (NULL: error). */

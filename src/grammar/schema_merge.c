@@ -255,6 +255,32 @@ static int merge_cross(sc *c, json_object *m, const char *k, json_object *a, jso
     return 0;
 }
 
+/* pattern on both sides: both regexes, kept as a list the string leaf
+ * intersects (sc_patterns_internal marks it as the compiler's own). */
+static int merge_pattern(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                         json_object *vb, const char *path)
+{
+    json_object *arr = sc_own(c, json_object_new_array());
+    if (!arr)
+        return c->rc;
+    json_object *sides[2] = {va, vb};
+    for (int i = 0; i < 2; i++) {
+        json_object *v = sides[i];
+        if (json_object_is_type(v, json_type_string)) {
+            json_object_array_add(arr, json_object_get(v));
+        } else if (sc_patterns_internal(c, v)) {
+            for (size_t j = 0; j < json_object_array_length(v); j++)
+                json_object_array_add(arr, json_object_get(json_object_array_get_idx(v, j)));
+        } else {
+            return sc_fail(c, TERN_EINVAL, path, "'pattern' must be a string");
+        }
+    }
+    if (json_object_array_length(arr) > 2)
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with more than two different 'pattern' values");
+    json_object_object_add(m, k, json_object_get(arr));
+    return 0;
+}
+
 /* not on both sides: NOT x AND NOT y = NOT (x OR y). */
 static int merge_not(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
                      json_object *vb, const char *path)
@@ -306,6 +332,7 @@ static const struct {
     {"anyOf", merge_cross},
     {"oneOf", merge_cross},
     {"not", merge_not},
+    {"pattern", merge_pattern},
 };
 
 static int merge_keyword(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
@@ -514,6 +541,43 @@ static json_object *member_unevaluated(sc *c, json_object *b, const char *path)
     return m;
 }
 
+/* if without then/else, or then/else without if, asserts nothing: s
+ * without them (they must not meet another side's half when merged). */
+static json_object *cond_alone(sc *c, json_object *s)
+{
+    int has_if = sc_has(s, "if"), has_te = sc_has(s, "then") || sc_has(s, "else");
+    if (has_if == has_te)
+        return s;
+    static const char *const k[] = {"if", "then", "else"};
+    return sc_without(c, s, k, 3);
+}
+
+/* b's if/then/else as one anyOf member, (if AND then) OR (NOT if AND else),
+ * when a has its own: b rewritten (owned), or NULL with an error. */
+static json_object *cond_as_any_of(sc *c, json_object *a, json_object *b, const char *path)
+{
+    int no_eval = sc_has(a, "unevaluatedProperties") || sc_has(a, "unevaluatedItems");
+    json_object *f = sc_get(b, "if"), *t = sc_get(b, "then"), *e = sc_get(b, "else");
+    json_object *nf = sc_negate(c, f, no_eval, path);
+    if (!nf)
+        return NULL;
+    static const char *const k[] = {"if", "then", "else"};
+    json_object *rest = sc_without(c, b, k, 3);
+    json_object *alts = json_object_new_array(), *any = json_object_new_object();
+    if (!rest || !alts || !any) {
+        json_object_put(alts);
+        json_object_put(any);
+        sc_own(c, NULL);
+        return NULL;
+    }
+    json_object_array_add(alts, t ? sc_all_of2(f, t) : json_object_get(f));
+    json_object_array_add(alts, e ? sc_all_of2(nf, e) : json_object_get(nf));
+    json_object_object_add(any, "anyOf", alts);
+    json_object *w = sc_own(c, sc_all_of2(rest, any));
+    json_object_put(any);
+    return w;
+}
+
 json_object *sc_merge(sc *c, json_object *a, json_object *b, const char *path)
 {
     if (c->rc)
@@ -542,6 +606,14 @@ json_object *sc_merge(sc *c, json_object *a, json_object *b, const char *path)
         if (!b)
             return NULL;
     }
+    a = cond_alone(c, a);
+    b = a ? cond_alone(c, b) : NULL;
+    if (a && b && sc_has(a, "if") && sc_has(b, "if") &&
+        !(sc_json_equal(sc_get(a, "if"), sc_get(b, "if")) && sc_json_equal(sc_get(a, "then"), sc_get(b, "then")) &&
+          sc_json_equal(sc_get(a, "else"), sc_get(b, "else"))))
+        b = cond_as_any_of(c, a, b, path);
+    if (!a || !b)
+        return NULL;
     json_object *m = sc_own(c, json_object_new_object());
     if (!m)
         return NULL;

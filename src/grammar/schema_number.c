@@ -128,10 +128,13 @@ int sc_decimal(json_object *v, long *p, int *q)
     return 0;
 }
 
+/* Signs emit_multiple admits. */
+enum { MUL_NEG = 1, MUL_ZERO = 2, MUL_POS = 4 };
+
 /* Decimal texts (no exponent) of multiples of p / 10^q: a DFA over the
  * remainder of the digits read so far (integer digits, then the first q
  * fraction digits; later fraction digits must be zeros). */
-static int emit_multiple(sc *c, gfe_buf *out, long p, int q, int integer, const char *path)
+static int emit_multiple(sc *c, gfe_buf *out, long p, int q, int integer, int sign, const char *path)
 {
     long pow10[12] = {1};
     for (int i = 1; i < 12; i++)
@@ -177,13 +180,41 @@ static int emit_multiple(sc *c, gfe_buf *out, long p, int q, int integer, const 
     }
     int err = b.err;
     gfe_buf_free(&b);
-    /* "0" starts a number whose integer part is just 0 */
-    gfe_buf_puts(out, "(\"-\"? (\"0\"");
+    /* "0" starts a number whose integer part is just 0 (zero, or with a
+     * fraction a magnitude below 1); "1".."9" a non-zero one */
+    gfe_buf zero, nonzero;
+    gfe_buf_init(&zero, 0);
+    gfe_buf_init(&nonzero, 0);
+    gfe_buf_puts(&zero, "\"0\"");
     if (!integer)
-        gfe_buf_printf(out, " (\".\" %s)?", RF(0, 0));
+        gfe_buf_printf(&zero, " (\".\" %s)?", RF(0, 0));
     for (int d = 1; d <= 9; d++)
-        gfe_buf_printf(out, " | \"%d\" %s", d, RI(d % p));
-    gfe_buf_puts(out, "))");
+        gfe_buf_printf(&nonzero, "%s\"%d\" %s", d > 1 ? " | " : "", d, RI(d % p));
+    if (sign == (MUL_NEG | MUL_ZERO | MUL_POS)) {
+        gfe_buf_printf(out, "(\"-\"? (%s | %s))", zero.s, nonzero.s);
+    } else {
+        /* signs: the non-negative side, then "-" and the magnitudes; "0"
+         * alone for zero when that side is excluded ("-0": never) */
+        int n = 0;
+        gfe_buf_puts(out, "(");
+        if (sign & MUL_POS) {
+            if (sign & MUL_ZERO)
+                gfe_buf_printf(out, "%s | %s", zero.s, nonzero.s);
+            else
+                gfe_buf_puts(out, nonzero.s); /* q = 0: "0" ... is zero */
+            n++;
+        } else if (sign & MUL_ZERO) {
+            gfe_buf_puts(out, "\"0\"");
+            n++;
+        }
+        if (sign & MUL_NEG) {
+            gfe_buf_printf(out, "%s\"-\" (%s%s%s)", n++ ? " | " : "", (sign & MUL_ZERO) && !integer && q ? zero.s : "",
+                           (sign & MUL_ZERO) && !integer && q ? " | " : "", nonzero.s);
+        }
+        gfe_buf_puts(out, ")");
+    }
+    gfe_buf_free(&zero);
+    gfe_buf_free(&nonzero);
 #undef RI
 #undef RF
     free(nm);
@@ -481,10 +512,22 @@ static int number_multiple(sc *c, json_object *s, int *integer, bound lo, bound 
     if ((long)(mp * (mq + 3)) > SC_MULTIPLE_RULES)
         return sc_fail(c, TERN_EUNSUPPORTED, path, "'multipleOf' needs too many grammar states");
     if (mp > 1 || mq > 0) {
-        if (lo.has || hi.has)
-            return sc_fail(c, TERN_EUNSUPPORTED, path, "'multipleOf' together with numeric bounds");
+        /* bounds at 0 choose signs; others are refused */
+        int sign = MUL_NEG | MUL_ZERO | MUL_POS;
+        if ((lo.has && lo.v != 0) || (hi.has && hi.v != 0))
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "'multipleOf' together with numeric bounds other than 0");
+        if (lo.has)
+            sign &= lo.incl ? ~MUL_NEG : ~(MUL_NEG | MUL_ZERO);
+        if (hi.has)
+            sign &= hi.incl ? ~MUL_POS : ~(MUL_POS | MUL_ZERO);
+        /* without zero, a "0" integer part must not start a fraction
+         * (0.5 is not zero): only integral multiples split so */
+        if (!(sign & MUL_ZERO) && mq > 0 && !*integer)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "'multipleOf' below 1 with an exclusive bound at 0");
+        if (!sign)
+            return 1;
         *done = 1;
-        return emit_multiple(c, out, mp, mq, *integer, path);
+        return emit_multiple(c, out, mp, mq, *integer, sign, path);
     }
     if (mq == 0)
         *integer = 1;

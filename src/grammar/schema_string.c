@@ -160,7 +160,12 @@ int sc_string_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *ou
     int n_re = 0;
     if (re)
         res[n_re++] = re;
-    if (pat) {
+    if (sc_patterns_internal(c, pat)) { /* two patterns of an allOf */
+        if (n_re)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "two 'pattern' values together with a 'format'");
+        res[n_re++] = json_object_get_string(json_object_array_get_idx(pat, 0));
+        res[n_re++] = json_object_get_string(json_object_array_get_idx(pat, 1));
+    } else if (pat) {
         if (!json_object_is_type(pat, json_type_string))
             return sc_fail(c, TERN_EINVAL, path, "'pattern' must be a string");
         res[n_re++] = json_object_get_string(pat);

@@ -195,8 +195,14 @@ int sc_regex_search(const char *re, const char *s, size_t n)
 {
     int ec;
     PCRE2_SIZE eo;
+    /* ECMAScript escapes: \uHHHH and \u{H...} (PCRE2's alternative forms) */
+    pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+    if (!cc)
+        return -1;
+    pcre2_set_compile_extra_options(cc, PCRE2_EXTRA_ALT_BSUX);
     pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED,
-                                     PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &ec, &eo, NULL);
+                                     PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_ALT_BSUX, &ec, &eo, cc);
+    pcre2_compile_context_free(cc);
     if (!code)
         return -1;
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
@@ -290,6 +296,15 @@ static int val_count(const val_arg *a)
 
 static int val_pattern(const val_arg *a)
 {
+    if (sc_patterns_internal(a->c, a->kv)) { /* two patterns of an allOf: both */
+        int r = 1;
+        for (size_t i = 0; i < json_object_array_length(a->kv) && r == 1; i++) {
+            val_arg one = *a;
+            one.kv = json_object_array_get_idx(a->kv, i);
+            r = val_pattern(&one);
+        }
+        return r;
+    }
     if (!json_object_is_type(a->kv, json_type_string))
         return -1;
     if (!json_object_is_type(a->v, json_type_string))
@@ -428,6 +443,26 @@ static int val_multiple(const val_arg *a)
     return num % den == 0;
 }
 
+/* anyOf / oneOf / allOf: how many members hold (any undecidable member
+ * makes the answer undecidable). */
+static int val_comb(const val_arg *a)
+{
+    if (!json_object_is_type(a->kv, json_type_array))
+        return -1;
+    size_t n = json_object_array_length(a->kv), hold = 0;
+    for (size_t i = 0; i < n; i++) {
+        int r = sc_validate(a->c, a->v, json_object_array_get_idx(a->kv, i), a->depth + 1);
+        if (r < 0)
+            return -1;
+        hold += (size_t)r;
+    }
+    if (!strcmp(a->k, "allOf"))
+        return hold == n;
+    if (!strcmp(a->k, "oneOf"))
+        return hold == 1;
+    return hold > 0;
+}
+
 /* nullable: handled with type (sc_type_mask's callers add null). */
 static int val_nothing(const val_arg *a)
 {
@@ -460,6 +495,9 @@ static const struct {
     {"uniqueItems", val_unique},
     {"nullable", val_nothing},
     {"not", val_not},
+    {"anyOf", val_comb},
+    {"oneOf", val_comb},
+    {"allOf", val_comb},
     {"multipleOf", val_multiple},
 };
 

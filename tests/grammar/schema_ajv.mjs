@@ -125,6 +125,34 @@ CASES.push({ name: 'allOf of two prefixItems',
              instances: ['["a"]', '["a", 3]', '["a", 2]', '["a", 3, 4, 5]', '["a", 3, 4.5]', '[1]', '["a", 3, 4, "b"]', '[]'],
              floor: 4 });
 
+// multipleOf with a bound at 0 (the sign); other bounds are refused
+CASES.push({ name: 'multipleOf with minimum 0',
+             schema: { type: 'number', multipleOf: 2, minimum: 0 },
+             instances: ['0', '2', '4.0', '-2', '3', '1e1', '100', '-0.5'], floor: 4 });
+CASES.push({ name: 'multipleOf 0.5 below 0',
+             schema: { multipleOf: 0.5, maximum: 0 },
+             instances: ['0', '-0.5', '-1', '-1.25', '0.5', '"x"', '-3.50'], floor: 5 });
+CASES.push({ name: 'integer multipleOf 3 above 0 (exclusive)',
+             schema: { type: 'integer', multipleOf: 3, exclusiveMinimum: 0 },
+             instances: ['0', '3', '-3', '9', '10', '300'], floor: 3 });
+// if, then and else in different allOf members assert nothing together
+CASES.push({ name: 'if/then/else split over allOf',
+             schema: { allOf: [{ if: { exclusiveMaximum: 0 } }, { then: { minimum: -10 } }, { else: { multipleOf: 2 } }] },
+             instances: ['-100', '3', '4', '-5', '"a"'], floor: 5 });
+// two if/then/else of an allOf: both hold
+CASES.push({ name: 'two conditionals',
+             schema: { type: 'integer', allOf: [{ if: { minimum: 10 }, then: { maximum: 20 } },
+                                                { if: { maximum: -10 }, then: { minimum: -30 }, else: { maximum: 15 } }] },
+             instances: ['15', '16', '-12', '-40', '60', '12', '0', '-9', '21'], floor: 5 });
+// two patterns in an allOf: both, through the product automaton
+CASES.push({ name: 'allOf of two patterns',
+             schema: { type: 'string', allOf: [{ pattern: '^[a-z]+$' }, { pattern: 'ab' }] },
+             instances: ['"ab"', '"xaby"', '"ba"', '"aB"', '"AB"', '""', '"zzab"'], floor: 3 });
+CASES.push({ name: 'enum beside anyOf and two patterns',
+             schema: { enum: ['abc', 'abd', 'xy', 'ab', 7], allOf: [{ pattern: '^a' }, { pattern: 'c$|d$' }],
+                       anyOf: [{ type: 'string' }, { minimum: 8 }] },
+             instances: ['"abc"', '"abd"', '"xy"', '"ab"', '7', '"acd"'], floor: 2 });
+
 let bad = 0, checked = 0;
 for (const c of CASES) {
   const file = path.join(tmp, 'schema.json');
