@@ -4,7 +4,10 @@
 // like tern (any whitespace, strict, no indent). Prints one JSON line with
 // the fields of `tern grammar bench`. xgrammar here is its WebAssembly
 // build under Node, so its times include WASM and JS-copy overheads.
-// Usage: node bench/grammar_xgrammar.mjs --tokenizer DIR --data DIR [--limit N]
+// Usage: node bench/grammar_xgrammar.mjs --tokenizer DIR --data DIR [--limit N] [--budget SEC]
+// --budget: stop starting new files after SEC seconds of wall time; the
+// output's files_done says how many files (in name order) were measured,
+// so the other engine can be run on exactly those.
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -24,6 +27,8 @@ const args = {};
 for (let i = 2; i < process.argv.length; i++) args[process.argv[i].replace(/^--/, "")] = process.argv[++i];
 const tokDir = args.tokenizer, dataDir = args.data;
 const limit = args.limit ? parseInt(args.limit, 10) : Infinity;
+const budgetMs = args.budget ? parseFloat(args.budget) * 1e3 : Infinity;
+const wall0 = Date.now();
 
 const tj = JSON.parse(fs.readFileSync(path.join(tokDir, "tokenizer.json"), "utf8"));
 let tcfg = {};
@@ -52,8 +57,10 @@ const docs = JSON.parse(execFileSync("python3", ["-c", py, ...files.map((f) => p
 const now = () => { const u = process.cpuUsage(); return u.user + u.system; };
 const masks = [], compiles = [];
 const r = { engine: "xgrammar-wasm", schemas: 0, compiled: 0, unsupported: 0, failed: 0, valid_total: 0, valid_accepted: 0,
-  invalid_total: 0, invalid_accepted: 0 };
+  invalid_total: 0, invalid_accepted: 0, files_done: 0, budget_hit: false };
 for (const [schema, tests] of docs) {
+  if (Date.now() - wall0 > budgetMs) { r.budget_hit = true; break; }
+  r.files_done++;
   r.schemas++;
   let cg;
   const t0 = now();
