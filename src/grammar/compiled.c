@@ -110,7 +110,8 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     return id;
 }
 
-/* set x byte -> next*2 + popped, or -1 on OOM */
+/* set x byte -> next*2 + popped, or -1 on OOM; a miss fills the byte's
+ * whole cell (the bytes no edge of the set's top states tells apart) */
 int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
 {
     int32_t t = cg->trans[(size_t)sid * 256 + byte];
@@ -138,7 +139,33 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
     if (nid < 0)
         return -1;
     t = nid * 2 + (out->hit_unknown ? 1 : 0);
-    cg->trans[(size_t)sid * 256 + byte] = t;
+    /* every byte of the cell around `byte` (no edge of the set's top
+     * states starts or ends inside it) matches the same edges, so it
+     * steps to the same set: one step fills the cell */
+    int lo = 0, hi = 255;
+    const grammar *g = cg->g;
+    const int32_t *ids = cg->set_ids + cg->set_off[sid];
+    for (int32_t k = 0; k < n && lo < hi; k++) {
+        int32_t st = cg->pool.state[ids[k]];
+        for (int32_t i = g->be_off[st]; i < g->be_off[st + 1]; i++) {
+            const gbyte_edge *e = &g->be[i];
+            if (byte < e->lo) {
+                if (e->lo - 1 < hi)
+                    hi = e->lo - 1;
+            } else if (byte > e->hi) {
+                if (e->hi + 1 > lo)
+                    lo = e->hi + 1;
+            } else {
+                if (e->lo > lo)
+                    lo = e->lo;
+                if (e->hi < hi)
+                    hi = e->hi;
+            }
+        }
+    }
+    int32_t *row = cg->trans + (size_t)sid * 256;
+    for (int b = lo; b <= hi; b++)
+        row[b] = t;
     return t;
 }
 
