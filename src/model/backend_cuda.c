@@ -1346,6 +1346,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_PDL", offsetof(tcu_opts, pdl), 0, 1},
     {"TERN_CUDA_ATTN_EARLY", offsetof(tcu_opts, attn_early), 0, 1},
     {"TERN_CUDA_ATTN_FUSE", offsetof(tcu_opts, attn_merge_last), 0, 1},
+    {"TERN_CUDA_ATTN_GQA", offsetof(tcu_opts, attn_gqa), 0, 1},
     {"TERN_CUDA_ATTN_TILED", offsetof(tcu_opts, attn_tiled), TCU_ATTN_TILED_OFF, TCU_ATTN_TILED_TF32},
     {"TERN_CUDA_GEMM_MIN_T", offsetof(tcu_opts, gemm_min_t), 1, INT_MAX},
     {"TERN_CUDA_TC_MAX_T", offsetof(tcu_opts, tc_max_t), 0, 128},

@@ -68,11 +68,12 @@ static const kv_type g_types[] = {KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4};
 #define N_TYPES (sizeof g_types / sizeof *g_types)
 
 #ifdef TERN_CUDA
-static model_backend *gpu_new(int tiled)
+static model_backend *gpu_new_opts(int tiled, int gqa)
 {
     tern_err err = {0};
     tcu_opts o;
     tcu_opts_init(&o);
+    o.attn_gqa = gqa;
     if (tiled >= 0)
         o.attn_tiled = tiled;
     model_backend *b = model_backend_cuda_new_opts(NULL, 0, &o, &err);
@@ -80,6 +81,8 @@ static model_backend *gpu_new(int tiled)
         fail_msg("%s", err.msg);
     return b;
 }
+
+static model_backend *gpu_new(int tiled) { return gpu_new_opts(tiled, 1); }
 #endif
 
 static void test_declared(void **state)
@@ -133,15 +136,20 @@ static void test_kv_attention(void **state)
         skip();
 #ifdef TERN_CUDA
     tern_err err = {0};
-    model_backend *cpu = model_backend_cpu_new(2, &err), *gpus[3] = {NULL, gpu_new(TCU_ATTN_TILED_F32),
+    /* gpus[0]: the decode kernel of one block a q head (tcu_opts.attn_gqa 0) */
+    model_backend *cpu = model_backend_cpu_new(2, &err), *gpus[3] = {gpu_new_opts(-1, 0), gpu_new(TCU_ATTN_TILED_F32),
                                                                       gpu_new(TCU_ATTN_TILED_TF32)};
     tern_rng r;
     tern_rng_seed(&r, 25, 2);
     const int hds[] = {64, 128, 256};
+    /* q heads / kv heads: groups of 4, 7 (the grouped kernel's registers
+     * for 8; its fallback at hd 256) and 1 */
+    const int heads[][2] = {{8, 2}, {7, 1}, {3, 3}};
+    for (size_t hc = 0; hc < sizeof heads / sizeof *heads; hc++)
     for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
         for (size_t ti = 0; ti < N_TYPES; ti++)
             for (int qs = 0; qs <= (kv_type_is_quant(g_types[ti]) ? 20 : 0); qs += 20) {
-                int hd = hds[hi], n_head = 8, n_kv = 2, n_layer = 2;
+                int hd = hds[hi], n_head = heads[hc][0], n_kv = heads[hc][1], n_layer = 2;
                 kv_spec sp;
                 kv_spec_init(&sp, g_types[ti]);
                 sp.quant_start = qs;
@@ -150,7 +158,7 @@ static void test_kv_attention(void **state)
                     fail_msg("%s", err.msg);
                 kv_seq s[3] = {{0}};
                 pool_fill(&r, &kv, s, hd, n_kv);
-                for (int big = 0; big < 2; big++) {
+                for (int big = 0; big < (hc == 0 ? 2 : 1); big++) {
                     int32_t pos[120];
                     kv_seq *seqs[120];
                     int T = 0;
@@ -171,7 +179,7 @@ static void test_kv_attention(void **state)
                         int window;
                         float softcap;
                     } modes[] = {{0, 0.0f}, {20, 0.0f}, {0, 5.0f}, {300, 50.0f}};
-                    for (int tm = big ? 1 : 2; tm <= 2; tm++)
+                    for (int tm = big ? 1 : 0; tm <= 2; tm += big ? 1 : 2)
                         for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
                             const double tol = big && tm == 2 ? 3e-3 : 1e-4;
                             for (size_t e = 0; e < qn; e++)
@@ -184,13 +192,15 @@ static void test_kv_attention(void **state)
                                 fail_msg("%s", err.msg);
                             double e = rel_err(og, oc, qn);
                             if (mi == 0 || !(e <= tol))
-                                print_message("kv %s%s hd %d T %d%s window %d softcap %g: rel err %.3g (tol %g)\n",
-                                              kv_type_name(g_types[ti]), qs ? " +sinks" : "", hd, T,
-                                              !big ? "" : tm == 1 ? " tiled f32" : " tiled tf32", modes[mi].window,
+                                print_message("kv %s%s hd %d heads %d/%d T %d%s window %d softcap %g: rel err %.3g "
+                                              "(tol %g)\n",
+                                              kv_type_name(g_types[ti]), qs ? " +sinks" : "", hd, n_head, n_kv, T,
+                                              !big ? (tm == 0 ? " per q head" : " grouped")
+                                              : tm == 1 ? " tiled f32" : " tiled tf32", modes[mi].window,
                                               modes[mi].softcap, e, tol);
                             if (!(e <= tol))
-                                fail_msg("kv %s hd %d T %d kernel %d mode %zu: relative error %g",
-                                         kv_type_name(g_types[ti]), hd, T, tm, mi, e);
+                                fail_msg("kv %s hd %d heads %d/%d T %d kernel %d mode %zu: relative error %g",
+                                         kv_type_name(g_types[ti]), hd, n_head, n_kv, T, tm, mi, e);
                         }
                     free(q);
                     free(oc);
@@ -200,8 +210,8 @@ static void test_kv_attention(void **state)
                     kv_seq_free(&kv, &s[i]);
                 kv_pool_free(&kv);
             }
-    gpus[1]->free(gpus[1]);
-    gpus[2]->free(gpus[2]);
+    for (int g = 0; g < 3; g++)
+        gpus[g]->free(gpus[g]);
     cpu->free(cpu);
 #endif
 }

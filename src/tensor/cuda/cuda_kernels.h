@@ -78,6 +78,8 @@ typedef struct tcu_opts {
                           * RoPE factors before its wait: 1, or everything after it: 0 */
     int attn_merge_last; /* the attention's last block of a (token, head) merges the splits: 1, or a merge
                           * kernel: 0 */
+    int attn_gqa;        /* a typed pool's decode attention: one block a kv head (its q heads share each K/V
+                          * row's load and decoding): 1, or one block a q head: 0 */
     int attn_tiled;      /* TCU_ATTN_TILED_*: prefill attention (the backend's cuBLAS-sized steps) */
     /* the products' precision (--exact-products): 1 - f32-exact activations
      * everywhere (the tensor-core GEMV's three bf16 parts, AUTO = TENSOR at

@@ -400,6 +400,202 @@ __global__ void attn_merge_kernel(const tcu_attn_args a)
     attn_merge_one(a, blockIdx.x, blockIdx.y, threadIdx.x);
 }
 
+// ---- typed KV, grouped by kv head ----
+//
+// A typed pool's decode attention: one block per (kv head, token, split)
+// does every q head of the kv head (GQ of them, GQ <= GQM): each K/V row is
+// loaded and decoded once for the group, not once per q head, and GQ scores
+// share its registers. ATT_GQA_WARPS warps a block walk the split's
+// positions as attn_part's warps do (ATT_U in flight a warp); the next
+// batch's row offsets (block table reads) are computed while the current
+// batch's rows load. The partials and the merge are attn_part's (same
+// layout, same counters: the last block of a (token, kv head) merges its
+// GQ heads).
+#define ATT_GQA_WARPS 16
+#define ATT_GQA_ROUND 8 /* warps whose accumulators meet in shared memory at once */
+
+template <int D, int GQM>
+__global__ void __launch_bounds__(ATT_GQA_WARPS *WARP) attn_gqa_kernel(const tcu_attn_args a, int slot)
+{
+    __shared__ float sacc[ATT_GQA_ROUND][GQM * D * WARP];
+    __shared__ float sm[ATT_GQA_WARPS][GQM], sl[ATT_GQA_WARPS][GQM];
+    __shared__ int last;
+    pdl_wait();
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int hd = a.hd, gq = a.n_head / a.n_kv_head, kvh = blockIdx.x, i = blockIdx.y, sp = blockIdx.z;
+    const int p = a.pos[i];
+    const int len = attn_len(a, p), start = p + 1 - len, ns = attn_splits(a, len);
+    if (sp >= ns)
+        return;
+    const int chunk = (len + ns - 1) / ns;
+    const int s0 = start + sp * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1;
+    const int32_t *blk = a.blk + a.bt_off[i];
+    float qr[GQM][D], acc[GQM][D], m[GQM], l[GQM];
+#pragma unroll
+    for (int g = 0; g < GQM; g++) {
+        const float *q = a.q + ((size_t)i * a.n_head + kvh * gq + (g < gq ? g : 0)) * hd + lane * D;
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            qr[g][d] = q[d];
+            acc[g][d] = 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    size_t off[ATT_U];
+    int ty[ATT_U];
+    auto offsets = [&](int t0) {
+#pragma unroll
+        for (int j = 0; j < ATT_U; j++) {
+            const int t = t0 + j * ATT_GQA_WARPS;
+            off[j] = t < s1 ? kvt_off(a.kv, blk, t, kvh, &ty[j]) : 0;
+        }
+    };
+    float kr[ATT_U][D], vr[ATT_U][D];
+    offsets(s0 + w);
+    for (int t0 = s0 + w; t0 < s1; t0 += ATT_U * ATT_GQA_WARPS) {
+#pragma unroll
+        for (int j = 0; j < ATT_U; j++)
+            if (t0 + j * ATT_GQA_WARPS < s1) {
+                kvt_load<D>(a.kv.lk + off[j], ty[j], a.kv.group, lane * D, kr[j]);
+                kvt_load<D>(a.kv.lv + off[j], ty[j], a.kv.group, lane * D, vr[j]);
+            }
+        offsets(t0 + ATT_U * ATT_GQA_WARPS);
+#pragma unroll
+        for (int j = 0; j < ATT_U; j++) {
+            if (t0 + j * ATT_GQA_WARPS >= s1)
+                break;
+#pragma unroll
+            for (int g = 0; g < GQM; g++) {
+                if (g >= gq)
+                    break;
+                float s = 0.0f;
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    s = fmaf(qr[g][d], kr[j][d], s);
+                s = warp_sum(s) * a.scale;
+                if (a.softcap > 0)
+                    s = a.softcap * tanhf(s / a.softcap);
+                const float mn = fmaxf(m[g], s), corr = expf(m[g] - mn), e = expf(s - mn);
+                l[g] = l[g] * corr + e;
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    acc[g][d] = acc[g][d] * corr + e * vr[j][d];
+                m[g] = mn;
+            }
+        }
+    }
+    // Merge the warps' partial softmaxes, head by head: the maxima and sums
+    // first, then the accumulators ATT_GQA_ROUND warps at a time through
+    // shared memory (every element summed over the warps in warp order).
+    if (lane == 0)
+#pragma unroll
+        for (int g = 0; g < GQM; g++) {
+            sm[w][g] = m[g];
+            sl[w][g] = l[g];
+        }
+    constexpr int XPT = (GQM * D + ATT_GQA_WARPS - 1) / ATT_GQA_WARPS; /* elements a thread merges */
+    const int nx = gq * hd;
+    float v[XPT];
+#pragma unroll
+    for (int k = 0; k < XPT; k++)
+        v[k] = 0.0f;
+    for (int r = 0; r < ATT_GQA_WARPS / ATT_GQA_ROUND; r++) {
+        if (w / ATT_GQA_ROUND == r)
+#pragma unroll
+            for (int g = 0; g < GQM; g++) {
+                if (g >= gq)
+                    break;
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    sacc[w % ATT_GQA_ROUND][g * hd + lane * D + d] = acc[g][d];
+            }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < XPT; k++) {
+            const int x = threadIdx.x + k * ATT_GQA_WARPS * WARP;
+            if (x >= nx)
+                break;
+            const int g = x / hd;
+            float M = -INFINITY;
+            for (int u = 0; u < ATT_GQA_WARPS; u++)
+                M = fmaxf(M, sm[u][g]);
+            for (int u = 0; u < ATT_GQA_ROUND; u++)
+                if (sm[r * ATT_GQA_ROUND + u][g] > -INFINITY)
+                    v[k] += expf(sm[r * ATT_GQA_ROUND + u][g] - M) * sacc[u][x];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int k = 0; k < XPT; k++) {
+        const int x = threadIdx.x + k * ATT_GQA_WARPS * WARP;
+        if (x >= nx)
+            break;
+        const int g = x / hd, e = x % hd;
+        float *part = a.part + (((size_t)i * a.n_head + kvh * gq + g) * a.n_split + sp) * (hd + 2);
+        part[2 + e] = v[k];
+        if (e == 0) {
+            float M = -INFINITY, L = 0.0f;
+            for (int u = 0; u < ATT_GQA_WARPS; u++)
+                M = fmaxf(M, sm[u][g]);
+            for (int u = 0; u < ATT_GQA_WARPS; u++)
+                if (sm[u][g] > -INFINITY)
+                    L += expf(sm[u][g] - M) * sl[u][g];
+            part[0] = M;
+            part[1] = L;
+        }
+    }
+    if (slot < 0)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
+        last = atomicAdd(c, 1) == ns - 1;
+        if (last)
+            *c = 0;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int x = threadIdx.x; x < gq * hd; x += blockDim.x)
+        attn_merge_one(a, kvh * gq + x / hd, i, x % hd);
+}
+
+template <int D, int GQM>
+static int attn_gqa_one(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
+{
+    return launch_pdl(o.pdl, attn_gqa_kernel<D, GQM>, dim3(a->n_kv_head, a->T, a->n_split),
+                      dim3(ATT_GQA_WARPS * WARP), 0, s, *a, slot);
+}
+
+// The grouped kernel for a typed pool, -1 where none fits (groups of 2 to
+// 8 q heads, head_dim 64, 128 or 256, GQ * D <= 32 registers).
+static int attn_gqa_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
+{
+    const int gq = a->n_head / a->n_kv_head, D = a->hd / 32;
+    if (a->n_head % a->n_kv_head || gq > 8 || a->hd % 32)
+        return -1;
+    if (gq < 2 || D < 2 || D > 8 || D & (D - 1)) /* no group: the kernel of a q head does the same reads */
+        return -1;
+    const int gqm = gq <= 2 ? 2 : gq <= 4 ? 4 : 8;
+    if (gqm * D > 32)
+        return -1;
+    switch (D * 16 + gqm) {
+    case 2 * 16 + 2: return attn_gqa_one<2, 2>(a, slot, o, s);
+    case 2 * 16 + 4: return attn_gqa_one<2, 4>(a, slot, o, s);
+    case 2 * 16 + 8: return attn_gqa_one<2, 8>(a, slot, o, s);
+    case 4 * 16 + 2: return attn_gqa_one<4, 2>(a, slot, o, s);
+    case 4 * 16 + 4: return attn_gqa_one<4, 4>(a, slot, o, s);
+    case 4 * 16 + 8: return attn_gqa_one<4, 8>(a, slot, o, s);
+    case 8 * 16 + 2: return attn_gqa_one<8, 2>(a, slot, o, s);
+    case 8 * 16 + 4: return attn_gqa_one<8, 4>(a, slot, o, s);
+    default: return -1;
+    }
+}
+
 // The counter slot of (current device, stream), or -1 when all are taken.
 #define ATT_MAX_STREAMS 64
 static struct {
@@ -458,7 +654,15 @@ static int attn_part_launch(const tcu_attn_args *a, const tcu_qkv_args *post, co
 {
     const int slot = o.attn_merge_last && (long)a->T * a->n_head <= ATT_CNT ? att_slot_of(s) : -1;
     dim3 grid(a->n_head, a->T, a->n_split), block(ATT_WARPS * WARP);
-    int rc = 0;
+    int rc = -1;
+    if (!POST && a->kv.typed && o.attn_gqa)
+        rc = attn_gqa_launch(a, slot, o, s);
+    if (rc >= 0) {
+        if (rc || slot >= 0)
+            return rc;
+        return launch_pdl(o.pdl, attn_merge_kernel, dim3(a->n_head, a->T), dim3(a->hd), 0, s, *a);
+    }
+    rc = 0;
     switch (a->hd / 32) {
     case 1: rc = attn_part_one<1, POST>(grid, block, s, a, slot, post, o); break;
     case 2: rc = attn_part_one<2, POST>(grid, block, s, a, slot, post, o); break;

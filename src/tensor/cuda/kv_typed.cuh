@@ -60,6 +60,62 @@ __device__ __forceinline__ float kvt_elem(const uint8_t *h, int t, int G, int e)
 template <int D>
 __device__ __forceinline__ void kvt_load(const uint8_t *h, int t, int G, int e0, float (&x)[D])
 {
+    if constexpr (D % 4 == 0) { /* 8 or 16 bytes a load: a head of 16-bit elements is 64-byte aligned */
+        if (t == TCU_KV_BF16 || t == TCU_KV_F16) {
+            const uint2 *p = reinterpret_cast<const uint2 *>(h) + e0 / 4;
+#pragma unroll
+            for (int d = 0; d < D; d += 4) {
+                const uint2 w = p[d / 4];
+                const uint32_t u[4] = {w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16};
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    x[d + k] = t == TCU_KV_BF16 ? bf16f(u[k]) : f16f(u[k]);
+            }
+            return;
+        }
+        if (t == TCU_KV_F32) {
+            const float4 *p = reinterpret_cast<const float4 *>(h) + e0 / 4;
+#pragma unroll
+            for (int d = 0; d < D; d += 4) {
+                const float4 w = p[d / 4];
+                x[d] = w.x;
+                x[d + 1] = w.y;
+                x[d + 2] = w.z;
+                x[d + 3] = w.w;
+            }
+            return;
+        }
+        if (t == TCU_KV_Q8 || t == TCU_KV_Q4) { /* groups of 4 + n bytes: 4-byte aligned */
+            if constexpr (32 % D == 0) {
+                const int j0 = e0 % G;
+                const uint8_t *g = h + (size_t)(e0 / G) * kvt_group_bytes(t, G);
+                const uint32_t sm = *reinterpret_cast<const uint32_t *>(g);
+                const float a = f16f(sm & 0xffffu), b = f16f(sm >> 16);
+                if (t == TCU_KV_Q8) {
+                    const uint32_t *c = reinterpret_cast<const uint32_t *>(g + 4 + j0);
+#pragma unroll
+                    for (int d = 0; d < D; d += 4) {
+                        const uint32_t w = c[d / 4];
+#pragma unroll
+                        for (int k = 0; k < 4; k++)
+                            x[d + k] = a * (float)((w >> (8 * k)) & 255u) + b;
+                    }
+                } else {
+                    const int hg = G / 2, hi = j0 >= hg; /* D divides G / 2: one nibble half */
+                    const uint32_t *c = reinterpret_cast<const uint32_t *>(g + 4 + (hi ? j0 - hg : j0));
+                    const int sh = hi ? 4 : 0;
+#pragma unroll
+                    for (int d = 0; d < D; d += 4) {
+                        const uint32_t w = c[d / 4] >> sh;
+#pragma unroll
+                        for (int k = 0; k < 4; k++)
+                            x[d + k] = a * (float)((w >> (8 * k)) & 15u) + b;
+                    }
+                }
+                return;
+            }
+        }
+    }
     if constexpr (D % 2 == 0) {
         if (t == TCU_KV_BF16 || t == TCU_KV_F16) {
             const uint32_t *p = reinterpret_cast<const uint32_t *>(h) + e0 / 2;

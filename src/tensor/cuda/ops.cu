@@ -20,6 +20,7 @@ extern "C" void tcu_opts_init(tcu_opts *o)
     o->pdl = 1;             /* 8B bf16 batch 1 +3%, 4-bit +5-7% */
     o->attn_early = 1;      /* +0.6-3% at batch 1, the same bits */
     o->attn_merge_last = 1; /* a launch less a layer */
+    o->attn_gqa = 1;        /* typed KV at 8k positions (docs/kv-cache.md) */
     o->attn_tiled = TCU_ATTN_TILED_TF32; /* ~2x the f32 tiles, in the bf16 class of the prefill products */
     /* decode batches up to 32 keep the GEMVs' f32 accuracy (cuBLAS rounds
      * activations to bf16; it is faster from ~32 tokens: b32 8B bf16 3136
@@ -62,10 +63,11 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
     static const char *const tiled[3] = {"off", "f32", "tf32"};
     snprintf(buf, n,
              "products %s; gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
+             "grouped by kv head %d, "
              "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); graphs %d; q/k/v fused %d; stage %d; "
              "early products %d; ring products %d; one-token split %d; GEMM tile %d",
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
-             tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last,
+             tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
              o->exact ? 0 : o->tc_max_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1, o->tc_gemm);
 }
