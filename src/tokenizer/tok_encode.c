@@ -4,13 +4,19 @@
  * pre-token -> ids cache), then add the post-processor's special ids. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "tok_int.h"
 
 /* ---- cache ------------------------------------------------------------- */
 /* Direct-mapped: a colliding word simply replaces the old one. 16k entries
  * of words up to 64 bytes cover the common words of any corpus while
- * keeping memory under ~2 MB; longer words are rare and not cached. */
+ * keeping memory under ~3 MB; longer words are rare and not cached. The
+ * table is anonymous memory of its own: zero pages the kernel provides as
+ * they are first touched, so loading a tokenizer does not clear 3 MB
+ * (a heap calloc of that size, once glibc's mmap threshold has grown past
+ * it, does - a model pool loading and unloading models paid that on every
+ * load, and the heap trim on every unload). */
 #define CACHE_SLOTS 16384
 #define CACHE_MAX_KEY 64
 #define CACHE_MAX_IDS 32
@@ -32,12 +38,14 @@ tok_cache *tok_cache_new(void)
     tok_cache *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    c->slots = calloc(CACHE_SLOTS, sizeof *c->slots);
-    if (!c->slots || pthread_mutex_init(&c->mu, NULL)) {
-        free(c->slots);
+    void *m = mmap(NULL, CACHE_SLOTS * sizeof *c->slots, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || pthread_mutex_init(&c->mu, NULL)) {
+        if (m != MAP_FAILED)
+            munmap(m, CACHE_SLOTS * sizeof *c->slots);
         free(c);
         return NULL;
     }
+    c->slots = m;
     return c;
 }
 
@@ -46,7 +54,7 @@ void tok_cache_free(tok_cache *c)
     if (!c)
         return;
     pthread_mutex_destroy(&c->mu);
-    free(c->slots);
+    munmap(c->slots, CACHE_SLOTS * sizeof *c->slots);
     free(c);
 }
 
