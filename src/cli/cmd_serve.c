@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,6 +45,40 @@ typedef struct serve_loader {
     int n_threads;
 } serve_loader;
 
+/* The nice value a pool's load parses its tokenizer at (most of a load's
+ * CPU time: docs/model-pool.md). */
+#define SERVE_TOKENIZER_NICE 10
+
+typedef struct tok_job {
+    const char *dir;
+    tern_tokenizer *tok;
+    tern_err err;
+} tok_job;
+
+/* A thread of its own parses the tokenizer at a lower CPU priority, so on a
+ * busy machine the other models' streams keep the CPU while a model loads.
+ * Only this thread is lowered (Linux: the nice value is per thread), and it
+ * starts no threads: nothing the loaded model runs inherits it. */
+static void *tok_job_run(void *arg)
+{
+    tok_job *j = arg;
+    (void)setpriority(PRIO_PROCESS, (id_t)gettid(), SERVE_TOKENIZER_NICE); /* best effort */
+    j->tok = tokenizer_load(j->dir, &j->err);
+    return NULL;
+}
+
+static tern_tokenizer *tokenizer_load_low(const char *dir, tern_err *err)
+{
+    tok_job j = {dir, NULL, {0}};
+    pthread_t th;
+    if (pthread_create(&th, NULL, tok_job_run, &j) != 0)
+        return tokenizer_load(dir, err);
+    pthread_join(th, NULL);
+    if (!j.tok)
+        *err = j.err;
+    return j.tok;
+}
+
 static int serve_load(void *ctx, const char *dir, tern_model **m, tern_tokenizer **tok, tern_err *err)
 {
     const serve_loader *l = ctx;
@@ -50,7 +86,7 @@ static int serve_load(void *ctx, const char *dir, tern_model **m, tern_tokenizer
     *tok = NULL;
     if (!(*m = cli_load_model(dir, l->device, l->n_threads, dev, sizeof dev, err)))
         return err->code ? err->code : TERN_EIO;
-    if (!(*tok = tokenizer_load(dir, err))) {
+    if (!(*tok = tokenizer_load_low(dir, err))) {
         model_free(*m);
         *m = NULL;
         return err->code ? err->code : TERN_EIO;
