@@ -515,7 +515,7 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
         int r = root_loop(cg, x, &l, cls, &utf8);
         if (r <= 0)
             return r;
-        if (!(c = gvoc_class_get(v, cls, utf8)))
+        if (!(c = gvoc_class_get(v, cls, utf8 ? GVOC_LEAD_ALL : 0)))
             return 0;
     } else {
         if (j < 0 || v->nd[j] != base || v->nend[j] != hi || !(v->nsk_flags[j] & GVOC_SK_BOUNDARY))
@@ -526,7 +526,7 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
         if (!cls[0] && !cls[1])
             return 0;
         utf8 = (cg->loop_flags[x] & GLOOP_UTF8_CLOSED) != 0;
-        if (!(c = gvoc_class_get(v, cls, utf8)) || !gvoc_class_path_in(v, c, j))
+        if (!(c = gvoc_class_get(v, cls, utf8 ? GVOC_LEAD_ALL : 0)) || !gvoc_class_path_in(v, c, j))
             return 0;
     }
     cg->stats.class_walks++;

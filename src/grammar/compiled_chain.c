@@ -86,7 +86,7 @@ static int chain_build(grammar_compiled *cg, int32_t x)
         if (t == y * 2)
             c[b >> 6] |= 1ull << (b & 63);
     }
-    int utf8 = 1;
+    uint64_t lead_ok = GVOC_LEAD_ALL;
     size_t off = cg->n_chain_sets;
     if (chain_push(cg, x))
         return -1;
@@ -134,13 +134,15 @@ static int chain_build(grammar_compiled *cg, int32_t x)
         }
         if (__builtin_popcountll(c[0]) + __builtin_popcountll(c[1]) < GCHAIN_MIN_BYTES)
             goto none;
-        uint64_t lead = v->pos_lead[k];
-        if (utf8 && lead) {
-            int r = ny ? gcomp_utf8_reaches(cg, X, ny, lead) : utf8_dead(cg, X, lead);
+        /* the characters of each lead byte found here: a lead byte whose
+         * characters disagree leaves the class */
+        for (uint64_t m = v->pos_lead[k] & lead_ok; m; m &= m - 1) {
+            uint64_t bit = m & -m;
+            int r = ny ? gcomp_utf8_reaches(cg, X, ny, bit) : utf8_dead(cg, X, bit);
             if (r < 0)
                 goto oom;
             if (!r)
-                utf8 = 0;
+                lead_ok &= ~bit;
         }
         if (ny == 0) {
             kind = GCHAIN_DEAD;
@@ -157,8 +159,8 @@ static int chain_build(grammar_compiled *cg, int32_t x)
                     goto oom;
                 loop = t == X * 2;
             }
-            if (loop && utf8) {
-                int r = gcomp_utf8_reaches(cg, X, X, ~0ull);
+            if (loop && lead_ok) {
+                int r = gcomp_utf8_reaches(cg, X, X, lead_ok);
                 if (r < 0)
                     goto oom;
                 loop = r;
@@ -177,8 +179,8 @@ static int chain_build(grammar_compiled *cg, int32_t x)
                         lc[b >> 6] |= 1ull << (b & 63);
                 }
                 int narrow = lc[0] != c[0] || lc[1] != c[1];
-                if (!narrow && !utf8) {
-                    int r = gcomp_utf8_reaches(cg, X, X, ~0ull);
+                if (!narrow && lead_ok != GVOC_LEAD_ALL) {
+                    int r = gcomp_utf8_reaches(cg, X, X, GVOC_LEAD_ALL & ~lead_ok);
                     if (r < 0)
                         goto oom;
                     narrow = r;
@@ -205,7 +207,7 @@ static int chain_build(grammar_compiled *cg, int32_t x)
     ch->asc[1] = c[1];
     ch->off = (int32_t)off;
     ch->len = k;
-    ch->utf8 = (uint8_t)utf8;
+    ch->lead = lead_ok;
     ch->kind = (uint8_t)kind;
     return 1;
 none:
@@ -236,12 +238,12 @@ static int chain_get(grammar_compiled *cg, int32_t x, int32_t *idx)
 }
 
 /* Next UTF-8 state after byte b from state u inside the class (asc,
- * utf8), or -1 when b leaves it (vocab_class.c's rule). */
-static inline int sub_next(const uint64_t asc[2], int utf8, int u, uint8_t b)
+ * lead), or -1 when b leaves it (vocab_class.c's rule). */
+static inline int sub_next(const uint64_t asc[2], uint64_t lead, int u, uint8_t b)
 {
     if (u == 0 && b < 128)
         return asc_has(asc, b) ? 0 : -1;
-    if (!utf8)
+    if (u == 0 && (b < 0xC0 || !((lead >> (b - 0xC0)) & 1)))
         return -1;
     return gvoc_utf8_next(u, b);
 }
@@ -272,7 +274,7 @@ static int count_walk_sub(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t 
         int32_t d = v->nd[i];
         uint8_t b = v->nb[i];
         cg->stats.walk_nodes++;
-        int nu = sub_next(ch->asc, ch->utf8, U[d - 1], b);
+        int nu = sub_next(ch->asc, ch->lead, U[d - 1], b);
         if (nu < 0) {
             int32_t cc = CH[d - 1]; /* characters before the pending bytes */
             if (!dead || cc <= ch->len) {
@@ -301,7 +303,7 @@ static int count_walk_sub(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t 
         int32_t end = i + 1;
         if (nu == 0 && v->nend[i] > i + 1 && (v->nsk_flags[i] & GVOC_SK_DESC_VALID) &&
             !(v->nsk_asc[i][0] & ~ch->asc[0]) && !(v->nsk_asc[i][1] & ~ch->asc[1]) &&
-            (ch->utf8 || !(v->nsk_flags[i] & GVOC_SK_DESC_NONASCII)))
+            (ch->lead == GVOC_LEAD_ALL || !(v->nsk_flags[i] & GVOC_SK_DESC_NONASCII)))
             end = v->nend[i]; /* the whole subtree stays in the class */
         int32_t q1 = ntok_off[end];
         for (int32_t q = ntok_off[i]; q < q1; q++)
@@ -363,7 +365,7 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
         cg->stats.count_walks++;
         return count_walk_sub(cg, lo, hi, base, &ch) ? -1 : 1;
     }
-    const gvoc_class *c = gvoc_class_get(v, ch.asc, ch.utf8);
+    const gvoc_class *c = gvoc_class_get(v, ch.asc, ch.lead);
     if (!c)
         return 0;
     cg->stats.count_walks++;

@@ -99,7 +99,7 @@ struct grammar_compiled {
 
 /* A chain of sets (compiled_chain.c): X[0] = x and, for k < len, every
  * character of the class (ASCII bytes asc, every strict UTF-8 character
- * when utf8) found at position k or later of some vocabulary path leads
+ * whose lead byte is in lead, see gvoc_class) found at position k or later of some vocabulary path leads
  * X[k] to X[k+1] through non-empty sets without a pop; past len:
  * GCHAIN_FULL no path has more characters, GCHAIN_LOOP X[len] reads the
  * whole class back to itself, GCHAIN_DEAD X[len] reads every such
@@ -111,7 +111,8 @@ typedef struct gchain {
     uint64_t asc[2];
     int32_t off;        /* X[k] = chain_sets[off + k], k in [0, len] */
     int32_t len;
-    uint8_t utf8, kind;
+    uint64_t lead;
+    uint8_t kind;
 } gchain;
 
 /* Walk-level helpers shared by compiled.c and compiled_chain.c (caller
@@ -134,7 +135,7 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
 /* Walks below trie nodes smaller than this go node by node. */
 #define GCOMP_CLASS_MIN_NODES 256
 /* Counted walks of subtrees (split on the fly) start at this size. */
-#define GCOMP_COUNT_MIN_NODES 16
+#define GCOMP_COUNT_MIN_NODES 2
 
 /* The entry of state s, computing it on first use. NULL on OOM. */
 const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);

@@ -16,7 +16,7 @@ static inline int class_next(const gvoc_class *c, int u, uint8_t b)
 {
     if (u == 0 && b < 128)
         return (c->asc[b >> 6] >> (b & 63)) & 1 ? 0 : -1;
-    if (!c->utf8)
+    if (u == 0 && (b < 0xC0 || !((c->lead >> (b - 0xC0)) & 1)))
         return -1;
     return gvoc_utf8_next(u, b);
 }
@@ -35,7 +35,7 @@ static int items_push(gvoc_item **items, int32_t *n, int32_t *cap, gvoc_item it)
     return 0;
 }
 
-static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], int utf8)
+static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], uint64_t lead)
 {
     gvoc_class *c = calloc(1, sizeof *c);
     int8_t *u = malloc((size_t)v->max_len + 2);
@@ -47,7 +47,7 @@ static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], in
         goto fail;
     c->asc[0] = asc[0];
     c->asc[1] = asc[1];
-    c->utf8 = utf8;
+    c->lead = lead;
     c->run_bits = calloc(v->n_words ? v->n_words : 1, sizeof *c->run_bits);
     if (!c->run_bits)
         goto fail;
@@ -79,7 +79,7 @@ static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], in
         int32_t end = i + 1;
         if (nu == 0 && v->nend[i] > i + 1 && (v->nsk_flags[i] & GVOC_SK_DESC_VALID) &&
             !(v->nsk_asc[i][0] & ~asc[0]) && !(v->nsk_asc[i][1] & ~asc[1]) &&
-            (utf8 || !(v->nsk_flags[i] & GVOC_SK_DESC_NONASCII)))
+            (lead == GVOC_LEAD_ALL || !(v->nsk_flags[i] & GVOC_SK_DESC_NONASCII)))
             end = v->nend[i];
         gvoc_item *last = c->n_items ? &c->items[c->n_items - 1] : NULL;
         if (last && !last->frontier && last->last == i - 1) {
@@ -116,20 +116,20 @@ fail:
     return NULL;
 }
 
-const gvoc_class *gvoc_class_get(grammar_vocab *v, const uint64_t asc[2], int utf8)
+const gvoc_class *gvoc_class_get(grammar_vocab *v, const uint64_t asc[2], uint64_t lead)
 {
     gvoc_class *c = NULL;
     pthread_mutex_lock(&v->class_lock);
     for (int k = 0; k < v->n_classes; k++) {
         gvoc_class *x = v->classes[k];
-        if (x->asc[0] == asc[0] && x->asc[1] == asc[1] && x->utf8 == utf8) {
+        if (x->asc[0] == asc[0] && x->asc[1] == asc[1] && x->lead == lead) {
             c = x;
             goto out;
         }
     }
     if (v->n_classes == GVOC_MAX_CLASSES || v->class_bytes >= GVOC_MAX_CLASS_BYTES)
         goto out;
-    c = class_build(v, asc, utf8);
+    c = class_build(v, asc, lead);
     if (c) {
         v->classes[v->n_classes++] = c;
         v->class_bytes += sizeof *c + (size_t)c->n_items * sizeof *c->items + v->n_words * 4;

@@ -9,7 +9,8 @@
 struct gctx_entry;
 
 /* A loop class: the bytes a parser set reads back to itself. ASCII bytes
- * asc (bit b of word b/64), plus every strict UTF-8 character when utf8.
+ * asc (bit b of word b/64), plus every strict UTF-8 character whose lead
+ * byte b has bit b - 0xC0 in lead (GVOC_LEAD_ALL: every character).
  * Its split of the trie (vocab_class.c), in preorder:
  * - runs: nodes [first, last] whose whole path from the root stays in
  *   the class (their tokens are read by looping, whatever the set);
@@ -26,7 +27,7 @@ typedef struct gvoc_item {
 
 typedef struct gvoc_class {
     uint64_t asc[2];
-    int utf8;
+    uint64_t lead;
     gvoc_item *items;
     int32_t n_items;
     uint32_t *run_bits;  /* [n_words] the tokens of all runs */
@@ -37,9 +38,9 @@ typedef struct gvoc_class {
 #define GVOC_MAX_CLASSES 256
 #define GVOC_MAX_CLASS_BYTES ((size_t)64 << 20)
 
-/* The class (asc, utf8) of v, computed on first use and kept until v is
+/* The class (asc, lead) of v, computed on first use and kept until v is
  * freed (thread-safe). NULL when the cache is full or on OOM. */
-const gvoc_class *gvoc_class_get(struct grammar_vocab *v, const uint64_t asc[2], int utf8);
+const gvoc_class *gvoc_class_get(struct grammar_vocab *v, const uint64_t asc[2], uint64_t lead);
 /* Whether the path from the root to node i stays in class c. */
 int gvoc_class_path_in(const struct grammar_vocab *v, const gvoc_class *c, int32_t i);
 void gvoc_classes_free(struct grammar_vocab *v);
@@ -105,6 +106,9 @@ struct grammar_vocab {
     int n_classes;
     size_t class_bytes;
 };
+
+/* The strict UTF-8 lead bytes 0xC2..0xF4 as bits b - 0xC0. */
+#define GVOC_LEAD_ALL (((1ull << 53) - 1) & ~3ull)
 
 #define GVOC_W_MAX 250
 #define GVOC_W_NONE 255

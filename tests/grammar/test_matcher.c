@@ -503,6 +503,10 @@ static void test_loop_classes(void **state)
          * searched inside free text (an unanchored pattern) */
         {"root ::= \"\\\"\" [^\"\\\\]* [a-zA-Z0-9_-]{40} [^\"\\\\]* \"\\\"\"\n",
          "\"id: the key is abc-DEF_0123456789-0123456789-abcdefghijklmnop, done\""},
+        /* counted walks whose class drops some UTF-8 lead bytes (a character
+         * class without the line separators) */
+        {"root ::= \"\\\"\" [^\"\\\\]* [^\"\\\\\\u2028\\u2029]+ [^\"\\\\]* \"\\\"\" \"!\"\n",
+         "\"caf\xc3\xa9 cr\xc3\xa8me, \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xe2\x80\x94 a line\xe2\x80\xa8next \xd0\xbf\xd1\x80\xd0\xb8\"!"},
     };
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
