@@ -62,9 +62,10 @@ static inline int asc_has(const uint64_t c[2], int b) { return (int)((c[b >> 6] 
 
 /* Builds x's chain into chains[n_chains]: 1 built, 0 none, -1 OOM. The
  * class starts as the ASCII bytes that take x where the probe letters
- * do (and every UTF-8 character if they all do too); a level that reads
- * some class bytes differently drops them from the class (they become
- * frontier bytes everywhere, so the levels already checked stay valid). */
+ * do, and every UTF-8 lead byte; a level that reads some class bytes (or
+ * the characters of a lead byte) differently drops them from the class
+ * (they become frontier bytes everywhere, so the levels already checked
+ * stay valid). */
 static int chain_build(grammar_compiled *cg, int32_t x)
 {
     const grammar_vocab *v = cg->v;

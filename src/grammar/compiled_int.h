@@ -135,7 +135,7 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
 /* Walks below trie nodes smaller than this go node by node. */
 #define GCOMP_CLASS_MIN_NODES 256
 /* Counted walks of subtrees (split on the fly) start at this size. */
-#define GCOMP_COUNT_MIN_NODES 2
+#define GCOMP_COUNT_MIN_NODES 8
 
 /* The entry of state s, computing it on first use. NULL on OOM. */
 const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);
