@@ -380,6 +380,77 @@ static int neg_all_of(neg_arg *n, json_object **alt)
     return NEG_ADDED;
 }
 
+/* items (a schema, no prefix before it): an array with an item the schema
+ * rejects, {"contains": NOT items} (contains evaluates items: not under
+ * no_eval). */
+static int neg_prefix(neg_arg *n, json_object **alt);
+
+static int neg_items(neg_arg *n, json_object **alt)
+{
+    if (json_object_is_type(n->v, json_type_array) && n->c->draft == 7)
+        return neg_prefix(n, alt);
+    if (json_object_is_type(n->v, json_type_array) || n->no_eval)
+        return NEG_UNSUPPORTED;
+    json_object *pre = sc_get(n->s, "prefixItems");
+    if (n->c->draft != 7 && pre && !(json_object_is_type(pre, json_type_array) && json_object_array_length(pre) == 0))
+        return NEG_UNSUPPORTED; /* items past a prefix: contains cannot say where */
+    json_object *ni = sc_negate(n->c, n->v, 0, n->path);
+    if (!ni)
+        return NEG_FAILED;
+    *alt = typed("array", "contains", json_object_get(ni));
+    return NEG_ALT;
+}
+
+/* prefixItems (a draft 7 items array): an array long enough to hold item
+ * i whose item i the i-th schema rejects, for some i. */
+static int neg_prefix(neg_arg *n, json_object **alt)
+{
+    if (!json_object_is_type(n->v, json_type_array) || n->no_eval)
+        return NEG_UNSUPPORTED;
+    for (size_t i = 0; i < json_object_array_length(n->v); i++) {
+        json_object *ni = sc_negate(n->c, json_object_array_get_idx(n->v, i), 0, n->path);
+        if (!ni)
+            return NEG_FAILED;
+        json_object *pre = json_object_new_array();
+        for (size_t j = 0; pre && j < i; j++)
+            json_object_array_add(pre, json_object_new_boolean(1));
+        if (pre)
+            json_object_array_add(pre, json_object_get(ni));
+        json_object *o = typed("array", n->c->draft == 7 ? "items" : "prefixItems", pre);
+        if (!o)
+            return NEG_FAILED;
+        json_object_object_add(o, "minItems", json_object_new_int64((int64_t)i + 1));
+        /* any items after (strict mode would close the prefix) */
+        json_object_object_add(o, n->c->draft == 7 ? "additionalItems" : "items", json_object_new_boolean(1));
+        json_object_array_add(n->alts, o);
+    }
+    return NEG_ADDED;
+}
+
+/* NOT oneOf: no branch holds, or two do: allOf of the negations, or
+ * allOf[b_i, b_j] for a pair (up to 4 branches; the pairs' annotations
+ * would count under no_eval). */
+static int neg_one_of(neg_arg *n, json_object **alt)
+{
+    if (!json_object_is_type(n->v, json_type_array) || n->no_eval || json_object_array_length(n->v) > 4)
+        return NEG_UNSUPPORTED;
+    size_t k = json_object_array_length(n->v);
+    json_object *none = json_object_new_array();
+    for (size_t i = 0; none && i < k; i++) {
+        json_object *ni = sc_negate(n->c, json_object_array_get_idx(n->v, i), 0, n->path);
+        if (!ni) {
+            json_object_put(none);
+            return NEG_FAILED;
+        }
+        json_object_array_add(none, json_object_get(ni));
+    }
+    json_object_array_add(n->alts, obj1("allOf", none));
+    for (size_t i = 0; i < k; i++)
+        for (size_t j = i + 1; j < k; j++)
+            json_object_array_add(n->alts, sc_all_of2(json_object_array_get_idx(n->v, i), json_object_array_get_idx(n->v, j)));
+    return NEG_ADDED;
+}
+
 /* enum / const: negate_values. */
 static int neg_values(neg_arg *n, json_object **alt)
 {
@@ -425,7 +496,8 @@ static const struct {
     {"maxProperties", neg_bound}, {"type", neg_type},              {"required", neg_required},
     {"properties", neg_properties}, {"anyOf", neg_any_of},         {"allOf", neg_all_of},
     {"const", neg_values},        {"enum", neg_values},            {"not", neg_not},
-    {"multipleOf", neg_multiple},
+    {"multipleOf", neg_multiple}, {"items", neg_items},           {"prefixItems", neg_prefix},
+    {"oneOf", neg_one_of},
 };
 
 static int negate_keyword(neg_arg *n, json_object **alt)

@@ -153,6 +153,18 @@ CASES.push({ name: 'enum beside anyOf and two patterns',
                        anyOf: [{ type: 'string' }, { minimum: 8 }] },
              instances: ['"abc"', '"abd"', '"xy"', '"ab"', '7', '"acd"'], floor: 2 });
 
+// NOT items: an item the schema rejects; NOT prefixItems: item i
+// rejected by schema i; NOT oneOf: none or two
+CASES.push({ name: 'not items',
+             schema: { type: 'array', not: { items: { type: 'integer' } } },
+             instances: ['[]', '[1, 2]', '[1, "a"]', '["a"]', '[1.5]', '[[1]]'], floor: 4 });
+CASES.push({ name: 'not prefixItems',
+             schema: { type: 'array', items: { type: 'string' }, not: { prefixItems: [{ const: 'a' }, { const: 'b' }] } },
+             instances: ['[]', '["a"]', '["b"]', '["a", "b"]', '["a", "c"]', '["x", "b", "z"]', '["a", "b", "c"]'], floor: 3 });
+CASES.push({ name: 'oneOf of a oneOf',
+             schema: { type: 'integer', oneOf: [{ oneOf: [{ minimum: 5 }, { maximum: 8 }] }, { multipleOf: 1, minimum: 20 }] },
+             instances: ['1', '6', '9', '20', '21', '4', '100'], floor: 3 });
+
 let bad = 0, checked = 0;
 for (const c of CASES) {
   const file = path.join(tmp, 'schema.json');

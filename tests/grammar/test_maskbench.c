@@ -16,8 +16,8 @@
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
 
-/* Measured 1,060 of 1,137 (docs/json-schema.md); margin for small changes. */
-#define COMPILED_FLOOR 1055
+/* Measured 1,064 of 1,137 (docs/json-schema.md); margin for small changes. */
+#define COMPILED_FLOOR 1058
 
 static void test_maskbench(void **state)
 {
