@@ -187,7 +187,9 @@ static void test_opts(void **state)
     tcu_opts o, d;
     tcu_opts_init(&d);
     tern_kernels_exact_set(0); /* main sets it for the CPU reference */
-    assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
+    const int rc0 = model_cuda_opts_from_env(&o, &err);
+    tern_kernels_exact_set(1); /* back before any assertion: the later tests' CPU reference needs it */
+    assert_int_equal(rc0, 0);
     assert_memory_equal(&o, &d, sizeof o);
     assert_int_equal(d.gemv_bf16, TCU_GEMV_AUTO);
     assert_int_equal(d.gemv_q8, TCU_GEMV_BY_SHAPE);
@@ -994,6 +996,7 @@ static void test_gemv_stage(void **state)
                     continue;
                 tcu_opts o = opts_gemv(TCU_GEMV_TENSOR);
                 o.exact = ex;
+                o.tc_gemm = 0; /* the GEMV kernel (the GEMM tile: test_gemm_tile) */
                 const double tol = ex ? 2e-5 : 4e-3;
                 a.T = T;
                 for (int st = 0; st < 2; st++) { /* unstaged, then staged */

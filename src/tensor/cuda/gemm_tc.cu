@@ -36,7 +36,7 @@
 __device__ __forceinline__ void gm_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                        uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -172,7 +172,7 @@ template <bool Q> __host__ __device__ constexpr int gm_stage_bytes()
 
 template <bool Q> __host__ __device__ constexpr int gm_st() { return Q ? 2 * GM_ST : GM_ST; }
 
-template <bool Q>
+template <bool Q, int MT>
 __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu_gemv_args a, int KS, int C)
 {
     namespace cg = cooperative_groups;
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
     cg::cluster_group cl = cg::this_cluster();
     const int ks = (int)cl.block_rank();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int wm = warp >> 2, wn = warp & 3;
+    const int wm = warp / MT, wn = warp % MT, wr = wm * 16 * MT; /* the warp's first row, token group */
     const bool glu = a.glu != 0;
     const long rows = gv_out_rows(a, glu);
     const int orows = glu ? GM_BM / 2 : GM_BM;
@@ -254,9 +254,9 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
             load_x(st);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
-    float c[4][4][4];
+    float c[MT][4][4];
 #pragma unroll
-    for (int mi = 0; mi < 4; mi++)
+    for (int mi = 0; mi < MT; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -276,14 +276,14 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
         const unsigned char *sl = gm_smem + (size_t)(st % ST) * SB;
         const uint4 *xsl = reinterpret_cast<const uint4 *>(sl + GM_BM * WB) + (size_t)(wn * 32 + g) * 4 + t;
         if constexpr (Q) {
-            const uint32_t *wsl = reinterpret_cast<const uint32_t *>(sl) + (size_t)(wm * 64 + g) * 4 + t;
-            const float2 *sbl = reinterpret_cast<const float2 *>(sl + GM_BM * WB + GM_BN * 64) + wm * 64 + g;
+            const uint32_t *wsl = reinterpret_cast<const uint32_t *>(sl) + (size_t)(wr + g) * 4 + t;
+            const float2 *sbl = reinterpret_cast<const float2 *>(sl + GM_BM * WB + GM_BN * 64) + wr + g;
             const float *xgs = reinterpret_cast<const float *>(sl + GM_BM * WB + GM_BN * 64 + GM_BM * 8) + wn * 32 + 2 * t;
             const bool gend = (s0 + st + 1) * 32 % G == 0;
-            uint32_t A[4][2][4];
-            float2 sv[4][2];
+            uint32_t A[MT][2][4];
+            float2 sv[MT][2];
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++)
+            for (int mi = 0; mi < MT; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint32_t q = wsl[(mi * 16 + 8 * h) * 4], M = 0x00780078u, O = 0x3F803F80u;
@@ -302,14 +302,20 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
                 float2 xs2 = make_float2(0.0f, 0.0f);
                 if (gend)
                     xs2 = *reinterpret_cast<const float2 *>(xgs + ni * 8);
+                float d[MT][4]; /* the m-tiles' first halves, then their second: independent mma in a row */
 #pragma unroll
-                for (int mi = 0; mi < 4; mi++) {
-                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    gm_mma(d, A[mi][0][0], A[mi][1][0], A[mi][0][1], A[mi][1][1], B.x, B.y);
-                    gm_mma(d, A[mi][0][2], A[mi][1][2], A[mi][0][3], A[mi][1][3], B.z, B.w);
+                for (int mi = 0; mi < MT; mi++) {
+                    d[mi][0] = d[mi][1] = d[mi][2] = d[mi][3] = 0.0f;
+                    gm_mma(d[mi], A[mi][0][0], A[mi][1][0], A[mi][0][1], A[mi][1][1], B.x, B.y);
+                }
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+                    gm_mma(d[mi], A[mi][0][2], A[mi][1][2], A[mi][0][3], A[mi][1][3], B.z, B.w);
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        c[mi][ni][e] = fmaf(sv[mi][e >> 1].x, d[e], c[mi][ni][e]);
+                        c[mi][ni][e] = fmaf(sv[mi][e >> 1].x, d[mi][e], c[mi][ni][e]);
                     if (gend) /* the group's bias term, once */
 #pragma unroll
                         for (int e = 0; e < 4; e++)
@@ -317,23 +323,26 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
                 }
             }
         } else {
-            const uint4 *wsl = reinterpret_cast<const uint4 *>(sl) + (size_t)(wm * 64 + g) * 4 + t;
-            uint4 A[4][2];
+            const uint4 *wsl = reinterpret_cast<const uint4 *>(sl) + (size_t)(wr + g) * 4 + t;
+            uint4 A[MT][2];
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++)
+            for (int mi = 0; mi < MT; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
                     A[mi][h] = wsl[(mi * 16 + 8 * h) * 4];
+            /* a column tile's m-tiles' first halves, then their second: independent mma in a row (a
+             * tile's two back to back wait for each other) */
 #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
                 if (ni >= nn)
                     break;
                 const uint4 B = xsl[ni * 8 * 4];
 #pragma unroll
-                for (int mi = 0; mi < 4; mi++) {
+                for (int mi = 0; mi < MT; mi++)
                     gm_mma(c[mi][ni], A[mi][0].x, A[mi][1].x, A[mi][0].y, A[mi][1].y, B.x, B.y);
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
                     gm_mma(c[mi][ni], A[mi][0].z, A[mi][1].z, A[mi][0].w, A[mi][1].w, B.z, B.w);
-                }
             }
         }
     }
@@ -345,10 +354,10 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
         if (ni >= nn)
             break;
 #pragma unroll
-        for (int mi = 0; mi < 4; mi++)
+        for (int mi = 0; mi < MT; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
-                *reinterpret_cast<float2 *>(red + (size_t)(wm * 64 + mi * 16 + g + 8 * h) * RS + wn * 32 + ni * 8 +
+                *reinterpret_cast<float2 *>(red + (size_t)(wr + mi * 16 + g + 8 * h) * RS + wn * 32 + ni * 8 +
                                             2 * t) = make_float2(c[mi][ni][2 * h], c[mi][ni][2 * h + 1]);
     }
     cl.sync();
@@ -365,10 +374,16 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
         for (int s = 0; s < 2; s++) {
             if (s && !glu)
                 break;
-            for (int k = 0; k < KS; k++) {
-                const float part = cl.map_shared_rank(red, k)[(size_t)(r + s * 64) * RS + j];
-                v[s] = k ? __fadd_rn(v[s], part) : part;
-            }
+            float part[8]; /* every block's part requested, then summed in order */
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (k < KS)
+                    part[k] = cl.map_shared_rank(red, k)[(size_t)(r + s * 64) * RS + j];
+            v[s] = part[0];
+#pragma unroll
+            for (int k = 1; k < 8; k++)
+                if (k < KS)
+                    v[s] = __fadd_rn(v[s], part[k]);
         }
         if (glu) {
             a.m[0].y[(size_t)j * a.m[0].n_out + gr] = (a.glu == 2 ? gelu_f(v[0]) : silu_f(v[0])) * v[1];
@@ -395,6 +410,21 @@ static int gm_ks(int n_in, long blocks, int G)
     return ks;
 }
 
+template <bool Q, int MT>
+static int gm_go(const tcu_gemv_args *a, long blocks, int ks, int C, size_t smem, cudaStream_t s, bool pdl)
+{
+    static int smem_set;
+    if (!smem_set) {
+        const int rc = (int)cudaFuncSetAttribute(gm_kernel<Q, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem);
+        if (rc)
+            return rc;
+        smem_set = 1;
+    }
+    return launch_cl(pdl, (unsigned)ks, gm_kernel<Q, MT>, dim3((unsigned)ks, (unsigned)blocks),
+                     dim3(GM_WARPS * WARP), smem, s, *a, ks, C);
+}
+
 template <bool Q> static int gm_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     const int C = (a->T + 7) / 8 * 8, nst = a->n_in / 32, G = Q ? a->m[0].group : 32;
@@ -412,14 +442,14 @@ template <bool Q> static int gm_launch(const tcu_gemv_args *a, long rows, cudaSt
     size_t smem = (size_t)gm_st<Q>() * gm_stage_bytes<Q>();
     if (smem < (size_t)GM_BM * (GM_BN + 4) * sizeof(float))
         smem = (size_t)GM_BM * (GM_BN + 4) * sizeof(float);
-    static int smem_set;
-    if (!smem_set) {
-        if ((rc = (int)cudaFuncSetAttribute(gm_kernel<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
-            return rc;
-        smem_set = 1;
-    }
-    return launch_cl(pdl, (unsigned)ks, gm_kernel<Q>, dim3((unsigned)ks, (unsigned)blocks), dim3(GM_WARPS * WARP),
-                     smem, s, *a, ks, C);
+    /* m-tiles a warp by the columns (8 / MT warps along the rows, MT groups
+     * of 32 tokens): every warp has tokens; which warp sums an element never
+     * changes its bits */
+    if (C <= 32)
+        return gm_go<Q, 1>(a, blocks, ks, C, smem, s, pdl);
+    if (C <= 64)
+        return gm_go<Q, 2>(a, blocks, ks, C, smem, s, pdl);
+    return gm_go<Q, 4>(a, blocks, ks, C, smem, s, pdl);
 }
 
 int gemm_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
