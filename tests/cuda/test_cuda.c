@@ -1071,10 +1071,12 @@ static void test_gemv_stage(void **state)
 
 /* The throughput mode's GEMM tile (tcu_opts.tc_gemm): bf16 and 4-bit (g64) weights at
  * T = 1 .. 128 against the CPU on the norm's output (the bf16 envelope),
- * two shapes - 200 rows of 3584 inputs (split-K over a cluster of 8) and
+ * two shapes - 200 rows of 3584 inputs (split-K over a cluster of 4) and
  * 17000 rows of 1024 (one block a slice) - plain (two matrices, one
  * launch), accumulating, and gate/up with SwiGLU; every token of a batch
- * bit-identical to the same token alone and in a batch of another size. */
+ * bit-identical to the same token alone and in a batch of another size,
+ * and every output to the tensor-core GEMV's (tc_gemm 0) - so the two can
+ * share a step size's launches without breaking batch invariance. */
 static void test_gemm_tile(void **state)
 {
     (void)state;
@@ -1195,6 +1197,19 @@ static void test_gemm_tile(void **state)
                              n_in, mode, T, e);
                 if (acc)
                     continue;
+                /* the same bits as the tensor-core GEMV (tc_gemm 0) */
+                tcu_opts og = o;
+                og.tc_gemm = 0;
+                for (int k = 0; k < nm; k++)
+                    assert_int_equal(cudaMemset(dy[k], 0xff, (size_t)TMAX * n_out * sizeof(float)), 0);
+                assert_int_equal(tcu_gemv(&a, &og, NULL), 0);
+                for (int k = 0; k < nm; k++) {
+                    assert_int_equal(cudaMemcpy(y0, dy[k], (size_t)T * n_out * sizeof(float), cudaMemcpyDeviceToHost),
+                                     0);
+                    if (memcmp(y0, yb[k], (size_t)T * n_out * sizeof(float)))
+                        fail_msg("GEMM tile %s %d x %d mode %d T %d: differs from the tensor-core GEMV",
+                                 q ? "4-bit" : "bf16", n_out, n_in, mode, T);
+                }
                 if (T == 128)
                     memcpy(y0, yb[0], (size_t)T * n_out * sizeof(float));
                 /* the first, a middle and the last token alone: their rows of the batch */

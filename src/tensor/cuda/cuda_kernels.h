@@ -88,11 +88,12 @@ typedef struct tcu_opts {
      * batched; 0 (default) - throughput: the tensor-core GEMV rounds
      * activations once to bf16 (each row still batch-invariant) */
     int exact;
-    /* throughput mode, TCU_GEMV_TENSOR's bf16 steps of any T (with a stage,
-     * tcu_gemv_args.stage): 1 - the GEMM tile (gemm_tc.cu: 128 rows by 128
-     * tokens, weights through a cp.async pipeline, split-K by the weight's
-     * shape), 0 - the tensor-core GEMV (gemv_tc.cu). The two differ in the
-     * last bits; each is batch-invariant */
+    /* throughput mode, TCU_GEMV_TENSOR's launches of at least this many
+     * tokens (bf16 / 4-bit, with a stage - tcu_gemv_args.stage): the GEMM
+     * tile (gemm_tc.cu: 128 rows by up to 128 tokens, weights through a
+     * cp.async pipeline); 0 - never. It sums every (row, token) as the
+     * tensor-core GEMV does (the same bits), so any threshold keeps batch
+     * invariance */
     int tc_gemm;
     /* -- read by the backend (src/model/backend_cuda.c) -- */
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */

@@ -15,19 +15,22 @@
 // (gm_stage_kernel: one bf16 an input, nearest even, the fused RMSNorm
 // applied), the same shape. GM_ST steps in flight.
 //
-// Warps: 2 along the rows (64 each: 4 m-tiles; with a gate/up pair warp
-// row 0 holds gate rows, 1 the same rows of up) by 4 along the tokens (32
-// each: 4 n-tiles of 8). n-tiles wholly past the launch's tokens are
-// skipped (their columns are never summed into another).
+// Warps (MT m-tiles each, by the launch's columns): 8 / MT along the rows
+// by MT groups of 32 tokens (4 n-tiles of 8) - every warp has tokens at any
+// T. n-tiles wholly past the launch's tokens are skipped (their columns are
+// never summed into another).
 //
-// Order of sums per (row, token), fixed by the weight's shape alone: the
-// mma m16n8k16 accumulating over the slice's steps in order (within a step
-// the k order of gemv_tc.cu: lane t's 16 bytes are inputs 8t .. 8t + 7,
-// the first mma taking 8t .. 8t + 3 of each t, the second 8t + 4 .. 8t +
-// 7), a fresh accumulator per slice of KS; then the KS slices in order in
-// f32. A column of an mma never depends on another, and a token's staged
-// values never depend on the others: a token's result is the same in any
-// batch, alone too.
+// Order of sums per (row, token): the tensor-core GEMV's throughput mode
+// (gemv_tc.cu), so the two give the same bits and may share launches of
+// one step size: the split-K of gemv_tc_ks (the weight's shape alone), in
+// each slice the mma m16n8k16 accumulating over its steps in order (within
+// a step lane t's 16 bytes are inputs 8t .. 8t + 7, the first mma taking
+// 8t .. 8t + 3 of each t, the second 8t + 4 .. 8t + 7; 4-bit: each step's
+// pair into a fresh accumulator, scaled in), then the slices in order in
+// f32; a row at the same place of its m16 tile, a token in the same column
+// of its n8 tile. A column of an mma never depends on another, and a
+// token's staged values never depend on the others: a token's result is
+// the same in any batch, alone too.
 #define GM_WARPS 8
 #define GM_BM 128 /* weight rows a tile */
 #define GM_BN 128 /* token columns a tile (a launch) */
@@ -397,19 +400,6 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
     cl.sync(); /* the others have read this block's sums */
 }
 
-// Split-K from the weight's shape alone: slices while the launch has
-// fewer blocks than multiprocessors, each slice at least 8 steps of whole
-// groups.
-static int gm_ks(int n_in, long blocks, int G)
-{
-    const int nst = n_in / 32;
-    int ks = 1;
-    while (ks < 8 && blocks * ks < sm_count() && nst % (2 * ks) == 0 && nst / (2 * ks) >= 8 &&
-           nst / (2 * ks) * 32 % G == 0)
-        ks *= 2;
-    return ks;
-}
-
 template <bool Q, int MT>
 static int gm_go(const tcu_gemv_args *a, long blocks, int ks, int C, size_t smem, cudaStream_t s, bool pdl)
 {
@@ -438,7 +428,7 @@ template <bool Q> static int gm_launch(const tcu_gemv_args *a, long rows, cudaSt
     if (rc)
         return rc;
     const long blocks = (rows + (a->glu ? GM_BM / 2 : GM_BM) - 1) / (a->glu ? GM_BM / 2 : GM_BM);
-    const int ks = gm_ks(a->n_in, blocks, G);
+    const int ks = gemv_tc_ks(Q, a->n_in, blocks, G); /* the GEMV's split: its bits */
     size_t smem = (size_t)gm_st<Q>() * gm_stage_bytes<Q>();
     if (smem < (size_t)GM_BM * (GM_BN + 4) * sizeof(float))
         smem = (size_t)GM_BM * (GM_BN + 4) * sizeof(float);

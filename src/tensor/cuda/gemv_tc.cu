@@ -614,6 +614,11 @@ template <bool Q> static int tc_ks(int n_in, long blocks, int group)
     return ks;
 }
 
+int gemv_tc_ks(bool q, int n_in, long blocks, int group)
+{
+    return q ? tc_ks<true>(n_in, blocks, group) : tc_ks<false>(n_in, blocks, group);
+}
+
 // Bytes of tcu_gemv_args.stage that tc_stage_kernel writes for C columns.
 static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
 {
@@ -693,7 +698,7 @@ static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl,
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
 // every matrix); -1 for other kinds. Above 32 tokens (exact) or 128
 // (throughput): launches of that many.
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact, bool gemm)
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact, int gemm)
 {
     const bool q = a->m[0].kind == TCU_Q4;
     if ((a->m[0].kind != TCU_BF16 && !q) || a->n_in % 32 || (q && (a->m[0].group % 32 || a->n_in % a->m[0].group)))
@@ -719,7 +724,7 @@ int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool ex
         return 0;
     }
     int rc;
-    if (!exact && gemm && (rc = gemm_tc(a, rows, s, pdl)) >= 0)
+    if (!exact && gemm > 0 && a->T >= gemm && (rc = gemm_tc(a, rows, s, pdl)) >= 0)
         return rc;
     if (!exact)
         return gemv_tc1(a, rows, s, pdl, q);
