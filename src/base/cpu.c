@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static tern_cpu_features g_feat;
@@ -41,6 +42,13 @@ static void detect(void)
     g_feat.avx512bw = zmm_ok && ((b >> 30) & 1);
     g_feat.avx512vl = zmm_ok && ((b >> 31) & 1);
     g_feat.avx512_vnni = zmm_ok && ((c >> 11) & 1);
+    int amx_tile = (d >> 24) & 1, amx_bf16 = (d >> 22) & 1, amx_int8 = (d >> 25) & 1;
+    /* the OS saves the tile state (XCR0 bits 17, 18) and grants it to this
+     * process (ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) */
+    if (amx_tile && zmm_ok && (xcr0 & 0x60000) == 0x60000 && syscall(SYS_arch_prctl, 0x1023, 18) == 0) {
+        g_feat.amx_bf16 = amx_bf16;
+        g_feat.amx_int8 = amx_int8;
+    }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d))
         g_feat.avx512_bf16 = zmm_ok && ((a >> 5) & 1);
 }

@@ -5,6 +5,10 @@
 typedef struct tern_cpu_features {
     int avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512_bf16, avx512_vnni;
+    /* AMX tiles with bf16 / int8 products, and the OS lets this process use
+     * them (Linux: the tile data state is granted once per process through
+     * arch_prctl(ARCH_REQ_XCOMP_PERM), asked for at detection). */
+    int amx_bf16, amx_int8;
 } tern_cpu_features;
 
 const tern_cpu_features *tern_cpu(void);

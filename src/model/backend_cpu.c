@@ -32,6 +32,8 @@ typedef struct cpu_backend {
     size_t cap_qs;
     uint16_t *xb;  /* bf16 inputs for bf16 weights: [distinct inputs][T][n_in] */
     size_t cap_xb;
+    uint16_t *xp;  /* the same packed for tile products (kernels.h, bf16_pack): [T rounded up to 16][n_in] */
+    size_t cap_xp;
 } cpu_backend;
 
 typedef struct mm_job {
@@ -46,12 +48,17 @@ typedef struct mm_job {
     const int8_t *Q[MM_MAX]; /* integer path: the quantized inputs of each matrix, else NULL */
     const float *qs[MM_MAX];
     const uint16_t *Xb; /* bf16 inputs (bf16 weights, unless exact), else NULL */
+    const uint16_t *Xp; /* Xb packed for the table's tile product (bf16_pack), else NULL */
 } mm_job;
 
+/* Xb packed: Xb holds the tile product's packed inputs (kernels.h). */
 static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
-                   const int8_t *Q, const float *qs, const uint16_t *Xb, float *Y, long T, long r0, long r1)
+                   const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
+                   long r1)
 {
-    if (Xb)
+    if (packed)
+        k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
+    else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (w->qbits && Q)
         (w->qbits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
@@ -70,7 +77,8 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
  * every (row, token) result is computed by the same kernel code, so the
  * results are bit-identical to the untiled product. */
 static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
-                     const int8_t *Q, const float *qs, const uint16_t *Xb, float *Y, long T, long r0, long r1)
+                     const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
+                     long r1)
 {
     long n_in = w->n_in;
     long row_bytes = w->qbits ? n_in * w->qbits / 8 : n_in * (long)tern_dtype_size(w->dtype);
@@ -79,19 +87,23 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
      * by every row; ~512 KB of int8 inputs per token tile stay in L2 while
      * the rows stream past them */
     long rb = Q ? r1 - r0 : 65536 / row_bytes, tb = (Q ? 524288 / n_in : 262144 / (n_in * (Xb ? 2 : 4))) & ~1L;
+    if (packed) { /* the tile product blocks its part itself */
+        mm_one(k, w, X, xsum, Q, qs, Xb, 1, Y, T, r0, r1);
+        return;
+    }
     if (rb < 1)
         rb = 1;
     if (tb < 2)
         tb = 2;
     if (T <= tb) {
-        mm_one(k, w, X, xsum, Q, qs, Xb, Y, T, r0, r1);
+        mm_one(k, w, X, xsum, Q, qs, Xb, 0, Y, T, r0, r1);
         return;
     }
     long ng = w->qbits ? n_in / w->group : 0;
     for (long r = r0; r < r1; r += rb)
         for (long t = 0; t < T; t += tb)
             mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Q ? Q + t * n_in : NULL,
-                   qs ? qs + t * 2 * tern_iq_ngp(ng) : NULL, Xb ? Xb + t * n_in : NULL, Y + t * w->n_out,
+                   qs ? qs + t * 2 * tern_iq_ngp(ng) : NULL, Xb ? Xb + t * n_in : NULL, 0, Y + t * w->n_out,
                    T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1);
 }
 
@@ -107,9 +119,16 @@ static void mm_run(void *ctx, long b, long e, int worker)
     mm_job *j = ctx;
     for (int i = 0; i < j->n; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
-        if (lo < hi)
-            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], mm_uses_bf16b(j->be, j->w[i]) ? j->Xb : NULL,
-                     j->Y[i], j->T, lo - j->offs[i], hi - j->offs[i]);
+        if (lo < hi) {
+            const uint16_t *xb = NULL;
+            int packed = 0;
+            if (mm_uses_bf16b(j->be, j->w[i])) {
+                packed = tern_bf16p_ok(j->be->k, j->w[i]->n_in);
+                xb = packed ? j->Xp : j->Xb;
+            }
+            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], xb, packed, j->Y[i], j->T,
+                     lo - j->offs[i], hi - j->offs[i]);
+        }
     }
 }
 
@@ -143,6 +162,23 @@ static void bf16_run(void *ctx, long b, long e, int worker)
     (void)worker;
     bf16_job *j = ctx;
     j->k->bf16_act(j->X + b * j->n_in, (e - b) * j->n_in, j->Xb + b * j->n_in);
+}
+
+/* Packs token blocks [b, e) of 16 (the last may be short: T). */
+typedef struct pack_job {
+    const tern_kernels *k;
+    const uint16_t *Xb;
+    uint16_t *Xp;
+    long n_in, T;
+} pack_job;
+
+static void pack_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    pack_job *j = ctx;
+    for (long i = b; i < e; i++)
+        j->k->bf16_pack(j->Xb + i * 16 * j->n_in, j->T - i * 16 < 16 ? j->T - i * 16 : 16, j->n_in,
+                        j->Xp + i * 16 * j->n_in);
 }
 
 /* Grows *buf to hold need elements of size sz (doubling). */
@@ -206,7 +242,7 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     cpu_backend *be = (cpu_backend *)base;
     if (n < 1 || n > MM_MAX)
         return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
-    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, NULL};
+    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, NULL, NULL};
     if (!be->exact) {
         int rc = mm_quantize(be, &j, n, w, X, T, err);
         if (rc)
@@ -219,6 +255,15 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
             bf16_job bj = {be->k, X, be->xb, w[i]->n_in};
             tern_pool_for(be->pool, T, 16384 / w[i]->n_in + 1, bf16_run, &bj);
             j.Xb = be->xb;
+        }
+    for (int i = 0; i < n && j.Xb && !j.Xp; i++)
+        if (mm_uses_bf16b(be, w[i]) && tern_bf16p_ok(be->k, w[i]->n_in)) {
+            long nb = ((long)T + 15) / 16;
+            if (grow((void **)&be->xp, &be->cap_xp, (size_t)nb * 16 * w[i]->n_in, sizeof(uint16_t)))
+                return tern_err_set(err, TERN_ENOMEM, "out of memory for packed bf16 inputs");
+            pack_job pj = {be->k, be->xb, be->xp, w[i]->n_in, T};
+            tern_pool_for(be->pool, nb, 1, pack_run, &pj);
+            j.Xp = be->xp;
         }
     size_t need = 0;
     for (int i = 0; i < n; i++) {
@@ -294,9 +339,12 @@ static void mg_run(void *ctx, long b, long e, int worker)
     }
     for (int i = lo_i; i < j->n && j->offs[i] < e; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
-        if (lo < hi)
-            mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i], j->Xb[i], j->Y[i], j->T[i],
+        if (lo < hi) {
+            int packed = j->Xb[i] && tern_bf16p_ok(j->be->k, j->w[i]->n_in);
+            mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i],
+                     packed ? j->Xb[i] + (size_t)j->T[i] * j->w[i]->n_in : j->Xb[i], packed, j->Y[i], j->T[i],
                      lo - j->offs[i], hi - j->offs[i]);
+        }
     }
 }
 
@@ -308,8 +356,11 @@ static void mgq_run(void *ctx, long b, long e, int worker)
     mg_job *j = ctx;
     for (long i = b; i < e; i++) {
         const model_weight *w = j->w[i];
-        if (j->Xb[i] && !(i > 0 && j->Xb[i] == j->Xb[i - 1]))
+        if (j->Xb[i] && !(i > 0 && j->Xb[i] == j->Xb[i - 1])) {
             j->be->k->bf16_act(j->X[i], j->T[i] * w->n_in, (uint16_t *)j->Xb[i]);
+            if (tern_bf16p_ok(j->be->k, w->n_in)) /* the packed copy follows the T rows */
+                j->be->k->bf16_pack(j->Xb[i], j->T[i], w->n_in, (uint16_t *)j->Xb[i] + (size_t)j->T[i] * w->n_in);
+        }
         if (!w->qbits || (i > 0 && j->Q[i] == j->Q[i - 1]))
             continue;
         j->be->k->quant_act(j->X[i], j->T[i], w->n_in, w->group, w->qbits, (int8_t *)j->Q[i], (float *)j->qs[i]);
@@ -339,7 +390,8 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
         max_t = T[i] > max_t ? T[i] : max_t;
         if (mm_uses_bf16b(be, w[i]) &&
             !(i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_uses_bf16b(be, w[i - 1])))
-            need_b += (size_t)T[i] * w[i]->n_in;
+            need_b += (size_t)T[i] * w[i]->n_in +
+                      (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
         int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i]->qbits == w[i - 1]->qbits &&
                    w[i]->group == w[i - 1]->group;
         if (!w[i]->qbits || same)
@@ -362,7 +414,8 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
                 Xb[i] = Xb[i - 1];
             } else {
                 Xb[i] = be->xb + ob;
-                ob += (size_t)T[i] * w[i]->n_in;
+                ob += (size_t)T[i] * w[i]->n_in +
+                      (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
             }
         }
         if (!w[i]->qbits)
@@ -551,6 +604,7 @@ static void cpu_free(model_backend *base)
     free(be->qx);
     free(be->qs);
     free(be->xb);
+    free(be->xp);
     free(be);
 }
 

@@ -67,9 +67,18 @@ typedef void (*tern_bmatmul_fn)(const void *W, const uint16_t *Xb, float *Y, lon
                                 long r1);
 /* X[0 .. n) to bf16, round to nearest even (tern_f32_to_bf16's bits). */
 typedef void (*tern_bf16_act_fn)(const float *X, long n, uint16_t *Xb);
+/* Tile products (AMX): the bf16 inputs Xb[T][n_in] rearranged for them.
+ * Tokens in blocks of 16 (the last padded with zeros), a block n_in / 2
+ * rows of 16 tokens x 2 inputs: Xp[(b * n_in / 2 + p) * 32 + 2 * n + j] =
+ * Xb[(16 * b + n) * n_in + 2 * p + j], so that the block of token t (a
+ * multiple of 16) starts at Xp + t * n_in. matmul_bf16p takes Xp for Xb,
+ * with tern_bmatmul_fn's contract (its fixed per-(row, token) order is
+ * the tile instruction's: a token's bits never depend on T or [r0, r1)),
+ * for n_in a multiple of 32 only (tern_bf16p_ok). */
+typedef void (*tern_bf16_pack_fn)(const uint16_t *Xb, long T, long n_in, uint16_t *Xp);
 
 typedef struct tern_kernels {
-    const char *isa; /* "scalar", "avx2", "avx512" */
+    const char *isa; /* "scalar", "avx2", "avx512", "amx" (avx512 with AMX tile products for bf16 weights) */
     tern_matmul_fn matmul_f32;
     tern_matmul_fn matmul_bf16;
     tern_matmul_fn matmul_f16;
@@ -82,7 +91,13 @@ typedef struct tern_kernels {
     tern_bf16_act_fn bf16_act;
     float (*dot)(const float *a, const float *b, long n);
     void (*axpy)(float a, const float *x, float *y, long n); /* y += a * x */
+    tern_bf16_pack_fn bf16_pack;  /* NULL: no tile products (matmul_bf16b for bf16 weights) */
+    tern_bmatmul_fn matmul_bf16p;
 } tern_kernels;
+
+/* Whether k's tile product takes a bf16 matrix n_in wide (the same answer
+ * for every call on one matrix, so that its tokens' bits never change). */
+static inline int tern_bf16p_ok(const tern_kernels *k, long n_in) { return k->bf16_pack && n_in % 32 == 0; }
 
 /* Groups padded to a multiple of 8 (the qs layout above). */
 static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }
@@ -93,7 +108,7 @@ static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }
 void tern_kernels_exact_set(int on);
 int tern_kernels_exact_get(void);
 
-/* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512 in the
+/* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512|amx in the
  * environment to force one, for tests and benchmarks). Never NULL. */
 const tern_kernels *tern_kernels_best(void);
 const tern_kernels *tern_kernels_scalar(void);
@@ -105,5 +120,6 @@ void tern_matmul_bf16b_ref(const void *W, const uint16_t *Xb, float *Y, long T, 
 /* NULL when not compiled in or not supported by this CPU. */
 const tern_kernels *tern_kernels_avx2(void);
 const tern_kernels *tern_kernels_avx512(void);
+const tern_kernels *tern_kernels_amx(void);
 
 #endif

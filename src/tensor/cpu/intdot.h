@@ -19,5 +19,8 @@ void tern_iq_vnni_q8(const uint8_t *Wq, const float *sb, int group, const int8_t
 /* AVX-512 BF16 (vdpbf16ps, bf16dot_avx512.c): only for CPUs with avx512_bf16. */
 void tern_bf16dot_avx512(const void *W, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0, long r1);
 void tern_bf16_act_avx512(const float *X, long n, uint16_t *Xb);
+/* AMX-BF16 tiles (bf16dot_amx.c): only where tern_cpu()->amx_bf16. */
+void tern_bf16_pack_amx(const uint16_t *Xb, long T, long n_in, uint16_t *Xp);
+void tern_bf16dot_amx(const void *W, const uint16_t *Xp, float *Y, long T, long n_in, long ldy, long r0, long r1);
 
 #endif

@@ -37,7 +37,30 @@ static void partial_init(void)
         g_avx512_partial.bf16_act = NULL;
     }
 }
+
+/* AMX: the full AVX-512 table with tile products for bf16 weights. */
+static tern_kernels g_amx;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static void amx_init(void)
+{
+    g_amx = *tern_kernels_avx512_table();
+    g_amx.isa = "amx";
+    g_amx.bf16_pack = tern_bf16_pack_amx;
+    g_amx.matmul_bf16p = tern_bf16dot_amx;
+}
 #endif
+
+const tern_kernels *tern_kernels_amx(void)
+{
+#ifndef TERN_NO_AVX512
+    const tern_cpu_features *f = tern_cpu();
+    if (f->amx_bf16 && tern_kernels_avx512() == tern_kernels_avx512_table()) {
+        pthread_once(&g_amx_once, amx_init);
+        return &g_amx;
+    }
+#endif
+    return NULL;
+}
 
 const tern_kernels *tern_kernels_avx512(void)
 {
@@ -68,7 +91,11 @@ static void choose(void)
         k = tern_kernels_scalar();
     else if (force && !strcmp(force, "avx2"))
         k = tern_kernels_avx2();
-    else if (!force || !strcmp(force, "avx512"))
+    else if (force && !strcmp(force, "avx512"))
+        k = tern_kernels_avx512();
+    else if (!force || !strcmp(force, "amx"))
+        k = tern_kernels_amx();
+    if (!k && (!force || (strcmp(force, "scalar") && strcmp(force, "avx2"))))
         k = tern_kernels_avx512();
     if (!k && (!force || strcmp(force, "scalar")))
         k = tern_kernels_avx2();
