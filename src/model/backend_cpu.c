@@ -34,6 +34,10 @@ typedef struct cpu_backend {
     size_t cap_xb;
     uint16_t *xp;  /* the same packed for tile products (kernels.h, bf16_pack): [T rounded up to 16][n_in] */
     size_t cap_xp;
+    int8_t *qxp;   /* qx and qs packed for integer tile products (kernels.h, i8_pack) */
+    size_t cap_qxp;
+    float *qsp;
+    size_t cap_qsp;
 } cpu_backend;
 
 typedef struct mm_job {
@@ -47,6 +51,7 @@ typedef struct mm_job {
     const float *xsum[MM_MAX];
     const int8_t *Q[MM_MAX]; /* integer path: the quantized inputs of each matrix, else NULL */
     const float *qs[MM_MAX];
+    int qpacked[MM_MAX];     /* Q and qs are packed for the integer tile products */
     const uint16_t *Xb; /* bf16 inputs (bf16 weights, unless exact), else NULL */
     const uint16_t *Xp; /* Xb packed for the table's tile product (bf16_pack), else NULL */
 } mm_job;
@@ -56,7 +61,10 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
                    const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
                    long r1)
 {
-    if (packed)
+    if (packed && Q)
+        (w->qbits == 4 ? k->imatmul_q4p : k->imatmul_q8p)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
+                                                          r0, r1);
+    else if (packed)
         k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
@@ -126,8 +134,8 @@ static void mm_run(void *ctx, long b, long e, int worker)
                 packed = tern_bf16p_ok(j->be->k, j->w[i]->n_in);
                 xb = packed ? j->Xp : j->Xb;
             }
-            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], xb, packed, j->Y[i], j->T,
-                     lo - j->offs[i], hi - j->offs[i]);
+            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], xb, packed || j->qpacked[i], j->Y[i],
+                     j->T, lo - j->offs[i], hi - j->offs[i]);
         }
     }
 }
@@ -181,6 +189,26 @@ static void pack_run(void *ctx, long b, long e, int worker)
                         j->Xp + i * 16 * j->n_in);
 }
 
+/* Packs token blocks [b, e) of 16 of the quantized inputs (kernels.h,
+ * i8_pack; the last block may be short: T). */
+typedef struct ipack_job {
+    const tern_kernels *k;
+    const int8_t *Q;
+    const float *qs;
+    int8_t *Qp;
+    float *qsp;
+    long T, n_in, ngp;
+} ipack_job;
+
+static void ipack_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    ipack_job *j = ctx;
+    for (long i = b; i < e; i++)
+        j->k->i8_pack(j->Q + i * 16 * j->n_in, j->qs + i * 16 * 2 * j->ngp, j->T - i * 16 < 16 ? j->T - i * 16 : 16,
+                      j->n_in, j->ngp, j->Qp + i * 16 * j->n_in, j->qsp + i * 16 * 2 * j->ngp);
+}
+
 /* Grows *buf to hold need elements of size sz (doubling). */
 static int grow(void **buf, size_t *cap, size_t need, size_t sz)
 {
@@ -225,10 +253,24 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
         quant_job qj = {be->k, X, n_in, groups[k], bits[k], q, qs};
         /* ~16k inputs per part: quantizing is cheap next to the product. */
         tern_pool_for(be->pool, T, 16384 / n_in + 1, quant_run, &qj);
+        const int8_t *uq = q;
+        const float *us = qs;
+        int packed = k == 0 && tern_iqp_ok(be->k, groups[k], T); /* one packed buffer */
+        if (packed) { /* packed copies for the tile products, a 16-token block per part */
+            long nb = (T + 15) / 16, ngp = tern_iq_ngp(n_in / groups[k]);
+            if (grow((void **)&be->qxp, &be->cap_qxp, (size_t)nb * 16 * n_in, 1) ||
+                grow((void **)&be->qsp, &be->cap_qsp, (size_t)nb * 16 * 2 * ngp, sizeof(float)))
+                return tern_err_set(err, TERN_ENOMEM, "out of memory for packed quantized inputs");
+            ipack_job pj = {be->k, q, qs, be->qxp, be->qsp, T, n_in, ngp};
+            tern_pool_for(be->pool, nb, 1, ipack_run, &pj);
+            uq = be->qxp;
+            us = be->qsp;
+        }
         for (int i = 0; i < n; i++)
             if (w[i]->qbits == bits[k] && w[i]->group == groups[k]) {
-                j->Q[i] = q;
-                j->qs[i] = qs;
+                j->Q[i] = uq;
+                j->qs[i] = us;
+                j->qpacked[i] = packed;
             }
         q += (size_t)T * n_in;
         qs += (size_t)T * 2 * tern_iq_ngp(n_in / groups[k]);
@@ -242,7 +284,7 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     cpu_backend *be = (cpu_backend *)base;
     if (n < 1 || n > MM_MAX)
         return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
-    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, NULL, NULL};
+    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, {0}, NULL, NULL};
     if (!be->exact) {
         int rc = mm_quantize(be, &j, n, w, X, T, err);
         if (rc)
@@ -605,6 +647,8 @@ static void cpu_free(model_backend *base)
     free(be->qs);
     free(be->xb);
     free(be->xp);
+    free(be->qxp);
+    free(be->qsp);
     free(be);
 }
 

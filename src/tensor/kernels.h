@@ -76,9 +76,19 @@ typedef void (*tern_bf16_act_fn)(const float *X, long n, uint16_t *Xb);
  * the tile instruction's: a token's bits never depend on T or [r0, r1)),
  * for n_in a multiple of 32 only (tern_bf16p_ok). */
 typedef void (*tern_bf16_pack_fn)(const uint16_t *Xb, long T, long n_in, uint16_t *Xp);
+/* Tile integer products (AMX-INT8): the quantized inputs (tern_quant_act_fn's
+ * Q and qs) rearranged for them, tokens in blocks of 16 (the last padded
+ * with zeros): Qp[(b * n_in / 4 + p) * 64 + 4 * n + j] = Q[(16 * b + n) *
+ * n_in + 4 * p + j] and qsp[(b * 2 * ngp + g) * 16 + n] = qs[(16 * b + n) *
+ * 2 * ngp + g], so that the block of token t (a multiple of 16) starts at
+ * Qp + t * n_in and qsp + t * 2 * ngp. imatmul_q4p / q8p take them for Q and
+ * qs with tern_iqmatmul_fn's contract - the same bits as every table - for
+ * groups of 64 and 128 (tern_iqp_ok). */
+typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp,
+                                float *qsp);
 
 typedef struct tern_kernels {
-    const char *isa; /* "scalar", "avx2", "avx512", "amx" (avx512 with AMX tile products for bf16 weights) */
+    const char *isa; /* "scalar", "avx2", "avx512", "amx" (avx512 with AMX tile products) */
     tern_matmul_fn matmul_f32;
     tern_matmul_fn matmul_bf16;
     tern_matmul_fn matmul_f16;
@@ -93,7 +103,18 @@ typedef struct tern_kernels {
     void (*axpy)(float a, const float *x, float *y, long n); /* y += a * x */
     tern_bf16_pack_fn bf16_pack;  /* NULL: no tile products (matmul_bf16b for bf16 weights) */
     tern_bmatmul_fn matmul_bf16p;
+    tern_i8_pack_fn i8_pack;      /* NULL: no integer tile products */
+    tern_iqmatmul_fn imatmul_q4p;
+    tern_iqmatmul_fn imatmul_q8p;
 } tern_kernels;
+
+/* Whether a product of T tokens against a quantized weight of this group
+ * goes through k's integer tile products (the same bits either way: the
+ * choice may depend on T). */
+static inline int tern_iqp_ok(const tern_kernels *k, int group, long T)
+{
+    return k->i8_pack && group % 64 == 0 && T >= 8;
+}
 
 /* Whether k's tile product takes a bf16 matrix n_in wide (the same answer
  * for every call on one matrix, so that its tokens' bits never change). */

@@ -388,6 +388,26 @@ static void test_bf16_pack(void **state)
                     }
         free(xb);
         free(xp);
+        /* the integer inputs' packing (i8_pack) */
+        long ngp = tern_iq_ngp(n_in / 32);
+        int8_t *q = malloc((size_t)(T * n_in)), *qp = malloc((size_t)(nb * 16 * n_in));
+        float *qs = malloc((size_t)(T * 2 * ngp) * 4), *qsp = malloc((size_t)(nb * 16 * 2 * ngp) * 4);
+        for (long i = 0; i < T * n_in; i++)
+            q[i] = (int8_t)(tern_rng_u32(&rng) | 1);
+        for (long i = 0; i < T * 2 * ngp; i++)
+            qs[i] = rnd() + 2.0f;
+        tern_i8_pack_amx(q, qs, T, n_in, ngp, qp, qsp);
+        for (long b = 0; b < nb; b++)
+            for (long n = 0; n < 16; n++) {
+                long t = 16 * b + n;
+                for (long i = 0; i < n_in; i++)
+                    if (qp[(b * n_in / 4 + i / 4) * 64 + 4 * n + i % 4] != (t < T ? q[t * n_in + i] : 0))
+                        fail_msg("i8_pack T %ld n_in %ld: token %ld input %ld misplaced", T, n_in, t, i);
+                for (long g = 0; g < 2 * ngp; g++)
+                    if (qsp[(b * 2 * ngp + g) * 16 + n] != (t < T ? qs[t * 2 * ngp + g] : 0.0f))
+                        fail_msg("i8_pack T %ld: token %ld scale %ld misplaced", T, t, g);
+            }
+        free(q), free(qp), free(qs), free(qsp);
     }
 #else
     skip();
@@ -444,6 +464,50 @@ static void test_amx(void **state)
             free(wb), free(xb), free(xp), free(x1), free(y0), free(y1);
         }
     printf("AMX-BF16 tile products match the scalar reference (batch invariant)\n");
+    if (!k->i8_pack) {
+        printf("AMX-INT8 not available: its products skipped\n");
+        return;
+    }
+    /* integer tile products: the scalar reference's bits (memcmp), row ranges too */
+    static const long ishapes[][2] = {{1, 64}, {5, 128}, {16, 192}, {31, 512}, {33, 640}, {70, 2048}};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int group = 64; group <= 128; group += 64)
+            for (size_t si = 0; si < sizeof ishapes / sizeof ishapes[0]; si++)
+                for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                    long n_out = ishapes[si][0], n_in = ishapes[si][1], T = Ts[ti], nb = (T + 15) / 16;
+                    if (n_in % group)
+                        continue;
+                    long ng = n_in / group, ngp = tern_iq_ngp(ng);
+                    uint8_t *wq = malloc((size_t)(n_out * n_in));
+                    float *sb = malloc((size_t)(n_out * ng * 2) * 4), *x = malloc((size_t)(T * n_in) * 4);
+                    int8_t *Q = malloc((size_t)(T * n_in)), *Qp = malloc((size_t)(nb * 16 * n_in));
+                    float *qs = malloc((size_t)(T * 2 * ngp) * 4), *qsp = malloc((size_t)(nb * 16 * 2 * ngp) * 4);
+                    float *y0 = malloc((size_t)(T * n_out) * 4), *y1 = malloc((size_t)(T * n_out) * 4);
+                    for (long i = 0; i < n_out * n_in * bits / 8; i++)
+                        wq[i] = (uint8_t)tern_rng_u32(&rng);
+                    for (long i = 0; i < n_out * ng * 2; i++)
+                        sb[i] = rnd() * 0.05f;
+                    for (long i = 0; i < T * n_in; i++)
+                        x[i] = rnd();
+                    const tern_kernels *ref = tern_kernels_scalar();
+                    ref->quant_act(x, T, n_in, group, bits, Q, qs);
+                    k->i8_pack(Q, qs, T, n_in, ngp, Qp, qsp);
+                    tern_iqmatmul_fn fk = bits == 4 ? k->imatmul_q4p : k->imatmul_q8p;
+                    (bits == 4 ? ref->imatmul_q4 : ref->imatmul_q8)(wq, sb, group, Q, qs, y0, T, n_in, n_out, 0, n_out);
+                    fk(wq, sb, group, Qp, qsp, y1, T, n_in, n_out, 0, n_out);
+                    if (memcmp(y0, y1, (size_t)(T * n_out) * 4))
+                        fail_msg("amx imatmul %d-bit group %d n_out %ld n_in %ld T %ld: not the reference's bits", bits,
+                                 group, n_out, n_in, T);
+                    if (n_out > 1) {
+                        long cut = n_out / 3 + 1;
+                        fk(wq, sb, group, Qp, qsp, y0, T, n_in, n_out, 0, cut);
+                        fk(wq, sb, group, Qp, qsp, y0, T, n_in, n_out, cut, n_out);
+                        if (memcmp(y0, y1, (size_t)(T * n_out) * 4))
+                            fail_msg("amx imatmul %d-bit n_out %ld T %ld: row ranges differ", bits, n_out, T);
+                    }
+                    free(wq), free(sb), free(x), free(Q), free(Qp), free(qs), free(qsp), free(y0), free(y1);
+                }
+    printf("AMX-INT8 tile products give the scalar reference's bits\n");
 }
 
 static void test_conversions(void **state)

@@ -38,15 +38,23 @@ static void partial_init(void)
     }
 }
 
-/* AMX: the full AVX-512 table with tile products for bf16 weights. */
+/* AMX: the full AVX-512 table with tile products for bf16 weights
+ * (AMX-BF16) and for the integer products (AMX-INT8). */
 static tern_kernels g_amx;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static void amx_init(void)
 {
     g_amx = *tern_kernels_avx512_table();
     g_amx.isa = "amx";
-    g_amx.bf16_pack = tern_bf16_pack_amx;
-    g_amx.matmul_bf16p = tern_bf16dot_amx;
+    if (tern_cpu()->amx_bf16) {
+        g_amx.bf16_pack = tern_bf16_pack_amx;
+        g_amx.matmul_bf16p = tern_bf16dot_amx;
+    }
+    if (tern_cpu()->amx_int8) {
+        g_amx.i8_pack = tern_i8_pack_amx;
+        g_amx.imatmul_q4p = tern_iq_amx_q4;
+        g_amx.imatmul_q8p = tern_iq_amx_q8;
+    }
 }
 #endif
 
@@ -54,7 +62,7 @@ const tern_kernels *tern_kernels_amx(void)
 {
 #ifndef TERN_NO_AVX512
     const tern_cpu_features *f = tern_cpu();
-    if (f->amx_bf16 && tern_kernels_avx512() == tern_kernels_avx512_table()) {
+    if ((f->amx_bf16 || f->amx_int8) && tern_kernels_avx512() == tern_kernels_avx512_table()) {
         pthread_once(&g_amx_once, amx_init);
         return &g_amx;
     }

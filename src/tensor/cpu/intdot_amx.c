@@ -1,0 +1,165 @@
+/* Integer products for MLX affine weights on AMX-INT8 tiles (kernels.h,
+ * tern_i8_pack_fn / imatmul_q4p, imatmul_q8p): TDPBUSD multiplies a 16 x 64
+ * tile of unsigned weight values (16 rows, one group of 64 inputs) by a
+ * 64 x 16 tile of the int8 activations (16 tokens, packed by i8_pack) into
+ * the 16 x 16 exact int32 group sums I_g - 65536 multiply-adds an
+ * instruction. The sums are exact, so the f32 combination that follows
+ * (kernels.h's order, 16 tokens a vector) gives the scalar reference's
+ * bits. Groups of 64 and 128 (tern_iqp_ok). Only called where tern_cpu()
+ * reports amx_int8. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/kernels.h"
+#include "tensor/cpu/intdot.h"
+
+typedef struct tile_cfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_cfg;
+
+/* Tiles 0 (weights), 1 (activations), 2 (sums): 16 rows x 64 bytes each. */
+static void tiles_config(void)
+{
+    tile_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 3; i++) {
+        c.colsb[i] = 64;
+        c.rows[i] = 16;
+    }
+    _tile_loadconfig(&c);
+}
+
+void tern_i8_pack_amx(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp, float *qsp)
+{
+    long nw = n_in / 4; /* 4 activations as one 32-bit unit */
+    for (long b = 0; b * 16 < T; b++) {
+        long nt = T - b * 16 < 16 ? T - b * 16 : 16;
+        uint32_t *dst = (uint32_t *)(Qp + b * 16 * n_in);
+        float *ds = qsp + b * 16 * 2 * ngp;
+        for (long n = 0; n < 16; n++) {
+            if (n < nt) {
+                const int8_t *src = Q + (b * 16 + n) * n_in;
+                const float *s = qs + (b * 16 + n) * 2 * ngp;
+                for (long p = 0; p < nw; p++) {
+                    uint32_t v;
+                    memcpy(&v, src + 4 * p, 4);
+                    dst[p * 16 + n] = v;
+                }
+                for (long g = 0; g < 2 * ngp; g++)
+                    ds[g * 16 + n] = s[g];
+            } else {
+                for (long p = 0; p < nw; p++)
+                    dst[p * 16 + n] = 0;
+                for (long g = 0; g < 2 * ngp; g++)
+                    ds[g * 16 + n] = 0.0f;
+            }
+        }
+    }
+}
+
+/* nr rows of 4-bit values (n_in / 2 bytes each) as bytes, in the
+ * activations' nibble order (each 32 inputs: the 16 low nibbles, then the 16
+ * high ones); rows nr .. 15 zero. */
+static void unpack_q4(const uint8_t *w, long n_in, long nr, uint8_t *u)
+{
+    const __m256i lo = _mm256_set1_epi8(15);
+    for (long m = 0; m < nr; m++)
+        for (long i = 0; i < n_in; i += 32) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(w + m * n_in / 2 + i / 2));
+            __m256i x = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+            _mm256_storeu_si256((__m256i *)(u + m * n_in + i), _mm256_and_si256(x, lo));
+        }
+    memset(u + nr * n_in, 0, (size_t)(16 - nr) * n_in);
+}
+
+/* The 16 tokens of one block for rows r .. r + nr: I[g][m][n] from the
+ * tiles, then per row the contract's f32 combination, 16 tokens a vector. */
+static void combine(const int32_t *I, const float *sb, const float *qsb, long ng, long ngp, float *Y, long ldy,
+                    long r, long nr, long t, long nt)
+{
+    float out[16] __attribute__((aligned(64)));
+    for (long m = 0; m < nr; m++) {
+        const float *s = sb + (r + m) * ng * 2;
+        __m512 acc[8];
+        for (int k = 0; k < 8; k++)
+            acc[k] = _mm512_setzero_ps();
+        for (long g = 0; g < ngp; g++) {
+            __m512 If = _mm512_setzero_ps(), sw = If, bw = If;
+            if (g < ng) {
+                If = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(I + (g * 16 + m) * 16)));
+                sw = _mm512_set1_ps(s[2 * g]);
+                bw = _mm512_set1_ps(s[2 * g + 1]);
+            }
+            __m512 d = _mm512_loadu_ps(qsb + g * 16), A = _mm512_loadu_ps(qsb + (ngp + g) * 16);
+            __m512 u = _mm512_fmadd_ps(sw, If, _mm512_mul_ps(bw, A));
+            acc[g & 7] = _mm512_fmadd_ps(u, d, acc[g & 7]);
+        }
+        __m512 y = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+                                 _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
+        _mm512_store_ps(out, y);
+        for (long n = 0; n < nt; n++)
+            Y[(t + n) * ldy + r + m] = out[n];
+    }
+}
+
+static void iq_amx(int bits, const uint8_t *Wq, const float *sb, int group, const int8_t *Qp, const float *qsp,
+                   float *Y, long T, long n_in, long ldy, long r0, long r1)
+{
+    long ng = n_in / group, ngp = tern_iq_ngp(ng), nb = (T + 15) / 16, steps = group / 64;
+    uint8_t *u = aligned_alloc(64, (size_t)16 * n_in);
+    int32_t *I = aligned_alloc(64, (size_t)ng * 256 * sizeof *I);
+    if (!u || !I)
+        abort();
+    tiles_config();
+    for (long tb0 = 0; tb0 < nb; tb0 += 8) {
+        long tb1 = tb0 + 8 < nb ? tb0 + 8 : nb;
+        for (long r = r0; r < r1; r += 16) {
+            long nr = r1 - r < 16 ? r1 - r : 16;
+            const uint8_t *a = u;
+            if (bits == 4) {
+                unpack_q4(Wq + r * n_in / 2, n_in, nr, u);
+            } else if (nr == 16) {
+                a = Wq + r * n_in; /* 8-bit rows are the tile's rows as stored */
+            } else {
+                memcpy(u, Wq + r * n_in, (size_t)nr * n_in);
+                memset(u + nr * n_in, 0, (size_t)(16 - nr) * n_in);
+            }
+            for (long b = tb0; b < tb1; b++) {
+                const int8_t *B = Qp + b * 16 * n_in;
+                for (long g = 0; g < ng; g++) {
+                    _tile_zero(2);
+                    for (long st = 0; st < steps; st++) {
+                        long k = g * group + st * 64;
+                        _tile_loadd(0, a + k, n_in);
+                        _tile_loadd(1, B + k * 16, 64);
+                        _tile_dpbusd(2, 0, 1);
+                    }
+                    _tile_stored(2, I + g * 256, 64);
+                }
+                long t = b * 16;
+                combine(I, sb, qsp + t * 2 * ngp, ng, ngp, Y, ldy, r, nr, t, T - t < 16 ? T - t : 16);
+            }
+        }
+    }
+    _tile_release();
+    free(u);
+    free(I);
+}
+
+void tern_iq_amx_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Qp, const float *qsp, float *Y,
+                    long T, long n_in, long ldy, long r0, long r1)
+{
+    iq_amx(4, Wq, sb, group, Qp, qsp, Y, T, n_in, ldy, r0, r1);
+}
+
+void tern_iq_amx_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Qp, const float *qsp, float *Y,
+                    long T, long n_in, long ldy, long r0, long r1)
+{
+    iq_amx(8, Wq, sb, group, Qp, qsp, Y, T, n_in, ldy, r0, r1);
+}
