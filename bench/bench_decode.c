@@ -166,6 +166,16 @@ static int prof_n_threads(const model_backend *be)
 
 static void prof_free(model_backend *be) { (void)be; }
 
+static void prof_par_for(model_backend *be, long n, long grain, void (*fn)(void *ctx, long b, long e, int worker),
+                         void *ctx)
+{
+    prof_backend *p = (prof_backend *)be;
+    if (p->in->par_for)
+        p->in->par_for(p->in, n, grain, fn, ctx);
+    else
+        fn(ctx, 0, n, 0);
+}
+
 static void prof_print(const prof_backend *p, const char *what, int steps, double total)
 {
     double in_be = 0;
@@ -198,6 +208,7 @@ static int profile_run(tern_model *m, kv_pool *kv, kv_seq *seq, const int32_t *t
     p.base.attention = prof_attention;
     p.base.n_threads = prof_n_threads;
     p.base.free = prof_free;
+    p.base.par_for = prof_par_for;
     p.m = m;
     double params = 0;
     for (int k = 0; k < PR_ATTN; k++)
@@ -285,6 +296,8 @@ static double streams_run(tern_model *m, int n_streams, int n_tokens, int profil
         p.base.attention = prof_attention;
         p.base.n_threads = prof_n_threads;
         p.base.free = prof_free;
+        p.base.par_for = prof_par_for;
+    p.base.par_for = prof_par_for;
         p.m = m;
         double params = 0;
         for (int k = 0; k < PR_ATTN; k++)

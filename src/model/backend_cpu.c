@@ -512,6 +512,17 @@ typedef struct att_job {
     const model_attn *a;
 } att_job;
 
+/* Item it of the attention job: token i, head h. The tokens go in the
+ * order 0, T-1, 1, T-2, ..: a causal prefill's token i costs ~i positions,
+ * so every contiguous run of items the pool hands a worker holds about the
+ * same work (in index order the last worker's tokens cost twice the mean). */
+static void att_item(const model_attn *a, long it, int *i, int *h)
+{
+    long T = a->b->n, k = it / a->n_head;
+    *h = (int)(it % a->n_head);
+    *i = (int)(k & 1 ? T - 1 - k / 2 : k / 2);
+}
+
 /* Attention over a typed pool (kv.h): the codes are read in place,
  * kv_head_dot / kv_head_axpy fusing the dequantization; for a rotated layer
  * q is rotated once per head and the output rotated back once. */
@@ -526,7 +537,9 @@ static void att_run_typed(att_job *j, long begin, long end, int worker)
     float *sc = j->be->scores + (size_t)worker * j->be->cap_ctx;
     float qr[KV_HEAD_DIM_MAX];
     for (long it = begin; it < end; it++) {
-        int i = (int)(it / a->n_head), h = (int)(it % a->n_head), kvh = h / group;
+        int i, h;
+        att_item(a, it, &i, &h);
+        int kvh = h / group;
         const kv_seq *seq = a->b->seqs[i];
         int p = a->b->pos[i];
         int start = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
@@ -577,7 +590,9 @@ static void att_run(void *ctx, long begin, long end, int worker)
     int hd = a->head_dim, group = a->n_head / a->n_kv_head, qd = a->n_head * hd;
     float *sc = j->be->scores + (size_t)worker * j->be->cap_ctx;
     for (long it = begin; it < end; it++) {
-        int i = (int)(it / a->n_head), h = (int)(it % a->n_head), kvh = h / group;
+        int i, h;
+        att_item(a, it, &i, &h);
+        int kvh = h / group;
         const kv_seq *seq = a->b->seqs[i];
         int p = a->b->pos[i];
         int start = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;

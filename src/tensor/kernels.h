@@ -88,7 +88,7 @@ typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n
                                 float *qsp);
 
 typedef struct tern_kernels {
-    const char *isa; /* "scalar", "avx2", "avx512", "amx" (avx512 with AMX tile products) */
+    const char *isa; /* "scalar", "avx2", "avx512", "amx", "amx-bf16" (avx512 with AMX tile products) */
     tern_matmul_fn matmul_f32;
     tern_matmul_fn matmul_bf16;
     tern_matmul_fn matmul_f16;
@@ -129,7 +129,7 @@ static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }
 void tern_kernels_exact_set(int on);
 int tern_kernels_exact_get(void);
 
-/* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512|amx in the
+/* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512|amx|amx-bf16 in the
  * environment to force one, for tests and benchmarks). Never NULL. */
 const tern_kernels *tern_kernels_best(void);
 const tern_kernels *tern_kernels_scalar(void);
@@ -141,6 +141,10 @@ void tern_matmul_bf16b_ref(const void *W, const uint16_t *Xb, float *Y, long T, 
 /* NULL when not compiled in or not supported by this CPU. */
 const tern_kernels *tern_kernels_avx2(void);
 const tern_kernels *tern_kernels_avx512(void);
+/* AVX-512 with the integer products on AMX-INT8 tiles ("amx"), and with
+ * the bf16 products on AMX-BF16 tiles too ("amx-bf16", only through
+ * TERN_ISA): NULL where the CPU or the OS does not give the tiles. */
 const tern_kernels *tern_kernels_amx(void);
+const tern_kernels *tern_kernels_amx_bf16(void);
 
 #endif

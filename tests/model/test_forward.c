@@ -199,9 +199,13 @@ static void check_backend_tiling(int exact)
     const model_weight *wp[2] = {&w[0], &w[1]};
     assert_int_equal(be->matmul(be, 2, wp, X, Y, T, &err), 0);
     float one[32];
-    uint16_t xb[4096];
+    uint16_t xb[4096], *xp = malloc((size_t)16 * n_in * sizeof(uint16_t));
     for (int t = 0; t < T; t++) {
-        if (!exact && k->matmul_bf16b) { /* bf16 activations (AVX-512 BF16) */
+        if (!exact && tern_bf16p_ok(k, n_in)) { /* bf16 activations on tiles (AMX-BF16) */
+            k->bf16_act(X + (size_t)t * n_in, n_in, xb);
+            k->bf16_pack(xb, 1, n_in, xp);
+            k->matmul_bf16p(wb, xp, one, 1, n_in, n_out[0], 0, n_out[0]);
+        } else if (!exact && k->matmul_bf16b) { /* bf16 activations (AVX-512 BF16) */
             k->bf16_act(X + (size_t)t * n_in, n_in, xb);
             k->matmul_bf16b(wb, xb, one, 1, n_in, n_out[0], 0, n_out[0]);
         } else {
@@ -224,7 +228,7 @@ static void check_backend_tiling(int exact)
         for (int r = 0; r < n_out[1]; r++)
             assert_true(one[r] == Y[1][(size_t)t * n_out[1] + r]);
     }
-    free(X), free(wb), free(wq), free(sb), free(xs), free(xq), free(qs), free(Y[0]), free(Y[1]);
+    free(X), free(wb), free(wq), free(sb), free(xs), free(xq), free(qs), free(xp), free(Y[0]), free(Y[1]);
     be->free(be);
 }
 

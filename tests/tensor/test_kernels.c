@@ -421,11 +421,12 @@ static void test_bf16_pack(void **state)
 static void test_amx(void **state)
 {
     (void)state;
-    const tern_kernels *k = tern_kernels_amx();
+    const tern_kernels *k = tern_kernels_amx_bf16();
     if (!k) {
-        printf("AMX-BF16 not available on this CPU (or not granted by the OS): skipped\n");
+        printf("AMX-BF16/INT8 not available on this CPU (or not granted by the OS): skipped\n");
         skip();
     }
+    assert_true(tern_kernels_amx() && !tern_kernels_amx()->bf16_pack);
     assert_true(k->bf16_pack && k->matmul_bf16p && tern_bf16p_ok(k, 64) && !tern_bf16p_ok(k, 48));
     static const long shapes[][2] = {{1, 32}, {5, 64}, {16, 96}, {31, 32}, {33, 128}, {70, 2048}, {40, 4096}};
     static const long Ts[] = {1, 2, 15, 16, 17, 33, 40};

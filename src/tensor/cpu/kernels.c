@@ -38,34 +38,57 @@ static void partial_init(void)
     }
 }
 
-/* AMX: the full AVX-512 table with tile products for bf16 weights
- * (AMX-BF16) and for the integer products (AMX-INT8). */
-static tern_kernels g_amx;
+/* AMX: the full AVX-512 table with the integer products on AMX-INT8 tiles
+ * (the same bits as every table); "amx-bf16" adds the bf16 weights on
+ * AMX-BF16 tiles for every token count (batch invariance kept: decode then
+ * runs on tiles too, measured slower than vdpbf16ps there, so it is not the
+ * default - docs/benchmarks.md). */
+static tern_kernels g_amx, g_amx_bf16;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static void amx_init(void)
 {
+    const tern_cpu_features *f = tern_cpu();
     g_amx = *tern_kernels_avx512_table();
     g_amx.isa = "amx";
-    if (tern_cpu()->amx_bf16) {
-        g_amx.bf16_pack = tern_bf16_pack_amx;
-        g_amx.matmul_bf16p = tern_bf16dot_amx;
-    }
-    if (tern_cpu()->amx_int8) {
+    if (f->amx_int8) {
         g_amx.i8_pack = tern_i8_pack_amx;
         g_amx.imatmul_q4p = tern_iq_amx_q4;
         g_amx.imatmul_q8p = tern_iq_amx_q8;
     }
+    g_amx_bf16 = g_amx;
+    g_amx_bf16.isa = "amx-bf16";
+    g_amx_bf16.bf16_pack = tern_bf16_pack_amx;
+    g_amx_bf16.matmul_bf16p = tern_bf16dot_amx;
 }
 #endif
+
+static int amx_ok(int bf16)
+{
+#ifndef TERN_NO_AVX512
+    const tern_cpu_features *f = tern_cpu();
+    if ((bf16 ? f->amx_bf16 : f->amx_int8) && tern_kernels_avx512() == tern_kernels_avx512_table()) {
+        pthread_once(&g_amx_once, amx_init);
+        return 1;
+    }
+#endif
+    (void)bf16;
+    return 0;
+}
 
 const tern_kernels *tern_kernels_amx(void)
 {
 #ifndef TERN_NO_AVX512
-    const tern_cpu_features *f = tern_cpu();
-    if ((f->amx_bf16 || f->amx_int8) && tern_kernels_avx512() == tern_kernels_avx512_table()) {
-        pthread_once(&g_amx_once, amx_init);
+    if (amx_ok(0))
         return &g_amx;
-    }
+#endif
+    return NULL;
+}
+
+const tern_kernels *tern_kernels_amx_bf16(void)
+{
+#ifndef TERN_NO_AVX512
+    if (amx_ok(1) && tern_cpu()->amx_int8)
+        return &g_amx_bf16;
 #endif
     return NULL;
 }
@@ -101,6 +124,8 @@ static void choose(void)
         k = tern_kernels_avx2();
     else if (force && !strcmp(force, "avx512"))
         k = tern_kernels_avx512();
+    else if (force && !strcmp(force, "amx-bf16"))
+        k = tern_kernels_amx_bf16();
     else if (!force || !strcmp(force, "amx"))
         k = tern_kernels_amx();
     if (!k && (!force || (strcmp(force, "scalar") && strcmp(force, "avx2"))))
