@@ -273,6 +273,7 @@ out:
         json_object_put(c.owned[i]);
     free(c.owned);
     free(c.refs);
+    sc_ref_free(&c);
     gfe_rules_free(&c.r);
     return c.rc;
 }

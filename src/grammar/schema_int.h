@@ -37,6 +37,12 @@ typedef struct sc_ref {
     int referenced;    /* used from inside its own expansion */
 } sc_ref;
 
+/* An embedded resource or anchor: its absolute URI (with "#name" for an
+ * anchor), and the schema (schema_ref.c). */
+typedef struct sc_res { char *uri; json_object *s; } sc_res;
+/* The base URI in force where a "$ref" value sits in the document. */
+typedef struct sc_rbase { json_object *ref; char *base; } sc_rbase;
+
 typedef struct sc {
     grammar_schema_opts o;
     gfe_json_style st;
@@ -53,6 +59,11 @@ typedef struct sc {
     size_t n_refs, cap_refs;
     json_object **owned; /* schemas built by merging, freed at the end */
     size_t n_owned, cap_owned;
+    sc_res *res;         /* $id resources and anchors (schema_ref.c) */
+    size_t n_res, cap_res;
+    sc_rbase *rb;        /* per $ref value, sorted by pointer */
+    size_t n_rb, cap_rb;
+    int scanned;         /* res / rb filled */
 } sc;
 
 /* Object member k of s, or NULL (also when s is not an object). */
@@ -114,9 +125,14 @@ typedef int (*sc_apply_fn)(sc *c, json_object *s, const char *path, char name[GF
 
 /* ---- schema_ref.c: $ref */
 
-/* The schema a "#..." reference (JSON pointer or #anchor) names, or NULL
- * with an error (other documents, embedded $id resources: unsupported). */
+/* The schema a reference names: resolved against the base URI where the
+ * $ref sits ($id of the enclosing resources), then a resource of the
+ * document, an anchor ($anchor, $dynamicAnchor, draft 7 "#name" $id) or a
+ * JSON pointer into the resource; NULL with an error (other documents:
+ * unsupported). */
 json_object *sc_ref_resolve(sc *c, json_object *refv, const char *path);
+/* Frees what resolving kept (c->res, c->rb). */
+void sc_ref_free(sc *c);
 /* $ref (alone, or draft 7): one rule per target, recursion allowed when it
  * consumes input; otherwise the siblings are merged with the target. */
 int sc_apply_ref(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int *never);

@@ -165,6 +165,17 @@ CASES.push({ name: 'oneOf of a oneOf',
              schema: { type: 'integer', oneOf: [{ oneOf: [{ minimum: 5 }, { maximum: 8 }] }, { multipleOf: 1, minimum: 20 }] },
              instances: ['1', '6', '9', '20', '21', '4', '100'], floor: 3 });
 
+// $ref through embedded $id resources: resolved against the base URI
+// where the $ref sits; anchors and pointers within a resource
+CASES.push({ name: '$ref to embedded $id resources',
+             schema: { $id: 'http://example.com/tern/root.json', type: 'object',
+                       $defs: { A: { $id: 'a.json', type: 'integer', $defs: { B: { $anchor: 'b', minimum: 3 } } },
+                                C: { $id: 'sub/c.json', $ref: '../a.json#b', maximum: 5 } },
+                       properties: { x: { $ref: 'a.json' }, y: { $ref: 'a.json#b' },
+                                     z: { $ref: 'http://example.com/tern/a.json#/$defs/B' }, w: { $ref: 'sub/c.json' } } },
+             instances: ['{"x": 1}', '{"x": "1"}', '{"y": 3}', '{"y": 2}', '{"z": 2.5}', '{"z": 4}', '{"w": 4}',
+                         '{"w": 6}', '{"w": 2}', '{"x": 1, "y": 7, "z": 8, "w": 5}'], floor: 5 });
+
 let bad = 0, checked = 0;
 for (const c of CASES) {
   const file = path.join(tmp, 'schema.json');
