@@ -683,7 +683,7 @@ static int gemm_bench(void)
                     tcu_opts_init(&o);
                     o.gemv_bf16 = o.gemv_q4 = TCU_GEMV_TENSOR;
                     o.exact = 0;
-                    o.tc_gemm = v;
+                    o.tc_gemm = o.tc_gemm_q4 = v;
                     us[v] = gv_time(&a, &o, nc, w, sb, wb, sbn, ev) * 1e3;
                     step[ki][v][ti] += sh->count * us[v] * 1e-6;
                     gv_point(&a, 0, w, sb, wb, sbn);

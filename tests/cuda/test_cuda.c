@@ -996,7 +996,7 @@ static void test_gemv_stage(void **state)
                     continue;
                 tcu_opts o = opts_gemv(TCU_GEMV_TENSOR);
                 o.exact = ex;
-                o.tc_gemm = 0; /* the GEMV kernel (the GEMM tile: test_gemm_tile) */
+                o.tc_gemm = o.tc_gemm_q4 = 0; /* the GEMV kernel (the GEMM tile: test_gemm_tile) */
                 const double tol = ex ? 2e-5 : 4e-3;
                 a.T = T;
                 for (int st = 0; st < 2; st++) { /* unstaged, then staged */
@@ -1166,7 +1166,7 @@ static void test_gemm_tile(void **state)
             a.stage_bytes = stage_bytes;
             tcu_opts o = opts_gemv(TCU_GEMV_TENSOR);
             o.exact = 0;
-            o.tc_gemm = 1;
+            o.tc_gemm = o.tc_gemm_q4 = 1;
             for (int ti = 0; ti < nT; ti++) {
                 const int T = Ts[ti];
                 a.T = T;
@@ -1199,7 +1199,7 @@ static void test_gemm_tile(void **state)
                     continue;
                 /* the same bits as the tensor-core GEMV (tc_gemm 0) */
                 tcu_opts og = o;
-                og.tc_gemm = 0;
+                og.tc_gemm = og.tc_gemm_q4 = 0;
                 for (int k = 0; k < nm; k++)
                     assert_int_equal(cudaMemset(dy[k], 0xff, (size_t)TMAX * n_out * sizeof(float)), 0);
                 assert_int_equal(tcu_gemv(&a, &og, NULL), 0);

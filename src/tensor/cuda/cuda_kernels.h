@@ -93,8 +93,8 @@ typedef struct tcu_opts {
      * tile (gemm_tc.cu: 128 rows by up to 128 tokens, weights through a
      * cp.async pipeline); 0 - never. It sums every (row, token) as the
      * tensor-core GEMV does (the same bits), so any threshold keeps batch
-     * invariance */
-    int tc_gemm;
+     * invariance. tc_gemm for bf16 weights, tc_gemm_q4 for 4-bit */
+    int tc_gemm, tc_gemm_q4;
     /* -- read by the backend (src/model/backend_cuda.c) -- */
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
