@@ -137,7 +137,16 @@ static int chain_build(grammar_compiled *cg, int32_t x)
             goto none;
         /* the characters of each lead byte found here: a lead byte whose
          * characters disagree leaves the class */
-        for (uint64_t m = v->pos_lead[k] & lead_ok; m; m &= m - 1) {
+        uint64_t lm = v->pos_lead[k] & lead_ok;
+        if (lm) {
+            /* all at once first: one lead byte at a time only when they disagree */
+            int r = ny ? gcomp_utf8_reaches(cg, X, ny, lm) : utf8_dead(cg, X, lm);
+            if (r < 0)
+                goto oom;
+            if (r)
+                lm = 0;
+        }
+        for (uint64_t m = lm; m; m &= m - 1) {
             uint64_t bit = m & -m;
             int r = ny ? gcomp_utf8_reaches(cg, X, ny, bit) : utf8_dead(cg, X, bit);
             if (r < 0)
@@ -366,6 +375,11 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
         cg->stats.count_walks++;
         return count_walk_sub(cg, lo, hi, base, &ch) ? -1 : 1;
     }
+    /* the cached split of the whole trie: all lead bytes or none (a
+     * subset of the verified class is exact), so partial lead masks do
+     * not multiply the class splits, each a pass over the trie */
+    if (ch.lead != GVOC_LEAD_ALL)
+        ch.lead = 0;
     const gvoc_class *c = gvoc_class_get(v, ch.asc, ch.lead);
     if (!c)
         return 0;
