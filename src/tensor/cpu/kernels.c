@@ -60,20 +60,17 @@ static void amx_init(void)
     g_amx_bf16.bf16_pack = tern_bf16_pack_amx;
     g_amx_bf16.matmul_bf16p = tern_bf16dot_amx;
 }
-#endif
 
 static int amx_ok(int bf16)
 {
-#ifndef TERN_NO_AVX512
     const tern_cpu_features *f = tern_cpu();
     if ((bf16 ? f->amx_bf16 : f->amx_int8) && tern_kernels_avx512() == tern_kernels_avx512_table()) {
         pthread_once(&g_amx_once, amx_init);
         return 1;
     }
-#endif
-    (void)bf16;
     return 0;
 }
+#endif
 
 const tern_kernels *tern_kernels_amx(void)
 {
