@@ -1,7 +1,7 @@
 /* JSON Schema arrays -> EBNF: minItems / maxItems, prefixItems and items
  * (draft 7: items arrays and additionalItems; unevaluatedItems of the
- * schema holding the combinators), uniqueItems (only where trivially
- * true), contains with minContains / maxContains. One function per keyword
+ * schema holding the combinators), uniqueItems (trivially true, or over
+ * finite item domains), contains with minContains / maxContains. One function per keyword
  * group; sc_array_gen combines them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@ typedef struct arr_spec {
     json_object *rest;  /* schema of the items after the prefix; NULL: any value */
     json_object *contains;
     long min_c, max_c;  /* minContains (default 1), maxContains (-1 when absent) */
+    int unique;         /* uniqueItems over finite domains (array_unique_emit) */
 } arr_spec;
 
 /* {"allOf": [x, y]} owned by c. */
@@ -73,15 +74,158 @@ static int array_items_read(sc *c, json_object *s, const char *path, arr_spec *a
     return 0;
 }
 
-/* uniqueItems: true only where at most one item is allowed. */
-static int array_unique_check(sc *c, json_object *s, const char *path, const arr_spec *a)
+/* uniqueItems: trivially true where at most one item is allowed; else
+ * over finite item domains (array_unique_emit). */
+static int array_unique_check(sc *c, json_object *s, const char *path, arr_spec *a)
 {
     json_object *uq = sc_get(s, "uniqueItems");
     if (uq && !json_object_is_type(uq, json_type_boolean))
         return sc_fail(c, TERN_EINVAL, path, "'uniqueItems' must be a boolean");
     if (uq && json_object_get_boolean(uq) && !(a->mx >= 0 && a->mx <= 1))
-        return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'uniqueItems' unsupported");
+        a->unique = 1;
     return 0;
+}
+
+/* uniqueItems over at most this many distinct values (a rule per subset
+ * of used values). */
+#define SC_UNIQUE_MAX 8
+
+/* The values schema x admits when they are finitely many (enum / const,
+ * or null / boolean types alone), added to u (distinct) with their bits
+ * in *bits. 0, or -1 (not finite, or too many: unsupported). */
+static int unique_domain(sc *c, json_object *x, json_object *u, unsigned *bits)
+{
+    *bits = 0;
+    if (json_object_is_type(x, json_type_boolean) && !json_object_get_boolean(x))
+        return 0;
+    if (!json_object_is_type(x, json_type_object))
+        return -1;
+    json_object *tmp = NULL, *vals = sc_values_of(x, &tmp);
+    json_object *owned = NULL;
+    if (!vals) {
+        int m = sc_type_mask(x);
+        if (m < 0 || (m & ~(ST_NULL | ST_BOOL)))
+            return -1;
+        vals = owned = json_object_new_array();
+        if (!owned)
+            return -1;
+        if (m & ST_NULL)
+            json_object_array_add(owned, NULL);
+        if (m & ST_BOOL) {
+            json_object_array_add(owned, json_object_new_boolean(1));
+            json_object_array_add(owned, json_object_new_boolean(0));
+        }
+    }
+    int rc = 0;
+    for (size_t i = 0; !rc && json_object_is_type(vals, json_type_array) && i < json_object_array_length(vals); i++) {
+        json_object *v = json_object_array_get_idx(vals, i);
+        int ok = sc_validate(c, v, x, 0);
+        if (ok < 0) {
+            rc = -1;
+            break;
+        }
+        if (!ok)
+            continue;
+        size_t j, n = json_object_array_length(u);
+        for (j = 0; j < n && !sc_json_equal(json_object_array_get_idx(u, j), v); j++)
+            ;
+        if (j == n) {
+            if (n >= SC_UNIQUE_MAX) {
+                rc = -1;
+                break;
+            }
+            json_object_array_add(u, json_object_get(v));
+        }
+        *bits |= 1u << j;
+    }
+    json_object_put(tmp);
+    json_object_put(owned);
+    return rc;
+}
+
+/* uniqueItems with every item from a finite domain: a rule per set of
+ * values used so far (its size is the position), each offering the
+ * values not used yet that the position admits. 0, 1 (no array), or the
+ * error. */
+static int array_unique_emit(sc *c, const arr_spec *a, const char *path, gfe_buf *out)
+{
+    json_object *u = sc_own(c, json_object_new_array());
+    if (!u)
+        return c->rc;
+    size_t k = a->pre ? json_object_array_length(a->pre) : 0;
+    unsigned dom[SC_UNIQUE_MAX + 1], rest_dom = 0;
+    int fin = 1;
+    long mx = a->mx;
+    for (size_t i = 0; i < k && fin; i++) {
+        if (i >= SC_UNIQUE_MAX || unique_domain(c, json_object_array_get_idx(a->pre, i), u, &dom[i]))
+            fin = 0;
+    }
+    int rest_any = mx < 0 || mx > (long)k; /* items past the prefix can occur */
+    if (fin && rest_any && (!a->rest || unique_domain(c, a->rest, u, &rest_dom)))
+        fin = 0;
+    if (!fin || a->contains)
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'uniqueItems' unsupported (items not from a finite domain of up to %d values)", SC_UNIQUE_MAX);
+    size_t n = json_object_array_length(u);
+    unsigned full = (1u << n) - 1;
+    /* live[m]: from the set m an array can end (m's size >= minItems) */
+    char live[1u << SC_UNIQUE_MAX];
+    char names[1u << SC_UNIQUE_MAX][GFE_NAME_MAX];
+    for (unsigned m = full + 1; m-- > 0;) {
+        int pos = __builtin_popcount(m);
+        live[m] = pos >= a->mn && (mx < 0 || pos <= mx);
+        if (mx >= 0 && pos >= mx)
+            continue;
+        unsigned allow = (size_t)pos < k ? dom[pos] : rest_dom;
+        for (size_t v = 0; v < n && !live[m]; v++)
+            if ((allow >> v & 1) && !(m >> v & 1) && live[m | 1u << v])
+                live[m] = 1;
+    }
+    for (unsigned m = 1; m <= full; m++)
+        if (live[m])
+            gfe_rule_reserve(&c->r, names[m]);
+    const char *w = sc_ws(c);
+    gfe_buf b;
+    gfe_buf_init(&b, 0);
+    for (unsigned m = 1; m <= full; m++) {
+        if (!live[m])
+            continue;
+        int pos = __builtin_popcount(m), n_alt = 0;
+        unsigned allow = (size_t)pos < k ? dom[pos] : rest_dom;
+        b.len = 0;
+        if (pos >= a->mn) {
+            gfe_buf_puts(&b, "\"\"");
+            n_alt++;
+        }
+        for (size_t v = 0; v < n && (mx < 0 || pos < mx); v++) {
+            unsigned t = m | 1u << v;
+            if (!(allow >> v & 1) || (m >> v & 1) || !live[t])
+                continue;
+            gfe_buf_printf(&b, "%s%s\",\"%s", n_alt++ ? " | " : "", w, w);
+            sc_emit_value(c, &b, json_object_array_get_idx(u, v));
+            gfe_buf_printf(&b, " %s", names[t]);
+        }
+        gfe_rule_define(&c->r, names[m], b.s);
+    }
+    int n_alt = 0;
+    gfe_buf_puts(out, "(");
+    if (a->mn == 0) {
+        gfe_buf_printf(out, "\"[\"%s\"]\"", c->st.any_whitespace ? " ws " : " ");
+        n_alt++;
+    }
+    for (size_t v = 0; v < n && (mx < 0 || mx >= 1); v++) {
+        unsigned t = 1u << v;
+        if (!((k ? dom[0] : rest_dom) >> v & 1) || !live[t])
+            continue;
+        gfe_buf_printf(out, "%s\"[\"%s", n_alt++ ? " | " : "", w);
+        sc_emit_value(c, out, json_object_array_get_idx(u, v));
+        gfe_buf_printf(out, " %s%s\"]\"", names[t], w);
+    }
+    gfe_buf_puts(out, ")");
+    int err = b.err;
+    gfe_buf_free(&b);
+    if (err)
+        return sc_fail(c, err, path, "grammar too large");
+    return n_alt ? 0 : 1;
 }
 
 /* contains / minContains / maxContains. 0, 1 (no array), or the error. */
@@ -277,6 +421,8 @@ int sc_array_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *out
     if ((rc = array_counts_read(c, s, path, &a)) || (rc = array_items_read(c, s, path, &a)) ||
         (rc = array_unique_check(c, s, path, &a)) || (rc = array_contains_read(c, s, path, &a)))
         return rc;
+    if (a.unique)
+        return array_unique_emit(c, &a, path, out);
     char sub[256];
     char rest_name[GFE_NAME_MAX];
     int rest_never = 0;

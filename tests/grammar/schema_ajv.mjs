@@ -176,6 +176,15 @@ CASES.push({ name: '$ref to embedded $id resources',
              instances: ['{"x": 1}', '{"x": "1"}', '{"y": 3}', '{"y": 2}', '{"z": 2.5}', '{"z": 4}', '{"w": 4}',
                          '{"w": 6}', '{"w": 2}', '{"x": 1, "y": 7, "z": 8, "w": 5}'], floor: 5 });
 
+// uniqueItems over finite item domains (enum / const / null / boolean)
+CASES.push({ name: 'uniqueItems over an enum',
+             schema: { type: 'array', uniqueItems: true, minItems: 1, items: { enum: ['a', 'b', 1, 1.0, null, { x: 1 }] } },
+             instances: ['[]', '["a"]', '["a", "b"]', '["a", "a"]', '[1, 1.0]', '[1, null, "b", "a"]', '[null, null]',
+                         '[{"x": 1}, "a"]', '[{"x": 1}, {"x": 1}]', '["c"]'], floor: 4 });
+CASES.push({ name: 'uniqueItems over boolean prefixItems',
+             schema: { prefixItems: [{ type: 'boolean' }, { type: 'boolean' }], uniqueItems: true, items: false },
+             instances: ['[]', '[true]', '[false, true]', '[true, true]', '[false, false]', '[true, false, true]'], floor: 3 });
+
 let bad = 0, checked = 0;
 for (const c of CASES) {
   const file = path.join(tmp, 'schema.json');
