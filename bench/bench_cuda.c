@@ -79,7 +79,8 @@ static int g_prof; /* decode_run profiles its timed steps (tcu_prof_start) */
 static void prof_line(char *buf, size_t cap, int len, const double *ms, const int *cnt, int reps, const char *unit,
                       int failed)
 {
-    static const char *const names[TCU_PROF_N] = {"gemv", "attention", "qkv_post", "rmsnorm", "embed", "other"};
+    static const char *const names[TCU_PROF_N] = {"gemv", "attention", "qkv_post", "rmsnorm", "embed", "other",
+                                                   "moe_gate", "moe_gu", "moe_down"};
     double sum = 0;
     for (int c = 0; c < TCU_PROF_N && !failed; c++) {
         sum += ms[c];

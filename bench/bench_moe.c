@@ -13,7 +13,18 @@
  * for a mixture, the router and the experts one token runs. With experts
  * in host memory, the expert counters over the decode steps: picks read
  * from the cache and from host memory (the hit rate), bytes copied into
- * the cache and their rate. SIZE as 8G, 512M, 1.5G. */
+ * the cache and their rate. SIZE as 8G, 512M, 1.5G.
+ *
+ *   bench_moe --kernels [--depth N] [--batch B,...]
+ *
+ * The sparse layer alone (no model, no attention): random Qwen3-30B-A3B
+ * shaped layers (dim 2048, 128 experts of width 768, top 8; a bf16 router),
+ * bf16 and 4-bit (group 64) experts, 8 distinct layers cycled through
+ * --depth (default 48) calls of tcu_moe - one CUDA graph, replayed and
+ * timed - per batch size: microseconds a layer, the bytes a layer reads
+ * (router + every expert the step picks, counted from the routing) and
+ * their rate against the copy bandwidth; then one eager pass with every
+ * launch timed (tcu_prof_start): norm + router + routing, gate/up, down. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +33,10 @@
 #include "base/rng.h"
 #include "model/model.h"
 #ifdef TERN_CUDA
+#include <cuda_runtime_api.h>
+
 #include "tensor/cuda/cuda_kernels.h"
+#include "tensor/cuda/cuda_moe.h"
 
 static double now_s(void)
 {
@@ -101,6 +115,196 @@ out:
     free(sp);
     return dt;
 }
+
+/* ---- --kernels: the sparse layer alone ---- */
+
+#define KB_LAYERS 8
+#define KB_DIM 2048
+#define KB_FF 768
+#define KB_E 128
+#define KB_K 8
+#define KB_GROUP 64
+
+#define KCU(call)                                                                                                  \
+    do {                                                                                                           \
+        cudaError_t ce_ = (call);                                                                                  \
+        if (ce_ != cudaSuccess) {                                                                                  \
+            fprintf(stderr, "bench_moe: %s: %s\n", #call, cudaGetErrorString(ce_));                               \
+            goto out;                                                                                              \
+        }                                                                                                          \
+    } while (0)
+
+/* Bytes of one expert (gate, up, down and their pairs) of `kind`. */
+static size_t kb_expert_bytes(int kind)
+{
+    const size_t n = (size_t)KB_FF * KB_DIM;
+    return kind == TCU_Q4 ? 3 * (n / 2 + n / KB_GROUP * 2 * sizeof(float)) : 3 * n * 2;
+}
+
+/* One kind's layers: allocation, the table, then per batch size the graph
+ * of `depth` layers timed and one eager profiled pass. 0 or 1 (failure). */
+static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
+{
+    const size_t n = (size_t)KB_FF * KB_DIM, wb = kind == TCU_Q4 ? n / 2 : n * 2;
+    const size_t sbf = kind == TCU_Q4 ? n / KB_GROUP * 2 : 0; /* floats of pairs a matrix */
+    int maxT = 1, rc = 1;
+    for (int i = 0; i < n_T; i++)
+        maxT = Ts[i] > maxT ? Ts[i] : maxT;
+    void *w[KB_LAYERS][3] = {{0}}, *sb[KB_LAYERS][3] = {{0}}, *router[KB_LAYERS] = {0};
+    const void **tab = calloc((size_t)KB_LAYERS * KB_E * 6, sizeof *tab);
+    void *tab_dev = NULL, *x = NULL, *x0 = NULL, *xn = NULL, *ng = NULL;
+    tcu_moe_scratch s = {0};
+    tcu_experts ex[KB_LAYERS];
+    cudaStream_t st = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    tcu_opts op;
+    tcu_opts_init(&op);
+    KCU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    KCU(cudaEventCreate(&e0));
+    KCU(cudaEventCreate(&e1));
+    for (int l = 0; l < KB_LAYERS; l++) {
+        for (int k = 0; k < 3; k++) {
+            KCU(cudaMalloc(&w[l][k], wb * KB_E));
+            KCU((cudaError_t)tcu_fill_random(w[l][k], kind == TCU_Q4 ? wb * KB_E : n * KB_E,
+                                             kind == TCU_Q4 ? TCU_Q4 : TCU_BF16, 100 + 3 * l + k, 0.02f, st));
+            if (sbf) {
+                KCU(cudaMalloc(&sb[l][k], sbf * sizeof(float) * KB_E));
+                KCU((cudaError_t)tcu_fill_random(sb[l][k], sbf * KB_E, TCU_F32, 200 + 3 * l + k, 0.003f, st));
+            }
+            for (int e = 0; e < KB_E; e++) {
+                tab[((size_t)l * KB_E + e) * 6 + k] = (const uint8_t *)w[l][k] + wb * e;
+                tab[((size_t)l * KB_E + e) * 6 + 3 + k] = sbf ? (const float *)sb[l][k] + sbf * e : NULL;
+            }
+        }
+        KCU(cudaMalloc(&router[l], (size_t)KB_E * KB_DIM * 2));
+        KCU((cudaError_t)tcu_fill_random(router[l], (size_t)KB_E * KB_DIM, TCU_BF16, 300 + l, 0.05f, st));
+    }
+    KCU(cudaMalloc(&tab_dev, (size_t)KB_LAYERS * KB_E * 6 * sizeof(void *)));
+    KCU(cudaMemcpy(tab_dev, tab, (size_t)KB_LAYERS * KB_E * 6 * sizeof(void *), cudaMemcpyHostToDevice));
+    for (int l = 0; l < KB_LAYERS; l++) {
+        tcu_experts *e = &ex[l];
+        memset(e, 0, sizeof *e);
+        e->router.w = router[l];
+        e->router.n_out = KB_E;
+        e->router.kind = TCU_BF16;
+        e->tab = (const void *const *)tab_dev + (size_t)l * KB_E * 6;
+        e->kind = kind;
+        e->group = kind == TCU_Q4 ? KB_GROUP : 0;
+        e->n_expert = KB_E;
+        e->n_used = KB_K;
+        e->dim = KB_DIM;
+        e->ff = KB_FF;
+        e->norm_topk = 1;
+    }
+    const size_t tk = (size_t)maxT * KB_K, tiles = (KB_DIM + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 1;
+    KCU(cudaMalloc((void **)&s.rl, (size_t)maxT * KB_E * sizeof(float)));
+    KCU(cudaMalloc((void **)&s.wt, tk * sizeof(float)));
+    KCU(cudaMalloc((void **)&s.h, tk * KB_FF * sizeof(float)));
+    KCU(cudaMalloc((void **)&s.y, tk * KB_DIM * sizeof(float)));
+    KCU(cudaMalloc((void **)&s.sel, tk * sizeof(int32_t)));
+    KCU(cudaMalloc((void **)&s.meta, tcu_moe_meta_len(KB_E, KB_K, maxT) * sizeof(int32_t)));
+    KCU(cudaMalloc((void **)&s.cnt, tiles * sizeof(int32_t)));
+    KCU(cudaMemset(s.cnt, 0, tiles * sizeof(int32_t)));
+    KCU(cudaMalloc(&x, (size_t)maxT * KB_DIM * sizeof(float)));
+    KCU(cudaMalloc(&x0, (size_t)maxT * KB_DIM * sizeof(float)));
+    KCU(cudaMalloc(&xn, (size_t)maxT * KB_DIM * sizeof(float)));
+    KCU(cudaMalloc(&ng, KB_DIM * sizeof(float)));
+    KCU((cudaError_t)tcu_fill_random(x0, (size_t)maxT * KB_DIM, TCU_F32, 7, 1.0f, st));
+    KCU((cudaError_t)tcu_fill_random(ng, KB_DIM, TCU_F32, 8, 1.0f, st));
+    KCU(cudaStreamSynchronize(st));
+    for (int ti = 0; ti < n_T; ti++) {
+        const int T = Ts[ti];
+        /* eager: the groups each layer reads (bytes), then the profile */
+        KCU(cudaMemcpyAsync(x, x0, (size_t)T * KB_DIM * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        double groups = 0;
+        for (int l = 0; l < depth; l++) {
+            KCU((cudaError_t)tcu_moe(&ex[l % KB_LAYERS], &s, x, ng, 1e-6f, xn, T, &op, st));
+            int32_t g = 0;
+            KCU(cudaMemcpyAsync(&g, s.meta, sizeof g, cudaMemcpyDeviceToHost, st));
+            KCU(cudaStreamSynchronize(st));
+            groups += g;
+        }
+        groups /= depth;
+        const double bytes = (double)KB_E * KB_DIM * 2 + groups * (double)kb_expert_bytes(kind);
+        double pms[TCU_PROF_N];
+        int pn[TCU_PROF_N];
+        tcu_prof_start();
+        for (int l = 0; l < depth; l++)
+            KCU((cudaError_t)tcu_moe(&ex[l % KB_LAYERS], &s, x, ng, 1e-6f, xn, T, &op, st));
+        const int prc = tcu_prof_stop(pms, pn);
+        /* the graph of depth layers */
+        KCU(cudaMemcpyAsync(x, x0, (size_t)T * KB_DIM * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        KCU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int l = 0; l < depth; l++)
+            if (tcu_moe(&ex[l % KB_LAYERS], &s, x, ng, 1e-6f, xn, T, &op, st))
+                break;
+        KCU(cudaStreamEndCapture(st, &graph));
+        KCU(cudaGraphInstantiate(&exec, graph, 0));
+        KCU(cudaGraphLaunch(exec, st));
+        KCU(cudaGraphLaunch(exec, st));
+        const int reps = 20;
+        KCU(cudaEventRecord(e0, st));
+        for (int r = 0; r < reps; r++)
+            KCU(cudaGraphLaunch(exec, st));
+        KCU(cudaEventRecord(e1, st));
+        KCU(cudaEventSynchronize(e1));
+        float ms = 0;
+        KCU(cudaEventElapsedTime(&ms, e0, e1));
+        const double us = 1e3 * ms / reps / depth;
+        printf("  %-4s T=%-3d %7.2f us a layer (%d-layer graph): %.1f MB (%.1f experts) at %.0f GB/s = %.0f%% of "
+               "the copy bandwidth",
+               kind == TCU_Q4 ? "q4" : "bf16", T, us, depth, bytes / 1e6, groups, bytes / us / 1e3,
+               100 * bytes / (us * 1e-6) / bw);
+        if (!prc)
+            printf("; eager, timed: gate %.2f, gate/up %.2f, down %.2f us", 1e3 * pms[TCU_PROF_MOE_GATE] / depth,
+                   1e3 * pms[TCU_PROF_MOE_GU] / depth, 1e3 * pms[TCU_PROF_MOE_DOWN] / depth);
+        printf("\n");
+        fflush(stdout);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        exec = NULL;
+        graph = NULL;
+    }
+    rc = 0;
+out:
+    if (st)
+        cudaStreamSynchronize(st);
+    if (exec)
+        cudaGraphExecDestroy(exec);
+    if (graph)
+        cudaGraphDestroy(graph);
+    for (int l = 0; l < KB_LAYERS; l++) {
+        for (int k = 0; k < 3; k++) {
+            cudaFree(w[l][k]);
+            cudaFree(sb[l][k]);
+        }
+        cudaFree(router[l]);
+    }
+    void *bufs[] = {tab_dev, x, x0, xn, ng, s.rl, s.wt, s.h, s.y, s.sel, s.meta, s.cnt};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        cudaFree(bufs[i]);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    if (st)
+        cudaStreamDestroy(st);
+    free(tab);
+    cudaGetLastError();
+    return rc;
+}
+
+static int kernels_main(int depth, const int *Ts, int n_T)
+{
+    double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
+    printf("sparse layers alone: dim %d, %d experts of width %d, top %d; copy bandwidth %.0f GB/s\n", KB_DIM, KB_E,
+           KB_FF, KB_K, bw / 1e9);
+    if (bw <= 0)
+        return 1;
+    return kb_run(TCU_BF16, depth, Ts, n_T, bw) || kb_run(TCU_Q4, depth, Ts, n_T, bw);
+}
 #endif
 
 int main(int argc, char **argv)
@@ -114,10 +318,15 @@ int main(int argc, char **argv)
     int n_prompt = 128, steps = 66, where = MODEL_EXPERTS_MAPPED, batches[8] = {1, 32}, n_b = 2;
     size_t cache = 0;
     const char *dir = NULL;
+    int kernels = 0, depth = 48;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (a[0] != '-') {
             dir = a;
+            continue;
+        }
+        if (!strcmp(a, "--kernels")) {
+            kernels = 1;
             continue;
         }
         if (!v) {
@@ -129,6 +338,8 @@ int main(int argc, char **argv)
             n_prompt = atoi(v);
         else if (!strcmp(a, "--tokens"))
             steps = atoi(v);
+        else if (!strcmp(a, "--depth") && atoi(v) > 0)
+            depth = atoi(v);
         else if (!strcmp(a, "--experts-in") && !strcmp(v, "host"))
             where = MODEL_EXPERTS_HOST;
         else if (!strcmp(a, "--expert-cache") && !parse_size(v, &cache))
@@ -142,9 +353,21 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (kernels) {
+        if (model_cuda_device_count() <= 0) {
+            fprintf(stderr, "bench_moe: no GPU\n");
+            return 2;
+        }
+        for (int i = 0; i < n_b; i++)
+            if (batches[i] < 1 || batches[i] > 4096) {
+                fprintf(stderr, "bench_moe: batch %d out of range\n", batches[i]);
+                return 2;
+            }
+        return kernels_main(depth, batches, n_b);
+    }
     if (!dir || n_prompt < 1 || steps < 3) {
         fprintf(stderr, "usage: bench_moe [--experts-in host] [--expert-cache SIZE] [--prompt N] [--tokens N] "
-                        "[--batch B,...] MODEL_DIR\n");
+                        "[--batch B,...] MODEL_DIR\n       bench_moe --kernels [--depth N] [--batch B,...]\n");
         return 2;
     }
     if (model_cuda_device_count() <= 0) {

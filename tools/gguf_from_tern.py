@@ -14,7 +14,12 @@ to the interleaved one GGUF's llama architecture expects. The vocabulary:
 the folder's tokenizer.json (a byte-fallback BPE such as stories260K's) as
 llama.cpp's SentencePiece-style tokenizer, token scores from the merge
 ranks, padded with unused tokens up to the model's vocab_size, so both
-engines tokenize a text the same way. Qwen3 folders (models/tern-demo):
+engines tokenize a text the same way. Qwen3 MoE folders (qwen3_moe, as
+tools/make_fixture --preset 30b-a3b writes them): architecture qwen3moe,
+the router as ffn_gate_inp and each layer's experts stacked into
+ffn_{gate,up,down}_exps ([expert][out][in]), written one expert at a time;
+llama.cpp always renormalizes the chosen experts' weights, so such a
+folder needs norm_topk_prob true. Qwen3 folders (models/tern-demo):
 architecture qwen3 (NEOX rotary: q/k stay as they are; per-head q/k norms),
 a byte-level BPE tokenizer.json with its merges as llama.cpp's "gpt2" model
 and the "qwen2" pre-tokenizer (the split regex is checked to be Qwen2's),
@@ -144,8 +149,16 @@ def main():
     folder, out_path = sys.argv[1:]
     cfg = json.load(open(os.path.join(folder, "config.json")))
     arch = cfg.get("model_type")
-    if arch not in ("llama", "qwen3"):
-        sys.exit("gguf_from_tern: only llama- and qwen3-family folders (model_type %r)" % arch)
+    if arch not in ("llama", "qwen3", "qwen3_moe"):
+        sys.exit("gguf_from_tern: only llama-, qwen3- and qwen3_moe-family folders (model_type %r)" % arch)
+    moe = arch == "qwen3_moe"
+    if moe:
+        if not cfg.get("norm_topk_prob", False):
+            sys.exit("gguf_from_tern: llama.cpp renormalizes the chosen experts: norm_topk_prob must be true")
+        if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+            sys.exit("gguf_from_tern: every layer must be sparse (mlp_only_layers, decoder_sparse_step)")
+        n_expert = cfg.get("num_experts", cfg.get("num_local_experts"))
+        arch = "qwen3moe"
     rp = cfg.get("rope_parameters") or {}
     if cfg.get("rope_scaling") or rp.get("rope_type", "default") != "default":
         sys.exit("gguf_from_tern: rope_scaling is not written (the benchmark models have none)")
@@ -171,7 +184,15 @@ def main():
           (arch + ".rope.freq_base", T_F32, float(cfg.get("rope_theta", rp.get("rope_theta", 10000.0)))),
           (arch + ".attention.layer_norm_rms_epsilon", T_F32, float(cfg.get("rms_norm_eps", 1e-5))),
           (arch + ".vocab_size", T_U32, n_vocab)]
-    if arch == "qwen3":
+    if moe:
+        kv += [(arch + ".expert_count", T_U32, n_expert),
+               (arch + ".expert_used_count", T_U32, cfg["num_experts_per_tok"]),
+               (arch + ".expert_feed_forward_length", T_U32, cfg["moe_intermediate_size"])]
+    byte_level = arch == "qwen3"  # qwen3moe: as its tokenizer.json is (the fixtures borrow stories260K's)
+    if moe:
+        pre = json.load(open(os.path.join(folder, "tokenizer.json"))).get("pre_tokenizer") or {}
+        byte_level = any(p.get("type") == "Split" for p in pre.get("pretokenizers", []))
+    if byte_level:
         tokens, types, merges = bpe_entries(folder, n_vocab)
         bos = cfg.get("bos_token_id")
         kv += [("tokenizer.ggml.model", T_STR, "gpt2"),
@@ -203,48 +224,69 @@ def main():
                  "self_attn.o_proj.weight": "attn_output.weight",
                  "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
                  "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
-                 "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
+                 "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+                 "mlp.gate.weight": "ffn_gate_inp.weight"}
     for l in range(n_layer):
         for k, v in per_layer.items():
             names["model.layers.%d.%s" % (l, k)] = "blk.%d.%s" % (l, v)
+    # output tensors: name -> the source keys written one after the other
+    # (one, or a layer's experts of one projection, stacked)
+    parts = {}
+    stacked = {"gate_proj": "ffn_gate_exps.weight", "up_proj": "ffn_up_exps.weight",
+               "down_proj": "ffn_down_exps.weight"}
+    for l in range(n_layer if moe else 0):
+        for proj, out in stacked.items():
+            keys = ["model.layers.%d.mlp.experts.%d.%s.weight" % (l, e, proj) for e in range(n_expert)]
+            for k in keys:
+                if k not in ts:
+                    sys.exit("gguf_from_tern: tensor %s is missing" % k)
+            parts["blk.%d.%s" % (l, out)] = keys
+    in_stack = {k for keys in parts.values() for k in keys}
     for key in ts:
+        if key in in_stack:
+            continue
         if key not in names:
             sys.exit("gguf_from_tern: tensor %s has no llama.cpp name" % key)
-    order = sorted(ts, key=lambda k: names[k])
+        parts[names[key]] = [key]
+    order = sorted(parts)
     # tensor infos: 1-D tensors become F32, the rest keep their type
     infos, offset = [], 0
-    for key in order:
-        dt, shape, _, _, length = ts[key]
+    for name in order:
+        keys = parts[name]
+        dt, shape, _, _, length = ts[keys[0]]
+        if any(ts[k][0] != dt or ts[k][1] != shape for k in keys):
+            sys.exit("gguf_from_tern: the experts of %s differ in type or shape" % name)
         out_dt = "F32" if len(shape) == 1 else dt
-        nbytes = length // ELEM[dt] * ELEM[out_dt]
-        infos.append((key, dt, out_dt, shape, offset, nbytes))
+        nbytes = length // ELEM[dt] * ELEM[out_dt] * len(keys)
+        infos.append((name, keys, dt, out_dt, ([len(keys)] if len(keys) > 1 else []) + shape, offset, nbytes))
         offset += pad(nbytes)
     with open(out_path, "wb") as f:
         head = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(order), len(kv)))
         for e in kv:
             head += pack_kv(*e)
-        for key, dt, out_dt, shape, off, nbytes in infos:
-            head += pack_str(names[key]) + struct.pack("<I", len(shape))
+        for name, keys, dt, out_dt, shape, off, nbytes in infos:
+            head += pack_str(name) + struct.pack("<I", len(shape))
             head += b"".join(struct.pack("<Q", d) for d in reversed(shape))
             head += struct.pack("<IQ", GGML[out_dt], off)
         head += b"\0" * (pad(len(head)) - len(head))
         f.write(head)
-        for key, dt, out_dt, shape, off, nbytes in infos:
-            _, _, path, start, length = ts[key]
-            with open(path, "rb") as src:
-                src.seek(start)
-                raw = src.read(length)
-            if arch == "llama" and key.endswith("q_proj.weight"):
-                raw = unsplit_rotary(raw, shape, n_head, head_dim, ELEM[dt])
-            elif arch == "llama" and key.endswith("k_proj.weight"):
-                raw = unsplit_rotary(raw, shape, n_kv, head_dim, ELEM[dt])
-            if out_dt != dt:  # norms in f32
-                n = length // ELEM[dt]
-                if dt == "BF16":
-                    raw = struct.pack("<%dI" % n, *(v << 16 for v in struct.unpack("<%dH" % n, raw)))
-                else:
-                    raw = struct.pack("<%df" % n, *struct.unpack("<%de" % n, raw))
-            f.write(raw)
+        for name, keys, dt, out_dt, shape, off, nbytes in infos:
+            for key in keys:
+                _, kshape, path, start, length = ts[key]
+                with open(path, "rb") as src:
+                    src.seek(start)
+                    raw = src.read(length)
+                if arch == "llama" and key.endswith("q_proj.weight"):
+                    raw = unsplit_rotary(raw, kshape, n_head, head_dim, ELEM[dt])
+                elif arch == "llama" and key.endswith("k_proj.weight"):
+                    raw = unsplit_rotary(raw, kshape, n_kv, head_dim, ELEM[dt])
+                if out_dt != dt:  # norms in f32
+                    n = length // ELEM[dt]
+                    if dt == "BF16":
+                        raw = struct.pack("<%dI" % n, *(v << 16 for v in struct.unpack("<%dH" % n, raw)))
+                    else:
+                        raw = struct.pack("<%df" % n, *struct.unpack("<%de" % n, raw))
+                f.write(raw)
             f.write(b"\0" * (pad(nbytes) - nbytes))
 
 

@@ -299,7 +299,13 @@ double tcu_copy_bandwidth(size_t bytes, int reps);
  * tcu_prof_stop every launcher above brackets its launches with events
  * (eager streams only, not graph captures); stop synchronizes and returns
  * milliseconds and launch counts per category. Not thread-safe. */
-enum { TCU_PROF_GEMV, TCU_PROF_ATTN, TCU_PROF_QKV, TCU_PROF_NORM, TCU_PROF_EMBED, TCU_PROF_OTHER, TCU_PROF_N };
+enum {
+    TCU_PROF_GEMV, TCU_PROF_ATTN, TCU_PROF_QKV, TCU_PROF_NORM, TCU_PROF_EMBED, TCU_PROF_OTHER,
+    TCU_PROF_MOE_GATE, /* a sparse layer's norm, router and routing (cuda_moe.h) */
+    TCU_PROF_MOE_GU,   /* its experts' gate/up products */
+    TCU_PROF_MOE_DOWN, /* their down products and the weighted sum */
+    TCU_PROF_N
+};
 void tcu_prof_start(void);
 int tcu_prof_stop(double ms[TCU_PROF_N], int count[TCU_PROF_N]);
 

@@ -9,23 +9,33 @@
 // with each token routed to the expert in turn, so the weights are read
 // once for all of them; a lane sums its units in order and the warp's
 // butterfly sums the lanes - an order fixed by n_in, never by the batch.
-#include "tensor/cuda/common.cuh"
 #include "tensor/cuda/cuda_moe.h"
+#include "tensor/cuda/gemv.cuh"
 
 namespace {
 
 constexpr int NT = 8; // tokens a pass (accumulators in registers)
 constexpr int CH = 8; // 32-unit chunks of a row in registers at once
+// 4-bit weights read 16 bytes (32 codes) a lane and unit, dotted as the
+// dense GEMV does (chunk_dot_v: exact code floats by byte_perm, no
+// int-to-float conversion): when the group and both widths are multiples
+// of 32; TCU_Q4 (4 bytes a unit) otherwise.
+constexpr int Q4W = 101;
 
 template <int KIND> struct unit_t {
     static constexpr int WORDS = KIND == TCU_F32 ? 8 : KIND == TCU_Q8 ? 2 : KIND == TCU_Q4 ? 1 : 4;
-    static constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
-    static constexpr int CHN = KIND == TCU_F32 ? 4 : CH; // f32: 64 registers as for the others
+    static constexpr int NV = KIND == Q4W ? 32 : 8; // weights a unit
+    static constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == Q4W;
+    // f32: 64 registers as for the others; Q4W: 2 chunks (a 2048-wide row), for occupancy
+    static constexpr int CHN = KIND == TCU_F32 ? 4 : KIND == Q4W ? 2 : CH;
 };
 
 __device__ __forceinline__ size_t row_bytes(int kind, int n_in)
 {
-    return kind == TCU_F32 ? (size_t)n_in * 4 : kind == TCU_Q8 ? (size_t)n_in : kind == TCU_Q4 ? (size_t)n_in / 2 : (size_t)n_in * 2;
+    return kind == TCU_F32 ? (size_t)n_in * 4
+           : kind == TCU_Q8 ? (size_t)n_in
+           : (kind == TCU_Q4 || kind == Q4W) ? (size_t)n_in / 2
+                                             : (size_t)n_in * 2;
 }
 
 template <int KIND> __device__ __forceinline__ void unit_load(const uint8_t *row, int u, uint32_t *r)
@@ -48,12 +58,15 @@ template <int KIND> __device__ __forceinline__ void unit_load(const uint8_t *row
 
 __device__ __forceinline__ float byte_f(uint32_t w, int b) { return (float)((w >> (8 * b)) & 0xffu); }
 
-// acc + the dot of one unit (8 weights) with x[8]; quantized: scale *
-// sum q x + bias * sum x over the unit.
+// acc + the dot of one unit (NV weights) with x[NV]; quantized: scale *
+// sum q x + bias * sum x over the unit (sum_x: that sum, Q4W only).
 template <int KIND>
-__device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, float sc, float bi, float acc)
+__device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, float sc, float bi, float acc,
+                                          float sum_x = 0.0f)
 {
-    if constexpr (KIND == TCU_F32) {
+    if constexpr (KIND == Q4W) {
+        return acc + chunk_dot_v<TCU_Q4>(make_uint4(r[0], r[1], r[2], r[3]), x, sum_x, sc, bi);
+    } else if constexpr (KIND == TCU_F32) {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             acc = fmaf(__uint_as_float(r[j]), x[j], acc);
@@ -83,14 +96,16 @@ __device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, flo
 // pairs (quantized kinds).
 // NORM: X is the residual and the input is its RMSNorm, (x * rn[j]) * ng as
 // the norm kernel rounds it (rn: the tokens' factors, ng: the gain).
-template <int KIND, int NM, bool NORM = false>
+// CC: chunks in registers at once (0: unit_t's CHN) - any count gives the
+// same sums (a lane adds its units in order), fewer registers more warps.
+template <int KIND, int NM, bool NORM = false, int CC = 0>
 __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const float *const *sbrow, int n_in, int group,
                                           const float *X, const int32_t *pk, int div, int base, int n,
                                           float (&res)[NM][NT], const float *ng = nullptr, const float *rn = nullptr)
 {
     using U = unit_t<KIND>;
-    constexpr int W = U::WORDS, C = U::CHN;
-    const int lane = threadIdx.x & 31, units = n_in / 8;
+    constexpr int W = U::WORDS, C = CC ? CC : U::CHN, NV = U::NV;
+    const int lane = threadIdx.x & 31, units = n_in / NV;
     float acc[NM][NT];
 #pragma unroll
     for (int m = 0; m < NM; m++)
@@ -112,7 +127,7 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
                 if (u < units) {
                     unit_load<KIND>(wrow[m], u, r[m][c]);
                     if constexpr (U::Q) {
-                        const float2 p = __ldg((const float2 *)sbrow[m] + (u * 8) / group);
+                        const float2 p = __ldg((const float2 *)sbrow[m] + (u * NV) / group);
                         sc[m][c] = p.x, bi[m][c] = p.y;
                     }
                 } else {
@@ -133,18 +148,29 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
                 const int u = (c0 + c) * 32 + lane;
                 if (u >= units)
                     break;
-                const float4 a = *(const float4 *)(xrow + u * 8), b = *(const float4 *)(xrow + u * 8 + 4);
-                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-                if constexpr (NORM) {
-                    const float4 ga = __ldg((const float4 *)(ng + u * 8)), gb = __ldg((const float4 *)(ng + u * 8 + 4));
-                    const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w}, r = rn[xr[j]];
+                float xv[NV];
 #pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        xv[k] = (xv[k] * r) * gv[k];
+                for (int k = 0; k < NV; k += 4) {
+                    const float4 a = *(const float4 *)(xrow + u * NV + k);
+                    xv[k] = a.x, xv[k + 1] = a.y, xv[k + 2] = a.z, xv[k + 3] = a.w;
                 }
+                if constexpr (NORM) {
+                    const float r = rn[xr[j]];
+#pragma unroll
+                    for (int k = 0; k < NV; k += 4) {
+                        const float4 g = __ldg((const float4 *)(ng + u * NV + k));
+                        xv[k] = (xv[k] * r) * g.x, xv[k + 1] = (xv[k + 1] * r) * g.y;
+                        xv[k + 2] = (xv[k + 2] * r) * g.z, xv[k + 3] = (xv[k + 3] * r) * g.w;
+                    }
+                }
+                float sx = 0.0f;
+                if constexpr (KIND == Q4W)
+#pragma unroll
+                    for (int k = 0; k < NV; k++)
+                        sx += xv[k];
 #pragma unroll
                 for (int m = 0; m < NM; m++)
-                    acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j]);
+                    acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j], sx);
             }
         }
     }
@@ -282,21 +308,34 @@ __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk,
     for (int i = threadIdx.x; i < n; i += blockDim.x)
         atomicAdd(&cnt[sel[i]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (w == 0) { /* the groups: counts scanned 32 experts at a time */
         int g = 0, off = 0;
-        for (int e = 0; e < E; e++) {
-            const int c = cnt[e];
-            num[e] = c;
-            cnt[e] = off;
-            if (c) {
-                meta[1 + g] = e;
-                meta[1 + G + g] = off;
-                g++;
-                off += c;
+        for (int e0 = 0; e0 < E; e0 += 32) {
+            const int e = e0 + lane, c = e < E ? cnt[e] : 0;
+            int incl = c;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int v = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o)
+                    incl += v;
             }
+            const unsigned nz = __ballot_sync(0xffffffffu, c != 0);
+            const int gi = g + __popc(nz & ((1u << lane) - 1u)), at = off + incl - c;
+            if (e < E) {
+                num[e] = c;
+                cnt[e] = at;
+            }
+            if (c) {
+                meta[1 + gi] = e;
+                meta[1 + G + gi] = at;
+            }
+            g += __popc(nz);
+            off += __shfl_sync(0xffffffffu, incl, 31);
         }
-        meta[1 + G + g] = off;
-        meta[0] = g;
+        if (lane == 0) {
+            meta[1 + G + g] = off;
+            meta[0] = g;
+        }
     }
     __syncthreads();
     int32_t *picks = meta + 2 + 2 * G;
@@ -367,6 +406,15 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
                     float eps, float *xn, int T, float *rl, int K, int norm_topk, int G, float *wt, int32_t *sel,
                     int32_t *meta, int32_t *cnt)
 {
+    { /* the router row into L2 while the kernel before this one ends */
+        const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
+        if (row < n_out) {
+            const size_t rb = row_bytes(KIND, n_in);
+            const uint8_t *wr = w + (size_t)row * rb;
+            for (size_t o = (size_t)(threadIdx.x & 31) * 128; o < rb; o += 32 * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + o));
+        }
+    }
     pdl_wait();
     pdl_trigger();
     __shared__ float rn[FUSE_T];
@@ -452,7 +500,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
 // Down of group blockIdx.y's expert over its picks into y[pick][row]; the
 // last block of a row tile to finish (cnt) sums each token's picks in
 // expert order, weighted, and adds the sum to x.
-template <int KIND>
+template <int KIND, int CC>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts ex, const int32_t *meta, int G,
                                                                      const float *h, float *y, const float *wt,
                                                                      int32_t *cnt, float *x, int T)
@@ -474,7 +522,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[1][NT];
-            warp_rows<KIND, 1>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
+            warp_rows<KIND, 1, false, CC>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -519,11 +567,20 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
 {
     const int G = e.n_expert < T * e.n_used ? e.n_expert : T * e.n_used;
     const dim3 blk(TCU_MOE_ROWS * 32);
-    int rc = launch_pdl(pdl, moe_gu_kernel<KIND>, dim3((e.ff + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
+    int rc;
+    {
+        PROF(TCU_PROF_MOE_GU, st);
+        rc = launch_pdl(pdl, moe_gu_kernel<KIND>, dim3((e.ff + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
                         (const int32_t *)s.meta, G, xn, s.h);
+    }
     if (rc)
         return rc;
-    return launch_pdl(pdl, moe_down_kernel<KIND>, dim3((e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
+    PROF(TCU_PROF_MOE_DOWN, st);
+    /* short down rows (Qwen3-30B-A3B's 768: 3 bf16 units a lane) take fewer
+     * chunks in registers: more resident warps, more rows in flight */
+    constexpr int SH = KIND == Q4W ? 1 : KIND == TCU_F32 ? 2 : 4;
+    const auto down = e.ff <= 32 * SH * unit_t<KIND>::NV ? moe_down_kernel<KIND, SH> : moe_down_kernel<KIND, 0>;
+    return launch_pdl(pdl, down, dim3((e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
                       (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T);
 }
 
@@ -533,7 +590,9 @@ int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bo
     case TCU_F32: return router_launch<TCU_F32>(r, n_in, xn, T, rl, pdl, st);
     case TCU_BF16: return router_launch<TCU_BF16>(r, n_in, xn, T, rl, pdl, st);
     case TCU_F16: return router_launch<TCU_F16>(r, n_in, xn, T, rl, pdl, st);
-    case TCU_Q4: return router_launch<TCU_Q4>(r, n_in, xn, T, rl, pdl, st);
+    case TCU_Q4:
+        return r.group % 32 || n_in % 32 ? router_launch<TCU_Q4>(r, n_in, xn, T, rl, pdl, st)
+                                         : router_launch<Q4W>(r, n_in, xn, T, rl, pdl, st);
     case TCU_Q8: return router_launch<TCU_Q8>(r, n_in, xn, T, rl, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
@@ -558,7 +617,9 @@ int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, f
     case TCU_F32: return gate_launch<TCU_F32>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_BF16: return gate_launch<TCU_BF16>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_F16: return gate_launch<TCU_F16>(e, x, ng, eps, xn, T, G, s, pdl, st);
-    case TCU_Q4: return gate_launch<TCU_Q4>(e, x, ng, eps, xn, T, G, s, pdl, st);
+    case TCU_Q4:
+        return e.router.group % 32 || e.dim % 32 ? gate_launch<TCU_Q4>(e, x, ng, eps, xn, T, G, s, pdl, st)
+                                                 : gate_launch<Q4W>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_Q8: return gate_launch<TCU_Q8>(e, x, ng, eps, xn, T, G, s, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
@@ -571,7 +632,9 @@ int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn,
     case TCU_F32: return experts_launch<TCU_F32>(e, s, xn, x, T, pdl, st);
     case TCU_BF16: return experts_launch<TCU_BF16>(e, s, xn, x, T, pdl, st);
     case TCU_F16: return experts_launch<TCU_F16>(e, s, xn, x, T, pdl, st);
-    case TCU_Q4: return experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, st);
+    case TCU_Q4:
+        return e.group % 32 || e.dim % 32 || e.ff % 32 ? experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, st)
+                                                       : experts_launch<Q4W>(e, s, xn, x, T, pdl, st);
     case TCU_Q8: return experts_launch<TCU_Q8>(e, s, xn, x, T, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
@@ -595,18 +658,20 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     if (e->n_expert > TCU_MOE_MAX_EXPERTS || e->n_used > TCU_MOE_MAX_USED || e->n_used > e->n_expert ||
         e->dim % 8 || e->ff % 8 || ((e->kind == TCU_Q4 || e->kind == TCU_Q8) && e->group % 8))
         return (int)cudaErrorInvalidValue;
-    PROF(TCU_PROF_GEMV, st);
     const int G = e->n_expert < T * e->n_used ? e->n_expert : T * e->n_used;
     int rc;
-    if (T <= FUSE_T) {
-        rc = gate_any(*e, x, norm_g, norm_eps, xn, T, G, *s, op.pdl, st);
-    } else {
-        rc = launch_pdl(op.pdl, moe_norm_kernel, dim3((T + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS), dim3(TCU_MOE_ROWS * 32),
-                        0, st, (const float *)x, norm_g, norm_eps, xn, T, e->dim);
-        if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, st)))
-            return rc;
-        rc = launch_pdl(op.pdl, moe_route_kernel, dim3(1), dim3(1024), (size_t)2 * e->n_expert * sizeof(int), st,
-                        (const float *)s->rl, T, e->n_expert, e->n_used, e->norm_topk, G, s->wt, s->sel, s->meta);
+    {
+        PROF(TCU_PROF_MOE_GATE, st);
+        if (T <= FUSE_T) {
+            rc = gate_any(*e, x, norm_g, norm_eps, xn, T, G, *s, op.pdl, st);
+        } else {
+            rc = launch_pdl(op.pdl, moe_norm_kernel, dim3((T + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS),
+                            dim3(TCU_MOE_ROWS * 32), 0, st, (const float *)x, norm_g, norm_eps, xn, T, e->dim);
+            if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, st)))
+                return rc;
+            rc = launch_pdl(op.pdl, moe_route_kernel, dim3(1), dim3(1024), (size_t)2 * e->n_expert * sizeof(int), st,
+                            (const float *)s->rl, T, e->n_expert, e->n_used, e->norm_topk, G, s->wt, s->sel, s->meta);
+        }
     }
     if (rc)
         return rc;
