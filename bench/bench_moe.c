@@ -20,11 +20,14 @@
  * The sparse layer alone (no model, no attention): random Qwen3-30B-A3B
  * shaped layers (dim 2048, 128 experts of width 768, top 8; a bf16 router),
  * bf16 and 4-bit (group 64) experts, 8 distinct layers cycled through
- * --depth (default 48) calls of tcu_moe - one CUDA graph, replayed and
- * timed - per batch size: microseconds a layer, the bytes a layer reads
- * (router + every expert the step picks, counted from the routing) and
- * their rate against the copy bandwidth; then one eager pass with every
- * launch timed (tcu_prof_start): norm + router + routing, gate/up, down. */
+ * --depth (default 48) calls of tcu_moe, per batch size: one eager pass
+ * counting the bytes a layer reads (router + every expert the step picks,
+ * from the routing) and one with every launch timed (tcu_prof_start: norm
+ * + router + routing, gate/up, down); then per tcu_opts.moe variant one
+ * CUDA graph of the depth layers, replayed and timed - microseconds a
+ * layer and the bytes' rate against the copy bandwidth - and its result
+ * after one replay compared with the first variant's (bit for bit; a
+ * difference fails the run). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +164,11 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
     cudaEvent_t e0 = NULL, e1 = NULL;
     tcu_opts op;
     tcu_opts_init(&op);
+    const int moe0 = op.moe;
+    int fails = 0;
+    float *xh = malloc((size_t)maxT * KB_DIM * sizeof(float)), *xh0 = malloc((size_t)maxT * KB_DIM * sizeof(float));
+    if (!tab || !xh || !xh0)
+        goto out;
     KCU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     KCU(cudaEventCreate(&e0));
     KCU(cudaEventCreate(&e1));
@@ -234,40 +242,49 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
         for (int l = 0; l < depth; l++)
             KCU((cudaError_t)tcu_moe(&ex[l % KB_LAYERS], &s, x, ng, 1e-6f, xn, T, &op, st));
         const int prc = tcu_prof_stop(pms, pn);
-        /* the graph of depth layers */
-        KCU(cudaMemcpyAsync(x, x0, (size_t)T * KB_DIM * sizeof(float), cudaMemcpyDeviceToDevice, st));
-        KCU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        for (int l = 0; l < depth; l++)
-            if (tcu_moe(&ex[l % KB_LAYERS], &s, x, ng, 1e-6f, xn, T, &op, st))
-                break;
-        KCU(cudaStreamEndCapture(st, &graph));
-        KCU(cudaGraphInstantiate(&exec, graph, 0));
-        KCU(cudaGraphLaunch(exec, st));
-        KCU(cudaGraphLaunch(exec, st));
-        const int reps = 20;
-        KCU(cudaEventRecord(e0, st));
-        for (int r = 0; r < reps; r++)
-            KCU(cudaGraphLaunch(exec, st));
-        KCU(cudaEventRecord(e1, st));
-        KCU(cudaEventSynchronize(e1));
-        float ms = 0;
-        KCU(cudaEventElapsedTime(&ms, e0, e1));
-        const double us = 1e3 * ms / reps / depth;
-        printf("  %-4s T=%-3d %7.2f us a layer (%d-layer graph): %.1f MB (%.1f experts) at %.0f GB/s = %.0f%% of "
-               "the copy bandwidth",
-               kind == TCU_Q4 ? "q4" : "bf16", T, us, depth, bytes / 1e6, groups, bytes / us / 1e3,
-               100 * bytes / (us * 1e-6) / bw);
         if (!prc)
-            printf("; eager, timed: gate %.2f, gate/up %.2f, down %.2f us", 1e3 * pms[TCU_PROF_MOE_GATE] / depth,
-                   1e3 * pms[TCU_PROF_MOE_GU] / depth, 1e3 * pms[TCU_PROF_MOE_DOWN] / depth);
-        printf("\n");
-        fflush(stdout);
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
-        exec = NULL;
-        graph = NULL;
+            printf("  %-4s T=%-3d eager, timed: gate %.2f, gate/up %.2f, down %.2f us a layer (%.1f MB, %.1f experts)\n",
+                   kind == TCU_Q4 ? "q4" : "bf16", T, 1e3 * pms[TCU_PROF_MOE_GATE] / depth,
+                   1e3 * pms[TCU_PROF_MOE_GU] / depth, 1e3 * pms[TCU_PROF_MOE_DOWN] / depth, bytes / 1e6, groups);
+        /* the graph of depth layers, per tcu_opts.moe variant: its result
+         * after one replay from x0 (against the first variant's), its time */
+        static const int variants[] = {0, TCU_MOE_DOWN_EARLY, TCU_MOE_DOWN_ROWS4, TCU_MOE_DOWN_EARLY | TCU_MOE_DOWN_ROWS4};
+        for (int vi = 0; vi < 4; vi++) {
+            op.moe = variants[vi];
+            KCU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            for (int l = 0; l < depth; l++)
+                if (tcu_moe(&ex[l % KB_LAYERS], &s, x, ng, 1e-6f, xn, T, &op, st))
+                    break;
+            KCU(cudaStreamEndCapture(st, &graph));
+            KCU(cudaGraphInstantiate(&exec, graph, 0));
+            KCU(cudaMemcpyAsync(x, x0, (size_t)T * KB_DIM * sizeof(float), cudaMemcpyDeviceToDevice, st));
+            KCU(cudaGraphLaunch(exec, st));
+            KCU(cudaMemcpyAsync(vi ? xh : xh0, x, (size_t)T * KB_DIM * sizeof(float), cudaMemcpyDeviceToHost, st));
+            KCU(cudaStreamSynchronize(st));
+            const int same = !vi || !memcmp(xh, xh0, (size_t)T * KB_DIM * sizeof(float));
+            KCU(cudaGraphLaunch(exec, st));
+            const int reps = 20;
+            KCU(cudaEventRecord(e0, st));
+            for (int r = 0; r < reps; r++)
+                KCU(cudaGraphLaunch(exec, st));
+            KCU(cudaEventRecord(e1, st));
+            KCU(cudaEventSynchronize(e1));
+            float ms = 0;
+            KCU(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = 1e3 * ms / reps / depth;
+            printf("  %-4s T=%-3d moe %d: %7.2f us a layer (%d-layer graph), %.0f GB/s = %.0f%% of the copy bandwidth%s\n",
+                   kind == TCU_Q4 ? "q4" : "bf16", T, variants[vi], us, depth, bytes / us / 1e3,
+                   100 * bytes / (us * 1e-6) / bw, same ? "" : "; RESULT DIFFERS from moe 0");
+            fflush(stdout);
+            fails += !same;
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
+            exec = NULL;
+            graph = NULL;
+        }
+        op.moe = moe0;
     }
-    rc = 0;
+    rc = fails > 0;
 out:
     if (st)
         cudaStreamSynchronize(st);
@@ -292,6 +309,8 @@ out:
     if (st)
         cudaStreamDestroy(st);
     free(tab);
+    free(xh);
+    free(xh0);
     cudaGetLastError();
     return rc;
 }

@@ -139,6 +139,29 @@ def pack_kv(key, vtype, v, sub=None):
     return out + b"".join(pack_val(sub, x) for x in v)
 
 
+def write_all(f, data):
+    view = memoryview(data)
+    while len(view):
+        view = view[f.write(view):]
+
+
+def copy_range(path, start, length, f):
+    """length bytes of path from start appended to f (an unbuffered file)."""
+    with open(path, "rb") as src:
+        done = 0
+        while done < length and hasattr(os, "copy_file_range"):
+            try:
+                n = os.copy_file_range(src.fileno(), f.fileno(), length - done, start + done)
+            except OSError:
+                break
+            if n <= 0:
+                break
+            done += n
+        if done < length:
+            src.seek(start + done)
+            write_all(f, src.read(length - done))
+
+
 def pad(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -260,7 +283,7 @@ def main():
         nbytes = length // ELEM[dt] * ELEM[out_dt] * len(keys)
         infos.append((name, keys, dt, out_dt, ([len(keys)] if len(keys) > 1 else []) + shape, offset, nbytes))
         offset += pad(nbytes)
-    with open(out_path, "wb") as f:
+    with open(out_path, "wb", buffering=0) as f:  # unbuffered: copy_file_range writes at the same offset
         head = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(order), len(kv)))
         for e in kv:
             head += pack_kv(*e)
@@ -269,10 +292,13 @@ def main():
             head += b"".join(struct.pack("<Q", d) for d in reversed(shape))
             head += struct.pack("<IQ", GGML[out_dt], off)
         head += b"\0" * (pad(len(head)) - len(head))
-        f.write(head)
+        write_all(f, head)
         for name, keys, dt, out_dt, shape, off, nbytes in infos:
             for key in keys:
                 _, kshape, path, start, length = ts[key]
+                if out_dt == dt and not (arch == "llama" and key.endswith(("q_proj.weight", "k_proj.weight"))):
+                    copy_range(path, start, length, f)  # as stored: the kernel copies it
+                    continue
                 with open(path, "rb") as src:
                     src.seek(start)
                     raw = src.read(length)
@@ -286,8 +312,8 @@ def main():
                         raw = struct.pack("<%dI" % n, *(v << 16 for v in struct.unpack("<%dH" % n, raw)))
                     else:
                         raw = struct.pack("<%df" % n, *struct.unpack("<%de" % n, raw))
-                f.write(raw)
-            f.write(b"\0" * (pad(nbytes) - nbytes))
+                write_all(f, raw)
+            write_all(f, b"\0" * (pad(nbytes) - nbytes))
 
 
 if __name__ == "__main__":

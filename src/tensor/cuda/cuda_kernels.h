@@ -51,6 +51,9 @@ const char *tcu_gemv_name(int gemv);
 
 /* The products of a layer, as bits of tcu_opts.early / .ring. */
 enum { TCU_PROD_O = 1, TCU_PROD_GU = 2, TCU_PROD_DOWN = 4, TCU_PROD_QKV = 8, TCU_PROD_LM = 16 };
+/* tcu_opts.moe bits (cuda_moe.h): the experts' down kernel for short rows
+ * requests its weights before the PDL wait / holds 4 rows a warp */
+enum { TCU_MOE_DOWN_EARLY = 1, TCU_MOE_DOWN_ROWS4 = 2 };
 
 /* The prefill attention kernel (tcu_opts.attn_tiled). */
 enum {
@@ -95,6 +98,7 @@ typedef struct tcu_opts {
      * tensor-core GEMV does (the same bits), so any threshold keeps batch
      * invariance. tc_gemm for bf16 weights, tc_gemm_q4 for 4-bit */
     int tc_gemm, tc_gemm_q4;
+    int moe; /* TCU_MOE_* bits (mixture-of-experts kernels, moe.cu) */
     /* -- read by the backend (src/model/backend_cuda.c) -- */
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)

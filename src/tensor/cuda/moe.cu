@@ -497,10 +497,39 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
     }
 }
 
-// Down of group blockIdx.y's expert over its picks into y[pick][row]; the
-// last block of a row tile to finish (cnt) sums each token's picks in
-// expert order, weighted, and adds the sum to x.
-template <int KIND, int CC>
+// The down kernels' end: the last block of a row tile (rows r0 .. r0 + RT
+// - 1) to arrive (cnt) sums each token's picks in expert order, weighted,
+// and adds the sum to x; it leaves the counter at zero.
+__device__ __forceinline__ void down_sum(const tcu_experts &ex, int32_t *cnt, int ng_all, const float *y,
+                                         const float *wt, float *x, int T, int r0, int RT)
+{
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&cnt[blockIdx.x], 1) == ng_all - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const int K = ex.n_used;
+    for (int i = threadIdx.x; i < T * RT; i += blockDim.x) {
+        const int t = i / RT, r = r0 + i % RT;
+        if (r >= ex.dim)
+            continue;
+        float o = 0.0f;
+        for (int k = 0; k < K; k++)
+            o += __ldcg(y + ((size_t)t * K + k) * ex.dim + r) * __ldcg(wt + (size_t)t * K + k);
+        x[(size_t)t * ex.dim + r] += o;
+    }
+    if (threadIdx.x == 0)
+        cnt[blockIdx.x] = 0;
+}
+
+// Down of group blockIdx.y's expert over its picks into y[pick][row], a
+// warp a row (rows of any width, in passes of CHN chunks), then down_sum.
+template <int KIND>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts ex, const int32_t *meta, int G,
                                                                      const float *h, float *y, const float *wt,
                                                                      int32_t *cnt, float *x, int T)
@@ -522,7 +551,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[1][NT];
-            warp_rows<KIND, 1, false, CC>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
+            warp_rows<KIND, 1>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -530,28 +559,113 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
                         y[(size_t)pk[q + j] * ex.dim + row] = res[0][j];
         }
     }
-    __shared__ int last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(&cnt[blockIdx.x], 1) == ng_all - 1;
-    }
-    __syncthreads();
-    if (!last)
+    down_sum(ex, cnt, ng_all, y, wt, x, T, blockIdx.x * TCU_MOE_ROWS, TCU_MOE_ROWS);
+}
+
+// Down for rows a lane holds whole in registers (ff <= 32 CC NV): a warp NR
+// rows of group blockIdx.y's expert, held across all its picks (the same
+// sums as moe_down_kernel: a lane's units in order, then the butterfly).
+// early: the rows are requested before the PDL wait - the routing kernel
+// ended before the gate/up kernel passed its own wait, and this grid starts
+// only once every gate/up block has, so the groups and the expert table
+// are final; h (gate/up's output) is read after the wait.
+template <int KIND, int CC, int NR>
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
+    moe_down_short_kernel(tcu_experts ex, const int32_t *meta, int G, const float *h, float *y, const float *wt,
+                          int32_t *cnt, float *x, int T, int early)
+{
+    using U = unit_t<KIND>;
+    constexpr int W = U::WORDS, NV = U::NV;
+    const int g = blockIdx.y, lane = threadIdx.x & 31, units = ex.ff / NV;
+    const int row0 = (blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5)) * NR;
+    uint32_t r[NR][CC][W];
+    float sc[NR][CC], bi[NR][CC];
+    int ng_all = 0, p0 = 0, p1 = 0;
+    const int32_t *pk = nullptr;
+    auto load = [&]() {
+        const meta_v mv{meta, G};
+        ng_all = mv.groups();
+        if (g >= ng_all)
+            return;
+        p0 = mv.start(g), p1 = mv.start(g + 1);
+        pk = mv.picks();
+        const void *const *tab = ex.tab + (size_t)mv.expert(g) * 6;
+        const size_t rb = row_bytes(KIND, ex.ff);
+#pragma unroll
+        for (int m = 0; m < NR; m++) {
+            const int row = row0 + m < ex.dim ? row0 + m : ex.dim - 1; /* past the end: a real row, unused */
+            const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)row * rb;
+            const float *sr = U::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+#pragma unroll
+            for (int c = 0; c < CC; c++) {
+                const int u = c * 32 + lane;
+                if (u < units) {
+                    unit_load<KIND>(wr, u, r[m][c]);
+                    if constexpr (U::Q) {
+                        const float2 p = __ldg((const float2 *)sr + (u * NV) / ex.group);
+                        sc[m][c] = p.x, bi[m][c] = p.y;
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < W; k++)
+                        r[m][c][k] = 0;
+                    sc[m][c] = bi[m][c] = 0.0f;
+                }
+            }
+        }
+    };
+    if (early)
+        load();
+    pdl_wait();
+    pdl_trigger();
+    if (!early)
+        load();
+    if (g >= ng_all)
         return;
-    __threadfence();
-    const int K = ex.n_used, r0 = blockIdx.x * TCU_MOE_ROWS;
-    for (int i = threadIdx.x; i < T * TCU_MOE_ROWS; i += blockDim.x) {
-        const int t = i / TCU_MOE_ROWS, r = r0 + i % TCU_MOE_ROWS;
-        if (r >= ex.dim)
-            continue;
-        float o = 0.0f;
-        for (int k = 0; k < K; k++)
-            o += __ldcg(y + ((size_t)t * K + k) * ex.dim + r) * __ldcg(wt + (size_t)t * K + k);
-        x[(size_t)t * ex.dim + r] += o;
+    for (int q = p0; q < p1; q += NT) {
+        const int n = p1 - q < NT ? p1 - q : NT;
+        float acc[NR][NT];
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                acc[m][j] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            if (j >= n)
+                break;
+            const float *xrow = h + (size_t)pk[q + j] * ex.ff;
+#pragma unroll
+            for (int c = 0; c < CC; c++) {
+                const int u = c * 32 + lane;
+                if (u >= units)
+                    break;
+                float xv[NV];
+#pragma unroll
+                for (int k = 0; k < NV; k += 4) {
+                    const float4 a = *(const float4 *)(xrow + u * NV + k);
+                    xv[k] = a.x, xv[k + 1] = a.y, xv[k + 2] = a.z, xv[k + 3] = a.w;
+                }
+                float sx = 0.0f;
+                if constexpr (KIND == Q4W)
+#pragma unroll
+                    for (int k = 0; k < NV; k++)
+                        sx += xv[k];
+#pragma unroll
+                for (int m = 0; m < NR; m++)
+                    acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j], sx);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const float v = warp_sum(acc[m][j]);
+                if (lane == 0 && j < n && row0 + m < ex.dim)
+                    y[(size_t)pk[q + j] * ex.dim + row0 + m] = v;
+            }
     }
-    if (threadIdx.x == 0)
-        cnt[blockIdx.x] = 0;
+    down_sum(ex, cnt, ng_all, y, wt, x, T, blockIdx.x * TCU_MOE_ROWS * NR, TCU_MOE_ROWS * NR);
 }
 
 template <int KIND>
@@ -563,7 +677,7 @@ int router_launch(const tcu_mat &r, int n_in, const float *xn, int T, float *rl,
 
 template <int KIND>
 int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
-                   cudaStream_t st)
+                   int flags, cudaStream_t st)
 {
     const int G = e.n_expert < T * e.n_used ? e.n_expert : T * e.n_used;
     const dim3 blk(TCU_MOE_ROWS * 32);
@@ -576,11 +690,19 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
     if (rc)
         return rc;
     PROF(TCU_PROF_MOE_DOWN, st);
-    /* short down rows (Qwen3-30B-A3B's 768: 3 bf16 units a lane) take fewer
-     * chunks in registers: more resident warps, more rows in flight */
+    /* short down rows (Qwen3-30B-A3B's 768: 3 bf16 units a lane) stay whole
+     * in registers (moe_down_short_kernel: TCU_MOE_DOWN_* of flags) */
     constexpr int SH = KIND == Q4W ? 1 : KIND == TCU_F32 ? 2 : 4;
-    const auto down = e.ff <= 32 * SH * unit_t<KIND>::NV ? moe_down_kernel<KIND, SH> : moe_down_kernel<KIND, 0>;
-    return launch_pdl(pdl, down, dim3((e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
+    const int early = (flags & TCU_MOE_DOWN_EARLY) != 0;
+    if (e.ff <= 32 * SH * unit_t<KIND>::NV && (flags & TCU_MOE_DOWN_ROWS4))
+        return launch_pdl(pdl, moe_down_short_kernel<KIND, SH, 4>,
+                          dim3((e.dim + 4 * TCU_MOE_ROWS - 1) / (4 * TCU_MOE_ROWS), G), blk, 0, st, e,
+                          (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T, early);
+    if (e.ff <= 32 * SH * unit_t<KIND>::NV)
+        return launch_pdl(pdl, moe_down_short_kernel<KIND, SH, 1>, dim3((e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G),
+                          blk, 0, st, e, (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt,
+                          s.cnt, x, T, early);
+    return launch_pdl(pdl, moe_down_kernel<KIND>, dim3((e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
                       (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T);
 }
 
@@ -626,16 +748,16 @@ int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, f
 }
 
 int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
-                cudaStream_t st)
+                int flags, cudaStream_t st)
 {
     switch (e.kind) {
-    case TCU_F32: return experts_launch<TCU_F32>(e, s, xn, x, T, pdl, st);
-    case TCU_BF16: return experts_launch<TCU_BF16>(e, s, xn, x, T, pdl, st);
-    case TCU_F16: return experts_launch<TCU_F16>(e, s, xn, x, T, pdl, st);
+    case TCU_F32: return experts_launch<TCU_F32>(e, s, xn, x, T, pdl, flags, st);
+    case TCU_BF16: return experts_launch<TCU_BF16>(e, s, xn, x, T, pdl, flags, st);
+    case TCU_F16: return experts_launch<TCU_F16>(e, s, xn, x, T, pdl, flags, st);
     case TCU_Q4:
-        return e.group % 32 || e.dim % 32 || e.ff % 32 ? experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, st)
-                                                       : experts_launch<Q4W>(e, s, xn, x, T, pdl, st);
-    case TCU_Q8: return experts_launch<TCU_Q8>(e, s, xn, x, T, pdl, st);
+        return e.group % 32 || e.dim % 32 || e.ff % 32 ? experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, flags, st)
+                                                       : experts_launch<Q4W>(e, s, xn, x, T, pdl, flags, st);
+    case TCU_Q8: return experts_launch<TCU_Q8>(e, s, xn, x, T, pdl, flags, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }
@@ -675,5 +797,5 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     }
     if (rc)
         return rc;
-    return experts_any(*e, *s, xn, x, T, op.pdl, st);
+    return experts_any(*e, *s, xn, x, T, op.pdl, op.moe, st);
 }

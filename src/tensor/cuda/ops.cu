@@ -42,6 +42,7 @@ extern "C" void tcu_opts_init(tcu_opts *o)
      * down's rows do not fit the ring); o, q/k/v and lm_head lost */
     o->ring = TCU_PROD_GU | TCU_PROD_DOWN;
     o->split_len1 = 16; /* one K/V load a warp, requested before the wait; 8 and 32 were slower */
+    o->moe = TCU_MOE_DOWN_EARLY; /* docs/cuda.md, "Mixtures of experts" */
 }
 
 static const tcu_opts opts_default = [] {
@@ -65,11 +66,12 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
              "products %s; gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
              "grouped by kv head %d, "
              "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); graphs %d; q/k/v fused %d; stage %d; "
-             "early products %d; ring products %d; one-token split %d; GEMM tile from %d tokens (4-bit %d)",
+             "early products %d; ring products %d; one-token split %d; GEMM tile from %d tokens (4-bit %d); moe %d",
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
              tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
-             o->exact ? 0 : o->tc_max_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1, o->tc_gemm, o->tc_gemm_q4);
+             o->exact ? 0 : o->tc_max_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1, o->tc_gemm,
+             o->tc_gemm_q4, o->moe);
 }
 
 // ---- per-launch profile ----
