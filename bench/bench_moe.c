@@ -248,8 +248,13 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
                    1e3 * pms[TCU_PROF_MOE_GU] / depth, 1e3 * pms[TCU_PROF_MOE_DOWN] / depth, bytes / 1e6, groups);
         /* the graph of depth layers, per tcu_opts.moe variant: its result
          * after one replay from x0 (against the first variant's), its time */
-        static const int variants[] = {0, TCU_MOE_DOWN_EARLY, TCU_MOE_DOWN_ROWS4, TCU_MOE_DOWN_EARLY | TCU_MOE_DOWN_ROWS4};
-        for (int vi = 0; vi < 4; vi++) {
+        static const int variants[] = {0,
+                                       TCU_MOE_DOWN_EARLY,
+                                       TCU_MOE_WAVES,
+                                       TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY,
+                                       TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4,
+                                       TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4 | TCU_MOE_DOWN_EARLY};
+        for (int vi = 0; vi < (int)(sizeof variants / sizeof *variants); vi++) {
             op.moe = variants[vi];
             KCU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             for (int l = 0; l < depth; l++)

@@ -241,12 +241,13 @@ static void check_moe(const char *args, int bits, int n_prompt, double tol, int 
         if (pa[i] != pb[i])
             fail_msg("%s bits %d: step %zu row %zu logit %zu batched %.9g, alone %.9g", args, bits, i / (3 * (size_t)V),
                      i / V % 3, i % V, pb[i], pa[i]);
-    /* the down kernel's other forms (tcu_opts.moe: weights requested after
-     * the wait, 4 rows a warp): the same bits */
-    static const char *const variants[] = {"0", "3"};
+    /* the expert kernels' other forms (tcu_opts.moe: down's weights
+     * requested after the wait, 4 down rows a warp, a block a row tile
+     * rather than about a wave of blocks): the same bits */
+    static const char *const variants[] = {"0", "3", "6"};
     float *pv = malloc((size_t)nd * 3 * V * sizeof(float));
     assert_non_null(pv);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         setenv("TERN_CUDA_GEMV", "staged,by-shape,by-shape", 1);
         setenv("TERN_CUDA_MOE", variants[i], 1);
         tern_model *mv = model_load_ex(mdir, &og, &err);

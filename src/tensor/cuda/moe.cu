@@ -458,7 +458,11 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
 }
 
 // Gate and up of group blockIdx.y's expert over its picks: h[pick][row] =
-// silu(gate) * up.
+// silu(gate) * up. A warp takes rows bx * ROWS + w, then a grid's width of
+// rows further on, and so on: the grid is about two waves' worth of blocks
+// (experts_launch), so each warp finds its expert's weights (group table,
+// expert table: dependent loads) once for several rows rather than each
+// block of many waves for one.
 template <int KIND>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts ex, const int32_t *meta, int G,
                                                                    const float *xn, float *h)
@@ -469,9 +473,6 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
     const int g = blockIdx.y;
     if (g >= mv.groups())
         return;
-    const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
-    if (row >= ex.ff)
-        return;
     const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
     const void *const *tab = ex.tab + (size_t)e * 6;
     if (ex.used && blockIdx.x == 0 && threadIdx.x == 0) { /* the step's pick of e, and where it is read from */
@@ -480,28 +481,33 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
         atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
     }
     const size_t rb = row_bytes(KIND, ex.dim);
-    const uint8_t *wr[2] = {(const uint8_t *)tab[0] + (size_t)row * rb, (const uint8_t *)tab[1] + (size_t)row * rb};
     const size_t ng = unit_t<KIND>::Q ? (size_t)ex.dim / ex.group : 0;
-    const float *sr[2] = {unit_t<KIND>::Q ? (const float *)tab[3] + (size_t)row * ng * 2 : nullptr,
-                          unit_t<KIND>::Q ? (const float *)tab[4] + (size_t)row * ng * 2 : nullptr};
+    const uint8_t *const g0 = (const uint8_t *)tab[0], *const u0 = (const uint8_t *)tab[1];
+    const float *const gs = (const float *)tab[3], *const us = (const float *)tab[4];
     const int32_t *pk = mv.picks();
-    for (int q = p0; q < p1; q += NT) {
-        const int n = p1 - q < NT ? p1 - q : NT;
-        float res[2][NT];
-        warp_rows<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
-        if ((threadIdx.x & 31) == 0)
+    for (int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5); row < ex.ff; row += gridDim.x * TCU_MOE_ROWS) {
+        const uint8_t *wr[2] = {g0 + (size_t)row * rb, u0 + (size_t)row * rb};
+        const float *sr[2] = {unit_t<KIND>::Q ? gs + (size_t)row * ng * 2 : nullptr,
+                              unit_t<KIND>::Q ? us + (size_t)row * ng * 2 : nullptr};
+        for (int q = p0; q < p1; q += NT) {
+            const int n = p1 - q < NT ? p1 - q : NT;
+            float res[2][NT];
+            warp_rows<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
+            if ((threadIdx.x & 31) == 0)
 #pragma unroll
-            for (int j = 0; j < NT; j++)
-                if (j < n)
-                    h[(size_t)pk[q + j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
+                for (int j = 0; j < NT; j++)
+                    if (j < n)
+                        h[(size_t)pk[q + j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
+        }
     }
 }
 
-// The down kernels' end: the last block of a row tile (rows r0 .. r0 + RT
-// - 1) to arrive (cnt) sums each token's picks in expert order, weighted,
+// The down kernels' end: the last of a column's blocks (blockIdx.x, one a
+// group) to arrive (cnt) sums, for the rows the column covers (bx RT + i +
+// k gridDim.x RT, i < RT), each token's picks in expert order, weighted,
 // and adds the sum to x; it leaves the counter at zero.
 __device__ __forceinline__ void down_sum(const tcu_experts &ex, int32_t *cnt, int ng_all, const float *y,
-                                         const float *wt, float *x, int T, int r0, int RT)
+                                         const float *wt, float *x, int T, int RT)
 {
     __shared__ int last;
     __syncthreads();
@@ -513,9 +519,10 @@ __device__ __forceinline__ void down_sum(const tcu_experts &ex, int32_t *cnt, in
     if (!last)
         return;
     __threadfence();
-    const int K = ex.n_used;
-    for (int i = threadIdx.x; i < T * RT; i += blockDim.x) {
-        const int t = i / RT, r = r0 + i % RT;
+    const int K = ex.n_used, r0 = blockIdx.x * RT, stride = gridDim.x * RT;
+    const int per = (ex.dim - r0 + stride - 1) / stride * RT; /* row slots of the column */
+    for (int i = threadIdx.x; i < T * per; i += blockDim.x) {
+        const int t = i / per, j = i % per, r = r0 + j % RT + j / RT * stride;
         if (r >= ex.dim)
             continue;
         float o = 0.0f;
@@ -528,7 +535,8 @@ __device__ __forceinline__ void down_sum(const tcu_experts &ex, int32_t *cnt, in
 }
 
 // Down of group blockIdx.y's expert over its picks into y[pick][row], a
-// warp a row (rows of any width, in passes of CHN chunks), then down_sum.
+// warp a row at a time (rows of any width, in passes of CHN chunks; the
+// rows strided as in moe_gu_kernel), then down_sum.
 template <int KIND>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts ex, const int32_t *meta, int G,
                                                                      const float *h, float *y, const float *wt,
@@ -540,14 +548,13 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
     const int g = blockIdx.y, ng_all = mv.groups();
     if (g >= ng_all)
         return;
-    const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
-    if (row < ex.dim) {
-        const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
-        const void *const *tab = ex.tab + (size_t)e * 6;
-        const size_t rb = row_bytes(KIND, ex.ff);
+    const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
+    const void *const *tab = ex.tab + (size_t)e * 6;
+    const size_t rb = row_bytes(KIND, ex.ff);
+    const int32_t *pk = mv.picks();
+    for (int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5); row < ex.dim; row += gridDim.x * TCU_MOE_ROWS) {
         const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)row * rb;
         const float *sr = unit_t<KIND>::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
-        const int32_t *pk = mv.picks();
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[1][NT];
@@ -559,30 +566,33 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
                         y[(size_t)pk[q + j] * ex.dim + row] = res[0][j];
         }
     }
-    down_sum(ex, cnt, ng_all, y, wt, x, T, blockIdx.x * TCU_MOE_ROWS, TCU_MOE_ROWS);
+    down_sum(ex, cnt, ng_all, y, wt, x, T, TCU_MOE_ROWS);
 }
 
 // Down for rows a lane holds whole in registers (ff <= 32 CC NV): a warp NR
-// rows of group blockIdx.y's expert, held across all its picks (the same
-// sums as moe_down_kernel: a lane's units in order, then the butterfly).
-// early: the rows are requested before the PDL wait - the routing kernel
-// ended before the gate/up kernel passed its own wait, and this grid starts
-// only once every gate/up block has, so the groups and the expert table
-// are final; h (gate/up's output) is read after the wait.
+// rows of group blockIdx.y's expert at a time (rows strided as in
+// moe_gu_kernel, NR consecutive), each held across all the expert's picks
+// (the same sums as moe_down_kernel: a lane's units in order, then the
+// butterfly). early: the warp's first rows are requested before the PDL
+// wait - the routing kernel ended before the gate/up kernel passed its own
+// wait, and this grid starts only once every gate/up block has, so the
+// groups and the expert table are final; h (gate/up's output) is read
+// after the wait.
 template <int KIND, int CC, int NR>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     moe_down_short_kernel(tcu_experts ex, const int32_t *meta, int G, const float *h, float *y, const float *wt,
                           int32_t *cnt, float *x, int T, int early)
 {
     using U = unit_t<KIND>;
-    constexpr int W = U::WORDS, NV = U::NV;
-    const int g = blockIdx.y, lane = threadIdx.x & 31, units = ex.ff / NV;
-    const int row0 = (blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5)) * NR;
+    constexpr int W = U::WORDS, NV = U::NV, RT = TCU_MOE_ROWS * NR;
+    const int g = blockIdx.y, lane = threadIdx.x & 31, units = ex.ff / NV, stride = gridDim.x * RT;
     uint32_t r[NR][CC][W];
     float sc[NR][CC], bi[NR][CC];
     int ng_all = 0, p0 = 0, p1 = 0;
     const int32_t *pk = nullptr;
-    auto load = [&]() {
+    const uint8_t *dw = nullptr;
+    const float *ds = nullptr;
+    auto find = [&]() {
         const meta_v mv{meta, G};
         ng_all = mv.groups();
         if (g >= ng_all)
@@ -590,12 +600,16 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
         p0 = mv.start(g), p1 = mv.start(g + 1);
         pk = mv.picks();
         const void *const *tab = ex.tab + (size_t)mv.expert(g) * 6;
+        dw = (const uint8_t *)tab[2];
+        ds = (const float *)tab[5];
+    };
+    auto load = [&](int row0) {
         const size_t rb = row_bytes(KIND, ex.ff);
 #pragma unroll
         for (int m = 0; m < NR; m++) {
             const int row = row0 + m < ex.dim ? row0 + m : ex.dim - 1; /* past the end: a real row, unused */
-            const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)row * rb;
-            const float *sr = U::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+            const uint8_t *wr = dw + (size_t)row * rb;
+            const float *sr = U::Q ? ds + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
 #pragma unroll
             for (int c = 0; c < CC; c++) {
                 const int u = c * 32 + lane;
@@ -614,58 +628,66 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
             }
         }
     };
-    if (early)
-        load();
+    const int first = blockIdx.x * RT + (threadIdx.x >> 5) * NR;
+    if (early) {
+        find();
+        if (g < ng_all && first < ex.dim)
+            load(first);
+    }
     pdl_wait();
     pdl_trigger();
     if (!early)
-        load();
+        find();
     if (g >= ng_all)
         return;
-    for (int q = p0; q < p1; q += NT) {
-        const int n = p1 - q < NT ? p1 - q : NT;
-        float acc[NR][NT];
+    for (int row0 = first; row0 < ex.dim; row0 += stride) {
+        if (!early || row0 != first)
+            load(row0);
+        for (int q = p0; q < p1; q += NT) {
+            const int n = p1 - q < NT ? p1 - q : NT;
+            float acc[NR][NT];
 #pragma unroll
-        for (int m = 0; m < NR; m++)
+            for (int m = 0; m < NR; m++)
 #pragma unroll
-            for (int j = 0; j < NT; j++)
-                acc[m][j] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            if (j >= n)
-                break;
-            const float *xrow = h + (size_t)pk[q + j] * ex.ff;
-#pragma unroll
-            for (int c = 0; c < CC; c++) {
-                const int u = c * 32 + lane;
-                if (u >= units)
-                    break;
-                float xv[NV];
-#pragma unroll
-                for (int k = 0; k < NV; k += 4) {
-                    const float4 a = *(const float4 *)(xrow + u * NV + k);
-                    xv[k] = a.x, xv[k + 1] = a.y, xv[k + 2] = a.z, xv[k + 3] = a.w;
-                }
-                float sx = 0.0f;
-                if constexpr (KIND == Q4W)
-#pragma unroll
-                    for (int k = 0; k < NV; k++)
-                        sx += xv[k];
-#pragma unroll
-                for (int m = 0; m < NR; m++)
-                    acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j], sx);
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < NR; m++)
+                for (int j = 0; j < NT; j++)
+                    acc[m][j] = 0.0f;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
-                const float v = warp_sum(acc[m][j]);
-                if (lane == 0 && j < n && row0 + m < ex.dim)
-                    y[(size_t)pk[q + j] * ex.dim + row0 + m] = v;
+                if (j >= n)
+                    break;
+                const float *xrow = h + (size_t)pk[q + j] * ex.ff;
+#pragma unroll
+                for (int c = 0; c < CC; c++) {
+                    const int u = c * 32 + lane;
+                    if (u >= units)
+                        break;
+                    float xv[NV];
+#pragma unroll
+                    for (int k = 0; k < NV; k += 4) {
+                        const float4 a = *(const float4 *)(xrow + u * NV + k);
+                        xv[k] = a.x, xv[k + 1] = a.y, xv[k + 2] = a.z, xv[k + 3] = a.w;
+                    }
+                    float sx = 0.0f;
+                    if constexpr (KIND == Q4W)
+#pragma unroll
+                        for (int k = 0; k < NV; k++)
+                            sx += xv[k];
+#pragma unroll
+                    for (int m = 0; m < NR; m++)
+                        acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j], sx);
+                }
             }
+#pragma unroll
+            for (int m = 0; m < NR; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const float v = warp_sum(acc[m][j]);
+                    if (lane == 0 && j < n && row0 + m < ex.dim)
+                        y[(size_t)pk[q + j] * ex.dim + row0 + m] = v;
+                }
+        }
     }
-    down_sum(ex, cnt, ng_all, y, wt, x, T, blockIdx.x * TCU_MOE_ROWS * NR, TCU_MOE_ROWS * NR);
+    down_sum(ex, cnt, ng_all, y, wt, x, T, RT);
 }
 
 template <int KIND>
@@ -673,6 +695,46 @@ int router_launch(const tcu_mat &r, int n_in, const float *xn, int T, float *rl,
 {
     return launch_pdl(pdl, moe_router_kernel<KIND>, dim3((r.n_out + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS),
                       dim3(TCU_MOE_ROWS * 32), 0, st, (const uint8_t *)r.w, r.sb, r.n_out, n_in, r.group, xn, T, rl);
+}
+
+// Blocks per SM of a kernel of TCU_MOE_ROWS warps (cached per kernel)
+// times the SMs: one wave.
+template <typename F> int wave_blocks(F kernel)
+{
+    static struct {
+        const void *k;
+        int n;
+    } cache[64];
+    static int sms;
+    if (!sms) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) || sms < 1)
+            sms = 132;
+    }
+    int i = 0;
+    for (; i < 64 && cache[i].k; i++)
+        if (cache[i].k == (const void *)kernel)
+            return cache[i].n;
+    int per = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, TCU_MOE_ROWS * 32, 0) || per < 1)
+        per = 1;
+    cudaGetLastError();
+    if (i < 64) {
+        cache[i].n = per * sms;
+        cache[i].k = (const void *)kernel;
+    }
+    return per * sms;
+}
+
+// A grid's columns (row tiles a group) for `full` tiles: all of them, or
+// (TCU_MOE_WAVES) enough for about one wave of G groups' blocks - each
+// warp then strides over several rows.
+template <typename F> int grid_cols(F kernel, int full, int G, int flags)
+{
+    if (!(flags & TCU_MOE_WAVES))
+        return full;
+    const int c = (wave_blocks(kernel) + G - 1) / G;
+    return c < 1 ? 1 : c < full ? c : full;
 }
 
 template <int KIND>
@@ -684,8 +746,8 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
     int rc;
     {
         PROF(TCU_PROF_MOE_GU, st);
-        rc = launch_pdl(pdl, moe_gu_kernel<KIND>, dim3((e.ff + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
-                        (const int32_t *)s.meta, G, xn, s.h);
+        const int cols = grid_cols(moe_gu_kernel<KIND>, (e.ff + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G, flags);
+        rc = launch_pdl(pdl, moe_gu_kernel<KIND>, dim3(cols, G), blk, 0, st, e, (const int32_t *)s.meta, G, xn, s.h);
     }
     if (rc)
         return rc;
@@ -694,16 +756,20 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
      * in registers (moe_down_short_kernel: TCU_MOE_DOWN_* of flags) */
     constexpr int SH = KIND == Q4W ? 1 : KIND == TCU_F32 ? 2 : 4;
     const int early = (flags & TCU_MOE_DOWN_EARLY) != 0;
-    if (e.ff <= 32 * SH * unit_t<KIND>::NV && (flags & TCU_MOE_DOWN_ROWS4))
-        return launch_pdl(pdl, moe_down_short_kernel<KIND, SH, 4>,
-                          dim3((e.dim + 4 * TCU_MOE_ROWS - 1) / (4 * TCU_MOE_ROWS), G), blk, 0, st, e,
+    const int tiles = (e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
+    if (e.ff <= 32 * SH * unit_t<KIND>::NV && (flags & TCU_MOE_DOWN_ROWS4)) {
+        const auto k = moe_down_short_kernel<KIND, SH, 4>;
+        return launch_pdl(pdl, k, dim3(grid_cols(k, (tiles + 3) / 4, G, flags), G), blk, 0, st, e,
                           (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T, early);
-    if (e.ff <= 32 * SH * unit_t<KIND>::NV)
-        return launch_pdl(pdl, moe_down_short_kernel<KIND, SH, 1>, dim3((e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G),
-                          blk, 0, st, e, (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt,
-                          s.cnt, x, T, early);
-    return launch_pdl(pdl, moe_down_kernel<KIND>, dim3((e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G), blk, 0, st, e,
-                      (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T);
+    }
+    if (e.ff <= 32 * SH * unit_t<KIND>::NV) {
+        const auto k = moe_down_short_kernel<KIND, SH, 1>;
+        return launch_pdl(pdl, k, dim3(grid_cols(k, tiles, G, flags), G), blk, 0, st, e, (const int32_t *)s.meta, G,
+                          (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T, early);
+    }
+    const auto k = moe_down_kernel<KIND>;
+    return launch_pdl(pdl, k, dim3(grid_cols(k, tiles, G, flags), G), blk, 0, st, e, (const int32_t *)s.meta, G,
+                      (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T);
 }
 
 int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, cudaStream_t st)
