@@ -220,19 +220,20 @@ constexpr int MAXV = TCU_MOE_MAX_EXPERTS / 32;
 
 // Routing and grouping by one block of up to 32 warps (see cuda_moe.h); sh:
 // 2 E ints of shared memory. rl is read through L2 (other blocks of the
-// caller's grid may have written it).
+// caller's grid may have written it). MV: router logits a lane (E <= 32
+// MV). A token's k-th pick stays in lane k, which finds its place among
+// the picks by id (a rank over the warp) - no serial sort.
+template <int MV>
 __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk, int G, float *wt, int32_t *sel,
                             int32_t *meta, int *sh)
 {
-    __shared__ int ssel[32][TCU_MOE_MAX_USED];
-    __shared__ float swt[32][TCU_MOE_MAX_USED];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int t = w; t < T; t += nw) {
         const float *p = rl + (size_t)t * E;
-        float v[MAXV];
+        float v[MV];
         float mx = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < MAXV; j++) {
+        for (int j = 0; j < MV; j++) {
             const int e = lane + 32 * j;
             v[j] = e < E ? __ldcg(p + e) : -INFINITY;
             mx = fmaxf(mx, v[j]);
@@ -242,22 +243,23 @@ __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk,
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         float s = 0.0f;
 #pragma unroll
-        for (int j = 0; j < MAXV; j++)
+        for (int j = 0; j < MV; j++)
             if (lane + 32 * j < E) {
                 v[j] = expf(v[j] - mx);
                 s += v[j];
             }
         s = warp_sum(s);
 #pragma unroll
-        for (int j = 0; j < MAXV; j++)
+        for (int j = 0; j < MV; j++)
             v[j] = lane + 32 * j < E ? v[j] / s : -1.0f;
         unsigned taken = 0;
-        float tsum = 0.0f;
+        float tsum = 0.0f, my_w = 0.0f;
+        int my_id = 0x7fffffff;
         for (int k = 0; k < K; k++) {
             float bv = -2.0f;
             int bi = 0x7fffffff;
 #pragma unroll
-            for (int j = 0; j < MAXV; j++)
+            for (int j = 0; j < MV; j++)
                 if (!((taken >> j) & 1u) && v[j] > bv) {
                     bv = v[j];
                     bi = lane + 32 * j;
@@ -273,32 +275,21 @@ __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk,
             }
             if ((bi & 31) == lane)
                 taken |= 1u << (bi >> 5);
-            if (lane == 0) {
-                ssel[w][k] = bi;
-                swt[w][k] = bv;
+            if (lane == k) {
+                my_id = bi;
+                my_w = bv;
             }
             tsum += bv;
         }
-        __syncwarp();
-        if (lane == 0) {
-            int *ps = ssel[w];
-            float *pw = swt[w];
-            if (norm_topk)
-                for (int k = 0; k < K; k++)
-                    pw[k] /= tsum;
-            for (int k = 1; k < K; k++) // by expert id
-                for (int j = k; j > 0 && ps[j - 1] > ps[j]; j--) {
-                    const int ts = ps[j];
-                    const float tw = pw[j];
-                    ps[j] = ps[j - 1], pw[j] = pw[j - 1];
-                    ps[j - 1] = ts, pw[j - 1] = tw;
-                }
-            for (int k = 0; k < K; k++) {
-                sel[(size_t)t * K + k] = ps[k];
-                wt[(size_t)t * K + k] = pw[k];
-            }
+        if (norm_topk)
+            my_w /= tsum;
+        int rank = 0; /* by expert id */
+        for (int j = 0; j < K; j++)
+            rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
+        if (lane < K) {
+            sel[(size_t)t * K + rank] = my_id;
+            wt[(size_t)t * K + rank] = my_w;
         }
-        __syncwarp();
     }
     int *cnt = sh, *num = sh + E;
     for (int e = threadIdx.x; e < E; e += blockDim.x)
@@ -360,7 +351,10 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const float *rl, int T,
     pdl_wait();
     pdl_trigger();
     extern __shared__ int sh[];
-    route_block(rl, T, E, K, norm_topk, G, wt, sel, meta, sh);
+    if (E <= 128)
+        route_block<4>(rl, T, E, K, norm_topk, G, wt, sel, meta, sh);
+    else
+        route_block<MAXV>(rl, T, E, K, norm_topk, G, wt, sel, meta, sh);
 }
 
 constexpr int FUSE_T = 64; // steps up to this many tokens take moe_gate_kernel
@@ -452,7 +446,10 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     if (!last)
         return;
     __threadfence();
-    route_block(rl, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
+    if (n_out <= 128)
+        route_block<4>(rl, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
+    else
+        route_block<MAXV>(rl, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
     if (threadIdx.x == 0)
         *cnt = 0;
 }
