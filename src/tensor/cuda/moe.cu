@@ -16,10 +16,13 @@ namespace {
 
 constexpr int NT = 8; // tokens a pass (accumulators in registers)
 constexpr int CH = 8; // 32-unit chunks of a row in registers at once
-// 4-bit weights read 16 bytes (32 codes) a lane and unit, dotted as the
-// dense GEMV does (chunk_dot_v: exact code floats by byte_perm, no
-// int-to-float conversion): when the group and both widths are multiples
-// of 32; TCU_Q4 (4 bytes a unit) otherwise.
+// 4-bit weights with tcu_opts.moe TCU_MOE_Q4_WIDE: 16 bytes (32 codes) a
+// lane and unit, dotted as the dense GEMV does (chunk_dot_v: exact code
+// floats by byte_perm, no int-to-float conversion), when the group and
+// both widths are multiples of 32; else TCU_Q4 (4 bytes a unit). Not the
+// default: with it as the default the whole 30B-A3B-shaped 4-bit model
+// measured b1 1082 tok/s and b32 3288 on the H200, against 1191 and 5311
+// before (the 4-byte units).
 constexpr int Q4W = 101;
 
 template <int KIND> struct unit_t {
@@ -725,13 +728,17 @@ template <typename F> int wave_blocks(F kernel)
 
 // A grid's columns (row tiles a group) for `full` tiles: all of them, or
 // (TCU_MOE_WAVES) enough for about one wave of G groups' blocks - each
-// warp then strides over several rows.
+// warp then strides over several rows - when that still gives every group
+// 8 columns or more (a step of few tokens: H200, 30B-A3B shape, one token
+// 47.6 us a layer against 55.3 with every tile a block; at 32 tokens, 112
+// experts, the wave of long blocks measured 880 us against 771: the full
+// grid there).
 template <typename F> int grid_cols(F kernel, int full, int G, int flags)
 {
     if (!(flags & TCU_MOE_WAVES))
         return full;
     const int c = (wave_blocks(kernel) + G - 1) / G;
-    return c < 1 ? 1 : c < full ? c : full;
+    return c < 8 ? full : c < full ? c : full;
 }
 
 template <int KIND>
@@ -769,15 +776,16 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
                       (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T);
 }
 
-int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, cudaStream_t st)
+int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, int flags, cudaStream_t st)
 {
     switch (r.kind) {
     case TCU_F32: return router_launch<TCU_F32>(r, n_in, xn, T, rl, pdl, st);
     case TCU_BF16: return router_launch<TCU_BF16>(r, n_in, xn, T, rl, pdl, st);
     case TCU_F16: return router_launch<TCU_F16>(r, n_in, xn, T, rl, pdl, st);
     case TCU_Q4:
-        return r.group % 32 || n_in % 32 ? router_launch<TCU_Q4>(r, n_in, xn, T, rl, pdl, st)
-                                         : router_launch<Q4W>(r, n_in, xn, T, rl, pdl, st);
+        return !(flags & TCU_MOE_Q4_WIDE) || r.group % 32 || n_in % 32
+                   ? router_launch<TCU_Q4>(r, n_in, xn, T, rl, pdl, st)
+                   : router_launch<Q4W>(r, n_in, xn, T, rl, pdl, st);
     case TCU_Q8: return router_launch<TCU_Q8>(r, n_in, xn, T, rl, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
@@ -796,15 +804,16 @@ int gate_launch(const tcu_experts &e, const float *x, const float *ng, float eps
 }
 
 int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, float *xn, int T, int G,
-             const tcu_moe_scratch &s, bool pdl, cudaStream_t st)
+             const tcu_moe_scratch &s, bool pdl, int flags, cudaStream_t st)
 {
     switch (e.router.kind) {
     case TCU_F32: return gate_launch<TCU_F32>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_BF16: return gate_launch<TCU_BF16>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_F16: return gate_launch<TCU_F16>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_Q4:
-        return e.router.group % 32 || e.dim % 32 ? gate_launch<TCU_Q4>(e, x, ng, eps, xn, T, G, s, pdl, st)
-                                                 : gate_launch<Q4W>(e, x, ng, eps, xn, T, G, s, pdl, st);
+        return !(flags & TCU_MOE_Q4_WIDE) || e.router.group % 32 || e.dim % 32
+                   ? gate_launch<TCU_Q4>(e, x, ng, eps, xn, T, G, s, pdl, st)
+                   : gate_launch<Q4W>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_Q8: return gate_launch<TCU_Q8>(e, x, ng, eps, xn, T, G, s, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
@@ -818,8 +827,9 @@ int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn,
     case TCU_BF16: return experts_launch<TCU_BF16>(e, s, xn, x, T, pdl, flags, st);
     case TCU_F16: return experts_launch<TCU_F16>(e, s, xn, x, T, pdl, flags, st);
     case TCU_Q4:
-        return e.group % 32 || e.dim % 32 || e.ff % 32 ? experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, flags, st)
-                                                       : experts_launch<Q4W>(e, s, xn, x, T, pdl, flags, st);
+        return !(flags & TCU_MOE_Q4_WIDE) || e.group % 32 || e.dim % 32 || e.ff % 32
+                   ? experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, flags, st)
+                   : experts_launch<Q4W>(e, s, xn, x, T, pdl, flags, st);
     case TCU_Q8: return experts_launch<TCU_Q8>(e, s, xn, x, T, pdl, flags, st);
     default: return (int)cudaErrorInvalidValue;
     }
@@ -848,11 +858,11 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     {
         PROF(TCU_PROF_MOE_GATE, st);
         if (T <= FUSE_T) {
-            rc = gate_any(*e, x, norm_g, norm_eps, xn, T, G, *s, op.pdl, st);
+            rc = gate_any(*e, x, norm_g, norm_eps, xn, T, G, *s, op.pdl, op.moe, st);
         } else {
             rc = launch_pdl(op.pdl, moe_norm_kernel, dim3((T + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS),
                             dim3(TCU_MOE_ROWS * 32), 0, st, (const float *)x, norm_g, norm_eps, xn, T, e->dim);
-            if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, st)))
+            if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, op.moe, st)))
                 return rc;
             rc = launch_pdl(op.pdl, moe_route_kernel, dim3(1), dim3(1024), (size_t)2 * e->n_expert * sizeof(int), st,
                             (const float *)s->rl, T, e->n_expert, e->n_used, e->norm_topk, G, s->wt, s->sel, s->meta);
