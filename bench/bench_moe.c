@@ -243,7 +243,8 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
             KCU((cudaError_t)tcu_moe(&ex[l % KB_LAYERS], &s, x, ng, 1e-6f, xn, T, &op, st));
         const int prc = tcu_prof_stop(pms, pn);
         if (!prc)
-            printf("  %-4s T=%-3d eager, timed: gate %.2f, gate/up %.2f, down %.2f us a layer (%.1f MB, %.1f experts)\n",
+            printf("  %-4s T=%-3d eager, timed: gate %.2f, gate/up %.2f, down %.2f us a layer (%.1f MB, %.1f "
+                   "experts)\n",
                    kind == TCU_Q4 ? "q4" : "bf16", T, 1e3 * pms[TCU_PROF_MOE_GATE] / depth,
                    1e3 * pms[TCU_PROF_MOE_GU] / depth, 1e3 * pms[TCU_PROF_MOE_DOWN] / depth, bytes / 1e6, groups);
         /* the graph of depth layers, per tcu_opts.moe variant: its result
@@ -277,7 +278,8 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
             float ms = 0;
             KCU(cudaEventElapsedTime(&ms, e0, e1));
             const double us = 1e3 * ms / reps / depth;
-            printf("  %-4s T=%-3d moe %d: %7.2f us a layer (%d-layer graph), %.0f GB/s = %.0f%% of the copy bandwidth%s\n",
+            printf("  %-4s T=%-3d moe %d: %7.2f us a layer (%d-layer graph), %.0f GB/s = %.0f%% of the copy "
+                   "bandwidth%s\n",
                    kind == TCU_Q4 ? "q4" : "bf16", T, variants[vi], us, depth, bytes / us / 1e3,
                    100 * bytes / (us * 1e-6) / bw, same ? "" : "; RESULT DIFFERS from moe 0");
             fflush(stdout);

@@ -554,7 +554,8 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
     const int32_t *pk = mv.picks();
     for (int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5); row < ex.dim; row += gridDim.x * TCU_MOE_ROWS) {
         const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)row * rb;
-        const float *sr = unit_t<KIND>::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+        const float *sr =
+            unit_t<KIND>::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[1][NT];

@@ -70,8 +70,8 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
              tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
-             o->exact ? 0 : o->tc_max_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1, o->tc_gemm,
-             o->tc_gemm_q4, o->moe);
+             o->exact ? 0 : o->tc_max_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
+             o->tc_gemm, o->tc_gemm_q4, o->moe);
 }
 
 // ---- per-launch profile ----
