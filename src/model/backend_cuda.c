@@ -1461,8 +1461,8 @@ model_backend *model_backend_cuda_new_opts(tern_model *m, int device, const tcu_
     be->base.forward = cu_forward;
     be->base.mem_reserve = cu_mem_reserve;
     be->base.kv_bind = cu_kv_bind;
-    be->base.kv_types = cu_kvm_types(); /* f32, bf16, f16, q8, q4, r4 (docs/kv-cache.md) */
-    be->base.kv_default = KV_F32;
+    be->base.kv_types = cu_kvm_types(); /* every type (docs/kv-cache.md) */
+    be->base.kv_default = KV_BF16; /* half the bytes, at least f32's decode speed (docs/kv-cache.md) */
     be->base.forward_start = cu_forward_start;
     be->base.argmax_finish = cu_argmax_finish;
     be->base.logits_finish = cu_logits_finish;

@@ -176,7 +176,95 @@ static void enc_affine(const float *x, int g, int levels, uint8_t *dst, int nibb
     }
 }
 
-/* Symmetric: x = s * (c - half), c in 0..2*half. */
+/* The 4-bit codes of a group against scale s and minimum m (as stored),
+ * and their squared error sum((x - (s c + m))^2), summed in element order. */
+static float aff4_codes(const float *x, int g, float s, float m, uint8_t *q)
+{
+    float inv = s > 0 ? 1.0f / s : 0.0f, err = 0.0f;
+    for (int e = 0; e < g; e++) {
+        float f = rintf((x[e] - m) * inv);
+        int c = f < 0 ? 0 : f > 15.0f ? 15 : (int)f;
+        q[e] = (uint8_t)c;
+        float d = x[e] - (s * (float)c + m);
+        err += d * d;
+    }
+    return err;
+}
+
+/* q4: the min/max grid, then least-squares refits while they lower the
+ * group's squared error: given the codes, the scale and minimum that fit
+ * x best (s = (g Σcx - Σc Σx) / (g Σc² - (Σc)²), rounded to f16, then
+ * m = (Σx - s Σc) / g, rounded), and the codes again. The integer sums are
+ * exact; every float operation is one rounding in a fixed order, so the
+ * CUDA writer (kv_typed.cuh) computes the same bytes. */
+#define AFF4_REFITS 4
+
+static void enc_affine4(const float *x, int g, uint8_t *dst)
+{
+    float mn = x[0], mx = x[0];
+    for (int e = 1; e < g; e++) {
+        mn = x[e] < mn ? x[e] : mn;
+        mx = x[e] > mx ? x[e] : mx;
+    }
+    uint8_t q[64], qt[64], hs[2], hm[2], ts[2], tm[2]; /* g <= 64 (kv_type_group) */
+    f2h(hm, mn);
+    float m = h2f(hm);
+    f2h(hs, (mx - m) / 15.0f);
+    float s = h2f(hs);
+    float best = aff4_codes(x, g, s, m, q);
+    for (int it = 0; it < AFF4_REFITS && best > 0.0f; it++) {
+        int sc = 0, scc = 0;
+        float sx = 0.0f, scx = 0.0f;
+        for (int e = 0; e < g; e++) {
+            sc += q[e];
+            scc += q[e] * q[e];
+            sx += x[e];
+            scx += (float)q[e] * x[e];
+        }
+        int det = g * scc - sc * sc;
+        if (det <= 0)
+            break;
+        f2h(ts, ((float)g * scx - (float)sc * sx) / (float)det);
+        float s2 = h2f(ts);
+        if (!(s2 > 0.0f))
+            break;
+        f2h(tm, (sx - s2 * (float)sc) / (float)g);
+        float m2 = h2f(tm), err = aff4_codes(x, g, s2, m2, qt);
+        if (!(err < best))
+            break;
+        best = err;
+        memcpy(q, qt, (size_t)g);
+        memcpy(hs, ts, 2);
+        memcpy(hm, tm, 2);
+    }
+    memcpy(dst, hs, 2);
+    memcpy(dst + 2, hm, 2);
+    uint8_t *c = dst + 4;
+    for (int j = 0; j < g / 2; j++)
+        c[j] = (uint8_t)(q[j] | q[j + g / 2] << 4);
+}
+
+/* The symmetric codes (0..top, x = s * (c - half)) of a group against
+ * scale s and their squared error, summed in element order. */
+static float sym_codes(const float *x, int g, float s, int top, uint8_t *q)
+{
+    float half = (float)top / 2.0f, inv = s > 0 ? 1.0f / s : 0.0f, err = 0.0f;
+    for (int e = 0; e < g; e++) {
+        float f = rintf(x[e] * inv + half);
+        int c = f < 0 ? 0 : f > (float)top ? top : (int)f;
+        q[e] = (uint8_t)c;
+        float d = x[e] - s * ((float)c - half);
+        err += d * d;
+    }
+    return err;
+}
+
+/* Symmetric: x = s * (c - half), c in 0..2*half: the grid of max|x|, then
+ * least-squares refits of the scale (s = Σ x u / Σ u², u = c - half,
+ * rounded to f16) while they lower the squared error - enc_affine4's
+ * rule, mirrored by the CUDA writer. */
+#define SYM_REFITS 4
+
 static void enc_sym(const float *x, int g, int bits, uint8_t *dst)
 {
     float amax = 0.0f;
@@ -184,23 +272,40 @@ static void enc_sym(const float *x, int g, int bits, uint8_t *dst)
         amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
     int top = (1 << bits) - 1;
     float half = (float)top / 2.0f;
-    f2h(dst, amax / half);
-    float s = h2f(dst);
-    float inv = s > 0 ? 1.0f / s : 0.0f;
+    uint8_t q[64], qt[64], hs[2], ts[2]; /* g <= 32 (kv_type_group) */
+    f2h(hs, amax / half);
+    float best = sym_codes(x, g, h2f(hs), top, q);
+    for (int it = 0; it < SYM_REFITS && best > 0.0f; it++) {
+        float sxu = 0.0f, suu = 0.0f;
+        for (int e = 0; e < g; e++) {
+            float u = (float)q[e] - half;
+            sxu += x[e] * u;
+            suu += u * u;
+        }
+        f2h(ts, sxu / suu); /* suu >= g / 4 > 0: u is never 0 */
+        float s2 = h2f(ts);
+        if (!(s2 > 0.0f))
+            break;
+        float err = sym_codes(x, g, s2, top, qt);
+        if (!(err < best))
+            break;
+        best = err;
+        memcpy(q, qt, (size_t)g);
+        memcpy(hs, ts, 2);
+    }
+    memcpy(dst, hs, 2);
     uint8_t *c = dst + 2;
     memset(c, 0, kv_group_bytes(bits == 4 ? KV_R4 : KV_R3, g) - 2);
     for (int e = 0; e < g; e++) {
-        float f = rintf(x[e] * inv + half);
-        int q = f < 0 ? 0 : f > (float)top ? top : (int)f;
         if (bits == 4) {
             if (e < g / 2)
-                c[e] |= (uint8_t)q;
+                c[e] |= q[e];
             else
-                c[e - g / 2] |= (uint8_t)(q << 4);
+                c[e - g / 2] |= (uint8_t)(q[e] << 4);
         } else {
             int q4 = g / 4, q8 = g / 8;
-            c[e % q4] |= (uint8_t)((q & 3) << (2 * (e / q4)));
-            c[g / 4 + e % q8] |= (uint8_t)(((q >> 2) & 1) << (e / q8));
+            c[e % q4] |= (uint8_t)((q[e] & 3) << (2 * (e / q4)));
+            c[g / 4 + e % q8] |= (uint8_t)(((q[e] >> 2) & 1) << (e / q8));
         }
     }
 }
@@ -227,7 +332,7 @@ void kv_head_encode(kv_type t, int hd, const float *x, uint8_t *dst)
         if (t == KV_Q8)
             enc_affine(x + o, g, 255, dst, 0);
         else if (t == KV_Q4)
-            enc_affine(x + o, g, 15, dst, 1);
+            enc_affine4(x + o, g, dst);
         else
             enc_sym(x + o, g, t == KV_R4 ? 4 : 3, dst);
     }

@@ -12,7 +12,7 @@
 // Bytes of one group of G elements of a quantized type.
 __device__ __forceinline__ int kvt_group_bytes(int t, int G)
 {
-    return t == TCU_KV_Q8 ? 4 + G : t == TCU_KV_Q4 ? 4 + G / 2 : 2 + G / 2;
+    return t == TCU_KV_Q8 ? 4 + G : t == TCU_KV_Q4 ? 4 + G / 2 : t == TCU_KV_R3 ? 2 + G / 4 + G / 8 : 2 + G / 2;
 }
 
 // Byte offset (in lk / lv) of kv head kvh of position pos of a sequence
@@ -32,6 +32,15 @@ __device__ __forceinline__ size_t kvt_off(const tcu_kv &kv, const int32_t *blk, 
 // An f16 stored at p (2-byte aligned).
 __device__ __forceinline__ float kvt_h(const uint8_t *p) { return f16f(*reinterpret_cast<const uint16_t *>(p)); }
 
+// Code j of an r3 group whose codes start at c (kv_codec.c's layout: the
+// 2-bit low parts, byte j % (G/4) bits 2 (j / (G/4)); the high bits, byte
+// G/4 + j % (G/8) bit j / (G/8)).
+__device__ __forceinline__ int kvt_r3_code(const uint8_t *c, int G, int j)
+{
+    const int q4 = G / 4, q8 = G / 8;
+    return ((c[j % q4] >> (2 * (j / q4))) & 3) | (((c[q4 + j % q8] >> (j / q8)) & 1) << 2);
+}
+
 // Element e of a head stored at h (type t, group G): x = scale * c + min
 // for the quantized types, as kv_head_decode.
 __device__ __forceinline__ float kvt_elem(const uint8_t *h, int t, int G, int e)
@@ -43,6 +52,11 @@ __device__ __forceinline__ float kvt_elem(const uint8_t *h, int t, int G, int e)
     case TCU_KV_Q8: {
         const uint8_t *g = h + (size_t)(e / G) * (4 + G);
         return kvt_h(g) * (float)g[4 + e % G] + kvt_h(g + 2);
+    }
+    case TCU_KV_R3: {
+        const uint8_t *g = h + (size_t)(e / G) * kvt_group_bytes(t, G);
+        const float a = kvt_h(g);
+        return a * (float)kvt_r3_code(g + 2, G, e % G) + -3.5f * a;
     }
     default: { /* q4, r4: nibbles */
         const int r4 = t == TCU_KV_R4, cb = r4 ? 2 : 4;
@@ -129,6 +143,15 @@ __device__ __forceinline__ void kvt_load(const uint8_t *h, int t, int G, int e0,
         }
     }
     if constexpr (32 % D == 0) {
+        if (t == TCU_KV_R3) { /* the group's scale once; codes from their two planes */
+            const int j0 = e0 % G;
+            const uint8_t *g = h + (size_t)(e0 / G) * kvt_group_bytes(t, G);
+            const float a = kvt_h(g), b = -3.5f * a;
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                x[d] = a * (float)kvt_r3_code(g + 2, G, j0 + d) + b;
+            return;
+        }
         if (t == TCU_KV_Q8 || t == TCU_KV_Q4 || t == TCU_KV_R4) {
             const int j0 = e0 % G;
             const uint8_t *g = h + (size_t)(e0 / G) * kvt_group_bytes(t, G);
@@ -209,22 +232,135 @@ __device__ __forceinline__ void kvt_enc_group(int t, const float *x, int G, uint
     }
 }
 
-// One symmetric 4-bit group (r4): x = s * (c - 7.5), s = max|x| / 7.5.
-__device__ __forceinline__ void kvt_enc_sym4(const float *x, int G, uint8_t *dst)
+// q4's codes of a group against (s, m) and their squared error, as
+// kv_codec.c's aff4_codes (the same roundings, no fused multiply-adds).
+__device__ __forceinline__ float kvt_aff4_codes(const float *x, int G, float s, float m, uint8_t *q)
 {
+    const float inv = s > 0 ? __fdiv_rn(1.0f, s) : 0.0f;
+    float err = 0.0f;
+    for (int e = 0; e < G; e++) {
+        const float f = rintf(__fmul_rn(__fsub_rn(x[e], m), inv));
+        const int c = f < 0 ? 0 : f > 15.0f ? 15 : (int)f;
+        q[e] = (uint8_t)c;
+        const float d = __fsub_rn(x[e], __fadd_rn(__fmul_rn(s, (float)c), m));
+        err = __fadd_rn(err, __fmul_rn(d, d));
+    }
+    return err;
+}
+
+// One q4 group (G <= 64), by one thread: kv_codec.c's enc_affine4 - the
+// min/max grid, then least-squares refits of scale and minimum while they
+// lower the squared error.
+#define KVT_AFF4_REFITS 4
+__device__ __forceinline__ void kvt_enc_aff4(const float *x, int G, uint8_t *dst)
+{
+    float mn = x[0], mx = x[0];
+    for (int e = 1; e < G; e++) {
+        mn = x[e] < mn ? x[e] : mn;
+        mx = x[e] > mx ? x[e] : mx;
+    }
+    uint8_t q[64], qt[64];
+    uint16_t hm = kvt_f2h(mn);
+    const float m0 = f16f(hm);
+    uint16_t hs = kvt_f2h(__fdiv_rn(__fsub_rn(mx, m0), 15.0f));
+    float best = kvt_aff4_codes(x, G, f16f(hs), m0, q);
+    for (int it = 0; it < KVT_AFF4_REFITS && best > 0.0f; it++) {
+        int sc = 0, scc = 0;
+        float sx = 0.0f, scx = 0.0f;
+        for (int e = 0; e < G; e++) {
+            sc += q[e];
+            scc += q[e] * q[e];
+            sx = __fadd_rn(sx, x[e]);
+            scx = __fadd_rn(scx, __fmul_rn((float)q[e], x[e]));
+        }
+        const int det = G * scc - sc * sc;
+        if (det <= 0)
+            break;
+        const uint16_t ts =
+            kvt_f2h(__fdiv_rn(__fsub_rn(__fmul_rn((float)G, scx), __fmul_rn((float)sc, sx)), (float)det));
+        const float s2 = f16f(ts);
+        if (!(s2 > 0.0f))
+            break;
+        const uint16_t tm = kvt_f2h(__fdiv_rn(__fsub_rn(sx, __fmul_rn(s2, (float)sc)), (float)G));
+        const float err = kvt_aff4_codes(x, G, s2, f16f(tm), qt);
+        if (!(err < best))
+            break;
+        best = err;
+        for (int e = 0; e < G; e++)
+            q[e] = qt[e];
+        hs = ts;
+        hm = tm;
+    }
+    kvt_put16(dst, hs);
+    kvt_put16(dst + 2, hm);
+    for (int j = 0; j < G / 2; j++)
+        dst[4 + j] = (uint8_t)(q[j] | q[j + G / 2] << 4);
+}
+
+// The symmetric codes (0..top, x = s * (c - half)) of a group against s
+// and their squared error, as kv_codec.c's sym_codes.
+__device__ __forceinline__ float kvt_sym_codes(const float *x, int G, float s, int top, uint8_t *q)
+{
+    const float half = __fdiv_rn((float)top, 2.0f), inv = s > 0 ? __fdiv_rn(1.0f, s) : 0.0f;
+    float err = 0.0f;
+    for (int e = 0; e < G; e++) {
+        const float f = rintf(__fadd_rn(__fmul_rn(x[e], inv), half));
+        const int c = f < 0 ? 0 : f > (float)top ? top : (int)f;
+        q[e] = (uint8_t)c;
+        const float d = __fsub_rn(x[e], __fmul_rn(s, __fsub_rn((float)c, half)));
+        err = __fadd_rn(err, __fmul_rn(d, d));
+    }
+    return err;
+}
+
+// One symmetric group (r4: 4 bits, r3: 3 bits; G <= 32), by one thread:
+// kv_codec.c's enc_sym - the grid of max |x|, then least-squares refits of
+// the scale while they lower the squared error - and its code layout.
+#define KVT_SYM_REFITS 4
+__device__ __forceinline__ void kvt_enc_sym(const float *x, int G, int bits, uint8_t *dst)
+{
+    const int top = (1 << bits) - 1;
+    const float half = __fdiv_rn((float)top, 2.0f);
     float amax = 0.0f;
     for (int e = 0; e < G; e++)
         amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
-    const uint16_t hs = kvt_f2h(__fdiv_rn(amax, 7.5f));
-    const float s = f16f(hs);
-    const float inv = s > 0 ? __fdiv_rn(1.0f, s) : 0.0f;
+    uint8_t q[32], qt[32];
+    uint16_t hs = kvt_f2h(__fdiv_rn(amax, half));
+    float best = kvt_sym_codes(x, G, f16f(hs), top, q);
+    for (int it = 0; it < KVT_SYM_REFITS && best > 0.0f; it++) {
+        float sxu = 0.0f, suu = 0.0f;
+        for (int e = 0; e < G; e++) {
+            const float u = __fsub_rn((float)q[e], half);
+            sxu = __fadd_rn(sxu, __fmul_rn(x[e], u));
+            suu = __fadd_rn(suu, __fmul_rn(u, u));
+        }
+        const uint16_t ts = kvt_f2h(__fdiv_rn(sxu, suu));
+        const float s2 = f16f(ts);
+        if (!(s2 > 0.0f))
+            break;
+        const float err = kvt_sym_codes(x, G, s2, top, qt);
+        if (!(err < best))
+            break;
+        best = err;
+        for (int e = 0; e < G; e++)
+            q[e] = qt[e];
+        hs = ts;
+    }
     kvt_put16(dst, hs);
     uint8_t *c = dst + 2;
-    for (int j = 0; j < G / 2; j++) {
-        const float f0 = rintf(__fadd_rn(__fmul_rn(x[j], inv), 7.5f));
-        const float f1 = rintf(__fadd_rn(__fmul_rn(x[j + G / 2], inv), 7.5f));
-        const int q0 = f0 < 0 ? 0 : f0 > 15.0f ? 15 : (int)f0, q1 = f1 < 0 ? 0 : f1 > 15.0f ? 15 : (int)f1;
-        c[j] = (uint8_t)(q0 | (q1 << 4));
+    if (bits == 4) {
+        for (int j = 0; j < G / 2; j++)
+            c[j] = (uint8_t)(q[j] | q[j + G / 2] << 4);
+        return;
+    }
+    const int q4 = G / 4, q8 = G / 8;
+    for (int j = 0; j < q4; j++) /* low parts: codes j, j + q4, j + 2 q4, j + 3 q4 */
+        c[j] = (uint8_t)((q[j] & 3) | (q[j + q4] & 3) << 2 | (q[j + 2 * q4] & 3) << 4 | (q[j + 3 * q4] & 3) << 6);
+    for (int j = 0; j < q8; j++) { /* high bits: codes j + i q8, i = 0..7 */
+        uint32_t b = 0;
+        for (int i = 0; i < 8; i++)
+            b |= (uint32_t)(q[j + i * q8] >> 2 & 1) << i;
+        c[q4 + j] = (uint8_t)b;
     }
 }
 
@@ -298,7 +434,15 @@ __device__ __forceinline__ void kvt_encode(int t, int G, int hd, const float *x,
         return;
     case TCU_KV_R4:
         for (int gi = tid; gi < hd / G; gi += nthr)
-            kvt_enc_sym4(x + gi * G, G, dst + (size_t)gi * kvt_group_bytes(t, G));
+            kvt_enc_sym(x + gi * G, G, 4, dst + (size_t)gi * kvt_group_bytes(t, G));
+        return;
+    case TCU_KV_R3:
+        for (int gi = tid; gi < hd / G; gi += nthr)
+            kvt_enc_sym(x + gi * G, G, 3, dst + (size_t)gi * kvt_group_bytes(t, G));
+        return;
+    case TCU_KV_Q4:
+        for (int gi = tid; gi < hd / G; gi += nthr)
+            kvt_enc_aff4(x + gi * G, G, dst + (size_t)gi * kvt_group_bytes(t, G));
         return;
     default:
         for (int gi = tid; gi < hd / G; gi += nthr)
