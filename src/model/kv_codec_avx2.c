@@ -1,8 +1,9 @@
 /* AVX2 + FMA + F16C versions of the fused KV reads (kv_head_dot,
  * kv_head_axpy in kv_codec.c, the reference they are tested against):
- * bf16, f16, q8, q4 and r4 eight elements at a time; the dequantization is
- * one FMA per eight codes (x = a * c + b). Anything else (r3, f32, a head
- * or group not a multiple of 8) goes to the scalar code. Compiled with
+ * bf16, f16, q8, q4, r4 and r3 (groups of 32) eight elements at a time;
+ * the dequantization is one FMA per eight codes (x = a * c + b). Anything
+ * else (f32, a head or group not a multiple of 8, r3's short groups) goes
+ * to the scalar code. Compiled with
  * -mavx2 -mfma -mf16c (CMake, by the file name); called only when the CPU
  * has them (kv_reader_best). */
 #include <immintrin.h>
@@ -45,6 +46,20 @@ static inline void load_nib(const uint8_t *p, __m256 *lo, __m256 *hi)
     *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
 }
 
+/* Codes 8k .. 8k+7 of an r3 group of 32 (kv_codec.c's planes: low bits of
+ * code e in byte e % 8 at bits 2 (e / 8); the high bit in byte 8 + e % 4 at
+ * bit e / 4), as floats. */
+static inline __m256 load_r3(const uint8_t *c, int k)
+{
+    __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c));
+    lo = _mm256_and_si256(_mm256_srli_epi32(lo, 2 * k), _mm256_set1_epi32(3));
+    uint32_t hb;
+    memcpy(&hb, c + 8, 4);
+    const __m256i sh = _mm256_add_epi32(_mm256_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25), _mm256_set1_epi32(2 * k));
+    __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)hb), sh), _mm256_set1_epi32(1));
+    return _mm256_cvtepi32_ps(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 2)));
+}
+
 static inline float f16at(const uint8_t *p)
 {
     uint16_t h;
@@ -61,6 +76,7 @@ static int fast_ok(kv_type t, int hd)
     case KV_Q8: return hd % 8 == 0 && g % 8 == 0;
     case KV_Q4:
     case KV_R4: return g % 16 == 0;
+    case KV_R3: return g == 32;
     default: return 0;
     }
 }
@@ -79,11 +95,14 @@ static float dot_avx2(kv_type t, int hd, const float *q, const uint8_t *src)
     int g = kv_type_group(t, hd);
     size_t gb = kv_group_bytes(t, g);
     for (int o = 0; o < hd; o += g, src += gb) {
-        float a = f16at(src), b = t == KV_R4 ? -7.5f * a : f16at(src + 2);
-        const uint8_t *c = src + (t == KV_R4 ? 2 : 4);
+        float a = f16at(src), b = t == KV_R4 ? -7.5f * a : t == KV_R3 ? -3.5f * a : f16at(src + 2);
+        const uint8_t *c = src + (t == KV_R4 || t == KV_R3 ? 2 : 4);
         __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
         const float *qq = q + o;
-        if (t == KV_Q8) {
+        if (t == KV_R3) {
+            for (int k = 0; k < 4; k++)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qq + 8 * k), _mm256_fmadd_ps(load_r3(c, k), va, vb), acc);
+        } else if (t == KV_Q8) {
             for (int e = 0; e < g; e += 8)
                 acc = _mm256_fmadd_ps(_mm256_loadu_ps(qq + e), _mm256_fmadd_ps(load_u8(c + e), va, vb), acc);
         } else {
@@ -115,11 +134,15 @@ static void axpy_avx2(kv_type t, int hd, float w, const uint8_t *src, float *out
     int g = kv_type_group(t, hd);
     size_t gb = kv_group_bytes(t, g);
     for (int o = 0; o < hd; o += g, src += gb) {
-        float a = f16at(src), b = t == KV_R4 ? -7.5f * a : f16at(src + 2);
-        const uint8_t *c = src + (t == KV_R4 ? 2 : 4);
+        float a = f16at(src), b = t == KV_R4 ? -7.5f * a : t == KV_R3 ? -3.5f * a : f16at(src + 2);
+        const uint8_t *c = src + (t == KV_R4 || t == KV_R3 ? 2 : 4);
         __m256 va = _mm256_set1_ps(w * a), vb = _mm256_set1_ps(w * b);
         float *y = out + o;
-        if (t == KV_Q8) {
+        if (t == KV_R3) {
+            for (int k = 0; k < 4; k++)
+                _mm256_storeu_ps(y + 8 * k,
+                                 _mm256_add_ps(_mm256_loadu_ps(y + 8 * k), _mm256_fmadd_ps(load_r3(c, k), va, vb)));
+        } else if (t == KV_Q8) {
             for (int e = 0; e < g; e += 8)
                 _mm256_storeu_ps(y + e, _mm256_add_ps(_mm256_loadu_ps(y + e), _mm256_fmadd_ps(load_u8(c + e), va, vb)));
         } else {
