@@ -6,6 +6,7 @@
 
 #include "base/strbuf.h"
 #include "grammar/grammar_int.h"
+#include "grammar/unique_int.h"
 
 static _Thread_local const int *g_cancel;
 static _Thread_local double g_deadline_ms;
@@ -413,18 +414,33 @@ static int check(const grammar *g, const char *text, size_t len, int prefix)
     gstk_pool p;
     gstk_set a = {0}, b = {0};
     int rc;
-    if (gstk_pool_init(&p))
+    int urc = 0;
+    guq *u = guq_new(g, &urc); /* uniqueItems: duplicates are refused at the byte completing them */
+    if (urc)
+        return urc;
+    if (gstk_pool_init(&p)) {
+        guq_free(u);
         return TERN_ENOMEM;
+    }
     gstk_start(g, &p, &a);
     size_t i = 0;
+    int uok = 1;
     for (; i < len && a.n && !a.oom; i++) {
+        int opens = u && text[i] == '[' && guq_opens(u, &p, &a);
         gstk_step(g, &p, &a, (uint8_t)text[i], &b);
         gstk_set t = a;
         a = b;
         b = t;
+        if (u && (a.n || a.can_end) && (uok = guq_byte(u, (uint8_t)text[i], opens)) != 1) {
+            i++;
+            break;
+        }
     }
-    if (a.oom)
+    guq_free(u);
+    if (a.oom || uok < 0)
         rc = TERN_ENOMEM;
+    else if (!uok)
+        rc = 0;
     else if (i < len)
         rc = 0;
     else if (prefix)

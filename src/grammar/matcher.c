@@ -9,11 +9,13 @@
 
 #include "grammar/bitset.h"
 #include "grammar/compiled_int.h"
+#include "grammar/unique_int.h"
 
 typedef struct mstep {
     size_t ids_off;     /* into hist */
     int32_t n;
     int32_t pool_end;   /* pool size once this step was made */
+    int32_t uq;         /* uniqueItems tracker checkpoint (unique_int.h) */
     uint8_t can_end, terminated;
 } mstep;
 
@@ -27,6 +29,7 @@ struct grammar_matcher {
     gstk_set a, b;      /* byte-step ping-pong */
     int64_t *grp;       /* (state << 32 | id) of the current set, sorted */
     int32_t cap_grp;
+    guq *uq;            /* uniqueItems tracker; NULL when the grammar has none */
 };
 
 static int push_step(grammar_matcher *m, const gstk_set *s, int terminated)
@@ -59,6 +62,9 @@ static int push_step(grammar_matcher *m, const gstk_set *s, int terminated)
     st->pool_end = m->pool.n;
     st->can_end = s->can_end;
     st->terminated = (uint8_t)terminated;
+    st->uq = -1;
+    if (m->uq && (st->uq = guq_save(m->uq, m->n_steps + 1)) < 0)
+        return TERN_ENOMEM;
     m->n_steps++;
     return 0;
 }
@@ -68,6 +74,8 @@ static int start(grammar_matcher *m)
     gstk_truncate(&m->pool, 0);
     m->n_hist = 0;
     m->n_steps = -1;
+    if (m->uq)
+        guq_reset(m->uq);
     gstk_start(m->cg->g, &m->pool, &m->a);
     if (m->a.oom)
         return TERN_ENOMEM;
@@ -87,7 +95,9 @@ grammar_matcher *grammar_matcher_new(grammar_compiled *cg, tern_err *err)
         return NULL;
     }
     m->cg = cg;
-    if (start(m)) {
+    int urc = 0;
+    m->uq = guq_new(cg->g, &urc);
+    if (urc || start(m)) {
         grammar_matcher_free(m);
         tern_err_set(err, TERN_ENOMEM, "matcher: out of memory");
         return NULL;
@@ -100,6 +110,7 @@ void grammar_matcher_free(grammar_matcher *m)
     if (!m)
         return;
     gstk_pool_free(&m->pool);
+    guq_free(m->uq);
     free(m->hist);
     free(m->steps);
     gstk_set_free(&m->a);
@@ -133,12 +144,18 @@ static int run_bytes(grammar_matcher *m, const uint8_t *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (!m->a.n)
             return 0;
+        int opens = m->uq && s[i] == '[' && guq_opens(m->uq, &m->pool, &m->a);
         gstk_step(m->cg->g, &m->pool, &m->a, s[i], &m->b);
         gstk_set t = m->a;
         m->a = m->b;
         m->b = t;
         if (m->a.oom)
             return TERN_ENOMEM;
+        if (m->uq && (m->a.n || m->a.can_end)) {
+            int r = guq_byte(m->uq, s[i], opens);
+            if (r != 1)
+                return r;
+        }
     }
     return m->a.n > 0 || m->a.can_end;
 }
@@ -153,8 +170,11 @@ int grammar_matcher_accept_string(grammar_matcher *m, const char *s, size_t len)
     int rc = run_bytes(m, (const uint8_t *)s, len);
     if (rc == 1)
         rc = push_step(m, &m->a, 0) ? TERN_ENOMEM : 1;
-    if (rc != 1)
+    if (rc != 1) {
         gstk_truncate(&m->pool, mark);
+        if (m->uq)
+            guq_load(m->uq, cur_step(m)->uq);
+    }
     return rc;
 }
 
@@ -183,8 +203,12 @@ int grammar_matcher_restart(grammar_matcher *m)
         return TERN_EINVAL;
     int32_t mark = m->pool.n;
     gstk_start(m->cg->g, &m->pool, &m->a);
+    if (m->uq)
+        guq_restart(m->uq);
     if (m->a.oom || push_step(m, &m->a, 0)) {
         gstk_truncate(&m->pool, mark);
+        if (m->uq)
+            guq_load(m->uq, cur_step(m)->uq);
         return TERN_ENOMEM;
     }
     return 0;
@@ -200,6 +224,8 @@ int grammar_matcher_rollback(grammar_matcher *m, int n)
     const mstep *st = cur_step(m);
     m->n_hist = st->ids_off + (size_t)st->n;
     gstk_truncate(&m->pool, st->pool_end);
+    if (m->uq)
+        guq_load(m->uq, st->uq);
     return 0;
 }
 
@@ -231,6 +257,46 @@ static inline void or_entry(uint32_t *mask, const gctx_entry *e, size_t nw)
         for (int32_t k = 0; k < e->n_acc; k++)
             mask[e->acc_ids[k] / 32] |= 1u << (e->acc_ids[k] % 32);
     }
+}
+
+/* uniqueItems: the allowed tokens that can complete an item are run
+ * through the tracker (unique_int.h) and dropped when they complete a
+ * duplicate; an undecided one is tried for real. The new count. */
+static int unique_filter(grammar_matcher *m, uint32_t *mask)
+{
+    const grammar_vocab *v = m->cg->v;
+    size_t nw = v->n_words;
+    int crc;
+    const uint32_t *cand = guq_candidates(m->uq, v, &crc);
+    if (!cand)
+        return crc ? crc : (int)gbits_count(mask, nw);
+    const mstep *st = cur_step(m);
+    gstk_set cur = {.ids = m->hist ? m->hist + st->ids_off : NULL, .n = st->n};
+    int first_opens = guq_opens(m->uq, &m->pool, &cur);
+    for (size_t w = 0; w < nw; w++) {
+        uint32_t bits = mask[w] & cand[w];
+        while (bits) {
+            int b = __builtin_ctz(bits);
+            bits &= bits - 1;
+            int32_t id = (int32_t)(w * 32 + (size_t)b);
+            if (id >= v->n_tokens || v->special[id] || !v->tok_len[id])
+                continue;
+            const char *t = v->blob + v->tok_off[id];
+            size_t len = v->tok_len[id];
+            int r = guq_try(m->uq, (const uint8_t *)t, len, first_opens);
+            if (r == 2) {
+                int a = grammar_matcher_accept_string(m, t, len);
+                if (a < 0)
+                    return a;
+                if (a == 1)
+                    grammar_matcher_rollback(m, 1);
+                r = a != 1;
+            }
+            if (r)
+                mask[w] &= ~(1u << b);
+        }
+    }
+    return (int)gbits_count(mask, nw);
 }
 
 int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, size_t n_words)
@@ -295,6 +361,8 @@ int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, 
     rc = (int)gbits_count(mask, nw);
 out:
     gstk_truncate(&m->pool, mark);
+    if (rc > 0 && m->uq)
+        rc = unique_filter(m, mask);
     return rc;
 }
 

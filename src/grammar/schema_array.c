@@ -1,12 +1,15 @@
 /* JSON Schema arrays -> EBNF: minItems / maxItems, prefixItems and items
  * (draft 7: items arrays and additionalItems; unevaluatedItems of the
- * schema holding the combinators), uniqueItems (trivially true, or over
- * finite item domains), contains with minContains / maxContains. One function per keyword
- * group; sc_array_gen combines them. */
+ * schema holding the combinators), uniqueItems (trivially true, over
+ * finite item domains in the grammar, else a rule named for the
+ * matcher's run-time check: unique_int.h), contains with minContains /
+ * maxContains. One function per keyword group; sc_array_gen combines
+ * them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/unique_int.h"
 #include "schema_int.h"
 
 /* What an array schema says, read once. */
@@ -145,8 +148,8 @@ static int unique_domain(sc *c, json_object *x, json_object *u, unsigned *bits)
 
 /* uniqueItems with every item from a finite domain: a rule per set of
  * values used so far (its size is the position), each offering the
- * values not used yet that the position admits. 0, 1 (no array), or the
- * error. */
+ * values not used yet that the position admits. 0, 1 (no array), 2 (the
+ * domain is not finite: the run-time check), or the error. */
 static int array_unique_emit(sc *c, const arr_spec *a, const char *path, gfe_buf *out)
 {
     json_object *u = sc_own(c, json_object_new_array());
@@ -164,7 +167,7 @@ static int array_unique_emit(sc *c, const arr_spec *a, const char *path, gfe_buf
     if (fin && rest_any && (!a->rest || unique_domain(c, a->rest, u, &rest_dom)))
         fin = 0;
     if (!fin || a->contains)
-        return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword 'uniqueItems' unsupported (items not from a finite domain of up to %d values)", SC_UNIQUE_MAX);
+        return 2; /* the run-time check (sc_array_gen) */
     size_t n = json_object_array_length(u);
     unsigned full = (1u << n) - 1;
     /* live[m]: from the set m an array can end (m's size >= minItems) */
@@ -413,6 +416,8 @@ static int array_prefix_emit(sc *c, const arr_spec *a, const char *rest_name, in
     return n_alt ? 0 : 1;
 }
 
+static int array_plain_emit(sc *c, arr_spec *a_, const char *path, gfe_buf *out);
+
 int sc_array_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *out)
 {
     (void)mask;
@@ -421,8 +426,35 @@ int sc_array_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *out
     if ((rc = array_counts_read(c, s, path, &a)) || (rc = array_items_read(c, s, path, &a)) ||
         (rc = array_unique_check(c, s, path, &a)) || (rc = array_contains_read(c, s, path, &a)))
         return rc;
-    if (a.unique)
-        return array_unique_emit(c, &a, path, out);
+    if (a.unique && (rc = array_unique_emit(c, &a, path, out)) != 2)
+        return rc;
+    if (a.unique) {
+        /* uniqueItems over an unbounded domain: the array as without it, in
+         * a rule the matcher recognizes by name; it compares the items'
+         * values as they complete (unique_int.h) */
+        gfe_buf b;
+        gfe_buf_init(&b, 0);
+        a.unique = 0;
+        rc = array_plain_emit(c, &a, path, &b);
+        if (!rc && !b.err) {
+            char name[GFE_NAME_MAX];
+            snprintf(name, sizeof name, GUQ_RULE_PREFIX "%u", c->r.next++);
+            gfe_rule_define(&c->r, name, b.s);
+            gfe_buf_puts(out, name);
+        }
+        int err = b.err;
+        gfe_buf_free(&b);
+        if (err)
+            return sc_fail(c, err, path, "grammar too large");
+        return rc;
+    }
+    return array_plain_emit(c, &a, path, out);
+}
+
+/* The array without uniqueItems: items, prefixItems, contains. */
+static int array_plain_emit(sc *c, arr_spec *a_, const char *path, gfe_buf *out)
+{
+    arr_spec a = *a_;
     char sub[256];
     char rest_name[GFE_NAME_MAX];
     int rest_never = 0;

@@ -105,6 +105,11 @@ struct grammar_vocab {
     gvoc_class *classes[GVOC_MAX_CLASSES];
     int n_classes;
     size_t class_bytes;
+
+    /* uniqueItems (unique.c): [3][n_words] bitsets of the tokens holding
+     * '[', '"', a separator; built on first use, published by an atomic
+     * compare-and-swap, immutable after */
+    uint32_t *uq_cand;
 };
 
 /* The strict UTF-8 lead bytes 0xC2..0xF4 as bits b - 0xC0. */

@@ -185,6 +185,18 @@ CASES.push({ name: 'uniqueItems over boolean prefixItems',
              schema: { prefixItems: [{ type: 'boolean' }, { type: 'boolean' }], uniqueItems: true, items: false },
              instances: ['[]', '[true]', '[false, true]', '[true, true]', '[false, false]', '[true, false, true]'], floor: 3 });
 
+// uniqueItems over unbounded domains: checked by the matcher at run time
+CASES.push({ name: 'uniqueItems over any value',
+             schema: { type: 'array', uniqueItems: true },
+             instances: ['[]', '["a", "b"]', '["a", "a"]', '["\\u0061", "a"]', '[1, 1.0]', '[1, 10e-1]', '[0, -0]',
+                         '[1, "1"]', '[{"a": 1, "b": 2}, {"b": 2, "a": 1}]', '[{"a": 1}, {"a": 2}]', '[[1, 2], [2, 1]]',
+                         '[[1, 2], [1, 2.0]]', '[true, false, null]', '[null, null]', '[[], {}]', '[{}, {}]'], floor: 7 });
+CASES.push({ name: 'uniqueItems over strings in objects',
+             schema: { type: 'object', properties: { tags: { type: 'array', uniqueItems: true, minItems: 1,
+                                                             items: { type: 'string', minLength: 1 } } } },
+             instances: ['{"tags": ["x"]}', '{"tags": ["x", "y", "x"]}', '{"tags": ["xy", "x", "y"]}', '{"tags": []}'],
+             floor: 2 });
+
 let bad = 0, checked = 0;
 for (const c of CASES) {
   const file = path.join(tmp, 'schema.json');

@@ -18,6 +18,7 @@
 #include "base/rng.h"
 #include "grammar/compiled_int.h"
 #include "grammar/grammar.h"
+#include "grammar/schema.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -571,13 +572,233 @@ static void test_loop_classes(void **state)
     tokenizer_free(tok);
 }
 
+/* uniqueItems at run time (unique_int.h): arrays made by a rule named
+ * __unique_items_* refuse an item equal (JSON Schema equality) to an
+ * earlier one of the same array; the plain array does not. Member values
+ * and items of any array are unique arrays, the top-level array is not. */
+static const char UNIQ_EBNF[] =
+    "root ::= array\n"
+    "value ::= object | __unique_items_0 | string | number | \"true\" | \"false\" | \"null\"\n"
+    "object ::= \"{\" ws ( member ( ws \",\" ws member )* )? ws \"}\"\n"
+    "member ::= string ws \":\" ws value\n"
+    "array ::= \"[\" ws ( value ( ws \",\" ws value )* )? ws \"]\"\n"
+    "__unique_items_0 ::= \"[\" ws ( value ( ws \",\" ws value )* )? ws \"]\"\n"
+    "string ::= \"\\\"\" char* \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
+    "ws ::= [ \\t\\n\\r]*\n";
+
+static const struct {
+    const char *doc;
+    int ok;
+} UNIQ_DOCS[] = {
+    {"[[1, 2], [1, 2]]", 1},               /* the top-level array is plain */
+    {"[[1, 1]]", 0},
+    {"[[1, 12, 2]]", 1},
+    {"[[1e1, 10]]", 0},                    /* numbers by value */
+    {"[[0.5, 5e-1]]", 0},
+    {"[[0, -0.0]]", 0},
+    {"[[100, 1e2, 3]]", 0},
+    {"[[1.5, 15]]", 1},
+    {"[[\"\\u00e9\", \"\xc3\xa9\"]]", 0}, /* strings decoded */
+    {"[[\"a\\\"\", \"a\\\"\"]]", 0},
+    {"[[\"a\\\\\", \"a\"]]", 1},
+    {"[[\"\\ud83d\\ude00\", \"\xf0\x9f\x98\x80\"]]", 0},
+    {"[[true, false, null]]", 1},
+    {"[[null, null]]", 0},
+    {"[[{\"a\": 1, \"b\": 2}, {\"b\": 2, \"a\": 1.0}]]", 0}, /* members in any order */
+    {"[[{\"a\": 1, \"b\": 2}, {\"b\": 2, \"a\": 3}]]", 1},
+    {"[[{}, []]]", 1},
+    {"[[{}, {}]]", 0},
+    {"[[[1, 2], [2, 1]]]", 1},
+    {"[[[1, 2], [1, 2.0]]]", 0},
+    {"[[[1, 1]]]", 0},                     /* nested unique arrays */
+    {"[{\"k\": [\"a\", \"b\"]}, {\"k\": [\"b\", \"a\"]}]", 1},
+    {"[{\"k\": [\"a\", \"a\"]}]", 0},
+    {"[[\"a\", [\"a\"], {\"a\": \"a\"}]]", 1},
+    {"[[{\"x\": [1, 2]}, {\"x\": [1, 2]}]]", 0},
+    {"[[{\"x\": [1, 2]}, {\"x\": [2, 1]}]]", 1},
+};
+
+static void test_unique_items(void **state)
+{
+    (void)state;
+    grammar_vocab *v = synth_vocab();
+    tern_err e = {0};
+    grammar_compiled *cg = grammar_compile_ebnf(UNIQ_EBNF, strlen(UNIQ_EBNF), v, NULL, &e);
+    if (!cg)
+        fail_msg("%s", e.msg);
+    const grammar *g = grammar_compiled_grammar(cg);
+    grammar_matcher *m = grammar_matcher_new(cg, &e);
+    assert_non_null(m);
+    for (size_t d = 0; d < sizeof UNIQ_DOCS / sizeof UNIQ_DOCS[0]; d++) {
+        const char *doc = UNIQ_DOCS[d].doc;
+        size_t n = strlen(doc);
+        if (grammar_check_text(g, doc, n) != UNIQ_DOCS[d].ok)
+            fail_msg("check_text '%s': want %d", doc, UNIQ_DOCS[d].ok);
+        /* byte by byte through the matcher: the first refused byte is the
+         * one that completes the duplicate (the check_prefix reference
+         * agrees at every byte); rollback past it and on again */
+        grammar_matcher_reset(m);
+        size_t i = 0;
+        for (; i < n; i++) {
+            int a = grammar_matcher_accept_string(m, doc + i, 1);
+            assert_int_equal(a, grammar_check_prefix(g, doc, i + 1));
+            if (a != 1)
+                break;
+        }
+        assert_int_equal(i == n, UNIQ_DOCS[d].ok);
+        if (i < n) {
+            /* a duplicate ends at a quote, a bracket, or the byte after a
+             * number / literal */
+            assert_non_null(strchr("\"]}, ", doc[i]));
+            assert_int_equal(grammar_matcher_rollback(m, 1), 0);
+            assert_int_equal(grammar_matcher_accept_string(m, doc + i - 1, 1), 1);
+            assert_int_equal(grammar_matcher_accept_string(m, doc + i, 1), 0);
+        } else {
+            assert_true(grammar_matcher_can_end(m));
+        }
+        /* the whole document as one step is refused the same way */
+        grammar_matcher_reset(m);
+        assert_int_equal(grammar_matcher_accept_string(m, doc, n), UNIQ_DOCS[d].ok);
+        assert_int_equal(grammar_matcher_n_steps(m), 0 + UNIQ_DOCS[d].ok);
+    }
+    /* masks against the byte-level reference along random walks (the
+     * synthetic vocabulary writes 1, 12, "a, true, null, [ ] {" ... so
+     * duplicates come up often), and against accept + rollback */
+    random_walks(cg, check_ref, (void *)g, 91, 300);
+    grammar_matcher_free(m);
+    grammar_compiled_free(cg);
+    /* a unique array at the root with few distinct short items: walks
+     * meet duplicates within a few steps */
+    static const char small[] = "root ::= __unique_items_1\n"
+                                "__unique_items_1 ::= \"[\" ws ( v ( ws \",\" ws v )* )? ws \"]\"\n"
+                                "v ::= \"1\" | \"12\" | \"2.5\" | \"true\" | \"null\" | \"\\\"a\\\"\" | \"\\\"ab\\\"\" | \"{\\\"a\\\":1}\"\n"
+                                "ws ::= [ ]*\n";
+    cg = grammar_compile_ebnf(small, strlen(small), v, NULL, &e);
+    if (!cg)
+        fail_msg("%s", e.msg);
+    random_walks(cg, check_ref, (void *)grammar_compiled_grammar(cg), 92, 300);
+    grammar_compiled_free(cg);
+    grammar_vocab_free(v);
+}
+
+/* uniqueItems on the Llama-3 vocabulary through the schema front end:
+ * masks equal per-token accept + rollback at every step; a document with
+ * a duplicate is refused exactly at the token that completes it, and that
+ * token is not in the mask. */
+static void test_unique_items_real(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
+    if (!tok) {
+        print_message("skipping: %s\n", e.msg);
+        skip();
+    }
+    grammar_vocab *v = grammar_vocab_new(tok, tokenizer_vocab_size(tok) + 100, NULL, 0, &e);
+    assert_non_null(v);
+    const char *schema_text =
+        "{\"type\": \"object\", \"properties\": {"
+        "\"tags\": {\"type\": \"array\", \"uniqueItems\": true, \"items\": {\"type\": \"string\"}},"
+        "\"nums\": {\"type\": \"array\", \"uniqueItems\": true, \"items\": {\"type\": \"number\"}},"
+        "\"objs\": {\"type\": \"array\", \"uniqueItems\": true, \"items\": {\"type\": \"object\","
+        "  \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": \"string\"}}}}}}";
+    json_object *schema = json_tokener_parse(schema_text);
+    assert_non_null(schema);
+    grammar_schema_opts o;
+    grammar_schema_opts_init(&o);
+    char *ebnf = NULL;
+    if (grammar_schema_to_ebnf(schema, &o, &ebnf, &e))
+        fail_msg("schema: %s", e.msg);
+    json_object_put(schema);
+    assert_non_null(strstr(ebnf, "__unique_items_"));
+    grammar_compiled *cg = grammar_compile_ebnf(ebnf, strlen(ebnf), v, NULL, &e);
+    free(ebnf);
+    assert_non_null(cg);
+    static const struct {
+        const char *doc;
+        int ok;
+    } docs[] = {
+        {"{\"tags\": [\"alpha\", \"beta\", \"alphabet\"], \"nums\": [1, 2.5, -3], \"objs\": [{\"a\": 1}, {\"a\": 2}]}", 1},
+        {"{\"tags\": [\"alpha\", \"beta\", \"alpha\"]}", 0},
+        {"{\"tags\": [\"x\", \"\\u0078\"]}", 0},
+        {"{\"nums\": [10, 20, 1e1]}", 0},
+        {"{\"nums\": [7,7]}", 0},
+        {"{\"objs\": [{\"a\": 1, \"b\": \"q\"}, {\"a\": 1, \"b\": \"q\"}]}", 0},
+        {"{\"objs\": [{\"a\": 1, \"b\": \"q\"}, {\"a\": 1, \"b\": \"r\"}]}", 1},
+    };
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *mask = calloc(nw, sizeof *mask);
+    int32_t width = grammar_vocab_mask_width(v);
+    grammar_matcher *m = grammar_matcher_new(cg, &e), *ref = grammar_matcher_new(cg, &e);
+    for (size_t d = 0; d < sizeof docs / sizeof docs[0]; d++) {
+        int32_t *ids;
+        size_t n_ids;
+        assert_int_equal(tokenizer_encode(tok, docs[d].doc, strlen(docs[d].doc), 0, &ids, &n_ids, &e), 0);
+        grammar_matcher_reset(m);
+        grammar_matcher_reset(ref);
+        size_t i = 0, off = 0;
+        for (; i <= n_ids; i++) {
+            int cnt = grammar_matcher_fill_next_token_bitmask(m, mask, nw);
+            int want_cnt = 0;
+            for (int32_t t = 0; t < width; t++) {
+                size_t tl;
+                const char *tb = grammar_vocab_token(v, t, &tl);
+                /* every allowed token, every 11th, and every one holding a quote or a separator */
+                int sep = 0;
+                for (size_t k = 0; tb && k < tl && !sep; k++)
+                    sep = strchr("\",]} ", tb[k]) && tb[k];
+                if (!bit(mask, t) && t % 11 && !sep)
+                    continue;
+                int ok = grammar_matcher_accept_token(ref, t);
+                if (ok == 1)
+                    grammar_matcher_rollback(ref, 1);
+                if ((ok == 1) != bit(mask, t))
+                    fail_msg("doc %zu step %zu token %d: mask %d reference %d", d, i, t, bit(mask, t), ok);
+                want_cnt += ok == 1;
+            }
+            assert_true(cnt >= want_cnt);
+            if (i == n_ids)
+                break;
+            size_t tl;
+            grammar_vocab_token(v, ids[i], &tl);
+            if (!bit(mask, ids[i])) {
+                /* the refused token is the one completing the duplicate */
+                assert_int_equal(docs[d].ok, 0);
+                assert_int_equal(grammar_matcher_accept_token(m, ids[i]), 0);
+                assert_int_equal(grammar_check_prefix(grammar_compiled_grammar(cg), docs[d].doc, off), 1);
+                assert_int_equal(grammar_check_prefix(grammar_compiled_grammar(cg), docs[d].doc, off + tl), 0);
+                break;
+            }
+            assert_int_equal(grammar_matcher_accept_token(m, ids[i]), 1);
+            assert_int_equal(grammar_matcher_accept_token(ref, ids[i]), 1);
+            off += tl;
+        }
+        if (docs[d].ok) {
+            assert_int_equal(i, n_ids);
+            assert_true(grammar_matcher_can_end(m));
+        } else {
+            assert_true(i < n_ids);
+        }
+        free(ids);
+    }
+    free(mask);
+    grammar_matcher_free(m);
+    grammar_matcher_free(ref);
+    grammar_compiled_free(cg);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_masks_vs_pcre2), cmocka_unit_test(test_masks_recursive),
         cmocka_unit_test(test_matcher_api),    cmocka_unit_test(test_vocab_errors),
         cmocka_unit_test(test_real_tokenizer), cmocka_unit_test(test_repetition_alias),
-        cmocka_unit_test(test_loop_classes),
+        cmocka_unit_test(test_loop_classes),   cmocka_unit_test(test_unique_items),
+        cmocka_unit_test(test_unique_items_real),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

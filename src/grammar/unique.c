@@ -1,0 +1,681 @@
+/* uniqueItems at run time (unique_int.h): a JSON lexer over the accepted
+ * bytes, the open containers as an append-only node pool (a node is
+ * never changed once made, so a checkpoint is a small struct of counts
+ * and rollback truncates), the canonical value of every item of a
+ * unique array in an append-only pool with its hash. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/unique_int.h"
+#include "grammar/vocab_int.h"
+
+enum { M_OUT, M_STR, M_SCALAR };
+
+typedef struct guq_node {
+    int32_t parent;      /* -1: top level */
+    uint32_t start;      /* log offset of its '[' / '{' */
+    int32_t first_item;  /* items before it belong to earlier arrays */
+    uint8_t uniq;        /* 0 no, 1 a unique array, 2 unknown (guq_try only) */
+} guq_node;
+
+typedef struct guq_item {
+    int32_t arr;         /* node of its array */
+    uint32_t off, len;   /* canonical bytes in canon */
+    uint64_t h;
+} guq_item;
+
+/* Everything a checkpoint restores. */
+typedef struct guq_live {
+    int32_t top, n_nodes, n_items, n_uniq; /* n_uniq: open arrays with uniq != 0 */
+    uint32_t log_len, canon_len;
+    int32_t scal;        /* log offset of the string / scalar item being read, -1 none */
+    uint8_t mode, esc, dead;
+} guq_live;
+
+struct guq {
+    const grammar *g;
+    uint8_t *rule_uniq;  /* [n_rules] */
+    guq_live L;
+    guq_node *node;
+    int32_t cap_node;
+    guq_item *item;
+    int32_t cap_item;
+    uint8_t *log, *canon;
+    uint32_t cap_log, cap_canon;
+    guq_live *cp;        /* checkpoints */
+    int32_t n_cp, cap_cp;
+    uint8_t *tmp;        /* canonicalization scratch */
+    size_t n_tmp, cap_tmp;
+    int oom;
+};
+
+guq *guq_new(const grammar *g, int *rc)
+{
+    *rc = 0;
+    size_t plen = strlen(GUQ_RULE_PREFIX);
+    int any = 0;
+    for (int32_t r = 0; r < g->n_rules && !any; r++)
+        any = !strncmp(g->rule_names[r], GUQ_RULE_PREFIX, plen);
+    if (!any)
+        return NULL;
+    guq *u = calloc(1, sizeof *u);
+    if (!u || !(u->rule_uniq = calloc((size_t)g->n_rules, 1))) {
+        free(u);
+        *rc = TERN_ENOMEM;
+        return NULL;
+    }
+    u->g = g;
+    for (int32_t r = 0; r < g->n_rules; r++)
+        u->rule_uniq[r] = !strncmp(g->rule_names[r], GUQ_RULE_PREFIX, plen) && g->rule_start[r] >= 0;
+    guq_reset(u);
+    return u;
+}
+
+void guq_free(guq *u)
+{
+    if (!u)
+        return;
+    free(u->rule_uniq);
+    free(u->node);
+    free(u->item);
+    free(u->log);
+    free(u->canon);
+    free(u->cp);
+    free(u->tmp);
+    free(u);
+}
+
+void guq_reset(guq *u)
+{
+    memset(&u->L, 0, sizeof u->L);
+    u->L.top = -1;
+    u->L.scal = -1;
+    u->n_cp = 0;
+    u->oom = 0;
+}
+
+void guq_restart(guq *u)
+{
+    u->L.top = -1;
+    u->L.scal = -1;
+    u->L.n_uniq = 0;
+    u->L.mode = M_OUT;
+    u->L.esc = 0;
+    u->L.dead = 0;
+}
+
+int guq_opens(const guq *u, const gstk_pool *p, const gstk_set *s)
+{
+    const grammar *g = u->g;
+    for (int32_t k = 0; k < s->n; k++) {
+        int32_t st = p->state[s->ids[k]], r = g->st_rule[st];
+        if (u->rule_uniq[r] && g->rule_start[r] == st)
+            return 1;
+    }
+    return 0;
+}
+
+static int grow(void **p, size_t need, size_t *cap, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 64;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+#define GROW(ptr, need, capfield)                                                                                 \
+    do {                                                                                                          \
+        size_t c_ = (size_t)(capfield);                                                                           \
+        if (grow((void **)&(ptr), (size_t)(need), &c_, sizeof *(ptr)))                                            \
+            return TERN_ENOMEM;                                                                                   \
+        (capfield) = c_;                                                                                          \
+    } while (0)
+
+int32_t guq_save(guq *u, int32_t k)
+{
+    if (k < 0 || k > u->n_cp)
+        k = u->n_cp;
+    if ((size_t)k + 1 > (size_t)u->cap_cp) {
+        size_t c = (size_t)u->cap_cp;
+        if (grow((void **)&u->cp, (size_t)k + 1, &c, sizeof *u->cp))
+            return TERN_ENOMEM;
+        u->cap_cp = (int32_t)c;
+    }
+    u->cp[k] = u->L;
+    u->n_cp = k + 1;
+    return k;
+}
+
+void guq_load(guq *u, int32_t k)
+{
+    if (k < 0 || k >= u->n_cp)
+        return;
+    u->L = u->cp[k];
+    u->n_cp = k + 1;
+}
+
+/* ---- canonical values ---------------------------------------------------- */
+
+/* Canonical encodings are self-delimiting: 's' len bytes (decoded
+ * string), 'n' len text (number: sign, significant digits, 'e', the
+ * power of ten), 't' 'f' 'z', '[' values ']', '{' (key value)* '}' with
+ * the members sorted by key. Equal JSON values (JSON Schema equality)
+ * have equal encodings. */
+
+static int tput(guq *u, const void *s, size_t n)
+{
+    if (grow((void **)&u->tmp, u->n_tmp + n, &u->cap_tmp, 1)) {
+        u->oom = 1;
+        return -1;
+    }
+    memcpy(u->tmp + u->n_tmp, s, n);
+    u->n_tmp += n;
+    return 0;
+}
+
+static void tput_len(guq *u, size_t n)
+{
+    uint8_t b[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+    tput(u, b, 4);
+}
+
+static void skip_ws(const uint8_t *s, size_t n, size_t *i)
+{
+    while (*i < n && (s[*i] == ' ' || s[*i] == '\t' || s[*i] == '\n' || s[*i] == '\r'))
+        (*i)++;
+}
+
+static int hexv(uint8_t c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static void put_utf8(guq *u, uint32_t cp)
+{
+    uint8_t b[4];
+    size_t n;
+    if (cp < 0x80) {
+        b[0] = (uint8_t)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        b[0] = (uint8_t)(0xC0 | cp >> 6);
+        b[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        n = 2;
+    } else if (cp < 0x10000) {
+        b[0] = (uint8_t)(0xE0 | cp >> 12);
+        b[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
+        b[2] = (uint8_t)(0x80 | (cp & 0x3F));
+        n = 3;
+    } else {
+        b[0] = (uint8_t)(0xF0 | cp >> 18);
+        b[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
+        b[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
+        b[3] = (uint8_t)(0x80 | (cp & 0x3F));
+        n = 4;
+    }
+    tput(u, b, n);
+}
+
+static uint32_t hex4(const uint8_t *s, size_t n, size_t i)
+{
+    uint32_t v = 0;
+    for (size_t k = 0; k < 4; k++) {
+        int h = i + k < n ? hexv(s[i + k]) : -1;
+        if (h < 0)
+            return 0xFFFFFFFF;
+        v = v << 4 | (uint32_t)h;
+    }
+    return v;
+}
+
+/* The string at s[*i] == '"' decoded; *i past its closing quote. */
+static void canon_string(guq *u, const uint8_t *s, size_t n, size_t *i)
+{
+    tput(u, "s", 1);
+    size_t at = u->n_tmp;
+    tput_len(u, 0);
+    size_t i0 = u->n_tmp;
+    (*i)++;
+    while (*i < n && s[*i] != '"') {
+        if (s[*i] != '\\') {
+            tput(u, s + *i, 1);
+            (*i)++;
+            continue;
+        }
+        uint8_t e = *i + 1 < n ? s[*i + 1] : 0;
+        *i += 2;
+        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+        const char *p = e ? strchr(from, e) : NULL;
+        if (p) {
+            tput(u, to + (p - from), 1);
+            continue;
+        }
+        if (e != 'u')
+            continue;
+        uint32_t cp = hex4(s, n, *i);
+        if (cp == 0xFFFFFFFF)
+            continue;
+        *i += 4;
+        if (cp >= 0xD800 && cp < 0xDC00 && *i + 1 < n && s[*i] == '\\' && s[*i + 1] == 'u') {
+            uint32_t lo = hex4(s, n, *i + 2);
+            if (lo >= 0xDC00 && lo < 0xE000) {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                *i += 6;
+            }
+        }
+        put_utf8(u, cp);
+    }
+    if (*i < n)
+        (*i)++;
+    if (!u->oom) {
+        size_t len = u->n_tmp - i0;
+        u->tmp[at] = (uint8_t)(len >> 24);
+        u->tmp[at + 1] = (uint8_t)(len >> 16);
+        u->tmp[at + 2] = (uint8_t)(len >> 8);
+        u->tmp[at + 3] = (uint8_t)len;
+    }
+}
+
+/* A JSON number by value: significant digits without leading or trailing
+ * zeros and the power of ten of the last one (exponents saturate at
+ * +-10^9: two such numbers count as equal, which only refuses more). */
+static void canon_number(guq *u, const uint8_t *s, size_t n, size_t *i)
+{
+    int neg = 0;
+    if (*i < n && s[*i] == '-') {
+        neg = 1;
+        (*i)++;
+    }
+    char dig[64];
+    size_t nd = 0, extra = 0; /* digits past 64 kept as a count (only trailing zeros matter there) */
+    long long exp = 0;
+    int seen_nz = 0, frac = 0;
+    for (; *i < n; (*i)++) {
+        uint8_t c = s[*i];
+        if (c == '.') {
+            frac = 1;
+            continue;
+        }
+        if (c < '0' || c > '9')
+            break;
+        if (frac)
+            exp--;
+        if (c == '0' && !seen_nz)
+            continue;
+        seen_nz = 1;
+        if (nd < sizeof dig)
+            dig[nd++] = (char)c;
+        else
+            extra++, exp++;
+    }
+    if (*i < n && (s[*i] == 'e' || s[*i] == 'E')) {
+        (*i)++;
+        int eneg = 0;
+        if (*i < n && (s[*i] == '+' || s[*i] == '-'))
+            eneg = s[(*i)++] == '-';
+        long long e = 0;
+        for (; *i < n && s[*i] >= '0' && s[*i] <= '9'; (*i)++)
+            if (e < 1000000000LL)
+                e = e * 10 + (s[*i] - '0');
+        exp += eneg ? -e : e;
+    }
+    (void)extra;
+    while (nd && dig[nd - 1] == '0') {
+        nd--;
+        exp++;
+    }
+    char buf[128];
+    size_t bl = 0;
+    if (!nd) {
+        buf[bl++] = '0';
+    } else {
+        if (neg)
+            buf[bl++] = '-';
+        memcpy(buf + bl, dig, nd);
+        bl += nd;
+        if (exp > 1000000000LL)
+            exp = 1000000000LL;
+        if (exp < -1000000000LL)
+            exp = -1000000000LL;
+        bl += (size_t)snprintf(buf + bl, sizeof buf - bl, "e%lld", exp);
+    }
+    tput(u, "n", 1);
+    tput_len(u, bl);
+    tput(u, buf, bl);
+}
+
+typedef struct mspan { size_t key_off, key_len, off, len; } mspan;
+
+static int cmp_span_key(const void *a, const void *b, void *base)
+{
+    const mspan *x = a, *y = b;
+    const uint8_t *t = base;
+    size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+    int c = memcmp(t + x->key_off, t + y->key_off, n);
+    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
+}
+
+/* insertion sort (objects of a uniqueItems array are small; no qsort_r in C17) */
+static void sort_spans(mspan *m, size_t n, const uint8_t *base)
+{
+    for (size_t i = 1; i < n; i++) {
+        mspan x = m[i];
+        size_t j = i;
+        while (j && cmp_span_key(&m[j - 1], &x, (void *)base) > 0) {
+            m[j] = m[j - 1];
+            j--;
+        }
+        m[j] = x;
+    }
+}
+
+static void canon_value(guq *u, const uint8_t *s, size_t n, size_t *i, int depth);
+
+static void canon_object(guq *u, const uint8_t *s, size_t n, size_t *i, int depth)
+{
+    (*i)++;
+    size_t base = u->n_tmp;
+    mspan *m = NULL;
+    size_t nm = 0, cm = 0;
+    for (;;) {
+        skip_ws(s, n, i);
+        if (*i >= n || s[*i] == '}') {
+            (*i)++;
+            break;
+        }
+        if (s[*i] == ',') {
+            (*i)++;
+            continue;
+        }
+        if (s[*i] != '"') { /* not JSON: stop (the grammar never lets this through) */
+            *i = n;
+            break;
+        }
+        if (grow((void **)&m, nm + 1, &cm, sizeof *m)) {
+            u->oom = 1;
+            break;
+        }
+        mspan *sp = &m[nm++];
+        sp->key_off = sp->off = u->n_tmp;
+        canon_string(u, s, n, i);
+        sp->key_len = u->n_tmp - sp->key_off;
+        skip_ws(s, n, i);
+        if (*i < n && s[*i] == ':')
+            (*i)++;
+        canon_value(u, s, n, i, depth + 1);
+        sp->len = u->n_tmp - sp->off;
+    }
+    if (!u->oom && nm > 1) {
+        sort_spans(m, nm, u->tmp);
+        size_t tot = u->n_tmp - base;
+        uint8_t *cp = malloc(tot ? tot : 1);
+        if (!cp) {
+            u->oom = 1;
+        } else {
+            memcpy(cp, u->tmp + base, tot);
+            size_t w = base;
+            for (size_t k = 0; k < nm; k++) {
+                memcpy(u->tmp + w, cp + (m[k].off - base), m[k].len);
+                w += m[k].len;
+            }
+            free(cp);
+        }
+    }
+    free(m);
+    /* prefix after the members: '{' count */
+    uint8_t hdr[5] = {'{', (uint8_t)(nm >> 24), (uint8_t)(nm >> 16), (uint8_t)(nm >> 8), (uint8_t)nm};
+    tput(u, hdr, 5);
+}
+
+static void canon_array(guq *u, const uint8_t *s, size_t n, size_t *i, int depth)
+{
+    (*i)++;
+    size_t count = 0;
+    for (;;) {
+        skip_ws(s, n, i);
+        if (*i >= n || s[*i] == ']') {
+            (*i)++;
+            break;
+        }
+        if (s[*i] == ',') {
+            (*i)++;
+            continue;
+        }
+        canon_value(u, s, n, i, depth + 1);
+        count++;
+    }
+    uint8_t hdr[5] = {']', (uint8_t)(count >> 24), (uint8_t)(count >> 16), (uint8_t)(count >> 8), (uint8_t)count};
+    tput(u, hdr, 5);
+}
+
+static void canon_value(guq *u, const uint8_t *s, size_t n, size_t *i, int depth)
+{
+    skip_ws(s, n, i);
+    if (*i >= n || u->oom)
+        return;
+    if (depth > GSTK_MAX_DEPTH) { /* deeper than any parser stack: not reached */
+        *i = n;
+        return;
+    }
+    uint8_t c = s[*i];
+    if (c == '"') {
+        canon_string(u, s, n, i);
+    } else if (c == '{') {
+        canon_object(u, s, n, i, depth);
+    } else if (c == '[') {
+        canon_array(u, s, n, i, depth);
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        canon_number(u, s, n, i);
+    } else {
+        tput(u, c == 't' ? "t" : c == 'f' ? "f" : "z", 1);
+        while (*i < n && s[*i] >= 'a' && s[*i] <= 'z')
+            (*i)++;
+    }
+}
+
+static uint64_t hash_bytes(const uint8_t *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* An item of array node arr ends: log[off..end). 1 new (recorded), 0 a
+ * duplicate, 2 undecided (arr's flag unknown and a duplicate). */
+static int item_end(guq *u, int32_t arr, uint32_t off, uint32_t end)
+{
+    u->n_tmp = 0;
+    size_t i = 0;
+    canon_value(u, u->log + off, end - off, &i, 0);
+    if (u->oom)
+        return TERN_ENOMEM;
+    uint64_t h = hash_bytes(u->tmp, u->n_tmp);
+    for (int32_t k = u->L.n_items - 1; k >= u->node[arr].first_item; k--) {
+        const guq_item *it = &u->item[k];
+        if (it->arr == arr && it->h == h && it->len == u->n_tmp && !memcmp(u->canon + it->off, u->tmp, u->n_tmp))
+            return u->node[arr].uniq == 1 ? 0 : 2;
+    }
+    GROW(u->item, u->L.n_items + 1, u->cap_item);
+    GROW(u->canon, u->L.canon_len + u->n_tmp, u->cap_canon);
+    memcpy(u->canon + u->L.canon_len, u->tmp, u->n_tmp);
+    u->item[u->L.n_items++] = (guq_item){.arr = arr, .off = u->L.canon_len, .len = (uint32_t)u->n_tmp, .h = h};
+    u->L.canon_len += (uint32_t)u->n_tmp;
+    return 1;
+}
+
+static int in_uniq_array(const guq *u) { return u->L.top >= 0 && u->node[u->L.top].uniq; }
+
+/* Same as guq_byte, opens 0/1, or 2 = unknown (inside guq_try); returns
+ * 1 ok, 0 duplicate, 2 undecided, <0 error. */
+static int byte_in(guq *u, uint8_t b, int opens)
+{
+    guq_live *L = &u->L;
+    if (L->dead)
+        return 1;
+    GROW(u->log, L->log_len + 1, u->cap_log);
+    uint32_t pos = L->log_len;
+    u->log[L->log_len++] = b;
+    if (L->mode == M_STR) {
+        if (L->esc == 1)
+            L->esc = b == 'u' ? 2 : 0;
+        else if (L->esc >= 2)
+            L->esc = L->esc == 5 ? 0 : L->esc + 1;
+        else if (b == '\\')
+            L->esc = 1;
+        else if (b == '"') {
+            L->mode = M_OUT;
+            if (L->scal >= 0) {
+                uint32_t off = (uint32_t)L->scal;
+                L->scal = -1;
+                int r = item_end(u, L->top, off, pos + 1);
+                return r == 1 ? 1 : r;
+            }
+        }
+        return 1;
+    }
+    if (L->mode == M_SCALAR) {
+        if ((b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '+' || b == '-' ||
+            b == '.')
+            return 1;
+        L->mode = M_OUT;
+        if (L->scal >= 0) {
+            uint32_t off = (uint32_t)L->scal;
+            L->scal = -1;
+            int r = item_end(u, L->top, off, pos);
+            if (r != 1)
+                return r;
+        }
+    }
+    switch (b) {
+    case ' ':
+    case '\t':
+    case '\n':
+    case '\r':
+    case ',':
+    case ':':
+        return 1;
+    case '"':
+        L->mode = M_STR;
+        L->esc = 0;
+        L->scal = in_uniq_array(u) ? (int32_t)pos : -1;
+        return 1;
+    case '[':
+    case '{': {
+        GROW(u->node, L->n_nodes + 1, u->cap_node);
+        uint8_t uq = b == '[' ? (uint8_t)opens : 0;
+        u->node[L->n_nodes] = (guq_node){.parent = L->top, .start = pos, .first_item = L->n_items, .uniq = uq};
+        L->top = L->n_nodes++;
+        if (uq)
+            L->n_uniq++;
+        return 1;
+    }
+    case ']':
+    case '}': {
+        if (L->top < 0) {
+            L->dead = 1; /* not JSON: nothing to track */
+            return 1;
+        }
+        const guq_node *nd = &u->node[L->top];
+        if (nd->uniq)
+            L->n_uniq--;
+        uint32_t start = nd->start;
+        L->top = nd->parent;
+        if (in_uniq_array(u)) {
+            int r = item_end(u, L->top, start, pos + 1);
+            return r == 1 ? 1 : r;
+        }
+        return 1;
+    }
+    default:
+        L->mode = M_SCALAR;
+        L->scal = in_uniq_array(u) ? (int32_t)pos : -1;
+        return 1;
+    }
+}
+
+int guq_byte(guq *u, uint8_t b, int opens)
+{
+    int r = byte_in(u, b, opens ? 1 : 0);
+    return r == 2 ? 0 : r;
+}
+
+int guq_try(guq *u, const uint8_t *s, size_t len, int first_opens)
+{
+    guq_live keep = u->L;
+    int r = 1;
+    for (size_t i = 0; i < len && r == 1; i++)
+        r = byte_in(u, s[i], i == 0 ? (first_opens ? 1 : 0) : 2);
+    u->L = keep;
+    if (r < 0) /* out of memory: let the real step decide */
+        return 2;
+    return r == 1 ? 0 : r == 0 ? 1 : 2;
+}
+
+enum { C_BRACKET, C_QUOTE, C_SEP };
+
+/* The vocabulary's candidate bitsets (vocab_int.h uq_cand), built once
+ * per vocabulary: one pass over the token bytes. */
+static const uint32_t *cand_sets(const grammar_vocab *cv)
+{
+    grammar_vocab *v = (grammar_vocab *)cv; /* the lazily built field only */
+    uint32_t *c = __atomic_load_n(&v->uq_cand, __ATOMIC_ACQUIRE);
+    if (c)
+        return c;
+    size_t nw = v->n_words;
+    if (!(c = calloc(3 * nw, sizeof *c)))
+        return NULL;
+    uint8_t cls[256] = {0};
+    cls['"'] = 1 << C_QUOTE | 1 << C_SEP;
+    cls[','] = cls[']'] = cls['}'] = cls[' '] = cls['\t'] = cls['\n'] = cls['\r'] = 1 << C_SEP;
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        if (v->special[id])
+            continue;
+        const uint8_t *t = (const uint8_t *)v->blob + v->tok_off[id];
+        unsigned f = 0;
+        int ends_after_bracket = -1; /* item-ending bytes after the first '[' */
+        for (uint32_t i = 0; i < v->tok_len[id]; i++) {
+            f |= cls[t[i]] & ~(1u << C_BRACKET);
+            if (ends_after_bracket >= 0 && cls[t[i]] & 1 << C_SEP)
+                ends_after_bracket++;
+            if (t[i] == '[' && ends_after_bracket < 0)
+                ends_after_bracket = 0;
+        }
+        /* an array opened inside the token can hold a duplicate only once
+         * two of its items ended there, each at a '"', ',', ']', '}' or
+         * whitespace byte */
+        if (ends_after_bracket >= 2)
+            f |= 1 << C_BRACKET;
+        for (int k = 0; k < 3; k++)
+            if (f >> k & 1)
+                c[(size_t)k * nw + (size_t)id / 32] |= 1u << (id % 32);
+    }
+    uint32_t *expect = NULL;
+    if (!__atomic_compare_exchange_n(&v->uq_cand, &expect, c, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        free(c);
+        return expect;
+    }
+    return c;
+}
+
+const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int *rc)
+{
+    *rc = 0;
+    if (u->L.dead)
+        return NULL;
+    const uint32_t *c = cand_sets(v);
+    if (!c) {
+        *rc = TERN_ENOMEM;
+        return NULL;
+    }
+    int k = !u->L.n_uniq ? C_BRACKET : u->L.mode == M_STR ? C_QUOTE : C_SEP;
+    return c + (size_t)k * v->n_words;
+}
