@@ -430,7 +430,7 @@ static void canon_object(guq *u, const uint8_t *s, size_t n, size_t *i, int dept
         }
     }
     free(m);
-    /* prefix after the members: '{' count */
+    /* after the members (postfix, like arrays): '{' count */
     uint8_t hdr[5] = {'{', (uint8_t)(nm >> 24), (uint8_t)(nm >> 16), (uint8_t)(nm >> 8), (uint8_t)nm};
     tput(u, hdr, 5);
 }
