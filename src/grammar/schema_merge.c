@@ -590,6 +590,12 @@ json_object *sc_merge(sc *c, json_object *a, json_object *b, const char *path)
         return json_object_get_boolean(a) ? b : a;
     if (json_object_is_type(b, json_type_boolean))
         return json_object_get_boolean(b) ? a : b;
+    /* nothing to intersect with a reference: keep it a reference, so a
+     * recursive one (anyOf [{"$ref": "#"}...] under an empty base) stays a
+     * rule call instead of being copied into itself until the depth bound */
+    if (json_object_is_type(a, json_type_object) && !sc_n_constraints(a) && json_object_is_type(b, json_type_object) &&
+        sc_has(b, "$ref") && !sc_has(b, "unevaluatedProperties") && !sc_has(b, "unevaluatedItems"))
+        return b;
     a = sc_deref(c, a, path);
     b = a ? sc_deref(c, b, path) : NULL;
     if (!a || !b)

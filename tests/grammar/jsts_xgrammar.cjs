@@ -16,7 +16,7 @@ const xg = mod.exports;
 
 (async () => {
   const lines = fs.readFileSync(process.argv[2], 'utf8').trim().split('\n');
-  let grammars = 0, parseErrors = 0, checked = 0, disagree = 0, ternLooser = 0, classBug = 0;
+  let grammars = 0, parseErrors = 0, checked = 0, disagree = 0, ternLooser = 0, classBug = 0, runTime = 0;
   // xgrammar 0.1.27 reads a character class with ranges of high BMP or
   // astral codepoints (e.g. [\uf900-\ufdcf]) as admitting ASCII too: probed
   // here; where the probe shows it, the grammars of the IRI and URI-template
@@ -26,6 +26,10 @@ const xg = mod.exports;
   const hasClassBug = await xg.Testings.isGrammarAcceptString(probe, 'a{b');
   probe.dispose();
   const classBugFile = (g) => hasClassBug && ['iri', 'iri-reference', 'uri-template'].includes(g.schema?.format);
+  // uniqueItems over unbounded domains is checked by tern's matcher at run
+  // time (rules named __unique_items_N); the grammar text alone admits the
+  // duplicates, so only tern being looser there fails.
+  const runTimeCheck = (g) => g.ebnf.includes('__unique_items_');
   for (const line of lines) {
     const g = JSON.parse(line);
     grammars++;
@@ -44,14 +48,16 @@ const xg = mod.exports;
         disagree++;
         if (g.tern_accepts[i]) ternLooser++;
         else if (classBugFile(g)) { classBug++; continue; }
+        else if (runTimeCheck(g)) { runTime++; continue; }
         console.log(`disagree ${g.file} #${g.group} (${g.tests[i].desc}): xgrammar ${acc}, tern ${g.tern_accepts[i]}: ${g.tests[i].text.slice(0, 200)}`);
       }
     }
     gr.dispose();
   }
-  disagree -= classBug;
+  disagree -= classBug + runTime;
   console.log(`${grammars} grammars, ${parseErrors} rejected by xgrammar; ${checked} instances, ${disagree} disagreements` +
-              ` (+ ${classBug} from xgrammar's high-codepoint class bug, probe ${hasClassBug})`);
+              ` (+ ${classBug} from xgrammar's high-codepoint class bug, probe ${hasClassBug};` +
+              ` + ${runTime} duplicates refused by tern's run-time uniqueItems check)`);
   // Known: xgrammar 0.1.27 accepts a few instances these grammars exclude
   // (20-digit integers past the 17-digit cap, " " for pattern ^\S$, an object
   // whose "foo" breaks patternProperties f.*o: 8 instances); tern's

@@ -689,6 +689,31 @@ static void test_formats_and_one_of(void **state)
     grammar_free(g);
 }
 
+/* A reference under anyOf with nothing beside it stays a rule call: a
+ * recursive one no longer unrolls until "nested too deeply". Documents
+ * nested far past the front end's depth bound (96) are accepted, and the
+ * recursion's constraints hold at every level. */
+static void test_recursive_any_of(void **state)
+{
+    (void)state;
+    grammar *g = schema_grammar("{\"$defs\":{\"n\":{\"type\":\"object\",\"required\":[\"c\"],\"properties\":{\"c\":"
+                                "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":\"integer\"}]}}}}},"
+                                "\"$ref\":\"#/$defs/n\"}",
+                                NULL);
+    assert_non_null(g);
+    char text[4096];
+    for (int bad = 0; bad < 3; bad++) {
+        size_t n = 0;
+        for (int d = 0; d < 200; d++)
+            n += (size_t)snprintf(text + n, sizeof text - n, "{\"c\":[");
+        n += (size_t)snprintf(text + n, sizeof text - n, bad == 1 ? "1.5" : bad == 2 ? "{}" : "7");
+        for (int d = 0; d < 200; d++)
+            n += (size_t)snprintf(text + n, sizeof text - n, "]}");
+        assert_int_equal(accepts(g, text), bad == 0);
+    }
+    grammar_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -698,7 +723,7 @@ int main(void)
         cmocka_unit_test(test_strict_prefix_arrays),
         cmocka_unit_test(test_choice_and_builtin),  cmocka_unit_test(test_errors_and_bounds),
         cmocka_unit_test(test_large_inputs),        cmocka_unit_test(test_property_counts),
-        cmocka_unit_test(test_formats_and_one_of),
+        cmocka_unit_test(test_formats_and_one_of),  cmocka_unit_test(test_recursive_any_of),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
