@@ -100,14 +100,21 @@ int gfe_regex_emit(gfe_buf *out, const char *re, size_t len, int json_mode, int 
 int gfe_regex_emit_len(gfe_buf *out, const char *re, size_t len, int json_mode, int search,
                        long min_len, long max_len, int *never, tern_err *err);
 
-/* Up to two regexes (JSON Schema `pattern` semantics, JSON-string mode)
- * and a length range in codepoints [min_len, max_len] (max_len -1 = none),
- * intersected exactly (regex_nfa.c): the product of their position
- * automata and a counter, one rule per live state, added to r; *name is
- * the entry rule, or *never is set (nothing added) when no string is in
- * the intersection. TERN_EUNSUPPORTED past the size bounds. */
-int gfe_regex_emit_product(gfe_rules *r, const char *const *res, const size_t *lens, int n_re, long min_len,
-                           long max_len, char name[GFE_NAME_MAX], int *never, tern_err *err);
+/* Regexes (JSON Schema `pattern` semantics, JSON-string mode), each
+ * required to match or (neg) not to match, and a length range in
+ * codepoints [min_len, max_len] (max_len -1 = none), intersected exactly
+ * (regex_nfa.c): each term made deterministic, their product with a
+ * counter, one rule per live state, added to r; *name is the entry rule,
+ * or *never is set (nothing added) when no string is in the intersection.
+ * TERN_EUNSUPPORTED past the size bounds. */
+typedef struct gfe_re_term {
+    const char *re;
+    size_t len;
+    int neg;
+} gfe_re_term;
+#define GFE_RE_MAX_TERMS 8
+int gfe_regex_emit_terms(gfe_rules *r, const gfe_re_term *t, int n, long min_len, long max_len,
+                         char name[GFE_NAME_MAX], int *never, tern_err *err);
 
 /* ---- JSON building blocks (frontend.c). Whitespace between tokens is
  * the rule `ws` (defined by gfe_json_define_ws) or nothing in compact

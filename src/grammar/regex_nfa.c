@@ -348,114 +348,10 @@ out:
     return rc;
 }
 
-/* ---------------------------------------------------------------- product */
-
-typedef struct pstate { int q[2]; long k; } pstate;
-typedef struct pedge { int src, dst, p[2]; } pedge;
-
-typedef struct prod {
-    pstate *st;
-    int n_st, cap_st;
-    int64_t *hkey; /* open addressing: key -> state index + 1 */
-    int *hval;
-    size_t hcap;
-    pedge *e;
-    size_t n_e, cap_e;
-} prod;
-
-static uint64_t pkey(const pstate *s) { return ((uint64_t)s->q[0] * 4099u + (uint64_t)s->q[1]) * 1000003u + (uint64_t)s->k; }
-
-/* index of s, added when new; -1 out of memory or past the bound */
-static int prod_state(prod *P, const pstate *s)
-{
-    if ((size_t)P->n_st * 2 >= P->hcap) {
-        size_t cap = P->hcap ? P->hcap * 2 : 1024;
-        int64_t *hk = malloc(cap * sizeof *hk);
-        int *hv = malloc(cap * sizeof *hv);
-        if (!hk || !hv) {
-            free(hk);
-            free(hv);
-            return -1;
-        }
-        memset(hv, 0, cap * sizeof *hv);
-        for (size_t i = 0; i < P->hcap; i++) {
-            if (!P->hval[i])
-                continue;
-            size_t j = (size_t)((uint64_t)P->hkey[i] * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
-            while (hv[j])
-                j = (j + 1) & (cap - 1);
-            hk[j] = P->hkey[i];
-            hv[j] = P->hval[i];
-        }
-        free(P->hkey);
-        free(P->hval);
-        P->hkey = hk;
-        P->hval = hv;
-        P->hcap = cap;
-    }
-    int64_t key = (int64_t)pkey(s);
-    size_t j = (size_t)((uint64_t)key * 0x9E3779B97F4A7C15ull >> 20) & (P->hcap - 1);
-    while (P->hval[j]) {
-        const pstate *o = &P->st[P->hval[j] - 1];
-        if (P->hkey[j] == key && o->q[0] == s->q[0] && o->q[1] == s->q[1] && o->k == s->k)
-            return P->hval[j] - 1;
-        j = (j + 1) & (P->hcap - 1);
-    }
-    if (P->n_st >= NFA_MAX_STATES)
-        return -2;
-    if (P->n_st == P->cap_st) {
-        int cap = P->cap_st ? P->cap_st * 2 : 256;
-        pstate *st = realloc(P->st, (size_t)cap * sizeof *st);
-        if (!st)
-            return -1;
-        P->st = st;
-        P->cap_st = cap;
-    }
-    P->st[P->n_st] = *s;
-    P->hkey[j] = key;
-    P->hval[j] = P->n_st + 1;
-    return P->n_st++;
-}
-
-static void cset_inter(gfe_cset *out, const gfe_cset *a, const gfe_cset *b)
-{
-    size_t i = 0, j = 0;
-    while (i < a->n && j < b->n) {
-        uint32_t lo = a->r[i].lo > b->r[j].lo ? a->r[i].lo : b->r[j].lo;
-        uint32_t hi = a->r[i].hi < b->r[j].hi ? a->r[i].hi : b->r[j].hi;
-        if (lo <= hi)
-            gfe_cset_add(out, lo, hi);
-        if (a->r[i].hi < b->r[j].hi)
-            i++;
-        else
-            j++;
-    }
-}
-
-static int set_meets(const gfe_cset *a, const gfe_cset *b)
-{
-    size_t i = 0, j = 0;
-    while (i < a->n && j < b->n) {
-        if (a->r[i].hi < b->r[j].lo)
-            i++;
-        else if (b->r[j].hi < a->r[i].lo)
-            j++;
-        else
-            return 1;
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------------- subsets */
 
-/* Is product state i accepting? */
-static int pfinal(const prod *P, const gauto *g, int n_re, long min_len, int i)
-{
-    const pstate *s = &P->st[i];
-    return g[0].final[s->q[0]] && (n_re < 2 || g[1].final[s->q[1]]) && s->k >= min_len;
-}
-
-/* Sets of product states, interned: subset i is pool[off[i] .. off[i+1]). */
+/* Int arrays (NFA state sets, product tuples), interned: array i is
+ * pool[off[i] .. off[i+1]). */
 typedef struct subsets {
     int *pool;
     size_t n_pool, cap_pool;
@@ -473,8 +369,8 @@ static uint64_t ss_hash(const int *m, int len)
     return h;
 }
 
-/* index of the set m[0..len) (sorted), added when new; -1 out of memory,
- * -2 past the bound */
+/* index of the array m[0..len), added when new; -1 out of memory, -2 past
+ * the bound */
 static int ss_intern(subsets *S, const int *m, int len)
 {
     if ((size_t)S->n * 2 + 2 >= S->hcap) {
@@ -538,144 +434,260 @@ static int cmp_int(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The live product automaton made deterministic (subset construction over
- * disjoint codepoint intervals) and written one rule per subset: a DFA
- * keeps one parser stack however ambiguous the regexes are. */
-static int dfa_emit(gfe_rules *r, const prod *P, const gauto *g, int n_re, long min_len, const int *live,
-                    char name[GFE_NAME_MAX], tern_err *err)
+static void ss_free(subsets *S)
 {
-    int rc = 0;
+    free(S->pool);
+    free(S->off);
+    free(S->ht);
+    memset(S, 0, sizeof *S);
+}
+
+/* Growable arrays of plain elements: *p holds *cap elements of size sz;
+ * makes room for need. 0 or -1 (out of memory). */
+static int grow(void *p, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*(void **)p, c * sz);
+    if (!q)
+        return -1;
+    *(void **)p = q;
+    *cap = c;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- DFAs */
+
+/* A term made deterministic (subset construction over its position
+ * automaton): state 0 is the start; the moves of state s are
+ * mv[off[s] .. off[s+1]), disjoint codepoint intervals sorted by lo; a
+ * codepoint without a move leads to the empty set (-1: the term's regex
+ * cannot match any more). ok[s]: the term can still come out true from s
+ * (a positive term: a final state is reachable; a negated one: a
+ * non-final state or the empty set is). */
+typedef struct dmove { uint32_t lo, hi; int to; } dmove;
+
+typedef struct dfa {
+    int n, neg;
+    size_t *off;
+    dmove *mv;
+    size_t n_mv, cap_mv;
+    char *final, *ok;
+} dfa;
+
+static void dfa_free(dfa *d)
+{
+    free(d->off);
+    free(d->mv);
+    free(d->final);
+    free(d->ok);
+    memset(d, 0, sizeof *d);
+}
+
+static int too_many(tern_err *err)
+{
+    return tern_err_set(err, TERN_EUNSUPPORTED, "regex: pattern with lengths, a format or a negation needs over %d states",
+                        NFA_MAX_STATES);
+}
+
+static int dfa_build(const gauto *g, dfa *d, tern_err *err)
+{
     subsets S = {0};
-    size_t *eoff = calloc((size_t)P->n_st + 1, sizeof *eoff);
-    gfe_cset *lab = calloc(P->n_e + 1, sizeof *lab);
-    char (*names)[GFE_NAME_MAX] = NULL;
-    size_t cap_names = 0;
-    int *es = NULL, *dst = NULL;
+    int rc = 0, *es = NULL, *tg = NULL;
     uint32_t *bd = NULL;
-    size_t cap_es = 0, cap_bd = 0;
-    struct tgt { int t; gfe_cset cs; } *tg = NULL;
-    int n_tg = 0, cap_tg = 0;
-    gfe_buf body, cls;
-    gfe_buf_init(&body, 0);
-    gfe_buf_init(&cls, 0);
-    if (!eoff || !lab)
-        goto oom;
-    for (size_t i = 0; i < P->n_e; i++) {
-        eoff[P->e[i].src + 1]++;
-        if (n_re > 1)
-            cset_inter(&lab[i], g[0].set[P->e[i].p[0]], g[1].set[P->e[i].p[1]]);
-        else
-            gfe_cset_copy(&lab[i], g[0].set[P->e[i].p[0]]);
-        if (lab[i].oom)
-            goto oom;
-    }
-    for (int i = 0; i < P->n_st; i++)
-        eoff[i + 1] += eoff[i];
+    size_t cap_es = 0, cap_tg = 0, cap_bd = 0, cap_st = 0;
     int start = 0;
     if (ss_intern(&S, &start, 1) < 0)
         goto oom;
-    for (int d = 0; d < S.n && !rc; d++) {
-        if ((size_t)S.n > cap_names) {
-            size_t cap = (size_t)S.n * 2 + 16;
-            void *nn = realloc(names, cap * sizeof *names);
-            if (!nn)
+    for (int s = 0; s < S.n; s++) {
+        if ((size_t)s + 2 > cap_st) {
+            size_t c1 = cap_st, c2 = cap_st;
+            if (grow(&d->off, &c1, (size_t)s + 2, sizeof *d->off) || grow(&d->final, &c2, (size_t)s + 2, 1))
                 goto oom;
-            names = nn;
-            for (size_t i = cap_names; i < cap; i++)
-                names[i][0] = 0;
-            cap_names = cap;
+            cap_st = c1 < c2 ? c1 : c2;
         }
-        /* the members' live edges and the boundaries of their labels */
+        d->off[s] = d->n_mv;
         size_t n_es = 0, n_bd = 0;
         int fin = 0;
-        for (size_t mi = S.off[d]; mi < S.off[d + 1]; mi++) {
+        for (size_t mi = S.off[s]; mi < S.off[s + 1]; mi++) {
             int m = S.pool[mi];
-            fin |= pfinal(P, g, n_re, min_len, m);
-            for (size_t e = eoff[m]; e < eoff[m + 1]; e++) {
-                if (!live[P->e[e].dst])
-                    continue;
-                if (n_es == cap_es) {
-                    cap_es = cap_es * 2 + 64;
-                    void *x = realloc(es, cap_es * sizeof *es), *y = x ? realloc(dst, cap_es * sizeof *dst) : NULL;
-                    if (x)
-                        es = x;
-                    if (y)
-                        dst = y;
-                    if (!x || !y)
-                        goto oom;
-                }
-                es[n_es++] = (int)e;
-                for (size_t k = 0; k < lab[e].n; k++) {
-                    if (n_bd + 2 > cap_bd) {
-                        cap_bd = cap_bd * 2 + 128;
-                        void *x = realloc(bd, cap_bd * sizeof *bd);
-                        if (!x)
-                            goto oom;
-                        bd = x;
-                    }
-                    bd[n_bd++] = lab[e].r[k].lo;
-                    bd[n_bd++] = lab[e].r[k].hi + 1;
+            fin |= g->final[m];
+            for (int i = 0; i < g->follow[m].n; i++) {
+                int p = g->follow[m].v[i];
+                const gfe_cset *cs = g->set[p];
+                if (grow(&es, &cap_es, n_es + 1, sizeof *es) || grow(&bd, &cap_bd, n_bd + 2 * cs->n, sizeof *bd))
+                    goto oom;
+                es[n_es++] = p;
+                for (size_t k = 0; k < cs->n; k++) {
+                    bd[n_bd++] = cs->r[k].lo;
+                    bd[n_bd++] = cs->r[k].hi + 1;
                 }
             }
         }
+        d->final[s] = (char)fin;
+        if (grow(&tg, &cap_tg, n_es + 1, sizeof *tg))
+            goto oom;
         qsort(bd, n_bd, sizeof *bd, cmp_u32);
-        n_tg = 0;
         for (size_t b = 0; b + 1 < n_bd; b++) {
             if (bd[b] == bd[b + 1])
                 continue;
-            int nd = 0;
+            int nt = 0;
             for (size_t k = 0; k < n_es; k++)
-                if (gfe_cset_has(&lab[es[k]], bd[b]))
-                    dst[nd++] = P->e[es[k]].dst;
-            if (!nd)
+                if (gfe_cset_has(g->set[es[k]], bd[b]))
+                    tg[nt++] = es[k] + 1;
+            if (!nt)
                 continue;
-            qsort(dst, (size_t)nd, sizeof *dst, cmp_int);
+            qsort(tg, (size_t)nt, sizeof *tg, cmp_int);
             int u = 1;
-            for (int k = 1; k < nd; k++)
-                if (dst[k] != dst[u - 1])
-                    dst[u++] = dst[k];
-            int t = ss_intern(&S, dst, u);
+            for (int k = 1; k < nt; k++)
+                if (tg[k] != tg[u - 1])
+                    tg[u++] = tg[k];
+            int t = ss_intern(&S, tg, u);
             if (t == -2) {
-                rc = tern_err_set(err, TERN_EUNSUPPORTED,
-                                  "regex: pattern with lengths or a format needs over %d states", NFA_MAX_STATES);
+                rc = too_many(err);
                 goto out;
             }
             if (t < 0)
                 goto oom;
-            int ti = 0;
-            while (ti < n_tg && tg[ti].t != t)
+            dmove *last = d->n_mv > d->off[s] ? &d->mv[d->n_mv - 1] : NULL;
+            if (last && last->to == t && last->hi + 1 == bd[b]) {
+                last->hi = bd[b + 1] - 1;
+                continue;
+            }
+            if (grow(&d->mv, &d->cap_mv, d->n_mv + 1, sizeof *d->mv))
+                goto oom;
+            d->mv[d->n_mv++] = (dmove){bd[b], bd[b + 1] - 1, t};
+        }
+    }
+    d->n = S.n;
+    d->off[S.n] = d->n_mv;
+    goto out;
+oom:
+    rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");
+out:
+    ss_free(&S);
+    free(es);
+    free(tg);
+    free(bd);
+    return rc;
+}
+
+/* d->ok: backward reachability from the states where the term holds. */
+static int dfa_mark_ok(dfa *d)
+{
+    int n = d->n;
+    size_t *roff = calloc((size_t)n + 1, sizeof *roff);
+    int *radj = malloc((d->n_mv + 1) * sizeof *radj), *q = malloc(((size_t)n + 1) * sizeof *q);
+    d->ok = calloc((size_t)n + 1, 1);
+    if (!roff || !radj || !q || !d->ok) {
+        free(roff);
+        free(radj);
+        free(q);
+        return -1;
+    }
+    for (size_t e = 0; e < d->n_mv; e++)
+        roff[d->mv[e].to + 1]++;
+    for (int s = 0; s < n; s++)
+        roff[s + 1] += roff[s];
+    size_t *fill = calloc((size_t)n + 1, sizeof *fill);
+    if (!fill) {
+        free(roff);
+        free(radj);
+        free(q);
+        return -1;
+    }
+    for (int s = 0; s < n; s++)
+        for (size_t e = d->off[s]; e < d->off[s + 1]; e++)
+            radj[roff[d->mv[e].to] + fill[d->mv[e].to]++] = s;
+    free(fill);
+    int qn = 0;
+    for (int s = 0; s < n; s++) {
+        int holds = d->final[s];
+        if (d->neg) { /* not final, or a codepoint leads to the empty set */
+            uint32_t next = 0;
+            holds = !d->final[s];
+            for (size_t e = d->off[s]; e < d->off[s + 1] && !holds; e++) {
+                holds = d->mv[e].lo != next;
+                next = d->mv[e].hi + 1;
+            }
+            holds |= next != GFE_CP_MAX + 1;
+        }
+        if (holds) {
+            d->ok[s] = 1;
+            q[qn++] = s;
+        }
+    }
+    for (int i = 0; i < qn; i++)
+        for (size_t j = roff[q[i]]; j < roff[q[i] + 1]; j++)
+            if (!d->ok[radj[j]]) {
+                d->ok[radj[j]] = 1;
+                q[qn++] = radj[j];
+            }
+    free(roff);
+    free(radj);
+    free(q);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- product */
+
+/* A product move: from state src, the codepoints lo..hi lead to dst. */
+typedef struct pmove { uint32_t lo, hi; int dst; } pmove;
+
+/* Does the product state (terms' states d[0..n), counter k) accept? */
+static int p_accepts(const dfa *D, int n, const int *st, long min_len)
+{
+    for (int i = 0; i < n; i++) {
+        int fin = st[i] >= 0 && D[i].final[st[i]];
+        if (fin == D[i].neg)
+            return 0;
+    }
+    return st[n] >= min_len;
+}
+
+/* The live states of the product, one rule each: "" when accepting, then
+ * "class next" per successor. */
+static int p_emit(gfe_rules *r, const subsets *P, const size_t *eoff, const pmove *mv, const char *live,
+                  const char *acc, char name[GFE_NAME_MAX], tern_err *err)
+{
+    int rc = 0, n = P->n;
+    char (*names)[GFE_NAME_MAX] = calloc((size_t)n, GFE_NAME_MAX);
+    struct tgt { int t; gfe_cset cs; } *tg = NULL;
+    size_t n_tg = 0, cap_tg = 0;
+    gfe_buf body, cls;
+    gfe_buf_init(&body, 0);
+    gfe_buf_init(&cls, 0);
+    if (!names)
+        goto oom;
+    for (int s = 0; s < n && !rc; s++) {
+        if (!live[s])
+            continue;
+        if (!names[s][0])
+            gfe_rule_reserve(r, names[s]);
+        n_tg = 0;
+        for (size_t e = eoff[s]; e < eoff[s + 1]; e++) {
+            if (!live[mv[e].dst])
+                continue;
+            size_t ti = 0;
+            while (ti < n_tg && tg[ti].t != mv[e].dst)
                 ti++;
             if (ti == n_tg) {
-                if (n_tg == cap_tg) {
-                    cap_tg = cap_tg * 2 + 8;
-                    void *x = realloc(tg, (size_t)cap_tg * sizeof *tg);
-                    if (!x)
-                        goto oom;
-                    tg = x;
-                }
-                tg[n_tg++] = (struct tgt){t, {0}};
+                if (grow(&tg, &cap_tg, n_tg + 1, sizeof *tg))
+                    goto oom;
+                tg[n_tg++] = (struct tgt){mv[e].dst, {0}};
             }
-            gfe_cset_add(&tg[ti].cs, bd[b], bd[b + 1] - 1);
+            gfe_cset_add(&tg[ti].cs, mv[e].lo, mv[e].hi);
         }
-        if (!names[d][0])
-            gfe_rule_reserve(r, names[d]);
         body.len = 0;
         int n_alt = 0;
-        if (fin) {
+        if (acc[s]) {
             gfe_buf_puts(&body, "\"\"");
             n_alt++;
         }
-        for (int ti = 0; ti < n_tg; ti++) {
-            if ((size_t)tg[ti].t >= cap_names) {
-                size_t cap = (size_t)tg[ti].t * 2 + 16;
-                void *nn = realloc(names, cap * sizeof *names);
-                if (!nn)
-                    goto oom;
-                names = nn;
-                for (size_t i = cap_names; i < cap; i++)
-                    names[i][0] = 0;
-                cap_names = cap;
-            }
+        for (size_t ti = 0; ti < n_tg; ti++) {
             if (!names[tg[ti].t][0])
                 gfe_rule_reserve(r, names[tg[ti].t]);
             cls.len = 0;
@@ -683,12 +695,16 @@ static int dfa_emit(gfe_rules *r, const prod *P, const gauto *g, int n_re, long 
             int bad = tg[ti].cs.oom;
             gfe_cset_free(&tg[ti].cs);
             char cn[GFE_NAME_MAX];
-            if (bad || cls.err || !cls.s || gfe_rule_add(r, cls.s, cn))
+            if (bad || cls.err || !cls.s || gfe_rule_add(r, cls.s, cn)) {
+                for (size_t k = ti + 1; k < n_tg; k++)
+                    gfe_cset_free(&tg[k].cs);
+                n_tg = 0;
                 goto oom;
+            }
             gfe_buf_printf(&body, "%s%s %s", n_alt++ ? " | " : "", cn, names[tg[ti].t]);
         }
         n_tg = 0;
-        if (body.err || gfe_rule_define(r, names[d], body.s)) {
+        if (body.err || gfe_rule_define(r, names[s], body.s)) {
             int code = body.err ? body.err : r->out.err ? r->out.err : TERN_ENOMEM;
             rc = tern_err_set(err, code, "regex: %s", code == TERN_EFULL ? "grammar too large" : "out of memory");
         }
@@ -699,163 +715,186 @@ static int dfa_emit(gfe_rules *r, const prod *P, const gauto *g, int n_re, long 
 oom:
     rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");
 out:
-    for (int ti = 0; ti < n_tg; ti++)
+    for (size_t ti = 0; ti < n_tg; ti++)
         gfe_cset_free(&tg[ti].cs);
-    for (size_t i = 0; lab && i < P->n_e; i++)
-        gfe_cset_free(&lab[i]);
-    free(lab);
-    free(eoff);
-    free(names);
-    free(es);
-    free(dst);
-    free(bd);
     free(tg);
-    free(S.pool);
-    free(S.off);
-    free(S.ht);
+    free(names);
     gfe_buf_free(&body);
     gfe_buf_free(&cls);
     return rc;
 }
 
-int gfe_regex_emit_product(gfe_rules *r, const char *const *res, const size_t *lens, int n_re, long min_len,
-                           long max_len, char name[GFE_NAME_MAX], int *never, tern_err *err)
+int gfe_regex_emit_terms(gfe_rules *r, const gfe_re_term *t, int n, long min_len, long max_len,
+                         char name[GFE_NAME_MAX], int *never, tern_err *err)
 {
-    gauto g[2];
-    rx *roots[2] = {NULL, NULL};
-    prod P = {0};
-    memset(g, 0, sizeof g);
+    gauto g[GFE_RE_MAX_TERMS];
+    rx *roots[GFE_RE_MAX_TERMS];
+    dfa D[GFE_RE_MAX_TERMS];
+    subsets P = {0};
+    pmove *mv = NULL;
+    size_t n_mv = 0, cap_mv = 0, *eoff = NULL, cap_eoff = 0, cap_bd = 0;
+    uint32_t *bd = NULL;
+    char *live = NULL, *acc = NULL;
+    size_t *roff = NULL, *ptr = NULL;
+    int *radj = NULL, *q = NULL, st[GFE_RE_MAX_TERMS + 1], nx[GFE_RE_MAX_TERMS + 1];
     int rc = 0;
-    char (*names)[GFE_NAME_MAX] = NULL;
-    int *live = NULL, *roff = NULL, *radj = NULL, *queue = NULL;
-    gfe_buf body;
-    gfe_buf_init(&body, 0);
+    memset(g, 0, sizeof g);
+    memset(roots, 0, sizeof roots);
+    memset(D, 0, sizeof D);
     *never = 0;
-    if (n_re < 1 || n_re > 2)
-        return tern_err_set(err, TERN_EINTERNAL, "regex: 1 or 2 patterns");
-    for (int i = 0; i < n_re; i++) {
+    if (n < 1 || n > GFE_RE_MAX_TERMS)
+        return tern_err_set(err, TERN_EINTERNAL, "regex: 1 to %d terms", GFE_RE_MAX_TERMS);
+    for (int i = 0; i < n; i++) {
         g[i].err = err;
-        roots[i] = gfe_rx_parse(res[i], lens[i], 1, err);
+        roots[i] = gfe_rx_parse(t[i].re, t[i].len, 1, err);
         if (!roots[i]) {
             rc = err->code ? err->code : TERN_EINTERNAL;
             goto cleanup;
         }
-        if ((rc = gauto_build(&g[i], roots[i])))
+        D[i].neg = t[i].neg;
+        if ((rc = gauto_build(&g[i], roots[i])) || (rc = dfa_build(&g[i], &D[i], err)))
             goto cleanup;
-    }
-    /* a bound every string of one of the regexes already meets needs no
-     * counter */
-    for (int i = 0; i < n_re; i++) {
+        if (dfa_mark_ok(&D[i]))
+            goto oom;
+        /* a bound every string of a positive term already meets needs no
+         * counter */
         long lo, hi;
-        if (gauto_lengths(&g[i], &lo, &hi)) {
-            rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");
-            goto cleanup;
-        }
+        if (t[i].neg)
+            continue;
+        if (gauto_lengths(&g[i], &lo, &hi))
+            goto oom;
         if (lo >= min_len)
             min_len = 0;
         if (hi >= 0 && max_len >= 0 && hi <= max_len)
             max_len = -1;
     }
     long cap = max_len >= 0 ? max_len : (min_len > 0 ? min_len : 0);
-    pstate s0 = {{0, 0}, 0};
-    if (prod_state(&P, &s0) < 0) {
-        rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");
+    if (cap >= NFA_MAX_STATES) { /* a count per state at least */
+        rc = too_many(err);
         goto cleanup;
     }
-    /* forward: every reachable state and edge */
-    for (int si = 0; si < P.n_st; si++) {
-        pstate s = P.st[si];
-        if (max_len >= 0 && s.k >= max_len)
-            continue;
-        const ivec *f0 = &g[0].follow[s.q[0]];
-        ivec one = {(int[]){-1}, 1, 1};
-        const ivec *f1 = n_re > 1 ? &g[1].follow[s.q[1]] : &one;
-        for (int a = 0; a < f0->n; a++)
-            for (int b = 0; b < f1->n; b++) {
-                int p0 = f0->v[a], p1 = f1->v[b];
-                if (!g[0].set[p0]->n || (p1 >= 0 && !set_meets(g[0].set[p0], g[1].set[p1])))
-                    continue;
-                pstate t = {{p0 + 1, p1 + 1}, s.k + 1 > cap ? cap : s.k + 1};
-                int ti = prod_state(&P, &t);
-                if (ti == -2) {
-                    rc = tern_err_set(err, TERN_EUNSUPPORTED,
-                                      "regex: pattern with lengths or a format needs over %d states", NFA_MAX_STATES);
-                    goto cleanup;
-                }
-                if (ti >= 0 && P.n_e == P.cap_e) {
-                    size_t ncap = P.cap_e ? P.cap_e * 2 : 1024;
-                    pedge *ne = realloc(P.e, ncap * sizeof *ne);
-                    if (ne) {
-                        P.e = ne;
-                        P.cap_e = ncap;
-                    } else {
-                        ti = -1;
-                    }
-                }
-                if (ti < 0) {
-                    rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");
-                    goto cleanup;
-                }
-                P.e[P.n_e++] = (pedge){si, ti, {p0, p1}};
-            }
-    }
-    /* backward: live = can reach a final state */
-    live = calloc((size_t)P.n_st, sizeof *live);
-    roff = calloc((size_t)P.n_st + 1, sizeof *roff);
-    radj = malloc((P.n_e + 1) * sizeof *radj);
-    queue = malloc(((size_t)P.n_st + 1) * sizeof *queue);
-    names = malloc(((size_t)P.n_st + 1) * sizeof *names);
-    if (!live || !roff || !radj || !queue || !names) {
-        rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");
-        goto cleanup;
-    }
-    for (size_t i = 0; i < P.n_e; i++)
-        roff[P.e[i].dst + 1]++;
-    for (int i = 0; i < P.n_st; i++)
-        roff[i + 1] += roff[i];
-    {
-        int *fill = calloc((size_t)P.n_st, sizeof *fill);
-        if (!fill) {
-            rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");
+    for (int i = 0; i <= n; i++)
+        st[i] = 0;
+    for (int i = 0; i < n; i++)
+        if (!D[i].ok[0]) {
+            *never = 1;
             goto cleanup;
         }
-        for (size_t i = 0; i < P.n_e; i++)
-            radj[roff[P.e[i].dst] + fill[P.e[i].dst]++] = (int)i;
-        free(fill);
-    }
-    int qn = 0;
-    for (int i = 0; i < P.n_st; i++) {
-        const pstate *s = &P.st[i];
-        if (g[0].final[s->q[0]] && (n_re < 2 || g[1].final[s->q[1]]) && s->k >= min_len) {
-            live[i] = 1;
-            queue[qn++] = i;
-        }
-    }
-    for (int qi = 0; qi < qn; qi++)
-        for (int j = roff[queue[qi]]; j < roff[queue[qi] + 1]; j++) {
-            int src = P.e[radj[j]].src;
-            if (!live[src]) {
-                live[src] = 1;
-                queue[qn++] = src;
+    if (ss_intern(&P, st, n + 1) < 0)
+        goto oom;
+    /* forward: every reachable state whose terms can all still hold */
+    for (int s = 0; s < P.n; s++) {
+        if (grow(&eoff, &cap_eoff, (size_t)s + 2, sizeof *eoff))
+            goto oom;
+        eoff[s] = n_mv;
+        memcpy(st, P.pool + P.off[s], (size_t)(n + 1) * sizeof *st);
+        if (max_len >= 0 && st[n] >= max_len)
+            continue;
+        size_t n_bd = 0;
+        if (grow(&bd, &cap_bd, 2, sizeof *bd))
+            goto oom;
+        bd[n_bd++] = 0;
+        bd[n_bd++] = GFE_CP_MAX + 1;
+        for (int i = 0; i < n; i++) {
+            if (st[i] < 0)
+                continue;
+            size_t a = D[i].off[st[i]], b = D[i].off[st[i] + 1];
+            if (grow(&bd, &cap_bd, n_bd + 2 * (b - a), sizeof *bd))
+                goto oom;
+            for (size_t e = a; e < b; e++) {
+                bd[n_bd++] = D[i].mv[e].lo;
+                bd[n_bd++] = D[i].mv[e].hi + 1;
             }
         }
+        qsort(bd, n_bd, sizeof *bd, cmp_u32);
+        size_t pos[GFE_RE_MAX_TERMS];
+        for (int i = 0; i < n; i++)
+            pos[i] = st[i] >= 0 ? D[i].off[st[i]] : 0;
+        nx[n] = st[n] + 1 > cap ? (int)cap : st[n] + 1;
+        for (size_t b = 0; b + 1 < n_bd; b++) {
+            uint32_t lo = bd[b], hi = bd[b + 1] - 1;
+            if (bd[b] == bd[b + 1])
+                continue;
+            int dead = 0;
+            for (int i = 0; i < n && !dead; i++) {
+                nx[i] = -1;
+                if (st[i] >= 0) {
+                    size_t end = D[i].off[st[i] + 1];
+                    while (pos[i] < end && D[i].mv[pos[i]].hi < lo)
+                        pos[i]++;
+                    if (pos[i] < end && D[i].mv[pos[i]].lo <= lo)
+                        nx[i] = D[i].mv[pos[i]].to;
+                }
+                dead = nx[i] < 0 ? !D[i].neg : !D[i].ok[nx[i]];
+            }
+            if (dead)
+                continue;
+            int to = ss_intern(&P, nx, n + 1);
+            if (to == -2) {
+                rc = too_many(err);
+                goto cleanup;
+            }
+            if (to < 0)
+                goto oom;
+            if (n_mv > eoff[s] && mv[n_mv - 1].dst == to && mv[n_mv - 1].hi + 1 == lo) {
+                mv[n_mv - 1].hi = hi;
+                continue;
+            }
+            if (grow(&mv, &cap_mv, n_mv + 1, sizeof *mv))
+                goto oom;
+            mv[n_mv++] = (pmove){lo, hi, to};
+        }
+    }
+    eoff[P.n] = n_mv;
+    /* backward: live = can reach an accepting state */
+    live = calloc((size_t)P.n, 1);
+    acc = calloc((size_t)P.n, 1);
+    roff = calloc((size_t)P.n + 1, sizeof *roff);
+    ptr = calloc((size_t)P.n + 1, sizeof *ptr);
+    radj = malloc((n_mv + 1) * sizeof *radj);
+    q = malloc(((size_t)P.n + 1) * sizeof *q);
+    if (!live || !acc || !roff || !ptr || !radj || !q)
+        goto oom;
+    for (size_t e = 0; e < n_mv; e++)
+        roff[mv[e].dst + 1]++;
+    for (int s = 0; s < P.n; s++)
+        roff[s + 1] += roff[s];
+    for (int s = 0; s < P.n; s++)
+        for (size_t e = eoff[s]; e < eoff[s + 1]; e++)
+            radj[roff[mv[e].dst] + ptr[mv[e].dst]++] = s;
+    int qn = 0;
+    for (int s = 0; s < P.n; s++)
+        if (p_accepts(D, n, P.pool + P.off[s], min_len)) {
+            acc[s] = live[s] = 1;
+            q[qn++] = s;
+        }
+    for (int i = 0; i < qn; i++)
+        for (size_t j = roff[q[i]]; j < roff[q[i] + 1]; j++)
+            if (!live[radj[j]]) {
+                live[radj[j]] = 1;
+                q[qn++] = radj[j];
+            }
     if (!live[0]) {
         *never = 1;
         goto cleanup;
     }
-    rc = dfa_emit(r, &P, g, n_re, min_len, live, name, err);
+    rc = p_emit(r, &P, eoff, mv, live, acc, name, err);
+    goto cleanup;
+oom:
+    rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");
 cleanup:
-    gfe_buf_free(&body);
-    free(names);
+    ss_free(&P);
+    free(mv);
+    free(eoff);
+    free(bd);
     free(live);
+    free(acc);
     free(roff);
+    free(ptr);
     free(radj);
-    free(queue);
-    free(P.st);
-    free(P.hkey);
-    free(P.hval);
-    free(P.e);
-    for (int i = 0; i < 2; i++) {
+    free(q);
+    for (int i = 0; i < n; i++) {
+        dfa_free(&D[i]);
         gauto_free(&g[i]);
         gfe_rx_free(roots[i]);
     }

@@ -223,6 +223,9 @@ size_t sc_utf8_len(const char *s, size_t n);
 void sc_regex_notin(gfe_buf *b, const char **names, size_t n, size_t d, int depth);
 /* Does the regex (ECMAScript flavour, searched) match s? 1/0, -1 error. */
 int sc_regex_search(const char *re, const char *s, size_t n);
+/* schema_string.c: format's regex (*re anchored), or *re NULL when the
+ * name is an annotation. 0, or the error (not a string, or refused). */
+int sc_format_re(sc *c, json_object *fmt, const char *path, const char **re);
 
 /* multipleOf value as p / 10^q (p >= 1, q <= 9); -1 if not representable.
  * (schema_number.c) */

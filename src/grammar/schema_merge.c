@@ -256,7 +256,8 @@ static int merge_cross(sc *c, json_object *m, const char *k, json_object *a, jso
 }
 
 /* pattern on both sides: both regexes, kept as a list the string leaf
- * intersects (sc_patterns_internal marks it as the compiler's own). */
+ * intersects (sc_patterns_internal marks it as the compiler's own; its
+ * entries are strings, or {"not": string} from a negation). */
 static int merge_pattern(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
                          json_object *vb, const char *path)
 {
@@ -275,8 +276,9 @@ static int merge_pattern(sc *c, json_object *m, const char *k, json_object *a, j
             return sc_fail(c, TERN_EINVAL, path, "'pattern' must be a string");
         }
     }
-    if (json_object_array_length(arr) > 2)
-        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with more than two different 'pattern' values");
+    if (json_object_array_length(arr) > GFE_RE_MAX_TERMS)
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "allOf with more than %d different 'pattern' values",
+                       GFE_RE_MAX_TERMS);
     json_object_object_add(m, k, json_object_get(arr));
     return 0;
 }

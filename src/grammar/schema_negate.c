@@ -451,6 +451,54 @@ static int neg_one_of(neg_arg *n, json_object **alt)
     return NEG_ADDED;
 }
 
+/* A string schema whose pattern is the compiler's own list (see
+ * merge_pattern) of the one entry e. */
+static json_object *string_pattern1(sc *c, json_object *e)
+{
+    json_object *l = sc_own(c, json_object_new_array());
+    if (!l) {
+        json_object_put(e);
+        return NULL;
+    }
+    json_object_array_add(l, e);
+    return typed("string", "pattern", json_object_get(l));
+}
+
+/* pattern: a string the regex does not match (searched); the compiler's
+ * list of patterns: a string one entry fails ({"not": p} fails where p
+ * matches). */
+static int neg_pattern(neg_arg *n, json_object **alt)
+{
+    if (json_object_is_type(n->v, json_type_string)) {
+        *alt = string_pattern1(n->c, obj1("not", json_object_get(n->v)));
+        return NEG_ALT;
+    }
+    if (!sc_patterns_internal(n->c, n->v))
+        return NEG_UNSUPPORTED;
+    for (size_t i = 0; i < json_object_array_length(n->v); i++) {
+        json_object *e = json_object_array_get_idx(n->v, i), *p;
+        json_object *o = json_object_object_get_ex(e, "not", &p) ? json_object_get(p) : obj1("not", json_object_get(e));
+        json_object *s = string_pattern1(n->c, o);
+        if (!s)
+            return NEG_FAILED;
+        json_object_array_add(n->alts, s);
+    }
+    return NEG_ADDED;
+}
+
+/* format with a regex: a string it does not match; an annotation format
+ * always holds (no alternative). */
+static int neg_format(neg_arg *n, json_object **alt)
+{
+    const char *re;
+    if (sc_format_re(n->c, n->v, n->path, &re))
+        return NEG_FAILED;
+    if (!re)
+        return NEG_ADDED;
+    *alt = string_pattern1(n->c, obj1("not", json_object_new_string(re)));
+    return NEG_ALT;
+}
+
 /* enum / const: negate_values. */
 static int neg_values(neg_arg *n, json_object **alt)
 {
@@ -497,7 +545,7 @@ static const struct {
     {"properties", neg_properties}, {"anyOf", neg_any_of},         {"allOf", neg_all_of},
     {"const", neg_values},        {"enum", neg_values},            {"not", neg_not},
     {"multipleOf", neg_multiple}, {"items", neg_items},           {"prefixItems", neg_prefix},
-    {"oneOf", neg_one_of},
+    {"oneOf", neg_one_of},        {"pattern", neg_pattern},       {"format", neg_format},
 };
 
 static int negate_keyword(neg_arg *n, json_object **alt)

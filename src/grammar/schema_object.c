@@ -297,10 +297,9 @@ static int additional_patterns(sc *c, const char *path, obj_ctx *o)
         gfe_buf one;
         gfe_buf_init(&one, 0);
         if (o->pp_listed) {
-            const char *res[2] = {re, notin.s};
-            size_t lens[2] = {strlen(re), notin.len};
+            gfe_re_term t[2] = {{re, strlen(re), 0}, {notin.s, notin.len, 0}};
             char nm[GFE_NAME_MAX];
-            rc = gfe_regex_emit_product(&c->r, res, lens, 2, 0, -1, nm, &nv1, &e);
+            rc = gfe_regex_emit_terms(&c->r, t, 2, 0, -1, nm, &nv1, &e);
             if (!rc && !nv1)
                 gfe_buf_puts(&one, nm);
         } else {

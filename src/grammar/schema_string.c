@@ -86,7 +86,7 @@ static const char *const k_formats_refused[] = {
 
 /* format: *re = its regex, or NULL when the name is an annotation (no
  * constraint). 0, or the error (not a string, or refused). */
-static int string_format_re(sc *c, json_object *fmt, const char *path, const char **re)
+int sc_format_re(sc *c, json_object *fmt, const char *path, const char **re)
 {
     *re = NULL;
     if (!json_object_is_type(fmt, json_type_string))
@@ -109,24 +109,23 @@ static int string_format_re(sc *c, json_object *fmt, const char *path, const cha
     return 0;
 }
 
-/* The regexes (a pattern, a format, or both) with the length bounds. One
- * regex whose lengths fold into one repetition is written inline; other
- * shapes, and two regexes, go through the product automaton
+/* The regex terms (a format, patterns, negated patterns) with the length
+ * bounds. One positive regex whose lengths fold into one repetition is
+ * written inline; other shapes go through the product automaton
  * (regex_nfa.c). 0, 1 (no string), or the error. */
-static int string_regex(sc *c, const char *const *res, int n_re, long mn, long mx, const char *path, gfe_buf *out)
+static int string_regex(sc *c, const gfe_re_term *t, int n, long mn, long mx, const char *path, gfe_buf *out)
 {
     int never = 0, rc = TERN_EUNSUPPORTED;
     tern_err e = {0};
     gfe_buf b;
     gfe_buf_init(&b, 0);
-    if (n_re == 1)
-        rc = gfe_regex_emit_len(&b, res[0], strlen(res[0]), 1, 1, mn, mx, &never, &e);
-    if (rc == TERN_EUNSUPPORTED && (n_re > 1 || mn > 0 || mx >= 0)) {
-        size_t lens[2] = {strlen(res[0]), n_re > 1 ? strlen(res[1]) : 0};
+    if (n == 1 && !t[0].neg)
+        rc = gfe_regex_emit_len(&b, t[0].re, t[0].len, 1, 1, mn, mx, &never, &e);
+    if (rc == TERN_EUNSUPPORTED && (n > 1 || t[0].neg || mn > 0 || mx >= 0)) {
         char nm[GFE_NAME_MAX];
         never = 0;
         b.len = 0;
-        rc = gfe_regex_emit_product(&c->r, res, lens, n_re, mn, mx, nm, &never, &e);
+        rc = gfe_regex_emit_terms(&c->r, t, n, mn, mx, nm, &never, &e);
         if (!rc && !never)
             gfe_buf_puts(&b, nm);
     }
@@ -139,6 +138,28 @@ static int string_regex(sc *c, const char *const *res, int n_re, long mn, long m
     if (rc)
         return sc_fail(c, rc, path, "%s", e.msg);
     return never;
+}
+
+/* One pattern value into the terms: a string, or the compiler's own list
+ * (sc_patterns_internal) of strings and {"not": string} (a negated
+ * pattern). */
+static int string_terms(sc *c, json_object *pat, gfe_re_term *t, int *n, const char *path)
+{
+    int internal = sc_patterns_internal(c, pat);
+    size_t k = internal ? json_object_array_length(pat) : 1;
+    for (size_t i = 0; i < k; i++) {
+        json_object *v = internal ? json_object_array_get_idx(pat, i) : pat, *nv;
+        int neg = internal && json_object_object_get_ex(v, "not", &nv);
+        if (neg)
+            v = nv;
+        if (!json_object_is_type(v, json_type_string))
+            return sc_fail(c, TERN_EINVAL, path, "'pattern' must be a string");
+        if (*n == GFE_RE_MAX_TERMS)
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "more than %d 'pattern' and 'format' values together",
+                           GFE_RE_MAX_TERMS);
+        t[(*n)++] = (gfe_re_term){json_object_get_string(v), (size_t)json_object_get_string_len(v), neg};
+    }
+    return 0;
 }
 
 int sc_string_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *out)
@@ -154,24 +175,16 @@ int sc_string_gen(sc *c, json_object *s, int mask, const char *path, gfe_buf *ou
     json_object *pat = sc_get(s, "pattern"), *fmt = sc_get(s, "format");
     const char *re = NULL;
     int rc;
-    if (fmt && (rc = string_format_re(c, fmt, path, &re)))
+    if (fmt && (rc = sc_format_re(c, fmt, path, &re)))
         return rc;
-    const char *res[2];
-    int n_re = 0;
+    gfe_re_term t[GFE_RE_MAX_TERMS];
+    int n = 0;
     if (re)
-        res[n_re++] = re;
-    if (sc_patterns_internal(c, pat)) { /* two patterns of an allOf */
-        if (n_re)
-            return sc_fail(c, TERN_EUNSUPPORTED, path, "two 'pattern' values together with a 'format'");
-        res[n_re++] = json_object_get_string(json_object_array_get_idx(pat, 0));
-        res[n_re++] = json_object_get_string(json_object_array_get_idx(pat, 1));
-    } else if (pat) {
-        if (!json_object_is_type(pat, json_type_string))
-            return sc_fail(c, TERN_EINVAL, path, "'pattern' must be a string");
-        res[n_re++] = json_object_get_string(pat);
-    }
-    if (n_re)
-        return string_regex(c, res, n_re, mn, mx, path, out);
+        t[n++] = (gfe_re_term){re, strlen(re), 0};
+    if (pat && (rc = string_terms(c, pat, t, &n, path)))
+        return rc;
+    if (n)
+        return string_regex(c, t, n, mn, mx, path, out);
     gfe_buf_printf(out, "(\"\\\"\" %s", sc_unit(c));
     sc_rep(out, mn, mx);
     gfe_buf_puts(out, " \"\\\"\")");

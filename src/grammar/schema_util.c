@@ -296,12 +296,16 @@ static int val_count(const val_arg *a)
 
 static int val_pattern(const val_arg *a)
 {
-    if (sc_patterns_internal(a->c, a->kv)) { /* two patterns of an allOf: both */
+    if (sc_patterns_internal(a->c, a->kv)) { /* patterns of an allOf: all; {"not": p}: p fails */
         int r = 1;
         for (size_t i = 0; i < json_object_array_length(a->kv) && r == 1; i++) {
             val_arg one = *a;
-            one.kv = json_object_array_get_idx(a->kv, i);
+            json_object *p = json_object_array_get_idx(a->kv, i), *np;
+            int neg = json_object_object_get_ex(p, "not", &np);
+            one.kv = neg ? np : p;
             r = val_pattern(&one);
+            if (neg && r >= 0)
+                r = !r || !json_object_is_type(a->v, json_type_string) ? 1 : 0;
         }
         return r;
     }
