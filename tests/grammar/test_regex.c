@@ -282,6 +282,154 @@ static void test_pattern_with_length(void **state)
     grammar_free(pat);
 }
 
+/* ------------------------------------------------ negation, intersection */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static unsigned rnd(unsigned n)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (unsigned)(g_rng % n);
+}
+
+/* A random regex over a, b, c (depth-bounded), written into out. */
+static void rand_re(char *out, size_t cap, int depth)
+{
+    static const char *const atoms[] = {"a", "b", "c", "[ab]", "[^a]", ".", "\\w"};
+    size_t n = strlen(out);
+    unsigned k = depth > 2 ? 0 : rnd(6);
+    if (k < 2) {
+        snprintf(out + n, cap - n, "%s", atoms[rnd(sizeof atoms / sizeof atoms[0])]);
+    } else if (k == 2 || k == 3) { /* concatenation */
+        rand_re(out, cap, depth + 1);
+        rand_re(out, cap, depth + 1);
+    } else if (k == 4) {
+        snprintf(out + n, cap - n, "(?:");
+        rand_re(out, cap, depth + 1);
+        snprintf(out + strlen(out), cap - strlen(out), "|");
+        rand_re(out, cap, depth + 1);
+        snprintf(out + strlen(out), cap - strlen(out), ")");
+    } else {
+        static const char *const q[] = {"*", "+", "?", "{1,2}", "{2}"};
+        snprintf(out + n, cap - n, "(?:");
+        rand_re(out, cap, depth + 1);
+        snprintf(out + strlen(out), cap - strlen(out), ")%s", q[rnd(5)]);
+    }
+}
+
+static void rand_pattern(char *out, size_t cap)
+{
+    out[0] = 0;
+    unsigned a = rnd(4);
+    if (a & 1)
+        snprintf(out, cap, "^");
+    rand_re(out, cap, 0);
+    if (a & 2)
+        snprintf(out + strlen(out), cap - strlen(out), "$");
+}
+
+/* The grammar of a schema; NULL when no value satisfies it (may_be_empty). */
+static grammar *schema_grammar(const char *text, int may_be_empty)
+{
+    json_object *s = json_tokener_parse(text);
+    assert_non_null(s);
+    char *ebnf = NULL;
+    tern_err err;
+    if (grammar_schema_to_ebnf(s, NULL, &ebnf, &err)) {
+        if (may_be_empty && strstr(err.msg, "no JSON value satisfies")) {
+            json_object_put(s);
+            return NULL;
+        }
+        fail_msg("%s: %s", text, err.msg);
+    }
+    grammar *g = grammar_from_ebnf(ebnf, strlen(ebnf), "root", NULL, &err);
+    if (!g)
+        fail_msg("core rejected grammar of %s: %s", text, err.msg);
+    free(ebnf);
+    json_object_put(s);
+    return g;
+}
+
+/* JSON text of a regex as a JSON string body (backslashes doubled). */
+static void json_re(const char *re, char *out)
+{
+    for (; *re; re++) {
+        if (*re == '\\' || *re == '"')
+            *out++ = '\\';
+        *out++ = *re;
+    }
+    *out = 0;
+}
+
+/* not: {pattern}, pattern AND NOT pattern, and three patterns with a
+ * length bound, on random regexes: every string over {a, b, c, d} up to
+ * 5 long against PCRE2 (a complement accepts exactly what the regex
+ * rejects). */
+static void test_pattern_negation(void **state)
+{
+    (void)state;
+    long checked = 0, accepted = 0;
+    for (int round = 0; round < 120; round++) {
+        char r[3][128], j[3][260], sch[1024];
+        for (int i = 0; i < 3; i++) {
+            rand_pattern(r[i], sizeof r[i]);
+            json_re(r[i], j[i]);
+        }
+        int form = round % 3, mx = 2 + (int)rnd(4);
+        if (form == 0)
+            snprintf(sch, sizeof sch, "{\"type\":\"string\",\"not\":{\"pattern\":\"%s\"}}", j[0]);
+        else if (form == 1)
+            snprintf(sch, sizeof sch, "{\"type\":\"string\",\"pattern\":\"%s\",\"not\":{\"pattern\":\"%s\"}}", j[0], j[1]);
+        else
+            snprintf(sch, sizeof sch,
+                     "{\"type\":\"string\",\"maxLength\":%d,\"allOf\":[{\"pattern\":\"%s\"},{\"pattern\":\"%s\"},"
+                     "{\"not\":{\"pattern\":\"%s\"}}]}",
+                     mx, j[0], j[1], j[2]);
+        grammar *g = schema_grammar(sch, 1);
+        static const char alpha[] = "abcd";
+        for (int L = 0; L <= 5; L++) {
+            long total = 1;
+            for (int i = 0; i < L; i++)
+                total *= 4;
+            for (long idx = 0; idx < total; idx++) {
+                char str[8], js[32];
+                long x = idx;
+                for (int i = 0; i < L; i++, x /= 4)
+                    str[i] = alpha[x % 4];
+                str[L] = 0;
+                int m0 = pcre_match(r[0], str, (size_t)L, 1), m1 = pcre_match(r[1], str, (size_t)L, 1);
+                int want = form == 0 ? !m0
+                         : form == 1 ? m0 && !m1
+                                     : m0 && m1 && !pcre_match(r[2], str, (size_t)L, 1) && L <= mx;
+                size_t jn = json_quote(str, (size_t)L, js);
+                if ((g && grammar_check_text(g, js, jn)) != want)
+                    fail_msg("%s on %s: want %d", sch, js, want);
+                checked++;
+                accepted += want;
+            }
+        }
+        if (g)
+            grammar_free(g);
+    }
+    printf("negation: checked %ld strings, %ld accepted\n", checked, accepted);
+    assert_true(accepted > 5000 && accepted < checked - 5000);
+    /* not: {format}: exactly the strings the format refuses, and a
+     * non-string (not of format holds for no value format skips) */
+    grammar *fmt = schema_grammar("{\"type\":\"string\",\"format\":\"ipv4\"}", 0);
+    grammar *neg = schema_grammar("{\"type\":\"string\",\"not\":{\"format\":\"ipv4\"}}", 0);
+    static const char *const ips[] = {"\"1.2.3.4\"", "\"1.2.3\"", "\"256.1.1.1\"", "\"\"", "\"a\"", "\"0.0.0.0\"",
+                                      "\"1.2.3.4 \"", "\"01.2.3.4\""};
+    for (size_t i = 0; i < sizeof ips / sizeof ips[0]; i++) {
+        size_t n = strlen(ips[i]);
+        if (grammar_check_text(neg, ips[i], n) == grammar_check_text(fmt, ips[i], n))
+            fail_msg("not format ipv4 on %s: same as format", ips[i]);
+    }
+    grammar_free(fmt);
+    grammar_free(neg);
+}
+
 static void test_regex_errors(void **state)
 {
     (void)state;
@@ -320,6 +468,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regex_vs_pcre2),
         cmocka_unit_test(test_pattern_with_length),
+        cmocka_unit_test(test_pattern_negation),
         cmocka_unit_test(test_regex_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
