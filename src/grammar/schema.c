@@ -57,14 +57,17 @@ json_object *sc_own(sc *c, json_object *o)
     return o;
 }
 
-int sc_patterns_internal(sc *c, json_object *v)
+int sc_is_own(sc *c, json_object *v)
 {
-    if (!json_object_is_type(v, json_type_array))
-        return 0;
-    for (size_t i = c->n_owned; i-- > 0;)
+    for (size_t i = c->n_owned; v && i-- > 0;)
         if (c->owned[i] == v)
             return 1;
     return 0;
+}
+
+int sc_patterns_internal(sc *c, json_object *v)
+{
+    return json_object_is_type(v, json_type_array) && sc_is_own(c, v);
 }
 
 int sc_over_time(sc *c)
@@ -164,6 +167,7 @@ static const struct {
     {{"dependentRequired", "dependentSchemas", "dependencies"}, sc_apply_dependencies},
     {{"not"}, sc_apply_not},
     {{"if", "then", "else"}, sc_apply_if},
+    {{SC_MEMBER}, sc_apply_member},
 };
 
 static sc_apply_fn applicator_of(json_object *s)

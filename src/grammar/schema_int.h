@@ -145,6 +145,20 @@ int sc_apply_dependencies(sc *c, json_object *s, const char *path, char name[GFE
 int sc_apply_not(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int *never);
 int sc_apply_if(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int *never);
 
+/* ---- schema_negate.c: the negations of additionalProperties,
+ * patternProperties and propertyNames say "the object has a member whose
+ * key ... and whose value ...": the compiler's own keyword SC_MEMBER (its
+ * value a list the compiler owns, one entry per such member: {"out":
+ * names, "pp": patterns (the key is none of them and matches none), "in":
+ * pattern (the key matches it), "fails": schema (the key fails it),
+ * "value": schema}). It is compiled last, when the object's names are
+ * known: one alternative per listed or required name that can be the
+ * member (objects open to other names: unsupported). */
+#define SC_MEMBER "$ternMember"
+int sc_apply_member(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int *never);
+/* Is v a JSON value the compiler made (and owns)? */
+int sc_is_own(sc *c, json_object *v);
+
 /* ---- schema_merge.c: allOf as one schema */
 
 /* The intersection of a and b as one schema (owned by c, or a / b

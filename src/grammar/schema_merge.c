@@ -301,6 +301,26 @@ static int merge_not(sc *c, json_object *m, const char *k, json_object *a, json_
     return 0;
 }
 
+/* SC_MEMBER on both sides: both members required, one list. */
+static int merge_member(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,
+                        json_object *vb, const char *path)
+{
+    (void)a;
+    (void)b;
+    json_object *arr = sc_own(c, json_object_new_array());
+    if (!arr)
+        return c->rc;
+    json_object *sides[2] = {va, vb};
+    for (int i = 0; i < 2; i++) {
+        if (!sc_patterns_internal(c, sides[i]))
+            return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword '%s' unsupported", k);
+        for (size_t j = 0; j < json_object_array_length(sides[i]); j++)
+            json_object_array_add(arr, json_object_get(json_object_array_get_idx(sides[i], j)));
+    }
+    json_object_object_add(m, k, json_object_get(arr));
+    return 0;
+}
+
 /* Keywords without a row differ: unsupported. */
 static const struct {
     const char *k;
@@ -335,6 +355,7 @@ static const struct {
     {"oneOf", merge_cross},
     {"not", merge_not},
     {"pattern", merge_pattern},
+    {SC_MEMBER, merge_member},
 };
 
 static int merge_keyword(sc *c, json_object *m, const char *k, json_object *a, json_object *b, json_object *va,

@@ -499,6 +499,82 @@ static int neg_format(neg_arg *n, json_object **alt)
     return NEG_ALT;
 }
 
+/* {"type": "object", SC_MEMBER: [spec]} (spec consumed). */
+static json_object *member_schema(sc *c, json_object *spec)
+{
+    json_object *l = sc_own(c, json_object_new_array());
+    if (!l) {
+        json_object_put(spec);
+        return NULL;
+    }
+    json_object_array_add(l, spec);
+    return typed("object", SC_MEMBER, json_object_get(l));
+}
+
+/* additionalProperties: a member whose key is neither listed nor matched
+ * by a patternProperties pattern and whose value the schema rejects. */
+static int neg_additional(neg_arg *n, json_object **alt)
+{
+    json_object *props = sc_get(n->s, "properties"), *pp = sc_get(n->s, "patternProperties");
+    if (n->no_eval || (props && !json_object_is_type(props, json_type_object)) ||
+        (pp && !json_object_is_type(pp, json_type_object)))
+        return NEG_UNSUPPORTED;
+    json_object *nv = sc_negate(n->c, n->v, 0, n->path);
+    if (!nv)
+        return NEG_FAILED;
+    if (json_object_is_type(nv, json_type_boolean) && !json_object_get_boolean(nv))
+        return NEG_ADDED;
+    json_object *spec = json_object_new_object(), *out = json_object_new_array(), *pl = json_object_new_array();
+    if (props) {
+        json_object_object_foreach(props, k, v) {
+            (void)v;
+            json_object_array_add(out, json_object_new_string(k));
+        }
+    }
+    if (pp) {
+        json_object_object_foreach(pp, k, v) {
+            (void)v;
+            json_object_array_add(pl, json_object_new_string(k));
+        }
+    }
+    json_object_object_add(spec, "out", out);
+    json_object_object_add(spec, "pp", pl);
+    json_object_object_add(spec, "value", json_object_get(nv));
+    *alt = member_schema(n->c, spec);
+    return NEG_ALT;
+}
+
+/* patternProperties: a member whose key matches a pattern and whose value
+ * that pattern's schema rejects. */
+static int neg_pattern_props(neg_arg *n, json_object **alt)
+{
+    if (n->no_eval || !json_object_is_type(n->v, json_type_object))
+        return NEG_UNSUPPORTED;
+    json_object_object_foreach(n->v, re, ps) {
+        json_object *nv = sc_negate(n->c, ps, 0, n->path);
+        if (!nv)
+            return NEG_FAILED;
+        if (json_object_is_type(nv, json_type_boolean) && !json_object_get_boolean(nv))
+            continue;
+        json_object *spec = obj1("in", json_object_new_string(re));
+        json_object_object_add(spec, "value", json_object_get(nv));
+        json_object *o = member_schema(n->c, spec);
+        if (!o)
+            return NEG_FAILED;
+        json_object_array_add(n->alts, o);
+    }
+    return NEG_ADDED;
+}
+
+/* propertyNames: a member whose key the schema rejects. */
+static int neg_property_names(neg_arg *n, json_object **alt)
+{
+    json_object *spec = obj1("fails", json_object_get(n->v));
+    json_object_object_add(spec, "value", json_object_new_boolean(1));
+    *alt = member_schema(n->c, spec);
+    return NEG_ALT;
+}
+
 /* enum / const: negate_values. */
 static int neg_values(neg_arg *n, json_object **alt)
 {
@@ -546,6 +622,8 @@ static const struct {
     {"const", neg_values},        {"enum", neg_values},            {"not", neg_not},
     {"multipleOf", neg_multiple}, {"items", neg_items},           {"prefixItems", neg_prefix},
     {"oneOf", neg_one_of},        {"pattern", neg_pattern},       {"format", neg_format},
+    {"additionalProperties", neg_additional}, {"patternProperties", neg_pattern_props},
+    {"propertyNames", neg_property_names},
 };
 
 static int negate_keyword(neg_arg *n, json_object **alt)
@@ -611,4 +689,170 @@ json_object *sc_negate(sc *c, json_object *s, int no_eval, const char *path)
 out:
     c->depth--;
     return r;
+}
+
+/* ------------------------------------------------------------ SC_MEMBER */
+
+/* Can the key k be spec's member? 1, 0, or -1 (error set). */
+static int member_key(sc *c, json_object *spec, const char *k, const char *path)
+{
+    json_object *v;
+    if (json_object_object_get_ex(spec, "out", &v))
+        for (size_t i = 0; i < json_object_array_length(v); i++)
+            if (!strcmp(json_object_get_string(json_object_array_get_idx(v, i)), k))
+                return 0;
+    const char *in = NULL;
+    if (json_object_object_get_ex(spec, "in", &v))
+        in = json_object_get_string(v);
+    json_object *pp = NULL;
+    json_object_object_get_ex(spec, "pp", &pp);
+    for (size_t i = 0; i < (pp ? json_object_array_length(pp) : 0) + (in != NULL); i++) {
+        const char *re = pp && i < json_object_array_length(pp) ? json_object_get_string(json_object_array_get_idx(pp, i)) : in;
+        int m = sc_regex_search(re, k, strlen(k));
+        if (m < 0) {
+            sc_fail(c, TERN_EUNSUPPORTED, path, "pattern '%.100s' unsupported against property names", re);
+            return -1;
+        }
+        if (m != (re == in))
+            return 0;
+    }
+    if (json_object_object_get_ex(spec, "fails", &v)) {
+        json_object *ks = json_object_new_string(k);
+        int ok = ks ? sc_validate(c, ks, v, 0) : -1;
+        json_object_put(ks);
+        if (ok < 0) {
+            sc_fail(c, TERN_EUNSUPPORTED, path, "'not' of propertyNames too complex for the listed names");
+            return -1;
+        }
+        if (ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* enum / const: the values holding such a member (an enum of them). */
+static int member_values(sc *c, json_object *base, json_object *spec, json_object *value, const char *path,
+                         char name[GFE_NAME_MAX], int *never)
+{
+    json_object *tmp = NULL, *vals = sc_values_of(base, &tmp), *keep = json_object_new_array();
+    int rc = 0;
+    for (size_t i = 0; keep && json_object_is_type(vals, json_type_array) && i < json_object_array_length(vals); i++) {
+        json_object *v = json_object_array_get_idx(vals, i);
+        int has = 0;
+        if (json_object_is_type(v, json_type_object)) {
+            json_object_object_foreach(v, k, mv) {
+                int w = member_key(c, spec, k, path);
+                if (w < 0) {
+                    rc = c->rc;
+                    goto out;
+                }
+                int ok = w && value ? sc_validate(c, mv, value, 0) : w;
+                if (ok < 0) {
+                    rc = sc_fail(c, TERN_EUNSUPPORTED, path, "enum/const together with keywords tern cannot check against it");
+                    goto out;
+                }
+                has |= ok;
+            }
+        }
+        if (has)
+            json_object_array_add(keep, json_object_get(v));
+    }
+    if (!keep || !json_object_array_length(keep)) {
+        *never = keep != NULL;
+        rc = keep ? 0 : sc_fail(c, TERN_ENOMEM, path, "out of memory");
+        goto out;
+    }
+    static const char *const k2[] = {"enum", "const"};
+    json_object *m = sc_without(c, base, k2, 2);
+    if (!m) {
+        rc = c->rc;
+        goto out;
+    }
+    json_object_object_add(m, "enum", keep);
+    keep = NULL;
+    rc = sc_gen(c, m, path, name, never);
+out:
+    json_object_put(keep);
+    json_object_put(tmp);
+    return rc;
+}
+
+int sc_apply_member(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int *never)
+{
+    json_object *l = sc_get(s, SC_MEMBER);
+    if (!sc_patterns_internal(c, l) || json_object_array_length(l) == 0)
+        return sc_fail(c, TERN_EUNSUPPORTED, path, "keyword '%s' unsupported", SC_MEMBER);
+    static const char *const k[] = {SC_MEMBER};
+    json_object *base = sc_without(c, s, k, 1);
+    if (!base)
+        return c->rc;
+    if (json_object_array_length(l) > 1) { /* the other members: compiled in each alternative */
+        json_object *rest = sc_own(c, json_object_new_array());
+        if (!rest)
+            return c->rc;
+        for (size_t i = 1; i < json_object_array_length(l); i++)
+            json_object_array_add(rest, json_object_get(json_object_array_get_idx(l, i)));
+        json_object_object_add(base, SC_MEMBER, json_object_get(rest));
+    }
+    json_object *spec = json_object_array_get_idx(l, 0), *value = NULL;
+    json_object_object_get_ex(spec, "value", &value);
+    if (sc_has(base, "enum") || sc_has(base, "const"))
+        return member_values(c, base, spec, value, path, name, never);
+    /* objects that hold only their listed and required names */
+    json_object *ap = sc_get(base, "additionalProperties");
+    if (!ap)
+        ap = sc_get(base, "unevaluatedProperties");
+    int closed = !sc_has(base, "patternProperties") &&
+                 (json_object_is_type(ap, json_type_boolean) ? !json_object_get_boolean(ap) : !ap && c->o.strict);
+    if (!closed)
+        return sc_fail(c, TERN_EUNSUPPORTED, path,
+                       "'not' of additionalProperties, patternProperties or propertyNames on an object open to "
+                       "unlisted names");
+    json_object *props = sc_get(base, "properties"), *req = sc_get(base, "required");
+    json_object *alts = sc_own(c, json_object_new_array());
+    if (!alts)
+        return c->rc;
+    size_t n_props = json_object_is_type(props, json_type_object) ? (size_t)json_object_object_length(props) : 0;
+    size_t n_req = json_object_is_type(req, json_type_array) ? json_object_array_length(req) : 0;
+    const char **names = calloc(n_props + n_req + 1, sizeof *names);
+    size_t n = 0;
+    if (!names)
+        return sc_fail(c, TERN_ENOMEM, path, "out of memory");
+    if (n_props) {
+        json_object_object_foreach(props, pk, pv) {
+            (void)pv;
+            names[n++] = pk;
+        }
+    }
+    for (size_t i = 0; i < n_req; i++) {
+        json_object *e = json_object_array_get_idx(req, i);
+        size_t j = 0;
+        if (!json_object_is_type(e, json_type_string))
+            continue;
+        while (j < n && strcmp(names[j], json_object_get_string(e)))
+            j++;
+        if (j == n)
+            names[n++] = json_object_get_string(e);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int w = member_key(c, spec, names[i], path);
+        if (w < 0) {
+            free(names);
+            return c->rc;
+        }
+        if (!w)
+            continue;
+        json_object *rq = json_object_new_array();
+        json_object_array_add(rq, json_object_new_string(names[i]));
+        json_object *o = typed("object", "required", rq);
+        json_object_object_add(o, "properties", obj1(names[i], value ? json_object_get(value) : json_object_new_boolean(1)));
+        json_object_array_add(alts, o);
+    }
+    free(names);
+    if (json_object_array_length(alts) == 0) {
+        *never = 1;
+        return 0;
+    }
+    json_object_object_add(base, "anyOf", json_object_get(alts));
+    return sc_gen(c, base, path, name, never);
 }

@@ -16,7 +16,7 @@ static const char *const k_supported[] = {
     "minContains", "maxContains", "minLength", "maxLength", "pattern", "format", "minimum",
     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "allOf", "anyOf", "oneOf",
     "not", "$ref", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "dependentRequired", "dependentSchemas", "dependencies", "nullable",
+    "dependentRequired", "dependentSchemas", "dependencies", "nullable", SC_MEMBER,
 };
 
 static const char *const k_annotations[] = {
