@@ -714,6 +714,61 @@ static void test_recursive_any_of(void **state)
     grammar_free(g);
 }
 
+/* Negations that need a member: not additionalProperties (a member
+ * outside the listed names with a value the schema rejects), not
+ * patternProperties, not propertyNames, and the oneOf they make exclusive;
+ * an object open to unlisted names is refused, never approximated. */
+static void test_member_negations(void **state)
+{
+    (void)state;
+    static const struct { const char *schema, *text; int valid; } k[] = {
+        /* two closed objects both admit {} and {"a":1}: exactly one holds */
+        {"{\"oneOf\":[{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{\"a\":{},\"b\":{}}},"
+         "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{\"a\":{},\"c\":{}}}]}", "{}", 0},
+        {NULL, "{\"a\":1}", 0}, {NULL, "{\"b\":1}", 1}, {NULL, "{\"c\":1}", 1}, {NULL, "{\"a\":1,\"b\":2}", 1},
+        {NULL, "{\"b\":1,\"c\":2}", 0},
+        /* not additionalProperties with a value schema */
+        {"{\"type\":\"object\",\"properties\":{\"x\":{},\"y\":{}},\"additionalProperties\":false,"
+         "\"not\":{\"properties\":{\"x\":{}},\"additionalProperties\":{\"type\":\"string\"}}}", "{\"y\":1}", 1},
+        {NULL, "{\"y\":\"s\"}", 0}, {NULL, "{\"x\":1}", 0}, {NULL, "{}", 0}, {NULL, "{\"x\":1,\"y\":[]}", 1},
+        /* not patternProperties */
+        {"{\"type\":\"object\",\"properties\":{\"n1\":{},\"s\":{}},\"additionalProperties\":false,"
+         "\"not\":{\"patternProperties\":{\"^n\\\\d\":{\"type\":\"integer\"}}}}", "{\"n1\":\"x\"}", 1},
+        {NULL, "{\"n1\":2}", 0}, {NULL, "{\"s\":\"x\"}", 0},
+        /* not propertyNames */
+        {"{\"type\":\"object\",\"properties\":{\"ab\":{},\"abc\":{}},\"additionalProperties\":false,"
+         "\"not\":{\"propertyNames\":{\"maxLength\":2}}}", "{\"abc\":1}", 1},
+        {NULL, "{\"ab\":1}", 0}, {NULL, "{\"ab\":1,\"abc\":2}", 1},
+        /* enum values holding such a member */
+        {"{\"enum\":[{\"a\":1},{\"a\":1,\"q\":true},{\"q\":\"s\"}],"
+         "\"not\":{\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"boolean\"}}}", "{\"q\":\"s\"}", 1},
+        {NULL, "{\"a\":1}", 0}, {NULL, "{\"a\":1,\"q\":true}", 0},
+    };
+    grammar *g = NULL;
+    const char *schema = NULL;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        if (k[i].schema) {
+            if (g)
+                grammar_free(g);
+            schema = k[i].schema;
+            g = schema_grammar(schema, NULL);
+        }
+        if (accepts(g, k[i].text) != k[i].valid)
+            fail_msg("%s on %s: want %d", schema, k[i].text, k[i].valid);
+    }
+    grammar_free(g);
+    char msg[TERN_ERR_MSG_MAX];
+    grammar_schema_opts o;
+    grammar_schema_opts_init(&o);
+    o.strict = 0;
+    assert_int_equal(schema_error("{\"type\":\"object\",\"properties\":{\"a\":{}},"
+                                  "\"not\":{\"additionalProperties\":false}}", &o, msg, sizeof msg),
+                     TERN_EUNSUPPORTED);
+    assert_non_null(strstr(msg, "open to unlisted names"));
+    /* the compiler's own keyword written by a client: refused */
+    assert_int_equal(schema_error("{\"$ternMember\":[{\"value\":true}]}", NULL, msg, sizeof msg), TERN_EUNSUPPORTED);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -724,6 +779,7 @@ int main(void)
         cmocka_unit_test(test_choice_and_builtin),  cmocka_unit_test(test_errors_and_bounds),
         cmocka_unit_test(test_large_inputs),        cmocka_unit_test(test_property_counts),
         cmocka_unit_test(test_formats_and_one_of),  cmocka_unit_test(test_recursive_any_of),
+        cmocka_unit_test(test_member_negations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
