@@ -106,7 +106,8 @@ int gfe_regex_emit_len(gfe_buf *out, const char *re, size_t len, int json_mode, 
  * (regex_nfa.c): each term made deterministic, their product with a
  * counter, one rule per live state, added to r; *name is the entry rule,
  * or *never is set (nothing added) when no string is in the intersection.
- * TERN_EUNSUPPORTED past the size bounds. */
+ * r NULL: only *never is set (an emptiness test). TERN_EUNSUPPORTED past
+ * the size bounds. */
 typedef struct gfe_re_term {
     const char *re;
     size_t len;

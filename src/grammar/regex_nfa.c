@@ -878,7 +878,8 @@ int gfe_regex_emit_terms(gfe_rules *r, const gfe_re_term *t, int n, long min_len
         *never = 1;
         goto cleanup;
     }
-    rc = p_emit(r, &P, eoff, mv, live, acc, name, err);
+    if (r)
+        rc = p_emit(r, &P, eoff, mv, live, acc, name, err);
     goto cleanup;
 oom:
     rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");

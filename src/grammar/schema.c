@@ -261,7 +261,12 @@ int grammar_schema_to_ebnf(json_object *schema, const grammar_schema_opts *opts,
     if (sc_gen(&c, schema, "#", name, &never))
         goto out;
     if (never) {
-        sc_fail(&c, TERN_EINVAL, "#", "no JSON value satisfies the schema");
+        if (c.strict_emptied)
+            sc_fail(&c, TERN_EUNSUPPORTED, "#",
+                    "no value satisfies the schema in strict mode (a negation needs a property name strict mode "
+                    "closes out)");
+        else
+            sc_fail(&c, TERN_EINVAL, "#", "no JSON value satisfies the schema");
         goto out;
     }
     gfe_rule_define(&c.r, "root", name);

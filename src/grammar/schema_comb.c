@@ -80,6 +80,56 @@ static int closed_without(json_object *y, const char *k)
     return !(py && json_object_object_get_ex(py, k, NULL)) && !is_required(y, k);
 }
 
+/* Strings: the patterns (searched) and lengths of x and y together admit
+ * no string (their product automaton is empty), or the listed strings of
+ * one side all fail the other's patterns. */
+static int strings_disjoint(sc *c, json_object *x, json_object *y)
+{
+    gfe_re_term t[GFE_RE_MAX_TERMS];
+    int n = 0;
+    long mn = 0, mx = -1;
+    json_object *xy[2] = {x, y};
+    for (int side = 0; side < 2; side++) {
+        json_object *s = xy[side], *p = sc_get(s, "pattern"), *v;
+        int internal = sc_patterns_internal(c, p);
+        size_t k = internal ? json_object_array_length(p) : p ? 1 : 0;
+        for (size_t i = 0; i < k; i++) {
+            json_object *e = internal ? json_object_array_get_idx(p, i) : p;
+            int neg = internal && json_object_object_get_ex(e, "not", &e);
+            if (!json_object_is_type(e, json_type_string) || n == GFE_RE_MAX_TERMS)
+                return 0;
+            t[n++] = (gfe_re_term){json_object_get_string(e), (size_t)json_object_get_string_len(e), neg};
+        }
+        if ((v = sc_get(s, "minLength")) && json_object_is_type(v, json_type_int) && json_object_get_int64(v) > mn)
+            mn = (long)json_object_get_int64(v);
+        if ((v = sc_get(s, "maxLength")) && json_object_is_type(v, json_type_int) && json_object_get_int64(v) >= 0 &&
+            (mx < 0 || json_object_get_int64(v) < mx))
+            mx = (long)json_object_get_int64(v);
+    }
+    if (mx >= 0 && mx < mn)
+        return 1;
+    /* listed strings against the other side's patterns */
+    for (int side = 0; side < 2; side++) {
+        json_object *tmp = NULL, *vals = sc_values_of(xy[side], &tmp), *p = sc_get(xy[1 - side], "pattern");
+        int all_fail = json_object_is_type(vals, json_type_array) && json_object_is_type(p, json_type_string);
+        for (size_t i = 0; all_fail && i < json_object_array_length(vals); i++) {
+            json_object *e = json_object_array_get_idx(vals, i);
+            all_fail = json_object_is_type(e, json_type_string) &&
+                       sc_regex_search(json_object_get_string(p), json_object_get_string(e),
+                                       (size_t)json_object_get_string_len(e)) == 0;
+        }
+        json_object_put(tmp);
+        if (all_fail)
+            return 1;
+    }
+    if (n < 2)
+        return 0;
+    int never = 0;
+    tern_err e = {0};
+    char nm[GFE_NAME_MAX];
+    return gfe_regex_emit_terms(NULL, t, n, mn, mx, nm, &never, &e) == 0 && never;
+}
+
 static int disjoint(sc *c, json_object *x, json_object *y)
 {
     if (json_object_is_type(x, json_type_boolean) || json_object_is_type(y, json_type_boolean))
@@ -90,6 +140,8 @@ static int disjoint(sc *c, json_object *x, json_object *y)
     if (!(mx & my))
         return 1;
     if (values_disjoint(x, y))
+        return 1;
+    if ((mx & my) == ST_STRING && strings_disjoint(c, x, y))
         return 1;
     if ((mx & my) == ST_OBJECT) {
         json_object *px = sc_get(x, "properties"), *py = sc_get(y, "properties");

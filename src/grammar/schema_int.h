@@ -64,6 +64,7 @@ typedef struct sc {
     sc_rbase *rb;        /* per $ref value, sorted by pointer */
     size_t n_rb, cap_rb;
     int scanned;         /* res / rb filled */
+    int strict_emptied;  /* strict mode left a negation's member without a name (sc_apply_member) */
 } sc;
 
 /* Object member k of s, or NULL (also when s is not an object). */

@@ -851,9 +851,7 @@ int sc_apply_member(sc *c, json_object *s, const char *path, char name[GFE_NAME_
     free(names);
     if (json_object_array_length(alts) == 0) {
         if (!json_object_is_type(ap, json_type_boolean)) /* closed by strict mode alone */
-            return sc_fail(c, TERN_EUNSUPPORTED, path,
-                           "'not' of additionalProperties, patternProperties or propertyNames needs a name strict "
-                           "mode closes out");
+            c->strict_emptied = 1;
         *never = 1;
         return 0;
     }
