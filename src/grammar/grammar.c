@@ -426,7 +426,7 @@ static int check(const grammar *g, const char *text, size_t len, int prefix)
     size_t i = 0;
     int uok = 1;
     for (; i < len && a.n && !a.oom; i++) {
-        int opens = u && text[i] == '[' && guq_opens(u, &p, &a);
+        int opens = u && guq_opens(u, &p, &a, (uint8_t)text[i]);
         gstk_step(g, &p, &a, (uint8_t)text[i], &b);
         gstk_set t = a;
         a = b;

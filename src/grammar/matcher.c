@@ -144,7 +144,7 @@ static int run_bytes(grammar_matcher *m, const uint8_t *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (!m->a.n)
             return 0;
-        int opens = m->uq && s[i] == '[' && guq_opens(m->uq, &m->pool, &m->a);
+        int opens = m->uq && guq_opens(m->uq, &m->pool, &m->a, s[i]);
         gstk_step(m->cg->g, &m->pool, &m->a, s[i], &m->b);
         gstk_set t = m->a;
         m->a = m->b;
@@ -259,20 +259,23 @@ static inline void or_entry(uint32_t *mask, const gctx_entry *e, size_t nw)
     }
 }
 
-/* uniqueItems: the allowed tokens that can complete an item are run
- * through the tracker (unique_int.h) and dropped when they complete a
- * duplicate; an undecided one is tried for real. The new count. */
+/* uniqueItems and string lengths: the allowed tokens that can complete
+ * an item or break a length are run through the tracker (unique_int.h)
+ * and dropped when they do; an undecided one is tried for real. The new
+ * count. */
 static int unique_filter(grammar_matcher *m, uint32_t *mask)
 {
     const grammar_vocab *v = m->cg->v;
     size_t nw = v->n_words;
-    int crc;
+    int crc = guq_len_filter(m->uq, v, mask);
+    if (crc)
+        return crc;
     const uint32_t *cand = guq_candidates(m->uq, v, &crc);
     if (!cand)
         return crc ? crc : (int)gbits_count(mask, nw);
     const mstep *st = cur_step(m);
     gstk_set cur = {.ids = m->hist ? m->hist + st->ids_off : NULL, .n = st->n};
-    int first_opens = guq_opens(m->uq, &m->pool, &cur);
+    int first_opens = guq_first(m->uq, &m->pool, &cur);
     for (size_t w = 0; w < nw; w++) {
         uint32_t bits = mask[w] & cand[w];
         while (bits) {

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "grammar/unique_int.h"
 #include "schema_int.h"
 
 /* RFC 3986 / 3987 building blocks. X adds characters to the unreserved
@@ -109,6 +110,47 @@ int sc_format_re(sc *c, json_object *fmt, const char *path, const char **re)
     return 0;
 }
 
+/* The regex terms without the lengths, in a rule the matcher counts the
+ * string's codepoints for (unique_int.h): where the product automaton with
+ * the lengths passes its bound (format email with maxLength 1024). 0, 1
+ * (no string), or the error (the product's, e0, when the terms fail
+ * without lengths too). */
+static int string_regex_len(sc *c, const gfe_re_term *t, int n, long mn, long mx, const char *path,
+                            const tern_err *e0, gfe_buf *out)
+{
+    int never = 0, rc;
+    tern_err e = {0};
+    gfe_buf b;
+    gfe_buf_init(&b, 0);
+    char nm[GFE_NAME_MAX];
+    if (n == 1 && !t[0].neg) {
+        rc = gfe_regex_emit_len(&b, t[0].re, t[0].len, 1, 1, 0, -1, &never, &e);
+    } else {
+        rc = gfe_regex_emit_terms(&c->r, t, n, 0, -1, nm, &never, &e);
+        if (!rc && !never)
+            gfe_buf_puts(&b, nm);
+    }
+    if (!rc && !never && !b.err) {
+        char name[64];
+        snprintf(name, sizeof name, GUQ_LEN_PREFIX "%ld_%ld_%u", mn, mx, c->r.next++);
+        gfe_buf body;
+        gfe_buf_init(&body, 0);
+        gfe_buf_puts(&body, "\"\\\"\" ");
+        gfe_buf_put(&body, b.s, b.len);
+        gfe_buf_puts(&body, " \"\\\"\"");
+        if (!body.err)
+            gfe_rule_define(&c->r, name, body.s);
+        rc = body.err;
+        gfe_buf_free(&body);
+        gfe_buf_puts(out, name);
+    }
+    int err = rc ? rc : b.err;
+    gfe_buf_free(&b);
+    if (err)
+        return sc_fail(c, e0->code ? e0->code : err, path, "%s", e0->msg[0] ? e0->msg : "grammar too large");
+    return never;
+}
+
 /* The regex terms (a format, patterns, negated patterns) with the length
  * bounds. One positive regex whose lengths fold into one repetition is
  * written inline; other shapes go through the product automaton
@@ -128,6 +170,10 @@ static int string_regex(sc *c, const gfe_re_term *t, int n, long mn, long mx, co
         rc = gfe_regex_emit_terms(&c->r, t, n, mn, mx, nm, &never, &e);
         if (!rc && !never)
             gfe_buf_puts(&b, nm);
+        if (rc == TERN_EUNSUPPORTED && (mx < 0 || mx >= GUQ_LEN_MIN_MAX)) {
+            gfe_buf_free(&b);
+            return string_regex_len(c, t, n, mn, mx, path, &e, out);
+        }
     }
     if (!rc && !never) {
         gfe_buf_puts(out, "(\"\\\"\" ");

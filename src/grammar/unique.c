@@ -31,11 +31,21 @@ typedef struct guq_live {
     uint32_t log_len, canon_len;
     int32_t scal;        /* log offset of the string / scalar item being read, -1 none */
     uint8_t mode, esc, dead;
+    /* the string being read has its length checked here (1; 2: unknown,
+     * inside guq_try), its codepoints so far (counted at the lead byte or
+     * the backslash; a low surrogate escape after a high one counts none) */
+    uint8_t slen, hi;
+    uint32_t uval;       /* \u escape value so far */
+    long smin, smax, scnt;
 } guq_live;
 
 struct guq {
     const grammar *g;
-    uint8_t *rule_uniq;  /* [n_rules] */
+    uint8_t *rule_uniq;  /* [n_rules]: 1 uniqueItems, 2 string lengths */
+    long *rule_min, *rule_max; /* [n_rules] the lengths of GUQ_LEN_PREFIX rules */
+    int has_len;
+    long open_min, open_max;   /* guq_opens of a '"': the bounds */
+    long first_min, first_max; /* guq_try's first byte */
     guq_live L;
     guq_node *node;
     int32_t cap_node;
@@ -48,26 +58,52 @@ struct guq {
     uint8_t *tmp;        /* canonicalization scratch */
     size_t n_tmp, cap_tmp;
     int oom;
+    uint32_t *buf;       /* candidate bitset scratch */
 };
+
+/* GUQ_LEN_PREFIX "MIN_MAX_N": 1 and the bounds, or 0. */
+static int len_rule(const char *name, long *mn, long *mx)
+{
+    size_t plen = strlen(GUQ_LEN_PREFIX);
+    if (strncmp(name, GUQ_LEN_PREFIX, plen))
+        return 0;
+    char *e;
+    *mn = strtol(name + plen, &e, 10);
+    if (*e != '_')
+        return 0;
+    *mx = strtol(e + 1, &e, 10);
+    return *e == '_' && *mn >= 0 && *mx >= -1;
+}
 
 guq *guq_new(const grammar *g, int *rc)
 {
     *rc = 0;
     size_t plen = strlen(GUQ_RULE_PREFIX);
     int any = 0;
+    long mn, mx;
     for (int32_t r = 0; r < g->n_rules && !any; r++)
-        any = !strncmp(g->rule_names[r], GUQ_RULE_PREFIX, plen);
+        any = !strncmp(g->rule_names[r], GUQ_RULE_PREFIX, plen) || len_rule(g->rule_names[r], &mn, &mx);
     if (!any)
         return NULL;
     guq *u = calloc(1, sizeof *u);
-    if (!u || !(u->rule_uniq = calloc((size_t)g->n_rules, 1))) {
-        free(u);
+    if (!u || !(u->rule_uniq = calloc((size_t)g->n_rules, 1)) ||
+        !(u->rule_min = calloc((size_t)g->n_rules, sizeof *u->rule_min)) ||
+        !(u->rule_max = calloc((size_t)g->n_rules, sizeof *u->rule_max))) {
+        guq_free(u);
         *rc = TERN_ENOMEM;
         return NULL;
     }
     u->g = g;
-    for (int32_t r = 0; r < g->n_rules; r++)
-        u->rule_uniq[r] = !strncmp(g->rule_names[r], GUQ_RULE_PREFIX, plen) && g->rule_start[r] >= 0;
+    for (int32_t r = 0; r < g->n_rules; r++) {
+        if (g->rule_start[r] < 0)
+            continue;
+        if (!strncmp(g->rule_names[r], GUQ_RULE_PREFIX, plen)) {
+            u->rule_uniq[r] = 1;
+        } else if (len_rule(g->rule_names[r], &u->rule_min[r], &u->rule_max[r])) {
+            u->rule_uniq[r] = 2;
+            u->has_len = 1;
+        }
+    }
     guq_reset(u);
     return u;
 }
@@ -77,12 +113,15 @@ void guq_free(guq *u)
     if (!u)
         return;
     free(u->rule_uniq);
+    free(u->rule_min);
+    free(u->rule_max);
     free(u->node);
     free(u->item);
     free(u->log);
     free(u->canon);
     free(u->cp);
     free(u->tmp);
+    free(u->buf);
     free(u);
 }
 
@@ -103,17 +142,46 @@ void guq_restart(guq *u)
     u->L.mode = M_OUT;
     u->L.esc = 0;
     u->L.dead = 0;
+    u->L.slen = 0;
 }
 
-int guq_opens(const guq *u, const gstk_pool *p, const gstk_set *s)
+int guq_opens(guq *u, const gstk_pool *p, const gstk_set *s, uint8_t b)
 {
     const grammar *g = u->g;
+    int kind = b == '[' ? 1 : b == '"' ? 2 : 0, found = 0;
+    if (!kind)
+        return 0;
     for (int32_t k = 0; k < s->n; k++) {
         int32_t st = p->state[s->ids[k]], r = g->st_rule[st];
-        if (u->rule_uniq[r] && g->rule_start[r] == st)
+        if (u->rule_uniq[r] != kind || g->rule_start[r] != st)
+            continue;
+        if (kind == 1)
             return 1;
+        /* several readings of this quote: all their bounds hold */
+        long mn = u->rule_min[r], mx = u->rule_max[r];
+        if (!found) {
+            u->open_min = mn;
+            u->open_max = mx;
+        } else {
+            if (mn > u->open_min)
+                u->open_min = mn;
+            if (mx >= 0 && (u->open_max < 0 || mx < u->open_max))
+                u->open_max = mx;
+        }
+        found = 1;
     }
-    return 0;
+    return found;
+}
+
+int guq_first(guq *u, const gstk_pool *p, const gstk_set *s)
+{
+    int f = guq_opens(u, p, s, '[');
+    if (u->has_len && guq_opens(u, p, s, '"')) {
+        f |= 2;
+        u->first_min = u->open_min;
+        u->first_max = u->open_max;
+    }
+    return f;
 }
 
 static int grow(void **p, size_t need, size_t *cap, size_t elem)
@@ -525,20 +593,45 @@ static int byte_in(guq *u, uint8_t b, int opens)
     uint32_t pos = L->log_len;
     u->log[L->log_len++] = b;
     if (L->mode == M_STR) {
-        if (L->esc == 1)
+        int count = 0;
+        if (L->esc == 1) {
             L->esc = b == 'u' ? 2 : 0;
-        else if (L->esc >= 2)
-            L->esc = L->esc == 5 ? 0 : L->esc + 1;
-        else if (b == '\\')
+            L->uval = 0;
+            if (!L->esc)
+                L->hi = 0;
+        } else if (L->esc >= 2) {
+            L->uval = L->uval << 4 | (uint32_t)(hexv(b) & 15);
+            if (L->esc == 5) {
+                L->esc = 0;
+                L->hi = L->hi ? 0 : L->uval >= 0xD800 && L->uval < 0xDC00;
+            } else {
+                L->esc++;
+            }
+        } else if (b == '\\') {
             L->esc = 1;
-        else if (b == '"') {
+            count = !L->hi;
+        } else if (b != '"') {
+            count = (b & 0xC0) != 0x80;
+        } else {
             L->mode = M_OUT;
+            if (L->slen == 2)
+                return 2; /* closed a string whose bounds only the parser knows */
+            if (L->slen && L->scnt < L->smin)
+                return 0;
+            L->slen = 0;
             if (L->scal >= 0) {
                 uint32_t off = (uint32_t)L->scal;
                 L->scal = -1;
                 int r = item_end(u, L->top, off, pos + 1);
                 return r == 1 ? 1 : r;
             }
+        }
+        if (count && L->slen) {
+            L->scnt++;
+            if (L->slen == 2 && L->scnt > GUQ_LEN_MIN_MAX)
+                return 2;
+            if (L->slen == 1 && L->smax >= 0 && L->scnt > L->smax)
+                return 0;
         }
         return 1;
     }
@@ -566,7 +659,12 @@ static int byte_in(guq *u, uint8_t b, int opens)
     case '"':
         L->mode = M_STR;
         L->esc = 0;
+        L->hi = 0;
         L->scal = in_uniq_array(u) ? (int32_t)pos : -1;
+        L->slen = opens == 1 ? 1 : opens == 2 && u->has_len ? 2 : 0;
+        L->scnt = 0;
+        L->smin = u->open_min;
+        L->smax = u->open_max;
         return 1;
     case '[':
     case '{': {
@@ -608,31 +706,89 @@ int guq_byte(guq *u, uint8_t b, int opens)
     return r == 2 ? 0 : r;
 }
 
-int guq_try(guq *u, const uint8_t *s, size_t len, int first_opens)
+int guq_try(guq *u, const uint8_t *s, size_t len, int first)
 {
     guq_live keep = u->L;
+    long om = u->open_min, oM = u->open_max;
     int r = 1;
-    for (size_t i = 0; i < len && r == 1; i++)
-        r = byte_in(u, s[i], i == 0 ? (first_opens ? 1 : 0) : 2);
+    for (size_t i = 0; i < len && r == 1; i++) {
+        int op = 2;
+        if (i == 0) {
+            op = s[0] == '[' ? (first & 1) : s[0] == '"' ? (first >> 1 & 1) : 0;
+            u->open_min = u->first_min;
+            u->open_max = u->first_max;
+        }
+        r = byte_in(u, s[i], op);
+    }
+    u->open_min = om;
+    u->open_max = oM;
     u->L = keep;
     if (r < 0) /* out of memory: let the real step decide */
         return 2;
     return r == 1 ? 0 : r == 0 ? 1 : 2;
 }
 
-enum { C_BRACKET, C_QUOTE, C_SEP };
+enum { C_BRACKET, C_QUOTE, C_SEP, C_QQ, N_CLS };
 
-/* The vocabulary's candidate bitsets (vocab_int.h uq_cand), built once
- * per vocabulary: one pass over the token bytes. */
-static const uint32_t *cand_sets(const grammar_vocab *cv)
+/* What the vocabulary keeps for the run-time checks (vocab_int.h
+ * uq_cand, one block): the candidate classes, and per token the
+ * codepoints before its first unescaped quote (counted as the tracker
+ * counts them, from a clean string state). */
+typedef struct guq_vcache {
+    uint32_t *cls;  /* [N_CLS][n_words] */
+    uint16_t *cpq;  /* [n_tokens] */
+    long max_cpq;
+} guq_vcache;
+
+/* The codepoints token t adds to a string before its first unescaped
+ * quote, from a clean state (no escape open, no high surrogate before). */
+static unsigned token_cpq(const uint8_t *t, uint32_t n)
+{
+    unsigned c = 0;
+    int esc = 0, hi = 0;
+    uint32_t uv = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t b = t[i];
+        if (esc == 1) {
+            esc = b == 'u' ? 2 : 0;
+            uv = 0;
+            if (!esc)
+                hi = 0;
+        } else if (esc >= 2) {
+            uv = uv << 4 | (uint32_t)(hexv(b) & 15);
+            if (esc == 5) {
+                esc = 0;
+                hi = hi ? 0 : uv >= 0xD800 && uv < 0xDC00;
+            } else {
+                esc++;
+            }
+        } else if (b == '\\') {
+            esc = 1;
+            c += !hi;
+        } else if (b == '"') {
+            break;
+        } else {
+            c += (b & 0xC0) != 0x80;
+        }
+    }
+    return c > 65535 ? 65535 : c;
+}
+
+/* Built once per vocabulary: one pass over the token bytes. */
+static const guq_vcache *vcache(const grammar_vocab *cv)
 {
     grammar_vocab *v = (grammar_vocab *)cv; /* the lazily built field only */
-    uint32_t *c = __atomic_load_n(&v->uq_cand, __ATOMIC_ACQUIRE);
-    if (c)
-        return c;
-    size_t nw = v->n_words;
-    if (!(c = calloc(3 * nw, sizeof *c)))
+    uint32_t *blk = __atomic_load_n(&v->uq_cand, __ATOMIC_ACQUIRE);
+    if (blk)
+        return (const guq_vcache *)blk;
+    size_t nw = v->n_words, nt = (size_t)v->n_tokens;
+    blk = calloc(1, sizeof(guq_vcache) + N_CLS * nw * sizeof(uint32_t) + nt * sizeof(uint16_t) + 8);
+    if (!blk)
         return NULL;
+    guq_vcache *vc = (guq_vcache *)blk;
+    vc->cls = (uint32_t *)(vc + 1);
+    vc->cpq = (uint16_t *)(vc->cls + N_CLS * nw);
+    uint32_t *c = vc->cls;
     uint8_t cls[256] = {0};
     cls['"'] = 1 << C_QUOTE | 1 << C_SEP;
     cls[','] = cls[']'] = cls['}'] = cls[' '] = cls['\t'] = cls['\n'] = cls['\r'] = 1 << C_SEP;
@@ -641,9 +797,10 @@ static const uint32_t *cand_sets(const grammar_vocab *cv)
             continue;
         const uint8_t *t = (const uint8_t *)v->blob + v->tok_off[id];
         unsigned f = 0;
-        int ends_after_bracket = -1; /* item-ending bytes after the first '[' */
+        int ends_after_bracket = -1, quotes = 0; /* item-ending bytes after the first '[' */
         for (uint32_t i = 0; i < v->tok_len[id]; i++) {
-            f |= cls[t[i]] & ~(1u << C_BRACKET);
+            f |= cls[t[i]];
+            quotes += t[i] == '"';
             if (ends_after_bracket >= 0 && cls[t[i]] & 1 << C_SEP)
                 ends_after_bracket++;
             if (t[i] == '[' && ends_after_bracket < 0)
@@ -654,16 +811,50 @@ static const uint32_t *cand_sets(const grammar_vocab *cv)
          * whitespace byte */
         if (ends_after_bracket >= 2)
             f |= 1 << C_BRACKET;
-        for (int k = 0; k < 3; k++)
+        /* a string opened inside the token breaks its bounds there only by
+         * closing (a second quote) or by outgrowing GUQ_LEN_MIN_MAX */
+        if (quotes >= 2 || (quotes && v->tok_len[id] >= GUQ_LEN_MIN_MAX))
+            f |= 1 << C_QQ;
+        for (int k = 0; k < N_CLS; k++)
             if (f >> k & 1)
                 c[(size_t)k * nw + (size_t)id / 32] |= 1u << (id % 32);
+        vc->cpq[id] = (uint16_t)token_cpq(t, v->tok_len[id]);
+        if (vc->cpq[id] > vc->max_cpq)
+            vc->max_cpq = vc->cpq[id];
     }
     uint32_t *expect = NULL;
-    if (!__atomic_compare_exchange_n(&v->uq_cand, &expect, c, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        free(c);
-        return expect;
+    if (!__atomic_compare_exchange_n(&v->uq_cand, &expect, blk, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        free(blk);
+        return (const guq_vcache *)expect;
     }
-    return c;
+    return vc;
+}
+
+int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask)
+{
+    const guq_live *L = &u->L;
+    if (L->dead || L->mode != M_STR || L->slen != 1 || L->esc || L->hi)
+        return 0;
+    const guq_vcache *vc = vcache(v);
+    if (!vc)
+        return TERN_ENOMEM;
+    if (!(L->scnt < L->smin || (L->smax >= 0 && L->smax - L->scnt < vc->max_cpq)))
+        return 0;
+    const uint32_t *q = vc->cls + (size_t)C_QUOTE * v->n_words;
+    for (size_t w = 0; w < v->n_words; w++) {
+        uint32_t bits = mask[w];
+        while (bits) {
+            int b = __builtin_ctz(bits);
+            bits &= bits - 1;
+            size_t id = w * 32 + (size_t)b;
+            if (id >= (size_t)v->n_tokens)
+                break;
+            long n = L->scnt + vc->cpq[id];
+            if ((L->smax >= 0 && n > L->smax) || (q[w] >> b & 1 && n < L->smin))
+                mask[w] &= ~(1u << b);
+        }
+    }
+    return 0;
 }
 
 const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int *rc)
@@ -671,11 +862,27 @@ const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int *rc)
     *rc = 0;
     if (u->L.dead)
         return NULL;
-    const uint32_t *c = cand_sets(v);
-    if (!c) {
+    const guq_vcache *vc = vcache(v);
+    if (!vc) {
         *rc = TERN_ENOMEM;
         return NULL;
     }
+    size_t nw = v->n_words;
     int k = !u->L.n_uniq ? C_BRACKET : u->L.mode == M_STR ? C_QUOTE : C_SEP;
-    return c + (size_t)k * v->n_words;
+    const uint32_t *c = vc->cls + (size_t)k * nw;
+    if (!u->has_len)
+        return c;
+    if (!u->buf && !(u->buf = malloc(nw * sizeof *u->buf))) {
+        *rc = TERN_ENOMEM;
+        return NULL;
+    }
+    const guq_live *L = &u->L;
+    if (L->mode == M_STR && L->slen && (L->esc || L->hi)) { /* inside an escape: try them all */
+        memset(u->buf, 0xFF, nw * sizeof *u->buf);
+        return u->buf;
+    }
+    const uint32_t *qq = vc->cls + (size_t)C_QQ * nw;
+    for (size_t w = 0; w < nw; w++)
+        u->buf[w] = c[w] | qq[w];
+    return u->buf;
 }

@@ -1,4 +1,5 @@
-/* uniqueItems at run time: a JSON tracker beside the parser stacks.
+/* uniqueItems and long string lengths at run time: a JSON tracker beside
+ * the parser stacks.
  *
  * No context-free grammar says "all items differ" over an unbounded
  * domain, so the schema front end wraps such an array in a rule whose
@@ -10,7 +11,14 @@
  * and refuses the byte that completes an item equal to an earlier item
  * of the same array. Masks: the grammar's mask, then every allowed token
  * that can complete an item (selected by the bytes it holds) is run
- * through the tracker on a copy of its state. Design: docs/grammar.md. */
+ * through the tracker on a copy of its state.
+ *
+ * String lengths the same way: a `pattern` or `format` whose product
+ * automaton with minLength / maxLength would pass its state bound is
+ * written without the lengths, in a rule named GUQ_LEN_PREFIX
+ * "MIN_MAX_N" ('"' regex '"'); the tracker counts the string's
+ * codepoints and refuses the byte past maxLength, or the closing quote
+ * before minLength. Design: docs/grammar.md. */
 #ifndef TERN_GRAMMAR_UNIQUE_INT_H
 #define TERN_GRAMMAR_UNIQUE_INT_H
 
@@ -20,6 +28,10 @@
 #include "grammar/grammar_int.h"
 
 #define GUQ_RULE_PREFIX "__unique_items_"
+#define GUQ_LEN_PREFIX "__str_len_"
+/* Length rules are written only for maxLength >= this (or none): no
+ * token reaches it inside one string opened in the token. */
+#define GUQ_LEN_MIN_MAX 256
 
 typedef struct guq guq;
 
@@ -34,12 +46,17 @@ void guq_reset(guq *u);
 void guq_restart(guq *u);
 
 /* 1 if a stack of set s (of pool p) has its top at the start state of a
- * uniqueItems rule: a '[' read now opens a unique array. */
-int guq_opens(const guq *u, const gstk_pool *p, const gstk_set *s);
+ * uniqueItems rule (b = '['): a '[' read now opens a unique array; or of
+ * a length rule (b = '"'; the bounds of every such reading are kept for
+ * the guq_byte that reads it). 0 for other bytes. */
+int guq_opens(guq *u, const gstk_pool *p, const gstk_set *s, uint8_t b);
+/* guq_opens of the current set for both bytes (bit 0 '[', bit 1 '"'),
+ * for guq_try. */
+int guq_first(guq *u, const gstk_pool *p, const gstk_set *s);
 
 /* Reads byte b (already accepted by the grammar; opens: guq_opens of the
- * set that read it, for a '['). 1 ok, 0 the byte completes a duplicate
- * item, TERN_ENOMEM. */
+ * set that read it). 1 ok, 0 the byte completes a duplicate item or
+ * breaks a string's length, TERN_ENOMEM. */
 int guq_byte(guq *u, uint8_t b, int opens);
 
 /* Checkpoints: guq_save returns the id of a copy of the current state
@@ -48,19 +65,28 @@ int guq_byte(guq *u, uint8_t b, int opens);
 int32_t guq_save(guq *u, int32_t k);
 void guq_load(guq *u, int32_t k);
 
-/* Per token of a candidate set: 0 allowed, 1 completes a duplicate item,
- * 2 undecided (it opens an array inside the token and completes two of
- * its items: only the parser can say whether that array is unique; the
- * caller tries the token for real). first_opens: guq_opens of the
- * current set. Leaves the state as it was. */
-int guq_try(guq *u, const uint8_t *s, size_t len, int first_opens);
+/* Per token of a candidate set: 0 allowed, 1 refused (a duplicate item,
+ * a length broken), 2 undecided (it opens an array or a string inside
+ * the token and the check of what it opened needs to know which rule
+ * opened it: the caller tries the token for real). first: guq_first of
+ * the current set. Leaves the state as it was. */
+int guq_try(guq *u, const uint8_t *s, size_t len, int first);
+
+/* Inside a length-checked string: clears from mask the tokens whose
+ * codepoints before their first quote pass maxLength, or that close the
+ * string short of minLength (per-token counts kept by the vocabulary).
+ * 0 or TERN_ENOMEM. */
+int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask);
 
 /* Which tokens guq_try must see in the current state: a bitset over the
  * vocabulary (words of 32 bits; the vocabulary builds its three sets on
  * first use): the tokens holding a '[' followed by two bytes that can end
  * an item ('"', ',', ']', '}', whitespace) while no unique array is open,
- * a '"' inside a string, else a '"', ',', ']', '}' or whitespace. NULL
- * when nothing is tracked (*rc = 0) or on OOM (*rc = TERN_ENOMEM). */
+ * a '"' inside a string, else a '"', ',', ']', '}' or whitespace; with
+ * length rules also the tokens holding two quotes (or one and
+ * GUQ_LEN_MIN_MAX bytes), and every token inside an escape of a
+ * length-checked string. NULL when nothing is tracked (*rc = 0) or on
+ * OOM (*rc = TERN_ENOMEM). */
 const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int *rc);
 
 #endif

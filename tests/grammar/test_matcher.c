@@ -791,6 +791,138 @@ static void test_unique_items_real(void **state)
     tokenizer_free(tok);
 }
 
+/* String lengths at run time (unique_int.h): a rule named
+ * __str_len_MIN_MAX_N holds a string whose codepoints the matcher counts
+ * (escapes count one, a surrogate pair one, a multi-byte character one).
+ * Masks against the byte-level reference along random walks of the
+ * synthetic vocabulary (pieces of escapes, characters cut inside a code
+ * point, quotes followed by more), and refused bytes on documents. */
+static void test_string_lengths_run_time(void **state)
+{
+    (void)state;
+    grammar_vocab *v = synth_vocab();
+    tern_err e = {0};
+    static const char src[] =
+        "root ::= \"[\" ws ( v ( ws \",\" ws v )* )? ws \"]\"\n"
+        "v ::= __str_len_2_5_0 | \"{\" ws __str_len_0_3_1 ws \"}\" | \"1\"\n"
+        "__str_len_2_5_0 ::= \"\\\"\" ( [a-z\\u00e9\\u20ac] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
+        "__str_len_0_3_1 ::= \"\\\"\" [xyz]* \"\\\"\"\n"
+        "ws ::= [ \\n]*\n";
+    grammar_compiled *cg = grammar_compile_ebnf(src, strlen(src), v, NULL, &e);
+    if (!cg)
+        fail_msg("%s", e.msg);
+    const grammar *g = grammar_compiled_grammar(cg);
+    static const struct {
+        const char *doc;
+        int ok;
+    } docs[] = {
+        {"[\"ab\"]", 1},          {"[\"a\"]", 0},       {"[\"abcde\"]", 1},    {"[\"abcdef\"]", 0},
+        {"[\"\\u0061\"]", 0},     {"[\"\\u0061b\"]", 1}, {"[\"\xc3\xa9\xc3\xa9\"]", 1},
+        {"[\"\xe2\x82\xac\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"]", 1}, {"[\"\xe2\x82\xac\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"]", 0},
+        {"[\"\\ud83d\\ude00a\"]", 1}, /* a surrogate pair counts one */
+        {"[{\"xyz\"}, {\"\"}]", 1}, {"[{\"xyzx\"}]", 0}, {"[{\"\"}]", 1}, /* the [xyz] strings: 0..3 */
+        {"[\"abcd\\n\"]", 1},     {"[\"abcd\\n\\t\"]", 0},
+    };
+    grammar_matcher *m = grammar_matcher_new(cg, &e);
+    for (size_t d = 0; d < sizeof docs / sizeof docs[0]; d++) {
+        size_t n = strlen(docs[d].doc);
+        if (grammar_check_text(g, docs[d].doc, n) != docs[d].ok)
+            fail_msg("check_text '%s': want %d", docs[d].doc, docs[d].ok);
+        grammar_matcher_reset(m);
+        size_t i = 0;
+        for (; i < n; i++) {
+            int a = grammar_matcher_accept_string(m, docs[d].doc + i, 1);
+            assert_int_equal(a, grammar_check_prefix(g, docs[d].doc, i + 1));
+            if (a != 1)
+                break;
+        }
+        assert_int_equal(i == n, docs[d].ok);
+    }
+    grammar_matcher_free(m);
+    random_walks(cg, check_ref, (void *)g, 93, 400);
+    grammar_compiled_free(cg);
+    grammar_vocab_free(v);
+}
+
+/* The schema front end takes that path where the product automaton
+ * would pass its bound (format email with lengths in the hundreds); on
+ * Llama 3 every step's mask equals per-token accept + rollback (every
+ * allowed token, every 7th, every one with a quote), near both bounds. */
+static void test_string_lengths_real(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
+    if (!tok) {
+        print_message("skipping: %s\n", e.msg);
+        skip();
+    }
+    grammar_vocab *v = grammar_vocab_new(tok, tokenizer_vocab_size(tok) + 100, NULL, 0, &e);
+    json_object *schema = json_tokener_parse(
+        "{\"type\": \"array\", \"items\": {\"type\": \"string\", \"format\": \"email\", \"minLength\": 270, \"maxLength\": 300}}");
+    grammar_schema_opts o;
+    grammar_schema_opts_init(&o);
+    char *ebnf = NULL;
+    if (grammar_schema_to_ebnf(schema, &o, &ebnf, &e))
+        fail_msg("schema: %s", e.msg);
+    json_object_put(schema);
+    assert_non_null(strstr(ebnf, "__str_len_270_300_"));
+    grammar_compiled *cg = grammar_compile_ebnf(ebnf, strlen(ebnf), v, NULL, &e);
+    free(ebnf);
+    assert_non_null(cg);
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *mask = calloc(nw, sizeof *mask);
+    int32_t width = grammar_vocab_mask_width(v);
+    grammar_matcher *m = grammar_matcher_new(cg, &e), *ref = grammar_matcher_new(cg, &e);
+    for (int len = 262; len <= 306; len += 11) {
+        /* local part of len - 12 characters, "\u0061" escapes among them */
+        char doc[1024];
+        size_t n = 0;
+        n += (size_t)snprintf(doc + n, sizeof doc - n, "[\"");
+        for (int k = 0; k < len - 12; k++)
+            n += (size_t)snprintf(doc + n, sizeof doc - n, k % 37 == 5 ? "\\u0061" : k % 5 == 4 ? "q" : "ab" + (k % 2));
+        n += (size_t)snprintf(doc + n, sizeof doc - n, "@example.com\"]");
+        /* "ab" + (k % 2) writes two characters for even k: count them */
+        int32_t *ids;
+        size_t n_ids;
+        assert_int_equal(tokenizer_encode(tok, doc, n, 0, &ids, &n_ids, &e), 0);
+        grammar_matcher_reset(m);
+        grammar_matcher_reset(ref);
+        size_t i = 0;
+        for (; i <= n_ids; i++) {
+            int cnt = grammar_matcher_fill_next_token_bitmask(m, mask, nw);
+            int want = 0;
+            for (int32_t t = 0; t < width; t++) {
+                size_t tl;
+                const char *tb = grammar_vocab_token(v, t, &tl);
+                int q = tb && memchr(tb, '"', tl) != NULL;
+                if (!bit(mask, t) && t % 7 && !q)
+                    continue;
+                int ok = grammar_matcher_accept_token(ref, t);
+                if (ok == 1)
+                    grammar_matcher_rollback(ref, 1);
+                if ((ok == 1) != bit(mask, t))
+                    fail_msg("len %d step %zu token %d: mask %d reference %d", len, i, t, bit(mask, t), ok);
+                want += ok == 1;
+            }
+            assert_true(cnt >= want);
+            if (i == n_ids || !bit(mask, ids[i]))
+                break;
+            assert_int_equal(grammar_matcher_accept_token(m, ids[i]), 1);
+            assert_int_equal(grammar_matcher_accept_token(ref, ids[i]), 1);
+        }
+        int okdoc = grammar_check_text(grammar_compiled_grammar(cg), doc, n);
+        assert_int_equal(i == n_ids, okdoc == 1);
+        free(ids);
+    }
+    free(mask);
+    grammar_matcher_free(m);
+    grammar_matcher_free(ref);
+    grammar_compiled_free(cg);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -798,7 +930,8 @@ int main(void)
         cmocka_unit_test(test_matcher_api),    cmocka_unit_test(test_vocab_errors),
         cmocka_unit_test(test_real_tokenizer), cmocka_unit_test(test_repetition_alias),
         cmocka_unit_test(test_loop_classes),   cmocka_unit_test(test_unique_items),
-        cmocka_unit_test(test_unique_items_real),
+        cmocka_unit_test(test_unique_items_real), cmocka_unit_test(test_string_lengths_run_time),
+        cmocka_unit_test(test_string_lengths_real),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
