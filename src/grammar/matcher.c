@@ -379,6 +379,7 @@ size_t grammar_matcher_find_jump_forward_string(grammar_matcher *m, char *out, s
     if (cur_step(m)->terminated || load_current(m))
         return 0;
     int32_t mark = m->pool.n;
+    int first = m->uq ? guq_first(m->uq, &m->pool, &m->a) : 0;
     while (n + 1 < cap && m->a.n && !m->a.can_end) {
         int byte = -1, many = 0;
         for (int32_t k = 0; k < m->a.n && !many; k++) {
@@ -393,6 +394,9 @@ size_t grammar_matcher_find_jump_forward_string(grammar_matcher *m, char *out, s
             }
         }
         if (many || byte < 0)
+            break;
+        out[n] = (char)byte; /* uniqueItems / lengths: forced bytes stop before a refused one */
+        if (m->uq && guq_try(m->uq, (const uint8_t *)out, n + 1, first) != 0)
             break;
         gstk_step(g, &m->pool, &m->a, (uint8_t)byte, &m->b);
         gstk_set t = m->a;

@@ -680,6 +680,22 @@ static void test_unique_items(void **state)
         fail_msg("%s", e.msg);
     random_walks(cg, check_ref, (void *)grammar_compiled_grammar(cg), 92, 300);
     grammar_compiled_free(cg);
+    /* jump-forward stops before the byte that would complete a duplicate */
+    static const char forced[] = "root ::= __unique_items_2\n"
+                                 "__unique_items_2 ::= \"[\" v (\",\" v)* \"]\"\n"
+                                 "v ::= \"\\\"ab\\\"\" | \"\\\"x\\\"\"\n";
+    cg = grammar_compile_ebnf(forced, strlen(forced), v, NULL, &e);
+    assert_non_null(cg);
+    m = grammar_matcher_new(cg, &e);
+    char jf[16];
+    assert_int_equal(grammar_matcher_accept_string(m, "[\"a", 3), 1);
+    assert_int_equal(grammar_matcher_find_jump_forward_string(m, jf, sizeof jf), 2);
+    assert_string_equal(jf, "b\"");
+    assert_int_equal(grammar_matcher_accept_string(m, "b\",\"a", 5), 1);
+    assert_int_equal(grammar_matcher_find_jump_forward_string(m, jf, sizeof jf), 1);
+    assert_string_equal(jf, "b");
+    grammar_matcher_free(m);
+    grammar_compiled_free(cg);
     grammar_vocab_free(v);
 }
 
