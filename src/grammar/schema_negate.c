@@ -575,6 +575,72 @@ static int neg_property_names(neg_arg *n, json_object **alt)
     return NEG_ALT;
 }
 
+/* contains (minContains 1, no maxContains): an array whose every item the
+ * schema rejects; minContains 0 always holds. */
+static int neg_contains(neg_arg *n, json_object **alt)
+{
+    json_object *mn = sc_get(n->s, "minContains");
+    if (n->no_eval || sc_has(n->s, "maxContains") ||
+        (mn && !(json_object_is_type(mn, json_type_int) && json_object_get_int64(mn) <= 1)))
+        return NEG_UNSUPPORTED;
+    if (mn && json_object_get_int64(mn) <= 0)
+        return NEG_ADDED;
+    json_object *nv = sc_negate(n->c, n->v, 0, n->path);
+    if (!nv)
+        return NEG_FAILED;
+    *alt = typed("array", "items", json_object_get(nv));
+    return NEG_ALT;
+}
+
+/* dependentRequired / dependentSchemas / dependencies: an object holding
+ * the name and missing one of its list, or failing its schema. */
+static int neg_dependencies(neg_arg *n, json_object **alt)
+{
+    if (!json_object_is_type(n->v, json_type_object))
+        return NEG_UNSUPPORTED;
+    json_object_object_foreach(n->v, name, dv) {
+        json_object *rq = json_object_new_array();
+        json_object_array_add(rq, json_object_new_string(name));
+        if (json_object_is_type(dv, json_type_array)) {
+            if (!strcmp(n->k, "dependentSchemas")) {
+                json_object_put(rq);
+                return NEG_UNSUPPORTED;
+            }
+            for (size_t i = 0; i < json_object_array_length(dv); i++) {
+                json_object *e = json_object_array_get_idx(dv, i);
+                if (!json_object_is_type(e, json_type_string))
+                    continue;
+                json_object *o = typed("object", "required", json_object_get(rq));
+                json_object_object_add(o, "properties", obj1(json_object_get_string(e), json_object_new_boolean(0)));
+                json_object_array_add(n->alts, o);
+            }
+            json_object_put(rq);
+            continue;
+        }
+        if (!strcmp(n->k, "dependentRequired")) {
+            json_object_put(rq);
+            return NEG_UNSUPPORTED;
+        }
+        json_object *nd = sc_negate(n->c, dv, n->no_eval, n->path);
+        if (!nd) {
+            json_object_put(rq);
+            return NEG_FAILED;
+        }
+        json_object *both = json_object_new_array();
+        json_object_array_add(both, typed("object", "required", rq));
+        json_object_array_add(both, json_object_get(nd));
+        json_object_array_add(n->alts, obj1("allOf", both));
+    }
+    return NEG_ADDED;
+}
+
+/* minContains / maxContains: alone they assert nothing; beside contains,
+ * neg_contains reads them. */
+static int neg_contains_bound(neg_arg *n, json_object **alt)
+{
+    return NEG_ADDED;
+}
+
 /* enum / const: negate_values. */
 static int neg_values(neg_arg *n, json_object **alt)
 {
@@ -623,7 +689,10 @@ static const struct {
     {"multipleOf", neg_multiple}, {"items", neg_items},           {"prefixItems", neg_prefix},
     {"oneOf", neg_one_of},        {"pattern", neg_pattern},       {"format", neg_format},
     {"additionalProperties", neg_additional}, {"patternProperties", neg_pattern_props},
-    {"propertyNames", neg_property_names},
+    {"propertyNames", neg_property_names}, {"contains", neg_contains},
+    {"minContains", neg_contains_bound}, {"maxContains", neg_contains_bound},
+    {"dependentRequired", neg_dependencies}, {"dependentSchemas", neg_dependencies},
+    {"dependencies", neg_dependencies},
 };
 
 static int negate_keyword(neg_arg *n, json_object **alt)

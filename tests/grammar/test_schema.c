@@ -743,6 +743,16 @@ static void test_member_negations(void **state)
         {"{\"enum\":[{\"a\":1},{\"a\":1,\"q\":true},{\"q\":\"s\"}],"
          "\"not\":{\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"boolean\"}}}", "{\"q\":\"s\"}", 1},
         {NULL, "{\"a\":1}", 0}, {NULL, "{\"a\":1,\"q\":true}", 0},
+        /* not contains: every item rejected */
+        {"{\"type\":\"array\",\"not\":{\"contains\":{\"type\":\"integer\"}}}", "[1]", 0},
+        {NULL, "[\"a\"]", 1}, {NULL, "[]", 1}, {NULL, "[\"a\",2]", 0},
+        /* not of a dependency, list and schema forms */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"additionalProperties\":false,"
+         "\"not\":{\"dependentRequired\":{\"a\":[\"b\"]}}}", "{\"a\":1}", 1},
+        {NULL, "{\"a\":1,\"b\":2}", 0}, {NULL, "{\"b\":1}", 0}, {NULL, "{}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"additionalProperties\":false,"
+         "\"not\":{\"dependencies\":{\"a\":{\"required\":[\"b\"]}}}}", "{\"a\":1}", 1},
+        {NULL, "{\"a\":1,\"b\":2}", 0}, {NULL, "{\"b\":1}", 0}, {NULL, "{}", 0},
     };
     grammar *g = NULL;
     const char *schema = NULL;
