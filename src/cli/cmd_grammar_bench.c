@@ -225,7 +225,7 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
 
     long schemas = 0, compiled = 0, unsupported = 0, failed = 0, valid_total = 0, valid_acc = 0,
          invalid_total = 0, invalid_acc = 0, mismatch = 0, errors = 0;
-    long long walks = 0, walk_nodes = 0, class_walks = 0, count_walks = 0, steps = 0;
+    long long walks = 0, walk_nodes = 0, class_walks = 0, count_walks = 0, steps = 0, class_builds = 0, class_nodes = 0;
     dvec masks = {0}, comp = {0}, ttfm = {0};
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *mask = calloc(nw, sizeof *mask);
@@ -297,9 +297,10 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
                     grammar_compiled_stats_get(cg, &s1);
                     printf("{\"file\": \"%s\", \"slow_mask_us\": %.1f, \"instance\": %zu, \"token\": %zu, "
                            "\"allowed\": %d, \"walks\": %lld, \"child_walks\": %lld, \"walk_nodes\": %lld, "
-                           "\"shared_hits\": %lld, \"steps\": %lld}\n",
+                           "\"shared_hits\": %lld, \"steps\": %lld, \"class_builds\": %lld, \"class_nodes\": %lld}\n",
                            names[f], (b - a) * 1e6, k, i, n, s1.entries - s0.entries, s1.children - s0.children,
-                           s1.walk_nodes - s0.walk_nodes, s1.shared_hits - s0.shared_hits, s1.steps - s0.steps);
+                           s1.walk_nodes - s0.walk_nodes, s1.shared_hits - s0.shared_hits, s1.steps - s0.steps,
+                           s1.class_builds - s0.class_builds, s1.class_nodes - s0.class_nodes);
                 }
                 if (first_mask) {
                     dv_push(&ttfm, (b - t0) * 1e3);
@@ -351,6 +352,8 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
         class_walks += gs.class_walks;
         count_walks += gs.count_walks;
         steps += gs.steps;
+        class_builds += gs.class_builds;
+        class_nodes += gs.class_nodes;
         grammar_matcher_free(m);
         grammar_compiled_free(cg);
         free(ebnf);
@@ -369,11 +372,13 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
            "\"mask_us_avg\": %.2f, \"mask_us_p50\": %.2f, \"mask_us_p99\": %.2f, \"mask_us_max\": %.1f, "
            "\"valid_total\": %ld, \"valid_accepted\": %ld, \"invalid_total\": %ld, \"invalid_accepted\": %ld, "
            "\"token_vs_byte_mismatch\": %ld, \"errors\": %ld, \"walks\": %lld, \"class_walks\": %lld, "
-           "\"count_walks\": %lld, \"walk_nodes\": %lld, \"steps\": %lld, \"masks_over_1ms\": %zu, "
+           "\"count_walks\": %lld, \"walk_nodes\": %lld, \"steps\": %lld, \"class_builds\": %lld, \"class_nodes\": %lld, "
+           "\"masks_over_1ms\": %zu, "
            "\"masks_over_2ms\": %zu}\n",
            schemas, compiled, unsupported, failed, pct(&comp, 0.5), cavg, pct(&comp, 0.99), pct(&ttfm, 0.5),
            masks.n, mavg, pct(&masks, 0.5), pct(&masks, 0.99), masks.n ? masks.v[masks.n - 1] : 0.0, valid_total,
            valid_acc, invalid_total, invalid_acc, mismatch, errors, walks, class_walks, count_walks, walk_nodes, steps,
+           class_builds, class_nodes,
            over_us(&masks, 1000), over_us(&masks, 2000));
     free(masks.v);
     free(comp.v);

@@ -53,6 +53,10 @@ static int sets_grow(grammar_compiled *cg)
     if (!co)
         return -1;
     cg->chain_of = co;
+    int32_t *uo = realloc(cg->u8_of, (size_t)cap * sizeof *uo);
+    if (!uo)
+        return -1;
+    cg->u8_of = uo;
     int32_t *h = malloc((size_t)cap * 2 * sizeof *h);
     if (!h)
         return -1;
@@ -103,6 +107,7 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     memset(cg->trans + (size_t)id * 256, 0xFF, 256 * sizeof *cg->trans);
     cg->loop_flags[id] = 0;
     cg->chain_of[id] = -1;
+    cg->u8_of[id] = -1;
     memset(cg->loop_asc[id], 0, sizeof cg->loop_asc[id]);
     uint32_t b = hv & cg->set_hmask;
     cg->set_next[id] = cg->set_heads[b];
@@ -254,6 +259,8 @@ void grammar_compiled_free(grammar_compiled *cg)
     free(cg->loop_asc);
     free(cg->loop_flags);
     free(cg->chain_of);
+    free(cg->u8_of);
+    free(cg->u8_tab);
     free(cg->chains);
     free(cg->chain_sets);
     gstk_set_free(&cg->tmp_in);
@@ -308,70 +315,116 @@ static int add_pop(grammar_compiled *cg, int32_t node)
 
 /* Subtrees smaller than this are walked node by node. */
 #define GCOMP_SKIP_MIN_NODES 1
-/* Bound on (set, UTF-8 state) pairs the non-ASCII check explores. */
-#define GCOMP_UTF8_MAX_PAIRS 64
+/* Bound on (set, UTF-8 state) pairs one set's character table explores;
+ * past it the remaining lead bytes count as mixed (never wrong: a lead
+ * byte left out of a class only makes its characters frontier bytes). */
+#define GCOMP_UTF8_MAX_PAIRS 256
 
-/* Every strict UTF-8 character of 2-4 bytes leads x to l through
- * non-empty sets without a pop: 1 yes, 0 no, -1 OOM. Explores (set,
- * UTF-8 state) pairs depth first. */
-int gcomp_utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l, uint64_t lead)
+typedef struct u8_pair {
+    int32_t set, res;
+    int8_t u;
+} u8_pair;
+
+typedef struct u8_memo {
+    u8_pair p[GCOMP_UTF8_MAX_PAIRS];
+    int n;
+} u8_memo;
+
+#define GU8_OOM (-3)
+
+/* Where the characters continuing from set y in UTF-8 state u (1-7) all
+ * lead: z > 0 when every one reaches z through non-empty sets without a
+ * pop, else GU8_MIXED (GU8_OOM on OOM). Depth first, at most three
+ * levels, memoized per (set, state) for one table. */
+static int32_t u8_cont(grammar_compiled *cg, u8_memo *mm, int32_t y, int u)
 {
-    int32_t ps[GCOMP_UTF8_MAX_PAIRS];
-    int8_t pu[GCOMP_UTF8_MAX_PAIRS];
-    int n = 0, top = 0;
-    int32_t stk_s[GCOMP_UTF8_MAX_PAIRS];
-    int8_t stk_u[GCOMP_UTF8_MAX_PAIRS];
-    /* from the boundary: the lead bytes */
-    for (int b = 0x80; b < 0x100; b++) {
+    for (int k = 0; k < mm->n; k++)
+        if (mm->p[k].set == y && mm->p[k].u == u)
+            return mm->p[k].res;
+    if (mm->n == GCOMP_UTF8_MAX_PAIRS)
+        return GU8_MIXED;
+    /* the continuation bytes state u accepts, and the state after them */
+    static const uint8_t lo[8] = {0, 0x80, 0x80, 0x80, 0xA0, 0x80, 0x90, 0x80};
+    static const uint8_t hi[8] = {0, 0xBF, 0xBF, 0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
+    static const int8_t nx[8] = {0, 0, 1, 2, 1, 1, 2, 2};
+    int32_t z = 0, prev = -1;
+    int nu = nx[u];
+    for (int b = lo[u]; b <= hi[u] && z != GU8_MIXED; b++) {
+        int32_t t = cg->trans[(size_t)y * 256 + (size_t)b];
+        if (t < 0 && (t = gcomp_set_trans(cg, y, (uint8_t)b)) < 0)
+            return GU8_OOM;
+        if (t == prev)
+            continue; /* the byte cells: runs of bytes step alike */
+        prev = t;
+        int32_t r;
+        if ((t & 1) || !(t >> 1))
+            r = GU8_MIXED;
+        else if (nu == 0)
+            r = t >> 1;
+        else if ((r = u8_cont(cg, mm, t >> 1, nu)) == GU8_OOM)
+            return GU8_OOM;
+        z = r < 0 || (z && z != r) ? GU8_MIXED : r;
+    }
+    if (mm->n < GCOMP_UTF8_MAX_PAIRS)
+        mm->p[mm->n++] = (u8_pair){.set = y, .res = z, .u = (int8_t)u};
+    return z;
+}
+
+/* x's character table (computed on first use): per strict UTF-8 lead
+ * byte b, at [b - 0xC0], the set z > 0 every character it begins leads
+ * x to through non-empty sets without a pop, GU8_DEAD when b itself
+ * steps x to the empty set without a pop, else GU8_MIXED. One
+ * exploration per set replaces a check per (set, target, lead bytes):
+ * loops, classes and every level of every chain ask it. NULL on OOM. */
+const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x)
+{
+    if (cg->u8_of[x] >= 0)
+        return cg->u8_tab + cg->u8_of[x];
+    int32_t res[GU8_LEADS];
+    u8_memo memo, *mm = &memo;
+    mm->n = 0;
+    for (int b = 0xC0; b < 0xC0 + GU8_LEADS; b++) {
         int u = gvoc_utf8_next(0, (uint8_t)b);
-        if (u < 0 || !((lead >> (b - 0xC0)) & 1))
+        if (u <= 0) {
+            res[b - 0xC0] = GU8_MIXED; /* never a strict lead byte */
             continue;
+        }
         int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
         if (t < 0)
-            return -1;
-        if ((t & 1) || !(t >> 1))
-            return 0;
-        int32_t y = t >> 1;
-        int seen = 0;
-        for (int k = 0; k < n && !seen; k++)
-            seen = ps[k] == y && pu[k] == u;
-        if (seen)
-            continue;
-        if (n == GCOMP_UTF8_MAX_PAIRS)
-            return 0;
-        ps[n] = y, pu[n] = (int8_t)u, n++;
-        stk_s[top] = y, stk_u[top] = (int8_t)u, top++;
+            return NULL;
+        if (t == 0)
+            res[b - 0xC0] = GU8_DEAD;
+        else if ((t & 1) || !(t >> 1))
+            res[b - 0xC0] = GU8_MIXED;
+        else if ((res[b - 0xC0] = u8_cont(cg, mm, t >> 1, u)) == GU8_OOM)
+            return NULL;
     }
-    while (top) {
-        top--;
-        int32_t y = stk_s[top];
-        int uu = stk_u[top];
-        for (int b = 0x80; b < 0xC0; b++) {
-            int u = gvoc_utf8_next(uu, (uint8_t)b);
-            if (u < 0)
-                continue;
-            int32_t t = gcomp_set_trans(cg, y, (uint8_t)b);
-            if (t < 0)
-                return -1;
-            if ((t & 1) || !(t >> 1))
-                return 0;
-            int32_t z = t >> 1;
-            if (u == 0) {
-                if (z != l)
-                    return 0;
-                continue;
-            }
-            int seen = 0;
-            for (int k = 0; k < n && !seen; k++)
-                seen = ps[k] == z && pu[k] == u;
-            if (seen)
-                continue;
-            if (n == GCOMP_UTF8_MAX_PAIRS)
-                return 0;
-            ps[n] = z, pu[n] = (int8_t)u, n++;
-            stk_s[top] = z, stk_u[top] = (int8_t)u, top++;
-        }
+    if (cg->n_u8_tab + GU8_LEADS > cg->cap_u8_tab) {
+        size_t cap = cg->cap_u8_tab ? cg->cap_u8_tab * 2 : (size_t)GU8_LEADS * 64;
+        int32_t *nt = realloc(cg->u8_tab, cap * sizeof *nt);
+        if (!nt)
+            return NULL;
+        cg->u8_tab = nt;
+        cg->cap_u8_tab = cap;
     }
+    int32_t off = (int32_t)cg->n_u8_tab;
+    memcpy(cg->u8_tab + off, res, sizeof res);
+    cg->n_u8_tab += GU8_LEADS;
+    cg->u8_of[x] = off; /* indexed after the steps: the sets may have moved */
+    return cg->u8_tab + off;
+}
+
+/* Every strict UTF-8 character whose lead byte b has bit b - 0xC0 in
+ * lead leads x to l through non-empty sets without a pop: 1 yes, 0 no,
+ * -1 OOM. */
+int gcomp_utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l, uint64_t lead)
+{
+    const int32_t *tab = gcomp_utf8_table(cg, x);
+    if (!tab)
+        return -1;
+    for (uint64_t m = lead & GVOC_LEAD_ALL; m; m &= m - 1)
+        if (tab[__builtin_ctzll(m)] != l)
+            return 0;
     return 1;
 }
 
@@ -397,20 +450,13 @@ static int loop_covers(grammar_compiled *cg, int32_t x, int32_t i)
             cg->loop_asc[x][w] |= 1ull << (b & 63);
         }
     }
-    uint8_t f = cg->loop_flags[x];
     if (!(v->nsk_flags[i] & GVOC_SK_DESC_NONASCII))
         return 1;
-    if (!(f & GLOOP_UTF8_DONE)) {
-        int r = gcomp_utf8_reaches(cg, x, x, ~0ull);
-        if (r < 0)
-            return -1;
-        f |= GLOOP_UTF8_DONE | (r ? GLOOP_UTF8_CLOSED : 0);
-        cg->loop_flags[x] = f;
-    }
-    return (f & GLOOP_UTF8_CLOSED) != 0;
+    return gcomp_utf8_reaches(cg, x, x, GVOC_LEAD_ALL);
 }
 
-/* Fills every ASCII bit of x's loop mask; -1 on OOM. */
+/* Fills every ASCII bit of x's loop mask (its UTF-8 characters are asked
+ * only where a class needs them); -1 on OOM. */
 static int loop_fill(grammar_compiled *cg, int32_t x)
 {
     for (int b = 0; b < 128; b++) {
@@ -422,74 +468,131 @@ static int loop_fill(grammar_compiled *cg, int32_t x)
             return -1;
         cg->loop_asc[x][(t == x * 2 ? 0 : 2) + (b >> 6)] |= bit; /* indexed after set_trans: it may move */
     }
-    uint8_t f = cg->loop_flags[x] | GLOOP_ASC_FULL;
-    if (!(f & GLOOP_UTF8_DONE)) {
-        int r = gcomp_utf8_reaches(cg, x, x, ~0ull);
-        if (r < 0)
-            return -1;
-        f |= GLOOP_UTF8_DONE | (r ? GLOOP_UTF8_CLOSED : 0);
-    }
-    cg->loop_flags[x] = f;
+    cg->loop_flags[x] |= GLOOP_ASC_FULL;
     return 0;
 }
 
-/* The looping set the walk from x enters at the root, and the class to
- * use: x itself when it loops on some ASCII byte; else the set most ASCII
- * bytes lead x to without a pop, when that one loops, with the class
- * narrowed to the bytes that lead x there (and to no non-ASCII character
- * unless every one leads x there and the loop set reads them all).
- * 1 found, 0 none, -1 OOM. */
-static int root_loop(grammar_compiled *cg, int32_t x, int32_t *l_out, uint64_t cls[2], int *utf8)
+/* Root bytes of the loop's class that x reads elsewhere, beyond which
+ * the root walk narrows the class instead (see root_loop). */
+#define GCOMP_ROOT_EX_MAX 24
+/* Sets between x and the loop at the root (see root_loop). */
+#define GCOMP_ROOT_HOPS 3
+
+static const char root_probe[] = "etaoinsrhldcumfpgwybvkxjqzETAOINS0123456789";
+
+/* The set the probe letters lead x to first without a pop: > 0, 0 none,
+ * -1 OOM. */
+static int32_t probe_next(grammar_compiled *cg, int32_t x)
 {
-    if (!(cg->loop_flags[x] & GLOOP_ASC_FULL) && loop_fill(cg, x))
-        return -1;
-    if (cg->loop_asc[x][0] || cg->loop_asc[x][1]) {
-        *l_out = x;
-        cls[0] = cg->loop_asc[x][0], cls[1] = cg->loop_asc[x][1];
-        *utf8 = (cg->loop_flags[x] & GLOOP_UTF8_CLOSED) != 0;
-        return 1;
-    }
-    /* the successor of the printable letters and digits decides */
-    int32_t l = -1;
-    static const char probe[] = "etaoinsrhldcumfpgwybvkxjqzETAOINS0123456789";
-    for (const char *p = probe; *p && l < 0; p++) {
+    for (const char *p = root_probe; *p; p++) {
         int32_t t = gcomp_set_trans(cg, x, (uint8_t)*p);
         if (t < 0)
             return -1;
         if (!(t & 1) && (t >> 1))
-            l = t >> 1;
+            return t >> 1;
     }
-    if (l <= 0)
-        return 0;
-    if (!(cg->loop_flags[l] & GLOOP_ASC_FULL) && loop_fill(cg, l))
+    return 0;
+}
+
+/* The looping set the walk from x enters at the root, and the class to
+ * use: x itself when it loops on some ASCII byte (n_hop 0); else the sets
+ * hop[1..n_hop] the probe letters lead x through, one character each, to
+ * one that loops (a string's first character after its quote, a second
+ * state after the first repetition). Then the class is the loop's own
+ * (cached for every grammar whose strings read the same bytes): every
+ * set between x and the loop must read all of it into the next, and the
+ * first bytes of it that x reads elsewhere are returned in ex (ASCII
+ * ex[0..1], lead bytes ex[2], bit b - 0xC0): the walk takes those root
+ * subtrees from x node by node. When they are many and the loop is one
+ * character away, the class is narrowed to the bytes that lead x to it
+ * instead (and to no non-ASCII character unless every one leads x there
+ * and the loop reads them all), ex empty. 1 found, 0 none, -1 OOM. */
+static int root_loop(grammar_compiled *cg, int32_t x, int32_t hop[GCOMP_ROOT_HOPS + 1], int *n_hop, uint64_t cls[2],
+                     int *utf8, uint64_t ex[3])
+{
+    ex[0] = ex[1] = ex[2] = 0;
+    hop[0] = x;
+    *n_hop = 0;
+    if (!(cg->loop_flags[x] & GLOOP_ASC_FULL) && loop_fill(cg, x))
         return -1;
+    if (cg->loop_asc[x][0] || cg->loop_asc[x][1]) {
+        cls[0] = cg->loop_asc[x][0], cls[1] = cg->loop_asc[x][1];
+        *utf8 = gcomp_utf8_reaches(cg, x, x, GVOC_LEAD_ALL);
+        return *utf8 < 0 ? -1 : 1;
+    }
+    /* the successors of the printable letters and digits decide */
+    int n = 0;
+    int32_t l = x;
+    for (;;) {
+        if (n == GCOMP_ROOT_HOPS)
+            return 0;
+        int32_t y = probe_next(cg, l);
+        if (y <= 0)
+            return y < 0 ? -1 : 0;
+        hop[++n] = l = y;
+        if (!(cg->loop_flags[l] & GLOOP_ASC_FULL) && loop_fill(cg, l))
+            return -1;
+        if (cg->loop_asc[l][0] || cg->loop_asc[l][1])
+            break;
+    }
+    int ul = gcomp_utf8_reaches(cg, l, l, GVOC_LEAD_ALL);
+    if (ul < 0)
+        return -1;
+    uint64_t la[2] = {cg->loop_asc[l][0], cg->loop_asc[l][1]};
+    /* the sets between read the whole class into the next */
+    for (int i = 1; i < n; i++) {
+        for (int w = 0; w < 2; w++) {
+            for (uint64_t m = la[w]; m; m &= m - 1) {
+                int32_t t = gcomp_set_trans(cg, hop[i], (uint8_t)(w * 64 + __builtin_ctzll(m)));
+                if (t < 0)
+                    return -1;
+                if (t != hop[i + 1] * 2)
+                    return 0;
+            }
+        }
+        int r = ul ? gcomp_utf8_reaches(cg, hop[i], hop[i + 1], GVOC_LEAD_ALL) : 1;
+        if (r <= 0)
+            return r;
+    }
     uint64_t c[2] = {0, 0};
     for (int w = 0; w < 2; w++) {
-        for (uint64_t m = cg->loop_asc[l][w]; m; m &= m - 1) {
+        for (uint64_t m = la[w]; m; m &= m - 1) {
             int b = w * 64 + __builtin_ctzll(m);
             int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
             if (t < 0)
                 return -1;
-            if (t == l * 2)
+            if (t == hop[1] * 2)
                 c[w] |= 1ull << (b & 63);
         }
     }
     if (!c[0] && !c[1])
         return 0;
-    int u = 0;
-    if (cg->loop_flags[l] & GLOOP_UTF8_CLOSED) {
-        /* every character from x must land on l; checked like
-         * utf8_closed, but from x to l */
-        u = gcomp_utf8_reaches(cg, x, l, ~0ull);
-        if (u < 0)
-            return -1;
+    uint64_t e0 = la[0] & ~c[0], e1 = la[1] & ~c[1];
+    *n_hop = n;
+    if (__builtin_popcountll(e0) + __builtin_popcountll(e1) <= GCOMP_ROOT_EX_MAX) {
+        cls[0] = la[0], cls[1] = la[1];
+        ex[0] = e0, ex[1] = e1;
+        *utf8 = ul;
+        if (ul) {
+            const int32_t *tab = gcomp_utf8_table(cg, x);
+            if (!tab)
+                return -1;
+            for (uint64_t m = GVOC_LEAD_ALL; m; m &= m - 1)
+                if (tab[__builtin_ctzll(m)] != hop[1])
+                    ex[2] |= m & -m;
+        }
+        return 1;
     }
-    *l_out = l;
+    if (n > 1)
+        return 0;
+    /* every character must lead x to l, and l back to itself */
+    int u = ul ? gcomp_utf8_reaches(cg, x, l, GVOC_LEAD_ALL) : 0;
+    if (u < 0)
+        return -1;
     cls[0] = c[0], cls[1] = c[1];
     *utf8 = u;
     return 1;
 }
-
 
 /* The walk of [lo, hi) from set x through a loop class (vocab_class.c):
  * when the range is the whole trie and x reads the class's characters
@@ -504,18 +607,19 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
     grammar_vocab *v = (grammar_vocab *)cg->v;
     if (!x || hi - lo < GCOMP_CLASS_MIN_NODES)
         return 0;
-    int32_t l = x;
-    uint64_t cls[2];
-    int utf8;
+    int32_t hop[GCOMP_ROOT_HOPS + 1] = {x};
+    int n_hop = 0;
+    uint64_t cls[2] = {0, 0}, ex[3] = {0, 0, 0};
+    int utf8 = 0;
     const gvoc_class *c;
     int32_t j = lo - 1;
     if (base == 0) {
         if (lo != 0 || hi != v->n_nodes)
             return 0;
-        int r = root_loop(cg, x, &l, cls, &utf8);
+        int r = root_loop(cg, x, hop, &n_hop, cls, &utf8, ex);
         if (r <= 0)
             return r;
-        if (!(c = gvoc_class_get(v, cls, utf8 ? GVOC_LEAD_ALL : 0)))
+        if (!(c = gvoc_class_get(v, cls, utf8 ? GVOC_LEAD_ALL : 0, &cg->stats)))
             return 0;
     } else {
         if (j < 0 || v->nd[j] != base || v->nend[j] != hi || !(v->nsk_flags[j] & GVOC_SK_BOUNDARY))
@@ -525,15 +629,28 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
         cls[0] = cg->loop_asc[x][0], cls[1] = cg->loop_asc[x][1];
         if (!cls[0] && !cls[1])
             return 0;
-        utf8 = (cg->loop_flags[x] & GLOOP_UTF8_CLOSED) != 0;
-        if (!(c = gvoc_class_get(v, cls, utf8 ? GVOC_LEAD_ALL : 0)) || !gvoc_class_path_in(v, c, j))
+        if ((utf8 = gcomp_utf8_reaches(cg, x, x, GVOC_LEAD_ALL)) < 0)
+            return -1;
+        if (!(c = gvoc_class_get(v, cls, utf8 ? GVOC_LEAD_ALL : 0, &cg->stats)) || !gvoc_class_path_in(v, c, j))
             return 0;
     }
     cg->stats.class_walks++;
     uint32_t *bits = cg->scratch_bits;
     int32_t a = 0, b = c->n_items;
+    const int32_t *ntok = v->ntok, *ntok_off = v->ntok_off;
+    /* root subtrees of bytes x reads elsewhere: [exr[2k], exr[2k+1]) */
+    int32_t exr[2 * 256];
+    int n_ex = 0;
     if (base == 0) {
         gbits_or(bits, c->run_bits, v->n_words);
+        for (int32_t i = 0; (ex[0] | ex[1] | ex[2]) && i < v->n_nodes; i = v->nend[i]) {
+            uint8_t by = v->nb[i];
+            if (by < 128 ? !((ex[by >> 6] >> (by & 63)) & 1) : by < 0xC0 || !((ex[2] >> (by - 0xC0)) & 1))
+                continue;
+            for (int32_t q = ntok_off[i]; q < ntok_off[v->nend[i]]; q++)
+                bits[ntok[q] >> 5] &= ~(1u << (ntok[q] & 31)); /* the scratch held nothing else */
+            exr[2 * n_ex] = i, exr[2 * n_ex + 1] = v->nend[i], n_ex++;
+        }
     } else {
         /* the first item that ends at or after lo */
         while (a < b) {
@@ -544,7 +661,7 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
                 b = mid;
         }
     }
-    const int32_t *ntok = v->ntok, *ntok_off = v->ntok_off;
+    int e = 0;
     for (int32_t k = a; k < c->n_items && c->items[k].first < hi; k++) {
         const gvoc_item *it = &c->items[k];
         if (!it->frontier) {
@@ -556,7 +673,11 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
                 bits[ntok[q] >> 5] |= 1u << (ntok[q] & 31);
             continue;
         }
-        int32_t y = it->from_root ? x : l;
+        while (e < n_ex && exr[2 * e + 1] <= it->first)
+            e++;
+        if (e < n_ex && exr[2 * e] <= it->first)
+            continue; /* walked from x below */
+        int32_t y = hop[it->nch < n_hop ? it->nch : n_hop];
         for (int p = 0; p < it->n_pend && y; p++) {
             int32_t t = gcomp_set_trans(cg, y, it->pend[p]);
             if (t < 0)
@@ -566,6 +687,9 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
         if (y && gcomp_walk_from(cg, it->first, v->nend[it->first], v->nd[it->first] - 1, y, 0))
             return -1;
     }
+    for (int k = 0; k < n_ex; k++)
+        if (gcomp_walk_from(cg, exr[2 * k], exr[2 * k + 1], 0, x, 0))
+            return -1;
     return 1;
 }
 

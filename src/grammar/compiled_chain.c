@@ -42,23 +42,98 @@ static int chain_push(grammar_compiled *cg, int32_t sid)
     return 0;
 }
 
-/* Every strict UTF-8 lead byte in lead takes x to the empty set without
- * a pop: 1 yes, 0 no, -1 OOM. */
-static int utf8_dead(grammar_compiled *cg, int32_t x, uint64_t lead)
+static inline int asc_has(const uint64_t c[2], int b) { return (int)((c[b >> 6] >> (b & 63)) & 1); }
+
+/* The successor of X on the class c: the set the first class byte that
+ * does not pop leads to (probe letters first); -1 none, -2 OOM. */
+static int32_t chain_next(grammar_compiled *cg, int32_t X, const uint64_t c[2])
 {
-    for (int b = 0xC2; b <= 0xF4; b++) {
-        if (!((lead >> (b - 0xC0)) & 1))
+    for (const char *p = chain_probe; *p; p++) {
+        if (!asc_has(c, (uint8_t)*p))
             continue;
-        int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
+        int32_t t = gcomp_set_trans(cg, X, (uint8_t)*p);
         if (t < 0)
-            return -1;
-        if (t != 0)
-            return 0;
+            return -2;
+        if (!(t & 1))
+            return t >> 1;
     }
-    return 1;
+    for (int b = 0; b < 128; b++) {
+        if (!asc_has(c, b))
+            continue;
+        int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
+        if (t < 0)
+            return -2;
+        if (!(t & 1))
+            return t >> 1;
+    }
+    return -1;
 }
 
-static inline int asc_has(const uint64_t c[2], int b) { return (int)((c[b >> 6] >> (b & 63)) & 1); }
+/* The ASCII bytes of c found at position k or later that lead X to ny
+ * (the level check of chain_build, ASCII part); -1 on OOM. */
+static int chain_level_asc(grammar_compiled *cg, int32_t X, int32_t ny, int32_t k, uint64_t c[2])
+{
+    const grammar_vocab *v = cg->v;
+    uint64_t a[2] = {c[0] & v->pos_asc[k][0], c[1] & v->pos_asc[k][1]};
+    for (int w = 0; w < 2; w++) {
+        for (uint64_t m = a[w]; m; m &= m - 1) {
+            int b = w * 64 + __builtin_ctzll(m);
+            int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
+            if (t < 0)
+                return -1;
+            if (t != ny * 2)
+                c[w] &= ~(1ull << (b & 63));
+        }
+    }
+    return 0;
+}
+
+/* The ASCII loop class of X (the bytes it reads back to itself); -1 on
+ * OOM. */
+static int chain_loop_asc(grammar_compiled *cg, int32_t X, uint64_t lc[2])
+{
+    lc[0] = lc[1] = 0;
+    for (int b = 0; b < 128; b++) {
+        int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
+        if (t < 0)
+            return -1;
+        if (t == X * 2)
+            lc[b >> 6] |= 1ull << (b & 63);
+    }
+    return 0;
+}
+
+/* Whether the chain from x, on its ASCII bytes alone, already ends in a
+ * short loop whose own class is wider (chain_build then finds no chain
+ * whatever the UTF-8 characters do, unless they break the loop, where a
+ * chain would be exact too): 1 yes, 0 no, -1 OOM. Asked before the
+ * UTF-8 checks, the costly part of a level (sets of a name trie each
+ * read a letter or two apart and fall into the string loop after one
+ * character). */
+static int chain_short_loop(grammar_compiled *cg, int32_t X, uint64_t c0, uint64_t c1)
+{
+    uint64_t c[2] = {c0, c1};
+    for (int32_t k = 0; k < GCHAIN_NARROW_MIN && k < cg->v->w_max; k++) {
+        int32_t ny = chain_next(cg, X, c);
+        if (ny < -1)
+            return -1;
+        if (ny <= 0)
+            return 0;
+        if (chain_level_asc(cg, X, ny, k, c))
+            return -1;
+        if (ny != X) {
+            X = ny;
+            continue;
+        }
+        uint64_t lc[2];
+        if (chain_loop_asc(cg, X, lc))
+            return -1;
+        if ((c[0] & ~lc[0]) || (c[1] & ~lc[1]))
+            return 0; /* not a loop on the class */
+        return lc[0] != c[0] || lc[1] != c[1];
+    }
+    return 0;
+}
 
 /* Builds x's chain into chains[n_chains]: 1 built, 0 none, -1 OOM. The
  * class starts as the ASCII bytes that take x where the probe letters
@@ -87,6 +162,9 @@ static int chain_build(grammar_compiled *cg, int32_t x)
         if (t == y * 2)
             c[b >> 6] |= 1ull << (b & 63);
     }
+    int sl = chain_short_loop(cg, x, c[0], c[1]);
+    if (sl)
+        return sl < 0 ? -1 : 0;
     uint64_t lead_ok = GVOC_LEAD_ALL;
     size_t off = cg->n_chain_sets;
     if (chain_push(cg, x))
@@ -100,59 +178,27 @@ static int chain_build(grammar_compiled *cg, int32_t x)
             break;
         }
         /* the candidate successor: the first class byte that does not pop */
-        int32_t ny = -1;
-        for (const char *p = chain_probe; *p && ny < 0; p++) {
-            if (!asc_has(c, (uint8_t)*p))
-                continue;
-            int32_t t = gcomp_set_trans(cg, X, (uint8_t)*p);
-            if (t < 0)
-                goto oom;
-            if (!(t & 1))
-                ny = t >> 1;
-        }
-        for (int b = 0; b < 128 && ny < 0; b++) {
-            if (!asc_has(c, b))
-                continue;
-            int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
-            if (t < 0)
-                goto oom;
-            if (!(t & 1))
-                ny = t >> 1;
-        }
+        int32_t ny = chain_next(cg, X, c);
+        if (ny < -1)
+            goto oom;
         if (ny < 0)
             goto none;
         /* the class bytes found at this position or later must agree */
-        uint64_t a[2] = {c[0] & v->pos_asc[k][0], c[1] & v->pos_asc[k][1]};
-        for (int w = 0; w < 2; w++) {
-            for (uint64_t m = a[w]; m; m &= m - 1) {
-                int b = w * 64 + __builtin_ctzll(m);
-                int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
-                if (t < 0)
-                    goto oom;
-                if (t != ny * 2)
-                    c[w] &= ~(1ull << (b & 63));
-            }
-        }
+        if (chain_level_asc(cg, X, ny, k, c))
+            goto oom;
         if (__builtin_popcountll(c[0]) + __builtin_popcountll(c[1]) < GCHAIN_MIN_BYTES)
             goto none;
         /* the characters of each lead byte found here: a lead byte whose
          * characters disagree leaves the class */
         uint64_t lm = v->pos_lead[k] & lead_ok;
         if (lm) {
-            /* all at once first: one lead byte at a time only when they disagree */
-            int r = ny ? gcomp_utf8_reaches(cg, X, ny, lm) : utf8_dead(cg, X, lm);
-            if (r < 0)
+            const int32_t *tab = gcomp_utf8_table(cg, X);
+            if (!tab)
                 goto oom;
-            if (r)
-                lm = 0;
-        }
-        for (uint64_t m = lm; m; m &= m - 1) {
-            uint64_t bit = m & -m;
-            int r = ny ? gcomp_utf8_reaches(cg, X, ny, bit) : utf8_dead(cg, X, bit);
-            if (r < 0)
-                goto oom;
-            if (!r)
-                lead_ok &= ~bit;
+            int32_t want = ny ? ny : GU8_DEAD;
+            for (uint64_t m = lm & GVOC_LEAD_ALL; m; m &= m - 1)
+                if (tab[__builtin_ctzll(m)] != want)
+                    lead_ok &= ~(m & -m);
         }
         if (ny == 0) {
             kind = GCHAIN_DEAD;
@@ -180,14 +226,9 @@ static int chain_build(grammar_compiled *cg, int32_t x)
                  * the chain's: the plain walk reaches X at a few top nodes
                  * and takes the loop's class (already built) below them,
                  * cheaper than a narrowed class's trie split */
-                uint64_t lc[2] = {0, 0};
-                for (int b = 0; b < 128; b++) {
-                    int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
-                    if (t < 0)
-                        goto oom;
-                    if (t == X * 2)
-                        lc[b >> 6] |= 1ull << (b & 63);
-                }
+                uint64_t lc[2];
+                if (chain_loop_asc(cg, X, lc))
+                    goto oom;
                 int narrow = lc[0] != c[0] || lc[1] != c[1];
                 if (!narrow && lead_ok != GVOC_LEAD_ALL) {
                     int r = gcomp_utf8_reaches(cg, X, X, GVOC_LEAD_ALL & ~lead_ok);
@@ -380,7 +421,7 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
      * not multiply the class splits, each a pass over the trie */
     if (ch.lead != GVOC_LEAD_ALL)
         ch.lead = 0;
-    const gvoc_class *c = gvoc_class_get(v, ch.asc, ch.lead);
+    const gvoc_class *c = gvoc_class_get(v, ch.asc, ch.lead, &cg->stats);
     if (!c)
         return 0;
     cg->stats.count_walks++;

@@ -24,12 +24,8 @@
  * produce are short and few. */
 typedef struct gctx_entry gctx_entry;
 
-/* loop_flags: the UTF-8 check ran; every non-ASCII
- * character (strict UTF-8) leads back to the same set through non-empty
- * sets without a pop */
-#define GLOOP_UTF8_DONE 2
-#define GLOOP_UTF8_CLOSED 4
-#define GLOOP_ASC_FULL 8 /* every ASCII byte is known one way or the other */
+/* loop_flags: every ASCII byte is known one way or the other */
+#define GLOOP_ASC_FULL 8
 struct gctx_entry {
     uint64_t key;        /* structural key if shared through the vocab, else 0 */
     uint32_t *acc_bits;  /* [n_words] bitset for a large accepted set, or */
@@ -89,6 +85,11 @@ struct grammar_compiled {
     int32_t n_chains, cap_chains;
     int32_t *chain_sets;
     size_t n_chain_sets, cap_chain_sets;
+    /* per set, on demand: its UTF-8 character table (gcomp_utf8_table),
+     * -1 none yet, else its offset in u8_tab */
+    int32_t *u8_of;            /* [cap_sets] */
+    int32_t *u8_tab;
+    size_t n_u8_tab, cap_u8_tab;
     int32_t *sub_ch;           /* [max_len+2] subtree walk: characters, */
     int8_t *sub_u;             /* UTF-8 state, */
     int32_t *sub_lb;           /* last boundary depth, */
@@ -124,6 +125,14 @@ typedef struct gchain {
  * gcomp_count_walk: the counted class walk of [lo, hi) from x (1 done, 0
  * not applicable, -1 OOM); same preconditions as the class walk. */
 int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte);
+/* gcomp_utf8_table: per lead byte 0xC0 + i (i < GU8_LEADS), where x's
+ * characters of that lead byte lead: a set z > 0 (all of them, through
+ * non-empty sets without a pop), GU8_DEAD (the lead byte empties x
+ * without a pop) or GU8_MIXED. NULL on OOM. */
+#define GU8_LEADS 53
+#define GU8_MIXED (-1)
+#define GU8_DEAD (-2)
+const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x);
 int gcomp_utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l, uint64_t lead);
 int gcomp_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0);
 /* gcomp_walk, but with whole = 0 the range itself is not handed to a

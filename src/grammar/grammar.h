@@ -126,9 +126,12 @@ const grammar_vocab *grammar_compiled_vocab(const grammar_compiled *cg);
  * one by one; class_walks the walks that took a loop class's runs
  * wholesale, count_walks those that took them by character count (a
  * chain of repetition copies); steps the parser-set transitions computed
- * (the memo's misses). */
+ * (the memo's misses); class_builds the loop classes these walks split
+ * the vocabulary trie for (the vocabulary caches them for every grammar)
+ * and class_nodes the trie nodes those splits visited. */
 typedef struct grammar_compiled_stats {
     long long entries, children, walk_nodes, shared_hits, class_walks, count_walks, steps;
+    long long class_builds, class_nodes;
 } grammar_compiled_stats;
 void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_stats *out);
 

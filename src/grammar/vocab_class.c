@@ -35,7 +35,7 @@ static int items_push(gvoc_item **items, int32_t *n, int32_t *cap, gvoc_item it)
     return 0;
 }
 
-static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], uint64_t lead)
+static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], uint64_t lead, long long *visited)
 {
     gvoc_class *c = calloc(1, sizeof *c);
     int8_t *u = malloc((size_t)v->max_len + 2);
@@ -57,6 +57,7 @@ static gvoc_class *class_build(const grammar_vocab *v, const uint64_t asc[2], ui
     for (int32_t i = 0; i < v->n_nodes;) {
         int32_t d = v->nd[i];
         uint8_t b = v->nb[i];
+        (*visited)++;
         pathb[d] = b;
         int nu = class_next(c, u[d - 1], b);
         if (nu < 0) {
@@ -116,7 +117,7 @@ fail:
     return NULL;
 }
 
-const gvoc_class *gvoc_class_get(grammar_vocab *v, const uint64_t asc[2], uint64_t lead)
+const gvoc_class *gvoc_class_get(grammar_vocab *v, const uint64_t asc[2], uint64_t lead, grammar_compiled_stats *st)
 {
     gvoc_class *c = NULL;
     pthread_mutex_lock(&v->class_lock);
@@ -129,7 +130,12 @@ const gvoc_class *gvoc_class_get(grammar_vocab *v, const uint64_t asc[2], uint64
     }
     if (v->n_classes == GVOC_MAX_CLASSES || v->class_bytes >= GVOC_MAX_CLASS_BYTES)
         goto out;
-    c = class_build(v, asc, lead);
+    long long visited = 0;
+    c = class_build(v, asc, lead, &visited);
+    if (st) {
+        st->class_builds++;
+        st->class_nodes += visited;
+    }
     if (c) {
         v->classes[v->n_classes++] = c;
         v->class_bytes += sizeof *c + (size_t)c->n_items * sizeof *c->items + v->n_words * 4;

@@ -39,8 +39,10 @@ typedef struct gvoc_class {
 #define GVOC_MAX_CLASS_BYTES ((size_t)64 << 20)
 
 /* The class (asc, lead) of v, computed on first use and kept until v is
- * freed (thread-safe). NULL when the cache is full or on OOM. */
-const gvoc_class *gvoc_class_get(struct grammar_vocab *v, const uint64_t asc[2], uint64_t lead);
+ * freed (thread-safe). NULL when the cache is full or on OOM. A build
+ * is counted in st's class_builds / class_nodes (st may be NULL). */
+const gvoc_class *gvoc_class_get(struct grammar_vocab *v, const uint64_t asc[2], uint64_t lead,
+                                 grammar_compiled_stats *st);
 /* Whether the path from the root to node i stays in class c. */
 int gvoc_class_path_in(const struct grammar_vocab *v, const gvoc_class *c, int32_t i);
 void gvoc_classes_free(struct grammar_vocab *v);
