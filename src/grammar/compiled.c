@@ -290,6 +290,10 @@ void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_sta
 
 static int add_pop(grammar_compiled *cg, int32_t node)
 {
+    if (cg->pop_cap && cg->n_scratch_pops >= cg->pop_cap) {
+        cg->pop_over = 1; /* a child walk given up (gcompiled_child) */
+        return -1;
+    }
     if (cg->n_scratch_pops == cg->cap_scratch_pops) {
         int32_t cap = cg->cap_scratch_pops ? cg->cap_scratch_pops * 2 : 256;
         int32_t *np = realloc(cg->scratch_pops, (size_t)cap * sizeof *np);
@@ -814,11 +818,11 @@ static gctx_entry *compute_entry(grammar_compiled *cg, int32_t s)
     return pack_entry(cg);
 }
 
-static gctx_entry *compute_child(grammar_compiled *cg, const gctx_entry *e, int32_t t)
+/* Continues e's pops in the caller stack x (the caller's return state,
+ * above its own caller or the unknown bottom). */
+static gctx_entry *compute_child(grammar_compiled *cg, const gctx_entry *e, int32_t x)
 {
     const grammar_vocab *v = cg->v;
-    /* the caller's continuation: closure of (t, unknown) */
-    int32_t x = gstk_intern(&cg->pool, t, GSTK_UNKNOWN);
     if (x < 0)
         return NULL;
     gstk_set *out = &cg->tmp_out;
@@ -827,7 +831,7 @@ static gctx_entry *compute_child(grammar_compiled *cg, const gctx_entry *e, int3
     gstk_closure(cg->g, &cg->pool, x, out);
     if (out->oom)
         return NULL;
-    int through = out->hit_unknown; /* t's rule can end at once */
+    int through = out->hit_unknown; /* the caller's rule can end at once */
     if (out->n > 1)
         qsort(out->ids, (size_t)out->n, sizeof *out->ids, cmp_i32);
     int32_t sid = set_intern(cg, out->ids, out->n);
@@ -992,13 +996,14 @@ const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s)
     return e;
 }
 
-static inline size_t child_hash(const gctx_entry *p, int32_t t)
+static inline size_t child_hash(const gctx_entry *p, int32_t t, int32_t t2)
 {
-    uint64_t h = ((uint64_t)(uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uint32_t)t * 0xC2B2AE3D27D4EB4FULL;
+    uint64_t h = ((uint64_t)(uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uint32_t)t * 0xC2B2AE3D27D4EB4FULL ^
+                 (uint64_t)(uint32_t)t2 * 0x165667B19E3779F9ULL;
     return (size_t)(h ^ (h >> 29));
 }
 
-static int child_put(grammar_compiled *cg, const gctx_entry *p, int32_t t, gctx_entry *c)
+static int child_put(grammar_compiled *cg, const gctx_entry *p, int32_t t, int32_t t2, gctx_entry *c)
 {
     if ((cg->n_children + 1) * 2 > cg->cap_children) {
         size_t cap = cg->cap_children ? cg->cap_children * 2 : 64;
@@ -1008,7 +1013,7 @@ static int child_put(grammar_compiled *cg, const gctx_entry *p, int32_t t, gctx_
         for (size_t i = 0; i < cg->cap_children; i++) {
             if (!cg->children[i].child)
                 continue;
-            size_t j = child_hash(cg->children[i].parent, cg->children[i].t) & (cap - 1);
+            size_t j = child_hash(cg->children[i].parent, cg->children[i].t, cg->children[i].t2) & (cap - 1);
             while (ns[j].child)
                 j = (j + 1) & (cap - 1);
             ns[j] = cg->children[i];
@@ -1017,41 +1022,101 @@ static int child_put(grammar_compiled *cg, const gctx_entry *p, int32_t t, gctx_
         cg->children = ns;
         cg->cap_children = cap;
     }
-    size_t j = child_hash(p, t) & (cg->cap_children - 1);
+    size_t j = child_hash(p, t, t2) & (cg->cap_children - 1);
     while (cg->children[j].child)
         j = (j + 1) & (cg->cap_children - 1);
-    cg->children[j] = (gchild_slot){p, t, c};
+    cg->children[j] = (gchild_slot){p, t, t2, c};
     cg->n_children++;
     return 0;
 }
 
-const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int32_t t)
+/* The slot of (e, t, t2), NULL when absent (caller holds the lock). */
+static gchild_slot *child_find(grammar_compiled *cg, const gctx_entry *e, int32_t t, int32_t t2)
 {
-    gctx_entry *c = NULL;
-    if (cg->alias)
-        t = cg->alias[t]; /* equivalent return states continue alike */
-    pthread_mutex_lock(&cg->lock);
-    if (cg->cap_children) {
-        for (size_t j = child_hash(e, t) & (cg->cap_children - 1); cg->children[j].child;
-             j = (j + 1) & (cg->cap_children - 1)) {
-            if (cg->children[j].parent == e && cg->children[j].t == t) {
-                c = cg->children[j].child;
-                goto out;
-            }
-        }
-    }
+    if (!cg->cap_children)
+        return NULL;
+    for (size_t j = child_hash(e, t, t2) & (cg->cap_children - 1); cg->children[j].child;
+         j = (j + 1) & (cg->cap_children - 1))
+        if (cg->children[j].parent == e && cg->children[j].t == t && cg->children[j].t2 == t2)
+            return &cg->children[j];
+    return NULL;
+}
+
+/* Marks (e, t) whose child walk was given up for its pops (see
+ * gcompiled_child). */
+static gctx_entry heavy_mark;
+
+/* Computes, publishes and records the child of e for the caller stack
+ * [t | t2 | unknown] (t2 < 0: [t | unknown]); with cap, a child with more
+ * pops than that is given up: *heavy set, NULL returned. */
+static gctx_entry *child_make(grammar_compiled *cg, const gctx_entry *e, int32_t t, int32_t t2, int32_t cap, int *heavy)
+{
     uint64_t sig = e->key ? grammar_state_sig(cg->g, t) : 0;
-    uint64_t key = sig ? key_mix(e->key, sig) : 0;
-    c = shared_lookup(cg, key);
+    uint64_t sig2 = t2 >= 0 && sig ? grammar_state_sig(cg->g, t2) : 0;
+    uint64_t key = !sig ? 0 : t2 < 0 ? key_mix(e->key, sig) : sig2 ? key_mix(key_mix(e->key, sig), sig2 ^ 0x2C2) : 0;
+    gctx_entry *c = shared_lookup(cg, key);
     if (c) {
         cg->stats.shared_hits++;
     } else {
         cg->stats.children++;
-        c = publish(cg, compute_child(cg, e, t), key);
+        int32_t below = t2 < 0 ? GSTK_UNKNOWN : gstk_intern(&cg->pool, t2, GSTK_UNKNOWN);
+        int32_t x = below == -1 ? -1 : gstk_intern(&cg->pool, t, below);
+        cg->pop_cap = cap;
+        cg->pop_over = 0;
+        c = compute_child(cg, e, x);
+        cg->pop_cap = 0;
+        cg->stats.merged += t2 >= 0;
+        if (!c && cg->pop_over) {
+            *heavy = 1;
+            (void)child_put(cg, e, t, -1, &heavy_mark); /* OOM: found heavy again next time */
+            return NULL;
+        }
+        c = publish(cg, c, key);
     }
-    if (c && child_put(cg, e, t, c))
+    if (c && child_put(cg, e, t, t2, c))
         c = NULL; /* OOM: the entry stays owned or shared, freed later */
-out:
+    return c;
+}
+
+const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int32_t t, int32_t t2, int *used2)
+{
+    gctx_entry *c = NULL;
+    *used2 = 0;
+    if (cg->alias) {
+        t = cg->alias[t]; /* equivalent return states continue alike */
+        t2 = t2 >= 0 ? cg->alias[t2] : t2;
+    }
+    pthread_mutex_lock(&cg->lock);
+    gchild_slot *sl = child_find(cg, e, t, -1);
+    if (sl && sl->child != &heavy_mark) {
+        c = sl->child;
+    } else if (sl && t2 < 0) {
+        /* a heavy child at the bottom of the stack: computed in full */
+        int heavy = 0;
+        c = child_make(cg, e, t, -1, 0, &heavy);
+        if ((sl = child_find(cg, e, t, -1)))
+            sl->child = c ? c : &heavy_mark;
+    } else if (sl) {
+        if ((sl = child_find(cg, e, t, t2))) {
+            c = sl->child;
+        } else {
+            int heavy = 0;
+            c = child_make(cg, e, t, t2, 0, &heavy);
+        }
+        *used2 = 1;
+    } else {
+        int heavy = 0;
+        c = child_make(cg, e, t, -1, t2 < 0 || cg->plain_walk ? 0 : GCOMP_HEAVY_POPS, &heavy);
+        if (heavy) {
+            if ((sl = child_find(cg, e, t, t2))) {
+                c = sl->child;
+            } else {
+                heavy = 0;
+                c = child_make(cg, e, t, t2, 0, &heavy);
+            }
+            *used2 = 1;
+        }
+    }
     pthread_mutex_unlock(&cg->lock);
     return c;
 }

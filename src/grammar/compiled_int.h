@@ -40,7 +40,7 @@ void gctx_entry_free(gctx_entry *e);
 /* (entry, caller return state) -> child entry, per compiled grammar */
 typedef struct gchild_slot {
     const gctx_entry *parent;
-    int32_t t;
+    int32_t t, t2;      /* t2: the caller's caller for a merged child, else -1 */
     gctx_entry *child;
 } gchild_slot;
 
@@ -95,6 +95,8 @@ struct grammar_compiled {
     int32_t *sub_lb;           /* last boundary depth, */
     uint8_t *sub_b;            /* byte per depth */
     grammar_compiled_stats stats; /* guarded by lock */
+    int32_t pop_cap;           /* child walks: give up past this many pops (0: never) */
+    int pop_over;              /* ... and one was given up */
     int plain_walk;            /* tests: walk node by node (no loop skip, no classes) */
 };
 
@@ -148,8 +150,18 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
 
 /* The entry of state s, computing it on first use. NULL on OOM. */
 const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);
-/* The child of e for a caller returning to state t (computed on first use).
- * NULL on OOM. */
-const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int32_t t);
+/* Past this many pops a child is not kept (see gcompiled_child). */
+#define GCOMP_HEAVY_POPS 4096
+/* The child of e for a caller returning to state t (computed on first
+ * use), NULL on OOM. t2 is the return state of t's own caller (-1 none):
+ * when the child of e for t would pop at more than
+ * GCOMP_HEAVY_POPS trie nodes (a nullable rule called at every character,
+ * the right recursion a pattern becomes: its pops are nearly every node
+ * and the next child walks each of their subtrees), the pops of e are
+ * continued in [t | t2 | unknown] at once instead (*used2 = 1): t's
+ * frame ending hands the bytes to t2's inside one walk, whose sets loop.
+ * Its accepted tokens are those of child(e, t) and its child for t2, its
+ * pops those of the latter. */
+const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int32_t t, int32_t t2, int *used2);
 
 #endif

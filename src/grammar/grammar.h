@@ -128,10 +128,12 @@ const grammar_vocab *grammar_compiled_vocab(const grammar_compiled *cg);
  * chain of repetition copies); steps the parser-set transitions computed
  * (the memo's misses); class_builds the loop classes these walks split
  * the vocabulary trie for (the vocabulary caches them for every grammar)
- * and class_nodes the trie nodes those splits visited. */
+ * and class_nodes the trie nodes those splits visited; merged the
+ * children walked in their caller's caller at once (a child that would
+ * pop nearly everywhere). */
 typedef struct grammar_compiled_stats {
     long long entries, children, walk_nodes, shared_hits, class_walks, count_walks, steps;
-    long long class_builds, class_nodes;
+    long long class_builds, class_nodes, merged;
 } grammar_compiled_stats;
 void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_stats *out);
 

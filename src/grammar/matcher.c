@@ -346,13 +346,15 @@ int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, 
                 const gctx_entry *c = e;
                 int32_t node = m->pool.parent[(int32_t)(uint32_t)m->grp[k]];
                 while (c->n_pops && node >= 0) {
-                    c = gcompiled_child(cg, c, m->pool.state[node]);
+                    int32_t up = m->pool.parent[node];
+                    int used2 = 0;
+                    c = gcompiled_child(cg, c, m->pool.state[node], up >= 0 ? m->pool.state[up] : -1, &used2);
                     if (!c) {
                         rc = TERN_ENOMEM;
                         goto out;
                     }
                     or_entry(mask, c, nw);
-                    node = m->pool.parent[node];
+                    node = used2 ? m->pool.parent[up] : up;
                 }
             }
         }
