@@ -344,11 +344,47 @@ int sc_apply_dependencies(sc *c, json_object *s, const char *path, char name[GFE
     return sc_gen(c, m, path, name, never);
 }
 
+/* not beside enum / const: the listed values the negated schema rejects,
+ * when each can be checked (1), else 0 (negate instead). */
+static int not_values(sc *c, json_object *rest, json_object *ns, const char *path, char name[GFE_NAME_MAX],
+                      int *never, int *rc)
+{
+    json_object *tmp = NULL, *vals = sc_values_of(rest, &tmp), *keep = json_object_new_array();
+    int ok = json_object_is_type(vals, json_type_array) && keep;
+    for (size_t i = 0; ok && i < json_object_array_length(vals); i++) {
+        json_object *v = json_object_array_get_idx(vals, i);
+        int r = sc_validate(c, v, ns, 0);
+        if (r < 0)
+            ok = 0;
+        else if (!r)
+            json_object_array_add(keep, json_object_get(v));
+    }
+    json_object_put(tmp);
+    if (!ok) {
+        json_object_put(keep);
+        return 0;
+    }
+    static const char *const k[] = {"enum", "const"};
+    json_object *m = sc_without(c, rest, k, 2);
+    if (!m) {
+        json_object_put(keep);
+        *rc = c->rc;
+        return 1;
+    }
+    json_object_object_add(m, "enum", keep);
+    *rc = json_object_array_length(keep) ? sc_gen(c, m, path, name, never) : (*never = 1, 0);
+    return 1;
+}
+
 /* not: the siblings merged with the negation. */
 int sc_apply_not(sc *c, json_object *s, const char *path, char name[GFE_NAME_MAX], int *never)
 {
     static const char *const k[] = {"not"};
     json_object *rest = sc_without(c, s, k, 1);
+    int vrc = 0;
+    if (rest && (sc_has(rest, "enum") || sc_has(rest, "const")) &&
+        not_values(c, rest, sc_get(s, "not"), path, name, never, &vrc))
+        return vrc;
     int no_eval = sc_has(s, "unevaluatedProperties") || sc_has(s, "unevaluatedItems");
     json_object *n = rest ? sc_negate(c, sc_get(s, "not"), no_eval, path) : NULL;
     json_object *m = n ? sc_merge(c, rest, n, path) : NULL;

@@ -753,6 +753,9 @@ static void test_member_negations(void **state)
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"additionalProperties\":false,"
          "\"not\":{\"dependencies\":{\"a\":{\"required\":[\"b\"]}}}}", "{\"a\":1}", 1},
         {NULL, "{\"a\":1,\"b\":2}", 0}, {NULL, "{\"b\":1}", 0}, {NULL, "{}", 0},
+        /* not beside enum: the listed values it rejects, non-scalars too */
+        {"{\"enum\":[[2],[3],{\"a\":1}],\"not\":{\"enum\":[[3],{\"a\":1}]}}", "[2]", 1},
+        {NULL, "[3]", 0}, {NULL, "{\"a\":1}", 0},
     };
     grammar *g = NULL;
     const char *schema = NULL;
