@@ -80,6 +80,11 @@ int model_cuda_device_count(void) { return 0; }
  * step of one token takes tcu_opts.split_len1 (16: one load of each warp's
  * K/V rows, which the fused kernel requests before its wait). */
 #define CU_SPLIT_LEN 128
+/* The other GEMV choices and exact products: every token's splits from its
+ * own length (never the batch's longest context, which the eager steps'
+ * n_split follows), so a sequence's attention sums are the same alone and
+ * in any batch, captured or eager (LoRA steps run eager). */
+#define CU_SPLIT_LEN_ONE_RULE 64
 /* What mm_dev / mm_dev_norm pass to a product's GEMV launch, from the
  * product's bits in tcu_opts.early and .ring (why down is early and gate/up
  * and down take the ring by default: docs/cuda.md). */
@@ -754,7 +759,8 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     for (int i = 0; i < T; i++)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
-                        cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap, 0};
+                        cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap,
+                        CU_SPLIT_LEN_ONE_RULE};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     if (at.kv.rot)
         CU(tcu_kv_rotate(be->tx, (long)T * a->n_head, hd, 0, &be->opts, (tcu_stream)be->stream), "rotate");
@@ -931,7 +937,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
      * (tcu_opts.split_len1), faster alone - knife-edge differences between
      * alone and batched, as the GEMVs have. The other GEMV choices, and
      * exact products, keep every step on one rule. */
-    be->split_len = 0;
+    be->split_len = CU_SPLIT_LEN_ONE_RULE;
     if (cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO && !be->opts.exact)
         be->split_len = be->wide ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
