@@ -31,10 +31,20 @@ struct tern_pool {
     void *ctx;
     long n_items;
     int n_parts;
+    long chunk;        /* > 0: items claimed `chunk` at a time from next (tern_pool_for_chunks) */
+    atomic_long next;
 };
 
 static void run_part(tern_pool *p, int w)
 {
+    if (p->chunk > 0) {
+        for (;;) {
+            long b = atomic_fetch_add(&p->next, p->chunk);
+            if (b >= p->n_items)
+                return;
+            p->fn(p->ctx, b, b + p->chunk < p->n_items ? b + p->chunk : p->n_items, w);
+        }
+    }
     if (w >= p->n_parts)
         return;
     long per = p->n_items / p->n_parts, rem = p->n_items % p->n_parts;
@@ -128,7 +138,7 @@ void tern_pool_free(tern_pool *p)
 
 int tern_pool_size(const tern_pool *p) { return p ? p->n : 1; }
 
-void tern_pool_for(tern_pool *p, long n, long grain, tern_pool_fn fn, void *ctx)
+static void pool_run(tern_pool *p, long n, long grain, long chunk, tern_pool_fn fn, void *ctx)
 {
     if (n <= 0)
         return;
@@ -143,6 +153,8 @@ void tern_pool_for(tern_pool *p, long n, long grain, tern_pool_fn fn, void *ctx)
     p->ctx = ctx;
     p->n_items = n;
     p->n_parts = parts < p->n ? (int)parts : p->n;
+    p->chunk = chunk;
+    atomic_store(&p->next, 0);
     atomic_store(&p->pending, p->n - 1);
     atomic_fetch_add(&p->gen, 1); /* publishes the fields above (seq_cst) */
     if (atomic_load(&p->sleepers) > 0) {
@@ -157,4 +169,13 @@ void tern_pool_for(tern_pool *p, long n, long grain, tern_pool_fn fn, void *ctx)
         else
             sched_yield();
     }
+}
+
+void tern_pool_for(tern_pool *p, long n, long grain, tern_pool_fn fn, void *ctx) { pool_run(p, n, grain, 0, fn, ctx); }
+
+void tern_pool_for_chunks(tern_pool *p, long n, long chunk, tern_pool_fn fn, void *ctx)
+{
+    if (chunk < 1)
+        chunk = 1;
+    pool_run(p, n, chunk, chunk, fn, ctx);
 }

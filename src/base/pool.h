@@ -22,4 +22,11 @@ int tern_pool_size(const tern_pool *p);
  * a time per pool. p may be NULL (runs inline). */
 void tern_pool_for(tern_pool *p, long n, long grain, tern_pool_fn fn, void *ctx);
 
+/* The same with [0, n) cut into pieces of `chunk` items (the last may be
+ * shorter) that the workers claim one at a time as they finish the last
+ * (a shared counter): a worker that starts late or runs slow takes fewer
+ * pieces instead of holding everyone at the end. fn may be called several
+ * times per worker; `worker` still names the calling worker. */
+void tern_pool_for_chunks(tern_pool *p, long n, long chunk, tern_pool_fn fn, void *ctx);
+
 #endif

@@ -38,6 +38,7 @@ typedef struct cpu_backend {
     size_t cap_qxp;
     float *qsp;
     size_t cap_qsp;
+    long mm_chunk; /* > 0: few-token products in pieces of ~this many weight bytes claimed by the workers */
 } cpu_backend;
 
 typedef struct mm_job {
@@ -346,7 +347,14 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     }
     /* Enough work per part that waking a thread pays off (~64k MACs). */
     long grain = 65536 / ((long)w[0]->n_in * T) + 1;
-    tern_pool_for(be->pool, j.offs[n], grain, mm_run, &j);
+    if (be->mm_chunk > 0 && T < 8) {
+        long row_bytes = w[0]->qbits ? w[0]->n_in * w[0]->qbits / 8 + w[0]->n_in / w[0]->group * 8
+                                     : w[0]->n_in * (long)tern_dtype_size(w[0]->dtype);
+        long rows = (be->mm_chunk / row_bytes) & ~1L;
+        tern_pool_for_chunks(be->pool, j.offs[n], rows > grain ? rows : grain, mm_run, &j);
+    } else {
+        tern_pool_for(be->pool, j.offs[n], grain, mm_run, &j);
+    }
     return 0;
 }
 
@@ -686,6 +694,8 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     be->base.free = cpu_free;
     be->k = tern_kernels_best();
     be->exact = tern_kernels_exact_get();
+    const char *chunk = getenv("TERN_MM_CHUNK"); /* experiment: KB a piece, 0 = static parts */
+    be->mm_chunk = chunk ? atol(chunk) * 1024 : 0;
     be->pool = tern_pool_new(n_threads);
     if (!be->pool) {
         free(be);
