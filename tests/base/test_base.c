@@ -123,6 +123,13 @@ static void test_pool_covers_range_once(void **state)
         for (long i = 0; i < n; i++)
             assert_int_equal(hits[i], 1);
         assert_int_equal(hits[n], 0);
+        /* claimed pieces: every item once, whatever the piece size, and
+         * the static split still right after them (the pool's mode resets) */
+        memset(hits, 0, sizeof hits);
+        tern_pool_for_chunks(p, n, 1 + rep % 7, mark, &c);
+        for (long i = 0; i < n; i++)
+            assert_int_equal(hits[i], 1);
+        assert_int_equal(hits[n], 0);
     }
     tern_pool_free(p);
     tern_pool_free(NULL);
