@@ -239,12 +239,12 @@ static void check_iq(const tern_kernels *k)
                                      {2, 896, 128}, {3, 96, 32}, {5, 576, 32}, {3, 1088, 64}, {2, 2048, 64},
                                      {4, 2176, 128}};
     for (int bits = 4; bits <= 8; bits += 4)
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            long n_out = shapes[si][0], n_in = shapes[si][1], G = shapes[si][2], ng = n_in / G;
+        for (size_t si = 0; si < 3 * sizeof shapes / sizeof shapes[0]; si++) {
+            long n_out = shapes[si / 3][0], n_in = shapes[si / 3][1], G = shapes[si / 3][2], ng = n_in / G;
             long ngp = tern_iq_ngp(ng);
-            /* few tokens (row kernels) and many (the panels from 8 tokens),
-             * alternately for each shape and bits */
-            long T = (si + bits / 4) % 2 ? 1 + (long)(tern_rng_u32(&rng) % 7) : 16 + (long)(tern_rng_u32(&rng) % 9);
+            /* one token (decode), a few (the few-token kernels) and many
+             * (the panels from 8 tokens) for each shape and bits */
+            long T = si % 3 == 0 ? 1 : si % 3 == 1 ? 2 + (long)(tern_rng_u32(&rng) % 6) : 16 + (long)(tern_rng_u32(&rng) % 9);
             int *q = malloc((size_t)(n_out * n_in) * sizeof(int));
             uint32_t *wq = malloc((size_t)(n_out * n_in * bits / 32) * 4);
             float *sb = malloc((size_t)(n_out * ng * 2) * 4), *x = malloc((size_t)(T * n_in) * 4);

@@ -166,8 +166,9 @@ static inline __m256i iq_nofix(__m256i S, const float *A)
         if (two)                                                                                              \
             *y1 = iq_hsum(f1);                                                                                \
     }                                                                                                         \
-    void name(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y, long T, \
-              long n_in, long ldy, long r0, long r1)                                                          \
+    static inline __attribute__((always_inline)) void name##_g(const uint8_t *Wq, const float *sb, int group, \
+                                                               const int8_t *Q, const float *qs, float *Y,    \
+                                                               long T, long n_in, long ldy, long r0, long r1) \
     {                                                                                                         \
         long ng = n_in / group, ngp = tern_iq_ngp(ng);                                                        \
         for (long r = r0; r < r1; r++) {                                                                      \
@@ -181,6 +182,17 @@ static inline __m256i iq_nofix(__m256i S, const float *A)
                 name##_row(w, s, group, ng, ngp, Q + t * n_in, Q + t * n_in, qs + t * 2 * ngp,                \
                            qs + t * 2 * ngp, &Y[t * ldy + r], NULL, 0);                                       \
         }                                                                                                     \
+    }                                                                                                         \
+    /* the usual group sizes as constants, so that the group loops unroll */                                  \
+    void name(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y, long T, \
+              long n_in, long ldy, long r0, long r1)                                                          \
+    {                                                                                                         \
+        if (group == 64)                                                                                      \
+            name##_g(Wq, sb, 64, Q, qs, Y, T, n_in, ldy, r0, r1);                                             \
+        else if (group == 128)                                                                                \
+            name##_g(Wq, sb, 128, Q, qs, Y, T, n_in, ldy, r0, r1);                                            \
+        else                                                                                                  \
+            name##_g(Wq, sb, group, Q, qs, Y, T, n_in, ldy, r0, r1);                                          \
     }
 
 /* ---- Panels (intdot_avx512.c says why): 32-bit lane j of every 256-bit
