@@ -126,17 +126,18 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
     }
 }
 
-/* ---- One token (decode), 4-bit, groups of 64 or 128: two rows at a time.
- * A row's 64 values are 32 packed bytes, whose low nibbles are the even
- * values of its two 32-value blocks (e0, e1) and whose high nibbles the odd
- * ones (o0, o1); the inputs, in nibble order (kernels.h), hold e0 o0 e1 o1.
- * So the token's inputs are rearranged once per call to e0 e1 o0 o1 (the
- * middle 16-byte quarters of each 64 swapped), and then one 32-byte load,
- * two ands and a shift give two vpmaddubsw operands against two input
- * vectors that both rows share - no broadcast or variable shift per 16
- * bytes, no lane-crossing shuffle per group. Exact int32 group sums, then
- * iq_sum8 and iq_combine: the row kernels' bits. */
-#define Q4_ONE_MAX 16384 /* inputs rearranged on the stack; wider rows take the row kernels */
+/* ---- One token (decode), groups of 64 or 128: two rows at a time, each
+ * input load shared by both. 4-bit: a row's 64 values are 32 packed bytes,
+ * whose low nibbles are the even values of its two 32-value blocks (e0, e1)
+ * and whose high nibbles the odd ones (o0, o1); the inputs, in nibble order
+ * (kernels.h), hold e0 o0 e1 o1. So the token's inputs are rearranged once
+ * per call to e0 e1 o0 o1 (the middle 16-byte quarters of each 64
+ * swapped), and then one 32-byte load, two ands and a shift give two
+ * vpmaddubsw operands - no broadcast or variable shift per 16 bytes, no
+ * lane-crossing shuffle per group. 8-bit: q8_grp's sign trick per 32
+ * values. Exact int32 group sums, then iq_sum8 and iq_combine: the row
+ * kernels' bits. */
+#define ONE_MAX 16384 /* 4-bit inputs rearranged on the stack; wider rows take the row kernels */
 
 static inline __attribute__((always_inline)) __m256i q4_run64(const uint8_t *w, __m256i ae, __m256i ao)
 {
@@ -146,10 +147,18 @@ static inline __attribute__((always_inline)) __m256i q4_run64(const uint8_t *w, 
                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m), ao));
 }
 
-static inline __attribute__((always_inline)) void q4_one_rows2(const uint8_t *wa, const uint8_t *wb,
-                                                               const float *sa, const float *sbb, const int8_t *x,
-                                                               const float *q, int group, long ng, long ngp,
-                                                               float *ya, float *yb)
+/* sum (q - 128) * a over 32 8-bit weights, as int32 lanes */
+static inline __attribute__((always_inline)) __m256i q8_run32(const uint8_t *w, __m256i a)
+{
+    const __m256i ones = _mm256_set1_epi16(1), x80 = _mm256_set1_epi8((char)0x80);
+    __m256i ws = _mm256_xor_si256(LD(w), x80);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(a, ws)), ones);
+}
+
+static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const float *sa,
+                                                            const float *sbb, const int8_t *x, const float *q,
+                                                            int group, int bits, long ng, long ngp, float *ya,
+                                                            float *yb)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 fa = _mm256_setzero_ps(), fb = fa;
@@ -164,45 +173,63 @@ static inline __attribute__((always_inline)) void q4_one_rows2(const uint8_t *wa
                 xa[h] = xb[h] = _mm256_setzero_si256();
                 if (g >= ng)
                     continue;
-                __m256i pa = _mm256_setzero_si256(), pb = pa;
+                if (bits == 4) {
+                    __m256i pa = _mm256_setzero_si256(), pb = pa;
 #pragma GCC unroll 2
-                for (int i = 0; i < group; i += 64) {
-                    __m256i ae = LD(x + g * group + i), ao = LD(x + g * group + i + 32);
-                    pa = _mm256_add_epi16(pa, q4_run64(wa + (g * group + i) / 2, ae, ao));
-                    pb = _mm256_add_epi16(pb, q4_run64(wb + (g * group + i) / 2, ae, ao));
+                    for (int i = 0; i < group; i += 64) {
+                        __m256i ae = LD(x + g * group + i), ao = LD(x + g * group + i + 32);
+                        pa = _mm256_add_epi16(pa, q4_run64(wa + (g * group + i) / 2, ae, ao));
+                        pb = _mm256_add_epi16(pb, q4_run64(wb + (g * group + i) / 2, ae, ao));
+                    }
+                    xa[h] = _mm256_madd_epi16(pa, ones);
+                    xb[h] = _mm256_madd_epi16(pb, ones);
+                } else {
+#pragma GCC unroll 4
+                    for (int i = 0; i < group; i += 32) {
+                        __m256i a = LD(x + g * group + i);
+                        xa[h] = _mm256_add_epi32(xa[h], q8_run32(wa + g * group + i, a));
+                        xb[h] = _mm256_add_epi32(xb[h], q8_run32(wb + g * group + i, a));
+                    }
                 }
-                xa[h] = _mm256_madd_epi16(pa, ones);
-                xb[h] = _mm256_madd_epi16(pb, ones);
             }
             ha[k] = _mm256_hadd_epi32(xa[0], xa[1]);
             hb[k] = _mm256_hadd_epi32(xb[0], xb[1]);
         }
+        __m256i Ia = iq_sum8(ha[0], ha[1], ha[2], ha[3]), Ib = iq_sum8(hb[0], hb[1], hb[2], hb[3]);
+        if (bits == 8) {
+            Ia = iq_fix128(Ia, q + ngp + c);
+            Ib = iq_fix128(Ib, q + ngp + c);
+        }
         __m256 sw, bw;
         iq_sb_chunk(sa, c, ng, &sw, &bw);
-        fa = iq_combine(fa, iq_sum8(ha[0], ha[1], ha[2], ha[3]), sw, bw, q + c, q + ngp + c);
+        fa = iq_combine(fa, Ia, sw, bw, q + c, q + ngp + c);
         iq_sb_chunk(sbb, c, ng, &sw, &bw);
-        fb = iq_combine(fb, iq_sum8(hb[0], hb[1], hb[2], hb[3]), sw, bw, q + c, q + ngp + c);
+        fb = iq_combine(fb, Ib, sw, bw, q + c, q + ngp + c);
     }
     *ya = iq_hsum(fa);
     *yb = iq_hsum(fb);
 }
 
-static inline __attribute__((always_inline)) void q4_one(const uint8_t *Wq, const float *sb, int group,
-                                                         const int8_t *Q, const float *qs, float *Y, long n_in,
-                                                         long r0, long r1)
+static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, const float *sb, int group, int bits,
+                                                            const int8_t *Q, const float *qs, float *Y, long n_in,
+                                                            long r0, long r1)
 {
-    _Alignas(32) int8_t x[Q4_ONE_MAX];
-    for (long i = 0; i < n_in; i += 64) {
-        __m256i a0 = LD(Q + i), a1 = LD(Q + i + 32);
-        _mm256_store_si256((__m256i *)(x + i), _mm256_permute2x128_si256(a0, a1, 0x20));
-        _mm256_store_si256((__m256i *)(x + i + 32), _mm256_permute2x128_si256(a0, a1, 0x31));
+    _Alignas(32) int8_t xr[ONE_MAX];
+    const int8_t *x = Q;
+    if (bits == 4) {
+        for (long i = 0; i < n_in; i += 64) {
+            __m256i a0 = LD(Q + i), a1 = LD(Q + i + 32);
+            _mm256_store_si256((__m256i *)(xr + i), _mm256_permute2x128_si256(a0, a1, 0x20));
+            _mm256_store_si256((__m256i *)(xr + i + 32), _mm256_permute2x128_si256(a0, a1, 0x31));
+        }
+        x = xr;
     }
-    long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in / 2;
+    long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in * bits / 8;
     for (long r = r0; r < r1; r += 2) {
         long rb = r + 1 < r1 ? r + 1 : r;
         float ya, yb;
-        q4_one_rows2(Wq + r * rowb, Wq + rb * rowb, sb + r * ng * 2, sb + rb * ng * 2, x, qs, group, ng, ngp, &ya,
-                     &yb);
+        one_rows2(Wq + r * rowb, Wq + rb * rowb, sb + r * ng * 2, sb + rb * ng * 2, x, qs, group, bits, ng, ngp, &ya,
+                  &yb);
         Y[r] = ya;
         Y[rb] = yb;
     }
@@ -211,10 +238,10 @@ static inline __attribute__((always_inline)) void q4_one(const uint8_t *Wq, cons
 void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    if (T == 1 && group == 64 && n_in <= Q4_ONE_MAX)
-        q4_one(Wq, sb, 64, Q, qs, Y, n_in, r0, r1);
-    else if (T == 1 && group == 128 && n_in <= Q4_ONE_MAX)
-        q4_one(Wq, sb, 128, Q, qs, Y, n_in, r0, r1);
+    if (T == 1 && group == 64 && n_in <= ONE_MAX)
+        one_token(Wq, sb, 64, 4, Q, qs, Y, n_in, r0, r1);
+    else if (T == 1 && group == 128 && n_in <= ONE_MAX)
+        one_token(Wq, sb, 128, 4, Q, qs, Y, n_in, r0, r1);
     else
         iq_product(panel_product, avx2_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
@@ -222,7 +249,12 @@ void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t
 void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    iq_product(panel_product, avx2_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+    if (T == 1 && group == 64)
+        one_token(Wq, sb, 64, 8, Q, qs, Y, n_in, r0, r1);
+    else if (T == 1 && group == 128)
+        one_token(Wq, sb, 128, 8, Q, qs, Y, n_in, r0, r1);
+    else
+        iq_product(panel_product, avx2_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 
