@@ -69,6 +69,9 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
         k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
+    else if (w->qbits && Q && T == 1 && w->sb16 && (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h) &&
+             w->group % 64 == 0 && w->n_in <= TERN_IQ16_MAX_IN) /* decode: the bf16 pairs, fewer bytes */
+        (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h)(w->data, w->sb16, w->group, Q, qs, Y, w->n_in, r0, r1);
     else if (w->qbits && Q)
         (w->qbits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
                                                         r0, r1);

@@ -49,6 +49,14 @@ static int get_weight_quant(const char *name, const st_tensor *t, const st_tenso
         w->sb[2 * i + 1] = tmp[ng + i];
     }
     free(tmp);
+    w->sb16 = NULL;
+    if (ts->dtype == TERN_BF16 && (w->sb16 = malloc(ng * 2 * sizeof(uint16_t)))) { /* else the f32 pairs serve */
+        const uint16_t *s = ts->data, *b = tb->data;
+        for (size_t i = 0; i < ng; i++) {
+            w->sb16[2 * i] = s[i];
+            w->sb16[2 * i + 1] = b[i];
+        }
+    }
     w->dtype = ts->dtype;
     w->data = t->data;
     w->n_out = n_out;
@@ -398,12 +406,17 @@ void model_free(tern_model *m)
         for (int l = 0; l < m->cfg.n_layer; l++) {
             model_layer *L = &m->layers[l];
             model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++)
+            for (int i = 0; i < 7; i++) {
                 free(ws[i]->sb);
+                free(ws[i]->sb16);
+            }
             free(L->router.sb);
+            free(L->router.sb16);
             if (L->experts)
-                for (int e = 0; e < 3 * m->cfg.n_expert; e++)
+                for (int e = 0; e < 3 * m->cfg.n_expert; e++) {
                     free(L->experts[e].sb);
+                    free(L->experts[e].sb16);
+                }
             free(L->experts);
             free(L->post_attn_norm);
             free(L->post_ffn_norm);
@@ -415,9 +428,12 @@ void model_free(tern_model *m)
             free(L->bk);
             free(L->bv);
         }
-    if (m->lm_head.sb != m->embed.sb)
+    if (m->lm_head.sb != m->embed.sb) {
         free(m->lm_head.sb);
+        free(m->lm_head.sb16);
+    }
     free(m->embed.sb);
+    free(m->embed.sb16);
     free(m->layers);
     free(m->final_norm);
     free(m->rope_inv_freq);

@@ -22,6 +22,8 @@ struct model_weight {
     int n_out, n_in;
     int qbits, group; /* 0 when dense */
     float *sb;        /* owned; NULL when dense */
+    uint16_t *sb16;   /* owned; sb as bf16 pairs where the file stores bf16 scales (the same values: the
+                       * one-token products read these, half the bytes), else NULL */
 };
 
 typedef struct model_layer {

@@ -56,6 +56,18 @@ typedef void (*tern_quant_act_fn)(const float *X, long T, long n_in, int group, 
 typedef void (*tern_iqmatmul_fn)(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs,
                                  float *Y, long T, long n_in, long ldy, long r0, long r1);
 
+/* The one-token integer product (T = 1, Y[r] for r in [r0, r1)) with the
+ * {scale, bias} pairs as bf16: sb16[(r * n_groups + g) * 2 + {0, 1}], the
+ * very values of tern_iqmatmul_fn's sb where the model's file stores bf16
+ * scales. They widen to f32 exactly, so the bits are tern_iqmatmul_fn's;
+ * decode, which streams the pairs with the weights, reads half their bytes
+ * (4-bit weights with groups of 64: 4.5 bits a weight instead of 5). For
+ * groups of 64 and 128 and n_in up to TERN_IQ16_MAX_IN (the kernels keep a
+ * rearranged copy of the inputs on the stack). */
+#define TERN_IQ16_MAX_IN 16384
+typedef void (*tern_iqmatmul16_fn)(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q,
+                                   const float *qs, float *Y, long n_in, long r0, long r1);
+
 /* bf16 weights times bf16 activations (the default for bf16 weights where
  * the table has it; --exact-products keeps the f32 activations of
  * tern_matmul_fn): Xb[t * n_in + i] is X rounded to bf16 (tern_bf16_act),
@@ -106,6 +118,8 @@ typedef struct tern_kernels {
     tern_i8_pack_fn i8_pack;      /* NULL: no integer tile products */
     tern_iqmatmul_fn imatmul_q4p;
     tern_iqmatmul_fn imatmul_q8p;
+    tern_iqmatmul16_fn imatmul_q4h; /* bf16 scale pairs, one token; NULL: use imatmul_q4 with sb */
+    tern_iqmatmul16_fn imatmul_q8h;
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group

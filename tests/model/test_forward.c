@@ -192,12 +192,25 @@ static void check_backend_tiling(int exact)
         wb[i] = tern_f32_to_bf16((float)(((long)i * 104729) % 997) / 498.0f - 1.0f);
         wq[i] = (uint8_t)(i * 31);
     }
-    for (int i = 0; i < 32 * (n_in / 64) * 2; i++)
-        sb[i] = 0.01f * (float)(i % 7) - 0.02f;
-    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL}, {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb}};
+    /* bf16 values with their bf16 copy, as a model whose file stores bf16
+     * scales has (model_weight.sb16: a lone token's products read those) */
+    uint16_t *sb16 = malloc((size_t)32 * (n_in / 64) * 2 * sizeof(uint16_t));
+    for (int i = 0; i < 32 * (n_in / 64) * 2; i++) {
+        sb16[i] = tern_f32_to_bf16(0.01f * (float)(i % 7) - 0.02f);
+        sb[i] = tern_bf16_to_f32(sb16[i]);
+    }
+    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL, NULL},
+                         {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb, sb16}};
     float *Y[2] = {malloc((size_t)T * n_out[0] * sizeof(float)), malloc((size_t)T * n_out[1] * sizeof(float))};
     const model_weight *wp[2] = {&w[0], &w[1]};
     assert_int_equal(be->matmul(be, 2, wp, X, Y, T, &err), 0);
+    for (int t = 0; t < T; t++) { /* each token alone through the backend: the batch's bits */
+        float *Y1[2] = {malloc((size_t)n_out[0] * sizeof(float)), malloc((size_t)n_out[1] * sizeof(float))};
+        assert_int_equal(be->matmul(be, 2, wp, X + (size_t)t * n_in, Y1, 1, &err), 0);
+        assert_memory_equal(Y1[0], Y[0] + (size_t)t * n_out[0], (size_t)n_out[0] * sizeof(float));
+        assert_memory_equal(Y1[1], Y[1] + (size_t)t * n_out[1], (size_t)n_out[1] * sizeof(float));
+        free(Y1[0]), free(Y1[1]);
+    }
     float one[32];
     uint16_t xb[4096], *xp = malloc((size_t)16 * n_in * sizeof(uint16_t));
     for (int t = 0; t < T; t++) {
@@ -228,7 +241,7 @@ static void check_backend_tiling(int exact)
         for (int r = 0; r < n_out[1]; r++)
             assert_true(one[r] == Y[1][(size_t)t * n_out[1] + r]);
     }
-    free(X), free(wb), free(wq), free(sb), free(xs), free(xq), free(qs), free(xp), free(Y[0]), free(Y[1]);
+    free(X), free(wb), free(wq), free(sb), free(sb16), free(xs), free(xq), free(qs), free(xp), free(Y[0]), free(Y[1]);
     be->free(be);
 }
 

@@ -313,6 +313,25 @@ static void check_iq(const tern_kernels *k)
                 fk((const uint8_t *)wq, sb, (int)G, Q0, qs0, y0, T, n_in, n_out, n_out / 2, n_out);
                 assert_memory_equal(y0, y1, (size_t)(T * n_out) * 4);
             }
+            tern_iqmatmul16_fn fh = bits == 4 ? k->imatmul_q4h : k->imatmul_q8h;
+            if (T == 1 && (G == 64 || G == 128) && fh) {
+                /* bf16 pairs (tern_iqmatmul16_fn): the f32 product's bits on
+                 * the same values, whole and in two row ranges */
+                uint16_t *s16 = malloc((size_t)(n_out * ng * 2) * 2);
+                for (long i = 0; i < n_out * ng * 2; i++) {
+                    s16[i] = tern_f32_to_bf16(sb[i]);
+                    sb[i] = tern_bf16_to_f32(s16[i]);
+                }
+                fr((const uint8_t *)wq, sb, (int)G, Q0, qs0, y0, 1, n_in, n_out, 0, n_out);
+                fh((const uint8_t *)wq, s16, (int)G, Q0, qs0, y1, n_in, 0, n_out);
+                if (memcmp(y0, y1, (size_t)n_out * 4))
+                    fail_msg("%s iq%d bf16 pairs n_in %ld group %ld: not the f32 pairs' bits", k->isa, bits, n_in, G);
+                fh((const uint8_t *)wq, s16, (int)G, Q0, qs0, y1, n_in, 0, n_out / 2);
+                fh((const uint8_t *)wq, s16, (int)G, Q0, qs0, y1, n_in, n_out / 2, n_out);
+                assert_memory_equal(y0, y1, (size_t)n_out * 4);
+                fk((const uint8_t *)wq, sb, (int)G, Q0, qs0, y1, 1, n_in, n_out, 0, n_out); /* for the checks below */
+                free(s16);
+            }
             for (long t = 0; t < T; t++) {
                 k->quant_act(x + t * n_in, 1, n_in, (int)G, bits, Q1, qs1);
                 fk((const uint8_t *)wq, sb, (int)G, Q1, qs1, y0, 1, n_in, n_out, 0, n_out);

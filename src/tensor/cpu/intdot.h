@@ -10,11 +10,19 @@ void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t
                      long T, long n_in, long ldy, long r0, long r1);
 void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1);
+void tern_iq16_avx2_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1);
+void tern_iq16_avx2_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1);
 /* AVX-512 VNNI (vpdpbusd): only for CPUs with avx512_vnni. */
 void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1);
 void tern_iq_vnni_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1);
+void tern_iq16_vnni_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1);
+void tern_iq16_vnni_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1);
 
 /* AVX-512 BF16 (vdpbf16ps, bf16dot_avx512.c): only for CPUs with avx512_bf16. */
 void tern_bf16dot_avx512(const void *W, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0, long r1);

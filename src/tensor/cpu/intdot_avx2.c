@@ -137,7 +137,7 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
  * lane-crossing shuffle per group. 8-bit: q8_grp's sign trick per 32
  * values. Exact int32 group sums, then iq_sum8 and iq_combine: the row
  * kernels' bits. */
-#define ONE_MAX 16384 /* 4-bit inputs rearranged on the stack; wider rows take the row kernels */
+#define ONE_MAX TERN_IQ16_MAX_IN /* 4-bit inputs rearranged on the stack; wider rows take the row kernels */
 
 static inline __attribute__((always_inline)) __m256i q4_run64(const uint8_t *w, __m256i ae, __m256i ao)
 {
@@ -155,8 +155,9 @@ static inline __attribute__((always_inline)) __m256i q8_run32(const uint8_t *w, 
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(a, ws)), ones);
 }
 
-static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const float *sa,
-                                                            const float *sbb, const int8_t *x, const float *q,
+/* sa, sbb: the rows' f32 pairs, or with h their bf16 ones (tern_iqmatmul16_fn) */
+static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const void *sa,
+                                                            const void *sbb, int h, const int8_t *x, const float *q,
                                                             int group, int bits, long ng, long ngp, float *ya,
                                                             float *yb)
 {
@@ -201,18 +202,24 @@ static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, c
             Ib = iq_fix128(Ib, q + ngp + c);
         }
         __m256 sw, bw;
-        iq_sb_chunk(sa, c, ng, &sw, &bw);
+        if (h)
+            iq_sb16_chunk(sa, c, ng, &sw, &bw);
+        else
+            iq_sb_chunk(sa, c, ng, &sw, &bw);
         fa = iq_combine(fa, Ia, sw, bw, q + c, q + ngp + c);
-        iq_sb_chunk(sbb, c, ng, &sw, &bw);
+        if (h)
+            iq_sb16_chunk(sbb, c, ng, &sw, &bw);
+        else
+            iq_sb_chunk(sbb, c, ng, &sw, &bw);
         fb = iq_combine(fb, Ib, sw, bw, q + c, q + ngp + c);
     }
     *ya = iq_hsum(fa);
     *yb = iq_hsum(fb);
 }
 
-static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, const float *sb, int group, int bits,
-                                                            const int8_t *Q, const float *qs, float *Y, long n_in,
-                                                            long r0, long r1)
+static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, const void *sb, int h, int group,
+                                                            int bits, const int8_t *Q, const float *qs, float *Y,
+                                                            long n_in, long r0, long r1)
 {
     _Alignas(32) int8_t xr[ONE_MAX];
     const int8_t *x = Q;
@@ -228,8 +235,10 @@ static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, c
     for (long r = r0; r < r1; r += 2) {
         long rb = r + 1 < r1 ? r + 1 : r;
         float ya, yb;
-        one_rows2(Wq + r * rowb, Wq + rb * rowb, sb + r * ng * 2, sb + rb * ng * 2, x, qs, group, bits, ng, ngp, &ya,
-                  &yb);
+        const void *sa = h ? (const void *)((const uint16_t *)sb + r * ng * 2) : (const void *)((const float *)sb + r * ng * 2);
+        const void *sbb = h ? (const void *)((const uint16_t *)sb + rb * ng * 2)
+                            : (const void *)((const float *)sb + rb * ng * 2);
+        one_rows2(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, group, bits, ng, ngp, &ya, &yb);
         Y[r] = ya;
         Y[rb] = yb;
     }
@@ -239,9 +248,9 @@ void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t
                      long T, long n_in, long ldy, long r0, long r1)
 {
     if (T == 1 && group == 64 && n_in <= ONE_MAX)
-        one_token(Wq, sb, 64, 4, Q, qs, Y, n_in, r0, r1);
+        one_token(Wq, sb, 0, 64, 4, Q, qs, Y, n_in, r0, r1);
     else if (T == 1 && group == 128 && n_in <= ONE_MAX)
-        one_token(Wq, sb, 128, 4, Q, qs, Y, n_in, r0, r1);
+        one_token(Wq, sb, 0, 128, 4, Q, qs, Y, n_in, r0, r1);
     else
         iq_product(panel_product, avx2_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
@@ -250,13 +259,34 @@ void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t
                      long T, long n_in, long ldy, long r0, long r1)
 {
     if (T == 1 && group == 64)
-        one_token(Wq, sb, 64, 8, Q, qs, Y, n_in, r0, r1);
+        one_token(Wq, sb, 0, 64, 8, Q, qs, Y, n_in, r0, r1);
     else if (T == 1 && group == 128)
-        one_token(Wq, sb, 128, 8, Q, qs, Y, n_in, r0, r1);
+        one_token(Wq, sb, 0, 128, 8, Q, qs, Y, n_in, r0, r1);
     else
         iq_product(panel_product, avx2_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
+
+/* tern_iqmatmul16_fn (kernels.h: groups of 64 and 128, n_in up to
+ * TERN_IQ16_MAX_IN = ONE_MAX). */
+void tern_iq16_avx2_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1)
+{
+    if (group == 64) {
+        one_token(Wq, sb16, 1, 64, 4, Q, qs, Y, n_in, r0, r1);
+    } else {
+        one_token(Wq, sb16, 1, 128, 4, Q, qs, Y, n_in, r0, r1);
+    }
+}
+
+void tern_iq16_avx2_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1)
+{
+    if (group == 64)
+        one_token(Wq, sb16, 1, 64, 8, Q, qs, Y, n_in, r0, r1);
+    else
+        one_token(Wq, sb16, 1, 128, 8, Q, qs, Y, n_in, r0, r1);
+}
 
 void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)
 {

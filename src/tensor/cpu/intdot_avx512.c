@@ -119,8 +119,19 @@ static inline __m512i sum16(const __m512i *p, const __m512i *q)
     return _mm512_add_epi32(_mm512_shuffle_i32x4(sa, sb, 0x88), _mm512_shuffle_i32x4(sa, sb, 0xDD));
 }
 
+/* The {scale, bias} pairs of row r's groups c .. c+7: f32 pairs, or with
+ * h bf16 ones (tern_iqmatmul16_fn). */
+static inline __attribute__((always_inline)) void sb_row(const void *sb, int h, long r, long ng, long c, __m256 *sw,
+                                                         __m256 *bw)
+{
+    if (h)
+        iq_sb16_chunk((const uint16_t *)sb + r * ng * 2, c, ng, sw, bw);
+    else
+        iq_sb_chunk((const float *)sb + r * ng * 2, c, ng, sw, bw);
+}
+
 /* Rows ra and rb (rb may repeat ra) for NT (1 or 2) tokens t0, t1. */
-static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const float *sb, int group, int bits,
+static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const void *sb, int h, int group, int bits,
                                                         const int8_t *Q, const float *qs, float *Y, long n_in,
                                                         long ldy, long ra, long rb, long t0, long t1, int NT,
                                                         long pf)
@@ -166,8 +177,8 @@ static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const
             }
         }
         __m256 swa, bwa, swb, bwb;
-        iq_sb_chunk(sb + ra * ng * 2, c, ng, &swa, &bwa);
-        iq_sb_chunk(sb + rb * ng * 2, c, ng, &swb, &bwb);
+        sb_row(sb, h, ra, ng, c, &swa, &bwa);
+        sb_row(sb, h, rb, ng, c, &swb, &bwb);
         __m512 sw = cat_ps(swa, swb), bw = cat_ps(bwa, bwb);
 #pragma GCC unroll 2
         for (int tk = 0; tk < NT; tk++) {
@@ -208,7 +219,7 @@ static inline __attribute__((always_inline)) void q4_acts(const int8_t *x, __m51
     *o = _mm512_shuffle_i32x4(x0, x1, 0xDD);
 }
 
-static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, const float *sb, int group,
+static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, const void *sb, int h, int group,
                                                            const int8_t *Q, const float *qs, float *Y, long n_in,
                                                            long ldy, long ra, long rb, long t0, long t1, int NT,
                                                            long pf)
@@ -291,8 +302,8 @@ static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, co
             }
         }
         __m256 swa, bwa, swb, bwb;
-        iq_sb_chunk(sb + ra * ng * 2, c, ng, &swa, &bwa);
-        iq_sb_chunk(sb + rb * ng * 2, c, ng, &swb, &bwb);
+        sb_row(sb, h, ra, ng, c, &swa, &bwa);
+        sb_row(sb, h, rb, ng, c, &swb, &bwb);
         __m512 sw = cat_ps(swa, swb), bw = cat_ps(bwa, bwb);
 #pragma GCC unroll 2
         for (int tk = 0; tk < NT; tk++) {
@@ -309,7 +320,7 @@ static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, co
     }
 }
 
-static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, const float *sb, int group, int bits,
+static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, const void *sb, int h, int group, int bits,
                                                              const int8_t *Q, const float *qs, float *Y, long T,
                                                              long n_in, long ldy, long r0, long r1)
 {
@@ -320,14 +331,14 @@ static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, 
         long t = 0;
         for (; t + 1 < T; t += 2)
             if (bits == 4)
-                rows2_q4(Wq, sb, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pf);
+                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pf);
             else
-                rows2(Wq, sb, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pf);
+                rows2(Wq, sb, h, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pf);
         if (t < T) {
             if (bits == 4)
-                rows2_q4(Wq, sb, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pf);
+                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pf);
             else
-                rows2(Wq, sb, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pf);
+                rows2(Wq, sb, h, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pf);
         }
     }
 }
@@ -428,9 +439,9 @@ void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t
                      long T, long n_in, long ldy, long r0, long r1)
 {
     if (group == 64 && T < IQ_PANEL_MIN_T)
-        few_tokens(Wq, sb, 64, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+        few_tokens(Wq, sb, 0, 64, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
     else if (group == 128 && T < IQ_PANEL_MIN_T)
-        few_tokens(Wq, sb, 128, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+        few_tokens(Wq, sb, 0, 128, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
     else
         iq_product(panel_product, vnni_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
@@ -439,9 +450,29 @@ void tern_iq_vnni_q8(const uint8_t *Wq, const float *sb, int group, const int8_t
                      long T, long n_in, long ldy, long r0, long r1)
 {
     if (group == 64 && T < IQ_PANEL_MIN_T)
-        few_tokens(Wq, sb, 64, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+        few_tokens(Wq, sb, 0, 64, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
     else if (group == 128 && T < IQ_PANEL_MIN_T)
-        few_tokens(Wq, sb, 128, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+        few_tokens(Wq, sb, 0, 128, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
     else
         iq_product(panel_product, vnni_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+}
+
+/* tern_iqmatmul16_fn (kernels.h): the few-token kernels for one token, the
+ * pairs read as bf16. */
+void tern_iq16_vnni_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1)
+{
+    if (group == 64)
+        few_tokens(Wq, sb16, 1, 64, 4, Q, qs, Y, 1, n_in, 0, r0, r1);
+    else
+        few_tokens(Wq, sb16, 1, 128, 4, Q, qs, Y, 1, n_in, 0, r0, r1);
+}
+
+void tern_iq16_vnni_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1)
+{
+    if (group == 64)
+        few_tokens(Wq, sb16, 1, 64, 8, Q, qs, Y, 1, n_in, 0, r0, r1);
+    else
+        few_tokens(Wq, sb16, 1, 128, 8, Q, qs, Y, 1, n_in, 0, r0, r1);
 }

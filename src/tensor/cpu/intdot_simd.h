@@ -49,6 +49,23 @@ static inline void iq_sb_chunk(const float *s, long c, long ng, __m256 *sw, __m2
     }
 }
 
+/* The same from bf16 pairs (kernels.h, tern_iqmatmul16_fn): pair g is the
+ * 32-bit word scale | bias << 16, so the scale's f32 bits are the word
+ * shifted up 16 and the bias's the word's upper half - exact, no shuffle. */
+static inline void iq_sb16_chunk(const uint16_t *s, long c, long ng, __m256 *sw, __m256 *bw)
+{
+    __m256i v;
+    if (c + 8 <= ng) {
+        v = _mm256_loadu_si256((const __m256i *)(s + 2 * c));
+    } else {
+        uint16_t tmp[16] = {0};
+        memcpy(tmp, s + 2 * c, (size_t)(ng - c) * 2 * sizeof(uint16_t));
+        v = _mm256_loadu_si256((const __m256i *)tmp);
+    }
+    *sw = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *bw = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+
 /* acc += (sw * I + bw * A) * d for 8 groups, the contract's two FMAs. */
 static inline __m256 iq_combine(__m256 acc, __m256i I, __m256 sw, __m256 bw, const float *d, const float *A)
 {

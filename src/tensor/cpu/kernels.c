@@ -31,6 +31,8 @@ static void partial_init(void)
     if (!f->avx512_vnni) {
         g_avx512_partial.imatmul_q4 = tern_iq_avx2_q4;
         g_avx512_partial.imatmul_q8 = tern_iq_avx2_q8;
+        g_avx512_partial.imatmul_q4h = tern_iq16_avx2_q4;
+        g_avx512_partial.imatmul_q8h = tern_iq16_avx2_q8;
     }
     if (!f->avx512_bf16) {
         g_avx512_partial.matmul_bf16b = NULL;

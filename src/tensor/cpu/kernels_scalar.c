@@ -121,6 +121,36 @@ static void quant_act(const float *X, long T, long n_in, int group, int bits, in
 SCALAR_IQMATMUL(imatmul_q4, 4, (w[i >> 1] >> ((i & 1) * 4)) & 15, (i & ~31) + ((i & 31) >> 1) + (i & 1) * 16)
 SCALAR_IQMATMUL(imatmul_q8, 8, w[i], i)
 
+/* tern_iqmatmul16_fn by the same loop, each pair widened to f32 (exact). */
+#define SCALAR_IQMATMUL16(name, BITS, QV, QI)                                                                 \
+    static void name(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,   \
+                     float *Y, long n_in, long r0, long r1)                                                 \
+    {                                                                                                       \
+        long ng = n_in / group, ngp = tern_iq_ngp(ng);                                                      \
+        const float *d = qs, *A = qs + ngp;                                                                 \
+        for (long r = r0; r < r1; r++) {                                                                    \
+            const uint8_t *w = Wq + r * n_in * BITS / 8;                                                    \
+            const uint16_t *s = sb16 + r * ng * 2;                                                          \
+            float acc[8] = {0};                                                                             \
+            for (long g = 0; g < ngp; g++) {                                                                \
+                int32_t I = 0;                                                                              \
+                float sw = 0.0f, bw = 0.0f;                                                                 \
+                if (g < ng) {                                                                               \
+                    for (long i = g * group; i < (g + 1) * group; i++)                                      \
+                        I += (int32_t)(QV) * Q[QI];                                                         \
+                    sw = tern_bf16_to_f32(s[2 * g]);                                                        \
+                    bw = tern_bf16_to_f32(s[2 * g + 1]);                                                    \
+                }                                                                                           \
+                float u = fmaf(sw, (float)I, bw * A[g]);                                                    \
+                acc[g & 7] = fmaf(u, d[g], acc[g & 7]);                                                     \
+            }                                                                                               \
+            Y[r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));       \
+        }                                                                                                   \
+    }
+
+SCALAR_IQMATMUL16(imatmul_q4h, 4, (w[i >> 1] >> ((i & 1) * 4)) & 15, (i & ~31) + ((i & 31) >> 1) + (i & 1) * 16)
+SCALAR_IQMATMUL16(imatmul_q8h, 8, w[i], i)
+
 void tern_matmul_bf16b_ref(const void *Wv, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0,
                            long r1)
 {
@@ -155,6 +185,7 @@ static void axpy(float a, const float *x, float *y, long n)
 }
 
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
-                                      quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy, NULL, NULL, NULL, NULL, NULL};
+                                      quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy, NULL, NULL, NULL, NULL, NULL,
+                                      imatmul_q4h, imatmul_q8h};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }
