@@ -58,6 +58,8 @@ typedef struct mm_job {
 } mm_job;
 
 /* Xb packed: Xb holds the tile product's packed inputs (kernels.h). */
+static int g_pairs16 = 1; /* experiment switch TERN_PAIRS16=0 (read at backend creation) */
+
 static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
                    const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
                    long r1)
@@ -69,7 +71,7 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
         k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
-    else if (w->qbits && Q && T == 1 && w->sb16 && (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h) &&
+    else if (w->qbits && Q && T == 1 && w->sb16 && g_pairs16 && (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h) &&
              w->group % 64 == 0 && w->n_in <= TERN_IQ16_MAX_IN) /* decode: the bf16 pairs, fewer bytes */
         (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h)(w->data, w->sb16, w->group, Q, qs, Y, w->n_in, r0, r1);
     else if (w->qbits && Q)
@@ -699,6 +701,8 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     be->exact = tern_kernels_exact_get();
     const char *chunk = getenv("TERN_MM_CHUNK"); /* experiment: KB a piece, 0 = static parts */
     be->mm_chunk = chunk ? atol(chunk) * 1024 : 0;
+    const char *p16 = getenv("TERN_PAIRS16");
+    g_pairs16 = !p16 || atoi(p16);
     be->pool = tern_pool_new(n_threads);
     if (!be->pool) {
         free(be);
