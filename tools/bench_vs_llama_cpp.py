@@ -14,7 +14,8 @@ Q8_0 and Q4_0 by llama-quantize from it (llama.cpp's own 8- and 4-bit
 formats; tern's are MLX affine with group 64). Each round runs, per kind,
 tern's bench_decode and then llama-bench; the best of the rounds is kept for
 each (shared machines are noisy). tern decodes after its prompt (context
-PROMPT..PROMPT+TOKENS), llama-bench's tg from an empty context."""
+PROMPT..PROMPT+TOKENS), llama-bench's tg after as many tokens (-d PROMPT),
+its pp from an empty context."""
 import argparse
 import csv
 import io
@@ -59,10 +60,17 @@ def tern_once(build, model_dir, threads, prompt, tokens):
 
 
 def llama_once(tree, gguf, threads, prompt, tokens):
-    out = run([os.path.join(tree, "build", "bin", "llama-bench"), "-m", gguf, "-t", str(threads), "-p", str(prompt),
-               "-n", str(tokens), "-r", "1", "-o", "csv"])
+    """pp PROMPT from an empty context, then tg TOKENS after PROMPT tokens
+    (-d: the context tern's decode runs at)."""
+    bench = os.path.join(tree, "build", "bin", "llama-bench")
+    common = ["-m", gguf, "-t", str(threads), "-r", "1", "-o", "csv"]
+    out = run([bench] + common + ["-p", str(prompt), "-n", "0"])
+    tg_out = run([bench] + common + ["-p", "0", "-n", str(tokens), "-d", str(prompt)])
+    out = out.rstrip("\n") + "\n" + "\n".join(tg_out.splitlines()[1:])  # its CSV header dropped
     pp = tg = None
     for row in csv.DictReader(io.StringIO(out)):
+        if not row.get("n_prompt", "").isdigit():
+            continue
         if int(row["n_prompt"]) > 0 and int(row["n_gen"]) == 0:
             pp = float(row["avg_ts"])
         elif int(row["n_gen"]) > 0 and int(row["n_prompt"]) == 0:
