@@ -6,7 +6,8 @@
  *
  * The floor is what a perfect kernel could do: measured read bandwidth
  * divided by the weight bytes one decode step must read (quantized: packed
- * values plus the f32 scale/bias pairs the kernels read). Also prints
+ * values plus the scale/bias pairs the kernels read: bf16 where the file
+ * stores bf16 scales, else f32). Also prints
  * prefill tokens/s for a --prompt-token prompt (one batch). With --runs N
  * every number is the best of N runs (the bandwidth too), for noisy shared
  * machines. The last two columns divide by the process's CPU seconds
@@ -88,6 +89,15 @@ static double cpu_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The weight bytes a decode step reads: with the integer products, the
+ * bf16 scale pairs where the model has them (model_weight_bytes_cpu). */
+static double decode_bytes(const tern_model *m)
+{
+    const char *p16 = getenv("TERN_PAIRS16"); /* the backend's experiment switch */
+    int pairs16 = !tern_kernels_exact_get() && (!p16 || atoi(p16));
+    return (double)(pairs16 ? model_weight_bytes_cpu(m) : model_weight_bytes(m));
 }
 
 /* ---- --profile: a backend that times the CPU backend's calls ---- */
@@ -213,7 +223,7 @@ static int profile_run(tern_model *m, kv_pool *kv, kv_seq *seq, const int32_t *t
     double params = 0;
     for (int k = 0; k < PR_ATTN; k++)
         params += prof_params(model_config_get(m), k) * (k == PR_HEAD ? 1 : model_config_get(m)->n_layer);
-    p.bytes_per_param = (double)model_weight_bytes(m) / params;
+    p.bytes_per_param = decode_bytes(m) / params;
     model_backend *own = model_backend_swap(m, &p.base);
     tern_err err = {0};
     int32_t last = n_prompt - 1, zero = 0;
@@ -302,7 +312,7 @@ static double streams_run(tern_model *m, int n_streams, int n_tokens, int profil
         double params = 0;
         for (int k = 0; k < PR_ATTN; k++)
             params += prof_params(c, k) * (k == PR_HEAD ? 1 : c->n_layer);
-        p.bytes_per_param = (double)model_weight_bytes(m) / params;
+        p.bytes_per_param = decode_bytes(m) / params;
         own = model_backend_swap(m, &p.base);
     }
     double t0 = tern_time_s(), c0 = cpu_s();
@@ -438,7 +448,7 @@ int main(int argc, char **argv)
             bw = b2 > bw ? b2 : bw;
         }
         double tps = n_tokens / t_decode;
-        double wb = (double)model_weight_bytes(m);
+        double wb = decode_bytes(m);
         double floor_tps = bw * 1e9 / wb;
         const char *name = strrchr(dirs[d], '/') ? strrchr(dirs[d], '/') + 1 : dirs[d];
         printf("%-28s %6s %8.1fMB %7.2f t/s %7.2f t/s %7.0f%% %9.2f t/s %7.0f%% %10.2f t/s %10.2f t/s\n", name,

@@ -504,12 +504,15 @@ int model_head_dim_check(const model_backend *be, int head_dim, tern_err *err)
     return 0;
 }
 
-static size_t wbytes(const model_weight *w)
+/* pairs16: count the bf16 scale pairs where the weight has them (sb16) */
+static size_t wbytes_as(const model_weight *w, int pairs16)
 {
     if (w->qbits)
-        return (size_t)w->n_out * w->n_in * w->qbits / 8 + (size_t)w->n_out * (w->n_in / w->group) * 2 * sizeof(float);
+        return (size_t)w->n_out * w->n_in * w->qbits / 8 +
+               (size_t)w->n_out * (w->n_in / w->group) * 2 * (pairs16 && w->sb16 ? sizeof(uint16_t) : sizeof(float));
     return (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
 }
+
 
 void model_weight_row(const model_weight *w, int r, float *out)
 {
@@ -528,19 +531,22 @@ void model_weight_row(const model_weight *w, int r, float *out)
     }
 }
 
-size_t model_weight_bytes(const tern_model *m)
+static size_t weight_bytes(const tern_model *m, int p16)
 {
-    size_t n = wbytes(&m->lm_head);
+    size_t n = wbytes_as(&m->lm_head, p16);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        n += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo);
+        n += wbytes_as(&L->wq, p16) + wbytes_as(&L->wk, p16) + wbytes_as(&L->wv, p16) + wbytes_as(&L->wo, p16);
         if (L->experts) { /* the router and the experts a token runs (all are one size) */
-            n += wbytes(&L->router) + (size_t)m->cfg.n_expert_used * (wbytes(&L->experts[0]) +
-                                                                        wbytes(&L->experts[1]) +
-                                                                        wbytes(&L->experts[2]));
+            n += wbytes_as(&L->router, p16) + (size_t)m->cfg.n_expert_used * (wbytes_as(&L->experts[0], p16) +
+                                                                              wbytes_as(&L->experts[1], p16) +
+                                                                              wbytes_as(&L->experts[2], p16));
         } else {
-            n += wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
+            n += wbytes_as(&L->w_gate, p16) + wbytes_as(&L->w_up, p16) + wbytes_as(&L->w_down, p16);
         }
     }
     return n;
 }
+
+size_t model_weight_bytes(const tern_model *m) { return weight_bytes(m, 0); }
+size_t model_weight_bytes_cpu(const tern_model *m) { return weight_bytes(m, 1); }

@@ -55,6 +55,10 @@ int model_kv_pool_init(const tern_model *m, kv_pool *p, const kv_spec *s, int bl
  * pairs the kernels read; of a mixture of experts, the router and the
  * num_experts_per_tok experts one token runs (its active weights). */
 size_t model_weight_bytes(const tern_model *m);
+/* The same as the CPU backend's one-token products read them: the bf16
+ * {scale, bias} pairs where the file stores bf16 scales (model_weight.sb16),
+ * 4 bytes a group instead of 8 (bench_decode's floor). */
+size_t model_weight_bytes_cpu(const tern_model *m);
 /* Worker threads of the backend (1 for a device backend's host side). */
 int model_n_threads(const tern_model *m);
 /* The backend's name ("cpu", "cuda", ...; static). */
