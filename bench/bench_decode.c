@@ -95,9 +95,7 @@ static double cpu_s(void)
  * bf16 scale pairs where the model has them (model_weight_bytes_cpu). */
 static double decode_bytes(const tern_model *m)
 {
-    const char *p16 = getenv("TERN_PAIRS16"); /* the backend's experiment switch */
-    int pairs16 = !tern_kernels_exact_get() && (!p16 || atoi(p16));
-    return (double)(pairs16 ? model_weight_bytes_cpu(m) : model_weight_bytes(m));
+    return (double)(tern_kernels_exact_get() ? model_weight_bytes(m) : model_weight_bytes_cpu(m));
 }
 
 /* ---- --profile: a backend that times the CPU backend's calls ---- */

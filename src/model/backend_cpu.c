@@ -38,7 +38,7 @@ typedef struct cpu_backend {
     size_t cap_qxp;
     float *qsp;
     size_t cap_qsp;
-    long mm_chunk; /* > 0: few-token products in pieces of ~this many weight bytes claimed by the workers */
+    long mm_piece; /* few-token products: pieces of ~this many weight bytes, claimed by the workers */
 } cpu_backend;
 
 typedef struct mm_job {
@@ -58,8 +58,6 @@ typedef struct mm_job {
 } mm_job;
 
 /* Xb packed: Xb holds the tile product's packed inputs (kernels.h). */
-static int g_pairs16 = 1; /* experiment switch TERN_PAIRS16=0 (read at backend creation) */
-
 static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
                    const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
                    long r1)
@@ -71,7 +69,7 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
         k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
-    else if (w->qbits && Q && T == 1 && w->sb16 && g_pairs16 && (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h) &&
+    else if (w->qbits && Q && T == 1 && w->sb16 && (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h) &&
              w->group % 64 == 0 && w->n_in <= TERN_IQ16_MAX_IN) /* decode: the bf16 pairs, fewer bytes */
         (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h)(w->data, w->sb16, w->group, Q, qs, Y, w->n_in, r0, r1);
     else if (w->qbits && Q)
@@ -352,10 +350,14 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     }
     /* Enough work per part that waking a thread pays off (~64k MACs). */
     long grain = 65536 / ((long)w[0]->n_in * T) + 1;
-    if (be->mm_chunk > 0 && T < 8) {
-        long row_bytes = w[0]->qbits ? w[0]->n_in * w[0]->qbits / 8 + w[0]->n_in / w[0]->group * 8
+    if (T < 8) {
+        /* decode: the rows in pieces the workers claim as they go (a worker
+         * that starts late or runs slow takes fewer; the Xeon's 16-thread
+         * decode, docs/benchmarks.md: 4-bit 92 -> 118 t/s), even counts for
+         * the two-row kernels; the bits do not depend on the split */
+        long row_bytes = w[0]->qbits ? w[0]->n_in * w[0]->qbits / 8 + w[0]->n_in / w[0]->group * 4
                                      : w[0]->n_in * (long)tern_dtype_size(w[0]->dtype);
-        long rows = (be->mm_chunk / row_bytes) & ~1L;
+        long rows = (be->mm_piece / (row_bytes * T)) & ~1L;
         tern_pool_for_chunks(be->pool, j.offs[n], rows > grain ? rows : grain, mm_run, &j);
     } else {
         tern_pool_for(be->pool, j.offs[n], grain, mm_run, &j);
@@ -699,10 +701,7 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     be->base.free = cpu_free;
     be->k = tern_kernels_best();
     be->exact = tern_kernels_exact_get();
-    const char *chunk = getenv("TERN_MM_CHUNK"); /* experiment: KB a piece, 0 = static parts */
-    be->mm_chunk = chunk ? atol(chunk) * 1024 : 0;
-    const char *p16 = getenv("TERN_PAIRS16");
-    g_pairs16 = !p16 || atoi(p16);
+    be->mm_piece = 128 << 10; /* measured on the Xeon: 128 KB pieces beat 32 KB (4-bit 118 vs 111 t/s) */
     be->pool = tern_pool_new(n_threads);
     if (!be->pool) {
         free(be);

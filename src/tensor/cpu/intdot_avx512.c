@@ -133,8 +133,7 @@ static inline __attribute__((always_inline)) void sb_row(const void *sb, int h, 
 /* Rows ra and rb (rb may repeat ra) for NT (1 or 2) tokens t0, t1. */
 static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const void *sb, int h, int group, int bits,
                                                         const int8_t *Q, const float *qs, float *Y, long n_in,
-                                                        long ldy, long ra, long rb, long t0, long t1, int NT,
-                                                        long pf)
+                                                        long ldy, long ra, long rb, long t0, long t1, int NT)
 {
     long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in * bits / 8;
     const uint8_t *wa = Wq + ra * rowb, *wb = Wq + rb * rowb;
@@ -154,11 +153,6 @@ static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const
                     ra_[tk][h] = rb_[tk][h] = _mm512_setzero_si512();
                 if (g >= ng)
                     continue;
-                if (pf)
-                    for (int l = 0; l < group * bits / 8; l += 64) {
-                        _mm_prefetch((const char *)(wa + g * group * bits / 8 + pf + l), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(wb + g * group * bits / 8 + pf + l), _MM_HINT_T0);
-                    }
 #pragma GCC unroll 2
                 for (int i = 0; i < group; i += 64) {
                     __m512i va = w64(wa + (g * group + i) * bits / 8, bits), vb = w64(wb + (g * group + i) * bits / 8, bits);
@@ -221,8 +215,7 @@ static inline __attribute__((always_inline)) void q4_acts(const int8_t *x, __m51
 
 static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, const void *sb, int h, int group,
                                                            const int8_t *Q, const float *qs, float *Y, long n_in,
-                                                           long ldy, long ra, long rb, long t0, long t1, int NT,
-                                                           long pf)
+                                                           long ldy, long ra, long rb, long t0, long t1, int NT)
 {
     long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in / 2;
     const uint8_t *wa = Wq + ra * rowb, *wb = Wq + rb * rowb;
@@ -232,11 +225,6 @@ static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, co
     __m512 F[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (long c = 0; c < ngp; c += 8) {
         __m512i I[2];
-        if (pf) /* a chunk is 4 * group bytes of each row */
-            for (int l = 0; l < group * 4; l += 64) {
-                _mm_prefetch((const char *)(wa + c * group / 2 + pf + l), _MM_HINT_T0);
-                _mm_prefetch((const char *)(wb + c * group / 2 + pf + l), _MM_HINT_T0);
-            }
         if (group == 128) {
             __m512i pa[2][4], pb[2][4];
 #pragma GCC unroll 4
@@ -324,21 +312,19 @@ static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, 
                                                              const int8_t *Q, const float *qs, float *Y, long T,
                                                              long n_in, long ldy, long r0, long r1)
 {
-    const char *e = getenv("TERN_PF"); /* experiment: software prefetch distance in bytes */
-    long pf = e ? atol(e) : 0;
     for (long r = r0; r < r1; r += 2) {
         long rb = r + 1 < r1 ? r + 1 : r;
         long t = 0;
         for (; t + 1 < T; t += 2)
             if (bits == 4)
-                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pf);
+                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
             else
-                rows2(Wq, sb, h, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pf);
+                rows2(Wq, sb, h, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
         if (t < T) {
             if (bits == 4)
-                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pf);
+                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
             else
-                rows2(Wq, sb, h, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pf);
+                rows2(Wq, sb, h, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
         }
     }
 }
