@@ -122,6 +122,10 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
     int32_t t = cg->trans[(size_t)sid * 256 + byte];
     if (t >= 0)
         return t;
+    if (cg->step_cap && cg->stats.steps >= cg->step_cap) {
+        cg->step_over = 1; /* a merged child given up (gcompiled_child) */
+        return -1;
+    }
     gstk_set *in = &cg->tmp_in, *out = &cg->tmp_out;
     int32_t n = cg->set_off[sid + 1] - cg->set_off[sid];
     if (in->cap < n) {
@@ -1046,9 +1050,22 @@ static gchild_slot *child_find(grammar_compiled *cg, const gctx_entry *e, int32_
  * gcompiled_child). */
 static gctx_entry heavy_mark;
 
+/* Records c as the child of (e, t, t2), replacing a mark; -1 on OOM. */
+static int child_set(grammar_compiled *cg, const gctx_entry *e, int32_t t, int32_t t2, gctx_entry *c)
+{
+    gchild_slot *sl = child_find(cg, e, t, t2);
+    if (sl) {
+        sl->child = c;
+        return 0;
+    }
+    return child_put(cg, e, t, t2, c);
+}
+
 /* Computes, publishes and records the child of e for the caller stack
- * [t | t2 | unknown] (t2 < 0: [t | unknown]); with cap, a child with more
- * pops than that is given up: *heavy set, NULL returned. */
+ * [t | t2 | unknown] (t2 < 0: [t | unknown]). With cap, a child with
+ * more pops than that is given up (*heavy = 1, (e, t) marked); a merged
+ * one (t2 >= 0) past GCOMP_MERGE_MAX_STEPS parser steps too (*heavy =
+ * 2): its sets did not loop. NULL then, or on OOM. */
 static gctx_entry *child_make(grammar_compiled *cg, const gctx_entry *e, int32_t t, int32_t t2, int32_t cap, int *heavy)
 {
     uint64_t sig = e->key ? grammar_state_sig(cg->g, t) : 0;
@@ -1063,17 +1080,21 @@ static gctx_entry *child_make(grammar_compiled *cg, const gctx_entry *e, int32_t
         int32_t x = below == -1 ? -1 : gstk_intern(&cg->pool, t, below);
         cg->pop_cap = cap;
         cg->pop_over = 0;
+        cg->step_cap = t2 >= 0 ? cg->stats.steps + GCOMP_MERGE_MAX_STEPS : 0;
+        cg->step_over = 0;
         c = compute_child(cg, e, x);
         cg->pop_cap = 0;
+        cg->step_cap = 0;
         cg->stats.merged += t2 >= 0;
-        if (!c && cg->pop_over) {
-            *heavy = 1;
-            (void)child_put(cg, e, t, -1, &heavy_mark); /* OOM: found heavy again next time */
+        if (!c && (cg->pop_over || cg->step_over)) {
+            *heavy = cg->pop_over ? 1 : 2;
+            if (cg->pop_over)
+                (void)child_set(cg, e, t, -1, &heavy_mark); /* OOM: found heavy again next time */
             return NULL;
         }
         c = publish(cg, c, key);
     }
-    if (c && child_put(cg, e, t, t2, c))
+    if (c && child_set(cg, e, t, t2, c))
         c = NULL; /* OOM: the entry stays owned or shared, freed later */
     return c;
 }
@@ -1088,33 +1109,24 @@ const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int
     }
     pthread_mutex_lock(&cg->lock);
     gchild_slot *sl = child_find(cg, e, t, -1);
+    int heavy = 0;
     if (sl && sl->child != &heavy_mark) {
         c = sl->child;
-    } else if (sl && t2 < 0) {
-        /* a heavy child at the bottom of the stack: computed in full */
-        int heavy = 0;
-        c = child_make(cg, e, t, -1, 0, &heavy);
-        if ((sl = child_find(cg, e, t, -1)))
-            sl->child = c ? c : &heavy_mark;
-    } else if (sl) {
-        if ((sl = child_find(cg, e, t, t2))) {
-            c = sl->child;
-        } else {
-            int heavy = 0;
-            c = child_make(cg, e, t, t2, 0, &heavy);
-        }
-        *used2 = 1;
-    } else {
-        int heavy = 0;
+    } else if (!sl) {
         c = child_make(cg, e, t, -1, t2 < 0 || cg->plain_walk ? 0 : GCOMP_HEAVY_POPS, &heavy);
-        if (heavy) {
-            if ((sl = child_find(cg, e, t, t2))) {
-                c = sl->child;
-            } else {
-                heavy = 0;
-                c = child_make(cg, e, t, t2, 0, &heavy);
-            }
+        sl = heavy ? child_find(cg, e, t, -1) : NULL;
+    }
+    if (sl && sl->child == &heavy_mark) {
+        /* merged with t2 when there is one and its sets loop, else the
+         * child in full (it replaces the mark) */
+        gchild_slot *m = t2 >= 0 ? child_find(cg, e, t, t2) : NULL;
+        heavy = 0;
+        c = m ? m->child : t2 >= 0 ? child_make(cg, e, t, t2, 0, &heavy) : NULL;
+        if (c) {
             *used2 = 1;
+        } else if (t2 < 0 || heavy) {
+            heavy = 0;
+            c = child_make(cg, e, t, -1, 0, &heavy);
         }
     }
     pthread_mutex_unlock(&cg->lock);

@@ -97,6 +97,8 @@ struct grammar_compiled {
     grammar_compiled_stats stats; /* guarded by lock */
     int32_t pop_cap;           /* child walks: give up past this many pops (0: never) */
     int pop_over;              /* ... and one was given up */
+    long long step_cap;        /* merged children: give up at this step count (0: never) */
+    int step_over;             /* ... and one was given up */
     int plain_walk;            /* tests: walk node by node (no loop skip, no classes) */
 };
 
@@ -150,8 +152,10 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
 
 /* The entry of state s, computing it on first use. NULL on OOM. */
 const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);
-/* Past this many pops a child is not kept (see gcompiled_child). */
+/* Past this many pops a child is not kept, past this many parser steps
+ * a merged child neither (see gcompiled_child). */
 #define GCOMP_HEAVY_POPS 4096
+#define GCOMP_MERGE_MAX_STEPS 2048
 /* The child of e for a caller returning to state t (computed on first
  * use), NULL on OOM. t2 is the return state of t's own caller (-1 none):
  * when the child of e for t would pop at more than
@@ -161,7 +165,9 @@ const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);
  * continued in [t | t2 | unknown] at once instead (*used2 = 1): t's
  * frame ending hands the bytes to t2's inside one walk, whose sets loop.
  * Its accepted tokens are those of child(e, t) and its child for t2, its
- * pops those of the latter. */
+ * pops those of the latter. A merged walk past GCOMP_MERGE_MAX_STEPS
+ * steps (its sets do not loop: a counted pattern) is given up and the
+ * child computed in full instead, once per (e, t). */
 const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int32_t t, int32_t t2, int *used2);
 
 #endif
