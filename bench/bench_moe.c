@@ -206,7 +206,7 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
         e->ff = KB_FF;
         e->norm_topk = 1;
     }
-    const size_t tk = (size_t)maxT * KB_K, tiles = (KB_DIM + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 1;
+    const size_t tk = (size_t)maxT * KB_K, tiles = tcu_moe_cnt_len(KB_DIM, KB_E);
     KCU(cudaMalloc((void **)&s.rl, (size_t)maxT * KB_E * sizeof(float)));
     KCU(cudaMalloc((void **)&s.wt, tk * sizeof(float)));
     KCU(cudaMalloc((void **)&s.h, tk * KB_FF * sizeof(float)));
@@ -254,7 +254,8 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
                                        TCU_MOE_WAVES,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4,
-                                       TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4 | TCU_MOE_DOWN_EARLY};
+                                       TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4 | TCU_MOE_DOWN_EARLY,
+                                       TCU_MOE_FUSED};
         for (int vi = 0; vi < (int)(sizeof variants / sizeof *variants); vi++) {
             op.moe = variants[vi];
             KCU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));

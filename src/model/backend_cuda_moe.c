@@ -364,7 +364,7 @@ int cu_moe_scratch_ensure(cu_moe *x, int T, int *grown, tern_err *err)
     }
     x->cap_t = 0;
     *grown = 1;
-    size_t tk = (size_t)ct * x->K, tiles = (size_t)(x->dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 1;
+    size_t tk = (size_t)ct * x->K, tiles = tcu_moe_cnt_len(x->dim, x->E);
     size_t sizes[] = {(size_t)ct * x->E * sizeof(float), tk * sizeof(float), tk * x->ff * sizeof(float),
                       tk * x->dim * sizeof(float), tk * sizeof(int32_t),
                       tcu_moe_meta_len(x->E, x->K, ct) * sizeof(int32_t), tiles * sizeof(int32_t)};

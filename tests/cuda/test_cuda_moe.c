@@ -208,11 +208,12 @@ static void check_moe(const char *args, int bits, int n_prompt, double tol, int 
                      i / V % 3, i % V, pb[i], pa[i]);
     /* the expert kernels' other forms (tcu_opts.moe: down's weights
      * requested after the wait, 4 down rows a warp, a block a row tile
-     * rather than about a wave of blocks): the same bits */
-    static const char *const variants[] = {"0", "3", "6"};
+     * rather than about a wave of blocks, gate/up, down and the sum in one
+     * launch): the same bits */
+    static const char *const variants[] = {"0", "3", "6", "8"};
     float *pv = malloc((size_t)nd * 3 * V * sizeof(float));
     assert_non_null(pv);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (int)(sizeof variants / sizeof *variants); i++) {
         setenv("TERN_CUDA_GEMV", "staged,by-shape,by-shape", 1);
         setenv("TERN_CUDA_MOE", variants[i], 1);
         tern_model *mv = model_load_ex(mdir, &og, &err);

@@ -60,8 +60,8 @@ typedef struct tcu_experts {
 
 /* Scratch for T tokens (K = n_used): rl [T][n_expert], wt [T K], sel
  * [T K], meta [2 + 2 min(n_expert, T K) + T K], h [T K][ff], y [T K][dim],
- * cnt [(dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 1] - zero when allocated
- * (each launch leaves it zero). */
+ * cnt [tcu_moe_cnt_len(dim, n_expert)] - zero when allocated (each launch
+ * leaves it zero). */
 typedef struct tcu_moe_scratch {
     float *rl, *wt, *h, *y;
     int32_t *sel, *meta, *cnt;
@@ -69,6 +69,9 @@ typedef struct tcu_moe_scratch {
 
 /* ints of meta for T tokens */
 size_t tcu_moe_meta_len(int n_expert, int n_used, int T);
+/* ints of cnt: a counter per row tile of TCU_MOE_ROWS down rows, the
+ * routing's, then (TCU_MOE_FUSED) an exit counter and one per group */
+size_t tcu_moe_cnt_len(int dim, int n_expert);
 
 /* The sparse MLP of T tokens: xn = rmsnorm(x) * norm_g, then x += the
  * mixture's output (the steps above; 1-3 are one launch for steps of up to

@@ -16,28 +16,18 @@ namespace {
 
 constexpr int NT = 8; // tokens a pass (accumulators in registers)
 constexpr int CH = 8; // 32-unit chunks of a row in registers at once
-// 4-bit weights with tcu_opts.moe TCU_MOE_Q4_WIDE: 16 bytes (32 codes) a
-// lane and unit, dotted as the dense GEMV does (chunk_dot_v: exact code
-// floats by byte_perm, no int-to-float conversion), when the group and
-// both widths are multiples of 32; else TCU_Q4 (4 bytes a unit). Not the
-// default: with it as the default the whole 30B-A3B-shaped 4-bit model
-// measured b1 1082 tok/s and b32 3288 on the H200, against 1191 and 5311
-// before (the 4-byte units).
-constexpr int Q4W = 101;
-
 template <int KIND> struct unit_t {
     static constexpr int WORDS = KIND == TCU_F32 ? 8 : KIND == TCU_Q8 ? 2 : KIND == TCU_Q4 ? 1 : 4;
-    static constexpr int NV = KIND == Q4W ? 32 : 8; // weights a unit
-    static constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == Q4W;
-    // f32: 64 registers as for the others; Q4W: 2 chunks (a 2048-wide row), for occupancy
-    static constexpr int CHN = KIND == TCU_F32 ? 4 : KIND == Q4W ? 2 : CH;
+    static constexpr int NV = 8; // weights a unit
+    static constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
+    static constexpr int CHN = KIND == TCU_F32 ? 4 : CH; // f32: 64 registers as for the others
 };
 
 __device__ __forceinline__ size_t row_bytes(int kind, int n_in)
 {
     return kind == TCU_F32 ? (size_t)n_in * 4
            : kind == TCU_Q8 ? (size_t)n_in
-           : (kind == TCU_Q4 || kind == Q4W) ? (size_t)n_in / 2
+           : kind == TCU_Q4 ? (size_t)n_in / 2
                                              : (size_t)n_in * 2;
 }
 
@@ -62,14 +52,11 @@ template <int KIND> __device__ __forceinline__ void unit_load(const uint8_t *row
 __device__ __forceinline__ float byte_f(uint32_t w, int b) { return (float)((w >> (8 * b)) & 0xffu); }
 
 // acc + the dot of one unit (NV weights) with x[NV]; quantized: scale *
-// sum q x + bias * sum x over the unit (sum_x: that sum, Q4W only).
+// sum q x + bias * sum x over the unit.
 template <int KIND>
-__device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, float sc, float bi, float acc,
-                                          float sum_x = 0.0f)
+__device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, float sc, float bi, float acc)
 {
-    if constexpr (KIND == Q4W) {
-        return acc + chunk_dot_v<TCU_Q4>(make_uint4(r[0], r[1], r[2], r[3]), x, sum_x, sc, bi);
-    } else if constexpr (KIND == TCU_F32) {
+    if constexpr (KIND == TCU_F32) {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             acc = fmaf(__uint_as_float(r[j]), x[j], acc);
@@ -166,14 +153,9 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
                         xv[k + 2] = (xv[k + 2] * r) * g.z, xv[k + 3] = (xv[k + 3] * r) * g.w;
                     }
                 }
-                float sx = 0.0f;
-                if constexpr (KIND == Q4W)
-#pragma unroll
-                    for (int k = 0; k < NV; k++)
-                        sx += xv[k];
 #pragma unroll
                 for (int m = 0; m < NM; m++)
-                    acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j], sx);
+                    acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j]);
             }
         }
     }
@@ -293,7 +275,18 @@ __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk,
             sel[(size_t)t * K + rank] = my_id;
             wt[(size_t)t * K + rank] = my_w;
         }
+        if (T == 1 && lane < K) { /* one token: its picks by id are the groups (G = K) */
+            meta[1 + rank] = my_id;
+            meta[1 + G + rank] = rank;
+            meta[2 + 2 * G + rank] = rank;
+            if (lane == 0) {
+                meta[1 + G + K] = K;
+                meta[0] = K;
+            }
+        }
     }
+    if (T == 1)
+        return;
     int *cnt = sh, *num = sh + E;
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         cnt[e] = 0;
@@ -668,14 +661,9 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
                         const float4 a = *(const float4 *)(xrow + u * NV + k);
                         xv[k] = a.x, xv[k + 1] = a.y, xv[k + 2] = a.z, xv[k + 3] = a.w;
                     }
-                    float sx = 0.0f;
-                    if constexpr (KIND == Q4W)
-#pragma unroll
-                        for (int k = 0; k < NV; k++)
-                            sx += xv[k];
 #pragma unroll
                     for (int m = 0; m < NR; m++)
-                        acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j], sx);
+                        acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j]);
                 }
             }
 #pragma unroll
@@ -689,6 +677,158 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
         }
     }
     down_sum(ex, cnt, ng_all, y, wt, x, T, RT);
+}
+
+// tcu_opts.moe TCU_MOE_FUSED (short down rows): gate/up, down and the
+// weighted sum in one launch of about one wave, a warp an item - first every
+// group's gate/up rows, then every group's down rows, each warp taking
+// items gw, gw + warps, ... in order (so a warp has done all its gate/up
+// rows before its first down row). A group's down rows wait (lane 0
+// polling) until its gate/up rows are all counted (cnt[tiles + 2 + g]);
+// the warp completing a row tile's last group (cnt[tile]) sums the tile's
+// rows as down_sum does; the last warp out zeroes the group counters. The
+// products are moe_gu_kernel's and moe_down_short_kernel's (NR 1), the sum
+// down_sum's: the same bits. The grid never exceeds one wave, so every
+// warp a group waits for runs; a wait gives up after about 2^27 cycles
+// (wrong sums rather than a hang, were that ever not so).
+template <int KIND, int CC>
+__global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
+    moe_fused_kernel(tcu_experts ex, const int32_t *meta, int G, const float *xn, float *h, float *y, const float *wt,
+                     int32_t *cnt, float *x, int T)
+{
+    using U = unit_t<KIND>;
+    constexpr int W = U::WORDS, NV = U::NV;
+    pdl_wait();
+    pdl_trigger();
+    const meta_v mv{meta, G};
+    const int ng = mv.groups(), lane = threadIdx.x & 31, K = ex.n_used;
+    const int nw = gridDim.x * (blockDim.x >> 5), gw = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int tiles = (ex.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
+    int32_t *const done = cnt + tiles + 2;
+    const int32_t *pk = mv.picks();
+    const long n_gu = (long)ng * ex.ff, n_all = n_gu + (long)ng * ex.dim;
+    for (long i = gw; i < n_all; i += nw) {
+        if (i < n_gu) {
+            const int g = (int)(i / ex.ff), row = (int)(i % ex.ff);
+            const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
+            const void *const *tab = ex.tab + (size_t)e * 6;
+            if (ex.used && row == 0 && lane == 0) {
+                ex.used[e] = 1;
+                const bool hit = tab[0] >= ex.cache_lo && tab[0] < ex.cache_hi;
+                atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
+            }
+            const size_t rb = row_bytes(KIND, ex.dim);
+            const size_t nq = U::Q ? (size_t)ex.dim / ex.group : 0;
+            const uint8_t *wr[2] = {(const uint8_t *)tab[0] + (size_t)row * rb,
+                                    (const uint8_t *)tab[1] + (size_t)row * rb};
+            const float *sr[2] = {U::Q ? (const float *)tab[3] + (size_t)row * nq * 2 : nullptr,
+                                  U::Q ? (const float *)tab[4] + (size_t)row * nq * 2 : nullptr};
+            for (int q = p0; q < p1; q += NT) {
+                const int n = p1 - q < NT ? p1 - q : NT;
+                float res[2][NT];
+                warp_rows<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
+                if (lane == 0)
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+                        if (j < n)
+                            h[(size_t)pk[q + j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
+            }
+            if (lane == 0) {
+                __threadfence();
+                atomicAdd(&done[g], 1);
+            }
+            continue;
+        }
+        const int g = (int)((i - n_gu) / ex.dim), row = (int)((i - n_gu) % ex.dim);
+        const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
+        const void *const *tab = ex.tab + (size_t)e * 6;
+        const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)row * row_bytes(KIND, ex.ff);
+        const float *sr = U::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+        const int units = ex.ff / NV;
+        uint32_t r[CC][W];
+        float sc[CC], bi[CC];
+#pragma unroll
+        for (int c = 0; c < CC; c++) {
+            const int u = c * 32 + lane;
+            if (u < units) {
+                unit_load<KIND>(wr, u, r[c]);
+                if constexpr (U::Q) {
+                    const float2 p = __ldg((const float2 *)sr + (u * NV) / ex.group);
+                    sc[c] = p.x, bi[c] = p.y;
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < W; k++)
+                    r[c][k] = 0;
+                sc[c] = bi[c] = 0.0f;
+            }
+        }
+        if (lane == 0) {
+            const long long t0 = clock64();
+            while (*(volatile int32_t *)&done[g] < ex.ff && clock64() - t0 < (1ll << 27))
+                __nanosleep(64);
+            __threadfence();
+        }
+        __syncwarp();
+        for (int q = p0; q < p1; q += NT) {
+            const int n = p1 - q < NT ? p1 - q : NT;
+            float acc[NT];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                acc[j] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (j >= n)
+                    break;
+                const float *xrow = h + (size_t)pk[q + j] * ex.ff;
+#pragma unroll
+                for (int c = 0; c < CC; c++) {
+                    const int u = c * 32 + lane;
+                    if (u >= units)
+                        break;
+                    float xv[NV];
+#pragma unroll
+                    for (int k = 0; k < NV; k += 4) {
+                        const float4 a = __ldcg((const float4 *)(xrow + u * NV + k));
+                        xv[k] = a.x, xv[k + 1] = a.y, xv[k + 2] = a.z, xv[k + 3] = a.w;
+                    }
+                    acc[j] = unit_dot<KIND>(r[c], xv, sc[c], bi[c], acc[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const float v = warp_sum(acc[j]);
+                if (lane == 0 && j < n)
+                    y[(size_t)pk[q + j] * ex.dim + row] = v;
+            }
+        }
+        int last = 0;
+        if (lane == 0) {
+            __threadfence();
+            last = atomicAdd(&cnt[row / TCU_MOE_ROWS], 1) == ng * TCU_MOE_ROWS - 1;
+        }
+        if (__shfl_sync(0xffffffffu, last, 0)) { /* the tile's rows, every token: down_sum's sum */
+            __threadfence();
+            const int r0 = row / TCU_MOE_ROWS * TCU_MOE_ROWS;
+            for (int k2 = lane; k2 < T * TCU_MOE_ROWS; k2 += 32) {
+                const int t = k2 / TCU_MOE_ROWS, rr = r0 + k2 % TCU_MOE_ROWS;
+                float o = 0.0f;
+                for (int k = 0; k < K; k++)
+                    o += __ldcg(y + ((size_t)t * K + k) * ex.dim + rr) * __ldcg(wt + (size_t)t * K + k);
+                x[(size_t)t * ex.dim + rr] += o;
+            }
+            if (lane == 0)
+                cnt[row / TCU_MOE_ROWS] = 0;
+        }
+    }
+    if (lane == 0) { /* the last warp out: group counters back to zero */
+        __threadfence();
+        if (atomicAdd(&cnt[tiles + 1], 1) == nw - 1) {
+            for (int g = 0; g < ng; g++)
+                done[g] = 0;
+            cnt[tiles + 1] = 0;
+        }
+    }
 }
 
 template <int KIND>
@@ -748,6 +888,15 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
 {
     const int G = e.n_expert < T * e.n_used ? e.n_expert : T * e.n_used;
     const dim3 blk(TCU_MOE_ROWS * 32);
+    constexpr int SH = KIND == TCU_F32 ? 2 : 4;
+    if ((flags & TCU_MOE_FUSED) && e.ff <= 32 * SH * unit_t<KIND>::NV) {
+        PROF(TCU_PROF_MOE_GU, st);
+        const auto k = moe_fused_kernel<KIND, SH>;
+        const long need = ((long)G * (e.ff + e.dim) + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
+        const int wave = wave_blocks(k), nb = need < wave ? (int)need : wave;
+        return launch_pdl(pdl, k, dim3(nb), blk, 0, st, e, (const int32_t *)s.meta, G, xn, s.h, s.y,
+                          (const float *)s.wt, s.cnt, x, T);
+    }
     int rc;
     {
         PROF(TCU_PROF_MOE_GU, st);
@@ -759,7 +908,6 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
     PROF(TCU_PROF_MOE_DOWN, st);
     /* short down rows (Qwen3-30B-A3B's 768: 3 bf16 units a lane) stay whole
      * in registers (moe_down_short_kernel: TCU_MOE_DOWN_* of flags) */
-    constexpr int SH = KIND == Q4W ? 1 : KIND == TCU_F32 ? 2 : 4;
     const int early = (flags & TCU_MOE_DOWN_EARLY) != 0;
     const int tiles = (e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
     if (e.ff <= 32 * SH * unit_t<KIND>::NV && (flags & TCU_MOE_DOWN_ROWS4)) {
@@ -777,16 +925,13 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
                       (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T);
 }
 
-int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, int flags, cudaStream_t st)
+int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, cudaStream_t st)
 {
     switch (r.kind) {
     case TCU_F32: return router_launch<TCU_F32>(r, n_in, xn, T, rl, pdl, st);
     case TCU_BF16: return router_launch<TCU_BF16>(r, n_in, xn, T, rl, pdl, st);
     case TCU_F16: return router_launch<TCU_F16>(r, n_in, xn, T, rl, pdl, st);
-    case TCU_Q4:
-        return !(flags & TCU_MOE_Q4_WIDE) || r.group % 32 || n_in % 32
-                   ? router_launch<TCU_Q4>(r, n_in, xn, T, rl, pdl, st)
-                   : router_launch<Q4W>(r, n_in, xn, T, rl, pdl, st);
+    case TCU_Q4: return router_launch<TCU_Q4>(r, n_in, xn, T, rl, pdl, st);
     case TCU_Q8: return router_launch<TCU_Q8>(r, n_in, xn, T, rl, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
@@ -805,16 +950,13 @@ int gate_launch(const tcu_experts &e, const float *x, const float *ng, float eps
 }
 
 int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, float *xn, int T, int G,
-             const tcu_moe_scratch &s, bool pdl, int flags, cudaStream_t st)
+             const tcu_moe_scratch &s, bool pdl, cudaStream_t st)
 {
     switch (e.router.kind) {
     case TCU_F32: return gate_launch<TCU_F32>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_BF16: return gate_launch<TCU_BF16>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_F16: return gate_launch<TCU_F16>(e, x, ng, eps, xn, T, G, s, pdl, st);
-    case TCU_Q4:
-        return !(flags & TCU_MOE_Q4_WIDE) || e.router.group % 32 || e.dim % 32
-                   ? gate_launch<TCU_Q4>(e, x, ng, eps, xn, T, G, s, pdl, st)
-                   : gate_launch<Q4W>(e, x, ng, eps, xn, T, G, s, pdl, st);
+    case TCU_Q4: return gate_launch<TCU_Q4>(e, x, ng, eps, xn, T, G, s, pdl, st);
     case TCU_Q8: return gate_launch<TCU_Q8>(e, x, ng, eps, xn, T, G, s, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
@@ -827,16 +969,18 @@ int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn,
     case TCU_F32: return experts_launch<TCU_F32>(e, s, xn, x, T, pdl, flags, st);
     case TCU_BF16: return experts_launch<TCU_BF16>(e, s, xn, x, T, pdl, flags, st);
     case TCU_F16: return experts_launch<TCU_F16>(e, s, xn, x, T, pdl, flags, st);
-    case TCU_Q4:
-        return !(flags & TCU_MOE_Q4_WIDE) || e.group % 32 || e.dim % 32 || e.ff % 32
-                   ? experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, flags, st)
-                   : experts_launch<Q4W>(e, s, xn, x, T, pdl, flags, st);
+    case TCU_Q4: return experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, flags, st);
     case TCU_Q8: return experts_launch<TCU_Q8>(e, s, xn, x, T, pdl, flags, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }
 
 } // namespace
+
+extern "C" size_t tcu_moe_cnt_len(int dim, int n_expert)
+{
+    return (size_t)((dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 2 + n_expert);
+}
 
 extern "C" size_t tcu_moe_meta_len(int n_expert, int n_used, int T)
 {
@@ -859,11 +1003,11 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     {
         PROF(TCU_PROF_MOE_GATE, st);
         if (T <= FUSE_T) {
-            rc = gate_any(*e, x, norm_g, norm_eps, xn, T, G, *s, op.pdl, op.moe, st);
+            rc = gate_any(*e, x, norm_g, norm_eps, xn, T, G, *s, op.pdl, st);
         } else {
             rc = launch_pdl(op.pdl, moe_norm_kernel, dim3((T + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS),
                             dim3(TCU_MOE_ROWS * 32), 0, st, (const float *)x, norm_g, norm_eps, xn, T, e->dim);
-            if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, op.moe, st)))
+            if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, st)))
                 return rc;
             rc = launch_pdl(op.pdl, moe_route_kernel, dim3(1), dim3(1024), (size_t)2 * e->n_expert * sizeof(int), st,
                             (const float *)s->rl, T, e->n_expert, e->n_used, e->norm_topk, G, s->wt, s->sel, s->meta);
