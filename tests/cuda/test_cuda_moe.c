@@ -210,7 +210,7 @@ static void check_moe(const char *args, int bits, int n_prompt, double tol, int 
      * requested after the wait, 4 down rows a warp, a block a row tile
      * rather than about a wave of blocks, gate/up, down and the sum in one
      * launch): the same bits */
-    static const char *const variants[] = {"0", "3", "6", "8"};
+    static const char *const variants[] = {"0", "3", "6", "8", "10"};
     float *pv = malloc((size_t)nd * 3 * V * sizeof(float));
     assert_non_null(pv);
     for (int i = 0; i < (int)(sizeof variants / sizeof *variants); i++) {

@@ -87,24 +87,25 @@ __device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, flo
 // NORM: X is the residual and the input is its RMSNorm, (x * rn[j]) * ng as
 // the norm kernel rounds it (rn: the tokens' factors, ng: the gain).
 // CC: chunks in registers at once (0: unit_t's CHN) - any count gives the
-// same sums (a lane adds its units in order), fewer registers more warps.
-template <int KIND, int NM, bool NORM = false, int CC = 0>
+// same sums (a lane adds its units in order), fewer registers more warps;
+// NTT: tokens a pass (each token's sum the same whatever the pass).
+template <int KIND, int NM, bool NORM = false, int CC = 0, int NTT = NT>
 __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const float *const *sbrow, int n_in, int group,
                                           const float *X, const int32_t *pk, int div, int base, int n,
-                                          float (&res)[NM][NT], const float *ng = nullptr, const float *rn = nullptr)
+                                          float (&res)[NM][NTT], const float *ng = nullptr, const float *rn = nullptr)
 {
     using U = unit_t<KIND>;
     constexpr int W = U::WORDS, C = CC ? CC : U::CHN, NV = U::NV;
     const int lane = threadIdx.x & 31, units = n_in / NV;
-    float acc[NM][NT];
+    float acc[NM][NTT];
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+        for (int j = 0; j < NTT; j++)
             acc[m][j] = 0.0f;
-    int xr[NT];
+    int xr[NTT];
 #pragma unroll
-    for (int j = 0; j < NT; j++)
+    for (int j = 0; j < NTT; j++)
         xr[j] = j < n ? (pk ? pk[j] / div : base + j) : 0;
     for (int c0 = 0; c0 * 32 < units; c0 += C) {
         uint32_t r[NM][C][W];
@@ -129,7 +130,7 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
             }
         }
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
+        for (int j = 0; j < NTT; j++) {
             if (j >= n)
                 break;
             const float *xrow = X + (size_t)xr[j] * n_in;
@@ -162,7 +163,7 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+        for (int j = 0; j < NTT; j++)
             res[m][j] = warp_sum(acc[m][j]);
 }
 
@@ -681,17 +682,19 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
 
 // tcu_opts.moe TCU_MOE_FUSED (short down rows): gate/up, down and the
 // weighted sum in one launch of about one wave, a warp an item - first every
-// group's gate/up rows, then every group's down rows, each warp taking
-// items gw, gw + warps, ... in order (so a warp has done all its gate/up
-// rows before its first down row). A group's down rows wait (lane 0
-// polling) until its gate/up rows are all counted (cnt[tiles + 2 + g]);
-// the warp completing a row tile's last group (cnt[tile]) sums the tile's
-// rows as down_sum does; the last warp out zeroes the group counters. The
-// products are moe_gu_kernel's and moe_down_short_kernel's (NR 1), the sum
-// down_sum's: the same bits. The grid never exceeds one wave, so every
-// warp a group waits for runs; a wait gives up after about 2^27 cycles
-// (wrong sums rather than a hang, were that ever not so).
-template <int KIND, int CC>
+// group's gate/up rows, then every group's down rows (NR consecutive rows an
+// item: 4 with TCU_MOE_DOWN_ROWS4, else 1), each warp taking items gw, gw +
+// warps, ... in order (so a warp has done all its gate/up rows before its
+// first down item). A down item requests its weights, then waits (lane 0
+// polling) until its group's gate/up rows are all counted (cnt[tiles + 2 +
+// g]); the warp completing a row tile's last group (cnt[tile]) sums the
+// tile's rows as down_sum does; the last warp out zeroes the group
+// counters. The products are moe_gu_kernel's and moe_down_short_kernel's
+// (NTD tokens a pass: 1 for a step of one token, else NT), the sum
+// down_sum's: the same bits. The grid never exceeds one wave, so every warp
+// a group waits for runs; a wait gives up after about 2^27 cycles (wrong
+// sums rather than a hang, were that ever not so).
+template <int KIND, int CC, int NR, int NTD>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
     moe_fused_kernel(tcu_experts ex, const int32_t *meta, int G, const float *xn, float *h, float *y, const float *wt,
                      int32_t *cnt, float *x, int T)
@@ -703,10 +706,10 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
     const meta_v mv{meta, G};
     const int ng = mv.groups(), lane = threadIdx.x & 31, K = ex.n_used;
     const int nw = gridDim.x * (blockDim.x >> 5), gw = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int tiles = (ex.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
+    const int tiles = (ex.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, dn = ex.dim / NR;
     int32_t *const done = cnt + tiles + 2;
     const int32_t *pk = mv.picks();
-    const long n_gu = (long)ng * ex.ff, n_all = n_gu + (long)ng * ex.dim;
+    const long n_gu = (long)ng * ex.ff, n_all = n_gu + (long)ng * dn;
     for (long i = gw; i < n_all; i += nw) {
         if (i < n_gu) {
             const int g = (int)(i / ex.ff), row = (int)(i % ex.ff);
@@ -723,13 +726,13 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                                     (const uint8_t *)tab[1] + (size_t)row * rb};
             const float *sr[2] = {U::Q ? (const float *)tab[3] + (size_t)row * nq * 2 : nullptr,
                                   U::Q ? (const float *)tab[4] + (size_t)row * nq * 2 : nullptr};
-            for (int q = p0; q < p1; q += NT) {
-                const int n = p1 - q < NT ? p1 - q : NT;
-                float res[2][NT];
-                warp_rows<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
+            for (int q = p0; q < p1; q += NTD) {
+                const int n = p1 - q < NTD ? p1 - q : NTD;
+                float res[2][NTD];
+                warp_rows<KIND, 2, false, 0, NTD>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
                 if (lane == 0)
 #pragma unroll
-                    for (int j = 0; j < NT; j++)
+                    for (int j = 0; j < NTD; j++)
                         if (j < n)
                             h[(size_t)pk[q + j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
             }
@@ -739,28 +742,32 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
             }
             continue;
         }
-        const int g = (int)((i - n_gu) / ex.dim), row = (int)((i - n_gu) % ex.dim);
+        const int g = (int)((i - n_gu) / dn), row0 = (int)((i - n_gu) % dn) * NR;
         const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
         const void *const *tab = ex.tab + (size_t)e * 6;
-        const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)row * row_bytes(KIND, ex.ff);
-        const float *sr = U::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
         const int units = ex.ff / NV;
-        uint32_t r[CC][W];
-        float sc[CC], bi[CC];
+        uint32_t r[NR][CC][W];
+        float sc[NR][CC], bi[NR][CC];
 #pragma unroll
-        for (int c = 0; c < CC; c++) {
-            const int u = c * 32 + lane;
-            if (u < units) {
-                unit_load<KIND>(wr, u, r[c]);
-                if constexpr (U::Q) {
-                    const float2 p = __ldg((const float2 *)sr + (u * NV) / ex.group);
-                    sc[c] = p.x, bi[c] = p.y;
+        for (int m = 0; m < NR; m++) {
+            const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)(row0 + m) * row_bytes(KIND, ex.ff);
+            const float *sr =
+                U::Q ? (const float *)tab[5] + (size_t)(row0 + m) * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+#pragma unroll
+            for (int c = 0; c < CC; c++) {
+                const int u = c * 32 + lane;
+                if (u < units) {
+                    unit_load<KIND>(wr, u, r[m][c]);
+                    if constexpr (U::Q) {
+                        const float2 p = __ldg((const float2 *)sr + (u * NV) / ex.group);
+                        sc[m][c] = p.x, bi[m][c] = p.y;
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < W; k++)
+                        r[m][c][k] = 0;
+                    sc[m][c] = bi[m][c] = 0.0f;
                 }
-            } else {
-#pragma unroll
-                for (int k = 0; k < W; k++)
-                    r[c][k] = 0;
-                sc[c] = bi[c] = 0.0f;
             }
         }
         if (lane == 0) {
@@ -770,14 +777,16 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
             __threadfence();
         }
         __syncwarp();
-        for (int q = p0; q < p1; q += NT) {
-            const int n = p1 - q < NT ? p1 - q : NT;
-            float acc[NT];
+        for (int q = p0; q < p1; q += NTD) {
+            const int n = p1 - q < NTD ? p1 - q : NTD;
+            float acc[NR][NTD];
 #pragma unroll
-            for (int j = 0; j < NT; j++)
-                acc[j] = 0.0f;
+            for (int m = 0; m < NR; m++)
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
+                for (int j = 0; j < NTD; j++)
+                    acc[m][j] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NTD; j++) {
                 if (j >= n)
                     break;
                 const float *xrow = h + (size_t)pk[q + j] * ex.ff;
@@ -792,24 +801,28 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                         const float4 a = __ldcg((const float4 *)(xrow + u * NV + k));
                         xv[k] = a.x, xv[k + 1] = a.y, xv[k + 2] = a.z, xv[k + 3] = a.w;
                     }
-                    acc[j] = unit_dot<KIND>(r[c], xv, sc[c], bi[c], acc[j]);
+#pragma unroll
+                    for (int m = 0; m < NR; m++)
+                        acc[m][j] = unit_dot<KIND>(r[m][c], xv, sc[m][c], bi[m][c], acc[m][j]);
                 }
             }
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const float v = warp_sum(acc[j]);
-                if (lane == 0 && j < n)
-                    y[(size_t)pk[q + j] * ex.dim + row] = v;
-            }
+            for (int m = 0; m < NR; m++)
+#pragma unroll
+                for (int j = 0; j < NTD; j++) {
+                    const float v = warp_sum(acc[m][j]);
+                    if (lane == 0 && j < n)
+                        y[(size_t)pk[q + j] * ex.dim + row0 + m] = v;
+                }
         }
         int last = 0;
         if (lane == 0) {
             __threadfence();
-            last = atomicAdd(&cnt[row / TCU_MOE_ROWS], 1) == ng * TCU_MOE_ROWS - 1;
+            last = atomicAdd(&cnt[row0 / TCU_MOE_ROWS], NR) == ng * TCU_MOE_ROWS - NR;
         }
         if (__shfl_sync(0xffffffffu, last, 0)) { /* the tile's rows, every token: down_sum's sum */
             __threadfence();
-            const int r0 = row / TCU_MOE_ROWS * TCU_MOE_ROWS;
+            const int r0 = row0 / TCU_MOE_ROWS * TCU_MOE_ROWS;
             for (int k2 = lane; k2 < T * TCU_MOE_ROWS; k2 += 32) {
                 const int t = k2 / TCU_MOE_ROWS, rr = r0 + k2 % TCU_MOE_ROWS;
                 float o = 0.0f;
@@ -818,7 +831,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                 x[(size_t)t * ex.dim + rr] += o;
             }
             if (lane == 0)
-                cnt[row / TCU_MOE_ROWS] = 0;
+                cnt[row0 / TCU_MOE_ROWS] = 0;
         }
     }
     if (lane == 0) { /* the last warp out: group counters back to zero */
@@ -882,6 +895,16 @@ template <typename F> int grid_cols(F kernel, int full, int G, int flags)
     return c < 8 ? full : c < full ? c : full;
 }
 
+template <typename F>
+int fused_launch(F k, const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, int G,
+                 bool pdl, cudaStream_t st)
+{
+    const long need = ((long)G * (e.ff + e.dim) + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
+    const int wave = wave_blocks(k), nb = need < wave ? (int)need : wave;
+    return launch_pdl(pdl, k, dim3(nb), dim3(TCU_MOE_ROWS * 32), 0, st, e, (const int32_t *)s.meta, G, xn, s.h, s.y,
+                      (const float *)s.wt, s.cnt, x, T);
+}
+
 template <int KIND>
 int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
                    int flags, cudaStream_t st)
@@ -891,11 +914,12 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
     constexpr int SH = KIND == TCU_F32 ? 2 : 4;
     if ((flags & TCU_MOE_FUSED) && e.ff <= 32 * SH * unit_t<KIND>::NV) {
         PROF(TCU_PROF_MOE_GU, st);
-        const auto k = moe_fused_kernel<KIND, SH>;
-        const long need = ((long)G * (e.ff + e.dim) + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
-        const int wave = wave_blocks(k), nb = need < wave ? (int)need : wave;
-        return launch_pdl(pdl, k, dim3(nb), blk, 0, st, e, (const int32_t *)s.meta, G, xn, s.h, s.y,
-                          (const float *)s.wt, s.cnt, x, T);
+        const bool r4 = (flags & TCU_MOE_DOWN_ROWS4) != 0;
+        if (T == 1)
+            return r4 ? fused_launch(moe_fused_kernel<KIND, SH, 4, 1>, e, s, xn, x, T, G, pdl, st)
+                      : fused_launch(moe_fused_kernel<KIND, SH, 1, 1>, e, s, xn, x, T, G, pdl, st);
+        return r4 ? fused_launch(moe_fused_kernel<KIND, SH, 4, NT>, e, s, xn, x, T, G, pdl, st)
+                  : fused_launch(moe_fused_kernel<KIND, SH, 1, NT>, e, s, xn, x, T, G, pdl, st);
     }
     int rc;
     {
