@@ -358,12 +358,22 @@ constexpr int FUSE_T = 64; // steps up to this many tokens take moe_gate_kernel
 
 // A token's RMSNorm factor 1 / sqrt(mean(x^2) + eps) by one warp: each lane
 // sums its strided elements in double, then the butterfly - one order
-// whatever the step.
+// whatever the step. The loads go 16 at a time (a 2048-wide row in 4 round
+// trips rather than one per unrolled few); squares of floats are exact in
+// double, so fused or not the sums are the same.
 __device__ __forceinline__ float norm_factor(const float *xr, int n, float eps)
 {
     double ss = 0.0;
-    for (int e = threadIdx.x & 31; e < n; e += 32)
-        ss += (double)xr[e] * xr[e];
+    for (int e0 = threadIdx.x & 31; e0 < n; e0 += 32 * 16) {
+        float v[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++)
+            v[k] = e0 + 32 * k < n ? xr[e0 + 32 * k] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; k++)
+            if (e0 + 32 * k < n)
+                ss += (double)v[k] * v[k];
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         ss += __shfl_xor_sync(0xffffffffu, ss, o);
