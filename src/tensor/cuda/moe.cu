@@ -204,6 +204,87 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_router_kernel(const uin
 
 constexpr int MAXV = TCU_MOE_MAX_EXPERTS / 32;
 
+// Token t's routing by one warp: the softmax over its E logits, the K most
+// probable (the lower id on a tie), renormalized when norm_topk, sorted by
+// id into sel / wt; a step of one token (T == 1) also writes the groups
+// (its picks by id: G = K) into meta.
+template <int MV>
+__device__ __forceinline__ void route_one(const float *rl, int t, int T, int E, int K, int norm_topk, int G, float *wt,
+                                          int32_t *sel, int32_t *meta)
+{
+    const int lane = threadIdx.x & 31;
+    const float *p = rl + (size_t)t * E;
+    float v[MV];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < MV; j++) {
+        const int e = lane + 32 * j;
+        v[j] = e < E ? __ldcg(p + e) : -INFINITY;
+        mx = fmaxf(mx, v[j]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < MV; j++)
+        if (lane + 32 * j < E) {
+            v[j] = expf(v[j] - mx);
+            s += v[j];
+        }
+    s = warp_sum(s);
+#pragma unroll
+    for (int j = 0; j < MV; j++)
+        v[j] = lane + 32 * j < E ? v[j] / s : -1.0f;
+    unsigned taken = 0;
+    float tsum = 0.0f, my_w = 0.0f;
+    int my_id = 0x7fffffff;
+    for (int k = 0; k < K; k++) {
+        float bv = -2.0f;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < MV; j++)
+            if (!((taken >> j) & 1u) && v[j] > bv) {
+                bv = v[j];
+                bi = lane + 32 * j;
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if ((bi & 31) == lane)
+            taken |= 1u << (bi >> 5);
+        if (lane == k) {
+            my_id = bi;
+            my_w = bv;
+        }
+        tsum += bv;
+    }
+    if (norm_topk)
+        my_w /= tsum;
+    int rank = 0; /* by expert id */
+    for (int j = 0; j < K; j++)
+        rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
+    if (lane < K) {
+        sel[(size_t)t * K + rank] = my_id;
+        wt[(size_t)t * K + rank] = my_w;
+    }
+    if (T == 1 && lane < K) { /* one token: its picks by id are the groups */
+        meta[1 + rank] = my_id;
+        meta[1 + G + rank] = rank;
+        meta[2 + 2 * G + rank] = rank;
+        if (lane == 0) {
+            meta[1 + G + K] = K;
+            meta[0] = K;
+        }
+    }
+}
+
 // Routing and grouping by one block of up to 32 warps (see cuda_moe.h); sh:
 // 2 E ints of shared memory. rl is read through L2 (other blocks of the
 // caller's grid may have written it). MV: router logits a lane (E <= 32
@@ -214,79 +295,9 @@ __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk,
                             int32_t *meta, int *sh)
 {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int t = w; t < T; t += nw) {
-        const float *p = rl + (size_t)t * E;
-        float v[MV];
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < MV; j++) {
-            const int e = lane + 32 * j;
-            v[j] = e < E ? __ldcg(p + e) : -INFINITY;
-            mx = fmaxf(mx, v[j]);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < MV; j++)
-            if (lane + 32 * j < E) {
-                v[j] = expf(v[j] - mx);
-                s += v[j];
-            }
-        s = warp_sum(s);
-#pragma unroll
-        for (int j = 0; j < MV; j++)
-            v[j] = lane + 32 * j < E ? v[j] / s : -1.0f;
-        unsigned taken = 0;
-        float tsum = 0.0f, my_w = 0.0f;
-        int my_id = 0x7fffffff;
-        for (int k = 0; k < K; k++) {
-            float bv = -2.0f;
-            int bi = 0x7fffffff;
-#pragma unroll
-            for (int j = 0; j < MV; j++)
-                if (!((taken >> j) & 1u) && v[j] > bv) {
-                    bv = v[j];
-                    bi = lane + 32 * j;
-                }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                if (ov > bv || (ov == bv && oi < bi)) {
-                    bv = ov;
-                    bi = oi;
-                }
-            }
-            if ((bi & 31) == lane)
-                taken |= 1u << (bi >> 5);
-            if (lane == k) {
-                my_id = bi;
-                my_w = bv;
-            }
-            tsum += bv;
-        }
-        if (norm_topk)
-            my_w /= tsum;
-        int rank = 0; /* by expert id */
-        for (int j = 0; j < K; j++)
-            rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
-        if (lane < K) {
-            sel[(size_t)t * K + rank] = my_id;
-            wt[(size_t)t * K + rank] = my_w;
-        }
-        if (T == 1 && lane < K) { /* one token: its picks by id are the groups (G = K) */
-            meta[1 + rank] = my_id;
-            meta[1 + G + rank] = rank;
-            meta[2 + 2 * G + rank] = rank;
-            if (lane == 0) {
-                meta[1 + G + K] = K;
-                meta[0] = K;
-            }
-        }
-    }
-    if (T == 1)
+    for (int t = w; t < T; t += nw)
+        route_one<MV>(rl, t, T, E, K, norm_topk, G, wt, sel, meta);
+    if (T == 1) /* route_one wrote the groups */
         return;
     int *cnt = sh, *num = sh + E;
     for (int e = threadIdx.x; e < E; e += blockDim.x)
@@ -690,40 +701,101 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     down_sum(ex, cnt, ng_all, y, wt, x, T, RT);
 }
 
+// Lane 0 waits until *c reaches `want` (polling through L2), then the warp
+// goes on; it gives up after about 2^27 cycles (wrong sums rather than a
+// hang, were a waited-for warp ever not to run).
+__device__ __forceinline__ void warp_wait(const int32_t *c, int want)
+{
+    if ((threadIdx.x & 31) == 0) {
+        const long long t0 = clock64();
+        while (*(volatile const int32_t *)c < want && clock64() - t0 < (1ll << 27))
+            __nanosleep(64);
+        __threadfence();
+    }
+    __syncwarp();
+}
+
 // tcu_opts.moe TCU_MOE_FUSED (short down rows): gate/up, down and the
 // weighted sum in one launch of about one wave, a warp an item - first every
 // group's gate/up rows, then every group's down rows (NR consecutive rows an
 // item: 4 with TCU_MOE_DOWN_ROWS4, else 1), each warp taking items gw, gw +
-// warps, ... in order (so a warp has done all its gate/up rows before its
-// first down item). A down item requests its weights, then waits (lane 0
-// polling) until its group's gate/up rows are all counted (cnt[tiles + 2 +
-// g]); the warp completing a row tile's last group (cnt[tile]) sums the
-// tile's rows as down_sum does; the last warp out zeroes the group
-// counters. The products are moe_gu_kernel's and moe_down_short_kernel's
-// (NTD tokens a pass: 1 for a step of one token, else NT), the sum
-// down_sum's: the same bits. The grid never exceeds one wave, so every warp
-// a group waits for runs; a wait gives up after about 2^27 cycles (wrong
-// sums rather than a hang, were that ever not so).
-template <int KIND, int CC, int NR, int NTD>
+// warps, ... in order (so a warp has done all its earlier items before it
+// waits on others'). A down item requests its weights, then waits until
+// its group's gate/up rows are all counted (cnt[tiles + 3 + g]); the warp
+// completing a row tile's last group (cnt[tile]) sums the tile's rows as
+// down_sum does; the last warp out zeroes the counters. The products are
+// moe_gu_kernel's and moe_down_short_kernel's (NTD tokens a pass: 1 for a
+// step of one token, else NT), the sum down_sum's: the same bits. The grid
+// never exceeds one wave, so every warp waited for runs.
+// ROUTE (TCU_MOE_LAYER, one token, a bf16 router): the launch also does
+// moe_gate_kernel's work, as items before the rest - a router row each
+// (the norm factor computed by each such warp, the same bits; row 0's warp
+// writes xn), the last of them routing (route_one) and setting
+// cnt[tiles + 2]; the gate/up items wait for it and read the routing's
+// results through L2.
+template <int KIND, int CC, int NR, int NTD, bool ROUTE>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
-    moe_fused_kernel(tcu_experts ex, const int32_t *meta, int G, const float *xn, float *h, float *y, const float *wt,
-                     int32_t *cnt, float *x, int T)
+    moe_fused_kernel(tcu_experts ex, int32_t *meta, int G, float *xn, float *h, float *y, float *wt, int32_t *cnt,
+                     float *x, int T, const float *ng_w, float eps, float *rl, int32_t *sel)
 {
     using U = unit_t<KIND>;
     constexpr int W = U::WORDS, NV = U::NV;
+    const int lane = threadIdx.x & 31, K = ex.n_used, E = ex.n_expert;
+    const int nw = gridDim.x * (blockDim.x >> 5), gw = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const size_t rrb = row_bytes(TCU_BF16, ex.dim);
+    if (ROUTE && gw < E) { /* the router row into L2 while the kernel before this one ends */
+        const uint8_t *wr = (const uint8_t *)ex.router.w + (size_t)gw * rrb;
+        for (size_t o = (size_t)lane * 128; o < rrb; o += 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + o));
+    }
     pdl_wait();
     pdl_trigger();
-    const meta_v mv{meta, G};
-    const int ng = mv.groups(), lane = threadIdx.x & 31, K = ex.n_used;
-    const int nw = gridDim.x * (blockDim.x >> 5), gw = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    auto mget = [&](int k) { return ROUTE ? __ldcg(meta + k) : meta[k]; };
+    const int ng = ROUTE ? G : meta[0];
     const int tiles = (ex.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, dn = ex.dim / NR;
-    int32_t *const done = cnt + tiles + 2;
-    const int32_t *pk = mv.picks();
-    const long n_gu = (long)ng * ex.ff, n_all = n_gu + (long)ng * dn;
+    int32_t *const routed = cnt + tiles + 2, *const done = cnt + tiles + 3;
+    const long n_r = ROUTE ? E : 0, n_gu = n_r + (long)ng * ex.ff, n_all = n_gu + (long)ng * dn;
+    bool waited = !ROUTE;
     for (long i = gw; i < n_all; i += nw) {
+        if (i < n_r) { /* a router row (ROUTE: T == 1) */
+            const int row = (int)i;
+            float rn[1] = {norm_factor(x, ex.dim, eps)};
+            const uint8_t *wr = (const uint8_t *)ex.router.w + (size_t)row * rrb;
+            const float *sr = nullptr;
+            float res[1][1];
+            warp_rows<TCU_BF16, 1, true, 0, 1>(&wr, &sr, ex.dim, ex.router.group, x, nullptr, 1, 0, 1, res, ng_w, rn);
+            if (row == 0)
+                for (int k = lane; k < ex.dim; k += 32)
+                    xn[k] = (x[k] * rn[0]) * ng_w[k];
+            int last = 0;
+            if (lane == 0) {
+                rl[row] = res[0][0];
+                __threadfence();
+                last = atomicAdd(&cnt[tiles], 1) == E - 1;
+            }
+            __syncwarp();
+            if (__shfl_sync(0xffffffffu, last, 0)) {
+                __threadfence();
+                if (E <= 128)
+                    route_one<4>(rl, 0, 1, E, K, ex.norm_topk, G, wt, sel, meta);
+                else
+                    route_one<MAXV>(rl, 0, 1, E, K, ex.norm_topk, G, wt, sel, meta);
+                __threadfence();
+                __syncwarp();
+                if (lane == 0) {
+                    cnt[tiles] = 0;
+                    atomicExch(routed, 1);
+                }
+            }
+            continue;
+        }
+        if (!waited) {
+            warp_wait(routed, 1);
+            waited = true;
+        }
         if (i < n_gu) {
-            const int g = (int)(i / ex.ff), row = (int)(i % ex.ff);
-            const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
+            const int g = (int)((i - n_r) / ex.ff), row = (int)((i - n_r) % ex.ff);
+            const int e = mget(1 + g), p0 = mget(1 + G + g), p1 = mget(2 + G + g);
             const void *const *tab = ex.tab + (size_t)e * 6;
             if (ex.used && row == 0 && lane == 0) {
                 ex.used[e] = 1;
@@ -738,13 +810,17 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                                   U::Q ? (const float *)tab[4] + (size_t)row * nq * 2 : nullptr};
             for (int q = p0; q < p1; q += NTD) {
                 const int n = p1 - q < NTD ? p1 - q : NTD;
+                int32_t pq[NTD];
+#pragma unroll
+                for (int j = 0; j < NTD; j++)
+                    pq[j] = j < n ? mget(2 + 2 * G + q + j) : 0;
                 float res[2][NTD];
-                warp_rows<KIND, 2, false, 0, NTD>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
+                warp_rows<KIND, 2, false, 0, NTD>(wr, sr, ex.dim, ex.group, xn, pq, ex.n_used, 0, n, res);
                 if (lane == 0)
 #pragma unroll
                     for (int j = 0; j < NTD; j++)
                         if (j < n)
-                            h[(size_t)pk[q + j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
+                            h[(size_t)pq[j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
             }
             if (lane == 0) {
                 __threadfence();
@@ -753,7 +829,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
             continue;
         }
         const int g = (int)((i - n_gu) / dn), row0 = (int)((i - n_gu) % dn) * NR;
-        const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
+        const int e = mget(1 + g), p0 = mget(1 + G + g), p1 = mget(2 + G + g);
         const void *const *tab = ex.tab + (size_t)e * 6;
         const int units = ex.ff / NV;
         uint32_t r[NR][CC][W];
@@ -780,13 +856,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                 }
             }
         }
-        if (lane == 0) {
-            const long long t0 = clock64();
-            while (*(volatile int32_t *)&done[g] < ex.ff && clock64() - t0 < (1ll << 27))
-                __nanosleep(64);
-            __threadfence();
-        }
-        __syncwarp();
+        warp_wait(&done[g], ex.ff);
         for (int q = p0; q < p1; q += NTD) {
             const int n = p1 - q < NTD ? p1 - q : NTD;
             float acc[NR][NTD];
@@ -795,11 +865,15 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
 #pragma unroll
                 for (int j = 0; j < NTD; j++)
                     acc[m][j] = 0.0f;
+            int32_t pq[NTD];
+#pragma unroll
+            for (int j = 0; j < NTD; j++)
+                pq[j] = j < n ? mget(2 + 2 * G + q + j) : 0;
 #pragma unroll
             for (int j = 0; j < NTD; j++) {
                 if (j >= n)
                     break;
-                const float *xrow = h + (size_t)pk[q + j] * ex.ff;
+                const float *xrow = h + (size_t)pq[j] * ex.ff;
 #pragma unroll
                 for (int c = 0; c < CC; c++) {
                     const int u = c * 32 + lane;
@@ -822,7 +896,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                 for (int j = 0; j < NTD; j++) {
                     const float v = warp_sum(acc[m][j]);
                     if (lane == 0 && j < n)
-                        y[(size_t)pk[q + j] * ex.dim + row0 + m] = v;
+                        y[(size_t)pq[j] * ex.dim + row0 + m] = v;
                 }
         }
         int last = 0;
@@ -844,11 +918,12 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                 cnt[row0 / TCU_MOE_ROWS] = 0;
         }
     }
-    if (lane == 0) { /* the last warp out: group counters back to zero */
+    if (lane == 0) { /* the last warp out: the counters back to zero */
         __threadfence();
         if (atomicAdd(&cnt[tiles + 1], 1) == nw - 1) {
             for (int g = 0; g < ng; g++)
                 done[g] = 0;
+            *routed = 0;
             cnt[tiles + 1] = 0;
         }
     }
@@ -906,17 +981,17 @@ template <typename F> int grid_cols(F kernel, int full, int G, int flags)
 }
 
 template <typename F>
-int fused_launch(F k, const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, int G,
-                 bool pdl, cudaStream_t st)
+int fused_launch(F k, const tcu_experts &e, const tcu_moe_scratch &s, float *xn, float *x, int T, int G, bool pdl,
+                 cudaStream_t st, const float *ng = nullptr, float eps = 0.0f)
 {
-    const long need = ((long)G * (e.ff + e.dim) + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
+    const long need = ((long)G * (e.ff + e.dim) + (ng ? e.n_expert : 0) + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
     const int wave = wave_blocks(k), nb = need < wave ? (int)need : wave;
-    return launch_pdl(pdl, k, dim3(nb), dim3(TCU_MOE_ROWS * 32), 0, st, e, (const int32_t *)s.meta, G, xn, s.h, s.y,
-                      (const float *)s.wt, s.cnt, x, T);
+    return launch_pdl(pdl, k, dim3(nb), dim3(TCU_MOE_ROWS * 32), 0, st, e, s.meta, G, xn, s.h, s.y, s.wt, s.cnt, x, T,
+                      ng, eps, s.rl, s.sel);
 }
 
 template <int KIND>
-int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
+int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, float *xn, float *x, int T, bool pdl,
                    int flags, cudaStream_t st)
 {
     const int G = e.n_expert < T * e.n_used ? e.n_expert : T * e.n_used;
@@ -926,10 +1001,10 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
         PROF(TCU_PROF_MOE_GU, st);
         const bool r4 = (flags & TCU_MOE_DOWN_ROWS4) != 0;
         if (T == 1)
-            return r4 ? fused_launch(moe_fused_kernel<KIND, SH, 4, 1>, e, s, xn, x, T, G, pdl, st)
-                      : fused_launch(moe_fused_kernel<KIND, SH, 1, 1>, e, s, xn, x, T, G, pdl, st);
-        return r4 ? fused_launch(moe_fused_kernel<KIND, SH, 4, NT>, e, s, xn, x, T, G, pdl, st)
-                  : fused_launch(moe_fused_kernel<KIND, SH, 1, NT>, e, s, xn, x, T, G, pdl, st);
+            return r4 ? fused_launch(moe_fused_kernel<KIND, SH, 4, 1, false>, e, s, xn, x, T, G, pdl, st)
+                      : fused_launch(moe_fused_kernel<KIND, SH, 1, 1, false>, e, s, xn, x, T, G, pdl, st);
+        return r4 ? fused_launch(moe_fused_kernel<KIND, SH, 4, NT, false>, e, s, xn, x, T, G, pdl, st)
+                  : fused_launch(moe_fused_kernel<KIND, SH, 1, NT, false>, e, s, xn, x, T, G, pdl, st);
     }
     int rc;
     {
@@ -996,7 +1071,7 @@ int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, f
     }
 }
 
-int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
+int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, float *xn, float *x, int T, bool pdl,
                 int flags, cudaStream_t st)
 {
     switch (e.kind) {
@@ -1009,11 +1084,43 @@ int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn,
     }
 }
 
+// TCU_MOE_LAYER: a step of one token, a bf16 router and short down rows -
+// the whole sparse layer in one launch (moe_fused_kernel's ROUTE); -1 where
+// it does not apply.
+template <int KIND>
+int layer_launch(const tcu_experts &e, const tcu_moe_scratch &s, float *x, const float *ng, float eps, float *xn,
+                 int flags, bool pdl, cudaStream_t st)
+{
+    constexpr int SH = KIND == TCU_F32 ? 2 : 4;
+    if (e.ff > 32 * SH * unit_t<KIND>::NV)
+        return -1;
+    PROF(TCU_PROF_MOE_GU, st);
+    const int G = e.n_used;
+    return flags & TCU_MOE_DOWN_ROWS4
+               ? fused_launch(moe_fused_kernel<KIND, SH, 4, 1, true>, e, s, xn, x, 1, G, pdl, st, ng, eps)
+               : fused_launch(moe_fused_kernel<KIND, SH, 1, 1, true>, e, s, xn, x, 1, G, pdl, st, ng, eps);
+}
+
+int layer_any(const tcu_experts &e, const tcu_moe_scratch &s, float *x, const float *ng, float eps, float *xn,
+              int flags, bool pdl, cudaStream_t st)
+{
+    if (e.router.kind != TCU_BF16 || e.router.sb)
+        return -1;
+    switch (e.kind) {
+    case TCU_F32: return layer_launch<TCU_F32>(e, s, x, ng, eps, xn, flags, pdl, st);
+    case TCU_BF16: return layer_launch<TCU_BF16>(e, s, x, ng, eps, xn, flags, pdl, st);
+    case TCU_F16: return layer_launch<TCU_F16>(e, s, x, ng, eps, xn, flags, pdl, st);
+    case TCU_Q4: return layer_launch<TCU_Q4>(e, s, x, ng, eps, xn, flags, pdl, st);
+    case TCU_Q8: return layer_launch<TCU_Q8>(e, s, x, ng, eps, xn, flags, pdl, st);
+    default: return -1;
+    }
+}
+
 } // namespace
 
 extern "C" size_t tcu_moe_cnt_len(int dim, int n_expert)
 {
-    return (size_t)((dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 2 + n_expert);
+    return (size_t)((dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 3 + n_expert);
 }
 
 extern "C" size_t tcu_moe_meta_len(int n_expert, int n_used, int T)
@@ -1034,6 +1141,9 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
         return (int)cudaErrorInvalidValue;
     const int G = e->n_expert < T * e->n_used ? e->n_expert : T * e->n_used;
     int rc;
+    if (T == 1 && (op.moe & TCU_MOE_LAYER) &&
+        (rc = layer_any(*e, *s, x, norm_g, norm_eps, xn, op.moe, op.pdl, st)) >= 0)
+        return rc;
     {
         PROF(TCU_PROF_MOE_GATE, st);
         if (T <= FUSE_T) {
