@@ -255,10 +255,7 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4 | TCU_MOE_DOWN_EARLY,
-                                       TCU_MOE_FUSED,
-                                       TCU_MOE_FUSED | TCU_MOE_DOWN_ROWS4,
-                                       TCU_MOE_LAYER | TCU_MOE_FUSED,
-                                       TCU_MOE_LAYER | TCU_MOE_FUSED | TCU_MOE_DOWN_ROWS4};
+                                       TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED};
         for (int vi = 0; vi < (int)(sizeof variants / sizeof *variants); vi++) {
             op.moe = variants[vi];
             KCU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));

@@ -1364,7 +1364,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_EARLY", offsetof(tcu_opts, early), 0, 31},
     {"TERN_CUDA_RING", offsetof(tcu_opts, ring), 0, 31},
     {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
-    {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 31},
+    {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 15},
 };
 
 /* TERN_CUDA_GEMV: one kernel name for every weight kind, or three (bf16,

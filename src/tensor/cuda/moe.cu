@@ -715,87 +715,39 @@ __device__ __forceinline__ void warp_wait(const int32_t *c, int want)
     __syncwarp();
 }
 
-// tcu_opts.moe TCU_MOE_FUSED (short down rows): gate/up, down and the
-// weighted sum in one launch of about one wave, a warp an item - first every
-// group's gate/up rows, then every group's down rows (NR consecutive rows an
-// item: 4 with TCU_MOE_DOWN_ROWS4, else 1), each warp taking items gw, gw +
-// warps, ... in order (so a warp has done all its earlier items before it
-// waits on others'). A down item requests its weights, then waits until
-// its group's gate/up rows are all counted (cnt[tiles + 3 + g]); the warp
-// completing a row tile's last group (cnt[tile]) sums the tile's rows as
-// down_sum does; the last warp out zeroes the counters. The products are
-// moe_gu_kernel's and moe_down_short_kernel's (NTD tokens a pass: 1 for a
-// step of one token, else NT), the sum down_sum's: the same bits. The grid
-// never exceeds one wave, so every warp waited for runs.
-// ROUTE (TCU_MOE_LAYER, one token, a bf16 router): the launch also does
-// moe_gate_kernel's work, as items before the rest - a router row each
-// (the norm factor computed by each such warp, the same bits; row 0's warp
-// writes xn), the last of them routing (route_one) and setting
-// cnt[tiles + 2]; the gate/up items wait for it and read the routing's
-// results through L2.
-template <int KIND, int CC, int NR, int NTD, bool ROUTE>
+// tcu_opts.moe TCU_MOE_FUSED (the default; a step of one token, 4-bit
+// experts with short down rows): gate/up, down and the weighted sum in one
+// launch of about one wave, a warp an item - first every group's gate/up
+// rows, then every group's down rows, NR consecutive rows an item; warp w
+// takes items w, w + warps, ... in order (so it has done all its earlier
+// items before it waits on others'). A down item requests its weights,
+// then waits until its group's gate/up rows are all counted (cnt[tiles + 2
+// + g]); the warp completing a row tile's last group (cnt[tile]) sums the
+// tile's rows as down_sum does; the last warp out zeroes the counters. The
+// products are moe_gu_kernel's and moe_down_short_kernel's (a token a
+// pass), the sum down_sum's: the same bits. The grid never exceeds one
+// wave, so every warp waited for runs. H200, 30B-A3B shape, the layer
+// alone (bench_moe --kernels): 4-bit 46.8 us a layer against 50.6 in three
+// launches; bf16 49.7 against 44.6, and one row an item 81 - so 4-bit only.
+template <int KIND, int CC>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
-    moe_fused_kernel(tcu_experts ex, int32_t *meta, int G, float *xn, float *h, float *y, float *wt, int32_t *cnt,
-                     float *x, int T, const float *ng_w, float eps, float *rl, int32_t *sel)
+    moe_fused_kernel(tcu_experts ex, const int32_t *meta, int G, const float *xn, float *h, float *y, const float *wt,
+                     int32_t *cnt, float *x, int T)
 {
     using U = unit_t<KIND>;
-    constexpr int W = U::WORDS, NV = U::NV;
-    const int lane = threadIdx.x & 31, K = ex.n_used, E = ex.n_expert;
+    constexpr int W = U::WORDS, NV = U::NV, NR = 4, NTD = 1;
+    const int lane = threadIdx.x & 31, K = ex.n_used;
     const int nw = gridDim.x * (blockDim.x >> 5), gw = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const size_t rrb = row_bytes(TCU_BF16, ex.dim);
-    if (ROUTE && gw < E) { /* the router row into L2 while the kernel before this one ends */
-        const uint8_t *wr = (const uint8_t *)ex.router.w + (size_t)gw * rrb;
-        for (size_t o = (size_t)lane * 128; o < rrb; o += 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + o));
-    }
     pdl_wait();
     pdl_trigger();
-    auto mget = [&](int k) { return ROUTE ? __ldcg(meta + k) : meta[k]; };
-    const int ng = ROUTE ? G : meta[0];
+    const int ng = meta[0];
     const int tiles = (ex.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, dn = ex.dim / NR;
-    int32_t *const routed = cnt + tiles + 2, *const done = cnt + tiles + 3;
-    const long n_r = ROUTE ? E : 0, n_gu = n_r + (long)ng * ex.ff, n_all = n_gu + (long)ng * dn;
-    bool waited = !ROUTE;
+    int32_t *const done = cnt + tiles + 2;
+    const long n_gu = (long)ng * ex.ff, n_all = n_gu + (long)ng * dn;
     for (long i = gw; i < n_all; i += nw) {
-        if (i < n_r) { /* a router row (ROUTE: T == 1) */
-            const int row = (int)i;
-            float rn[1] = {norm_factor(x, ex.dim, eps)};
-            const uint8_t *wr = (const uint8_t *)ex.router.w + (size_t)row * rrb;
-            const float *sr = nullptr;
-            float res[1][1];
-            warp_rows<TCU_BF16, 1, true, 0, 1>(&wr, &sr, ex.dim, ex.router.group, x, nullptr, 1, 0, 1, res, ng_w, rn);
-            if (row == 0)
-                for (int k = lane; k < ex.dim; k += 32)
-                    xn[k] = (x[k] * rn[0]) * ng_w[k];
-            int last = 0;
-            if (lane == 0) {
-                rl[row] = res[0][0];
-                __threadfence();
-                last = atomicAdd(&cnt[tiles], 1) == E - 1;
-            }
-            __syncwarp();
-            if (__shfl_sync(0xffffffffu, last, 0)) {
-                __threadfence();
-                if (E <= 128)
-                    route_one<4>(rl, 0, 1, E, K, ex.norm_topk, G, wt, sel, meta);
-                else
-                    route_one<MAXV>(rl, 0, 1, E, K, ex.norm_topk, G, wt, sel, meta);
-                __threadfence();
-                __syncwarp();
-                if (lane == 0) {
-                    cnt[tiles] = 0;
-                    atomicExch(routed, 1);
-                }
-            }
-            continue;
-        }
-        if (!waited) {
-            warp_wait(routed, 1);
-            waited = true;
-        }
         if (i < n_gu) {
-            const int g = (int)((i - n_r) / ex.ff), row = (int)((i - n_r) % ex.ff);
-            const int e = mget(1 + g), p0 = mget(1 + G + g), p1 = mget(2 + G + g);
+            const int g = (int)(i / ex.ff), row = (int)(i % ex.ff);
+            const int e = meta[1 + g], p0 = meta[1 + G + g], p1 = meta[2 + G + g];
             const void *const *tab = ex.tab + (size_t)e * 6;
             if (ex.used && row == 0 && lane == 0) {
                 ex.used[e] = 1;
@@ -813,7 +765,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                 int32_t pq[NTD];
 #pragma unroll
                 for (int j = 0; j < NTD; j++)
-                    pq[j] = j < n ? mget(2 + 2 * G + q + j) : 0;
+                    pq[j] = j < n ? meta[2 + 2 * G + q + j] : 0;
                 float res[2][NTD];
                 warp_rows<KIND, 2, false, 0, NTD>(wr, sr, ex.dim, ex.group, xn, pq, ex.n_used, 0, n, res);
                 if (lane == 0)
@@ -829,7 +781,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
             continue;
         }
         const int g = (int)((i - n_gu) / dn), row0 = (int)((i - n_gu) % dn) * NR;
-        const int e = mget(1 + g), p0 = mget(1 + G + g), p1 = mget(2 + G + g);
+        const int e = meta[1 + g], p0 = meta[1 + G + g], p1 = meta[2 + G + g];
         const void *const *tab = ex.tab + (size_t)e * 6;
         const int units = ex.ff / NV;
         uint32_t r[NR][CC][W];
@@ -868,7 +820,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
             int32_t pq[NTD];
 #pragma unroll
             for (int j = 0; j < NTD; j++)
-                pq[j] = j < n ? mget(2 + 2 * G + q + j) : 0;
+                pq[j] = j < n ? meta[2 + 2 * G + q + j] : 0;
 #pragma unroll
             for (int j = 0; j < NTD; j++) {
                 if (j >= n)
@@ -923,7 +875,6 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
         if (atomicAdd(&cnt[tiles + 1], 1) == nw - 1) {
             for (int g = 0; g < ng; g++)
                 done[g] = 0;
-            *routed = 0;
             cnt[tiles + 1] = 0;
         }
     }
@@ -981,31 +932,27 @@ template <typename F> int grid_cols(F kernel, int full, int G, int flags)
 }
 
 template <typename F>
-int fused_launch(F k, const tcu_experts &e, const tcu_moe_scratch &s, float *xn, float *x, int T, int G, bool pdl,
-                 cudaStream_t st, const float *ng = nullptr, float eps = 0.0f)
+int fused_launch(F k, const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, int G,
+                 bool pdl, cudaStream_t st)
 {
-    const long need = ((long)G * (e.ff + e.dim) + (ng ? e.n_expert : 0) + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
+    const long need = ((long)G * (e.ff + e.dim) + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
     const int wave = wave_blocks(k), nb = need < wave ? (int)need : wave;
-    return launch_pdl(pdl, k, dim3(nb), dim3(TCU_MOE_ROWS * 32), 0, st, e, s.meta, G, xn, s.h, s.y, s.wt, s.cnt, x, T,
-                      ng, eps, s.rl, s.sel);
+    return launch_pdl(pdl, k, dim3(nb), dim3(TCU_MOE_ROWS * 32), 0, st, e, (const int32_t *)s.meta, G, xn, s.h, s.y,
+                      (const float *)s.wt, s.cnt, x, T);
 }
 
 template <int KIND>
-int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, float *xn, float *x, int T, bool pdl,
+int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
                    int flags, cudaStream_t st)
 {
     const int G = e.n_expert < T * e.n_used ? e.n_expert : T * e.n_used;
     const dim3 blk(TCU_MOE_ROWS * 32);
     constexpr int SH = KIND == TCU_F32 ? 2 : 4;
-    if ((flags & TCU_MOE_FUSED) && e.ff <= 32 * SH * unit_t<KIND>::NV) {
-        PROF(TCU_PROF_MOE_GU, st);
-        const bool r4 = (flags & TCU_MOE_DOWN_ROWS4) != 0;
-        if (T == 1)
-            return r4 ? fused_launch(moe_fused_kernel<KIND, SH, 4, 1, false>, e, s, xn, x, T, G, pdl, st)
-                      : fused_launch(moe_fused_kernel<KIND, SH, 1, 1, false>, e, s, xn, x, T, G, pdl, st);
-        return r4 ? fused_launch(moe_fused_kernel<KIND, SH, 4, NT, false>, e, s, xn, x, T, G, pdl, st)
-                  : fused_launch(moe_fused_kernel<KIND, SH, 1, NT, false>, e, s, xn, x, T, G, pdl, st);
-    }
+    if constexpr (KIND == TCU_Q4)
+        if ((flags & TCU_MOE_FUSED) && T == 1 && e.ff <= 32 * SH * unit_t<KIND>::NV) {
+            PROF(TCU_PROF_MOE_GU, st);
+            return fused_launch(moe_fused_kernel<KIND, SH>, e, s, xn, x, T, G, pdl, st);
+        }
     int rc;
     {
         PROF(TCU_PROF_MOE_GU, st);
@@ -1071,7 +1018,7 @@ int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, f
     }
 }
 
-int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, float *xn, float *x, int T, bool pdl,
+int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
                 int flags, cudaStream_t st)
 {
     switch (e.kind) {
@@ -1084,43 +1031,11 @@ int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, float *xn, float
     }
 }
 
-// TCU_MOE_LAYER: a step of one token, a bf16 router and short down rows -
-// the whole sparse layer in one launch (moe_fused_kernel's ROUTE); -1 where
-// it does not apply.
-template <int KIND>
-int layer_launch(const tcu_experts &e, const tcu_moe_scratch &s, float *x, const float *ng, float eps, float *xn,
-                 int flags, bool pdl, cudaStream_t st)
-{
-    constexpr int SH = KIND == TCU_F32 ? 2 : 4;
-    if (e.ff > 32 * SH * unit_t<KIND>::NV)
-        return -1;
-    PROF(TCU_PROF_MOE_GU, st);
-    const int G = e.n_used;
-    return flags & TCU_MOE_DOWN_ROWS4
-               ? fused_launch(moe_fused_kernel<KIND, SH, 4, 1, true>, e, s, xn, x, 1, G, pdl, st, ng, eps)
-               : fused_launch(moe_fused_kernel<KIND, SH, 1, 1, true>, e, s, xn, x, 1, G, pdl, st, ng, eps);
-}
-
-int layer_any(const tcu_experts &e, const tcu_moe_scratch &s, float *x, const float *ng, float eps, float *xn,
-              int flags, bool pdl, cudaStream_t st)
-{
-    if (e.router.kind != TCU_BF16 || e.router.sb)
-        return -1;
-    switch (e.kind) {
-    case TCU_F32: return layer_launch<TCU_F32>(e, s, x, ng, eps, xn, flags, pdl, st);
-    case TCU_BF16: return layer_launch<TCU_BF16>(e, s, x, ng, eps, xn, flags, pdl, st);
-    case TCU_F16: return layer_launch<TCU_F16>(e, s, x, ng, eps, xn, flags, pdl, st);
-    case TCU_Q4: return layer_launch<TCU_Q4>(e, s, x, ng, eps, xn, flags, pdl, st);
-    case TCU_Q8: return layer_launch<TCU_Q8>(e, s, x, ng, eps, xn, flags, pdl, st);
-    default: return -1;
-    }
-}
-
 } // namespace
 
 extern "C" size_t tcu_moe_cnt_len(int dim, int n_expert)
 {
-    return (size_t)((dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 3 + n_expert);
+    return (size_t)((dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS + 2 + n_expert);
 }
 
 extern "C" size_t tcu_moe_meta_len(int n_expert, int n_used, int T)
@@ -1141,9 +1056,6 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
         return (int)cudaErrorInvalidValue;
     const int G = e->n_expert < T * e->n_used ? e->n_expert : T * e->n_used;
     int rc;
-    if (T == 1 && (op.moe & TCU_MOE_LAYER) &&
-        (rc = layer_any(*e, *s, x, norm_g, norm_eps, xn, op.moe, op.pdl, st)) >= 0)
-        return rc;
     {
         PROF(TCU_PROF_MOE_GATE, st);
         if (T <= FUSE_T) {

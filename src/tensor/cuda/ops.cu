@@ -42,7 +42,7 @@ extern "C" void tcu_opts_init(tcu_opts *o)
      * down's rows do not fit the ring); o, q/k/v and lm_head lost */
     o->ring = TCU_PROD_GU | TCU_PROD_DOWN;
     o->split_len1 = 16; /* one K/V load a warp, requested before the wait; 8 and 32 were slower */
-    o->moe = TCU_MOE_DOWN_EARLY | TCU_MOE_WAVES; /* docs/cuda.md, "Mixtures of experts" */
+    o->moe = TCU_MOE_DOWN_EARLY | TCU_MOE_WAVES | TCU_MOE_FUSED; /* docs/cuda.md, "Mixtures of experts" */
 }
 
 static const tcu_opts opts_default = [] {
