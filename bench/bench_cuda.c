@@ -608,19 +608,22 @@ static int gemv_bench(const char *list, int use_stage)
 }
 
 /* --gemm: the throughput mode's batched products alone - the tensor-core
- * GEMV (tc_gemm 0) and the GEMM tile (tc_gemm 1) - on the Llama 8B shapes,
- * bf16 and 4-bit g64, T = 8, 32, 64, 128: us per launch (graph of
- * GV_REPS), weight GB/s, TFLOPS, and whether the two kernels agree within
- * the bf16 envelope (relative L2 difference); then the product-only decode
- * step of the 8B model per kernel and T. */
-static int gemm_bench(void)
+ * GEMV (tc_gemm 0) and the GEMM tile (tc_gemm 1) in each of its
+ * configurations (TERN_CUDA_GEMM_CFG; tcu_gemm_configs) - on the Llama 8B
+ * shapes, bf16 and 4-bit g64, T = 8, 32, 64, 128: us per launch (graph of
+ * GV_REPS) and whether each configuration gives the GEMV's bits (every
+ * output bitwise: "=" or the count of differing outputs and their relative
+ * L2 difference); then the product-only decode step of the 8B model per
+ * kernel and T. Arguments: "cfg,cfg,..." limits the configurations, then
+ * a shape's name and a T the launches (one launch to profile). */
+#define GM_MAXCFG 16
+static int gemm_bench(const char *only, const char *shape, int tonly)
 {
     enum { TMAX = 128, NIN_MAX = 14336, NOUT_MAX = 128256 };
     static const int Ts[4] = {8, 32, 64, 128};
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
     printf("== gemm micro-benchmark (throughput mode): copy bandwidth %.0f GB/s\n", bw / 1e9);
-    printf("%-8s %-6s %3s %9s %7s %7s %9s %7s %7s %8s %s\n", "shape", "kind", "T", "gemv us", "GB/s", "TFLOPS",
-           "gemm us", "GB/s", "TFLOPS", "speedup", "rel diff");
+    printf("shape    kind     T  gemv us  GB/s TFLOPS | per tile configuration: us (speedup) bits\n");
     cudaEvent_t ev[2];
     cudaEventCreate(&ev[0]);
     cudaEventCreate(&ev[1]);
@@ -633,11 +636,14 @@ static int gemm_bench(void)
         !cu_ok(cudaMalloc((void **)&nout, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
         !cu_ok(cudaMalloc(&stage, stage_bytes), "alloc"))
         return 1;
-    float *h0 = malloc(sizeof(float) * TMAX * NOUT_MAX), *h1 = malloc(sizeof(float) * TMAX * NOUT_MAX);
-    double step[2][2][4] = {{{0}}}; /* [kind][kernel][T] seconds */
+    float *h0 = malloc(sizeof(float) * 2 * TMAX * NOUT_MAX), *h1 = malloc(sizeof(float) * 2 * TMAX * NOUT_MAX);
+    double step[2][GM_MAXCFG + 1][4] = {{{0}}}; /* [kind][0 GEMV, 1 + cfg][T] seconds */
+    int ran[GM_MAXCFG] = {0};
     int bad = 0;
     for (int si = 0; si < 5; si++) { /* the 8B shapes */
         const gv_shape *sh = &gv_shapes[si];
+        if (shape && strcmp(shape, sh->name))
+            continue;
         for (int ki = 0; ki < 2; ki++) {
             int kind = gv_kinds[ki], nm = sh->glu ? 2 : 1, q = kind != TCU_BF16;
             size_t wb = (size_t)sh->n_out * gv_row_bytes(kind, sh->n_in), ng = (size_t)sh->n_out * (sh->n_in / GV_GROUP);
@@ -677,46 +683,78 @@ static int gemm_bench(void)
                 a.m[k].y = y + (size_t)k * TMAX * NOUT_MAX;
             }
             for (int ti = 0; ti < 4; ti++) {
-                double us[2];
                 a.T = Ts[ti];
-                for (int v = 0; v < 2; v++) {
+                if (tonly && a.T != tonly)
+                    continue;
+                int cfg[GM_MAXCFG];
+                const int ncfg = tcu_gemm_configs(a.T, cfg, GM_MAXCFG);
+                const size_t nout_all = (size_t)a.T * sh->n_out;
+                const double fl = 2.0 * nm * sh->n_out * sh->n_in * a.T;
+                double us0 = 0;
+                for (int v = -1; v < ncfg; v++) {
+                    char num[16];
+                    if (v >= 0) {
+                        if (only && !strstr(only, (snprintf(num, sizeof num, ",%d,", cfg[v]), num)))
+                            continue;
+                        snprintf(num, sizeof num, "%d", cfg[v]);
+                        setenv("TERN_CUDA_GEMM_CFG", num, 1);
+                    }
                     tcu_opts o;
                     tcu_opts_init(&o);
                     o.gemv_bf16 = o.gemv_q4 = TCU_GEMV_TENSOR;
                     o.exact = 0;
-                    o.tc_gemm = o.tc_gemm_q4 = v;
-                    us[v] = gv_time(&a, &o, nc, w, sb, wb, sbn, ev) * 1e3;
-                    step[ki][v][ti] += sh->count * us[v] * 1e-6;
+                    o.tc_gemm = o.tc_gemm_q4 = v >= 0 ? 1 : 0;
+                    const double us = gv_time(&a, &o, nc, w, sb, wb, sbn, ev) * 1e3;
+                    step[ki][v + 1][ti] += sh->count * us * 1e-6;
                     gv_point(&a, 0, w, sb, wb, sbn);
                     cudaMemset(y, 0xff, sizeof(float) * TMAX * sh->n_out);
                     cu_ok(tcu_gemv(&a, &o, NULL), "gemv");
-                    cu_ok(cudaMemcpy(v ? h1 : h0, y, sizeof(float) * a.T * sh->n_out, cudaMemcpyDeviceToHost), "copy");
+                    cu_ok(cudaMemcpy(v >= 0 ? h1 : h0, y, sizeof(float) * nout_all, cudaMemcpyDeviceToHost), "copy");
+                    unsetenv("TERN_CUDA_GEMM_CFG");
+                    if (v < 0) {
+                        us0 = us;
+                        printf("%-8s %-6s %3d %8.1f %5.0f %6.1f |", sh->name, gv_kind_names[ki], a.T, us,
+                               bytes / us / 1e3, fl / us / 1e6);
+                        continue;
+                    }
+                    ran[cfg[v]] = 1;
+                    double nd = 0, den = 0;
+                    size_t ndiff = 0;
+                    for (size_t i = 0; i < nout_all; i++) {
+                        double d = (double)h1[i] - h0[i];
+                        ndiff += memcmp(&h1[i], &h0[i], sizeof(float)) != 0;
+                        nd += isfinite(h1[i]) ? d * d : INFINITY;
+                        den += (double)h0[i] * h0[i];
+                    }
+                    const double rel = sqrt(nd / (den > 0 ? den : 1));
+                    bad += ndiff != 0;
+                    if (ndiff)
+                        printf(" c%d %.1f (%.2fx) %zu/%.1e", cfg[v], us, us0 / us, ndiff, rel);
+                    else
+                        printf(" c%d %.1f (%.2fx) =", cfg[v], us, us0 / us);
                 }
-                double num = 0, den = 0;
-                for (size_t i = 0; i < (size_t)a.T * sh->n_out; i++) {
-                    double d = (double)h1[i] - h0[i];
-                    num += isfinite(h1[i]) ? d * d : INFINITY;
-                    den += (double)h0[i] * h0[i];
-                }
-                const double rel = sqrt(num / (den > 0 ? den : 1)), fl = 2.0 * nm * sh->n_out * sh->n_in * a.T;
-                bad += !(rel <= 4e-3);
-                printf("%-8s %-6s %3d %9.1f %7.0f %7.1f %9.1f %7.0f %7.1f %7.2fx %.2e\n", sh->name,
-                       gv_kind_names[ki], a.T, us[0], bytes / us[0] / 1e3, fl / us[0] / 1e6, us[1],
-                       bytes / us[1] / 1e3, fl / us[1] / 1e6, us[0] / us[1], rel);
+                printf("\n");
+                fflush(stdout);
             }
             for (int c = 0; c < nc; c++) {
                 cudaFree(w[c]);
                 cudaFree(sb[c]);
             }
-            fflush(stdout);
         }
     }
-    printf("== 8B product-only decode step (the shapes times their launches a step): tok/s GEMV -> GEMM\n");
+    printf("== 8B product-only decode step (the shapes times their launches a step): ms (tok/s), GEMV then each "
+           "configuration\n");
     for (int ki = 0; ki < 2; ki++)
-        for (int ti = 0; ti < 4; ti++)
-            printf("8b %-6s T %3d: %7.3f ms %7.0f tok/s -> %7.3f ms %7.0f tok/s\n", gv_kind_names[ki], Ts[ti],
-                   step[ki][0][ti] * 1e3, Ts[ti] / step[ki][0][ti], step[ki][1][ti] * 1e3, Ts[ti] / step[ki][1][ti]);
-    printf("== gemm check: %s\n", bad ? "FAILED (rel diff over 4e-3)" : "GEMM within 4e-3 of the GEMV everywhere");
+        for (int ti = 0; ti < 4; ti++) {
+            printf("8b %-6s T %3d: gemv %.3f (%.0f)", gv_kind_names[ki], Ts[ti], step[ki][0][ti] * 1e3,
+                   Ts[ti] / step[ki][0][ti]);
+            for (int c = 0; c < GM_MAXCFG; c++)
+                if (ran[c] && step[ki][c + 1][ti] > 0)
+                    printf(" c%d %.3f (%.0f)", c, step[ki][c + 1][ti] * 1e3, Ts[ti] / step[ki][c + 1][ti]);
+            printf("\n");
+        }
+    printf("== gemm check: %s\n", bad ? "FAILED (a configuration's bits differ from the GEMV's)"
+                                      : "every configuration gives the GEMV's bits everywhere");
     cudaEventDestroy(ev[0]);
     cudaEventDestroy(ev[1]);
     cudaFree(x);
@@ -734,7 +772,7 @@ int main(int argc, char **argv)
 {
     int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0;
     int first = 1;
-    if (argc == 2 && !strcmp(argv[1], "--gemm")) {
+    if ((argc == 2 || argc == 3 || argc == 5) && !strcmp(argv[1], "--gemm")) {
 #ifndef TERN_CUDA
         fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
         return 2;
@@ -743,7 +781,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_cuda: no GPU\n");
             return 2;
         }
-        return gemm_bench();
+        char only[128];
+        snprintf(only, sizeof only, ",%s,", argc >= 3 ? argv[2] : "");
+        return gemm_bench(argc >= 3 ? only : NULL, argc == 5 ? argv[3] : NULL, argc == 5 ? atoi(argv[4]) : 0);
 #endif
     }
     if (argc >= 2 && !strcmp(argv[1], "--gemv")) {

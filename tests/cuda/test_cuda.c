@@ -1175,6 +1175,27 @@ static void test_gemm_tile(void **state)
                         fail_msg("GEMM tile %s %d x %d mode %d T %d: differs from the tensor-core GEMV",
                                  q ? "4-bit" : "bf16", n_out, n_in, mode, T);
                 }
+                /* every configuration of the tile that takes T: the same bits */
+                int cfg[16];
+                const int ncfg = tcu_gemm_configs(T, cfg, 16);
+                assert_true(ncfg > 0);
+                for (int c = 0; c < ncfg; c++) {
+                    char num[16];
+                    snprintf(num, sizeof num, "%d", cfg[c]);
+                    setenv("TERN_CUDA_GEMM_CFG", num, 1);
+                    for (int k = 0; k < nm; k++)
+                        assert_int_equal(cudaMemset(dy[k], 0xff, (size_t)TMAX * n_out * sizeof(float)), 0);
+                    const int rc = tcu_gemv(&a, &o, NULL);
+                    unsetenv("TERN_CUDA_GEMM_CFG");
+                    assert_int_equal(rc, 0);
+                    for (int k = 0; k < nm; k++) {
+                        assert_int_equal(
+                            cudaMemcpy(y0, dy[k], (size_t)T * n_out * sizeof(float), cudaMemcpyDeviceToHost), 0);
+                        if (memcmp(y0, yb[k], (size_t)T * n_out * sizeof(float)))
+                            fail_msg("GEMM tile %s %d x %d mode %d T %d: configuration %d differs from the default",
+                                     q ? "4-bit" : "bf16", n_out, n_in, mode, T, cfg[c]);
+                    }
+                }
                 if (T == 128)
                     memcpy(y0, yb[0], (size_t)T * n_out * sizeof(float));
                 /* the first, a middle and the last token alone: their rows of the batch */
@@ -1364,8 +1385,11 @@ static void test_forward(void **state)
     tern_kernels_exact_set(1);
 }
 
-int main(void)
+/* An argument: only the tests whose names match it (cmocka's pattern). */
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     /* the CPU reference: f32-activation (exact) products, not the integer ones */
     tern_kernels_exact_set(1);
     const struct CMUnitTest tests[] = {

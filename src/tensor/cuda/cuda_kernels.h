@@ -174,6 +174,9 @@ typedef struct tcu_gemv_args {
 int tcu_gemv(const tcu_gemv_args *a, const tcu_opts *o, tcu_stream stream);
 /* launches that took the shared-memory ring (tcu_gemv_args.ring), for tests */
 int tcu_gemv_ring_count(void);
+/* The GEMM tile's configurations (gemm_tc.cu) that take T tokens, into
+ * cfg (at most max); TERN_CUDA_GEMM_CFG picks one (benchmarks). */
+int tcu_gemm_configs(int T, int *cfg, int max);
 
 /* The launchers below that take `o` read only o->pdl unless they say. */
 

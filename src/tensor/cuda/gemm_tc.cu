@@ -13,12 +13,12 @@
 // row g - 8 lanes of a quarter-warp read 128 consecutive bytes, no bank
 // conflict); the step's activations are the stage's [token][4] pieces
 // (gm_stage_kernel: one bf16 an input, nearest even, the fused RMSNorm
-// applied), the same shape. GM_ST steps in flight.
+// applied), the same shape. A pipeline stage holds SPS such steps, ST
+// stages in flight (gm_shape).
 //
-// Warps (MT m-tiles each, by the launch's columns): 8 / MT along the rows
-// by MT groups of 32 tokens (4 n-tiles of 8) - every warp has tokens at any
-// T. n-tiles wholly past the launch's tokens are skipped (their columns are
-// never summed into another).
+// Warps: a tile configuration's warp tile of WMT m-tiles by WNT n-tiles
+// (GM_CFGS). n-tiles wholly past the launch's tokens are skipped (their
+// columns are never summed into another).
 //
 // Order of sums per (row, token): the tensor-core GEMV's throughput mode
 // (gemv_tc.cu), so the two give the same bits and may share launches of
@@ -34,7 +34,6 @@
 #define GM_WARPS 8
 #define GM_BM 128 /* weight rows a tile */
 #define GM_BN 128 /* token columns a tile (a launch) */
-#define GM_ST 6   /* pipeline stages, a 32-input step each (4-bit: 12, one block a SM) */
 
 __device__ __forceinline__ void gm_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                        uint32_t b1)
@@ -158,194 +157,243 @@ template <bool Q> __global__ void __launch_bounds__(GM_WARPS *WARP) gm_stage_ker
     }
 }
 
+
+// The tile's shape (template parameters, one instance a configuration of
+// gm_cfgs below): WR warps along the tile's 128 rows of WMT m-tiles each
+// (WR * WMT * 16 = 128), BN token columns (a launch's C <= BN) in
+// BN / (8 WNT) warps of WNT n-tiles each, SPS 32-input steps a pipeline
+// stage (one barrier a stage), ST stages in flight. Shared memory: ST
+// stages of SPS step blocks [weights 128 x WB][activations BN x 64]
+// (4-bit: then {scale, bias} 128 x 8 and the group sums BN x 4), reused
+// after the pass for the block's sums [128][C + 4] f32. The row pointers
+// of the tile (weights, 4-bit {scale, bias}) are found once into static
+// shared memory.
+template <bool Q, int WR, int WMT, int WNT, int BN, int SPS, int ST> struct gm_shape {
+    static constexpr int WC = BN / (8 * WNT), NW = WR * WC, NTH = NW * WARP;
+    static constexpr int WB = Q ? 16 : 64; /* weight bytes a row and step */
+    static constexpr int XO = GM_BM * WB;  /* activations in a step block */
+    static constexpr int SO = XO + BN * 64; /* 4-bit {scale, bias} */
+    static constexpr int GO = SO + GM_BM * 8; /* 4-bit group sums */
+    static constexpr int SUB = Q ? GO + BN * 4 : SO; /* a step block */
+    static constexpr size_t SMEM_P = (size_t)ST * SPS * SUB;
+    static constexpr size_t SMEM_R = (size_t)GM_BM * (BN + 4) * sizeof(float);
+    static constexpr size_t SMEM = SMEM_P > SMEM_R ? SMEM_P : SMEM_R;
+    static_assert(WR * WMT * 16 == GM_BM, "rows of a tile");
+    static_assert(WC * WNT * 8 == BN && WC >= 1, "columns of a tile");
+};
+
 // grid (KS, row tiles), clusters of KS along x (block rank = slice), C the
-// stage's token columns. Dynamic shared memory: GM_ST stages (gm_stage_bytes),
-// reused after the pass for the block's sums [GM_BM][C + 4] f32.
+// stage's token columns (<= BN).
 //
 // 4-bit (Q): a step's 16 bytes of codes a row, the row's {scale, bias} of
 // the step's group, and the group's activation sums per column; codes read
 // as bf16 1 + q / 16 (exact: pairs (i, i + 4) of a lane's 8), the step's
 // two mma into a fresh accumulator d, then c += 16 s d, and at a group's
 // last step c += (b - 16 s) sum x (w = 16 s (1 + q / 16) + b - 16 s).
-template <bool Q> __host__ __device__ constexpr int gm_wbytes() { return Q ? 16 : 64; } /* a row's step */
-template <bool Q> __host__ __device__ constexpr int gm_stage_bytes()
-{
-    return GM_BM * gm_wbytes<Q>() + GM_BN * 64 + (Q ? GM_BM * 8 + GM_BN * 4 : 0);
-}
-
-template <bool Q> __host__ __device__ constexpr int gm_st() { return Q ? 2 * GM_ST : GM_ST; }
-
-template <bool Q, int MT>
-__global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu_gemv_args a, int KS, int C)
+template <bool Q, int WR, int WMT, int WNT, int BN, int SPS, int ST>
+__global__ void __launch_bounds__(gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>::NTH,
+                                  gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>::NTH <= 128 || !Q ? 2 : 1)
+    gm_kernel(const tcu_gemv_args a, int KS, int C)
 {
     namespace cg = cooperative_groups;
-    constexpr int NTH = GM_WARPS * WARP, WB = gm_wbytes<Q>(), SB = gm_stage_bytes<Q>(), ST = gm_st<Q>();
+    using S = gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>;
+    constexpr int NTH = S::NTH, SUB = S::SUB, SB = SPS * S::SUB;
     extern __shared__ __align__(128) unsigned char gm_smem[];
+    __shared__ const char *gm_rp[GM_BM]; /* a tile row's weights at the slice's first step */
+    __shared__ const char *gm_sp[GM_BM]; /* 4-bit: its {scale, bias} pairs */
     float *red = reinterpret_cast<float *>(gm_smem); /* after the pass: [GM_BM][C + 4] */
     cg::cluster_group cl = cg::this_cluster();
     const int ks = (int)cl.block_rank();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int wm = warp / MT, wn = warp % MT, wr = wm * 16 * MT; /* the warp's first row, token group */
+    const int wm = warp / S::WC, wn = warp % S::WC, wr = wm * 16 * WMT; /* the warp's first row */
     const bool glu = a.glu != 0;
     const long rows = gv_out_rows(a, glu);
     const int orows = glu ? GM_BM / 2 : GM_BM;
     const long o0 = (long)blockIdx.y * orows;
-    const int ns = a.n_in / 32 / KS, s0 = ks * ns, G = Q ? a.m[0].group : 32;
-    /* the weight rows this thread copies: bf16 tile rows tid / 4 and 64 +
-     * tid / 4 (piece tid % 4); 4-bit tile row tid % 128 - its codes
-     * (tid < 128) or its scale and bias */
-    const char *wp[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = Q ? tid % 128 : h * 64 + tid / 4;
+    const int ns = a.n_in / 32 / KS, s0 = ks * ns, G = Q ? a.m[0].group : 32, nstg = (ns + SPS - 1) / SPS;
+    for (int r = tid; r < GM_BM; r += NTH) {
         long gr, off = 0;
-        int k;
-        if (glu) {
+        int k = 0;
+        if (glu) { /* tile rows 0-63 gate, 64-127 the same rows of up */
             gr = o0 + (r & 63);
-            if (gr >= rows)
-                gr = rows - 1;
             k = r >> 6;
         } else {
             gr = o0 + r;
-            if (gr >= rows)
-                gr = rows - 1;
-            k = gv_mat_of(a, gr, &off);
         }
-        if (Q)
-            wp[h] = tid < 128 ? (const char *)a.m[k].w + (size_t)(gr - off) * (a.n_in / 2) + (size_t)s0 * 16
-                              : (const char *)(a.m[k].sb + (size_t)(gr - off) * (a.n_in / G) * 2);
-        else
-            wp[h] = (const char *)a.m[k].w + ((size_t)(gr - off) * a.n_in + (size_t)s0 * 32) * 2 + 16 * (tid % 4);
+        if (gr >= rows)
+            gr = rows - 1;
+        if (!glu)
+            k = gv_mat_of(a, gr, &off);
+        if (Q) {
+            gm_rp[r] = (const char *)a.m[k].w + (size_t)(gr - off) * (a.n_in / 2) + (size_t)s0 * 16;
+            gm_sp[r] = (const char *)(a.m[k].sb + (size_t)(gr - off) * (a.n_in / G) * 2);
+        } else {
+            gm_rp[r] = (const char *)a.m[k].w + ((size_t)(gr - off) * a.n_in + (size_t)s0 * 32) * 2;
+        }
     }
+    __syncthreads();
     const uint4 *xg = reinterpret_cast<const uint4 *>(a.stage) + (size_t)s0 * C * 4;
     const float *xsg = reinterpret_cast<const float *>(reinterpret_cast<const uint4 *>(a.stage) +
                                                        (size_t)(a.n_in / 32) * C * 4);
+    /* stage st's weights: steps st * SPS + u of the slice (each row's
+     * SPS * WB bytes in a row by consecutive threads) */
     auto load_w = [&](int st) {
         unsigned char *d = gm_smem + (size_t)(st % ST) * SB;
+        const int sa = st * SPS;
         if (Q) {
-            if (tid < 128) {
-                gm_cp_w(d + tid * 16, wp[0] + (size_t)st * 16);
-            } else { /* {scale, bias} of the step's group */
-                const uint32_t sd = (uint32_t)__cvta_generic_to_shared(d + GM_BM * WB + GM_BN * 64 + (tid - 128) * 8);
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sd),
-                             "l"(wp[0] + (size_t)((s0 + st) * 32 / G) * 8)
-                             : "memory");
+            for (int i = tid; i < GM_BM * SPS; i += NTH) {
+                const int r = i / SPS, u = i % SPS;
+                if (sa + u < ns)
+                    gm_cp_w(d + u * SUB + r * 16, gm_rp[r] + (size_t)(sa + u) * 16);
+            }
+            for (int i = tid; i < GM_BM * SPS; i += NTH) { /* {scale, bias} of each step's group */
+                const int r = i / SPS, u = i % SPS;
+                if (sa + u < ns) {
+                    const uint32_t sd = (uint32_t)__cvta_generic_to_shared(d + u * SUB + S::SO + r * 8);
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sd),
+                                 "l"(gm_sp[r] + (size_t)((s0 + sa + u) * 32 / G) * 8)
+                                 : "memory");
+                }
             }
         } else {
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                gm_cp_w(d + (h * 256 + tid) * 16, wp[h] + (size_t)st * 64);
+            for (int i = tid; i < GM_BM * SPS * 4; i += NTH) {
+                const int r = i / (SPS * 4), u = i / 4 % SPS, p = i % 4;
+                if (sa + u < ns)
+                    gm_cp_w(d + u * SUB + (r * 4 + p) * 16, gm_rp[r] + (size_t)(sa + u) * 64 + p * 16);
+            }
         }
     };
     auto load_x = [&](int st) {
-        unsigned char *d = gm_smem + (size_t)(st % ST) * SB + GM_BM * WB;
-        const uint4 *src = xg + (size_t)st * C * 4;
-        for (int i = tid; i < C * 4; i += NTH)
-            cp_async16(d + i * 16, src + i, 16);
-        if (Q && tid < C / 4) /* the group's sums */
-            cp_async16(d + GM_BN * 64 + GM_BM * 8 + tid * 16, xsg + (size_t)((s0 + st) * 32 / G) * C + 4 * tid, 16);
+        unsigned char *d = gm_smem + (size_t)(st % ST) * SB;
+        const int sa = st * SPS;
+        for (int i = tid; i < SPS * C * 4; i += NTH) {
+            const int u = i / (C * 4), p = i % (C * 4);
+            if (sa + u < ns)
+                cp_async16(d + u * SUB + S::XO + p * 16, xg + ((size_t)sa * C * 4 + i), 16);
+        }
+        if (Q) /* the groups' sums */
+            for (int i = tid; i < SPS * (C / 4); i += NTH) {
+                const int u = i / (C / 4), p = i % (C / 4);
+                if (sa + u < ns)
+                    cp_async16(d + u * SUB + S::GO + p * 16, xsg + (size_t)((s0 + sa + u) * 32 / G) * C + 4 * p, 16);
+            }
     };
 #pragma unroll
     for (int st = 0; st < ST - 1; st++)
-        if (st < ns)
+        if (st < nstg)
             load_w(st);
     pdl_wait();
     pdl_trigger();
 #pragma unroll
     for (int st = 0; st < ST - 1; st++) {
-        if (st < ns)
+        if (st < nstg)
             load_x(st);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
-    float c[MT][4][4];
+    float c[WMT][WNT][4];
 #pragma unroll
-    for (int mi = 0; mi < MT; mi++)
+    for (int mi = 0; mi < WMT; mi++)
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++)
+        for (int ni = 0; ni < WNT; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 c[mi][ni][e] = 0.0f;
-    const int nn = (C - wn * 32) / 8; /* the warp's n-tiles with tokens (warp-uniform; <= 0: none) */
-    for (int st = 0; st < ns; st++) {
+    int nn = (C - wn * WNT * 8) / 8; /* the warp's n-tiles with tokens (warp-uniform; <= 0: none) */
+    nn = nn > WNT ? WNT : nn;
+    for (int st = 0; st < nstg; st++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
         __syncthreads();
-        if (st + ST - 1 < ns) {
+        if (st + ST - 1 < nstg) {
             load_w(st + ST - 1);
             load_x(st + ST - 1);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         if (nn <= 0)
             continue;
-        const unsigned char *sl = gm_smem + (size_t)(st % ST) * SB;
-        const uint4 *xsl = reinterpret_cast<const uint4 *>(sl + GM_BM * WB) + (size_t)(wn * 32 + g) * 4 + t;
-        if constexpr (Q) {
-            const uint32_t *wsl = reinterpret_cast<const uint32_t *>(sl) + (size_t)(wr + g) * 4 + t;
-            const float2 *sbl = reinterpret_cast<const float2 *>(sl + GM_BM * WB + GM_BN * 64) + wr + g;
-            const float *xgs = reinterpret_cast<const float *>(sl + GM_BM * WB + GM_BN * 64 + GM_BM * 8) + wn * 32 + 2 * t;
-            const bool gend = (s0 + st + 1) * 32 % G == 0;
-            uint32_t A[MT][2][4];
-            float2 sv[MT][2];
 #pragma unroll
-            for (int mi = 0; mi < MT; mi++)
+        for (int u = 0; u < SPS; u++) {
+            const int sg = st * SPS + u; /* the step in the slice */
+            if (sg >= ns)
+                break;
+            const unsigned char *sl = gm_smem + (size_t)(st % ST) * SB + u * SUB;
+            const uint4 *xsl = reinterpret_cast<const uint4 *>(sl + S::XO) + (size_t)(wn * WNT * 8 + g) * 4 + t;
+            uint4 B[WNT];
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const uint32_t q = wsl[(mi * 16 + 8 * h) * 4], M = 0x00780078u, O = 0x3F803F80u;
-                    A[mi][h][0] = ((q << 3) & M) | O;
-                    A[mi][h][1] = ((q >> 1) & M) | O;
-                    A[mi][h][2] = ((q >> 5) & M) | O;
-                    A[mi][h][3] = ((q >> 9) & M) | O;
-                    const float2 p = sbl[mi * 16 + 8 * h];
-                    sv[mi][h] = make_float2(16.0f * p.x, __fsub_rn(p.y, 16.0f * p.x));
-                }
+            for (int ni = 0; ni < WNT; ni++)
+                if (ni < nn)
+                    B[ni] = xsl[ni * 8 * 4];
+            if constexpr (Q) {
+                const uint32_t *wsl = reinterpret_cast<const uint32_t *>(sl) + (size_t)(wr + g) * 4 + t;
+                const float2 *sbl = reinterpret_cast<const float2 *>(sl + S::SO) + wr + g;
+                const float *xgs = reinterpret_cast<const float *>(sl + S::GO) + wn * WNT * 8 + 2 * t;
+                const bool gend = (s0 + sg + 1) * 32 % G == 0;
+                uint32_t A[WMT][2][4];
+                float2 sv[WMT][2];
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                if (ni >= nn)
-                    break;
-                const uint4 B = xsl[ni * 8 * 4];
-                float2 xs2 = make_float2(0.0f, 0.0f);
-                if (gend)
-                    xs2 = *reinterpret_cast<const float2 *>(xgs + ni * 8);
-                float d[MT][4]; /* the m-tiles' first halves, then their second: independent mma in a row */
+                for (int mi = 0; mi < WMT; mi++)
 #pragma unroll
-                for (int mi = 0; mi < MT; mi++) {
-                    d[mi][0] = d[mi][1] = d[mi][2] = d[mi][3] = 0.0f;
-                    gm_mma(d[mi], A[mi][0][0], A[mi][1][0], A[mi][0][1], A[mi][1][1], B.x, B.y);
-                }
+                    for (int h = 0; h < 2; h++) {
+                        const uint32_t q = wsl[(mi * 16 + 8 * h) * 4], M = 0x00780078u, O = 0x3F803F80u;
+                        A[mi][h][0] = ((q << 3) & M) | O;
+                        A[mi][h][1] = ((q >> 1) & M) | O;
+                        A[mi][h][2] = ((q >> 5) & M) | O;
+                        A[mi][h][3] = ((q >> 9) & M) | O;
+                        const float2 p = sbl[mi * 16 + 8 * h];
+                        sv[mi][h] = make_float2(16.0f * p.x, __fsub_rn(p.y, 16.0f * p.x));
+                    }
 #pragma unroll
-                for (int mi = 0; mi < MT; mi++)
-                    gm_mma(d[mi], A[mi][0][2], A[mi][1][2], A[mi][0][3], A[mi][1][3], B.z, B.w);
+                for (int ni = 0; ni < WNT; ni++) {
+                    if (ni >= nn)
+                        break;
+                    float2 xs2 = make_float2(0.0f, 0.0f);
+                    if (gend)
+                        xs2 = *reinterpret_cast<const float2 *>(xgs + ni * 8);
+                    float d[WMT][4]; /* the m-tiles' first halves, then their second: independent mma in a row */
 #pragma unroll
-                for (int mi = 0; mi < MT; mi++) {
+                    for (int mi = 0; mi < WMT; mi++) {
+                        d[mi][0] = d[mi][1] = d[mi][2] = d[mi][3] = 0.0f;
+                        gm_mma(d[mi], A[mi][0][0], A[mi][1][0], A[mi][0][1], A[mi][1][1], B[ni].x, B[ni].y);
+                    }
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        c[mi][ni][e] = fmaf(sv[mi][e >> 1].x, d[mi][e], c[mi][ni][e]);
-                    if (gend) /* the group's bias term, once */
+                    for (int mi = 0; mi < WMT; mi++)
+                        gm_mma(d[mi], A[mi][0][2], A[mi][1][2], A[mi][0][3], A[mi][1][3], B[ni].z, B[ni].w);
+#pragma unroll
+                    for (int mi = 0; mi < WMT; mi++) {
 #pragma unroll
                         for (int e = 0; e < 4; e++)
-                            c[mi][ni][e] = fmaf(sv[mi][e >> 1].y, (e & 1) ? xs2.y : xs2.x, c[mi][ni][e]);
+                            c[mi][ni][e] = fmaf(sv[mi][e >> 1].x, d[mi][e], c[mi][ni][e]);
+                        if (gend) /* the group's bias term, once */
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                c[mi][ni][e] = fmaf(sv[mi][e >> 1].y, (e & 1) ? xs2.y : xs2.x, c[mi][ni][e]);
+                    }
                 }
-            }
-        } else {
-            const uint4 *wsl = reinterpret_cast<const uint4 *>(sl) + (size_t)(wr + g) * 4 + t;
-            uint4 A[MT][2];
+            } else {
+                const uint4 *wsl = reinterpret_cast<const uint4 *>(sl) + (size_t)(wr + g) * 4 + t;
+                uint4 A[WMT][2];
 #pragma unroll
-            for (int mi = 0; mi < MT; mi++)
+                for (int mi = 0; mi < WMT; mi++)
 #pragma unroll
-                for (int h = 0; h < 2; h++)
-                    A[mi][h] = wsl[(mi * 16 + 8 * h) * 4];
-            /* a column tile's m-tiles' first halves, then their second: independent mma in a row (a
-             * tile's two back to back wait for each other) */
+                    for (int h = 0; h < 2; h++)
+                        A[mi][h] = wsl[(mi * 16 + 8 * h) * 4];
+                /* every tile's first half, then every second half: independent mma in a row (a
+                 * tile's two back to back wait for each other); a tile's order is the GEMV's */
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                if (ni >= nn)
-                    break;
-                const uint4 B = xsl[ni * 8 * 4];
+                for (int ni = 0; ni < WNT; ni++) {
+                    if (ni >= nn)
+                        break;
 #pragma unroll
-                for (int mi = 0; mi < MT; mi++)
-                    gm_mma(c[mi][ni], A[mi][0].x, A[mi][1].x, A[mi][0].y, A[mi][1].y, B.x, B.y);
+                    for (int mi = 0; mi < WMT; mi++)
+                        gm_mma(c[mi][ni], A[mi][0].x, A[mi][1].x, A[mi][0].y, A[mi][1].y, B[ni].x, B[ni].y);
+                }
 #pragma unroll
-                for (int mi = 0; mi < MT; mi++)
-                    gm_mma(c[mi][ni], A[mi][0].z, A[mi][1].z, A[mi][0].w, A[mi][1].w, B.z, B.w);
+                for (int ni = 0; ni < WNT; ni++) {
+                    if (ni >= nn)
+                        break;
+#pragma unroll
+                    for (int mi = 0; mi < WMT; mi++)
+                        gm_mma(c[mi][ni], A[mi][0].z, A[mi][1].z, A[mi][0].w, A[mi][1].w, B[ni].z, B[ni].w);
+                }
             }
         }
     }
@@ -353,14 +401,14 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
     __syncthreads();
     const int RS = C + 4;
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++) {
+    for (int ni = 0; ni < WNT; ni++) {
         if (ni >= nn)
             break;
 #pragma unroll
-        for (int mi = 0; mi < MT; mi++)
+        for (int mi = 0; mi < WMT; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
-                *reinterpret_cast<float2 *>(red + (size_t)(wr + mi * 16 + g + 8 * h) * RS + wn * 32 + ni * 8 +
+                *reinterpret_cast<float2 *>(red + (size_t)(wr + mi * 16 + g + 8 * h) * RS + wn * WNT * 8 + ni * 8 +
                                             2 * t) = make_float2(c[mi][ni][2 * h], c[mi][ni][2 * h + 1]);
     }
     cl.sync();
@@ -400,25 +448,88 @@ __global__ void __launch_bounds__(GM_WARPS *WARP, Q ? 1 : 2) gm_kernel(const tcu
     cl.sync(); /* the others have read this block's sums */
 }
 
-template <bool Q, int MT>
-static int gm_go(const tcu_gemv_args *a, long blocks, int ks, int C, size_t smem, cudaStream_t s, bool pdl)
+template <bool Q, int WR, int WMT, int WNT, int BN, int SPS, int ST>
+static int gm_go(const tcu_gemv_args *a, long blocks, int ks, int C, cudaStream_t s, bool pdl)
 {
+    using S = gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>;
     static int smem_set;
     if (!smem_set) {
-        const int rc = (int)cudaFuncSetAttribute(gm_kernel<Q, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)smem);
+        const int rc = (int)cudaFuncSetAttribute(gm_kernel<Q, WR, WMT, WNT, BN, SPS, ST>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
         if (rc)
             return rc;
         smem_set = 1;
     }
-    return launch_cl(pdl, (unsigned)ks, gm_kernel<Q, MT>, dim3((unsigned)ks, (unsigned)blocks),
-                     dim3(GM_WARPS * WARP), smem, s, *a, ks, C);
+    return launch_cl(pdl, (unsigned)ks, gm_kernel<Q, WR, WMT, WNT, BN, SPS, ST>, dim3((unsigned)ks, (unsigned)blocks),
+                     dim3(S::NTH), S::SMEM, s, *a, ks, C);
+}
+
+// The configurations (a row: WR, WMT, WNT, BN, SPS, ST; warp tile 16 WMT
+// rows by 8 WNT tokens): which one runs changes no bit - every (row,
+// token) is summed in the same order by each.
+#define GM_CFGS(X)                                                                                                     \
+    X(0, 2, 4, 4, 128, 1, 6) /* 64 x 32 warp tiles, 8 warps, a step a stage (the first tile) */                       \
+    X(1, 2, 4, 4, 128, 2, 3) /* the same, two steps a stage */                                                         \
+    X(2, 2, 4, 8, 128, 1, 6) /* 64 x 64, 4 warps */                                                                    \
+    X(3, 2, 4, 8, 128, 2, 3)                                                                                           \
+    X(4, 2, 4, 8, 128, 4, 2) /* one block a SM */                                                                      \
+    X(5, 2, 4, 8, 128, 2, 4) /* one block a SM */                                                                      \
+    X(6, 4, 2, 8, 128, 2, 3) /* 32 x 64, 8 warps */                                                                    \
+    X(7, 1, 8, 4, 128, 2, 3) /* 128 x 32, 4 warps */                                                                   \
+    X(8, 2, 4, 8, 64, 2, 4)  /* up to 64 tokens: 64 x 64, 2 warps */                                                   \
+    X(9, 4, 2, 8, 64, 2, 4)  /* up to 64 tokens: 32 x 64, 4 warps */                                                   \
+    X(10, 8, 1, 4, 32, 2, 4) /* up to 32 tokens: 16 x 32, 8 warps */                                                   \
+    X(11, 4, 2, 4, 32, 2, 4) /* up to 32 tokens: 32 x 32, 4 warps */
+#define GM_NCFG 12
+
+static const int gm_bn[GM_NCFG] = {
+#define X(i, wr, wmt, wnt, bn, sps, st) bn,
+    GM_CFGS(X)
+#undef X
+};
+
+template <bool Q> static int gm_run(int cfg, const tcu_gemv_args *a, long blocks, int ks, int C, cudaStream_t s, bool pdl)
+{
+    switch (cfg) {
+#define X(i, wr, wmt, wnt, bn, sps, st)                                                                                \
+    case i: return gm_go<Q, wr, wmt, wnt, bn, sps, st>(a, blocks, ks, C, s, pdl);
+        GM_CFGS(X)
+#undef X
+    default: return -1;
+    }
+}
+
+// The configuration by the launch's columns (until measured: the first
+// tile's layout), or TERN_CUDA_GEMM_CFG (the benchmark's sweep).
+static int gm_pick(int C)
+{
+    const char *e = getenv("TERN_CUDA_GEMM_CFG");
+    if (e && *e) {
+        const int v = atoi(e);
+        if (v >= 0 && v < GM_NCFG && C <= gm_bn[v])
+            return v;
+        return -1;
+    }
+    return C <= 32 ? 10 : 0;
+}
+
+extern "C" int tcu_gemm_configs(int T, int *cfg, int max)
+{
+    const int C = (T + 7) / 8 * 8;
+    int n = 0;
+    for (int i = 0; i < GM_NCFG && n < max; i++)
+        if (C <= gm_bn[i])
+            cfg[n++] = i;
+    return n;
 }
 
 template <bool Q> static int gm_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     const int C = (a->T + 7) / 8 * 8, nst = a->n_in / 32, G = Q ? a->m[0].group : 32;
     if (a->stage_bytes < (size_t)nst * C * 64 + (Q ? (size_t)(a->n_in / G) * C * sizeof(float) : 0))
+        return -1;
+    const int cfg = gm_pick(C);
+    if (cfg < 0)
         return -1;
     int nb = 1; /* stage blocks along the inputs: about two a SM, whole groups */
     while (nb < 16 && (long)C * nb < 2L * sm_count() && nst % (2 * nb) == 0 && nst / (2 * nb) * 32 % G == 0)
@@ -429,17 +540,7 @@ template <bool Q> static int gm_launch(const tcu_gemv_args *a, long rows, cudaSt
         return rc;
     const long blocks = (rows + (a->glu ? GM_BM / 2 : GM_BM) - 1) / (a->glu ? GM_BM / 2 : GM_BM);
     const int ks = gemv_tc_ks(Q, a->n_in, blocks, G); /* the GEMV's split: its bits */
-    size_t smem = (size_t)gm_st<Q>() * gm_stage_bytes<Q>();
-    if (smem < (size_t)GM_BM * (GM_BN + 4) * sizeof(float))
-        smem = (size_t)GM_BM * (GM_BN + 4) * sizeof(float);
-    /* m-tiles a warp by the columns (8 / MT warps along the rows, MT groups
-     * of 32 tokens): every warp has tokens; which warp sums an element never
-     * changes its bits */
-    if (C <= 32)
-        return gm_go<Q, 1>(a, blocks, ks, C, smem, s, pdl);
-    if (C <= 64)
-        return gm_go<Q, 2>(a, blocks, ks, C, smem, s, pdl);
-    return gm_go<Q, 4>(a, blocks, ks, C, smem, s, pdl);
+    return gm_run<Q>(cfg, a, blocks, ks, C, s, pdl);
 }
 
 int gemm_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
