@@ -3,7 +3,7 @@
  *
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--exact-products] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage]
- *   bench_cuda --gemm
+ *   bench_cuda --gemm [CFGS [SHAPE T]]
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
@@ -18,8 +18,9 @@
  * own activations).
  *
  * --gemm (no model files): the throughput mode's batched products on the
- * 8B shapes, the tensor-core GEMV against the GEMM tile (tcu_opts.tc_gemm),
- * bf16 / 4-bit g64, T = 8, 32, 64, 128 (gemm_bench below).
+ * 8B shapes, the tensor-core GEMV against the GEMM tile (tcu_opts.tc_gemm)
+ * in each of its configurations (CFGS "0,3": only those; SHAPE T: only
+ * that launch), bf16 / 4-bit g64, T = 8, 32, 64, 128 (gemm_bench below).
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the

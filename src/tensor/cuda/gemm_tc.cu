@@ -32,7 +32,6 @@
 // token's staged values never depend on the others: a token's result is
 // the same in any batch, alone too.
 #define GM_WARPS 8
-#define GM_BM 128 /* weight rows a tile */
 #define GM_BN 128 /* token columns a tile (a launch) */
 
 __device__ __forceinline__ void gm_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -159,26 +158,26 @@ template <bool Q> __global__ void __launch_bounds__(GM_WARPS *WARP) gm_stage_ker
 
 
 // The tile's shape (template parameters, one instance a configuration of
-// gm_cfgs below): WR warps along the tile's 128 rows of WMT m-tiles each
-// (WR * WMT * 16 = 128), BN token columns (a launch's C <= BN) in
+// GM_CFGS below): WR warps along the tile's BM rows of WMT m-tiles each
+// (WR * WMT * 16 = BM), BN token columns (a launch's C <= BN) in
 // BN / (8 WNT) warps of WNT n-tiles each, SPS 32-input steps a pipeline
 // stage (one barrier a stage), ST stages in flight. Shared memory: ST
-// stages of SPS step blocks [weights 128 x WB][activations BN x 64]
-// (4-bit: then {scale, bias} 128 x 8 and the group sums BN x 4), reused
-// after the pass for the block's sums [128][C + 4] f32. The row pointers
+// stages of SPS step blocks [weights BM x WB][activations BN x 64]
+// (4-bit: then {scale, bias} BM x 8 and the group sums BN x 4), reused
+// after the pass for the block's sums [BM][C + 4] f32. The row pointers
 // of the tile (weights, 4-bit {scale, bias}) are found once into static
 // shared memory.
-template <bool Q, int WR, int WMT, int WNT, int BN, int SPS, int ST> struct gm_shape {
+template <bool Q, int BM, int WR, int WMT, int WNT, int BN, int SPS, int ST> struct gm_shape {
     static constexpr int WC = BN / (8 * WNT), NW = WR * WC, NTH = NW * WARP;
     static constexpr int WB = Q ? 16 : 64; /* weight bytes a row and step */
-    static constexpr int XO = GM_BM * WB;  /* activations in a step block */
+    static constexpr int XO = BM * WB;  /* activations in a step block */
     static constexpr int SO = XO + BN * 64; /* 4-bit {scale, bias} */
-    static constexpr int GO = SO + GM_BM * 8; /* 4-bit group sums */
+    static constexpr int GO = SO + BM * 8; /* 4-bit group sums */
     static constexpr int SUB = Q ? GO + BN * 4 : SO; /* a step block */
     static constexpr size_t SMEM_P = (size_t)ST * SPS * SUB;
-    static constexpr size_t SMEM_R = (size_t)GM_BM * (BN + 4) * sizeof(float);
+    static constexpr size_t SMEM_R = (size_t)BM * (BN + 4) * sizeof(float);
     static constexpr size_t SMEM = SMEM_P > SMEM_R ? SMEM_P : SMEM_R;
-    static_assert(WR * WMT * 16 == GM_BM, "rows of a tile");
+    static_assert(WR * WMT * 16 == BM, "rows of a tile");
     static_assert(WC * WNT * 8 == BN && WC >= 1, "columns of a tile");
 };
 
@@ -190,33 +189,33 @@ template <bool Q, int WR, int WMT, int WNT, int BN, int SPS, int ST> struct gm_s
 // as bf16 1 + q / 16 (exact: pairs (i, i + 4) of a lane's 8), the step's
 // two mma into a fresh accumulator d, then c += 16 s d, and at a group's
 // last step c += (b - 16 s) sum x (w = 16 s (1 + q / 16) + b - 16 s).
-template <bool Q, int WR, int WMT, int WNT, int BN, int SPS, int ST>
-__global__ void __launch_bounds__(gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>::NTH,
-                                  gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>::NTH <= 128 || !Q ? 2 : 1)
+template <bool Q, int BM, int WR, int WMT, int WNT, int BN, int SPS, int ST>
+__global__ void __launch_bounds__(gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>::NTH,
+                                  gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>::NTH <= 128 || (!Q && BM == 128) ? 2 : 1)
     gm_kernel(const tcu_gemv_args a, int KS, int C)
 {
     namespace cg = cooperative_groups;
-    using S = gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>;
+    using S = gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>;
     constexpr int NTH = S::NTH, SUB = S::SUB, SB = SPS * S::SUB;
     extern __shared__ __align__(128) unsigned char gm_smem[];
-    __shared__ const char *gm_rp[GM_BM]; /* a tile row's weights at the slice's first step */
-    __shared__ const char *gm_sp[GM_BM]; /* 4-bit: its {scale, bias} pairs */
-    float *red = reinterpret_cast<float *>(gm_smem); /* after the pass: [GM_BM][C + 4] */
+    __shared__ const char *gm_rp[BM]; /* a tile row's weights at the slice's first step */
+    __shared__ const char *gm_sp[BM]; /* 4-bit: its {scale, bias} pairs */
+    float *red = reinterpret_cast<float *>(gm_smem); /* after the pass: [BM][C + 4] */
     cg::cluster_group cl = cg::this_cluster();
     const int ks = (int)cl.block_rank();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int wm = warp / S::WC, wn = warp % S::WC, wr = wm * 16 * WMT; /* the warp's first row */
     const bool glu = a.glu != 0;
     const long rows = gv_out_rows(a, glu);
-    const int orows = glu ? GM_BM / 2 : GM_BM;
+    const int orows = glu ? BM / 2 : BM;
     const long o0 = (long)blockIdx.y * orows;
     const int ns = a.n_in / 32 / KS, s0 = ks * ns, G = Q ? a.m[0].group : 32, nstg = (ns + SPS - 1) / SPS;
-    for (int r = tid; r < GM_BM; r += NTH) {
+    for (int r = tid; r < BM; r += NTH) {
         long gr, off = 0;
         int k = 0;
-        if (glu) { /* tile rows 0-63 gate, 64-127 the same rows of up */
-            gr = o0 + (r & 63);
-            k = r >> 6;
+        if (glu) { /* tile rows 0 .. BM / 2 - 1 gate, then the same rows of up */
+            gr = o0 + r % (BM / 2);
+            k = r / (BM / 2);
         } else {
             gr = o0 + r;
         }
@@ -241,12 +240,12 @@ __global__ void __launch_bounds__(gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>::NTH,
         unsigned char *d = gm_smem + (size_t)(st % ST) * SB;
         const int sa = st * SPS;
         if (Q) {
-            for (int i = tid; i < GM_BM * SPS; i += NTH) {
+            for (int i = tid; i < BM * SPS; i += NTH) {
                 const int r = i / SPS, u = i % SPS;
                 if (sa + u < ns)
                     gm_cp_w(d + u * SUB + r * 16, gm_rp[r] + (size_t)(sa + u) * 16);
             }
-            for (int i = tid; i < GM_BM * SPS; i += NTH) { /* {scale, bias} of each step's group */
+            for (int i = tid; i < BM * SPS; i += NTH) { /* {scale, bias} of each step's group */
                 const int r = i / SPS, u = i % SPS;
                 if (sa + u < ns) {
                     const uint32_t sd = (uint32_t)__cvta_generic_to_shared(d + u * SUB + S::SO + r * 8);
@@ -256,7 +255,7 @@ __global__ void __launch_bounds__(gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>::NTH,
                 }
             }
         } else {
-            for (int i = tid; i < GM_BM * SPS * 4; i += NTH) {
+            for (int i = tid; i < BM * SPS * 4; i += NTH) {
                 const int r = i / (SPS * 4), u = i / 4 % SPS, p = i % 4;
                 if (sa + u < ns)
                     gm_cp_w(d + u * SUB + (r * 4 + p) * 16, gm_rp[r] + (size_t)(sa + u) * 64 + p * 16);
@@ -429,7 +428,7 @@ __global__ void __launch_bounds__(gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>::NTH,
 #pragma unroll
             for (int k = 0; k < 8; k++)
                 if (k < KS)
-                    part[k] = cl.map_shared_rank(red, k)[(size_t)(r + s * 64) * RS + j];
+                    part[k] = cl.map_shared_rank(red, k)[(size_t)(r + s * (BM / 2)) * RS + j];
             v[s] = part[0];
 #pragma unroll
             for (int k = 1; k < 8; k++)
@@ -448,42 +447,51 @@ __global__ void __launch_bounds__(gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>::NTH,
     cl.sync(); /* the others have read this block's sums */
 }
 
-template <bool Q, int WR, int WMT, int WNT, int BN, int SPS, int ST>
+template <bool Q, int BM, int WR, int WMT, int WNT, int BN, int SPS, int ST>
 static int gm_go(const tcu_gemv_args *a, long blocks, int ks, int C, cudaStream_t s, bool pdl)
 {
-    using S = gm_shape<Q, WR, WMT, WNT, BN, SPS, ST>;
+    using S = gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>;
     static int smem_set;
     if (!smem_set) {
-        const int rc = (int)cudaFuncSetAttribute(gm_kernel<Q, WR, WMT, WNT, BN, SPS, ST>,
+        const int rc = (int)cudaFuncSetAttribute(gm_kernel<Q, BM, WR, WMT, WNT, BN, SPS, ST>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
         if (rc)
             return rc;
         smem_set = 1;
     }
-    return launch_cl(pdl, (unsigned)ks, gm_kernel<Q, WR, WMT, WNT, BN, SPS, ST>, dim3((unsigned)ks, (unsigned)blocks),
+    return launch_cl(pdl, (unsigned)ks, gm_kernel<Q, BM, WR, WMT, WNT, BN, SPS, ST>, dim3((unsigned)ks, (unsigned)blocks),
                      dim3(S::NTH), S::SMEM, s, *a, ks, C);
 }
 
-// The configurations (a row: WR, WMT, WNT, BN, SPS, ST; warp tile 16 WMT
-// rows by 8 WNT tokens): which one runs changes no bit - every (row,
-// token) is summed in the same order by each.
+// The configurations (a row: BM, WR, WMT, WNT, BN, SPS, ST; warp tile 16
+// WMT rows by 8 WNT tokens): which one runs changes no bit - every (row,
+// token) is summed in the same order by each, the split-K that of the
+// GEMV's 128-row tiles whatever BM.
 #define GM_CFGS(X)                                                                                                     \
-    X(0, 2, 4, 4, 128, 1, 6) /* 64 x 32 warp tiles, 8 warps, a step a stage (the first tile) */                       \
-    X(1, 2, 4, 4, 128, 2, 3) /* the same, two steps a stage */                                                         \
-    X(2, 2, 4, 8, 128, 1, 6) /* 64 x 64, 4 warps */                                                                    \
-    X(3, 2, 4, 8, 128, 2, 3)                                                                                           \
-    X(4, 2, 4, 8, 128, 4, 2) /* one block a SM */                                                                      \
-    X(5, 2, 4, 8, 128, 2, 4) /* one block a SM */                                                                      \
-    X(6, 4, 2, 8, 128, 2, 3) /* 32 x 64, 8 warps */                                                                    \
-    X(7, 1, 8, 4, 128, 2, 3) /* 128 x 32, 4 warps */                                                                   \
-    X(8, 2, 4, 8, 64, 2, 4)  /* up to 64 tokens: 64 x 64, 2 warps */                                                   \
-    X(9, 4, 2, 8, 64, 2, 4)  /* up to 64 tokens: 32 x 64, 4 warps */                                                   \
-    X(10, 8, 1, 4, 32, 2, 4) /* up to 32 tokens: 16 x 32, 8 warps */                                                   \
-    X(11, 4, 2, 4, 32, 2, 4) /* up to 32 tokens: 32 x 32, 4 warps */
-#define GM_NCFG 12
+    X(0, 128, 2, 4, 4, 128, 1, 6) /* 64 x 32 warp tiles, 8 warps, a step a stage (the first tile) */                  \
+    X(1, 128, 2, 4, 4, 128, 2, 3) /* the same, two steps a stage */                                                    \
+    X(2, 128, 2, 4, 8, 128, 1, 6) /* 64 x 64, 4 warps */                                                               \
+    X(3, 128, 2, 4, 8, 128, 2, 3)                                                                                      \
+    X(4, 128, 2, 4, 8, 128, 4, 2) /* one block a SM */                                                                 \
+    X(5, 128, 2, 4, 8, 128, 2, 4) /* one block a SM */                                                                 \
+    X(6, 128, 4, 2, 8, 128, 2, 3) /* 32 x 64, 8 warps */                                                               \
+    X(7, 128, 1, 8, 4, 128, 2, 3) /* 128 x 32, 4 warps */                                                              \
+    X(8, 128, 2, 4, 8, 64, 2, 4)  /* up to 64 tokens: 64 x 64, 2 warps */                                              \
+    X(9, 128, 4, 2, 8, 64, 2, 4)  /* up to 64 tokens: 32 x 64, 4 warps */                                              \
+    X(10, 128, 8, 1, 4, 32, 2, 4) /* up to 32 tokens: 16 x 32, 8 warps */                                              \
+    X(11, 128, 4, 2, 4, 32, 2, 4) /* up to 32 tokens: 32 x 32, 4 warps */                                              \
+    X(12, 256, 4, 4, 8, 128, 2, 3) /* 256 rows: 64 x 64, 8 warps, one block a SM */                                    \
+    X(13, 256, 4, 4, 8, 128, 1, 6)                                                                                     \
+    X(14, 256, 4, 4, 8, 64, 2, 4) /* 256 rows, up to 64 tokens: 64 x 64, 4 warps */
+#define GM_NCFG 15
 
 static const int gm_bn[GM_NCFG] = {
-#define X(i, wr, wmt, wnt, bn, sps, st) bn,
+#define X(i, bm, wr, wmt, wnt, bn, sps, st) bn,
+    GM_CFGS(X)
+#undef X
+};
+static const int gm_bm[GM_NCFG] = {
+#define X(i, bm, wr, wmt, wnt, bn, sps, st) bm,
     GM_CFGS(X)
 #undef X
 };
@@ -491,8 +499,8 @@ static const int gm_bn[GM_NCFG] = {
 template <bool Q> static int gm_run(int cfg, const tcu_gemv_args *a, long blocks, int ks, int C, cudaStream_t s, bool pdl)
 {
     switch (cfg) {
-#define X(i, wr, wmt, wnt, bn, sps, st)                                                                                \
-    case i: return gm_go<Q, wr, wmt, wnt, bn, sps, st>(a, blocks, ks, C, s, pdl);
+#define X(i, bm, wr, wmt, wnt, bn, sps, st)                                                                                \
+    case i: return gm_go<Q, bm, wr, wmt, wnt, bn, sps, st>(a, blocks, ks, C, s, pdl);
         GM_CFGS(X)
 #undef X
     default: return -1;
@@ -538,9 +546,9 @@ template <bool Q> static int gm_launch(const tcu_gemv_args *a, long rows, cudaSt
                         Q ? (size_t)(nst / nb) * 4 * sizeof(float) : 0, s, *a, nst / nb, C);
     if (rc)
         return rc;
-    const long blocks = (rows + (a->glu ? GM_BM / 2 : GM_BM) - 1) / (a->glu ? GM_BM / 2 : GM_BM);
-    const int ks = gemv_tc_ks(Q, a->n_in, blocks, G); /* the GEMV's split: its bits */
-    return gm_run<Q>(cfg, a, blocks, ks, C, s, pdl);
+    const long o128 = a->glu ? 64 : 128, obm = a->glu ? gm_bm[cfg] / 2 : gm_bm[cfg];
+    const int ks = gemv_tc_ks(Q, a->n_in, (rows + o128 - 1) / o128, G); /* the GEMV's split: its bits */
+    return gm_run<Q>(cfg, a, (rows + obm - 1) / obm, ks, C, s, pdl);
 }
 
 int gemm_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
