@@ -51,6 +51,22 @@ __device__ __forceinline__ void gm_cp_w(void *smem, const void *gmem)
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
 }
 
+// The same with an L2 eviction policy (gm_policy: evict first - the
+// weights are read once, the activation panel by every block).
+__device__ __forceinline__ void gm_cp_w_pol(void *smem, const void *gmem, uint64_t pol)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "l"(pol)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint64_t gm_policy()
+{
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
 __device__ __forceinline__ uint32_t gm_bf16_rn(float x)
 {
     const uint32_t u = __float_as_uint(x);
@@ -192,7 +208,7 @@ template <bool Q, int BM, int WR, int WMT, int WNT, int BN, int SPS, int ST> str
 template <bool Q, int BM, int WR, int WMT, int WNT, int BN, int SPS, int ST>
 __global__ void __launch_bounds__(gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>::NTH,
                                   gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>::NTH <= 128 || (!Q && BM == 128) ? 2 : 1)
-    gm_kernel(const tcu_gemv_args a, int KS, int C)
+    gm_kernel(const tcu_gemv_args a, int KS, int C, int ef)
 {
     namespace cg = cooperative_groups;
     using S = gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>;
@@ -234,8 +250,15 @@ __global__ void __launch_bounds__(gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>::NT
     const uint4 *xg = reinterpret_cast<const uint4 *>(a.stage) + (size_t)s0 * C * 4;
     const float *xsg = reinterpret_cast<const float *>(reinterpret_cast<const uint4 *>(a.stage) +
                                                        (size_t)(a.n_in / 32) * C * 4);
+    const uint64_t pol = gm_policy();
     /* stage st's weights: steps st * SPS + u of the slice (each row's
-     * SPS * WB bytes in a row by consecutive threads) */
+     * SPS * WB bytes in a row by consecutive threads); ef: evict first */
+    auto cpw = [&](void *d, const void *src) {
+        if (ef)
+            gm_cp_w_pol(d, src, pol);
+        else
+            gm_cp_w(d, src);
+    };
     auto load_w = [&](int st) {
         unsigned char *d = gm_smem + (size_t)(st % ST) * SB;
         const int sa = st * SPS;
@@ -243,7 +266,7 @@ __global__ void __launch_bounds__(gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>::NT
             for (int i = tid; i < BM * SPS; i += NTH) {
                 const int r = i / SPS, u = i % SPS;
                 if (sa + u < ns)
-                    gm_cp_w(d + u * SUB + r * 16, gm_rp[r] + (size_t)(sa + u) * 16);
+                    cpw(d + u * SUB + r * 16, gm_rp[r] + (size_t)(sa + u) * 16);
             }
             for (int i = tid; i < BM * SPS; i += NTH) { /* {scale, bias} of each step's group */
                 const int r = i / SPS, u = i % SPS;
@@ -258,7 +281,7 @@ __global__ void __launch_bounds__(gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>::NT
             for (int i = tid; i < BM * SPS * 4; i += NTH) {
                 const int r = i / (SPS * 4), u = i / 4 % SPS, p = i % 4;
                 if (sa + u < ns)
-                    gm_cp_w(d + u * SUB + (r * 4 + p) * 16, gm_rp[r] + (size_t)(sa + u) * 64 + p * 16);
+                    cpw(d + u * SUB + (r * 4 + p) * 16, gm_rp[r] + (size_t)(sa + u) * 64 + p * 16);
             }
         }
     };
@@ -448,7 +471,7 @@ __global__ void __launch_bounds__(gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>::NT
 }
 
 template <bool Q, int BM, int WR, int WMT, int WNT, int BN, int SPS, int ST>
-static int gm_go(const tcu_gemv_args *a, long blocks, int ks, int C, cudaStream_t s, bool pdl)
+static int gm_go(const tcu_gemv_args *a, long blocks, int ks, int C, int ef, cudaStream_t s, bool pdl)
 {
     using S = gm_shape<Q, BM, WR, WMT, WNT, BN, SPS, ST>;
     static int smem_set;
@@ -460,7 +483,7 @@ static int gm_go(const tcu_gemv_args *a, long blocks, int ks, int C, cudaStream_
         smem_set = 1;
     }
     return launch_cl(pdl, (unsigned)ks, gm_kernel<Q, BM, WR, WMT, WNT, BN, SPS, ST>, dim3((unsigned)ks, (unsigned)blocks),
-                     dim3(S::NTH), S::SMEM, s, *a, ks, C);
+                     dim3(S::NTH), S::SMEM, s, *a, ks, C, ef);
 }
 
 // The configurations (a row: BM, WR, WMT, WNT, BN, SPS, ST; warp tile 16
@@ -496,11 +519,12 @@ static const int gm_bm[GM_NCFG] = {
 #undef X
 };
 
-template <bool Q> static int gm_run(int cfg, const tcu_gemv_args *a, long blocks, int ks, int C, cudaStream_t s, bool pdl)
+template <bool Q>
+static int gm_run(int cfg, const tcu_gemv_args *a, long blocks, int ks, int C, int ef, cudaStream_t s, bool pdl)
 {
     switch (cfg) {
 #define X(i, bm, wr, wmt, wnt, bn, sps, st)                                                                                \
-    case i: return gm_go<Q, bm, wr, wmt, wnt, bn, sps, st>(a, blocks, ks, C, s, pdl);
+    case i: return gm_go<Q, bm, wr, wmt, wnt, bn, sps, st>(a, blocks, ks, C, ef, s, pdl);
         GM_CFGS(X)
 #undef X
     default: return -1;
@@ -548,7 +572,8 @@ template <bool Q> static int gm_launch(const tcu_gemv_args *a, long rows, cudaSt
         return rc;
     const long o128 = a->glu ? 64 : 128, obm = a->glu ? gm_bm[cfg] / 2 : gm_bm[cfg];
     const int ks = gemv_tc_ks(Q, a->n_in, (rows + o128 - 1) / o128, G); /* the GEMV's split: its bits */
-    return gm_run<Q>(cfg, a, (rows + obm - 1) / obm, ks, C, s, pdl);
+    const char *e = getenv("TERN_CUDA_GEMM_EF"); /* the weights' copies evict first (benchmarks) */
+    return gm_run<Q>(cfg, a, (rows + obm - 1) / obm, ks, C, e && *e == '1', s, pdl);
 }
 
 int gemm_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
