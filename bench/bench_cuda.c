@@ -3,7 +3,6 @@
  *
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--exact-products] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage]
- *   bench_cuda --gemm [CFGS [SHAPE T]]
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
@@ -16,11 +15,6 @@
  * step per model and kernel. KERNELS ("staged,tensor") runs only those;
  * --no-stage gives the tensor-core kernel no stage (each block splits its
  * own activations).
- *
- * --gemm (no model files): the throughput mode's batched products on the
- * 8B shapes, the tensor-core GEMV against the GEMM tile (tcu_opts.tc_gemm)
- * in each of its configurations (CFGS "0,3": only those; SHAPE T: only
- * that launch), bf16 / 4-bit g64, T = 8, 32, 64, 128 (gemm_bench below).
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
@@ -607,186 +601,12 @@ static int gemv_bench(const char *list, int use_stage)
     free(hy);
     return bad ? 1 : 0;
 }
-
-/* --gemm: the throughput mode's batched products alone - the tensor-core
- * GEMV (tc_gemm 0) and the GEMM tile (tc_gemm 1) in each of its
- * configurations (TERN_CUDA_GEMM_CFG; tcu_gemm_configs) - on the Llama 8B
- * shapes, bf16 and 4-bit g64, T = 8, 32, 64, 128: us per launch (graph of
- * GV_REPS) and whether each configuration gives the GEMV's bits (every
- * output bitwise: "=" or the count of differing outputs and their relative
- * L2 difference); then the product-only decode step of the 8B model per
- * kernel and T. Arguments: "cfg,cfg,..." limits the configurations, then
- * a shape's name and a T the launches (one launch to profile). */
-#define GM_MAXCFG 16
-static int gemm_bench(const char *only, const char *shape, int tonly)
-{
-    enum { TMAX = 128, NIN_MAX = 14336, NOUT_MAX = 128256 };
-    static const int Ts[4] = {8, 32, 64, 128};
-    double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
-    printf("== gemm micro-benchmark (throughput mode): copy bandwidth %.0f GB/s\n", bw / 1e9);
-    printf("shape    kind     T  gemv us  GB/s TFLOPS | per tile configuration: us (speedup) bits\n");
-    cudaEvent_t ev[2];
-    cudaEventCreate(&ev[0]);
-    cudaEventCreate(&ev[1]);
-    float *x = NULL, *y = NULL, *gain = NULL, *nout = NULL;
-    void *stage = NULL;
-    const size_t stage_bytes = (size_t)NIN_MAX * 272;
-    if (!cu_ok(cudaMalloc((void **)&x, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
-        !cu_ok(cudaMalloc((void **)&y, sizeof(float) * 2 * TMAX * NOUT_MAX), "alloc") ||
-        !cu_ok(cudaMalloc((void **)&gain, sizeof(float) * NIN_MAX), "alloc") ||
-        !cu_ok(cudaMalloc((void **)&nout, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
-        !cu_ok(cudaMalloc(&stage, stage_bytes), "alloc"))
-        return 1;
-    float *h0 = malloc(sizeof(float) * 2 * TMAX * NOUT_MAX), *h1 = malloc(sizeof(float) * 2 * TMAX * NOUT_MAX);
-    double step[2][GM_MAXCFG + 1][4] = {{{0}}}; /* [kind][0 GEMV, 1 + cfg][T] seconds */
-    int ran[GM_MAXCFG] = {0};
-    int bad = 0;
-    for (int si = 0; si < 5; si++) { /* the 8B shapes */
-        const gv_shape *sh = &gv_shapes[si];
-        if (shape && strcmp(shape, sh->name))
-            continue;
-        for (int ki = 0; ki < 2; ki++) {
-            int kind = gv_kinds[ki], nm = sh->glu ? 2 : 1, q = kind != TCU_BF16;
-            size_t wb = (size_t)sh->n_out * gv_row_bytes(kind, sh->n_in), ng = (size_t)sh->n_out * (sh->n_in / GV_GROUP);
-            size_t sbn = q ? ng * 2 : 0, bytes = nm * (wb + sbn * sizeof(float));
-            int nc = (int)(((size_t)256 << 20) / bytes) + 1;
-            nc = nc > 16 ? 16 : nc;
-            void *w[16] = {0};
-            float *sb[16] = {0};
-            for (int c = 0; c < nc; c++) {
-                if (!cu_ok(cudaMalloc(&w[c], nm * wb), "alloc") ||
-                    (q && !cu_ok(cudaMalloc((void **)&sb[c], nm * sbn * sizeof(float)), "alloc")))
-                    return 1;
-                tcu_fill_random(w[c], q ? nm * wb : nm * wb / 2, q ? TCU_Q4 : TCU_BF16, 1000 + c, 0.05f, NULL);
-                if (q)
-                    tcu_fill_random(sb[c], nm * sbn, TCU_F32, 2000 + c, 0.01f, NULL);
-            }
-            tcu_fill_random(x, (size_t)TMAX * sh->n_in, TCU_F32, 7 + si, 1.0f, NULL);
-            tcu_fill_random(gain, (size_t)sh->n_in, TCU_F32, 77 + si, 0.5f, NULL);
-            tcu_gemv_args a;
-            memset(&a, 0, sizeof a);
-            a.n = nm;
-            a.glu = sh->glu;
-            a.x = x;
-            a.n_in = sh->n_in;
-            a.stage = stage;
-            a.stage_bytes = stage_bytes;
-            a.wide = 1;
-            if (sh->norm) {
-                a.norm_g = gain;
-                a.norm_out = nout;
-                a.norm_eps = GV_EPS;
-            }
-            for (int k = 0; k < nm; k++) {
-                a.m[k].kind = kind;
-                a.m[k].group = q ? GV_GROUP : 0;
-                a.m[k].n_out = sh->n_out;
-                a.m[k].y = y + (size_t)k * TMAX * NOUT_MAX;
-            }
-            for (int ti = 0; ti < 4; ti++) {
-                a.T = Ts[ti];
-                if (tonly && a.T != tonly)
-                    continue;
-                int cfg[GM_MAXCFG];
-                const int ncfg = tcu_gemm_configs(a.T, cfg, GM_MAXCFG);
-                const size_t nout_all = (size_t)a.T * sh->n_out;
-                const double fl = 2.0 * nm * sh->n_out * sh->n_in * a.T;
-                double us0 = 0;
-                for (int v = -1; v < ncfg; v++) {
-                    char num[16];
-                    if (v >= 0) {
-                        if (only && !strstr(only, (snprintf(num, sizeof num, ",%d,", cfg[v]), num)))
-                            continue;
-                        snprintf(num, sizeof num, "%d", cfg[v]);
-                        setenv("TERN_CUDA_GEMM_CFG", num, 1);
-                    }
-                    tcu_opts o;
-                    tcu_opts_init(&o);
-                    o.gemv_bf16 = o.gemv_q4 = TCU_GEMV_TENSOR;
-                    o.exact = 0;
-                    o.tc_gemm = o.tc_gemm_q4 = v >= 0 ? 1 : 0;
-                    const double us = gv_time(&a, &o, nc, w, sb, wb, sbn, ev) * 1e3;
-                    step[ki][v + 1][ti] += sh->count * us * 1e-6;
-                    gv_point(&a, 0, w, sb, wb, sbn);
-                    cudaMemset(y, 0xff, sizeof(float) * TMAX * sh->n_out);
-                    cu_ok(tcu_gemv(&a, &o, NULL), "gemv");
-                    cu_ok(cudaMemcpy(v >= 0 ? h1 : h0, y, sizeof(float) * nout_all, cudaMemcpyDeviceToHost), "copy");
-                    unsetenv("TERN_CUDA_GEMM_CFG");
-                    if (v < 0) {
-                        us0 = us;
-                        printf("%-8s %-6s %3d %8.1f %5.0f %6.1f |", sh->name, gv_kind_names[ki], a.T, us,
-                               bytes / us / 1e3, fl / us / 1e6);
-                        continue;
-                    }
-                    ran[cfg[v]] = 1;
-                    double nd = 0, den = 0;
-                    size_t ndiff = 0;
-                    for (size_t i = 0; i < nout_all; i++) {
-                        double d = (double)h1[i] - h0[i];
-                        ndiff += memcmp(&h1[i], &h0[i], sizeof(float)) != 0;
-                        nd += isfinite(h1[i]) ? d * d : INFINITY;
-                        den += (double)h0[i] * h0[i];
-                    }
-                    const double rel = sqrt(nd / (den > 0 ? den : 1));
-                    bad += ndiff != 0;
-                    if (ndiff)
-                        printf(" c%d %.1f (%.2fx) %zu/%.1e", cfg[v], us, us0 / us, ndiff, rel);
-                    else
-                        printf(" c%d %.1f (%.2fx) =", cfg[v], us, us0 / us);
-                }
-                printf("\n");
-                fflush(stdout);
-            }
-            for (int c = 0; c < nc; c++) {
-                cudaFree(w[c]);
-                cudaFree(sb[c]);
-            }
-        }
-    }
-    printf("== 8B product-only decode step (the shapes times their launches a step): ms (tok/s), GEMV then each "
-           "configuration\n");
-    for (int ki = 0; ki < 2; ki++)
-        for (int ti = 0; ti < 4; ti++) {
-            printf("8b %-6s T %3d: gemv %.3f (%.0f)", gv_kind_names[ki], Ts[ti], step[ki][0][ti] * 1e3,
-                   Ts[ti] / step[ki][0][ti]);
-            for (int c = 0; c < GM_MAXCFG; c++)
-                if (ran[c] && step[ki][c + 1][ti] > 0)
-                    printf(" c%d %.3f (%.0f)", c, step[ki][c + 1][ti] * 1e3, Ts[ti] / step[ki][c + 1][ti]);
-            printf("\n");
-        }
-    printf("== gemm check: %s\n", bad ? "FAILED (a configuration's bits differ from the GEMV's)"
-                                      : "every configuration gives the GEMV's bits everywhere");
-    cudaEventDestroy(ev[0]);
-    cudaEventDestroy(ev[1]);
-    cudaFree(x);
-    cudaFree(y);
-    cudaFree(gain);
-    cudaFree(nout);
-    cudaFree(stage);
-    free(h0);
-    free(h1);
-    return bad ? 1 : 0;
-}
 #endif
 
 int main(int argc, char **argv)
 {
     int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0;
     int first = 1;
-    if ((argc == 2 || argc == 3 || argc == 5) && !strcmp(argv[1], "--gemm")) {
-#ifndef TERN_CUDA
-        fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
-        return 2;
-#else
-        if (model_cuda_device_count() <= 0) {
-            fprintf(stderr, "bench_cuda: no GPU\n");
-            return 2;
-        }
-        char only[128];
-        snprintf(only, sizeof only, ",%s,", argc >= 3 ? argv[2] : "");
-        return gemm_bench(argc >= 3 ? only : NULL, argc == 5 ? argv[3] : NULL, argc == 5 ? atoi(argv[4]) : 0);
-#endif
-    }
     if (argc >= 2 && !strcmp(argv[1], "--gemv")) {
         const char *list = NULL;
         int use_stage = 1;

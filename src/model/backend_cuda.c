@@ -1356,8 +1356,6 @@ static const struct cu_env_opt {
     {"TERN_CUDA_ATTN_TILED", offsetof(tcu_opts, attn_tiled), TCU_ATTN_TILED_OFF, TCU_ATTN_TILED_TF32},
     {"TERN_CUDA_GEMM_MIN_T", offsetof(tcu_opts, gemm_min_t), 1, INT_MAX},
     {"TERN_CUDA_TC_MAX_T", offsetof(tcu_opts, tc_max_t), 0, 128},
-    {"TERN_CUDA_TC_GEMM", offsetof(tcu_opts, tc_gemm), 0, 129},
-    {"TERN_CUDA_TC_GEMM_Q4", offsetof(tcu_opts, tc_gemm_q4), 0, 129},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
     {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},

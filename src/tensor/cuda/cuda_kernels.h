@@ -94,13 +94,6 @@ typedef struct tcu_opts {
      * batched; 0 (default) - throughput: the tensor-core GEMV rounds
      * activations once to bf16 (each row still batch-invariant) */
     int exact;
-    /* throughput mode, TCU_GEMV_TENSOR's launches of at least this many
-     * tokens (bf16 / 4-bit, with a stage - tcu_gemv_args.stage): the GEMM
-     * tile (gemm_tc.cu: 128 rows by up to 128 tokens, weights through a
-     * cp.async pipeline); 0 - never. It sums every (row, token) as the
-     * tensor-core GEMV does (the same bits), so any threshold keeps batch
-     * invariance. tc_gemm for bf16 weights, tc_gemm_q4 for 4-bit */
-    int tc_gemm, tc_gemm_q4;
     int moe; /* TCU_MOE_* bits (mixture-of-experts kernels, moe.cu) */
     /* -- read by the backend (src/model/backend_cuda.c) -- */
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
@@ -174,9 +167,6 @@ typedef struct tcu_gemv_args {
 int tcu_gemv(const tcu_gemv_args *a, const tcu_opts *o, tcu_stream stream);
 /* launches that took the shared-memory ring (tcu_gemv_args.ring), for tests */
 int tcu_gemv_ring_count(void);
-/* The GEMM tile's configurations (gemm_tc.cu) that take T tokens, into
- * cfg (at most max); TERN_CUDA_GEMM_CFG picks one (benchmarks). */
-int tcu_gemm_configs(int T, int *cfg, int max);
 
 /* The launchers below that take `o` read only o->pdl unless they say. */
 

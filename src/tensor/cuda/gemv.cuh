@@ -152,16 +152,7 @@ __device__ __forceinline__ float chunk_dot_v(const uint4 &raw, const float *xv, 
 // The tensor-core GEMV (gemv_tc.cu): bf16 and 4-bit; -1 when the launch's
 // weights do not suit it. pdl: tcu_opts.pdl; exact: tcu_opts.exact (three
 // bf16 parts an activation, else one).
-// gemm: tcu_opts.tc_gemm (throughput launches of that many tokens or more
-// through gemm_tc; 0 never).
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact, int gemm);
-// The tensor-core GEMV's split-K (blocks of a cluster along the inputs) for
-// a launch of `blocks` row tiles - the shape's alone; gemm_tc takes the same.
-int gemv_tc_ks(bool q, int n_in, long blocks, int group);
-// The throughput mode's GEMM tile (gemm_tc.cu): bf16 and 4-bit weights,
-// 1-128 tokens, a stage of the step's columns; the bits of gemv_tc's
-// throughput mode; -1 when the launch does not suit it.
-int gemm_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl);
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact);
 // One token of bf16 weights through a shared-memory ring (gemv_ring.cu);
 // -1 when the launch does not suit it.
 int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl);

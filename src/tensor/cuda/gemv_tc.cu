@@ -614,11 +614,6 @@ template <bool Q> static int tc_ks(int n_in, long blocks, int group)
     return ks;
 }
 
-int gemv_tc_ks(bool q, int n_in, long blocks, int group)
-{
-    return q ? tc_ks<true>(n_in, blocks, group) : tc_ks<false>(n_in, blocks, group);
-}
-
 // Bytes of tcu_gemv_args.stage that tc_stage_kernel writes for C columns.
 static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
 {
@@ -698,7 +693,7 @@ static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl,
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
 // every matrix); -1 for other kinds. Above 32 tokens (exact) or 128
 // (throughput): launches of that many.
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact, int gemm)
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact)
 {
     const bool q = a->m[0].kind == TCU_Q4;
     if ((a->m[0].kind != TCU_BF16 && !q) || a->n_in % 32 || (q && (a->m[0].group % 32 || a->n_in % a->m[0].group)))
@@ -717,15 +712,12 @@ int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool ex
                 b.x = a->x + (size_t)t0 * a->n_in;
             for (int k = 0; k < a->n; k++)
                 b.m[k].y = a->m[k].y + (size_t)t0 * a->m[k].n_out;
-            const int rc = gemv_tc(&b, rows, s, pdl, exact, gemm);
+            const int rc = gemv_tc(&b, rows, s, pdl, exact);
             if (rc)
                 return rc;
         }
         return 0;
     }
-    int rc;
-    if (!exact && gemm > 0 && a->T >= gemm && (rc = gemm_tc(a, rows, s, pdl)) >= 0)
-        return rc;
     if (!exact)
         return gemv_tc1(a, rows, s, pdl, q);
     /* U (loads in flight) never changes the order of sums: by shape and T.

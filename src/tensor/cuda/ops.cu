@@ -31,7 +31,6 @@ extern "C" void tcu_opts_init(tcu_opts *o)
      * scratch, steps replay as graphs, the attention splits by each
      * token's own length */
     o->tc_max_t = 128;
-    o->tc_gemm = o->tc_gemm_q4 = 0; /* the GEMM tile: off until measured on the GPU */
     o->graphs = 1;
     o->qkv_fuse = 1;   /* one launch less a layer: 8B bf16 b1 +0.7%, 4-bit +1.7% */
     o->gemv_stage = 1; /* the 8B q/k/v launch at 32 tokens spent most of its 73 us splitting in every block */
@@ -66,12 +65,12 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
              "products %s; gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
              "grouped by kv head %d, "
              "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); graphs %d; q/k/v fused %d; stage %d; "
-             "early products %d; ring products %d; one-token split %d; GEMM tile from %d tokens (4-bit %d); moe %d",
+             "early products %d; ring products %d; one-token split %d; moe %d",
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
              tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
              o->exact ? 0 : o->tc_max_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
-             o->tc_gemm, o->tc_gemm_q4, o->moe);
+             o->moe);
 }
 
 // ---- per-launch profile ----
