@@ -335,43 +335,48 @@ static int val_required(const val_arg *a)
     return ok;
 }
 
-static int is_required_in(json_object *s, const char *k)
-{
-    json_object *r = NULL;
-    json_object_object_get_ex(s, "required", &r);
-    for (size_t i = 0; json_object_is_type(r, json_type_array) && i < json_object_array_length(r); i++) {
-        json_object *e = json_object_array_get_idx(r, i);
-        if (json_object_is_type(e, json_type_string) && !strcmp(json_object_get_string(e), k))
-            return 1;
-    }
-    return 0;
-}
-
-/* properties checks the listed members, additionalProperties the others
- * (strict mode: only the required ones without it). */
+/* properties / patternProperties / additionalProperties, each over the
+ * members it applies to (additionalProperties: neither listed nor matched
+ * by a pattern). */
 static int val_properties(const val_arg *a)
 {
     if (!json_object_is_type(a->v, json_type_object))
         return 1;
-    json_object *props = NULL, *ap = NULL;
+    json_object *props = NULL, *ap = NULL, *pp = NULL;
     json_object_object_get_ex(a->s, "properties", &props);
     json_object_object_get_ex(a->s, "additionalProperties", &ap);
-    if (json_object_object_get_ex(a->s, "patternProperties", NULL))
+    json_object_object_get_ex(a->s, "patternProperties", &pp);
+    if ((props && !json_object_is_type(props, json_type_object)) || (pp && !json_object_is_type(pp, json_type_object)))
         return -1;
     int ok = 1;
     json_object_object_foreach(a->v, pk, pv) {
         json_object *ps = NULL;
-        int r;
-        if (props && json_object_object_get_ex(props, pk, &ps))
+        int listed = props && json_object_object_get_ex(props, pk, &ps), r = 1, matched = 0;
+        if (!strcmp(a->k, "properties")) {
+            if (!listed)
+                continue;
             r = sc_validate(a->c, pv, ps, a->depth + 1);
-        else if (!strcmp(a->k, "properties"))
-            continue; /* the additionalProperties pass checks it */
-        else if (ap)
-            r = sc_validate(a->c, pv, ap, a->depth + 1);
-        else /* strict mode: only listed and required names */
-            r = a->c->o.strict ? is_required_in(a->s, pk) : 1;
-        if (!strcmp(a->k, "additionalProperties") && props && json_object_object_get_ex(props, pk, NULL))
-            continue;
+        } else {
+            if (pp) {
+                json_object_object_foreach(pp, re, rs) {
+                    int m = sc_regex_search(re, pk, strlen(pk));
+                    if (m < 0)
+                        return -1;
+                    matched |= m;
+                    if (m && !strcmp(a->k, "patternProperties")) {
+                        int r2 = sc_validate(a->c, pv, rs, a->depth + 1);
+                        if (r2 < 0)
+                            return -1;
+                        r &= r2;
+                    }
+                }
+            }
+            if (!strcmp(a->k, "additionalProperties")) {
+                if (listed || matched)
+                    continue;
+                r = sc_validate(a->c, pv, ap, a->depth + 1);
+            }
+        }
         if (r < 0)
             return -1;
         if (!r)
@@ -380,24 +385,59 @@ static int val_properties(const val_arg *a)
     return ok;
 }
 
-/* items as one schema (an items array is undecidable here). */
-static int val_items(const val_arg *a)
+/* Items from position `from` on against s. */
+static int val_items_from(const val_arg *a, size_t from, json_object *s)
 {
-    if (json_object_is_type(a->kv, json_type_array))
-        return -1;
-    if (!json_object_is_type(a->v, json_type_array))
-        return 1;
-    if (json_object_object_get_ex(a->s, "prefixItems", NULL))
-        return -1;
     int ok = 1;
-    for (size_t i = 0; i < json_object_array_length(a->v); i++) {
-        int r = sc_validate(a->c, json_object_array_get_idx(a->v, i), a->kv, a->depth + 1);
+    for (size_t i = from; i < json_object_array_length(a->v); i++) {
+        int r = sc_validate(a->c, json_object_array_get_idx(a->v, i), s, a->depth + 1);
         if (r < 0)
             return -1;
         if (!r)
             ok = 0;
     }
     return ok;
+}
+
+/* prefixItems (or draft 7's items array): item i against schema i. */
+static int val_prefix(const val_arg *a)
+{
+    if (!json_object_is_type(a->kv, json_type_array))
+        return -1;
+    if (!json_object_is_type(a->v, json_type_array))
+        return 1;
+    int ok = 1;
+    for (size_t i = 0; i < json_object_array_length(a->v) && i < json_object_array_length(a->kv); i++) {
+        int r = sc_validate(a->c, json_object_array_get_idx(a->v, i), json_object_array_get_idx(a->kv, i), a->depth + 1);
+        if (r < 0)
+            return -1;
+        if (!r)
+            ok = 0;
+    }
+    return ok;
+}
+
+/* additionalItems: the items past a draft 7 items array (nothing without
+ * one). */
+static int val_additional_items(const val_arg *a)
+{
+    json_object *it = NULL;
+    if (!json_object_is_type(a->v, json_type_array) || !json_object_object_get_ex(a->s, "items", &it) ||
+        !json_object_is_type(it, json_type_array))
+        return 1;
+    return val_items_from(a, json_object_array_length(it), a->kv);
+}
+
+static int val_items(const val_arg *a)
+{
+    if (json_object_is_type(a->kv, json_type_array))
+        return val_prefix(a);
+    if (!json_object_is_type(a->v, json_type_array))
+        return 1;
+    json_object *pre = NULL;
+    if (json_object_object_get_ex(a->s, "prefixItems", &pre) && !json_object_is_type(pre, json_type_array))
+        return -1;
+    return val_items_from(a, pre ? json_object_array_length(pre) : 0, a->kv);
 }
 
 static int val_unique(const val_arg *a)
@@ -496,6 +536,9 @@ static const struct {
     {"properties", val_properties},
     {"additionalProperties", val_properties},
     {"items", val_items},
+    {"patternProperties", val_properties},
+    {"prefixItems", val_prefix},
+    {"additionalItems", val_additional_items},
     {"uniqueItems", val_unique},
     {"nullable", val_nothing},
     {"not", val_not},

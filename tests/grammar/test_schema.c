@@ -756,6 +756,12 @@ static void test_member_negations(void **state)
         /* not beside enum: the listed values it rejects, non-scalars too */
         {"{\"enum\":[[2],[3],{\"a\":1}],\"not\":{\"enum\":[[3],{\"a\":1}]}}", "[2]", 1},
         {NULL, "[3]", 0}, {NULL, "{\"a\":1}", 0},
+        {"{\"enum\":[{\"aaaa\":18},{\"aaaa\":21},{\"b\":\"x\"}],"
+         "\"not\":{\"patternProperties\":{\"a+\":{\"maximum\":20}}}}", "{\"aaaa\":21}", 1},
+        {NULL, "{\"aaaa\":18}", 0}, {NULL, "{\"b\":\"x\"}", 0},
+        {"{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"enum\":[[1,2],[1,\"x\"]],"
+         "\"not\":{\"items\":[{}],\"additionalItems\":{\"type\":\"integer\"}}}", "[1,\"x\"]", 1},
+        {NULL, "[1,2]", 0},
     };
     grammar *g = NULL;
     const char *schema = NULL;
