@@ -186,7 +186,9 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
         fprintf(stderr, "tern grammar bench: %s\n", err.msg);
         return 2;
     }
+    double tv0 = cpu_s();
     grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &err);
+    double vocab_ms = (cpu_s() - tv0) * 1e3;
     if (!v) {
         fprintf(stderr, "tern grammar bench: %s\n", err.msg);
         tokenizer_free(tok);
@@ -374,12 +376,12 @@ int grammar_bench_run(const grammar_spec *spec, const grammar_bench_opts *o)
            "\"token_vs_byte_mismatch\": %ld, \"errors\": %ld, \"walks\": %lld, \"class_walks\": %lld, "
            "\"count_walks\": %lld, \"walk_nodes\": %lld, \"steps\": %lld, \"class_builds\": %lld, \"class_nodes\": %lld, "
            "\"masks_over_1ms\": %zu, "
-           "\"masks_over_2ms\": %zu}\n",
+           "\"masks_over_2ms\": %zu, \"vocab_ms\": %.1f}\n",
            schemas, compiled, unsupported, failed, pct(&comp, 0.5), cavg, pct(&comp, 0.99), pct(&ttfm, 0.5),
            masks.n, mavg, pct(&masks, 0.5), pct(&masks, 0.99), masks.n ? masks.v[masks.n - 1] : 0.0, valid_total,
            valid_acc, invalid_total, invalid_acc, mismatch, errors, walks, class_walks, count_walks, walk_nodes, steps,
            class_builds, class_nodes,
-           over_us(&masks, 1000), over_us(&masks, 2000));
+           over_us(&masks, 1000), over_us(&masks, 2000), vocab_ms);
     free(masks.v);
     free(comp.v);
     free(ttfm.v);

@@ -774,17 +774,14 @@ static unsigned token_cpq(const uint8_t *t, uint32_t n)
     return c > 65535 ? 65535 : c;
 }
 
-/* Built once per vocabulary: one pass over the token bytes. */
-static const guq_vcache *vcache(const grammar_vocab *cv)
+/* Built with the vocabulary (grammar_vocab_from_bytes): one pass over
+ * the token bytes, so no mask pays for it. */
+int guq_vocab_build(grammar_vocab *v)
 {
-    grammar_vocab *v = (grammar_vocab *)cv; /* the lazily built field only */
-    uint32_t *blk = __atomic_load_n(&v->uq_cand, __ATOMIC_ACQUIRE);
-    if (blk)
-        return (const guq_vcache *)blk;
     size_t nw = v->n_words, nt = (size_t)v->n_tokens;
-    blk = calloc(1, sizeof(guq_vcache) + N_CLS * nw * sizeof(uint32_t) + nt * sizeof(uint16_t) + 8);
+    uint32_t *blk = calloc(1, sizeof(guq_vcache) + N_CLS * nw * sizeof(uint32_t) + nt * sizeof(uint16_t) + 8);
     if (!blk)
-        return NULL;
+        return TERN_ENOMEM;
     guq_vcache *vc = (guq_vcache *)blk;
     vc->cls = (uint32_t *)(vc + 1);
     vc->cpq = (uint16_t *)(vc->cls + N_CLS * nw);
@@ -822,13 +819,12 @@ static const guq_vcache *vcache(const grammar_vocab *cv)
         if (vc->cpq[id] > vc->max_cpq)
             vc->max_cpq = vc->cpq[id];
     }
-    uint32_t *expect = NULL;
-    if (!__atomic_compare_exchange_n(&v->uq_cand, &expect, blk, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        free(blk);
-        return (const guq_vcache *)expect;
-    }
-    return vc;
+    free(v->uq_cand);
+    v->uq_cand = blk;
+    return 0;
 }
+
+static const guq_vcache *vcache(const grammar_vocab *v) { return (const guq_vcache *)v->uq_cand; }
 
 int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask)
 {

@@ -78,9 +78,15 @@ int guq_try(guq *u, const uint8_t *s, size_t len, int first);
  * 0 or TERN_ENOMEM. */
 int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask);
 
+/* The vocabulary's part of the checks (vocab_int.h uq_cand): the
+ * candidate sets below and per-token codepoint counts, one pass over the
+ * token bytes; grammar_vocab_from_bytes calls it once. 0 or
+ * TERN_ENOMEM. */
+int guq_vocab_build(grammar_vocab *v);
+
 /* Which tokens guq_try must see in the current state: a bitset over the
- * vocabulary (words of 32 bits; the vocabulary builds its three sets on
- * first use): the tokens holding a '[' followed by two bytes that can end
+ * vocabulary (words of 32 bits; the vocabulary's sets, built with it by
+ * guq_vocab_build): the tokens holding a '[' followed by two bytes that can end
  * an item ('"', ',', ']', '}', whitespace) while no unique array is open,
  * a '"' inside a string, else a '"', ',', ']', '}' or whitespace; with
  * length rules also the tokens holding two quotes (or one and

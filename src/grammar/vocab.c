@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "grammar/compiled_int.h"
+#include "grammar/unique_int.h"
 #include "grammar/vocab_int.h"
 
 static int cmp_tok(const void *x, const void *y, void *ctx)
@@ -264,6 +265,10 @@ grammar_vocab *grammar_vocab_from_bytes(const char *const *bytes, const size_t *
             v->special[v->stop[i]] = 1;
     if (build_trie(v, err))
         goto fail;
+    if (guq_vocab_build(v)) {
+        tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
+        goto fail;
+    }
     return v;
 fail:
     grammar_vocab_free(v);

@@ -108,9 +108,9 @@ struct grammar_vocab {
     int n_classes;
     size_t class_bytes;
 
-    /* uniqueItems (unique.c): [3][n_words] bitsets of the tokens holding
-     * '[', '"', a separator; built on first use, published by an atomic
-     * compare-and-swap, immutable after */
+    /* uniqueItems / string lengths (unique.c guq_vocab_build): the
+     * candidate bitsets and per-token codepoint counts, one block built
+     * with the vocabulary (not in a mask), immutable after */
     uint32_t *uq_cand;
 };
 
