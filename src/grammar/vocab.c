@@ -265,7 +265,7 @@ grammar_vocab *grammar_vocab_from_bytes(const char *const *bytes, const size_t *
             v->special[v->stop[i]] = 1;
     if (build_trie(v, err))
         goto fail;
-    if (guq_vocab_build(v)) {
+    if (guq_vocab_build(v) || gvoc_classes_init(v)) {
         tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
         goto fail;
     }

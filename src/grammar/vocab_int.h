@@ -37,14 +37,27 @@ typedef struct gvoc_class {
  * node). */
 #define GVOC_MAX_CLASSES 256
 #define GVOC_MAX_CLASS_BYTES ((size_t)64 << 20)
+/* A narrowed class is edited from a cached wider one when the edit's
+ * work times this is below the pass's estimate (vocab_class.c). */
+#define GVOC_EDIT_RATIO 10
 
 /* The class (asc, lead) of v, computed on first use and kept until v is
  * freed (thread-safe). NULL when the cache is full or on OOM. A build
- * is counted in st's class_builds / class_nodes (st may be NULL). */
+ * is counted in st's class_builds / class_nodes (st may be NULL; an edit
+ * of a cached wider class counts the items and list nodes it reads). */
 const gvoc_class *gvoc_class_get(struct grammar_vocab *v, const uint64_t asc[2], uint64_t lead,
                                  grammar_compiled_stats *st);
 /* Whether the path from the root to node i stays in class c. */
 int gvoc_class_path_in(const struct grammar_vocab *v, const gvoc_class *c, int32_t i);
+/* The split of (asc, lead) by a pass over the trie (base NULL) or as an
+ * edit of base (a class holding it; NULL otherwise), not cached (tests
+ * compare the two); gvoc_class_free frees it. */
+gvoc_class *gvoc_class_compute(const struct grammar_vocab *v, const gvoc_class *base, const uint64_t asc[2],
+                               uint64_t lead);
+void gvoc_class_free(gvoc_class *c);
+/* The first-occurrence lists and the JSON string class, at vocabulary
+ * creation. 0 or TERN_ENOMEM. */
+int gvoc_classes_init(struct grammar_vocab *v);
 void gvoc_classes_free(struct grammar_vocab *v);
 
 /* One slot of the vocabulary-wide cache of token sets, keyed by a
@@ -102,11 +115,14 @@ struct grammar_vocab {
     size_t share_cap, share_n, share_bytes;
 
     /* loop classes (vocab_class.c), guarded by class_lock; published
-     * classes are immutable */
+     * classes are immutable. first_nodes[first_off[b] .. first_off[b+1]):
+     * the nodes reading byte b with no node above them reading b, in
+     * preorder (a class without b is edited from a wider one there) */
     pthread_mutex_t class_lock;
     gvoc_class *classes[GVOC_MAX_CLASSES];
     int n_classes;
     size_t class_bytes;
+    int32_t *first_off, *first_nodes;
 
     /* uniqueItems / string lengths (unique.c guq_vocab_build): the
      * candidate bitsets and per-token codepoint counts, one block built

@@ -453,6 +453,115 @@ static void test_repetition_alias(void **state)
     tokenizer_free(tok);
 }
 
+/* Loop classes edited from a wider cached one (vocab_class.c) equal the
+ * pass over the trie, item by item and token by token, on the Llama-3
+ * vocabulary: the JSON string class less letters, less its UTF-8
+ * characters, less nearly everything (digits), a URI-like class, and an
+ * edit of an edit. */
+static int class_equal(const grammar_vocab *v, const gvoc_class *a, const gvoc_class *b, const char *what)
+{
+    if (a->n_items != b->n_items) {
+        print_message("%s: %d items vs %d\n", what, a->n_items, b->n_items);
+        return 0;
+    }
+    for (int32_t k = 0; k < a->n_items; k++) {
+        const gvoc_item *x = &a->items[k], *y = &b->items[k];
+        if (x->first != y->first || x->last != y->last || x->frontier != y->frontier || x->n_pend != y->n_pend ||
+            x->from_root != y->from_root || x->nch != y->nch || memcmp(x->pend, y->pend, x->n_pend)) {
+            print_message("%s: item %d: [%d, %d] f%d p%d r%d c%d vs [%d, %d] f%d p%d r%d c%d\n", what, k, x->first,
+                          x->last, x->frontier, x->n_pend, x->from_root, x->nch, y->first, y->last, y->frontier,
+                          y->n_pend, y->from_root, y->nch);
+            return 0;
+        }
+    }
+    if (memcmp(a->run_bits, b->run_bits, v->n_words * sizeof *a->run_bits)) {
+        print_message("%s: run tokens differ\n", what);
+        return 0;
+    }
+    return 1;
+}
+
+static void test_class_edit(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
+    if (!tok) {
+        print_message("skipping: %s\n", e.msg);
+        skip();
+    }
+    grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    assert_non_null(v);
+    /* the JSON string class, built with the vocabulary */
+    const uint64_t js[2] = {~0ull << 32 & ~(1ull << '"'), ~(1ull << ('\\' - 64))};
+    grammar_compiled_stats st = {0};
+    const gvoc_class *base = gvoc_class_get(v, js, GVOC_LEAD_ALL, &st);
+    assert_non_null(base);
+    assert_int_equal(st.class_builds, 0);
+    static const struct {
+        const char *name;
+        uint64_t asc0, asc1, lead;
+    } cases[] = {
+        {"less s", 0, 1ull << ('s' - 64), 0},
+        {"less t, r, e", 0, 1ull << ('t' - 64) | 1ull << ('r' - 64) | 1ull << ('e' - 64), 0},
+        {"less space and /", 1ull << ' ' | 1ull << '/', 0, 0},
+        {"less UTF-8", 0, 0, GVOC_LEAD_ALL},
+        {"less some lead bytes", 0, 0, 0xFull << (0xE0 - 0xC0) | 1ull << (0xC3 - 0xC0)},
+        {"less s and UTF-8", 0, 1ull << ('s' - 64), GVOC_LEAD_ALL},
+        {"digits", ~0x03ff000000000000ull & (~0ull << 32 & ~(1ull << '"')), ~(1ull << ('\\' - 64)), GVOC_LEAD_ALL},
+        {"URI-like", ~0xa3ffacfa00000000ull & (~0ull << 32 & ~(1ull << '"')),
+         ~0x7fffffffc7fffffeull & ~(1ull << ('\\' - 64)), GVOC_LEAD_ALL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const uint64_t asc[2] = {js[0] & ~cases[k].asc0, js[1] & ~cases[k].asc1};
+        uint64_t lead = GVOC_LEAD_ALL & ~cases[k].lead;
+        gvoc_class *full = gvoc_class_compute(v, NULL, asc, lead);
+        gvoc_class *ed = gvoc_class_compute(v, base, asc, lead);
+        assert_non_null(full);
+        assert_non_null(ed);
+        if (!class_equal(v, full, ed, cases[k].name))
+            fail_msg("%s: the edit differs from the pass", cases[k].name);
+        /* an edit of this edit: less 'a' and '0' too */
+        const uint64_t asc2[2] = {asc[0] & ~(1ull << '0'), asc[1] & ~(1ull << ('a' - 64))};
+        gvoc_class *full2 = gvoc_class_compute(v, NULL, asc2, lead);
+        gvoc_class *ed2 = gvoc_class_compute(v, ed, asc2, lead);
+        assert_non_null(full2);
+        assert_non_null(ed2);
+        if (!class_equal(v, full2, ed2, cases[k].name))
+            fail_msg("%s, less a and 0: the edit of the edit differs from the pass", cases[k].name);
+        gvoc_class_free(full);
+        gvoc_class_free(ed);
+        gvoc_class_free(full2);
+        gvoc_class_free(ed2);
+    }
+    /* a base that does not hold the class */
+    const uint64_t wider[2] = {js[0] | 1ull << '"', js[1]};
+    assert_null(gvoc_class_compute(v, base, wider, GVOC_LEAD_ALL));
+    /* through the cache: a wide narrowing is edited (few nodes read), and
+     * equals the pass */
+    const uint64_t less_s[2] = {js[0], js[1] & ~(1ull << ('s' - 64))};
+    const gvoc_class *c = gvoc_class_get(v, less_s, GVOC_LEAD_ALL, &st);
+    assert_non_null(c);
+    assert_int_equal(st.class_builds, 1);
+    gvoc_class *full = gvoc_class_compute(v, NULL, less_s, GVOC_LEAD_ALL);
+    long long pass_nodes = 0;
+    {
+        grammar_vocab *v2 = grammar_vocab_new(tok, 0, NULL, 0, &e);
+        grammar_compiled_stats st2 = {0};
+        assert_non_null(v2);
+        gvoc_classes_free(v2); /* no base to edit from */
+        assert_non_null(gvoc_class_get(v2, less_s, GVOC_LEAD_ALL, &st2));
+        pass_nodes = st2.class_nodes;
+        grammar_vocab_free(v2);
+    }
+    print_message("less s: edit read %lld, pass %lld nodes\n", st.class_nodes, pass_nodes);
+    assert_true(st.class_nodes * 2 < pass_nodes);
+    assert_true(class_equal(v, full, (gvoc_class *)c, "less s (cached)"));
+    gvoc_class_free(full);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
 /* The walk's shortcuts (loop skip, loop classes with their runs and
  * frontiers, root loops entered after a first byte) give the masks of the
  * node-by-node walk, at every step of real documents on the Llama-3
@@ -953,7 +1062,8 @@ int main(void)
         cmocka_unit_test(test_masks_vs_pcre2), cmocka_unit_test(test_masks_recursive),
         cmocka_unit_test(test_matcher_api),    cmocka_unit_test(test_vocab_errors),
         cmocka_unit_test(test_real_tokenizer), cmocka_unit_test(test_repetition_alias),
-        cmocka_unit_test(test_loop_classes),   cmocka_unit_test(test_unique_items),
+        cmocka_unit_test(test_loop_classes),   cmocka_unit_test(test_class_edit),
+        cmocka_unit_test(test_unique_items),
         cmocka_unit_test(test_unique_items_real), cmocka_unit_test(test_string_lengths_run_time),
         cmocka_unit_test(test_string_lengths_real),
     };
