@@ -7,6 +7,7 @@
  * (AVX-512 BF16), meet the input rows rounded to bf16 once per product the
  * same way; --exact-products keeps the f32-activation kernels for both. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +22,14 @@ typedef struct cpu_backend {
     model_backend base;
     const tern_kernels *k;
     tern_pool *pool;
-    float *scores; /* [n_workers][cap_ctx] attention scratch */
-    int cap_ctx;
+    float *scores; /* attention scratch, att_job.ws floats a worker */
+    size_t cap_scores;
+    long *att_first; /* the attention's chunk items (att_run_chunks) */
+    size_t cap_att_first;
+    atomic_int *att_left;
+    size_t cap_att_left;
+    float *att_part;
+    size_t cap_att_part;
     float *xsum;   /* per-group input sums for quantized products */
     size_t cap_xsum;
     int exact;     /* f32-activation products for quantized weights */
@@ -522,115 +529,228 @@ out:
     return rc ? tern_err_set(err, rc, "out of memory for a grouped product") : 0;
 }
 
+/* ---- attention ----
+ * A (token, KV head) pair's query heads (the GQA group) are done together:
+ * each stored K/V row is read once for the group (kv_reader scores / wsum).
+ * The positions a token sees are cut into chunks at fixed multiples of
+ * att_chunk_len (a function of the token's position only); a chunk gives
+ * each head a partial softmax (its max, its sum of exp, its unnormalized
+ * output), and the partials are folded in chunk order (att_fold). So a
+ * row's sums depend on nothing but its own positions: not on the batch,
+ * the threads, or which worker did which chunk. Few pairs (decode) run
+ * their chunks as separate items, the last to finish a pair folding it;
+ * many pairs (prefill, batches) run one pair per item. */
+
+#define ATT_CHUNK 64       /* positions a chunk, at least */
+#define ATT_MAX_CHUNKS 64  /* chunks a token, at most (longer contexts get longer chunks) */
+#define ATT_ROWS 64        /* rows gathered for one scores / wsum call */
+
+static int att_chunk_len(int p)
+{
+    int c = ATT_CHUNK;
+    while ((long)c * ATT_MAX_CHUNKS < (long)p + 1)
+        c *= 2;
+    return c;
+}
+
 typedef struct att_job {
     cpu_backend *be;
     const model_attn *a;
+    const kv_reader *rd;
+    int g, rot, split;
+    long T, ws;       /* tokens; floats of scratch a worker */
+    size_t hb[2];     /* a stored head's bytes: the layer's type, its sinks' */
+    long *first;      /* split: [pairs + 1] the first item of each pair */
+    float *part;      /* split: a partial (att_fold) per item */
+    atomic_int *left; /* split: the chunks of each pair not yet done */
 } att_job;
 
-/* Item it of the attention job: token i, head h. The tokens go in the
- * order 0, T-1, 1, T-2, ..: a causal prefill's token i costs ~i positions,
- * so every contiguous run of items the pool hands a worker holds about the
- * same work (in index order the last worker's tokens cost twice the mean). */
-static void att_item(const model_attn *a, long it, int *i, int *h)
-{
-    long T = a->b->n, k = it / a->n_head;
-    *h = (int)(it % a->n_head);
-    *i = (int)(k & 1 ? T - 1 - k / 2 : k / 2);
-}
+/* One (token, KV head) pair: its positions [start, p], chunk length c, its
+ * chunks, and the group's queries (rotated into qr for a rotated layer). */
+typedef struct att_pair {
+    int i, kvh, start, p, c, n_chunks;
+    const float *q;
+} att_pair;
 
-/* Attention over a typed pool (kv.h): the codes are read in place,
- * kv_head_dot / kv_head_axpy fusing the dequantization; for a rotated layer
- * q is rotated once per head and the output rotated back once. */
-static void att_run_typed(att_job *j, long begin, long end, int worker)
+static void att_pair_get(const att_job *j, int i, int kvh, float *qr, att_pair *pp)
 {
     const model_attn *a = j->a;
+    int hd = a->head_dim, p = a->b->pos[i];
+    pp->i = i;
+    pp->kvh = kvh;
+    pp->p = p;
+    pp->start = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+    pp->c = att_chunk_len(p);
+    pp->n_chunks = p / pp->c - pp->start / pp->c + 1;
+    pp->q = a->q + (size_t)i * a->n_head * hd + (size_t)kvh * j->g * hd;
+    if (j->rot) {
+        memcpy(qr, pp->q, (size_t)j->g * hd * sizeof(float));
+        for (int h = 0; h < j->g; h++)
+            kv_rotate(qr + (size_t)h * hd, hd);
+        pp->q = qr;
+    }
+}
+
+/* The stored head kvh of position t (K or V) and its type; hb: a head's
+ * bytes in the layer's type and in its sinks' type. */
+static inline const uint8_t *att_row(const model_attn *a, const size_t *hb, const kv_seq *seq, int t, int is_v, int kvh,
+                                     kv_type *tt)
+{
     const kv_pool *kv = a->kv;
-    const kv_layer *L = &kv->layers[a->layer];
-    int hd = a->head_dim, group = a->n_head / a->n_kv_head, qd = a->n_head * hd, rot = kv_type_is_rotated(L->type);
-    const kv_reader *rd = kv_reader_best();
-    size_t hb = kv_head_bytes(L->type, hd), hb_sink = kv_head_bytes(L->sink_type, hd);
-    float *sc = j->be->scores + (size_t)worker * j->be->cap_ctx;
-    float qr[KV_HEAD_DIM_MAX];
-    for (long it = begin; it < end; it++) {
-        int i, h;
-        att_item(a, it, &i, &h);
-        int kvh = h / group;
-        const kv_seq *seq = a->b->seqs[i];
-        int p = a->b->pos[i];
-        int start = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        const float *q = a->q + (size_t)i * qd + (size_t)h * hd;
-        if (rot) {
-            memcpy(qr, q, (size_t)hd * sizeof(float));
-            kv_rotate(qr, hd);
-            q = qr;
+    if (kv->k) {
+        *tt = KV_F32;
+        return (const uint8_t *)((is_v ? kv_v_at(kv, seq, a->layer, t) : kv_k_at(kv, seq, a->layer, t)) +
+                                 (size_t)kvh * a->head_dim);
+    }
+    const uint8_t *r = kv_row_at(kv, seq, a->layer, t, is_v, tt);
+    return r + (size_t)kvh * (*tt == kv->layers[a->layer].type ? hb[0] : hb[1]);
+}
+
+/* Runs rows [lo, hi] of K (is_v 0: scores into sc) or V (1: weights sc, sums
+ * into o) through the reader, in calls over runs of one stored type. */
+static void att_rows(const att_job *j, const att_pair *pp, int lo, int hi, int is_v, float *sc, float *o)
+{
+    const model_attn *a = j->a;
+    const kv_seq *seq = a->b->seqs[pp->i];
+    const uint8_t *rows[ATT_ROWS];
+    for (int t0 = lo; t0 <= hi;) {
+        kv_type tt = KV_F32, ty;
+        int n = 0;
+        for (int t = t0; t <= hi && n < ATT_ROWS; t++) {
+            const uint8_t *r = att_row(a, j->hb, seq, t, is_v, pp->kvh, &ty);
+            if (n && ty != tt)
+                break;
+            tt = ty;
+            rows[n++] = r;
         }
-        float mx = -INFINITY;
-        for (int t = start; t <= p; t++) {
-            kv_type tt;
-            const uint8_t *r = kv_row_at(kv, seq, a->layer, t, 0, &tt);
-            float v = rd->dot(tt, hd, q, r + (size_t)kvh * (tt == L->type ? hb : hb_sink)) * a->scale;
+        if (is_v)
+            j->rd->wsum(tt, a->head_dim, j->g, n, sc + (t0 - lo), pp->c, rows, o);
+        else
+            j->rd->scores(tt, a->head_dim, j->g, n, pp->q, rows, sc + (t0 - lo), pp->c);
+        t0 += n;
+    }
+}
+
+/* Chunk k of a pair: part = [max g][sum g][output g x head_dim] of its
+ * positions, exp taken against the chunk's own max. sc: g x c scratch. */
+static void att_chunk(const att_job *j, const att_pair *pp, int k, float *sc, float *part)
+{
+    const model_attn *a = j->a;
+    int g = j->g, hd = a->head_dim, c = pp->c;
+    int lo = (pp->start / c + k) * c, hi = lo + c - 1;
+    lo = lo > pp->start ? lo : pp->start;
+    hi = hi < pp->p ? hi : pp->p;
+    int n = hi - lo + 1;
+    att_rows(j, pp, lo, hi, 0, sc, NULL);
+    for (int h = 0; h < g; h++) {
+        float *s = sc + (size_t)h * c, mx = -INFINITY, sum = 0.0f;
+        for (int r = 0; r < n; r++) {
+            float v = s[r] * a->scale;
             if (a->softcap > 0)
                 v = a->softcap * tanhf(v / a->softcap);
-            sc[t] = v;
-            if (v > mx)
-                mx = v;
+            s[r] = v;
+            mx = v > mx ? v : mx;
         }
-        float sum = 0.0f;
-        for (int t = start; t <= p; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
+        for (int r = 0; r < n; r++) {
+            s[r] = expf(s[r] - mx);
+            sum += s[r];
         }
-        float inv = 1.0f / sum;
-        float *out = a->out + (size_t)i * qd + (size_t)h * hd;
-        memset(out, 0, (size_t)hd * sizeof(float));
-        for (int t = start; t <= p; t++) {
-            kv_type tt;
-            const uint8_t *r = kv_row_at(kv, seq, a->layer, t, 1, &tt);
-            rd->axpy(tt, hd, sc[t] * inv, r + (size_t)kvh * (tt == L->type ? hb : hb_sink), out);
-        }
-        if (rot)
+        part[h] = mx;
+        part[g + h] = sum;
+    }
+    memset(part + 2 * g, 0, (size_t)g * hd * sizeof(float));
+    att_rows(j, pp, lo, hi, 1, sc, part + 2 * g);
+}
+
+/* acc = part (first) or acc folded with the next chunk's part: both
+ * rescaled to their common max. One function for every caller, so the
+ * same bits wherever it runs. */
+static __attribute__((noinline)) void att_fold(int g, int hd, int first, float *acc, const float *part)
+{
+    if (first) {
+        memcpy(acc, part, (size_t)g * (hd + 2) * sizeof(float));
+        return;
+    }
+    for (int h = 0; h < g; h++) {
+        float m = acc[h] > part[h] ? acc[h] : part[h], x = expf(acc[h] - m), y = expf(part[h] - m);
+        acc[h] = m;
+        acc[g + h] = acc[g + h] * x + part[g + h] * y;
+        float *O = acc + 2 * g + (size_t)h * hd;
+        const float *o = part + 2 * g + (size_t)h * hd;
+        for (int e = 0; e < hd; e++)
+            O[e] = O[e] * x + o[e] * y;
+    }
+}
+
+static void att_finish(const att_job *j, const att_pair *pp, const float *acc)
+{
+    const model_attn *a = j->a;
+    int g = j->g, hd = a->head_dim;
+    for (int h = 0; h < g; h++) {
+        float *out = a->out + ((size_t)pp->i * a->n_head + (size_t)pp->kvh * g + h) * hd, inv = 1.0f / acc[g + h];
+        const float *O = acc + 2 * g + (size_t)h * hd;
+        for (int e = 0; e < hd; e++)
+            out[e] = O[e] * inv;
+        if (j->rot)
             kv_unrotate(out, hd);
     }
 }
 
-static void att_run(void *ctx, long begin, long end, int worker)
+/* A worker's scratch: queries, scores, a chunk's partial, the fold. */
+static void att_scratch(const att_job *j, int worker, float **qr, float **sc, float **part, float **acc)
+{
+    int g = j->g, hd = j->a->head_dim;
+    *qr = j->be->scores + (size_t)worker * j->ws;
+    *part = *qr + (size_t)g * hd;
+    *acc = *part + (size_t)g * (hd + 2);
+    *sc = *acc + (size_t)g * (hd + 2);
+}
+
+/* Items are pairs, the tokens from the last (the longest in a prefill:
+ * claimed in order, the big ones go first). */
+static void att_run_pairs(void *ctx, long begin, long end, int worker)
 {
     att_job *j = ctx;
-    const model_attn *a = j->a;
-    const tern_kernels *k = j->be->k;
-    if (!a->kv->k) {
-        att_run_typed(j, begin, end, worker);
-        return;
-    }
-    int hd = a->head_dim, group = a->n_head / a->n_kv_head, qd = a->n_head * hd;
-    float *sc = j->be->scores + (size_t)worker * j->be->cap_ctx;
+    int nkv = j->a->n_kv_head, g = j->g, hd = j->a->head_dim;
+    float *qr, *sc, *part, *acc;
+    att_scratch(j, worker, &qr, &sc, &part, &acc);
     for (long it = begin; it < end; it++) {
-        int i, h;
-        att_item(a, it, &i, &h);
-        int kvh = h / group;
-        const kv_seq *seq = a->b->seqs[i];
-        int p = a->b->pos[i];
-        int start = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        const float *q = a->q + (size_t)i * qd + (size_t)h * hd;
-        float mx = -INFINITY;
-        for (int t = start; t <= p; t++) {
-            float v = k->dot(q, kv_k_at(a->kv, seq, a->layer, t) + (size_t)kvh * hd, hd) * a->scale;
-            if (a->softcap > 0)
-                v = a->softcap * tanhf(v / a->softcap);
-            sc[t] = v;
-            if (v > mx)
-                mx = v;
+        att_pair pp;
+        att_pair_get(j, (int)(j->T - 1 - it / nkv), (int)(it % nkv), qr, &pp);
+        for (int k = 0; k < pp.n_chunks; k++) {
+            att_chunk(j, &pp, k, sc, part);
+            att_fold(g, hd, k == 0, acc, part);
         }
-        float sum = 0.0f;
-        for (int t = start; t <= p; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
+        att_finish(j, &pp, acc);
+    }
+}
+
+/* Items are chunks (pair-major); the worker that finishes a pair's last
+ * chunk folds the pair's partials in chunk order. */
+static void att_run_chunks(void *ctx, long begin, long end, int worker)
+{
+    att_job *j = ctx;
+    int nkv = j->a->n_kv_head, g = j->g, hd = j->a->head_dim;
+    long n_pairs = j->T * nkv, ps = (long)g * (hd + 2);
+    float *qr, *sc, *part, *acc;
+    att_scratch(j, worker, &qr, &sc, &part, &acc);
+    for (long it = begin; it < end; it++) {
+        long lo = 0, hi = n_pairs; /* the pair: first[lo] <= it < first[lo + 1] */
+        while (lo + 1 < hi) {
+            long mid = (lo + hi) / 2;
+            if (j->first[mid] <= it)
+                lo = mid;
+            else
+                hi = mid;
         }
-        float inv = 1.0f / sum;
-        float *out = a->out + (size_t)i * qd + (size_t)h * hd;
-        memset(out, 0, (size_t)hd * sizeof(float));
-        for (int t = start; t <= p; t++)
-            k->axpy(sc[t] * inv, kv_v_at(a->kv, seq, a->layer, t) + (size_t)kvh * hd, out, hd);
+        att_pair pp;
+        att_pair_get(j, (int)(lo / nkv), (int)(lo % nkv), qr, &pp);
+        att_chunk(j, &pp, (int)(it - j->first[lo]), sc, j->part + it * ps);
+        if (atomic_fetch_sub_explicit(&j->left[lo], 1, memory_order_acq_rel) == 1) {
+            for (int k = 0; k < pp.n_chunks; k++)
+                att_fold(g, hd, k == 0, acc, j->part + (j->first[lo] + k) * ps);
+            att_finish(j, &pp, acc);
+        }
     }
 }
 
@@ -639,21 +759,49 @@ static int cpu_attention(model_backend *base, const model_attn *a, tern_err *err
     cpu_backend *be = (cpu_backend *)base;
     if (!a->kv->k && !a->kv->mem_k)
         return tern_err_set(err, TERN_EINVAL, "attention: the KV pool has no host storage");
-    int ctx = 0;
-    for (int i = 0; i < a->b->n; i++)
-        if (a->b->pos[i] + 1 > ctx)
-            ctx = a->b->pos[i] + 1;
-    if (ctx > be->cap_ctx) {
-        int cap = ctx > 2 * be->cap_ctx ? ctx : 2 * be->cap_ctx;
-        float *ns = malloc((size_t)tern_pool_size(be->pool) * cap * sizeof(float));
-        if (!ns)
-            return tern_err_set(err, TERN_ENOMEM, "out of memory for attention scores (%d positions)", ctx);
-        free(be->scores);
-        be->scores = ns;
-        be->cap_ctx = cap;
+    if (a->n_kv_head < 1 || a->n_head % a->n_kv_head)
+        return tern_err_set(err, TERN_EINVAL, "attention: %d heads over %d KV heads", a->n_head, a->n_kv_head);
+    long T = a->b->n, n_pairs = T * a->n_kv_head, nw = tern_pool_size(be->pool);
+    int g = a->n_head / a->n_kv_head, hd = a->head_dim, cmax = ATT_CHUNK;
+    for (long i = 0; i < T; i++) {
+        int c = att_chunk_len(a->b->pos[i]);
+        cmax = c > cmax ? c : cmax;
     }
-    att_job j = {be, a};
-    tern_pool_for(be->pool, (long)a->b->n * a->n_head, 1, att_run, &j);
+    att_job j = {be, a, kv_reader_best(), g, !a->kv->k && kv_type_is_rotated(a->kv->layers[a->layer].type), 0, T,
+                 (long)g * hd + 2L * g * (hd + 2) + (long)g * cmax, {0, 0}, NULL, NULL, NULL};
+    if (!a->kv->k) {
+        j.hb[0] = kv_head_bytes(a->kv->layers[a->layer].type, hd);
+        j.hb[1] = kv_head_bytes(a->kv->layers[a->layer].sink_type, hd);
+    }
+    j.ws = (j.ws + 15) & ~15L; /* each worker's scratch on its own cache lines */
+    if (grow((void **)&be->scores, &be->cap_scores, (size_t)nw * j.ws, sizeof(float)))
+        return tern_err_set(err, TERN_ENOMEM, "out of memory for attention scratch");
+    /* few pairs with several chunks (decode): the chunks are the items */
+    long items = 0;
+    if (n_pairs < 2 * nw) {
+        if (grow((void **)&be->att_first, &be->cap_att_first, (size_t)n_pairs + 1, sizeof(long)) ||
+            grow((void **)&be->att_left, &be->cap_att_left, (size_t)n_pairs, sizeof(atomic_int)))
+            return tern_err_set(err, TERN_ENOMEM, "out of memory for attention scratch");
+        for (long pi = 0; pi < n_pairs; pi++) {
+            int p = a->b->pos[pi / a->n_kv_head], c = att_chunk_len(p);
+            int start = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0, nc = p / c - start / c + 1;
+            be->att_first[pi] = items;
+            atomic_init(&be->att_left[pi], nc);
+            items += nc;
+        }
+        be->att_first[n_pairs] = items;
+        j.split = items > n_pairs;
+    }
+    if (j.split) {
+        if (grow((void **)&be->att_part, &be->cap_att_part, (size_t)items * g * (hd + 2), sizeof(float)))
+            return tern_err_set(err, TERN_ENOMEM, "out of memory for attention partials");
+        j.first = be->att_first;
+        j.left = be->att_left;
+        j.part = be->att_part;
+        tern_pool_for_chunks(be->pool, items, 1, att_run_chunks, &j);
+    } else {
+        tern_pool_for_chunks(be->pool, n_pairs, 1, att_run_pairs, &j);
+    }
     return 0;
 }
 
@@ -672,6 +820,9 @@ static void cpu_free(model_backend *base)
         return;
     tern_pool_free(be->pool);
     free(be->scores);
+    free(be->att_first);
+    free(be->att_left);
+    free(be->att_part);
     free(be->xsum);
     free(be->qx);
     free(be->qs);

@@ -490,7 +490,21 @@ void kv_head_axpy(kv_type t, int hd, float w, const uint8_t *src, float *out)
     }
 }
 
-const kv_reader kv_reader_scalar = {"scalar", kv_head_dot, kv_head_axpy};
+void kv_heads_scores(kv_type t, int hd, int g, int n, const float *q, const uint8_t *const *rows, float *sc, int ps)
+{
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < g; j++)
+            sc[(size_t)j * ps + r] = kv_head_dot(t, hd, q + (size_t)j * hd, rows[r]);
+}
+
+void kv_heads_wsum(kv_type t, int hd, int g, int n, const float *p, int ps, const uint8_t *const *rows, float *o)
+{
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < g; j++)
+            kv_head_axpy(t, hd, p[(size_t)j * ps + r], rows[r], o + (size_t)j * hd);
+}
+
+const kv_reader kv_reader_scalar = {"scalar", kv_head_dot, kv_head_axpy, kv_heads_scores, kv_heads_wsum};
 
 static const kv_reader *g_reader = &kv_reader_scalar;
 static pthread_once_t g_reader_once = PTHREAD_ONCE_INIT;

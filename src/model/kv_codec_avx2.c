@@ -3,7 +3,9 @@
  * bf16, f16, q8, q4, r4 and r3 (groups of 32) eight elements at a time;
  * the dequantization is one FMA per eight codes (x = a * c + b). Anything
  * else (f32, a head or group not a multiple of 8, r3's short groups) goes
- * to the scalar code. Compiled with
+ * to the scalar code. scores / wsum (the attention's g heads against n
+ * rows) convert each f16 / bf16 block once for four heads; quantized rows
+ * are decoded once per row. Compiled with
  * -mavx2 -mfma -mf16c (CMake, by the file name); called only when the CPU
  * has them (kv_reader_best). */
 #include <immintrin.h>
@@ -157,4 +159,143 @@ static void axpy_avx2(kv_type t, int hd, float w, const uint8_t *src, float *out
     }
 }
 
-const kv_reader kv_reader_avx2 = {"avx2", dot_avx2, axpy_avx2};
+/* ---- g heads against n rows (kv_reader.scores / wsum) ---- */
+
+/* Elements e .. e+7 of a stored head of type t (f32, f16 or bf16). */
+static inline __attribute__((always_inline)) __m256 load_t(kv_type t, const uint8_t *p, int e)
+{
+    if (t == KV_F32)
+        return _mm256_loadu_ps((const float *)(const void *)p + e);
+    return t == KV_F16 ? load_f16(p + 2 * e) : load_bf16(p + 2 * e);
+}
+
+/* The four sums of a0..a3, each in a fixed order. */
+static inline void hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3, float *out)
+{
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
+/* scores for one plain type t (a constant after inlining), hd % 8 == 0:
+ * each row's eight-element blocks are converted once for four heads. */
+static inline __attribute__((always_inline)) void scores_plain(kv_type t, int hd, int g, int n, const float *q,
+                                                               const uint8_t *const *rows, float *sc, int ps)
+{
+    for (int r = 0; r < n; r++) {
+        const uint8_t *src = rows[r];
+        int j = 0;
+        for (; j + 4 <= g; j += 4) {
+            const float *q0 = q + (size_t)j * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int e = 0; e < hd; e += 8) {
+                __m256 k = load_t(t, src, e);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), k, a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + hd + e), k, a1);
+                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * hd + e), k, a2);
+                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * hd + e), k, a3);
+            }
+            float s4[4];
+            hsum4(a0, a1, a2, a3, s4);
+            for (int i = 0; i < 4; i++)
+                sc[(size_t)(j + i) * ps + r] = s4[i];
+        }
+        for (; j < g; j++) {
+            const float *q0 = q + (size_t)j * hd;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int e = 0; e < hd; e += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), load_t(t, src, e), a0);
+            sc[(size_t)j * ps + r] = hsum(a0);
+        }
+    }
+}
+
+/* wsum for one plain type: per eight-element column block, the rows in
+ * order into four heads' accumulators (registers), each block converted
+ * once for the four. */
+static inline __attribute__((always_inline)) void wsum_plain(kv_type t, int hd, int g, int n, const float *p, int ps,
+                                                             const uint8_t *const *rows, float *o)
+{
+    int j = 0;
+    for (; j + 4 <= g; j += 4) {
+        const float *p0 = p + (size_t)j * ps, *p1 = p0 + ps, *p2 = p1 + ps, *p3 = p2 + ps;
+        float *o0 = o + (size_t)j * hd;
+        for (int e = 0; e < hd; e += 8) {
+            __m256 a0 = _mm256_loadu_ps(o0 + e), a1 = _mm256_loadu_ps(o0 + hd + e),
+                   a2 = _mm256_loadu_ps(o0 + 2 * hd + e), a3 = _mm256_loadu_ps(o0 + 3 * hd + e);
+            for (int r = 0; r < n; r++) {
+                __m256 v = load_t(t, rows[r], e);
+                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + r), v, a0);
+                a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + r), v, a1);
+                a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p2 + r), v, a2);
+                a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p3 + r), v, a3);
+            }
+            _mm256_storeu_ps(o0 + e, a0);
+            _mm256_storeu_ps(o0 + hd + e, a1);
+            _mm256_storeu_ps(o0 + 2 * hd + e, a2);
+            _mm256_storeu_ps(o0 + 3 * hd + e, a3);
+        }
+    }
+    for (; j < g; j++) {
+        const float *p0 = p + (size_t)j * ps;
+        float *o0 = o + (size_t)j * hd;
+        for (int e = 0; e < hd; e += 8) {
+            __m256 a0 = _mm256_loadu_ps(o0 + e);
+            for (int r = 0; r < n; r++)
+                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + r), load_t(t, rows[r], e), a0);
+            _mm256_storeu_ps(o0 + e, a0);
+        }
+    }
+}
+
+/* A quantized head decoded to floats (the fused axpy's arithmetic). */
+static void decode_avx2(kv_type t, int hd, const uint8_t *src, float *x)
+{
+    memset(x, 0, (size_t)hd * sizeof(float));
+    axpy_avx2(t, hd, 1.0f, src, x);
+}
+
+static void scores_avx2(kv_type t, int hd, int g, int n, const float *q, const uint8_t *const *rows, float *sc, int ps)
+{
+    if (hd % 8 || hd > KV_HEAD_DIM_MAX) {
+        kv_heads_scores(t, hd, g, n, q, rows, sc, ps);
+    } else if (t == KV_F16) {
+        scores_plain(KV_F16, hd, g, n, q, rows, sc, ps);
+    } else if (t == KV_BF16) {
+        scores_plain(KV_BF16, hd, g, n, q, rows, sc, ps);
+    } else if (t == KV_F32) {
+        scores_plain(KV_F32, hd, g, n, q, rows, sc, ps);
+    } else if (!fast_ok(t, hd)) {
+        kv_heads_scores(t, hd, g, n, q, rows, sc, ps);
+    } else { /* quantized: each row decoded once, then as f32 */
+        float x[KV_HEAD_DIM_MAX];
+        const uint8_t *xr[1] = {(const uint8_t *)x};
+        for (int r = 0; r < n; r++) {
+            decode_avx2(t, hd, rows[r], x);
+            scores_plain(KV_F32, hd, g, 1, q, xr, sc + r, ps);
+        }
+    }
+}
+
+static void wsum_avx2(kv_type t, int hd, int g, int n, const float *p, int ps, const uint8_t *const *rows, float *o)
+{
+    if (hd % 8 || hd > KV_HEAD_DIM_MAX) {
+        kv_heads_wsum(t, hd, g, n, p, ps, rows, o);
+    } else if (t == KV_F16) {
+        wsum_plain(KV_F16, hd, g, n, p, ps, rows, o);
+    } else if (t == KV_BF16) {
+        wsum_plain(KV_BF16, hd, g, n, p, ps, rows, o);
+    } else if (t == KV_F32) {
+        wsum_plain(KV_F32, hd, g, n, p, ps, rows, o);
+    } else if (!fast_ok(t, hd)) {
+        kv_heads_wsum(t, hd, g, n, p, ps, rows, o);
+    } else {
+        float x[KV_HEAD_DIM_MAX];
+        const uint8_t *xr[1] = {(const uint8_t *)x};
+        for (int r = 0; r < n; r++) {
+            decode_avx2(t, hd, rows[r], x);
+            wsum_plain(KV_F32, hd, g, 1, p + r, ps, xr, o);
+        }
+    }
+}
+
+const kv_reader kv_reader_avx2 = {"avx2", dot_avx2, axpy_avx2, scores_avx2, wsum_avx2};

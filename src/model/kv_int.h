@@ -15,7 +15,23 @@ typedef struct kv_reader {
     const char *name;
     float (*dot)(kv_type t, int head_dim, const float *q, const uint8_t *src);
     void (*axpy)(kv_type t, int head_dim, float w, const uint8_t *src, float *out);
+    /* The attention's batched forms (backend_cpu.c), g query heads against n
+     * stored heads of one type (rows[r]: a head's bytes), each row read once
+     * for all g: scores sets sc[j * ps + r] = q_j . decode(rows[r]) (q_j at
+     * q + j * head_dim); wsum adds p[j * ps + r] * decode(rows[r]) to o_j
+     * (at o + j * head_dim) for r in order, so one call over n rows gives
+     * the bits of calls over any split of them in order. */
+    void (*scores)(kv_type t, int head_dim, int g, int n, const float *q, const uint8_t *const *rows, float *sc,
+                   int ps);
+    void (*wsum)(kv_type t, int head_dim, int g, int n, const float *p, int ps, const uint8_t *const *rows, float *o);
 } kv_reader;
+
+/* The scalar reference of scores / wsum (kv_head_dot / kv_head_axpy per
+ * head and row). */
+void kv_heads_scores(kv_type t, int head_dim, int g, int n, const float *q, const uint8_t *const *rows, float *sc,
+                     int ps);
+void kv_heads_wsum(kv_type t, int head_dim, int g, int n, const float *p, int ps, const uint8_t *const *rows,
+                   float *o);
 
 extern const kv_reader kv_reader_scalar;
 #ifdef __x86_64__

@@ -416,8 +416,8 @@ static void fill_kv(kv_pool *a, kv_pool *b, kv_seq *sa, kv_seq *sb, int n, int n
 
 /* Double-precision attention over the decoded cache of pool p (the scalar
  * reference for the fused kernels). */
-static void ref_attention(const kv_pool *p, const kv_seq *s, int l, int n_head, int hd, int pos, const float *q,
-                          float scale, float *out)
+static void ref_attention(const kv_pool *p, const kv_seq *s, int l, int n_head, int hd, int start, int pos,
+                          const float *q, float scale, float *out)
 {
     int group = n_head / p->n_kv_head;
     int rot = kv_type_is_rotated(p->layers[l].type);
@@ -429,7 +429,7 @@ static void ref_attention(const kv_pool *p, const kv_seq *s, int l, int n_head, 
         if (rot)
             kv_rotate(qh, hd);
         double mx = -1e300, sum = 0, acc[256] = {0};
-        for (int t = 0; t <= pos; t++) {
+        for (int t = start; t <= pos; t++) {
             kv_type tt;
             const uint8_t *r = kv_row_at(p, s, l, t, 0, &tt);
             kv_head_decode(tt, hd, r + (size_t)kvh * kv_head_bytes(tt, hd), kd);
@@ -439,9 +439,9 @@ static void ref_attention(const kv_pool *p, const kv_seq *s, int l, int n_head, 
             sc[t] = d * scale;
             mx = fmax(mx, sc[t]);
         }
-        for (int t = 0; t <= pos; t++)
+        for (int t = start; t <= pos; t++)
             sum += sc[t] = exp(sc[t] - mx);
-        for (int t = 0; t <= pos; t++) {
+        for (int t = start; t <= pos; t++) {
             kv_type tt;
             const uint8_t *r = kv_row_at(p, s, l, t, 1, &tt);
             kv_head_decode(tt, hd, r + (size_t)kvh * kv_head_bytes(tt, hd), kd);
@@ -513,7 +513,7 @@ static void test_attention_types(void **state)
             }
             /* the fused kernel equals the reference over the decoded cache */
             for (int i = 0; i < 3; i++) {
-                ref_attention(&pt, &sb, 1, N_HEAD, HD, pos[i], q + i * N_HEAD * HD, 0.125f, oref);
+                ref_attention(&pt, &sb, 1, N_HEAD, HD, 0, pos[i], q + i * N_HEAD * HD, 0.125f, oref);
                 for (int e = 0; e < N_HEAD * HD; e++)
                     ref_worst = fmax(ref_worst, fabs(oref[e] - ot[i * N_HEAD * HD + e]));
             }
@@ -531,6 +531,85 @@ static void test_attention_types(void **state)
     }
     printf("\n");
     be->free(be);
+}
+
+/* The CPU attention's bits depend on a row's own positions only (backend_cpu.c:
+ * chunks at fixed positions, folded in order): every row of a batch equals
+ * the row alone, at 1, 2, 3 and 7 threads (a lone token's chunks are the
+ * items from 2 threads on, a batch's pairs), over many chunks and a context
+ * long enough for longer chunks, GQA groups of 4 and 3, with and without a
+ * window, f16 and q8 with 16-bit sinks; and within 1e-5 of the
+ * double-precision reference over the decoded cache. */
+static void test_attention_invariance(void **state)
+{
+    (void)state;
+    tern_err err;
+    enum { HD = 64, N_KV = 2, N = 4300, T = 7, NT = 4 };
+    const int threads[NT] = {1, 2, 3, 7}, n_heads[2] = {8, 6}, windows[2] = {0, 150};
+    const kv_type types[2] = {KV_F16, KV_Q8};
+    int32_t pos[T] = {4299, 0, 17, 63, 64, 200, 700}, toks[T] = {0}, row0 = 0;
+    model_backend *be[NT];
+    for (int b = 0; b < NT; b++)
+        assert_non_null(be[b] = model_backend_cpu_new(threads[b], &err));
+    int kvd = N_KV * HD;
+    float *k = malloc((size_t)kvd * sizeof(float)), *v = malloc((size_t)kvd * sizeof(float)),
+          *rot = malloc((size_t)kvd * sizeof(float));
+    float *q = malloc((size_t)T * 8 * HD * sizeof(float)), *ob = malloc((size_t)T * 8 * HD * sizeof(float)),
+          *o1 = malloc((size_t)T * 8 * HD * sizeof(float)), *one = malloc((size_t)8 * HD * sizeof(float));
+    double worst = 0;
+    for (int ti = 0; ti < 2; ti++)
+        for (int si = 0; si < 2; si++) {
+            int nh = n_heads[si], qd = nh * HD;
+            kv_spec s;
+            kv_spec_init(&s, types[ti]);
+            s.quant_start = types[ti] == KV_Q8 ? 32 : 0;
+            kv_pool p;
+            assert_int_equal(kv_pool_init_spec(&p, &s, 1, kvd, HD, 16, N / 16 + 8, 4, 1, &err), 0);
+            kv_seq sq = {0};
+            assert_int_equal(kv_seq_reserve(&p, &sq, N, &err), 0);
+            g_seed = 7 + ti;
+            for (int t = 0; t < N; t++) {
+                fill(k, kvd, 1.0f);
+                fill(v, kvd, 1.0f);
+                kv_row_store(&p, &sq, 0, t, k, v, rot);
+            }
+            fill(q, T * qd, 1.0f);
+            kv_seq *seqs[T];
+            for (int i = 0; i < T; i++)
+                seqs[i] = &sq;
+            for (int wi = 0; wi < 2; wi++) {
+                fwd_batch bb = {T, toks, pos, seqs, 0, &row0};
+                for (int i = 0; i < T; i++) { /* each row alone, one thread: the reference bits */
+                    fwd_batch b1 = {1, toks, &pos[i], seqs, 0, &row0};
+                    model_attn a1 = {&p, &b1, 0, nh, N_KV, HD, windows[wi], 0.125f, 0, q + (size_t)i * qd,
+                                     o1 + (size_t)i * qd};
+                    assert_int_equal(be[0]->attention(be[0], &a1, &err), 0);
+                    int start = windows[wi] && pos[i] - windows[wi] + 1 > 0 ? pos[i] - windows[wi] + 1 : 0;
+                    float ref[8 * HD];
+                    ref_attention(&p, &sq, 0, nh, HD, start, pos[i], q + (size_t)i * qd, 0.125f, ref);
+                    for (int e = 0; e < qd; e++)
+                        worst = fmax(worst, fabs(ref[e] - o1[(size_t)i * qd + e]));
+                }
+                for (int b = 0; b < NT; b++) {
+                    model_attn ab = {&p, &bb, 0, nh, N_KV, HD, windows[wi], 0.125f, 0, q, ob};
+                    assert_int_equal(be[b]->attention(be[b], &ab, &err), 0);
+                    assert_memory_equal(ob, o1, (size_t)T * qd * sizeof(float));
+                    for (int i = 0; i < T; i++) {
+                        fwd_batch b1 = {1, toks, &pos[i], seqs, 0, &row0};
+                        model_attn a1 = {&p, &b1, 0, nh, N_KV, HD, windows[wi], 0.125f, 0, q + (size_t)i * qd, one};
+                        assert_int_equal(be[b]->attention(be[b], &a1, &err), 0);
+                        assert_memory_equal(one, o1 + (size_t)i * qd, (size_t)qd * sizeof(float));
+                    }
+                }
+            }
+            kv_seq_free(&p, &sq);
+            kv_pool_free(&p);
+        }
+    printf("attention: batch == alone at 1/2/3/7 threads; worst |out - double reference| %.3g\n", worst);
+    assert_true(worst < 1e-5);
+    for (int b = 0; b < NT; b++)
+        be[b]->free(be[b]);
+    free(k), free(v), free(rot), free(q), free(ob), free(o1), free(one);
 }
 
 /* ---- the forward with typed pools ---- */
@@ -625,7 +704,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_rotation),   cmocka_unit_test(test_fused_reads),
         cmocka_unit_test(test_bytes),        cmocka_unit_test(test_spec_parse), cmocka_unit_test(test_pool_sinks),
-        cmocka_unit_test(test_attention_types), cmocka_unit_test(test_forward_types),
+        cmocka_unit_test(test_attention_types), cmocka_unit_test(test_attention_invariance),
+        cmocka_unit_test(test_forward_types),
         cmocka_unit_test(test_dev_hooks),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
