@@ -591,37 +591,43 @@ static void att_pair_get(const att_job *j, int i, int kvh, float *qr, att_pair *
     }
 }
 
-/* The stored head kvh of position t (K or V) and its type; hb: a head's
- * bytes in the layer's type and in its sinks' type. */
-static inline const uint8_t *att_row(const model_attn *a, const size_t *hb, const kv_seq *seq, int t, int is_v, int kvh,
-                                     kv_type *tt)
-{
-    const kv_pool *kv = a->kv;
-    if (kv->k) {
-        *tt = KV_F32;
-        return (const uint8_t *)((is_v ? kv_v_at(kv, seq, a->layer, t) : kv_k_at(kv, seq, a->layer, t)) +
-                                 (size_t)kvh * a->head_dim);
-    }
-    const uint8_t *r = kv_row_at(kv, seq, a->layer, t, is_v, tt);
-    return r + (size_t)kvh * (*tt == kv->layers[a->layer].type ? hb[0] : hb[1]);
-}
-
 /* Runs rows [lo, hi] of K (is_v 0: scores into sc) or V (1: weights sc, sums
- * into o) through the reader, in calls over runs of one stored type. */
+ * into o) through the reader, in calls over runs of one stored type; a
+ * block's rows are found once per block. */
 static void att_rows(const att_job *j, const att_pair *pp, int lo, int hi, int is_v, float *sc, float *o)
 {
     const model_attn *a = j->a;
+    const kv_pool *kv = a->kv;
     const kv_seq *seq = a->b->seqs[pp->i];
     const uint8_t *rows[ATT_ROWS];
+    int bs = kv->block_size;
     for (int t0 = lo; t0 <= hi;) {
-        kv_type tt = KV_F32, ty;
+        kv_type tt = KV_F32;
         int n = 0;
-        for (int t = t0; t <= hi && n < ATT_ROWS; t++) {
-            const uint8_t *r = att_row(a, j->hb, seq, t, is_v, pp->kvh, &ty);
+        for (int t = t0; t <= hi && n < ATT_ROWS;) { /* block by block */
+            int in = bs - t % bs, left = hi - t + 1;
+            in = in < left ? in : left;
+            in = in < ATT_ROWS - n ? in : ATT_ROWS - n;
+            kv_type ty;
+            const uint8_t *r;
+            size_t stride;
+            if (kv->k) {
+                ty = KV_F32;
+                r = (const uint8_t *)((is_v ? kv_v_at(kv, seq, a->layer, t) : kv_k_at(kv, seq, a->layer, t)) +
+                                      (size_t)pp->kvh * a->head_dim);
+                stride = (size_t)kv->kv_dim * sizeof(float);
+            } else {
+                r = kv_row_at(kv, seq, a->layer, t, is_v, &ty);
+                int sink = ty != kv->layers[a->layer].type;
+                r += (size_t)pp->kvh * j->hb[sink];
+                stride = sink ? kv->layers[a->layer].sink_row : kv->layers[a->layer].row;
+            }
             if (n && ty != tt)
                 break;
             tt = ty;
-            rows[n++] = r;
+            for (int u = 0; u < in; u++)
+                rows[n++] = r + u * stride;
+            t += in;
         }
         if (is_v)
             j->rd->wsum(tt, a->head_dim, j->g, n, sc + (t0 - lo), pp->c, rows, o);
@@ -642,22 +648,8 @@ static void att_chunk(const att_job *j, const att_pair *pp, int k, float *sc, fl
     hi = hi < pp->p ? hi : pp->p;
     int n = hi - lo + 1;
     att_rows(j, pp, lo, hi, 0, sc, NULL);
-    for (int h = 0; h < g; h++) {
-        float *s = sc + (size_t)h * c, mx = -INFINITY, sum = 0.0f;
-        for (int r = 0; r < n; r++) {
-            float v = s[r] * a->scale;
-            if (a->softcap > 0)
-                v = a->softcap * tanhf(v / a->softcap);
-            s[r] = v;
-            mx = v > mx ? v : mx;
-        }
-        for (int r = 0; r < n; r++) {
-            s[r] = expf(s[r] - mx);
-            sum += s[r];
-        }
-        part[h] = mx;
-        part[g + h] = sum;
-    }
+    for (int h = 0; h < g; h++)
+        part[g + h] = j->rd->softmax(sc + (size_t)h * c, n, a->scale, a->softcap, &part[h]);
     memset(part + 2 * g, 0, (size_t)g * hd * sizeof(float));
     att_rows(j, pp, lo, hi, 1, sc, part + 2 * g);
 }

@@ -504,7 +504,26 @@ void kv_heads_wsum(kv_type t, int hd, int g, int n, const float *p, int ps, cons
             kv_head_axpy(t, hd, p[(size_t)j * ps + r], rows[r], o + (size_t)j * hd);
 }
 
-const kv_reader kv_reader_scalar = {"scalar", kv_head_dot, kv_head_axpy, kv_heads_scores, kv_heads_wsum};
+float kv_softmax_part(float *s, int n, float scale, float softcap, float *max)
+{
+    float mx = -INFINITY, sum = 0.0f;
+    for (int r = 0; r < n; r++) {
+        float v = s[r] * scale;
+        if (softcap > 0)
+            v = softcap * tanhf(v / softcap);
+        s[r] = v;
+        mx = v > mx ? v : mx;
+    }
+    for (int r = 0; r < n; r++) {
+        s[r] = expf(s[r] - mx);
+        sum += s[r];
+    }
+    *max = mx;
+    return sum;
+}
+
+const kv_reader kv_reader_scalar = {"scalar", kv_head_dot, kv_head_axpy, kv_heads_scores, kv_heads_wsum,
+                                    kv_softmax_part};
 
 static const kv_reader *g_reader = &kv_reader_scalar;
 static pthread_once_t g_reader_once = PTHREAD_ONCE_INIT;

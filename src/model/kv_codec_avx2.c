@@ -9,6 +9,7 @@
  * -mavx2 -mfma -mf16c (CMake, by the file name); called only when the CPU
  * has them (kv_reader_best). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "model/kv.h"
@@ -177,18 +178,47 @@ static inline void hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3, float *out)
 }
 
 /* scores for one plain type t (a constant after inlining), hd % 8 == 0:
- * each row's eight-element blocks are converted once for four heads. */
+ * two rows against four heads at a time (eight independent sums), each
+ * row's eight-element blocks converted once for the four heads. */
 static inline __attribute__((always_inline)) void scores_plain(kv_type t, int hd, int g, int n, const float *q,
                                                                const uint8_t *const *rows, float *sc, int ps)
 {
-    for (int r = 0; r < n; r++) {
-        const uint8_t *src = rows[r];
-        int j = 0;
-        for (; j + 4 <= g; j += 4) {
-            const float *q0 = q + (size_t)j * hd;
+    int j = 0;
+    for (; j + 4 <= g; j += 4) {
+        const float *q0 = q + (size_t)j * hd;
+        float *s0 = sc + (size_t)j * ps;
+        int r = 0;
+        for (; r + 2 <= n; r += 2) {
+            const uint8_t *x = rows[r], *y = rows[r + 1];
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int e = 0; e < hd; e += 8) {
+                __m256 k = load_t(t, x, e), l = load_t(t, y, e), w;
+                w = _mm256_loadu_ps(q0 + e);
+                a0 = _mm256_fmadd_ps(w, k, a0);
+                b0 = _mm256_fmadd_ps(w, l, b0);
+                w = _mm256_loadu_ps(q0 + hd + e);
+                a1 = _mm256_fmadd_ps(w, k, a1);
+                b1 = _mm256_fmadd_ps(w, l, b1);
+                w = _mm256_loadu_ps(q0 + 2 * hd + e);
+                a2 = _mm256_fmadd_ps(w, k, a2);
+                b2 = _mm256_fmadd_ps(w, l, b2);
+                w = _mm256_loadu_ps(q0 + 3 * hd + e);
+                a3 = _mm256_fmadd_ps(w, k, a3);
+                b3 = _mm256_fmadd_ps(w, l, b3);
+            }
+            float s4[4], t4[4];
+            hsum4(a0, a1, a2, a3, s4);
+            hsum4(b0, b1, b2, b3, t4);
+            for (int i = 0; i < 4; i++) {
+                s0[(size_t)i * ps + r] = s4[i];
+                s0[(size_t)i * ps + r + 1] = t4[i];
+            }
+        }
+        for (; r < n; r++) { /* the same sums for a last odd row */
+            const uint8_t *x = rows[r];
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int e = 0; e < hd; e += 8) {
-                __m256 k = load_t(t, src, e);
+                __m256 k = load_t(t, x, e);
                 a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), k, a0);
                 a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + hd + e), k, a1);
                 a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * hd + e), k, a2);
@@ -197,31 +227,62 @@ static inline __attribute__((always_inline)) void scores_plain(kv_type t, int hd
             float s4[4];
             hsum4(a0, a1, a2, a3, s4);
             for (int i = 0; i < 4; i++)
-                sc[(size_t)(j + i) * ps + r] = s4[i];
+                s0[(size_t)i * ps + r] = s4[i];
         }
-        for (; j < g; j++) {
-            const float *q0 = q + (size_t)j * hd;
+    }
+    for (; j < g; j++) {
+        const float *q0 = q + (size_t)j * hd;
+        for (int r = 0; r < n; r++) {
             __m256 a0 = _mm256_setzero_ps();
             for (int e = 0; e < hd; e += 8)
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), load_t(t, src, e), a0);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), load_t(t, rows[r], e), a0);
             sc[(size_t)j * ps + r] = hsum(a0);
         }
     }
 }
 
-/* wsum for one plain type: per eight-element column block, the rows in
- * order into four heads' accumulators (registers), each block converted
- * once for the four. */
+/* wsum for one plain type: per sixteen-element column block (then a last
+ * eight), the rows in order into four heads' accumulators (registers),
+ * each block converted once for the four. */
 static inline __attribute__((always_inline)) void wsum_plain(kv_type t, int hd, int g, int n, const float *p, int ps,
                                                              const uint8_t *const *rows, float *o)
 {
     int j = 0;
     for (; j + 4 <= g; j += 4) {
         const float *p0 = p + (size_t)j * ps, *p1 = p0 + ps, *p2 = p1 + ps, *p3 = p2 + ps;
-        float *o0 = o + (size_t)j * hd;
-        for (int e = 0; e < hd; e += 8) {
-            __m256 a0 = _mm256_loadu_ps(o0 + e), a1 = _mm256_loadu_ps(o0 + hd + e),
-                   a2 = _mm256_loadu_ps(o0 + 2 * hd + e), a3 = _mm256_loadu_ps(o0 + 3 * hd + e);
+        float *o0 = o + (size_t)j * hd, *o1 = o0 + hd, *o2 = o1 + hd, *o3 = o2 + hd;
+        int e = 0;
+        for (; e + 16 <= hd; e += 16) {
+            __m256 a0 = _mm256_loadu_ps(o0 + e), a1 = _mm256_loadu_ps(o1 + e), a2 = _mm256_loadu_ps(o2 + e),
+                   a3 = _mm256_loadu_ps(o3 + e), b0 = _mm256_loadu_ps(o0 + e + 8), b1 = _mm256_loadu_ps(o1 + e + 8),
+                   b2 = _mm256_loadu_ps(o2 + e + 8), b3 = _mm256_loadu_ps(o3 + e + 8);
+            for (int r = 0; r < n; r++) {
+                __m256 v = load_t(t, rows[r], e), u = load_t(t, rows[r], e + 8), w;
+                w = _mm256_broadcast_ss(p0 + r);
+                a0 = _mm256_fmadd_ps(w, v, a0);
+                b0 = _mm256_fmadd_ps(w, u, b0);
+                w = _mm256_broadcast_ss(p1 + r);
+                a1 = _mm256_fmadd_ps(w, v, a1);
+                b1 = _mm256_fmadd_ps(w, u, b1);
+                w = _mm256_broadcast_ss(p2 + r);
+                a2 = _mm256_fmadd_ps(w, v, a2);
+                b2 = _mm256_fmadd_ps(w, u, b2);
+                w = _mm256_broadcast_ss(p3 + r);
+                a3 = _mm256_fmadd_ps(w, v, a3);
+                b3 = _mm256_fmadd_ps(w, u, b3);
+            }
+            _mm256_storeu_ps(o0 + e, a0);
+            _mm256_storeu_ps(o1 + e, a1);
+            _mm256_storeu_ps(o2 + e, a2);
+            _mm256_storeu_ps(o3 + e, a3);
+            _mm256_storeu_ps(o0 + e + 8, b0);
+            _mm256_storeu_ps(o1 + e + 8, b1);
+            _mm256_storeu_ps(o2 + e + 8, b2);
+            _mm256_storeu_ps(o3 + e + 8, b3);
+        }
+        for (; e < hd; e += 8) {
+            __m256 a0 = _mm256_loadu_ps(o0 + e), a1 = _mm256_loadu_ps(o1 + e), a2 = _mm256_loadu_ps(o2 + e),
+                   a3 = _mm256_loadu_ps(o3 + e);
             for (int r = 0; r < n; r++) {
                 __m256 v = load_t(t, rows[r], e);
                 a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + r), v, a0);
@@ -230,9 +291,9 @@ static inline __attribute__((always_inline)) void wsum_plain(kv_type t, int hd, 
                 a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p3 + r), v, a3);
             }
             _mm256_storeu_ps(o0 + e, a0);
-            _mm256_storeu_ps(o0 + hd + e, a1);
-            _mm256_storeu_ps(o0 + 2 * hd + e, a2);
-            _mm256_storeu_ps(o0 + 3 * hd + e, a3);
+            _mm256_storeu_ps(o1 + e, a1);
+            _mm256_storeu_ps(o2 + e, a2);
+            _mm256_storeu_ps(o3 + e, a3);
         }
     }
     for (; j < g; j++) {
@@ -298,4 +359,67 @@ static void wsum_avx2(kv_type t, int hd, int g, int n, const float *p, int ps, c
     }
 }
 
-const kv_reader kv_reader_avx2 = {"avx2", dot_avx2, axpy_avx2, scores_avx2, wsum_avx2};
+/* e^x, eight at a time: x = n ln2 + r (|r| <= ln2 / 2, ln2 in two parts),
+ * e^r by a degree-6 polynomial (~1 ulp), times 2^n; x below -87.3 gives
+ * e^-87.3 (~1e-38, the smallest normal's range) instead of 0. */
+static inline __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* kv_softmax_part with exp8 (every element through it, the tail too) and
+ * the sum in eight lanes, then hsum, then the tail in order. */
+static float softmax_avx2(float *s, int n, float scale, float softcap, float *max)
+{
+    float mx = -INFINITY;
+    int r = 0;
+    if (softcap > 0) {
+        for (r = 0; r < n; r++) {
+            s[r] = softcap * tanhf(s[r] * scale / softcap);
+            mx = s[r] > mx ? s[r] : mx;
+        }
+    } else {
+        __m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(-INFINITY);
+        for (; r + 8 <= n; r += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + r), vs);
+            _mm256_storeu_ps(s + r, v);
+            vm = _mm256_max_ps(vm, v);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        mx = _mm_cvtss_f32(m4);
+        for (; r < n; r++) {
+            s[r] *= scale;
+            mx = s[r] > mx ? s[r] : mx;
+        }
+    }
+    __m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    for (r = 0; r + 8 <= n; r += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + r), vm));
+        _mm256_storeu_ps(s + r, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum(acc);
+    for (; r < n; r++) {
+        s[r] = _mm256_cvtss_f32(exp8(_mm256_set1_ps(s[r] - mx)));
+        sum += s[r];
+    }
+    *max = mx;
+    return sum;
+}
+
+const kv_reader kv_reader_avx2 = {"avx2", dot_avx2, axpy_avx2, scores_avx2, wsum_avx2, softmax_avx2};

@@ -24,10 +24,15 @@ typedef struct kv_reader {
     void (*scores)(kv_type t, int head_dim, int g, int n, const float *q, const uint8_t *const *rows, float *sc,
                    int ps);
     void (*wsum)(kv_type t, int head_dim, int g, int n, const float *p, int ps, const uint8_t *const *rows, float *o);
+    /* A chunk's softmax numerators in place: s[r] = scale * s[r] (then
+     * softcap * tanh(s[r] / softcap) when softcap > 0), *max = their max,
+     * s[r] = exp(s[r] - *max); returns their sum. */
+    float (*softmax)(float *s, int n, float scale, float softcap, float *max);
 } kv_reader;
 
 /* The scalar reference of scores / wsum (kv_head_dot / kv_head_axpy per
- * head and row). */
+ * head and row) and softmax (expf). */
+float kv_softmax_part(float *s, int n, float scale, float softcap, float *max);
 void kv_heads_scores(kv_type t, int head_dim, int g, int n, const float *q, const uint8_t *const *rows, float *sc,
                      int ps);
 void kv_heads_wsum(kv_type t, int head_dim, int g, int n, const float *p, int ps, const uint8_t *const *rows,
