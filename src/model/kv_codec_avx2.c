@@ -177,134 +177,132 @@ static inline void hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3, float *out)
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 }
 
-/* scores for one plain type t (a constant after inlining), hd % 8 == 0:
- * two rows against four heads at a time (eight independent sums), each
- * row's eight-element blocks converted once for the four heads. */
+/* scores of nh (1-4, a constant after inlining) heads q0.. (stride hd)
+ * for one plain type t (also a constant), hd % 8 == 0: two rows at a time
+ * (2 nh independent sums), each row's eight-element blocks converted once
+ * for the nh heads; a last odd row alone. */
+static inline __attribute__((always_inline)) void scores_nh(kv_type t, int nh, int hd, int n, const float *q0,
+                                                            const uint8_t *const *rows, float *s0, int ps)
+{
+    int r = 0;
+    for (; r + 2 <= n; r += 2) {
+        const uint8_t *x = rows[r], *y = rows[r + 1];
+        __m256 a[4], b[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < nh; i++)
+            a[i] = b[i] = _mm256_setzero_ps();
+        for (int e = 0; e < hd; e += 8) {
+            __m256 k = load_t(t, x, e), l = load_t(t, y, e);
+            #pragma GCC unroll 4
+            for (int i = 0; i < nh; i++) {
+                __m256 w = _mm256_loadu_ps(q0 + (size_t)i * hd + e);
+                a[i] = _mm256_fmadd_ps(w, k, a[i]);
+                b[i] = _mm256_fmadd_ps(w, l, b[i]);
+            }
+        }
+        #pragma GCC unroll 4
+        for (int i = nh; i < 4; i++)
+            a[i] = b[i] = _mm256_setzero_ps();
+        float s4[4], t4[4];
+        hsum4(a[0], a[1], a[2], a[3], s4);
+        hsum4(b[0], b[1], b[2], b[3], t4);
+        #pragma GCC unroll 4
+        for (int i = 0; i < nh; i++) {
+            s0[(size_t)i * ps + r] = s4[i];
+            s0[(size_t)i * ps + r + 1] = t4[i];
+        }
+    }
+    for (; r < n; r++) {
+        const uint8_t *x = rows[r];
+        __m256 a[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            a[i] = _mm256_setzero_ps();
+        for (int e = 0; e < hd; e += 8) {
+            __m256 k = load_t(t, x, e);
+            #pragma GCC unroll 4
+            for (int i = 0; i < nh; i++)
+                a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + (size_t)i * hd + e), k, a[i]);
+        }
+        float s4[4];
+        hsum4(a[0], a[1], a[2], a[3], s4);
+        #pragma GCC unroll 4
+        for (int i = 0; i < nh; i++)
+            s0[(size_t)i * ps + r] = s4[i];
+    }
+}
+
 static inline __attribute__((always_inline)) void scores_plain(kv_type t, int hd, int g, int n, const float *q,
                                                                const uint8_t *const *rows, float *sc, int ps)
 {
     int j = 0;
-    for (; j + 4 <= g; j += 4) {
-        const float *q0 = q + (size_t)j * hd;
-        float *s0 = sc + (size_t)j * ps;
-        int r = 0;
-        for (; r + 2 <= n; r += 2) {
-            const uint8_t *x = rows[r], *y = rows[r + 1];
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-            for (int e = 0; e < hd; e += 8) {
-                __m256 k = load_t(t, x, e), l = load_t(t, y, e), w;
-                w = _mm256_loadu_ps(q0 + e);
-                a0 = _mm256_fmadd_ps(w, k, a0);
-                b0 = _mm256_fmadd_ps(w, l, b0);
-                w = _mm256_loadu_ps(q0 + hd + e);
-                a1 = _mm256_fmadd_ps(w, k, a1);
-                b1 = _mm256_fmadd_ps(w, l, b1);
-                w = _mm256_loadu_ps(q0 + 2 * hd + e);
-                a2 = _mm256_fmadd_ps(w, k, a2);
-                b2 = _mm256_fmadd_ps(w, l, b2);
-                w = _mm256_loadu_ps(q0 + 3 * hd + e);
-                a3 = _mm256_fmadd_ps(w, k, a3);
-                b3 = _mm256_fmadd_ps(w, l, b3);
-            }
-            float s4[4], t4[4];
-            hsum4(a0, a1, a2, a3, s4);
-            hsum4(b0, b1, b2, b3, t4);
-            for (int i = 0; i < 4; i++) {
-                s0[(size_t)i * ps + r] = s4[i];
-                s0[(size_t)i * ps + r + 1] = t4[i];
-            }
-        }
-        for (; r < n; r++) { /* the same sums for a last odd row */
-            const uint8_t *x = rows[r];
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int e = 0; e < hd; e += 8) {
-                __m256 k = load_t(t, x, e);
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), k, a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + hd + e), k, a1);
-                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * hd + e), k, a2);
-                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * hd + e), k, a3);
-            }
-            float s4[4];
-            hsum4(a0, a1, a2, a3, s4);
-            for (int i = 0; i < 4; i++)
-                s0[(size_t)i * ps + r] = s4[i];
-        }
-    }
-    for (; j < g; j++) {
-        const float *q0 = q + (size_t)j * hd;
-        for (int r = 0; r < n; r++) {
-            __m256 a0 = _mm256_setzero_ps();
-            for (int e = 0; e < hd; e += 8)
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), load_t(t, rows[r], e), a0);
-            sc[(size_t)j * ps + r] = hsum(a0);
-        }
+    for (; j + 4 <= g; j += 4)
+        scores_nh(t, 4, hd, n, q + (size_t)j * hd, rows, sc + (size_t)j * ps, ps);
+    switch (g - j) {
+    case 3: scores_nh(t, 3, hd, n, q + (size_t)j * hd, rows, sc + (size_t)j * ps, ps); break;
+    case 2: scores_nh(t, 2, hd, n, q + (size_t)j * hd, rows, sc + (size_t)j * ps, ps); break;
+    case 1: scores_nh(t, 1, hd, n, q + (size_t)j * hd, rows, sc + (size_t)j * ps, ps); break;
+    default: break;
     }
 }
 
-/* wsum for one plain type: per sixteen-element column block (then a last
- * eight), the rows in order into four heads' accumulators (registers),
- * each block converted once for the four. */
+/* wsum of nh (1-4) heads for one plain type: per sixteen-element column
+ * block (then a last eight), the rows in order into the heads'
+ * accumulators (registers), each block converted once for the nh. */
+static inline __attribute__((always_inline)) void wsum_nh(kv_type t, int nh, int hd, int n, const float *p0, int ps,
+                                                          const uint8_t *const *rows, float *o0)
+{
+    int e = 0;
+    for (; e + 16 <= hd; e += 16) {
+        __m256 a[4], b[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < nh; i++) {
+            a[i] = _mm256_loadu_ps(o0 + (size_t)i * hd + e);
+            b[i] = _mm256_loadu_ps(o0 + (size_t)i * hd + e + 8);
+        }
+        for (int r = 0; r < n; r++) {
+            __m256 v = load_t(t, rows[r], e), u = load_t(t, rows[r], e + 8);
+            #pragma GCC unroll 4
+            for (int i = 0; i < nh; i++) {
+                __m256 w = _mm256_broadcast_ss(p0 + (size_t)i * ps + r);
+                a[i] = _mm256_fmadd_ps(w, v, a[i]);
+                b[i] = _mm256_fmadd_ps(w, u, b[i]);
+            }
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < nh; i++) {
+            _mm256_storeu_ps(o0 + (size_t)i * hd + e, a[i]);
+            _mm256_storeu_ps(o0 + (size_t)i * hd + e + 8, b[i]);
+        }
+    }
+    for (; e < hd; e += 8) {
+        __m256 a[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < nh; i++)
+            a[i] = _mm256_loadu_ps(o0 + (size_t)i * hd + e);
+        for (int r = 0; r < n; r++) {
+            __m256 v = load_t(t, rows[r], e);
+            #pragma GCC unroll 4
+            for (int i = 0; i < nh; i++)
+                a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + (size_t)i * ps + r), v, a[i]);
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < nh; i++)
+            _mm256_storeu_ps(o0 + (size_t)i * hd + e, a[i]);
+    }
+}
+
 static inline __attribute__((always_inline)) void wsum_plain(kv_type t, int hd, int g, int n, const float *p, int ps,
                                                              const uint8_t *const *rows, float *o)
 {
     int j = 0;
-    for (; j + 4 <= g; j += 4) {
-        const float *p0 = p + (size_t)j * ps, *p1 = p0 + ps, *p2 = p1 + ps, *p3 = p2 + ps;
-        float *o0 = o + (size_t)j * hd, *o1 = o0 + hd, *o2 = o1 + hd, *o3 = o2 + hd;
-        int e = 0;
-        for (; e + 16 <= hd; e += 16) {
-            __m256 a0 = _mm256_loadu_ps(o0 + e), a1 = _mm256_loadu_ps(o1 + e), a2 = _mm256_loadu_ps(o2 + e),
-                   a3 = _mm256_loadu_ps(o3 + e), b0 = _mm256_loadu_ps(o0 + e + 8), b1 = _mm256_loadu_ps(o1 + e + 8),
-                   b2 = _mm256_loadu_ps(o2 + e + 8), b3 = _mm256_loadu_ps(o3 + e + 8);
-            for (int r = 0; r < n; r++) {
-                __m256 v = load_t(t, rows[r], e), u = load_t(t, rows[r], e + 8), w;
-                w = _mm256_broadcast_ss(p0 + r);
-                a0 = _mm256_fmadd_ps(w, v, a0);
-                b0 = _mm256_fmadd_ps(w, u, b0);
-                w = _mm256_broadcast_ss(p1 + r);
-                a1 = _mm256_fmadd_ps(w, v, a1);
-                b1 = _mm256_fmadd_ps(w, u, b1);
-                w = _mm256_broadcast_ss(p2 + r);
-                a2 = _mm256_fmadd_ps(w, v, a2);
-                b2 = _mm256_fmadd_ps(w, u, b2);
-                w = _mm256_broadcast_ss(p3 + r);
-                a3 = _mm256_fmadd_ps(w, v, a3);
-                b3 = _mm256_fmadd_ps(w, u, b3);
-            }
-            _mm256_storeu_ps(o0 + e, a0);
-            _mm256_storeu_ps(o1 + e, a1);
-            _mm256_storeu_ps(o2 + e, a2);
-            _mm256_storeu_ps(o3 + e, a3);
-            _mm256_storeu_ps(o0 + e + 8, b0);
-            _mm256_storeu_ps(o1 + e + 8, b1);
-            _mm256_storeu_ps(o2 + e + 8, b2);
-            _mm256_storeu_ps(o3 + e + 8, b3);
-        }
-        for (; e < hd; e += 8) {
-            __m256 a0 = _mm256_loadu_ps(o0 + e), a1 = _mm256_loadu_ps(o1 + e), a2 = _mm256_loadu_ps(o2 + e),
-                   a3 = _mm256_loadu_ps(o3 + e);
-            for (int r = 0; r < n; r++) {
-                __m256 v = load_t(t, rows[r], e);
-                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + r), v, a0);
-                a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + r), v, a1);
-                a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p2 + r), v, a2);
-                a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p3 + r), v, a3);
-            }
-            _mm256_storeu_ps(o0 + e, a0);
-            _mm256_storeu_ps(o1 + e, a1);
-            _mm256_storeu_ps(o2 + e, a2);
-            _mm256_storeu_ps(o3 + e, a3);
-        }
-    }
-    for (; j < g; j++) {
-        const float *p0 = p + (size_t)j * ps;
-        float *o0 = o + (size_t)j * hd;
-        for (int e = 0; e < hd; e += 8) {
-            __m256 a0 = _mm256_loadu_ps(o0 + e);
-            for (int r = 0; r < n; r++)
-                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + r), load_t(t, rows[r], e), a0);
-            _mm256_storeu_ps(o0 + e, a0);
-        }
+    for (; j + 4 <= g; j += 4)
+        wsum_nh(t, 4, hd, n, p + (size_t)j * ps, ps, rows, o + (size_t)j * hd);
+    switch (g - j) {
+    case 3: wsum_nh(t, 3, hd, n, p + (size_t)j * ps, ps, rows, o + (size_t)j * hd); break;
+    case 2: wsum_nh(t, 2, hd, n, p + (size_t)j * ps, ps, rows, o + (size_t)j * hd); break;
+    case 1: wsum_nh(t, 1, hd, n, p + (size_t)j * ps, ps, rows, o + (size_t)j * hd); break;
+    default: break;
     }
 }
 
