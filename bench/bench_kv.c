@@ -3,7 +3,9 @@
  * the forward does; a prefill of 32k tokens would take minutes on a small
  * CPU and measures something else), then N single-token forwards at
  * positions C, C+1, ... are timed. Prints one line per (type, context):
- * decode tokens/s and the KV bytes one step reads. On a device (cuda) the
+ * decode tokens/s (and per process CPU second: with --threads 1 a measure
+ * that a shared machine's load does not move) and the KV bytes one step
+ * reads. On a device (cuda) the
  * cache lives there only: nothing is filled (the device cache holds
  * whatever its memory held - the attention reads every position all the
  * same, and its speed does not depend on the values).
@@ -21,6 +23,13 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -104,10 +113,12 @@ int main(int argc, char **argv)
                     kv_row_store(&kv, &seq, l, p, k, v, rot);
                 }
             seq.n_tokens = C;
-            double t0 = 0;
+            double t0 = 0, c0 = 0;
             for (int i = -1; i < n_tok; i++) { /* one warm-up step */
-                if (i == 0)
+                if (i == 0) {
                     t0 = now_s();
+                    c0 = cpu_s();
+                }
                 int32_t tok = 1 + (i + 1) % 100, pos = C + (i < 0 ? 0 : i), row = 0;
                 kv_seq *sp = &seq;
                 fwd_batch b = {1, &tok, &pos, &sp, 1, &row};
@@ -118,10 +129,10 @@ int main(int argc, char **argv)
                 if (i < 0)
                     seq.n_tokens = C; /* the warm-up position is written again */
             }
-            double dt = now_s() - t0;
+            double dt = now_s() - t0, dc = cpu_s() - c0;
             size_t kv_step = kv_spec_block_bytes(&s, c->n_layer, c->n_kv_head, c->head_dim, 1, 0) * (size_t)C;
-            printf("%-5s ctx %6d: decode %8.2f tok/s, KV read per token %8.1f MB\n", ts, C, n_tok / dt,
-                   kv_step / 1e6);
+            printf("%-5s ctx %6d: decode %8.2f tok/s (%8.2f a CPU second), KV read per token %8.1f MB\n", ts, C,
+                   n_tok / dt, n_tok / dc, kv_step / 1e6);
             fflush(stdout);
             kv_seq_free(&kv, &seq);
             kv_pool_free(&kv);
