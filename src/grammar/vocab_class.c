@@ -154,19 +154,37 @@ static void heap_down(fhead *h, int n, int k)
     }
 }
 
-/* Next node of the merged lists (INT32_MAX when all are done). */
-static int32_t heap_pop(const grammar_vocab *v, fhead *h, int *n, long long *visited)
+/* Moves every list past the nodes before target (a galloping search
+ * from its head: a cut subtree or a frontier's costs a few probes per
+ * list, not one per node). */
+static void heap_skip(const grammar_vocab *v, fhead *h, int *n, int32_t target, long long *visited)
 {
-    if (!*n)
-        return INT32_MAX;
-    int32_t r = h[0].node;
-    (*visited)++;
-    if (++h[0].pos < h[0].end)
-        h[0].node = v->first_nodes[h[0].pos];
-    else
-        h[0] = h[--*n];
-    heap_down(h, *n, 0);
-    return r;
+    const int32_t *fn = v->first_nodes;
+    while (*n && h[0].node < target) {
+        int32_t lo = h[0].pos, step = 1; /* fn[lo] < target */
+        while (lo + step < h[0].end && fn[lo + step] < target) {
+            lo += step;
+            step *= 2;
+            (*visited)++;
+        }
+        int32_t hi = lo + step < h[0].end ? lo + step : h[0].end; /* fn[hi] >= target or hi == end */
+        while (hi - lo > 1) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if (fn[mid] < target)
+                lo = mid;
+            else
+                hi = mid;
+            (*visited)++;
+        }
+        (*visited)++;
+        if (hi < h[0].end) {
+            h[0].pos = hi;
+            h[0].node = fn[hi];
+        } else {
+            h[0] = h[--*n];
+        }
+        heap_down(h, *n, 0);
+    }
 }
 
 static void out_push(gvoc_item *out, int32_t *n, gvoc_item it)
@@ -217,22 +235,20 @@ static gvoc_class *class_edit(const grammar_vocab *v, const gvoc_class *w, const
     c->asc[1] = asc[1];
     c->lead = lead;
     memcpy(c->run_bits, w->run_bits, v->n_words * sizeof *c->run_bits);
-    int32_t g = heap_pop(v, h, &nh, visited), cut_end = 0, n = 0;
+    int32_t cut_end = 0, n = 0;
     for (int32_t k = 0; k < w->n_items; k++) {
         gvoc_item it = w->items[k];
         (*visited)++;
         if (it.frontier) {
             int32_t f = it.first;
-            while (g < v->nend[f])
-                g = heap_pop(v, h, &nh, visited);
+            heap_skip(v, h, &nh, v->nend[f], visited);
             if (f >= cut_end)
                 out_push(c->items, &n, it);
             continue;
         }
-        int32_t a = it.first > cut_end ? it.first : cut_end, b = it.last;
-        while (g < a)
-            g = heap_pop(v, h, &nh, visited);
-        while (a <= b && g <= b) {
+        int32_t a = it.first > cut_end ? it.first : cut_end, b = it.last, g;
+        heap_skip(v, h, &nh, a, visited);
+        while (a <= b && nh && (g = h[0].node) <= b) {
             if (a < g)
                 out_push(c->items, &n, (gvoc_item){.first = a, .last = g - 1});
             uint8_t w8 = v->nw[g];
@@ -242,8 +258,7 @@ static gvoc_class *class_edit(const grammar_vocab *v, const gvoc_class *w, const
             for (int32_t q = v->ntok_off[g]; q < v->ntok_off[v->nend[g]]; q++)
                 c->run_bits[v->ntok[q] / 32] &= ~(1u << (v->ntok[q] % 32));
             a = cut_end = v->nend[g];
-            while (g < cut_end)
-                g = heap_pop(v, h, &nh, visited);
+            heap_skip(v, h, &nh, cut_end, visited);
         }
         if (a <= b)
             out_push(c->items, &n, (gvoc_item){.first = a, .last = b});
