@@ -232,7 +232,68 @@ grammar_compiled *grammar_compile_ebnf(const char *text, size_t len, const gramm
     grammar *g = grammar_from_ebnf(text, len, NULL, &lim, err);
     if (!g)
         return NULL;
-    return grammar_compile(g, vocab, err);
+    grammar_compiled *cg = grammar_compile(g, vocab, err);
+    if (cg && lim.precompute >= 0)
+        gcompiled_precompute(cg, lim.precompute ? lim.precompute : GRAMMAR_PRECOMPUTE);
+    return cg;
+}
+
+/* The states whose walks visit most of the trie read many bytes: a
+ * string's contents, free text, an unanchored pattern's search, a wide
+ * class. Their entries are computed now, while the work (trie nodes
+ * walked and split, parser steps) stays within budget; the rest stay
+ * lazy. The rules take turns, one state each, so the copies of one long
+ * repetition do not spend the budget of the others. Shared entries
+ * (structural keys) cost a lookup. Only a cache is filled: masks are the
+ * same either way. */
+void gcompiled_precompute(grammar_compiled *cg, long budget)
+{
+    const grammar *g = cg->g;
+    int32_t nr = g->n_rules, n = 0;
+    int32_t *cnt = calloc((size_t)nr + 1, sizeof *cnt), *pos = malloc((size_t)nr * sizeof *pos);
+    int32_t *st = malloc((size_t)(g->n_states ? g->n_states : 1) * sizeof *st);
+    if (!cnt || !pos || !st)
+        goto out;
+    for (int32_t s = 0; s < g->n_states; s++) {
+        if (cg->alias && cg->alias[s] != s)
+            continue;
+        int nb = 0;
+        for (int32_t i = g->be_off[s]; i < g->be_off[s + 1] && nb < GCOMP_PRE_MIN_BYTES; i++)
+            nb += g->be[i].hi - g->be[i].lo + 1;
+        if (nb >= GCOMP_PRE_MIN_BYTES)
+            cnt[g->st_rule[s] + 1]++;
+    }
+    for (int32_t r = 0; r < nr; r++)
+        cnt[r + 1] += cnt[r];
+    memcpy(pos, cnt, (size_t)nr * sizeof *pos);
+    for (int32_t s = 0; s < g->n_states; s++) {
+        if (cg->alias && cg->alias[s] != s)
+            continue;
+        int nb = 0;
+        for (int32_t i = g->be_off[s]; i < g->be_off[s + 1] && nb < GCOMP_PRE_MIN_BYTES; i++)
+            nb += g->be[i].hi - g->be[i].lo + 1;
+        if (nb >= GCOMP_PRE_MIN_BYTES)
+            st[pos[g->st_rule[s]]++] = s;
+    }
+    n = cnt[nr];
+    long long w0 = cg->stats.walk_nodes + cg->stats.class_nodes + GRAMMAR_PRECOMPUTE_STEP * cg->stats.steps;
+    /* round k takes the k-th state of every rule that has one */
+    for (int32_t k = 0, left = n; left > 0; k++) {
+        for (int32_t r = 0; r < nr; r++) {
+            if (cnt[r] + k >= cnt[r + 1])
+                continue;
+            left--;
+            long long w = cg->stats.walk_nodes + cg->stats.class_nodes + GRAMMAR_PRECOMPUTE_STEP * cg->stats.steps - w0;
+            if (w >= budget || ((left & 15) == 0 && grammar_thread_stopped()))
+                goto out;
+            if (!gcompiled_entry(cg, st[cnt[r] + k]))
+                goto out; /* OOM: the masks will say so */
+        }
+    }
+out:
+    free(cnt);
+    free(pos);
+    free(st);
 }
 
 void gctx_entry_free(gctx_entry *e)

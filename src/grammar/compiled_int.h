@@ -150,6 +150,11 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
 /* Counted walks of subtrees (split on the fly) start at this size. */
 #define GCOMP_COUNT_MIN_NODES 8
 
+/* Precompute (grammar_compile_ebnf): the entries of the states reading at
+ * least this many byte values, within a work budget (grammar_limits). */
+#define GCOMP_PRE_MIN_BYTES 16
+void gcompiled_precompute(grammar_compiled *cg, long budget);
+
 /* The entry of state s, computing it on first use. NULL on OOM. */
 const gctx_entry *gcompiled_entry(grammar_compiled *cg, int32_t s);
 /* Past this many pops a child is not kept, past this many parser steps

@@ -33,6 +33,7 @@ void grammar_limits_init(grammar_limits *l)
     l->max_states = 1000000; /* ~100 MB of automaton at worst */
     l->max_ms = 2000;        /* a schema that takes longer is pathological */
     l->alias_horizon = 0;
+    l->precompute = 0;
 }
 
 grammar *grammar_from_ebnf(const char *text, size_t len, const char *root, const grammar_limits *limits,

@@ -38,9 +38,18 @@ typedef struct grammar_limits {
      * sharing. 0 = GRAMMAR_ALIAS_HORIZON; grammar_compile_ebnf sets it
      * to the vocabulary's longest token. */
     long alias_horizon;
+    /* precompute: grammar_compile_ebnf computes the token sets of the
+     * states that read many bytes (string contents, free text, wide
+     * pattern classes: the walks of most of the vocabulary) before it
+     * returns, up to this much work (trie nodes visited, a parser step
+     * counting GRAMMAR_PRECOMPUTE_STEP), so first masks do not walk.
+     * 0 = GRAMMAR_PRECOMPUTE, negative = none (all lazily, in masks). */
+    long precompute;
 } grammar_limits;
 
 #define GRAMMAR_ALIAS_HORIZON 256
+#define GRAMMAR_PRECOMPUTE 8000000
+#define GRAMMAR_PRECOMPUTE_STEP 32
 
 /* Defaults: 1,000,000 states, 2,000 ms, alias horizon 0 (the default). */
 void grammar_limits_init(grammar_limits *l);
