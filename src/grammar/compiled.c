@@ -198,13 +198,14 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     pthread_mutex_init(&cg->lock, NULL);
     cg->entries = calloc((size_t)(g->n_states ? g->n_states : 1), sizeof *cg->entries);
     cg->scratch_bits = calloc(vocab->n_words ? vocab->n_words : 1, sizeof *cg->scratch_bits);
+    cg->scratch_sum = calloc(vocab->n_words / 64 + 1, sizeof *cg->scratch_sum);
     cg->scratch_S = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->scratch_S);
     cg->scratch_pop = calloc((size_t)vocab->max_len + 2, 1);
     cg->sub_ch = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->sub_ch);
     cg->sub_u = malloc((size_t)vocab->max_len + 2);
     cg->sub_lb = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->sub_lb);
     cg->sub_b = malloc((size_t)vocab->max_len + 2);
-    if (!cg->entries || !cg->scratch_bits || !cg->scratch_S || !cg->scratch_pop || !cg->sub_ch || !cg->sub_u ||
+    if (!cg->entries || !cg->scratch_bits || !cg->scratch_sum || !cg->scratch_S || !cg->scratch_pop || !cg->sub_ch || !cg->sub_u ||
         !cg->sub_lb || !cg->sub_b || gstk_pool_init(&cg->pool)) {
         grammar_compiled_free(cg);
         tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
@@ -331,6 +332,7 @@ void grammar_compiled_free(grammar_compiled *cg)
     gstk_set_free(&cg->tmp_in);
     gstk_set_free(&cg->tmp_out);
     free(cg->scratch_bits);
+    free(cg->scratch_sum);
     free(cg->scratch_S);
     free(cg->scratch_pop);
     free(cg->sub_ch);
@@ -705,6 +707,7 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
     }
     cg->stats.class_walks++;
     uint32_t *bits = cg->scratch_bits;
+    uint64_t *sum = cg->scratch_sum;
     int32_t a = 0, b = c->n_items;
     const int32_t *ntok = v->ntok, *ntok_off = v->ntok_off;
     /* root subtrees of bytes x reads elsewhere: [exr[2k], exr[2k+1]) */
@@ -712,6 +715,7 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
     int n_ex = 0;
     if (base == 0) {
         gbits_or(bits, c->run_bits, v->n_words);
+        cg->scratch_full = 1;
         for (int32_t i = 0; (ex[0] | ex[1] | ex[2]) && i < v->n_nodes; i = v->nend[i]) {
             uint8_t by = v->nb[i];
             if (by < 128 ? !((ex[by >> 6] >> (by & 63)) & 1) : by < 0xC0 || !((ex[2] >> (by - 0xC0)) & 1))
@@ -739,7 +743,7 @@ static int class_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base
             int32_t f0 = it->first > lo ? it->first : lo, f1 = it->last + 1 < hi ? it->last + 1 : hi;
             int32_t q1 = ntok_off[f1];
             for (int32_t q = ntok_off[f0]; q < q1; q++)
-                bits[ntok[q] >> 5] |= 1u << (ntok[q] & 31);
+                gscratch_set(bits, sum, ntok[q]);
             continue;
         }
         while (e < n_ex && exr[2 * e + 1] <= it->first)
@@ -777,6 +781,7 @@ int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, 
     int32_t *S = cg->scratch_S;
     uint8_t *pop = cg->scratch_pop;
     uint32_t *bits = cg->scratch_bits;
+    uint64_t *sum = cg->scratch_sum;
     int r = cg->plain_walk || !whole ? 0 : class_walk(cg, lo, hi, base, sid0);
     if (!r && !cg->plain_walk && whole)
         r = gcomp_count_walk(cg, lo, hi, base, sid0);
@@ -794,7 +799,7 @@ int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, 
         pop[d] = (uint8_t)(t & 1);
         if (cur || pop[d])
             for (int32_t k = v->ntok_off[i]; k < v->ntok_off[i + 1]; k++)
-                bits[v->ntok[k] / 32] |= 1u << (v->ntok[k] % 32);
+                gscratch_set(bits, sum, v->ntok[k]);
         if (pop[d] && v->nend[i] > i + 1 && add_pop(cg, i))
             return -1;
         if (cg->plain_walk) {
@@ -808,7 +813,7 @@ int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, 
                 return -1;
             if (r) {
                 for (int32_t k = v->ntok_off[i + 1]; k < v->ntok_off[v->nend[i]]; k++)
-                    bits[v->ntok[k] / 32] |= 1u << (v->ntok[k] % 32);
+                    gscratch_set(bits, sum, v->ntok[k]);
                 i = v->nend[i];
                 continue;
             }
@@ -829,15 +834,46 @@ int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, 
     return 0;
 }
 
-/* Packs the scratch results into a new entry and clears the scratch. */
+/* Clears the scratch bitset: the words its summary marks, or all of it
+ * after a whole bitset was ORed in. */
+static void scratch_clear(grammar_compiled *cg)
+{
+    size_t nw = cg->v->n_words, ns = nw / 64 + 1;
+    if (cg->scratch_full) {
+        memset(cg->scratch_bits, 0, nw * sizeof *cg->scratch_bits);
+    } else {
+        for (size_t i = 0; i < ns; i++)
+            for (uint64_t m = cg->scratch_sum[i]; m; m &= m - 1)
+                cg->scratch_bits[i * 64 + (size_t)__builtin_ctzll(m)] = 0;
+    }
+    memset(cg->scratch_sum, 0, ns * sizeof *cg->scratch_sum);
+    cg->scratch_full = 0;
+    cg->n_scratch_pops = 0;
+}
+
+/* Packs the scratch results into a new entry and clears the scratch. A
+ * walk that accepted few tokens touched few words: those are read
+ * through the summary instead of the whole bitset (a property name's
+ * walk, hundreds of them in one mask). */
 static gctx_entry *pack_entry(grammar_compiled *cg)
 {
     const grammar_vocab *v = cg->v;
     gctx_entry *e = calloc(1, sizeof *e);
-    if (!e)
+    if (!e) {
+        scratch_clear(cg);
         return NULL;
+    }
     uint32_t *bits = cg->scratch_bits;
-    int32_t n = (int32_t)gbits_count(bits, v->n_words);
+    const uint64_t *sum = cg->scratch_sum;
+    size_t ns = v->n_words / 64 + 1;
+    int32_t n = 0;
+    if (cg->scratch_full) {
+        n = (int32_t)gbits_count(bits, v->n_words);
+    } else {
+        for (size_t i = 0; i < ns; i++)
+            for (uint64_t m = sum[i]; m; m &= m - 1)
+                n += __builtin_popcount(bits[i * 64 + (size_t)__builtin_ctzll(m)]);
+    }
     e->n_acc = n;
     /* a list is smaller than the bitset below one id per 32 tokens */
     if (n && (size_t)n < v->n_words) {
@@ -845,9 +881,19 @@ static gctx_entry *pack_entry(grammar_compiled *cg)
         if (!e->acc_ids)
             goto fail;
         int32_t k = 0;
-        for (size_t w = 0; w < v->n_words; w++)
-            for (uint32_t b = bits[w]; b; b &= b - 1)
-                e->acc_ids[k++] = (int32_t)(w * 32 + (size_t)__builtin_ctz(b));
+        if (cg->scratch_full) {
+            for (size_t w = 0; w < v->n_words; w++)
+                for (uint32_t b = bits[w]; b; b &= b - 1)
+                    e->acc_ids[k++] = (int32_t)(w * 32 + (size_t)__builtin_ctz(b));
+        } else {
+            for (size_t i = 0; i < ns; i++) {
+                for (uint64_t m = sum[i]; m; m &= m - 1) {
+                    size_t w = i * 64 + (size_t)__builtin_ctzll(m);
+                    for (uint32_t b = bits[w]; b; b &= b - 1)
+                        e->acc_ids[k++] = (int32_t)(w * 32 + (size_t)__builtin_ctz(b));
+                }
+            }
+        }
     } else if (n) {
         e->acc_bits = malloc(v->n_words * sizeof *e->acc_bits);
         if (!e->acc_bits)
@@ -861,12 +907,10 @@ static gctx_entry *pack_entry(grammar_compiled *cg)
         memcpy(e->pops, cg->scratch_pops, (size_t)cg->n_scratch_pops * sizeof *e->pops);
         e->n_pops = cg->n_scratch_pops;
     }
-    memset(bits, 0, v->n_words * sizeof *bits);
-    cg->n_scratch_pops = 0;
+    scratch_clear(cg);
     return e;
 fail:
-    memset(bits, 0, v->n_words * sizeof *bits);
-    cg->n_scratch_pops = 0;
+    scratch_clear(cg);
     gctx_entry_free(e);
     return NULL;
 }
@@ -876,8 +920,7 @@ static gctx_entry *compute_entry(grammar_compiled *cg, int32_t s)
     int32_t x = gstk_intern(&cg->pool, s, GSTK_UNKNOWN);
     int32_t sid = x < 0 ? -1 : set_intern(cg, &x, 1);
     if (sid < 0 || gcomp_walk(cg, 0, cg->v->n_nodes, 0, sid)) {
-        memset(cg->scratch_bits, 0, cg->v->n_words * sizeof *cg->scratch_bits);
-        cg->n_scratch_pops = 0;
+        scratch_clear(cg);
         return NULL;
     }
     return pack_entry(cg);
@@ -909,8 +952,7 @@ static gctx_entry *compute_child(grammar_compiled *cg, const gctx_entry *e, int3
             bad = 1;
     }
     if (bad) {
-        memset(cg->scratch_bits, 0, v->n_words * sizeof *cg->scratch_bits);
-        cg->n_scratch_pops = 0;
+        scratch_clear(cg);
         return NULL;
     }
     return pack_entry(cg);

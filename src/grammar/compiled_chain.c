@@ -316,6 +316,7 @@ static int count_walk_sub(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t 
     int8_t *U = cg->sub_u;
     uint8_t *B = cg->sub_b;
     uint32_t *bits = cg->scratch_bits;
+    uint64_t *sum = cg->scratch_sum;
     const int32_t *ntok = v->ntok, *ntok_off = v->ntok_off;
     const uint8_t *nw_tok = v->nw_tok;
     CH[base] = 0;
@@ -359,7 +360,7 @@ static int count_walk_sub(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t 
         int32_t q1 = ntok_off[end];
         for (int32_t q = ntok_off[i]; q < q1; q++)
             if (nw_tok[q] <= lim)
-                bits[ntok[q] >> 5] |= 1u << (ntok[q] & 31);
+                gscratch_set(bits, sum, ntok[q]);
         i = end;
     }
     return 0;
@@ -426,12 +427,15 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
         return 0;
     cg->stats.count_walks++;
     uint32_t *bits = cg->scratch_bits;
+    uint64_t *sum = cg->scratch_sum;
     int dead = ch.kind == GCHAIN_DEAD;
     int32_t lim = dead ? c0 + ch.len : GVOC_W_MAX; /* largest weight accepted in the runs */
     int32_t a = 0, b = c->n_items;
     if (base == 0) {
-        if (!dead)
+        if (!dead) {
             gbits_or(bits, c->run_bits, v->n_words);
+            cg->scratch_full = 1;
+        }
     } else {
         while (a < b) {
             int32_t mid = a + (b - a) / 2;
@@ -452,7 +456,7 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
             int32_t q1 = ntok_off[f1];
             for (int32_t q = ntok_off[f0]; q < q1; q++)
                 if (nw_tok[q] <= lim)
-                    bits[ntok[q] >> 5] |= 1u << (ntok[q] & 31);
+                    gscratch_set(bits, sum, ntok[q]);
             continue;
         }
         int32_t cc = (int32_t)it->nch - c0; /* characters read before the pending bytes */

@@ -74,6 +74,8 @@ struct grammar_compiled {
     gstk_set tmp_in, tmp_out;
     /* walk scratch */
     uint32_t *scratch_bits;    /* [n_words] */
+    uint64_t *scratch_sum;     /* [n_words / 64 + 1]: bit w = scratch_bits[w] may be set */
+    int scratch_full;          /* a whole bitset was ORed in: every word may be set */
     int32_t *scratch_S;        /* [max_len+2] set per depth */
     uint8_t *scratch_pop;      /* [max_len+2] */
     int32_t *scratch_pops;
@@ -144,6 +146,14 @@ int gcomp_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32
  * by one, so nested walks always make progress). */
 int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0, int whole);
 int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x);
+
+/* Accepts token id into the walk's scratch (bitset and its word summary). */
+static inline void gscratch_set(uint32_t *bits, uint64_t *sum, int32_t id)
+{
+    uint32_t w = (uint32_t)id >> 5;
+    bits[w] |= 1u << (id & 31);
+    sum[w >> 6] |= 1ull << (w & 63);
+}
 
 /* Walks below trie nodes smaller than this go node by node. */
 #define GCOMP_CLASS_MIN_NODES 256
