@@ -2,7 +2,7 @@
  * next to the CPU backend's.
  *
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--exact-products] MODEL_DIR...
- *   bench_cuda --gemv [KERNELS] [--no-stage]
+ *   bench_cuda --gemv [KERNELS] [--no-stage] [--model 8b|1b] [--kinds bf16,q4g64,q8g64]
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
@@ -14,7 +14,9 @@
  * invariance (T = 1 and T = 32 against T = 8), then the GEMV-only decode
  * step per model and kernel. KERNELS ("staged,tensor") runs only those;
  * --no-stage gives the tensor-core kernel no stage (each block splits its
- * own activations).
+ * own activations); --model and --kinds run only those shapes and kinds.
+ * The options come from tcu_opts_init and TERN_CUDA_* (TERN_CUDA_TC_FORM:
+ * the tensor-core kernel's form up to 8 tokens).
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
@@ -336,7 +338,7 @@ static double gv_time(tcu_gemv_args *a, const tcu_opts *o, int nc, void *const *
 
 /* list: the kernels to run ("staged,tensor"; NULL: all); stage: hand the
  * tensor-core kernel a stage as the backend does */
-static int gemv_bench(const char *list, int use_stage)
+static int gemv_bench(const char *list, int use_stage, const char *only_model, const char *only_kinds)
 {
     int nv = TCU_GEMV_N, bad = 0;
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
@@ -360,6 +362,8 @@ static int gemv_bench(const char *list, int use_stage)
     }
     for (int v = 0; v < nv; v++)
         printf("   kernel %s%s\n", tcu_gemv_name(v), want[v] ? "" : " (not run)");
+    if (getenv("TERN_CUDA_TC_FORM"))
+        printf("   tensor-core form (TERN_CUDA_TC_FORM) %s\n", getenv("TERN_CUDA_TC_FORM"));
     /* ms[shape][kind][kernel][T] */
     static double ms[GV_NSHAPE][3][TCU_GEMV_N][3];
     static int vbad[3][TCU_GEMV_N]; /* failed a check: never "best" */
@@ -387,6 +391,12 @@ static int gemv_bench(const char *list, int use_stage)
     for (int si = 0; si < GV_NSHAPE; si++) {
         const gv_shape *sh = &gv_shapes[si];
         for (int ki = 0; ki < 3; ki++) {
+            if ((only_model && strcmp(only_model, sh->model)) || (only_kinds && !strstr(only_kinds, gv_kind_names[ki]))) {
+                for (int v = 0; v < nv; v++) /* not asked for: no numbers */
+                    for (int ti = 0; ti < 3; ti++)
+                        ms[si][ki][v][ti] = NAN;
+                continue;
+            }
             int kind = gv_kinds[ki], nm = sh->glu ? 2 : 1, q = kind != TCU_BF16;
             size_t wb = (size_t)sh->n_out * gv_row_bytes(kind, sh->n_in), ng = (size_t)sh->n_out * (sh->n_in / GV_GROUP);
             size_t sbn = q ? ng * 2 : 0, bytes = nm * (wb + sbn * sizeof(float));
@@ -451,8 +461,12 @@ static int gemv_bench(const char *list, int use_stage)
                     vbad[ki][v] = 1;
                     continue;
                 }
-                tcu_opts o;
-                tcu_opts_init(&o);
+                tcu_opts o; /* the defaults and TERN_CUDA_* (e.g. TERN_CUDA_TC_FORM) */
+                tern_err oerr = {0};
+                if (model_cuda_opts_from_env(&o, &oerr)) {
+                    fprintf(stderr, "bench_cuda: %s\n", oerr.msg);
+                    return 2;
+                }
                 o.gemv_bf16 = o.gemv_q4 = o.gemv_q8 = v;
                 tcu_gemv_args a;
                 memset(&a, 0, sizeof a);
@@ -608,21 +622,28 @@ int main(int argc, char **argv)
     int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0;
     int first = 1;
     if (argc >= 2 && !strcmp(argv[1], "--gemv")) {
-        const char *list = NULL;
+        const char *list = NULL, *only_model = NULL, *only_kinds = NULL;
         int use_stage = 1;
         for (int i = 2; i < argc; i++) {
             if (!strcmp(argv[i], "--no-stage"))
                 use_stage = 0;
+            else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+                only_model = argv[++i];
+            else if (!strcmp(argv[i], "--kinds") && i + 1 < argc)
+                only_kinds = argv[++i];
             else if (!list && argv[i][0] != '-')
                 list = argv[i];
             else {
-                fprintf(stderr, "usage: bench_cuda --gemv [KERNELS] [--no-stage]\n");
+                fprintf(stderr, "usage: bench_cuda --gemv [KERNELS] [--no-stage] [--model 8b|1b] [--kinds "
+                                "bf16,q4g64,q8g64]\n");
                 return 2;
             }
         }
 #ifndef TERN_CUDA
         (void)list;
         (void)use_stage;
+        (void)only_model;
+        (void)only_kinds;
         fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
         return 2;
 #else
@@ -630,7 +651,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_cuda: no GPU\n");
             return 2;
         }
-        return gemv_bench(list, use_stage);
+        return gemv_bench(list, use_stage, only_model, only_kinds);
 #endif
     }
     for (; first < argc && argv[first][0] == '-'; first += 2) {

@@ -324,7 +324,7 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->stage = be->opts.gemv_stage ? be->xh : NULL;
     a->stage_bytes = be->opts.gemv_stage ? be->cap_xh : 0;
     a->early = (opts & CU_OPT_EARLY) != 0;
-    a->ring = (opts & CU_OPT_RING) != 0;
+    a->ring = (opts & CU_OPT_RING) != 0 && !be->wide; /* the ring has the one-sequence kernel's bits */
     return 1;
 }
 
@@ -923,7 +923,9 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
     /* copy-on-write of this pool's blocks must reach the mirror (backend.h kv_bind) */
     kv->dev_copy = cu_kv_copy;
     kv->dev_ctx = be;
-    be->wide = 0;
+    /* tcu_opts.invariant: every step as one of several sequences (the
+     * tensor-core GEMV, per-token attention splits, graphs keyed alike) */
+    be->wide = be->opts.invariant && !be->opts.exact;
     for (int i = 1; i < T; i++)
         be->wide |= b->seqs[i] != b->seqs[0];
     int big = !cu_step_gemv(be, T) || !cu_step_gemv(be, b->n_out);
@@ -1363,6 +1365,8 @@ static const struct cu_env_opt {
     {"TERN_CUDA_RING", offsetof(tcu_opts, ring), 0, 31},
     {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
     {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 15},
+    {"TERN_CUDA_TC_FORM", offsetof(tcu_opts, tc_form), 0, 15},
+    {"TERN_CUDA_INVARIANT", offsetof(tcu_opts, invariant), 0, 1},
 };
 
 /* TERN_CUDA_GEMV: one kernel name for every weight kind, or three (bf16,

@@ -105,7 +105,14 @@ typedef struct tcu_opts {
     int early;       /* TCU_PROD_* bits: products whose one-token launch gets tcu_gemv_args.early */
     int ring;        /* TCU_PROD_* bits: ... tcu_gemv_args.ring */
     int split_len1;  /* attention positions a split for a step of one token (0: always the most splits) */
+    /* -- the tensor-core GEMV at steps of one sequence (issue 27) -- */
+    int tc_form;   /* read by gemv_tc.cu: TCU_TC_* bits, how its launches of up to 8 tokens issue their
+                    * loads (never its sums) */
+    int invariant; /* read by the backend: throughput mode, a step of one sequence takes the batched steps'
+                    * kernels (tensor-core GEMV, no ring, per-token attention splits): a sequence's logits
+                    * the same bits alone and in any batch of up to tc_max_t tokens */
 } tcu_opts;
+enum { TCU_TC_PIPE8 = 1, TCU_TC_PIPE4 = 2, TCU_TC_PDL16 = 4, TCU_TC_PIPE_Q4 = 8 };
 /* The defaults, measured (docs/cuda.md): GEMVs auto / auto / by-shape, PDL
  * on, the attention's early loads and last-block merge on, TF32 prefill
  * attention, throughput products (exact 0), cuBLAS from 33 tokens but for

@@ -263,13 +263,17 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
     }
 }
 
-template <int NT, int U, bool Q, int P>
+// PIPE (one n-tile, tcu_opts.tc_form): the U steps of loads in two halves,
+// each half's next steps requested as soon as it is summed (the staged
+// kernel's one-token pipeline), so that a warp never waits with nothing in
+// flight; only when loads are issued changes, never the sums.
+template <int NT, int U, bool Q, int P, bool PIPE = false>
 __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps, int staged)
 {
     namespace cg = cooperative_groups;
     constexpr int C = 8 * NT, TP = TC_TPP(NT, P), JS = (C + P - 1) / P, NTH = TC_WARPS * WARP;
-    constexpr bool EARLY = !Q && NT > 1 && NT < 16; /* 16 n-tiles: no registers to spare */
+    constexpr bool EARLY = !PIPE && !Q && NT > 1 && NT < 16; /* 16 n-tiles: no registers to spare */
     extern __shared__ __align__(16) unsigned char tc_smem[];
     uint4 *xs = reinterpret_cast<uint4 *>(tc_smem); /* [psteps][C][4]: 8 bf16 of one column */
     float *red = reinterpret_cast<float *>(tc_smem); /* after the pass: [TC_ROWS][C] */
@@ -315,8 +319,37 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
         for (int h = 0; h < 2; h++)
             if (u < nsteps)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[h] + SBY * u));
+    /* bf16: 8 weights a row and step; 4-bit: 8 codes, and the step's
+     * group's 16 scale and bias - 16 scale (w = 16 s (1 + q / 16) + b - 16 s) */
+    uint4 w[Q ? 1 : U][2];
+    uint32_t wq[Q ? U : 1][2];
+    float2 sv[Q ? U : 1][2];
+    auto load1 = [&](int u, int j) { /* step j of the slice into slot u */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if constexpr (Q) {
+                wq[u][h] = j < nsteps ? tc_ld32(reinterpret_cast<const uint32_t *>(rp[h] + SBY * j)) : 0u;
+                const float2 p = j < nsteps ? __ldg(reinterpret_cast<const float2 *>(sbp[h]) + (s0 + j) * 32 / G)
+                                            : make_float2(0.0f, 0.0f);
+                sv[u][h] = make_float2(16.0f * p.x, __fsub_rn(p.y, 16.0f * p.x));
+            } else {
+                w[u][h] =
+                    j < nsteps ? tc_ld(reinterpret_cast<const uint4 *>(rp[h] + SBY * j)) : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    auto load = [&](int j0) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            load1(u, j0 + u);
+    };
     pdl_wait();
     pdl_trigger();
+    /* the first steps in flight during the norm and the staging (where
+     * registers allow: at 3 blocks a SM, or 4-bit, the norm's spill) */
+    constexpr bool LOAD_EARLY = PIPE && !Q && U == 8;
+    if constexpr (LOAD_EARLY)
+        load(0);
     if (a.norm_g && !staged) /* per token: a thread's elements, the warp's butterfly, the warps in order */
         for (int j0 = 0; j0 < np; j0 += 4) {
             double ss[4];
@@ -354,30 +387,8 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
             }
             __syncthreads();
         }
-    /* bf16: 8 weights a row and step; 4-bit: 8 codes, and the step's
-     * group's 16 scale and bias - 16 scale (w = 16 s (1 + q / 16) + b - 16 s) */
-    uint4 w[Q ? 1 : U][2];
-    uint32_t wq[Q ? U : 1][2];
-    float2 sv[Q ? U : 1][2];
-    auto load = [&](int j0) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int j = j0 + u;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                if constexpr (Q) {
-                    wq[u][h] = j < nsteps ? tc_ld32(reinterpret_cast<const uint32_t *>(rp[h] + SBY * j)) : 0u;
-                    const float2 p = j < nsteps ? __ldg(reinterpret_cast<const float2 *>(sbp[h]) + (s0 + j) * 32 / G)
-                                                : make_float2(0.0f, 0.0f);
-                    sv[u][h] = make_float2(16.0f * p.x, __fsub_rn(p.y, 16.0f * p.x));
-                } else {
-                    w[u][h] = j < nsteps ? tc_ld(reinterpret_cast<const uint4 *>(rp[h] + SBY * j))
-                                         : make_uint4(0, 0, 0, 0);
-                }
-            }
-        }
-    };
-    load(0);
+    if constexpr (!LOAD_EARLY)
+        load(0);
     float c[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++)
@@ -478,10 +489,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                 load((b + 1) * U);
         }
         const uint4(&wr)[Q ? 1 : U][2] = EARLY ? wc : w;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (st0 + u >= nsteps)
-                break;
+        auto use = [&](int u) {
             const uint4 *xp = xs + ((size_t)(pst + u) * C + g) * 4 + t;
             if constexpr (Q) {
                 /* codes as bf16 1 + q / 16 (exact): pairs (i, i + 4) of the 8 */
@@ -529,9 +537,29 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                         c[n][e] = __fadd_rn(c[n][e], d[e]);
                 }
             }
+        };
+        if constexpr (PIPE) {
+            constexpr int H = U / 2;
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+#pragma unroll
+                for (int u = hf * H; u < (hf + 1) * H; u++)
+                    if (st0 + u < nsteps)
+                        use(u);
+#pragma unroll
+                for (int u = hf * H; u < (hf + 1) * H; u++)
+                    load1(u, st0 + U + u);
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (st0 + u >= nsteps)
+                    break;
+                use(u);
+            }
+            if (!EARLY && b + 1 < nb)
+                load((b + 1) * U);
         }
-        if (!EARLY && b + 1 < nb)
-            load((b + 1) * U);
     }
     /* the block's sums by row and column, then the cluster's reduction */
     __syncthreads();
@@ -620,8 +648,10 @@ static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
     return (size_t)(a->n_in / 32) * C * 64 + (q ? (size_t)(a->n_in / a->m[0].group) * C * sizeof(float) : 0);
 }
 
-template <int NT, int U, bool Q, int P>
-static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
+// pdl16: 16-bit weights launch with PDL too (tcu_opts.tc_form bit 4; else
+// only 4-bit does).
+template <int NT, int U, bool Q, int P, bool PIPE = false>
+static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool pdl16 = false)
 {
     constexpr int C = 8 * NT, JS = (C + P - 1) / P;
     /* more than two tokens and room in the stage: split (round) once - with
@@ -653,20 +683,35 @@ static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, boo
         smem = (size_t)TC_ROWS * C * sizeof(float);
     static size_t smem_set = 0;
     if (smem > smem_set) {
-        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U, Q, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem);
+        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U, Q, P, PIPE>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (rc)
             return rc;
         smem_set = smem;
     }
-    return launch_cl(pdl && Q, (unsigned)ks, gemv_tc_kernel<NT, U, Q, P>, dim3((unsigned)ks, (unsigned)blocks),
-                     dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
+    return launch_cl(pdl && (Q || pdl16), (unsigned)ks, gemv_tc_kernel<NT, U, Q, P, PIPE>,
+                     dim3((unsigned)ks, (unsigned)blocks), dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
 }
 
 // The throughput mode's kernels (P = 1) by T: n-tiles for up to 8, 16, 32,
-// 64 or 128 tokens (U: loads in flight, never the order of sums).
-static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool q)
+// 64 or 128 tokens (U: loads in flight, never the order of sums). Up to 8
+// tokens, form (tcu_opts.tc_form) picks how the loads are issued: bit 1
+// (bf16) / 8 (4-bit) eight steps in flight in two halves (PIPE), bit 2
+// (bf16) four in two halves, bit 4 PDL for bf16 - the same bits every way.
+static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool q, int form)
 {
+    if (a->T <= 8) {
+        const bool p16 = (form & TCU_TC_PDL16) != 0;
+        if (q && (form & TCU_TC_PIPE_Q4))
+            return gemv_tc_launch<1, 8, true, 1, true>(a, rows, s, pdl);
+        if (!q && (form & TCU_TC_PIPE8))
+            return gemv_tc_launch<1, 8, false, 1, true>(a, rows, s, pdl, p16);
+        if (!q && (form & TCU_TC_PIPE4))
+            return gemv_tc_launch<1, 4, false, 1, true>(a, rows, s, pdl, p16);
+        if (!q && p16)
+            return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false, 1>(a, rows, s, pdl, true)
+                                             : gemv_tc_launch<1, 4, false, 1>(a, rows, s, pdl, true);
+    }
     if (q) {
         if (a->T <= 8)
             return gemv_tc_launch<1, 8, true, 1>(a, rows, s, pdl);
@@ -693,7 +738,7 @@ static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl,
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
 // every matrix); -1 for other kinds. Above 32 tokens (exact) or 128
 // (throughput): launches of that many.
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact)
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact, int form)
 {
     const bool q = a->m[0].kind == TCU_Q4;
     if ((a->m[0].kind != TCU_BF16 && !q) || a->n_in % 32 || (q && (a->m[0].group % 32 || a->n_in % a->m[0].group)))
@@ -712,14 +757,14 @@ int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool ex
                 b.x = a->x + (size_t)t0 * a->n_in;
             for (int k = 0; k < a->n; k++)
                 b.m[k].y = a->m[k].y + (size_t)t0 * a->m[k].n_out;
-            const int rc = gemv_tc(&b, rows, s, pdl, exact);
+            const int rc = gemv_tc(&b, rows, s, pdl, exact, form);
             if (rc)
                 return rc;
         }
         return 0;
     }
     if (!exact)
-        return gemv_tc1(a, rows, s, pdl, q);
+        return gemv_tc1(a, rows, s, pdl, q, form);
     /* U (loads in flight) never changes the order of sums: by shape and T.
      * 8 steps on the launches of many blocks (lm_head: 3 blocks a SM do
      * not hide the latency), else 4 (3 blocks a SM) */
