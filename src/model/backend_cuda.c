@@ -923,11 +923,14 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
     /* copy-on-write of this pool's blocks must reach the mirror (backend.h kv_bind) */
     kv->dev_copy = cu_kv_copy;
     kv->dev_ctx = be;
-    /* tcu_opts.invariant: every step as one of several sequences (the
-     * tensor-core GEMV, per-token attention splits, graphs keyed alike) */
-    be->wide = be->opts.invariant && !be->opts.exact;
+    /* tcu_opts.invariant: every step's products (TCU_INV_PRODUCTS: the
+     * tensor-core GEMV, no ring, graphs keyed alike) and attention splits
+     * (TCU_INV_ATTN) as a step of several sequences */
+    const int inv = be->opts.exact ? 0 : be->opts.invariant;
+    int multi = 0;
     for (int i = 1; i < T; i++)
-        be->wide |= b->seqs[i] != b->seqs[0];
+        multi |= b->seqs[i] != b->seqs[0];
+    be->wide = multi || (inv & TCU_INV_PRODUCTS);
     int big = !cu_step_gemv(be, T) || !cu_step_gemv(be, b->n_out);
     if (big && (rc = wdq_ensure(be, err)))
         return rc;
@@ -941,7 +944,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
      * exact products, keep every step on one rule. */
     be->split_len = CU_SPLIT_LEN_ONE_RULE;
     if (cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO && !be->opts.exact)
-        be->split_len = be->wide ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
+        be->split_len = multi || (inv & TCU_INV_ATTN) ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
     be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
@@ -1366,7 +1369,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
     {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 15},
     {"TERN_CUDA_TC_FORM", offsetof(tcu_opts, tc_form), 0, 15},
-    {"TERN_CUDA_INVARIANT", offsetof(tcu_opts, invariant), 0, 1},
+    {"TERN_CUDA_INVARIANT", offsetof(tcu_opts, invariant), 0, TCU_INV_PRODUCTS | TCU_INV_ATTN},
 };
 
 /* TERN_CUDA_GEMV: one kernel name for every weight kind, or three (bf16,

@@ -237,7 +237,7 @@ static void test_opts(void **state)
                                 {"TERN_CUDA_GEMM_MIN_T", "0"}, {"TERN_CUDA_EARLY", "32"},
                                 {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"},
                                 {"TERN_CUDA_TC_MAX_T", "129"}, {"TERN_CUDA_TC_FORM", "16"},
-                                {"TERN_CUDA_INVARIANT", "2"}};
+                                {"TERN_CUDA_INVARIANT", "4"}};
     for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++) {
         setenv(bad_int[i][0], bad_int[i][1], 1);
         assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EINVAL);
@@ -1122,7 +1122,7 @@ static void test_batch_invariance(void **state)
         model_load_opts og = {0, "cuda"};
         tern_kernels_exact_set(exact);
         if (inv) {
-            setenv("TERN_CUDA_INVARIANT", "1", 1);
+            setenv("TERN_CUDA_INVARIANT", "3", 1);
             setenv("TERN_CUDA_TC_FORM", forms[mode - 2], 1);
         }
         tern_model *m = model_load_ex(mdir, &og, &err);

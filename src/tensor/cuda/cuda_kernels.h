@@ -108,11 +108,13 @@ typedef struct tcu_opts {
     /* -- the tensor-core GEMV at steps of one sequence (issue 27) -- */
     int tc_form;   /* read by gemv_tc.cu: TCU_TC_* bits, how its launches of up to 8 tokens issue their
                     * loads (never its sums) */
-    int invariant; /* read by the backend: throughput mode, a step of one sequence takes the batched steps'
-                    * kernels (tensor-core GEMV, no ring, per-token attention splits): a sequence's logits
-                    * the same bits alone and in any batch of up to tc_max_t tokens */
+    int invariant; /* read by the backend, TCU_INV_* bits: throughput mode, a step of one sequence takes the
+                    * batched steps' products (tensor-core GEMV, no ring) and attention splits (per token):
+                    * with both, a sequence's logits are the same bits alone and in any batch of up to
+                    * tc_max_t tokens */
 } tcu_opts;
 enum { TCU_TC_PIPE8 = 1, TCU_TC_PIPE4 = 2, TCU_TC_PDL16 = 4, TCU_TC_PIPE_Q4 = 8 };
+enum { TCU_INV_PRODUCTS = 1, TCU_INV_ATTN = 2 };
 /* The defaults, measured (docs/cuda.md): GEMVs auto / auto / by-shape, PDL
  * on, the attention's early loads and last-block merge on, TF32 prefill
  * attention, throughput products (exact 0), cuBLAS from 33 tokens but for
