@@ -1,7 +1,7 @@
 /* bench_cuda: the CUDA backend's speed next to the roofline, and its logits
  * next to the CPU backend's.
  *
- *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--exact-products] MODEL_DIR...
+ *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--only-batch N] [--exact-products] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage] [--model 8b|1b] [--kinds bf16,q4g64,q8g64]
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
@@ -667,6 +667,8 @@ int main(int argc, char **argv)
             n_prefill = atoi(argv[first + 1]);
         else if (!strcmp(argv[first], "--only-b1"))
             only_b1 = atoi(argv[first + 1]) != 0;
+        else if (!strcmp(argv[first], "--only-batch"))
+            only_b1 = atoi(argv[first + 1]) > 1 ? atoi(argv[first + 1]) : atoi(argv[first + 1]) != 0;
         else if (!strcmp(argv[first], "--exact-products")) {
             tern_kernels_exact_set(1);
             first--; /* no value */
@@ -674,9 +676,9 @@ int main(int argc, char **argv)
             break;
     }
     if (first >= argc || n_prompt < 1 || n_prompt > 512 || steps < 4 || check < 0 || check > 500 || n_prefill < 1 ||
-        n_prefill > 16384) {
+        n_prefill > 16384 || only_b1 < 0 || only_b1 > 128) {
         fprintf(stderr, "usage: bench_cuda [--prompt N<=512] [--tokens N>=4] [--check N] [--prefill N<=16384] "
-                        "[--only-b1 0|1] MODEL_DIR...\n");
+                        "[--only-b1 0|1] [--only-batch N<=128] MODEL_DIR...\n");
         return 2;
     }
 #ifndef TERN_CUDA
@@ -749,6 +751,15 @@ int main(int argc, char **argv)
         }
         model_backend_swap(m, gpu);
         double wb = (double)model_weight_bytes(m);
+        if (only_b1 > 1) { /* --only-batch N: batch N and the check only */
+            const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
+            double tn = decode_run(m, &kv, only_b1, n_prompt, steps, prompt, logits, &err);
+            if (tn < 0)
+                return die(&err);
+            printf("%-28s %8.2f %9.0f %9s b%d %.1f tok/s (batch %d only) %s\n", name, wb / 1e9, bw / wb, "-",
+                   only_b1, only_b1 * (steps - 2) / tn, only_b1, chk);
+            goto next_model;
+        }
         double t1 = decode_run(m, &kv, 1, n_prompt, steps, prompt, logits, &err);
         if (only_b1 && t1 >= 0) { /* --only-b1 1: batch 1 and the check only */
             const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];

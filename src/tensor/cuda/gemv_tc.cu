@@ -263,23 +263,18 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
     }
 }
 
-// PIPE (one n-tile, tcu_opts.tc_form): 1 - the U steps of loads in two
+// PIPE (bf16, one n-tile, tcu_opts.tc_form): the U steps of loads in two
 // halves, each half's next steps requested as soon as it is summed (the
 // staged kernel's one-token pipeline), so that a warp never waits with
-// nothing in flight; 2 (bf16, U = 1) - each lane's weights through a ring
-// of TC_RING_S steps in shared memory filled by cp.async (no registers
-// hold what is in flight: more of it). Only when loads are issued
-// changes, never the sums.
-#define TC_RING_S 12
-#define TC_RING_PSTEPS 32 /* the panel's steps with the ring (two blocks a SM) */
-template <int NT, int U, bool Q, int P, int PIPE = 0>
+// nothing in flight. Only when loads are issued changes, never the sums.
+template <int NT, int U, bool Q, int P, bool PIPE = false>
 __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps, int staged)
 {
     namespace cg = cooperative_groups;
     constexpr int C = 8 * NT, TP = TC_TPP(NT, P), JS = (C + P - 1) / P, NTH = TC_WARPS * WARP;
     constexpr bool EARLY = !PIPE && !Q && NT > 1 && NT < 16; /* 16 n-tiles: no registers to spare */
-    static_assert(PIPE != 2 || (!Q && U == 1 && NT == 1), "the ring: bf16, one step a pass, one n-tile");
+    static_assert(!PIPE || (!Q && NT == 1), "PIPE: bf16, one n-tile");
     extern __shared__ __align__(16) unsigned char tc_smem[];
     uint4 *xs = reinterpret_cast<uint4 *>(tc_smem); /* [psteps][C][4]: 8 bf16 of one column */
     float *red = reinterpret_cast<float *>(tc_smem); /* after the pass: [TC_ROWS][C] */
@@ -353,30 +348,9 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     pdl_trigger();
     /* the first steps in flight during the norm and the staging (where
      * registers allow: at 3 blocks a SM, or 4-bit, the norm's spill) */
-    constexpr bool LOAD_EARLY = PIPE == 1 && !Q && U == 8;
+    constexpr bool LOAD_EARLY = PIPE && U == 8;
     if constexpr (LOAD_EARLY)
         load(0);
-    /* the ring: this lane's slots [TC_RING_S][TC_WARPS][32][2] after the
-     * panel (or the reduction, the larger); the first TC_RING_S - 1 steps
-     * requested now */
-    uint4 *ring = reinterpret_cast<uint4 *>(
-                      tc_smem + ((size_t)psteps * C * 64 > (size_t)TC_ROWS * C * 4 ? (size_t)psteps * C * 64
-                                                                                   : (size_t)TC_ROWS * C * 4)) +
-                  ((size_t)warp * WARP + lane) * 2;
-    auto rcopy = [&](int j) { /* step j into its slot; a group even when past the slice */
-        if (j < nsteps)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t d =
-                    (uint32_t)__cvta_generic_to_shared(ring + (size_t)(j % TC_RING_S) * TC_WARPS * WARP * 2 + h);
-                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(rp[h] + SBY * j)
-                             : "memory");
-            }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    };
-    if constexpr (PIPE == 2)
-        for (int j = 0; j < TC_RING_S - 1; j++)
-            rcopy(j);
     if (a.norm_g && !staged) /* per token: a thread's elements, the warp's butterfly, the warps in order */
         for (int j0 = 0; j0 < np; j0 += 4) {
             double ss[4];
@@ -414,7 +388,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
             }
             __syncthreads();
         }
-    if constexpr (!LOAD_EARLY && PIPE != 2)
+    if constexpr (!LOAD_EARLY)
         load(0);
     float c[NT][4];
 #pragma unroll
@@ -565,15 +539,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                 }
             }
         };
-        if constexpr (PIPE == 2) { /* step st0 landed (TC_RING_S - 2 younger groups may pend) */
-            asm volatile("cp.async.wait_group %0;" ::"n"(TC_RING_S - 2) : "memory");
-            const uint4 *sl = ring + (size_t)(st0 % TC_RING_S) * TC_WARPS * WARP * 2;
-            w[0][0] = sl[0];
-            w[0][1] = sl[1];
-            rcopy(st0 + TC_RING_S - 1);
-            if (st0 < nsteps)
-                use(0);
-        } else if constexpr (PIPE == 1) {
+        if constexpr (PIPE) {
             constexpr int H = U / 2;
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
@@ -685,7 +651,7 @@ static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
 
 // pdl16: 16-bit weights launch with PDL too (tcu_opts.tc_form bit 4; else
 // only 4-bit does).
-template <int NT, int U, bool Q, int P, int PIPE = 0>
+template <int NT, int U, bool Q, int P, bool PIPE = false>
 static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool pdl16 = false)
 {
     constexpr int C = 8 * NT, JS = (C + P - 1) / P;
@@ -712,14 +678,10 @@ static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, boo
     /* 4-bit, one part a token (4 JS 8-value sums a step): the sums' room
      * out of the panel's, so that two blocks fit a SM */
     int psteps = TC_SMEM_X / (C * 64 + (Q && P == 1 ? (C + 4 * JS) * (int)sizeof(float) : 0));
-    if (PIPE == 2 && psteps > TC_RING_PSTEPS)
-        psteps = TC_RING_PSTEPS;
     psteps = nsteps <= psteps ? nsteps : psteps / gm * gm;
     size_t smem = (size_t)psteps * C * 64 + (Q ? (size_t)psteps * (C + 4 * JS) * sizeof(float) : 0);
     if (smem < (size_t)TC_ROWS * C * sizeof(float))
         smem = (size_t)TC_ROWS * C * sizeof(float);
-    if (PIPE == 2) /* the kernel's ring offset is this max for bf16 */
-        smem += (size_t)TC_RING_S * TC_WARPS * WARP * 2 * sizeof(uint4);
     static size_t smem_set = 0;
     if (smem > smem_set) {
         int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U, Q, P, PIPE>,
@@ -734,25 +696,28 @@ static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, boo
 
 // The throughput mode's kernels (P = 1) by T: n-tiles for up to 8, 16, 32,
 // 64 or 128 tokens (U: loads in flight, never the order of sums). Up to 8
-// tokens, form (tcu_opts.tc_form) picks how the loads are issued: bit 1
-// (bf16) / 8 (4-bit) eight steps in flight in two halves (PIPE 1), bit 2
-// (bf16) four in two halves, bit 16 (bf16) the shared-memory ring (PIPE 2),
-// bit 4 PDL for bf16 - the same bits every way.
+// bf16 tokens, form (tcu_opts.tc_form) picks how the loads are issued:
+// TCU_TC_PIPE8 eight steps in flight in two halves, TCU_TC_PDL16 PDL, or
+// TCU_TC_BY_SHAPE by the launch's shape (measured on the H200 at T = 1 / 8,
+// us a launch: PDL on the launches without a norm - 8B o 16.0 -> 14.5, 1B
+// o 7.6 -> 6.0, 1B down 16.1 -> 14.1 -; PIPE8 on gate/up slices of 64+
+// steps - 8B 77.0 / 70.0 -> 71.6 / 66.3 - and on lm_head - 290 -> 285.5);
+// the same bits every way.
 static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool q, int form)
 {
-    if (a->T <= 8) {
+    if (!q && a->T <= 8) {
+        if (form & TCU_TC_BY_SHAPE) {
+            const long blocks = (rows + (a->glu ? TC_ROWS / 2 : TC_ROWS) - 1) / (a->glu ? TC_ROWS / 2 : TC_ROWS);
+            const int nsteps = a->n_in / 32 / tc_ks<false>(a->n_in, blocks, 32);
+            form = !a->norm_g                                          ? TCU_TC_PDL16
+                   : (a->glu && nsteps >= 64) || rows >= 200L * sm_count() ? TCU_TC_PIPE8
+                                                                            : 0;
+        }
         const bool p16 = (form & TCU_TC_PDL16) != 0;
-        if (q && (form & TCU_TC_PIPE_Q4))
-            return gemv_tc_launch<1, 8, true, 1, 1>(a, rows, s, pdl);
-        if (!q && (form & TCU_TC_RING))
-            return gemv_tc_launch<1, 1, false, 1, 2>(a, rows, s, pdl, p16);
-        if (!q && (form & TCU_TC_PIPE8))
-            return gemv_tc_launch<1, 8, false, 1, 1>(a, rows, s, pdl, p16);
-        if (!q && (form & TCU_TC_PIPE4))
-            return gemv_tc_launch<1, 4, false, 1, 1>(a, rows, s, pdl, p16);
-        if (!q && p16)
-            return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false, 1>(a, rows, s, pdl, true)
-                                             : gemv_tc_launch<1, 4, false, 1>(a, rows, s, pdl, true);
+        if (form & TCU_TC_PIPE8)
+            return gemv_tc_launch<1, 8, false, 1, true>(a, rows, s, pdl, p16);
+        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false, 1>(a, rows, s, pdl, p16)
+                                         : gemv_tc_launch<1, 4, false, 1>(a, rows, s, pdl, p16);
     }
     if (q) {
         if (a->T <= 8)
