@@ -9,7 +9,9 @@
  * 8 bits, larger than the caches) times T input rows; prints weight GB/s
  * and G multiply-adds/s for each path (the integer path's time includes
  * quantizing the inputs), and the ratio; then the dense bf16 product (f32
- * activations) on the same shape. */
+ * activations) on the same shape; where the table has tile products (AMX),
+ * their stages' times (activations, packing, product) next to the vector
+ * kernel's rate. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +139,58 @@ int main(int argc, char **argv)
                    bytes / t[1] / 1e9, macs / t[1] / 1e9, t[0] / t[1]);
         else
             printf("%4s %6ld %14.2f %14.2f %14s %14s\n", "", T, bytes / t[0] / 1e9, macs / t[0] / 1e9, "-", "-");
+    }
+    /* the tile products (AMX), where the table has them: each stage's time
+     * per call (activation rounding or quantization, packing, the product)
+     * and the product's GMAC/s against the vector kernel's */
+    if (k->i8_pack || k->bf16_pack) {
+        uint16_t *xp = malloc((size_t)(max_t + 15) / 16 * 16 * n_in * sizeof(uint16_t));
+        int8_t *qp = malloc((size_t)(max_t + 15) / 16 * 16 * n_in);
+        float *qsp = malloc((size_t)(max_t + 15) / 16 * 16 * 2 * ngp * sizeof(float));
+        if (!xp || !qp || !qsp)
+            return 1;
+        printf("%4s %6s %10s %10s %10s %12s %12s\n", "tile", "tokens", "act ms", "pack ms", "prod ms", "tile GMAC/s",
+               "vec GMAC/s");
+        for (int kind = 0; kind < 3; kind++) {
+            int bits = kind == 0 ? 16 : kind == 1 ? 8 : 4;
+            if (bits == 16 ? !k->bf16_pack || !tern_bf16p_ok(k, n_in) : !k->i8_pack || group % 64)
+                continue;
+            for (int ti = 0; ti < n_tok; ti++) {
+                long T = tokens[ti];
+                if (bits != 16 && !tern_iqp_ok(k, group, T))
+                    continue;
+                double macs = (double)rows * n_in * T;
+                long n_rep = reps ? reps : (long)(2e10 / (macs + (double)rows * n_in * 8)) + 1;
+                double ta = 0, tp = 0, tm = 0, tv = 0;
+                for (long r = 0; r < n_rep; r++) {
+                    double t0 = cpu_s();
+                    if (bits == 16)
+                        k->bf16_act(x, T * n_in, xb);
+                    else
+                        k->quant_act(x, T, n_in, group, bits, q, qs);
+                    double t1 = cpu_s();
+                    if (bits == 16)
+                        k->bf16_pack(xb, T, n_in, xp);
+                    else
+                        k->i8_pack(q, qs, T, n_in, ngp, qp, qsp);
+                    double t2 = cpu_s();
+                    if (bits == 16)
+                        k->matmul_bf16p(wb, xp, y, T, n_in, rows, 0, rows);
+                    else
+                        (bits == 4 ? k->imatmul_q4p : k->imatmul_q8p)(w, sb, group, qp, qsp, y, T, n_in, rows, 0, rows);
+                    double t3 = cpu_s();
+                    if (bits == 16)
+                        k->matmul_bf16b(wb, xb, y, T, n_in, rows, 0, rows);
+                    else
+                        (bits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w, sb, group, q, qs, y, T, n_in, rows, 0, rows);
+                    tv += cpu_s() - t3;
+                    ta += t1 - t0, tp += t2 - t1, tm += t3 - t2;
+                }
+                printf("%4d %6ld %10.3f %10.3f %10.3f %12.1f %12.1f\n", bits, T, ta / n_rep * 1e3, tp / n_rep * 1e3,
+                       tm / n_rep * 1e3, macs / (tm / n_rep) / 1e9, macs / (tv / n_rep) / 1e9);
+            }
+        }
+        free(xp), free(qp), free(qsp);
     }
     free(wb), free(xb);
     free(w), free(sb), free(x), free(xs), free(y), free(qs), free(q);
