@@ -1,8 +1,10 @@
 /* MLX affine quantization of weight rows, as mlx-community publishes it:
- * per group of `group` consecutive inputs, scale = (max - min) / (2^bits - 1)
- * and bias = min (both rounded to the model's dtype, in which they are
- * stored), q = round((w - bias) / scale) clamped to [0, 2^bits - 1], and
- * w ~ scale * q + bias. q values are packed little-endian into uint32
+ * per group of `group` consecutive inputs, w ~ scale * q + bias with q in
+ * [0, 2^bits - 1] and scale, bias stored in the model's dtype. The writer
+ * starts from scale = (max - min) / (2^bits - 1), bias = min (rounded to that
+ * dtype), q = round((w - bias) / scale) clamped, and refits scale and bias
+ * by least squares to the codes while that lowers the group's squared
+ * error (model_quant_row). q values are packed little-endian into uint32
  * words, 32 / bits per word, the first value in the lowest bits. */
 #ifndef TERN_MODEL_QUANT_H
 #define TERN_MODEL_QUANT_H

@@ -1,6 +1,6 @@
 /* `tern convert` and quantized models: the packed words, scales and biases
- * it writes against a quantizer written independently here from the MLX
- * layout's description; loading and dequantizing them; the logits of the 4-
+ * it writes (each code the nearest on its group's stored grid, each group's
+ * squared error at most the min/max grid's, recomputed here); loading and dequantizing them; the logits of the 4-
  * and 8-bit conversions of tern-demo-16m against the full-precision model
  * within the envelope documented in docs/model.md; batched == one-by-one
  * decoding for a quantized model; bad quantized files as errors. */
@@ -95,9 +95,13 @@ static void check_packing(const char *src, const char *qdir, int bits, int group
                     lo = fminf(lo, v);
                     hi = fmaxf(hi, v);
                 }
-                float scale = round_to(t->dtype, (hi - lo) / qmax), bias = round_to(t->dtype, lo);
-                assert_true(to_f32(ts->dtype, ts->data, (size_t)(r * ng + g)) == scale);
-                assert_true(to_f32(tb->dtype, tb->data, (size_t)(r * ng + g)) == bias);
+                /* the min/max grid's squared error bounds the stored fit's
+                 * (least-squares refits only replace it when they lower it) */
+                float s0 = round_to(t->dtype, (hi - lo) / qmax), b0 = round_to(t->dtype, lo);
+                float scale = to_f32(ts->dtype, ts->data, (size_t)(r * ng + g));
+                float bias = to_f32(tb->dtype, tb->data, (size_t)(r * ng + g));
+                assert_true(scale >= 0 && round_to(t->dtype, scale) == scale && round_to(t->dtype, bias) == bias);
+                double e0 = 0, e1 = 0;
                 for (int64_t k = 0; k < group; k++) {
                     int64_t idx = g * group + k; /* value idx of the row */
                     float v = to_f32(t->dtype, t->data, (size_t)(r * n + idx));
@@ -105,12 +109,18 @@ static void check_packing(const char *src, const char *qdir, int bits, int group
                     want = want < 0 ? 0 : want > qmax ? qmax : want;
                     uint32_t word = words[r * (n * bits / 32) + idx / (32 / bits)];
                     long got = (long)((word >> ((idx % (32 / bits)) * bits)) & (uint32_t)qmax);
-                    if (got != want)
+                    if (got != want) /* each code the nearest on the stored grid */
                         fail_msg("%s row %lld value %lld: packed %ld, expected %ld", t->name, (long long)r,
                                  (long long)idx, got, want);
-                    /* the dequantized value is within half a step of the original */
-                    assert_true(fabsf(scale * (float)got + bias - v) <= 0.5f * scale + 1e-3f * fabsf(v) + 1e-6f);
+                    long c0 = s0 > 0 ? lrintf((v - b0) / s0) : 0;
+                    c0 = c0 < 0 ? 0 : c0 > qmax ? qmax : c0;
+                    double d0 = (double)v - ((double)s0 * c0 + b0), d1 = (double)v - ((double)scale * got + bias);
+                    e0 += d0 * d0;
+                    e1 += d1 * d1;
                 }
+                if (!(e1 <= e0))
+                    fail_msg("%s row %lld group %lld: squared error %g above the min/max grid's %g", t->name,
+                             (long long)r, (long long)g, e1, e0);
             }
         n_quant++;
     }
