@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "model/embed.h"
 #include "model/lora.h"
 #include "model/model_int.h"
@@ -205,15 +206,22 @@ typedef struct gate_job {
     float *g;
     const float *u;
     int gelu;
+    int vec; /* SiLU through model_silu_mul_avx2 */
 } gate_job;
 
-#define GATE_GRAIN 2048L  /* elements a part: ~10 us of expf */
+#define GATE_GRAIN 512L   /* elements a part: ~3 us of expf (a 1B decode token's 8192 in 16 parts, not 4) */
 #define ROWS_GRAIN 16384L /* elements a part for the norms and residual adds */
 
 static void gate_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
     gate_job *j = ctx;
+#ifdef __x86_64__
+    if (j->vec) {
+        model_silu_mul_avx2(j->g + b, j->u + b, e - b);
+        return;
+    }
+#endif
     if (j->gelu)
         for (long i = b; i < e; i++)
             j->g[i] = gelu_tanh(j->g[i]) * j->u[i];
@@ -270,7 +278,14 @@ static int dense_mlp(tern_model *m, int l, const model_lora *const *lora, int T,
     for (int k = 0; lora && k < 2; k++)
         if ((rc = model_lora_apply(m, lora, T, l, LORA_GATE + k, s->xn, y[k], err)))
             return rc;
-    gate_job gj = {s->gate, s->up, c->gelu};
+    /* SiLU with a vector e^x where the CPU has AVX2 + FMA (the scalar
+     * expf took ~7% of a 1B decode step on 16 threads), expf under
+     * --exact-products */
+    int vec = 0;
+#ifdef __x86_64__
+    vec = !c->gelu && !tern_kernels_exact_get() && tern_cpu()->avx2 && tern_cpu()->fma;
+#endif
+    gate_job gj = {s->gate, s->up, c->gelu, vec};
     fwd_par(m, (long)T * c->n_ff, GATE_GRAIN, gate_run, &gj);
     if ((rc = matmul(m, &L->w_down, s->gate, s->tmp, T, err)))
         return rc;

@@ -106,4 +106,10 @@ int model_lora_mod_get(const struct model_lora *a, int l, int mod, const float *
 void model_lora_dev_set(struct model_lora *a, void *dev, void (*free_fn)(void *dev));
 void *model_lora_dev(const struct model_lora *a);
 
+#ifdef __x86_64__
+/* act_avx2.c: g[i] = silu(g[i]) * u[i] for i < n with a vector e^x (AVX2 +
+ * FMA CPUs only; the forward's gate unless --exact-products). */
+void model_silu_mul_avx2(float *g, const float *u, long n);
+#endif
+
 #endif
