@@ -17,7 +17,8 @@
  * the integer products (int8 activations)
  * unless --exact-products (f32 activations); the header line says which.
  * --profile: the decode step split by backend call (a wrapper backend times
- * each product class and the attention; the rest of the step is the
+ * each product class and the attention - a mixture's router and its
+ * chosen experts' grouped products too; the rest of the step is the
  * forward's own element-wise work) with each product class's weight bytes
  * per second; the same for the prefill. --streams: the aggregate decode
  * tokens/s of N sequences decoding together (16-token prompts, --tokens
@@ -100,8 +101,8 @@ static double decode_bytes(const tern_model *m)
 
 /* ---- --profile: a backend that times the CPU backend's calls ---- */
 
-enum { PR_QKV, PR_O, PR_GATEUP, PR_DOWN, PR_HEAD, PR_OTHER, PR_ATTN, PR_N };
-static const char *const pr_names[PR_N] = {"q/k/v", "o", "gate/up", "down", "lm head", "other product",
+enum { PR_QKV, PR_O, PR_ROUTER, PR_GATEUP, PR_DOWN, PR_HEAD, PR_OTHER, PR_ATTN, PR_N };
+static const char *const pr_names[PR_N] = {"q/k/v", "o", "router", "gate/up", "down", "lm head", "other product",
                                            "attention"};
 
 typedef struct prof_backend {
@@ -117,13 +118,17 @@ typedef struct prof_backend {
 
 /* The product classes in the forward's call order: per layer q/k/v (3
  * matrices), attention, o, gate/up (2), down; the lm head is the single
- * product right after a down. Weight bytes are estimated from the config's
- * shapes at the model's average bytes per parameter (every product of a
- * converted model has the same bits). */
+ * product right after a down. A mixture's layer (every layer sparse, as
+ * Qwen3-MoE): o, the router (one matrix), then the chosen experts' gate/up
+ * and down as two grouped products. Weight bytes are estimated from the
+ * config's shapes at the model's average bytes per parameter (every product
+ * of a converted model has the same bits; a mixture's router stays 16-bit,
+ * so its rate is understated). */
 static int prof_class(prof_backend *p, int n)
 {
-    int k = n == 3 ? PR_QKV : n == 2 ? PR_GATEUP : p->last == PR_ATTN ? PR_O : p->last == PR_GATEUP ? PR_DOWN
-          : p->last == PR_DOWN ? PR_HEAD : PR_OTHER;
+    int moe = model_config_get(p->m)->n_expert > 0;
+    int k = n == 3 ? PR_QKV : n == 2 ? PR_GATEUP : p->last == PR_ATTN ? PR_O : moe && p->last == PR_O ? PR_ROUTER
+          : p->last == PR_GATEUP ? PR_DOWN : p->last == PR_DOWN ? PR_HEAD : PR_OTHER;
     p->last = k;
     return k;
 }
@@ -134,8 +139,9 @@ static double prof_params(const model_config *c, int k)
     switch (k) {
     case PR_QKV: return c->dim * (qd + 2 * kvd);
     case PR_O: return c->dim * qd;
-    case PR_GATEUP: return 2.0 * c->dim * c->n_ff;
-    case PR_DOWN: return (double)c->dim * c->n_ff;
+    case PR_ROUTER: return (double)c->dim * c->n_expert;
+    case PR_GATEUP: return 2.0 * c->dim * (c->n_expert ? (double)c->n_expert_used * c->n_ff_expert : c->n_ff);
+    case PR_DOWN: return (double)c->dim * (c->n_expert ? (double)c->n_expert_used * c->n_ff_expert : c->n_ff);
     case PR_HEAD: return (double)c->dim * c->n_vocab;
     default: return 0;
     }
@@ -151,6 +157,22 @@ static int prof_matmul(model_backend *be, int n, const model_weight *const *w, c
     int k = prof_class(p, n);
     p->s[k] += tern_time_s() - t;
     p->bytes[k] += prof_params(model_config_get(p->m), k) * p->bytes_per_param;
+    p->calls[k]++;
+    return rc;
+}
+
+/* A mixture's chosen experts: gate/up, then down (backend.h). */
+static int prof_matmul_grouped(model_backend *be, int n, const model_weight *const *w, const float *const *X,
+                               float *const *Y, const int *T, tern_err *err)
+{
+    prof_backend *p = (prof_backend *)be;
+    const model_config *c = model_config_get(p->m);
+    double t = tern_time_s();
+    int rc = p->in->matmul_grouped(p->in, n, w, X, Y, T, err);
+    int k = p->last == PR_GATEUP ? PR_DOWN : PR_GATEUP;
+    p->last = k;
+    p->s[k] += tern_time_s() - t;
+    p->bytes[k] += (double)n * c->dim * c->n_ff_expert * p->bytes_per_param;
     p->calls[k]++;
     return rc;
 }
@@ -212,7 +234,7 @@ static int profile_run(tern_model *m, kv_pool *kv, kv_seq *seq, const int32_t *t
     p.base = *p.in;
     p.base.name = "profile";
     p.base.matmul = prof_matmul;
-    p.base.matmul_grouped = NULL;
+    p.base.matmul_grouped = p.in->matmul_grouped ? prof_matmul_grouped : NULL;
     p.base.attention = prof_attention;
     p.base.n_threads = prof_n_threads;
     p.base.free = prof_free;
@@ -300,7 +322,7 @@ static double streams_run(tern_model *m, int n_streams, int n_tokens, int profil
         p.in = model_backend_get(m);
         p.base = *p.in;
         p.base.matmul = prof_matmul;
-        p.base.matmul_grouped = NULL;
+        p.base.matmul_grouped = p.in->matmul_grouped ? prof_matmul_grouped : NULL;
         p.base.attention = prof_attention;
         p.base.n_threads = prof_n_threads;
         p.base.free = prof_free;

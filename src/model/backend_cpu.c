@@ -386,6 +386,7 @@ typedef struct mg_job {
     const float **qs;     /* [n] */
     const float **xsum;   /* [n] group sums (f32-activation quantized path), else NULL */
     const uint16_t **Xb;  /* [n] bf16 inputs (bf16 weights, unless exact), else NULL */
+    int *qi;              /* the matrices whose inputs mgq_run converts (not sharing their predecessor's) */
 } mg_job;
 
 static void mg_run(void *ctx, long b, long e, int worker)
@@ -412,13 +413,14 @@ static void mg_run(void *ctx, long b, long e, int worker)
     }
 }
 
-/* Quantizes the inputs of matrices [b, e) (those not sharing their
+/* Quantizes the inputs of matrices qi[b, e) (those not sharing their
  * predecessor's). */
 static void mgq_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
     mg_job *j = ctx;
-    for (long i = b; i < e; i++) {
+    for (long n = b; n < e; n++) {
+        int i = j->qi[n];
         const model_weight *w = j->w[i];
         if (j->Xb[i] && !(i > 0 && j->Xb[i] == j->Xb[i - 1])) {
             j->be->k->bf16_act(j->X[i], j->T[i] * w->n_in, (uint16_t *)j->Xb[i]);
@@ -442,7 +444,8 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
     const int8_t **Q = calloc((size_t)n, sizeof *Q);
     const float **qs = calloc((size_t)n, sizeof *qs), **xsum = calloc((size_t)n, sizeof *xsum);
     const uint16_t **Xb = calloc((size_t)n, sizeof *Xb);
-    if (!offs || !Q || !qs || !xsum || !Xb)
+    int *qi = malloc((size_t)n * sizeof *qi);
+    if (!offs || !Q || !qs || !xsum || !Xb || !qi)
         goto out;
     /* the inputs' quantized copies (integer path) or group sums: one per
      * distinct (X, T, group, bits), a matrix reusing its predecessor's */
@@ -515,10 +518,29 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
             ox += (size_t)T[i] * ng;
         }
     }
-    mg_job j = {be, n, w, X, Y, T, offs, Q, qs, xsum, Xb};
-    if ((!be->exact && need_q) || need_b)
-        tern_pool_for(be->pool, n, 1, mgq_run, &j);
-    tern_pool_for(be->pool, offs[n], 65536 / ((long)w[0]->n_in * max_t) + 1, mg_run, &j);
+    /* the inputs to convert: one pool round for all, unless they are few
+     * (a decode step's experts: one token's row, or a handful of rows) */
+    long n_qi = 0, q_elems = 0;
+    for (int i = 0; i < n; i++)
+        if ((Xb[i] && !(i > 0 && Xb[i] == Xb[i - 1])) || (Q[i] && !(i > 0 && Q[i] == Q[i - 1]))) {
+            qi[n_qi++] = i;
+            q_elems += (long)T[i] * w[i]->n_in;
+        }
+    mg_job j = {be, n, w, X, Y, T, offs, Q, qs, xsum, Xb, qi};
+    if (n_qi)
+        tern_pool_for(be->pool, n_qi, q_elems <= 16384 ? n_qi : 1, mgq_run, &j);
+    long grain = 65536 / ((long)w[0]->n_in * max_t) + 1;
+    if (max_t < 8) {
+        /* few tokens (decode): the rows in pieces the workers claim, as
+         * cpu_matmul's (every matrix of one call has w[0]'s shape: a
+         * layer's gate/up, or its down) */
+        long row_bytes = w[0]->qbits ? w[0]->n_in * w[0]->qbits / 8 + w[0]->n_in / w[0]->group * 4
+                                     : w[0]->n_in * (long)tern_dtype_size(w[0]->dtype);
+        long rows = (be->mm_piece / (row_bytes * max_t)) & ~1L;
+        tern_pool_for_chunks(be->pool, offs[n], rows > grain ? rows : grain, mg_run, &j);
+    } else {
+        tern_pool_for(be->pool, offs[n], grain, mg_run, &j);
+    }
     rc = 0;
 out:
     free(offs);
@@ -526,6 +548,7 @@ out:
     free(qs);
     free(xsum);
     free(Xb);
+    free(qi);
     return rc ? tern_err_set(err, rc, "out of memory for a grouped product") : 0;
 }
 

@@ -390,9 +390,17 @@ static void moe_route(const model_config *c, float *p, int *sel, float *wt)
         }
 }
 
+/* Expert rows r0.. of the grouped inputs: s->xg, or for a batch of one
+ * token (every chosen expert's one row is that token) s->xn itself, so the
+ * backend sees one input for all (one conversion of it, not K). */
+static const float *moe_in(const model_scratch *s, int T, int r0, int dim)
+{
+    return T == 1 ? s->xn : s->xg + (size_t)r0 * dim;
+}
+
 /* The chosen experts of layer l over their grouped rows (s->cnt, s->xg),
  * one expert at a time: s->ed gets each row's expert output. */
-static int moe_each(tern_model *m, int l, tern_err *err)
+static int moe_each(tern_model *m, int l, int T, tern_err *err)
 {
     const model_config *c = &m->cfg;
     model_scratch *s = m->scratch;
@@ -406,7 +414,7 @@ static int moe_each(tern_model *m, int l, tern_err *err)
         const model_weight *w[2] = {&ex[0], &ex[1]};
         float *y[2] = {s->eg + (size_t)r0 * ff, s->eu + (size_t)r0 * ff};
         model_experts_touch(m, l, e);
-        if ((rc = m->be->matmul(m->be, 2, w, s->xg + (size_t)r0 * dim, y, n, err)))
+        if ((rc = m->be->matmul(m->be, 2, w, moe_in(s, T, r0, dim), y, n, err)))
             return rc;
         for (size_t i = 0; i < (size_t)n * ff; i++)
             y[0][i] = silu(y[0][i]) * y[1][i];
@@ -419,7 +427,7 @@ static int moe_each(tern_model *m, int l, tern_err *err)
 /* moe_each's result with two jobs for the whole layer (the backend's
  * matmul_grouped): every chosen expert's gate and up products, then every
  * down product - the same bits, two pool rounds instead of two per expert. */
-static int moe_grouped(tern_model *m, int l, tern_err *err)
+static int moe_grouped(tern_model *m, int l, int T, tern_err *err)
 {
     const model_config *c = &m->cfg;
     model_scratch *s = m->scratch;
@@ -432,16 +440,15 @@ static int moe_grouped(tern_model *m, int l, tern_err *err)
         model_experts_touch(m, l, e);
         for (int k = 0; k < 2; k++, n++) {
             s->gw[n] = &ex0[3 * e + k];
-            s->gx[n] = s->xg + (size_t)r0 * dim;
+            s->gx[n] = moe_in(s, T, r0, dim);
             s->gy[n] = (k ? s->eu : s->eg) + (size_t)r0 * ff;
             s->gt[n] = t;
         }
     }
     if ((rc = m->be->matmul_grouped(m->be, n, s->gw, s->gx, s->gy, s->gt, err)))
         return rc;
-    size_t rows = (size_t)s->cnt[c->n_expert - 1];
-    for (size_t i = 0; i < rows * ff; i++)
-        s->eg[i] = silu(s->eg[i]) * s->eu[i];
+    gate_job gj = {s->eg, s->eu, 0};
+    fwd_par(m, (long)s->cnt[c->n_expert - 1] * ff, GATE_GRAIN, gate_run, &gj);
     int g = 0;
     for (int e = 0; e < c->n_expert; e++) {
         int r0 = e ? s->cnt[e - 1] : 0, t = s->cnt[e] - r0;
@@ -481,10 +488,11 @@ static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
         for (int k = 0; k < K; k++) {
             int r = s->cnt[s->sel[t * K + k]]++;
             s->row[t * K + k] = r;
-            memcpy(s->xg + (size_t)r * dim, s->xn + (size_t)t * dim, (size_t)dim * sizeof(float));
+            if (T > 1) /* one token: moe_in */
+                memcpy(s->xg + (size_t)r * dim, s->xn + (size_t)t * dim, (size_t)dim * sizeof(float));
         }
     /* now cnt[e] is one past expert e's last row: expert e holds [cnt[e-1], cnt[e]) */
-    if ((rc = m->be->matmul_grouped ? moe_grouped(m, l, err) : moe_each(m, l, err)))
+    if ((rc = m->be->matmul_grouped ? moe_grouped(m, l, T, err) : moe_each(m, l, T, err)))
         return rc;
     for (int t = 0; t < T; t++) {
         float *o = s->tmp + (size_t)t * dim;
