@@ -348,7 +348,7 @@ static void qkv_run(void *ctx, long b0, long e0, int worker)
 /* ---- mixture of experts ---- */
 
 /* Token t's routing: softmax over the router's logits p[n_expert] (in
- * place), the k most probable experts (the lower id on a tie), their
+ * place; the picks' entries are -1 after), the k most probable experts (the lower id on a tie), their
  * probabilities renormalized to sum 1 when norm_topk (as HF), and then the
  * choices sorted by expert id - the order their outputs are summed in, as
  * HF's loop over experts does. */
@@ -365,18 +365,15 @@ static void moe_route(const model_config *c, float *p, int *sel, float *wt)
     for (int e = 0; e < E; e++)
         p[e] /= sum;
     float tsum = 0.0f;
-    for (int k = 0; k < K; k++) {
+    for (int k = 0; k < K; k++) { /* a pick's p becomes -1: no probability, so never picked again */
         int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int j = 0; j < k; j++)
-                taken |= sel[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
+        for (int e = 0; e < E; e++)
+            if (!(p[e] == -1.0f) && (best < 0 || p[e] > p[best]))
                 best = e;
-        }
         sel[k] = best;
         wt[k] = p[best];
         tsum += p[best];
+        p[best] = -1.0f;
     }
     if (c->norm_topk)
         for (int k = 0; k < K; k++)
