@@ -459,6 +459,53 @@ static int moe_grouped(tern_model *m, int l, int T, tern_err *err)
     return m->be->matmul_grouped(m->be, g, s->gw, s->gx, s->gy, s->gt, err);
 }
 
+/* The per-token parts of a sparse layer around its products, a token per
+ * item (on the backend's threads for prefill chunks): the routing, the
+ * copies of its inputs into the grouped rows, and the weighted sum of its
+ * experts' outputs. */
+typedef struct moe_job {
+    const model_config *c;
+    model_scratch *s;
+} moe_job;
+
+static void moe_route_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    moe_job *j = ctx;
+    int E = j->c->n_expert, K = j->c->n_expert_used;
+    for (long t = b; t < e; t++)
+        moe_route(j->c, j->s->rl + (size_t)t * E, j->s->sel + (size_t)t * K, j->s->wt + (size_t)t * K);
+}
+
+static void moe_gather_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    moe_job *j = ctx;
+    int K = j->c->n_expert_used, dim = j->c->dim;
+    for (long t = b; t < e; t++)
+        for (int k = 0; k < K; k++)
+            memcpy(j->s->xg + (size_t)j->s->row[t * K + k] * dim, j->s->xn + (size_t)t * dim,
+                   (size_t)dim * sizeof(float));
+}
+
+static void moe_combine_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    moe_job *j = ctx;
+    const model_scratch *s = j->s;
+    int K = j->c->n_expert_used, dim = j->c->dim;
+    for (long t = b; t < e; t++) {
+        float *o = s->tmp + (size_t)t * dim;
+        memset(o, 0, (size_t)dim * sizeof(float));
+        for (int k = 0; k < K; k++) {
+            const float *y = s->ed + (size_t)s->row[t * K + k] * dim;
+            float wk = s->wt[t * K + k];
+            for (int d = 0; d < dim; d++)
+                o[d] += y[d] * wk;
+        }
+    }
+}
+
 /* A sparse layer's MLP: s->xn[T][dim] in, s->tmp[T][dim] out. Tokens are
  * grouped by expert (in token order within an expert), so each chosen
  * expert's weights are read once for all its tokens; every (token, expert)
@@ -473,34 +520,21 @@ static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
     int rc = matmul(m, &L->router, s->xn, s->rl, T, err);
     if (rc)
         return rc;
+    moe_job j = {c, s};
+    fwd_par(m, T, ROWS_GRAIN / (4L * E) + 1, moe_route_run, &j);
     memset(s->cnt, 0, (size_t)(E + 1) * sizeof(int));
-    for (int t = 0; t < T; t++) {
-        moe_route(c, s->rl + (size_t)t * E, s->sel + (size_t)t * K, s->wt + (size_t)t * K);
-        for (int k = 0; k < K; k++)
-            s->cnt[s->sel[t * K + k] + 1]++;
-    }
+    for (int t = 0; t < T * K; t++)
+        s->cnt[s->sel[t] + 1]++;
     for (int e = 0; e < E; e++) /* cnt[e]: first row of expert e */
         s->cnt[e + 1] += s->cnt[e];
-    for (int t = 0; t < T; t++)
-        for (int k = 0; k < K; k++) {
-            int r = s->cnt[s->sel[t * K + k]]++;
-            s->row[t * K + k] = r;
-            if (T > 1) /* one token: moe_in */
-                memcpy(s->xg + (size_t)r * dim, s->xn + (size_t)t * dim, (size_t)dim * sizeof(float));
-        }
+    for (int t = 0; t < T * K; t++)
+        s->row[t] = s->cnt[s->sel[t]]++;
     /* now cnt[e] is one past expert e's last row: expert e holds [cnt[e-1], cnt[e]) */
+    if (T > 1) /* one token: moe_in */
+        fwd_par(m, T, ROWS_GRAIN / ((long)K * dim) + 1, moe_gather_run, &j);
     if ((rc = m->be->matmul_grouped ? moe_grouped(m, l, T, err) : moe_each(m, l, T, err)))
         return rc;
-    for (int t = 0; t < T; t++) {
-        float *o = s->tmp + (size_t)t * dim;
-        memset(o, 0, (size_t)dim * sizeof(float));
-        for (int k = 0; k < K; k++) {
-            const float *y = s->ed + (size_t)s->row[t * K + k] * dim;
-            float wk = s->wt[t * K + k];
-            for (int d = 0; d < dim; d++)
-                o[d] += y[d] * wk;
-        }
-    }
+    fwd_par(m, T, ROWS_GRAIN / ((long)K * dim) + 1, moe_combine_run, &j);
     return 0;
 }
 
