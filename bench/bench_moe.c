@@ -3,7 +3,7 @@
  * in pinned host memory behind a device cache (--experts-in host).
  *
  *   bench_moe [--experts-in host] [--expert-cache SIZE] [--prompt N]
- *             [--tokens N] [--batch B,B,...] MODEL_DIR
+ *             [--tokens N] [--batch B,B,...] [--kv-type T] MODEL_DIR
  *
  * Per batch size B: B sequences, each prefilled with an N-token prompt
  * alone, then --tokens decode steps of all B together, the greedy ids
@@ -13,7 +13,9 @@
  * for a mixture, the router and the experts one token runs. With experts
  * in host memory, the expert counters over the decode steps: picks read
  * from the cache and from host memory (the hit rate), bytes copied into
- * the cache and their rate. SIZE as 8G, 512M, 1.5G.
+ * the cache and their rate. SIZE as 8G, 512M, 1.5G. --kv-type: a device
+ * KV cache of that type (kv.h names), as the engine makes it (without it:
+ * f32 with host storage; the engine's default on CUDA is bf16).
  *
  *   bench_moe --kernels [--depth N] [--batch B,...]
  *
@@ -345,6 +347,8 @@ int main(int argc, char **argv)
     int n_prompt = 128, steps = 66, where = MODEL_EXPERTS_MAPPED, batches[8] = {1, 32}, n_b = 2;
     size_t cache = 0;
     const char *dir = NULL;
+    kv_type kvt = KV_F32;
+    int kv_given = 0;
     int kernels = 0, depth = 48;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -371,6 +375,12 @@ int main(int argc, char **argv)
             where = MODEL_EXPERTS_HOST;
         else if (!strcmp(a, "--expert-cache") && !parse_size(v, &cache))
             ;
+        else if (!strcmp(a, "--kv-type")) {
+            tern_err e = {0};
+            if (kv_type_parse(v, &kvt, &e))
+                return die(&e);
+            kv_given = 1;
+        }
         else if (!strcmp(a, "--batch")) {
             n_b = 0;
             for (const char *p = v; *p && n_b < 8; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
@@ -394,7 +404,7 @@ int main(int argc, char **argv)
     }
     if (!dir || n_prompt < 1 || steps < 3) {
         fprintf(stderr, "usage: bench_moe [--experts-in host] [--expert-cache SIZE] [--prompt N] [--tokens N] "
-                        "[--batch B,...] MODEL_DIR\n       bench_moe --kernels [--depth N] [--batch B,...]\n");
+                        "[--batch B,...] [--kv-type T] MODEL_DIR\n       bench_moe --kernels [--depth N] [--batch B,...]\n");
         return 2;
     }
     if (model_cuda_device_count() <= 0) {
@@ -413,16 +423,19 @@ int main(int argc, char **argv)
     const model_config *c = model_config_get(m);
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10), wb = (double)model_weight_bytes(m);
     printf("%s: %d layers, %d experts (%d a token), load %.1f s; active weights %.1f MB a token, copy bandwidth %.0f "
-           "GB/s, roofline %.1f tok/s; experts in %s%s\n",
+           "GB/s, roofline %.1f tok/s; experts in %s%s; %s KV\n",
            dir, c->n_layer, c->n_expert, c->n_expert_used, tl, wb / 1e6, bw / 1e9, bw / wb,
            where == MODEL_EXPERTS_HOST ? "host memory" : "device memory",
-           where == MODEL_EXPERTS_HOST ? " behind a device cache" : "");
+           where == MODEL_EXPERTS_HOST ? " behind a device cache" : "", kv_type_name(kvt));
     int maxb = 1;
     for (int i = 0; i < n_b; i++)
         maxb = batches[i] > maxb ? batches[i] : maxb;
     const int bs = 16, per = (n_prompt + steps + bs - 1) / bs + 1;
     kv_pool kv;
-    if (kv_pool_init(&kv, c->n_layer, model_kv_dim(m), bs, maxb * per + 8, &err))
+    kv_spec spec;
+    kv_spec_init(&spec, kvt);
+    if (kv_given ? model_kv_pool_init(m, &kv, &spec, bs, maxb * per + 8, 0, 0, &err) || model_kv_bind(m, &kv, &err)
+                 : kv_pool_init(&kv, c->n_layer, model_kv_dim(m), bs, maxb * per + 8, &err)) /* host f32, as before */
         return die(&err);
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
     tern_rng r;
