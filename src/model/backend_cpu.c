@@ -46,7 +46,6 @@ typedef struct cpu_backend {
     float *qsp;
     size_t cap_qsp;
     long mm_piece; /* few-token products: pieces of ~this many weight bytes, claimed by the workers */
-    int mg_static; /* experiment (TERN_CPU_MG_STATIC=1): grouped products split statically at every size */
 } cpu_backend;
 
 typedef struct mm_job {
@@ -531,7 +530,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
     if (n_qi)
         tern_pool_for(be->pool, n_qi, q_elems <= 16384 ? n_qi : 1, mgq_run, &j);
     long grain = 65536 / ((long)w[0]->n_in * max_t) + 1;
-    if (max_t < 8 && !be->mg_static) {
+    if (max_t < 8) {
         /* few tokens (decode): the rows in pieces the workers claim, as
          * cpu_matmul's (every matrix of one call has w[0]'s shape: a
          * layer's gate/up, or its down) */
@@ -869,7 +868,6 @@ model_backend *model_backend_cpu_new(int n_threads, tern_err *err)
     be->k = tern_kernels_best();
     be->exact = tern_kernels_exact_get();
     be->mm_piece = 128 << 10; /* measured on the Xeon: 128 KB pieces beat 32 KB (4-bit 118 vs 111 t/s) */
-    be->mg_static = getenv("TERN_CPU_MG_STATIC") && atoi(getenv("TERN_CPU_MG_STATIC"));
     be->pool = tern_pool_new(n_threads);
     if (!be->pool) {
         free(be);
