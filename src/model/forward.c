@@ -209,6 +209,20 @@ typedef struct gate_job {
     int vec; /* SiLU through model_silu_mul_avx2 */
 } gate_job;
 
+/* SiLU with a vector e^x where the CPU has AVX2 + FMA (the scalar
+ * expf took ~7% of a 1B decode step on 16 threads), expf under
+ * --exact-products; gelu: never. */
+static int gate_vec(int gelu)
+{
+    int vec = 0;
+#ifdef __x86_64__
+    vec = !gelu && !tern_kernels_exact_get() && tern_cpu()->avx2 && tern_cpu()->fma;
+#else
+    (void)gelu;
+#endif
+    return vec;
+}
+
 #define GATE_GRAIN 512L   /* elements a part: ~3 us of expf (a 1B decode token's 8192 in 16 parts, not 4) */
 #define ROWS_GRAIN 16384L /* elements a part for the norms and residual adds */
 
@@ -278,14 +292,7 @@ static int dense_mlp(tern_model *m, int l, const model_lora *const *lora, int T,
     for (int k = 0; lora && k < 2; k++)
         if ((rc = model_lora_apply(m, lora, T, l, LORA_GATE + k, s->xn, y[k], err)))
             return rc;
-    /* SiLU with a vector e^x where the CPU has AVX2 + FMA (the scalar
-     * expf took ~7% of a 1B decode step on 16 threads), expf under
-     * --exact-products */
-    int vec = 0;
-#ifdef __x86_64__
-    vec = !c->gelu && !tern_kernels_exact_get() && tern_cpu()->avx2 && tern_cpu()->fma;
-#endif
-    gate_job gj = {s->gate, s->up, c->gelu, vec};
+    gate_job gj = {s->gate, s->up, c->gelu, gate_vec(c->gelu)};
     fwd_par(m, (long)T * c->n_ff, GATE_GRAIN, gate_run, &gj);
     if ((rc = matmul(m, &L->w_down, s->gate, s->tmp, T, err)))
         return rc;
@@ -413,8 +420,8 @@ static int moe_each(tern_model *m, int l, int T, tern_err *err)
         model_experts_touch(m, l, e);
         if ((rc = m->be->matmul(m->be, 2, w, moe_in(s, T, r0, dim), y, n, err)))
             return rc;
-        for (size_t i = 0; i < (size_t)n * ff; i++)
-            y[0][i] = silu(y[0][i]) * y[1][i];
+        gate_job gj = {y[0], y[1], 0, gate_vec(0)}; /* moe_grouped's gate, the same bits */
+        gate_run(&gj, 0, (long)n * ff, 0);
         if ((rc = matmul(m, &ex[2], y[0], s->ed + (size_t)r0 * dim, n, err)))
             return rc;
     }
@@ -444,7 +451,7 @@ static int moe_grouped(tern_model *m, int l, int T, tern_err *err)
     }
     if ((rc = m->be->matmul_grouped(m->be, n, s->gw, s->gx, s->gy, s->gt, err)))
         return rc;
-    gate_job gj = {s->eg, s->eu, 0};
+    gate_job gj = {s->eg, s->eu, 0, gate_vec(0)};
     fwd_par(m, (long)s->cnt[c->n_expert - 1] * ff, GATE_GRAIN, gate_run, &gj);
     int g = 0;
     for (int e = 0; e < c->n_expert; e++) {
