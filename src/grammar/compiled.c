@@ -239,6 +239,138 @@ grammar_compiled *grammar_compile_ebnf(const char *text, size_t len, const gramm
     return cg;
 }
 
+static const gctx_entry *child_try(grammar_compiled *cg, const gctx_entry *e, int32_t t);
+
+static inline long long pre_work(const grammar_compiled *cg)
+{
+    return cg->stats.walk_nodes + cg->stats.class_nodes + GRAMMAR_PRECOMPUTE_STEP * cg->stats.steps;
+}
+
+/* Whether state s reads at least GCOMP_PRE_MIN_BYTES byte values. */
+static int pre_wide(const grammar *g, int32_t s)
+{
+    int nb = 0;
+    for (int32_t i = g->be_off[s]; i < g->be_off[s + 1] && nb < GCOMP_PRE_MIN_BYTES; i++)
+        nb += g->be[i].hi - g->be[i].lo + 1;
+    return nb >= GCOMP_PRE_MIN_BYTES;
+}
+
+/* The closure of stack x into cl: -1 on OOM. */
+static int pre_close(grammar_compiled *cg, int32_t x, gstk_set *cl)
+{
+    if (x < 0)
+        return -1;
+    gstk_set_clear(cl);
+    gstk_begin(&cg->pool);
+    gstk_closure(cg->g, &cg->pool, x, cl);
+    return cl->oom ? -1 : 0;
+}
+
+/* What a mask of the set cl needs: every stack's top entry and its
+ * chain of children (the matcher's), up to the unknown caller; above it
+ * the child is only tried (a mask that knows the caller's caller merges
+ * a heavy one, see gcompiled_child). */
+static void pre_masks(grammar_compiled *cg, const gstk_set *cl)
+{
+    for (int32_t k = 0; k < cl->n; k++) {
+        int32_t id = cl->ids[k];
+        const gctx_entry *c = gcompiled_entry(cg, cg->pool.state[id]);
+        int32_t node = c ? cg->pool.parent[id] : -1;
+        while (c && c->n_pops && node >= 0) {
+            int32_t up = cg->pool.parent[node];
+            if (up < 0) {
+                (void)child_try(cg, c, cg->pool.state[node]);
+                break;
+            }
+            int used2 = 0;
+            c = gcompiled_child(cg, c, cg->pool.state[node], cg->pool.state[up], &used2);
+            node = used2 ? cg->pool.parent[up] : up;
+        }
+    }
+}
+
+/* The masks of wide choices: for every state p that calls a rule, the
+ * closure of [p | unknown]; when it holds at least GCOMP_PRE_MIN_TOPS top
+ * states (an object's property names), what a mask of it needs. 0 done,
+ * 1 budget spent. */
+static int pre_choices(grammar_compiled *cg, long budget, long long w0)
+{
+    const grammar *g = cg->g;
+    gstk_set cl = {0};
+    int rc = 0;
+    long long cw = 0; /* closure work */
+    for (int32_t p = 0; p < g->n_states && !rc; p++) {
+        if (g->re_off[p] == g->re_off[p + 1])
+            continue;
+        if (pre_work(cg) - w0 + cw >= budget || ((p & 15) == 0 && grammar_thread_stopped())) {
+            rc = 1;
+            break;
+        }
+        if (pre_close(cg, gstk_intern(&cg->pool, p, GSTK_UNKNOWN), &cl))
+            break;
+        cw += cl.n;
+        /* distinct tops, counted cheaply: enough of them? */
+        int32_t tops = 0;
+        for (int32_t k = 0; k < cl.n && tops < GCOMP_PRE_MIN_TOPS; k++) {
+            int32_t s = cg->pool.state[cl.ids[k]], seen = 0;
+            for (int32_t q = 0; q < k && !seen; q++)
+                seen = cg->pool.state[cl.ids[q]] == s;
+            tops += !seen;
+        }
+        if (tops >= GCOMP_PRE_MIN_TOPS)
+            pre_masks(cg, &cl);
+    }
+    gstk_set_free(&cl);
+    return rc;
+}
+
+/* The first character of a called character rule (a maxLength string's
+ * copies, a pattern's rule per state): for a call of rule R returning to
+ * a state t whose own closure reads a wide class, what a mask of [R's
+ * start | t | unknown] needs - the children continuing the character's
+ * pops in t (the first GCOMP_PRE_CALLS such calls of each calling rule:
+ * the first copies of a repetition). 1 when the budget is spent. */
+static int pre_calls(grammar_compiled *cg, long budget, long long w0)
+{
+    const grammar *g = cg->g;
+    gstk_set cl = {0};
+    int rc = 0;
+    long long cw = 0;
+    int32_t rule = -1, done = 0, n = 0;
+    for (int32_t p = 0; p < g->n_states && !rc; p++) {
+        if (g->st_rule[p] != rule)
+            rule = g->st_rule[p], done = 0;
+        for (int32_t i = g->re_off[p]; i < g->re_off[p + 1] && done < GCOMP_PRE_CALLS; i++) {
+            int32_t t = g->re[i].target;
+            if (g->st_final[t] && g->be_off[t] == g->be_off[t + 1] && g->re_off[t] == g->re_off[t + 1])
+                continue; /* a tail call: t is not on the stack */
+            if (cg->alias && cg->alias[t] != t)
+                continue;
+            if (pre_work(cg) - w0 + cw >= budget || ((++n & 15) == 0 && grammar_thread_stopped())) {
+                rc = 1;
+                break;
+            }
+            if (pre_close(cg, gstk_intern(&cg->pool, t, GSTK_UNKNOWN), &cl))
+                goto out;
+            cw += cl.n;
+            int wide = 0;
+            for (int32_t k = 0; k < cl.n && !wide; k++)
+                wide = pre_wide(g, cg->pool.state[cl.ids[k]]);
+            if (!wide)
+                continue;
+            done++;
+            int32_t below = gstk_intern(&cg->pool, t, GSTK_UNKNOWN);
+            if (below < 0 || pre_close(cg, gstk_intern(&cg->pool, g->rule_start[g->re[i].rule], below), &cl))
+                goto out;
+            cw += cl.n;
+            pre_masks(cg, &cl);
+        }
+    }
+out:
+    gstk_set_free(&cl);
+    return rc;
+}
+
 /* The states whose walks visit most of the trie read many bytes: a
  * string's contents, free text, an unanchored pattern's search, a wide
  * class. Their entries are computed now, while the work (trie nodes
@@ -256,41 +388,36 @@ void gcompiled_precompute(grammar_compiled *cg, long budget)
     if (!cnt || !pos || !st)
         goto out;
     for (int32_t s = 0; s < g->n_states; s++) {
-        if (cg->alias && cg->alias[s] != s)
-            continue;
-        int nb = 0;
-        for (int32_t i = g->be_off[s]; i < g->be_off[s + 1] && nb < GCOMP_PRE_MIN_BYTES; i++)
-            nb += g->be[i].hi - g->be[i].lo + 1;
-        if (nb >= GCOMP_PRE_MIN_BYTES)
+        if ((!cg->alias || cg->alias[s] == s) && pre_wide(g, s))
             cnt[g->st_rule[s] + 1]++;
     }
     for (int32_t r = 0; r < nr; r++)
         cnt[r + 1] += cnt[r];
     memcpy(pos, cnt, (size_t)nr * sizeof *pos);
     for (int32_t s = 0; s < g->n_states; s++) {
-        if (cg->alias && cg->alias[s] != s)
-            continue;
-        int nb = 0;
-        for (int32_t i = g->be_off[s]; i < g->be_off[s + 1] && nb < GCOMP_PRE_MIN_BYTES; i++)
-            nb += g->be[i].hi - g->be[i].lo + 1;
-        if (nb >= GCOMP_PRE_MIN_BYTES)
+        if ((!cg->alias || cg->alias[s] == s) && pre_wide(g, s))
             st[pos[g->st_rule[s]]++] = s;
     }
     n = cnt[nr];
-    long long w0 = cg->stats.walk_nodes + cg->stats.class_nodes + GRAMMAR_PRECOMPUTE_STEP * cg->stats.steps;
+    long long w0 = pre_work(cg);
+    /* first the masks of wide choices (an object's property names: the
+     * closure of its start holds a top state per name, and a mask there
+     * walked them all, with their children, at once) */
+    if (pre_choices(cg, budget, w0))
+        goto out;
     /* round k takes the k-th state of every rule that has one */
     for (int32_t k = 0, left = n; left > 0; k++) {
         for (int32_t r = 0; r < nr; r++) {
             if (cnt[r] + k >= cnt[r + 1])
                 continue;
             left--;
-            long long w = cg->stats.walk_nodes + cg->stats.class_nodes + GRAMMAR_PRECOMPUTE_STEP * cg->stats.steps - w0;
-            if (w >= budget || ((left & 15) == 0 && grammar_thread_stopped()))
+            if (pre_work(cg) - w0 >= budget || ((left & 15) == 0 && grammar_thread_stopped()))
                 goto out;
             if (!gcompiled_entry(cg, st[cnt[r] + k]))
                 goto out; /* OOM: the masks will say so */
         }
     }
+    (void)pre_calls(cg, budget, w0);
 out:
     free(cnt);
     free(pos);
@@ -1231,6 +1358,27 @@ const gctx_entry *gcompiled_child(grammar_compiled *cg, const gctx_entry *e, int
             heavy = 0;
             c = child_make(cg, e, t, -1, 0, &heavy);
         }
+    }
+    pthread_mutex_unlock(&cg->lock);
+    return c;
+}
+
+/* The child of e for t as a mask with a caller below t would start it:
+ * a walk past GCOMP_HEAVY_POPS pops is given up and (e, t) marked, so
+ * the mask that knows t2 merges (the precompute of wide choices, whose
+ * stacks end in the unknown caller). NULL when given up or on OOM. */
+static const gctx_entry *child_try(grammar_compiled *cg, const gctx_entry *e, int32_t t)
+{
+    gctx_entry *c = NULL;
+    if (cg->alias)
+        t = cg->alias[t];
+    pthread_mutex_lock(&cg->lock);
+    gchild_slot *sl = child_find(cg, e, t, -1);
+    if (sl) {
+        c = sl->child != &heavy_mark ? sl->child : NULL;
+    } else {
+        int heavy = 0;
+        c = child_make(cg, e, t, -1, cg->plain_walk ? 0 : GCOMP_HEAVY_POPS, &heavy);
     }
     pthread_mutex_unlock(&cg->lock);
     return c;

@@ -163,6 +163,12 @@ static inline void gscratch_set(uint32_t *bits, uint64_t *sum, int32_t id)
 /* Precompute (grammar_compile_ebnf): the entries of the states reading at
  * least this many byte values, within a work budget (grammar_limits). */
 #define GCOMP_PRE_MIN_BYTES 16
+/* ... and the masks of the closures holding at least this many top
+ * states (an object's property names) */
+#define GCOMP_PRE_MIN_TOPS 24
+/* ... and the first characters of called character rules, for so many
+ * calls of each calling rule */
+#define GCOMP_PRE_CALLS 4
 void gcompiled_precompute(grammar_compiled *cg, long budget);
 
 /* The entry of state s, computing it on first use. NULL on OOM. */
