@@ -441,6 +441,7 @@ void grammar_compiled_free(grammar_compiled *cg)
     for (size_t i = 0; i < cg->n_owned; i++)
         gctx_entry_free(cg->owned[i]);
     free(cg->owned);
+    free(cg->lkeys);
     free(cg->children);
     free(cg->entries);
     gstk_pool_free(&cg->pool);
@@ -1158,6 +1159,47 @@ static int own(grammar_compiled *cg, gctx_entry *e)
 /* Publishes a freshly computed entry: into the vocabulary's shared cache
  * when it has a key (another grammar may have won the race: then its copy
  * is used), else owned by cg. Returns the entry to use, NULL on OOM. */
+/* This grammar's keyed entries the shared cache had no room for. */
+static gctx_entry *local_find(const grammar_compiled *cg, uint64_t key)
+{
+    if (!cg->cap_lkeys)
+        return NULL;
+    for (size_t i = key & (cg->cap_lkeys - 1);; i = (i + 1) & (cg->cap_lkeys - 1)) {
+        if (!cg->lkeys[i].e)
+            return NULL;
+        if (cg->lkeys[i].key == key)
+            return cg->lkeys[i].e;
+    }
+}
+
+static int local_put(grammar_compiled *cg, uint64_t key, gctx_entry *e)
+{
+    if ((cg->n_lkeys + 1) * 2 > cg->cap_lkeys) {
+        size_t cap = cg->cap_lkeys ? cg->cap_lkeys * 2 : 64;
+        gshare_slot *ns = calloc(cap, sizeof *ns);
+        if (!ns)
+            return -1;
+        for (size_t i = 0; i < cg->cap_lkeys; i++) {
+            if (!cg->lkeys[i].e)
+                continue;
+            size_t j = cg->lkeys[i].key & (cap - 1);
+            while (ns[j].e)
+                j = (j + 1) & (cap - 1);
+            ns[j] = cg->lkeys[i];
+        }
+        free(cg->lkeys);
+        cg->lkeys = ns;
+        cg->cap_lkeys = cap;
+    }
+    size_t j = key & (cg->cap_lkeys - 1);
+    while (cg->lkeys[j].e)
+        j = (j + 1) & (cg->cap_lkeys - 1);
+    cg->lkeys[j].key = key;
+    cg->lkeys[j].e = e;
+    cg->n_lkeys++;
+    return 0;
+}
+
 static gctx_entry *publish(grammar_compiled *cg, gctx_entry *e, uint64_t key)
 {
     if (!e)
@@ -1178,7 +1220,16 @@ static gctx_entry *publish(grammar_compiled *cg, gctx_entry *e, uint64_t key)
         }
         if (stored)
             return e;
-        e->key = 0; /* cache full: keep it private */
+        /* the shared cache is full: private, but still one entry per key
+         * in this grammar (equal rules share their children) */
+        e->key = key;
+        if (own(cg, e)) {
+            gctx_entry_free(e);
+            return NULL;
+        }
+        if (local_put(cg, key, e))
+            e->key = 0; /* OOM: found again by nobody, recomputed */
+        return e;
     }
     if (own(cg, e)) {
         gctx_entry_free(e);
@@ -1195,6 +1246,8 @@ static gctx_entry *shared_lookup(grammar_compiled *cg, uint64_t key)
     pthread_mutex_lock(&v->share_lock);
     gctx_entry *e = share_find(v, key);
     pthread_mutex_unlock(&v->share_lock);
+    if (!e)
+        e = local_find(cg, key);
     return e;
 }
 

@@ -54,6 +54,8 @@ struct grammar_compiled {
     size_t n_children, cap_children;
     gctx_entry **owned;        /* entries not shared through the vocab */
     size_t n_owned, cap_owned;
+    gshare_slot *lkeys;        /* owned entries with a key (the vocab's cache was full) */
+    size_t n_lkeys, cap_lkeys;
 
     /* precompute context: stacks with unknown bottoms, interned sets of
      * them and a memo of set x byte -> set (a lazily built DFA) */
