@@ -23,7 +23,8 @@
  * per second; the same for the prefill. --streams: the aggregate decode
  * tokens/s of N sequences decoding together (16-token prompts, --tokens
  * steps of N rows), and its ratio to one stream's (with --profile, each
- * split as above). */
+ * split as above). The header also gives the pool's cost a job (jobs of no
+ * work). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,6 +366,27 @@ out:
     return tps;
 }
 
+static void nop_run(void *ctx, long b, long e, int w)
+{
+    (void)ctx, (void)b, (void)e, (void)w;
+}
+
+/* The pool's own cost a job (what every product, attention and
+ * element-wise job of a decode step pays besides its work): 2000 jobs of
+ * no work, static parts and claimed items, microseconds each. */
+static void pool_latency(tern_pool *pool, double *us)
+{
+    for (int k = 0; k < 2; k++) {
+        double t = tern_time_s();
+        for (int i = 0; i < 2000; i++)
+            if (k)
+                tern_pool_for_chunks(pool, 64, 1, nop_run, NULL);
+            else
+                tern_pool_for(pool, tern_pool_size(pool), 1, nop_run, NULL);
+        us[k] = (tern_time_s() - t) / 2000 * 1e6;
+    }
+}
+
 static double measure_bandwidth_quick(int threads)
 {
     tern_pool *pool = tern_pool_new(threads);
@@ -404,6 +426,9 @@ int main(int argc, char **argv)
     tern_pool *pool = tern_pool_new(threads);
     double bw = measure_bandwidth(pool);
     printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, tern_pool_size(pool));
+    double us[2];
+    pool_latency(pool, us);
+    printf("pool: a job of no work %.2f us (a part a worker), %.2f us (64 items claimed one by one)\n", us[0], us[1]);
     tern_pool_free(pool);
     printf("quantized products: %s\n", tern_kernels_exact_get() ? "exact (f32 activations)" : "integer (int8 activations)");
     printf("%-28s %6s %10s %10s %10s %8s %12s %8s %14s %14s\n", "model", "isa", "weights", "decode", "floor",
