@@ -405,24 +405,20 @@ __global__ void attn_merge_kernel(const tcu_attn_args a)
 // A typed pool's decode attention: one block per (kv head, token, split)
 // does every q head of the kv head (GQ of them, GQ <= GQM): each K/V row is
 // loaded and decoded once for the group, not once per q head, and GQ scores
-// share its registers. W warps a block walk the split's
+// share its registers. ATT_GQA_WARPS warps a block walk the split's
 // positions as attn_part's warps do (ATT_U in flight a warp); the next
 // batch's row offsets (block table reads) are computed while the current
 // batch's rows load. The partials and the merge are attn_part's (same
 // layout, same counters: the last block of a (token, kv head) merges its
-// GQ heads). W warps a block: 16, or 8 where a lane's q, accumulators and
-// K/V rows in flight ((2 GQM + 2 ATT_U) D floats) pass 64 - at 16 warps a
-// thread may have 128 registers, and those spilled (ptxas: 256-704 bytes;
-// Qwen3-30B-A3B's 8 q heads of 128 at batch 1: 31 us a layer, the 4-head
-// kernel 7 us).
+// GQ heads).
+#define ATT_GQA_WARPS 16
 #define ATT_GQA_ROUND 8 /* warps whose accumulators meet in shared memory at once */
 
-template <int D, int GQM, int W>
-__global__ void __launch_bounds__(W *WARP) attn_gqa_kernel(const tcu_attn_args a, int slot)
+template <int D, int GQM>
+__global__ void __launch_bounds__(ATT_GQA_WARPS *WARP) attn_gqa_kernel(const tcu_attn_args a, int slot)
 {
-    constexpr int R = W < ATT_GQA_ROUND ? W : ATT_GQA_ROUND;
-    __shared__ float sacc[R][GQM * D * WARP];
-    __shared__ float sm[W][GQM], sl[W][GQM];
+    __shared__ float sacc[ATT_GQA_ROUND][GQM * D * WARP];
+    __shared__ float sm[ATT_GQA_WARPS][GQM], sl[ATT_GQA_WARPS][GQM];
     __shared__ int last;
     pdl_wait();
     pdl_trigger();
@@ -452,23 +448,23 @@ __global__ void __launch_bounds__(W *WARP) attn_gqa_kernel(const tcu_attn_args a
     auto offsets = [&](int t0) {
 #pragma unroll
         for (int j = 0; j < ATT_U; j++) {
-            const int t = t0 + j * W;
+            const int t = t0 + j * ATT_GQA_WARPS;
             off[j] = t < s1 ? kvt_off(a.kv, blk, t, kvh, &ty[j]) : 0;
         }
     };
     float kr[ATT_U][D], vr[ATT_U][D];
     offsets(s0 + w);
-    for (int t0 = s0 + w; t0 < s1; t0 += ATT_U * W) {
+    for (int t0 = s0 + w; t0 < s1; t0 += ATT_U * ATT_GQA_WARPS) {
 #pragma unroll
         for (int j = 0; j < ATT_U; j++)
-            if (t0 + j * W < s1) {
+            if (t0 + j * ATT_GQA_WARPS < s1) {
                 kvt_load<D>(a.kv.lk + off[j], ty[j], a.kv.group, lane * D, kr[j]);
                 kvt_load<D>(a.kv.lv + off[j], ty[j], a.kv.group, lane * D, vr[j]);
             }
-        offsets(t0 + ATT_U * W);
+        offsets(t0 + ATT_U * ATT_GQA_WARPS);
 #pragma unroll
         for (int j = 0; j < ATT_U; j++) {
-            if (t0 + j * W >= s1)
+            if (t0 + j * ATT_GQA_WARPS >= s1)
                 break;
 #pragma unroll
             for (int g = 0; g < GQM; g++) {
@@ -499,41 +495,41 @@ __global__ void __launch_bounds__(W *WARP) attn_gqa_kernel(const tcu_attn_args a
             sm[w][g] = m[g];
             sl[w][g] = l[g];
         }
-    constexpr int XPT = (GQM * D + W - 1) / W; /* elements a thread merges */
+    constexpr int XPT = (GQM * D + ATT_GQA_WARPS - 1) / ATT_GQA_WARPS; /* elements a thread merges */
     const int nx = gq * hd;
     float v[XPT];
 #pragma unroll
     for (int k = 0; k < XPT; k++)
         v[k] = 0.0f;
-    for (int r = 0; r < W / R; r++) {
-        if (w / R == r)
+    for (int r = 0; r < ATT_GQA_WARPS / ATT_GQA_ROUND; r++) {
+        if (w / ATT_GQA_ROUND == r)
 #pragma unroll
             for (int g = 0; g < GQM; g++) {
                 if (g >= gq)
                     break;
 #pragma unroll
                 for (int d = 0; d < D; d++)
-                    sacc[w % R][g * hd + lane * D + d] = acc[g][d];
+                    sacc[w % ATT_GQA_ROUND][g * hd + lane * D + d] = acc[g][d];
             }
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < XPT; k++) {
-            const int x = threadIdx.x + k * W * WARP;
+            const int x = threadIdx.x + k * ATT_GQA_WARPS * WARP;
             if (x >= nx)
                 break;
             const int g = x / hd;
             float M = -INFINITY;
-            for (int u = 0; u < W; u++)
+            for (int u = 0; u < ATT_GQA_WARPS; u++)
                 M = fmaxf(M, sm[u][g]);
-            for (int u = 0; u < R; u++)
-                if (sm[r * R + u][g] > -INFINITY)
-                    v[k] += expf(sm[r * R + u][g] - M) * sacc[u][x];
+            for (int u = 0; u < ATT_GQA_ROUND; u++)
+                if (sm[r * ATT_GQA_ROUND + u][g] > -INFINITY)
+                    v[k] += expf(sm[r * ATT_GQA_ROUND + u][g] - M) * sacc[u][x];
         }
         __syncthreads();
     }
 #pragma unroll
     for (int k = 0; k < XPT; k++) {
-        const int x = threadIdx.x + k * W * WARP;
+        const int x = threadIdx.x + k * ATT_GQA_WARPS * WARP;
         if (x >= nx)
             break;
         const int g = x / hd, e = x % hd;
@@ -541,9 +537,9 @@ __global__ void __launch_bounds__(W *WARP) attn_gqa_kernel(const tcu_attn_args a
         part[2 + e] = v[k];
         if (e == 0) {
             float M = -INFINITY, L = 0.0f;
-            for (int u = 0; u < W; u++)
+            for (int u = 0; u < ATT_GQA_WARPS; u++)
                 M = fmaxf(M, sm[u][g]);
-            for (int u = 0; u < W; u++)
+            for (int u = 0; u < ATT_GQA_WARPS; u++)
                 if (sm[u][g] > -INFINITY)
                     L += expf(sm[u][g] - M) * sl[u][g];
             part[0] = M;
@@ -571,9 +567,8 @@ __global__ void __launch_bounds__(W *WARP) attn_gqa_kernel(const tcu_attn_args a
 template <int D, int GQM>
 static int attn_gqa_one(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
 {
-    constexpr int W = (GQM + ATT_U) * D > 32 ? 8 : 16;
-    return launch_pdl(o.pdl, attn_gqa_kernel<D, GQM, W>, dim3(a->n_kv_head, a->T, a->n_split), dim3(W * WARP), 0, s,
-                      *a, slot);
+    return launch_pdl(o.pdl, attn_gqa_kernel<D, GQM>, dim3(a->n_kv_head, a->T, a->n_split),
+                      dim3(ATT_GQA_WARPS * WARP), 0, s, *a, slot);
 }
 
 // The grouped kernel for a typed pool, -1 where none fits (groups of 2 to
