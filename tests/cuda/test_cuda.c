@@ -236,7 +236,7 @@ static void test_opts(void **state)
     const char *bad_int[][2] = {{"TERN_CUDA_PDL", "2"},        {"TERN_CUDA_GRAPHS", "yes"},
                                 {"TERN_CUDA_GEMM_MIN_T", "0"}, {"TERN_CUDA_EARLY", "32"},
                                 {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"},
-                                {"TERN_CUDA_TC_MAX_T", "129"}, {"TERN_CUDA_TC_FORM", "38"},
+                                {"TERN_CUDA_TC_MAX_T", "129"}, {"TERN_CUDA_TC_FORM", "40"},
                                 {"TERN_CUDA_INVARIANT", "4"}};
     for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++) {
         setenv(bad_int[i][0], bad_int[i][1], 1);
@@ -1111,7 +1111,7 @@ static void test_batch_invariance(void **state)
     const int Bs[] = {1, 2, 3, 8, 32, 100, 128}, nB = (int)(sizeof Bs / sizeof *Bs), n_dec = 4;
     /* modes: throughput, exact, throughput with tcu_opts.invariant (one
      * sequence on the batched kernels) in each tensor-core form (TCU_TC_*) */
-    const char *forms[] = {"0", "1", "4", "5", "32"};
+    const char *forms[] = {"0", "1", "3", "4", "5", "32"};
     const int nforms = (int)(sizeof forms / sizeof *forms);
     for (int mi = 0; mi < 2 * (2 + nforms); mi++) {
         const int mode = mi / 2, exact = mode == 1, inv = mode >= 2, q = mi % 2;

@@ -113,7 +113,7 @@ typedef struct tcu_opts {
                     * with both, a sequence's logits are the same bits alone and in any batch of up to
                     * tc_max_t tokens */
 } tcu_opts;
-enum { TCU_TC_PIPE8 = 1, TCU_TC_PDL16 = 4, TCU_TC_BY_SHAPE = 32 };
+enum { TCU_TC_PIPE8 = 1, TCU_TC_LATE = 2, TCU_TC_PDL16 = 4, TCU_TC_BY_SHAPE = 32 };
 enum { TCU_INV_PRODUCTS = 1, TCU_INV_ATTN = 2 };
 /* The defaults, measured (docs/cuda.md): GEMVs auto / auto / by-shape, PDL
  * on, the attention's early loads and last-block merge on, TF32 prefill

@@ -266,8 +266,10 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
 // PIPE (bf16, one n-tile, tcu_opts.tc_form): the U steps of loads in two
 // halves, each half's next steps requested as soon as it is summed (the
 // staged kernel's one-token pipeline), so that a warp never waits with
-// nothing in flight. Only when loads are issued changes, never the sums.
-template <int NT, int U, bool Q, int P, bool PIPE = false>
+// nothing in flight; 1: the first U steps before the norm and the
+// staging, 2: after them (the activations' loads not queued behind).
+// Only when loads are issued changes, never the sums.
+template <int NT, int U, bool Q, int P, int PIPE = 0>
 __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps, int staged)
 {
@@ -348,7 +350,7 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     pdl_trigger();
     /* the first steps in flight during the norm and the staging (where
      * registers allow: at 3 blocks a SM, or 4-bit, the norm's spill) */
-    constexpr bool LOAD_EARLY = PIPE && U == 8;
+    constexpr bool LOAD_EARLY = PIPE == 1 && U == 8;
     if constexpr (LOAD_EARLY)
         load(0);
     if (a.norm_g && !staged) /* per token: a thread's elements, the warp's butterfly, the warps in order */
@@ -651,7 +653,7 @@ static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
 
 // pdl16: 16-bit weights launch with PDL too (tcu_opts.tc_form bit 4; else
 // only 4-bit does).
-template <int NT, int U, bool Q, int P, bool PIPE = false>
+template <int NT, int U, bool Q, int P, int PIPE = 0>
 static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool pdl16 = false)
 {
     constexpr int C = 8 * NT, JS = (C + P - 1) / P;
@@ -697,7 +699,8 @@ static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, boo
 // The throughput mode's kernels (P = 1) by T: n-tiles for up to 8, 16, 32,
 // 64 or 128 tokens (U: loads in flight, never the order of sums). Up to 8
 // bf16 tokens, form (tcu_opts.tc_form) picks how the loads are issued:
-// TCU_TC_PIPE8 eight steps in flight in two halves, TCU_TC_PDL16 PDL, or
+// TCU_TC_PIPE8 eight steps in flight in two halves (TCU_TC_LATE: the
+// first of them after the norm and the staging), TCU_TC_PDL16 PDL, or
 // TCU_TC_BY_SHAPE by the launch's shape (measured on the H200 at T = 1 / 8,
 // us a launch: PDL on the launches without a norm - 8B o 16.0 -> 14.5, 1B
 // o 7.6 -> 6.0, 1B down 16.1 -> 14.1 -; PIPE8 on gate/up slices of 64+
@@ -715,7 +718,8 @@ static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl,
         }
         const bool p16 = (form & TCU_TC_PDL16) != 0;
         if (form & TCU_TC_PIPE8)
-            return gemv_tc_launch<1, 8, false, 1, true>(a, rows, s, pdl, p16);
+            return (form & TCU_TC_LATE) ? gemv_tc_launch<1, 8, false, 1, 2>(a, rows, s, pdl, p16)
+                                        : gemv_tc_launch<1, 8, false, 1, 1>(a, rows, s, pdl, p16);
         return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false, 1>(a, rows, s, pdl, p16)
                                          : gemv_tc_launch<1, 4, false, 1>(a, rows, s, pdl, p16);
     }
