@@ -15,8 +15,7 @@
  * step per model and kernel. KERNELS ("staged,tensor") runs only those;
  * --no-stage gives the tensor-core kernel no stage (each block splits its
  * own activations); --model and --kinds run only those shapes and kinds.
- * The options come from tcu_opts_init and TERN_CUDA_* (TERN_CUDA_TC_FORM:
- * the tensor-core kernel's form up to 8 tokens).
+ * The options come from tcu_opts_init and TERN_CUDA_*.
  *
  * Per model: weight bytes one decode step reads (model_weight_bytes), the
  * device-to-device copy bandwidth (bytes read + written per second), the
@@ -362,8 +361,6 @@ static int gemv_bench(const char *list, int use_stage, const char *only_model, c
     }
     for (int v = 0; v < nv; v++)
         printf("   kernel %s%s\n", tcu_gemv_name(v), want[v] ? "" : " (not run)");
-    if (getenv("TERN_CUDA_TC_FORM"))
-        printf("   tensor-core form (TERN_CUDA_TC_FORM) %s\n", getenv("TERN_CUDA_TC_FORM"));
     /* ms[shape][kind][kernel][T] */
     static double ms[GV_NSHAPE][3][TCU_GEMV_N][3];
     static int vbad[3][TCU_GEMV_N]; /* failed a check: never "best" */
@@ -461,7 +458,7 @@ static int gemv_bench(const char *list, int use_stage, const char *only_model, c
                     vbad[ki][v] = 1;
                     continue;
                 }
-                tcu_opts o; /* the defaults and TERN_CUDA_* (e.g. TERN_CUDA_TC_FORM) */
+                tcu_opts o; /* the defaults and TERN_CUDA_* */
                 tern_err oerr = {0};
                 if (model_cuda_opts_from_env(&o, &oerr)) {
                     fprintf(stderr, "bench_cuda: %s\n", oerr.msg);

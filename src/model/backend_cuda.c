@@ -1368,7 +1368,6 @@ static const struct cu_env_opt {
     {"TERN_CUDA_RING", offsetof(tcu_opts, ring), 0, 31},
     {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
     {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 15},
-    {"TERN_CUDA_TC_FORM", offsetof(tcu_opts, tc_form), 0, TCU_TC_PIPE8 | TCU_TC_LATE | TCU_TC_PDL16 | TCU_TC_BY_SHAPE},
     {"TERN_CUDA_INVARIANT", offsetof(tcu_opts, invariant), 0, TCU_INV_PRODUCTS | TCU_INV_ATTN},
 };
 

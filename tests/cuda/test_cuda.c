@@ -236,8 +236,7 @@ static void test_opts(void **state)
     const char *bad_int[][2] = {{"TERN_CUDA_PDL", "2"},        {"TERN_CUDA_GRAPHS", "yes"},
                                 {"TERN_CUDA_GEMM_MIN_T", "0"}, {"TERN_CUDA_EARLY", "32"},
                                 {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"},
-                                {"TERN_CUDA_TC_MAX_T", "129"}, {"TERN_CUDA_TC_FORM", "40"},
-                                {"TERN_CUDA_INVARIANT", "4"}};
+                                {"TERN_CUDA_TC_MAX_T", "129"}, {"TERN_CUDA_INVARIANT", "4"}};
     for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++) {
         setenv(bad_int[i][0], bad_int[i][1], 1);
         assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EINVAL);
@@ -1110,24 +1109,19 @@ static void test_batch_invariance(void **state)
     sh("%s convert %s/m %s/q --bits 4 --group-size 64 2>/dev/null", bin, dir, dir);
     const int Bs[] = {1, 2, 3, 8, 32, 100, 128}, nB = (int)(sizeof Bs / sizeof *Bs), n_dec = 4;
     /* modes: throughput, exact, throughput with tcu_opts.invariant (one
-     * sequence on the batched kernels) in each tensor-core form (TCU_TC_*) */
-    const char *forms[] = {"0", "1", "3", "4", "5", "32"};
-    const int nforms = (int)(sizeof forms / sizeof *forms);
-    for (int mi = 0; mi < 2 * (2 + nforms); mi++) {
-        const int mode = mi / 2, exact = mode == 1, inv = mode >= 2, q = mi % 2;
+     * sequence on the batched products and attention splits) */
+    for (int mi = 0; mi < 6; mi++) {
+        const int mode = mi / 2, exact = mode == 1, inv = mode == 2, q = mi % 2;
         const char *mname = exact ? "exact" : inv ? "invariant" : "throughput";
         char mdir[256];
         snprintf(mdir, sizeof mdir, "%s/%s", dir, q ? "q" : "m");
         tern_err err = {0};
         model_load_opts og = {0, "cuda"};
         tern_kernels_exact_set(exact);
-        if (inv) {
+        if (inv)
             setenv("TERN_CUDA_INVARIANT", "3", 1);
-            setenv("TERN_CUDA_TC_FORM", forms[mode - 2], 1);
-        }
         tern_model *m = model_load_ex(mdir, &og, &err);
         unsetenv("TERN_CUDA_INVARIANT");
-        unsetenv("TERN_CUDA_TC_FORM");
         tern_kernels_exact_set(1);
         if (!m)
             fail_msg("%s", err.msg);
@@ -1141,9 +1135,8 @@ static void test_batch_invariance(void **state)
                 continue;
             run_batch(m, B, n_dec, got);
             const int same = !memcmp(got, ref, n * sizeof(float));
-            print_message("batch invariance %s%s %s: sequence 0 in a batch of %d = in a batch of 2: %s (rel %.3g)\n",
-                          mname, inv ? forms[mode - 2] : "", q ? "4-bit" : "bf16", B, same ? "bitwise" : "DIFFERS",
-                          rel_err(got, ref, n));
+            print_message("batch invariance %s %s: sequence 0 in a batch of %d = in a batch of 2: %s (rel %.3g)\n",
+                          mname, q ? "4-bit" : "bf16", B, same ? "bitwise" : "DIFFERS", rel_err(got, ref, n));
             /* throughput alone: the one-sequence kernels (f32 products,
              * short attention splits) - expected to differ, within the
              * bf16 envelope */

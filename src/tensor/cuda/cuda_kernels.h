@@ -105,15 +105,12 @@ typedef struct tcu_opts {
     int early;       /* TCU_PROD_* bits: products whose one-token launch gets tcu_gemv_args.early */
     int ring;        /* TCU_PROD_* bits: ... tcu_gemv_args.ring */
     int split_len1;  /* attention positions a split for a step of one token (0: always the most splits) */
-    /* -- the tensor-core GEMV at steps of one sequence (issue 27) -- */
-    int tc_form;   /* read by gemv_tc.cu: TCU_TC_* bits, how its bf16 launches of up to 8 tokens issue
-                    * their loads (never its sums) */
+    /* -- steps of one sequence as batched (issue 27) -- */
     int invariant; /* read by the backend, TCU_INV_* bits: throughput mode, a step of one sequence takes the
                     * batched steps' products (tensor-core GEMV, no ring) and attention splits (per token):
                     * with both, a sequence's logits are the same bits alone and in any batch of up to
                     * tc_max_t tokens */
 } tcu_opts;
-enum { TCU_TC_PIPE8 = 1, TCU_TC_LATE = 2, TCU_TC_PDL16 = 4, TCU_TC_BY_SHAPE = 32 };
 enum { TCU_INV_PRODUCTS = 1, TCU_INV_ATTN = 2 };
 /* The defaults, measured (docs/cuda.md): GEMVs auto / auto / by-shape, PDL
  * on, the attention's early loads and last-block merge on, TF32 prefill

@@ -714,11 +714,11 @@ static int gemv_dispatch(const tcu_gemv_args *a, const tcu_opts &o, tcu_stream s
     case TCU_GEMV_STAGED: rc = gemv_v_kind<2, 1, true>(a, rows, s, pdl); break;
     case TCU_GEMV_BY_SHAPE: rc = gemv_by_shape(a, rows, s, pdl); break;
     case TCU_GEMV_TENSOR:
-        if ((rc = gemv_tc(a, rows, s, pdl, exact, o.tc_form)) < 0)
+        if ((rc = gemv_tc(a, rows, s, pdl, exact)) < 0)
             rc = gemv_by_shape(a, rows, s, pdl);
         break;
     case TCU_GEMV_AUTO:
-        if ((!a->wide && !exact) || (rc = gemv_tc(a, rows, s, pdl, exact, o.tc_form)) < 0)
+        if ((!a->wide && !exact) || (rc = gemv_tc(a, rows, s, pdl, exact)) < 0)
             rc = kind == TCU_BF16 ? gemv_v_kind<2, 1, true>(a, rows, s, pdl) : gemv_by_shape(a, rows, s, pdl);
         break;
     default: break;

@@ -151,8 +151,8 @@ __device__ __forceinline__ float chunk_dot_v(const uint4 &raw, const float *xv, 
 
 // The tensor-core GEMV (gemv_tc.cu): bf16 and 4-bit; -1 when the launch's
 // weights do not suit it. pdl: tcu_opts.pdl; exact: tcu_opts.exact (three
-// bf16 parts an activation, else one); form: tcu_opts.tc_form.
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact, int form);
+// bf16 parts an activation, else one).
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact);
 // One token of bf16 weights through a shared-memory ring (gemv_ring.cu);
 // -1 when the launch does not suit it.
 int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl);

@@ -263,20 +263,13 @@ __global__ void __launch_bounds__(TC_WARPS *WARP) tc_stage_kernel(const tcu_gemv
     }
 }
 
-// PIPE (bf16, one n-tile, tcu_opts.tc_form): the U steps of loads in two
-// halves, each half's next steps requested as soon as it is summed (the
-// staged kernel's one-token pipeline), so that a warp never waits with
-// nothing in flight; 1: the first U steps before the norm and the
-// staging, 2: after them (the activations' loads not queued behind).
-// Only when loads are issued changes, never the sums.
-template <int NT, int U, bool Q, int P, int PIPE = 0>
+template <int NT, int U, bool Q, int P>
 __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
     gemv_tc_kernel(const tcu_gemv_args a, int KS, int psteps, int staged)
 {
     namespace cg = cooperative_groups;
     constexpr int C = 8 * NT, TP = TC_TPP(NT, P), JS = (C + P - 1) / P, NTH = TC_WARPS * WARP;
-    constexpr bool EARLY = !PIPE && !Q && NT > 1 && NT < 16; /* 16 n-tiles: no registers to spare */
-    static_assert(!PIPE || (!Q && NT == 1), "PIPE: bf16, one n-tile");
+    constexpr bool EARLY = !Q && NT > 1 && NT < 16; /* 16 n-tiles: no registers to spare */
     extern __shared__ __align__(16) unsigned char tc_smem[];
     uint4 *xs = reinterpret_cast<uint4 *>(tc_smem); /* [psteps][C][4]: 8 bf16 of one column */
     float *red = reinterpret_cast<float *>(tc_smem); /* after the pass: [TC_ROWS][C] */
@@ -322,37 +315,8 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
         for (int h = 0; h < 2; h++)
             if (u < nsteps)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[h] + SBY * u));
-    /* bf16: 8 weights a row and step; 4-bit: 8 codes, and the step's
-     * group's 16 scale and bias - 16 scale (w = 16 s (1 + q / 16) + b - 16 s) */
-    uint4 w[Q ? 1 : U][2];
-    uint32_t wq[Q ? U : 1][2];
-    float2 sv[Q ? U : 1][2];
-    auto load1 = [&](int u, int j) { /* step j of the slice into slot u */
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if constexpr (Q) {
-                wq[u][h] = j < nsteps ? tc_ld32(reinterpret_cast<const uint32_t *>(rp[h] + SBY * j)) : 0u;
-                const float2 p = j < nsteps ? __ldg(reinterpret_cast<const float2 *>(sbp[h]) + (s0 + j) * 32 / G)
-                                            : make_float2(0.0f, 0.0f);
-                sv[u][h] = make_float2(16.0f * p.x, __fsub_rn(p.y, 16.0f * p.x));
-            } else {
-                w[u][h] =
-                    j < nsteps ? tc_ld(reinterpret_cast<const uint4 *>(rp[h] + SBY * j)) : make_uint4(0, 0, 0, 0);
-            }
-        }
-    };
-    auto load = [&](int j0) {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            load1(u, j0 + u);
-    };
     pdl_wait();
     pdl_trigger();
-    /* the first steps in flight during the norm and the staging (where
-     * registers allow: at 3 blocks a SM, or 4-bit, the norm's spill) */
-    constexpr bool LOAD_EARLY = PIPE == 1 && U == 8;
-    if constexpr (LOAD_EARLY)
-        load(0);
     if (a.norm_g && !staged) /* per token: a thread's elements, the warp's butterfly, the warps in order */
         for (int j0 = 0; j0 < np; j0 += 4) {
             double ss[4];
@@ -390,8 +354,30 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
             }
             __syncthreads();
         }
-    if constexpr (!LOAD_EARLY)
-        load(0);
+    /* bf16: 8 weights a row and step; 4-bit: 8 codes, and the step's
+     * group's 16 scale and bias - 16 scale (w = 16 s (1 + q / 16) + b - 16 s) */
+    uint4 w[Q ? 1 : U][2];
+    uint32_t wq[Q ? U : 1][2];
+    float2 sv[Q ? U : 1][2];
+    auto load = [&](int j0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if constexpr (Q) {
+                    wq[u][h] = j < nsteps ? tc_ld32(reinterpret_cast<const uint32_t *>(rp[h] + SBY * j)) : 0u;
+                    const float2 p = j < nsteps ? __ldg(reinterpret_cast<const float2 *>(sbp[h]) + (s0 + j) * 32 / G)
+                                                : make_float2(0.0f, 0.0f);
+                    sv[u][h] = make_float2(16.0f * p.x, __fsub_rn(p.y, 16.0f * p.x));
+                } else {
+                    w[u][h] = j < nsteps ? tc_ld(reinterpret_cast<const uint4 *>(rp[h] + SBY * j))
+                                         : make_uint4(0, 0, 0, 0);
+                }
+            }
+        }
+    };
+    load(0);
     float c[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++)
@@ -492,7 +478,10 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                 load((b + 1) * U);
         }
         const uint4(&wr)[Q ? 1 : U][2] = EARLY ? wc : w;
-        auto use = [&](int u) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (st0 + u >= nsteps)
+                break;
             const uint4 *xp = xs + ((size_t)(pst + u) * C + g) * 4 + t;
             if constexpr (Q) {
                 /* codes as bf16 1 + q / 16 (exact): pairs (i, i + 4) of the 8 */
@@ -540,29 +529,9 @@ __global__ void __launch_bounds__(TC_WARPS *WARP, NT == 1 && U <= 4 ? 3 : 2)
                         c[n][e] = __fadd_rn(c[n][e], d[e]);
                 }
             }
-        };
-        if constexpr (PIPE) {
-            constexpr int H = U / 2;
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-#pragma unroll
-                for (int u = hf * H; u < (hf + 1) * H; u++)
-                    if (st0 + u < nsteps)
-                        use(u);
-#pragma unroll
-                for (int u = hf * H; u < (hf + 1) * H; u++)
-                    load1(u, st0 + U + u);
-            }
-        } else {
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (st0 + u >= nsteps)
-                    break;
-                use(u);
-            }
-            if (!EARLY && b + 1 < nb)
-                load((b + 1) * U);
         }
+        if (!EARLY && b + 1 < nb)
+            load((b + 1) * U);
     }
     /* the block's sums by row and column, then the cluster's reduction */
     __syncthreads();
@@ -651,10 +620,8 @@ static size_t tc_stage_bytes(const tcu_gemv_args *a, int C, bool q)
     return (size_t)(a->n_in / 32) * C * 64 + (q ? (size_t)(a->n_in / a->m[0].group) * C * sizeof(float) : 0);
 }
 
-// pdl16: 16-bit weights launch with PDL too (tcu_opts.tc_form bit 4; else
-// only 4-bit does).
-template <int NT, int U, bool Q, int P, int PIPE = 0>
-static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool pdl16 = false)
+template <int NT, int U, bool Q, int P>
+static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     constexpr int C = 8 * NT, JS = (C + P - 1) / P;
     /* more than two tokens and room in the stage: split (round) once - with
@@ -686,43 +653,20 @@ static int gemv_tc_launch(const tcu_gemv_args *a, long rows, cudaStream_t s, boo
         smem = (size_t)TC_ROWS * C * sizeof(float);
     static size_t smem_set = 0;
     if (smem > smem_set) {
-        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U, Q, P, PIPE>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        int rc = (int)cudaFuncSetAttribute(gemv_tc_kernel<NT, U, Q, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem);
         if (rc)
             return rc;
         smem_set = smem;
     }
-    return launch_cl(pdl && (Q || pdl16), (unsigned)ks, gemv_tc_kernel<NT, U, Q, P, PIPE>,
-                     dim3((unsigned)ks, (unsigned)blocks), dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
+    return launch_cl(pdl && Q, (unsigned)ks, gemv_tc_kernel<NT, U, Q, P>, dim3((unsigned)ks, (unsigned)blocks),
+                     dim3(TC_WARPS * WARP), smem, s, *a, ks, psteps, staged);
 }
 
 // The throughput mode's kernels (P = 1) by T: n-tiles for up to 8, 16, 32,
-// 64 or 128 tokens (U: loads in flight, never the order of sums). Up to 8
-// bf16 tokens, form (tcu_opts.tc_form) picks how the loads are issued:
-// TCU_TC_PIPE8 eight steps in flight in two halves (TCU_TC_LATE: the
-// first of them after the norm and the staging), TCU_TC_PDL16 PDL, or
-// TCU_TC_BY_SHAPE by the launch's shape (measured on the H200 at T = 1 / 8,
-// us a launch: PDL on the launches without a norm - 8B o 16.0 -> 14.5, 1B
-// o 7.6 -> 6.0, 1B down 16.1 -> 14.1 -; PIPE8 on gate/up slices of 64+
-// steps - 8B 77.0 / 70.0 -> 71.6 / 66.3 - and on lm_head - 290 -> 285.5);
-// the same bits every way.
-static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool q, int form)
+// 64 or 128 tokens (U: loads in flight, never the order of sums).
+static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool q)
 {
-    if (!q && a->T <= 8) {
-        if (form & TCU_TC_BY_SHAPE) {
-            const long blocks = (rows + (a->glu ? TC_ROWS / 2 : TC_ROWS) - 1) / (a->glu ? TC_ROWS / 2 : TC_ROWS);
-            const int nsteps = a->n_in / 32 / tc_ks<false>(a->n_in, blocks, 32);
-            form = !a->norm_g                                          ? TCU_TC_PDL16
-                   : (a->glu && nsteps >= 64) || rows >= 200L * sm_count() ? TCU_TC_PIPE8
-                                                                            : 0;
-        }
-        const bool p16 = (form & TCU_TC_PDL16) != 0;
-        if (form & TCU_TC_PIPE8)
-            return (form & TCU_TC_LATE) ? gemv_tc_launch<1, 8, false, 1, 2>(a, rows, s, pdl, p16)
-                                        : gemv_tc_launch<1, 8, false, 1, 1>(a, rows, s, pdl, p16);
-        return rows >= 200L * sm_count() ? gemv_tc_launch<1, 8, false, 1>(a, rows, s, pdl, p16)
-                                         : gemv_tc_launch<1, 4, false, 1>(a, rows, s, pdl, p16);
-    }
     if (q) {
         if (a->T <= 8)
             return gemv_tc_launch<1, 8, true, 1>(a, rows, s, pdl);
@@ -749,7 +693,7 @@ static int gemv_tc1(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl,
 // bf16, or 4-bit with groups of a multiple of 32 inputs (the same for
 // every matrix); -1 for other kinds. Above 32 tokens (exact) or 128
 // (throughput): launches of that many.
-int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact, int form)
+int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool exact)
 {
     const bool q = a->m[0].kind == TCU_Q4;
     if ((a->m[0].kind != TCU_BF16 && !q) || a->n_in % 32 || (q && (a->m[0].group % 32 || a->n_in % a->m[0].group)))
@@ -768,14 +712,14 @@ int gemv_tc(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl, bool ex
                 b.x = a->x + (size_t)t0 * a->n_in;
             for (int k = 0; k < a->n; k++)
                 b.m[k].y = a->m[k].y + (size_t)t0 * a->m[k].n_out;
-            const int rc = gemv_tc(&b, rows, s, pdl, exact, form);
+            const int rc = gemv_tc(&b, rows, s, pdl, exact);
             if (rc)
                 return rc;
         }
         return 0;
     }
     if (!exact)
-        return gemv_tc1(a, rows, s, pdl, q, form);
+        return gemv_tc1(a, rows, s, pdl, q);
     /* U (loads in flight) never changes the order of sums: by shape and T.
      * 8 steps on the launches of many blocks (lm_head: 3 blocks a SM do
      * not hide the latency), else 4 (3 blocks a SM) */

@@ -42,7 +42,7 @@ extern "C" void tcu_opts_init(tcu_opts *o)
     o->ring = TCU_PROD_GU | TCU_PROD_DOWN;
     o->split_len1 = 16; /* one K/V load a warp, requested before the wait; 8 and 32 were slower */
     o->moe = TCU_MOE_DOWN_EARLY | TCU_MOE_WAVES | TCU_MOE_FUSED; /* docs/cuda.md, "Mixtures of experts" */
-    /* tc_form 0 and invariant 0: until measured (docs/cuda-log.md, issue 27) */
+    /* invariant 0: one sequence alone 0.67-0.72x as fast on the batched kernels (docs/cuda-log.md, issue 27) */
 }
 
 static const tcu_opts opts_default = [] {
@@ -66,13 +66,12 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
              "products %s; gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
              "grouped by kv head %d, "
              "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); graphs %d; q/k/v fused %d; stage %d; "
-             "early products %d; ring products %d; one-token split %d; moe %d; tensor-core form %d; one sequence as "
-             "batched %d",
+             "early products %d; ring products %d; one-token split %d; moe %d; one sequence as batched %d",
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
              tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
              o->exact ? 0 : o->tc_max_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
-             o->moe, o->tc_form, o->invariant);
+             o->moe, o->invariant);
 }
 
 // ---- per-launch profile ----
