@@ -3,7 +3,7 @@
 tools/make_fixture writes the decode-benchmark models) as one GGUF file, so
 that llama.cpp can run the very same weights next to tern.
 
-    gguf_from_tern.py MODEL_DIR OUT.gguf
+    gguf_from_tern.py MODEL_DIR OUT.gguf [--type Q8_0|Q4_0]
 
 Plain Python (no numpy, no gguf package): the GGUF v3 layout is written
 here, in the order llama.cpp's gguf-py writer uses, one tensor at a time
@@ -23,8 +23,16 @@ folder needs norm_topk_prob true. Qwen3 folders (models/tern-demo):
 architecture qwen3 (NEOX rotary: q/k stay as they are; per-head q/k norms),
 a byte-level BPE tokenizer.json with its merges as llama.cpp's "gpt2" model
 and the "qwen2" pre-tokenizer (the split regex is checked to be Qwen2's),
-no BOS when the folder has none; tied embeddings stay tied."""
+no BOS when the folder has none; tied embeddings stay tied.
+
+--type Q8_0|Q4_0 writes every 2-D weight whose rows are whole blocks of 32
+in llama.cpp's Q8_0 / Q4_0 blocks (its reference quantizers, as
+`llama-quantize --pure` writes them: the same tensor bytes), the rest as
+above - for models llama-quantize refuses (stories260K's 172-wide down
+projections, which tern's conversions keep unquantized too). Plain Python:
+slow on large models (about a minute for 16M weights)."""
 import json
+import math
 import os
 import struct
 import sys
@@ -32,8 +40,9 @@ import sys
 ALIGN = 32
 # GGUF value types and the ggml tensor types / llama file types used here
 T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR = 4, 5, 6, 7, 8, 9
-GGML = {"F32": 0, "F16": 1, "BF16": 30}
-FILE_TYPE = {"F32": 0, "F16": 1, "BF16": 32}
+GGML = {"F32": 0, "F16": 1, "BF16": 30, "Q4_0": 2, "Q8_0": 8}
+FILE_TYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q8_0": 7}
+BLOCK = {"Q4_0": 18, "Q8_0": 34}  # bytes per block of 32 (an f16 scale, then the codes)
 TOK_NORMAL, TOK_CONTROL, TOK_USER, TOK_UNUSED, TOK_BYTE = 1, 3, 4, 5, 6
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -162,14 +171,58 @@ def copy_range(path, start, length, f):
             write_all(f, src.read(length - done))
 
 
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def to_f32_values(raw, dt):
+    n = len(raw) // ELEM[dt]
+    if dt == "BF16":
+        return list(struct.unpack("<%df" % n, struct.pack("<%dI" % n, *(v << 16 for v in struct.unpack("<%dH" % n, raw)))))
+    return list(struct.unpack("<%d%s" % (n, "e" if dt == "F16" else "f"), raw))
+
+
+def quantize_blocks(vals, qtype):
+    """llama.cpp's quantize_row_q8_0_ref / quantize_row_q4_0_ref, in f32."""
+    out = bytearray()
+    for b in range(0, len(vals), 32):
+        x = vals[b:b + 32]
+        if qtype == "Q8_0":
+            amax = max(abs(v) for v in x)
+            d = f32(amax / 127.0)
+            inv = f32(1.0 / d) if d else 0.0
+            q = []
+            for v in x:
+                y = f32(v * inv)
+                r = math.floor(abs(y) + 0.5)
+                q.append(int(-r if y < 0 else r))
+            out += struct.pack("<e", d) + struct.pack("<32b", *q)
+        else:
+            amax, mx = 0.0, 0.0
+            for v in x:
+                if amax < abs(v):
+                    amax, mx = abs(v), v
+            d = f32(mx / -8.0)
+            inv = f32(1.0 / d) if d else 0.0
+            lo = [min(15, int(f32(f32(x[j] * inv) + 8.5))) for j in range(16)]
+            hi = [min(15, int(f32(f32(x[16 + j] * inv) + 8.5))) for j in range(16)]
+            out += struct.pack("<e", d) + bytes(lo[j] | hi[j] << 4 for j in range(16))
+    return bytes(out)
+
+
 def pad(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    qtype = None
+    if len(args) == 4 and args[2] == "--type" and args[3].upper() in BLOCK:
+        qtype = args[3].upper()
+        args = args[:2]
+    if len(args) != 2:
         sys.exit(__doc__)
-    folder, out_path = sys.argv[1:]
+    folder, out_path = args
     cfg = json.load(open(os.path.join(folder, "config.json")))
     arch = cfg.get("model_type")
     if arch not in ("llama", "qwen3", "qwen3_moe"):
@@ -191,7 +244,7 @@ def main():
     n_layer, n_vocab = cfg["num_hidden_layers"], cfg["vocab_size"]
     ts = safetensors_index(folder)
     dtypes = {v[0] for v in ts.values()}
-    ftype = FILE_TYPE.get(next(iter(dtypes)) if len(dtypes) == 1 else "F32", 0)
+    ftype = FILE_TYPE[qtype] if qtype else FILE_TYPE.get(next(iter(dtypes)) if len(dtypes) == 1 else "F32", 0)
     kv = [("general.architecture", T_STR, arch),
           ("general.name", T_STR, os.path.basename(os.path.normpath(folder))),
           ("general.file_type", T_U32, ftype),
@@ -280,7 +333,11 @@ def main():
         if any(ts[k][0] != dt or ts[k][1] != shape for k in keys):
             sys.exit("gguf_from_tern: the experts of %s differ in type or shape" % name)
         out_dt = "F32" if len(shape) == 1 else dt
-        nbytes = length // ELEM[dt] * ELEM[out_dt] * len(keys)
+        if qtype and len(shape) == 2 and shape[-1] % 32 == 0:
+            out_dt = qtype
+            nbytes = length // ELEM[dt] // 32 * BLOCK[qtype] * len(keys)
+        else:
+            nbytes = length // ELEM[dt] * ELEM[out_dt] * len(keys)
         infos.append((name, keys, dt, out_dt, ([len(keys)] if len(keys) > 1 else []) + shape, offset, nbytes))
         offset += pad(nbytes)
     with open(out_path, "wb", buffering=0) as f:  # unbuffered: copy_file_range writes at the same offset
@@ -306,7 +363,9 @@ def main():
                     raw = unsplit_rotary(raw, kshape, n_head, head_dim, ELEM[dt])
                 elif arch == "llama" and key.endswith("k_proj.weight"):
                     raw = unsplit_rotary(raw, kshape, n_kv, head_dim, ELEM[dt])
-                if out_dt != dt:  # norms in f32
+                if out_dt in BLOCK:
+                    raw = quantize_blocks(to_f32_values(raw, dt), out_dt)
+                elif out_dt != dt:  # norms in f32
                     n = length // ELEM[dt]
                     if dt == "BF16":
                         raw = struct.pack("<%dI" % n, *(v << 16 for v in struct.unpack("<%dH" % n, raw)))
