@@ -327,17 +327,25 @@ static void test_vocab_errors(void **state)
     grammar_vocab_free(v);
 }
 
-/* The Llama-3 vocabulary: masks at each step of a JSON document equal the
- * per-token reference (accept then roll back, for every id). */
-static void test_real_tokenizer(void **state)
+/* The Llama-3 tokenizer of ../shared; the test is skipped without it. */
+static tern_tokenizer *llama3_or_skip(void)
 {
-    (void)state;
     tern_err e = {0};
     tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
     if (!tok) {
         print_message("skipping: %s\n", e.msg);
         skip();
     }
+    return tok;
+}
+
+/* The Llama-3 vocabulary: masks at each step of a JSON document equal the
+ * per-token reference (accept then roll back, for every id). */
+static void test_real_tokenizer(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = llama3_or_skip();
     grammar_vocab *v = grammar_vocab_new(tok, tokenizer_vocab_size(tok) + 100, NULL, 0, &e);
     assert_non_null(v);
     grammar_compiled *cg = grammar_compile_ebnf(JSON_EBNF, strlen(JSON_EBNF), v, NULL, &e);
@@ -390,11 +398,7 @@ static void test_repetition_alias(void **state)
 {
     (void)state;
     tern_err e = {0};
-    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
-    if (!tok) {
-        print_message("skipping: %s\n", e.msg);
-        skip();
-    }
+    tern_tokenizer *tok = llama3_or_skip();
     grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
     assert_non_null(v);
     static const char ebnf[] = "root ::= \"\\\"\" c{0,300} \"\\\"\" | [0-9]{140,330}\n"
@@ -485,11 +489,7 @@ static void test_class_edit(void **state)
 {
     (void)state;
     tern_err e = {0};
-    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
-    if (!tok) {
-        print_message("skipping: %s\n", e.msg);
-        skip();
-    }
+    tern_tokenizer *tok = llama3_or_skip();
     grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
     assert_non_null(v);
     /* the JSON string class, built with the vocabulary */
@@ -574,11 +574,7 @@ static void test_loop_classes(void **state)
 {
     (void)state;
     tern_err e = {0};
-    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
-    if (!tok) {
-        print_message("skipping: %s\n", e.msg);
-        skip();
-    }
+    tern_tokenizer *tok = llama3_or_skip();
     grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
     assert_non_null(v);
     /* the reference's own vocabulary: no token set shared with v's */
@@ -834,11 +830,7 @@ static void test_unique_items_real(void **state)
 {
     (void)state;
     tern_err e = {0};
-    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
-    if (!tok) {
-        print_message("skipping: %s\n", e.msg);
-        skip();
-    }
+    tern_tokenizer *tok = llama3_or_skip();
     grammar_vocab *v = grammar_vocab_new(tok, tokenizer_vocab_size(tok) + 100, NULL, 0, &e);
     assert_non_null(v);
     const char *schema_text =
@@ -995,11 +987,7 @@ static void test_string_lengths_real(void **state)
 {
     (void)state;
     tern_err e = {0};
-    tern_tokenizer *tok = tokenizer_load(shared_path("tokenizers/llama3"), &e);
-    if (!tok) {
-        print_message("skipping: %s\n", e.msg);
-        skip();
-    }
+    tern_tokenizer *tok = llama3_or_skip();
     grammar_vocab *v = grammar_vocab_new(tok, tokenizer_vocab_size(tok) + 100, NULL, 0, &e);
     json_object *schema = json_tokener_parse(
         "{\"type\": \"array\", \"items\": {\"type\": \"string\", \"format\": \"email\", \"minLength\": 270, \"maxLength\": 300}}");
