@@ -1099,45 +1099,60 @@ static inline uint64_t key_mix(uint64_t a, uint64_t b)
     return (h ^ (h >> 32)) | 1; /* never 0 */
 }
 
+/* Open-addressing maps of key -> entry (keys are never 0, an empty slot
+ * has no entry): the vocabulary's shared cache and a grammar's own. */
+static gctx_entry *slots_find(const gshare_slot *t, size_t cap, uint64_t key)
+{
+    if (!cap)
+        return NULL;
+    for (size_t i = key & (cap - 1);; i = (i + 1) & (cap - 1)) {
+        if (!t[i].e)
+            return NULL;
+        if (t[i].key == key)
+            return t[i].e;
+    }
+}
+
+/* Adds key -> e, doubling the table (from cap0) past half full. */
+static int slots_put(gshare_slot **t, size_t *cap, size_t *n, size_t cap0, uint64_t key, gctx_entry *e)
+{
+    if ((*n + 1) * 2 > *cap) {
+        size_t nc = *cap ? *cap * 2 : cap0;
+        gshare_slot *ns = calloc(nc, sizeof *ns);
+        if (!ns)
+            return -1;
+        for (size_t i = 0; i < *cap; i++) {
+            if (!(*t)[i].e)
+                continue;
+            size_t j = (*t)[i].key & (nc - 1);
+            while (ns[j].e)
+                j = (j + 1) & (nc - 1);
+            ns[j] = (*t)[i];
+        }
+        free(*t);
+        *t = ns;
+        *cap = nc;
+    }
+    size_t j = key & (*cap - 1);
+    while ((*t)[j].e)
+        j = (j + 1) & (*cap - 1);
+    (*t)[j].key = key;
+    (*t)[j].e = e;
+    (*n)++;
+    return 0;
+}
+
 static gctx_entry *share_find(grammar_vocab *v, uint64_t key)
 {
-    if (!v->share_cap)
-        return NULL;
-    for (size_t i = key & (v->share_cap - 1);; i = (i + 1) & (v->share_cap - 1)) {
-        if (!v->share[i].e)
-            return NULL;
-        if (v->share[i].key == key)
-            return v->share[i].e;
-    }
+    return slots_find(v->share, v->share_cap, key);
 }
 
 static int share_put(grammar_vocab *v, uint64_t key, gctx_entry *e)
 {
     if (v->share_n >= GSHARE_MAX_ENTRIES || v->share_bytes + entry_bytes(v, e) > GSHARE_MAX_BYTES)
         return -1;
-    if ((v->share_n + 1) * 2 > v->share_cap) {
-        size_t cap = v->share_cap ? v->share_cap * 2 : 256;
-        gshare_slot *ns = calloc(cap, sizeof *ns);
-        if (!ns)
-            return -1;
-        for (size_t i = 0; i < v->share_cap; i++) {
-            if (!v->share[i].e)
-                continue;
-            size_t j = v->share[i].key & (cap - 1);
-            while (ns[j].e)
-                j = (j + 1) & (cap - 1);
-            ns[j] = v->share[i];
-        }
-        free(v->share);
-        v->share = ns;
-        v->share_cap = cap;
-    }
-    size_t j = key & (v->share_cap - 1);
-    while (v->share[j].e)
-        j = (j + 1) & (v->share_cap - 1);
-    v->share[j].key = key;
-    v->share[j].e = e;
-    v->share_n++;
+    if (slots_put(&v->share, &v->share_cap, &v->share_n, 256, key, e))
+        return -1;
     v->share_bytes += entry_bytes(v, e);
     return 0;
 }
@@ -1156,50 +1171,20 @@ static int own(grammar_compiled *cg, gctx_entry *e)
     return 0;
 }
 
-/* Publishes a freshly computed entry: into the vocabulary's shared cache
- * when it has a key (another grammar may have won the race: then its copy
- * is used), else owned by cg. Returns the entry to use, NULL on OOM. */
 /* This grammar's keyed entries the shared cache had no room for. */
 static gctx_entry *local_find(const grammar_compiled *cg, uint64_t key)
 {
-    if (!cg->cap_lkeys)
-        return NULL;
-    for (size_t i = key & (cg->cap_lkeys - 1);; i = (i + 1) & (cg->cap_lkeys - 1)) {
-        if (!cg->lkeys[i].e)
-            return NULL;
-        if (cg->lkeys[i].key == key)
-            return cg->lkeys[i].e;
-    }
+    return slots_find(cg->lkeys, cg->cap_lkeys, key);
 }
 
 static int local_put(grammar_compiled *cg, uint64_t key, gctx_entry *e)
 {
-    if ((cg->n_lkeys + 1) * 2 > cg->cap_lkeys) {
-        size_t cap = cg->cap_lkeys ? cg->cap_lkeys * 2 : 64;
-        gshare_slot *ns = calloc(cap, sizeof *ns);
-        if (!ns)
-            return -1;
-        for (size_t i = 0; i < cg->cap_lkeys; i++) {
-            if (!cg->lkeys[i].e)
-                continue;
-            size_t j = cg->lkeys[i].key & (cap - 1);
-            while (ns[j].e)
-                j = (j + 1) & (cap - 1);
-            ns[j] = cg->lkeys[i];
-        }
-        free(cg->lkeys);
-        cg->lkeys = ns;
-        cg->cap_lkeys = cap;
-    }
-    size_t j = key & (cg->cap_lkeys - 1);
-    while (cg->lkeys[j].e)
-        j = (j + 1) & (cg->cap_lkeys - 1);
-    cg->lkeys[j].key = key;
-    cg->lkeys[j].e = e;
-    cg->n_lkeys++;
-    return 0;
+    return slots_put(&cg->lkeys, &cg->cap_lkeys, &cg->n_lkeys, 64, key, e);
 }
 
+/* Publishes a freshly computed entry: into the vocabulary's shared cache
+ * when it has a key (another grammar may have won the race: then its copy
+ * is used), else owned by cg. Returns the entry to use, NULL on OOM. */
 static gctx_entry *publish(grammar_compiled *cg, gctx_entry *e, uint64_t key)
 {
     if (!e)
