@@ -117,6 +117,24 @@ typedef struct gfe_re_term {
 int gfe_regex_emit_terms(gfe_rules *r, const gfe_re_term *t, int n, long min_len, long max_len,
                          char name[GFE_NAME_MAX], int *never, tern_err *err);
 
+/* The same terms without lengths as a deterministic automaton over
+ * codepoints (the live states of the product: every state can still reach
+ * an accepting one; state 0 is the start): what the run-time length
+ * tracker (unique.c) follows to refuse a token that leaves no way to
+ * end the string within its bounds. */
+typedef struct gfe_cpmove { uint32_t lo, hi; int32_t to; } gfe_cpmove;
+typedef struct gfe_cpdfa {
+    int32_t n;
+    uint32_t *off;   /* [n + 1]: moves of q are mv[off[q] .. off[q + 1]), sorted */
+    gfe_cpmove *mv;
+    uint8_t *acc;    /* [n] */
+} gfe_cpdfa;
+/* 0 with *out (NULL and *never set when nothing matches), or the error. */
+int gfe_regex_terms_dfa(const gfe_re_term *t, int n, gfe_cpdfa **out, int *never, tern_err *err);
+void gfe_cpdfa_free(gfe_cpdfa *d);
+/* The state after cp, or -1. */
+int gfe_cpdfa_step(const gfe_cpdfa *d, int q, uint32_t cp);
+
 /* ---- JSON building blocks (frontend.c). Whitespace between tokens is
  * the rule `ws` (defined by gfe_json_define_ws) or nothing in compact
  * mode; gfe_json_ws returns the text to splice between two tokens: " ws "

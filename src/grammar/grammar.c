@@ -54,7 +54,7 @@ grammar *grammar_from_ebnf(const char *text, size_t len, const char *root, const
         grammar_free(g);
         return NULL;
     }
-    if (grammar_compute_sigs(g)) {
+    if (grammar_compute_sigs(g) || guq_grammar_prepare(g)) {
         tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         grammar_free(g);
         return NULL;
@@ -77,6 +77,10 @@ void grammar_free(grammar *g)
     free(g->rule_sig);
     free(g->rule_first);
     free(g->st_alias);
+    if (g->len_re)
+        for (int32_t r = 0; r < g->n_rules; r++)
+            guq_lre_free(g->len_re[r]);
+    free(g->len_re);
     free(g);
 }
 

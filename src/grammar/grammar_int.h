@@ -84,6 +84,10 @@ struct grammar {
      * none). Only token sets use it; parsing runs on the real states. */
     int32_t *st_alias;    /* [n_states] */
     long alias_horizon;
+
+    /* [n_rules] or NULL: the length tracker's automaton of a length rule
+     * (unique_int.h guq_grammar_prepare), NULL for other rules. */
+    struct guq_lre **len_re;
 };
 
 /* grammar.c: fills rule_sig / rule_first (after gbuild_automaton). */

@@ -270,12 +270,12 @@ static int unique_filter(grammar_matcher *m, uint32_t *mask)
     int crc = guq_len_filter(m->uq, v, mask);
     if (crc)
         return crc;
-    const uint32_t *cand = guq_candidates(m->uq, v, &crc);
-    if (!cand)
-        return crc ? crc : (int)gbits_count(mask, nw);
     const mstep *st = cur_step(m);
     gstk_set cur = {.ids = m->hist ? m->hist + st->ids_off : NULL, .n = st->n};
     int first_opens = guq_first(m->uq, &m->pool, &cur);
+    const uint32_t *cand = guq_candidates(m->uq, v, first_opens, &crc);
+    if (!cand)
+        return crc ? crc : (int)gbits_count(mask, nw);
     for (size_t w = 0; w < nw; w++) {
         uint32_t bits = mask[w] & cand[w];
         while (bits) {

@@ -724,8 +724,91 @@ out:
     return rc;
 }
 
+/* The live part of the product as a gfe_cpdfa (counter 0: no lengths). */
+static int p_export(const subsets *P, const size_t *eoff, const pmove *mv, const char *live, const char *acc,
+                    gfe_cpdfa **out)
+{
+    int n = P->n, *id = malloc(((size_t)n + 1) * sizeof *id), k = 0;
+    size_t n_mv = 0;
+    if (!id)
+        return -1;
+    for (int s = 0; s < n; s++) {
+        id[s] = live[s] ? k++ : -1;
+        if (live[s])
+            for (size_t e = eoff[s]; e < eoff[s + 1]; e++)
+                n_mv += live[mv[e].dst] != 0;
+    }
+    gfe_cpdfa *d = calloc(1, sizeof *d);
+    if (d) {
+        d->n = k;
+        d->off = malloc(((size_t)k + 1) * sizeof *d->off);
+        d->mv = malloc((n_mv + 1) * sizeof *d->mv);
+        d->acc = malloc((size_t)k + 1);
+    }
+    if (!d || !d->off || !d->mv || !d->acc) {
+        gfe_cpdfa_free(d);
+        free(id);
+        return -1;
+    }
+    n_mv = 0;
+    for (int s = 0; s < n; s++) {
+        if (!live[s])
+            continue;
+        d->off[id[s]] = (uint32_t)n_mv;
+        d->acc[id[s]] = (uint8_t)(acc[s] != 0);
+        for (size_t e = eoff[s]; e < eoff[s + 1]; e++)
+            if (live[mv[e].dst])
+                d->mv[n_mv++] = (gfe_cpmove){mv[e].lo, mv[e].hi, id[mv[e].dst]};
+    }
+    d->off[k] = (uint32_t)n_mv;
+    free(id);
+    *out = d;
+    return 0;
+}
+
+void gfe_cpdfa_free(gfe_cpdfa *d)
+{
+    if (!d)
+        return;
+    free(d->off);
+    free(d->mv);
+    free(d->acc);
+    free(d);
+}
+
+int gfe_cpdfa_step(const gfe_cpdfa *d, int q, uint32_t cp)
+{
+    uint32_t a = d->off[q], b = d->off[q + 1];
+    while (a < b) {
+        uint32_t m = a + (b - a) / 2;
+        if (d->mv[m].hi < cp)
+            a = m + 1;
+        else if (d->mv[m].lo > cp)
+            b = m;
+        else
+            return d->mv[m].to;
+    }
+    return -1;
+}
+
+static int regex_terms(gfe_rules *r, const gfe_re_term *t, int n, long min_len, long max_len,
+                       char name[GFE_NAME_MAX], int *never, gfe_cpdfa **dout, tern_err *err);
+
 int gfe_regex_emit_terms(gfe_rules *r, const gfe_re_term *t, int n, long min_len, long max_len,
                          char name[GFE_NAME_MAX], int *never, tern_err *err)
+{
+    return regex_terms(r, t, n, min_len, max_len, name, never, NULL, err);
+}
+
+int gfe_regex_terms_dfa(const gfe_re_term *t, int n, gfe_cpdfa **out, int *never, tern_err *err)
+{
+    char nm[GFE_NAME_MAX];
+    *out = NULL;
+    return regex_terms(NULL, t, n, 0, -1, nm, never, out, err);
+}
+
+static int regex_terms(gfe_rules *r, const gfe_re_term *t, int n, long min_len, long max_len,
+                       char name[GFE_NAME_MAX], int *never, gfe_cpdfa **dout, tern_err *err)
 {
     gauto g[GFE_RE_MAX_TERMS];
     rx *roots[GFE_RE_MAX_TERMS];
@@ -880,6 +963,8 @@ int gfe_regex_emit_terms(gfe_rules *r, const gfe_re_term *t, int n, long min_len
     }
     if (r)
         rc = p_emit(r, &P, eoff, mv, live, acc, name, err);
+    else if (dout && p_export(&P, eoff, mv, live, acc, dout))
+        goto oom;
     goto cleanup;
 oom:
     rc = tern_err_set(err, TERN_ENOMEM, "regex: out of memory");

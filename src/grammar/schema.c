@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "grammar/unique_int.h"
 #include "schema_int.h"
 
 void grammar_schema_opts_init(grammar_schema_opts *o)
@@ -21,6 +22,7 @@ void grammar_schema_opts_init(grammar_schema_opts *o)
     o->max_ms = 2000;
     o->max_bytes = 4u << 20;
     o->draft = 2020;
+    o->len_product_max = GUQ_LEN_PRODUCT;
 }
 
 int sc_fail(sc *c, int code, const char *path, const char *fmt, ...)

@@ -27,6 +27,13 @@ typedef struct grammar_schema_opts {
      * default) or 7 (draft-07: $ref siblings ignored, items arrays,
      * additionalItems, dependencies). A $schema in the root wins. */
     int draft;
+    /* A `pattern` or `format` string with minLength / maxLength whose
+     * product automaton (the regex's states x the length counter's values)
+     * would have more states than this is written without the lengths and
+     * counted at run time (unique_int.h; same strings, same masks, the
+     * masks cheaper). Default 4096; a larger value keeps more product
+     * automata (tests compare the two). */
+    long len_product_max;
 } grammar_schema_opts;
 
 /* Fills *o with the defaults (any_whitespace 1, max_whitespace 20, strict 1,

@@ -132,15 +132,34 @@ static int string_regex_len(sc *c, const gfe_re_term *t, int n, long mn, long mx
     }
     if (!rc && !never && !b.err) {
         char name[64];
-        snprintf(name, sizeof name, GUQ_LEN_PREFIX "%ld_%ld_%u", mn, mx, c->r.next++);
+        unsigned num = c->r.next++;
+        snprintf(name, sizeof name, GUQ_LEN_PREFIX "%ld_%ld_%u", mn, mx, num);
         gfe_buf body;
         gfe_buf_init(&body, 0);
+        /* the terms again, for the tracker's automaton (unique_int.h
+         * GUQ_RE_PREFIX): a rule nothing calls, "+LEN:regex" or
+         * "-LEN:regex" per term */
+        char rname[64];
+        snprintf(rname, sizeof rname, GUQ_RE_PREFIX "%u", num);
+        gfe_buf terms;
+        gfe_buf_init(&terms, 0);
+        for (int i = 0; i < n; i++) {
+            gfe_buf_printf(&terms, "%c%zu:", t[i].neg ? '-' : '+', t[i].len);
+            gfe_buf_put(&terms, t[i].re, t[i].len);
+        }
+        gfe_buf_lit(&body, terms.s ? terms.s : "", terms.len);
+        rc = terms.err ? terms.err : body.err;
+        gfe_buf_free(&terms);
+        if (!rc)
+            rc = gfe_rule_define(&c->r, rname, body.s);
+        body.len = 0;
         gfe_buf_puts(&body, "\"\\\"\" ");
         gfe_buf_put(&body, b.s, b.len);
         gfe_buf_puts(&body, " \"\\\"\"");
         if (!body.err)
             gfe_rule_define(&c->r, name, body.s);
-        rc = body.err;
+        if (!rc)
+            rc = body.err;
         gfe_buf_free(&body);
         gfe_buf_puts(out, name);
     }
@@ -149,6 +168,26 @@ static int string_regex_len(sc *c, const gfe_re_term *t, int n, long mn, long mx
     if (err)
         return sc_fail(c, e0->code ? e0->code : err, path, "%s", e0->msg[0] ? e0->msg : "grammar too large");
     return never;
+}
+
+/* Would the product automaton of the terms with a codepoint counter have
+ * more than bound states (the terms' own automaton times the
+ * counter's values)? Then the tracker counts instead: a rule per
+ * (state, count) makes every character of the string a new parser set
+ * that no mask shares (a counted `pattern` with maxLength 120: 20k rules,
+ * masks of 10-50 ms), while the terms alone are a few states whose token
+ * sets the masks reuse. */
+static int len_product_large(const gfe_re_term *t, int n, long mn, long mx, long bound)
+{
+    gfe_cpdfa *d = NULL;
+    int never = 0;
+    tern_err e = {0};
+    if (gfe_regex_terms_dfa(t, n, &d, &never, &e) || !d)
+        return 0;
+    long cap = mx >= 0 ? mx : mn;
+    int large = (double)d->n * (double)(cap + 1) > (double)bound;
+    gfe_cpdfa_free(d);
+    return large;
 }
 
 /* The regex terms (a format, patterns, negated patterns) with the length
@@ -167,10 +206,15 @@ static int string_regex(sc *c, const gfe_re_term *t, int n, long mn, long mx, co
         char nm[GFE_NAME_MAX];
         never = 0;
         b.len = 0;
+        int counted = mx < 0 || mx >= GUQ_LEN_MIN_MAX;
+        if (counted && len_product_large(t, n, mn, mx, c->o.len_product_max > 0 ? c->o.len_product_max : GUQ_LEN_PRODUCT)) {
+            gfe_buf_free(&b);
+            return string_regex_len(c, t, n, mn, mx, path, &e, out);
+        }
         rc = gfe_regex_emit_terms(&c->r, t, n, mn, mx, nm, &never, &e);
         if (!rc && !never)
             gfe_buf_puts(&b, nm);
-        if (rc == TERN_EUNSUPPORTED && (mx < 0 || mx >= GUQ_LEN_MIN_MAX)) {
+        if (rc == TERN_EUNSUPPORTED && counted) {
             gfe_buf_free(&b);
             return string_regex_len(c, t, n, mn, mx, path, &e, out);
         }

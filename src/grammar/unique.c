@@ -37,6 +37,13 @@ typedef struct guq_live {
     uint8_t slen, hi;
     uint32_t uval;       /* \u escape value so far */
     long smin, smax, scnt;
+    /* the string's rule has an automaton (grammar len_re; -1 none): its
+     * state (-1: lost, no checks), a UTF-8 character being read (value so
+     * far, continuation bytes owed), a high surrogate escape waiting for
+     * its low half */
+    int32_t lrule, dq;
+    uint32_t ucp, hpend;
+    uint8_t uneed;
 } guq_live;
 
 struct guq {
@@ -45,7 +52,9 @@ struct guq {
     long *rule_min, *rule_max; /* [n_rules] the lengths of GUQ_LEN_PREFIX rules */
     int has_len;
     long open_min, open_max;   /* guq_opens of a '"': the bounds */
+    int32_t open_rule;         /* ... and the one rule reading it (-1: several) */
     long first_min, first_max; /* guq_try's first byte */
+    int32_t first_rule;
     guq_live L;
     guq_node *node;
     int32_t cap_node;
@@ -162,7 +171,9 @@ int guq_opens(guq *u, const gstk_pool *p, const gstk_set *s, uint8_t b)
         if (!found) {
             u->open_min = mn;
             u->open_max = mx;
+            u->open_rule = r;
         } else {
+            u->open_rule = -1;
             if (mn > u->open_min)
                 u->open_min = mn;
             if (mx >= 0 && (u->open_max < 0 || mx < u->open_max))
@@ -180,6 +191,7 @@ int guq_first(guq *u, const gstk_pool *p, const gstk_set *s)
         f |= 2;
         u->first_min = u->open_min;
         u->first_max = u->open_max;
+        u->first_rule = u->open_rule;
     }
     return f;
 }
@@ -582,6 +594,51 @@ static int item_end(guq *u, int32_t arr, uint32_t off, uint32_t end)
 
 static int in_uniq_array(const guq *u) { return u->L.top >= 0 && u->node[u->L.top].uniq; }
 
+/* A codepoint of a string whose rule has an automaton: a high surrogate
+ * escape waits for its low half; the state after it must still be able
+ * to end the string within the bounds (1), else the byte is refused (0).
+ * A codepoint the automaton has no move for is the grammar's to refuse:
+ * the state is dropped (no more checks). */
+static int lre_feed(guq *u, uint32_t cp)
+{
+    guq_live *L = &u->L;
+    const guq_lre *x = u->g->len_re[L->lrule];
+    if (L->hpend) {
+        uint32_t h = L->hpend;
+        L->hpend = 0;
+        if (cp >= 0xDC00 && cp < 0xE000) {
+            cp = 0x10000 + ((h - 0xD800) << 10) + (cp - 0xDC00);
+        } else if ((L->dq = guq_lre_step(x, L->dq, h)) < 0) {
+            return 1;
+        }
+    }
+    if (cp >= 0xD800 && cp < 0xDC00 && !L->hpend) {
+        L->hpend = cp;
+        return 1;
+    }
+    if ((L->dq = guq_lre_step(x, L->dq, cp)) < 0)
+        return 1;
+    return guq_lre_viable(x, L->dq, L->scnt);
+}
+
+/* After a token that ends inside a length-checked string with an
+ * automaton: 1 if some way on still ends it within the bounds (inside a
+ * character or an escape: some codepoint it can still become). */
+static int lre_end_ok(const guq *u)
+{
+    const guq_live *L = &u->L;
+    if (L->dead || L->mode != M_STR || L->slen != 1 || L->lrule < 0 || L->dq < 0)
+        return 1;
+    const guq_lre *x = u->g->len_re[L->lrule];
+    if (L->uneed) {
+        uint32_t sh = 6u * L->uneed;
+        return guq_lre_partial(x, L->dq, L->ucp << sh, (L->ucp << sh) | ((1u << sh) - 1), L->scnt);
+    }
+    if (L->esc || L->hpend)
+        return guq_lre_partial(x, L->dq, 0, 0x10FFFFu, L->scnt);
+    return 1;
+}
+
 /* Same as guq_byte, opens 0/1, or 2 = unknown (inside guq_try); returns
  * 1 ok, 0 duplicate, 2 undecided, <0 error. */
 static int byte_in(guq *u, uint8_t b, int opens)
@@ -593,17 +650,23 @@ static int byte_in(guq *u, uint8_t b, int opens)
     uint32_t pos = L->log_len;
     u->log[L->log_len++] = b;
     if (L->mode == M_STR) {
-        int count = 0;
+        int count = 0, have = 0; /* have: codepoint cp ends at this byte */
+        uint32_t cp = 0;
         if (L->esc == 1) {
             L->esc = b == 'u' ? 2 : 0;
             L->uval = 0;
-            if (!L->esc)
+            if (!L->esc) {
                 L->hi = 0;
+                have = 1;
+                cp = b == 'b' ? 8 : b == 'f' ? 12 : b == 'n' ? 10 : b == 'r' ? 13 : b == 't' ? 9 : b;
+            }
         } else if (L->esc >= 2) {
             L->uval = L->uval << 4 | (uint32_t)(hexv(b) & 15);
             if (L->esc == 5) {
                 L->esc = 0;
                 L->hi = L->hi ? 0 : L->uval >= 0xD800 && L->uval < 0xDC00;
+                have = 1;
+                cp = L->uval;
             } else {
                 L->esc++;
             }
@@ -612,6 +675,19 @@ static int byte_in(guq *u, uint8_t b, int opens)
             count = !L->hi;
         } else if (b != '"') {
             count = (b & 0xC0) != 0x80;
+            if (!count) {
+                if (L->uneed) {
+                    L->ucp = L->ucp << 6 | (b & 0x3F);
+                    have = !--L->uneed;
+                    cp = L->ucp;
+                }
+            } else if (b < 0x80) {
+                have = 1;
+                cp = b;
+            } else {
+                L->uneed = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1;
+                L->ucp = b & (0x3Fu >> L->uneed);
+            }
         } else {
             L->mode = M_OUT;
             if (L->slen == 2)
@@ -633,6 +709,8 @@ static int byte_in(guq *u, uint8_t b, int opens)
             if (L->slen == 1 && L->smax >= 0 && L->scnt > L->smax)
                 return 0;
         }
+        if (have && L->slen == 1 && L->lrule >= 0 && L->dq >= 0)
+            return lre_feed(u, cp);
         return 1;
     }
     if (L->mode == M_SCALAR) {
@@ -665,6 +743,10 @@ static int byte_in(guq *u, uint8_t b, int opens)
         L->scnt = 0;
         L->smin = u->open_min;
         L->smax = u->open_max;
+        L->lrule = opens == 1 && u->open_rule >= 0 && u->g->len_re && u->g->len_re[u->open_rule] ? u->open_rule : -1;
+        L->dq = 0;
+        L->ucp = L->hpend = 0;
+        L->uneed = 0;
         return 1;
     case '[':
     case '{': {
@@ -710,6 +792,7 @@ int guq_try(guq *u, const uint8_t *s, size_t len, int first)
 {
     guq_live keep = u->L;
     long om = u->open_min, oM = u->open_max;
+    int32_t orl = u->open_rule;
     int r = 1;
     for (size_t i = 0; i < len && r == 1; i++) {
         int op = 2;
@@ -717,11 +800,15 @@ int guq_try(guq *u, const uint8_t *s, size_t len, int first)
             op = s[0] == '[' ? (first & 1) : s[0] == '"' ? (first >> 1 & 1) : 0;
             u->open_min = u->first_min;
             u->open_max = u->first_max;
+            u->open_rule = u->first_rule;
         }
         r = byte_in(u, s[i], op);
     }
+    if (r == 1 && !lre_end_ok(u))
+        r = 0;
     u->open_min = om;
     u->open_max = oM;
+    u->open_rule = orl;
     u->L = keep;
     if (r < 0) /* out of memory: let the real step decide */
         return 2;
@@ -738,6 +825,10 @@ typedef struct guq_vcache {
     uint32_t *cls;  /* [N_CLS][n_words] */
     uint16_t *cpq;  /* [n_tokens] */
     long max_cpq;
+    /* the tokens without a quote by codepoint count: by_cpq[koff[k] ..
+     * koff[k + 1]) hold cpq k */
+    int32_t *by_cpq;
+    uint32_t *koff; /* [max_cpq + 2] */
 } guq_vcache;
 
 /* The codepoints token t adds to a string before its first unescaped
@@ -819,12 +910,76 @@ int guq_vocab_build(grammar_vocab *v)
         if (vc->cpq[id] > vc->max_cpq)
             vc->max_cpq = vc->cpq[id];
     }
-    free(v->uq_cand);
+    vc->by_cpq = malloc(nt * sizeof *vc->by_cpq + 1);
+    vc->koff = calloc((size_t)vc->max_cpq + 3, sizeof *vc->koff);
+    if (!vc->by_cpq || !vc->koff) {
+        free(vc->by_cpq);
+        free(vc->koff);
+        free(blk);
+        return TERN_ENOMEM;
+    }
+    const uint32_t *qc = c + (size_t)C_QUOTE * nw;
+    for (int32_t id = 0; id < v->n_tokens; id++)
+        if (!v->special[id] && !(qc[id / 32] >> (id % 32) & 1))
+            vc->koff[vc->cpq[id] + 2]++;
+    for (long k = 0; k <= vc->max_cpq; k++)
+        vc->koff[k + 2] += vc->koff[k + 1];
+    for (int32_t id = 0; id < v->n_tokens; id++)
+        if (!v->special[id] && !(qc[id / 32] >> (id % 32) & 1))
+            vc->by_cpq[vc->koff[vc->cpq[id] + 1]++] = id;
+    guq_vocab_free(v);
     v->uq_cand = blk;
     return 0;
 }
 
+void guq_vocab_free(grammar_vocab *v)
+{
+    guq_vcache *vc = (guq_vcache *)v->uq_cand;
+    if (vc) {
+        free(vc->by_cpq);
+        free(vc->koff);
+    }
+    free(v->uq_cand);
+    v->uq_cand = NULL;
+}
+
 static const guq_vcache *vcache(const grammar_vocab *v) { return (const guq_vcache *)v->uq_cand; }
+
+/* Dead ends of a string whose rule has an automaton: the tokens that end
+ * inside the string (no quote) in a state that cannot end it within the
+ * bounds. Only counts where some state is such a dead end need a look
+ * (guq_lre_bad): near maxLength, or below minLength where the regex can
+ * stop growing; those tokens are run through the tracker. */
+static void len_dead_ends(guq *u, const grammar_vocab *v, const guq_vcache *vc, uint32_t *mask)
+{
+    const guq_live *L = &u->L;
+    if (L->lrule < 0 || L->dq < 0)
+        return;
+    const guq_lre *x = u->g->len_re[L->lrule];
+    if (L->uneed || L->hpend) { /* inside a character: few tokens go on, try each */
+        for (size_t w = 0; w < v->n_words; w++)
+            for (uint32_t bits = mask[w]; bits; bits &= bits - 1) {
+                size_t id = w * 32 + (size_t)__builtin_ctz(bits);
+                if (id < (size_t)v->n_tokens &&
+                    guq_try(u, (const uint8_t *)v->blob + v->tok_off[id], v->tok_len[id], 0) == 1)
+                    mask[w] &= ~(1u << (id % 32));
+            }
+        return;
+    }
+    if (!guq_lre_bad(x, L->scnt, L->scnt + vc->max_cpq))
+        return;
+    for (long k = 0; k <= vc->max_cpq; k++) {
+        if (!guq_lre_bad(x, L->scnt + k, L->scnt + k))
+            continue;
+        for (uint32_t i = vc->koff[k]; i < vc->koff[k + 1]; i++) {
+            int32_t id = vc->by_cpq[i];
+            if (!(mask[id / 32] >> (id % 32) & 1))
+                continue;
+            if (guq_try(u, (const uint8_t *)v->blob + v->tok_off[id], v->tok_len[id], 0) == 1)
+                mask[id / 32] &= ~(1u << (id % 32));
+        }
+    }
+}
 
 int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask)
 {
@@ -834,6 +989,7 @@ int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask)
     const guq_vcache *vc = vcache(v);
     if (!vc)
         return TERN_ENOMEM;
+    len_dead_ends(u, v, vc, mask);
     if (!(L->scnt < L->smin || (L->smax >= 0 && L->smax - L->scnt < vc->max_cpq)))
         return 0;
     const uint32_t *q = vc->cls + (size_t)C_QUOTE * v->n_words;
@@ -853,7 +1009,7 @@ int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask)
     return 0;
 }
 
-const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int *rc)
+const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int first, int *rc)
 {
     *rc = 0;
     if (u->L.dead)
@@ -878,6 +1034,11 @@ const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int *rc)
         return u->buf;
     }
     const uint32_t *qq = vc->cls + (size_t)C_QQ * nw;
+    /* a quote here opens a string whose automaton has dead ends within a
+     * token's reach: every token with a quote is tried */
+    if (first & 2 && L->mode != M_STR && u->first_rule >= 0 && u->g->len_re && u->g->len_re[u->first_rule] &&
+        guq_lre_bad(u->g->len_re[u->first_rule], 0, vc->max_cpq))
+        qq = vc->cls + (size_t)C_QUOTE * nw;
     for (size_t w = 0; w < nw; w++)
         u->buf[w] = c[w] | qq[w];
     return u->buf;

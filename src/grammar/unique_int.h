@@ -29,11 +29,42 @@
 
 #define GUQ_RULE_PREFIX "__unique_items_"
 #define GUQ_LEN_PREFIX "__str_len_"
-/* Length rules are written only for maxLength >= this (or none): no
- * token reaches it inside one string opened in the token. */
-#define GUQ_LEN_MIN_MAX 256
+/* Beside each length rule GUQ_LEN_PREFIX "MIN_MAX_N", a rule nothing
+ * calls, GUQ_RE_PREFIX "N", holds its terms as one literal ("+LEN:regex"
+ * or "-LEN:regex" each): the tracker follows their automaton over the
+ * string's codepoints and refuses a token after which no continuation
+ * can end the string within its bounds (a `\S` still owed at maxLength). */
+#define GUQ_RE_PREFIX "__str_re_"
+/* Length rules are written only for maxLength >= this (or none): a token
+ * that opens a string and reaches it inside itself is rare (it is tried
+ * for real: guq_candidates). */
+#define GUQ_LEN_MIN_MAX 64
+/* ... and only where the product automaton with the lengths would have
+ * more states than this (terms' states x counter values) or passes its
+ * bound. */
+#define GUQ_LEN_PRODUCT 4096
 
 typedef struct guq guq;
+
+/* unique_len.c: per length rule with its GUQ_RE_PREFIX terms, their
+ * automaton over codepoints and which (state, count) pairs can still end
+ * the string within the bounds. */
+typedef struct guq_lre guq_lre;
+/* Fills g->len_re (once, at compile). 0 or TERN_ENOMEM. */
+int guq_grammar_prepare(grammar *g);
+void guq_lre_free(guq_lre *x);
+/* GUQ_LEN_PREFIX "MIN_MAX_N": 1 with the bounds and N, or 0. */
+int guq_len_rule_name(const char *name, long *mn, long *mx, unsigned long *num);
+/* The state after codepoint cp, or -1. */
+int32_t guq_lre_step(const guq_lre *x, int32_t q, uint32_t cp);
+/* 1 if the string can still end within its bounds from state q after c
+ * codepoints. */
+int guq_lre_viable(const guq_lre *x, int32_t q, long c);
+/* 1 if some state is a dead end at some count in [c0, c1]. */
+int guq_lre_bad(const guq_lre *x, long c0, long c1);
+/* 1 if some codepoint in [lo, hi] leads from q to a state viable at c
+ * (a token that ends inside a character or an escape). */
+int guq_lre_partial(const guq_lre *x, int32_t q, uint32_t lo, uint32_t hi, long c);
 
 /* The tracker for g, or NULL with *rc = 0 when g has no uniqueItems rule
  * (nothing to track), or NULL with *rc = TERN_ENOMEM. g is borrowed. */
@@ -83,6 +114,7 @@ int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask);
  * token bytes; grammar_vocab_from_bytes calls it once. 0 or
  * TERN_ENOMEM. */
 int guq_vocab_build(grammar_vocab *v);
+void guq_vocab_free(grammar_vocab *v);
 
 /* Which tokens guq_try must see in the current state: a bitset over the
  * vocabulary (words of 32 bits; the vocabulary's sets, built with it by
@@ -91,8 +123,10 @@ int guq_vocab_build(grammar_vocab *v);
  * a '"' inside a string, else a '"', ',', ']', '}' or whitespace; with
  * length rules also the tokens holding two quotes (or one and
  * GUQ_LEN_MIN_MAX bytes), and every token inside an escape of a
- * length-checked string. NULL when nothing is tracked (*rc = 0) or on
- * OOM (*rc = TERN_ENOMEM). */
-const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int *rc);
+ * length-checked string, and every token with a quote where one opens
+ * a string whose automaton has dead ends in a token's reach (first:
+ * guq_first of the current set). NULL when nothing is tracked (*rc = 0)
+ * or on OOM (*rc = TERN_ENOMEM). */
+const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int first, int *rc);
 
 #endif

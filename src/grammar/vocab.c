@@ -296,7 +296,7 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->nw_tok);
     free(v->pos_asc);
     free(v->pos_lead);
-    free(v->uq_cand);
+    guq_vocab_free(v);
     for (size_t i = 0; i < v->share_cap; i++)
         if (v->share[i].e)
             gctx_entry_free(v->share[i].e);

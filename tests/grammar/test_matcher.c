@@ -1053,6 +1053,103 @@ static void test_string_lengths_real(void **state)
     tokenizer_free(tok);
 }
 
+/* Counted strings past the product bound (docs/grammar.md): the same
+ * schema compiled with the lengths counted at run time and, as the
+ * reference, with the product automaton (len_product_max raised) give
+ * the same mask at every step on Llama 3 - the tracker's automaton
+ * refuses what leaves no way to end in bounds: a space at maxLength
+ * (a word still owed), "a" one short of a whole "abc", letters that
+ * cannot reach minLength (at most three "ab"). */
+static char *len_ebnf(const char *schema_text, long product_max)
+{
+    tern_err e = {0};
+    json_object *schema = json_tokener_parse(schema_text);
+    grammar_schema_opts o;
+    grammar_schema_opts_init(&o);
+    if (product_max)
+        o.len_product_max = product_max;
+    char *ebnf = NULL;
+    if (grammar_schema_to_ebnf(schema, &o, &ebnf, &e))
+        fail_msg("schema: %s", e.msg);
+    json_object_put(schema);
+    return ebnf;
+}
+
+static void test_string_lengths_dead_ends(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = llama3_or_skip();
+    grammar_vocab *v = grammar_vocab_new(tok, tokenizer_vocab_size(tok) + 100, NULL, 0, &e);
+    static const struct {
+        const char *schema;
+        const char *unit[3]; /* the document: units repeated, then the tail */
+        int reps[3];
+    } cases[] = {
+        {"{\"type\": \"string\", \"pattern\": \"^(?:\\\\S+\\\\s+){0,9}\\\\S+$\", \"maxLength\": 250}",
+         {"word ", "x", " "}, {9, 204, 1}},
+        {"{\"type\": \"string\", \"pattern\": \"^(?:\\\\S+\\\\s+){0,9}\\\\S+$\", \"maxLength\": 250}",
+         {"abcdefghijklmnopqrstuvw ", "e", "  "}, {9, 33, 1}},
+        {"{\"type\": \"string\", \"pattern\": \"^(abc)+$\", \"maxLength\": 1100}", {"abc", "a", ""}, {366, 1, 0}},
+        {"{\"type\": \"string\", \"pattern\": \"^(ab){0,3}$|^[0-9]+$\", \"minLength\": 8, \"maxLength\": 1000}",
+         {"12", "34", "5"}, {5, 1, 1}},
+    };
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *mask = calloc(nw, sizeof *mask), *want = calloc(nw, sizeof *want), *esc = calloc(nw, sizeof *esc);
+    /* tokens with a backslash are left out: the product writes every
+     * character's escaped forms too, the plain regex its literals only
+     * (both exact for what they accept) */
+    for (int32_t t = 0; t < grammar_vocab_mask_width(v); t++) {
+        size_t tl;
+        const char *tb = grammar_vocab_token(v, t, &tl);
+        if (tb && memchr(tb, '\\', tl))
+            esc[t / 32] |= 1u << (t % 32);
+    }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char *ea = len_ebnf(cases[k].schema, 0), *eb = len_ebnf(cases[k].schema, 1L << 30);
+        assert_non_null(strstr(ea, "__str_len_"));
+        assert_null(strstr(eb, "__str_len_"));
+        grammar_compiled *ca = grammar_compile_ebnf(ea, strlen(ea), v, NULL, &e);
+        grammar_compiled *cb = grammar_compile_ebnf(eb, strlen(eb), v, NULL, &e);
+        assert_non_null(ca);
+        assert_non_null(cb);
+        free(ea);
+        free(eb);
+        char doc[4096];
+        size_t n = 0;
+        doc[n++] = '"';
+        for (int u = 0; u < 3; u++)
+            for (int r = 0; r < cases[k].reps[u]; r++)
+                n += (size_t)snprintf(doc + n, sizeof doc - n, "%s", cases[k].unit[u]);
+        int32_t *ids;
+        size_t n_ids;
+        assert_int_equal(tokenizer_encode(tok, doc, n, 0, &ids, &n_ids, &e), 0);
+        grammar_matcher *ma = grammar_matcher_new(ca, &e), *mb = grammar_matcher_new(cb, &e);
+        size_t i = 0;
+        for (; i <= n_ids; i++) {
+            grammar_matcher_fill_next_token_bitmask(ma, mask, nw);
+            grammar_matcher_fill_next_token_bitmask(mb, want, nw);
+            for (size_t w = 0; w < nw; w++)
+                if ((mask[w] ^ want[w]) & ~esc[w])
+                    fail_msg("case %zu step %zu: word %zu counted %08x product %08x", k, i, w, mask[w], want[w]);
+            if (i == n_ids || !bit(want, ids[i]))
+                break;
+            assert_int_equal(grammar_matcher_accept_token(ma, ids[i]), 1);
+            assert_int_equal(grammar_matcher_accept_token(mb, ids[i]), 1);
+        }
+        free(ids);
+        grammar_matcher_free(ma);
+        grammar_matcher_free(mb);
+        grammar_compiled_free(ca);
+        grammar_compiled_free(cb);
+    }
+    free(mask);
+    free(want);
+    free(esc);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1063,6 +1160,7 @@ int main(void)
         cmocka_unit_test(test_unique_items),
         cmocka_unit_test(test_unique_items_real), cmocka_unit_test(test_string_lengths_run_time),
         cmocka_unit_test(test_string_lengths_real),
+        cmocka_unit_test(test_string_lengths_dead_ends),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
