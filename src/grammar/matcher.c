@@ -259,47 +259,82 @@ static inline void or_entry(uint32_t *mask, const gctx_entry *e, size_t nw)
     }
 }
 
+/* One allowed token through the tracker: 1 drop it, 0 keep it, <0 an
+ * error; an undecided one is tried for real. */
+static int unique_try(grammar_matcher *m, int32_t id, int first_opens)
+{
+    const grammar_vocab *v = m->cg->v;
+    if (id >= v->n_tokens || v->special[id] || !v->tok_len[id])
+        return 0;
+    const char *t = v->blob + v->tok_off[id];
+    size_t len = v->tok_len[id];
+    int r = guq_try(m->uq, (const uint8_t *)t, len, first_opens);
+    if (r == 2) {
+        int a = grammar_matcher_accept_string(m, t, len);
+        if (a < 0)
+            return a;
+        if (a == 1)
+            grammar_matcher_rollback(m, 1);
+        r = a != 1;
+    }
+    return r;
+}
+
 /* uniqueItems and string lengths: the allowed tokens that can complete
  * an item or break a length are run through the tracker (unique_int.h)
- * and dropped when they do; an undecided one is tried for real. The new
- * count. */
-static int unique_filter(grammar_matcher *m, uint32_t *mask)
+ * and dropped when they do. cnt: the mask's count; the new count. Few
+ * candidates (no unique array open, the usual case of a grammar with
+ * length rules) go by their id lists, not by a pass over the mask. */
+static int unique_filter(grammar_matcher *m, uint32_t *mask, int cnt)
 {
     const grammar_vocab *v = m->cg->v;
     size_t nw = v->n_words;
     int crc = guq_len_filter(m->uq, v, mask);
-    if (crc)
+    if (crc < 0)
         return crc;
+    cnt -= crc;
     const mstep *st = cur_step(m);
     gstk_set cur = {.ids = m->hist ? m->hist + st->ids_off : NULL, .n = st->n};
     int first_opens = guq_first(m->uq, &m->pool, &cur);
+    const int32_t *ids[2];
+    size_t n_ids[2];
+    int sp = guq_candidate_lists(m->uq, v, first_opens, ids, n_ids);
+    if (sp < 0)
+        return sp;
+    if (sp) {
+        for (int l = 0; l < 2; l++)
+            for (size_t i = 0; i < n_ids[l]; i++) {
+                int32_t id = ids[l][i];
+                if (!(mask[id / 32] >> (id % 32) & 1))
+                    continue;
+                int r = unique_try(m, id, first_opens);
+                if (r < 0)
+                    return r;
+                if (r) {
+                    mask[id / 32] &= ~(1u << (id % 32));
+                    cnt--;
+                }
+            }
+        return cnt;
+    }
     const uint32_t *cand = guq_candidates(m->uq, v, first_opens, &crc);
     if (!cand)
-        return crc ? crc : (int)gbits_count(mask, nw);
+        return crc ? crc : cnt;
     for (size_t w = 0; w < nw; w++) {
         uint32_t bits = mask[w] & cand[w];
         while (bits) {
             int b = __builtin_ctz(bits);
             bits &= bits - 1;
-            int32_t id = (int32_t)(w * 32 + (size_t)b);
-            if (id >= v->n_tokens || v->special[id] || !v->tok_len[id])
-                continue;
-            const char *t = v->blob + v->tok_off[id];
-            size_t len = v->tok_len[id];
-            int r = guq_try(m->uq, (const uint8_t *)t, len, first_opens);
-            if (r == 2) {
-                int a = grammar_matcher_accept_string(m, t, len);
-                if (a < 0)
-                    return a;
-                if (a == 1)
-                    grammar_matcher_rollback(m, 1);
-                r = a != 1;
-            }
-            if (r)
+            int r = unique_try(m, (int32_t)(w * 32 + (size_t)b), first_opens);
+            if (r < 0)
+                return r;
+            if (r) {
                 mask[w] &= ~(1u << b);
+                cnt--;
+            }
         }
     }
-    return (int)gbits_count(mask, nw);
+    return cnt;
 }
 
 int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, size_t n_words)
@@ -367,7 +402,7 @@ int grammar_matcher_fill_next_token_bitmask(grammar_matcher *m, uint32_t *mask, 
 out:
     gstk_truncate(&m->pool, mark);
     if (rc > 0 && m->uq)
-        rc = unique_filter(m, mask);
+        rc = unique_filter(m, mask, rc);
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/bitset.h"
 #include "grammar/unique_int.h"
 #include "grammar/vocab_int.h"
 
@@ -829,6 +830,9 @@ typedef struct guq_vcache {
      * koff[k + 1]) hold cpq k */
     int32_t *by_cpq;
     uint32_t *koff; /* [max_cpq + 2] */
+    /* the classes C_BRACKET, C_QQ, C_QUOTE as id lists: lists + loff[k] .. loff[k + 1] */
+    int32_t *lists;
+    uint32_t loff[4];
 } guq_vcache;
 
 /* The codepoints token t adds to a string before its first unescaped
@@ -927,6 +931,24 @@ int guq_vocab_build(grammar_vocab *v)
     for (int32_t id = 0; id < v->n_tokens; id++)
         if (!v->special[id] && !(qc[id / 32] >> (id % 32) & 1))
             vc->by_cpq[vc->koff[vc->cpq[id] + 1]++] = id;
+    static const int lk[3] = {C_BRACKET, C_QQ, C_QUOTE};
+    size_t tot = 0;
+    for (int l = 0; l < 3; l++)
+        tot += gbits_count(c + (size_t)lk[l] * nw, nw);
+    if (!(vc->lists = malloc((tot + 1) * sizeof *vc->lists))) {
+        free(vc->by_cpq);
+        free(vc->koff);
+        free(blk);
+        return TERN_ENOMEM;
+    }
+    tot = 0;
+    for (int l = 0; l < 3; l++) {
+        vc->loff[l] = (uint32_t)tot;
+        for (int32_t id = 0; id < v->n_tokens; id++)
+            if (c[(size_t)lk[l] * nw + (size_t)id / 32] >> (id % 32) & 1)
+                vc->lists[tot++] = id;
+    }
+    vc->loff[3] = (uint32_t)tot;
     guq_vocab_free(v);
     v->uq_cand = blk;
     return 0;
@@ -938,6 +960,7 @@ void guq_vocab_free(grammar_vocab *v)
     if (vc) {
         free(vc->by_cpq);
         free(vc->koff);
+        free(vc->lists);
     }
     free(v->uq_cand);
     v->uq_cand = NULL;
@@ -950,24 +973,27 @@ static const guq_vcache *vcache(const grammar_vocab *v) { return (const guq_vcac
  * bounds. Only counts where some state is such a dead end need a look
  * (guq_lre_bad): near maxLength, or below minLength where the regex can
  * stop growing; those tokens are run through the tracker. */
-static void len_dead_ends(guq *u, const grammar_vocab *v, const guq_vcache *vc, uint32_t *mask)
+static int len_dead_ends(guq *u, const grammar_vocab *v, const guq_vcache *vc, uint32_t *mask)
 {
     const guq_live *L = &u->L;
+    int removed = 0;
     if (L->lrule < 0 || L->dq < 0)
-        return;
+        return 0;
     const guq_lre *x = u->g->len_re[L->lrule];
     if (L->uneed || L->hpend) { /* inside a character: few tokens go on, try each */
         for (size_t w = 0; w < v->n_words; w++)
             for (uint32_t bits = mask[w]; bits; bits &= bits - 1) {
                 size_t id = w * 32 + (size_t)__builtin_ctz(bits);
                 if (id < (size_t)v->n_tokens &&
-                    guq_try(u, (const uint8_t *)v->blob + v->tok_off[id], v->tok_len[id], 0) == 1)
+                    guq_try(u, (const uint8_t *)v->blob + v->tok_off[id], v->tok_len[id], 0) == 1) {
                     mask[w] &= ~(1u << (id % 32));
+                    removed++;
+                }
             }
-        return;
+        return removed;
     }
     if (!guq_lre_bad(x, L->scnt, L->scnt + vc->max_cpq))
-        return;
+        return 0;
     for (long k = 0; k <= vc->max_cpq; k++) {
         if (!guq_lre_bad(x, L->scnt + k, L->scnt + k))
             continue;
@@ -975,10 +1001,13 @@ static void len_dead_ends(guq *u, const grammar_vocab *v, const guq_vcache *vc, 
             int32_t id = vc->by_cpq[i];
             if (!(mask[id / 32] >> (id % 32) & 1))
                 continue;
-            if (guq_try(u, (const uint8_t *)v->blob + v->tok_off[id], v->tok_len[id], 0) == 1)
+            if (guq_try(u, (const uint8_t *)v->blob + v->tok_off[id], v->tok_len[id], 0) == 1) {
                 mask[id / 32] &= ~(1u << (id % 32));
+                removed++;
+            }
         }
     }
+    return removed;
 }
 
 int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask)
@@ -989,9 +1018,9 @@ int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask)
     const guq_vcache *vc = vcache(v);
     if (!vc)
         return TERN_ENOMEM;
-    len_dead_ends(u, v, vc, mask);
+    int removed = len_dead_ends(u, v, vc, mask);
     if (!(L->scnt < L->smin || (L->smax >= 0 && L->smax - L->scnt < vc->max_cpq)))
-        return 0;
+        return removed;
     const uint32_t *q = vc->cls + (size_t)C_QUOTE * v->n_words;
     for (size_t w = 0; w < v->n_words; w++) {
         uint32_t bits = mask[w];
@@ -1002,11 +1031,42 @@ int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask)
             if (id >= (size_t)v->n_tokens)
                 break;
             long n = L->scnt + vc->cpq[id];
-            if ((L->smax >= 0 && n > L->smax) || (q[w] >> b & 1 && n < L->smin))
+            if ((L->smax >= 0 && n > L->smax) || (q[w] >> b & 1 && n < L->smin)) {
                 mask[w] &= ~(1u << b);
+                removed++;
+            }
         }
     }
-    return 0;
+    return removed;
+}
+
+/* Does a quote at the current set open a string whose automaton has dead
+ * ends within a token's reach (then every token with a quote is tried)? */
+static int open_dead_ends(const guq *u, const guq_vcache *vc, int first)
+{
+    return first & 2 && u->L.mode != M_STR && u->first_rule >= 0 && u->g->len_re && u->g->len_re[u->first_rule] &&
+           guq_lre_bad(u->g->len_re[u->first_rule], 0, vc->max_cpq);
+}
+
+int guq_candidate_lists(guq *u, const grammar_vocab *v, int first, const int32_t *ids[2], size_t n[2])
+{
+    n[0] = n[1] = 0;
+    const guq_live *L = &u->L;
+    if (L->dead)
+        return 1;
+    const guq_vcache *vc = vcache(v);
+    if (!vc)
+        return TERN_ENOMEM;
+    if (L->n_uniq || (L->mode == M_STR && L->slen && (L->esc || L->hi)))
+        return 0;
+    ids[0] = vc->lists + vc->loff[0];
+    n[0] = vc->loff[1] - vc->loff[0];
+    if (u->has_len) {
+        int l = open_dead_ends(u, vc, first) ? 2 : 1;
+        ids[1] = vc->lists + vc->loff[l];
+        n[1] = vc->loff[l + 1] - vc->loff[l];
+    }
+    return 1;
 }
 
 const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int first, int *rc)
@@ -1036,8 +1096,7 @@ const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int first, int *r
     const uint32_t *qq = vc->cls + (size_t)C_QQ * nw;
     /* a quote here opens a string whose automaton has dead ends within a
      * token's reach: every token with a quote is tried */
-    if (first & 2 && L->mode != M_STR && u->first_rule >= 0 && u->g->len_re && u->g->len_re[u->first_rule] &&
-        guq_lre_bad(u->g->len_re[u->first_rule], 0, vc->max_cpq))
+    if (open_dead_ends(u, vc, first))
         qq = vc->cls + (size_t)C_QUOTE * nw;
     for (size_t w = 0; w < nw; w++)
         u->buf[w] = c[w] | qq[w];

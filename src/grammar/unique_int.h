@@ -105,8 +105,9 @@ int guq_try(guq *u, const uint8_t *s, size_t len, int first);
 
 /* Inside a length-checked string: clears from mask the tokens whose
  * codepoints before their first quote pass maxLength, or that close the
- * string short of minLength (per-token counts kept by the vocabulary).
- * 0 or TERN_ENOMEM. */
+ * string short of minLength (per-token counts kept by the vocabulary),
+ * and those that end in a dead end of the rule's automaton. The number
+ * cleared, or TERN_ENOMEM. */
 int guq_len_filter(guq *u, const grammar_vocab *v, uint32_t *mask);
 
 /* The vocabulary's part of the checks (vocab_int.h uq_cand): the
@@ -128,5 +129,9 @@ void guq_vocab_free(grammar_vocab *v);
  * guq_first of the current set). NULL when nothing is tracked (*rc = 0)
  * or on OOM (*rc = TERN_ENOMEM). */
 const uint32_t *guq_candidates(guq *u, const grammar_vocab *v, int first, int *rc);
+/* The same as at most two id lists where they are few (no unique array
+ * open, not inside an escape): 1 with ids / n set, 0 (use
+ * guq_candidates), or TERN_ENOMEM. */
+int guq_candidate_lists(guq *u, const grammar_vocab *v, int first, const int32_t *ids[2], size_t n[2]);
 
 #endif
