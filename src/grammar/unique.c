@@ -74,15 +74,8 @@ struct guq {
 /* GUQ_LEN_PREFIX "MIN_MAX_N": 1 and the bounds, or 0. */
 static int len_rule(const char *name, long *mn, long *mx)
 {
-    size_t plen = strlen(GUQ_LEN_PREFIX);
-    if (strncmp(name, GUQ_LEN_PREFIX, plen))
-        return 0;
-    char *e;
-    *mn = strtol(name + plen, &e, 10);
-    if (*e != '_')
-        return 0;
-    *mx = strtol(e + 1, &e, 10);
-    return *e == '_' && *mn >= 0 && *mx >= -1;
+    unsigned long num;
+    return guq_len_rule_name(name, mn, mx, &num);
 }
 
 guq *guq_new(const grammar *g, int *rc)
