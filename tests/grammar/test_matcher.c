@@ -1150,6 +1150,99 @@ static void test_string_lengths_dead_ends(void **state)
     tokenizer_free(tok);
 }
 
+/* The same comparison along random walks of the synthetic vocabulary
+ * (characters cut inside a code point, multi-byte characters, spaces),
+ * over patterns whose dead ends come from counted groups, parity, a
+ * required character, a minimum only: every step's mask of the counted
+ * grammar equals the product's (tokens with a backslash aside). */
+static void test_string_lengths_dead_ends_walks(void **state)
+{
+    (void)state;
+    grammar_vocab *v = synth_vocab();
+    tern_err e = {0};
+    static const char *const schemas[] = {
+        "{\"type\": \"string\", \"pattern\": \"^(abc|z)+$\", \"maxLength\": 64}",
+        "{\"type\": \"string\", \"pattern\": \"^(?:\\\\S+\\\\s+){0,3}\\\\S+$\", \"maxLength\": 64}",
+        "{\"type\": \"string\", \"pattern\": \"^[a-z]{2}(-[a-z]+)*$\", \"minLength\": 10, \"maxLength\": 70}",
+        "{\"type\": \"string\", \"pattern\": \"^(aa)*b?$\", \"minLength\": 5, \"maxLength\": 81}",
+        "{\"type\": \"string\", \"pattern\": \"^[^a]*a[^a]*$\", \"maxLength\": 64}",
+        "{\"type\": \"string\", \"pattern\": \"^\\u00e9+(x|yz)*\\u00e9?$\", \"maxLength\": 66}",
+        "{\"type\": \"string\", \"pattern\": \"^(12|0)+$\", \"minLength\": 65}",
+        "{\"type\": \"array\", \"items\": {\"type\": \"string\", \"pattern\": \"^(abc|z)+$\", \"minLength\": 4, "
+        "\"maxLength\": 64}}",
+    };
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *ma_bits = calloc(nw, sizeof *ma_bits), *mb_bits = calloc(nw, sizeof *mb_bits);
+    tern_rng r;
+    tern_rng_seed(&r, 2026, 12);
+    for (size_t k = 0; k < sizeof schemas / sizeof schemas[0]; k++) {
+        char *ea = len_ebnf(schemas[k], 1), *eb = len_ebnf(schemas[k], 1L << 30);
+        if (!strstr(ea, "__str_len_") || strstr(eb, "__str_len_"))
+            fail_msg("schema %zu: not compiled both ways", k);
+        grammar_compiled *ca = grammar_compile_ebnf(ea, strlen(ea), v, NULL, &e);
+        grammar_compiled *cb = grammar_compile_ebnf(eb, strlen(eb), v, NULL, &e);
+        assert_non_null(ca);
+        assert_non_null(cb);
+        free(ea);
+        free(eb);
+        grammar_matcher *ma = grammar_matcher_new(ca, &e), *mb = grammar_matcher_new(cb, &e);
+        for (int w = 0; w < 40; w++) {
+            grammar_matcher_reset(ma);
+            grammar_matcher_reset(mb);
+            for (int step = 0; step < 150; step++) {
+                grammar_matcher_fill_next_token_bitmask(ma, ma_bits, nw);
+                grammar_matcher_fill_next_token_bitmask(mb, mb_bits, nw);
+                int32_t pick[MASK_W], n_pick = 0, n_long = 0; /* tokens without a quote first */
+                for (int32_t t = 0; t < N_TOKS; t++) {
+                    if (strchr(TOKS[t], '\\'))
+                        continue;
+                    if (bit(ma_bits, t) != bit(mb_bits, t))
+                        fail_msg("schema %zu walk %d step %d token %d '%s': counted %d product %d", k, w, step, t,
+                                 TOKS[t], bit(ma_bits, t), bit(mb_bits, t));
+                    if (bit(mb_bits, t) && t != STOP_ID) {
+                        if (!strchr(TOKS[t], '"')) {
+                            pick[n_pick++] = pick[n_long];
+                            pick[n_long++] = t;
+                        } else {
+                            pick[n_pick++] = t;
+                        }
+                    }
+                }
+                /* strings grow to their bounds (a quote one time in 64),
+                 * never into a token the vocabulary cannot continue */
+                int32_t t = -1;
+                while (n_pick && t < 0) {
+                    uint32_t x = tern_rng_u32(&r);
+                    int32_t i = (int32_t)(n_long && x % 64 ? (x >> 6) % (uint32_t)n_long : (x >> 6) % (uint32_t)n_pick);
+                    t = pick[i];
+                    assert_int_equal(grammar_matcher_accept_token(mb, t), 1);
+                    grammar_matcher_fill_next_token_bitmask(mb, mb_bits, nw);
+                    int goes_on = grammar_matcher_can_end(mb);
+                    for (int32_t u = 0; u < N_TOKS && !goes_on; u++)
+                        goes_on = bit(mb_bits, u) && u != STOP_ID && !strchr(TOKS[u], '\\');
+                    if (!goes_on) {
+                        grammar_matcher_rollback(mb, 1);
+                        if (i < n_long)
+                            pick[i] = pick[--n_long], i = n_long;
+                        pick[i] = pick[--n_pick];
+                        t = -1;
+                    }
+                }
+                if (t < 0)
+                    break;
+                assert_int_equal(grammar_matcher_accept_token(ma, t), 1);
+            }
+        }
+        grammar_matcher_free(ma);
+        grammar_matcher_free(mb);
+        grammar_compiled_free(ca);
+        grammar_compiled_free(cb);
+    }
+    free(ma_bits);
+    free(mb_bits);
+    grammar_vocab_free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1160,7 +1253,7 @@ int main(void)
         cmocka_unit_test(test_unique_items),
         cmocka_unit_test(test_unique_items_real), cmocka_unit_test(test_string_lengths_run_time),
         cmocka_unit_test(test_string_lengths_real),
-        cmocka_unit_test(test_string_lengths_dead_ends),
+        cmocka_unit_test(test_string_lengths_dead_ends), cmocka_unit_test(test_string_lengths_dead_ends_walks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
