@@ -193,8 +193,16 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     }
     cg->g = g;
     cg->v = vocab;
-    if (g->st_alias && g->alias_horizon >= (long)vocab->max_len)
+    /* token sets are shared by repetition copies the vocabulary's
+     * tokens cannot tell apart and by states with the same future */
+    int rep = g->st_alias && g->alias_horizon >= (long)vocab->max_len;
+    if (g->st_equiv && (cg->alias_own = malloc((size_t)(g->n_states ? g->n_states : 1) * sizeof *cg->alias_own))) {
+        for (int32_t s = 0; s < g->n_states; s++)
+            cg->alias_own[s] = g->st_equiv[rep ? g->st_alias[s] : s];
+        cg->alias = cg->alias_own;
+    } else if (rep) {
         cg->alias = g->st_alias;
+    }
     pthread_mutex_init(&cg->lock, NULL);
     cg->entries = calloc((size_t)(g->n_states ? g->n_states : 1), sizeof *cg->entries);
     cg->scratch_bits = calloc(vocab->n_words ? vocab->n_words : 1, sizeof *cg->scratch_bits);
@@ -441,6 +449,7 @@ void grammar_compiled_free(grammar_compiled *cg)
     for (size_t i = 0; i < cg->n_owned; i++)
         gctx_entry_free(cg->owned[i]);
     free(cg->owned);
+    free(cg->alias_own);
     free(cg->lkeys);
     free(cg->children);
     free(cg->entries);

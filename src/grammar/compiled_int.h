@@ -47,7 +47,9 @@ typedef struct gchild_slot {
 struct grammar_compiled {
     grammar *g;                /* owned */
     const grammar_vocab *v;    /* borrowed */
-    const int32_t *alias;      /* g->st_alias when its horizon covers v's tokens, else NULL */
+    const int32_t *alias;      /* the state whose token sets s shares: g->st_alias when its horizon covers
+                                * v's tokens, then g->st_equiv; NULL for none */
+    int32_t *alias_own;
     pthread_mutex_t lock;      /* guards the precompute context and entries */
     gctx_entry **entries;      /* [n_states], filled lazily, published atomically */
     gchild_slot *children;     /* open-addressing map, cap a power of two */

@@ -54,7 +54,7 @@ grammar *grammar_from_ebnf(const char *text, size_t len, const char *root, const
         grammar_free(g);
         return NULL;
     }
-    if (grammar_compute_sigs(g) || guq_grammar_prepare(g)) {
+    if (grammar_compute_sigs(g) || grammar_compute_equiv(g) || guq_grammar_prepare(g)) {
         tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         grammar_free(g);
         return NULL;
@@ -77,6 +77,7 @@ void grammar_free(grammar *g)
     free(g->rule_sig);
     free(g->rule_first);
     free(g->st_alias);
+    free(g->st_equiv);
     if (g->len_re)
         for (int32_t r = 0; r < g->n_rules; r++)
             guq_lre_free(g->len_re[r]);
@@ -470,4 +471,75 @@ int grammar_check_prefix(const grammar *g, const char *text, size_t len)
     if (!g || (!text && len))
         return TERN_EINVAL;
     return check(g, text, len, 1);
+}
+
+/* Same rule, finality and edges, targets mapped through eq. */
+static int equiv_same(const grammar *g, const int32_t *eq, int32_t a, int32_t b)
+{
+    if (g->st_rule[a] != g->st_rule[b] || g->st_final[a] != g->st_final[b] ||
+        g->be_off[a + 1] - g->be_off[a] != g->be_off[b + 1] - g->be_off[b] ||
+        g->re_off[a + 1] - g->re_off[a] != g->re_off[b + 1] - g->re_off[b])
+        return 0;
+    for (int32_t i = g->be_off[a], j = g->be_off[b]; i < g->be_off[a + 1]; i++, j++)
+        if (g->be[i].lo != g->be[j].lo || g->be[i].hi != g->be[j].hi || eq[g->be[i].target] != eq[g->be[j].target])
+            return 0;
+    for (int32_t i = g->re_off[a], j = g->re_off[b]; i < g->re_off[a + 1]; i++, j++)
+        if (g->re[i].rule != g->re[j].rule || eq[g->re[i].target] != eq[g->re[j].target])
+            return 0;
+    return 1;
+}
+
+static uint64_t equiv_hash(const grammar *g, const int32_t *eq, int32_t s)
+{
+    uint64_t h = (uint64_t)(uint32_t)g->st_rule[s] * 0x9E3779B97F4A7C15ull ^ g->st_final[s];
+    for (int32_t i = g->be_off[s]; i < g->be_off[s + 1]; i++)
+        h = (h ^ ((uint64_t)g->be[i].lo << 40 | (uint64_t)g->be[i].hi << 32 | (uint32_t)eq[g->be[i].target])) *
+            0x100000001B3ull;
+    for (int32_t i = g->re_off[s]; i < g->re_off[s + 1]; i++)
+        h = (h ^ ((uint64_t)(uint32_t)g->re[i].rule << 32 | (uint32_t)eq[g->re[i].target])) * 0x100000001B3ull;
+    return h ^ (h >> 31);
+}
+
+/* Rounds of merging states whose edges agree once their targets are
+ * mapped: each round can merge the states that lead into states merged
+ * by the last one (a few rounds reach the UTF-8 sequences' ends). */
+int grammar_compute_equiv(grammar *g)
+{
+    int32_t n = g->n_states;
+    size_t cap = 16;
+    while (cap < (size_t)n * 2)
+        cap *= 2;
+    int32_t *eq = malloc(((size_t)n + 1) * sizeof *eq), *nx = malloc(((size_t)n + 1) * sizeof *nx);
+    int32_t *tab = malloc(cap * sizeof *tab);
+    if (!eq || !nx || !tab) {
+        free(eq);
+        free(nx);
+        free(tab);
+        return TERN_ENOMEM;
+    }
+    for (int32_t s = 0; s < n; s++)
+        eq[s] = s;
+    for (int round = 0; round < 8; round++) {
+        memset(tab, 0xFF, cap * sizeof *tab);
+        int changed = 0;
+        for (int32_t s = 0; s < n; s++) {
+            size_t j = (size_t)equiv_hash(g, eq, s) & (cap - 1);
+            nx[s] = s;
+            for (; tab[j] >= 0; j = (j + 1) & (cap - 1))
+                if (equiv_same(g, eq, tab[j], s)) {
+                    nx[s] = tab[j];
+                    break;
+                }
+            if (tab[j] < 0)
+                tab[j] = s;
+            changed |= nx[s] != eq[s];
+        }
+        memcpy(eq, nx, (size_t)n * sizeof *eq);
+        if (!changed)
+            break;
+    }
+    free(nx);
+    free(tab);
+    g->st_equiv = eq;
+    return 0;
 }

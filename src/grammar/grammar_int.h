@@ -84,6 +84,11 @@ struct grammar {
      * none). Only token sets use it; parsing runs on the real states. */
     int32_t *st_alias;    /* [n_states] */
     long alias_horizon;
+    /* st_equiv[s]: the lowest state of s's rule with the same finality
+     * and the same edges (targets taken up to this equivalence): the same
+     * future, so the same token sets, for every vocabulary (a class read
+     * as UTF-8 ends in one state per sequence length, all alike). */
+    int32_t *st_equiv;    /* [n_states] */
 
     /* [n_rules] or NULL: the length tracker's automaton of a length rule
      * (unique_int.h guq_grammar_prepare), NULL for other rules. */
@@ -92,6 +97,8 @@ struct grammar {
 
 /* grammar.c: fills rule_sig / rule_first (after gbuild_automaton). */
 int grammar_compute_sigs(grammar *g);
+/* grammar.c: fills st_equiv (after gbuild_automaton). 0 or TERN_ENOMEM. */
+int grammar_compute_equiv(grammar *g);
 /* Signature of state s's behaviour, 0 if it has none. */
 uint64_t grammar_state_sig(const grammar *g, int32_t s);
 
