@@ -1243,6 +1243,76 @@ static void test_string_lengths_dead_ends_walks(void **state)
     grammar_vocab_free(v);
 }
 
+/* States with the same future share token sets (st_equiv: a class read as
+ * UTF-8 ends in one state per sequence length): masks equal those of the
+ * same grammar with no sharing at all, compiled against a separate copy
+ * of the Llama-3 vocabulary (no token set shared between the two), at
+ * every step of documents through strings of wide classes, a counted
+ * pattern and numbers. */
+static void test_state_equiv(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = llama3_or_skip();
+    grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e), *vr = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    assert_non_null(v);
+    assert_non_null(vr);
+    char *ebnf = len_ebnf("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"pattern\": "
+                          "\"^(?:\\\\S+\\\\s+){0,9}\\\\S+$\", \"maxLength\": 120}, \"b\": {\"type\": \"string\", "
+                          "\"maxLength\": 30}, \"c\": {\"type\": \"array\", \"items\": {\"type\": \"number\"}}, "
+                          "\"d\": {\"type\": \"string\", \"pattern\": \"^[\\\\w\\u00e9-]+$\"}}}",
+                          0);
+    grammar_compiled *cg = grammar_compile_ebnf(ebnf, strlen(ebnf), v, NULL, &e);
+    grammar_limits nolim;
+    grammar_limits_init(&nolim);
+    nolim.alias_horizon = 1L << 21; /* no repetition copies shared */
+    grammar_compiled *ref = grammar_compile_ebnf(ebnf, strlen(ebnf), vr, &nolim, &e);
+    free(ebnf);
+    assert_non_null(cg);
+    assert_non_null(ref);
+    const grammar *g = grammar_compiled_grammar(cg);
+    int32_t shared = 0;
+    for (int32_t s = 0; s < g->n_states; s++)
+        shared += g->st_equiv[s] != s;
+    assert_true(shared > 0);
+    ref->alias = NULL; /* and no equivalent states */
+    static const char *const docs[] = {
+        "{\"a\": \"Benefit one  two\\tthree\", \"b\": \"caf\xc3\xa9 \xe2\x82\xac 12\", \"c\": [1.5, -2e3, 0], "
+        "\"d\": \"\xc3\xa9t\xc3\xa9-x_1\"}",
+        "{\"a\": \"\\u00e9\\u00e9 \xe4\xb8\xad\xe6\x96\x87 \\\"q\\\"\", \"b\": \"\", \"d\": \"a\"}",
+    };
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
+    for (size_t d = 0; d < sizeof docs / sizeof docs[0]; d++) {
+        grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
+        int32_t *ids;
+        size_t n_ids;
+        assert_int_equal(tokenizer_encode(tok, docs[d], strlen(docs[d]), 0, &ids, &n_ids, &e), 0);
+        for (size_t i = 0; i <= n_ids; i++) {
+            int c1 = grammar_matcher_fill_next_token_bitmask(a, m1, nw);
+            int c2 = grammar_matcher_fill_next_token_bitmask(b, m2, nw);
+            assert_int_equal(c1, c2);
+            if (memcmp(m1, m2, nw * sizeof *m1))
+                fail_msg("doc %zu step %zu: masks differ", d, i);
+            if (i == n_ids)
+                break;
+            assert_int_equal(grammar_matcher_accept_token(a, ids[i]), 1);
+            assert_int_equal(grammar_matcher_accept_token(b, ids[i]), 1);
+        }
+        assert_true(grammar_matcher_can_end(a));
+        free(ids);
+        grammar_matcher_free(a);
+        grammar_matcher_free(b);
+    }
+    free(m1);
+    free(m2);
+    grammar_compiled_free(cg);
+    grammar_compiled_free(ref);
+    grammar_vocab_free(v);
+    grammar_vocab_free(vr);
+    tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1254,6 +1324,7 @@ int main(void)
         cmocka_unit_test(test_unique_items_real), cmocka_unit_test(test_string_lengths_run_time),
         cmocka_unit_test(test_string_lengths_real),
         cmocka_unit_test(test_string_lengths_dead_ends), cmocka_unit_test(test_string_lengths_dead_ends_walks),
+        cmocka_unit_test(test_state_equiv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
