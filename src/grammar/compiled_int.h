@@ -134,6 +134,7 @@ typedef struct gchain {
     int32_t off;        /* X[k] = chain_sets[off + k], k in [0, len] */
     int32_t len;
     uint64_t lead;
+    const gvoc_class *cls; /* the vocabulary's split of the class (lead bytes all or none) once found */
     uint8_t kind;
 } gchain;
 

@@ -621,6 +621,7 @@ static void test_loop_classes(void **state)
          "{\"a key with words, \\u00e9 and caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\": \"a value\nover two lines, \xd0\xbf\xd1\x80\xd0\xb8\"}"},
     };
     const size_t merged_case = sizeof cases / sizeof cases[0] - 1; /* the last one */
+    const size_t counted_case = 7; /* bounded strings: their copies' child walks */
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
     int32_t width = grammar_vocab_mask_width(v);
@@ -678,10 +679,12 @@ static void test_loop_classes(void **state)
         assert_int_equal(rs.class_walks + rs.count_walks + rs.merged, 0);
         if (c == merged_case)
             assert_true(st.merged > 0);
-        print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks, "
-                      "%lld nodes (node by node: %lld), sets %d / %d\n",
-                      c, n_ids, st.entries + st.children, st.merged, st.class_walks, st.count_walks, st.walk_nodes,
-                      rs.walk_nodes, cg->n_sets, ref->n_sets);
+        if (c == counted_case)
+            assert_true(st.count_split_hits > 0);
+        print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks "
+                      "(%lld of subtrees by a cached split), %lld nodes (node by node: %lld), sets %d / %d\n",
+                      c, n_ids, st.entries + st.children, st.merged, st.class_walks, st.count_walks,
+                      st.count_split_hits, st.walk_nodes, rs.walk_nodes, cg->n_sets, ref->n_sets);
         if (cg->n_sets > max_sets)
             max_sets = cg->n_sets;
         free(ids);
