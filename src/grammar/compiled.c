@@ -328,6 +328,27 @@ static int pre_choices(grammar_compiled *cg, long budget, long long w0)
     return rc;
 }
 
+/* The chain (compiled_chain.c) of the set [t | unknown] closes to, which
+ * the children continuing a character rule's pops in t walk from. The
+ * children of the first copies may all be shared hits (another grammar
+ * computed them), leaving this grammar without the chain's sets: the
+ * first copy's child computed in a mask then verified it level by level
+ * (~3,000 parser steps for a string's 250 levels); the later copies' sets
+ * are its levels, so their chains cost few steps. -1 on OOM. */
+static int pre_chain(grammar_compiled *cg, int32_t x, gstk_set *cl)
+{
+    int r = -1;
+    pthread_mutex_lock(&cg->lock);
+    if (!pre_close(cg, x, cl)) {
+        if (cl->n > 1)
+            qsort(cl->ids, (size_t)cl->n, sizeof *cl->ids, cmp_i32);
+        int32_t sid = set_intern(cg, cl->ids, cl->n);
+        r = sid < 0 || gcomp_chain_warm(cg, sid) < 0 ? -1 : 0;
+    }
+    pthread_mutex_unlock(&cg->lock);
+    return r;
+}
+
 /* The first character of a called character rule (a maxLength string's
  * copies, a pattern's rule per state): for a call of rule R returning to
  * a state t whose own closure reads a wide class, what a mask of [R's
@@ -368,6 +389,8 @@ static int pre_calls(grammar_compiled *cg, long budget, long long w0)
                 goto out;
             cw += cl.n;
             pre_masks(cg, &cl);
+            if (pre_chain(cg, below, &cl))
+                goto out;
         }
     }
 out:

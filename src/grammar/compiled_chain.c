@@ -367,6 +367,48 @@ static int count_walk_sub(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t 
     return 0;
 }
 
+/* Before building x's chain, a cheap look at bytes the plain walk reads
+ * anyway (the first children of [lo, hi) below depth base; at the root
+ * the probe letters, already read by the loop class's test): they must
+ * all lead x to one non-empty set without a pop. 1 worth a chain, 0 not,
+ * -1 OOM. */
+static int chain_worth(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x)
+{
+    const grammar_vocab *v = cg->v;
+    int32_t t0 = -1;
+    for (int k = 0; k < 3; k++) {
+        uint8_t b;
+        if (base == 0) {
+            b = (uint8_t)chain_probe[k];
+        } else {
+            int32_t n = lo;
+            for (int s = 0; s < k && n < hi; s++)
+                n = v->nend[n];
+            if (n >= hi)
+                break;
+            b = v->nb[n];
+        }
+        int32_t t = gcomp_set_trans(cg, x, b);
+        if (t < 0)
+            return -1;
+        if ((t & 1) || !(t >> 1) || (t0 >= 0 && t != t0))
+            return 0;
+        t0 = t;
+    }
+    return 1;
+}
+
+int gcomp_chain_warm(grammar_compiled *cg, int32_t x)
+{
+    if (!x || cg->v->w_max < 1 || cg->chain_of[x] != -1)
+        return 0;
+    int r = chain_worth(cg, 0, cg->v->n_nodes, 0, x);
+    if (r <= 0)
+        return r;
+    int32_t idx;
+    return chain_get(cg, x, &idx);
+}
+
 int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x)
 {
     grammar_vocab *v = (grammar_vocab *)cg->v;
@@ -383,30 +425,9 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
         c0 = v->nw[j];
     }
     if (cg->chain_of[x] == -1) {
-        /* before building a chain, a cheap look at bytes the plain walk
-         * reads anyway (the first children; the root's probe letters,
-         * already read by the loop class's test): they must all lead x
-         * to one non-empty set without a pop */
-        int32_t t0 = -1;
-        for (int k = 0; k < 3; k++) {
-            uint8_t b;
-            if (base == 0) {
-                b = (uint8_t)chain_probe[k];
-            } else {
-                int32_t n = lo;
-                for (int s = 0; s < k && n < hi; s++)
-                    n = v->nend[n];
-                if (n >= hi)
-                    break;
-                b = v->nb[n];
-            }
-            int32_t t = gcomp_set_trans(cg, x, b);
-            if (t < 0)
-                return -1;
-            if ((t & 1) || !(t >> 1) || (t0 >= 0 && t != t0))
-                return 0;
-            t0 = t;
-        }
+        int r = chain_worth(cg, lo, hi, base, x);
+        if (r <= 0)
+            return r;
     }
     int32_t idx;
     int r = chain_get(cg, x, &idx);

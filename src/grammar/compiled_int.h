@@ -162,6 +162,9 @@ int gcomp_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32
  * by one, so nested walks always make progress). */
 int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0, int whole);
 int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x);
+/* Builds x's chain now when a whole-trie walk from x would (the
+ * precompute: see pre_calls); 1 built or known, 0 none, -1 OOM. */
+int gcomp_chain_warm(grammar_compiled *cg, int32_t x);
 
 /* Set sid's transition row (256 entries, one per byte). */
 static inline int32_t *gcomp_trans_row(const grammar_compiled *cg, int32_t sid)

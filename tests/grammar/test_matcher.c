@@ -642,6 +642,21 @@ static void test_loop_classes(void **state)
         grammar_compiled *ref = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), vref, &rl, &e);
         assert_non_null(ref);
         ref->plain_walk = 1;
+        /* the same grammar again: its precompute finds the first copies'
+         * children shared, and builds the chain they walk from anyway
+         * (pre_chain); its masks are compared too */
+        grammar_compiled *cg2 = NULL;
+        grammar_matcher *a2 = NULL;
+        if (c == counted_case) {
+            cg2 = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), v, NULL, &e);
+            assert_non_null(cg2);
+            grammar_compiled_stats s2;
+            grammar_compiled_stats_get(cg2, &s2);
+            assert_true(s2.shared_hits > 0);
+            assert_true(cg2->n_chains > 0);
+            a2 = grammar_matcher_new(cg2, &e);
+            assert_non_null(a2);
+        }
         grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
         grammar_matcher *probe = grammar_matcher_new(cg, &e);
         assert_non_null(a);
@@ -656,6 +671,12 @@ static void test_loop_classes(void **state)
             assert_true(c1 > 0);
             if (c1 != c2 || memcmp(m1, m2, nw * sizeof *m1))
                 fail_msg("case %zu step %zu: masks differ (%d vs %d allowed)", c, i, c1, c2);
+            if (a2) {
+                int c3 = grammar_matcher_fill_next_token_bitmask(a2, m1, nw);
+                if (c3 != c2 || memcmp(m1, m2, nw * sizeof *m1))
+                    fail_msg("case %zu step %zu: second grammar's mask differs (%d vs %d allowed)", c, i, c3, c2);
+                assert_int_equal(i < n_ids ? grammar_matcher_accept_token(a2, ids[i]) : 1, 1);
+            }
             /* every 97th id against accept + rollback */
             for (int32_t t = (int32_t)(i % 97); t < width; t += 97) {
                 int ok = grammar_matcher_accept_token(probe, t);
@@ -691,6 +712,8 @@ static void test_loop_classes(void **state)
         grammar_matcher_free(a);
         grammar_matcher_free(b);
         grammar_matcher_free(probe);
+        grammar_matcher_free(a2);
+        grammar_compiled_free(cg2);
         grammar_compiled_free(cg);
         grammar_compiled_free(ref);
     }
