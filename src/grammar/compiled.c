@@ -9,9 +9,6 @@
 #include "grammar/bitset.h"
 #include "grammar/compiled_int.h"
 
-/* Precompute bounds: interned sets (each holds a 1 KiB transition row). */
-#define GCOMP_MAX_SETS 200000
-
 static uint32_t set_hash(const int32_t *ids, int32_t n)
 {
     uint32_t h = 2166136261u;
@@ -37,10 +34,17 @@ static int sets_grow(grammar_compiled *cg)
     if (!nx)
         return -1;
     cg->set_next = nx;
-    int32_t *tr = realloc(cg->trans, (size_t)cap * 256 * sizeof *tr);
-    if (!tr)
-        return -1;
-    cg->trans = tr;
+    if (cap <= 1 << GCOMP_TRANS_SHIFT) {
+        int32_t *tr = realloc(cg->trans_pg[0], (size_t)cap * 256 * sizeof *tr);
+        if (!tr)
+            return -1;
+        cg->trans_pg[0] = tr;
+    } else {
+        /* new pages only: the rows already filled stay where they are */
+        for (int32_t p = cg->cap_sets >> GCOMP_TRANS_SHIFT; p < cap >> GCOMP_TRANS_SHIFT && p <= GCOMP_MAX_SETS >> GCOMP_TRANS_SHIFT; p++)
+            if (!cg->trans_pg[p] && !(cg->trans_pg[p] = malloc(((size_t)256 << GCOMP_TRANS_SHIFT) * sizeof(int32_t))))
+                return -1;
+    }
     uint64_t(*la)[4] = realloc(cg->loop_asc, (size_t)cap * sizeof *la);
     if (!la)
         return -1;
@@ -104,7 +108,7 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
         memcpy(cg->set_ids + cg->n_set_ids, ids, (size_t)n * sizeof *ids);
     cg->n_set_ids += (size_t)n;
     cg->set_off[id + 1] = (int32_t)cg->n_set_ids;
-    memset(cg->trans + (size_t)id * 256, 0xFF, 256 * sizeof *cg->trans);
+    memset(gcomp_trans_row(cg, id), 0xFF, 256 * sizeof(int32_t));
     cg->loop_flags[id] = 0;
     cg->chain_of[id] = -1;
     cg->u8_of[id] = -1;
@@ -119,7 +123,7 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
  * whole cell (the bytes no edge of the set's top states tells apart) */
 int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
 {
-    int32_t t = cg->trans[(size_t)sid * 256 + byte];
+    int32_t t = gcomp_trans_row(cg, sid)[byte];
     if (t >= 0)
         return t;
     if (cg->step_cap && cg->stats.steps >= cg->step_cap) {
@@ -172,7 +176,7 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
             }
         }
     }
-    int32_t *row = cg->trans + (size_t)sid * 256;
+    int32_t *row = gcomp_trans_row(cg, sid);
     for (int b = lo; b <= hi; b++)
         row[b] = t;
     return t;
@@ -332,6 +336,27 @@ static int pre_choices(grammar_compiled *cg, long budget, long long w0)
     return rc;
 }
 
+/* The chain (compiled_chain.c) of the set [t | unknown] closes to, which
+ * the children continuing a character rule's pops in t walk from. The
+ * children of the first copies may all be shared hits (another grammar
+ * computed them), leaving this grammar without the chain's sets: the
+ * first copy's child computed in a mask then verified it level by level
+ * (~3,000 parser steps for a string's 250 levels); the later copies' sets
+ * are its levels, so their chains cost few steps. -1 on OOM. */
+static int pre_chain(grammar_compiled *cg, int32_t x, gstk_set *cl)
+{
+    int r = -1;
+    pthread_mutex_lock(&cg->lock);
+    if (!pre_close(cg, x, cl)) {
+        if (cl->n > 1)
+            qsort(cl->ids, (size_t)cl->n, sizeof *cl->ids, cmp_i32);
+        int32_t sid = set_intern(cg, cl->ids, cl->n);
+        r = sid < 0 || gcomp_chain_warm(cg, sid) < 0 ? -1 : 0;
+    }
+    pthread_mutex_unlock(&cg->lock);
+    return r;
+}
+
 /* The first character of a called character rule (a maxLength string's
  * copies, a pattern's rule per state): for a call of rule R returning to
  * a state t whose own closure reads a wide class, what a mask of [R's
@@ -372,6 +397,8 @@ static int pre_calls(grammar_compiled *cg, long budget, long long w0)
                 goto out;
             cw += cl.n;
             pre_masks(cg, &cl);
+            if (pre_chain(cg, below, &cl))
+                goto out;
         }
     }
 out:
@@ -458,7 +485,8 @@ void grammar_compiled_free(grammar_compiled *cg)
     free(cg->set_ids);
     free(cg->set_heads);
     free(cg->set_next);
-    free(cg->trans);
+    for (size_t p = 0; p < sizeof cg->trans_pg / sizeof *cg->trans_pg; p++)
+        free(cg->trans_pg[p]);
     free(cg->loop_asc);
     free(cg->loop_flags);
     free(cg->chain_of);
@@ -558,7 +586,7 @@ static int32_t u8_cont(grammar_compiled *cg, u8_memo *mm, int32_t y, int u)
     int32_t z = 0, prev = -1;
     int nu = nx[u];
     for (int b = lo[u]; b <= hi[u] && z != GU8_MIXED; b++) {
-        int32_t t = cg->trans[(size_t)y * 256 + (size_t)b];
+        int32_t t = gcomp_trans_row(cg, y)[b];
         if (t < 0 && (t = gcomp_set_trans(cg, y, (uint8_t)b)) < 0)
             return GU8_OOM;
         if (t == prev)

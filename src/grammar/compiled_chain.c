@@ -260,6 +260,7 @@ static int chain_build(grammar_compiled *cg, int32_t x)
     ch->len = k;
     ch->lead = lead_ok;
     ch->kind = (uint8_t)kind;
+    ch->cls = NULL;
     return 1;
 none:
     cg->n_chain_sets = off;
@@ -366,6 +367,48 @@ static int count_walk_sub(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t 
     return 0;
 }
 
+/* Before building x's chain, a cheap look at bytes the plain walk reads
+ * anyway (the first children of [lo, hi) below depth base; at the root
+ * the probe letters, already read by the loop class's test): they must
+ * all lead x to one non-empty set without a pop. 1 worth a chain, 0 not,
+ * -1 OOM. */
+static int chain_worth(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x)
+{
+    const grammar_vocab *v = cg->v;
+    int32_t t0 = -1;
+    for (int k = 0; k < 3; k++) {
+        uint8_t b;
+        if (base == 0) {
+            b = (uint8_t)chain_probe[k];
+        } else {
+            int32_t n = lo;
+            for (int s = 0; s < k && n < hi; s++)
+                n = v->nend[n];
+            if (n >= hi)
+                break;
+            b = v->nb[n];
+        }
+        int32_t t = gcomp_set_trans(cg, x, b);
+        if (t < 0)
+            return -1;
+        if ((t & 1) || !(t >> 1) || (t0 >= 0 && t != t0))
+            return 0;
+        t0 = t;
+    }
+    return 1;
+}
+
+int gcomp_chain_warm(grammar_compiled *cg, int32_t x)
+{
+    if (!x || cg->v->w_max < 1 || cg->chain_of[x] != -1)
+        return 0;
+    int r = chain_worth(cg, 0, cg->v->n_nodes, 0, x);
+    if (r <= 0)
+        return r;
+    int32_t idx;
+    return chain_get(cg, x, &idx);
+}
+
 int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x)
 {
     grammar_vocab *v = (grammar_vocab *)cg->v;
@@ -382,68 +425,55 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
         c0 = v->nw[j];
     }
     if (cg->chain_of[x] == -1) {
-        /* before building a chain, a cheap look at bytes the plain walk
-         * reads anyway (the first children; the root's probe letters,
-         * already read by the loop class's test): they must all lead x
-         * to one non-empty set without a pop */
-        int32_t t0 = -1;
-        for (int k = 0; k < 3; k++) {
-            uint8_t b;
-            if (base == 0) {
-                b = (uint8_t)chain_probe[k];
-            } else {
-                int32_t n = lo;
-                for (int s = 0; s < k && n < hi; s++)
-                    n = v->nend[n];
-                if (n >= hi)
-                    break;
-                b = v->nb[n];
-            }
-            int32_t t = gcomp_set_trans(cg, x, b);
-            if (t < 0)
-                return -1;
-            if ((t & 1) || !(t >> 1) || (t0 >= 0 && t != t0))
-                return 0;
-            t0 = t;
-        }
+        int r = chain_worth(cg, lo, hi, base, x);
+        if (r <= 0)
+            return r;
     }
     int32_t idx;
     int r = chain_get(cg, x, &idx);
     if (r <= 0)
         return r;
-    /* copied: walks below may add chains and move the arrays */
-    gchain ch = cg->chains[idx];
-    if (base) {
-        cg->stats.count_walks++;
-        return count_walk_sub(cg, lo, hi, base, &ch) ? -1 : 1;
-    }
     /* the cached split of the whole trie: all lead bytes or none (a
      * subset of the verified class is exact), so partial lead masks do
      * not multiply the class splits, each a pass over the trie */
-    if (ch.lead != GVOC_LEAD_ALL)
-        ch.lead = 0;
-    const gvoc_class *c = gvoc_class_get(v, ch.asc, ch.lead, &cg->stats);
+    uint64_t lead = cg->chains[idx].lead == GVOC_LEAD_ALL ? GVOC_LEAD_ALL : 0;
+    const gvoc_class *c = cg->chains[idx].cls;
     if (!c)
+        c = base ? gvoc_class_find(v, cg->chains[idx].asc, lead) : gvoc_class_get(v, cg->chains[idx].asc, lead, &cg->stats);
+    cg->chains[idx].cls = c;
+    /* copied: walks below may add chains and move the arrays */
+    gchain ch = cg->chains[idx];
+    if (!c && !base)
         return 0;
     cg->stats.count_walks++;
-    uint32_t *bits = cg->scratch_bits;
-    uint64_t *sum = cg->scratch_sum;
-    int dead = ch.kind == GCHAIN_DEAD;
-    int32_t lim = dead ? c0 + ch.len : GVOC_W_MAX; /* largest weight accepted in the runs */
-    int32_t a = 0, b = c->n_items;
-    if (base == 0) {
-        if (!dead) {
-            gbits_or(bits, c->run_bits, v->n_words);
-            cg->scratch_full = 1;
-        }
-    } else {
+    int32_t a = 0, b = c ? c->n_items : 0;
+    if (base) {
+        /* a subtree: the split of a class already cached serves it when
+         * j's path stays in the class, i.e. j lies in a run (the items
+         * inside [lo, hi) are then the on-the-fly split's, a run of
+         * siblings one item instead of a node each: a string's first
+         * character pops at every node of the first level, and the child
+         * walks of a maxLength string's copies read those subtrees at
+         * every character); else the subtree is split on the fly */
         while (a < b) {
             int32_t mid = a + (b - a) / 2;
-            if (c->items[mid].last < lo)
+            if (c->items[mid].last < j)
                 a = mid + 1;
             else
                 b = mid;
         }
+        if (!c || a == c->n_items || c->items[a].frontier || c->items[a].first > j)
+            return count_walk_sub(cg, lo, hi, base, &ch) ? -1 : 1;
+        cg->stats.count_split_hits++;
+    }
+    ch.lead = lead;
+    uint32_t *bits = cg->scratch_bits;
+    uint64_t *sum = cg->scratch_sum;
+    int dead = ch.kind == GCHAIN_DEAD;
+    int32_t lim = dead ? c0 + ch.len : GVOC_W_MAX; /* largest weight accepted in the runs */
+    if (base == 0 && !dead) {
+        gbits_or(bits, c->run_bits, v->n_words);
+        cg->scratch_full = 1;
     }
     const int32_t *ntok = v->ntok, *ntok_off = v->ntok_off;
     const uint8_t *nw_tok = v->nw_tok;

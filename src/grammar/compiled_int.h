@@ -24,6 +24,16 @@
  * produce are short and few. */
 typedef struct gctx_entry gctx_entry;
 
+/* Interned parser sets per compiled grammar (each holds a 1 KiB
+ * transition row). */
+#define GCOMP_MAX_SETS 200000
+/* The transition rows live in pages of 2^GCOMP_TRANS_SHIFT sets (1 MiB):
+ * one contiguous table doubled by realloc copied all of it inside the
+ * mask that interned the next set (16 MiB at 16,384 sets, 5-15 ms on a
+ * 2-core machine); pages are only added. The first page grows up to its
+ * full size by realloc, so a small grammar's table stays small. */
+#define GCOMP_TRANS_SHIFT 10
+
 /* loop_flags: every ASCII byte is known one way or the other */
 #define GLOOP_ASC_FULL 8
 struct gctx_entry {
@@ -69,7 +79,10 @@ struct grammar_compiled {
     int32_t *set_heads;        /* hash chains over sets */
     int32_t *set_next;
     uint32_t set_hmask;
-    int32_t *trans;            /* [n_sets*256]: -1 unknown, else next*2 + popped */
+    /* set x byte -> -1 unknown, else next*2 + popped: row sid (256 entries)
+     * at trans_pg[sid >> GCOMP_TRANS_SHIFT], a page of sets that never
+     * moves once allocated (gcomp_trans_row) */
+    int32_t *trans_pg[(GCOMP_MAX_SETS >> GCOMP_TRANS_SHIFT) + 1];
     /* per set, filled on demand by the walk's loop skip: the ASCII bytes
      * known to lead back to the same set without a pop ([0..1]) and known
      * not to ([2..3]), and GLOOP_* flags */
@@ -123,6 +136,7 @@ typedef struct gchain {
     int32_t off;        /* X[k] = chain_sets[off + k], k in [0, len] */
     int32_t len;
     uint64_t lead;
+    const gvoc_class *cls; /* the vocabulary's split of the class (lead bytes all or none) once found */
     uint8_t kind;
 } gchain;
 
@@ -150,6 +164,15 @@ int gcomp_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32
  * by one, so nested walks always make progress). */
 int gcomp_walk_from(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0, int whole);
 int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x);
+/* Builds x's chain now when a whole-trie walk from x would (the
+ * precompute: see pre_calls); 1 built or known, 0 none, -1 OOM. */
+int gcomp_chain_warm(grammar_compiled *cg, int32_t x);
+
+/* Set sid's transition row (256 entries, one per byte). */
+static inline int32_t *gcomp_trans_row(const grammar_compiled *cg, int32_t sid)
+{
+    return cg->trans_pg[sid >> GCOMP_TRANS_SHIFT] + ((size_t)(sid & ((1 << GCOMP_TRANS_SHIFT) - 1)) << 8);
+}
 
 /* Accepts token id into the walk's scratch (bitset and its word summary). */
 static inline void gscratch_set(uint32_t *bits, uint64_t *sum, int32_t id)

@@ -143,6 +143,7 @@ const grammar_vocab *grammar_compiled_vocab(const grammar_compiled *cg);
 typedef struct grammar_compiled_stats {
     long long entries, children, walk_nodes, shared_hits, class_walks, count_walks, steps;
     long long class_builds, class_nodes, merged;
+    long long count_split_hits; /* counted walks of subtrees served by a cached class split */
 } grammar_compiled_stats;
 void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_stats *out);
 

@@ -352,6 +352,19 @@ out:
     return c;
 }
 
+const gvoc_class *gvoc_class_find(grammar_vocab *v, const uint64_t asc[2], uint64_t lead)
+{
+    const gvoc_class *c = NULL;
+    pthread_mutex_lock(&v->class_lock);
+    for (int k = 0; k < v->n_classes && !c; k++) {
+        const gvoc_class *x = v->classes[k];
+        if (x->asc[0] == asc[0] && x->asc[1] == asc[1] && x->lead == lead)
+            c = x;
+    }
+    pthread_mutex_unlock(&v->class_lock);
+    return c;
+}
+
 int gvoc_class_path_in(const grammar_vocab *v, const gvoc_class *c, int32_t i)
 {
     /* the path's bytes are a prefix of any token below i */

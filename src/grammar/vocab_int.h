@@ -47,6 +47,9 @@ typedef struct gvoc_class {
  * of a cached wider class counts the items and list nodes it reads). */
 const gvoc_class *gvoc_class_get(struct grammar_vocab *v, const uint64_t asc[2], uint64_t lead,
                                  grammar_compiled_stats *st);
+/* The class (asc, lead) when it is cached already, else NULL (never
+ * builds one). */
+const gvoc_class *gvoc_class_find(struct grammar_vocab *v, const uint64_t asc[2], uint64_t lead);
 /* Whether the path from the root to node i stays in class c. */
 int gvoc_class_path_in(const struct grammar_vocab *v, const gvoc_class *c, int32_t i);
 /* The split of (asc, lead) by a pass over the trie (base NULL) or as an

@@ -621,9 +621,11 @@ static void test_loop_classes(void **state)
          "{\"a key with words, \\u00e9 and caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\": \"a value\nover two lines, \xd0\xbf\xd1\x80\xd0\xb8\"}"},
     };
     const size_t merged_case = sizeof cases / sizeof cases[0] - 1; /* the last one */
+    const size_t counted_case = 7; /* bounded strings: their copies' child walks */
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
     int32_t width = grammar_vocab_mask_width(v);
+    int32_t max_sets = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         grammar_compiled *cg = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), v, NULL, &e);
         if (!cg)
@@ -640,6 +642,21 @@ static void test_loop_classes(void **state)
         grammar_compiled *ref = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), vref, &rl, &e);
         assert_non_null(ref);
         ref->plain_walk = 1;
+        /* the same grammar again: its precompute finds the first copies'
+         * children shared, and builds the chain they walk from anyway
+         * (pre_chain); its masks are compared too */
+        grammar_compiled *cg2 = NULL;
+        grammar_matcher *a2 = NULL;
+        if (c == counted_case) {
+            cg2 = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), v, NULL, &e);
+            assert_non_null(cg2);
+            grammar_compiled_stats s2;
+            grammar_compiled_stats_get(cg2, &s2);
+            assert_true(s2.shared_hits > 0);
+            assert_true(cg2->n_chains > 0);
+            a2 = grammar_matcher_new(cg2, &e);
+            assert_non_null(a2);
+        }
         grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
         grammar_matcher *probe = grammar_matcher_new(cg, &e);
         assert_non_null(a);
@@ -654,6 +671,12 @@ static void test_loop_classes(void **state)
             assert_true(c1 > 0);
             if (c1 != c2 || memcmp(m1, m2, nw * sizeof *m1))
                 fail_msg("case %zu step %zu: masks differ (%d vs %d allowed)", c, i, c1, c2);
+            if (a2) {
+                int c3 = grammar_matcher_fill_next_token_bitmask(a2, m1, nw);
+                if (c3 != c2 || memcmp(m1, m2, nw * sizeof *m1))
+                    fail_msg("case %zu step %zu: second grammar's mask differs (%d vs %d allowed)", c, i, c3, c2);
+                assert_int_equal(i < n_ids ? grammar_matcher_accept_token(a2, ids[i]) : 1, 1);
+            }
             /* every 97th id against accept + rollback */
             for (int32_t t = (int32_t)(i % 97); t < width; t += 97) {
                 int ok = grammar_matcher_accept_token(probe, t);
@@ -677,17 +700,26 @@ static void test_loop_classes(void **state)
         assert_int_equal(rs.class_walks + rs.count_walks + rs.merged, 0);
         if (c == merged_case)
             assert_true(st.merged > 0);
-        print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks, "
-                      "%lld nodes (node by node: %lld)\n",
-                      c, n_ids, st.entries + st.children, st.merged, st.class_walks, st.count_walks, st.walk_nodes,
-                      rs.walk_nodes);
+        if (c == counted_case)
+            assert_true(st.count_split_hits > 0);
+        print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks "
+                      "(%lld of subtrees by a cached split), %lld nodes (node by node: %lld), sets %d / %d\n",
+                      c, n_ids, st.entries + st.children, st.merged, st.class_walks, st.count_walks,
+                      st.count_split_hits, st.walk_nodes, rs.walk_nodes, cg->n_sets, ref->n_sets);
+        if (cg->n_sets > max_sets)
+            max_sets = cg->n_sets;
         free(ids);
         grammar_matcher_free(a);
         grammar_matcher_free(b);
         grammar_matcher_free(probe);
+        grammar_matcher_free(a2);
+        grammar_compiled_free(cg2);
         grammar_compiled_free(cg);
         grammar_compiled_free(ref);
     }
+    /* the masks compared read transition rows from several pages
+     * (compiled_int.h) */
+    assert_true(max_sets > 2 << GCOMP_TRANS_SHIFT);
     free(m1);
     free(m2);
     grammar_vocab_free(v);
