@@ -41,7 +41,8 @@ static int sets_grow(grammar_compiled *cg)
         cg->trans_pg[0] = tr;
     } else {
         /* new pages only: the rows already filled stay where they are */
-        for (int32_t p = cg->cap_sets >> GCOMP_TRANS_SHIFT; p < cap >> GCOMP_TRANS_SHIFT && p <= GCOMP_MAX_SETS >> GCOMP_TRANS_SHIFT; p++)
+        int32_t p_end = cap >> GCOMP_TRANS_SHIFT, p_max = GCOMP_MAX_SETS >> GCOMP_TRANS_SHIFT;
+        for (int32_t p = cg->cap_sets >> GCOMP_TRANS_SHIFT; p < p_end && p <= p_max; p++)
             if (!cg->trans_pg[p] && !(cg->trans_pg[p] = malloc(((size_t)256 << GCOMP_TRANS_SHIFT) * sizeof(int32_t))))
                 return -1;
     }

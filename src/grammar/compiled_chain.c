@@ -439,7 +439,8 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
     uint64_t lead = cg->chains[idx].lead == GVOC_LEAD_ALL ? GVOC_LEAD_ALL : 0;
     const gvoc_class *c = cg->chains[idx].cls;
     if (!c)
-        c = base ? gvoc_class_find(v, cg->chains[idx].asc, lead) : gvoc_class_get(v, cg->chains[idx].asc, lead, &cg->stats);
+        c = base ? gvoc_class_find(v, cg->chains[idx].asc, lead)
+                 : gvoc_class_get(v, cg->chains[idx].asc, lead, &cg->stats);
     cg->chains[idx].cls = c;
     /* copied: walks below may add chains and move the arrays */
     gchain ch = cg->chains[idx];
