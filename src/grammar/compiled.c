@@ -441,6 +441,10 @@ void gcompiled_precompute(grammar_compiled *cg, long budget)
      * walked them all, with their children, at once) */
     if (pre_choices(cg, budget, w0))
         goto out;
+    /* then the first characters of called character rules, within a
+     * quarter of the budget: the rounds below can spend all of it on one
+     * long repetition's states */
+    (void)pre_calls(cg, budget / 4, pre_work(cg));
     /* round k takes the k-th state of every rule that has one */
     for (int32_t k = 0, left = n; left > 0; k++) {
         for (int32_t r = 0; r < nr; r++) {
