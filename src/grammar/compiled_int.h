@@ -89,9 +89,13 @@ struct grammar_compiled {
     int32_t n_chains, cap_chains;
     int32_t *chain_sets;
     size_t n_chain_sets, cap_chain_sets;
+    long long chain_extends;   /* tests: chains verified further after their first use */
     /* per set, on demand: its UTF-8 character table (gcomp_utf8_table),
      * -1 none yet, else its offset in u8_tab */
     int32_t *u8_of;            /* [cap_sets] */
+    int32_t *u8f_of;           /* [cap_sets] the same for frame tables (one-stack sets) */
+    uint8_t *rule_calls;       /* [n_rules] some state of the rule calls a rule */
+    long long frame_leads;     /* tests: lead bytes the frame shortcut took to a caller's closure */
     int32_t *u8_tab;
     size_t n_u8_tab, cap_u8_tab;
     int32_t *sub_ch;           /* [max_len+2] subtree walk: characters, */
@@ -116,6 +120,11 @@ struct grammar_compiled {
 #define GCHAIN_FULL 0
 #define GCHAIN_LOOP 1
 #define GCHAIN_DEAD 2
+/* verified for len levels so far (more on demand), or for len levels
+ * only (a level after them breaks the chain): walks that need no more
+ * levels use it (compiled_chain.c's chain_get) */
+#define GCHAIN_OPEN 3
+#define GCHAIN_STOP 4
 typedef struct gchain {
     uint64_t asc[2];
     int32_t off;        /* X[k] = chain_sets[off + k], k in [0, len] */
@@ -141,6 +150,9 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte);
 #define GU8_MIXED (-1)
 #define GU8_DEAD (-2)
 const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x);
+/* tests: x's table by stepping through every character (no frame
+ * shortcut, not cached); 0 or -1 (OOM) */
+int gcomp_utf8_table_plain(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS]);
 int gcomp_utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l, uint64_t lead);
 int gcomp_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0);
 /* gcomp_walk, but with whole = 0 the range itself is not handed to a

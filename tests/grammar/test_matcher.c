@@ -619,8 +619,21 @@ static void test_loop_classes(void **state)
         {"root ::= \"{\\\"\" k \"\\\": \" k2 \"}\"\nk ::= \"\" | c k | \"\\\\u00\" [0-9a-f] [0-9a-f] k\n"
          "k2 ::= \"\\\"\" (\"\" | c k3) \"\\\"\"\nk3 ::= \"\" | c k3 | \"\\n\" k3\nc ::= [^\"\\\\\\n]\n",
          "{\"a key with words, \\u00e9 and caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\": \"a value\nover two lines, \xd0\xbf\xd1\x80\xd0\xb8\"}"},
+        /* counted walks verified only as deep as the subtree needs (the
+         * strings below a quote token), then further for deeper ones: the
+         * same chain reached below "\"" and " \"" and from the root */
+        {"root ::= [a-z ]* \"\\\"\" chr{0,50} \"\\\"\" \" [\" s (\", \" s)* \"]\"\ns ::= \"\\\"\" chr{1,60} \"\\\"\"\n"
+         "chr ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt]\n",
+         "some words \"a bounded string, caf\xc3\xa9 \\\"q\\\"\" [\"x\", \"another one, longer\", \"\xe6\x97\xa5\", \"z\"]"},
+        /* character tables by frames: called string rules whose characters
+         * stay in their frame (inline classes) or end a called character
+         * rule, below a caller (the child walks after whitespace) */
+        {"root ::= \"{\" ws \"\\\"k\\\":\" ws s ws \",\" ws t ws \",\" ws u ws \"}\"\nws ::= [ \\t\\n]*\n"
+         "s ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]* \"\\\"\"\nt ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,30} \"\\\"\"\n"
+         "u ::= \"\\\"\" chr{1,20} \"\\\"\"\nchr ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt]\n",
+         "{\"k\": \"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\", \"na\xc3\xafve d\xc3\xa9j\xc3\xa0 vu\", \"\xd0\xbf\xd1\x80\xd0\xb8 \xc3\xa9t\xc3\xa9\"}"},
     };
-    const size_t merged_case = sizeof cases / sizeof cases[0] - 1; /* the last one */
+    const size_t merged_case = sizeof cases / sizeof cases[0] - 3;
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
     int32_t width = grammar_vocab_mask_width(v);
@@ -677,6 +690,22 @@ static void test_loop_classes(void **state)
         assert_int_equal(rs.class_walks + rs.count_walks + rs.merged, 0);
         if (c == merged_case)
             assert_true(st.merged > 0);
+        if (c == merged_case + 1)
+            assert_true(cg->chain_extends > 0);
+        /* every character table the walks asked for, frames and all,
+         * equals the one found by stepping through every character */
+        for (int32_t x = 0, n = cg->n_sets; x < n; x++) {
+            if (cg->u8_of[x] < 0)
+                continue;
+            int32_t plain[GU8_LEADS];
+            assert_int_equal(gcomp_utf8_table_plain(cg, x, plain), 0);
+            for (int i = 0; i < GU8_LEADS; i++)
+                if (cg->u8_tab[cg->u8_of[x] + i] != plain[i])
+                    fail_msg("case %zu set %d lead %02x: table %d, stepped %d", c, x, 0xC0 + i,
+                             cg->u8_tab[cg->u8_of[x] + i], plain[i]);
+        }
+        if (c >= merged_case + 1)
+            assert_true(cg->frame_leads > 0);
         print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks, "
                       "%lld nodes (node by node: %lld)\n",
                       c, n_ids, st.entries + st.children, st.merged, st.class_walks, st.count_walks, st.walk_nodes,
