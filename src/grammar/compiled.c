@@ -299,14 +299,126 @@ static void pre_masks(grammar_compiled *cg, const gstk_set *cl)
     }
 }
 
+/* The return state of stack x's caller, -1 for none (the unknown
+ * bottom). */
+static inline int32_t pre_caller(const grammar_compiled *cg, int32_t x)
+{
+    int32_t p = cg->pool.parent[x];
+    return p >= 0 ? cg->pool.state[p] : -1;
+}
+
+/* Whether the set holds at least GCOMP_PRE_MIN_TOPS distinct (top,
+ * caller) pairs - a top state per name, or the whitespace before the
+ * next optional property in a hundred callers at once - counted
+ * cheaply. */
+static int pre_wide_set(const grammar_compiled *cg, const gstk_set *cl)
+{
+    int32_t tops = 0;
+    for (int32_t k = 0; k < cl->n && tops < GCOMP_PRE_MIN_TOPS; k++) {
+        int32_t s = cg->pool.state[cl->ids[k]], u = pre_caller(cg, cl->ids[k]), seen = 0;
+        for (int32_t q = 0; q < k && !seen; q++)
+            seen = cg->pool.state[cl->ids[q]] == s && pre_caller(cg, cl->ids[q]) == u;
+        tops += !seen;
+    }
+    return tops >= GCOMP_PRE_MIN_TOPS;
+}
+
+/* Hashes of the wide sets one byte after a wide closure already done
+ * (open addressing, 0 = empty; a collision only skips a cache fill). */
+typedef struct pre_seen {
+    uint64_t *h;
+    size_t n, cap;
+} pre_seen;
+
+/* 1 when the sorted set was seen (else it is recorded), -1 on OOM. */
+static int pre_seen_put(pre_seen *ps, const int32_t *ids, int32_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    for (int32_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)ids[i]) * 0x100000001B3ull;
+    h |= 1;
+    if ((ps->n + 1) * 2 > ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 256;
+        uint64_t *nh = calloc(cap, sizeof *nh);
+        if (!nh)
+            return -1;
+        for (size_t i = 0; i < ps->cap; i++) {
+            if (!ps->h[i])
+                continue;
+            size_t j = ps->h[i] & (cap - 1);
+            while (nh[j])
+                j = (j + 1) & (cap - 1);
+            nh[j] = ps->h[i];
+        }
+        free(ps->h);
+        ps->h = nh;
+        ps->cap = cap;
+    }
+    size_t j = h & (ps->cap - 1);
+    for (; ps->h[j]; j = (j + 1) & (ps->cap - 1))
+        if (ps->h[j] == h)
+            return 1;
+    ps->h[j] = h;
+    ps->n++;
+    return 0;
+}
+
+/* The masks one byte after the wide set cl: for each byte cell its top
+ * states read (bytes no edge tells apart step alike), the stepped set
+ * when it is wide too - the separator read before the next name (after
+ * ',' the whitespace in front of every remaining optional property,
+ * after '"' the names' second states). Returns the closure work. */
+static long long pre_next(grammar_compiled *cg, const gstk_set *cl, gstk_set *nx, pre_seen *ps)
+{
+    const grammar *g = cg->g;
+    long long cw = 0;
+    uint64_t rd[4] = {0, 0, 0, 0}; /* bytes some top state reads */
+    for (int32_t k = 0; k < cl->n; k++) {
+        int32_t st = cg->pool.state[cl->ids[k]];
+        for (int32_t i = g->be_off[st]; i < g->be_off[st + 1]; i++)
+            for (int b = g->be[i].lo; b <= g->be[i].hi; b++)
+                rd[b >> 6] |= 1ull << (b & 63);
+    }
+    for (int b = 0; b < 256; b++) {
+        if (!((rd[b >> 6] >> (b & 63)) & 1))
+            continue;
+        int hi = 255;
+        for (int32_t k = 0; k < cl->n; k++) {
+            int32_t st = cg->pool.state[cl->ids[k]];
+            for (int32_t i = g->be_off[st]; i < g->be_off[st + 1]; i++) {
+                const gbyte_edge *e = &g->be[i];
+                if (b < e->lo && e->lo - 1 < hi)
+                    hi = e->lo - 1;
+                else if (b >= e->lo && b <= e->hi && e->hi < hi)
+                    hi = e->hi;
+            }
+        }
+        gstk_step(g, &cg->pool, cl, (uint8_t)b, nx);
+        cw += cl->n + nx->n;
+        b = hi; /* the rest of the cell steps alike */
+        if (nx->oom || nx->overflow || !pre_wide_set(cg, nx))
+            continue;
+        if (nx->n > 1)
+            qsort(nx->ids, (size_t)nx->n, sizeof *nx->ids, cmp_i32);
+        int r = pre_seen_put(ps, nx->ids, nx->n);
+        if (r < 0)
+            break;
+        if (!r)
+            pre_masks(cg, nx);
+    }
+    return cw;
+}
+
 /* The masks of wide choices: for every state p that calls a rule, the
- * closure of [p | unknown]; when it holds at least GCOMP_PRE_MIN_TOPS top
- * states (an object's property names), what a mask of it needs. 0 done,
- * 1 budget spent. */
+ * closure of [p | unknown]; when it holds at least GCOMP_PRE_MIN_TOPS
+ * (top, caller) pairs (an object's property names), what a mask of it
+ * needs, and of the wide sets one byte further. 0 done, 1 budget
+ * spent. */
 static int pre_choices(grammar_compiled *cg, long budget, long long w0)
 {
     const grammar *g = cg->g;
-    gstk_set cl = {0};
+    gstk_set cl = {0}, nx = {0};
+    pre_seen ps = {0};
     int rc = 0;
     long long cw = 0; /* closure work */
     for (int32_t p = 0; p < g->n_states && !rc; p++) {
@@ -319,18 +431,14 @@ static int pre_choices(grammar_compiled *cg, long budget, long long w0)
         if (pre_close(cg, gstk_intern(&cg->pool, p, GSTK_UNKNOWN), &cl))
             break;
         cw += cl.n;
-        /* distinct tops, counted cheaply: enough of them? */
-        int32_t tops = 0;
-        for (int32_t k = 0; k < cl.n && tops < GCOMP_PRE_MIN_TOPS; k++) {
-            int32_t s = cg->pool.state[cl.ids[k]], seen = 0;
-            for (int32_t q = 0; q < k && !seen; q++)
-                seen = cg->pool.state[cl.ids[q]] == s;
-            tops += !seen;
-        }
-        if (tops >= GCOMP_PRE_MIN_TOPS)
-            pre_masks(cg, &cl);
+        if (!pre_wide_set(cg, &cl))
+            continue;
+        pre_masks(cg, &cl);
+        cw += pre_next(cg, &cl, &nx, &ps);
     }
     gstk_set_free(&cl);
+    gstk_set_free(&nx);
+    free(ps.h);
     return rc;
 }
 

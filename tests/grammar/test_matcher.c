@@ -724,6 +724,82 @@ static void test_loop_classes(void **state)
     tokenizer_free(tok);
 }
 
+/* The precompute of wide sets (compiled.c's pre_choices): an object of
+ * 40 optional properties, as the schema front end writes it. After a
+ * value, the whitespace before the next property waits in 39 callers at
+ * once, and after the ',' again: both masks find every child computed
+ * at compile time. Masks equal the node-by-node walk's throughout. */
+static void test_precompute_wide(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = llama3_or_skip();
+    grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    grammar_vocab *vref = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    assert_non_null(v);
+    assert_non_null(vref);
+    enum { N = 40 };
+    char *g = malloc(16384);
+    assert_non_null(g);
+    size_t n = (size_t)snprintf(g, 16384,
+                                "root ::= \"{\" ws n%d o%d ws \"}\"\nws ::= [ \\t\\n]{0,4}\n"
+                                "str ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]* \"\\\"\"\no0 ::= \"\"\n",
+                                N, N - 1);
+    for (int k = 1; k <= N; k++) {
+        n += (size_t)snprintf(g + n, 16384 - n, "n%d ::= \"\\\"key_%c%c\\\"\" ws \":\" ws str\n", k, 'a' + k % 26,
+                              'a' + k / 26);
+        if (k < N)
+            n += (size_t)snprintf(g + n, 16384 - n, "o%d ::= (ws \",\" ws n%d)? o%d\n", k, k, k - 1);
+    }
+    grammar_compiled *cg = grammar_compile_ebnf(g, n, v, NULL, &e);
+    if (!cg)
+        fail_msg("%s", e.msg);
+    grammar_limits rl;
+    grammar_limits_init(&rl);
+    rl.precompute = -1;
+    grammar_compiled *ref = grammar_compile_ebnf(g, n, vref, &rl, &e);
+    assert_non_null(ref);
+    ref->plain_walk = 1;
+    grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
+    assert_non_null(a);
+    assert_non_null(b);
+    /* key_ob is property 40, key_db property 29, key_ma property 12 */
+    static const char *const chunks[] = {"{", "\"key_ob\"", ": ", "\"a\"", ",", " ", "\"key_db\": \"b\"", ",",
+                                         "\n\"key_ma\":\"c\"", " ", "}"};
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
+    for (size_t i = 0; i <= sizeof chunks / sizeof chunks[0]; i++) {
+        grammar_compiled_stats s0, s1;
+        grammar_compiled_stats_get(cg, &s0);
+        int c1 = grammar_matcher_fill_next_token_bitmask(a, m1, nw);
+        grammar_compiled_stats_get(cg, &s1);
+        int c2 = grammar_matcher_fill_next_token_bitmask(b, m2, nw);
+        assert_true(c1 > 0);
+        if (c1 != c2 || memcmp(m1, m2, nw * sizeof *m1))
+            fail_msg("chunk %zu: masks differ (%d vs %d allowed)", i, c1, c2);
+        /* after a value and after the ',' that follows it: nothing new */
+        if (i == 4 || i == 5 || i == 7 || i == 8)
+            if (s1.entries + s1.children != s0.entries + s0.children)
+                fail_msg("chunk %zu: %lld walks in the mask", i,
+                         s1.entries + s1.children - s0.entries - s0.children);
+        if (i == sizeof chunks / sizeof chunks[0])
+            break;
+        assert_int_equal(grammar_matcher_accept_string(a, chunks[i], strlen(chunks[i])), 1);
+        assert_int_equal(grammar_matcher_accept_string(b, chunks[i], strlen(chunks[i])), 1);
+    }
+    assert_true(grammar_matcher_can_end(a));
+    free(m1);
+    free(m2);
+    free(g);
+    grammar_matcher_free(a);
+    grammar_matcher_free(b);
+    grammar_compiled_free(cg);
+    grammar_compiled_free(ref);
+    grammar_vocab_free(v);
+    grammar_vocab_free(vref);
+    tokenizer_free(tok);
+}
+
 /* uniqueItems at run time (unique_int.h): arrays made by a rule named
  * __unique_items_* refuse an item equal (JSON Schema equality) to an
  * earlier one of the same array; the plain array does not. Member values
@@ -1091,7 +1167,7 @@ int main(void)
         cmocka_unit_test(test_loop_classes),   cmocka_unit_test(test_class_edit),
         cmocka_unit_test(test_unique_items),
         cmocka_unit_test(test_unique_items_real), cmocka_unit_test(test_string_lengths_run_time),
-        cmocka_unit_test(test_string_lengths_real),
+        cmocka_unit_test(test_string_lengths_real), cmocka_unit_test(test_precompute_wide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
