@@ -210,6 +210,7 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     cg->sub_u = malloc((size_t)vocab->max_len + 2);
     cg->sub_lb = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->sub_lb);
     cg->sub_b = malloc((size_t)vocab->max_len + 2);
+    cg->chain_frame_level = GCHAIN_FRAME_LEVEL;
     cg->rule_calls = calloc((size_t)(g->n_rules ? g->n_rules : 1), 1);
     if (cg->rule_calls)
         for (int32_t st = 0; st < g->n_states; st++)
@@ -793,14 +794,12 @@ static int reads_byte(const grammar *g, int32_t s, int b)
  * every level, and every level has the same frames. A POPEND frame must
  * not call rules (no push inside the character, so the depth bound
  * cannot drop a path the frame's own sets kept). A lead byte no stack
- * reads is GU8_DEAD at once (a name trie's sets). Decides res's entries
- * where it can, leaves the others GU8_UNDECIDED; 0 or -1 (OOM). */
+ * reads is GU8_DEAD at once. Decides res's entries where it can, leaves
+ * the others GU8_UNDECIDED; 0 or -1 (OOM). */
 static int frame_fill(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS])
 {
     const grammar *g = cg->g;
     int32_t n = cg->set_off[x + 1] - cg->set_off[x];
-    for (int i = 0; i < GU8_LEADS; i++)
-        res[i] = GU8_UNDECIDED;
     if (n < 1 || n > GCOMP_FRAME_MAX_STACKS)
         return 0;
     int32_t node[GCOMP_FRAME_MAX_STACKS], ftab[GCOMP_FRAME_MAX_STACKS];
@@ -884,15 +883,20 @@ static int frame_fill(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS])
  * x to through non-empty sets without a pop, GU8_DEAD when b itself
  * steps x to the empty set without a pop, else GU8_MIXED. One
  * exploration per set replaces a check per (set, target, lead bytes):
- * loops, classes and every level of every chain ask it. The frame
- * shortcut decides most lead bytes of most sets without stepping
- * through a character. NULL on OOM. */
-const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x)
+ * loops, classes and every level of every chain ask it. With frames,
+ * the frame shortcut decides what it can without stepping through a
+ * character - the same table, but the sets inside the characters stay
+ * uncomputed, so a walk that later reads those bytes node by node
+ * computes them then: the deep levels of a chain ask for it, where few
+ * walks go. NULL on OOM. */
+const int32_t *gcomp_utf8_table_ex(grammar_compiled *cg, int32_t x, int frames)
 {
     if (cg->u8_of[x] >= 0)
         return cg->u8_tab + cg->u8_of[x];
     int32_t res[GU8_LEADS];
-    if (frame_fill(cg, x, res) || u8_fill(cg, x, 0, res))
+    for (int i = 0; i < GU8_LEADS; i++)
+        res[i] = GU8_UNDECIDED;
+    if ((frames && frame_fill(cg, x, res)) || u8_fill(cg, x, 0, res))
         return NULL;
     int32_t off = u8_store(cg, res);
     if (off < 0)
@@ -900,6 +904,8 @@ const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x)
     cg->u8_of[x] = off; /* indexed after the steps: the sets may have moved */
     return cg->u8_tab + off;
 }
+
+const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x) { return gcomp_utf8_table_ex(cg, x, 0); }
 
 int gcomp_utf8_table_plain(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS])
 {

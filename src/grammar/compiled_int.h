@@ -90,6 +90,7 @@ struct grammar_compiled {
     int32_t *chain_sets;
     size_t n_chain_sets, cap_chain_sets;
     long long chain_extends;   /* tests: chains verified further after their first use */
+    int32_t chain_frame_level; /* GCHAIN_FRAME_LEVEL (tests lower it) */
     /* per set, on demand: its UTF-8 character table (gcomp_utf8_table),
      * -1 none yet, else its offset in u8_tab */
     int32_t *u8_of;            /* [cap_sets] */
@@ -125,6 +126,12 @@ struct grammar_compiled {
  * levels use it (compiled_chain.c's chain_get) */
 #define GCHAIN_OPEN 3
 #define GCHAIN_STOP 4
+/* From this level on a chain's character tables come from the frame
+ * shortcut (compiled.c's gcomp_utf8_table_ex): the sets inside the
+ * characters of the first levels are computed as before, since walks
+ * read those characters node by node in frontier subtrees (tokens are
+ * short); the deeper levels serve the few longest tokens. */
+#define GCHAIN_FRAME_LEVEL 16
 typedef struct gchain {
     uint64_t asc[2];
     int32_t off;        /* X[k] = chain_sets[off + k], k in [0, len] */
@@ -150,6 +157,10 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte);
 #define GU8_MIXED (-1)
 #define GU8_DEAD (-2)
 const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x);
+/* The same table, with frames = 1 by the frame shortcut where it
+ * applies (compiled.c's frame_fill): no set inside a character is
+ * computed. */
+const int32_t *gcomp_utf8_table_ex(grammar_compiled *cg, int32_t x, int frames);
 /* tests: x's table by stepping through every character (no frame
  * shortcut, not cached); 0 or -1 (OOM) */
 int gcomp_utf8_table_plain(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS]);
