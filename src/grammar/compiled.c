@@ -11,6 +11,11 @@
 
 /* Precompute bounds: interned sets (each holds a 1 KiB transition row). */
 #define GCOMP_MAX_SETS 200000
+/* Frame shortcut bounds (frame_pops, frame_fill): stacks of a set, and
+ * the stacks of a frame's sets inside a character (so the real sets
+ * stay within GSTK_MAX_SET). */
+#define GCOMP_FRAME_MAX_STACKS 64
+#define GCOMP_FRAME_MAX_SET 64
 
 static uint32_t set_hash(const int32_t *ids, int32_t n)
 {
@@ -61,6 +66,14 @@ static int sets_grow(grammar_compiled *cg)
     if (!uo)
         return -1;
     cg->u8f_of = uo;
+    uo = realloc(cg->fpop_t, (size_t)cap * sizeof *uo);
+    if (!uo)
+        return -1;
+    cg->fpop_t = uo;
+    uint64_t *fm = realloc(cg->fpop_mask, (size_t)cap * sizeof *fm);
+    if (!fm)
+        return -1;
+    cg->fpop_mask = fm;
     int32_t *h = malloc((size_t)cap * 2 * sizeof *h);
     if (!h)
         return -1;
@@ -113,6 +126,7 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     cg->chain_of[id] = -1;
     cg->u8_of[id] = -1;
     cg->u8f_of[id] = -1;
+    cg->fpop_t[id] = -1;
     memset(cg->loop_asc[id], 0, sizeof cg->loop_asc[id]);
     uint32_t b = hv & cg->set_hmask;
     cg->set_next[id] = cg->set_heads[b];
@@ -120,13 +134,60 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     return id;
 }
 
+static int reads_byte(const grammar *g, int32_t s, int b);
+static void fill_cell(grammar_compiled *cg, int32_t sid, uint8_t byte, int32_t t);
+
+/* The frame pops of byte b in set sid: bit k when stack k, [s | p] with
+ * a caller p and s's rule calling none, reads b and [s | unknown] reads
+ * it into the empty set with a pop (the frame's rule ends at b: p's
+ * closure follows, whatever s was). 0 when no stack is so, -1 when a
+ * stack reads b otherwise (or sid has too many stacks), -2 on OOM. Two
+ * bytes with the same pops step sid to the same set. */
+static int64_t frame_pops(grammar_compiled *cg, int32_t sid, uint8_t b)
+{
+    const grammar *g = cg->g;
+    int32_t n = cg->set_off[sid + 1] - cg->set_off[sid];
+    if (n > GCOMP_FRAME_MAX_STACKS)
+        return -1;
+    uint64_t m = 0;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t x = cg->set_ids[cg->set_off[sid] + k];
+        int32_t s = cg->pool.state[x], p = cg->pool.parent[x];
+        if (!reads_byte(g, s, b))
+            continue;
+        if (p < 0 || cg->rule_calls[g->st_rule[s]])
+            return -1;
+        int32_t fn = gstk_intern(&cg->pool, s, GSTK_UNKNOWN);
+        int32_t f = fn < 0 ? -1 : set_intern(cg, &fn, 1);
+        int32_t t = f < 0 ? -1 : gcomp_set_trans(cg, f, b); /* f's stack has no caller: a plain step */
+        if (t < 0)
+            return -2;
+        if (t != 1)
+            return -1;
+        m |= 1ull << k;
+    }
+    return (int64_t)(m & INT64_MAX) == (int64_t)m ? (int64_t)m : -1;
+}
+
 /* set x byte -> next*2 + popped, or -1 on OOM; a miss fills the byte's
- * whole cell (the bytes no edge of the set's top states tells apart) */
+ * whole cell (the bytes no edge of the set's top states tells apart).
+ * A byte whose frame pops (frame_pops) equal those of the last byte
+ * stepped with frame pops takes that byte's result without a step: the
+ * cells of a chain level ([ !], [#-[], []-\x7f]) step once. */
 int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
 {
     int32_t t = cg->trans[(size_t)sid * 256 + byte];
     if (t >= 0)
         return t;
+    int64_t fp = cg->plain_walk ? 0 : frame_pops(cg, sid, byte);
+    if (fp == -2)
+        return -1;
+    if (fp > 0 && cg->fpop_t[sid] >= 0 && cg->fpop_mask[sid] == (uint64_t)fp) {
+        t = cg->fpop_t[sid];
+        fill_cell(cg, sid, byte, t);
+        cg->stats.frame_steps++;
+        return t;
+    }
     if (cg->step_cap && cg->stats.steps >= cg->step_cap) {
         cg->step_over = 1; /* a merged child given up (gcompiled_child) */
         return -1;
@@ -153,9 +214,20 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
     if (nid < 0)
         return -1;
     t = nid * 2 + (out->hit_unknown ? 1 : 0);
-    /* every byte of the cell around `byte` (no edge of the set's top
-     * states starts or ends inside it) matches the same edges, so it
-     * steps to the same set: one step fills the cell */
+    if (fp > 0) {
+        cg->fpop_t[sid] = t;
+        cg->fpop_mask[sid] = (uint64_t)fp;
+    }
+    fill_cell(cg, sid, byte, t);
+    return t;
+}
+
+/* Sets t for every byte of the cell around `byte` in sid's row: no edge
+ * of the set's top states starts or ends inside it, so every byte of it
+ * matches the same edges and steps to the same set. */
+static void fill_cell(grammar_compiled *cg, int32_t sid, uint8_t byte, int32_t t)
+{
+    int32_t n = cg->set_off[sid + 1] - cg->set_off[sid];
     int lo = 0, hi = 255;
     const grammar *g = cg->g;
     const int32_t *ids = cg->set_ids + cg->set_off[sid];
@@ -180,7 +252,6 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
     int32_t *row = cg->trans + (size_t)sid * 256;
     for (int b = lo; b <= hi; b++)
         row[b] = t;
-    return t;
 }
 
 grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_err *err)
@@ -574,6 +645,8 @@ void grammar_compiled_free(grammar_compiled *cg)
     free(cg->chain_of);
     free(cg->u8_of);
     free(cg->u8f_of);
+    free(cg->fpop_t);
+    free(cg->fpop_mask);
     free(cg->rule_calls);
     free(cg->u8_tab);
     free(cg->chains);
@@ -656,10 +729,6 @@ typedef struct u8_memo {
 #define GU8_POPEND (-4)
 /* not decided yet (frame_fill, u8_fill) */
 #define GU8_UNDECIDED (-5)
-/* Frame shortcut bounds: stacks of a set, and the stacks of a frame's
- * sets inside a character (so the real sets stay within GSTK_MAX_SET). */
-#define GCOMP_FRAME_MAX_STACKS 64
-#define GCOMP_FRAME_MAX_SET 64
 
 /* Where the characters continuing from set y in UTF-8 state u (1-7) all
  * lead: z > 0 when every one reaches z through non-empty sets without a
@@ -896,7 +965,7 @@ const int32_t *gcomp_utf8_table_ex(grammar_compiled *cg, int32_t x, int frames)
     int32_t res[GU8_LEADS];
     for (int i = 0; i < GU8_LEADS; i++)
         res[i] = GU8_UNDECIDED;
-    if ((frames && frame_fill(cg, x, res)) || u8_fill(cg, x, 0, res))
+    if ((frames && !cg->plain_walk && frame_fill(cg, x, res)) || u8_fill(cg, x, 0, res))
         return NULL;
     int32_t off = u8_store(cg, res);
     if (off < 0)

@@ -95,6 +95,8 @@ struct grammar_compiled {
      * -1 none yet, else its offset in u8_tab */
     int32_t *u8_of;            /* [cap_sets] */
     int32_t *u8f_of;           /* [cap_sets] the same for frame tables (one-stack sets) */
+    int32_t *fpop_t;           /* [cap_sets] the last step with frame pops (gcomp_set_trans), -1 none, */
+    uint64_t *fpop_mask;       /* [cap_sets] and its pops */
     uint8_t *rule_calls;       /* [n_rules] some state of the rule calls a rule */
     long long frame_leads;     /* tests: lead bytes the frame shortcut took to a caller's closure */
     int32_t *u8_tab;
@@ -108,7 +110,7 @@ struct grammar_compiled {
     int pop_over;              /* ... and one was given up */
     long long step_cap;        /* merged children: give up at this step count (0: never) */
     int step_over;             /* ... and one was given up */
-    int plain_walk;            /* tests: walk node by node (no loop skip, no classes) */
+    int plain_walk;            /* tests: walk node by node (no loop skip, no classes), step every byte (no frames) */
 };
 
 /* A chain of sets (compiled_chain.c): X[0] = x and, for k < len, every

@@ -143,6 +143,7 @@ const grammar_vocab *grammar_compiled_vocab(const grammar_compiled *cg);
 typedef struct grammar_compiled_stats {
     long long entries, children, walk_nodes, shared_hits, class_walks, count_walks, steps;
     long long class_builds, class_nodes, merged;
+    long long frame_steps; /* bytes stepped like an earlier byte of the same set by their frame pops */
 } grammar_compiled_stats;
 void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_stats *out);
 

@@ -616,6 +616,9 @@ static void test_loop_classes(void **state)
          * class without the line separators) */
         {"root ::= \"\\\"\" [^\"\\\\]* [^\"\\\\\\u2028\\u2029]+ [^\"\\\\]* \"\\\"\" \"!\"\n",
          "\"caf\xc3\xa9 cr\xc3\xa8me, \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xe2\x80\x94 a line\xe2\x80\xa8next \xd0\xbf\xd1\x80\xd0\xb8\"!"},
+        /* frame steps: after ' ', 'a' ends a's frame only, 't' ends it and
+         * moves inside b's: the two bytes step to different sets */
+        {"root ::= \" \" (a | b) (\", \" (a | b))* \".\"\na ::= [at]\nb ::= \"t\" \"he\"\n", " a, the, t, a."},
         /* merged children: a nullable right recursion (a pattern's rule
          * per state) pops at nearly every trie node, so its pops are
          * continued in the caller's caller at once */
@@ -730,6 +733,9 @@ static void test_loop_classes(void **state)
         }
         if (fr)
             assert_true(fr->frame_leads > 0);
+        if (c > merged_case)
+            assert_true(st.frame_steps > 0);
+        assert_int_equal(rs.frame_steps, 0);
         print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks, "
                       "%lld nodes (node by node: %lld)\n",
                       c, n_ids, st.entries + st.children, st.merged, st.class_walks, st.count_walks, st.walk_nodes,
