@@ -281,7 +281,6 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     cg->sub_u = malloc((size_t)vocab->max_len + 2);
     cg->sub_lb = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->sub_lb);
     cg->sub_b = malloc((size_t)vocab->max_len + 2);
-    cg->chain_frame_level = GCHAIN_FRAME_LEVEL;
     cg->rule_calls = calloc((size_t)(g->n_rules ? g->n_rules : 1), 1);
     if (cg->rule_calls)
         for (int32_t st = 0; st < g->n_states; st++)
@@ -955,9 +954,9 @@ static int frame_fill(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS])
  * loops, classes and every level of every chain ask it. With frames,
  * the frame shortcut decides what it can without stepping through a
  * character - the same table, but the sets inside the characters stay
- * uncomputed, so a walk that later reads those bytes node by node
- * computes them then: the deep levels of a chain ask for it, where few
- * walks go. NULL on OOM. */
+ * uncomputed (a walk that reads those bytes node by node computes them
+ * then): the levels of a chain ask so, each a new set whose characters
+ * end the same character rule's frame. NULL on OOM. */
 const int32_t *gcomp_utf8_table_ex(grammar_compiled *cg, int32_t x, int frames)
 {
     if (cg->u8_of[x] >= 0)

@@ -90,7 +90,6 @@ struct grammar_compiled {
     int32_t *chain_sets;
     size_t n_chain_sets, cap_chain_sets;
     long long chain_extends;   /* tests: chains verified further after their first use */
-    int32_t chain_frame_level; /* GCHAIN_FRAME_LEVEL (tests lower it) */
     /* per set, on demand: its UTF-8 character table (gcomp_utf8_table),
      * -1 none yet, else its offset in u8_tab */
     int32_t *u8_of;            /* [cap_sets] */
@@ -128,12 +127,6 @@ struct grammar_compiled {
  * levels use it (compiled_chain.c's chain_get) */
 #define GCHAIN_OPEN 3
 #define GCHAIN_STOP 4
-/* From this level on a chain's character tables come from the frame
- * shortcut (compiled.c's gcomp_utf8_table_ex): the sets inside the
- * characters of the first levels are computed as before, since walks
- * read those characters node by node in frontier subtrees (tokens are
- * short); the deeper levels serve the few longest tokens. */
-#define GCHAIN_FRAME_LEVEL 16
 typedef struct gchain {
     uint64_t asc[2];
     int32_t off;        /* X[k] = chain_sets[off + k], k in [0, len] */

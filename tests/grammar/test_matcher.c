@@ -580,9 +580,6 @@ static void test_loop_classes(void **state)
     /* the reference's own vocabulary: no token set shared with v's */
     grammar_vocab *vref = grammar_vocab_new(tok, 0, NULL, 0, &e);
     assert_non_null(vref);
-    /* and one for the frame shortcut at every chain level */
-    grammar_vocab *vfr = grammar_vocab_new(tok, 0, NULL, 0, &e);
-    assert_non_null(vfr);
     static const struct {
         const char *ebnf, *doc;
     } cases[] = {
@@ -661,17 +658,6 @@ static void test_loop_classes(void **state)
         ref->plain_walk = 1;
         grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
         grammar_matcher *probe = grammar_matcher_new(cg, &e);
-        /* the last cases again with character tables from frames at
-         * every chain level (no precompute: the level is set first) */
-        grammar_compiled *fr = NULL;
-        grammar_matcher *f = NULL;
-        if (c > merged_case) {
-            fr = grammar_compile_ebnf(cases[c].ebnf, strlen(cases[c].ebnf), vfr, &rl, &e);
-            assert_non_null(fr);
-            fr->chain_frame_level = 0;
-            f = grammar_matcher_new(fr, &e);
-            assert_non_null(f);
-        }
         assert_non_null(a);
         assert_non_null(b);
         assert_non_null(probe);
@@ -684,11 +670,6 @@ static void test_loop_classes(void **state)
             assert_true(c1 > 0);
             if (c1 != c2 || memcmp(m1, m2, nw * sizeof *m1))
                 fail_msg("case %zu step %zu: masks differ (%d vs %d allowed)", c, i, c1, c2);
-            if (f) {
-                c1 = grammar_matcher_fill_next_token_bitmask(f, m1, nw);
-                if (c1 != c2 || memcmp(m1, m2, nw * sizeof *m1))
-                    fail_msg("case %zu step %zu: masks with frames differ (%d vs %d allowed)", c, i, c1, c2);
-            }
             /* every 97th id against accept + rollback */
             for (int32_t t = (int32_t)(i % 97); t < width; t += 97) {
                 int ok = grammar_matcher_accept_token(probe, t);
@@ -702,8 +683,6 @@ static void test_loop_classes(void **state)
                     fail_msg("case %zu step %zu: document token %d rejected", c, i, ids[i]);
                 assert_int_equal(grammar_matcher_accept_token(b, ids[i]), 1);
                 assert_int_equal(grammar_matcher_accept_token(probe, ids[i]), 1);
-                if (f)
-                    assert_int_equal(grammar_matcher_accept_token(f, ids[i]), 1);
             }
         }
         assert_true(grammar_matcher_can_end(a));
@@ -718,23 +697,18 @@ static void test_loop_classes(void **state)
             assert_true(cg->chain_extends > 0);
         /* every character table the walks asked for, frames and all,
          * equals the one found by stepping through every character */
-        for (int k = 0; k < 2; k++) {
-            grammar_compiled *t = k ? fr : cg;
-            for (int32_t x = 0, n = t ? t->n_sets : 0; x < n; x++) {
-                if (t->u8_of[x] < 0)
-                    continue;
-                int32_t plain[GU8_LEADS];
-                assert_int_equal(gcomp_utf8_table_plain(t, x, plain), 0);
-                for (int i = 0; i < GU8_LEADS; i++)
-                    if (t->u8_tab[t->u8_of[x] + i] != plain[i])
-                        fail_msg("case %zu%s set %d lead %02x: table %d, stepped %d", c, k ? " (frames)" : "", x,
-                                 0xC0 + i, t->u8_tab[t->u8_of[x] + i], plain[i]);
-            }
+        for (int32_t x = 0, n = cg->n_sets; x < n; x++) {
+            if (cg->u8_of[x] < 0)
+                continue;
+            int32_t plain[GU8_LEADS];
+            assert_int_equal(gcomp_utf8_table_plain(cg, x, plain), 0);
+            for (int i = 0; i < GU8_LEADS; i++)
+                if (cg->u8_tab[cg->u8_of[x] + i] != plain[i])
+                    fail_msg("case %zu set %d lead %02x: table %d, stepped %d", c, x, 0xC0 + i,
+                             cg->u8_tab[cg->u8_of[x] + i], plain[i]);
         }
-        if (fr)
-            assert_true(fr->frame_leads > 0);
         if (c > merged_case)
-            assert_true(st.frame_steps > 0);
+            assert_true(cg->frame_leads > 0 && st.frame_steps > 0);
         assert_int_equal(rs.frame_steps, 0);
         print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks, "
                       "%lld nodes (node by node: %lld)\n",
@@ -744,16 +718,13 @@ static void test_loop_classes(void **state)
         grammar_matcher_free(a);
         grammar_matcher_free(b);
         grammar_matcher_free(probe);
-        grammar_matcher_free(f);
         grammar_compiled_free(cg);
         grammar_compiled_free(ref);
-        grammar_compiled_free(fr);
     }
     free(m1);
     free(m2);
     grammar_vocab_free(v);
     grammar_vocab_free(vref);
-    grammar_vocab_free(vfr);
     tokenizer_free(tok);
 }
 
