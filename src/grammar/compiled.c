@@ -11,11 +11,8 @@
 
 /* Precompute bounds: interned sets (each holds a 1 KiB transition row). */
 #define GCOMP_MAX_SETS 200000
-/* Frame shortcut bounds (frame_pops, frame_fill): stacks of a set, and
- * the stacks of a frame's sets inside a character (so the real sets
- * stay within GSTK_MAX_SET). */
+/* Sets with more stacks than this take no frame steps (frame_pops). */
 #define GCOMP_FRAME_MAX_STACKS 64
-#define GCOMP_FRAME_MAX_SET 64
 
 static uint32_t set_hash(const int32_t *ids, int32_t n)
 {
@@ -62,10 +59,6 @@ static int sets_grow(grammar_compiled *cg)
     if (!uo)
         return -1;
     cg->u8_of = uo;
-    uo = realloc(cg->u8f_of, (size_t)cap * sizeof *uo);
-    if (!uo)
-        return -1;
-    cg->u8f_of = uo;
     uo = realloc(cg->fpop_t, (size_t)cap * sizeof *uo);
     if (!uo)
         return -1;
@@ -125,7 +118,6 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     cg->loop_flags[id] = 0;
     cg->chain_of[id] = -1;
     cg->u8_of[id] = -1;
-    cg->u8f_of[id] = -1;
     cg->fpop_t[id] = -1;
     memset(cg->loop_asc[id], 0, sizeof cg->loop_asc[id]);
     uint32_t b = hv & cg->set_hmask;
@@ -643,7 +635,6 @@ void grammar_compiled_free(grammar_compiled *cg)
     free(cg->loop_flags);
     free(cg->chain_of);
     free(cg->u8_of);
-    free(cg->u8f_of);
     free(cg->fpop_t);
     free(cg->fpop_mask);
     free(cg->rule_calls);
@@ -723,20 +714,14 @@ typedef struct u8_memo {
 } u8_memo;
 
 #define GU8_OOM (-3)
-/* frame tables only: every character ends the frame's rule at its last
- * byte, nothing of the frame left (see frame_table) */
-#define GU8_POPEND (-4)
-/* not decided yet (frame_fill, u8_fill) */
+/* not decided yet (u8_fill) */
 #define GU8_UNDECIDED (-5)
 
 /* Where the characters continuing from set y in UTF-8 state u (1-7) all
  * lead: z > 0 when every one reaches z through non-empty sets without a
- * pop, else GU8_MIXED (GU8_OOM on OOM); with popend, GU8_POPEND when
- * every one reaches the empty set with a pop at its last byte, through
- * non-empty sets of at most GCOMP_FRAME_MAX_SET stacks without a pop
- * before. Depth first, at most three levels, memoized per (set, state)
- * for one table. */
-static int32_t u8_cont(grammar_compiled *cg, u8_memo *mm, int32_t y, int u, int popend)
+ * pop, else GU8_MIXED (GU8_OOM on OOM). Depth first, at most three
+ * levels, memoized per (set, state) for one table. */
+static int32_t u8_cont(grammar_compiled *cg, u8_memo *mm, int32_t y, int u)
 {
     for (int k = 0; k < mm->n; k++)
         if (mm->p[k].set == y && mm->p[k].u == u)
@@ -757,17 +742,13 @@ static int32_t u8_cont(grammar_compiled *cg, u8_memo *mm, int32_t y, int u, int 
             continue; /* the byte cells: runs of bytes step alike */
         prev = t;
         int32_t r;
-        if (popend && nu == 0 && t == 1)
-            r = GU8_POPEND;
-        else if ((t & 1) || !(t >> 1))
-            r = GU8_MIXED;
-        else if (popend && nu && cg->set_off[(t >> 1) + 1] - cg->set_off[t >> 1] > GCOMP_FRAME_MAX_SET)
+        if ((t & 1) || !(t >> 1))
             r = GU8_MIXED;
         else if (nu == 0)
             r = t >> 1;
-        else if ((r = u8_cont(cg, mm, t >> 1, nu, popend)) == GU8_OOM)
+        else if ((r = u8_cont(cg, mm, t >> 1, nu)) == GU8_OOM)
             return GU8_OOM;
-        z = (r < 0 && r != GU8_POPEND) || (z && z != r) ? GU8_MIXED : r;
+        z = r < 0 || (z && z != r) ? GU8_MIXED : r;
     }
     if (mm->n < GCOMP_UTF8_MAX_PAIRS)
         mm->p[mm->n++] = (u8_pair){.set = y, .res = z, .u = (int8_t)u};
@@ -777,7 +758,7 @@ static int32_t u8_cont(grammar_compiled *cg, u8_memo *mm, int32_t y, int u, int 
 /* Fills the entries of res[GU8_LEADS] still GU8_UNDECIDED for set x:
  * per strict lead byte, GU8_DEAD when it steps x to the empty set
  * without a pop, else where its characters lead (u8_cont). -1 on OOM. */
-static int u8_fill(grammar_compiled *cg, int32_t x, int popend, int32_t res[GU8_LEADS])
+static int u8_fill(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS])
 {
     u8_memo memo, *mm = &memo;
     mm->n = 0;
@@ -796,9 +777,7 @@ static int u8_fill(grammar_compiled *cg, int32_t x, int popend, int32_t res[GU8_
             res[b - 0xC0] = GU8_DEAD;
         else if ((t & 1) || !(t >> 1))
             res[b - 0xC0] = GU8_MIXED;
-        else if (popend && cg->set_off[(t >> 1) + 1] - cg->set_off[t >> 1] > GCOMP_FRAME_MAX_SET)
-            res[b - 0xC0] = GU8_MIXED;
-        else if ((res[b - 0xC0] = u8_cont(cg, mm, t >> 1, u, popend)) == GU8_OOM)
+        else if ((res[b - 0xC0] = u8_cont(cg, mm, t >> 1, u)) == GU8_OOM)
             return -1;
     }
     return 0;
@@ -821,26 +800,6 @@ static int32_t u8_store(grammar_compiled *cg, const int32_t res[GU8_LEADS])
     return off;
 }
 
-/* The frame table of a one-stack set f = {[s | unknown]} (computed on
- * first use): f's character table with GU8_POPEND where every character
- * of the lead byte ends s's rule exactly at its last byte. It does not
- * depend on what is below the frame, so every set holding s over some
- * caller shares it. Offset in u8_tab, -1 on OOM. */
-static int32_t frame_table(grammar_compiled *cg, int32_t f)
-{
-    if (cg->u8f_of[f] >= 0)
-        return cg->u8f_of[f];
-    int32_t res[GU8_LEADS];
-    for (int i = 0; i < GU8_LEADS; i++)
-        res[i] = GU8_UNDECIDED;
-    if (u8_fill(cg, f, 1, res))
-        return -1;
-    int32_t off = u8_store(cg, res);
-    if (off >= 0)
-        cg->u8f_of[f] = off; /* indexed after the steps: the sets may have moved */
-    return off;
-}
-
 /* Whether state s has a byte edge reading b. */
 static int reads_byte(const grammar *g, int32_t s, int b)
 {
@@ -850,136 +809,26 @@ static int reads_byte(const grammar *g, int32_t s, int b)
     return 0;
 }
 
-/* The frame shortcut of x's character table. A stack [s | p] reads
- * bytes inside its top frame as [s | unknown] does, until that frame's
- * rule ends: then p continues (its closure), whatever s was. So when,
- * for a lead byte, every stack of x either does not read it or has a
- * caller p and a frame table saying GU8_POPEND, the lead byte's
- * characters take x to the closure of those callers, through non-empty
- * sets without a pop (the frames' own sets, each over its caller): no
- * set in between is computed. The chain of a maxLength string (a copy
- * calling the character rule: a new set per character) asks this at
- * every level, and every level has the same frames. A POPEND frame must
- * not call rules (no push inside the character, so the depth bound
- * cannot drop a path the frame's own sets kept). A lead byte no stack
- * reads is GU8_DEAD at once. Decides res's entries where it can, leaves
- * the others GU8_UNDECIDED; 0 or -1 (OOM). */
-static int frame_fill(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS])
-{
-    const grammar *g = cg->g;
-    int32_t n = cg->set_off[x + 1] - cg->set_off[x];
-    if (n < 1 || n > GCOMP_FRAME_MAX_STACKS)
-        return 0;
-    int32_t node[GCOMP_FRAME_MAX_STACKS], ftab[GCOMP_FRAME_MAX_STACKS];
-    memcpy(node, cg->set_ids + cg->set_off[x], (size_t)n * sizeof *node);
-    for (int32_t k = 0; k < n; k++)
-        ftab[k] = -1;
-    /* per lead byte: the POPEND stacks (bit k), their callers' closure */
-    uint64_t memo_mask[4];
-    int32_t memo_z[4];
-    int n_memo = 0;
-    for (int i = 0; i < GU8_LEADS; i++) {
-        int lead = 0xC0 + i;
-        if (gvoc_utf8_next(0, (uint8_t)lead) <= 0) {
-            res[i] = GU8_MIXED;
-            continue;
-        }
-        uint64_t pe = 0;
-        int ok = 1;
-        for (int32_t k = 0; k < n && ok; k++) {
-            int32_t s = cg->pool.state[node[k]], p = cg->pool.parent[node[k]];
-            if (!reads_byte(g, s, lead))
-                continue;
-            if (p < 0 || cg->rule_calls[g->st_rule[s]]) {
-                ok = 0;
-                continue;
-            }
-            if (ftab[k] < 0) {
-                int32_t fn = gstk_intern(&cg->pool, s, GSTK_UNKNOWN);
-                int32_t f = fn < 0 ? -1 : set_intern(cg, &fn, 1);
-                if (f < 0 || (ftab[k] = frame_table(cg, f)) < 0)
-                    return -1;
-            }
-            int32_t r = cg->u8_tab[ftab[k] + i];
-            if (r == GU8_POPEND)
-                pe |= 1ull << k;
-            else if (r != GU8_DEAD)
-                ok = 0;
-        }
-        if (!ok)
-            continue;
-        if (!pe) {
-            res[i] = GU8_DEAD;
-            continue;
-        }
-        int m = 0;
-        while (m < n_memo && memo_mask[m] != pe)
-            m++;
-        if (m == n_memo) {
-            gstk_set *out = &cg->tmp_out;
-            gstk_set_clear(out);
-            gstk_begin(&cg->pool);
-            for (uint64_t b = pe; b; b &= b - 1)
-                gstk_closure(g, &cg->pool, cg->pool.parent[node[__builtin_ctzll(b)]], out);
-            if (out->oom)
-                return -1;
-            int32_t z;
-            if (out->overflow) {
-                z = GU8_UNDECIDED; /* the plain exploration will say */
-            } else if (out->hit_unknown || !out->n) {
-                z = GU8_MIXED;
-            } else {
-                if (out->n > 1)
-                    qsort(out->ids, (size_t)out->n, sizeof *out->ids, cmp_i32);
-                if ((z = set_intern(cg, out->ids, out->n)) < 0)
-                    return -1;
-            }
-            if (n_memo == 4)
-                n_memo = 0; /* a few subsets at most in practice */
-            memo_mask[n_memo] = pe;
-            memo_z[n_memo] = z;
-            m = n_memo++;
-        }
-        res[i] = memo_z[m];
-        cg->frame_leads++;
-    }
-    return 0;
-}
-
 /* x's character table (computed on first use): per strict UTF-8 lead
  * byte b, at [b - 0xC0], the set z > 0 every character it begins leads
  * x to through non-empty sets without a pop, GU8_DEAD when b itself
  * steps x to the empty set without a pop, else GU8_MIXED. One
  * exploration per set replaces a check per (set, target, lead bytes):
- * loops, classes and every level of every chain ask it. With frames,
- * the frame shortcut decides what it can without stepping through a
- * character - the same table, but the sets inside the characters stay
- * uncomputed (a walk that reads those bytes node by node computes them
- * then): the levels of a chain ask so, each a new set whose characters
- * end the same character rule's frame. NULL on OOM. */
-const int32_t *gcomp_utf8_table_ex(grammar_compiled *cg, int32_t x, int frames)
+ * loops, classes and every level of every chain ask it. NULL on OOM. */
+const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x)
 {
     if (cg->u8_of[x] >= 0)
         return cg->u8_tab + cg->u8_of[x];
     int32_t res[GU8_LEADS];
     for (int i = 0; i < GU8_LEADS; i++)
         res[i] = GU8_UNDECIDED;
-    if ((frames && !cg->plain_walk && frame_fill(cg, x, res)) || u8_fill(cg, x, 0, res))
+    if (u8_fill(cg, x, res))
         return NULL;
     int32_t off = u8_store(cg, res);
     if (off < 0)
         return NULL;
     cg->u8_of[x] = off; /* indexed after the steps: the sets may have moved */
     return cg->u8_tab + off;
-}
-
-const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x) { return gcomp_utf8_table_ex(cg, x, 0); }
-
-int gcomp_utf8_table_plain(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS])
-{
-    for (int i = 0; i < GU8_LEADS; i++)
-        res[i] = GU8_UNDECIDED;
-    return u8_fill(cg, x, 0, res);
 }
 
 /* Every strict UTF-8 character whose lead byte b has bit b - 0xC0 in

@@ -205,7 +205,7 @@ static int chain_extend(grammar_compiled *cg, int32_t idx, int32_t need)
          * characters disagree leaves the class */
         uint64_t lm = v->pos_lead[k] & lead_ok;
         if (lm) {
-            const int32_t *tab = gcomp_utf8_table_ex(cg, X, 1);
+            const int32_t *tab = gcomp_utf8_table(cg, X);
             if (!tab)
                 return -1;
             int32_t want = ny ? ny : GU8_DEAD;

@@ -93,11 +93,9 @@ struct grammar_compiled {
     /* per set, on demand: its UTF-8 character table (gcomp_utf8_table),
      * -1 none yet, else its offset in u8_tab */
     int32_t *u8_of;            /* [cap_sets] */
-    int32_t *u8f_of;           /* [cap_sets] the same for frame tables (one-stack sets) */
     int32_t *fpop_t;           /* [cap_sets] the last step with frame pops (gcomp_set_trans), -1 none, */
     uint64_t *fpop_mask;       /* [cap_sets] and its pops */
     uint8_t *rule_calls;       /* [n_rules] some state of the rule calls a rule */
-    long long frame_leads;     /* tests: lead bytes the frame shortcut took to a caller's closure */
     int32_t *u8_tab;
     size_t n_u8_tab, cap_u8_tab;
     int32_t *sub_ch;           /* [max_len+2] subtree walk: characters, */
@@ -152,13 +150,6 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte);
 #define GU8_MIXED (-1)
 #define GU8_DEAD (-2)
 const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x);
-/* The same table, with frames = 1 by the frame shortcut where it
- * applies (compiled.c's frame_fill): no set inside a character is
- * computed. */
-const int32_t *gcomp_utf8_table_ex(grammar_compiled *cg, int32_t x, int frames);
-/* tests: x's table by stepping through every character (no frame
- * shortcut, not cached); 0 or -1 (OOM) */
-int gcomp_utf8_table_plain(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS]);
 int gcomp_utf8_reaches(grammar_compiled *cg, int32_t x, int32_t l, uint64_t lead);
 int gcomp_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t sid0);
 /* gcomp_walk, but with whole = 0 the range itself is not handed to a

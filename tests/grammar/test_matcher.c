@@ -628,9 +628,9 @@ static void test_loop_classes(void **state)
         {"root ::= [a-z ]* \"\\\"\" chr{0,50} \"\\\"\" \" [\" s (\", \" s)* \"]\"\ns ::= \"\\\"\" chr{1,60} \"\\\"\"\n"
          "chr ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt]\n",
          "some words \"a bounded string, caf\xc3\xa9 \\\"q\\\"\" [\"x\", \"another one, longer\", \"\xe6\x97\xa5\", \"z\"]"},
-        /* character tables by frames: called string rules whose characters
-         * stay in their frame (inline classes) or end a called character
-         * rule, below a caller (the child walks after whitespace) */
+        /* frame steps: called string rules whose characters stay in their
+         * frame (inline classes) or end a called character rule, below a
+         * caller (the child walks after whitespace) */
         {"root ::= \"{\" ws \"\\\"k\\\":\" ws s ws \",\" ws t ws \",\" ws u ws \"}\"\nws ::= [ \\t\\n]*\n"
          "s ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]* \"\\\"\"\nt ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,30} \"\\\"\"\n"
          "u ::= \"\\\"\" chr{1,20} \"\\\"\"\nchr ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt]\n",
@@ -695,20 +695,8 @@ static void test_loop_classes(void **state)
             assert_true(st.merged > 0);
         if (c == merged_case + 1)
             assert_true(cg->chain_extends > 0);
-        /* every character table the walks asked for, frames and all,
-         * equals the one found by stepping through every character */
-        for (int32_t x = 0, n = cg->n_sets; x < n; x++) {
-            if (cg->u8_of[x] < 0)
-                continue;
-            int32_t plain[GU8_LEADS];
-            assert_int_equal(gcomp_utf8_table_plain(cg, x, plain), 0);
-            for (int i = 0; i < GU8_LEADS; i++)
-                if (cg->u8_tab[cg->u8_of[x] + i] != plain[i])
-                    fail_msg("case %zu set %d lead %02x: table %d, stepped %d", c, x, 0xC0 + i,
-                             cg->u8_tab[cg->u8_of[x] + i], plain[i]);
-        }
         if (c > merged_case)
-            assert_true(cg->frame_leads > 0 && st.frame_steps > 0);
+            assert_true(st.frame_steps > 0);
         assert_int_equal(rs.frame_steps, 0);
         print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks, "
                       "%lld nodes (node by node: %lld)\n",
