@@ -9,6 +9,9 @@
 #include "grammar/bitset.h"
 #include "grammar/compiled_int.h"
 
+/* Sets with more stacks than this take no frame steps (frame_pops). */
+#define GCOMP_FRAME_MAX_STACKS 64
+
 static uint32_t set_hash(const int32_t *ids, int32_t n)
 {
     uint32_t h = 2166136261u;
@@ -62,6 +65,14 @@ static int sets_grow(grammar_compiled *cg)
     if (!uo)
         return -1;
     cg->u8_of = uo;
+    uo = realloc(cg->fpop_t, (size_t)cap * sizeof *uo);
+    if (!uo)
+        return -1;
+    cg->fpop_t = uo;
+    uint64_t *fm = realloc(cg->fpop_mask, (size_t)cap * sizeof *fm);
+    if (!fm)
+        return -1;
+    cg->fpop_mask = fm;
     int32_t *h = malloc((size_t)cap * 2 * sizeof *h);
     if (!h)
         return -1;
@@ -113,6 +124,7 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     cg->loop_flags[id] = 0;
     cg->chain_of[id] = -1;
     cg->u8_of[id] = -1;
+    cg->fpop_t[id] = -1;
     memset(cg->loop_asc[id], 0, sizeof cg->loop_asc[id]);
     uint32_t b = hv & cg->set_hmask;
     cg->set_next[id] = cg->set_heads[b];
@@ -120,13 +132,60 @@ static int32_t set_intern(grammar_compiled *cg, const int32_t *ids, int32_t n)
     return id;
 }
 
+static int reads_byte(const grammar *g, int32_t s, int b);
+static void fill_cell(grammar_compiled *cg, int32_t sid, uint8_t byte, int32_t t);
+
+/* The frame pops of byte b in set sid: bit k when stack k, [s | p] with
+ * a caller p and s's rule calling none, reads b and [s | unknown] reads
+ * it into the empty set with a pop (the frame's rule ends at b: p's
+ * closure follows, whatever s was). 0 when no stack is so, -1 when a
+ * stack reads b otherwise (or sid has too many stacks), -2 on OOM. Two
+ * bytes with the same pops step sid to the same set. */
+static int64_t frame_pops(grammar_compiled *cg, int32_t sid, uint8_t b)
+{
+    const grammar *g = cg->g;
+    int32_t n = cg->set_off[sid + 1] - cg->set_off[sid];
+    if (n > GCOMP_FRAME_MAX_STACKS)
+        return -1;
+    uint64_t m = 0;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t x = cg->set_ids[cg->set_off[sid] + k];
+        int32_t s = cg->pool.state[x], p = cg->pool.parent[x];
+        if (!reads_byte(g, s, b))
+            continue;
+        if (p < 0 || cg->rule_calls[g->st_rule[s]])
+            return -1;
+        int32_t fn = gstk_intern(&cg->pool, s, GSTK_UNKNOWN);
+        int32_t f = fn < 0 ? -1 : set_intern(cg, &fn, 1);
+        int32_t t = f < 0 ? -1 : gcomp_set_trans(cg, f, b); /* f's stack has no caller: a plain step */
+        if (t < 0)
+            return -2;
+        if (t != 1)
+            return -1;
+        m |= 1ull << k;
+    }
+    return (int64_t)(m & INT64_MAX) == (int64_t)m ? (int64_t)m : -1;
+}
+
 /* set x byte -> next*2 + popped, or -1 on OOM; a miss fills the byte's
- * whole cell (the bytes no edge of the set's top states tells apart) */
+ * whole cell (the bytes no edge of the set's top states tells apart).
+ * A byte whose frame pops (frame_pops) equal those of the last byte
+ * stepped with frame pops takes that byte's result without a step: the
+ * cells of a chain level ([ !], [#-[], []-\x7f]) step once. */
 int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
 {
     int32_t t = gcomp_trans_row(cg, sid)[byte];
     if (t >= 0)
         return t;
+    int64_t fp = cg->plain_walk ? 0 : frame_pops(cg, sid, byte);
+    if (fp == -2)
+        return -1;
+    if (fp > 0 && cg->fpop_t[sid] >= 0 && cg->fpop_mask[sid] == (uint64_t)fp) {
+        t = cg->fpop_t[sid];
+        fill_cell(cg, sid, byte, t);
+        cg->stats.frame_steps++;
+        return t;
+    }
     if (cg->step_cap && cg->stats.steps >= cg->step_cap) {
         cg->step_over = 1; /* a merged child given up (gcompiled_child) */
         return -1;
@@ -153,9 +212,20 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
     if (nid < 0)
         return -1;
     t = nid * 2 + (out->hit_unknown ? 1 : 0);
-    /* every byte of the cell around `byte` (no edge of the set's top
-     * states starts or ends inside it) matches the same edges, so it
-     * steps to the same set: one step fills the cell */
+    if (fp > 0) {
+        cg->fpop_t[sid] = t;
+        cg->fpop_mask[sid] = (uint64_t)fp;
+    }
+    fill_cell(cg, sid, byte, t);
+    return t;
+}
+
+/* Sets t for every byte of the cell around `byte` in sid's row: no edge
+ * of the set's top states starts or ends inside it, so every byte of it
+ * matches the same edges and steps to the same set. */
+static void fill_cell(grammar_compiled *cg, int32_t sid, uint8_t byte, int32_t t)
+{
+    int32_t n = cg->set_off[sid + 1] - cg->set_off[sid];
     int lo = 0, hi = 255;
     const grammar *g = cg->g;
     const int32_t *ids = cg->set_ids + cg->set_off[sid];
@@ -180,7 +250,6 @@ int32_t gcomp_set_trans(grammar_compiled *cg, int32_t sid, uint8_t byte)
     int32_t *row = gcomp_trans_row(cg, sid);
     for (int b = lo; b <= hi; b++)
         row[b] = t;
-    return t;
 }
 
 grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_err *err)
@@ -218,8 +287,13 @@ grammar_compiled *grammar_compile(grammar *g, const grammar_vocab *vocab, tern_e
     cg->sub_u = malloc((size_t)vocab->max_len + 2);
     cg->sub_lb = malloc(((size_t)vocab->max_len + 2) * sizeof *cg->sub_lb);
     cg->sub_b = malloc((size_t)vocab->max_len + 2);
+    cg->rule_calls = calloc((size_t)(g->n_rules ? g->n_rules : 1), 1);
+    if (cg->rule_calls)
+        for (int32_t st = 0; st < g->n_states; st++)
+            if (g->re_off[st] != g->re_off[st + 1])
+                cg->rule_calls[g->st_rule[st]] = 1;
     if (!cg->entries || !cg->scratch_bits || !cg->scratch_sum || !cg->scratch_S || !cg->scratch_pop || !cg->sub_ch || !cg->sub_u ||
-        !cg->sub_lb || !cg->sub_b || gstk_pool_init(&cg->pool)) {
+        !cg->sub_lb || !cg->sub_b || !cg->rule_calls || gstk_pool_init(&cg->pool)) {
         grammar_compiled_free(cg);
         tern_err_set(err, TERN_ENOMEM, "grammar: out of memory");
         return NULL;
@@ -302,14 +376,126 @@ static void pre_masks(grammar_compiled *cg, const gstk_set *cl)
     }
 }
 
+/* The return state of stack x's caller, -1 for none (the unknown
+ * bottom). */
+static inline int32_t pre_caller(const grammar_compiled *cg, int32_t x)
+{
+    int32_t p = cg->pool.parent[x];
+    return p >= 0 ? cg->pool.state[p] : -1;
+}
+
+/* Whether the set holds at least GCOMP_PRE_MIN_TOPS distinct (top,
+ * caller) pairs - a top state per name, or the whitespace before the
+ * next optional property in a hundred callers at once - counted
+ * cheaply. */
+static int pre_wide_set(const grammar_compiled *cg, const gstk_set *cl)
+{
+    int32_t tops = 0;
+    for (int32_t k = 0; k < cl->n && tops < GCOMP_PRE_MIN_TOPS; k++) {
+        int32_t s = cg->pool.state[cl->ids[k]], u = pre_caller(cg, cl->ids[k]), seen = 0;
+        for (int32_t q = 0; q < k && !seen; q++)
+            seen = cg->pool.state[cl->ids[q]] == s && pre_caller(cg, cl->ids[q]) == u;
+        tops += !seen;
+    }
+    return tops >= GCOMP_PRE_MIN_TOPS;
+}
+
+/* Hashes of the wide sets one byte after a wide closure already done
+ * (open addressing, 0 = empty; a collision only skips a cache fill). */
+typedef struct pre_seen {
+    uint64_t *h;
+    size_t n, cap;
+} pre_seen;
+
+/* 1 when the sorted set was seen (else it is recorded), -1 on OOM. */
+static int pre_seen_put(pre_seen *ps, const int32_t *ids, int32_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    for (int32_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)ids[i]) * 0x100000001B3ull;
+    h |= 1;
+    if ((ps->n + 1) * 2 > ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 256;
+        uint64_t *nh = calloc(cap, sizeof *nh);
+        if (!nh)
+            return -1;
+        for (size_t i = 0; i < ps->cap; i++) {
+            if (!ps->h[i])
+                continue;
+            size_t j = ps->h[i] & (cap - 1);
+            while (nh[j])
+                j = (j + 1) & (cap - 1);
+            nh[j] = ps->h[i];
+        }
+        free(ps->h);
+        ps->h = nh;
+        ps->cap = cap;
+    }
+    size_t j = h & (ps->cap - 1);
+    for (; ps->h[j]; j = (j + 1) & (ps->cap - 1))
+        if (ps->h[j] == h)
+            return 1;
+    ps->h[j] = h;
+    ps->n++;
+    return 0;
+}
+
+/* The masks one byte after the wide set cl: for each byte cell its top
+ * states read (bytes no edge tells apart step alike), the stepped set
+ * when it is wide too - the separator read before the next name (after
+ * ',' the whitespace in front of every remaining optional property,
+ * after '"' the names' second states). Returns the closure work. */
+static long long pre_next(grammar_compiled *cg, const gstk_set *cl, gstk_set *nx, pre_seen *ps)
+{
+    const grammar *g = cg->g;
+    long long cw = 0;
+    uint64_t rd[4] = {0, 0, 0, 0}; /* bytes some top state reads */
+    for (int32_t k = 0; k < cl->n; k++) {
+        int32_t st = cg->pool.state[cl->ids[k]];
+        for (int32_t i = g->be_off[st]; i < g->be_off[st + 1]; i++)
+            for (int b = g->be[i].lo; b <= g->be[i].hi; b++)
+                rd[b >> 6] |= 1ull << (b & 63);
+    }
+    for (int b = 0; b < 256; b++) {
+        if (!((rd[b >> 6] >> (b & 63)) & 1))
+            continue;
+        int hi = 255;
+        for (int32_t k = 0; k < cl->n; k++) {
+            int32_t st = cg->pool.state[cl->ids[k]];
+            for (int32_t i = g->be_off[st]; i < g->be_off[st + 1]; i++) {
+                const gbyte_edge *e = &g->be[i];
+                if (b < e->lo && e->lo - 1 < hi)
+                    hi = e->lo - 1;
+                else if (b >= e->lo && b <= e->hi && e->hi < hi)
+                    hi = e->hi;
+            }
+        }
+        gstk_step(g, &cg->pool, cl, (uint8_t)b, nx);
+        cw += cl->n + nx->n;
+        b = hi; /* the rest of the cell steps alike */
+        if (nx->oom || nx->overflow || !pre_wide_set(cg, nx))
+            continue;
+        if (nx->n > 1)
+            qsort(nx->ids, (size_t)nx->n, sizeof *nx->ids, cmp_i32);
+        int r = pre_seen_put(ps, nx->ids, nx->n);
+        if (r < 0)
+            break;
+        if (!r)
+            pre_masks(cg, nx);
+    }
+    return cw;
+}
+
 /* The masks of wide choices: for every state p that calls a rule, the
- * closure of [p | unknown]; when it holds at least GCOMP_PRE_MIN_TOPS top
- * states (an object's property names), what a mask of it needs. 0 done,
- * 1 budget spent. */
+ * closure of [p | unknown]; when it holds at least GCOMP_PRE_MIN_TOPS
+ * (top, caller) pairs (an object's property names), what a mask of it
+ * needs, and of the wide sets one byte further. 0 done, 1 budget
+ * spent. */
 static int pre_choices(grammar_compiled *cg, long budget, long long w0)
 {
     const grammar *g = cg->g;
-    gstk_set cl = {0};
+    gstk_set cl = {0}, nx = {0};
+    pre_seen ps = {0};
     int rc = 0;
     long long cw = 0; /* closure work */
     for (int32_t p = 0; p < g->n_states && !rc; p++) {
@@ -322,18 +508,14 @@ static int pre_choices(grammar_compiled *cg, long budget, long long w0)
         if (pre_close(cg, gstk_intern(&cg->pool, p, GSTK_UNKNOWN), &cl))
             break;
         cw += cl.n;
-        /* distinct tops, counted cheaply: enough of them? */
-        int32_t tops = 0;
-        for (int32_t k = 0; k < cl.n && tops < GCOMP_PRE_MIN_TOPS; k++) {
-            int32_t s = cg->pool.state[cl.ids[k]], seen = 0;
-            for (int32_t q = 0; q < k && !seen; q++)
-                seen = cg->pool.state[cl.ids[q]] == s;
-            tops += !seen;
-        }
-        if (tops >= GCOMP_PRE_MIN_TOPS)
-            pre_masks(cg, &cl);
+        if (!pre_wide_set(cg, &cl))
+            continue;
+        pre_masks(cg, &cl);
+        cw += pre_next(cg, &cl, &nx, &ps);
     }
     gstk_set_free(&cl);
+    gstk_set_free(&nx);
+    free(ps.h);
     return rc;
 }
 
@@ -496,6 +678,9 @@ void grammar_compiled_free(grammar_compiled *cg)
     free(cg->loop_flags);
     free(cg->chain_of);
     free(cg->u8_of);
+    free(cg->fpop_t);
+    free(cg->fpop_mask);
+    free(cg->rule_calls);
     free(cg->u8_tab);
     free(cg->chains);
     free(cg->chain_sets);
@@ -572,6 +757,8 @@ typedef struct u8_memo {
 } u8_memo;
 
 #define GU8_OOM (-3)
+/* not decided yet (u8_fill) */
+#define GU8_UNDECIDED (-5)
 
 /* Where the characters continuing from set y in UTF-8 state u (1-7) all
  * lead: z > 0 when every one reaches z through non-empty sets without a
@@ -611,6 +798,60 @@ static int32_t u8_cont(grammar_compiled *cg, u8_memo *mm, int32_t y, int u)
     return z;
 }
 
+/* Fills the entries of res[GU8_LEADS] still GU8_UNDECIDED for set x:
+ * per strict lead byte, GU8_DEAD when it steps x to the empty set
+ * without a pop, else where its characters lead (u8_cont). -1 on OOM. */
+static int u8_fill(grammar_compiled *cg, int32_t x, int32_t res[GU8_LEADS])
+{
+    u8_memo memo, *mm = &memo;
+    mm->n = 0;
+    for (int b = 0xC0; b < 0xC0 + GU8_LEADS; b++) {
+        if (res[b - 0xC0] != GU8_UNDECIDED)
+            continue;
+        int u = gvoc_utf8_next(0, (uint8_t)b);
+        if (u <= 0) {
+            res[b - 0xC0] = GU8_MIXED; /* never a strict lead byte */
+            continue;
+        }
+        int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
+        if (t < 0)
+            return -1;
+        if (t == 0)
+            res[b - 0xC0] = GU8_DEAD;
+        else if ((t & 1) || !(t >> 1))
+            res[b - 0xC0] = GU8_MIXED;
+        else if ((res[b - 0xC0] = u8_cont(cg, mm, t >> 1, u)) == GU8_OOM)
+            return -1;
+    }
+    return 0;
+}
+
+/* Appends a table to u8_tab; its offset, or -1 on OOM. */
+static int32_t u8_store(grammar_compiled *cg, const int32_t res[GU8_LEADS])
+{
+    if (cg->n_u8_tab + GU8_LEADS > cg->cap_u8_tab) {
+        size_t cap = cg->cap_u8_tab ? cg->cap_u8_tab * 2 : (size_t)GU8_LEADS * 64;
+        int32_t *nt = realloc(cg->u8_tab, cap * sizeof *nt);
+        if (!nt)
+            return -1;
+        cg->u8_tab = nt;
+        cg->cap_u8_tab = cap;
+    }
+    int32_t off = (int32_t)cg->n_u8_tab;
+    memcpy(cg->u8_tab + off, res, GU8_LEADS * sizeof *res);
+    cg->n_u8_tab += GU8_LEADS;
+    return off;
+}
+
+/* Whether state s has a byte edge reading b. */
+static int reads_byte(const grammar *g, int32_t s, int b)
+{
+    for (int32_t i = g->be_off[s]; i < g->be_off[s + 1]; i++)
+        if (b >= g->be[i].lo && b <= g->be[i].hi)
+            return 1;
+    return 0;
+}
+
 /* x's character table (computed on first use): per strict UTF-8 lead
  * byte b, at [b - 0xC0], the set z > 0 every character it begins leads
  * x to through non-empty sets without a pop, GU8_DEAD when b itself
@@ -622,35 +863,13 @@ const int32_t *gcomp_utf8_table(grammar_compiled *cg, int32_t x)
     if (cg->u8_of[x] >= 0)
         return cg->u8_tab + cg->u8_of[x];
     int32_t res[GU8_LEADS];
-    u8_memo memo, *mm = &memo;
-    mm->n = 0;
-    for (int b = 0xC0; b < 0xC0 + GU8_LEADS; b++) {
-        int u = gvoc_utf8_next(0, (uint8_t)b);
-        if (u <= 0) {
-            res[b - 0xC0] = GU8_MIXED; /* never a strict lead byte */
-            continue;
-        }
-        int32_t t = gcomp_set_trans(cg, x, (uint8_t)b);
-        if (t < 0)
-            return NULL;
-        if (t == 0)
-            res[b - 0xC0] = GU8_DEAD;
-        else if ((t & 1) || !(t >> 1))
-            res[b - 0xC0] = GU8_MIXED;
-        else if ((res[b - 0xC0] = u8_cont(cg, mm, t >> 1, u)) == GU8_OOM)
-            return NULL;
-    }
-    if (cg->n_u8_tab + GU8_LEADS > cg->cap_u8_tab) {
-        size_t cap = cg->cap_u8_tab ? cg->cap_u8_tab * 2 : (size_t)GU8_LEADS * 64;
-        int32_t *nt = realloc(cg->u8_tab, cap * sizeof *nt);
-        if (!nt)
-            return NULL;
-        cg->u8_tab = nt;
-        cg->cap_u8_tab = cap;
-    }
-    int32_t off = (int32_t)cg->n_u8_tab;
-    memcpy(cg->u8_tab + off, res, sizeof res);
-    cg->n_u8_tab += GU8_LEADS;
+    for (int i = 0; i < GU8_LEADS; i++)
+        res[i] = GU8_UNDECIDED;
+    if (u8_fill(cg, x, res))
+        return NULL;
+    int32_t off = u8_store(cg, res);
+    if (off < 0)
+        return NULL;
     cg->u8_of[x] = off; /* indexed after the steps: the sets may have moved */
     return cg->u8_tab + off;
 }

@@ -135,15 +135,151 @@ static int chain_short_loop(grammar_compiled *cg, int32_t X, uint64_t c0, uint64
     return 0;
 }
 
-/* Builds x's chain into chains[n_chains]: 1 built, 0 none, -1 OOM. The
- * class starts as the ASCII bytes that take x where the probe letters
- * do, and every UTF-8 lead byte; a level that reads some class bytes (or
- * the characters of a lead byte) differently drops them from the class
- * (they become frontier bytes everywhere, so the levels already checked
- * stay valid). */
-static int chain_build(grammar_compiled *cg, int32_t x)
+/* Appends a chain record; -1 on OOM. */
+static int chain_add(grammar_compiled *cg, const uint64_t c[2], size_t off, int32_t len, uint64_t lead, int kind)
+{
+    if (cg->n_chains == cg->cap_chains) {
+        int32_t cap = cg->cap_chains ? cg->cap_chains * 2 : 64;
+        gchain *nc = realloc(cg->chains, (size_t)cap * sizeof *nc);
+        if (!nc)
+            return -1;
+        cg->chains = nc;
+        cg->cap_chains = cap;
+    }
+    gchain *ch = &cg->chains[cg->n_chains++];
+    ch->asc[0] = c[0];
+    ch->asc[1] = c[1];
+    ch->off = (int32_t)off;
+    ch->len = len;
+    ch->lead = lead;
+    ch->kind = (uint8_t)kind;
+    ch->cls = NULL;
+    return 0;
+}
+
+/* Verifies chain idx (GCHAIN_OPEN) level by level from its length on,
+ * until it has `need` levels, ends (FULL, LOOP, DEAD) or cannot go on
+ * (GCHAIN_STOP: the verified levels stay usable). A level that reads
+ * some class bytes (or the characters of a lead byte) differently drops
+ * them from the class (they become frontier bytes everywhere, so the
+ * levels already checked stay valid). The chain's sets move to the end
+ * of chain_sets first when other chains follow them. 0 or -1 (OOM). */
+static int chain_extend(grammar_compiled *cg, int32_t idx, int32_t need)
 {
     const grammar_vocab *v = cg->v;
+    gchain ch = cg->chains[idx];
+    size_t off = (size_t)ch.off;
+    if (off + (size_t)ch.len + 1 != cg->n_chain_sets) {
+        size_t noff = cg->n_chain_sets;
+        for (int32_t k = 0; k <= ch.len; k++)
+            if (chain_push(cg, cg->chain_sets[off + (size_t)k]))
+                return -1;
+        off = noff;
+    }
+    uint64_t c[2] = {ch.asc[0], ch.asc[1]};
+    uint64_t lead_ok = ch.lead;
+    int kind = GCHAIN_OPEN;
+    int32_t k = ch.len;
+    for (;; k++) {
+        int32_t X = cg->chain_sets[off + (size_t)k];
+        if (k >= v->w_max) {
+            kind = GCHAIN_FULL;
+            break;
+        }
+        if (k >= need)
+            break;
+        /* the candidate successor: the first class byte that does not pop */
+        int32_t ny = chain_next(cg, X, c);
+        if (ny < -1)
+            return -1;
+        if (ny < 0)
+            goto stop;
+        /* the class bytes found at this position or later must agree */
+        uint64_t c0 = c[0], c1 = c[1];
+        if (chain_level_asc(cg, X, ny, k, c))
+            return -1;
+        if (__builtin_popcountll(c[0]) + __builtin_popcountll(c[1]) < GCHAIN_MIN_BYTES) {
+            c[0] = c0, c[1] = c1; /* the levels before were checked with these */
+            goto stop;
+        }
+        /* the characters of each lead byte found here: a lead byte whose
+         * characters disagree leaves the class */
+        uint64_t lm = v->pos_lead[k] & lead_ok;
+        if (lm) {
+            const int32_t *tab = gcomp_utf8_table(cg, X);
+            if (!tab)
+                return -1;
+            int32_t want = ny ? ny : GU8_DEAD;
+            for (uint64_t m = lm & GVOC_LEAD_ALL; m; m &= m - 1)
+                if (tab[__builtin_ctzll(m)] != want)
+                    lead_ok &= ~(m & -m);
+        }
+        if (ny == 0) {
+            kind = GCHAIN_DEAD;
+            break;
+        }
+        if (ny == X) {
+            /* a loop: every class byte and character, not only those found here */
+            int loop = 1;
+            for (int b = 0; b < 128 && loop; b++) {
+                if (!asc_has(c, b))
+                    continue;
+                int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
+                if (t < 0)
+                    return -1;
+                loop = t == X * 2;
+            }
+            if (loop && lead_ok) {
+                int r = gcomp_utf8_reaches(cg, X, X, lead_ok);
+                if (r < 0)
+                    return -1;
+                loop = r;
+            }
+            if (loop) {
+                /* a short chain into a loop whose own class is wider than
+                 * the chain's: the plain walk reaches X at a few top nodes
+                 * and takes the loop's class (already built) below them,
+                 * cheaper than a narrowed class's trie split */
+                uint64_t lc[2];
+                if (chain_loop_asc(cg, X, lc))
+                    return -1;
+                int narrow = lc[0] != c[0] || lc[1] != c[1];
+                if (!narrow && lead_ok != GVOC_LEAD_ALL) {
+                    int r = gcomp_utf8_reaches(cg, X, X, GVOC_LEAD_ALL & ~lead_ok);
+                    if (r < 0)
+                        return -1;
+                    narrow = r;
+                }
+                if (narrow && k < GCHAIN_NARROW_MIN)
+                    goto stop;
+                kind = GCHAIN_LOOP;
+                break;
+            }
+        }
+        if (chain_push(cg, ny))
+            return -1;
+    }
+    if (0) {
+stop:
+        kind = GCHAIN_STOP;
+    }
+    gchain *cp = &cg->chains[idx];
+    if (cp->asc[0] != c[0] || cp->asc[1] != c[1] || cp->lead != lead_ok)
+        cp->cls = NULL; /* the cached class split was of the wider class */
+    cp->asc[0] = c[0];
+    cp->asc[1] = c[1];
+    cp->off = (int32_t)off;
+    cp->len = k;
+    cp->lead = lead_ok;
+    cp->kind = (uint8_t)kind;
+    return 0;
+}
+
+/* Starts x's chain in chains[n_chains] (GCHAIN_OPEN, no level verified
+ * yet): 1 started, 0 none, -1 OOM. The class starts as the ASCII bytes
+ * that take x where the probe letters do, and every UTF-8 lead byte. */
+static int chain_start(grammar_compiled *cg, int32_t x)
+{
     int32_t y = -1;
     for (const char *p = chain_probe; *p && y < 0; p++) {
         int32_t t = gcomp_set_trans(cg, x, (uint8_t)*p);
@@ -165,119 +301,29 @@ static int chain_build(grammar_compiled *cg, int32_t x)
     int sl = chain_short_loop(cg, x, c[0], c[1]);
     if (sl)
         return sl < 0 ? -1 : 0;
-    uint64_t lead_ok = GVOC_LEAD_ALL;
     size_t off = cg->n_chain_sets;
     if (chain_push(cg, x))
         return -1;
-    int kind = -1;
-    int32_t k = 0;
-    for (;; k++) {
-        int32_t X = cg->chain_sets[off + (size_t)k];
-        if (k >= v->w_max) {
-            kind = GCHAIN_FULL;
-            break;
-        }
-        /* the candidate successor: the first class byte that does not pop */
-        int32_t ny = chain_next(cg, X, c);
-        if (ny < -1)
-            goto oom;
-        if (ny < 0)
-            goto none;
-        /* the class bytes found at this position or later must agree */
-        if (chain_level_asc(cg, X, ny, k, c))
-            goto oom;
-        if (__builtin_popcountll(c[0]) + __builtin_popcountll(c[1]) < GCHAIN_MIN_BYTES)
-            goto none;
-        /* the characters of each lead byte found here: a lead byte whose
-         * characters disagree leaves the class */
-        uint64_t lm = v->pos_lead[k] & lead_ok;
-        if (lm) {
-            const int32_t *tab = gcomp_utf8_table(cg, X);
-            if (!tab)
-                goto oom;
-            int32_t want = ny ? ny : GU8_DEAD;
-            for (uint64_t m = lm & GVOC_LEAD_ALL; m; m &= m - 1)
-                if (tab[__builtin_ctzll(m)] != want)
-                    lead_ok &= ~(m & -m);
-        }
-        if (ny == 0) {
-            kind = GCHAIN_DEAD;
-            break;
-        }
-        if (ny == X) {
-            /* a loop: every class byte and character, not only those found here */
-            int loop = 1;
-            for (int b = 0; b < 128 && loop; b++) {
-                if (!asc_has(c, b))
-                    continue;
-                int32_t t = gcomp_set_trans(cg, X, (uint8_t)b);
-                if (t < 0)
-                    goto oom;
-                loop = t == X * 2;
-            }
-            if (loop && lead_ok) {
-                int r = gcomp_utf8_reaches(cg, X, X, lead_ok);
-                if (r < 0)
-                    goto oom;
-                loop = r;
-            }
-            if (loop) {
-                /* a short chain into a loop whose own class is wider than
-                 * the chain's: the plain walk reaches X at a few top nodes
-                 * and takes the loop's class (already built) below them,
-                 * cheaper than a narrowed class's trie split */
-                uint64_t lc[2];
-                if (chain_loop_asc(cg, X, lc))
-                    goto oom;
-                int narrow = lc[0] != c[0] || lc[1] != c[1];
-                if (!narrow && lead_ok != GVOC_LEAD_ALL) {
-                    int r = gcomp_utf8_reaches(cg, X, X, GVOC_LEAD_ALL & ~lead_ok);
-                    if (r < 0)
-                        goto oom;
-                    narrow = r;
-                }
-                if (narrow && k < GCHAIN_NARROW_MIN)
-                    goto none;
-                kind = GCHAIN_LOOP;
-                break;
-            }
-        }
-        if (chain_push(cg, ny))
-            goto oom;
+    if (chain_add(cg, c, off, 0, GVOC_LEAD_ALL, GCHAIN_OPEN)) {
+        cg->n_chain_sets = off;
+        return -1;
     }
-    if (cg->n_chains == cg->cap_chains) {
-        int32_t cap = cg->cap_chains ? cg->cap_chains * 2 : 64;
-        gchain *nc = realloc(cg->chains, (size_t)cap * sizeof *nc);
-        if (!nc)
-            goto oom;
-        cg->chains = nc;
-        cg->cap_chains = cap;
-    }
-    gchain *ch = &cg->chains[cg->n_chains++];
-    ch->asc[0] = c[0];
-    ch->asc[1] = c[1];
-    ch->off = (int32_t)off;
-    ch->len = k;
-    ch->lead = lead_ok;
-    ch->kind = (uint8_t)kind;
-    ch->cls = NULL;
     return 1;
-none:
-    cg->n_chain_sets = off;
-    return 0;
-oom:
-    cg->n_chain_sets = off;
-    return -1;
 }
 
-/* x's chain index (computed on first use): 1 found, 0 none, -1 OOM. */
-static int chain_get(grammar_compiled *cg, int32_t x, int32_t *idx)
+/* x's chain index, verified for at least `need` levels where the
+ * vocabulary has them (computed and extended on demand): 1 found, 0
+ * none (or too short: GCHAIN_STOP before need), -1 OOM. A subtree walk
+ * needs the levels of the subtree's longest path only: the chain below
+ * a quote in a maxLength string is checked for the dozen characters the
+ * vocabulary has there, not for its longest token's 128. */
+static int chain_get(grammar_compiled *cg, int32_t x, int32_t need, int32_t *idx)
 {
     int32_t k = cg->chain_of[x];
     if (k == -2)
         return 0;
     if (k < 0) {
-        int r = chain_build(cg, x);
+        int r = chain_start(cg, x);
         if (r < 0)
             return -1;
         k = r ? cg->n_chains - 1 : -2;
@@ -285,6 +331,14 @@ static int chain_get(grammar_compiled *cg, int32_t x, int32_t *idx)
         if (!r)
             return 0;
     }
+    if (cg->chains[k].kind == GCHAIN_OPEN && cg->chains[k].len < need) {
+        cg->chain_extends += cg->chains[k].len > 0;
+        if (chain_extend(cg, k, need))
+            return -1;
+    }
+    const gchain *ch = &cg->chains[k];
+    if (ch->kind == GCHAIN_OPEN ? ch->len < need && ch->len < cg->v->w_max : ch->kind == GCHAIN_STOP && ch->len < need)
+        return 0;
     *idx = k;
     return 1;
 }
@@ -406,7 +460,7 @@ int gcomp_chain_warm(grammar_compiled *cg, int32_t x)
     if (r <= 0)
         return r;
     int32_t idx;
-    return chain_get(cg, x, &idx);
+    return chain_get(cg, x, cg->v->w_max, &idx);
 }
 
 int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base, int32_t x)
@@ -430,7 +484,7 @@ int gcomp_count_walk(grammar_compiled *cg, int32_t lo, int32_t hi, int32_t base,
             return r;
     }
     int32_t idx;
-    int r = chain_get(cg, x, &idx);
+    int r = chain_get(cg, x, base ? v->nw_max[j] - c0 : v->w_max, &idx);
     if (r <= 0)
         return r;
     /* the cached split of the whole trie: all lead bytes or none (a

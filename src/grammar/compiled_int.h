@@ -104,9 +104,13 @@ struct grammar_compiled {
     int32_t n_chains, cap_chains;
     int32_t *chain_sets;
     size_t n_chain_sets, cap_chain_sets;
+    long long chain_extends;   /* tests: chains verified further after their first use */
     /* per set, on demand: its UTF-8 character table (gcomp_utf8_table),
      * -1 none yet, else its offset in u8_tab */
     int32_t *u8_of;            /* [cap_sets] */
+    int32_t *fpop_t;           /* [cap_sets] the last step with frame pops (gcomp_set_trans), -1 none, */
+    uint64_t *fpop_mask;       /* [cap_sets] and its pops */
+    uint8_t *rule_calls;       /* [n_rules] some state of the rule calls a rule */
     int32_t *u8_tab;
     size_t n_u8_tab, cap_u8_tab;
     int32_t *sub_ch;           /* [max_len+2] subtree walk: characters, */
@@ -118,7 +122,7 @@ struct grammar_compiled {
     int pop_over;              /* ... and one was given up */
     long long step_cap;        /* merged children: give up at this step count (0: never) */
     int step_over;             /* ... and one was given up */
-    int plain_walk;            /* tests: walk node by node (no loop skip, no classes) */
+    int plain_walk;            /* tests: walk node by node (no loop skip, no classes), step every byte (no frames) */
 };
 
 /* A chain of sets (compiled_chain.c): X[0] = x and, for k < len, every
@@ -131,6 +135,11 @@ struct grammar_compiled {
 #define GCHAIN_FULL 0
 #define GCHAIN_LOOP 1
 #define GCHAIN_DEAD 2
+/* verified for len levels so far (more on demand), or for len levels
+ * only (a level after them breaks the chain): walks that need no more
+ * levels use it (compiled_chain.c's chain_get) */
+#define GCHAIN_OPEN 3
+#define GCHAIN_STOP 4
 typedef struct gchain {
     uint64_t asc[2];
     int32_t off;        /* X[k] = chain_sets[off + k], k in [0, len] */

@@ -144,6 +144,7 @@ typedef struct grammar_compiled_stats {
     long long entries, children, walk_nodes, shared_hits, class_walks, count_walks, steps;
     long long class_builds, class_nodes, merged;
     long long count_split_hits; /* counted walks of subtrees served by a cached class split */
+    long long frame_steps; /* bytes stepped like an earlier byte of the same set by their frame pops */
 } grammar_compiled_stats;
 void grammar_compiled_stats_get(const grammar_compiled *cg, grammar_compiled_stats *out);
 

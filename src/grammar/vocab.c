@@ -79,11 +79,12 @@ static int build_weights(grammar_vocab *v)
     int32_t n = v->n_nodes;
     v->nw = malloc((size_t)(n ? n : 1));
     v->nw_tok = malloc((size_t)(v->n_trie_tokens ? v->n_trie_tokens : 1));
+    v->nw_max = malloc((size_t)(n ? n : 1));
     v->pos_asc = calloc(GVOC_W_MAX + 2, sizeof *v->pos_asc);
     v->pos_lead = calloc(GVOC_W_MAX + 2, sizeof *v->pos_lead);
     int8_t *us = malloc((size_t)v->max_len + 2);
     int32_t *cs = malloc(((size_t)v->max_len + 2) * sizeof *cs);
-    if (!v->nw || !v->nw_tok || !v->pos_asc || !v->pos_lead || !us || !cs) {
+    if (!v->nw || !v->nw_tok || !v->nw_max || !v->pos_asc || !v->pos_lead || !us || !cs) {
         free(us);
         free(cs);
         return -1;
@@ -123,6 +124,14 @@ static int build_weights(grammar_vocab *v)
     for (int32_t i = 0; i < n; i++)
         for (int32_t q = v->ntok_off[i]; q < v->ntok_off[i + 1]; q++)
             v->nw_tok[q] = v->nw[i];
+    /* children before parents: node i's children are i + 1, nend[i + 1], ... */
+    for (int32_t i = n - 1; i >= 0; i--) {
+        uint8_t m = v->nw[i] == GVOC_W_NONE ? 0 : v->nw[i];
+        for (int32_t c = i + 1; c < v->nend[i]; c = v->nend[c])
+            if (v->nw_max[c] > m)
+                m = v->nw_max[c];
+        v->nw_max[i] = m;
+    }
     v->w_max = wmax;
     free(us);
     free(cs);
@@ -293,6 +302,7 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->nsk_asc);
     free(v->nsk_flags);
     free(v->nw);
+    free(v->nw_max);
     free(v->nw_tok);
     free(v->pos_asc);
     free(v->pos_lead);

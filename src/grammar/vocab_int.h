@@ -106,6 +106,7 @@ struct grammar_vocab {
      * bytes (bit b - 0xC0) that begin a character at position k or later
      * of some path (k in [0, w_max]). */
     uint8_t *nw, *nw_tok;
+    uint8_t *nw_max;     /* [n_nodes] largest weight in the node's subtree (itself included, GVOC_W_NONE ignored) */
     int32_t w_max;
     uint64_t (*pos_asc)[2];
     uint64_t *pos_lead;

@@ -613,14 +613,30 @@ static void test_loop_classes(void **state)
          * class without the line separators) */
         {"root ::= \"\\\"\" [^\"\\\\]* [^\"\\\\\\u2028\\u2029]+ [^\"\\\\]* \"\\\"\" \"!\"\n",
          "\"caf\xc3\xa9 cr\xc3\xa8me, \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xe2\x80\x94 a line\xe2\x80\xa8next \xd0\xbf\xd1\x80\xd0\xb8\"!"},
+        /* frame steps: after ' ', 'a' ends a's frame only, 't' ends it and
+         * moves inside b's: the two bytes step to different sets */
+        {"root ::= \" \" (a | b) (\", \" (a | b))* \".\"\na ::= [at]\nb ::= \"t\" \"he\"\n", " a, the, t, a."},
         /* merged children: a nullable right recursion (a pattern's rule
          * per state) pops at nearly every trie node, so its pops are
          * continued in the caller's caller at once */
         {"root ::= \"{\\\"\" k \"\\\": \" k2 \"}\"\nk ::= \"\" | c k | \"\\\\u00\" [0-9a-f] [0-9a-f] k\n"
          "k2 ::= \"\\\"\" (\"\" | c k3) \"\\\"\"\nk3 ::= \"\" | c k3 | \"\\n\" k3\nc ::= [^\"\\\\\\n]\n",
          "{\"a key with words, \\u00e9 and caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\": \"a value\nover two lines, \xd0\xbf\xd1\x80\xd0\xb8\"}"},
+        /* counted walks verified only as deep as the subtree needs (the
+         * strings below a quote token), then further for deeper ones: the
+         * same chain reached below "\"" and " \"" and from the root */
+        {"root ::= [a-z ]* \"\\\"\" chr{0,50} \"\\\"\" \" [\" s (\", \" s)* \"]\"\ns ::= \"\\\"\" chr{1,60} \"\\\"\"\n"
+         "chr ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt]\n",
+         "some words \"a bounded string, caf\xc3\xa9 \\\"q\\\"\" [\"x\", \"another one, longer\", \"\xe6\x97\xa5\", \"z\"]"},
+        /* frame steps: called string rules whose characters stay in their
+         * frame (inline classes) or end a called character rule, below a
+         * caller (the child walks after whitespace) */
+        {"root ::= \"{\" ws \"\\\"k\\\":\" ws s ws \",\" ws t ws \",\" ws u ws \"}\"\nws ::= [ \\t\\n]*\n"
+         "s ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]* \"\\\"\"\nt ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,30} \"\\\"\"\n"
+         "u ::= \"\\\"\" chr{1,20} \"\\\"\"\nchr ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt]\n",
+         "{\"k\": \"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\", \"na\xc3\xafve d\xc3\xa9j\xc3\xa0 vu\", \"\xd0\xbf\xd1\x80\xd0\xb8 \xc3\xa9t\xc3\xa9\"}"},
     };
-    const size_t merged_case = sizeof cases / sizeof cases[0] - 1; /* the last one */
+    const size_t merged_case = sizeof cases / sizeof cases[0] - 3;
     const size_t counted_case = 7; /* bounded strings: their copies' child walks */
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
@@ -702,6 +718,11 @@ static void test_loop_classes(void **state)
             assert_true(st.merged > 0);
         if (c == counted_case)
             assert_true(st.count_split_hits > 0);
+        if (c == merged_case + 1)
+            assert_true(cg->chain_extends > 0);
+        if (c > merged_case)
+            assert_true(st.frame_steps > 0);
+        assert_int_equal(rs.frame_steps, 0);
         print_message("case %zu: %zu tokens, %lld walks (%lld merged), %lld class walks, %lld counted walks "
                       "(%lld of subtrees by a cached split), %lld nodes (node by node: %lld), sets %d / %d\n",
                       c, n_ids, st.entries + st.children, st.merged, st.class_walks, st.count_walks,
@@ -722,6 +743,82 @@ static void test_loop_classes(void **state)
     assert_true(max_sets > 2 << GCOMP_TRANS_SHIFT);
     free(m1);
     free(m2);
+    grammar_vocab_free(v);
+    grammar_vocab_free(vref);
+    tokenizer_free(tok);
+}
+
+/* The precompute of wide sets (compiled.c's pre_choices): an object of
+ * 40 optional properties, as the schema front end writes it. After a
+ * value, the whitespace before the next property waits in 39 callers at
+ * once, and after the ',' again: both masks find every child computed
+ * at compile time. Masks equal the node-by-node walk's throughout. */
+static void test_precompute_wide(void **state)
+{
+    (void)state;
+    tern_err e = {0};
+    tern_tokenizer *tok = llama3_or_skip();
+    grammar_vocab *v = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    grammar_vocab *vref = grammar_vocab_new(tok, 0, NULL, 0, &e);
+    assert_non_null(v);
+    assert_non_null(vref);
+    enum { N = 40 };
+    char *g = malloc(16384);
+    assert_non_null(g);
+    size_t n = (size_t)snprintf(g, 16384,
+                                "root ::= \"{\" ws n%d o%d ws \"}\"\nws ::= [ \\t\\n]{0,4}\n"
+                                "str ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]* \"\\\"\"\no0 ::= \"\"\n",
+                                N, N - 1);
+    for (int k = 1; k <= N; k++) {
+        n += (size_t)snprintf(g + n, 16384 - n, "n%d ::= \"\\\"key_%c%c\\\"\" ws \":\" ws str\n", k, 'a' + k % 26,
+                              'a' + k / 26);
+        if (k < N)
+            n += (size_t)snprintf(g + n, 16384 - n, "o%d ::= (ws \",\" ws n%d)? o%d\n", k, k, k - 1);
+    }
+    grammar_compiled *cg = grammar_compile_ebnf(g, n, v, NULL, &e);
+    if (!cg)
+        fail_msg("%s", e.msg);
+    grammar_limits rl;
+    grammar_limits_init(&rl);
+    rl.precompute = -1;
+    grammar_compiled *ref = grammar_compile_ebnf(g, n, vref, &rl, &e);
+    assert_non_null(ref);
+    ref->plain_walk = 1;
+    grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
+    assert_non_null(a);
+    assert_non_null(b);
+    /* key_ob is property 40, key_db property 29, key_ma property 12 */
+    static const char *const chunks[] = {"{", "\"key_ob\"", ": ", "\"a\"", ",", " ", "\"key_db\": \"b\"", ",",
+                                         "\n\"key_ma\":\"c\"", " ", "}"};
+    size_t nw = grammar_vocab_mask_words(v);
+    uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
+    for (size_t i = 0; i <= sizeof chunks / sizeof chunks[0]; i++) {
+        grammar_compiled_stats s0, s1;
+        grammar_compiled_stats_get(cg, &s0);
+        int c1 = grammar_matcher_fill_next_token_bitmask(a, m1, nw);
+        grammar_compiled_stats_get(cg, &s1);
+        int c2 = grammar_matcher_fill_next_token_bitmask(b, m2, nw);
+        assert_true(c1 > 0);
+        if (c1 != c2 || memcmp(m1, m2, nw * sizeof *m1))
+            fail_msg("chunk %zu: masks differ (%d vs %d allowed)", i, c1, c2);
+        /* after a value and after the ',' that follows it: nothing new */
+        if (i == 4 || i == 5 || i == 7 || i == 8)
+            if (s1.entries + s1.children != s0.entries + s0.children)
+                fail_msg("chunk %zu: %lld walks in the mask", i,
+                         s1.entries + s1.children - s0.entries - s0.children);
+        if (i == sizeof chunks / sizeof chunks[0])
+            break;
+        assert_int_equal(grammar_matcher_accept_string(a, chunks[i], strlen(chunks[i])), 1);
+        assert_int_equal(grammar_matcher_accept_string(b, chunks[i], strlen(chunks[i])), 1);
+    }
+    assert_true(grammar_matcher_can_end(a));
+    free(m1);
+    free(m2);
+    free(g);
+    grammar_matcher_free(a);
+    grammar_matcher_free(b);
+    grammar_compiled_free(cg);
+    grammar_compiled_free(ref);
     grammar_vocab_free(v);
     grammar_vocab_free(vref);
     tokenizer_free(tok);
@@ -1354,7 +1451,7 @@ int main(void)
         cmocka_unit_test(test_loop_classes),   cmocka_unit_test(test_class_edit),
         cmocka_unit_test(test_unique_items),
         cmocka_unit_test(test_unique_items_real), cmocka_unit_test(test_string_lengths_run_time),
-        cmocka_unit_test(test_string_lengths_real),
+        cmocka_unit_test(test_string_lengths_real), cmocka_unit_test(test_precompute_wide),
         cmocka_unit_test(test_string_lengths_dead_ends), cmocka_unit_test(test_string_lengths_dead_ends_walks),
         cmocka_unit_test(test_state_equiv),
     };
