@@ -390,6 +390,42 @@ static void test_real_tokenizer(void **state)
     tokenizer_free(tok);
 }
 
+/* Both grammars give the same mask at every step of each document (and
+ * accept it to its end). */
+static void masks_equal_along(grammar_compiled *cg, grammar_compiled *ref, tern_tokenizer *tok,
+                              const char *const *docs, size_t n_docs)
+{
+    tern_err e = {0};
+    size_t nw = grammar_vocab_mask_words(grammar_compiled_vocab(cg));
+    uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
+    for (size_t d = 0; d < n_docs; d++) {
+        grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
+        assert_non_null(a);
+        assert_non_null(b);
+        int32_t *ids;
+        size_t n_ids;
+        assert_int_equal(tokenizer_encode(tok, docs[d], strlen(docs[d]), 0, &ids, &n_ids, &e), 0);
+        for (size_t i = 0; i <= n_ids; i++) {
+            int c1 = grammar_matcher_fill_next_token_bitmask(a, m1, nw);
+            int c2 = grammar_matcher_fill_next_token_bitmask(b, m2, nw);
+            assert_true(c1 > 0);
+            assert_int_equal(c1, c2);
+            if (memcmp(m1, m2, nw * sizeof *m1))
+                fail_msg("doc %zu step %zu: masks differ", d, i);
+            if (i < n_ids) {
+                assert_int_equal(grammar_matcher_accept_token(a, ids[i]), 1);
+                assert_int_equal(grammar_matcher_accept_token(b, ids[i]), 1);
+            }
+        }
+        assert_true(grammar_matcher_can_end(a));
+        free(ids);
+        grammar_matcher_free(a);
+        grammar_matcher_free(b);
+    }
+    free(m1);
+    free(m2);
+}
+
 /* Repetition copies that share token sets (st_alias) give the masks the
  * grammar without sharing gives, at every step of a long string, on the
  * Llama-3 vocabulary (tokens up to 128 bytes: copies near both ends of
@@ -423,34 +459,7 @@ static void test_repetition_alias(void **state)
     num[k] = 0;
     docs[0] = str;
     docs[1] = num;
-    size_t nw = grammar_vocab_mask_words(v);
-    uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
-    for (int d = 0; d < 2; d++) {
-        grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
-        assert_non_null(a);
-        assert_non_null(b);
-        int32_t *ids;
-        size_t n_ids;
-        assert_int_equal(tokenizer_encode(tok, docs[d], strlen(docs[d]), 0, &ids, &n_ids, &e), 0);
-        for (size_t i = 0; i <= n_ids; i++) {
-            int c1 = grammar_matcher_fill_next_token_bitmask(a, m1, nw);
-            int c2 = grammar_matcher_fill_next_token_bitmask(b, m2, nw);
-            assert_true(c1 > 0);
-            assert_int_equal(c1, c2);
-            if (memcmp(m1, m2, nw * sizeof *m1))
-                fail_msg("doc %d step %zu: masks differ", d, i);
-            if (i < n_ids) {
-                assert_int_equal(grammar_matcher_accept_token(a, ids[i]), 1);
-                assert_int_equal(grammar_matcher_accept_token(b, ids[i]), 1);
-            }
-        }
-        assert_true(grammar_matcher_can_end(a));
-        free(ids);
-        grammar_matcher_free(a);
-        grammar_matcher_free(b);
-    }
-    free(m1);
-    free(m2);
+    masks_equal_along(cg, ref, tok, docs, 2);
     grammar_compiled_free(cg);
     grammar_compiled_free(ref);
     grammar_vocab_free(v);
@@ -1297,8 +1306,8 @@ static void test_string_lengths_dead_ends_walks(void **state)
         "{\"type\": \"string\", \"pattern\": \"^[^a]*a[^a]*$\", \"maxLength\": 64}",
         "{\"type\": \"string\", \"pattern\": \"^\\u00e9+(x|yz)*\\u00e9?$\", \"maxLength\": 66}",
         "{\"type\": \"string\", \"pattern\": \"^(12|0)+$\", \"minLength\": 65}",
-        "{\"type\": \"array\", \"items\": {\"type\": \"string\", \"pattern\": \"^(abc|z)+$\", \"minLength\": 4, "
-        "\"maxLength\": 64}}",
+        ("{\"type\": \"array\", \"items\": {\"type\": \"string\", \"pattern\": \"^(abc|z)+$\", \"minLength\": 4, "
+         "\"maxLength\": 64}}"),
     };
     size_t nw = grammar_vocab_mask_words(v);
     uint32_t *ma_bits = calloc(nw, sizeof *ma_bits), *mb_bits = calloc(nw, sizeof *mb_bits);
@@ -1410,31 +1419,7 @@ static void test_state_equiv(void **state)
         "\"d\": \"\xc3\xa9t\xc3\xa9-x_1\"}",
         "{\"a\": \"\\u00e9\\u00e9 \xe4\xb8\xad\xe6\x96\x87 \\\"q\\\"\", \"b\": \"\", \"d\": \"a\"}",
     };
-    size_t nw = grammar_vocab_mask_words(v);
-    uint32_t *m1 = calloc(nw, sizeof *m1), *m2 = calloc(nw, sizeof *m2);
-    for (size_t d = 0; d < sizeof docs / sizeof docs[0]; d++) {
-        grammar_matcher *a = grammar_matcher_new(cg, &e), *b = grammar_matcher_new(ref, &e);
-        int32_t *ids;
-        size_t n_ids;
-        assert_int_equal(tokenizer_encode(tok, docs[d], strlen(docs[d]), 0, &ids, &n_ids, &e), 0);
-        for (size_t i = 0; i <= n_ids; i++) {
-            int c1 = grammar_matcher_fill_next_token_bitmask(a, m1, nw);
-            int c2 = grammar_matcher_fill_next_token_bitmask(b, m2, nw);
-            assert_int_equal(c1, c2);
-            if (memcmp(m1, m2, nw * sizeof *m1))
-                fail_msg("doc %zu step %zu: masks differ", d, i);
-            if (i == n_ids)
-                break;
-            assert_int_equal(grammar_matcher_accept_token(a, ids[i]), 1);
-            assert_int_equal(grammar_matcher_accept_token(b, ids[i]), 1);
-        }
-        assert_true(grammar_matcher_can_end(a));
-        free(ids);
-        grammar_matcher_free(a);
-        grammar_matcher_free(b);
-    }
-    free(m1);
-    free(m2);
+    masks_equal_along(cg, ref, tok, docs, sizeof docs / sizeof docs[0]);
     grammar_compiled_free(cg);
     grammar_compiled_free(ref);
     grammar_vocab_free(v);
