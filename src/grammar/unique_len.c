@@ -241,32 +241,54 @@ int guq_len_rule_name(const char *name, long *mn, long *mx, unsigned long *num)
     return 1;
 }
 
+typedef struct re_rule { unsigned long num; int32_t rule; } re_rule;
+
+static int cmp_re_rule(const void *a, const void *b)
+{
+    unsigned long x = ((const re_rule *)a)->num, y = ((const re_rule *)b)->num;
+    return (x > y) - (x < y);
+}
+
 int guq_grammar_prepare(grammar *g)
 {
-    size_t rp = strlen(GUQ_RE_PREFIX);
-    for (int32_t r = 0; r < g->n_rules; r++) {
-        long mn, mx;
-        unsigned long num;
-        if (g->rule_start[r] < 0 || !guq_len_rule_name(g->rule_names[r], &mn, &mx, &num))
+    /* the GUQ_RE_PREFIX rules by number, found once */
+    size_t rp = strlen(GUQ_RE_PREFIX), n_re = 0;
+    re_rule *re = NULL;
+    for (int32_t k = 0; k < g->n_rules; k++) {
+        const char *nm = g->rule_names[k];
+        char *e;
+        if (strncmp(nm, GUQ_RE_PREFIX, rp))
             continue;
-        for (int32_t k = 0; k < g->n_rules; k++) {
-            const char *nm = g->rule_names[k];
-            char *e;
-            if (strncmp(nm, GUQ_RE_PREFIX, rp) || strtoul(nm + rp, &e, 10) != num || *e)
-                continue;
-            const gast *a = g->rule_bodies[k];
-            if (!a || a->kind != GAST_BYTES)
-                break;
-            guq_lre *x = lre_build(a->u.bytes, (size_t)a->n, mn, mx);
-            if (!x)
-                break; /* no automaton: the counts alone (the bounds still hold) */
-            if (!g->len_re && !(g->len_re = calloc((size_t)g->n_rules, sizeof *g->len_re))) {
-                guq_lre_free(x);
-                return TERN_ENOMEM;
-            }
-            g->len_re[r] = x;
+        unsigned long num = strtoul(nm + rp, &e, 10);
+        if (*e)
+            continue;
+        if (!re && !(re = malloc((size_t)g->n_rules * sizeof *re)))
+            return TERN_ENOMEM;
+        re[n_re++] = (re_rule){num, k};
+    }
+    if (!n_re)
+        return 0;
+    qsort(re, n_re, sizeof *re, cmp_re_rule);
+    int rc = 0;
+    for (int32_t r = 0; r < g->n_rules && !rc; r++) {
+        long mn, mx;
+        re_rule key;
+        if (g->rule_start[r] < 0 || !guq_len_rule_name(g->rule_names[r], &mn, &mx, &key.num))
+            continue;
+        const re_rule *f = bsearch(&key, re, n_re, sizeof *re, cmp_re_rule);
+        const gast *a = f ? g->rule_bodies[f->rule] : NULL;
+        if (!a || a->kind != GAST_BYTES)
+            continue;
+        guq_lre *x = lre_build(a->u.bytes, (size_t)a->n, mn, mx);
+        if (!x)
+            continue; /* no automaton: the counts alone (the bounds still hold) */
+        if (!g->len_re && !(g->len_re = calloc((size_t)g->n_rules, sizeof *g->len_re))) {
+            guq_lre_free(x);
+            rc = TERN_ENOMEM;
             break;
         }
+        g->len_re[r] = x;
     }
-    return 0;
+    free(re);
+    return rc;
 }
