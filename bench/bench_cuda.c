@@ -1,7 +1,8 @@
 /* bench_cuda: the CUDA backend's speed next to the roofline, and its logits
  * next to the CPU backend's.
  *
- *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--only-batch N] [--exact-products] MODEL_DIR...
+ *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--only-batch N] [--exact-products]
+ *              [--kv-type T] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage] [--model 8b|1b] [--kinds bf16,q4g64,q8g64]
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
@@ -29,7 +30,10 @@
  * kernels), else the throughput mode.
  * --check N first runs an N-token prompt and 4 greedy steps on both the CPU
  * and the GPU and prints the logits' relative L2 error and whether the
- * greedy ids agree (0 skips it). Without a CUDA build it says so. */
+ * greedy ids agree (0 skips it). --kv-type T (bf16 - the server's CUDA
+ * default -, f16, q8, ...): the timed runs use a device pool of that type
+ * (model_kv_bind) instead of the host f32 pool the check uses. Without a
+ * CUDA build it says so. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -616,7 +620,8 @@ static int gemv_bench(const char *list, int use_stage, const char *only_model, c
 
 int main(int argc, char **argv)
 {
-    int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0;
+    int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0, kv_given = 0;
+    kv_type kvt = KV_F32;
     int first = 1;
     if (argc >= 2 && !strcmp(argv[1], "--gemv")) {
         const char *list = NULL, *only_model = NULL, *only_kinds = NULL;
@@ -666,7 +671,14 @@ int main(int argc, char **argv)
             only_b1 = atoi(argv[first + 1]) != 0;
         else if (!strcmp(argv[first], "--only-batch"))
             only_b1 = atoi(argv[first + 1]) > 1 ? atoi(argv[first + 1]) : atoi(argv[first + 1]) != 0;
-        else if (!strcmp(argv[first], "--exact-products")) {
+        else if (!strcmp(argv[first], "--kv-type")) {
+            tern_err e = {0};
+            if (kv_type_parse(argv[first + 1], &kvt, &e)) {
+                fprintf(stderr, "bench_cuda: %s\n", e.msg);
+                return 2;
+            }
+            kv_given = 1;
+        } else if (!strcmp(argv[first], "--exact-products")) {
             tern_kernels_exact_set(1);
             first--; /* no value */
         } else
@@ -675,11 +687,12 @@ int main(int argc, char **argv)
     if (first >= argc || n_prompt < 1 || n_prompt > 512 || steps < 4 || check < 0 || check > 500 || n_prefill < 1 ||
         n_prefill > 16384 || only_b1 < 0 || only_b1 > 128) {
         fprintf(stderr, "usage: bench_cuda [--prompt N<=512] [--tokens N>=4] [--check N] [--prefill N<=16384] "
-                        "[--only-b1 0|1] [--only-batch N<=128] MODEL_DIR...\n");
+                        "[--only-b1 0|1] [--only-batch N<=128] [--kv-type T] MODEL_DIR...\n");
         return 2;
     }
 #ifndef TERN_CUDA
     (void)only_b1;
+    (void)kv_given;
     fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
     return 2;
 #else
@@ -747,6 +760,14 @@ int main(int argc, char **argv)
                      sqrt(num / den), memcmp(idc, idg, sizeof idc) ? "DIFFER" : "same");
         }
         model_backend_swap(m, gpu);
+        if (kv_given) { /* the timed runs on a device pool of that type */
+            kv_spec spec;
+            kv_spec_init(&spec, kvt);
+            kv_pool_free(&kv);
+            if (model_kv_pool_init(m, &kv, &spec, bs, 128 * per + n_tok / bs + 64, 0, 0, &err) ||
+                model_kv_bind(m, &kv, &err))
+                return die(&err);
+        }
         double wb = (double)model_weight_bytes(m);
         if (only_b1 > 1) { /* --only-batch N: batch N and the check only */
             const char *name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];

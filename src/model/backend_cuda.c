@@ -58,6 +58,7 @@ int model_cuda_device_count(void) { return 0; }
 
 #include "base/log.h"
 #include "model/backend_cuda_kv.h"
+#include "model/backend_cuda_lt.h"
 #include "model/backend_cuda_lora.h"
 #include "model/lora.h"
 #include "sample/sample.h"
@@ -117,6 +118,7 @@ typedef struct cu_backend {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    cu_lt *lt; /* cuBLASLt products (tcu_opts.lt) */
     cu_weight *w;
     int n_w, cap_w;
     void **allocs; /* every other device allocation of the model, freed at the end */
@@ -132,6 +134,8 @@ typedef struct cu_backend {
     int cap_t, cap_out;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *xo, *logits, *part;
     uint16_t *xh, *wdq; /* xh: the cuBLAS path's 16-bit inputs, and the GEMVs' stage (tcu_gemv_args) */
+    const float *xh_of; /* xh holds these xh_of_n values rounded (a cuBLASLt GLU's output), for the next product */
+    long xh_of_n;
     size_t cap_wdq, cap_xh;
     int32_t *d_in, *h_in; /* device / pinned host: tokens, pos, bt_off, out_rows, blocks */
     size_t cap_in;
@@ -328,11 +332,59 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     return 1;
 }
 
+/* Whether the n matrices of a step of T tokens go to cuBLASLt
+ * (tcu_opts.lt): all of one 16-bit kind, the throughput mode, and a step
+ * of prefill size or of several sequences (or one the invariant mode
+ * treats alike: be->wide). Their algorithms run without split-K, so a
+ * row's sums have one order whatever the step (backend_cuda_lt.h). */
+static int cu_use_lt(const cu_backend *be, int n, const tcu_mat *mats, int T)
+{
+    if (!be->opts.lt || be->opts.exact || (mats[0].kind != TCU_BF16 && mats[0].kind != TCU_F16))
+        return 0;
+    for (int i = 1; i < n; i++)
+        if (mats[i].kind != mats[0].kind)
+            return 0;
+    /* a batch takes cuBLASLt where it would take the GEMVs' batch kernel:
+     * the bf16 choice auto (a forced kernel keeps every step on it) */
+    return !cu_step_gemv(be, T) || (be->wide && cu_gemv_choice(&be->opts, mats[0].kind) == TCU_GEMV_AUTO);
+}
+
+/* cuBLASLt products of n matrices of one 16-bit kind from xh (the step's
+ * inputs rounded to it): y (+= when accumulate) = x @ W^T; glu: m[0].y =
+ * act(gate) * up, written rounded into be->xh too for the next product
+ * (be->xh_of). */
+static int mm_lt(cu_backend *be, int n, const tcu_mat *mats, const uint16_t *xh, int n_in, int T, int accumulate,
+                 int glu, tern_err *err)
+{
+    const int f16 = mats[0].kind == TCU_F16;
+    int rc;
+    for (int i = 0; i < n; i++)
+        if ((rc = cu_lt_matmul(be->lt, mats[i].w, f16, xh, mats[i].y, mats[i].n_out, n_in, T, accumulate && !glu,
+                               err)))
+            return rc;
+    if (glu) {
+        const long nv = (long)T * mats[0].n_out;
+        CU(tcu_glu_half(mats[0].y, mats[1].y, be->xh, nv, glu == 2, f16, &be->opts, (tcu_stream)be->stream), "glu");
+        be->xh_of = mats[0].y;
+        be->xh_of_n = nv;
+    }
+    return 0;
+}
+
 /* opts: CU_OPT_* of the GEMV launches (cu_opts) */
 static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
                   int glu, int opts, tern_err *err)
 {
     tcu_gemv_args a;
+    const int lt = cu_use_lt(be, n, mats, T);
+    const int have_xh = be->xh_of == x && be->xh_of_n == (long)T * n_in && xh == be->xh;
+    be->xh_of = NULL; /* xh is this product's from here */
+    if (lt) {
+        if (!have_xh)
+            CU(tcu_f32_to_half(x, xh, (long)T * n_in, mats[0].kind == TCU_F16, &be->opts, (tcu_stream)be->stream),
+               "convert");
+        return mm_lt(be, n, mats, xh, n_in, T, accumulate, glu, err);
+    }
     if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
         a.accumulate = accumulate;
         CU(tcu_gemv(&a, &be->opts, (tcu_stream)be->stream), "gemv");
@@ -345,8 +397,9 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
             CU(tcu_gemv(&a, &be->opts, (tcu_stream)be->stream), "gemv");
         }
     } else {
-        /* cuBLAS: inputs rounded to the weight's 16-bit type (bf16 for
-         * quantized weights, dequantized into scratch first). */
+        /* cuBLAS (cuBLASLt without split-K when tcu_opts.lt): inputs rounded
+         * to the weight's 16-bit type (bf16 for quantized weights,
+         * dequantized into scratch first). */
         int have_h = -1;
         float one = 1.0f, beta = accumulate && !glu ? 1.0f : 0.0f;
         for (int i = 0; i < n; i++) {
@@ -367,6 +420,12 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
                 CU(tcu_dequant_bf16(mm, n_in, be->wdq, &be->opts, (tcu_stream)be->stream), "dequant");
                 A = be->wdq;
             }
+            int rc;
+            if (be->opts.lt) {
+                if ((rc = cu_lt_matmul(be->lt, A, f16, xh, mm->y, mm->n_out, n_in, T, beta != 0.0f, err)))
+                    return rc;
+                continue;
+            }
             cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
             CU(cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, mm->n_out, T, n_in, &one, A, dt, n_in, xh, dt,
                             n_in, &beta, mm->y, CUDA_R_32F, mm->n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -385,6 +444,13 @@ static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, con
                        const int32_t *rows, int n_in, int T, int glu, int opts, tern_err *err)
 {
     tcu_gemv_args a;
+    be->xh_of = NULL;
+    if (cu_use_lt(be, n, mats, T)) {
+        CU(tcu_rmsnorm_half(x, rows, g, xn, be->xh, T, n_in, be->m->cfg.norm_eps, mats[0].kind == TCU_F16, &be->opts,
+                            (tcu_stream)be->stream),
+           "rmsnorm");
+        return mm_lt(be, n, mats, be->xh, n_in, T, 0, glu, err);
+    }
     if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
         a.norm_g = g;
         a.norm_out = xn;
@@ -760,7 +826,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
                         cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap,
-                        CU_SPLIT_LEN_ONE_RULE};
+                        CU_SPLIT_LEN_ONE_RULE, 0};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     if (at.kv.rot)
         CU(tcu_kv_rotate(be->tx, (long)T * a->n_head, hd, 0, &be->opts, (tcu_stream)be->stream), "rotate");
@@ -804,7 +870,7 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
                            blk, kvl, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, kvl, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
-                            be->split_len};
+                            be->split_len, be->opts.attn_tiles && be->split_len == CU_SPLIT_LEN};
         if (be->fused && !kvl.rot) {
             CU(tcu_qkv_attention(&qa, &aa, opt, s), "attention");
         } else { /* a rotated KV layer (r4): q into its basis, the output back (tcu_kv.rot) */
@@ -1239,6 +1305,7 @@ static void cu_free(model_backend *base)
     cudaFreeHost(be->h_sel);
     if (be->blas)
         cublasDestroy(be->blas);
+    cu_lt_free(be->lt);
     if (be->stream) {
         cudaStreamSynchronize(be->stream);
         tcu_stream_forget((tcu_stream)be->stream);
@@ -1292,6 +1359,9 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
     if (cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS)
         return tern_err_set(err, TERN_EIO, "cuda: cuBLAS did not start");
     cublasSetStream(be->blas, be->stream);
+    int lrc = cu_lt_new(&be->lt, be->stream, err);
+    if (lrc)
+        return lrc;
     if (!m) { /* table path only (kernel tests): weights upload on first use */
         be->cap_w = 256;
         if (!(be->w = calloc((size_t)be->cap_w, sizeof *be->w)))
@@ -1361,6 +1431,8 @@ static const struct cu_env_opt {
     {"TERN_CUDA_ATTN_TILED", offsetof(tcu_opts, attn_tiled), TCU_ATTN_TILED_OFF, TCU_ATTN_TILED_TF32},
     {"TERN_CUDA_GEMM_MIN_T", offsetof(tcu_opts, gemm_min_t), 1, INT_MAX},
     {"TERN_CUDA_TC_MAX_T", offsetof(tcu_opts, tc_max_t), 0, 128},
+    {"TERN_CUDA_LT", offsetof(tcu_opts, lt), 0, 1},
+    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
     {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},

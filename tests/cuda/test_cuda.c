@@ -1036,7 +1036,9 @@ static void test_gemv_stage(void **state)
 /* B sequences (prompts of 20-169 tokens, prefilled one chunk of 25 at a
  * time) decoding n_dec steps together, every row's logits out; sequence
  * 0's logits of each step into out [n_dec][V]. */
-static void run_batch(tern_model *m, int B, int n_dec, float *out)
+/* Sequence 0's decode logits (n_dec steps) in a batch of B sequences; rev:
+ * it is the step's last row instead of the first. */
+static void run_batch(tern_model *m, int B, int n_dec, float *out, int rev)
 {
     tern_err err = {0};
     const int V = model_config_get(m)->n_vocab;
@@ -1067,15 +1069,16 @@ static void run_batch(tern_model *m, int B, int n_dec, float *out)
     }
     for (int s = 0; s < n_dec; s++) {
         for (int i = 0; i < B; i++) {
-            tok[i] = (int32_t)((s * 31 + 7 * i + 3) % V);
-            pos[i] = 20 + (i * 37) % 150 + s;
-            sp[i] = &sq[i];
-            rows[i] = i;
+            const int r = rev ? B - 1 - i : i;
+            tok[r] = (int32_t)((s * 31 + 7 * i + 3) % V);
+            pos[r] = 20 + (i * 37) % 150 + s;
+            sp[r] = &sq[i];
+            rows[r] = r;
         }
         fwd_batch d = {B, tok, pos, sp, B, rows};
         if (model_forward(m, &kv, &d, lg, &err))
             fail_msg("%s", err.msg);
-        memcpy(out + (size_t)s * V, lg, (size_t)V * sizeof(float));
+        memcpy(out + (size_t)s * V, lg + (size_t)(rev ? B - 1 : 0) * V, (size_t)V * sizeof(float));
     }
     for (int i = 0; i < B; i++)
         kv_seq_free(&kv, &sq[i]);
@@ -1128,15 +1131,17 @@ static void test_batch_invariance(void **state)
         const size_t n = (size_t)n_dec * model_config_get(m)->n_vocab;
         float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
         assert_true(ref && got);
-        run_batch(m, 2, n_dec, ref);
-        for (int bi = 0; bi < nB; bi++) {
-            const int B = Bs[bi];
+        run_batch(m, 2, n_dec, ref, 0);
+        for (int bi = 0; bi < nB + 2; bi++) {
+            /* then 8 and 128 again with the sequence in the last row */
+            const int B = bi < nB ? Bs[bi] : bi == nB ? 8 : 128, rev = bi >= nB;
             if (B == 2)
                 continue;
-            run_batch(m, B, n_dec, got);
+            run_batch(m, B, n_dec, got, rev);
             const int same = !memcmp(got, ref, n * sizeof(float));
-            print_message("batch invariance %s %s: sequence 0 in a batch of %d = in a batch of 2: %s (rel %.3g)\n",
-                          mname, q ? "4-bit" : "bf16", B, same ? "bitwise" : "DIFFERS", rel_err(got, ref, n));
+            print_message("batch invariance %s %s: sequence 0 in a batch of %d%s = in a batch of 2: %s (rel %.3g)\n",
+                          mname, q ? "4-bit" : "bf16", B, rev ? " (last row)" : "", same ? "bitwise" : "DIFFERS",
+                          rel_err(got, ref, n));
             /* throughput alone: the one-sequence kernels (f32 products,
              * short attention splits) - expected to differ, within the
              * bf16 envelope */
@@ -1145,8 +1150,8 @@ static void test_batch_invariance(void **state)
                 continue;
             }
             if (!same)
-                fail_msg("%s %s: sequence 0's logits in a batch of %d differ from a batch of 2", mname,
-                         q ? "4-bit" : "bf16", B);
+                fail_msg("%s %s: sequence 0's logits in a batch of %d%s differ from a batch of 2", mname,
+                         q ? "4-bit" : "bf16", B, rev ? " (last row)" : "");
         }
         free(ref);
         free(got);

@@ -99,6 +99,11 @@ typedef struct tcu_opts {
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
                       * take the GEMVs (the tensor-core kernel for bf16 / 4-bit) whatever gemm_min_t */
+    int attn_tiles;  /* throughput mode, steps of several sequences: the tiled decode attention
+                      * (tcu_attn_args.tiles) 1, or the per-head / grouped kernels 0 */
+    int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
+                      * cuBLAS-sized steps on cuBLASLt without split-K (batch-invariant): 1, or the
+                      * tensor-core GEMV up to tc_max_t and cublasGemmEx above: 0 */
     int graphs;      /* decode steps replayed as CUDA graphs: 1, or launched one by one: 0 */
     int qkv_fuse;    /* small steps of distinct sequences: q/k/v post-processing inside the attention */
     int gemv_stage;  /* the tensor-core GEMV gets a scratch to split a step's activations into once */
@@ -191,8 +196,16 @@ int tcu_embed(const tcu_mat *w, int n_in, const int32_t *tokens, int T, float sc
 int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, float *out, int n_rows, int n, float eps,
                 int add, const tcu_opts *o, tcu_stream stream);
 
+/* tcu_rmsnorm (add 0) into out, also writing each value rounded to bf16
+ * (f16 when to_f16) into outh [n_rows][n]. */
+int tcu_rmsnorm_half(const float *x, const int32_t *rows, const float *g, float *out, uint16_t *outh, int n_rows,
+                     int n, float eps, int to_f16, const tcu_opts *o, tcu_stream stream);
+
 /* act (= gate) = silu(gate) * up, or gelu_tanh when gelu. */
 int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu_opts *o, tcu_stream stream);
+/* tcu_glu also writing act rounded to bf16 (f16 when to_f16) into outh. */
+int tcu_glu_half(float *gate, const float *up, uint16_t *outh, long n, int gelu, int to_f16, const tcu_opts *o,
+                 tcu_stream stream);
 /* x = c * tanh(x / c). */
 int tcu_softcap(float *x, long n, float c, const tcu_opts *o, tcu_stream stream);
 
@@ -272,6 +285,9 @@ typedef struct tcu_attn_args {
     int layer, T, n_head, n_kv_head, hd, window, n_split;
     float scale, softcap;
     int split_len;
+    /* 1: a step of several sequences - one block per (kv head, token,
+     * split) over tiles of positions (head dims 64 and 128; else as 0) */
+    int tiles;
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, const tcu_opts *o, tcu_stream stream);
 /* tcu_qkv_post and tcu_attention in one launch (a.q: post's unrotated q,

@@ -596,6 +596,175 @@ static int attn_gqa_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, 
     }
 }
 
+// Steps of several sequences (tcu_attn_args.tiles): one block per (kv
+// head, token, split) does every q head of the kv head over tiles of
+// ATT_TP positions. The block loads a tile's K and V rows once (decoded to
+// f32 in shared memory: a row read once for the group, whatever the pool's
+// type), then each warp takes its q heads: lane j scores position j, the
+// tile's softmax update is one max and one sum over the warp, and each lane
+// adds the tile's p_j V_j to its D dims in position order. One token's sums
+// depend on its own positions and splits only. Partials and merge as
+// attn_part's.
+#define ATT_T_WARPS 4
+#define ATT_TP 32
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+template <int D, int HPW>
+__global__ void __launch_bounds__(ATT_T_WARPS *WARP) attn_tile_kernel(const tcu_attn_args a, int slot)
+{
+    constexpr int HD = D * WARP, KS = HD + 4; /* K rows padded: lane j's float4 reads of row j hit distinct banks */
+    __shared__ __align__(16) float Ks[ATT_TP][KS];
+    __shared__ __align__(16) float Vs[ATT_TP][HD];
+    __shared__ __align__(16) float Qs[ATT_T_WARPS * HPW][HD];
+    __shared__ float Ps[ATT_T_WARPS][ATT_TP];
+    __shared__ int last;
+    pdl_wait();
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int gq = a.n_head / a.n_kv_head, kvh = blockIdx.x, i = blockIdx.y, sp = blockIdx.z;
+    const int p = a.pos[i];
+    const int len = attn_len(a, p), start = p + 1 - len, ns = attn_splits(a, len);
+    if (sp >= ns)
+        return;
+    const int chunk = (len + ns - 1) / ns;
+    const int s0 = start + sp * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1;
+    const int32_t *blk = a.blk + a.bt_off[i];
+    for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
+        Qs[x / HD][x % HD] = a.q[((size_t)i * a.n_head + kvh * gq + x / HD) * HD + x % HD];
+    float acc[HPW][D], m[HPW], l[HPW];
+#pragma unroll
+    for (int h = 0; h < HPW; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++)
+            acc[h][d] = 0.0f;
+    }
+    for (int t0 = s0; t0 < s1; t0 += ATT_TP) {
+        const int nt = s1 - t0 < ATT_TP ? s1 - t0 : ATT_TP;
+        __syncthreads(); /* the previous tile is used */
+        for (int r = w; r < ATT_TP; r += ATT_T_WARPS) {
+            float kr[D], vr[D];
+            if (r < nt && a.kv.typed) {
+                int ty;
+                const size_t o = kvt_off(a.kv, blk, t0 + r, kvh, &ty);
+                kvt_load<D>(a.kv.lk + o, ty, a.kv.group, lane * D, kr);
+                kvt_load<D>(a.kv.lv + o, ty, a.kv.group, lane * D, vr);
+            } else if (r < nt) {
+                const size_t o = kv_off(a.kv, a.layer, blk, t0 + r) + (size_t)kvh * HD + lane * D;
+#pragma unroll
+                for (int d = 0; d < D; d++) {
+                    kr[d] = a.kv.k[o + d];
+                    vr[d] = a.kv.v[o + d];
+                }
+            } else {
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    kr[d] = vr[d] = 0.0f;
+            }
+#pragma unroll
+            for (int d = 0; d < D; d++) {
+                Ks[r][lane * D + d] = kr[d];
+                Vs[r][lane * D + d] = vr[d];
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < HPW; h++) {
+            const int g = w * HPW + h;
+            if (g >= gq)
+                break;
+            const float4 *k4 = reinterpret_cast<const float4 *>(&Ks[lane][0]);
+            const float4 *q4 = reinterpret_cast<const float4 *>(&Qs[g][0]);
+            float sc = 0.0f;
+#pragma unroll 8
+            for (int d4 = 0; d4 < HD / 4; d4++) {
+                const float4 k = k4[d4], q = q4[d4];
+                sc = fmaf(q.x, k.x, sc);
+                sc = fmaf(q.y, k.y, sc);
+                sc = fmaf(q.z, k.z, sc);
+                sc = fmaf(q.w, k.w, sc);
+            }
+            sc *= a.scale;
+            if (a.softcap > 0)
+                sc = a.softcap * tanhf(sc / a.softcap);
+            if (lane >= nt)
+                sc = -INFINITY;
+            const float mn = fmaxf(m[h], warp_max(sc)), corr = expf(m[h] - mn);
+            const float e = lane < nt ? expf(sc - mn) : 0.0f;
+            l[h] = l[h] * corr + warp_sum(e);
+            m[h] = mn;
+            Ps[w][lane] = e;
+            __syncwarp();
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                acc[h][d] *= corr;
+            for (int j = 0; j < nt; j++) {
+                const float pj = Ps[w][j];
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    acc[h][d] = fmaf(pj, Vs[j][lane * D + d], acc[h][d]);
+            }
+            __syncwarp();
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < HPW; h++) {
+        const int g = w * HPW + h;
+        if (g >= gq)
+            break;
+        float *part = a.part + (((size_t)i * a.n_head + kvh * gq + g) * a.n_split + sp) * (HD + 2);
+#pragma unroll
+        for (int d = 0; d < D; d++)
+            part[2 + lane * D + d] = acc[h][d];
+        if (lane == 0) {
+            part[0] = m[h];
+            part[1] = l[h];
+        }
+    }
+    if (slot < 0)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
+        last = atomicAdd(c, 1) == ns - 1;
+        if (last)
+            *c = 0;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
+        attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
+}
+
+// The tiled kernel for steps of several sequences, -1 where it does not
+// apply (head dims 64 and 128, up to 16 q heads a kv head).
+static int attn_tile_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
+{
+    const int gq = a->n_head / a->n_kv_head;
+    if (!a->tiles || a->n_head % a->n_kv_head || gq > 4 * ATT_T_WARPS || (a->hd != 64 && a->hd != 128))
+        return -1;
+    const dim3 grid(a->n_kv_head, a->T, a->n_split), block(ATT_T_WARPS * WARP);
+    const int hpw = (gq + ATT_T_WARPS - 1) / ATT_T_WARPS;
+    if (a->hd == 64)
+        return hpw == 1   ? launch_pdl(o.pdl, attn_tile_kernel<2, 1>, grid, block, 0, s, *a, slot)
+               : hpw == 2 ? launch_pdl(o.pdl, attn_tile_kernel<2, 2>, grid, block, 0, s, *a, slot)
+                          : launch_pdl(o.pdl, attn_tile_kernel<2, 4>, grid, block, 0, s, *a, slot);
+    return hpw == 1   ? launch_pdl(o.pdl, attn_tile_kernel<4, 1>, grid, block, 0, s, *a, slot)
+           : hpw == 2 ? launch_pdl(o.pdl, attn_tile_kernel<4, 2>, grid, block, 0, s, *a, slot)
+                      : launch_pdl(o.pdl, attn_tile_kernel<4, 4>, grid, block, 0, s, *a, slot);
+}
+
 // The counter slot of (current device, stream), or -1 when all are taken.
 #define ATT_MAX_STREAMS 64
 static struct {
@@ -655,7 +824,9 @@ static int attn_part_launch(const tcu_attn_args *a, const tcu_qkv_args *post, co
     const int slot = o.attn_merge_last && (long)a->T * a->n_head <= ATT_CNT ? att_slot_of(s) : -1;
     dim3 grid(a->n_head, a->T, a->n_split), block(ATT_WARPS * WARP);
     int rc = -1;
-    if (!POST && a->kv.typed && o.attn_gqa)
+    if (!POST)
+        rc = attn_tile_launch(a, slot, o, s);
+    if (rc == -1 && !POST && a->kv.typed && o.attn_gqa)
         rc = attn_gqa_launch(a, slot, o, s);
     if (rc >= 0) {
         if (rc || slot >= 0)
@@ -692,7 +863,8 @@ extern "C" int tcu_qkv_attention(const tcu_qkv_args *post, const tcu_attn_args *
     PROF(TCU_PROF_ATTN, stream);
     if (post->T != a->T || post->hd != a->hd || post->n_head != a->n_head || post->n_kv_head != a->n_kv_head)
         return (int)cudaErrorInvalidValue;
-    if (a->kv.typed) { /* typed KV: the two launches (the own position read back as stored) */
+    if (a->kv.typed || a->tiles) { /* typed KV or the tiled kernel: the two launches (the own position read
+                                    * back as stored) */
         if (a->q != post->q)
             return (int)cudaErrorInvalidValue;
         const int rc = tcu_qkv_post(post, o, stream);

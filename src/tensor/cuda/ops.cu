@@ -31,6 +31,13 @@ extern "C" void tcu_opts_init(tcu_opts *o)
      * scratch, steps replay as graphs, the attention splits by each
      * token's own length */
     o->tc_max_t = 128;
+    /* ... but 16-bit weights' batches take cuBLASLt without split-K: as
+     * batch-invariant, and 8B bf16 products of a b128 step 5.2 against
+     * 16.5 ms (docs/cuda.md) */
+    o->lt = 1;
+    /* a K/V row read once for a kv head's q heads and a softmax update a
+     * tile of 32 positions: 8B bf16 b128 attention 7.3 -> ? ms a step */
+    o->attn_tiles = 1;
     o->graphs = 1;
     o->qkv_fuse = 1;   /* one launch less a layer: 8B bf16 b1 +0.7%, 4-bit +1.7% */
     o->gemv_stage = 1; /* the 8B q/k/v launch at 32 tokens spent most of its 73 us splitting in every block */
@@ -65,12 +72,12 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
     snprintf(buf, n,
              "products %s; gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
              "grouped by kv head %d, "
-             "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); graphs %d; q/k/v fused %d; stage %d; "
+             "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); 16-bit batches on cuBLASLt %d; batch attention tiles %d; graphs %d; q/k/v fused %d; stage %d; "
              "early products %d; ring products %d; one-token split %d; moe %d; one sequence as batched %d",
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
              tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
-             o->exact ? 0 : o->tc_max_t, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
+             o->exact ? 0 : o->tc_max_t, o->lt, o->attn_tiles, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
              o->moe, o->invariant);
 }
 
@@ -271,6 +278,62 @@ extern "C" int tcu_rmsnorm(const float *x, const int32_t *rows, const float *g, 
                       g, out, n, eps, add);
 }
 
+// RMSNorm of a row kept in registers (float4 loads, V of them a thread),
+// written as f32 (out) and as 16-bit (outh): the input of a cuBLASLt
+// product. A block a row.
+template <int V>
+__global__ void __launch_bounds__(256) rmsnorm_half_kernel(const float *x, const int32_t *rows, const float *g,
+                                                           float *out, uint16_t *outh, int n, float eps, int to_f16)
+{
+    pdl_wait();
+    pdl_trigger();
+    const int j = blockIdx.x, n4 = n / 4;
+    const float4 *xr = (const float4 *)(x + (size_t)(rows ? rows[j] : j) * n);
+    float4 v[V];
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int e = threadIdx.x + k * blockDim.x;
+        v[k] = e < n4 ? xr[e] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ss += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z + (double)v[k].w * v[k].w;
+    }
+    ss = block_sum_d(ss);
+    const float r = (float)(1.0 / sqrt(ss / n + eps));
+    const float4 *g4 = (const float4 *)g;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int e = threadIdx.x + k * blockDim.x;
+        if (e >= n4)
+            break;
+        const float4 gg = g4[e];
+        const float o[4] = {(v[k].x * r) * gg.x, (v[k].y * r) * gg.y, (v[k].z * r) * gg.z, (v[k].w * r) * gg.w};
+        ((float4 *)(out + (size_t)j * n))[e] = make_float4(o[0], o[1], o[2], o[3]);
+        uint16_t h[4];
+        for (int c = 0; c < 4; c++)
+            h[c] = to_f16 ? __half_as_ushort(__float2half_rn(o[c])) : __bfloat16_as_ushort(__float2bfloat16_rn(o[c]));
+        ((uint2 *)(outh + (size_t)j * n))[e] =
+            make_uint2((unsigned)h[0] | (unsigned)h[1] << 16, (unsigned)h[2] | (unsigned)h[3] << 16);
+    }
+}
+
+extern "C" int tcu_rmsnorm_half(const float *x, const int32_t *rows, const float *g, float *out, uint16_t *outh,
+                                int n_rows, int n, float eps, int to_f16, const tcu_opts *o, tcu_stream stream)
+{
+    PROF(TCU_PROF_NORM, stream);
+    if (n_rows <= 0)
+        return 0;
+    const cudaStream_t s = (cudaStream_t)stream;
+    const int pdl = opts_or_default(o).pdl;
+    if (n % 4 == 0 && n <= 4 * 256 * 4)
+        return launch_pdl(pdl, rmsnorm_half_kernel<4>, dim3(n_rows), dim3(256), 0, s, x, rows, g, out, outh, n, eps,
+                          to_f16);
+    if (n % 4 == 0 && n <= 4 * 256 * 16)
+        return launch_pdl(pdl, rmsnorm_half_kernel<16>, dim3(n_rows), dim3(256), 0, s, x, rows, g, out, outh, n, eps,
+                          to_f16);
+    int rc = tcu_rmsnorm(x, rows, g, out, n_rows, n, eps, 0, o, stream);
+    return rc ? rc : tcu_f32_to_half(out, outh, (long)n_rows * n, to_f16, o, stream);
+}
+
 __global__ void glu_kernel(float *gate, const float *up, long n, int gelu)
 {
     pdl_wait();
@@ -285,6 +348,27 @@ extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu
     long blocks = (n + 255) / 256;
     return launch_pdl(opts_or_default(o).pdl, glu_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)), dim3(256), 0,
                       (cudaStream_t)stream, gate, up, n, gelu);
+}
+
+// glu_kernel, also writing the result as 16-bit (the next product's input).
+__global__ void glu_half_kernel(float *gate, const float *up, uint16_t *outh, long n, int gelu, int to_f16)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        const float v = (gelu ? gelu_f(gate[e]) : silu_f(gate[e])) * up[e];
+        gate[e] = v;
+        outh[e] = to_f16 ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    }
+}
+
+extern "C" int tcu_glu_half(float *gate, const float *up, uint16_t *outh, long n, int gelu, int to_f16,
+                            const tcu_opts *o, tcu_stream stream)
+{
+    PROF(TCU_PROF_OTHER, stream);
+    long blocks = (n + 255) / 256;
+    return launch_pdl(opts_or_default(o).pdl, glu_half_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)),
+                      dim3(256), 0, (cudaStream_t)stream, gate, up, outh, n, gelu, to_f16);
 }
 
 __global__ void softcap_kernel(float *x, long n, float c)
