@@ -3,7 +3,7 @@
 # and builds only the CUDA kernels (target tern_cuda), then compiles the host
 # glue (src/model/backend_cuda.c) with TERN_CUDA as strict C17.
 #   compile_check.sh NVCC BUILD_DIR CC
-# The host glue needs the CUDA runtime and cuBLAS headers; a toolkit that
+# The host glue needs the CUDA runtime and cuBLAS / cuBLASLt headers; a toolkit that
 # ships nvcc without cuBLAS compiles the kernels only and the test reports
 # itself skipped (exit 77), naming what is missing.
 set -e
@@ -27,4 +27,6 @@ BLAS=$(find_header cublas_v2.h) || { echo "SKIP host glue: cuBLAS headers (cubla
   -I"$RT" -I"$BLAS" -c src/model/backend_cuda.c -o "$DIR/backend_cuda_check.o"
 "$CC" -std=c17 -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE -DTERN_CUDA=1 -Isrc -Iinclude \
   -I"$RT" -I"$BLAS" -c src/model/backend_cuda_moe.c -o "$DIR/backend_cuda_moe_check.o"
+"$CC" -std=c17 -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE -DTERN_CUDA=1 -Isrc -Iinclude \
+  -I"$RT" -I"$BLAS" -c src/model/backend_cuda_lt.c -o "$DIR/backend_cuda_lt_check.o"
 echo "cuda host glue compiles"
