@@ -1432,7 +1432,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_GEMM_MIN_T", offsetof(tcu_opts, gemm_min_t), 1, INT_MAX},
     {"TERN_CUDA_TC_MAX_T", offsetof(tcu_opts, tc_max_t), 0, 128},
     {"TERN_CUDA_LT", offsetof(tcu_opts, lt), 0, 1},
-    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 3},
+    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
     {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},

@@ -1092,11 +1092,12 @@ static void run_batch(tern_model *m, int B, int n_dec, float *out, int rev)
 }
 
 /* Batch invariance of the whole forward: a sequence's decode logits are
- * the same bits in steps of 2, 3, 8, 32, 100 and 128 sequences (each its
- * own GEMV tiling, the q/k/v post-processing fused at two tokens and not
- * above, graphs per size), bf16 and 4-bit, in the throughput mode (the
- * default: bf16-rounded activations on the tensor cores) and with exact
- * products - where it also equals the sequence decoding alone. */
+ * the same bits in steps of 2, 3, 8, 32, 100 and 128 sequences, as the
+ * first row and as the last (each its own cuBLASLt tile or GEMV tiling,
+ * graphs per size), bf16 and 4-bit, in the throughput mode (the default:
+ * bf16-rounded activations - cuBLASLt without split-K for bf16, the
+ * tensor-core GEMV for 4-bit - and the tiled batch attention) and with
+ * exact products - where it also equals the sequence decoding alone. */
 static void test_batch_invariance(void **state)
 {
     (void)state;

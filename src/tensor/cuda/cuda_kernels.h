@@ -100,9 +100,7 @@ typedef struct tcu_opts {
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
                       * take the GEMVs (the tensor-core kernel for bf16 / 4-bit) whatever gemm_min_t */
     int attn_tiles;  /* throughput mode, steps of several sequences: the tiled decode attention
-                      * (tcu_attn_args.tiles) 1 (a warp's rows of a tile loaded one at a time), 2 (its
-                      * 8 together) or 3 (4 at a time) - the same bits -, or the per-head / grouped
-                      * kernels 0 */
+                      * (tcu_attn_args.tiles) 1, or the per-head / grouped kernels 0 */
     int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
                       * cuBLAS-sized steps on cuBLASLt without split-K (batch-invariant): 1, or the
                       * tensor-core GEMV up to tc_max_t and cublasGemmEx above: 0 */

@@ -616,7 +616,7 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
-template <int D, int HPW, int U>
+template <int D, int HPW>
 __global__ void __launch_bounds__(ATT_T_WARPS *WARP) attn_tile_kernel(const tcu_attn_args a, int slot)
 {
     constexpr int HD = D * WARP, KS = HD + 4; /* K rows padded: lane j's float4 reads of row j hit distinct banks */
@@ -650,38 +650,31 @@ __global__ void __launch_bounds__(ATT_T_WARPS *WARP) attn_tile_kernel(const tcu_
     for (int t0 = s0; t0 < s1; t0 += ATT_TP) {
         const int nt = s1 - t0 < ATT_TP ? s1 - t0 : ATT_TP;
         __syncthreads(); /* the previous tile is used */
-        /* a warp's rows U at a time: their loads in flight together */
-        for (int r0 = w; r0 < ATT_TP; r0 += U * ATT_T_WARPS) {
-            float kr[U][D], vr[U][D];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int r = r0 + u * ATT_T_WARPS;
-                if (r < nt && a.kv.typed) {
-                    int ty;
-                    const size_t o = kvt_off(a.kv, blk, t0 + r, kvh, &ty);
-                    kvt_load<D>(a.kv.lk + o, ty, a.kv.group, lane * D, kr[u]);
-                    kvt_load<D>(a.kv.lv + o, ty, a.kv.group, lane * D, vr[u]);
-                } else if (r < nt) {
-                    const size_t o = kv_off(a.kv, a.layer, blk, t0 + r) + (size_t)kvh * HD + lane * D;
-#pragma unroll
-                    for (int d = 0; d < D; d++) {
-                        kr[u][d] = a.kv.k[o + d];
-                        vr[u][d] = a.kv.v[o + d];
-                    }
-                } else {
-#pragma unroll
-                    for (int d = 0; d < D; d++)
-                        kr[u][d] = vr[u][d] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int r = r0 + u * ATT_T_WARPS;
+        /* a row at a time: loading 4 or 8 of a warp's rows together
+         * measured slower (docs/cuda-log.md) */
+        for (int r = w; r < ATT_TP; r += ATT_T_WARPS) {
+            float kr[D], vr[D];
+            if (r < nt && a.kv.typed) {
+                int ty;
+                const size_t o = kvt_off(a.kv, blk, t0 + r, kvh, &ty);
+                kvt_load<D>(a.kv.lk + o, ty, a.kv.group, lane * D, kr);
+                kvt_load<D>(a.kv.lv + o, ty, a.kv.group, lane * D, vr);
+            } else if (r < nt) {
+                const size_t o = kv_off(a.kv, a.layer, blk, t0 + r) + (size_t)kvh * HD + lane * D;
 #pragma unroll
                 for (int d = 0; d < D; d++) {
-                    Ks[r][lane * D + d] = kr[u][d];
-                    Vs[r][lane * D + d] = vr[u][d];
+                    kr[d] = a.kv.k[o + d];
+                    vr[d] = a.kv.v[o + d];
                 }
+            } else {
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    kr[d] = vr[d] = 0.0f;
+            }
+#pragma unroll
+            for (int d = 0; d < D; d++) {
+                Ks[r][lane * D + d] = kr[d];
+                Vs[r][lane * D + d] = vr[d];
             }
         }
         __syncthreads();
@@ -756,19 +749,6 @@ __global__ void __launch_bounds__(ATT_T_WARPS *WARP) attn_tile_kernel(const tcu_
         attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
 }
 
-template <int U>
-static int attn_tile_pick(int hd, int hpw, dim3 grid, dim3 block, cudaStream_t s, const tcu_attn_args *a, int slot,
-                          const tcu_opts &o)
-{
-    if (hd == 64)
-        return hpw == 1   ? launch_pdl(o.pdl, attn_tile_kernel<2, 1, U>, grid, block, 0, s, *a, slot)
-               : hpw == 2 ? launch_pdl(o.pdl, attn_tile_kernel<2, 2, U>, grid, block, 0, s, *a, slot)
-                          : launch_pdl(o.pdl, attn_tile_kernel<2, 4, U>, grid, block, 0, s, *a, slot);
-    return hpw == 1   ? launch_pdl(o.pdl, attn_tile_kernel<4, 1, U>, grid, block, 0, s, *a, slot)
-           : hpw == 2 ? launch_pdl(o.pdl, attn_tile_kernel<4, 2, U>, grid, block, 0, s, *a, slot)
-                      : launch_pdl(o.pdl, attn_tile_kernel<4, 4, U>, grid, block, 0, s, *a, slot);
-}
-
 // The tiled kernel for steps of several sequences, -1 where it does not
 // apply (head dims 64 and 128, up to 16 q heads a kv head).
 static int attn_tile_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
@@ -778,11 +758,13 @@ static int attn_tile_launch(const tcu_attn_args *a, int slot, const tcu_opts &o,
         return -1;
     const dim3 grid(a->n_kv_head, a->T, a->n_split), block(ATT_T_WARPS * WARP);
     const int hpw = (gq + ATT_T_WARPS - 1) / ATT_T_WARPS;
-    if (o.attn_tiles == 2) /* a warp's 8 rows of a tile loaded together */
-        return attn_tile_pick<ATT_TP / ATT_T_WARPS>(a->hd, hpw, grid, block, s, a, slot, o);
-    if (o.attn_tiles == 3) /* 4 at a time */
-        return attn_tile_pick<4>(a->hd, hpw, grid, block, s, a, slot, o);
-    return attn_tile_pick<1>(a->hd, hpw, grid, block, s, a, slot, o);
+    if (a->hd == 64)
+        return hpw == 1   ? launch_pdl(o.pdl, attn_tile_kernel<2, 1>, grid, block, 0, s, *a, slot)
+               : hpw == 2 ? launch_pdl(o.pdl, attn_tile_kernel<2, 2>, grid, block, 0, s, *a, slot)
+                          : launch_pdl(o.pdl, attn_tile_kernel<2, 4>, grid, block, 0, s, *a, slot);
+    return hpw == 1   ? launch_pdl(o.pdl, attn_tile_kernel<4, 1>, grid, block, 0, s, *a, slot)
+           : hpw == 2 ? launch_pdl(o.pdl, attn_tile_kernel<4, 2>, grid, block, 0, s, *a, slot)
+                      : launch_pdl(o.pdl, attn_tile_kernel<4, 4>, grid, block, 0, s, *a, slot);
 }
 
 // The counter slot of (current device, stream), or -1 when all are taken.
