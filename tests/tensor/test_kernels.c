@@ -79,7 +79,8 @@ static void check_table(const tern_kernels *k)
         check_bf16_act_special(k);
     const tern_kernels *ref = tern_kernels_scalar();
     static const long sizes[][2] = {{1, 1}, {3, 7}, {5, 8}, {9, 31}, {4, 32}, {17, 33}, {8, 64},
-                                    {13, 172}, {6, 384}, {3, 1000}, {2, 4096}};
+                                    {13, 172}, {6, 384}, {3, 1000}, {2, 4096},
+                                    {53, 603}, {26, 520}}; /* past one row block and one slab of the AVX2 tiles */
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         long n_out = sizes[si][0], n_in = sizes[si][1];
         /* 1-6 tokens, and 9 and 11 (several 4-token tiles plus a short one) */
