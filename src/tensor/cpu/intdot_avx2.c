@@ -235,11 +235,14 @@ static inline __attribute__((always_inline)) __m256i q8_run32(const uint8_t *w, 
 static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const void *sa,
                                                             const void *sbb, int h, const int8_t *x, const float *q,
                                                             int group, int bits, long ng, long ngp, float *ya,
-                                                            float *yb)
+                                                            float *yb, const uint8_t *pf)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 fa = _mm256_setzero_ps(), fb = fa;
+    long pfc = 2 * 8 * group * bits / 8; /* the next pair's bytes a chunk, fetched a pair ahead */
     for (long c = 0; c < ngp; c += 8) {
+        for (long o = 0; o < pfc; o += 64)
+            _mm_prefetch((const char *)pf + (c / 8) * pfc + o, _MM_HINT_T0);
         __m256i ha[4], hb[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
@@ -314,7 +317,8 @@ static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, c
         const void *sa = h ? (const void *)((const uint16_t *)sb + r * ng * 2) : (const void *)((const float *)sb + r * ng * 2);
         const void *sbb = h ? (const void *)((const uint16_t *)sb + rb * ng * 2)
                             : (const void *)((const float *)sb + rb * ng * 2);
-        one_rows2(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, group, bits, ng, ngp, &ya, &yb);
+        one_rows2(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, group, bits, ng, ngp, &ya, &yb,
+                  Wq + (r + 2 < r1 ? r + 2 : r) * rowb);
         Y[r] = ya;
         Y[rb] = yb;
     }
