@@ -164,8 +164,8 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
                 }
             }
         }
-        for (long i = 0; i < nr; i++)
-            for (long tt = 0; tt < T; tt++)
+        for (long tt = 0; tt < T; tt++) /* a token's outputs are contiguous */
+            for (long i = 0; i < nr; i++)
                 Y[tt * ldy + rb + i] = iq_hsum(F[i * Tq + tt]);
     }
 }
