@@ -135,8 +135,14 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
                 for (long v = 0; v < span; v += 32)
                     _mm256_storeu_si256((__m256i *)(P + v), _mm256_xor_si256(LD(P + v), x80));
         }
-        /* F: (row, token) accumulators, row nr (a spare) takes an odd block's repeated last row */
+        /* F: (row, token) accumulators, row nr (a spare) takes an odd block's repeated last row;
+         * then SB: each row's {scale, bias} vectors per chunk, split once */
+        __m256 *SB = F + (PANEL_RB + 1) * Tq;
         memset(F, 0, (size_t)(nr + 1) * Tq * sizeof(__m256));
+        for (long i = 0; i < nr; i++)
+            for (long c = 0; c < ngp / 8; c++)
+                iq_sb_chunk(sb + (rb + i) * ng * 2, 8 * c, ng, &SB[(i * (ngp / 8) + c) * 2],
+                            &SB[(i * (ngp / 8) + c) * 2 + 1]);
         for (long c = 0; c < ngp / 8; c++) {
             for (long t0 = 0; t0 < Tq; t0 += 4) {
                 long t[4];
@@ -151,8 +157,7 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
                     panel_tile(Wp + i * span + c * nv * 32, Wp + i1 * span + c * nv * 32, a, nv, bits, S);
                     long ri[2] = {i, i1}, fi[2] = {i, f1};
                     for (int j = 0; j < 2; j++) {
-                        __m256 sw, bw;
-                        iq_sb_chunk(sb + (rb + ri[j]) * ng * 2, 8 * c, ng, &sw, &bw);
+                        __m256 sw = SB[(ri[j] * (ngp / 8) + c) * 2], bw = SB[(ri[j] * (ngp / 8) + c) * 2 + 1];
 #pragma GCC unroll 4
                         for (int k = 0; k < 4; k++) {
                             const float *q = qs + t[k] * 2 * ngp;
@@ -192,7 +197,8 @@ static void panel_or_rows(iq_rows_fn *rows, const uint8_t *Wq, const float *sb, 
     long span = tern_iq_ngp(n_in / group) * group, Tq = (T + 3) & ~3L;
     int8_t *A = T >= IQ_PANEL_MIN_T ? malloc((size_t)(T * span)) : NULL;
     uint8_t *Wp = A ? malloc((size_t)(PANEL_RB * span)) : NULL;
-    __m256 *F = Wp ? aligned_alloc(32, (size_t)(PANEL_RB + 1) * Tq * sizeof(__m256)) : NULL;
+    __m256 *F = Wp ? aligned_alloc(32, (size_t)((PANEL_RB + 1) * Tq + PANEL_RB * span / group / 4) * sizeof(__m256))
+                   : NULL;
     if (F)
         panel_product(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
     else /* few tokens, or no memory for the panels */
