@@ -35,10 +35,15 @@ static inline float sc_f32(float v) { return v; }
  * whatever tile computes it, so batched results equal single-token ones
  * bit for bit and the tile shape never depends on T. */
 /* K-blocked tiles (name##_kb below): inputs per slab (a quad's 4 KB of f32
- * inputs and KB_ROWS rows' weights widened to f32, 24 KB on the stack: L1)
+ * inputs and KB_ROWS rows' weights, widened to f32 on the stack: L1)
  * and rows per block (a multiple of the tile's 3). */
 #define KB_SLAB 256
 #define KB_ROWS 24
+/* Tokens from which the slab's weights are widened to f32 once for all
+ * quads (fewer quads: widened in the tile's loop; the same values either
+ * way): bench_kernels bf16, T = 16 34 vs 30 GMAC/s unwidened, T = 128 31
+ * vs 33.6. */
+#define KB_WIDE_T 32
 
 #define AVX2_TILE(name, wtype, LD, SC)                                                                        \
     static inline __attribute__((always_inline)) void name##_tile(const wtype *W, const float *X, float *Y,   \
@@ -110,14 +115,14 @@ static inline float sc_f32(float v) { return v; }
      * 1-3 tokens left take name##_rows. F: (r1 - r0 + 2) * (T & ~3) vectors. */ \
     static inline __attribute__((always_inline)) void name##_kb(const wtype *W, const float *X, float *Y,     \
                                                                 long T, long n_in, long ldy, long r0, long r1,  \
-                                                                __m256 *F)                                    \
+                                                                __m256 *F, int wide)                          \
     {                                                                                                         \
         long n8 = n_in & ~7L, nr = r1 - r0, Tq = T & ~3L;                                                     \
         _Alignas(32) float Wf[KB_ROWS * KB_SLAB]; /* the slab's weights as f32, widened once for all quads */ \
         memset(F, 0, (size_t)(nr + 2) * Tq * sizeof(__m256));                                                 \
         for (long k0 = 0; k0 < n8; k0 += KB_SLAB) {                                                           \
             long k1 = k0 + KB_SLAB < n8 ? k0 + KB_SLAB : n8;                                                  \
-            for (long i = 0; i < nr; i++)                                                                     \
+            for (long i = 0; i < nr && wide; i++)                                                             \
                 for (long k = k0; k < k1; k += 8)                                                             \
                     _mm256_store_ps(Wf + i * KB_SLAB + k - k0, LD(W + (r0 + i) * n_in + k));                  \
             for (long t0 = 0; t0 < Tq; t0 += 4) {                                                             \
@@ -126,14 +131,17 @@ static inline float sc_f32(float v) { return v; }
                     long i1 = i + 1 < nr ? i + 1 : i, i2 = i + 2 < nr ? i + 2 : i;                            \
                     __m256 *f0 = F + i * Tq + t0, *f1 = F + (i + 1 < nr ? i + 1 : nr) * Tq + t0,              \
                            *f2 = F + (i + 2 < nr ? i + 2 : nr + 1) * Tq + t0;                                 \
-                    const float *w0 = Wf + i * KB_SLAB - k0, *w1 = Wf + i1 * KB_SLAB - k0,                     \
-                                *w2 = Wf + i2 * KB_SLAB - k0;                                                 \
+                    const float *wf0 = Wf + i * KB_SLAB - k0, *wf1 = Wf + i1 * KB_SLAB - k0,                   \
+                                *wf2 = Wf + i2 * KB_SLAB - k0;                                                \
+                    const wtype *w0 = W + (r0 + i) * n_in, *w1 = W + (r0 + i1) * n_in,                        \
+                                *w2 = W + (r0 + i2) * n_in;                                                   \
                     __m256 a00 = f0[0], a01 = f0[1], a02 = f0[2], a03 = f0[3];                                \
                     __m256 a10 = f1[0], a11 = f1[1], a12 = f1[2], a13 = f1[3];                                \
                     __m256 a20 = f2[0], a21 = f2[1], a22 = f2[2], a23 = f2[3];                                \
                     for (long k = k0; k < k1; k += 8) {                                                       \
-                        __m256 v0 = _mm256_load_ps(w0 + k), v1 = _mm256_load_ps(w1 + k),                     \
-                               v2 = _mm256_load_ps(w2 + k), xv;                                               \
+                        __m256 v0 = wide ? _mm256_load_ps(wf0 + k) : LD(w0 + k),                              \
+                               v1 = wide ? _mm256_load_ps(wf1 + k) : LD(w1 + k),                              \
+                               v2 = wide ? _mm256_load_ps(wf2 + k) : LD(w2 + k), xv;                          \
                         xv = _mm256_loadu_ps(x0 + k);                                                         \
                         a00 = _mm256_fmadd_ps(v0, xv, a00);                                                   \
                         a10 = _mm256_fmadd_ps(v1, xv, a10);                                                   \
@@ -175,7 +183,10 @@ static inline float sc_f32(float v) { return v; }
             __m256 *F = aligned_alloc(32, (size_t)(KB_ROWS + 2) * Tq * sizeof(__m256));                       \
             if (F) {                                                                                          \
                 for (long r = r0; r < r1; r += KB_ROWS)                                                       \
-                    name##_kb(W, X, Y, T, n_in, ldy, r, r + KB_ROWS < r1 ? r + KB_ROWS : r1, F);              \
+                    if (Tq >= KB_WIDE_T)                                                                      \
+                        name##_kb(W, X, Y, T, n_in, ldy, r, r + KB_ROWS < r1 ? r + KB_ROWS : r1, F, 1);       \
+                    else                                                                                      \
+                        name##_kb(W, X, Y, T, n_in, ldy, r, r + KB_ROWS < r1 ? r + KB_ROWS : r1, F, 0);       \
                 free(F);                                                                                      \
                 if (Tq == T)                                                                                  \
                     return;                                                                                   \
