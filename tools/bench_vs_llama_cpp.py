@@ -4,7 +4,7 @@ tokens/s per weight kind, both engines alternating in one run, with ratios.
 
     bench_vs_llama_cpp.py LLAMA_CPP_TREE [--models DIR] [--gguf DIR] [--build DIR]
                           [--threads N] [--rounds N] [--prompt N] [--tokens N]
-                          [--name llama-1b] [--kinds bf16,q8,q4]
+                          [--name llama-1b] [--kinds bf16,q8,q4] [--llama-depth N]
 
 LLAMA_CPP_TREE: a llama.cpp source tree built CPU-only in its build/ folder
 (llama-bench, llama-quantize), outside this repository. --models holds
@@ -15,7 +15,11 @@ formats; tern's are MLX affine with group 64). Each round runs, per kind,
 tern's bench_decode and then llama-bench; the best of the rounds is kept for
 each (shared machines are noisy). tern decodes after its prompt (context
 PROMPT..PROMPT+TOKENS), llama-bench's tg after as many tokens (-d PROMPT),
-its pp from an empty context."""
+its pp from an empty context. --llama-depth N sets that depth instead
+(0: no -d at all, for a llama-bench older than its -d option, whose tg then
+runs from an empty context; compare it with tern's decode after a short
+prompt, e.g. --prompt 16 --llama-depth 0, and take prefill from a second
+invocation with --prompt 512)."""
 import argparse
 import csv
 import io
@@ -59,13 +63,13 @@ def tern_once(build, model_dir, threads, prompt, tokens):
     sys.exit("bench_vs_llama_cpp: no result line from bench_decode:\n" + out)
 
 
-def llama_once(tree, gguf, threads, prompt, tokens):
-    """pp PROMPT from an empty context, then tg TOKENS after PROMPT tokens
-    (-d: the context tern's decode runs at)."""
+def llama_once(tree, gguf, threads, prompt, tokens, depth):
+    """pp PROMPT from an empty context, then tg TOKENS after DEPTH tokens
+    (-d: the context tern's decode runs at; none for DEPTH 0)."""
     bench = os.path.join(tree, "build", "bin", "llama-bench")
     common = ["-m", gguf, "-t", str(threads), "-r", "1", "-o", "csv"]
     out = run([bench] + common + ["-p", str(prompt), "-n", "0"])
-    tg_out = run([bench] + common + ["-p", "0", "-n", str(tokens), "-d", str(prompt)])
+    tg_out = run([bench] + common + ["-p", "0", "-n", str(tokens)] + (["-d", str(depth)] if depth else []))
     out = out.rstrip("\n") + "\n" + "\n".join(tg_out.splitlines()[1:])  # its CSV header dropped
     pp = tg = None
     for row in csv.DictReader(io.StringIO(out)):
@@ -92,6 +96,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--name", default="llama-1b")
     ap.add_argument("--kinds", default="bf16,q8,q4")
+    ap.add_argument("--llama-depth", type=int, default=None,
+                    help="context before llama.cpp's tg (default: --prompt; 0: no -d, for an older llama-bench)")
     a = ap.parse_args()
     gguf_dir = a.gguf or os.path.join(a.models, "gguf")
     os.makedirs(gguf_dir, exist_ok=True)
@@ -100,12 +106,13 @@ def main():
         if k not in LLAMA_TYPES:
             sys.exit("bench_vs_llama_cpp: unknown kind %s (bf16, q8, q4)" % k)
     ggufs = {k: make_gguf(a.tree, a.models, gguf_dir, a.name, k) for k in kinds}
+    depth = a.prompt if a.llama_depth is None else a.llama_depth
     best = {k: [0.0, 0.0, 0.0, 0.0, 0.0, 0.0] for k in kinds}  # tern dec, pre, %floor, bw; llama dec, pre
     for r in range(a.rounds):
         for k in kinds:
             td, tp, fl, bw = tern_once(a.build, os.path.join(a.models, "%s-%s" % (a.name, k)), a.threads, a.prompt,
                                        a.tokens)
-            ld, lp = llama_once(a.tree, ggufs[k], a.threads, a.prompt, a.tokens)
+            ld, lp = llama_once(a.tree, ggufs[k], a.threads, a.prompt, a.tokens, depth)
             print("round %d %-4s tern decode %7.2f prefill %7.2f | llama.cpp decode %7.2f prefill %7.2f" %
                   (r + 1, k, td, tp, ld, lp), flush=True)
             b = best[k]
@@ -114,8 +121,8 @@ def main():
             b[1] = max(b[1], tp)
             b[4] = max(b[4], ld)
             b[5] = max(b[5], lp)
-    print("\n%s, %d threads, prompt %d, %d decode tokens, best of %d rounds" % (a.name, a.threads, a.prompt,
-                                                                               a.tokens, a.rounds))
+    print("\n%s, %d threads, prompt %d, %d decode tokens (llama.cpp's after %d), best of %d rounds" %
+          (a.name, a.threads, a.prompt, a.tokens, depth, a.rounds))
     print("| kind | tern decode t/s | llama.cpp decode t/s | ratio | tern of floor | tern prefill t/s "
           "| llama.cpp prefill t/s | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

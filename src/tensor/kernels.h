@@ -120,6 +120,8 @@ typedef struct tern_kernels {
     tern_iqmatmul_fn imatmul_q8p;
     tern_iqmatmul16_fn imatmul_q4h; /* bf16 scale pairs, one token; NULL: use imatmul_q4 with sb */
     tern_iqmatmul16_fn imatmul_q8h;
+    int dense_blocked; /* the dense f32-input products block inputs and rows for L1 themselves (the caller may
+                          hand them large blocks); 0: the caller keeps a block's rows and inputs cache-sized */
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group

@@ -79,11 +79,13 @@ static void check_table(const tern_kernels *k)
         check_bf16_act_special(k);
     const tern_kernels *ref = tern_kernels_scalar();
     static const long sizes[][2] = {{1, 1}, {3, 7}, {5, 8}, {9, 31}, {4, 32}, {17, 33}, {8, 64},
-                                    {13, 172}, {6, 384}, {3, 1000}, {2, 4096}};
+                                    {13, 172}, {6, 384}, {3, 1000}, {2, 4096},
+                                    {53, 603}, {26, 520}}; /* past one row block and one slab of the AVX2 tiles */
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         long n_out = sizes[si][0], n_in = sizes[si][1];
-        /* 1-6 tokens, and 9 and 11 (several 4-token tiles plus a short one) */
-        for (long T = 1; T <= 11; T += T < 6 ? 1 : T == 6 ? 3 : 2) {
+        /* 1-6 tokens, 9 and 11 (several 4-token tiles plus a short one), and
+         * 37 (AVX2: the slabs widened once for all quads, from 32 tokens) */
+        for (long T = 1; T <= 37; T += T < 6 ? 1 : T == 6 ? 3 : T < 11 ? 2 : 26) {
             float *wf = malloc((size_t)(n_out * n_in) * 4), *x = malloc((size_t)(T * n_in) * 4);
             uint16_t *wb = malloc((size_t)(n_out * n_in) * 2), *wh = malloc((size_t)(n_out * n_in) * 2);
             float *y0 = malloc((size_t)(T * n_out) * 4), *y1 = malloc((size_t)(T * n_out) * 4);
@@ -237,7 +239,7 @@ static void check_iq(const tern_kernels *k)
     const tern_kernels *ref = tern_kernels_scalar();
     static const long shapes[][3] = {{1, 32, 32}, {3, 64, 32}, {5, 128, 64}, {4, 256, 128}, {7, 384, 64},
                                      {2, 896, 128}, {3, 96, 32}, {5, 576, 32}, {3, 1088, 64}, {2, 2048, 64},
-                                     {4, 2176, 128}};
+                                     {4, 2176, 128}, {37, 320, 64}, {70, 256, 128}, {35, 640, 32}};
     for (int bits = 4; bits <= 8; bits += 4)
         for (size_t si = 0; si < 3 * sizeof shapes / sizeof shapes[0]; si++) {
             long n_out = shapes[si / 3][0], n_in = shapes[si / 3][1], G = shapes[si / 3][2], ng = n_in / G;

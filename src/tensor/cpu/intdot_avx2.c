@@ -7,6 +7,7 @@
  * Tokens go in pairs sharing each unpacked weight vector. */
 #include <immintrin.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tensor/cpu/intdot_simd.h"
 #include "tensor/cpu/intdot.h"
@@ -60,70 +61,151 @@ static void avx2_q8_rows(const uint8_t *Wq, const float *sb, int group, const in
 IQ_KERNEL(avx2_q4_rows, 4, q4_grp, iq_nofix)
 IQ_KERNEL(avx2_q8_rows, 8, q8_grp, iq_fix128)
 
-/* Panels (see intdot_avx512.c) from 8 tokens. 4-bit:
+/* Panels (see intdot_simd.h) from IQ_PANEL_MIN_T tokens: register tiles of
+ * 2 weight rows x 4 tokens (each weight vector loaded serves 4 tokens, each
+ * input vector 2 rows). Loops: a block of PANEL_RB rows is rearranged once;
+ * then chunk by chunk (8 groups), token quad by quad, row pair by row pair,
+ * so that a chunk's weights of the whole block (PANEL_RB x 8 groups, 16 KB
+ * for groups of 64) and a quad's inputs (2 KB) stay in L1 while the f32
+ * accumulators of every (row, token) wait in F (L2). Each (row, token) still
+ * takes its chunks in order, so the bits are the row kernels'. 4-bit:
  * vpmaddubsw pair sums (<= 2 * 15 * 127) add up in int16 over 8 vectors,
- * then one vpmaddwd; 8-bit: the sign trick per vector, the exact sums
- * restored as S + 128 * A per chunk. Same bits as the row kernels. */
+ * then one vpmaddwd; 8-bit: the sign trick per vector on weights stored as
+ * q - 128, the exact sums restored as S + 128 * A per chunk. */
+#define PANEL_RB 32
 
-#define PANEL_Q4(p, i) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wv, LD(a[i] + v * 32)))
-#define PANEL_Q8(acc, i)                                                                                      \
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(LD(a[i] + v * 32), ws)), ones))
-
-static void panel_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
-                          float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp)
+static inline __attribute__((always_inline)) void panel_tile(const uint8_t *w0, const uint8_t *w1,
+                                                             const int8_t *const *a, long nv, int bits,
+                                                             __m256i S[2][4])
 {
-    const __m256i ones = _mm256_set1_epi16(1), x80 = _mm256_set1_epi8((char)0x80);
-    long ng = n_in / group, ngp = tern_iq_ngp(ng), nv = group / 4, span = ngp * group;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int k = 0; k < 4; k++)
+        S[0][k] = S[1][k] = _mm256_setzero_si256();
+    for (long v8 = 0; v8 < nv; v8 += 8) {
+        if (bits == 4) {
+            __m256i p[2][4];
+            for (int k = 0; k < 4; k++)
+                p[0][k] = p[1][k] = _mm256_setzero_si256();
+            for (long v = v8; v < v8 + 8; v++) {
+                __m256i x0 = LD(w0 + v * 32), x1 = LD(w1 + v * 32);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    __m256i av = LD(a[k] + v * 32);
+                    p[0][k] = _mm256_add_epi16(p[0][k], _mm256_maddubs_epi16(x0, av));
+                    p[1][k] = _mm256_add_epi16(p[1][k], _mm256_maddubs_epi16(x1, av));
+                }
+            }
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                S[0][k] = _mm256_add_epi32(S[0][k], _mm256_madd_epi16(p[0][k], ones));
+                S[1][k] = _mm256_add_epi32(S[1][k], _mm256_madd_epi16(p[1][k], ones));
+            }
+        } else {
+            for (long v = v8; v < v8 + 8; v++) {
+                __m256i s0 = LD(w0 + v * 32), s1 = LD(w1 + v * 32); /* q - 128 */
+                __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    __m256i av = LD(a[k] + v * 32);
+                    S[0][k] = _mm256_add_epi32(
+                        S[0][k], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(av, s0)), ones));
+                    S[1][k] = _mm256_add_epi32(
+                        S[1][k], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(av, s1)), ones));
+                }
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void panel_product_g(const uint8_t *Wq, const float *sb, int group,
+                                                                  int bits, const int8_t *Q, const float *qs,
+                                                                  float *Y, long T, long n_in, long ldy, long r0,
+                                                                  long r1, int8_t *A, uint8_t *Wp, __m256 *F)
+{
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+    long ng = n_in / group, ngp = tern_iq_ngp(ng), nv = group / 4, span = ngp * group, Tq = (T + 3) & ~3L;
     for (long t = 0; t < T; t++)
         panel_acts(Q + t * n_in, group, bits, ng, ngp, A + t * span);
-    for (long r = r0; r < r1; r++) {
-        panel_row(Wq + r * n_in * bits / 8, group, bits, ng, ngp, Wp, 32);
-        const float *s = sb + r * ng * 2;
-        for (long t0 = 0; t0 < T; t0 += 4) {
-            long t[4];
-            for (int i = 0; i < 4; i++)
-                t[i] = t0 + i < T ? t0 + i : T - 1; /* a short last quad repeats its last token */
-            const int8_t *a[4] = {A + t[0] * span, A + t[1] * span, A + t[2] * span, A + t[3] * span};
-            __m256 f[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (long c = 0; c < ngp / 8; c++) {
-                __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-                for (long v8 = c * nv; v8 < (c + 1) * nv; v8 += 8) {
-                    if (bits == 4) {
-                        __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0;
-                        for (long v = v8; v < v8 + 8; v++) {
-                            __m256i wv = LD(Wp + v * 32);
-                            PANEL_Q4(p0, 0);
-                            PANEL_Q4(p1, 1);
-                            PANEL_Q4(p2, 2);
-                            PANEL_Q4(p3, 3);
-                        }
-                        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
-                        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
-                        s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(p2, ones));
-                        s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(p3, ones));
-                    } else {
-                        for (long v = v8; v < v8 + 8; v++) {
-                            __m256i ws = _mm256_xor_si256(LD(Wp + v * 32), x80), aw = _mm256_abs_epi8(ws);
-                            PANEL_Q8(s0, 0);
-                            PANEL_Q8(s1, 1);
-                            PANEL_Q8(s2, 2);
-                            PANEL_Q8(s3, 3);
+    for (long rb = r0; rb < r1; rb += PANEL_RB) {
+        long nr = r1 - rb < PANEL_RB ? r1 - rb : PANEL_RB;
+        for (long i = 0; i < nr; i++) {
+            uint8_t *P = Wp + i * span;
+            panel_row(Wq + (rb + i) * n_in * bits / 8, group, bits, ng, ngp, P, 32);
+            if (bits == 8)
+                for (long v = 0; v < span; v += 32)
+                    _mm256_storeu_si256((__m256i *)(P + v), _mm256_xor_si256(LD(P + v), x80));
+        }
+        /* F: (row, token) accumulators, row nr (a spare) takes an odd block's repeated last row;
+         * then SB: each row's {scale, bias} vectors per chunk, split once */
+        __m256 *SB = F + (PANEL_RB + 1) * Tq;
+        memset(F, 0, (size_t)(nr + 1) * Tq * sizeof(__m256));
+        for (long i = 0; i < nr; i++)
+            for (long c = 0; c < ngp / 8; c++)
+                iq_sb_chunk(sb + (rb + i) * ng * 2, 8 * c, ng, &SB[(i * (ngp / 8) + c) * 2],
+                            &SB[(i * (ngp / 8) + c) * 2 + 1]);
+        for (long c = 0; c < ngp / 8; c++) {
+            for (long t0 = 0; t0 < Tq; t0 += 4) {
+                long t[4];
+                const int8_t *a[4];
+                for (int k = 0; k < 4; k++) {
+                    t[k] = t0 + k < T ? t0 + k : T - 1; /* a short last quad repeats its last token */
+                    a[k] = A + t[k] * span + c * nv * 32;
+                }
+                for (long i = 0; i < nr; i += 2) {
+                    long i1 = i + 1 < nr ? i + 1 : i, f1 = i + 1 < nr ? i + 1 : nr;
+                    __m256i S[2][4];
+                    panel_tile(Wp + i * span + c * nv * 32, Wp + i1 * span + c * nv * 32, a, nv, bits, S);
+                    long ri[2] = {i, i1}, fi[2] = {i, f1};
+                    for (int j = 0; j < 2; j++) {
+                        __m256 sw = SB[(ri[j] * (ngp / 8) + c) * 2], bw = SB[(ri[j] * (ngp / 8) + c) * 2 + 1];
+#pragma GCC unroll 4
+                        for (int k = 0; k < 4; k++) {
+                            const float *q = qs + t[k] * 2 * ngp;
+                            __m256i I = bits == 8 ? iq_fix128(S[j][k], q + ngp + 8 * c) : S[j][k];
+                            __m256 *f = &F[fi[j] * Tq + t0 + k];
+                            *f = iq_combine(*f, I, sw, bw, q + 8 * c, q + ngp + 8 * c);
                         }
                     }
                 }
-                __m256 sw, bw;
-                iq_sb_chunk(s, 8 * c, ng, &sw, &bw);
-                __m256i S[4] = {s0, s1, s2, s3};
-                for (int i = 0; i < 4; i++) {
-                    const float *q = qs + t[i] * 2 * ngp;
-                    __m256i I = bits == 8 ? iq_fix128(S[i], q + ngp + 8 * c) : S[i];
-                    f[i] = iq_combine(f[i], I, sw, bw, q + 8 * c, q + ngp + 8 * c);
-                }
             }
-            for (int i = 0; i < 4 && t0 + i < T; i++)
-                Y[(t0 + i) * ldy + r] = iq_hsum(f[i]);
         }
+        for (long tt = 0; tt < T; tt++) /* a token's outputs are contiguous */
+            for (long i = 0; i < nr; i++)
+                Y[tt * ldy + rb + i] = iq_hsum(F[i * Tq + tt]);
     }
+}
+
+/* the group's vector count as a constant, so that the tile's loops unroll */
+static void panel_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
+                          float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp, __m256 *F)
+{
+    if (bits == 4 && group == 64)
+        panel_product_g(Wq, sb, 64, 4, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+    else if (bits == 8 && group == 64)
+        panel_product_g(Wq, sb, 64, 8, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+    else if (bits == 4)
+        panel_product_g(Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+    else
+        panel_product_g(Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+}
+
+/* The panels where their scratch can be had, else the row kernels (the same
+ * bits either way). */
+static void panel_or_rows(iq_rows_fn *rows, const uint8_t *Wq, const float *sb, int group, int bits,
+                          const int8_t *Q, const float *qs, float *Y, long T, long n_in, long ldy, long r0, long r1)
+{
+    long span = tern_iq_ngp(n_in / group) * group, Tq = (T + 3) & ~3L;
+    int8_t *A = T >= IQ_PANEL_MIN_T ? malloc((size_t)(T * span)) : NULL;
+    uint8_t *Wp = A ? malloc((size_t)(PANEL_RB * span)) : NULL;
+    __m256 *F = Wp ? aligned_alloc(32, (size_t)((PANEL_RB + 1) * Tq + PANEL_RB * span / group / 4) * sizeof(__m256))
+                   : NULL;
+    if (F)
+        panel_product(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+    else /* few tokens, or no memory for the panels */
+        rows(Wq, sb, group, Q, qs, Y, T, n_in, ldy, r0, r1);
+    free(A);
+    free(Wp);
+    free(F);
 }
 
 /* ---- One token (decode), groups of 64 or 128: two rows at a time, each
@@ -159,11 +241,14 @@ static inline __attribute__((always_inline)) __m256i q8_run32(const uint8_t *w, 
 static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const void *sa,
                                                             const void *sbb, int h, const int8_t *x, const float *q,
                                                             int group, int bits, long ng, long ngp, float *ya,
-                                                            float *yb)
+                                                            float *yb, const uint8_t *pf)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 fa = _mm256_setzero_ps(), fb = fa;
+    long pfc = 2 * 8 * group * bits / 8; /* the next pair's bytes a chunk, fetched a pair ahead */
     for (long c = 0; c < ngp; c += 8) {
+        for (long o = 0; o < pfc; o += 64)
+            _mm_prefetch((const char *)pf + (c / 8) * pfc + o, _MM_HINT_T0);
         __m256i ha[4], hb[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
@@ -238,7 +323,8 @@ static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, c
         const void *sa = h ? (const void *)((const uint16_t *)sb + r * ng * 2) : (const void *)((const float *)sb + r * ng * 2);
         const void *sbb = h ? (const void *)((const uint16_t *)sb + rb * ng * 2)
                             : (const void *)((const float *)sb + rb * ng * 2);
-        one_rows2(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, group, bits, ng, ngp, &ya, &yb);
+        one_rows2(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, group, bits, ng, ngp, &ya, &yb,
+                  Wq + (r + 2 < r1 ? r + 2 : r) * rowb);
         Y[r] = ya;
         Y[rb] = yb;
     }
@@ -252,7 +338,7 @@ void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t
     else if (T == 1 && group == 128 && n_in <= ONE_MAX)
         one_token(Wq, sb, 0, 128, 4, Q, qs, Y, n_in, r0, r1);
     else
-        iq_product(panel_product, avx2_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
+        panel_or_rows(avx2_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
@@ -263,7 +349,7 @@ void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t
     else if (T == 1 && group == 128)
         one_token(Wq, sb, 0, 128, 8, Q, qs, Y, n_in, r0, r1);
     else
-        iq_product(panel_product, avx2_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+        panel_or_rows(avx2_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 

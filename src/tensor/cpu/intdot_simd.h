@@ -247,44 +247,60 @@ static inline void panel_acts(const int8_t *q, int group, int bits, long ng, lon
 
 #define LDP(p) _mm256_loadu_si256((const __m256i *)(p))
 
+/* 8 x 8 transpose of 32-bit words: O[k] lane j = R[j] lane k. */
+static inline void panel_t8(const __m256i *R, __m256i *O)
+{
+    __m256i t0 = _mm256_unpacklo_epi32(R[0], R[1]), t1 = _mm256_unpackhi_epi32(R[0], R[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(R[2], R[3]), t3 = _mm256_unpackhi_epi32(R[2], R[3]);
+    __m256i t4 = _mm256_unpacklo_epi32(R[4], R[5]), t5 = _mm256_unpackhi_epi32(R[4], R[5]);
+    __m256i t6 = _mm256_unpacklo_epi32(R[6], R[7]), t7 = _mm256_unpackhi_epi32(R[6], R[7]);
+    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    O[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    O[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    O[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    O[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    O[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    O[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    O[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    O[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
 /* One weight row as unsigned bytes in the same order: vector v of the
  * row at P + v * ps (ps = 32 for one row alone; 64 puts two rows' vectors
- * side by side, for 512-bit kernels that take two rows a load). */
+ * side by side, for 512-bit kernels that take two rows a load). By 8 x 8
+ * word transposes (row j = 8 words of group 8c + j, zero past ng; column k
+ * = word k of every group): 8-bit words are vectors, a 4-bit word gives
+ * vector 2k (low nibbles) and 2k + 1 (high ones); 4-bit groups of 32 (16
+ * bytes, less than a transpose's 32) by gathers. */
 static inline void panel_row(const uint8_t *w, int group, int bits, long ng, long ngp, uint8_t *P, long ps)
 {
-    long nv = group / 4;
+    long nv = group / 4, gb = group * bits / 8;
     const __m256i nib = _mm256_set1_epi8(15);
     const __m256i lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                             _mm256_set1_epi32(group * bits / 32));
     for (long c = 0; c < ngp / 8; c++) {
-        __m256i m = panel_mask(c, ng);
-        __m256i base = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(c * 8 * group * bits / 32)));
-        if (bits == 8) {
-            /* 8 x 8 transposes of 32-bit words: row j = 8 words of group
-             * 8c + j (zero past ng), column k = vector v + k */
-            for (long v = 0; v < nv; v += 8) {
-                __m256i R[8];
+        if (gb >= 32) {
+            for (long k0 = 0; k0 < gb / 4; k0 += 8) {
+                __m256i R[8], O[8];
                 for (int j = 0; j < 8; j++)
-                    R[j] = 8 * c + j < ng ? LDP(w + (8 * c + j) * group + v * 4) : _mm256_setzero_si256();
-                __m256i t0 = _mm256_unpacklo_epi32(R[0], R[1]), t1 = _mm256_unpackhi_epi32(R[0], R[1]);
-                __m256i t2 = _mm256_unpacklo_epi32(R[2], R[3]), t3 = _mm256_unpackhi_epi32(R[2], R[3]);
-                __m256i t4 = _mm256_unpacklo_epi32(R[4], R[5]), t5 = _mm256_unpackhi_epi32(R[4], R[5]);
-                __m256i t6 = _mm256_unpacklo_epi32(R[6], R[7]), t7 = _mm256_unpackhi_epi32(R[6], R[7]);
-                __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-                __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-                __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
-                __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
-                uint8_t *o = P + (c * nv + v) * ps;
-                _mm256_storeu_si256((__m256i *)(o + 0 * ps), _mm256_permute2x128_si256(u0, u4, 0x20));
-                _mm256_storeu_si256((__m256i *)(o + 1 * ps), _mm256_permute2x128_si256(u1, u5, 0x20));
-                _mm256_storeu_si256((__m256i *)(o + 2 * ps), _mm256_permute2x128_si256(u2, u6, 0x20));
-                _mm256_storeu_si256((__m256i *)(o + 3 * ps), _mm256_permute2x128_si256(u3, u7, 0x20));
-                _mm256_storeu_si256((__m256i *)(o + 4 * ps), _mm256_permute2x128_si256(u0, u4, 0x31));
-                _mm256_storeu_si256((__m256i *)(o + 5 * ps), _mm256_permute2x128_si256(u1, u5, 0x31));
-                _mm256_storeu_si256((__m256i *)(o + 6 * ps), _mm256_permute2x128_si256(u2, u6, 0x31));
-                _mm256_storeu_si256((__m256i *)(o + 7 * ps), _mm256_permute2x128_si256(u3, u7, 0x31));
+                    R[j] = 8 * c + j < ng ? LDP(w + (8 * c + j) * gb + k0 * 4) : _mm256_setzero_si256();
+                panel_t8(R, O);
+                for (int k = 0; k < 8; k++) {
+                    if (bits == 8) {
+                        _mm256_storeu_si256((__m256i *)(P + (c * nv + k0 + k) * ps), O[k]);
+                    } else {
+                        uint8_t *o = P + (c * nv + 2 * (k0 + k)) * ps;
+                        _mm256_storeu_si256((__m256i *)o, _mm256_and_si256(O[k], nib));
+                        _mm256_storeu_si256((__m256i *)(o + ps), _mm256_and_si256(_mm256_srli_epi16(O[k], 4), nib));
+                    }
+                }
             }
         } else {
+            __m256i m = panel_mask(c, ng);
+            __m256i base = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(c * 8 * group * bits / 32)));
             for (long k = 0; k < nv / 2; k++) {
                 __m256i x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)w,
                                                         _mm256_add_epi32(base, _mm256_set1_epi32((int)k)), m, 4);

@@ -1,6 +1,8 @@
 /* AVX2 + FMA kernels (8 f32 lanes). Compiled with -mavx2 -mfma -mf16c and
  * only called when the CPU has them. Same contracts as kernels_scalar.c. */
 #include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
@@ -32,10 +34,21 @@ static inline float sc_f32(float v) { return v; }
  * for i = 0, 8, .. in order, hsum8, then the tail one term at a time -
  * whatever tile computes it, so batched results equal single-token ones
  * bit for bit and the tile shape never depends on T. */
+/* K-blocked tiles (name##_kb below): inputs per slab (a quad's 4 KB of f32
+ * inputs and KB_ROWS rows' weights, widened to f32 on the stack: L1)
+ * and rows per block (a multiple of the tile's 3). */
+#define KB_SLAB 256
+#define KB_ROWS 24
+/* Tokens from which the slab's weights are widened to f32 once for all
+ * quads (fewer quads: widened in the tile's loop; the same values either
+ * way): bench_kernels bf16, T = 16 34 vs 30 GMAC/s unwidened, T = 128 31
+ * vs 33.6. */
+#define KB_WIDE_T 32
+
 #define AVX2_TILE(name, wtype, LD, SC)                                                                        \
     static inline __attribute__((always_inline)) void name##_tile(const wtype *W, const float *X, float *Y,   \
                                                                   long n_in, long ldy, long r, long t, int NR,  \
-                                                                  int NT)                                     \
+                                                                  int NT, const wtype *pf)                    \
     {                                                                                                         \
         long n8 = n_in & ~7L;                                                                                 \
         const wtype *w[4];                                                                                    \
@@ -50,6 +63,11 @@ static inline float sc_f32(float v) { return v; }
             _Pragma("GCC unroll 4") for (int b = 0; b < 4; b++) acc[a][b] = _mm256_setzero_ps();              \
         for (long i = 0; i < n8; i += 8) {                                                                    \
             __m256 wv[4];                                                                                     \
+            if (pf) { /* decode: the next 4 rows, a pace ahead (contiguous: 4 x 8 weights an iteration) */   \
+                _mm_prefetch((const char *)(pf + 4 * i), _MM_HINT_T0);                                        \
+                if (sizeof(wtype) == 4)                                                                       \
+                    _mm_prefetch((const char *)(pf + 4 * i + 16), _MM_HINT_T0);                               \
+            }                                                                                                 \
             _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++) wv[a] = LD(w[a] + i);                        \
             _Pragma("GCC unroll 4") for (int b = 0; b < NT; b++)                                              \
             {                                                                                                 \
@@ -71,32 +89,117 @@ static inline float sc_f32(float v) { return v; }
      * quads in 2-row x 4-token tiles, the 1-3 tokens left in NR-row tiles    \
      * (4 rows keep 4 FMA chains busy at decode) */                           \
     static inline __attribute__((always_inline)) void name##_rows(const wtype *W, const float *X, float *Y,   \
-                                                                  long n_in, long ldy, long r, long T, int NR)  \
+                                                                  long n_in, long ldy, long r, long T, int NR,  \
+                                                                  const wtype *pf)                            \
     {                                                                                                         \
         long t = 0;                                                                                           \
         for (; t + 4 <= T; t += 4) {                                                                          \
             if (NR == 4) {                                                                                    \
-                name##_tile(W, X, Y, n_in, ldy, r, t, 2, 4);                                                  \
-                name##_tile(W, X, Y, n_in, ldy, r + 2, t, 2, 4);                                              \
+                name##_tile(W, X, Y, n_in, ldy, r, t, 2, 4, NULL);                                                  \
+                name##_tile(W, X, Y, n_in, ldy, r + 2, t, 2, 4, NULL);                                              \
             } else {                                                                                          \
-                name##_tile(W, X, Y, n_in, ldy, r, t, 1, 4);                                                  \
+                name##_tile(W, X, Y, n_in, ldy, r, t, 1, 4, NULL);                                                  \
             }                                                                                                 \
         }                                                                                                     \
         if (T - t >= 2) {                                                                                     \
-            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 2);                                                     \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 2, NULL);                                                     \
             t += 2;                                                                                           \
         }                                                                                                     \
         if (T - t == 1)                                                                                       \
-            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 1);                                                     \
+            name##_tile(W, X, Y, n_in, ldy, r, t, NR, 1, pf);                                                     \
+    }                                                                                                         \
+    /* From 4 tokens: 3-row x 4-token tiles (12 accumulators) over slabs of    \
+     * KB_SLAB inputs - a slab of every row's weights and a quad's inputs     \
+     * stay in L1 - with each (row, token) accumulator parked in F between    \
+     * slabs, so it is still the one chain above. Token quads only; the      \
+     * 1-3 tokens left take name##_rows. F: (r1 - r0 + 2) * (T & ~3) vectors. */ \
+    static inline __attribute__((always_inline)) void name##_kb(const wtype *W, const float *X, float *Y,     \
+                                                                long T, long n_in, long ldy, long r0, long r1,  \
+                                                                __m256 *F, int wide)                          \
+    {                                                                                                         \
+        long n8 = n_in & ~7L, nr = r1 - r0, Tq = T & ~3L;                                                     \
+        _Alignas(32) float Wf[KB_ROWS * KB_SLAB]; /* the slab's weights as f32, widened once for all quads */ \
+        memset(F, 0, (size_t)(nr + 2) * Tq * sizeof(__m256));                                                 \
+        for (long k0 = 0; k0 < n8; k0 += KB_SLAB) {                                                           \
+            long k1 = k0 + KB_SLAB < n8 ? k0 + KB_SLAB : n8;                                                  \
+            for (long i = 0; i < nr && wide; i++)                                                             \
+                for (long k = k0; k < k1; k += 8)                                                             \
+                    _mm256_store_ps(Wf + i * KB_SLAB + k - k0, LD(W + (r0 + i) * n_in + k));                  \
+            for (long t0 = 0; t0 < Tq; t0 += 4) {                                                             \
+                const float *x0 = X + t0 * n_in, *x1 = x0 + n_in, *x2 = x1 + n_in, *x3 = x2 + n_in;           \
+                for (long i = 0; i < nr; i += 3) {                                                            \
+                    long i1 = i + 1 < nr ? i + 1 : i, i2 = i + 2 < nr ? i + 2 : i;                            \
+                    __m256 *f0 = F + i * Tq + t0, *f1 = F + (i + 1 < nr ? i + 1 : nr) * Tq + t0,              \
+                           *f2 = F + (i + 2 < nr ? i + 2 : nr + 1) * Tq + t0;                                 \
+                    const float *wf0 = Wf + i * KB_SLAB - k0, *wf1 = Wf + i1 * KB_SLAB - k0,                   \
+                                *wf2 = Wf + i2 * KB_SLAB - k0;                                                \
+                    const wtype *w0 = W + (r0 + i) * n_in, *w1 = W + (r0 + i1) * n_in,                        \
+                                *w2 = W + (r0 + i2) * n_in;                                                   \
+                    __m256 a00 = f0[0], a01 = f0[1], a02 = f0[2], a03 = f0[3];                                \
+                    __m256 a10 = f1[0], a11 = f1[1], a12 = f1[2], a13 = f1[3];                                \
+                    __m256 a20 = f2[0], a21 = f2[1], a22 = f2[2], a23 = f2[3];                                \
+                    for (long k = k0; k < k1; k += 8) {                                                       \
+                        __m256 v0 = wide ? _mm256_load_ps(wf0 + k) : LD(w0 + k),                              \
+                               v1 = wide ? _mm256_load_ps(wf1 + k) : LD(w1 + k),                              \
+                               v2 = wide ? _mm256_load_ps(wf2 + k) : LD(w2 + k), xv;                          \
+                        xv = _mm256_loadu_ps(x0 + k);                                                         \
+                        a00 = _mm256_fmadd_ps(v0, xv, a00);                                                   \
+                        a10 = _mm256_fmadd_ps(v1, xv, a10);                                                   \
+                        a20 = _mm256_fmadd_ps(v2, xv, a20);                                                   \
+                        xv = _mm256_loadu_ps(x1 + k);                                                         \
+                        a01 = _mm256_fmadd_ps(v0, xv, a01);                                                   \
+                        a11 = _mm256_fmadd_ps(v1, xv, a11);                                                   \
+                        a21 = _mm256_fmadd_ps(v2, xv, a21);                                                   \
+                        xv = _mm256_loadu_ps(x2 + k);                                                         \
+                        a02 = _mm256_fmadd_ps(v0, xv, a02);                                                   \
+                        a12 = _mm256_fmadd_ps(v1, xv, a12);                                                   \
+                        a22 = _mm256_fmadd_ps(v2, xv, a22);                                                   \
+                        xv = _mm256_loadu_ps(x3 + k);                                                         \
+                        a03 = _mm256_fmadd_ps(v0, xv, a03);                                                   \
+                        a13 = _mm256_fmadd_ps(v1, xv, a13);                                                   \
+                        a23 = _mm256_fmadd_ps(v2, xv, a23);                                                   \
+                    }                                                                                         \
+                    f0[0] = a00, f0[1] = a01, f0[2] = a02, f0[3] = a03;                                       \
+                    f1[0] = a10, f1[1] = a11, f1[2] = a12, f1[3] = a13;                                       \
+                    f2[0] = a20, f2[1] = a21, f2[2] = a22, f2[3] = a23;                                       \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+        for (long t = 0; t < Tq; t++)                                                                         \
+            for (long i = 0; i < nr; i++) {                                                                   \
+                const wtype *w = W + (r0 + i) * n_in;                                                         \
+                const float *x = X + t * n_in;                                                                \
+                float s = hsum8(F[i * Tq + t]);                                                               \
+                for (long k = n8; k < n_in; k++)                                                              \
+                    s += SC(w[k]) * x[k];                                                                     \
+                Y[t * ldy + r0 + i] = s;                                                                      \
+            }                                                                                                 \
     }                                                                                                         \
     static void name(const void *Wv, const float *X, float *Y, long T, long n_in, long ldy, long r0, long r1) \
     {                                                                                                         \
         const wtype *W = Wv;                                                                                  \
+        if (T >= 4) {                                                                                         \
+            long Tq = T & ~3L;                                                                                \
+            __m256 *F = aligned_alloc(32, (size_t)(KB_ROWS + 2) * Tq * sizeof(__m256));                       \
+            if (F) {                                                                                          \
+                for (long r = r0; r < r1; r += KB_ROWS)                                                       \
+                    if (Tq >= KB_WIDE_T)                                                                      \
+                        name##_kb(W, X, Y, T, n_in, ldy, r, r + KB_ROWS < r1 ? r + KB_ROWS : r1, F, 1);       \
+                    else                                                                                      \
+                        name##_kb(W, X, Y, T, n_in, ldy, r, r + KB_ROWS < r1 ? r + KB_ROWS : r1, F, 0);       \
+                free(F);                                                                                      \
+                if (Tq == T)                                                                                  \
+                    return;                                                                                   \
+                X += Tq * n_in;                                                                               \
+                Y += Tq * ldy;                                                                                \
+                T -= Tq;                                                                                      \
+            }                                                                                                 \
+        }                                                                                                     \
         long r = r0;                                                                                          \
         for (; r + 4 <= r1; r += 4)                                                                           \
-            name##_rows(W, X, Y, n_in, ldy, r, T, 4);                                                         \
+            name##_rows(W, X, Y, n_in, ldy, r, T, 4, T == 1 && r + 8 <= r1 ? W + (r + 4) * n_in : NULL);      \
         for (; r < r1; r++)                                                                                   \
-            name##_rows(W, X, Y, n_in, ldy, r, T, 1);                                                         \
+            name##_rows(W, X, Y, n_in, ldy, r, T, 1, NULL);                                                   \
     }
 
 AVX2_TILE(matmul_f32, float, ld_f32, sc_f32)
@@ -207,7 +310,7 @@ static void axpy(float a, const float *x, float *y, long n)
 
 static const tern_kernels k_avx2 = {"avx2", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
                                     tern_iq_avx2_quant, tern_iq_avx2_q4, tern_iq_avx2_q8, NULL, NULL, dot, axpy, NULL, NULL, NULL, NULL, NULL,
-                                    tern_iq16_avx2_q4, tern_iq16_avx2_q8};
+                                    tern_iq16_avx2_q4, tern_iq16_avx2_q8, 1};
 
 const tern_kernels *tern_kernels_avx2_table(void);
 const tern_kernels *tern_kernels_avx2_table(void) { return &k_avx2; }

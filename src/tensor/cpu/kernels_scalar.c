@@ -186,6 +186,6 @@ static void axpy(float a, const float *x, float *y, long n)
 
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
                                       quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy, NULL, NULL, NULL, NULL, NULL,
-                                      imatmul_q4h, imatmul_q8h};
+                                      imatmul_q4h, imatmul_q8h, 0};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }
