@@ -402,31 +402,6 @@ __global__ void attn_merge_kernel(const tcu_attn_args a)
 
 // ---- typed KV, grouped by kv head ----
 //
-// The end of a block of the grouped kernels (one block a kv head's q
-// heads): with a counter slot, the last of the ns blocks of (token i, kv
-// head kvh) to get here merges its gq heads, as attn_part's last block
-// merges its head. `last`: the block's shared flag.
-__device__ __forceinline__ void attn_group_merge(const tcu_attn_args &a, int slot, int i, int kvh, int gq, int ns,
-                                                 int hd, int &last)
-{
-    if (slot < 0)
-        return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
-        last = atomicAdd(c, 1) == ns - 1;
-        if (last)
-            *c = 0;
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    for (int x = threadIdx.x; x < gq * hd; x += blockDim.x)
-        attn_merge_one(a, kvh * gq + x / hd, i, x % hd);
-}
-
 // A typed pool's decode attention: one block per (kv head, token, split)
 // does every q head of the kv head (GQ of them, GQ <= GQM): each K/V row is
 // loaded and decoded once for the group, not once per q head, and GQ scores
@@ -571,7 +546,22 @@ __global__ void __launch_bounds__(ATT_GQA_WARPS *WARP) attn_gqa_kernel(const tcu
             part[1] = L;
         }
     }
-    attn_group_merge(a, slot, i, kvh, gq, ns, hd, last);
+    if (slot < 0)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
+        last = atomicAdd(c, 1) == ns - 1;
+        if (last)
+            *c = 0;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int x = threadIdx.x; x < gq * hd; x += blockDim.x)
+        attn_merge_one(a, kvh * gq + x / hd, i, x % hd);
 }
 
 template <int D, int GQM>
@@ -741,7 +731,22 @@ __global__ void __launch_bounds__(ATT_T_WARPS *WARP) attn_tile_kernel(const tcu_
             part[1] = l[h];
         }
     }
-    attn_group_merge(a, slot, i, kvh, gq, ns, HD, last);
+    if (slot < 0)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
+        last = atomicAdd(c, 1) == ns - 1;
+        if (last)
+            *c = 0;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
+        attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
 }
 
 // The tiled kernel for steps of several sequences, -1 where it does not
