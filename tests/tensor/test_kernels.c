@@ -83,9 +83,10 @@ static void check_table(const tern_kernels *k)
                                     {53, 603}, {26, 520}}; /* past one row block and one slab of the AVX2 tiles */
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         long n_out = sizes[si][0], n_in = sizes[si][1];
-        /* 1-6 tokens, 9 and 11 (several 4-token tiles plus a short one), and
-         * 37 (AVX2: the slabs widened once for all quads, from 32 tokens) */
-        for (long T = 1; T <= 37; T += T < 6 ? 1 : T == 6 ? 3 : T < 11 ? 2 : 26) {
+        /* 1-6 tokens, 9 and 11 (several 4-token tiles plus a short one), 37
+         * (AVX2: the slabs widened once for all quads, from 32 tokens) and
+         * 70 (AVX2: past one 64-token pass) */
+        for (long T = 1; T <= 70; T += T < 6 ? 1 : T == 6 ? 3 : T < 11 ? 2 : T < 37 ? 26 : 33) {
             float *wf = malloc((size_t)(n_out * n_in) * 4), *x = malloc((size_t)(T * n_in) * 4);
             uint16_t *wb = malloc((size_t)(n_out * n_in) * 2), *wh = malloc((size_t)(n_out * n_in) * 2);
             float *y0 = malloc((size_t)(T * n_out) * 4), *y1 = malloc((size_t)(T * n_out) * 4);

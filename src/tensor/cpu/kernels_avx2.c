@@ -1,7 +1,6 @@
 /* AVX2 + FMA kernels (8 f32 lanes). Compiled with -mavx2 -mfma -mf16c and
  * only called when the CPU has them. Same contracts as kernels_scalar.c. */
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/dtype.h"
@@ -44,6 +43,10 @@ static inline float sc_f32(float v) { return v; }
  * way): bench_kernels bf16, T = 16 34 vs 30 GMAC/s unwidened, T = 128 31
  * vs 33.6. */
 #define KB_WIDE_T 32
+/* Tokens a K-blocked pass takes (the parked accumulators live on the
+ * stack: (KB_ROWS + 2) x KB_T vectors, 53 KB); the backend's blocks for
+ * such tables are 64 tokens too (backend_cpu.c mm_tiled). */
+#define KB_T 64
 
 #define AVX2_TILE(name, wtype, LD, SC)                                                                        \
     static inline __attribute__((always_inline)) void name##_tile(const wtype *W, const float *X, float *Y,   \
@@ -178,22 +181,24 @@ static inline float sc_f32(float v) { return v; }
     static void name(const void *Wv, const float *X, float *Y, long T, long n_in, long ldy, long r0, long r1) \
     {                                                                                                         \
         const wtype *W = Wv;                                                                                  \
-        if (T >= 4) {                                                                                         \
-            long Tq = T & ~3L;                                                                                \
-            __m256 *F = aligned_alloc(32, (size_t)(KB_ROWS + 2) * Tq * sizeof(__m256));                       \
-            if (F) {                                                                                          \
+        if (T >= 4) { /* token quads, KB_T tokens at a time (a token's chain does not depend on the others) */ \
+            const long Tq = T & ~3L;                                                                          \
+            __m256 F[(KB_ROWS + 2) * KB_T];                                                                   \
+            for (long t0 = 0; t0 < Tq; t0 += KB_T) {                                                          \
+                const long tn = Tq - t0 < KB_T ? Tq - t0 : KB_T;                                              \
                 for (long r = r0; r < r1; r += KB_ROWS)                                                       \
-                    if (Tq >= KB_WIDE_T)                                                                      \
-                        name##_kb(W, X, Y, T, n_in, ldy, r, r + KB_ROWS < r1 ? r + KB_ROWS : r1, F, 1);       \
+                    if (tn >= KB_WIDE_T)                                                                      \
+                        name##_kb(W, X + t0 * n_in, Y + t0 * ldy, tn, n_in, ldy, r,                           \
+                                  r + KB_ROWS < r1 ? r + KB_ROWS : r1, F, 1);                                 \
                     else                                                                                      \
-                        name##_kb(W, X, Y, T, n_in, ldy, r, r + KB_ROWS < r1 ? r + KB_ROWS : r1, F, 0);       \
-                free(F);                                                                                      \
-                if (Tq == T)                                                                                  \
-                    return;                                                                                   \
-                X += Tq * n_in;                                                                               \
-                Y += Tq * ldy;                                                                                \
-                T -= Tq;                                                                                      \
+                        name##_kb(W, X + t0 * n_in, Y + t0 * ldy, tn, n_in, ldy, r,                           \
+                                  r + KB_ROWS < r1 ? r + KB_ROWS : r1, F, 0);                                 \
             }                                                                                                 \
+            if (Tq == T)                                                                                      \
+                return;                                                                                       \
+            X += Tq * n_in;                                                                                   \
+            Y += Tq * ldy;                                                                                    \
+            T -= Tq;                                                                                          \
         }                                                                                                     \
         long r = r0;                                                                                          \
         for (; r + 4 <= r1; r += 4)                                                                           \
