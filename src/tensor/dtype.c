@@ -1,15 +1,17 @@
 /* dtype tables and scalar conversions (see dtype.h). */
 #include "dtype.h"
 
+#include <math.h>
+
 size_t tern_dtype_size(tern_dtype t)
 {
-    static const size_t sz[TERN_DTYPE_COUNT] = {4, 2, 2, 4, 4, 8, 1};
+    static const size_t sz[TERN_DTYPE_COUNT] = {4, 2, 2, 4, 4, 8, 1, 1};
     return (unsigned)t < TERN_DTYPE_COUNT ? sz[t] : 0;
 }
 
 const char *tern_dtype_name(tern_dtype t)
 {
-    static const char *nm[TERN_DTYPE_COUNT] = {"F32", "BF16", "F16", "U32", "I32", "I64", "U8"};
+    static const char *nm[TERN_DTYPE_COUNT] = {"F32", "BF16", "F16", "U32", "I32", "I64", "U8", "F8_E4M3"};
     return (unsigned)t < TERN_DTYPE_COUNT ? nm[t] : "?";
 }
 
@@ -76,6 +78,31 @@ uint16_t tern_f32_to_f16(float f)
     return (uint16_t)h;
 }
 
+uint8_t tern_f32_to_f8e4m3(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    float a = fabsf(f);
+    if (a != a)
+        return (uint8_t)(sign | 0x7f);
+    if (a >= 448.0f)
+        return (uint8_t)(sign | 0x7e);
+    /* The magnitude's code is monotone in the value: pick the nearer of the
+     * two codes around it, the even one on a tie. */
+    uint8_t lo = 0, hi = 0x7e;
+    while (hi - lo > 1) {
+        uint8_t mid = (uint8_t)((lo + hi) / 2);
+        if (tern_f8e4m3_to_f32(mid) <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    float dl = a - tern_f8e4m3_to_f32(lo), dh = tern_f8e4m3_to_f32(hi) - a;
+    uint8_t c = dl < dh ? lo : dh < dl ? hi : (lo & 1) ? hi : lo;
+    return (uint8_t)(sign | c);
+}
+
 void tern_to_f32(tern_dtype t, const void *src, float *dst, size_t n)
 {
     switch (t) {
@@ -89,6 +116,10 @@ void tern_to_f32(tern_dtype t, const void *src, float *dst, size_t n)
     case TERN_F16:
         for (size_t i = 0; i < n; i++)
             dst[i] = tern_f16_to_f32(((const uint16_t *)src)[i]);
+        break;
+    case TERN_F8E4M3:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = tern_f8e4m3_to_f32(((const uint8_t *)src)[i]);
         break;
     default:
         for (size_t i = 0; i < n; i++)

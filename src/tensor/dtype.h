@@ -15,6 +15,7 @@ typedef enum tern_dtype {
     TERN_I32,
     TERN_I64,
     TERN_U8,
+    TERN_F8E4M3, /* OCP FP8 E4M3 ("e4m3fn": no infinities, 0x7f/0xff NaN, max 448) */
     TERN_DTYPE_COUNT
 } tern_dtype;
 
@@ -46,6 +47,17 @@ static inline uint16_t tern_f32_to_bf16(float f)
 float tern_f16_to_f32(uint16_t h);
 uint16_t tern_f32_to_f16(float f);
 
+/* FP8 E4M3 to f32, exact: the byte's 7 low bits shifted up by 7 are an f16 of
+ * 1/256 the value (the exponent biases differ by 8; subnormals map to f16
+ * subnormals), so the value is that f16 times 256. NaN codes give NaN. */
+static inline float tern_f8e4m3_to_f32(uint8_t b)
+{
+    float v = (b & 0x7f) == 0x7f ? __builtin_nanf("") : tern_f16_to_f32((uint16_t)((b & 0x7f) << 7)) * 256.0f;
+    return b & 0x80 ? -v : v;
+}
+/* f32 to FP8 E4M3, round to nearest even, saturating at +-448 (the
+ * quantizers' convention: they scale into range first); NaN stays NaN. */
+uint8_t tern_f32_to_f8e4m3(float f);
 /* Converts n elements of src (type t) to f32. */
 void tern_to_f32(tern_dtype t, const void *src, float *dst, size_t n);
 

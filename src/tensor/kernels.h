@@ -99,6 +99,17 @@ typedef void (*tern_bf16_pack_fn)(const uint16_t *Xb, long T, long n_in, uint16_
 typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp,
                                 float *qsp);
 
+/* The product against an FP8 E4M3 weight with f32 block scales (model_weight's
+ * fs layout): row r's scale for inputs [c * fs_cols, (c + 1) * fs_cols) is
+ * fs[(r / fs_rows) * ncol + c], ncol = ceil(n_in / fs_cols), and
+ *   Y = sum over c in order of fs_c * P_c,  P_c = sum_{i in block c} e4m3(W_i) * X_i
+ * with P_c an f32 sum in an order fixed per (row, token) (the tests allow f32
+ * reordering against the index order) - never depending on T or [r0, r1).
+ * fs_cols is n_in or a multiple of 32. Activations stay f32: the exact
+ * reference and the CPU's only FP8 path. */
+typedef void (*tern_f8matmul_fn)(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y,
+                                 long T, long n_in, long ldy, long r0, long r1);
+
 typedef struct tern_kernels {
     const char *isa; /* "scalar", "avx2", "avx512", "amx", "amx-bf16" (avx512 with AMX tile products) */
     tern_matmul_fn matmul_f32;
@@ -122,6 +133,7 @@ typedef struct tern_kernels {
     tern_iqmatmul16_fn imatmul_q8h;
     int dense_blocked; /* the dense f32-input products block inputs and rows for L1 themselves (the caller may
                           hand them large blocks); 0: the caller keeps a block's rows and inputs cache-sized */
+    tern_f8matmul_fn matmul_f8; /* FP8 weights (every table) */
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group
@@ -144,6 +156,10 @@ static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }
  * default; process-wide, set once at start-up. */
 void tern_kernels_exact_set(int on);
 int tern_kernels_exact_get(void);
+
+/* The FP8 scalar reference (kernels_scalar.c), for tables without their own. */
+void tern_matmul_f8_scalar(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y, long T,
+                           long n_in, long ldy, long r0, long r1);
 
 /* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512|amx|amx-bf16 in the
  * environment to force one, for tests and benchmarks). Never NULL. */

@@ -199,8 +199,8 @@ static void check_backend_tiling(int exact)
         sb16[i] = tern_f32_to_bf16(0.01f * (float)(i % 7) - 0.02f);
         sb[i] = tern_bf16_to_f32(sb16[i]);
     }
-    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL, NULL},
-                         {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb, sb16}};
+    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL, NULL, NULL, 0, 0},
+                         {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb, sb16, NULL, 0, 0}};
     float *Y[2] = {malloc((size_t)T * n_out[0] * sizeof(float)), malloc((size_t)T * n_out[1] * sizeof(float))};
     const model_weight *wp[2] = {&w[0], &w[1]};
     assert_int_equal(be->matmul(be, 2, wp, X, Y, T, &err), 0);

@@ -184,8 +184,31 @@ static void axpy(float a, const float *x, float *y, long n)
         y[i] += a * x[i];
 }
 
+/* The FP8 reference: each block's products summed in index order. */
+void tern_matmul_f8_scalar(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y, long T,
+                           long n_in, long ldy, long r0, long r1)
+{
+    long ncol = (n_in + fs_cols - 1) / fs_cols;
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = W + r * n_in;
+        const float *s = fs + (r / fs_rows) * ncol;
+        for (long t = 0; t < T; t++) {
+            const float *x = X + t * n_in;
+            float y = 0.0f;
+            for (long c = 0; c < ncol; c++) {
+                float p = 0.0f;
+                long e = (c + 1) * fs_cols < n_in ? (c + 1) * fs_cols : n_in;
+                for (long i = c * fs_cols; i < e; i++)
+                    p += tern_f8e4m3_to_f32(w[i]) * x[i];
+                y += s[c] * p;
+            }
+            Y[t * ldy + r] = y;
+        }
+    }
+}
+
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
                                       quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy, NULL, NULL, NULL, NULL, NULL,
-                                      imatmul_q4h, imatmul_q8h, 0};
+                                      imatmul_q4h, imatmul_q8h, 0, tern_matmul_f8_scalar};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }
