@@ -106,7 +106,9 @@ typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n
  * with P_c an f32 sum in an order fixed per (row, token) (the tests allow f32
  * reordering against the index order) - never depending on T or [r0, r1).
  * fs_cols is n_in or a multiple of 32. Activations stay f32: the exact
- * reference and the CPU's only FP8 path. */
+ * reference and the CPU's only FP8 path. The NaN codes (0x7f, 0xff) are not
+ * weights (quantizers never write them): the SIMD kernels read them as
+ * +-480, the reference as NaN. */
 typedef void (*tern_f8matmul_fn)(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y,
                                  long T, long n_in, long ldy, long r0, long r1);
 

@@ -346,11 +346,95 @@ static void check_iq(const tern_kernels *k)
         }
 }
 
+/* E4M3 code c by the format's formula (bias 7, 3 mantissa bits, S.1111.111 NaN). */
+static double e4m3_formula(int c)
+{
+    int e = (c >> 3) & 15, m = c & 7;
+    double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return c & 0x80 ? -v : v;
+}
+
+/* The FP8 product (kernels.h, tern_f8matmul_fn) of table k: the scalar
+ * reference against the formula in double (the layout of the block
+ * scales), every other table against the reference within f32
+ * reordering; row ranges and every token alone give the same bits. Block
+ * layouts: one scale per row (1 x n_in), per tensor, 128 x 128 (n_in not a
+ * multiple: a partial last block) and 2 x 32 (many small blocks). Random
+ * codes skip the NaN codes (not weights, kernels.h). */
+static void check_f8(const tern_kernels *k)
+{
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long sizes[][2] = {{1, 1}, {3, 7}, {5, 32}, {9, 44}, {4, 96}, {6, 128}, {7, 172},
+                                    {5, 256}, {131, 300}, {3, 1000}};
+    static const long Ts[] = {1, 2, 3, 4, 5, 7, 9, 37};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int lay = 0; lay < 4; lay++) {
+            long n_out = sizes[si][0], n_in = sizes[si][1];
+            int fr = lay == 0 ? 1 : lay == 1 ? (int)n_out : lay == 2 ? 128 : 2;
+            int fc = lay < 2 ? (int)n_in : lay == 2 ? 128 : 32;
+            if (lay >= 2 && n_in < 32)
+                continue;
+            long ncol = (n_in + fc - 1) / fc, nfs = (n_out + fr - 1) / fr * ncol, ldy = n_out + 3;
+            long T = Ts[(si + (size_t)lay) % (sizeof Ts / sizeof Ts[0])];
+            uint8_t *w = malloc((size_t)(n_out * n_in));
+            float *fs = malloc((size_t)nfs * 4), *x = malloc((size_t)(T * n_in) * 4);
+            float *y0 = malloc((size_t)(T * ldy) * 4), *y1 = malloc((size_t)(T * ldy) * 4);
+            for (long i = 0; i < n_out * n_in; i++) {
+                w[i] = (uint8_t)(tern_rng_f32(&rng) * 256.0f);
+                if ((w[i] & 0x7f) == 0x7f)
+                    w[i] ^= 1;
+            }
+            for (long i = 0; i < nfs; i++)
+                fs[i] = 0.001f + 0.01f * tern_rng_f32(&rng);
+            for (long i = 0; i < T * n_in; i++)
+                x[i] = rnd();
+            for (long i = 0; i < T * ldy; i++)
+                y0[i] = y1[i] = -7.0f; /* the padding columns must stay */
+            ref->matmul_f8(w, fs, fr, fc, x, y0, T, n_in, ldy, 0, n_out);
+            k->matmul_f8(w, fs, fr, fc, x, y1, T, n_in, ldy, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < ldy; r++) {
+                    double want = 0.0, mag = 0.0;
+                    for (long i = 0; r < n_out && i < n_in; i++) {
+                        double v = e4m3_formula(w[r * n_in + i]) * fs[r / fr * ncol + i / fc] * x[t * n_in + i];
+                        want += v;
+                        mag += fabs(v);
+                    }
+                    float a = y0[t * ldy + r], b = y1[t * ldy + r];
+                    if (r >= n_out) {
+                        assert_true(a == -7.0f && b == -7.0f);
+                        continue;
+                    }
+                    /* f32 sums of n_in terms, reordered: ~n_in * eps * sum |terms| */
+                    double tol = 1.2e-7 * (double)(n_in + 8) * mag + 1e-30;
+                    if (fabs(a - want) > tol)
+                        fail_msg("scalar matmul_f8 %ldx%ld blocks %dx%d T %ld: %g, want %g", n_out, n_in, fr, fc, T,
+                                 a, want);
+                    if (fabs(b - a) > tol)
+                        fail_msg("%s matmul_f8 %ldx%ld blocks %dx%d T %ld row %ld token %ld: %g vs %g", k->isa, n_out,
+                                 n_in, fr, fc, T, r, t, b, a);
+                }
+            if (n_out > 1) { /* rows in two parts, split off the tiles' multiples */
+                k->matmul_f8(w, fs, fr, fc, x, y0, T, n_in, ldy, 0, n_out / 2 + 1);
+                k->matmul_f8(w, fs, fr, fc, x, y0, T, n_in, ldy, n_out / 2 + 1, n_out);
+                assert_memory_equal(y0, y1, (size_t)(T * ldy) * 4);
+            }
+            for (long t = 0; t < T; t++) {
+                k->matmul_f8(w, fs, fr, fc, x + t * n_in, y0, 1, n_in, ldy, 0, n_out);
+                if (memcmp(y0, y1 + t * ldy, (size_t)n_out * 4))
+                    fail_msg("%s matmul_f8 %ldx%ld blocks %dx%d: token %ld of %ld differs from alone", k->isa, n_out,
+                             n_in, fr, fc, t, T);
+            }
+            free(w), free(fs), free(x), free(y0), free(y1);
+        }
+}
+
 static void test_scalar_quant(void **state)
 {
     (void)state;
     check_quant(tern_kernels_scalar());
     check_iq(tern_kernels_scalar());
+    check_f8(tern_kernels_scalar());
 }
 
 static void test_avx2(void **state)
@@ -362,6 +446,7 @@ static void test_avx2(void **state)
     check_table(k);
     check_quant(k);
     check_iq(k);
+    check_f8(k);
 }
 
 static void test_avx512(void **state)
@@ -375,6 +460,9 @@ static void test_avx512(void **state)
     check_table(k);
     check_quant(k);
     check_iq(k);
+    check_f8(k);
+    if (tern_kernels_amx())
+        check_f8(tern_kernels_amx());
     printf("AVX-512 kernels match the scalar reference (integer products: %s; bf16 activations: %s)\n",
            k->imatmul_q8 == tern_kernels_avx2()->imatmul_q8 ? "AVX2, no VNNI on this CPU" : "VNNI",
            k->matmul_bf16b ? "AVX-512 BF16" : "none, no AVX-512 BF16 on this CPU");
@@ -531,14 +619,6 @@ static void test_amx(void **state)
                     free(wq), free(sb), free(x), free(Q), free(Qp), free(qs), free(qsp), free(y0), free(y1);
                 }
     printf("AMX-INT8 tile products give the scalar reference's bits\n");
-}
-
-/* E4M3 code c by the format's formula (bias 7, 3 mantissa bits, S.1111.111 NaN). */
-static double e4m3_formula(int c)
-{
-    int e = (c >> 3) & 15, m = c & 7;
-    double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
-    return c & 0x80 ? -v : v;
 }
 
 /* The E4M3 encoder against a search of all codes: the nearest finite

@@ -37,4 +37,11 @@ void tern_iq_amx_q4(const uint8_t *Wq, const float *sb, int group, const int8_t 
 void tern_iq_amx_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Qp, const float *qsp, float *Y,
                     long T, long n_in, long ldy, long r0, long r1);
 
+/* FP8 E4M3 weights times f32 inputs (contract: kernels.h, tern_f8matmul_fn):
+ * AVX2 + FMA + F16C (f8dot_avx2.c) and AVX-512 F/BW/VL (f8dot_avx512.c). */
+void tern_f8_avx2(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y, long T,
+                  long n_in, long ldy, long r0, long r1);
+void tern_f8_avx512(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y, long T,
+                    long n_in, long ldy, long r0, long r1);
+
 #endif

@@ -1,0 +1,149 @@
+/* FP8 E4M3 weight products with AVX2 + FMA + F16C (contract: kernels.h,
+ * tern_f8matmul_fn). A weight byte b is the f16 ((b & 0x7f) << 7) |
+ * ((b & 0x80) << 8) times 256, exactly (the exponent biases differ by 8),
+ * so 32 bytes widen with two unpacks that put each byte in the high half of
+ * a 16-bit lane (b << 8), an arithmetic shift right by one and a mask that
+ * clears the copied sign bit, and four vcvtph2ps; the 256 joins the block's
+ * scale. Compiled with -mavx2 -mfma -mf16c, called only where the CPU has
+ * them. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "tensor/cpu/intdot.h"
+
+static inline float hsum8(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* 32 weight bytes as 4 x 8 f32 (each 1/256 of its value): w[k] holds
+ * bytes 8k .. 8k+7. unpacklo/hi work within 128-bit lanes: lo holds bytes
+ * 0-7 and 16-23, hi 8-15 and 24-31. */
+static inline void f8_dec32(const uint8_t *p, __m256 w[4])
+{
+    const __m256i z = _mm256_setzero_si256(), m = _mm256_set1_epi16((short)0xbf80);
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    __m256i lo = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(z, v), 1), m);
+    __m256i hi = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(z, v), 1), m);
+    w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(lo));
+    w[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(hi));
+    w[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1));
+    w[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
+}
+
+/* 8 weight bytes as 8 f32 (1/256 of each value). */
+static inline __m256 f8_dec8(const uint8_t *p)
+{
+    __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    __m128i h = _mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), v), 1),
+                              _mm_set1_epi16((short)0xbf80));
+    return _mm256_cvtph_ps(h);
+}
+
+/* Rows r .. r+NR-1 times tokens t .. t+NT-1 (NR x NT <= 8 accumulators).
+ * Each (row, token) result is one chain whatever the tile: per block, an
+ * 8-lane accumulator takes fma(w[i..i+7], x[i..i+7]) for i = the block's
+ * start, +8, ... in order (the inputs of a last partial 8 zero-padded),
+ * hsum8, times 256 * the block's scale, added to the row's sum in block
+ * order. So batched results equal single-token ones bit for bit. */
+static inline __attribute__((always_inline)) void f8_tile(const uint8_t *W, const float *fs, int fs_rows,
+                                                          int fs_cols, const float *X, float *Y, long n_in,
+                                                          long ldy, long r, long t, int NR, int NT)
+{
+    long ncol = (n_in + fs_cols - 1) / fs_cols;
+    const uint8_t *w[4];
+    const float *s[4], *x[4];
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+    {
+        long rk = r + (k < NR ? k : 0);
+        w[k] = W + rk * n_in;
+        s[k] = fs + rk / fs_rows * ncol;
+        x[k] = X + (t + (k < NT ? k : 0)) * n_in;
+    }
+    float y[4][4] = {{0}};
+    for (long c = 0; c < ncol; c++) {
+        long b = c * fs_cols, e = b + fs_cols < n_in ? b + fs_cols : n_in;
+        long e32 = b + ((e - b) & ~31L), e8 = b + ((e - b) & ~7L);
+        __m256 acc[4][4];
+        _Pragma("GCC unroll 4") for (int a = 0; a < 4; a++)
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) acc[a][k] = _mm256_setzero_ps();
+        for (long i = b; i < e32; i += 32)
+            _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)
+            {
+                __m256 wv[4];
+                f8_dec32(w[a] + i, wv);
+                _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++)
+                {
+                    acc[a][k] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(x[k] + i), acc[a][k]);
+                    acc[a][k] = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(x[k] + i + 8), acc[a][k]);
+                    acc[a][k] = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(x[k] + i + 16), acc[a][k]);
+                    acc[a][k] = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(x[k] + i + 24), acc[a][k]);
+                }
+            }
+        for (long i = e32; i < e8; i += 8)
+            _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)
+            {
+                __m256 wv = f8_dec8(w[a] + i);
+                _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) acc[a][k] =
+                    _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[k] + i), acc[a][k]);
+            }
+        if (e8 < e) { /* the last 1-7 inputs, zero-padded to 8 (0 * 0 adds nothing) */
+            float xp[4][8] = {{0}};
+            _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) memcpy(xp[k], x[k] + e8, (size_t)(e - e8) * 4);
+            _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)
+            {
+                uint8_t wp[8] = {0};
+                memcpy(wp, w[a] + e8, (size_t)(e - e8));
+                __m256 wv = f8_dec8(wp);
+                _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) acc[a][k] =
+                    _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp[k]), acc[a][k]);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)
+        {
+            float sc = s[a][c] * 256.0f;
+            _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) y[a][k] += sc * hsum8(acc[a][k]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)
+        _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) Y[(t + k) * ldy + r + a] = y[a][k];
+}
+
+/* Rows r .. r+NR-1 (NR 4, or 1 at the end) for all T tokens: token quads
+ * in 2-row x 4-token tiles (each decoded weight vector serves 4 tokens),
+ * the 1-3 tokens left in NR-row tiles (4 rows keep 4 FMA chains busy at
+ * decode). */
+static inline __attribute__((always_inline)) void f8_rows(const uint8_t *W, const float *fs, int fs_rows,
+                                                          int fs_cols, const float *X, float *Y, long T, long n_in,
+                                                          long ldy, long r, int NR)
+{
+    long t = 0;
+    for (; t + 4 <= T; t += 4) {
+        if (NR == 4) {
+            f8_tile(W, fs, fs_rows, fs_cols, X, Y, n_in, ldy, r, t, 2, 4);
+            f8_tile(W, fs, fs_rows, fs_cols, X, Y, n_in, ldy, r + 2, t, 2, 4);
+        } else {
+            f8_tile(W, fs, fs_rows, fs_cols, X, Y, n_in, ldy, r, t, 1, 4);
+        }
+    }
+    if (T - t >= 2) {
+        f8_tile(W, fs, fs_rows, fs_cols, X, Y, n_in, ldy, r, t, NR, 2);
+        t += 2;
+    }
+    if (T - t == 1)
+        f8_tile(W, fs, fs_rows, fs_cols, X, Y, n_in, ldy, r, t, NR, 1);
+}
+
+void tern_f8_avx2(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y, long T,
+                  long n_in, long ldy, long r0, long r1)
+{
+    long r = r0;
+    for (; r + 4 <= r1; r += 4)
+        f8_rows(W, fs, fs_rows, fs_cols, X, Y, T, n_in, ldy, r, 4);
+    for (; r < r1; r++)
+        f8_rows(W, fs, fs_rows, fs_cols, X, Y, T, n_in, ldy, r, 1);
+}
