@@ -9,9 +9,10 @@
  * 8 bits, larger than the caches) times T input rows; prints weight GB/s
  * and G multiply-adds/s for each path (the integer path's time includes
  * quantizing the inputs), and the ratio; then the dense bf16 product (f32
- * activations) on the same shape; where the table has tile products (AMX),
- * their stages' times (activations, packing, product) next to the vector
- * kernel's rate. */
+ * activations) on the same shape; the FP8 product (128 x 128 block scales,
+ * f32 activations) in the backend's cache tiles; where the table has tile
+ * products (AMX), their stages' times (activations, packing, product) next
+ * to the vector kernel's rate. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,41 @@ int main(int argc, char **argv)
                    bytes / t[1] / 1e9, macs / t[1] / 1e9, t[0] / t[1]);
         else
             printf("%4s %6ld %14.2f %14.2f %14s %14s\n", "", T, bytes / t[0] / 1e9, macs / t[0] / 1e9, "-", "-");
+    }
+    /* FP8 E4M3 weights with 128 x 128 block scales (f32 activations), in
+     * the CPU backend's cache tiles (backend_cpu.c mm_tiled: ~64 KB of
+     * weight rows times ~256 KB of inputs) */
+    {
+        long ncol = (n_in + 127) / 128, nfs = (rows + 127) / 128 * ncol;
+        float *fs = malloc((size_t)nfs * sizeof(float));
+        if (!fs)
+            return 1;
+        for (long i = 0; i < rows * n_in; i++)
+            w[i] = (uint8_t)(tern_rng_u32(&rng) & 0x7e); /* no NaN codes */
+        for (long i = 0; i < nfs; i++)
+            fs[i] = 0.001f;
+        long rb = 65536 / n_in > 0 ? 65536 / n_in : 1, tb = (262144 / (n_in * 4)) & ~1L;
+        tb = tb < 2 ? 2 : tb;
+        printf("%4s %6s %14s %14s\n", "fp8", "tokens", "GB/s", "GMAC/s");
+        for (int ti = 0; ti < n_tok; ti++) {
+            long T = tokens[ti];
+            double bytes = (double)rows * n_in + nfs * 4.0, macs = (double)rows * n_in * T;
+            long n_rep = reps ? reps : (long)(4e9 / (macs + bytes * 8)) + 1;
+            double t0 = cpu_s();
+            for (long r = 0; r < n_rep; r++) {
+                if (T <= tb) {
+                    k->matmul_f8(w, fs, 128, 128, x, y, T, n_in, rows, 0, rows);
+                    continue;
+                }
+                for (long r0 = 0; r0 < rows; r0 += rb)
+                    for (long t = 0; t < T; t += tb)
+                        k->matmul_f8(w, fs, 128, 128, x + t * n_in, y + t * rows, T - t < tb ? T - t : tb, n_in, rows,
+                                     r0, r0 + rb < rows ? r0 + rb : rows);
+            }
+            double dt = (cpu_s() - t0) / n_rep;
+            printf("%4s %6ld %14.2f %14.2f\n", "", T, bytes / dt / 1e9, macs / dt / 1e9);
+        }
+        free(fs);
     }
     /* the tile products (AMX), where the table has them: each stage's time
      * per call (activation rounding or quantization, packing, the product)

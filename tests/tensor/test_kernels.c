@@ -365,17 +365,19 @@ static void check_f8(const tern_kernels *k)
 {
     const tern_kernels *ref = tern_kernels_scalar();
     static const long sizes[][2] = {{1, 1}, {3, 7}, {5, 32}, {9, 44}, {4, 96}, {6, 128}, {7, 172},
-                                    {5, 256}, {131, 300}, {3, 1000}};
+                                    {5, 256}, {131, 300}, {3, 1000}, {29, 600}};
     static const long Ts[] = {1, 2, 3, 4, 5, 7, 9, 37};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-        for (int lay = 0; lay < 4; lay++) {
+        for (int lay = 0; lay < 8; lay++) {
             long n_out = sizes[si][0], n_in = sizes[si][1];
-            int fr = lay == 0 ? 1 : lay == 1 ? (int)n_out : lay == 2 ? 128 : 2;
-            int fc = lay < 2 ? (int)n_in : lay == 2 ? 128 : 32;
-            if (lay >= 2 && n_in < 32)
+            /* layouts 0-3, each with a few tokens and with 37 (the AVX2 widened quads: up to 12 rows and
+             * 32 tokens a pass, then the rest) */
+            int fr = lay % 4 == 0 ? 1 : lay % 4 == 1 ? (int)n_out : lay % 4 == 2 ? 128 : 2;
+            int fc = lay % 4 < 2 ? (int)n_in : lay % 4 == 2 ? 128 : 32;
+            if (lay % 4 >= 2 && n_in < 32)
                 continue;
             long ncol = (n_in + fc - 1) / fc, nfs = (n_out + fr - 1) / fr * ncol, ldy = n_out + 3;
-            long T = Ts[(si + (size_t)lay) % (sizeof Ts / sizeof Ts[0])];
+            long T = lay >= 4 ? 37 : Ts[(si + (size_t)lay) % (sizeof Ts / sizeof Ts[0])];
             uint8_t *w = malloc((size_t)(n_out * n_in));
             float *fs = malloc((size_t)nfs * 4), *x = malloc((size_t)(T * n_in) * 4);
             float *y0 = malloc((size_t)(T * ldy) * 4), *y1 = malloc((size_t)(T * ldy) * 4);

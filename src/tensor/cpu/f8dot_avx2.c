@@ -47,9 +47,11 @@ static inline __m256 f8_dec8(const uint8_t *p)
 /* Rows r .. r+NR-1 times tokens t .. t+NT-1 (NR x NT <= 8 accumulators).
  * Each (row, token) result is one chain whatever the tile: per block, an
  * 8-lane accumulator takes fma(w[i..i+7], x[i..i+7]) for i = the block's
- * start, +8, ... in order (the inputs of a last partial 8 zero-padded),
- * hsum8, times 256 * the block's scale, added to the row's sum in block
- * order. So batched results equal single-token ones bit for bit. */
+ * start, +8, ... in order (the inputs of a last partial 8 zero-padded);
+ * an 8-lane sum takes fma(256 * the block's scale, accumulator) in block
+ * order; its hsum8 is the result (the lanes' sums reordered against the
+ * reference's per-block sums: f32 reordering). So batched results equal
+ * single-token ones bit for bit. */
 static inline __attribute__((always_inline)) void f8_tile(const uint8_t *W, const float *fs, int fs_rows,
                                                           int fs_cols, const float *X, float *Y, long n_in,
                                                           long ldy, long r, long t, int NR, int NT)
@@ -64,7 +66,9 @@ static inline __attribute__((always_inline)) void f8_tile(const uint8_t *W, cons
         s[k] = fs + rk / fs_rows * ncol;
         x[k] = X + (t + (k < NT ? k : 0)) * n_in;
     }
-    float y[4][4] = {{0}};
+    __m256 y[4][4];
+    _Pragma("GCC unroll 4") for (int a = 0; a < 4; a++)
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) y[a][k] = _mm256_setzero_ps();
     for (long c = 0; c < ncol; c++) {
         long b = c * fs_cols, e = b + fs_cols < n_in ? b + fs_cols : n_in;
         long e32 = b + ((e - b) & ~31L), e8 = b + ((e - b) & ~7L);
@@ -105,23 +109,137 @@ static inline __attribute__((always_inline)) void f8_tile(const uint8_t *W, cons
         }
         _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)
         {
-            float sc = s[a][c] * 256.0f;
-            _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) y[a][k] += sc * hsum8(acc[a][k]);
+            __m256 sc = _mm256_set1_ps(s[a][c] * 256.0f);
+            _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) y[a][k] = _mm256_fmadd_ps(sc, acc[a][k], y[a][k]);
         }
     }
     _Pragma("GCC unroll 4") for (int a = 0; a < NR; a++)
-        _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) Y[(t + k) * ldy + r + a] = y[a][k];
+        _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) Y[(t + k) * ldy + r + a] = hsum8(y[a][k]);
 }
 
-/* Rows r .. r+NR-1 (NR 4, or 1 at the end) for all T tokens: token quads
- * in 2-row x 4-token tiles (each decoded weight vector serves 4 tokens),
- * the 1-3 tokens left in NR-row tiles (4 rows keep 4 FMA chains busy at
- * decode). */
-static inline __attribute__((always_inline)) void f8_rows(const uint8_t *W, const float *fs, int fs_rows,
-                                                          int fs_cols, const float *X, float *Y, long T, long n_in,
-                                                          long ldy, long r, int NR)
+/* Blocks up to this wide are widened to f32 once for many token quads
+ * (f8_wide), F8_WIDE_ROWS rows x a slab of whole blocks (F8_SLAB inputs) at
+ * a time: those weights as f32 (12 KB) and a quad's inputs for the slab
+ * (4 KB) stay in L1 while every row pair of the group runs over them; the
+ * per-(row, token) sums wait on the stack between slabs, F8_PASS tokens at
+ * a time (16 KB). Wider blocks (a scale per row or per tensor) take
+ * f8_tile's quads, which decode each weight once per 4 tokens. */
+#define F8_WIDE_COLS 256
+#define F8_WIDE_ROWS 12
+#define F8_SLAB 256
+#define F8_PASS 32
+
+/* f8_wide's tile: widened rows p .. p+NR-1 of the group (NR <= 3) times
+ * tokens t0+t .. t0+t+3, the slab's blocks in order, each block's sum
+ * folded into the parked 8-lane sums. */
+static inline __attribute__((always_inline)) void f8_wide_tile(const float *fs, int fs_rows, int fs_cols,
+                                                               const float *X, long n_in, long ncol, long c0, long c1,
+                                                               float (*buf)[F8_WIDE_COLS + 8],
+                                                               __m256 (*park)[F8_PASS], long r, int p, long t0,
+                                                               long t, int NR)
 {
-    long t = 0;
+    for (long c = c0; c < c1; c++) {
+        long b = c * fs_cols, len = (b + fs_cols < n_in ? b + fs_cols : n_in) - b, n8 = len & ~7L;
+        const float *w[3], *x[4];
+        _Pragma("GCC unroll 3") for (int a = 0; a < 3; a++) w[a] = buf[p + (a < NR ? a : 0)] + (c - c0) * fs_cols;
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) x[k] = X + (t0 + t + k) * n_in + b;
+        __m256 acc[3][4];
+        _Pragma("GCC unroll 3") for (int a = 0; a < 3; a++)
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) acc[a][k] = _mm256_setzero_ps();
+        for (long i = 0; i < n8; i += 8) {
+            __m256 wv[3];
+            _Pragma("GCC unroll 3") for (int a = 0; a < NR; a++) wv[a] = _mm256_load_ps(w[a] + i);
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+            {
+                __m256 xv = _mm256_loadu_ps(x[k] + i);
+                _Pragma("GCC unroll 3") for (int a = 0; a < NR; a++) acc[a][k] =
+                    _mm256_fmadd_ps(wv[a], xv, acc[a][k]);
+            }
+        }
+        if (n8 < len) { /* the block's last 1-7 inputs, zero-padded */
+            __m256 wv[3];
+            _Pragma("GCC unroll 3") for (int a = 0; a < NR; a++) wv[a] = _mm256_load_ps(w[a] + n8);
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+            {
+                float xp[8] = {0};
+                memcpy(xp, x[k] + n8, (size_t)(len - n8) * 4);
+                __m256 xv = _mm256_loadu_ps(xp);
+                _Pragma("GCC unroll 3") for (int a = 0; a < NR; a++) acc[a][k] =
+                    _mm256_fmadd_ps(wv[a], xv, acc[a][k]);
+            }
+        }
+        _Pragma("GCC unroll 3") for (int a = 0; a < NR; a++)
+        {
+            __m256 sc = _mm256_set1_ps(fs[(r + p + a) / fs_rows * ncol + c] * 256.0f);
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) park[p + a][t + k] =
+                _mm256_fmadd_ps(sc, acc[a][k], park[p + a][t + k]);
+        }
+    }
+}
+
+/* Rows r .. r+NRW-1 (NRW a multiple of 4, at most F8_WIDE_ROWS) times tokens
+ * 0 .. T4-1 (T4 a multiple of 4): per slab, the rows decoded once into f32
+ * on the stack (each block zero-padded to a multiple of 8), then 3-row x
+ * 4-token tiles over it (12 accumulators) - f8_tile's chains exactly (the same values, the
+ * same fma in the same order, a block's last inputs zero-padded, the
+ * 8-lane sum parked between slabs). Prefill: the decode is spread over up
+ * to F8_PASS tokens. */
+static __attribute__((noinline)) void f8_wide(const uint8_t *W, const float *fs, int fs_rows, int fs_cols,
+                                              const float *X, float *Y, long T4, long n_in, long ldy, long r, int NRW)
+{
+    long ncol = (n_in + fs_cols - 1) / fs_cols, per_slab = fs_cols <= F8_SLAB ? F8_SLAB / fs_cols : 1;
+    float buf[F8_WIDE_ROWS][F8_WIDE_COLS + 8] __attribute__((aligned(32)));
+    __m256 park[F8_WIDE_ROWS][F8_PASS];
+    for (long t0 = 0; t0 < T4; t0 += F8_PASS) {
+        long nt = T4 - t0 < F8_PASS ? T4 - t0 : F8_PASS;
+        for (int a = 0; a < NRW; a++)
+            for (long k = 0; k < nt; k++)
+                park[a][k] = _mm256_setzero_ps();
+        for (long c0 = 0; c0 < ncol; c0 += per_slab) {
+            long c1 = c0 + per_slab < ncol ? c0 + per_slab : ncol;
+            /* decode: block c of row a at buf[a] + (c - c0) * fs_cols, its width rounded up to 8 */
+            for (int a = 0; a < NRW; a++)
+                for (long c = c0; c < c1; c++) {
+                    long b = c * fs_cols, len = (b + fs_cols < n_in ? b + fs_cols : n_in) - b, i = 0;
+                    const uint8_t *wa = W + (r + a) * n_in + b;
+                    float *o = buf[a] + (c - c0) * fs_cols;
+                    for (; i + 32 <= len; i += 32) {
+                        __m256 v[4];
+                        f8_dec32(wa + i, v);
+                        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) _mm256_store_ps(o + i + 8 * k, v[k]);
+                    }
+                    for (; i + 8 <= len; i += 8)
+                        _mm256_store_ps(o + i, f8_dec8(wa + i));
+                    if (i < len) {
+                        uint8_t wp[8] = {0};
+                        memcpy(wp, wa + i, (size_t)(len - i));
+                        _mm256_store_ps(o + i, f8_dec8(wp));
+                    }
+                }
+            for (long t = 0; t < nt; t += 4) {
+                int p = 0;
+                for (; p + 3 <= NRW; p += 3)
+                    f8_wide_tile(fs, fs_rows, fs_cols, X, n_in, ncol, c0, c1, buf, park, r, p, t0, t, 3);
+                if (NRW - p == 2)
+                    f8_wide_tile(fs, fs_rows, fs_cols, X, n_in, ncol, c0, c1, buf, park, r, p, t0, t, 2);
+                else if (NRW - p == 1)
+                    f8_wide_tile(fs, fs_rows, fs_cols, X, n_in, ncol, c0, c1, buf, park, r, p, t0, t, 1);
+            }
+        }
+        for (long k = 0; k < nt; k++)
+            for (int a = 0; a < NRW; a++)
+                Y[(t0 + k) * ldy + r + a] = hsum8(park[a][k]);
+    }
+}
+
+/* Rows r .. r+NR-1 (NR 4, or 1 at the end) for tokens t .. T-1: token
+ * quads in 2-row x 4-token tiles (each decoded weight vector serves 4
+ * tokens), the 1-3 tokens left in NR-row tiles (4 rows keep 4 FMA chains
+ * busy at decode). */
+static inline __attribute__((always_inline)) void f8_rows(const uint8_t *W, const float *fs, int fs_rows,
+                                                          int fs_cols, const float *X, float *Y, long t, long T,
+                                                          long n_in, long ldy, long r, int NR)
+{
     for (; t + 4 <= T; t += 4) {
         if (NR == 4) {
             f8_tile(W, fs, fs_rows, fs_cols, X, Y, n_in, ldy, r, t, 2, 4);
@@ -142,8 +260,18 @@ void tern_f8_avx2(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, c
                   long n_in, long ldy, long r0, long r1)
 {
     long r = r0;
+    if (T >= 4 && fs_cols <= F8_WIDE_COLS) { /* token quads widened, rows in groups of 4 to 16 */
+        long t4 = T & ~3L;
+        while (r1 - r >= 4) {
+            int nr = (int)(((r1 - r) & ~3L) < F8_WIDE_ROWS ? (r1 - r) & ~3L : F8_WIDE_ROWS);
+            f8_wide(W, fs, fs_rows, fs_cols, X, Y, t4, n_in, ldy, r, nr);
+            r += nr;
+        }
+        for (long q = r0; q < r; q += 4) /* the 1-3 tokens left, of those rows */
+            f8_rows(W, fs, fs_rows, fs_cols, X, Y, t4, T, n_in, ldy, q, 4);
+    }
     for (; r + 4 <= r1; r += 4)
-        f8_rows(W, fs, fs_rows, fs_cols, X, Y, T, n_in, ldy, r, 4);
+        f8_rows(W, fs, fs_rows, fs_cols, X, Y, 0, T, n_in, ldy, r, 4);
     for (; r < r1; r++)
-        f8_rows(W, fs, fs_rows, fs_cols, X, Y, T, n_in, ldy, r, 1);
+        f8_rows(W, fs, fs_rows, fs_cols, X, Y, 0, T, n_in, ldy, r, 1);
 }
