@@ -137,6 +137,31 @@ static void make_weight(tern_rng *r, test_w *t, int kind, int n_out, int n_in, i
         t->w.dtype = TERN_BF16;
         t->w.qbits = kind;
         t->w.group = group;
+    } else if (kind == 3) {
+        /* FP8 E4M3, group = the scales' column block (0: a scale a row, -1:
+         * one for the matrix), 128 rows a block when blocked */
+        const int fc = group > 0 ? group : n_in, fr = group > 0 ? 128 : group == 0 ? 1 : n_out;
+        const int ncol = (n_in + fc - 1) / fc, nrow = (n_out + fr - 1) / fr;
+        uint8_t *q = malloc((size_t)n_out * n_in);
+        t->w.fs = malloc((size_t)nrow * ncol * sizeof(float));
+        assert_true(q && t->w.fs);
+        for (int rb = 0; rb < nrow; rb++)
+            for (int c = 0; c < ncol; c++) {
+                float amax = 0.0f;
+                for (int o = rb * fr; o < n_out && o < (rb + 1) * fr; o++)
+                    for (int i = c * fc; i < n_in && i < (c + 1) * fc; i++)
+                        amax = fmaxf(amax, fabsf(f[(size_t)o * n_in + i]));
+                const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+                t->w.fs[rb * ncol + c] = sc;
+                for (int o = rb * fr; o < n_out && o < (rb + 1) * fr; o++)
+                    for (int i = c * fc; i < n_in && i < (c + 1) * fc; i++)
+                        q[(size_t)o * n_in + i] = tern_f32_to_f8e4m3(f[(size_t)o * n_in + i] / sc);
+            }
+        free(f);
+        t->buf = q;
+        t->w.dtype = TERN_F8E4M3;
+        t->w.fs_rows = fr;
+        t->w.fs_cols = fc;
     } else if (kind == 0) {
         t->buf = f;
         t->w.dtype = TERN_F32;
@@ -156,6 +181,7 @@ static void free_weight(test_w *t)
 {
     free(t->buf);
     free(t->w.sb);
+    free(t->w.fs);
 }
 
 static void test_not_built_or_no_gpu(void **state)
@@ -276,7 +302,9 @@ static void test_matmul(void **state)
     assert_non_null(cpu);
     tern_rng r;
     tern_rng_seed(&r, 1234, 1);
-    const int kinds[][2] = {{0, 0}, {1, 0}, {2, 0}, {4, 32}, {4, 64}, {4, 128}, {8, 32}, {8, 64}};
+    /* kind 3: FP8, scales a 128 x 128 block, a 1 x 96 one (a partial last block), a row, the matrix */
+    const int kinds[][2] = {{0, 0}, {1, 0}, {2, 0}, {4, 32}, {4, 64}, {4, 128}, {8, 32}, {8, 64},
+                            {3, 128}, {3, 96}, {3, 0}, {3, -1}};
     const int Ts[] = {1, 3, 9, 20, 40};
     const int outs[3] = {136, 40, 72};
 #ifdef TERN_CUDA
