@@ -9,8 +9,15 @@
  * mixture-of-experts routers and other tensors are
  * copied. config.json gains a "quantization" block; tokenizer files and
  * generation_config.json are copied. Output streams to one safetensors
- * file, so models larger than memory convert. */
+ * file, so models larger than memory convert.
+ * --fp8 instead writes every decoder projection (attention, MLP, experts;
+ * not the embedding, norms, routers or lm_head) as the hub's quant_method
+ * "fp8" layout: NAME.weight F8_E4M3 (round to nearest even of w / scale)
+ * and NAME.weight_scale_inv f32 [ceil(out / 128)][ceil(in / 128)], scale =
+ * amax(block) / 448 (1 for an all-zero block) - what transformers and vLLM
+ * load. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +33,11 @@
 #include "model/safetensors.h"
 #include "model/st_write.h"
 
-enum { PART_COPY, PART_WORDS, PART_SCALES, PART_BIASES, PART_MERGE };
+enum { PART_COPY, PART_WORDS, PART_SCALES, PART_BIASES, PART_MERGE, PART_F8, PART_F8_SCALES };
+
+/* --fp8: the hub's block (quant_method "fp8", weight_block_size) - the
+ * layout Qwen3-*-FP8 and DeepSeek-V3 ship, which transformers and vLLM read. */
+#define F8_BLOCK 128
 
 typedef struct conv_ctx {
     const st_tensor **src; /* [n_out] source of each output tensor */
@@ -34,6 +45,7 @@ typedef struct conv_ctx {
     const model_lora *lora; /* --merge-lora: the adapter, else NULL */
     int *l_layer, *l_mod;  /* [n_out] the adapted (layer, module) of the source, l_mod -1 = none */
     int bits, group;
+    int fp8;          /* --fp8: E4M3 weights with F8_BLOCK-square f32 block scales */
     tern_pool *pool;
     int64_t max_in;
     float *row_f;     /* [workers][max_in] one source row as f32 */
@@ -84,6 +96,88 @@ static void quant_rows_from(void *vctx, long b, long e, int worker)
     quant_rows(vctx, (long)c->r0 + b, (long)c->r0 + e, worker);
 }
 
+/* Row r of c->t as f32 (the adapter's update added where --merge-lora adapts it). */
+static void f8_row(conv_ctx *c, long r, float *f)
+{
+    const st_tensor *t = c->t;
+    int64_t n_in = t->shape[1];
+    tern_to_f32(t->dtype, (const char *)t->data + (size_t)(r * n_in) * tern_dtype_size(t->dtype), f, (size_t)n_in);
+    if (c->lora && c->l_mod[c->i] >= 0)
+        model_lora_merge_row(c->lora, c->l_layer[c->i], c->l_mod[c->i], (int)r, f);
+}
+
+/* The scales of block rows [b0, b1) of c->t: amax(block) / 448 (E4M3's
+ * largest finite), 1 for an all-zero block, into c->all_s. */
+static void f8_scale_rows(void *vctx, long b0, long b1, int worker)
+{
+    conv_ctx *c = vctx;
+    int64_t n_in = c->t->shape[1], rows = c->t->shape[0], nc = (n_in + F8_BLOCK - 1) / F8_BLOCK;
+    float *f = c->row_f + (size_t)worker * c->max_in;
+    for (long b = b0; b < b1; b++) {
+        float *s = c->all_s + b * nc;
+        for (int64_t k = 0; k < nc; k++)
+            s[k] = 0.0f;
+        for (long r = b * F8_BLOCK; r < rows && r < (b + 1) * F8_BLOCK; r++) {
+            f8_row(c, r, f);
+            for (int64_t i = 0; i < n_in; i++)
+                if (fabsf(f[i]) > s[i / F8_BLOCK])
+                    s[i / F8_BLOCK] = fabsf(f[i]);
+        }
+        for (int64_t k = 0; k < nc; k++)
+            s[k] = s[k] > 0.0f ? s[k] / 448.0f : 1.0f;
+    }
+}
+
+/* Rows [c->r0 + b, c->r0 + e) of c->t as E4M3 codes of w / scale, the
+ * bytes inside the chunk [first, first + n) into buf. */
+static void f8_code_rows(void *vctx, long b, long e, int worker)
+{
+    conv_ctx *c = vctx;
+    int64_t n_in = c->t->shape[1], nc = (n_in + F8_BLOCK - 1) / F8_BLOCK;
+    float *f = c->row_f + (size_t)worker * c->max_in;
+    for (long r = (long)c->r0 + b; r < (long)c->r0 + e; r++) {
+        f8_row(c, r, f);
+        const float *s = c->all_s + (r / F8_BLOCK) * nc;
+        int64_t lo = r * n_in > c->first ? r * n_in : c->first;
+        int64_t hi = (r + 1) * n_in < c->first + c->n ? (r + 1) * n_in : c->first + c->n;
+        for (int64_t k = lo; k < hi; k++)
+            ((uint8_t *)c->buf)[k - c->first] = tern_f32_to_f8e4m3(f[k - r * n_in] / s[(k - r * n_in) / F8_BLOCK]);
+    }
+}
+
+/* Elements [first, first + n) of an FP8 weight (codes) or of its scales;
+ * the scales of the whole tensor are computed when its codes begin (the
+ * codes come first). */
+static int f8_fill(conv_ctx *c, const st_tensor *t, int i, int64_t first, int64_t n, void *buf)
+{
+    int64_t n_in = t->shape[1], rows = t->shape[0];
+    size_t nb = (size_t)((rows + F8_BLOCK - 1) / F8_BLOCK), nc = (size_t)((n_in + F8_BLOCK - 1) / F8_BLOCK);
+    c->t = t;
+    if (c->part[i] == PART_F8_SCALES) {
+        if (c->cached != t)
+            return TERN_EINVAL;
+        memcpy(buf, c->all_s + first, (size_t)n * sizeof(float));
+        return 0;
+    }
+    if (c->cached != t) {
+        if (nb * nc > c->cap_sb) {
+            free(c->all_s);
+            c->all_s = malloc(nb * nc * sizeof(float));
+            c->cap_sb = c->all_s ? nb * nc : 0;
+            if (!c->all_s)
+                return TERN_ENOMEM;
+        }
+        tern_pool_for(c->pool, (long)nb, 1, f8_scale_rows, c);
+        c->cached = t;
+    }
+    c->buf = buf;
+    c->first = first;
+    c->n = n;
+    c->r0 = first / n_in;
+    tern_pool_for(c->pool, (long)((first + n + n_in - 1) / n_in - c->r0), 1, f8_code_rows, c);
+    return 0;
+}
+
 /* Elements [first, first + n) of a merged dense weight: its rows as f32,
  * the adapter's update added, back in the weight's dtype. */
 static int merge_fill(conv_ctx *c, const st_tensor *t, int i, int64_t first, int64_t n, void *buf)
@@ -115,6 +209,8 @@ static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
     c->i = i;
     if (c->part[i] == PART_MERGE)
         return merge_fill(c, t, i, first, n, buf);
+    if (c->part[i] == PART_F8 || c->part[i] == PART_F8_SCALES)
+        return f8_fill(c, t, i, first, n, buf);
     if (c->part[i] == PART_COPY) {
         size_t es = tern_dtype_size(t->dtype);
         memcpy(buf, (const char *)t->data + (size_t)first * es, (size_t)n * es);
@@ -124,7 +220,7 @@ static int fill(void *vctx, int i, int64_t first, int64_t n, void *buf)
     if (c->part[i] == PART_WORDS) {
         if (c->cached != t) {
             size_t need = (size_t)rows * (size_t)ng;
-            if (need > c->cap_sb) {
+            if (need > c->cap_sb || !c->all_b) {
                 free(c->all_s);
                 free(c->all_b);
                 c->all_s = malloc(need * sizeof(float));
@@ -179,6 +275,21 @@ static int quantizable(const st_tensor *t, int bits, int group)
            (t->dtype == TERN_F32 || t->dtype == TERN_BF16 || t->dtype == TERN_F16);
 }
 
+/* --fp8: a decoder layer's 2-D projection (attention, MLP, every expert),
+ * not the embedding, the norms, a router or lm_head - what transformers'
+ * FP8 layout quantizes (its Linear modules bar lm_head; routers listed in
+ * modules_to_not_convert). */
+static int f8_convertible(const st_tensor *t)
+{
+    const char *l = strstr(t->name, "layers.");
+    if (!l || (l != t->name && l[-1] != '.'))
+        return 0;
+    if (ends_with(t->name, ".mlp.gate.weight") || ends_with(t->name, ".block_sparse_moe.gate.weight"))
+        return 0;
+    return t->n_dims == 2 && ends_with(t->name, ".weight") &&
+           (t->dtype == TERN_F32 || t->dtype == TERN_BF16 || t->dtype == TERN_F16);
+}
+
 static int copy_if_present(const char *in, const char *out, const char *name, tern_err *err)
 {
     char *s = tern_path_join(in, name), *d = tern_path_join(out, name);
@@ -223,7 +334,30 @@ static int lora_target(const model_lora *a, const char *name, int *layer)
     return -1;
 }
 
-static int write_config(const char *in, const char *out, int bits, int group, tern_err *err)
+/* The hub's quantization_config for --fp8 (transformers' "fp8" method):
+ * dynamic activation scales, 128 x 128 weight blocks, lm_head and the
+ * routers left alone (named in full: transformers matches these names as
+ * substrings of module names, and "model.layers.N.mlp.gate" is one of no
+ * expert's or projection's name in a sparse layer). */
+static json_object *f8_quant_config(const st_set *st)
+{
+    json_object *q = json_object_new_object(), *blk = json_object_new_array(), *skip = json_object_new_array();
+    json_object_object_add(q, "quant_method", json_object_new_string("fp8"));
+    json_object_object_add(q, "activation_scheme", json_object_new_string("dynamic"));
+    json_object_array_add(blk, json_object_new_int(F8_BLOCK));
+    json_object_array_add(blk, json_object_new_int(F8_BLOCK));
+    json_object_object_add(q, "weight_block_size", blk);
+    json_object_array_add(skip, json_object_new_string("lm_head"));
+    for (int i = 0; i < st->n_tensors; i++) {
+        const char *nm = st->tensors[i].name;
+        if (ends_with(nm, ".mlp.gate.weight") || ends_with(nm, ".block_sparse_moe.gate.weight"))
+            json_object_array_add(skip, json_object_new_string_len(nm, (int)strlen(nm) - 7));
+    }
+    json_object_object_add(q, "modules_to_not_convert", skip);
+    return q;
+}
+
+static int write_config(const char *in, const char *out, int bits, int group, const st_set *fp8, tern_err *err)
 {
     char *s = tern_path_join(in, "config.json"), *d = tern_path_join(out, "config.json");
     json_object *o = s ? tern_json_parse_file(s, err) : NULL;
@@ -237,6 +371,8 @@ static int write_config(const char *in, const char *out, int bits, int group, te
             json_object_object_add(q, "bits", json_object_new_int(bits));
             json_object_object_add(o, k ? "quantization_config" : "quantization", q);
         }
+        if (fp8)
+            json_object_object_add(o, "quantization_config", f8_quant_config(fp8));
         if (json_object_to_file_ext(d, o, JSON_C_TO_STRING_PRETTY))
             rc = tern_err_set(err, TERN_EIO, "cannot write %s", d);
     }
@@ -250,7 +386,12 @@ int cmd_convert(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *lora_dir = NULL, *v;
     long long bits = 0, group = 64;
+    int fp8 = 0;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--fp8")) {
+            fp8 = 1;
+            continue;
+        }
         if ((v = cli_flag_value(argc, argv, &i, "--bits"))) {
             if (cli_parse_int(v, 4, 8, &bits) || (bits != 4 && bits != 8)) {
                 fprintf(stderr, "tern convert: --bits must be 4 or 8\n");
@@ -272,8 +413,13 @@ int cmd_convert(int argc, char **argv)
             return 2;
         }
     }
-    if (!in || !out || (!bits && !lora_dir)) {
-        fprintf(stderr, "usage: tern convert IN_DIR OUT_DIR (--bits 4|8 [--group-size 32|64|128] | --merge-lora DIR)...\n");
+    if (!in || !out || (!bits && !fp8 && !lora_dir)) {
+        fprintf(stderr, "usage: tern convert IN_DIR OUT_DIR (--bits 4|8 [--group-size 32|64|128] | --fp8 | "
+                        "--merge-lora DIR)...\n");
+        return 2;
+    }
+    if (fp8 && bits) {
+        fprintf(stderr, "tern convert: --fp8 and --bits are exclusive (one weight format)\n");
         return 2;
     }
     tern_err err = {0};
@@ -292,6 +438,11 @@ int cmd_convert(int argc, char **argv)
         tern_err_set(&err, TERN_EINVAL, "%s is already quantized (%d bits)", in, cfg.quant_bits);
         goto out;
     }
+    for (int i = 0; i < st.n_tensors; i++)
+        if (cfg.fp8 || st.tensors[i].dtype == TERN_F8E4M3) {
+            tern_err_set(&err, TERN_EINVAL, "%s is already quantized (FP8)", in);
+            goto out;
+        }
     if (lora_dir) { /* the adapter is read against the base, whose weights stay mapped */
         if (!(base = model_load(in, 1, &err)) || !(lora = model_lora_load(base, lora_dir, &err)))
             goto out;
@@ -308,6 +459,7 @@ int cmd_convert(int argc, char **argv)
             max_in = st.tensors[i].shape[1];
     c.bits = (int)bits;
     c.group = (int)group;
+    c.fp8 = fp8;
     c.max_in = max_in;
     c.pool = tern_pool_new(0);
     int nw = tern_pool_size(c.pool);
@@ -325,6 +477,22 @@ int cmd_convert(int argc, char **argv)
         }
         int layer = -1, mod = lora ? lora_target(lora, t->name, &layer) : -1;
         n_merged += mod >= 0;
+        if (fp8 && f8_convertible(t)) {
+            for (int k = 0; k < 2; k++) {
+                st_out_tensor *o = &ts[n];
+                snprintf(o->name, sizeof o->name, "%s%s", t->name, k ? "_scale_inv" : "");
+                o->dtype = k ? TERN_F32 : TERN_F8E4M3;
+                o->n_dims = 2;
+                o->shape[0] = k ? (t->shape[0] + F8_BLOCK - 1) / F8_BLOCK : t->shape[0];
+                o->shape[1] = k ? (t->shape[1] + F8_BLOCK - 1) / F8_BLOCK : t->shape[1];
+                c.src[n] = t;
+                c.l_layer[n] = layer;
+                c.l_mod[n] = mod;
+                c.part[n++] = k ? PART_F8_SCALES : PART_F8;
+            }
+            n_quant++;
+            continue;
+        }
         if (!quantizable(t, (int)bits, (int)group)) {
             st_out_tensor *o = &ts[n];
             snprintf(o->name, sizeof o->name, "%s", t->name);
@@ -364,7 +532,7 @@ int cmd_convert(int argc, char **argv)
     }
     const char *copies[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
                             "special_tokens_map.json", "chat_template.jinja", "tokenizer.model"};
-    if (st_write_file(path, ts, n, fill, &c, &err) || write_config(in, out, (int)bits, (int)group, &err))
+    if (st_write_file(path, ts, n, fill, &c, &err) || write_config(in, out, (int)bits, (int)group, fp8 ? &st : NULL, &err))
         goto out;
     if (lora)
         fprintf(stderr, "tern convert: merged %s into %d weights\n", lora_dir, n_merged);
@@ -374,6 +542,9 @@ int cmd_convert(int argc, char **argv)
     if (bits)
         fprintf(stderr, "tern convert: %d of %d tensors quantized to %lld bits (group %lld) into %s\n", n_quant,
                 st.n_tensors, bits, group, out);
+    if (fp8)
+        fprintf(stderr, "tern convert: %d of %d tensors to FP8 E4M3 (%d x %d block scales) into %s\n", n_quant,
+                st.n_tensors, F8_BLOCK, F8_BLOCK, out);
     rc = 0;
 out:
     if (rc)

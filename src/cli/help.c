@@ -92,9 +92,11 @@ static const cli_help helps[] = {
      "  -t, --threads N            CPU threads (default: the physical cores)\n"
      DEVICE_OPTS
      EXPERT_OPTS},
-    {"convert", "tern convert IN_DIR OUT_DIR (--bits 4|8 | --merge-lora DIR) [OPTIONS]",
-     "Writes an MLX affine-quantized copy of a model folder, and/or one with a LoRA adapter merged in.",
-     "  --bits 4|8                 bits per weight (required unless --merge-lora)\n"
+    {"convert", "tern convert IN_DIR OUT_DIR (--bits 4|8 | --fp8 | --merge-lora DIR) [OPTIONS]",
+     "Writes an MLX affine-quantized or FP8 copy of a model folder, and/or one with a LoRA adapter merged in.",
+     "  --bits 4|8                 bits per weight (one of --bits, --fp8, --merge-lora required)\n"
+     "  --fp8                      decoder projections to FP8 E4M3 with 128x128 block scales, the hub's\n"
+     "                             quant_method \"fp8\" layout (default: off; not with --bits)\n"
      "  --group-size 32|64|128     weights sharing one scale and bias (default: 64)\n"
      "  --merge-lora DIR           a PEFT LoRA adapter baked into the weights (default: none)\n"},
     {"template", "tern template DIR [--jsonl] < request.json",

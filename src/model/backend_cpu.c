@@ -5,7 +5,8 @@
  * quantized to int8 once per product (per group size), in parallel, before
  * the rows are split; bf16 weights, where the CPU has a bf16 dot product
  * (AVX-512 BF16), meet the input rows rounded to bf16 once per product the
- * same way; --exact-products keeps the f32-activation kernels for both. */
+ * same way; --exact-products keeps the f32-activation kernels for both.
+ * FP8 weights always meet the f32 inputs (matmul_f8: one FP8 path). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -76,6 +77,8 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
         k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
+    else if (w->dtype == TERN_F8E4M3) /* f32 inputs, exact or not: the CPU's one FP8 product */
+        k->matmul_f8(w->data, w->fs, w->fs_rows, w->fs_cols, X, Y, T, w->n_in, w->n_out, r0, r1);
     else if (w->qbits && Q && T == 1 && w->sb16 && (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h) &&
              w->group % 64 == 0 && w->n_in <= TERN_IQ16_MAX_IN) /* decode: the bf16 pairs, fewer bytes */
         (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h)(w->data, w->sb16, w->group, Q, qs, Y, w->n_in, r0, r1);
@@ -108,7 +111,7 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
      * by every row; ~512 KB of int8 inputs per token tile stay in L2 while
      * the rows stream past them */
     long rb = Q ? r1 - r0 : 65536 / row_bytes, tb = (Q ? 524288 / n_in : 262144 / (n_in * (Xb ? 2 : 4))) & ~1L;
-    if (!Q && !Xb && !w->qbits && k->dense_blocked) { /* f32 inputs, dense weights, kernels that block for L1 */
+    if (!Q && !Xb && !w->qbits && w->dtype != TERN_F8E4M3 && k->dense_blocked) { /* f32 inputs, dense weights, kernels that block for L1 */
         rb = 96;
         tb = 64;
     }
@@ -130,6 +133,16 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
             mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Q ? Q + t * n_in : NULL,
                    qs ? qs + t * 2 * tern_iq_ngp(ng) : NULL, Xb ? Xb + t * n_in : NULL, 0, Y + t * w->n_out,
                    T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1);
+}
+
+/* A row's weight bytes with its scales (the decode's piece sizes). */
+static long mm_row_bytes(const model_weight *w)
+{
+    if (w->qbits)
+        return w->n_in * w->qbits / 8 + w->n_in / w->group * 4;
+    if (w->fs) /* a byte a weight, an f32 scale a block (shared by fs_rows rows) */
+        return w->n_in + (w->n_in + w->fs_cols - 1) / w->fs_cols * 4 / w->fs_rows;
+    return w->n_in * (long)tern_dtype_size(w->dtype);
 }
 
 /* Whether w meets bf16 inputs (kernels.h, tern_bmatmul_fn). */
@@ -368,8 +381,7 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
          * that starts late or runs slow takes fewer; the Xeon's 16-thread
          * decode, docs/benchmarks.md: 4-bit 92 -> 118 t/s), even counts for
          * the two-row kernels; the bits do not depend on the split */
-        long row_bytes = w[0]->qbits ? w[0]->n_in * w[0]->qbits / 8 + w[0]->n_in / w[0]->group * 4
-                                     : w[0]->n_in * (long)tern_dtype_size(w[0]->dtype);
+        long row_bytes = mm_row_bytes(w[0]);
         long rows = (be->mm_piece / (row_bytes * T)) & ~1L;
         tern_pool_for_chunks(be->pool, j.offs[n], rows > grain ? rows : grain, mm_run, &j);
     } else {
@@ -540,8 +552,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
         /* few tokens (decode): the rows in pieces the workers claim, as
          * cpu_matmul's (every matrix of one call has w[0]'s shape: a
          * layer's gate/up, or its down) */
-        long row_bytes = w[0]->qbits ? w[0]->n_in * w[0]->qbits / 8 + w[0]->n_in / w[0]->group * 4
-                                     : w[0]->n_in * (long)tern_dtype_size(w[0]->dtype);
+        long row_bytes = mm_row_bytes(w[0]);
         long rows = (be->mm_piece / (row_bytes * max_t)) & ~1L;
         tern_pool_for_chunks(be->pool, offs[n], rows > grain ? rows : grain, mg_run, &j);
     } else {

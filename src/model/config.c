@@ -211,14 +211,186 @@ static int read_layer_types(json_object *o, model_config *cfg, tern_err *err)
 
 /* MLX affine quantization ("quantization": {"group_size", "bits"}); any
  * other quantization scheme is refused. */
+/* FP8 checkpoints. quant_method "fp8" is transformers' FP8 layout
+ * (Qwen3-*-FP8, DeepSeek-V3): {"activation_scheme": "dynamic" | "static",
+ * "fmt": "e4m3", "weight_block_size": [128, 128] (absent: a scale per
+ * tensor), "modules_to_not_convert" | "ignored_layers": [...]}, scales in
+ * NAME.weight_scale_inv. quant_method "compressed-tensors" is
+ * llm-compressor's: {"format": "float-quantized", "config_groups": {"g":
+ * {"targets": [...], "weights": {"num_bits": 8, "type": "float",
+ * "strategy": "tensor" | "channel" | "block", "block_structure": [r, c],
+ * "symmetric": true, ...}, "input_activations": {... "dynamic": bool} |
+ * null}}, "ignore": [...]}, scales in NAME.weight_scale. The lists of
+ * unconverted modules are informational: each tensor's own dtype decides.
+ * Anything else that changes the math is an error naming field and value. */
+
+/* key: absent or null (0, nothing set) or [rows, cols], cols a multiple of
+ * 32 (the FP8 products' contract, kernels.h). */
+static int read_fp8_block(json_object *o, const char *key, const char *where, model_config *cfg, tern_err *err)
+{
+    json_object *b;
+    if (!json_object_object_get_ex(o, key, &b) || !b)
+        return 0;
+    json_object *e0 = json_object_array_get_idx(b, 0), *e1 = json_object_array_get_idx(b, 1);
+    if (!json_object_is_type(b, json_type_array) || json_object_array_length(b) != 2 ||
+        !json_object_is_type(e0, json_type_int) || !json_object_is_type(e1, json_type_int))
+        return tern_err_set(err, TERN_EFORMAT, "config.json: %s%s must be a list of two integers", where, key);
+    int64_t r = json_object_get_int64(e0), c = json_object_get_int64(e1);
+    if (r < 1 || r > 65536 || c < 32 || c > 65536 || c % 32)
+        return tern_err_set(err, TERN_EUNSUPPORTED,
+                            "config.json: %s%s = [%lld, %lld] is not supported (columns a multiple of 32)", where, key,
+                            (long long)r, (long long)c);
+    if (cfg->fp8_block_rows && (cfg->fp8_block_rows != r || cfg->fp8_block_cols != c))
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s%s = [%lld, %lld] differs from another group's",
+                            where, key, (long long)r, (long long)c);
+    cfg->fp8_block_rows = (int)r;
+    cfg->fp8_block_cols = (int)c;
+    return 0;
+}
+
+static int read_quant_fp8(json_object *qc, model_config *cfg, tern_err *err)
+{
+    const char *act = "dynamic", *fmt = "e4m3";
+    int rc;
+    if ((rc = tern_json_get_str(qc, "activation_scheme", &act, "config.json", err)) && rc != TERN_ENOTFOUND)
+        return rc;
+    if (strcmp(act, "dynamic") && strcmp(act, "static"))
+        return tern_err_set(err, TERN_EUNSUPPORTED,
+                            "config.json: quantization_config.activation_scheme = '%s' is not supported", act);
+    if ((rc = tern_json_get_str(qc, "fmt", &fmt, "config.json", err)) && rc != TERN_ENOTFOUND)
+        return rc;
+    if (strcmp(fmt, "e4m3"))
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization_config.fmt = '%s' is not supported (e4m3)",
+                            fmt);
+    cfg->fp8 = 1;
+    cfg->fp8_static_act = !strcmp(act, "static");
+    return read_fp8_block(qc, "weight_block_size", "quantization_config.", cfg, err);
+}
+
+/* A compressed-tensors quantization args object (weights or input
+ * activations): 8-bit symmetric float. */
+static int read_ct_args(json_object *a, const char *where, tern_err *err)
+{
+    int64_t bits = 0;
+    const char *type = NULL;
+    int rc, sym = 1;
+    if (!json_object_is_type(a, json_type_object))
+        return tern_err_set(err, TERN_EFORMAT, "config.json: %s must be an object", where);
+    if ((rc = tern_json_get_int(a, "num_bits", &bits, "config.json", err)) ||
+        (rc = tern_json_get_str(a, "type", &type, "config.json", err)))
+        return rc == TERN_ENOTFOUND ? tern_err_set(err, TERN_EFORMAT, "config.json: %s needs num_bits and type", where)
+                                    : rc;
+    if (strcmp(type, "float"))
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s.type = '%s' is not supported (float)", where, type);
+    if (bits != 8)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s.num_bits = %lld is not supported (8)", where,
+                            (long long)bits);
+    if ((rc = tern_json_get_bool(a, "symmetric", &sym, "config.json", err)) && rc != TERN_ENOTFOUND)
+        return rc;
+    if (!sym)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s.symmetric = false is not supported", where);
+    return 0;
+}
+
+static int read_ct_group(json_object *g, const char *name, model_config *cfg, tern_err *err)
+{
+    char where[160];
+    json_object *w = NULL, *a = NULL, *o = NULL;
+    const char *strat = NULL;
+    int rc;
+    if (!json_object_is_type(g, json_type_object))
+        return tern_err_set(err, TERN_EFORMAT, "config.json: config_groups.%s must be an object", name);
+    snprintf(where, sizeof where, "config_groups.%s.weights", name);
+    if (!json_object_object_get_ex(g, "weights", &w) || !w)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s is missing (weight-only formats only)", where);
+    if ((rc = read_ct_args(w, where, err)))
+        return rc;
+    if ((rc = tern_json_get_str(w, "strategy", &strat, "config.json", err)))
+        return rc == TERN_ENOTFOUND ? tern_err_set(err, TERN_EFORMAT, "config.json: %s.strategy is missing", where)
+                                    : rc;
+    if (!strcmp(strat, "block")) {
+        if (!json_object_object_get_ex(w, "block_structure", &o) || !o)
+            return tern_err_set(err, TERN_EFORMAT, "config.json: %s.strategy 'block' needs block_structure", where);
+        char wd[168];
+        snprintf(wd, sizeof wd, "%s.", where);
+        if ((rc = read_fp8_block(w, "block_structure", wd, cfg, err)))
+            return rc;
+    } else if (strcmp(strat, "tensor") && strcmp(strat, "channel")) {
+        return tern_err_set(err, TERN_EUNSUPPORTED,
+                            "config.json: %s.strategy = '%s' is not supported (tensor, channel or block)", where, strat);
+    }
+    /* grouped or reordered weights (GPTQ-style) are other layouts */
+    if (json_object_object_get_ex(w, "group_size", &o) && o)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s.group_size = %s is not supported", where,
+                            json_object_to_json_string(o));
+    if (json_object_object_get_ex(w, "actorder", &o) && o &&
+        !(json_object_is_type(o, json_type_boolean) && !json_object_get_boolean(o)))
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s.actorder = %s is not supported", where,
+                            json_object_to_json_string(o));
+    snprintf(where, sizeof where, "config_groups.%s.input_activations", name);
+    if (json_object_object_get_ex(g, "input_activations", &a) && a) {
+        int dyn = 0;
+        if ((rc = read_ct_args(a, where, err)))
+            return rc;
+        if ((rc = tern_json_get_bool(a, "dynamic", &dyn, "config.json", err)) && rc != TERN_ENOTFOUND)
+            return rc;
+        if (!dyn)
+            cfg->fp8_static_act = 1;
+    }
+    if (json_object_object_get_ex(g, "output_activations", &o) && o)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: config_groups.%s.output_activations is not supported",
+                            name);
+    return 0;
+}
+
+static int read_quant_ct(json_object *qc, model_config *cfg, tern_err *err)
+{
+    const char *fmt = NULL;
+    json_object *v, *groups = NULL;
+    int rc;
+    if ((rc = tern_json_get_str(qc, "format", &fmt, "config.json", err)))
+        return rc == TERN_ENOTFOUND
+                   ? tern_err_set(err, TERN_EFORMAT, "config.json: compressed-tensors quantization_config.format is missing")
+                   : rc;
+    if (strcmp(fmt, "float-quantized") && strcmp(fmt, "naive-quantized"))
+        return tern_err_set(err, TERN_EUNSUPPORTED,
+                            "config.json: quantization_config.format = '%s' is not supported (float-quantized)", fmt);
+    if (json_object_object_get_ex(qc, "sparsity_config", &v) && v &&
+        !(json_object_is_type(v, json_type_object) && json_object_object_length(v) == 0)) {
+        const char *sf = NULL;
+        if (!json_object_is_type(v, json_type_object) ||
+            tern_json_get_str(v, "format", &sf, "config.json", err) || strcmp(sf, "dense"))
+            return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization_config.sparsity_config = %s is not supported",
+                                json_object_to_json_string(v));
+    }
+    if (json_object_object_get_ex(qc, "transform_config", &v) && v)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization_config.transform_config is not supported");
+    if (!json_object_object_get_ex(qc, "config_groups", &groups) || !groups ||
+        !json_object_is_type(groups, json_type_object) || json_object_object_length(groups) == 0)
+        return tern_err_set(err, TERN_EFORMAT, "config.json: quantization_config.config_groups must be a non-empty object");
+    json_object_object_foreach(groups, name, g) {
+        if ((rc = read_ct_group(g, name, cfg, err)))
+            return rc;
+    }
+    cfg->fp8 = 1;
+    return 0;
+}
+
 static int read_quant(json_object *o, model_config *cfg, tern_err *err)
 {
     json_object *q = NULL, *qc = NULL;
     int rc;
     if (json_object_object_get_ex(o, "quantization_config", &qc) && qc) {
         const char *meth = NULL;
-        if (tern_json_get_str(qc, "quant_method", &meth, "config.json", err) == 0)
+        if (!json_object_is_type(qc, json_type_object))
+            return tern_err_set(err, TERN_EFORMAT, "config.json: 'quantization_config' must be an object");
+        if ((rc = tern_json_get_str(qc, "quant_method", &meth, "config.json", err)) == 0) {
+            if (!strcmp(meth, "fp8"))
+                return read_quant_fp8(qc, cfg, err);
+            if (!strcmp(meth, "compressed-tensors"))
+                return read_quant_ct(qc, cfg, err);
             return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization method '%s' is not supported", meth);
+        }
     }
     if (!json_object_object_get_ex(o, "quantization", &q) || !q)
         q = qc;

@@ -77,6 +77,13 @@ typedef struct model_config {
     /* MLX affine quantization from config.json's "quantization" (0 = none);
      * each tensor's own bits and group size are read from its shapes. */
     int quant_bits, quant_group;
+    /* FP8 E4M3 weights declared by quantization_config (quant_method "fp8",
+     * or "compressed-tensors" with 8-bit float weights; 0 = none): each
+     * F8_E4M3 tensor's scale shape picks its layout (per tensor, per output
+     * channel, or blocks of fp8_block_rows x fp8_block_cols, 0 when the
+     * config declares no blocks). fp8_static_act: the checkpoint carries
+     * static activation scales (input_scale), which tern does not use. */
+    int fp8, fp8_block_rows, fp8_block_cols, fp8_static_act;
     int bos_id;        /* -1 if none */
     int n_eos;
     int eos_ids[MODEL_MAX_EOS]; /* generation_config.json's, else config.json's */

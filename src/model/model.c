@@ -66,6 +66,68 @@ static int get_weight_quant(const char *name, const st_tensor *t, const st_tenso
     return 0;
 }
 
+/* An FP8 E4M3 weight: t is NAME [n_out][n_in] F8_E4M3 (2-D, possibly an
+ * expert's slice), ts its scale NAME_scale_inv or NAME_scale (f32, bf16 or
+ * f16; the dequantized weight is e4m3 * scale), whose shape picks the
+ * layout: blocks [ceil(n_out / br)][ceil(n_in / bc)] (br x bc from
+ * config.json, 128 x 128 when it names none), a scale per output channel
+ * ([n_out] or [n_out, 1]), or one for the tensor ([], [1] or [1, 1]). The
+ * scales become an owned f32 copy (model_weight.fs). */
+static int get_weight_fp8(const model_config *c, const char *name, const st_tensor *t, const st_tensor *ts, int n_out,
+                          int n_in, model_weight *w, tern_err *err)
+{
+    if (t->n_dims != 2 || t->shape[0] != n_out || t->shape[1] != n_in)
+        return tern_err_set(err, TERN_EFORMAT, "tensor '%s' has shape [%lld, %lld], expected [%d, %d]", name,
+                            (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 0), n_out, n_in);
+    if (!ts)
+        return tern_err_set(err, TERN_EFORMAT, "FP8 tensor '%s' has no scale ('%s_scale_inv' or '%s_scale')", name,
+                            name, name);
+    if (ts->dtype != TERN_F32 && ts->dtype != TERN_BF16 && ts->dtype != TERN_F16)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "the scale of FP8 tensor '%s' has dtype %s (f32, bf16 or f16)",
+                            name, tern_dtype_name(ts->dtype));
+    int br = c->fp8_block_rows ? c->fp8_block_rows : 128, bc = c->fp8_block_cols ? c->fp8_block_cols : 128;
+    int64_t nr = (n_out + br - 1) / br, nc = (n_in + bc - 1) / bc, numel = st_numel(ts);
+    if (ts->n_dims == 2 && ts->shape[0] == nr && ts->shape[1] == nc) {
+        w->fs_rows = br;
+        w->fs_cols = bc;
+    } else if (numel == 1 && ts->n_dims <= 2) {
+        w->fs_rows = n_out;
+        w->fs_cols = n_in;
+    } else if (ts->shape[0] == n_out && (ts->n_dims == 1 || (ts->n_dims == 2 && ts->shape[1] == 1))) {
+        w->fs_rows = 1;
+        w->fs_cols = n_in;
+    } else {
+        return tern_err_set(err, TERN_EFORMAT,
+                            "the scale of FP8 tensor '%s' has shape [%lld%s%lld], expected [%lld, %lld] (blocks of "
+                            "%d x %d), [%d, 1] or [1]",
+                            name, (long long)(ts->n_dims > 0 ? ts->shape[0] : 0), ts->n_dims > 1 ? ", " : "",
+                            (long long)(ts->n_dims > 1 ? ts->shape[1] : 0), (long long)nr, (long long)nc, br, bc,
+                            n_out);
+    }
+    w->fs = malloc((size_t)numel * sizeof(float));
+    if (!w->fs)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    tern_to_f32(ts->dtype, ts->data, w->fs, (size_t)numel);
+    w->dtype = TERN_F8E4M3;
+    w->data = t->data;
+    w->n_out = n_out;
+    w->n_in = n_in;
+    return 0;
+}
+
+/* The scale tensor beside FP8 weight NAME (NAME_scale_inv, else NAME_scale), or NULL. */
+static const st_tensor *fp8_scale(const st_set *st, const char *name)
+{
+    char sn[300];
+    snprintf(sn, sizeof sn, "%s_scale_inv", name);
+    const st_tensor *ts = st_find(st, sn);
+    if (!ts) {
+        snprintf(sn, sizeof sn, "%s_scale", name);
+        ts = st_find(st, sn);
+    }
+    return ts;
+}
+
 /* NAME as a weight [n_out][n_in]: quantized when NAME's stem has .scales or
  * .biases beside it (get_weight_quant), else the dense tensor itself. */
 static int get_weight(tern_model *m, const char *name, int n_out, int n_in, model_weight *w, tern_err *err)
@@ -74,6 +136,8 @@ static int get_weight(tern_model *m, const char *name, int n_out, int n_in, mode
     if (!t)
         return tern_err_set(err, TERN_EFORMAT, "missing tensor '%s'", name);
     memset(w, 0, sizeof *w);
+    if (t->dtype == TERN_F8E4M3)
+        return get_weight_fp8(&m->cfg, name, t, fp8_scale(&m->st, name), n_out, n_in, w, err);
     char stem[256], sn[272], bn[272];
     size_t len = strlen(name);
     if (len > 7 && !strcmp(name + len - 7, ".weight") && len - 7 < sizeof stem) {
@@ -160,9 +224,12 @@ static int get_weight_stacked(tern_model *m, const char *name, int e, int n_out,
     if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != n_out)
         return tern_err_set(err, TERN_EFORMAT, "stacked expert tensor '%s' must be [%d, %d, ...]", name, E, n_out);
     memset(w, 0, sizeof *w);
+    st_tensor t2, s2, b2;
+    if (t->dtype == TERN_F8E4M3) /* the scales stacked the same way: [n_expert][...] */
+        return get_weight_fp8(&m->cfg, name, slice3(t, E, e, &t2), slice3(fp8_scale(&m->st, name), E, e, &s2), n_out,
+                              n_in, w, err);
     char stem[256], sn[272], bn[272];
     size_t len = strlen(name);
-    st_tensor t2, s2, b2;
     if (len > 7 && len - 7 < sizeof stem) {
         memcpy(stem, name, len - 7);
         stem[len - 7] = 0;
@@ -327,6 +394,10 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     if ((rc = model_config_load(&m->cfg, dir, err)))
         goto fail;
     const model_config *c = &m->cfg;
+    if (c->fp8_static_act) /* once a load, never silent: the checkpoint's activation scales go unread */
+        TERN_WARN("%s: the checkpoint's static FP8 activation scales (input_scale) are not used: activations stay f32 "
+                  "on the CPU and are scaled per token on the GPU",
+                  dir);
     /* The CPU backend first: it checks the shape before any weight is read
      * (a device backend replaces it below, checking again for itself). */
     m->be = model_backend_cpu_new(n_threads, err);
@@ -409,13 +480,16 @@ void model_free(tern_model *m)
             for (int i = 0; i < 7; i++) {
                 free(ws[i]->sb);
                 free(ws[i]->sb16);
+                free(ws[i]->fs);
             }
             free(L->router.sb);
             free(L->router.sb16);
+            free(L->router.fs);
             if (L->experts)
                 for (int e = 0; e < 3 * m->cfg.n_expert; e++) {
                     free(L->experts[e].sb);
                     free(L->experts[e].sb16);
+                    free(L->experts[e].fs);
                 }
             free(L->experts);
             free(L->post_attn_norm);
@@ -428,12 +502,14 @@ void model_free(tern_model *m)
             free(L->bk);
             free(L->bv);
         }
-    if (m->lm_head.sb != m->embed.sb) {
+    if (m->lm_head.data != m->embed.data) { /* else tied: the same weight */
         free(m->lm_head.sb);
         free(m->lm_head.sb16);
+        free(m->lm_head.fs);
     }
     free(m->embed.sb);
     free(m->embed.sb16);
+    free(m->embed.fs);
     free(m->layers);
     free(m->final_norm);
     free(m->rope_inv_freq);
@@ -510,12 +586,22 @@ static size_t wbytes_as(const model_weight *w, int pairs16)
     if (w->qbits)
         return (size_t)w->n_out * w->n_in * w->qbits / 8 +
                (size_t)w->n_out * (w->n_in / w->group) * 2 * (pairs16 && w->sb16 ? sizeof(uint16_t) : sizeof(float));
+    if (w->fs) /* a byte a weight and an f32 scale a block */
+        return (size_t)w->n_out * w->n_in + (size_t)((w->n_out + w->fs_rows - 1) / w->fs_rows) *
+                                                (size_t)((w->n_in + w->fs_cols - 1) / w->fs_cols) * sizeof(float);
     return (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
 }
 
 
 void model_weight_row(const model_weight *w, int r, float *out)
 {
+    if (w->dtype == TERN_F8E4M3) {
+        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * w->n_in;
+        const float *s = w->fs + (size_t)(r / w->fs_rows) * (size_t)((w->n_in + w->fs_cols - 1) / w->fs_cols);
+        for (int i = 0; i < w->n_in; i++)
+            out[i] = tern_f8e4m3_to_f32(q[i]) * s[i / w->fs_cols];
+        return;
+    }
     if (!w->qbits) {
         size_t es = tern_dtype_size(w->dtype);
         tern_to_f32(w->dtype, (const char *)w->data + (size_t)r * w->n_in * es, out, (size_t)w->n_in);

@@ -23,7 +23,8 @@ struct model_weight {
     int qbits, group; /* 0 when dense */
     float *sb;        /* owned; NULL when dense */
     uint16_t *sb16;   /* owned; sb as bf16 pairs where the file stores bf16 scales (the same values: the
-                       * one-token products read these, half the bytes), else NULL */    /* FP8 (dtype TERN_F8E4M3): w[r][i] = e4m3(data[r * n_in + i]) * fs[(r / fs_rows) * fs_ncol + i / fs_cols],
+                       * one-token products read these, half the bytes), else NULL */
+    /* FP8 (dtype TERN_F8E4M3): w[r][i] = e4m3(data[r * n_in + i]) * fs[(r / fs_rows) * fs_ncol + i / fs_cols],
      * fs_ncol = ceil(n_in / fs_cols): a scale per block of fs_rows x fs_cols weights (1 x n_in: per output
      * channel; n_out x n_in: per tensor; 128 x 128: the hub's block-scaled checkpoints). Owned f32; else NULL. */
     float *fs;

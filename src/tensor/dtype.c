@@ -88,19 +88,15 @@ uint8_t tern_f32_to_f8e4m3(float f)
         return (uint8_t)(sign | 0x7f);
     if (a >= 448.0f)
         return (uint8_t)(sign | 0x7e);
-    /* The magnitude's code is monotone in the value: pick the nearer of the
-     * two codes around it, the even one on a tie. */
-    uint8_t lo = 0, hi = 0x7e;
-    while (hi - lo > 1) {
-        uint8_t mid = (uint8_t)((lo + hi) / 2);
-        if (tern_f8e4m3_to_f32(mid) <= a)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    float dl = a - tern_f8e4m3_to_f32(lo), dh = tern_f8e4m3_to_f32(hi) - a;
-    uint8_t c = dl < dh ? lo : dh < dl ? hi : (lo & 1) ? hi : lo;
-    return (uint8_t)(sign | c);
+    if (a < 0.015625f) /* below E4M3's smallest normal 2^-6: multiples of 2^-9, the scaling exact */
+        return (uint8_t)(sign | (uint8_t)lrintf(a * 512.0f));
+    /* normal: round the f32 mantissa to 3 bits, to nearest even (a carry
+     * into the exponent is the next binade's first code); the exponent
+     * rebiased from 127 to 7. Below 448 the result is at most 448 (0x7e). */
+    uint32_t v;
+    memcpy(&v, &a, 4);
+    v += 0x7ffff + ((v >> 20) & 1);
+    return (uint8_t)(sign | ((((v >> 23) - 120) << 3) | ((v >> 20) & 7)));
 }
 
 void tern_to_f32(tern_dtype t, const void *src, float *dst, size_t n)

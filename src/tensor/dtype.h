@@ -56,7 +56,8 @@ static inline float tern_f8e4m3_to_f32(uint8_t b)
     return b & 0x80 ? -v : v;
 }
 /* f32 to FP8 E4M3, round to nearest even, saturating at +-448 (the
- * quantizers' convention: they scale into range first); NaN stays NaN. */
+ * quantizers' convention: they scale into range first); NaN stays NaN.
+ * Uses the rounding mode in force (the default: to nearest even). */
 uint8_t tern_f32_to_f8e4m3(float f);
 /* Converts n elements of src (type t) to f32. */
 void tern_to_f32(tern_dtype t, const void *src, float *dst, size_t n);

@@ -57,7 +57,7 @@ for cmd in COMMANDS:
         check("default" in text or "required" in text, "%s --help: %s says its default" % (cmd, e[0].split()[0]))
     # every option the subcommand's usage names is documented
     usage = run(cmd).stderr
-    named = set(re.findall(r"--[a-z][a-z-]*", usage))
+    named = set(re.findall(r"--[a-z][a-z0-9-]*", usage))
     check(len(named) > 0 or cmd in ("template",), "%s: its usage names options" % cmd)
     for flag in sorted(named):
         check(re.search(re.escape(flag) + r"\b", out) is not None, "%s --help documents %s" % (cmd, flag))

@@ -533,6 +533,63 @@ static void test_amx(void **state)
     printf("AMX-INT8 tile products give the scalar reference's bits\n");
 }
 
+/* E4M3 code c by the format's formula (bias 7, 3 mantissa bits, S.1111.111 NaN). */
+static double e4m3_formula(int c)
+{
+    int e = (c >> 3) & 15, m = c & 7;
+    double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return c & 0x80 ? -v : v;
+}
+
+/* The E4M3 encoder against a search of all codes: the nearest finite
+ * magnitude, the even code on a tie, 448 past it; NaN stays NaN. */
+static uint8_t e4m3_nearest(float f)
+{
+    double a = fabs((double)f);
+    int best = 0;
+    for (int c = 1; c < 0x7f; c++) {
+        double d = fabs(e4m3_formula(c) - a), db = fabs(e4m3_formula(best) - a);
+        if (d < db || (d == db && !(c & 1)))
+            best = c;
+    }
+    return (uint8_t)(best | (signbit(f) ? 0x80 : 0));
+}
+
+static void check_e4m3(void)
+{
+    for (int c = 0; c < 256; c++) {
+        float v = tern_f8e4m3_to_f32((uint8_t)c);
+        if ((c & 0x7f) == 0x7f) {
+            assert_true(isnan(v));
+            assert_true((tern_f32_to_f8e4m3(v) & 0x7f) == 0x7f);
+            continue;
+        }
+        if ((double)v != e4m3_formula(c))
+            fail_msg("e4m3 code %02x decodes to %a, not %a", c, v, e4m3_formula(c));
+        if (tern_f32_to_f8e4m3(v) != c)
+            fail_msg("e4m3 code %02x: its value %a encodes to %02x", c, v, tern_f32_to_f8e4m3(v));
+    }
+    /* every midpoint between neighbours (a tie), a hair on either side of
+     * it, and random values over the whole range and past it */
+    for (int c = 0; c < 0x7e; c++) {
+        float mid = (float)((e4m3_formula(c) + e4m3_formula(c + 1)) / 2);
+        float xs[3] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, 1e9f)};
+        for (int k = 0; k < 3; k++)
+            for (int sg = 0; sg < 2; sg++) {
+                float x = sg ? -xs[k] : xs[k];
+                if (tern_f32_to_f8e4m3(x) != e4m3_nearest(x))
+                    fail_msg("e4m3 encode %a: %02x, not %02x", x, tern_f32_to_f8e4m3(x), e4m3_nearest(x));
+            }
+    }
+    for (int i = 0; i < 200000; i++) {
+        float x = ldexpf(rnd(), (int)(tern_rng_f32(&rng) * 24.0f) - 14);
+        if (tern_f32_to_f8e4m3(x) != e4m3_nearest(x))
+            fail_msg("e4m3 encode %a: %02x, not %02x", x, tern_f32_to_f8e4m3(x), e4m3_nearest(x));
+    }
+    assert_int_equal(tern_f32_to_f8e4m3(1e30f), 0x7e);
+    assert_int_equal(tern_f32_to_f8e4m3(-460.0f), 0xfe);
+}
+
 static void test_conversions(void **state)
 {
     (void)state;
@@ -548,6 +605,7 @@ static void test_conversions(void **state)
     assert_int_equal(tern_f32_to_bf16(1.00390625f), 0x3f80); /* tie rounds to even */
     assert_true(tern_f16_to_f32(0x3c00) == 1.0f);
     assert_true(tern_f16_to_f32(0x0001) == 5.9604644775390625e-08f);
+    check_e4m3();
 }
 
 int main(void)
