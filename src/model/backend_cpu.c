@@ -88,8 +88,6 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
     else if (w->qbits)
         (w->qbits == 4 ? k->matmul_q4 : k->matmul_q8)(w->data, w->sb, w->group, X, xsum, Y, T, w->n_in, w->n_out,
                                                       r0, r1);
-    else if (w->dtype == TERN_F8E4M3)
-        k->matmul_f8(w->data, w->fs, w->fs_rows, w->fs_cols, X, Y, T, w->n_in, w->n_out, r0, r1);
     else
         (w->dtype == TERN_F32 ? k->matmul_f32 : w->dtype == TERN_BF16 ? k->matmul_bf16 : k->matmul_f16)(
             w->data, X, Y, T, w->n_in, w->n_out, r0, r1);
