@@ -329,7 +329,9 @@ static int cu_step_gemv(const cu_backend *be, int T)
     if (!be->wide || be->opts.exact || T > be->opts.tc_max_t || !be->m)
         return 0;
     const int k = be->layers[0].wq->kind, g = cu_gemv_choice(&be->opts, k);
-    return (k == TCU_BF16 || k == TCU_Q4) && (g == TCU_GEMV_AUTO || g == TCU_GEMV_TENSOR);
+    /* FP8: the CUDA-core GEMV, exact and batch-invariant, for every batch
+     * (no tensor-core form yet) */
+    return k == TCU_F8 || ((k == TCU_BF16 || k == TCU_Q4) && (g == TCU_GEMV_AUTO || g == TCU_GEMV_TENSOR));
 }
 
 /* y_k = x @ W_k^T (or += when accumulate); glu: m[0].y = act(gate) * up

@@ -565,7 +565,10 @@ static void check_family(const char *family, const char *extra, int bits, int n_
        build, family, extra, dir, shared_path("models/stories260K"));
     char mdir[256];
     snprintf(mdir, sizeof mdir, "%s/m", dir);
-    if (bits) {
+    if (bits < 0) { /* FP8: 128 x 128 block scales */
+        sh("%s convert %s/m %s/q --fp8 2>/dev/null", bin, dir, dir);
+        snprintf(mdir, sizeof mdir, "%s/q", dir);
+    } else if (bits) {
         sh("%s convert %s/m %s/q --bits %d --group-size 64 2>/dev/null", bin, dir, dir, bits);
         snprintf(mdir, sizeof mdir, "%s/q", dir);
     }
@@ -1200,9 +1203,11 @@ static void test_forward(void **state)
     check_family("gemma2", "--attn-softcap 50 --final-softcap 30 --sliding-window 8", 0, 20, 2e-5);
     check_family("llama", "", 4, 20, 2e-5);
     check_family("llama", "", 8, 20, 2e-5);
+    check_family("qwen3", "", -1, 20, 2e-5); /* FP8 (tern convert --fp8) */
     /* prompt through cuBLAS (bf16-rounded activations): the bf16 envelope */
     check_family("llama", "", 0, 48, 2e-2);
     check_family("llama", "", 4, 48, 2e-2);
+    check_family("llama", "", -1, 48, 2e-2);
     /* the throughput mode (the default without --exact-products): steps of
      * two sequences through the tensor-core GEMV with activations rounded
      * once to bf16 - the bf16 envelope (16-bit weights: the CPU reference
@@ -1211,6 +1216,7 @@ static void test_forward(void **state)
     g_throughput = 1;
     check_family("llama", "", 0, 20, 2e-2);
     check_family("qwen3", "", 0, 20, 2e-2);
+    check_family("llama", "", -1, 20, 2e-2);
     g_throughput = 0;
     tern_kernels_exact_set(1);
 }
