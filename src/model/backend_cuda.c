@@ -324,14 +324,17 @@ static int cu_gemv_choice(const tcu_opts *o, int kind)
  * one batch-invariant kernel and its graph. */
 static int cu_step_gemv(const cu_backend *be, int T)
 {
+    /* FP8 steps of several sequences: dequantized to bf16 for cuBLASLt
+     * (the GEMV's 8-token tiles would reread the weights), one path for
+     * every batch so that a row's bits do not depend on it */
+    if (be->m && be->layers[0].wq->kind == TCU_F8 && be->wide && !be->opts.exact && be->opts.lt && T > 1)
+        return 0;
     if (T < be->opts.gemm_min_t)
         return 1;
     if (!be->wide || be->opts.exact || T > be->opts.tc_max_t || !be->m)
         return 0;
     const int k = be->layers[0].wq->kind, g = cu_gemv_choice(&be->opts, k);
-    /* FP8: the CUDA-core GEMV, exact and batch-invariant, for every batch
-     * (no tensor-core form yet) */
-    return k == TCU_F8 || ((k == TCU_BF16 || k == TCU_Q4) && (g == TCU_GEMV_AUTO || g == TCU_GEMV_TENSOR));
+    return (k == TCU_BF16 || k == TCU_Q4) && (g == TCU_GEMV_AUTO || g == TCU_GEMV_TENSOR);
 }
 
 /* y_k = x @ W_k^T (or += when accumulate); glu: m[0].y = act(gate) * up
@@ -358,7 +361,10 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->stage = be->opts.gemv_stage ? be->xh : NULL;
     a->stage_bytes = be->opts.gemv_stage ? be->cap_xh : 0;
     a->early = (opts & CU_OPT_EARLY) != 0;
-    a->ring = (opts & CU_OPT_RING) != 0 && !be->wide; /* the ring has the one-sequence kernel's bits */
+    /* the ring has the one-sequence kernel's bits; FP8 takes it for every
+     * product (the register kernel streams FP8 at about half the ring's
+     * speed) unless the option is off */
+    a->ring = ((opts & CU_OPT_RING) != 0 || (mats[0].kind == TCU_F8 && be->opts.ring)) && !be->wide;
     return 1;
 }
 
@@ -1039,7 +1045,8 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
      * alone and batched, as the GEMVs have. The other GEMV choices, and
      * exact products, keep every step on one rule. */
     be->split_len = CU_SPLIT_LEN_ONE_RULE;
-    if (cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO && !be->opts.exact)
+    if ((cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO || be->layers[0].wq->kind == TCU_F8) &&
+        !be->opts.exact)
         be->split_len = multi || (inv & TCU_INV_ATTN) ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */

@@ -772,7 +772,10 @@ static void test_gemv_ring(void **state)
         {512, 1, 0, 0, 0, {77, 0, 0}, 1},
         {14336, 1, 0, 0, 1, {600, 0, 0}, 0}, /* 8B down: the register kernel */
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+    const size_t ncase = sizeof cases / sizeof *cases;
+    for (size_t cj = 0; cj < 2 * ncase; cj++) { /* bf16, then FP8 with 128 x 128 block scales */
+        const size_t ci = cj % ncase;
+        const int f8 = cj >= ncase;
         const int n_in = cases[ci].n_in, n = cases[ci].n, glu = cases[ci].glu;
         const int xrow = 1; /* the norm reads row 1 of two */
         float *x = malloc(2 * (size_t)n_in * sizeof(float)), *g = malloc((size_t)n_in * sizeof(float));
@@ -813,8 +816,10 @@ static void test_gemv_ring(void **state)
         for (int k = 0; k < n; k++) {
             const int rows = cases[ci].rows[k];
             const size_t nw = (size_t)rows * n_in;
-            make_weight(&r, &tw[k], 1, rows, n_in, 0);
+            make_weight(&r, &tw[k], f8 ? 3 : 1, rows, n_in, f8 ? 128 : 0);
             const uint16_t *hw = tw[k].buf;
+            const uint8_t *h8 = tw[k].buf;
+            const int ncol = (n_in + 127) / 128;
             ref[k] = malloc((size_t)rows * sizeof(double));
             y0[k] = malloc((size_t)rows * sizeof(float));
             assert_true(ref[k] && y0[k]);
@@ -822,15 +827,30 @@ static void test_gemv_ring(void **state)
             for (int o = 0; o < rows; o++) {
                 double d = 0.0;
                 for (int i = 0; i < n_in; i++)
-                    d += (double)tern_bf16_to_f32(hw[(size_t)o * n_in + i]) * xn[i];
+                    d += (f8 ? (double)tern_f8e4m3_to_f32(h8[(size_t)o * n_in + i]) *
+                                   tw[k].w.fs[(o / 128) * ncol + i / 128]
+                             : (double)tern_bf16_to_f32(hw[(size_t)o * n_in + i])) *
+                         xn[i];
                 ref[k][o] = d;
             }
             void *dw;
-            float *dy;
-            assert_int_equal(cudaMalloc(&dw, nw * sizeof(uint16_t)), 0);
+            float *dy, *dsb = NULL;
+            const size_t wb = nw * (f8 ? 1 : sizeof(uint16_t));
+            assert_int_equal(cudaMalloc(&dw, wb), 0);
             assert_int_equal(cudaMalloc((void **)&dy, (size_t)rows * sizeof(float)), 0);
-            assert_int_equal(cudaMemcpy(dw, hw, nw * sizeof(uint16_t), cudaMemcpyHostToDevice), 0);
-            a.m[k] = (tcu_mat){dw, NULL, dy, rows, TCU_BF16, 0};
+            assert_int_equal(cudaMemcpy(dw, tw[k].buf, wb, cudaMemcpyHostToDevice), 0);
+            if (f8) { /* the backend's device layout: a {scale, 0} pair a row and column block */
+                float *sb = calloc((size_t)rows * ncol * 2, sizeof(float));
+                assert_non_null(sb);
+                for (int o = 0; o < rows; o++)
+                    for (int c = 0; c < ncol; c++)
+                        sb[((size_t)o * ncol + c) * 2] = tw[k].w.fs[(o / 128) * ncol + c];
+                assert_int_equal(cudaMalloc((void **)&dsb, (size_t)rows * ncol * 2 * sizeof(float)), 0);
+                assert_int_equal(
+                    cudaMemcpy(dsb, sb, (size_t)rows * ncol * 2 * sizeof(float), cudaMemcpyHostToDevice), 0);
+                free(sb);
+            }
+            a.m[k] = (tcu_mat){dw, dsb, dy, rows, f8 ? TCU_F8 : TCU_BF16, f8 ? 128 : 0};
         }
         const int rows0 = cases[ci].rows[0];
         float *yv[2][3];
@@ -875,12 +895,13 @@ static void test_gemv_ring(void **state)
         }
         const double e = sqrt(num / (den > 0 ? den : 1));
         print_message(
-            "ring GEMV n_in %d, %d rows x %d%s%s%s: same bits as the staged kernel, rel err %.3g (tol 1e-5)\n", n_in,
-            rows0, n, glu ? ", GLU" : "", cases[ci].norm ? ", fused norm" : "", cases[ci].acc ? ", accumulate" : "", e);
+            "ring GEMV %s n_in %d, %d rows x %d%s%s%s: same bits as the staged kernel, rel err %.3g (tol 1e-5)\n",
+            f8 ? "FP8" : "bf16", n_in, rows0, n, glu ? ", GLU" : "", cases[ci].norm ? ", fused norm" : "", cases[ci].acc ? ", accumulate" : "", e);
         if (!(e <= 1e-5))
             fail_msg("ring GEMV case %zu: relative error %g", ci, e);
         for (int k = 0; k < n; k++) {
             cudaFree((void *)a.m[k].w);
+            cudaFree((void *)a.m[k].sb);
             cudaFree(a.m[k].y);
             free_weight(&tw[k]);
             free(ref[k]);
