@@ -228,7 +228,8 @@ static size_t host_wbytes(const model_weight *w)
 static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out, tern_err *err)
 {
     for (int i = 0; i < be->n_w; i++)
-        if (be->w[i].key == w->data && be->w[i].sb_key == w->sb && be->w[i].n_out == w->n_out &&
+        if (be->w[i].key == w->data && be->w[i].sb_key == (w->dtype == TERN_F8E4M3 ? w->fs : w->sb) &&
+            be->w[i].n_out == w->n_out &&
             be->w[i].n_in == w->n_in && be->w[i].qbits == w->qbits && be->w[i].group == w->group &&
             be->w[i].dtype == w->dtype) {
             *out = &be->w[i].m;
@@ -236,6 +237,10 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
         }
     if (w->n_in % 32)
         return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: weight with %d inputs (a multiple of 32 is needed)", w->n_in);
+    if (w->dtype == TERN_F8E4M3 && (!w->fs || (w->fs_cols != w->n_in && w->fs_cols % 16)))
+        return tern_err_set(err, TERN_EUNSUPPORTED,
+                            "cuda: FP8 weight scales in blocks of %d inputs (the whole row or a multiple of 16 is needed)",
+                            w->fs_cols);
     if (be->n_w == be->cap_w) {
         /* Pointers into be->w are handed out (layers): grow only before any are. */
         return tern_err_set(err, TERN_EINTERNAL, "cuda: weight table full (%d)", be->cap_w);
@@ -243,7 +248,7 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
     cu_weight *cw = &be->w[be->n_w];
     memset(cw, 0, sizeof *cw);
     cw->key = w->data;
-    cw->sb_key = w->sb;
+    cw->sb_key = w->dtype == TERN_F8E4M3 ? w->fs : w->sb;
     cw->group = w->group;
     cw->dtype = w->dtype;
     cw->n_out = w->n_out;
@@ -253,6 +258,7 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
     cw->m.group = w->group;
     cw->m.kind = w->qbits == 4   ? TCU_Q4
                  : w->qbits == 8 ? TCU_Q8
+                 : w->dtype == TERN_F8E4M3 ? TCU_F8
                  : w->dtype == TERN_BF16 ? TCU_BF16
                  : w->dtype == TERN_F16  ? TCU_F16
                                          : TCU_F32;
@@ -268,6 +274,25 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
         if ((rc = up_vec(be, w->sb, (size_t)w->n_out * (w->n_in / w->group) * 2, &sb, err)))
             return rc;
         cw->m.sb = sb;
+    } else if (w->dtype == TERN_F8E4M3) {
+        /* each row's scales, one a column block, as {scale, 0} pairs (the
+         * quantized kinds' layout: the GEMV reads a pair a chunk) */
+        const long ncol = (w->n_in + w->fs_cols - 1) / w->fs_cols;
+        float *h = malloc((size_t)w->n_out * ncol * 2 * sizeof(float)), *sb;
+        if (!h)
+            return tern_err_set(err, TERN_ENOMEM, "out of memory");
+        for (long r = 0; r < w->n_out; r++)
+            for (long c = 0; c < ncol; c++) {
+                h[(r * ncol + c) * 2] = w->fs[(r / w->fs_rows) * ncol + c];
+                h[(r * ncol + c) * 2 + 1] = 0.0f;
+            }
+        rc = up_vec(be, h, (size_t)w->n_out * ncol * 2, &sb, err);
+        cudaStreamSynchronize(be->stream);
+        free(h);
+        if (rc)
+            return rc;
+        cw->m.sb = sb;
+        cw->m.group = w->fs_cols;
     }
     if (w->n_in > be->max_in)
         be->max_in = w->n_in;
@@ -278,6 +303,9 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
 
 /* ---- products on device arrays ---- */
 
+/* Weights the cuBLAS path dequantizes into bf16 scratch first. */
+static int cu_kind_dequant(int kind) { return kind == TCU_Q4 || kind == TCU_Q8 || kind == TCU_F8; }
+
 /* The launch options of product p (TCU_PROD_*): CU_OPT_* */
 static int cu_opts(const cu_backend *be, int p)
 {
@@ -287,7 +315,7 @@ static int cu_opts(const cu_backend *be, int p)
 /* The GEMV kernel of the options for weights of kind (TCU_GEMV_*). */
 static int cu_gemv_choice(const tcu_opts *o, int kind)
 {
-    return kind == TCU_Q4 ? o->gemv_q4 : kind == TCU_Q8 ? o->gemv_q8 : o->gemv_bf16;
+    return kind == TCU_Q4 ? o->gemv_q4 : kind == TCU_Q8 || kind == TCU_F8 ? o->gemv_q8 : o->gemv_bf16;
 }
 
 /* Whether a step of T tokens (or n_out logits rows) takes the GEMVs: below
@@ -296,6 +324,11 @@ static int cu_gemv_choice(const tcu_opts *o, int kind)
  * one batch-invariant kernel and its graph. */
 static int cu_step_gemv(const cu_backend *be, int T)
 {
+    /* FP8 steps of several sequences: dequantized to bf16 for cuBLASLt
+     * (the GEMV's 8-token tiles would reread the weights), one path for
+     * every batch so that a row's bits do not depend on it */
+    if (be->m && be->layers[0].wq->kind == TCU_F8 && be->wide && !be->opts.exact && be->opts.lt && T > 1)
+        return 0;
     if (T < be->opts.gemm_min_t)
         return 1;
     if (!be->wide || be->opts.exact || T > be->opts.tc_max_t || !be->m)
@@ -328,7 +361,10 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->stage = be->opts.gemv_stage ? be->xh : NULL;
     a->stage_bytes = be->opts.gemv_stage ? be->cap_xh : 0;
     a->early = (opts & CU_OPT_EARLY) != 0;
-    a->ring = (opts & CU_OPT_RING) != 0 && !be->wide; /* the ring has the one-sequence kernel's bits */
+    /* the ring has the one-sequence kernel's bits; FP8 takes it for every
+     * product (the register kernel streams FP8 at about half the ring's
+     * speed) unless the option is off */
+    a->ring = ((opts & CU_OPT_RING) != 0 || (mats[0].kind == TCU_F8 && be->opts.ring)) && !be->wide;
     return 1;
 }
 
@@ -416,7 +452,7 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
                 have_h = f16;
             }
             const void *A = mm->w;
-            if (mm->kind == TCU_Q4 || mm->kind == TCU_Q8) {
+            if (cu_kind_dequant(mm->kind)) {
                 CU(tcu_dequant_bf16(mm, n_in, be->wdq, &be->opts, (tcu_stream)be->stream), "dequant");
                 A = be->wdq;
             }
@@ -750,7 +786,7 @@ static int cu_matmul(model_backend *base, int n, const model_weight *const *w, c
     for (int i = 0; i < n; i++) {
         mats[i].y = be->ty + off;
         off += (size_t)T * w[i]->n_out;
-        if ((mats[i].kind == TCU_Q4 || mats[i].kind == TCU_Q8) && T >= be->opts.gemm_min_t) {
+        if (cu_kind_dequant(mats[i].kind) && T >= be->opts.gemm_min_t) {
             size_t need = (size_t)w[i]->n_out * n_in;
             if (need > be->cap_wdq) {
                 cu_free_one(be, be->wdq);
@@ -953,12 +989,12 @@ static int wdq_ensure(cu_backend *be, tern_err *err)
             const tcu_mat *ws[7] = {be->layers[l].wq, be->layers[l].wk, be->layers[l].wv, be->layers[l].wo,
                                     be->layers[l].wg, be->layers[l].wu, be->layers[l].wd};
             for (int i = 0; i < 7; i++)
-                if (ws[i] && (ws[i]->kind == TCU_Q4 || ws[i]->kind == TCU_Q8)) {
+                if (ws[i] && cu_kind_dequant(ws[i]->kind)) {
                     size_t n = (size_t)ws[i]->n_out * (i == 3 ? c->n_head * c->head_dim : i == 6 ? c->n_ff : c->dim);
                     need = n > need ? n : need;
                 }
         }
-        if (be->lm_head->kind == TCU_Q4 || be->lm_head->kind == TCU_Q8)
+        if (cu_kind_dequant(be->lm_head->kind))
             need = (size_t)c->n_vocab * c->dim > need ? (size_t)c->n_vocab * c->dim : need;
         if (need > be->cap_wdq) {
             cu_free_one(be, be->wdq);
@@ -1009,7 +1045,8 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
      * alone and batched, as the GEMVs have. The other GEMV choices, and
      * exact products, keep every step on one rule. */
     be->split_len = CU_SPLIT_LEN_ONE_RULE;
-    if (cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO && !be->opts.exact)
+    if ((cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO || be->layers[0].wq->kind == TCU_F8) &&
+        !be->opts.exact)
         be->split_len = multi || (inv & TCU_INV_ATTN) ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */

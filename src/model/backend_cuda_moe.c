@@ -303,7 +303,10 @@ int cu_moe_new(const tern_model *m, tcu_stream stream, cu_moe **out, tern_err *e
         if (L->experts && L->post_ffn_norm)
             return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: a sparse layer with a post-feed-forward norm");
         for (int i = 0; L->experts && i < 3 * c->n_expert; i++)
-            if (L->experts[i].qbits && L->experts[i].group % 8)
+            if (L->experts[i].dtype == TERN_F8E4M3 || L->router.dtype == TERN_F8E4M3)
+                return tern_err_set(err, TERN_EUNSUPPORTED,
+                                    "cuda: FP8 experts are not supported on the GPU yet (the CPU runs them)");
+            else if (L->experts[i].qbits && L->experts[i].group % 8)
                 return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: expert quantization groups of %d",
                                     L->experts[i].group);
         if (L->experts && L->router.qbits && L->router.group % 8)

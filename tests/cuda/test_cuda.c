@@ -137,6 +137,31 @@ static void make_weight(tern_rng *r, test_w *t, int kind, int n_out, int n_in, i
         t->w.dtype = TERN_BF16;
         t->w.qbits = kind;
         t->w.group = group;
+    } else if (kind == 3) {
+        /* FP8 E4M3, group = the scales' column block (0: a scale a row, -1:
+         * one for the matrix), 128 rows a block when blocked */
+        const int fc = group > 0 ? group : n_in, fr = group > 0 ? 128 : group == 0 ? 1 : n_out;
+        const int ncol = (n_in + fc - 1) / fc, nrow = (n_out + fr - 1) / fr;
+        uint8_t *q = malloc((size_t)n_out * n_in);
+        t->w.fs = malloc((size_t)nrow * ncol * sizeof(float));
+        assert_true(q && t->w.fs);
+        for (int rb = 0; rb < nrow; rb++)
+            for (int c = 0; c < ncol; c++) {
+                float amax = 0.0f;
+                for (int o = rb * fr; o < n_out && o < (rb + 1) * fr; o++)
+                    for (int i = c * fc; i < n_in && i < (c + 1) * fc; i++)
+                        amax = fmaxf(amax, fabsf(f[(size_t)o * n_in + i]));
+                const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+                t->w.fs[rb * ncol + c] = sc;
+                for (int o = rb * fr; o < n_out && o < (rb + 1) * fr; o++)
+                    for (int i = c * fc; i < n_in && i < (c + 1) * fc; i++)
+                        q[(size_t)o * n_in + i] = tern_f32_to_f8e4m3(f[(size_t)o * n_in + i] / sc);
+            }
+        free(f);
+        t->buf = q;
+        t->w.dtype = TERN_F8E4M3;
+        t->w.fs_rows = fr;
+        t->w.fs_cols = fc;
     } else if (kind == 0) {
         t->buf = f;
         t->w.dtype = TERN_F32;
@@ -156,6 +181,7 @@ static void free_weight(test_w *t)
 {
     free(t->buf);
     free(t->w.sb);
+    free(t->w.fs);
 }
 
 static void test_not_built_or_no_gpu(void **state)
@@ -276,7 +302,9 @@ static void test_matmul(void **state)
     assert_non_null(cpu);
     tern_rng r;
     tern_rng_seed(&r, 1234, 1);
-    const int kinds[][2] = {{0, 0}, {1, 0}, {2, 0}, {4, 32}, {4, 64}, {4, 128}, {8, 32}, {8, 64}};
+    /* kind 3: FP8, scales a 128 x 128 block, a 1 x 96 one (a partial last block), a row, the matrix */
+    const int kinds[][2] = {{0, 0}, {1, 0}, {2, 0}, {4, 32}, {4, 64}, {4, 128}, {8, 32}, {8, 64},
+                            {3, 128}, {3, 96}, {3, 0}, {3, -1}};
     const int Ts[] = {1, 3, 9, 20, 40};
     const int outs[3] = {136, 40, 72};
 #ifdef TERN_CUDA
@@ -537,7 +565,10 @@ static void check_family(const char *family, const char *extra, int bits, int n_
        build, family, extra, dir, shared_path("models/stories260K"));
     char mdir[256];
     snprintf(mdir, sizeof mdir, "%s/m", dir);
-    if (bits) {
+    if (bits < 0) { /* FP8: 128 x 128 block scales */
+        sh("%s convert %s/m %s/q --fp8 2>/dev/null", bin, dir, dir);
+        snprintf(mdir, sizeof mdir, "%s/q", dir);
+    } else if (bits) {
         sh("%s convert %s/m %s/q --bits %d --group-size 64 2>/dev/null", bin, dir, dir, bits);
         snprintf(mdir, sizeof mdir, "%s/q", dir);
     }
@@ -741,7 +772,10 @@ static void test_gemv_ring(void **state)
         {512, 1, 0, 0, 0, {77, 0, 0}, 1},
         {14336, 1, 0, 0, 1, {600, 0, 0}, 0}, /* 8B down: the register kernel */
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+    const size_t ncase = sizeof cases / sizeof *cases;
+    for (size_t cj = 0; cj < 2 * ncase; cj++) { /* bf16, then FP8 with 128 x 128 block scales */
+        const size_t ci = cj % ncase;
+        const int f8 = cj >= ncase;
         const int n_in = cases[ci].n_in, n = cases[ci].n, glu = cases[ci].glu;
         const int xrow = 1; /* the norm reads row 1 of two */
         float *x = malloc(2 * (size_t)n_in * sizeof(float)), *g = malloc((size_t)n_in * sizeof(float));
@@ -782,8 +816,10 @@ static void test_gemv_ring(void **state)
         for (int k = 0; k < n; k++) {
             const int rows = cases[ci].rows[k];
             const size_t nw = (size_t)rows * n_in;
-            make_weight(&r, &tw[k], 1, rows, n_in, 0);
+            make_weight(&r, &tw[k], f8 ? 3 : 1, rows, n_in, f8 ? 128 : 0);
             const uint16_t *hw = tw[k].buf;
+            const uint8_t *h8 = tw[k].buf;
+            const int ncol = (n_in + 127) / 128;
             ref[k] = malloc((size_t)rows * sizeof(double));
             y0[k] = malloc((size_t)rows * sizeof(float));
             assert_true(ref[k] && y0[k]);
@@ -791,15 +827,30 @@ static void test_gemv_ring(void **state)
             for (int o = 0; o < rows; o++) {
                 double d = 0.0;
                 for (int i = 0; i < n_in; i++)
-                    d += (double)tern_bf16_to_f32(hw[(size_t)o * n_in + i]) * xn[i];
+                    d += (f8 ? (double)tern_f8e4m3_to_f32(h8[(size_t)o * n_in + i]) *
+                                   tw[k].w.fs[(o / 128) * ncol + i / 128]
+                             : (double)tern_bf16_to_f32(hw[(size_t)o * n_in + i])) *
+                         xn[i];
                 ref[k][o] = d;
             }
             void *dw;
-            float *dy;
-            assert_int_equal(cudaMalloc(&dw, nw * sizeof(uint16_t)), 0);
+            float *dy, *dsb = NULL;
+            const size_t wb = nw * (f8 ? 1 : sizeof(uint16_t));
+            assert_int_equal(cudaMalloc(&dw, wb), 0);
             assert_int_equal(cudaMalloc((void **)&dy, (size_t)rows * sizeof(float)), 0);
-            assert_int_equal(cudaMemcpy(dw, hw, nw * sizeof(uint16_t), cudaMemcpyHostToDevice), 0);
-            a.m[k] = (tcu_mat){dw, NULL, dy, rows, TCU_BF16, 0};
+            assert_int_equal(cudaMemcpy(dw, tw[k].buf, wb, cudaMemcpyHostToDevice), 0);
+            if (f8) { /* the backend's device layout: a {scale, 0} pair a row and column block */
+                float *sb = calloc((size_t)rows * ncol * 2, sizeof(float));
+                assert_non_null(sb);
+                for (int o = 0; o < rows; o++)
+                    for (int c = 0; c < ncol; c++)
+                        sb[((size_t)o * ncol + c) * 2] = tw[k].w.fs[(o / 128) * ncol + c];
+                assert_int_equal(cudaMalloc((void **)&dsb, (size_t)rows * ncol * 2 * sizeof(float)), 0);
+                assert_int_equal(
+                    cudaMemcpy(dsb, sb, (size_t)rows * ncol * 2 * sizeof(float), cudaMemcpyHostToDevice), 0);
+                free(sb);
+            }
+            a.m[k] = (tcu_mat){dw, dsb, dy, rows, f8 ? TCU_F8 : TCU_BF16, f8 ? 128 : 0};
         }
         const int rows0 = cases[ci].rows[0];
         float *yv[2][3];
@@ -844,12 +895,13 @@ static void test_gemv_ring(void **state)
         }
         const double e = sqrt(num / (den > 0 ? den : 1));
         print_message(
-            "ring GEMV n_in %d, %d rows x %d%s%s%s: same bits as the staged kernel, rel err %.3g (tol 1e-5)\n", n_in,
-            rows0, n, glu ? ", GLU" : "", cases[ci].norm ? ", fused norm" : "", cases[ci].acc ? ", accumulate" : "", e);
+            "ring GEMV %s n_in %d, %d rows x %d%s%s%s: same bits as the staged kernel, rel err %.3g (tol 1e-5)\n",
+            f8 ? "FP8" : "bf16", n_in, rows0, n, glu ? ", GLU" : "", cases[ci].norm ? ", fused norm" : "", cases[ci].acc ? ", accumulate" : "", e);
         if (!(e <= 1e-5))
             fail_msg("ring GEMV case %zu: relative error %g", ci, e);
         for (int k = 0; k < n; k++) {
             cudaFree((void *)a.m[k].w);
+            cudaFree((void *)a.m[k].sb);
             cudaFree(a.m[k].y);
             free_weight(&tw[k]);
             free(ref[k]);
@@ -1172,9 +1224,11 @@ static void test_forward(void **state)
     check_family("gemma2", "--attn-softcap 50 --final-softcap 30 --sliding-window 8", 0, 20, 2e-5);
     check_family("llama", "", 4, 20, 2e-5);
     check_family("llama", "", 8, 20, 2e-5);
+    check_family("qwen3", "", -1, 20, 2e-5); /* FP8 (tern convert --fp8) */
     /* prompt through cuBLAS (bf16-rounded activations): the bf16 envelope */
     check_family("llama", "", 0, 48, 2e-2);
     check_family("llama", "", 4, 48, 2e-2);
+    check_family("llama", "", -1, 48, 2e-2);
     /* the throughput mode (the default without --exact-products): steps of
      * two sequences through the tensor-core GEMV with activations rounded
      * once to bf16 - the bf16 envelope (16-bit weights: the CPU reference
@@ -1183,6 +1237,7 @@ static void test_forward(void **state)
     g_throughput = 1;
     check_family("llama", "", 0, 20, 2e-2);
     check_family("qwen3", "", 0, 20, 2e-2);
+    check_family("llama", "", -1, 20, 2e-2);
     g_throughput = 0;
     tern_kernels_exact_set(1);
 }

@@ -32,6 +32,15 @@ static inline int last_err(void) { return (int)cudaGetLastError(); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+/* An FP8 E4M3 byte (low 8 bits of b) as f32, exactly: sign to bit 31, the
+ * 7 other bits to 26..20 make an f32 of 2^-120 the value (subnormals
+ * included), restored by the power-of-two product. Like the f32 kernels,
+ * nothing here flushes subnormals. NaN codes (0x7f, 0xff) decode to 480. */
+__device__ __forceinline__ float f8e4m3_f(uint32_t b)
+{
+    return __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24)) * 0x1p120f;
+}
+
 static inline bool kind_quantized(int kind) { return kind != TCU_BF16 && kind != TCU_F16 && kind != TCU_F32; }
 
 /* the options a launcher was given, or the defaults for NULL */

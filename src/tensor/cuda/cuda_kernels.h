@@ -17,7 +17,7 @@ extern "C" {
 typedef struct CUstream_st *tcu_stream;
 
 /* Weight storage kinds. */
-enum { TCU_F32 = 0, TCU_BF16 = 1, TCU_F16 = 2, TCU_Q4 = 3, TCU_Q8 = 4 };
+enum { TCU_F32 = 0, TCU_BF16 = 1, TCU_F16 = 2, TCU_Q4 = 3, TCU_Q8 = 4, TCU_F8 = 5 /* FP8 E4M3, block scales */ };
 
 /* The GEMV kernels (gemv.cu, gemv_tc.cu), one chosen per weight kind
  * (tcu_opts.gemv_*). Every one keeps tcu_gemv's contract; each sums a row
@@ -130,7 +130,8 @@ void tcu_opts_format(const tcu_opts *o, char *buf, size_t n);
 
 typedef struct tcu_mat {
     const void *w;   /* dense [n_out][n_in], or packed bytes [n_out][n_in * bits / 8] */
-    const float *sb; /* quantized: [n_out][n_in / group][2] {scale, bias}; else NULL */
+    const float *sb; /* quantized: [n_out][n_in / group][2] {scale, bias}; TCU_F8: [n_out][ceil(n_in / group)][2]
+                      * {scale, 0} - group the scales' column block, each row's scale of the block it is in */
     float *y;        /* [T][n_out] */
     int n_out, kind, group;
 } tcu_mat;

@@ -100,7 +100,7 @@ template <int KIND> __device__ __forceinline__ size_t row_bytes(int n_in)
 {
     if constexpr (KIND == TCU_Q4 || KIND == TCU_Q4F)
         return (size_t)n_in / 2;
-    else if constexpr (KIND == TCU_Q8)
+    else if constexpr (KIND == TCU_Q8 || KIND == TCU_F8)
         return (size_t)n_in;
     else if constexpr (KIND == TCU_F32)
         return (size_t)n_in * 4;
@@ -254,7 +254,8 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
 {
     constexpr bool one = ONE != 0;
     constexpr int NV = chunk_traits<KIND>::NV;
-    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F;
+    constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_Q4F || KIND == TCU_F8; /* scales a chunk */
+    constexpr bool QB = Q && KIND != TCU_F8; /* and biases: the chunk's activation sum */
     constexpr int NS = GLU ? 2 * R : R;                        /* weight rows streamed per warp */
     constexpr int UT = (TT == 1 ? 8 * UM : 4) / NS, U = UT < 1 ? 1 : UT; /* chunks in flight per stream */
     constexpr int LS = WARP * S;
@@ -292,7 +293,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
             const tcu_mat &mh = a.m[GLU ? h : k];
             const int g = mh.group ? mh.group : NV;
             rp[h * R + i] = reinterpret_cast<const uint4 *>((const char *)mh.w + (size_t)r * row_bytes<KIND>(a.n_in));
-            sbp[h * R + i] = mh.sb ? reinterpret_cast<const float2 *>(mh.sb) + (size_t)r * (a.n_in / g) : nullptr;
+            sbp[h * R + i] = mh.sb ? reinterpret_cast<const float2 *>(mh.sb) + (size_t)r * ((a.n_in + g - 1) / g) : nullptr;
             gsz[h * R + i] = g;
         }
     }
@@ -454,7 +455,7 @@ __global__ void __launch_bounds__(GV_WARPS *WARP, gv_min_blocks<KIND, TT>())
                         }
                     }
                     float sx = 0.0f;
-                    if constexpr (Q) {
+                    if constexpr (QB) {
 #pragma unroll
                         for (int j = 0; j < NV; j++)
                             sx = __fadd_rn(sx, xv[j]);
@@ -618,7 +619,7 @@ static int gemv_v(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
         /* 16-bit gate/up: one row pair a warp instead of two (same sums in
          * the same order; the 8B launch is 4.5 waves of short blocks
          * instead of 2.3 of long ones: +0.9% at batch 1) */
-        if constexpr (R == 2 && KIND != TCU_Q4 && KIND != TCU_Q4F && KIND != TCU_Q8)
+        if constexpr (R == 2 && KIND != TCU_Q4 && KIND != TCU_Q4F && KIND != TCU_Q8 && KIND != TCU_F8)
             if (a->glu)
                 return gemv_v_launch<KIND, 1, 1, S, XS, true, UM>(a, rows, s, pdl);
         return a->glu ? gemv_v_launch<KIND, 1, R, S, XS, true, UM>(a, rows, s, pdl)
@@ -635,6 +636,7 @@ static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s, bool p
     case TCU_BF16: return gemv_v<TCU_BF16, R, S, XS, UM>(a, rows, s, pdl);
     case TCU_Q4: return gemv_v<Q4F ? TCU_Q4F : TCU_Q4, R, S, XS, UM>(a, rows, s, pdl);
     case TCU_Q8: return gemv_v<TCU_Q8, R, S, XS, UM>(a, rows, s, pdl);
+    case TCU_F8: return gemv_v<TCU_F8, R, S, XS, UM>(a, rows, s, pdl);
     default: return -1; /* f32 / f16: the plain kernel */
     }
 }
@@ -643,13 +645,13 @@ static int gemv_v_kind(const tcu_gemv_args *a, long rows, cudaStream_t s, bool p
 
 static int gv_choice(const tcu_opts &o, int kind)
 {
-    return kind == TCU_Q4 ? o.gemv_q4 : kind == TCU_Q8 ? o.gemv_q8 : o.gemv_bf16;
+    return kind == TCU_Q4 ? o.gemv_q4 : kind == TCU_Q8 || kind == TCU_F8 ? o.gemv_q8 : o.gemv_bf16;
 }
 
 /* the kernels that stage activations in shared memory (and fuse a norm) */
 static bool gv_xs(int choice, int kind)
 {
-    return choice != TCU_GEMV_PLAIN && (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8);
+    return kind == TCU_F8 || (choice != TCU_GEMV_PLAIN && (kind == TCU_BF16 || kind == TCU_Q4 || kind == TCU_Q8));
 }
 
 static int gemv_dispatch(const tcu_gemv_args *a, const tcu_opts &o, tcu_stream stream);
@@ -710,6 +712,8 @@ static int gemv_dispatch(const tcu_gemv_args *a, const tcu_opts &o, tcu_stream s
      * (staged) bits */
     if (a->ring && !(exact && choice == TCU_GEMV_AUTO) && (rc = gemv_ring(a, rows, s, pdl)) >= 0)
         return rc;
+    if (kind == TCU_F8) /* the shared-memory kernel only (the plain one has no FP8) */
+        return gemv_by_shape(a, rows, s, pdl);
     switch (choice) {
     case TCU_GEMV_STAGED: rc = gemv_v_kind<2, 1, true>(a, rows, s, pdl); break;
     case TCU_GEMV_BY_SHAPE: rc = gemv_by_shape(a, rows, s, pdl); break;

@@ -12,6 +12,7 @@ template <> struct chunk_traits<TCU_BF16> { static constexpr int NV = 8; };
 template <> struct chunk_traits<TCU_F16> { static constexpr int NV = 8; };
 template <> struct chunk_traits<TCU_Q4> { static constexpr int NV = 32; };
 template <> struct chunk_traits<TCU_Q8> { static constexpr int NV = 16; };
+template <> struct chunk_traits<TCU_F8> { static constexpr int NV = 16; };
 /* internal kind: 4-bit codes converted as 1 + q/16 (see chunk_dot_v) */
 #define TCU_Q4F 100
 template <> struct chunk_traits<TCU_Q4F> { static constexpr int NV = 32; };
@@ -111,6 +112,17 @@ __device__ __forceinline__ float chunk_dot_v(const uint4 &raw, const float *xv, 
             s = fmaf(__uint_as_float(h), xv[j], s);
         }
         return s;
+    } else if constexpr (KIND == TCU_F8) {
+        /* byte k of a word shifted to the top, an arithmetic shift by 4
+         * puts the sign in bit 31 (and 30-27) and the other 7 bits at 26-20:
+         * masked, an f32 of 2^-120 the code's value (f8e4m3_f) */
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            const int32_t t = (int32_t)(w[e >> 2] << (8 * (3 - (e & 3))));
+            s = fmaf(__uint_as_float((uint32_t)(t >> 4) & 0x87f00000u), xv[e], s);
+        }
+        return __fmul_rn(scale, __fmul_rn(s, 0x1p120f));
     } else if constexpr (KIND == TCU_Q8) {
         float sq = 0.0f;
 #pragma unroll

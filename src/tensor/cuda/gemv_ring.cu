@@ -79,17 +79,20 @@ __device__ __forceinline__ void rg_consumers_sync()
 // Block b sums items [rows * b / grid, rows * (b + 1) / grid): an item is
 // an output row (a gate/up pair when GLU), its weights one slot of the
 // ring of nslot slots.
-template <bool GLU>
+// KIND: TCU_BF16, or TCU_F8 (each chunk times its row's block scale, read
+// from the launch's scale pairs as the register kernel reads them).
+template <int KIND, bool GLU>
 __global__ void __launch_bounds__((RG_WARPS + 1) * WARP, 1) gemv_ring_kernel(const tcu_gemv_args a, int nslot)
 {
     static_assert(RG_WARPS * WARP >= RG_NORM_THREADS, "the norm's threads are consumers");
-    constexpr int KIND = TCU_BF16, NV = chunk_traits<KIND>::NV;
+    constexpr int NV = chunk_traits<KIND>::NV;
+    constexpr bool F8 = KIND == TCU_F8;
     extern __shared__ __align__(128) unsigned char rg_smem[];
     __shared__ uint64_t full[RG_MAX_SLOTS], empty[RG_MAX_SLOTS];
     __shared__ double sh[32];
     __shared__ float rnorm;
     const int n_in = a.n_in, nch = n_in / NV;
-    const uint32_t rb = (uint32_t)n_in * 2, ib = GLU ? 2 * rb : rb;
+    const uint32_t rb = (uint32_t)n_in * (F8 ? 1 : 2), ib = GLU ? 2 * rb : rb;
     float *xs = reinterpret_cast<float *>(rg_smem);
     float *gs = xs + n_in;
     unsigned char *ring = rg_smem + (size_t)(a.norm_g ? 2 : 1) * n_in * sizeof(float);
@@ -172,6 +175,18 @@ __global__ void __launch_bounds__((RG_WARPS + 1) * WARP, 1) gemv_ring_kernel(con
         mbar_wait(&full[s], (uint32_t)((j / nslot) & 1));
         const uint4 *w = reinterpret_cast<const uint4 *>(ring + (size_t)s * ib);
         float acc = 0.0f, acc_u = 0.0f;
+        const float2 *sg = nullptr, *su = nullptr; /* F8: the row's scales */
+        int grp = NV;
+        if constexpr (F8) {
+            const long gr = i0 + j;
+            long off = 0;
+            const int k = GLU ? 0 : gv_mat_of(a, gr, &off);
+            grp = a.m[k].group;
+            const size_t row0 = (size_t)(gr - off) * ((n_in + grp - 1) / grp);
+            sg = reinterpret_cast<const float2 *>(a.m[k].sb) + row0;
+            if (GLU)
+                su = reinterpret_cast<const float2 *>(a.m[1].sb) + row0;
+        }
 #pragma unroll 4
         for (int c = lane; c < nch; c += WARP) {
             float xv[NV];
@@ -185,9 +200,11 @@ __global__ void __launch_bounds__((RG_WARPS + 1) * WARP, 1) gemv_ring_kernel(con
                 xv[4 * p + 2] = v.z;
                 xv[4 * p + 3] = v.w;
             }
-            acc = __fadd_rn(acc, chunk_dot_v<KIND>(w[c], xv, 0.0f, 0.0f, 0.0f));
+            const float sc = F8 ? __ldg(sg + c * NV / grp).x : 0.0f;
+            acc = __fadd_rn(acc, chunk_dot_v<KIND>(w[c], xv, 0.0f, sc, 0.0f));
             if (GLU)
-                acc_u = __fadd_rn(acc_u, chunk_dot_v<KIND>(w[nch + c], xv, 0.0f, 0.0f, 0.0f));
+                acc_u = __fadd_rn(acc_u, chunk_dot_v<KIND>(w[nch + c], xv, 0.0f, F8 ? __ldg(su + c * NV / grp).x : 0.0f,
+                                                            0.0f));
         }
         __syncwarp();
         if (lane == 0)
@@ -212,24 +229,28 @@ __global__ void __launch_bounds__((RG_WARPS + 1) * WARP, 1) gemv_ring_kernel(con
 static int ring_launches;
 extern "C" int tcu_gemv_ring_count(void) { return ring_launches; }
 
-// -1 when the launch does not suit the ring (not one token of bf16
-// weights, or no room for RG_MIN_SLOTS slots).
+// -1 when the launch does not suit the ring (not one token of bf16 or FP8
+// weights, all of one kind, or no room for RG_MIN_SLOTS slots).
 int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
 {
     if (a->T != 1 || (a->glu && a->n != 2))
         return -1;
-    for (int k = 0; k < a->n; k++)
-        if (a->m[k].kind != TCU_BF16)
+    const int kind = a->m[0].kind;
+    if (kind != TCU_BF16 && kind != TCU_F8)
+        return -1;
+    for (int k = 1; k < a->n; k++)
+        if (a->m[k].kind != kind || (kind == TCU_F8 && a->glu && a->m[k].group != a->m[0].group))
             return -1;
     static bool raised = false;
     if (!raised) {
-        for (auto k : {gemv_ring_kernel<false>, gemv_ring_kernel<true>})
+        for (auto k : {gemv_ring_kernel<TCU_BF16, false>, gemv_ring_kernel<TCU_BF16, true>,
+                       gemv_ring_kernel<TCU_F8, false>, gemv_ring_kernel<TCU_F8, true>})
             cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, RG_SMEM);
         raised = true;
     }
     const bool glu = a->glu != 0;
     const size_t xs = (size_t)(a->norm_g ? 2 : 1) * a->n_in * sizeof(float);
-    const size_t ib = (size_t)a->n_in * 2 * (glu ? 2 : 1);
+    const size_t ib = (size_t)a->n_in * (kind == TCU_F8 ? 1 : 2) * (glu ? 2 : 1);
     if (xs + RG_MIN_SLOTS * ib > RG_SMEM)
         return -1;
     int nslot = (int)((RG_SMEM - xs) / ib);
@@ -241,6 +262,9 @@ int gemv_ring(const tcu_gemv_args *a, long rows, cudaStream_t s, bool pdl)
     const size_t smem = xs + (size_t)nslot * ib;
     ring_launches++;
     const dim3 g((unsigned)grid), b((RG_WARPS + 1) * WARP);
-    return glu ? launch_pdl(pdl, gemv_ring_kernel<true>, g, b, smem, s, *a, nslot)
-               : launch_pdl(pdl, gemv_ring_kernel<false>, g, b, smem, s, *a, nslot);
+    if (kind == TCU_F8)
+        return glu ? launch_pdl(pdl, gemv_ring_kernel<TCU_F8, true>, g, b, smem, s, *a, nslot)
+                   : launch_pdl(pdl, gemv_ring_kernel<TCU_F8, false>, g, b, smem, s, *a, nslot);
+    return glu ? launch_pdl(pdl, gemv_ring_kernel<TCU_BF16, true>, g, b, smem, s, *a, nslot)
+               : launch_pdl(pdl, gemv_ring_kernel<TCU_BF16, false>, g, b, smem, s, *a, nslot);
 }

@@ -145,6 +145,10 @@ __device__ __forceinline__ float weight_at(const tcu_mat &m, int n_in, long r, l
     case TCU_F32: return ((const float *)m.w)[r * n_in + i];
     case TCU_BF16: return bf16f(((const uint16_t *)m.w)[r * n_in + i]);
     case TCU_F16: return f16f(((const uint16_t *)m.w)[r * n_in + i]);
+    case TCU_F8: {
+        const long g = r * ((n_in + m.group - 1) / m.group) + i / m.group;
+        return m.sb[2 * g] * f8e4m3_f(((const uint8_t *)m.w)[r * n_in + i]);
+    }
     default: {
         const uint8_t *q = (const uint8_t *)m.w;
         int v = m.kind == TCU_Q8 ? q[r * n_in + i] : (q[(r * n_in + i) >> 1] >> ((i & 1) * 4)) & 15;
@@ -174,10 +178,22 @@ __global__ void dequant8_kernel(const tcu_mat m, int n_in, uint16_t *out, long n
     pdl_wait();
     pdl_trigger();
     for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < n8; k += (long)gridDim.x * blockDim.x) {
-        const long e = 8 * k, r = e / n_in, i = e % n_in, g = r * (n_in / m.group) + i / m.group;
+        const long e = 8 * k, r = e / n_in, i = e % n_in, g = r * ((n_in + m.group - 1) / m.group) + i / m.group;
         const float sc = m.sb[2 * g], bi = m.sb[2 * g + 1];
         const uint8_t *q = (const uint8_t *)m.w;
         uint32_t v[8];
+        if (m.kind == TCU_F8) {
+            const uint2 w = *reinterpret_cast<const uint2 *>(q + e);
+            uint32_t o[4];
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const uint32_t word = p < 2 ? w.x : w.y, sh = 16 * (p & 1);
+                o[p] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(sc * f8e4m3_f(word >> sh))) |
+                       (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(sc * f8e4m3_f(word >> (sh + 8)))) << 16;
+            }
+            *reinterpret_cast<uint4 *>(out + e) = make_uint4(o[0], o[1], o[2], o[3]);
+            continue;
+        }
         if (m.kind == TCU_Q8) {
             const uint2 w = *reinterpret_cast<const uint2 *>(q + e);
 #pragma unroll
@@ -202,7 +218,7 @@ extern "C" int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, const
 {
     PROF(TCU_PROF_OTHER, stream);
     long n = (long)m->n_out * n_in;
-    if ((m->kind == TCU_Q4 || m->kind == TCU_Q8) && n_in % 8 == 0 && m->group % 8 == 0)
+    if ((m->kind == TCU_Q4 || m->kind == TCU_Q8 || m->kind == TCU_F8) && n_in % 8 == 0 && m->group % 8 == 0)
         return launch_pdl(opts_or_default(o).pdl, dequant8_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m,
                           n_in, out, n / 8);
     return launch_pdl(opts_or_default(o).pdl, dequant_kernel, dim3(4096), dim3(256), 0, (cudaStream_t)stream, *m, n_in,
