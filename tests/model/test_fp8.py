@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """FP8 (E4M3) checkpoints against an independent oracle: this script's own
 E4M3 codec (the 256 codes from the format's formula, no tern code) writes
-FP8 checkpoints of stories260K and of a random fixture (dim 256: several
+FP8 checkpoints of stories260K, of a random fixture (dim 256: several
 128-wide blocks a row, and the 172-wide down projection's partial last
-block on stories) in both hub layouts - quant_method "fp8" with 128 x 128
+block on stories) and of a small qwen3_moe (the experts FP8, not the
+router) in both hub layouts - quant_method "fp8" with 128 x 128
 block scales (f32), compressed-tensors per output channel (bf16 scales,
 the embedding too) - beside the f32 checkpoint of the dequantized weights.
 - `tern logits` of each FP8 model equals the dequantized model's within f32
@@ -253,12 +254,23 @@ try:
                     STORIES, "--dim", "256", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
                     "--ff", "352", "--vocab", "512", "--tie", "1"], check=True, capture_output=True)
     models.update(make_variants(fix, tmp, "fixture"))
-    for tag in ("stories", "fixture"):
+    # a mixture of experts (Qwen3-30B-A3B-FP8's layout: every expert's projections FP8, the router not;
+    # 96-wide experts: one partial block a row)
+    moe = os.path.join(tmp, "moe")
+    subprocess.run([os.path.join(BUILD, "tools/make_fixture"), "--family", "qwen3_moe", "--out", moe, "--tokenizer",
+                    STORIES, "--dim", "160", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "40",
+                    "--ff", "192", "--vocab", "512", "--experts", "4", "--top-k", "2", "--moe-ff", "96"],
+                   check=True, capture_output=True)
+    models.update(make_variants(moe, tmp, "moe"))
+    for tag in ("stories", "fixture", "moe"):
         for kind in ("fp8", "ct"):
             compare(models[f"{tag}-{kind}"], models[f"{tag}-deq-{kind}"], f"{tag} {kind}", 512)
+    ex = st_read(os.path.join(models["moe-fp8"], "model.safetensors"))
+    check(ex["model.layers.0.mlp.experts.3.down_proj.weight"][0] == "F8_E4M3" and
+          ex["model.layers.0.mlp.gate.weight"][0] == "F32", "moe: experts FP8, router not")
 
     # ---- tern convert --fp8, decoded here ----
-    for tag, src in (("stories", STORIES), ("fixture", fix)):
+    for tag, src in (("stories", STORIES), ("fixture", fix), ("moe", moe)):
         out = os.path.join(tmp, tag + "-conv")
         p = run("convert", src, out, "--fp8")
         check(p.returncode == 0, f"convert --fp8 {tag}: exit 0 ({p.stderr.strip()[:200]})")
@@ -267,8 +279,9 @@ try:
         srcw = {k: (sh, to_f32(dt, b)) for k, (dt, sh, b) in st_read(os.path.join(src, "model.safetensors")).items()}
         got = st_read(os.path.join(out, "model.safetensors"))
         qc = json.load(open(os.path.join(out, "config.json"))).get("quantization_config")
+        routers = [f"model.layers.{l}.mlp.gate" for l in range(2)] if tag == "moe" else []
         check(qc == {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
-                     "modules_to_not_convert": ["lm_head"]}, f"convert {tag}: the hub's quantization_config")
+                     "modules_to_not_convert": ["lm_head"] + routers}, f"convert {tag}: the hub's quantization_config")
         n_fp8, bad_scale, bad_code, deq = 0, [], [], {}
         for k, (sh, a) in srcw.items():
             dt, gsh, g = got[k]
