@@ -268,6 +268,21 @@ try:
     ex = st_read(os.path.join(models["moe-fp8"], "model.safetensors"))
     check(ex["model.layers.0.mlp.experts.3.down_proj.weight"][0] == "F8_E4M3" and
           ex["model.layers.0.mlp.gate.weight"][0] == "F32", "moe: experts FP8, router not")
+    # the same experts stacked as MLX writes them (switch_mlp.PROJ.weight [E][out][in], scales [E][..][..])
+    stk = os.path.join(tmp, "moe-stacked")
+    shutil.copytree(models["moe-fp8"], stk)
+    out = {}
+    for k, v in ex.items():
+        if ".mlp.experts." not in k:
+            out[k] = v
+            continue
+        pre, rest = k.split(".mlp.experts.")
+        e, name = rest.split(".", 1)
+        if e == "0":  # NAME.weight and NAME.weight_scale_inv, each expert's in order
+            parts = [ex[f"{pre}.mlp.experts.{j}.{name}"] for j in range(4)]
+            out[f"{pre}.mlp.switch_mlp.{name}"] = (parts[0][0], [4] + parts[0][1], b"".join(p[2] for p in parts))
+    st_write(os.path.join(stk, "model.safetensors"), out)
+    compare(stk, models["moe-deq-fp8"], "moe stacked fp8", 512)
 
     # ---- tern convert --fp8, decoded here ----
     for tag, src in (("stories", STORIES), ("fixture", fix), ("moe", moe)):
