@@ -143,7 +143,8 @@ int main(int argc, char **argv)
     }
     /* FP8 E4M3 weights with 128 x 128 block scales (f32 activations), in
      * the CPU backend's cache tiles (backend_cpu.c mm_tiled: ~64 KB of
-     * weight rows times ~256 KB of inputs) */
+     * weight rows times ~256 KB of inputs, or 96 rows x 64 tokens where the
+     * kernels block for L1 themselves) */
     {
         long ncol = (n_in + 127) / 128, nfs = (rows + 127) / 128 * ncol;
         float *fs = malloc((size_t)nfs * sizeof(float));
@@ -155,6 +156,10 @@ int main(int argc, char **argv)
             fs[i] = 0.001f;
         long rb = 65536 / n_in > 0 ? 65536 / n_in : 1, tb = (262144 / (n_in * 4)) & ~1L;
         tb = tb < 2 ? 2 : tb;
+        if (k->dense_blocked) { /* the kernel blocks for L1 itself: the backend's large blocks */
+            rb = 96;
+            tb = 64;
+        }
         printf("%4s %6s %14s %14s\n", "fp8", "tokens", "GB/s", "GMAC/s");
         for (int ti = 0; ti < n_tok; ti++) {
             long T = tokens[ti];

@@ -109,7 +109,7 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
      * by every row; ~512 KB of int8 inputs per token tile stay in L2 while
      * the rows stream past them */
     long rb = Q ? r1 - r0 : 65536 / row_bytes, tb = (Q ? 524288 / n_in : 262144 / (n_in * (Xb ? 2 : 4))) & ~1L;
-    if (!Q && !Xb && !w->qbits && w->dtype != TERN_F8E4M3 && k->dense_blocked) { /* f32 inputs, dense weights, kernels that block for L1 */
+    if (!Q && !Xb && !w->qbits && k->dense_blocked) { /* f32 inputs, dense or FP8 weights, kernels that block for L1 */
         rb = 96;
         tb = 64;
     }

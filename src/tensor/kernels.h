@@ -133,8 +133,9 @@ typedef struct tern_kernels {
     tern_iqmatmul_fn imatmul_q8p;
     tern_iqmatmul16_fn imatmul_q4h; /* bf16 scale pairs, one token; NULL: use imatmul_q4 with sb */
     tern_iqmatmul16_fn imatmul_q8h;
-    int dense_blocked; /* the dense f32-input products block inputs and rows for L1 themselves (the caller may
-                          hand them large blocks); 0: the caller keeps a block's rows and inputs cache-sized */
+    int dense_blocked; /* the dense f32-input products and matmul_f8 block inputs and rows for L1 themselves (the
+                          caller may hand them large blocks); 0: the caller keeps a block's rows and inputs
+                          cache-sized */
     tern_f8matmul_fn matmul_f8; /* FP8 weights (every table) */
 } tern_kernels;
 
