@@ -97,12 +97,15 @@ static int get_weight_fp8(const model_config *c, const char *name, const st_tens
         w->fs_rows = 1;
         w->fs_cols = n_in;
     } else {
+        char shape[96] = "[";
+        for (int d = 0; d < ts->n_dims; d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? ", " : "",
+                     (long long)ts->shape[d]);
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "]");
         return tern_err_set(err, TERN_EFORMAT,
-                            "the scale of FP8 tensor '%s' has shape [%lld%s%lld], expected [%lld, %lld] (blocks of "
-                            "%d x %d), [%d, 1] or [1]",
-                            name, (long long)(ts->n_dims > 0 ? ts->shape[0] : 0), ts->n_dims > 1 ? ", " : "",
-                            (long long)(ts->n_dims > 1 ? ts->shape[1] : 0), (long long)nr, (long long)nc, br, bc,
-                            n_out);
+                            "the scale of FP8 tensor '%s' has shape %s, expected [%lld, %lld] (blocks of %d x %d), "
+                            "[%d, 1] or [1]",
+                            name, shape, (long long)nr, (long long)nc, br, bc, n_out);
     }
     w->fs = malloc((size_t)numel * sizeof(float));
     if (!w->fs)

@@ -364,6 +364,8 @@ try:
     load_error(variant("e1", lambda t: t.pop(W + "_scale_inv")), [W, "scale"], "missing scale")
     load_error(variant("e2", lambda t: t.__setitem__(W + "_scale_inv", ("F32", [2, 3], f32([1.0] * 6).tobytes()))),
                [W, "[2, 3]"], "misshapen scale")
+    load_error(variant("e2b", lambda t: t.__setitem__(W + "_scale_inv", ("F32", [5], f32([1.0] * 5).tobytes()))),
+               [W, "[5]"], "a 1-D scale of the wrong length")
     N = "model.layers.0.input_layernorm.weight"
     load_error(variant("e3", lambda t: t.__setitem__(N, ("F8_E4M3", t[N][1], bytes(e4m3_encode(v) for v in to_f32(t[N][0], t[N][2]))))), [N, "F8_E4M3"],
                "FP8 norm")
