@@ -117,26 +117,29 @@ static inline __attribute__((always_inline)) void f8_tile(const uint8_t *W, cons
         _Pragma("GCC unroll 4") for (int k = 0; k < NT; k++) Y[(t + k) * ldy + r + a] = hsum8(y[a][k]);
 }
 
-/* Blocks up to this wide are widened to f32 once for many token quads
- * (f8_wide), F8_WIDE_ROWS rows x a slab of whole blocks (F8_SLAB inputs) at
- * a time: those weights as f32 (12 KB) and a quad's inputs for the slab
- * (4 KB) stay in L1 while every row pair of the group runs over them; the
- * per-(row, token) sums wait on the stack between slabs, F8_PASS tokens at
- * a time (16 KB). Wider blocks (a scale per row or per tensor) take
- * f8_tile's quads, which decode each weight once per 4 tokens. */
-#define F8_WIDE_COLS 256
-#define F8_WIDE_ROWS 12
-#define F8_SLAB 256
+/* From 8 tokens, blocks up to this wide (the hub's 128) are widened to f32
+ * once for many token quads (f8_wide): F8_WIDE_ROWS rows x a slab of whole
+ * blocks (F8_SLAB inputs) at a time - those weights as f32 (13 KB) and a
+ * quad's inputs for the slab (2 KB) stay in L1 while every row triple of
+ * the group runs over them; the per-(row, token) 8-lane sums wait on the
+ * stack between slabs, F8_PASS tokens at a time (24 KB). bench_kernels
+ * 2048 x 8192, one thread: T = 32 32 GMAC/s (12 rows x 256 inputs: 30,
+ * 2-row tiles decoding per quad: 22). Wider blocks (a scale per row or per
+ * tensor) and 4-7 tokens take f8_tile's quads (T = 4: 23 against 17
+ * widened), which decode each weight once per 4 tokens. */
+#define F8_WIDE_COLS 128
+#define F8_WIDE_ROWS 24
+#define F8_SLAB 128
 #define F8_PASS 32
 
 /* f8_wide's tile: widened rows p .. p+NR-1 of the group (NR <= 3) times
  * tokens t0+t .. t0+t+3, the slab's blocks in order, each block's sum
  * folded into the parked 8-lane sums. */
-static inline __attribute__((always_inline)) void f8_wide_tile(const float *fs, int fs_rows, int fs_cols,
-                                                               const float *X, long n_in, long ncol, long c0, long c1,
+static inline __attribute__((always_inline)) void f8_wide_tile(const float (*sc)[F8_SLAB / 32], int fs_cols,
+                                                               const float *X, long n_in, long c0, long c1,
                                                                float (*buf)[F8_WIDE_COLS + 8],
-                                                               __m256 (*park)[F8_PASS], long r, int p, long t0,
-                                                               long t, int NR)
+                                                               __m256 (*park)[F8_PASS], int p, long t0, long t,
+                                                               int NR)
 {
     for (long c = c0; c < c1; c++) {
         long b = c * fs_cols, len = (b + fs_cols < n_in ? b + fs_cols : n_in) - b, n8 = len & ~7L;
@@ -170,9 +173,9 @@ static inline __attribute__((always_inline)) void f8_wide_tile(const float *fs, 
         }
         _Pragma("GCC unroll 3") for (int a = 0; a < NR; a++)
         {
-            __m256 sc = _mm256_set1_ps(fs[(r + p + a) / fs_rows * ncol + c] * 256.0f);
+            __m256 sv = _mm256_set1_ps(sc[p + a][c - c0]);
             _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) park[p + a][t + k] =
-                _mm256_fmadd_ps(sc, acc[a][k], park[p + a][t + k]);
+                _mm256_fmadd_ps(sv, acc[a][k], park[p + a][t + k]);
         }
     }
 }
@@ -189,6 +192,8 @@ static __attribute__((noinline)) void f8_wide(const uint8_t *W, const float *fs,
 {
     long ncol = (n_in + fs_cols - 1) / fs_cols, per_slab = fs_cols <= F8_SLAB ? F8_SLAB / fs_cols : 1;
     float buf[F8_WIDE_ROWS][F8_WIDE_COLS + 8] __attribute__((aligned(32)));
+    /* the slab's block scales times 256 (a slab holds one block, or up to F8_SLAB / 32 of 32 or more) */
+    float sc[F8_WIDE_ROWS][F8_SLAB / 32];
     __m256 park[F8_WIDE_ROWS][F8_PASS];
     for (long t0 = 0; t0 < T4; t0 += F8_PASS) {
         long nt = T4 - t0 < F8_PASS ? T4 - t0 : F8_PASS;
@@ -215,15 +220,16 @@ static __attribute__((noinline)) void f8_wide(const uint8_t *W, const float *fs,
                         memcpy(wp, wa + i, (size_t)(len - i));
                         _mm256_store_ps(o + i, f8_dec8(wp));
                     }
+                    sc[a][c - c0] = fs[(r + a) / fs_rows * ncol + c] * 256.0f;
                 }
             for (long t = 0; t < nt; t += 4) {
                 int p = 0;
                 for (; p + 3 <= NRW; p += 3)
-                    f8_wide_tile(fs, fs_rows, fs_cols, X, n_in, ncol, c0, c1, buf, park, r, p, t0, t, 3);
+                    f8_wide_tile(sc, fs_cols, X, n_in, c0, c1, buf, park, p, t0, t, 3);
                 if (NRW - p == 2)
-                    f8_wide_tile(fs, fs_rows, fs_cols, X, n_in, ncol, c0, c1, buf, park, r, p, t0, t, 2);
+                    f8_wide_tile(sc, fs_cols, X, n_in, c0, c1, buf, park, p, t0, t, 2);
                 else if (NRW - p == 1)
-                    f8_wide_tile(fs, fs_rows, fs_cols, X, n_in, ncol, c0, c1, buf, park, r, p, t0, t, 1);
+                    f8_wide_tile(sc, fs_cols, X, n_in, c0, c1, buf, park, p, t0, t, 1);
             }
         }
         for (long k = 0; k < nt; k++)
@@ -260,7 +266,7 @@ void tern_f8_avx2(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, c
                   long n_in, long ldy, long r0, long r1)
 {
     long r = r0;
-    if (T >= 4 && fs_cols <= F8_WIDE_COLS) { /* token quads widened, rows in groups of 4 to 16 */
+    if (T >= 8 && fs_cols <= F8_WIDE_COLS) { /* from 8 tokens, the quads widened, rows in groups of 4 to F8_WIDE_ROWS */
         long t4 = T & ~3L;
         while (r1 - r >= 4) {
             int nr = (int)(((r1 - r) & ~3L) < F8_WIDE_ROWS ? (r1 - r) & ~3L : F8_WIDE_ROWS);
