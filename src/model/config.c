@@ -209,8 +209,6 @@ static int read_layer_types(json_object *o, model_config *cfg, tern_err *err)
     return 0;
 }
 
-/* MLX affine quantization ("quantization": {"group_size", "bits"}); any
- * other quantization scheme is refused. */
 /* FP8 checkpoints. quant_method "fp8" is transformers' FP8 layout
  * (Qwen3-*-FP8, DeepSeek-V3): {"activation_scheme": "dynamic" | "static",
  * "fmt": "e4m3", "weight_block_size": [128, 128] (absent: a scale per
@@ -231,10 +229,11 @@ static int read_fp8_block(json_object *o, const char *key, const char *where, mo
     json_object *b;
     if (!json_object_object_get_ex(o, key, &b) || !b)
         return 0;
-    json_object *e0 = json_object_array_get_idx(b, 0), *e1 = json_object_array_get_idx(b, 1);
     if (!json_object_is_type(b, json_type_array) || json_object_array_length(b) != 2 ||
-        !json_object_is_type(e0, json_type_int) || !json_object_is_type(e1, json_type_int))
+        !json_object_is_type(json_object_array_get_idx(b, 0), json_type_int) ||
+        !json_object_is_type(json_object_array_get_idx(b, 1), json_type_int))
         return tern_err_set(err, TERN_EFORMAT, "config.json: %s%s must be a list of two integers", where, key);
+    json_object *e0 = json_object_array_get_idx(b, 0), *e1 = json_object_array_get_idx(b, 1);
     int64_t r = json_object_get_int64(e0), c = json_object_get_int64(e1);
     if (r < 1 || r > 65536 || c < 32 || c > 65536 || c % 32)
         return tern_err_set(err, TERN_EUNSUPPORTED,
@@ -376,6 +375,10 @@ static int read_quant_ct(json_object *qc, model_config *cfg, tern_err *err)
     return 0;
 }
 
+/* quantization_config's FP8 methods (above), or MLX affine quantization
+ * ("quantization": {"group_size", "bits"}, which mlx-lm also writes as
+ * quantization_config without a quant_method); any other scheme is
+ * refused. */
 static int read_quant(json_object *o, model_config *cfg, tern_err *err)
 {
     json_object *q = NULL, *qc = NULL;

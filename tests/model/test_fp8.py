@@ -392,6 +392,13 @@ try:
     load_error(variant("c6", edit_cfg=lambda q: q.update(quant_method="awq")), ["awq"], "another quant_method")
     load_error(variant("c7", edit_cfg=lambda q: q.update(weight_block_size=[128, 100])), ["weight_block_size"],
                "a block width off the 32 grid")
+    # the block layout under compressed-tensors (strategy "block", block_structure), static input scales
+    d = variant("c8", edit_cfg=ct(lambda q: wq(q).update(strategy="block", block_structure=[128, 128]) or
+                                  q["config_groups"]["g0"].update(input_activations={
+                                      "num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False})))
+    p = run("logits", d, "--ids", "1,2")
+    check(p.returncode == 0 and p.stderr.count("input_scale") == 1, "compressed-tensors block + static: loads, logged")
+    compare(d, models["stories-deq-fp8"], "compressed-tensors block", 512)
     # a static activation scheme loads, says so once, and computes the same logits
     d = variant("s1", edit_cfg=lambda q: q.update(activation_scheme="static"))
     p = run("logits", d, "--ids", "1,2")
