@@ -325,11 +325,12 @@ static int cu_gemv_choice(const tcu_opts *o, int kind)
 /* Whether the n matrices of a step of T tokens take the FP8 tensor cores
  * (tcu_opts.f8_tc): all FP8 with 128-input scale blocks or whole rows, the
  * throughput mode, up to tc_max_t tokens - one kernel for every batch of
- * them, a step of one sequence included, so a row's bits never depend on
- * the batch. */
+ * them (so a row's bits never depend on the batch), and for a step of one
+ * token too with f8_tc 2 (1: that step keeps the exact one-token GEMV). */
 static int cu_use_f8(const cu_backend *be, int n, const tcu_mat *mats, int n_in, int T)
 {
-    if (!be->opts.f8_tc || be->opts.exact || T > be->opts.tc_max_t || n_in % 128)
+    if (!be->opts.f8_tc || be->opts.exact || T > be->opts.tc_max_t || n_in % 128 ||
+        (be->opts.f8_tc == 1 && T == 1 && !be->wide))
         return 0;
     for (int i = 0; i < n; i++)
         if (mats[i].kind != TCU_F8 || (mats[i].group != n_in && mats[i].group % 128))
@@ -345,7 +346,7 @@ static int cu_step_gemv(const cu_backend *be, int T)
      * path for every batch so that a row's bits do not depend on it */
     if (be->m && be->layers[0].wq->kind == TCU_F8 && !be->opts.exact) {
         if (be->opts.f8_tc && T <= be->opts.tc_max_t)
-            return 1; /* the FP8 tensor cores (cu_use_f8) */
+            return 1; /* the FP8 tensor cores (cu_use_f8), or the one-token GEMV */
         if (be->wide && be->opts.lt && T > 1)
             return 0;
     }
@@ -1514,7 +1515,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_GEMM_MIN_T", offsetof(tcu_opts, gemm_min_t), 1, INT_MAX},
     {"TERN_CUDA_TC_MAX_T", offsetof(tcu_opts, tc_max_t), 0, 128},
     {"TERN_CUDA_LT", offsetof(tcu_opts, lt), 0, 1},
-    {"TERN_CUDA_F8_TC", offsetof(tcu_opts, f8_tc), 0, 1},
+    {"TERN_CUDA_F8_TC", offsetof(tcu_opts, f8_tc), 0, 2},
     {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},

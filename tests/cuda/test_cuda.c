@@ -394,7 +394,8 @@ static void test_f8_mma(void **state)
         skip();
     tern_err err = {0};
     tcu_opts o;
-    tcu_opts_init(&o); /* throughput: f8_tc on */
+    tcu_opts_init(&o);
+    o.f8_tc = 2; /* throughput, every step on the FP8 tensor cores (a one-token product too) */
     model_backend *gpu = model_backend_cuda_new_opts(NULL, 0, &o, &err);
     if (!gpu)
         fail_msg("%s", err.msg);

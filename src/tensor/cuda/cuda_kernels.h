@@ -105,8 +105,9 @@ typedef struct tcu_opts {
                       * cuBLAS-sized steps on cuBLASLt without split-K (batch-invariant): 1, or the
                       * tensor-core GEMV up to tc_max_t and cublasGemmEx above: 0 */
     int f8_tc;       /* throughput mode: FP8 weights' steps up to tc_max_t tokens on the FP8 tensor cores with
-                      * activations quantized per token and 128 inputs (tcu_f8_mm): 1, or the exact GEMV
-                      * (one token; several sequences: dequantized to bf16 for cuBLASLt): 0 */
+                      * activations quantized per token and 128 inputs (tcu_f8_mm) - 2: every such step,
+                      * 1: but a step of one sequence and token (the exact GEMV), 0: none (the exact GEMV
+                      * for one token, several sequences dequantized to bf16 for cuBLASLt) */
     int graphs;      /* decode steps replayed as CUDA graphs: 1, or launched one by one: 0 */
     int qkv_fuse;    /* small steps of distinct sequences: q/k/v post-processing inside the attention */
     int gemv_stage;  /* the tensor-core GEMV gets a scratch to split a step's activations into once */
