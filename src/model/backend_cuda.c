@@ -322,13 +322,34 @@ static int cu_gemv_choice(const tcu_opts *o, int kind)
  * gemm_min_t, or - throughput mode, several sequences (be->wide), weights
  * the tensor-core GEMV takes - up to tc_max_t, so that a decode batch keeps
  * one batch-invariant kernel and its graph. */
+/* Whether the n matrices of a step of T tokens take the FP8 tensor cores
+ * (tcu_opts.f8_tc): all FP8 with 128-input scale blocks or whole rows, the
+ * throughput mode, up to tc_max_t tokens - one kernel for every batch of
+ * them (so a row's bits never depend on the batch), and for a step of one
+ * token too with f8_tc 2 (1: that step keeps the exact one-token GEMV). */
+static int cu_use_f8(const cu_backend *be, int n, const tcu_mat *mats, int n_in, int T)
+{
+    if (!be->opts.f8_tc || be->opts.exact || T > be->opts.tc_max_t || n_in % 128 ||
+        (be->opts.f8_tc == 1 && T == 1 && !be->wide))
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (mats[i].kind != TCU_F8 || (mats[i].group != n_in && mats[i].group % 128))
+            return 0;
+    return 1;
+}
+
 static int cu_step_gemv(const cu_backend *be, int T)
 {
-    /* FP8 steps of several sequences: dequantized to bf16 for cuBLASLt
-     * (the GEMV's 8-token tiles would reread the weights), one path for
-     * every batch so that a row's bits do not depend on it */
-    if (be->m && be->layers[0].wq->kind == TCU_F8 && be->wide && !be->opts.exact && be->opts.lt && T > 1)
-        return 0;
+    /* FP8, throughput mode: the tensor cores up to tc_max_t tokens; without
+     * them (tcu_opts.f8_tc 0) steps of several sequences dequantize to bf16
+     * for cuBLASLt (the GEMV's 8-token tiles would reread the weights), one
+     * path for every batch so that a row's bits do not depend on it */
+    if (be->m && be->layers[0].wq->kind == TCU_F8 && !be->opts.exact) {
+        if (be->opts.f8_tc && T <= be->opts.tc_max_t)
+            return 1; /* the FP8 tensor cores (cu_use_f8), or the one-token GEMV */
+        if (be->wide && be->opts.lt && T > 1)
+            return 0;
+    }
     if (T < be->opts.gemm_min_t)
         return 1;
     if (!be->wide || be->opts.exact || T > be->opts.tc_max_t || !be->m)
@@ -407,11 +428,34 @@ static int mm_lt(cu_backend *be, int n, const tcu_mat *mats, const uint16_t *xh,
     return 0;
 }
 
+/* FP8 products on the tensor cores (cu_use_f8): the step's inputs -
+ * RMSNormed first when g is given (rows, xn as tcu_rmsnorm) - as E4M3 codes
+ * and scales in the 16-bit scratch xh (T * n_in bytes, then T * n_in / 128
+ * floats: within its 2 T n_in bytes), then a launch a matrix. */
+static int mm_f8(cu_backend *be, int n, tcu_mat *mats, const float *x, const int32_t *rows, const float *g, float *xn,
+                 uint16_t *xh, int n_in, int T, int accumulate, int glu, tern_err *err)
+{
+    uint8_t *x8 = (uint8_t *)xh;
+    float *xs = (float *)(x8 + ((size_t)T * n_in + 15) / 16 * 16);
+    be->xh_of = NULL;
+    CU(tcu_quant_f8(x, rows, g, xn, g ? be->m->cfg.norm_eps : 0.0f, T, n_in, x8, xs, &be->opts,
+                    (tcu_stream)be->stream),
+       "quantize");
+    for (int i = 0; i < n; i++)
+        CU(tcu_f8_mm(&mats[i], n_in, x8, xs, T, accumulate && !glu, &be->opts, (tcu_stream)be->stream),
+           "fp8 product");
+    if (glu)
+        CU(tcu_glu(mats[0].y, mats[1].y, (long)T * mats[0].n_out, glu == 2, &be->opts, (tcu_stream)be->stream), "glu");
+    return 0;
+}
+
 /* opts: CU_OPT_* of the GEMV launches (cu_opts) */
 static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
                   int glu, int opts, tern_err *err)
 {
     tcu_gemv_args a;
+    if (cu_use_f8(be, n, mats, n_in, T))
+        return mm_f8(be, n, mats, x, NULL, NULL, NULL, xh, n_in, T, accumulate, glu, err);
     const int lt = cu_use_lt(be, n, mats, T);
     const int have_xh = be->xh_of == x && be->xh_of_n == (long)T * n_in && xh == be->xh;
     be->xh_of = NULL; /* xh is this product's from here */
@@ -487,6 +531,8 @@ static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, con
            "rmsnorm");
         return mm_lt(be, n, mats, be->xh, n_in, T, 0, glu, err);
     }
+    if (cu_use_f8(be, n, mats, n_in, T))
+        return mm_f8(be, n, mats, x, rows, g, xn, be->xh, n_in, T, 0, glu, err);
     if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
         a.norm_g = g;
         a.norm_out = xn;
@@ -1469,6 +1515,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_GEMM_MIN_T", offsetof(tcu_opts, gemm_min_t), 1, INT_MAX},
     {"TERN_CUDA_TC_MAX_T", offsetof(tcu_opts, tc_max_t), 0, 128},
     {"TERN_CUDA_LT", offsetof(tcu_opts, lt), 0, 1},
+    {"TERN_CUDA_F8_TC", offsetof(tcu_opts, f8_tc), 0, 2},
     {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},

@@ -104,6 +104,10 @@ typedef struct tcu_opts {
     int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
                       * cuBLAS-sized steps on cuBLASLt without split-K (batch-invariant): 1, or the
                       * tensor-core GEMV up to tc_max_t and cublasGemmEx above: 0 */
+    int f8_tc;       /* throughput mode: FP8 weights' steps up to tc_max_t tokens on the FP8 tensor cores with
+                      * activations quantized per token and 128 inputs (tcu_f8_mm) - 2: every such step,
+                      * 1: but a step of one sequence and token (the exact GEMV), 0: none (the exact GEMV
+                      * for one token, several sequences dequantized to bf16 for cuBLASLt) */
     int graphs;      /* decode steps replayed as CUDA graphs: 1, or launched one by one: 0 */
     int qkv_fuse;    /* small steps of distinct sequences: q/k/v post-processing inside the attention */
     int gemv_stage;  /* the tensor-core GEMV gets a scratch to split a step's activations into once */
@@ -185,6 +189,19 @@ int tcu_gemv_ring_count(void);
 /* Dense copy of a weight for the cuBLAS path: out[n_out][n_in] as bf16
  * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */
 int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, const tcu_opts *o, tcu_stream stream);
+/* FP8 tensor-core products (gemm_f8.cu). tcu_quant_f8: x [T][n_in] (n_in a
+ * multiple of 128; with g, first RMSNormed as tcu_rmsnorm does - token t
+ * read from row rows[t] when rows - and the normed rows written to xn) to E4M3 codes x8 [T][n_in] with a scale a token and 128
+ * inputs, xs [T][n_in / 128] = max|x| / 448 (1 for a zero block), codes =
+ * x / scale rounded to nearest even. tcu_f8_mm: m->y [T][n_out] (=, or +=
+ * when accumulate) = x @ W^T for a TCU_F8 matrix whose scale blocks are a
+ * multiple of 128 inputs or the whole row: per (row, token) the 128-input
+ * blocks' mma sums from zero, each times (weight scale * activation scale),
+ * added in an order fixed by the shape (batch-invariant). */
+int tcu_quant_f8(const float *x, const int32_t *rows, const float *g, float *xn, float eps, int T, int n_in,
+                 uint8_t *x8, float *xs, const tcu_opts *o, tcu_stream stream);
+int tcu_f8_mm(const tcu_mat *m, int n_in, const uint8_t *x8, const float *xs, int T, int accumulate,
+              const tcu_opts *o, tcu_stream stream);
 /* x[n] f32 -> out[n] bf16 (to_f16 = 0) or f16 (to_f16 = 1), round to nearest. */
 int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, const tcu_opts *o, tcu_stream stream);
 
