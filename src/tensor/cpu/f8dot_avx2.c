@@ -195,6 +195,9 @@ static __attribute__((noinline)) void f8_wide(const uint8_t *W, const float *fs,
     /* the slab's block scales times 256 (a slab holds one block, or up to F8_SLAB / 32 of 32 or more) */
     float sc[F8_WIDE_ROWS][F8_SLAB / 32];
     __m256 park[F8_WIDE_ROWS][F8_PASS];
+    const float *srow[F8_WIDE_ROWS]; /* each row's block scales (one division a row, not a block) */
+    for (int a = 0; a < NRW; a++)
+        srow[a] = fs + (r + a) / fs_rows * ncol;
     for (long t0 = 0; t0 < T4; t0 += F8_PASS) {
         long nt = T4 - t0 < F8_PASS ? T4 - t0 : F8_PASS;
         for (int a = 0; a < NRW; a++)
@@ -220,7 +223,7 @@ static __attribute__((noinline)) void f8_wide(const uint8_t *W, const float *fs,
                         memcpy(wp, wa + i, (size_t)(len - i));
                         _mm256_store_ps(o + i, f8_dec8(wp));
                     }
-                    sc[a][c - c0] = fs[(r + a) / fs_rows * ncol + c] * 256.0f;
+                    sc[a][c - c0] = srow[a][c] * 256.0f;
                 }
             for (long t = 0; t < nt; t += 4) {
                 int p = 0;
