@@ -90,6 +90,7 @@ static void combine(const int32_t *I, const float *sb, const float *qsb, long nw
                     float *Y, long ldy, long r, long nr, long t, long nt)
 {
     float out[16] __attribute__((aligned(64)));
+    int sh = rep == 4 ? 2 : rep == 2 ? 1 : 0; /* block g's group g >> sh: no division in the loop */
     for (long m = 0; m < nr; m++) {
         const float *s = sb + (r + m) * nw * 2;
         __m512 acc[8];
@@ -99,8 +100,8 @@ static void combine(const int32_t *I, const float *sb, const float *qsb, long nw
             __m512 If = _mm512_setzero_ps(), sw = If, bw = If;
             if (g < nb) {
                 If = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(I + (g * 16 + m) * 16)));
-                sw = _mm512_set1_ps(s[2 * (g / rep)]);
-                bw = _mm512_set1_ps(s[2 * (g / rep) + 1]);
+                sw = _mm512_set1_ps(s[2 * (g >> sh)]);
+                bw = _mm512_set1_ps(s[2 * (g >> sh) + 1]);
             }
             __m512 d = _mm512_loadu_ps(qsb + g * 16), A = _mm512_loadu_ps(qsb + (ngp + g) * 16);
             __m512 u = _mm512_fmadd_ps(sw, If, _mm512_mul_ps(bw, A));

@@ -363,6 +363,7 @@ static void panel_product(const uint8_t *Wq, const float *sb, int wgroup, int bi
     for (long t = 0; t < T; t++)
         panel_acts(Q + t * n_in, group, bits, ng, ngp, A + t * span);
     uint8_t *W0 = Wp, *W1 = Wp + 2 * span;
+    __m512 *SB = (__m512 *)(Wp + 4 * span); /* IQ_PANEL_SB */
     for (long r = r0; r < r1; r += 4) {
         long rr[4];
         for (int i = 0; i < 4; i++)
@@ -371,6 +372,15 @@ static void panel_product(const uint8_t *Wq, const float *sb, int wgroup, int bi
             panel_row(Wq + rr[i] * n_in * bits / 8, group, bits, ng, ngp, Wp + (i >> 1) * 2 * span + (i & 1) * 32,
                       64);
         const float *s[4] = {sb + rr[0] * nw * 2, sb + rr[1] * nw * 2, sb + rr[2] * nw * 2, sb + rr[3] * nw * 2};
+        for (long c = 0; c < ngp / 8; c++) { /* the quad's {scale, bias} vectors, once for all its tokens */
+            __m256 sw[4], bw[4];
+            for (int i = 0; i < 4; i++)
+                iq_sb_rep(s[i], 8 * c, ng, rep, &sw[i], &bw[i]);
+            SB[4 * c] = cat_ps(sw[0], sw[1]);
+            SB[4 * c + 1] = cat_ps(bw[0], bw[1]);
+            SB[4 * c + 2] = cat_ps(sw[2], sw[3]);
+            SB[4 * c + 3] = cat_ps(bw[2], bw[3]);
+        }
         for (long t0 = 0; t0 < T; t0 += 4) {
             long t[4];
             for (int i = 0; i < 4; i++)
@@ -392,11 +402,7 @@ static void panel_product(const uint8_t *Wq, const float *sb, int wgroup, int bi
                     u2 = _mm512_dpbusd_epi32(u2, w1, x2);
                     u3 = _mm512_dpbusd_epi32(u3, w1, x3);
                 }
-                __m256 sw[4], bw[4];
-                for (int i = 0; i < 4; i++)
-                    iq_sb_rep(s[i], 8 * c, ng, rep, &sw[i], &bw[i]);
-                __m512 swa = cat_ps(sw[0], sw[1]), bwa = cat_ps(bw[0], bw[1]);
-                __m512 swb = cat_ps(sw[2], sw[3]), bwb = cat_ps(bw[2], bw[3]);
+                __m512 swa = SB[4 * c], bwa = SB[4 * c + 1], swb = SB[4 * c + 2], bwb = SB[4 * c + 3];
 #define COMBINE(F, G, S, U, ti)                                                                                \
     do {                                                                                                      \
         const float *q = qs + t[ti] * 2 * ngp + 8 * c;                                                        \

@@ -76,7 +76,7 @@ static inline void iq_sb_rep(const float *s, long c, long nb, long rep, __m256 *
         iq_sb_chunk(s, c, nb, sw, bw);
         return;
     }
-    const float *p = s + 2 * (c / rep);
+    const float *p = s + 2 * (rep == 2 ? c >> 1 : c >> 2); /* a shift, not a division, per chunk */
     float tmp[8] = {0};
     if (c + 8 > nb) {
         memcpy(tmp, p, (size_t)((nb - c) / rep) * 2 * sizeof(float));
@@ -96,7 +96,7 @@ static inline void iq_sb16_rep(const uint16_t *s, long c, long nb, long rep, __m
         iq_sb16_chunk(s, c, nb, sw, bw);
         return;
     }
-    const uint16_t *p = s + 2 * (c / rep);
+    const uint16_t *p = s + 2 * (rep == 2 ? c >> 1 : c >> 2);
     uint16_t tmp[8] = {0};
     if (c + 8 > nb) {
         memcpy(tmp, p, (size_t)((nb - c) / rep) * 2 * sizeof(uint16_t));
@@ -372,8 +372,11 @@ static inline void panel_row(const uint8_t *w, int group, int bits, long ng, lon
  * machine, T = 8 1.3x (8-bit) and about even (4-bit) over the row kernels,
  * T = 32 1.35-1.5x. */
 #define IQ_PANEL_MIN_T 8
-/* Weight rows a panel kernel rearranges at once (its Wp holds this many). */
+/* Weight rows a panel kernel rearranges at once (its Wp holds this many,
+ * then IQ_PANEL_SB bytes for their {scale, bias} vectors: 4 x 64 bytes a
+ * chunk of 8 blocks). span: the rows' bytes as panels, a multiple of 64. */
 #define IQ_PANEL_ROWS 4
+#define IQ_PANEL_SB(span, group, bits) ((span) / tern_iq_ablock(group, bits) / 8 * 256)
 typedef void iq_rows_fn(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                         long T, long n_in, long ldy, long r0, long r1);
 typedef void iq_panel_fn(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
@@ -385,7 +388,7 @@ static inline void iq_product(iq_panel_fn *panel, iq_rows_fn *rows, const uint8_
 {
     long span = tern_iq_nbp(n_in, group, bits) * tern_iq_ablock(group, bits);
     int8_t *A = T >= IQ_PANEL_MIN_T ? malloc((size_t)(T * span)) : NULL;
-    uint8_t *Wp = A ? malloc((size_t)(IQ_PANEL_ROWS * span)) : NULL;
+    uint8_t *Wp = A ? aligned_alloc(64, (size_t)(IQ_PANEL_ROWS * span + IQ_PANEL_SB(span, group, bits))) : NULL;
     if (A && Wp)
         panel(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp);
     else /* few tokens, or no memory for the panels: the row kernels, same bits */
