@@ -154,6 +154,15 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
                     t[k] = t0 + k < T ? t0 + k : T - 1; /* a short last quad repeats its last token */
                     a[k] = A + t[k] * span + c * nv * 32;
                 }
+                /* the quad's d, A and 128 * A (iq_fix128) for this chunk, shared by every row pair */
+                __m256 dq[4], Aq[4];
+                __m256i A7[4];
+                for (int k = 0; k < 4; k++) {
+                    const float *q = qs + t[k] * 2 * ngp + 8 * c;
+                    dq[k] = _mm256_loadu_ps(q);
+                    Aq[k] = _mm256_loadu_ps(q + ngp);
+                    A7[k] = _mm256_slli_epi32(_mm256_cvtps_epi32(Aq[k]), 7);
+                }
                 for (long i = 0; i < nr; i += 2) {
                     long i1 = i + 1 < nr ? i + 1 : i, f1 = i + 1 < nr ? i + 1 : nr;
                     __m256i S[2][4];
@@ -162,11 +171,11 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
                     for (int j = 0; j < 2; j++) {
                         __m256 sw = SB[(ri[j] * (ngp / 8) + c) * 2], bw = SB[(ri[j] * (ngp / 8) + c) * 2 + 1];
 #pragma GCC unroll 4
-                        for (int k = 0; k < 4; k++) {
-                            const float *q = qs + t[k] * 2 * ngp;
-                            __m256i I = bits == 8 ? iq_fix128(S[j][k], q + ngp + 8 * c) : S[j][k];
+                        for (int k = 0; k < 4; k++) { /* iq_fix128 and iq_combine, their operations */
+                            __m256i I = bits == 8 ? _mm256_add_epi32(S[j][k], A7[k]) : S[j][k];
                             __m256 *f = &F[fi[j] * Tq + t0 + k];
-                            *f = iq_combine(*f, I, sw, bw, q + 8 * c, q + ngp + 8 * c);
+                            __m256 u = _mm256_fmadd_ps(sw, _mm256_cvtepi32_ps(I), _mm256_mul_ps(bw, Aq[k]));
+                            *f = _mm256_fmadd_ps(u, dq[k], *f);
                         }
                     }
                 }
