@@ -251,67 +251,83 @@ static inline __attribute__((always_inline)) __m256i q8_run32(const uint8_t *w, 
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(a, ws)), ones);
 }
 
-/* sa, sbb: the rows' f32 pairs, or with h their bf16 ones (tern_iqmatmul16_fn);
- * group: the activation block B (kernels.h), rep of them a weight group */
+/* One chunk (8 blocks from c) of two rows into their accumulators fa, fb.
+ * sa, sbb: the rows' f32 pairs, or with h16 their bf16 ones
+ * (tern_iqmatmul16_fn); group: the activation block B (kernels.h), rep of
+ * them a weight group; full: all 8 blocks present (c + 8 <= ng), so that
+ * the common chunk runs without a test per block. */
+static inline __attribute__((always_inline)) void one_chunk(const uint8_t *wa, const uint8_t *wb, const void *sa,
+                                                            const void *sbb, int h16, const int8_t *x,
+                                                            const float *q, int group, long rep, int bits, long ng,
+                                                            long ngp, long c, int full, __m256 *fa, __m256 *fb)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i ha[4], hb[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m256i xa[2], xb[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            long g = c + 2 * k + h;
+            xa[h] = xb[h] = _mm256_setzero_si256();
+            if (!full && g >= ng)
+                continue;
+            if (bits == 4) {
+                __m256i pa = _mm256_setzero_si256(), pb = pa;
+#pragma GCC unroll 2
+                for (int i = 0; i < group; i += 64) {
+                    __m256i ae = LD(x + g * group + i), ao = LD(x + g * group + i + 32);
+                    pa = _mm256_add_epi16(pa, q4_run64(wa + (g * group + i) / 2, ae, ao));
+                    pb = _mm256_add_epi16(pb, q4_run64(wb + (g * group + i) / 2, ae, ao));
+                }
+                xa[h] = _mm256_madd_epi16(pa, ones);
+                xb[h] = _mm256_madd_epi16(pb, ones);
+            } else {
+#pragma GCC unroll 4
+                for (int i = 0; i < group; i += 32) {
+                    __m256i a = LD(x + g * group + i);
+                    xa[h] = _mm256_add_epi32(xa[h], q8_run32(wa + g * group + i, a));
+                    xb[h] = _mm256_add_epi32(xb[h], q8_run32(wb + g * group + i, a));
+                }
+            }
+        }
+        ha[k] = _mm256_hadd_epi32(xa[0], xa[1]);
+        hb[k] = _mm256_hadd_epi32(xb[0], xb[1]);
+    }
+    __m256i Ia = iq_sum8(ha[0], ha[1], ha[2], ha[3]), Ib = iq_sum8(hb[0], hb[1], hb[2], hb[3]);
+    if (bits == 8) {
+        Ia = iq_fix128(Ia, q + ngp + c);
+        Ib = iq_fix128(Ib, q + ngp + c);
+    }
+    long nbs = full ? c + 8 : ng; /* the pairs' loaders take the whole-chunk path when full */
+    __m256 sw, bw;
+    if (h16)
+        iq_sb16_rep(sa, c, nbs, rep, &sw, &bw);
+    else
+        iq_sb_rep(sa, c, nbs, rep, &sw, &bw);
+    *fa = iq_combine(*fa, Ia, sw, bw, q + c, q + ngp + c);
+    if (h16)
+        iq_sb16_rep(sbb, c, nbs, rep, &sw, &bw);
+    else
+        iq_sb_rep(sbb, c, nbs, rep, &sw, &bw);
+    *fb = iq_combine(*fb, Ib, sw, bw, q + c, q + ngp + c);
+}
+
 static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const void *sa,
-                                                            const void *sbb, int h, const int8_t *x, const float *q,
+                                                            const void *sbb, int h16, const int8_t *x, const float *q,
                                                             int group, long rep, int bits, long ng, long ngp,
                                                             float *ya, float *yb, const uint8_t *pf)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 fa = _mm256_setzero_ps(), fb = fa;
     long pfc = 2 * 8 * group * bits / 8; /* the next pair's bytes a chunk, fetched a pair ahead */
     for (long c = 0; c < ngp; c += 8) {
+#pragma GCC unroll 16
         for (long o = 0; o < pfc; o += 64)
             _mm_prefetch((const char *)pf + (c / 8) * pfc + o, _MM_HINT_T0);
-        __m256i ha[4], hb[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            __m256i xa[2], xb[2];
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                long g = c + 2 * k + h;
-                xa[h] = xb[h] = _mm256_setzero_si256();
-                if (g >= ng)
-                    continue;
-                if (bits == 4) {
-                    __m256i pa = _mm256_setzero_si256(), pb = pa;
-#pragma GCC unroll 2
-                    for (int i = 0; i < group; i += 64) {
-                        __m256i ae = LD(x + g * group + i), ao = LD(x + g * group + i + 32);
-                        pa = _mm256_add_epi16(pa, q4_run64(wa + (g * group + i) / 2, ae, ao));
-                        pb = _mm256_add_epi16(pb, q4_run64(wb + (g * group + i) / 2, ae, ao));
-                    }
-                    xa[h] = _mm256_madd_epi16(pa, ones);
-                    xb[h] = _mm256_madd_epi16(pb, ones);
-                } else {
-#pragma GCC unroll 4
-                    for (int i = 0; i < group; i += 32) {
-                        __m256i a = LD(x + g * group + i);
-                        xa[h] = _mm256_add_epi32(xa[h], q8_run32(wa + g * group + i, a));
-                        xb[h] = _mm256_add_epi32(xb[h], q8_run32(wb + g * group + i, a));
-                    }
-                }
-            }
-            ha[k] = _mm256_hadd_epi32(xa[0], xa[1]);
-            hb[k] = _mm256_hadd_epi32(xb[0], xb[1]);
-        }
-        __m256i Ia = iq_sum8(ha[0], ha[1], ha[2], ha[3]), Ib = iq_sum8(hb[0], hb[1], hb[2], hb[3]);
-        if (bits == 8) {
-            Ia = iq_fix128(Ia, q + ngp + c);
-            Ib = iq_fix128(Ib, q + ngp + c);
-        }
-        __m256 sw, bw;
-        if (h)
-            iq_sb16_rep(sa, c, ng, rep, &sw, &bw);
+        if (c + 8 <= ng)
+            one_chunk(wa, wb, sa, sbb, h16, x, q, group, rep, bits, ng, ngp, c, 1, &fa, &fb);
         else
-            iq_sb_rep(sa, c, ng, rep, &sw, &bw);
-        fa = iq_combine(fa, Ia, sw, bw, q + c, q + ngp + c);
-        if (h)
-            iq_sb16_rep(sbb, c, ng, rep, &sw, &bw);
-        else
-            iq_sb_rep(sbb, c, ng, rep, &sw, &bw);
-        fb = iq_combine(fb, Ib, sw, bw, q + c, q + ngp + c);
+            one_chunk(wa, wb, sa, sbb, h16, x, q, group, rep, bits, ng, ngp, c, 0, &fa, &fb);
     }
     *ya = iq_hsum(fa);
     *yb = iq_hsum(fb);
