@@ -63,7 +63,7 @@ int main(int argc, char **argv)
     int max_t = 1;
     for (int i = 0; i < n_tok; i++)
         max_t = tokens[i] > max_t ? tokens[i] : max_t;
-    long ng = n_in / group, ngp = tern_iq_ngp(ng);
+    long ng = n_in / group, ngp = tern_iq_ngp(n_in / 32); /* qs room for the smallest activation blocks */
     tern_rng rng;
     tern_rng_seed(&rng, 1, 1);
     uint8_t *w = malloc((size_t)(rows * n_in));
@@ -194,11 +194,11 @@ int main(int argc, char **argv)
                "vec GMAC/s");
         for (int kind = 0; kind < 3; kind++) {
             int bits = kind == 0 ? 16 : kind == 1 ? 8 : 4;
-            if (bits == 16 ? !k->bf16_pack || !tern_bf16p_ok(k, n_in) : !k->i8_pack || group % 64)
+            if (bits == 16 ? !k->bf16_pack || !tern_bf16p_ok(k, n_in) : !k->i8_pack)
                 continue;
             for (int ti = 0; ti < n_tok; ti++) {
                 long T = tokens[ti];
-                if (bits != 16 && !tern_iqp_ok(k, group, T))
+                if (bits != 16 && !tern_iqp_ok(k, group, bits, T))
                     continue;
                 double macs = (double)rows * n_in * T;
                 long n_rep = reps ? reps : (long)(2e10 / (macs + (double)rows * n_in * 8)) + 1;
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
                     if (bits == 16)
                         k->bf16_pack(xb, T, n_in, xp);
                     else
-                        k->i8_pack(q, qs, T, n_in, ngp, qp, qsp);
+                        k->i8_pack(q, qs, T, n_in, tern_iq_nbp(n_in, group, bits), qp, qsp);
                     double t2 = cpu_s();
                     if (bits == 16)
                         k->matmul_bf16p(wb, xp, y, T, n_in, rows, 0, rows);

@@ -129,7 +129,8 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
     for (long r = r0; r < r1; r += rb)
         for (long t = 0; t < T; t += tb)
             mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Q ? Q + t * n_in : NULL,
-                   qs ? qs + t * 2 * tern_iq_ngp(ng) : NULL, Xb ? Xb + t * n_in : NULL, 0, Y + t * w->n_out,
+                   qs ? qs + t * 2 * tern_iq_nbp(n_in, w->group, w->qbits) : NULL, Xb ? Xb + t * n_in : NULL, 0,
+                   Y + t * w->n_out,
                    T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1);
 }
 
@@ -181,9 +182,9 @@ static void quant_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
     quant_job *j = ctx;
-    long ngp = tern_iq_ngp(j->n_in / j->group);
+    long nbp = tern_iq_nbp(j->n_in, j->group, j->bits);
     j->k->quant_act(j->X + b * j->n_in, e - b, j->n_in, j->group, j->bits, j->Q + b * j->n_in,
-                    j->qs + b * 2 * ngp);
+                    j->qs + b * 2 * nbp);
 }
 
 typedef struct bf16_job {
@@ -250,25 +251,33 @@ static int grow(void **buf, size_t *cap, size_t need, size_t sz)
     return 0;
 }
 
-/* The integer path's inputs: X quantized once per distinct (group size, bits)
- * among the quantized matrices of the job (usually one), shared by them. */
+/* Whether weights a and b take the same quantized inputs (kernels.h: the
+ * same bits and activation block - 8-bit weights of any group share). */
+static int mm_same_quant(const model_weight *a, const model_weight *b)
+{
+    return a->qbits == b->qbits && tern_iq_ablock(a->group, a->qbits) == tern_iq_ablock(b->group, b->qbits);
+}
+
+/* The integer path's inputs: X quantized once per distinct (activation
+ * block, bits) among the quantized matrices of the job (usually one),
+ * shared by them. */
 static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *const *w, const float *X, long T,
                        tern_err *err)
 {
-    int groups[MM_MAX], bits[MM_MAX], n_groups = 0;
+    const model_weight *first[MM_MAX]; /* the first matrix of each distinct quantization */
+    int n_groups = 0;
     size_t need_q = 0, need_s = 0;
     for (int i = 0; i < n; i++) {
         if (!w[i]->qbits)
             continue;
         int seen = 0;
         for (int k = 0; k < n_groups; k++)
-            seen |= groups[k] == w[i]->group && bits[k] == w[i]->qbits;
+            seen |= mm_same_quant(first[k], w[i]);
         if (seen)
             continue;
-        bits[n_groups] = w[i]->qbits;
-        groups[n_groups++] = w[i]->group;
+        first[n_groups++] = w[i];
         need_q += (size_t)T * w[i]->n_in;
-        need_s += (size_t)T * 2 * tern_iq_ngp(w[i]->n_in / w[i]->group);
+        need_s += (size_t)T * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
     }
     if (!n_groups)
         return 0;
@@ -278,30 +287,36 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
     float *qs = be->qs;
     long n_in = w[0]->n_in;
     for (int k = 0; k < n_groups; k++) {
-        quant_job qj = {be->k, X, n_in, groups[k], bits[k], q, qs};
+        int group = first[k]->group, bits = first[k]->qbits;
+        long nbp = tern_iq_nbp(n_in, group, bits);
+        quant_job qj = {be->k, X, n_in, group, bits, q, qs};
         /* ~16k inputs per part: quantizing is cheap next to the product. */
         tern_pool_for(be->pool, T, 16384 / n_in + 1, quant_run, &qj);
         const int8_t *uq = q;
         const float *us = qs;
-        int packed = k == 0 && tern_iqp_ok(be->k, groups[k], T); /* one packed buffer */
+        /* one packed buffer; every matrix sharing it must take the tiles */
+        int packed = k == 0;
+        for (int i = 0; i < n; i++)
+            if (w[i]->qbits && mm_same_quant(first[k], w[i]))
+                packed &= tern_iqp_ok(be->k, w[i]->group, w[i]->qbits, T);
         if (packed) { /* packed copies for the tile products, a 16-token block per part */
-            long nb = (T + 15) / 16, ngp = tern_iq_ngp(n_in / groups[k]);
+            long nb = (T + 15) / 16;
             if (grow((void **)&be->qxp, &be->cap_qxp, (size_t)nb * 16 * n_in, 1) ||
-                grow((void **)&be->qsp, &be->cap_qsp, (size_t)nb * 16 * 2 * ngp, sizeof(float)))
+                grow((void **)&be->qsp, &be->cap_qsp, (size_t)nb * 16 * 2 * nbp, sizeof(float)))
                 return tern_err_set(err, TERN_ENOMEM, "out of memory for packed quantized inputs");
-            ipack_job pj = {be->k, q, qs, be->qxp, be->qsp, T, n_in, ngp};
+            ipack_job pj = {be->k, q, qs, be->qxp, be->qsp, T, n_in, nbp};
             tern_pool_for(be->pool, nb, 1, ipack_run, &pj);
             uq = be->qxp;
             us = be->qsp;
         }
         for (int i = 0; i < n; i++)
-            if (w[i]->qbits == bits[k] && w[i]->group == groups[k]) {
+            if (w[i]->qbits && mm_same_quant(first[k], w[i])) {
                 j->Q[i] = uq;
                 j->qs[i] = us;
                 j->qpacked[i] = packed;
             }
         q += (size_t)T * n_in;
-        qs += (size_t)T * 2 * tern_iq_ngp(n_in / groups[k]);
+        qs += (size_t)T * 2 * nbp;
     }
     return 0;
 }
@@ -475,13 +490,15 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
             !(i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_uses_bf16b(be, w[i - 1])))
             need_b += (size_t)T[i] * w[i]->n_in +
                       (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
+        /* the exact path's sums are per weight group; the integer path's
+         * inputs per activation block (8-bit weights of any group share) */
         int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i]->qbits == w[i - 1]->qbits &&
-                   w[i]->group == w[i - 1]->group;
+                   (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
         if (!w[i]->qbits || same)
             continue;
         if (!be->exact) {
             need_q += (size_t)T[i] * w[i]->n_in;
-            need_s += (size_t)T[i] * 2 * tern_iq_ngp(w[i]->n_in / w[i]->group);
+            need_s += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
         } else {
             need_x += (size_t)T[i] * (w[i]->n_in / w[i]->group);
         }
@@ -504,7 +521,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
         if (!w[i]->qbits)
             continue;
         int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i - 1]->qbits == w[i]->qbits &&
-                   w[i]->group == w[i - 1]->group;
+                   (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
         long ng = w[i]->n_in / w[i]->group;
         if (!be->exact) {
             if (same) {
@@ -515,7 +532,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
             Q[i] = be->qx + oq;
             qs[i] = be->qs + os;
             oq += (size_t)T[i] * w[i]->n_in;
-            os += (size_t)T[i] * 2 * tern_iq_ngp(ng);
+            os += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
         } else {
             if (same) {
                 xsum[i] = xsum[i - 1];

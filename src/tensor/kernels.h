@@ -29,8 +29,10 @@ typedef void (*tern_qmatmul_fn)(const uint8_t *Wq, const float *sb, int group, c
 /* ---- Integer products for MLX affine weights (the default for quantized
  * weights; the f32 tern_qmatmul_fn above is the exact reference, selected
  * with tern_kernels_exact_set). The activations are quantized once per
- * product, per token and per block of `group` inputs (the weight's group),
- * for the weights' `bits`:
+ * product, per token and per block of B = tern_iq_ablock(group, bits)
+ * inputs - 32 for 8-bit weights whatever their group (llama.cpp's Q8_0
+ * blocks: blocks of 64 added 2.8e-4 nats of KL on tern-demo,
+ * docs/benchmarks.md), the weight's group for 4-bit ones:
  *   d = max|x| / 127, q_i = round-half-even(x_i * (127 / max|x|)) in
  *   [-127, 127], A = sum q_i
  * (a block whose max|x| is below 1e-30 gets d = 0, q = 0; NaN inputs give
@@ -39,16 +41,20 @@ typedef void (*tern_qmatmul_fn)(const uint8_t *Wq, const float *sb, int group, c
  * stored as their 16 even ones then their 16 odd ones (the order of the
  * packed weights' low then high nibbles, so a 16-byte weight load meets its
  * activations without shuffles); for bits 8 in input order.
- * qs[t * 2 * ngp + g] = d and qs[t * 2 * ngp + ngp + g] = (float)A, where ngp = n_groups rounded up to
- * a multiple of 8 and the padding is zero. */
+ * qs[t * 2 * nbp + b] = d and qs[t * 2 * nbp + nbp + b] = (float)A of block
+ * b, where nbp = tern_iq_nbp(n_in, group, bits) (n_in / B rounded up to a
+ * multiple of 8) and the padding is zero. Weights of different groups
+ * whose B and bits agree share one quantized input. */
 typedef void (*tern_quant_act_fn)(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs);
 
 /* The integer product against the same weight layout as tern_qmatmul_fn,
- * with Q quantized for its bits. For row r and token t, with
- * I_g = sum_{i in g} w_i * q_i (exact int32; q_i the activation of input i),
- * sw/bw the group's {scale, bias} and d/A the activation block's:
- *   u_g = fma(sw, (float)I_g, bw * A); acc[g % 8] = fma(u_g, d, acc[g % 8])
- * over g = 0 .. ngp - 1 in order (padding groups have I, sw, bw, d, A = 0),
+ * with Q quantized for its group and bits. For row r and token t, with
+ * I_b = sum_{i in b} w_i * q_i over activation block b (B inputs, exact
+ * int32; q_i the activation of input i), sw/bw the {scale, bias} of the
+ * weight group holding block b (group b * B / group: a group of 64 is two
+ * blocks of 8-bit activations, each with its own d and A) and d/A block b's:
+ *   u_b = fma(sw, (float)I_b, bw * A_b); acc[b % 8] = fma(u_b, d_b, acc[b % 8])
+ * over b = 0 .. nbp - 1 in order (padding blocks have I, sw, bw, d, A = 0),
  * from acc = 0, then Y = ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)).
  * Every table computes exactly these bits (the SIMD kernels only differ in
  * how they obtain the exact integer sums), so results are identical across
@@ -91,11 +97,12 @@ typedef void (*tern_bf16_pack_fn)(const uint16_t *Xb, long T, long n_in, uint16_
 /* Tile integer products (AMX-INT8): the quantized inputs (tern_quant_act_fn's
  * Q and qs) rearranged for them, tokens in blocks of 16 (the last padded
  * with zeros): Qp[(b * n_in / 4 + p) * 64 + 4 * n + j] = Q[(16 * b + n) *
- * n_in + 4 * p + j] and qsp[(b * 2 * ngp + g) * 16 + n] = qs[(16 * b + n) *
- * 2 * ngp + g], so that the block of token t (a multiple of 16) starts at
- * Qp + t * n_in and qsp + t * 2 * ngp. imatmul_q4p / q8p take them for Q and
- * qs with tern_iqmatmul_fn's contract - the same bits as every table - for
- * groups of 64 and 128 (tern_iqp_ok). */
+ * n_in + 4 * p + j] and qsp[(b * 2 * nbp + g) * 16 + n] = qs[(16 * b + n) *
+ * 2 * nbp + g] (nbp: tern_iq_nbp, passed as ngp), so that the block of
+ * token t (a multiple of 16) starts at Qp + t * n_in and qsp + t * 2 * nbp.
+ * imatmul_q4p / q8p take them for Q and qs with tern_iqmatmul_fn's contract
+ * - the same bits as every table - for 8-bit weights of any group and
+ * 4-bit ones in groups of 64 and 128 (tern_iqp_ok). */
 typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp,
                                 float *qsp);
 
@@ -140,19 +147,26 @@ typedef struct tern_kernels {
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group
- * goes through k's integer tile products (the same bits either way: the
- * choice may depend on T). */
-static inline int tern_iqp_ok(const tern_kernels *k, int group, long T)
+ * and bits goes through k's integer tile products (the same bits either
+ * way: the choice may depend on T). */
+static inline int tern_iqp_ok(const tern_kernels *k, int group, int bits, long T)
 {
-    return k->i8_pack && group % 64 == 0 && T >= 8;
+    return k->i8_pack && (bits == 8 || group % 64 == 0) && T >= 8;
 }
 
 /* Whether k's tile product takes a bf16 matrix n_in wide (the same answer
  * for every call on one matrix, so that its tokens' bits never change). */
 static inline int tern_bf16p_ok(const tern_kernels *k, long n_in) { return k->bf16_pack && n_in % 32 == 0; }
 
-/* Groups padded to a multiple of 8 (the qs layout above). */
+/* Blocks or groups padded to a multiple of 8 (the qs layout above). */
 static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }
+/* The activation block of the integer products (tern_quant_act_fn). */
+static inline int tern_iq_ablock(int group, int bits) { return bits == 8 ? 32 : group; }
+/* d (or A) entries a token's qs holds: the blocks of n_in padded to 8. */
+static inline long tern_iq_nbp(long n_in, int group, int bits)
+{
+    return tern_iq_ngp(n_in / tern_iq_ablock(group, bits));
+}
 
 /* The f32-activation products (--exact-products) instead of the integer ones
  * for quantized weights, in CPU backends created after the call. Off by

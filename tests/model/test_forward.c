@@ -252,6 +252,72 @@ static void test_backend_tiling(void **state)
     check_backend_tiling(1);
 }
 
+/* 8-bit weights of groups 32, 64 and 128 in one fused product share one
+ * quantized input (activations in blocks of 32 whatever the group,
+ * kernels.h): each matrix gets exactly the table's own product on its own
+ * quantization - a batch wide enough for token tiles (T = 37 past the
+ * 32-token tiles of 16384 inputs), and every token alone (decode, the bf16
+ * pairs where the file has them) - and the grouped product (a mixture's
+ * experts) the same bits. */
+static void test_backend_q8_groups(void **state)
+{
+    (void)state;
+    tern_err err = {0};
+    model_backend *be = model_backend_cpu_new(2, &err);
+    assert_non_null(be);
+    const tern_kernels *k = tern_kernels_best();
+    const int n_in = 16384, T = 37, n_out[3] = {9, 7, 5}, groups[3] = {32, 64, 128};
+    long nbp = tern_iq_nbp(n_in, 32, 8);
+    assert_true(nbp == tern_iq_nbp(n_in, 64, 8) && nbp == tern_iq_nbp(n_in, 128, 8));
+    float *X = malloc((size_t)T * n_in * sizeof(float)), *qs = malloc((size_t)2 * nbp * sizeof(float));
+    int8_t *xq = malloc((size_t)n_in);
+    uint8_t *wq[3];
+    float *sb[3], *Y[3], *Yg[3], one[16];
+    uint16_t *sb16[3];
+    model_weight w[3];
+    for (int i = 0; i < T * n_in; i++) /* blocks of 32 of different magnitudes */
+        X[i] = (float)(((long)i * 7919) % 1000) / 500.0f - 1.0f * (float)(1 + (i / 32) % 5);
+    for (int m = 0; m < 3; m++) {
+        long ng = n_in / groups[m];
+        wq[m] = malloc((size_t)n_out[m] * n_in);
+        sb[m] = malloc((size_t)n_out[m] * ng * 2 * sizeof(float));
+        sb16[m] = malloc((size_t)n_out[m] * ng * 2 * sizeof(uint16_t));
+        Y[m] = malloc((size_t)T * n_out[m] * sizeof(float));
+        Yg[m] = malloc((size_t)T * n_out[m] * sizeof(float));
+        for (long i = 0; i < (long)n_out[m] * n_in; i++)
+            wq[m][i] = (uint8_t)(i * 31 + m * 7);
+        for (long i = 0; i < (long)n_out[m] * ng * 2; i++) {
+            sb16[m][i] = tern_f32_to_bf16(0.01f * (float)((i + m) % 7) - 0.02f);
+            sb[m][i] = tern_bf16_to_f32(sb16[m][i]);
+        }
+        w[m] = (model_weight){TERN_BF16, wq[m], n_out[m], n_in, 8, groups[m], sb[m], sb16[m], NULL, 0, 0};
+    }
+    const model_weight *wp[3] = {&w[0], &w[1], &w[2]};
+    assert_int_equal(be->matmul(be, 3, wp, X, Y, T, &err), 0);
+    const float *Xs[3] = {X, X, X};
+    int Ts[3] = {T, T, T};
+    assert_int_equal(be->matmul_grouped(be, 3, wp, Xs, Yg, Ts, &err), 0);
+    for (int t = 0; t < T; t++) {
+        float *Y1[3] = {malloc((size_t)n_out[0] * sizeof(float)), malloc((size_t)n_out[1] * sizeof(float)),
+                        malloc((size_t)n_out[2] * sizeof(float))};
+        assert_int_equal(be->matmul(be, 3, wp, X + (size_t)t * n_in, Y1, 1, &err), 0);
+        for (int m = 0; m < 3; m++) {
+            k->quant_act(X + (size_t)t * n_in, 1, n_in, groups[m], 8, xq, qs);
+            k->imatmul_q8(wq[m], sb[m], groups[m], xq, qs, one, 1, n_in, n_out[m], 0, n_out[m]);
+            for (int r = 0; r < n_out[m]; r++)
+                if (one[r] != Y[m][(size_t)t * n_out[m] + r] || one[r] != Y1[m][r] ||
+                    one[r] != Yg[m][(size_t)t * n_out[m] + r])
+                    fail_msg("q8 group %d token %d row %d: batch %g, alone %g, grouped %g, kernel %g", groups[m], t, r,
+                             Y[m][(size_t)t * n_out[m] + r], Y1[m][r], Yg[m][(size_t)t * n_out[m] + r], one[r]);
+        }
+        free(Y1[0]), free(Y1[1]), free(Y1[2]);
+    }
+    for (int m = 0; m < 3; m++)
+        free(wq[m]), free(sb[m]), free(sb16[m]), free(Y[m]), free(Yg[m]);
+    free(X), free(qs), free(xq);
+    be->free(be);
+}
+
 /* The one head_dim rule (model_head_dim_check): even for RoPE, then what
  * the backend declares; applied at load before any weight is read. */
 static void test_head_dim_rule(void **state)
@@ -348,6 +414,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_tiling),
+        cmocka_unit_test(test_backend_q8_groups),
         cmocka_unit_test(test_hf_golden_logits),
         cmocka_unit_test(test_batch_equivalence),
         cmocka_unit_test(test_head_dim_rule),

@@ -244,7 +244,8 @@ static void check_iq(const tern_kernels *k)
     for (int bits = 4; bits <= 8; bits += 4)
         for (size_t si = 0; si < 3 * sizeof shapes / sizeof shapes[0]; si++) {
             long n_out = shapes[si / 3][0], n_in = shapes[si / 3][1], G = shapes[si / 3][2], ng = n_in / G;
-            long ngp = tern_iq_ngp(ng);
+            /* activation blocks (kernels.h): 32 inputs for 8 bits, the group for 4 */
+            long B = tern_iq_ablock((int)G, bits), nb = n_in / B, ngp = tern_iq_nbp(n_in, (int)G, bits);
             /* one token (decode), a few (the few-token kernels) and many
              * (the panels from 8 tokens) for each shape and bits */
             long T = si % 3 == 0 ? 1 : si % 3 == 1 ? 2 + (long)(tern_rng_u32(&rng) % 6) : 16 + (long)(tern_rng_u32(&rng) % 9);
@@ -262,11 +263,16 @@ static void check_iq(const tern_kernels *k)
                 sb[2 * i] = 0.01f * (1.0f + rnd());
                 sb[2 * i + 1] = 0.1f * rnd();
             }
-            /* inputs of varied magnitude per token; one all-zero block */
+            /* inputs of varied magnitude per token and per 32 inputs (so that
+             * a block read with another block's scale is far off); one
+             * all-zero block */
             for (long t = 0; t < T; t++) {
                 float mag = 1e-3f + 10.0f * tern_rng_f32(&rng);
-                for (long i = 0; i < n_in; i++)
+                for (long i = 0; i < n_in; i++) {
+                    if (i % 32 == 0)
+                        mag = (1e-3f + 10.0f * tern_rng_f32(&rng)) * (tern_rng_u32(&rng) % 4 ? 1.0f : 1e-2f);
                     x[t * n_in + i] = mag * rnd();
+                }
             }
             if (T > 1)
                 memset(x + n_in, 0, (size_t)G * 4);
@@ -278,17 +284,21 @@ static void check_iq(const tern_kernels *k)
                 fail_msg("%s quant_act n_in %ld group %ld T %ld differs from the scalar reference", k->isa, n_in, G, T);
             for (long t = 0; t < T; t++)
                 for (long g = 0; g < ngp; g++) {
-                    float d = qs0[t * 2 * ngp + g], A = qs0[t * 2 * ngp + ngp + g];
+                    float d = qs0[t * 2 * ngp + g], A = qs0[t * 2 * ngp + ngp + g], amax = 0.0f;
                     long sum = 0;
-                    for (long i = g * G; g < ng && i < (g + 1) * G; i++) {
+                    for (long i = g * B; g < nb && i < (g + 1) * B; i++) {
                         sum += Q0[t * n_in + i];
+                        amax = fabsf(x[t * n_in + i]) > amax ? fabsf(x[t * n_in + i]) : amax;
                         /* |x - d q| <= d / 2 (rounding to the nearest step), plus
                          * the f32 rounding of x * 127 / max and of d */
                         assert_true(fabs(x[t * n_in + i] - d * Q0[t * n_in + qidx(i, bits)]) <= 0.5 * d + 1e-4 * d + 1e-30);
                     }
                     assert_true(A == (float)sum);
-                    if (g >= ng)
+                    if (g >= nb)
                         assert_true(d == 0 && A == 0);
+                    else if (amax >= 1e-30f && d != amax / 127.0f) /* the block's own max, B inputs wide */
+                        fail_msg("quant_act bits %d group %ld: block %ld's d %g is not its max %g / 127", bits, G, g,
+                                 d, amax);
                 }
             tern_iqmatmul_fn fk = bits == 4 ? k->imatmul_q4 : k->imatmul_q8;
             tern_iqmatmul_fn fr = bits == 4 ? ref->imatmul_q4 : ref->imatmul_q8;
@@ -300,7 +310,7 @@ static void check_iq(const tern_kernels *k)
                     for (long i = 0; i < n_in; i++) {
                         long g = i / G;
                         double w = (double)sb[(r * ng + g) * 2] * q[r * n_in + i] + sb[(r * ng + g) * 2 + 1];
-                        double a = (double)qs0[t * 2 * ngp + g] * Q0[t * n_in + qidx(i, bits)];
+                        double a = (double)qs0[t * 2 * ngp + i / B] * Q0[t * n_in + qidx(i, bits)];
                         want += w * a;
                         mag += fabs(w * a);
                     }
@@ -431,12 +441,119 @@ static void check_f8(const tern_kernels *k)
         }
 }
 
+/* 8-bit weights meet activations in blocks of 32 whatever their group
+ * (kernels.h): each block of a group has its own d and A. Inputs whose
+ * 32-wide blocks differ in magnitude by up to 10^4, so that a block read
+ * with a neighbour's scale, or a group's, is far off: the scalar reference
+ * is checked against the f32 inputs themselves (|y - sum w x| within the
+ * activations' rounding bound, sum |w_i| d_b(i) / 2), and every table
+ * (tiles too, where it has them: i8_pack and imatmul_q8p) against the
+ * scalar reference's bits. Then one block's d in each group is swapped with
+ * its neighbour's: the products must follow (their outputs change) and
+ * still agree bit for bit. Fresh random inputs, T = 1, 5, 17, 70. */
+static void check_iq_blocks(const tern_kernels *k, int tiles)
+{
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long Ts[] = {1, 5, 17, 70};
+    static const long shapes[][3] = {{19, 320, 32}, {19, 320, 64}, {18, 384, 128}, {5, 2176, 64}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            long n_out = shapes[si][0], n_in = shapes[si][1], G = shapes[si][2], T = Ts[ti], ng = n_in / G;
+            long nb = n_in / 32, nbp = tern_iq_nbp(n_in, (int)G, 8), tb = (T + 15) / 16;
+            assert_int_equal(tern_iq_ablock((int)G, 8), 32);
+            uint8_t *wq = malloc((size_t)(n_out * n_in));
+            float *sb = malloc((size_t)(n_out * ng * 2) * 4), *x = malloc((size_t)(T * n_in) * 4);
+            int8_t *Q = malloc((size_t)(T * n_in)), *Q1 = malloc((size_t)(T * n_in)), *Qp = malloc((size_t)(tb * 16 * n_in));
+            float *qs = malloc((size_t)(T * 2 * nbp) * 4), *qs1 = malloc((size_t)(T * 2 * nbp) * 4);
+            float *qsp = malloc((size_t)(tb * 16 * 2 * nbp) * 4);
+            float *y0 = malloc((size_t)(T * n_out) * 4), *y1 = malloc((size_t)(T * n_out) * 4);
+            float *y2 = malloc((size_t)(T * n_out) * 4), *y3 = malloc((size_t)(T * n_out) * 4);
+            for (long i = 0; i < n_out * n_in; i++)
+                wq[i] = (uint8_t)tern_rng_u32(&rng);
+            for (long i = 0; i < n_out * ng; i++) {
+                sb[2 * i] = 0.01f * (1.0f + rnd());
+                sb[2 * i + 1] = -1.28f * sb[2 * i] * (1.0f + 0.1f * rnd()); /* weights around 0, as MLX's */
+            }
+            for (long t = 0; t < T; t++)
+                for (long b = 0; b < nb; b++) {
+                    float mag = powf(10.0f, -3.0f + 4.0f * tern_rng_f32(&rng));
+                    for (long i = b * 32; i < (b + 1) * 32; i++)
+                        x[t * n_in + i] = mag * rnd();
+                }
+            ref->quant_act(x, T, n_in, (int)G, 8, Q, qs);
+            k->quant_act(x, T, n_in, (int)G, 8, Q1, qs1);
+            if (memcmp(Q, Q1, (size_t)(T * n_in)) || memcmp(qs, qs1, (size_t)(T * 2 * nbp) * 4))
+                fail_msg("%s quant_act 8-bit group %ld T %ld differs from the scalar reference", k->isa, G, T);
+            ref->imatmul_q8(wq, sb, (int)G, Q, qs, y0, T, n_in, n_out, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < n_out; r++) {
+                    double want = 0, bound = 0;
+                    for (long i = 0; i < n_in; i++) {
+                        long g = i / G;
+                        double w = (double)sb[(r * ng + g) * 2] * wq[r * n_in + i] + sb[(r * ng + g) * 2 + 1];
+                        want += w * x[t * n_in + i];
+                        bound += fabs(w) * (0.5 * qs[t * 2 * nbp + i / 32] * (1 + 1e-3) + 1e-6 * fabs(x[t * n_in + i]));
+                    }
+                    if (fabs(y0[t * n_out + r] - want) > bound)
+                        fail_msg("scalar iq8 group %ld T %ld row %ld token %ld: %g, f32 inputs give %g (bound %g)", G,
+                                 T, r, t, y0[t * n_out + r], want, bound);
+                }
+            for (int swap = 0; swap < 2; swap++) {
+                if (swap) /* each group's first block takes the next block's d (its own when alone) */
+                    for (long t = 0; t < T; t++)
+                        for (long b = 0; b + 1 < nb; b += G / 32 > 1 ? G / 32 : 2) {
+                            float *d = qs + t * 2 * nbp;
+                            float tmp = d[b];
+                            d[b] = d[b + 1];
+                            d[b + 1] = tmp;
+                        }
+                float *want = swap ? y2 : y0;
+                if (swap) {
+                    ref->imatmul_q8(wq, sb, (int)G, Q, qs, y2, T, n_in, n_out, 0, n_out);
+                    for (long t = 0; t < T; t++) {
+                        int changed = 0;
+                        for (long r = 0; r < n_out; r++)
+                            changed |= y2[t * n_out + r] != y0[t * n_out + r];
+                        if (!changed)
+                            fail_msg("scalar iq8 group %ld: token %ld ignores its blocks' scales", G, t);
+                    }
+                }
+                if (tiles) {
+                    k->i8_pack(Q, qs, T, n_in, nbp, Qp, qsp);
+                    k->imatmul_q8p(wq, sb, (int)G, Qp, qsp, y1, T, n_in, n_out, 0, n_out);
+                } else {
+                    k->imatmul_q8(wq, sb, (int)G, Q, qs, y1, T, n_in, n_out, 0, n_out);
+                }
+                if (memcmp(want, y1, (size_t)(T * n_out) * 4))
+                    fail_msg("%s%s iq8 blocks of 32, group %ld T %ld%s: not the scalar reference's bits", k->isa,
+                             tiles ? " tiles" : "", G, T, swap ? " (scales swapped)" : "");
+                if (T == 1 && (G == 64 || G == 128) && k->imatmul_q8h && !tiles) {
+                    uint16_t *s16 = malloc((size_t)(n_out * ng * 2) * 2);
+                    float *sbr = malloc((size_t)(n_out * ng * 2) * 4);
+                    for (long i = 0; i < n_out * ng * 2; i++) {
+                        s16[i] = tern_f32_to_bf16(sb[i]);
+                        sbr[i] = tern_bf16_to_f32(s16[i]);
+                    }
+                    ref->imatmul_q8(wq, sbr, (int)G, Q, qs, y3, 1, n_in, n_out, 0, n_out);
+                    k->imatmul_q8h(wq, s16, (int)G, Q, qs, y1, n_in, 0, n_out);
+                    if (memcmp(y1, y3, (size_t)n_out * 4))
+                        fail_msg("%s iq8 bf16 pairs, group %ld%s: not the scalar reference's bits", k->isa, G,
+                                 swap ? " (scales swapped)" : "");
+                    free(s16), free(sbr);
+                }
+            }
+            free(wq), free(sb), free(x), free(Q), free(Q1), free(Qp), free(qs), free(qs1), free(qsp), free(y0), free(y1),
+                free(y2), free(y3);
+        }
+}
+
 static void test_scalar_quant(void **state)
 {
     (void)state;
     check_quant(tern_kernels_scalar());
     check_iq(tern_kernels_scalar());
     check_f8(tern_kernels_scalar());
+    check_iq_blocks(tern_kernels_scalar(), 0);
 }
 
 static void test_avx2(void **state)
@@ -449,6 +566,7 @@ static void test_avx2(void **state)
     check_quant(k);
     check_iq(k);
     check_f8(k);
+    check_iq_blocks(k, 0);
 }
 
 static void test_avx512(void **state)
@@ -465,6 +583,7 @@ static void test_avx512(void **state)
     check_f8(k);
     if (tern_kernels_amx())
         check_f8(tern_kernels_amx());
+    check_iq_blocks(k, 0);
     printf("AVX-512 kernels match the scalar reference (integer products: %s; bf16 activations: %s)\n",
            k->imatmul_q8 == tern_kernels_avx2()->imatmul_q8 ? "AVX2, no VNNI on this CPU" : "VNNI",
            k->matmul_bf16b ? "AVX-512 BF16" : "none, no AVX-512 BF16 on this CPU");
@@ -581,16 +700,17 @@ static void test_amx(void **state)
         printf("AMX-INT8 not available: its products skipped\n");
         return;
     }
-    /* integer tile products: the scalar reference's bits (memcmp), row ranges too */
+    /* integer tile products: the scalar reference's bits (memcmp), row ranges too;
+     * 4-bit groups of 64 and 128, 8-bit groups of 32 to 128 (blocks of 32) */
     static const long ishapes[][2] = {{1, 64}, {5, 128}, {16, 192}, {31, 512}, {33, 640}, {70, 2048}};
     for (int bits = 4; bits <= 8; bits += 4)
-        for (int group = 64; group <= 128; group += 64)
+        for (int group = 32; group <= 128; group *= 2)
             for (size_t si = 0; si < sizeof ishapes / sizeof ishapes[0]; si++)
                 for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
                     long n_out = ishapes[si][0], n_in = ishapes[si][1], T = Ts[ti], nb = (T + 15) / 16;
-                    if (n_in % group)
+                    if (n_in % group || !tern_iqp_ok(k, group, bits, 8))
                         continue;
-                    long ng = n_in / group, ngp = tern_iq_ngp(ng);
+                    long ng = n_in / group, ngp = tern_iq_nbp(n_in, group, bits);
                     uint8_t *wq = malloc((size_t)(n_out * n_in));
                     float *sb = malloc((size_t)(n_out * ng * 2) * 4), *x = malloc((size_t)(T * n_in) * 4);
                     int8_t *Q = malloc((size_t)(T * n_in)), *Qp = malloc((size_t)(nb * 16 * n_in));
@@ -620,6 +740,7 @@ static void test_amx(void **state)
                     }
                     free(wq), free(sb), free(x), free(Q), free(Qp), free(qs), free(qsp), free(y0), free(y1);
                 }
+    check_iq_blocks(k, 1);
     printf("AMX-INT8 tile products give the scalar reference's bits\n");
 }
 

@@ -1,12 +1,14 @@
 /* Integer products for MLX affine weights on AMX-INT8 tiles (kernels.h,
- * tern_i8_pack_fn / imatmul_q4p, imatmul_q8p): TDPBUSD multiplies a 16 x 64
- * tile of unsigned weight values (16 rows, one group of 64 inputs) by a
- * 64 x 16 tile of the int8 activations (16 tokens, packed by i8_pack) into
- * the 16 x 16 exact int32 group sums I_g - 65536 multiply-adds an
- * instruction. The sums are exact, so the f32 combination that follows
- * (kernels.h's order, 16 tokens a vector) gives the scalar reference's
- * bits. Groups of 64 and 128 (tern_iqp_ok). Only called where tern_cpu()
- * reports amx_int8. */
+ * tern_i8_pack_fn / imatmul_q4p, imatmul_q8p): TDPBUSD multiplies a 16 x K
+ * tile of unsigned weight values (16 rows, K inputs) by a K x 16 tile of
+ * the int8 activations (16 tokens, packed by i8_pack) into 16 x 16 exact
+ * int32 sums. One sum tile per activation block (kernels.h's B) gives its
+ * I_b: 4-bit groups of 64 and 128 in steps of K = 64 (65536 multiply-adds
+ * an instruction), 8-bit blocks of 32 in one step of K = 32 (a 16 x 32
+ * weight tile, an 8-row activation tile). The sums are exact, so the f32
+ * combination that follows (kernels.h's order, 16 tokens a vector) gives
+ * the scalar reference's bits (tern_iqp_ok says which weights). Only
+ * called where tern_cpu() reports amx_int8. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,8 +24,9 @@ typedef struct tile_cfg {
     uint8_t rows[16];
 } tile_cfg;
 
-/* Tiles 0 (weights), 1 (activations), 2 (sums): 16 rows x 64 bytes each. */
-static void tiles_config(void)
+/* Tiles 0 (weights: 16 rows x K bytes), 1 (activations: K / 4 rows x 64
+ * bytes), 2 (sums: 16 rows x 64 bytes), for steps of K inputs. */
+static void tiles_config(int K)
 {
     tile_cfg c;
     memset(&c, 0, sizeof c);
@@ -32,6 +35,8 @@ static void tiles_config(void)
         c.colsb[i] = 64;
         c.rows[i] = 16;
     }
+    c.colsb[0] = (uint16_t)K;
+    c.rows[1] = (uint8_t)(K / 4);
     _tile_loadconfig(&c);
 }
 
@@ -78,23 +83,25 @@ static void unpack_q4(const uint8_t *w, long n_in, long nr, uint8_t *u)
     memset(u + nr * n_in, 0, (size_t)(16 - nr) * n_in);
 }
 
-/* The 16 tokens of one block for rows r .. r + nr: I[g][m][n] from the
- * tiles, then per row the contract's f32 combination, 16 tokens a vector. */
-static void combine(const int32_t *I, const float *sb, const float *qsb, long ng, long ngp, float *Y, long ldy,
-                    long r, long nr, long t, long nt)
+/* The 16 tokens of one block for rows r .. r + nr: I[b][m][n] from the
+ * tiles (nb activation blocks, rep a weight group, nw groups a row), then
+ * per row the contract's f32 combination, 16 tokens a vector. */
+static void combine(const int32_t *I, const float *sb, const float *qsb, long nw, long rep, long nb, long ngp,
+                    float *Y, long ldy, long r, long nr, long t, long nt)
 {
     float out[16] __attribute__((aligned(64)));
+    int sh = rep == 4 ? 2 : rep == 2 ? 1 : 0; /* block g's group g >> sh: no division in the loop */
     for (long m = 0; m < nr; m++) {
-        const float *s = sb + (r + m) * ng * 2;
+        const float *s = sb + (r + m) * nw * 2;
         __m512 acc[8];
         for (int k = 0; k < 8; k++)
             acc[k] = _mm512_setzero_ps();
         for (long g = 0; g < ngp; g++) {
             __m512 If = _mm512_setzero_ps(), sw = If, bw = If;
-            if (g < ng) {
+            if (g < nb) {
                 If = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(I + (g * 16 + m) * 16)));
-                sw = _mm512_set1_ps(s[2 * g]);
-                bw = _mm512_set1_ps(s[2 * g + 1]);
+                sw = _mm512_set1_ps(s[2 * (g >> sh)]);
+                bw = _mm512_set1_ps(s[2 * (g >> sh) + 1]);
             }
             __m512 d = _mm512_loadu_ps(qsb + g * 16), A = _mm512_loadu_ps(qsb + (ngp + g) * 16);
             __m512 u = _mm512_fmadd_ps(sw, If, _mm512_mul_ps(bw, A));
@@ -111,12 +118,14 @@ static void combine(const int32_t *I, const float *sb, const float *qsb, long ng
 static void iq_amx(int bits, const uint8_t *Wq, const float *sb, int group, const int8_t *Qp, const float *qsp,
                    float *Y, long T, long n_in, long ldy, long r0, long r1)
 {
-    long ng = n_in / group, ngp = tern_iq_ngp(ng), nb = (T + 15) / 16, steps = group / 64;
+    /* ng: activation blocks of ab inputs (kernels.h's B), K inputs a tile step */
+    int ab = tern_iq_ablock(group, bits), K = ab < 64 ? ab : 64;
+    long nw = n_in / group, ng = n_in / ab, ngp = tern_iq_ngp(ng), nb = (T + 15) / 16, steps = ab / K;
     uint8_t *u = aligned_alloc(64, (size_t)16 * n_in);
     int32_t *I = aligned_alloc(64, (size_t)ng * 256 * sizeof *I);
     if (!u || !I)
         abort();
-    tiles_config();
+    tiles_config(K);
     for (long tb0 = 0; tb0 < nb; tb0 += 8) {
         long tb1 = tb0 + 8 < nb ? tb0 + 8 : nb;
         for (long r = r0; r < r1; r += 16) {
@@ -135,7 +144,7 @@ static void iq_amx(int bits, const uint8_t *Wq, const float *sb, int group, cons
                 for (long g = 0; g < ng; g++) {
                     _tile_zero(2);
                     for (long st = 0; st < steps; st++) {
-                        long k = g * group + st * 64;
+                        long k = g * ab + st * K;
                         _tile_loadd(0, a + k, n_in);
                         _tile_loadd(1, B + k * 16, 64);
                         _tile_dpbusd(2, 0, 1);
@@ -143,7 +152,7 @@ static void iq_amx(int bits, const uint8_t *Wq, const float *sb, int group, cons
                     _tile_stored(2, I + g * 256, 64);
                 }
                 long t = b * 16;
-                combine(I, sb, qsp + t * 2 * ngp, ng, ngp, Y, ldy, r, nr, t, T - t < 16 ? T - t : 16);
+                combine(I, sb, qsp + t * 2 * ngp, nw, group / ab, ng, ngp, Y, ldy, r, nr, t, T - t < 16 ? T - t : 16);
             }
         }
     }

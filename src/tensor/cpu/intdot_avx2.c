@@ -117,13 +117,16 @@ static inline __attribute__((always_inline)) void panel_tile(const uint8_t *w0, 
     }
 }
 
-static inline __attribute__((always_inline)) void panel_product_g(const uint8_t *Wq, const float *sb, int group,
-                                                                  int bits, const int8_t *Q, const float *qs,
-                                                                  float *Y, long T, long n_in, long ldy, long r0,
-                                                                  long r1, int8_t *A, uint8_t *Wp, __m256 *F)
+/* group: the weights'; B: the activation block (kernels.h), the panels' unit */
+static inline __attribute__((always_inline)) void panel_product_g(const uint8_t *Wq, const float *sb, int wgroup,
+                                                                  int group, int bits, const int8_t *Q,
+                                                                  const float *qs, float *Y, long T, long n_in,
+                                                                  long ldy, long r0, long r1, int8_t *A, uint8_t *Wp,
+                                                                  __m256 *F)
 {
     const __m256i x80 = _mm256_set1_epi8((char)0x80);
     long ng = n_in / group, ngp = tern_iq_ngp(ng), nv = group / 4, span = ngp * group, Tq = (T + 3) & ~3L;
+    long nw = n_in / wgroup, rep = wgroup / group;
     for (long t = 0; t < T; t++)
         panel_acts(Q + t * n_in, group, bits, ng, ngp, A + t * span);
     for (long rb = r0; rb < r1; rb += PANEL_RB) {
@@ -141,8 +144,8 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
         memset(F, 0, (size_t)(nr + 1) * Tq * sizeof(__m256));
         for (long i = 0; i < nr; i++)
             for (long c = 0; c < ngp / 8; c++)
-                iq_sb_chunk(sb + (rb + i) * ng * 2, 8 * c, ng, &SB[(i * (ngp / 8) + c) * 2],
-                            &SB[(i * (ngp / 8) + c) * 2 + 1]);
+                iq_sb_rep(sb + (rb + i) * nw * 2, 8 * c, ng, rep, &SB[(i * (ngp / 8) + c) * 2],
+                          &SB[(i * (ngp / 8) + c) * 2 + 1]);
         for (long c = 0; c < ngp / 8; c++) {
             for (long t0 = 0; t0 < Tq; t0 += 4) {
                 long t[4];
@@ -150,6 +153,15 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
                 for (int k = 0; k < 4; k++) {
                     t[k] = t0 + k < T ? t0 + k : T - 1; /* a short last quad repeats its last token */
                     a[k] = A + t[k] * span + c * nv * 32;
+                }
+                /* the quad's d, A and 128 * A (iq_fix128) for this chunk, shared by every row pair */
+                __m256 dq[4], Aq[4];
+                __m256i A7[4];
+                for (int k = 0; k < 4; k++) {
+                    const float *q = qs + t[k] * 2 * ngp + 8 * c;
+                    dq[k] = _mm256_loadu_ps(q);
+                    Aq[k] = _mm256_loadu_ps(q + ngp);
+                    A7[k] = _mm256_slli_epi32(_mm256_cvtps_epi32(Aq[k]), 7);
                 }
                 for (long i = 0; i < nr; i += 2) {
                     long i1 = i + 1 < nr ? i + 1 : i, f1 = i + 1 < nr ? i + 1 : nr;
@@ -159,11 +171,11 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
                     for (int j = 0; j < 2; j++) {
                         __m256 sw = SB[(ri[j] * (ngp / 8) + c) * 2], bw = SB[(ri[j] * (ngp / 8) + c) * 2 + 1];
 #pragma GCC unroll 4
-                        for (int k = 0; k < 4; k++) {
-                            const float *q = qs + t[k] * 2 * ngp;
-                            __m256i I = bits == 8 ? iq_fix128(S[j][k], q + ngp + 8 * c) : S[j][k];
+                        for (int k = 0; k < 4; k++) { /* iq_fix128 and iq_combine, their operations */
+                            __m256i I = bits == 8 ? _mm256_add_epi32(S[j][k], A7[k]) : S[j][k];
                             __m256 *f = &F[fi[j] * Tq + t0 + k];
-                            *f = iq_combine(*f, I, sw, bw, q + 8 * c, q + ngp + 8 * c);
+                            __m256 u = _mm256_fmadd_ps(sw, _mm256_cvtepi32_ps(I), _mm256_mul_ps(bw, Aq[k]));
+                            *f = _mm256_fmadd_ps(u, dq[k], *f);
                         }
                     }
                 }
@@ -175,18 +187,19 @@ static inline __attribute__((always_inline)) void panel_product_g(const uint8_t 
     }
 }
 
-/* the group's vector count as a constant, so that the tile's loops unroll */
+/* the block's vector count as a constant, so that the tile's loops unroll */
 static void panel_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
                           float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp, __m256 *F)
 {
-    if (bits == 4 && group == 64)
-        panel_product_g(Wq, sb, 64, 4, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
-    else if (bits == 8 && group == 64)
-        panel_product_g(Wq, sb, 64, 8, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+    int B = tern_iq_ablock(group, bits);
+    if (bits == 4 && B == 64)
+        panel_product_g(Wq, sb, group, 64, 4, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+    else if (bits == 8 && B == 32)
+        panel_product_g(Wq, sb, group, 32, 8, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
     else if (bits == 4)
-        panel_product_g(Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+        panel_product_g(Wq, sb, group, B, 4, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
     else
-        panel_product_g(Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
+        panel_product_g(Wq, sb, group, B, 8, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
 }
 
 /* The panels where their scratch can be had, else the row kernels (the same
@@ -194,10 +207,11 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
 static void panel_or_rows(iq_rows_fn *rows, const uint8_t *Wq, const float *sb, int group, int bits,
                           const int8_t *Q, const float *qs, float *Y, long T, long n_in, long ldy, long r0, long r1)
 {
-    long span = tern_iq_ngp(n_in / group) * group, Tq = (T + 3) & ~3L;
+    int B = tern_iq_ablock(group, bits);
+    long span = tern_iq_nbp(n_in, group, bits) * B, Tq = (T + 3) & ~3L;
     int8_t *A = T >= IQ_PANEL_MIN_T ? malloc((size_t)(T * span)) : NULL;
     uint8_t *Wp = A ? malloc((size_t)(PANEL_RB * span)) : NULL;
-    __m256 *F = Wp ? aligned_alloc(32, (size_t)((PANEL_RB + 1) * Tq + PANEL_RB * span / group / 4) * sizeof(__m256))
+    __m256 *F = Wp ? aligned_alloc(32, (size_t)((PANEL_RB + 1) * Tq + PANEL_RB * span / B / 4) * sizeof(__m256))
                    : NULL;
     if (F)
         panel_product(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp, F);
@@ -237,74 +251,93 @@ static inline __attribute__((always_inline)) __m256i q8_run32(const uint8_t *w, 
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(a, ws)), ones);
 }
 
-/* sa, sbb: the rows' f32 pairs, or with h their bf16 ones (tern_iqmatmul16_fn) */
-static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const void *sa,
-                                                            const void *sbb, int h, const int8_t *x, const float *q,
-                                                            int group, int bits, long ng, long ngp, float *ya,
-                                                            float *yb, const uint8_t *pf)
+/* One chunk (8 blocks from c) of two rows into their accumulators fa, fb.
+ * sa, sbb: the rows' f32 pairs, or with h16 their bf16 ones
+ * (tern_iqmatmul16_fn); group: the activation block B (kernels.h), rep of
+ * them a weight group; full: all 8 blocks present (c + 8 <= ng), so that
+ * the common chunk runs without a test per block. */
+static inline __attribute__((always_inline)) void one_chunk(const uint8_t *wa, const uint8_t *wb, const void *sa,
+                                                            const void *sbb, int h16, const int8_t *x,
+                                                            const float *q, int group, long rep, int bits, long ng,
+                                                            long ngp, long c, int full, __m256 *fa, __m256 *fb)
 {
     const __m256i ones = _mm256_set1_epi16(1);
+    __m256i ha[4], hb[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m256i xa[2], xb[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            long g = c + 2 * k + h;
+            xa[h] = xb[h] = _mm256_setzero_si256();
+            if (!full && g >= ng)
+                continue;
+            if (bits == 4) {
+                __m256i pa = _mm256_setzero_si256(), pb = pa;
+#pragma GCC unroll 2
+                for (int i = 0; i < group; i += 64) {
+                    __m256i ae = LD(x + g * group + i), ao = LD(x + g * group + i + 32);
+                    pa = _mm256_add_epi16(pa, q4_run64(wa + (g * group + i) / 2, ae, ao));
+                    pb = _mm256_add_epi16(pb, q4_run64(wb + (g * group + i) / 2, ae, ao));
+                }
+                xa[h] = _mm256_madd_epi16(pa, ones);
+                xb[h] = _mm256_madd_epi16(pb, ones);
+            } else {
+#pragma GCC unroll 4
+                for (int i = 0; i < group; i += 32) {
+                    __m256i a = LD(x + g * group + i);
+                    xa[h] = _mm256_add_epi32(xa[h], q8_run32(wa + g * group + i, a));
+                    xb[h] = _mm256_add_epi32(xb[h], q8_run32(wb + g * group + i, a));
+                }
+            }
+        }
+        ha[k] = _mm256_hadd_epi32(xa[0], xa[1]);
+        hb[k] = _mm256_hadd_epi32(xb[0], xb[1]);
+    }
+    __m256i Ia = iq_sum8(ha[0], ha[1], ha[2], ha[3]), Ib = iq_sum8(hb[0], hb[1], hb[2], hb[3]);
+    if (bits == 8) {
+        Ia = iq_fix128(Ia, q + ngp + c);
+        Ib = iq_fix128(Ib, q + ngp + c);
+    }
+    long nbs = full ? c + 8 : ng; /* the pairs' loaders take the whole-chunk path when full */
+    __m256 sw, bw;
+    if (h16)
+        iq_sb16_rep(sa, c, nbs, rep, &sw, &bw);
+    else
+        iq_sb_rep(sa, c, nbs, rep, &sw, &bw);
+    *fa = iq_combine(*fa, Ia, sw, bw, q + c, q + ngp + c);
+    if (h16)
+        iq_sb16_rep(sbb, c, nbs, rep, &sw, &bw);
+    else
+        iq_sb_rep(sbb, c, nbs, rep, &sw, &bw);
+    *fb = iq_combine(*fb, Ib, sw, bw, q + c, q + ngp + c);
+}
+
+static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const void *sa,
+                                                            const void *sbb, int h16, const int8_t *x, const float *q,
+                                                            int group, long rep, int bits, long ng, long ngp,
+                                                            float *ya, float *yb, const uint8_t *pf)
+{
     __m256 fa = _mm256_setzero_ps(), fb = fa;
     long pfc = 2 * 8 * group * bits / 8; /* the next pair's bytes a chunk, fetched a pair ahead */
     for (long c = 0; c < ngp; c += 8) {
+#pragma GCC unroll 16
         for (long o = 0; o < pfc; o += 64)
             _mm_prefetch((const char *)pf + (c / 8) * pfc + o, _MM_HINT_T0);
-        __m256i ha[4], hb[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            __m256i xa[2], xb[2];
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                long g = c + 2 * k + h;
-                xa[h] = xb[h] = _mm256_setzero_si256();
-                if (g >= ng)
-                    continue;
-                if (bits == 4) {
-                    __m256i pa = _mm256_setzero_si256(), pb = pa;
-#pragma GCC unroll 2
-                    for (int i = 0; i < group; i += 64) {
-                        __m256i ae = LD(x + g * group + i), ao = LD(x + g * group + i + 32);
-                        pa = _mm256_add_epi16(pa, q4_run64(wa + (g * group + i) / 2, ae, ao));
-                        pb = _mm256_add_epi16(pb, q4_run64(wb + (g * group + i) / 2, ae, ao));
-                    }
-                    xa[h] = _mm256_madd_epi16(pa, ones);
-                    xb[h] = _mm256_madd_epi16(pb, ones);
-                } else {
-#pragma GCC unroll 4
-                    for (int i = 0; i < group; i += 32) {
-                        __m256i a = LD(x + g * group + i);
-                        xa[h] = _mm256_add_epi32(xa[h], q8_run32(wa + g * group + i, a));
-                        xb[h] = _mm256_add_epi32(xb[h], q8_run32(wb + g * group + i, a));
-                    }
-                }
-            }
-            ha[k] = _mm256_hadd_epi32(xa[0], xa[1]);
-            hb[k] = _mm256_hadd_epi32(xb[0], xb[1]);
-        }
-        __m256i Ia = iq_sum8(ha[0], ha[1], ha[2], ha[3]), Ib = iq_sum8(hb[0], hb[1], hb[2], hb[3]);
-        if (bits == 8) {
-            Ia = iq_fix128(Ia, q + ngp + c);
-            Ib = iq_fix128(Ib, q + ngp + c);
-        }
-        __m256 sw, bw;
-        if (h)
-            iq_sb16_chunk(sa, c, ng, &sw, &bw);
+        if (c + 8 <= ng)
+            one_chunk(wa, wb, sa, sbb, h16, x, q, group, rep, bits, ng, ngp, c, 1, &fa, &fb);
         else
-            iq_sb_chunk(sa, c, ng, &sw, &bw);
-        fa = iq_combine(fa, Ia, sw, bw, q + c, q + ngp + c);
-        if (h)
-            iq_sb16_chunk(sbb, c, ng, &sw, &bw);
-        else
-            iq_sb_chunk(sbb, c, ng, &sw, &bw);
-        fb = iq_combine(fb, Ib, sw, bw, q + c, q + ngp + c);
+            one_chunk(wa, wb, sa, sbb, h16, x, q, group, rep, bits, ng, ngp, c, 0, &fa, &fb);
     }
     *ya = iq_hsum(fa);
     *yb = iq_hsum(fb);
 }
 
+/* One token: group, the weights'; B, the activation block (64 or 128 for
+ * 4 bits, 32 for 8). */
 static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, const void *sb, int h, int group,
-                                                            int bits, const int8_t *Q, const float *qs, float *Y,
-                                                            long n_in, long r0, long r1)
+                                                            int B, int bits, const int8_t *Q, const float *qs,
+                                                            float *Y, long n_in, long r0, long r1)
 {
     _Alignas(32) int8_t xr[ONE_MAX];
     const int8_t *x = Q;
@@ -316,38 +349,49 @@ static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, c
         }
         x = xr;
     }
-    long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in * bits / 8;
+    long ng = n_in / group, nb = n_in / B, nbp = tern_iq_ngp(nb), rowb = n_in * bits / 8;
     for (long r = r0; r < r1; r += 2) {
         long rb = r + 1 < r1 ? r + 1 : r;
         float ya, yb;
         const void *sa = h ? (const void *)((const uint16_t *)sb + r * ng * 2) : (const void *)((const float *)sb + r * ng * 2);
         const void *sbb = h ? (const void *)((const uint16_t *)sb + rb * ng * 2)
                             : (const void *)((const float *)sb + rb * ng * 2);
-        one_rows2(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, group, bits, ng, ngp, &ya, &yb,
+        one_rows2(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, B, group / B, bits, nb, nbp, &ya, &yb,
                   Wq + (r + 2 < r1 ? r + 2 : r) * rowb);
         Y[r] = ya;
         Y[rb] = yb;
     }
 }
 
+/* 4-bit: one token with groups of 64 or 128 (their own blocks). */
+static int q4_one_ok(int group, long T, long n_in)
+{
+    int B = tern_iq_ablock(group, 4);
+    return T == 1 && (B == 64 || B == 128) && group == B && n_in <= ONE_MAX;
+}
+
 void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    if (T == 1 && group == 64 && n_in <= ONE_MAX)
-        one_token(Wq, sb, 0, 64, 4, Q, qs, Y, n_in, r0, r1);
-    else if (T == 1 && group == 128 && n_in <= ONE_MAX)
-        one_token(Wq, sb, 0, 128, 4, Q, qs, Y, n_in, r0, r1);
+    if (q4_one_ok(group, T, n_in) && group == 64)
+        one_token(Wq, sb, 0, 64, 64, 4, Q, qs, Y, n_in, r0, r1);
+    else if (q4_one_ok(group, T, n_in))
+        one_token(Wq, sb, 0, 128, 128, 4, Q, qs, Y, n_in, r0, r1);
     else
         panel_or_rows(avx2_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
 
+/* 8-bit: one token for every group (32-input blocks, kernels.h), the group
+ * a constant so that the pairs' expansion (iq_sb_rep) is known */
 void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
     if (T == 1 && group == 64)
-        one_token(Wq, sb, 0, 64, 8, Q, qs, Y, n_in, r0, r1);
+        one_token(Wq, sb, 0, 64, 32, 8, Q, qs, Y, n_in, r0, r1);
     else if (T == 1 && group == 128)
-        one_token(Wq, sb, 0, 128, 8, Q, qs, Y, n_in, r0, r1);
+        one_token(Wq, sb, 0, 128, 32, 8, Q, qs, Y, n_in, r0, r1);
+    else if (T == 1 && group == 32)
+        one_token(Wq, sb, 0, 32, 32, 8, Q, qs, Y, n_in, r0, r1);
     else
         panel_or_rows(avx2_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
@@ -358,20 +402,21 @@ void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t
 void tern_iq16_avx2_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1)
 {
-    if (group == 64) {
-        one_token(Wq, sb16, 1, 64, 4, Q, qs, Y, n_in, r0, r1);
-    } else {
-        one_token(Wq, sb16, 1, 128, 4, Q, qs, Y, n_in, r0, r1);
-    }
+    if (q4_one_ok(group, 1, n_in) && group == 64)
+        one_token(Wq, sb16, 1, 64, 64, 4, Q, qs, Y, n_in, r0, r1);
+    else if (q4_one_ok(group, 1, n_in))
+        one_token(Wq, sb16, 1, 128, 128, 4, Q, qs, Y, n_in, r0, r1);
+    else
+        tern_kernels_scalar()->imatmul_q4h(Wq, sb16, group, Q, qs, Y, n_in, r0, r1);
 }
 
 void tern_iq16_avx2_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1)
 {
     if (group == 64)
-        one_token(Wq, sb16, 1, 64, 8, Q, qs, Y, n_in, r0, r1);
+        one_token(Wq, sb16, 1, 64, 32, 8, Q, qs, Y, n_in, r0, r1);
     else
-        one_token(Wq, sb16, 1, 128, 8, Q, qs, Y, n_in, r0, r1);
+        one_token(Wq, sb16, 1, 128, 32, 8, Q, qs, Y, n_in, r0, r1);
 }
 
 void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)

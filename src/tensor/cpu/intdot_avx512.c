@@ -78,25 +78,16 @@ static inline __m512 dup_ps(const float *p)
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
 }
 
-/* ---- Few tokens (decode), groups of 64 or 128: two weight rows at a time.
+/* ---- Few tokens (decode), 4-bit groups of 64 or 128 and 8-bit blocks of
+ * 32 (any group): two weight rows at a time.
  * The row kernels above fold each group's 16 int32 lanes with hadd trees
- * (about 4.5 instructions a group, more than its vpdpbusd); here the 16
+ * (about 4.5 instructions a group, more than its vpdpbusd); here the
  * group vectors of a chunk of two rows (8 groups each) reduce together in
  * 512-bit unpack/shuffle steps (2.8 a group) to one vector holding both
  * rows' exact I_g, and the f32 combination of the contract runs for both
  * rows in one 512-bit FMA chain (row r in the low half, r + 1 in the high
  * one, each half the 256-bit combination exactly: same bits as the row
  * kernels). Each activation load serves both rows. */
-
-/* 64 weights of a row as 64 unsigned bytes in the activations' order. */
-static inline __attribute__((always_inline)) __m512i w64(const uint8_t *w, int bits)
-{
-    if (bits == 8)
-        return LDZ(w);
-    __m512i z = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w));
-    z = _mm512_mask_broadcast_i32x4(z, 0xFF00, _mm_loadu_si128((const __m128i *)(w + 16)));
-    return _mm512_and_si512(_mm512_srlv_epi64(z, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(15));
-}
 
 /* Exact int32 sums, any order: a pair of group vectors to one whose 32-bit
  * lanes alternate the two groups' partial sums (per 128-bit lane). */
@@ -130,57 +121,70 @@ static inline __attribute__((always_inline)) void sb_row(const void *sb, int h, 
         iq_sb_chunk((const float *)sb + r * ng * 2, c, ng, sw, bw);
 }
 
-/* Rows ra and rb (rb may repeat ra) for NT (1 or 2) tokens t0, t1. */
-static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const void *sb, int h, int group, int bits,
-                                                        const int8_t *Q, const float *qs, float *Y, long n_in,
-                                                        long ldy, long ra, long rb, long t0, long t1, int NT)
+/* From 4 vectors a[k] of row A whose lanes 0-7 hold partial sums of
+ * group (or block) 2k of a chunk and lanes 8-15 of 2k + 1, and the same
+ * b[k] of row B: lanes 0-7 = A's 8 sums in order, 8-15 = B's. */
+static inline __m512i sum_halves(const __m512i *a4, const __m512i *b4)
 {
-    long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in * bits / 8;
-    const uint8_t *wa = Wq + ra * rowb, *wb = Wq + rb * rowb;
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    /* 128-bit lanes 0-1: groups 0 2 4 6 (partials), 2-3: 1 3 5 7 */
+    __m512i a = pair64(pair32(a4[0], a4[1]), pair32(a4[2], a4[3]));
+    __m512i b = pair64(pair32(b4[0], b4[1]), pair32(b4[2], b4[3]));
+    __m512i sab = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
+    return _mm512_permutexvar_epi32(order, sab);
+}
+
+/* 8-bit rows, blocks of 32 (kernels.h): vector k of a chunk is 64 bytes,
+ * blocks c + 2k (lanes 0-7) and c + 2k + 1 (8-15), weights as stored
+ * (vpdpbusd takes 0..255 directly); each input load serves both rows. The
+ * block sums reduce as the 4-bit groups of 64 do (sum_halves), the
+ * {scale, bias} pairs of a chunk's blocks come from their weight groups
+ * (iq_sb_rep: rep = group / 32). */
+static inline __attribute__((always_inline)) void rows2_q8(const uint8_t *Wq, const void *sb, int h, int group,
+                                                           const int8_t *Q, const float *qs, float *Y, long n_in,
+                                                           long ldy, long ra, long rb, long t0, long t1, int NT)
+{
+    long ng = n_in / group, nb = n_in / 32, nbp = tern_iq_ngp(nb), rep = group / 32;
+    const uint8_t *wa = Wq + ra * n_in, *wb = Wq + rb * n_in;
     const int8_t *x[2] = {Q + t0 * n_in, Q + t1 * n_in};
-    const float *q[2] = {qs + t0 * 2 * ngp, qs + t1 * 2 * ngp};
+    const float *q[2] = {qs + t0 * 2 * nbp, qs + t1 * 2 * nbp};
     __m512 F[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (long c = 0; c < ngp; c += 8) {
-        __m512i pa[2][4], pb[2][4];
+    for (long c = 0; c < nbp; c += 8) {
+        __m512i va[2][4], vb[2][4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            __m512i ra_[2][2], rb_[2][2];
+            long b = c + 2 * k;
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                long g = c + 2 * k + h;
-#pragma GCC unroll 2
-                for (int tk = 0; tk < NT; tk++)
-                    ra_[tk][h] = rb_[tk][h] = _mm512_setzero_si512();
-                if (g >= ng)
-                    continue;
-#pragma GCC unroll 2
-                for (int i = 0; i < group; i += 64) {
-                    __m512i va = w64(wa + (g * group + i) * bits / 8, bits), vb = w64(wb + (g * group + i) * bits / 8, bits);
-#pragma GCC unroll 2
-                    for (int tk = 0; tk < NT; tk++) {
-                        __m512i xv = LDZ(x[tk] + g * group + i);
-                        ra_[tk][h] = _mm512_dpbusd_epi32(ra_[tk][h], va, xv);
-                        rb_[tk][h] = _mm512_dpbusd_epi32(rb_[tk][h], vb, xv);
-                    }
-                }
-            }
+            for (int tk = 0; tk < NT; tk++)
+                va[tk][k] = vb[tk][k] = _mm512_setzero_si512();
+            if (b >= nb)
+                continue;
+            __mmask64 m = b + 1 < nb ? ~0ull : 0xFFFFFFFFull; /* the chunk's last block alone */
+            __m512i wva = _mm512_maskz_loadu_epi8(m, wa + b * 32), wvb = _mm512_maskz_loadu_epi8(m, wb + b * 32);
 #pragma GCC unroll 2
             for (int tk = 0; tk < NT; tk++) {
-                pa[tk][k] = pair32(ra_[tk][0], ra_[tk][1]);
-                pb[tk][k] = pair32(rb_[tk][0], rb_[tk][1]);
+                __m512i xv = _mm512_maskz_loadu_epi8(m, x[tk] + b * 32);
+                va[tk][k] = _mm512_dpbusd_epi32(va[tk][k], wva, xv);
+                vb[tk][k] = _mm512_dpbusd_epi32(vb[tk][k], wvb, xv);
             }
         }
         __m256 swa, bwa, swb, bwb;
-        sb_row(sb, h, ra, ng, c, &swa, &bwa);
-        sb_row(sb, h, rb, ng, c, &swb, &bwb);
+        if (h) {
+            iq_sb16_rep((const uint16_t *)sb + ra * ng * 2, c, nb, rep, &swa, &bwa);
+            iq_sb16_rep((const uint16_t *)sb + rb * ng * 2, c, nb, rep, &swb, &bwb);
+        } else {
+            iq_sb_rep((const float *)sb + ra * ng * 2, c, nb, rep, &swa, &bwa);
+            iq_sb_rep((const float *)sb + rb * ng * 2, c, nb, rep, &swb, &bwb);
+        }
         __m512 sw = cat_ps(swa, swb), bw = cat_ps(bwa, bwb);
 #pragma GCC unroll 2
         for (int tk = 0; tk < NT; tk++) {
-            __m512i I = sum16(pa[tk], pb[tk]);
-            __m512 d = dup_ps(q[tk] + c), A = dup_ps(q[tk] + ngp + c);
+            __m512i I = sum_halves(va[tk], vb[tk]);
+            __m512 d = dup_ps(q[tk] + c), A = dup_ps(q[tk] + nbp + c);
             F[tk] = _mm512_fmadd_ps(_mm512_fmadd_ps(sw, _mm512_cvtepi32_ps(I), _mm512_mul_ps(bw, A)), d, F[tk]);
         }
     }
+#pragma GCC unroll 2
     for (int tk = 0; tk < NT; tk++) {
         long t = tk ? t1 : t0;
         Y[t * ldy + ra] = iq_hsum(_mm512_castps512_ps256(F[tk]));
@@ -189,7 +193,7 @@ static inline __attribute__((always_inline)) void rows2(const uint8_t *Wq, const
     }
 }
 
-/* 4-bit rows (rows2's job for bits 4): 64 packed bytes are 128 values,
+/* 4-bit rows: 64 packed bytes are 128 values,
  * their low nibbles the even values of four 32-value blocks and the high
  * nibbles the odd ones, so one load, an and, a shift and an and give two
  * vpdpbusd operands - against the activations' evens and odds of the same
@@ -221,7 +225,6 @@ static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, co
     const uint8_t *wa = Wq + ra * rowb, *wb = Wq + rb * rowb;
     const int8_t *x[2] = {Q + t0 * n_in, Q + t1 * n_in};
     const float *q[2] = {qs + t0 * 2 * ngp, qs + t1 * 2 * ngp};
-    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
     __m512 F[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (long c = 0; c < ngp; c += 8) {
         __m512i I[2];
@@ -281,13 +284,8 @@ static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, co
                 }
             }
 #pragma GCC unroll 2
-            for (int tk = 0; tk < NT; tk++) {
-                /* 128-bit lanes 0-1: groups 0 2 4 6 (partials), 2-3: 1 3 5 7 */
-                __m512i a = pair64(pair32(va[tk][0], va[tk][1]), pair32(va[tk][2], va[tk][3]));
-                __m512i b = pair64(pair32(vb[tk][0], vb[tk][1]), pair32(vb[tk][2], vb[tk][3]));
-                __m512i sab = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
-                I[tk] = _mm512_permutexvar_epi32(order, sab);
-            }
+            for (int tk = 0; tk < NT; tk++)
+                I[tk] = sum_halves(va[tk], vb[tk]);
         }
         __m256 swa, bwa, swb, bwb;
         sb_row(sb, h, ra, ng, c, &swa, &bwa);
@@ -319,12 +317,12 @@ static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, 
             if (bits == 4)
                 rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
             else
-                rows2(Wq, sb, h, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
+                rows2_q8(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2);
         if (t < T) {
             if (bits == 4)
                 rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
             else
-                rows2(Wq, sb, h, group, bits, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
+                rows2_q8(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1);
         }
     }
 }
@@ -355,13 +353,17 @@ IQ_KERNEL(vnni_q8_rows, 8, q8_grp, iq_nofix)
  * input loads and 8 vpdpbusd. Each half computes exactly the 256-bit
  * combination of the contract (iq_combine's two FMAs, iq_hsum), so every
  * (row, token) result has the row kernels' bits. */
-static void panel_product(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
+static void panel_product(const uint8_t *Wq, const float *sb, int wgroup, int bits, const int8_t *Q, const float *qs,
                           float *Y, long T, long n_in, long ldy, long r0, long r1, int8_t *A, uint8_t *Wp)
 {
+    /* group, ng: the activation blocks (kernels.h's B), the panels' unit */
+    int group = tern_iq_ablock(wgroup, bits);
     long ng = n_in / group, ngp = tern_iq_ngp(ng), nv = group / 4, span = ngp * group;
+    long nw = n_in / wgroup, rep = wgroup / group;
     for (long t = 0; t < T; t++)
         panel_acts(Q + t * n_in, group, bits, ng, ngp, A + t * span);
     uint8_t *W0 = Wp, *W1 = Wp + 2 * span;
+    __m512 *SB = (__m512 *)(Wp + 4 * span); /* IQ_PANEL_SB */
     for (long r = r0; r < r1; r += 4) {
         long rr[4];
         for (int i = 0; i < 4; i++)
@@ -369,7 +371,16 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
         for (int i = 0; i < 4; i++)
             panel_row(Wq + rr[i] * n_in * bits / 8, group, bits, ng, ngp, Wp + (i >> 1) * 2 * span + (i & 1) * 32,
                       64);
-        const float *s[4] = {sb + rr[0] * ng * 2, sb + rr[1] * ng * 2, sb + rr[2] * ng * 2, sb + rr[3] * ng * 2};
+        const float *s[4] = {sb + rr[0] * nw * 2, sb + rr[1] * nw * 2, sb + rr[2] * nw * 2, sb + rr[3] * nw * 2};
+        for (long c = 0; c < ngp / 8; c++) { /* the quad's {scale, bias} vectors, once for all its tokens */
+            __m256 sw[4], bw[4];
+            for (int i = 0; i < 4; i++)
+                iq_sb_rep(s[i], 8 * c, ng, rep, &sw[i], &bw[i]);
+            SB[4 * c] = cat_ps(sw[0], sw[1]);
+            SB[4 * c + 1] = cat_ps(bw[0], bw[1]);
+            SB[4 * c + 2] = cat_ps(sw[2], sw[3]);
+            SB[4 * c + 3] = cat_ps(bw[2], bw[3]);
+        }
         for (long t0 = 0; t0 < T; t0 += 4) {
             long t[4];
             for (int i = 0; i < 4; i++)
@@ -391,11 +402,7 @@ static void panel_product(const uint8_t *Wq, const float *sb, int group, int bit
                     u2 = _mm512_dpbusd_epi32(u2, w1, x2);
                     u3 = _mm512_dpbusd_epi32(u3, w1, x3);
                 }
-                __m256 sw[4], bw[4];
-                for (int i = 0; i < 4; i++)
-                    iq_sb_chunk(s[i], 8 * c, ng, &sw[i], &bw[i]);
-                __m512 swa = cat_ps(sw[0], sw[1]), bwa = cat_ps(bw[0], bw[1]);
-                __m512 swb = cat_ps(sw[2], sw[3]), bwb = cat_ps(bw[2], bw[3]);
+                __m512 swa = SB[4 * c], bwa = SB[4 * c + 1], swb = SB[4 * c + 2], bwb = SB[4 * c + 3];
 #define COMBINE(F, G, S, U, ti)                                                                                \
     do {                                                                                                      \
         const float *q = qs + t[ti] * 2 * ngp + 8 * c;                                                        \
@@ -435,10 +442,12 @@ void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t
 void tern_iq_vnni_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {
-    if (group == 64 && T < IQ_PANEL_MIN_T)
+    if (group == 64 && T < IQ_PANEL_MIN_T) /* 8-bit: blocks of 32 whatever the group */
         few_tokens(Wq, sb, 0, 64, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
     else if (group == 128 && T < IQ_PANEL_MIN_T)
         few_tokens(Wq, sb, 0, 128, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
+    else if (group == 32 && T < IQ_PANEL_MIN_T)
+        few_tokens(Wq, sb, 0, 32, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
     else
         iq_product(panel_product, vnni_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }

@@ -66,7 +66,51 @@ static inline void iq_sb16_chunk(const uint16_t *s, long c, long ng, __m256 *sw,
     *bw = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 
-/* acc += (sw * I + bw * A) * d for 8 groups, the contract's two FMAs. */
+/* The {scale, bias} pairs of activation blocks c .. c+7 (c a multiple of
+ * 8) of a row with nb blocks, rep = group / B blocks a weight group (1, 2
+ * or 4, kernels.h): block c + j takes group (c + j) / rep's pair, blocks
+ * past nb read 0. */
+static inline void iq_sb_rep(const float *s, long c, long nb, long rep, __m256 *sw, __m256 *bw)
+{
+    if (rep == 1) {
+        iq_sb_chunk(s, c, nb, sw, bw);
+        return;
+    }
+    const float *p = s + 2 * (rep == 2 ? c >> 1 : c >> 2); /* a shift, not a division, per chunk */
+    float tmp[8] = {0};
+    if (c + 8 > nb) {
+        memcpy(tmp, p, (size_t)((nb - c) / rep) * 2 * sizeof(float));
+        p = tmp;
+    }
+    /* rep 2: 4 pairs, each twice; rep 4: 2 pairs, each four times */
+    __m256 v = rep == 2 ? _mm256_loadu_ps(p) : _mm256_castps128_ps256(_mm_loadu_ps(p));
+    __m256i is = rep == 2 ? _mm256_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6) : _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+    *sw = _mm256_permutevar8x32_ps(v, is);
+    *bw = _mm256_permutevar8x32_ps(v, _mm256_add_epi32(is, _mm256_set1_epi32(1)));
+}
+
+/* The same from bf16 pairs (one 32-bit word a pair, iq_sb16_chunk). */
+static inline void iq_sb16_rep(const uint16_t *s, long c, long nb, long rep, __m256 *sw, __m256 *bw)
+{
+    if (rep == 1) {
+        iq_sb16_chunk(s, c, nb, sw, bw);
+        return;
+    }
+    const uint16_t *p = s + 2 * (rep == 2 ? c >> 1 : c >> 2);
+    uint16_t tmp[8] = {0};
+    if (c + 8 > nb) {
+        memcpy(tmp, p, (size_t)((nb - c) / rep) * 2 * sizeof(uint16_t));
+        p = tmp;
+    }
+    __m256i v = rep == 2 ? _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p))
+                         : _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)p));
+    v = _mm256_permutevar8x32_epi32(v, rep == 2 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)
+                                                : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    *sw = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *bw = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* acc += (sw * I + bw * A) * d for 8 blocks, the contract's two FMAs. */
 static inline __m256 iq_combine(__m256 acc, __m256i I, __m256 sw, __m256 bw, const float *d, const float *A)
 {
     __m256 u = _mm256_fmadd_ps(sw, _mm256_cvtepi32_ps(I), _mm256_mul_ps(bw, _mm256_loadu_ps(A)));
@@ -82,10 +126,12 @@ static inline float iq_hsum(__m256 v)
     return _mm_cvtss_f32(lo);
 }
 
-/* Activation quantization (kernels.h, tern_quant_act_fn) with 8 lanes. */
-static inline void iq_quant_act(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)
+/* Activation quantization (kernels.h, tern_quant_act_fn) with 8 lanes:
+ * blocks of B inputs (here "group" and "ng" name the blocks). */
+static inline void iq_quant_act(const float *X, long T, long n_in, int wgroup, int bits, int8_t *Q, float *qs)
 {
-    long ng = n_in / group, ngp = (ng + 7) & ~7L;
+    int group = tern_iq_ablock(wgroup, bits);
+    long ng = n_in / group, ngp = tern_iq_nbp(n_in, wgroup, bits);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     /* nibble order (bits 4): evens then odds within each 128-bit lane, then
@@ -148,35 +194,35 @@ static inline __m256i iq_nofix(__m256i S, const float *A)
     return S;
 }
 
-/* A kernel from GRP(w, a0, a1, group, two, &s0, &s1), the int32 vectors of
- * one group for a token pair, and FIX(S, A), what turns GRP's sums into the
- * exact I: rows one at a time, tokens in pairs sharing each weight load. */
+/* A kernel from GRP(w, a0, a1, B, two, &s0, &s1), the int32 vectors of
+ * one activation block of B inputs for a token pair, and FIX(S, A), what
+ * turns GRP's sums into the exact I: rows one at a time, tokens in pairs
+ * sharing each weight load; rep blocks a weight group (kernels.h). */
 #define IQ_KERNEL(name, BITS, GRP, FIX)                                                                         \
     static inline __attribute__((always_inline)) void name##_row(                                             \
-        const uint8_t *w, const float *s, int group, long ng, long ngp, const int8_t *a0, const int8_t *a1,   \
-        const float *q0, const float *q1, float *y0, float *y1, int two)                                      \
+        const uint8_t *w, const float *s, int B, long rep, long nb, long nbp, const int8_t *a0,               \
+        const int8_t *a1, const float *q0, const float *q1, float *y0, float *y1, int two)                    \
     {                                                                                                         \
         __m256 f0 = _mm256_setzero_ps(), f1 = f0;                                                             \
-        for (long c = 0; c < ngp; c += 8) {                                                                   \
+        for (long c = 0; c < nbp; c += 8) {                                                                   \
             __m256i h0[4], h1[4];                                                                             \
             for (int k = 0; k < 4; k++) {                                                                     \
                 __m256i x0 = _mm256_setzero_si256(), x1 = x0, z0 = x0, z1 = x0;                               \
                 long g = c + 2 * k;                                                                           \
-                if (g < ng)                                                                                   \
-                    GRP(w + g * group * BITS / 8, a0 + g * group, a1 + g * group, group, two, &x0, &x1);      \
-                if (g + 1 < ng)                                                                               \
-                    GRP(w + (g + 1) * group * BITS / 8, a0 + (g + 1) * group, a1 + (g + 1) * group, group, two, \
-                        &z0, &z1);                                                                            \
+                if (g < nb)                                                                                   \
+                    GRP(w + g * B * BITS / 8, a0 + g * B, a1 + g * B, B, two, &x0, &x1);                      \
+                if (g + 1 < nb)                                                                               \
+                    GRP(w + (g + 1) * B * BITS / 8, a0 + (g + 1) * B, a1 + (g + 1) * B, B, two, &z0, &z1);    \
                 h0[k] = _mm256_hadd_epi32(x0, z0);                                                            \
                 h1[k] = _mm256_hadd_epi32(x1, z1);                                                            \
             }                                                                                                 \
             __m256 sw, bw;                                                                                    \
-            iq_sb_chunk(s, c, ng, &sw, &bw);                                                                  \
-            __m256i I0 = FIX(iq_sum8(h0[0], h0[1], h0[2], h0[3]), q0 + ngp + c);                              \
-            f0 = iq_combine(f0, I0, sw, bw, q0 + c, q0 + ngp + c);                                            \
+            iq_sb_rep(s, c, nb, rep, &sw, &bw);                                                               \
+            __m256i I0 = FIX(iq_sum8(h0[0], h0[1], h0[2], h0[3]), q0 + nbp + c);                              \
+            f0 = iq_combine(f0, I0, sw, bw, q0 + c, q0 + nbp + c);                                            \
             if (two) {                                                                                        \
-                __m256i I1 = FIX(iq_sum8(h1[0], h1[1], h1[2], h1[3]), q1 + ngp + c);                          \
-                f1 = iq_combine(f1, I1, sw, bw, q1 + c, q1 + ngp + c);                                        \
+                __m256i I1 = FIX(iq_sum8(h1[0], h1[1], h1[2], h1[3]), q1 + nbp + c);                          \
+                f1 = iq_combine(f1, I1, sw, bw, q1 + c, q1 + nbp + c);                                        \
             }                                                                                                 \
         }                                                                                                     \
         *y0 = iq_hsum(f0);                                                                                    \
@@ -184,36 +230,42 @@ static inline __m256i iq_nofix(__m256i S, const float *A)
             *y1 = iq_hsum(f1);                                                                                \
     }                                                                                                         \
     static inline __attribute__((always_inline)) void name##_g(const uint8_t *Wq, const float *sb, int group, \
-                                                               const int8_t *Q, const float *qs, float *Y,    \
-                                                               long T, long n_in, long ldy, long r0, long r1) \
+                                                               int B, const int8_t *Q, const float *qs,       \
+                                                               float *Y, long T, long n_in, long ldy, long r0, \
+                                                               long r1)                                       \
     {                                                                                                         \
-        long ng = n_in / group, ngp = tern_iq_ngp(ng);                                                        \
+        long ng = n_in / group, nb = n_in / B, nbp = tern_iq_ngp(nb), rep = group / B;                        \
         for (long r = r0; r < r1; r++) {                                                                      \
             const uint8_t *w = Wq + r * n_in * BITS / 8;                                                      \
             const float *s = sb + r * ng * 2;                                                                 \
             long t = 0;                                                                                       \
             for (; t + 1 < T; t += 2)                                                                         \
-                name##_row(w, s, group, ng, ngp, Q + t * n_in, Q + (t + 1) * n_in, qs + t * 2 * ngp,          \
-                           qs + (t + 1) * 2 * ngp, &Y[t * ldy + r], &Y[(t + 1) * ldy + r], 1);                \
+                name##_row(w, s, B, rep, nb, nbp, Q + t * n_in, Q + (t + 1) * n_in, qs + t * 2 * nbp,         \
+                           qs + (t + 1) * 2 * nbp, &Y[t * ldy + r], &Y[(t + 1) * ldy + r], 1);                \
             if (t < T)                                                                                        \
-                name##_row(w, s, group, ng, ngp, Q + t * n_in, Q + t * n_in, qs + t * 2 * ngp,                \
-                           qs + t * 2 * ngp, &Y[t * ldy + r], NULL, 0);                                       \
+                name##_row(w, s, B, rep, nb, nbp, Q + t * n_in, Q + t * n_in, qs + t * 2 * nbp,               \
+                           qs + t * 2 * nbp, &Y[t * ldy + r], NULL, 0);                                       \
         }                                                                                                     \
     }                                                                                                         \
-    /* the usual group sizes as constants, so that the group loops unroll */                                  \
+    /* the usual block sizes as constants, so that the block loops unroll */                                  \
     void name(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y, long T, \
               long n_in, long ldy, long r0, long r1)                                                          \
     {                                                                                                         \
-        if (group == 64)                                                                                      \
-            name##_g(Wq, sb, 64, Q, qs, Y, T, n_in, ldy, r0, r1);                                             \
-        else if (group == 128)                                                                                \
-            name##_g(Wq, sb, 128, Q, qs, Y, T, n_in, ldy, r0, r1);                                            \
+        int B = tern_iq_ablock(group, BITS);                                                                  \
+        if (B == 32)                                                                                          \
+            name##_g(Wq, sb, group, 32, Q, qs, Y, T, n_in, ldy, r0, r1);                                      \
+        else if (B == 64)                                                                                     \
+            name##_g(Wq, sb, group, 64, Q, qs, Y, T, n_in, ldy, r0, r1);                                      \
+        else if (B == 128)                                                                                    \
+            name##_g(Wq, sb, group, 128, Q, qs, Y, T, n_in, ldy, r0, r1);                                     \
         else                                                                                                  \
-            name##_g(Wq, sb, group, Q, qs, Y, T, n_in, ldy, r0, r1);                                          \
+            name##_g(Wq, sb, group, B, Q, qs, Y, T, n_in, ldy, r0, r1);                                       \
     }
 
 /* ---- Panels (intdot_avx512.c says why): 32-bit lane j of every 256-bit
- * vector holds 4 bytes of group 8c + j of chunk c. Vector v of a chunk takes
+ * vector holds 4 bytes of group 8c + j of chunk c (the panels' "group" is
+ * the activation block, kernels.h's B; the weight groups only choose the
+ * {scale, bias} pairs). Vector v of a chunk takes
  * word panel_off(v) of each group's bytes. */
 static inline long panel_off(long v, int bits)
 {
@@ -320,8 +372,11 @@ static inline void panel_row(const uint8_t *w, int group, int bits, long ng, lon
  * machine, T = 8 1.3x (8-bit) and about even (4-bit) over the row kernels,
  * T = 32 1.35-1.5x. */
 #define IQ_PANEL_MIN_T 8
-/* Weight rows a panel kernel rearranges at once (its Wp holds this many). */
+/* Weight rows a panel kernel rearranges at once (its Wp holds this many,
+ * then IQ_PANEL_SB bytes for their {scale, bias} vectors: 4 x 64 bytes a
+ * chunk of 8 blocks). span: the rows' bytes as panels, a multiple of 64. */
 #define IQ_PANEL_ROWS 4
+#define IQ_PANEL_SB(span, group, bits) ((span) / tern_iq_ablock(group, bits) / 8 * 256)
 typedef void iq_rows_fn(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                         long T, long n_in, long ldy, long r0, long r1);
 typedef void iq_panel_fn(const uint8_t *Wq, const float *sb, int group, int bits, const int8_t *Q, const float *qs,
@@ -331,9 +386,9 @@ static inline void iq_product(iq_panel_fn *panel, iq_rows_fn *rows, const uint8_
                               int bits, const int8_t *Q, const float *qs, float *Y, long T, long n_in, long ldy,
                               long r0, long r1)
 {
-    long span = tern_iq_ngp(n_in / group) * group;
+    long span = tern_iq_nbp(n_in, group, bits) * tern_iq_ablock(group, bits);
     int8_t *A = T >= IQ_PANEL_MIN_T ? malloc((size_t)(T * span)) : NULL;
-    uint8_t *Wp = A ? malloc((size_t)(IQ_PANEL_ROWS * span)) : NULL;
+    uint8_t *Wp = A ? aligned_alloc(64, (size_t)(IQ_PANEL_ROWS * span + IQ_PANEL_SB(span, group, bits))) : NULL;
     if (A && Wp)
         panel(Wq, sb, group, bits, Q, qs, Y, T, n_in, ldy, r0, r1, A, Wp);
     else /* few tokens, or no memory for the panels: the row kernels, same bits */

@@ -56,64 +56,76 @@ SCALAR_MATMUL(matmul_f16, uint16_t, tern_f16_to_f32)
 SCALAR_QMATMUL(matmul_q4, (w[i >> 1] >> ((i & 1) * 4)) & 15)
 SCALAR_QMATMUL(matmul_q8, w[i])
 
-/* The specification of the activation quantization (see kernels.h). */
+/* The specification of the activation quantization (see kernels.h): per
+ * token, blocks of B inputs. */
 static void quant_act(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)
 {
-    long ng = n_in / group, ngp = tern_iq_ngp(ng);
+    int B = tern_iq_ablock(group, bits);
+    long nb = n_in / B, nbp = tern_iq_nbp(n_in, group, bits);
     for (long t = 0; t < T; t++) {
-        float *d = qs + t * 2 * ngp, *A = d + ngp;
-        for (long g = 0; g < ngp; g++) {
-            d[g] = A[g] = 0.0f;
-            if (g >= ng)
+        float *d = qs + t * 2 * nbp, *A = d + nbp;
+        for (long b = 0; b < nbp; b++) {
+            d[b] = A[b] = 0.0f;
+            if (b >= nb)
                 continue;
-            const float *x = X + t * n_in + g * group;
-            int8_t *q = Q + t * n_in + g * group;
+            const float *x = X + t * n_in + b * B;
+            int8_t *q = Q + t * n_in + b * B;
             float amax = 0.0f;
-            for (int i = 0; i < group; i++)
+            for (int i = 0; i < B; i++)
                 amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
             int sum = 0;
             float id = amax >= 1e-30f ? 127.0f / amax : 0.0f;
-            for (int i = 0; i < group; i++) {
+            for (int i = 0; i < B; i++) {
                 int v = id > 0 ? (int)nearbyintf(x[i] * id) : 0;
                 /* bits 4: nibble order within each 32 (see kernels.h) */
                 q[bits == 4 ? (i & ~31) + ((i & 31) >> 1) + (i & 1) * 16 : i] = (int8_t)v;
                 sum += v;
             }
             if (id > 0) {
-                d[g] = amax / 127.0f;
-                A[g] = (float)sum;
+                d[b] = amax / 127.0f;
+                A[b] = (float)sum;
             }
         }
     }
 }
 
 /* The specification of the integer product (see kernels.h): exact integer
- * group sums, then the f32 combination in the contract's order. */
+ * block sums, then the f32 combination in the contract's order, each block
+ * with its weight group's {scale, bias}. SB(g) reads group g's pair. */
+#define SCALAR_IQ_ROW(BITS, QV, QI, SB, a, d, A, out)                                            \
+    do {                                                                                          \
+        float acc[8] = {0};                                                                       \
+        for (long b = 0; b < nbp; b++) {                                                          \
+            int32_t I = 0;                                                                        \
+            float sw = 0.0f, bw = 0.0f;                                                           \
+            if (b < nb) {                                                                         \
+                for (long i = b * B; i < (b + 1) * B; i++)                                        \
+                    I += (int32_t)(QV) * a[QI];                                                   \
+                sw = SB(2 * (b / rep));                                                           \
+                bw = SB(2 * (b / rep) + 1);                                                       \
+            }                                                                                     \
+            float u = fmaf(sw, (float)I, bw * A[b]);                                              \
+            acc[b & 7] = fmaf(u, d[b], acc[b & 7]);                                               \
+        }                                                                                         \
+        out = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));  \
+    } while (0)
+
+#define SB_F32(k) s[k]
+#define SB_BF16(k) tern_bf16_to_f32(s[k])
+
 #define SCALAR_IQMATMUL(name, BITS, QV, QI)                                                           \
     static void name(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, \
                      float *Y, long T, long n_in, long ldy, long r0, long r1)                     \
     {                                                                                             \
-        long ng = n_in / group, ngp = tern_iq_ngp(ng);                                            \
+        int B = tern_iq_ablock(group, BITS);                                                      \
+        long ng = n_in / group, nb = n_in / B, nbp = tern_iq_nbp(n_in, group, BITS), rep = group / B; \
         for (long r = r0; r < r1; r++) {                                                          \
             const uint8_t *w = Wq + r * n_in * BITS / 8;                                          \
             const float *s = sb + r * ng * 2;                                                     \
             for (long t = 0; t < T; t++) {                                                        \
                 const int8_t *a = Q + t * n_in;                                                   \
-                const float *d = qs + t * 2 * ngp, *A = d + ngp;                                  \
-                float acc[8] = {0};                                                               \
-                for (long g = 0; g < ngp; g++) {                                                  \
-                    int32_t I = 0;                                                                \
-                    float sw = 0.0f, bw = 0.0f;                                                   \
-                    if (g < ng) {                                                                 \
-                        for (long i = g * group; i < (g + 1) * group; i++)                        \
-                            I += (int32_t)(QV) * a[QI];                                           \
-                        sw = s[2 * g];                                                            \
-                        bw = s[2 * g + 1];                                                        \
-                    }                                                                             \
-                    float u = fmaf(sw, (float)I, bw * A[g]);                                      \
-                    acc[g & 7] = fmaf(u, d[g], acc[g & 7]);                                       \
-                }                                                                                 \
-                Y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])); \
+                const float *d = qs + t * 2 * nbp, *A = d + nbp;                                  \
+                SCALAR_IQ_ROW(BITS, QV, QI, SB_F32, a, d, A, Y[t * ldy + r]);                     \
             }                                                                                     \
         }                                                                                         \
     }
@@ -126,25 +138,13 @@ SCALAR_IQMATMUL(imatmul_q8, 8, w[i], i)
     static void name(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,   \
                      float *Y, long n_in, long r0, long r1)                                                 \
     {                                                                                                       \
-        long ng = n_in / group, ngp = tern_iq_ngp(ng);                                                      \
-        const float *d = qs, *A = qs + ngp;                                                                 \
+        int B = tern_iq_ablock(group, BITS);                                                                \
+        long ng = n_in / group, nb = n_in / B, nbp = tern_iq_nbp(n_in, group, BITS), rep = group / B;       \
+        const float *d = qs, *A = qs + nbp;                                                                 \
         for (long r = r0; r < r1; r++) {                                                                    \
             const uint8_t *w = Wq + r * n_in * BITS / 8;                                                    \
             const uint16_t *s = sb16 + r * ng * 2;                                                          \
-            float acc[8] = {0};                                                                             \
-            for (long g = 0; g < ngp; g++) {                                                                \
-                int32_t I = 0;                                                                              \
-                float sw = 0.0f, bw = 0.0f;                                                                 \
-                if (g < ng) {                                                                               \
-                    for (long i = g * group; i < (g + 1) * group; i++)                                      \
-                        I += (int32_t)(QV) * Q[QI];                                                         \
-                    sw = tern_bf16_to_f32(s[2 * g]);                                                        \
-                    bw = tern_bf16_to_f32(s[2 * g + 1]);                                                    \
-                }                                                                                           \
-                float u = fmaf(sw, (float)I, bw * A[g]);                                                    \
-                acc[g & 7] = fmaf(u, d[g], acc[g & 7]);                                                     \
-            }                                                                                               \
-            Y[r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));       \
+            SCALAR_IQ_ROW(BITS, QV, QI, SB_BF16, Q, d, A, Y[r]);                                            \
         }                                                                                                   \
     }
 
