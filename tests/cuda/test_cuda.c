@@ -1327,7 +1327,9 @@ static void test_forward(void **state)
     g_throughput = 1;
     check_family("llama", "", 0, 20, 2e-2);
     check_family("qwen3", "", 0, 20, 2e-2);
-    check_family("llama", "", -1, 20, 2e-2);
+    /* FP8 on the tensor cores: activations rounded to E4M3 (3 bits) a token
+     * and 128 inputs - the FP8 envelope (measured 5.5e-2 on this model) */
+    check_family("llama", "", -1, 20, 1e-1);
     g_throughput = 0;
     tern_kernels_exact_set(1);
 }
