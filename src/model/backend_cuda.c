@@ -318,10 +318,6 @@ static int cu_gemv_choice(const tcu_opts *o, int kind)
     return kind == TCU_Q4 ? o->gemv_q4 : kind == TCU_Q8 || kind == TCU_F8 ? o->gemv_q8 : o->gemv_bf16;
 }
 
-/* Whether a step of T tokens (or n_out logits rows) takes the GEMVs: below
- * gemm_min_t, or - throughput mode, several sequences (be->wide), weights
- * the tensor-core GEMV takes - up to tc_max_t, so that a decode batch keeps
- * one batch-invariant kernel and its graph. */
 /* Whether the n matrices of a step of T tokens take the FP8 tensor cores
  * (tcu_opts.f8_tc): all FP8 with 128-input scale blocks or whole rows, the
  * throughput mode, up to tc_max_t tokens - one kernel for every batch of
@@ -338,6 +334,10 @@ static int cu_use_f8(const cu_backend *be, int n, const tcu_mat *mats, int n_in,
     return 1;
 }
 
+/* Whether a step of T tokens (or n_out logits rows) takes the GEMVs: below
+ * gemm_min_t, or - throughput mode, several sequences (be->wide), weights
+ * the tensor-core GEMV takes - up to tc_max_t, so that a decode batch keeps
+ * one batch-invariant kernel and its graph (FP8: see below). */
 static int cu_step_gemv(const cu_backend *be, int T)
 {
     /* FP8, throughput mode: the tensor cores up to tc_max_t tokens; without
@@ -383,8 +383,8 @@ static int gemv_one_launch(const cu_backend *be, tcu_gemv_args *a, int n, const 
     a->stage_bytes = be->opts.gemv_stage ? be->cap_xh : 0;
     a->early = (opts & CU_OPT_EARLY) != 0;
     /* the ring has the one-sequence kernel's bits; FP8 takes it for every
-     * product (the register kernel streams FP8 at about half the ring's
-     * speed) unless the option is off */
+     * product unless the option is off (8B: 256 against 252 tok/s on the
+     * register kernel - both bound by the codes' decode, not by memory) */
     a->ring = ((opts & CU_OPT_RING) != 0 || (mats[0].kind == TCU_F8 && be->opts.ring)) && !be->wide;
     return 1;
 }
