@@ -10,15 +10,7 @@
 #include <string.h>
 
 #include "tensor/cpu/intdot.h"
-
-static inline float hsum8(__m256 v)
-{
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
+#include "tensor/cpu/hsum_avx2.h"
 
 /* 32 weight bytes as 4 x 8 f32 (each 1/256 of its value): w[k] holds
  * bytes 8k .. 8k+7. unpacklo/hi work within 128-bit lanes: lo holds bytes

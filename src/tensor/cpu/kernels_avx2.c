@@ -6,15 +6,7 @@
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
 #include "tensor/cpu/intdot.h"
-
-static inline float hsum8(__m256 v)
-{
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
+#include "tensor/cpu/hsum_avx2.h"
 
 static inline __m256 ld_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline __m256 ld_bf16(const uint16_t *p)
