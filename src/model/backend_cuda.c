@@ -428,26 +428,34 @@ static int mm_lt(cu_backend *be, int n, const tcu_mat *mats, const uint16_t *xh,
     return 0;
 }
 
+/* FP8 products on the tensor cores (cu_use_f8): the step's inputs -
+ * RMSNormed first when g is given (rows, xn as tcu_rmsnorm) - as E4M3 codes
+ * and scales in the 16-bit scratch xh (T * n_in bytes, then T * n_in / 128
+ * floats: within its 2 T n_in bytes), then a launch a matrix. */
+static int mm_f8(cu_backend *be, int n, tcu_mat *mats, const float *x, const int32_t *rows, const float *g, float *xn,
+                 uint16_t *xh, int n_in, int T, int accumulate, int glu, tern_err *err)
+{
+    uint8_t *x8 = (uint8_t *)xh;
+    float *xs = (float *)(x8 + ((size_t)T * n_in + 15) / 16 * 16);
+    be->xh_of = NULL;
+    CU(tcu_quant_f8(x, rows, g, xn, g ? be->m->cfg.norm_eps : 0.0f, T, n_in, x8, xs, &be->opts,
+                    (tcu_stream)be->stream),
+       "quantize");
+    for (int i = 0; i < n; i++)
+        CU(tcu_f8_mm(&mats[i], n_in, x8, xs, T, accumulate && !glu, &be->opts, (tcu_stream)be->stream),
+           "fp8 product");
+    if (glu)
+        CU(tcu_glu(mats[0].y, mats[1].y, (long)T * mats[0].n_out, glu == 2, &be->opts, (tcu_stream)be->stream), "glu");
+    return 0;
+}
+
 /* opts: CU_OPT_* of the GEMV launches (cu_opts) */
 static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
                   int glu, int opts, tern_err *err)
 {
     tcu_gemv_args a;
-    if (cu_use_f8(be, n, mats, n_in, T)) {
-        /* the step's inputs as E4M3 codes and scales in the 16-bit scratch
-         * (T * n_in bytes, then T * n_in / 128 floats: within its 2 T n_in bytes) */
-        uint8_t *x8 = (uint8_t *)xh;
-        float *xs = (float *)(x8 + ((size_t)T * n_in + 15) / 16 * 16);
-        be->xh_of = NULL;
-        CU(tcu_quant_f8(x, T, n_in, x8, xs, &be->opts, (tcu_stream)be->stream), "quantize");
-        for (int i = 0; i < n; i++)
-            CU(tcu_f8_mm(&mats[i], n_in, x8, xs, T, accumulate && !glu, &be->opts, (tcu_stream)be->stream),
-               "fp8 product");
-        if (glu)
-            CU(tcu_glu(mats[0].y, mats[1].y, (long)T * mats[0].n_out, glu == 2, &be->opts, (tcu_stream)be->stream),
-               "glu");
-        return 0;
-    }
+    if (cu_use_f8(be, n, mats, n_in, T))
+        return mm_f8(be, n, mats, x, NULL, NULL, NULL, xh, n_in, T, accumulate, glu, err);
     const int lt = cu_use_lt(be, n, mats, T);
     const int have_xh = be->xh_of == x && be->xh_of_n == (long)T * n_in && xh == be->xh;
     be->xh_of = NULL; /* xh is this product's from here */
@@ -523,7 +531,9 @@ static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, con
            "rmsnorm");
         return mm_lt(be, n, mats, be->xh, n_in, T, 0, glu, err);
     }
-    if (!cu_use_f8(be, n, mats, n_in, T) && gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
+    if (cu_use_f8(be, n, mats, n_in, T))
+        return mm_f8(be, n, mats, x, rows, g, xn, be->xh, n_in, T, 0, glu, err);
+    if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
         a.norm_g = g;
         a.norm_out = xn;
         a.norm_eps = be->m->cfg.norm_eps;

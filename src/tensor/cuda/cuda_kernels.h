@@ -190,14 +190,16 @@ int tcu_gemv_ring_count(void);
  * (TCU_BF16 out) or f16 (kind TCU_F16 stays f16). Quantized -> bf16. */
 int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, const tcu_opts *o, tcu_stream stream);
 /* FP8 tensor-core products (gemm_f8.cu). tcu_quant_f8: x [T][n_in] (n_in a
- * multiple of 128) to E4M3 codes x8 [T][n_in] with a scale a token and 128
+ * multiple of 128; with g, first RMSNormed as tcu_rmsnorm does - token t
+ * read from row rows[t] when rows - and the normed rows written to xn) to E4M3 codes x8 [T][n_in] with a scale a token and 128
  * inputs, xs [T][n_in / 128] = max|x| / 448 (1 for a zero block), codes =
  * x / scale rounded to nearest even. tcu_f8_mm: m->y [T][n_out] (=, or +=
  * when accumulate) = x @ W^T for a TCU_F8 matrix whose scale blocks are a
  * multiple of 128 inputs or the whole row: per (row, token) the 128-input
  * blocks' mma sums from zero, each times (weight scale * activation scale),
  * added in an order fixed by the shape (batch-invariant). */
-int tcu_quant_f8(const float *x, int T, int n_in, uint8_t *x8, float *xs, const tcu_opts *o, tcu_stream stream);
+int tcu_quant_f8(const float *x, const int32_t *rows, const float *g, float *xn, float eps, int T, int n_in,
+                 uint8_t *x8, float *xs, const tcu_opts *o, tcu_stream stream);
 int tcu_f8_mm(const tcu_mat *m, int n_in, const uint8_t *x8, const float *xs, int T, int accumulate,
               const tcu_opts *o, tcu_stream stream);
 /* x[n] f32 -> out[n] bf16 (to_f16 = 0) or f16 (to_f16 = 1), round to nearest. */

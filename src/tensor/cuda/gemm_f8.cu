@@ -34,121 +34,176 @@ __device__ __forceinline__ uint32_t f8x2(float lo, float hi)
     return r;
 }
 
-// One warp a (token, 128-input block): scale = max|x| / 448 (1 for a zero
-// block), codes = x / scale.
-__global__ void quant_f8_kernel(const float *x, int T, int n_in, uint8_t *x8, float *xs)
+// One block a token: the fused RMSNorm first when g is given (the sums and
+// products of rmsnorm_kernel; the normed row also written to xn), then warp
+// w quantizes the 128-input blocks w, w + 8, ...: scale = max|x| / 448 (1
+// for a zero block), codes = x / scale.
+__global__ void __launch_bounds__(256) quant_f8_kernel(const float *x, const int32_t *rows, const float *g, float *xn,
+                                                       float eps, int n_in, uint8_t *x8, float *xs)
 {
     pdl_wait();
     pdl_trigger();
-    const int nb = n_in / F8_KB, lane = threadIdx.x & 31;
-    const long item = (long)blockIdx.x * (blockDim.x / WARP) + (threadIdx.x >> 5);
-    if (item >= (long)T * nb)
-        return;
-    const long t = item / nb, c = item % nb;
-    const float4 v = *reinterpret_cast<const float4 *>(x + t * n_in + c * F8_KB + lane * 4);
-    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    const int t = blockIdx.x, nb = n_in / F8_KB, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float *xr = x + (size_t)(g && rows ? rows[t] : t) * n_in;
+    float r = 1.0f;
+    if (g) {
+        double ss = 0.0;
+        for (int e = threadIdx.x; e < n_in; e += blockDim.x)
+            ss += (double)xr[e] * xr[e];
+        ss = block_sum_d(ss);
+        r = (float)(1.0 / sqrt(ss / n_in + eps));
+    }
+    for (int c = warp; c < nb; c += blockDim.x / WARP) {
+        const int k = c * F8_KB + lane * 4;
+        float4 v = *reinterpret_cast<const float4 *>(xr + k);
+        if (g) {
+            const float4 gv = *reinterpret_cast<const float4 *>(g + k);
+            v = make_float4((v.x * r) * gv.x, (v.y * r) * gv.y, (v.z * r) * gv.z, (v.w * r) * gv.w);
+            *reinterpret_cast<float4 *>(xn + (size_t)t * n_in + k) = v;
+        }
+        float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
-    const uint32_t q = f8x2(__fdiv_rn(v.x, s), __fdiv_rn(v.y, s)) | f8x2(__fdiv_rn(v.z, s), __fdiv_rn(v.w, s)) << 16;
-    *reinterpret_cast<uint32_t *>(x8 + t * n_in + c * F8_KB + lane * 4) = q;
-    if (lane == 0)
-        xs[t * nb + c] = s;
+        for (int o = 16; o > 0; o >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
+        *reinterpret_cast<uint32_t *>(x8 + (size_t)t * n_in + k) =
+            f8x2(__fdiv_rn(v.x, s), __fdiv_rn(v.y, s)) | f8x2(__fdiv_rn(v.z, s), __fdiv_rn(v.w, s)) << 16;
+        if (lane == 0)
+            xs[(size_t)t * nb + c] = s;
+    }
 }
 
-extern "C" int tcu_quant_f8(const float *x, int T, int n_in, uint8_t *x8, float *xs, const tcu_opts *o,
-                            tcu_stream stream)
+extern "C" int tcu_quant_f8(const float *x, const int32_t *rows, const float *g, float *xn, float eps, int T,
+                            int n_in, uint8_t *x8, float *xs, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
     if (n_in % F8_KB)
         return (int)cudaErrorInvalidValue;
-    const long items = (long)T * (n_in / F8_KB);
-    return launch_pdl(opts_or_default(o).pdl, quant_f8_kernel, dim3((unsigned)((items + 7) / 8)), dim3(256), 0,
-                      (cudaStream_t)stream, x, T, n_in, x8, xs);
+    return launch_pdl(opts_or_default(o).pdl, quant_f8_kernel, dim3((unsigned)T), dim3(256), 0, (cudaStream_t)stream,
+                      x, rows, g, xn, eps, n_in, x8, xs);
 }
 
-// Block b: rows 16b .. 16b + 15 for every token, F8_NT n-tiles a pass.
-// Lane (g = lane / 4, q = lane % 4) loads bytes 8q .. 8q + 7 of each
-// 32-input step for rows g and g + 8 (A) and for token g of each n-tile
-// (B): the mma's k slots 4q .. 4q + 3 and 16 + 4q .. take inputs 8q ..
-// 8q + 3 and 8q + 4 .. 8q + 7, the same for A and B, so the dot is over
-// the step's 32 inputs.
+// Block b: rows 16b .. 16b + 15 for every token, NT n-tiles a pass. Lane
+// (g = lane / 4, q = lane % 4) loads bytes 16q .. 16q + 15 of each 64
+// inputs for rows g and g + 8 (A) and for token g of each n-tile (B); of
+// those, bytes 0-3 / 4-7 feed the first 32-input mma's k slots 4q .. and
+// 16 + 4q .., bytes 8-11 / 12-15 the second's - the same for A and B, so
+// each mma is a dot over 32 distinct inputs. A warp loads two 128-input
+// blocks (c and c + 8) before its products: more bytes in flight.
+template <int NT>
 __global__ void __launch_bounds__(F8_WARPS *WARP) f8_mm_kernel(const tcu_mat m, int n_in, const uint8_t *x8,
                                                                const float *xs, int T, int accumulate)
 {
-    __shared__ float red[F8_WARPS][F8_ROWS][F8_NT * 8];
+    __shared__ float red[F8_WARPS][F8_ROWS][NT * 8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int nb = n_in / F8_KB, ncol = (n_in + m.group - 1) / m.group;
     const int r0 = blockIdx.x * F8_ROWS;
     const int ra = r0 + g < m.n_out ? r0 + g : m.n_out - 1, rb = r0 + g + 8 < m.n_out ? r0 + g + 8 : m.n_out - 1;
-    const uint8_t *wa = (const uint8_t *)m.w + (size_t)ra * n_in + 8 * q, *wb = (const uint8_t *)m.w + (size_t)rb * n_in + 8 * q;
+    const uint8_t *wa = (const uint8_t *)m.w + (size_t)ra * n_in + 16 * q;
+    const uint8_t *wb = (const uint8_t *)m.w + (size_t)rb * n_in + 16 * q;
     const float2 *sa = reinterpret_cast<const float2 *>(m.sb) + (size_t)ra * ncol;
     const float2 *sbr = reinterpret_cast<const float2 *>(m.sb) + (size_t)rb * ncol;
-    /* the weights do not depend on an earlier kernel: the first block's
-     * rows are requested before the wait */
-    if (warp < nb)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + (size_t)warp * F8_KB));
+    /* the weights do not depend on an earlier kernel: request the first
+     * blocks before the wait */
+    uint4 A[2][2][2], An[2][2][2]; /* [block of the pair][64-input half][row g, g + 8]; the next pair */
+    auto load_a = [&](uint4(&A)[2][2][2], int c0) {
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            const int c = c0 + b * F8_WARPS;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                A[b][h][0] = c < nb ? __ldcs(reinterpret_cast<const uint4 *>(wa + (size_t)c * F8_KB + 64 * h))
+                                    : make_uint4(0, 0, 0, 0);
+                A[b][h][1] = c < nb ? __ldcs(reinterpret_cast<const uint4 *>(wb + (size_t)c * F8_KB + 64 * h))
+                                    : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    load_a(A, warp);
+    bool have_a = true;
     pdl_wait();
     pdl_trigger();
-    for (int t0 = 0; t0 < T; t0 += F8_NT * 8) {
-        float acc[F8_NT][4];
+    for (int t0 = 0; t0 < T; t0 += NT * 8) {
+        float acc[NT][4];
 #pragma unroll
-        for (int n = 0; n < F8_NT; n++)
+        for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int j = 0; j < 4; j++)
                 acc[n][j] = 0.0f;
-        for (int c = warp; c < nb; c += F8_WARPS) {
-            float blk[F8_NT][4];
+        for (int c0 = warp; c0 < nb; c0 += 2 * F8_WARPS) {
+            if (!have_a)
+                load_a(A, c0);
+            have_a = false;
+            if (c0 + 2 * F8_WARPS < nb) /* the next pair's weights in flight during these products */
+                load_a(An, c0 + 2 * F8_WARPS);
+            uint4 B[2][NT][2];
 #pragma unroll
-            for (int n = 0; n < F8_NT; n++)
+            for (int b = 0; b < 2; b++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    blk[n][j] = 0.0f;
-            uint2 A[4][2];
+                for (int n = 0; n < NT; n++) {
+                    const int c = c0 + b * F8_WARPS, t = t0 + n * 8 + g;
 #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                A[s][0] = __ldcs(reinterpret_cast<const uint2 *>(wa + (size_t)c * F8_KB + 32 * s));
-                A[s][1] = __ldcs(reinterpret_cast<const uint2 *>(wb + (size_t)c * F8_KB + 32 * s));
-            }
+                    for (int h = 0; h < 2; h++)
+                        B[b][n][h] = c < nb && t < T ? __ldg(reinterpret_cast<const uint4 *>(
+                                                           x8 + (size_t)t * n_in + (size_t)c * F8_KB + 64 * h + 16 * q))
+                                                     : make_uint4(0, 0, 0, 0);
+                }
 #pragma unroll
-            for (int n = 0; n < F8_NT; n++) {
-                const int t = t0 + n * 8 + g;
-                if (t0 + n * 8 >= T)
+            for (int b = 0; b < 2; b++) {
+                const int c = c0 + b * F8_WARPS;
+                if (c >= nb)
                     break;
-                const uint2 *xb = reinterpret_cast<const uint2 *>(x8 + (size_t)(t < T ? t : T - 1) * n_in +
-                                                                  (size_t)c * F8_KB + 8 * q);
+                float blk[NT][4];
 #pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    uint2 B = t < T ? __ldg(xb + 4 * s) : make_uint2(0, 0);
-                    mma_e4m3(blk[n], A[s][0].x, A[s][1].x, A[s][0].y, A[s][1].y, B.x, B.y);
+                for (int n = 0; n < NT; n++) {
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        blk[n][j] = 0.0f;
+                    if (t0 + n * 8 >= T)
+                        continue;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint4 a0 = A[b][h][0], a1 = A[b][h][1], bb = B[b][n][h];
+                        mma_e4m3(blk[n], a0.x, a1.x, a0.y, a1.y, bb.x, bb.y);
+                        mma_e4m3(blk[n], a0.z, a1.z, a0.w, a1.w, bb.z, bb.w);
+                    }
+                }
+                const int sc = c * F8_KB / m.group;
+                const float wsa = __ldg(sa + sc).x, wsb = __ldg(sbr + sc).x;
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const int t = t0 + n * 8 + 2 * q;
+                    if (t0 + n * 8 >= T)
+                        break;
+                    const float x0 = t < T ? __ldg(xs + (size_t)t * nb + c) : 0.0f;
+                    const float x1 = t + 1 < T ? __ldg(xs + (size_t)(t + 1) * nb + c) : 0.0f;
+                    acc[n][0] = fmaf(__fmul_rn(wsa, x0), blk[n][0], acc[n][0]);
+                    acc[n][1] = fmaf(__fmul_rn(wsa, x1), blk[n][1], acc[n][1]);
+                    acc[n][2] = fmaf(__fmul_rn(wsb, x0), blk[n][2], acc[n][2]);
+                    acc[n][3] = fmaf(__fmul_rn(wsb, x1), blk[n][3], acc[n][3]);
                 }
             }
-            const int sc = c * F8_KB / m.group;
-            const float wsa = __ldg(sa + sc).x, wsb = __ldg(sbr + sc).x;
+            if (c0 + 2 * F8_WARPS < nb) {
 #pragma unroll
-            for (int n = 0; n < F8_NT; n++) {
-                const int t = t0 + n * 8 + 2 * q;
-                if (t0 + n * 8 >= T)
-                    break;
-                const float x0 = t < T ? __ldg(xs + (size_t)t * nb + c) : 0.0f;
-                const float x1 = t + 1 < T ? __ldg(xs + (size_t)(t + 1) * nb + c) : 0.0f;
-                acc[n][0] = fmaf(__fmul_rn(wsa, x0), blk[n][0], acc[n][0]);
-                acc[n][1] = fmaf(__fmul_rn(wsa, x1), blk[n][1], acc[n][1]);
-                acc[n][2] = fmaf(__fmul_rn(wsb, x0), blk[n][2], acc[n][2]);
-                acc[n][3] = fmaf(__fmul_rn(wsb, x1), blk[n][3], acc[n][3]);
+                for (int b = 0; b < 2; b++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        A[b][h][0] = An[b][h][0];
+                        A[b][h][1] = An[b][h][1];
+                    }
+                have_a = true;
             }
         }
 #pragma unroll
-        for (int n = 0; n < F8_NT; n++) {
+        for (int n = 0; n < NT; n++) {
             red[warp][g][n * 8 + 2 * q] = acc[n][0];
             red[warp][g][n * 8 + 2 * q + 1] = acc[n][1];
             red[warp][g + 8][n * 8 + 2 * q] = acc[n][2];
             red[warp][g + 8][n * 8 + 2 * q + 1] = acc[n][3];
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < F8_ROWS * F8_NT * 8; e += blockDim.x) {
-            const int rr = e / (F8_NT * 8), tt = e % (F8_NT * 8);
+        for (int e = threadIdx.x; e < F8_ROWS * NT * 8; e += blockDim.x) {
+            const int rr = e / (NT * 8), tt = e % (NT * 8);
             if (r0 + rr >= m.n_out || t0 + tt >= T)
                 continue;
             float v = red[0][rr][tt];
@@ -168,6 +223,11 @@ extern "C" int tcu_f8_mm(const tcu_mat *m, int n_in, const uint8_t *x8, const fl
     PROF(TCU_PROF_GEMV, stream);
     if (m->kind != TCU_F8 || n_in % F8_KB || (m->group != n_in && m->group % F8_KB))
         return (int)cudaErrorInvalidValue;
-    return launch_pdl(opts_or_default(o).pdl, f8_mm_kernel, dim3((unsigned)((m->n_out + F8_ROWS - 1) / F8_ROWS)),
-                      dim3(F8_WARPS * WARP), 0, (cudaStream_t)stream, *m, n_in, x8, xs, T, accumulate);
+    const dim3 grid((unsigned)((m->n_out + F8_ROWS - 1) / F8_ROWS)), block(F8_WARPS * WARP);
+    const bool pdl = opts_or_default(o).pdl != 0;
+    /* one n-tile for up to 8 tokens (a token's bits do not depend on the
+     * tiles: each (row, token) sum is the same per block and warp) */
+    return T <= 8 ? launch_pdl(pdl, f8_mm_kernel<1>, grid, block, 0, (cudaStream_t)stream, *m, n_in, x8, xs, T, accumulate)
+                  : launch_pdl(pdl, f8_mm_kernel<F8_NT>, grid, block, 0, (cudaStream_t)stream, *m, n_in, x8, xs, T,
+                               accumulate);
 }
