@@ -19,7 +19,7 @@ typedef struct cli_help {
     "  --device cpu|cuda|cuda:N|auto  where the model runs (default: auto = the first GPU of a CUDA\n" \
     "                             build, else the CPU)\n"                                              \
     "  --exact-products           f32 activations for quantized weights (default: integer products)\n" \
-    "  --kv-type f32|bf16|f16|q8|q4|r4|r3  KV cache storage (default: run and serve f16 on the CPU,\n" \
+    "  --kv-type f32|bf16|f16|q8|q4|r4|r3|f8 KV cache storage (default: run and serve f16 on the CPU,\n" \
     "                             bf16 on CUDA; logits and perplexity f32)\n"                            \
     "  --kv-type-layers SPEC      per-layer types, LAYERS=TYPE,... with LAYERS N, A-B, firstN or\n"    \
     "                             lastN, later items win (e.g. first2=bf16,last2=bf16; default: none)\n" \

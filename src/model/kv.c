@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const type_names[KV_TYPE_COUNT] = {"f32", "bf16", "f16", "q8", "q4", "r4", "r3"};
+static const char *const type_names[KV_TYPE_COUNT] = {"f32", "bf16", "f16", "q8", "q4", "r4", "r3", "f8"};
 
 const char *kv_type_name(kv_type t) { return t >= 0 && t < KV_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -17,7 +17,11 @@ int kv_type_parse(const char *s, kv_type *t, tern_err *err)
             *t = (kv_type)i;
             return 0;
         }
-    return tern_err_set(err, TERN_EINVAL, "unknown KV type '%s' (f32, bf16, f16, q8, q4, r4, r3)", s ? s : "");
+    if (s && (!strcmp(s, "fp8") || !strcmp(s, "fp8_e4m3"))) { /* other servers' names for f8 */
+        *t = KV_F8;
+        return 0;
+    }
+    return tern_err_set(err, TERN_EINVAL, "unknown KV type '%s' (f32, bf16, f16, q8, q4, r4, r3, f8)", s ? s : "");
 }
 
 int kv_type_is_quant(kv_type t) { return t >= KV_Q8 && t < KV_TYPE_COUNT; }

@@ -40,6 +40,7 @@ typedef enum kv_type {
     KV_Q4, /* affine 4-bit, groups of 64 (32 when head_dim is not a multiple of 64) */
     KV_R4, /* rotated, symmetric 4-bit, groups of 32 */
     KV_R3, /* rotated, symmetric 3-bit, groups of 32 */
+    KV_F8, /* FP8 E4M3 codes, an f16 scale per group of 32 (amax / 448) */
     KV_TYPE_COUNT
 } kv_type;
 

@@ -11,6 +11,9 @@
  *   r3: f16 scale, g/4 bytes of 2-bit low parts (byte j: c[j + i*g/4] in bits
  *       2i..2i+1), g/8 bytes of high bits (byte j: c[j + i*g/8] in bit i);
  *       x = scale * (c - 3.5), c in 0..7
+ *   f8: f16 scale (max |x| / 448, rounded), g FP8 E4M3 codes of x / scale
+ *       (round to nearest even, saturating); x = scale * e4m3(c), exact in
+ *       f32 (4 significant bits times 11)
  * r4 and r3 store the rotated head (kv_rotate): a randomized Hadamard
  * transform spreads outliers over the head, so a symmetric grid fits. */
 #include <math.h>
@@ -53,6 +56,7 @@ size_t kv_group_bytes(kv_type t, int g)
     case KV_Q4: return 4 + (size_t)g / 2;
     case KV_R4: return 2 + (size_t)g / 2;
     case KV_R3: return 2 + (size_t)g / 4 + (size_t)g / 8;
+    case KV_F8: return 2 + (size_t)g;
     default: return 0;
     }
 }
@@ -71,6 +75,7 @@ int kv_type_group(kv_type t, int hd)
         /* fall through */
     case KV_Q8:
     case KV_R4:
+    case KV_F8:
         return hd % 32 == 0 ? 32 : hd < 32 && hd % 2 == 0 ? hd : 0;
     case KV_R3: return hd % 32 == 0 ? 32 : hd < 32 && hd % 8 == 0 ? hd : 0;
     default: return 0;
@@ -310,6 +315,21 @@ static void enc_sym(const float *x, int g, int bits, uint8_t *dst)
     }
 }
 
+/* f8: the scale is max |x| / 448 rounded to f16 (saturating), the codes
+ * x / scale in E4M3; a group whose scale rounds to 0 stores zeros. The
+ * device encoder (kv_typed.cuh) does the same operations in the same
+ * order, so both store the same bytes. */
+static void enc_f8(const float *x, int g, uint8_t *dst)
+{
+    float am = 0.0f;
+    for (int e = 0; e < g; e++)
+        am = fmaxf(am, fabsf(x[e]));
+    f2h(dst, am / 448.0f);
+    float s = h2f(dst);
+    for (int e = 0; e < g; e++)
+        dst[2 + e] = s > 0.0f ? tern_f32_to_f8e4m3(x[e] / s) : 0;
+}
+
 void kv_head_encode(kv_type t, int hd, const float *x, uint8_t *dst)
 {
     switch (t) {
@@ -333,6 +353,8 @@ void kv_head_encode(kv_type t, int hd, const float *x, uint8_t *dst)
             enc_affine(x + o, g, 255, dst, 0);
         else if (t == KV_Q4)
             enc_affine4(x + o, g, dst);
+        else if (t == KV_F8)
+            enc_f8(x + o, g, dst);
         else
             enc_sym(x + o, g, t == KV_R4 ? 4 : 3, dst);
     }
@@ -361,6 +383,7 @@ static inline const uint8_t *group_affine(kv_type t, const uint8_t *p, float *a,
     case KV_Q8:
     case KV_Q4: *b = h2f(p + 2); return p + 4;
     case KV_R4: *b = -7.5f * *a; return p + 2;
+    case KV_F8: *b = 0.0f; return p + 2;
     default: *b = -3.5f * *a; return p + 2;
     }
 }
@@ -384,6 +407,11 @@ void kv_head_decode(kv_type t, int hd, const uint8_t *src, float *x)
     for (int o = 0; o < hd; o += g, src += gb) {
         float a, b;
         const uint8_t *c = group_affine(t, src, &a, &b);
+        if (t == KV_F8) {
+            for (int e = 0; e < g; e++)
+                x[o + e] = a * tern_f8e4m3_to_f32(c[e]);
+            continue;
+        }
         for (int e = 0; e < g; e++)
             x[o + e] = a * (float)code_at(t, g, c, e) + b;
     }
@@ -435,6 +463,9 @@ float kv_head_dot(kv_type t, int hd, const float *q, const uint8_t *src)
                 qc += qq[e] * (float)c[e];
                 qs += qq[e];
             }
+        } else if (t == KV_F8) {
+            for (int e = 0; e < g; e++)
+                qc += qq[e] * tern_f8e4m3_to_f32(c[e]);
         } else if (t != KV_R3) {
             dot_nib(qq, c, g, &qc, &qs);
         } else {
@@ -477,6 +508,9 @@ void kv_head_axpy(kv_type t, int hd, float w, const uint8_t *src, float *out)
         if (t == KV_Q8) {
             for (int e = 0; e < g; e++)
                 y[e] += wa * (float)c[e] + wb;
+        } else if (t == KV_F8) {
+            for (int e = 0; e < g; e++)
+                y[e] += wa * tern_f8e4m3_to_f32(c[e]);
         } else if (t != KV_R3) {
             int h = g / 2;
             for (int j = 0; j < h; j++) {

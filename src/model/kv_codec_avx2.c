@@ -1,7 +1,8 @@
 /* AVX2 + FMA + F16C versions of the fused KV reads (kv_head_dot,
  * kv_head_axpy in kv_codec.c, the reference they are tested against):
- * bf16, f16, q8, q4, r4 and r3 (groups of 32) eight elements at a time;
- * the dequantization is one FMA per eight codes (x = a * c + b). Anything
+ * bf16, f16, q8, q4, r4, r3 (groups of 32) and f8 eight elements at a time;
+ * the dequantization is one FMA per eight codes (x = a * c + b; f8: one
+ * product by 256 a, its codes widened to f16 of 1/256 their value). Anything
  * else (f32, a head or group not a multiple of 8, r3's short groups) goes
  * to the scalar code. scores / wsum (the attention's g heads against n
  * rows) convert each f16 / bf16 block once for four heads; quantized rows
@@ -33,6 +34,16 @@ static inline __m256 load_bf16(const uint8_t *p)
 static inline __m256 load_f16(const uint8_t *p)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+/* Eight E4M3 codes as floats of 1/256 their value (exact): the 7 low bits
+ * shifted up by 7 and the sign by 8 are those f16s. */
+static inline __m256 load_f8(const uint8_t *p)
+{
+    __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
+                             _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7));
+    return _mm256_cvtph_ps(h);
 }
 
 static inline __m256 load_u8(const uint8_t *p)
@@ -77,7 +88,8 @@ static int fast_ok(kv_type t, int hd)
     switch (t) {
     case KV_BF16:
     case KV_F16:
-    case KV_Q8: return hd % 8 == 0 && g % 8 == 0;
+    case KV_Q8:
+    case KV_F8: return hd % 8 == 0 && g % 8 == 0;
     case KV_Q4:
     case KV_R4: return g % 16 == 0;
     case KV_R3: return g == 32;
@@ -99,6 +111,12 @@ static float dot_avx2(kv_type t, int hd, const float *q, const uint8_t *src)
     int g = kv_type_group(t, hd);
     size_t gb = kv_group_bytes(t, g);
     for (int o = 0; o < hd; o += g, src += gb) {
+        if (t == KV_F8) {
+            const __m256 va = _mm256_set1_ps(f16at(src) * 256.0f);
+            for (int e = 0; e < g; e += 8)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + o + e), _mm256_mul_ps(load_f8(src + 2 + e), va), acc);
+            continue;
+        }
         float a = f16at(src), b = t == KV_R4 ? -7.5f * a : t == KV_R3 ? -3.5f * a : f16at(src + 2);
         const uint8_t *c = src + (t == KV_R4 || t == KV_R3 ? 2 : 4);
         __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
@@ -138,6 +156,12 @@ static void axpy_avx2(kv_type t, int hd, float w, const uint8_t *src, float *out
     int g = kv_type_group(t, hd);
     size_t gb = kv_group_bytes(t, g);
     for (int o = 0; o < hd; o += g, src += gb) {
+        if (t == KV_F8) {
+            const __m256 va = _mm256_set1_ps(w * f16at(src) * 256.0f);
+            for (int e = 0; e < g; e += 8)
+                _mm256_storeu_ps(out + o + e, _mm256_fmadd_ps(load_f8(src + 2 + e), va, _mm256_loadu_ps(out + o + e)));
+            continue;
+        }
         float a = f16at(src), b = t == KV_R4 ? -7.5f * a : t == KV_R3 ? -3.5f * a : f16at(src + 2);
         const uint8_t *c = src + (t == KV_R4 || t == KV_R3 ? 2 : 4);
         __m256 va = _mm256_set1_ps(w * a), vb = _mm256_set1_ps(w * b);

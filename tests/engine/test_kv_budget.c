@@ -97,8 +97,8 @@ static void test_admitted_grows(void **state)
     /* 20 f32 blocks; a request takes 3: (16 + 16) / 16 positions, plus one
      * kept for a copy-on-write (engine.c projected_blocks) */
     size_t budget = 20 * per_f32;
-    static const kv_type types[] = {KV_F32, KV_BF16, KV_Q8, KV_Q4, KV_R4, KV_R3};
-    static const double factor[] = {1, 2, 3.5, 6.5, 6.5, 6.5};
+    static const kv_type types[] = {KV_F32, KV_BF16, KV_Q8, KV_Q4, KV_R4, KV_R3, KV_F8};
+    static const double factor[] = {1, 2, 3.5, 6.5, 6.5, 6.5, 3.5};
     int blocks0 = 0, peak0 = 0;
     for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
         tern_engine *e = new_engine(types[k], budget, N_REQ, NULL, 0);
@@ -129,7 +129,7 @@ static void test_admitted_grows(void **state)
 static void test_types_with_draft(void **state)
 {
     (void)state;
-    static const kv_type types[] = {KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3};
+    static const kv_type types[] = {KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3, KV_F8};
     for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
         int32_t out[2][24];
         int n[2] = {0, 0};

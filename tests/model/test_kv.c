@@ -37,8 +37,8 @@ static void fill(float *x, int n, float scale)
     }
 }
 
-static const kv_type all_types[] = {KV_F32, KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3};
-#define N_TYPES 7
+static const kv_type all_types[] = {KV_F32, KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3, KV_F8};
+#define N_TYPES 8
 
 /* ---- codecs ---- */
 
@@ -126,6 +126,11 @@ static void test_round_trip(void **state)
                         case KV_Q8: bound = 0.63 * (mx - mn) / 255 + am / 1024.0; break;
                         case KV_Q4: bound = 2.0 * (mx - mn) / 15 + am / 1024.0; break; /* a fit may clip an extreme */
                         case KV_R4: bound = 2.0 * am / 7.5 + am / 1024.0; break;
+                        /* half an E4M3 step (2^-4 relative) of the element over
+                         * a scale within 2^-11 of am / 448; below E4M3's
+                         * normals half its step 2^-10 scale; a scale that
+                         * rounds to 0 (am < 2^-25 * 448) stores 0 */
+                        case KV_F8: bound = fabs(y[e]) / 16.0 * (1 + 1.0 / 1024) + am / 448.0 / 1024.0 + 1e-30; break;
                         default: bound = 2.0 * am / 3.5 + am / 1024.0; break;
                         }
                         if (err > bound)
@@ -237,7 +242,8 @@ static void test_bytes(void **state)
         switch (all_types[ti]) {
         case KV_BF16:
         case KV_F16: assert_true(b * 2 == f32); break;
-        case KV_Q8: assert_true(b <= f32 / 3.5); break;
+        case KV_Q8:
+        case KV_F8: assert_true(b <= f32 / 3.5); break;
         case KV_Q4:
         case KV_R4:
         case KV_R3: assert_true(b <= f32 / 6.5); break;
@@ -283,6 +289,10 @@ static void test_spec_parse(void **state)
     kv_type t;
     assert_int_equal(kv_type_parse("r4", &t, &err), 0);
     assert_int_equal(t, KV_R4);
+    assert_int_equal(kv_type_parse("fp8", &t, &err), 0); /* other servers' name */
+    assert_int_equal(t, KV_F8);
+    assert_int_equal(kv_type_parse("f8", &t, &err), 0);
+    assert_int_equal(t, KV_F8);
     assert_int_equal(kv_type_parse("q5", &t, &err), TERN_EINVAL);
     assert_int_equal(kv_type_check(KV_Q8, 48, &err), TERN_EUNSUPPORTED);
     assert_int_equal(kv_type_check(KV_R3, 12, &err), TERN_EUNSUPPORTED);
