@@ -11,12 +11,12 @@
 
 _Static_assert((int)TCU_KV_F32 == (int)KV_F32 && (int)TCU_KV_BF16 == (int)KV_BF16 &&
                    (int)TCU_KV_F16 == (int)KV_F16 && (int)TCU_KV_Q8 == (int)KV_Q8 && (int)TCU_KV_Q4 == (int)KV_Q4 &&
-                   (int)TCU_KV_R4 == (int)KV_R4 && (int)TCU_KV_R3 == (int)KV_R3,
+                   (int)TCU_KV_R4 == (int)KV_R4 && (int)TCU_KV_R3 == (int)KV_R3 && (int)TCU_KV_F8 == (int)KV_F8,
                "the device KV type codes are kv.h's");
 
 unsigned cu_kvm_types(void)
 {
-    return 1u << KV_F32 | 1u << KV_BF16 | 1u << KV_F16 | 1u << KV_Q8 | 1u << KV_Q4 | 1u << KV_R4 | 1u << KV_R3;
+    return 1u << KV_F32 | 1u << KV_BF16 | 1u << KV_F16 | 1u << KV_Q8 | 1u << KV_Q4 | 1u << KV_R4 | 1u << KV_R3 | 1u << KV_F8;
 }
 
 /* Bytes of layer L's K (or V) over the pool's blocks. */

@@ -1,4 +1,4 @@
-/* KV types (bf16, f16, q8, q4, r4, r3; with and without 16-bit sink blocks) on the
+/* KV types (bf16, f16, q8, q4, r4, r3, f8; with and without 16-bit sink blocks) on the
  * CUDA backend, against the CPU (every test but the first skips without a
  * GPU; the first, without one, that the CPU reference reads every type):
  *  - attention over one typed pool, CPU backend vs CUDA table path: the
@@ -64,7 +64,7 @@ static void fill_kv(tern_rng *r, float *x, size_t n, float a)
 }
 #endif
 
-static const kv_type g_types[] = {KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3};
+static const kv_type g_types[] = {KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3, KV_F8};
 #define N_TYPES (sizeof g_types / sizeof *g_types)
 
 #ifdef TERN_CUDA
@@ -391,7 +391,7 @@ static void test_kv_forward(void **state)
     /* the bound per type: logits of the whole run, GPU vs CPU (both read the same kind of codes; a code may
      * still round the other way where the products' summation order moved a K or V across a boundary) */
     const double tol[] = {1e-4, 1e-3, 1e-4, 3e-3, 3e-2, 3e-2, 3e-2};
-    const kv_type types[] = {KV_F32, KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3};
+    const kv_type types[] = {KV_F32, KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3, KV_F8};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         kv_spec sp;
         kv_spec_init(&sp, types[ti]);

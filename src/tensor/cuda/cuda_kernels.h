@@ -235,7 +235,7 @@ int tcu_softcap(float *x, long n, float c, const tcu_opts *o, tcu_stream stream)
  * an f16 scale and q4's nibbles, x = scale * (c - 7.5)) and r3 (rotated,
  * an f16 scale, group/4 bytes of 2-bit low parts and group/8 bytes of high
  * bits, x = scale * (c - 3.5)). */
-enum { TCU_KV_F32 = 0, TCU_KV_BF16 = 1, TCU_KV_F16 = 2, TCU_KV_Q8 = 3, TCU_KV_Q4 = 4, TCU_KV_R4 = 5, TCU_KV_R3 = 6 };
+enum { TCU_KV_F32 = 0, TCU_KV_BF16 = 1, TCU_KV_F16 = 2, TCU_KV_Q8 = 3, TCU_KV_Q4 = 4, TCU_KV_R4 = 5, TCU_KV_R3 = 6, TCU_KV_F8 = 7 };
 /* The longest head a typed pool takes (the attention's bound too). */
 #define TCU_KV_HEAD_MAX 256
 

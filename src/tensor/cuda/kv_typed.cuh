@@ -12,7 +12,19 @@
 // Bytes of one group of G elements of a quantized type.
 __device__ __forceinline__ int kvt_group_bytes(int t, int G)
 {
-    return t == TCU_KV_Q8 ? 4 + G : t == TCU_KV_Q4 ? 4 + G / 2 : t == TCU_KV_R3 ? 2 + G / 4 + G / 8 : 2 + G / 2;
+    return t == TCU_KV_Q8   ? 4 + G
+           : t == TCU_KV_Q4 ? 4 + G / 2
+           : t == TCU_KV_R3 ? 2 + G / 4 + G / 8
+           : t == TCU_KV_F8 ? 2 + G
+                            : 2 + G / 2;
+}
+
+// An E4M3 code's value, exact (tern_f8e4m3_to_f32): its 7 low bits shifted
+// up by 7 and the sign by 8 are an f16 of 1/256 the value. f8's codes are
+// never NaN (the encoder saturates).
+__device__ __forceinline__ float kvt_e4m3(uint32_t b)
+{
+    return f16f((uint16_t)(((b & 0x80u) << 8) | ((b & 0x7fu) << 7))) * 256.0f;
 }
 
 // Byte offset (in lk / lv) of kv head kvh of position pos of a sequence
@@ -57,6 +69,10 @@ __device__ __forceinline__ float kvt_elem(const uint8_t *h, int t, int G, int e)
         const uint8_t *g = h + (size_t)(e / G) * kvt_group_bytes(t, G);
         const float a = kvt_h(g);
         return a * (float)kvt_r3_code(g + 2, G, e % G) + -3.5f * a;
+    }
+    case TCU_KV_F8: {
+        const uint8_t *g = h + (size_t)(e / G) * (2 + G);
+        return kvt_h(g) * kvt_e4m3(g[2 + e % G]);
     }
     default: { /* q4, r4: nibbles */
         const int r4 = t == TCU_KV_R4, cb = r4 ? 2 : 4;
@@ -143,6 +159,25 @@ __device__ __forceinline__ void kvt_load(const uint8_t *h, int t, int G, int e0,
         }
     }
     if constexpr (32 % D == 0) {
+        if (t == TCU_KV_F8) { /* the group's scale once; groups of 2 + G bytes: 2-byte aligned */
+            const int j0 = e0 % G;
+            const uint8_t *g = h + (size_t)(e0 / G) * (2 + G);
+            const float a = kvt_h(g);
+            if constexpr (D % 2 == 0) {
+                const uint16_t *c = reinterpret_cast<const uint16_t *>(g + 2 + j0);
+#pragma unroll
+                for (int d = 0; d < D; d += 2) {
+                    const uint32_t w = c[d / 2];
+                    x[d] = a * kvt_e4m3(w & 255u);
+                    x[d + 1] = a * kvt_e4m3(w >> 8);
+                }
+            } else {
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    x[d] = a * kvt_e4m3(g[2 + j0 + d]);
+            }
+            return;
+        }
         if (t == TCU_KV_R3) { /* the group's scale once; codes from their two planes */
             const int j0 = e0 % G;
             const uint8_t *g = h + (size_t)(e0 / G) * kvt_group_bytes(t, G);
@@ -364,6 +399,25 @@ __device__ __forceinline__ void kvt_enc_sym(const float *x, int G, int bits, uin
     }
 }
 
+// One f8 group, by one thread: kv_codec.c's enc_f8 - the scale max |x| /
+// 448 rounded to f16, the codes x / scale to E4M3 (round to nearest even,
+// saturating: the CPU's tern_f32_to_f8e4m3), zeros when the scale is 0.
+__device__ __forceinline__ void kvt_enc_f8(const float *x, int G, uint8_t *dst)
+{
+    float amax = 0.0f;
+    for (int e = 0; e < G; e++)
+        amax = fmaxf(amax, fabsf(x[e]));
+    const uint16_t hs = kvt_f2h(__fdiv_rn(amax, 448.0f));
+    const float s = f16f(hs);
+    kvt_put16(dst, hs);
+    for (int e = 0; e < G; e++) {
+        uint16_t r = 0;
+        if (s > 0.0f)
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(__fdiv_rn(x[e], s)));
+        dst[2 + e] = (uint8_t)(r & 255u);
+    }
+}
+
 // kv_rotate's fixed sign of element e (a hash of its index).
 __device__ __forceinline__ bool kvt_flip(int e)
 {
@@ -443,6 +497,10 @@ __device__ __forceinline__ void kvt_encode(int t, int G, int hd, const float *x,
     case TCU_KV_Q4:
         for (int gi = tid; gi < hd / G; gi += nthr)
             kvt_enc_aff4(x + gi * G, G, dst + (size_t)gi * kvt_group_bytes(t, G));
+        return;
+    case TCU_KV_F8:
+        for (int gi = tid; gi < hd / G; gi += nthr)
+            kvt_enc_f8(x + gi * G, G, dst + (size_t)gi * kvt_group_bytes(t, G));
         return;
     default:
         for (int gi = tid; gi < hd / G; gi += nthr)
