@@ -390,7 +390,7 @@ static void test_kv_forward(void **state)
     float *lc = malloc((size_t)(n_dec + 1) * V * sizeof(float)), *lg = malloc((size_t)(n_dec + 1) * V * sizeof(float));
     /* the bound per type: logits of the whole run, GPU vs CPU (both read the same kind of codes; a code may
      * still round the other way where the products' summation order moved a K or V across a boundary) */
-    const double tol[] = {1e-4, 1e-3, 1e-4, 3e-3, 3e-2, 3e-2, 3e-2};
+    const double tol[] = {1e-4, 1e-3, 1e-4, 3e-3, 3e-2, 3e-2, 3e-2, 1e-2};
     const kv_type types[] = {KV_F32, KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3, KV_F8};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         kv_spec sp;
