@@ -5,16 +5,15 @@
 //
 // Per (row, token): y = sum over the 128-input blocks c of
 //   (ws[row][c] * xs[token][c]) * P_c,  P_c = the four 32-input mma steps
-// of block c accumulated from zero,
-// warp w of the block summing blocks c = w, w + 8, ... in order, then the
-// 8 warps' sums added in warp order - an order fixed by the shape alone, so
-// a token's result never depends on the batch (the mma's dot for one
-// output element reads only that row and that column).
+// of block c accumulated from zero, summed in 8 contiguous chunks of
+// blocks, each in order from zero, then the chunk sums in order - an order
+// fixed by the shape alone, in both kernels below, so a token's result
+// never depends on the batch (the mma's dot for one output element reads
+// only that row and that column).
 #include "tensor/cuda/common.cuh"
 
 #define F8_WARPS 8
 #define F8_ROWS 16 /* rows a block: one mma m-tile */
-#define F8_NT 4    /* n-tiles a pass: 32 tokens */
 #define F8_KB 128  /* activation block */
 
 __device__ __forceinline__ void mma_e4m3(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -83,13 +82,19 @@ extern "C" int tcu_quant_f8(const float *x, const int32_t *rows, const float *g,
                       x, rows, g, xn, eps, n_in, x8, xs);
 }
 
-// Block b: rows 16b .. 16b + 15 for every token, NT n-tiles a pass. Lane
-// (g = lane / 4, q = lane % 4) loads bytes 16q .. 16q + 15 of each 64
-// inputs for rows g and g + 8 (A) and for token g of each n-tile (B); of
-// those, bytes 0-3 / 4-7 feed the first 32-input mma's k slots 4q .. and
-// 16 + 4q .., bytes 8-11 / 12-15 the second's - the same for A and B, so
-// each mma is a dot over 32 distinct inputs. A warp loads two 128-input
-// blocks (c and c + 8) before its products: more bytes in flight.
+// The 128-input blocks of a row are summed in 8 contiguous chunks: chunk w
+// is blocks [w nb / 8, (w + 1) nb / 8), each summed in order from zero,
+// and the 8 chunk sums added in order - the order of every kernel below,
+// whatever the tokens, so a token's bits never depend on its batch.
+__device__ __forceinline__ int f8_chunk(int w, int nb) { return w * nb / F8_WARPS; }
+
+// Small steps (up to 8 tokens): block b, rows 16b .. 16b + 15, warp w the
+// chunk w. Lane (g = lane / 4, q = lane % 4) loads bytes 16q .. 16q + 15 of
+// each 64 inputs for rows g and g + 8 (A) and for token g of each n-tile
+// (B); of those, bytes 0-3 / 4-7 feed the first 32-input mma's k slots 4q
+// .. and 16 + 4q .., bytes 8-11 / 12-15 the second's - the same for A and
+// B, so each mma is a dot over 32 distinct inputs. A warp loads two
+// blocks (c and c + 1) before its products, the next pair in flight.
 template <int NT>
 __global__ void __launch_bounds__(F8_WARPS *WARP) f8_mm_kernel(const tcu_mat m, int n_in, const uint8_t *x8,
                                                                const float *xs, int T, int accumulate)
@@ -97,6 +102,7 @@ __global__ void __launch_bounds__(F8_WARPS *WARP) f8_mm_kernel(const tcu_mat m, 
     __shared__ float red[F8_WARPS][F8_ROWS][NT * 8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int nb = n_in / F8_KB, ncol = (n_in + m.group - 1) / m.group;
+    const int cb = f8_chunk(warp, nb), ce = f8_chunk(warp + 1, nb);
     const int r0 = blockIdx.x * F8_ROWS;
     const int ra = r0 + g < m.n_out ? r0 + g : m.n_out - 1, rb = r0 + g + 8 < m.n_out ? r0 + g + 8 : m.n_out - 1;
     const uint8_t *wa = (const uint8_t *)m.w + (size_t)ra * n_in + 16 * q;
@@ -109,17 +115,17 @@ __global__ void __launch_bounds__(F8_WARPS *WARP) f8_mm_kernel(const tcu_mat m, 
     auto load_a = [&](uint4(&A)[2][2][2], int c0) {
 #pragma unroll
         for (int b = 0; b < 2; b++) {
-            const int c = c0 + b * F8_WARPS;
+            const int c = c0 + b;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                A[b][h][0] = c < nb ? __ldcs(reinterpret_cast<const uint4 *>(wa + (size_t)c * F8_KB + 64 * h))
+                A[b][h][0] = c < ce ? __ldcs(reinterpret_cast<const uint4 *>(wa + (size_t)c * F8_KB + 64 * h))
                                     : make_uint4(0, 0, 0, 0);
-                A[b][h][1] = c < nb ? __ldcs(reinterpret_cast<const uint4 *>(wb + (size_t)c * F8_KB + 64 * h))
+                A[b][h][1] = c < ce ? __ldcs(reinterpret_cast<const uint4 *>(wb + (size_t)c * F8_KB + 64 * h))
                                     : make_uint4(0, 0, 0, 0);
             }
         }
     };
-    load_a(A, warp);
+    load_a(A, cb);
     bool have_a = true;
     pdl_wait();
     pdl_trigger();
@@ -130,28 +136,28 @@ __global__ void __launch_bounds__(F8_WARPS *WARP) f8_mm_kernel(const tcu_mat m, 
 #pragma unroll
             for (int j = 0; j < 4; j++)
                 acc[n][j] = 0.0f;
-        for (int c0 = warp; c0 < nb; c0 += 2 * F8_WARPS) {
+        for (int c0 = cb; c0 < ce; c0 += 2) {
             if (!have_a)
                 load_a(A, c0);
             have_a = false;
-            if (c0 + 2 * F8_WARPS < nb) /* the next pair's weights in flight during these products */
-                load_a(An, c0 + 2 * F8_WARPS);
+            if (c0 + 2 < ce) /* the next pair's weights in flight during these products */
+                load_a(An, c0 + 2);
             uint4 B[2][NT][2];
 #pragma unroll
             for (int b = 0; b < 2; b++)
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
-                    const int c = c0 + b * F8_WARPS, t = t0 + n * 8 + g;
+                    const int c = c0 + b, t = t0 + n * 8 + g;
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        B[b][n][h] = c < nb && t < T ? __ldg(reinterpret_cast<const uint4 *>(
+                        B[b][n][h] = c < ce && t < T ? __ldg(reinterpret_cast<const uint4 *>(
                                                            x8 + (size_t)t * n_in + (size_t)c * F8_KB + 64 * h + 16 * q))
                                                      : make_uint4(0, 0, 0, 0);
                 }
 #pragma unroll
             for (int b = 0; b < 2; b++) {
-                const int c = c0 + b * F8_WARPS;
-                if (c >= nb)
+                const int c = c0 + b;
+                if (c >= ce)
                     break;
                 float blk[NT][4];
 #pragma unroll
@@ -183,7 +189,7 @@ __global__ void __launch_bounds__(F8_WARPS *WARP) f8_mm_kernel(const tcu_mat m, 
                     acc[n][3] = fmaf(__fmul_rn(wsb, x1), blk[n][3], acc[n][3]);
                 }
             }
-            if (c0 + 2 * F8_WARPS < nb) {
+            if (c0 + 2 < ce) {
 #pragma unroll
                 for (int b = 0; b < 2; b++)
 #pragma unroll
@@ -217,17 +223,197 @@ __global__ void __launch_bounds__(F8_WARPS *WARP) f8_mm_kernel(const tcu_mat m, 
     }
 }
 
+// Wider steps: a GEMM tile of 64 rows x 64 tokens a block (4 warps of 32 x
+// 32), the 128-input blocks through shared memory in a 3-stage cp.async
+// pipeline. Each (row, token) is summed by one thread in the order above:
+// a block's 4 mma steps from zero with the same k slots as f8_mm_kernel
+// (the bytes of the two kernels' fragments are the same), scaled into the
+// chunk's sum, the chunk sums added in order - so the tile gives the small
+// kernel's bits and a threshold on T keeps batch invariance.
+#define F8T_ROWS 64
+#define F8T_TOK 64
+#define F8T_STAGES 3
+#define F8T_SMEM (F8T_STAGES * (F8T_ROWS + F8T_TOK) * F8_KB) /* 48 KB: no opt-in needed */
+
+// Byte offset of 16-byte piece `part` (0-7) of shared row `row`: odd rows
+// swap the halves, so the 8 lanes of a quarter warp (rows g, g + 1, pieces
+// q or 4 + q) read 8 different bank groups.
+__device__ __forceinline__ int f8t_off(int row, int part) { return row * F8_KB + ((part ^ ((row & 1) << 2)) << 4); }
+
+__global__ void __launch_bounds__(128) f8_tile_kernel(const tcu_mat m, int n_in, const uint8_t *x8, const float *xs,
+                                                      int T, int accumulate)
+{
+    extern __shared__ __align__(16) uint8_t f8t_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int wm = warp & 1, wn = warp >> 1;
+    const int nb = n_in / F8_KB, ncol = (n_in + m.group - 1) / m.group;
+    const int t0 = blockIdx.x * F8T_TOK, r0 = blockIdx.y * F8T_ROWS;
+    /* stage s: A rows at s * (ROWS + TOK) * LD, B tokens after them */
+    auto stage_a = [&](int s) { return f8t_smem + (size_t)s * (F8T_ROWS + F8T_TOK) * F8_KB; };
+    auto stage_b = [&](int s) { return stage_a(s) + F8T_ROWS * F8_KB; };
+    /* 128 threads copy a block's 64 x 128 weight bytes and 64 x 128 input
+     * bytes, 16 a copy: 4 + 4 each; rows and tokens past the end read the
+     * last one (their results are not stored) */
+    auto load_stage = [&](int s, int c) {
+        uint8_t *sa = stage_a(s), *sbb = stage_b(s);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int e = threadIdx.x + 128 * i, row = e >> 3, part = e & 7;
+            const int r = r0 + row < m.n_out ? r0 + row : m.n_out - 1;
+            cp_async16(sa + f8t_off(row, part), (const uint8_t *)m.w + (size_t)r * n_in + (size_t)c * F8_KB + 16 * part,
+                       16);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int e = threadIdx.x + 128 * i, tok = e >> 3, part = e & 7;
+            const int t = t0 + tok < T ? t0 + tok : T - 1;
+            cp_async16(sbb + f8t_off(tok, part), x8 + (size_t)t * n_in + (size_t)c * F8_KB + 16 * part, 16);
+        }
+    };
+    pdl_wait();
+    pdl_trigger();
+    float tot[2][4][4], tmp[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                tot[i][n][j] = tmp[i][n][j] = 0.0f;
+    int rows[2][2], toks[4][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + wm * 32 + i * 16 + g + 8 * h;
+            rows[i][h] = r < m.n_out ? r : m.n_out - 1;
+        }
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int t = t0 + wn * 32 + n * 8 + 2 * q + j;
+            toks[n][j] = t < T ? t : T - 1;
+        }
+#pragma unroll
+    for (int s = 0; s < F8T_STAGES - 1; s++) {
+        if (s < nb)
+            load_stage(s, s);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    int w = 0, wend = f8_chunk(1, nb);
+    while (w < F8_WARPS && wend == 0) { /* empty leading chunks: sums of zero */
+        w++;
+        wend = f8_chunk(w + 1, nb);
+    }
+    for (int c = 0; c < nb; c++) {
+        if (c + F8T_STAGES - 1 < nb)
+            load_stage((c + F8T_STAGES - 1) % F8T_STAGES, c + F8T_STAGES - 1);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group %0;" ::"n"(F8T_STAGES - 1) : "memory");
+        __syncthreads();
+        const uint8_t *sa = stage_a(c % F8T_STAGES), *sbb = stage_b(c % F8T_STAGES);
+        float blk[2][4][4];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    blk[i][n][j] = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint4 a[2][2], b[4];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                a[i][0] = *reinterpret_cast<const uint4 *>(sa + f8t_off(wm * 32 + i * 16 + g, 4 * h + q));
+                a[i][1] = *reinterpret_cast<const uint4 *>(sa + f8t_off(wm * 32 + i * 16 + g + 8, 4 * h + q));
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+                b[n] = *reinterpret_cast<const uint4 *>(sbb + f8t_off(wn * 32 + n * 8 + g, 4 * h + q));
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int n = 0; n < 4; n++) {
+                    mma_e4m3(blk[i][n], a[i][0].x, a[i][1].x, a[i][0].y, a[i][1].y, b[n].x, b[n].y);
+                    mma_e4m3(blk[i][n], a[i][0].z, a[i][1].z, a[i][0].w, a[i][1].w, b[n].z, b[n].w);
+                }
+        }
+        const int sc = c * F8_KB / m.group;
+        float ws[2][2], xv[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                ws[i][h] = __ldg(reinterpret_cast<const float2 *>(m.sb) + (size_t)rows[i][h] * ncol + sc).x;
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                xv[n][j] = __ldg(xs + (size_t)toks[n][j] * nb + c);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                tmp[i][n][0] = fmaf(__fmul_rn(ws[i][0], xv[n][0]), blk[i][n][0], tmp[i][n][0]);
+                tmp[i][n][1] = fmaf(__fmul_rn(ws[i][0], xv[n][1]), blk[i][n][1], tmp[i][n][1]);
+                tmp[i][n][2] = fmaf(__fmul_rn(ws[i][1], xv[n][0]), blk[i][n][2], tmp[i][n][2]);
+                tmp[i][n][3] = fmaf(__fmul_rn(ws[i][1], xv[n][1]), blk[i][n][3], tmp[i][n][3]);
+            }
+        if (c + 1 == wend) { /* chunk w done (and any empty ones after it): into the total, in order */
+            do {
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int n = 0; n < 4; n++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            tot[i][n][j] = w == 0 ? tmp[i][n][j] : __fadd_rn(tot[i][n][j], tmp[i][n][j]);
+                            tmp[i][n][j] = 0.0f;
+                        }
+                w++;
+                wend = w < F8_WARPS ? f8_chunk(w + 1, nb) : nb + 1;
+            } while (w < F8_WARPS && wend == c + 1);
+        }
+        __syncthreads(); /* the stage is refilled next */
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + wm * 32 + i * 16 + g + 8 * h;
+            if (r >= m.n_out)
+                continue;
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int t = t0 + wn * 32 + n * 8 + 2 * q + j;
+                    if (t >= T)
+                        continue;
+                    float *y = m.y + (size_t)t * m.n_out + r;
+                    const float v = tot[i][n][2 * h + j];
+                    *y = accumulate ? *y + v : v;
+                }
+        }
+}
+
 extern "C" int tcu_f8_mm(const tcu_mat *m, int n_in, const uint8_t *x8, const float *xs, int T, int accumulate,
                          const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
     if (m->kind != TCU_F8 || n_in % F8_KB || (m->group != n_in && m->group % F8_KB))
         return (int)cudaErrorInvalidValue;
-    const dim3 grid((unsigned)((m->n_out + F8_ROWS - 1) / F8_ROWS)), block(F8_WARPS * WARP);
     const bool pdl = opts_or_default(o).pdl != 0;
-    /* one n-tile for up to 8 tokens (a token's bits do not depend on the
-     * tiles: each (row, token) sum is the same per block and warp) */
-    return T <= 8 ? launch_pdl(pdl, f8_mm_kernel<1>, grid, block, 0, (cudaStream_t)stream, *m, n_in, x8, xs, T, accumulate)
-                  : launch_pdl(pdl, f8_mm_kernel<F8_NT>, grid, block, 0, (cudaStream_t)stream, *m, n_in, x8, xs, T,
-                               accumulate);
+    /* up to 8 tokens: a warp per chunk over 16 rows; more: the GEMM tile
+     * (the same bits, see f8_tile_kernel) */
+    if (T <= 8) {
+        const dim3 grid((unsigned)((m->n_out + F8_ROWS - 1) / F8_ROWS)), block(F8_WARPS * WARP);
+        return launch_pdl(pdl, f8_mm_kernel<1>, grid, block, 0, (cudaStream_t)stream, *m, n_in, x8, xs, T, accumulate);
+    }
+    const dim3 grid((unsigned)((T + F8T_TOK - 1) / F8T_TOK), (unsigned)((m->n_out + F8T_ROWS - 1) / F8T_ROWS));
+    return launch_pdl(pdl, f8_tile_kernel, grid, dim3(128), F8T_SMEM, (cudaStream_t)stream, *m, n_in, x8, xs, T,
+                      accumulate);
 }
