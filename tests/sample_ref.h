@@ -1,6 +1,6 @@
 /* A plain double-precision reference of the device sampler's contract
  * (backend.h sample_finish, cuda_sample.h tcu_sample_rows), for tests:
- * bias, mask, temperature weights exp((x - max) * (1/T)), a full sort
+ * bias, penalties, mask, temperature weights exp((x - max) * (1/T)), a full sort
  * (weight descending, ids ascending), the top-k / top-p / min-p cuts, and
  * the inverse of the cumulative distribution at u. Independent of the
  * kernel's method (no radix selection, no fixed point). Header-only; the
@@ -21,6 +21,12 @@ typedef struct sref_params {
     const int32_t *bias_ids;
     const float *bias_vals;
     int n_bias;
+    /* penalties (sample.c) when pen: per listed id, the repetition penalty,
+     * then presence + frequency x count where count > 0 */
+    int pen;
+    float rep, pres, freq;
+    const int32_t *pen_ids, *pen_counts;
+    int n_pen;
 } sref_params;
 
 typedef struct sref_row {
@@ -94,6 +100,14 @@ static inline int sref_prepare(sref_row *r, const float *logits, int32_t V, cons
     memcpy(x, logits, (size_t)V * sizeof *x);
     for (int b = 0; b < p->n_bias; b++)
         x[p->bias_ids[b]] += p->bias_vals[b];
+    const int pen = p->pen;
+    for (int b = 0; pen && b < p->n_pen; b++) {
+        float *v = &x[p->pen_ids[b]];
+        if (p->rep != 1.0f)
+            *v = *v > 0 ? *v / p->rep : *v * p->rep;
+        if (p->pen_counts[b])
+            *v -= p->pres + p->freq * (float)p->pen_counts[b];
+    }
     int32_t best = -1;
     for (int32_t t = 0; t < V; t++) {
         if (mask && !(mask[t >> 5] >> (t & 31) & 1))
@@ -103,7 +117,7 @@ static inline int sref_prepare(sref_row *r, const float *logits, int32_t V, cons
         if (best < 0 || x[t] > x[best])
             best = t;
     }
-    if (best >= 0 && x[best] == -INFINITY && (mask || p->n_bias > 0 || p->temperature > 0.0f))
+    if (best >= 0 && x[best] == -INFINITY && (mask || p->n_bias > 0 || pen || p->temperature > 0.0f))
         best = -1;
     r->argmax = best;
     r->greedy = p->temperature == 0.0f;

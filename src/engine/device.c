@@ -45,14 +45,16 @@ void engine_device_free(tern_engine *e)
 }
 
 /* Whether the device's sampler can take r's output rows this step: its
- * distribution depends only on the logits, bias, mask and truncations (no
- * penalties, no logprobs), and a speculating row is greedy (a sampled one
- * needs p(d) of every position for accept/reject: the host). */
+ * distribution depends only on the logits, bias, penalties, mask and
+ * truncations (no logprobs: the host reports them), a speculating row is
+ * greedy (a sampled one needs p(d) of every position for accept/reject:
+ * the host) and has no penalties (its K + 1 positions would each need the
+ * counts after the drafts before them). */
 static int row_device_sampleable(const engine_req *r)
 {
     const sample_params *p = &r->sp;
-    return p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
-           p->n_logprobs < 0 && (r->n_spec == 0 || p->temperature == 0.0f);
+    int pen = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    return p->n_logprobs < 0 && (r->n_spec == 0 || (p->temperature == 0.0f && !pen));
 }
 
 int engine_device_mode(const tern_engine *e, int n_out)
@@ -93,6 +95,12 @@ static void sample_rows_fill(tern_engine *e, int n_out)
         d->bias = p->bias;
         d->n_bias = p->n_bias;
         d->u = e->out_req[j] && p->temperature > 0.0f ? sample_uniform(&e->out_req[j]->ss) : 0.0;
+        d->rep = p->repetition_penalty;
+        d->pres = p->presence_penalty;
+        d->freq = p->frequency_penalty;
+        d->pen_ids = r->ss.seen_ids; /* NULL without penalties */
+        d->n_pen = r->ss.seen_ids ? r->ss.n_seen : 0;
+        d->count = r->ss.out_count;
     }
 }
 

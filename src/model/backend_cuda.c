@@ -1240,7 +1240,7 @@ static int cu_argmax_finish(model_backend *base, const uint32_t *masks, int32_t 
 }
 
 /* Sampling on the device (backend.h sample_finish): flags, masks, the rows'
- * parameters and bias lists go up in one copy, tcu_sample_rows draws over
+ * parameters, bias lists and penalty lists go up in one copy, tcu_sample_rows draws over
  * the logits where the forward left them, and only the ids come back. */
 static int cu_sample_finish(model_backend *base, const dev_sample_row *rows, const uint32_t *masks, int32_t n_words,
                             const uint8_t *mask_on, int32_t *ids, tern_err *err)
@@ -1256,45 +1256,58 @@ static int cu_sample_finish(model_backend *base, const dev_sample_row *rows, con
         return sel_sync(be, tern_err_set(err, TERN_EUNSUPPORTED, "cuda: sampling over %d tokens (at most %d)", V,
                                          TCU_SAMPLE_MAX_VOCAB), err);
     int any = 0;
-    size_t nb = 0;
+    size_t nb = 0, np = 0;
     for (int j = 0; j < n_out; j++) {
         const dev_sample_row *r = &rows[j];
         any |= masks && mask_on && mask_on[j];
-        if (!(r->temperature >= 0.0f) || r->n_bias < 0 || (r->n_bias > 0 && !r->bias) || !(r->u >= 0.0 && r->u < 1.0))
+        if (!(r->temperature >= 0.0f) || r->n_bias < 0 || (r->n_bias > 0 && !r->bias) || !(r->u >= 0.0 && r->u < 1.0) ||
+            r->n_pen < 0 || (r->n_pen > 0 && (!r->pen_ids || !r->count)))
             return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: bad sampling parameters for row %d", j), err);
         for (int32_t k = 0; k < r->n_bias; k++)
             if (r->bias[k].id < 0 || r->bias[k].id >= V)
                 return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: logit_bias id %d outside the vocabulary",
                                                  r->bias[k].id), err);
+        for (int32_t k = 0; k < r->n_pen; k++)
+            if (r->pen_ids[k] < 0 || r->pen_ids[k] >= V)
+                return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: penalty id %d outside the vocabulary",
+                                                 r->pen_ids[k]), err);
         nb += (size_t)r->n_bias;
+        np += (size_t)r->n_pen;
     }
     if (any && (size_t)n_words * 32 < (size_t)V)
         return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: %d mask words for %d tokens", n_words, V), err);
     size_t nw = any ? (size_t)n_words : 0, pw = sizeof(tcu_sample_param) / sizeof(int32_t);
     /* pinned layout (32-bit words): [n_out] flags, [n_out][nw] masks, [n_out]
-     * params (8-byte aligned), [nb] bias ids, [nb] bias values, [n_out] ids */
+     * params (8-byte aligned), [nb] bias ids, [nb] bias values, [np] penalty
+     * ids, [np] their output counts, [n_out] ids */
     size_t o_par = ((size_t)n_out * (1 + nw) + 1) & ~(size_t)1, o_bid = o_par + (size_t)n_out * pw,
-           o_bval = o_bid + nb, o_ids = o_bval + nb;
+           o_bval = o_bid + nb, o_pid = o_bval + nb, o_pcn = o_pid + np, o_ids = o_pcn + np;
     if ((rc = sel_ensure(be, o_ids + (size_t)n_out, err)))
         return sel_sync(be, rc, err);
     int32_t *h = be->h_sel, *d = be->d_sel;
-    for (int j = 0, bo = 0; j < n_out; j++) {
+    for (int j = 0, bo = 0, po = 0; j < n_out; j++) {
         const dev_sample_row *r = &rows[j];
         int on = any && mask_on[j];
         h[j] = on;
         if (on)
             memcpy(h + n_out + (size_t)j * nw, masks + (size_t)j * n_words, nw * sizeof(uint32_t));
-        tcu_sample_param p = {r->u, r->temperature, r->top_p, r->min_p, r->top_k, bo, r->n_bias};
+        int pen = r->rep != 1.0f || r->pres != 0.0f || r->freq != 0.0f;
+        tcu_sample_param p = {r->u, r->temperature, r->top_p, r->min_p, r->top_k, bo, r->n_bias,
+                              r->rep, r->pres, r->freq, po, pen ? r->n_pen : 0, pen};
         memcpy(h + o_par + (size_t)j * pw, &p, sizeof p);
         for (int32_t k = 0; k < r->n_bias; k++, bo++) {
             h[o_bid + (size_t)bo] = r->bias[k].id;
             memcpy(h + o_bval + (size_t)bo, &r->bias[k].bias, sizeof(float));
         }
+        for (int32_t k = 0; pen && k < r->n_pen; k++, po++) {
+            h[o_pid + (size_t)po] = r->pen_ids[k];
+            h[o_pcn + (size_t)po] = (int32_t)r->count[r->pen_ids[k]];
+        }
     }
     cudaError_t ce = cudaMemcpyAsync(d, h, o_ids * sizeof(int32_t), cudaMemcpyHostToDevice, be->stream);
     if (ce == cudaSuccess)
         ce = (cudaError_t)tcu_sample_rows(be->logits, n_out, V, (const tcu_sample_param *)(const void *)(d + o_par),
-                                          d + o_bid, (const float *)(const void *)(d + o_bval),
+                                          d + o_bid, (const float *)(const void *)(d + o_bval), d + o_pid, d + o_pcn,
                                           any ? (const uint32_t *)(d + n_out) : NULL, (int)nw, d, d + o_ids,
                                           (tcu_stream)be->stream);
     if (ce == cudaSuccess)

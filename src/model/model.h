@@ -154,6 +154,14 @@ typedef struct dev_sample_row {
     const struct sample_bias *bias;
     int32_t n_bias;
     double u;
+    /* penalties (sample.c's order: after the biases, per listed id the
+     * repetition penalty, then presence + frequency x count where count >
+     * 0): pen_ids[n_pen] the ids seen in prompt or output, count[id] their
+     * output counts ([n_vocab]); rep 1, pres and freq 0 = off */
+    float rep, pres, freq;
+    const int32_t *pen_ids;
+    int32_t n_pen;
+    const uint32_t *count;
 } dev_sample_row;
 
 int model_forward_start(tern_model *m, kv_pool *kv, const fwd_batch *b, tern_err *err);

@@ -69,11 +69,14 @@ int sample_state_init(sample_state *s, const sample_params *p, int32_t n_vocab, 
     if (has_penalties(p)) {
         s->out_count = calloc((size_t)n_vocab, sizeof *s->out_count);
         s->seen = calloc((size_t)n_vocab, 1);
-        if (!s->out_count || !s->seen)
+        s->seen_ids = malloc((size_t)n_vocab * sizeof *s->seen_ids);
+        if (!s->out_count || !s->seen || !s->seen_ids)
             goto nomem;
         for (size_t i = 0; i < n_prompt; i++)
-            if (prompt[i] >= 0 && prompt[i] < n_vocab)
+            if (prompt[i] >= 0 && prompt[i] < n_vocab && !s->seen[prompt[i]]) {
                 s->seen[prompt[i]] = 1;
+                s->seen_ids[s->n_seen++] = prompt[i];
+            }
     }
     return 0;
 nomem:
@@ -85,6 +88,7 @@ void sample_state_free(sample_state *s)
 {
     free(s->out_count);
     free(s->seen);
+    free(s->seen_ids);
     free(s->probs);
     free(s->idx);
     memset(s, 0, sizeof *s);
@@ -95,7 +99,10 @@ void sample_state_accept(sample_state *s, int32_t id)
     if (!s->out_count || id < 0 || id >= s->n_vocab)
         return;
     s->out_count[id]++;
-    s->seen[id] = 1;
+    if (!s->seen[id]) {
+        s->seen[id] = 1;
+        s->seen_ids[s->n_seen++] = id;
+    }
 }
 
 int32_t sample_argmax(const float *logits, int32_t n)

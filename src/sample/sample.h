@@ -45,6 +45,8 @@ typedef struct sample_state {
     int32_t n_vocab;
     uint32_t *out_count;   /* [n_vocab] times each id was generated (NULL if no penalties) */
     uint8_t *seen;         /* [n_vocab] id occurs in prompt or output (repetition penalty) */
+    int32_t *seen_ids;     /* [n_seen] the ids with seen set, in the order first seen (a device sampler's list) */
+    int32_t n_seen;
     /* scratch planned once per row */
     float *probs;          /* [n_vocab] */
     int32_t *idx;          /* [n_vocab] */

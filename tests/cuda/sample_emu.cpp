@@ -15,6 +15,7 @@ pthread_barrier_t emu_bar;
 extern "C" {
 #include "base/rng.h"
 #include "sample_ref.h"
+#include "cuda/sample_pen.h"
 }
 
 struct emu_launch {
@@ -23,6 +24,7 @@ struct emu_launch {
     const tcu_sample_param *P;
     const int32_t *bi;
     const float *bv;
+    const int32_t *pi, *pc;
     const uint32_t *mk;
     int nw;
     const int32_t *on;
@@ -40,7 +42,7 @@ static void *emu_run(void *arg)
     threadIdx.x = t->tid;
     for (int r = 0; r < L->rows; r++) { // the block's rows one after another
         blockIdx.x = r;
-        sample_rows_kernel(L->lg, L->V, L->P, L->bi, L->bv, L->mk, L->nw, L->on, L->ids);
+        sample_rows_kernel(L->lg, L->V, L->P, L->bi, L->bv, L->pi, L->pc, L->mk, L->nw, L->on, L->ids);
         pthread_barrier_wait(&emu_bar);
     }
     return nullptr;
@@ -63,14 +65,15 @@ static void launch(int nt, const emu_launch &L)
 
 struct skcase {
     float t, top_p, min_p;
-    int top_k, n_bias, masked;
+    int top_k, n_bias, masked, pen;
 };
 static const skcase cases[] = {
-    {1.0f, 1.0f, 0, 0, 0, 0},   {0.7f, 0.9f, 0, 0, 0, 0},      {1.0f, 1.0f, 0, 40, 0, 0},
-    {1.3f, 0.95f, 0.05f, 50, 0, 1}, {0.5f, 1.0f, 0.1f, 0, 3, 0}, {2.0f, 0.5f, 0, 7, 2, 1},
-    {1.0f, 0.3f, 0, 0, 0, 1},   {0.9f, 1.0f, 0.9f, 0, 0, 0},   {1.0f, 1.0f, 0, 1, 0, 0},
-    {1.0f, 1.0f, 0, 3, 0, 1},   {3.0f, 0.99f, 0, 1000000, 1, 0}, {1.0f, 1.0f, 0, 0, 2, 1},
-    {0.35f, 0.8f, 0.01f, 100, 1, 1}, {0.0f, 1.0f, 0, 0, 2, 1}, {0.0f, 1.0f, 0, 0, 0, 0},
+    {1.0f, 1.0f, 0, 0, 0, 0, 0},   {0.7f, 0.9f, 0, 0, 0, 0, 0},      {1.0f, 1.0f, 0, 40, 0, 0, 0},
+    {1.3f, 0.95f, 0.05f, 50, 0, 1, 0}, {0.5f, 1.0f, 0.1f, 0, 3, 0, 0}, {2.0f, 0.5f, 0, 7, 2, 1, 0},
+    {1.0f, 0.3f, 0, 0, 0, 1, 0},   {0.9f, 1.0f, 0.9f, 0, 0, 0, 0},   {1.0f, 1.0f, 0, 1, 0, 0, 0},
+    {1.0f, 1.0f, 0, 3, 0, 1, 0},   {3.0f, 0.99f, 0, 1000000, 1, 0, 0}, {1.0f, 1.0f, 0, 0, 2, 1, 0},
+    {0.35f, 0.8f, 0.01f, 100, 1, 1, 0}, {0.0f, 1.0f, 0, 0, 2, 1, 0}, {0.0f, 1.0f, 0, 0, 0, 0, 0},
+    {0.8f, 0.9f, 0, 40, 1, 1, 1},   {0.0f, 1.0f, 0, 0, 0, 0, 1}, /* penalties */
 };
 
 int main(int argc, char **argv)
@@ -107,12 +110,16 @@ int main(int argc, char **argv)
             }
             if (k->n_bias >= 2)
                 bid[1] = bid[0];
-            sref_params sp = {k->t, k->top_p, k->min_p, k->top_k, bid, bvl, k->n_bias};
+            int32_t pid[SK_NPEN], pcn[SK_NPEN];
+            sk_penalties(V, base, &rng, pid, pcn);
+            sref_params sp = {k->t, k->top_p, k->min_p, k->top_k, bid, bvl, k->n_bias,
+                              k->pen, SK_REP, SK_PRES, SK_FREQ, pid, pcn, k->pen ? SK_NPEN : 0};
             sref_row R;
             sref_prepare(&R, base, V, &sp, k->masked ? mk : nullptr, 2e-6);
             for (int j = 0; j < NU; j++) {
                 us[j] = j == 0 ? 0.0 : j == 1 ? 1.0 - 0x1p-53 : (j - 2 + tern_rng_f64(&rng)) / (NU - 2);
-                P[j] = {us[j], k->t, k->top_p, k->min_p, k->top_k, 0, k->n_bias};
+                P[j] = {us[j], k->t, k->top_p, k->min_p, k->top_k, 0, k->n_bias,
+                        SK_REP, SK_PRES, SK_FREQ, 0, k->pen ? SK_NPEN : 0, k->pen};
                 on[j] = k->masked;
             }
             for (int pass = 0; pass < 2; pass++) { // block sizes 32 and 64: the same ids
@@ -120,7 +127,7 @@ int main(int argc, char **argv)
                     memcpy(lg + (size_t)j * V, base, sizeof(float) * V);
                     memcpy(mks + (size_t)j * NW, mk, 4 * (size_t)NW);
                 }
-                emu_launch L = {lg, NU, V, P, bid, bvl, mks, NW, on, pass ? ids2 : ids};
+                emu_launch L = {lg, NU, V, P, bid, bvl, pid, pcn, mks, NW, on, pass ? ids2 : ids};
                 launch(pass ? 64 : 32, L);
             }
             for (int j = 0; j < NU; j++) {

@@ -130,27 +130,31 @@ static void test_argmax_kernel(void **state)
 /* One parameter set of the sampling kernel test. */
 typedef struct skcase {
     float t, top_p, min_p;
-    int top_k, n_bias, masked;
+    int top_k, n_bias, masked, pen;
 } skcase;
 
 static const skcase sk_cases[] = {
-    {1.0f, 1.0f, 0, 0, 0, 0},     /* the OpenAI default: id order over everything */
-    {0.7f, 0.9f, 0, 0, 0, 0},     /* top-p */
-    {1.0f, 1.0f, 0, 40, 0, 0},    /* top-k */
-    {1.3f, 0.95f, 0.05f, 50, 0, 1},
-    {0.5f, 1.0f, 0.1f, 0, 3, 0},  /* min-p, biases (a repeated id) */
-    {2.0f, 0.5f, 0, 7, 2, 1},
-    {1.0f, 0.3f, 0, 0, 0, 1},
-    {0.9f, 1.0f, 0.9f, 0, 0, 0},
-    {1.0f, 1.0f, 0, 1, 0, 0},     /* top-k 1: the argmax */
-    {1.0f, 1.0f, 0, 3, 0, 1},
-    {3.0f, 0.99f, 0, 1000000, 1, 0}, /* top-k beyond the vocabulary */
-    {1.0f, 1.0f, 0, 0, 2, 1},
-    {0.35f, 0.8f, 0.01f, 100, 1, 1},
-    {0.0f, 1.0f, 0, 0, 2, 1},     /* greedy with bias and mask */
-    {0.0f, 1.0f, 0, 0, 0, 0},     /* plain greedy */
+    {1.0f, 1.0f, 0, 0, 0, 0, 0},     /* the OpenAI default: id order over everything */
+    {0.7f, 0.9f, 0, 0, 0, 0, 0},     /* top-p */
+    {1.0f, 1.0f, 0, 40, 0, 0, 0},    /* top-k */
+    {1.3f, 0.95f, 0.05f, 50, 0, 1, 0},
+    {0.5f, 1.0f, 0.1f, 0, 3, 0, 0},  /* min-p, biases (a repeated id) */
+    {2.0f, 0.5f, 0, 7, 2, 1, 0},
+    {1.0f, 0.3f, 0, 0, 0, 1, 0},
+    {0.9f, 1.0f, 0.9f, 0, 0, 0, 0},
+    {1.0f, 1.0f, 0, 1, 0, 0, 0},     /* top-k 1: the argmax */
+    {1.0f, 1.0f, 0, 3, 0, 1, 0},
+    {3.0f, 0.99f, 0, 1000000, 1, 0, 0}, /* top-k beyond the vocabulary */
+    {1.0f, 1.0f, 0, 0, 2, 1, 0},
+    {0.35f, 0.8f, 0.01f, 100, 1, 1, 0},
+    {0.0f, 1.0f, 0, 0, 2, 1, 0},     /* greedy with bias and mask */
+    {0.0f, 1.0f, 0, 0, 0, 0, 0},     /* plain greedy */
+    {0.8f, 0.9f, 0, 40, 1, 1, 1}, /* penalties (with a bias, a mask and truncations) */
+    {0.0f, 1.0f, 0, 0, 0, 0, 1},  /* greedy with penalties */
 };
 #define SK_NC (int)(sizeof sk_cases / sizeof sk_cases[0])
+#include "cuda/sample_pen.h"
+
 
 /* Runs every parameter set over fresh random rows of V tokens, NU values of
  * u each (0, the largest u below 1, then stratified); returns the number of
@@ -175,6 +179,9 @@ static int sample_kernel_sweep(int V, int variant, int NU, tern_rng *rng, int *n
     assert_int_equal(cudaMalloc((void **)&dids, 4 * (size_t)NU), 0);
     assert_int_equal(cudaMalloc((void **)&dbi, 4 * 4), 0);
     assert_int_equal(cudaMalloc((void **)&dbv, 4 * 4), 0);
+    int32_t *dpi, *dpc;
+    assert_int_equal(cudaMalloc((void **)&dpi, 4 * SK_NPEN), 0);
+    assert_int_equal(cudaMalloc((void **)&dpc, 4 * SK_NPEN), 0);
     for (int c = 0; c < SK_NC; c++) {
         const skcase *k = &sk_cases[c];
         for (int i = 0; i < V; i++)
@@ -195,14 +202,18 @@ static int sample_kernel_sweep(int V, int variant, int NU, tern_rng *rng, int *n
         }
         if (k->n_bias >= 2)
             bid[1] = bid[0];
-        sref_params sp = {k->t, k->top_p, k->min_p, k->top_k, bid, bvl, k->n_bias};
+        int32_t pid[SK_NPEN], pcn[SK_NPEN];
+        sk_penalties(V, base, rng, pid, pcn);
+        sref_params sp = {k->t, k->top_p, k->min_p, k->top_k, bid, bvl, k->n_bias,
+                          k->pen, SK_REP, SK_PRES, SK_FREQ, pid, pcn, k->pen ? SK_NPEN : 0};
         sref_row R;
         sref_prepare(&R, base, V, &sp, k->masked ? mk : NULL, 2e-6);
         for (int j = 0; j < NU; j++) {
             memcpy(lg + (size_t)j * V, base, sizeof(float) * V);
             memcpy(mks + (size_t)j * NW, mk, 4 * (size_t)NW);
             us[j] = j == 0 ? 0.0 : j == 1 ? 1.0 - 0x1p-53 : (j - 2 + tern_rng_f64(rng)) / (NU - 2);
-            tcu_sample_param q = {us[j], k->t, k->top_p, k->min_p, k->top_k, 0, k->n_bias};
+            tcu_sample_param q = {us[j], k->t, k->top_p, k->min_p, k->top_k, 0, k->n_bias,
+                                  SK_REP, SK_PRES, SK_FREQ, 0, k->pen ? SK_NPEN : 0, k->pen};
             P[j] = q;
             on[j] = k->masked;
         }
@@ -211,9 +222,11 @@ static int sample_kernel_sweep(int V, int variant, int NU, tern_rng *rng, int *n
         cudaMemcpy(don, on, 4 * (size_t)NU, cudaMemcpyHostToDevice);
         cudaMemcpy(dbi, bid, 4 * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(dbv, bvl, 4 * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dpi, pid, 4 * SK_NPEN, cudaMemcpyHostToDevice);
+        cudaMemcpy(dpc, pcn, 4 * SK_NPEN, cudaMemcpyHostToDevice);
         for (int rep = 0; rep < 2; rep++) { /* twice: the same ids (biases are added in place: fresh logits) */
             cudaMemcpy(dlg, lg, sizeof(float) * V * NU, cudaMemcpyHostToDevice);
-            int rc = tcu_sample_rows(dlg, NU, V, dP, dbi, dbv, dmk, NW, don, dids, NULL);
+            int rc = tcu_sample_rows(dlg, NU, V, dP, dbi, dbv, dpi, dpc, dmk, NW, don, dids, NULL);
             if (!rc)
                 rc = (int)cudaMemcpy(rep ? ids2 : ids, dids, 4 * (size_t)NU, cudaMemcpyDeviceToHost);
             if (rc)
@@ -251,6 +264,8 @@ static int sample_kernel_sweep(int V, int variant, int NU, tern_rng *rng, int *n
     cudaFree(dids);
     cudaFree(dbi);
     cudaFree(dbv);
+    cudaFree(dpi);
+    cudaFree(dpc);
     free(base);
     free(lg);
     free(mk);
@@ -296,8 +311,10 @@ static void test_sample_kernel(void **state)
         x[1 * V + t] = x[2 * V + t] = -INFINITY; /* row 0: empty mask; rows 1, 2: all -inf */
     for (int w = 0; w < NW; w++)
         mk[3 * NW + w] = 0x80000001u; /* row 3: ids 0 and 31 mod 32 allowed */
-    tcu_sample_param P[R] = {{0.5, 1.0f, 1.0f, 0, 0, 0, 0}, {0.5, 1.0f, 0.9f, 0, 0, 0, 0},
-                             {0.5, 0.0f, 1.0f, 0, 0, 0, 0}, {0.5, 0.0f, 1.0f, 0, 0, 0, 0}};
+    tcu_sample_param P[R] = {{0.5, 1.0f, 1.0f, 0, 0, 0, 0, 1.0f, 0, 0, 0, 0, 0},
+                             {0.5, 1.0f, 0.9f, 0, 0, 0, 0, 1.0f, 0, 0, 0, 0, 0},
+                             {0.5, 0.0f, 1.0f, 0, 0, 0, 0, 1.0f, 0, 0, 0, 0, 0},
+                             {0.5, 0.0f, 1.0f, 0, 0, 0, 0, 1.0f, 0, 0, 0, 0, 0}};
     float *dx;
     uint32_t *dm;
     int32_t *don, *dids;
@@ -311,15 +328,15 @@ static void test_sample_kernel(void **state)
     cudaMemcpy(dm, mk, 4 * R * NW, cudaMemcpyHostToDevice);
     cudaMemcpy(don, on, 4 * R, cudaMemcpyHostToDevice);
     cudaMemcpy(dP, P, sizeof P, cudaMemcpyHostToDevice);
-    assert_int_equal(tcu_sample_rows(dx, R, V, dP, NULL, NULL, dm, NW, don, dids, NULL), 0);
+    assert_int_equal(tcu_sample_rows(dx, R, V, dP, NULL, NULL, NULL, NULL, dm, NW, don, dids, NULL), 0);
     assert_int_equal(cudaMemcpy(ids, dids, 4 * R, cudaMemcpyDeviceToHost), 0);
     int32_t want3 = ref_argmax(x + 3 * V, V, mk + 3 * NW);
     printf("edge rows: %d %d %d %d (want -1 -1 0 %d)\n", ids[0], ids[1], ids[2], ids[3], want3);
     if (ids[0] != -1 || ids[1] != -1 || ids[2] != 0 || ids[3] != want3)
         bad++;
     /* bad arguments are errors, not launches */
-    assert_int_not_equal(tcu_sample_rows(dx, R, TCU_SAMPLE_MAX_VOCAB + 1, dP, NULL, NULL, NULL, 0, NULL, dids, NULL), 0);
-    assert_int_not_equal(tcu_sample_rows(dx, R, V, dP, NULL, NULL, dm, 1, don, dids, NULL), 0);
+    assert_int_not_equal(tcu_sample_rows(dx, R, TCU_SAMPLE_MAX_VOCAB + 1, dP, NULL, NULL, NULL, NULL, NULL, 0, NULL, dids, NULL), 0);
+    assert_int_not_equal(tcu_sample_rows(dx, R, V, dP, NULL, NULL, NULL, NULL, dm, 1, don, dids, NULL), 0);
     cudaGetLastError();
     /* time: 64 rows of 151936 tokens, top-p 0.9 and the default */
     {
@@ -338,17 +355,18 @@ static void test_sample_kernel(void **state)
         free(hl);
         for (int mode = 0; mode < 3; mode++) {
             for (int r = 0; r < TR; r++) {
-                tcu_sample_param q = {(r + 0.5) / TR, 1.0f, mode == 1 ? 0.9f : 1.0f, 0, mode == 2 ? 40 : 0, 0, 0};
+                tcu_sample_param q = {(r + 0.5) / TR, 1.0f, mode == 1 ? 0.9f : 1.0f, 0, mode == 2 ? 40 : 0, 0, 0,
+                                      1.0f, 0, 0, 0, 0, 0};
                 hp[r] = q;
             }
             cudaMemcpy(tp, hp, sizeof hp, cudaMemcpyHostToDevice);
             cudaEvent_t e0, e1;
             cudaEventCreate(&e0);
             cudaEventCreate(&e1);
-            tcu_sample_rows(tl, TR, TV, tp, NULL, NULL, NULL, 0, NULL, ti, NULL); /* warm-up */
+            tcu_sample_rows(tl, TR, TV, tp, NULL, NULL, NULL, NULL, NULL, 0, NULL, ti, NULL); /* warm-up */
             cudaEventRecord(e0, NULL);
             for (int it = 0; it < 10; it++)
-                tcu_sample_rows(tl, TR, TV, tp, NULL, NULL, NULL, 0, NULL, ti, NULL);
+                tcu_sample_rows(tl, TR, TV, tp, NULL, NULL, NULL, NULL, NULL, 0, NULL, ti, NULL);
             cudaEventRecord(e1, NULL);
             assert_int_equal(cudaEventSynchronize(e1), 0);
             float ms = 0;
@@ -571,9 +589,16 @@ static void test_device_sample_finish(void **state)
         rows[s] = s * L + L - 1;
     }
     const sample_bias bias[2] = {{7, 3.0f}, {9, -2.0f}};
-    dev_sample_row dr[S] = {{1.0f, 1.0f, 0.0f, 0, NULL, 0, 0},
-                            {0.8f, 0.9f, 0.0f, 0, NULL, 0, 0},
-                            {0.0f, 1.0f, 0.0f, 0, bias, 2, 0}};
+    /* row 1 with penalties (set once its CPU logits are known): its
+     * largest logit's id, so the penalties move the top of the
+     * distribution, and the distinct ids of its first 6 tokens; output
+     * counts 0-2 */
+    uint32_t *count = calloc((size_t)V, sizeof *count);
+    int32_t pid[7], pcn[7], np = 0;
+    assert_non_null(count);
+    dev_sample_row dr[S] = {{1.0f, 1.0f, 0.0f, 0, NULL, 0, 0, 1.0f, 0, 0, NULL, 0, NULL},
+                            {0.8f, 0.9f, 0.0f, 0, NULL, 0, 0, 1.6f, 0.5f, 0.8f, pid, np, count},
+                            {0.0f, 1.0f, 0.0f, 0, bias, 2, 0, 1.0f, 0, 0, NULL, 0, NULL}};
     int bad = 0, same = 0;
     for (int run = 0; run < 2; run++) {
         tern_model *m = run ? g_gpu : g_cpu;
@@ -591,6 +616,20 @@ static void test_device_sample_finish(void **state)
         if (run == 0) {
             assert_int_equal(model_forward(m, &kv, &b, lc, &err), 0);
         } else {
+            int32_t top = 0;
+            for (int32_t t = 1; t < V; t++)
+                top = lc[(size_t)V + t] > lc[(size_t)V + top] ? t : top;
+            pid[np++] = top;
+            for (int i = 0; i < 6; i++) {
+                int dup = 0;
+                for (int k = 0; k < np; k++)
+                    dup |= pid[k] == tok[L + i];
+                if (!dup)
+                    pid[np++] = tok[L + i];
+            }
+            for (int k = 0; k < np; k++)
+                pcn[k] = (int32_t)(count[pid[k]] = (uint32_t)(k % 3));
+            dr[1].n_pen = np;
             for (int k = 0; k < NU; k++) {
                 for (int s = 0; s < S; s++)
                     dr[s].u = (k + 0.5) / NU;
@@ -599,7 +638,9 @@ static void test_device_sample_finish(void **state)
                 for (int s = 0; s < S; s++) {
                     int32_t bid[2] = {bias[0].id, bias[1].id};
                     float bv[2] = {bias[0].bias, bias[1].bias};
-                    sref_params sp = {dr[s].temperature, dr[s].top_p, dr[s].min_p, dr[s].top_k, bid, bv, dr[s].n_bias};
+                    const int pen = dr[s].n_pen > 0;
+                    sref_params sp = {dr[s].temperature, dr[s].top_p, dr[s].min_p, dr[s].top_k, bid, bv, dr[s].n_bias,
+                                      pen, dr[s].rep, dr[s].pres, dr[s].freq, pid, pcn, pen ? np : 0};
                     sref_row R;
                     const uint32_t *m_s = on[s] ? mk + (size_t)s * nw : NULL;
                     sref_prepare(&R, lc + (size_t)s * V, V, &sp, m_s, 1e-4);
@@ -633,6 +674,7 @@ static void test_device_sample_finish(void **state)
     }
     printf("sample_finish on the demo model: %d draws, %d the reference's id on the CPU logits, %d rejected\n", S * NU,
            same, bad);
+    free(count);
     free(lc);
     free(mk);
     if (bad)

@@ -127,11 +127,18 @@ static int fk_sample(model_backend *b, const dev_sample_row *rows, const uint32_
             bid[k] = d->bias[k].id;
             bval[k] = d->bias[k].bias;
         }
-        sref_params p = {d->temperature, d->top_p, d->min_p, d->top_k, bid, bval, d->n_bias};
+        int32_t *pc = d->n_pen > 0 ? malloc((size_t)d->n_pen * sizeof *pc) : NULL;
+        assert_true(d->n_pen == 0 || (pc && d->pen_ids && d->count));
+        for (int k = 0; k < d->n_pen; k++)
+            pc[k] = (int32_t)d->count[d->pen_ids[k]];
+        sref_params p = {d->temperature, d->top_p, d->min_p, d->top_k, bid, bval, d->n_bias,
+                         d->rep != 1.0f || d->pres != 0.0f || d->freq != 0.0f, d->rep, d->pres, d->freq,
+                         d->pen_ids, pc, d->n_pen};
         assert_true(d->u >= 0.0 && d->u < 1.0);
         sref_row r;
         ids[j] = sref_prepare(&r, f->logits + (size_t)j * V, V, &p, mk, 0.0) ? -1 : sref_draw(&r, r.k_nom, d->u);
         sref_free(&r);
+        free(pc);
         f->n_drawn += d->temperature > 0.0f;
         f->n_sample_masked += mk != NULL;
     }
@@ -456,8 +463,10 @@ static engine_req *submit_sp(tern_engine *e, int pi, const sample_params *sp, in
 static const sample_bias g_bias[3] = {{300, 6.0f}, {301, -100.0f}, {300, 2.5f}};
 
 /* Request kinds the device samples: temperatures, top-k, top-p, min-p,
- * logit_bias (repeated ids add up), and a greedy row with a bias. */
-#define NS 8
+ * logit_bias (repeated ids add up), a greedy row with a bias, and
+ * repetition / presence / frequency penalties (sampled with a bias, and
+ * greedy: the greedy ones are 6 and 9). */
+#define NS 10
 static void kind_params(int k, sample_params *sp)
 {
     sample_params_default(sp);
@@ -470,6 +479,11 @@ static void kind_params(int k, sample_params *sp)
     case 4: sp->temperature = 0.9f, sp->top_k = 40, sp->top_p = 0.8f, sp->min_p = 0.02f; break;
     case 5: sp->temperature = 1.0f, sp->bias = g_bias, sp->n_bias = 3; break;
     case 6: sp->temperature = 0.0f, sp->bias = g_bias, sp->n_bias = 3; break; /* greedy with a bias */
+    case 8:
+        sp->temperature = 0.8f, sp->top_k = 30, sp->bias = g_bias, sp->n_bias = 2;
+        sp->repetition_penalty = 4.0f, sp->presence_penalty = 1.5f, sp->frequency_penalty = 2.0f;
+        break;
+    case 9: sp->temperature = 0.0f, sp->repetition_penalty = 8.0f, sp->frequency_penalty = 2.0f; break;
     default: sp->temperature = 2.0f, sp->top_p = 0.5f, sp->bias = g_bias, sp->n_bias = 2; break;
     }
 }
@@ -550,25 +564,21 @@ static void test_device_sampler(void **state)
     }
     c1 = counts_now();
     assert_true(c1.sample > c0.sample && c1.sample - c0.sample < NS * T); /* shared steps */
-    assert_int_equal(c1.drawn - c0.drawn, (NS - 1) * T);                  /* one draw per sampled row and token */
+    assert_int_equal(c1.drawn - c0.drawn, (NS - 2) * T);                  /* one draw per sampled row and token */
     assert_int_equal(c1.logits, c0.logits);
 
-    /* logprobs or penalties: the host samples (the logits come down) */
-    for (int h = 0; h < 2; h++) {
+    /* logprobs: the host samples (the logits come down) */
+    {
         sample_params sp;
         kind_params(1, &sp);
-        if (h)
-            sp.presence_penalty = 0.5f;
-        else
-            sp.n_logprobs = 2;
+        sp.n_logprobs = 2;
         c0 = counts_now();
         drain(submit_sp(e, 1, &sp, T), &o);
         c1 = counts_now();
         assert_int_equal(o.finish, ENGINE_FINISH_LENGTH);
         assert_int_equal(c1.sample, c0.sample);
         assert_int_equal(c1.logits - c0.logits, T);
-        if (!h)
-            same(&o, &host[1], "logprobs row on the host path", 1);
+        same(&o, &host[1], "logprobs row on the host path", 1);
     }
     engine_free(e);
 

@@ -22,8 +22,11 @@ int tcu_argmax_rows(const float *logits, int n_rows, int n_vocab, const uint32_t
                     const int32_t *mask_on, int32_t *ids, tcu_stream stream);
 
 /* Per row of tcu_sample_rows: the host sampler's parameters (sample.h),
- * u = a uniform in [0, 1) drawn on the host from the row's own stream, and
- * the row's logit_bias entries bias_ids/bias_vals[bias_off, + n_bias). */
+ * u = a uniform in [0, 1) drawn on the host from the row's own stream, the
+ * row's logit_bias entries bias_ids/bias_vals[bias_off, + n_bias), and,
+ * when pen is set, its penalties: the ids seen in its prompt and output
+ * pen_ids[pen_off, + n_pen) (distinct), their output counts pen_counts[...]
+ * (0 = prompt only), rep / pres / freq as sample_params'. */
 typedef struct tcu_sample_param {
     double u;          /* unused at temperature 0 */
     float temperature; /* 0 = argmax */
@@ -31,13 +34,17 @@ typedef struct tcu_sample_param {
     float min_p;       /* <= 0 = off */
     int32_t top_k;     /* <= 0 = off */
     int32_t bias_off, n_bias;
+    float rep, pres, freq;
+    int32_t pen_off, n_pen, pen; /* pen 0 = no penalties */
 } tcu_sample_param;
 
 #define TCU_SAMPLE_MAX_VOCAB (1 << 19) /* fixed-point masses: n_vocab * 2^44 < 2^64 */
 
 /* Sampling per row, the host's sample_row (src/sample/sample.c) without
- * penalties and logprobs: the row's biases are added to its logits (in
- * place: the rows are modified), masked tokens (masks/mask_on as in
+ * logprobs: the row's biases are added to its logits (in place: the rows
+ * are modified), then its penalties in sample.c's arithmetic (x / rep or x
+ * * rep by sign, then minus pres + freq * count, each one rounding), masked
+ * tokens (masks/mask_on as in
  * tcu_argmax_rows) and -inf/NaN logits can never be drawn. Temperature 0:
  * the masked argmax of tcu_argmax_rows. Else weights e = expf((x - max) *
  * (1/T)) over the allowed tokens; the kept set is the first K tokens in the
@@ -56,8 +63,8 @@ typedef struct tcu_sample_param {
  * token masked or -inf: sample_row's error). n_vocab <= TCU_SAMPLE_MAX_VOCAB.
  * One block per row; n_rows may be 0. */
 int tcu_sample_rows(float *logits, int n_rows, int n_vocab, const tcu_sample_param *params, const int32_t *bias_ids,
-                    const float *bias_vals, const uint32_t *masks, int n_words, const int32_t *mask_on, int32_t *ids,
-                    tcu_stream stream);
+                    const float *bias_vals, const int32_t *pen_ids, const int32_t *pen_counts, const uint32_t *masks,
+                    int n_words, const int32_t *mask_on, int32_t *ids, tcu_stream stream);
 
 #ifdef __cplusplus
 }

@@ -375,8 +375,8 @@ __device__ __forceinline__ int sr_draw(const float *x, const uint32_t *mk, int V
 
 __global__ void __launch_bounds__(SR_MAX_THREADS, 1)
     sample_rows_kernel(float *logits, int V, const tcu_sample_param *params, const int32_t *bias_ids,
-                       const float *bias_vals, const uint32_t *masks, int n_words, const int32_t *mask_on,
-                       int32_t *ids)
+                       const float *bias_vals, const int32_t *pen_ids, const int32_t *pen_counts,
+                       const uint32_t *masks, int n_words, const int32_t *mask_on, int32_t *ids)
 {
     __shared__ sr_smem S;
     const int row = blockIdx.x, t = threadIdx.x;
@@ -390,6 +390,20 @@ __global__ void __launch_bounds__(SR_MAX_THREADS, 1)
                 if (id >= 0 && id < V)
                     x[id] += bias_vals[P.bias_off + b];
             }
+        __syncthreads();
+    }
+    if (P.pen && P.n_pen > 0) { // sample.c's arithmetic, one rounding each; the ids are distinct
+        for (int b = t; b < P.n_pen; b += blockDim.x) {
+            const int id = pen_ids[P.pen_off + b], cnt = pen_counts[P.pen_off + b];
+            if (id < 0 || id >= V)
+                continue;
+            float v = x[id];
+            if (P.rep != 1.0f)
+                v = v > 0.0f ? __fdiv_rn(v, P.rep) : __fmul_rn(v, P.rep);
+            if (cnt)
+                v = __fsub_rn(v, __fadd_rn(P.pres, __fmul_rn(P.freq, (float)cnt)));
+            x[id] = v;
+        }
         __syncthreads();
     }
     // the largest allowed logit, the lowest id on ties (NaN never wins)
@@ -410,7 +424,7 @@ __global__ void __launch_bounds__(SR_MAX_THREADS, 1)
     bi = S.ri[0];
     __syncthreads();
     int id;
-    if (bi == INT_MAX || (bv == -INFINITY && (mk || P.n_bias > 0 || P.temperature > 0.0f)))
+    if (bi == INT_MAX || (bv == -INFINITY && (mk || P.n_bias > 0 || P.pen || P.temperature > 0.0f)))
         id = -1; // nothing can be drawn (sample_row's TERN_EINVAL)
     else if (!(P.temperature > 0.0f))
         id = bi; // greedy: tcu_argmax_rows' rule
@@ -435,8 +449,9 @@ extern "C" int tcu_argmax_rows(const float *logits, int n_rows, int n_vocab, con
 }
 
 extern "C" int tcu_sample_rows(float *logits, int n_rows, int n_vocab, const tcu_sample_param *params,
-                               const int32_t *bias_ids, const float *bias_vals, const uint32_t *masks, int n_words,
-                               const int32_t *mask_on, int32_t *ids, tcu_stream stream)
+                               const int32_t *bias_ids, const float *bias_vals, const int32_t *pen_ids,
+                               const int32_t *pen_counts, const uint32_t *masks, int n_words, const int32_t *mask_on,
+                               int32_t *ids, tcu_stream stream)
 {
     if (n_rows <= 0)
         return 0;
@@ -444,6 +459,7 @@ extern "C" int tcu_sample_rows(float *logits, int n_rows, int n_vocab, const tcu
         return (int)cudaErrorInvalidValue;
     int threads = n_vocab >= 32768 ? SR_MAX_THREADS : 256;
     sample_rows_kernel<<<n_rows, threads, 0, (cudaStream_t)stream>>>(logits, n_vocab, params, bias_ids, bias_vals,
-                                                                      masks, n_words, mask_on, ids);
+                                                                      pen_ids, pen_counts, masks, n_words, mask_on,
+                                                                      ids);
     return (int)cudaGetLastError();
 }

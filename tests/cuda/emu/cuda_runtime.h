@@ -44,6 +44,11 @@ static inline unsigned __float_as_uint(float f)
     return u;
 }
 static inline unsigned long long __double2ull_rn(double d) { return (unsigned long long)nearbyint(d); }
+/* one IEEE operation each (volatile: no contraction into an FMA) */
+static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int)
 {
     abort();
