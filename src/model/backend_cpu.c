@@ -77,6 +77,8 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
         k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
+    else if (w->mx) /* f32 inputs, exact or not: the CPU's one MXFP4 product */
+        k->matmul_mxfp4(w->data, w->mx, X, Y, T, w->n_in, w->n_out, r0, r1);
     else if (w->dtype == TERN_F8E4M3) /* f32 inputs, exact or not: the CPU's one FP8 product */
         k->matmul_f8(w->data, w->fs, w->fs_rows, w->fs_cols, X, Y, T, w->n_in, w->n_out, r0, r1);
     else if (w->qbits && Q && T == 1 && w->sb16 && (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h) &&
@@ -103,13 +105,13 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
                      long r1)
 {
     long n_in = w->n_in;
-    long row_bytes = w->qbits ? n_in * w->qbits / 8 : n_in * (long)tern_dtype_size(w->dtype);
+    long row_bytes = w->qbits ? n_in * w->qbits / 8 : w->mx ? n_in / 2 : n_in * (long)tern_dtype_size(w->dtype);
     /* integer path: all the part's rows per tile, so that a kernel's one-off
      * rearranging of its token tile (the panels, intdot_simd.h) is shared
      * by every row; ~512 KB of int8 inputs per token tile stay in L2 while
      * the rows stream past them */
     long rb = Q ? r1 - r0 : 65536 / row_bytes, tb = (Q ? 524288 / n_in : 262144 / (n_in * (Xb ? 2 : 4))) & ~1L;
-    if (!Q && !Xb && !w->qbits && k->dense_blocked) { /* f32 inputs, dense or FP8 weights, kernels that block for L1 */
+    if (!Q && !Xb && !w->qbits && !w->mx && k->dense_blocked) { /* f32 inputs, dense or FP8 weights, kernels that block for L1 */
         rb = 96;
         tb = 64;
     }
@@ -141,6 +143,8 @@ static long mm_row_bytes(const model_weight *w)
         return w->n_in * w->qbits / 8 + w->n_in / w->group * 4;
     if (w->fs) /* a byte a weight, an f32 scale a block (shared by fs_rows rows) */
         return w->n_in + (w->n_in + w->fs_cols - 1) / w->fs_cols * 4 / w->fs_rows;
+    if (w->mx) /* half a byte a weight, a scale byte per 32 */
+        return w->n_in / 2 + w->n_in / 32;
     return w->n_in * (long)tern_dtype_size(w->dtype);
 }
 

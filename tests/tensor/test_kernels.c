@@ -441,6 +441,73 @@ static void check_f8(const tern_kernels *k)
         }
 }
 
+/* The MXFP4 product (kernels.h, tern_mxmatmul_fn) of table k: the scalar
+ * reference against the OCP formula in double (code table e2m1, ldexp of
+ * the E8M0 scale minus 127, nibble order: input 2i low, 2i + 1 high), every
+ * other table against the reference within f32 reordering; row ranges and
+ * every token alone give the same bits. Random codes (all 16) and scales
+ * over a wide range (E 100..150, and the extremes 0, 1 and 254 somewhere),
+ * sizes around the 4-row and 8-token tiles. */
+static void check_mx(const tern_kernels *k)
+{
+    static const double e2m1[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long sizes[][2] = {{1, 32}, {3, 32}, {4, 64}, {5, 96}, {9, 128}, {13, 320}, {64, 1440}};
+    static const long Ts[] = {1, 2, 3, 8, 9, 17};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            long n_out = sizes[si][0], n_in = sizes[si][1], T = Ts[ti], nb = n_in / 32, ldy = n_out + 3;
+            uint8_t *w = malloc((size_t)(n_out * n_in / 2)), *e = malloc((size_t)(n_out * nb));
+            float *x = malloc((size_t)(T * n_in) * 4);
+            float *y0 = malloc((size_t)(T * ldy) * 4), *y1 = malloc((size_t)(T * ldy) * 4);
+            for (long i = 0; i < n_out * n_in / 2; i++)
+                w[i] = (uint8_t)(tern_rng_u32(&rng) >> 24);
+            for (long i = 0; i < n_out * nb; i++)
+                e[i] = (uint8_t)(100 + tern_rng_u32(&rng) % 51);
+            if (n_out * nb >= 3) /* the scale table's low end (subnormal 2^-128, 2^-127) and a large one */
+                e[0] = 0, e[1] = 1, e[2] = 200;
+            for (long i = 0; i < T * n_in; i++)
+                x[i] = rnd();
+            for (long i = 0; i < T * ldy; i++)
+                y0[i] = y1[i] = -7.0f; /* the padding columns must stay */
+            ref->matmul_mxfp4(w, e, x, y0, T, n_in, ldy, 0, n_out);
+            k->matmul_mxfp4(w, e, x, y1, T, n_in, ldy, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < ldy; r++) {
+                    double want = 0.0, mag = 0.0;
+                    for (long i = 0; r < n_out && i < n_in; i++) {
+                        int c = w[r * (n_in / 2) + i / 2] >> (i % 2 * 4) & 15;
+                        double v = ldexp(e2m1[c], e[r * nb + i / 32] - 127) * x[t * n_in + i];
+                        want += v;
+                        mag += fabs(v);
+                    }
+                    float a = y0[t * ldy + r], b = y1[t * ldy + r];
+                    if (r >= n_out) {
+                        assert_true(a == -7.0f && b == -7.0f);
+                        continue;
+                    }
+                    double tol = 1.2e-7 * (double)(n_in + 8) * mag + 1e-38;
+                    if (fabs(a - want) > tol)
+                        fail_msg("scalar matmul_mxfp4 %ldx%ld T %ld row %ld: %g, want %g", n_out, n_in, T, r, a, want);
+                    if (fabs(b - a) > tol)
+                        fail_msg("%s matmul_mxfp4 %ldx%ld T %ld row %ld token %ld: %g vs %g", k->isa, n_out, n_in, T, r,
+                                 t, b, a);
+                }
+            if (n_out > 1) { /* rows in two parts, split off the tiles' multiples */
+                k->matmul_mxfp4(w, e, x, y0, T, n_in, ldy, 0, n_out / 2 + 1);
+                k->matmul_mxfp4(w, e, x, y0, T, n_in, ldy, n_out / 2 + 1, n_out);
+                assert_memory_equal(y0, y1, (size_t)(T * ldy) * 4);
+            }
+            for (long t = 0; t < T; t++) {
+                k->matmul_mxfp4(w, e, x + t * n_in, y0, 1, n_in, ldy, 0, n_out);
+                if (memcmp(y0, y1 + t * ldy, (size_t)n_out * 4))
+                    fail_msg("%s matmul_mxfp4 %ldx%ld: token %ld of %ld differs from alone", k->isa, n_out, n_in, t,
+                             T);
+            }
+            free(w), free(e), free(x), free(y0), free(y1);
+        }
+}
+
 /* 8-bit weights meet activations in blocks of 32 whatever their group
  * (kernels.h): each block of a group has its own d and A. Inputs whose
  * 32-wide blocks differ in magnitude by up to 10^4, so that a block read
@@ -553,6 +620,7 @@ static void test_scalar_quant(void **state)
     check_quant(tern_kernels_scalar());
     check_iq(tern_kernels_scalar());
     check_f8(tern_kernels_scalar());
+    check_mx(tern_kernels_scalar());
     check_iq_blocks(tern_kernels_scalar(), 0);
 }
 
@@ -566,6 +634,7 @@ static void test_avx2(void **state)
     check_quant(k);
     check_iq(k);
     check_f8(k);
+    check_mx(k);
     check_iq_blocks(k, 0);
 }
 
@@ -581,6 +650,7 @@ static void test_avx512(void **state)
     check_quant(k);
     check_iq(k);
     check_f8(k);
+    check_mx(k);
     if (tern_kernels_amx())
         check_f8(tern_kernels_amx());
     check_iq_blocks(k, 0);

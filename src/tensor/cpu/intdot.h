@@ -44,4 +44,9 @@ void tern_f8_avx2(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, c
 void tern_f8_avx512(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y, long T,
                     long n_in, long ldy, long r0, long r1);
 
+/* MXFP4 weights times f32 inputs (contract: kernels.h, tern_mxmatmul_fn):
+ * AVX2 + FMA (mxdot_avx2.c), also the AVX-512 table's. */
+void tern_mx_avx2(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in, long ldy, long r0,
+                  long r1);
+
 #endif

@@ -207,8 +207,31 @@ void tern_matmul_f8_scalar(const uint8_t *W, const float *fs, int fs_rows, int f
     }
 }
 
+/* The MXFP4 reference: each block's products (twice the E2M1 value, an
+ * exact small integer, times the input) summed in index order, then scaled
+ * by 2^(E - 128) and added in block order. */
+void tern_matmul_mxfp4_scalar(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in, long ldy,
+                              long r0, long r1)
+{
+    long nb = n_in / 32;
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = W + r * (n_in / 2), *e = E + r * nb;
+        for (long t = 0; t < T; t++) {
+            const float *x = X + t * n_in;
+            float y = 0.0f;
+            for (long b = 0; b < nb; b++) {
+                float p = 0.0f;
+                for (long i = 0; i < 32; i++)
+                    p += (float)tern_mx_v2(w[b * 16 + i / 2] >> (i % 2 * 4)) * x[b * 32 + i];
+                y += tern_mx_scale(e[b]) * p;
+            }
+            Y[t * ldy + r] = y;
+        }
+    }
+}
+
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
                                       quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy, NULL, NULL, NULL, NULL, NULL,
-                                      imatmul_q4h, imatmul_q8h, 0, tern_matmul_f8_scalar};
+                                      imatmul_q4h, imatmul_q8h, 0, tern_matmul_f8_scalar, tern_matmul_mxfp4_scalar};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }
