@@ -733,12 +733,19 @@ static __attribute__((noinline)) void att_fold(int g, int hd, int first, float *
     }
 }
 
+/* The folded partials to the output; a head's sink logit (gpt_oss) joins
+ * the denominator here, once, after every chunk: both rescaled to their
+ * common max, as one more partial with a sum and no values. */
 static void att_finish(const att_job *j, const att_pair *pp, const float *acc)
 {
     const model_attn *a = j->a;
     int g = j->g, hd = a->head_dim;
     for (int h = 0; h < g; h++) {
         float *out = a->out + ((size_t)pp->i * a->n_head + (size_t)pp->kvh * g + h) * hd, inv = 1.0f / acc[g + h];
+        if (a->sinks) {
+            float z = a->sinks[pp->kvh * g + h], m = acc[h] > z ? acc[h] : z, x = expf(acc[h] - m);
+            inv = x / (acc[g + h] * x + expf(z - m));
+        }
         const float *O = acc + 2 * g + (size_t)h * hd;
         for (int e = 0; e < hd; e++)
             out[e] = O[e] * inv;

@@ -39,7 +39,8 @@ struct model_scratch {
     int *row;                /* [cap_t][n_expert_used] each choice's row in the grouped buffers */
     int *cnt;                /* [n_expert + 1] tokens per expert, then first rows */
     float *xg;               /* [cap_t * n_expert_used][dim] inputs grouped by expert */
-    float *eg, *eu;          /* [cap_t * n_expert_used][n_ff_expert] */
+    float *eg, *eu;          /* [cap_t * n_expert_used][n_ff_expert] (gpt_oss: eg twice as wide, gate_up) */
+    int *rexp;               /* [cap_t * n_expert_used] each grouped row's expert (gpt_oss) */
     float *ed;               /* [cap_t * n_expert_used][dim] expert outputs */
     const model_weight **gw; /* [2 * n_expert] a grouped product's matrices, */
     const float **gx;        /* inputs, */
@@ -70,6 +71,7 @@ void model_scratch_free(model_scratch *s)
     free(s->eg);
     free(s->eu);
     free(s->ed);
+    free(s->rexp);
     free(s->gw);
     free(s->gx);
     free(s->gy);
@@ -116,7 +118,8 @@ static int scratch_ensure(tern_model *m, int T, int n_out, tern_err *err)
         s->row = malloc(rows * sizeof(int));
         s->cnt = malloc((E + 1) * sizeof(int));
         s->xg = malloc(rows * c->dim * sizeof(float));
-        s->eg = malloc(rows * c->n_ff_expert * sizeof(float));
+        s->eg = malloc(rows * c->n_ff_expert * (c->moe == MOE_GPT_OSS ? 2 : 1) * sizeof(float));
+        s->rexp = malloc(rows * sizeof(int));
         s->eu = malloc(rows * c->n_ff_expert * sizeof(float));
         s->ed = malloc(rows * c->dim * sizeof(float));
         s->gw = malloc(2 * E * sizeof *s->gw);
@@ -171,21 +174,22 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
 /* The rotation's cos/sin for one position (d / 2 pairs), computed once per
  * token and shared by all its q and k heads (the same values as computing
  * them per head: the same cosf/sinf of the same argument). */
-static void rope_table(float *cs, float *sn, int d, int pos, const float *inv_freq)
+/* af scales both (YaRN's attention factor; 1 elsewhere, an exact no-op). */
+static void rope_table(float *cs, float *sn, int d, int pos, const float *inv_freq, float af)
 {
     for (int i = 0; i < d / 2; i++) {
         float a = (float)pos * inv_freq[i];
-        cs[i] = cosf(a);
-        sn[i] = sinf(a);
+        cs[i] = cosf(a) * af;
+        sn[i] = sinf(a) * af;
     }
 }
 
-static void rope(float *v, int d, const float *cs, const float *sn, int pos, const float *inv_freq)
+static void rope(float *v, int d, const float *cs, const float *sn, int pos, const float *inv_freq, float af)
 {
     int h = d / 2;
     for (int i = 0; i < h; i++) {
         float a = (float)pos * inv_freq[i];
-        float c = cs ? cs[i] : cosf(a), s = sn ? sn[i] : sinf(a); /* no table: head_dim past its size */
+        float c = cs ? cs[i] : cosf(a) * af, s = sn ? sn[i] : sinf(a) * af; /* no table: head_dim past its size */
         float x0 = v[i], x1 = v[i + h];
         v[i] = x0 * c - x1 * s;
         v[i + h] = x1 * c + x0 * s;
@@ -242,6 +246,22 @@ static void gate_run(void *ctx, long b, long e, int worker)
     else
         for (long i = b; i < e; i++)
             j->g[i] = silu(j->g[i]) * j->u[i];
+}
+
+/* Rows [b, e) of y (n wide) += bias. */
+typedef struct bias_job {
+    float *y;
+    const float *bias;
+    int n;
+} bias_job;
+
+static void bias_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    bias_job *j = ctx;
+    for (long i = b; i < e; i++)
+        for (int k = 0; k < j->n; k++)
+            j->y[(size_t)i * j->n + k] += j->bias[k];
 }
 
 /* out[i] = rmsnorm(x[i]) * w for rows [b, e); then, when add, x[i] += a[i]
@@ -332,16 +352,16 @@ static void qkv_run(void *ctx, long b0, long e0, int worker)
         float rc_[KV_HEAD_DIM_MAX / 2], rs_[KV_HEAD_DIM_MAX / 2];
         int tab = hd <= KV_HEAD_DIM_MAX;
         if (tab)
-            rope_table(rc_, rs_, hd, pos, L->rope_inv_freq);
+            rope_table(rc_, rs_, hd, pos, L->rope_inv_freq, L->rope_af);
         for (int h = 0; h < c->n_head; h++) {
             if (L->q_norm)
                 rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->norm_eps);
-            rope(q + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq);
+            rope(q + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq, L->rope_af);
         }
         for (int h = 0; h < c->n_kv_head; h++) {
             if (L->k_norm)
                 rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->norm_eps);
-            rope(k + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq);
+            rope(k + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq, L->rope_af);
         }
         if (j->kv->k) {
             memcpy(kv_k_at(j->kv, j->b->seqs[i], j->l, pos), k, (size_t)kvd * sizeof(float));
@@ -753,10 +773,14 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const mo
         qkv_job qj = {c, L, kv, b, s, l};
         fwd_par(m, T, 1, qkv_run, &qj);
         model_attn at = {kv, b, l, c->n_head, c->n_kv_head, hd, L->window, c->attn_scale, c->attn_softcap,
-                         s->q, s->att};
+                         s->q, s->att, L->sinks};
         if ((rc = m->be->attention(m->be, &at, err)) || (rc = matmul(m, &L->wo, s->att, s->tmp, T, err)) ||
             (rc = model_lora_apply(m, lora, T, l, LORA_O, s->att, s->tmp, err)))
             return rc;
+        if (L->bo) { /* o_proj's bias (gpt_oss), with the product as nn.Linear adds it */
+            bias_job bj = {s->tmp, L->bo, dim};
+            fwd_par(m, T, ROWS_GRAIN / dim + 1, bias_run, &bj);
+        }
         if (L->post_attn_norm)
             norm_rows(m, s->tmp, s->tmp, NULL, L->post_attn_norm, dim, T);
         norm_rows(m, s->xn, s->x, s->tmp, L->ffn_norm, dim, T); /* x += attention; xn = norm(x) */

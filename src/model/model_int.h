@@ -61,6 +61,7 @@ typedef struct model_layer {
     float *bq, *bk, *bv;         /* q/k/v biases (qwen2), else NULL */
     int window;                  /* sliding window of this layer, 0 = full attention */
     const float *rope_inv_freq;  /* [head_dim/2], the model's global or local table */
+    float rope_af;               /* cos and sin scaled by it (YaRN's attention factor on the global table), else 1 */
 } model_layer;
 
 typedef struct model_scratch model_scratch;
