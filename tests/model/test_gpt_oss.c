@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "model/model_int.h" /* internals: the RoPE table */
 #include "model/safetensors.h"
 #include "test_util.h"
@@ -256,6 +257,71 @@ static void test_reference(void **state)
     model_free(m);
 }
 
+/* Sets config.json's key to the JSON text val. */
+static void config_set(const char *dir, const char *key, const char *val)
+{
+    char path[256];
+    tern_err err = {0};
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_object *o = tern_json_parse_file(path, &err);
+    assert_non_null(o);
+    json_object_object_del(o, key);
+    json_object_object_add(o, key, json_tokener_parse(val));
+    assert_int_equal(json_object_to_file(path, o), 0);
+    json_object_put(o);
+}
+
+/* YaRN is a RoPE type of every family (Qwen's configs use it): the old
+ * "type" key, transformers' defaults (beta 32 / 1, truncation on, the
+ * attention factor 0.1 ln(factor) + 1), an explicit attention_factor, and
+ * DeepSeek's mscale / mscale_all_dim ratio; the inverse frequencies with the
+ * ramp's ends floored and ceiled. */
+static void test_yarn_qwen(void **state)
+{
+    (void)state;
+    char dir[64], cmd[1024];
+    snprintf(dir, sizeof dir, "/tmp/tern-yarn-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "%s/tools/make_fixture --family qwen3 --dim 64 --layers 1 --heads 4 --kv-heads 2 --head-dim 32 --ff 64 "
+             "--rope-theta 1000000 --seed 44 --out %s --tokenizer %s",
+             build(), dir, shared_path("models/stories260K"));
+    assert_int_equal(system(cmd), 0);
+    config_set(dir, "rope_scaling", "{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64}");
+    tern_err err = {0};
+    tern_model *m = model_load(dir, 1, &err);
+    if (!m)
+        fail_msg("%s", err.msg);
+    const model_config *c = model_config_get(m);
+    assert_int_equal(c->rope_scaling, ROPE_YARN);
+    assert_true(c->rope_factor == 4.0f && c->rope_orig_max_pos == 64 && c->rope_truncate);
+    assert_true(c->rope_beta_fast == 32.0f && c->rope_beta_slow == 1.0f);
+    assert_true(fabs(c->rope_attn_factor - (0.1 * log(4.0) + 1)) < 1e-6);
+    double lo = floor(32 * log(64 / (32 * 2 * M_PI)) / (2 * log(1e6))), hi = ceil(32 * log(64 / (2 * M_PI)) / (2 * log(1e6)));
+    lo = fmax(lo, 0), hi = fmin(hi, 31);
+    for (int i = 0; i < 16; i++) {
+        double p = pow(1e6, i / 16.0), keep = 1 - fmin(fmax((i - lo) / (hi - lo), 0), 1);
+        double want = 1 / (4 * p) * (1 - keep) + 1 / p * keep;
+        if (fabs(m->rope_inv_freq[i] - want) > 1e-6 * want)
+            fail_msg("yarn inv_freq[%d] = %.9g, want %.9g (ramp %g..%g)", i, m->rope_inv_freq[i], want, lo, hi);
+    }
+    model_free(m);
+    config_set(dir, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"attention_factor\": 0.5}");
+    assert_non_null(m = model_load(dir, 1, &err));
+    assert_true(model_config_get(m)->rope_attn_factor == 0.5f);
+    assert_int_equal(model_config_get(m)->rope_orig_max_pos, model_config_get(m)->max_pos);
+    model_free(m);
+    config_set(dir, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 40.0, \"mscale\": 1.0, \"mscale_all_dim\": 0.5}");
+    assert_non_null(m = model_load(dir, 1, &err));
+    assert_true(fabs(model_config_get(m)->rope_attn_factor - (0.1 * log(40.0) + 1) / (0.05 * log(40.0) + 1)) < 1e-6);
+    model_free(m);
+    config_set(dir, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 0.5}");
+    assert_null(m = model_load(dir, 1, &err));
+    assert_non_null(strstr(err.msg, "factor"));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static int cleanup(void **state)
 {
     (void)state;
@@ -268,6 +334,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference),
+        cmocka_unit_test(test_yarn_qwen),
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
 }
