@@ -10,7 +10,8 @@
  * and G multiply-adds/s for each path (the integer path's time includes
  * quantizing the inputs), and the ratio; then the dense bf16 product (f32
  * activations) on the same shape; the FP8 product (128 x 128 block scales,
- * f32 activations) in the backend's cache tiles; where the table has tile
+ * f32 activations) in the backend's cache tiles; the MXFP4 product (f32
+ * activations) the same way; where the table has tile
  * products (AMX), their stages' times (activations, packing, product) next
  * to the vector kernel's rate. */
 #include <stdint.h>
@@ -180,6 +181,40 @@ int main(int argc, char **argv)
             printf("%4s %6ld %14.2f %14.2f\n", "", T, bytes / dt / 1e9, macs / dt / 1e9);
         }
         free(fs);
+    }
+    /* MXFP4 weights (gpt-oss's experts: E2M1 codes, an E8M0 scale per 32
+     * inputs; f32 activations) in the backend's cache tiles (mm_tiled: ~64
+     * KB of weight rows times ~256 KB of inputs) */
+    {
+        uint8_t *ws = malloc((size_t)rows * (n_in / 32));
+        if (!ws)
+            return 1;
+        for (long i = 0; i < rows * n_in / 2; i++)
+            w[i] = (uint8_t)tern_rng_u32(&rng);
+        for (long i = 0; i < rows * (n_in / 32); i++)
+            ws[i] = (uint8_t)(118 + tern_rng_u32(&rng) % 4);
+        long rb = 65536 / (n_in / 2) > 0 ? 65536 / (n_in / 2) : 1, tb = (262144 / (n_in * 4)) & ~1L;
+        tb = tb < 2 ? 2 : tb;
+        printf("%4s %6s %14s %14s\n", "mxf4", "tokens", "GB/s", "GMAC/s");
+        for (int ti = 0; ti < n_tok; ti++) {
+            long T = tokens[ti];
+            double bytes = (double)rows * (n_in / 2 + n_in / 32), macs = (double)rows * n_in * T;
+            long n_rep = reps ? reps : (long)(4e9 / (macs + bytes * 8)) + 1;
+            double t0 = cpu_s();
+            for (long r = 0; r < n_rep; r++) {
+                if (T <= tb) {
+                    k->matmul_mxfp4(w, ws, x, y, T, n_in, rows, 0, rows);
+                    continue;
+                }
+                for (long r0 = 0; r0 < rows; r0 += rb)
+                    for (long t = 0; t < T; t += tb)
+                        k->matmul_mxfp4(w, ws, x + t * n_in, y + t * rows, T - t < tb ? T - t : tb, n_in, rows, r0,
+                                        r0 + rb < rows ? r0 + rb : rows);
+            }
+            double dt = (cpu_s() - t0) / n_rep;
+            printf("%4s %6ld %14.2f %14.2f\n", "", T, bytes / dt / 1e9, macs / dt / 1e9);
+        }
+        free(ws);
     }
     /* the tile products (AMX), where the table has them: each stage's time
      * per call (activation rounding or quantization, packing, the product)

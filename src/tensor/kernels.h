@@ -132,6 +132,21 @@ typedef void (*tern_f8matmul_fn)(const uint8_t *W, const float *fs, int fs_rows,
 typedef void (*tern_mxmatmul_fn)(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in,
                                  long ldy, long r0, long r1);
 
+/* The integer MXFP4 product (the default; tern_mxmatmul_fn is the exact
+ * reference, --exact-products): the inputs quantized by tern_quant_act_fn
+ * with group 32 and bits 4 (blocks of 32, each block's 16 even inputs then
+ * its 16 odd ones - the codes' low then high nibbles; qs with nbp =
+ * tern_iq_nbp(n_in, 32, 4)). For row r and token t, with I_b = sum_{i in b}
+ * v_i * q_i over block b (v = twice the E2M1 value; exact int32) and d_b
+ * the block's activation scale:
+ *   u_b = 2^(E_b - 128) * (float)I_b;  acc[b % 8] = fma(u_b, d_b, acc[b % 8])
+ * over b = 0 .. nbp - 1 in order (padding blocks: u, d = 0), from acc = 0,
+ * then Y = ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)) - the
+ * same bits on every table (tern_iqmatmul_fn's combination with a zero
+ * bias). */
+typedef void (*tern_imxmatmul_fn)(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y,
+                                  long T, long n_in, long ldy, long r0, long r1);
+
 /* Twice the E2M1 value of code c (0..15): 0, 1, 2, 3, 4, 6, 8, 12, then the
  * same negated (code 8, -0, gives 0). */
 static inline int tern_mx_v2(unsigned c)
@@ -179,7 +194,8 @@ typedef struct tern_kernels {
                           caller may hand them large blocks); 0: the caller keeps a block's rows and inputs
                           cache-sized */
     tern_f8matmul_fn matmul_f8; /* FP8 weights (every table) */
-    tern_mxmatmul_fn matmul_mxfp4; /* MXFP4 weights (every table) */
+    tern_mxmatmul_fn matmul_mxfp4; /* MXFP4 weights, f32 activations (every table) */
+    tern_imxmatmul_fn imatmul_mxfp4; /* MXFP4 weights, int8 activations (every table) */
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group

@@ -48,5 +48,8 @@ void tern_f8_avx512(const uint8_t *W, const float *fs, int fs_rows, int fs_cols,
  * AVX2 + FMA (mxdot_avx2.c), also the AVX-512 table's. */
 void tern_mx_avx2(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in, long ldy, long r0,
                   long r1);
+/* The integer MXFP4 product (kernels.h, tern_imxmatmul_fn), AVX2. */
+void tern_imx_avx2(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+                   long ldy, long r0, long r1);
 
 #endif

@@ -230,8 +230,36 @@ void tern_matmul_mxfp4_scalar(const uint8_t *W, const uint8_t *E, const float *X
     }
 }
 
+/* The integer MXFP4 reference (kernels.h, tern_imxmatmul_fn): Q in the
+ * nibble order of tern_quant_act_fn's 4-bit layout. */
+static void imatmul_mxfp4(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T,
+                          long n_in, long ldy, long r0, long r1)
+{
+    long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4);
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = W + r * (n_in / 2), *e = E + r * nb;
+        for (long t = 0; t < T; t++) {
+            const int8_t *q = Q + t * n_in;
+            const float *d = qs + t * 2 * nbp;
+            float acc[8] = {0};
+            for (long b = 0; b < nbp; b++) {
+                float u = 0.0f;
+                if (b < nb) {
+                    int32_t I = 0;
+                    for (int i = 0; i < 16; i++) /* byte i: input 2i (low nibble, q[i]), 2i + 1 (high, q[16 + i]) */
+                        I += tern_mx_v2(w[b * 16 + i]) * q[b * 32 + i] + tern_mx_v2(w[b * 16 + i] >> 4) * q[b * 32 + 16 + i];
+                    u = tern_mx_scale(e[b]) * (float)I;
+                }
+                acc[b % 8] = fmaf(u, d[b], acc[b % 8]);
+            }
+            Y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        }
+    }
+}
+
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
                                       quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy, NULL, NULL, NULL, NULL, NULL,
-                                      imatmul_q4h, imatmul_q8h, 0, tern_matmul_f8_scalar, tern_matmul_mxfp4_scalar};
+                                      imatmul_q4h, imatmul_q8h, 0, tern_matmul_f8_scalar, tern_matmul_mxfp4_scalar,
+                                      imatmul_mxfp4};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }

@@ -15,6 +15,7 @@
 
 #include "tensor/cpu/hsum_avx2.h"
 #include "tensor/cpu/intdot.h"
+#include "tensor/cpu/intdot_simd.h"
 #include "tensor/kernels.h"
 
 #define MX_ROWS 4
@@ -68,6 +69,85 @@ void tern_mx_avx2(const uint8_t *W, const uint8_t *E, const float *X, float *Y, 
             for (int i = 0; i < nr; i++)
                 for (int k = 0; k < nt; k++)
                     Y[(t0 + k) * ldy + r + i] = hsum8(acc[i][k]);
+        }
+    }
+}
+
+/* ---- the integer product (kernels.h, tern_imxmatmul_fn) ----
+ * A block's 16 bytes become 32 int8 weights (twice the E2M1 value) in
+ * nibble order - low nibbles (even inputs), then high (odd) - by one
+ * 256-bit vpshufb, matching the activations' 4-bit layout; vpmaddubsw takes
+ * |w| against the activations with w's sign (vpsignb), vpmaddwd sums the
+ * pairs: each block's exact int32 sum in 8 lanes, 8 blocks reduced by the
+ * hadd tree of intdot_simd.h and combined as the contract says. Rows one at
+ * a time, tokens in pairs sharing each block's decode. */
+
+/* 2^(e - 128) for 8 E8M0 bytes (tern_mx_scale in 8 lanes). */
+static inline __m256 mx_scale8(const uint8_t *e8)
+{
+    __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e8));
+    __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e); /* e 0, 1: 2^-128, 2^-127 */
+    __m256i is_big = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, is_big));
+}
+
+static inline __m256i mx_wblock(const uint8_t *q16)
+{
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8,
+                                         12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m128i q = _mm_loadu_si128((const __m128i *)q16);
+    __m256i n = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+    return _mm256_shuffle_epi8(lut, n);
+}
+
+static inline __m256i mx_idot(__m256i w, __m256i aw, const int8_t *a)
+{
+    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a), w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+void tern_imx_avx2(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+                   long ldy, long r0, long r1)
+{
+    long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4), rb = n_in / 2;
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = W + r * rb, *e = E + r * nb;
+        for (long t = 0; t < T; t += 2) {
+            int two = t + 1 < T;
+            const int8_t *q0 = Q + t * n_in, *q1 = two ? q0 + n_in : q0;
+            const float *d0 = qs + t * 2 * nbp, *d1 = two ? d0 + 2 * nbp : d0;
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            for (long c = 0; c < nbp; c += 8) {
+                __m256i s0[8], s1[8];
+                for (int j = 0; j < 8; j++) {
+                    if (c + j < nb) {
+                        __m256i wv = mx_wblock(w + (c + j) * 16), aw = _mm256_sign_epi8(wv, wv);
+                        s0[j] = mx_idot(wv, aw, q0 + (c + j) * 32);
+                        s1[j] = mx_idot(wv, aw, q1 + (c + j) * 32);
+                    } else {
+                        s0[j] = s1[j] = _mm256_setzero_si256();
+                    }
+                }
+                uint8_t et[8] = {0};
+                const uint8_t *ep = e + c;
+                if (c + 8 > nb) { /* the row's last chunk: padding blocks have I = 0, so u = 0 */
+                    for (long j = c; j < nb; j++)
+                        et[j - c] = e[j];
+                    ep = et;
+                }
+                __m256 sw = mx_scale8(ep);
+                __m256i I0 = iq_sum8(_mm256_hadd_epi32(s0[0], s0[1]), _mm256_hadd_epi32(s0[2], s0[3]),
+                                     _mm256_hadd_epi32(s0[4], s0[5]), _mm256_hadd_epi32(s0[6], s0[7]));
+                __m256i I1 = iq_sum8(_mm256_hadd_epi32(s1[0], s1[1]), _mm256_hadd_epi32(s1[2], s1[3]),
+                                     _mm256_hadd_epi32(s1[4], s1[5]), _mm256_hadd_epi32(s1[6], s1[7]));
+                acc0 = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I0)), _mm256_loadu_ps(d0 + c), acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I1)), _mm256_loadu_ps(d1 + c), acc1);
+            }
+            Y[t * ldy + r] = iq_hsum(acc0);
+            if (two)
+                Y[(t + 1) * ldy + r] = iq_hsum(acc1);
         }
     }
 }
