@@ -195,24 +195,37 @@ int main(int argc, char **argv)
             ws[i] = (uint8_t)(118 + tern_rng_u32(&rng) % 4);
         long rb = 65536 / (n_in / 2) > 0 ? 65536 / (n_in / 2) : 1, tb = (262144 / (n_in * 4)) & ~1L;
         tb = tb < 2 ? 2 : tb;
-        printf("%4s %6s %14s %14s\n", "mxf4", "tokens", "GB/s", "GMAC/s");
+        printf("%4s %6s %14s %14s %14s %14s %7s\n", "mxf4", "tokens", "f32 GB/s", "f32 GMAC/s", "int8 GB/s",
+               "int8 GMAC/s", "ratio");
         for (int ti = 0; ti < n_tok; ti++) {
             long T = tokens[ti];
-            double bytes = (double)rows * (n_in / 2 + n_in / 32), macs = (double)rows * n_in * T;
+            double bytes = (double)rows * (n_in / 2 + n_in / 32), macs = (double)rows * n_in * T, dt[2];
             long n_rep = reps ? reps : (long)(4e9 / (macs + bytes * 8)) + 1;
-            double t0 = cpu_s();
-            for (long r = 0; r < n_rep; r++) {
-                if (T <= tb) {
-                    k->matmul_mxfp4(w, ws, x, y, T, n_in, rows, 0, rows);
-                    continue;
+            long nbp = tern_iq_nbp(n_in, 32, 4);
+            for (int path = 0; path < 2; path++) { /* f32 activations (--exact-products), then int8 */
+                double t0 = cpu_s();
+                for (long r = 0; r < n_rep; r++) {
+                    if (path) { /* the backend's integer path: all rows per tile, ~512 KB of int8 inputs */
+                        k->quant_act(x, T, n_in, 32, 4, q, qs);
+                        long tq = 524288 / n_in > 1 ? 524288 / n_in : 1;
+                        for (long t = 0; t < T; t += tq)
+                            k->imatmul_mxfp4(w, ws, q + t * n_in, qs + t * 2 * nbp, y + t * rows, T - t < tq ? T - t : tq,
+                                             n_in, rows, 0, rows);
+                        continue;
+                    }
+                    if (T <= tb) {
+                        k->matmul_mxfp4(w, ws, x, y, T, n_in, rows, 0, rows);
+                        continue;
+                    }
+                    for (long r0 = 0; r0 < rows; r0 += rb)
+                        for (long t = 0; t < T; t += tb)
+                            k->matmul_mxfp4(w, ws, x + t * n_in, y + t * rows, T - t < tb ? T - t : tb, n_in, rows,
+                                            r0, r0 + rb < rows ? r0 + rb : rows);
                 }
-                for (long r0 = 0; r0 < rows; r0 += rb)
-                    for (long t = 0; t < T; t += tb)
-                        k->matmul_mxfp4(w, ws, x + t * n_in, y + t * rows, T - t < tb ? T - t : tb, n_in, rows, r0,
-                                        r0 + rb < rows ? r0 + rb : rows);
+                dt[path] = (cpu_s() - t0) / n_rep;
             }
-            double dt = (cpu_s() - t0) / n_rep;
-            printf("%4s %6ld %14.2f %14.2f\n", "", T, bytes / dt / 1e9, macs / dt / 1e9);
+            printf("%4s %6ld %14.2f %14.2f %14.2f %14.2f %6.2fx\n", "", T, bytes / dt[0] / 1e9, macs / dt[0] / 1e9,
+                   bytes / dt[1] / 1e9, macs / dt[1] / 1e9, dt[0] / dt[1]);
         }
         free(ws);
     }

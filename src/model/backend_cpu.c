@@ -6,7 +6,8 @@
  * the rows are split; bf16 weights, where the CPU has a bf16 dot product
  * (AVX-512 BF16), meet the input rows rounded to bf16 once per product the
  * same way; --exact-products keeps the f32-activation kernels for both.
- * FP8 weights always meet the f32 inputs (matmul_f8: one FP8 path). */
+ * FP8 weights always meet the f32 inputs (matmul_f8: one FP8 path); MXFP4
+ * ones the int8 inputs of the 4-bit layout (or f32 under --exact-products). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -65,11 +66,25 @@ typedef struct mm_job {
     const uint16_t *Xp; /* Xb packed for the table's tile product (bf16_pack), else NULL */
 } mm_job;
 
+/* The quantized inputs a weight's integer product takes (kernels.h): an
+ * MLX affine weight's bits and group; an MXFP4 weight with group 32 the
+ * 4-bit layout in blocks of 32 (tern_imxmatmul_fn; group 0: f32 inputs,
+ * model_int.h); 0 for dense ones. */
+static int mm_abits(const model_weight *w) { return w->mx ? (w->group ? 4 : 0) : w->qbits; }
+static int mm_agroup(const model_weight *w) { return w->group; }
+
 /* Xb packed: Xb holds the tile product's packed inputs (kernels.h). */
 static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
                    const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
                    long r1)
 {
+    if (w->mx) { /* int8 inputs (the default) or f32 (--exact-products); never packed */
+        if (Q)
+            k->imatmul_mxfp4(w->data, w->mx, Q, qs, Y, T, w->n_in, w->n_out, r0, r1);
+        else
+            k->matmul_mxfp4(w->data, w->mx, X, Y, T, w->n_in, w->n_out, r0, r1);
+        return;
+    }
     if (packed && Q)
         (w->qbits == 4 ? k->imatmul_q4p : k->imatmul_q8p)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
                                                           r0, r1);
@@ -131,7 +146,7 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
     for (long r = r0; r < r1; r += rb)
         for (long t = 0; t < T; t += tb)
             mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Q ? Q + t * n_in : NULL,
-                   qs ? qs + t * 2 * tern_iq_nbp(n_in, w->group, w->qbits) : NULL, Xb ? Xb + t * n_in : NULL, 0,
+                   qs ? qs + t * 2 * tern_iq_nbp(n_in, mm_agroup(w), mm_abits(w)) : NULL, Xb ? Xb + t * n_in : NULL, 0,
                    Y + t * w->n_out,
                    T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1);
 }
@@ -259,7 +274,8 @@ static int grow(void **buf, size_t *cap, size_t need, size_t sz)
  * same bits and activation block - 8-bit weights of any group share). */
 static int mm_same_quant(const model_weight *a, const model_weight *b)
 {
-    return a->qbits == b->qbits && tern_iq_ablock(a->group, a->qbits) == tern_iq_ablock(b->group, b->qbits);
+    return mm_abits(a) == mm_abits(b) &&
+           tern_iq_ablock(mm_agroup(a), mm_abits(a)) == tern_iq_ablock(mm_agroup(b), mm_abits(b));
 }
 
 /* The integer path's inputs: X quantized once per distinct (activation
@@ -272,7 +288,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
     int n_groups = 0;
     size_t need_q = 0, need_s = 0;
     for (int i = 0; i < n; i++) {
-        if (!w[i]->qbits)
+        if (!mm_abits(w[i]))
             continue;
         int seen = 0;
         for (int k = 0; k < n_groups; k++)
@@ -281,7 +297,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
             continue;
         first[n_groups++] = w[i];
         need_q += (size_t)T * w[i]->n_in;
-        need_s += (size_t)T * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
+        need_s += (size_t)T * 2 * tern_iq_nbp(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
     }
     if (!n_groups)
         return 0;
@@ -291,7 +307,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
     float *qs = be->qs;
     long n_in = w[0]->n_in;
     for (int k = 0; k < n_groups; k++) {
-        int group = first[k]->group, bits = first[k]->qbits;
+        int group = mm_agroup(first[k]), bits = mm_abits(first[k]);
         long nbp = tern_iq_nbp(n_in, group, bits);
         quant_job qj = {be->k, X, n_in, group, bits, q, qs};
         /* ~16k inputs per part: quantizing is cheap next to the product. */
@@ -301,8 +317,8 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
         /* one packed buffer; every matrix sharing it must take the tiles */
         int packed = k == 0;
         for (int i = 0; i < n; i++)
-            if (w[i]->qbits && mm_same_quant(first[k], w[i]))
-                packed &= tern_iqp_ok(be->k, w[i]->group, w[i]->qbits, T);
+            if (mm_abits(w[i]) && mm_same_quant(first[k], w[i]))
+                packed &= !w[i]->mx && tern_iqp_ok(be->k, w[i]->group, w[i]->qbits, T);
         if (packed) { /* packed copies for the tile products, a 16-token block per part */
             long nb = (T + 15) / 16;
             if (grow((void **)&be->qxp, &be->cap_qxp, (size_t)nb * 16 * n_in, 1) ||
@@ -314,7 +330,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
             us = be->qsp;
         }
         for (int i = 0; i < n; i++)
-            if (w[i]->qbits && mm_same_quant(first[k], w[i])) {
+            if (mm_abits(w[i]) && mm_same_quant(first[k], w[i])) {
                 j->Q[i] = uq;
                 j->qs[i] = us;
                 j->qpacked[i] = packed;
@@ -462,9 +478,10 @@ static void mgq_run(void *ctx, long b, long e, int worker)
             if (tern_bf16p_ok(j->be->k, w->n_in)) /* the packed copy follows the T rows */
                 j->be->k->bf16_pack(j->Xb[i], j->T[i], w->n_in, (uint16_t *)j->Xb[i] + (size_t)j->T[i] * w->n_in);
         }
-        if (!w->qbits || (i > 0 && j->Q[i] == j->Q[i - 1]))
+        if (!j->Q[i] || (i > 0 && j->Q[i] == j->Q[i - 1]))
             continue;
-        j->be->k->quant_act(j->X[i], j->T[i], w->n_in, w->group, w->qbits, (int8_t *)j->Q[i], (float *)j->qs[i]);
+        j->be->k->quant_act(j->X[i], j->T[i], w->n_in, mm_agroup(w), mm_abits(w), (int8_t *)j->Q[i],
+                            (float *)j->qs[i]);
     }
 }
 
@@ -496,14 +513,15 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
                       (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
         /* the exact path's sums are per weight group; the integer path's
          * inputs per activation block (8-bit weights of any group share) */
-        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i]->qbits == w[i - 1]->qbits &&
+        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_abits(w[i]) == mm_abits(w[i - 1]) &&
+                   w[i]->mx == w[i - 1]->mx &&
                    (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
-        if (!w[i]->qbits || same)
+        if (!mm_abits(w[i]) || same)
             continue;
         if (!be->exact) {
             need_q += (size_t)T[i] * w[i]->n_in;
-            need_s += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
-        } else {
+            need_s += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
+        } else if (w[i]->qbits) { /* MXFP4's exact product needs no sums */
             need_x += (size_t)T[i] * (w[i]->n_in / w[i]->group);
         }
     }
@@ -522,11 +540,12 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
                       (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
             }
         }
-        if (!w[i]->qbits)
+        if (!mm_abits(w[i]) || (be->exact && !w[i]->qbits))
             continue;
-        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i - 1]->qbits == w[i]->qbits &&
+        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_abits(w[i - 1]) == mm_abits(w[i]) &&
+                   w[i]->mx == w[i - 1]->mx &&
                    (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
-        long ng = w[i]->n_in / w[i]->group;
+        long ng = w[i]->qbits ? w[i]->n_in / w[i]->group : 0;
         if (!be->exact) {
             if (same) {
                 Q[i] = Q[i - 1];
@@ -536,7 +555,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
             Q[i] = be->qx + oq;
             qs[i] = be->qs + os;
             oq += (size_t)T[i] * w[i]->n_in;
-            os += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
+            os += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
         } else {
             if (same) {
                 xsum[i] = xsum[i - 1];

@@ -538,14 +538,20 @@ static void test_gpt_oss_batch(void **state)
 
 /* An MXFP4 folder and its decoded twin (the same weights as plain f32
  * experts, make_fixture --mxfp4-decoded) give the same logits within f32
- * reordering: the MXFP4 products read the codes and scales as the OCP
- * format (and transformers) define them, and the plain experts' transposed
- * layout is read the same way. The MXFP4 experts stay in the mapping. */
+ * reordering under --exact-products: the MXFP4 products read the codes and
+ * scales as the OCP format (and transformers) define them, and the plain
+ * experts' transposed layout is read the same way. By default the gate_up
+ * products take int8 inputs (the down products keep f32: their inputs, the
+ * clamped SwiGLU's, are heavy-tailed): within 1e-3 (measured 1.9e-4). The
+ * MXFP4 experts stay in the mapping. */
 static void test_gpt_oss_mxfp4(void **state)
 {
     (void)state;
     const char *mx = fixture(GPT_OSS " --mxfp4 1"), *dec = fixture(GPT_OSS " --mxfp4-decoded 1");
-    float *a = logits_of(mx), *b = logits_of(dec);
+    float *b = logits_of(dec), *a = logits_of(mx);
+    tern_kernels_exact_set(1);
+    float *ax = logits_of(mx);
+    tern_kernels_exact_set(0);
     tern_err err = {0};
     tern_model *m = model_load(mx, 1, &err);
     assert_non_null(m);
@@ -559,14 +565,19 @@ static void test_gpt_oss_mxfp4(void **state)
     assert_int_equal(L->experts[0].n_out, 2 * c->n_ff_expert);
     assert_int_equal(L->experts[2].n_in, c->n_ff_expert);
     model_free(m);
-    double worst = 0, mag = 0;
+    double worst = 0, worst_x = 0, mag = 0;
     for (size_t i = 0; i < (size_t)12 * V; i++) {
         worst = fmax(worst, fabs(a[i] - b[i]));
+        worst_x = fmax(worst_x, fabs(ax[i] - b[i]));
         mag = fmax(mag, fabs(b[i]));
     }
-    printf("gpt_oss MXFP4 vs its decoded twin: max |delta logit| %.3g (logits up to %.3g)\n", worst, mag);
-    assert_true(worst <= 1e-5 * (mag + 1));
+    printf("gpt_oss MXFP4 vs its decoded twin: max |delta logit| %.3g exact products, %.3g int8 gate_up inputs "
+           "(logits up to %.3g)\n",
+           worst_x, worst, mag);
+    assert_true(worst_x <= 1e-5 * (mag + 1));
+    assert_true(worst <= 1e-3);
     free(a);
+    free(ax);
     free(b);
 }
 

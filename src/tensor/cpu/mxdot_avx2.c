@@ -108,46 +108,67 @@ static inline __m256i mx_idot(__m256i w, __m256i aw, const int8_t *a)
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+/* One row against nt (1 or 2, a constant where inlined) tokens: y[0..nt). */
+static inline __attribute__((always_inline)) void imx_row(const uint8_t *w, const uint8_t *e, long nb, long nbp,
+                                                          const int8_t *q0, const int8_t *q1, const float *d0,
+                                                          const float *d1, int nt, float *y)
+{
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (long c = 0; c < nbp; c += 8) {
+        __m256i s0[8], s1[8];
+        uint8_t et[8] = {0};
+        const uint8_t *ep = e + c;
+        if (c + 8 <= nb) {
+            for (int j = 0; j < 8; j++) {
+                __m256i wv = mx_wblock(w + (c + j) * 16), aw = _mm256_sign_epi8(wv, wv);
+                s0[j] = mx_idot(wv, aw, q0 + (c + j) * 32);
+                if (nt == 2)
+                    s1[j] = mx_idot(wv, aw, q1 + (c + j) * 32);
+            }
+        } else { /* the row's last chunk: padding blocks have I = 0, so u = 0 */
+            for (int j = 0; j < 8; j++) {
+                __m256i wv = c + j < nb ? mx_wblock(w + (c + j) * 16) : _mm256_setzero_si256();
+                __m256i aw = _mm256_sign_epi8(wv, wv);
+                s0[j] = c + j < nb ? mx_idot(wv, aw, q0 + (c + j) * 32) : _mm256_setzero_si256();
+                if (nt == 2)
+                    s1[j] = c + j < nb ? mx_idot(wv, aw, q1 + (c + j) * 32) : _mm256_setzero_si256();
+                if (c + j < nb)
+                    et[j] = e[c + j];
+            }
+            ep = et;
+        }
+        __m256 sw = mx_scale8(ep);
+        __m256i I0 = iq_sum8(_mm256_hadd_epi32(s0[0], s0[1]), _mm256_hadd_epi32(s0[2], s0[3]),
+                             _mm256_hadd_epi32(s0[4], s0[5]), _mm256_hadd_epi32(s0[6], s0[7]));
+        acc0 = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I0)), _mm256_loadu_ps(d0 + c), acc0);
+        if (nt == 2) {
+            __m256i I1 = iq_sum8(_mm256_hadd_epi32(s1[0], s1[1]), _mm256_hadd_epi32(s1[2], s1[3]),
+                                 _mm256_hadd_epi32(s1[4], s1[5]), _mm256_hadd_epi32(s1[6], s1[7]));
+            acc1 = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I1)), _mm256_loadu_ps(d1 + c), acc1);
+        }
+    }
+    y[0] = iq_hsum(acc0);
+    if (nt == 2)
+        y[1] = iq_hsum(acc1);
+}
+
 void tern_imx_avx2(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
                    long ldy, long r0, long r1)
 {
     long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4), rb = n_in / 2;
     for (long r = r0; r < r1; r++) {
         const uint8_t *w = W + r * rb, *e = E + r * nb;
-        for (long t = 0; t < T; t += 2) {
-            int two = t + 1 < T;
-            const int8_t *q0 = Q + t * n_in, *q1 = two ? q0 + n_in : q0;
-            const float *d0 = qs + t * 2 * nbp, *d1 = two ? d0 + 2 * nbp : d0;
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-            for (long c = 0; c < nbp; c += 8) {
-                __m256i s0[8], s1[8];
-                for (int j = 0; j < 8; j++) {
-                    if (c + j < nb) {
-                        __m256i wv = mx_wblock(w + (c + j) * 16), aw = _mm256_sign_epi8(wv, wv);
-                        s0[j] = mx_idot(wv, aw, q0 + (c + j) * 32);
-                        s1[j] = mx_idot(wv, aw, q1 + (c + j) * 32);
-                    } else {
-                        s0[j] = s1[j] = _mm256_setzero_si256();
-                    }
-                }
-                uint8_t et[8] = {0};
-                const uint8_t *ep = e + c;
-                if (c + 8 > nb) { /* the row's last chunk: padding blocks have I = 0, so u = 0 */
-                    for (long j = c; j < nb; j++)
-                        et[j - c] = e[j];
-                    ep = et;
-                }
-                __m256 sw = mx_scale8(ep);
-                __m256i I0 = iq_sum8(_mm256_hadd_epi32(s0[0], s0[1]), _mm256_hadd_epi32(s0[2], s0[3]),
-                                     _mm256_hadd_epi32(s0[4], s0[5]), _mm256_hadd_epi32(s0[6], s0[7]));
-                __m256i I1 = iq_sum8(_mm256_hadd_epi32(s1[0], s1[1]), _mm256_hadd_epi32(s1[2], s1[3]),
-                                     _mm256_hadd_epi32(s1[4], s1[5]), _mm256_hadd_epi32(s1[6], s1[7]));
-                acc0 = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I0)), _mm256_loadu_ps(d0 + c), acc0);
-                acc1 = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I1)), _mm256_loadu_ps(d1 + c), acc1);
-            }
-            Y[t * ldy + r] = iq_hsum(acc0);
-            if (two)
-                Y[(t + 1) * ldy + r] = iq_hsum(acc1);
+        long t = 0;
+        for (; t + 2 <= T; t += 2) {
+            float y[2];
+            imx_row(w, e, nb, nbp, Q + t * n_in, Q + (t + 1) * n_in, qs + t * 2 * nbp, qs + (t + 1) * 2 * nbp, 2, y);
+            Y[t * ldy + r] = y[0];
+            Y[(t + 1) * ldy + r] = y[1];
+        }
+        if (t < T) {
+            float y[2];
+            imx_row(w, e, nb, nbp, Q + t * n_in, NULL, qs + t * 2 * nbp, NULL, 1, y);
+            Y[t * ldy + r] = y[0];
         }
     }
 }
