@@ -533,7 +533,9 @@ int main(int argc, char **argv)
             fx.family = "gpt_oss";
             fx.dim = 2880, fx.layers = 24, fx.heads = 64, fx.kv_heads = 8, fx.head_dim = 64;
             fx.experts = 32, fx.top_k = 4, fx.moe_ff = 2880, fx.sliding_window = 128;
-            fx.tie = 0, fx.rope_theta = 150000, fx.vocab = 201088;
+            fx.tie = 0, fx.rope_theta = 150000;
+            if (!fx.vocab) /* a --vocab given overrides it (a small head, to time the layers) */
+                fx.vocab = 201088;
         } else if (!strcmp(preset, "30b-a3b")) { /* Qwen3-30B-A3B */
             fx.family = "qwen3_moe";
             fx.dim = 2048, fx.layers = 48, fx.heads = 32, fx.kv_heads = 4, fx.head_dim = 128, fx.ff = 6144;
