@@ -576,6 +576,13 @@ static void test_gpt_oss_mxfp4(void **state)
            worst_x, worst, mag);
     assert_true(worst_x <= 1e-5 * (mag + 1));
     assert_true(worst <= 1e-3);
+    /* MXFP4 experts stay in the mapping: the disk residency with a cache of a
+     * few experts gives the same bits */
+    model_experts_opts_set(MODEL_EXPERTS_DISK, 3 * (size_t)(2 * 32 * 64 + 64 * 32) / 2);
+    float *cd = logits_of(mx);
+    model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
+    assert_memory_equal(a, cd, (size_t)12 * V * sizeof(float));
+    free(cd);
     free(a);
     free(ax);
     free(b);
@@ -644,6 +651,10 @@ static void test_gpt_oss_load_errors(void **state)
     assert_null(m);
     assert_int_equal(err.code, TERN_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "gate_up_proj"));
+    /* the CUDA backend refuses gpt_oss (a build without CUDA refuses every model) */
+    model_load_opts lo = {1, "cuda"};
+    assert_null(m = model_load_ex(d, &lo, &err));
+    assert_int_equal(err.code, TERN_EUNSUPPORTED);
 }
 
 static int cleanup(void **state)
