@@ -152,11 +152,58 @@ static inline __attribute__((always_inline)) void imx_row(const uint8_t *w, cons
         y[1] = iq_hsum(acc1);
 }
 
+/* Two rows against one token (decode): two independent chains, each
+ * activation block loaded once for both; each row's bits are imx_row's. */
+static void imx_rows2(const uint8_t *w0, const uint8_t *e0, const uint8_t *w1, const uint8_t *e1, long nb, long nbp,
+                      const int8_t *q, const float *d, float *y0, float *y1)
+{
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (long c = 0; c < nbp; c += 8) {
+        __m256i s0[8], s1[8];
+        uint8_t et0[8] = {0}, et1[8] = {0};
+        const uint8_t *ep0 = e0 + c, *ep1 = e1 + c;
+        if (c + 8 <= nb) {
+            for (int j = 0; j < 8; j++) {
+                __m256i a = _mm256_loadu_si256((const __m256i *)(q + (c + j) * 32));
+                __m256i v0 = mx_wblock(w0 + (c + j) * 16), v1 = mx_wblock(w1 + (c + j) * 16);
+                s0[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v0, v0), _mm256_sign_epi8(a, v0)),
+                                          _mm256_set1_epi16(1));
+                s1[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v1, v1), _mm256_sign_epi8(a, v1)),
+                                          _mm256_set1_epi16(1));
+            }
+        } else {
+            for (int j = 0; j < 8; j++) {
+                int in = c + j < nb;
+                __m256i v0 = in ? mx_wblock(w0 + (c + j) * 16) : _mm256_setzero_si256();
+                __m256i v1 = in ? mx_wblock(w1 + (c + j) * 16) : _mm256_setzero_si256();
+                s0[j] = in ? mx_idot(v0, _mm256_sign_epi8(v0, v0), q + (c + j) * 32) : _mm256_setzero_si256();
+                s1[j] = in ? mx_idot(v1, _mm256_sign_epi8(v1, v1), q + (c + j) * 32) : _mm256_setzero_si256();
+                if (in)
+                    et0[j] = e0[c + j], et1[j] = e1[c + j];
+            }
+            ep0 = et0, ep1 = et1;
+        }
+        __m256 dv = _mm256_loadu_ps(d + c);
+        __m256i I0 = iq_sum8(_mm256_hadd_epi32(s0[0], s0[1]), _mm256_hadd_epi32(s0[2], s0[3]),
+                             _mm256_hadd_epi32(s0[4], s0[5]), _mm256_hadd_epi32(s0[6], s0[7]));
+        __m256i I1 = iq_sum8(_mm256_hadd_epi32(s1[0], s1[1]), _mm256_hadd_epi32(s1[2], s1[3]),
+                             _mm256_hadd_epi32(s1[4], s1[5]), _mm256_hadd_epi32(s1[6], s1[7]));
+        acc0 = _mm256_fmadd_ps(_mm256_mul_ps(mx_scale8(ep0), _mm256_cvtepi32_ps(I0)), dv, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_mul_ps(mx_scale8(ep1), _mm256_cvtepi32_ps(I1)), dv, acc1);
+    }
+    *y0 = iq_hsum(acc0);
+    *y1 = iq_hsum(acc1);
+}
+
 void tern_imx_avx2(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
                    long ldy, long r0, long r1)
 {
     long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4), rb = n_in / 2;
-    for (long r = r0; r < r1; r++) {
+    long r = r0;
+    if (T == 1) /* decode: rows in pairs */
+        for (; r + 2 <= r1; r += 2)
+            imx_rows2(W + r * rb, E + r * nb, W + (r + 1) * rb, E + (r + 1) * nb, nb, nbp, Q, qs, &Y[r], &Y[r + 1]);
+    for (; r < r1; r++) {
         const uint8_t *w = W + r * rb, *e = E + r * nb;
         long t = 0;
         for (; t + 2 <= T; t += 2) {
