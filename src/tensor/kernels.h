@@ -147,6 +147,20 @@ typedef void (*tern_mxmatmul_fn)(const uint8_t *W, const uint8_t *E, const float
 typedef void (*tern_imxmatmul_fn)(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y,
                                   long T, long n_in, long ldy, long r0, long r1);
 
+/* The same with int16 activations (MXFP4 weights whose inputs are too
+ * heavy-tailed for int8: gpt_oss's down products). tern_quant_act16_fn:
+ * per token and block of 32 inputs, d = max|x| / 32767, q_i =
+ * round-half-even(x_i * (32767 / max|x|)) (a block whose max|x| is below
+ * 1e-30 gets d = 0, q = 0; NaN inputs give unspecified values), stored in the 4-bit nibble order
+ * (each block's 16 even inputs, then its 16 odd ones), d at qs[t * 2 * nbp +
+ * b] (nbp = tern_iq_nbp(n_in, 32, 4); the other nbp floats and the padding
+ * are zero). tern_imx16matmul_fn: tern_imxmatmul_fn's combination with I_b
+ * = sum v_i * q_i over these int16 q (exact: |I_b| < 2^24, so (float)I_b is
+ * exact too). */
+typedef void (*tern_quant_act16_fn)(const float *X, long T, long n_in, int16_t *Q, float *qs);
+typedef void (*tern_imx16matmul_fn)(const uint8_t *W, const uint8_t *E, const int16_t *Q, const float *qs, float *Y,
+                                    long T, long n_in, long ldy, long r0, long r1);
+
 /* Twice the E2M1 value of code c (0..15): 0, 1, 2, 3, 4, 6, 8, 12, then the
  * same negated (code 8, -0, gives 0). */
 static inline int tern_mx_v2(unsigned c)
@@ -196,6 +210,8 @@ typedef struct tern_kernels {
     tern_f8matmul_fn matmul_f8; /* FP8 weights (every table) */
     tern_mxmatmul_fn matmul_mxfp4; /* MXFP4 weights, f32 activations (every table) */
     tern_imxmatmul_fn imatmul_mxfp4; /* MXFP4 weights, int8 activations (every table) */
+    tern_quant_act16_fn quant_act16;     /* int16 activations (every table) */
+    tern_imx16matmul_fn imatmul_mxfp4_16; /* MXFP4 weights, int16 activations (every table) */
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group

@@ -568,6 +568,71 @@ static void check_imx(const tern_kernels *k)
         }
 }
 
+/* int16 activations (kernels.h, tern_quant_act16_fn) and the MXFP4 product
+ * on them (tern_imx16matmul_fn): table k's quantized inputs and products
+ * are the scalar reference's bits; the product is within the activations'
+ * rounding (half a step d_b = max/32767 per input, times |w|) of the f32
+ * product; row splits and every token alone give the same bits. */
+static void check_imx16(const tern_kernels *k)
+{
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long sizes[][2] = {{1, 32}, {3, 64}, {5, 96}, {9, 256}, {13, 320}, {8, 2880}};
+    static const long Ts[] = {1, 2, 3, 8};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            long n_out = sizes[si][0], n_in = sizes[si][1], T = Ts[ti], nb = n_in / 32, ldy = n_out + 3;
+            long nbp = tern_iq_nbp(n_in, 32, 4);
+            uint8_t *w = malloc((size_t)(n_out * n_in / 2)), *e = malloc((size_t)(n_out * nb));
+            float *x = malloc((size_t)(T * n_in) * 4), *qs = malloc((size_t)(T * 2 * nbp) * 4),
+                  *qs0 = malloc((size_t)(T * 2 * nbp) * 4);
+            int16_t *Q = malloc((size_t)(T * n_in) * 2), *Q0 = malloc((size_t)(T * n_in) * 2);
+            float *y0 = malloc((size_t)(T * ldy) * 4), *y1 = malloc((size_t)(T * ldy) * 4), *yf = malloc((size_t)(T * ldy) * 4);
+            for (long i = 0; i < n_out * n_in / 2; i++)
+                w[i] = (uint8_t)(tern_rng_u32(&rng) >> 24);
+            for (long i = 0; i < n_out * nb; i++)
+                e[i] = (uint8_t)(110 + tern_rng_u32(&rng) % 31);
+            if (n_out * nb >= 2)
+                e[0] = 0, e[1] = 1;
+            for (long i = 0; i < T * n_in; i++) /* heavy-tailed, a zero block */
+                x[i] = i < 32 && T > 2 ? 0.0f : rnd() * (i % 37 == 0 ? 500.0f : 1.0f);
+            for (long i = 0; i < T * ldy; i++)
+                y0[i] = y1[i] = -7.0f;
+            ref->quant_act16(x, T, n_in, Q0, qs0);
+            k->quant_act16(x, T, n_in, Q, qs);
+            assert_memory_equal(Q, Q0, (size_t)(T * n_in) * 2);
+            assert_memory_equal(qs, qs0, (size_t)(T * 2 * nbp) * 4);
+            ref->imatmul_mxfp4_16(w, e, Q, qs, y0, T, n_in, ldy, 0, n_out);
+            k->imatmul_mxfp4_16(w, e, Q, qs, y1, T, n_in, ldy, 0, n_out);
+            if (memcmp(y0, y1, (size_t)(T * ldy) * 4))
+                fail_msg("%s imatmul_mxfp4_16 %ldx%ld T %ld: not the scalar reference's bits", k->isa, n_out, n_in, T);
+            ref->matmul_mxfp4(w, e, x, yf, T, n_in, ldy, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < n_out; r++) {
+                    double tol = 1e-30;
+                    for (long i = 0; i < n_in; i++) {
+                        int c = w[r * (n_in / 2) + i / 2] >> (i % 2 * 4) & 15;
+                        tol += fabs(tern_mx_v2((unsigned)c) * tern_mx_scale(e[r * nb + i / 32])) *
+                               (0.5 * qs[t * 2 * nbp + i / 32] + 1e-6 * fabs(x[t * n_in + i]));
+                    }
+                    if (fabs(y0[t * ldy + r] - yf[t * ldy + r]) > tol)
+                        fail_msg("imatmul_mxfp4_16 %ldx%ld T %ld row %ld: %g, f32 product %g (tolerance %g)", n_out,
+                                 n_in, T, r, y0[t * ldy + r], yf[t * ldy + r], tol);
+                }
+            if (n_out > 1) {
+                k->imatmul_mxfp4_16(w, e, Q, qs, y0, T, n_in, ldy, 0, n_out / 2 + 1);
+                k->imatmul_mxfp4_16(w, e, Q, qs, y0, T, n_in, ldy, n_out / 2 + 1, n_out);
+                assert_memory_equal(y0, y1, (size_t)(T * ldy) * 4);
+            }
+            for (long t = 0; t < T; t++) {
+                k->imatmul_mxfp4_16(w, e, Q + t * n_in, qs + t * 2 * nbp, y0, 1, n_in, ldy, 0, n_out);
+                if (memcmp(y0, y1 + t * ldy, (size_t)n_out * 4))
+                    fail_msg("%s imatmul_mxfp4_16 %ldx%ld: token %ld of %ld differs from alone", k->isa, n_out, n_in, t,
+                             T);
+            }
+            free(w), free(e), free(x), free(qs), free(qs0), free(Q), free(Q0), free(y0), free(y1), free(yf);
+        }
+}
+
 /* 8-bit weights meet activations in blocks of 32 whatever their group
  * (kernels.h): each block of a group has its own d and A. Inputs whose
  * 32-wide blocks differ in magnitude by up to 10^4, so that a block read
@@ -682,6 +747,7 @@ static void test_scalar_quant(void **state)
     check_f8(tern_kernels_scalar());
     check_mx(tern_kernels_scalar());
     check_imx(tern_kernels_scalar());
+    check_imx16(tern_kernels_scalar());
     check_iq_blocks(tern_kernels_scalar(), 0);
 }
 
@@ -697,6 +763,7 @@ static void test_avx2(void **state)
     check_f8(k);
     check_mx(k);
     check_imx(k);
+    check_imx16(k);
     check_iq_blocks(k, 0);
 }
 
@@ -714,6 +781,7 @@ static void test_avx512(void **state)
     check_f8(k);
     check_mx(k);
     check_imx(k);
+    check_imx16(k);
     if (tern_kernels_amx())
         check_f8(tern_kernels_amx());
     check_iq_blocks(k, 0);

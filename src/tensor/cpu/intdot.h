@@ -51,5 +51,9 @@ void tern_mx_avx2(const uint8_t *W, const uint8_t *E, const float *X, float *Y, 
 /* The integer MXFP4 product (kernels.h, tern_imxmatmul_fn), AVX2. */
 void tern_imx_avx2(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
                    long ldy, long r0, long r1);
+/* int16 activations and the MXFP4 product on them (tern_quant_act16_fn, tern_imx16matmul_fn), AVX2. */
+void tern_q16_avx2(const float *X, long T, long n_in, int16_t *Q, float *qs);
+void tern_imx16_avx2(const uint8_t *W, const uint8_t *E, const int16_t *Q, const float *qs, float *Y, long T,
+                     long n_in, long ldy, long r0, long r1);
 
 #endif

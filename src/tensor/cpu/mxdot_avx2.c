@@ -219,3 +219,91 @@ void tern_imx_avx2(const uint8_t *W, const uint8_t *E, const int8_t *Q, const fl
         }
     }
 }
+
+/* ---- int16 activations (kernels.h, tern_quant_act16_fn, tern_imx16matmul_fn) ----
+ * A block's weights widen to two int16 vectors (even inputs, odd inputs:
+ * the activations' order), vpmaddwd against the int16 activations gives
+ * exact int32 pair sums (|w| <= 12). Otherwise as the int8 product. */
+
+void tern_q16_avx2(const float *X, long T, long n_in, int16_t *Q, float *qs)
+{
+    long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (long t = 0; t < T; t++) {
+        float *d = qs + t * 2 * nbp;
+        for (long b = 0; b < 2 * nbp; b++)
+            d[b] = 0.0f;
+        for (long b = 0; b < nb; b++) {
+            const float *x = X + t * n_in + b * 32;
+            int16_t *q = Q + t * n_in + b * 32;
+            __m256 m = _mm256_setzero_ps();
+            for (int i = 0; i < 32; i += 8)
+                m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), absmask));
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            float amax = _mm_cvtss_f32(m4);
+            if (!(amax >= 1e-30f)) {
+                for (int i = 0; i < 32; i++)
+                    q[i] = 0;
+                continue;
+            }
+            __m256 id = _mm256_set1_ps(32767.0f / amax);
+            int32_t v[32];
+            for (int i = 0; i < 32; i += 8)
+                _mm256_storeu_si256((__m256i *)(v + i), _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), id)));
+            for (int i = 0; i < 16; i++) { /* nibble order: evens, then odds */
+                q[i] = (int16_t)v[2 * i];
+                q[16 + i] = (int16_t)v[2 * i + 1];
+            }
+            d[b] = amax / 32767.0f;
+        }
+    }
+}
+
+/* One block's int32 pair sums against int16 activations a (nibble order). */
+static inline __m256i mx16_idot(const uint8_t *q16, const int16_t *a)
+{
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m128i q = _mm_loadu_si128((const __m128i *)q16);
+    __m256i we = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
+    __m256i wo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
+    return _mm256_add_epi32(_mm256_madd_epi16(we, _mm256_loadu_si256((const __m256i *)a)),
+                            _mm256_madd_epi16(wo, _mm256_loadu_si256((const __m256i *)(a + 16))));
+}
+
+/* One row against one token: the row's bits (imx_row's combination). */
+static float imx16_row(const uint8_t *w, const uint8_t *e, long nb, long nbp, const int16_t *q, const float *d)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (long c = 0; c < nbp; c += 8) {
+        __m256i s[8];
+        uint8_t et[8] = {0};
+        const uint8_t *ep = e + c;
+        if (c + 8 <= nb) {
+            for (int j = 0; j < 8; j++)
+                s[j] = mx16_idot(w + (c + j) * 16, q + (c + j) * 32);
+        } else { /* the row's last chunk: padding blocks have I = 0 */
+            for (int j = 0; j < 8; j++) {
+                s[j] = c + j < nb ? mx16_idot(w + (c + j) * 16, q + (c + j) * 32) : _mm256_setzero_si256();
+                if (c + j < nb)
+                    et[j] = e[c + j];
+            }
+            ep = et;
+        }
+        __m256i I = iq_sum8(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]),
+                            _mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(mx_scale8(ep), _mm256_cvtepi32_ps(I)), _mm256_loadu_ps(d + c), acc);
+    }
+    return iq_hsum(acc);
+}
+
+void tern_imx16_avx2(const uint8_t *W, const uint8_t *E, const int16_t *Q, const float *qs, float *Y, long T,
+                     long n_in, long ldy, long r0, long r1)
+{
+    long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4), rb = n_in / 2;
+    for (long r = r0; r < r1; r++)
+        for (long t = 0; t < T; t++)
+            Y[t * ldy + r] = imx16_row(W + r * rb, E + r * nb, nb, nbp, Q + t * n_in, qs + t * 2 * nbp);
+}
