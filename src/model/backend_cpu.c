@@ -66,21 +66,43 @@ typedef struct mm_job {
     const uint16_t *Xp; /* Xb packed for the table's tile product (bf16_pack), else NULL */
 } mm_job;
 
-/* The quantized inputs a weight's integer product takes (kernels.h): an
- * MLX affine weight's bits and group; an MXFP4 weight with group 32 the
- * 4-bit layout in blocks of 32 (tern_imxmatmul_fn; group 0: f32 inputs,
- * model_int.h); 0 for dense ones. */
-static int mm_abits(const model_weight *w) { return w->mx ? (w->group ? 4 : 0) : w->qbits; }
+/* The quantized inputs a weight's integer product takes, shared by the
+ * product's matrices (kernels.h): an MLX affine weight's bits and group; an
+ * MXFP4 weight with group 32 the 4-bit layout in blocks of 32
+ * (tern_imxmatmul_fn); 0 for dense ones and the other MXFP4 ones (group 16:
+ * int16 inputs quantized in mm_one; 0: f32 inputs; model_int.h). */
+static int mm_abits(const model_weight *w) { return w->mx ? (w->group == 32 ? 4 : 0) : w->qbits; }
 static int mm_agroup(const model_weight *w) { return w->group; }
 
 /* Xb packed: Xb holds the tile product's packed inputs (kernels.h). */
+#define MX16_STACK 16384 /* int16 inputs quantized on the stack a call: tokens of up to this many inputs */
+
+/* An MXFP4 product with int16 inputs (w->group 16, model_int.h): the part's
+ * tokens quantized here, a few at a time on the stack - a token's int16
+ * inputs are the same bits whichever part or tile quantizes them. */
+static void mm_mx16(const tern_kernels *k, const model_weight *w, const float *X, float *Y, long T, long r0, long r1)
+{
+    int16_t q[MX16_STACK];
+    float qs[MX16_STACK / 16 + 16];
+    long n_in = w->n_in, tc = MX16_STACK / n_in, nbp = tern_iq_nbp(n_in, 32, 4);
+    while (tc > 1 && tc * 2 * nbp > MX16_STACK / 16 + 16)
+        tc--;
+    for (long t = 0; t < T; t += tc) {
+        long n = T - t < tc ? T - t : tc;
+        k->quant_act16(X + t * n_in, n, n_in, q, qs);
+        k->imatmul_mxfp4_16(w->data, w->mx, q, qs, Y + t * w->n_out, n, n_in, w->n_out, r0, r1);
+    }
+}
+
 static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
                    const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
-                   long r1)
+                   long r1, int exact)
 {
-    if (w->mx) { /* int8 inputs (the default) or f32 (--exact-products); never packed */
+    if (w->mx) { /* int8 or int16 inputs (the default, by w->group) or f32 (--exact-products); never packed */
         if (Q)
             k->imatmul_mxfp4(w->data, w->mx, Q, qs, Y, T, w->n_in, w->n_out, r0, r1);
+        else if (w->group == 16 && !exact && w->n_in <= MX16_STACK)
+            mm_mx16(k, w, X, Y, T, r0, r1);
         else
             k->matmul_mxfp4(w->data, w->mx, X, Y, T, w->n_in, w->n_out, r0, r1);
         return;
@@ -117,7 +139,7 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
  * results are bit-identical to the untiled product. */
 static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
                      const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
-                     long r1)
+                     long r1, int exact)
 {
     long n_in = w->n_in;
     long row_bytes = w->qbits ? n_in * w->qbits / 8 : w->mx ? n_in / 2 : n_in * (long)tern_dtype_size(w->dtype);
@@ -131,7 +153,7 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
         tb = 64;
     }
     if (packed) { /* the tile product blocks its part itself */
-        mm_one(k, w, X, xsum, Q, qs, Xb, 1, Y, T, r0, r1);
+        mm_one(k, w, X, xsum, Q, qs, Xb, 1, Y, T, r0, r1, exact);
         return;
     }
     if (rb < 1)
@@ -139,7 +161,7 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
     if (tb < 2)
         tb = 2;
     if (T <= tb) {
-        mm_one(k, w, X, xsum, Q, qs, Xb, 0, Y, T, r0, r1);
+        mm_one(k, w, X, xsum, Q, qs, Xb, 0, Y, T, r0, r1, exact);
         return;
     }
     long ng = w->qbits ? n_in / w->group : 0;
@@ -148,7 +170,7 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
             mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Q ? Q + t * n_in : NULL,
                    qs ? qs + t * 2 * tern_iq_nbp(n_in, mm_agroup(w), mm_abits(w)) : NULL, Xb ? Xb + t * n_in : NULL, 0,
                    Y + t * w->n_out,
-                   T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1);
+                   T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1, exact);
 }
 
 /* A row's weight bytes with its scales (the decode's piece sizes). */
@@ -183,7 +205,7 @@ static void mm_run(void *ctx, long b, long e, int worker)
                 xb = packed ? j->Xp : j->Xb;
             }
             mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], xb, packed || j->qpacked[i], j->Y[i],
-                     j->T, lo - j->offs[i], hi - j->offs[i]);
+                     j->T, lo - j->offs[i], hi - j->offs[i], j->be->exact);
         }
     }
 }
@@ -459,7 +481,7 @@ static void mg_run(void *ctx, long b, long e, int worker)
             int packed = j->Xb[i] && tern_bf16p_ok(j->be->k, j->w[i]->n_in);
             mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i],
                      packed ? j->Xb[i] + (size_t)j->T[i] * j->w[i]->n_in : j->Xb[i], packed, j->Y[i], j->T[i],
-                     lo - j->offs[i], hi - j->offs[i]);
+                     lo - j->offs[i], hi - j->offs[i], j->be->exact);
         }
     }
 }

@@ -347,7 +347,7 @@ static int get_experts_gpt_oss(tern_model *m, const char *name, int n_out, int n
             w->mx = (const uint8_t *)ts->data + (size_t)e * n_out * (n_in / 32);
             w->n_out = n_out;
             w->n_in = n_in;
-            w->group = k == 0 ? 32 : 0;
+            w->group = k == 0 ? 32 : 16; /* int8 gate_up inputs, int16 down inputs (model_int.h) */
         }
         return 0;
     }

@@ -32,9 +32,10 @@ struct model_weight {
     /* MXFP4 (dtype TERN_U8, mx set): data is the blocks, [n_out][n_in / 2] bytes, input 2i in byte i's low
      * nibble and 2i + 1 in its high one, each an FP4 E2M1 code (sign, 2 exponent bits, 1 mantissa bit:
      * 0, 0.5, 1, 1.5, 2, 3, 4, 6); mx the E8M0 scales [n_out][n_in / 32]: w = e2m1 * 2^(mx - 127). Both
-     * borrowed from the mapping (n_in a multiple of 32). group is 32 where the product may quantize its
-     * inputs to int8 (tern_imxmatmul_fn: gpt_oss's gate_up), 0 where they stay f32 (its down, whose inputs
-     * - the clamped SwiGLU's - are heavy-tailed: int8 moved the test fixture's logits by 0.12). */
+     * borrowed from the mapping (n_in a multiple of 32). group says what the product's inputs become
+     * (unless --exact-products: f32): 32 int8 (tern_imxmatmul_fn: gpt_oss's gate_up), 16 int16
+     * (tern_imx16matmul_fn: its down, whose inputs - the clamped SwiGLU's - are heavy-tailed: int8 moved
+     * the test fixture's logits by 0.12), 0 f32. */
     const uint8_t *mx;
     /* An owned copy of data (gpt_oss's input-major experts transposed at load), freed with the model;
      * else NULL. */

@@ -261,49 +261,95 @@ void tern_q16_avx2(const float *X, long T, long n_in, int16_t *Q, float *qs)
     }
 }
 
-/* One block's int32 pair sums against int16 activations a (nibble order). */
-static inline __m256i mx16_idot(const uint8_t *q16, const int16_t *a)
+/* One block's weights as int16: even inputs in *we, odd in *wo (the
+ * activations' nibble order). */
+static inline void mx16_block(const uint8_t *q16, __m256i *we, __m256i *wo)
 {
     const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     __m128i q = _mm_loadu_si128((const __m128i *)q16);
-    __m256i we = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
-    __m256i wo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
+    *we = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
+    *wo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
+}
+
+/* A block's exact int32 pair sums against int16 activations a. */
+static inline __m256i mx16_dot(__m256i we, __m256i wo, const int16_t *a)
+{
     return _mm256_add_epi32(_mm256_madd_epi16(we, _mm256_loadu_si256((const __m256i *)a)),
                             _mm256_madd_epi16(wo, _mm256_loadu_si256((const __m256i *)(a + 16))));
 }
 
-/* One row against one token: the row's bits (imx_row's combination). */
-static float imx16_row(const uint8_t *w, const uint8_t *e, long nb, long nbp, const int16_t *q, const float *d)
+/* Rows w0 (and w1 when nr = 2) against tokens q0 (and q1 when nt = 2): the
+ * pairs (row, token) share block decodes and activation loads; each
+ * (row, token) has imx_row's combination, so the same bits in any pairing.
+ * nr, nt are constants where inlined. */
+static inline __attribute__((always_inline)) void imx16_tile(const uint8_t *w0, const uint8_t *e0, const uint8_t *w1,
+                                                             const uint8_t *e1, int nr, long nb, long nbp,
+                                                             const int16_t *q0, const int16_t *q1, const float *d0,
+                                                             const float *d1, int nt, float y[2][2])
 {
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
     for (long c = 0; c < nbp; c += 8) {
-        __m256i s[8];
-        uint8_t et[8] = {0};
-        const uint8_t *ep = e + c;
-        if (c + 8 <= nb) {
-            for (int j = 0; j < 8; j++)
-                s[j] = mx16_idot(w + (c + j) * 16, q + (c + j) * 32);
-        } else { /* the row's last chunk: padding blocks have I = 0 */
-            for (int j = 0; j < 8; j++) {
-                s[j] = c + j < nb ? mx16_idot(w + (c + j) * 16, q + (c + j) * 32) : _mm256_setzero_si256();
-                if (c + j < nb)
-                    et[j] = e[c + j];
+        __m256i s[2][2][8];
+        uint8_t et[2][8] = {{0}, {0}};
+        const uint8_t *ep[2] = {e0 + c, nr == 2 ? e1 + c : e0 + c};
+        int full = c + 8 <= nb;
+        for (int j = 0; j < 8; j++) {
+            int in = full || c + j < nb;
+            for (int i = 0; i < nr; i++) {
+                __m256i we, wo;
+                if (in) {
+                    mx16_block((i ? w1 : w0) + (c + j) * 16, &we, &wo);
+                    s[i][0][j] = mx16_dot(we, wo, q0 + (c + j) * 32);
+                    if (nt == 2)
+                        s[i][1][j] = mx16_dot(we, wo, q1 + (c + j) * 32);
+                    if (!full)
+                        et[i][j] = (i ? e1 : e0)[c + j];
+                } else {
+                    s[i][0][j] = s[i][1][j] = _mm256_setzero_si256();
+                }
             }
-            ep = et;
         }
-        __m256i I = iq_sum8(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]),
-                            _mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(mx_scale8(ep), _mm256_cvtepi32_ps(I)), _mm256_loadu_ps(d + c), acc);
+        for (int i = 0; i < nr; i++) {
+            __m256 sw = mx_scale8(full ? ep[i] : et[i]);
+            for (int k = 0; k < nt; k++) {
+                __m256i I = iq_sum8(_mm256_hadd_epi32(s[i][k][0], s[i][k][1]), _mm256_hadd_epi32(s[i][k][2], s[i][k][3]),
+                                    _mm256_hadd_epi32(s[i][k][4], s[i][k][5]), _mm256_hadd_epi32(s[i][k][6], s[i][k][7]));
+                acc[i][k] = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I)),
+                                            _mm256_loadu_ps((k ? d1 : d0) + c), acc[i][k]);
+            }
+        }
     }
-    return iq_hsum(acc);
+    for (int i = 0; i < nr; i++)
+        for (int k = 0; k < nt; k++)
+            y[i][k] = iq_hsum(acc[i][k]);
 }
 
 void tern_imx16_avx2(const uint8_t *W, const uint8_t *E, const int16_t *Q, const float *qs, float *Y, long T,
                      long n_in, long ldy, long r0, long r1)
 {
     long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4), rb = n_in / 2;
-    for (long r = r0; r < r1; r++)
-        for (long t = 0; t < T; t++)
-            Y[t * ldy + r] = imx16_row(W + r * rb, E + r * nb, nb, nbp, Q + t * n_in, qs + t * 2 * nbp);
+    float y[2][2];
+    long r = r0;
+    if (T == 1) /* decode: rows in pairs sharing each activation load */
+        for (; r + 2 <= r1; r += 2) {
+            imx16_tile(W + r * rb, E + r * nb, W + (r + 1) * rb, E + (r + 1) * nb, 2, nb, nbp, Q, NULL, qs, NULL, 1,
+                       y);
+            Y[r] = y[0][0];
+            Y[r + 1] = y[1][0];
+        }
+    for (; r < r1; r++) { /* tokens in pairs sharing each block's decode */
+        const uint8_t *w = W + r * rb, *e = E + r * nb;
+        long t = 0;
+        for (; t + 2 <= T; t += 2) {
+            imx16_tile(w, e, NULL, NULL, 1, nb, nbp, Q + t * n_in, Q + (t + 1) * n_in, qs + t * 2 * nbp,
+                       qs + (t + 1) * 2 * nbp, 2, y);
+            Y[t * ldy + r] = y[0][0];
+            Y[(t + 1) * ldy + r] = y[0][1];
+        }
+        if (t < T) {
+            imx16_tile(w, e, NULL, NULL, 1, nb, nbp, Q + t * n_in, NULL, qs + t * 2 * nbp, NULL, 1, y);
+            Y[t * ldy + r] = y[0][0];
+        }
+    }
 }
