@@ -10,7 +10,8 @@
  * and G multiply-adds/s for each path (the integer path's time includes
  * quantizing the inputs), and the ratio; then the dense bf16 product (f32
  * activations) on the same shape; the FP8 product (128 x 128 block scales,
- * f32 activations) in the backend's cache tiles; where the table has tile
+ * f32 activations) in the backend's cache tiles; the MXFP4 product (f32
+ * activations) the same way; where the table has tile
  * products (AMX), their stages' times (activations, packing, product) next
  * to the vector kernel's rate. */
 #include <stdint.h>
@@ -180,6 +181,63 @@ int main(int argc, char **argv)
             printf("%4s %6ld %14.2f %14.2f\n", "", T, bytes / dt / 1e9, macs / dt / 1e9);
         }
         free(fs);
+    }
+    /* MXFP4 weights (gpt-oss's experts: E2M1 codes, an E8M0 scale per 32
+     * inputs; f32 activations) in the backend's cache tiles (mm_tiled: ~64
+     * KB of weight rows times ~256 KB of inputs) */
+    {
+        uint8_t *ws = malloc((size_t)rows * (n_in / 32));
+        if (!ws)
+            return 1;
+        for (long i = 0; i < rows * n_in / 2; i++)
+            w[i] = (uint8_t)tern_rng_u32(&rng);
+        for (long i = 0; i < rows * (n_in / 32); i++)
+            ws[i] = (uint8_t)(118 + tern_rng_u32(&rng) % 4);
+        long rb = 65536 / (n_in / 2) > 0 ? 65536 / (n_in / 2) : 1, tb = (262144 / (n_in * 4)) & ~1L;
+        tb = tb < 2 ? 2 : tb;
+        int16_t *q16 = malloc((size_t)max_t * n_in * sizeof(int16_t));
+        if (!q16)
+            return 1;
+        printf("%4s %6s %14s %14s %14s %14s %7s %14s %7s\n", "mxf4", "tokens", "f32 GB/s", "f32 GMAC/s", "int8 GB/s",
+               "int8 GMAC/s", "ratio", "int16 GMAC/s", "ratio");
+        for (int ti = 0; ti < n_tok; ti++) {
+            long T = tokens[ti];
+            double bytes = (double)rows * (n_in / 2 + n_in / 32), macs = (double)rows * n_in * T, dt[3];
+            long n_rep = reps ? reps : (long)(4e9 / (macs + bytes * 8)) + 1;
+            long nbp = tern_iq_nbp(n_in, 32, 4);
+            for (int path = 0; path < 3; path++) { /* f32 activations (--exact-products), int8, int16 */
+                double t0 = cpu_s();
+                for (long r = 0; r < n_rep; r++) {
+                    if (path == 2) { /* the backend quantizes int16 inputs inside each part */
+                        k->quant_act16(x, T, n_in, q16, qs);
+                        k->imatmul_mxfp4_16(w, ws, q16, qs, y, T, n_in, rows, 0, rows);
+                        continue;
+                    }
+                    if (path) { /* the backend's integer path: all rows per tile, ~512 KB of int8 inputs */
+                        k->quant_act(x, T, n_in, 32, 4, q, qs);
+                        long tq = 524288 / n_in > 1 ? 524288 / n_in : 1;
+                        for (long t = 0; t < T; t += tq)
+                            k->imatmul_mxfp4(w, ws, q + t * n_in, qs + t * 2 * nbp, y + t * rows, T - t < tq ? T - t : tq,
+                                             n_in, rows, 0, rows);
+                        continue;
+                    }
+                    if (T <= tb) {
+                        k->matmul_mxfp4(w, ws, x, y, T, n_in, rows, 0, rows);
+                        continue;
+                    }
+                    for (long r0 = 0; r0 < rows; r0 += rb)
+                        for (long t = 0; t < T; t += tb)
+                            k->matmul_mxfp4(w, ws, x + t * n_in, y + t * rows, T - t < tb ? T - t : tb, n_in, rows,
+                                            r0, r0 + rb < rows ? r0 + rb : rows);
+                }
+                dt[path] = (cpu_s() - t0) / n_rep;
+            }
+            printf("%4s %6ld %14.2f %14.2f %14.2f %14.2f %6.2fx %14.2f %6.2fx\n", "", T, bytes / dt[0] / 1e9,
+                   macs / dt[0] / 1e9, bytes / dt[1] / 1e9, macs / dt[1] / 1e9, dt[0] / dt[1], macs / dt[2] / 1e9,
+                   dt[0] / dt[2]);
+        }
+        free(q16);
+        free(ws);
     }
     /* the tile products (AMX), where the table has them: each stage's time
      * per call (activation rounding or quantization, packing, the product)

@@ -262,14 +262,22 @@ static int ends_with(const char *name, const char *suffix)
     return n >= k && !strcmp(name + n - k, suffix);
 }
 
-/* Every 2-D weight but a mixture of experts' router (mlp.gate,
- * block_sparse_moe.gate), which stays in its dtype as MLX keeps it: its
- * few rows cost nothing and decide which experts run. Nothing when bits is
- * 0 (--merge-lora alone). */
+/* A mixture of experts' router: Qwen's mlp.gate, Mixtral's
+ * block_sparse_moe.gate, gpt_oss's mlp.router. */
+static int is_router(const char *name)
+{
+    return ends_with(name, ".mlp.gate.weight") || ends_with(name, ".block_sparse_moe.gate.weight") ||
+           ends_with(name, ".mlp.router.weight");
+}
+
+/* Every 2-D weight but a mixture of experts' router, which stays in its
+ * dtype as MLX keeps it: its few rows cost nothing and decide which experts
+ * run. Nothing when bits is 0 (--merge-lora alone). gpt_oss's stacked 3-D
+ * experts (plain or MXFP4 blocks) are copied as they are. */
 static int quantizable(const st_tensor *t, int bits, int group)
 {
     size_t len = strlen(t->name);
-    if (ends_with(t->name, ".mlp.gate.weight") || ends_with(t->name, ".block_sparse_moe.gate.weight"))
+    if (is_router(t->name))
         return 0;
     return bits && t->n_dims == 2 && len > 7 && !strcmp(t->name + len - 7, ".weight") && t->shape[1] % group == 0 &&
            (t->dtype == TERN_F32 || t->dtype == TERN_BF16 || t->dtype == TERN_F16);
@@ -284,7 +292,7 @@ static int f8_convertible(const st_tensor *t)
     const char *l = strstr(t->name, "layers.");
     if (!l || (l != t->name && l[-1] != '.'))
         return 0;
-    if (ends_with(t->name, ".mlp.gate.weight") || ends_with(t->name, ".block_sparse_moe.gate.weight"))
+    if (is_router(t->name))
         return 0;
     return t->n_dims == 2 && ends_with(t->name, ".weight") &&
            (t->dtype == TERN_F32 || t->dtype == TERN_BF16 || t->dtype == TERN_F16);
@@ -350,7 +358,7 @@ static json_object *f8_quant_config(const st_set *st)
     json_object_array_add(skip, json_object_new_string("lm_head"));
     for (int i = 0; i < st->n_tensors; i++) {
         const char *nm = st->tensors[i].name;
-        if (ends_with(nm, ".mlp.gate.weight") || ends_with(nm, ".block_sparse_moe.gate.weight"))
+        if (is_router(nm))
             json_object_array_add(skip, json_object_new_string_len(nm, (int)strlen(nm) - 7));
     }
     json_object_object_add(q, "modules_to_not_convert", skip);

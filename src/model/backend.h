@@ -29,7 +29,10 @@ struct model_lora;
  * q[i][n_head][head_dim] attend to its own sequence's cached positions
  * max(0, pos - window + 1) .. pos (window 0 = all), already written to kv;
  * out[i][n_head][head_dim] gets the weighted values. Scores are
- * scale * q.k, then softcap * tanh(s / softcap) when softcap > 0. */
+ * scale * q.k, then softcap * tanh(s / softcap) when softcap > 0. sinks
+ * (NULL: none; gpt_oss) holds a logit per query head that joins the
+ * softmax's denominator once and weights no value: the weights are
+ * exp(s_j) / (sum_k exp(s_k) + exp(sink)). */
 typedef struct model_attn {
     const kv_pool *kv;
     const fwd_batch *b;
@@ -37,6 +40,7 @@ typedef struct model_attn {
     float scale, softcap;
     const float *q;
     float *out;
+    const float *sinks; /* [n_head] or NULL */
 } model_attn;
 
 typedef struct model_backend {

@@ -6,7 +6,8 @@
  * the rows are split; bf16 weights, where the CPU has a bf16 dot product
  * (AVX-512 BF16), meet the input rows rounded to bf16 once per product the
  * same way; --exact-products keeps the f32-activation kernels for both.
- * FP8 weights always meet the f32 inputs (matmul_f8: one FP8 path). */
+ * FP8 weights always meet the f32 inputs (matmul_f8: one FP8 path); MXFP4
+ * ones the int8 inputs of the 4-bit layout (or f32 under --exact-products). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -65,11 +66,47 @@ typedef struct mm_job {
     const uint16_t *Xp; /* Xb packed for the table's tile product (bf16_pack), else NULL */
 } mm_job;
 
+/* The quantized inputs a weight's integer product takes, shared by the
+ * product's matrices (kernels.h): an MLX affine weight's bits and group; an
+ * MXFP4 weight with group 32 the 4-bit layout in blocks of 32
+ * (tern_imxmatmul_fn); 0 for dense ones and the other MXFP4 ones (group 16:
+ * int16 inputs quantized in mm_one; 0: f32 inputs; model_int.h). */
+static int mm_abits(const model_weight *w) { return w->mx ? (w->group == 32 ? 4 : 0) : w->qbits; }
+static int mm_agroup(const model_weight *w) { return w->group; }
+
 /* Xb packed: Xb holds the tile product's packed inputs (kernels.h). */
+#define MX16_STACK 16384 /* int16 inputs quantized on the stack a call: tokens of up to this many inputs */
+
+/* An MXFP4 product with int16 inputs (w->group 16, model_int.h): the part's
+ * tokens quantized here, a few at a time on the stack - a token's int16
+ * inputs are the same bits whichever part or tile quantizes them. */
+static void mm_mx16(const tern_kernels *k, const model_weight *w, const float *X, float *Y, long T, long r0, long r1)
+{
+    int16_t q[MX16_STACK];
+    float qs[MX16_STACK / 16 + 16];
+    long n_in = w->n_in, tc = MX16_STACK / n_in, nbp = tern_iq_nbp(n_in, 32, 4);
+    while (tc > 1 && tc * 2 * nbp > MX16_STACK / 16 + 16)
+        tc--;
+    for (long t = 0; t < T; t += tc) {
+        long n = T - t < tc ? T - t : tc;
+        k->quant_act16(X + t * n_in, n, n_in, q, qs);
+        k->imatmul_mxfp4_16(w->data, w->mx, q, qs, Y + t * w->n_out, n, n_in, w->n_out, r0, r1);
+    }
+}
+
 static void mm_one(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
                    const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
-                   long r1)
+                   long r1, int exact)
 {
+    if (w->mx) { /* int8 or int16 inputs (the default, by w->group) or f32 (--exact-products); never packed */
+        if (Q)
+            k->imatmul_mxfp4(w->data, w->mx, Q, qs, Y, T, w->n_in, w->n_out, r0, r1);
+        else if (w->group == 16 && !exact && w->n_in <= MX16_STACK)
+            mm_mx16(k, w, X, Y, T, r0, r1);
+        else
+            k->matmul_mxfp4(w->data, w->mx, X, Y, T, w->n_in, w->n_out, r0, r1);
+        return;
+    }
     if (packed && Q)
         (w->qbits == 4 ? k->imatmul_q4p : k->imatmul_q8p)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
                                                           r0, r1);
@@ -77,6 +114,8 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
         k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
+    else if (w->mx) /* f32 inputs, exact or not: the CPU's one MXFP4 product */
+        k->matmul_mxfp4(w->data, w->mx, X, Y, T, w->n_in, w->n_out, r0, r1);
     else if (w->dtype == TERN_F8E4M3) /* f32 inputs, exact or not: the CPU's one FP8 product */
         k->matmul_f8(w->data, w->fs, w->fs_rows, w->fs_cols, X, Y, T, w->n_in, w->n_out, r0, r1);
     else if (w->qbits && Q && T == 1 && w->sb16 && (w->qbits == 4 ? k->imatmul_q4h : k->imatmul_q8h) &&
@@ -100,21 +139,21 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
  * results are bit-identical to the untiled product. */
 static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *X, const float *xsum,
                      const int8_t *Q, const float *qs, const uint16_t *Xb, int packed, float *Y, long T, long r0,
-                     long r1)
+                     long r1, int exact)
 {
     long n_in = w->n_in;
-    long row_bytes = w->qbits ? n_in * w->qbits / 8 : n_in * (long)tern_dtype_size(w->dtype);
+    long row_bytes = w->qbits ? n_in * w->qbits / 8 : w->mx ? n_in / 2 : n_in * (long)tern_dtype_size(w->dtype);
     /* integer path: all the part's rows per tile, so that a kernel's one-off
      * rearranging of its token tile (the panels, intdot_simd.h) is shared
      * by every row; ~512 KB of int8 inputs per token tile stay in L2 while
      * the rows stream past them */
     long rb = Q ? r1 - r0 : 65536 / row_bytes, tb = (Q ? 524288 / n_in : 262144 / (n_in * (Xb ? 2 : 4))) & ~1L;
-    if (!Q && !Xb && !w->qbits && k->dense_blocked) { /* f32 inputs, dense or FP8 weights, kernels that block for L1 */
+    if (!Q && !Xb && !w->qbits && !w->mx && k->dense_blocked) { /* f32 inputs, dense or FP8 weights, kernels that block for L1 */
         rb = 96;
         tb = 64;
     }
     if (packed) { /* the tile product blocks its part itself */
-        mm_one(k, w, X, xsum, Q, qs, Xb, 1, Y, T, r0, r1);
+        mm_one(k, w, X, xsum, Q, qs, Xb, 1, Y, T, r0, r1, exact);
         return;
     }
     if (rb < 1)
@@ -122,16 +161,16 @@ static void mm_tiled(const tern_kernels *k, const model_weight *w, const float *
     if (tb < 2)
         tb = 2;
     if (T <= tb) {
-        mm_one(k, w, X, xsum, Q, qs, Xb, 0, Y, T, r0, r1);
+        mm_one(k, w, X, xsum, Q, qs, Xb, 0, Y, T, r0, r1, exact);
         return;
     }
     long ng = w->qbits ? n_in / w->group : 0;
     for (long r = r0; r < r1; r += rb)
         for (long t = 0; t < T; t += tb)
             mm_one(k, w, X + t * n_in, xsum ? xsum + t * ng : NULL, Q ? Q + t * n_in : NULL,
-                   qs ? qs + t * 2 * tern_iq_nbp(n_in, w->group, w->qbits) : NULL, Xb ? Xb + t * n_in : NULL, 0,
+                   qs ? qs + t * 2 * tern_iq_nbp(n_in, mm_agroup(w), mm_abits(w)) : NULL, Xb ? Xb + t * n_in : NULL, 0,
                    Y + t * w->n_out,
-                   T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1);
+                   T - t < tb ? T - t : tb, r, r + rb < r1 ? r + rb : r1, exact);
 }
 
 /* A row's weight bytes with its scales (the decode's piece sizes). */
@@ -141,6 +180,8 @@ static long mm_row_bytes(const model_weight *w)
         return w->n_in * w->qbits / 8 + w->n_in / w->group * 4;
     if (w->fs) /* a byte a weight, an f32 scale a block (shared by fs_rows rows) */
         return w->n_in + (w->n_in + w->fs_cols - 1) / w->fs_cols * 4 / w->fs_rows;
+    if (w->mx) /* half a byte a weight, a scale byte per 32 */
+        return w->n_in / 2 + w->n_in / 32;
     return w->n_in * (long)tern_dtype_size(w->dtype);
 }
 
@@ -164,7 +205,7 @@ static void mm_run(void *ctx, long b, long e, int worker)
                 xb = packed ? j->Xp : j->Xb;
             }
             mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], xb, packed || j->qpacked[i], j->Y[i],
-                     j->T, lo - j->offs[i], hi - j->offs[i]);
+                     j->T, lo - j->offs[i], hi - j->offs[i], j->be->exact);
         }
     }
 }
@@ -255,7 +296,8 @@ static int grow(void **buf, size_t *cap, size_t need, size_t sz)
  * same bits and activation block - 8-bit weights of any group share). */
 static int mm_same_quant(const model_weight *a, const model_weight *b)
 {
-    return a->qbits == b->qbits && tern_iq_ablock(a->group, a->qbits) == tern_iq_ablock(b->group, b->qbits);
+    return mm_abits(a) == mm_abits(b) &&
+           tern_iq_ablock(mm_agroup(a), mm_abits(a)) == tern_iq_ablock(mm_agroup(b), mm_abits(b));
 }
 
 /* The integer path's inputs: X quantized once per distinct (activation
@@ -268,7 +310,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
     int n_groups = 0;
     size_t need_q = 0, need_s = 0;
     for (int i = 0; i < n; i++) {
-        if (!w[i]->qbits)
+        if (!mm_abits(w[i]))
             continue;
         int seen = 0;
         for (int k = 0; k < n_groups; k++)
@@ -277,7 +319,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
             continue;
         first[n_groups++] = w[i];
         need_q += (size_t)T * w[i]->n_in;
-        need_s += (size_t)T * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
+        need_s += (size_t)T * 2 * tern_iq_nbp(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
     }
     if (!n_groups)
         return 0;
@@ -287,7 +329,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
     float *qs = be->qs;
     long n_in = w[0]->n_in;
     for (int k = 0; k < n_groups; k++) {
-        int group = first[k]->group, bits = first[k]->qbits;
+        int group = mm_agroup(first[k]), bits = mm_abits(first[k]);
         long nbp = tern_iq_nbp(n_in, group, bits);
         quant_job qj = {be->k, X, n_in, group, bits, q, qs};
         /* ~16k inputs per part: quantizing is cheap next to the product. */
@@ -297,8 +339,8 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
         /* one packed buffer; every matrix sharing it must take the tiles */
         int packed = k == 0;
         for (int i = 0; i < n; i++)
-            if (w[i]->qbits && mm_same_quant(first[k], w[i]))
-                packed &= tern_iqp_ok(be->k, w[i]->group, w[i]->qbits, T);
+            if (mm_abits(w[i]) && mm_same_quant(first[k], w[i]))
+                packed &= !w[i]->mx && tern_iqp_ok(be->k, w[i]->group, w[i]->qbits, T);
         if (packed) { /* packed copies for the tile products, a 16-token block per part */
             long nb = (T + 15) / 16;
             if (grow((void **)&be->qxp, &be->cap_qxp, (size_t)nb * 16 * n_in, 1) ||
@@ -310,7 +352,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
             us = be->qsp;
         }
         for (int i = 0; i < n; i++)
-            if (w[i]->qbits && mm_same_quant(first[k], w[i])) {
+            if (mm_abits(w[i]) && mm_same_quant(first[k], w[i])) {
                 j->Q[i] = uq;
                 j->qs[i] = us;
                 j->qpacked[i] = packed;
@@ -439,7 +481,7 @@ static void mg_run(void *ctx, long b, long e, int worker)
             int packed = j->Xb[i] && tern_bf16p_ok(j->be->k, j->w[i]->n_in);
             mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i],
                      packed ? j->Xb[i] + (size_t)j->T[i] * j->w[i]->n_in : j->Xb[i], packed, j->Y[i], j->T[i],
-                     lo - j->offs[i], hi - j->offs[i]);
+                     lo - j->offs[i], hi - j->offs[i], j->be->exact);
         }
     }
 }
@@ -458,9 +500,10 @@ static void mgq_run(void *ctx, long b, long e, int worker)
             if (tern_bf16p_ok(j->be->k, w->n_in)) /* the packed copy follows the T rows */
                 j->be->k->bf16_pack(j->Xb[i], j->T[i], w->n_in, (uint16_t *)j->Xb[i] + (size_t)j->T[i] * w->n_in);
         }
-        if (!w->qbits || (i > 0 && j->Q[i] == j->Q[i - 1]))
+        if (!j->Q[i] || (i > 0 && j->Q[i] == j->Q[i - 1]))
             continue;
-        j->be->k->quant_act(j->X[i], j->T[i], w->n_in, w->group, w->qbits, (int8_t *)j->Q[i], (float *)j->qs[i]);
+        j->be->k->quant_act(j->X[i], j->T[i], w->n_in, mm_agroup(w), mm_abits(w), (int8_t *)j->Q[i],
+                            (float *)j->qs[i]);
     }
 }
 
@@ -492,14 +535,15 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
                       (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
         /* the exact path's sums are per weight group; the integer path's
          * inputs per activation block (8-bit weights of any group share) */
-        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i]->qbits == w[i - 1]->qbits &&
+        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_abits(w[i]) == mm_abits(w[i - 1]) &&
+                   w[i]->mx == w[i - 1]->mx &&
                    (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
-        if (!w[i]->qbits || same)
+        if (!mm_abits(w[i]) || same)
             continue;
         if (!be->exact) {
             need_q += (size_t)T[i] * w[i]->n_in;
-            need_s += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
-        } else {
+            need_s += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
+        } else if (w[i]->qbits) { /* MXFP4's exact product needs no sums */
             need_x += (size_t)T[i] * (w[i]->n_in / w[i]->group);
         }
     }
@@ -518,11 +562,12 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
                       (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
             }
         }
-        if (!w[i]->qbits)
+        if (!mm_abits(w[i]) || (be->exact && !w[i]->qbits))
             continue;
-        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && w[i - 1]->qbits == w[i]->qbits &&
+        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_abits(w[i - 1]) == mm_abits(w[i]) &&
+                   w[i]->mx == w[i - 1]->mx &&
                    (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
-        long ng = w[i]->n_in / w[i]->group;
+        long ng = w[i]->qbits ? w[i]->n_in / w[i]->group : 0;
         if (!be->exact) {
             if (same) {
                 Q[i] = Q[i - 1];
@@ -532,7 +577,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
             Q[i] = be->qx + oq;
             qs[i] = be->qs + os;
             oq += (size_t)T[i] * w[i]->n_in;
-            os += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, w[i]->group, w[i]->qbits);
+            os += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
         } else {
             if (same) {
                 xsum[i] = xsum[i - 1];
@@ -729,12 +774,19 @@ static __attribute__((noinline)) void att_fold(int g, int hd, int first, float *
     }
 }
 
+/* The folded partials to the output; a head's sink logit (gpt_oss) joins
+ * the denominator here, once, after every chunk: both rescaled to their
+ * common max, as one more partial with a sum and no values. */
 static void att_finish(const att_job *j, const att_pair *pp, const float *acc)
 {
     const model_attn *a = j->a;
     int g = j->g, hd = a->head_dim;
     for (int h = 0; h < g; h++) {
         float *out = a->out + ((size_t)pp->i * a->n_head + (size_t)pp->kvh * g + h) * hd, inv = 1.0f / acc[g + h];
+        if (a->sinks) {
+            float z = a->sinks[pp->kvh * g + h], m = acc[h] > z ? acc[h] : z, x = expf(acc[h] - m);
+            inv = x / (acc[g + h] * x + expf(z - m));
+        }
         const float *O = acc + 2 * g + (size_t)h * hd;
         for (int e = 0; e < hd; e++)
             out[e] = O[e] * inv;

@@ -872,6 +872,8 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     int T = b->n, hd = a->head_dim, rc;
     if ((rc = model_head_dim_check(base, hd, err)))
         return rc;
+    if (a->sinks)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda attention: no attention sinks");
     if (!a->kv->mem_k || !a->kv->mem_v)
         return tern_err_set(err, TERN_EINVAL, "cuda attention: the KV pool has no host storage");
     CU(cudaSetDevice(be->device), "set device");
@@ -1614,6 +1616,23 @@ static int cu_opts_check(const tcu_opts *o, tern_err *err)
     return 0;
 }
 
+/* What the device forward does not run yet (gpt_oss's pieces, YaRN's
+ * cos/sin factor): a load error naming it, before anything is uploaded. */
+static int cu_model_check(const tern_model *m, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    if (c->moe == MOE_GPT_OSS || c->attn_sinks)
+        return tern_err_set(err, TERN_EUNSUPPORTED,
+                            "cuda: %s is not supported on the GPU yet: it has no attention sinks, no clamped SwiGLU "
+                            "experts with biases%s (run it on the CPU)",
+                            c->model_type, c->mxfp4 ? " and no MXFP4 expert weights" : "");
+    if (c->rope_attn_factor != 1.0f)
+        return tern_err_set(err, TERN_EUNSUPPORTED,
+                            "cuda: YaRN RoPE with an attention factor (%g) is not supported on the GPU yet",
+                            (double)c->rope_attn_factor);
+    return 0;
+}
+
 model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
 {
     tcu_opts o;
@@ -1624,7 +1643,7 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
 
 model_backend *model_backend_cuda_new_opts(tern_model *m, int device, const tcu_opts *o, tern_err *err)
 {
-    if (cu_opts_check(o, err))
+    if (cu_opts_check(o, err) || (m && cu_model_check(m, err)))
         return NULL;
     cu_backend *be = calloc(1, sizeof *be);
     if (!be) {

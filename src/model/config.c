@@ -67,6 +67,61 @@ static int read_eos(json_object *o, const char *doc, model_config *cfg, tern_err
     return 0;
 }
 
+/* An optional number of a RoPE object: absent or null keep *out. */
+static int rope_num(json_object *p, const char *key, double *out, tern_err *err)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(p, key, &v) || !v)
+        return 0;
+    return tern_json_get_num(p, key, out, "config.json", err);
+}
+
+/* YaRN (transformers' _compute_yarn_parameters): factor (absent: the ratio
+ * max_position_embeddings / original_max_position_embeddings),
+ * original_max_position_embeddings (absent: max_position_embeddings),
+ * beta_fast / beta_slow (32 / 1 when absent, null or 0), truncate (true when
+ * absent), and the attention factor that scales cos and sin: attention_factor
+ * when given, else mscale(factor, mscale) / mscale(factor, mscale_all_dim)
+ * when both are set, else mscale(factor) = 0.1 ln(factor) + 1 (1 for
+ * factor <= 1). */
+static int read_yarn(json_object *p, const char *what, model_config *cfg, tern_err *err)
+{
+    double f = 0, orig = cfg->max_pos, bf = 0, bs = 0, af = -1, ms = 0, msa = 0;
+    int rc, trunc = 1;
+    if ((rc = rope_num(p, "original_max_position_embeddings", &orig, err)) || (rc = rope_num(p, "factor", &f, err)) ||
+        (rc = rope_num(p, "beta_fast", &bf, err)) || (rc = rope_num(p, "beta_slow", &bs, err)) ||
+        (rc = rope_num(p, "attention_factor", &af, err)) || (rc = rope_num(p, "mscale", &ms, err)) ||
+        (rc = rope_num(p, "mscale_all_dim", &msa, err)))
+        return rc;
+    if ((rc = tern_json_get_bool(p, "truncate", &trunc, "config.json", err)) && rc != TERN_ENOTFOUND)
+        return rc;
+    if (!(orig >= 1 && orig < 1e9))
+        return tern_err_set(err, TERN_ERANGE, "config.json: %s: yarn original_max_position_embeddings %g out of range",
+                            what, orig);
+    if (f == 0)
+        f = cfg->max_pos / orig;
+    if (!(f >= 1.0 && f < 1e6))
+        return tern_err_set(err, TERN_ERANGE, "config.json: %s: factor %g out of range", what, f);
+    bf = bf ? bf : 32, bs = bs ? bs : 1;
+    if (!(bf > 0 && bs > 0 && bf < 1e6 && bs < 1e6))
+        return tern_err_set(err, TERN_ERANGE, "config.json: %s: yarn beta_fast %g / beta_slow %g out of range", what,
+                            bf, bs);
+    if (af < 0) {
+        double m1 = f <= 1 ? 1.0 : 0.1 * (ms ? ms : 1) * log(f) + 1.0, m2 = f <= 1 ? 1.0 : 0.1 * msa * log(f) + 1.0;
+        af = ms && msa ? m1 / m2 : (f <= 1 ? 1.0 : 0.1 * log(f) + 1.0);
+    }
+    if (!(af > 0 && af < 1e3))
+        return tern_err_set(err, TERN_ERANGE, "config.json: %s: yarn attention factor %g out of range", what, af);
+    cfg->rope_scaling = ROPE_YARN;
+    cfg->rope_factor = (float)f;
+    cfg->rope_orig_max_pos = (int)orig;
+    cfg->rope_beta_fast = (float)bf;
+    cfg->rope_beta_slow = (float)bs;
+    cfg->rope_truncate = trunc;
+    cfg->rope_attn_factor = (float)af;
+    return 0;
+}
+
 /* One RoPE parameter object: "rope_type"/"type" and its fields. */
 static int read_rope_obj(json_object *p, const char *what, double *theta, model_config *cfg, int scaling_ok,
                          tern_err *err)
@@ -80,12 +135,17 @@ static int read_rope_obj(json_object *p, const char *what, double *theta, model_
     double t2;
     if (tern_json_get_num(p, "rope_theta", &t2, "config.json", err) == 0)
         *theta = t2;
-    if (!strcmp(type, "default"))
+    if (!strcmp(type, "default")) {
+        if (scaling_ok) /* an explicit default overrides a family's (gpt_oss: yarn) */
+            cfg->rope_scaling = ROPE_NONE, cfg->rope_attn_factor = 1.0f;
         return 0;
+    }
     if (!scaling_ok)
         return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s: rope type '%s' is not supported here", what,
                             type);
     double f = 0;
+    if (!strcmp(type, "yarn"))
+        return read_yarn(p, what, cfg, err);
     if ((rc = tern_json_get_num(p, "factor", &f, "config.json", err)))
         return rc == TERN_ENOTFOUND ? tern_err_set(err, TERN_EFORMAT, "config.json: %s: '%s' needs a factor", what, type)
                                     : rc;
@@ -114,13 +174,23 @@ static int read_rope_obj(json_object *p, const char *what, double *theta, model_
         cfg->rope_orig_max_pos = (int)orig;
         return 0;
     }
-    /* dynamic, yarn, longrope, ...: different math we do not implement. */
+    /* dynamic, longrope, ...: different math we do not implement. */
     return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %s type '%s' is not supported", what, type);
 }
 
 static int read_rope(json_object *o, model_config *cfg, tern_err *err)
 {
-    double theta = cfg->arch == ARCH_GEMMA3 ? 1e6 : 10000.0, local = 10000.0;
+    double theta = cfg->arch == ARCH_GEMMA3 ? 1e6 : cfg->moe == MOE_GPT_OSS ? 150000.0 : 10000.0, local = 10000.0;
+    cfg->rope_attn_factor = 1.0f;
+    if (cfg->moe == MOE_GPT_OSS) { /* GptOssConfig's default rope_scaling, as published */
+        cfg->rope_scaling = ROPE_YARN;
+        cfg->rope_factor = 32.0f;
+        cfg->rope_orig_max_pos = 4096;
+        cfg->rope_beta_fast = 32.0f;
+        cfg->rope_beta_slow = 1.0f;
+        cfg->rope_truncate = 0;
+        cfg->rope_attn_factor = (float)(0.1 * log(32.0) + 1.0);
+    }
     int rc = tern_json_get_num(o, "rope_theta", &theta, "config.json", err);
     if (rc && rc != TERN_ENOTFOUND)
         return rc;
@@ -189,9 +259,9 @@ static int read_layer_types(json_object *o, model_config *cfg, tern_err *err)
     if (rc)
         return rc;
     for (int l = 0; l < cfg->n_layer; l++)
-        cfg->layer_sliding[l] = cfg->arch == ARCH_GEMMA2   ? l % 2 == 0
-                                : cfg->arch == ARCH_GEMMA3 ? (l + 1) % pattern != 0
-                                                           : 1;
+        cfg->layer_sliding[l] = cfg->arch == ARCH_GEMMA2 || cfg->moe == MOE_GPT_OSS ? l % 2 == 0
+                                : cfg->arch == ARCH_GEMMA3                      ? (l + 1) % pattern != 0
+                                                                                : 1;
     if (!json_object_object_get_ex(o, "layer_types", &lt) || !lt)
         return 0;
     if (!json_object_is_type(lt, json_type_array) || (int)json_object_array_length(lt) != cfg->n_layer)
@@ -392,6 +462,13 @@ static int read_quant(json_object *o, model_config *cfg, tern_err *err)
                 return read_quant_fp8(qc, cfg, err);
             if (!strcmp(meth, "compressed-tensors"))
                 return read_quant_ct(qc, cfg, err);
+            if (!strcmp(meth, "mxfp4")) { /* the experts' NAME_blocks + NAME_scales (model.c); the rest as stored */
+                if (cfg->moe != MOE_GPT_OSS)
+                    return tern_err_set(err, TERN_EUNSUPPORTED,
+                                        "config.json: quantization method 'mxfp4' is supported for gpt_oss experts only");
+                cfg->mxfp4 = 1;
+                return 0;
+            }
             return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization method '%s' is not supported", meth);
         }
     }
@@ -468,8 +545,41 @@ static int moe_reject_variants(json_object *o, tern_err *err)
  * defaults where a field is absent), and which layers are sparse: Qwen's
  * layer l is when it is not in mlp_only_layers and (l + 1) is a multiple
  * of decoder_sparse_step; every Mixtral layer is. */
+/* gpt_oss: num_local_experts, num_experts_per_tok (the published config
+ * also writes experts_per_token: either, equal when both), the experts as
+ * wide as intermediate_size, swiglu_limit; every layer sparse. */
+static int read_moe_gpt_oss(json_object *o, model_config *cfg, tern_err *err)
+{
+    int rc, k1 = 0, k2 = 0;
+    double lim = 7.0;
+    cfg->n_expert = 128;
+    if ((rc = get_opt_int(o, "num_local_experts", 1, 1 << 16, &cfg->n_expert, err)) ||
+        (rc = get_opt_int(o, "num_experts_per_tok", 1, cfg->n_expert, &k1, err)) ||
+        (rc = get_opt_int(o, "experts_per_token", 1, cfg->n_expert, &k2, err)) || (rc = moe_reject_variants(o, err)))
+        return rc;
+    if (k1 && k2 && k1 != k2)
+        return tern_err_set(err, TERN_EFORMAT, "config.json: num_experts_per_tok %d and experts_per_token %d differ", k1,
+                            k2);
+    cfg->n_expert_used = k1 ? k1 : k2 ? k2 : 4;
+    if (cfg->n_expert_used > cfg->n_expert)
+        return tern_err_set(err, TERN_ERANGE, "config.json: %d experts per token is more than the %d experts",
+                            cfg->n_expert_used, cfg->n_expert);
+    cfg->n_ff_expert = cfg->n_ff;
+    if ((rc = tern_json_get_num(o, "swiglu_limit", &lim, "config.json", err)) && rc != TERN_ENOTFOUND)
+        return rc;
+    if (!(lim > 0 && lim < 1e30))
+        return tern_err_set(err, TERN_ERANGE, "config.json: swiglu_limit %g must be positive", lim);
+    cfg->swiglu_limit = (float)lim;
+    cfg->swiglu_alpha = 1.702f; /* transformers' GptOssExperts.alpha (not a config field) */
+    for (int l = 0; l < cfg->n_layer; l++)
+        cfg->layer_moe[l] = 1;
+    return 0;
+}
+
 static int read_moe(json_object *o, model_config *cfg, tern_err *err)
 {
+    if (cfg->moe == MOE_GPT_OSS)
+        return read_moe_gpt_oss(o, cfg, err);
     int qwen = cfg->moe == MOE_QWEN3, rc;
     int step = 1;
     cfg->n_expert = qwen ? 128 : 8;
@@ -549,10 +659,7 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
                           "config.json: model_type 'gemma3' is the multimodal model; use a text-only (gemma3_text) checkpoint");
         goto out;
     } else if (!strcmp(mt, "gpt_oss")) {
-        rc = tern_err_set(err, TERN_EUNSUPPORTED,
-                          "config.json: model_type 'gpt_oss' is not supported yet: it needs attention sinks, "
-                          "biased and clamped SwiGLU experts, MXFP4 expert weights and YaRN RoPE");
-        goto out;
+        cfg->arch = ARCH_LLAMA, cfg->moe = MOE_GPT_OSS;
     } else if (!strcmp(mt, "qwen2_moe")) {
         rc = tern_err_set(err, TERN_EUNSUPPORTED,
                           "config.json: model_type 'qwen2_moe' is not supported: its shared experts "
@@ -580,9 +687,11 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
         (rc = get_opt_int(o, "head_dim", 1, 4096, &cfg->head_dim, err)) ||
         (rc = get_opt_int(o, "max_position_embeddings", 1, 1 << 24, &cfg->max_pos, err)))
         goto out;
-    int gemma = cfg->arch == ARCH_GEMMA2 || cfg->arch == ARCH_GEMMA3;
+    int gemma = cfg->arch == ARCH_GEMMA2 || cfg->arch == ARCH_GEMMA3, gpt_oss = cfg->moe == MOE_GPT_OSS;
     if (gemma)
         cfg->head_dim = 256; /* transformers' default for both Gemmas */
+    if (gpt_oss)
+        cfg->head_dim = 64; /* GptOssConfig's default */
     if ((rc = get_opt_int(o, "head_dim", 1, 4096, &cfg->head_dim, err)))
         goto out;
     if (cfg->head_dim < 1) { /* the default, hidden_size / num_attention_heads, rounded to 0 */
@@ -595,7 +704,7 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
                           cfg->n_head, cfg->n_kv_head);
         goto out;
     }
-    double eps = 1e-6;
+    double eps = gpt_oss ? 1e-5 : 1e-6;
     if ((rc = tern_json_get_num(o, "rms_norm_eps", &eps, "config.json", err)) && rc != TERN_ENOTFOUND)
         goto out;
     /* json-c reads NaN and Infinity; a norm with eps <= 0 divides by zero on a
@@ -661,6 +770,8 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
         goto out;
     if (rc == 0 && b)
         cfg->qkv_bias = 1;
+    if (gpt_oss) /* GptOssConfig sets attention_bias whatever the file says: q, k, v and o have biases */
+        cfg->qkv_bias = cfg->o_bias = cfg->attn_sinks = 1;
     b = 0;
     if ((rc = tern_json_get_bool(o, "mlp_bias", &b, "config.json", err)) && rc != TERN_ENOTFOUND)
         goto out;
@@ -670,7 +781,7 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
     }
     /* Sliding windows: Mistral's sliding_window applies to every layer;
      * Qwen's only with use_sliding_window, which we do not implement. */
-    int sw = gemma ? 4096 : 0, use_sw = 0;
+    int sw = gemma ? 4096 : gpt_oss ? 128 : 0, use_sw = 0;
     if ((rc = get_opt_int(o, "sliding_window", 0, 1 << 30, &sw, err)))
         goto out;
     if ((rc = tern_json_get_bool(o, "use_sliding_window", &use_sw, "config.json", err)) && rc != TERN_ENOTFOUND)

@@ -20,12 +20,15 @@ typedef enum model_moe_style {
     MOE_NONE,
     MOE_QWEN3,   /* mlp.gate, mlp.experts.N.{gate,up,down}_proj */
     MOE_MIXTRAL, /* block_sparse_moe.gate, block_sparse_moe.experts.N.{w1,w3,w2} */
+    MOE_GPT_OSS, /* mlp.router.{weight,bias}, stacked mlp.experts.{gate_up_proj,down_proj}[_bias]
+                  * (or their MXFP4 _blocks / _scales); top-k of the logits, then softmax */
 } model_moe_style;
 
 typedef enum model_rope_scaling {
     ROPE_NONE,
     ROPE_LINEAR, /* inv_freq / factor */
     ROPE_LLAMA3, /* Llama 3.1 wavelength-banded scaling */
+    ROPE_YARN,   /* YaRN: a ramp between interpolated and original frequencies, cos/sin scaled */
 } model_rope_scaling;
 
 #define MODEL_MAX_EOS 8
@@ -51,7 +54,10 @@ typedef struct model_config {
      * rope_local_theta unscaled (else the same as full). */
     model_rope_scaling rope_scaling;
     float rope_factor, rope_low_freq, rope_high_freq; /* llama3 */
-    int rope_orig_max_pos;                           /* llama3 */
+    int rope_orig_max_pos;                           /* llama3, yarn */
+    float rope_beta_fast, rope_beta_slow;            /* yarn: the ramp's ends in rotations */
+    int rope_truncate;                               /* yarn: ramp ends floored / ceiled (transformers' default) */
+    float rope_attn_factor; /* cos and sin scaled by it (yarn's attention factor); 1 otherwise */
     float rope_local_theta;
     /* Gemma-style options (0 = off). */
     int gelu;              /* 1: GELU-tanh MLP, 0: SiLU */
@@ -74,6 +80,19 @@ typedef struct model_config {
     int n_ff_expert;   /* moe_intermediate_size (mixtral: intermediate_size) */
     int norm_topk;     /* norm_topk_prob (always for mixtral) */
     unsigned char layer_moe[MODEL_MAX_LAYERS]; /* 1: layer is sparse */
+    /* gpt_oss (moe MOE_GPT_OSS): every layer sparse; the router has a bias,
+     * the weights are the softmax of the top-k logits; each expert's gate
+     * and up (interleaved columns of gate_up_proj, biased) feed the clamped
+     * SwiGLU (up' + 1) * g' * sigmoid(swiglu_alpha * g') with
+     * g' = min(g, swiglu_limit), up' = clamp(up, -limit, limit); its down
+     * product has a bias. Attention has a learned per-head sink logit in
+     * the softmax's denominator (attn_sinks) and an o_proj bias (o_bias). */
+    float swiglu_limit, swiglu_alpha;
+    int attn_sinks, o_bias;
+    /* MXFP4 experts declared by quantization_config (quant_method mxfp4):
+     * NAME_blocks (uint8, two E2M1 codes a byte) + NAME_scales (E8M0 per 32
+     * inputs); 0 = none. */
+    int mxfp4;
     /* MLX affine quantization from config.json's "quantization" (0 = none);
      * each tensor's own bits and group size are read from its shapes. */
     int quant_bits, quant_group;

@@ -60,6 +60,8 @@ static size_t page_size(void)
 
 static size_t data_bytes(const model_weight *w)
 {
+    if (w->mx) /* the blocks (the scales, 1/16 of them, stay with the kernel's paging) */
+        return (size_t)w->n_out * w->n_in / 2;
     return w->qbits ? (size_t)w->n_out * w->n_in * w->qbits / 8 : (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
 }
 
@@ -227,6 +229,13 @@ int model_experts_init(tern_model *m, tern_err *err)
     const model_config *c = &m->cfg;
     if (!c->n_expert || g_where == MODEL_EXPERTS_MAPPED)
         return 0;
+    for (int l = 0; l < c->n_layer; l++) /* advice and MADV_DONTNEED are for the mapping's pages only */
+        if (m->layers[l].experts && (m->layers[l].experts[0].own || m->layers[l].experts[2].own))
+            return tern_err_set(err, TERN_EUNSUPPORTED,
+                                "--experts-in host|disk: this checkpoint's experts are input-major (gpt_oss "
+                                "gate_up_proj / down_proj in %s) and were transposed into memory at load; "
+                                "only MXFP4 or converted experts stay in the mapping",
+                                tern_dtype_name(m->layers[l].experts[0].dtype));
     size_t n = (size_t)c->n_layer * c->n_expert;
     model_expert_cache *xc = calloc(1, sizeof *xc);
     if (!xc)

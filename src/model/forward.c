@@ -39,7 +39,8 @@ struct model_scratch {
     int *row;                /* [cap_t][n_expert_used] each choice's row in the grouped buffers */
     int *cnt;                /* [n_expert + 1] tokens per expert, then first rows */
     float *xg;               /* [cap_t * n_expert_used][dim] inputs grouped by expert */
-    float *eg, *eu;          /* [cap_t * n_expert_used][n_ff_expert] */
+    float *eg, *eu;          /* [cap_t * n_expert_used][n_ff_expert] (gpt_oss: eg twice as wide, gate_up) */
+    int *rexp;               /* [cap_t * n_expert_used] each grouped row's expert (gpt_oss) */
     float *ed;               /* [cap_t * n_expert_used][dim] expert outputs */
     const model_weight **gw; /* [2 * n_expert] a grouped product's matrices, */
     const float **gx;        /* inputs, */
@@ -70,6 +71,7 @@ void model_scratch_free(model_scratch *s)
     free(s->eg);
     free(s->eu);
     free(s->ed);
+    free(s->rexp);
     free(s->gw);
     free(s->gx);
     free(s->gy);
@@ -116,14 +118,15 @@ static int scratch_ensure(tern_model *m, int T, int n_out, tern_err *err)
         s->row = malloc(rows * sizeof(int));
         s->cnt = malloc((E + 1) * sizeof(int));
         s->xg = malloc(rows * c->dim * sizeof(float));
-        s->eg = malloc(rows * c->n_ff_expert * sizeof(float));
+        s->eg = malloc(rows * c->n_ff_expert * (c->moe == MOE_GPT_OSS ? 2 : 1) * sizeof(float));
+        s->rexp = malloc(rows * sizeof(int));
         s->eu = malloc(rows * c->n_ff_expert * sizeof(float));
         s->ed = malloc(rows * c->dim * sizeof(float));
         s->gw = malloc(2 * E * sizeof *s->gw);
         s->gx = malloc(2 * E * sizeof *s->gx);
         s->gy = malloc(2 * E * sizeof *s->gy);
         s->gt = malloc(2 * E * sizeof *s->gt);
-        moe_bad = !s->rl || !s->wt || !s->sel || !s->row || !s->cnt || !s->xg || !s->eg || !s->eu || !s->ed ||
+        moe_bad = !s->rl || !s->wt || !s->sel || !s->row || !s->cnt || !s->xg || !s->eg || !s->eu || !s->ed || !s->rexp ||
                   !s->gw || !s->gx || !s->gy || !s->gt;
     }
     if (moe_bad || !s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->gate || !s->up ||
@@ -171,21 +174,22 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
 /* The rotation's cos/sin for one position (d / 2 pairs), computed once per
  * token and shared by all its q and k heads (the same values as computing
  * them per head: the same cosf/sinf of the same argument). */
-static void rope_table(float *cs, float *sn, int d, int pos, const float *inv_freq)
+/* af scales both (YaRN's attention factor; 1 elsewhere, an exact no-op). */
+static void rope_table(float *cs, float *sn, int d, int pos, const float *inv_freq, float af)
 {
     for (int i = 0; i < d / 2; i++) {
         float a = (float)pos * inv_freq[i];
-        cs[i] = cosf(a);
-        sn[i] = sinf(a);
+        cs[i] = cosf(a) * af;
+        sn[i] = sinf(a) * af;
     }
 }
 
-static void rope(float *v, int d, const float *cs, const float *sn, int pos, const float *inv_freq)
+static void rope(float *v, int d, const float *cs, const float *sn, int pos, const float *inv_freq, float af)
 {
     int h = d / 2;
     for (int i = 0; i < h; i++) {
         float a = (float)pos * inv_freq[i];
-        float c = cs ? cs[i] : cosf(a), s = sn ? sn[i] : sinf(a); /* no table: head_dim past its size */
+        float c = cs ? cs[i] : cosf(a) * af, s = sn ? sn[i] : sinf(a) * af; /* no table: head_dim past its size */
         float x0 = v[i], x1 = v[i + h];
         v[i] = x0 * c - x1 * s;
         v[i + h] = x1 * c + x0 * s;
@@ -242,6 +246,22 @@ static void gate_run(void *ctx, long b, long e, int worker)
     else
         for (long i = b; i < e; i++)
             j->g[i] = silu(j->g[i]) * j->u[i];
+}
+
+/* Rows [b, e) of y (n wide) += bias. */
+typedef struct bias_job {
+    float *y;
+    const float *bias;
+    int n;
+} bias_job;
+
+static void bias_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    bias_job *j = ctx;
+    for (long i = b; i < e; i++)
+        for (int k = 0; k < j->n; k++)
+            j->y[(size_t)i * j->n + k] += j->bias[k];
 }
 
 /* out[i] = rmsnorm(x[i]) * w for rows [b, e); then, when add, x[i] += a[i]
@@ -332,16 +352,16 @@ static void qkv_run(void *ctx, long b0, long e0, int worker)
         float rc_[KV_HEAD_DIM_MAX / 2], rs_[KV_HEAD_DIM_MAX / 2];
         int tab = hd <= KV_HEAD_DIM_MAX;
         if (tab)
-            rope_table(rc_, rs_, hd, pos, L->rope_inv_freq);
+            rope_table(rc_, rs_, hd, pos, L->rope_inv_freq, L->rope_af);
         for (int h = 0; h < c->n_head; h++) {
             if (L->q_norm)
                 rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->norm_eps);
-            rope(q + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq);
+            rope(q + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq, L->rope_af);
         }
         for (int h = 0; h < c->n_kv_head; h++) {
             if (L->k_norm)
                 rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->norm_eps);
-            rope(k + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq);
+            rope(k + h * hd, hd, tab ? rc_ : NULL, tab ? rs_ : NULL, pos, L->rope_inv_freq, L->rope_af);
         }
         if (j->kv->k) {
             memcpy(kv_k_at(j->kv, j->b->seqs[i], j->l, pos), k, (size_t)kvd * sizeof(float));
@@ -385,6 +405,39 @@ static void moe_route(const model_config *c, float *p, int *sel, float *wt)
     if (c->norm_topk)
         for (int k = 0; k < K; k++)
             wt[k] /= tsum;
+    for (int k = 1; k < K; k++) /* insertion sort by expert id */
+        for (int j = k; j > 0 && sel[j - 1] > sel[j]; j--) {
+            int ts = sel[j];
+            float tw = wt[j];
+            sel[j] = sel[j - 1], wt[j] = wt[j - 1];
+            sel[j - 1] = ts, wt[j - 1] = tw;
+        }
+}
+
+/* gpt_oss's routing (transformers' GptOssTopKRouter): the k largest of the
+ * router's (biased) logits p[n_expert] (the lower id on a tie; the picks'
+ * entries are -inf after), their softmax as the weights, then sorted by
+ * expert id like moe_route. */
+static void moe_route_topk_softmax(const model_config *c, float *p, int *sel, float *wt)
+{
+    int E = c->n_expert, K = c->n_expert_used;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (p[e] != -INFINITY && (best < 0 || p[e] > p[best]))
+                best = e;
+        best = best < 0 ? k : best; /* every logit -inf (no finite router): any k distinct experts */
+        sel[k] = best;
+        wt[k] = p[best];
+        p[best] = -INFINITY;
+    }
+    float mx = wt[0], sum = 0.0f; /* the first pick is the largest */
+    for (int k = 0; k < K; k++) {
+        wt[k] = expf(wt[k] - mx);
+        sum += wt[k];
+    }
+    for (int k = 0; k < K; k++)
+        wt[k] /= sum;
     for (int k = 1; k < K; k++) /* insertion sort by expert id */
         for (int j = k; j > 0 && sel[j - 1] > sel[j]; j--) {
             int ts = sel[j];
@@ -473,6 +526,7 @@ static int moe_grouped(tern_model *m, int l, int T, tern_err *err)
 typedef struct moe_job {
     const model_config *c;
     model_scratch *s;
+    const model_layer *L;
 } moe_job;
 
 static void moe_route_run(void *ctx, long b, long e, int worker)
@@ -480,8 +534,85 @@ static void moe_route_run(void *ctx, long b, long e, int worker)
     (void)worker;
     moe_job *j = ctx;
     int E = j->c->n_expert, K = j->c->n_expert_used;
-    for (long t = b; t < e; t++)
-        moe_route(j->c, j->s->rl + (size_t)t * E, j->s->sel + (size_t)t * K, j->s->wt + (size_t)t * K);
+    for (long t = b; t < e; t++) {
+        float *p = j->s->rl + (size_t)t * E;
+        if (j->L->router_b) /* the router's bias, added to its product as nn.Linear does */
+            for (int x = 0; x < E; x++)
+                p[x] += j->L->router_b[x];
+        if (j->c->moe == MOE_GPT_OSS)
+            moe_route_topk_softmax(j->c, p, j->s->sel + (size_t)t * K, j->s->wt + (size_t)t * K);
+        else
+            moe_route(j->c, p, j->s->sel + (size_t)t * K, j->s->wt + (size_t)t * K);
+    }
+}
+
+/* gpt_oss's expert activation for grouped elements [b, e) (row-major over
+ * rows x n_ff_expert): the row's gate_up product plus its expert's biases,
+ * gate g = column 2i and up u = column 2i + 1 (interleaved, as stored),
+ * g = min(g, limit), u = clamp(u, -limit, limit), then
+ * (u + 1) * g * sigmoid(alpha * g) - transformers' GptOssExperts, in its
+ * order of operations. */
+typedef struct swiglu_job {
+    const model_config *c;
+    const model_layer *L;
+    const model_scratch *s;
+} swiglu_job;
+
+static void swiglu_clamp_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    const swiglu_job *j = ctx;
+    const model_scratch *s = j->s;
+    long ff = j->c->n_ff_expert;
+    float lim = j->c->swiglu_limit, alpha = j->c->swiglu_alpha;
+    for (long i = b; i < e; i++) {
+        long r = i / ff, c = i % ff;
+        const float *y = s->eg + (size_t)r * 2 * ff, *bias = j->L->exp_b_gu + (size_t)s->rexp[r] * 2 * ff;
+        float g = y[2 * c] + bias[2 * c], u = y[2 * c + 1] + bias[2 * c + 1];
+        g = g > lim ? lim : g;
+        u = u > lim ? lim : u < -lim ? -lim : u;
+        float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
+        s->eu[i] = (u + 1.0f) * glu;
+    }
+}
+
+/* The chosen experts' products of a gpt_oss layer over their grouped rows:
+ * every gate_up (one product, 2 * n_ff_expert rows), the clamped SwiGLU
+ * into s->eu, every down into s->ed (its bias joins in moe_combine_run). */
+static int moe_gpt_oss(tern_model *m, int l, int T, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->layers[l];
+    model_scratch *s = m->scratch;
+    const model_weight *ex0 = L->experts;
+    int dim = c->dim, ff = c->n_ff_expert, rc;
+    for (int pass = 0; pass < 2; pass++) {
+        int n = 0;
+        for (int e = 0; e < c->n_expert; e++) {
+            int r0 = e ? s->cnt[e - 1] : 0, t = s->cnt[e] - r0;
+            if (t == 0)
+                continue;
+            if (pass == 0)
+                model_experts_touch(m, l, e);
+            s->gw[n] = &ex0[3 * e + 2 * pass];
+            s->gx[n] = pass ? s->eu + (size_t)r0 * ff : moe_in(s, T, r0, dim);
+            s->gy[n] = pass ? s->ed + (size_t)r0 * dim : s->eg + (size_t)r0 * 2 * ff;
+            s->gt[n++] = t;
+        }
+        rc = 0;
+        if (m->be->matmul_grouped)
+            rc = m->be->matmul_grouped(m->be, n, s->gw, s->gx, s->gy, s->gt, err);
+        else
+            for (int k = 0; k < n && !rc; k++)
+                rc = m->be->matmul(m->be, 1, &s->gw[k], s->gx[k], &s->gy[k], s->gt[k], err);
+        if (rc)
+            return rc;
+        if (pass == 0) {
+            swiglu_job sj = {c, L, s};
+            fwd_par(m, (long)s->cnt[c->n_expert - 1] * ff, GATE_GRAIN, swiglu_clamp_run, &sj);
+        }
+    }
+    return 0;
 }
 
 static void moe_gather_run(void *ctx, long b, long e, int worker)
@@ -507,6 +638,12 @@ static void moe_combine_run(void *ctx, long b, long e, int worker)
         for (int k = 0; k < K; k++) {
             const float *y = s->ed + (size_t)s->row[t * K + k] * dim;
             float wk = s->wt[t * K + k];
+            if (j->L->exp_b_down) { /* gpt_oss: the down product's bias, then the weight */
+                const float *bd = j->L->exp_b_down + (size_t)s->sel[t * K + k] * dim;
+                for (int d = 0; d < dim; d++)
+                    o[d] += (y[d] + bd[d]) * wk;
+                continue;
+            }
             for (int d = 0; d < dim; d++)
                 o[d] += y[d] * wk;
         }
@@ -527,7 +664,7 @@ static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
     int rc = matmul(m, &L->router, s->xn, s->rl, T, err);
     if (rc)
         return rc;
-    moe_job j = {c, s};
+    moe_job j = {c, s, L};
     fwd_par(m, T, ROWS_GRAIN / (4L * E) + 1, moe_route_run, &j);
     memset(s->cnt, 0, (size_t)(E + 1) * sizeof(int));
     for (int t = 0; t < T * K; t++)
@@ -536,10 +673,15 @@ static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
         s->cnt[e + 1] += s->cnt[e];
     for (int t = 0; t < T * K; t++)
         s->row[t] = s->cnt[s->sel[t]]++;
+    if (c->moe == MOE_GPT_OSS) /* each row's expert, for its biases */
+        for (int t = 0; t < T * K; t++)
+            s->rexp[s->row[t]] = s->sel[t];
     /* now cnt[e] is one past expert e's last row: expert e holds [cnt[e-1], cnt[e]) */
     if (T > 1) /* one token: moe_in */
         fwd_par(m, T, ROWS_GRAIN / ((long)K * dim) + 1, moe_gather_run, &j);
-    if ((rc = m->be->matmul_grouped ? moe_grouped(m, l, T, err) : moe_each(m, l, T, err)))
+    if ((rc = c->moe == MOE_GPT_OSS      ? moe_gpt_oss(m, l, T, err)
+              : m->be->matmul_grouped ? moe_grouped(m, l, T, err)
+                                      : moe_each(m, l, T, err)))
         return rc;
     fwd_par(m, T, ROWS_GRAIN / ((long)K * dim) + 1, moe_combine_run, &j);
     return 0;
@@ -753,10 +895,14 @@ static int forward_host(tern_model *m, kv_pool *kv, const fwd_batch *b, const mo
         qkv_job qj = {c, L, kv, b, s, l};
         fwd_par(m, T, 1, qkv_run, &qj);
         model_attn at = {kv, b, l, c->n_head, c->n_kv_head, hd, L->window, c->attn_scale, c->attn_softcap,
-                         s->q, s->att};
+                         s->q, s->att, L->sinks};
         if ((rc = m->be->attention(m->be, &at, err)) || (rc = matmul(m, &L->wo, s->att, s->tmp, T, err)) ||
             (rc = model_lora_apply(m, lora, T, l, LORA_O, s->att, s->tmp, err)))
             return rc;
+        if (L->bo) { /* o_proj's bias (gpt_oss), with the product as nn.Linear adds it */
+            bias_job bj = {s->tmp, L->bo, dim};
+            fwd_par(m, T, ROWS_GRAIN / dim + 1, bias_run, &bj);
+        }
         if (L->post_attn_norm)
             norm_rows(m, s->tmp, s->tmp, NULL, L->post_attn_norm, dim, T);
         norm_rows(m, s->xn, s->x, s->tmp, L->ffn_norm, dim, T); /* x += attention; xn = norm(x) */

@@ -293,6 +293,123 @@ static int load_experts(tern_model *m, const char *pfx, int l, tern_err *err)
     return get_weight(m, n, c->n_expert, c->dim, &L->router, err);
 }
 
+/* A small 2-D tensor [d0][d1] (gpt_oss's stacked expert biases) as an owned
+ * f32 copy. */
+static int get_matrix_f32(tern_model *m, const char *name, int d0, int d1, float **out, tern_err *err)
+{
+    const st_tensor *t = st_find(&m->st, name);
+    if (!t)
+        return tern_err_set(err, TERN_EFORMAT, "missing tensor '%s'", name);
+    if (t->n_dims != 2 || t->shape[0] != d0 || t->shape[1] != d1)
+        return tern_err_set(err, TERN_EFORMAT, "tensor '%s' has the wrong shape, expected [%d, %d]", name, d0, d1);
+    if (t->dtype != TERN_F32 && t->dtype != TERN_BF16 && t->dtype != TERN_F16)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "tensor '%s' has dtype %s", name, tern_dtype_name(t->dtype));
+    *out = malloc((size_t)d0 * d1 * sizeof(float));
+    if (!*out)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    tern_to_f32(t->dtype, t->data, *out, (size_t)d0 * d1);
+    return 0;
+}
+
+/* A gpt_oss stacked expert matrix NAME, E experts of n_out outputs and n_in
+ * inputs each, into ws[3 * e + k]: as published, MXFP4 NAME_blocks uint8
+ * [E][n_out][n_in / 32][16] + NAME_scales uint8 [E][n_out][n_in / 32]
+ * (output-major: borrowed from the mapping), or plain NAME [E][n_in][n_out]
+ * (input-major, transposed vs nn.Linear: each expert transposed once into an
+ * owned copy of the same dtype, no f32 widening). */
+static int get_experts_gpt_oss(tern_model *m, const char *name, int n_out, int n_in, int k, model_weight *ws,
+                               tern_err *err)
+{
+    const int E = m->cfg.n_expert;
+    char bn[300], sn[300];
+    snprintf(bn, sizeof bn, "%s_blocks", name);
+    snprintf(sn, sizeof sn, "%s_scales", name);
+    const st_tensor *t = st_find(&m->st, name), *tb = st_find(&m->st, bn), *ts = st_find(&m->st, sn);
+    if (!t && (tb || ts)) {
+        if (!tb || !ts)
+            return tern_err_set(err, TERN_EFORMAT, "missing tensor '%s' (MXFP4 experts need both %s and %s)",
+                                tb ? sn : bn, bn, sn);
+        if (n_in % 32)
+            return tern_err_set(err, TERN_EFORMAT, "MXFP4 tensor '%s': %d inputs is not a multiple of 32", bn, n_in);
+        if (tb->dtype != TERN_U8 || tb->n_dims != 4 || tb->shape[0] != E || tb->shape[1] != n_out ||
+            tb->shape[2] != n_in / 32 || tb->shape[3] != 16)
+            return tern_err_set(err, TERN_EFORMAT, "MXFP4 tensor '%s' must be uint8 [%d, %d, %d, 16]", bn, E, n_out,
+                                n_in / 32);
+        if (ts->dtype != TERN_U8 || ts->n_dims != 3 || ts->shape[0] != E || ts->shape[1] != n_out ||
+            ts->shape[2] != n_in / 32)
+            return tern_err_set(err, TERN_EFORMAT, "MXFP4 tensor '%s' must be uint8 [%d, %d, %d]", sn, E, n_out,
+                                n_in / 32);
+        for (int e = 0; e < E; e++) {
+            model_weight *w = &ws[3 * e + k];
+            memset(w, 0, sizeof *w);
+            w->dtype = TERN_U8;
+            w->data = (const uint8_t *)tb->data + (size_t)e * n_out * (n_in / 2);
+            w->mx = (const uint8_t *)ts->data + (size_t)e * n_out * (n_in / 32);
+            w->n_out = n_out;
+            w->n_in = n_in;
+            w->group = k == 0 ? 32 : 16; /* int8 gate_up inputs, int16 down inputs (model_int.h) */
+        }
+        return 0;
+    }
+    if (!t)
+        return tern_err_set(err, TERN_EFORMAT, "missing tensor '%s' (or its MXFP4 %s + %s)", name, bn, sn);
+    if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != n_in || t->shape[2] != n_out)
+        return tern_err_set(err, TERN_EFORMAT, "stacked expert tensor '%s' must be [%d, %d, %d] (experts, inputs, outputs)",
+                            name, E, n_in, n_out);
+    if (t->dtype != TERN_F32 && t->dtype != TERN_BF16 && t->dtype != TERN_F16)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "tensor '%s' has dtype %s", name, tern_dtype_name(t->dtype));
+    size_t es = tern_dtype_size(t->dtype), n = (size_t)n_out * n_in;
+    for (int e = 0; e < E; e++) {
+        model_weight *w = &ws[3 * e + k];
+        memset(w, 0, sizeof *w);
+        if (!(w->own = malloc(n * es)))
+            return tern_err_set(err, TERN_ENOMEM, "out of memory for the transposed experts of '%s'", name);
+        const char *src = (const char *)t->data + (size_t)e * n * es;
+        char *dst = w->own;
+        for (int i = 0; i < n_in; i++) /* src [n_in][n_out] -> dst [n_out][n_in] */
+            for (int o = 0; o < n_out; o++)
+                memcpy(dst + ((size_t)o * n_in + i) * es, src + ((size_t)i * n_out + o) * es, es);
+        w->dtype = t->dtype;
+        w->data = w->own;
+        w->n_out = n_out;
+        w->n_in = n_in;
+    }
+    return 0;
+}
+
+/* A gpt_oss sparse layer: mlp.router.{weight,bias}, the experts' gate_up
+ * (2 * n_ff_expert rows, gate and up interleaved, as stored) and down
+ * products (get_experts_gpt_oss), and their biases
+ * mlp.experts.gate_up_proj_bias [E, 2 * n_ff_expert] and down_proj_bias
+ * [E, dim]. */
+static int load_experts_gpt_oss(tern_model *m, const char *pfx, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    model_layer *L = &m->layers[l];
+    int E = c->n_expert, I = c->n_ff_expert, rc;
+    char n[256];
+    L->experts = calloc((size_t)E * 3, sizeof *L->experts);
+    if (!L->experts)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj", pfx, l);
+    if ((rc = get_experts_gpt_oss(m, n, 2 * I, c->dim, 0, L->experts, err)))
+        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj", pfx, l);
+    if ((rc = get_experts_gpt_oss(m, n, c->dim, I, 2, L->experts, err)))
+        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj_bias", pfx, l);
+    if ((rc = get_matrix_f32(m, n, E, 2 * I, &L->exp_b_gu, err)))
+        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj_bias", pfx, l);
+    if ((rc = get_matrix_f32(m, n, E, c->dim, &L->exp_b_down, err)))
+        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.router.bias", pfx, l);
+    if ((rc = get_vector(m, n, E, &L->router_b, err)))
+        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.router.weight", pfx, l);
+    return get_weight(m, n, E, c->dim, &L->router, err);
+}
+
 static int load_layer(tern_model *m, const char *pfx, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
@@ -313,7 +430,7 @@ static int load_layer(tern_model *m, const char *pfx, int l, tern_err *err)
     W(wv, "self_attn.v_proj.weight", kvd, c->dim)
     W(wo, "self_attn.o_proj.weight", c->dim, qd)
     if (c->layer_moe[l]) {
-        if ((rc = load_experts(m, pfx, l, err)))
+        if ((rc = c->moe == MOE_GPT_OSS ? load_experts_gpt_oss(m, pfx, l, err) : load_experts(m, pfx, l, err)))
             return rc;
     } else {
         W(w_gate, "mlp.gate_proj.weight", c->n_ff, c->dim)
@@ -337,10 +454,17 @@ static int load_layer(tern_model *m, const char *pfx, int l, tern_err *err)
         V(bk, "self_attn.k_proj.bias", kvd)
         V(bv, "self_attn.v_proj.bias", kvd)
     }
+    if (c->o_bias) {
+        V(bo, "self_attn.o_proj.bias", c->dim)
+    }
+    if (c->attn_sinks) {
+        V(sinks, "self_attn.sinks", c->n_head)
+    }
 #undef W
 #undef V
     L->window = c->layer_sliding[l] ? c->sliding_window : 0;
     L->rope_inv_freq = c->layer_sliding[l] && m->rope_inv_freq_local ? m->rope_inv_freq_local : m->rope_inv_freq;
+    L->rope_af = L->rope_inv_freq == m->rope_inv_freq ? c->rope_attn_factor : 1.0f;
     return 0;
 }
 
@@ -365,6 +489,27 @@ void model_rope_freqs(const model_config *c, double theta, int scaled, float *ou
             }
         }
         out[i] = (float)f;
+    }
+    if (scaled && c->rope_scaling == ROPE_YARN) {
+        /* YaRN (transformers' _compute_yarn_parameters): dims below the ramp
+         * keep their frequency (they turn many times within the original
+         * context), dims above it are interpolated (/ factor), linearly
+         * between; the ramp's ends are the dims that turn beta_fast and
+         * beta_slow times in original_max_position_embeddings. */
+        double lb = 2 * log(theta), orig = c->rope_orig_max_pos;
+        double lo = d * log(orig / (c->rope_beta_fast * 2 * M_PI)) / lb;
+        double hi = d * log(orig / (c->rope_beta_slow * 2 * M_PI)) / lb;
+        if (c->rope_truncate)
+            lo = floor(lo), hi = ceil(hi);
+        lo = lo > 0 ? lo : 0;
+        hi = hi < d - 1 ? hi : d - 1;
+        if (lo == hi)
+            hi += 0.001; /* as transformers: no zero-width ramp */
+        for (int i = 0; i < d / 2; i++) {
+            double extra = 1.0 / pow(theta, (double)(2 * i) / d), inter = extra / c->rope_factor;
+            double ramp = (i - lo) / (hi - lo), keep = 1 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+            out[i] = (float)(inter * (1 - keep) + extra * keep);
+        }
     }
 }
 
@@ -493,7 +638,13 @@ void model_free(tern_model *m)
                     free(L->experts[e].sb);
                     free(L->experts[e].sb16);
                     free(L->experts[e].fs);
+                    free(L->experts[e].own);
                 }
+            free(L->router_b);
+            free(L->exp_b_gu);
+            free(L->exp_b_down);
+            free(L->sinks);
+            free(L->bo);
             free(L->experts);
             free(L->post_attn_norm);
             free(L->post_ffn_norm);
@@ -589,6 +740,8 @@ static size_t wbytes_as(const model_weight *w, int pairs16)
     if (w->qbits)
         return (size_t)w->n_out * w->n_in * w->qbits / 8 +
                (size_t)w->n_out * (w->n_in / w->group) * 2 * (pairs16 && w->sb16 ? sizeof(uint16_t) : sizeof(float));
+    if (w->mx) /* half a byte a weight and a scale byte per 32 */
+        return (size_t)w->n_out * (w->n_in / 2 + w->n_in / 32);
     if (w->fs) /* a byte a weight and an f32 scale a block */
         return (size_t)w->n_out * w->n_in + (size_t)((w->n_out + w->fs_rows - 1) / w->fs_rows) *
                                                 (size_t)((w->n_in + w->fs_cols - 1) / w->fs_cols) * sizeof(float);
@@ -598,6 +751,12 @@ static size_t wbytes_as(const model_weight *w, int pairs16)
 
 void model_weight_row(const model_weight *w, int r, float *out)
 {
+    if (w->mx) {
+        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (w->n_in / 2), *e = w->mx + (size_t)r * (w->n_in / 32);
+        for (int i = 0; i < w->n_in; i++)
+            out[i] = (float)tern_mx_v2(q[i / 2] >> (i % 2 * 4)) * tern_mx_scale(e[i / 32]);
+        return;
+    }
     if (w->dtype == TERN_F8E4M3) {
         const uint8_t *q = (const uint8_t *)w->data + (size_t)r * w->n_in;
         const float *s = w->fs + (size_t)(r / w->fs_rows) * (size_t)((w->n_in + w->fs_cols - 1) / w->fs_cols);

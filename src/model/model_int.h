@@ -29,6 +29,17 @@ struct model_weight {
      * channel; n_out x n_in: per tensor; 128 x 128: the hub's block-scaled checkpoints). Owned f32; else NULL. */
     float *fs;
     int fs_rows, fs_cols;
+    /* MXFP4 (dtype TERN_U8, mx set): data is the blocks, [n_out][n_in / 2] bytes, input 2i in byte i's low
+     * nibble and 2i + 1 in its high one, each an FP4 E2M1 code (sign, 2 exponent bits, 1 mantissa bit:
+     * 0, 0.5, 1, 1.5, 2, 3, 4, 6); mx the E8M0 scales [n_out][n_in / 32]: w = e2m1 * 2^(mx - 127). Both
+     * borrowed from the mapping (n_in a multiple of 32). group says what the product's inputs become
+     * (unless --exact-products: f32): 32 int8 (tern_imxmatmul_fn: gpt_oss's gate_up), 16 int16
+     * (tern_imx16matmul_fn: its down, whose inputs - the clamped SwiGLU's - are heavy-tailed: int8 moved
+     * the test fixture's logits by 0.12), 0 f32. */
+    const uint8_t *mx;
+    /* An owned copy of data (gpt_oss's input-major experts transposed at load), freed with the model;
+     * else NULL. */
+    void *own;
 };
 
 typedef struct model_layer {
@@ -39,13 +50,21 @@ typedef struct model_layer {
     model_weight w_down;  /* [dim][n_ff] */
     /* A sparse layer (cfg.layer_moe): the router and every expert's MLP. */
     model_weight router;  /* [n_expert][dim] */
-    model_weight *experts; /* [n_expert][3] gate, up [n_ff_expert][dim], down [dim][n_ff_expert]; owned, else NULL */
+    model_weight *experts; /* [n_expert][3] gate, up [n_ff_expert][dim], down [dim][n_ff_expert]; owned, else NULL.
+                            * gpt_oss: [0] is gate_up [2 * n_ff_expert][dim] (rows 2i gate, 2i + 1 up, as the
+                            * hub interleaves them), [1] unused (n_out 0), [2] down */
+    float *router_b;     /* [n_expert] router bias (gpt_oss), else NULL */
+    float *exp_b_gu;     /* [n_expert][2 * n_ff_expert] gate_up biases (gpt_oss), else NULL */
+    float *exp_b_down;   /* [n_expert][dim] down biases (gpt_oss), else NULL */
+    float *sinks;        /* [n_head] attention sink logits (gpt_oss), else NULL */
+    float *bo;           /* [dim] o_proj bias (gpt_oss), else NULL */
     float *attn_norm, *ffn_norm; /* [dim], owned f32 gains (Gemma's 1 + w applied) */
     float *post_attn_norm, *post_ffn_norm; /* [dim] (gemma), else NULL */
     float *q_norm, *k_norm;      /* [head_dim] (qwen3, gemma3), else NULL */
     float *bq, *bk, *bv;         /* q/k/v biases (qwen2), else NULL */
     int window;                  /* sliding window of this layer, 0 = full attention */
     const float *rope_inv_freq;  /* [head_dim/2], the model's global or local table */
+    float rope_af;               /* cos and sin scaled by it (YaRN's attention factor on the global table), else 1 */
 } model_layer;
 
 typedef struct model_scratch model_scratch;

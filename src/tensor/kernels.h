@@ -119,6 +119,70 @@ typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n
 typedef void (*tern_f8matmul_fn)(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y,
                                  long T, long n_in, long ldy, long r0, long r1);
 
+/* The product against an MXFP4 weight (OCP microscaling FP4, gpt-oss's
+ * experts): row r's inputs 2i and 2i + 1 are the low and high nibble of byte
+ * W[r * n_in / 2 + i], each an FP4 E2M1 code, and E[r * n_in / 32 + b] is
+ * the E8M0 scale of its block b of 32 inputs: w = e2m1 * 2^(E - 127). With
+ * v = 2 * e2m1, an integer in [-12, 12] (tern_mx_v2),
+ *   Y = sum over b in order of 2^(E_b - 128) * P_b,  P_b = sum_{i in b} v_i * X_i
+ * with P_b an f32 sum in an order fixed per (row, token) (the tests allow f32
+ * reordering against the reference's index order) - never depending on T or
+ * [r0, r1). n_in is a multiple of 32. Activations stay f32: the exact
+ * reference and the CPU's only MXFP4 path. */
+typedef void (*tern_mxmatmul_fn)(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in,
+                                 long ldy, long r0, long r1);
+
+/* The integer MXFP4 product (the default; tern_mxmatmul_fn is the exact
+ * reference, --exact-products): the inputs quantized by tern_quant_act_fn
+ * with group 32 and bits 4 (blocks of 32, each block's 16 even inputs then
+ * its 16 odd ones - the codes' low then high nibbles; qs with nbp =
+ * tern_iq_nbp(n_in, 32, 4)). For row r and token t, with I_b = sum_{i in b}
+ * v_i * q_i over block b (v = twice the E2M1 value; exact int32) and d_b
+ * the block's activation scale:
+ *   u_b = 2^(E_b - 128) * (float)I_b;  acc[b % 8] = fma(u_b, d_b, acc[b % 8])
+ * over b = 0 .. nbp - 1 in order (padding blocks: u, d = 0), from acc = 0,
+ * then Y = ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)) - the
+ * same bits on every table (tern_iqmatmul_fn's combination with a zero
+ * bias). */
+typedef void (*tern_imxmatmul_fn)(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y,
+                                  long T, long n_in, long ldy, long r0, long r1);
+
+/* The same with int16 activations (MXFP4 weights whose inputs are too
+ * heavy-tailed for int8: gpt_oss's down products). tern_quant_act16_fn:
+ * per token and block of 32 inputs, d = max|x| / 32767, q_i =
+ * round-half-even(x_i * (32767 / max|x|)) (a block whose max|x| is below
+ * 1e-30 gets d = 0, q = 0; NaN inputs give unspecified values), stored in the 4-bit nibble order
+ * (each block's 16 even inputs, then its 16 odd ones), d at qs[t * 2 * nbp +
+ * b] (nbp = tern_iq_nbp(n_in, 32, 4); the other nbp floats and the padding
+ * are zero). tern_imx16matmul_fn: tern_imxmatmul_fn's combination with I_b
+ * = sum v_i * q_i over these int16 q (exact: |I_b| < 2^24, so (float)I_b is
+ * exact too). */
+typedef void (*tern_quant_act16_fn)(const float *X, long T, long n_in, int16_t *Q, float *qs);
+typedef void (*tern_imx16matmul_fn)(const uint8_t *W, const uint8_t *E, const int16_t *Q, const float *qs, float *Y,
+                                    long T, long n_in, long ldy, long r0, long r1);
+
+/* Twice the E2M1 value of code c (0..15): 0, 1, 2, 3, 4, 6, 8, 12, then the
+ * same negated (code 8, -0, gives 0). */
+static inline int tern_mx_v2(unsigned c)
+{
+    static const signed char v[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    return v[c & 15];
+}
+
+/* 2^(e - 128), exactly, for an E8M0 byte e (the scale of twice the E2M1
+ * value): the f32 with exponent field e - 1, or the subnormals 2^-127 and
+ * 2^-128 for e = 1, 0. */
+static inline float tern_mx_scale(unsigned e)
+{
+    if (e < 2)
+        return e ? 0x1p-127f : 0x1p-128f;
+    union {
+        uint32_t u;
+        float f;
+    } b = {(uint32_t)(e - 1) << 23};
+    return b.f;
+}
+
 typedef struct tern_kernels {
     const char *isa; /* "scalar", "avx2", "avx512", "amx", "amx-bf16" (avx512 with AMX tile products) */
     tern_matmul_fn matmul_f32;
@@ -144,6 +208,10 @@ typedef struct tern_kernels {
                           caller may hand them large blocks); 0: the caller keeps a block's rows and inputs
                           cache-sized */
     tern_f8matmul_fn matmul_f8; /* FP8 weights (every table) */
+    tern_mxmatmul_fn matmul_mxfp4; /* MXFP4 weights, f32 activations (every table) */
+    tern_imxmatmul_fn imatmul_mxfp4; /* MXFP4 weights, int8 activations (every table) */
+    tern_quant_act16_fn quant_act16;     /* int16 activations (every table) */
+    tern_imx16matmul_fn imatmul_mxfp4_16; /* MXFP4 weights, int16 activations (every table) */
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group
@@ -177,6 +245,10 @@ int tern_kernels_exact_get(void);
 /* The FP8 scalar reference (kernels_scalar.c), for tables without their own. */
 void tern_matmul_f8_scalar(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y, long T,
                            long n_in, long ldy, long r0, long r1);
+
+/* The MXFP4 scalar reference (kernels_scalar.c). */
+void tern_matmul_mxfp4_scalar(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in, long ldy,
+                              long r0, long r1);
 
 /* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512|amx|amx-bf16 in the
  * environment to force one, for tests and benchmarks). Never NULL. */

@@ -529,7 +529,7 @@ static void test_attention(void **state)
                 for (size_t e = 0; e < qn; e++)
                     og[e] = NAN;
                 model_attn a = {&kv, &b, 1, n_head, n_kv, hd, modes[mi].window, 1.0f / sqrtf((float)hd), modes[mi].softcap,
-                                q, oc};
+                                q, oc, NULL};
                 assert_int_equal(cpu->attention(cpu, &a, &err), 0);
                 a.out = og;
                 if (gpu->attention(gpu, &a, &err))

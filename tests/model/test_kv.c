@@ -427,7 +427,7 @@ static void fill_kv(kv_pool *a, kv_pool *b, kv_seq *sa, kv_seq *sb, int n, int n
 /* Double-precision attention over the decoded cache of pool p (the scalar
  * reference for the fused kernels). */
 static void ref_attention(const kv_pool *p, const kv_seq *s, int l, int n_head, int hd, int start, int pos,
-                          const float *q, float scale, float *out)
+                          const float *q, float scale, const float *sinks, float *out)
 {
     int group = n_head / p->n_kv_head;
     int rot = kv_type_is_rotated(p->layers[l].type);
@@ -449,8 +449,12 @@ static void ref_attention(const kv_pool *p, const kv_seq *s, int l, int n_head, 
             sc[t] = d * scale;
             mx = fmax(mx, sc[t]);
         }
+        if (sinks) /* the sink's logit: in the max and the denominator, no value */
+            mx = fmax(mx, sinks[h]);
         for (int t = start; t <= pos; t++)
             sum += sc[t] = exp(sc[t] - mx);
+        if (sinks)
+            sum += exp(sinks[h] - mx);
         for (int t = start; t <= pos; t++) {
             kv_type tt;
             const uint8_t *r = kv_row_at(p, s, l, t, 1, &tt);
@@ -512,8 +516,8 @@ static void test_attention_types(void **state)
             float q[3 * N_HEAD * HD], of[3 * N_HEAD * HD], ot[3 * N_HEAD * HD], oref[N_HEAD * HD];
             fill(q, 3 * N_HEAD * HD, 0.5f);
             fwd_batch bf = {3, toks, pos, sa3, 0, rows}, bt = {3, toks, pos, sb3, 0, rows};
-            model_attn af = {&pf, &bf, 1, N_HEAD, N_KV, HD, 0, 0.125f, 0, q, of};
-            model_attn at = {&pt, &bt, 1, N_HEAD, N_KV, HD, 0, 0.125f, 0, q, ot};
+            model_attn af = {&pf, &bf, 1, N_HEAD, N_KV, HD, 0, 0.125f, 0, q, of, NULL};
+            model_attn at = {&pt, &bt, 1, N_HEAD, N_KV, HD, 0, 0.125f, 0, q, ot, NULL};
             assert_int_equal(be->attention(be, &af, &err), 0);
             assert_int_equal(be->attention(be, &at, &err), 0);
             double num = 0, den = 0, ref_worst = 0;
@@ -523,7 +527,7 @@ static void test_attention_types(void **state)
             }
             /* the fused kernel equals the reference over the decoded cache */
             for (int i = 0; i < 3; i++) {
-                ref_attention(&pt, &sb, 1, N_HEAD, HD, 0, pos[i], q + i * N_HEAD * HD, 0.125f, oref);
+                ref_attention(&pt, &sb, 1, N_HEAD, HD, 0, pos[i], q + i * N_HEAD * HD, 0.125f, NULL, oref);
                 for (int e = 0; e < N_HEAD * HD; e++)
                     ref_worst = fmax(ref_worst, fabs(oref[e] - ot[i * N_HEAD * HD + e]));
             }
@@ -548,7 +552,8 @@ static void test_attention_types(void **state)
  * the row alone, at 1, 2, 3 and 7 threads (a lone token's chunks are the
  * items from 2 threads on, a batch's pairs), over many chunks and a context
  * long enough for longer chunks, GQA groups of 4 and 3, with and without a
- * window, f16 and q8 with 16-bit sinks; and within 1e-5 of the
+ * window, with and without attention-sink logits (gpt_oss), f16 and q8 with
+ * 16-bit sink blocks; and within 1e-5 of the
  * double-precision reference over the decoded cache. */
 static void test_attention_invariance(void **state)
 {
@@ -587,26 +592,33 @@ static void test_attention_invariance(void **state)
             kv_seq *seqs[T];
             for (int i = 0; i < T; i++)
                 seqs[i] = &sq;
-            for (int wi = 0; wi < 2; wi++) {
+            /* windows 0 and 150, then both again with per-head sink logits (gpt_oss): moderate ones and
+             * one that outweighs every position */
+            float sinks[8];
+            for (int h = 0; h < 8; h++)
+                sinks[h] = h == 1 ? 9.0f : 3.0f * (float)((h * 5) % 7 - 3) / 3.0f;
+            for (int wc = 0; wc < 4; wc++) {
+                int wi = wc % 2;
+                const float *sk = wc >= 2 ? sinks : NULL;
                 fwd_batch bb = {T, toks, pos, seqs, 0, &row0};
                 for (int i = 0; i < T; i++) { /* each row alone, one thread: the reference bits */
                     fwd_batch b1 = {1, toks, &pos[i], seqs, 0, &row0};
                     model_attn a1 = {&p, &b1, 0, nh, N_KV, HD, windows[wi], 0.125f, 0, q + (size_t)i * qd,
-                                     o1 + (size_t)i * qd};
+                                     o1 + (size_t)i * qd, sk};
                     assert_int_equal(be[0]->attention(be[0], &a1, &err), 0);
                     int start = windows[wi] && pos[i] - windows[wi] + 1 > 0 ? pos[i] - windows[wi] + 1 : 0;
                     float ref[8 * HD];
-                    ref_attention(&p, &sq, 0, nh, HD, start, pos[i], q + (size_t)i * qd, 0.125f, ref);
+                    ref_attention(&p, &sq, 0, nh, HD, start, pos[i], q + (size_t)i * qd, 0.125f, sk, ref);
                     for (int e = 0; e < qd; e++)
                         worst = fmax(worst, fabs(ref[e] - o1[(size_t)i * qd + e]));
                 }
                 for (int b = 0; b < NT; b++) {
-                    model_attn ab = {&p, &bb, 0, nh, N_KV, HD, windows[wi], 0.125f, 0, q, ob};
+                    model_attn ab = {&p, &bb, 0, nh, N_KV, HD, windows[wi], 0.125f, 0, q, ob, sk};
                     assert_int_equal(be[b]->attention(be[b], &ab, &err), 0);
                     assert_memory_equal(ob, o1, (size_t)T * qd * sizeof(float));
                     for (int i = 0; i < T; i++) {
                         fwd_batch b1 = {1, toks, &pos[i], seqs, 0, &row0};
-                        model_attn a1 = {&p, &b1, 0, nh, N_KV, HD, windows[wi], 0.125f, 0, q + (size_t)i * qd, one};
+                        model_attn a1 = {&p, &b1, 0, nh, N_KV, HD, windows[wi], 0.125f, 0, q + (size_t)i * qd, one, sk};
                         assert_int_equal(be[b]->attention(be[b], &a1, &err), 0);
                         assert_memory_equal(one, o1 + (size_t)i * qd, (size_t)qd * sizeof(float));
                     }

@@ -1,6 +1,7 @@
-/* Mixtures of experts (qwen3_moe, mixtral) beyond the HF goldens: a batch
- * of many sequences gives bit-identical logits to each sequence alone (f32,
- * bf16 and 4-bit experts, integer and exact products), `tern convert`
+/* Mixtures of experts (qwen3_moe, mixtral, gpt_oss) beyond the HF goldens: a
+ * batch of many sequences gives bit-identical logits to each sequence alone
+ * (f32, bf16, 4-bit and MXFP4 experts, integer and exact products), an
+ * MXFP4 folder equals its decoded twin, `tern convert`
  * quantizes experts and keeps the router, a folder whose config or experts
  * are wrong is a load error naming the field or the tensor, experts
  * read from disk through a small cache give the same logits, and MLX's
@@ -22,7 +23,7 @@
 #include "model/st_write.h"
 #include "test_util.h"
 
-static char g_dirs[16][64];
+static char g_dirs[32][64];
 static int g_n_dirs;
 
 static const char *tmpdir(void)
@@ -472,8 +473,8 @@ static void test_load_errors(void **state)
     config_set(d, "decoder_sparse_step", "0");
     load_fails(d, TERN_ERANGE, "decoder_sparse_step");
     config_set(d, "decoder_sparse_step", "1");
-    config_set(d, "model_type", "\"gpt_oss\"");
-    load_fails(d, TERN_EUNSUPPORTED, "MXFP4");
+    config_set(d, "model_type", "\"gpt_oss\""); /* loads as gpt_oss: its stacked experts are missing */
+    load_fails(d, TERN_EFORMAT, "model.layers.0.mlp.experts.gate_up_proj");
     config_set(d, "model_type", "\"qwen2_moe\"");
     load_fails(d, TERN_EUNSUPPORTED, "shared experts");
     /* on the CUDA backend: loaded where there is a GPU (its forward is
@@ -493,6 +494,169 @@ static void test_load_errors(void **state)
     load_fails(x, TERN_EFORMAT, "model.layers.0.mlp.experts.0.gate_proj.weight");
 }
 
+/* ---- gpt_oss ---- */
+
+/* Renames tensor from to to (the same length) in a safetensors file's
+ * header, in place: a folder missing that tensor without rewriting it. */
+static void rename_tensor(const char *path, const char *from, const char *to)
+{
+    assert_int_equal(strlen(from), strlen(to));
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    unsigned char h8[8];
+    assert_int_equal(fread(h8, 1, 8, f), 8);
+    size_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | h8[i];
+    char *hdr = malloc(n + 1), key[200];
+    assert_int_equal(fread(hdr, 1, n, f), n);
+    hdr[n] = 0;
+    snprintf(key, sizeof key, "\"%s\"", from);
+    char *at = strstr(hdr, key);
+    if (!at)
+        fail_msg("%s: no tensor %s", path, from);
+    assert_int_equal(fseek(f, 8 + (long)(at - hdr) + 1, SEEK_SET), 0);
+    assert_int_equal(fwrite(to, 1, strlen(to), f), strlen(to));
+    fclose(f);
+    free(hdr);
+}
+
+#define GPT_OSS "--family gpt_oss --dim 64 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 --top-k 4 " \
+                "--moe-ff 32 --sliding-window 4 --seed 41"
+
+/* The batch contract on gpt_oss (sinks, sliding/full layers with a window
+ * of 4 crossed by the 12 tokens, biased clamped experts): f32, bf16 and
+ * MXFP4 experts. */
+static void test_gpt_oss_batch(void **state)
+{
+    (void)state;
+    check_batch(fixture(GPT_OSS), 0);
+    check_batch(fixture(GPT_OSS " --dtype bf16"), 0);
+    check_batch(fixture(GPT_OSS " --dtype bf16 --mxfp4 1"), 0);
+    check_batch(fixture(GPT_OSS " --mxfp4 1"), 1);
+}
+
+/* An MXFP4 folder and its decoded twin (the same weights as plain f32
+ * experts, make_fixture --mxfp4-decoded) give the same logits within f32
+ * reordering under --exact-products: the MXFP4 products read the codes and
+ * scales as the OCP format (and transformers) define them, and the plain
+ * experts' transposed layout is read the same way. By default the gate_up
+ * products take int8 inputs (the down products keep f32: their inputs, the
+ * clamped SwiGLU's, are heavy-tailed): within 1e-3 (measured 1.9e-4). The
+ * MXFP4 experts stay in the mapping. */
+static void test_gpt_oss_mxfp4(void **state)
+{
+    (void)state;
+    const char *mx = fixture(GPT_OSS " --mxfp4 1"), *dec = fixture(GPT_OSS " --mxfp4-decoded 1");
+    float *b = logits_of(dec), *a = logits_of(mx);
+    tern_kernels_exact_set(1);
+    float *ax = logits_of(mx);
+    tern_kernels_exact_set(0);
+    tern_err err = {0};
+    tern_model *m = model_load(mx, 1, &err);
+    assert_non_null(m);
+    const model_config *c = model_config_get(m);
+    int V = c->n_vocab;
+    assert_int_equal(c->moe, MOE_GPT_OSS);
+    assert_true(c->mxfp4);
+    const model_layer *L = &m->layers[1];
+    assert_non_null(L->experts[0].mx);
+    assert_null(L->experts[0].own);
+    assert_int_equal(L->experts[0].n_out, 2 * c->n_ff_expert);
+    assert_int_equal(L->experts[2].n_in, c->n_ff_expert);
+    model_free(m);
+    double worst = 0, worst_x = 0, mag = 0;
+    for (size_t i = 0; i < (size_t)12 * V; i++) {
+        worst = fmax(worst, fabs(a[i] - b[i]));
+        worst_x = fmax(worst_x, fabs(ax[i] - b[i]));
+        mag = fmax(mag, fabs(b[i]));
+    }
+    printf("gpt_oss MXFP4 vs its decoded twin: max |delta logit| %.3g exact products, %.3g int8 gate_up inputs "
+           "(logits up to %.3g)\n",
+           worst_x, worst, mag);
+    assert_true(worst_x <= 1e-5 * (mag + 1));
+    assert_true(worst <= 1e-3);
+    /* MXFP4 experts stay in the mapping: the disk residency with a cache of a
+     * few experts gives the same bits */
+    model_experts_opts_set(MODEL_EXPERTS_DISK, 3 * (size_t)(2 * 32 * 64 + 64 * 32) / 2);
+    float *cd = logits_of(mx);
+    model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
+    assert_memory_equal(a, cd, (size_t)12 * V * sizeof(float));
+    free(cd);
+    free(a);
+    free(ax);
+    free(b);
+}
+
+/* gpt_oss folders whose tensors are missing or misshapen name the tensor;
+ * config variants name the field. */
+static void test_gpt_oss_load_errors(void **state)
+{
+    (void)state;
+    const char *d = fixture(GPT_OSS " --mxfp4 1");
+    /* more experts than the blocks hold */
+    config_set(d, "num_local_experts", "9");
+    load_fails(d, TERN_EFORMAT, "model.layers.0.mlp.experts.gate_up_proj_blocks");
+    config_set(d, "num_local_experts", "8");
+    /* other widths: the blocks of the wrong shape */
+    config_set(d, "intermediate_size", "64");
+    load_fails(d, TERN_EFORMAT, "model.layers.0.mlp.experts.gate_up_proj_blocks");
+    config_set(d, "intermediate_size", "32");
+    /* the aliases of the experts per token must agree */
+    config_set(d, "experts_per_token", "3");
+    load_fails(d, TERN_EFORMAT, "experts_per_token");
+    config_set(d, "experts_per_token", NULL);
+    config_set(d, "num_experts_per_tok", NULL);
+    config_set(d, "experts_per_token", "2");
+    tern_err err = {0};
+    tern_model *m = model_load(d, 1, &err);
+    if (!m)
+        fail_msg("%s", err.msg);
+    assert_int_equal(model_config_get(m)->n_expert_used, 2);
+    model_free(m);
+    config_set(d, "experts_per_token", "4");
+    config_set(d, "num_experts_per_tok", "4");
+    config_set(d, "rope_scaling", "{\"rope_type\": \"longrope\", \"factor\": 2.0}");
+    load_fails(d, TERN_EUNSUPPORTED, "longrope");
+    config_set(d, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 32.0, \"beta_fast\": 32.0, \"beta_slow\": 1.0, "
+                                  "\"truncate\": false, \"original_max_position_embeddings\": 4096}");
+    /* the safetensors file without one layer's sinks, and with a scale tensor renamed */
+    const char *x = tmpdir();
+    sh("cp %s/* %s/", d, x);
+    char st[160];
+    snprintf(st, sizeof st, "%s/model.safetensors", x);
+    rename_tensor(st, "model.layers.2.self_attn.sinks", "model.layers.2.self_attn.sinkz");
+    load_fails(x, TERN_EFORMAT, "model.layers.2.self_attn.sinks");
+    rename_tensor(st, "model.layers.2.self_attn.sinkz", "model.layers.2.self_attn.sinks");
+    rename_tensor(st, "model.layers.3.mlp.experts.down_proj_scales", "model.layers.3.mlp.experts.down_proj_scalez");
+    load_fails(x, TERN_EFORMAT, "model.layers.3.mlp.experts.down_proj_scales");
+    rename_tensor(st, "model.layers.3.mlp.experts.down_proj_scalez", "model.layers.3.mlp.experts.down_proj_scales");
+    rename_tensor(st, "model.layers.0.mlp.router.bias", "model.layers.0.mlp.router.biaz");
+    load_fails(x, TERN_EFORMAT, "model.layers.0.mlp.router.bias");
+    /* sinks of the wrong length: 3 heads in config.json for 4 in the file (q_proj names itself first) */
+    config_set(d, "num_attention_heads", "2");
+    config_set(d, "num_key_value_heads", "2");
+    load_fails(d, TERN_EFORMAT, "model.layers.0.self_attn.q_proj");
+    config_set(d, "num_attention_heads", "4");
+    /* MXFP4 is gpt_oss's only */
+    const char *q = fixture("--family qwen3_moe --dim 64 --layers 1 --heads 4 --kv-heads 2 --head-dim 32 --ff 96 "
+                            "--experts 4 --top-k 2 --moe-ff 32 --seed 42");
+    config_set(q, "quantization_config", "{\"quant_method\": \"mxfp4\"}");
+    load_fails(q, TERN_EUNSUPPORTED, "mxfp4");
+    /* plain (input-major) experts are transposed copies: not for the disk/host residency */
+    const char *p = fixture(GPT_OSS " --dtype bf16");
+    model_experts_opts_set(MODEL_EXPERTS_DISK, 1 << 20);
+    m = model_load(p, 1, &err);
+    model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
+    assert_null(m);
+    assert_int_equal(err.code, TERN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "gate_up_proj"));
+    /* the CUDA backend refuses gpt_oss (a build without CUDA refuses every model) */
+    model_load_opts lo = {1, "cuda"};
+    assert_null(m = model_load_ex(d, &lo, &err));
+    assert_int_equal(err.code, TERN_EUNSUPPORTED);
+}
+
 static int cleanup(void **state)
 {
     (void)state;
@@ -508,6 +672,9 @@ int main(void)
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_expert_residency),
         cmocka_unit_test(test_stacked_experts),
+        cmocka_unit_test(test_gpt_oss_batch),
+        cmocka_unit_test(test_gpt_oss_mxfp4),
+        cmocka_unit_test(test_gpt_oss_load_errors),
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
 }

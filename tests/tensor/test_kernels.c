@@ -441,6 +441,198 @@ static void check_f8(const tern_kernels *k)
         }
 }
 
+/* The MXFP4 product (kernels.h, tern_mxmatmul_fn) of table k: the scalar
+ * reference against the OCP formula in double (code table e2m1, ldexp of
+ * the E8M0 scale minus 127, nibble order: input 2i low, 2i + 1 high), every
+ * other table against the reference within f32 reordering; row ranges and
+ * every token alone give the same bits. Random codes (all 16) and scales
+ * over a wide range (E 100..150, and the extremes 0, 1 and 254 somewhere),
+ * sizes around the 4-row and 8-token tiles. */
+static void check_mx(const tern_kernels *k)
+{
+    static const double e2m1[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long sizes[][2] = {{1, 32}, {3, 32}, {4, 64}, {5, 96}, {9, 128}, {13, 320}, {64, 1440}};
+    static const long Ts[] = {1, 2, 3, 8, 9, 17};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            long n_out = sizes[si][0], n_in = sizes[si][1], T = Ts[ti], nb = n_in / 32, ldy = n_out + 3;
+            uint8_t *w = malloc((size_t)(n_out * n_in / 2)), *e = malloc((size_t)(n_out * nb));
+            float *x = malloc((size_t)(T * n_in) * 4);
+            float *y0 = malloc((size_t)(T * ldy) * 4), *y1 = malloc((size_t)(T * ldy) * 4);
+            for (long i = 0; i < n_out * n_in / 2; i++)
+                w[i] = (uint8_t)(tern_rng_u32(&rng) >> 24);
+            for (long i = 0; i < n_out * nb; i++)
+                e[i] = (uint8_t)(100 + tern_rng_u32(&rng) % 51);
+            if (n_out * nb >= 3) /* the scale table's low end (subnormal 2^-128, 2^-127) and a large one */
+                e[0] = 0, e[1] = 1, e[2] = 200;
+            for (long i = 0; i < T * n_in; i++)
+                x[i] = rnd();
+            for (long i = 0; i < T * ldy; i++)
+                y0[i] = y1[i] = -7.0f; /* the padding columns must stay */
+            ref->matmul_mxfp4(w, e, x, y0, T, n_in, ldy, 0, n_out);
+            k->matmul_mxfp4(w, e, x, y1, T, n_in, ldy, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < ldy; r++) {
+                    double want = 0.0, mag = 0.0;
+                    for (long i = 0; r < n_out && i < n_in; i++) {
+                        int c = w[r * (n_in / 2) + i / 2] >> (i % 2 * 4) & 15;
+                        double v = ldexp(e2m1[c], e[r * nb + i / 32] - 127) * x[t * n_in + i];
+                        want += v;
+                        mag += fabs(v);
+                    }
+                    float a = y0[t * ldy + r], b = y1[t * ldy + r];
+                    if (r >= n_out) {
+                        assert_true(a == -7.0f && b == -7.0f);
+                        continue;
+                    }
+                    double tol = 1.2e-7 * (double)(n_in + 8) * mag + 1e-38;
+                    if (fabs(a - want) > tol)
+                        fail_msg("scalar matmul_mxfp4 %ldx%ld T %ld row %ld: %g, want %g", n_out, n_in, T, r, a, want);
+                    if (fabs(b - a) > tol)
+                        fail_msg("%s matmul_mxfp4 %ldx%ld T %ld row %ld token %ld: %g vs %g", k->isa, n_out, n_in, T, r,
+                                 t, b, a);
+                }
+            if (n_out > 1) { /* rows in two parts, split off the tiles' multiples */
+                k->matmul_mxfp4(w, e, x, y0, T, n_in, ldy, 0, n_out / 2 + 1);
+                k->matmul_mxfp4(w, e, x, y0, T, n_in, ldy, n_out / 2 + 1, n_out);
+                assert_memory_equal(y0, y1, (size_t)(T * ldy) * 4);
+            }
+            for (long t = 0; t < T; t++) {
+                k->matmul_mxfp4(w, e, x + t * n_in, y0, 1, n_in, ldy, 0, n_out);
+                if (memcmp(y0, y1 + t * ldy, (size_t)n_out * 4))
+                    fail_msg("%s matmul_mxfp4 %ldx%ld: token %ld of %ld differs from alone", k->isa, n_out, n_in, t,
+                             T);
+            }
+            free(w), free(e), free(x), free(y0), free(y1);
+        }
+}
+
+/* The integer MXFP4 product (kernels.h, tern_imxmatmul_fn): table k's bits
+ * equal the scalar reference's (memcmp) on the inputs quantized by k's own
+ * quant_act (group 32, 4-bit nibble order), row splits and every token
+ * alone give the same bits, and the result is within the activations'
+ * rounding (half a step d_b per input, times |w|) of the f32 product. */
+static void check_imx(const tern_kernels *k)
+{
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long sizes[][2] = {{1, 32}, {3, 64}, {5, 96}, {9, 256}, {13, 320}, {8, 2880}};
+    static const long Ts[] = {1, 2, 3, 8};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            long n_out = sizes[si][0], n_in = sizes[si][1], T = Ts[ti], nb = n_in / 32, ldy = n_out + 3;
+            long nbp = tern_iq_nbp(n_in, 32, 4);
+            uint8_t *w = malloc((size_t)(n_out * n_in / 2)), *e = malloc((size_t)(n_out * nb));
+            float *x = malloc((size_t)(T * n_in) * 4), *qs = malloc((size_t)(T * 2 * nbp) * 4);
+            int8_t *Q = malloc((size_t)(T * n_in));
+            float *y0 = malloc((size_t)(T * ldy) * 4), *y1 = malloc((size_t)(T * ldy) * 4), *yf = malloc((size_t)(T * ldy) * 4);
+            for (long i = 0; i < n_out * n_in / 2; i++)
+                w[i] = (uint8_t)(tern_rng_u32(&rng) >> 24);
+            for (long i = 0; i < n_out * nb; i++)
+                e[i] = (uint8_t)(110 + tern_rng_u32(&rng) % 31);
+            if (n_out * nb >= 2)
+                e[0] = 0, e[1] = 1;
+            for (long i = 0; i < T * n_in; i++)
+                x[i] = rnd() * (i % 97 == 0 ? 50.0f : 1.0f);
+            for (long i = 0; i < T * ldy; i++)
+                y0[i] = y1[i] = -7.0f;
+            k->quant_act(x, T, n_in, 32, 4, Q, qs);
+            ref->imatmul_mxfp4(w, e, Q, qs, y0, T, n_in, ldy, 0, n_out);
+            k->imatmul_mxfp4(w, e, Q, qs, y1, T, n_in, ldy, 0, n_out);
+            if (memcmp(y0, y1, (size_t)(T * ldy) * 4))
+                fail_msg("%s imatmul_mxfp4 %ldx%ld T %ld: not the scalar reference's bits", k->isa, n_out, n_in, T);
+            ref->matmul_mxfp4(w, e, x, yf, T, n_in, ldy, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < n_out; r++) {
+                    double tol = 1e-30;
+                    for (long i = 0; i < n_in; i++) {
+                        int c = w[r * (n_in / 2) + i / 2] >> (i % 2 * 4) & 15;
+                        tol += fabs(tern_mx_v2((unsigned)c) * tern_mx_scale(e[r * nb + i / 32])) *
+                               (0.5 * qs[t * 2 * nbp + i / 32] + 1e-6 * fabs(x[t * n_in + i]));
+                    }
+                    if (fabs(y0[t * ldy + r] - yf[t * ldy + r]) > tol)
+                        fail_msg("imatmul_mxfp4 %ldx%ld T %ld row %ld: %g, f32 product %g (tolerance %g)", n_out, n_in,
+                                 T, r, y0[t * ldy + r], yf[t * ldy + r], tol);
+                }
+            if (n_out > 1) {
+                k->imatmul_mxfp4(w, e, Q, qs, y0, T, n_in, ldy, 0, n_out / 2 + 1);
+                k->imatmul_mxfp4(w, e, Q, qs, y0, T, n_in, ldy, n_out / 2 + 1, n_out);
+                assert_memory_equal(y0, y1, (size_t)(T * ldy) * 4);
+            }
+            for (long t = 0; t < T; t++) {
+                k->imatmul_mxfp4(w, e, Q + t * n_in, qs + t * 2 * nbp, y0, 1, n_in, ldy, 0, n_out);
+                if (memcmp(y0, y1 + t * ldy, (size_t)n_out * 4))
+                    fail_msg("%s imatmul_mxfp4 %ldx%ld: token %ld of %ld differs from alone", k->isa, n_out, n_in, t, T);
+            }
+            free(w), free(e), free(x), free(qs), free(Q), free(y0), free(y1), free(yf);
+        }
+}
+
+/* int16 activations (kernels.h, tern_quant_act16_fn) and the MXFP4 product
+ * on them (tern_imx16matmul_fn): table k's quantized inputs and products
+ * are the scalar reference's bits; the product is within the activations'
+ * rounding (half a step d_b = max/32767 per input, times |w|) of the f32
+ * product; row splits and every token alone give the same bits. */
+static void check_imx16(const tern_kernels *k)
+{
+    const tern_kernels *ref = tern_kernels_scalar();
+    static const long sizes[][2] = {{1, 32}, {3, 64}, {5, 96}, {9, 256}, {13, 320}, {8, 2880}};
+    static const long Ts[] = {1, 2, 3, 8};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            long n_out = sizes[si][0], n_in = sizes[si][1], T = Ts[ti], nb = n_in / 32, ldy = n_out + 3;
+            long nbp = tern_iq_nbp(n_in, 32, 4);
+            uint8_t *w = malloc((size_t)(n_out * n_in / 2)), *e = malloc((size_t)(n_out * nb));
+            float *x = malloc((size_t)(T * n_in) * 4), *qs = malloc((size_t)(T * 2 * nbp) * 4),
+                  *qs0 = malloc((size_t)(T * 2 * nbp) * 4);
+            int16_t *Q = malloc((size_t)(T * n_in) * 2), *Q0 = malloc((size_t)(T * n_in) * 2);
+            float *y0 = malloc((size_t)(T * ldy) * 4), *y1 = malloc((size_t)(T * ldy) * 4), *yf = malloc((size_t)(T * ldy) * 4);
+            for (long i = 0; i < n_out * n_in / 2; i++)
+                w[i] = (uint8_t)(tern_rng_u32(&rng) >> 24);
+            for (long i = 0; i < n_out * nb; i++)
+                e[i] = (uint8_t)(110 + tern_rng_u32(&rng) % 31);
+            if (n_out * nb >= 2)
+                e[0] = 0, e[1] = 1;
+            for (long i = 0; i < T * n_in; i++) /* heavy-tailed, a zero block */
+                x[i] = i < 32 && T > 2 ? 0.0f : rnd() * (i % 37 == 0 ? 500.0f : 1.0f);
+            for (long i = 0; i < T * ldy; i++)
+                y0[i] = y1[i] = -7.0f;
+            ref->quant_act16(x, T, n_in, Q0, qs0);
+            k->quant_act16(x, T, n_in, Q, qs);
+            assert_memory_equal(Q, Q0, (size_t)(T * n_in) * 2);
+            assert_memory_equal(qs, qs0, (size_t)(T * 2 * nbp) * 4);
+            ref->imatmul_mxfp4_16(w, e, Q, qs, y0, T, n_in, ldy, 0, n_out);
+            k->imatmul_mxfp4_16(w, e, Q, qs, y1, T, n_in, ldy, 0, n_out);
+            if (memcmp(y0, y1, (size_t)(T * ldy) * 4))
+                fail_msg("%s imatmul_mxfp4_16 %ldx%ld T %ld: not the scalar reference's bits", k->isa, n_out, n_in, T);
+            ref->matmul_mxfp4(w, e, x, yf, T, n_in, ldy, 0, n_out);
+            for (long t = 0; t < T; t++)
+                for (long r = 0; r < n_out; r++) {
+                    double tol = 1e-30;
+                    for (long i = 0; i < n_in; i++) {
+                        int c = w[r * (n_in / 2) + i / 2] >> (i % 2 * 4) & 15;
+                        tol += fabs(tern_mx_v2((unsigned)c) * tern_mx_scale(e[r * nb + i / 32])) *
+                               (0.5 * qs[t * 2 * nbp + i / 32] + 1e-6 * fabs(x[t * n_in + i]));
+                    }
+                    if (fabs(y0[t * ldy + r] - yf[t * ldy + r]) > tol)
+                        fail_msg("imatmul_mxfp4_16 %ldx%ld T %ld row %ld: %g, f32 product %g (tolerance %g)", n_out,
+                                 n_in, T, r, y0[t * ldy + r], yf[t * ldy + r], tol);
+                }
+            if (n_out > 1) {
+                k->imatmul_mxfp4_16(w, e, Q, qs, y0, T, n_in, ldy, 0, n_out / 2 + 1);
+                k->imatmul_mxfp4_16(w, e, Q, qs, y0, T, n_in, ldy, n_out / 2 + 1, n_out);
+                assert_memory_equal(y0, y1, (size_t)(T * ldy) * 4);
+            }
+            for (long t = 0; t < T; t++) {
+                k->imatmul_mxfp4_16(w, e, Q + t * n_in, qs + t * 2 * nbp, y0, 1, n_in, ldy, 0, n_out);
+                if (memcmp(y0, y1 + t * ldy, (size_t)n_out * 4))
+                    fail_msg("%s imatmul_mxfp4_16 %ldx%ld: token %ld of %ld differs from alone", k->isa, n_out, n_in, t,
+                             T);
+            }
+            free(w), free(e), free(x), free(qs), free(qs0), free(Q), free(Q0), free(y0), free(y1), free(yf);
+        }
+}
+
 /* 8-bit weights meet activations in blocks of 32 whatever their group
  * (kernels.h): each block of a group has its own d and A. Inputs whose
  * 32-wide blocks differ in magnitude by up to 10^4, so that a block read
@@ -553,6 +745,9 @@ static void test_scalar_quant(void **state)
     check_quant(tern_kernels_scalar());
     check_iq(tern_kernels_scalar());
     check_f8(tern_kernels_scalar());
+    check_mx(tern_kernels_scalar());
+    check_imx(tern_kernels_scalar());
+    check_imx16(tern_kernels_scalar());
     check_iq_blocks(tern_kernels_scalar(), 0);
 }
 
@@ -566,6 +761,9 @@ static void test_avx2(void **state)
     check_quant(k);
     check_iq(k);
     check_f8(k);
+    check_mx(k);
+    check_imx(k);
+    check_imx16(k);
     check_iq_blocks(k, 0);
 }
 
@@ -581,6 +779,9 @@ static void test_avx512(void **state)
     check_quant(k);
     check_iq(k);
     check_f8(k);
+    check_mx(k);
+    check_imx(k);
+    check_imx16(k);
     if (tern_kernels_amx())
         check_f8(tern_kernels_amx());
     check_iq_blocks(k, 0);

@@ -44,4 +44,16 @@ void tern_f8_avx2(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, c
 void tern_f8_avx512(const uint8_t *W, const float *fs, int fs_rows, int fs_cols, const float *X, float *Y, long T,
                     long n_in, long ldy, long r0, long r1);
 
+/* MXFP4 weights times f32 inputs (contract: kernels.h, tern_mxmatmul_fn):
+ * AVX2 + FMA (mxdot_avx2.c), also the AVX-512 table's. */
+void tern_mx_avx2(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in, long ldy, long r0,
+                  long r1);
+/* The integer MXFP4 product (kernels.h, tern_imxmatmul_fn), AVX2. */
+void tern_imx_avx2(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+                   long ldy, long r0, long r1);
+/* int16 activations and the MXFP4 product on them (tern_quant_act16_fn, tern_imx16matmul_fn), AVX2. */
+void tern_q16_avx2(const float *X, long T, long n_in, int16_t *Q, float *qs);
+void tern_imx16_avx2(const uint8_t *W, const uint8_t *E, const int16_t *Q, const float *qs, float *Y, long T,
+                     long n_in, long ldy, long r0, long r1);
+
 #endif

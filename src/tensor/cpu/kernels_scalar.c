@@ -207,8 +207,108 @@ void tern_matmul_f8_scalar(const uint8_t *W, const float *fs, int fs_rows, int f
     }
 }
 
+/* The MXFP4 reference: each block's products (twice the E2M1 value, an
+ * exact small integer, times the input) summed in index order, then scaled
+ * by 2^(E - 128) and added in block order. */
+void tern_matmul_mxfp4_scalar(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in, long ldy,
+                              long r0, long r1)
+{
+    long nb = n_in / 32;
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = W + r * (n_in / 2), *e = E + r * nb;
+        for (long t = 0; t < T; t++) {
+            const float *x = X + t * n_in;
+            float y = 0.0f;
+            for (long b = 0; b < nb; b++) {
+                float p = 0.0f;
+                for (long i = 0; i < 32; i++)
+                    p += (float)tern_mx_v2(w[b * 16 + i / 2] >> (i % 2 * 4)) * x[b * 32 + i];
+                y += tern_mx_scale(e[b]) * p;
+            }
+            Y[t * ldy + r] = y;
+        }
+    }
+}
+
+/* The integer MXFP4 reference (kernels.h, tern_imxmatmul_fn): Q in the
+ * nibble order of tern_quant_act_fn's 4-bit layout. */
+static void imatmul_mxfp4(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T,
+                          long n_in, long ldy, long r0, long r1)
+{
+    long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4);
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = W + r * (n_in / 2), *e = E + r * nb;
+        for (long t = 0; t < T; t++) {
+            const int8_t *q = Q + t * n_in;
+            const float *d = qs + t * 2 * nbp;
+            float acc[8] = {0};
+            for (long b = 0; b < nbp; b++) {
+                float u = 0.0f;
+                if (b < nb) {
+                    int32_t I = 0;
+                    for (int i = 0; i < 16; i++) /* byte i: input 2i (low nibble, q[i]), 2i + 1 (high, q[16 + i]) */
+                        I += tern_mx_v2(w[b * 16 + i]) * q[b * 32 + i] + tern_mx_v2(w[b * 16 + i] >> 4) * q[b * 32 + 16 + i];
+                    u = tern_mx_scale(e[b]) * (float)I;
+                }
+                acc[b % 8] = fmaf(u, d[b], acc[b % 8]);
+            }
+            Y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        }
+    }
+}
+
+/* int16 activations (kernels.h, tern_quant_act16_fn). */
+static void quant_act16(const float *X, long T, long n_in, int16_t *Q, float *qs)
+{
+    long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4);
+    for (long t = 0; t < T; t++) {
+        float *d = qs + t * 2 * nbp;
+        for (long b = 0; b < 2 * nbp; b++)
+            d[b] = 0.0f;
+        for (long b = 0; b < nb; b++) {
+            const float *x = X + t * n_in + b * 32;
+            int16_t *q = Q + t * n_in + b * 32;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++)
+                amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+            float id = amax >= 1e-30f ? 32767.0f / amax : 0.0f;
+            for (int i = 0; i < 32; i++)
+                q[(i >> 1) + (i & 1) * 16] = (int16_t)(id > 0 ? (int)nearbyintf(x[i] * id) : 0);
+            if (id > 0)
+                d[b] = amax / 32767.0f;
+        }
+    }
+}
+
+/* The int16-activation MXFP4 reference (kernels.h, tern_imx16matmul_fn). */
+static void imatmul_mxfp4_16(const uint8_t *W, const uint8_t *E, const int16_t *Q, const float *qs, float *Y, long T,
+                             long n_in, long ldy, long r0, long r1)
+{
+    long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4);
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = W + r * (n_in / 2), *e = E + r * nb;
+        for (long t = 0; t < T; t++) {
+            const int16_t *q = Q + t * n_in;
+            const float *d = qs + t * 2 * nbp;
+            float acc[8] = {0};
+            for (long b = 0; b < nbp; b++) {
+                float u = 0.0f;
+                if (b < nb) {
+                    int32_t I = 0;
+                    for (int i = 0; i < 16; i++)
+                        I += tern_mx_v2(w[b * 16 + i]) * q[b * 32 + i] + tern_mx_v2(w[b * 16 + i] >> 4) * q[b * 32 + 16 + i];
+                    u = tern_mx_scale(e[b]) * (float)I;
+                }
+                acc[b % 8] = fmaf(u, d[b], acc[b % 8]);
+            }
+            Y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        }
+    }
+}
+
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
                                       quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy, NULL, NULL, NULL, NULL, NULL,
-                                      imatmul_q4h, imatmul_q8h, 0, tern_matmul_f8_scalar};
+                                      imatmul_q4h, imatmul_q8h, 0, tern_matmul_f8_scalar, tern_matmul_mxfp4_scalar,
+                                      imatmul_mxfp4, quant_act16, imatmul_mxfp4_16};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }
