@@ -1,0 +1,210 @@
+/* The harmony splitter (src/server/harmony.c): expected reasoning /
+ * content / tool calls for gpt-oss-style replies (analysis then final, a
+ * call with the recipient after or before the channel, a preamble, several
+ * analysis messages, malformed and cut-off calls, plain text without
+ * headers), and for every case the streamed split - byte by byte and in
+ * random pieces - equals the one-shot split. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/harmony.h"
+
+typedef struct split_out {
+    tern_sbuf r;
+    toolcall_out o;
+    tern_sbuf calls; /* "name(args);" per call */
+    toolcall_status status;
+} split_out;
+
+static void take_calls(split_out *s, toolcall_out *o)
+{
+    for (int i = 0; i < o->n_calls; i++) {
+        tern_sbuf_str(&s->calls, o->calls[i].name);
+        tern_sbuf_str(&s->calls, "(");
+        tern_sbuf_str(&s->calls, o->calls[i].arguments);
+        tern_sbuf_str(&s->calls, ");");
+    }
+    for (int i = 0; i < o->n_calls; i++) {
+        free(o->calls[i].name);
+        free(o->calls[i].arguments);
+    }
+    o->n_calls = 0;
+}
+
+/* Splits text fed in pieces of the given sizes (0-terminated list cycled;
+ * NULL = one piece). */
+static void split_pieces(int calls, int cut, const char *text, const size_t *sizes, split_out *s)
+{
+    memset(s, 0, sizeof *s);
+    harmony_split h;
+    harmony_split_init(&h, calls);
+    size_t n = strlen(text), at = 0, k = 0;
+    while (at < n) {
+        size_t step = sizes ? sizes[k++] : n;
+        if (sizes && sizes[k] == 0)
+            k = 0;
+        if (step > n - at)
+            step = n - at;
+        assert_int_equal(harmony_split_push(&h, text + at, step, &s->r, &s->o), 0);
+        take_calls(s, &s->o);
+        at += step;
+    }
+    assert_int_equal(harmony_split_finish(&h, cut, &s->r, &s->o), 0);
+    take_calls(s, &s->o);
+    s->status = h.status;
+    harmony_split_free(&h);
+}
+
+static const char *str(const tern_sbuf *b) { return b->s ? b->s : ""; }
+
+static void out_free(split_out *s)
+{
+    free(s->r.s);
+    free(s->calls.s);
+    toolcall_out_free(&s->o);
+}
+
+static void check_full(int calls, int cut, const char *text, const char *want_r, const char *want_c,
+                       const char *want_calls, toolcall_status want_status)
+{
+    split_out one;
+    split_pieces(calls, cut, text, NULL, &one);
+    if (strcmp(str(&one.r), want_r) || strcmp(str(&one.o.content), want_c) || strcmp(str(&one.calls), want_calls) ||
+        one.status != want_status)
+        fail_msg("split of [%s]: reasoning [%s] content [%s] calls [%s] status %d, want [%s] [%s] [%s] %d", text,
+                 str(&one.r), str(&one.o.content), str(&one.calls), one.status, want_r, want_c, want_calls,
+                 want_status);
+    static const size_t bytes[] = {1, 0};
+    split_out b;
+    split_pieces(calls, cut, text, bytes, &b);
+    assert_string_equal(str(&b.r), want_r);
+    assert_string_equal(str(&b.o.content), want_c);
+    assert_string_equal(str(&b.calls), want_calls);
+    assert_int_equal(b.status, want_status);
+    out_free(&b);
+    srand(4321);
+    for (int trial = 0; trial < 300; trial++) {
+        size_t sizes[16];
+        for (int i = 0; i < 15; i++)
+            sizes[i] = 1 + (size_t)(rand() % 13);
+        sizes[15] = 0;
+        split_out p;
+        split_pieces(calls, cut, text, sizes, &p);
+        assert_string_equal(str(&p.r), want_r);
+        assert_string_equal(str(&p.o.content), want_c);
+        assert_string_equal(str(&p.calls), want_calls);
+        assert_int_equal(p.status, want_status);
+        out_free(&p);
+    }
+    out_free(&one);
+}
+
+static void check_case(const char *text, const char *want_r, const char *want_c)
+{
+    check_full(1, 0, text, want_r, want_c, "", TOOLCALL_OK);
+}
+
+static void test_analysis_final(void **state)
+{
+    (void)state;
+    /* what gpt-oss writes after the primer <|start|>assistant (the closing <|return|> is a stop token: no text) */
+    check_case("<|channel|>analysis<|message|>User greets. Reply politely.<|end|>"
+               "<|start|>assistant<|channel|>final<|message|>Hello! How can I help?",
+               "User greets. Reply politely.", "Hello! How can I help?");
+    /* the stop token's text kept (a client asking for special tokens): the same split */
+    check_case("<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>42<|return|>",
+               "think", "42");
+    /* the thought is trimmed; the answer is as written */
+    check_case("<|channel|>analysis<|message|>\n  a b \n\n<|end|><|start|>assistant<|channel|>final<|message|> x \n",
+               "a b", " x \n");
+    /* final only */
+    check_case("<|channel|>final<|message|>just the answer", "", "just the answer");
+    /* two analysis messages: joined by a blank line */
+    check_case("<|channel|>analysis<|message|>one<|end|><|start|>assistant<|channel|>analysis<|message|> two "
+               "<|end|><|start|>assistant<|channel|>final<|message|>done",
+               "one\n\ntwo", "done");
+    /* an empty analysis (a budget of 0 closes it at once) */
+    check_case("<|channel|>analysis<|message|><|end|><|start|>assistant<|channel|>final<|message|>ok", "", "ok");
+    /* the output cut inside the thought */
+    check_full(1, 1, "<|channel|>analysis<|message|>still thinking  ", "still thinking", "", "", TOOLCALL_OK);
+    /* a partial terminator inside the thought is held, then shown to be text */
+    check_case("<|channel|>analysis<|message|>a <|en b<|end|><|start|>assistant<|channel|>final<|message|>c",
+               "a <|en b", "c");
+    /* a message with a content type in the header */
+    check_case("<|channel|>final <|constrain|>json<|message|>{\"a\": 1}", "", "{\"a\": 1}");
+}
+
+static void test_preamble(void **state)
+{
+    (void)state;
+    /* commentary without a recipient is a preamble: content, joined to the final answer by a blank line */
+    check_case("<|channel|>analysis<|message|>plan<|end|><|start|>assistant<|channel|>commentary<|message|>Let me "
+               "check.<|end|><|start|>assistant<|channel|>final<|message|>Done.",
+               "plan", "Let me check.\n\nDone.");
+}
+
+static void test_calls(void **state)
+{
+    (void)state;
+    /* recipient after the channel, with <|constrain|> (the <|call|> stop token leaves no text) */
+    check_full(1, 0,
+               "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+               "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Tokyo\"}",
+               "Need weather.", "", "get_weather({\"city\":\"Tokyo\"});", TOOLCALL_OK);
+    /* recipient before the channel, as the template renders past calls; <|call|> kept as text */
+    check_full(1, 0,
+               "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.add<|channel|>commentary "
+               "json<|message|> {\"a\": 1, \"b\": [2, 3]} <|call|>",
+               "x", "", "add({\"a\": 1, \"b\": [2, 3]});", TOOLCALL_OK);
+    /* a preamble, then the call */
+    check_full(1, 0,
+               "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary "
+               "to=functions.f<|message|>{}<|call|>",
+               "", "Checking.", "f({});", TOOLCALL_OK);
+    /* arguments that are not a JSON object: the raw message back to content */
+    check_full(1, 0, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": <|call|>", "",
+               "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": <|call|>", "",
+               TOOLCALL_MALFORMED);
+    check_full(1, 0, "<|channel|>commentary to=functions.f<|message|>[1, 2]", "",
+               "<|channel|>commentary to=functions.f<|message|>[1, 2]", "", TOOLCALL_MALFORMED);
+    /* a recipient that is no function (a built-in tool the server does not run) */
+    check_full(1, 0, "<|channel|>commentary to=python<|message|>{}", "", "<|channel|>commentary to=python<|message|>{}",
+               "", TOOLCALL_MALFORMED);
+    /* cut by max_tokens inside the call */
+    check_full(1, 1, "<|channel|>commentary to=functions.f<|message|>{\"a\": 1", "",
+               "<|channel|>commentary to=functions.f<|message|>{\"a\": 1", "", TOOLCALL_TRUNCATED);
+    /* without tools in the request a recipient's message is plain content */
+    check_full(0, 0, "<|channel|>commentary to=functions.f<|message|>{\"a\": 1}", "", "{\"a\": 1}", "",
+               TOOLCALL_OK);
+}
+
+static void test_plain_text(void **state)
+{
+    (void)state;
+    /* a model that writes no harmony: all content */
+    check_case("Hello there, no headers at all.", "", "Hello there, no headers at all.");
+    char longtext[700];
+    memset(longtext, 'x', sizeof longtext - 1);
+    longtext[sizeof longtext - 1] = 0;
+    check_case(longtext, "", longtext);
+    /* a header the output stopped in says nothing */
+    check_case("<|channel|>analysis<|message|>t<|end|><|start|>assistant<|channel|>fi", "t", "");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_analysis_final),
+        cmocka_unit_test(test_preamble),
+        cmocka_unit_test(test_calls),
+        cmocka_unit_test(test_plain_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
