@@ -192,21 +192,33 @@ static const toolfmt *gen_tool_format(const srv_model *mm, const api_request *q)
 static int budget_attach(srv_model *mm, const api_request *q, const int32_t *prompt, size_t n, size_t boundary,
                          engine_params *p, api_error *err)
 {
-    if (p->constraint || q->kind != API_CHAT || q->reasoning_budget < 0 || !mm->has_think)
+    if (p->constraint || q->kind != API_CHAT || q->reasoning_budget < 0 || (!mm->has_think && !mm->has_harmony))
         return 0;
+    constraint_think th = {0};
+    tern_err te = {0};
+    if (mm->has_harmony) { /* the analysis message, opened first (harmony.h) */
+        const grammar_vocab *v = structured_vocab(mm, err);
+        const constraint_think *hth = v ? structured_harmony_think(mm, err) : NULL;
+        if (!hth)
+            return -1;
+        th = *hth;
+        th.max_tokens = q->reasoning_budget;
+        th.capped = 1;
+        if (constraint_think_new(v, &th, model_config_get(mm->m)->n_vocab, &p->constraint, &p->constraint_ctx, &te))
+            return api_error_set(err, 500, "server_error", NULL, NULL, "reasoning budget: %s", te.msg);
+        return 0;
+    }
     reasoning_start st = reasoning_start_of(&mm->think, prompt, n, boundary, api_thinking_off(q));
     if (st == REASONING_START_ANSWER)
         return 0;
     const grammar_vocab *v = structured_vocab(mm, err);
     if (!v)
         return -1;
-    constraint_think th = {0};
     th.mode = st == REASONING_START_INSIDE ? CONSTRAINT_THINK_INSIDE : CONSTRAINT_THINK_MAY;
     th.open_id = mm->think.open_id;
     th.close_id = mm->think.close_id;
     th.max_tokens = q->reasoning_budget;
     th.capped = 1;
-    tern_err te = {0};
     if (constraint_think_new(v, &th, model_config_get(mm->m)->n_vocab, &p->constraint, &p->constraint_ctx, &te))
         return api_error_set(err, 500, "server_error", NULL, NULL, "reasoning budget: %s", te.msg);
     return 0;

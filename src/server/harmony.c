@@ -40,6 +40,69 @@ int harmony_detect(const tern_tokenizer *tok, harmony_tokens *t)
     return 1;
 }
 
+grammar_vocab *harmony_grammar_vocab(const tern_tokenizer *tok, const harmony_tokens *t, int32_t mask_width,
+                                     const int32_t *stop_ids, size_t n_stop, tern_err *err)
+{
+    int32_t n = tokenizer_vocab_size(tok);
+    const char **bytes = calloc((size_t)(n > 0 ? n : 1), sizeof *bytes);
+    size_t *lens = calloc((size_t)(n > 0 ? n : 1), sizeof *lens);
+    uint8_t *special = calloc((size_t)(n > 0 ? n : 1), 1);
+    int32_t *stops = malloc((n_stop + 2) * sizeof *stops);
+    grammar_vocab *v = NULL;
+    if (!bytes || !lens || !special || !stops) {
+        tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
+        goto out;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const char *b = NULL;
+        size_t len = 0;
+        int header = i == t->start || i == t->channel || i == t->message || i == t->constrain;
+        if (tokenizer_token_bytes(tok, i, &b, &len) != 0 || (tokenizer_is_special(tok, i) && !header)) {
+            special[i] = 1;
+            continue;
+        }
+        bytes[i] = b;
+        lens[i] = len;
+    }
+    if (n_stop)
+        memcpy(stops, stop_ids, n_stop * sizeof *stops);
+    stops[n_stop] = t->ret;
+    stops[n_stop + 1] = t->call;
+    v = grammar_vocab_from_bytes(bytes, lens, special, n, mask_width, stops, n_stop + 2, err);
+out:
+    free(bytes);
+    free(lens);
+    free(special);
+    free(stops);
+    return v;
+}
+
+int harmony_think(const tern_tokenizer *tok, const harmony_tokens *t, constraint_think *th, tern_err *err)
+{
+    memset(th, 0, sizeof *th);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tokenizer_encode(tok, "analysis", 8, 0, &ids, &n, err))
+        return err ? err->code : TERN_EINVAL;
+    if (n == 0 || n + 2 > CONSTRAINT_SEQ_MAX) {
+        free(ids);
+        return tern_err_set(err, TERN_EUNSUPPORTED, "harmony: \"analysis\" is %zu tokens", n);
+    }
+    th->mode = CONSTRAINT_THINK_OPEN;
+    th->open_seq[th->n_open++] = t->channel;
+    for (size_t i = 0; i < n; i++)
+        th->open_seq[th->n_open++] = ids[i];
+    th->open_seq[th->n_open++] = t->message;
+    free(ids);
+    th->open_id = t->channel;
+    th->close_id = t->end;
+    th->deny[th->n_deny++] = t->start;
+    th->deny[th->n_deny++] = t->channel;
+    th->deny[th->n_deny++] = t->message;
+    th->deny[th->n_deny++] = t->constrain;
+    return 0;
+}
+
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 void harmony_split_init(harmony_split *h, int calls)

@@ -17,7 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/err.h"
 #include "base/strbuf.h"
+#include "engine/constraint.h"
+#include "grammar/grammar.h"
 #include "server/toolcall_parse.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,6 +33,32 @@ typedef struct harmony_tokens {
  * <|message|> <|end|> <|return|> <|call|> <|constrain|>), each one token.
  * Returns 1 and fills t, or 0 (t's ids -1). tok may be NULL. */
 int harmony_detect(const tern_tokenizer *tok, harmony_tokens *t);
+
+/* ---- structured output on a harmony model ----
+ * The analysis message is the think block: its header
+ * <|channel|>analysis<|message|> is forced first (gpt-oss always reasons; a
+ * budget of 0 closes it at once), it is free text until <|end|> (forced at
+ * the budget), and the grammar then matches the rest: the next message's
+ * header and its body. For that the grammar's vocabulary holds the header
+ * tokens <|start|> <|channel|> <|message|> <|constrain|> as their text,
+ * and <|return|> / <|call|> as stop tokens. */
+
+/* The grammar vocabulary of a harmony model: tok's, with the header tokens
+ * as text; stop ids: stop_ids[0..n_stop) plus <|return|> and <|call|>.
+ * NULL with err set on error. */
+grammar_vocab *harmony_grammar_vocab(const tern_tokenizer *tok, const harmony_tokens *t, int32_t mask_width,
+                                     const int32_t *stop_ids, size_t n_stop, tern_err *err);
+
+/* The think block of a harmony row (mode OPEN, the analysis header as the
+ * opening, <|end|> as the close, the header tokens denied inside); the
+ * budget fields are left 0. Returns 0, or an error when "analysis" needs
+ * more tokens than a sequence holds. */
+int harmony_think(const tern_tokenizer *tok, const harmony_tokens *t, constraint_think *th, tern_err *err);
+
+/* The text the grammar matches before a final answer (after the analysis'
+ * <|end|>): "<|start|>assistant<|channel|>final<|message|>" (an optional
+ * " <|constrain|>json" before <|message|>), as an EBNF expression. */
+#define HARMONY_FINAL_EBNF "\"<|start|>assistant<|channel|>final\" (\" <|constrain|>json\")? \"<|message|>\""
 
 /* Longest recipient kept (functions.NAME; names are at most 64 bytes). */
 #define HARMONY_RECIPIENT_MAX 96

@@ -127,6 +127,14 @@ static char *render_chat(srv_model *mm, const api_request *q, int add_gen, size_
     /* reasoning_effort's switch, unless the kwargs say it themselves */
     if (q->enable_thinking >= 0 && !json_object_object_get_ex(rq, "enable_thinking", NULL))
         json_object_object_add(rq, "enable_thinking", json_object_new_boolean(q->enable_thinking));
+    /* reasoning_effort as sent (gpt-oss's template writes "Reasoning: low|medium|high"; it knows no lower
+     * level, so none and minimal reach a harmony template as low and the budget does the rest) */
+    if (q->reasoning_effort && !json_object_object_get_ex(rq, "reasoning_effort", NULL)) {
+        const char *eff = q->reasoning_effort;
+        if (mm->has_harmony && (!strcmp(eff, "none") || !strcmp(eff, "minimal")))
+            eff = "low";
+        json_object_object_add(rq, "reasoning_effort", json_object_new_string(eff));
+    }
     json_object_object_add(rq, "messages", json_object_get(q->messages));
     if (q->tools)
         json_object_object_add(rq, "tools", json_object_get(q->tools));
