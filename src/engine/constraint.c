@@ -338,6 +338,9 @@ static int op_accept(void *ctx, int32_t token)
         size_t len = 0;
         if (capped || !grammar_vocab_token(c->v, token, &len) || len == 0)
             return TERN_EINVAL;
+        for (int i = 0; i < c->think.n_deny; i++)
+            if (token == c->think.deny[i])
+                return TERN_EINVAL;
         if (hist_push(c, K_THINK))
             return TERN_ENOMEM;
         c->n_think++;
