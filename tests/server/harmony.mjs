@@ -182,6 +182,16 @@ try {
   const rc = await client.responses.create({ model: M, input: 'Time?', max_output_tokens: 400, temperature: 0, reasoning: { effort: 'minimal' }, tools: TOOLS.map((t) => ({ type: 'function', ...t.function })), tool_choice: 'required' });
   const fc = rc.output.find((o) => o.type === 'function_call');
   check(fc && ['get_weather', 'get_time'].includes(fc.name) && tryJSON(fc.arguments) && noMarks(fc.arguments), 'responses: a function_call item', rc.output);
+  // a reasoning item before a function_call reaches the template as that turn's thought, as in chat
+  const items = [
+    { role: 'user', content: 'Weather in Tokyo?' },
+    { type: 'reasoning', id: 'rs_1', summary: [], content: [{ type: 'reasoning_text', text: 'The user wants the weather; call the tool.' }] },
+    { type: 'function_call', call_id: 'call_1', name: 'get_weather', arguments: '{"city":"Tokyo"}' },
+    { type: 'function_call_output', call_id: 'call_1', output: '{"temp": 21}' },
+  ];
+  const ri = await client.responses.create({ model: M, input: items, instructions: 'Answer briefly.', max_output_tokens: 8, temperature: 0, tools: TOOLS.map((t) => ({ type: 'function', ...t.function })) });
+  const ci = await client.chat.completions.create({ model: M, messages: history, tools: TOOLS, max_tokens: 8, temperature: 0 });
+  check(ri.usage.input_tokens === ci.usage.prompt_tokens, 'responses: a reasoning item renders as the chat thought', { responses: ri.usage.input_tokens, chat: ci.usage.prompt_tokens });
 } finally {
   await srv.stop();
 }
