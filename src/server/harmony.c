@@ -360,21 +360,25 @@ static int process(harmony_split *h, int final, tern_sbuf *reasoning, toolcall_o
             return 0;
         if (h->state == HS_HEAD) {
             const char *at = memmem(s, n, H_MESSAGE, H_MESSAGE_LEN);
-            if (at) {
-                tern_sbuf_put(&h->head, s, (size_t)(at - s));
-                buf_drop(&h->hold, (size_t)(at - s) + H_MESSAGE_LEN);
-                begin_body(h);
-                continue;
-            }
-            size_t keep = final ? 0 : partial_suffix(s, n, H_MESSAGE, H_MESSAGE_LEN);
-            tern_sbuf_put(&h->head, s, n - keep);
-            buf_drop(&h->hold, n - keep);
-            if (h->head.n > HARMONY_HEAD_MAX) { /* no header: plain text is content */
+            size_t avail = at ? (size_t)(at - s) : n - (final ? 0 : partial_suffix(s, n, H_MESSAGE, H_MESSAGE_LEN));
+            if (h->head.n + avail > HARMONY_HEAD_MAX) {
+                /* no header: plain text is content. The cut is at byte
+                 * HEAD_MAX + 1 of the header text, wherever the pieces
+                 * ended, so streamed and whole agree. */
+                size_t take = HARMONY_HEAD_MAX + 1 - h->head.n;
+                tern_sbuf_put(&h->head, s, take);
+                buf_drop(&h->hold, take);
                 h->kind = HK_CONTENT;
                 h->state = HS_BODY;
                 h->sep_due = 1;
                 put_content(h, h->head.s, h->head.n, o);
                 buf_clear(&h->head);
+                continue;
+            }
+            tern_sbuf_put(&h->head, s, avail);
+            buf_drop(&h->hold, avail + (at ? H_MESSAGE_LEN : 0));
+            if (at) {
+                begin_body(h);
                 continue;
             }
             return 0;

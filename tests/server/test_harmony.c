@@ -194,6 +194,14 @@ static void test_plain_text(void **state)
     memset(longtext, 'x', sizeof longtext - 1);
     longtext[sizeof longtext - 1] = 0;
     check_case(longtext, "", longtext);
+    /* text longer than any header, then what looks like a message: content from byte 257 on, as streamed */
+    char late[400];
+    memset(late, 'y', 300);
+    strcpy(late + 300, "<|message|>z<|end|>w");
+    char late_want[400];
+    memcpy(late_want, late, 312); /* all of it up to <|end|> is content (no header that long) */
+    strcpy(late_want + 312, "\n\nw"); /* <|end|> ends that message; w is plain text after it */
+    check_case(late, "", late_want);
     /* a header the output stopped in says nothing */
     check_case("<|channel|>analysis<|message|>t<|end|><|start|>assistant<|channel|>fi", "t", "");
 }
