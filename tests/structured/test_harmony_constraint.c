@@ -185,6 +185,13 @@ static void walk(fx *f, int n_think, unsigned seed, char *gtext, size_t cap)
         set(want, f->th.open_seq[k]);
         expect(masks[step], want, "opening", step);
         assert_int_not_equal(ops->accept(ctx, T_HELLO), 0); /* anything else is refused */
+        /* the rest of the opening is forced text (jump-forward) */
+        char jf[64], want_jf[64] = "";
+        for (int q = k; q < 3; q++)
+            strcat(want_jf, TOKS[f->th.open_seq[q]]);
+        size_t n_jf = ops->jump_forward(ctx, jf, sizeof jf);
+        if (n_jf != strlen(want_jf) || memcmp(jf, want_jf, n_jf))
+            fail_msg("jump-forward in the opening: %.*s, want %s", (int)n_jf, jf, want_jf);
         assert_int_equal(ops->accept(ctx, f->th.open_seq[k]), 0);
     }
     /* the analysis: free text, no header token, no stop; the budget forces <|end|> */
