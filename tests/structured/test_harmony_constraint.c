@@ -321,6 +321,43 @@ static void test_forced_call(void **state)
     }
     fx_free(&f);
     free(ebnf);
+    /* tool_choice auto + response_format: a call or the final answer to the schema, nothing else */
+    json_object *sch = json_tokener_parse(SCHEMA);
+    grammar_schema_opts so;
+    grammar_schema_opts_init(&so);
+    so.max_whitespace = 0;
+    char *alt = NULL;
+    tern_err te = {0};
+    assert_int_equal(grammar_schema_to_ebnf(sch, &so, &alt, &te), 0);
+    json_object_put(sch);
+    assert_int_equal(toolcall_harmony_grammar(tools, NULL, alt, &ebnf, &e), 0);
+    free(alt);
+    fx_init(&f, ebnf, 2);
+    int n_calls = 0, n_finals = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        char g[512];
+        walk(&f, trial % 4, seed + 1000 + (unsigned)trial, g, sizeof g);
+        harmony_split h;
+        harmony_split_init(&h, 1);
+        tern_sbuf r = {0};
+        toolcall_out o = {0};
+        assert_int_equal(harmony_split_push(&h, g, strlen(g), &r, &o), 0);
+        assert_int_equal(harmony_split_finish(&h, 0, &r, &o), 0);
+        json_object *ans = o.content.n ? json_tokener_parse(o.content.s) : NULL;
+        if (o.n_calls == 1 && !o.content.n)
+            n_calls++;
+        else if (o.n_calls == 0 && ans && json_object_is_type(json_object_object_get(ans, "hello"), json_type_int))
+            n_finals++;
+        else
+            fail_msg("neither one call nor the schema's answer: [%s]", g);
+        json_object_put(ans);
+        harmony_split_free(&h);
+        toolcall_out_free(&o);
+        free(r.s);
+    }
+    printf("auto + response_format: %d calls, %d answers\n", n_calls, n_finals);
+    fx_free(&f);
+    free(ebnf);
     /* a name the tools do not have */
     assert_int_not_equal(toolcall_harmony_grammar(tools, "nope", NULL, &ebnf, &e), 0);
     json_object_put(tools);
