@@ -15,9 +15,12 @@
 enum { HS_HEAD, HS_BODY };
 enum { HK_REASONING, HK_CONTENT, HK_CALL };
 
-/* What ends a message's body. */
-static const char *const terms[] = {"<|end|>", "<|return|>", "<|call|>"};
-#define N_TERMS 3
+/* What ends a message's body. <|start|> (the next message's header: a
+ * runtime that drops <|end|> from the text, as some do, leaves only it) ends
+ * the body without being consumed. */
+static const char *const terms[] = {"<|end|>", "<|return|>", "<|call|>", "<|start|>"};
+#define N_TERMS 4
+#define TERM_START 3
 
 int harmony_detect(const tern_tokenizer *tok, harmony_tokens *t)
 {
@@ -387,8 +390,8 @@ static int process(harmony_split *h, int final, tern_sbuf *reasoning, toolcall_o
         long at = find_term(s, n, &which);
         if (at >= 0) {
             emit(h, s, (size_t)at, reasoning, o);
-            buf_drop(&h->hold, (size_t)at + strlen(terms[which]));
-            int rc = end_message(h, terms[which], 0, o);
+            buf_drop(&h->hold, (size_t)at + (which == TERM_START ? 0 : strlen(terms[which])));
+            int rc = end_message(h, which == TERM_START ? NULL : terms[which], 0, o);
             if (rc)
                 return rc;
             continue;

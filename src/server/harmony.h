@@ -63,7 +63,9 @@ int harmony_think(const tern_tokenizer *tok, const harmony_tokens *t, constraint
 /* Longest recipient kept (functions.NAME; names are at most 64 bytes). */
 #define HARMONY_RECIPIENT_MAX 96
 
-/* The incremental splitter. Reasoning: each analysis message trimmed of
+/* The incremental splitter. A message's body ends at <|end|>, <|return|>
+ * or <|call|> (or, when a runtime dropped <|end|> from the text, at the
+ * next <|start|>). Reasoning: each analysis message trimmed of
  * leading and trailing whitespace, two messages joined by "\n\n". Content:
  * final and preamble messages as written, two non-empty ones joined by
  * "\n\n". Calls (only when `calls` is set: the request passed tools): the

@@ -137,6 +137,9 @@ static void test_analysis_final(void **state)
     /* a partial terminator inside the thought is held, then shown to be text */
     check_case("<|channel|>analysis<|message|>a <|en b<|end|><|start|>assistant<|channel|>final<|message|>c",
                "a <|en b", "c");
+    /* <|end|> missing from the text (some runtimes drop it): the next <|start|> ends the message */
+    check_case("<|channel|>analysis<|message|>User greets. <|start|>assistant<|channel|>final<|message|>Hi!",
+               "User greets.", "Hi!");
     /* a message with a content type in the header */
     check_case("<|channel|>final <|constrain|>json<|message|>{\"a\": 1}", "", "{\"a\": 1}");
 }
