@@ -174,6 +174,16 @@ try {
       check(chat.choices[0].message.content === raw.choices[0].text, `history (${effort}): greedy chat == completion of the HF-rendered prompt`, { chat: chat.choices[0].message.content, raw: raw.choices[0].text });
   }
 
+  // a preamble echoed back with its thought and call: the template has one analysis slot (gpt-oss's refuses
+  // both); the preamble joins the thought
+  const echoed = [history[0], history[1], { ...history[2], content: 'Let me check.' }, history[3]];
+  const folded = history.map((m) => m.role === 'assistant'
+    ? { role: 'assistant', content: '', thinking: m.reasoning_content + '\n\nLet me check.', tool_calls: m.tool_calls.map((t) => ({ ...t, function: { name: t.function.name, arguments: JSON.parse(t.function.arguments) } })) }
+    : m);
+  const fIds = (await hf.encode(new Template(template).render({ messages: folded, tools: TOOLS, add_generation_prompt: true }), null, { addSpecialTokens: false })).getIds();
+  const ec = await client.chat.completions.create({ model: M, messages: echoed, tools: TOOLS, max_tokens: 4, temperature: 0 });
+  check(ec.usage.prompt_tokens === fIds.length, 'history: preamble + thought + call render as one analysis', { tern: ec.usage.prompt_tokens, hf: fIds.length });
+
   // ---- the Responses API: reasoning + message items; a function_call item
   const rr = await client.responses.create({ model: M, input: 'Is the sky blue?', max_output_tokens: 400, temperature: 0, reasoning: { effort: 'minimal' }, text: { format: { type: 'json_schema', name: 'yesno', schema: SCHEMA, strict: true } } });
   const types = rr.output.map((o) => o.type);
