@@ -189,6 +189,13 @@ try {
   const types = rr.output.map((o) => o.type);
   check(types[0] === 'reasoning' && types.includes('message'), 'responses: a reasoning item, then the message', types);
   check(['yes', 'no'].includes(tryJSON(rr.output_text)?.answer), 'responses: output_text is the JSON', rr.output_text);
+  const rs = client.responses.stream({ model: M, input: 'Is the sky blue?', max_output_tokens: 400, temperature: 0, reasoning: { effort: 'minimal' }, text: { format: { type: 'json_schema', name: 'yesno', schema: SCHEMA, strict: true } } });
+  let rDelta = '';
+  for await (const ev of rs) if (ev.type === 'response.reasoning_text.delta') rDelta += ev.delta;
+  const fin = await rs.finalResponse();
+  const rItem = rr.output.find((o) => o.type === 'reasoning');
+  const textOf = (x) => x.output.filter((i) => i.type === 'message').flatMap((i) => i.content).map((c) => c.text).join('');
+  check(textOf(fin) === rr.output_text && rDelta === (rItem?.content?.[0]?.text ?? ''), 'responses: streamed == non-streamed (answer and reasoning)', { fin: textOf(fin), rr: rr.output_text, rDelta });
   const rc = await client.responses.create({ model: M, input: 'Time?', max_output_tokens: 400, temperature: 0, reasoning: { effort: 'minimal' }, tools: TOOLS.map((t) => ({ type: 'function', ...t.function })), tool_choice: 'required' });
   const fc = rc.output.find((o) => o.type === 'function_call');
   check(fc && ['get_weather', 'get_time'].includes(fc.name) && tryJSON(fc.arguments) && noMarks(fc.arguments), 'responses: a function_call item', rc.output);
