@@ -212,4 +212,21 @@ try {
 } finally {
   await srv.stop();
 }
+
+// ---- --reasoning-budget without a grammar: the analysis is opened and closed at the budget, the rest is free
+const srv2 = await startServer(['--reasoning-budget', '5'], { model: dir });
+try {
+  const client = new OpenAI({ baseURL: srv2.url + '/v1', apiKey: 'none', maxRetries: 0, timeout: 120000 });
+  for (const seed of [1, 2]) {
+    const r = await client.chat.completions.create({ model: M, messages: ask, max_tokens: 40, temperature: 0.8, seed, logprobs: true });
+    const toks = r.choices[0].logprobs.content.map((x) => x.token);
+    const open = toks.indexOf('<|message|>'), end = toks.indexOf('<|end|>');
+    check(toks.slice(0, open + 1).join('') === '<|channel|>analysis<|message|>' && end > open && end - open - 1 <= 5,
+      `--reasoning-budget 5 (seed ${seed}): the analysis opened, closed within 5 tokens`, toks.slice(0, end + 2));
+    check(typeof r.choices[0].message.reasoning_content === 'string' && r.choices[0].message.reasoning_content.length > 0 && noMarks(r.choices[0].message.reasoning_content),
+      `--reasoning-budget 5 (seed ${seed}): those tokens are reasoning_content`, r.choices[0].message);
+  }
+} finally {
+  await srv2.stop();
+}
 process.exit(summary('harmony'));
