@@ -414,24 +414,12 @@ static int op_rollback(void *ctx, int n)
 }
 
 /* Forced text only once the grammar runs: before, the think block is an
- * alternative to whatever the grammar forces. A forced opening (OPEN) is
- * forced text too, as far as its tokens have text in the vocabulary (the
- * engine re-encodes it and stops at the first token the opening refuses). */
+ * alternative to whatever the grammar forces. (A forced opening is one
+ * allowed token per step, not text: harmony's header tokens have no text
+ * the engine could re-encode into them, harmony.h.) */
 static size_t op_jump_forward(void *ctx, char *buf, size_t cap)
 {
     gconstraint *c = ctx;
-    if (c->state == S_OPEN) {
-        size_t n = 0;
-        for (int k = c->n_opened; k < c->think.n_open; k++) {
-            size_t len = 0;
-            const char *b = grammar_vocab_token(c->v, c->think.open_seq[k], &len);
-            if (!b || len == 0 || n + len > cap)
-                break;
-            memcpy(buf + n, b, len);
-            n += len;
-        }
-        return n;
-    }
     if (c->state != S_GRAMMAR || cap == 0 || !c->m)
         return 0;
     return grammar_matcher_find_jump_forward_string(c->m, buf, cap);

@@ -56,14 +56,29 @@ grammar_vocab *harmony_grammar_vocab(const tern_tokenizer *tok, const harmony_to
         tern_err_set(err, TERN_ENOMEM, "vocab: out of memory");
         goto out;
     }
+    static const char codes[4] = {1, 2, 3, 4}; /* HARMONY_G_*, in the order of header[] */
+    const int32_t header[4] = {t->start, t->channel, t->message, t->constrain};
     for (int32_t i = 0; i < n; i++) {
         const char *b = NULL;
         size_t len = 0;
-        int header = i == t->start || i == t->channel || i == t->message || i == t->constrain;
-        if (tokenizer_token_bytes(tok, i, &b, &len) != 0 || (tokenizer_is_special(tok, i) && !header)) {
+        int h = -1;
+        for (int k = 0; k < 4; k++)
+            if (i == header[k])
+                h = k;
+        if (h >= 0) {
+            bytes[i] = &codes[h];
+            lens[i] = 1;
+            continue;
+        }
+        if (tokenizer_token_bytes(tok, i, &b, &len) != 0 || tokenizer_is_special(tok, i)) {
             special[i] = 1;
             continue;
         }
+        for (size_t k = 0; k < len; k++)
+            if (b[k] >= 1 && b[k] <= 4) /* would spell a header */
+                special[i] = 1;
+        if (special[i])
+            continue;
         bytes[i] = b;
         lens[i] = len;
     }

@@ -39,13 +39,24 @@ int harmony_detect(const tern_tokenizer *tok, harmony_tokens *t);
  * <|channel|>analysis<|message|> is forced first (gpt-oss always reasons; a
  * budget of 0 closes it at once), it is free text until <|end|> (forced at
  * the budget), and the grammar then matches the rest: the next message's
- * header and its body. For that the grammar's vocabulary holds the header
- * tokens <|start|> <|channel|> <|message|> <|constrain|> as their text,
- * and <|return|> / <|call|> as stop tokens. */
+ * header and its body. For that the grammar's vocabulary gives the header
+ * tokens <|start|> <|channel|> <|message|> <|constrain|> one control byte
+ * each (HARMONY_G_*) as their grammar text, and every other token whose
+ * bytes hold one of those is left out: a header in a grammar can only be
+ * written with its special token - never spelt in plain pieces, never
+ * inside a JSON string (which holds no raw control byte). <|return|> and
+ * <|call|> are stop tokens. The engine's text is untouched: the splitter
+ * still reads "<|start|>". */
+#define HARMONY_G_START "\\x01"     /* EBNF escapes: the grammar text of the header tokens */
+#define HARMONY_G_CHANNEL "\\x02"
+#define HARMONY_G_MESSAGE "\\x03"
+#define HARMONY_G_CONSTRAIN "\\x04"
 
 /* The grammar vocabulary of a harmony model: tok's, with the header tokens
- * as text; stop ids: stop_ids[0..n_stop) plus <|return|> and <|call|>.
- * NULL with err set on error. */
+ * as the bytes 0x01-0x04 (<|start|> <|channel|> <|message|> <|constrain|>)
+ * and the tokens holding those bytes left out; stop ids:
+ * stop_ids[0..n_stop) plus <|return|> and <|call|>. NULL with err set on
+ * error. */
 grammar_vocab *harmony_grammar_vocab(const tern_tokenizer *tok, const harmony_tokens *t, int32_t mask_width,
                                      const int32_t *stop_ids, size_t n_stop, tern_err *err);
 
@@ -55,10 +66,12 @@ grammar_vocab *harmony_grammar_vocab(const tern_tokenizer *tok, const harmony_to
  * more tokens than a sequence holds. */
 int harmony_think(const tern_tokenizer *tok, const harmony_tokens *t, constraint_think *th, tern_err *err);
 
-/* The text the grammar matches before a final answer (after the analysis'
- * <|end|>): "<|start|>assistant<|channel|>final<|message|>" (an optional
+/* The grammar text before a final answer (after the analysis' <|end|>):
+ * <|start|>assistant<|channel|>final<|message|> (an optional
  * " <|constrain|>json" before <|message|>), as an EBNF expression. */
-#define HARMONY_FINAL_EBNF "\"<|start|>assistant<|channel|>final\" (\" <|constrain|>json\")? \"<|message|>\""
+#define HARMONY_FINAL_EBNF                                                                                     \
+    "\"" HARMONY_G_START "assistant" HARMONY_G_CHANNEL "final\" (\" " HARMONY_G_CONSTRAIN "json\")? \"" \
+    HARMONY_G_MESSAGE "\""
 
 /* Longest recipient kept (functions.NAME; names are at most 64 bytes). */
 #define HARMONY_RECIPIENT_MAX 96

@@ -191,9 +191,9 @@ int toolcall_harmony_grammar(json_object *tools, const char *only, const char *a
          * names are [A-Za-z0-9_-] (api_parse.c), nothing to escape */
         char line[512];
         snprintf(line, sizeof line,
-                 "hc%zu ::= \"<|start|>assistant\" (\" to=functions.%s<|channel|>commentary\" | "
-                 "\"<|channel|>commentary to=functions.%s\") (\" json\" | \" <|constrain|>json\")? "
-                 "\"<|message|>\" tc%zu_root\n",
+                 "hc%zu ::= \"" HARMONY_G_START "assistant\" (\" to=functions.%s" HARMONY_G_CHANNEL
+                 "commentary\" | \"" HARMONY_G_CHANNEL "commentary to=functions.%s\") (\" json\" | \" "
+                 HARMONY_G_CONSTRAIN "json\")? \"" HARMONY_G_MESSAGE "\" tc%zu_root\n",
                  i, name, name, i);
         tern_sbuf_str(&b, line);
     }

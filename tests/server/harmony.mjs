@@ -102,12 +102,14 @@ try {
     check(noMarks(m.content) && noMarks(m.reasoning_content), `seed ${seed}: no harmony token left in either part`, m);
     check(r.choices[0].finish_reason === 'stop' && !m.tool_calls, `seed ${seed}: finish_reason stop, no calls`, r.choices[0]);
     // the token stream: the opening forced, at most 64 analysis tokens (minimal), <|end|>, the final header
-    // (the grammar's vocabulary also lets the header be spelt in plain pieces; this untrained model does that)
     const open = toks.indexOf('<|message|>');
     check(toks[0] === '<|channel|>' && toks.slice(0, open + 1).join('') === '<|channel|>analysis<|message|>', `seed ${seed}: the analysis header opens the row`, toks.slice(0, 8));
     const end = toks.indexOf('<|end|>');
     check(end > open && end - open - 1 <= 64, `seed ${seed}: the analysis within the budget (64)`, end - open - 1);
     check(toks.slice(end + 1).join('').startsWith('<|start|>assistant<|channel|>final'), `seed ${seed}: then the final header`, toks.slice(end + 1, end + 8));
+    const marks = toks.slice(end + 1).filter((x) => HARMONY.includes(x));
+    check(marks[0] === '<|start|>' && marks[1] === '<|channel|>' && marks.at(-1) === '<|message|>' && marks.length <= 4 &&
+      !toks.slice(end + 1).some((x) => x.startsWith('<|') && !HARMONY.includes(x)), `seed ${seed}: the header written with its special tokens, not spelt`, marks);
     // streamed == non-streamed
     const chunks = [];
     for await (const ch of await client.chat.completions.create({ ...body, logprobs: false, stream: true })) chunks.push(ch);

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "base/json.h"
+#include "grammar/grammar.h"
 #include "server/harmony.h"
 
 typedef struct split_out {
@@ -209,6 +211,133 @@ static void test_plain_text(void **state)
     check_case("<|channel|>analysis<|message|>t<|end|><|start|>assistant<|channel|>fi", "t", "");
 }
 
+/* ---- a real vocabulary: the demo model's, with the harmony tokens in place
+ * of its seven highest merges (as tests/server/harmony.mjs makes it) ---- */
+
+static tern_tokenizer *harmony_demo_tokenizer(void)
+{
+    static const char *const names[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                        "<|return|>", "<|call|>", "<|constrain|>"};
+    tern_err err = {0};
+    json_object *tj = tern_json_parse_file("models/tern-demo/tokenizer.json", &err);
+    if (!tj)
+        fail_msg("tokenizer.json: %s", err.msg);
+    json_object *model = json_object_object_get(tj, "model"), *vocab = json_object_object_get(model, "vocab");
+    json_object *merges = json_object_object_get(model, "merges"), *added = json_object_object_get(tj, "added_tokens");
+    int64_t max_id = -1;
+    json_object_object_foreach(vocab, k0, v0) {
+        (void)k0;
+        if (json_object_get_int64(v0) > max_id)
+            max_id = json_object_get_int64(v0);
+    }
+    char freed[7][64] = {{0}};
+    for (int i = 0; i < 7; i++) {
+        int64_t id = max_id - 6 + i;
+        json_object_object_foreach(vocab, k, v) if (json_object_get_int64(v) == id) snprintf(freed[i], sizeof freed[i], "%s", k);
+        json_object_object_del(vocab, freed[i]);
+        json_object *t = json_object_new_object();
+        json_object_object_add(t, "id", json_object_new_int64(id));
+        json_object_object_add(t, "content", json_object_new_string(names[i]));
+        json_object_object_add(t, "single_word", json_object_new_boolean(0));
+        json_object_object_add(t, "lstrip", json_object_new_boolean(0));
+        json_object_object_add(t, "rstrip", json_object_new_boolean(0));
+        json_object_object_add(t, "normalized", json_object_new_boolean(0));
+        json_object_object_add(t, "special", json_object_new_boolean(1));
+        json_object_array_add(added, t);
+    }
+    json_object *kept = json_object_new_array();
+    for (size_t i = 0; i < json_object_array_length(merges); i++) {
+        json_object *m = json_object_array_get_idx(merges, i);
+        char joined[160];
+        if (json_object_is_type(m, json_type_array))
+            snprintf(joined, sizeof joined, "%s%s", json_object_get_string(json_object_array_get_idx(m, 0)),
+                     json_object_get_string(json_object_array_get_idx(m, 1)));
+        else {
+            snprintf(joined, sizeof joined, "%s", json_object_get_string(m));
+            char *sp = strchr(joined, ' ');
+            if (sp)
+                memmove(sp, sp + 1, strlen(sp));
+        }
+        int drop = 0;
+        for (int k = 0; k < 7; k++)
+            drop |= !strcmp(joined, freed[k]);
+        if (!drop)
+            json_object_array_add(kept, json_object_get(m));
+    }
+    json_object_object_add(model, "merges", kept);
+    const char *txt = json_object_to_json_string_ext(tj, JSON_C_TO_STRING_PLAIN);
+    tern_tokenizer *tok = tokenizer_load_json(txt, strlen(txt), &err);
+    json_object_put(tj);
+    if (!tok)
+        fail_msg("tokenizer: %s", err.msg);
+    return tok;
+}
+
+static void test_real_vocabulary(void **state)
+{
+    (void)state;
+    tern_tokenizer *tok = harmony_demo_tokenizer();
+    harmony_tokens t;
+    assert_int_equal(harmony_detect(tok, &t), 1);
+    assert_true(t.start >= 0 && t.channel >= 0 && t.message >= 0 && t.end >= 0 && t.ret >= 0 && t.call >= 0 &&
+                t.constrain >= 0);
+    /* the opening: <|channel|> analysis <|message|>, which decodes to its text */
+    constraint_think th;
+    tern_err err = {0};
+    assert_int_equal(harmony_think(tok, &t, &th, &err), 0);
+    assert_int_equal(th.mode, CONSTRAINT_THINK_OPEN);
+    assert_int_equal(th.open_seq[0], t.channel);
+    assert_int_equal(th.open_seq[th.n_open - 1], t.message);
+    assert_int_equal(th.close_id, t.end);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(tokenizer_decode(tok, th.open_seq, (size_t)th.n_open, 0, &text, &len, &err), 0);
+    assert_string_equal(text, "<|channel|>analysis<|message|>");
+    free(text);
+    /* the grammar vocabulary: headers as 0x01..0x04, the plain byte 0x01 left out, <|end|> special */
+    int32_t eos = 0, n_vocab = tokenizer_vocab_size(tok);
+    grammar_vocab *v = harmony_grammar_vocab(tok, &t, n_vocab, &eos, 1, &err);
+    assert_non_null(v);
+    const int32_t hdr[4] = {t.start, t.channel, t.message, t.constrain};
+    for (int k = 0; k < 4; k++) {
+        const char *b = grammar_vocab_token(v, hdr[k], &len);
+        assert_true(b && len == 1 && b[0] == k + 1);
+    }
+    assert_null(grammar_vocab_token(v, t.end, &len));
+    assert_true(grammar_vocab_is_stop(v, t.ret) && grammar_vocab_is_stop(v, t.call) && grammar_vocab_is_stop(v, 0));
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    assert_int_equal(tokenizer_encode(tok, "\x01", 1, 0, &ids, &n_ids, &err), 0);
+    assert_int_equal(n_ids, 1);
+    assert_null(grammar_vocab_token(v, ids[0], &len)); /* it would spell <|start|> */
+    free(ids);
+    /* the final header compiles over it and takes exactly the special tokens */
+    const char *ebnf = "root ::= " HARMONY_FINAL_EBNF " \"{}\"";
+    grammar_compiled *cg = grammar_compile_ebnf(ebnf, strlen(ebnf), v, NULL, &err);
+    if (!cg)
+        fail_msg("compile: %s", err.msg);
+    grammar_matcher *m = grammar_matcher_new(cg, &err);
+    assert_non_null(m);
+    assert_int_equal(tokenizer_encode(tok, "<|start|>assistant<|channel|>final<|message|>{}", 47, 0, &ids, &n_ids, &err), 0);
+    assert_int_equal(ids[0], t.start);
+    for (size_t i = 0; i < n_ids; i++)
+        if (grammar_matcher_accept_token(m, ids[i]) != 1)
+            fail_msg("the final header's token %zu (id %d) refused", i, ids[i]);
+    assert_int_equal(grammar_matcher_accept_token(m, t.ret), 1);
+    assert_true(grammar_matcher_is_terminated(m));
+    free(ids);
+    grammar_matcher_free(m);
+    m = grammar_matcher_new(cg, &err);
+    /* the same header spelt in plain pieces is refused at its first token */
+    assert_int_equal(tokenizer_encode(tok, "<", 1, 0, &ids, &n_ids, &err), 0);
+    assert_int_not_equal(grammar_matcher_accept_token(m, ids[0]), 1);
+    free(ids);
+    grammar_matcher_free(m);
+    grammar_compiled_free(cg);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -216,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_preamble),
         cmocka_unit_test(test_calls),
         cmocka_unit_test(test_plain_text),
+        cmocka_unit_test(test_real_vocabulary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,13 +30,16 @@
 enum {
     T_START, T_CHANNEL, T_MESSAGE, T_CONSTRAIN, T_END, T_RETURN, T_CALL, T_EOS,
     T_ANALYSIS, T_FINAL, T_ASSISTANT, T_JSON, T_SP, T_LB, T_RB, T_Q, T_COLON, T_ONE, T_TWO, T_HELLO,
-    T_COMMENTARY, T_TO, T_TO2, T_DOT, T_FUNCTIONS, T_B, T_COMMA,
+    T_COMMENTARY, T_TO, T_TO2, T_DOT, T_FUNCTIONS, T_B, T_COMMA, T_LTBAR, T_STARTBAR,
     N_TOK
 };
+/* The header tokens' grammar text is a control byte each (harmony.h:
+ * HARMONY_G_*); "<|", "start|>" and the plain byte 0x01 could spell a
+ * header in plain pieces, which the grammar must refuse. */
 static const char *const TOKS[N_TOK] = {
-    "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>", "<|call|>", "<eos>",
+    "\x01", "\x02", "\x03", "\x04", "<|end|>", "<|return|>", "<|call|>", "<eos>",
     "analysis", "final", "assistant", "json", " ", "{", "}", "\"", ":", "1", "2", "hello",
-    "commentary", " to=", "to=", ".", "functions", "b", ","};
+    "commentary", " to=", "to=", ".", "functions", "b", ",", "<|", "start|>"};
 /* Every grammar prefix a token can reach can be completed by the others
  * (no "a" that starts "assistant" and leads nowhere): the walks never
  * strand, as a real vocabulary's pieces do not. */
@@ -141,6 +144,21 @@ static void expect(const uint32_t *got, const uint32_t *want, const char *what, 
                      bit(got, i), bit(want, i));
 }
 
+/* The engine's text of a grammar text: the header bytes as their tokens' text. */
+static void real_text(const char *g, char *out, size_t cap)
+{
+    static const char *const names[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"};
+    size_t n = 0;
+    for (const char *p = g; *p; p++) {
+        const char *piece = *p >= 1 && *p <= 4 ? names[*p - 1] : NULL;
+        size_t len = piece ? strlen(piece) : 1;
+        assert_true(n + len < cap);
+        memcpy(out + n, piece ? piece : p, len);
+        n += len;
+    }
+    out[n] = 0;
+}
+
 /* The server's wrap of a response_format schema (structured.c). */
 static char *schema_ebnf(const char *schema)
 {
@@ -185,13 +203,8 @@ static void walk(fx *f, int n_think, unsigned seed, char *gtext, size_t cap)
         set(want, f->th.open_seq[k]);
         expect(masks[step], want, "opening", step);
         assert_int_not_equal(ops->accept(ctx, T_HELLO), 0); /* anything else is refused */
-        /* the rest of the opening is forced text (jump-forward) */
-        char jf[64], want_jf[64] = "";
-        for (int q = k; q < 3; q++)
-            strcat(want_jf, TOKS[f->th.open_seq[q]]);
-        size_t n_jf = ops->jump_forward(ctx, jf, sizeof jf);
-        if (n_jf != strlen(want_jf) || memcmp(jf, want_jf, n_jf))
-            fail_msg("jump-forward in the opening: %.*s, want %s", (int)n_jf, jf, want_jf);
+        char jf[64];
+        assert_int_equal(ops->jump_forward(ctx, jf, sizeof jf), 0); /* one forced token per step, no text */
         assert_int_equal(ops->accept(ctx, f->th.open_seq[k]), 0);
     }
     /* the analysis: free text, no header token, no stop; the budget forces <|end|> */
@@ -205,6 +218,12 @@ static void walk(fx *f, int n_think, unsigned seed, char *gtext, size_t cap)
         if (capped || k >= n_think) {
             assert_int_equal(ops->accept(ctx, T_END), 0);
             step++;
+            /* the next header starts with the special <|start|>, never with plain "<|" */
+            uint32_t after[N_WORDS];
+            get_mask(ops, ctx, after);
+            memset(want, 0, sizeof want);
+            set(want, T_START);
+            expect(after, want, "after <|end|>", step);
             break;
         }
         int t;
@@ -266,8 +285,9 @@ static void test_final_schema(void **state)
         fx f;
         fx_init(&f, ebnf, budget);
         for (int trial = 0; trial < 40; trial++) {
-            char g[512];
-            walk(&f, trial % 7, seed + (unsigned)trial, g, sizeof g);
+            char gb[512], g[1024];
+            walk(&f, trial % 7, seed + (unsigned)trial, gb, sizeof gb);
+            real_text(gb, g, sizeof g);
             /* the final header, then JSON of the schema, nothing else */
             const char *hdr = "<|start|>assistant<|channel|>final";
             if (strncmp(g, hdr, strlen(hdr)))
@@ -300,8 +320,9 @@ static void test_forced_call(void **state)
     fx f;
     fx_init(&f, ebnf, -1);
     for (int trial = 0; trial < 40; trial++) {
-        char g[512];
-        walk(&f, trial % 5, seed + (unsigned)trial, g, sizeof g);
+        char gb[512], g[1024];
+        walk(&f, trial % 5, seed + (unsigned)trial, gb, sizeof gb);
+        real_text(gb, g, sizeof g);
         /* the call as the splitter reads it */
         harmony_split h;
         harmony_split_init(&h, 1);
@@ -335,8 +356,9 @@ static void test_forced_call(void **state)
     fx_init(&f, ebnf, 2);
     int n_calls = 0, n_finals = 0;
     for (int trial = 0; trial < 40; trial++) {
-        char g[512];
-        walk(&f, trial % 4, seed + 1000 + (unsigned)trial, g, sizeof g);
+        char gb[512], g[1024];
+        walk(&f, trial % 4, seed + 1000 + (unsigned)trial, gb, sizeof gb);
+        real_text(gb, g, sizeof g);
         harmony_split h;
         harmony_split_init(&h, 1);
         tern_sbuf r = {0};
