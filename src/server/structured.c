@@ -32,7 +32,7 @@ typedef struct structured_server {
     grammar_vocab *v;
     grammar_cache *cache;
     int32_t think_open, think_close; /* -1 when the vocabulary has none */
-    int harmony;                     /* a harmony model: v holds its header tokens as text (harmony.h) */
+    int harmony;                     /* a harmony model: v holds its header tokens as control bytes (harmony.h) */
     constraint_think harmony_think;  /* its analysis block */
 } structured_server;
 
