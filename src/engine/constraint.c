@@ -2,6 +2,8 @@
  * reasoning budget (see constraint.h). States:
  *   PRE     the first token: the grammar's set (lazy: the free set) plus
  *           the think-open token;
+ *   OPEN    the opening sequence (think mode OPEN: harmony's analysis
+ *           header), one forced token after the other;
  *   THINK   free text (special, stop and padded ids excluded) until the
  *           think-close token,
  *           forced once the think cap is reached;
@@ -20,7 +22,7 @@
 
 #include "engine/constraint_int.h"
 
-enum { S_PRE, S_THINK, S_GRAMMAR, S_FREE, S_OFF };
+enum { S_PRE, S_THINK, S_GRAMMAR, S_FREE, S_OFF, S_OPEN };
 /* K_TRIG_TEXT: the token that completed a text trigger (one matcher step,
  * the bytes from the trigger on); K_TRIG_ID: a token trigger (no step).
  * K_GRAMMAR_END / K_TRIG_TEXT_END: the same tokens when they also completed
@@ -36,6 +38,7 @@ typedef struct gconstraint {
     constraint_think think;
     int state, start_state;
     int n_think;              /* tokens inside the block so far */
+    int n_opened;             /* tokens of the opening sequence accepted (OPEN mode) */
     uint8_t *hist;            /* [n_hist] K_* per accepted token */
     uint32_t *hist_len;       /* [n_hist] free-text bytes the token added (lazy) */
     int n_hist, cap_hist;
@@ -52,6 +55,7 @@ typedef struct gconstraint {
 } gconstraint;
 
 static void set_bit(uint32_t *mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
+static void clear_bit(uint32_t *mask, int32_t id) { mask[id >> 5] &= ~(1u << (id & 31)); }
 
 static int think_capped(const gconstraint *c)
 {
@@ -84,13 +88,14 @@ static int fill_think(gconstraint *c, uint32_t *mask, int32_t n_words)
             if (grammar_vocab_token(c->v, i, &len) && len > 0)
                 set_bit(c->free_mask, i);
         }
+        for (int i = 0; i < c->think.n_deny; i++)
+            if (c->think.deny[i] >= 0 && c->think.deny[i] < c->n_vocab)
+                clear_bit(c->free_mask, c->think.deny[i]);
         set_bit(c->free_mask, c->think.close_id);
     }
     memcpy(mask, c->free_mask, c->n_words * sizeof *mask);
     return 0;
 }
-
-static void clear_bit(uint32_t *mask, int32_t id) { mask[id >> 5] &= ~(1u << (id & 31)); }
 
 /* Clears the tokens of group k of x (constraint_int.h) that would complete
  * the trigger after the free text's window [from, from + n_win) with bytes
@@ -178,6 +183,11 @@ static int op_fill_mask(void *ctx, uint32_t *mask, int32_t n_words)
         return TERN_ERANGE;
     if (c->state == S_THINK)
         return fill_think(c, mask, n_words);
+    if (c->state == S_OPEN) {
+        memset(mask, 0, (size_t)n_words * sizeof *mask);
+        set_bit(mask, c->think.open_seq[c->n_opened]);
+        return 0;
+    }
     if (c->state == S_FREE || c->state == S_OFF || (c->state == S_PRE && c->lazy)) {
         int rc = fill_free(c, mask, n_words);
         if (rc < 0)
@@ -308,6 +318,15 @@ static int op_accept(void *ctx, int32_t token)
         c->state = S_THINK;
         return 0;
     }
+    if (c->state == S_OPEN) {
+        if (token != c->think.open_seq[c->n_opened])
+            return TERN_EINVAL;
+        if (hist_push(c, K_OPEN))
+            return TERN_ENOMEM;
+        if (++c->n_opened == c->think.n_open)
+            c->state = S_THINK;
+        return 0;
+    }
     if (c->state == S_THINK) {
         int capped = think_capped(c);
         if (token == c->think.close_id) {
@@ -319,6 +338,9 @@ static int op_accept(void *ctx, int32_t token)
         size_t len = 0;
         if (capped || !grammar_vocab_token(c->v, token, &len) || len == 0)
             return TERN_EINVAL;
+        for (int i = 0; i < c->think.n_deny; i++)
+            if (token == c->think.deny[i])
+                return TERN_EINVAL;
         if (hist_push(c, K_THINK))
             return TERN_ENOMEM;
         c->n_think++;
@@ -365,6 +387,7 @@ static int op_rollback(void *ctx, int n)
     }
     for (int i = c->n_hist - n; i < c->n_hist; i++) {
         c->n_think -= c->hist[i] == K_THINK;
+        c->n_opened -= c->hist[i] == K_OPEN && c->think.mode == CONSTRAINT_THINK_OPEN;
         if (c->hist[i] == K_FREE || c->hist[i] == K_TRIG_TEXT || c->hist[i] == K_TRIG_TEXT_END)
             c->n_text -= c->hist_len[i];
         if (c->hist[i] == K_GRAMMAR_END || c->hist[i] == K_TRIG_TEXT_END) {
@@ -377,6 +400,8 @@ static int op_rollback(void *ctx, int n)
     int last = c->n_hist ? c->hist[c->n_hist - 1] : -1;
     if (last < 0)
         c->state = c->start_state;
+    else if (last == K_OPEN && c->think.mode == CONSTRAINT_THINK_OPEN && c->n_opened < c->think.n_open)
+        c->state = S_OPEN;
     else if (last == K_OPEN || last == K_THINK)
         c->state = S_THINK;
     else if (last == K_CLOSE)
@@ -389,7 +414,9 @@ static int op_rollback(void *ctx, int n)
 }
 
 /* Forced text only once the grammar runs: before, the think block is an
- * alternative to whatever the grammar forces. */
+ * alternative to whatever the grammar forces. (A forced opening is one
+ * allowed token per step, not text: harmony's header tokens have no text
+ * the engine could re-encode into them, harmony.h.) */
 static size_t op_jump_forward(void *ctx, char *buf, size_t cap)
 {
     gconstraint *c = ctx;
@@ -434,6 +461,14 @@ static int constraint_new(grammar_compiled *cg, const grammar_vocab *v, const co
     constraint_think th = {0};
     if (think)
         th = *think;
+    if (th.mode == CONSTRAINT_THINK_OPEN) {
+        if (th.n_open <= 0 || th.n_open > CONSTRAINT_SEQ_MAX || th.n_deny < 0 || th.n_deny > CONSTRAINT_SEQ_MAX)
+            return tern_err_set(err, TERN_EINVAL, "constraint: a forced opening needs 1..%d tokens", CONSTRAINT_SEQ_MAX);
+        for (int i = 0; i < th.n_open; i++)
+            if (th.open_seq[i] < 0 || th.open_seq[i] >= n_vocab)
+                return tern_err_set(err, TERN_EINVAL, "constraint: think delimiters outside the vocabulary");
+        th.open_id = th.open_seq[0];
+    }
     if (th.mode != CONSTRAINT_THINK_OFF &&
         (th.open_id < 0 || th.open_id >= n_vocab || th.close_id < 0 || th.close_id >= n_vocab))
         return tern_err_set(err, TERN_EINVAL, "constraint: think delimiters outside the vocabulary");
@@ -454,6 +489,7 @@ static int constraint_new(grammar_compiled *cg, const grammar_vocab *v, const co
     }
     c->start_state = th.mode == CONSTRAINT_THINK_MAY      ? S_PRE
                      : th.mode == CONSTRAINT_THINK_INSIDE ? S_THINK
+                     : th.mode == CONSTRAINT_THINK_OPEN   ? S_OPEN
                                                           : after_think(c);
     c->state = c->start_state;
     c->on_release = on_release;

@@ -17,7 +17,12 @@ typedef enum constraint_think_mode {
     CONSTRAINT_THINK_OFF = 0, /* the grammar starts at the first token */
     CONSTRAINT_THINK_MAY,     /* the first token may open a think block, else the grammar starts */
     CONSTRAINT_THINK_INSIDE,  /* the prompt opened the block: free until the close token */
+    CONSTRAINT_THINK_OPEN,    /* the row must open the block: open_seq is forced, then free until the close */
 } constraint_think_mode;
+
+/* Longest opening sequence / deny list (harmony's opening is
+ * <|channel|> analysis <|message|>: three tokens in its own vocabulary). */
+#define CONSTRAINT_SEQ_MAX 8
 
 typedef struct constraint_think {
     constraint_think_mode mode;
@@ -26,6 +31,15 @@ typedef struct constraint_think {
      * (0 = no cap unless capped); the row's max_tokens still applies on top. */
     int max_tokens;
     int capped; /* 1: max_tokens is a cap even when 0 (a budget of 0 closes at once) */
+    /* OPEN mode: the opening as a token sequence (harmony's analysis header),
+     * each token forced in turn; open_id is unused then. */
+    int32_t open_seq[CONSTRAINT_SEQ_MAX];
+    int n_open;
+    /* Text tokens never allowed inside the block: format markers the
+     * grammar's vocabulary holds as text (harmony's headers), which would
+     * end the thought without its close token. */
+    int32_t deny[CONSTRAINT_SEQ_MAX];
+    int n_deny;
 } constraint_think;
 
 /* Builds a row constraint over cg (borrowed until on_release(release_user)

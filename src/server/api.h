@@ -134,6 +134,7 @@ typedef struct api_request {
     int include_reasoning;      /* default 1: report the thought as reasoning_content */
     int enable_thinking;        /* -1 = the template's default; 0/1 from reasoning_effort */
     int reasoning_budget;       /* think tokens before the close is forced, -1 = none (before the server's cap) */
+    const char *reasoning_effort; /* borrowed from root: as sent (the template gets it), NULL = none */
     api_structured_spec structured_spec; /* owned: the structured-output fields, checked */
     struct srv_structured *structured; /* owned (structured.c): the grammar, NULL = unconstrained */
 } api_request;

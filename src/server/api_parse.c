@@ -251,11 +251,12 @@ static int parse_message(json_object *m, size_t idx, json_object *out_arr, api_e
          * `reasoning` is the alias of reasoning_content; `parsed` (the client's
          * parse of content) and `annotations` are derived from content and hold
          * nothing a template renders. Accepted on assistant messages only. */
-        if (!strcmp(rs, "assistant") && !strcmp(k, "reasoning")) {
+        if (!strcmp(rs, "assistant") && (!strcmp(k, "reasoning") || !strcmp(k, "thinking"))) {
             if (v && !json_object_is_type(v, json_type_string))
                 goto bad_str;
             json_object *rc = NULL;
-            if (v && (!json_object_object_get_ex(m, "reasoning_content", &rc) || !rc))
+            if (v && (!json_object_object_get_ex(m, "reasoning_content", &rc) || !rc) &&
+                !json_object_object_get_ex(nm, "reasoning_content", NULL))
                 json_object_object_add(nm, "reasoning_content", json_object_get(v));
             continue;
         }
@@ -294,6 +295,11 @@ static int parse_message(json_object *m, size_t idx, json_object *out_arr, api_e
         }
         json_object_object_add(nm, "content", c);
     }
+    /* the thought under both names templates read: reasoning_content (Qwen3,
+     * DeepSeek) and thinking (gpt-oss) */
+    json_object *thought = NULL;
+    if (!strcmp(rs, "assistant") && json_object_object_get_ex(nm, "reasoning_content", &thought) && thought)
+        json_object_object_add(nm, "thinking", json_object_get(thought));
     json_object_array_add(out_arr, nm);
     return 0;
 }
@@ -933,6 +939,7 @@ static int parse_field(api_request *r, const char *k, json_object *v, const api_
         if (need_type(v, json_type_string, k, "a string", e) ||
             reasoning_effort_parse(json_object_get_string(v), &r->enable_thinking, &r->reasoning_budget))
             return api_bad(e, "invalid_value", k, "'reasoning_effort' must be one of none, minimal, low, medium, high");
+        r->reasoning_effort = json_object_get_string(v);
         return 0;
     }
     if (!strcmp(k, "response_format"))

@@ -18,6 +18,7 @@
 #include "server/server_int.h"
 #include "server/responses.h"
 #include "server/structured.h"
+#include "server/harmony.h"
 #include "server/toolcall_parse.h"
 
 #define GEN_POLL_MS 250 /* how often a wait re-checks for server shutdown */
@@ -32,6 +33,8 @@ typedef struct gen_choice {
     api_buf reasoning;  /* non-streaming chat: the thought */
     reasoning_split rs; /* chat: thought / answer */
     toolcall_parser tp; /* chat with tools: calls out of the answer */
+    harmony_split hs;   /* a harmony model's chat: the whole split (instead of rs + tp) */
+    int harmony;
     json_object *calls; /* non-streaming: the tool_calls array (NULL = none) */
     int n_calls;        /* calls released so far (their stream indexes) */
     int n_thought;      /* tokens sampled inside the thought (Responses usage) */
@@ -58,6 +61,7 @@ struct gen_job {
     srv_adapter *adapter; /* the LoRA adapter the request names (counters), NULL = base */
     double t_first;   /* the first token of any choice reached this thread (0 = none yet) */
     int n_tokens;     /* tokens received, over the choices (the access line's completion tokens) */
+    int32_t *stop_ids; /* owned: a harmony chat's stop ids (the request's + <|return|>, <|call|>) */
     /* streaming */
     api_buf out;
     size_t out_pos;
@@ -144,6 +148,7 @@ void gen_free(gen_job *j)
         api_buf_free(&c->reasoning);
         reasoning_split_free(&c->rs);
         toolcall_parser_free(&c->tp);
+        harmony_split_free(&c->hs);
         json_object_put(c->calls);
         json_object_put(c->lp);
         free(c->echo);
@@ -153,6 +158,7 @@ void gen_free(gen_job *j)
     atomic_fetch_sub(&j->s->met.gens_active, 1);
     srv_waker_put(j->s, j->wk);
     api_buf_free(&j->out);
+    free(j->stop_ids);
     responses_state_free(j->resp);
     api_request_free(&j->req); /* its grammar lives in the model's cache: before the release */
     models_release(j->mm);
@@ -186,21 +192,33 @@ static const toolfmt *gen_tool_format(const srv_model *mm, const api_request *q)
 static int budget_attach(srv_model *mm, const api_request *q, const int32_t *prompt, size_t n, size_t boundary,
                          engine_params *p, api_error *err)
 {
-    if (p->constraint || q->kind != API_CHAT || q->reasoning_budget < 0 || !mm->has_think)
+    if (p->constraint || q->kind != API_CHAT || q->reasoning_budget < 0 || (!mm->has_think && !mm->has_harmony))
         return 0;
+    constraint_think th = {0};
+    tern_err te = {0};
+    if (mm->has_harmony) { /* the analysis message, opened first (harmony.h) */
+        const grammar_vocab *v = structured_vocab(mm, err);
+        const constraint_think *hth = v ? structured_harmony_think(mm, err) : NULL;
+        if (!hth)
+            return -1;
+        th = *hth;
+        th.max_tokens = q->reasoning_budget;
+        th.capped = 1;
+        if (constraint_think_new(v, &th, model_config_get(mm->m)->n_vocab, &p->constraint, &p->constraint_ctx, &te))
+            return api_error_set(err, 500, "server_error", NULL, NULL, "reasoning budget: %s", te.msg);
+        return 0;
+    }
     reasoning_start st = reasoning_start_of(&mm->think, prompt, n, boundary, api_thinking_off(q));
     if (st == REASONING_START_ANSWER)
         return 0;
     const grammar_vocab *v = structured_vocab(mm, err);
     if (!v)
         return -1;
-    constraint_think th = {0};
     th.mode = st == REASONING_START_INSIDE ? CONSTRAINT_THINK_INSIDE : CONSTRAINT_THINK_MAY;
     th.open_id = mm->think.open_id;
     th.close_id = mm->think.close_id;
     th.max_tokens = q->reasoning_budget;
     th.capped = 1;
-    tern_err te = {0};
     if (constraint_think_new(v, &th, model_config_get(mm->m)->n_vocab, &p->constraint, &p->constraint_ctx, &te))
         return api_error_set(err, 500, "server_error", NULL, NULL, "reasoning budget: %s", te.msg);
     return 0;
@@ -236,6 +254,15 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
         gen_free(j);
         return -1;
     }
+    int harmony = j->req.kind == API_CHAT && mm->has_harmony;
+    if (harmony) { /* <|return|> and <|call|> end the turn */
+        if (!(j->stop_ids = malloc(((size_t)j->req.n_stop_ids + 2) * sizeof *j->stop_ids)))
+            goto nomem;
+        if (j->req.n_stop_ids)
+            memcpy(j->stop_ids, j->req.stop_ids, (size_t)j->req.n_stop_ids * sizeof *j->stop_ids);
+        j->stop_ids[j->req.n_stop_ids] = mm->harmony.ret;
+        j->stop_ids[j->req.n_stop_ids + 1] = mm->harmony.call;
+    }
     uint64_t seed = j->req.has_seed ? j->req.sample.seed : random_seed();
     for (int i = 0; i < j->n; i++) {
         const gen_prompt *pr = &prompts[i / per];
@@ -254,8 +281,8 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
         p.stop = j->req.stop;
         p.n_stop = j->req.n_stop;
         p.ignore_eos = j->req.ignore_eos;
-        p.stop_ids = j->req.stop_ids;
-        p.n_stop_ids = j->req.n_stop_ids;
+        p.stop_ids = harmony ? j->stop_ids : j->req.stop_ids;
+        p.n_stop_ids = j->req.n_stop_ids + (harmony ? 2 : 0);
         p.min_tokens = j->req.min_tokens;
         p.include_stop_str = j->req.include_stop_str;
         p.skip_special = j->req.skip_special;
@@ -267,6 +294,8 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
         /* so must thought delimiters that are special tokens (the splitter reads text) */
         if (j->req.kind == API_CHAT && mm->has_think &&
             (tokenizer_is_special(mm->tok, mm->think.open_id) || tokenizer_is_special(mm->tok, mm->think.close_id)))
+            p.skip_special = 0;
+        if (harmony) /* the splitter reads the headers' special tokens as text */
             p.skip_special = 0;
         p.cache_boundary = cache_boundary;
         p.lora = lora;
@@ -281,7 +310,9 @@ int gen_start(srv_model *mm, api_request *req, const gen_prompt *prompts, int n_
         if (j->req.kind == API_CHAT && mm->has_think)
             start = reasoning_start_of(&mm->think, prompt, n_prompt, cache_boundary, api_thinking_off(&j->req));
         reasoning_split_init(&j->ch[i].rs, j->req.kind == API_CHAT && mm->has_think ? &mm->think : NULL, start);
-        toolcall_parser_init(&j->ch[i].tp, gen_tool_format(mm, &j->req));
+        toolcall_parser_init(&j->ch[i].tp, harmony ? NULL : gen_tool_format(mm, &j->req));
+        j->ch[i].harmony = harmony;
+        harmony_split_init(&j->ch[i].hs, harmony && j->req.tools && mm->tools.renders_tools);
         j->ch[i].r = engine_submit(mm->eng, &p, srv_waker_notify, j->wk, &te);
         if (!j->ch[i].r) {
             if (p.constraint)
@@ -345,7 +376,7 @@ static const char *chat_finish_reason(const gen_choice *c)
 {
     if (c->finish == ENGINE_FINISH_LENGTH)
         return "length";
-    if (c->tp.status != TOOLCALL_OK)
+    if (c->tp.status != TOOLCALL_OK || (c->harmony && c->hs.status != TOOLCALL_OK))
         return "malformed_tool_call";
     return c->n_calls > 0 ? "tool_calls" : "stop";
 }
@@ -575,17 +606,26 @@ static void on_event(gen_job *j, int idx, engine_event *ev, int streaming)
         /* thought and answer apart; what the splitter holds back comes later */
         tern_sbuf rb = {0}, ab = {0};
         toolcall_out to = {0};
-        if (ev->kind == ENGINE_EV_TOKEN && reasoning_split_in_thought(&c->rs))
-            c->n_thought++;
-        if (ev->text_len)
-            reasoning_split_push(&c->rs, ev->text, ev->text_len, &rb, &ab);
-        if (ev->kind == ENGINE_EV_FINISH)
-            reasoning_split_finish(&c->rs, &rb, &ab);
-        /* calls are parsed in the answer only, after the thought */
-        if (ab.n)
-            toolcall_parser_push(&c->tp, ab.s, ab.n, &to);
-        if (ev->kind == ENGINE_EV_FINISH)
-            toolcall_parser_finish(&c->tp, &to);
+        if (c->harmony) { /* one splitter: analysis, final, calls (harmony.h) */
+            if (ev->kind == ENGINE_EV_TOKEN && harmony_split_in_thought(&c->hs))
+                c->n_thought++;
+            if (ev->text_len)
+                harmony_split_push(&c->hs, ev->text, ev->text_len, &rb, &to);
+            if (ev->kind == ENGINE_EV_FINISH)
+                harmony_split_finish(&c->hs, ev->finish != ENGINE_FINISH_STOP, &rb, &to);
+        } else {
+            if (ev->kind == ENGINE_EV_TOKEN && reasoning_split_in_thought(&c->rs))
+                c->n_thought++;
+            if (ev->text_len)
+                reasoning_split_push(&c->rs, ev->text, ev->text_len, &rb, &ab);
+            if (ev->kind == ENGINE_EV_FINISH)
+                reasoning_split_finish(&c->rs, &rb, &ab);
+            /* calls are parsed in the answer only, after the thought */
+            if (ab.n)
+                toolcall_parser_push(&c->tp, ab.s, ab.n, &to);
+            if (ev->kind == ENGINE_EV_FINISH)
+                toolcall_parser_finish(&c->tp, &to);
+        }
         free(ab.s);
         tern_sbuf cb = to.content;
         if (!j->req.include_reasoning)

@@ -111,6 +111,9 @@ static int model_survey(tern_server *s, srv_model *mm, tern_err *err)
 static int model_state_open(tern_server *s, srv_model *mm, tern_err *err)
 {
     mm->has_think = reasoning_delims_find(mm->tok, &mm->think);
+    mm->has_harmony = harmony_detect(mm->tok, &mm->harmony);
+    if (mm->has_harmony)
+        mm->has_think = 0; /* the analysis channel is its thought (harmony.h) */
     if (mm->dir) {
         tern_err te;
         int rc = tern_chat_template_load(mm->dir, &mm->chat, &te);
@@ -138,7 +141,11 @@ static int model_state_open(tern_server *s, srv_model *mm, tern_err *err)
         mm->tools.fmt = f;
         mm->tools.why = "--tool-call-format";
     }
-    if (mm->chat.tpl)
+    if (mm->has_harmony)
+        TERN_INFO("server: %s: harmony format (its vocabulary's channel tokens): analysis -> reasoning, final -> "
+                  "content, messages to functions.NAME -> tool calls%s",
+                  mm->name, mm->tools.renders_tools ? "" : "; the template does not render tools");
+    else if (mm->chat.tpl)
         TERN_INFO("server: %s: tool calls: %s (%s)%s", mm->name, mm->tools.fmt->name, mm->tools.why,
                   mm->tools.renders_tools ? "" : "; the template does not render tools");
     return 0;

@@ -6,9 +6,9 @@
 #include "base/err.h"
 #include "server/reasoning.h"
 
-/* Known thought delimiters, in the order they are tried. gpt-oss-style
- * channels (<|channel|>analysis ...) are not single-token pairs and are not
- * split here (docs/agents.md). */
+/* Known thought delimiters, in the order they are tried. gpt-oss's
+ * channels (<|channel|>analysis ...) are no single-token pair: harmony.c
+ * splits them (docs/agents.md). */
 static const char *const known_delims[][2] = {
     {"<think>", "</think>"},
     {"[THINK]", "[/THINK]"},

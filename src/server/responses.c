@@ -13,13 +13,15 @@
  * repetition_penalty) - anything else is a 400.
  * Items: messages {role, content: string | [input_text | output_text]},
  * function_call {call_id, name, arguments}, function_call_output {call_id,
- * output}, reasoning (dropped: templates drop old thoughts). */
+ * output}, reasoning (its text becomes the next assistant turn's
+ * reasoning_content; templates drop the thoughts they do not show). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/json.h"
+#include "base/strbuf.h"
 #include "server/reasoning.h"
 #include "server/responses_int.h"
 #include "server/server_int.h"
@@ -204,7 +206,37 @@ static int str_field(json_object *o, const char *k, const char *path, json_objec
 }
 
 /* One input item appended to msgs (chat messages). */
-static int take_item(json_object *it, size_t idx, json_object *msgs, api_error *e)
+/* The text of a reasoning item: its reasoning_text parts (else its
+ * summary_text parts), joined; NULL when it has none. */
+static json_object *reasoning_text(json_object *it)
+{
+    static const char *const fields[][2] = {{"content", "reasoning_text"}, {"summary", "summary_text"}};
+    for (size_t f = 0; f < 2; f++) {
+        json_object *arr = NULL;
+        if (!json_object_object_get_ex(it, fields[f][0], &arr) || !json_object_is_type(arr, json_type_array))
+            continue;
+        tern_sbuf b = {0};
+        for (size_t i = 0; i < json_object_array_length(arr); i++) {
+            json_object *p = json_object_array_get_idx(arr, i), *ty = NULL, *tx = NULL;
+            if (json_object_object_get_ex(p, "type", &ty) && !strcmp(json_object_get_string(ty), fields[f][1]) &&
+                json_object_object_get_ex(p, "text", &tx) && json_object_is_type(tx, json_type_string)) {
+                if (b.n)
+                    tern_sbuf_str(&b, "\n\n");
+                tern_sbuf_str(&b, json_object_get_string(tx));
+            }
+        }
+        json_object *o = b.n && !b.oom ? json_object_new_string_len(b.s, (int)b.n) : NULL;
+        free(b.s);
+        if (o)
+            return o;
+    }
+    return NULL;
+}
+
+/* One input item onto msgs. *thought: the text of a reasoning item just
+ * before, for the assistant turn that follows it (gpt-oss's template shows
+ * the thought of a tool-calling turn); other items drop it. */
+static int take_item(json_object *it, size_t idx, json_object *msgs, json_object **thought, api_error *e)
 {
     char path[64];
     snprintf(path, sizeof path, "input[%zu]", idx);
@@ -227,7 +259,12 @@ static int take_item(json_object *it, size_t idx, json_object *msgs, api_error *
             return api_bad(e, "missing_required_parameter", key, "'%s' is required", key);
         if (content_text(c, key, &text, e))
             return -1;
-        json_object_array_add(msgs, chat_msg(!strcmp(r, "developer") ? "system" : r, text));
+        json_object *m = chat_msg(!strcmp(r, "developer") ? "system" : r, text);
+        if (*thought && !strcmp(r, "assistant"))
+            json_object_object_add(m, "reasoning_content", json_object_get(*thought));
+        json_object_put(*thought);
+        *thought = NULL;
+        json_object_array_add(msgs, m);
         return 0;
     }
     if (!strcmp(type, "function_call")) {
@@ -248,6 +285,10 @@ static int take_item(json_object *it, size_t idx, json_object *msgs, api_error *
             last = chat_msg("assistant", json_object_new_string(""));
             json_object_array_add(msgs, last);
         }
+        if (*thought && !json_object_object_get_ex(last, "reasoning_content", NULL))
+            json_object_object_add(last, "reasoning_content", json_object_get(*thought));
+        json_object_put(*thought);
+        *thought = NULL;
         if (!json_object_object_get_ex(last, "tool_calls", &calls)) {
             calls = json_object_new_array();
             json_object_object_add(last, "tool_calls", calls);
@@ -265,13 +306,18 @@ static int take_item(json_object *it, size_t idx, json_object *msgs, api_error *
             return api_bad(e, "missing_required_parameter", key, "'%s' is required", key);
         if (content_text(out, key, &text, e))
             return -1;
+        json_object_put(*thought);
+        *thought = NULL;
         json_object *m = chat_msg("tool", text);
         json_object_object_add(m, "tool_call_id", copy(cid));
         json_object_array_add(msgs, m);
         return 0;
     }
-    if (!strcmp(type, "reasoning"))
-        return 0; /* a thought of an earlier turn: templates drop those */
+    if (!strcmp(type, "reasoning")) { /* kept for the next assistant turn; templates drop what they do not show */
+        json_object_put(*thought);
+        *thought = reasoning_text(it);
+        return 0;
+    }
     return api_bad(e, "unsupported_value", path, "input item type '%.40s' is not supported", type);
 }
 
@@ -283,10 +329,12 @@ static int take_input(json_object *v, json_object *msgs, api_error *e)
     }
     if (!json_object_is_type(v, json_type_array))
         return bad_type(e, "input", "a string or an array of items");
-    for (size_t i = 0; i < json_object_array_length(v); i++)
-        if (take_item(json_object_array_get_idx(v, i), i, msgs, e))
-            return -1;
-    return 0;
+    json_object *thought = NULL;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < json_object_array_length(v); i++)
+        rc = take_item(json_object_array_get_idx(v, i), i, msgs, &thought, e);
+    json_object_put(thought);
+    return rc ? -1 : 0;
 }
 
 /* text.format -> response_format */

@@ -110,6 +110,39 @@ static int encode(srv_model *mm, const char *text, size_t len, int add_special, 
     return 0;
 }
 
+/* The messages as a harmony template gets them: gpt-oss's template has one
+ * slot for the text of a tool-calling turn (its analysis) and refuses a turn
+ * with both content and a thought, which is what a preamble (content),
+ * its thought and its calls echoed back make; the preamble joins the
+ * thought there. Other messages are shared. A new reference. */
+static json_object *harmony_messages(json_object *msgs)
+{
+    json_object *out = json_object_new_array();
+    for (size_t i = 0; out && i < json_object_array_length(msgs); i++) {
+        json_object *m = json_object_array_get_idx(msgs, i), *calls = NULL, *c = NULL, *t = NULL;
+        if (!json_object_object_get_ex(m, "tool_calls", &calls) || !json_object_array_length(calls) ||
+            !json_object_object_get_ex(m, "content", &c) || !json_object_is_type(c, json_type_string) ||
+            !json_object_get_string_len(c) || !json_object_object_get_ex(m, "thinking", &t) ||
+            !json_object_is_type(t, json_type_string) || !json_object_get_string_len(t)) {
+            json_object_array_add(out, json_object_get(m));
+            continue;
+        }
+        json_object *nm = json_object_new_object();
+        json_object_object_foreach(m, k, v) json_object_object_add(nm, k, json_object_get(v));
+        size_t n = (size_t)json_object_get_string_len(t) + (size_t)json_object_get_string_len(c) + 3;
+        char *joined = malloc(n);
+        if (joined) {
+            int l = snprintf(joined, n, "%s\n\n%s", json_object_get_string(t), json_object_get_string(c));
+            json_object_object_add(nm, "thinking", json_object_new_string_len(joined, l));
+            json_object_object_add(nm, "reasoning_content", json_object_new_string_len(joined, l));
+            json_object_object_add(nm, "content", json_object_new_string(""));
+            free(joined);
+        }
+        json_object_array_add(out, nm);
+    }
+    return out;
+}
+
 static char *render_chat(srv_model *mm, const api_request *q, int add_gen, size_t *len, api_error *e)
 {
     if (!mm->chat.tpl) {
@@ -127,7 +160,15 @@ static char *render_chat(srv_model *mm, const api_request *q, int add_gen, size_
     /* reasoning_effort's switch, unless the kwargs say it themselves */
     if (q->enable_thinking >= 0 && !json_object_object_get_ex(rq, "enable_thinking", NULL))
         json_object_object_add(rq, "enable_thinking", json_object_new_boolean(q->enable_thinking));
-    json_object_object_add(rq, "messages", json_object_get(q->messages));
+    /* reasoning_effort as sent (gpt-oss's template writes "Reasoning: low|medium|high"; it knows no lower
+     * level, so none and minimal reach a harmony template as low and the budget does the rest) */
+    if (q->reasoning_effort && !json_object_object_get_ex(rq, "reasoning_effort", NULL)) {
+        const char *eff = q->reasoning_effort;
+        if (mm->has_harmony && (!strcmp(eff, "none") || !strcmp(eff, "minimal")))
+            eff = "low";
+        json_object_object_add(rq, "reasoning_effort", json_object_new_string(eff));
+    }
+    json_object_object_add(rq, "messages", mm->has_harmony ? harmony_messages(q->messages) : json_object_get(q->messages));
     if (q->tools)
         json_object_object_add(rq, "tools", json_object_get(q->tools));
     json_object_object_add(rq, "add_generation_prompt", json_object_new_boolean(add_gen));

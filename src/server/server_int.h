@@ -10,6 +10,7 @@
 
 #include "model/embed.h"
 #include "server/api.h"
+#include "server/harmony.h"
 #include "server/reasoning.h"
 #include "server/server.h"
 #include "server/toolfmt.h"
@@ -116,6 +117,8 @@ typedef struct srv_model {
     toolfmt_probe tools;       /* the template's tool-call format (detected, or --tool-call-format) */
     reasoning_delims think;    /* the vocabulary's thought delimiters, when has_think */
     int has_think;
+    harmony_tokens harmony;    /* the harmony format's tokens (gpt-oss), when has_harmony */
+    int has_harmony;
     int ctx_size;              /* positions per sequence */
     embed_config embed;        /* the folder's sentence-transformers config; pooling NONE = not an embedding model */
     struct structured_server *structured; /* structured.c: vocabulary + compile cache, made on first use */

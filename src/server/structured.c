@@ -32,6 +32,8 @@ typedef struct structured_server {
     grammar_vocab *v;
     grammar_cache *cache;
     int32_t think_open, think_close; /* -1 when the vocabulary has none */
+    int harmony;                     /* a harmony model: v holds its header tokens as control bytes (harmony.h) */
+    constraint_think harmony_think;  /* its analysis block */
 } structured_server;
 
 struct srv_structured {
@@ -90,7 +92,14 @@ static structured_server *server_state(srv_model *mm, api_error *e)
         ss = calloc(1, sizeof *ss);
         if (ss) {
             const model_config *cfg = model_config_get(mm->m);
-            ss->v = grammar_vocab_new(mm->tok, cfg->n_vocab, cfg->eos_ids, (size_t)cfg->n_eos, &te);
+            ss->harmony = mm->has_harmony;
+            if (ss->harmony)
+                ss->v = harmony_think(mm->tok, &mm->harmony, &ss->harmony_think, &te)
+                            ? NULL
+                            : harmony_grammar_vocab(mm->tok, &mm->harmony, cfg->n_vocab, cfg->eos_ids,
+                                                    (size_t)cfg->n_eos, &te);
+            else
+                ss->v = grammar_vocab_new(mm->tok, cfg->n_vocab, cfg->eos_ids, (size_t)cfg->n_eos, &te);
             ss->cache = ss->v ? grammar_cache_new(ss->v, 0, NULL, &te) : NULL;
             ss->think_open = tokenizer_token_id(mm->tok, "<think>");
             ss->think_close = tokenizer_token_id(mm->tok, "</think>");
@@ -114,6 +123,12 @@ const grammar_vocab *structured_vocab(srv_model *mm, api_error *e)
 {
     structured_server *ss = server_state(mm, e);
     return ss ? ss->v : NULL;
+}
+
+const constraint_think *structured_harmony_think(srv_model *mm, api_error *e)
+{
+    structured_server *ss = server_state(mm, e);
+    return ss && ss->harmony ? &ss->harmony_think : NULL;
 }
 
 void structured_server_free(srv_model *mm)
@@ -246,6 +261,26 @@ static int build_ebnf(void *user, char **ebnf, tern_err *err)
     default:
         return tern_err_set(err, TERN_EINVAL, "no grammar");
     }
+}
+
+/* On a harmony model the spec's grammar is the final message's body: after
+ * the analysis' <|end|> the grammar matches the final header, then it. */
+static int build_harmony(void *user, char **ebnf, tern_err *err)
+{
+    char *inner = NULL;
+    int rc = build_ebnf(user, &inner, err);
+    if (rc)
+        return rc;
+    tern_sbuf b = {0};
+    tern_sbuf_str(&b, "root ::= " HARMONY_FINAL_EBNF " h_root\n");
+    structured_ebnf_renamed(&b, inner, "h_");
+    free(inner);
+    if (b.oom) {
+        free(b.s);
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    }
+    *ebnf = b.s;
+    return 0;
 }
 
 int structured_spec_key(const api_request *q, char **key, api_error *e)
@@ -393,7 +428,9 @@ int structured_prepare(srv_model *mm, api_request *q, char *warning, api_error *
     int hit = 0;
     double ms = 0;
     tern_err te = {0};
-    grammar_cache_ref *ref = grammar_cache_get(ss->cache, key, key_len, build_ebnf, (void *)sp, &hit, &ms, &te);
+    /* a harmony model's cache holds only wrapped grammars (its own vocabulary), so the key stays the spec's */
+    grammar_cache_ref *ref = grammar_cache_get(ss->cache, key, key_len, ss->harmony ? build_harmony : build_ebnf,
+                                               (void *)sp, &hit, &ms, &te);
     free(key);
     if (!ref) {
         int rc = compile_error(e, sp, &te);
@@ -525,9 +562,13 @@ int structured_attach(srv_model *mm, const api_request *q, const int32_t *prompt
     grammar_cache_ref_retain(ss->cache, row->ref);
     trig_ref_change(row->trig, +1);
     constraint_think th = {0};
-    th.mode = think_mode(ss, q, prompt, n_prompt, boundary);
-    th.open_id = ss->think_open;
-    th.close_id = ss->think_close;
+    if (ss->harmony && q->kind == API_CHAT) {
+        th = ss->harmony_think;
+    } else {
+        th.mode = think_mode(ss, q, prompt, n_prompt, boundary);
+        th.open_id = ss->think_open;
+        th.close_id = ss->think_close;
+    }
     th.max_tokens = q->max_tokens > 0 ? (q->max_tokens + 1) / 2 : STRUCTURED_THINK_CAP;
     if (q->reasoning_budget >= 0 && q->reasoning_budget < th.max_tokens) { /* reasoning.h */
         th.max_tokens = q->reasoning_budget;

@@ -58,6 +58,10 @@ int structured_spec_key(const api_request *q, char **key, api_error *e);
  * structured_server_free), for constraints without a grammar (the
  * reasoning budget). NULL with e set (500) when it cannot be made. */
 const grammar_vocab *structured_vocab(struct srv_model *mm, api_error *e);
+/* A harmony model's analysis block (harmony.h; owned by the model's
+ * structured state), NULL when the model is no harmony model or (with e
+ * set) the state cannot be made. */
+const constraint_think *structured_harmony_think(struct srv_model *mm, api_error *e);
 
 /* The EBNF of q->structured_spec and its cache key, without compiling
  * (both malloc'd; both NULL when q is unconstrained). For grammars that

@@ -43,7 +43,8 @@ static pthread_mutex_t tc_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void put_lit(tern_sbuf *b, const char *s) { structured_ebnf_literal(b, s, strlen(s)); }
 
-static int put_tool(tern_sbuf *b, const toolfmt *f, json_object *tool, size_t i, api_error *e)
+/* Tool i's parameters schema as rules prefixed tc<i>_ (root: tc<i>_root). */
+static int put_schema(tern_sbuf *b, json_object *tool, size_t i, api_error *e)
 {
     json_object *fn = NULL, *params = NULL, *dflt = NULL;
     json_object_object_get_ex(tool, "function", &fn);
@@ -69,6 +70,13 @@ static int put_tool(tern_sbuf *b, const toolfmt *f, json_object *tool, size_t i,
     snprintf(prefix, sizeof prefix, "tc%zu_", i);
     structured_ebnf_renamed(b, sch, prefix);
     free(sch);
+    return 0;
+}
+
+static int put_tool(tern_sbuf *b, const toolfmt *f, json_object *tool, size_t i, api_error *e)
+{
+    if (put_schema(b, tool, i, e))
+        return -1;
     char line[128];
     snprintf(line, sizeof line, "tc%zu_call ::= \"{\" tc_ws ", i);
     tern_sbuf_str(b, line);
@@ -145,6 +153,97 @@ int toolcall_grammar(const toolfmt *f, json_object *tools, const char *only, int
     }
     *ebnf = b.s;
     return 0;
+}
+
+/* ---- harmony (gpt-oss): a call is a message to functions.NAME ---- */
+
+int toolcall_harmony_grammar(json_object *tools, const char *only, const char *alt_ebnf, char **ebnf, api_error *e)
+{
+    tern_sbuf b = {0};
+    *ebnf = NULL;
+    tern_sbuf_str(&b, alt_ebnf ? "root ::= hc_calls | hc_final\nhc_final ::= " HARMONY_FINAL_EBNF " rf_root\n"
+                               : "root ::= hc_calls\n");
+    tern_sbuf_str(&b, "hc_calls ::= ");
+    size_t n = json_object_array_length(tools), n_any = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = api_tool_name(json_object_array_get_idx(tools, i));
+        if (only && strcmp(name, only) != 0)
+            continue;
+        char alt[48];
+        snprintf(alt, sizeof alt, "%shc%zu", n_any++ ? " | " : "", i);
+        tern_sbuf_str(&b, alt);
+    }
+    tern_sbuf_str(&b, "\n");
+    if (n_any == 0) {
+        free(b.s);
+        return api_bad(e, "invalid_value", "tool_choice", "no tool to call");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_object *t = json_object_array_get_idx(tools, i);
+        const char *name = api_tool_name(t);
+        if (only && strcmp(name, only) != 0)
+            continue;
+        if (put_schema(&b, t, i, e)) {
+            free(b.s);
+            return -1;
+        }
+        /* the recipient after the channel (as gpt-oss writes it) or before (as its template renders past calls);
+         * names are [A-Za-z0-9_-] (api_parse.c), nothing to escape */
+        char line[512];
+        snprintf(line, sizeof line,
+                 "hc%zu ::= \"" HARMONY_G_START "assistant\" (\" to=functions.%s" HARMONY_G_CHANNEL
+                 "commentary\" | \"" HARMONY_G_CHANNEL "commentary to=functions.%s\") (\" json\" | \" "
+                 HARMONY_G_CONSTRAIN "json\")? \"" HARMONY_G_MESSAGE "\" tc%zu_root\n",
+                 i, name, name, i);
+        tern_sbuf_str(&b, line);
+    }
+    if (alt_ebnf)
+        structured_ebnf_renamed(&b, alt_ebnf, "rf_");
+    if (b.oom) {
+        free(b.s);
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    *ebnf = b.s;
+    return 0;
+}
+
+/* auto: the calls are parsed, not enforced (no grammar: the analysis and
+ * the answer run free); required / named: after the analysis the grammar
+ * is one call; auto + response_format: a call or the final answer to the
+ * schema. */
+static int harmony_prepare(srv_model *mm, api_request *q, api_error *e)
+{
+    int forced = q->tool_choice == API_TOOL_REQUIRED || q->tool_choice == API_TOOL_NAMED;
+    if (q->structured && !structured_from_response_format(q->structured)) {
+        if (forced)
+            return api_bad(e, "unsupported_value", "tool_choice",
+                           "tool_choice \"%s\" cannot be combined with guided_* / structured_outputs (their grammar "
+                           "is the whole answer); use tool_choice \"auto\" or drop the grammar",
+                           q->tool_choice == API_TOOL_REQUIRED ? "required" : "function");
+        return 0;
+    }
+    if (!forced && !q->structured)
+        return 0;
+    char *alt = NULL, *alt_key = NULL, *ebnf = NULL;
+    if (!forced && structured_spec_ebnf(q, &alt, &alt_key, e))
+        return -1;
+    int rc = toolcall_harmony_grammar(q->tools, q->tool_choice == API_TOOL_NAMED ? q->tool_name : NULL, alt, &ebnf, e);
+    free(alt);
+    free(alt_key);
+    if (rc)
+        return -1;
+    tern_sbuf key = {0};
+    tern_sbuf_str(&key, "tools|");
+    tern_sbuf_str(&key, ebnf);
+    if (key.oom) {
+        free(ebnf);
+        free(key.s);
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    rc = structured_set_ebnf(mm, q, key.s, key.n, ebnf, NULL, "tools", e);
+    free(ebnf);
+    free(key.s);
+    return rc;
 }
 
 /* ---- server state: the format's triggers over the vocabulary ---- */
@@ -233,6 +332,8 @@ int toolcall_prepare(srv_model *mm, api_request *q, api_error *e)
         return api_bad(e, "unsupported_value", q->structured_spec.param,
                        "a structural tag cannot be combined with tools; describe the calls as tags, or send "
                        "tool_choice \"none\"");
+    if (mm->has_harmony)
+        return harmony_prepare(mm, q, e);
     int forced = q->tool_choice == API_TOOL_REQUIRED || q->tool_choice == API_TOOL_NAMED;
     if (f->kind == TOOLFMT_NONE) {
         if (forced)

@@ -37,6 +37,13 @@ int toolcall_prepare(struct srv_model *mm, api_request *q, api_error *e);
 int toolcall_grammar(const toolfmt *f, json_object *tools, const char *only, int parallel, size_t lead_skip,
                      const char *alt_ebnf, char **ebnf, api_error *e);
 
+/* The same for a harmony model (harmony.h): root matches, after the
+ * analysis' <|end|>, one message to functions.NAME whose body is the
+ * arguments (the recipient after or before the channel, an optional
+ * content type), for the tools (only the one named only, NULL = all);
+ * alt_ebnf (NULL = none): the final answer to that grammar instead. */
+int toolcall_harmony_grammar(json_object *tools, const char *only, const char *alt_ebnf, char **ebnf, api_error *e);
+
 /* Frees the server's trigger tables (server_free, after engine_free). */
 void toolcall_server_free(struct srv_model *mm);
 

@@ -192,6 +192,11 @@ static int add_call(toolcall_out *o, const char *name, json_object *args, const 
     return 0;
 }
 
+int toolcall_out_add(toolcall_out *o, const char *name, const char *args, size_t len)
+{
+    return add_call(o, name, NULL, args, len);
+}
+
 /* One call object: {"<name_key>": string, "<args_key>": object}; the other
  * arguments key ("arguments" / "parameters") is taken too, and arguments
  * given as JSON text are parsed. s[0..n) is the object's text. Returns 0,

@@ -62,6 +62,10 @@ int toolcall_parser_push(toolcall_parser *p, const char *text, size_t len, toolc
 /* The answer ended: a call still open is truncated (back to content). */
 int toolcall_parser_finish(toolcall_parser *p, toolcall_out *o);
 
+/* Appends a call: name and its arguments' JSON text args[0..len) (both
+ * copied). 0 or TERN_ENOMEM. */
+int toolcall_out_add(toolcall_out *o, const char *name, const char *args, size_t len);
+
 /* "call_" + 24 random alphanumerics into buf (>= 30 bytes). */
 void toolcall_id_new(char *buf, size_t cap);
 

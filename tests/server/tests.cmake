@@ -14,6 +14,8 @@ if(TERN_NODE)
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/shutdown.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.reasoning
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/reasoning.mjs TIMEOUT 300)
+  tern_add_script_test(NAME server.harmony
+    COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/harmony.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.toolcalls
     COMMAND ${TERN_NODE} ${CMAKE_SOURCE_DIR}/tests/server/toolcalls.mjs TIMEOUT 300)
   tern_add_script_test(NAME server.demo_tools

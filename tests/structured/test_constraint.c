@@ -128,7 +128,7 @@ static void test_think_states_and_rollback(void **state)
     fx_init(&f, G);
     const engine_constraint_ops *ops;
     void *ctx;
-    constraint_think th = {CONSTRAINT_THINK_MAY, T_OPEN, T_CLOSE, 0, 0};
+    constraint_think th = {.mode = CONSTRAINT_THINK_MAY, .open_id = T_OPEN, .close_id = T_CLOSE, .max_tokens = 0, .capped = 0};
     assert_int_equal(constraint_grammar_new(f.cg, &th, N_VOCAB, NULL, NULL, &ops, &ctx, NULL), 0);
     uint32_t pre[2], think[2] = {0}, start[2];
     ref_mask(&f, "", start);
@@ -174,7 +174,7 @@ static void test_think_cap_and_inside(void **state)
     fx_init(&f, G);
     const engine_constraint_ops *ops;
     void *ctx;
-    constraint_think th = {CONSTRAINT_THINK_INSIDE, T_OPEN, T_CLOSE, 2, 0};
+    constraint_think th = {.mode = CONSTRAINT_THINK_INSIDE, .open_id = T_OPEN, .close_id = T_CLOSE, .max_tokens = 2, .capped = 0};
     assert_int_equal(constraint_grammar_new(f.cg, &th, N_VOCAB, NULL, NULL, &ops, &ctx, NULL), 0);
     assert_int_equal(ops->accept(ctx, T_X), 0);
     assert_int_equal(ops->accept(ctx, T_A), 0);
@@ -206,7 +206,7 @@ static void test_jump_forward(void **state)
     assert_int_equal(ops->jump_forward(ctx, buf, sizeof buf), 3);
     assert_string_equal(buf, "{ab");
     ops->free(ctx);
-    constraint_think th = {CONSTRAINT_THINK_MAY, T_OPEN, T_CLOSE, 0, 0};
+    constraint_think th = {.mode = CONSTRAINT_THINK_MAY, .open_id = T_OPEN, .close_id = T_CLOSE, .max_tokens = 0, .capped = 0};
     assert_int_equal(constraint_grammar_new(f.cg, &th, N_VOCAB, NULL, NULL, &ops, &ctx, NULL), 0);
     assert_int_equal(ops->jump_forward(ctx, buf, sizeof buf), 0); /* the block is an alternative */
     ops->free(ctx);
@@ -227,7 +227,7 @@ static void test_think_budget_alone(void **state)
     for (int i = 0; i < N_VOCAB; i++)
         all[i / 32] |= 1u << (i % 32);
     only_close[T_CLOSE / 32] |= 1u << (T_CLOSE % 32);
-    constraint_think th = {CONSTRAINT_THINK_MAY, T_OPEN, T_CLOSE, 0, 1};
+    constraint_think th = {.mode = CONSTRAINT_THINK_MAY, .open_id = T_OPEN, .close_id = T_CLOSE, .max_tokens = 0, .capped = 1};
     assert_int_equal(constraint_think_new(f.v, &th, N_VOCAB, &ops, &ctx, NULL), 0);
     expect_mask(ops, ctx, all, "before the block: free");
     assert_int_equal(ops->accept(ctx, T_OPEN), 0);
@@ -241,7 +241,7 @@ static void test_think_budget_alone(void **state)
     expect_mask(ops, ctx, only_close, "rolled back into the block");
     ops->free(ctx);
     /* a budget of 2 inside the block; the stop token is not text */
-    constraint_think in = {CONSTRAINT_THINK_INSIDE, T_OPEN, T_CLOSE, 2, 1};
+    constraint_think in = {.mode = CONSTRAINT_THINK_INSIDE, .open_id = T_OPEN, .close_id = T_CLOSE, .max_tokens = 2, .capped = 1};
     assert_int_equal(constraint_think_new(f.v, &in, N_VOCAB, &ops, &ctx, NULL), 0);
     assert_int_equal(ops->fill_mask(ctx, m, 2), 0);
     assert_true(bit(m, T_X) && bit(m, T_CLOSE) && !bit(m, T_EOS) && !bit(m, N_VOCAB - 1));
@@ -252,7 +252,7 @@ static void test_think_budget_alone(void **state)
     char buf[8];
     assert_int_equal(ops->jump_forward(ctx, buf, sizeof buf), 0);
     ops->free(ctx);
-    constraint_think off = {CONSTRAINT_THINK_OFF, T_OPEN, T_CLOSE, 0, 1};
+    constraint_think off = {.mode = CONSTRAINT_THINK_OFF, .open_id = T_OPEN, .close_id = T_CLOSE, .max_tokens = 0, .capped = 1};
     tern_err err = {0};
     assert_int_not_equal(constraint_think_new(f.v, &off, N_VOCAB, &ops, &ctx, &err), 0);
     fx_free(&f);
@@ -267,7 +267,7 @@ static void test_bad_arguments(void **state)
     void *ctx = NULL;
     tern_err err = {0};
     assert_int_not_equal(constraint_grammar_new(f.cg, NULL, 8, NULL, NULL, &ops, &ctx, &err), 0); /* narrower than the vocab mask */
-    constraint_think th = {CONSTRAINT_THINK_MAY, -1, T_CLOSE, 0, 0};
+    constraint_think th = {.mode = CONSTRAINT_THINK_MAY, .open_id = -1, .close_id = T_CLOSE, .max_tokens = 0, .capped = 0};
     assert_int_not_equal(constraint_grammar_new(f.cg, &th, N_VOCAB, NULL, NULL, &ops, &ctx, &err), 0);
     assert_null(ctx);
     assert_int_equal(constraint_grammar_new(f.cg, NULL, N_VOCAB, NULL, NULL, &ops, &ctx, &err), 0);

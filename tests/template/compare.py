@@ -43,11 +43,16 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--count", type=int, default=60)
     ap.add_argument("--min-ok", type=int, default=30)
+    ap.add_argument("--cases", help="a JSONL file of requests instead of gen_cases.py's random ones")
     ap.add_argument("dirs", nargs="*")
     args = ap.parse_args()
     tern = os.environ.get("TERN_BIN", os.path.join(ROOT, "build", "tern"))
-    cases = subprocess.run([sys.executable, os.path.join(HERE, "gen_cases.py"), "--seed", str(args.seed),
-                            "--count", str(args.count)], capture_output=True, check=True).stdout.decode()
+    if args.cases:
+        with open(args.cases) as f:
+            cases = f.read()
+    else:
+        cases = subprocess.run([sys.executable, os.path.join(HERE, "gen_cases.py"), "--seed", str(args.seed),
+                                "--count", str(args.count)], capture_output=True, check=True).stdout.decode()
     lines = [l for l in cases.split("\n") if l.strip()]
     failed = False
     for d in args.dirs or default_dirs():

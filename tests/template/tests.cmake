@@ -16,3 +16,9 @@ tern_add_script_test(NAME template.oracle_exprs
   TIMEOUT 300 LABELS no-asan)
 tern_add_script_test(NAME template.demo_hf
   COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/demo_hf.py TIMEOUT 120)
+# The harmony (gpt-oss-style) fixture on conversations with system, developer, tools, reasoning_effort,
+# thinking, tool calls and tool results (the same requests render identically through gpt-oss's own template).
+tern_add_script_test(NAME template.oracle_harmony
+  COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/template/compare.py --min-ok 10
+    --cases ${CMAKE_SOURCE_DIR}/tests/template/harmony_cases.jsonl ${CMAKE_SOURCE_DIR}/tests/template/templates/harmony
+  TIMEOUT 120)

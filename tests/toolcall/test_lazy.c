@@ -158,7 +158,7 @@ static void test_at_start_and_tokens(void **state)
 
     /* forced: only the token trigger (and the think open on the first token), then the grammar */
     constraint_lazy forced = {.triggers = t, .forced = 1};
-    constraint_think th = {CONSTRAINT_THINK_MAY, T_OPEN, T_CLOSE, 0, 0};
+    constraint_think th = {.mode = CONSTRAINT_THINK_MAY, .open_id = T_OPEN, .close_id = T_CLOSE, .max_tokens = 0, .capped = 0};
     assert_int_equal(constraint_grammar_new_lazy(cg2, &th, &forced, N_VOCAB, NULL, NULL, &ops, &ctx, &err), 0);
     mask_of(ops, ctx, m);
     for (int i = 0; i < N_VOCAB; i++)
@@ -264,7 +264,7 @@ static void test_random_walk(void **state)
     const char *texts[] = {"<tool>"};
     constraint_triggers *t = constraint_triggers_new(v, texts, 1, NULL, 0, 0, &err);
     constraint_lazy lz = {.triggers = t, .rearm = rearm};
-    constraint_think th = {CONSTRAINT_THINK_MAY, T_OPEN, T_CLOSE, 3, 1};
+    constraint_think th = {.mode = CONSTRAINT_THINK_MAY, .open_id = T_OPEN, .close_id = T_CLOSE, .max_tokens = 3, .capped = 1};
     uint32_t seed = 12345;
     for (int walk = 0; walk < 200; walk++) {
         const engine_constraint_ops *ops;
