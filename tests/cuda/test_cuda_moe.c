@@ -296,7 +296,7 @@ static void test_moe_forward(void **state)
  * attention splits a decode step; f32, bf16 and MXFP4 experts (decoded to
  * bf16 at upload: the same values, so the same tolerance); a 48-token
  * prompt in the throughput mode through cuBLAS and the tiled prefill
- * attention with sinks (the bf16 envelope). */
+ * attention with sinks (the bf16 envelope); --experts-in host refused. */
 static void test_gpt_oss(void **state)
 {
     (void)state;
@@ -317,6 +317,25 @@ static void test_gpt_oss(void **state)
     g_throughput = 1;
     check_moe(gb, 0, 48, 2e-2, 0);
     g_throughput = 0;
+
+    /* --experts-in host: a load error naming it (the decoded experts are
+     * not the mapping's bytes), never a silent other path */
+    char dir[] = "/tmp/tern_cuda_moe_XXXXXX", mdir[300];
+    assert_non_null(mkdtemp(dir));
+    sh("%s/tools/make_fixture %s --vocab 512 --out %s/m --tokenizer %s >/dev/null", build_dir(), gm, dir,
+       shared_path("models/stories260K"));
+    snprintf(mdir, sizeof mdir, "%s/m", dir);
+    tern_err err = {0};
+    model_load_opts og = {0, "cuda"};
+    model_experts_opts_set(MODEL_EXPERTS_HOST, (size_t)1 << 20);
+    tern_model *mh = model_load_ex(mdir, &og, &err);
+    model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
+    if (mh)
+        fail_msg("gpt_oss with --experts-in host loaded on the GPU");
+    print_message("gpt_oss --experts-in host on the GPU: %s\n", err.msg);
+    assert_int_equal(err.code, TERN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "--experts-in host"));
+    sh("rm -rf %s", dir);
 }
 
 /* An argument: only the tests whose names match it (cmocka's pattern). */
