@@ -314,6 +314,10 @@ static void test_gpt_oss(void **state)
     check_moe("--family gpt_oss --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --experts 32 --top-k 4 "
               "--moe-ff 128 --sliding-window 8 --seed 33 --dtype bf16 --mxfp4 1",
               0, 20, 2e-5, 0);
+    /* expert rows past the short-row down kernel (1088 > 1024 bf16): moe_down_kernel's sum with the biases */
+    check_moe("--family gpt_oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 --top-k 4 "
+              "--moe-ff 1088 --sliding-window 16 --seed 35 --dtype bf16",
+              0, 20, 2e-5, 0);
     g_throughput = 1;
     check_moe(gb, 0, 48, 2e-2, 0);
     g_throughput = 0;
