@@ -36,6 +36,7 @@
 #include "model/model_int.h"
 #include "tensor/cuda/cuda_moe.h"
 #include "tensor/dtype.h"
+#include "tensor/kernels.h"
 
 #define ALIGN(n) (((n) + 255) & ~(size_t)255)
 
@@ -185,20 +186,32 @@ static int up_one(const model_weight *w, uint8_t *dst, float *sb_dst, cudaStream
     return 0;
 }
 
+/* lut[e][c]: the bf16 bits of E2M1 code c times E8M0 scale e - the value
+ * model_weight_row decodes (tern_mx_v2(c) * tern_mx_scale(e)), exact in
+ * bf16; one lookup a weight instead of a conversion (20B: ~19G weights). */
+static void mx_bf16_lut(uint16_t lut[256][16])
+{
+    for (int e = 0; e < 256; e++)
+        for (int c = 0; c < 16; c++)
+            lut[e][c] = tern_f32_to_bf16((float)tern_mx_v2((unsigned)c) * tern_mx_scale((unsigned)e));
+}
+
 /* Row r of expert weight w into dst in the device kind: the stored row's
- * bytes, or an MXFP4 row decoded (model_weight_row) to bf16 - exact. f:
- * scratch of n_in floats. */
-static void gpt_oss_row(const model_weight *w, int r, void *dst, float *f)
+ * bytes, or an MXFP4 row decoded to bf16 through lut (mx_bf16_lut). */
+static void gpt_oss_row(const model_weight *w, int r, void *dst, const uint16_t lut[256][16])
 {
     if (!w->mx) {
         const size_t es = tern_dtype_size(w->dtype);
         memcpy(dst, (const char *)w->data + (size_t)r * w->n_in * es, (size_t)w->n_in * es);
         return;
     }
-    model_weight_row(w, r, f);
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (w->n_in / 2), *sc = w->mx + (size_t)r * (w->n_in / 32);
     uint16_t *h = dst;
-    for (int i = 0; i < w->n_in; i++)
-        h[i] = tern_f32_to_bf16(f[i]);
+    for (int i = 0; i < w->n_in; i += 2) {
+        const uint16_t *l = lut[sc[i / 32]];
+        h[i] = l[q[i / 2] & 15];
+        h[i + 1] = l[q[i / 2] >> 4];
+    }
 }
 
 /* Layer l's gpt_oss experts up, stacked per matrix in device memory in the
@@ -248,24 +261,29 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
     if ((rc = moe_alloc(x, (void **)&bias, ((size_t)E * (2 * ff + dim) + E) * sizeof(float), err)))
         return rc;
     uint8_t *stage = NULL;
-    float *hb = malloc(((size_t)E * (2 * ff + dim) + E + (size_t)(ff > dim ? ff : dim)) * sizeof(float));
-    if (!hb)
+    float *hb = malloc(((size_t)E * (2 * ff + dim) + E) * sizeof(float));
+    uint16_t(*lut)[16] = malloc(256 * sizeof *lut);
+    if (!hb || !lut) {
+        free(hb);
+        free(lut);
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    float *f = hb + (size_t)E * (2 * ff + dim) + E;
+    }
+    mx_bf16_lut(lut);
     if (cudaMallocHost((void **)&stage, 3 * mat) != cudaSuccess) {
         cudaGetLastError();
         free(hb);
+        free(lut);
         return tern_err_set(err, TERN_ENOMEM, "cuda: pinned memory to stage the experts");
     }
     rc = 0;
     for (int ex = 0; ex < E && !rc; ex++) {
         const model_weight *gu = &L->experts[3 * ex], *dn = &L->experts[3 * ex + 2];
         for (int r = 0; r < ff; r++) {
-            gpt_oss_row(gu, 2 * r, stage + (size_t)r * dim * es, f);
-            gpt_oss_row(gu, 2 * r + 1, stage + mat + (size_t)r * dim * es, f);
+            gpt_oss_row(gu, 2 * r, stage + (size_t)r * dim * es, lut);
+            gpt_oss_row(gu, 2 * r + 1, stage + mat + (size_t)r * dim * es, lut);
         }
         for (int r = 0; r < dim; r++)
-            gpt_oss_row(dn, r, stage + 2 * mat + (size_t)r * ff * es, f);
+            gpt_oss_row(dn, r, stage + 2 * mat + (size_t)r * ff * es, lut);
         for (int k = 0; k < 3 && !rc; k++) {
             tab[6 * ex + k] = d[k] + mat * ex;
             tab[6 * ex + 3 + k] = NULL;
@@ -290,6 +308,7 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
         rc = tern_err_set(err, TERN_EIO, "cuda: expert bias upload");
     cudaFreeHost(stage);
     free(hb);
+    free(lut);
     if (rc)
         return rc;
     e->b_gate = bias;
