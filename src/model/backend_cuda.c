@@ -106,6 +106,9 @@ typedef struct cu_weight {
 typedef struct cu_layer {
     const tcu_mat *wq, *wk, *wv, *wo, *wg, *wu, *wd;
     float *attn_norm, *ffn_norm, *post_attn_norm, *post_ffn_norm, *q_norm, *k_norm, *bq, *bk, *bv, *rope;
+    float *sinks; /* [n_head] attention sink logits (gpt_oss), else NULL */
+    float *bo;    /* [dim] o_proj bias (gpt_oss), else NULL */
+    float rope_af; /* RoPE's cos/sin factor (model_layer.rope_af) */
 } cu_layer;
 
 typedef struct cu_graph {
@@ -872,8 +875,6 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     int T = b->n, hd = a->head_dim, rc;
     if ((rc = model_head_dim_check(base, hd, err)))
         return rc;
-    if (a->sinks)
-        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda attention: no attention sinks");
     if (!a->kv->mem_k || !a->kv->mem_v)
         return tern_err_set(err, TERN_EINVAL, "cuda attention: the KV pool has no host storage");
     CU(cudaSetDevice(be->device), "set device");
@@ -902,15 +903,20 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     }
     size_t qn = (size_t)T * a->n_head * hd;
     size_t pn = (size_t)T * a->n_head * CU_GRAPH_SPLIT * (hd + 2);
-    if ((rc = tbuf(be, &be->tx, &be->cap_tx, qn + pn, err)) || (rc = tbuf(be, &be->ty, &be->cap_ty, qn, err)))
+    if ((rc = tbuf(be, &be->tx, &be->cap_tx, qn + pn + a->n_head, err)) ||
+        (rc = tbuf(be, &be->ty, &be->cap_ty, qn, err)))
         return rc;
     CU(cudaMemcpyAsync(be->tx, a->q, qn * sizeof(float), cudaMemcpyHostToDevice, be->stream), "upload");
+    float *sinks = a->sinks ? be->tx + qn + pn : NULL; /* the heads' sink logits, after the split parts */
+    if (sinks)
+        CU(cudaMemcpyAsync(sinks, a->sinks, (size_t)a->n_head * sizeof(float), cudaMemcpyHostToDevice, be->stream),
+           "upload");
     int ctx = 0;
     for (int i = 0; i < T; i++)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
                         cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap,
-                        CU_SPLIT_LEN_ONE_RULE, 0};
+                        CU_SPLIT_LEN_ONE_RULE, 0, sinks};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     if (at.kv.rot)
         CU(tcu_kv_rotate(be->tx, (long)T * a->n_head, hd, 0, &be->opts, (tcu_stream)be->stream), "rotate");
@@ -951,10 +957,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
             CU(cu_lora_add(be->lora, l, LORA_Q + k, be->xn, qkv[k].y, dim, qkv[k].n_out, T, opt, s), "lora");
         const tcu_kv kvl = cu_kvm_layer(&be->kvm, l);
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
-                           blk, kvl, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps};
+                           blk, kvl, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps, L->rope_af};
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, kvl, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
-                            be->split_len, be->opts.attn_tiles && be->split_len == CU_SPLIT_LEN};
+                            be->split_len, be->opts.attn_tiles && be->split_len == CU_SPLIT_LEN, L->sinks};
         if (be->fused && !kvl.rot) {
             CU(tcu_qkv_attention(&qa, &aa, opt, s), "attention");
         } else { /* a rotated KV layer (r4): q into its basis, the output back (tcu_kv.rot) */
@@ -973,12 +979,16 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
             if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 0, 0, o_opts, err)))
                 return rc;
             CU(cu_lora_add(be->lora, l, LORA_O, be->att, be->tmp, qd, dim, T, opt, s), "lora");
+            if (L->bo) /* o_proj's bias after the product (and its LoRA rows), as the CPU adds it */
+                CU(tcu_add_bias(be->tmp, L->bo, T, dim, opt, s), "bias");
             CU(tcu_rmsnorm(be->tmp, NULL, L->post_attn_norm, be->x, T, dim, c->norm_eps, 1, opt, s), "rmsnorm");
         } else {
             o.y = be->x;
             if ((rc = mm_dev(be, 1, &o, be->att, be->xh, qd, T, 1, 0, o_opts, err)))
                 return rc;
             CU(cu_lora_add(be->lora, l, LORA_O, be->att, be->x, qd, dim, T, opt, s), "lora");
+            if (L->bo) /* o_proj's bias (gpt_oss): x += o(att) + bo, the product accumulated first */
+                CU(tcu_add_bias(be->x, L->bo, T, dim, opt, s), "bias");
         }
         if (cu_moe_layer_sparse(be->moe, l)) { /* x += the experts' sum (backend_cuda_moe.c) */
             CU(cu_moe_run(be->moe, l, be->x, L->ffn_norm, c->norm_eps, be->xn, T, opt, s), "experts");
@@ -1504,9 +1514,12 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
             (rc = up_vec(be, H->post_ffn_norm, (size_t)c->dim, &L->post_ffn_norm, err)) ||
             (rc = up_vec(be, H->q_norm, (size_t)hd, &L->q_norm, err)) ||
             (rc = up_vec(be, H->k_norm, (size_t)hd, &L->k_norm, err)) || (rc = up_vec(be, H->bq, qd, &L->bq, err)) ||
-            (rc = up_vec(be, H->bk, kvd, &L->bk, err)) || (rc = up_vec(be, H->bv, kvd, &L->bv, err)))
+            (rc = up_vec(be, H->bk, kvd, &L->bk, err)) || (rc = up_vec(be, H->bv, kvd, &L->bv, err)) ||
+            (rc = up_vec(be, H->sinks, (size_t)c->n_head, &L->sinks, err)) ||
+            (rc = up_vec(be, H->bo, (size_t)c->dim, &L->bo, err)))
             return rc;
         L->rope = H->rope_inv_freq == m->rope_inv_freq_local ? rope_l : rope_g;
+        L->rope_af = H->rope_af;
     }
     if ((rc = cu_moe_new(m, (tcu_stream)be->stream, &be->moe, err)))
         return rc;
@@ -1616,23 +1629,6 @@ static int cu_opts_check(const tcu_opts *o, tern_err *err)
     return 0;
 }
 
-/* What the device forward does not run yet (gpt_oss's pieces, YaRN's
- * cos/sin factor): a load error naming it, before anything is uploaded. */
-static int cu_model_check(const tern_model *m, tern_err *err)
-{
-    const model_config *c = &m->cfg;
-    if (c->moe == MOE_GPT_OSS || c->attn_sinks)
-        return tern_err_set(err, TERN_EUNSUPPORTED,
-                            "cuda: %s is not supported on the GPU yet: it has no attention sinks, no clamped SwiGLU "
-                            "experts with biases%s (run it on the CPU)",
-                            c->model_type, c->mxfp4 ? " and no MXFP4 expert weights" : "");
-    if (c->rope_attn_factor != 1.0f)
-        return tern_err_set(err, TERN_EUNSUPPORTED,
-                            "cuda: YaRN RoPE with an attention factor (%g) is not supported on the GPU yet",
-                            (double)c->rope_attn_factor);
-    return 0;
-}
-
 model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
 {
     tcu_opts o;
@@ -1643,7 +1639,7 @@ model_backend *model_backend_cuda_new(tern_model *m, int device, tern_err *err)
 
 model_backend *model_backend_cuda_new_opts(tern_model *m, int device, const tcu_opts *o, tern_err *err)
 {
-    if (cu_opts_check(o, err) || (m && cu_model_check(m, err)))
+    if (cu_opts_check(o, err))
         return NULL;
     cu_backend *be = calloc(1, sizeof *be);
     if (!be) {

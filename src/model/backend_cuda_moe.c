@@ -35,6 +35,8 @@
 #include "model/backend_cuda_moe.h"
 #include "model/model_int.h"
 #include "tensor/cuda/cuda_moe.h"
+#include "tensor/dtype.h"
+#include "tensor/kernels.h"
 
 #define ALIGN(n) (((n) + 255) & ~(size_t)255)
 
@@ -98,6 +100,21 @@ static int experts_host(const tern_model *m, size_t *cache_bytes)
     return 1;
 }
 
+/* gpt_oss: the device kind of a layer's experts - their dtype, or bf16 for
+ * MXFP4 (decoded at upload: an E2M1 value times a power of two has at most
+ * two significant bits, exact in bf16) - and its bytes an element. */
+static int gpt_oss_kind(const model_weight *w) { return w->mx ? TCU_BF16 : kind_of(w); }
+static size_t kind_size(int kind) { return kind == TCU_F32 ? 4 : 2; }
+
+/* gpt_oss's device bytes of one layer: gate and up (de-interleaved) and
+ * down of every expert in the device kind, and the biases. */
+static size_t gpt_oss_layer_bytes(const tern_model *m, const model_layer *L)
+{
+    const model_config *c = &m->cfg;
+    const size_t E = (size_t)c->n_expert, ff = (size_t)c->n_ff_expert, dim = (size_t)c->dim;
+    return E * 3 * ff * dim * kind_size(gpt_oss_kind(&L->experts[0])) + (E * (2 * ff + dim) + E) * sizeof(float);
+}
+
 size_t cu_moe_bytes(const tern_model *m)
 {
     size_t n = 0, cache = 0;
@@ -107,6 +124,10 @@ size_t cu_moe_bytes(const tern_model *m)
         if (!L->experts)
             continue;
         n += wbytes(&L->router) + sb_floats(&L->router) * sizeof(float);
+        if (m->cfg.moe == MOE_GPT_OSS) {
+            n += gpt_oss_layer_bytes(m, L);
+            continue;
+        }
         for (int i = 0; !host && i < 3 * m->cfg.n_expert; i++)
             n += wbytes(&L->experts[i]) + sb_floats(&L->experts[i]) * sizeof(float);
     }
@@ -165,10 +186,164 @@ static int up_one(const model_weight *w, uint8_t *dst, float *sb_dst, cudaStream
     return 0;
 }
 
+/* lut[e][c]: the bf16 bits of E2M1 code c times E8M0 scale e - the value
+ * model_weight_row decodes (tern_mx_v2(c) * tern_mx_scale(e)), exact in
+ * bf16; one lookup a weight instead of a conversion (20B: ~19G weights). */
+static void mx_bf16_lut(uint16_t lut[256][16])
+{
+    for (int e = 0; e < 256; e++)
+        for (int c = 0; c < 16; c++)
+            lut[e][c] = tern_f32_to_bf16((float)tern_mx_v2((unsigned)c) * tern_mx_scale((unsigned)e));
+}
+
+/* Row r of expert weight w into dst in the device kind: the stored row's
+ * bytes, or an MXFP4 row decoded to bf16 through lut (mx_bf16_lut). */
+static void gpt_oss_row(const model_weight *w, int r, void *dst, const uint16_t lut[256][16])
+{
+    if (!w->mx) {
+        const size_t es = tern_dtype_size(w->dtype);
+        memcpy(dst, (const char *)w->data + (size_t)r * w->n_in * es, (size_t)w->n_in * es);
+        return;
+    }
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (w->n_in / 2), *sc = w->mx + (size_t)r * (w->n_in / 32);
+    uint16_t *h = dst;
+    for (int i = 0; i < w->n_in; i += 2) {
+        const uint16_t *l = lut[sc[i / 32]];
+        h[i] = l[q[i / 2] & 15];
+        h[i + 1] = l[q[i / 2] >> 4];
+    }
+}
+
+/* Layer l's gpt_oss experts up, stacked per matrix in device memory in the
+ * tcu_experts layout: gate_up's interleaved rows (gate 2i, up 2i + 1, as
+ * the hub stores them and the CPU reads them) go up as separate gate and up
+ * matrices, row i of each - the same rows, so the same dot products; down
+ * as it is; MXFP4 matrices decoded to bf16 (a native MXFP4 kernel is not
+ * written: 3.8x the bytes of the blocks and scales). The biases: gate_up's
+ * split likewise, down's and the router's as they are. Each expert is
+ * staged in pinned memory, the stream synchronized before the next. */
+static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->layers[l];
+    tcu_experts *e = &x->layers[l];
+    const int E = c->n_expert, ff = c->n_ff_expert, dim = c->dim;
+    const int kind = gpt_oss_kind(&L->experts[0]);
+    for (int ex = 0; ex < E; ex++)
+        for (int k = 0; k < 3; k += 2) {
+            const model_weight *w = &L->experts[3 * ex + k];
+            if (gpt_oss_kind(w) != kind || (!w->mx && w->qbits) || w->dtype == TERN_F8E4M3)
+                return tern_err_set(err, TERN_EUNSUPPORTED,
+                                    "cuda: layer %d's experts are stored in more than one form (expert %d)", l, ex);
+        }
+    if (!L->exp_b_gu || !L->exp_b_down || !L->router_b)
+        return tern_err_set(err, TERN_EINVAL, "cuda: gpt_oss layer %d without its expert or router biases", l);
+    const size_t es = kind_size(kind), mat = (size_t)ff * dim * es;
+    e->kind = kind;
+    e->group = 0;
+    e->n_expert = E;
+    e->n_used = c->n_expert_used;
+    e->dim = dim;
+    e->ff = ff;
+    e->norm_topk = 0;
+    e->topk_softmax = 1;
+    e->swiglu_clamp = 1;
+    e->swiglu_limit = c->swiglu_limit;
+    e->swiglu_alpha = c->swiglu_alpha;
+    e->tab = x->tab_dev + (size_t)l * E * 6;
+    const void **tab = x->tab_pin + (size_t)l * E * 6;
+    uint8_t *d[3];
+    float *bias;
+    int rc;
+    for (int k = 0; k < 3; k++)
+        if ((rc = moe_alloc(x, (void **)&d[k], mat * E, err)))
+            return rc;
+    if ((rc = moe_alloc(x, (void **)&bias, ((size_t)E * (2 * ff + dim) + E) * sizeof(float), err)))
+        return rc;
+    uint8_t *stage = NULL;
+    float *hb = malloc(((size_t)E * (2 * ff + dim) + E) * sizeof(float));
+    uint16_t(*lut)[16] = malloc(256 * sizeof *lut);
+    if (!hb || !lut) {
+        free(hb);
+        free(lut);
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    }
+    mx_bf16_lut(lut);
+    if (cudaMallocHost((void **)&stage, 3 * mat) != cudaSuccess) {
+        cudaGetLastError();
+        free(hb);
+        free(lut);
+        return tern_err_set(err, TERN_ENOMEM, "cuda: pinned memory to stage the experts");
+    }
+    rc = 0;
+    for (int ex = 0; ex < E && !rc; ex++) {
+        const model_weight *gu = &L->experts[3 * ex], *dn = &L->experts[3 * ex + 2];
+        for (int r = 0; r < ff; r++) {
+            gpt_oss_row(gu, 2 * r, stage + (size_t)r * dim * es, lut);
+            gpt_oss_row(gu, 2 * r + 1, stage + mat + (size_t)r * dim * es, lut);
+        }
+        for (int r = 0; r < dim; r++)
+            gpt_oss_row(dn, r, stage + 2 * mat + (size_t)r * ff * es, lut);
+        for (int k = 0; k < 3 && !rc; k++) {
+            tab[6 * ex + k] = d[k] + mat * ex;
+            tab[6 * ex + 3 + k] = NULL;
+            if (cudaMemcpyAsync(d[k] + mat * ex, stage + mat * k, mat, cudaMemcpyHostToDevice, x->stream) !=
+                cudaSuccess)
+                rc = tern_err_set(err, TERN_EIO, "cuda: expert upload");
+        }
+        if (cudaStreamSynchronize(x->stream) != cudaSuccess && !rc)
+            rc = tern_err_set(err, TERN_EIO, "cuda: expert upload");
+    }
+    /* biases: gate [E][ff], up [E][ff], down [E][dim], router [E] */
+    float *bg = hb, *bu = hb + (size_t)E * ff, *bd = hb + (size_t)2 * E * ff, *br = bd + (size_t)E * dim;
+    for (size_t i = 0; i < (size_t)E * ff; i++) {
+        bg[i] = L->exp_b_gu[2 * i];
+        bu[i] = L->exp_b_gu[2 * i + 1];
+    }
+    memcpy(bd, L->exp_b_down, (size_t)E * dim * sizeof(float));
+    memcpy(br, L->router_b, (size_t)E * sizeof(float));
+    if (!rc && (cudaMemcpyAsync(bias, hb, ((size_t)E * (2 * ff + dim) + E) * sizeof(float), cudaMemcpyHostToDevice,
+                                x->stream) != cudaSuccess ||
+                cudaStreamSynchronize(x->stream) != cudaSuccess))
+        rc = tern_err_set(err, TERN_EIO, "cuda: expert bias upload");
+    cudaFreeHost(stage);
+    free(hb);
+    free(lut);
+    if (rc)
+        return rc;
+    e->b_gate = bias;
+    e->b_up = bias + (size_t)E * ff;
+    e->b_down = bias + (size_t)2 * E * ff;
+    e->router_b = e->b_down + (size_t)E * dim;
+    return 0;
+}
+
+/* Layer l's router up (the rest of layer_up). */
+static int router_up(cu_moe *x, const model_layer *L, tcu_experts *e, tern_err *err)
+{
+    const model_weight *r = &L->router;
+    void *d, *sb = NULL;
+    int rc;
+    if ((rc = moe_alloc(x, &d, wbytes(r), err)) ||
+        (r->qbits && (rc = moe_alloc(x, &sb, sb_floats(r) * sizeof(float), err))) ||
+        (rc = up_one(r, d, sb, x->stream, err)))
+        return rc;
+    e->router.w = d;
+    e->router.sb = sb;
+    e->router.n_out = r->n_out;
+    e->router.kind = kind_of(r);
+    e->router.group = r->qbits ? r->group : 0;
+    return 0;
+}
+
 /* Layer l's router up, and its experts: stacked in device memory, or (host)
  * copied into their pinned blocks; the layer's table entries in tab_pin. */
 static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
 {
+    if (m->cfg.moe == MOE_GPT_OSS) {
+        int rc = layer_up_gpt_oss(x, m, l, err);
+        return rc ? rc : router_up(x, &m->layers[l], &x->layers[l], err);
+    }
     const model_config *c = &m->cfg;
     const model_layer *L = &m->layers[l];
     tcu_experts *e = &x->layers[l];
@@ -222,18 +397,7 @@ static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
             }
         }
     }
-    const model_weight *r = &L->router;
-    void *d, *sb = NULL;
-    if ((rc = moe_alloc(x, &d, wbytes(r), err)) ||
-        (r->qbits && (rc = moe_alloc(x, &sb, sb_floats(r) * sizeof(float), err))) ||
-        (rc = up_one(r, d, sb, x->stream, err)))
-        return rc;
-    e->router.w = d;
-    e->router.sb = sb;
-    e->router.n_out = r->n_out;
-    e->router.kind = kind_of(r);
-    e->router.group = r->qbits ? r->group : 0;
-    return 0;
+    return router_up(x, L, e, err);
 }
 
 /* The host mode's buffers: pinned blocks, the cache's slots, the LRU. */
@@ -295,6 +459,10 @@ int cu_moe_new(const tern_model *m, tcu_stream stream, cu_moe **out, tern_err *e
         return tern_err_set(err, TERN_EUNSUPPORTED,
                             "cuda: --experts-in disk is not supported on the CUDA backend (use --experts-in host "
                             "with --expert-cache, or leave the option out)");
+    if (c->moe == MOE_GPT_OSS && model_experts_stats_get(m, &st) == 0 && st.where == MODEL_EXPERTS_HOST)
+        return tern_err_set(err, TERN_EUNSUPPORTED,
+                            "cuda: --experts-in host is not supported for gpt_oss on the CUDA backend (leave the "
+                            "option out: its experts go to GPU memory)");
     if (c->dim % 8 || c->n_ff_expert % 8)
         return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: expert widths %d x %d (multiples of 8 are needed)", c->dim,
                             c->n_ff_expert);

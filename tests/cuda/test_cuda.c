@@ -1,8 +1,10 @@
 /* The CUDA backend against the CPU backend (the reference), on fresh random
  * inputs: every weight kind's product (GEMV and cuBLAS paths), paged
- * attention (GQA, windows, soft-capping, several sequences and blocks),
- * batch invariance of the GEMV path, and whole forwards of random fixtures
- * of several families (bf16 and 4-bit). Skipped when no GPU is visible;
+ * attention (GQA, windows, soft-capping, gpt_oss's sinks - one above
+ * every score too -, several sequences and blocks, split decode and tiled
+ * prefill kernels), batch invariance of the GEMV path, and whole forwards
+ * of random fixtures of several families (bf16 and 4-bit, YaRN's attention
+ * factor; gpt_oss: test_cuda_moe.c). Skipped when no GPU is visible;
  * in a build without CUDA it checks the "not built" errors instead.
  *
  * Tolerances (relative L2 error ||gpu - cpu|| / ||cpu||): f32-accumulated
@@ -516,10 +518,19 @@ static void test_attention(void **state)
             size_t qn = (size_t)T * n_head * hd;
             float *q = malloc(qn * sizeof(float)), *oc = malloc(qn * sizeof(float)), *og = malloc(qn * sizeof(float));
             fill(&r, q, qn, 1.0f);
+            /* sinks (gpt_oss): 1 - a logit a head in [-3, 3], 2 - 30 a
+             * head, above every score (the maximum is the sink's) */
             const struct {
                 int window;
                 float softcap;
-            } modes[] = {{0, 0.0f}, {20, 0.0f}, {0, 5.0f}, {300, 50.0f}};
+                int sinks;
+            } modes[] = {{0, 0.0f, 0}, {20, 0.0f, 0}, {0, 5.0f, 0}, {300, 50.0f, 0},
+                         {0, 0.0f, 1}, {20, 0.0f, 2}, {300, 50.0f, 1}};
+            float sinks[2][8];
+            for (int h = 0; h < n_head; h++) {
+                sinks[0][h] = 6.0f * tern_rng_f32(&r) - 3.0f;
+                sinks[1][h] = 30.0f;
+            }
             /* the big batch takes the tiled kernels: tensor cores (TF32
              * inputs, tolerance 3e-3) and f32 (2e-5) */
             for (int tm = big ? 1 : 2; tm <= 2; tm++)
@@ -529,14 +540,15 @@ static void test_attention(void **state)
                 for (size_t e = 0; e < qn; e++)
                     og[e] = NAN;
                 model_attn a = {&kv, &b, 1, n_head, n_kv, hd, modes[mi].window, 1.0f / sqrtf((float)hd), modes[mi].softcap,
-                                q, oc, NULL};
+                                q, oc, modes[mi].sinks ? sinks[modes[mi].sinks - 1] : NULL};
                 assert_int_equal(cpu->attention(cpu, &a, &err), 0);
                 a.out = og;
                 if (gpu->attention(gpu, &a, &err))
                     fail_msg("%s", err.msg);
                 double e = rel_err(og, oc, qn);
-                print_message("attention hd %d T %d%s window %d softcap %g: rel err %.3g (tol %g)\n", hd, T,
+                print_message("attention hd %d T %d%s window %d softcap %g%s: rel err %.3g (tol %g)\n", hd, T,
                               !big ? "" : tm == 1 ? " tiled f32" : " tiled tf32", modes[mi].window, modes[mi].softcap,
+                              modes[mi].sinks == 1 ? " sinks" : modes[mi].sinks == 2 ? " sinks above every score" : "",
                               e, tol);
                 if (!(e <= tol))
                     fail_msg("attention hd %d T %d kernel %d mode %zu: relative error %g", hd, T, tm, mi, e);
@@ -1312,6 +1324,9 @@ static void test_forward(void **state)
     check_family("qwen2", "", 0, 20, 2e-5);
     check_family("qwen3", "", 0, 20, 2e-5);
     check_family("gemma2", "--attn-softcap 50 --final-softcap 30 --sliding-window 8", 0, 20, 2e-5);
+    /* YaRN: its frequencies, and cos / sin scaled by the attention factor
+     * (0.1 ln 4 + 1) in the device RoPE */
+    check_family("qwen3", "--rope-scaling yarn --rope-factor 4 --rope-orig 64", 0, 20, 2e-5);
     check_family("llama", "", 4, 20, 2e-5);
     check_family("llama", "", 8, 20, 2e-5);
     check_family("qwen3", "", -1, 20, 2e-5); /* FP8 (tern convert --fp8) */
@@ -1327,6 +1342,8 @@ static void test_forward(void **state)
     g_throughput = 1;
     check_family("llama", "", 0, 20, 2e-2);
     check_family("qwen3", "", 0, 20, 2e-2);
+    /* a YaRN prompt through cuBLAS and the tiled prefill attention */
+    check_family("qwen3", "--rope-scaling yarn --rope-factor 4 --rope-orig 64", 0, 48, 2e-2);
     /* FP8 on the tensor cores: activations rounded to E4M3 (3 bits) a token
      * and 128 inputs - the FP8 envelope (measured 5.5e-2 on this model) */
     check_family("llama", "", -1, 20, 1e-1);

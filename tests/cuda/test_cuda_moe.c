@@ -1,7 +1,10 @@
 /* Mixtures of experts on the CUDA backend (src/tensor/cuda/moe.cu,
  * src/model/backend_cuda_moe.c) against the CPU backend on random
  * fixtures: qwen3_moe (with dense and sparse layers mixed, norm_topk on and
- * off) and mixtral, f32, bf16 and 4/8-bit experts - a prompt and greedy
+ * off), mixtral and gpt_oss (router bias, top-k then softmax, clamped
+ * SwiGLU with expert biases, attention sinks, o bias, sliding windows,
+ * YaRN; f32, bf16 and MXFP4 experts decoded to bf16 at upload), f32, bf16
+ * and 4/8-bit experts - a prompt and greedy
  * steps, logits within the f32-accumulation tolerance and greedy ids equal
  * (the CPU on its exact f32-activation products) - and the batch contract:
  * three sequences decoding in one step give each sequence's logits alone,
@@ -110,6 +113,10 @@ static void run_three(tern_model *m, int batched, int n_dec, float *out)
  * ids equal; then three sequences batched against alone on the GPU, bit
  * for bit (the one-sequence GEMV kernels everywhere, as docs/cuda.md says
  * exact invariance needs). */
+/* check_moe's first GPU model in the throughput mode (cuBLAS from 33
+ * tokens, the tiled prefill attention) rather than with exact products */
+static int g_throughput;
+
 static void check_moe(const char *args, int bits, int n_prompt, double tol, int host_too)
 {
     char dir[] = "/tmp/tern_cuda_moe_XXXXXX";
@@ -126,8 +133,11 @@ static void check_moe(const char *args, int bits, int n_prompt, double tol, int 
     model_load_opts oc = {2, "cpu"}, og = {0, "cuda"};
     tern_kernels_exact_set(1); /* the CPU's f32-activation products: the reference */
     tern_model *mc = model_load_ex(mdir, &oc, &err), *mg = NULL;
+    if (g_throughput)
+        tern_kernels_exact_set(0);
     if (!mc || !(mg = model_load_ex(mdir, &og, &err)))
         fail_msg("%s: %s", args, err.msg);
+    tern_kernels_exact_set(1);
     assert_true(model_config_get(mc)->n_expert > 0);
     const int n_dec = 12, V = model_config_get(mc)->n_vocab;
     int32_t prompt[64], idc[16], idg[16];
@@ -281,10 +291,65 @@ static void test_moe_forward(void **state)
     check_moe(qb, 0, 48, 2e-2, 0);
 }
 
-int main(void)
+/* gpt_oss (tests/golden/manifest.json's fixture, 512 tokens): 20 prompt
+ * tokens and 12 steps cross the sliding window (16) and take several
+ * attention splits a decode step; f32, bf16 and MXFP4 experts (decoded to
+ * bf16 at upload: the same values, so the same tolerance); a 48-token
+ * prompt in the throughput mode through cuBLAS and the tiled prefill
+ * attention with sinks (the bf16 envelope); --experts-in host refused. */
+static void test_gpt_oss(void **state)
 {
+    (void)state;
+    if (model_cuda_device_count() <= 0)
+        skip();
+    const char *g = "--family gpt_oss --dim 64 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 "
+                    "--top-k 4 --moe-ff 64 --sliding-window 16 --seed 31";
+    char gb[400], gm[400];
+    snprintf(gb, sizeof gb, "%s --dtype bf16", g);
+    snprintf(gm, sizeof gm, "%s --dtype bf16 --mxfp4 1", g);
+    check_moe(g, 0, 20, 2e-5, 0);
+    check_moe(gb, 0, 20, 2e-5, 0);
+    check_moe(gm, 0, 20, 2e-5, 0);
+    /* wider: 8 heads of 64 over 2 kv heads, 32 experts, 4 a token */
+    check_moe("--family gpt_oss --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --experts 32 --top-k 4 "
+              "--moe-ff 128 --sliding-window 8 --seed 33 --dtype bf16 --mxfp4 1",
+              0, 20, 2e-5, 0);
+    /* expert rows past the short-row down kernel (1088 > 1024 bf16): moe_down_kernel's sum with the biases */
+    check_moe("--family gpt_oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 --top-k 4 "
+              "--moe-ff 1088 --sliding-window 16 --seed 35 --dtype bf16",
+              0, 20, 2e-5, 0);
+    g_throughput = 1;
+    check_moe(gb, 0, 48, 2e-2, 0);
+    g_throughput = 0;
+
+    /* --experts-in host: a load error naming it (the decoded experts are
+     * not the mapping's bytes), never a silent other path */
+    char dir[] = "/tmp/tern_cuda_moe_XXXXXX", mdir[300];
+    assert_non_null(mkdtemp(dir));
+    sh("%s/tools/make_fixture %s --vocab 512 --out %s/m --tokenizer %s >/dev/null", build_dir(), gm, dir,
+       shared_path("models/stories260K"));
+    snprintf(mdir, sizeof mdir, "%s/m", dir);
+    tern_err err = {0};
+    model_load_opts og = {0, "cuda"};
+    model_experts_opts_set(MODEL_EXPERTS_HOST, (size_t)1 << 20);
+    tern_model *mh = model_load_ex(mdir, &og, &err);
+    model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
+    if (mh)
+        fail_msg("gpt_oss with --experts-in host loaded on the GPU");
+    print_message("gpt_oss --experts-in host on the GPU: %s\n", err.msg);
+    assert_int_equal(err.code, TERN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "--experts-in host"));
+    sh("rm -rf %s", dir);
+}
+
+/* An argument: only the tests whose names match it (cmocka's pattern). */
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_forward),
+        cmocka_unit_test(test_gpt_oss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -224,6 +224,9 @@ int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu_opts *o, t
 /* tcu_glu also writing act rounded to bf16 (f16 when to_f16) into outh. */
 int tcu_glu_half(float *gate, const float *up, uint16_t *outh, long n, int gelu, int to_f16, const tcu_opts *o,
                  tcu_stream stream);
+/* x[t][e] += b[e] for t < n_rows, e < n (a bias on the rows of a product
+ * that accumulated into x). */
+int tcu_add_bias(float *x, const float *b, int n_rows, int n, const tcu_opts *o, tcu_stream stream);
 /* x = c * tanh(x / c). */
 int tcu_softcap(float *x, long n, float c, const tcu_opts *o, tcu_stream stream);
 
@@ -282,6 +285,10 @@ typedef struct tcu_qkv_args {
     tcu_kv kv;
     int layer, T, n_head, n_kv_head, hd;
     float eps;
+    /* RoPE's cos and sin are scaled by it (YaRN's attention factor, as the
+     * CPU's rope does); 0 - what a caller that leaves it out passes - reads
+     * as 1, no factor */
+    float rope_af;
 } tcu_qkv_args;
 int tcu_qkv_post(const tcu_qkv_args *a, const tcu_opts *o, tcu_stream stream);
 
@@ -306,6 +313,12 @@ typedef struct tcu_attn_args {
     /* 1: a step of several sequences - one block per (kv head, token,
      * split) over tiles of positions (head dims 64 and 128; else as 0) */
     int tiles;
+    /* [n_head] learned sink logits (gpt_oss) or NULL: sink h joins each of
+     * head h's softmax denominators once, its probability dropped -
+     * out = sum_j e^(s_j - M) v_j / (sum_j e^(s_j - M) + e^(sink - M)),
+     * M = max(max_j s_j, sink); added where the splits are merged (and at
+     * the end of the prefill tiles), after every position is folded in */
+    const float *sinks;
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, const tcu_opts *o, tcu_stream stream);
 /* tcu_qkv_post and tcu_attention in one launch (a.q: post's unrotated q,

@@ -9,8 +9,10 @@
  *  2. the router's logits [T][n_expert] (a warp a router row);
  *  3. routing, one block: per token the softmax over the experts, the
  *     n_used most probable (the lower id on a tie), renormalized to sum 1
- *     when norm_topk, sorted by expert id; then the step's picks grouped by
- *     expert (ascending ids; a group's tokens in token order);
+ *     when norm_topk, sorted by expert id (gpt_oss: the router's bias, the
+ *     n_used largest logits, their softmax - tcu_experts.topk_softmax);
+ *     then the step's picks grouped by expert (ascending ids; a group's
+ *     tokens in token order);
  *  4. gate/up of every group's expert over the group's tokens, SiLU(gate) *
  *     up - a warp an expert row, the row's weights read once for all the
  *     tokens routed to it;
@@ -56,6 +58,19 @@ typedef struct tcu_experts {
     unsigned char *used;
     unsigned long long *count;
     const void *cache_lo, *cache_hi;
+    /* gpt_oss (NULL / 0 for the other families): router_b [n_expert] is
+     * added to the router's logits; topk_softmax: the n_used largest
+     * (biased) logits, the lower id on a tie, then their softmax as the
+     * weights (no softmax over all experts first, norm_topk unused);
+     * swiglu_clamp: the activation is the clamped SwiGLU with the
+     * experts' biases - g = min(gate + b_gate, limit), u = clamp(up + b_up,
+     * -limit, limit), (u + 1) * g * sigmoid(swiglu_alpha * g) - and each
+     * pick's down output gets b_down before its routing weight. b_gate,
+     * b_up [n_expert][ff], b_down [n_expert][dim]. */
+    const float *router_b;
+    int topk_softmax, swiglu_clamp;
+    float swiglu_limit, swiglu_alpha;
+    const float *b_gate, *b_up, *b_down;
 } tcu_experts;
 
 /* Scratch for T tokens (K = n_used): rl [T][n_expert], wt [T K], sel

@@ -9,6 +9,9 @@
 
 #define QKV_THREADS 128
 
+// RoPE's factor on cos and sin (tcu_qkv_args.rope_af: 0 reads as 1).
+__device__ __forceinline__ float qkv_af(const tcu_qkv_args &a) { return a.rope_af != 0.0f ? a.rope_af : 1.0f; }
+
 // Token i's head h (q heads, then k heads) of the q/k/v post-processing by a
 // group of QKV_THREADS threads: dst = src + bias, normed, rotated at p (dst
 // may be src; src read through L2, a habit of the one-launch decode step
@@ -40,9 +43,9 @@ __device__ __forceinline__ void qkv_head(const G &g, const tcu_qkv_args &a, int 
     for (int e = g.tid(); e < half; e += g.size()) {
         float c = pc, s = ps; /* pre: this thread's (e = tid) cosine and sine, computed by the caller */
         if (!pre) {
-            const float ang = (float)p * a.inv_freq[e];
-            c = cosf(ang);
-            s = sinf(ang);
+            const float ang = (float)p * a.inv_freq[e], af = qkv_af(a);
+            c = cosf(ang) * af;
+            s = sinf(ang) * af;
         }
         float x0 = dst[e], x1 = dst[e + half];
         dst[e] = x0 * c - x1 * s;
@@ -203,9 +206,9 @@ __device__ __forceinline__ void attn_part(const G &g, const tcu_attn_args &a, in
     const bool pre = early && hd / 2 <= g.size();
     float pc = 0.0f, ps = 0.0f;
     if (pre && g.tid() < hd / 2) {
-        const float ang = (float)p * post.inv_freq[g.tid()];
-        pc = cosf(ang);
-        ps = sinf(ang);
+        const float ang = (float)p * post.inv_freq[g.tid()], af = qkv_af(post);
+        pc = cosf(ang) * af;
+        ps = sinf(ang) * af;
     }
     if (early) {
         load(s0 + w);
@@ -341,7 +344,8 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP, 8) attn_part_occ_kernel(const
     attn_part<D, false>(blk_grp{}, a, slot, post, blockIdx.x, blockIdx.y, blockIdx.z, S);
 }
 
-// out[i][h][e] from the parts of (token i, head h), in split order.
+// out[i][h][e] from the parts of (token i, head h), in split order, with the
+// head's sink logit in the denominator where there is one.
 // Reads through L2 (the parts may come from other blocks of this grid).
 #define ATT_MERGE_MAX 16 /* splits merged from registers (one memory round trip) */
 
@@ -349,6 +353,10 @@ __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, in
 {
     const int hd = a.hd, n = attn_splits(a, attn_len(a, a.pos[i]));
     const float *part = a.part + ((size_t)i * a.n_head + h) * a.n_split * (hd + 2);
+    /* the head's sink (tcu_attn_args.sinks) joins the maximum and, once,
+     * the denominator - after every split, so whatever the number of
+     * splits; -inf (none) leaves both as they were */
+    const float sink = a.sinks ? a.sinks[h] : -INFINITY;
     float L = 0.0f, v = 0.0f;
     if (n <= ATT_MERGE_MAX) {
         /* every split's (max, sum, value) requested at once; the same
@@ -362,7 +370,7 @@ __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, in
                 ls[s] = __ldcg(ps + 1);
                 vs[s] = __ldcg(ps + 2 + e);
             }
-        float M = -INFINITY;
+        float M = sink;
 #pragma unroll
         for (int s = 0; s < ATT_MERGE_MAX; s++)
             if (s < n)
@@ -374,10 +382,12 @@ __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, in
                 L += f * ls[s];
                 v += f * vs[s];
             }
+        if (a.sinks)
+            L += expf(sink - M);
         a.out[((size_t)i * a.n_head + h) * hd + e] = v / L;
         return;
     }
-    float M = -INFINITY;
+    float M = sink;
     for (int s = 0; s < n; s++)
         M = fmaxf(M, __ldcg(part + (size_t)s * (hd + 2)));
     for (int s = 0; s < n; s++) {
@@ -389,6 +399,8 @@ __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, in
             v += f * __ldcg(ps + 2 + e);
         }
     }
+    if (a.sinks)
+        L += expf(sink - M);
     a.out[((size_t)i * a.n_head + h) * hd + e] = v / L;
 }
 

@@ -207,10 +207,13 @@ constexpr int MAXV = TCU_MOE_MAX_EXPERTS / 32;
 // Token t's routing by one warp: the softmax over its E logits, the K most
 // probable (the lower id on a tie), renormalized when norm_topk, sorted by
 // id into sel / wt; a step of one token (T == 1) also writes the groups
-// (its picks by id: G = K) into meta.
+// (its picks by id: G = K) into meta. rb (or NULL): the router's bias,
+// added to the logits; topk_sm: the K largest logits, then their softmax
+// (tcu_experts.topk_softmax; the CPU's order: the first pick's logit is
+// the max, the sum in pick order).
 template <int MV>
-__device__ __forceinline__ void route_one(const float *rl, int t, int T, int E, int K, int norm_topk, int G, float *wt,
-                                          int32_t *sel, int32_t *meta)
+__device__ __forceinline__ void route_one(const float *rl, const float *rb, int topk_sm, int t, int T, int E, int K,
+                                          int norm_topk, int G, float *wt, int32_t *sel, int32_t *meta)
 {
     const int lane = threadIdx.x & 31;
     const float *p = rl + (size_t)t * E;
@@ -220,27 +223,31 @@ __device__ __forceinline__ void route_one(const float *rl, int t, int T, int E, 
     for (int j = 0; j < MV; j++) {
         const int e = lane + 32 * j;
         v[j] = e < E ? __ldcg(p + e) : -INFINITY;
+        if (rb && e < E)
+            v[j] += rb[e];
         mx = fmaxf(mx, v[j]);
     }
+    if (!topk_sm) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float s = 0.0f;
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < MV; j++)
-        if (lane + 32 * j < E) {
-            v[j] = expf(v[j] - mx);
-            s += v[j];
-        }
-    s = warp_sum(s);
+        for (int j = 0; j < MV; j++)
+            if (lane + 32 * j < E) {
+                v[j] = expf(v[j] - mx);
+                s += v[j];
+            }
+        s = warp_sum(s);
 #pragma unroll
-    for (int j = 0; j < MV; j++)
-        v[j] = lane + 32 * j < E ? v[j] / s : -1.0f;
+        for (int j = 0; j < MV; j++)
+            v[j] = lane + 32 * j < E ? v[j] / s : -1.0f;
+    }
     unsigned taken = 0;
-    float tsum = 0.0f, my_w = 0.0f;
+    float tsum = 0.0f, my_w = 0.0f, top = 0.0f;
     int my_id = 0x7fffffff;
     for (int k = 0; k < K; k++) {
-        float bv = -2.0f;
+        float bv = topk_sm ? -INFINITY : -2.0f; /* below every candidate (logits, or probabilities) */
         int bi = 0x7fffffff;
 #pragma unroll
         for (int j = 0; j < MV; j++)
@@ -263,9 +270,16 @@ __device__ __forceinline__ void route_one(const float *rl, int t, int T, int E, 
             my_id = bi;
             my_w = bv;
         }
-        tsum += bv;
+        if (topk_sm) {
+            top = k == 0 ? bv : top;
+            tsum += expf(bv - top);
+        } else {
+            tsum += bv;
+        }
     }
-    if (norm_topk)
+    if (topk_sm)
+        my_w = expf(my_w - top) / tsum;
+    else if (norm_topk)
         my_w /= tsum;
     int rank = 0; /* by expert id */
     for (int j = 0; j < K; j++)
@@ -291,12 +305,12 @@ __device__ __forceinline__ void route_one(const float *rl, int t, int T, int E, 
 // MV). A token's k-th pick stays in lane k, which finds its place among
 // the picks by id (a rank over the warp) - no serial sort.
 template <int MV>
-__device__ void route_block(const float *rl, int T, int E, int K, int norm_topk, int G, float *wt, int32_t *sel,
-                            int32_t *meta, int *sh)
+__device__ void route_block(const float *rl, const float *rb, int topk_sm, int T, int E, int K, int norm_topk, int G,
+                            float *wt, int32_t *sel, int32_t *meta, int *sh)
 {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int t = w; t < T; t += nw)
-        route_one<MV>(rl, t, T, E, K, norm_topk, G, wt, sel, meta);
+        route_one<MV>(rl, rb, topk_sm, t, T, E, K, norm_topk, G, wt, sel, meta);
     if (T == 1) /* route_one wrote the groups */
         return;
     int *cnt = sh, *num = sh + E;
@@ -353,16 +367,17 @@ __device__ void route_block(const float *rl, int T, int E, int K, int norm_topk,
     }
 }
 
-__global__ void __launch_bounds__(1024) moe_route_kernel(const float *rl, int T, int E, int K, int norm_topk, int G,
-                                                         float *wt, int32_t *sel, int32_t *meta)
+__global__ void __launch_bounds__(1024) moe_route_kernel(const float *rl, const float *rb, int topk_sm, int T, int E,
+                                                         int K, int norm_topk, int G, float *wt, int32_t *sel,
+                                                         int32_t *meta)
 {
     pdl_wait();
     pdl_trigger();
     extern __shared__ int sh[];
     if (E <= 128)
-        route_block<4>(rl, T, E, K, norm_topk, G, wt, sel, meta, sh);
+        route_block<4>(rl, rb, topk_sm, T, E, K, norm_topk, G, wt, sel, meta, sh);
     else
-        route_block<MAXV>(rl, T, E, K, norm_topk, G, wt, sel, meta, sh);
+        route_block<MAXV>(rl, rb, topk_sm, T, E, K, norm_topk, G, wt, sel, meta, sh);
 }
 
 constexpr int FUSE_T = 64; // steps up to this many tokens take moe_gate_kernel
@@ -415,8 +430,8 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
 template <int KIND>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     moe_gate_kernel(const uint8_t *w, const float *sb, int n_out, int n_in, int group, const float *x, const float *ng,
-                    float eps, float *xn, int T, float *rl, int K, int norm_topk, int G, float *wt, int32_t *sel,
-                    int32_t *meta, int32_t *cnt)
+                    float eps, float *xn, int T, float *rl, const float *rb, int topk_sm, int K, int norm_topk, int G,
+                    float *wt, int32_t *sel, int32_t *meta, int32_t *cnt)
 {
     { /* the router row into L2 while the kernel before this one ends */
         const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
@@ -465,15 +480,44 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
         return;
     __threadfence();
     if (n_out <= 128)
-        route_block<4>(rl, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
+        route_block<4>(rl, rb, topk_sm, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
     else
-        route_block<MAXV>(rl, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
+        route_block<MAXV>(rl, rb, topk_sm, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
     if (threadIdx.x == 0)
         *cnt = 0;
 }
 
+// The activation of expert e's gate/up row `row` (products g, u):
+// silu(g) * u, or gpt_oss's clamped SwiGLU with the row's biases
+// (tcu_experts.swiglu_clamp) in the CPU's order of operations.
+__device__ __forceinline__ float moe_act(const tcu_experts &ex, int e, int row, float g, float u)
+{
+    if (ex.swiglu_clamp) {
+        const float lim = ex.swiglu_limit;
+        g += ex.b_gate[(size_t)e * ex.ff + row];
+        u += ex.b_up[(size_t)e * ex.ff + row];
+        g = g > lim ? lim : g;
+        u = u > lim ? lim : u < -lim ? -lim : u;
+        const float glu = g * (1.0f / (1.0f + expf(-(g * ex.swiglu_alpha))));
+        return (u + 1.0f) * glu;
+    }
+    return silu_f(g) * u;
+}
+
+// The weighted sum's term of pick i = t K + k (output row r): its down
+// output times its routing weight, with gpt_oss's down bias (of the pick's
+// expert sel[i]) added first, as the CPU does.
+__device__ __forceinline__ float moe_term(const tcu_experts &ex, const float *y, const float *wt, const int32_t *sel,
+                                          size_t i, int r)
+{
+    const float yv = __ldcg(y + i * ex.dim + r), w = __ldcg(wt + i);
+    if (ex.b_down)
+        return (yv + ex.b_down[(size_t)__ldcg(sel + i) * ex.dim + r]) * w;
+    return yv * w;
+}
+
 // Gate and up of group blockIdx.y's expert over its picks: h[pick][row] =
-// silu(gate) * up. A warp takes rows bx * ROWS + w, then a grid's width of
+// silu(gate) * up (moe_act). A warp takes rows bx * ROWS + w, then a grid's width of
 // rows further on, and so on: the grid is about two waves' worth of blocks
 // (experts_launch), so each warp finds its expert's weights (group table,
 // expert table: dependent loads) once for several rows rather than each
@@ -512,7 +556,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
 #pragma unroll
                 for (int j = 0; j < NT; j++)
                     if (j < n)
-                        h[(size_t)pk[q + j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
+                        h[(size_t)pk[q + j] * ex.ff + row] = moe_act(ex, e, row, res[0][j], res[1][j]);
         }
     }
 }
@@ -522,7 +566,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
 // k gridDim.x RT, i < RT), each token's picks in expert order, weighted,
 // and adds the sum to x; it leaves the counter at zero.
 __device__ __forceinline__ void down_sum(const tcu_experts &ex, int32_t *cnt, int ng_all, const float *y,
-                                         const float *wt, float *x, int T, int RT)
+                                         const float *wt, const int32_t *sel, float *x, int T, int RT)
 {
     __shared__ int last;
     __syncthreads();
@@ -542,7 +586,7 @@ __device__ __forceinline__ void down_sum(const tcu_experts &ex, int32_t *cnt, in
             continue;
         float o = 0.0f;
         for (int k = 0; k < K; k++)
-            o += __ldcg(y + ((size_t)t * K + k) * ex.dim + r) * __ldcg(wt + (size_t)t * K + k);
+            o += moe_term(ex, y, wt, sel, (size_t)t * K + k, r);
         x[(size_t)t * ex.dim + r] += o;
     }
     if (threadIdx.x == 0)
@@ -555,7 +599,8 @@ __device__ __forceinline__ void down_sum(const tcu_experts &ex, int32_t *cnt, in
 template <int KIND>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts ex, const int32_t *meta, int G,
                                                                      const float *h, float *y, const float *wt,
-                                                                     int32_t *cnt, float *x, int T)
+                                                                     const int32_t *sel, int32_t *cnt, float *x,
+                                                                     int T)
 {
     pdl_wait();
     pdl_trigger();
@@ -582,7 +627,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
                         y[(size_t)pk[q + j] * ex.dim + row] = res[0][j];
         }
     }
-    down_sum(ex, cnt, ng_all, y, wt, x, T, TCU_MOE_ROWS);
+    down_sum(ex, cnt, ng_all, y, wt, sel, x, T, TCU_MOE_ROWS);
 }
 
 // Down for rows a lane holds whole in registers (ff <= 32 CC NV): a warp NR
@@ -597,7 +642,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
 template <int KIND, int CC, int NR>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     moe_down_short_kernel(tcu_experts ex, const int32_t *meta, int G, const float *h, float *y, const float *wt,
-                          int32_t *cnt, float *x, int T, int early)
+                          const int32_t *sel, int32_t *cnt, float *x, int T, int early)
 {
     using U = unit_t<KIND>;
     constexpr int W = U::WORDS, NV = U::NV, RT = TCU_MOE_ROWS * NR;
@@ -698,7 +743,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
                 }
         }
     }
-    down_sum(ex, cnt, ng_all, y, wt, x, T, RT);
+    down_sum(ex, cnt, ng_all, y, wt, sel, x, T, RT);
 }
 
 // Lane 0 waits until *c reaches `want` (polling through L2), then the warp
@@ -732,7 +777,7 @@ __device__ __forceinline__ void warp_wait(const int32_t *c, int want)
 template <int KIND, int CC>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
     moe_fused_kernel(tcu_experts ex, const int32_t *meta, int G, const float *xn, float *h, float *y, const float *wt,
-                     int32_t *cnt, float *x, int T)
+                     const int32_t *sel, int32_t *cnt, float *x, int T)
 {
     using U = unit_t<KIND>;
     constexpr int W = U::WORDS, NV = U::NV, NR = 4, NTD = 1;
@@ -772,7 +817,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
 #pragma unroll
                     for (int j = 0; j < NTD; j++)
                         if (j < n)
-                            h[(size_t)pq[j] * ex.ff + row] = silu_f(res[0][j]) * res[1][j];
+                            h[(size_t)pq[j] * ex.ff + row] = moe_act(ex, e, row, res[0][j], res[1][j]);
             }
             if (lane == 0) {
                 __threadfence();
@@ -863,7 +908,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                 const int t = k2 / TCU_MOE_ROWS, rr = r0 + k2 % TCU_MOE_ROWS;
                 float o = 0.0f;
                 for (int k = 0; k < K; k++)
-                    o += __ldcg(y + ((size_t)t * K + k) * ex.dim + rr) * __ldcg(wt + (size_t)t * K + k);
+                    o += moe_term(ex, y, wt, sel, (size_t)t * K + k, rr);
                 x[(size_t)t * ex.dim + rr] += o;
             }
             if (lane == 0)
@@ -938,7 +983,7 @@ int fused_launch(F k, const tcu_experts &e, const tcu_moe_scratch &s, const floa
     const long need = ((long)G * (e.ff + e.dim) + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
     const int wave = wave_blocks(k), nb = need < wave ? (int)need : wave;
     return launch_pdl(pdl, k, dim3(nb), dim3(TCU_MOE_ROWS * 32), 0, st, e, (const int32_t *)s.meta, G, xn, s.h, s.y,
-                      (const float *)s.wt, s.cnt, x, T);
+                      (const float *)s.wt, (const int32_t *)s.sel, s.cnt, x, T);
 }
 
 template <int KIND>
@@ -969,16 +1014,17 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
     if (e.ff <= 32 * SH * unit_t<KIND>::NV && (flags & TCU_MOE_DOWN_ROWS4)) {
         const auto k = moe_down_short_kernel<KIND, SH, 4>;
         return launch_pdl(pdl, k, dim3(grid_cols(k, (tiles + 3) / 4, G, flags), G), blk, 0, st, e,
-                          (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T, early);
+                          (const int32_t *)s.meta, G, (const float *)s.h, s.y, (const float *)s.wt,
+                          (const int32_t *)s.sel, s.cnt, x, T, early);
     }
     if (e.ff <= 32 * SH * unit_t<KIND>::NV) {
         const auto k = moe_down_short_kernel<KIND, SH, 1>;
         return launch_pdl(pdl, k, dim3(grid_cols(k, tiles, G, flags), G), blk, 0, st, e, (const int32_t *)s.meta, G,
-                          (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T, early);
+                          (const float *)s.h, s.y, (const float *)s.wt, (const int32_t *)s.sel, s.cnt, x, T, early);
     }
     const auto k = moe_down_kernel<KIND>;
     return launch_pdl(pdl, k, dim3(grid_cols(k, tiles, G, flags), G), blk, 0, st, e, (const int32_t *)s.meta, G,
-                      (const float *)s.h, s.y, (const float *)s.wt, s.cnt, x, T);
+                      (const float *)s.h, s.y, (const float *)s.wt, (const int32_t *)s.sel, s.cnt, x, T);
 }
 
 int router_any(const tcu_mat &r, int n_in, const float *xn, int T, float *rl, bool pdl, cudaStream_t st)
@@ -1001,8 +1047,8 @@ int gate_launch(const tcu_experts &e, const float *x, const float *ng, float eps
     const int tiles = (e.dim + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS;
     return launch_pdl(pdl, moe_gate_kernel<KIND>, dim3((r.n_out + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS),
                       dim3(TCU_MOE_ROWS * 32), (size_t)2 * e.n_expert * sizeof(int), st, (const uint8_t *)r.w, r.sb,
-                      r.n_out, e.dim, r.group, x, ng, eps, xn, T, s.rl, e.n_used, e.norm_topk, G, s.wt, s.sel,
-                      s.meta, s.cnt + tiles);
+                      r.n_out, e.dim, r.group, x, ng, eps, xn, T, s.rl, e.router_b, e.topk_softmax, e.n_used,
+                      e.norm_topk, G, s.wt, s.sel, s.meta, s.cnt + tiles);
 }
 
 int gate_any(const tcu_experts &e, const float *x, const float *ng, float eps, float *xn, int T, int G,
@@ -1052,7 +1098,8 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     if (T < 1)
         return 0;
     if (e->n_expert > TCU_MOE_MAX_EXPERTS || e->n_used > TCU_MOE_MAX_USED || e->n_used > e->n_expert ||
-        e->dim % 8 || e->ff % 8 || ((e->kind == TCU_Q4 || e->kind == TCU_Q8) && e->group % 8))
+        e->dim % 8 || e->ff % 8 || ((e->kind == TCU_Q4 || e->kind == TCU_Q8) && e->group % 8) ||
+        (e->swiglu_clamp && (!e->b_gate || !e->b_up)))
         return (int)cudaErrorInvalidValue;
     const int G = e->n_expert < T * e->n_used ? e->n_expert : T * e->n_used;
     int rc;
@@ -1066,7 +1113,8 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
             if (rc || (rc = router_any(e->router, e->dim, xn, T, s->rl, op.pdl, st)))
                 return rc;
             rc = launch_pdl(op.pdl, moe_route_kernel, dim3(1), dim3(1024), (size_t)2 * e->n_expert * sizeof(int), st,
-                            (const float *)s->rl, T, e->n_expert, e->n_used, e->norm_topk, G, s->wt, s->sel, s->meta);
+                            (const float *)s->rl, e->router_b, e->topk_softmax, T, e->n_expert, e->n_used,
+                            e->norm_topk, G, s->wt, s->sel, s->meta);
         }
     }
     if (rc)

@@ -388,6 +388,24 @@ extern "C" int tcu_glu_half(float *gate, const float *up, uint16_t *outh, long n
                       dim3(256), 0, (cudaStream_t)stream, gate, up, outh, n, gelu, to_f16);
 }
 
+__global__ void add_bias_kernel(float *x, const float *b, long total, int n)
+{
+    pdl_wait();
+    pdl_trigger();
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long)gridDim.x * blockDim.x)
+        x[e] += b[e % n];
+}
+
+extern "C" int tcu_add_bias(float *x, const float *b, int n_rows, int n, const tcu_opts *o, tcu_stream stream)
+{
+    PROF(TCU_PROF_OTHER, stream);
+    const long total = (long)n_rows * n, blocks = (total + 255) / 256;
+    if (total <= 0)
+        return 0;
+    return launch_pdl(opts_or_default(o).pdl, add_bias_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)),
+                      dim3(256), 0, (cudaStream_t)stream, x, b, total, n);
+}
+
 __global__ void softcap_kernel(float *x, long n, float c)
 {
     pdl_wait();

@@ -29,6 +29,18 @@ __device__ __forceinline__ void kvt_load4(const tcu_kv &kv, const int32_t *blk, 
     v4 = make_float4(x[0], x[1], x[2], x[3]);
 }
 
+// A query row's output factor from its running max m and sum l: 1 / l, or
+// with the head's sink logit z (tcu_attn_args.sinks) in the denominator,
+// once, both rescaled to max(m, z) - the CPU attention's finish.
+__device__ __forceinline__ float attn_inv(const tcu_attn_args &a, int h, float m, float l)
+{
+    if (a.sinks) {
+        const float z = a.sinks[h], mm = fmaxf(m, z), x = expf(m - mm);
+        return x / (l * x + expf(z - mm));
+    }
+    return l > 0.0f ? 1.0f / l : 0.0f;
+}
+
 template <int HD>
 __global__ void __launch_bounds__(256) attn_tiled_kernel(const tcu_attn_args a, const int32_t *tiles)
 {
@@ -162,7 +174,7 @@ __global__ void __launch_bounds__(256) attn_tiled_kernel(const tcu_attn_args a, 
         if (q >= n)
             continue;
         float *out = a.out + ((size_t)(i0 + q) * a.n_head + h) * HD + tx * DV;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        const float inv = attn_inv(a, h, m[r], l[r]);
 #pragma unroll
         for (int d4 = 0; d4 < DV; d4 += 4)
             *reinterpret_cast<float4 *>(out + d4) =
@@ -339,7 +351,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const tcu_attn_args a, con
         const int q = qr0 + 8 * r;
         if (q >= n)
             continue;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        const float inv = attn_inv(a, h, m[r], l[r]);
         float *out = a.out + ((size_t)(i0 + q) * a.n_head + h) * HD + 2 * t;
 #pragma unroll
         for (int j = 0; j < HD / 8; j++)
