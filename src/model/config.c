@@ -768,8 +768,13 @@ int model_config_load(model_config *cfg, const char *dir, tern_err *err)
     cfg->qkv_bias = cfg->arch == ARCH_QWEN2;
     if ((rc = tern_json_get_bool(o, "attention_bias", &b, "config.json", err)) && rc != TERN_ENOTFOUND)
         goto out;
-    if (rc == 0 && b)
+    /* transformers' attention_bias: q, k, v and o in Llama, Qwen3, Gemma 2/3
+     * and Qwen3-MoE; Qwen2 has q/k/v biases always and never an o bias;
+     * Mistral and Mixtral read no such field (their projections have none) */
+    if (rc == 0 && b && strcmp(mt, "mistral") && strcmp(mt, "mixtral")) {
         cfg->qkv_bias = 1;
+        cfg->o_bias = cfg->arch != ARCH_QWEN2;
+    }
     if (gpt_oss) /* GptOssConfig sets attention_bias whatever the file says: q, k, v and o have biases */
         cfg->qkv_bias = cfg->o_bias = cfg->attn_sinks = 1;
     b = 0;

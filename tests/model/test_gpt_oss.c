@@ -322,6 +322,35 @@ static void test_yarn_qwen(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* attention_bias as transformers reads it per family: q, k, v and o for
+ * Llama (a folder without o_proj's bias is a load error naming it), q/k/v
+ * only for Qwen2 (which never has an o bias). */
+static void test_attention_bias(void **state)
+{
+    (void)state;
+    char dir[64], cmd[1024];
+    snprintf(dir, sizeof dir, "/tmp/tern-abias-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "%s/tools/make_fixture --family qwen2 --dim 64 --layers 1 --heads 4 --kv-heads 2 --ff 64 --seed 45 "
+             "--out %s --tokenizer %s",
+             build(), dir, shared_path("models/stories260K"));
+    assert_int_equal(system(cmd), 0);
+    tern_err err = {0};
+    tern_model *m = model_load(dir, 1, &err);
+    if (!m)
+        fail_msg("%s", err.msg);
+    assert_true(model_config_get(m)->qkv_bias && !model_config_get(m)->o_bias);
+    model_free(m);
+    config_set(dir, "model_type", "\"llama\"");
+    config_set(dir, "architectures", "[\"LlamaForCausalLM\"]");
+    assert_null(m = model_load(dir, 1, &err));
+    if (!strstr(err.msg, "o_proj.bias"))
+        fail_msg("llama with attention_bias and no o_proj bias: '%s'", err.msg);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static int cleanup(void **state)
 {
     (void)state;
@@ -335,6 +364,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_yarn_qwen),
+        cmocka_unit_test(test_attention_bias),
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
 }
