@@ -84,9 +84,8 @@ static void mm_mx16(const tern_kernels *k, const model_weight *w, const float *X
 {
     int16_t q[MX16_STACK];
     float qs[MX16_STACK / 16 + 16];
-    long n_in = w->n_in, tc = MX16_STACK / n_in, nbp = tern_iq_nbp(n_in, 32, 4);
-    while (tc > 1 && tc * 2 * nbp > MX16_STACK / 16 + 16)
-        tc--;
+    long n_in = w->n_in, nbp = tern_iq_nbp(n_in, 32, 4), tc = MX16_STACK / n_in, tq = (MX16_STACK / 16 + 16) / (2 * nbp);
+    tc = tc < tq ? tc : tq; /* both fit: n_in <= MX16_STACK gives tc, tq >= 1 */
     for (long t = 0; t < T; t += tc) {
         long n = T - t < tc ? T - t : tc;
         k->quant_act16(X + t * n_in, n, n_in, q, qs);

@@ -416,7 +416,7 @@ static void moe_route(const model_config *c, float *p, int *sel, float *wt)
 
 /* gpt_oss's routing (transformers' GptOssTopKRouter): the k largest of the
  * router's (biased) logits p[n_expert] (the lower id on a tie; the picks'
- * entries are -inf after), their softmax as the weights, then sorted by
+ * entries are NaN after), their softmax as the weights, then sorted by
  * expert id like moe_route. */
 static void moe_route_topk_softmax(const model_config *c, float *p, int *sel, float *wt)
 {
@@ -424,12 +424,17 @@ static void moe_route_topk_softmax(const model_config *c, float *p, int *sel, fl
     for (int k = 0; k < K; k++) {
         int best = -1;
         for (int e = 0; e < E; e++)
-            if (p[e] != -INFINITY && (best < 0 || p[e] > p[best]))
+            if (p[e] == p[e] && (best < 0 || p[e] > p[best]))
                 best = e;
-        best = best < 0 ? k : best; /* every logit -inf (no finite router): any k distinct experts */
+        for (int e = 0; best < 0 && e < E; e++) { /* NaN logits (a broken input): the lowest id not chosen */
+            int taken = 0;
+            for (int j = 0; j < k; j++)
+                taken |= sel[j] == e;
+            best = taken ? -1 : e;
+        }
         sel[k] = best;
         wt[k] = p[best];
-        p[best] = -INFINITY;
+        p[best] = NAN;
     }
     float mx = wt[0], sum = 0.0f; /* the first pick is the largest */
     for (int k = 0; k < K; k++) {

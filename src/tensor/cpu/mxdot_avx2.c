@@ -74,12 +74,12 @@ void tern_mx_avx2(const uint8_t *W, const uint8_t *E, const float *X, float *Y, 
 }
 
 /* ---- the integer product (kernels.h, tern_imxmatmul_fn) ----
- * A block's 16 bytes become 32 int8 weights (twice the E2M1 value) in
- * nibble order - low nibbles (even inputs), then high (odd) - by one
- * 256-bit vpshufb, matching the activations' 4-bit layout; vpmaddubsw takes
- * |w| against the activations with w's sign (vpsignb), vpmaddwd sums the
- * pairs: each block's exact int32 sum in 8 lanes, 8 blocks reduced by the
- * hadd tree of intdot_simd.h and combined as the contract says. Rows one at
+ * A block's 16 bytes become 32 weights (twice the E2M1 value, plus 12:
+ * unsigned 0..24) in nibble order - low nibbles (even inputs), then high
+ * (odd) - by one 256-bit vpshufb, matching the activations' 4-bit layout;
+ * vpmaddubsw / vpmaddwd give each block's exact int32 sum in 8 lanes, 8
+ * blocks reduced by the hadd tree of intdot_simd.h, 12 A_b taken back (the
+ * activations' block sums), and combined as the contract says. Rows one at
  * a time, tokens in pairs sharing each block's decode. */
 
 /* 2^(e - 128) for 8 E8M0 bytes (tern_mx_scale in 8 lanes). */
@@ -92,20 +92,31 @@ static inline __m256 mx_scale8(const uint8_t *e8)
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, is_big));
 }
 
+/* A block's 32 weights plus 12 (unsigned, 0..24: vpmaddubsw's unsigned
+ * operand; the 12 * A_b it adds is taken back after the sums). */
 static inline __m256i mx_wblock(const uint8_t *q16)
 {
-    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8,
-                                         12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16,
+                                         18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     __m128i q = _mm_loadu_si128((const __m128i *)q16);
     __m256i n = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
     return _mm256_shuffle_epi8(lut, n);
 }
 
-static inline __m256i mx_idot(__m256i w, __m256i aw, const int8_t *a)
+/* sum (w + 12) * a of one block in 8 int32 lanes (pairs at most 2 * 24 * 127: no saturation). */
+static inline __m256i mx_idot(__m256i w12, const int8_t *a)
 {
-    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a), w));
+    __m256i p = _mm256_maddubs_epi16(w12, _mm256_loadu_si256((const __m256i *)a));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* The exact I_b of 8 blocks from their sums S_b of (w + 12) * a: S_b - 12 * A_b (A_b, an integer
+ * stored as f32 by the activations' quantization, kernels.h). */
+static inline __m256i mx_unbias(__m256i S, const float *A)
+{
+    __m256i a = _mm256_cvtps_epi32(_mm256_loadu_ps(A));
+    return _mm256_sub_epi32(S, _mm256_add_epi32(_mm256_slli_epi32(a, 3), _mm256_slli_epi32(a, 2)));
 }
 
 /* One row against nt (1 or 2, a constant where inlined) tokens: y[0..nt). */
@@ -120,30 +131,31 @@ static inline __attribute__((always_inline)) void imx_row(const uint8_t *w, cons
         const uint8_t *ep = e + c;
         if (c + 8 <= nb) {
             for (int j = 0; j < 8; j++) {
-                __m256i wv = mx_wblock(w + (c + j) * 16), aw = _mm256_sign_epi8(wv, wv);
-                s0[j] = mx_idot(wv, aw, q0 + (c + j) * 32);
+                __m256i wv = mx_wblock(w + (c + j) * 16);
+                s0[j] = mx_idot(wv, q0 + (c + j) * 32);
                 if (nt == 2)
-                    s1[j] = mx_idot(wv, aw, q1 + (c + j) * 32);
+                    s1[j] = mx_idot(wv, q1 + (c + j) * 32);
             }
         } else { /* the row's last chunk: padding blocks have I = 0, so u = 0 */
             for (int j = 0; j < 8; j++) {
                 __m256i wv = c + j < nb ? mx_wblock(w + (c + j) * 16) : _mm256_setzero_si256();
-                __m256i aw = _mm256_sign_epi8(wv, wv);
-                s0[j] = c + j < nb ? mx_idot(wv, aw, q0 + (c + j) * 32) : _mm256_setzero_si256();
+                s0[j] = c + j < nb ? mx_idot(wv, q0 + (c + j) * 32) : _mm256_setzero_si256();
                 if (nt == 2)
-                    s1[j] = c + j < nb ? mx_idot(wv, aw, q1 + (c + j) * 32) : _mm256_setzero_si256();
+                    s1[j] = c + j < nb ? mx_idot(wv, q1 + (c + j) * 32) : _mm256_setzero_si256();
                 if (c + j < nb)
                     et[j] = e[c + j];
             }
             ep = et;
         }
         __m256 sw = mx_scale8(ep);
-        __m256i I0 = iq_sum8(_mm256_hadd_epi32(s0[0], s0[1]), _mm256_hadd_epi32(s0[2], s0[3]),
-                             _mm256_hadd_epi32(s0[4], s0[5]), _mm256_hadd_epi32(s0[6], s0[7]));
+        __m256i I0 = mx_unbias(iq_sum8(_mm256_hadd_epi32(s0[0], s0[1]), _mm256_hadd_epi32(s0[2], s0[3]),
+                                       _mm256_hadd_epi32(s0[4], s0[5]), _mm256_hadd_epi32(s0[6], s0[7])),
+                               d0 + nbp + c);
         acc0 = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I0)), _mm256_loadu_ps(d0 + c), acc0);
         if (nt == 2) {
-            __m256i I1 = iq_sum8(_mm256_hadd_epi32(s1[0], s1[1]), _mm256_hadd_epi32(s1[2], s1[3]),
-                                 _mm256_hadd_epi32(s1[4], s1[5]), _mm256_hadd_epi32(s1[6], s1[7]));
+            __m256i I1 = mx_unbias(iq_sum8(_mm256_hadd_epi32(s1[0], s1[1]), _mm256_hadd_epi32(s1[2], s1[3]),
+                                           _mm256_hadd_epi32(s1[4], s1[5]), _mm256_hadd_epi32(s1[6], s1[7])),
+                                   d1 + nbp + c);
             acc1 = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_cvtepi32_ps(I1)), _mm256_loadu_ps(d1 + c), acc1);
         }
     }
@@ -166,28 +178,28 @@ static void imx_rows2(const uint8_t *w0, const uint8_t *e0, const uint8_t *w1, c
             for (int j = 0; j < 8; j++) {
                 __m256i a = _mm256_loadu_si256((const __m256i *)(q + (c + j) * 32));
                 __m256i v0 = mx_wblock(w0 + (c + j) * 16), v1 = mx_wblock(w1 + (c + j) * 16);
-                s0[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v0, v0), _mm256_sign_epi8(a, v0)),
-                                          _mm256_set1_epi16(1));
-                s1[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v1, v1), _mm256_sign_epi8(a, v1)),
-                                          _mm256_set1_epi16(1));
+                s0[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(v0, a), _mm256_set1_epi16(1));
+                s1[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(v1, a), _mm256_set1_epi16(1));
             }
         } else {
             for (int j = 0; j < 8; j++) {
                 int in = c + j < nb;
                 __m256i v0 = in ? mx_wblock(w0 + (c + j) * 16) : _mm256_setzero_si256();
                 __m256i v1 = in ? mx_wblock(w1 + (c + j) * 16) : _mm256_setzero_si256();
-                s0[j] = in ? mx_idot(v0, _mm256_sign_epi8(v0, v0), q + (c + j) * 32) : _mm256_setzero_si256();
-                s1[j] = in ? mx_idot(v1, _mm256_sign_epi8(v1, v1), q + (c + j) * 32) : _mm256_setzero_si256();
+                s0[j] = in ? mx_idot(v0, q + (c + j) * 32) : _mm256_setzero_si256();
+                s1[j] = in ? mx_idot(v1, q + (c + j) * 32) : _mm256_setzero_si256();
                 if (in)
                     et0[j] = e0[c + j], et1[j] = e1[c + j];
             }
             ep0 = et0, ep1 = et1;
         }
         __m256 dv = _mm256_loadu_ps(d + c);
-        __m256i I0 = iq_sum8(_mm256_hadd_epi32(s0[0], s0[1]), _mm256_hadd_epi32(s0[2], s0[3]),
-                             _mm256_hadd_epi32(s0[4], s0[5]), _mm256_hadd_epi32(s0[6], s0[7]));
-        __m256i I1 = iq_sum8(_mm256_hadd_epi32(s1[0], s1[1]), _mm256_hadd_epi32(s1[2], s1[3]),
-                             _mm256_hadd_epi32(s1[4], s1[5]), _mm256_hadd_epi32(s1[6], s1[7]));
+        __m256i I0 = mx_unbias(iq_sum8(_mm256_hadd_epi32(s0[0], s0[1]), _mm256_hadd_epi32(s0[2], s0[3]),
+                                       _mm256_hadd_epi32(s0[4], s0[5]), _mm256_hadd_epi32(s0[6], s0[7])),
+                               d + nbp + c);
+        __m256i I1 = mx_unbias(iq_sum8(_mm256_hadd_epi32(s1[0], s1[1]), _mm256_hadd_epi32(s1[2], s1[3]),
+                                       _mm256_hadd_epi32(s1[4], s1[5]), _mm256_hadd_epi32(s1[6], s1[7])),
+                               d + nbp + c);
         acc0 = _mm256_fmadd_ps(_mm256_mul_ps(mx_scale8(ep0), _mm256_cvtepi32_ps(I0)), dv, acc0);
         acc1 = _mm256_fmadd_ps(_mm256_mul_ps(mx_scale8(ep1), _mm256_cvtepi32_ps(I1)), dv, acc1);
     }
