@@ -94,6 +94,30 @@ static int put_tool(tern_sbuf *b, const toolfmt *f, json_object *tool, size_t i,
     return 0;
 }
 
+/* The alternatives of a rule: one nonterminal (rule_fmt with the tool's
+ * index) per tool, or only the tool named only, then the line's end. None:
+ * a 400 (b freed). */
+static int put_alts(tern_sbuf *b, json_object *tools, const char *only, const char *rule_fmt, api_error *e)
+{
+    size_t n = json_object_array_length(tools), n_any = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = api_tool_name(json_object_array_get_idx(tools, i));
+        if (only && strcmp(name, only) != 0)
+            continue;
+        char alt[48];
+        if (n_any++)
+            tern_sbuf_str(b, " | ");
+        snprintf(alt, sizeof alt, rule_fmt, i);
+        tern_sbuf_str(b, alt);
+    }
+    tern_sbuf_str(b, "\n");
+    if (n_any == 0) {
+        free(b->s);
+        return api_bad(e, "invalid_value", "tool_choice", "no tool to call");
+    }
+    return 0;
+}
+
 int toolcall_grammar(const toolfmt *f, json_object *tools, const char *only, int parallel, size_t lead_skip,
                      const char *alt_ebnf, char **ebnf, api_error *e)
 {
@@ -122,20 +146,9 @@ int toolcall_grammar(const toolfmt *f, json_object *tools, const char *only, int
     tern_sbuf_str(&b, " ");
     put_lit(&b, f->end);
     tern_sbuf_str(&b, "\ntc_any ::= ");
-    size_t n = json_object_array_length(tools), n_any = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *name = api_tool_name(json_object_array_get_idx(tools, i));
-        if (only && strcmp(name, only) != 0)
-            continue;
-        char alt[48];
-        snprintf(alt, sizeof alt, "%stc%zu_call", n_any++ ? " | " : "", i);
-        tern_sbuf_str(&b, alt);
-    }
-    tern_sbuf_str(&b, "\n");
-    if (n_any == 0) {
-        free(b.s);
-        return api_bad(e, "invalid_value", "tool_choice", "no tool to call");
-    }
+    size_t n = json_object_array_length(tools);
+    if (put_alts(&b, tools, only, "tc%zu_call", e))
+        return -1;
     for (size_t i = 0; i < n; i++) {
         json_object *t = json_object_array_get_idx(tools, i);
         if (only && strcmp(api_tool_name(t), only) != 0)
@@ -164,20 +177,9 @@ int toolcall_harmony_grammar(json_object *tools, const char *only, const char *a
     tern_sbuf_str(&b, alt_ebnf ? "root ::= hc_calls | hc_final\nhc_final ::= " HARMONY_FINAL_EBNF " rf_root\n"
                                : "root ::= hc_calls\n");
     tern_sbuf_str(&b, "hc_calls ::= ");
-    size_t n = json_object_array_length(tools), n_any = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *name = api_tool_name(json_object_array_get_idx(tools, i));
-        if (only && strcmp(name, only) != 0)
-            continue;
-        char alt[48];
-        snprintf(alt, sizeof alt, "%shc%zu", n_any++ ? " | " : "", i);
-        tern_sbuf_str(&b, alt);
-    }
-    tern_sbuf_str(&b, "\n");
-    if (n_any == 0) {
-        free(b.s);
-        return api_bad(e, "invalid_value", "tool_choice", "no tool to call");
-    }
+    size_t n = json_object_array_length(tools);
+    if (put_alts(&b, tools, only, "hc%zu", e))
+        return -1;
     for (size_t i = 0; i < n; i++) {
         json_object *t = json_object_array_get_idx(tools, i);
         const char *name = api_tool_name(t);
