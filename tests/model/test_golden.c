@@ -276,7 +276,7 @@ static int mxfp4_twin(json_object *args, const char *name, json_object *g)
     }
     if (twin) {
         char nm[256];
-        snprintf(nm, sizeof nm, "%s (MXFP4)", name);
+        snprintf(nm, sizeof nm, "%.200s (MXFP4)", name);
         stats st = {0};
         const char *dir = make_fixture(a2);
         int skipped = check_model(nm, dir, g, &st);
