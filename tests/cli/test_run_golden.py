@@ -89,7 +89,7 @@ with tempfile.TemporaryDirectory() as tmp:
     def rope_scaling(d):
         f = os.path.join(d, "config.json")
         c = json.load(open(f))
-        c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+        c["rope_scaling"] = {"rope_type": "longrope", "factor": 4.0}
         json.dump(c, open(f, "w"))
 
     broken("truncated-safetensors", truncate)
