@@ -100,19 +100,23 @@ static int experts_host(const tern_model *m, size_t *cache_bytes)
     return 1;
 }
 
-/* gpt_oss: the device kind of a layer's experts - their dtype, or bf16 for
- * MXFP4 (decoded at upload: an E2M1 value times a power of two has at most
- * two significant bits, exact in bf16) - and its bytes an element. */
-static int gpt_oss_kind(const model_weight *w) { return w->mx ? TCU_BF16 : kind_of(w); }
-static size_t kind_size(int kind) { return kind == TCU_F32 ? 4 : 2; }
+/* gpt_oss: the device kind of a layer's experts - their dtype, or TCU_MX4
+ * for MXFP4 (the blocks' codes and scale bytes as stored) - and the bytes
+ * of a row of n elements (codes; scale_bytes: MXFP4's scales). */
+static int gpt_oss_kind(const model_weight *w) { return w->mx ? TCU_MX4 : kind_of(w); }
+static size_t row_size(int kind, size_t n) { return kind == TCU_F32 ? 4 * n : kind == TCU_MX4 ? n / 2 : 2 * n; }
+static size_t scale_bytes(int kind, size_t n) { return kind == TCU_MX4 ? n / 32 : 0; }
 
 /* gpt_oss's device bytes of one layer: gate and up (de-interleaved) and
- * down of every expert in the device kind, and the biases. */
+ * down of every expert in the device kind, each matrix 256-aligned, and
+ * the biases. */
 static size_t gpt_oss_layer_bytes(const tern_model *m, const model_layer *L)
 {
     const model_config *c = &m->cfg;
     const size_t E = (size_t)c->n_expert, ff = (size_t)c->n_ff_expert, dim = (size_t)c->dim;
-    return E * 3 * ff * dim * kind_size(gpt_oss_kind(&L->experts[0])) + (E * (2 * ff + dim) + E) * sizeof(float);
+    const int kind = gpt_oss_kind(&L->experts[0]);
+    const size_t per = ff * (row_size(kind, dim) + scale_bytes(kind, dim));
+    return 3 * ALIGN(E * per) + (E * (2 * ff + dim) + E) * sizeof(float);
 }
 
 size_t cu_moe_bytes(const tern_model *m)
@@ -186,42 +190,27 @@ static int up_one(const model_weight *w, uint8_t *dst, float *sb_dst, cudaStream
     return 0;
 }
 
-/* lut[e][c]: the bf16 bits of E2M1 code c times E8M0 scale e - the value
- * model_weight_row decodes (tern_mx_v2(c) * tern_mx_scale(e)), exact in
- * bf16; one lookup a weight instead of a conversion (20B: ~19G weights). */
-static void mx_bf16_lut(uint16_t lut[256][16])
-{
-    for (int e = 0; e < 256; e++)
-        for (int c = 0; c < 16; c++)
-            lut[e][c] = tern_f32_to_bf16((float)tern_mx_v2((unsigned)c) * tern_mx_scale((unsigned)e));
-}
-
-/* Row r of expert weight w into dst in the device kind: the stored row's
- * bytes, or an MXFP4 row decoded to bf16 through lut (mx_bf16_lut). */
-static void gpt_oss_row(const model_weight *w, int r, void *dst, const uint16_t lut[256][16])
+/* Row r of expert weight w into dst (and MXFP4's scale bytes into sdst):
+ * the stored row's bytes. */
+static void gpt_oss_row(const model_weight *w, int r, void *dst, void *sdst)
 {
     if (!w->mx) {
         const size_t es = tern_dtype_size(w->dtype);
         memcpy(dst, (const char *)w->data + (size_t)r * w->n_in * es, (size_t)w->n_in * es);
         return;
     }
-    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (w->n_in / 2), *sc = w->mx + (size_t)r * (w->n_in / 32);
-    uint16_t *h = dst;
-    for (int i = 0; i < w->n_in; i += 2) {
-        const uint16_t *l = lut[sc[i / 32]];
-        h[i] = l[q[i / 2] & 15];
-        h[i + 1] = l[q[i / 2] >> 4];
-    }
+    memcpy(dst, (const uint8_t *)w->data + (size_t)r * (w->n_in / 2), (size_t)w->n_in / 2);
+    memcpy(sdst, w->mx + (size_t)r * (w->n_in / 32), (size_t)w->n_in / 32);
 }
 
 /* Layer l's gpt_oss experts up, stacked per matrix in device memory in the
  * tcu_experts layout: gate_up's interleaved rows (gate 2i, up 2i + 1, as
  * the hub stores them and the CPU reads them) go up as separate gate and up
  * matrices, row i of each - the same rows, so the same dot products; down
- * as it is; MXFP4 matrices decoded to bf16 (a native MXFP4 kernel is not
- * written: 3.8x the bytes of the blocks and scales). The biases: gate_up's
- * split likewise, down's and the router's as they are. Each expert is
- * staged in pinned memory, the stream synchronized before the next. */
+ * as it is. MXFP4 matrices stay MXFP4 (TCU_MX4): each matrix's codes, then
+ * its scale bytes. The biases: gate_up's split likewise, down's and the
+ * router's as they are. Each expert is staged in pinned memory, the stream
+ * synchronized before the next. */
 static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
@@ -238,9 +227,13 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
         }
     if (!L->exp_b_gu || !L->exp_b_down || !L->router_b)
         return tern_err_set(err, TERN_EINVAL, "cuda: gpt_oss layer %d without its expert or router biases", l);
-    const size_t es = kind_size(kind), mat = (size_t)ff * dim * es;
+    /* one expert's matrix: codes (rows of rs bytes, then ss scale bytes a
+     * row for MXFP4); gate and up are ff x dim, down dim x ff */
+    const size_t rs_gu = row_size(kind, dim), ss_gu = scale_bytes(kind, dim);
+    const size_t rs_dn = row_size(kind, ff), ss_dn = scale_bytes(kind, ff);
+    const size_t mat = (size_t)ff * (rs_gu + ss_gu); /* == dim * (rs_dn + ss_dn) */
     e->kind = kind;
-    e->group = 0;
+    e->group = kind == TCU_MX4 ? 32 : 0;
     e->n_expert = E;
     e->n_used = c->n_expert_used;
     e->dim = dim;
@@ -262,33 +255,29 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
         return rc;
     uint8_t *stage = NULL;
     float *hb = malloc(((size_t)E * (2 * ff + dim) + E) * sizeof(float));
-    uint16_t(*lut)[16] = malloc(256 * sizeof *lut);
-    if (!hb || !lut) {
-        free(hb);
-        free(lut);
+    if (!hb)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    }
-    mx_bf16_lut(lut);
     if (cudaMallocHost((void **)&stage, 3 * mat) != cudaSuccess) {
         cudaGetLastError();
         free(hb);
-        free(lut);
         return tern_err_set(err, TERN_ENOMEM, "cuda: pinned memory to stage the experts");
     }
     rc = 0;
     for (int ex = 0; ex < E && !rc; ex++) {
         const model_weight *gu = &L->experts[3 * ex], *dn = &L->experts[3 * ex + 2];
+        uint8_t *sg = stage, *su = stage + mat, *sd = stage + 2 * mat;
         for (int r = 0; r < ff; r++) {
-            gpt_oss_row(gu, 2 * r, stage + (size_t)r * dim * es, lut);
-            gpt_oss_row(gu, 2 * r + 1, stage + mat + (size_t)r * dim * es, lut);
+            gpt_oss_row(gu, 2 * r, sg + r * rs_gu, sg + (size_t)ff * rs_gu + r * ss_gu);
+            gpt_oss_row(gu, 2 * r + 1, su + r * rs_gu, su + (size_t)ff * rs_gu + r * ss_gu);
         }
         for (int r = 0; r < dim; r++)
-            gpt_oss_row(dn, r, stage + 2 * mat + (size_t)r * ff * es, lut);
+            gpt_oss_row(dn, r, sd + r * rs_dn, sd + (size_t)dim * rs_dn + r * ss_dn);
+        const size_t codes[3] = {(size_t)ff * rs_gu, (size_t)ff * rs_gu, (size_t)dim * rs_dn};
         for (int k = 0; k < 3 && !rc; k++) {
-            tab[6 * ex + k] = d[k] + mat * ex;
-            tab[6 * ex + 3 + k] = NULL;
-            if (cudaMemcpyAsync(d[k] + mat * ex, stage + mat * k, mat, cudaMemcpyHostToDevice, x->stream) !=
-                cudaSuccess)
+            uint8_t *dst = d[k] + mat * ex;
+            tab[6 * ex + k] = dst;
+            tab[6 * ex + 3 + k] = kind == TCU_MX4 ? dst + codes[k] : NULL;
+            if (cudaMemcpyAsync(dst, stage + mat * k, mat, cudaMemcpyHostToDevice, x->stream) != cudaSuccess)
                 rc = tern_err_set(err, TERN_EIO, "cuda: expert upload");
         }
         if (cudaStreamSynchronize(x->stream) != cudaSuccess && !rc)
@@ -308,7 +297,6 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
         rc = tern_err_set(err, TERN_EIO, "cuda: expert bias upload");
     cudaFreeHost(stage);
     free(hb);
-    free(lut);
     if (rc)
         return rc;
     e->b_gate = bias;

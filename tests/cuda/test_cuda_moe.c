@@ -293,10 +293,11 @@ static void test_moe_forward(void **state)
 
 /* gpt_oss (tests/golden/manifest.json's fixture, 512 tokens): 20 prompt
  * tokens and 12 steps cross the sliding window (16) and take several
- * attention splits a decode step; f32, bf16 and MXFP4 experts (decoded to
- * bf16 at upload: the same values, so the same tolerance); a 48-token
- * prompt in the throughput mode through cuBLAS and the tiled prefill
- * attention with sinks (the bf16 envelope); --experts-in host refused. */
+ * attention splits a decode step; f32, bf16 and MXFP4 experts (TCU_MX4:
+ * the codes and scale bytes as stored, the same values as the CPU's, so the
+ * same tolerance); a 48-token prompt in the throughput mode through cuBLAS
+ * and the tiled prefill attention with sinks (the bf16 envelope);
+ * --experts-in host refused. */
 static void test_gpt_oss(void **state)
 {
     (void)state;
@@ -318,12 +319,16 @@ static void test_gpt_oss(void **state)
     check_moe("--family gpt_oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 --top-k 4 "
               "--moe-ff 1088 --sliding-window 16 --seed 35 --dtype bf16",
               0, 20, 2e-5, 0);
+    check_moe("--family gpt_oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 --top-k 4 "
+              "--moe-ff 1088 --sliding-window 16 --seed 36 --dtype bf16 --mxfp4 1",
+              0, 20, 2e-5, 0);
     g_throughput = 1;
     check_moe(gb, 0, 48, 2e-2, 0);
+    check_moe(gm, 0, 48, 2e-2, 0);
     g_throughput = 0;
 
-    /* --experts-in host: a load error naming it (the decoded experts are
-     * not the mapping's bytes), never a silent other path */
+    /* --experts-in host: a load error naming it (gate_up's rows are split
+     * at upload: not the mapping's bytes), never a silent other path */
     char dir[] = "/tmp/tern_cuda_moe_XXXXXX", mdir[300];
     assert_non_null(mkdtemp(dir));
     sh("%s/tools/make_fixture %s --vocab 512 --out %s/m --tokenizer %s >/dev/null", build_dir(), gm, dir,
