@@ -107,16 +107,28 @@ static int gpt_oss_kind(const model_weight *w) { return w->mx ? TCU_MX4 : kind_o
 static size_t row_size(int kind, size_t n) { return kind == TCU_F32 ? 4 * n : kind == TCU_MX4 ? n / 2 : 2 * n; }
 static size_t scale_bytes(int kind, size_t n) { return kind == TCU_MX4 ? n / 32 : 0; }
 
-/* gpt_oss's device bytes of one layer: gate and up (de-interleaved) and
- * down of every expert in the device kind, each matrix 256-aligned, and
- * the biases. */
-static size_t gpt_oss_layer_bytes(const tern_model *m, const model_layer *L)
+/* A gpt_oss expert's block, as the device reads it: gate [ff][dim], up
+ * [ff][dim] (gate_up's interleaved rows split), down [dim][ff], then their
+ * scale bytes (MXFP4), each 256-aligned; off as block_layout's. */
+static size_t gpt_oss_block(const tern_model *m, int kind, size_t off[6])
 {
-    const model_config *c = &m->cfg;
-    const size_t E = (size_t)c->n_expert, ff = (size_t)c->n_ff_expert, dim = (size_t)c->dim;
-    const int kind = gpt_oss_kind(&L->experts[0]);
-    const size_t per = ff * (row_size(kind, dim) + scale_bytes(kind, dim));
-    return 3 * ALIGN(E * per) + (E * (2 * ff + dim) + E) * sizeof(float);
+    const size_t dim = (size_t)m->cfg.dim, ff = (size_t)m->cfg.n_ff_expert;
+    const size_t sz[6] = {ff * row_size(kind, dim),    ff * row_size(kind, dim),    dim * row_size(kind, ff),
+                          ff * scale_bytes(kind, dim), ff * scale_bytes(kind, dim), dim * scale_bytes(kind, ff)};
+    size_t o = 0;
+    for (int k = 0; k < 6; k++) {
+        off[k] = o;
+        o += ALIGN(sz[k]);
+    }
+    return o;
+}
+
+/* The biases of a gpt_oss layer on the device: gate [E][ff], up [E][ff],
+ * down [E][dim], router [E]. */
+static size_t gpt_oss_bias_bytes(const tern_model *m)
+{
+    const size_t E = (size_t)m->cfg.n_expert;
+    return (E * (2 * (size_t)m->cfg.n_ff_expert + m->cfg.dim) + E) * sizeof(float);
 }
 
 size_t cu_moe_bytes(const tern_model *m)
@@ -129,7 +141,9 @@ size_t cu_moe_bytes(const tern_model *m)
             continue;
         n += wbytes(&L->router) + sb_floats(&L->router) * sizeof(float);
         if (m->cfg.moe == MOE_GPT_OSS) {
-            n += gpt_oss_layer_bytes(m, L);
+            size_t off[6];
+            n += gpt_oss_bias_bytes(m) +
+                 (host ? 0 : (size_t)m->cfg.n_expert * gpt_oss_block(m, gpt_oss_kind(&L->experts[0]), off));
             continue;
         }
         for (int i = 0; !host && i < 3 * m->cfg.n_expert; i++)
@@ -192,7 +206,7 @@ static int up_one(const model_weight *w, uint8_t *dst, float *sb_dst, cudaStream
 
 /* Row r of expert weight w into dst (and MXFP4's scale bytes into sdst):
  * the stored row's bytes. */
-static void gpt_oss_row(const model_weight *w, int r, void *dst, void *sdst)
+static void gpt_oss_row(const model_weight *w, int r, uint8_t *dst, uint8_t *sdst)
 {
     if (!w->mx) {
         const size_t es = tern_dtype_size(w->dtype);
@@ -203,14 +217,29 @@ static void gpt_oss_row(const model_weight *w, int r, void *dst, void *sdst)
     memcpy(sdst, w->mx + (size_t)r * (w->n_in / 32), (size_t)w->n_in / 32);
 }
 
-/* Layer l's gpt_oss experts up, stacked per matrix in device memory in the
- * tcu_experts layout: gate_up's interleaved rows (gate 2i, up 2i + 1, as
- * the hub stores them and the CPU reads them) go up as separate gate and up
- * matrices, row i of each - the same rows, so the same dot products; down
- * as it is. MXFP4 matrices stay MXFP4 (TCU_MX4): each matrix's codes, then
- * its scale bytes. The biases: gate_up's split likewise, down's and the
- * router's as they are. Each expert is staged in pinned memory, the stream
- * synchronized before the next. */
+/* Expert ex of layer L into its block b (gpt_oss_block's layout). */
+static void gpt_oss_fill(const tern_model *m, const model_layer *L, int ex, int kind, const size_t off[6], uint8_t *b)
+{
+    const int dim = m->cfg.dim, ff = m->cfg.n_ff_expert;
+    const size_t rs_gu = row_size(kind, dim), ss_gu = scale_bytes(kind, dim);
+    const size_t rs_dn = row_size(kind, ff), ss_dn = scale_bytes(kind, ff);
+    const model_weight *gu = &L->experts[3 * ex], *dn = &L->experts[3 * ex + 2];
+    for (int r = 0; r < ff; r++) {
+        gpt_oss_row(gu, 2 * r, b + off[0] + r * rs_gu, b + off[3] + r * ss_gu);
+        gpt_oss_row(gu, 2 * r + 1, b + off[1] + r * rs_gu, b + off[4] + r * ss_gu);
+    }
+    for (int r = 0; r < dim; r++)
+        gpt_oss_row(dn, r, b + off[2] + r * rs_dn, b + off[5] + r * ss_dn);
+}
+
+/* Layer l's gpt_oss experts: each expert's block (gpt_oss_block: gate_up's
+ * interleaved rows - gate 2i, up 2i + 1, as the hub stores them and the CPU
+ * reads them - split into separate gate and up matrices of the same rows,
+ * so the same dot products; down as it is; MXFP4 stays MXFP4, TCU_MX4)
+ * built in pinned memory: with experts in host memory that is the expert's
+ * pinned block, else a staging block copied to the layer's device memory,
+ * the stream synchronized before the next. The biases go to the device:
+ * gate_up's split likewise, down's and the router's as they are. */
 static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
@@ -227,11 +256,10 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
         }
     if (!L->exp_b_gu || !L->exp_b_down || !L->router_b)
         return tern_err_set(err, TERN_EINVAL, "cuda: gpt_oss layer %d without its expert or router biases", l);
-    /* one expert's matrix: codes (rows of rs bytes, then ss scale bytes a
-     * row for MXFP4); gate and up are ff x dim, down dim x ff */
-    const size_t rs_gu = row_size(kind, dim), ss_gu = scale_bytes(kind, dim);
-    const size_t rs_dn = row_size(kind, ff), ss_dn = scale_bytes(kind, ff);
-    const size_t mat = (size_t)ff * (rs_gu + ss_gu); /* == dim * (rs_dn + ss_dn) */
+    size_t off[6];
+    const size_t block = gpt_oss_block(m, kind, off);
+    if (x->host && block != x->block)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: layer %d's experts are stored in another form", l);
     e->kind = kind;
     e->group = kind == TCU_MX4 ? 32 : 0;
     e->n_expert = E;
@@ -245,45 +273,42 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
     e->swiglu_alpha = c->swiglu_alpha;
     e->tab = x->tab_dev + (size_t)l * E * 6;
     const void **tab = x->tab_pin + (size_t)l * E * 6;
-    uint8_t *d[3];
-    float *bias;
-    int rc;
-    for (int k = 0; k < 3; k++)
-        if ((rc = moe_alloc(x, (void **)&d[k], mat * E, err)))
+    int rc = 0;
+    uint8_t *d = NULL, *stage = NULL;
+    if (x->host) {
+        e->used = x->used_dev + (size_t)l * E;
+        e->count = x->count_dev;
+        e->cache_lo = x->cache;
+        e->cache_hi = x->cache + (size_t)x->n_slots * x->block;
+    } else {
+        if ((rc = moe_alloc(x, (void **)&d, block * E, err)))
             return rc;
-    if ((rc = moe_alloc(x, (void **)&bias, ((size_t)E * (2 * ff + dim) + E) * sizeof(float), err)))
-        return rc;
-    uint8_t *stage = NULL;
-    float *hb = malloc(((size_t)E * (2 * ff + dim) + E) * sizeof(float));
-    if (!hb)
-        return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    if (cudaMallocHost((void **)&stage, 3 * mat) != cudaSuccess) {
-        cudaGetLastError();
-        free(hb);
-        return tern_err_set(err, TERN_ENOMEM, "cuda: pinned memory to stage the experts");
+        if (cudaMallocHost((void **)&stage, block) != cudaSuccess) {
+            cudaGetLastError();
+            return tern_err_set(err, TERN_ENOMEM, "cuda: pinned memory to stage the experts");
+        }
     }
-    rc = 0;
     for (int ex = 0; ex < E && !rc; ex++) {
-        const model_weight *gu = &L->experts[3 * ex], *dn = &L->experts[3 * ex + 2];
-        uint8_t *sg = stage, *su = stage + mat, *sd = stage + 2 * mat;
-        for (int r = 0; r < ff; r++) {
-            gpt_oss_row(gu, 2 * r, sg + r * rs_gu, sg + (size_t)ff * rs_gu + r * ss_gu);
-            gpt_oss_row(gu, 2 * r + 1, su + r * rs_gu, su + (size_t)ff * rs_gu + r * ss_gu);
-        }
-        for (int r = 0; r < dim; r++)
-            gpt_oss_row(dn, r, sd + r * rs_dn, sd + (size_t)dim * rs_dn + r * ss_dn);
-        const size_t codes[3] = {(size_t)ff * rs_gu, (size_t)ff * rs_gu, (size_t)dim * rs_dn};
-        for (int k = 0; k < 3 && !rc; k++) {
-            uint8_t *dst = d[k] + mat * ex;
-            tab[6 * ex + k] = dst;
-            tab[6 * ex + 3 + k] = kind == TCU_MX4 ? dst + codes[k] : NULL;
-            if (cudaMemcpyAsync(dst, stage + mat * k, mat, cudaMemcpyHostToDevice, x->stream) != cudaSuccess)
-                rc = tern_err_set(err, TERN_EIO, "cuda: expert upload");
-        }
-        if (cudaStreamSynchronize(x->stream) != cudaSuccess && !rc)
+        uint8_t *b = x->host ? x->pinned + ((size_t)l * E + ex) * x->block : stage;
+        gpt_oss_fill(m, L, ex, kind, off, b);
+        uint8_t *at = x->host ? b : d + block * ex;
+        for (int k = 0; k < 6; k++)
+            tab[6 * ex + k] = k < 3 || kind == TCU_MX4 ? at + off[k] : NULL;
+        if (!x->host && (cudaMemcpyAsync(at, stage, block, cudaMemcpyHostToDevice, x->stream) != cudaSuccess ||
+                         cudaStreamSynchronize(x->stream) != cudaSuccess))
             rc = tern_err_set(err, TERN_EIO, "cuda: expert upload");
     }
-    /* biases: gate [E][ff], up [E][ff], down [E][dim], router [E] */
+    if (stage)
+        cudaFreeHost(stage);
+    if (rc)
+        return rc;
+    float *bias, *hb = malloc(gpt_oss_bias_bytes(m));
+    if (!hb)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    if ((rc = moe_alloc(x, (void **)&bias, gpt_oss_bias_bytes(m), err))) {
+        free(hb);
+        return rc;
+    }
     float *bg = hb, *bu = hb + (size_t)E * ff, *bd = hb + (size_t)2 * E * ff, *br = bd + (size_t)E * dim;
     for (size_t i = 0; i < (size_t)E * ff; i++) {
         bg[i] = L->exp_b_gu[2 * i];
@@ -291,11 +316,9 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
     }
     memcpy(bd, L->exp_b_down, (size_t)E * dim * sizeof(float));
     memcpy(br, L->router_b, (size_t)E * sizeof(float));
-    if (!rc && (cudaMemcpyAsync(bias, hb, ((size_t)E * (2 * ff + dim) + E) * sizeof(float), cudaMemcpyHostToDevice,
-                                x->stream) != cudaSuccess ||
-                cudaStreamSynchronize(x->stream) != cudaSuccess))
+    if (cudaMemcpyAsync(bias, hb, gpt_oss_bias_bytes(m), cudaMemcpyHostToDevice, x->stream) != cudaSuccess ||
+        cudaStreamSynchronize(x->stream) != cudaSuccess)
         rc = tern_err_set(err, TERN_EIO, "cuda: expert bias upload");
-    cudaFreeHost(stage);
     free(hb);
     if (rc)
         return rc;
@@ -395,7 +418,7 @@ static int host_setup(cu_moe *x, const tern_model *m, size_t cache_bytes, tern_e
     const model_weight *ex = NULL;
     for (int l = 0; l < c->n_layer && !ex; l++)
         ex = m->layers[l].experts;
-    x->block = block_layout(ex, x->off);
+    x->block = c->moe == MOE_GPT_OSS ? gpt_oss_block(m, gpt_oss_kind(ex), x->off) : block_layout(ex, x->off);
     size_t ids = (size_t)c->n_layer * c->n_expert, n_sparse = 0;
     for (int l = 0; l < c->n_layer; l++)
         n_sparse += m->layers[l].experts ? (size_t)c->n_expert : 0;
@@ -447,10 +470,6 @@ int cu_moe_new(const tern_model *m, tcu_stream stream, cu_moe **out, tern_err *e
         return tern_err_set(err, TERN_EUNSUPPORTED,
                             "cuda: --experts-in disk is not supported on the CUDA backend (use --experts-in host "
                             "with --expert-cache, or leave the option out)");
-    if (c->moe == MOE_GPT_OSS && model_experts_stats_get(m, &st) == 0 && st.where == MODEL_EXPERTS_HOST)
-        return tern_err_set(err, TERN_EUNSUPPORTED,
-                            "cuda: --experts-in host is not supported for gpt_oss on the CUDA backend (leave the "
-                            "option out: its experts go to GPU memory)");
     if (c->dim % 8 || c->n_ff_expert % 8)
         return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: expert widths %d x %d (multiples of 8 are needed)", c->dim,
                             c->n_ff_expert);
