@@ -143,10 +143,10 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const void
 #pragma unroll
         for (int j = 0; j < NTT; j++)
             acc[m][j] = 0.0f;
-    int xr[NTT];
+    int xr[NTT]; /* tokens past n repeat the first (their sums unused): no branch between the tokens */
 #pragma unroll
     for (int j = 0; j < NTT; j++)
-        xr[j] = j < n ? (pk ? pk[j] / div : base + j) : 0;
+        xr[j] = pk ? pk[j < n ? j : 0] / div : base + (j < n ? j : 0);
     for (int c0 = 0; c0 * 32 < units; c0 += C) {
         uint32_t r[NM][C][W];
         float sc[NM][C], bi[NM][C];
@@ -169,8 +169,6 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const void
         }
 #pragma unroll
         for (int j = 0; j < NTT; j++) {
-            if (j >= n)
-                break;
             const float *xrow = X + (size_t)xr[j] * n_in;
 #pragma unroll
             for (int c = 0; c < C; c++) {
@@ -205,6 +203,40 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const void
             res[m][j] = warp_sum(acc[m][j]);
 }
 
+// warp_rows for n (1 <= n <= NT) tokens on the smallest of 1, 2, 4 or NT
+// tokens a pass that holds them: the tokens' sums are independent chains the
+// warp interleaves (no branch between them), each the same bits whatever
+// the pass; res[m][j] for j < n.
+template <int KIND, int NM, bool NORM, int NTT>
+__device__ __forceinline__ void warp_rows_pass(const uint8_t *const *wrow, const void *const *sbrow, int n_in,
+                                               int group, const float *X, const int32_t *pk, int div, int base, int n,
+                                               float (&res)[NM][NT], const float *ng, const float *rn)
+{
+    float r[NM][NTT];
+    warp_rows<KIND, NM, NORM, 0, NTT>(wrow, sbrow, n_in, group, X, pk, div, base, n, r, ng, rn);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NTT; j++)
+            res[m][j] = r[m][j];
+}
+
+template <int KIND, int NM, bool NORM = false>
+__device__ __forceinline__ void warp_rows_n(const uint8_t *const *wrow, const void *const *sbrow, int n_in, int group,
+                                            const float *X, const int32_t *pk, int div, int base, int n,
+                                            float (&res)[NM][NT], const float *ng = nullptr,
+                                            const float *rn = nullptr)
+{
+    if (n == 1)
+        warp_rows_pass<KIND, NM, NORM, 1>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+    else if (n == 2)
+        warp_rows_pass<KIND, NM, NORM, 2>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+    else if (n <= 4)
+        warp_rows_pass<KIND, NM, NORM, 4>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+    else
+        warp_rows<KIND, NM, NORM, 0, NT>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+}
+
 // meta layout (cuda_moe.h): [0] groups, [1, 1 + G) their experts, [1 + G,
 // 2 + 2G) their first picks (and the end), then the picks t K + k grouped.
 struct meta_v {
@@ -231,7 +263,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_router_kernel(const uin
     const void *sr = sb ? sb + (size_t)row * (n_in / group) * 2 : nullptr;
     for (int t0 = 0; t0 < T; t0 += NT) {
         float res[1][NT];
-        warp_rows<KIND, 1>(&wr, &sr, n_in, group, xn, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res);
+        warp_rows_n<KIND, 1>(&wr, &sr, n_in, group, xn, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int j = 0; j < NT; j++)
@@ -499,7 +531,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
         const void *sr = sb ? sb + (size_t)row * (n_in / group) * 2 : nullptr;
         for (int t0 = 0; t0 < T; t0 += NT) {
             float res[1][NT];
-            warp_rows<KIND, 1, true>(&wr, &sr, n_in, group, x, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res, ng, rn);
+            warp_rows_n<KIND, 1, true>(&wr, &sr, n_in, group, x, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res, ng, rn);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -587,7 +619,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[2][NT];
-            warp_rows<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
+            warp_rows_n<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -654,7 +686,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[1][NT];
-            warp_rows<KIND, 1>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
+            warp_rows_n<KIND, 1>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
