@@ -4,6 +4,14 @@
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--only-batch N] [--exact-products]
  *              [--kv-type T] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage] [--model 8b|1b] [--kinds bf16,q4g64,q8g64]
+ *   bench_cuda --q4 [--model 8b|1b]
+ *
+ * --q4 (no model files): the 4-bit tensor-core GEMM (tcu_q4_mm, with its
+ * input kernel and the SwiGLU launch) against the tensor-core GEMV on the
+ * same shapes, 4-bit g64, T = 8, 16, 32, 64, 128: us per product by T and
+ * with each tile configuration (tcu_opts.q4_tile) forced, every tile's
+ * bits against the default's, the relative difference to the GEMV, and
+ * the products of a step per model.
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
@@ -616,6 +624,270 @@ static int gemv_bench(const char *list, int use_stage, const char *only_model, c
     free(hy);
     return bad ? 1 : 0;
 }
+
+/* ---- --q4: the 4-bit tensor-core GEMM (gemm_q4.cu) against the tensor-core GEMV ---- */
+
+#define Q4B_NT 5
+static const int q4b_Ts[Q4B_NT] = {8, 16, 32, 64, 128};
+#define Q4B_TILES 9 /* tcu_opts.q4_tile 1..9; 0 = by T */
+
+typedef struct q4b_job {
+    const gv_shape *sh;
+    int path; /* 0 the GEMV (throughput mode, tcu_gemv_args.wide), 1 the 4-bit GEMM */
+    tcu_gemv_args a;
+    tcu_opts o;
+    uint16_t *xb;
+    float *xs;
+} q4b_job;
+
+/* one product as the model's step runs it: the GEMV with the norm and the
+ * SwiGLU fused, or tcu_q4_prep (the norm) + tcu_q4_mm + tcu_glu */
+static int q4b_issue(q4b_job *j, cudaStream_t st)
+{
+    tcu_gemv_args *a = &j->a;
+    if (j->path == 0)
+        return tcu_gemv(a, &j->o, (tcu_stream)st);
+    int rc = tcu_q4_prep(a->x, NULL, a->norm_g, a->norm_out, a->norm_eps, a->T, a->n_in, GV_GROUP, j->xb, j->xs, &j->o,
+                         (tcu_stream)st);
+    if (!rc)
+        rc = tcu_q4_mm(a->n, a->m, a->n_in, j->xb, j->xs, a->T, 0, &j->o, (tcu_stream)st);
+    if (!rc && a->glu)
+        rc = tcu_glu(a->m[0].y, a->m[1].y, (long)a->T * a->m[0].n_out, 0, &j->o, (tcu_stream)st);
+    return rc;
+}
+
+/* ms per product: GV_REPS of them over nc weight copies in one graph, best of 3 replays */
+static double q4b_time(q4b_job *j, int nc, void *const *w, float *const *sb, size_t wb, size_t sbn, cudaEvent_t *ev)
+{
+    cudaStream_t st;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    double best = -1;
+    if (!cu_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream"))
+        return -1;
+    int ok = 1;
+    for (int r = 0; r < 3 && ok; r++) {
+        gv_point(&j->a, r % nc, w, sb, wb, sbn);
+        ok = cu_ok(q4b_issue(j, st), "product");
+    }
+    ok = ok && cu_ok(cudaStreamSynchronize(st), "warm-up") &&
+         cu_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
+    if (ok) {
+        for (int r = 0; r < GV_REPS && ok; r++) {
+            gv_point(&j->a, r % nc, w, sb, wb, sbn);
+            ok = cu_ok(q4b_issue(j, st), "product");
+        }
+        ok = cu_ok(cudaStreamEndCapture(st, &g), "capture") && ok;
+    }
+    ok = ok && cu_ok(cudaGraphInstantiate(&ge, g, 0), "graph");
+    for (int k = 0; k < 3 && ok; k++) {
+        float ms = 0.0f;
+        ok = cu_ok(cudaEventRecord(ev[0], st), "event") && cu_ok(cudaGraphLaunch(ge, st), "graph launch") &&
+             cu_ok(cudaEventRecord(ev[1], st), "event") && cu_ok(cudaEventSynchronize(ev[1]), "graph run") &&
+             cu_ok(cudaEventElapsedTime(&ms, ev[0], ev[1]), "event");
+        if (ok && (best < 0 || ms / GV_REPS < best))
+            best = ms / GV_REPS;
+    }
+    if (ge)
+        cudaGraphExecDestroy(ge);
+    if (g)
+        cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+    return ok ? best : -1;
+}
+
+/* The 8B / 1B shapes, 4-bit g64, T = 8..128: the GEMV path and the 4-bit
+ * GEMM by T (tile 0) and with every tile configuration forced; each GEMM
+ * result bitwise against tile 0's, tile 0's relative error against the
+ * GEMV's, each token of T = 128 against its T = 8 row; then the products
+ * of a step per model. */
+static int q4_bench(const char *only_model)
+{
+    double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
+    printf("== 4-bit GEMM (tcu_q4_mm) against the tensor-core GEMV, q4 g64: us per product (norm / SwiGLU included) in "
+           "a graph of %d, best of 3; copy bandwidth %.0f GB/s\n",
+           GV_REPS, bw / 1e9);
+    static double ms[GV_NSHAPE][Q4B_NT][Q4B_TILES + 2]; /* [.][.][0] GEMV, [1] tile 0, [1 + k] tile k */
+    cudaEvent_t ev[2];
+    cudaEventCreate(&ev[0]);
+    cudaEventCreate(&ev[1]);
+    const int TMAX = 128, NIN_MAX = 14336, NOUT_MAX = 128256;
+    float *x = NULL, *y = NULL, *gain = NULL, *nout = NULL, *xs = NULL;
+    uint16_t *xb = NULL;
+    void *stage = NULL;
+    const size_t stage_bytes = (size_t)NIN_MAX * 204 * 4;
+    if (!cu_ok(cudaMalloc((void **)&x, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&y, sizeof(float) * 2 * TMAX * NOUT_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&gain, sizeof(float) * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&nout, sizeof(float) * TMAX * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&xb, sizeof(uint16_t) * TMAX * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&xs, sizeof(float) * TMAX * NIN_MAX / 32), "alloc") ||
+        !cu_ok(cudaMalloc(&stage, stage_bytes), "alloc"))
+        return 1;
+    float *h0 = malloc(sizeof(float) * TMAX * NOUT_MAX), *h1 = malloc(sizeof(float) * TMAX * NOUT_MAX);
+    if (!h0 || !h1)
+        return 1;
+    tcu_opts base;
+    tern_err oerr = {0};
+    if (model_cuda_opts_from_env(&base, &oerr)) {
+        fprintf(stderr, "bench_cuda: %s\n", oerr.msg);
+        return 2;
+    }
+    base.exact = 0;
+    int bad = 0;
+    printf("%-4s %-8s %3s %8s %8s %6s", "mdl", "shape", "T", "gemv", "q4gemm", "x");
+    for (int k = 1; k <= Q4B_TILES; k++)
+        printf(" %7s%d", "tile", k);
+    printf(" %9s %s\n", "rel/gemv", "bits");
+    for (int si = 0; si < GV_NSHAPE; si++) {
+        const gv_shape *sh = &gv_shapes[si];
+        if (only_model && strcmp(only_model, sh->model)) {
+            for (int ti = 0; ti < Q4B_NT; ti++)
+                for (int k = 0; k < Q4B_TILES + 2; k++)
+                    ms[si][ti][k] = NAN;
+            continue;
+        }
+        const int nm = sh->glu ? 2 : 1;
+        const size_t wb = (size_t)sh->n_out * sh->n_in / 2, sbn = (size_t)sh->n_out * (sh->n_in / GV_GROUP) * 2;
+        const size_t bytes = nm * (wb + sbn * sizeof(float));
+        int nc = (int)(((size_t)256 << 20) / bytes) + 1;
+        nc = nc > 16 ? 16 : nc;
+        void *w[16] = {0};
+        float *sb[16] = {0};
+        for (int c = 0; c < nc; c++) {
+            if (!cu_ok(cudaMalloc(&w[c], nm * wb), "alloc") ||
+                !cu_ok(cudaMalloc((void **)&sb[c], nm * sbn * sizeof(float)), "alloc"))
+                return 1;
+            tcu_fill_random(w[c], nm * wb, TCU_Q4, 1000 + c, 0.05f, NULL);
+            tcu_fill_random(sb[c], nm * sbn, TCU_F32, 2000 + c, 0.01f, NULL);
+        }
+        tcu_fill_random(x, (size_t)TMAX * sh->n_in, TCU_F32, 7 + si, 1.0f, NULL);
+        tcu_fill_random(gain, (size_t)sh->n_in, TCU_F32, 77 + si, 0.5f, NULL);
+        if (!cu_ok(cudaDeviceSynchronize(), "fill"))
+            return 1;
+        for (int ti = 0; ti < Q4B_NT; ti++) {
+            const int T = q4b_Ts[ti];
+            q4b_job j;
+            memset(&j, 0, sizeof j);
+            j.sh = sh;
+            j.o = base;
+            j.xb = xb;
+            j.xs = xs;
+            tcu_gemv_args *a = &j.a;
+            a->n = nm;
+            a->glu = sh->glu;
+            a->x = x;
+            a->n_in = sh->n_in;
+            a->T = T;
+            a->wide = 1;
+            a->stage = stage;
+            a->stage_bytes = stage_bytes;
+            if (sh->norm) {
+                a->norm_g = gain;
+                a->norm_out = nout;
+                a->norm_eps = GV_EPS;
+            }
+            for (int k = 0; k < nm; k++) {
+                a->m[k].kind = TCU_Q4;
+                a->m[k].group = GV_GROUP;
+                a->m[k].n_out = sh->n_out;
+                a->m[k].y = y + (size_t)k * TMAX * NOUT_MAX;
+            }
+            for (int v = 0; v < Q4B_TILES + 2; v++) {
+                j.path = v > 0;
+                j.o.q4_tile = v > 0 ? v - 1 : 0;
+                ms[si][ti][v] = q4b_time(&j, nc, w, sb, wb, sbn, ev);
+            }
+            /* bits: copy 0, the GEMV's output, then tile 0's and every tile's */
+            gv_point(a, 0, w, sb, wb, sbn);
+            j.path = 0;
+            j.o.q4_tile = 0;
+            if (!cu_ok(q4b_issue(&j, NULL), "gemv") || !cu_ok(cudaDeviceSynchronize(), "gemv"))
+                return 1;
+            cudaMemcpy(h0, a->m[0].y, sizeof(float) * T * sh->n_out, cudaMemcpyDeviceToHost);
+            j.path = 1;
+            if (!cu_ok(q4b_issue(&j, NULL), "q4") || !cu_ok(cudaDeviceSynchronize(), "q4"))
+                return 1;
+            cudaMemcpy(h1, a->m[0].y, sizeof(float) * T * sh->n_out, cudaMemcpyDeviceToHost);
+            double num = 0, den = 0;
+            for (size_t i = 0; i < (size_t)T * sh->n_out; i++) {
+                const double d = (double)h1[i] - h0[i];
+                num += isfinite(h1[i]) ? d * d : INFINITY;
+                den += (double)h0[i] * h0[i];
+            }
+            const double rel = sqrt(num / (den > 0 ? den : 1));
+            int same = 1;
+            for (int k = 1; k <= Q4B_TILES && same; k++) {
+                j.o.q4_tile = k;
+                if (!cu_ok(q4b_issue(&j, NULL), "q4") || !cu_ok(cudaDeviceSynchronize(), "q4"))
+                    return 1;
+                cudaMemcpy(h0, a->m[0].y, sizeof(float) * T * sh->n_out, cudaMemcpyDeviceToHost);
+                same = !memcmp(h0, h1, sizeof(float) * T * sh->n_out);
+            }
+            if (same && T > 8) { /* the first 8 tokens alone as a batch of 8 */
+                j.o.q4_tile = 0;
+                a->T = 8;
+                if (!cu_ok(q4b_issue(&j, NULL), "q4") || !cu_ok(cudaDeviceSynchronize(), "q4"))
+                    return 1;
+                a->T = T;
+                cudaMemcpy(h0, a->m[0].y, sizeof(float) * 8 * sh->n_out, cudaMemcpyDeviceToHost);
+                same = !memcmp(h0, h1, sizeof(float) * 8 * sh->n_out);
+            }
+            if (!same || !(rel <= 1e-2))
+                bad++;
+            printf("%-4s %-8s %3d %8.1f %8.1f %5.2fx", sh->model, sh->name, T, ms[si][ti][0] * 1e3, ms[si][ti][1] * 1e3,
+                   ms[si][ti][0] / ms[si][ti][1]);
+            for (int k = 1; k <= Q4B_TILES; k++)
+                printf(" %8.1f", ms[si][ti][1 + k] * 1e3);
+            printf(" %9.2e %s\n", rel, same ? "same" : "DIFFER");
+            fflush(stdout);
+        }
+        for (int c = 0; c < nc; c++) {
+            cudaFree(w[c]);
+            cudaFree(sb[c]);
+        }
+    }
+    printf("== products of a step (sum of count x us over the model's shapes), ms: gemv / q4gemm (tile by T) / "
+           "q4gemm (best tile per shape) - and the best tile per shape\n");
+    const char *models[2] = {"8b", "1b"};
+    for (int mi = 0; mi < 2; mi++)
+        for (int ti = 0; ti < Q4B_NT; ti++) {
+            double s0 = 0, s1 = 0, sb = 0;
+            char bestl[128] = "";
+            int len = 0;
+            for (int si = 0; si < GV_NSHAPE; si++) {
+                const gv_shape *sh = &gv_shapes[si];
+                if (strcmp(sh->model, models[mi]))
+                    continue;
+                int bk = 1;
+                for (int k = 1; k <= Q4B_TILES; k++)
+                    if (ms[si][ti][1 + k] < ms[si][ti][1 + bk])
+                        bk = k;
+                s0 += sh->count * ms[si][ti][0];
+                s1 += sh->count * ms[si][ti][1];
+                sb += sh->count * ms[si][ti][1 + bk];
+                len += snprintf(bestl + len, sizeof bestl - (size_t)len, " %s:%d", sh->name, bk);
+            }
+            if (isnan(s0))
+                continue;
+            printf("%-4s T %3d: gemv %.3f ms, q4gemm %.3f ms (%.2fx), best tiles %.3f ms (%.2fx);%s\n", models[mi],
+                   q4b_Ts[ti], s0, s1, s0 / s1, sb, s0 / sb, bestl);
+        }
+    printf("== q4 check: %s\n", bad ? "FAILED (rel/gemv over 1e-2 or bits DIFFER)" : "every tile the same bits, "
+                                                                                      "within 1e-2 of the GEMV");
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(gain);
+    cudaFree(nout);
+    cudaFree(xb);
+    cudaFree(xs);
+    cudaFree(stage);
+    free(h0);
+    free(h1);
+    return bad ? 1 : 0;
+}
 #endif
 
 int main(int argc, char **argv)
@@ -623,6 +895,18 @@ int main(int argc, char **argv)
     int n_prompt = 128, steps = 64, check = 32, n_prefill = 512, only_b1 = 0, kv_given = 0;
     kv_type kvt = KV_F32;
     int first = 1;
+    if (argc >= 2 && !strcmp(argv[1], "--q4")) {
+#ifdef TERN_CUDA
+        if (model_cuda_device_count() <= 0) {
+            fprintf(stderr, "bench_cuda: no GPU\n");
+            return 2;
+        }
+        return q4_bench(argc >= 4 && !strcmp(argv[2], "--model") ? argv[3] : NULL);
+#else
+        fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
+        return 2;
+#endif
+    }
     if (argc >= 2 && !strcmp(argv[1], "--gemv")) {
         const char *list = NULL, *only_model = NULL, *only_kinds = NULL;
         int use_stage = 1;

@@ -337,6 +337,24 @@ static int cu_use_f8(const cu_backend *be, int n, const tcu_mat *mats, int n_in,
     return 1;
 }
 
+/* Whether the n matrices of a step of T tokens take the 4-bit tensor-core
+ * GEMM (tcu_opts.q4_tc): all 4-bit of one group size it takes, the
+ * throughput mode with the 4-bit GEMV choice auto, and a step of several
+ * sequences (or one the invariant mode treats alike: be->wide) up to
+ * tc_max_t tokens - one kernel for every such batch, so a row's bits never
+ * depend on it - or, with q4_tc 2, a prefill-sized step too. */
+static int cu_use_q4(const cu_backend *be, int n, const tcu_mat *mats, int n_in, int T)
+{
+    if (!be->opts.q4_tc || be->opts.exact || cu_gemv_choice(&be->opts, TCU_Q4) != TCU_GEMV_AUTO)
+        return 0;
+    if (!(be->wide && T <= be->opts.tc_max_t) && !(be->opts.q4_tc == 2 && T >= be->opts.gemm_min_t))
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (mats[i].kind != TCU_Q4 || mats[i].group != mats[0].group)
+            return 0;
+    return tcu_q4_mm_ok(n_in, mats[0].group);
+}
+
 /* Whether a step of T tokens (or n_out logits rows) takes the GEMVs: below
  * gemm_min_t, or - throughput mode, several sequences (be->wide), weights
  * the tensor-core GEMV takes - up to tc_max_t, so that a decode batch keeps
@@ -452,6 +470,25 @@ static int mm_f8(cu_backend *be, int n, tcu_mat *mats, const float *x, const int
     return 0;
 }
 
+/* 4-bit products on the tensor cores (cu_use_q4): the step's inputs -
+ * RMSNormed first when g is given (rows, xn as tcu_rmsnorm) - rounded to
+ * bf16 with their group sums into the 16-bit scratch xh (T * n_in bf16,
+ * then T * n_in / group floats: within its 2 T n_in bytes), then one launch
+ * for the n matrices (gate/up: then the activation). */
+static int mm_q4(cu_backend *be, int n, tcu_mat *mats, const float *x, const int32_t *rows, const float *g, float *xn,
+                 uint16_t *xh, int n_in, int T, int accumulate, int glu, tern_err *err)
+{
+    float *xs = (float *)(xh + (size_t)T * n_in); /* n_in a multiple of 128: 16-byte aligned */
+    be->xh_of = NULL;
+    CU(tcu_q4_prep(x, rows, g, xn, g ? be->m->cfg.norm_eps : 0.0f, T, n_in, mats[0].group, xh, xs, &be->opts,
+                   (tcu_stream)be->stream),
+       "4-bit inputs");
+    CU(tcu_q4_mm(n, mats, n_in, xh, xs, T, accumulate && !glu, &be->opts, (tcu_stream)be->stream), "4-bit product");
+    if (glu)
+        CU(tcu_glu(mats[0].y, mats[1].y, (long)T * mats[0].n_out, glu == 2, &be->opts, (tcu_stream)be->stream), "glu");
+    return 0;
+}
+
 /* opts: CU_OPT_* of the GEMV launches (cu_opts) */
 static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t *xh, int n_in, int T, int accumulate,
                   int glu, int opts, tern_err *err)
@@ -459,6 +496,8 @@ static int mm_dev(cu_backend *be, int n, tcu_mat *mats, const float *x, uint16_t
     tcu_gemv_args a;
     if (cu_use_f8(be, n, mats, n_in, T))
         return mm_f8(be, n, mats, x, NULL, NULL, NULL, xh, n_in, T, accumulate, glu, err);
+    if (cu_use_q4(be, n, mats, n_in, T))
+        return mm_q4(be, n, mats, x, NULL, NULL, NULL, xh, n_in, T, accumulate, glu, err);
     const int lt = cu_use_lt(be, n, mats, T);
     const int have_xh = be->xh_of == x && be->xh_of_n == (long)T * n_in && xh == be->xh;
     be->xh_of = NULL; /* xh is this product's from here */
@@ -536,6 +575,8 @@ static int mm_dev_norm(cu_backend *be, int n, tcu_mat *mats, const float *x, con
     }
     if (cu_use_f8(be, n, mats, n_in, T))
         return mm_f8(be, n, mats, x, rows, g, xn, be->xh, n_in, T, 0, glu, err);
+    if (cu_use_q4(be, n, mats, n_in, T))
+        return mm_q4(be, n, mats, x, rows, g, xn, be->xh, n_in, T, 0, glu, err);
     if (gemv_one_launch(be, &a, n, mats, x, n_in, T, glu, opts)) {
         a.norm_g = g;
         a.norm_out = xn;
@@ -1544,6 +1585,8 @@ static const struct cu_env_opt {
     {"TERN_CUDA_TC_MAX_T", offsetof(tcu_opts, tc_max_t), 0, 128},
     {"TERN_CUDA_LT", offsetof(tcu_opts, lt), 0, 1},
     {"TERN_CUDA_F8_TC", offsetof(tcu_opts, f8_tc), 0, 2},
+    {"TERN_CUDA_Q4_TC", offsetof(tcu_opts, q4_tc), 0, 2},
+    {"TERN_CUDA_Q4_TILE", offsetof(tcu_opts, q4_tile), 0, 9},
     {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},

@@ -473,6 +473,270 @@ static void test_f8_mma(void **state)
 #endif
 }
 
+#ifdef TERN_CUDA
+/* x rounded to bf16 (nearest even; finite x), as the device rounds it */
+static float q4t_bf16(float x) { return tern_bf16_to_f32(tern_f32_to_bf16(x)); }
+
+/* Device copies of a test weight as a TCU_Q4 tcu_mat (y: [128][n_out]). */
+static tcu_mat q4t_upload(const test_w *tw)
+{
+    const model_weight *w = &tw->w;
+    tcu_mat m = {0};
+    void *dw = NULL, *dsb = NULL, *dy = NULL;
+    const size_t nb = (size_t)w->n_out * w->n_in / 2, ns = (size_t)w->n_out * (w->n_in / w->group) * 2;
+    assert_int_equal(cudaMalloc(&dw, nb), 0);
+    assert_int_equal(cudaMalloc(&dsb, ns * sizeof(float)), 0);
+    assert_int_equal(cudaMalloc(&dy, (size_t)128 * w->n_out * sizeof(float)), 0);
+    assert_int_equal(cudaMemcpy(dw, tw->buf, nb, cudaMemcpyHostToDevice), 0);
+    assert_int_equal(cudaMemcpy(dsb, w->sb, ns * sizeof(float), cudaMemcpyHostToDevice), 0);
+    m.w = dw;
+    m.sb = dsb;
+    m.y = dy;
+    m.n_out = w->n_out;
+    m.kind = TCU_Q4;
+    m.group = w->group;
+    return m;
+}
+
+static void q4t_free(tcu_mat *m)
+{
+    cudaFree((void *)m->w);
+    cudaFree((void *)m->sb);
+    cudaFree(m->y);
+}
+
+/* tcu_q4_prep + tcu_q4_mm of the first T rows of dX (device, [T][n_in]) with
+ * tile configuration `tile` (0: by T); m[k].y's first T rows to Y[k]. */
+static void q4t_run(int n, const tcu_mat *m, int n_in, const float *dX, int T, int accumulate, int tile, float **Y)
+{
+    tcu_opts o;
+    tcu_opts_init(&o);
+    o.q4_tile = tile;
+    uint16_t *xb = NULL;
+    float *xs = NULL;
+    cudaStream_t st;
+    assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), 0);
+    assert_int_equal(cudaMalloc((void **)&xb, (size_t)T * n_in * sizeof(uint16_t)), 0);
+    assert_int_equal(cudaMalloc((void **)&xs, (size_t)T * (n_in / 32) * sizeof(float)), 0);
+    int rc = tcu_q4_prep(dX, NULL, NULL, NULL, 0.0f, T, n_in, m[0].group, xb, xs, &o, (tcu_stream)st);
+    if (!rc)
+        rc = tcu_q4_mm(n, m, n_in, xb, xs, T, accumulate, &o, (tcu_stream)st);
+    if (!rc)
+        rc = (int)cudaStreamSynchronize(st);
+    if (rc)
+        fail_msg("4-bit GEMM, T %d tile %d: %s", T, tile, cudaGetErrorString((cudaError_t)rc));
+    for (int k = 0; k < n; k++)
+        assert_int_equal(cudaMemcpy(Y[k], m[k].y, (size_t)T * m[k].n_out * sizeof(float), cudaMemcpyDeviceToHost), 0);
+    cudaFree(xb);
+    cudaFree(xs);
+    cudaStreamDestroy(st);
+}
+
+static int q4t_code(const test_w *tw, int r, int i)
+{
+    const uint32_t *words = tw->buf;
+    return (int)((words[((size_t)r * tw->w.n_in + i) / 8] >> (4 * (i % 8))) & 15u);
+}
+
+/* The 4-bit tensor-core GEMM (gemm_q4.cu, the throughput mode's batched
+ * 4-bit products):
+ * - fragment mapping: one nonzero code a row (code 1-15 at an input that
+ *   walks every k slot), scale 1, bias 0 - each output must be exactly
+ *   code x the token's bf16-rounded input, for groups of 32, 64 and 128;
+ * - random weights (model_quant_row) and inputs with outliers, shapes with
+ *   rows off the tiles, n_in 1024-14336, groups 32 / 64 / 128, one and two
+ *   matrices a launch: every element of T = 1, 2, 5, 8, 17, 32, 64, 100,
+ *   128 within 1e-5 of sum |terms| of a double reference of the same
+ *   rounded inputs, codes, scales and biases; each token alone (T = 1, the
+ *   same kernel) equal bitwise to its row in every batch; every tile
+ *   configuration equal bitwise to the default; accumulate = y + the product. */
+static void test_q4_mma(void **state)
+{
+    (void)state;
+    if (!have_gpu())
+        skip();
+    tern_rng r;
+    tern_rng_seed(&r, 4404, 1);
+    /* fragment mapping */
+    const int groups[] = {32, 64, 128};
+    for (int gi = 0; gi < 3; gi++) {
+        const int n_out = 80, n_in = 512, G = groups[gi], ng = n_in / G, T = 17;
+        test_w tw;
+        memset(&tw, 0, sizeof tw);
+        uint32_t *words = calloc((size_t)n_out * n_in / 8, sizeof(uint32_t));
+        tw.w.sb = calloc((size_t)n_out * ng * 2, sizeof(float));
+        assert_true(words && tw.w.sb);
+        int *at = malloc((size_t)n_out * sizeof(int));
+        assert_non_null(at);
+        for (int o2 = 0; o2 < n_out; o2++) {
+            at[o2] = (o2 * 37 + 11) % n_in;
+            words[((size_t)o2 * n_in + at[o2]) / 8] |= (uint32_t)(1 + o2 % 15) << (4 * (at[o2] % 8));
+            for (int g = 0; g < ng; g++)
+                tw.w.sb[((size_t)o2 * ng + g) * 2] = 1.0f;
+        }
+        tw.buf = words;
+        tw.w.n_out = n_out;
+        tw.w.n_in = n_in;
+        tw.w.qbits = 4;
+        tw.w.group = G;
+        tcu_mat m = q4t_upload(&tw);
+        float *X = malloc((size_t)T * n_in * sizeof(float)), *Y = malloc((size_t)T * n_out * sizeof(float)), *dX;
+        assert_true(X && Y);
+        fill(&r, X, (size_t)T * n_in, 3.0f);
+        assert_int_equal(cudaMalloc((void **)&dX, (size_t)T * n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMemcpy(dX, X, (size_t)T * n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+        q4t_run(1, &m, n_in, dX, T, 0, 0, &Y);
+        int bad = 0;
+        for (int t = 0; t < T; t++)
+            for (int o2 = 0; o2 < n_out; o2++) {
+                const float want = (float)(1 + o2 % 15) * q4t_bf16(X[(size_t)t * n_in + at[o2]]);
+                if (Y[(size_t)t * n_out + o2] != want && bad++ < 5)
+                    print_message("  q4 mapping g%d: token %d row %d (input %d) %g, want %g\n", G, t, o2, at[o2],
+                                  Y[(size_t)t * n_out + o2], want);
+            }
+        print_message("4-bit GEMM fragment mapping, group %d: %s\n", G, bad ? "WRONG" : "exact");
+        if (bad)
+            fail_msg("4-bit GEMM fragment mapping, group %d: %d outputs wrong", G, bad);
+        cudaFree(dX);
+        q4t_free(&m);
+        free(X);
+        free(Y);
+        free(at);
+        free_weight(&tw);
+    }
+
+    /* random weights: {n matrices, rows of each, n_in, group} */
+    static const struct {
+        int n, rows[2], n_in, group;
+    } cases[] = {{1, {200, 0}, 2048, 64}, {1, {1000, 0}, 4096, 32}, {1, {96, 0}, 14336, 64},
+                 {1, {300, 0}, 1024, 128}, {2, {200, 72}, 2048, 64}};
+    const int Ts[] = {1, 2, 5, 8, 17, 32, 64, 100, 128}, TM = 128;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int n = cases[ci].n, n_in = cases[ci].n_in, G = cases[ci].group, ng = n_in / G;
+        test_w tw[2];
+        tcu_mat m[2];
+        float *Yb[2], *Y1[2], *Yc[2];
+        double *ref[2], *mag[2];
+        float *X = malloc((size_t)TM * n_in * sizeof(float)), *Xr = malloc((size_t)TM * n_in * sizeof(float)), *dX;
+        assert_true(X && Xr);
+        fill(&r, X, (size_t)TM * n_in, 1.0f);
+        for (size_t i = 0; i < (size_t)TM * n_in; i += 89)
+            X[i] *= 30.0f; /* outliers */
+        for (size_t i = 0; i < (size_t)TM * n_in; i++)
+            Xr[i] = q4t_bf16(X[i]);
+        assert_int_equal(cudaMalloc((void **)&dX, (size_t)TM * n_in * sizeof(float)), 0);
+        assert_int_equal(cudaMemcpy(dX, X, (size_t)TM * n_in * sizeof(float), cudaMemcpyHostToDevice), 0);
+        for (int k = 0; k < n; k++) {
+            const int n_out = cases[ci].rows[k];
+            make_weight(&r, &tw[k], 4, n_out, n_in, G);
+            m[k] = q4t_upload(&tw[k]);
+            Yb[k] = malloc((size_t)TM * n_out * sizeof(float));
+            Y1[k] = malloc((size_t)TM * n_out * sizeof(float));
+            Yc[k] = malloc((size_t)TM * n_out * sizeof(float));
+            ref[k] = malloc((size_t)TM * n_out * sizeof(double));
+            mag[k] = malloc((size_t)TM * n_out * sizeof(double));
+            assert_true(Yb[k] && Y1[k] && Yc[k] && ref[k] && mag[k]);
+            /* the reference: sum over groups of scale * P + bias * S in double */
+            int *codes = malloc((size_t)n_in * sizeof(int));
+            assert_non_null(codes);
+            for (int o2 = 0; o2 < n_out; o2++) {
+                for (int i = 0; i < n_in; i++)
+                    codes[i] = q4t_code(&tw[k], o2, i);
+                for (int t = 0; t < TM; t++) {
+                    const float *xr = Xr + (size_t)t * n_in;
+                    double y = 0.0, a = 0.0;
+                    for (int g = 0; g < ng; g++) {
+                        double p = 0.0, pa = 0.0, sx = 0.0, sa = 0.0;
+                        for (int i = g * G; i < (g + 1) * G; i++) {
+                            p += (double)codes[i] * xr[i];
+                            pa += (double)codes[i] * fabs(xr[i]);
+                            sx += xr[i];
+                            sa += fabs(xr[i]);
+                        }
+                        const double sc = tw[k].w.sb[((size_t)o2 * ng + g) * 2],
+                                     bi = tw[k].w.sb[((size_t)o2 * ng + g) * 2 + 1];
+                        y += sc * p + bi * sx;
+                        a += fabs(sc) * pa + fabs(bi) * sa;
+                    }
+                    ref[k][(size_t)t * n_out + o2] = y;
+                    mag[k][(size_t)t * n_out + o2] = a;
+                }
+            }
+            free(codes);
+        }
+        /* each token alone */
+        for (int t = 0; t < TM; t++) {
+            float *Yt[2];
+            for (int k = 0; k < n; k++)
+                Yt[k] = Y1[k] + (size_t)t * m[k].n_out;
+            q4t_run(n, m, n_in, dX + (size_t)t * n_in, 1, 0, 0, Yt);
+        }
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int T = Ts[ti];
+            q4t_run(n, m, n_in, dX, T, 0, 0, Yb);
+            double worst = 0.0;
+            int nbad = 0, ndiff = 0;
+            for (int k = 0; k < n; k++) {
+                const int n_out = m[k].n_out;
+                for (size_t i = 0; i < (size_t)T * n_out; i++) {
+                    const double e = fabs(Yb[k][i] - ref[k][i]) / (mag[k][i] > 0 ? mag[k][i] : 1e-30);
+                    if (e > worst || !isfinite(Yb[k][i]))
+                        worst = isfinite(Yb[k][i]) ? e : INFINITY;
+                    nbad += !(e <= 1e-5);
+                }
+                ndiff += memcmp(Yb[k], Y1[k], (size_t)T * n_out * sizeof(float)) != 0;
+            }
+            print_message("4-bit GEMM %d x (%d%s%d) x %d g%d, T %d: max err / sum|terms| %.3g (tol 1e-5), tokens alone "
+                          "= batch: %s\n",
+                          n, m[0].n_out, n > 1 ? "+" : "", n > 1 ? m[1].n_out : 0, n_in, G, T, worst,
+                          ndiff ? "DIFFER" : "bitwise");
+            if (nbad)
+                fail_msg("4-bit GEMM case %zu T %d: %d elements off the reference (worst %g)", ci, T, nbad, worst);
+            if (ndiff)
+                fail_msg("4-bit GEMM case %zu T %d: a token in the batch differs from the token alone", ci, T);
+        }
+        /* every tile configuration = the default, bitwise (T 100: several token tiles for the small ones) */
+        for (int tile = 1; tile <= 9; tile++) {
+            q4t_run(n, m, n_in, dX, 100, 0, tile, Yc);
+            for (int k = 0; k < n; k++)
+                if (memcmp(Yc[k], Y1[k], (size_t)100 * m[k].n_out * sizeof(float)))
+                    fail_msg("4-bit GEMM case %zu: tile configuration %d differs from the default", ci, tile);
+        }
+        /* accumulate: y + the product, one rounding */
+        for (int k = 0; k < n; k++) {
+            fill(&r, Yc[k], (size_t)32 * m[k].n_out, 1.0f);
+            assert_int_equal(cudaMemcpy(m[k].y, Yc[k], (size_t)32 * m[k].n_out * sizeof(float), cudaMemcpyHostToDevice),
+                             0);
+        }
+        q4t_run(n, m, n_in, dX, 32, 1, 0, Yb);
+        for (int k = 0; k < n; k++)
+            for (size_t i = 0; i < (size_t)32 * m[k].n_out; i++)
+                if (Yb[k][i] != Yc[k][i] + Y1[k][i])
+                    fail_msg("4-bit GEMM case %zu: accumulate gives %g, want %g + %g", ci, Yb[k][i], Yc[k][i],
+                             Y1[k][i]);
+        print_message("4-bit GEMM case %zu: 9 tile configurations bitwise, accumulate exact\n", ci);
+        for (int k = 0; k < n; k++) {
+            q4t_free(&m[k]);
+            free_weight(&tw[k]);
+            free(Yb[k]);
+            free(Y1[k]);
+            free(Yc[k]);
+            free(ref[k]);
+            free(mag[k]);
+        }
+        cudaFree(dX);
+        free(X);
+        free(Xr);
+    }
+}
+#else
+static void test_q4_mma(void **state)
+{
+    (void)state;
+    skip();
+}
+#endif
+
 static void test_attention(void **state)
 {
     (void)state;
@@ -1363,6 +1627,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_opts),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_f8_mma),
+        cmocka_unit_test(test_q4_mma),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_rows_by_shape),
         cmocka_unit_test(test_gemv_stage),

@@ -99,6 +99,8 @@ typedef struct tcu_opts {
      * activations once to bf16 (each row still batch-invariant) */
     int exact;
     int moe; /* TCU_MOE_* bits (mixture-of-experts kernels, moe.cu) */
+    int q4_tile; /* tcu_q4_mm's tile configuration: 0 by T (the default), 1-9 one of gemm_q4.cu's (every one
+                  * gives the same bits; for measurements and tests) */
     /* -- read by the backend (src/model/backend_cuda.c) -- */
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
@@ -108,6 +110,9 @@ typedef struct tcu_opts {
     int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
                       * cuBLAS-sized steps on cuBLASLt without split-K (batch-invariant): 1, or the
                       * tensor-core GEMV up to tc_max_t and cublasGemmEx above: 0 */
+    int q4_tc;       /* throughput mode: 4-bit weights' steps of several sequences up to tc_max_t tokens on the
+                      * 4-bit tensor-core GEMM (tcu_q4_mm) - 1, or on the tensor-core GEMV - 0; 2: prefill-sized
+                      * steps above tc_max_t too (instead of dequantizing for cuBLASLt) */
     int f8_tc;       /* throughput mode: FP8 weights' steps up to tc_max_t tokens on the FP8 tensor cores with
                       * activations quantized per token and 128 inputs (tcu_f8_mm) - 2: every such step,
                       * 1: but a step of one sequence and token (the exact GEMV), 0: none (the exact GEMV
@@ -205,6 +210,23 @@ int tcu_dequant_bf16(const tcu_mat *m, int n_in, uint16_t *out, const tcu_opts *
 int tcu_quant_f8(const float *x, const int32_t *rows, const float *g, float *xn, float eps, int T, int n_in,
                  uint8_t *x8, float *xs, const tcu_opts *o, tcu_stream stream);
 int tcu_f8_mm(const tcu_mat *m, int n_in, const uint8_t *x8, const float *xs, int T, int accumulate,
+              const tcu_opts *o, tcu_stream stream);
+/* 4-bit tensor-core products (gemm_q4.cu), the throughput mode's batches.
+ * tcu_q4_mm_ok: whether they take n_in / group (n_in a multiple of 128,
+ * groups of 32, 64 or 128). tcu_q4_prep: x [T][n_in] (with g, first
+ * RMSNormed as tcu_quant_f8 does - token t read from row rows[t] when rows
+ * - and the normed rows written to xn) rounded to bf16 (nearest even) into
+ * xb [T][n_in], each 8 inputs as the pairs (i, i + 4), and xsum [T][n_in /
+ * group] = each group's sum of the rounded values (a fixed order).
+ * tcu_q4_mm: m[k].y [T][n_out] (=, or += when accumulate) = x @ W_k^T for
+ * n TCU_Q4 matrices of one group size in one launch: per (row, token) each
+ * group's scale * (mma sum of codes x rounded inputs) + bias * xsum, the
+ * groups in an order fixed by the launch's shape (the matrices' rows and
+ * n_in), never by T - batch-invariant. Reads o->q4_tile and o->pdl. */
+int tcu_q4_mm_ok(int n_in, int group);
+int tcu_q4_prep(const float *x, const int32_t *rows, const float *g, float *xn, float eps, int T, int n_in, int group,
+                uint16_t *xb, float *xsum, const tcu_opts *o, tcu_stream stream);
+int tcu_q4_mm(int n, const tcu_mat *m, int n_in, const uint16_t *xb, const float *xsum, int T, int accumulate,
               const tcu_opts *o, tcu_stream stream);
 /* x[n] f32 -> out[n] bf16 (to_f16 = 0) or f16 (to_f16 = 1), round to nearest. */
 int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, const tcu_opts *o, tcu_stream stream);
