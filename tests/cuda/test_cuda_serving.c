@@ -16,7 +16,10 @@
  * shared, partly filled block reaching the device mirror (a forked
  * sequence continues differently from its parent: logits against the
  * CPU); the engine's KV budget in GPU memory (a budget larger than the GPU
- * is an error; the default fits). */
+ * is an error; the default fits); the engine on the GPU with logprobs and
+ * min_tokens rows sampled on the device against the same engine with the
+ * host's sampler over the same GPU logits (TERN_GPU_SAMPLING=0): the same
+ * tokens, logprobs within 1e-5. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -915,6 +918,145 @@ static void test_kv_budget(void **state)
     tokenizer_free(tok);
 }
 
+/* ---- the engine on the GPU: device-sampled logprobs and min_tokens ---- */
+
+typedef struct eng_out {
+    int32_t ids[32];
+    sample_result lp[32];
+    int n, n_lp;
+    engine_finish finish;
+} eng_out;
+
+/* Row kinds: greedy, untruncated, truncated, penalized rows with logprobs
+ * (3, 5, 20, 0 alternatives); min_tokens rows whose stop id is the argmax
+ * (+100 bias): EOS for a greedy row with logprobs, a stop_token_ids entry
+ * for a sampled one. */
+#define EK 6
+static sample_bias g_ebias[1], g_sbias[1];
+static int32_t g_estop[1] = {321};
+static void eng_kind(int k, engine_params *p)
+{
+    engine_params_default(p);
+    p->max_tokens = 12;
+    p->ignore_eos = 1;
+    sample_params *sp = &p->sample;
+    sp->seed = 700 + (uint64_t)k;
+    g_ebias[0].id = model_config_get(g_gpu)->eos_ids[0], g_ebias[0].bias = 100.0f;
+    g_sbias[0].id = g_estop[0], g_sbias[0].bias = 100.0f;
+    switch (k) {
+    case 0: sp->temperature = 0, sp->n_logprobs = 3; break;
+    case 1: sp->temperature = 1.0f, sp->n_logprobs = 5; break;
+    case 2: sp->temperature = 0.9f, sp->top_k = 40, sp->top_p = 0.8f, sp->min_p = 0.02f, sp->n_logprobs = 20; break;
+    case 3:
+        sp->temperature = 0.8f, sp->top_k = 30, sp->repetition_penalty = 1.5f, sp->presence_penalty = 0.5f;
+        sp->n_logprobs = 0;
+        break;
+    case 4:
+        sp->temperature = 0, sp->bias = g_ebias, sp->n_bias = 1, sp->n_logprobs = 4;
+        p->ignore_eos = 0, p->min_tokens = 5;
+        break;
+    default:
+        sp->temperature = 0.7f, sp->top_p = 0.9f, sp->bias = g_sbias, sp->n_bias = 1, sp->n_logprobs = 2;
+        p->stop_ids = g_estop, p->n_stop_ids = 1, p->min_tokens = 4;
+        break;
+    }
+}
+
+static void eng_run(tern_engine *e, tern_tokenizer *tok, int k, eng_out *o)
+{
+    static const char *prompts[] = {"The old lighthouse", "Hello! Who are you?", "Small models are useful"};
+    engine_params p;
+    eng_kind(k, &p);
+    int32_t *ids;
+    size_t n;
+    tern_err err;
+    const char *pr = prompts[k % 3];
+    assert_int_equal(tokenizer_encode(tok, pr, strlen(pr), 1, &ids, &n, &err), 0);
+    p.prompt = ids;
+    p.n_prompt = n;
+    engine_req *r = engine_submit(e, &p, NULL, NULL, &err);
+    free(ids);
+    if (!r)
+        fail_msg("%s", err.msg);
+    memset(o, 0, sizeof *o);
+    engine_event ev;
+    while (engine_req_next(r, &ev, -1)) {
+        if (ev.kind == ENGINE_EV_TOKEN) {
+            if (o->n < 32) {
+                if (ev.has_logprob)
+                    o->lp[o->n_lp++] = ev.lp;
+                o->ids[o->n++] = ev.token;
+            }
+        } else {
+            o->finish = ev.finish;
+            engine_event_clear(&ev);
+            break;
+        }
+        engine_event_clear(&ev);
+    }
+    engine_req_release(r);
+}
+
+static void test_engine_device_logprobs(void **state)
+{
+    (void)state;
+    if (!g_gpu)
+        skip();
+    tern_err err = {0};
+    tern_tokenizer *tok = tokenizer_load(repo_path("models/tern-demo"), &err);
+    assert_non_null(tok);
+    assert_true(model_config_get(g_gpu)->n_eos > 0);
+    engine_opts o;
+    engine_opts_default(&o);
+    o.max_batch = 4;
+    eng_out host[EK], dev;
+    setenv("TERN_GPU_SAMPLING", "0", 1); /* read by engine_new */
+    tern_engine *e = engine_new(g_gpu, tok, &o, &err);
+    unsetenv("TERN_GPU_SAMPLING");
+    if (!e)
+        fail_msg("%s", err.msg);
+    for (int k = 0; k < EK; k++) /* one at a time: the same GPU logits in both engines */
+        eng_run(e, tok, k, &host[k]);
+    engine_free(e);
+    e = engine_new(g_gpu, tok, &o, &err);
+    if (!e)
+        fail_msg("%s", err.msg);
+    int bad = 0, n_lp = 0;
+    for (int k = 0; k < EK; k++) {
+        engine_params p;
+        eng_kind(k, &p);
+        eng_run(e, tok, k, &dev);
+        const eng_out *h = &host[k];
+        int b = dev.n != h->n || memcmp(dev.ids, h->ids, sizeof(int32_t) * (size_t)dev.n) || dev.finish != h->finish ||
+                dev.n_lp != h->n_lp || dev.n_lp != (p.sample.n_logprobs >= 0 ? dev.n : 0);
+        if (p.min_tokens > 0) { /* the stop id exactly after min_tokens tokens */
+            int32_t stop = k == 4 ? g_ebias[0].id : g_estop[0];
+            b |= dev.n != p.min_tokens + 1 || dev.ids[p.min_tokens] != stop || dev.finish != ENGINE_FINISH_STOP;
+        }
+        for (int i = 0; !b && i < dev.n_lp; i++) {
+            const sample_result *x = &dev.lp[i], *y = &h->lp[i];
+            b = x->id != dev.ids[i] || x->n_top != y->n_top ||
+                !(fabsf(x->logprob - y->logprob) <= 1e-5f * (1 + fabsf(y->logprob)));
+            for (int j = 0; !b && j < x->n_top; j++) { /* ids may differ only where the values (nearly) tie */
+                float d = fabsf(x->top[j].logprob - y->top[j].logprob), a = 1 + fabsf(y->top[j].logprob);
+                b = !(d <= 1e-5f * a) || (x->top[j].id != y->top[j].id && !(d <= 2e-6f * a));
+            }
+            n_lp++;
+        }
+        printf("engine on the GPU, kind %d: %d tokens (host sampler %d), %d with logprobs, first logprob %.6f (host "
+               "%.6f)%s\n",
+               k, dev.n, h->n, dev.n_lp, dev.n_lp ? dev.lp[0].logprob : 0.0f, h->n_lp ? h->lp[0].logprob : 0.0f,
+               b ? "  <- MISMATCH" : "");
+        bad += b;
+    }
+    engine_free(e);
+    tokenizer_free(tok);
+    printf("engine on the GPU: %d kinds, %d tokens' logprobs compared, %d kinds differ from the host sampler\n", EK,
+           n_lp, bad);
+    if (bad)
+        fail_msg("%d row kinds differ between the device sampler and the host's (above)", bad);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -924,6 +1066,7 @@ int main(void)
         cmocka_unit_test(test_device_greedy),
         cmocka_unit_test(test_device_sample_finish),
         cmocka_unit_test(test_kv_budget),
+        cmocka_unit_test(test_engine_device_logprobs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
