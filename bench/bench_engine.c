@@ -1,7 +1,7 @@
 /* bench_engine: the step loop under concurrency.
  *
  *   bench_engine MODEL_DIR [--tokens N] [--prompt-len N] [--clients 1,4,16,64]
- *                [--temperature T] [--logprobs N]
+ *                [--temperature T] [--logprobs N] [--device cpu|cuda|auto]
  *
  * For each concurrency level, submits that many requests at once (greedy,
  * or sampled at --temperature with a seed each; --logprobs N: with
@@ -131,7 +131,7 @@ static double prefix_ttft(tern_engine *e, const int32_t *ids, int n)
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *levels = "1,4,16,64";
+    const char *dir = NULL, *levels = "1,4,16,64", *device = "cpu";
     int n_tokens = 32, prompt_len = 64, long_len = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
@@ -146,23 +146,26 @@ int main(int argc, char **argv)
             g_temperature = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--logprobs") && i + 1 < argc)
             g_logprobs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
         else
             dir = argv[i];
     }
     if (!dir) {
         fprintf(stderr, "usage: bench_engine MODEL_DIR [--tokens N] [--prompt-len N] [--clients 1,4,16,64] "
-                        "[--long-prompt N] [--temperature T] [--logprobs N]\n");
+                        "[--long-prompt N] [--temperature T] [--logprobs N] [--device cpu|cuda|auto]\n");
         return 2;
     }
     tern_err err = {0};
-    tern_model *m = model_load(dir, 0, &err);
+    model_load_opts lo = {0, device};
+    tern_model *m = model_load_ex(dir, &lo, &err);
     tern_tokenizer *tok = m ? tokenizer_load(dir, &err) : NULL;
     if (!tok) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
-    printf("model %s, %d generated tokens per request, %d-token prompts, temperature %g, logprobs %d\n", dir,
-           n_tokens, prompt_len, g_temperature, g_logprobs);
+    printf("model %s on %s, %d generated tokens per request, %d-token prompts, temperature %g, logprobs %d\n", dir,
+           device, n_tokens, prompt_len, g_temperature, g_logprobs);
     printf("%8s %12s %13s %14s %12s %12s\n", "clients", "agg tok/s", "decode tok/s", "stream tok/s", "ttft p50 s",
            "ttft max s");
     if (run_level(m, tok, -1, 4, 4)) /* warm-up: the weights faulted in, nothing printed */
