@@ -387,9 +387,10 @@ static int is_router(const char *name)
 }
 
 /* Every 2-D weight but a mixture of experts' router, which stays in its
- * dtype as MLX keeps it: its few rows cost nothing and decide which experts
- * run. Nothing when bits is 0 (--merge-lora alone). gpt_oss's stacked 3-D
- * experts (plain or MXFP4 blocks) are copied as they are. */
+ * dtype: its few rows cost nothing and decide which experts run (mlx-lm
+ * makes routers 8-bit; tern loads either). Nothing when bits is 0
+ * (--merge-lora alone). Stacked 3-D experts: stacked_quantizable and
+ * gpt_oss_expert_outputs. */
 static int quantizable(const st_tensor *t, int bits, int group)
 {
     size_t len = strlen(t->name);
