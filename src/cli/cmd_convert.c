@@ -759,11 +759,11 @@ int cmd_convert(int argc, char **argv)
             continue;
         }
         if (bits && cfg.moe == MOE_GPT_OSS) {
-            int got = gpt_oss_expert_outputs(&c, &st, t, ts, &n, &err);
+            int before = n, got = gpt_oss_expert_outputs(&c, &st, t, ts, &n, &err);
             if (got < 0)
                 goto out;
             if (got) {
-                n_quant++;
+                n_quant += n > before && c.part[before] == PART_WORDS;
                 continue;
             }
         }

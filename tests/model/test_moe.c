@@ -6,7 +6,8 @@
  * quantizes experts and keeps the router, a folder whose config or experts
  * are wrong is a load error naming the field or the tensor, experts
  * read from disk through a small cache give the same logits, and MLX's
- * stacked experts (switch_mlp) load to the same logits. */
+ * stacked experts (switch_mlp) load to the same logits and convert to the
+ * same 4-bit weights. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -246,6 +247,24 @@ static void test_stacked_experts(void **state)
         tern_model *m = model_load(pairs[p][0], 2, &err);
         assert_non_null(m);
         const int nv = model_config_get(m)->n_vocab;
+        model_free(m);
+        assert_memory_equal(a, b, (size_t)12 * nv * sizeof(float));
+        free(a);
+        free(b);
+    }
+    /* tern convert quantizes stacked experts row by row: the per-expert
+     * folder's conversion, bit for bit */
+    const char *sc = tmpdir();
+    char scd[96];
+    snprintf(scd, sizeof scd, "%s/q", sc);
+    sh("%s convert %s %s --bits 4 --group-size 32 2>/dev/null", bin(), sdd, scd);
+    {
+        float *a = logits_of(qd), *b = logits_of(scd);
+        tern_err err = {0};
+        tern_model *m = model_load(scd, 1, &err);
+        assert_non_null(m);
+        const int nv = model_config_get(m)->n_vocab;
+        assert_int_equal(m->layers[1].experts[3 * 5 + 2].qbits, 4);
         model_free(m);
         assert_memory_equal(a, b, (size_t)12 * nv * sizeof(float));
         free(a);
