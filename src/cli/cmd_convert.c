@@ -140,12 +140,13 @@ static void gather_cols(void *vctx, long b0, long b1, int worker)
             for (int64_t i = i0; i < i1; i++) {
                 const char *v = row + (size_t)(s->step * i + s->off) * es;
                 float *o = c->xc + (size_t)(i * s->n_in + k);
-                if (s->t->dtype == TERN_F32)
+                uint16_t h;
+                if (s->t->dtype == TERN_F32) {
                     memcpy(o, v, sizeof(float));
-                else if (s->t->dtype == TERN_BF16)
-                    *o = tern_bf16_to_f32((uint16_t)((const uint8_t *)v)[0] | (uint16_t)((const uint8_t *)v)[1] << 8);
-                else
-                    *o = tern_f16_to_f32((uint16_t)((const uint8_t *)v)[0] | (uint16_t)((const uint8_t *)v)[1] << 8);
+                } else {
+                    memcpy(&h, v, sizeof h);
+                    *o = s->t->dtype == TERN_BF16 ? tern_bf16_to_f32(h) : tern_f16_to_f32(h);
+                }
             }
         }
     }
