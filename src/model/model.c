@@ -389,7 +389,7 @@ static int load_experts_gpt_oss_mlx(tern_model *m, const char *pfx, int l, tern_
 {
     const model_config *c = &m->cfg;
     model_layer *L = &m->layers[l];
-    int E = c->n_expert, I = c->n_ff_expert, rc;
+    int E = c->n_expert, I = c->n_ff_expert, rc = 0;
     static const char *const pn[3] = {"gate_proj", "up_proj", "down_proj"};
     char n[256];
     for (int k = 0; k < 3; k++) {
