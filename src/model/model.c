@@ -377,11 +377,52 @@ static int get_experts_gpt_oss(tern_model *m, const char *name, int n_out, int n
     return 0;
 }
 
+/* gpt_oss's experts in mlx-lm's layout (its gpt_oss sanitize: SwitchGLU
+ * matrices, gate_up split): mlp.experts.{gate,up}_proj.weight [E][I][dim]
+ * and down_proj.weight [E][dim][I], output-major - MLX-quantized (uint32
+ * words + .scales / .biases, get_weight_stacked: borrowed from the mapping)
+ * or dense - with their biases mlp.experts.{gate,up}_proj.bias [E][I]
+ * (interleaved here into exp_b_gu, gate at 2i and up at 2i + 1, the hub's
+ * order the activation reads) and down_proj.bias [E][dim]. experts[1] is
+ * the up matrix (n_out set: the forward's split products). */
+static int load_experts_gpt_oss_mlx(tern_model *m, const char *pfx, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    model_layer *L = &m->layers[l];
+    int E = c->n_expert, I = c->n_ff_expert, rc = 0;
+    static const char *const pn[3] = {"gate_proj", "up_proj", "down_proj"};
+    char n[256];
+    for (int k = 0; k < 3; k++) {
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.%s.weight", pfx, l, pn[k]);
+        for (int e = 0; e < E; e++)
+            if ((rc = get_weight_stacked(m, n, e, k < 2 ? I : c->dim, k < 2 ? c->dim : I, &L->experts[3 * e + k], err)))
+                return rc;
+    }
+    float *half[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && !rc; k++) {
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.%s.bias", pfx, l, pn[k]);
+        rc = get_matrix_f32(m, n, E, I, &half[k], err);
+    }
+    if (!rc && !(L->exp_b_gu = malloc((size_t)E * 2 * I * sizeof(float))))
+        rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < (size_t)E * I; i++) {
+        L->exp_b_gu[2 * i] = half[0][i];
+        L->exp_b_gu[2 * i + 1] = half[1][i];
+    }
+    free(half[0]);
+    free(half[1]);
+    if (rc)
+        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj.bias", pfx, l);
+    return get_matrix_f32(m, n, E, c->dim, &L->exp_b_down, err);
+}
+
 /* A gpt_oss sparse layer: mlp.router.{weight,bias}, the experts' gate_up
  * (2 * n_ff_expert rows, gate and up interleaved, as stored) and down
  * products (get_experts_gpt_oss), and their biases
  * mlp.experts.gate_up_proj_bias [E, 2 * n_ff_expert] and down_proj_bias
- * [E, dim]. */
+ * [E, dim]; or the experts as mlx-lm stores them (load_experts_gpt_oss_mlx:
+ * what tern convert --bits writes). */
 static int load_experts_gpt_oss(tern_model *m, const char *pfx, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
@@ -391,18 +432,24 @@ static int load_experts_gpt_oss(tern_model *m, const char *pfx, int l, tern_err 
     L->experts = calloc((size_t)E * 3, sizeof *L->experts);
     if (!L->experts)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj", pfx, l);
-    if ((rc = get_experts_gpt_oss(m, n, 2 * I, c->dim, 0, L->experts, err)))
-        return rc;
-    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj", pfx, l);
-    if ((rc = get_experts_gpt_oss(m, n, c->dim, I, 2, L->experts, err)))
-        return rc;
-    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj_bias", pfx, l);
-    if ((rc = get_matrix_f32(m, n, E, 2 * I, &L->exp_b_gu, err)))
-        return rc;
-    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj_bias", pfx, l);
-    if ((rc = get_matrix_f32(m, n, E, c->dim, &L->exp_b_down, err)))
-        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_proj.weight", pfx, l);
+    if (st_find(&m->st, n)) {
+        if ((rc = load_experts_gpt_oss_mlx(m, pfx, l, err)))
+            return rc;
+    } else {
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj", pfx, l);
+        if ((rc = get_experts_gpt_oss(m, n, 2 * I, c->dim, 0, L->experts, err)))
+            return rc;
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj", pfx, l);
+        if ((rc = get_experts_gpt_oss(m, n, c->dim, I, 2, L->experts, err)))
+            return rc;
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj_bias", pfx, l);
+        if ((rc = get_matrix_f32(m, n, E, 2 * I, &L->exp_b_gu, err)))
+            return rc;
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj_bias", pfx, l);
+        if ((rc = get_matrix_f32(m, n, E, c->dim, &L->exp_b_down, err)))
+            return rc;
+    }
     snprintf(n, sizeof n, "%slayers.%d.mlp.router.bias", pfx, l);
     if ((rc = get_vector(m, n, E, &L->router_b, err)))
         return rc;
@@ -597,6 +644,15 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
             goto fail;
     if ((rc = model_experts_init(m, err)))
         goto fail;
+    /* The CUDA backend's gpt_oss upload reads the hub's interleaved gate_up
+     * rows (experts[0]) only; mlx-lm's split layout (experts[1] set) must not
+     * reach it until it reads gate and up as the other families' experts. */
+    if (cuda_dev >= 0 && c->moe == MOE_GPT_OSS && m->layers[0].experts && m->layers[0].experts[1].n_out) {
+        rc = tern_err_set(err, TERN_EUNSUPPORTED,
+                          "cuda: gpt_oss experts in mlx-lm's layout (mlp.experts.gate_proj / up_proj) run on the CPU "
+                          "only for now");
+        goto fail;
+    }
     if (cuda_dev >= 0) {
         model_backend *cu = model_backend_cuda_new(m, cuda_dev, err);
         if (!cu) {
