@@ -104,6 +104,16 @@ static int experts_host(const tern_model *m, size_t *cache_bytes)
  * for MXFP4 (the blocks' codes and scale bytes as stored) - and the bytes
  * of a row of n elements (codes; scale_bytes: MXFP4's scales). */
 static int gpt_oss_kind(const model_weight *w) { return w->mx ? TCU_MX4 : kind_of(w); }
+
+/* gpt_oss experts in mlx-lm's layout (separate gate / up / down, dense or
+ * MLX-quantized): they go up as the other families' experts do. */
+static int gpt_oss_split(const tern_model *m)
+{
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (m->layers[l].experts)
+            return m->layers[l].experts[1].n_out != 0;
+    return 0;
+}
 static size_t row_size(int kind, size_t n) { return kind == TCU_F32 ? 4 * n : kind == TCU_MX4 ? n / 2 : 2 * n; }
 static size_t scale_bytes(int kind, size_t n) { return kind == TCU_MX4 ? n / 32 : 0; }
 
@@ -140,10 +150,11 @@ size_t cu_moe_bytes(const tern_model *m)
         if (!L->experts)
             continue;
         n += wbytes(&L->router) + sb_floats(&L->router) * sizeof(float);
-        if (m->cfg.moe == MOE_GPT_OSS) {
+        if (m->cfg.moe == MOE_GPT_OSS)
+            n += gpt_oss_bias_bytes(m);
+        if (m->cfg.moe == MOE_GPT_OSS && !gpt_oss_split(m)) {
             size_t off[6];
-            n += gpt_oss_bias_bytes(m) +
-                 (host ? 0 : (size_t)m->cfg.n_expert * gpt_oss_block(m, gpt_oss_kind(&L->experts[0]), off));
+            n += host ? 0 : (size_t)m->cfg.n_expert * gpt_oss_block(m, gpt_oss_kind(&L->experts[0]), off);
             continue;
         }
         for (int i = 0; !host && i < 3 * m->cfg.n_expert; i++)
@@ -232,6 +243,50 @@ static void gpt_oss_fill(const tern_model *m, const model_layer *L, int ex, int 
         gpt_oss_row(dn, r, b + off[2] + r * rs_dn, b + off[5] + r * ss_dn);
 }
 
+/* gpt_oss's routing and activation fields of layer l's tcu_experts, and
+ * its biases on the device: gate [E][ff] and up [E][ff] (exp_b_gu's
+ * interleaved pairs split), down [E][dim], router [E]. */
+static int gpt_oss_extras(cu_moe *x, const tern_model *m, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->layers[l];
+    tcu_experts *e = &x->layers[l];
+    const int E = c->n_expert, ff = c->n_ff_expert, dim = c->dim;
+    if (!L->exp_b_gu || !L->exp_b_down || !L->router_b)
+        return tern_err_set(err, TERN_EINVAL, "cuda: gpt_oss layer %d without its expert or router biases", l);
+    e->norm_topk = 0;
+    e->topk_softmax = 1;
+    e->swiglu_clamp = 1;
+    e->swiglu_limit = c->swiglu_limit;
+    e->swiglu_alpha = c->swiglu_alpha;
+    int rc;
+    float *bias, *hb = malloc(gpt_oss_bias_bytes(m));
+    if (!hb)
+        return tern_err_set(err, TERN_ENOMEM, "out of memory");
+    if ((rc = moe_alloc(x, (void **)&bias, gpt_oss_bias_bytes(m), err))) {
+        free(hb);
+        return rc;
+    }
+    float *bg = hb, *bu = hb + (size_t)E * ff, *bd = hb + (size_t)2 * E * ff, *br = bd + (size_t)E * dim;
+    for (size_t i = 0; i < (size_t)E * ff; i++) {
+        bg[i] = L->exp_b_gu[2 * i];
+        bu[i] = L->exp_b_gu[2 * i + 1];
+    }
+    memcpy(bd, L->exp_b_down, (size_t)E * dim * sizeof(float));
+    memcpy(br, L->router_b, (size_t)E * sizeof(float));
+    if (cudaMemcpyAsync(bias, hb, gpt_oss_bias_bytes(m), cudaMemcpyHostToDevice, x->stream) != cudaSuccess ||
+        cudaStreamSynchronize(x->stream) != cudaSuccess)
+        rc = tern_err_set(err, TERN_EIO, "cuda: expert bias upload");
+    free(hb);
+    if (rc)
+        return rc;
+    e->b_gate = bias;
+    e->b_up = bias + (size_t)E * ff;
+    e->b_down = bias + (size_t)2 * E * ff;
+    e->router_b = e->b_down + (size_t)E * dim;
+    return 0;
+}
+
 /* Layer l's gpt_oss experts: each expert's block (gpt_oss_block: gate_up's
  * interleaved rows - gate 2i, up 2i + 1, as the hub stores them and the CPU
  * reads them - split into separate gate and up matrices of the same rows,
@@ -254,8 +309,6 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
                 return tern_err_set(err, TERN_EUNSUPPORTED,
                                     "cuda: layer %d's experts are stored in more than one form (expert %d)", l, ex);
         }
-    if (!L->exp_b_gu || !L->exp_b_down || !L->router_b)
-        return tern_err_set(err, TERN_EINVAL, "cuda: gpt_oss layer %d without its expert or router biases", l);
     size_t off[6];
     const size_t block = gpt_oss_block(m, kind, off);
     if (x->host && block != x->block)
@@ -266,11 +319,6 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
     e->n_used = c->n_expert_used;
     e->dim = dim;
     e->ff = ff;
-    e->norm_topk = 0;
-    e->topk_softmax = 1;
-    e->swiglu_clamp = 1;
-    e->swiglu_limit = c->swiglu_limit;
-    e->swiglu_alpha = c->swiglu_alpha;
     e->tab = x->tab_dev + (size_t)l * E * 6;
     const void **tab = x->tab_pin + (size_t)l * E * 6;
     int rc = 0;
@@ -302,31 +350,7 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
         cudaFreeHost(stage);
     if (rc)
         return rc;
-    float *bias, *hb = malloc(gpt_oss_bias_bytes(m));
-    if (!hb)
-        return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    if ((rc = moe_alloc(x, (void **)&bias, gpt_oss_bias_bytes(m), err))) {
-        free(hb);
-        return rc;
-    }
-    float *bg = hb, *bu = hb + (size_t)E * ff, *bd = hb + (size_t)2 * E * ff, *br = bd + (size_t)E * dim;
-    for (size_t i = 0; i < (size_t)E * ff; i++) {
-        bg[i] = L->exp_b_gu[2 * i];
-        bu[i] = L->exp_b_gu[2 * i + 1];
-    }
-    memcpy(bd, L->exp_b_down, (size_t)E * dim * sizeof(float));
-    memcpy(br, L->router_b, (size_t)E * sizeof(float));
-    if (cudaMemcpyAsync(bias, hb, gpt_oss_bias_bytes(m), cudaMemcpyHostToDevice, x->stream) != cudaSuccess ||
-        cudaStreamSynchronize(x->stream) != cudaSuccess)
-        rc = tern_err_set(err, TERN_EIO, "cuda: expert bias upload");
-    free(hb);
-    if (rc)
-        return rc;
-    e->b_gate = bias;
-    e->b_up = bias + (size_t)E * ff;
-    e->b_down = bias + (size_t)2 * E * ff;
-    e->router_b = e->b_down + (size_t)E * dim;
-    return 0;
+    return gpt_oss_extras(x, m, l, err);
 }
 
 /* Layer l's router up (the rest of layer_up). */
@@ -351,7 +375,7 @@ static int router_up(cu_moe *x, const model_layer *L, tcu_experts *e, tern_err *
  * copied into their pinned blocks; the layer's table entries in tab_pin. */
 static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
 {
-    if (m->cfg.moe == MOE_GPT_OSS) {
+    if (m->cfg.moe == MOE_GPT_OSS && !gpt_oss_split(m)) {
         int rc = layer_up_gpt_oss(x, m, l, err);
         return rc ? rc : router_up(x, &m->layers[l], &x->layers[l], err);
     }
@@ -373,6 +397,8 @@ static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
     e->dim = c->dim;
     e->ff = c->n_ff_expert;
     e->norm_topk = c->norm_topk;
+    if (c->moe == MOE_GPT_OSS && (rc = gpt_oss_extras(x, m, l, err))) /* mlx-lm's layout: gate, up, down as stored */
+        return rc;
     e->tab = x->tab_dev + (size_t)l * c->n_expert * 6;
     const void **tab = x->tab_pin + (size_t)l * c->n_expert * 6;
     if (x->host) {
@@ -418,7 +444,8 @@ static int host_setup(cu_moe *x, const tern_model *m, size_t cache_bytes, tern_e
     const model_weight *ex = NULL;
     for (int l = 0; l < c->n_layer && !ex; l++)
         ex = m->layers[l].experts;
-    x->block = c->moe == MOE_GPT_OSS ? gpt_oss_block(m, gpt_oss_kind(ex), x->off) : block_layout(ex, x->off);
+    x->block = c->moe == MOE_GPT_OSS && !gpt_oss_split(m) ? gpt_oss_block(m, gpt_oss_kind(ex), x->off)
+                                                          : block_layout(ex, x->off);
     size_t ids = (size_t)c->n_layer * c->n_expert, n_sparse = 0;
     for (int l = 0; l < c->n_layer; l++)
         n_sparse += m->layers[l].experts ? (size_t)c->n_expert : 0;

@@ -298,7 +298,8 @@ static void test_moe_forward(void **state)
  * same tolerance); a 48-token prompt in the throughput mode through cuBLAS
  * and the tiled prefill attention with sinks (the bf16 envelope); MXFP4
  * experts in host memory behind a device cache (the same bits; plain
- * gpt_oss experts are transposed at load, so the CPU refuses host). */
+ * gpt_oss experts are transposed at load, so the CPU refuses host);
+ * `tern convert --bits 8|4` folders (mlx-lm's layout) from bf16 and MXFP4. */
 static void test_gpt_oss(void **state)
 {
     (void)state;
@@ -312,6 +313,10 @@ static void test_gpt_oss(void **state)
     check_moe(g, 0, 20, 2e-5, 0);
     check_moe(gb, 0, 20, 2e-5, 0);
     check_moe(gm, 0, 20, 2e-5, 1); /* and --experts-in host */
+    /* tern convert --bits: mlx-lm's layout (separate gate / up / down, MLX affine), the other families' kernels */
+    check_moe(gb, 8, 20, 2e-5, 1);
+    check_moe(gb, 4, 20, 2e-5, 0);
+    check_moe(gm, 8, 20, 2e-5, 0);
     /* wider: 8 heads of 64 over 2 kv heads, 32 experts, 4 a token */
     check_moe("--family gpt_oss --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --experts 32 --top-k 4 "
               "--moe-ff 128 --sliding-window 8 --seed 33 --dtype bf16 --mxfp4 1",

@@ -277,10 +277,6 @@ static void test_gpt_oss_quant_errors(void **state)
     config_set(x, "num_local_experts", "7");
     load_fails(x, TERN_EFORMAT, "model.layers.0.mlp.experts.gate_proj.weight");
     config_set(x, "num_local_experts", "8");
-    /* the GPU's gpt_oss upload reads the hub's layout only: refused, never misread */
-    model_load_opts lo = {1, "cuda"};
-    assert_null(m = model_load_ex(x, &lo, &err));
-    assert_int_equal(err.code, TERN_EUNSUPPORTED);
     /* --group-size 64 does not divide the experts' 32 inputs of down_proj */
     const char *y = tmpdir();
     char cmd[512];
