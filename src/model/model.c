@@ -647,12 +647,14 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
     /* The CUDA backend's gpt_oss upload reads the hub's interleaved gate_up
      * rows (experts[0]) only; mlx-lm's split layout (experts[1] set) must not
      * reach it until it reads gate and up as the other families' experts. */
-    if (cuda_dev >= 0 && c->moe == MOE_GPT_OSS && m->layers[0].experts && m->layers[0].experts[1].n_out) {
-        rc = tern_err_set(err, TERN_EUNSUPPORTED,
-                          "cuda: gpt_oss experts in mlx-lm's layout (mlp.experts.gate_proj / up_proj) run on the CPU "
-                          "only for now");
-        goto fail;
-    }
+    for (int l = 0; cuda_dev >= 0 && c->moe == MOE_GPT_OSS && l < c->n_layer; l++)
+        if (m->layers[l].experts && m->layers[l].experts[1].n_out) {
+            rc = tern_err_set(err, TERN_EUNSUPPORTED,
+                              "cuda: gpt_oss experts in mlx-lm's layout (layer %d's mlp.experts.gate_proj / up_proj) "
+                              "run on the CPU only for now",
+                              l);
+            goto fail;
+        }
     if (cuda_dev >= 0) {
         model_backend *cu = model_backend_cuda_new(m, cuda_dev, err);
         if (!cu) {
