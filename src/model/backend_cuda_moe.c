@@ -68,16 +68,26 @@ struct cu_moe {
     size_t copy_bytes;
 };
 
+/* An expert matrix's bytes in device memory as stored: its codes / values,
+ * and its scales - MLX's f32 {scale, bias} pairs, or MXFP4's E8M0 bytes. */
 static size_t wbytes(const model_weight *w)
 {
-    return w->qbits ? (size_t)w->n_out * w->n_in * w->qbits / 8 : (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
+    return w->mx      ? (size_t)w->n_out * w->n_in / 2
+           : w->qbits ? (size_t)w->n_out * w->n_in * w->qbits / 8
+                      : (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
 }
 
-static size_t sb_floats(const model_weight *w) { return w->qbits ? (size_t)w->n_out * (w->n_in / w->group) * 2 : 0; }
+static size_t sb_bytes(const model_weight *w)
+{
+    return w->mx ? (size_t)w->n_out * (w->n_in / 32)
+                 : w->qbits ? (size_t)w->n_out * (w->n_in / w->group) * 2 * sizeof(float) : 0;
+}
+
+static const void *sb_of(const model_weight *w) { return w->mx ? (const void *)w->mx : (const void *)w->sb; }
 
 static int kind_of(const model_weight *w)
 {
-    return w->qbits == 4 ? TCU_Q4 : w->qbits == 8 ? TCU_Q8 : w->dtype == TERN_BF16 ? TCU_BF16 : w->dtype == TERN_F16 ? TCU_F16 : TCU_F32;
+    return w->mx ? TCU_MX4 : w->qbits == 4 ? TCU_Q4 : w->qbits == 8 ? TCU_Q8 : w->dtype == TERN_BF16 ? TCU_BF16 : w->dtype == TERN_F16 ? TCU_F16 : TCU_F32;
 }
 
 /* A block of one expert: gate, up, down, then their pairs, each 256-aligned. */
@@ -86,7 +96,7 @@ static size_t block_layout(const model_weight *ex, size_t off[6])
     size_t o = 0;
     for (int k = 0; k < 6; k++) {
         off[k] = o;
-        o += ALIGN(k < 3 ? wbytes(&ex[k]) : sb_floats(&ex[k - 3]) * sizeof(float));
+        o += ALIGN(k < 3 ? wbytes(&ex[k]) : sb_bytes(&ex[k - 3]));
     }
     return o;
 }
@@ -103,7 +113,6 @@ static int experts_host(const tern_model *m, size_t *cache_bytes)
 /* gpt_oss: the device kind of a layer's experts - their dtype, or TCU_MX4
  * for MXFP4 (the blocks' codes and scale bytes as stored) - and the bytes
  * of a row of n elements (codes; scale_bytes: MXFP4's scales). */
-static int gpt_oss_kind(const model_weight *w) { return w->mx ? TCU_MX4 : kind_of(w); }
 
 /* gpt_oss experts in mlx-lm's layout (separate gate / up / down, dense or
  * MLX-quantized): they go up as the other families' experts do. */
@@ -149,16 +158,16 @@ size_t cu_moe_bytes(const tern_model *m)
         const model_layer *L = &m->layers[l];
         if (!L->experts)
             continue;
-        n += wbytes(&L->router) + sb_floats(&L->router) * sizeof(float);
+        n += wbytes(&L->router) + sb_bytes(&L->router);
         if (m->cfg.moe == MOE_GPT_OSS)
             n += gpt_oss_bias_bytes(m);
         if (m->cfg.moe == MOE_GPT_OSS && !gpt_oss_split(m)) {
             size_t off[6];
-            n += host ? 0 : (size_t)m->cfg.n_expert * gpt_oss_block(m, gpt_oss_kind(&L->experts[0]), off);
+            n += host ? 0 : (size_t)m->cfg.n_expert * gpt_oss_block(m, kind_of(&L->experts[0]), off);
             continue;
         }
         for (int i = 0; !host && i < 3 * m->cfg.n_expert; i++)
-            n += wbytes(&L->experts[i]) + sb_floats(&L->experts[i]) * sizeof(float);
+            n += wbytes(&L->experts[i]) + sb_bytes(&L->experts[i]);
     }
     return n + (host ? cache : 0);
 }
@@ -205,13 +214,13 @@ static void moe_free_one(cu_moe *x, void *p)
     } while (0)
 
 /* One matrix up (its bytes, then its pairs) into dst / sb_dst. */
-static int up_one(const model_weight *w, uint8_t *dst, float *sb_dst, cudaStream_t s, tern_err *err)
+static int up_one(const model_weight *w, uint8_t *dst, void *sb_dst, cudaStream_t s, tern_err *err)
 {
     /* the mapping is pageable memory: the copy is on the stream (cudaMemcpy
      * may return before its DMA lands, and the stream would not wait) */
     CUX(cudaMemcpyAsync(dst, w->data, wbytes(w), cudaMemcpyHostToDevice, s), "expert upload");
-    if (w->qbits)
-        CUX(cudaMemcpyAsync(sb_dst, w->sb, sb_floats(w) * sizeof(float), cudaMemcpyHostToDevice, s), "expert upload");
+    if (sb_bytes(w))
+        CUX(cudaMemcpyAsync(sb_dst, sb_of(w), sb_bytes(w), cudaMemcpyHostToDevice, s), "expert upload");
     return 0;
 }
 
@@ -301,11 +310,11 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
     const model_layer *L = &m->layers[l];
     tcu_experts *e = &x->layers[l];
     const int E = c->n_expert, ff = c->n_ff_expert, dim = c->dim;
-    const int kind = gpt_oss_kind(&L->experts[0]);
+    const int kind = kind_of(&L->experts[0]);
     for (int ex = 0; ex < E; ex++)
         for (int k = 0; k < 3; k += 2) {
             const model_weight *w = &L->experts[3 * ex + k];
-            if (gpt_oss_kind(w) != kind || (!w->mx && w->qbits) || w->dtype == TERN_F8E4M3)
+            if (kind_of(w) != kind || (!w->mx && w->qbits) || w->dtype == TERN_F8E4M3)
                 return tern_err_set(err, TERN_EUNSUPPORTED,
                                     "cuda: layer %d's experts are stored in more than one form (expert %d)", l, ex);
         }
@@ -360,7 +369,7 @@ static int router_up(cu_moe *x, const model_layer *L, tcu_experts *e, tern_err *
     void *d, *sb = NULL;
     int rc;
     if ((rc = moe_alloc(x, &d, wbytes(r), err)) ||
-        (r->qbits && (rc = moe_alloc(x, &sb, sb_floats(r) * sizeof(float), err))) ||
+        (r->qbits && (rc = moe_alloc(x, &sb, sb_bytes(r), err))) ||
         (rc = up_one(r, d, sb, x->stream, err)))
         return rc;
     e->router.w = d;
@@ -386,12 +395,12 @@ static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
     int kind = kind_of(e0), rc;
     for (int i = 0; i < 3 * c->n_expert; i++) {
         const model_weight *w = &L->experts[i];
-        if (kind_of(w) != kind || w->group != e0->group)
+        if (kind_of(w) != kind || (w->qbits && w->group != e0->group))
             return tern_err_set(err, TERN_EUNSUPPORTED,
                                 "cuda: layer %d's experts are stored in more than one form (expert %d)", l, i / 3);
     }
     e->kind = kind;
-    e->group = e0->qbits ? e0->group : 0;
+    e->group = e0->qbits ? e0->group : e0->mx ? 32 : 0;
     e->n_expert = c->n_expert;
     e->n_used = c->n_expert_used;
     e->dim = c->dim;
@@ -407,10 +416,10 @@ static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
             for (int k = 0; k < 3; k++) {
                 const model_weight *w = &L->experts[3 * ex + k];
                 memcpy(b + x->off[k], w->data, wbytes(w));
-                if (w->qbits)
-                    memcpy(b + x->off[3 + k], w->sb, sb_floats(w) * sizeof(float));
+                if (sb_bytes(w))
+                    memcpy(b + x->off[3 + k], sb_of(w), sb_bytes(w));
                 tab[6 * ex + k] = b + x->off[k];
-                tab[6 * ex + 3 + k] = w->qbits ? b + x->off[3 + k] : NULL;
+                tab[6 * ex + 3 + k] = sb_bytes(w) ? b + x->off[3 + k] : NULL;
             }
         }
         e->used = x->used_dev + (size_t)l * c->n_expert;
@@ -420,13 +429,13 @@ static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
     } else {
         for (int k = 0; k < 3; k++) {
             const model_weight *w = &L->experts[k];
-            size_t one = wbytes(w), sbn = sb_floats(w);
+            size_t one = wbytes(w), sbn = sb_bytes(w);
             void *d, *sb = NULL;
             if ((rc = moe_alloc(x, &d, one * c->n_expert, err)) ||
-                (sbn && (rc = moe_alloc(x, &sb, sbn * sizeof(float) * c->n_expert, err))))
+                (sbn && (rc = moe_alloc(x, &sb, sbn * c->n_expert, err))))
                 return rc;
             for (int ex = 0; ex < c->n_expert; ex++) {
-                float *sbe = sb ? (float *)sb + sbn * ex : NULL;
+                uint8_t *sbe = sb ? (uint8_t *)sb + sbn * ex : NULL;
                 if ((rc = up_one(&L->experts[3 * ex + k], (uint8_t *)d + one * ex, sbe, x->stream, err)))
                     return rc;
                 tab[6 * ex + k] = (uint8_t *)d + one * ex;
@@ -444,7 +453,7 @@ static int host_setup(cu_moe *x, const tern_model *m, size_t cache_bytes, tern_e
     const model_weight *ex = NULL;
     for (int l = 0; l < c->n_layer && !ex; l++)
         ex = m->layers[l].experts;
-    x->block = c->moe == MOE_GPT_OSS && !gpt_oss_split(m) ? gpt_oss_block(m, gpt_oss_kind(ex), x->off)
+    x->block = c->moe == MOE_GPT_OSS && !gpt_oss_split(m) ? gpt_oss_block(m, kind_of(ex), x->off)
                                                           : block_layout(ex, x->off);
     size_t ids = (size_t)c->n_layer * c->n_expert, n_sparse = 0;
     for (int l = 0; l < c->n_layer; l++)

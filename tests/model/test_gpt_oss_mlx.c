@@ -2,7 +2,8 @@
  * gate_up split): tern convert --bits 8 / 4 writes it from bf16 and MXFP4
  * folders (checked against the source tensor by tensor, and by the logits),
  * the CPU runs it with the batch contract and from the disk cache, mlx-lm's
- * 8-bit routers and its dense (unquantized) form load, and a folder with a
+ * 8-bit routers, its dense (unquantized) form and its mxfp4 mode (the hub's
+ * MXFP4 bytes) load, and a folder with a
  * missing or misshapen tensor is a load error naming it. */
 #include "model/moe_util.h"
 #include "model/quant.h"
@@ -493,6 +494,111 @@ static void test_gpt_oss_mlx_router(void **state)
     free(b);
 }
 
+/* The MXFP4 fixture src as mlx-lm stores the hub's MXFP4 experts (mode
+ * mxfp4: its sanitize views each NAME_blocks as NAME.weight uint32
+ * [E][out][in / 8] and renames NAME_scales NAME.scales, gate_up's rows
+ * split into gate_proj (even) and up_proj (odd); the biases split), into
+ * out, with config.json's "quantization" {32, 4, mxfp4}. */
+static void write_mlx_mxfp4(const char *src, const char *out, int n_layer)
+{
+    static out_set o;
+    st_set st = {0};
+    tern_err err = {0};
+    assert_int_equal(st_open_dir(&st, src, &err), 0);
+    for (int i = 0; i < st.n_tensors; i++)
+        if (!hub_expert(st.tensors[i].name))
+            out_add(&o, st.tensors[i].name, st.tensors[i].dtype, st.tensors[i].shape[0],
+                    st.tensors[i].n_dims > 1 ? st.tensors[i].shape[1] : 0, 0, st.tensors[i].data);
+    for (int l = 0; l < n_layer; l++) {
+        char n[200];
+        static const char *const pn[3] = {"gate_proj", "up_proj", "down_proj"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s_blocks", l, k < 2 ? "gate_up_proj" : "down_proj");
+            const st_tensor *b = st_find(&st, n);
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s_scales", l, k < 2 ? "gate_up_proj" : "down_proj");
+            const st_tensor *x = st_find(&st, n);
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s_bias", l, k < 2 ? "gate_up_proj" : "down_proj");
+            const st_tensor *bias = st_find(&st, n);
+            assert_true(b && x && bias);
+            const int64_t E = b->shape[0], ld = b->shape[1], nb = b->shape[2], rows = k < 2 ? ld / 2 : ld;
+            const size_t es = tern_dtype_size(bias->dtype);
+            uint8_t *w = out_own(&o, (size_t)(E * rows * nb * 16)), *sc = out_own(&o, (size_t)(E * rows * nb));
+            char *bb = out_own(&o, (size_t)(E * rows) * es);
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t r = 0; r < rows; r++) {
+                    int64_t j = k < 2 ? 2 * r + k : r;
+                    memcpy(w + (size_t)((e * rows + r) * nb * 16), (const uint8_t *)b->data + (size_t)((e * ld + j) * nb * 16),
+                           (size_t)nb * 16);
+                    memcpy(sc + (size_t)((e * rows + r) * nb), (const uint8_t *)x->data + (size_t)((e * ld + j) * nb),
+                           (size_t)nb);
+                    memcpy(bb + (size_t)(e * rows + r) * es, (const char *)bias->data + (size_t)(e * ld + j) * es, es);
+                }
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s.weight", l, pn[k]);
+            out_add(&o, n, TERN_U32, E, rows, nb * 4, w);
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s.scales", l, pn[k]);
+            out_add(&o, n, TERN_U8, E, rows, nb, sc);
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s.bias", l, pn[k]);
+            out_add(&o, n, bias->dtype, E, rows, 0, bb);
+        }
+    }
+    out_write(&o, src, out);
+    st_close(&st);
+    config_set(out, "quantization_config", NULL);
+    config_set(out, "quantization", "{\"group_size\": 32, \"bits\": 4, \"mode\": \"mxfp4\"}");
+}
+
+/* mlx-lm's mxfp4-mode experts load in place as MXFP4 (int8 gate / up
+ * inputs, int16 down ones, as the hub's) and give the hub folder's logits
+ * bit for bit, default and exact products; mxfp4 is gpt_oss's only, and
+ * with other bits a config error. */
+static void test_gpt_oss_mlx_mxfp4(void **state)
+{
+    (void)state;
+    const char *mx = fixture(GPT_OSS " --mxfp4 1");
+    char *d = (char *)tmpdir();
+    strcat(d, "/x");
+    write_mlx_mxfp4(mx, d, 4);
+    tern_err err = {0};
+    tern_model *m = model_load(d, 1, &err);
+    if (!m)
+        fail_msg("%s", err.msg);
+    const int V = model_config_get(m)->n_vocab;
+    assert_true(model_config_get(m)->mxfp4);
+    const model_weight *w = m->layers[3].experts;
+    assert_non_null(w[0].mx);
+    assert_non_null(w[1].mx);
+    assert_int_equal(w[0].group, 32);
+    assert_int_equal(w[2].group, 16);
+    assert_int_equal(w[1].n_out, model_config_get(m)->n_ff_expert);
+    model_free(m);
+    for (int exact = 0; exact < 2; exact++) {
+        tern_kernels_exact_set(exact);
+        float *a = logits_of(mx), *b = logits_of(d);
+        tern_kernels_exact_set(0);
+        assert_memory_equal(a, b, (size_t)12 * V * sizeof(float));
+        free(a);
+        free(b);
+    }
+    check_batch(d, 0);
+    config_set(d, "quantization", "{\"group_size\": 64, \"bits\": 4, \"mode\": \"mxfp4\"}");
+    load_fails(d, TERN_EFORMAT, "mxfp4");
+    config_set(d, "quantization", "{\"group_size\": 32, \"bits\": 4, \"mode\": \"nvfp4\"}");
+    load_fails(d, TERN_EUNSUPPORTED, "nvfp4");
+    /* other widths than the tensors hold, a missing scales tensor: named */
+    config_set(d, "quantization", "{\"group_size\": 32, \"bits\": 4, \"mode\": \"mxfp4\"}");
+    config_set(d, "intermediate_size", "64");
+    load_fails(d, TERN_EFORMAT, "model.layers.0.mlp.experts.gate_proj.weight");
+    config_set(d, "intermediate_size", "32");
+    char st[160];
+    snprintf(st, sizeof st, "%s/model.safetensors", d);
+    rename_tensor(st, "model.layers.1.mlp.experts.down_proj.scales", "model.layers.1.mlp.experts.down_proj.scaleX");
+    load_fails(d, TERN_EFORMAT, "model.layers.1.mlp.experts.down_proj.weight");
+    const char *q = fixture("--family qwen3_moe --dim 64 --layers 1 --heads 4 --kv-heads 2 --head-dim 32 --ff 96 "
+                            "--experts 4 --top-k 2 --moe-ff 32 --seed 42");
+    config_set(q, "quantization", "{\"group_size\": 32, \"bits\": 4, \"mode\": \"mxfp4\"}");
+    load_fails(q, TERN_EUNSUPPORTED, "gpt_oss experts only");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_gpt_oss_quant_errors),
         cmocka_unit_test(test_gpt_oss_mlx_dense),
         cmocka_unit_test(test_gpt_oss_mlx_router),
+        cmocka_unit_test(test_gpt_oss_mlx_mxfp4),
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
 }
