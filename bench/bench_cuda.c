@@ -9,7 +9,8 @@
  * --q4 (no model files): the 4-bit tensor-core GEMM (tcu_q4_mm, with its
  * input kernel and the SwiGLU launch) against the tensor-core GEMV on the
  * same shapes, 4-bit g64, T = 8, 16, 32, 64, 128: us per product by T and
- * with each tile configuration (tcu_opts.q4_tile) forced, every tile's
+ * with each tile configuration (tcu_opts.q4_tile) or input split
+ * (tcu_opts.q4_split, with the tile by T) forced, every tile's
  * bits against the default's, the relative difference to the GEMV, and
  * the products of a step per model.
  *
@@ -629,7 +630,8 @@ static int gemv_bench(const char *list, int use_stage, const char *only_model, c
 
 #define Q4B_NT 5
 static const int q4b_Ts[Q4B_NT] = {8, 16, 32, 64, 128};
-#define Q4B_TILES 9 /* tcu_opts.q4_tile 1..9; 0 = by T */
+#define Q4B_TILES 16 /* tcu_opts.q4_tile 1..16; 0 = by T */
+#define Q4B_SPLITS 4 /* tcu_opts.q4_split 1, 2, 4, 8 with the tile by T */
 
 typedef struct q4b_job {
     const gv_shape *sh;
@@ -707,7 +709,8 @@ static int q4_bench(const char *only_model)
     printf("== 4-bit GEMM (tcu_q4_mm) against the tensor-core GEMV, q4 g64: us per product (norm / SwiGLU included) in "
            "a graph of %d, best of 3; copy bandwidth %.0f GB/s\n",
            GV_REPS, bw / 1e9);
-    static double ms[GV_NSHAPE][Q4B_NT][Q4B_TILES + 2]; /* [.][.][0] GEMV, [1] tile 0, [1 + k] tile k */
+    static double ms[GV_NSHAPE][Q4B_NT][Q4B_TILES + 2 + Q4B_SPLITS]; /* [.][.][0] GEMV, [1] tile 0, [1 + k] tile k,
+                                                                     * [2 + TILES + i] split 2^i */
     cudaEvent_t ev[2];
     cudaEventCreate(&ev[0]);
     cudaEventCreate(&ev[1]);
@@ -737,13 +740,15 @@ static int q4_bench(const char *only_model)
     int bad = 0;
     printf("%-4s %-8s %3s %8s %8s %6s", "mdl", "shape", "T", "gemv", "q4gemm", "x");
     for (int k = 1; k <= Q4B_TILES; k++)
-        printf(" %7s%d", "tile", k);
+        printf(" %6s%2d", "tile", k);
+    for (int i = 0; i < Q4B_SPLITS; i++)
+        printf(" %7s%d", "split", 1 << i);
     printf(" %9s %s\n", "rel/gemv", "bits");
     for (int si = 0; si < GV_NSHAPE; si++) {
         const gv_shape *sh = &gv_shapes[si];
         if (only_model && strcmp(only_model, sh->model)) {
             for (int ti = 0; ti < Q4B_NT; ti++)
-                for (int k = 0; k < Q4B_TILES + 2; k++)
+                for (int k = 0; k < Q4B_TILES + 2 + Q4B_SPLITS; k++)
                     ms[si][ti][k] = NAN;
             continue;
         }
@@ -793,11 +798,13 @@ static int q4_bench(const char *only_model)
                 a->m[k].n_out = sh->n_out;
                 a->m[k].y = y + (size_t)k * TMAX * NOUT_MAX;
             }
-            for (int v = 0; v < Q4B_TILES + 2; v++) {
+            for (int v = 0; v < Q4B_TILES + 2 + Q4B_SPLITS; v++) {
                 j.path = v > 0;
-                j.o.q4_tile = v > 0 ? v - 1 : 0;
+                j.o.q4_tile = v > 0 && v < Q4B_TILES + 2 ? v - 1 : 0;
+                j.o.q4_split = v >= Q4B_TILES + 2 ? 1 << (v - Q4B_TILES - 2) : 0;
                 ms[si][ti][v] = q4b_time(&j, nc, w, sb, wb, sbn, ev);
             }
+            j.o.q4_split = 0;
             /* bits: copy 0, the GEMV's output, then tile 0's and every tile's */
             gv_point(a, 0, w, sb, wb, sbn);
             j.path = 0;
@@ -837,7 +844,7 @@ static int q4_bench(const char *only_model)
                 bad++;
             printf("%-4s %-8s %3d %8.1f %8.1f %5.2fx", sh->model, sh->name, T, ms[si][ti][0] * 1e3, ms[si][ti][1] * 1e3,
                    ms[si][ti][0] / ms[si][ti][1]);
-            for (int k = 1; k <= Q4B_TILES; k++)
+            for (int k = 1; k <= Q4B_TILES + Q4B_SPLITS; k++)
                 printf(" %8.1f", ms[si][ti][1 + k] * 1e3);
             printf(" %9.2e %s\n", rel, same ? "same" : "DIFFER");
             fflush(stdout);
@@ -848,12 +855,12 @@ static int q4_bench(const char *only_model)
         }
     }
     printf("== products of a step (sum of count x us over the model's shapes), ms: gemv / q4gemm (tile by T) / "
-           "q4gemm (best tile per shape) - and the best tile per shape\n");
+           "q4gemm (best tile per shape) - and the best tile and split (with the tile by T) per shape\n");
     const char *models[2] = {"8b", "1b"};
     for (int mi = 0; mi < 2; mi++)
         for (int ti = 0; ti < Q4B_NT; ti++) {
             double s0 = 0, s1 = 0, sb = 0;
-            char bestl[128] = "";
+            char bestl[256] = "";
             int len = 0;
             for (int si = 0; si < GV_NSHAPE; si++) {
                 const gv_shape *sh = &gv_shapes[si];
@@ -866,7 +873,11 @@ static int q4_bench(const char *only_model)
                 s0 += sh->count * ms[si][ti][0];
                 s1 += sh->count * ms[si][ti][1];
                 sb += sh->count * ms[si][ti][1 + bk];
-                len += snprintf(bestl + len, sizeof bestl - (size_t)len, " %s:%d", sh->name, bk);
+                int bs = 0;
+                for (int i = 1; i < Q4B_SPLITS; i++)
+                    if (ms[si][ti][2 + Q4B_TILES + i] < ms[si][ti][2 + Q4B_TILES + bs])
+                        bs = i;
+                len += snprintf(bestl + len, sizeof bestl - (size_t)len, " %s:tile %d/split %d", sh->name, bk, 1 << bs);
             }
             if (isnan(s0))
                 continue;

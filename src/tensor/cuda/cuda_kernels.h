@@ -95,8 +95,10 @@ typedef struct tcu_opts {
      * activations once to bf16 (each row still batch-invariant) */
     int exact;
     int moe; /* TCU_MOE_* bits (mixture-of-experts kernels, moe.cu) */
-    int q4_tile; /* tcu_q4_mm's tile configuration: 0 by T (the default), 1-9 one of gemm_q4.cu's (every one
-                  * gives the same bits; for measurements and tests) */
+    int q4_tile;  /* tcu_q4_mm's tile configuration: 0 by T (the default), 1-16 one of gemm_q4.cu's (every one
+                   * gives the same bits; for measurements and tests) */
+    int q4_split; /* tcu_q4_mm's chunks of the inputs: 0 by the launch's shape (the default); 1, 2, 4 or 8 forced
+                   * (another order of sums: measurements only) */
     /* -- read by the backend (src/model/backend_cuda.c) -- */
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)

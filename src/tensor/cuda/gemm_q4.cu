@@ -435,25 +435,44 @@ static int q4_launch(const tcu_mat *m, int n, int n_in, const uint16_t *xb, cons
 }
 
 // The tile configurations (tcu_opts.q4_tile; every one gives the same
-// bits): WM x WN warps of MT x NT mma tiles, ST stages.
-//   1: 4 x 1 warps of 1 x 1 (64 rows x 8 tokens), 4 stages
-//   2: 4 x 1 of 1 x 2 (64 x 16), 4 stages
-//   3: 2 x 2 of 2 x 2 (64 x 32), 4 stages
-//   4: 4 x 2 of 2 x 4 (128 x 64), 3 stages
-//   5: 4 x 2 of 2 x 8 (128 x 128), 3 stages
-//   6: 2 x 2 of 2 x 4 (64 x 64), 3 stages
-//   7: 2 x 2 of 2 x 8 (64 x 128), 3 stages
-//   8: 4 x 1 of 1 x 4 (64 x 32), 4 stages
-//   9: 8 x 1 of 1 x 1 (128 x 8), 4 stages
+// bits): WM x WN warps of MT x NT mma tiles (BM rows x BN tokens), ST stages.
+#define Q4_TILES 16
+struct q4_cfg {
+    int wm, wn, mt, nt, st;
+};
+static constexpr q4_cfg q4_cfgs[Q4_TILES + 1] = {
+    {0, 0, 0, 0, 0}, /* 0: by T (q4_tile_of) */
+    {4, 1, 1, 1, 4}, /*  1: 64 x 8 */
+    {4, 1, 1, 2, 4}, /*  2: 64 x 16 */
+    {2, 2, 2, 2, 4}, /*  3: 64 x 32 */
+    {4, 2, 2, 4, 3}, /*  4: 128 x 64 */
+    {4, 2, 2, 8, 3}, /*  5: 128 x 128 */
+    {2, 2, 2, 4, 3}, /*  6: 64 x 64 */
+    {2, 2, 2, 8, 3}, /*  7: 64 x 128 */
+    {4, 1, 1, 4, 4}, /*  8: 64 x 32 */
+    {8, 1, 1, 1, 4}, /*  9: 128 x 8 */
+    {4, 2, 2, 8, 4}, /* 10: 128 x 128, 4 stages */
+    {4, 1, 2, 1, 4}, /* 11: 128 x 8, two m-tiles a warp */
+    {4, 1, 2, 2, 4}, /* 12: 128 x 16 */
+    {4, 1, 1, 1, 6}, /* 13: 64 x 8, 6 stages */
+    {2, 2, 4, 4, 3}, /* 14: 128 x 64, 4 warps of 64 x 32 */
+    {4, 2, 1, 8, 3}, /* 15: 64 x 128, 8 warps of 16 x 64 */
+    {8, 1, 1, 4, 3}, /* 16: 128 x 32, 8 warps of 16 x 32 */
+};
+
 // 0 (the default) picks by T: 1 up to 8 tokens, 2 up to 16, 3 up to 32,
 // 4 up to 64, else 5.
-#define Q4_TILES 9
 static int q4_tile_of(int T, int forced)
 {
     if (forced >= 1 && forced <= Q4_TILES)
         return forced;
     return T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 3 : T <= 64 ? 4 : 5;
 }
+
+#define Q4_CASE(k)                                                                                                     \
+    case k:                                                                                                            \
+        return q4_launch<q4_cfgs[k].wm, q4_cfgs[k].wn, q4_cfgs[k].mt, q4_cfgs[k].nt, q4_cfgs[k].st>(                   \
+            m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s)
 
 extern "C" int tcu_q4_mm(int n, const tcu_mat *m, int n_in, const uint16_t *xb, const float *xsum, int T,
                          int accumulate, const tcu_opts *o, tcu_stream stream)
@@ -469,26 +488,28 @@ extern "C" int tcu_q4_mm(int n, const tcu_mat *m, int n_in, const uint16_t *xb, 
     }
     const tcu_opts &op = opts_or_default(o);
     const bool pdl = op.pdl != 0;
-    const int nch = q4_chunks(rows, n_in);
+    int nch = q4_chunks(rows, n_in);
+    if (op.q4_split == 1 || op.q4_split == 2 || op.q4_split == 4 || op.q4_split == 8) /* measurements: other bits */
+        nch = op.q4_split <= n_in / Q4_KS ? op.q4_split : nch;
     const cudaStream_t s = (cudaStream_t)stream;
     switch (q4_tile_of(T, op.q4_tile)) {
-    case 1:
-        return q4_launch<4, 1, 1, 1, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 2:
-        return q4_launch<4, 1, 1, 2, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 3:
-        return q4_launch<2, 2, 2, 2, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 4:
-        return q4_launch<4, 2, 2, 4, 3>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 5:
-        return q4_launch<4, 2, 2, 8, 3>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 6:
-        return q4_launch<2, 2, 2, 4, 3>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 7:
-        return q4_launch<2, 2, 2, 8, 3>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 8:
-        return q4_launch<4, 1, 1, 4, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
+        Q4_CASE(1);
+        Q4_CASE(2);
+        Q4_CASE(3);
+        Q4_CASE(4);
+        Q4_CASE(5);
+        Q4_CASE(6);
+        Q4_CASE(7);
+        Q4_CASE(8);
+        Q4_CASE(9);
+        Q4_CASE(10);
+        Q4_CASE(11);
+        Q4_CASE(12);
+        Q4_CASE(13);
+        Q4_CASE(14);
+        Q4_CASE(15);
+        Q4_CASE(16);
     default:
-        return q4_launch<8, 1, 1, 1, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
+        return (int)cudaErrorInvalidValue;
     }
 }
