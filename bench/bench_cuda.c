@@ -7,7 +7,7 @@
  *   bench_cuda --q4 [--model 8b|1b]
  *
  * --q4 (no model files): the 4-bit tensor-core GEMM (tcu_q4_mm, with its
- * input kernel and the SwiGLU launch) against the tensor-core GEMV on the
+ * input kernel; gate/up with the SwiGLU fused) against the tensor-core GEMV on the
  * same shapes, 4-bit g64, T = 8, 16, 32, 64, 128: us per product by T and
  * with each tile configuration (tcu_opts.q4_tile) or input split
  * (tcu_opts.q4_split, with the tile by T) forced, every tile's
@@ -643,7 +643,7 @@ typedef struct q4b_job {
 } q4b_job;
 
 /* one product as the model's step runs it: the GEMV with the norm and the
- * SwiGLU fused, or tcu_q4_prep (the norm) + tcu_q4_mm + tcu_glu */
+ * SwiGLU fused, or tcu_q4_prep (the norm) + tcu_q4_mm (the SwiGLU fused) */
 static int q4b_issue(q4b_job *j, cudaStream_t st)
 {
     tcu_gemv_args *a = &j->a;
@@ -652,9 +652,7 @@ static int q4b_issue(q4b_job *j, cudaStream_t st)
     int rc = tcu_q4_prep(a->x, NULL, a->norm_g, a->norm_out, a->norm_eps, a->T, a->n_in, GV_GROUP, j->xb, j->xs, &j->o,
                          (tcu_stream)st);
     if (!rc)
-        rc = tcu_q4_mm(a->n, a->m, a->n_in, j->xb, j->xs, a->T, 0, &j->o, (tcu_stream)st);
-    if (!rc && a->glu)
-        rc = tcu_glu(a->m[0].y, a->m[1].y, (long)a->T * a->m[0].n_out, 0, &j->o, (tcu_stream)st);
+        rc = tcu_q4_mm(a->n, a->m, a->n_in, j->xb, j->xs, a->T, 0, a->glu, &j->o, (tcu_stream)st);
     return rc;
 }
 

@@ -184,7 +184,8 @@ __device__ __forceinline__ void q4_cp_small(void *smem, const void *gmem, int by
 
 template <int WM, int WN, int MT, int NT, int ST>
 __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
-    q4_gemm_kernel(const q4_job job, int n_in, int G, const uint16_t *xb, const float *xsum, int T, int accumulate)
+    q4_gemm_kernel(const q4_job job, int n_in, int G, const uint16_t *xb, const float *xsum, int T, int accumulate,
+                   int glu)
 {
     namespace cg = cooperative_groups;
     constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, NTH = WM * WN * WARP;
@@ -195,20 +196,36 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
     const int nch = gridDim.x, ch = blockIdx.x, nst = n_in / Q4_KS;
     const int cs = (int)((long)ch * nst / nch), ce = (int)((long)(ch + 1) * nst / nch), nloc = ce - cs;
     /* the row tile's matrix (selected by unrolled compares: a parameter
-     * array indexed at run time would be copied to local memory) */
+     * array indexed at run time would be copied to local memory); glu: the
+     * tile's first BM / 2 rows are gate's (m[0]) rows r0 .., the others
+     * up's (m[1]) same rows */
     tcu_mat M = job.m[0];
     int tile0 = 0;
 #pragma unroll
     for (int k = 1; k < TCU_MM_MAX; k++)
-        if (k < job.n && (int)blockIdx.y >= job.tile0[k]) {
+        if (!glu && k < job.n && (int)blockIdx.y >= job.tile0[k]) {
             M = job.m[k];
             tile0 = job.tile0[k];
         }
-    const int r0 = ((int)blockIdx.y - tile0) * BM, t0 = (int)blockIdx.z * BN;
+    const int HB = glu ? BM / 2 : BM; /* output rows of the tile */
+    const int r0 = ((int)blockIdx.y - tile0) * HB, t0 = (int)blockIdx.z * BN;
     const int ng = n_in / G, gps = Q4_KS / G, spg = G / 32; /* groups a stage, 32-input steps a group */
     const int sbb = 8 * gps, xsb = 4 * gps;                 /* bytes a stage of a row's pairs, a token's sums */
-    const uint8_t *wrow = (const uint8_t *)M.w;
     const size_t rowb = (size_t)n_in / 2;
+    const uint8_t *w0 = (const uint8_t *)M.w, *w1 = (const uint8_t *)job.m[1].w;
+    const float *sb0 = M.sb, *sb1 = job.m[1].sb;
+    /* tile row -> its matrix row (past the end: the last one) */
+    auto src_row = [&](int row, const uint8_t *&w, const float *&sb) {
+        int r = r0 + row;
+        w = w0;
+        sb = sb0;
+        if (glu && row >= HB) {
+            r -= HB;
+            w = w1;
+            sb = sb1;
+        }
+        return r < M.n_out ? r : M.n_out - 1;
+    };
 
     /* the weights' part of stage st into slot `slot` (no kernel writes them:
      * the first stages go out before the PDL wait) */
@@ -218,15 +235,21 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
         for (int i0 = 0; i0 < BM * 4; i0 += NTH) {
             const int i = i0 + tid;
             if (BM * 4 % NTH == 0 || i < BM * 4) {
-                const int row = i >> 2, c = i & 3, r = r0 + row < M.n_out ? r0 + row : M.n_out - 1;
-                cp_async16(s + L::A + q4_a_off(row, c), wrow + (size_t)r * rowb + (size_t)st * 64 + 16 * c, 16);
+                const int row = i >> 2, c = i & 3;
+                const uint8_t *w;
+                const float *sb;
+                const int r = src_row(row, w, sb);
+                cp_async16(s + L::A + q4_a_off(row, c), w + (size_t)r * rowb + (size_t)st * 64 + 16 * c, 16);
             }
         }
         const int pc = sbb < 16 ? sbb : 16, np = sbb / pc; /* pieces a row */
         for (int i = tid; i < BM * np; i += NTH) {
-            const int row = i / np, c = i % np, r = r0 + row < M.n_out ? r0 + row : M.n_out - 1;
+            const int row = i / np, c = i % np;
+            const uint8_t *w;
+            const float *sb;
+            const int r = src_row(row, w, sb);
             q4_cp_small(s + L::SB + row * 32 + c * pc,
-                        (const unsigned char *)(M.sb + ((size_t)r * ng + (size_t)st * gps) * 2) + c * pc, pc);
+                        (const unsigned char *)(sb + ((size_t)r * ng + (size_t)st * gps) * 2) + c * pc, pc);
         }
     };
     /* the activations' part (written by tcu_q4_prep: after the wait) */
@@ -338,7 +361,7 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 
-    if (nch == 1) { /* one chunk: its sum is the row's */
+    if (nch == 1 && !glu) { /* one chunk: its sum is the row's */
 #pragma unroll
         for (int mi = 0; mi < MT; mi++)
 #pragma unroll
@@ -360,10 +383,9 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
             }
         return;
     }
-    /* the chunks of a cluster: each block's sums into its shared memory,
-     * then block `ch` adds rows [ch BM / nch, (ch + 1) BM / nch) of every
-     * block's in chunk order */
-    cg::cluster_group cl = cg::this_cluster();
+    /* each block's sums into its shared memory; then (chunks of a cluster)
+     * block `ch` adds rows [ch HB / nch, (ch + 1) HB / nch) of every
+     * block's in chunk order; glu: act(gate) * up of the two halves */
     float *red = reinterpret_cast<float *>(q4s);
     __syncthreads(); /* every warp is done with the stages */
 #pragma unroll
@@ -374,21 +396,35 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
             for (int e = 0; e < 4; e++)
                 red[((wm * MT + mi) * 16 + g + 8 * (e >> 1)) * L::RED + (wn * NT + ni) * 8 + 2 * q + (e & 1)] =
                     acc[mi][ni][e];
-    cl.sync();
-    const int ra = ch * BM / nch, rb = (ch + 1) * BM / nch;
+    if (nch > 1)
+        cg::this_cluster().sync();
+    else
+        __syncthreads();
+    auto total = [&](int idx) {
+        if (nch == 1)
+            return red[idx];
+        cg::cluster_group cl = cg::this_cluster();
+        float v = 0.0f;
+        for (int c = 0; c < nch; c++) {
+            const float part = cl.map_shared_rank(red, c)[idx];
+            v = c ? __fadd_rn(v, part) : part;
+        }
+        return v;
+    };
+    const int ra = ch * HB / nch, rb = (ch + 1) * HB / nch;
     for (int i = tid; i < (rb - ra) * BN; i += NTH) {
         const int row = ra + i / BN, tok = i % BN, r = r0 + row, t = t0 + tok;
         if (r >= M.n_out || t >= T)
             continue;
-        float v = 0.0f;
-        for (int c = 0; c < nch; c++) {
-            const float part = cl.map_shared_rank(red, c)[row * L::RED + tok];
-            v = c ? __fadd_rn(v, part) : part;
-        }
+        float v = total(row * L::RED + tok);
         float *y = M.y + (size_t)t * M.n_out + r;
-        *y = accumulate ? *y + v : v;
+        if (glu)
+            *y = (glu == 2 ? gelu_f(v) : silu_f(v)) * total((row + HB) * L::RED + tok);
+        else
+            *y = accumulate ? *y + v : v;
     }
-    cl.sync(); /* the others have read this block's sums */
+    if (nch > 1)
+        cg::this_cluster().sync(); /* the others have read this block's sums */
 }
 
 // Chunks of the inputs (a power of two, at most 8) from the launch's shape
@@ -407,7 +443,7 @@ static int q4_chunks(long rows, int n_in)
 
 template <int WM, int WN, int MT, int NT, int ST>
 static int q4_launch(const tcu_mat *m, int n, int n_in, const uint16_t *xb, const float *xsum, int T, int accumulate,
-                     int nch, bool pdl, cudaStream_t s)
+                     int glu, int nch, bool pdl, cudaStream_t s)
 {
     constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
     using L = q4_smem<BM, BN>;
@@ -428,10 +464,12 @@ static int q4_launch(const tcu_mat *m, int n, int n_in, const uint16_t *xb, cons
         job.m[k] = m[k];
         job.tile0[k + 1] = job.tile0[k] + (m[k].n_out + BM - 1) / BM;
     }
-    const size_t smem = nch > 1 ? smem_max : smem_pipe;
+    if (glu) /* gate's rows and up's in each tile: half a tile of each */
+        job.tile0[1] = job.tile0[n] = (m[0].n_out + BM / 2 - 1) / (BM / 2);
+    const size_t smem = nch > 1 || glu ? smem_max : smem_pipe;
     const dim3 grid((unsigned)nch, (unsigned)job.tile0[n], (unsigned)((T + BN - 1) / BN));
     return launch_cl(pdl, nch > 1 ? (unsigned)nch : 0u, q4_gemm_kernel<WM, WN, MT, NT, ST>, grid, dim3(WM * WN * WARP),
-                     smem, s, job, n_in, m[0].group, xb, xsum, T, accumulate);
+                     smem, s, job, n_in, m[0].group, xb, xsum, T, accumulate, glu);
 }
 
 // The tile configurations (tcu_opts.q4_tile; every one gives the same
@@ -472,13 +510,14 @@ static int q4_tile_of(int T, int forced)
 #define Q4_CASE(k)                                                                                                     \
     case k:                                                                                                            \
         return q4_launch<q4_cfgs[k].wm, q4_cfgs[k].wn, q4_cfgs[k].mt, q4_cfgs[k].nt, q4_cfgs[k].st>(                   \
-            m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s)
+            m, n, n_in, xb, xsum, T, accumulate, glu, nch, pdl, s)
 
 extern "C" int tcu_q4_mm(int n, const tcu_mat *m, int n_in, const uint16_t *xb, const float *xsum, int T,
-                         int accumulate, const tcu_opts *o, tcu_stream stream)
+                         int accumulate, int glu, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
-    if (n < 1 || n > TCU_MM_MAX || T < 1 || !tcu_q4_mm_ok(n_in, m[0].group))
+    if (n < 1 || n > TCU_MM_MAX || T < 1 || !tcu_q4_mm_ok(n_in, m[0].group) || glu < 0 || glu > 2 ||
+        (glu && (n != 2 || accumulate || m[1].n_out != m[0].n_out)))
         return (int)cudaErrorInvalidValue;
     long rows = 0;
     for (int k = 0; k < n; k++) {
