@@ -4,7 +4,7 @@
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--only-batch N] [--exact-products]
  *              [--kv-type T] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage] [--model 8b|1b] [--kinds bf16,q4g64,q8g64]
- *   bench_cuda --q4 [--model 8b|1b]
+ *   bench_cuda --q4 [--model 8b|1b] [--tiles 1,2,17,s4,...]
  *
  * --q4 (no model files): the 4-bit tensor-core GEMM (tcu_q4_mm, with its
  * input kernel; gate/up with the SwiGLU fused) against the tensor-core GEMV on the
@@ -12,7 +12,8 @@
  * with each tile configuration (tcu_opts.q4_tile) or input split
  * (tcu_opts.q4_split, with the tile by T) forced, every tile's
  * bits against the default's, the relative difference to the GEMV, and
- * the products of a step per model.
+ * the products of a step per model. --tiles: only those tiles and splits
+ * (sN: split N) besides the GEMV and the tile by T.
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
@@ -630,7 +631,7 @@ static int gemv_bench(const char *list, int use_stage, const char *only_model, c
 
 #define Q4B_NT 5
 static const int q4b_Ts[Q4B_NT] = {8, 16, 32, 64, 128};
-#define Q4B_TILES 16 /* tcu_opts.q4_tile 1..16; 0 = by T */
+#define Q4B_TILES 24 /* tcu_opts.q4_tile 1..24; 0 = by T */
 #define Q4B_SPLITS 4 /* tcu_opts.q4_split 1, 2, 4, 8 with the tile by T */
 
 typedef struct q4b_job {
@@ -701,8 +702,16 @@ static double q4b_time(q4b_job *j, int nc, void *const *w, float *const *sb, siz
  * result bitwise against tile 0's, tile 0's relative error against the
  * GEMV's, each token of T = 128 against its T = 8 row; then the products
  * of a step per model. */
-static int q4_bench(const char *only_model)
+static int q4_bench(const char *only_model, const char *tiles)
 {
+    int want[Q4B_TILES + 1 + Q4B_SPLITS]; /* tiles 1..24, then the splits 1, 2, 4, 8 */
+    for (int k = 0; k <= Q4B_TILES + Q4B_SPLITS; k++)
+        want[k] = !tiles;
+    for (const char *p = tiles; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        const int k = p[0] == 's' ? Q4B_TILES + 1 + (atoi(p + 1) == 8 ? 3 : atoi(p + 1) / 2) : atoi(p);
+        if (k >= 1 && k <= Q4B_TILES + Q4B_SPLITS)
+            want[k] = 1;
+    }
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
     printf("== 4-bit GEMM (tcu_q4_mm) against the tensor-core GEMV, q4 g64: us per product (norm / SwiGLU included) in "
            "a graph of %d, best of 3; copy bandwidth %.0f GB/s\n",
@@ -797,6 +806,10 @@ static int q4_bench(const char *only_model)
                 a->m[k].y = y + (size_t)k * TMAX * NOUT_MAX;
             }
             for (int v = 0; v < Q4B_TILES + 2 + Q4B_SPLITS; v++) {
+                if (v >= 2 && !want[v - 1]) {
+                    ms[si][ti][v] = NAN;
+                    continue;
+                }
                 j.path = v > 0;
                 j.o.q4_tile = v > 0 && v < Q4B_TILES + 2 ? v - 1 : 0;
                 j.o.q4_split = v >= Q4B_TILES + 2 ? 1 << (v - Q4B_TILES - 2) : 0;
@@ -823,6 +836,8 @@ static int q4_bench(const char *only_model)
             const double rel = sqrt(num / (den > 0 ? den : 1));
             int same = 1;
             for (int k = 1; k <= Q4B_TILES && same; k++) {
+                if (!want[k])
+                    continue;
                 j.o.q4_tile = k;
                 if (!cu_ok(q4b_issue(&j, NULL), "q4") || !cu_ok(cudaDeviceSynchronize(), "q4"))
                     return 1;
@@ -866,14 +881,15 @@ static int q4_bench(const char *only_model)
                     continue;
                 int bk = 1;
                 for (int k = 1; k <= Q4B_TILES; k++)
-                    if (ms[si][ti][1 + k] < ms[si][ti][1 + bk])
+                    if (ms[si][ti][1 + k] < ms[si][ti][1 + bk] || isnan(ms[si][ti][1 + bk]))
                         bk = k;
                 s0 += sh->count * ms[si][ti][0];
                 s1 += sh->count * ms[si][ti][1];
                 sb += sh->count * ms[si][ti][1 + bk];
                 int bs = 0;
                 for (int i = 1; i < Q4B_SPLITS; i++)
-                    if (ms[si][ti][2 + Q4B_TILES + i] < ms[si][ti][2 + Q4B_TILES + bs])
+                    if (ms[si][ti][2 + Q4B_TILES + i] < ms[si][ti][2 + Q4B_TILES + bs] ||
+                        isnan(ms[si][ti][2 + Q4B_TILES + bs]))
                         bs = i;
                 len += snprintf(bestl + len, sizeof bestl - (size_t)len, " %s:tile %d/split %d", sh->name, bk, 1 << bs);
             }
@@ -910,7 +926,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_cuda: no GPU\n");
             return 2;
         }
-        return q4_bench(argc >= 4 && !strcmp(argv[2], "--model") ? argv[3] : NULL);
+        const char *only_model = NULL, *tiles = NULL;
+        for (int i = 2; i + 1 < argc; i += 2) {
+            if (!strcmp(argv[i], "--model"))
+                only_model = argv[i + 1];
+            else if (!strcmp(argv[i], "--tiles"))
+                tiles = argv[i + 1];
+        }
+        return q4_bench(only_model, tiles);
 #else
         fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
         return 2;

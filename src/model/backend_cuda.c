@@ -1585,7 +1585,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_LT", offsetof(tcu_opts, lt), 0, 1},
     {"TERN_CUDA_F8_TC", offsetof(tcu_opts, f8_tc), 0, 2},
     {"TERN_CUDA_Q4_TC", offsetof(tcu_opts, q4_tc), 0, 2},
-    {"TERN_CUDA_Q4_TILE", offsetof(tcu_opts, q4_tile), 0, 16},
+    {"TERN_CUDA_Q4_TILE", offsetof(tcu_opts, q4_tile), 0, 24},
     {"TERN_CUDA_Q4_SPLIT", offsetof(tcu_opts, q4_split), 0, 8},
     {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},

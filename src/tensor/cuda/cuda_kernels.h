@@ -95,7 +95,7 @@ typedef struct tcu_opts {
      * activations once to bf16 (each row still batch-invariant) */
     int exact;
     int moe; /* TCU_MOE_* bits (mixture-of-experts kernels, moe.cu) */
-    int q4_tile;  /* tcu_q4_mm's tile configuration: 0 by T (the default), 1-16 one of gemm_q4.cu's (every one
+    int q4_tile;  /* tcu_q4_mm's tile configuration: 0 by T (the default), 1-24 one of gemm_q4.cu's (every one
                    * gives the same bits; for measurements and tests) */
     int q4_split; /* tcu_q4_mm's chunks of the inputs: 0 by the launch's shape (the default); 1, 2, 4 or 8 forced
                    * (another order of sums: measurements only) */
