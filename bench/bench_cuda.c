@@ -101,7 +101,10 @@ static void prof_line(char *buf, size_t cap, int len, const double *ms, const in
 
 /* Prefill n_prompt tokens of B sequences (one batch each), then `steps`
  * decode steps of all B together; seconds spent in the steps after the
- * first two (graph capture, warm-up). */
+ * first two (graph capture, warm-up). A mixture of experts' sequences get
+ * distinct prompts and tokens (each id moved by 7919 s, mod the vocabulary):
+ * B copies of one sequence would route every row to the same experts, which
+ * no real batch does. */
 static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int steps, const int32_t *prompt,
                          float *logits, tern_err *err)
 {
@@ -111,16 +114,22 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
             *ids = malloc(sizeof(int32_t) * (size_t)B);
     kv_seq **sp = malloc(sizeof(kv_seq *) * (size_t)(n_prompt > B ? n_prompt : B));
     double t0 = 0, dt = -1;
-    int V = model_config_get(m)->n_vocab;
+    int V = model_config_get(m)->n_vocab, moe = model_config_get(m)->n_expert > 0;
+    int32_t *ps = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    if (!ps) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        goto out;
+    }
     for (int s = 0; s < B; s++) {
         if (kv_seq_reserve(kv, &seq[s], n_prompt + steps, err))
             goto out;
         for (int i = 0; i < n_prompt; i++) {
             pos[i] = i;
             sp[i] = &seq[s];
+            ps[i] = moe ? (int32_t)((prompt[i] + 7919ll * s) % V) : prompt[i];
         }
         int32_t last = n_prompt - 1;
-        fwd_batch b = {n_prompt, prompt, pos, sp, 1, &last};
+        fwd_batch b = {n_prompt, ps, pos, sp, 1, &last};
         if (model_forward(m, kv, &b, logits + (size_t)s * V, err))
             goto out;
         tok[s] = argmax(logits + (size_t)s * V, V);
@@ -143,18 +152,20 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
             /* as the engine's greedy steps: the device picks, only ids come back */
             if (model_forward_start(m, kv, &b, err) || model_forward_argmax(m, NULL, 0, NULL, ids, err))
                 goto out;
-            memcpy(tok, ids, sizeof(int32_t) * (size_t)B);
-            continue;
+        } else {
+            if (model_forward(m, kv, &b, logits, err))
+                goto out;
+            for (int s = 0; s < B; s++)
+                ids[s] = argmax(logits + (size_t)s * V, V);
         }
-        if (model_forward(m, kv, &b, logits, err))
-            goto out;
         for (int s = 0; s < B; s++)
-            tok[s] = argmax(logits + (size_t)s * V, V);
+            tok[s] = moe ? (int32_t)((ids[s] + 7919ll * s) % V) : ids[s];
     }
     dt = now_s() - t0;
 out:
     for (int s = 0; s < B; s++)
         kv_seq_free(kv, &seq[s]);
+    free(ps);
     free(seq);
     free(pos);
     free(tok);

@@ -1,8 +1,12 @@
 /* bench_engine: the step loop under concurrency.
  *
  *   bench_engine MODEL_DIR [--tokens N] [--prompt-len N] [--clients 1,4,16,64]
+ *                [--temperature T] [--logprobs N] [--device cpu|cuda|auto]
  *
- * For each concurrency level, submits that many greedy requests at once
+ * For each concurrency level, submits that many requests at once (greedy,
+ * or sampled at --temperature with a seed each; --logprobs N: with
+ * logprobs and N alternatives - on a GPU the device sampler reports them,
+ * TERN_GPU_SAMPLING=0 brings the logits down for the host's)
  * (distinct prompts of --prompt-len tokens) and prints the aggregate
  * tokens/s (every generated token over the whole wall time, prefills
  * included), the aggregate decode tokens/s (the tokens after each first one
@@ -29,6 +33,10 @@ static void make_prompt(int32_t *ids, int n, int seed, int n_vocab)
     for (int i = 0; i < n; i++)
         ids[i] = 10 + (int32_t)(((unsigned)(i + 1) * 2654435761u + (unsigned)seed * 40503u) % (unsigned)(n_vocab - 20));
 }
+
+/* What each request samples with (--temperature, --logprobs). */
+static float g_temperature = 0.0f;
+static int g_logprobs = -1;
 
 /* clients < 0: one request, nothing printed (the warm-up). */
 static int run_level(tern_model *m, tern_tokenizer *tok, int clients, int n_tokens, int prompt_len)
@@ -58,7 +66,9 @@ static int run_level(tern_model *m, tern_tokenizer *tok, int clients, int n_toke
         p.n_prompt = (size_t)prompt_len;
         p.max_tokens = n_tokens;
         p.ignore_eos = 1;
-        p.sample.temperature = 0;
+        p.sample.temperature = g_temperature;
+        p.sample.seed = 1000 + (uint64_t)c;
+        p.sample.n_logprobs = g_logprobs;
         if (!(reqs[c] = engine_submit(e, &p, NULL, NULL, &err))) {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             return 1;
@@ -121,7 +131,7 @@ static double prefix_ttft(tern_engine *e, const int32_t *ids, int n)
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *levels = "1,4,16,64";
+    const char *dir = NULL, *levels = "1,4,16,64", *device = "cpu";
     int n_tokens = 32, prompt_len = 64, long_len = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
@@ -132,22 +142,30 @@ int main(int argc, char **argv)
             levels = argv[++i];
         else if (!strcmp(argv[i], "--long-prompt") && i + 1 < argc)
             long_len = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--temperature") && i + 1 < argc)
+            g_temperature = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--logprobs") && i + 1 < argc)
+            g_logprobs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
         else
             dir = argv[i];
     }
     if (!dir) {
         fprintf(stderr, "usage: bench_engine MODEL_DIR [--tokens N] [--prompt-len N] [--clients 1,4,16,64] "
-                        "[--long-prompt N]\n");
+                        "[--long-prompt N] [--temperature T] [--logprobs N] [--device cpu|cuda|auto]\n");
         return 2;
     }
     tern_err err = {0};
-    tern_model *m = model_load(dir, 0, &err);
+    model_load_opts lo = {0, device};
+    tern_model *m = model_load_ex(dir, &lo, &err);
     tern_tokenizer *tok = m ? tokenizer_load(dir, &err) : NULL;
     if (!tok) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
-    printf("model %s, %d generated tokens per request, %d-token prompts\n", dir, n_tokens, prompt_len);
+    printf("model %s on %s, %d generated tokens per request, %d-token prompts, temperature %g, logprobs %d\n", dir,
+           device, n_tokens, prompt_len, g_temperature, g_logprobs);
     printf("%8s %12s %13s %14s %12s %12s\n", "clients", "agg tok/s", "decode tok/s", "stream tok/s", "ttft p50 s",
            "ttft max s");
     if (run_level(m, tok, -1, 4, 4)) /* warm-up: the weights faulted in, nothing printed */

@@ -73,7 +73,9 @@ static int parse_size(const char *v, size_t *out)
 }
 
 /* B sequences prefilled alone, then steps decode steps of all B; seconds of
- * the steps after the first two, -1 on failure. */
+ * the steps after the first two, -1 on failure. Sequence s's prompt and
+ * tokens are moved by 7919 s (mod the vocabulary): B copies of one sequence
+ * would route every row to the same experts, which no real batch does. */
 static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int steps, const int32_t *prompt,
                          model_experts_stats *x0, tern_err *err)
 {
@@ -82,16 +84,23 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *tok = malloc(sizeof(int32_t) * (size_t)B),
             *rows = malloc(sizeof(int32_t) * (size_t)B);
     kv_seq **sp = malloc(sizeof(kv_seq *) * (size_t)n);
+    int32_t *ps = malloc(sizeof(int32_t) * (size_t)n_prompt);
     double t0 = 0, dt = -1;
+    const long V = model_config_get(m)->n_vocab;
+    if (!ps) {
+        tern_err_set(err, TERN_ENOMEM, "out of memory");
+        goto out;
+    }
     for (int s = 0; s < B; s++) {
         if (kv_seq_reserve(kv, &seq[s], n_prompt + steps, err))
             goto out;
         for (int i = 0; i < n_prompt; i++) {
             pos[i] = i;
             sp[i] = &seq[s];
+            ps[i] = (int32_t)((prompt[i] + 7919l * s) % V);
         }
         int32_t last = n_prompt - 1;
-        fwd_batch b = {n_prompt, prompt, pos, sp, 1, &last};
+        fwd_batch b = {n_prompt, ps, pos, sp, 1, &last};
         if (model_forward_start(m, kv, &b, err) || model_forward_argmax(m, NULL, 0, NULL, &tok[s], err))
             goto out;
     }
@@ -108,11 +117,14 @@ static double decode_run(tern_model *m, kv_pool *kv, int B, int n_prompt, int st
         fwd_batch b = {B, tok, pos, sp, B, rows};
         if (model_forward_start(m, kv, &b, err) || model_forward_argmax(m, NULL, 0, NULL, tok, err))
             goto out;
+        for (int s = 0; s < B; s++)
+            tok[s] = (int32_t)((tok[s] + 7919l * s) % V);
     }
     dt = now_s() - t0;
 out:
     for (int s = 0; s < B; s++)
         kv_seq_free(kv, &seq[s]);
+    free(ps);
     free(seq);
     free(pos);
     free(tok);

@@ -1,10 +1,11 @@
 /* A plain double-precision reference of the device sampler's contract
  * (backend.h sample_finish, cuda_sample.h tcu_sample_rows), for tests:
- * bias, penalties, mask, temperature weights exp((x - max) * (1/T)), a full sort
- * (weight descending, ids ascending), the top-k / top-p / min-p cuts, and
- * the inverse of the cumulative distribution at u. Independent of the
- * kernel's method (no radix selection, no fixed point). Header-only; the
- * caller frees a prepared row with sref_free. */
+ * the min_tokens stop set, bias, penalties, mask, temperature weights
+ * exp((x - max) * (1/T)), a full sort (weight descending, ids ascending),
+ * the top-k / top-p / min-p cuts, the inverse of the cumulative
+ * distribution at u, and sample_row's logprobs (sref_logprobs). Independent
+ * of the kernel's method (no radix selection, no fixed point). Header-only;
+ * the caller frees a prepared row with sref_free. */
 #ifndef TERN_TESTS_SAMPLE_REF_H
 #define TERN_TESTS_SAMPLE_REF_H
 
@@ -27,6 +28,9 @@ typedef struct sref_params {
     float rep, pres, freq;
     const int32_t *pen_ids, *pen_counts;
     int n_pen;
+    /* min_tokens: these ids get -inf before everything else */
+    const int32_t *sup_ids;
+    int n_sup;
 } sref_params;
 
 typedef struct sref_row {
@@ -40,6 +44,8 @@ typedef struct sref_row {
     int32_t *pos;    /* [V] position of each id in ids, -1 if none */
     int32_t k_nom;   /* kept prefix length */
     int32_t k_lo, k_hi; /* its range when the top-p and min-p cuts move by a relative eps */
+    int32_t V;
+    float *x;        /* [V] the processed logits (masked ones -inf) */
 } sref_row;
 
 static const double *sref_sort_w;
@@ -58,6 +64,7 @@ static inline void sref_free(sref_row *r)
     free(r->w);
     free(r->cum);
     free(r->pos);
+    free(r->x);
     memset(r, 0, sizeof *r);
 }
 
@@ -98,6 +105,10 @@ static inline int sref_prepare(sref_row *r, const float *logits, int32_t V, cons
     if (!x || !wa || !r->ids || !r->w || !r->cum || !r->pos)
         abort();
     memcpy(x, logits, (size_t)V * sizeof *x);
+    r->V = V;
+    r->x = x;
+    for (int b = 0; b < p->n_sup; b++)
+        x[p->sup_ids[b]] = -INFINITY;
     for (int b = 0; b < p->n_bias; b++)
         x[p->bias_ids[b]] += p->bias_vals[b];
     const int pen = p->pen;
@@ -122,7 +133,6 @@ static inline int sref_prepare(sref_row *r, const float *logits, int32_t V, cons
     r->argmax = best;
     r->greedy = p->temperature == 0.0f;
     if (r->greedy || best < 0) {
-        free(x);
         free(wa);
         return best < 0 ? -1 : 0;
     }
@@ -146,7 +156,6 @@ static inline int sref_prepare(sref_row *r, const float *logits, int32_t V, cons
         r->cum[j] = c;
         r->pos[r->ids[j]] = j;
     }
-    free(x);
     free(wa);
     if (r->n == 0) {
         r->argmax = -1;
@@ -196,6 +205,76 @@ static inline int sref_accepts(const sref_row *r, int32_t id, double u, double e
             return 1;
     }
     return 0;
+}
+
+/* sample_row's logprobs for a draw of id (>= 0) over the first K tokens of
+ * the draw order (sampled rows; K ignored for greedy ones): *lp for id and
+ * the n_top (clamped to the tokens that exist; returned) most likely ids
+ * with theirs, ties by ascending id. Sampled rows: log(w / the kept mass),
+ * the top being the kept set's first tokens by weight; greedy rows: the
+ * log-softmax of the processed logits at temperature 1 over the allowed
+ * finite ones, the top by logit. */
+static inline int sref_logprobs(const sref_row *r, int32_t K, int32_t id, int n_top, double *lp, int32_t *top_ids,
+                                double *top_lp)
+{
+    const int32_t V = r->V;
+    if (r->greedy) {
+        float mx = r->x[r->argmax];
+        double s = 0;
+        int32_t cnt = 0;
+        for (int32_t t = 0; t < V; t++)
+            if (r->x[t] > -INFINITY) { /* NaN fails too */
+                s += exp((double)r->x[t] - (double)mx);
+                cnt++;
+            }
+        double lse = (double)mx + log(s);
+        *lp = (double)r->x[id] - lse;
+        if (n_top > cnt)
+            n_top = cnt;
+        for (int j = 0; j < n_top; j++) { /* the j-th: the largest below the (j-1)-th in (x desc, id asc) */
+            int32_t b = -1;
+            for (int32_t t = 0; t < V; t++) {
+                if (!(r->x[t] > -INFINITY))
+                    continue;
+                if (j > 0) {
+                    float px = r->x[top_ids[j - 1]];
+                    if (r->x[t] > px || (r->x[t] == px && t <= top_ids[j - 1]))
+                        continue;
+                }
+                if (b < 0 || r->x[t] > r->x[b])
+                    b = t;
+            }
+            top_ids[j] = b;
+            top_lp[j] = (double)r->x[b] - lse;
+        }
+        return n_top;
+    }
+    double z = r->cum[K - 1];
+    *lp = r->pos[id] >= 0 ? log(r->w[r->pos[id]] / z) : -INFINITY;
+    if (n_top > K)
+        n_top = K;
+    if (r->truncating) { /* ids[] is the sorted order */
+        for (int j = 0; j < n_top; j++) {
+            top_ids[j] = r->ids[j];
+            top_lp[j] = log(r->w[j] / z);
+        }
+        return n_top;
+    }
+    for (int j = 0; j < n_top; j++) { /* ids[] in id order: select by (w desc, id asc) */
+        int32_t b = -1;
+        for (int32_t q = 0; q < r->n; q++) {
+            if (j > 0) {
+                int32_t pq = r->pos[top_ids[j - 1]];
+                if (r->w[q] > r->w[pq] || (r->w[q] == r->w[pq] && r->ids[q] <= top_ids[j - 1]))
+                    continue;
+            }
+            if (b < 0 || r->w[q] > r->w[b])
+                b = q;
+        }
+        top_ids[j] = r->ids[b];
+        top_lp[j] = log(r->w[b] / z);
+    }
+    return n_top;
 }
 
 #endif

@@ -4,7 +4,7 @@
  *
  *   make_fixture --family llama|mistral|qwen2|qwen3|gemma2|gemma3|qwen3_moe|mixtral|gpt_oss --out DIR
  *                --tokenizer DIR
- *                [--preset tiny|0.5b|1b|8b|30b-a3b|gpt-oss-20b] [--dim N] [--layers N] [--heads N]
+ *                [--preset tiny|0.5b|1b|8b|30b-a3b|gpt-oss-20b|gpt-oss-120b] [--dim N] [--layers N] [--heads N]
  *                [--kv-heads N] [--head-dim N] [--ff N] [--vocab N]
  *                [--dtype f32|bf16|f16] [--seed S] [--shards N] [--tie 0|1]
  *                [--max-pos N] [--rope-theta X] [--sliding-window N]
@@ -529,10 +529,11 @@ int main(int argc, char **argv)
         } else if (!strcmp(preset, "8b")) { /* Llama-3.1-8B */
             fx.dim = 4096, fx.layers = 32, fx.heads = 32, fx.kv_heads = 8, fx.head_dim = 128, fx.ff = 14336;
             fx.tie = 0, fx.max_pos = 8192, fx.rope_theta = 500000;
-        } else if (!strcmp(preset, "gpt-oss-20b")) { /* openai/gpt-oss-20b */
+        } else if (!strcmp(preset, "gpt-oss-20b") || !strcmp(preset, "gpt-oss-120b")) { /* openai/gpt-oss-* */
+            const int big = !strcmp(preset, "gpt-oss-120b");
             fx.family = "gpt_oss";
-            fx.dim = 2880, fx.layers = 24, fx.heads = 64, fx.kv_heads = 8, fx.head_dim = 64;
-            fx.experts = 32, fx.top_k = 4, fx.moe_ff = 2880, fx.sliding_window = 128;
+            fx.dim = 2880, fx.layers = big ? 36 : 24, fx.heads = 64, fx.kv_heads = 8, fx.head_dim = 64;
+            fx.experts = big ? 128 : 32, fx.top_k = 4, fx.moe_ff = 2880, fx.sliding_window = 128;
             fx.tie = 0, fx.rope_theta = 150000;
             if (!fx.vocab) /* a --vocab given overrides it (a small head, to time the layers) */
                 fx.vocab = 201088;

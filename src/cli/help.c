@@ -97,7 +97,8 @@ static const cli_help helps[] = {
      "  --bits 4|8                 bits per weight (one of --bits, --fp8, --merge-lora required)\n"
      "  --fp8                      decoder projections to FP8 E4M3 with 128x128 block scales, the hub's\n"
      "                             quant_method \"fp8\" layout (default: off; not with --bits)\n"
-     "  --group-size 32|64|128     weights sharing one scale and bias (default: 64)\n"
+     "  --group-size 32|64|128     weights sharing one scale and bias; must divide a mixture's expert\n"
+     "                             inputs (gpt-oss: 32 or 64) (default: 64)\n"
      "  --merge-lora DIR           a PEFT LoRA adapter baked into the weights (default: none)\n"},
     {"template", "tern template DIR [--jsonl] < request.json",
      "Renders the chat template of DIR for a chat request read from stdin.",

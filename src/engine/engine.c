@@ -373,17 +373,32 @@ int engine_row_mask(tern_engine *e, engine_req *r, const engine_premask *pm, int
     return 0;
 }
 
-/* Before min_tokens: EOS and the stop ids cannot be sampled. */
-static void min_tokens_suppress(tern_engine *e, engine_req *r, float *logits)
+/* Before min_tokens: EOS and the stop ids (r->min_ids) cannot be sampled;
+ * the device sampler masks the same list (device.c). */
+static void min_tokens_suppress(engine_req *r, float *logits)
 {
     if (r->n_generated >= r->min_tokens)
         return;
+    for (int i = 0; i < r->n_min_ids; i++)
+        logits[r->min_ids[i]] = -INFINITY;
+}
+
+/* r->min_ids: the ids min_tokens masks - the model's EOS ids within the
+ * vocabulary (unless ignore_eos), then the request's stop ids. */
+static int min_ids_build(tern_engine *e, engine_req *r)
+{
     const model_config *c = model_config_get(e->m);
-    for (int i = 0; i < c->n_eos && !r->ignore_eos; i++)
+    int n = r->ignore_eos ? 0 : c->n_eos;
+    if (r->min_tokens <= 0 || n + r->n_stop_ids == 0)
+        return 0;
+    if (!(r->min_ids = malloc((size_t)(n + r->n_stop_ids) * sizeof *r->min_ids)))
+        return TERN_ENOMEM;
+    for (int i = 0; i < n; i++)
         if (c->eos_ids[i] >= 0 && c->eos_ids[i] < e->n_vocab)
-            logits[c->eos_ids[i]] = -INFINITY;
+            r->min_ids[r->n_min_ids++] = c->eos_ids[i];
     for (int i = 0; i < r->n_stop_ids; i++)
-        logits[r->stop_ids[i]] = -INFINITY;
+        r->min_ids[r->n_min_ids++] = r->stop_ids[i];
+    return 0;
 }
 
 /* Samples the row's next token from its logits and emits it. */
@@ -392,7 +407,7 @@ static void sample_and_emit(tern_engine *e, engine_req *r, float *logits, const 
     sample_result res = {0};
     int32_t id;
     const uint32_t *mask = NULL;
-    min_tokens_suppress(e, r, logits);
+    min_tokens_suppress(r, logits);
     if (engine_row_mask(e, r, pm, 0, &mask))
         return;
     if (!mask && sample_params_is_greedy_plain(&r->sp)) {
@@ -533,7 +548,8 @@ static void step(tern_engine *e)
             engine_premask pm = {pre ? e->masks + (size_t)j * ((e->n_vocab + 31) / 32) : NULL,
                                  pre ? e->mask_on + j : NULL, pre ? e->mask_bad + j : NULL};
             if (mode != ENGINE_DEV_HOST && r->n_spec > 0)
-                spec_verify_ids(e, r, e->ids + j, e->mask_bad + j);
+                spec_verify_ids(e, r, e->ids + j, e->mask_bad + j,
+                                mode == ENGINE_DEV_SAMPLE && r->sp.n_logprobs >= 0 ? e->sres + j : NULL);
             else if (mode != ENGINE_DEV_HOST)
                 engine_device_emit(e, r, j);
             else if (r->n_spec > 0)
@@ -945,6 +961,8 @@ engine_req *engine_submit(tern_engine *e, const engine_params *p, void (*notify)
         memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
         r->n_stop_ids = p->n_stop_ids;
     }
+    if (min_ids_build(e, r))
+        goto nomem_req;
     if (p->n_stop > 0) {
         r->stop = calloc((size_t)p->n_stop, sizeof *r->stop);
         if (!r->stop)

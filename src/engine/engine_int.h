@@ -54,6 +54,7 @@ struct tern_engine {
     struct tern_pool *mask_pool; /* NULL until needed (or one thread) */
     int mask_pool_failed;
     dev_sample_row *srows;   /* [rows] the device sampler's rows; NULL without sample_finish */
+    sample_result *sres;     /* [rows] their logprobs (rows that ask), with srows */
 
     /* speculation (spec.c): the draft's KV lives in the same blocks as the
      * target's - one block table per sequence, one allocator, one budget -
@@ -89,6 +90,8 @@ struct engine_req {
     int32_t *stop_ids;      /* [n_stop_ids] owned copies */
     int n_stop_ids;
     int min_tokens, include_stop_str;
+    int32_t *min_ids;       /* [n_min_ids] what min_tokens masks: EOS (unless ignore_eos), then stop_ids; owned */
+    int n_min_ids;
     int cache_boundary;
     struct model_lora *lora; /* the request's adapter (a reference held), NULL = base */
     const engine_constraint_ops *cops;
@@ -166,8 +169,9 @@ int engine_row_mask(tern_engine *e, engine_req *r, const engine_premask *pm, int
 void spec_verify(tern_engine *e, engine_req *r, float *logits, const engine_premask *pm);
 /* The same walk for a greedy row from the target's chosen ids (masked
  * argmax on the device) of its K+1 positions; bad[i]: position i's grammar
- * mask could not be computed. */
-void spec_verify_ids(tern_engine *e, engine_req *r, const int32_t *ids, const uint8_t *bad);
+ * mask could not be computed; res: NULL, or each position's logprobs (the
+ * device sampler's, for a row that asks). */
+void spec_verify_ids(tern_engine *e, engine_req *r, const int32_t *ids, const uint8_t *bad, const sample_result *res);
 
 /* device.c: sampling on the device. How a step picks its tokens: the
  * host's sampler over the logits (downloaded from a device, or the CPU's),

@@ -102,6 +102,7 @@ void req_unref(engine_req *r)
         free(r->stop[i]);
     free(r->stop);
     free(r->stop_ids);
+    free(r->min_ids);
     free(r->bias);
     free(r->tokens);
     free(r->hold);

@@ -344,7 +344,7 @@ void spec_verify(tern_engine *e, engine_req *r, float *logits, const engine_prem
     verify_end(e, r, n, a);
 }
 
-void spec_verify_ids(tern_engine *e, engine_req *r, const int32_t *ids, const uint8_t *bad)
+void spec_verify_ids(tern_engine *e, engine_req *r, const int32_t *ids, const uint8_t *bad, const sample_result *res)
 {
     int n = r->n_tokens, k = r->n_spec, a = 0;
     for (int i = 0; i <= k && !r->done; i++) {
@@ -357,7 +357,7 @@ void spec_verify_ids(tern_engine *e, engine_req *r, const int32_t *ids, const ui
             return;
         }
         int accepted = i < k && ids[i] == r->draft[i];
-        engine_row_emit(e, r, ids[i], NULL);
+        engine_row_emit(e, r, ids[i], res ? &res[i] : NULL);
         if (!accepted)
             break;
         a++;

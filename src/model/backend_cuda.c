@@ -1292,8 +1292,10 @@ static int cu_argmax_finish(model_backend *base, const uint32_t *masks, int32_t 
 }
 
 /* Sampling on the device (backend.h sample_finish): flags, masks, the rows'
- * parameters, bias lists and penalty lists go up in one copy, tcu_sample_rows draws over
- * the logits where the forward left them, and only the ids come back. */
+ * parameters, bias, penalty and min_tokens lists go up in one copy,
+ * tcu_sample_rows draws over the logits where the forward left them, and
+ * only the ids and the logprobs rows ask for come back (one copy). */
+_Static_assert(TCU_SAMPLE_MAX_TOP == SAMPLE_MAX_LOGPROBS, "the device reports as many alternatives as the API allows");
 static int cu_sample_finish(model_backend *base, const dev_sample_row *rows, const uint32_t *masks, int32_t n_words,
                             const uint8_t *mask_on, int32_t *ids, tern_err *err)
 {
@@ -1308,13 +1310,20 @@ static int cu_sample_finish(model_backend *base, const dev_sample_row *rows, con
         return sel_sync(be, tern_err_set(err, TERN_EUNSUPPORTED, "cuda: sampling over %d tokens (at most %d)", V,
                                          TCU_SAMPLE_MAX_VOCAB), err);
     int any = 0;
-    size_t nb = 0, np = 0;
+    size_t nb = 0, np = 0, ns = 0, nl = 0;
     for (int j = 0; j < n_out; j++) {
         const dev_sample_row *r = &rows[j];
         any |= masks && mask_on && mask_on[j];
         if (!(r->temperature >= 0.0f) || r->n_bias < 0 || (r->n_bias > 0 && !r->bias) || !(r->u >= 0.0 && r->u < 1.0) ||
-            r->n_pen < 0 || (r->n_pen > 0 && (!r->pen_ids || !r->count)))
+            r->n_pen < 0 || (r->n_pen > 0 && (!r->pen_ids || !r->count)) || r->n_stop < 0 ||
+            (r->n_stop > 0 && !r->stop) || (r->lp && (r->n_top < 0 || r->n_top > SAMPLE_MAX_LOGPROBS)))
             return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: bad sampling parameters for row %d", j), err);
+        for (int32_t k = 0; k < r->n_stop; k++)
+            if (r->stop[k] < 0 || r->stop[k] >= V)
+                return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: stop id %d outside the vocabulary",
+                                                 r->stop[k]), err);
+        ns += (size_t)r->n_stop;
+        nl += r->lp != NULL;
         for (int32_t k = 0; k < r->n_bias; k++)
             if (r->bias[k].id < 0 || r->bias[k].id >= V)
                 return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: logit_bias id %d outside the vocabulary",
@@ -1328,16 +1337,19 @@ static int cu_sample_finish(model_backend *base, const dev_sample_row *rows, con
     }
     if (any && (size_t)n_words * 32 < (size_t)V)
         return sel_sync(be, tern_err_set(err, TERN_EINVAL, "cuda: %d mask words for %d tokens", n_words, V), err);
-    size_t nw = any ? (size_t)n_words : 0, pw = sizeof(tcu_sample_param) / sizeof(int32_t);
+    size_t nw = any ? (size_t)n_words : 0, pw = sizeof(tcu_sample_param) / sizeof(int32_t),
+           lw = sizeof(tcu_sample_lp) / sizeof(int32_t);
     /* pinned layout (32-bit words): [n_out] flags, [n_out][nw] masks, [n_out]
      * params (8-byte aligned), [nb] bias ids, [nb] bias values, [np] penalty
-     * ids, [np] their output counts, [n_out] ids */
+     * ids, [np] their output counts, [ns] stop ids; then what comes back:
+     * [n_out] ids, [nl] logprobs */
     size_t o_par = ((size_t)n_out * (1 + nw) + 1) & ~(size_t)1, o_bid = o_par + (size_t)n_out * pw,
-           o_bval = o_bid + nb, o_pid = o_bval + nb, o_pcn = o_pid + np, o_ids = o_pcn + np;
-    if ((rc = sel_ensure(be, o_ids + (size_t)n_out, err)))
+           o_bval = o_bid + nb, o_pid = o_bval + nb, o_pcn = o_pid + np, o_sup = o_pcn + np, o_ids = o_sup + ns,
+           o_lp = o_ids + (size_t)n_out;
+    if ((rc = sel_ensure(be, o_lp + nl * lw, err)))
         return sel_sync(be, rc, err);
     int32_t *h = be->h_sel, *d = be->d_sel;
-    for (int j = 0, bo = 0, po = 0; j < n_out; j++) {
+    for (int j = 0, bo = 0, po = 0, so = 0, lo = 0; j < n_out; j++) {
         const dev_sample_row *r = &rows[j];
         int on = any && mask_on[j];
         h[j] = on;
@@ -1345,8 +1357,11 @@ static int cu_sample_finish(model_backend *base, const dev_sample_row *rows, con
             memcpy(h + n_out + (size_t)j * nw, masks + (size_t)j * n_words, nw * sizeof(uint32_t));
         int pen = r->rep != 1.0f || r->pres != 0.0f || r->freq != 0.0f;
         tcu_sample_param p = {r->u, r->temperature, r->top_p, r->min_p, r->top_k, bo, r->n_bias,
-                              r->rep, r->pres, r->freq, po, pen ? r->n_pen : 0, pen};
+                              r->rep, r->pres, r->freq, po, pen ? r->n_pen : 0, pen,
+                              so, r->n_stop, r->lp != NULL, r->n_top, r->lp ? lo++ : 0};
         memcpy(h + o_par + (size_t)j * pw, &p, sizeof p);
+        for (int32_t k = 0; k < r->n_stop; k++, so++)
+            h[o_sup + (size_t)so] = r->stop[k];
         for (int32_t k = 0; k < r->n_bias; k++, bo++) {
             h[o_bid + (size_t)bo] = r->bias[k].id;
             memcpy(h + o_bval + (size_t)bo, &r->bias[k].bias, sizeof(float));
@@ -1360,16 +1375,31 @@ static int cu_sample_finish(model_backend *base, const dev_sample_row *rows, con
     if (ce == cudaSuccess)
         ce = (cudaError_t)tcu_sample_rows(be->logits, n_out, V, (const tcu_sample_param *)(const void *)(d + o_par),
                                           d + o_bid, (const float *)(const void *)(d + o_bval), d + o_pid, d + o_pcn,
-                                          any ? (const uint32_t *)(d + n_out) : NULL, (int)nw, d, d + o_ids,
+                                          d + o_sup, any ? (const uint32_t *)(d + n_out) : NULL, (int)nw, d,
+                                          d + o_ids, nl ? (tcu_sample_lp *)(void *)(d + o_lp) : NULL,
                                           (tcu_stream)be->stream);
     if (ce == cudaSuccess)
-        ce = cudaMemcpyAsync(h + o_ids, d + o_ids, (size_t)n_out * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                             be->stream);
+        ce = cudaMemcpyAsync(h + o_ids, d + o_ids, ((size_t)n_out + nl * lw) * sizeof(int32_t),
+                             cudaMemcpyDeviceToHost, be->stream);
     if (ce != cudaSuccess)
         return sel_sync(be, cu_fail(err, (int)ce, "sampling"), err);
     if ((rc = sel_sync(be, 0, err)))
         return rc;
     memcpy(ids, h + o_ids, (size_t)n_out * sizeof(int32_t));
+    for (int j = 0, lo = 0; j < n_out; j++) {
+        sample_result *res = rows[j].lp;
+        if (!res)
+            continue;
+        tcu_sample_lp l;
+        memcpy(&l, h + o_lp + (size_t)lo++ * lw, sizeof l);
+        res->id = ids[j];
+        res->logprob = l.logprob;
+        res->n_top = ids[j] >= 0 ? l.n_top : 0;
+        for (int k = 0; k < res->n_top; k++) {
+            res->top[k].id = l.top_id[k];
+            res->top[k].logprob = l.top_lp[k];
+        }
+    }
     return 0;
 }
 

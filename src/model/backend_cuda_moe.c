@@ -68,16 +68,26 @@ struct cu_moe {
     size_t copy_bytes;
 };
 
+/* An expert matrix's bytes in device memory as stored: its codes / values,
+ * and its scales - MLX's f32 {scale, bias} pairs, or MXFP4's E8M0 bytes. */
 static size_t wbytes(const model_weight *w)
 {
-    return w->qbits ? (size_t)w->n_out * w->n_in * w->qbits / 8 : (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
+    return w->mx      ? (size_t)w->n_out * w->n_in / 2
+           : w->qbits ? (size_t)w->n_out * w->n_in * w->qbits / 8
+                      : (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
 }
 
-static size_t sb_floats(const model_weight *w) { return w->qbits ? (size_t)w->n_out * (w->n_in / w->group) * 2 : 0; }
+static size_t sb_bytes(const model_weight *w)
+{
+    return w->mx ? (size_t)w->n_out * (w->n_in / 32)
+                 : w->qbits ? (size_t)w->n_out * (w->n_in / w->group) * 2 * sizeof(float) : 0;
+}
+
+static const void *sb_of(const model_weight *w) { return w->mx ? (const void *)w->mx : (const void *)w->sb; }
 
 static int kind_of(const model_weight *w)
 {
-    return w->qbits == 4 ? TCU_Q4 : w->qbits == 8 ? TCU_Q8 : w->dtype == TERN_BF16 ? TCU_BF16 : w->dtype == TERN_F16 ? TCU_F16 : TCU_F32;
+    return w->mx ? TCU_MX4 : w->qbits == 4 ? TCU_Q4 : w->qbits == 8 ? TCU_Q8 : w->dtype == TERN_BF16 ? TCU_BF16 : w->dtype == TERN_F16 ? TCU_F16 : TCU_F32;
 }
 
 /* A block of one expert: gate, up, down, then their pairs, each 256-aligned. */
@@ -86,7 +96,7 @@ static size_t block_layout(const model_weight *ex, size_t off[6])
     size_t o = 0;
     for (int k = 0; k < 6; k++) {
         off[k] = o;
-        o += ALIGN(k < 3 ? wbytes(&ex[k]) : sb_floats(&ex[k - 3]) * sizeof(float));
+        o += ALIGN(k < 3 ? wbytes(&ex[k]) : sb_bytes(&ex[k - 3]));
     }
     return o;
 }
@@ -100,19 +110,44 @@ static int experts_host(const tern_model *m, size_t *cache_bytes)
     return 1;
 }
 
-/* gpt_oss: the device kind of a layer's experts - their dtype, or bf16 for
- * MXFP4 (decoded at upload: an E2M1 value times a power of two has at most
- * two significant bits, exact in bf16) - and its bytes an element. */
-static int gpt_oss_kind(const model_weight *w) { return w->mx ? TCU_BF16 : kind_of(w); }
-static size_t kind_size(int kind) { return kind == TCU_F32 ? 4 : 2; }
+/* gpt_oss: the device kind of a layer's experts - their dtype, or TCU_MX4
+ * for MXFP4 (the blocks' codes and scale bytes as stored) - and the bytes
+ * of a row of n elements (codes; scale_bytes: MXFP4's scales). */
 
-/* gpt_oss's device bytes of one layer: gate and up (de-interleaved) and
- * down of every expert in the device kind, and the biases. */
-static size_t gpt_oss_layer_bytes(const tern_model *m, const model_layer *L)
+/* gpt_oss experts in mlx-lm's layout (separate gate / up / down, dense or
+ * MLX-quantized): they go up as the other families' experts do. */
+static int gpt_oss_split(const tern_model *m)
 {
-    const model_config *c = &m->cfg;
-    const size_t E = (size_t)c->n_expert, ff = (size_t)c->n_ff_expert, dim = (size_t)c->dim;
-    return E * 3 * ff * dim * kind_size(gpt_oss_kind(&L->experts[0])) + (E * (2 * ff + dim) + E) * sizeof(float);
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (m->layers[l].experts)
+            return m->layers[l].experts[1].n_out != 0;
+    return 0;
+}
+static size_t row_size(int kind, size_t n) { return kind == TCU_F32 ? 4 * n : kind == TCU_MX4 ? n / 2 : 2 * n; }
+static size_t scale_bytes(int kind, size_t n) { return kind == TCU_MX4 ? n / 32 : 0; }
+
+/* A gpt_oss expert's block, as the device reads it: gate [ff][dim], up
+ * [ff][dim] (gate_up's interleaved rows split), down [dim][ff], then their
+ * scale bytes (MXFP4), each 256-aligned; off as block_layout's. */
+static size_t gpt_oss_block(const tern_model *m, int kind, size_t off[6])
+{
+    const size_t dim = (size_t)m->cfg.dim, ff = (size_t)m->cfg.n_ff_expert;
+    const size_t sz[6] = {ff * row_size(kind, dim),    ff * row_size(kind, dim),    dim * row_size(kind, ff),
+                          ff * scale_bytes(kind, dim), ff * scale_bytes(kind, dim), dim * scale_bytes(kind, ff)};
+    size_t o = 0;
+    for (int k = 0; k < 6; k++) {
+        off[k] = o;
+        o += ALIGN(sz[k]);
+    }
+    return o;
+}
+
+/* The biases of a gpt_oss layer on the device: gate [E][ff], up [E][ff],
+ * down [E][dim], router [E]. */
+static size_t gpt_oss_bias_bytes(const tern_model *m)
+{
+    const size_t E = (size_t)m->cfg.n_expert;
+    return (E * (2 * (size_t)m->cfg.n_ff_expert + m->cfg.dim) + E) * sizeof(float);
 }
 
 size_t cu_moe_bytes(const tern_model *m)
@@ -123,13 +158,16 @@ size_t cu_moe_bytes(const tern_model *m)
         const model_layer *L = &m->layers[l];
         if (!L->experts)
             continue;
-        n += wbytes(&L->router) + sb_floats(&L->router) * sizeof(float);
-        if (m->cfg.moe == MOE_GPT_OSS) {
-            n += gpt_oss_layer_bytes(m, L);
+        n += wbytes(&L->router) + sb_bytes(&L->router);
+        if (m->cfg.moe == MOE_GPT_OSS)
+            n += gpt_oss_bias_bytes(m);
+        if (m->cfg.moe == MOE_GPT_OSS && !gpt_oss_split(m)) {
+            size_t off[6];
+            n += host ? 0 : (size_t)m->cfg.n_expert * gpt_oss_block(m, kind_of(&L->experts[0]), off);
             continue;
         }
         for (int i = 0; !host && i < 3 * m->cfg.n_expert; i++)
-            n += wbytes(&L->experts[i]) + sb_floats(&L->experts[i]) * sizeof(float);
+            n += wbytes(&L->experts[i]) + sb_bytes(&L->experts[i]);
     }
     return n + (host ? cache : 0);
 }
@@ -176,125 +214,68 @@ static void moe_free_one(cu_moe *x, void *p)
     } while (0)
 
 /* One matrix up (its bytes, then its pairs) into dst / sb_dst. */
-static int up_one(const model_weight *w, uint8_t *dst, float *sb_dst, cudaStream_t s, tern_err *err)
+static int up_one(const model_weight *w, uint8_t *dst, void *sb_dst, cudaStream_t s, tern_err *err)
 {
     /* the mapping is pageable memory: the copy is on the stream (cudaMemcpy
      * may return before its DMA lands, and the stream would not wait) */
     CUX(cudaMemcpyAsync(dst, w->data, wbytes(w), cudaMemcpyHostToDevice, s), "expert upload");
-    if (w->qbits)
-        CUX(cudaMemcpyAsync(sb_dst, w->sb, sb_floats(w) * sizeof(float), cudaMemcpyHostToDevice, s), "expert upload");
+    if (sb_bytes(w))
+        CUX(cudaMemcpyAsync(sb_dst, sb_of(w), sb_bytes(w), cudaMemcpyHostToDevice, s), "expert upload");
     return 0;
 }
 
-/* lut[e][c]: the bf16 bits of E2M1 code c times E8M0 scale e - the value
- * model_weight_row decodes (tern_mx_v2(c) * tern_mx_scale(e)), exact in
- * bf16; one lookup a weight instead of a conversion (20B: ~19G weights). */
-static void mx_bf16_lut(uint16_t lut[256][16])
-{
-    for (int e = 0; e < 256; e++)
-        for (int c = 0; c < 16; c++)
-            lut[e][c] = tern_f32_to_bf16((float)tern_mx_v2((unsigned)c) * tern_mx_scale((unsigned)e));
-}
-
-/* Row r of expert weight w into dst in the device kind: the stored row's
- * bytes, or an MXFP4 row decoded to bf16 through lut (mx_bf16_lut). */
-static void gpt_oss_row(const model_weight *w, int r, void *dst, const uint16_t lut[256][16])
+/* Row r of expert weight w into dst (and MXFP4's scale bytes into sdst):
+ * the stored row's bytes. */
+static void gpt_oss_row(const model_weight *w, int r, uint8_t *dst, uint8_t *sdst)
 {
     if (!w->mx) {
         const size_t es = tern_dtype_size(w->dtype);
         memcpy(dst, (const char *)w->data + (size_t)r * w->n_in * es, (size_t)w->n_in * es);
         return;
     }
-    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (w->n_in / 2), *sc = w->mx + (size_t)r * (w->n_in / 32);
-    uint16_t *h = dst;
-    for (int i = 0; i < w->n_in; i += 2) {
-        const uint16_t *l = lut[sc[i / 32]];
-        h[i] = l[q[i / 2] & 15];
-        h[i + 1] = l[q[i / 2] >> 4];
-    }
+    memcpy(dst, (const uint8_t *)w->data + (size_t)r * (w->n_in / 2), (size_t)w->n_in / 2);
+    memcpy(sdst, w->mx + (size_t)r * (w->n_in / 32), (size_t)w->n_in / 32);
 }
 
-/* Layer l's gpt_oss experts up, stacked per matrix in device memory in the
- * tcu_experts layout: gate_up's interleaved rows (gate 2i, up 2i + 1, as
- * the hub stores them and the CPU reads them) go up as separate gate and up
- * matrices, row i of each - the same rows, so the same dot products; down
- * as it is; MXFP4 matrices decoded to bf16 (a native MXFP4 kernel is not
- * written: 3.8x the bytes of the blocks and scales). The biases: gate_up's
- * split likewise, down's and the router's as they are. Each expert is
- * staged in pinned memory, the stream synchronized before the next. */
-static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err)
+/* Expert ex of layer L into its block b (gpt_oss_block's layout). */
+static void gpt_oss_fill(const tern_model *m, const model_layer *L, int ex, int kind, const size_t off[6], uint8_t *b)
+{
+    const int dim = m->cfg.dim, ff = m->cfg.n_ff_expert;
+    const size_t rs_gu = row_size(kind, dim), ss_gu = scale_bytes(kind, dim);
+    const size_t rs_dn = row_size(kind, ff), ss_dn = scale_bytes(kind, ff);
+    const model_weight *gu = &L->experts[3 * ex], *dn = &L->experts[3 * ex + 2];
+    for (int r = 0; r < ff; r++) {
+        gpt_oss_row(gu, 2 * r, b + off[0] + r * rs_gu, b + off[3] + r * ss_gu);
+        gpt_oss_row(gu, 2 * r + 1, b + off[1] + r * rs_gu, b + off[4] + r * ss_gu);
+    }
+    for (int r = 0; r < dim; r++)
+        gpt_oss_row(dn, r, b + off[2] + r * rs_dn, b + off[5] + r * ss_dn);
+}
+
+/* gpt_oss's routing and activation fields of layer l's tcu_experts, and
+ * its biases on the device: gate [E][ff] and up [E][ff] (exp_b_gu's
+ * interleaved pairs split), down [E][dim], router [E]. */
+static int gpt_oss_extras(cu_moe *x, const tern_model *m, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
     const model_layer *L = &m->layers[l];
     tcu_experts *e = &x->layers[l];
     const int E = c->n_expert, ff = c->n_ff_expert, dim = c->dim;
-    const int kind = gpt_oss_kind(&L->experts[0]);
-    for (int ex = 0; ex < E; ex++)
-        for (int k = 0; k < 3; k += 2) {
-            const model_weight *w = &L->experts[3 * ex + k];
-            if (gpt_oss_kind(w) != kind || (!w->mx && w->qbits) || w->dtype == TERN_F8E4M3)
-                return tern_err_set(err, TERN_EUNSUPPORTED,
-                                    "cuda: layer %d's experts are stored in more than one form (expert %d)", l, ex);
-        }
     if (!L->exp_b_gu || !L->exp_b_down || !L->router_b)
         return tern_err_set(err, TERN_EINVAL, "cuda: gpt_oss layer %d without its expert or router biases", l);
-    const size_t es = kind_size(kind), mat = (size_t)ff * dim * es;
-    e->kind = kind;
-    e->group = 0;
-    e->n_expert = E;
-    e->n_used = c->n_expert_used;
-    e->dim = dim;
-    e->ff = ff;
     e->norm_topk = 0;
     e->topk_softmax = 1;
     e->swiglu_clamp = 1;
     e->swiglu_limit = c->swiglu_limit;
     e->swiglu_alpha = c->swiglu_alpha;
-    e->tab = x->tab_dev + (size_t)l * E * 6;
-    const void **tab = x->tab_pin + (size_t)l * E * 6;
-    uint8_t *d[3];
-    float *bias;
     int rc;
-    for (int k = 0; k < 3; k++)
-        if ((rc = moe_alloc(x, (void **)&d[k], mat * E, err)))
-            return rc;
-    if ((rc = moe_alloc(x, (void **)&bias, ((size_t)E * (2 * ff + dim) + E) * sizeof(float), err)))
-        return rc;
-    uint8_t *stage = NULL;
-    float *hb = malloc(((size_t)E * (2 * ff + dim) + E) * sizeof(float));
-    uint16_t(*lut)[16] = malloc(256 * sizeof *lut);
-    if (!hb || !lut) {
-        free(hb);
-        free(lut);
+    float *bias, *hb = malloc(gpt_oss_bias_bytes(m));
+    if (!hb)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    }
-    mx_bf16_lut(lut);
-    if (cudaMallocHost((void **)&stage, 3 * mat) != cudaSuccess) {
-        cudaGetLastError();
+    if ((rc = moe_alloc(x, (void **)&bias, gpt_oss_bias_bytes(m), err))) {
         free(hb);
-        free(lut);
-        return tern_err_set(err, TERN_ENOMEM, "cuda: pinned memory to stage the experts");
+        return rc;
     }
-    rc = 0;
-    for (int ex = 0; ex < E && !rc; ex++) {
-        const model_weight *gu = &L->experts[3 * ex], *dn = &L->experts[3 * ex + 2];
-        for (int r = 0; r < ff; r++) {
-            gpt_oss_row(gu, 2 * r, stage + (size_t)r * dim * es, lut);
-            gpt_oss_row(gu, 2 * r + 1, stage + mat + (size_t)r * dim * es, lut);
-        }
-        for (int r = 0; r < dim; r++)
-            gpt_oss_row(dn, r, stage + 2 * mat + (size_t)r * ff * es, lut);
-        for (int k = 0; k < 3 && !rc; k++) {
-            tab[6 * ex + k] = d[k] + mat * ex;
-            tab[6 * ex + 3 + k] = NULL;
-            if (cudaMemcpyAsync(d[k] + mat * ex, stage + mat * k, mat, cudaMemcpyHostToDevice, x->stream) !=
-                cudaSuccess)
-                rc = tern_err_set(err, TERN_EIO, "cuda: expert upload");
-        }
-        if (cudaStreamSynchronize(x->stream) != cudaSuccess && !rc)
-            rc = tern_err_set(err, TERN_EIO, "cuda: expert upload");
-    }
-    /* biases: gate [E][ff], up [E][ff], down [E][dim], router [E] */
     float *bg = hb, *bu = hb + (size_t)E * ff, *bd = hb + (size_t)2 * E * ff, *br = bd + (size_t)E * dim;
     for (size_t i = 0; i < (size_t)E * ff; i++) {
         bg[i] = L->exp_b_gu[2 * i];
@@ -302,13 +283,10 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
     }
     memcpy(bd, L->exp_b_down, (size_t)E * dim * sizeof(float));
     memcpy(br, L->router_b, (size_t)E * sizeof(float));
-    if (!rc && (cudaMemcpyAsync(bias, hb, ((size_t)E * (2 * ff + dim) + E) * sizeof(float), cudaMemcpyHostToDevice,
-                                x->stream) != cudaSuccess ||
-                cudaStreamSynchronize(x->stream) != cudaSuccess))
+    if (cudaMemcpyAsync(bias, hb, gpt_oss_bias_bytes(m), cudaMemcpyHostToDevice, x->stream) != cudaSuccess ||
+        cudaStreamSynchronize(x->stream) != cudaSuccess)
         rc = tern_err_set(err, TERN_EIO, "cuda: expert bias upload");
-    cudaFreeHost(stage);
     free(hb);
-    free(lut);
     if (rc)
         return rc;
     e->b_gate = bias;
@@ -318,6 +296,72 @@ static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err
     return 0;
 }
 
+/* Layer l's gpt_oss experts: each expert's block (gpt_oss_block: gate_up's
+ * interleaved rows - gate 2i, up 2i + 1, as the hub stores them and the CPU
+ * reads them - split into separate gate and up matrices of the same rows,
+ * so the same dot products; down as it is; MXFP4 stays MXFP4, TCU_MX4)
+ * built in pinned memory: with experts in host memory that is the expert's
+ * pinned block, else a staging block copied to the layer's device memory,
+ * the stream synchronized before the next. The biases go to the device:
+ * gate_up's split likewise, down's and the router's as they are. */
+static int layer_up_gpt_oss(cu_moe *x, const tern_model *m, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->layers[l];
+    tcu_experts *e = &x->layers[l];
+    const int E = c->n_expert, ff = c->n_ff_expert, dim = c->dim;
+    const int kind = kind_of(&L->experts[0]);
+    for (int ex = 0; ex < E; ex++)
+        for (int k = 0; k < 3; k += 2) {
+            const model_weight *w = &L->experts[3 * ex + k];
+            if (kind_of(w) != kind || (!w->mx && w->qbits) || w->dtype == TERN_F8E4M3)
+                return tern_err_set(err, TERN_EUNSUPPORTED,
+                                    "cuda: layer %d's experts are stored in more than one form (expert %d)", l, ex);
+        }
+    size_t off[6];
+    const size_t block = gpt_oss_block(m, kind, off);
+    if (x->host && block != x->block)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: layer %d's experts are stored in another form", l);
+    e->kind = kind;
+    e->group = kind == TCU_MX4 ? 32 : 0;
+    e->n_expert = E;
+    e->n_used = c->n_expert_used;
+    e->dim = dim;
+    e->ff = ff;
+    e->tab = x->tab_dev + (size_t)l * E * 6;
+    const void **tab = x->tab_pin + (size_t)l * E * 6;
+    int rc = 0;
+    uint8_t *d = NULL, *stage = NULL;
+    if (x->host) {
+        e->used = x->used_dev + (size_t)l * E;
+        e->count = x->count_dev;
+        e->cache_lo = x->cache;
+        e->cache_hi = x->cache + (size_t)x->n_slots * x->block;
+    } else {
+        if ((rc = moe_alloc(x, (void **)&d, block * E, err)))
+            return rc;
+        if (cudaMallocHost((void **)&stage, block) != cudaSuccess) {
+            cudaGetLastError();
+            return tern_err_set(err, TERN_ENOMEM, "cuda: pinned memory to stage the experts");
+        }
+    }
+    for (int ex = 0; ex < E && !rc; ex++) {
+        uint8_t *b = x->host ? x->pinned + ((size_t)l * E + ex) * x->block : stage;
+        gpt_oss_fill(m, L, ex, kind, off, b);
+        uint8_t *at = x->host ? b : d + block * ex;
+        for (int k = 0; k < 6; k++)
+            tab[6 * ex + k] = k < 3 || kind == TCU_MX4 ? at + off[k] : NULL;
+        if (!x->host && (cudaMemcpyAsync(at, stage, block, cudaMemcpyHostToDevice, x->stream) != cudaSuccess ||
+                         cudaStreamSynchronize(x->stream) != cudaSuccess))
+            rc = tern_err_set(err, TERN_EIO, "cuda: expert upload");
+    }
+    if (stage)
+        cudaFreeHost(stage);
+    if (rc)
+        return rc;
+    return gpt_oss_extras(x, m, l, err);
+}
+
 /* Layer l's router up (the rest of layer_up). */
 static int router_up(cu_moe *x, const model_layer *L, tcu_experts *e, tern_err *err)
 {
@@ -325,7 +369,7 @@ static int router_up(cu_moe *x, const model_layer *L, tcu_experts *e, tern_err *
     void *d, *sb = NULL;
     int rc;
     if ((rc = moe_alloc(x, &d, wbytes(r), err)) ||
-        (r->qbits && (rc = moe_alloc(x, &sb, sb_floats(r) * sizeof(float), err))) ||
+        (r->qbits && (rc = moe_alloc(x, &sb, sb_bytes(r), err))) ||
         (rc = up_one(r, d, sb, x->stream, err)))
         return rc;
     e->router.w = d;
@@ -340,7 +384,7 @@ static int router_up(cu_moe *x, const model_layer *L, tcu_experts *e, tern_err *
  * copied into their pinned blocks; the layer's table entries in tab_pin. */
 static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
 {
-    if (m->cfg.moe == MOE_GPT_OSS) {
+    if (m->cfg.moe == MOE_GPT_OSS && !gpt_oss_split(m)) {
         int rc = layer_up_gpt_oss(x, m, l, err);
         return rc ? rc : router_up(x, &m->layers[l], &x->layers[l], err);
     }
@@ -351,17 +395,19 @@ static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
     int kind = kind_of(e0), rc;
     for (int i = 0; i < 3 * c->n_expert; i++) {
         const model_weight *w = &L->experts[i];
-        if (kind_of(w) != kind || w->group != e0->group)
+        if (kind_of(w) != kind || (w->qbits && w->group != e0->group))
             return tern_err_set(err, TERN_EUNSUPPORTED,
                                 "cuda: layer %d's experts are stored in more than one form (expert %d)", l, i / 3);
     }
     e->kind = kind;
-    e->group = e0->qbits ? e0->group : 0;
+    e->group = e0->qbits ? e0->group : e0->mx ? 32 : 0;
     e->n_expert = c->n_expert;
     e->n_used = c->n_expert_used;
     e->dim = c->dim;
     e->ff = c->n_ff_expert;
     e->norm_topk = c->norm_topk;
+    if (c->moe == MOE_GPT_OSS && (rc = gpt_oss_extras(x, m, l, err))) /* mlx-lm's layout: gate, up, down as stored */
+        return rc;
     e->tab = x->tab_dev + (size_t)l * c->n_expert * 6;
     const void **tab = x->tab_pin + (size_t)l * c->n_expert * 6;
     if (x->host) {
@@ -370,10 +416,10 @@ static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
             for (int k = 0; k < 3; k++) {
                 const model_weight *w = &L->experts[3 * ex + k];
                 memcpy(b + x->off[k], w->data, wbytes(w));
-                if (w->qbits)
-                    memcpy(b + x->off[3 + k], w->sb, sb_floats(w) * sizeof(float));
+                if (sb_bytes(w))
+                    memcpy(b + x->off[3 + k], sb_of(w), sb_bytes(w));
                 tab[6 * ex + k] = b + x->off[k];
-                tab[6 * ex + 3 + k] = w->qbits ? b + x->off[3 + k] : NULL;
+                tab[6 * ex + 3 + k] = sb_bytes(w) ? b + x->off[3 + k] : NULL;
             }
         }
         e->used = x->used_dev + (size_t)l * c->n_expert;
@@ -383,13 +429,13 @@ static int layer_up(cu_moe *x, const tern_model *m, int l, tern_err *err)
     } else {
         for (int k = 0; k < 3; k++) {
             const model_weight *w = &L->experts[k];
-            size_t one = wbytes(w), sbn = sb_floats(w);
+            size_t one = wbytes(w), sbn = sb_bytes(w);
             void *d, *sb = NULL;
             if ((rc = moe_alloc(x, &d, one * c->n_expert, err)) ||
-                (sbn && (rc = moe_alloc(x, &sb, sbn * sizeof(float) * c->n_expert, err))))
+                (sbn && (rc = moe_alloc(x, &sb, sbn * c->n_expert, err))))
                 return rc;
             for (int ex = 0; ex < c->n_expert; ex++) {
-                float *sbe = sb ? (float *)sb + sbn * ex : NULL;
+                uint8_t *sbe = sb ? (uint8_t *)sb + sbn * ex : NULL;
                 if ((rc = up_one(&L->experts[3 * ex + k], (uint8_t *)d + one * ex, sbe, x->stream, err)))
                     return rc;
                 tab[6 * ex + k] = (uint8_t *)d + one * ex;
@@ -407,7 +453,8 @@ static int host_setup(cu_moe *x, const tern_model *m, size_t cache_bytes, tern_e
     const model_weight *ex = NULL;
     for (int l = 0; l < c->n_layer && !ex; l++)
         ex = m->layers[l].experts;
-    x->block = block_layout(ex, x->off);
+    x->block = c->moe == MOE_GPT_OSS && !gpt_oss_split(m) ? gpt_oss_block(m, kind_of(ex), x->off)
+                                                          : block_layout(ex, x->off);
     size_t ids = (size_t)c->n_layer * c->n_expert, n_sparse = 0;
     for (int l = 0; l < c->n_layer; l++)
         n_sparse += m->layers[l].experts ? (size_t)c->n_expert : 0;
@@ -459,10 +506,6 @@ int cu_moe_new(const tern_model *m, tcu_stream stream, cu_moe **out, tern_err *e
         return tern_err_set(err, TERN_EUNSUPPORTED,
                             "cuda: --experts-in disk is not supported on the CUDA backend (use --experts-in host "
                             "with --expert-cache, or leave the option out)");
-    if (c->moe == MOE_GPT_OSS && model_experts_stats_get(m, &st) == 0 && st.where == MODEL_EXPERTS_HOST)
-        return tern_err_set(err, TERN_EUNSUPPORTED,
-                            "cuda: --experts-in host is not supported for gpt_oss on the CUDA backend (leave the "
-                            "option out: its experts go to GPU memory)");
     if (c->dim % 8 || c->n_ff_expert % 8)
         return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: expert widths %d x %d (multiples of 8 are needed)", c->dim,
                             c->n_ff_expert);

@@ -481,11 +481,18 @@ static int read_quant(json_object *o, model_config *cfg, tern_err *err)
     const char *mode = "affine";
     if ((rc = tern_json_get_str(q, "mode", &mode, "config.json", err)) && rc != TERN_ENOTFOUND)
         return rc;
-    if (strcmp(mode, "affine"))
-        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization mode '%s' is not supported", mode);
+    /* mlx-lm's mxfp4 mode: gpt_oss's experts as the hub's MXFP4 bytes in
+     * its SwitchGLU layout (model.c); other modules by their own shapes */
+    int mx = !strcmp(mode, "mxfp4") && cfg->moe == MOE_GPT_OSS;
+    if (strcmp(mode, "affine") && !mx)
+        return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: quantization mode '%s' is not supported%s", mode,
+                            strcmp(mode, "mxfp4") ? "" : " (mxfp4: gpt_oss experts only)");
+    cfg->mxfp4 = mx;
     if ((rc = get_req_int(q, "bits", 1, 32, &cfg->quant_bits, err)) ||
         (rc = get_req_int(q, "group_size", 1, 1 << 20, &cfg->quant_group, err)))
         return rc;
+    if (mx && (cfg->quant_bits != 4 || cfg->quant_group != 32))
+        return tern_err_set(err, TERN_EFORMAT, "config.json: mxfp4 quantization must be 4 bits in groups of 32");
     if (cfg->quant_bits != 4 && cfg->quant_bits != 8)
         return tern_err_set(err, TERN_EUNSUPPORTED, "config.json: %d-bit quantization is not supported (4 or 8)",
                             cfg->quant_bits);

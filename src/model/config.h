@@ -91,7 +91,8 @@ typedef struct model_config {
     int attn_sinks, o_bias;
     /* MXFP4 experts declared by quantization_config (quant_method mxfp4):
      * NAME_blocks (uint8, two E2M1 codes a byte) + NAME_scales (E8M0 per 32
-     * inputs); 0 = none. */
+     * inputs), or by mlx-lm's "quantization" mode mxfp4 (the same bytes as
+     * NAME.weight uint32 + NAME.scales uint8); 0 = none. */
     int mxfp4;
     /* MLX affine quantization from config.json's "quantization" (0 = none);
      * each tensor's own bits and group size are read from its shapes. */

@@ -552,15 +552,19 @@ static void moe_route_run(void *ctx, long b, long e, int worker)
 }
 
 /* gpt_oss's expert activation for grouped elements [b, e) (row-major over
- * rows x n_ff_expert): the row's gate_up product plus its expert's biases,
- * gate g = column 2i and up u = column 2i + 1 (interleaved, as stored),
- * g = min(g, limit), u = clamp(u, -limit, limit), then
+ * rows x n_ff_expert): the row's gate and up products plus its expert's
+ * biases - gate g = column 2i and up u = column 2i + 1 of one gate_up
+ * product (interleaved, as the hub stores them), or g and u from the
+ * separate gate and up products (split: MLX's layout) - then
+ * g = min(g, limit), u = clamp(u, -limit, limit) and
  * (u + 1) * g * sigmoid(alpha * g) - transformers' GptOssExperts, in its
- * order of operations. */
+ * order of operations. Into s->eu (in place where split: each element reads
+ * only its own). */
 typedef struct swiglu_job {
     const model_config *c;
     const model_layer *L;
     const model_scratch *s;
+    int split;
 } swiglu_job;
 
 static void swiglu_clamp_run(void *ctx, long b, long e, int worker)
@@ -572,8 +576,16 @@ static void swiglu_clamp_run(void *ctx, long b, long e, int worker)
     float lim = j->c->swiglu_limit, alpha = j->c->swiglu_alpha;
     for (long i = b; i < e; i++) {
         long r = i / ff, c = i % ff;
-        const float *y = s->eg + (size_t)r * 2 * ff, *bias = j->L->exp_b_gu + (size_t)s->rexp[r] * 2 * ff;
-        float g = y[2 * c] + bias[2 * c], u = y[2 * c + 1] + bias[2 * c + 1];
+        const float *bias = j->L->exp_b_gu + (size_t)s->rexp[r] * 2 * ff;
+        float g, u;
+        if (j->split) {
+            g = s->eg[i] + bias[2 * c];
+            u = s->eu[i] + bias[2 * c + 1];
+        } else {
+            const float *y = s->eg + (size_t)r * 2 * ff;
+            g = y[2 * c] + bias[2 * c];
+            u = y[2 * c + 1] + bias[2 * c + 1];
+        }
         g = g > lim ? lim : g;
         u = u > lim ? lim : u < -lim ? -lim : u;
         float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
@@ -582,15 +594,17 @@ static void swiglu_clamp_run(void *ctx, long b, long e, int worker)
 }
 
 /* The chosen experts' products of a gpt_oss layer over their grouped rows:
- * every gate_up (one product, 2 * n_ff_expert rows), the clamped SwiGLU
- * into s->eu, every down into s->ed (its bias joins in moe_combine_run). */
+ * every gate_up (one product, 2 * n_ff_expert rows; split: a gate product
+ * into s->eg and an up product into s->eu, n_ff_expert rows each), the
+ * clamped SwiGLU into s->eu, every down into s->ed (its bias joins in
+ * moe_combine_run). */
 static int moe_gpt_oss(tern_model *m, int l, int T, tern_err *err)
 {
     const model_config *c = &m->cfg;
     const model_layer *L = &m->layers[l];
     model_scratch *s = m->scratch;
     const model_weight *ex0 = L->experts;
-    int dim = c->dim, ff = c->n_ff_expert, rc;
+    int dim = c->dim, ff = c->n_ff_expert, rc, split = ex0[1].n_out != 0;
     for (int pass = 0; pass < 2; pass++) {
         int n = 0;
         for (int e = 0; e < c->n_expert; e++) {
@@ -601,8 +615,14 @@ static int moe_gpt_oss(tern_model *m, int l, int T, tern_err *err)
                 model_experts_touch(m, l, e);
             s->gw[n] = &ex0[3 * e + 2 * pass];
             s->gx[n] = pass ? s->eu + (size_t)r0 * ff : moe_in(s, T, r0, dim);
-            s->gy[n] = pass ? s->ed + (size_t)r0 * dim : s->eg + (size_t)r0 * 2 * ff;
+            s->gy[n] = pass ? s->ed + (size_t)r0 * dim : s->eg + (size_t)r0 * (split ? 1 : 2) * ff;
             s->gt[n++] = t;
+            if (pass == 0 && split) { /* up beside gate: one grouped job for both */
+                s->gw[n] = &ex0[3 * e + 1];
+                s->gx[n] = s->gx[n - 1];
+                s->gy[n] = s->eu + (size_t)r0 * ff;
+                s->gt[n++] = t;
+            }
         }
         rc = 0;
         if (m->be->matmul_grouped)
@@ -613,7 +633,7 @@ static int moe_gpt_oss(tern_model *m, int l, int T, tern_err *err)
         if (rc)
             return rc;
         if (pass == 0) {
-            swiglu_job sj = {c, L, s};
+            swiglu_job sj = {c, L, s, split};
             fwd_par(m, (long)s->cnt[c->n_expert - 1] * ff, GATE_GRAIN, swiglu_clamp_run, &sj);
         }
     }

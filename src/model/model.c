@@ -213,6 +213,27 @@ static const st_tensor *slice3(const st_tensor *t, int n, int e, st_tensor *out)
     return out;
 }
 
+/* An MXFP4 weight in MLX's mxfp4 mode (mlx-lm's gpt_oss sanitize views the
+ * hub's NAME_blocks as NAME.weight uint32 [n_out][n_in / 8] - the same
+ * bytes - and renames NAME_scales NAME.scales, uint8 [n_out][n_in / 32]):
+ * borrowed, read as model_int.h's MXFP4 (group 32: int8 inputs; the
+ * caller may change it). */
+static int get_weight_mx(const char *name, const st_tensor *t, const st_tensor *ts, int n_out, int n_in,
+                         model_weight *w, tern_err *err)
+{
+    if (n_in % 32 || t->n_dims != 2 || t->shape[0] != n_out || t->shape[1] * 8 != n_in || ts->n_dims != 2 ||
+        ts->shape[0] != n_out || ts->shape[1] * 32 != n_in)
+        return tern_err_set(err, TERN_EFORMAT, "MXFP4 tensor '%s' must be uint32 [%d, %d] with uint8 scales [%d, %d]",
+                            name, n_out, n_in / 8, n_out, n_in / 32);
+    w->dtype = TERN_U8;
+    w->data = t->data;
+    w->mx = ts->data;
+    w->n_out = n_out;
+    w->n_in = n_in;
+    w->group = 32;
+    return 0;
+}
+
 /* Expert e of MLX's stacked layout (mlx-lm's SwitchGLU: NAME
  * [n_expert][n_out][n_in], or uint32 [n_expert][n_out][packed] with
  * .scales / .biases [n_expert][n_out][groups]) as get_weight reads a 2-D
@@ -239,6 +260,8 @@ static int get_weight_stacked(tern_model *m, const char *name, int e, int n_out,
         snprintf(sn, sizeof sn, "%s.scales", stem);
         snprintf(bn, sizeof bn, "%s.biases", stem);
         const st_tensor *ts = st_find(&m->st, sn), *tb = st_find(&m->st, bn);
+        if (ts && !tb && ts->dtype == TERN_U8 && t->dtype == TERN_U32)
+            return get_weight_mx(name, slice3(t, E, e, &t2), slice3(ts, E, e, &s2), n_out, n_in, w, err);
         if (ts || tb)
             return get_weight_quant(name, slice3(t, E, e, &t2), slice3(ts, E, e, &s2), slice3(tb, E, e, &b2), n_out,
                                     n_in, w, err);
@@ -377,11 +400,56 @@ static int get_experts_gpt_oss(tern_model *m, const char *name, int n_out, int n
     return 0;
 }
 
+/* gpt_oss's experts in mlx-lm's layout (its gpt_oss sanitize: SwitchGLU
+ * matrices, gate_up split): mlp.experts.{gate,up}_proj.weight [E][I][dim]
+ * and down_proj.weight [E][dim][I], output-major - MLX-quantized (uint32
+ * words + .scales / .biases, get_weight_stacked: borrowed from the mapping)
+ * or in mlx-lm's mxfp4 mode (uint32 words + uint8 .scales: the hub's
+ * MXFP4 bytes, get_weight_mx) or dense - with their biases
+ * mlp.experts.{gate,up}_proj.bias [E][I]
+ * (interleaved here into exp_b_gu, gate at 2i and up at 2i + 1, the hub's
+ * order the activation reads) and down_proj.bias [E][dim]. experts[1] is
+ * the up matrix (n_out set: the forward's split products). */
+static int load_experts_gpt_oss_mlx(tern_model *m, const char *pfx, int l, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    model_layer *L = &m->layers[l];
+    int E = c->n_expert, I = c->n_ff_expert, rc = 0;
+    static const char *const pn[3] = {"gate_proj", "up_proj", "down_proj"};
+    char n[256];
+    for (int k = 0; k < 3; k++) {
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.%s.weight", pfx, l, pn[k]);
+        for (int e = 0; e < E; e++)
+            if ((rc = get_weight_stacked(m, n, e, k < 2 ? I : c->dim, k < 2 ? c->dim : I, &L->experts[3 * e + k], err)))
+                return rc;
+            else if (k == 2 && L->experts[3 * e + k].mx) /* int16 inputs for down (model_int.h) */
+                L->experts[3 * e + k].group = 16;
+    }
+    float *half[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && !rc; k++) {
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.%s.bias", pfx, l, pn[k]);
+        rc = get_matrix_f32(m, n, E, I, &half[k], err);
+    }
+    if (!rc && !(L->exp_b_gu = malloc((size_t)E * 2 * I * sizeof(float))))
+        rc = tern_err_set(err, TERN_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < (size_t)E * I; i++) {
+        L->exp_b_gu[2 * i] = half[0][i];
+        L->exp_b_gu[2 * i + 1] = half[1][i];
+    }
+    free(half[0]);
+    free(half[1]);
+    if (rc)
+        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj.bias", pfx, l);
+    return get_matrix_f32(m, n, E, c->dim, &L->exp_b_down, err);
+}
+
 /* A gpt_oss sparse layer: mlp.router.{weight,bias}, the experts' gate_up
  * (2 * n_ff_expert rows, gate and up interleaved, as stored) and down
  * products (get_experts_gpt_oss), and their biases
  * mlp.experts.gate_up_proj_bias [E, 2 * n_ff_expert] and down_proj_bias
- * [E, dim]. */
+ * [E, dim]; or the experts as mlx-lm stores them (load_experts_gpt_oss_mlx:
+ * what tern convert --bits writes). */
 static int load_experts_gpt_oss(tern_model *m, const char *pfx, int l, tern_err *err)
 {
     const model_config *c = &m->cfg;
@@ -391,18 +459,24 @@ static int load_experts_gpt_oss(tern_model *m, const char *pfx, int l, tern_err 
     L->experts = calloc((size_t)E * 3, sizeof *L->experts);
     if (!L->experts)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj", pfx, l);
-    if ((rc = get_experts_gpt_oss(m, n, 2 * I, c->dim, 0, L->experts, err)))
-        return rc;
-    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj", pfx, l);
-    if ((rc = get_experts_gpt_oss(m, n, c->dim, I, 2, L->experts, err)))
-        return rc;
-    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj_bias", pfx, l);
-    if ((rc = get_matrix_f32(m, n, E, 2 * I, &L->exp_b_gu, err)))
-        return rc;
-    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj_bias", pfx, l);
-    if ((rc = get_matrix_f32(m, n, E, c->dim, &L->exp_b_down, err)))
-        return rc;
+    snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_proj.weight", pfx, l);
+    if (st_find(&m->st, n)) {
+        if ((rc = load_experts_gpt_oss_mlx(m, pfx, l, err)))
+            return rc;
+    } else {
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj", pfx, l);
+        if ((rc = get_experts_gpt_oss(m, n, 2 * I, c->dim, 0, L->experts, err)))
+            return rc;
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj", pfx, l);
+        if ((rc = get_experts_gpt_oss(m, n, c->dim, I, 2, L->experts, err)))
+            return rc;
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.gate_up_proj_bias", pfx, l);
+        if ((rc = get_matrix_f32(m, n, E, 2 * I, &L->exp_b_gu, err)))
+            return rc;
+        snprintf(n, sizeof n, "%slayers.%d.mlp.experts.down_proj_bias", pfx, l);
+        if ((rc = get_matrix_f32(m, n, E, c->dim, &L->exp_b_down, err)))
+            return rc;
+    }
     snprintf(n, sizeof n, "%slayers.%d.mlp.router.bias", pfx, l);
     if ((rc = get_vector(m, n, E, &L->router_b, err)))
         return rc;

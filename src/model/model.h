@@ -128,9 +128,10 @@ int model_forward(tern_model *m, kv_pool *kv, const fwd_batch *b, float *logits,
  *    t >> 5 set = token t allowed; masks and mask_on may be NULL = no
  *    masks), -1 when a masked row allows nothing (or only -inf logits);
  *  - model_forward_sample: ids[j] = output row j's draw under rows[j]
- *    (masks as above): sample_row's processing and draw minus penalties
- *    and logprobs; temperature 0 rows get argmax's choice, with their
- *    bias; -1 when nothing can be drawn;
+ *    (masks as above): sample_row's processing, draw and logprobs, with
+ *    the row's min_tokens stop set masked first; temperature 0 rows get
+ *    argmax's choice after their bias and penalties; -1 when nothing can
+ *    be drawn;
  *  - model_forward_logits: downloads the rows into logits[n_out][n_vocab].
  * Each waits for the device. A half the backend lacks is
  * TERN_EUNSUPPORTED. */
@@ -142,6 +143,7 @@ typedef struct model_caps {
 void model_caps_get(const tern_model *m, model_caps *caps);
 
 struct sample_bias;
+struct sample_result;
 
 /* One output row of model_forward_sample: the row's sampling parameters
  * (as in sample_params: temperature 0 = argmax; top_k 0, top_p 1, min_p 0
@@ -162,6 +164,15 @@ typedef struct dev_sample_row {
     const int32_t *pen_ids;
     int32_t n_pen;
     const uint32_t *count;
+    /* min_tokens: stop[n_stop] (the row's EOS and stop ids, borrowed) get
+     * -inf before everything else, as the host's step masks them */
+    const int32_t *stop;
+    int32_t n_stop;
+    /* logprobs: when lp is set, OUT: the drawn id and its log-probability
+     * and the n_top (0..SAMPLE_MAX_LOGPROBS) most likely ids with theirs,
+     * sample_row's definition (cuda_sample.h says how exactly) */
+    struct sample_result *lp;
+    int32_t n_top;
 } dev_sample_row;
 
 int model_forward_start(tern_model *m, kv_pool *kv, const fwd_batch *b, tern_err *err);

@@ -8,8 +8,10 @@
  * sampled row from its own stream, errors - is checked against the plain
  * CPU engine token for token: alone and batched, with a draft model, with
  * prompt lookup, with a state-dependent constraint, mixed with sampled
- * rows; and the empirical distribution of many seeded device-sampled
- * requests against sample_row's (total variation). */
+ * rows; logprobs and min_tokens rows through the device sampler against
+ * the host engine's tokens and logprobs (alone, batched with other kinds,
+ * greedy rows speculating); and the empirical distribution of many seeded
+ * device-sampled requests against sample_row's (total variation). */
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,6 +50,7 @@ typedef struct fake_be {
     int n_logits;           /* logits_finish calls */
     int n_sample, n_drawn;  /* sample_finish calls, rows drawn with temperature > 0 there */
     int n_sample_masked;    /* masked rows seen by sample_finish */
+    int n_lp, n_stop;       /* sample_finish rows with logprobs, with a min_tokens stop set */
 } fake_be;
 
 static int fk_matmul(model_backend *b, int n, const model_weight *const *w, const float *X, float *const *Y, int T,
@@ -133,10 +136,27 @@ static int fk_sample(model_backend *b, const dev_sample_row *rows, const uint32_
             pc[k] = (int32_t)d->count[d->pen_ids[k]];
         sref_params p = {d->temperature, d->top_p, d->min_p, d->top_k, bid, bval, d->n_bias,
                          d->rep != 1.0f || d->pres != 0.0f || d->freq != 0.0f, d->rep, d->pres, d->freq,
-                         d->pen_ids, pc, d->n_pen};
+                         d->pen_ids, pc, d->n_pen, d->stop, d->n_stop};
         assert_true(d->u >= 0.0 && d->u < 1.0);
         sref_row r;
         ids[j] = sref_prepare(&r, f->logits + (size_t)j * V, V, &p, mk, 0.0) ? -1 : sref_draw(&r, r.k_nom, d->u);
+        if (d->lp) { /* the reference's logprobs, rounded to float as the device reports them */
+            double lp, tl[SAMPLE_MAX_LOGPROBS];
+            int32_t ti[SAMPLE_MAX_LOGPROBS];
+            assert_true(d->n_top >= 0 && d->n_top <= SAMPLE_MAX_LOGPROBS);
+            memset(d->lp, 0, sizeof *d->lp);
+            d->lp->id = ids[j];
+            if (ids[j] >= 0) {
+                d->lp->n_top = sref_logprobs(&r, r.k_nom, ids[j], d->n_top, &lp, ti, tl);
+                d->lp->logprob = (float)lp;
+                for (int k = 0; k < d->lp->n_top; k++) {
+                    d->lp->top[k].id = ti[k];
+                    d->lp->top[k].logprob = (float)tl[k];
+                }
+            }
+            f->n_lp++;
+        }
+        f->n_stop += d->n_stop > 0;
         sref_free(&r);
         free(pc);
         f->n_drawn += d->temperature > 0.0f;
@@ -567,7 +587,7 @@ static void test_device_sampler(void **state)
     assert_int_equal(c1.drawn - c0.drawn, (NS - 2) * T);                  /* one draw per sampled row and token */
     assert_int_equal(c1.logits, c0.logits);
 
-    /* logprobs: the host samples (the logits come down) */
+    /* logprobs: the device samples them too (test_device_logprobs checks the values) */
     {
         sample_params sp;
         kind_params(1, &sp);
@@ -576,9 +596,9 @@ static void test_device_sampler(void **state)
         drain(submit_sp(e, 1, &sp, T), &o);
         c1 = counts_now();
         assert_int_equal(o.finish, ENGINE_FINISH_LENGTH);
-        assert_int_equal(c1.sample, c0.sample);
-        assert_int_equal(c1.logits - c0.logits, T);
-        same(&o, &host[1], "logprobs row on the host path", 1);
+        assert_int_equal(c1.sample - c0.sample, T);
+        assert_int_equal(c1.logits, c0.logits);
+        same(&o, &host[1], "logprobs row on the device", 1);
     }
     engine_free(e);
 
@@ -603,6 +623,184 @@ static void test_device_sampler(void **state)
            o.u.n_accepted, c1.sample - c0.sample);
     assert_true(o.u.n_drafted > 0);
     assert_true(c1.sample > c0.sample && c1.logits == c0.logits && c1.finish == c0.finish);
+}
+
+/* ---- logprobs and min_tokens on the device ---- */
+
+typedef struct lp_out {
+    out o;
+    sample_result lp[128]; /* each token's, when it came with logprobs */
+    int n_lp;
+} lp_out;
+
+static void drain_lp(engine_req *r, lp_out *o)
+{
+    engine_event ev;
+    memset(o, 0, sizeof *o);
+    while (engine_req_next(r, &ev, -1)) {
+        if (ev.kind == ENGINE_EV_TOKEN) {
+            if (o->o.n < 128) {
+                if (ev.has_logprob)
+                    o->lp[o->n_lp++] = ev.lp;
+                o->o.ids[o->o.n++] = ev.token;
+            }
+        } else {
+            o->o.finish = ev.finish;
+            o->o.u = ev.usage;
+            engine_event_clear(&ev);
+            break;
+        }
+        engine_event_clear(&ev);
+    }
+    engine_req_release(r);
+}
+
+/* A device row (a: the reference's logprobs through the fake backend)
+ * against the host engine's (b: sample_row's): the same tokens, each with
+ * logprobs when asked, the same top ids, values within 1e-5 (relative
+ * above 1). */
+static void lp_same(const lp_out *a, const lp_out *b, int want_lp, const char *what, int k)
+{
+    same(&a->o, &b->o, what, k);
+    if (a->n_lp != (want_lp ? a->o.n : 0) || b->n_lp != a->n_lp)
+        fail_msg("%s %d: %d and %d tokens with logprobs of %d", what, k, a->n_lp, b->n_lp, a->o.n);
+    for (int i = 0; i < a->n_lp; i++) {
+        const sample_result *x = &a->lp[i], *y = &b->lp[i];
+        int bad = x->id != a->o.ids[i] || x->n_top != y->n_top ||
+                  !(fabsf(x->logprob - y->logprob) <= 1e-5f * (1 + fabsf(y->logprob)));
+        for (int j = 0; !bad && j < x->n_top; j++)
+            bad = x->top[j].id != y->top[j].id ||
+                  !(fabsf(x->top[j].logprob - y->top[j].logprob) <= 1e-5f * (1 + fabsf(y->top[j].logprob)));
+        if (bad)
+            fail_msg("%s %d, token %d (id %d): device logprob %.7g with %d top (first %d %.7g), host %.7g with %d "
+                     "top (first %d %.7g)",
+                     what, k, i, a->o.ids[i], x->logprob, x->n_top, x->n_top ? x->top[0].id : -1,
+                     x->n_top ? x->top[0].logprob : 0.0f, y->logprob, y->n_top, y->n_top ? y->top[0].id : -1,
+                     y->n_top ? y->top[0].logprob : 0.0f);
+    }
+}
+
+/* The rows of test_device_logprobs: logprobs over greedy, untruncated,
+ * truncated, penalized and biased rows (0-20 alternatives), rows without
+ * them in the same batch, and min_tokens rows whose stop id is the argmax
+ * (a +100 bias): EOS for a greedy row (with and without logprobs), a
+ * stop_token_ids entry for a sampled one. */
+#define NL 10
+static sample_bias g_eos_bias[1], g_sid_bias[1]; /* set by lp_kind */
+static int32_t g_stop_id[1];
+static void lp_kind(int k, engine_params *p)
+{
+    engine_params_default(p);
+    p->max_tokens = 12;
+    p->ignore_eos = 1;
+    sample_params *sp = &p->sample;
+    int eos = model_config_get(g_draft)->eos_ids[0];
+    g_eos_bias[0].id = eos, g_eos_bias[0].bias = 100.0f;
+    g_stop_id[0] = 321;
+    g_sid_bias[0].id = g_stop_id[0], g_sid_bias[0].bias = 100.0f;
+    switch (k) {
+    case 0: sample_params_default(sp), sp->temperature = 0, sp->n_logprobs = 3; break;
+    case 1: kind_params(0, sp), sp->n_logprobs = 5; break;  /* untruncated: the top over every token */
+    case 2: kind_params(4, sp), sp->n_logprobs = 20; break; /* top-k + top-p + min-p */
+    case 3: kind_params(8, sp), sp->n_logprobs = 0; break;  /* penalties, bias, top-k; no alternatives */
+    case 4: kind_params(6, sp), sp->n_logprobs = 20; break; /* greedy with a bias */
+    case 5: kind_params(1, sp); break;                      /* no logprobs */
+    case 6: sample_params_default(sp), sp->temperature = 0; break; /* plain greedy */
+    case 7: /* greedy, EOS the argmax: masked for 5 tokens, then it ends the row */
+        sample_params_default(sp), sp->temperature = 0, sp->bias = g_eos_bias, sp->n_bias = 1;
+        p->ignore_eos = 0, p->min_tokens = 5;
+        break;
+    case 8: /* the same with logprobs */
+        sample_params_default(sp), sp->temperature = 0, sp->bias = g_eos_bias, sp->n_bias = 1, sp->n_logprobs = 4;
+        p->ignore_eos = 0, p->min_tokens = 5;
+        break;
+    default: /* sampled, a stop id the argmax: masked for 4 tokens */
+        kind_params(1, sp), sp->bias = g_sid_bias, sp->n_bias = 1, sp->n_logprobs = 2;
+        p->stop_ids = g_stop_id, p->n_stop_ids = 1, p->min_tokens = 4;
+        break;
+    }
+    sp->seed = 4000 + (uint64_t)k;
+}
+
+static engine_req *lp_submit(tern_engine *e, int k)
+{
+    engine_params p;
+    lp_kind(k, &p);
+    return submit_params(e, k % NP, &p);
+}
+
+static void test_device_logprobs(void **state)
+{
+    (void)state;
+    lp_out host[NL], o;
+    assert_true(model_config_get(g_draft)->n_eos > 0);
+    setenv("TERN_GPU_SAMPLING", "0", 1);
+    tern_engine *e = small_engine(NL);
+    unsetenv("TERN_GPU_SAMPLING");
+    for (int k = 0; k < NL; k++)
+        drain_lp(lp_submit(e, k), &host[k]);
+    engine_free(e);
+    /* the min_tokens rows: their stop id after exactly min_tokens tokens */
+    for (int k = 7; k < NL; k++) {
+        engine_params p;
+        lp_kind(k, &p);
+        int32_t stop = k == 9 ? g_stop_id[0] : model_config_get(g_draft)->eos_ids[0];
+        if (host[k].o.n != p.min_tokens + 1 || host[k].o.ids[p.min_tokens] != stop ||
+            host[k].o.finish != ENGINE_FINISH_STOP)
+            fail_msg("host min_tokens row %d: %d tokens, last %d, finish %d", k, host[k].o.n,
+                     host[k].o.ids[host[k].o.n - 1], host[k].o.finish);
+    }
+    e = small_engine(NL);
+    int lp0 = g_fk[1].n_lp, st0 = g_fk[1].n_stop;
+    for (int k = 0; k < NL; k++) { /* alone */
+        engine_params p;
+        lp_kind(k, &p);
+        counts c0 = counts_now();
+        drain_lp(lp_submit(e, k), &o);
+        counts c1 = counts_now();
+        lp_same(&o, &host[k], p.sample.n_logprobs >= 0, "device logprobs / min_tokens, alone", k);
+        if (c1.logits != c0.logits)
+            fail_msg("row kind %d: %d logits_finish calls (the host path)", k, c1.logits - c0.logits);
+    }
+    assert_true(g_fk[1].n_lp > lp0 && g_fk[1].n_stop > st0);
+    engine_req *r[NL];
+    counts c0 = counts_now();
+    for (int k = 0; k < NL; k++) /* batched */
+        r[k] = lp_submit(e, k);
+    for (int k = 0; k < NL; k++) {
+        engine_params p;
+        lp_kind(k, &p);
+        drain_lp(r[k], &o);
+        lp_same(&o, &host[k], p.sample.n_logprobs >= 0, "device logprobs / min_tokens, batched", k);
+    }
+    counts c1 = counts_now();
+    assert_int_equal(c1.logits, c0.logits);
+    assert_true(c1.sample > c0.sample);
+    engine_free(e);
+
+    /* a greedy row with logprobs that speculates (prompt lookup): every
+     * verified position's logprobs from the device */
+    lp_out ho;
+    setenv("TERN_GPU_SAMPLING", "0", 1);
+    e = small_engine_ex(1, 1);
+    unsetenv("TERN_GPU_SAMPLING");
+    engine_params p;
+    lp_kind(4, &p);
+    p.max_tokens = 24;
+    drain_lp(submit_params(e, 0, &p), &ho);
+    engine_free(e);
+    e = small_engine_ex(1, 1);
+    lp_kind(4, &p);
+    p.max_tokens = 24;
+    c0 = counts_now();
+    drain_lp(submit_params(e, 0, &p), &o);
+    c1 = counts_now();
+    engine_free(e);
+    lp_same(&o, &ho, 1, "speculating greedy row with logprobs", 0);
+    printf("speculating greedy row with logprobs: %d drafted, %d accepted, %d sample_finish calls\n", o.o.u.n_drafted,
+           o.o.u.n_accepted, c1.sample - c0.sample);
+    assert_true(o.o.u.n_drafted > 0);
+    assert_true(c1.sample > c0.sample && c1.logits == c0.logits);
 }
 
 /* Sanitizer builds run the statistical check as a smoke test (few draws). */
@@ -728,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_mixed_batch),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_device_sampler),
+        cmocka_unit_test(test_device_logprobs),
         cmocka_unit_test(test_device_distribution),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -17,7 +17,11 @@ extern "C" {
 typedef struct CUstream_st *tcu_stream;
 
 /* Weight storage kinds. */
-enum { TCU_F32 = 0, TCU_BF16 = 1, TCU_F16 = 2, TCU_Q4 = 3, TCU_Q8 = 4, TCU_F8 = 5 /* FP8 E4M3, block scales */ };
+enum {
+    TCU_F32 = 0, TCU_BF16 = 1, TCU_F16 = 2, TCU_Q4 = 3, TCU_Q8 = 4,
+    TCU_F8 = 5, /* FP8 E4M3, block scales */
+    TCU_MX4 = 6 /* MXFP4 (experts only): E2M1 codes, an E8M0 scale byte per 32 */
+};
 
 /* The GEMV kernels (gemv.cu, gemv_tc.cu), one chosen per weight kind
  * (tcu_opts.gemv_*). Every one keeps tcu_gemv's contract; each sums a row

@@ -36,15 +36,28 @@ typedef struct tcu_sample_param {
     int32_t bias_off, n_bias;
     float rep, pres, freq;
     int32_t pen_off, n_pen, pen; /* pen 0 = no penalties */
+    int32_t sup_off, n_sup;     /* min_tokens: sup_ids[sup_off, + n_sup) become -inf first */
+    int32_t lp, n_top, lp_slot; /* lp 1: logprobs with n_top alternatives into lp[lp_slot] */
 } tcu_sample_param;
 
 #define TCU_SAMPLE_MAX_VOCAB (1 << 19) /* fixed-point masses: n_vocab * 2^44 < 2^64 */
+#define TCU_SAMPLE_MAX_TOP 20          /* the API's top_logprobs bound (sample.h SAMPLE_MAX_LOGPROBS) */
 
-/* Sampling per row, the host's sample_row (src/sample/sample.c) without
- * logprobs: the row's biases are added to its logits (in place: the rows
- * are modified), then its penalties in sample.c's arithmetic (x / rep or x
- * * rep by sign, then minus pres + freq * count, each one rounding), masked
- * tokens (masks/mask_on as in
+/* A row's logprobs (tcu_sample_param.lp): the drawn id's log-probability
+ * and the n_top most likely ids, most likely first, ties by ascending id. */
+typedef struct tcu_sample_lp {
+    float logprob;
+    int32_t n_top;
+    int32_t top_id[TCU_SAMPLE_MAX_TOP];
+    float top_lp[TCU_SAMPLE_MAX_TOP];
+} tcu_sample_lp;
+
+/* Sampling per row, the host's sample_row (src/sample/sample.c): first the
+ * row's min_tokens ids sup_ids[...] become -inf (the engine's stop set,
+ * applied before the processors as on the host), then its biases are added
+ * to its logits (in place: the rows are modified), then its penalties in
+ * sample.c's arithmetic (x / rep or x * rep by sign, then minus pres +
+ * freq * count, each one rounding); masked tokens (masks/mask_on as in
  * tcu_argmax_rows) and -inf/NaN logits can never be drawn. Temperature 0:
  * the masked argmax of tcu_argmax_rows. Else weights e = expf((x - max) *
  * (1/T)) over the allowed tokens; the kept set is the first K tokens in the
@@ -60,11 +73,24 @@ typedef struct tcu_sample_param {
  * host's float/double arithmetic only where u falls within ~1e-6 of a
  * boundary of the cumulative distribution (tokens below 2^-45 of the
  * largest weight have no mass here). -1 when nothing can be drawn (every
- * token masked or -inf: sample_row's error). n_vocab <= TCU_SAMPLE_MAX_VOCAB.
- * One block per row; n_rows may be 0. */
+ * token masked or -inf: sample_row's error).
+ *
+ * Logprobs (param lp = 1; lp[lp_slot] written, lp may be NULL when no row
+ * asks): sample_row's definition - sampled rows report the distribution
+ * the draw used (weights over the kept set, renormalized: log e - log of
+ * the kept mass, the mass in the fixed point above), the top n_top being
+ * the first tokens of the kept order; greedy rows the log-softmax of the
+ * processed logits at temperature 1 (x - max - log of the fixed-point sum
+ * of expf(x - max) over the allowed tokens), the top n_top by logit. Ties
+ * by ascending id; the order is the exact one (the host's float rounding
+ * of log-probabilities can tie two nearly equal values and then order them
+ * by id). Values within ~1e-6 of a double-precision reference. n_top is
+ * clamped to [0, TCU_SAMPLE_MAX_TOP] and to the tokens that exist.
+ * n_vocab <= TCU_SAMPLE_MAX_VOCAB. One block per row; n_rows may be 0. */
 int tcu_sample_rows(float *logits, int n_rows, int n_vocab, const tcu_sample_param *params, const int32_t *bias_ids,
-                    const float *bias_vals, const int32_t *pen_ids, const int32_t *pen_counts, const uint32_t *masks,
-                    int n_words, const int32_t *mask_on, int32_t *ids, tcu_stream stream);
+                    const float *bias_vals, const int32_t *pen_ids, const int32_t *pen_counts, const int32_t *sup_ids,
+                    const uint32_t *masks, int n_words, const int32_t *mask_on, int32_t *ids, tcu_sample_lp *lp,
+                    tcu_stream stream);
 
 #ifdef __cplusplus
 }

@@ -17,9 +17,9 @@ namespace {
 constexpr int NT = 8; // tokens a pass (accumulators in registers)
 constexpr int CH = 8; // 32-unit chunks of a row in registers at once
 template <int KIND> struct unit_t {
-    static constexpr int WORDS = KIND == TCU_F32 ? 8 : KIND == TCU_Q8 ? 2 : KIND == TCU_Q4 ? 1 : 4;
+    static constexpr int WORDS = KIND == TCU_F32 ? 8 : KIND == TCU_Q8 ? 2 : KIND == TCU_Q4 || KIND == TCU_MX4 ? 1 : 4;
     static constexpr int NV = 8; // weights a unit
-    static constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8;
+    static constexpr bool Q = KIND == TCU_Q4 || KIND == TCU_Q8 || KIND == TCU_MX4; // a scale per group
     static constexpr int CHN = KIND == TCU_F32 ? 4 : CH; // f32: 64 registers as for the others
 };
 
@@ -27,8 +27,34 @@ __device__ __forceinline__ size_t row_bytes(int kind, int n_in)
 {
     return kind == TCU_F32 ? (size_t)n_in * 4
            : kind == TCU_Q8 ? (size_t)n_in
-           : kind == TCU_Q4 ? (size_t)n_in / 2
+           : kind == TCU_Q4 || kind == TCU_MX4 ? (size_t)n_in / 2
                                              : (size_t)n_in * 2;
+}
+
+// Row `row`'s group scales: {scale, bias} f32 pairs (MLX kinds), or MXFP4's
+// E8M0 bytes (a group of 32).
+template <int KIND> __device__ __forceinline__ const void *scale_row(const void *base, int row, int n_in, int group)
+{
+    if constexpr (KIND == TCU_MX4)
+        return (const uint8_t *)base + (size_t)row * (n_in / 32);
+    else
+        return (const float *)base + (size_t)row * (n_in / group) * 2;
+}
+
+// Unit u's group scale (and bias: MLX kinds; MXFP4 has none): MXFP4's
+// 2^(e - 127), e = 0 the subnormal 2^-127 (the CPU's tern_mx_scale times 2,
+// unit_dot's values being E2M1 / 2^14 rather than twice E2M1).
+template <int KIND>
+__device__ __forceinline__ void scale_load(const void *sr, int u, int group, float &sc, float &bi)
+{
+    if constexpr (KIND == TCU_MX4) {
+        const uint32_t e = __ldg((const uint8_t *)sr + u / 4);
+        sc = __uint_as_float(e ? e << 23 : 0x00400000u);
+        bi = 0.0f;
+    } else {
+        const float2 p = __ldg((const float2 *)sr + (u * 8) / group);
+        sc = p.x, bi = p.y;
+    }
 }
 
 template <int KIND> __device__ __forceinline__ void unit_load(const uint8_t *row, int u, uint32_t *r)
@@ -68,6 +94,20 @@ __device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, flo
             acc = fmaf(KIND == TCU_BF16 ? bf16f(h) : f16f(h), x[j], acc);
         }
         return acc;
+    } else if constexpr (KIND == TCU_MX4) {
+        // Codes j and j + 4 of the word are 16 bits apart: one shift puts
+        // both where an f16 pair's bits go - the sign to bit 15, exponent and
+        // mantissa to bits 11-9, so the f16 is E2M1 / 2^14 (E2M1's subnormal
+        // 0.5 an f16 subnormal), exact; the unit's sum times 2^14 undoes it.
+        float sq = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t t = r[0] >> (4 * j);
+            const uint32_t h = ((t << 12) & 0x80008000u) | ((t << 9) & 0x0e000e00u);
+            sq = fmaf(__half2float(__ushort_as_half((unsigned short)(h & 0xffffu))), x[j], sq);
+            sq = fmaf(__half2float(__ushort_as_half((unsigned short)(h >> 16))), x[j + 4], sq);
+        }
+        return fmaf(sc, sq * 16384.0f, acc);
     } else {
         float sq = 0.0f, sx = 0.0f;
 #pragma unroll
@@ -90,7 +130,7 @@ __device__ __forceinline__ float unit_dot(const uint32_t *r, const float *x, flo
 // same sums (a lane adds its units in order), fewer registers more warps;
 // NTT: tokens a pass (each token's sum the same whatever the pass).
 template <int KIND, int NM, bool NORM = false, int CC = 0, int NTT = NT>
-__device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const float *const *sbrow, int n_in, int group,
+__device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const void *const *sbrow, int n_in, int group,
                                           const float *X, const int32_t *pk, int div, int base, int n,
                                           float (&res)[NM][NTT], const float *ng = nullptr, const float *rn = nullptr)
 {
@@ -103,10 +143,10 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
 #pragma unroll
         for (int j = 0; j < NTT; j++)
             acc[m][j] = 0.0f;
-    int xr[NTT];
+    int xr[NTT]; /* tokens past n repeat the first (their sums unused): no branch between the tokens */
 #pragma unroll
     for (int j = 0; j < NTT; j++)
-        xr[j] = j < n ? (pk ? pk[j] / div : base + j) : 0;
+        xr[j] = pk ? pk[j < n ? j : 0] / div : base + (j < n ? j : 0);
     for (int c0 = 0; c0 * 32 < units; c0 += C) {
         uint32_t r[NM][C][W];
         float sc[NM][C], bi[NM][C];
@@ -117,10 +157,8 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
             for (int m = 0; m < NM; m++) {
                 if (u < units) {
                     unit_load<KIND>(wrow[m], u, r[m][c]);
-                    if constexpr (U::Q) {
-                        const float2 p = __ldg((const float2 *)sbrow[m] + (u * NV) / group);
-                        sc[m][c] = p.x, bi[m][c] = p.y;
-                    }
+                    if constexpr (U::Q)
+                        scale_load<KIND>(sbrow[m], u, group, sc[m][c], bi[m][c]);
                 } else {
 #pragma unroll
                     for (int k = 0; k < W; k++)
@@ -131,8 +169,6 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
         }
 #pragma unroll
         for (int j = 0; j < NTT; j++) {
-            if (j >= n)
-                break;
             const float *xrow = X + (size_t)xr[j] * n_in;
 #pragma unroll
             for (int c = 0; c < C; c++) {
@@ -167,6 +203,40 @@ __device__ __forceinline__ void warp_rows(const uint8_t *const *wrow, const floa
             res[m][j] = warp_sum(acc[m][j]);
 }
 
+// warp_rows for n (1 <= n <= NT) tokens on the smallest of 1, 2, 4 or NT
+// tokens a pass that holds them: the tokens' sums are independent chains the
+// warp interleaves (no branch between them), each the same bits whatever
+// the pass; res[m][j] for j < n.
+template <int KIND, int NM, bool NORM, int NTT>
+__device__ __forceinline__ void warp_rows_pass(const uint8_t *const *wrow, const void *const *sbrow, int n_in,
+                                               int group, const float *X, const int32_t *pk, int div, int base, int n,
+                                               float (&res)[NM][NT], const float *ng, const float *rn)
+{
+    float r[NM][NTT];
+    warp_rows<KIND, NM, NORM, 0, NTT>(wrow, sbrow, n_in, group, X, pk, div, base, n, r, ng, rn);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NTT; j++)
+            res[m][j] = r[m][j];
+}
+
+template <int KIND, int NM, bool NORM = false>
+__device__ __forceinline__ void warp_rows_n(const uint8_t *const *wrow, const void *const *sbrow, int n_in, int group,
+                                            const float *X, const int32_t *pk, int div, int base, int n,
+                                            float (&res)[NM][NT], const float *ng = nullptr,
+                                            const float *rn = nullptr)
+{
+    if (n == 1)
+        warp_rows_pass<KIND, NM, NORM, 1>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+    else if (n == 2)
+        warp_rows_pass<KIND, NM, NORM, 2>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+    else if (n <= 4)
+        warp_rows_pass<KIND, NM, NORM, 4>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+    else
+        warp_rows<KIND, NM, NORM, 0, NT>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+}
+
 // meta layout (cuda_moe.h): [0] groups, [1, 1 + G) their experts, [1 + G,
 // 2 + 2G) their first picks (and the end), then the picks t K + k grouped.
 struct meta_v {
@@ -190,10 +260,10 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_router_kernel(const uin
     if (row >= n_out)
         return;
     const uint8_t *wr = w + (size_t)row * row_bytes(KIND, n_in);
-    const float *sr = sb ? sb + (size_t)row * (n_in / group) * 2 : nullptr;
+    const void *sr = sb ? sb + (size_t)row * (n_in / group) * 2 : nullptr;
     for (int t0 = 0; t0 < T; t0 += NT) {
         float res[1][NT];
-        warp_rows<KIND, 1>(&wr, &sr, n_in, group, xn, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res);
+        warp_rows_n<KIND, 1>(&wr, &sr, n_in, group, xn, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int j = 0; j < NT; j++)
@@ -458,10 +528,10 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     const int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5);
     if (row < n_out) {
         const uint8_t *wr = w + (size_t)row * row_bytes(KIND, n_in);
-        const float *sr = sb ? sb + (size_t)row * (n_in / group) * 2 : nullptr;
+        const void *sr = sb ? sb + (size_t)row * (n_in / group) * 2 : nullptr;
         for (int t0 = 0; t0 < T; t0 += NT) {
             float res[1][NT];
-            warp_rows<KIND, 1, true>(&wr, &sr, n_in, group, x, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res, ng, rn);
+            warp_rows_n<KIND, 1, true>(&wr, &sr, n_in, group, x, nullptr, 1, t0, T - t0 < NT ? T - t0 : NT, res, ng, rn);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -540,18 +610,16 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
         atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
     }
     const size_t rb = row_bytes(KIND, ex.dim);
-    const size_t ng = unit_t<KIND>::Q ? (size_t)ex.dim / ex.group : 0;
     const uint8_t *const g0 = (const uint8_t *)tab[0], *const u0 = (const uint8_t *)tab[1];
-    const float *const gs = (const float *)tab[3], *const us = (const float *)tab[4];
     const int32_t *pk = mv.picks();
     for (int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5); row < ex.ff; row += gridDim.x * TCU_MOE_ROWS) {
         const uint8_t *wr[2] = {g0 + (size_t)row * rb, u0 + (size_t)row * rb};
-        const float *sr[2] = {unit_t<KIND>::Q ? gs + (size_t)row * ng * 2 : nullptr,
-                              unit_t<KIND>::Q ? us + (size_t)row * ng * 2 : nullptr};
+        const void *sr[2] = {unit_t<KIND>::Q ? scale_row<KIND>(tab[3], row, ex.dim, ex.group) : nullptr,
+                             unit_t<KIND>::Q ? scale_row<KIND>(tab[4], row, ex.dim, ex.group) : nullptr};
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[2][NT];
-            warp_rows<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
+            warp_rows_n<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -614,12 +682,11 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
     const int32_t *pk = mv.picks();
     for (int row = blockIdx.x * TCU_MOE_ROWS + (threadIdx.x >> 5); row < ex.dim; row += gridDim.x * TCU_MOE_ROWS) {
         const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)row * rb;
-        const float *sr =
-            unit_t<KIND>::Q ? (const float *)tab[5] + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+        const void *sr = unit_t<KIND>::Q ? scale_row<KIND>(tab[5], row, ex.ff, ex.group) : nullptr;
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[1][NT];
-            warp_rows<KIND, 1>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
+            warp_rows_n<KIND, 1>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -652,7 +719,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
     int ng_all = 0, p0 = 0, p1 = 0;
     const int32_t *pk = nullptr;
     const uint8_t *dw = nullptr;
-    const float *ds = nullptr;
+    const void *ds = nullptr;
     auto find = [&]() {
         const meta_v mv{meta, G};
         ng_all = mv.groups();
@@ -662,7 +729,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
         pk = mv.picks();
         const void *const *tab = ex.tab + (size_t)mv.expert(g) * 6;
         dw = (const uint8_t *)tab[2];
-        ds = (const float *)tab[5];
+        ds = tab[5];
     };
     auto load = [&](int row0) {
         const size_t rb = row_bytes(KIND, ex.ff);
@@ -670,16 +737,14 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
         for (int m = 0; m < NR; m++) {
             const int row = row0 + m < ex.dim ? row0 + m : ex.dim - 1; /* past the end: a real row, unused */
             const uint8_t *wr = dw + (size_t)row * rb;
-            const float *sr = U::Q ? ds + (size_t)row * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+            const void *sr = U::Q ? scale_row<KIND>(ds, row, ex.ff, ex.group) : nullptr;
 #pragma unroll
             for (int c = 0; c < CC; c++) {
                 const int u = c * 32 + lane;
                 if (u < units) {
                     unit_load<KIND>(wr, u, r[m][c]);
-                    if constexpr (U::Q) {
-                        const float2 p = __ldg((const float2 *)sr + (u * NV) / ex.group);
-                        sc[m][c] = p.x, bi[m][c] = p.y;
-                    }
+                    if constexpr (U::Q)
+                        scale_load<KIND>(sr, u, ex.group, sc[m][c], bi[m][c]);
                 } else {
 #pragma unroll
                     for (int k = 0; k < W; k++)
@@ -800,11 +865,10 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
                 atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
             }
             const size_t rb = row_bytes(KIND, ex.dim);
-            const size_t nq = U::Q ? (size_t)ex.dim / ex.group : 0;
             const uint8_t *wr[2] = {(const uint8_t *)tab[0] + (size_t)row * rb,
                                     (const uint8_t *)tab[1] + (size_t)row * rb};
-            const float *sr[2] = {U::Q ? (const float *)tab[3] + (size_t)row * nq * 2 : nullptr,
-                                  U::Q ? (const float *)tab[4] + (size_t)row * nq * 2 : nullptr};
+            const void *sr[2] = {U::Q ? scale_row<KIND>(tab[3], row, ex.dim, ex.group) : nullptr,
+                                 U::Q ? scale_row<KIND>(tab[4], row, ex.dim, ex.group) : nullptr};
             for (int q = p0; q < p1; q += NTD) {
                 const int n = p1 - q < NTD ? p1 - q : NTD;
                 int32_t pq[NTD];
@@ -834,17 +898,14 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32, 2)
 #pragma unroll
         for (int m = 0; m < NR; m++) {
             const uint8_t *wr = (const uint8_t *)tab[2] + (size_t)(row0 + m) * row_bytes(KIND, ex.ff);
-            const float *sr =
-                U::Q ? (const float *)tab[5] + (size_t)(row0 + m) * ((size_t)ex.ff / ex.group) * 2 : nullptr;
+            const void *sr = U::Q ? scale_row<KIND>(tab[5], row0 + m, ex.ff, ex.group) : nullptr;
 #pragma unroll
             for (int c = 0; c < CC; c++) {
                 const int u = c * 32 + lane;
                 if (u < units) {
                     unit_load<KIND>(wr, u, r[m][c]);
-                    if constexpr (U::Q) {
-                        const float2 p = __ldg((const float2 *)sr + (u * NV) / ex.group);
-                        sc[m][c] = p.x, bi[m][c] = p.y;
-                    }
+                    if constexpr (U::Q)
+                        scale_load<KIND>(sr, u, ex.group, sc[m][c], bi[m][c]);
                 } else {
 #pragma unroll
                     for (int k = 0; k < W; k++)
@@ -1073,6 +1134,7 @@ int experts_any(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn,
     case TCU_F16: return experts_launch<TCU_F16>(e, s, xn, x, T, pdl, flags, st);
     case TCU_Q4: return experts_launch<TCU_Q4>(e, s, xn, x, T, pdl, flags, st);
     case TCU_Q8: return experts_launch<TCU_Q8>(e, s, xn, x, T, pdl, flags, st);
+    case TCU_MX4: return experts_launch<TCU_MX4>(e, s, xn, x, T, pdl, flags, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }
@@ -1099,6 +1161,7 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
         return 0;
     if (e->n_expert > TCU_MOE_MAX_EXPERTS || e->n_used > TCU_MOE_MAX_USED || e->n_used > e->n_expert ||
         e->dim % 8 || e->ff % 8 || ((e->kind == TCU_Q4 || e->kind == TCU_Q8) && e->group % 8) ||
+        (e->kind == TCU_MX4 && (e->group != 32 || e->dim % 32 || e->ff % 32)) ||
         (e->swiglu_clamp && (!e->b_gate || !e->b_up)))
         return (int)cudaErrorInvalidValue;
     const int G = e->n_expert < T * e->n_used ? e->n_expert : T * e->n_used;

@@ -1,6 +1,7 @@
 // Sampling on the device (see cuda_sample.h), so that only the chosen ids
 // leave the GPU: a masked argmax per logits row (greedy steps), and the
-// host sampler's processing and draw per row (tcu_sample_rows).
+// host sampler's processing and draw per row (tcu_sample_rows), with the
+// min_tokens stop set and the rows' logprobs (a few values a row).
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <math.h>
@@ -122,6 +123,8 @@ __global__ void argmax_rows_kernel(const float *logits, int n_vocab, const uint3
 // without a sort, by radix selection on the weights' bit patterns (positive
 // floats order as their bits): 4 passes of 256-bin histograms of count and
 // mass; a tie group (equal weights) is ranked by id with a block scan.
+// Logprobs reuse the kept count and mass; their top tokens come from the
+// same radix selection by count over a key per token (sr_topn).
 
 typedef unsigned long long sr_u64;
 
@@ -139,6 +142,10 @@ struct sr_smem {
     unsigned int prefix;
     sr_u64 a_cnt, a_mass, g_cnt, g_mass;
     int res;
+    // logprobs: the top tokens and their keys (sr_topn)
+    int cand[TCU_SAMPLE_MAX_TOP];
+    unsigned int cand_key[TCU_SAMPLE_MAX_TOP];
+    unsigned int n_cand;
 };
 
 // Where a selection landed: the tie group of weight bits key, after a_cnt
@@ -310,9 +317,10 @@ __device__ __forceinline__ sr_u64 sr_target(double u, sr_u64 total)
     return t < total ? t : total - 1;
 }
 
-// The draw of a row with temperature > 0 whose largest weight-able logit is mx.
+// The draw of a row with temperature > 0 whose largest weight-able logit is
+// mx; *kn and *km get the kept set's size and fixed-point mass (logprobs).
 __device__ __forceinline__ int sr_draw(const float *x, const uint32_t *mk, int V, float mx,
-                                      const tcu_sample_param &P, sr_smem &S)
+                                      const tcu_sample_param &P, sr_smem &S, sr_u64 *kn, sr_u64 *km)
 {
     const float invt = 1.0f / P.temperature;
     const int use_minp = P.min_p > 0.0f;
@@ -337,6 +345,8 @@ __device__ __forceinline__ int sr_draw(const float *x, const uint32_t *mk, int V
     }
     if (npos == 0 || z == 0)
         return -1;
+    *kn = npos;
+    *km = z;
     if (!(P.top_k > 0 || P.top_p < 1.0f || use_minp)) // no truncation: id order, as sample_row
         return sr_walk(x, mk, V, mx, invt, 0, sr_target(P.u, z), S);
     sr_u64 K = npos, ck = z; // the kept prefix and its mass
@@ -365,6 +375,8 @@ __device__ __forceinline__ int sr_draw(const float *x, const uint32_t *mk, int V
     }
     if (ck == 0)
         return -1;
+    *kn = K;
+    *km = ck;
     sr_u64 thr = sr_target(P.u, ck);
     sr_pos p = sr_select(x, mk, V, mx, invt, 1, thr + 1, S);
     if (p.q == 0)
@@ -373,16 +385,203 @@ __device__ __forceinline__ int sr_draw(const float *x, const uint32_t *mk, int V
     return sr_walk(x, mk, V, mx, invt, p.key, r - 1, S);
 }
 
+// ---- logprobs (tcu_sample_param.lp) ----
+//
+// The reported tokens' order, as a key per token (larger first, ties by
+// ascending id, 0 = not reportable): sampled rows the weight's bits (the
+// draw's order), greedy rows the logit's (sign-flipped so that unsigned
+// order is float order; -0 counts as +0, equal to it).
+
+__device__ __forceinline__ unsigned int sr_okey(float v)
+{
+    if (v == 0.0f)
+        v = 0.0f;
+    unsigned int b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ unsigned int sr_lkey(const float *x, const uint32_t *mk, int i, float mx, float invt,
+                                                int greedy)
+{
+    if (greedy) {
+        if (mk && !((mk[i >> 5] >> (i & 31)) & 1u))
+            return 0u;
+        float v = x[i];
+        return v > -INFINITY ? sr_okey(v) : 0u; // a finite key is never 0: -FLT_MAX gives 0x00800000
+    }
+    float e = sr_weight(x, mk, i, mx, invt);
+    return e > 0.0f ? __float_as_uint(e) : 0u;
+}
+
+// The n largest keys (1 <= n <= the row's reportable tokens, n <=
+// TCU_SAMPLE_MAX_TOP), ties by ascending id, into S.cand[0, n) in that
+// order: sr_select's radix passes by count find the n-th token's key; the
+// tokens above it (fewer than n) are gathered by atomics, the key's own tie
+// group - when it has more tokens than are missing - by rank in id order
+// (contiguous chunks and a block scan, as sr_walk); thread 0 sorts the n.
+__device__ void sr_topn(const float *x, const uint32_t *mk, int V, float mx, float invt, int greedy, int n,
+                        sr_smem &S)
+{
+    const int t = threadIdx.x, nt = blockDim.x;
+    unsigned int prefix = 0, pmask = 0;
+    if (t == 0)
+        S.a_cnt = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = t; b < SR_BINS; b += nt)
+            S.cnt[b] = 0;
+        __syncthreads();
+        for (int i = t; i < V; i += nt) {
+            unsigned int key = sr_lkey(x, mk, i, mx, invt, greedy);
+            if (key && (key & pmask) == prefix)
+                atomicAdd(&S.cnt[(key >> shift) & (SR_BINS - 1)], 1u);
+        }
+        __syncthreads();
+        if (t == 0) { // the bins from the largest keys down
+            sr_u64 ac = S.a_cnt;
+            int pick = -1, last = -1;
+            for (int b = SR_BINS - 1; b >= 0; b--) {
+                if (!S.cnt[b])
+                    continue;
+                last = b;
+                if (ac + S.cnt[b] >= (sr_u64)n) {
+                    pick = b;
+                    break;
+                }
+                ac += S.cnt[b];
+            }
+            if (pick < 0 && last >= 0) { // n past the total (not for valid calls): the last group
+                pick = last;
+                ac -= S.cnt[last];
+            }
+            if (pick < 0)
+                pick = 0;
+            S.a_cnt = ac;
+            S.g_cnt = S.cnt[pick];
+            S.prefix = prefix | ((unsigned int)pick << shift);
+        }
+        __syncthreads();
+        prefix = S.prefix;
+        pmask |= (unsigned int)(SR_BINS - 1) << shift;
+    }
+    const sr_u64 above = S.a_cnt, need = (sr_u64)n - above, group = S.g_cnt;
+    __syncthreads();
+    if (t == 0)
+        S.n_cand = 0;
+    __syncthreads();
+    if (group <= need) { // the whole tie group is in: every token with a key >= prefix
+        for (int i = t; i < V; i += nt) {
+            unsigned int key = sr_lkey(x, mk, i, mx, invt, greedy);
+            if (key && key >= prefix) {
+                unsigned int s = atomicAdd(&S.n_cand, 1u);
+                if (s < TCU_SAMPLE_MAX_TOP) {
+                    S.cand[s] = i;
+                    S.cand_key[s] = key;
+                }
+            }
+        }
+    } else { // the tokens above at [0, above), the group's first need ids at [above, n)
+        const int chunk = (V + nt - 1) / nt;
+        const int lo = t * chunk, hi = lo + chunk < V ? lo + chunk : V;
+        sr_u64 c = 0;
+        for (int i = lo; i < hi; i++) {
+            unsigned int key = sr_lkey(x, mk, i, mx, invt, greedy);
+            if (key && key > prefix) {
+                unsigned int s = atomicAdd(&S.n_cand, 1u);
+                if (s < TCU_SAMPLE_MAX_TOP) {
+                    S.cand[s] = i;
+                    S.cand_key[s] = key;
+                }
+            } else if (key && key == prefix) {
+                c++;
+            }
+        }
+        sr_u64 r = sr_scan(c, S) - c; // this chunk's first rank in the group
+        for (int i = lo; i < hi && r < need; i++)
+            if (sr_lkey(x, mk, i, mx, invt, greedy) == prefix) {
+                S.cand[above + r] = i;
+                S.cand_key[above + r] = prefix;
+                r++;
+            }
+    }
+    __syncthreads();
+    if (t == 0) // insertion sort of the n: key descending, id ascending
+        for (int a = 1; a < n; a++) {
+            int id = S.cand[a];
+            unsigned int key = S.cand_key[a];
+            int b = a;
+            for (; b > 0 && (S.cand_key[b - 1] < key || (S.cand_key[b - 1] == key && S.cand[b - 1] > id)); b--) {
+                S.cand[b] = S.cand[b - 1];
+                S.cand_key[b] = S.cand_key[b - 1];
+            }
+            S.cand[b] = id;
+            S.cand_key[b] = key;
+        }
+    __syncthreads();
+}
+
+// Token i's log-probability given lz, the log of the normalizer.
+__device__ __forceinline__ float sr_lp(const float *x, const uint32_t *mk, int i, float mx, float invt, int greedy,
+                                       double lz)
+{
+    if (greedy)
+        return (float)((double)x[i] - (double)mx - lz);
+    return (float)(log((double)sr_weight(x, mk, i, mx, invt)) - lz);
+}
+
+// *out for a row whose draw is id >= 0 (sample_row's logprobs, see
+// cuda_sample.h): sampled rows over their kept set (kn tokens of
+// fixed-point mass km, from sr_draw), greedy rows the log-softmax at
+// temperature 1 over every allowed token (its sum here, fixed point).
+__device__ void sr_logprobs(const float *x, const uint32_t *mk, int V, float mx, const tcu_sample_param &P, int id,
+                            sr_u64 kn, sr_u64 km, sr_smem &S, tcu_sample_lp *out)
+{
+    const int greedy = !(P.temperature > 0.0f);
+    const float invt = greedy ? 1.0f : 1.0f / P.temperature;
+    if (greedy) {
+        sr_u64 cnt = 0, z = 0;
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            if (sr_lkey(x, mk, i, mx, 1.0f, 1)) {
+                cnt++;
+                z += sr_fix(sr_weight(x, mk, i, mx, 1.0f));
+            }
+        kn = sr_sum(cnt, S);
+        km = sr_sum(z, S); // >= 2^44: the largest weight is 1
+    }
+    const double lz = log((double)km / SR_QSCALE);
+    int n = P.n_top < 0 ? 0 : P.n_top > TCU_SAMPLE_MAX_TOP ? TCU_SAMPLE_MAX_TOP : P.n_top;
+    if ((sr_u64)n > kn)
+        n = (int)kn;
+    if (n > 0)
+        sr_topn(x, mk, V, mx, invt, greedy, n, S);
+    if (threadIdx.x == 0) {
+        out->logprob = sr_lp(x, mk, id, mx, invt, greedy, lz);
+        out->n_top = n;
+        for (int j = 0; j < TCU_SAMPLE_MAX_TOP; j++) {
+            out->top_id[j] = j < n ? S.cand[j] : -1;
+            out->top_lp[j] = j < n ? sr_lp(x, mk, S.cand[j], mx, invt, greedy, lz) : 0.0f;
+        }
+    }
+}
+
 __global__ void __launch_bounds__(SR_MAX_THREADS, 1)
     sample_rows_kernel(float *logits, int V, const tcu_sample_param *params, const int32_t *bias_ids,
                        const float *bias_vals, const int32_t *pen_ids, const int32_t *pen_counts,
-                       const uint32_t *masks, int n_words, const int32_t *mask_on, int32_t *ids)
+                       const int32_t *sup_ids, const uint32_t *masks, int n_words, const int32_t *mask_on,
+                       int32_t *ids, tcu_sample_lp *lp)
 {
     __shared__ sr_smem S;
     const int row = blockIdx.x, t = threadIdx.x;
     const tcu_sample_param P = params[row];
     float *x = logits + (size_t)row * V;
     const uint32_t *mk = masks && mask_on && mask_on[row] ? masks + (size_t)row * n_words : nullptr;
+    if (P.n_sup > 0) { // min_tokens: before the processors, as the host's step does (-inf stays -inf)
+        for (int b = t; b < P.n_sup; b += blockDim.x) {
+            const int id = sup_ids[P.sup_off + b];
+            if (id >= 0 && id < V)
+                x[id] = -INFINITY;
+        }
+        __syncthreads();
+    }
     if (P.n_bias > 0) { // in list order, one thread: repeated ids add up as on the host
         if (t == 0)
             for (int b = 0; b < P.n_bias; b++) {
@@ -424,14 +623,23 @@ __global__ void __launch_bounds__(SR_MAX_THREADS, 1)
     bi = S.ri[0];
     __syncthreads();
     int id;
-    if (bi == INT_MAX || (bv == -INFINITY && (mk || P.n_bias > 0 || P.pen || P.temperature > 0.0f)))
+    sr_u64 kn = 0, km = 0;
+    if (bi == INT_MAX || (bv == -INFINITY && (mk || P.n_bias > 0 || P.pen || P.lp || P.temperature > 0.0f)))
         id = -1; // nothing can be drawn (sample_row's TERN_EINVAL)
     else if (!(P.temperature > 0.0f))
         id = bi; // greedy: tcu_argmax_rows' rule
     else
-        id = sr_draw(x, mk, V, bv, P, S);
+        id = sr_draw(x, mk, V, bv, P, S, &kn, &km);
     if (t == 0)
         ids[row] = id;
+    if (P.lp && lp) { // id is the same in every thread (shared results)
+        if (id >= 0) {
+            sr_logprobs(x, mk, V, bv, P, id, kn, km, S, lp + P.lp_slot);
+        } else if (t == 0) {
+            lp[P.lp_slot].logprob = -INFINITY;
+            lp[P.lp_slot].n_top = 0;
+        }
+    }
 }
 
 // ---- launchers ----
@@ -450,8 +658,8 @@ extern "C" int tcu_argmax_rows(const float *logits, int n_rows, int n_vocab, con
 
 extern "C" int tcu_sample_rows(float *logits, int n_rows, int n_vocab, const tcu_sample_param *params,
                                const int32_t *bias_ids, const float *bias_vals, const int32_t *pen_ids,
-                               const int32_t *pen_counts, const uint32_t *masks, int n_words, const int32_t *mask_on,
-                               int32_t *ids, tcu_stream stream)
+                               const int32_t *pen_counts, const int32_t *sup_ids, const uint32_t *masks, int n_words,
+                               const int32_t *mask_on, int32_t *ids, tcu_sample_lp *lp, tcu_stream stream)
 {
     if (n_rows <= 0)
         return 0;
@@ -459,7 +667,7 @@ extern "C" int tcu_sample_rows(float *logits, int n_rows, int n_vocab, const tcu
         return (int)cudaErrorInvalidValue;
     int threads = n_vocab >= 32768 ? SR_MAX_THREADS : 256;
     sample_rows_kernel<<<n_rows, threads, 0, (cudaStream_t)stream>>>(logits, n_vocab, params, bias_ids, bias_vals,
-                                                                      pen_ids, pen_counts, masks, n_words, mask_on,
-                                                                      ids);
+                                                                      pen_ids, pen_counts, sup_ids, masks, n_words,
+                                                                      mask_on, ids, lp);
     return (int)cudaGetLastError();
 }
