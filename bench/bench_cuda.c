@@ -4,14 +4,16 @@
  *   bench_cuda [--prompt N] [--tokens N] [--check N] [--prefill N] [--only-b1 1] [--only-batch N] [--exact-products]
  *              [--kv-type T] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage] [--model 8b|1b] [--kinds bf16,q4g64,q8g64]
- *   bench_cuda --q4 [--model 8b|1b]
+ *   bench_cuda --q4 [--model 8b|1b] [--tiles 1,2,17,s4,...]
  *
  * --q4 (no model files): the 4-bit tensor-core GEMM (tcu_q4_mm, with its
- * input kernel and the SwiGLU launch) against the tensor-core GEMV on the
+ * input kernel; gate/up with the SwiGLU fused) against the tensor-core GEMV on the
  * same shapes, 4-bit g64, T = 8, 16, 32, 64, 128: us per product by T and
- * with each tile configuration (tcu_opts.q4_tile) forced, every tile's
+ * with each tile configuration (tcu_opts.q4_tile) or input split
+ * (tcu_opts.q4_split, with the tile by T) forced, every tile's
  * bits against the default's, the relative difference to the GEMV, and
- * the products of a step per model.
+ * the products of a step per model. --tiles: only those tiles and splits
+ * (sN: split N) besides the GEMV and the tile by T.
  *
  * --gemv (no model files): every GEMV kernel (TCU_GEMV_*) on random
  * weights of the Llama 8B and 1B shapes (fused q/k/v and gate/up with the
@@ -640,7 +642,8 @@ static int gemv_bench(const char *list, int use_stage, const char *only_model, c
 
 #define Q4B_NT 5
 static const int q4b_Ts[Q4B_NT] = {8, 16, 32, 64, 128};
-#define Q4B_TILES 9 /* tcu_opts.q4_tile 1..9; 0 = by T */
+#define Q4B_TILES 24 /* tcu_opts.q4_tile 1..24; 0 = by T */
+#define Q4B_SPLITS 4 /* tcu_opts.q4_split 1, 2, 4, 8 with the tile by T */
 
 typedef struct q4b_job {
     const gv_shape *sh;
@@ -652,7 +655,7 @@ typedef struct q4b_job {
 } q4b_job;
 
 /* one product as the model's step runs it: the GEMV with the norm and the
- * SwiGLU fused, or tcu_q4_prep (the norm) + tcu_q4_mm + tcu_glu */
+ * SwiGLU fused, or tcu_q4_prep (the norm) + tcu_q4_mm (the SwiGLU fused) */
 static int q4b_issue(q4b_job *j, cudaStream_t st)
 {
     tcu_gemv_args *a = &j->a;
@@ -661,9 +664,7 @@ static int q4b_issue(q4b_job *j, cudaStream_t st)
     int rc = tcu_q4_prep(a->x, NULL, a->norm_g, a->norm_out, a->norm_eps, a->T, a->n_in, GV_GROUP, j->xb, j->xs, &j->o,
                          (tcu_stream)st);
     if (!rc)
-        rc = tcu_q4_mm(a->n, a->m, a->n_in, j->xb, j->xs, a->T, 0, &j->o, (tcu_stream)st);
-    if (!rc && a->glu)
-        rc = tcu_glu(a->m[0].y, a->m[1].y, (long)a->T * a->m[0].n_out, 0, &j->o, (tcu_stream)st);
+        rc = tcu_q4_mm(a->n, a->m, a->n_in, j->xb, j->xs, a->T, 0, a->glu, &j->o, (tcu_stream)st);
     return rc;
 }
 
@@ -712,13 +713,22 @@ static double q4b_time(q4b_job *j, int nc, void *const *w, float *const *sb, siz
  * result bitwise against tile 0's, tile 0's relative error against the
  * GEMV's, each token of T = 128 against its T = 8 row; then the products
  * of a step per model. */
-static int q4_bench(const char *only_model)
+static int q4_bench(const char *only_model, const char *tiles)
 {
+    int want[Q4B_TILES + 1 + Q4B_SPLITS]; /* tiles 1..24, then the splits 1, 2, 4, 8 */
+    for (int k = 0; k <= Q4B_TILES + Q4B_SPLITS; k++)
+        want[k] = !tiles;
+    for (const char *p = tiles; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        const int k = p[0] == 's' ? Q4B_TILES + 1 + (atoi(p + 1) == 8 ? 3 : atoi(p + 1) / 2) : atoi(p);
+        if (k >= 1 && k <= Q4B_TILES + Q4B_SPLITS)
+            want[k] = 1;
+    }
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
     printf("== 4-bit GEMM (tcu_q4_mm) against the tensor-core GEMV, q4 g64: us per product (norm / SwiGLU included) in "
            "a graph of %d, best of 3; copy bandwidth %.0f GB/s\n",
            GV_REPS, bw / 1e9);
-    static double ms[GV_NSHAPE][Q4B_NT][Q4B_TILES + 2]; /* [.][.][0] GEMV, [1] tile 0, [1 + k] tile k */
+    static double ms[GV_NSHAPE][Q4B_NT][Q4B_TILES + 2 + Q4B_SPLITS]; /* [.][.][0] GEMV, [1] tile 0, [1 + k] tile k,
+                                                                     * [2 + TILES + i] split 2^i */
     cudaEvent_t ev[2];
     cudaEventCreate(&ev[0]);
     cudaEventCreate(&ev[1]);
@@ -748,13 +758,15 @@ static int q4_bench(const char *only_model)
     int bad = 0;
     printf("%-4s %-8s %3s %8s %8s %6s", "mdl", "shape", "T", "gemv", "q4gemm", "x");
     for (int k = 1; k <= Q4B_TILES; k++)
-        printf(" %7s%d", "tile", k);
+        printf(" %6s%2d", "tile", k);
+    for (int i = 0; i < Q4B_SPLITS; i++)
+        printf(" %7s%d", "split", 1 << i);
     printf(" %9s %s\n", "rel/gemv", "bits");
     for (int si = 0; si < GV_NSHAPE; si++) {
         const gv_shape *sh = &gv_shapes[si];
         if (only_model && strcmp(only_model, sh->model)) {
             for (int ti = 0; ti < Q4B_NT; ti++)
-                for (int k = 0; k < Q4B_TILES + 2; k++)
+                for (int k = 0; k < Q4B_TILES + 2 + Q4B_SPLITS; k++)
                     ms[si][ti][k] = NAN;
             continue;
         }
@@ -804,11 +816,17 @@ static int q4_bench(const char *only_model)
                 a->m[k].n_out = sh->n_out;
                 a->m[k].y = y + (size_t)k * TMAX * NOUT_MAX;
             }
-            for (int v = 0; v < Q4B_TILES + 2; v++) {
+            for (int v = 0; v < Q4B_TILES + 2 + Q4B_SPLITS; v++) {
+                if (v >= 2 && !want[v - 1]) {
+                    ms[si][ti][v] = NAN;
+                    continue;
+                }
                 j.path = v > 0;
-                j.o.q4_tile = v > 0 ? v - 1 : 0;
+                j.o.q4_tile = v > 0 && v < Q4B_TILES + 2 ? v - 1 : 0;
+                j.o.q4_split = v >= Q4B_TILES + 2 ? 1 << (v - Q4B_TILES - 2) : 0;
                 ms[si][ti][v] = q4b_time(&j, nc, w, sb, wb, sbn, ev);
             }
+            j.o.q4_split = 0;
             /* bits: copy 0, the GEMV's output, then tile 0's and every tile's */
             gv_point(a, 0, w, sb, wb, sbn);
             j.path = 0;
@@ -829,6 +847,8 @@ static int q4_bench(const char *only_model)
             const double rel = sqrt(num / (den > 0 ? den : 1));
             int same = 1;
             for (int k = 1; k <= Q4B_TILES && same; k++) {
+                if (!want[k])
+                    continue;
                 j.o.q4_tile = k;
                 if (!cu_ok(q4b_issue(&j, NULL), "q4") || !cu_ok(cudaDeviceSynchronize(), "q4"))
                     return 1;
@@ -848,7 +868,7 @@ static int q4_bench(const char *only_model)
                 bad++;
             printf("%-4s %-8s %3d %8.1f %8.1f %5.2fx", sh->model, sh->name, T, ms[si][ti][0] * 1e3, ms[si][ti][1] * 1e3,
                    ms[si][ti][0] / ms[si][ti][1]);
-            for (int k = 1; k <= Q4B_TILES; k++)
+            for (int k = 1; k <= Q4B_TILES + Q4B_SPLITS; k++)
                 printf(" %8.1f", ms[si][ti][1 + k] * 1e3);
             printf(" %9.2e %s\n", rel, same ? "same" : "DIFFER");
             fflush(stdout);
@@ -859,12 +879,12 @@ static int q4_bench(const char *only_model)
         }
     }
     printf("== products of a step (sum of count x us over the model's shapes), ms: gemv / q4gemm (tile by T) / "
-           "q4gemm (best tile per shape) - and the best tile per shape\n");
+           "q4gemm (best tile per shape) - and the best tile and split (with the tile by T) per shape\n");
     const char *models[2] = {"8b", "1b"};
     for (int mi = 0; mi < 2; mi++)
         for (int ti = 0; ti < Q4B_NT; ti++) {
             double s0 = 0, s1 = 0, sb = 0;
-            char bestl[128] = "";
+            char bestl[256] = "";
             int len = 0;
             for (int si = 0; si < GV_NSHAPE; si++) {
                 const gv_shape *sh = &gv_shapes[si];
@@ -872,12 +892,17 @@ static int q4_bench(const char *only_model)
                     continue;
                 int bk = 1;
                 for (int k = 1; k <= Q4B_TILES; k++)
-                    if (ms[si][ti][1 + k] < ms[si][ti][1 + bk])
+                    if (ms[si][ti][1 + k] < ms[si][ti][1 + bk] || isnan(ms[si][ti][1 + bk]))
                         bk = k;
                 s0 += sh->count * ms[si][ti][0];
                 s1 += sh->count * ms[si][ti][1];
                 sb += sh->count * ms[si][ti][1 + bk];
-                len += snprintf(bestl + len, sizeof bestl - (size_t)len, " %s:%d", sh->name, bk);
+                int bs = 0;
+                for (int i = 1; i < Q4B_SPLITS; i++)
+                    if (ms[si][ti][2 + Q4B_TILES + i] < ms[si][ti][2 + Q4B_TILES + bs] ||
+                        isnan(ms[si][ti][2 + Q4B_TILES + bs]))
+                        bs = i;
+                len += snprintf(bestl + len, sizeof bestl - (size_t)len, " %s:tile %d/split %d", sh->name, bk, 1 << bs);
             }
             if (isnan(s0))
                 continue;
@@ -912,7 +937,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_cuda: no GPU\n");
             return 2;
         }
-        return q4_bench(argc >= 4 && !strcmp(argv[2], "--model") ? argv[3] : NULL);
+        const char *only_model = NULL, *tiles = NULL;
+        for (int i = 2; i + 1 < argc; i += 2) {
+            if (!strcmp(argv[i], "--model"))
+                only_model = argv[i + 1];
+            else if (!strcmp(argv[i], "--tiles"))
+                tiles = argv[i + 1];
+        }
+        return q4_bench(only_model, tiles);
 #else
         fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
         return 2;

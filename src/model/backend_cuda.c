@@ -474,7 +474,7 @@ static int mm_f8(cu_backend *be, int n, tcu_mat *mats, const float *x, const int
  * RMSNormed first when g is given (rows, xn as tcu_rmsnorm) - rounded to
  * bf16 with their group sums into the 16-bit scratch xh (T * n_in bf16,
  * then T * n_in / group floats: within its 2 T n_in bytes), then one launch
- * for the n matrices (gate/up: then the activation). */
+ * for the n matrices (gate/up: the activation in its epilogue). */
 static int mm_q4(cu_backend *be, int n, tcu_mat *mats, const float *x, const int32_t *rows, const float *g, float *xn,
                  uint16_t *xh, int n_in, int T, int accumulate, int glu, tern_err *err)
 {
@@ -483,9 +483,8 @@ static int mm_q4(cu_backend *be, int n, tcu_mat *mats, const float *x, const int
     CU(tcu_q4_prep(x, rows, g, xn, g ? be->m->cfg.norm_eps : 0.0f, T, n_in, mats[0].group, xh, xs, &be->opts,
                    (tcu_stream)be->stream),
        "4-bit inputs");
-    CU(tcu_q4_mm(n, mats, n_in, xh, xs, T, accumulate && !glu, &be->opts, (tcu_stream)be->stream), "4-bit product");
-    if (glu)
-        CU(tcu_glu(mats[0].y, mats[1].y, (long)T * mats[0].n_out, glu == 2, &be->opts, (tcu_stream)be->stream), "glu");
+    CU(tcu_q4_mm(n, mats, n_in, xh, xs, T, accumulate && !glu, glu, &be->opts, (tcu_stream)be->stream),
+       "4-bit product");
     return 0;
 }
 
@@ -1616,7 +1615,8 @@ static const struct cu_env_opt {
     {"TERN_CUDA_LT", offsetof(tcu_opts, lt), 0, 1},
     {"TERN_CUDA_F8_TC", offsetof(tcu_opts, f8_tc), 0, 2},
     {"TERN_CUDA_Q4_TC", offsetof(tcu_opts, q4_tc), 0, 2},
-    {"TERN_CUDA_Q4_TILE", offsetof(tcu_opts, q4_tile), 0, 9},
+    {"TERN_CUDA_Q4_TILE", offsetof(tcu_opts, q4_tile), 0, 24},
+    {"TERN_CUDA_Q4_SPLIT", offsetof(tcu_opts, q4_split), 0, 8},
     {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},

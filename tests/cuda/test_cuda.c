@@ -506,7 +506,9 @@ static void q4t_free(tcu_mat *m)
 }
 
 /* tcu_q4_prep + tcu_q4_mm of the first T rows of dX (device, [T][n_in]) with
- * tile configuration `tile` (0: by T); m[k].y's first T rows to Y[k]. */
+ * tile configuration `tile` (0: by T); m[k].y's first T rows to Y[k].
+ * accumulate -1: SiLU(gate) * up fused (glu 1), -3: the product then
+ * tcu_glu. */
 static void q4t_run(int n, const tcu_mat *m, int n_in, const float *dX, int T, int accumulate, int tile, float **Y)
 {
     tcu_opts o;
@@ -520,7 +522,10 @@ static void q4t_run(int n, const tcu_mat *m, int n_in, const float *dX, int T, i
     assert_int_equal(cudaMalloc((void **)&xs, (size_t)T * (n_in / 32) * sizeof(float)), 0);
     int rc = tcu_q4_prep(dX, NULL, NULL, NULL, 0.0f, T, n_in, m[0].group, xb, xs, &o, (tcu_stream)st);
     if (!rc)
-        rc = tcu_q4_mm(n, m, n_in, xb, xs, T, accumulate, &o, (tcu_stream)st);
+        rc = tcu_q4_mm(n, m, n_in, xb, xs, T, accumulate > 0 ? accumulate : 0, accumulate < 0 ? -accumulate : 0, &o,
+                       (tcu_stream)st);
+    if (!rc && accumulate == -3) /* unfused: tcu_glu after the product */
+        rc = tcu_glu(m[0].y, m[1].y, (long)T * m[0].n_out, 0, &o, (tcu_stream)st);
     if (!rc)
         rc = (int)cudaStreamSynchronize(st);
     if (rc)
@@ -549,7 +554,8 @@ static int q4t_code(const test_w *tw, int r, int i)
  *   128 within 1e-5 of sum |terms| of a double reference of the same
  *   rounded inputs, codes, scales and biases; each token alone (T = 1, the
  *   same kernel) equal bitwise to its row in every batch; every tile
- *   configuration equal bitwise to the default; accumulate = y + the product. */
+ *   configuration equal bitwise to the default; accumulate = y + the product;
+ *   gate/up with the SiLU product fused = the product then tcu_glu, bitwise. */
 static void test_q4_mma(void **state)
 {
     (void)state;
@@ -609,7 +615,7 @@ static void test_q4_mma(void **state)
     static const struct {
         int n, rows[2], n_in, group;
     } cases[] = {{1, {200, 0}, 2048, 64}, {1, {1000, 0}, 4096, 32}, {1, {96, 0}, 14336, 64},
-                 {1, {300, 0}, 1024, 128}, {2, {200, 72}, 2048, 64}};
+                 {1, {300, 0}, 1024, 128}, {2, {200, 72}, 2048, 64}, {2, {328, 328}, 4096, 64}};
     const int Ts[] = {1, 2, 5, 8, 17, 32, 64, 100, 128}, TM = 128;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int n = cases[ci].n, n_in = cases[ci].n_in, G = cases[ci].group, ng = n_in / G;
@@ -696,7 +702,7 @@ static void test_q4_mma(void **state)
                 fail_msg("4-bit GEMM case %zu T %d: a token in the batch differs from the token alone", ci, T);
         }
         /* every tile configuration = the default, bitwise (T 100: several token tiles for the small ones) */
-        for (int tile = 1; tile <= 9; tile++) {
+        for (int tile = 1; tile <= 24; tile++) {
             q4t_run(n, m, n_in, dX, 100, 0, tile, Yc);
             for (int k = 0; k < n; k++)
                 if (memcmp(Yc[k], Y1[k], (size_t)100 * m[k].n_out * sizeof(float)))
@@ -714,7 +720,18 @@ static void test_q4_mma(void **state)
                 if (Yb[k][i] != Yc[k][i] + Y1[k][i])
                     fail_msg("4-bit GEMM case %zu: accumulate gives %g, want %g + %g", ci, Yb[k][i], Yc[k][i],
                              Y1[k][i]);
-        print_message("4-bit GEMM case %zu: 9 tile configurations bitwise, accumulate exact\n", ci);
+        if (n == 2 && m[0].n_out == m[1].n_out) { /* SwiGLU fused = the product then tcu_glu, bitwise */
+            float *Yg[2] = {Yb[0], Yb[1]}, *Yu[2] = {Yc[0], Yc[1]};
+            for (int tile = 0; tile <= 24; tile += 3) {
+                q4t_run(2, m, n_in, dX, 17, -3, tile, Yu);
+                q4t_run(2, m, n_in, dX, 17, -1, tile, Yg);
+                if (memcmp(Yg[0], Yu[0], (size_t)17 * m[0].n_out * sizeof(float)))
+                    fail_msg("4-bit GEMM case %zu tile %d: fused SwiGLU differs from tcu_glu after the product", ci,
+                             tile);
+            }
+            print_message("4-bit GEMM case %zu: fused SwiGLU = product + tcu_glu, bitwise\n", ci);
+        }
+        print_message("4-bit GEMM case %zu: 24 tile configurations bitwise, accumulate exact\n", ci);
         for (int k = 0; k < n; k++) {
             q4t_free(&m[k]);
             free_weight(&tw[k]);

@@ -99,8 +99,10 @@ typedef struct tcu_opts {
      * activations once to bf16 (each row still batch-invariant) */
     int exact;
     int moe; /* TCU_MOE_* bits (mixture-of-experts kernels, moe.cu) */
-    int q4_tile; /* tcu_q4_mm's tile configuration: 0 by T (the default), 1-9 one of gemm_q4.cu's (every one
-                  * gives the same bits; for measurements and tests) */
+    int q4_tile;  /* tcu_q4_mm's tile configuration: 0 by T (the default), 1-24 one of gemm_q4.cu's (every one
+                   * gives the same bits; for measurements and tests) */
+    int q4_split; /* tcu_q4_mm's chunks of the inputs: 0 by the launch's shape (the default); 1, 2, 4 or 8 forced
+                   * (another order of sums: measurements only) */
     /* -- read by the backend (src/model/backend_cuda.c) -- */
     int gemm_min_t;  /* steps of at least this many tokens take cuBLAS, the rest the GEMVs */
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
@@ -222,12 +224,15 @@ int tcu_f8_mm(const tcu_mat *m, int n_in, const uint8_t *x8, const float *xs, in
  * n TCU_Q4 matrices of one group size in one launch: per (row, token) each
  * group's scale * (mma sum of codes x rounded inputs) + bias * xsum, the
  * groups in an order fixed by the launch's shape (the matrices' rows and
- * n_in), never by T - batch-invariant. Reads o->q4_tile and o->pdl. */
+ * n_in), never by T - batch-invariant. glu = 1 (SiLU) or 2 (GELU-tanh):
+ * n = 2 (gate, up; one n_out), m[0].y = act(gate) * up as tcu_glu computes
+ * it, m[1].y unused (accumulate 0). Reads o->q4_tile, o->q4_split and
+ * o->pdl. */
 int tcu_q4_mm_ok(int n_in, int group);
 int tcu_q4_prep(const float *x, const int32_t *rows, const float *g, float *xn, float eps, int T, int n_in, int group,
                 uint16_t *xb, float *xsum, const tcu_opts *o, tcu_stream stream);
 int tcu_q4_mm(int n, const tcu_mat *m, int n_in, const uint16_t *xb, const float *xsum, int T, int accumulate,
-              const tcu_opts *o, tcu_stream stream);
+              int glu, const tcu_opts *o, tcu_stream stream);
 /* x[n] f32 -> out[n] bf16 (to_f16 = 0) or f16 (to_f16 = 1), round to nearest. */
 int tcu_f32_to_half(const float *x, uint16_t *out, long n, int to_f16, const tcu_opts *o, tcu_stream stream);
 

@@ -182,9 +182,21 @@ __device__ __forceinline__ void q4_cp_small(void *smem, const void *gmem, int by
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(gmem) : "memory");
 }
 
-template <int WM, int WN, int MT, int NT, int ST>
+// 16 bytes global -> shared, the L2 fetching the 256-byte block around it
+// on a miss (the row's next stages: fewer, longer DRAM bursts).
+__device__ __forceinline__ void q4_cp16_l2(void *smem, const void *gmem)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
+}
+
+// SPS: 128-input blocks a pipeline stage (1 or 2; the chunks stay in
+// 128-input blocks, so the order of sums does not depend on it); PF: the
+// weight copies ask the L2 for 256-byte blocks (q4_cp16_l2).
+template <int WM, int WN, int MT, int NT, int ST, int SPS, int PF>
 __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
-    q4_gemm_kernel(const q4_job job, int n_in, int G, const uint16_t *xb, const float *xsum, int T, int accumulate)
+    q4_gemm_kernel(const q4_job job, int n_in, int G, const uint16_t *xb, const float *xsum, int T, int accumulate,
+                   int glu)
 {
     namespace cg = cooperative_groups;
     constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, NTH = WM * WN * WARP;
@@ -193,45 +205,72 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int wm = warp % WM, wn = warp / WM;
     const int nch = gridDim.x, ch = blockIdx.x, nst = n_in / Q4_KS;
-    const int cs = (int)((long)ch * nst / nch), ce = (int)((long)(ch + 1) * nst / nch), nloc = ce - cs;
+    const int cs = (int)((long)ch * nst / nch), ce = (int)((long)(ch + 1) * nst / nch);
+    const int nloc = (ce - cs + SPS - 1) / SPS; /* stages */
     /* the row tile's matrix (selected by unrolled compares: a parameter
-     * array indexed at run time would be copied to local memory) */
+     * array indexed at run time would be copied to local memory); glu: the
+     * tile's first BM / 2 rows are gate's (m[0]) rows r0 .., the others
+     * up's (m[1]) same rows */
     tcu_mat M = job.m[0];
     int tile0 = 0;
 #pragma unroll
     for (int k = 1; k < TCU_MM_MAX; k++)
-        if (k < job.n && (int)blockIdx.y >= job.tile0[k]) {
+        if (!glu && k < job.n && (int)blockIdx.y >= job.tile0[k]) {
             M = job.m[k];
             tile0 = job.tile0[k];
         }
-    const int r0 = ((int)blockIdx.y - tile0) * BM, t0 = (int)blockIdx.z * BN;
+    const int HB = glu ? BM / 2 : BM; /* output rows of the tile */
+    const int r0 = ((int)blockIdx.y - tile0) * HB, t0 = (int)blockIdx.z * BN;
     const int ng = n_in / G, gps = Q4_KS / G, spg = G / 32; /* groups a stage, 32-input steps a group */
     const int sbb = 8 * gps, xsb = 4 * gps;                 /* bytes a stage of a row's pairs, a token's sums */
-    const uint8_t *wrow = (const uint8_t *)M.w;
     const size_t rowb = (size_t)n_in / 2;
+    const uint8_t *w0 = (const uint8_t *)M.w, *w1 = (const uint8_t *)job.m[1].w;
+    const float *sb0 = M.sb, *sb1 = job.m[1].sb;
+    /* tile row -> its matrix row (past the end: the last one) */
+    auto src_row = [&](int row, const uint8_t *&w, const float *&sb) {
+        int r = r0 + row;
+        w = w0;
+        sb = sb0;
+        if (glu && row >= HB) {
+            r -= HB;
+            w = w1;
+            sb = sb1;
+        }
+        return r < M.n_out ? r : M.n_out - 1;
+    };
 
     /* the weights' part of stage st into slot `slot` (no kernel writes them:
      * the first stages go out before the PDL wait) */
-    auto load_w = [&](int slot, int st) {
-        unsigned char *s = q4s + (size_t)slot * L::STAGE;
+    auto load_w = [&](unsigned char *s, int st) {
 #pragma unroll
         for (int i0 = 0; i0 < BM * 4; i0 += NTH) {
             const int i = i0 + tid;
             if (BM * 4 % NTH == 0 || i < BM * 4) {
-                const int row = i >> 2, c = i & 3, r = r0 + row < M.n_out ? r0 + row : M.n_out - 1;
-                cp_async16(s + L::A + q4_a_off(row, c), wrow + (size_t)r * rowb + (size_t)st * 64 + 16 * c, 16);
+                const int row = i >> 2, c = i & 3;
+                const uint8_t *w;
+                const float *sb;
+                const int r = src_row(row, w, sb);
+                if (PF)
+                    q4_cp16_l2(s + L::A + q4_a_off(row, c), w + (size_t)r * rowb + (size_t)st * 64 + 16 * c);
+                else
+                    cp_async16(s + L::A + q4_a_off(row, c), w + (size_t)r * rowb + (size_t)st * 64 + 16 * c, 16);
             }
         }
         const int pc = sbb < 16 ? sbb : 16, np = sbb / pc; /* pieces a row */
         for (int i = tid; i < BM * np; i += NTH) {
-            const int row = i / np, c = i % np, r = r0 + row < M.n_out ? r0 + row : M.n_out - 1;
-            q4_cp_small(s + L::SB + row * 32 + c * pc,
-                        (const unsigned char *)(M.sb + ((size_t)r * ng + (size_t)st * gps) * 2) + c * pc, pc);
+            const int row = i / np, c = i % np;
+            const uint8_t *w;
+            const float *sb;
+            const int r = src_row(row, w, sb);
+            const unsigned char *src = (const unsigned char *)(sb + ((size_t)r * ng + (size_t)st * gps) * 2) + c * pc;
+            if (PF && pc == 16)
+                q4_cp16_l2(s + L::SB + row * 32 + c * pc, src);
+            else
+                q4_cp_small(s + L::SB + row * 32 + c * pc, src, pc);
         }
     };
     /* the activations' part (written by tcu_q4_prep: after the wait) */
-    auto load_x = [&](int slot, int st) {
-        unsigned char *s = q4s + (size_t)slot * L::STAGE;
+    auto load_x = [&](unsigned char *s, int st) {
 #pragma unroll
         for (int i0 = 0; i0 < BN * 16; i0 += NTH) {
             const int i = i0 + tid;
@@ -246,16 +285,30 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
         }
     };
 
+    /* stage i into slot `slot`: its 128-input blocks (SPS, the last stage
+     * of a chunk perhaps fewer) */
+    auto stage_w = [&](int slot, int i) {
+#pragma unroll
+        for (int b = 0; b < SPS; b++)
+            if (cs + i * SPS + b < ce)
+                load_w(q4s + (size_t)(slot * SPS + b) * L::STAGE, cs + i * SPS + b);
+    };
+    auto stage_x = [&](int slot, int i) {
+#pragma unroll
+        for (int b = 0; b < SPS; b++)
+            if (cs + i * SPS + b < ce)
+                load_x(q4s + (size_t)(slot * SPS + b) * L::STAGE, cs + i * SPS + b);
+    };
 #pragma unroll
     for (int s = 0; s < ST - 1; s++)
         if (s < nloc)
-            load_w(s, cs + s);
+            stage_w(s, s);
     pdl_wait();
     pdl_trigger();
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
         if (s < nloc)
-            load_x(s, cs + s);
+            stage_x(s, s);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
 
@@ -270,75 +323,80 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
 
     for (int i = 0; i < nloc; i++) {
         if (i + ST - 1 < nloc) {
-            load_w((i + ST - 1) % ST, cs + i + ST - 1);
-            load_x((i + ST - 1) % ST, cs + i + ST - 1);
+            stage_w((i + ST - 1) % ST, i + ST - 1);
+            stage_x((i + ST - 1) % ST, i + ST - 1);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         asm volatile("cp.async.wait_group %0;" ::"n"(ST - 1) : "memory");
         __syncthreads();
-        const unsigned char *s = q4s + (size_t)(i % ST) * L::STAGE;
 #pragma unroll
-        for (int st = 0; st < Q4_KS / 32; st++) {
-            if (st % spg == 0) /* a group starts: its P from zero */
+        for (int b = 0; b < SPS; b++) {
+            if (cs + i * SPS + b >= ce)
+                break;
+            const unsigned char *s = q4s + (size_t)((i % ST) * SPS + b) * L::STAGE;
+#pragma unroll
+            for (int st = 0; st < Q4_KS / 32; st++) {
+                if (st % spg == 0) /* a group starts: its P from zero */
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                        for (int ni = 0; ni < NT; ni++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                P[mi][ni][e] = 0.0f;
+                uint32_t A[MT][2][4]; /* [m-tile][row g, g + 8][pairs (0,4) (1,5) (2,6) (3,7)] */
 #pragma unroll
                 for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int row = (wm * MT + mi) * 16 + g + 8 * h;
+                        const uint32_t w = *reinterpret_cast<const uint32_t *>(s + L::A + q4_a_off(row, st) + 4 * q);
+#pragma unroll
+                        for (int p = 0; p < 4; p++)
+                            A[mi][h][p] = q4_pair(w, p);
+                    }
+#pragma unroll
+                for (int ni = 0; ni < NT; ni++) {
+                    const int tok = (wn * NT + ni) * 8 + g;
+                    const uint4 xv = *reinterpret_cast<const uint4 *>(s + L::B + q4_b_off(tok, 4 * st + q));
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++) {
+                        q4_mma(P[mi][ni], A[mi][0][0], A[mi][1][0], A[mi][0][1], A[mi][1][1], xv.x, xv.y);
+                        q4_mma(P[mi][ni], A[mi][0][2], A[mi][1][2], A[mi][0][3], A[mi][1][3], xv.z, xv.w);
+                    }
+                }
+                if (st % spg == spg - 1) { /* the group ends: acc = fma(bias, S, fma(scale, P, acc)) */
+                    const int gl = st / spg;
+                    float2 sv[MT][2];
+                    float xv[NT][2];
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            sv[mi][h] = *reinterpret_cast<const float2 *>(
+                                s + L::SB + ((wm * MT + mi) * 16 + g + 8 * h) * 32 + 8 * gl);
 #pragma unroll
                     for (int ni = 0; ni < NT; ni++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            P[mi][ni][e] = 0.0f;
-            uint32_t A[MT][2][4]; /* [m-tile][row g, g + 8][pairs (0,4) (1,5) (2,6) (3,7)] */
+                        for (int j = 0; j < 2; j++)
+                            xv[ni][j] = *reinterpret_cast<const float *>(
+                                s + L::XS + ((wn * NT + ni) * 8 + 2 * q + j) * 16 + 4 * gl);
 #pragma unroll
-            for (int mi = 0; mi < MT; mi++)
+                    for (int mi = 0; mi < MT; mi++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = (wm * MT + mi) * 16 + g + 8 * h;
-                    const uint32_t w = *reinterpret_cast<const uint32_t *>(s + L::A + q4_a_off(row, st) + 4 * q);
+                        for (int ni = 0; ni < NT; ni++)
 #pragma unroll
-                    for (int p = 0; p < 4; p++)
-                        A[mi][h][p] = q4_pair(w, p);
+                            for (int e = 0; e < 4; e++)
+                                acc[mi][ni][e] = fmaf(sv[mi][e >> 1].y, xv[ni][e & 1],
+                                                      fmaf(sv[mi][e >> 1].x, P[mi][ni][e], acc[mi][ni][e]));
                 }
-#pragma unroll
-            for (int ni = 0; ni < NT; ni++) {
-                const int tok = (wn * NT + ni) * 8 + g;
-                const uint4 xv = *reinterpret_cast<const uint4 *>(s + L::B + q4_b_off(tok, 4 * st + q));
-#pragma unroll
-                for (int mi = 0; mi < MT; mi++) {
-                    q4_mma(P[mi][ni], A[mi][0][0], A[mi][1][0], A[mi][0][1], A[mi][1][1], xv.x, xv.y);
-                    q4_mma(P[mi][ni], A[mi][0][2], A[mi][1][2], A[mi][0][3], A[mi][1][3], xv.z, xv.w);
-                }
-            }
-            if (st % spg == spg - 1) { /* the group ends: acc = fma(bias, S, fma(scale, P, acc)) */
-                const int gl = st / spg;
-                float2 sv[MT][2];
-                float xv[NT][2];
-#pragma unroll
-                for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        sv[mi][h] = *reinterpret_cast<const float2 *>(
-                            s + L::SB + ((wm * MT + mi) * 16 + g + 8 * h) * 32 + 8 * gl);
-#pragma unroll
-                for (int ni = 0; ni < NT; ni++)
-#pragma unroll
-                    for (int j = 0; j < 2; j++)
-                        xv[ni][j] =
-                            *reinterpret_cast<const float *>(s + L::XS + ((wn * NT + ni) * 8 + 2 * q + j) * 16 + 4 * gl);
-#pragma unroll
-                for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-                    for (int ni = 0; ni < NT; ni++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            acc[mi][ni][e] = fmaf(sv[mi][e >> 1].y, xv[ni][e & 1],
-                                                  fmaf(sv[mi][e >> 1].x, P[mi][ni][e], acc[mi][ni][e]));
             }
         }
         __syncthreads(); /* the slot is refilled next */
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 
-    if (nch == 1) { /* one chunk: its sum is the row's */
+    if (nch == 1 && !glu) { /* one chunk: its sum is the row's */
 #pragma unroll
         for (int mi = 0; mi < MT; mi++)
 #pragma unroll
@@ -360,10 +418,9 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
             }
         return;
     }
-    /* the chunks of a cluster: each block's sums into its shared memory,
-     * then block `ch` adds rows [ch BM / nch, (ch + 1) BM / nch) of every
-     * block's in chunk order */
-    cg::cluster_group cl = cg::this_cluster();
+    /* each block's sums into its shared memory; then (chunks of a cluster)
+     * block `ch` adds rows [ch HB / nch, (ch + 1) HB / nch) of every
+     * block's in chunk order; glu: act(gate) * up of the two halves */
     float *red = reinterpret_cast<float *>(q4s);
     __syncthreads(); /* every warp is done with the stages */
 #pragma unroll
@@ -374,21 +431,35 @@ __global__ void __launch_bounds__(WM *WN *WARP, (WM * WN * WARP >= 256) ? 1 : 2)
             for (int e = 0; e < 4; e++)
                 red[((wm * MT + mi) * 16 + g + 8 * (e >> 1)) * L::RED + (wn * NT + ni) * 8 + 2 * q + (e & 1)] =
                     acc[mi][ni][e];
-    cl.sync();
-    const int ra = ch * BM / nch, rb = (ch + 1) * BM / nch;
+    if (nch > 1)
+        cg::this_cluster().sync();
+    else
+        __syncthreads();
+    auto total = [&](int idx) {
+        if (nch == 1)
+            return red[idx];
+        cg::cluster_group cl = cg::this_cluster();
+        float v = 0.0f;
+        for (int c = 0; c < nch; c++) {
+            const float part = cl.map_shared_rank(red, c)[idx];
+            v = c ? __fadd_rn(v, part) : part;
+        }
+        return v;
+    };
+    const int ra = ch * HB / nch, rb = (ch + 1) * HB / nch;
     for (int i = tid; i < (rb - ra) * BN; i += NTH) {
         const int row = ra + i / BN, tok = i % BN, r = r0 + row, t = t0 + tok;
         if (r >= M.n_out || t >= T)
             continue;
-        float v = 0.0f;
-        for (int c = 0; c < nch; c++) {
-            const float part = cl.map_shared_rank(red, c)[row * L::RED + tok];
-            v = c ? __fadd_rn(v, part) : part;
-        }
+        float v = total(row * L::RED + tok);
         float *y = M.y + (size_t)t * M.n_out + r;
-        *y = accumulate ? *y + v : v;
+        if (glu)
+            *y = (glu == 2 ? gelu_f(v) : silu_f(v)) * total((row + HB) * L::RED + tok);
+        else
+            *y = accumulate ? *y + v : v;
     }
-    cl.sync(); /* the others have read this block's sums */
+    if (nch > 1)
+        cg::this_cluster().sync(); /* the others have read this block's sums */
 }
 
 // Chunks of the inputs (a power of two, at most 8) from the launch's shape
@@ -405,17 +476,17 @@ static int q4_chunks(long rows, int n_in)
     return nch;
 }
 
-template <int WM, int WN, int MT, int NT, int ST>
+template <int WM, int WN, int MT, int NT, int ST, int SPS, int PF>
 static int q4_launch(const tcu_mat *m, int n, int n_in, const uint16_t *xb, const float *xsum, int T, int accumulate,
-                     int nch, bool pdl, cudaStream_t s)
+                     int glu, int nch, bool pdl, cudaStream_t s)
 {
     constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
     using L = q4_smem<BM, BN>;
-    constexpr size_t smem_pipe = (size_t)ST * L::STAGE, smem_red = (size_t)BM * L::RED * sizeof(float);
+    constexpr size_t smem_pipe = (size_t)ST * SPS * L::STAGE, smem_red = (size_t)BM * L::RED * sizeof(float);
     constexpr size_t smem_max = smem_pipe > smem_red ? smem_pipe : smem_red;
     static bool attr_set = false;
     if (!attr_set) {
-        const int rc = (int)cudaFuncSetAttribute(q4_gemm_kernel<WM, WN, MT, NT, ST>,
+        const int rc = (int)cudaFuncSetAttribute(q4_gemm_kernel<WM, WN, MT, NT, ST, SPS, PF>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
         if (rc)
             return rc;
@@ -428,38 +499,72 @@ static int q4_launch(const tcu_mat *m, int n, int n_in, const uint16_t *xb, cons
         job.m[k] = m[k];
         job.tile0[k + 1] = job.tile0[k] + (m[k].n_out + BM - 1) / BM;
     }
-    const size_t smem = nch > 1 ? smem_max : smem_pipe;
+    if (glu) /* gate's rows and up's in each tile: half a tile of each */
+        job.tile0[1] = job.tile0[n] = (m[0].n_out + BM / 2 - 1) / (BM / 2);
+    const size_t smem = nch > 1 || glu ? smem_max : smem_pipe;
     const dim3 grid((unsigned)nch, (unsigned)job.tile0[n], (unsigned)((T + BN - 1) / BN));
-    return launch_cl(pdl, nch > 1 ? (unsigned)nch : 0u, q4_gemm_kernel<WM, WN, MT, NT, ST>, grid, dim3(WM * WN * WARP),
-                     smem, s, job, n_in, m[0].group, xb, xsum, T, accumulate);
+    return launch_cl(pdl, nch > 1 ? (unsigned)nch : 0u, q4_gemm_kernel<WM, WN, MT, NT, ST, SPS, PF>, grid,
+                     dim3(WM * WN * WARP), smem, s, job, n_in, m[0].group, xb, xsum, T, accumulate, glu);
 }
 
 // The tile configurations (tcu_opts.q4_tile; every one gives the same
-// bits): WM x WN warps of MT x NT mma tiles, ST stages.
-//   1: 4 x 1 warps of 1 x 1 (64 rows x 8 tokens), 4 stages
-//   2: 4 x 1 of 1 x 2 (64 x 16), 4 stages
-//   3: 2 x 2 of 2 x 2 (64 x 32), 4 stages
-//   4: 4 x 2 of 2 x 4 (128 x 64), 3 stages
-//   5: 4 x 2 of 2 x 8 (128 x 128), 3 stages
-//   6: 2 x 2 of 2 x 4 (64 x 64), 3 stages
-//   7: 2 x 2 of 2 x 8 (64 x 128), 3 stages
-//   8: 4 x 1 of 1 x 4 (64 x 32), 4 stages
-//   9: 8 x 1 of 1 x 1 (128 x 8), 4 stages
-// 0 (the default) picks by T: 1 up to 8 tokens, 2 up to 16, 3 up to 32,
-// 4 up to 64, else 5.
-#define Q4_TILES 9
-static int q4_tile_of(int T, int forced)
+// bits): WM x WN warps of MT x NT mma tiles (BM rows x BN tokens), ST
+// stages of SPS 128-input blocks, PF: weight copies ask for 256-byte L2 blocks.
+#define Q4_TILES 24
+struct q4_cfg {
+    int wm, wn, mt, nt, st, sps, pf;
+};
+static constexpr q4_cfg q4_cfgs[Q4_TILES + 1] = {
+    {0, 0, 0, 0, 0, 0, 0}, /* 0: by T (q4_tile_of) */
+    {4, 1, 1, 1, 4, 1, 0}, /*  1: 64 x 8 */
+    {4, 1, 1, 2, 4, 1, 0}, /*  2: 64 x 16 */
+    {2, 2, 2, 2, 4, 1, 0}, /*  3: 64 x 32 */
+    {4, 2, 2, 4, 3, 1, 0}, /*  4: 128 x 64 */
+    {4, 2, 2, 8, 3, 1, 0}, /*  5: 128 x 128 */
+    {2, 2, 2, 4, 3, 1, 0}, /*  6: 64 x 64 */
+    {2, 2, 2, 8, 3, 1, 0}, /*  7: 64 x 128 */
+    {4, 1, 1, 4, 4, 1, 0}, /*  8: 64 x 32 */
+    {8, 1, 1, 1, 4, 1, 0}, /*  9: 128 x 8 */
+    {4, 2, 2, 8, 4, 1, 0}, /* 10: 128 x 128, 4 stages */
+    {4, 1, 2, 1, 4, 1, 0}, /* 11: 128 x 8, two m-tiles a warp */
+    {4, 1, 2, 2, 4, 1, 0}, /* 12: 128 x 16 */
+    {4, 1, 1, 1, 6, 1, 0}, /* 13: 64 x 8, 6 stages */
+    {2, 2, 4, 4, 3, 1, 0}, /* 14: 128 x 64, 4 warps of 64 x 32 */
+    {4, 2, 1, 8, 3, 1, 0}, /* 15: 64 x 128, 8 warps of 16 x 64 */
+    {8, 1, 1, 4, 3, 1, 0}, /* 16: 128 x 32, 8 warps of 16 x 32 */
+    {4, 1, 1, 1, 4, 1, 1}, /* 17: 1 with 256-byte L2 blocks */
+    {4, 1, 1, 1, 3, 2, 1}, /* 18: 17 with 256-input stages */
+    {4, 1, 1, 2, 4, 1, 1}, /* 19: 2, L2 blocks */
+    {4, 1, 1, 2, 3, 2, 1}, /* 20: 19, 256-input stages */
+    {4, 1, 1, 4, 4, 1, 1}, /* 21: 8, L2 blocks */
+    {4, 1, 1, 4, 3, 2, 1}, /* 22: 21, 256-input stages */
+    {2, 2, 2, 4, 3, 1, 1}, /* 23: 6, L2 blocks */
+    {4, 2, 2, 8, 3, 1, 1}, /* 24: 5, L2 blocks */
+};
+
+// 0 (the default) picks by T and rows, the best of the first measured
+// configurations (H200, 8B shapes, bench_cuda --q4): 1 up to 8 tokens, 2
+// up to 16, 8 up to 32, 6 up to 64; above, 5 for launches of 8192+ rows
+// (gate/up, lm_head), else 6.
+static int q4_tile_of(int T, long rows, int forced)
 {
     if (forced >= 1 && forced <= Q4_TILES)
         return forced;
-    return T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 3 : T <= 64 ? 4 : 5;
+    return T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 8 : T <= 64 ? 6 : rows >= 8192 ? 5 : 6;
 }
 
+#define Q4_CASE(k)                                                                                                     \
+    case k:                                                                                                            \
+        return q4_launch<q4_cfgs[k].wm, q4_cfgs[k].wn, q4_cfgs[k].mt, q4_cfgs[k].nt, q4_cfgs[k].st, q4_cfgs[k].sps,   \
+                         q4_cfgs[k].pf>(                                                                               \
+            m, n, n_in, xb, xsum, T, accumulate, glu, nch, pdl, s)
+
 extern "C" int tcu_q4_mm(int n, const tcu_mat *m, int n_in, const uint16_t *xb, const float *xsum, int T,
-                         int accumulate, const tcu_opts *o, tcu_stream stream)
+                         int accumulate, int glu, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_GEMV, stream);
-    if (n < 1 || n > TCU_MM_MAX || T < 1 || !tcu_q4_mm_ok(n_in, m[0].group))
+    if (n < 1 || n > TCU_MM_MAX || T < 1 || !tcu_q4_mm_ok(n_in, m[0].group) || glu < 0 || glu > 2 ||
+        (glu && (n != 2 || accumulate || m[1].n_out != m[0].n_out)))
         return (int)cudaErrorInvalidValue;
     long rows = 0;
     for (int k = 0; k < n; k++) {
@@ -469,26 +574,36 @@ extern "C" int tcu_q4_mm(int n, const tcu_mat *m, int n_in, const uint16_t *xb, 
     }
     const tcu_opts &op = opts_or_default(o);
     const bool pdl = op.pdl != 0;
-    const int nch = q4_chunks(rows, n_in);
+    int nch = q4_chunks(rows, n_in);
+    if (op.q4_split == 1 || op.q4_split == 2 || op.q4_split == 4 || op.q4_split == 8) /* measurements: other bits */
+        nch = op.q4_split <= n_in / Q4_KS ? op.q4_split : nch;
     const cudaStream_t s = (cudaStream_t)stream;
-    switch (q4_tile_of(T, op.q4_tile)) {
-    case 1:
-        return q4_launch<4, 1, 1, 1, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 2:
-        return q4_launch<4, 1, 1, 2, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 3:
-        return q4_launch<2, 2, 2, 2, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 4:
-        return q4_launch<4, 2, 2, 4, 3>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 5:
-        return q4_launch<4, 2, 2, 8, 3>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 6:
-        return q4_launch<2, 2, 2, 4, 3>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 7:
-        return q4_launch<2, 2, 2, 8, 3>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
-    case 8:
-        return q4_launch<4, 1, 1, 4, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
+    switch (q4_tile_of(T, rows, op.q4_tile)) {
+        Q4_CASE(1);
+        Q4_CASE(2);
+        Q4_CASE(3);
+        Q4_CASE(4);
+        Q4_CASE(5);
+        Q4_CASE(6);
+        Q4_CASE(7);
+        Q4_CASE(8);
+        Q4_CASE(9);
+        Q4_CASE(10);
+        Q4_CASE(11);
+        Q4_CASE(12);
+        Q4_CASE(13);
+        Q4_CASE(14);
+        Q4_CASE(15);
+        Q4_CASE(16);
+        Q4_CASE(17);
+        Q4_CASE(18);
+        Q4_CASE(19);
+        Q4_CASE(20);
+        Q4_CASE(21);
+        Q4_CASE(22);
+        Q4_CASE(23);
+        Q4_CASE(24);
     default:
-        return q4_launch<8, 1, 1, 1, 4>(m, n, n_in, xb, xsum, T, accumulate, nch, pdl, s);
+        return (int)cudaErrorInvalidValue;
     }
 }
