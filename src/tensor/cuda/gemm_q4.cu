@@ -11,7 +11,7 @@
 //   bf16), S = the sum of those rounded activations over the group
 // (tcu_q4_prep computes S once per token and group, in a fixed order).
 // The groups of a row are summed in `nch` contiguous chunks of 128-input
-// stages (nch from the launch's shape alone: q4_chunks), each chunk from
+// blocks (nch from the launch's shape alone: q4_chunks), each chunk from
 // zero, group after group as acc = fma(bias, S, fma(scale, P, acc)), then
 // the chunk sums added in order - so the order of every (row, token) is
 // fixed by the shape, never by T, the token tile or the tile
@@ -22,7 +22,7 @@
 
 #include "tensor/cuda/common.cuh"
 
-#define Q4_KS 128 /* inputs a pipeline stage: 4 steps of 32 (two k16 mma each); groups of 32, 64 or 128 */
+#define Q4_KS 128 /* inputs a block of a stage: 4 steps of 32 (two k16 mma each); groups of 32, 64 or 128 */
 
 // mma.sync m16n8k16, bf16 inputs, f32 accumulation (PTX ISA, "Matrix
 // fragments for mma.m16n8k16"; lane = 4 g + q, g = lane / 4, q = lane % 4):
@@ -141,11 +141,12 @@ extern "C" int tcu_q4_prep(const float *x, const int32_t *rows, const float *g, 
 // of MT m-tiles by NT n-tiles; blockIdx.x the chunk of the inputs (a
 // thread-block cluster of nch blocks along x when nch > 1, whose sums meet
 // in distributed shared memory), blockIdx.y the row tile (of one of up to
-// TCU_MM_MAX matrices), blockIdx.z the token tile. The 128-input stages of
-// the chunk stream through shared memory in an ST-stage cp.async pipeline:
-// each stage holds the tile's codes [BM][64 bytes], activations [BN][256
-// bytes], {scale, bias} pairs [BM][128 / G] and group sums [BN][128 / G]
-// (room for G = 32, the most of them). Rows past a matrix's end and tokens
+// TCU_MM_MAX matrices), blockIdx.z the token tile. The chunk's 128-input
+// blocks stream through shared memory in an ST-stage cp.async pipeline
+// (SPS blocks a stage); each block holds the tile's codes [BM][64 bytes],
+// activations [BN][256 bytes], {scale, bias} pairs [BM][128 / G] and group
+// sums [BN][128 / G] (room for G = 32, the most of them). Rows past a
+// matrix's end and tokens
 // past T load the last one (their results are not stored).
 struct q4_job {
     tcu_mat m[TCU_MM_MAX];
