@@ -522,7 +522,7 @@ static void q4t_run(int n, const tcu_mat *m, int n_in, const float *dX, int T, i
     assert_int_equal(cudaMalloc((void **)&xs, (size_t)T * (n_in / 32) * sizeof(float)), 0);
     int rc = tcu_q4_prep(dX, NULL, NULL, NULL, 0.0f, T, n_in, m[0].group, xb, xs, &o, (tcu_stream)st);
     if (!rc)
-        rc = tcu_q4_mm(n, m, n_in, xb, xs, T, accumulate > 0 ? accumulate : 0, accumulate < 0 ? -accumulate : 0, &o,
+        rc = tcu_q4_mm(n, m, n_in, xb, xs, T, accumulate > 0 ? accumulate : 0, accumulate == -1 || accumulate == -2 ? -accumulate : 0, &o,
                        (tcu_stream)st);
     if (!rc && accumulate == -3) /* unfused: tcu_glu after the product */
         rc = tcu_glu(m[0].y, m[1].y, (long)T * m[0].n_out, 0, &o, (tcu_stream)st);
