@@ -22,7 +22,8 @@
  * Every (row, token) dot product is summed in an order fixed by n_in alone,
  * and each token's experts in id order, so a token's result does not depend
  * on the batch (bit for bit). Weights stay in their stored form (f32, bf16,
- * f16, MLX affine 4/8-bit with f32 {scale, bias} pairs). */
+ * f16, MLX affine 4/8-bit with f32 {scale, bias} pairs, MXFP4 with its E8M0
+ * scale bytes). */
 #ifndef TERN_TENSOR_CUDA_MOE_H
 #define TERN_TENSOR_CUDA_MOE_H
 
@@ -45,7 +46,8 @@ extern "C" {
  * (y unused); expert e's matrices are found through tab, a device table
  * [n_expert][6] of pointers read at run time - gate [ff][dim], up
  * [ff][dim], down [dim][ff], then their {scale, bias} pairs [n_out][n_in /
- * group][2] (quantized kinds; else NULL) - so that experts may move (a
+ * group][2] (MLX kinds), or their scale bytes [n_out][n_in / 32] (TCU_MX4),
+ * else NULL - so that experts may move (a
  * cache in device memory, the rest in mapped host memory) without a new
  * launch or graph. Optional counting (used NULL: none): used[e] set to 1
  * for every expert the step picks, and count[0] / count[1] incremented per
