@@ -209,6 +209,20 @@ int toolcall_harmony_grammar(json_object *tools, const char *only, const char *a
     return 0;
 }
 
+/* The request's constraint: the tools' grammar ebnf (taken: freed here),
+ * cached under "tools|" + ebnf, with lz's lazy triggers when given. */
+static int tools_set(srv_model *mm, api_request *q, char *ebnf, constraint_lazy *lz, api_error *e)
+{
+    tern_sbuf key = {0};
+    tern_sbuf_str(&key, "tools|");
+    tern_sbuf_str(&key, ebnf);
+    int rc = key.oom ? api_error_set(e, 500, "server_error", NULL, NULL, "out of memory")
+                     : structured_set_ebnf(mm, q, key.s, key.n, ebnf, lz, "tools", e);
+    free(ebnf);
+    free(key.s);
+    return rc;
+}
+
 /* auto: the calls are parsed, not enforced (no grammar: the analysis and
  * the answer run free); required / named: after the analysis the grammar
  * is one call; auto + response_format: a call or the final answer to the
@@ -234,18 +248,7 @@ static int harmony_prepare(srv_model *mm, api_request *q, api_error *e)
     free(alt_key);
     if (rc)
         return -1;
-    tern_sbuf key = {0};
-    tern_sbuf_str(&key, "tools|");
-    tern_sbuf_str(&key, ebnf);
-    if (key.oom) {
-        free(ebnf);
-        free(key.s);
-        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    }
-    rc = structured_set_ebnf(mm, q, key.s, key.n, ebnf, NULL, "tools", e);
-    free(ebnf);
-    free(key.s);
-    return rc;
+    return tools_set(mm, q, ebnf, NULL, e);
 }
 
 /* ---- server state: the format's triggers over the vocabulary ---- */
@@ -375,14 +378,6 @@ int toolcall_prepare(srv_model *mm, api_request *q, api_error *e)
     free(alt_key);
     if (rc)
         return -1;
-    tern_sbuf key = {0};
-    tern_sbuf_str(&key, "tools|");
-    tern_sbuf_str(&key, ebnf);
-    if (key.oom) {
-        free(ebnf);
-        free(key.s);
-        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    }
     constraint_lazy lz = {0}, *lzp = NULL;
     if (forced && ts->lead_skip) {
         lz.triggers = ts->lead_trig;
@@ -393,8 +388,5 @@ int toolcall_prepare(srv_model *mm, api_request *q, api_error *e)
         lzp = &lz;
     }
     /* forced calls leave no answer for a response_format: the calls' grammar replaces it */
-    rc = structured_set_ebnf(mm, q, key.s, key.n, ebnf, lzp, "tools", e);
-    free(ebnf);
-    free(key.s);
-    return rc;
+    return tools_set(mm, q, ebnf, lzp, e);
 }
