@@ -230,24 +230,29 @@ void tern_matmul_mxfp4_scalar(const uint8_t *W, const uint8_t *E, const float *X
     }
 }
 
-/* The integer MXFP4 reference (kernels.h, tern_imxmatmul_fn): Q in the
- * nibble order of tern_quant_act_fn's 4-bit layout. */
-static void imatmul_mxfp4(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T,
-                          long n_in, long ldy, long r0, long r1)
+/* The integer MXFP4 references (kernels.h, tern_imxmatmul_fn and
+ * tern_imx16matmul_fn): Q (int8, or int16 when wide) in the nibble order of
+ * tern_quant_act_fn's 4-bit layout. */
+static void imatmul_mxfp4_q(const uint8_t *W, const uint8_t *E, const void *Q, int wide, const float *qs, float *Y,
+                            long T, long n_in, long ldy, long r0, long r1)
 {
     long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4);
     for (long r = r0; r < r1; r++) {
         const uint8_t *w = W + r * (n_in / 2), *e = E + r * nb;
         for (long t = 0; t < T; t++) {
-            const int8_t *q = Q + t * n_in;
+            const int8_t *q8 = (const int8_t *)Q + t * n_in;
+            const int16_t *q16 = (const int16_t *)Q + t * n_in;
             const float *d = qs + t * 2 * nbp;
             float acc[8] = {0};
             for (long b = 0; b < nbp; b++) {
                 float u = 0.0f;
                 if (b < nb) {
                     int32_t I = 0;
-                    for (int i = 0; i < 16; i++) /* byte i: input 2i (low nibble, q[i]), 2i + 1 (high, q[16 + i]) */
-                        I += tern_mx_v2(w[b * 16 + i]) * q[b * 32 + i] + tern_mx_v2(w[b * 16 + i] >> 4) * q[b * 32 + 16 + i];
+                    for (int i = 0; i < 16; i++) { /* byte i: input 2i (low nibble, q[i]), 2i + 1 (high, q[16 + i]) */
+                        const long k = b * 32 + i;
+                        I += tern_mx_v2(w[b * 16 + i]) * (wide ? q16[k] : q8[k]) +
+                             tern_mx_v2(w[b * 16 + i] >> 4) * (wide ? q16[k + 16] : q8[k + 16]);
+                    }
                     u = tern_mx_scale(e[b]) * (float)I;
                 }
                 acc[b % 8] = fmaf(u, d[b], acc[b % 8]);
@@ -255,6 +260,12 @@ static void imatmul_mxfp4(const uint8_t *W, const uint8_t *E, const int8_t *Q, c
             Y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
         }
     }
+}
+
+static void imatmul_mxfp4(const uint8_t *W, const uint8_t *E, const int8_t *Q, const float *qs, float *Y, long T,
+                          long n_in, long ldy, long r0, long r1)
+{
+    imatmul_mxfp4_q(W, E, Q, 0, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 /* int16 activations (kernels.h, tern_quant_act16_fn). */
@@ -280,30 +291,10 @@ static void quant_act16(const float *X, long T, long n_in, int16_t *Q, float *qs
     }
 }
 
-/* The int16-activation MXFP4 reference (kernels.h, tern_imx16matmul_fn). */
 static void imatmul_mxfp4_16(const uint8_t *W, const uint8_t *E, const int16_t *Q, const float *qs, float *Y, long T,
                              long n_in, long ldy, long r0, long r1)
 {
-    long nb = n_in / 32, nbp = tern_iq_nbp(n_in, 32, 4);
-    for (long r = r0; r < r1; r++) {
-        const uint8_t *w = W + r * (n_in / 2), *e = E + r * nb;
-        for (long t = 0; t < T; t++) {
-            const int16_t *q = Q + t * n_in;
-            const float *d = qs + t * 2 * nbp;
-            float acc[8] = {0};
-            for (long b = 0; b < nbp; b++) {
-                float u = 0.0f;
-                if (b < nb) {
-                    int32_t I = 0;
-                    for (int i = 0; i < 16; i++)
-                        I += tern_mx_v2(w[b * 16 + i]) * q[b * 32 + i] + tern_mx_v2(w[b * 16 + i] >> 4) * q[b * 32 + 16 + i];
-                    u = tern_mx_scale(e[b]) * (float)I;
-                }
-                acc[b % 8] = fmaf(u, d[b], acc[b % 8]);
-            }
-            Y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-        }
-    }
+    imatmul_mxfp4_q(W, E, Q, 1, qs, Y, T, n_in, ldy, r0, r1);
 }
 
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
