@@ -219,9 +219,8 @@ static void check_moe(const char *args, int bits, int n_prompt, double tol, int 
     /* the expert kernels' other forms (tcu_opts.moe: down's weights
      * requested after the wait, 4 down rows a warp, a block a row tile
      * rather than about a wave of blocks, a 4-bit token's experts in three
-     * launches rather than one - alone too; 4 chunks in registers for
-     * passes of 2+ tokens): the same bits */
-    static const char *const variants[] = {"0", "3", "5", "6", "29"};
+     * launches rather than one - alone too): the same bits */
+    static const char *const variants[] = {"0", "3", "5", "6"};
     float *pv = malloc((size_t)nd * 3 * V * sizeof(float));
     assert_non_null(pv);
     for (int i = 0; i < (int)(sizeof variants / sizeof *variants); i++) {

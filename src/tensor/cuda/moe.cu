@@ -221,8 +221,10 @@ __device__ __forceinline__ void warp_rows_pass(const uint8_t *const *wrow, const
             res[m][j] = r[m][j];
 }
 
-// CCM: chunks in registers for passes of 2+ tokens (0: unit_t's CHN).
-template <int KIND, int NM, bool NORM = false, int CCM = 0>
+// Passes of 2+ tokens hold 4 chunks of a row in registers rather than 8
+// (fewer registers, more warps: 80 for MXFP4, three blocks a SM; the same
+// sums).
+template <int KIND, int NM, bool NORM = false>
 __device__ __forceinline__ void warp_rows_n(const uint8_t *const *wrow, const void *const *sbrow, int n_in, int group,
                                             const float *X, const int32_t *pk, int div, int base, int n,
                                             float (&res)[NM][NT], const float *ng = nullptr,
@@ -231,11 +233,11 @@ __device__ __forceinline__ void warp_rows_n(const uint8_t *const *wrow, const vo
     if (n == 1)
         warp_rows_pass<KIND, NM, NORM, 1, 0>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
     else if (n == 2)
-        warp_rows_pass<KIND, NM, NORM, 2, CCM>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+        warp_rows_pass<KIND, NM, NORM, 2, 4>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
     else if (n <= 4)
-        warp_rows_pass<KIND, NM, NORM, 4, CCM>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+        warp_rows_pass<KIND, NM, NORM, 4, 4>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
     else
-        warp_rows<KIND, NM, NORM, CCM, NT>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
+        warp_rows<KIND, NM, NORM, 4, NT>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
 }
 
 // meta layout (cuda_moe.h): [0] groups, [1, 1 + G) their experts, [1 + G,
@@ -593,7 +595,7 @@ __device__ __forceinline__ float moe_term(const tcu_experts &ex, const float *y,
 // (experts_launch), so each warp finds its expert's weights (group table,
 // expert table: dependent loads) once for several rows rather than each
 // block of many waves for one.
-template <int KIND, int CCM>
+template <int KIND>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts ex, const int32_t *meta, int G,
                                                                    const float *xn, float *h)
 {
@@ -620,7 +622,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_gu_kernel(tcu_experts e
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[2][NT];
-            warp_rows_n<KIND, 2, false, CCM>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
+            warp_rows_n<KIND, 2>(wr, sr, ex.dim, ex.group, xn, pk + q, ex.n_used, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -665,7 +667,7 @@ __device__ __forceinline__ void down_sum(const tcu_experts &ex, int32_t *cnt, in
 // Down of group blockIdx.y's expert over its picks into y[pick][row], a
 // warp a row at a time (rows of any width, in passes of CHN chunks; the
 // rows strided as in moe_gu_kernel), then down_sum.
-template <int KIND, int CCM>
+template <int KIND>
 __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts ex, const int32_t *meta, int G,
                                                                      const float *h, float *y, const float *wt,
                                                                      const int32_t *sel, int32_t *cnt, float *x,
@@ -687,7 +689,7 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32) moe_down_kernel(tcu_experts
         for (int q = p0; q < p1; q += NT) {
             const int n = p1 - q < NT ? p1 - q : NT;
             float res[1][NT];
-            warp_rows_n<KIND, 1, false, CCM>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
+            warp_rows_n<KIND, 1>(&wr, &sr, ex.ff, ex.group, h, pk + q, 1, 0, n, res);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -1061,16 +1063,15 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
             return fused_launch(moe_fused_kernel<KIND, SH>, e, s, xn, x, T, G, pdl, st);
         }
     int rc;
-    /* steps of several tokens: 4 chunks in registers a pass of 2+ tokens
-     * (80 registers for MXFP4: 3 blocks a SM) and a block per row tile
-     * (the wave grid's long blocks served one token a row; 20B shapes, 4
-     * layers, b32 / b128: 2818 / 2990 tok/s with both off, 5739 / 7352 on) */
-    const bool cc4 = (flags & TCU_MOE_CC4) && T > 1;
+    /* steps of several tokens: a block per row tile (the wave grid's long
+     * blocks served one token a row; with 4 chunks a pass of 2+ tokens,
+     * 20B shapes, 4 layers, b32 / b128: 2818 / 2990 tok/s before, 5739 /
+     * 7352 after) */
     if (T > 1)
         flags &= ~TCU_MOE_WAVES;
     {
         PROF(TCU_PROF_MOE_GU, st);
-        const auto k = cc4 ? moe_gu_kernel<KIND, 4> : moe_gu_kernel<KIND, 0>;
+        const auto k = moe_gu_kernel<KIND>;
         const int cols = grid_cols(k, (e.ff + TCU_MOE_ROWS - 1) / TCU_MOE_ROWS, G, flags);
         rc = launch_pdl(pdl, k, dim3(cols, G), blk, 0, st, e, (const int32_t *)s.meta, G, xn, s.h);
     }
@@ -1092,7 +1093,7 @@ int experts_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *
         return launch_pdl(pdl, k, dim3(grid_cols(k, tiles, G, flags), G), blk, 0, st, e, (const int32_t *)s.meta, G,
                           (const float *)s.h, s.y, (const float *)s.wt, (const int32_t *)s.sel, s.cnt, x, T, early);
     }
-    const auto k = cc4 ? moe_down_kernel<KIND, 4> : moe_down_kernel<KIND, 0>;
+    const auto k = moe_down_kernel<KIND>;
     return launch_pdl(pdl, k, dim3(grid_cols(k, tiles, G, flags), G), blk, 0, st, e, (const int32_t *)s.meta, G,
                       (const float *)s.h, s.y, (const float *)s.wt, (const int32_t *)s.sel, s.cnt, x, T);
 }
