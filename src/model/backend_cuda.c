@@ -112,7 +112,7 @@ typedef struct cu_layer {
 } cu_layer;
 
 typedef struct cu_graph {
-    int T, n_out, wide, fused;
+    int T, n_out, wide, fused, distinct;
     cudaGraphExec_t exec;
 } cu_graph;
 
@@ -150,6 +150,7 @@ typedef struct cu_backend {
     tcu_opts opts; /* filled when the backend is made, read-only after */
     int wide; /* the forward carries two or more sequences (tcu_gemv_args.wide) */
     int fused; /* the forward's attention is tcu_qkv_attention (cu_enqueue) */
+    int distinct; /* every token of the step is of another sequence (tcu_attn_args.pre) */
     int split_len; /* tcu_attn_args.split_len of the forward (cu_enqueue) */
     int tile_off, n_tiles; /* prefill attention tiles in d_in (pack_batch) */
     cu_graph graphs[CU_MAX_GRAPHS];
@@ -956,8 +957,18 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
                         cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap,
-                        CU_SPLIT_LEN_ONE_RULE, 0, sinks};
+                        CU_SPLIT_LEN_ONE_RULE, 0, sinks, NULL, 0, 1};
+    /* (pre 1: the rows came up from the host before the launch) */
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
+    /* several sequences in throughput mode: the device forward's batch rule
+     * and kernels (the table path is how the tests reach them) */
+    int multi = 0;
+    for (int i = 1; i < T; i++)
+        multi |= b->seqs[i] != b->seqs[0];
+    if (multi && !be->opts.exact && be->opts.attn_tiles) {
+        at.split_len = CU_SPLIT_LEN;
+        at.tiles = be->opts.attn_tiles;
+    }
     if (at.kv.rot)
         CU(tcu_kv_rotate(be->tx, (long)T * a->n_head, hd, 0, &be->opts, (tcu_stream)be->stream), "rotate");
     CU(attention_launch(be, &at, T, (tcu_stream)be->stream), "attention");
@@ -1000,7 +1011,15 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
                            blk, kvl, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps, L->rope_af};
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, kvl, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
-                            be->split_len, be->opts.attn_tiles && be->split_len == CU_SPLIT_LEN, L->sinks};
+                            be->split_len, be->split_len == CU_SPLIT_LEN ? be->opts.attn_tiles : 0, L->sinks, NULL, 0, 0};
+        /* o's cuBLASLt inputs written by the decode attention's merge (no
+         * conversion launch; not the prefill tiles, which write f32 only) */
+        const int o_h = !kvl.rot && cu_step_gemv(be, T) && cu_use_lt(be, 1, L->wo, T);
+        aa.pre = be->distinct;
+        if (o_h) {
+            aa.out_h = be->xh;
+            aa.out_h_f16 = L->wo->kind == TCU_F16;
+        }
         if (be->fused && !kvl.rot) {
             CU(tcu_qkv_attention(&qa, &aa, opt, s), "attention");
         } else { /* a rotated KV layer (r4): q into its basis, the output back (tcu_kv.rot) */
@@ -1013,6 +1032,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         }
         tcu_mat o = *L->wo;
         int qd = c->n_head * c->head_dim;
+        if (o_h) {
+            be->xh_of = be->att;
+            be->xh_of_n = (long)T * qd;
+        }
         const int o_opts = cu_opts(be, TCU_PROD_O);
         if (L->post_attn_norm) {
             o.y = be->tmp;
@@ -1148,10 +1171,11 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         be->split_len = multi || (inv & TCU_INV_ATTN) ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
-    be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
-    for (int i = 1; i < T && be->fused; i++)
+    be->distinct = 1;
+    for (int i = 1; i < T && be->distinct; i++)
         for (int j = 0; j < i; j++)
-            be->fused &= b->seqs[i] != b->seqs[j];
+            be->distinct &= b->seqs[i] != b->seqs[j];
+    be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T && be->distinct;
     /* steps with LoRA rows run uncaptured: which products get updates
      * depends on the step's adapters */
     int lora_on = cu_lora_has_any(be->lora);
@@ -1159,7 +1183,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         cu_graph *g = NULL;
         for (int i = 0; i < be->n_graphs; i++)
             if (be->graphs[i].T == T && be->graphs[i].n_out == b->n_out && be->graphs[i].wide == be->wide &&
-                be->graphs[i].fused == be->fused)
+                be->graphs[i].fused == be->fused && be->graphs[i].distinct == be->distinct)
                 g = &be->graphs[i];
         if (!g) {
             if (be->n_graphs == CU_MAX_GRAPHS)
@@ -1179,6 +1203,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
             g->n_out = b->n_out;
             g->wide = be->wide;
             g->fused = be->fused;
+            g->distinct = be->distinct;
             be->n_graphs++;
         }
         CU(cudaGraphLaunch(g->exec, be->stream), "graph launch");
@@ -1617,7 +1642,8 @@ static const struct cu_env_opt {
     {"TERN_CUDA_Q4_TC", offsetof(tcu_opts, q4_tc), 0, 2},
     {"TERN_CUDA_Q4_TILE", offsetof(tcu_opts, q4_tile), 0, 24},
     {"TERN_CUDA_Q4_SPLIT", offsetof(tcu_opts, q4_split), 0, 8},
-    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
+    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 2},
+    {"TERN_CUDA_ATTN_Z", offsetof(tcu_opts, attn_z), 0, 64},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
     {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},

@@ -108,7 +108,10 @@ typedef struct tcu_opts {
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
                       * take the GEMVs (the tensor-core kernel for bf16 / 4-bit) whatever gemm_min_t */
     int attn_tiles;  /* throughput mode, steps of several sequences: the tiled decode attention
-                      * (tcu_attn_args.tiles) 1, or the per-head / grouped kernels 0 */
+                      * (tcu_attn_args.tiles) 2 (16-bit pools on the copy-ahead kernel, others 1's),
+                      * 1 (rows decoded into shared memory), or the per-head / grouped kernels 0 */
+    int attn_z;      /* tiles 2: blocks a (kv head, token) walking its splits (0: by the step's size;
+                      * n: n, each block taking splits z, z + n, ... - the same sums) */
     int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
                       * cuBLAS-sized steps on cuBLASLt without split-K (batch-invariant): 1, or the
                       * tensor-core GEMV up to tc_max_t and cublasGemmEx above: 0 */
@@ -341,8 +344,10 @@ typedef struct tcu_attn_args {
     int layer, T, n_head, n_kv_head, hd, window, n_split;
     float scale, softcap;
     int split_len;
-    /* 1: a step of several sequences - one block per (kv head, token,
-     * split) over tiles of positions (head dims 64 and 128; else as 0) */
+    /* a step of several sequences - one block per (kv head, token,
+     * split) over tiles of positions (head dims 64 and 128; else as 0):
+     * 1 rows decoded into shared memory, 2 a 16-bit pool's rows copied as
+     * stored ahead of their use (other pools as 1) */
     int tiles;
     /* [n_head] learned sink logits (gpt_oss) or NULL: sink h joins each of
      * head h's softmax denominators once, its probability dropped -
@@ -350,6 +355,14 @@ typedef struct tcu_attn_args {
      * M = max(max_j s_j, sink); added where the splits are merged (and at
      * the end of the prefill tiles), after every position is folded in */
     const float *sinks;
+    /* or NULL: the output rounded to bf16 (out_h_f16: f16) here too, the
+     * next product's inputs (decode kernels only, not tcu_attention_tiled) */
+    uint16_t *out_h;
+    int out_h_f16;
+    /* 1: every token of the launch is of another sequence, so no K/V row
+     * but a token's own is written by the kernels before it - the tiles
+     * (2) copy those rows before waiting for them (griddepcontrol.wait) */
+    int pre;
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, const tcu_opts *o, tcu_stream stream);
 /* tcu_qkv_post and tcu_attention in one launch (a.q: post's unrotated q,
