@@ -1138,12 +1138,18 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
          * the products a matrix at a time leave it, and 16-bit into xh for
          * down) from those rows (LoRA rows: a product each) */
         if (L->gu_cat && !lora_gu && cu_use_lt(be, 2, gu, T)) {
-            tcu_mat m = *L->wg;
+            tcu_mat m = *L->wg, dn = *L->wd;
             m.n_out = 2 * c->n_ff;
             m.y = be->gu;
             if ((rc = mm_dev_norm(be, 1, &m, be->x, L->ffn_norm, be->xn, NULL, dim, T, 0, 0, err)))
                 return rc;
-            CU(tcu_glu_half(be->gate, be->gu, be->gu + c->n_ff, 2 * (long)c->n_ff, be->xh, T, c->n_ff, c->gelu != 0,
+            /* the f32 activation only for a reader of it: down on cuBLASLt
+             * of the same kind reads the 16-bit copy alone (xh_of), LoRA
+             * rows on down the f32 values */
+            float *act = cu_use_lt(be, 1, &dn, T) && dn.kind == m.kind && !cu_lora_has(be->lora, l, LORA_DOWN)
+                             ? NULL
+                             : be->gate;
+            CU(tcu_glu_half(act, be->gu, be->gu + c->n_ff, 2 * (long)c->n_ff, be->xh, T, c->n_ff, c->gelu != 0,
                             m.kind == TCU_F16, opt, s),
                "glu");
             be->xh_of = be->gate;

@@ -1008,6 +1008,13 @@ static void test_lt_cat(void **state)
                 !lc_same(dH1, dH2, sizeof(uint16_t) * T * NFF))
                 fail_msg("tcu_glu_half on [T][2 n_ff] rows differs from the two buffers' (%s, gelu %d)",
                          f16 ? "f16" : "bf16", gelu);
+            /* no f32 output: the same 16-bit copy */
+            assert_int_equal(cudaMemset(dH1, 0, sizeof(uint16_t) * T * NFF), 0);
+            assert_int_equal(tcu_glu_half(NULL, dGU, dGU + NFF, 2 * NFF, dH1, T, NFF, gelu, f16, NULL, (tcu_stream)st),
+                             0);
+            assert_int_equal(cudaStreamSynchronize(st), 0);
+            if (!lc_same(dH1, dH2, sizeof(uint16_t) * T * NFF))
+                fail_msg("tcu_glu_half without the f32 output: another 16-bit copy");
             /* the 16-bit copy is the f32 result rounded */
             float *a = malloc(sizeof(float) * T * NFF);
             uint16_t *h = malloc(sizeof(uint16_t) * T * NFF);

@@ -267,7 +267,7 @@ int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu_opts *o, t
  * and up rows are ld floats apart (ld >= n): gate = up = a product's
  * [n_rows][n] outputs (ld n; act may be gate), or gate = gu, up = gu + n,
  * ld 2 n for gate and up as one product's [n_rows][2 n] rows (act then
- * another buffer). */
+ * another buffer, or NULL: the 16-bit copy alone). */
 int tcu_glu_half(float *act, const float *gate, const float *up, long ld, uint16_t *outh, int n_rows, int n, int gelu,
                  int to_f16, const tcu_opts *o, tcu_stream stream);
 /* x[t][e] += b[e] for t < n_rows, e < n (a bias on the rows of a product

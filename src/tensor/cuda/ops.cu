@@ -388,7 +388,8 @@ __global__ void glu_half_kernel(float *act, const float *gate, const float *up, 
         for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {
             const float g = gate[(size_t)t * ld + e], u = up[(size_t)t * ld + e];
             const float v = (gelu ? gelu_f(g) : silu_f(g)) * u;
-            act[(size_t)t * n + e] = v;
+            if (act)
+                act[(size_t)t * n + e] = v;
             outh[(size_t)t * n + e] =
                 to_f16 ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
         }
