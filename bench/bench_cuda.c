@@ -1286,7 +1286,7 @@ int main(int argc, char **argv)
     tcu_opts opts; /* the defaults with the environment's overrides, as the backend takes them */
     if (model_cuda_opts_from_env(&opts, &oerr))
         return die(&oerr);
-    char desc[512];
+    char desc[1024];
     tcu_opts_format(&opts, desc, sizeof desc);
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
     printf("device copy bandwidth (read + write): %.0f GB/s; options: %s\n", bw / 1e9, desc);
