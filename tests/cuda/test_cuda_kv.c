@@ -304,7 +304,7 @@ static void test_kv_write(void **state)
             CK(cudaMemcpy(dbt, bt_off, sizeof bt_off, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(dblk, blocks, sizeof blocks, cudaMemcpyHostToDevice));
             tcu_qkv_args qa = {dq,   dkk,  dvv,  NULL, NULL, NULL, NULL, NULL, dfreq, dpos, dbt, dblk,
-                               cu_kvm_layer(&m, 0), 0, T, n_head, n_kv, hd, 1e-5f, 1.0f};
+                               cu_kvm_layer(&m, 0), 0, T, n_head, n_kv, hd, 1e-5f, 1.0f, 0, NULL};
             CK(tcu_qkv_post(&qa, NULL, NULL));
             /* copy-on-write from the sink block 0 to the regular block 3, both sides */
             CK(cu_kvm_block_copy(&m, 3, 0, NULL));

@@ -133,8 +133,17 @@ typedef struct tcu_opts {
                     * batched steps' products (tensor-core GEMV, no ring) and attention splits (per token):
                     * with both, a sequence's logits are the same bits alone and in any batch of up to
                     * tc_max_t tokens */
+    /* read by the backend, TCU_CAT_* bits: 16-bit weights' cuBLASLt steps take q/k/v (1) and gate/up (2) as
+     * one GEMM each over the rows stored side by side (one allocation a group, made at upload) - fewer,
+     * fuller launches; 0: a GEMM a matrix */
+    int lt_cat;
 } tcu_opts;
 enum { TCU_INV_PRODUCTS = 1, TCU_INV_ATTN = 2 };
+enum { TCU_CAT_QKV = 1, TCU_CAT_GU = 2 };
+/* Launches so far of tcu_qkv_post with ld > 0 and of tcu_glu_half with
+ * ld > n (the merged products' outputs; graph replays not counted): for
+ * tests that want to know the merged path ran. */
+int tcu_cat_launches(void);
 /* The defaults, measured (docs/cuda.md): GEMVs auto / auto / by-shape, PDL
  * on, the attention's early loads and last-block merge on, TF32 prefill
  * attention, throughput products (exact 0), cuBLAS from 33 tokens but for
@@ -255,9 +264,15 @@ int tcu_rmsnorm_half(const float *x, const int32_t *rows, const float *g, float 
 
 /* act (= gate) = silu(gate) * up, or gelu_tanh when gelu. */
 int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu_opts *o, tcu_stream stream);
-/* tcu_glu also writing act rounded to bf16 (f16 when to_f16) into outh. */
-int tcu_glu_half(float *gate, const float *up, uint16_t *outh, long n, int gelu, int to_f16, const tcu_opts *o,
-                 tcu_stream stream);
+/* act[t][e] = silu(gate[t][e]) * up[t][e] (gelu_tanh when gelu) for t <
+ * n_rows, e < n, written as f32 into act ([n_rows][n]) and rounded to bf16
+ * (f16 when to_f16) into outh ([n_rows][n]): tcu_glu's arithmetic. gate
+ * and up rows are ld floats apart (ld >= n): gate = up = a product's
+ * [n_rows][n] outputs (ld n; act may be gate), or gate = gu, up = gu + n,
+ * ld 2 n for gate and up as one product's [n_rows][2 n] rows (act then
+ * another buffer, or NULL: the 16-bit copy alone). */
+int tcu_glu_half(float *act, const float *gate, const float *up, long ld, uint16_t *outh, int n_rows, int n, int gelu,
+                 int to_f16, const tcu_opts *o, tcu_stream stream);
 /* x[t][e] += b[e] for t < n_rows, e < n (a bias on the rows of a product
  * that accumulated into x). */
 int tcu_add_bias(float *x, const float *b, int n_rows, int n, const tcu_opts *o, tcu_stream stream);
@@ -311,7 +326,12 @@ int tcu_kv_rotate(float *x, long n, int hd, int inverse, const tcu_opts *o, tcu_
 /* After the q/k/v product of one layer, per token i: optional biases, per-
  * head RMSNorm (qn/kn, may be NULL), RoPE at pos[i] with inv_freq (rotate-
  * half pairs), then K and V of the token written to the cache. q is
- * [T][n_head*hd] (rotated in place), k/v [T][n_kv*hd]. */
+ * [T][n_head*hd] (rotated in place), k/v [T][n_kv*hd]; with ld > 0, token
+ * i's q, k and v rows start ld floats after token i - 1's (q, k, v the
+ * column offsets of one product's [T][ld] outputs, q + k + v rows side by
+ * side: ld = (n_head + 2 n_kv) hd) and the rotated q goes to q_out
+ * ([T][n_head*hd], contiguous, as the attention reads it). ld 0: q_out
+ * unused. tcu_qkv_attention takes ld 0 only. */
 typedef struct tcu_qkv_args {
     float *q, *k, *v;
     const float *bq, *bk, *bv, *qn, *kn, *inv_freq;
@@ -323,6 +343,8 @@ typedef struct tcu_qkv_args {
      * CPU's rope does); 0 - what a caller that leaves it out passes - reads
      * as 1, no factor */
     float rope_af;
+    int ld;       /* row stride of q, k and v (0: n_head*hd for q, n_kv*hd for k and v, q rotated in place) */
+    float *q_out; /* ld > 0: where the rotated q goes, [T][n_head*hd] */
 } tcu_qkv_args;
 int tcu_qkv_post(const tcu_qkv_args *a, const tcu_opts *o, tcu_stream stream);
 

@@ -54,11 +54,11 @@ __device__ __forceinline__ void qkv_head(const G &g, const tcu_qkv_args &a, int 
     g.sync();
 }
 
-// Token i's V row of kv head kh with its bias.
+// Token i's V row of kv head kh with its bias (rows a.ld apart, 0: n_kv*hd).
 __device__ __forceinline__ float qkv_v(const tcu_qkv_args &a, int i, int kh, int e)
 {
-    const size_t o = (size_t)kh * a.hd + e;
-    return __ldcg(a.v + (size_t)i * a.n_kv_head * a.hd + o) + (a.bv ? a.bv[o] : 0.0f);
+    const size_t o = (size_t)kh * a.hd + e, ld = a.ld > 0 ? (size_t)a.ld : (size_t)a.n_kv_head * a.hd;
+    return __ldcg(a.v + (size_t)i * ld + o) + (a.bv ? a.bv[o] : 0.0f);
 }
 
 // grid (T, n_head + n_kv_head), block QKV_THREADS: one head of one token.
@@ -69,7 +69,11 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
     int i = blockIdx.x, h = blockIdx.y, hd = a.hd;
     int is_q = h < a.n_head, kh = is_q ? h : h - a.n_head;
     int qd = a.n_head * hd, kvd = a.n_kv_head * hd;
-    float *vec = is_q ? a.q + (size_t)i * qd + (size_t)kh * hd : a.k + (size_t)i * kvd + (size_t)kh * hd;
+    /* the head's row in the product's outputs (rows ld apart when given),
+     * and where it goes: q to q_out when ld is given, k in place */
+    const size_t ldq = a.ld > 0 ? (size_t)a.ld : (size_t)qd, ldk = a.ld > 0 ? (size_t)a.ld : (size_t)kvd;
+    const float *src = is_q ? a.q + (size_t)i * ldq + (size_t)kh * hd : a.k + (size_t)i * ldk + (size_t)kh * hd;
+    float *vec = is_q ? (a.ld > 0 ? a.q_out : a.q) + (size_t)i * qd + (size_t)kh * hd : (float *)src;
     /* the position and the K/V cache slot first: their loads (block table
      * included) overlap the work below instead of following it */
     const int p = a.pos[i];
@@ -79,7 +83,7 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
         o = a.kv.typed ? kvt_off(a.kv, a.blk + a.bt_off[i], p, kh, &t)
                        : kv_off(a.kv, a.layer, a.blk + a.bt_off[i], p) + (size_t)kh * hd;
     __shared__ double sh[32];
-    qkv_head(blk_grp{}, a, h, vec, vec, p, sh);
+    qkv_head(blk_grp{}, a, h, src, vec, p, sh);
     if (is_q)
         return;
     if (a.kv.typed) { /* encoded from shared copies: a group's thread reads the whole group */
@@ -106,6 +110,10 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
 extern "C" int tcu_qkv_post(const tcu_qkv_args *a, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_QKV, stream);
+    if (a->ld > 0 && (!a->q_out || a->ld < (a->n_head + 2 * a->n_kv_head) * a->hd))
+        return (int)cudaErrorInvalidValue;
+    if (a->ld > 0)
+        tcu_cat_count();
     dim3 grid(a->T, a->n_head + a->n_kv_head);
     return launch_pdl(opts_or_default(o).pdl, qkv_post_kernel, grid, dim3(QKV_THREADS), 0, (cudaStream_t)stream, *a);
 }
