@@ -730,6 +730,15 @@ static void tc_check(const tc_case *c, const int *Ts, int nT)
                      bad_r);
         if (!(eh < 3e-3) || !(ex < 1e-4))
             fail_msg("%s T %d: relative error h %g (tol 3e-3), layer %g (tol 1e-4)", kn, T, eh, ex);
+        /* bf16: the tiles with the next steps prefetched (TCU_MOE_TC_PF) - the same bits */
+        if (c->kind == TCU_BF16) {
+            float *xp = malloc((size_t)T * D * sizeof(float));
+            assert_non_null(xp);
+            tc_run(&L, x0, T, moe | TCU_MOE_TC_PF, xp);
+            if (memcmp(xp, xo, (size_t)T * D * sizeof(float)))
+                fail_msg("%s T %d: TCU_MOE_TC_PF changes the bits", kn, T);
+            free(xp);
+        }
         /* each token alone through the same kernel: its row's bits */
         const int step = T > 64 ? 7 : 1;
         for (int t = 0; t < T; t += step) {

@@ -1156,6 +1156,6 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     /* throughput mode, steps of many tokens: the tensor-core grouped GEMM
      * (moe_tc.cu; activations rounded once to bf16) */
     if (!op.exact && (op.moe & TCU_MOE_TC) && (T >= TCU_MOE_TC_MIN_T || (op.moe & TCU_MOE_TC_ALL)) && moe_tc_ok(*e))
-        return moe_tc_launch(*e, *s, xn, x, T, op.pdl, st);
+        return moe_tc_launch(*e, *s, xn, x, T, op.pdl, op.moe, st);
     return experts_any(*e, *s, xn, x, T, op.pdl, op.moe, st);
 }

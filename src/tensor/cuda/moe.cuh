@@ -56,7 +56,7 @@ bool moe_tc_ok(const tcu_experts &e);
 // Gate/up, down and the weighted sum of a step of T tokens on the tensor
 // cores, after the routing wrote s.meta, s.sel and s.wt: h holds the
 // activations as bf16 ([T K][ff]), y each pick's down row (f32); x += each
-// token's picks in expert-id order, weighted (moe.cu's order). Returns
-// the first launch's error.
+// token's picks in expert-id order, weighted (moe.cu's order). flags:
+// tcu_opts.moe. Returns the first launch's error.
 int moe_tc_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
-                  cudaStream_t st);
+                  int flags, cudaStream_t st);

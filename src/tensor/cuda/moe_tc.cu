@@ -175,7 +175,10 @@ template <int KIND> __device__ __forceinline__ void tc_scale(const void *sr, int
 // w_lo[m] / w_hi[m]: the lane's rows g / g + 8 of matrix m; s_lo / s_hi
 // their scale rows (quantized kinds); xr[j]: the lane's column g token row
 // of n-tile j (f32 or, XBF, bf16).
-template <int KIND, int NM, int NI, bool XBF>
+// PF (bf16; tcu_opts.moe bit TCU_MOE_TC_PF): the weights and activations
+// of the next 2 steps are loaded into a second set of registers while the
+// current 2 steps' mma run - the same sums in the same order.
+template <int KIND, int NM, int NI, bool XBF, bool PF = false>
 __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const uint8_t *const (&w_hi)[NM],
                                         const void *const (&s_lo)[NM], const void *const (&s_hi)[NM], int n_in,
                                         int group, const void *const (&xr)[NI], float (&acc)[NM][NI][4])
@@ -188,7 +191,47 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
 #pragma unroll
             for (int c = 0; c < 4; c++)
                 acc[m][j][c] = 0.0f;
-    if constexpr (KIND == TCU_BF16) {
+    if constexpr (KIND == TCU_BF16 && PF) {
+        constexpr int U = 2; /* steps a buffer */
+        uint32_t a0[U][NM][2][4], b0[U][NI][2][2], a1[U][NM][2][4], b1[U][NI][2][2];
+        auto load = [&](int k0, uint32_t(&a)[U][NM][2][4], uint32_t(&b)[U][NI][2][2]) {
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (k0 + 32 * u < n_in) {
+#pragma unroll
+                    for (int m = 0; m < NM; m++)
+                        tc_a_load<KIND>(w_lo[m], w_hi[m], k0 + 32 * u, q, a[u][m]);
+#pragma unroll
+                    for (int j = 0; j < NI; j++)
+                        tc_b_load<XBF>(xr[j], k0 + 32 * u, q, b[u][j]);
+                }
+        };
+        auto run = [&](int k0, const uint32_t(&a)[U][NM][2][4], const uint32_t(&b)[U][NI][2][2]) {
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (k0 + 32 * u < n_in)
+#pragma unroll
+                    for (int s = 0; s < 2; s++)
+#pragma unroll
+                        for (int m = 0; m < NM; m++)
+#pragma unroll
+                            for (int j = 0; j < NI; j++)
+                                tc_mma(acc[m][j], a[u][m][s], b[u][j][s][0], b[u][j][s][1]);
+        };
+        load(0, a0, b0);
+        for (int k0 = 0;;) {
+            if (k0 + 32 * U < n_in)
+                load(k0 + 32 * U, a1, b1);
+            run(k0, a0, b0);
+            if ((k0 += 32 * U) >= n_in)
+                break;
+            if (k0 + 32 * U < n_in)
+                load(k0 + 32 * U, a0, b0);
+            run(k0, a1, b1);
+            if ((k0 += 32 * U) >= n_in)
+                break;
+        }
+    } else if constexpr (KIND == TCU_BF16) {
 #pragma unroll 2
         for (int k0 = 0; k0 < n_in; k0 += 32) {
             uint32_t a[NM][2][4], b[NI][2][2];
@@ -281,7 +324,7 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
 // Gate and up of group blockIdx.y's expert, rows blockIdx.x * TC_ROWS +
 // 16 w + (0..15) for warp w, over all the group's picks in tiles of 8 NI:
 // hb[pick][row] = the activation (moe_act), rounded to bf16.
-template <int KIND, int NI>
+template <int KIND, int NI, bool PF>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     moe_tc_gu_kernel(tcu_experts ex, const int32_t *meta, int G, const float *xn, uint16_t *hb)
 {
@@ -321,7 +364,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             xr[j] = xn + (size_t)(pk[i] / ex.n_used) * ex.dim;
         }
         float acc[2][NI][4];
-        tc_tile<KIND, 2, NI, false>(w_lo, w_hi, s_lo, s_hi, ex.dim, ex.group, xr, acc);
+        tc_tile<KIND, 2, NI, false, PF>(w_lo, w_hi, s_lo, s_hi, ex.dim, ex.group, xr, acc);
 #pragma unroll
         for (int j = 0; j < NI; j++)
 #pragma unroll
@@ -336,7 +379,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 
 // Down of group blockIdx.y's expert (rows as moe_tc_gu_kernel's) over its
 // picks' bf16 activations: y[pick][row].
-template <int KIND, int NI>
+template <int KIND, int NI, bool PF>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     moe_tc_down_kernel(tcu_experts ex, const int32_t *meta, int G, const uint16_t *hb, float *y)
 {
@@ -368,7 +411,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             xr[j] = hb + (size_t)pk[i] * ex.ff;
         }
         float acc[1][NI][4];
-        tc_tile<KIND, 1, NI, true>(w_lo, w_hi, s_lo, s_hi, ex.ff, ex.group, xr, acc);
+        tc_tile<KIND, 1, NI, true, PF>(w_lo, w_hi, s_lo, s_hi, ex.ff, ex.group, xr, acc);
 #pragma unroll
         for (int j = 0; j < NI; j++)
 #pragma unroll
@@ -397,7 +440,7 @@ __global__ void __launch_bounds__(256)
     x[i] += o;
 }
 
-template <int KIND, int NI>
+template <int KIND, int NI, bool PF>
 int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, int G, bool pdl,
                  cudaStream_t st)
 {
@@ -406,13 +449,13 @@ int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn
     int rc;
     {
         PROF(TCU_PROF_MOE_GU, st);
-        rc = launch_pdl(pdl, moe_tc_gu_kernel<KIND, NI>, dim3((e.ff + TC_ROWS - 1) / TC_ROWS, G), blk, 0, st, e,
+        rc = launch_pdl(pdl, moe_tc_gu_kernel<KIND, NI, PF>, dim3((e.ff + TC_ROWS - 1) / TC_ROWS, G), blk, 0, st, e,
                         (const int32_t *)s.meta, G, xn, hb);
     }
     if (rc)
         return rc;
     PROF(TCU_PROF_MOE_DOWN, st);
-    rc = launch_pdl(pdl, moe_tc_down_kernel<KIND, NI>, dim3((e.dim + TC_ROWS - 1) / TC_ROWS, G), blk, 0, st, e,
+    rc = launch_pdl(pdl, moe_tc_down_kernel<KIND, NI, PF>, dim3((e.dim + TC_ROWS - 1) / TC_ROWS, G), blk, 0, st, e,
                     (const int32_t *)s.meta, G, (const uint16_t *)hb, s.y);
     if (rc)
         return rc;
@@ -423,16 +466,16 @@ int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn
 
 // The token tile by the step's picks an expert (on average over the groups
 // there can be: the token tile changes no bits).
-template <int KIND>
+template <int KIND, bool PF>
 int tc_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
               cudaStream_t st)
 {
     const int TK = T * e.n_used, G = e.n_expert < TK ? e.n_expert : TK, avg = (TK + G - 1) / G;
     if (avg <= 8)
-        return tc_launch_ni<KIND, 1>(e, s, xn, x, T, G, pdl, st);
+        return tc_launch_ni<KIND, 1, PF>(e, s, xn, x, T, G, pdl, st);
     if (avg <= 16)
-        return tc_launch_ni<KIND, 2>(e, s, xn, x, T, G, pdl, st);
-    return tc_launch_ni<KIND, 4>(e, s, xn, x, T, G, pdl, st);
+        return tc_launch_ni<KIND, 2, PF>(e, s, xn, x, T, G, pdl, st);
+    return tc_launch_ni<KIND, 4, PF>(e, s, xn, x, T, G, pdl, st);
 }
 
 } // namespace
@@ -447,12 +490,14 @@ bool moe_tc_ok(const tcu_experts &e)
 }
 
 int moe_tc_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
-                  cudaStream_t st)
+                  int flags, cudaStream_t st)
 {
     switch (e.kind) {
-    case TCU_BF16: return tc_launch<TCU_BF16>(e, s, xn, x, T, pdl, st);
-    case TCU_Q4: return tc_launch<TCU_Q4>(e, s, xn, x, T, pdl, st);
-    case TCU_MX4: return tc_launch<TCU_MX4>(e, s, xn, x, T, pdl, st);
+    case TCU_BF16:
+        return flags & TCU_MOE_TC_PF ? tc_launch<TCU_BF16, true>(e, s, xn, x, T, pdl, st)
+                                     : tc_launch<TCU_BF16, false>(e, s, xn, x, T, pdl, st);
+    case TCU_Q4: return tc_launch<TCU_Q4, false>(e, s, xn, x, T, pdl, st);
+    case TCU_MX4: return tc_launch<TCU_MX4, false>(e, s, xn, x, T, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }
