@@ -120,15 +120,17 @@ __device__ __forceinline__ void tc_a_load(const uint8_t *r_lo, const uint8_t *r_
 
 // A lane's B fragments of one step for its column's token row xr: b[s][0]
 // (b0), b[s][1] (b1) of mma s. XBF: xr holds bf16 (down's input, already
-// rounded); else f32, rounded here (nearest even).
+// rounded); else f32, rounded here (nearest even). Plain loads: the
+// block's 4 warps (and the SM's other blocks of the group) read the same
+// rows, which L1 then serves.
 template <bool XBF> __device__ __forceinline__ void tc_b_load(const void *xr, int k0, int q, uint32_t (&b)[2][2])
 {
     if constexpr (XBF) {
-        const uint4 u = __ldcg((const uint4 *)((const uint16_t *)xr + k0 + 8 * q));
+        const uint4 u = *(const uint4 *)((const uint16_t *)xr + k0 + 8 * q);
         b[0][0] = u.x, b[0][1] = u.y, b[1][0] = u.z, b[1][1] = u.w;
     } else {
         const float *p = (const float *)xr + k0 + 8 * q;
-        const float4 f0 = __ldcg((const float4 *)p), f1 = __ldcg((const float4 *)p + 1);
+        const float4 f0 = *(const float4 *)p, f1 = *((const float4 *)p + 1);
         b[0][0] = tc_bf2(f0.x, f0.y), b[0][1] = tc_bf2(f0.z, f0.w);
         b[1][0] = tc_bf2(f1.x, f1.y), b[1][1] = tc_bf2(f1.z, f1.w);
     }
