@@ -9,7 +9,11 @@
  * (the CPU on its exact f32-activation products) - and the batch contract:
  * three sequences decoding in one step give each sequence's logits alone,
  * bit for bit; and experts in pinned host memory behind a cache of a
- * quarter of them give the same bits, with picks counted. Skipped without a GPU; in a build without CUDA the backend's
+ * quarter of them give the same bits, with picks counted; the throughput
+ * mode's tensor-core expert GEMM (moe_tc.cu) one layer at a time against
+ * a double reference (fragment mapping, bf16 / 4-bit / MXFP4, T 2-300, a
+ * token alone == in the batch bitwise) and in whole models against the
+ * CPU. Skipped without a GPU; in a build without CUDA the backend's
  * "not built" error stands for it. The HF goldens of the MoE fixtures run
  * on the GPU through model_test_golden (TERN_TEST_DEVICE=cuda). */
 #include <math.h>
@@ -27,7 +31,13 @@
 #include "base/rng.h"
 #include "model/backend_cuda.h"
 #include "model/model_int.h"
+#include "tensor/kernels.h"
 #include "test_util.h"
+#ifdef TERN_CUDA
+#include <cuda_runtime.h>
+
+#include "tensor/cuda/cuda_moe.h"
+#endif
 
 static const char *build_dir(void) { return getenv("TERN_BUILD") ? getenv("TERN_BUILD") : "build"; }
 static const char *bin(void) { return getenv("TERN_BIN") ? getenv("TERN_BIN") : "build/tern"; }
@@ -261,6 +271,77 @@ static void check_moe(const char *args, int bits, int n_prompt, double tol, int 
     sh("rm -rf %s", dir);
 }
 
+#ifdef TERN_CUDA
+/* The tensor-core expert GEMM in a whole model: TERN_CUDA_MOE 61 (the
+ * defaults plus TCU_MOE_TC_ALL: every step, decode steps too, takes it) in
+ * the throughput mode against the CPU's exact products - a 48-token prompt
+ * and 12 greedy steps within the bf16 envelope - and three sequences
+ * decoding batched == alone, bit for bit (the one-sequence GEMVs for the
+ * dense products). */
+static void check_moe_tc(const char *args, int bits, double tol)
+{
+    char dir[] = "/tmp/tern_cuda_moe_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    sh("%s/tools/make_fixture %s --vocab 512 --out %s/m --tokenizer %s >/dev/null", build_dir(), args, dir,
+       shared_path("models/stories260K"));
+    char mdir[300];
+    snprintf(mdir, sizeof mdir, "%s/m", dir);
+    if (bits) {
+        sh("%s convert %s/m %s/q --bits %d --group-size 32 2>/dev/null", bin(), dir, dir, bits);
+        snprintf(mdir, sizeof mdir, "%s/q", dir);
+    }
+    tern_err err = {0};
+    model_load_opts oc = {2, "cpu"}, og = {0, "cuda"};
+    tern_kernels_exact_set(1);
+    tern_model *mc = model_load_ex(mdir, &oc, &err), *mg = NULL;
+    tern_kernels_exact_set(0);
+    setenv("TERN_CUDA_MOE", "61", 1);
+    setenv("TERN_CUDA_GEMV", "staged,by-shape,by-shape", 1);
+    if (mc)
+        mg = model_load_ex(mdir, &og, &err);
+    unsetenv("TERN_CUDA_MOE");
+    unsetenv("TERN_CUDA_GEMV");
+    if (!mc || !mg)
+        fail_msg("%s: %s", args, err.msg);
+    tern_kernels_exact_set(1);
+    const int n_dec = 12, n_prompt = 48, V = model_config_get(mc)->n_vocab;
+    int32_t prompt[64], idc[16], idg[16];
+    tern_rng r;
+    tern_rng_seed(&r, 11, (uint64_t)n_prompt);
+    for (int i = 0; i < n_prompt; i++)
+        prompt[i] = (int32_t)(tern_rng_f32(&r) * (V - 1));
+    const size_t nl = (size_t)(n_dec + 1) * V;
+    float *lc = malloc(nl * sizeof(float)), *lg = malloc(nl * sizeof(float));
+    assert_true(lc && lg);
+    run_model(mc, prompt, n_prompt, n_dec, lc, idc);
+    run_model(mg, prompt, n_prompt, n_dec, lg, idg);
+    tern_kernels_exact_set(0);
+    const double e0 = rel_err(lg, lc, (size_t)V), ea = rel_err(lg, lc, nl);
+    const int same = !memcmp(idc, idg, sizeof(int32_t) * n_dec);
+    print_message("moe tc %s bits %d prompt %d: prefill rel err %.3g, all steps %.3g, greedy ids %s\n", args, bits,
+                  n_prompt, e0, ea, same ? "identical" : "differ");
+    if (!(e0 <= tol) || (same && !(ea <= tol)))
+        fail_msg("%s bits %d: tensor-core experts: logits relative error %g / %g over %g", args, bits, e0, ea, tol);
+    const int nd = 6;
+    float *pa = malloc((size_t)nd * 3 * V * sizeof(float)), *pb = malloc((size_t)nd * 3 * V * sizeof(float));
+    assert_true(pa && pb);
+    run_three(mg, 0, nd, pa);
+    run_three(mg, 1, nd, pb);
+    for (size_t i = 0; i < (size_t)nd * 3 * V; i++)
+        if (pa[i] != pb[i])
+            fail_msg("%s bits %d: tensor-core experts: step %zu row %zu logit %zu batched %.9g, alone %.9g", args,
+                     bits, i / (3 * (size_t)V), i / V % 3, i % V, pb[i], pa[i]);
+    print_message("  three sequences a step: batched == alone bitwise\n");
+    free(pa);
+    free(pb);
+    free(lc);
+    free(lg);
+    model_free(mc);
+    model_free(mg);
+    sh("rm -rf %s", dir);
+}
+#endif
+
 static void test_moe_forward(void **state)
 {
     (void)state;
@@ -334,6 +415,394 @@ static void test_gpt_oss(void **state)
     g_throughput = 0;
 }
 
+#ifdef TERN_CUDA
+/* ---- the tensor-core grouped expert GEMM (moe_tc.cu), one layer through
+ * tcu_moe: gate/up's bf16 activations against a double reference from the
+ * same bf16-rounded normed activations, the layer's output against a
+ * double reference from the kernel's own h, and each token alone == its
+ * row in the batch, bit for bit ---- */
+
+#define TC_CU(x)                                                                                                       \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess)                                                                                         \
+            fail_msg("%s: %s", #x, cudaGetErrorString(e_));                                                           \
+    } while (0)
+
+static uint16_t tc_bf16_rn(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static double tc_bf16_d(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+typedef struct {
+    int kind, E, K, dim, ff, group, gpt_oss, onehot;
+} tc_case;
+
+/* One expert matrix [n_out][n_in] of kind c->kind: its stored bytes and
+ * scales (device copies in *dw, *dsb) and its values as doubles (v). */
+static void tc_matrix(const tc_case *c, int n_out, int n_in, int which, int e, tern_rng *r, float *v, void **dw,
+                      void **dsb)
+{
+    size_t nb = 0, ns = 0;
+    uint8_t *w = NULL, *sb = NULL;
+    if (c->kind == TCU_BF16) {
+        nb = (size_t)n_out * n_in * 2;
+        w = malloc(nb);
+        assert_non_null(w);
+        uint16_t *h = (uint16_t *)w;
+        for (int o = 0; o < n_out; o++)
+            for (int i = 0; i < n_in; i++) {
+                float f = (tern_rng_f32(r) * 2.0f - 1.0f) * 0.08f;
+                if (c->onehot) /* row o reads input (o * (2 which + 1) + e) % n_in alone */
+                    f = i == (o * (2 * which + 1) + e) % n_in ? (which == 1 ? 0.5f : 1.0f) : 0.0f;
+                h[(size_t)o * n_in + i] = tc_bf16_rn(f);
+                v[(size_t)o * n_in + i] = (float)tc_bf16_d(h[(size_t)o * n_in + i]);
+            }
+    } else {
+        nb = (size_t)n_out * n_in / 2;
+        w = calloc(nb, 1);
+        const int gs = c->kind == TCU_MX4 ? 32 : c->group;
+        const int ng = n_in / gs;
+        ns = c->kind == TCU_MX4 ? (size_t)n_out * ng : (size_t)n_out * ng * 2 * sizeof(float);
+        sb = malloc(ns);
+        assert_true(w && sb);
+        for (int o = 0; o < n_out; o++)
+            for (int gi = 0; gi < ng; gi++) {
+                double sc, bi = 0.0;
+                if (c->kind == TCU_MX4) {
+                    const unsigned ex = 118u + (unsigned)(tern_rng_f32(r) * 6.0f); /* 2^-9 .. 2^-4 */
+                    sb[(size_t)o * ng + gi] = (uint8_t)ex;
+                    sc = ldexp(1.0, (int)ex - 127);
+                } else {
+                    float *p = (float *)sb + ((size_t)o * ng + gi) * 2;
+                    p[0] = 0.004f + 0.01f * tern_rng_f32(r);
+                    p[1] = -0.03f + 0.01f * tern_rng_f32(r);
+                    sc = p[0], bi = p[1];
+                }
+                for (int i = gi * gs; i < (gi + 1) * gs; i++) {
+                    const unsigned code = (unsigned)(tern_rng_f32(r) * 16.0f) & 15u;
+                    w[((size_t)o * n_in + i) / 2] |= (uint8_t)(code << (4 * (i & 1)));
+                    v[(size_t)o * n_in + i] = (float)(c->kind == TCU_MX4 ? 0.5 * tern_mx_v2(code) * sc
+                                                                         : sc * code + bi);
+                }
+            }
+    }
+    TC_CU(cudaMalloc(dw, nb));
+    TC_CU(cudaMemcpy(*dw, w, nb, cudaMemcpyHostToDevice));
+    *dsb = NULL;
+    if (sb) {
+        TC_CU(cudaMalloc(dsb, ns));
+        TC_CU(cudaMemcpy(*dsb, sb, ns, cudaMemcpyHostToDevice));
+    }
+    free(w);
+    free(sb);
+}
+
+static double tc_act(const tc_case *c, const float *bg, const float *bu, double g, double u)
+{
+    if (c->gpt_oss) {
+        const double lim = 7.0;
+        g += *bg, u += *bu;
+        g = g > lim ? lim : g;
+        u = u > lim ? lim : u < -lim ? -lim : u;
+        return (u + 1.0) * g / (1.0 + exp(-1.702 * g));
+    }
+    return g / (1.0 + exp(-g)) * u;
+}
+
+/* The layer's device state for one case (experts, router, scratch for maxT). */
+typedef struct {
+    tcu_experts ex;
+    tcu_moe_scratch s;
+    void *dev[3 * TCU_MOE_MAX_EXPERTS * 2 + 16];
+    int n_dev;
+    float *wv[3]; /* values: gate, up [E][ff][dim], down [E][dim][ff] (MLX: scale q + bias rounded to f32) */
+    float *bg, *bu, *bd;
+    float *x, *xn, *ng; /* device: [maxT][dim], [maxT][dim], [dim] */
+} tc_layer;
+
+static void *tc_dev(tc_layer *L, size_t bytes)
+{
+    void *p = NULL;
+    TC_CU(cudaMalloc(&p, bytes ? bytes : 4));
+    TC_CU(cudaMemset(p, 0, bytes ? bytes : 4));
+    L->dev[L->n_dev++] = p;
+    return p;
+}
+
+static void tc_layer_init(tc_layer *L, const tc_case *c, int maxT, uint64_t seed)
+{
+    memset(L, 0, sizeof *L);
+    tern_rng r;
+    tern_rng_seed(&r, seed, 7);
+    const int E = c->E, D = c->dim, F = c->ff;
+    const void **tab = calloc((size_t)E * 6, sizeof(void *));
+    assert_non_null(tab);
+    for (int m = 0; m < 3; m++) {
+        L->wv[m] = malloc((size_t)E * F * D * sizeof(float));
+        assert_non_null(L->wv[m]);
+    }
+    for (int e = 0; e < E; e++)
+        for (int m = 0; m < 3; m++) {
+            void *dw, *dsb;
+            tc_matrix(c, m < 2 ? F : D, m < 2 ? D : F, m, e, &r, L->wv[m] + (size_t)e * F * D, &dw, &dsb);
+            L->dev[L->n_dev++] = dw;
+            if (dsb)
+                L->dev[L->n_dev++] = dsb;
+            tab[e * 6 + m] = dw;
+            tab[e * 6 + 3 + m] = dsb;
+        }
+    void *dtab = tc_dev(L, (size_t)E * 6 * sizeof(void *));
+    TC_CU(cudaMemcpy(dtab, tab, (size_t)E * 6 * sizeof(void *), cudaMemcpyHostToDevice));
+    free(tab);
+    uint16_t *rw = malloc((size_t)E * D * 2);
+    float *hg = malloc((size_t)D * sizeof(float));
+    assert_true(rw && hg);
+    for (size_t i = 0; i < (size_t)E * D; i++)
+        rw[i] = tc_bf16_rn((tern_rng_f32(&r) * 2.0f - 1.0f) * 0.1f);
+    void *drw = tc_dev(L, (size_t)E * D * 2);
+    TC_CU(cudaMemcpy(drw, rw, (size_t)E * D * 2, cudaMemcpyHostToDevice));
+    for (int i = 0; i < D; i++)
+        hg[i] = 0.8f + 0.4f * tern_rng_f32(&r);
+    L->ng = tc_dev(L, (size_t)D * sizeof(float));
+    TC_CU(cudaMemcpy(L->ng, hg, (size_t)D * sizeof(float), cudaMemcpyHostToDevice));
+    free(rw);
+    free(hg);
+    tcu_experts *ex = &L->ex;
+    ex->router.w = drw;
+    ex->router.n_out = E;
+    ex->router.kind = TCU_BF16;
+    ex->tab = dtab;
+    ex->kind = c->kind;
+    ex->group = c->kind == TCU_MX4 ? 32 : c->kind == TCU_Q4 ? c->group : 0;
+    ex->n_expert = E, ex->n_used = c->K, ex->dim = D, ex->ff = F, ex->norm_topk = 1;
+    if (c->gpt_oss) {
+        L->bg = malloc((size_t)E * F * sizeof(float));
+        L->bu = malloc((size_t)E * F * sizeof(float));
+        L->bd = malloc((size_t)E * D * sizeof(float));
+        float *rb = malloc((size_t)E * sizeof(float));
+        assert_true(L->bg && L->bu && L->bd && rb);
+        for (size_t i = 0; i < (size_t)E * F; i++)
+            L->bg[i] = 0.2f * (tern_rng_f32(&r) - 0.5f), L->bu[i] = 0.2f * (tern_rng_f32(&r) - 0.5f);
+        for (size_t i = 0; i < (size_t)E * D; i++)
+            L->bd[i] = 0.2f * (tern_rng_f32(&r) - 0.5f);
+        for (int i = 0; i < E; i++)
+            rb[i] = 0.1f * (tern_rng_f32(&r) - 0.5f);
+        float *d[4];
+        const float *h[4] = {L->bg, L->bu, L->bd, rb};
+        const size_t n[4] = {(size_t)E * F, (size_t)E * F, (size_t)E * D, (size_t)E};
+        for (int i = 0; i < 4; i++) {
+            d[i] = tc_dev(L, n[i] * sizeof(float));
+            TC_CU(cudaMemcpy(d[i], h[i], n[i] * sizeof(float), cudaMemcpyHostToDevice));
+        }
+        free(rb);
+        ex->b_gate = d[0], ex->b_up = d[1], ex->b_down = d[2], ex->router_b = d[3];
+        ex->topk_softmax = 1, ex->swiglu_clamp = 1, ex->swiglu_limit = 7.0f, ex->swiglu_alpha = 1.702f;
+    }
+    const size_t TK = (size_t)maxT * c->K;
+    L->s.rl = tc_dev(L, (size_t)maxT * E * sizeof(float));
+    L->s.wt = tc_dev(L, TK * sizeof(float));
+    L->s.sel = tc_dev(L, TK * sizeof(int32_t));
+    L->s.meta = tc_dev(L, tcu_moe_meta_len(E, c->K, maxT) * sizeof(int32_t));
+    L->s.h = tc_dev(L, TK * F * sizeof(float));
+    L->s.y = tc_dev(L, TK * D * sizeof(float));
+    L->s.cnt = tc_dev(L, tcu_moe_cnt_len(D, E) * sizeof(int32_t));
+    L->x = tc_dev(L, (size_t)maxT * D * sizeof(float));
+    L->xn = tc_dev(L, (size_t)maxT * D * sizeof(float));
+}
+
+static void tc_layer_free(tc_layer *L)
+{
+    for (int i = 0; i < L->n_dev; i++)
+        cudaFree(L->dev[i]);
+    for (int m = 0; m < 3; m++)
+        free(L->wv[m]);
+    free(L->bg);
+    free(L->bu);
+    free(L->bd);
+}
+
+/* x[T][dim] (host) through the layer with tcu_opts.moe = moe: out (host). */
+static void tc_run(tc_layer *L, const float *x, int T, int moe, float *out)
+{
+    tcu_opts op;
+    tcu_opts_init(&op);
+    op.exact = 0;
+    op.moe = moe;
+    const size_t n = (size_t)T * L->ex.dim * sizeof(float);
+    TC_CU(cudaMemcpy(L->x, x, n, cudaMemcpyHostToDevice));
+    const int rc = tcu_moe(&L->ex, &L->s, L->x, L->ng, 1e-6f, L->xn, T, &op, NULL);
+    if (rc)
+        fail_msg("tcu_moe: %s", cudaGetErrorString((cudaError_t)rc));
+    TC_CU(cudaDeviceSynchronize());
+    TC_CU(cudaMemcpy(out, L->x, n, cudaMemcpyDeviceToHost));
+}
+
+static void tc_check(const tc_case *c, const int *Ts, int nT)
+{
+    int maxT = 0;
+    for (int i = 0; i < nT; i++)
+        maxT = Ts[i] > maxT ? Ts[i] : maxT;
+    tc_layer L;
+    tc_layer_init(&L, c, maxT, (uint64_t)(c->E * 131 + c->dim * 7 + c->ff + c->kind * 1000 + c->K));
+    const int D = c->dim, F = c->ff, K = c->K;
+    const int moe = TCU_MOE_DOWN_EARLY | TCU_MOE_WAVES | TCU_MOE_TC | TCU_MOE_TC_ALL;
+    const char *kn = c->kind == TCU_BF16 ? "bf16" : c->kind == TCU_Q4 ? "q4" : "mxfp4";
+    for (int ti = 0; ti < nT; ti++) {
+        const int T = Ts[ti];
+        tern_rng r;
+        tern_rng_seed(&r, 99, (uint64_t)T);
+        float *x0 = malloc((size_t)T * D * sizeof(float)), *xo = malloc((size_t)T * D * sizeof(float));
+        float *xn = malloc((size_t)T * D * sizeof(float)), *wt = malloc((size_t)T * K * sizeof(float));
+        float *x1 = malloc((size_t)D * sizeof(float));
+        int32_t *sel = malloc((size_t)T * K * sizeof(int32_t));
+        uint16_t *h = malloc((size_t)T * K * F * 2);
+        double *xb = malloc((size_t)D * sizeof(double));
+        assert_true(x0 && xo && xn && wt && x1 && sel && h && xb);
+        for (size_t i = 0; i < (size_t)T * D; i++)
+            x0[i] = tern_rng_f32(&r) * 2.0f - 1.0f;
+        tc_run(&L, x0, T, moe, xo);
+        TC_CU(cudaMemcpy(xn, L.xn, (size_t)T * D * sizeof(float), cudaMemcpyDeviceToHost));
+        TC_CU(cudaMemcpy(wt, L.s.wt, (size_t)T * K * sizeof(float), cudaMemcpyDeviceToHost));
+        TC_CU(cudaMemcpy(sel, L.s.sel, (size_t)T * K * sizeof(int32_t), cudaMemcpyDeviceToHost));
+        TC_CU(cudaMemcpy(h, L.s.h, (size_t)T * K * F * 2, cudaMemcpyDeviceToHost));
+        /* gate/up: h against act(gate . xb, up . xb), xb = bf16(xn); down
+         * and the sum: x against x0 + sum_k w (down . h + b) */
+        double hd = 0, hr = 0, xd = 0, xr = 0;
+        int bad_t = -1, bad_r = -1;
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < D; i++)
+                xb[i] = tc_bf16_d(tc_bf16_rn(xn[(size_t)t * D + i]));
+            for (int k = 0; k < K; k++) {
+                const int e = sel[t * K + k];
+                const uint16_t *hp = h + ((size_t)t * K + k) * F;
+                for (int f = 0; f < F; f++) {
+                    const float *gr = L.wv[0] + ((size_t)e * F + f) * D, *ur = L.wv[1] + ((size_t)e * F + f) * D;
+                    double g = 0, u = 0, sg = 0, su = 0;
+                    for (int i = 0; i < D; i++) {
+                        g += gr[i] * xb[i], u += ur[i] * xb[i];
+                        sg += fabs(gr[i] * xb[i]), su += fabs(ur[i] * xb[i]);
+                    }
+                    const double ref = tc_act(c, L.bg ? L.bg + (size_t)e * F + f : NULL,
+                                              L.bu ? L.bu + (size_t)e * F + f : NULL, g, u);
+                    const double d = tc_bf16_d(hp[f]) - ref;
+                    /* bf16 rounding of h (2^-9 of |ref|) and the f32 sums'
+                     * error (2e-5 of the terms' magnitudes, through the
+                     * activation's slopes); a wrong fragment is off by |ref| */
+                    const double tol = 0x1p-8 * fabs(ref) + 2e-5 * (1.2 * sg * (fabs(u) + 1.0) + su * (fabs(g) + 1.0));
+                    if (fabs(d) > tol && bad_t < 0)
+                        bad_t = t, bad_r = f;
+                    hd += d * d, hr += ref * ref;
+                }
+            }
+            for (int o = 0; o < D; o++) {
+                double acc = 0;
+                for (int k = 0; k < K; k++) {
+                    const int e = sel[t * K + k];
+                    const float *dr = L.wv[2] + ((size_t)e * D + o) * F;
+                    const uint16_t *hp = h + ((size_t)t * K + k) * F;
+                    double y = 0;
+                    for (int f = 0; f < F; f++)
+                        y += dr[f] * tc_bf16_d(hp[f]);
+                    if (L.bd)
+                        y += L.bd[(size_t)e * D + o];
+                    acc += y * wt[t * K + k];
+                }
+                const double d = (double)xo[(size_t)t * D + o] - x0[(size_t)t * D + o] - acc;
+                xd += d * d, xr += acc * acc;
+            }
+        }
+        const double eh = sqrt(hd / (hr > 0 ? hr : 1)), ex = sqrt(xd / (xr > 0 ? xr : 1));
+        print_message("moe tc %s E %d K %d dim %d ff %d%s%s T %d: h rel err %.3g, layer rel err %.3g\n", kn, c->E, K, D,
+                      F, c->gpt_oss ? " gpt_oss" : "", c->onehot ? " one-hot" : "", T, eh, ex);
+        if (bad_t >= 0)
+            fail_msg("%s T %d: h of token %d row %d off by more than bf16 rounding (fragment mapping?)", kn, T, bad_t,
+                     bad_r);
+        if (!(eh < 3e-3) || !(ex < 1e-4))
+            fail_msg("%s T %d: relative error h %g (tol 3e-3), layer %g (tol 1e-4)", kn, T, eh, ex);
+        /* bf16: the tiles with the next steps prefetched (TCU_MOE_TC_PF) - the same bits */
+        if (c->kind == TCU_BF16) {
+            float *xp = malloc((size_t)T * D * sizeof(float));
+            assert_non_null(xp);
+            tc_run(&L, x0, T, moe | TCU_MOE_TC_PF, xp);
+            if (memcmp(xp, xo, (size_t)T * D * sizeof(float)))
+                fail_msg("%s T %d: TCU_MOE_TC_PF changes the bits", kn, T);
+            free(xp);
+        }
+        /* each token alone through the same kernel: its row's bits */
+        const int step = T > 64 ? 7 : 1;
+        for (int t = 0; t < T; t += step) {
+            tc_run(&L, x0 + (size_t)t * D, 1, moe, x1);
+            if (memcmp(x1, xo + (size_t)t * D, (size_t)D * sizeof(float)))
+                fail_msg("%s T %d: token %d alone differs from its row in the batch", kn, T, t);
+        }
+        free(x0);
+        free(xo);
+        free(xn);
+        free(wt);
+        free(x1);
+        free(sel);
+        free(h);
+        free(xb);
+    }
+    tc_layer_free(&L);
+}
+
+static void test_moe_tc(void **state)
+{
+    (void)state;
+    if (model_cuda_device_count() <= 0)
+        skip();
+    static const int T_all[] = {2, 9, 33, 64, 128, 300}, T_few[] = {9, 33}, T_mid[] = {9, 128, 300};
+    /* the fragment mapping: one-hot rows, each output one input */
+    const tc_case onehot = {TCU_BF16, 8, 2, 256, 768, 0, 0, 1};
+    tc_check(&onehot, T_few, 2);
+    const tc_case bf_small = {TCU_BF16, 8, 2, 256, 768, 0, 0, 0};
+    tc_check(&bf_small, T_all, 6);
+    const tc_case bf_wide = {TCU_BF16, 32, 8, 2048, 768, 0, 0, 0}; /* Qwen3-30B-A3B's widths */
+    tc_check(&bf_wide, T_few, 2);
+    const tc_case bf_many = {TCU_BF16, 128, 8, 256, 768, 0, 0, 0}; /* its expert count */
+    const int T_many[] = {33, 128};
+    tc_check(&bf_many, T_many, 2);
+    const tc_case bf_oss = {TCU_BF16, 32, 4, 256, 1088, 0, 1, 0};
+    tc_check(&bf_oss, T_mid, 3);
+    const tc_case q4_64 = {TCU_Q4, 8, 2, 256, 768, 64, 0, 0};
+    tc_check(&q4_64, T_all, 6);
+    const tc_case q4_32 = {TCU_Q4, 32, 4, 256, 1088, 32, 0, 0};
+    const int T128[] = {128};
+    tc_check(&q4_32, T128, 1);
+    const tc_case q4_128 = {TCU_Q4, 16, 4, 512, 768, 128, 0, 0};
+    const int T64[] = {64};
+    tc_check(&q4_128, T64, 1);
+    const tc_case mx_oss = {TCU_MX4, 32, 4, 256, 1088, 32, 1, 0};
+    tc_check(&mx_oss, T_mid, 3);
+    const tc_case mx_small = {TCU_MX4, 8, 2, 256, 768, 32, 0, 0};
+    const int T300[] = {300};
+    tc_check(&mx_small, T300, 1);
+    /* whole models: qwen3_moe bf16 and 4-bit, gpt_oss bf16 and MXFP4 */
+    const char *q = "--family qwen3_moe --dim 256 --layers 3 --heads 8 --kv-heads 2 --head-dim 32 --ff 384 "
+                    "--experts 16 --top-k 4 --moe-ff 128 --norm-topk 1 --seed 41 --dtype bf16";
+    check_moe_tc(q, 0, 2e-2);
+    check_moe_tc(q, 4, 2e-2);
+    const char *g = "--family gpt_oss --dim 64 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 "
+                    "--top-k 4 --moe-ff 64 --sliding-window 16 --seed 31 --dtype bf16";
+    char gm[400];
+    snprintf(gm, sizeof gm, "%s --mxfp4 1", g);
+    check_moe_tc(g, 0, 2e-2);
+    check_moe_tc(gm, 0, 2e-2);
+}
+#endif
+
 /* An argument: only the tests whose names match it (cmocka's pattern). */
 int main(int argc, char **argv)
 {
@@ -342,6 +811,9 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_forward),
         cmocka_unit_test(test_gpt_oss),
+#ifdef TERN_CUDA
+        cmocka_unit_test(test_moe_tc),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,8 +59,21 @@ enum { TCU_PROD_O = 1, TCU_PROD_GU = 2, TCU_PROD_DOWN = 4, TCU_PROD_QKV = 8, TCU
  * requests its weights before the PDL wait / holds 4 rows a warp; the
  * expert kernels' grids are about one wave for a step of one token (few
  * groups), each warp striding over rows; a step of one token with 4-bit
- * experts runs gate/up, down and the sum in one launch (moe.cu) */
-enum { TCU_MOE_DOWN_EARLY = 1, TCU_MOE_DOWN_ROWS4 = 2, TCU_MOE_WAVES = 4, TCU_MOE_FUSED = 8 };
+ * experts runs gate/up, down and the sum in one launch (moe.cu); TC: in
+ * the throughput mode, steps of TCU_MOE_TC_MIN_T tokens or more take the
+ * tensor-core grouped GEMM (moe_tc.cu: bf16, MLX 4-bit, MXFP4 experts),
+ * TC_ALL: every step does (tests: a token alone through that kernel);
+ * TC_PF: its bf16 tiles load the next steps' weights while the current
+ * ones' mma run (the same bits; an experiment) */
+enum {
+    TCU_MOE_DOWN_EARLY = 1,
+    TCU_MOE_DOWN_ROWS4 = 2,
+    TCU_MOE_WAVES = 4,
+    TCU_MOE_FUSED = 8,
+    TCU_MOE_TC = 16,
+    TCU_MOE_TC_ALL = 32,
+    TCU_MOE_TC_PF = 64
+};
 
 /* The prefill attention kernel (tcu_opts.attn_tiled). */
 enum {

@@ -39,6 +39,12 @@ extern "C" {
 /* Bounds of the device routing: experts a layer, experts a token. */
 #define TCU_MOE_MAX_EXPERTS 512
 #define TCU_MOE_MAX_USED 32
+/* Throughput mode (tcu_opts.exact 0, tcu_opts.moe bit TCU_MOE_TC): steps
+ * of at least this many tokens take the tensor-core grouped GEMM
+ * (moe_tc.cu) for their experts; smaller steps the warp kernels (f32
+ * activations), which hold a row in registers for the few tokens an
+ * expert gets. */
+#define TCU_MOE_TC_MIN_T 32
 /* Output rows a block of the expert kernels (the down kernel's row tile). */
 #define TCU_MOE_ROWS 8
 

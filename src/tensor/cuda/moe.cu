@@ -11,6 +11,7 @@
 // butterfly sums the lanes - an order fixed by n_in, never by the batch.
 #include "tensor/cuda/cuda_moe.h"
 #include "tensor/cuda/gemv.cuh"
+#include "tensor/cuda/moe.cuh"
 
 namespace {
 
@@ -239,17 +240,6 @@ __device__ __forceinline__ void warp_rows_n(const uint8_t *const *wrow, const vo
     else
         warp_rows<KIND, NM, NORM, 4, NT>(wrow, sbrow, n_in, group, X, pk, div, base, n, res, ng, rn);
 }
-
-// meta layout (cuda_moe.h): [0] groups, [1, 1 + G) their experts, [1 + G,
-// 2 + 2G) their first picks (and the end), then the picks t K + k grouped.
-struct meta_v {
-    const int32_t *m;
-    int G;
-    __device__ int groups() const { return m[0]; }
-    __device__ int expert(int g) const { return m[1 + g]; }
-    __device__ int start(int g) const { return m[1 + G + g]; }
-    __device__ const int32_t *picks() const { return m + 2 + 2 * G; }
-};
 
 // The router: rl[t][e] = router[e] . xn[t], a warp a row, all T tokens.
 template <int KIND>
@@ -558,35 +548,6 @@ __global__ void __launch_bounds__(TCU_MOE_ROWS * 32)
         route_block<MAXV>(rl, rb, topk_sm, T, n_out, K, norm_topk, G, wt, sel, meta, sh);
     if (threadIdx.x == 0)
         *cnt = 0;
-}
-
-// The activation of expert e's gate/up row `row` (products g, u):
-// silu(g) * u, or gpt_oss's clamped SwiGLU with the row's biases
-// (tcu_experts.swiglu_clamp) in the CPU's order of operations.
-__device__ __forceinline__ float moe_act(const tcu_experts &ex, int e, int row, float g, float u)
-{
-    if (ex.swiglu_clamp) {
-        const float lim = ex.swiglu_limit;
-        g += ex.b_gate[(size_t)e * ex.ff + row];
-        u += ex.b_up[(size_t)e * ex.ff + row];
-        g = g > lim ? lim : g;
-        u = u > lim ? lim : u < -lim ? -lim : u;
-        const float glu = g * (1.0f / (1.0f + expf(-(g * ex.swiglu_alpha))));
-        return (u + 1.0f) * glu;
-    }
-    return silu_f(g) * u;
-}
-
-// The weighted sum's term of pick i = t K + k (output row r): its down
-// output times its routing weight, with gpt_oss's down bias (of the pick's
-// expert sel[i]) added first, as the CPU does.
-__device__ __forceinline__ float moe_term(const tcu_experts &ex, const float *y, const float *wt, const int32_t *sel,
-                                          size_t i, int r)
-{
-    const float yv = __ldcg(y + i * ex.dim + r), w = __ldcg(wt + i);
-    if (ex.b_down)
-        return (yv + ex.b_down[(size_t)__ldcg(sel + i) * ex.dim + r]) * w;
-    return yv * w;
 }
 
 // Gate and up of group blockIdx.y's expert over its picks: h[pick][row] =
@@ -1192,5 +1153,9 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     }
     if (rc)
         return rc;
+    /* throughput mode, steps of many tokens: the tensor-core grouped GEMM
+     * (moe_tc.cu; activations rounded once to bf16) */
+    if (!op.exact && (op.moe & TCU_MOE_TC) && (T >= TCU_MOE_TC_MIN_T || (op.moe & TCU_MOE_TC_ALL)) && moe_tc_ok(*e))
+        return moe_tc_launch(*e, *s, xn, x, T, op.pdl, op.moe, st);
     return experts_any(*e, *s, xn, x, T, op.pdl, op.moe, st);
 }
