@@ -1031,8 +1031,8 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
                         cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap,
-                        CU_SPLIT_LEN_ONE_RULE, 0, sinks, NULL, 0, 1};
-    /* (pre 1: the rows came up from the host before the launch) */
+                        CU_SPLIT_LEN_ONE_RULE, 0, sinks, NULL, 0, be->opts.attn_pre};
+    /* (pre: the rows came up from the host before the launch) */
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     /* several sequences in throughput mode: the device forward's batch rule
      * and kernels (the table path is how the tests reach them) */
@@ -1107,7 +1107,7 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         /* o's cuBLASLt inputs written by the decode attention's merge (no
          * conversion launch; not the prefill tiles, which write f32 only) */
         const int o_h = !kvl.rot && cu_step_gemv(be, T) && cu_use_lt(be, 1, L->wo, T);
-        aa.pre = be->distinct;
+        aa.pre = be->distinct && be->opts.attn_pre;
         if (o_h) {
             aa.out_h = be->xh;
             aa.out_h_f16 = L->wo->kind == TCU_F16;
@@ -1777,6 +1777,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_Q4_SPLIT", offsetof(tcu_opts, q4_split), 0, 8},
     {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 2},
     {"TERN_CUDA_ATTN_Z", offsetof(tcu_opts, attn_z), 0, 64},
+    {"TERN_CUDA_ATTN_PRE", offsetof(tcu_opts, attn_pre), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
     {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},

@@ -123,6 +123,8 @@ typedef struct tcu_opts {
     int attn_tiles;  /* throughput mode, steps of several sequences: the tiled decode attention
                       * (tcu_attn_args.tiles) 2 (16-bit pools on the copy-ahead kernel, others 1's),
                       * 1 (rows decoded into shared memory), or the per-head / grouped kernels 0 */
+    int attn_pre;    /* tiles 2, steps whose tokens are each of another sequence: copy K rows before
+                      * the previous kernel ends (tcu_attn_args.pre) */
     int attn_z;      /* tiles 2: blocks a (kv head, token) walking its splits (0: by the step's size;
                       * n: n, each block taking splits z, z + n, ... - the same sums) */
     int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
