@@ -5,6 +5,14 @@
  *              [--kv-type T] MODEL_DIR...
  *   bench_cuda --gemv [KERNELS] [--no-stage] [--model 8b|1b] [--kinds bf16,q4g64,q8g64]
  *   bench_cuda --q4 [--model 8b|1b] [--tiles 1,2,17,s4,...]
+ *   bench_cuda --lt [--model 8b|1b]
+ *
+ * --lt (no model files): the cuBLASLt products of a throughput-mode bf16
+ * step (the backend's algorithm choice) at T = 8, 32, 128, q/k/v and
+ * gate/up a GEMM a matrix against one GEMM a group (tcu_opts.lt_cat; the
+ * GLU kernel included): us per layer, ms per step (the layers and the
+ * head), and whether the merged outputs are the separate ones' bits and a
+ * merged GEMM's tokens the same at T = 8 and T.
  *
  * --q4 (no model files): the 4-bit tensor-core GEMM (tcu_q4_mm, with its
  * input kernel; gate/up with the SwiGLU fused) against the tensor-core GEMV on the
@@ -58,6 +66,7 @@
 #ifdef TERN_CUDA
 #include <cuda_runtime_api.h>
 
+#include "model/backend_cuda_lt.h"
 #include "tensor/cuda/cuda_kernels.h"
 
 static double now_s(void)
@@ -924,6 +933,238 @@ static int q4_bench(const char *only_model, const char *tiles)
     free(h1);
     return bad ? 1 : 0;
 }
+
+/* ---- --lt: a step's cuBLASLt products, q/k/v and gate/up one GEMM each or a GEMM a matrix ---- */
+
+/* The layer's dense shapes of a Llama model (tcu_opts.lt_cat merges q/k/v and gate/up). */
+typedef struct lb_model {
+    const char *name;
+    int dim, qd, kvd, n_ff, n_vocab, n_layer;
+} lb_model;
+static const lb_model lb_models[] = {{"8b", 4096, 4096, 1024, 14336, 128256, 32},
+                                     {"1b", 2048, 2048, 512, 8192, 128256, 16}};
+#define LB_NT 3
+static const int lb_Ts[LB_NT] = {8, 32, 128};
+
+/* One product group as a cuBLASLt step runs it: n GEMMs over consecutive
+ * row blocks of one weight buffer (rows[k] rows each; outputs [T][rows[k]]
+ * one after the other in y), glu 1: then tcu_glu_half over the two outputs
+ * (gate in place), glu 2: one GEMM of gate's and up's rows side by side,
+ * then tcu_glu_half over its [T][2 n_ff] rows into act. */
+typedef struct lb_job {
+    cu_lt *lt;
+    int n, rows[3], n_in, T, glu;
+    const uint16_t *x;
+    float *y, *act;
+    uint16_t *yh;
+} lb_job;
+
+static int lb_issue(const lb_job *j, const uint16_t *w, cudaStream_t st)
+{
+    tern_err err = {0};
+    size_t off = 0;
+    float *y = j->y;
+    for (int k = 0; k < j->n; k++) {
+        if (cu_lt_matmul(j->lt, w + off * j->n_in, 0, j->x, y, j->rows[k], j->n_in, j->T, 0, &err)) {
+            fprintf(stderr, "bench_cuda: %s\n", err.msg);
+            return -1;
+        }
+        off += (size_t)j->rows[k];
+        y += (size_t)j->T * j->rows[k];
+    }
+    if (j->glu == 1)
+        return cu_ok(tcu_glu_half(j->y, j->y, j->y + (size_t)j->T * j->rows[0], j->rows[0], j->yh, j->T, j->rows[0], 0,
+                                  0, NULL, (tcu_stream)st),
+                     "glu")
+                   ? 0
+                   : -1;
+    if (j->glu == 2) {
+        const int nf = j->rows[0] / 2;
+        return cu_ok(tcu_glu_half(j->act, j->y, j->y + nf, 2 * (long)nf, j->yh, j->T, nf, 0, 0, NULL, (tcu_stream)st),
+                     "glu")
+                   ? 0
+                   : -1;
+    }
+    return 0;
+}
+
+/* ms per issue of j: GV_REPS of them rotating over nc weight copies (wb
+ * halves apart) in one graph on the handle's stream st, best of 3 replays */
+static double lb_time(const lb_job *j, const uint16_t *w, int nc, size_t wb, cudaStream_t st, cudaEvent_t *ev)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    double best = -1;
+    int ok = 1;
+    for (int r = 0; r < 3 && ok; r++)
+        ok = lb_issue(j, w + (size_t)(r % nc) * wb, st) == 0;
+    ok = ok && cu_ok(cudaStreamSynchronize(st), "warm-up") &&
+         cu_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
+    if (ok) {
+        for (int r = 0; r < GV_REPS && ok; r++)
+            ok = lb_issue(j, w + (size_t)(r % nc) * wb, st) == 0;
+        ok = cu_ok(cudaStreamEndCapture(st, &g), "capture") && ok;
+    }
+    ok = ok && cu_ok(cudaGraphInstantiate(&ge, g, 0), "graph");
+    for (int k = 0; k < 3 && ok; k++) {
+        float ms = 0.0f;
+        ok = cu_ok(cudaEventRecord(ev[0], st), "event") && cu_ok(cudaGraphLaunch(ge, st), "graph launch") &&
+             cu_ok(cudaEventRecord(ev[1], st), "event") && cu_ok(cudaEventSynchronize(ev[1]), "graph run") &&
+             cu_ok(cudaEventElapsedTime(&ms, ev[0], ev[1]), "event");
+        if (ok && (best < 0 || ms / GV_REPS < best))
+            best = ms / GV_REPS;
+    }
+    if (ge)
+        cudaGraphExecDestroy(ge);
+    if (g)
+        cudaGraphDestroy(g);
+    return ok ? best : -1;
+}
+
+/* n floats of two device buffers: bitwise the same? */
+static int lb_same(const float *a, const float *b, size_t n, float *ha, float *hb)
+{
+    if (!cu_ok(cudaMemcpy(ha, a, n * sizeof(float), cudaMemcpyDeviceToHost), "copy") ||
+        !cu_ok(cudaMemcpy(hb, b, n * sizeof(float), cudaMemcpyDeviceToHost), "copy"))
+        return 0;
+    return !memcmp(ha, hb, n * sizeof(float));
+}
+
+/* The 8B / 1B bf16 products of a throughput-mode step on cuBLASLt (the
+ * backend's algorithm choice: split-K off, the heuristic's first), T = 8,
+ * 32, 128: q/k/v as three GEMMs and as one, gate/up as two plus
+ * tcu_glu_half and as one plus the strided tcu_glu_half, o, down and
+ * lm_head; per layer and per step (n_layer layers and the head), and the
+ * bits: merged outputs against the separate ones, and a merged GEMM's
+ * first 8 tokens at T = 128 against T = 8. */
+static int lt_bench(const char *only_model)
+{
+    double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
+    printf("== cuBLASLt products (bf16 in, f32 out, split-K off): q/k/v and gate/up a GEMM a matrix against one GEMM "
+           "a group (tcu_opts.lt_cat); us per layer in a graph of %d, best of 3; copy bandwidth %.0f GB/s\n",
+           GV_REPS, bw / 1e9);
+    cudaStream_t st;
+    cudaEvent_t ev[2];
+    tern_err err = {0};
+    cu_lt *lt = NULL;
+    if (!cu_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream") || cu_lt_new(&lt, st, &err)) {
+        fprintf(stderr, "bench_cuda: %s\n", err.msg[0] ? err.msg : "cuBLASLt");
+        return 1;
+    }
+    cudaEventCreate(&ev[0]);
+    cudaEventCreate(&ev[1]);
+    const int TMAX = 128, NIN_MAX = 14336;
+    const size_t YMAX = (size_t)TMAX * 128256;
+    uint16_t *x = NULL, *yh = NULL;
+    float *y = NULL, *y2 = NULL, *act = NULL;
+    if (!cu_ok(cudaMalloc((void **)&x, sizeof(uint16_t) * TMAX * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&yh, sizeof(uint16_t) * TMAX * NIN_MAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&y, sizeof(float) * YMAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&y2, sizeof(float) * YMAX), "alloc") ||
+        !cu_ok(cudaMalloc((void **)&act, sizeof(float) * TMAX * NIN_MAX), "alloc"))
+        return 1;
+    float *ha = malloc(sizeof(float) * YMAX), *hb = malloc(sizeof(float) * YMAX);
+    if (!ha || !hb)
+        return 1;
+    tcu_fill_random(x, (size_t)TMAX * NIN_MAX, TCU_BF16, 5, 1.0f, NULL);
+    int bad = 0;
+    printf("%-4s %3s %9s %9s %6s %11s %11s %6s %8s %8s %8s | %-22s %s\n", "mdl", "T", "qkv x3", "qkv x1", "gain",
+           "gu x2+glu", "gu x1+glu", "gain", "o", "down", "head", "step ms: a matrix / merged", "bits");
+    for (size_t mi = 0; mi < sizeof lb_models / sizeof *lb_models; mi++) {
+        const lb_model *md = &lb_models[mi];
+        if (only_model && strcmp(only_model, md->name))
+            continue;
+        /* weights: q/k/v rows, gate/up rows, o, down, head - each group nc copies past L2 */
+        const int M = md->qd + 2 * md->kvd;
+        const size_t wq = (size_t)M * md->dim, wg = (size_t)2 * md->n_ff * md->dim, wo = (size_t)md->dim * md->qd,
+                     wd = (size_t)md->dim * md->n_ff, wh = (size_t)md->n_vocab * md->dim;
+        const size_t wsz[5] = {wq, wg, wo, wd, wh};
+        uint16_t *w[5];
+        int nc[5];
+        for (int k = 0; k < 5; k++) {
+            nc[k] = (int)(((size_t)256 << 20) / (wsz[k] * 2)) + 1;
+            nc[k] = nc[k] > 16 ? 16 : nc[k];
+            if (!cu_ok(cudaMalloc((void **)&w[k], wsz[k] * 2 * nc[k]), "alloc"))
+                return 1;
+            tcu_fill_random(w[k], wsz[k] * nc[k], TCU_BF16, 100 + 10 * mi + k, 0.05f, NULL);
+        }
+        if (!cu_ok(cudaDeviceSynchronize(), "fill"))
+            return 1;
+        for (int ti = 0; ti < LB_NT; ti++) {
+            const int T = lb_Ts[ti];
+            lb_job qkv3 = {lt, 3, {md->qd, md->kvd, md->kvd}, md->dim, T, 0, x, y, NULL, yh};
+            lb_job qkv1 = {lt, 1, {M, 0, 0}, md->dim, T, 0, x, y2, NULL, yh};
+            lb_job gu2 = {lt, 2, {md->n_ff, md->n_ff, 0}, md->dim, T, 1, x, y, NULL, yh};
+            /* (merged: no f32 activation, as the backend when down reads the 16-bit copy) */
+            lb_job gu1 = {lt, 1, {2 * md->n_ff, 0, 0}, md->dim, T, 2, x, y2, NULL, yh};
+            lb_job o = {lt, 1, {md->dim, 0, 0}, md->qd, T, 0, x, y, NULL, yh};
+            lb_job dn = {lt, 1, {md->dim, 0, 0}, md->n_ff, T, 0, x, y, NULL, yh};
+            lb_job hd = {lt, 1, {md->n_vocab, 0, 0}, md->dim, T, 0, x, y, NULL, yh};
+            const lb_job *jobs[7] = {&qkv3, &qkv1, &gu2, &gu1, &o, &dn, &hd};
+            const int wk[7] = {0, 0, 1, 1, 2, 3, 4};
+            double us[7];
+            for (int k = 0; k < 7; k++)
+                us[k] = lb_time(jobs[k], w[wk[k]], nc[wk[k]], wsz[wk[k]], st, ev) * 1e3;
+            const double common = md->n_layer * (us[4] + us[5]) + us[6];
+            const double step_sep = (md->n_layer * (us[0] + us[2]) + common) / 1e3,
+                         step_cat = (md->n_layer * (us[1] + us[3]) + common) / 1e3;
+            /* bits: copy 0 of each, separate against merged, and the merged
+             * GEMM's first 8 tokens alone */
+            int ok = lb_issue(&qkv3, w[0], st) == 0 && lb_issue(&qkv1, w[0], st) == 0 &&
+                     cu_ok(cudaStreamSynchronize(st), "bits");
+            int same_qkv = ok, same_gu = ok, inv = ok;
+            if (ok) {
+                if (!cu_ok(cudaMemcpy(ha, y2, sizeof(float) * T * M, cudaMemcpyDeviceToHost), "copy") ||
+                    !cu_ok(cudaMemcpy(hb, y, sizeof(float) * T * M, cudaMemcpyDeviceToHost), "copy"))
+                    return 1;
+                for (int t = 0; t < T && same_qkv; t++) {
+                    const size_t r[3] = {(size_t)md->qd, (size_t)md->kvd, (size_t)md->kvd};
+                    size_t base = 0, col = 0;
+                    for (int k = 0; k < 3; k++) {
+                        same_qkv &= !memcmp(ha + (size_t)t * M + col, hb + base + (size_t)t * r[k], r[k] * 4);
+                        base += (size_t)T * r[k];
+                        col += r[k];
+                    }
+                }
+                /* merged q/k/v at T = 8 against the first 8 tokens at T (in ha) */
+                lb_job q8 = qkv1;
+                q8.T = 8;
+                q8.y = y;
+                ok = lb_issue(&q8, w[0], st) == 0 && cu_ok(cudaStreamSynchronize(st), "bits") &&
+                     cu_ok(cudaMemcpy(hb, y, sizeof(float) * 8 * M, cudaMemcpyDeviceToHost), "copy");
+                inv = ok && !memcmp(ha, hb, sizeof(float) * 8 * M);
+                lb_job gb = gu1;
+                gb.act = act;
+                ok = ok && lb_issue(&gu2, w[1], st) == 0 && lb_issue(&gb, w[1], st) == 0 &&
+                     cu_ok(cudaStreamSynchronize(st), "bits");
+                same_gu = ok && lb_same(y, act, (size_t)T * md->n_ff, ha, hb);
+            }
+            bad += !ok || !inv;
+            printf("%-4s %3d %9.1f %9.1f %5.2fx %11.1f %11.1f %5.2fx %8.1f %8.1f %8.1f | %7.3f / %7.3f (%5.2fx) "
+                   "q/k/v %s, gate/up %s, T=8 of %d %s\n",
+                   md->name, T, us[0], us[1], us[0] / us[1], us[2], us[3], us[2] / us[3], us[4], us[5], us[6],
+                   step_sep, step_cat, step_sep / step_cat, same_qkv ? "same" : "differ", same_gu ? "same" : "differ",
+                   T, inv ? "same" : "DIFFER");
+            fflush(stdout);
+        }
+        for (int k = 0; k < 5; k++)
+            cudaFree(w[k]);
+    }
+    printf("== lt check: %s\n", bad ? "FAILED (a merged GEMM's token differs between T = 8 and T)"
+                                    : "merged GEMMs batch-invariant (T = 8 rows = T rows)");
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    cu_lt_free(lt);
+    cudaStreamDestroy(st);
+    cudaFree(x);
+    cudaFree(yh);
+    cudaFree(y);
+    cudaFree(y2);
+    cudaFree(act);
+    free(ha);
+    free(hb);
+    return bad ? 1 : 0;
+}
 #endif
 
 int main(int argc, char **argv)
@@ -946,6 +1187,20 @@ int main(int argc, char **argv)
         }
         return q4_bench(only_model, tiles);
 #else
+        fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
+        return 2;
+#endif
+    }
+    if (argc >= 2 && !strcmp(argv[1], "--lt")) {
+        const char *only_model = argc >= 4 && !strcmp(argv[2], "--model") ? argv[3] : NULL;
+#ifdef TERN_CUDA
+        if (model_cuda_device_count() <= 0) {
+            fprintf(stderr, "bench_cuda: no GPU\n");
+            return 2;
+        }
+        return lt_bench(only_model);
+#else
+        (void)only_model;
         fprintf(stderr, "bench_cuda: this tern was built without CUDA (make CUDA=1)\n");
         return 2;
 #endif
@@ -1031,7 +1286,7 @@ int main(int argc, char **argv)
     tcu_opts opts; /* the defaults with the environment's overrides, as the backend takes them */
     if (model_cuda_opts_from_env(&opts, &oerr))
         return die(&oerr);
-    char desc[512];
+    char desc[1024];
     tcu_opts_format(&opts, desc, sizeof desc);
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
     printf("device copy bandwidth (read + write): %.0f GB/s; options: %s\n", bw / 1e9, desc);

@@ -109,10 +109,13 @@ typedef struct cu_layer {
     float *sinks; /* [n_head] attention sink logits (gpt_oss), else NULL */
     float *bo;    /* [dim] o_proj bias (gpt_oss), else NULL */
     float rope_af; /* RoPE's cos/sin factor (model_layer.rope_af) */
+    /* wq, wk, wv's rows (wg, wu's) one after the other in one allocation
+     * (weight_group_get; tcu_opts.lt_cat): one cuBLASLt GEMM for the group */
+    int qkv_cat, gu_cat;
 } cu_layer;
 
 typedef struct cu_graph {
-    int T, n_out, wide, fused;
+    int T, n_out, wide, fused, distinct;
     cudaGraphExec_t exec;
 } cu_graph;
 
@@ -136,6 +139,9 @@ typedef struct cu_backend {
     /* forward scratch */
     int cap_t, cap_out;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *xo, *logits, *part;
+    /* the merged products' outputs: [T][q + k + v] and [T][2 n_ff] rows (k,
+     * v and up lie inside them for the products a matrix at a time) */
+    float *qkv, *gu;
     uint16_t *xh, *wdq; /* xh: the cuBLAS path's 16-bit inputs, and the GEMVs' stage (tcu_gemv_args) */
     const float *xh_of; /* xh holds these xh_of_n values rounded (a cuBLASLt GLU's output), for the next product */
     long xh_of_n;
@@ -150,6 +156,7 @@ typedef struct cu_backend {
     tcu_opts opts; /* filled when the backend is made, read-only after */
     int wide; /* the forward carries two or more sequences (tcu_gemv_args.wide) */
     int fused; /* the forward's attention is tcu_qkv_attention (cu_enqueue) */
+    int distinct; /* every token of the step is of another sequence (tcu_attn_args.pre) */
     int split_len; /* tcu_attn_args.split_len of the forward (cu_enqueue) */
     int tile_off, n_tiles; /* prefill attention tiles in d_in (pack_batch) */
     cu_graph graphs[CU_MAX_GRAPHS];
@@ -227,17 +234,77 @@ static size_t host_wbytes(const model_weight *w)
     return w->qbits ? (size_t)w->n_out * w->n_in * w->qbits / 8 : (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
 }
 
-/* The device copy of w, uploaded on first use. */
-static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out, tern_err *err)
+/* The device copy of w already made, or NULL. */
+static const tcu_mat *weight_find(const cu_backend *be, const model_weight *w)
 {
     for (int i = 0; i < be->n_w; i++)
         if (be->w[i].key == w->data && be->w[i].sb_key == (w->dtype == TERN_F8E4M3 ? w->fs : w->sb) &&
             be->w[i].n_out == w->n_out &&
             be->w[i].n_in == w->n_in && be->w[i].qbits == w->qbits && be->w[i].group == w->group &&
-            be->w[i].dtype == w->dtype) {
-            *out = &be->w[i].m;
+            be->w[i].dtype == w->dtype)
+            return &be->w[i].m;
+    return NULL;
+}
+
+/* A new entry of the weight table for w's device copy at d (dense kinds). */
+static cu_weight *weight_add(cu_backend *be, const model_weight *w, void *d)
+{
+    cu_weight *cw = &be->w[be->n_w++];
+    memset(cw, 0, sizeof *cw);
+    cw->key = w->data;
+    cw->sb_key = w->sb;
+    cw->group = w->group;
+    cw->dtype = w->dtype;
+    cw->n_out = w->n_out;
+    cw->n_in = w->n_in;
+    cw->m.n_out = w->n_out;
+    cw->m.group = w->group;
+    cw->m.kind = w->dtype == TERN_BF16 ? TCU_BF16 : TCU_F16;
+    cw->m.w = d;
+    if (w->n_in > be->max_in)
+        be->max_in = w->n_in;
+    return cw;
+}
+
+/* The device copies of n 16-bit weights of one dtype and input size, their
+ * rows one after the other in ONE allocation (w[0]'s rows, then w[1]'s,
+ * ...), so that one GEMM of sum n_out rows computes all n products
+ * (tcu_opts.lt_cat); each out[i] points at its own rows and reads as an
+ * upload of its own would. Returns 1 when done, 0 when the group does not
+ * qualify (another kind, other shapes, a weight already on the device or
+ * twice in the group: the caller uploads them one by one), negative on
+ * failure. */
+static int weight_group_get(cu_backend *be, const model_weight *const *w, int n, const tcu_mat **out, tern_err *err)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        if (w[i]->qbits || (w[i]->dtype != TERN_BF16 && w[i]->dtype != TERN_F16) || w[i]->dtype != w[0]->dtype ||
+            w[i]->n_in != w[0]->n_in || w[i]->n_in % 32 || weight_find(be, w[i]))
             return 0;
-        }
+        for (int j = 0; j < i; j++)
+            if (w[j]->data == w[i]->data)
+                return 0;
+        bytes += host_wbytes(w[i]);
+    }
+    if (be->n_w + n > be->cap_w)
+        return tern_err_set(err, TERN_EINTERNAL, "cuda: weight table full (%d)", be->cap_w);
+    char *d = NULL;
+    int rc = cu_alloc(be, (void **)&d, bytes, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        CU(cudaMemcpyAsync(d, w[i]->data, host_wbytes(w[i]), cudaMemcpyHostToDevice, be->stream), "weight upload");
+        out[i] = &weight_add(be, w[i], d)->m;
+        d += host_wbytes(w[i]);
+    }
+    return 1;
+}
+
+/* The device copy of w, uploaded on first use. */
+static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out, tern_err *err)
+{
+    if ((*out = weight_find(be, w)))
+        return 0;
     if (w->n_in % 32)
         return tern_err_set(err, TERN_EUNSUPPORTED, "cuda: weight with %d inputs (a multiple of 32 is needed)", w->n_in);
     if (w->dtype == TERN_F8E4M3 && (!w->fs || (w->fs_cols != w->n_in && w->fs_cols % 16)))
@@ -441,10 +508,12 @@ static int mm_lt(cu_backend *be, int n, const tcu_mat *mats, const uint16_t *xh,
                                err)))
             return rc;
     if (glu) {
-        const long nv = (long)T * mats[0].n_out;
-        CU(tcu_glu_half(mats[0].y, mats[1].y, be->xh, nv, glu == 2, f16, &be->opts, (tcu_stream)be->stream), "glu");
+        const int nf = mats[0].n_out;
+        CU(tcu_glu_half(mats[0].y, mats[0].y, mats[1].y, nf, be->xh, T, nf, glu == 2, f16, &be->opts,
+                        (tcu_stream)be->stream),
+           "glu");
         be->xh_of = mats[0].y;
-        be->xh_of_n = nv;
+        be->xh_of_n = (long)T * nf;
     }
     return 0;
 }
@@ -607,7 +676,7 @@ static int scratch_ensure(cu_backend *be, int T, int n_out, tern_err *err)
     if (co < 1)
         co = 1;
     graphs_clear(be);
-    float **bufs[] = {&be->x, &be->xn, &be->q, &be->k, &be->v, &be->att, &be->gate, &be->up, &be->tmp, &be->xo,
+    float **bufs[] = {&be->x, &be->xn, &be->q, &be->qkv, &be->att, &be->gate, &be->gu, &be->tmp, &be->xo,
                       &be->logits, &be->part};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
         cu_free_one(be, *bufs[i]);
@@ -616,13 +685,19 @@ static int scratch_ensure(cu_backend *be, int T, int n_out, tern_err *err)
     cu_free_one(be, be->xh);
     be->xh = NULL;
     size_t qd = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_kv_head * c->head_dim;
-    size_t sizes[] = {(size_t)ct * c->dim, (size_t)ct * c->dim, ct * qd, ct * kvd, ct * kvd, ct * qd,
-                      (size_t)ct * c->n_ff, (size_t)ct * c->n_ff, (size_t)ct * c->dim, (size_t)co * c->dim,
+    size_t sizes[] = {(size_t)ct * c->dim, (size_t)ct * c->dim, ct * qd, ct * (qd + 2 * kvd), ct * qd,
+                      (size_t)ct * c->n_ff, (size_t)ct * 2 * c->n_ff, (size_t)ct * c->dim, (size_t)co * c->dim,
                       (size_t)co * c->n_vocab, (size_t)ct * c->n_head * CU_GRAPH_SPLIT * (c->head_dim + 2)};
+    be->k = be->v = be->up = NULL;
     int rc;
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if ((rc = cu_alloc(be, (void **)bufs[i], sizes[i] * sizeof(float), err)))
             return rc;
+    /* k, v and up of the products a matrix at a time inside the merged
+     * products' buffers (never both in one step's product) */
+    be->k = be->qkv;
+    be->v = be->qkv + ct * kvd;
+    be->up = be->gu;
     /* at least the GEMVs' stage at 32 tokens (exact: 96 bf16 an input, 4-bit
      * + 96 floats a group), or at the steps' columns rounded up to 32
      * (throughput: a bf16 an input and token, + a float a group and token) */
@@ -956,8 +1031,18 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
                         cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap,
-                        CU_SPLIT_LEN_ONE_RULE, 0, sinks};
+                        CU_SPLIT_LEN_ONE_RULE, 0, sinks, NULL, 0, 1};
+    /* (pre 1: the rows came up from the host before the launch) */
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
+    /* several sequences in throughput mode: the device forward's batch rule
+     * and kernels (the table path is how the tests reach them) */
+    int multi = 0;
+    for (int i = 1; i < T; i++)
+        multi |= b->seqs[i] != b->seqs[0];
+    if (multi && !be->opts.exact && be->opts.attn_tiles) {
+        at.split_len = CU_SPLIT_LEN;
+        at.tiles = be->opts.attn_tiles;
+    }
     if (at.kv.rot)
         CU(tcu_kv_rotate(be->tx, (long)T * a->n_head, hd, 0, &be->opts, (tcu_stream)be->stream), "rotate");
     CU(attention_launch(be, &at, T, (tcu_stream)be->stream), "attention");
@@ -990,18 +1075,45 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
                        cu_lora_has(be->lora, l, LORA_V);
         if (lora_qkv)
             CU(tcu_rmsnorm(be->x, NULL, L->attn_norm, be->xn, T, dim, c->norm_eps, 0, opt, s), "rmsnorm");
-        if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, cu_opts(be, TCU_PROD_QKV),
-                              err)))
+        const int qd = c->n_head * c->head_dim, kvd = c->n_kv_head * c->head_dim;
+        /* cuBLASLt steps: q, k and v as one GEMM over the rows stored side
+         * by side, outputs [T][qd + 2 kvd] (LoRA rows: a product each) */
+        const int cat_qkv = L->qkv_cat && !lora_qkv && cu_use_lt(be, 3, qkv, T);
+        if (cat_qkv) {
+            tcu_mat m = *L->wq;
+            m.n_out = qd + 2 * kvd;
+            m.y = be->qkv;
+            if ((rc = mm_dev_norm(be, 1, &m, be->x, L->attn_norm, be->xn, NULL, dim, T, 0, 0, err)))
+                return rc;
+        } else if ((rc = mm_dev_norm(be, 3, qkv, be->x, L->attn_norm, be->xn, NULL, dim, T, 0,
+                                     cu_opts(be, TCU_PROD_QKV), err))) {
             return rc;
+        }
         for (int k = 0; lora_qkv && k < 3; k++)
             CU(cu_lora_add(be->lora, l, LORA_Q + k, be->xn, qkv[k].y, dim, qkv[k].n_out, T, opt, s), "lora");
         const tcu_kv kvl = cu_kvm_layer(&be->kvm, l);
         tcu_qkv_args qa = {be->q, be->k, be->v, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->rope, pos, bt_off,
-                           blk, kvl, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps, L->rope_af};
+                           blk, kvl, l, T, c->n_head, c->n_kv_head, c->head_dim, c->norm_eps, L->rope_af, 0, NULL};
+        if (cat_qkv) { /* the rows of the merged outputs; q rotated into be->q */
+            qa.q = be->qkv;
+            qa.k = be->qkv + qd;
+            qa.v = be->qkv + qd + kvd;
+            qa.ld = qd + 2 * kvd;
+            qa.q_out = be->q;
+        }
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, kvl, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
-                            be->split_len, be->opts.attn_tiles && be->split_len == CU_SPLIT_LEN, L->sinks};
-        if (be->fused && !kvl.rot) {
+                            be->split_len, be->split_len == CU_SPLIT_LEN ? be->opts.attn_tiles : 0, L->sinks, NULL, 0, 0};
+        /* o's cuBLASLt inputs written by the decode attention's merge (no
+         * conversion launch; not the prefill tiles, which write f32 only) */
+        const int o_h = !kvl.rot && cu_step_gemv(be, T) && cu_use_lt(be, 1, L->wo, T);
+        aa.pre = be->distinct;
+        if (o_h) {
+            aa.out_h = be->xh;
+            aa.out_h_f16 = L->wo->kind == TCU_F16;
+        }
+        /* (the fused kernel reads q/k/v of their own: not after a merged product) */
+        if (be->fused && !kvl.rot && !cat_qkv) {
             CU(tcu_qkv_attention(&qa, &aa, opt, s), "attention");
         } else { /* a rotated KV layer (r4): q into its basis, the output back (tcu_kv.rot) */
             CU(tcu_qkv_post(&qa, opt, s), "qkv");
@@ -1012,7 +1124,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
                 CU(tcu_kv_rotate(be->att, (long)T * c->n_head, c->head_dim, 1, opt, s), "rotate");
         }
         tcu_mat o = *L->wo;
-        int qd = c->n_head * c->head_dim;
+        if (o_h) {
+            be->xh_of = be->att;
+            be->xh_of_n = (long)T * qd;
+        }
         const int o_opts = cu_opts(be, TCU_PROD_O);
         if (L->post_attn_norm) {
             o.y = be->tmp;
@@ -1041,9 +1156,31 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         int lora_gu = cu_lora_has(be->lora, l, LORA_GATE) || cu_lora_has(be->lora, l, LORA_UP);
         if (lora_gu)
             CU(tcu_rmsnorm(be->x, NULL, L->ffn_norm, be->xn, T, dim, c->norm_eps, 0, opt, s), "rmsnorm");
-        if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T, lora_gu ? 0 : c->gelu ? 2 : 1,
-                              cu_opts(be, TCU_PROD_GU), err)))
+        /* cuBLASLt steps: gate and up as one GEMM over the rows stored side
+         * by side, outputs [T][2 n_ff], the activation (f32 into be->gate, as
+         * the products a matrix at a time leave it, and 16-bit into xh for
+         * down) from those rows (LoRA rows: a product each) */
+        if (L->gu_cat && !lora_gu && cu_use_lt(be, 2, gu, T)) {
+            tcu_mat m = *L->wg, dn = *L->wd;
+            m.n_out = 2 * c->n_ff;
+            m.y = be->gu;
+            if ((rc = mm_dev_norm(be, 1, &m, be->x, L->ffn_norm, be->xn, NULL, dim, T, 0, 0, err)))
+                return rc;
+            /* the f32 activation only for a reader of it: down on cuBLASLt
+             * of the same kind reads the 16-bit copy alone (xh_of), LoRA
+             * rows on down the f32 values */
+            float *act = cu_use_lt(be, 1, &dn, T) && dn.kind == m.kind && !cu_lora_has(be->lora, l, LORA_DOWN)
+                             ? NULL
+                             : be->gate;
+            CU(tcu_glu_half(act, be->gu, be->gu + c->n_ff, 2 * (long)c->n_ff, be->xh, T, c->n_ff, c->gelu != 0,
+                            m.kind == TCU_F16, opt, s),
+               "glu");
+            be->xh_of = be->gate;
+            be->xh_of_n = (long)T * c->n_ff;
+        } else if ((rc = mm_dev_norm(be, 2, gu, be->x, L->ffn_norm, be->xn, NULL, dim, T,
+                                     lora_gu ? 0 : c->gelu ? 2 : 1, cu_opts(be, TCU_PROD_GU), err))) {
             return rc;
+        }
         if (lora_gu) {
             for (int k = 0; k < 2; k++)
                 CU(cu_lora_add(be->lora, l, LORA_GATE + k, be->xn, gu[k].y, dim, c->n_ff, T, opt, s), "lora");
@@ -1148,10 +1285,11 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         be->split_len = multi || (inv & TCU_INV_ATTN) ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
-    be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
-    for (int i = 1; i < T && be->fused; i++)
+    be->distinct = 1;
+    for (int i = 1; i < T && be->distinct; i++)
         for (int j = 0; j < i; j++)
-            be->fused &= b->seqs[i] != b->seqs[j];
+            be->distinct &= b->seqs[i] != b->seqs[j];
+    be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T && be->distinct;
     /* steps with LoRA rows run uncaptured: which products get updates
      * depends on the step's adapters */
     int lora_on = cu_lora_has_any(be->lora);
@@ -1159,7 +1297,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         cu_graph *g = NULL;
         for (int i = 0; i < be->n_graphs; i++)
             if (be->graphs[i].T == T && be->graphs[i].n_out == b->n_out && be->graphs[i].wide == be->wide &&
-                be->graphs[i].fused == be->fused)
+                be->graphs[i].fused == be->fused && be->graphs[i].distinct == be->distinct)
                 g = &be->graphs[i];
         if (!g) {
             if (be->n_graphs == CU_MAX_GRAPHS)
@@ -1179,6 +1317,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
             g->n_out = b->n_out;
             g->wide = be->wide;
             g->fused = be->fused;
+            g->distinct = be->distinct;
             be->n_graphs++;
         }
         CU(cudaGraphLaunch(g->exec, be->stream), "graph launch");
@@ -1571,10 +1710,29 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *H = &m->layers[l];
         cu_layer *L = &be->layers[l];
-        if ((rc = weight_get(be, &H->wq, &L->wq, err)) || (rc = weight_get(be, &H->wk, &L->wk, err)) ||
-            (rc = weight_get(be, &H->wv, &L->wv, err)) || (rc = weight_get(be, &H->wo, &L->wo, err)) ||
-            (!H->experts && ((rc = weight_get(be, &H->w_gate, &L->wg, err)) ||
-                             (rc = weight_get(be, &H->w_up, &L->wu, err)) ||
+        /* q/k/v (gate/up) rows side by side for the merged cuBLASLt GEMMs
+         * (tcu_opts.lt_cat), else one allocation each */
+        const model_weight *qkv_w[3] = {&H->wq, &H->wk, &H->wv}, *gu_w[2] = {&H->w_gate, &H->w_up};
+        const tcu_mat *qkv_m[3], *gu_m[2];
+        if ((be->opts.lt_cat & TCU_CAT_QKV) && (rc = weight_group_get(be, qkv_w, 3, qkv_m, err)) < 0)
+            return rc;
+        if ((L->qkv_cat = (be->opts.lt_cat & TCU_CAT_QKV) && rc == 1)) {
+            L->wq = qkv_m[0];
+            L->wk = qkv_m[1];
+            L->wv = qkv_m[2];
+        }
+        rc = 0;
+        if (!H->experts && (be->opts.lt_cat & TCU_CAT_GU) && (rc = weight_group_get(be, gu_w, 2, gu_m, err)) < 0)
+            return rc;
+        if ((L->gu_cat = !H->experts && (be->opts.lt_cat & TCU_CAT_GU) && rc == 1)) {
+            L->wg = gu_m[0];
+            L->wu = gu_m[1];
+        }
+        if ((!L->qkv_cat && ((rc = weight_get(be, &H->wq, &L->wq, err)) || (rc = weight_get(be, &H->wk, &L->wk, err)) ||
+                             (rc = weight_get(be, &H->wv, &L->wv, err)))) ||
+            (rc = weight_get(be, &H->wo, &L->wo, err)) ||
+            (!H->experts && ((!L->gu_cat && ((rc = weight_get(be, &H->w_gate, &L->wg, err)) ||
+                                             (rc = weight_get(be, &H->w_up, &L->wu, err)))) ||
                              (rc = weight_get(be, &H->w_down, &L->wd, err)))))
             return rc;
         size_t qd = (size_t)c->n_head * hd, kvd = (size_t)c->n_kv_head * hd;
@@ -1617,7 +1775,8 @@ static const struct cu_env_opt {
     {"TERN_CUDA_Q4_TC", offsetof(tcu_opts, q4_tc), 0, 2},
     {"TERN_CUDA_Q4_TILE", offsetof(tcu_opts, q4_tile), 0, 24},
     {"TERN_CUDA_Q4_SPLIT", offsetof(tcu_opts, q4_split), 0, 8},
-    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 1},
+    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 2},
+    {"TERN_CUDA_ATTN_Z", offsetof(tcu_opts, attn_z), 0, 64},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
     {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},
@@ -1626,6 +1785,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
     {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 255},
     {"TERN_CUDA_INVARIANT", offsetof(tcu_opts, invariant), 0, TCU_INV_PRODUCTS | TCU_INV_ATTN},
+    {"TERN_CUDA_LT_CAT", offsetof(tcu_opts, lt_cat), 0, TCU_CAT_QKV | TCU_CAT_GU},
 };
 
 /* TERN_CUDA_GEMV: one kernel name for every weight kind, or three (bf16,
@@ -1749,7 +1909,7 @@ model_backend *model_backend_cuda_new_opts(tern_model *m, int device, const tcu_
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
     if (m) {
-        char desc[512];
+        char desc[1024];
         tcu_opts_format(&be->opts, desc, sizeof desc);
         TERN_INFO("cuda: %d weights on GPU %d, %.2f GB free of %.2f GB; %s", be->n_w, device, fr / 1e9, tot / 1e9,
                   desc);

@@ -31,6 +31,7 @@
 #ifdef TERN_CUDA
 #include <cuda_runtime.h>
 
+#include "model/backend_cuda_lt.h"
 #include "tensor/cuda/cuda_kernels.h"
 #endif
 
@@ -223,6 +224,7 @@ static void test_opts(void **state)
     assert_int_equal(d.gemv_q8, TCU_GEMV_BY_SHAPE);
     assert_int_equal(d.exact, 0);
     assert_int_equal(d.tc_max_t, 128);
+    assert_int_equal(d.lt_cat, TCU_CAT_QKV | TCU_CAT_GU);
     /* --exact-products: exact products, no cuBLAS - unless the environment says */
     tern_kernels_exact_set(1);
     assert_int_equal(model_cuda_opts_from_env(&o, &err), 0);
@@ -264,7 +266,8 @@ static void test_opts(void **state)
     const char *bad_int[][2] = {{"TERN_CUDA_PDL", "2"},        {"TERN_CUDA_GRAPHS", "yes"},
                                 {"TERN_CUDA_GEMM_MIN_T", "0"}, {"TERN_CUDA_EARLY", "32"},
                                 {"TERN_CUDA_ATTN_TILED", "3"}, {"TERN_CUDA_SPLIT_LEN1", "-1"},
-                                {"TERN_CUDA_TC_MAX_T", "129"}, {"TERN_CUDA_INVARIANT", "4"}};
+                                {"TERN_CUDA_TC_MAX_T", "129"}, {"TERN_CUDA_INVARIANT", "4"},
+                                {"TERN_CUDA_LT_CAT", "4"}};
     for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++) {
         setenv(bad_int[i][0], bad_int[i][1], 1);
         assert_int_equal(model_cuda_opts_from_env(&o, &err), TERN_EINVAL);
@@ -748,6 +751,305 @@ static void test_q4_mma(void **state)
 }
 #else
 static void test_q4_mma(void **state)
+{
+    (void)state;
+    skip();
+}
+#endif
+
+#ifdef TERN_CUDA
+/* h (n values) as bf16 (f16 when f16) into a new device buffer. */
+static uint16_t *lc_half_up(const float *h, size_t n, int f16)
+{
+    uint16_t *b = malloc(n * sizeof(uint16_t)), *d = NULL;
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = f16 ? tern_f32_to_f16(h[i]) : tern_f32_to_bf16(h[i]);
+    assert_int_equal(cudaMalloc((void **)&d, n * sizeof(uint16_t)), 0);
+    assert_int_equal(cudaMemcpy(d, b, n * sizeof(uint16_t), cudaMemcpyHostToDevice), 0);
+    free(b);
+    return d;
+}
+
+static float *lc_f32_up(const float *h, size_t n)
+{
+    float *d = NULL;
+    assert_int_equal(cudaMalloc((void **)&d, (n ? n : 1) * sizeof(float)), 0);
+    if (h)
+        assert_int_equal(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice), 0);
+    else
+        assert_int_equal(cudaMemset(d, 0, (n ? n : 1) * sizeof(float)), 0);
+    return d;
+}
+
+/* n bytes of two device buffers the same? */
+static int lc_same(const void *a, const void *b, size_t n)
+{
+    void *ha = malloc(n), *hb = malloc(n);
+    assert_true(ha && hb);
+    assert_int_equal(cudaMemcpy(ha, a, n, cudaMemcpyDeviceToHost), 0);
+    assert_int_equal(cudaMemcpy(hb, b, n, cudaMemcpyDeviceToHost), 0);
+    const int same = !memcmp(ha, hb, n);
+    free(ha);
+    free(hb);
+    return same;
+}
+
+/* The merged cuBLASLt products (tcu_opts.lt_cat) piece by piece, fresh
+ * random inputs, bf16 and f16:
+ *  - one GEMM over q/k/v's rows stored side by side: each token's row the
+ *    same bits at T = 1 ... 128 (batch invariance of the merged shape), and
+ *    within 1e-5 of the three GEMMs a matrix (reported: bitwise or not) and
+ *    of a double reference;
+ *  - tcu_qkv_post on the merged [T][q + k + v] rows (ld, q_out) = on the
+ *    three products' own buffers, bitwise: q, and K / V in the pool (biases,
+ *    q/k norms, RoPE);
+ *  - tcu_glu_half on [T][2 n_ff] gate/up rows = on the two buffers = tcu_glu
+ *    then rounding, bitwise (SiLU and GELU). */
+static void test_lt_cat(void **state)
+{
+    (void)state;
+    if (!have_gpu())
+        skip();
+    enum { NIN = 256, HD = 32, NH = 8, NKV = 2, NFF = 384, TMAX = 128, QT = 5, BS = 16 };
+    const int qd = NH * HD, kvd = NKV * HD, M = qd + 2 * kvd, Ts[] = {1, 2, 3, 8, 32, 100, 128};
+    tern_rng r;
+    tern_rng_seed(&r, 2027, 12);
+    assert_int_equal(cudaSetDevice(0), 0);
+    cudaStream_t st;
+    assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), 0);
+    tern_err err = {0};
+    cu_lt *lt = NULL;
+    if (cu_lt_new(&lt, st, &err))
+        fail_msg("%s", err.msg);
+    float *W = malloc(sizeof(float) * (size_t)(M + 2 * NFF) * NIN), *X = malloc(sizeof(float) * TMAX * NIN);
+    float *ref = malloc(sizeof(float) * TMAX * (M + 2 * NFF)), *got = malloc(sizeof(float) * TMAX * (M + 2 * NFF));
+    assert_true(W && X && ref && got);
+    for (int f16 = 0; f16 < 2; f16++) {
+        fill(&r, W, (size_t)(M + 2 * NFF) * NIN, 0.05f);
+        fill(&r, X, (size_t)TMAX * NIN, 1.0f);
+        for (size_t i = 0; i < (size_t)(M + 2 * NFF) * NIN; i++) /* the values the device sees */
+            W[i] = f16 ? tern_f16_to_f32(tern_f32_to_f16(W[i])) : tern_bf16_to_f32(tern_f32_to_bf16(W[i]));
+        for (size_t i = 0; i < (size_t)TMAX * NIN; i++)
+            X[i] = f16 ? tern_f16_to_f32(tern_f32_to_f16(X[i])) : tern_bf16_to_f32(tern_f32_to_bf16(X[i]));
+        uint16_t *dW = lc_half_up(W, (size_t)M * NIN, f16), *dWgu = lc_half_up(W + (size_t)M * NIN,
+                                                                                  (size_t)2 * NFF * NIN, f16);
+        uint16_t *dX = lc_half_up(X, (size_t)TMAX * NIN, f16);
+        float *dY = lc_f32_up(NULL, (size_t)TMAX * M), *dS = lc_f32_up(NULL, (size_t)TMAX * M);
+        /* merged q/k/v at T = 128, then every T's rows against it */
+        if (cu_lt_matmul(lt, dW, f16, dX, dY, M, NIN, TMAX, 0, &err))
+            fail_msg("%s", err.msg);
+        assert_int_equal(cudaStreamSynchronize(st), 0);
+        assert_int_equal(cudaMemcpy(ref, dY, sizeof(float) * TMAX * M, cudaMemcpyDeviceToHost), 0);
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            if (cu_lt_matmul(lt, dW, f16, dX, dS, M, NIN, Ts[ti], 0, &err))
+                fail_msg("%s", err.msg);
+            assert_int_equal(cudaStreamSynchronize(st), 0);
+            assert_int_equal(cudaMemcpy(got, dS, sizeof(float) * Ts[ti] * M, cudaMemcpyDeviceToHost), 0);
+            if (memcmp(got, ref, sizeof(float) * Ts[ti] * M))
+                fail_msg("%s merged q/k/v GEMM (%d rows): tokens of T = %d differ from T = %d", f16 ? "f16" : "bf16",
+                         M, Ts[ti], TMAX);
+        }
+        /* against a double reference and the three GEMMs a matrix */
+        double num = 0, den = 0;
+        for (int t = 0; t < TMAX; t++)
+            for (int o = 0; o < M; o++) {
+                double s = 0;
+                for (int i = 0; i < NIN; i++)
+                    s += (double)W[(size_t)o * NIN + i] * X[(size_t)t * NIN + i];
+                num += (ref[(size_t)t * M + o] - s) * (ref[(size_t)t * M + o] - s);
+                den += s * s;
+            }
+        const double e_ref = sqrt(num / den);
+        const int rows[3] = {qd, kvd, kvd}, off[3] = {0, qd, qd + kvd};
+        num = den = 0;
+        int same = 1;
+        for (int k = 0; k < 3; k++) {
+            if (cu_lt_matmul(lt, dW + (size_t)off[k] * NIN, f16, dX, dS, rows[k], NIN, TMAX, 0, &err))
+                fail_msg("%s", err.msg);
+            assert_int_equal(cudaStreamSynchronize(st), 0);
+            assert_int_equal(cudaMemcpy(got, dS, sizeof(float) * TMAX * rows[k], cudaMemcpyDeviceToHost), 0);
+            for (int t = 0; t < TMAX; t++)
+                for (int o = 0; o < rows[k]; o++) {
+                    const float a = got[(size_t)t * rows[k] + o], b = ref[(size_t)t * M + off[k] + o];
+                    same &= !memcmp(&a, &b, sizeof a);
+                    num += ((double)a - b) * ((double)a - b);
+                    den += (double)b * b;
+                }
+        }
+        const double e_sep = sqrt(num / den);
+        print_message("merged q/k/v GEMM %s (%d x %d): T = 1..128 bitwise per token; rel %.3g to double, %.3g to "
+                      "a GEMM a matrix (%s)\n",
+                      f16 ? "f16" : "bf16", M, NIN, e_ref, e_sep, same ? "bitwise" : "not bitwise");
+        if (!(e_ref < 1e-5) || !(e_sep < 1e-5))
+            fail_msg("merged q/k/v GEMM: rel %g to double, %g to the separate GEMMs", e_ref, e_sep);
+
+        /* tcu_qkv_post: merged rows (ld, q_out) against the three buffers */
+        float bias[512], nq[HD], nk[HD], invf[HD / 2];
+        fill(&r, bias, (size_t)M, 0.5f);
+        for (int e = 0; e < HD; e++) {
+            nq[e] = 1.0f + 0.25f * (tern_rng_f32(&r) - 0.5f);
+            nk[e] = 1.0f + 0.25f * (tern_rng_f32(&r) - 0.5f);
+        }
+        for (int e = 0; e < HD / 2; e++)
+            invf[e] = powf(10000.0f, -2.0f * e / HD);
+        int32_t hin[3 * QT];
+        for (int i = 0; i < QT; i++) {
+            hin[i] = 3 + 2 * i;        /* pos, within each token's own block */
+            hin[QT + i] = i;           /* bt_off */
+            hin[2 * QT + i] = QT - 1 - i; /* blk */
+        }
+        int32_t *din = NULL;
+        assert_int_equal(cudaMalloc((void **)&din, sizeof hin), 0);
+        assert_int_equal(cudaMemcpy(din, hin, sizeof hin, cudaMemcpyHostToDevice), 0);
+        float *dbias = lc_f32_up(bias, (size_t)M), *dnq = lc_f32_up(nq, HD), *dnk = lc_f32_up(nk, HD),
+              *dinv = lc_f32_up(invf, HD / 2);
+        const size_t pool = (size_t)QT * BS * kvd;
+        float *kv1 = lc_f32_up(NULL, 2 * pool), *kv2 = lc_f32_up(NULL, 2 * pool), *dQ = lc_f32_up(NULL, (size_t)QT * M),
+              *dQ2 = lc_f32_up(NULL, (size_t)QT * qd);
+        assert_int_equal(cudaMemcpy2D(dQ, sizeof(float) * qd, dY, sizeof(float) * M, sizeof(float) * qd, QT,
+                                      cudaMemcpyDeviceToDevice), 0);
+        assert_int_equal(cudaMemcpy2D(dQ + (size_t)QT * qd, sizeof(float) * kvd, dY + qd, sizeof(float) * M,
+                                      sizeof(float) * kvd, QT, cudaMemcpyDeviceToDevice), 0);
+        assert_int_equal(cudaMemcpy2D(dQ + (size_t)QT * (qd + kvd), sizeof(float) * kvd, dY + qd + kvd,
+                                      sizeof(float) * M, sizeof(float) * kvd, QT, cudaMemcpyDeviceToDevice), 0);
+        for (int norm = 0; norm < 2; norm++) {
+            tcu_qkv_args a;
+            memset(&a, 0, sizeof a);
+            a.q = dQ;
+            a.k = dQ + (size_t)QT * qd;
+            a.v = dQ + (size_t)QT * (qd + kvd);
+            a.bq = dbias;
+            a.bk = dbias + qd;
+            a.bv = dbias + qd + kvd;
+            a.qn = norm ? dnq : NULL;
+            a.kn = norm ? dnk : NULL;
+            a.inv_freq = dinv;
+            a.pos = din;
+            a.bt_off = din + QT;
+            a.blk = din + 2 * QT;
+            a.kv.k = kv1;
+            a.kv.v = kv1 + pool;
+            a.kv.n_blocks = QT;
+            a.kv.block_size = BS;
+            a.kv.kv_dim = kvd;
+            a.T = QT;
+            a.n_head = NH;
+            a.n_kv_head = NKV;
+            a.hd = HD;
+            a.eps = 1e-5f;
+            tcu_qkv_args b = a;
+            b.q = dY;
+            b.k = dY + qd;
+            b.v = dY + qd + kvd;
+            b.ld = M;
+            b.q_out = dQ2;
+            b.kv.k = kv2;
+            b.kv.v = kv2 + pool;
+            if (norm) { /* the second pass on the first's outputs: fresh copies of the rows */
+                if (cu_lt_matmul(lt, dW, f16, dX, dY, M, NIN, QT, 0, &err))
+                    fail_msg("%s", err.msg);
+                assert_int_equal(cudaStreamSynchronize(st), 0);
+                assert_int_equal(cudaMemcpy2D(dQ, sizeof(float) * qd, dY, sizeof(float) * M, sizeof(float) * qd, QT,
+                                              cudaMemcpyDeviceToDevice), 0);
+                assert_int_equal(cudaMemcpy2D(dQ + (size_t)QT * qd, sizeof(float) * kvd, dY + qd, sizeof(float) * M,
+                                              sizeof(float) * kvd, QT, cudaMemcpyDeviceToDevice), 0);
+                assert_int_equal(cudaMemcpy2D(dQ + (size_t)QT * (qd + kvd), sizeof(float) * kvd, dY + qd + kvd,
+                                              sizeof(float) * M, sizeof(float) * kvd, QT, cudaMemcpyDeviceToDevice), 0);
+            }
+            const int c0 = tcu_cat_launches();
+            assert_int_equal(tcu_qkv_post(&a, NULL, (tcu_stream)st), 0);
+            assert_int_equal(tcu_qkv_post(&b, NULL, (tcu_stream)st), 0);
+            assert_int_equal(cudaStreamSynchronize(st), 0);
+            assert_int_equal(tcu_cat_launches(), c0 + 1);
+            if (!lc_same(dQ, dQ2, sizeof(float) * QT * qd) || !lc_same(kv1, kv2, sizeof(float) * 2 * pool))
+                fail_msg("tcu_qkv_post on merged rows (ld %d) differs from the three buffers' (%s, norms %d)", M,
+                         f16 ? "f16" : "bf16", norm);
+            tcu_qkv_args bad = b;
+            bad.q_out = NULL; /* ld without q_out: refused */
+            assert_int_not_equal(tcu_qkv_post(&bad, NULL, (tcu_stream)st), 0);
+        }
+        print_message("tcu_qkv_post on merged rows = on the three buffers, bitwise (q, K/V; biases, norms, RoPE)\n");
+        cudaFree(din);
+        cudaFree(dbias);
+        cudaFree(dnq);
+        cudaFree(dnk);
+        cudaFree(dinv);
+        cudaFree(kv1);
+        cudaFree(kv2);
+        cudaFree(dQ);
+        cudaFree(dQ2);
+
+        /* gate/up: one GEMM of 2 n_ff rows, then tcu_glu_half on its rows */
+        const int T = 37;
+        float *dGU = lc_f32_up(NULL, (size_t)T * 2 * NFF), *dG = lc_f32_up(NULL, (size_t)T * NFF),
+              *dU = lc_f32_up(NULL, (size_t)T * NFF), *dR = lc_f32_up(NULL, (size_t)T * NFF),
+              *dA = lc_f32_up(NULL, (size_t)T * NFF);
+        uint16_t *dH1 = NULL, *dH2 = NULL;
+        assert_int_equal(cudaMalloc((void **)&dH1, sizeof(uint16_t) * T * NFF), 0);
+        assert_int_equal(cudaMalloc((void **)&dH2, sizeof(uint16_t) * T * NFF), 0);
+        if (cu_lt_matmul(lt, dWgu, f16, dX, dGU, 2 * NFF, NIN, T, 0, &err))
+            fail_msg("%s", err.msg);
+        assert_int_equal(cudaStreamSynchronize(st), 0); /* (the copies below run on the legacy stream) */
+        for (int gelu = 0; gelu < 2; gelu++) {
+            assert_int_equal(cudaMemcpy2D(dG, sizeof(float) * NFF, dGU, sizeof(float) * 2 * NFF, sizeof(float) * NFF,
+                                          T, cudaMemcpyDeviceToDevice), 0);
+            assert_int_equal(cudaMemcpy2D(dU, sizeof(float) * NFF, dGU + NFF, sizeof(float) * 2 * NFF,
+                                          sizeof(float) * NFF, T, cudaMemcpyDeviceToDevice), 0);
+            assert_int_equal(cudaMemcpy(dR, dG, sizeof(float) * T * NFF, cudaMemcpyDeviceToDevice), 0);
+            const int c0 = tcu_cat_launches();
+            assert_int_equal(tcu_glu(dR, dU, (long)T * NFF, gelu, NULL, (tcu_stream)st), 0);
+            assert_int_equal(tcu_glu_half(dG, dG, dU, NFF, dH1, T, NFF, gelu, f16, NULL, (tcu_stream)st), 0);
+            assert_int_equal(tcu_glu_half(dA, dGU, dGU + NFF, 2 * NFF, dH2, T, NFF, gelu, f16, NULL, (tcu_stream)st),
+                             0);
+            assert_int_equal(cudaStreamSynchronize(st), 0);
+            assert_int_equal(tcu_cat_launches(), c0 + 1);
+            if (!lc_same(dR, dG, sizeof(float) * T * NFF) || !lc_same(dA, dG, sizeof(float) * T * NFF) ||
+                !lc_same(dH1, dH2, sizeof(uint16_t) * T * NFF))
+                fail_msg("tcu_glu_half on [T][2 n_ff] rows differs from the two buffers' (%s, gelu %d)",
+                         f16 ? "f16" : "bf16", gelu);
+            /* no f32 output: the same 16-bit copy */
+            assert_int_equal(cudaMemset(dH1, 0, sizeof(uint16_t) * T * NFF), 0);
+            assert_int_equal(tcu_glu_half(NULL, dGU, dGU + NFF, 2 * NFF, dH1, T, NFF, gelu, f16, NULL, (tcu_stream)st),
+                             0);
+            assert_int_equal(cudaStreamSynchronize(st), 0);
+            if (!lc_same(dH1, dH2, sizeof(uint16_t) * T * NFF))
+                fail_msg("tcu_glu_half without the f32 output: another 16-bit copy");
+            /* the 16-bit copy is the f32 result rounded */
+            float *a = malloc(sizeof(float) * T * NFF);
+            uint16_t *h = malloc(sizeof(uint16_t) * T * NFF);
+            assert_true(a && h);
+            assert_int_equal(cudaMemcpy(a, dA, sizeof(float) * T * NFF, cudaMemcpyDeviceToHost), 0);
+            assert_int_equal(cudaMemcpy(h, dH2, sizeof(uint16_t) * T * NFF, cudaMemcpyDeviceToHost), 0);
+            for (int i = 0; i < T * NFF; i++)
+                if (h[i] != (f16 ? tern_f32_to_f16(a[i]) : tern_f32_to_bf16(a[i])))
+                    fail_msg("tcu_glu_half: element %d's 16-bit copy is not its f32 value rounded", i);
+            free(a);
+            free(h);
+        }
+        print_message("tcu_glu_half on merged gate/up rows = on two buffers = tcu_glu, bitwise (SiLU, GELU)\n");
+        cudaFree(dGU);
+        cudaFree(dG);
+        cudaFree(dU);
+        cudaFree(dR);
+        cudaFree(dA);
+        cudaFree(dH1);
+        cudaFree(dH2);
+        cudaFree(dW);
+        cudaFree(dWgu);
+        cudaFree(dX);
+        cudaFree(dY);
+        cudaFree(dS);
+    }
+    free(W);
+    free(X);
+    free(ref);
+    free(got);
+    cu_lt_free(lt);
+    cudaStreamDestroy(st);
+}
+#else
+static void test_lt_cat(void **state)
 {
     (void)state;
     skip();
@@ -1532,7 +1834,10 @@ static void run_batch(tern_model *m, int B, int n_dec, float *out, int rev)
  * graphs per size), bf16 and 4-bit, in the throughput mode (the default:
  * bf16-rounded activations - cuBLASLt without split-K for bf16, the
  * tensor-core GEMV for 4-bit - and the tiled batch attention) and with
- * exact products - where it also equals the sequence decoding alone. */
+ * exact products - where it also equals the sequence decoding alone. The
+ * bf16 batches run q/k/v and gate/up as one cuBLASLt GEMM each
+ * (tcu_opts.lt_cat; checked that they did), and a GEMM a matrix stays
+ * within 1e-3 of them. */
 static void test_batch_invariance(void **state)
 {
     (void)state;
@@ -1559,6 +1864,9 @@ static void test_batch_invariance(void **state)
         tern_kernels_exact_set(exact);
         if (inv)
             setenv("TERN_CUDA_INVARIANT", "3", 1);
+#ifdef TERN_CUDA
+        const int cat0 = tcu_cat_launches();
+#endif
         tern_model *m = model_load_ex(mdir, &og, &err);
         unsetenv("TERN_CUDA_INVARIANT");
         tern_kernels_exact_set(1);
@@ -1589,6 +1897,30 @@ static void test_batch_invariance(void **state)
                 fail_msg("%s %s: sequence 0's logits in a batch of %d%s differ from a batch of 2", mname,
                          q ? "4-bit" : "bf16", B, rev ? " (last row)" : "");
         }
+#ifdef TERN_CUDA
+        /* bf16 batches are cuBLASLt steps: q/k/v and gate/up as one GEMM
+         * each (tcu_opts.lt_cat), what the bits above were of */
+        if (!q && !exact && tcu_cat_launches() == cat0)
+            fail_msg("%s bf16: no step took the merged q/k/v and gate/up products", mname);
+        if (!q && !exact && !inv) { /* a GEMM a matrix instead: the bf16 envelope (bitwise where the
+                                     * GEMM's sums do not depend on its rows) */
+            setenv("TERN_CUDA_LT_CAT", "0", 1);
+            tern_kernels_exact_set(0);
+            tern_model *m0 = model_load_ex(mdir, &og, &err);
+            tern_kernels_exact_set(1);
+            unsetenv("TERN_CUDA_LT_CAT");
+            if (!m0)
+                fail_msg("%s", err.msg);
+            run_batch(m0, 8, n_dec, got, 0);
+            const double e0 = rel_err(got, ref, n);
+            print_message("batch of 8, a cuBLASLt GEMM a matrix (TERN_CUDA_LT_CAT=0) against the merged GEMMs: %s "
+                          "(rel %.3g)\n",
+                          memcmp(got, ref, n * sizeof(float)) ? "differs" : "bitwise", e0);
+            if (!(e0 < 1e-3))
+                fail_msg("the merged products' logits differ from a GEMM a matrix by %g", e0);
+            model_free(m0);
+        }
+#endif
         free(ref);
         free(got);
         model_free(m);
@@ -1645,6 +1977,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_f8_mma),
         cmocka_unit_test(test_q4_mma),
+        cmocka_unit_test(test_lt_cat),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_rows_by_shape),
         cmocka_unit_test(test_gemv_stage),

@@ -68,12 +68,18 @@ static const kv_type g_types[] = {KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3, K
 #define N_TYPES (sizeof g_types / sizeof *g_types)
 
 #ifdef TERN_CUDA
-static model_backend *gpu_new_opts(int tiled, int gqa)
+/* tiles: tcu_opts.attn_tiles, the batch kernels that a step of several
+ * sequences takes (0: the per-head / grouped ones; -1 the default); z:
+ * tcu_opts.attn_z */
+static model_backend *gpu_new_opts(int tiled, int gqa, int tiles, int z)
 {
     tern_err err = {0};
     tcu_opts o;
     tcu_opts_init(&o);
     o.attn_gqa = gqa;
+    if (tiles >= 0)
+        o.attn_tiles = tiles;
+    o.attn_z = z;
     if (tiled >= 0)
         o.attn_tiled = tiled;
     model_backend *b = model_backend_cuda_new_opts(NULL, 0, &o, &err);
@@ -82,7 +88,7 @@ static model_backend *gpu_new_opts(int tiled, int gqa)
     return b;
 }
 
-static model_backend *gpu_new(int tiled) { return gpu_new_opts(tiled, 1); }
+static model_backend *gpu_new(int tiled) { return gpu_new_opts(tiled, 1, -1, 0); }
 #endif
 
 static void test_declared(void **state)
@@ -136,9 +142,16 @@ static void test_kv_attention(void **state)
         skip();
 #ifdef TERN_CUDA
     tern_err err = {0};
-    /* gpus[0]: the decode kernel of one block a q head (tcu_opts.attn_gqa 0) */
-    model_backend *cpu = model_backend_cpu_new(2, &err), *gpus[3] = {gpu_new_opts(-1, 0), gpu_new(TCU_ATTN_TILED_F32),
-                                                                      gpu_new(TCU_ATTN_TILED_TF32)};
+    /* gpus[0]: the decode kernel of one block a q head (tcu_opts.attn_gqa
+     * 0); [1], [2]: the tiled prefill kernels (the big batch) and the
+     * grouped decode kernel (the small one); [3], [4], [5]: the small batch
+     * (several sequences) on the batch tiles 1, 2 (16-bit pools; the others
+     * take 1's), and 2 with every block walking all its splits */
+    model_backend *cpu = model_backend_cpu_new(2, &err),
+                  *gpus[6] = {gpu_new_opts(-1, 0, 0, 0), gpu_new(TCU_ATTN_TILED_F32), gpu_new_opts(TCU_ATTN_TILED_TF32, 1, 0, 0),
+                              gpu_new_opts(-1, 1, 1, 0), gpu_new_opts(-1, 1, 2, 0), gpu_new_opts(-1, 1, 2, 1)};
+    static const char *const names[6] = {" per q head", " tiled f32", " tiled tf32 / grouped", " batch tiles 1",
+                                         " batch tiles 2", " batch tiles 2, z 1"};
     tern_rng r;
     tern_rng_seed(&r, 25, 2);
     const int hds[] = {64, 128, 256};
@@ -179,8 +192,11 @@ static void test_kv_attention(void **state)
                         int window;
                         float softcap;
                     } modes[] = {{0, 0.0f}, {20, 0.0f}, {0, 5.0f}, {300, 50.0f}};
-                    for (int tm = big ? 1 : 0; tm <= 2; tm += big ? 1 : 2)
+                    static const int small[] = {0, 2, 3, 4, 5}, large[] = {1, 2};
+                    const int n_tm = big ? 2 : 5;
+                    for (int ki = 0; ki < n_tm; ki++)
                         for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
+                            const int tm = big ? large[ki] : small[ki];
                             const double tol = big && tm == 2 ? 3e-3 : 1e-4;
                             for (size_t e = 0; e < qn; e++)
                                 og[e] = NAN;
@@ -195,8 +211,7 @@ static void test_kv_attention(void **state)
                                 print_message("kv %s%s hd %d heads %d/%d T %d%s window %d softcap %g: rel err %.3g "
                                               "(tol %g)\n",
                                               kv_type_name(g_types[ti]), qs ? " +sinks" : "", hd, n_head, n_kv, T,
-                                              !big ? (tm == 0 ? " per q head" : " grouped")
-                                              : tm == 1 ? " tiled f32" : " tiled tf32", modes[mi].window,
+                                              names[tm], modes[mi].window,
                                               modes[mi].softcap, e, tol);
                             if (!(e <= tol))
                                 fail_msg("kv %s hd %d heads %d/%d T %d kernel %d mode %zu: relative error %g",
@@ -210,7 +225,7 @@ static void test_kv_attention(void **state)
                     kv_seq_free(&kv, &s[i]);
                 kv_pool_free(&kv);
             }
-    for (int g = 0; g < 3; g++)
+    for (int g = 0; g < 6; g++)
         gpus[g]->free(gpus[g]);
     cpu->free(cpu);
 #endif
@@ -289,7 +304,7 @@ static void test_kv_write(void **state)
             CK(cudaMemcpy(dbt, bt_off, sizeof bt_off, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(dblk, blocks, sizeof blocks, cudaMemcpyHostToDevice));
             tcu_qkv_args qa = {dq,   dkk,  dvv,  NULL, NULL, NULL, NULL, NULL, dfreq, dpos, dbt, dblk,
-                               cu_kvm_layer(&m, 0), 0, T, n_head, n_kv, hd, 1e-5f, 1.0f};
+                               cu_kvm_layer(&m, 0), 0, T, n_head, n_kv, hd, 1e-5f, 1.0f, 0, NULL};
             CK(tcu_qkv_post(&qa, NULL, NULL));
             /* copy-on-write from the sink block 0 to the regular block 3, both sides */
             CK(cu_kvm_block_copy(&m, 3, 0, NULL));

@@ -45,6 +45,8 @@ static inline bool kind_quantized(int kind) { return kind != TCU_BF16 && kind !=
 
 /* the options a launcher was given, or the defaults for NULL */
 const tcu_opts &opts_or_default(const tcu_opts *o);
+// One more launch on the merged products' outputs (tcu_cat_launches).
+void tcu_cat_count(void);
 
 /* multiprocessors of the current device (132 if the query fails) */
 int sm_count(void);

@@ -123,7 +123,10 @@ typedef struct tcu_opts {
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
                       * take the GEMVs (the tensor-core kernel for bf16 / 4-bit) whatever gemm_min_t */
     int attn_tiles;  /* throughput mode, steps of several sequences: the tiled decode attention
-                      * (tcu_attn_args.tiles) 1, or the per-head / grouped kernels 0 */
+                      * (tcu_attn_args.tiles) 2 (16-bit pools on the copy-ahead kernel, others 1's),
+                      * 1 (rows decoded into shared memory), or the per-head / grouped kernels 0 */
+    int attn_z;      /* tiles 2: blocks a (kv head, token) walking its splits (0: by the step's size;
+                      * n: n, each block taking splits z, z + n, ... - the same sums) */
     int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
                       * cuBLAS-sized steps on cuBLASLt without split-K (batch-invariant): 1, or the
                       * tensor-core GEMV up to tc_max_t and cublasGemmEx above: 0 */
@@ -145,8 +148,17 @@ typedef struct tcu_opts {
                     * batched steps' products (tensor-core GEMV, no ring) and attention splits (per token):
                     * with both, a sequence's logits are the same bits alone and in any batch of up to
                     * tc_max_t tokens */
+    /* read by the backend, TCU_CAT_* bits: 16-bit weights' cuBLASLt steps take q/k/v (1) and gate/up (2) as
+     * one GEMM each over the rows stored side by side (one allocation a group, made at upload) - fewer,
+     * fuller launches; 0: a GEMM a matrix */
+    int lt_cat;
 } tcu_opts;
 enum { TCU_INV_PRODUCTS = 1, TCU_INV_ATTN = 2 };
+enum { TCU_CAT_QKV = 1, TCU_CAT_GU = 2 };
+/* Launches so far of tcu_qkv_post with ld > 0 and of tcu_glu_half with
+ * ld > n (the merged products' outputs; graph replays not counted): for
+ * tests that want to know the merged path ran. */
+int tcu_cat_launches(void);
 /* The defaults, measured (docs/cuda.md): GEMVs auto / auto / by-shape, PDL
  * on, the attention's early loads and last-block merge on, TF32 prefill
  * attention, throughput products (exact 0), cuBLAS from 33 tokens but for
@@ -267,9 +279,15 @@ int tcu_rmsnorm_half(const float *x, const int32_t *rows, const float *g, float 
 
 /* act (= gate) = silu(gate) * up, or gelu_tanh when gelu. */
 int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu_opts *o, tcu_stream stream);
-/* tcu_glu also writing act rounded to bf16 (f16 when to_f16) into outh. */
-int tcu_glu_half(float *gate, const float *up, uint16_t *outh, long n, int gelu, int to_f16, const tcu_opts *o,
-                 tcu_stream stream);
+/* act[t][e] = silu(gate[t][e]) * up[t][e] (gelu_tanh when gelu) for t <
+ * n_rows, e < n, written as f32 into act ([n_rows][n]) and rounded to bf16
+ * (f16 when to_f16) into outh ([n_rows][n]): tcu_glu's arithmetic. gate
+ * and up rows are ld floats apart (ld >= n): gate = up = a product's
+ * [n_rows][n] outputs (ld n; act may be gate), or gate = gu, up = gu + n,
+ * ld 2 n for gate and up as one product's [n_rows][2 n] rows (act then
+ * another buffer, or NULL: the 16-bit copy alone). */
+int tcu_glu_half(float *act, const float *gate, const float *up, long ld, uint16_t *outh, int n_rows, int n, int gelu,
+                 int to_f16, const tcu_opts *o, tcu_stream stream);
 /* x[t][e] += b[e] for t < n_rows, e < n (a bias on the rows of a product
  * that accumulated into x). */
 int tcu_add_bias(float *x, const float *b, int n_rows, int n, const tcu_opts *o, tcu_stream stream);
@@ -323,7 +341,12 @@ int tcu_kv_rotate(float *x, long n, int hd, int inverse, const tcu_opts *o, tcu_
 /* After the q/k/v product of one layer, per token i: optional biases, per-
  * head RMSNorm (qn/kn, may be NULL), RoPE at pos[i] with inv_freq (rotate-
  * half pairs), then K and V of the token written to the cache. q is
- * [T][n_head*hd] (rotated in place), k/v [T][n_kv*hd]. */
+ * [T][n_head*hd] (rotated in place), k/v [T][n_kv*hd]; with ld > 0, token
+ * i's q, k and v rows start ld floats after token i - 1's (q, k, v the
+ * column offsets of one product's [T][ld] outputs, q + k + v rows side by
+ * side: ld = (n_head + 2 n_kv) hd) and the rotated q goes to q_out
+ * ([T][n_head*hd], contiguous, as the attention reads it). ld 0: q_out
+ * unused. tcu_qkv_attention takes ld 0 only. */
 typedef struct tcu_qkv_args {
     float *q, *k, *v;
     const float *bq, *bk, *bv, *qn, *kn, *inv_freq;
@@ -335,6 +358,8 @@ typedef struct tcu_qkv_args {
      * CPU's rope does); 0 - what a caller that leaves it out passes - reads
      * as 1, no factor */
     float rope_af;
+    int ld;       /* row stride of q, k and v (0: n_head*hd for q, n_kv*hd for k and v, q rotated in place) */
+    float *q_out; /* ld > 0: where the rotated q goes, [T][n_head*hd] */
 } tcu_qkv_args;
 int tcu_qkv_post(const tcu_qkv_args *a, const tcu_opts *o, tcu_stream stream);
 
@@ -356,8 +381,10 @@ typedef struct tcu_attn_args {
     int layer, T, n_head, n_kv_head, hd, window, n_split;
     float scale, softcap;
     int split_len;
-    /* 1: a step of several sequences - one block per (kv head, token,
-     * split) over tiles of positions (head dims 64 and 128; else as 0) */
+    /* a step of several sequences - one block per (kv head, token,
+     * split) over tiles of positions (head dims 64 and 128; else as 0):
+     * 1 rows decoded into shared memory, 2 a 16-bit pool's rows copied as
+     * stored ahead of their use (other pools as 1) */
     int tiles;
     /* [n_head] learned sink logits (gpt_oss) or NULL: sink h joins each of
      * head h's softmax denominators once, its probability dropped -
@@ -365,6 +392,14 @@ typedef struct tcu_attn_args {
      * M = max(max_j s_j, sink); added where the splits are merged (and at
      * the end of the prefill tiles), after every position is folded in */
     const float *sinks;
+    /* or NULL: the output rounded to bf16 (out_h_f16: f16) here too, the
+     * next product's inputs (decode kernels only, not tcu_attention_tiled) */
+    uint16_t *out_h;
+    int out_h_f16;
+    /* 1: every token of the launch is of another sequence, so no K/V row
+     * but a token's own is written by the kernels before it - the tiles
+     * (2) copy those rows before waiting for them (griddepcontrol.wait) */
+    int pre;
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, const tcu_opts *o, tcu_stream stream);
 /* tcu_qkv_post and tcu_attention in one launch (a.q: post's unrotated q,

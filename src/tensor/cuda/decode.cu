@@ -54,11 +54,11 @@ __device__ __forceinline__ void qkv_head(const G &g, const tcu_qkv_args &a, int 
     g.sync();
 }
 
-// Token i's V row of kv head kh with its bias.
+// Token i's V row of kv head kh with its bias (rows a.ld apart, 0: n_kv*hd).
 __device__ __forceinline__ float qkv_v(const tcu_qkv_args &a, int i, int kh, int e)
 {
-    const size_t o = (size_t)kh * a.hd + e;
-    return __ldcg(a.v + (size_t)i * a.n_kv_head * a.hd + o) + (a.bv ? a.bv[o] : 0.0f);
+    const size_t o = (size_t)kh * a.hd + e, ld = a.ld > 0 ? (size_t)a.ld : (size_t)a.n_kv_head * a.hd;
+    return __ldcg(a.v + (size_t)i * ld + o) + (a.bv ? a.bv[o] : 0.0f);
 }
 
 // grid (T, n_head + n_kv_head), block QKV_THREADS: one head of one token.
@@ -69,7 +69,11 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
     int i = blockIdx.x, h = blockIdx.y, hd = a.hd;
     int is_q = h < a.n_head, kh = is_q ? h : h - a.n_head;
     int qd = a.n_head * hd, kvd = a.n_kv_head * hd;
-    float *vec = is_q ? a.q + (size_t)i * qd + (size_t)kh * hd : a.k + (size_t)i * kvd + (size_t)kh * hd;
+    /* the head's row in the product's outputs (rows ld apart when given),
+     * and where it goes: q to q_out when ld is given, k in place */
+    const size_t ldq = a.ld > 0 ? (size_t)a.ld : (size_t)qd, ldk = a.ld > 0 ? (size_t)a.ld : (size_t)kvd;
+    const float *src = is_q ? a.q + (size_t)i * ldq + (size_t)kh * hd : a.k + (size_t)i * ldk + (size_t)kh * hd;
+    float *vec = is_q ? (a.ld > 0 ? a.q_out : a.q) + (size_t)i * qd + (size_t)kh * hd : (float *)src;
     /* the position and the K/V cache slot first: their loads (block table
      * included) overlap the work below instead of following it */
     const int p = a.pos[i];
@@ -79,7 +83,7 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
         o = a.kv.typed ? kvt_off(a.kv, a.blk + a.bt_off[i], p, kh, &t)
                        : kv_off(a.kv, a.layer, a.blk + a.bt_off[i], p) + (size_t)kh * hd;
     __shared__ double sh[32];
-    qkv_head(blk_grp{}, a, h, vec, vec, p, sh);
+    qkv_head(blk_grp{}, a, h, src, vec, p, sh);
     if (is_q)
         return;
     if (a.kv.typed) { /* encoded from shared copies: a group's thread reads the whole group */
@@ -106,6 +110,10 @@ __global__ void __launch_bounds__(QKV_THREADS) qkv_post_kernel(const tcu_qkv_arg
 extern "C" int tcu_qkv_post(const tcu_qkv_args *a, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_QKV, stream);
+    if (a->ld > 0 && (!a->q_out || a->ld < (a->n_head + 2 * a->n_kv_head) * a->hd))
+        return (int)cudaErrorInvalidValue;
+    if (a->ld > 0)
+        tcu_cat_count();
     dim3 grid(a->T, a->n_head + a->n_kv_head);
     return launch_pdl(opts_or_default(o).pdl, qkv_post_kernel, grid, dim3(QKV_THREADS), 0, (cudaStream_t)stream, *a);
 }
@@ -349,6 +357,15 @@ __global__ void __launch_bounds__(ATT_WARPS *WARP, 8) attn_part_occ_kernel(const
 // Reads through L2 (the parts may come from other blocks of this grid).
 #define ATT_MERGE_MAX 16 /* splits merged from registers (one memory round trip) */
 
+// An output element, and its 16-bit copy for the next product
+// (tcu_attn_args.out_h).
+__device__ __forceinline__ void attn_store(const tcu_attn_args &a, size_t x, float r)
+{
+    a.out[x] = r;
+    if (a.out_h)
+        a.out_h[x] = a.out_h_f16 ? __half_as_ushort(__float2half_rn(r)) : __bfloat16_as_ushort(__float2bfloat16_rn(r));
+}
+
 __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e)
 {
     const int hd = a.hd, n = attn_splits(a, attn_len(a, a.pos[i]));
@@ -384,7 +401,7 @@ __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, in
             }
         if (a.sinks)
             L += expf(sink - M);
-        a.out[((size_t)i * a.n_head + h) * hd + e] = v / L;
+        attn_store(a, ((size_t)i * a.n_head + h) * hd + e, v / L);
         return;
     }
     float M = sink;
@@ -401,7 +418,7 @@ __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, in
     }
     if (a.sinks)
         L += expf(sink - M);
-    a.out[((size_t)i * a.n_head + h) * hd + e] = v / L;
+    attn_store(a, ((size_t)i * a.n_head + h) * hd + e, v / L);
 }
 
 // grid (n_head, T), block hd threads.
@@ -761,6 +778,311 @@ __global__ void __launch_bounds__(ATT_T_WARPS *WARP) attn_tile_kernel(const tcu_
         attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
 }
 
+// Steps of several sequences over a 16-bit pool (tcu_attn_args.tiles 2):
+// one block per (kv head, token, split), ATB_WARPS warps each taking 32 of
+// the split's positions a pass (positions w * 32 + k * 128 from the split's
+// start). A warp copies its rows' K and V bytes as stored into its own
+// shared slots with cp.async - every row of the pass in flight at once, no
+// registers held, V still arriving while the scores are summed - then lane j
+// scores position j for every q head of the kv head (the K row read once
+// for the group), one max and one sum over the warp a head, and each lane
+// adds p_j V_j to its D dims in position order. The warps' (max, sum,
+// values) are merged in warp order into the split's part, whose merge is
+// attn_part's. A token's sums depend on its own positions and splits only
+// (batch-invariant). Blocks walk splits blockIdx.z, + gridDim.z, ... (a grid
+// of the splits a step needs, not of n_split).
+#define ATB_WARPS 4
+#define ATB_TP 32
+
+// Dynamic shared memory of attn_b16_kernel<D, GQ>, in 32-bit words: a
+// warp's K rows (padded by 16 bytes: lane j's 16-byte reads of row j hit
+// distinct banks) and V rows, then the q heads (f32), then each warp's
+// probabilities.
+__host__ __device__ constexpr int atb_krw(int hd) { return hd / 2 + 4; }
+__host__ __device__ constexpr int atb_warp_words(int hd) { return ATB_TP * (atb_krw(hd) + hd / 2); }
+__host__ __device__ constexpr size_t atb_smem(int hd, int gq)
+{
+    return ((size_t)ATB_WARPS * atb_warp_words(hd) + (size_t)gq * hd + (size_t)ATB_WARPS * gq * ATB_TP) * 4;
+}
+
+// Elements 2k and 2k + 1 of a 16-bit pair word.
+__device__ __forceinline__ float b16_lo(uint32_t u, bool f16)
+{
+    return f16 ? __half2float(__ushort_as_half((unsigned short)(u & 0xffffu))) : __uint_as_float(u << 16);
+}
+__device__ __forceinline__ float b16_hi(uint32_t u, bool f16)
+{
+    return f16 ? __half2float(__ushort_as_half((unsigned short)(u >> 16))) : __uint_as_float(u & 0xffff0000u);
+}
+
+// A warp's copies of one pass: rows t0 .. t0 + nt - 1 (the rest of its
+// ATB_TP slots zero), K into Kw and V into Vw as stored - all rows but
+// `skip`, or only row `only` (>= 0), each a commit group of K then V
+// (one group when `only`).
+template <int HD>
+__device__ __forceinline__ void atb_copy(const tcu_attn_args &a, const int32_t *blk, int kvh, int t0, int nt,
+                                         int lane, uint32_t *Kw, uint32_t *Vw, int skip, int only)
+{
+    constexpr int KRW = atb_krw(HD), VRW = HD / 2, CPR = HD / 8, RPP = WARP / CPR;
+    unsigned long long off = 0; /* lane j: row j's byte offset */
+    if (lane < nt) {
+        int ty;
+        off = kvt_off(a.kv, blk, t0 + lane, kvh, &ty);
+    }
+    /* lane copies 16-byte piece lane % CPR of rows lane / CPR + k RPP */
+#pragma unroll
+    for (int kv = 0; kv < 2; kv++) {
+#pragma unroll
+        for (int k = 0; k < ATB_TP / RPP; k++) {
+            const int r = k * RPP + lane / CPR, c = lane % CPR;
+            const unsigned long long o = __shfl_sync(0xffffffffu, off, r);
+            if (r == skip || (only >= 0 && r != only))
+                continue;
+            uint32_t *dst = kv ? Vw + r * VRW + c * 4 : Kw + r * KRW + c * 4;
+            cp_async16(dst, (kv ? a.kv.lv : a.kv.lk) + (r < nt ? o + c * 16 : 0), r < nt ? 16 : 0);
+        }
+        if (only < 0 || kv)
+            asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+}
+
+template <int D, int GQ>
+__global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_attn_args a, int slot)
+{
+    constexpr int HD = D * WARP, KRW = atb_krw(HD), VRW = HD / 2, CPR = HD / 8;
+    extern __shared__ __align__(16) uint32_t atb_sm[];
+    __shared__ int last;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int gq = a.n_head / a.n_kv_head, kvh = blockIdx.x, i = blockIdx.y;
+    uint32_t *const Kw = atb_sm + (size_t)w * atb_warp_words(HD), *const Vw = Kw + ATB_TP * KRW;
+    float *const Qs = reinterpret_cast<float *>(atb_sm + ATB_WARPS * atb_warp_words(HD));
+    float *const Pw = Qs + GQ * HD + w * GQ * ATB_TP;
+    float *const Mg = reinterpret_cast<float *>(atb_sm); /* the warps' states, over the rows once used */
+    const bool f16 = a.kv.type == TCU_KV_F16;
+    /* before the wait, what no kernel of the step writes: the positions,
+     * the block table and every K/V row but the token's own (the q/k/v
+     * post-processing before this launch writes it) */
+    const int p = a.pos[i];
+    const int len = attn_len(a, p), start = p + 1 - len, ns = attn_splits(a, len);
+    if ((int)blockIdx.z >= ns)
+        return;
+    const int chunk = (len + ns - 1) / ns;
+    const int32_t *blk = a.blk + a.bt_off[i];
+    int own = -1; /* the first pass's slot of position p, copied after the wait */
+    if (!a.pre)
+        pdl_wait();
+    {
+        const int s0 = start + blockIdx.z * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1, t0 = s0 + w * ATB_TP;
+        if (t0 < s1) {
+            const int nt = s1 - t0 < ATB_TP ? s1 - t0 : ATB_TP;
+            own = a.pre && p - t0 < nt ? p - t0 : -1;
+            atb_copy<HD>(a, blk, kvh, t0, nt, lane, Kw, Vw, own, -1);
+        }
+    }
+    if (a.pre)
+        pdl_wait();
+    pdl_trigger();
+    if (own >= 0)
+        atb_copy<HD>(a, blk, kvh, p - own, own + 1, lane, Kw, Vw, -1, own);
+    for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
+        Qs[x] = a.q[((size_t)i * a.n_head + kvh * gq) * HD + x];
+    __syncthreads();
+    const float4 *Q4 = reinterpret_cast<const float4 *>(Qs);
+    for (int sp = blockIdx.z; sp < ns; sp += gridDim.z) {
+        const int s0 = start + sp * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1;
+        float m[GQ], l[GQ], acc[GQ][D];
+#pragma unroll
+        for (int h = 0; h < GQ; h++) {
+            m[h] = -INFINITY;
+            l[h] = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                acc[h][d] = 0.0f;
+        }
+        for (int t0 = s0 + w * ATB_TP; t0 < s1; t0 += ATB_WARPS * ATB_TP) {
+            const int nt = s1 - t0 < ATB_TP ? s1 - t0 : ATB_TP;
+            /* the block's first pass was copied before the wait (and its
+             * own row in a third group: wait for all) */
+            const bool pre = sp == (int)blockIdx.z && t0 == s0 + w * ATB_TP;
+            if (!pre)
+                atb_copy<HD>(a, blk, kvh, t0, nt, lane, Kw, Vw, -1, -1);
+            if (pre && own >= 0)
+                asm volatile("cp.async.wait_group 0;" ::: "memory");
+            else
+                asm volatile("cp.async.wait_group 1;" ::: "memory");
+            __syncwarp();
+            float sc[GQ];
+#pragma unroll
+            for (int h = 0; h < GQ; h++)
+                sc[h] = 0.0f;
+            const uint4 *kr = reinterpret_cast<const uint4 *>(Kw + lane * KRW);
+#pragma unroll 4
+            for (int c = 0; c < CPR; c++) {
+                const uint4 u = kr[c];
+                const float kf[8] = {b16_lo(u.x, f16), b16_hi(u.x, f16), b16_lo(u.y, f16), b16_hi(u.y, f16),
+                                     b16_lo(u.z, f16), b16_hi(u.z, f16), b16_lo(u.w, f16), b16_hi(u.w, f16)};
+#pragma unroll
+                for (int h = 0; h < GQ; h++) {
+                    if (h < gq) {
+                        const float4 q0 = Q4[h * (HD / 4) + 2 * c], q1 = Q4[h * (HD / 4) + 2 * c + 1];
+                        sc[h] = fmaf(q0.x, kf[0], sc[h]);
+                        sc[h] = fmaf(q0.y, kf[1], sc[h]);
+                        sc[h] = fmaf(q0.z, kf[2], sc[h]);
+                        sc[h] = fmaf(q0.w, kf[3], sc[h]);
+                        sc[h] = fmaf(q1.x, kf[4], sc[h]);
+                        sc[h] = fmaf(q1.y, kf[5], sc[h]);
+                        sc[h] = fmaf(q1.z, kf[6], sc[h]);
+                        sc[h] = fmaf(q1.w, kf[7], sc[h]);
+                    }
+                }
+            }
+            float corr[GQ];
+#pragma unroll
+            for (int h = 0; h < GQ; h++) {
+                corr[h] = 1.0f;
+                if (h < gq) {
+                    float x = sc[h] * a.scale;
+                    if (a.softcap > 0)
+                        x = a.softcap * tanhf(x / a.softcap);
+                    if (lane >= nt)
+                        x = -INFINITY;
+                    const float mn = fmaxf(m[h], warp_max(x));
+                    corr[h] = expf(m[h] - mn);
+                    const float e = lane < nt ? expf(x - mn) : 0.0f;
+                    l[h] = l[h] * corr[h] + warp_sum(e);
+                    m[h] = mn;
+                    Pw[h * ATB_TP + lane] = e;
+                }
+            }
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            __syncwarp();
+#pragma unroll
+            for (int h = 0; h < GQ; h++)
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    acc[h][d] *= corr[h];
+            for (int j = 0; j < nt; j++) {
+                float vf[D];
+                const uint32_t *vr = Vw + j * VRW + lane * (D / 2);
+#pragma unroll
+                for (int d = 0; d < D; d += 2) {
+                    const uint32_t u = vr[d / 2];
+                    vf[d] = b16_lo(u, f16);
+                    vf[d + 1] = b16_hi(u, f16);
+                }
+#pragma unroll
+                for (int h = 0; h < GQ; h++) {
+                    if (h < gq) {
+                        const float pj = Pw[h * ATB_TP + j];
+#pragma unroll
+                        for (int d = 0; d < D; d++)
+                            acc[h][d] = fmaf(pj, vf[d], acc[h][d]);
+                    }
+                }
+            }
+            __syncwarp(); /* the slots are refilled by the next pass */
+        }
+        /* the split's part: the warps' states merged in warp order */
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < GQ; h++) {
+            if (h < gq) {
+                float *g = Mg + (size_t)(w * GQ + h) * (HD + 2);
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    g[2 + lane * D + d] = acc[h][d];
+                if (lane == 0) {
+                    g[0] = m[h];
+                    g[1] = l[h];
+                }
+            }
+        }
+        __syncthreads();
+        for (int x = threadIdx.x; x < gq * HD; x += blockDim.x) {
+            const int h = x / HD, e = x % HD;
+            float M = -INFINITY, L = 0.0f, v = 0.0f;
+#pragma unroll
+            for (int u = 0; u < ATB_WARPS; u++)
+                M = fmaxf(M, Mg[(size_t)(u * GQ + h) * (HD + 2)]);
+#pragma unroll
+            for (int u = 0; u < ATB_WARPS; u++) {
+                const float *g = Mg + (size_t)(u * GQ + h) * (HD + 2);
+                if (g[0] > -INFINITY) {
+                    const float f = expf(g[0] - M);
+                    L += f * g[1];
+                    v += f * g[2 + e];
+                }
+            }
+            float *part = a.part + (((size_t)i * a.n_head + kvh * gq + h) * a.n_split + sp) * (HD + 2);
+            part[2 + e] = v;
+            if (e == 0) {
+                part[0] = M;
+                part[1] = L;
+            }
+        }
+        if (slot >= 0) {
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
+                last = atomicAdd(c, 1) == ns - 1;
+                if (last)
+                    *c = 0;
+            }
+            __syncthreads();
+            if (last) {
+                __threadfence();
+                for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
+                    attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
+            }
+        }
+        __syncthreads(); /* Mg is the next split's rows */
+    }
+}
+
+// attn_b16_kernel's launch, -1 where it does not apply: a 16-bit pool
+// (sink rows of its type), head dims 64 and 128, up to 8 q heads a kv
+// head. Its grid walks no more splits than a step of T tokens needs to
+// fill the GPU (each block then takes splits z, z + Z, ...).
+template <int D, int GQ>
+static int attn_b16_one(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
+{
+    constexpr size_t smem = atb_smem(D * WARP, GQ);
+    static bool attr_set = false;
+    if (!attr_set) {
+        const int rc = (int)cudaFuncSetAttribute(attn_b16_kernel<D, GQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem);
+        if (rc)
+            return rc;
+        attr_set = true;
+    }
+    const long pairs = (long)a->n_kv_head * a->T, want = o.attn_z > 0 ? o.attn_z : (12L * sm_count() + pairs - 1) / pairs;
+    const int z = want < 1 ? 1 : want > a->n_split ? a->n_split : (int)want;
+    return launch_pdl(o.pdl, attn_b16_kernel<D, GQ>, dim3(a->n_kv_head, a->T, z), dim3(ATB_WARPS * WARP), smem, s, *a,
+                      slot);
+}
+
+static int attn_b16_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
+{
+    const int gq = a->n_head / a->n_kv_head;
+    const tcu_kv &kv = a->kv;
+    if (a->tiles != 2 || !kv.typed || (kv.type != TCU_KV_BF16 && kv.type != TCU_KV_F16) ||
+        (kv.n_sink > 0 && kv.sink_type != kv.type) || kv.hb != 2 * a->hd || (kv.n_sink > 0 && kv.sink_hb != kv.hb) ||
+        a->n_head % a->n_kv_head || gq > 8 || (a->hd != 64 && a->hd != 128))
+        return -1;
+    const int gqm = gq <= 1 ? 1 : gq <= 2 ? 2 : gq <= 4 ? 4 : 8;
+    switch ((a->hd / 32) * 16 + gqm) {
+    case 2 * 16 + 1: return attn_b16_one<2, 1>(a, slot, o, s);
+    case 2 * 16 + 2: return attn_b16_one<2, 2>(a, slot, o, s);
+    case 2 * 16 + 4: return attn_b16_one<2, 4>(a, slot, o, s);
+    case 2 * 16 + 8: return attn_b16_one<2, 8>(a, slot, o, s);
+    case 4 * 16 + 1: return attn_b16_one<4, 1>(a, slot, o, s);
+    case 4 * 16 + 2: return attn_b16_one<4, 2>(a, slot, o, s);
+    case 4 * 16 + 4: return attn_b16_one<4, 4>(a, slot, o, s);
+    default: return attn_b16_one<4, 8>(a, slot, o, s);
+    }
+}
+
 // The tiled kernel for steps of several sequences, -1 where it does not
 // apply (head dims 64 and 128, up to 16 q heads a kv head).
 static int attn_tile_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
@@ -768,6 +1090,9 @@ static int attn_tile_launch(const tcu_attn_args *a, int slot, const tcu_opts &o,
     const int gq = a->n_head / a->n_kv_head;
     if (!a->tiles || a->n_head % a->n_kv_head || gq > 4 * ATT_T_WARPS || (a->hd != 64 && a->hd != 128))
         return -1;
+    const int rc = attn_b16_launch(a, slot, o, s);
+    if (rc != -1)
+        return rc;
     const dim3 grid(a->n_kv_head, a->T, a->n_split), block(ATT_T_WARPS * WARP);
     const int hpw = (gq + ATT_T_WARPS - 1) / ATT_T_WARPS;
     if (a->hd == 64)

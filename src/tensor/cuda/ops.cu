@@ -39,8 +39,9 @@ extern "C" void tcu_opts_init(tcu_opts *o)
     /* 4-bit batches on the 4-bit tensor-core GEMM (gemm_q4.cu) */
     o->q4_tc = 1;
     /* a K/V row read once for a kv head's q heads and a softmax update a
-     * tile of 32 positions: 8B bf16 b128 attention 8.2 -> 4.0 ms a step */
-    o->attn_tiles = 1;
+     * tile of 32 positions: 8B bf16 b128 attention 8.2 -> 4.0 ms a step (1);
+     * 16-bit pools' rows copied ahead (2) */
+    o->attn_tiles = 2;
     o->graphs = 1;
     o->qkv_fuse = 1;   /* one launch less a layer: 8B bf16 b1 +0.7%, 4-bit +1.7% */
     o->gemv_stage = 1; /* the 8B q/k/v launch at 32 tokens spent most of its 73 us splitting in every block */
@@ -52,6 +53,8 @@ extern "C" void tcu_opts_init(tcu_opts *o)
     o->ring = TCU_PROD_GU | TCU_PROD_DOWN;
     o->split_len1 = 16; /* one K/V load a warp, requested before the wait; 8 and 32 were slower */
     o->moe = TCU_MOE_DOWN_EARLY | TCU_MOE_WAVES | TCU_MOE_FUSED | TCU_MOE_TC; /* docs/cuda.md, "Mixtures of experts" */
+    /* q/k/v and gate/up one cuBLASLt GEMM each (docs/cuda.md "Products") */
+    o->lt_cat = TCU_CAT_QKV | TCU_CAT_GU;
     /* invariant 0: one sequence alone 0.67-0.72x as fast on the batched kernels (docs/cuda-log.md, issue 27) */
 }
 
@@ -75,13 +78,13 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
     snprintf(buf, n,
              "products %s; gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
              "grouped by kv head %d, "
-             "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); 16-bit batches on cuBLASLt %d; FP8 tensor cores %d; 4-bit GEMM %d (tile %d, split %d); batch attention tiles %d; graphs %d; q/k/v fused %d; stage %d; "
-             "early products %d; ring products %d; one-token split %d; moe %d; one sequence as batched %d",
+             "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); 16-bit batches on cuBLASLt %d; FP8 tensor cores %d; 4-bit GEMM %d (tile %d, split %d); batch attention tiles %d (z %d); graphs %d; q/k/v fused %d; stage %d; "
+             "early products %d; ring products %d; one-token split %d; moe %d; one sequence as batched %d; cuBLASLt merged %d",
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
              tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
-             o->exact ? 0 : o->tc_max_t, o->lt, o->f8_tc, o->q4_tc, o->q4_tile, o->q4_split, o->attn_tiles, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
-             o->moe, o->invariant);
+             o->exact ? 0 : o->tc_max_t, o->lt, o->f8_tc, o->q4_tc, o->q4_tile, o->q4_split, o->attn_tiles, o->attn_z, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
+             o->moe, o->invariant, o->lt_cat);
 }
 
 // ---- per-launch profile ----
@@ -369,25 +372,45 @@ extern "C" int tcu_glu(float *gate, const float *up, long n, int gelu, const tcu
                       (cudaStream_t)stream, gate, up, n, gelu);
 }
 
-// glu_kernel, also writing the result as 16-bit (the next product's input).
-__global__ void glu_half_kernel(float *gate, const float *up, uint16_t *outh, long n, int gelu, int to_f16)
+static int cat_launches; /* tcu_cat_launches (glu_half here, qkv_post in decode.cu) */
+
+void tcu_cat_count(void) { cat_launches++; }
+
+extern "C" int tcu_cat_launches(void) { return cat_launches; }
+
+// glu_kernel over rows ld apart, also writing the result as 16-bit (the
+// next product's input): blockIdx.y strides the rows, x the columns.
+__global__ void glu_half_kernel(float *act, const float *gate, const float *up, long ld, uint16_t *outh, int n_rows,
+                                int n, int gelu, int to_f16)
 {
     pdl_wait();
     pdl_trigger();
-    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
-        const float v = (gelu ? gelu_f(gate[e]) : silu_f(gate[e])) * up[e];
-        gate[e] = v;
-        outh[e] = to_f16 ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    }
+    for (int t = blockIdx.y; t < n_rows; t += gridDim.y)
+        for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {
+            const float g = gate[(size_t)t * ld + e], u = up[(size_t)t * ld + e];
+            const float v = (gelu ? gelu_f(g) : silu_f(g)) * u;
+            if (act)
+                act[(size_t)t * n + e] = v;
+            outh[(size_t)t * n + e] =
+                to_f16 ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        }
 }
 
-extern "C" int tcu_glu_half(float *gate, const float *up, uint16_t *outh, long n, int gelu, int to_f16,
-                            const tcu_opts *o, tcu_stream stream)
+extern "C" int tcu_glu_half(float *act, const float *gate, const float *up, long ld, uint16_t *outh, int n_rows, int n,
+                            int gelu, int to_f16, const tcu_opts *o, tcu_stream stream)
 {
     PROF(TCU_PROF_OTHER, stream);
-    long blocks = (n + 255) / 256;
-    return launch_pdl(opts_or_default(o).pdl, glu_half_kernel, dim3((unsigned)(blocks < 8192 ? blocks : 8192)),
-                      dim3(256), 0, (cudaStream_t)stream, gate, up, outh, n, gelu, to_f16);
+    if (n_rows <= 0 || n <= 0)
+        return 0;
+    if (ld < n)
+        return (int)cudaErrorInvalidValue;
+    if (ld > n)
+        tcu_cat_count();
+    const int bx = (n + 255) / 256;
+    /* about 8192 blocks at most, as tcu_glu */
+    const int by = n_rows < 8192 / bx + 1 ? n_rows : 8192 / bx + 1;
+    return launch_pdl(opts_or_default(o).pdl, glu_half_kernel, dim3((unsigned)bx, (unsigned)(by < 65535 ? by : 65535)),
+                      dim3(256), 0, (cudaStream_t)stream, act, gate, up, ld, outh, n_rows, n, gelu, to_f16);
 }
 
 __global__ void add_bias_kernel(float *x, const float *b, long total, int n)
