@@ -43,7 +43,9 @@ constexpr int TC_ROWS = 16 * TC_WARPS; // output rows a block (a warp's 16: one 
 // + 7 (one 16-byte load of a bf16 row, one 32-bit word of 4-bit codes);
 // mma s (0, 1) of the step takes inputs k0 + 8q + 4s + {0, 1} at k slots
 // 2q, 2q+1 (a0, a1, b0) and k0 + 8q + 4s + {2, 3} at 2q+8, 2q+9 (a2, a3,
-// b1). Rows: a warp's m-tile is rows r0 .. r0 + 15 of the matrix (lane
+// b1) - bf16 and MXFP4; MLX 4-bit takes k0 + 8q + {2s, 2s+4} at 2q, 2q+1
+// and k0 + 8q + {2s+1, 2s+5} at 2q+8, 2q+9 (one mask extracts codes i and
+// i + 4 of a word). Rows: a warp's m-tile is rows r0 .. r0 + 15 of the matrix (lane
 // row g: r0 + g and r0 + g + 8); columns: n-tile j is the picks p + 8j ..
 // p + 8j + 7 of the group (lane column g: pick p + 8j + g for B; the C
 // registers' columns 2q, 2q+1).
@@ -64,13 +66,13 @@ __device__ __forceinline__ uint32_t tc_bf2(float lo, float hi)
 __device__ __forceinline__ float tc_lo(uint32_t p) { return __uint_as_float(p << 16); }
 __device__ __forceinline__ float tc_hi(uint32_t p) { return __uint_as_float(p & 0xffff0000u); }
 
-// MLX 4-bit codes 2p and 2p + 1 of a word (low nibble first) as a bf16
-// pair equal to the codes: 0x4300 | c is the bf16 128 + c (7 mantissa
-// bits), less 128 in bf16 arithmetic - exact for small integers.
-__device__ __forceinline__ uint32_t tc_q4_pair(uint32_t w, int p)
+// MLX 4-bit codes i and i + 4 of a word (low nibble first) as a bf16
+// pair equal to the codes: one shift and one mask put them in the two
+// halves, 0x4300 | c is the bf16 128 + c (7 mantissa bits), less 128 in
+// bf16 arithmetic - exact for small integers.
+__device__ __forceinline__ uint32_t tc_q4_pair(uint32_t w, int i)
 {
-    const uint32_t v = w >> (8 * p);
-    const uint32_t u = (v & 0xfu) | ((v << 12) & 0xf0000u) | 0x43004300u;
+    const uint32_t u = ((w >> (4 * i)) & 0x000f000fu) | 0x43004300u;
     __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&u);
     b = __hsub2(b, __floats2bfloat162_rn(128.0f, 128.0f));
     return *reinterpret_cast<const uint32_t *>(&b);
@@ -109,6 +111,7 @@ __device__ __forceinline__ void tc_a_load(const uint8_t *r_lo, const uint8_t *r_
 #pragma unroll
         for (int s = 0; s < 2; s++) {
             if constexpr (KIND == TCU_Q4) {
+                /* the pairs (i, i + 4): Q4's own slot order (tc_b_load) */
                 a[s][0] = tc_q4_pair(w0, 2 * s), a[s][1] = tc_q4_pair(w1, 2 * s);
                 a[s][2] = tc_q4_pair(w0, 2 * s + 1), a[s][3] = tc_q4_pair(w1, 2 * s + 1);
             } else {
@@ -123,29 +126,48 @@ __device__ __forceinline__ void tc_a_load(const uint8_t *r_lo, const uint8_t *r_
 // (b0), b[s][1] (b1) of mma s. XBF: xr holds bf16 (down's input, already
 // rounded); else f32, rounded here (nearest even). Plain loads: the
 // block's 4 warps (and the SM's other blocks of the group) read the same
-// rows, which L1 then serves.
-template <bool XBF> __device__ __forceinline__ void tc_b_load(const void *xr, int k0, int q, uint32_t (&b)[2][2])
+// rows, which L1 then serves. The lane's inputs x0..x7 go to the slots as
+// the kind's A does: pairs (4s, 4s+1) at b0 and (4s+2, 4s+3) at b1 of mma
+// s (bf16, MXFP4), or - MLX 4-bit, whose codes i and i + 4 one mask
+// extracts - (2s, 2s+4) at b0 and (2s+1, 2s+5) at b1.
+template <int KIND, bool XBF>
+__device__ __forceinline__ void tc_b_load(const void *xr, int k0, int q, uint32_t (&b)[2][2])
 {
+    constexpr bool SPLIT = KIND == TCU_Q4;
     if constexpr (XBF) {
         const uint4 u = *(const uint4 *)((const uint16_t *)xr + k0 + 8 * q);
-        b[0][0] = u.x, b[0][1] = u.y, b[1][0] = u.z, b[1][1] = u.w;
+        if constexpr (SPLIT) {
+            /* word s holds x(2s), x(2s+1); word s + 2 holds x(2s+4), x(2s+5) */
+            b[0][0] = __byte_perm(u.x, u.z, 0x5410), b[0][1] = __byte_perm(u.x, u.z, 0x7632);
+            b[1][0] = __byte_perm(u.y, u.w, 0x5410), b[1][1] = __byte_perm(u.y, u.w, 0x7632);
+        } else {
+            b[0][0] = u.x, b[0][1] = u.y, b[1][0] = u.z, b[1][1] = u.w;
+        }
     } else {
         const float *p = (const float *)xr + k0 + 8 * q;
         const float4 f0 = *(const float4 *)p, f1 = *((const float4 *)p + 1);
-        b[0][0] = tc_bf2(f0.x, f0.y), b[0][1] = tc_bf2(f0.z, f0.w);
-        b[1][0] = tc_bf2(f1.x, f1.y), b[1][1] = tc_bf2(f1.z, f1.w);
+        if constexpr (SPLIT) {
+            b[0][0] = tc_bf2(f0.x, f1.x), b[0][1] = tc_bf2(f0.y, f1.y);
+            b[1][0] = tc_bf2(f0.z, f1.z), b[1][1] = tc_bf2(f0.w, f1.w);
+        } else {
+            b[0][0] = tc_bf2(f0.x, f0.y), b[0][1] = tc_bf2(f0.z, f0.w);
+            b[1][0] = tc_bf2(f1.x, f1.y), b[1][1] = tc_bf2(f1.z, f1.w);
+        }
     }
 }
 
-// The sum of the 8 rounded activations a lane holds, in input order.
+// The sum of the 8 rounded activations a lane holds (MLX 4-bit's slot
+// order, tc_b_load), in input order x0..x7.
 __device__ __forceinline__ float tc_b_sum8(const uint32_t (&b)[2][2])
 {
+    /* x(i) for i < 4: the low half of b[i / 2][i % 2]; x(i + 4) its high half */
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
+        s = __fadd_rn(s, tc_lo(b[i >> 1][i & 1]));
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-            s = __fadd_rn(__fadd_rn(s, tc_lo(b[i][h])), tc_hi(b[i][h]));
+    for (int i = 0; i < 4; i++)
+        s = __fadd_rn(s, tc_hi(b[i >> 1][i & 1]));
     return s;
 }
 
@@ -206,7 +228,7 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
                         tc_a_load<KIND>(w_lo[m], w_hi[m], k0 + 32 * u, q, a[u][m]);
 #pragma unroll
                     for (int j = 0; j < NI; j++)
-                        tc_b_load<XBF>(xr[j], k0 + 32 * u, q, b[u][j]);
+                        tc_b_load<KIND, XBF>(xr[j], k0 + 32 * u, q, b[u][j]);
                 }
         };
         auto run = [&](int k0, const uint32_t(&a)[U][NM][2][4], const uint32_t(&b)[U][NI][2][2]) {
@@ -243,7 +265,7 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
                 tc_a_load<KIND>(w_lo[m], w_hi[m], k0, q, a[m]);
 #pragma unroll
             for (int j = 0; j < NI; j++)
-                tc_b_load<XBF>(xr[j], k0, q, b[j]);
+                tc_b_load<KIND, XBF>(xr[j], k0, q, b[j]);
 #pragma unroll
             for (int s = 0; s < 2; s++)
 #pragma unroll
@@ -274,7 +296,7 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
                     tc_a_load<KIND>(w_lo[m], w_hi[m], k, q, a[m]);
 #pragma unroll
                 for (int j = 0; j < NI; j++)
-                    tc_b_load<XBF>(xr[j], k, q, b[j]);
+                    tc_b_load<KIND, XBF>(xr[j], k, q, b[j]);
 #pragma unroll
                 for (int s = 0; s < 2; s++)
 #pragma unroll
