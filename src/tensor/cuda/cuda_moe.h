@@ -82,7 +82,8 @@ typedef struct tcu_experts {
 } tcu_experts;
 
 /* Scratch for T tokens (K = n_used): rl [T][n_expert], wt [T K], sel
- * [T K], meta [2 + 2 min(n_expert, T K) + T K], h [T K][ff], y [T K][dim],
+ * [T K], meta [2 + 2 min(n_expert, T K) + T K], h [T K][ff] (f32; the
+ * tensor-core path keeps bf16 [T K][ff] in its first half), y [T K][dim],
  * cnt [tcu_moe_cnt_len(dim, n_expert)] - zero when allocated (each launch
  * leaves it zero). */
 typedef struct tcu_moe_scratch {
