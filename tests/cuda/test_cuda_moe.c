@@ -211,10 +211,14 @@ static void check_moe(const char *args, int bits, int n_prompt, double tol, int 
         model_free(mh);
     }
 
-    /* batched == alone, bit for bit */
+    /* batched == alone, bit for bit - the warp kernels at every step (13:
+     * the default without TCU_MOE_TC, whose steps of 2+ tokens would meet
+     * the warp kernels' one-token steps; check_moe_tc tests its own) */
     setenv("TERN_CUDA_GEMV", "staged,by-shape,by-shape", 1);
+    setenv("TERN_CUDA_MOE", "13", 1);
     mg = model_load_ex(mdir, &og, &err);
     unsetenv("TERN_CUDA_GEMV");
+    unsetenv("TERN_CUDA_MOE");
     if (!mg)
         fail_msg("%s", err.msg);
     const int nd = 6;
