@@ -17,7 +17,7 @@
  * KV cache of that type (kv.h names), as the engine makes it (without it:
  * f32 with host storage; the engine's default on CUDA is bf16).
  *
- *   bench_moe --kernels [--depth N] [--batch B,...]
+ *   bench_moe --kernels [--depth N] [--batch B,...]   (default 1,2,4,8,32,128)
  *
  * The sparse layer alone (no model, no attention): random Qwen3-30B-A3B
  * shaped layers (dim 2048, 128 experts of width 768, top 8; a bf16 router),
@@ -30,7 +30,7 @@
  * layer and the bytes' rate against the copy bandwidth - and its result
  * after one replay compared with the first variant's (bit for bit; a
  * difference fails the run - but for the tensor-core GEMM's variants, moe
- * bit 16 from TCU_MOE_TC_MIN_T tokens and 16 + 32 at every T, whose bf16
+ * bit 16 from TCU_MOE_TC_MIN_T_* tokens and 16 + 32 at every T, whose bf16
  * activations give a relative difference, printed, failing past 2e-2). */
 #include <math.h>
 #include <stdio.h>
@@ -279,11 +279,16 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_ROWS4 | TCU_MOE_DOWN_EARLY,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED,
-                                       TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC,
+                                       TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
+                                           TCU_MOE_TC_PF,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
                                            TCU_MOE_TC_ALL,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
-                                           TCU_MOE_TC_ALL | TCU_MOE_TC_PF};
+                                           TCU_MOE_TC_ALL | TCU_MOE_TC_PF,
+                                       TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
+                                           TCU_MOE_TC_ALL | TCU_MOE_TC_M2,
+                                       TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
+                                           TCU_MOE_TC_ALL | TCU_MOE_TC_PF | TCU_MOE_TC_M2};
         for (int vi = 0; vi < (int)(sizeof variants / sizeof *variants); vi++) {
             op.moe = variants[vi];
             KCU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -299,7 +304,9 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
             /* the tensor-core GEMM (when it ran: TC_ALL, or T from its
              * threshold) rounds the activations to bf16: its relative
              * difference from moe 0, failing the run only past 2e-2 */
-            const int tc = (variants[vi] & TCU_MOE_TC) && (T >= TCU_MOE_TC_MIN_T || (variants[vi] & TCU_MOE_TC_ALL));
+            const int tc = (variants[vi] & TCU_MOE_TC) &&
+                           (T >= (kind == TCU_Q4 ? TCU_MOE_TC_MIN_T_Q4 : TCU_MOE_TC_MIN_T_BF16) ||
+                            (variants[vi] & TCU_MOE_TC_ALL));
             double dd = 0, dr = 0;
             for (size_t i = 0; tc && i < (size_t)T * KB_DIM; i++) {
                 dd += ((double)xh[i] - xh0[i]) * ((double)xh[i] - xh0[i]);
@@ -388,7 +395,7 @@ int main(int argc, char **argv)
     const char *dir = NULL;
     kv_type kvt = KV_F32;
     int kv_given = 0;
-    int kernels = 0, depth = 48;
+    int kernels = 0, depth = 48, batch_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (a[0] != '-') {
@@ -422,6 +429,7 @@ int main(int argc, char **argv)
         }
         else if (!strcmp(a, "--batch")) {
             n_b = 0;
+            batch_set = 1;
             for (const char *p = v; *p && n_b < 8; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
                 batches[n_b++] = atoi(p);
         } else {
@@ -430,6 +438,11 @@ int main(int argc, char **argv)
         }
     }
     if (kernels) {
+        if (!batch_set) { /* the warp kernels' one-token step and the tensor cores' thresholds */
+            static const int def[] = {1, 2, 4, 8, 32, 128};
+            n_b = (int)(sizeof def / sizeof *def);
+            memcpy(batches, def, sizeof def);
+        }
         if (model_cuda_device_count() <= 0) {
             fprintf(stderr, "bench_moe: no GPU\n");
             return 2;

@@ -1784,7 +1784,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_EARLY", offsetof(tcu_opts, early), 0, 31},
     {"TERN_CUDA_RING", offsetof(tcu_opts, ring), 0, 31},
     {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
-    {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 127},
+    {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 255},
     {"TERN_CUDA_INVARIANT", offsetof(tcu_opts, invariant), 0, TCU_INV_PRODUCTS | TCU_INV_ATTN},
     {"TERN_CUDA_LT_CAT", offsetof(tcu_opts, lt_cat), 0, TCU_CAT_QKV | TCU_CAT_GU},
 };

@@ -211,10 +211,14 @@ static void check_moe(const char *args, int bits, int n_prompt, double tol, int 
         model_free(mh);
     }
 
-    /* batched == alone, bit for bit */
+    /* batched == alone, bit for bit - the warp kernels at every step (13:
+     * the default without TCU_MOE_TC, whose steps of 2+ tokens would meet
+     * the warp kernels' one-token steps; check_moe_tc tests its own) */
     setenv("TERN_CUDA_GEMV", "staged,by-shape,by-shape", 1);
+    setenv("TERN_CUDA_MOE", "13", 1);
     mg = model_load_ex(mdir, &og, &err);
     unsetenv("TERN_CUDA_GEMV");
+    unsetenv("TERN_CUDA_MOE");
     if (!mg)
         fail_msg("%s", err.msg);
     const int nd = 6;
@@ -730,13 +734,19 @@ static void tc_check(const tc_case *c, const int *Ts, int nT)
                      bad_r);
         if (!(eh < 3e-3) || !(ex < 1e-4))
             fail_msg("%s T %d: relative error h %g (tol 3e-3), layer %g (tol 1e-4)", kn, T, eh, ex);
-        /* bf16: the tiles with the next steps prefetched (TCU_MOE_TC_PF) - the same bits */
-        if (c->kind == TCU_BF16) {
+        /* the tile forms - next steps prefetched (TCU_MOE_TC_PF, bf16),
+         * 32 rows a warp (TCU_MOE_TC_M2), both: the same bits */
+        {
+            static const int forms[] = {TCU_MOE_TC_M2, TCU_MOE_TC_PF, TCU_MOE_TC_PF | TCU_MOE_TC_M2};
             float *xp = malloc((size_t)T * D * sizeof(float));
             assert_non_null(xp);
-            tc_run(&L, x0, T, moe | TCU_MOE_TC_PF, xp);
-            if (memcmp(xp, xo, (size_t)T * D * sizeof(float)))
-                fail_msg("%s T %d: TCU_MOE_TC_PF changes the bits", kn, T);
+            for (int f = 0; f < 3; f++) {
+                if ((forms[f] & TCU_MOE_TC_PF) && c->kind != TCU_BF16)
+                    continue;
+                tc_run(&L, x0, T, moe | forms[f], xp);
+                if (memcmp(xp, xo, (size_t)T * D * sizeof(float)))
+                    fail_msg("%s T %d: TERN_CUDA_MOE bits %d change the bits", kn, T, forms[f]);
+            }
             free(xp);
         }
         /* each token alone through the same kernel: its row's bits */

@@ -41,10 +41,14 @@ extern "C" {
 #define TCU_MOE_MAX_USED 32
 /* Throughput mode (tcu_opts.exact 0, tcu_opts.moe bit TCU_MOE_TC): steps
  * of at least this many tokens take the tensor-core grouped GEMM
- * (moe_tc.cu) for their experts; smaller steps the warp kernels (f32
- * activations), which hold a row in registers for the few tokens an
- * expert gets. */
-#define TCU_MOE_TC_MIN_T 32
+ * (moe_tc.cu) for their experts, by kind; smaller steps (a step of one
+ * token always) the warp kernels (f32 activations). H200, Qwen3-30B-A3B
+ * layer (bench_moe --kernels, us a layer): bf16 T 8 192 against 241, 4-bit
+ * T 8 151 against 325 (docs/cuda.md, "Mixtures of experts"); MXFP4 not
+ * measured alone - bf16's. */
+#define TCU_MOE_TC_MIN_T_BF16 8
+#define TCU_MOE_TC_MIN_T_Q4 2
+#define TCU_MOE_TC_MIN_T_MX4 8
 /* Output rows a block of the expert kernels (the down kernel's row tile). */
 #define TCU_MOE_ROWS 8
 
@@ -82,7 +86,8 @@ typedef struct tcu_experts {
 } tcu_experts;
 
 /* Scratch for T tokens (K = n_used): rl [T][n_expert], wt [T K], sel
- * [T K], meta [2 + 2 min(n_expert, T K) + T K], h [T K][ff], y [T K][dim],
+ * [T K], meta [2 + 2 min(n_expert, T K) + T K], h [T K][ff] (f32; the
+ * tensor-core path keeps bf16 [T K][ff] in its first half), y [T K][dim],
  * cnt [tcu_moe_cnt_len(dim, n_expert)] - zero when allocated (each launch
  * leaves it zero). */
 typedef struct tcu_moe_scratch {

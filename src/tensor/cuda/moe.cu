@@ -1153,9 +1153,12 @@ extern "C" int tcu_moe(const tcu_experts *e, const tcu_moe_scratch *s, float *x,
     }
     if (rc)
         return rc;
-    /* throughput mode, steps of many tokens: the tensor-core grouped GEMM
-     * (moe_tc.cu; activations rounded once to bf16) */
-    if (!op.exact && (op.moe & TCU_MOE_TC) && (T >= TCU_MOE_TC_MIN_T || (op.moe & TCU_MOE_TC_ALL)) && moe_tc_ok(*e))
+    /* throughput mode, steps of several tokens: the tensor-core grouped
+     * GEMM (moe_tc.cu; activations rounded once to bf16); every step with
+     * TC_ALL, or when steps of one sequence take the batched products
+     * (tcu_opts.invariant), so a sequence's bits do not depend on the batch */
+    if (!op.exact && (op.moe & TCU_MOE_TC) && moe_tc_ok(*e) &&
+        (T >= moe_tc_min_t(e->kind) || (op.moe & TCU_MOE_TC_ALL) || (op.invariant & TCU_INV_PRODUCTS)))
         return moe_tc_launch(*e, *s, xn, x, T, op.pdl, op.moe, st);
     return experts_any(*e, *s, xn, x, T, op.pdl, op.moe, st);
 }

@@ -53,6 +53,12 @@ __device__ __forceinline__ float moe_term(const tcu_experts &ex, const float *y,
 // of the GEMM's inputs).
 bool moe_tc_ok(const tcu_experts &e);
 
+// Steps of at least this many tokens take it (cuda_moe.h's TCU_MOE_TC_MIN_T_*).
+static inline int moe_tc_min_t(int kind)
+{
+    return kind == TCU_Q4 ? TCU_MOE_TC_MIN_T_Q4 : kind == TCU_MX4 ? TCU_MOE_TC_MIN_T_MX4 : TCU_MOE_TC_MIN_T_BF16;
+}
+
 // Gate/up, down and the weighted sum of a step of T tokens on the tensor
 // cores, after the routing wrote s.meta, s.sel and s.wt: h holds the
 // activations as bf16 ([T K][ff]), y each pick's down row (f32); x += each

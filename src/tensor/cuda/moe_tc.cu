@@ -4,7 +4,8 @@
 // groups, in place of moe.cu's warp-per-row kernels.
 //
 // A block: 4 warps, 16 output rows each (64 rows of one expert, gate and up
-// together for gate/up), blockIdx.y the group; each warp walks the group's
+// together for gate/up; tcu_opts.moe bit TCU_MOE_TC_M2: 32 rows a warp,
+// which share each activation load), blockIdx.y the group; each warp walks the group's
 // picks in tiles of 8 NI tokens. Weights go from global memory straight
 // into the A fragments (each weight is used by one warp only), the tokens'
 // activations into the B fragments (rounded once to bf16: xn for gate/up;
@@ -42,7 +43,9 @@ constexpr int TC_ROWS = 16 * TC_WARPS; // output rows a block (a warp's 16: one 
 // + 7 (one 16-byte load of a bf16 row, one 32-bit word of 4-bit codes);
 // mma s (0, 1) of the step takes inputs k0 + 8q + 4s + {0, 1} at k slots
 // 2q, 2q+1 (a0, a1, b0) and k0 + 8q + 4s + {2, 3} at 2q+8, 2q+9 (a2, a3,
-// b1). Rows: a warp's m-tile is rows r0 .. r0 + 15 of the matrix (lane
+// b1) - bf16 and MXFP4; MLX 4-bit takes k0 + 8q + {2s, 2s+4} at 2q, 2q+1
+// and k0 + 8q + {2s+1, 2s+5} at 2q+8, 2q+9 (one mask extracts codes i and
+// i + 4 of a word). Rows: a warp's m-tile is rows r0 .. r0 + 15 of the matrix (lane
 // row g: r0 + g and r0 + g + 8); columns: n-tile j is the picks p + 8j ..
 // p + 8j + 7 of the group (lane column g: pick p + 8j + g for B; the C
 // registers' columns 2q, 2q+1).
@@ -63,13 +66,13 @@ __device__ __forceinline__ uint32_t tc_bf2(float lo, float hi)
 __device__ __forceinline__ float tc_lo(uint32_t p) { return __uint_as_float(p << 16); }
 __device__ __forceinline__ float tc_hi(uint32_t p) { return __uint_as_float(p & 0xffff0000u); }
 
-// MLX 4-bit codes 2p and 2p + 1 of a word (low nibble first) as a bf16
-// pair equal to the codes: 0x4300 | c is the bf16 128 + c (7 mantissa
-// bits), less 128 in bf16 arithmetic - exact for small integers.
-__device__ __forceinline__ uint32_t tc_q4_pair(uint32_t w, int p)
+// MLX 4-bit codes i and i + 4 of a word (low nibble first) as a bf16
+// pair equal to the codes: one shift and one mask put them in the two
+// halves, 0x4300 | c is the bf16 128 + c (7 mantissa bits), less 128 in
+// bf16 arithmetic - exact for small integers.
+__device__ __forceinline__ uint32_t tc_q4_pair(uint32_t w, int i)
 {
-    const uint32_t v = w >> (8 * p);
-    const uint32_t u = (v & 0xfu) | ((v << 12) & 0xf0000u) | 0x43004300u;
+    const uint32_t u = ((w >> (4 * i)) & 0x000f000fu) | 0x43004300u;
     __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&u);
     b = __hsub2(b, __floats2bfloat162_rn(128.0f, 128.0f));
     return *reinterpret_cast<const uint32_t *>(&b);
@@ -108,6 +111,7 @@ __device__ __forceinline__ void tc_a_load(const uint8_t *r_lo, const uint8_t *r_
 #pragma unroll
         for (int s = 0; s < 2; s++) {
             if constexpr (KIND == TCU_Q4) {
+                /* the pairs (i, i + 4): Q4's own slot order (tc_b_load) */
                 a[s][0] = tc_q4_pair(w0, 2 * s), a[s][1] = tc_q4_pair(w1, 2 * s);
                 a[s][2] = tc_q4_pair(w0, 2 * s + 1), a[s][3] = tc_q4_pair(w1, 2 * s + 1);
             } else {
@@ -122,29 +126,48 @@ __device__ __forceinline__ void tc_a_load(const uint8_t *r_lo, const uint8_t *r_
 // (b0), b[s][1] (b1) of mma s. XBF: xr holds bf16 (down's input, already
 // rounded); else f32, rounded here (nearest even). Plain loads: the
 // block's 4 warps (and the SM's other blocks of the group) read the same
-// rows, which L1 then serves.
-template <bool XBF> __device__ __forceinline__ void tc_b_load(const void *xr, int k0, int q, uint32_t (&b)[2][2])
+// rows, which L1 then serves. The lane's inputs x0..x7 go to the slots as
+// the kind's A does: pairs (4s, 4s+1) at b0 and (4s+2, 4s+3) at b1 of mma
+// s (bf16, MXFP4), or - MLX 4-bit, whose codes i and i + 4 one mask
+// extracts - (2s, 2s+4) at b0 and (2s+1, 2s+5) at b1.
+template <int KIND, bool XBF>
+__device__ __forceinline__ void tc_b_load(const void *xr, int k0, int q, uint32_t (&b)[2][2])
 {
+    constexpr bool SPLIT = KIND == TCU_Q4;
     if constexpr (XBF) {
         const uint4 u = *(const uint4 *)((const uint16_t *)xr + k0 + 8 * q);
-        b[0][0] = u.x, b[0][1] = u.y, b[1][0] = u.z, b[1][1] = u.w;
+        if constexpr (SPLIT) {
+            /* word s holds x(2s), x(2s+1); word s + 2 holds x(2s+4), x(2s+5) */
+            b[0][0] = __byte_perm(u.x, u.z, 0x5410), b[0][1] = __byte_perm(u.x, u.z, 0x7632);
+            b[1][0] = __byte_perm(u.y, u.w, 0x5410), b[1][1] = __byte_perm(u.y, u.w, 0x7632);
+        } else {
+            b[0][0] = u.x, b[0][1] = u.y, b[1][0] = u.z, b[1][1] = u.w;
+        }
     } else {
         const float *p = (const float *)xr + k0 + 8 * q;
         const float4 f0 = *(const float4 *)p, f1 = *((const float4 *)p + 1);
-        b[0][0] = tc_bf2(f0.x, f0.y), b[0][1] = tc_bf2(f0.z, f0.w);
-        b[1][0] = tc_bf2(f1.x, f1.y), b[1][1] = tc_bf2(f1.z, f1.w);
+        if constexpr (SPLIT) {
+            b[0][0] = tc_bf2(f0.x, f1.x), b[0][1] = tc_bf2(f0.y, f1.y);
+            b[1][0] = tc_bf2(f0.z, f1.z), b[1][1] = tc_bf2(f0.w, f1.w);
+        } else {
+            b[0][0] = tc_bf2(f0.x, f0.y), b[0][1] = tc_bf2(f0.z, f0.w);
+            b[1][0] = tc_bf2(f1.x, f1.y), b[1][1] = tc_bf2(f1.z, f1.w);
+        }
     }
 }
 
-// The sum of the 8 rounded activations a lane holds, in input order.
+// The sum of the 8 rounded activations a lane holds (MLX 4-bit's slot
+// order, tc_b_load), in input order x0..x7.
 __device__ __forceinline__ float tc_b_sum8(const uint32_t (&b)[2][2])
 {
+    /* x(i) for i < 4: the low half of b[i / 2][i % 2]; x(i + 4) its high half */
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
+        s = __fadd_rn(s, tc_lo(b[i >> 1][i & 1]));
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-            s = __fadd_rn(__fadd_rn(s, tc_lo(b[i][h])), tc_hi(b[i][h]));
+    for (int i = 0; i < 4; i++)
+        s = __fadd_rn(s, tc_hi(b[i >> 1][i & 1]));
     return s;
 }
 
@@ -205,7 +228,7 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
                         tc_a_load<KIND>(w_lo[m], w_hi[m], k0 + 32 * u, q, a[u][m]);
 #pragma unroll
                     for (int j = 0; j < NI; j++)
-                        tc_b_load<XBF>(xr[j], k0 + 32 * u, q, b[u][j]);
+                        tc_b_load<KIND, XBF>(xr[j], k0 + 32 * u, q, b[u][j]);
                 }
         };
         auto run = [&](int k0, const uint32_t(&a)[U][NM][2][4], const uint32_t(&b)[U][NI][2][2]) {
@@ -242,7 +265,7 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
                 tc_a_load<KIND>(w_lo[m], w_hi[m], k0, q, a[m]);
 #pragma unroll
             for (int j = 0; j < NI; j++)
-                tc_b_load<XBF>(xr[j], k0, q, b[j]);
+                tc_b_load<KIND, XBF>(xr[j], k0, q, b[j]);
 #pragma unroll
             for (int s = 0; s < 2; s++)
 #pragma unroll
@@ -273,7 +296,7 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
                     tc_a_load<KIND>(w_lo[m], w_hi[m], k, q, a[m]);
 #pragma unroll
                 for (int j = 0; j < NI; j++)
-                    tc_b_load<XBF>(xr[j], k, q, b[j]);
+                    tc_b_load<KIND, XBF>(xr[j], k, q, b[j]);
 #pragma unroll
                 for (int s = 0; s < 2; s++)
 #pragma unroll
@@ -323,10 +346,12 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
     }
 }
 
-// Gate and up of group blockIdx.y's expert, rows blockIdx.x * TC_ROWS +
-// 16 w + (0..15) for warp w, over all the group's picks in tiles of 8 NI:
-// hb[pick][row] = the activation (moe_act), rounded to bf16.
-template <int KIND, int NI, bool PF>
+// Gate and up of group blockIdx.y's expert, rows blockIdx.x * TC_ROWS MI
+// + 16 (MI w + i) + (0..15), i < MI, for warp w (MI m-tiles a warp share
+// each activation load - tc_tile's "matrices" are (matrix, m-tile)
+// pairs), over all the group's picks in tiles of 8 NI: hb[pick][row] =
+// the activation (moe_act), rounded to bf16.
+template <int KIND, int NI, bool PF, int MI>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     moe_tc_gu_kernel(tcu_experts ex, const int32_t *meta, int G, const float *xn, uint16_t *hb)
 {
@@ -344,19 +369,24 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
     }
     const int lane = threadIdx.x & 31, gl = lane >> 2, q = lane & 3;
-    const int r0 = blockIdx.x * TC_ROWS + (threadIdx.x >> 5) * 16;
+    const int r0 = (blockIdx.x * TC_WARPS + (threadIdx.x >> 5)) * 16 * MI;
     if (r0 >= ex.ff)
         return;
-    /* rows past ff load the last row (their results are not stored) */
-    const int ra = min(r0 + gl, ex.ff - 1), rb = min(r0 + gl + 8, ex.ff - 1);
     const size_t rbytes = (size_t)ex.dim / 32 * tc_step_bytes<KIND>();
-    const uint8_t *const w_lo[2] = {(const uint8_t *)tab[0] + ra * rbytes, (const uint8_t *)tab[1] + ra * rbytes};
-    const uint8_t *const w_hi[2] = {(const uint8_t *)tab[0] + rb * rbytes, (const uint8_t *)tab[1] + rb * rbytes};
-    const bool qk = KIND != TCU_BF16;
-    const void *const s_lo[2] = {qk ? tc_scale_row<KIND>(tab[3], ra, ex.dim, ex.group) : nullptr,
-                                 qk ? tc_scale_row<KIND>(tab[4], ra, ex.dim, ex.group) : nullptr};
-    const void *const s_hi[2] = {qk ? tc_scale_row<KIND>(tab[3], rb, ex.dim, ex.group) : nullptr,
-                                 qk ? tc_scale_row<KIND>(tab[4], rb, ex.dim, ex.group) : nullptr};
+    constexpr bool qk = KIND != TCU_BF16;
+    const uint8_t *w_lo[2 * MI], *w_hi[2 * MI];
+    const void *s_lo[2 * MI], *s_hi[2 * MI];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int i = 0; i < MI; i++) {
+            /* rows past ff load the last row (their results are not stored) */
+            const int ra = min(r0 + 16 * i + gl, ex.ff - 1), rb = min(r0 + 16 * i + gl + 8, ex.ff - 1);
+            w_lo[m * MI + i] = (const uint8_t *)tab[m] + ra * rbytes;
+            w_hi[m * MI + i] = (const uint8_t *)tab[m] + rb * rbytes;
+            s_lo[m * MI + i] = qk ? tc_scale_row<KIND>(tab[3 + m], ra, ex.dim, ex.group) : nullptr;
+            s_hi[m * MI + i] = qk ? tc_scale_row<KIND>(tab[3 + m], rb, ex.dim, ex.group) : nullptr;
+        }
     const int32_t *pk = mv.picks();
     for (int p = p0; p < p1; p += 8 * NI) {
         const void *xr[NI];
@@ -365,23 +395,25 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             const int i = min(p + 8 * j + gl, p1 - 1); /* columns past the group repeat its last pick */
             xr[j] = xn + (size_t)(pk[i] / ex.n_used) * ex.dim;
         }
-        float acc[2][NI][4];
-        tc_tile<KIND, 2, NI, false, PF>(w_lo, w_hi, s_lo, s_hi, ex.dim, ex.group, xr, acc);
+        float acc[2 * MI][NI][4];
+        tc_tile<KIND, 2 * MI, NI, false, PF>(w_lo, w_hi, s_lo, s_hi, ex.dim, ex.group, xr, acc);
 #pragma unroll
-        for (int j = 0; j < NI; j++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int row = r0 + gl + (c >> 1) * 8, i = p + 8 * j + 2 * q + (c & 1);
-                if (row < ex.ff && i < p1)
-                    hb[(size_t)pk[i] * ex.ff + row] =
-                        __bfloat16_as_ushort(__float2bfloat16_rn(moe_act(ex, e, row, acc[0][j][c], acc[1][j][c])));
-            }
+            for (int j = 0; j < NI; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int row = r0 + 16 * mi + gl + (c >> 1) * 8, i = p + 8 * j + 2 * q + (c & 1);
+                    if (row < ex.ff && i < p1)
+                        hb[(size_t)pk[i] * ex.ff + row] = __bfloat16_as_ushort(
+                            __float2bfloat16_rn(moe_act(ex, e, row, acc[mi][j][c], acc[MI + mi][j][c])));
+                }
     }
 }
 
 // Down of group blockIdx.y's expert (rows as moe_tc_gu_kernel's) over its
 // picks' bf16 activations: y[pick][row].
-template <int KIND, int NI, bool PF>
+template <int KIND, int NI, bool PF, int MI>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     moe_tc_down_kernel(tcu_experts ex, const int32_t *meta, int G, const uint16_t *hb, float *y)
 {
@@ -394,16 +426,21 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
     const void *const *tab = ex.tab + (size_t)e * 6;
     const int lane = threadIdx.x & 31, gl = lane >> 2, q = lane & 3;
-    const int r0 = blockIdx.x * TC_ROWS + (threadIdx.x >> 5) * 16;
+    const int r0 = (blockIdx.x * TC_WARPS + (threadIdx.x >> 5)) * 16 * MI;
     if (r0 >= ex.dim)
         return;
-    const int ra = min(r0 + gl, ex.dim - 1), rb = min(r0 + gl + 8, ex.dim - 1);
     const size_t rbytes = (size_t)ex.ff / 32 * tc_step_bytes<KIND>();
-    const uint8_t *const w_lo[1] = {(const uint8_t *)tab[2] + ra * rbytes};
-    const uint8_t *const w_hi[1] = {(const uint8_t *)tab[2] + rb * rbytes};
-    const bool qk = KIND != TCU_BF16;
-    const void *const s_lo[1] = {qk ? tc_scale_row<KIND>(tab[5], ra, ex.ff, ex.group) : nullptr};
-    const void *const s_hi[1] = {qk ? tc_scale_row<KIND>(tab[5], rb, ex.ff, ex.group) : nullptr};
+    constexpr bool qk = KIND != TCU_BF16;
+    const uint8_t *w_lo[MI], *w_hi[MI];
+    const void *s_lo[MI], *s_hi[MI];
+#pragma unroll
+    for (int i = 0; i < MI; i++) {
+        const int ra = min(r0 + 16 * i + gl, ex.dim - 1), rb = min(r0 + 16 * i + gl + 8, ex.dim - 1);
+        w_lo[i] = (const uint8_t *)tab[2] + ra * rbytes;
+        w_hi[i] = (const uint8_t *)tab[2] + rb * rbytes;
+        s_lo[i] = qk ? tc_scale_row<KIND>(tab[5], ra, ex.ff, ex.group) : nullptr;
+        s_hi[i] = qk ? tc_scale_row<KIND>(tab[5], rb, ex.ff, ex.group) : nullptr;
+    }
     const int32_t *pk = mv.picks();
     for (int p = p0; p < p1; p += 8 * NI) {
         const void *xr[NI];
@@ -412,16 +449,18 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             const int i = min(p + 8 * j + gl, p1 - 1);
             xr[j] = hb + (size_t)pk[i] * ex.ff;
         }
-        float acc[1][NI][4];
-        tc_tile<KIND, 1, NI, true, PF>(w_lo, w_hi, s_lo, s_hi, ex.ff, ex.group, xr, acc);
+        float acc[MI][NI][4];
+        tc_tile<KIND, MI, NI, true, PF>(w_lo, w_hi, s_lo, s_hi, ex.ff, ex.group, xr, acc);
 #pragma unroll
-        for (int j = 0; j < NI; j++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int row = r0 + gl + (c >> 1) * 8, i = p + 8 * j + 2 * q + (c & 1);
-                if (row < ex.dim && i < p1)
-                    y[(size_t)pk[i] * ex.dim + row] = acc[0][j][c];
-            }
+            for (int j = 0; j < NI; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int row = r0 + 16 * mi + gl + (c >> 1) * 8, i = p + 8 * j + 2 * q + (c & 1);
+                    if (row < ex.dim && i < p1)
+                        y[(size_t)pk[i] * ex.dim + row] = acc[mi][j][c];
+                }
     }
 }
 
@@ -442,7 +481,7 @@ __global__ void __launch_bounds__(256)
     x[i] += o;
 }
 
-template <int KIND, int NI, bool PF>
+template <int KIND, int NI, bool PF, int MI>
 int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, int G, bool pdl,
                  cudaStream_t st)
 {
@@ -451,13 +490,15 @@ int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn
     int rc;
     {
         PROF(TCU_PROF_MOE_GU, st);
-        rc = launch_pdl(pdl, moe_tc_gu_kernel<KIND, NI, PF>, dim3((e.ff + TC_ROWS - 1) / TC_ROWS, G), blk, 0, st, e,
+        rc = launch_pdl(pdl, moe_tc_gu_kernel<KIND, NI, PF, MI>, dim3((e.ff + TC_ROWS * MI - 1) / (TC_ROWS * MI), G), blk,
+                        0, st, e,
                         (const int32_t *)s.meta, G, xn, hb);
     }
     if (rc)
         return rc;
     PROF(TCU_PROF_MOE_DOWN, st);
-    rc = launch_pdl(pdl, moe_tc_down_kernel<KIND, NI, PF>, dim3((e.dim + TC_ROWS - 1) / TC_ROWS, G), blk, 0, st, e,
+    rc = launch_pdl(pdl, moe_tc_down_kernel<KIND, NI, PF, MI>, dim3((e.dim + TC_ROWS * MI - 1) / (TC_ROWS * MI), G),
+                    blk, 0, st, e,
                     (const int32_t *)s.meta, G, (const uint16_t *)hb, s.y);
     if (rc)
         return rc;
@@ -468,16 +509,24 @@ int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn
 
 // The token tile by the step's picks an expert (on average over the groups
 // there can be: the token tile changes no bits).
-template <int KIND, bool PF>
+template <int KIND, bool PF, int MI>
 int tc_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
               cudaStream_t st)
 {
     const int TK = T * e.n_used, G = e.n_expert < TK ? e.n_expert : TK, avg = (TK + G - 1) / G;
     if (avg <= 8)
-        return tc_launch_ni<KIND, 1, PF>(e, s, xn, x, T, G, pdl, st);
+        return tc_launch_ni<KIND, 1, PF, MI>(e, s, xn, x, T, G, pdl, st);
     if (avg <= 16)
-        return tc_launch_ni<KIND, 2, PF>(e, s, xn, x, T, G, pdl, st);
-    return tc_launch_ni<KIND, 4, PF>(e, s, xn, x, T, G, pdl, st);
+        return tc_launch_ni<KIND, 2, PF, MI>(e, s, xn, x, T, G, pdl, st);
+    return tc_launch_ni<KIND, 4, PF, MI>(e, s, xn, x, T, G, pdl, st);
+}
+
+template <int KIND, bool PF>
+int tc_launch_mi(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
+                 int flags, cudaStream_t st)
+{
+    return flags & TCU_MOE_TC_M2 ? tc_launch<KIND, PF, 2>(e, s, xn, x, T, pdl, st)
+                                 : tc_launch<KIND, PF, 1>(e, s, xn, x, T, pdl, st);
 }
 
 } // namespace
@@ -496,10 +545,10 @@ int moe_tc_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *x
 {
     switch (e.kind) {
     case TCU_BF16:
-        return flags & TCU_MOE_TC_PF ? tc_launch<TCU_BF16, true>(e, s, xn, x, T, pdl, st)
-                                     : tc_launch<TCU_BF16, false>(e, s, xn, x, T, pdl, st);
-    case TCU_Q4: return tc_launch<TCU_Q4, false>(e, s, xn, x, T, pdl, st);
-    case TCU_MX4: return tc_launch<TCU_MX4, false>(e, s, xn, x, T, pdl, st);
+        return flags & TCU_MOE_TC_PF ? tc_launch_mi<TCU_BF16, true>(e, s, xn, x, T, pdl, flags, st)
+                                     : tc_launch_mi<TCU_BF16, false>(e, s, xn, x, T, pdl, flags, st);
+    case TCU_Q4: return tc_launch_mi<TCU_Q4, false>(e, s, xn, x, T, pdl, flags, st);
+    case TCU_MX4: return tc_launch_mi<TCU_MX4, false>(e, s, xn, x, T, pdl, flags, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }

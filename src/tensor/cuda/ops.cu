@@ -53,7 +53,7 @@ extern "C" void tcu_opts_init(tcu_opts *o)
      * down's rows do not fit the ring); o, q/k/v and lm_head lost */
     o->ring = TCU_PROD_GU | TCU_PROD_DOWN;
     o->split_len1 = 16; /* one K/V load a warp, requested before the wait; 8 and 32 were slower */
-    o->moe = TCU_MOE_DOWN_EARLY | TCU_MOE_WAVES | TCU_MOE_FUSED | TCU_MOE_TC; /* docs/cuda.md, "Mixtures of experts" */
+    o->moe = TCU_MOE_DOWN_EARLY | TCU_MOE_WAVES | TCU_MOE_FUSED | TCU_MOE_TC | TCU_MOE_TC_PF; /* docs/cuda.md, "Mixtures of experts" */
     /* q/k/v and gate/up one cuBLASLt GEMM each (docs/cuda.md "Products") */
     o->lt_cat = TCU_CAT_QKV | TCU_CAT_GU;
     /* invariant 0: one sequence alone 0.67-0.72x as fast on the batched kernels (docs/cuda-log.md, issue 27) */
