@@ -115,7 +115,7 @@ typedef struct cu_layer {
 } cu_layer;
 
 typedef struct cu_graph {
-    int T, n_out, wide, fused, distinct;
+    int T, n_out, wide, fused;
     cudaGraphExec_t exec;
 } cu_graph;
 
@@ -156,7 +156,6 @@ typedef struct cu_backend {
     tcu_opts opts; /* filled when the backend is made, read-only after */
     int wide; /* the forward carries two or more sequences (tcu_gemv_args.wide) */
     int fused; /* the forward's attention is tcu_qkv_attention (cu_enqueue) */
-    int distinct; /* every token of the step is of another sequence (tcu_attn_args.pre) */
     int split_len; /* tcu_attn_args.split_len of the forward (cu_enqueue) */
     int tile_off, n_tiles; /* prefill attention tiles in d_in (pack_batch) */
     cu_graph graphs[CU_MAX_GRAPHS];
@@ -1031,8 +1030,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
         ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
     tcu_attn_args at = {be->tx, be->ty, be->tx + qn, be->d_in + T, be->d_in + 2 * T, be->d_in + 3 * T,
                         cu_kvm_layer(&be->kvm, a->layer), a->layer, T, a->n_head, a->n_kv_head, hd, a->window, 0, a->scale, a->softcap,
-                        CU_SPLIT_LEN_ONE_RULE, 0, sinks, NULL, 0, be->opts.attn_pre};
-    /* (pre: the rows came up from the host before the launch) */
+                        CU_SPLIT_LEN_ONE_RULE, 0, sinks, NULL, 0};
     at.n_split = ctx / 64 + 1 < CU_GRAPH_SPLIT ? ctx / 64 + 1 : CU_GRAPH_SPLIT;
     /* several sequences in throughput mode: the device forward's batch rule
      * and kernels (the table path is how the tests reach them) */
@@ -1103,11 +1101,10 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         }
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, kvl, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
-                            be->split_len, be->split_len == CU_SPLIT_LEN ? be->opts.attn_tiles : 0, L->sinks, NULL, 0, 0};
+                            be->split_len, be->split_len == CU_SPLIT_LEN ? be->opts.attn_tiles : 0, L->sinks, NULL, 0};
         /* o's cuBLASLt inputs written by the decode attention's merge (no
          * conversion launch; not the prefill tiles, which write f32 only) */
         const int o_h = !kvl.rot && cu_step_gemv(be, T) && cu_use_lt(be, 1, L->wo, T);
-        aa.pre = be->distinct && be->opts.attn_pre;
         if (o_h) {
             aa.out_h = be->xh;
             aa.out_h_f16 = L->wo->kind == TCU_F16;
@@ -1285,11 +1282,10 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         be->split_len = multi || (inv & TCU_INV_ATTN) ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
-    be->distinct = 1;
-    for (int i = 1; i < T && be->distinct; i++)
+    be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
+    for (int i = 1; i < T && be->fused; i++)
         for (int j = 0; j < i; j++)
-            be->distinct &= b->seqs[i] != b->seqs[j];
-    be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T && be->distinct;
+            be->fused &= b->seqs[i] != b->seqs[j];
     /* steps with LoRA rows run uncaptured: which products get updates
      * depends on the step's adapters */
     int lora_on = cu_lora_has_any(be->lora);
@@ -1297,7 +1293,7 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         cu_graph *g = NULL;
         for (int i = 0; i < be->n_graphs; i++)
             if (be->graphs[i].T == T && be->graphs[i].n_out == b->n_out && be->graphs[i].wide == be->wide &&
-                be->graphs[i].fused == be->fused && be->graphs[i].distinct == be->distinct)
+                be->graphs[i].fused == be->fused)
                 g = &be->graphs[i];
         if (!g) {
             if (be->n_graphs == CU_MAX_GRAPHS)
@@ -1317,7 +1313,6 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
             g->n_out = b->n_out;
             g->wide = be->wide;
             g->fused = be->fused;
-            g->distinct = be->distinct;
             be->n_graphs++;
         }
         CU(cudaGraphLaunch(g->exec, be->stream), "graph launch");
@@ -1777,7 +1772,6 @@ static const struct cu_env_opt {
     {"TERN_CUDA_Q4_SPLIT", offsetof(tcu_opts, q4_split), 0, 8},
     {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 2},
     {"TERN_CUDA_ATTN_Z", offsetof(tcu_opts, attn_z), 0, 64},
-    {"TERN_CUDA_ATTN_PRE", offsetof(tcu_opts, attn_pre), 0, 1},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
     {"TERN_CUDA_GEMV_STAGE", offsetof(tcu_opts, gemv_stage), 0, 1},

@@ -70,8 +70,7 @@ static const kv_type g_types[] = {KV_BF16, KV_F16, KV_Q8, KV_Q4, KV_R4, KV_R3, K
 #ifdef TERN_CUDA
 /* tiles: tcu_opts.attn_tiles, the batch kernels that a step of several
  * sequences takes (0: the per-head / grouped ones; -1 the default); z:
- * tcu_opts.attn_z, and z > 0 also copies no row ahead of the wait
- * (attn_pre 0) */
+ * tcu_opts.attn_z */
 static model_backend *gpu_new_opts(int tiled, int gqa, int tiles, int z)
 {
     tern_err err = {0};
@@ -81,8 +80,6 @@ static model_backend *gpu_new_opts(int tiled, int gqa, int tiles, int z)
     if (tiles >= 0)
         o.attn_tiles = tiles;
     o.attn_z = z;
-    if (z > 0)
-        o.attn_pre = 0;
     if (tiled >= 0)
         o.attn_tiled = tiled;
     model_backend *b = model_backend_cuda_new_opts(NULL, 0, &o, &err);
@@ -149,13 +146,12 @@ static void test_kv_attention(void **state)
      * 0); [1], [2]: the tiled prefill kernels (the big batch) and the
      * grouped decode kernel (the small one); [3], [4], [5]: the small batch
      * (several sequences) on the batch tiles 1, 2 (16-bit pools; the others
-     * take 1's), and 2 with every block walking all its splits, no copies
-     * ahead of the wait */
+     * take 1's), and 2 with every block walking all its splits */
     model_backend *cpu = model_backend_cpu_new(2, &err),
                   *gpus[6] = {gpu_new_opts(-1, 0, 0, 0), gpu_new(TCU_ATTN_TILED_F32), gpu_new_opts(TCU_ATTN_TILED_TF32, 1, 0, 0),
                               gpu_new_opts(-1, 1, 1, 0), gpu_new_opts(-1, 1, 2, 0), gpu_new_opts(-1, 1, 2, 1)};
     static const char *const names[6] = {" per q head", " tiled f32", " tiled tf32 / grouped", " batch tiles 1",
-                                         " batch tiles 2", " batch tiles 2, z 1, pre 0"};
+                                         " batch tiles 2", " batch tiles 2, z 1"};
     tern_rng r;
     tern_rng_seed(&r, 25, 2);
     const int hds[] = {64, 128, 256};

@@ -125,8 +125,6 @@ typedef struct tcu_opts {
     int attn_tiles;  /* throughput mode, steps of several sequences: the tiled decode attention
                       * (tcu_attn_args.tiles) 2 (16-bit pools on the copy-ahead kernel, others 1's),
                       * 1 (rows decoded into shared memory), or the per-head / grouped kernels 0 */
-    int attn_pre;    /* tiles 2, steps whose tokens are each of another sequence: copy K rows before
-                      * the previous kernel ends (tcu_attn_args.pre) */
     int attn_z;      /* tiles 2: blocks a (kv head, token) walking its splits (0: by the step's size;
                       * n: n, each block taking splits z, z + n, ... - the same sums) */
     int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
@@ -398,10 +396,6 @@ typedef struct tcu_attn_args {
      * next product's inputs (decode kernels only, not tcu_attention_tiled) */
     uint16_t *out_h;
     int out_h_f16;
-    /* 1: every token of the launch is of another sequence, so no K/V row
-     * but a token's own is written by the kernels before it - the tiles
-     * (2) copy those rows before waiting for them (griddepcontrol.wait) */
-    int pre;
 } tcu_attn_args;
 int tcu_attention(const tcu_attn_args *a, const tcu_opts *o, tcu_stream stream);
 /* tcu_qkv_post and tcu_attention in one launch (a.q: post's unrotated q,

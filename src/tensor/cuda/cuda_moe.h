@@ -43,10 +43,11 @@ extern "C" {
  * of at least this many tokens take the tensor-core grouped GEMM
  * (moe_tc.cu) for their experts, by kind; smaller steps (a step of one
  * token always) the warp kernels (f32 activations). H200, Qwen3-30B-A3B
- * layer (bench_moe --kernels, us a layer): bf16 T 8 192 against 241, 4-bit
- * T 8 151 against 325 (docs/cuda.md, "Mixtures of experts"); MXFP4 not
- * measured alone - bf16's. */
-#define TCU_MOE_TC_MIN_T_BF16 8
+ * layer (bench_moe --kernels, us a layer): bf16 (with its prefetch) T 2
+ * 70.5 against 85.2, T 4 107 against 139, T 8 186 against 242; 4-bit T 2
+ * 78 against 107, T 8 139 against 329 (docs/cuda.md, "Mixtures of
+ * experts"); MXFP4 not measured below 8 tokens. */
+#define TCU_MOE_TC_MIN_T_BF16 2
 #define TCU_MOE_TC_MIN_T_Q4 2
 #define TCU_MOE_TC_MIN_T_MX4 8
 /* Output rows a block of the expert kernels (the down kernel's row tile). */

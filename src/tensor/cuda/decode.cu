@@ -815,30 +815,31 @@ __device__ __forceinline__ float b16_hi(uint32_t u, bool f16)
     return f16 ? __half2float(__ushort_as_half((unsigned short)(u >> 16))) : __uint_as_float(u & 0xffff0000u);
 }
 
-// A warp's copies of one pass, one commit group: rows t0 .. t0 + nt - 1
-// (the rest of its ATB_TP slots zero) of K (into Kw) or V (into Vw) as
-// stored - all rows but `skip`, or only row `only` (>= 0).
+// A warp's copies of one pass: rows t0 .. t0 + nt - 1 (the rest of its
+// ATB_TP slots zero) of K into Kw, then of V into Vw, as stored - two
+// commit groups, so that the scores can start while V arrives.
 template <int HD>
 __device__ __forceinline__ void atb_copy(const tcu_attn_args &a, const int32_t *blk, int kvh, int t0, int nt,
-                                         int lane, uint32_t *dst, bool is_v, int skip, int only)
+                                         int lane, uint32_t *Kw, uint32_t *Vw)
 {
     constexpr int CPR = HD / 8, RPP = WARP / CPR;
-    const int rw = is_v ? HD / 2 : atb_krw(HD);
     unsigned long long off = 0; /* lane j: row j's byte offset */
     if (lane < nt) {
         int ty;
         off = kvt_off(a.kv, blk, t0 + lane, kvh, &ty);
     }
-    const uint8_t *src = is_v ? a.kv.lv : a.kv.lk;
     /* lane copies 16-byte piece lane % CPR of rows lane / CPR + k RPP */
 #pragma unroll
-    for (int k = 0; k < ATB_TP / RPP; k++) {
-        const int r = k * RPP + lane / CPR, c = lane % CPR;
-        const unsigned long long o = __shfl_sync(0xffffffffu, off, r);
-        if (r != skip && (only < 0 || r == only))
-            cp_async16(dst + r * rw + c * 4, src + (r < nt ? o + c * 16 : 0), r < nt ? 16 : 0);
+    for (int kv = 0; kv < 2; kv++) {
+#pragma unroll
+        for (int k = 0; k < ATB_TP / RPP; k++) {
+            const int r = k * RPP + lane / CPR, c = lane % CPR;
+            const unsigned long long o = __shfl_sync(0xffffffffu, off, r);
+            uint32_t *dst = kv ? Vw + r * (HD / 2) + c * 4 : Kw + r * atb_krw(HD) + c * 4;
+            cp_async16(dst, (kv ? a.kv.lv : a.kv.lk) + (r < nt ? o + c * 16 : 0), r < nt ? 16 : 0);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
 template <int D, int GQ>
@@ -854,31 +855,14 @@ __global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_att
     float *const Pw = Qs + GQ * HD + w * GQ * ATB_TP;
     float *const Mg = reinterpret_cast<float *>(atb_sm); /* the warps' states, over the rows once used */
     const bool f16 = a.kv.type == TCU_KV_F16;
-    /* before the wait, what no kernel of the step writes: the positions,
-     * the block table and every K/V row but the token's own (the q/k/v
-     * post-processing before this launch writes it) */
+    pdl_wait();
+    pdl_trigger();
     const int p = a.pos[i];
     const int len = attn_len(a, p), start = p + 1 - len, ns = attn_splits(a, len);
     if ((int)blockIdx.z >= ns)
         return;
     const int chunk = (len + ns - 1) / ns;
     const int32_t *blk = a.blk + a.bt_off[i];
-    /* the block's first pass (its first split's): with `pre`, K's rows but
-     * the token's own copied before the wait, the own row and V after it */
-    const int f0 = start + blockIdx.z * chunk, f1 = f0 + chunk < p + 1 ? f0 + chunk : p + 1, ft = f0 + w * ATB_TP;
-    const int fn = ft < f1 ? (f1 - ft < ATB_TP ? f1 - ft : ATB_TP) : 0;
-    const int own = a.pre && p - ft < fn ? p - ft : -1;
-    if (a.pre && fn > 0)
-        atb_copy<HD>(a, blk, kvh, ft, fn, lane, Kw, false, own, -1);
-    pdl_wait();
-    pdl_trigger();
-    if (fn > 0) {
-        if (!a.pre)
-            atb_copy<HD>(a, blk, kvh, ft, fn, lane, Kw, false, -1, -1);
-        else if (own >= 0)
-            atb_copy<HD>(a, blk, kvh, ft, fn, lane, Kw, false, -1, own);
-        atb_copy<HD>(a, blk, kvh, ft, fn, lane, Vw, true, -1, -1);
-    }
     for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
         Qs[x] = a.q[((size_t)i * a.n_head + kvh * gq) * HD + x];
     __syncthreads();
@@ -896,11 +880,8 @@ __global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_att
         }
         for (int t0 = s0 + w * ATB_TP; t0 < s1; t0 += ATB_WARPS * ATB_TP) {
             const int nt = s1 - t0 < ATB_TP ? s1 - t0 : ATB_TP;
-            if (sp != (int)blockIdx.z || t0 != ft) { /* (the first pass is in flight) */
-                atb_copy<HD>(a, blk, kvh, t0, nt, lane, Kw, false, -1, -1);
-                atb_copy<HD>(a, blk, kvh, t0, nt, lane, Vw, true, -1, -1);
-            }
-            asm volatile("cp.async.wait_group 1;" ::: "memory"); /* K's groups; V's may still arrive */
+            atb_copy<HD>(a, blk, kvh, t0, nt, lane, Kw, Vw);
+            asm volatile("cp.async.wait_group 1;" ::: "memory"); /* K; V may still arrive */
             __syncwarp();
             float sc[GQ];
 #pragma unroll
@@ -1047,8 +1028,8 @@ static int attn_b16_one(const tcu_attn_args *a, int slot, const tcu_opts &o, cud
             return rc;
         attr_set = true;
     }
-    const long pairs = (long)a->n_kv_head * a->T, want = o.attn_z > 0 ? o.attn_z : (12L * sm_count() + pairs - 1) / pairs;
-    const int z = want < 1 ? 1 : want > a->n_split ? a->n_split : (int)want;
+    const long pairs = (long)a->n_kv_head * a->T, want = o.attn_z > 0 ? o.attn_z : (6L * sm_count() + pairs - 1) / pairs;
+    const int z = want < 2 && o.attn_z <= 0 ? 2 : want > a->n_split ? a->n_split : (int)want;
     return launch_pdl(o.pdl, attn_b16_kernel<D, GQ>, dim3(a->n_kv_head, a->T, z), dim3(ATB_WARPS * WARP), smem, s, *a,
                       slot);
 }

@@ -42,7 +42,6 @@ extern "C" void tcu_opts_init(tcu_opts *o)
      * tile of 32 positions: 8B bf16 b128 attention 8.2 -> 4.0 ms a step (1);
      * 16-bit pools' rows copied ahead (2) */
     o->attn_tiles = 2;
-    o->attn_pre = 1;
     o->graphs = 1;
     o->qkv_fuse = 1;   /* one launch less a layer: 8B bf16 b1 +0.7%, 4-bit +1.7% */
     o->gemv_stage = 1; /* the 8B q/k/v launch at 32 tokens spent most of its 73 us splitting in every block */
@@ -79,12 +78,12 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
     snprintf(buf, n,
              "products %s; gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
              "grouped by kv head %d, "
-             "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); 16-bit batches on cuBLASLt %d; FP8 tensor cores %d; 4-bit GEMM %d (tile %d, split %d); batch attention tiles %d (z %d, pre %d); graphs %d; q/k/v fused %d; stage %d; "
+             "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); 16-bit batches on cuBLASLt %d; FP8 tensor cores %d; 4-bit GEMM %d (tile %d, split %d); batch attention tiles %d (z %d); graphs %d; q/k/v fused %d; stage %d; "
              "early products %d; ring products %d; one-token split %d; moe %d; one sequence as batched %d; cuBLASLt merged %d",
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
              tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
-             o->exact ? 0 : o->tc_max_t, o->lt, o->f8_tc, o->q4_tc, o->q4_tile, o->q4_split, o->attn_tiles, o->attn_z, o->attn_pre, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
+             o->exact ? 0 : o->tc_max_t, o->lt, o->f8_tc, o->q4_tc, o->q4_tile, o->q4_split, o->attn_tiles, o->attn_z, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
              o->moe, o->invariant, o->lt_cat);
 }
 
