@@ -132,6 +132,29 @@ __device__ int att_count[ATT_SLOTS][ATT_CNT];
 
 __device__ __forceinline__ void attn_merge_one(const tcu_attn_args &a, int h, int i, int e);
 
+// A whole block's arrival at (token i, heads h0 ..): true in the last of
+// the ns blocks to arrive (block-uniform), which then merges the parts (in
+// a fixed order, whichever block it is); the counter is reset for the next
+// launch. The block's parts are written before the call.
+__device__ __forceinline__ bool attn_arrive(int slot, size_t at, int ns)
+{
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = &att_count[slot][at];
+        last = atomicAdd(c, 1) == ns - 1;
+        if (last)
+            *c = 0;
+    }
+    __syncthreads();
+    const bool r = last;
+    if (r)
+        __threadfence();
+    return r;
+}
+
+
 // Positions token i attends to (its window), and its number of splits
 // (tcu_attn_args.split_len).
 __device__ __forceinline__ int attn_len(const tcu_attn_args &a, int p)
@@ -448,7 +471,6 @@ __global__ void __launch_bounds__(ATT_GQA_WARPS *WARP) attn_gqa_kernel(const tcu
 {
     __shared__ float sacc[ATT_GQA_ROUND][GQM * D * WARP];
     __shared__ float sm[ATT_GQA_WARPS][GQM], sl[ATT_GQA_WARPS][GQM];
-    __shared__ int last;
     pdl_wait();
     pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -575,20 +597,8 @@ __global__ void __launch_bounds__(ATT_GQA_WARPS *WARP) attn_gqa_kernel(const tcu
             part[1] = L;
         }
     }
-    if (slot < 0)
+    if (slot < 0 || !attn_arrive(slot, (size_t)i * a.n_head + kvh * gq, ns))
         return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
-        last = atomicAdd(c, 1) == ns - 1;
-        if (last)
-            *c = 0;
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
     for (int x = threadIdx.x; x < gq * hd; x += blockDim.x)
         attn_merge_one(a, kvh * gq + x / hd, i, x % hd);
 }
@@ -653,7 +663,6 @@ __global__ void __launch_bounds__(ATT_T_WARPS *WARP) attn_tile_kernel(const tcu_
     __shared__ __align__(16) float Vs[ATT_TP][HD];
     __shared__ __align__(16) float Qs[ATT_T_WARPS * HPW][HD];
     __shared__ float Ps[ATT_T_WARPS][ATT_TP];
-    __shared__ int last;
     pdl_wait();
     pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -760,20 +769,8 @@ __global__ void __launch_bounds__(ATT_T_WARPS *WARP) attn_tile_kernel(const tcu_
             part[1] = l[h];
         }
     }
-    if (slot < 0)
+    if (slot < 0 || !attn_arrive(slot, (size_t)i * a.n_head + kvh * gq, ns))
         return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
-        last = atomicAdd(c, 1) == ns - 1;
-        if (last)
-            *c = 0;
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
     for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
         attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
 }
@@ -847,7 +844,6 @@ __global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_att
 {
     constexpr int HD = D * WARP, KRW = atb_krw(HD), VRW = HD / 2, CPR = HD / 8;
     extern __shared__ __align__(16) uint32_t atb_sm[];
-    __shared__ int last;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int gq = a.n_head / a.n_kv_head, kvh = blockIdx.x, i = blockIdx.y;
     uint32_t *const Kw = atb_sm + (size_t)w * atb_warp_words(HD), *const Vw = Kw + ATB_TP * KRW;
@@ -992,22 +988,9 @@ __global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_att
                 part[1] = L;
             }
         }
-        if (slot >= 0) {
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                int *c = &att_count[slot][(size_t)i * a.n_head + kvh * gq];
-                last = atomicAdd(c, 1) == ns - 1;
-                if (last)
-                    *c = 0;
-            }
-            __syncthreads();
-            if (last) {
-                __threadfence();
-                for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
-                    attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
-            }
-        }
+        if (slot >= 0 && attn_arrive(slot, (size_t)i * a.n_head + kvh * gq, ns))
+            for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
+                attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
         __syncthreads(); /* Mg is the next split's rows */
     }
 }
