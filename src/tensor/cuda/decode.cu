@@ -154,7 +154,6 @@ __device__ __forceinline__ bool attn_arrive(int slot, size_t at, int ns)
     return r;
 }
 
-
 // Positions token i attends to (its window), and its number of splits
 // (tcu_attn_args.split_len).
 __device__ __forceinline__ int attn_len(const tcu_attn_args &a, int p)
