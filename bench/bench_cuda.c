@@ -325,6 +325,28 @@ static void gv_point(tcu_gemv_args *a, int c, void *const *w, float *const *sb, 
     }
 }
 
+/* ms per launch of a captured graph g of GV_REPS launches on st: best of
+ * three replays (-1 when !ok or a call fails); g is destroyed */
+static double graph_best(int ok, cudaGraph_t g, cudaStream_t st, cudaEvent_t *ev)
+{
+    cudaGraphExec_t ge = NULL;
+    double best = -1;
+    ok = ok && cu_ok(cudaGraphInstantiate(&ge, g, 0), "graph");
+    for (int k = 0; k < 3 && ok; k++) {
+        float ms = 0.0f;
+        ok = cu_ok(cudaEventRecord(ev[0], st), "event") && cu_ok(cudaGraphLaunch(ge, st), "graph launch") &&
+             cu_ok(cudaEventRecord(ev[1], st), "event") && cu_ok(cudaEventSynchronize(ev[1]), "graph run") &&
+             cu_ok(cudaEventElapsedTime(&ms, ev[0], ev[1]), "event");
+        if (ok && (best < 0 || ms / GV_REPS < best))
+            best = ms / GV_REPS;
+    }
+    if (ge)
+        cudaGraphExecDestroy(ge);
+    if (g)
+        cudaGraphDestroy(g);
+    return ok ? best : -1;
+}
+
 /* ms per launch: GV_REPS launches rotating over nc copies of the weights,
  * captured in one CUDA graph as a decode step runs them (launches timed
  * one by one between events would count each launch's overhead); best of
@@ -334,8 +356,7 @@ static double gv_time(tcu_gemv_args *a, const tcu_opts *o, int nc, void *const *
 {
     cudaStream_t st;
     cudaGraph_t g = NULL;
-    cudaGraphExec_t ge = NULL;
-    double best = -1;
+    double best;
     if (!cu_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream"))
         return -1;
     int ok = 1;
@@ -352,21 +373,9 @@ static double gv_time(tcu_gemv_args *a, const tcu_opts *o, int nc, void *const *
         }
         ok = cu_ok(cudaStreamEndCapture(st, &g), "capture") && ok;
     }
-    ok = ok && cu_ok(cudaGraphInstantiate(&ge, g, 0), "graph");
-    for (int k = 0; k < 3 && ok; k++) {
-        float ms = 0.0f;
-        ok = cu_ok(cudaEventRecord(ev[0], st), "event") && cu_ok(cudaGraphLaunch(ge, st), "graph launch") &&
-             cu_ok(cudaEventRecord(ev[1], st), "event") && cu_ok(cudaEventSynchronize(ev[1]), "graph run") &&
-             cu_ok(cudaEventElapsedTime(&ms, ev[0], ev[1]), "event");
-        if (ok && (best < 0 || ms / GV_REPS < best))
-            best = ms / GV_REPS;
-    }
-    if (ge)
-        cudaGraphExecDestroy(ge);
-    if (g)
-        cudaGraphDestroy(g);
+    best = graph_best(ok, g, st, ev);
     cudaStreamDestroy(st);
-    return ok ? best : -1;
+    return best;
 }
 
 /* list: the kernels to run ("staged,tensor"; NULL: all); stage: hand the
@@ -682,8 +691,7 @@ static double q4b_time(q4b_job *j, int nc, void *const *w, float *const *sb, siz
 {
     cudaStream_t st;
     cudaGraph_t g = NULL;
-    cudaGraphExec_t ge = NULL;
-    double best = -1;
+    double best;
     if (!cu_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream"))
         return -1;
     int ok = 1;
@@ -700,21 +708,9 @@ static double q4b_time(q4b_job *j, int nc, void *const *w, float *const *sb, siz
         }
         ok = cu_ok(cudaStreamEndCapture(st, &g), "capture") && ok;
     }
-    ok = ok && cu_ok(cudaGraphInstantiate(&ge, g, 0), "graph");
-    for (int k = 0; k < 3 && ok; k++) {
-        float ms = 0.0f;
-        ok = cu_ok(cudaEventRecord(ev[0], st), "event") && cu_ok(cudaGraphLaunch(ge, st), "graph launch") &&
-             cu_ok(cudaEventRecord(ev[1], st), "event") && cu_ok(cudaEventSynchronize(ev[1]), "graph run") &&
-             cu_ok(cudaEventElapsedTime(&ms, ev[0], ev[1]), "event");
-        if (ok && (best < 0 || ms / GV_REPS < best))
-            best = ms / GV_REPS;
-    }
-    if (ge)
-        cudaGraphExecDestroy(ge);
-    if (g)
-        cudaGraphDestroy(g);
+    best = graph_best(ok, g, st, ev);
     cudaStreamDestroy(st);
-    return ok ? best : -1;
+    return best;
 }
 
 /* The 8B / 1B shapes, 4-bit g64, T = 8..128: the GEMV path and the 4-bit
@@ -993,8 +989,6 @@ static int lb_issue(const lb_job *j, const uint16_t *w, cudaStream_t st)
 static double lb_time(const lb_job *j, const uint16_t *w, int nc, size_t wb, cudaStream_t st, cudaEvent_t *ev)
 {
     cudaGraph_t g = NULL;
-    cudaGraphExec_t ge = NULL;
-    double best = -1;
     int ok = 1;
     for (int r = 0; r < 3 && ok; r++)
         ok = lb_issue(j, w + (size_t)(r % nc) * wb, st) == 0;
@@ -1005,20 +999,7 @@ static double lb_time(const lb_job *j, const uint16_t *w, int nc, size_t wb, cud
             ok = lb_issue(j, w + (size_t)(r % nc) * wb, st) == 0;
         ok = cu_ok(cudaStreamEndCapture(st, &g), "capture") && ok;
     }
-    ok = ok && cu_ok(cudaGraphInstantiate(&ge, g, 0), "graph");
-    for (int k = 0; k < 3 && ok; k++) {
-        float ms = 0.0f;
-        ok = cu_ok(cudaEventRecord(ev[0], st), "event") && cu_ok(cudaGraphLaunch(ge, st), "graph launch") &&
-             cu_ok(cudaEventRecord(ev[1], st), "event") && cu_ok(cudaEventSynchronize(ev[1]), "graph run") &&
-             cu_ok(cudaEventElapsedTime(&ms, ev[0], ev[1]), "event");
-        if (ok && (best < 0 || ms / GV_REPS < best))
-            best = ms / GV_REPS;
-    }
-    if (ge)
-        cudaGraphExecDestroy(ge);
-    if (g)
-        cudaGraphDestroy(g);
-    return ok ? best : -1;
+    return graph_best(ok, g, st, ev);
 }
 
 /* n floats of two device buffers: bitwise the same? */

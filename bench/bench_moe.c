@@ -284,11 +284,7 @@ static int kb_run(int kind, int depth, const int *Ts, int n_T, double bw)
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
                                            TCU_MOE_TC_ALL,
                                        TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
-                                           TCU_MOE_TC_ALL | TCU_MOE_TC_PF,
-                                       TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
-                                           TCU_MOE_TC_ALL | TCU_MOE_TC_M2,
-                                       TCU_MOE_WAVES | TCU_MOE_DOWN_EARLY | TCU_MOE_FUSED | TCU_MOE_TC |
-                                           TCU_MOE_TC_ALL | TCU_MOE_TC_PF | TCU_MOE_TC_M2};
+                                           TCU_MOE_TC_ALL | TCU_MOE_TC_PF};
         for (int vi = 0; vi < (int)(sizeof variants / sizeof *variants); vi++) {
             op.moe = variants[vi];
             KCU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));

@@ -245,20 +245,28 @@ static const tcu_mat *weight_find(const cu_backend *be, const model_weight *w)
     return NULL;
 }
 
-/* A new entry of the weight table for w's device copy at d (dense kinds). */
-static cu_weight *weight_add(cu_backend *be, const model_weight *w, void *d)
+/* The next entry of the weight table (be->n_w, counted by the caller once
+ * the upload is done) for w's device copy at d; the scales are the
+ * caller's. */
+static cu_weight *weight_entry(cu_backend *be, const model_weight *w, void *d)
 {
-    cu_weight *cw = &be->w[be->n_w++];
+    cu_weight *cw = &be->w[be->n_w];
     memset(cw, 0, sizeof *cw);
     cw->key = w->data;
-    cw->sb_key = w->sb;
+    cw->sb_key = w->dtype == TERN_F8E4M3 ? w->fs : w->sb;
     cw->group = w->group;
     cw->dtype = w->dtype;
     cw->n_out = w->n_out;
     cw->n_in = w->n_in;
+    cw->qbits = w->qbits;
     cw->m.n_out = w->n_out;
     cw->m.group = w->group;
-    cw->m.kind = w->dtype == TERN_BF16 ? TCU_BF16 : TCU_F16;
+    cw->m.kind = w->qbits == 4   ? TCU_Q4
+                 : w->qbits == 8 ? TCU_Q8
+                 : w->dtype == TERN_F8E4M3 ? TCU_F8
+                 : w->dtype == TERN_BF16 ? TCU_BF16
+                 : w->dtype == TERN_F16  ? TCU_F16
+                                         : TCU_F32;
     cw->m.w = d;
     if (w->n_in > be->max_in)
         be->max_in = w->n_in;
@@ -293,7 +301,8 @@ static int weight_group_get(cu_backend *be, const model_weight *const *w, int n,
         return rc;
     for (int i = 0; i < n; i++) {
         CU(cudaMemcpyAsync(d, w[i]->data, host_wbytes(w[i]), cudaMemcpyHostToDevice, be->stream), "weight upload");
-        out[i] = &weight_add(be, w[i], d)->m;
+        out[i] = &weight_entry(be, w[i], d)->m;
+        be->n_w++;
         d += host_wbytes(w[i]);
     }
     return 1;
@@ -314,30 +323,13 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
         /* Pointers into be->w are handed out (layers): grow only before any are. */
         return tern_err_set(err, TERN_EINTERNAL, "cuda: weight table full (%d)", be->cap_w);
     }
-    cu_weight *cw = &be->w[be->n_w];
-    memset(cw, 0, sizeof *cw);
-    cw->key = w->data;
-    cw->sb_key = w->dtype == TERN_F8E4M3 ? w->fs : w->sb;
-    cw->group = w->group;
-    cw->dtype = w->dtype;
-    cw->n_out = w->n_out;
-    cw->n_in = w->n_in;
-    cw->qbits = w->qbits;
-    cw->m.n_out = w->n_out;
-    cw->m.group = w->group;
-    cw->m.kind = w->qbits == 4   ? TCU_Q4
-                 : w->qbits == 8 ? TCU_Q8
-                 : w->dtype == TERN_F8E4M3 ? TCU_F8
-                 : w->dtype == TERN_BF16 ? TCU_BF16
-                 : w->dtype == TERN_F16  ? TCU_F16
-                                         : TCU_F32;
     void *d = NULL;
     int rc;
     size_t bytes = host_wbytes(w);
     if ((rc = cu_alloc(be, &d, bytes, err)))
         return rc;
     CU(cudaMemcpyAsync(d, w->data, bytes, cudaMemcpyHostToDevice, be->stream), "weight upload"); /* see up_vec */
-    cw->m.w = d;
+    cu_weight *cw = weight_entry(be, w, d);
     if (w->qbits) {
         float *sb;
         if ((rc = up_vec(be, w->sb, (size_t)w->n_out * (w->n_in / w->group) * 2, &sb, err)))
@@ -363,8 +355,6 @@ static int weight_get(cu_backend *be, const model_weight *w, const tcu_mat **out
         cw->m.sb = sb;
         cw->m.group = w->fs_cols;
     }
-    if (w->n_in > be->max_in)
-        be->max_in = w->n_in;
     be->n_w++;
     *out = &cw->m;
     return 0;
@@ -1778,7 +1768,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_EARLY", offsetof(tcu_opts, early), 0, 31},
     {"TERN_CUDA_RING", offsetof(tcu_opts, ring), 0, 31},
     {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
-    {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 255},
+    {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 127},
     {"TERN_CUDA_INVARIANT", offsetof(tcu_opts, invariant), 0, TCU_INV_PRODUCTS | TCU_INV_ATTN},
     {"TERN_CUDA_LT_CAT", offsetof(tcu_opts, lt_cat), 0, TCU_CAT_QKV | TCU_CAT_GU},
 };

@@ -64,8 +64,7 @@ enum { TCU_PROD_O = 1, TCU_PROD_GU = 2, TCU_PROD_DOWN = 4, TCU_PROD_QKV = 8, TCU
  * tensor-core grouped GEMM (moe_tc.cu: bf16, MLX 4-bit, MXFP4 experts),
  * TC_ALL: every step does (tests: a token alone through that kernel);
  * TC_PF: its bf16 tiles load the next steps' weights while the current
- * ones' mma run (the default: bf16 T 8-128 1.2-1.3x); TC_M2: 32 rows a
- * warp rather than 16 (an experiment) - both the same bits */
+ * ones' mma run (the default: bf16 T 8-128 1.2-1.3x; the same bits) */
 enum {
     TCU_MOE_DOWN_EARLY = 1,
     TCU_MOE_DOWN_ROWS4 = 2,
@@ -73,8 +72,7 @@ enum {
     TCU_MOE_FUSED = 8,
     TCU_MOE_TC = 16,
     TCU_MOE_TC_ALL = 32,
-    TCU_MOE_TC_PF = 64,
-    TCU_MOE_TC_M2 = 128
+    TCU_MOE_TC_PF = 64
 };
 
 /* The prefill attention kernel (tcu_opts.attn_tiled). */

@@ -4,8 +4,7 @@
 // groups, in place of moe.cu's warp-per-row kernels.
 //
 // A block: 4 warps, 16 output rows each (64 rows of one expert, gate and up
-// together for gate/up; tcu_opts.moe bit TCU_MOE_TC_M2: 32 rows a warp,
-// which share each activation load), blockIdx.y the group; each warp walks the group's
+// together for gate/up), blockIdx.y the group; each warp walks the group's
 // picks in tiles of 8 NI tokens. Weights go from global memory straight
 // into the A fragments (each weight is used by one warp only), the tokens'
 // activations into the B fragments (rounded once to bf16: xn for gate/up;
@@ -346,12 +345,11 @@ __device__ __forceinline__ void tc_tile(const uint8_t *const (&w_lo)[NM], const 
     }
 }
 
-// Gate and up of group blockIdx.y's expert, rows blockIdx.x * TC_ROWS MI
-// + 16 (MI w + i) + (0..15), i < MI, for warp w (MI m-tiles a warp share
-// each activation load - tc_tile's "matrices" are (matrix, m-tile)
-// pairs), over all the group's picks in tiles of 8 NI: hb[pick][row] =
-// the activation (moe_act), rounded to bf16.
-template <int KIND, int NI, bool PF, int MI>
+// Gate and up of group blockIdx.y's expert, rows blockIdx.x * TC_ROWS + 16
+// w + (0..15) for warp w (tc_tile's two "matrices" gate and up), over all
+// the group's picks in tiles of 8 NI: hb[pick][row] = the activation
+// (moe_act), rounded to bf16.
+template <int KIND, int NI, bool PF>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     moe_tc_gu_kernel(tcu_experts ex, const int32_t *meta, int G, const float *xn, uint16_t *hb)
 {
@@ -369,24 +367,22 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         atomicAdd(&ex.count[hit ? 0 : 1], 1ull);
     }
     const int lane = threadIdx.x & 31, gl = lane >> 2, q = lane & 3;
-    const int r0 = (blockIdx.x * TC_WARPS + (threadIdx.x >> 5)) * 16 * MI;
+    const int r0 = (blockIdx.x * TC_WARPS + (threadIdx.x >> 5)) * 16;
     if (r0 >= ex.ff)
         return;
     const size_t rbytes = (size_t)ex.dim / 32 * tc_step_bytes<KIND>();
     constexpr bool qk = KIND != TCU_BF16;
-    const uint8_t *w_lo[2 * MI], *w_hi[2 * MI];
-    const void *s_lo[2 * MI], *s_hi[2 * MI];
+    const uint8_t *w_lo[2], *w_hi[2];
+    const void *s_lo[2], *s_hi[2];
+    /* rows past ff load the last row (their results are not stored) */
+    const int ra = min(r0 + gl, ex.ff - 1), rb = min(r0 + gl + 8, ex.ff - 1);
 #pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int i = 0; i < MI; i++) {
-            /* rows past ff load the last row (their results are not stored) */
-            const int ra = min(r0 + 16 * i + gl, ex.ff - 1), rb = min(r0 + 16 * i + gl + 8, ex.ff - 1);
-            w_lo[m * MI + i] = (const uint8_t *)tab[m] + ra * rbytes;
-            w_hi[m * MI + i] = (const uint8_t *)tab[m] + rb * rbytes;
-            s_lo[m * MI + i] = qk ? tc_scale_row<KIND>(tab[3 + m], ra, ex.dim, ex.group) : nullptr;
-            s_hi[m * MI + i] = qk ? tc_scale_row<KIND>(tab[3 + m], rb, ex.dim, ex.group) : nullptr;
-        }
+    for (int m = 0; m < 2; m++) {
+        w_lo[m] = (const uint8_t *)tab[m] + ra * rbytes;
+        w_hi[m] = (const uint8_t *)tab[m] + rb * rbytes;
+        s_lo[m] = qk ? tc_scale_row<KIND>(tab[3 + m], ra, ex.dim, ex.group) : nullptr;
+        s_hi[m] = qk ? tc_scale_row<KIND>(tab[3 + m], rb, ex.dim, ex.group) : nullptr;
+    }
     const int32_t *pk = mv.picks();
     for (int p = p0; p < p1; p += 8 * NI) {
         const void *xr[NI];
@@ -395,25 +391,23 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             const int i = min(p + 8 * j + gl, p1 - 1); /* columns past the group repeat its last pick */
             xr[j] = xn + (size_t)(pk[i] / ex.n_used) * ex.dim;
         }
-        float acc[2 * MI][NI][4];
-        tc_tile<KIND, 2 * MI, NI, false, PF>(w_lo, w_hi, s_lo, s_hi, ex.dim, ex.group, xr, acc);
+        float acc[2][NI][4];
+        tc_tile<KIND, 2, NI, false, PF>(w_lo, w_hi, s_lo, s_hi, ex.dim, ex.group, xr, acc);
 #pragma unroll
-        for (int mi = 0; mi < MI; mi++)
+        for (int j = 0; j < NI; j++)
 #pragma unroll
-            for (int j = 0; j < NI; j++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int row = r0 + 16 * mi + gl + (c >> 1) * 8, i = p + 8 * j + 2 * q + (c & 1);
-                    if (row < ex.ff && i < p1)
-                        hb[(size_t)pk[i] * ex.ff + row] = __bfloat16_as_ushort(
-                            __float2bfloat16_rn(moe_act(ex, e, row, acc[mi][j][c], acc[MI + mi][j][c])));
-                }
+            for (int c = 0; c < 4; c++) {
+                const int row = r0 + gl + (c >> 1) * 8, i = p + 8 * j + 2 * q + (c & 1);
+                if (row < ex.ff && i < p1)
+                    hb[(size_t)pk[i] * ex.ff + row] =
+                        __bfloat16_as_ushort(__float2bfloat16_rn(moe_act(ex, e, row, acc[0][j][c], acc[1][j][c])));
+            }
     }
 }
 
 // Down of group blockIdx.y's expert (rows as moe_tc_gu_kernel's) over its
 // picks' bf16 activations: y[pick][row].
-template <int KIND, int NI, bool PF, int MI>
+template <int KIND, int NI, bool PF>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     moe_tc_down_kernel(tcu_experts ex, const int32_t *meta, int G, const uint16_t *hb, float *y)
 {
@@ -426,21 +420,15 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const int e = mv.expert(g), p0 = mv.start(g), p1 = mv.start(g + 1);
     const void *const *tab = ex.tab + (size_t)e * 6;
     const int lane = threadIdx.x & 31, gl = lane >> 2, q = lane & 3;
-    const int r0 = (blockIdx.x * TC_WARPS + (threadIdx.x >> 5)) * 16 * MI;
+    const int r0 = (blockIdx.x * TC_WARPS + (threadIdx.x >> 5)) * 16;
     if (r0 >= ex.dim)
         return;
     const size_t rbytes = (size_t)ex.ff / 32 * tc_step_bytes<KIND>();
     constexpr bool qk = KIND != TCU_BF16;
-    const uint8_t *w_lo[MI], *w_hi[MI];
-    const void *s_lo[MI], *s_hi[MI];
-#pragma unroll
-    for (int i = 0; i < MI; i++) {
-        const int ra = min(r0 + 16 * i + gl, ex.dim - 1), rb = min(r0 + 16 * i + gl + 8, ex.dim - 1);
-        w_lo[i] = (const uint8_t *)tab[2] + ra * rbytes;
-        w_hi[i] = (const uint8_t *)tab[2] + rb * rbytes;
-        s_lo[i] = qk ? tc_scale_row<KIND>(tab[5], ra, ex.ff, ex.group) : nullptr;
-        s_hi[i] = qk ? tc_scale_row<KIND>(tab[5], rb, ex.ff, ex.group) : nullptr;
-    }
+    const int ra = min(r0 + gl, ex.dim - 1), rb = min(r0 + gl + 8, ex.dim - 1);
+    const uint8_t *w_lo[1] = {(const uint8_t *)tab[2] + ra * rbytes}, *w_hi[1] = {(const uint8_t *)tab[2] + rb * rbytes};
+    const void *s_lo[1] = {qk ? tc_scale_row<KIND>(tab[5], ra, ex.ff, ex.group) : nullptr},
+               *s_hi[1] = {qk ? tc_scale_row<KIND>(tab[5], rb, ex.ff, ex.group) : nullptr};
     const int32_t *pk = mv.picks();
     for (int p = p0; p < p1; p += 8 * NI) {
         const void *xr[NI];
@@ -449,18 +437,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             const int i = min(p + 8 * j + gl, p1 - 1);
             xr[j] = hb + (size_t)pk[i] * ex.ff;
         }
-        float acc[MI][NI][4];
-        tc_tile<KIND, MI, NI, true, PF>(w_lo, w_hi, s_lo, s_hi, ex.ff, ex.group, xr, acc);
+        float acc[1][NI][4];
+        tc_tile<KIND, 1, NI, true, PF>(w_lo, w_hi, s_lo, s_hi, ex.ff, ex.group, xr, acc);
 #pragma unroll
-        for (int mi = 0; mi < MI; mi++)
+        for (int j = 0; j < NI; j++)
 #pragma unroll
-            for (int j = 0; j < NI; j++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int row = r0 + 16 * mi + gl + (c >> 1) * 8, i = p + 8 * j + 2 * q + (c & 1);
-                    if (row < ex.dim && i < p1)
-                        y[(size_t)pk[i] * ex.dim + row] = acc[mi][j][c];
-                }
+            for (int c = 0; c < 4; c++) {
+                const int row = r0 + gl + (c >> 1) * 8, i = p + 8 * j + 2 * q + (c & 1);
+                if (row < ex.dim && i < p1)
+                    y[(size_t)pk[i] * ex.dim + row] = acc[0][j][c];
+            }
     }
 }
 
@@ -481,7 +467,7 @@ __global__ void __launch_bounds__(256)
     x[i] += o;
 }
 
-template <int KIND, int NI, bool PF, int MI>
+template <int KIND, int NI, bool PF>
 int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, int G, bool pdl,
                  cudaStream_t st)
 {
@@ -490,15 +476,13 @@ int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn
     int rc;
     {
         PROF(TCU_PROF_MOE_GU, st);
-        rc = launch_pdl(pdl, moe_tc_gu_kernel<KIND, NI, PF, MI>, dim3((e.ff + TC_ROWS * MI - 1) / (TC_ROWS * MI), G), blk,
-                        0, st, e,
+        rc = launch_pdl(pdl, moe_tc_gu_kernel<KIND, NI, PF>, dim3((e.ff + TC_ROWS - 1) / TC_ROWS, G), blk, 0, st, e,
                         (const int32_t *)s.meta, G, xn, hb);
     }
     if (rc)
         return rc;
     PROF(TCU_PROF_MOE_DOWN, st);
-    rc = launch_pdl(pdl, moe_tc_down_kernel<KIND, NI, PF, MI>, dim3((e.dim + TC_ROWS * MI - 1) / (TC_ROWS * MI), G),
-                    blk, 0, st, e,
+    rc = launch_pdl(pdl, moe_tc_down_kernel<KIND, NI, PF>, dim3((e.dim + TC_ROWS - 1) / TC_ROWS, G), blk, 0, st, e,
                     (const int32_t *)s.meta, G, (const uint16_t *)hb, s.y);
     if (rc)
         return rc;
@@ -509,24 +493,16 @@ int tc_launch_ni(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn
 
 // The token tile by the step's picks an expert (on average over the groups
 // there can be: the token tile changes no bits).
-template <int KIND, bool PF, int MI>
+template <int KIND, bool PF>
 int tc_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
               cudaStream_t st)
 {
     const int TK = T * e.n_used, G = e.n_expert < TK ? e.n_expert : TK, avg = (TK + G - 1) / G;
     if (avg <= 8)
-        return tc_launch_ni<KIND, 1, PF, MI>(e, s, xn, x, T, G, pdl, st);
+        return tc_launch_ni<KIND, 1, PF>(e, s, xn, x, T, G, pdl, st);
     if (avg <= 16)
-        return tc_launch_ni<KIND, 2, PF, MI>(e, s, xn, x, T, G, pdl, st);
-    return tc_launch_ni<KIND, 4, PF, MI>(e, s, xn, x, T, G, pdl, st);
-}
-
-template <int KIND, bool PF>
-int tc_launch_mi(const tcu_experts &e, const tcu_moe_scratch &s, const float *xn, float *x, int T, bool pdl,
-                 int flags, cudaStream_t st)
-{
-    return flags & TCU_MOE_TC_M2 ? tc_launch<KIND, PF, 2>(e, s, xn, x, T, pdl, st)
-                                 : tc_launch<KIND, PF, 1>(e, s, xn, x, T, pdl, st);
+        return tc_launch_ni<KIND, 2, PF>(e, s, xn, x, T, G, pdl, st);
+    return tc_launch_ni<KIND, 4, PF>(e, s, xn, x, T, G, pdl, st);
 }
 
 } // namespace
@@ -545,10 +521,10 @@ int moe_tc_launch(const tcu_experts &e, const tcu_moe_scratch &s, const float *x
 {
     switch (e.kind) {
     case TCU_BF16:
-        return flags & TCU_MOE_TC_PF ? tc_launch_mi<TCU_BF16, true>(e, s, xn, x, T, pdl, flags, st)
-                                     : tc_launch_mi<TCU_BF16, false>(e, s, xn, x, T, pdl, flags, st);
-    case TCU_Q4: return tc_launch_mi<TCU_Q4, false>(e, s, xn, x, T, pdl, flags, st);
-    case TCU_MX4: return tc_launch_mi<TCU_MX4, false>(e, s, xn, x, T, pdl, flags, st);
+        return flags & TCU_MOE_TC_PF ? tc_launch<TCU_BF16, true>(e, s, xn, x, T, pdl, st)
+                                     : tc_launch<TCU_BF16, false>(e, s, xn, x, T, pdl, st);
+    case TCU_Q4: return tc_launch<TCU_Q4, false>(e, s, xn, x, T, pdl, st);
+    case TCU_MX4: return tc_launch<TCU_MX4, false>(e, s, xn, x, T, pdl, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }
