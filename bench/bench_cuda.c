@@ -1021,14 +1021,18 @@ static int lb_same(const float *a, const float *b, size_t n, float *ha, float *h
 static int lt_bench(const char *only_model)
 {
     double bw = tcu_copy_bandwidth((size_t)2 << 30, 10);
-    printf("== cuBLASLt products (bf16 in, f32 out, split-K off): q/k/v and gate/up a GEMM a matrix against one GEMM "
+    printf("== cuBLASLt products (bf16 in, f32 out, split-K as tcu_opts.lt_splitk): q/k/v and gate/up a GEMM a matrix against one GEMM "
            "a group (tcu_opts.lt_cat); us per layer in a graph of %d, best of 3; copy bandwidth %.0f GB/s\n",
            GV_REPS, bw / 1e9);
     cudaStream_t st;
     cudaEvent_t ev[2];
     tern_err err = {0};
     cu_lt *lt = NULL;
-    if (!cu_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream") || cu_lt_new(&lt, st, &err)) {
+    tcu_opts lo;
+    if (model_cuda_opts_from_env(&lo, &err))
+        return die(&err);
+    if (!cu_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream") ||
+        cu_lt_new(&lt, st, lo.lt_splitk, &err)) {
         fprintf(stderr, "bench_cuda: %s\n", err.msg[0] ? err.msg : "cuBLASLt");
         return 1;
     }

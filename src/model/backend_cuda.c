@@ -75,12 +75,6 @@ int model_cuda_device_count(void) { return 0; }
  * post-processing into the attention (one launch less a layer: 8B bf16 b1
  * +0.7%, 8B 4-bit +1.7%, 1B +1-2%; at b8 / b32 no gain - docs/cuda.md). */
 #define CU_QKV_FUSE_MAX_T 2
-/* Attention positions a split in steps of several sequences (split_len of
- * tcu_attn_args; 128-194-token contexts, against 16 splits: 8B bf16 b8 /
- * b32 +7% / +9%, 1B +12% / +14%, 4-bit +7-14%; 64 and 32 were slower). A
- * step of one token takes tcu_opts.split_len1 (16: one load of each warp's
- * K/V rows, which the fused kernel requests before its wait). */
-#define CU_SPLIT_LEN 128
 /* The other GEMV choices and exact products: every token's splits from its
  * own length (never the batch's longest context, which the eager steps'
  * n_split follows), so a sequence's attention sums are the same alone and
@@ -157,6 +151,7 @@ typedef struct cu_backend {
     int wide; /* the forward carries two or more sequences (tcu_gemv_args.wide) */
     int fused; /* the forward's attention is tcu_qkv_attention (cu_enqueue) */
     int split_len; /* tcu_attn_args.split_len of the forward (cu_enqueue) */
+    int split_tiles; /* split_len is the batch rule's (tcu_opts.split_len): the batch attention tiles apply */
     int tile_off, n_tiles; /* prefill attention tiles in d_in (pack_batch) */
     cu_graph graphs[CU_MAX_GRAPHS];
     int n_graphs;
@@ -1028,7 +1023,7 @@ static int cu_attention(model_backend *base, const model_attn *a, tern_err *err)
     for (int i = 1; i < T; i++)
         multi |= b->seqs[i] != b->seqs[0];
     if (multi && !be->opts.exact && be->opts.attn_tiles) {
-        at.split_len = CU_SPLIT_LEN;
+        at.split_len = be->opts.split_len;
         at.tiles = be->opts.attn_tiles;
     }
     if (at.kv.rot)
@@ -1091,7 +1086,7 @@ static int layers_run(cu_backend *be, int T, int n_out, int n_split, tern_err *e
         }
         tcu_attn_args aa = {be->q, be->att, be->part, pos, bt_off, blk, kvl, l, T, c->n_head, c->n_kv_head,
                             c->head_dim, be->m->layers[l].window, n_split, c->attn_scale, c->attn_softcap,
-                            be->split_len, be->split_len == CU_SPLIT_LEN ? be->opts.attn_tiles : 0, L->sinks, NULL, 0};
+                            be->split_len, be->split_tiles ? be->opts.attn_tiles : 0, L->sinks, NULL, 0};
         /* o's cuBLASLt inputs written by the decode attention's merge (no
          * conversion launch; not the prefill tiles, which write f32 only) */
         const int o_h = !kvl.rot && cu_step_gemv(be, T) && cu_use_lt(be, 1, L->wo, T);
@@ -1262,14 +1257,17 @@ static int cu_enqueue(cu_backend *be, tern_model *m, kv_pool *kv, const fwd_batc
         return rc;
     /* Steps of several sequences where the GEMVs take their batch kernel
      * (TCU_GEMV_AUTO's wide choice) split each token's attention by its own
-     * length (CU_SPLIT_LEN); a step of one token takes short splits
+     * length (tcu_opts.split_len); a step of one token takes short splits
      * (tcu_opts.split_len1), faster alone - knife-edge differences between
      * alone and batched, as the GEMVs have. The other GEMV choices, and
      * exact products, keep every step on one rule. */
     be->split_len = CU_SPLIT_LEN_ONE_RULE;
+    be->split_tiles = 0;
     if ((cu_gemv_choice(&be->opts, be->layers[0].wq->kind) == TCU_GEMV_AUTO || be->layers[0].wq->kind == TCU_F8) &&
-        !be->opts.exact)
-        be->split_len = multi || (inv & TCU_INV_ATTN) ? CU_SPLIT_LEN : T == 1 ? be->opts.split_len1 : 0;
+        !be->opts.exact) {
+        be->split_tiles = multi || (inv & TCU_INV_ATTN);
+        be->split_len = be->split_tiles ? be->opts.split_len : T == 1 ? be->opts.split_len1 : 0;
+    }
     /* small steps whose tokens are each of another sequence: no token
      * reads K/V that another writes */
     be->fused = be->opts.qkv_fuse && !big && T <= CU_QKV_FUSE_MAX_T;
@@ -1661,7 +1659,7 @@ static int cu_setup(cu_backend *be, tern_model *m, tern_err *err)
     if (cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS)
         return tern_err_set(err, TERN_EIO, "cuda: cuBLAS did not start");
     cublasSetStream(be->blas, be->stream);
-    int lrc = cu_lt_new(&be->lt, be->stream, err);
+    int lrc = cu_lt_new(&be->lt, be->stream, be->opts.lt_splitk, err);
     if (lrc)
         return lrc;
     if (!m) { /* table path only (kernel tests): weights upload on first use */
@@ -1760,7 +1758,7 @@ static const struct cu_env_opt {
     {"TERN_CUDA_Q4_TC", offsetof(tcu_opts, q4_tc), 0, 2},
     {"TERN_CUDA_Q4_TILE", offsetof(tcu_opts, q4_tile), 0, 24},
     {"TERN_CUDA_Q4_SPLIT", offsetof(tcu_opts, q4_split), 0, 8},
-    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 2},
+    {"TERN_CUDA_ATTN_TILES", offsetof(tcu_opts, attn_tiles), 0, 3},
     {"TERN_CUDA_ATTN_Z", offsetof(tcu_opts, attn_z), 0, 64},
     {"TERN_CUDA_GRAPHS", offsetof(tcu_opts, graphs), 0, 1},
     {"TERN_CUDA_QKV_FUSE", offsetof(tcu_opts, qkv_fuse), 0, 1},
@@ -1768,9 +1766,11 @@ static const struct cu_env_opt {
     {"TERN_CUDA_EARLY", offsetof(tcu_opts, early), 0, 31},
     {"TERN_CUDA_RING", offsetof(tcu_opts, ring), 0, 31},
     {"TERN_CUDA_SPLIT_LEN1", offsetof(tcu_opts, split_len1), 0, INT_MAX},
+    {"TERN_CUDA_SPLIT_LEN", offsetof(tcu_opts, split_len), 1, INT_MAX},
     {"TERN_CUDA_MOE", offsetof(tcu_opts, moe), 0, 127},
     {"TERN_CUDA_INVARIANT", offsetof(tcu_opts, invariant), 0, TCU_INV_PRODUCTS | TCU_INV_ATTN},
     {"TERN_CUDA_LT_CAT", offsetof(tcu_opts, lt_cat), 0, TCU_CAT_QKV | TCU_CAT_GU},
+    {"TERN_CUDA_LT_SPLITK", offsetof(tcu_opts, lt_splitk), 0, 1},
 };
 
 /* TERN_CUDA_GEMV: one kernel name for every weight kind, or three (bf16,

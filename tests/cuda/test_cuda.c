@@ -820,7 +820,7 @@ static void test_lt_cat(void **state)
     assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), 0);
     tern_err err = {0};
     cu_lt *lt = NULL;
-    if (cu_lt_new(&lt, st, &err))
+    if (cu_lt_new(&lt, st, 0, &err))
         fail_msg("%s", err.msg);
     float *W = malloc(sizeof(float) * (size_t)(M + 2 * NFF) * NIN), *X = malloc(sizeof(float) * TMAX * NIN);
     float *ref = malloc(sizeof(float) * TMAX * (M + 2 * NFF)), *got = malloc(sizeof(float) * TMAX * (M + 2 * NFF));
@@ -1048,8 +1048,90 @@ static void test_lt_cat(void **state)
     cu_lt_free(lt);
     cudaStreamDestroy(st);
 }
+
+/* cuBLASLt with each shape's split-K (tcu_opts.lt_splitk) at shapes the
+ * heuristic may split (8B's o and down, gpt-oss-20b's o and down): every
+ * T's rows the same bits as T = 512's, written and accumulated into (the
+ * residual adds), and within 5e-5 of the unsplit product (f32 sums of
+ * 14336 terms in another order). */
+static void test_lt_splitk(void **state)
+{
+    (void)state;
+    if (!have_gpu())
+        skip();
+    enum { TMAX = 512 };
+    const int shapes[][2] = {{4096, 4096}, {4096, 14336}, {2880, 4096}, {2880, 2880}},
+              Ts[] = {1, 2, 3, 8, 17, 32, 64, 100, 128, 512};
+    tern_rng r;
+    tern_rng_seed(&r, 2028, 3);
+    assert_int_equal(cudaSetDevice(0), 0);
+    cudaStream_t st;
+    assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), 0);
+    tern_err err = {0};
+    cu_lt *lt = NULL, *lt0 = NULL;
+    if (cu_lt_new(&lt, st, 1, &err) || cu_lt_new(&lt0, st, 0, &err))
+        fail_msg("%s", err.msg);
+    int split = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int M = shapes[si][0], K = shapes[si][1];
+        const int sk = cu_lt_splitk(lt, M, K, 0);
+        print_message("cuBLASLt %d x %d: split-K %d\n", M, K, sk);
+        split |= sk > 1;
+        float *W = malloc(sizeof(float) * (size_t)M * K), *X = malloc(sizeof(float) * TMAX * K);
+        float *Y0 = malloc(sizeof(float) * TMAX * M), *ref = malloc(sizeof(float) * TMAX * M),
+              *refa = malloc(sizeof(float) * TMAX * M), *got = malloc(sizeof(float) * TMAX * M);
+        assert_true(W && X && Y0 && ref && refa && got);
+        fill(&r, W, (size_t)M * K, 0.05f);
+        fill(&r, X, (size_t)TMAX * K, 1.0f);
+        fill(&r, Y0, (size_t)TMAX * M, 1.0f);
+        uint16_t *dW = lc_half_up(W, (size_t)M * K, 0), *dX = lc_half_up(X, (size_t)TMAX * K, 0);
+        float *dY = lc_f32_up(NULL, (size_t)TMAX * M);
+        for (int acc = 0; acc < 2; acc++)
+            for (int ti = (int)(sizeof Ts / sizeof *Ts) - 1; ti >= 0; ti--) {
+                const int T = Ts[ti];
+                assert_int_equal(cudaMemcpy(dY, Y0, sizeof(float) * TMAX * M, cudaMemcpyHostToDevice), 0);
+                if (cu_lt_matmul(lt, dW, 0, dX, dY, M, K, T, acc, &err))
+                    fail_msg("%s", err.msg);
+                assert_int_equal(cudaStreamSynchronize(st), 0);
+                float *dst = T == TMAX ? (acc ? refa : ref) : got;
+                assert_int_equal(cudaMemcpy(dst, dY, sizeof(float) * T * M, cudaMemcpyDeviceToHost), 0);
+                if (T < TMAX && memcmp(got, acc ? refa : ref, sizeof(float) * T * M))
+                    fail_msg("%d x %d split-K %d%s: the rows of T = %d differ from T = %d's", M, K, sk,
+                             acc ? " accumulated" : "", T, TMAX);
+            }
+        if (cu_lt_matmul(lt0, dW, 0, dX, dY, M, K, TMAX, 0, &err))
+            fail_msg("%s", err.msg);
+        assert_int_equal(cudaStreamSynchronize(st), 0);
+        assert_int_equal(cudaMemcpy(got, dY, sizeof(float) * TMAX * M, cudaMemcpyDeviceToHost), 0);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < (size_t)TMAX * M; i++) {
+            num += ((double)ref[i] - got[i]) * ((double)ref[i] - got[i]);
+            den += (double)got[i] * got[i];
+        }
+        print_message("  split against unsplit: rel err %.3g\n", sqrt(num / den));
+        assert_true(sqrt(num / den) < 5e-5);
+        cudaFree(dW);
+        cudaFree(dX);
+        cudaFree(dY);
+        free(W);
+        free(X);
+        free(Y0);
+        free(ref);
+        free(refa);
+        free(got);
+    }
+    assert_true(split); /* else the test checks nothing new */
+    cu_lt_free(lt);
+    cu_lt_free(lt0);
+    cudaStreamDestroy(st);
+}
 #else
 static void test_lt_cat(void **state)
+{
+    (void)state;
+    skip();
+}
+static void test_lt_splitk(void **state)
 {
     (void)state;
     skip();
@@ -1978,6 +2060,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_f8_mma),
         cmocka_unit_test(test_q4_mma),
         cmocka_unit_test(test_lt_cat),
+        cmocka_unit_test(test_lt_splitk),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_rows_by_shape),
         cmocka_unit_test(test_gemv_stage),

@@ -146,12 +146,16 @@ static void test_kv_attention(void **state)
      * 0); [1], [2]: the tiled prefill kernels (the big batch) and the
      * grouped decode kernel (the small one); [3], [4], [5]: the small batch
      * (several sequences) on the batch tiles 1, 2 (16-bit pools; the others
-     * take 1's), and 2 with every block walking all its splits */
+     * take 1's), 2 with every block walking all its splits; [6], [7]: tiles
+     * 3 (tensor cores), alone and with one block walking all splits */
     model_backend *cpu = model_backend_cpu_new(2, &err),
-                  *gpus[6] = {gpu_new_opts(-1, 0, 0, 0), gpu_new(TCU_ATTN_TILED_F32), gpu_new_opts(TCU_ATTN_TILED_TF32, 1, 0, 0),
-                              gpu_new_opts(-1, 1, 1, 0), gpu_new_opts(-1, 1, 2, 0), gpu_new_opts(-1, 1, 2, 1)};
-    static const char *const names[6] = {" per q head", " tiled f32", " tiled tf32 / grouped", " batch tiles 1",
-                                         " batch tiles 2", " batch tiles 2, z 1"};
+                  *gpus[8] = {gpu_new_opts(-1, 0, 0, 0),           gpu_new(TCU_ATTN_TILED_F32),
+                              gpu_new_opts(TCU_ATTN_TILED_TF32, 1, 0, 0), gpu_new_opts(-1, 1, 1, 0),
+                              gpu_new_opts(-1, 1, 2, 0),                  gpu_new_opts(-1, 1, 2, 1),
+                              gpu_new_opts(-1, 1, 3, 0),                  gpu_new_opts(-1, 1, 3, 1)};
+    static const char *const names[8] = {" per q head",    " tiled f32",          " tiled tf32 / grouped",
+                                         " batch tiles 1", " batch tiles 2",      " batch tiles 2, z 1",
+                                         " batch tiles 3", " batch tiles 3, z 1"};
     tern_rng r;
     tern_rng_seed(&r, 25, 2);
     const int hds[] = {64, 128, 256};
@@ -192,8 +196,8 @@ static void test_kv_attention(void **state)
                         int window;
                         float softcap;
                     } modes[] = {{0, 0.0f}, {20, 0.0f}, {0, 5.0f}, {300, 50.0f}};
-                    static const int small[] = {0, 2, 3, 4, 5}, large[] = {1, 2};
-                    const int n_tm = big ? 2 : 5;
+                    static const int small[] = {0, 2, 3, 4, 5, 6, 7}, large[] = {1, 2};
+                    const int n_tm = big ? 2 : 7;
                     for (int ki = 0; ki < n_tm; ki++)
                         for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
                             const int tm = big ? large[ki] : small[ki];
@@ -225,7 +229,7 @@ static void test_kv_attention(void **state)
                     kv_seq_free(&kv, &s[i]);
                 kv_pool_free(&kv);
             }
-    for (int g = 0; g < 6; g++)
+    for (int g = 0; g < 8; g++)
         gpus[g]->free(gpus[g]);
     cpu->free(cpu);
 #endif

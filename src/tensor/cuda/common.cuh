@@ -118,6 +118,46 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
+// mma.sync m16n8k16 with f32 accumulation, bf16 (F16 false) or f16
+// inputs (PTX ISA, "Matrix fragments for mma.m16n8k16"; g = lane / 4,
+// t = lane % 4): A (16 x 16, row-major) a0 = (row g, k 2t, 2t+1), a1 =
+// (row g+8, k 2t, 2t+1), a2 = (row g, k 2t+8, 2t+9), a3 = (row g+8, k
+// 2t+8, 2t+9), lower k in the low half; B (16 x 8, column-major) b0 =
+// (k 2t, 2t+1, column g), b1 = (k 2t+8, 2t+9, column g); C (16 x 8) c0,
+// c1 = (row g, columns 2t, 2t+1), c2, c3 = (row g+8, the same columns).
+template <bool F16 = false>
+__device__ __forceinline__ void tc_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    if (F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldmatrix x4 from shared memory: lane l gives the address of row l % 8 of
+// matrix l / 8 (16 bytes); r[m] is matrix m's fragment (lane: row g,
+// elements 2t, 2t+1), or with TRANS its transpose (elements 2t, 2t+1 of
+// column g).
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(row);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+}
+
 __device__ __forceinline__ float bf16f(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 __device__ __forceinline__ float f16f(uint32_t bits16)
 {

@@ -121,9 +121,10 @@ typedef struct tcu_opts {
     int tc_max_t;    /* throughput mode: steps of several sequences up to this many tokens (at most 128)
                       * take the GEMVs (the tensor-core kernel for bf16 / 4-bit) whatever gemm_min_t */
     int attn_tiles;  /* throughput mode, steps of several sequences: the tiled decode attention
-                      * (tcu_attn_args.tiles) 2 (16-bit pools on the copy-ahead kernel, others 1's),
-                      * 1 (rows decoded into shared memory), or the per-head / grouped kernels 0 */
-    int attn_z;      /* tiles 2: blocks a (kv head, token) walking its splits (0: by the step's size;
+                      * (tcu_attn_args.tiles) 3 (16-bit pools on the copy-ahead kernel with tensor-core
+                      * products, others 1's), 2 (the same kernel with f32 products), 1 (rows decoded
+                      * into shared memory), or the per-head / grouped kernels 0 */
+    int attn_z;      /* tiles 2, 3: blocks a (kv head, token) walking its splits (0: by the step's size;
                       * n: n, each block taking splits z, z + n, ... - the same sums) */
     int lt;          /* throughput mode: 16-bit weights' products of steps of several sequences and of
                       * cuBLAS-sized steps on cuBLASLt without split-K (batch-invariant): 1, or the
@@ -141,6 +142,8 @@ typedef struct tcu_opts {
     int early;       /* TCU_PROD_* bits: products whose one-token launch gets tcu_gemv_args.early */
     int ring;        /* TCU_PROD_* bits: ... tcu_gemv_args.ring */
     int split_len1;  /* attention positions a split for a step of one token (0: always the most splits) */
+    int split_len;   /* ... for steps of several sequences (and TCU_INV_ATTN): each token's splits from its
+                      * own length */
     /* -- steps of one sequence as batched (issue 27) -- */
     int invariant; /* read by the backend, TCU_INV_* bits: throughput mode, a step of one sequence takes the
                     * batched steps' products (tensor-core GEMV, no ring) and attention splits (per token):
@@ -150,6 +153,10 @@ typedef struct tcu_opts {
      * one GEMM each over the rows stored side by side (one allocation a group, made at upload) - fewer,
      * fuller launches; 0: a GEMM a matrix */
     int lt_cat;
+    /* read by the backend: cuBLASLt products split over K as its heuristic splits each shape at both 8 and 128
+     * tokens (the lesser split), the same split at every T (batch-invariant: a row's K ranges and their order
+     * do not depend on T; 8B: down in 2) - 1; 0: never split */
+    int lt_splitk;
 } tcu_opts;
 enum { TCU_INV_PRODUCTS = 1, TCU_INV_ATTN = 2 };
 enum { TCU_CAT_QKV = 1, TCU_CAT_GU = 2 };
@@ -382,7 +389,8 @@ typedef struct tcu_attn_args {
     /* a step of several sequences - one block per (kv head, token,
      * split) over tiles of positions (head dims 64 and 128; else as 0):
      * 1 rows decoded into shared memory, 2 a 16-bit pool's rows copied as
-     * stored ahead of their use (other pools as 1) */
+     * stored ahead of their use (other pools as 1), 3 as 2 with the two
+     * products on tensor cores (q and p as two 16-bit parts each) */
     int tiles;
     /* [n_head] learned sink logits (gpt_oss) or NULL: sink h joins each of
      * head h's softmax denominators once, its probability dropped -

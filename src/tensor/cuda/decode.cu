@@ -814,7 +814,7 @@ __device__ __forceinline__ float b16_hi(uint32_t u, bool f16)
 // A warp's copies of one pass: rows t0 .. t0 + nt - 1 (the rest of its
 // ATB_TP slots zero) of K into Kw, then of V into Vw, as stored - two
 // commit groups, so that the scores can start while V arrives.
-template <int HD>
+template <int HD, int VRW = HD / 2>
 __device__ __forceinline__ void atb_copy(const tcu_attn_args &a, const int32_t *blk, int kvh, int t0, int nt,
                                          int lane, uint32_t *Kw, uint32_t *Vw)
 {
@@ -831,11 +831,52 @@ __device__ __forceinline__ void atb_copy(const tcu_attn_args &a, const int32_t *
         for (int k = 0; k < ATB_TP / RPP; k++) {
             const int r = k * RPP + lane / CPR, c = lane % CPR;
             const unsigned long long o = __shfl_sync(0xffffffffu, off, r);
-            uint32_t *dst = kv ? Vw + r * (HD / 2) + c * 4 : Kw + r * atb_krw(HD) + c * 4;
+            uint32_t *dst = kv ? Vw + r * VRW + c * 4 : Kw + r * atb_krw(HD) + c * 4;
             cp_async16(dst, (kv ? a.kv.lv : a.kv.lk) + (r < nt ? o + c * 16 : 0), r < nt ? 16 : 0);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
+}
+
+// A split's part from its warps' states (Mg: state (warp u, head h) at
+// (u gq + h)(HD + 2) floats: max, sum, HD values; written before the
+// call), merged in warp order; the last of the ns blocks of (token, kv
+// head) to arrive merges the parts (a single split's block without the
+// counter).
+template <int HD>
+__device__ __forceinline__ void atb_part(const tcu_attn_args &a, const float *Mg, int gq, int i, int kvh, int sp,
+                                         int ns, int slot)
+{
+    __syncthreads();
+    for (int x = threadIdx.x; x < gq * HD; x += blockDim.x) {
+        const int h = x / HD, e = x % HD;
+        float M = -INFINITY, L = 0.0f, v = 0.0f;
+#pragma unroll
+        for (int u = 0; u < ATB_WARPS; u++)
+            M = fmaxf(M, Mg[(size_t)(u * gq + h) * (HD + 2)]);
+#pragma unroll
+        for (int u = 0; u < ATB_WARPS; u++) {
+            const float *g = Mg + (size_t)(u * gq + h) * (HD + 2);
+            if (g[0] > -INFINITY) {
+                const float f = expf(g[0] - M);
+                L += f * g[1];
+                v += f * g[2 + e];
+            }
+        }
+        float *part = a.part + (((size_t)i * a.n_head + kvh * gq + h) * a.n_split + sp) * (HD + 2);
+        part[2 + e] = v;
+        if (e == 0) {
+            part[0] = M;
+            part[1] = L;
+        }
+    }
+    if (slot < 0)
+        return;
+    if (ns == 1) /* the only part: this block's writes, visible to it past the barrier */
+        __syncthreads();
+    if (ns == 1 || attn_arrive(slot, (size_t)i * a.n_head + kvh * gq, ns))
+        for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
+            attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
 }
 
 template <int D, int GQ>
@@ -954,7 +995,7 @@ __global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_att
 #pragma unroll
         for (int h = 0; h < GQ; h++) {
             if (h < gq) {
-                float *g = Mg + (size_t)(w * GQ + h) * (HD + 2);
+                float *g = Mg + (size_t)(w * gq + h) * (HD + 2);
 #pragma unroll
                 for (int d = 0; d < D; d++)
                     g[2 + lane * D + d] = acc[h][d];
@@ -964,34 +1005,183 @@ __global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_att
                 }
             }
         }
-        __syncthreads();
-        for (int x = threadIdx.x; x < gq * HD; x += blockDim.x) {
-            const int h = x / HD, e = x % HD;
-            float M = -INFINITY, L = 0.0f, v = 0.0f;
-#pragma unroll
-            for (int u = 0; u < ATB_WARPS; u++)
-                M = fmaxf(M, Mg[(size_t)(u * GQ + h) * (HD + 2)]);
-#pragma unroll
-            for (int u = 0; u < ATB_WARPS; u++) {
-                const float *g = Mg + (size_t)(u * GQ + h) * (HD + 2);
-                if (g[0] > -INFINITY) {
-                    const float f = expf(g[0] - M);
-                    L += f * g[1];
-                    v += f * g[2 + e];
-                }
-            }
-            float *part = a.part + (((size_t)i * a.n_head + kvh * gq + h) * a.n_split + sp) * (HD + 2);
-            part[2 + e] = v;
-            if (e == 0) {
-                part[0] = M;
-                part[1] = L;
-            }
-        }
-        if (slot >= 0 && attn_arrive(slot, (size_t)i * a.n_head + kvh * gq, ns))
-            for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
-                attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
+        atb_part<HD>(a, Mg, gq, i, kvh, sp, ns, slot);
         __syncthreads(); /* Mg is the next split's rows */
     }
+}
+
+// Attention tiles 3: attn_b16_kernel's copies, splits and merges, with the
+// two products on tensor cores (mma m16n8k16 of the pool's 16-bit type,
+// f32 sums). Per warp pass of 32 positions: scores S = Q K^T with Q's
+// rows g < 8 the q heads of the kv head rounded to 16 bits and rows g + 8
+// their remainders (so S of head g is C rows g + g + 8: ~16-bit-exact q,
+// K as stored), K's rows read by ldmatrix; then P V with P's rows split
+// the same way (the score registers are P's A fragments) and V's rows
+// through ldmatrix.trans. A lane holds head g's scores of positions 8j +
+// 2t, + 1 (the max and sums over the 4 lanes of g) and its values of dims
+// 8n + 2t, + 1. Rows are padded by 16 bytes (ldmatrix without bank
+// conflicts). Sums of a position's terms run in the tensor core's fixed
+// order, so a token's result still depends only on its own positions.
+template <bool F16> __device__ __forceinline__ uint32_t h16x2(float lo, float hi)
+{
+    if (F16) {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<const uint32_t *>(&h);
+    }
+    const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&b);
+}
+template <bool F16> __device__ __forceinline__ float2 h16x2_f(uint32_t u)
+{
+    if (F16)
+        return __half22float2(*reinterpret_cast<const __half2 *>(&u));
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+// (x, y) as 16-bit pairs: the rounded values and the remainders
+template <bool F16> __device__ __forceinline__ void h16x2_split(float x, float y, uint32_t &hi, uint32_t &lo)
+{
+    hi = h16x2<F16>(x, y);
+    const float2 r = h16x2_f<F16>(hi);
+    lo = h16x2<F16>(x - r.x, y - r.y);
+}
+
+__host__ __device__ constexpr size_t atm_smem(int hd) { return (size_t)ATB_WARPS * 2 * ATB_TP * atb_krw(hd) * 4; }
+
+template <int HD, bool F16>
+__global__ void __launch_bounds__(ATB_WARPS *WARP, 3) attn_mma_kernel(const tcu_attn_args a, int slot)
+{
+    constexpr int KS = HD / 16, NT = HD / 8, RW = atb_krw(HD);
+    extern __shared__ __align__(16) uint32_t atb_sm[];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int gq = a.n_head / a.n_kv_head, kvh = blockIdx.x, i = blockIdx.y;
+    uint32_t *const Kw = atb_sm + (size_t)w * 2 * ATB_TP * RW, *const Vw = Kw + ATB_TP * RW;
+    float *const Mg = reinterpret_cast<float *>(atb_sm); /* the warps' states, over the rows once used */
+    pdl_wait();
+    pdl_trigger();
+    const int p = a.pos[i];
+    const int len = attn_len(a, p), start = p + 1 - len, ns = attn_splits(a, len);
+    if ((int)blockIdx.z >= ns)
+        return;
+    const int chunk = (len + ns - 1) / ns;
+    const int32_t *blk = a.blk + a.bt_off[i];
+    uint32_t qa[KS][4]; /* Q's A fragments: head g rounded (rows g), its remainder (rows g + 8) */
+    {
+        const float *q = a.q + ((size_t)i * a.n_head + kvh * gq + (g < gq ? g : 0)) * HD + 2 * t;
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            const float2 x0 = g < gq ? *reinterpret_cast<const float2 *>(q + 16 * k) : make_float2(0.0f, 0.0f);
+            const float2 x1 = g < gq ? *reinterpret_cast<const float2 *>(q + 16 * k + 8) : make_float2(0.0f, 0.0f);
+            h16x2_split<F16>(x0.x, x0.y, qa[k][0], qa[k][1]);
+            h16x2_split<F16>(x1.x, x1.y, qa[k][2], qa[k][3]);
+        }
+    }
+    for (int sp = blockIdx.z; sp < ns; sp += gridDim.z) {
+        const int s0 = start + sp * chunk, s1 = s0 + chunk < p + 1 ? s0 + chunk : p + 1;
+        float m = -INFINITY, l = 0.0f, acc[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        for (int t0 = s0 + w * ATB_TP; t0 < s1; t0 += ATB_WARPS * ATB_TP) {
+            const int nt = s1 - t0 < ATB_TP ? s1 - t0 : ATB_TP;
+            atb_copy<HD, RW>(a, blk, kvh, t0, nt, lane, Kw, Vw);
+            asm volatile("cp.async.wait_group 1;" ::: "memory"); /* K; V may still arrive */
+            __syncwarp();
+            float sc[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+                for (int k = 0; k < KS / 2; k++) {
+                    uint32_t b[4];
+                    ldsm_x4<false>(b, Kw + (8 * j + (lane & 7)) * RW + 16 * k + 4 * (lane >> 3));
+                    tc_mma<F16>(sc[j], qa[2 * k], b[0], b[1]);
+                    tc_mma<F16>(sc[j], qa[2 * k + 1], b[2], b[3]);
+                }
+            }
+            float x[4][2], mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float v = (sc[j][e] + sc[j][e + 2]) * a.scale;
+                    if (a.softcap > 0)
+                        v = a.softcap * tanhf(v / a.softcap);
+                    x[j][e] = 8 * j + 2 * t + e < nt ? v : -INFINITY;
+                    mx = fmaxf(mx, x[j][e]);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(m, mx), corr = expf(m - mn);
+            m = mn;
+            l *= corr;
+            uint32_t pa[2][4]; /* P's A fragments, positions 16 s .. 16 s + 15 */
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float p0 = expf(x[j][0] - mn), p1 = expf(x[j][1] - mn);
+                l += p0 + p1;
+                h16x2_split<F16>(p0, p1, pa[j / 2][2 * (j % 2)], pa[j / 2][2 * (j % 2) + 1]);
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[n][e] *= corr;
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            __syncwarp();
+#pragma unroll
+            for (int s2 = 0; s2 < 2; s2++)
+#pragma unroll
+                for (int n = 0; n < NT / 2; n++) {
+                    uint32_t b[4];
+                    ldsm_x4<true>(b, Vw + (16 * s2 + (lane & 7) + 8 * ((lane >> 3) & 1)) * RW + 8 * n +
+                                         4 * (lane >> 4));
+                    tc_mma<F16>(acc[2 * n], pa[s2], b[0], b[1]);
+                    tc_mma<F16>(acc[2 * n + 1], pa[s2], b[2], b[3]);
+                }
+            __syncwarp(); /* the slots are refilled by the next pass */
+        }
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        __syncthreads();
+        if (g < gq) {
+            float *st = Mg + (size_t)(w * gq + g) * (HD + 2);
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                st[2 + 8 * n + 2 * t] = acc[n][0] + acc[n][2];
+                st[2 + 8 * n + 2 * t + 1] = acc[n][1] + acc[n][3];
+            }
+            if (t == 0) {
+                st[0] = m;
+                st[1] = l;
+            }
+        }
+        atb_part<HD>(a, Mg, gq, i, kvh, sp, ns, slot);
+        __syncthreads(); /* Mg is the next split's rows */
+    }
+}
+
+// Blocks a (kv head, token) of the batch kernels: as many as the step
+// needs to fill the GPU (each block then takes splits z, z + Z, ...).
+static int atb_z(const tcu_attn_args *a, const tcu_opts &o)
+{
+    const long pairs = (long)a->n_kv_head * a->T, want = o.attn_z > 0 ? o.attn_z : (6L * sm_count() + pairs - 1) / pairs;
+    return want < 2 && o.attn_z <= 0 ? 2 : want > a->n_split ? a->n_split : (int)want;
+}
+
+template <int HD, bool F16>
+static int attn_mma_one(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
+{
+    constexpr size_t smem = atm_smem(HD);
+    static bool attr_set = false;
+    if (!attr_set) {
+        const int rc = (int)cudaFuncSetAttribute(attn_mma_kernel<HD, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem);
+        if (rc)
+            return rc;
+        attr_set = true;
+    }
+    return launch_pdl(o.pdl, attn_mma_kernel<HD, F16>, dim3(a->n_kv_head, a->T, atb_z(a, o)), dim3(ATB_WARPS * WARP),
+                      smem, s, *a, slot);
 }
 
 // attn_b16_kernel's launch, -1 where it does not apply: a 16-bit pool
@@ -1010,20 +1200,23 @@ static int attn_b16_one(const tcu_attn_args *a, int slot, const tcu_opts &o, cud
             return rc;
         attr_set = true;
     }
-    const long pairs = (long)a->n_kv_head * a->T, want = o.attn_z > 0 ? o.attn_z : (6L * sm_count() + pairs - 1) / pairs;
-    const int z = want < 2 && o.attn_z <= 0 ? 2 : want > a->n_split ? a->n_split : (int)want;
-    return launch_pdl(o.pdl, attn_b16_kernel<D, GQ>, dim3(a->n_kv_head, a->T, z), dim3(ATB_WARPS * WARP), smem, s, *a,
-                      slot);
+    return launch_pdl(o.pdl, attn_b16_kernel<D, GQ>, dim3(a->n_kv_head, a->T, atb_z(a, o)), dim3(ATB_WARPS * WARP),
+                      smem, s, *a, slot);
 }
 
 static int attn_b16_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
 {
     const int gq = a->n_head / a->n_kv_head;
     const tcu_kv &kv = a->kv;
-    if (a->tiles != 2 || !kv.typed || (kv.type != TCU_KV_BF16 && kv.type != TCU_KV_F16) ||
+    if (a->tiles < 2 || !kv.typed || (kv.type != TCU_KV_BF16 && kv.type != TCU_KV_F16) ||
         (kv.n_sink > 0 && kv.sink_type != kv.type) || kv.hb != 2 * a->hd || (kv.n_sink > 0 && kv.sink_hb != kv.hb) ||
         a->n_head % a->n_kv_head || gq > 8 || (a->hd != 64 && a->hd != 128))
         return -1;
+    if (a->tiles == 3) {
+        const bool f16 = kv.type == TCU_KV_F16;
+        return a->hd == 64 ? (f16 ? attn_mma_one<64, true>(a, slot, o, s) : attn_mma_one<64, false>(a, slot, o, s))
+                           : (f16 ? attn_mma_one<128, true>(a, slot, o, s) : attn_mma_one<128, false>(a, slot, o, s));
+    }
     const int gqm = gq <= 1 ? 1 : gq <= 2 ? 2 : gq <= 4 ? 4 : 8;
     switch ((a->hd / 32) * 16 + gqm) {
     case 2 * 16 + 1: return attn_b16_one<2, 1>(a, slot, o, s);

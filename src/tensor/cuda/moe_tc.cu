@@ -48,13 +48,6 @@ constexpr int TC_ROWS = 16 * TC_WARPS; // output rows a block (a warp's 16: one 
 // row g: r0 + g and r0 + g + 8); columns: n-tile j is the picks p + 8j ..
 // p + 8j + 7 of the group (lane column g: pick p + 8j + g for B; the C
 // registers' columns 2q, 2q+1).
-__device__ __forceinline__ void tc_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Two floats as a bf16 pair, each rounded to nearest even (lo in the low half).
 __device__ __forceinline__ uint32_t tc_bf2(float lo, float hi)

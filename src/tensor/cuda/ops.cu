@@ -40,8 +40,8 @@ extern "C" void tcu_opts_init(tcu_opts *o)
     o->q4_tc = 1;
     /* a K/V row read once for a kv head's q heads and a softmax update a
      * tile of 32 positions: 8B bf16 b128 attention 8.2 -> 4.0 ms a step (1);
-     * 16-bit pools' rows copied ahead (2) */
-    o->attn_tiles = 2;
+     * 16-bit pools' rows copied ahead (2), their products on tensor cores (3) */
+    o->attn_tiles = 3;
     o->graphs = 1;
     o->qkv_fuse = 1;   /* one launch less a layer: 8B bf16 b1 +0.7%, 4-bit +1.7% */
     o->gemv_stage = 1; /* the 8B q/k/v launch at 32 tokens spent most of its 73 us splitting in every block */
@@ -52,9 +52,14 @@ extern "C" void tcu_opts_init(tcu_opts *o)
      * down's rows do not fit the ring); o, q/k/v and lm_head lost */
     o->ring = TCU_PROD_GU | TCU_PROD_DOWN;
     o->split_len1 = 16; /* one K/V load a warp, requested before the wait; 8 and 32 were slower */
+    /* 128-194-token contexts: 128 against 16 splits, 8B bf16 b8 / b32 +7% /
+     * +9%, 1B +12% / +14%, 4-bit +7-14% (64 and 32 slower); 256 against
+     * 128 on attention tiles 3, b32 / b128 +2.2% / +4.2% (docs/cuda-log.md) */
+    o->split_len = 256;
     o->moe = TCU_MOE_DOWN_EARLY | TCU_MOE_WAVES | TCU_MOE_FUSED | TCU_MOE_TC | TCU_MOE_TC_PF; /* docs/cuda.md, "Mixtures of experts" */
     /* q/k/v and gate/up one cuBLASLt GEMM each (docs/cuda.md "Products") */
     o->lt_cat = TCU_CAT_QKV | TCU_CAT_GU;
+    o->lt_splitk = 1; /* docs/cuda.md "Products" */
     /* invariant 0: one sequence alone 0.67-0.72x as fast on the batched kernels (docs/cuda-log.md, issue 27) */
 }
 
@@ -79,12 +84,12 @@ extern "C" void tcu_opts_format(const tcu_opts *o, char *buf, size_t n)
              "products %s; gemv bf16 %s, 4-bit %s, 8-bit %s; pdl %d; attention early %d, merge in the last block %d, "
              "grouped by kv head %d, "
              "prefill tiles %s; cuBLAS from %d tokens (batches up to %d: GEMVs); 16-bit batches on cuBLASLt %d; FP8 tensor cores %d; 4-bit GEMM %d (tile %d, split %d); batch attention tiles %d (z %d); graphs %d; q/k/v fused %d; stage %d; "
-             "early products %d; ring products %d; one-token split %d; moe %d; one sequence as batched %d; cuBLASLt merged %d",
+             "early products %d; ring products %d; one-token split %d; batch split %d; moe %d; one sequence as batched %d; cuBLASLt merged %d, split-K %d",
              o->exact ? "exact" : "throughput", tcu_gemv_name(o->gemv_bf16), tcu_gemv_name(o->gemv_q4),
              tcu_gemv_name(o->gemv_q8), o->pdl, o->attn_early, o->attn_merge_last, o->attn_gqa,
              o->attn_tiled >= 0 && o->attn_tiled <= 2 ? tiled[o->attn_tiled] : "?", o->gemm_min_t,
              o->exact ? 0 : o->tc_max_t, o->lt, o->f8_tc, o->q4_tc, o->q4_tile, o->q4_split, o->attn_tiles, o->attn_z, o->graphs, o->qkv_fuse, o->gemv_stage, o->early, o->ring, o->split_len1,
-             o->moe, o->invariant, o->lt_cat);
+             o->split_len, o->moe, o->invariant, o->lt_cat, o->lt_splitk);
 }
 
 // ---- per-launch profile ----
