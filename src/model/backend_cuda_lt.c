@@ -95,8 +95,7 @@ void cu_lt_free(cu_lt *lt)
     free(lt);
 }
 
-/* The descriptors of (n_out, n_in, T) (op and b, c of T tokens; a alone
- * when T is 0). */
+/* The descriptors of (n_out, n_in, T); none made on failure. */
 static cublasStatus_t entry_desc(lt_entry *e, int n_out, int n_in, int T, int f16)
 {
     const cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;

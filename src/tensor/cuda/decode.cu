@@ -1168,42 +1168,25 @@ static int atb_z(const tcu_attn_args *a, const tcu_opts &o)
     return want < 2 && o.attn_z <= 0 ? 2 : want > a->n_split ? a->n_split : (int)want;
 }
 
-template <int HD, bool F16>
-static int attn_mma_one(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
+// A batch-tile kernel's launch over (kv heads, tokens, atb_z) blocks with
+// smem bytes of dynamic shared memory (the limit raised once a kernel).
+template <void (*K)(const tcu_attn_args, int)>
+static int atb_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s, size_t smem)
 {
-    constexpr size_t smem = atm_smem(HD);
     static bool attr_set = false;
     if (!attr_set) {
-        const int rc = (int)cudaFuncSetAttribute(attn_mma_kernel<HD, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)smem);
+        const int rc = (int)cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (rc)
             return rc;
         attr_set = true;
     }
-    return launch_pdl(o.pdl, attn_mma_kernel<HD, F16>, dim3(a->n_kv_head, a->T, atb_z(a, o)), dim3(ATB_WARPS * WARP),
-                      smem, s, *a, slot);
+    return launch_pdl(o.pdl, K, dim3(a->n_kv_head, a->T, atb_z(a, o)), dim3(ATB_WARPS * WARP), smem, s, *a, slot);
 }
 
-// attn_b16_kernel's launch, -1 where it does not apply: a 16-bit pool
-// (sink rows of its type), head dims 64 and 128, up to 8 q heads a kv
-// head. Its grid walks no more splits than a step of T tokens needs to
-// fill the GPU (each block then takes splits z, z + Z, ...).
-template <int D, int GQ>
-static int attn_b16_one(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
-{
-    constexpr size_t smem = atb_smem(D * WARP, GQ);
-    static bool attr_set = false;
-    if (!attr_set) {
-        const int rc = (int)cudaFuncSetAttribute(attn_b16_kernel<D, GQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)smem);
-        if (rc)
-            return rc;
-        attr_set = true;
-    }
-    return launch_pdl(o.pdl, attn_b16_kernel<D, GQ>, dim3(a->n_kv_head, a->T, atb_z(a, o)), dim3(ATB_WARPS * WARP),
-                      smem, s, *a, slot);
-}
-
+// The batch tiles 2 / 3 for a 16-bit pool (sink rows of its type), head
+// dims 64 and 128, up to 8 q heads a kv head; -1 where they do not apply.
+// The grid walks no more splits than a step of T tokens needs to fill the
+// GPU (each block then takes splits z, z + Z, ...).
 static int attn_b16_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, cudaStream_t s)
 {
     const int gq = a->n_head / a->n_kv_head;
@@ -1214,19 +1197,22 @@ static int attn_b16_launch(const tcu_attn_args *a, int slot, const tcu_opts &o, 
         return -1;
     if (a->tiles == 3) {
         const bool f16 = kv.type == TCU_KV_F16;
-        return a->hd == 64 ? (f16 ? attn_mma_one<64, true>(a, slot, o, s) : attn_mma_one<64, false>(a, slot, o, s))
-                           : (f16 ? attn_mma_one<128, true>(a, slot, o, s) : attn_mma_one<128, false>(a, slot, o, s));
+        if (a->hd == 64)
+            return f16 ? atb_launch<attn_mma_kernel<64, true>>(a, slot, o, s, atm_smem(64))
+                       : atb_launch<attn_mma_kernel<64, false>>(a, slot, o, s, atm_smem(64));
+        return f16 ? atb_launch<attn_mma_kernel<128, true>>(a, slot, o, s, atm_smem(128))
+                   : atb_launch<attn_mma_kernel<128, false>>(a, slot, o, s, atm_smem(128));
     }
     const int gqm = gq <= 1 ? 1 : gq <= 2 ? 2 : gq <= 4 ? 4 : 8;
     switch ((a->hd / 32) * 16 + gqm) {
-    case 2 * 16 + 1: return attn_b16_one<2, 1>(a, slot, o, s);
-    case 2 * 16 + 2: return attn_b16_one<2, 2>(a, slot, o, s);
-    case 2 * 16 + 4: return attn_b16_one<2, 4>(a, slot, o, s);
-    case 2 * 16 + 8: return attn_b16_one<2, 8>(a, slot, o, s);
-    case 4 * 16 + 1: return attn_b16_one<4, 1>(a, slot, o, s);
-    case 4 * 16 + 2: return attn_b16_one<4, 2>(a, slot, o, s);
-    case 4 * 16 + 4: return attn_b16_one<4, 4>(a, slot, o, s);
-    default: return attn_b16_one<4, 8>(a, slot, o, s);
+    case 2 * 16 + 1: return atb_launch<attn_b16_kernel<2, 1>>(a, slot, o, s, atb_smem(64, 1));
+    case 2 * 16 + 2: return atb_launch<attn_b16_kernel<2, 2>>(a, slot, o, s, atb_smem(64, 2));
+    case 2 * 16 + 4: return atb_launch<attn_b16_kernel<2, 4>>(a, slot, o, s, atb_smem(64, 4));
+    case 2 * 16 + 8: return atb_launch<attn_b16_kernel<2, 8>>(a, slot, o, s, atb_smem(64, 8));
+    case 4 * 16 + 1: return atb_launch<attn_b16_kernel<4, 1>>(a, slot, o, s, atb_smem(128, 1));
+    case 4 * 16 + 2: return atb_launch<attn_b16_kernel<4, 2>>(a, slot, o, s, atb_smem(128, 2));
+    case 4 * 16 + 4: return atb_launch<attn_b16_kernel<4, 4>>(a, slot, o, s, atb_smem(128, 4));
+    default: return atb_launch<attn_b16_kernel<4, 8>>(a, slot, o, s, atb_smem(128, 8));
     }
 }
 
