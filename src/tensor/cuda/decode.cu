@@ -879,6 +879,24 @@ __device__ __forceinline__ void atb_part(const tcu_attn_args &a, const float *Mg
             attn_merge_one(a, kvh * gq + x / HD, i, x % HD);
 }
 
+// Token i's positions for the batch tiles: its own position p, the first
+// attended start, its ns splits of chunk positions, its block table.
+struct atb_span {
+    int p, start, ns, chunk;
+    const int32_t *blk;
+};
+__device__ __forceinline__ atb_span atb_span_of(const tcu_attn_args &a, int i)
+{
+    atb_span r;
+    r.p = a.pos[i];
+    const int len = attn_len(a, r.p);
+    r.start = r.p + 1 - len;
+    r.ns = attn_splits(a, len);
+    r.chunk = (len + r.ns - 1) / r.ns;
+    r.blk = a.blk + a.bt_off[i];
+    return r;
+}
+
 template <int D, int GQ>
 __global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_attn_args a, int slot)
 {
@@ -893,12 +911,11 @@ __global__ void __launch_bounds__(ATB_WARPS *WARP) attn_b16_kernel(const tcu_att
     const bool f16 = a.kv.type == TCU_KV_F16;
     pdl_wait();
     pdl_trigger();
-    const int p = a.pos[i];
-    const int len = attn_len(a, p), start = p + 1 - len, ns = attn_splits(a, len);
-    if ((int)blockIdx.z >= ns)
+    const atb_span sp_ = atb_span_of(a, i);
+    if ((int)blockIdx.z >= sp_.ns)
         return;
-    const int chunk = (len + ns - 1) / ns;
-    const int32_t *blk = a.blk + a.bt_off[i];
+    const int p = sp_.p, start = sp_.start, ns = sp_.ns, chunk = sp_.chunk;
+    const int32_t *blk = sp_.blk;
     for (int x = threadIdx.x; x < gq * HD; x += blockDim.x)
         Qs[x] = a.q[((size_t)i * a.n_head + kvh * gq) * HD + x];
     __syncthreads();
@@ -1058,12 +1075,11 @@ __global__ void __launch_bounds__(ATB_WARPS *WARP, 3) attn_mma_kernel(const tcu_
     float *const Mg = reinterpret_cast<float *>(atb_sm); /* the warps' states, over the rows once used */
     pdl_wait();
     pdl_trigger();
-    const int p = a.pos[i];
-    const int len = attn_len(a, p), start = p + 1 - len, ns = attn_splits(a, len);
-    if ((int)blockIdx.z >= ns)
+    const atb_span sp_ = atb_span_of(a, i);
+    if ((int)blockIdx.z >= sp_.ns)
         return;
-    const int chunk = (len + ns - 1) / ns;
-    const int32_t *blk = a.blk + a.bt_off[i];
+    const int p = sp_.p, start = sp_.start, ns = sp_.ns, chunk = sp_.chunk;
+    const int32_t *blk = sp_.blk;
     uint32_t qa[KS][4]; /* Q's A fragments: head g rounded (rows g), its remainder (rows g + 8) */
     {
         const float *q = a.q + ((size_t)i * a.n_head + kvh * gq + (g < gq ? g : 0)) * HD + 2 * t;
