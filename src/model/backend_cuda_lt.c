@@ -197,10 +197,9 @@ static int entry_make(cu_lt *lt, lt_entry *e, int n_out, int n_in, int T, int f1
         return lt_fail(err, s, "layout");
     cublasLtMatmulHeuristicResult_t r[8];
     const int got = entry_heuristic(lt, e, r);
-    for (int i = 0; i <= got; i++) {
+    const int n = got + (sh->splitk > 1); /* the reference algorithm last (a split shape has one) */
+    for (int i = 0; i < n; i++) {
         cublasLtMatmulAlgo_t al = i < got ? r[i].algo : sh->algo;
-        if (i == got && sh->splitk == 1)
-            break;
         if (!algo_with(lt, e, &al, sh->splitk))
             continue;
         e->algo = al;
