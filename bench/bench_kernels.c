@@ -242,17 +242,19 @@ int main(int argc, char **argv)
     /* the tile products (AMX), where the table has them: each stage's time
      * per call (activation rounding or quantization, packing, the product)
      * and the product's GMAC/s against the vector kernel's */
-    if (k->i8_pack || k->bf16_pack) {
-        uint16_t *xp = malloc((size_t)(max_t + 15) / 16 * 16 * n_in * sizeof(uint16_t));
+    if (k->i8_pack || k->matmul_bf16t) {
+        uint16_t *wt = malloc(tern_bf16_tiles_len(rows, n_in) * sizeof(uint16_t));
         int8_t *qp = malloc((size_t)(max_t + 15) / 16 * 16 * n_in);
         float *qsp = malloc((size_t)(max_t + 15) / 16 * 16 * 2 * ngp * sizeof(float));
-        if (!xp || !qp || !qsp)
+        if (!wt || !qp || !qsp)
             return 1;
+        if (k->matmul_bf16t && n_in % 32 == 0)
+            tern_bf16_tiles_make(wb, rows, n_in, wt, 0, (rows + 15) / 16);
         printf("%4s %6s %10s %10s %10s %12s %12s\n", "tile", "tokens", "act ms", "pack ms", "prod ms", "tile GMAC/s",
                "vec GMAC/s");
         for (int kind = 0; kind < 3; kind++) {
             int bits = kind == 0 ? 16 : kind == 1 ? 8 : 4;
-            if (bits == 16 ? !k->bf16_pack || !tern_bf16p_ok(k, n_in) : !k->i8_pack)
+            if (bits == 16 ? !tern_bf16t_ok(k, n_in) : !k->i8_pack)
                 continue;
             for (int ti = 0; ti < n_tok; ti++) {
                 long T = tokens[ti];
@@ -268,13 +270,11 @@ int main(int argc, char **argv)
                     else
                         k->quant_act(x, T, n_in, group, bits, q, qs);
                     double t1 = cpu_s();
-                    if (bits == 16)
-                        k->bf16_pack(xb, T, n_in, xp);
-                    else
+                    if (bits != 16) /* bf16 tiles take the inputs as they are */
                         k->i8_pack(q, qs, T, n_in, tern_iq_nbp(n_in, group, bits), qp, qsp);
                     double t2 = cpu_s();
                     if (bits == 16)
-                        k->matmul_bf16p(wb, xp, y, T, n_in, rows, 0, rows);
+                        k->matmul_bf16t(wt, xb, y, T, n_in, rows, 0, rows);
                     else
                         (bits == 4 ? k->imatmul_q4p : k->imatmul_q8p)(w, sb, group, qp, qsp, y, T, n_in, rows, 0, rows);
                     double t3 = cpu_s();
@@ -289,7 +289,7 @@ int main(int argc, char **argv)
                        tm / n_rep * 1e3, macs / (tm / n_rep) / 1e9, macs / (tv / n_rep) / 1e9);
             }
         }
-        free(xp), free(qp), free(qsp);
+        free(wt), free(qp), free(qsp);
     }
     free(wb), free(xb);
     free(w), free(sb), free(x), free(xs), free(y), free(qs), free(q);

@@ -127,6 +127,13 @@ model_backend *model_backend_swap(tern_model *m, model_backend *be);
 /* The CPU backend: the best kernel table for this CPU (tern_kernels_best)
  * and a pool of n_threads workers (<= 0: one per core). NULL with err set. */
 model_backend *model_backend_cpu_new(int n_threads, tern_err *err);
+/* Where be (a CPU backend) multiplies bf16 weights on tiles (kernels.h,
+ * matmul_bf16t; not under --exact-products), gives m's dense bf16 weights
+ * (lm_head, the layers' projections and routers; not the experts, which
+ * may stream) their tile layout, on be's threads. A weight it cannot
+ * allocate keeps the vector kernel (per weight, so every token count of
+ * it still gives the same bits). */
+void model_backend_cpu_tiles(model_backend *be, tern_model *m);
 
 /* The CUDA backend (backend_cuda.c, docs/cuda.md) on GPU `device`: uploads
  * m's weights (m NULL: table path only, weights upload on first use). NULL

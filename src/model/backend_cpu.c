@@ -16,9 +16,11 @@
 #include "model/kv_int.h"
 #include "model/model_int.h"
 #include "tensor/kernels.h"
+#include "base/log.h"
 #include "base/pool.h"
 
 #define MM_MAX 4 /* matrices in one fused product */
+#define TILES_MAX 8 /* weights laid out as tiles in one pool round */
 
 typedef struct cpu_backend {
     model_backend base;
@@ -41,8 +43,6 @@ typedef struct cpu_backend {
     size_t cap_qs;
     uint16_t *xb;  /* bf16 inputs for bf16 weights: [distinct inputs][T][n_in] */
     size_t cap_xb;
-    uint16_t *xp;  /* the same packed for tile products (kernels.h, bf16_pack): [T rounded up to 16][n_in] */
-    size_t cap_xp;
     int8_t *qxp;   /* qx and qs packed for integer tile products (kernels.h, i8_pack) */
     size_t cap_qxp;
     float *qsp;
@@ -63,7 +63,7 @@ typedef struct mm_job {
     const float *qs[MM_MAX];
     int qpacked[MM_MAX];     /* Q and qs are packed for the integer tile products */
     const uint16_t *Xb; /* bf16 inputs (bf16 weights, unless exact), else NULL */
-    const uint16_t *Xp; /* Xb packed for the table's tile product (bf16_pack), else NULL */
+    long unit;          /* rows a pool item: 16 where a matrix has tiles (their blocks), else 1 */
 } mm_job;
 
 /* The quantized inputs a weight's integer product takes, shared by the
@@ -110,7 +110,7 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
         (w->qbits == 4 ? k->imatmul_q4p : k->imatmul_q8p)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
                                                           r0, r1);
     else if (packed)
-        k->matmul_bf16p(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
+        k->matmul_bf16t(w->tiles, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (Xb)
         k->matmul_bf16b(w->data, Xb, Y, T, w->n_in, w->n_out, r0, r1);
     else if (w->mx) /* f32 inputs, exact or not: the CPU's one MXFP4 product */
@@ -190,21 +190,25 @@ static int mm_uses_bf16b(const cpu_backend *be, const model_weight *w)
     return !be->exact && be->k->matmul_bf16b && !w->qbits && w->dtype == TERN_BF16;
 }
 
+/* Whether w's product runs on its tiles (model_backend_cpu_tiles). */
+static int mm_uses_tiles(const cpu_backend *be, const model_weight *w)
+{
+    return w->tiles && mm_uses_bf16b(be, w) && tern_bf16t_ok(be->k, w->n_in);
+}
+
 static void mm_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
     mm_job *j = ctx;
+    b *= j->unit;
+    e = e * j->unit < j->offs[j->n] ? e * j->unit : j->offs[j->n];
     for (int i = 0; i < j->n; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
         if (lo < hi) {
-            const uint16_t *xb = NULL;
-            int packed = 0;
-            if (mm_uses_bf16b(j->be, j->w[i])) {
-                packed = tern_bf16p_ok(j->be->k, j->w[i]->n_in);
-                xb = packed ? j->Xp : j->Xb;
-            }
-            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i], xb, packed || j->qpacked[i], j->Y[i],
-                     j->T, lo - j->offs[i], hi - j->offs[i], j->be->exact);
+            int tiles = mm_uses_tiles(j->be, j->w[i]);
+            mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i],
+                     mm_uses_bf16b(j->be, j->w[i]) ? j->Xb : NULL, tiles || j->qpacked[i], j->Y[i], j->T,
+                     lo - j->offs[i], hi - j->offs[i], j->be->exact);
         }
     }
 }
@@ -239,23 +243,6 @@ static void bf16_run(void *ctx, long b, long e, int worker)
     (void)worker;
     bf16_job *j = ctx;
     j->k->bf16_act(j->X + b * j->n_in, (e - b) * j->n_in, j->Xb + b * j->n_in);
-}
-
-/* Packs token blocks [b, e) of 16 (the last may be short: T). */
-typedef struct pack_job {
-    const tern_kernels *k;
-    const uint16_t *Xb;
-    uint16_t *Xp;
-    long n_in, T;
-} pack_job;
-
-static void pack_run(void *ctx, long b, long e, int worker)
-{
-    (void)worker;
-    pack_job *j = ctx;
-    for (long i = b; i < e; i++)
-        j->k->bf16_pack(j->Xb + i * 16 * j->n_in, j->T - i * 16 < 16 ? j->T - i * 16 : 16, j->n_in,
-                        j->Xp + i * 16 * j->n_in);
 }
 
 /* Packs token blocks [b, e) of 16 of the quantized inputs (kernels.h,
@@ -368,7 +355,7 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     cpu_backend *be = (cpu_backend *)base;
     if (n < 1 || n > MM_MAX)
         return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
-    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, {0}, NULL, NULL};
+    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, {0}, NULL, 1};
     if (!be->exact) {
         int rc = mm_quantize(be, &j, n, w, X, T, err);
         if (rc)
@@ -382,15 +369,9 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
             tern_pool_for(be->pool, T, 16384 / w[i]->n_in + 1, bf16_run, &bj);
             j.Xb = be->xb;
         }
-    for (int i = 0; i < n && j.Xb && !j.Xp; i++)
-        if (mm_uses_bf16b(be, w[i]) && tern_bf16p_ok(be->k, w[i]->n_in)) {
-            long nb = ((long)T + 15) / 16;
-            if (grow((void **)&be->xp, &be->cap_xp, (size_t)nb * 16 * w[i]->n_in, sizeof(uint16_t)))
-                return tern_err_set(err, TERN_ENOMEM, "out of memory for packed bf16 inputs");
-            pack_job pj = {be->k, be->xb, be->xp, w[i]->n_in, T};
-            tern_pool_for(be->pool, nb, 1, pack_run, &pj);
-            j.Xp = be->xp;
-        }
+    for (int i = 0; i < n; i++)
+        if (mm_uses_tiles(be, w[i]))
+            j.unit = 16;
     size_t need = 0;
     for (int i = 0; i < n; i++) {
         j.offs[i + 1] = j.offs[i] + w[i]->n_out;
@@ -437,9 +418,10 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
          * the two-row kernels; the bits do not depend on the split */
         long row_bytes = mm_row_bytes(w[0]);
         long rows = (be->mm_piece / (row_bytes * T)) & ~1L;
-        tern_pool_for_chunks(be->pool, j.offs[n], rows > grain ? rows : grain, mm_run, &j);
+        rows = rows > grain ? rows : grain;
+        tern_pool_for_chunks(be->pool, (j.offs[n] + j.unit - 1) / j.unit, (rows + j.unit - 1) / j.unit, mm_run, &j);
     } else {
-        tern_pool_for(be->pool, j.offs[n], grain, mm_run, &j);
+        tern_pool_for(be->pool, (j.offs[n] + j.unit - 1) / j.unit, (grain + j.unit - 1) / j.unit, mm_run, &j);
     }
     return 0;
 }
@@ -477,9 +459,7 @@ static void mg_run(void *ctx, long b, long e, int worker)
     for (int i = lo_i; i < j->n && j->offs[i] < e; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
         if (lo < hi) {
-            int packed = j->Xb[i] && tern_bf16p_ok(j->be->k, j->w[i]->n_in);
-            mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i],
-                     packed ? j->Xb[i] + (size_t)j->T[i] * j->w[i]->n_in : j->Xb[i], packed, j->Y[i], j->T[i],
+            mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i], j->Xb[i], 0, j->Y[i], j->T[i],
                      lo - j->offs[i], hi - j->offs[i], j->be->exact);
         }
     }
@@ -494,11 +474,8 @@ static void mgq_run(void *ctx, long b, long e, int worker)
     for (long n = b; n < e; n++) {
         int i = j->qi[n];
         const model_weight *w = j->w[i];
-        if (j->Xb[i] && !(i > 0 && j->Xb[i] == j->Xb[i - 1])) {
+        if (j->Xb[i] && !(i > 0 && j->Xb[i] == j->Xb[i - 1]))
             j->be->k->bf16_act(j->X[i], j->T[i] * w->n_in, (uint16_t *)j->Xb[i]);
-            if (tern_bf16p_ok(j->be->k, w->n_in)) /* the packed copy follows the T rows */
-                j->be->k->bf16_pack(j->Xb[i], j->T[i], w->n_in, (uint16_t *)j->Xb[i] + (size_t)j->T[i] * w->n_in);
-        }
         if (!j->Q[i] || (i > 0 && j->Q[i] == j->Q[i - 1]))
             continue;
         j->be->k->quant_act(j->X[i], j->T[i], w->n_in, mm_agroup(w), mm_abits(w), (int8_t *)j->Q[i],
@@ -530,8 +507,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
         max_t = T[i] > max_t ? T[i] : max_t;
         if (mm_uses_bf16b(be, w[i]) &&
             !(i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_uses_bf16b(be, w[i - 1])))
-            need_b += (size_t)T[i] * w[i]->n_in +
-                      (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
+            need_b += (size_t)T[i] * w[i]->n_in;
         /* the exact path's sums are per weight group; the integer path's
          * inputs per activation block (8-bit weights of any group share) */
         int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_abits(w[i]) == mm_abits(w[i - 1]) &&
@@ -557,8 +533,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
                 Xb[i] = Xb[i - 1];
             } else {
                 Xb[i] = be->xb + ob;
-                ob += (size_t)T[i] * w[i]->n_in +
-                      (tern_bf16p_ok(be->k, w[i]->n_in) ? (size_t)(T[i] + 15) / 16 * 16 * w[i]->n_in : 0);
+                ob += (size_t)T[i] * w[i]->n_in;
             }
         }
         if (!mm_abits(w[i]) || (be->exact && !w[i]->qbits))
@@ -925,10 +900,65 @@ static void cpu_free(model_backend *base)
     free(be->qx);
     free(be->qs);
     free(be->xb);
-    free(be->xp);
     free(be->qxp);
     free(be->qsp);
     free(be);
+}
+
+typedef struct tiles_job {
+    model_weight *w[TILES_MAX];
+    long first[TILES_MAX + 1]; /* first block of each weight in the job's numbering */
+    int n;
+} tiles_job;
+
+static void tiles_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    tiles_job *j = ctx;
+    for (int i = 0; i < j->n; i++) {
+        long lo = b > j->first[i] ? b : j->first[i], hi = e < j->first[i + 1] ? e : j->first[i + 1];
+        if (lo < hi)
+            tern_bf16_tiles_make(j->w[i]->data, j->w[i]->n_out, j->w[i]->n_in, j->w[i]->tiles, lo - j->first[i],
+                                 hi - j->first[i]);
+    }
+}
+
+void model_backend_cpu_tiles(model_backend *base, tern_model *m)
+{
+    cpu_backend *be = (cpu_backend *)base;
+    if (be->exact || !be->k->matmul_bf16t)
+        return;
+    tiles_job j = {.n = 0};
+    size_t bytes = 0;
+    for (int l = -1; l < m->cfg.n_layer; l++) {
+        model_layer *L = l >= 0 ? &m->layers[l] : NULL;
+        model_weight *ws[8] = {&m->lm_head};
+        if (L) {
+            model_weight *lw[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
+            memcpy(ws, lw, sizeof ws);
+        }
+        j.n = 0;
+        j.first[0] = 0;
+        for (int i = 0; i < (L ? 8 : 1); i++) {
+            model_weight *w = ws[i];
+            if (!w->data || w->tiles || !mm_uses_bf16b(be, w) || !tern_bf16t_ok(be->k, w->n_in))
+                continue;
+            size_t len = tern_bf16_tiles_len(w->n_out, w->n_in);
+            if (!(w->tiles = aligned_alloc(64, len * sizeof(uint16_t)))) {
+                TERN_WARN("no memory for the tile layout of a %d x %d weight: it keeps the vector kernel", w->n_out,
+                          w->n_in);
+                continue;
+            }
+            bytes += len * sizeof(uint16_t);
+            j.w[j.n] = w;
+            j.first[j.n + 1] = j.first[j.n] + (w->n_out + 15) / 16;
+            j.n++;
+        }
+        if (j.n)
+            tern_pool_for(be->pool, j.first[j.n], 1, tiles_run, &j);
+    }
+    if (bytes)
+        TERN_INFO("bf16 weights in the tile layout: %.2f GiB", (double)bytes / (1 << 30));
 }
 
 model_backend *model_backend_cpu_new(int n_threads, tern_err *err)

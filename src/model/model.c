@@ -671,6 +671,8 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
             goto fail;
     if ((rc = model_experts_init(m, err)))
         goto fail;
+    if (cuda_dev < 0)
+        model_backend_cpu_tiles(m->be, m);
     if (cuda_dev >= 0) {
         model_backend *cu = model_backend_cuda_new(m, cuda_dev, err);
         if (!cu) {
@@ -700,10 +702,12 @@ void model_free(tern_model *m)
             model_layer *L = &m->layers[l];
             model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             for (int i = 0; i < 7; i++) {
+                free(ws[i]->tiles);
                 free(ws[i]->sb);
                 free(ws[i]->sb16);
                 free(ws[i]->fs);
             }
+            free(L->router.tiles);
             free(L->router.sb);
             free(L->router.sb16);
             free(L->router.fs);
@@ -730,6 +734,7 @@ void model_free(tern_model *m)
             free(L->bk);
             free(L->bv);
         }
+    free(m->lm_head.tiles); /* its own even when tied (the embedding has none) */
     if (m->lm_head.data != m->embed.data) { /* else tied: the same weight */
         free(m->lm_head.sb);
         free(m->lm_head.sb16);

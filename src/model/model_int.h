@@ -40,6 +40,9 @@ struct model_weight {
     /* An owned copy of data (gpt_oss's input-major experts transposed at load), freed with the model;
      * else NULL. */
     void *own;
+    /* bf16 weights rearranged for the CPU's tile product (kernels.h, tern_bf16_tiles_make), made at load where
+     * the kernels have one (model_backend_cpu_tiles): owned; else NULL. */
+    uint16_t *tiles;
 };
 
 typedef struct model_layer {

@@ -4,6 +4,7 @@
 #ifndef TERN_TENSOR_KERNELS_H
 #define TERN_TENSOR_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Matrix product against a row-major weight W [n_out][n_in]:
@@ -85,15 +86,20 @@ typedef void (*tern_bmatmul_fn)(const void *W, const uint16_t *Xb, float *Y, lon
                                 long r1);
 /* X[0 .. n) to bf16, round to nearest even (tern_f32_to_bf16's bits). */
 typedef void (*tern_bf16_act_fn)(const float *X, long n, uint16_t *Xb);
-/* Tile products (AMX): the bf16 inputs Xb[T][n_in] rearranged for them.
- * Tokens in blocks of 16 (the last padded with zeros), a block n_in / 2
- * rows of 16 tokens x 2 inputs: Xp[(b * n_in / 2 + p) * 32 + 2 * n + j] =
- * Xb[(16 * b + n) * n_in + 2 * p + j], so that the block of token t (a
- * multiple of 16) starts at Xp + t * n_in. matmul_bf16p takes Xp for Xb,
- * with tern_bmatmul_fn's contract (its fixed per-(row, token) order is
- * the tile instruction's: a token's bits never depend on T or [r0, r1)),
- * for n_in a multiple of 32 only (tern_bf16p_ok). */
-typedef void (*tern_bf16_pack_fn)(const uint16_t *Xb, long T, long n_in, uint16_t *Xp);
+/* Tile products (AMX-BF16): a bf16 weight rearranged once, at load, into
+ * blocks of 16 rows (the last padded with zero rows), a block n_in / 2
+ * lines of 16 rows x 2 inputs: Wt[((b * n_in / 2 + p) * 16 + n) * 2 + j] =
+ * W[(16 * b + n) * n_in + 2 * p + j] - a line of 32 inputs of 16 rows is
+ * one 1 KB tile, read in one stream. matmul_bf16t takes Wt for W (and the
+ * plain bf16 inputs Xb) with tern_bmatmul_fn's contract: its fixed
+ * per-(row, token) order is the tile instruction's chain over 32 inputs at
+ * a time from zero, the same at every token count and row range (TDPBF16PS
+ * adds its 32 products with its own internal rounding, which no vector
+ * sequence reproduces: a weight with tiles takes them for every T, decode
+ * included). n_in a multiple of 32 only (tern_bf16t_ok). */
+size_t tern_bf16_tiles_len(long n_out, long n_in); /* uint16_t elements of Wt */
+/* Blocks [b0, b1) of Wt from W [n_out][n_in] (parts may run in parallel). */
+void tern_bf16_tiles_make(const uint16_t *W, long n_out, long n_in, uint16_t *Wt, long b0, long b1);
 /* Tile integer products (AMX-INT8): the quantized inputs (tern_quant_act_fn's
  * Q and qs) rearranged for them, tokens in blocks of 16 (the last padded
  * with zeros): Qp[(b * n_in / 4 + p) * 64 + 4 * n + j] = Q[(16 * b + n) *
@@ -184,7 +190,7 @@ static inline float tern_mx_scale(unsigned e)
 }
 
 typedef struct tern_kernels {
-    const char *isa; /* "scalar", "avx2", "avx512", "amx", "amx-bf16" (avx512 with AMX tile products) */
+    const char *isa; /* "scalar", "avx2", "avx512", "amx" (avx512 with AMX tile products) */
     tern_matmul_fn matmul_f32;
     tern_matmul_fn matmul_bf16;
     tern_matmul_fn matmul_f16;
@@ -197,8 +203,7 @@ typedef struct tern_kernels {
     tern_bf16_act_fn bf16_act;
     float (*dot)(const float *a, const float *b, long n);
     void (*axpy)(float a, const float *x, float *y, long n); /* y += a * x */
-    tern_bf16_pack_fn bf16_pack;  /* NULL: no tile products (matmul_bf16b for bf16 weights) */
-    tern_bmatmul_fn matmul_bf16p;
+    tern_bmatmul_fn matmul_bf16t; /* bf16 weights as tiles (tern_bf16_tiles_make); NULL: none (matmul_bf16b) */
     tern_i8_pack_fn i8_pack;      /* NULL: no integer tile products */
     tern_iqmatmul_fn imatmul_q4p;
     tern_iqmatmul_fn imatmul_q8p;
@@ -222,9 +227,9 @@ static inline int tern_iqp_ok(const tern_kernels *k, int group, int bits, long T
     return k->i8_pack && (bits == 8 || group % 64 == 0) && T >= 8;
 }
 
-/* Whether k's tile product takes a bf16 matrix n_in wide (the same answer
- * for every call on one matrix, so that its tokens' bits never change). */
-static inline int tern_bf16p_ok(const tern_kernels *k, long n_in) { return k->bf16_pack && n_in % 32 == 0; }
+/* Whether k's tile product takes a bf16 matrix n_in wide (decided once, at
+ * load: a matrix with tiles takes them for every call). */
+static inline int tern_bf16t_ok(const tern_kernels *k, long n_in) { return k->matmul_bf16t && n_in % 32 == 0; }
 
 /* Blocks or groups padded to a multiple of 8 (the qs layout above). */
 static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }
@@ -250,7 +255,7 @@ void tern_matmul_f8_scalar(const uint8_t *W, const float *fs, int fs_rows, int f
 void tern_matmul_mxfp4_scalar(const uint8_t *W, const uint8_t *E, const float *X, float *Y, long T, long n_in, long ldy,
                               long r0, long r1);
 
-/* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512|amx|amx-bf16 in the
+/* The best table for this CPU (honours TERN_ISA=scalar|avx2|avx512|amx in the
  * environment to force one, for tests and benchmarks). Never NULL. */
 const tern_kernels *tern_kernels_best(void);
 const tern_kernels *tern_kernels_scalar(void);
@@ -262,10 +267,9 @@ void tern_matmul_bf16b_ref(const void *W, const uint16_t *Xb, float *Y, long T, 
 /* NULL when not compiled in or not supported by this CPU. */
 const tern_kernels *tern_kernels_avx2(void);
 const tern_kernels *tern_kernels_avx512(void);
-/* AVX-512 with the integer products on AMX-INT8 tiles ("amx"), and with
- * the bf16 products on AMX-BF16 tiles too ("amx-bf16", only through
- * TERN_ISA): NULL where the CPU or the OS does not give the tiles. */
+/* AVX-512 with the integer products on AMX-INT8 tiles and, where the CPU
+ * has AMX-BF16, the bf16 weights' products on tiles ("amx"): NULL where
+ * the CPU or the OS does not give the tiles. */
 const tern_kernels *tern_kernels_amx(void);
-const tern_kernels *tern_kernels_amx_bf16(void);
 
 #endif

@@ -199,8 +199,8 @@ static void check_backend_tiling(int exact)
         sb16[i] = tern_f32_to_bf16(0.01f * (float)(i % 7) - 0.02f);
         sb[i] = tern_bf16_to_f32(sb16[i]);
     }
-    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL, NULL, NULL, 0, 0, NULL, NULL},
-                         {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb, sb16, NULL, 0, 0, NULL, NULL}};
+    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL},
+                         {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb, sb16, NULL, 0, 0, NULL, NULL, NULL}};
     float *Y[2] = {malloc((size_t)T * n_out[0] * sizeof(float)), malloc((size_t)T * n_out[1] * sizeof(float))};
     const model_weight *wp[2] = {&w[0], &w[1]};
     assert_int_equal(be->matmul(be, 2, wp, X, Y, T, &err), 0);
@@ -212,13 +212,9 @@ static void check_backend_tiling(int exact)
         free(Y1[0]), free(Y1[1]);
     }
     float one[32];
-    uint16_t xb[4096], *xp = malloc((size_t)16 * n_in * sizeof(uint16_t));
+    uint16_t xb[4096];
     for (int t = 0; t < T; t++) {
-        if (!exact && tern_bf16p_ok(k, n_in)) { /* bf16 activations on tiles (AMX-BF16) */
-            k->bf16_act(X + (size_t)t * n_in, n_in, xb);
-            k->bf16_pack(xb, 1, n_in, xp);
-            k->matmul_bf16p(wb, xp, one, 1, n_in, n_out[0], 0, n_out[0]);
-        } else if (!exact && k->matmul_bf16b) { /* bf16 activations (AVX-512 BF16) */
+        if (!exact && k->matmul_bf16b) { /* bf16 activations (AVX-512 BF16; this weight has no tiles) */
             k->bf16_act(X + (size_t)t * n_in, n_in, xb);
             k->matmul_bf16b(wb, xb, one, 1, n_in, n_out[0], 0, n_out[0]);
         } else {
@@ -241,7 +237,23 @@ static void check_backend_tiling(int exact)
         for (int r = 0; r < n_out[1]; r++)
             assert_true(one[r] == Y[1][(size_t)t * n_out[1] + r]);
     }
-    free(X), free(wb), free(wq), free(sb), free(sb16), free(xs), free(xq), free(qs), free(xp), free(Y[0]), free(Y[1]);
+    if (!exact && k->matmul_bf16t) { /* the bf16 weight with its tiles (AMX-BF16), as a loaded model's */
+        uint16_t *wt = malloc(tern_bf16_tiles_len(n_out[0], n_in) * sizeof(uint16_t));
+        tern_bf16_tiles_make(wb, n_out[0], n_in, wt, 0, (n_out[0] + 15) / 16);
+        w[0].tiles = wt;
+        assert_int_equal(be->matmul(be, 2, wp, X, Y, T, &err), 0);
+        for (int t = 0; t < T; t++) {
+            float *Y1[2] = {malloc((size_t)n_out[0] * sizeof(float)), malloc((size_t)n_out[1] * sizeof(float))};
+            assert_int_equal(be->matmul(be, 2, wp, X + (size_t)t * n_in, Y1, 1, &err), 0);
+            assert_memory_equal(Y1[0], Y[0] + (size_t)t * n_out[0], (size_t)n_out[0] * sizeof(float));
+            k->bf16_act(X + (size_t)t * n_in, n_in, xb);
+            k->matmul_bf16t(wt, xb, one, 1, n_in, n_out[0], 0, n_out[0]);
+            assert_memory_equal(one, Y1[0], (size_t)n_out[0] * sizeof(float));
+            free(Y1[0]), free(Y1[1]);
+        }
+        free(wt);
+    }
+    free(X), free(wb), free(wq), free(sb), free(sb16), free(xs), free(xq), free(qs), free(Y[0]), free(Y[1]);
     be->free(be);
 }
 
@@ -290,7 +302,7 @@ static void test_backend_q8_groups(void **state)
             sb16[m][i] = tern_f32_to_bf16(0.01f * (float)((i + m) % 7) - 0.02f);
             sb[m][i] = tern_bf16_to_f32(sb16[m][i]);
         }
-        w[m] = (model_weight){TERN_BF16, wq[m], n_out[m], n_in, 8, groups[m], sb[m], sb16[m], NULL, 0, 0, NULL, NULL};
+        w[m] = (model_weight){TERN_BF16, wq[m], n_out[m], n_in, 8, groups[m], sb[m], sb16[m], NULL, 0, 0, NULL, NULL, NULL};
     }
     const model_weight *wp[3] = {&w[0], &w[1], &w[2]};
     assert_int_equal(be->matmul(be, 3, wp, X, Y, T, &err), 0);

@@ -790,116 +790,90 @@ static void test_avx512(void **state)
            k->matmul_bf16b ? "AVX-512 BF16" : "none, no AVX-512 BF16 on this CPU");
 }
 
-/* The tile products' input layout (kernels.h, bf16_pack): every element
- * where the formula puts it, the padding tokens zero. Plain C, so checked
- * wherever the AVX-512 file is built. */
-static void test_bf16_pack(void **state)
+/* The bf16 weights' tile layout (kernels.h, tern_bf16_tiles_make): every
+ * element where the formula puts it, the padding rows zero, a block range
+ * writing only its blocks. Plain C, checked everywhere. */
+static void test_bf16_tiles(void **state)
 {
     (void)state;
-#ifndef TERN_NO_AVX512
-    if (!tern_kernels_avx512()) {
-        printf("AVX-512 not available on this CPU: skipped\n");
-        skip();
-    }
-    static const long shapes[][2] = {{1, 32}, {15, 64}, {16, 32}, {17, 96}, {40, 2048}};
+    static const long shapes[][2] = {{1, 32}, {16, 64}, {17, 32}, {40, 96}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        long T = shapes[si][0], n_in = shapes[si][1], nb = (T + 15) / 16;
-        uint16_t *xb = malloc((size_t)(T * n_in) * 2), *xp = malloc((size_t)(nb * 16 * n_in) * 2);
-        for (long i = 0; i < T * n_in; i++)
-            xb[i] = (uint16_t)(tern_rng_u32(&rng) | 1);
-        memset(xp, 0xab, (size_t)(nb * 16 * n_in) * 2);
-        tern_bf16_pack_amx(xb, T, n_in, xp);
+        long n_out = shapes[si][0], n_in = shapes[si][1], nb = (n_out + 15) / 16;
+        size_t len = tern_bf16_tiles_len(n_out, n_in);
+        assert_int_equal(len, (size_t)(nb * 16 * n_in));
+        uint16_t *w = malloc((size_t)(n_out * n_in) * 2), *t = malloc(len * 2);
+        for (long i = 0; i < n_out * n_in; i++)
+            w[i] = (uint16_t)(tern_rng_u32(&rng) | 1); /* never 0, so a missed element shows */
+        memset(t, 0xff, len * 2);
+        tern_bf16_tiles_make(w, n_out, n_in, t, 0, nb / 2);
+        tern_bf16_tiles_make(w, n_out, n_in, t, nb / 2, nb);
         for (long b = 0; b < nb; b++)
             for (long p = 0; p < n_in / 2; p++)
                 for (long n = 0; n < 16; n++)
-                    for (long j = 0; j < 2; j++) {
-                        long t = 16 * b + n;
-                        uint16_t want = t < T ? xb[t * n_in + 2 * p + j] : 0;
-                        if (xp[(b * n_in / 2 + p) * 32 + 2 * n + j] != want)
-                            fail_msg("bf16_pack T %ld n_in %ld: token %ld input %ld misplaced", T, n_in, t, 2 * p + j);
+                    for (long jj = 0; jj < 2; jj++) {
+                        long r = 16 * b + n;
+                        uint16_t want = r < n_out ? w[r * n_in + 2 * p + jj] : 0;
+                        if (t[((b * n_in / 2 + p) * 16 + n) * 2 + jj] != want)
+                            fail_msg("bf16 tiles %ld x %ld: row %ld input %ld misplaced", n_out, n_in, r, 2 * p + jj);
                     }
-        free(xb);
-        free(xp);
-        /* the integer inputs' packing (i8_pack) */
-        long ngp = tern_iq_ngp(n_in / 32);
-        int8_t *q = malloc((size_t)(T * n_in)), *qp = malloc((size_t)(nb * 16 * n_in));
-        float *qs = malloc((size_t)(T * 2 * ngp) * 4), *qsp = malloc((size_t)(nb * 16 * 2 * ngp) * 4);
-        for (long i = 0; i < T * n_in; i++)
-            q[i] = (int8_t)(tern_rng_u32(&rng) | 1);
-        for (long i = 0; i < T * 2 * ngp; i++)
-            qs[i] = rnd() + 2.0f;
-        tern_i8_pack_amx(q, qs, T, n_in, ngp, qp, qsp);
-        for (long b = 0; b < nb; b++)
-            for (long n = 0; n < 16; n++) {
-                long t = 16 * b + n;
-                for (long i = 0; i < n_in; i++)
-                    if (qp[(b * n_in / 4 + i / 4) * 64 + 4 * n + i % 4] != (t < T ? q[t * n_in + i] : 0))
-                        fail_msg("i8_pack T %ld n_in %ld: token %ld input %ld misplaced", T, n_in, t, i);
-                for (long g = 0; g < 2 * ngp; g++)
-                    if (qsp[(b * 2 * ngp + g) * 16 + n] != (t < T ? qs[t * 2 * ngp + g] : 0.0f))
-                        fail_msg("i8_pack T %ld: token %ld scale %ld misplaced", T, t, g);
-            }
-        free(q), free(qp), free(qs), free(qsp);
+        free(w), free(t);
     }
-#else
-    skip();
-#endif
 }
 
-/* The AMX-BF16 tile product (kernels.h, matmul_bf16p) against the scalar
- * reference: within f32 reordering, row ranges and every token alone (and
- * each 16-token block's position) give the same bits. Runs where the CPU
- * has AMX-BF16 and the OS grants the tiles (skipped elsewhere). */
+/* The AMX-BF16 tile product (kernels.h, matmul_bf16t) against the scalar
+ * reference: within f32 reordering; row ranges (cut anywhere, not only at
+ * the 16-row blocks) and every token alone give the same bits. Runs where
+ * the CPU has AMX-BF16 and the OS grants the tiles (skipped elsewhere). */
 static void test_amx(void **state)
 {
     (void)state;
-    const tern_kernels *k = tern_kernels_amx_bf16();
+    const tern_kernels *k = tern_kernels_amx();
     if (!k) {
-        printf("AMX-BF16/INT8 not available on this CPU (or not granted by the OS): skipped\n");
+        printf("AMX-INT8 not available on this CPU (or not granted by the OS): skipped\n");
         skip();
     }
-    assert_true(tern_kernels_amx() && !tern_kernels_amx()->bf16_pack);
-    assert_true(k->bf16_pack && k->matmul_bf16p && tern_bf16p_ok(k, 64) && !tern_bf16p_ok(k, 48));
-    static const long shapes[][2] = {{1, 32}, {5, 64}, {16, 96}, {31, 32}, {33, 128}, {70, 2048}, {40, 4096}};
-    static const long Ts[] = {1, 2, 15, 16, 17, 33, 40};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
-            long n_out = shapes[si][0], n_in = shapes[si][1], T = Ts[ti], nb = (T + 15) / 16;
-            uint16_t *wb = malloc((size_t)(n_out * n_in) * 2), *xb = malloc((size_t)(T * n_in) * 2);
-            uint16_t *xp = malloc((size_t)(nb * 16 * n_in) * 2), *x1 = malloc((size_t)(16 * n_in) * 2);
-            float *y0 = malloc((size_t)(T * n_out) * 4), *y1 = malloc((size_t)(T * n_out) * 4);
-            for (long i = 0; i < n_out * n_in; i++)
-                wb[i] = tern_f32_to_bf16(rnd());
-            for (long i = 0; i < T * n_in; i++)
-                xb[i] = tern_f32_to_bf16(rnd());
-            k->bf16_pack(xb, T, n_in, xp);
-            tern_matmul_bf16b_ref(wb, xb, y0, T, n_in, n_out, 0, n_out);
-            k->matmul_bf16p(wb, xp, y1, T, n_in, n_out, 0, n_out);
-            for (long i = 0; i < T * n_out; i++)
-                if (fabs(y0[i] - y1[i]) > 1e-6 * (double)n_in + 1e-6)
-                    fail_msg("amx matmul_bf16p n_out %ld n_in %ld T %ld: [%ld] %g vs %g", n_out, n_in, T, i, y1[i],
-                             y0[i]);
-            if (n_out > 1) {
-                long cut = n_out / 3 + 1;
-                k->matmul_bf16p(wb, xp, y0, T, n_in, n_out, 0, cut);
-                k->matmul_bf16p(wb, xp, y0, T, n_in, n_out, cut, n_out);
+    static const long Ts[] = {1, 2, 15, 16, 17, 33, 40, 80};
+    if (!k->matmul_bf16t) {
+        printf("AMX-BF16 not available: its products skipped\n");
+    } else {
+        assert_true(tern_bf16t_ok(k, 64) && !tern_bf16t_ok(k, 48));
+        static const long shapes[][2] = {{1, 32}, {5, 64}, {16, 96}, {31, 32}, {33, 128}, {70, 2048}, {100, 4096}};
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                long n_out = shapes[si][0], n_in = shapes[si][1], T = Ts[ti];
+                uint16_t *wb = malloc((size_t)(n_out * n_in) * 2), *xb = malloc((size_t)(T * n_in) * 2);
+                uint16_t *wt = malloc(tern_bf16_tiles_len(n_out, n_in) * 2);
+                float *y0 = malloc((size_t)(T * n_out) * 4), *y1 = malloc((size_t)(T * n_out) * 4);
+                for (long i = 0; i < n_out * n_in; i++)
+                    wb[i] = tern_f32_to_bf16(rnd());
+                for (long i = 0; i < T * n_in; i++)
+                    xb[i] = tern_f32_to_bf16(rnd());
+                tern_bf16_tiles_make(wb, n_out, n_in, wt, 0, (n_out + 15) / 16);
+                tern_matmul_bf16b_ref(wb, xb, y0, T, n_in, n_out, 0, n_out);
+                k->matmul_bf16t(wt, xb, y1, T, n_in, n_out, 0, n_out);
                 for (long i = 0; i < T * n_out; i++)
-                    if (y0[i] != y1[i])
-                        fail_msg("amx matmul_bf16p n_out %ld n_in %ld T %ld: row ranges differ", n_out, n_in, T);
+                    if (fabs(y0[i] - y1[i]) > 1e-6 * (double)n_in + 1e-6)
+                        fail_msg("amx matmul_bf16t n_out %ld n_in %ld T %ld: [%ld] %g vs %g", n_out, n_in, T, i,
+                                 y1[i], y0[i]);
+                static const long cuts[][2] = {{1, 3}, {16, 32}, {7, 50}};
+                for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+                    long a = cuts[c][0] < n_out ? cuts[c][0] : n_out, b = cuts[c][1] < n_out ? cuts[c][1] : n_out;
+                    memset(y0, 0, (size_t)(T * n_out) * 4);
+                    k->matmul_bf16t(wt, xb, y0, T, n_in, n_out, 0, a);
+                    k->matmul_bf16t(wt, xb, y0, T, n_in, n_out, a, b);
+                    k->matmul_bf16t(wt, xb, y0, T, n_in, n_out, b, n_out);
+                    if (memcmp(y0, y1, (size_t)(T * n_out) * 4))
+                        fail_msg("amx matmul_bf16t n_out %ld n_in %ld T %ld: row ranges %ld, %ld differ", n_out, n_in,
+                                 T, a, b);
+                }
+                for (long t = 0; t < T; t++) {
+                    k->matmul_bf16t(wt, xb + t * n_in, y0, 1, n_in, n_out, 0, n_out);
+                    if (memcmp(y0, y1 + t * n_out, (size_t)n_out * 4))
+                        fail_msg("amx matmul_bf16t n_in %ld: token %ld of %ld differs from alone", n_in, t, T);
+                }
+                free(wb), free(xb), free(wt), free(y0), free(y1);
             }
-            for (long t = 0; t < T; t++) {
-                k->bf16_pack(xb + t * n_in, 1, n_in, x1);
-                k->matmul_bf16p(wb, x1, y0, 1, n_in, n_out, 0, n_out);
-                for (long r = 0; r < n_out; r++)
-                    if (y0[r] != y1[t * n_out + r])
-                        fail_msg("amx matmul_bf16p n_in %ld: token %ld of %ld differs from alone", n_in, t, T);
-            }
-            free(wb), free(xb), free(xp), free(x1), free(y0), free(y1);
-        }
-    printf("AMX-BF16 tile products match the scalar reference (batch invariant)\n");
-    if (!k->i8_pack) {
-        printf("AMX-INT8 not available: its products skipped\n");
-        return;
+        printf("AMX-BF16 tile products match the scalar reference (batch invariant)\n");
     }
     /* integer tile products: the scalar reference's bits (memcmp), row ranges too;
      * 4-bit groups of 64 and 128, 8-bit groups of 32 to 128 (blocks of 32) */
@@ -1023,7 +997,7 @@ int main(void)
         cmocka_unit_test(test_scalar_quant),
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_avx512),
-        cmocka_unit_test(test_bf16_pack),
+        cmocka_unit_test(test_bf16_tiles),
         cmocka_unit_test(test_amx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -28,8 +28,7 @@ void tern_iq16_vnni_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const
 void tern_bf16dot_avx512(const void *W, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0, long r1);
 void tern_bf16_act_avx512(const float *X, long n, uint16_t *Xb);
 /* AMX-BF16 tiles (bf16dot_amx.c): only where tern_cpu()->amx_bf16. */
-void tern_bf16_pack_amx(const uint16_t *Xb, long T, long n_in, uint16_t *Xp);
-void tern_bf16dot_amx(const void *W, const uint16_t *Xp, float *Y, long T, long n_in, long ldy, long r0, long r1);
+void tern_bf16dot_amx(const void *Wt, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0, long r1);
 /* AMX-INT8 tiles (intdot_amx.c): only where tern_cpu()->amx_int8. */
 void tern_i8_pack_amx(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp, float *qsp);
 void tern_iq_amx_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Qp, const float *qsp, float *Y,

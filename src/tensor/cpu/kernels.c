@@ -41,53 +41,31 @@ static void partial_init(void)
 }
 
 /* AMX: the full AVX-512 table with the integer products on AMX-INT8 tiles
- * (the same bits as every table); "amx-bf16" adds the bf16 weights on
- * AMX-BF16 tiles for every token count (batch invariance kept: decode then
- * runs on tiles too, measured slower than vdpbf16ps there, so it is not the
- * default - docs/benchmarks.md). */
-static tern_kernels g_amx, g_amx_bf16;
+ * (the same bits as every table) and the bf16 weights' products on
+ * AMX-BF16 tiles (weights rearranged at load, kernels.h: every token count
+ * of a weight runs on them, so batch invariance holds). */
+static tern_kernels g_amx;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static void amx_init(void)
 {
     const tern_cpu_features *f = tern_cpu();
     g_amx = *tern_kernels_avx512_table();
     g_amx.isa = "amx";
-    if (f->amx_int8) {
-        g_amx.i8_pack = tern_i8_pack_amx;
-        g_amx.imatmul_q4p = tern_iq_amx_q4;
-        g_amx.imatmul_q8p = tern_iq_amx_q8;
-    }
-    g_amx_bf16 = g_amx;
-    g_amx_bf16.isa = "amx-bf16";
-    g_amx_bf16.bf16_pack = tern_bf16_pack_amx;
-    g_amx_bf16.matmul_bf16p = tern_bf16dot_amx;
-}
-
-static int amx_ok(int bf16)
-{
-    const tern_cpu_features *f = tern_cpu();
-    if ((bf16 ? f->amx_bf16 : f->amx_int8) && tern_kernels_avx512() == tern_kernels_avx512_table()) {
-        pthread_once(&g_amx_once, amx_init);
-        return 1;
-    }
-    return 0;
+    g_amx.i8_pack = tern_i8_pack_amx;
+    g_amx.imatmul_q4p = tern_iq_amx_q4;
+    g_amx.imatmul_q8p = tern_iq_amx_q8;
+    if (f->amx_bf16)
+        g_amx.matmul_bf16t = tern_bf16dot_amx;
 }
 #endif
 
 const tern_kernels *tern_kernels_amx(void)
 {
 #ifndef TERN_NO_AVX512
-    if (amx_ok(0))
+    if (tern_cpu()->amx_int8 && tern_kernels_avx512() == tern_kernels_avx512_table()) {
+        pthread_once(&g_amx_once, amx_init);
         return &g_amx;
-#endif
-    return NULL;
-}
-
-const tern_kernels *tern_kernels_amx_bf16(void)
-{
-#ifndef TERN_NO_AVX512
-    if (amx_ok(1) && tern_cpu()->amx_int8)
-        return &g_amx_bf16;
+    }
 #endif
     return NULL;
 }
@@ -123,8 +101,6 @@ static void choose(void)
         k = tern_kernels_avx2();
     else if (force && !strcmp(force, "avx512"))
         k = tern_kernels_avx512();
-    else if (force && !strcmp(force, "amx-bf16"))
-        k = tern_kernels_amx_bf16();
     else if (!force || !strcmp(force, "amx"))
         k = tern_kernels_amx();
     if (!k && (!force || (strcmp(force, "scalar") && strcmp(force, "avx2"))))
@@ -142,4 +118,21 @@ const tern_kernels *tern_kernels_best(void)
 {
     pthread_once(&g_once, choose);
     return g_best;
+}
+
+size_t tern_bf16_tiles_len(long n_out, long n_in) { return (size_t)((n_out + 15) / 16) * 16 * (size_t)n_in; }
+
+void tern_bf16_tiles_make(const uint16_t *W, long n_out, long n_in, uint16_t *Wt, long b0, long b1)
+{
+    for (long b = b0; b < b1; b++)
+        for (long n = 0; n < 16; n++) {
+            long r = b * 16 + n;
+            uint16_t *dst = Wt + b * 16 * n_in + 2 * n;
+            for (long p = 0; p < n_in / 2; p++) { /* a pair of inputs at a time */
+                if (r < n_out)
+                    memcpy(dst + p * 32, W + r * n_in + 2 * p, 2 * sizeof *dst);
+                else
+                    memset(dst + p * 32, 0, 2 * sizeof *dst);
+            }
+        }
 }
