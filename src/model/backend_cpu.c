@@ -12,6 +12,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/kv_int.h"
 #include "model/model_int.h"
@@ -923,6 +925,16 @@ static void tiles_run(void *ctx, long b, long e, int worker)
     }
 }
 
+/* Drops the whole pages of [p, p + n) from the process (read-only file
+ * mappings: a later read faults them back in from the file). */
+static void release_pages(const void *p, size_t n)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + pg - 1) & ~(pg - 1),
+              b = ((uintptr_t)p + n) & ~(pg - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 void model_backend_cpu_tiles(model_backend *base, tern_model *m)
 {
     cpu_backend *be = (cpu_backend *)base;
@@ -956,6 +968,9 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
         }
         if (j.n)
             tern_pool_for(be->pool, j.first[j.n], 1, tiles_run, &j);
+        for (int i = 0; i < j.n; i++) /* the products read the tiles now: the mapping's pages may go */
+            if (j.w[i]->data != m->embed.data && !j.w[i]->own)
+                release_pages(j.w[i]->data, (size_t)j.w[i]->n_out * (size_t)j.w[i]->n_in * sizeof(uint16_t));
     }
     if (bytes)
         TERN_INFO("bf16 weights in the tile layout: %.2f GiB", (double)bytes / (1 << 30));
