@@ -67,15 +67,21 @@ static void put_part(const out_t *o, long t, long nt, long b)
         }                                                                                                              \
     } while (0)
 
+/* The four sum tiles from zero. */
+static inline void zero_sums(void)
+{
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+}
+
 /* One token tile (x: its first token, nt configured) x row blocks b .. b + 3. */
 static void t1r4(const uint16_t *Wt, long n_in, const uint16_t *x, long t, long nt, long b, const out_t *o)
 {
     long bs = 16 * n_in; /* a block's elements */
     const uint16_t *w = Wt + b * bs;
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_zero(7);
+    zero_sums();
     for (long k = 0; k < n_in; k += 32) {
         _tile_loadd(0, x + k, n_in * 2);
         _tile_loadd(2, w + k * 16, 64);
@@ -111,10 +117,7 @@ static void t2r2(const uint16_t *Wt, long n_in, const uint16_t *x, long t, long 
 {
     long bs = 16 * n_in;
     const uint16_t *w = Wt + b * bs;
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_zero(7);
+    zero_sums();
     for (long k = 0; k < n_in; k += 32) {
         _tile_loadd(0, x + k, n_in * 2);
         _tile_loadd(1, x + 16 * n_in + k, n_in * 2);
