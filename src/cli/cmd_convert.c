@@ -702,7 +702,12 @@ int cmd_convert(int argc, char **argv)
             goto out;
         }
     if (lora_dir) { /* the adapter is read against the base, whose weights stay mapped */
-        if (!(base = model_load(in, 1, &err)) || !(lora = model_lora_load(base, lora_dir, &err)))
+        /* never run: loaded under exact products, so no CPU tile layout is built for it */
+        int exact = tern_kernels_exact_get();
+        tern_kernels_exact_set(1);
+        base = model_load(in, 1, &err);
+        tern_kernels_exact_set(exact);
+        if (!base || !(lora = model_lora_load(base, lora_dir, &err)))
             goto out;
         c.lora = lora;
     }
