@@ -12,8 +12,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "model/kv_int.h"
 #include "model/model_int.h"
@@ -925,14 +923,34 @@ static void tiles_run(void *ctx, long b, long e, int worker)
     }
 }
 
-/* Drops the whole pages of [p, p + n) from the process (read-only file
- * mappings: a later read faults them back in from the file). */
-static void release_pages(const void *p, size_t n)
+/* Gives the n weights ws that take tiles (at most TILES_MAX) their layout
+ * in one pool round, then drops their mapping's pages (not the
+ * embedding's, which lookups read). Returns the bytes allocated. */
+static size_t tiles_make(cpu_backend *be, const tern_model *m, model_weight *const *ws, int n)
 {
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + pg - 1) & ~(pg - 1),
-              b = ((uintptr_t)p + n) & ~(pg - 1);
-    if (b > a)
-        madvise((void *)a, b - a, MADV_DONTNEED);
+    tiles_job j = {.n = 0};
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        model_weight *w = ws[i];
+        if (!w->data || w->tiles || !mm_uses_bf16b(be, w) || !tern_bf16t_ok(be->k, w->n_in))
+            continue;
+        size_t len = tern_bf16_tiles_len(w->n_out, w->n_in);
+        if (!(w->tiles = aligned_alloc(64, len * sizeof(uint16_t)))) {
+            TERN_WARN("no memory for the tile layout of a %d x %d weight: it keeps the vector kernel", w->n_out,
+                      w->n_in);
+            continue;
+        }
+        bytes += len * sizeof(uint16_t);
+        j.w[j.n] = w;
+        j.first[j.n + 1] = j.first[j.n] + (w->n_out + 15) / 16;
+        j.n++;
+    }
+    if (j.n)
+        tern_pool_for(be->pool, j.first[j.n], 1, tiles_run, &j);
+    for (int i = 0; i < j.n; i++)
+        if (j.w[i]->data != m->embed.data && !j.w[i]->own)
+            model_weight_release(j.w[i]);
+    return bytes;
 }
 
 void model_backend_cpu_tiles(model_backend *base, tern_model *m)
@@ -940,37 +958,12 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
     cpu_backend *be = (cpu_backend *)base;
     if (be->exact || !be->k->matmul_bf16t)
         return;
-    tiles_job j = {.n = 0};
-    size_t bytes = 0;
-    for (int l = -1; l < m->cfg.n_layer; l++) {
-        model_layer *L = l >= 0 ? &m->layers[l] : NULL;
-        model_weight *ws[8] = {&m->lm_head};
-        if (L) {
-            model_weight *lw[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
-            memcpy(ws, lw, sizeof ws);
-        }
-        j.n = 0;
-        j.first[0] = 0;
-        for (int i = 0; i < (L ? 8 : 1); i++) {
-            model_weight *w = ws[i];
-            if (!w->data || w->tiles || !mm_uses_bf16b(be, w) || !tern_bf16t_ok(be->k, w->n_in))
-                continue;
-            size_t len = tern_bf16_tiles_len(w->n_out, w->n_in);
-            if (!(w->tiles = aligned_alloc(64, len * sizeof(uint16_t)))) {
-                TERN_WARN("no memory for the tile layout of a %d x %d weight: it keeps the vector kernel", w->n_out,
-                          w->n_in);
-                continue;
-            }
-            bytes += len * sizeof(uint16_t);
-            j.w[j.n] = w;
-            j.first[j.n + 1] = j.first[j.n] + (w->n_out + 15) / 16;
-            j.n++;
-        }
-        if (j.n)
-            tern_pool_for(be->pool, j.first[j.n], 1, tiles_run, &j);
-        for (int i = 0; i < j.n; i++) /* the products read the tiles now: the mapping's pages may go */
-            if (j.w[i]->data != m->embed.data && !j.w[i]->own)
-                release_pages(j.w[i]->data, (size_t)j.w[i]->n_out * (size_t)j.w[i]->n_in * sizeof(uint16_t));
+    model_weight *head = &m->lm_head;
+    size_t bytes = tiles_make(be, m, &head, 1);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        model_layer *L = &m->layers[l];
+        model_weight *ws[TILES_MAX] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
+        bytes += tiles_make(be, m, ws, TILES_MAX);
     }
     if (bytes)
         TERN_INFO("bf16 weights in the tile layout: %.2f GiB", (double)bytes / (1 << 30));

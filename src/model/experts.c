@@ -85,6 +85,15 @@ static void span(const model_weight *w, int inner, char **lo, size_t *len)
     *len = b - a;
 }
 
+void model_weight_release(const model_weight *w)
+{
+    char *lo;
+    size_t len;
+    span(w, 1, &lo, &len);
+    if (len)
+        madvise(lo, len, MADV_DONTNEED);
+}
+
 enum { OP_READ, OP_ADVISE, OP_LOCK, OP_UNLOCK, OP_RELEASE };
 
 /* Applies op to the three matrices of expert id; OP_LOCK returns -1 when

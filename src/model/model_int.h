@@ -101,6 +101,10 @@ void model_rope_freqs(const model_config *c, double theta, int scaled, float *ou
  * counts a hit or the bytes streamed. No-op without a cache. */
 void model_experts_touch(tern_model *m, int layer, int expert);
 
+/* Drops the pages wholly w's own from the process (experts.c; w's data a
+ * read-only file mapping: a later read faults them back in). */
+void model_weight_release(const model_weight *w);
+
 /* A device backend's expert cache reports into the model's counters
  * (experts.c; a no-op without them): picks that found the expert cached and
  * not, bytes copied into the cache and the seconds it took, bytes held. */
