@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -51,6 +52,12 @@ static void detect(void)
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d))
         g_feat.avx512_bf16 = zmm_ok && ((a >> 5) & 1);
+    unsigned vendor[3];
+    if (__get_cpuid(0, &a, &vendor[0], &vendor[2], &vendor[1]) && __get_cpuid(1, &a, &b, &c, &d)) {
+        int amd = !memcmp(vendor, "AuthenticAMD", 12);
+        unsigned family = ((a >> 8) & 15) + (((a >> 8) & 15) == 15 ? (a >> 20) & 255 : 0);
+        g_feat.avx512_halves = amd && family == 0x19 && g_feat.avx512f;
+    }
 }
 
 const tern_cpu_features *tern_cpu(void)
