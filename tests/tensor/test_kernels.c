@@ -12,10 +12,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/cpu.h"
 #include "base/rng.h"
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
 #include "tensor/cpu/intdot.h"
+
+const tern_kernels *tern_kernels_avx512_table(void);
 
 static tern_rng rng;
 
@@ -785,6 +788,16 @@ static void test_avx512(void **state)
     if (tern_kernels_amx())
         check_f8(tern_kernels_amx());
     check_iq_blocks(k, 0);
+#ifndef TERN_NO_AVX512
+    /* a CPU given AVX2 kernels in places (kernels.c: avx512_halves) still
+     * checks the full AVX-512 table, which other CPUs run */
+    const tern_kernels *full = tern_kernels_avx512_table();
+    if (full != k && tern_cpu()->avx512_vnni && tern_cpu()->avx512_bf16) {
+        check_iq(full);
+        check_iq_blocks(full, 0);
+        printf("the full AVX-512 table (not this CPU's choice) matches too\n");
+    }
+#endif
     printf("AVX-512 kernels match the scalar reference (integer products: %s; bf16 activations: %s)\n",
            k->imatmul_q8 == tern_kernels_avx2()->imatmul_q8 ? "AVX2, no VNNI on this CPU" : "VNNI",
            k->matmul_bf16b ? "AVX-512 BF16" : "none, no AVX-512 BF16 on this CPU");
