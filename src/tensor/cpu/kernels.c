@@ -24,9 +24,9 @@ const tern_kernels *tern_kernels_avx2(void)
  * without BF16: no bf16-activation product (f32 activations stay). Where
  * AVX-512 runs as two 256-bit halves (Zen 4), the one-token integer products
  * (decode) are the AVX2 ones: measured on a 2-core Zen 4, 1B-shaped model,
- * five alternating runs, 8-bit 20.2 against 14.9 t/s and 4-bit 31.8 against
- * 26.9 (medians); on the Xeon the AVX-512 ones stay (81.8 against 80.6,
- * 142.7 against 138.8 at 16 threads). */
+ * five alternating runs, 8-bit 18.5 against 17.7 t/s and 4-bit 36.5 against
+ * 32.9 (medians); on the Xeon the AVX-512 ones stay (81.8 against 80.6,
+ * 142.7 against 138.8 at 16 threads). docs/benchmarks.md, 2026-12-04. */
 static tern_kernels g_avx512_partial;
 static pthread_once_t g_partial_once = PTHREAD_ONCE_INIT;
 static void partial_init(void)
