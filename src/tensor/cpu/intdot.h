@@ -14,6 +14,9 @@ void tern_iq16_avx2_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const
                        float *Y, long n_in, long r0, long r1);
 void tern_iq16_avx2_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1);
+/* The same a row at a time (one read stream a thread: Zen 4, kernels.c). */
+void tern_iq16_avx2_q8_row1(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                            float *Y, long n_in, long r0, long r1);
 /* AVX-512 VNNI (vpdpbusd): only for CPUs with avx512_vnni. */
 void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1);
