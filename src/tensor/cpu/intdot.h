@@ -14,9 +14,6 @@ void tern_iq16_avx2_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const
                        float *Y, long n_in, long r0, long r1);
 void tern_iq16_avx2_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1);
-/* The same a row at a time (one read stream a thread: Zen 4, kernels.c). */
-void tern_iq16_avx2_q8_row1(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
-                            float *Y, long n_in, long r0, long r1);
 /* AVX-512 VNNI (vpdpbusd): only for CPUs with avx512_vnni. */
 void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1);
@@ -25,6 +22,9 @@ void tern_iq_vnni_q8(const uint8_t *Wq, const float *sb, int group, const int8_t
 void tern_iq16_vnni_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1);
 void tern_iq16_vnni_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1);
+/* One token, 8-bit, a row at a time with 256-bit vpdpbusd (AVX-512 VNNI + VL). */
+void tern_iq16_v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1);
 
 /* AVX-512 BF16 (vdpbf16ps, bf16dot_avx512.c): only for CPUs with avx512_bf16. */

@@ -255,13 +255,11 @@ static inline __attribute__((always_inline)) __m256i q8_run32(const uint8_t *w, 
  * sa, sbb: the rows' f32 pairs, or with h16 their bf16 ones
  * (tern_iqmatmul16_fn); group: the activation block B (kernels.h), rep of
  * them a weight group; full: all 8 blocks present (c + 8 <= ng), so that
- * the common chunk runs without a test per block; two: row b too (else
- * only row a, fb untouched). */
+ * the common chunk runs without a test per block. */
 static inline __attribute__((always_inline)) void one_chunk(const uint8_t *wa, const uint8_t *wb, const void *sa,
                                                             const void *sbb, int h16, const int8_t *x,
                                                             const float *q, int group, long rep, int bits, long ng,
-                                                            long ngp, long c, int full, int two, __m256 *fa,
-                                                            __m256 *fb)
+                                                            long ngp, long c, int full, __m256 *fa, __m256 *fb)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i ha[4], hb[4];
@@ -280,8 +278,7 @@ static inline __attribute__((always_inline)) void one_chunk(const uint8_t *wa, c
                 for (int i = 0; i < group; i += 64) {
                     __m256i ae = LD(x + g * group + i), ao = LD(x + g * group + i + 32);
                     pa = _mm256_add_epi16(pa, q4_run64(wa + (g * group + i) / 2, ae, ao));
-                    if (two)
-                        pb = _mm256_add_epi16(pb, q4_run64(wb + (g * group + i) / 2, ae, ao));
+                    pb = _mm256_add_epi16(pb, q4_run64(wb + (g * group + i) / 2, ae, ao));
                 }
                 xa[h] = _mm256_madd_epi16(pa, ones);
                 xb[h] = _mm256_madd_epi16(pb, ones);
@@ -290,8 +287,7 @@ static inline __attribute__((always_inline)) void one_chunk(const uint8_t *wa, c
                 for (int i = 0; i < group; i += 32) {
                     __m256i a = LD(x + g * group + i);
                     xa[h] = _mm256_add_epi32(xa[h], q8_run32(wa + g * group + i, a));
-                    if (two)
-                        xb[h] = _mm256_add_epi32(xb[h], q8_run32(wb + g * group + i, a));
+                    xb[h] = _mm256_add_epi32(xb[h], q8_run32(wb + g * group + i, a));
                 }
             }
         }
@@ -310,8 +306,6 @@ static inline __attribute__((always_inline)) void one_chunk(const uint8_t *wa, c
     else
         iq_sb_rep(sa, c, nbs, rep, &sw, &bw);
     *fa = iq_combine(*fa, Ia, sw, bw, q + c, q + ngp + c);
-    if (!two)
-        return;
     if (h16)
         iq_sb16_rep(sbb, c, nbs, rep, &sw, &bw);
     else
@@ -319,33 +313,31 @@ static inline __attribute__((always_inline)) void one_chunk(const uint8_t *wa, c
     *fb = iq_combine(*fb, Ib, sw, bw, q + c, q + ngp + c);
 }
 
-static inline __attribute__((always_inline)) void one_rows(const uint8_t *wa, const uint8_t *wb, const void *sa,
+static inline __attribute__((always_inline)) void one_rows2(const uint8_t *wa, const uint8_t *wb, const void *sa,
                                                             const void *sbb, int h16, const int8_t *x, const float *q,
                                                             int group, long rep, int bits, long ng, long ngp,
-                                                            float *ya, float *yb, const uint8_t *pf, int two)
+                                                            float *ya, float *yb, const uint8_t *pf)
 {
     __m256 fa = _mm256_setzero_ps(), fb = fa;
-    long pfc = (two ? 2 : 1) * 8 * group * bits / 8; /* the next pair's (row's) bytes a chunk, fetched ahead */
+    long pfc = 2 * 8 * group * bits / 8; /* the next pair's bytes a chunk, fetched a pair ahead */
     for (long c = 0; c < ngp; c += 8) {
 #pragma GCC unroll 16
         for (long o = 0; o < pfc; o += 64)
             _mm_prefetch((const char *)pf + (c / 8) * pfc + o, _MM_HINT_T0);
         if (c + 8 <= ng)
-            one_chunk(wa, wb, sa, sbb, h16, x, q, group, rep, bits, ng, ngp, c, 1, two, &fa, &fb);
+            one_chunk(wa, wb, sa, sbb, h16, x, q, group, rep, bits, ng, ngp, c, 1, &fa, &fb);
         else
-            one_chunk(wa, wb, sa, sbb, h16, x, q, group, rep, bits, ng, ngp, c, 0, two, &fa, &fb);
+            one_chunk(wa, wb, sa, sbb, h16, x, q, group, rep, bits, ng, ngp, c, 0, &fa, &fb);
     }
     *ya = iq_hsum(fa);
     *yb = iq_hsum(fb);
 }
 
 /* One token: group, the weights'; B, the activation block (64 or 128 for
- * 4 bits, 32 for 8). Two rows at a time, or with one a row at a time: the
- * CPU then reads one stream a thread, which Zen 4's prefetchers follow
- * better (kernels.c); each row's sums and combination are the same. */
+ * 4 bits, 32 for 8). */
 static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, const void *sb, int h, int group,
                                                             int B, int bits, const int8_t *Q, const float *qs,
-                                                            float *Y, long n_in, long r0, long r1, int one)
+                                                            float *Y, long n_in, long r0, long r1)
 {
     _Alignas(32) int8_t xr[ONE_MAX];
     const int8_t *x = Q;
@@ -358,20 +350,14 @@ static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, c
         x = xr;
     }
     long ng = n_in / group, nb = n_in / B, nbp = tern_iq_ngp(nb), rowb = n_in * bits / 8;
-    for (long r = r0; r < r1; r += one ? 1 : 2) {
+    for (long r = r0; r < r1; r += 2) {
         long rb = r + 1 < r1 ? r + 1 : r;
         float ya, yb;
         const void *sa = h ? (const void *)((const uint16_t *)sb + r * ng * 2) : (const void *)((const float *)sb + r * ng * 2);
         const void *sbb = h ? (const void *)((const uint16_t *)sb + rb * ng * 2)
                             : (const void *)((const float *)sb + rb * ng * 2);
-        if (one) { /* a row at a time: one read stream (one_token's comment) */
-            one_rows(Wq + r * rowb, Wq + r * rowb, sa, sa, h, x, qs, B, group / B, bits, nb, nbp, &ya, &yb,
-                      Wq + (r + 1 < r1 ? r + 1 : r) * rowb, 0);
-            Y[r] = ya;
-            continue;
-        }
-        one_rows(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, B, group / B, bits, nb, nbp, &ya, &yb,
-                  Wq + (r + 2 < r1 ? r + 2 : r) * rowb, 1);
+        one_rows2(Wq + r * rowb, Wq + rb * rowb, sa, sbb, h, x, qs, B, group / B, bits, nb, nbp, &ya, &yb,
+                  Wq + (r + 2 < r1 ? r + 2 : r) * rowb);
         Y[r] = ya;
         Y[rb] = yb;
     }
@@ -388,9 +374,9 @@ void tern_iq_avx2_q4(const uint8_t *Wq, const float *sb, int group, const int8_t
                      long T, long n_in, long ldy, long r0, long r1)
 {
     if (q4_one_ok(group, T, n_in) && group == 64)
-        one_token(Wq, sb, 0, 64, 64, 4, Q, qs, Y, n_in, r0, r1, 0);
+        one_token(Wq, sb, 0, 64, 64, 4, Q, qs, Y, n_in, r0, r1);
     else if (q4_one_ok(group, T, n_in))
-        one_token(Wq, sb, 0, 128, 128, 4, Q, qs, Y, n_in, r0, r1, 0);
+        one_token(Wq, sb, 0, 128, 128, 4, Q, qs, Y, n_in, r0, r1);
     else
         panel_or_rows(avx2_q4_rows, Wq, sb, group, 4, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
@@ -401,11 +387,11 @@ void tern_iq_avx2_q8(const uint8_t *Wq, const float *sb, int group, const int8_t
                      long T, long n_in, long ldy, long r0, long r1)
 {
     if (T == 1 && group == 64)
-        one_token(Wq, sb, 0, 64, 32, 8, Q, qs, Y, n_in, r0, r1, 0);
+        one_token(Wq, sb, 0, 64, 32, 8, Q, qs, Y, n_in, r0, r1);
     else if (T == 1 && group == 128)
-        one_token(Wq, sb, 0, 128, 32, 8, Q, qs, Y, n_in, r0, r1, 0);
+        one_token(Wq, sb, 0, 128, 32, 8, Q, qs, Y, n_in, r0, r1);
     else if (T == 1 && group == 32)
-        one_token(Wq, sb, 0, 32, 32, 8, Q, qs, Y, n_in, r0, r1, 0);
+        one_token(Wq, sb, 0, 32, 32, 8, Q, qs, Y, n_in, r0, r1);
     else
         panel_or_rows(avx2_q8_rows, Wq, sb, group, 8, Q, qs, Y, T, n_in, ldy, r0, r1);
 }
@@ -417,9 +403,9 @@ void tern_iq16_avx2_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const
                        float *Y, long n_in, long r0, long r1)
 {
     if (q4_one_ok(group, 1, n_in) && group == 64)
-        one_token(Wq, sb16, 1, 64, 64, 4, Q, qs, Y, n_in, r0, r1, 0);
+        one_token(Wq, sb16, 1, 64, 64, 4, Q, qs, Y, n_in, r0, r1);
     else if (q4_one_ok(group, 1, n_in))
-        one_token(Wq, sb16, 1, 128, 128, 4, Q, qs, Y, n_in, r0, r1, 0);
+        one_token(Wq, sb16, 1, 128, 128, 4, Q, qs, Y, n_in, r0, r1);
     else
         tern_kernels_scalar()->imatmul_q4h(Wq, sb16, group, Q, qs, Y, n_in, r0, r1);
 }
@@ -428,18 +414,9 @@ void tern_iq16_avx2_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const
                        float *Y, long n_in, long r0, long r1)
 {
     if (group == 64)
-        one_token(Wq, sb16, 1, 64, 32, 8, Q, qs, Y, n_in, r0, r1, 0);
+        one_token(Wq, sb16, 1, 64, 32, 8, Q, qs, Y, n_in, r0, r1);
     else
-        one_token(Wq, sb16, 1, 128, 32, 8, Q, qs, Y, n_in, r0, r1, 0);
-}
-
-void tern_iq16_avx2_q8_row1(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
-                            float *Y, long n_in, long r0, long r1)
-{
-    if (group == 64)
-        one_token(Wq, sb16, 1, 64, 32, 8, Q, qs, Y, n_in, r0, r1, 1);
-    else
-        one_token(Wq, sb16, 1, 128, 32, 8, Q, qs, Y, n_in, r0, r1, 1);
+        one_token(Wq, sb16, 1, 128, 32, 8, Q, qs, Y, n_in, r0, r1);
 }
 
 void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, int8_t *Q, float *qs)

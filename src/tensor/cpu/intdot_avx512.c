@@ -494,3 +494,51 @@ void tern_iq16_vnni_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const
     else
         few_tokens(Wq, sb16, 1, 128, 8, Q, qs, Y, 1, n_in, 0, r0, r1);
 }
+
+/* One token, 8-bit weights, bf16 pairs (tern_iqmatmul16_fn), a row at a
+ * time with 256-bit vpdpbusd: one instruction per 32 weights (AVX2's sign
+ * trick takes five and a fix after), a chunk of 8 blocks reduced by hadd
+ * and iq_sum8, the next row fetched as it goes. Exact sums and the
+ * contract's combination: the same bits as every kernel. */
+static inline __attribute__((always_inline)) void v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group,
+                                                          const int8_t *x, const float *q, float *Y, long n_in,
+                                                          long r0, long r1)
+{
+    long ng = n_in / group, nb = n_in / 32, nbp = tern_iq_ngp(nb), rep = group / 32;
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = Wq + r * n_in, *pf = r + 1 < r1 ? w + n_in : NULL;
+        const uint16_t *s = sb16 + r * ng * 2;
+        __m256 f = _mm256_setzero_ps();
+        for (long c = 0; c < nbp; c += 8) {
+            if (pf)
+#pragma GCC unroll 4
+                for (int o = 0; o < 256; o += 64)
+                    _mm_prefetch((const char *)pf + c * 32 + o, _MM_HINT_T0);
+            __m256i hv[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i v[2];
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    long g = c + 2 * k + h;
+                    v[h] = g < nb ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), LD(w + g * 32), LD(x + g * 32))
+                                  : _mm256_setzero_si256();
+                }
+                hv[k] = _mm256_hadd_epi32(v[0], v[1]);
+            }
+            __m256 sw, bw;
+            iq_sb16_rep(s, c, nb, rep, &sw, &bw);
+            f = iq_combine(f, iq_sum8(hv[0], hv[1], hv[2], hv[3]), sw, bw, q + c, q + nbp + c);
+        }
+        Y[r] = iq_hsum(f);
+    }
+}
+
+void tern_iq16_v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1)
+{
+    if (group == 64)
+        v256_q8(Wq, sb16, 64, Q, qs, Y, n_in, r0, r1);
+    else
+        v256_q8(Wq, sb16, 128, Q, qs, Y, n_in, r0, r1);
+}
