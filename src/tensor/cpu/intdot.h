@@ -23,7 +23,9 @@ void tern_iq16_vnni_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const
                        float *Y, long n_in, long r0, long r1);
 void tern_iq16_vnni_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1);
-/* One token, 8-bit, a row at a time with 256-bit vpdpbusd (AVX-512 VNNI + VL). */
+/* One token, 4-/8-bit, a row at a time with 256-bit vpdpbusd (AVX-512 VNNI + VL). */
+void tern_iq16_v256_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1);
 void tern_iq16_v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1);
 

@@ -542,3 +542,65 @@ void tern_iq16_v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const
     else
         v256_q8(Wq, sb16, 128, Q, qs, Y, n_in, r0, r1);
 }
+
+/* The same for 4-bit weights (groups of 64 or 128, their own blocks): the
+ * inputs rearranged once per call as AVX2's one-token kernel does (each 64:
+ * the evens' 32 bytes, then the odds'), then per 64 weights one load, two
+ * nibble masks and two vpdpbusd. */
+static inline __attribute__((always_inline)) void v256_q4(const uint8_t *Wq, const uint16_t *sb16, int group,
+                                                          const int8_t *Q, const float *q, float *Y, long n_in,
+                                                          long r0, long r1)
+{
+    _Alignas(32) int8_t x[TERN_IQ16_MAX_IN];
+    for (long i = 0; i < n_in; i += 64) {
+        __m256i a0 = LD(Q + i), a1 = LD(Q + i + 32);
+        _mm256_store_si256((__m256i *)(x + i), _mm256_permute2x128_si256(a0, a1, 0x20));
+        _mm256_store_si256((__m256i *)(x + i + 32), _mm256_permute2x128_si256(a0, a1, 0x31));
+    }
+    const __m256i m = _mm256_set1_epi8(15);
+    long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in / 2;
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *w = Wq + r * rowb, *pf = r + 1 < r1 ? w + rowb : NULL;
+        const uint16_t *s = sb16 + r * ng * 2;
+        __m256 f = _mm256_setzero_ps();
+        for (long c = 0; c < ngp; c += 8) {
+            if (pf)
+#pragma GCC unroll 8
+                for (int o = 0; o < 4 * group; o += 64)
+                    _mm_prefetch((const char *)pf + c * group / 2 + o, _MM_HINT_T0);
+            __m256i hv[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i v[2];
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    long g = c + 2 * k + h;
+                    v[h] = _mm256_setzero_si256();
+                    if (g >= ng)
+                        continue;
+#pragma GCC unroll 2
+                    for (int i = 0; i < group; i += 64) {
+                        __m256i b = LD(w + (g * group + i) / 2);
+                        v[h] = _mm256_dpbusd_epi32(v[h], _mm256_and_si256(b, m), LD(x + g * group + i));
+                        v[h] = _mm256_dpbusd_epi32(v[h], _mm256_and_si256(_mm256_srli_epi16(b, 4), m),
+                                                   LD(x + g * group + i + 32));
+                    }
+                }
+                hv[k] = _mm256_hadd_epi32(v[0], v[1]);
+            }
+            __m256 sw, bw;
+            iq_sb16_rep(s, c, ng, 1, &sw, &bw);
+            f = iq_combine(f, iq_sum8(hv[0], hv[1], hv[2], hv[3]), sw, bw, q + c, q + ngp + c);
+        }
+        Y[r] = iq_hsum(f);
+    }
+}
+
+void tern_iq16_v256_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1)
+{
+    if (group == 64)
+        v256_q4(Wq, sb16, 64, Q, qs, Y, n_in, r0, r1);
+    else
+        v256_q4(Wq, sb16, 128, Q, qs, Y, n_in, r0, r1);
+}

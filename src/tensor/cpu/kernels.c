@@ -23,26 +23,29 @@ const tern_kernels *tern_kernels_avx2(void)
 /* AVX-512 without VNNI: the AVX2 integer products (same bits, see kernels.h);
  * without BF16: no bf16-activation product (f32 activations stay). Where
  * AVX-512 runs as two 256-bit halves (Zen 4), the one-token integer products
- * (decode) are AVX2-shaped: measured on a 2-core Zen 4, 1B-shaped model,
- * five alternating runs, AVX2's 8-bit 18.5 against 17.7 t/s and 4-bit 36.5
- * against 32.9 (medians), and for 8-bit a row at a time on 256-bit vpdpbusd
- * (one read stream a thread, one instruction per 32 weights): 22.5-23.8
- * against 19.1-22.8 for AVX2's; on the Xeon the AVX-512 ones stay (81.8
- * against 80.6, 142.7 against 138.8 at 16 threads). docs/benchmarks.md,
- * 2026-12-04. */
+ * (decode) go a row at a time on 256-bit vpdpbusd (one read stream a
+ * thread): measured on a 2-core Zen 4, 1B-shaped model, alternating runs,
+ * even AVX2's two-row kernels beat the 512-bit ones there (8-bit 18.5
+ * against 17.7 t/s, 4-bit 36.5 against 32.9, medians), and these beat
+ * AVX2's (8-bit 23.4-23.8 against 22.2-22.8 with AVX2's a row at a time,
+ * 4-bit 40.3-40.8 against 37.2-40.2); on the Xeon the AVX-512 ones stay
+ * (81.8 against 80.6, 142.7 against 138.8 at 16 threads; 8-bit a row at a
+ * time 74.2 against 73.7). docs/benchmarks.md, 2026-12-04. */
 static tern_kernels g_avx512_partial;
 static pthread_once_t g_partial_once = PTHREAD_ONCE_INIT;
 static void partial_init(void)
 {
     const tern_cpu_features *f = tern_cpu();
     g_avx512_partial = *tern_kernels_avx512_table();
-    if (!f->avx512_vnni || f->avx512_halves) {
-        g_avx512_partial.imatmul_q4h = tern_iq16_avx2_q4;
-        g_avx512_partial.imatmul_q8h = f->avx512_vnni ? tern_iq16_v256_q8 : tern_iq16_avx2_q8;
+    if (f->avx512_vnni && f->avx512_halves) {
+        g_avx512_partial.imatmul_q4h = tern_iq16_v256_q4;
+        g_avx512_partial.imatmul_q8h = tern_iq16_v256_q8;
     }
     if (!f->avx512_vnni) {
         g_avx512_partial.imatmul_q4 = tern_iq_avx2_q4;
         g_avx512_partial.imatmul_q8 = tern_iq_avx2_q8;
+        g_avx512_partial.imatmul_q4h = tern_iq16_avx2_q4;
+        g_avx512_partial.imatmul_q8h = tern_iq16_avx2_q8;
     }
     if (!f->avx512_bf16) {
         g_avx512_partial.matmul_bf16b = NULL;
