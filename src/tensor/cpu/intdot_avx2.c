@@ -342,11 +342,7 @@ static inline __attribute__((always_inline)) void one_token(const uint8_t *Wq, c
     _Alignas(32) int8_t xr[ONE_MAX];
     const int8_t *x = Q;
     if (bits == 4) {
-        for (long i = 0; i < n_in; i += 64) {
-            __m256i a0 = LD(Q + i), a1 = LD(Q + i + 32);
-            _mm256_store_si256((__m256i *)(xr + i), _mm256_permute2x128_si256(a0, a1, 0x20));
-            _mm256_store_si256((__m256i *)(xr + i + 32), _mm256_permute2x128_si256(a0, a1, 0x31));
-        }
+        iq_q4_one_acts(Q, n_in, xr);
         x = xr;
     }
     long ng = n_in / group, nb = n_in / B, nbp = tern_iq_ngp(nb), rowb = n_in * bits / 8;

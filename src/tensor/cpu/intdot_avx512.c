@@ -495,25 +495,37 @@ void tern_iq16_vnni_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const
         few_tokens(Wq, sb16, 1, 128, 8, Q, qs, Y, 1, n_in, 0, r0, r1);
 }
 
-/* One token, 8-bit weights, bf16 pairs (tern_iqmatmul16_fn), a row at a
- * time with 256-bit vpdpbusd: one instruction per 32 weights (AVX2's sign
- * trick takes five and a fix after), a chunk of 8 blocks reduced by hadd
- * and iq_sum8, the next row fetched as it goes. Exact sums and the
- * contract's combination: the same bits as every kernel. */
-static inline __attribute__((always_inline)) void v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group,
-                                                          const int8_t *x, const float *q, float *Y, long n_in,
-                                                          long r0, long r1)
+/* One token, bf16 pairs (tern_iqmatmul16_fn), a row at a time with 256-bit
+ * vpdpbusd, for CPUs whose AVX-512 runs as two 256-bit halves (kernels.c):
+ * one read stream a thread, the next row fetched as it goes. 8-bit: one
+ * vpdpbusd per 32 weights (AVX2's sign trick takes five and a fix after);
+ * 4-bit (groups of 64 or 128, their own blocks): the inputs rearranged once
+ * as AVX2's one-token kernel does (each 64: the evens' 32 bytes, then the
+ * odds'), then per 64 weights a load, two nibble masks and two vpdpbusd. A
+ * chunk of 8 blocks is reduced by hadd and iq_sum8 and combined as the
+ * contract says: the same bits as every kernel. */
+static inline __attribute__((always_inline)) void v256_one(int bits, const uint8_t *Wq, const uint16_t *sb16,
+                                                           int group, const int8_t *Q, const float *q, float *Y,
+                                                           long n_in, long r0, long r1)
 {
-    long ng = n_in / group, nb = n_in / 32, nbp = tern_iq_ngp(nb), rep = group / 32;
+    _Alignas(32) int8_t xr[bits == 4 ? TERN_IQ16_MAX_IN : 32];
+    const int8_t *x = Q;
+    if (bits == 4) {
+        iq_q4_one_acts(Q, n_in, xr);
+        x = xr;
+    }
+    const __m256i m = _mm256_set1_epi8(15);
+    int B = bits == 8 ? 32 : group; /* the activation block */
+    long ng = n_in / group, nb = n_in / B, nbp = tern_iq_ngp(nb), rep = group / B, rowb = n_in * bits / 8;
     for (long r = r0; r < r1; r++) {
-        const uint8_t *w = Wq + r * n_in, *pf = r + 1 < r1 ? w + n_in : NULL;
+        const uint8_t *w = Wq + r * rowb, *pf = r + 1 < r1 ? w + rowb : NULL;
         const uint16_t *s = sb16 + r * ng * 2;
         __m256 f = _mm256_setzero_ps();
         for (long c = 0; c < nbp; c += 8) {
             if (pf)
-#pragma GCC unroll 4
-                for (int o = 0; o < 256; o += 64)
-                    _mm_prefetch((const char *)pf + c * 32 + o, _MM_HINT_T0);
+#pragma GCC unroll 8
+                for (int o = 0; o < B * bits; o += 64)
+                    _mm_prefetch((const char *)pf + c * B * bits / 8 + o, _MM_HINT_T0);
             __m256i hv[4];
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
@@ -521,8 +533,20 @@ static inline __attribute__((always_inline)) void v256_q8(const uint8_t *Wq, con
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
                     long g = c + 2 * k + h;
-                    v[h] = g < nb ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), LD(w + g * 32), LD(x + g * 32))
-                                  : _mm256_setzero_si256();
+                    v[h] = _mm256_setzero_si256();
+                    if (g >= nb)
+                        continue;
+                    if (bits == 8) {
+                        v[h] = _mm256_dpbusd_epi32(v[h], LD(w + g * 32), LD(x + g * 32));
+                        continue;
+                    }
+#pragma GCC unroll 2
+                    for (int i = 0; i < B; i += 64) {
+                        __m256i b = LD(w + (g * B + i) / 2);
+                        v[h] = _mm256_dpbusd_epi32(v[h], _mm256_and_si256(b, m), LD(x + g * B + i));
+                        v[h] = _mm256_dpbusd_epi32(v[h], _mm256_and_si256(_mm256_srli_epi16(b, 4), m),
+                                                   LD(x + g * B + i + 32));
+                    }
                 }
                 hv[k] = _mm256_hadd_epi32(v[0], v[1]);
             }
@@ -534,73 +558,25 @@ static inline __attribute__((always_inline)) void v256_q8(const uint8_t *Wq, con
     }
 }
 
-void tern_iq16_v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
-                       float *Y, long n_in, long r0, long r1)
+/* the group a constant (64 or 128) in each instance */
+static inline __attribute__((always_inline)) void v256(int bits, const uint8_t *Wq, const uint16_t *sb16, int group,
+                                                       const int8_t *Q, const float *qs, float *Y, long n_in,
+                                                       long r0, long r1)
 {
     if (group == 64)
-        v256_q8(Wq, sb16, 64, Q, qs, Y, n_in, r0, r1);
+        v256_one(bits, Wq, sb16, 64, Q, qs, Y, n_in, r0, r1);
     else
-        v256_q8(Wq, sb16, 128, Q, qs, Y, n_in, r0, r1);
-}
-
-/* The same for 4-bit weights (groups of 64 or 128, their own blocks): the
- * inputs rearranged once per call as AVX2's one-token kernel does (each 64:
- * the evens' 32 bytes, then the odds'), then per 64 weights one load, two
- * nibble masks and two vpdpbusd. */
-static inline __attribute__((always_inline)) void v256_q4(const uint8_t *Wq, const uint16_t *sb16, int group,
-                                                          const int8_t *Q, const float *q, float *Y, long n_in,
-                                                          long r0, long r1)
-{
-    _Alignas(32) int8_t x[TERN_IQ16_MAX_IN];
-    for (long i = 0; i < n_in; i += 64) {
-        __m256i a0 = LD(Q + i), a1 = LD(Q + i + 32);
-        _mm256_store_si256((__m256i *)(x + i), _mm256_permute2x128_si256(a0, a1, 0x20));
-        _mm256_store_si256((__m256i *)(x + i + 32), _mm256_permute2x128_si256(a0, a1, 0x31));
-    }
-    const __m256i m = _mm256_set1_epi8(15);
-    long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in / 2;
-    for (long r = r0; r < r1; r++) {
-        const uint8_t *w = Wq + r * rowb, *pf = r + 1 < r1 ? w + rowb : NULL;
-        const uint16_t *s = sb16 + r * ng * 2;
-        __m256 f = _mm256_setzero_ps();
-        for (long c = 0; c < ngp; c += 8) {
-            if (pf)
-#pragma GCC unroll 8
-                for (int o = 0; o < 4 * group; o += 64)
-                    _mm_prefetch((const char *)pf + c * group / 2 + o, _MM_HINT_T0);
-            __m256i hv[4];
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                __m256i v[2];
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    long g = c + 2 * k + h;
-                    v[h] = _mm256_setzero_si256();
-                    if (g >= ng)
-                        continue;
-#pragma GCC unroll 2
-                    for (int i = 0; i < group; i += 64) {
-                        __m256i b = LD(w + (g * group + i) / 2);
-                        v[h] = _mm256_dpbusd_epi32(v[h], _mm256_and_si256(b, m), LD(x + g * group + i));
-                        v[h] = _mm256_dpbusd_epi32(v[h], _mm256_and_si256(_mm256_srli_epi16(b, 4), m),
-                                                   LD(x + g * group + i + 32));
-                    }
-                }
-                hv[k] = _mm256_hadd_epi32(v[0], v[1]);
-            }
-            __m256 sw, bw;
-            iq_sb16_rep(s, c, ng, 1, &sw, &bw);
-            f = iq_combine(f, iq_sum8(hv[0], hv[1], hv[2], hv[3]), sw, bw, q + c, q + ngp + c);
-        }
-        Y[r] = iq_hsum(f);
-    }
+        v256_one(bits, Wq, sb16, 128, Q, qs, Y, n_in, r0, r1);
 }
 
 void tern_iq16_v256_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1)
 {
-    if (group == 64)
-        v256_q4(Wq, sb16, 64, Q, qs, Y, n_in, r0, r1);
-    else
-        v256_q4(Wq, sb16, 128, Q, qs, Y, n_in, r0, r1);
+    v256(4, Wq, sb16, group, Q, qs, Y, n_in, r0, r1);
+}
+
+void tern_iq16_v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
+                       float *Y, long n_in, long r0, long r1)
+{
+    v256(8, Wq, sb16, group, Q, qs, Y, n_in, r0, r1);
 }

@@ -182,6 +182,20 @@ static inline void iq_quant_act(const float *X, long T, long n_in, int wgroup, i
     }
 }
 
+/* One token's 4-bit-product inputs (nibble order, kernels.h) for the
+ * one-token kernels: each 64 as the evens' 32 bytes, then the odds' (the
+ * middle 16-byte quarters swapped), so that a 32-byte weight load's low and
+ * high nibbles meet them without a shuffle per group. */
+static inline void iq_q4_one_acts(const int8_t *Q, long n_in, int8_t *x)
+{
+    for (long i = 0; i < n_in; i += 64) {
+        __m256i a0 = _mm256_loadu_si256((const __m256i *)(Q + i));
+        __m256i a1 = _mm256_loadu_si256((const __m256i *)(Q + i + 32));
+        _mm256_store_si256((__m256i *)(x + i), _mm256_permute2x128_si256(a0, a1, 0x20));
+        _mm256_store_si256((__m256i *)(x + i + 32), _mm256_permute2x128_si256(a0, a1, 0x31));
+    }
+}
+
 /* GRP sums that come back as sum (q - 128) * a (AVX2's 8-bit path) get
  * 128 * A added (exact in int32); the others are already I. */
 static inline __m256i iq_fix128(__m256i S, const float *A)
