@@ -271,7 +271,7 @@ int main(int argc, char **argv)
                         k->quant_act(x, T, n_in, group, bits, q, qs);
                     double t1 = cpu_s();
                     if (bits != 16) /* bf16 tiles take the inputs as they are */
-                        k->i8_pack(q, qs, T, n_in, tern_iq_nbp(n_in, group, bits), qp, qsp);
+                        k->i8_pack(q, qs, T, n_in, tern_iq_nbp(n_in, group, bits), qp, qsp, 0, n_in / 4);
                     double t2 = cpu_s();
                     if (bits == 16)
                         k->matmul_bf16t(wt, xb, y, T, n_in, rows, 0, rows);

@@ -245,24 +245,31 @@ static void bf16_run(void *ctx, long b, long e, int worker)
     j->k->bf16_act(j->X + b * j->n_in, (e - b) * j->n_in, j->Xb + b * j->n_in);
 }
 
-/* Packs token blocks [b, e) of 16 of the quantized inputs (kernels.h,
- * i8_pack; the last block may be short: T). */
+/* Packs items [b, e) of the quantized inputs (kernels.h, i8_pack): item i
+ * is token block i / nc (16 tokens, the last may be short: T) and its
+ * 4-byte words in range i % nc of nc - so a 16-token step's packing runs
+ * on as many threads as its ranges (one block on one thread was ~8% of a
+ * 16-stream step on the Xeon's 16 threads; ten alternating runs there,
+ * 16 streams 8-bit 433 against 411 t/s, 4-bit 531 against 496, medians). */
 typedef struct ipack_job {
     const tern_kernels *k;
     const int8_t *Q;
     const float *qs;
     int8_t *Qp;
     float *qsp;
-    long T, n_in, ngp;
+    long T, n_in, ngp, nc;
 } ipack_job;
 
 static void ipack_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
     ipack_job *j = ctx;
-    for (long i = b; i < e; i++)
-        j->k->i8_pack(j->Q + i * 16 * j->n_in, j->qs + i * 16 * 2 * j->ngp, j->T - i * 16 < 16 ? j->T - i * 16 : 16,
-                      j->n_in, j->ngp, j->Qp + i * 16 * j->n_in, j->qsp + i * 16 * 2 * j->ngp);
+    long nw = j->n_in / 4;
+    for (long i = b; i < e; i++) {
+        long blk = i / j->nc, c = i % j->nc, t = blk * 16;
+        j->k->i8_pack(j->Q + t * j->n_in, j->qs + t * 2 * j->ngp, j->T - t < 16 ? j->T - t : 16, j->n_in, j->ngp,
+                      j->Qp + t * j->n_in, j->qsp + t * 2 * j->ngp, nw * c / j->nc, nw * (c + 1) / j->nc);
+    }
 }
 
 /* Grows *buf to hold need elements of size sz (doubling). */
@@ -332,8 +339,10 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
             if (grow((void **)&be->qxp, &be->cap_qxp, (size_t)nb * 16 * n_in, 1) ||
                 grow((void **)&be->qsp, &be->cap_qsp, (size_t)nb * 16 * 2 * nbp, sizeof(float)))
                 return tern_err_set(err, TERN_ENOMEM, "out of memory for packed quantized inputs");
-            ipack_job pj = {be->k, q, qs, be->qxp, be->qsp, T, n_in, nbp};
-            tern_pool_for(be->pool, nb, 1, ipack_run, &pj);
+            /* ranges of >= 128 words (8 KB of a block) */
+            long nc = n_in / 4 / 128 > 0 ? n_in / 4 / 128 : 1;
+            ipack_job pj = {be->k, q, qs, be->qxp, be->qsp, T, n_in, nbp, nc};
+            tern_pool_for(be->pool, nb * nc, 1, ipack_run, &pj);
             uq = be->qxp;
             us = be->qsp;
         }

@@ -108,9 +108,12 @@ void tern_bf16_tiles_make(const uint16_t *W, long n_out, long n_in, uint16_t *Wt
  * token t (a multiple of 16) starts at Qp + t * n_in and qsp + t * 2 * nbp.
  * imatmul_q4p / q8p take them for Q and qs with tern_iqmatmul_fn's contract
  * - the same bits as every table - for 8-bit weights of any group and
- * 4-bit ones in groups of 64 and 128 (tern_iqp_ok). */
+ * 4-bit ones in groups of 64 and 128 (tern_iqp_ok). One call packs the
+ * 4-byte words [p0, p1) of every block (parts of a product run in parallel
+ * over disjoint ranges; 0 .. n_in / 4 is all), and the call with p0 == 0
+ * the scales too. */
 typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp,
-                                float *qsp);
+                                float *qsp, long p0, long p1);
 
 /* The product against an FP8 E4M3 weight with f32 block scales (model_weight's
  * fs layout): row r's scale for inputs [c * fs_cols, (c + 1) * fs_cols) is

@@ -714,7 +714,7 @@ static void check_iq_blocks(const tern_kernels *k, int tiles)
                     }
                 }
                 if (tiles) {
-                    k->i8_pack(Q, qs, T, n_in, nbp, Qp, qsp);
+                    k->i8_pack(Q, qs, T, n_in, nbp, Qp, qsp, 0, n_in / 4);
                     k->imatmul_q8p(wq, sb, (int)G, Qp, qsp, y1, T, n_in, n_out, 0, n_out);
                 } else {
                     k->imatmul_q8(wq, sb, (int)G, Q, qs, y1, T, n_in, n_out, 0, n_out);
@@ -837,6 +837,56 @@ static void test_bf16_tiles(void **state)
  * reference: within f32 reordering; row ranges (cut anywhere, not only at
  * the 16-row blocks) and every token alone give the same bits. Runs where
  * the CPU has AMX-BF16 and the OS grants the tiles (skipped elsewhere). */
+/* The tile inputs' packing (kernels.h, i8_pack) in word ranges, run in any
+ * order, gives the bytes of one whole call - the backend packs a product's
+ * blocks in parallel ranges. Plain C, but compiled with AMX's file flags:
+ * run where those AVX-512 extensions are. */
+static void test_i8_pack_ranges(void **state)
+{
+    (void)state;
+#ifdef TERN_NO_AVX512
+    printf("built without the AVX-512 and AMX files: skipped\n");
+    skip();
+#else
+    const tern_cpu_features *f = tern_cpu();
+    if (!(f->avx512f && f->avx512bw && f->avx512vl && f->avx512_bf16 && f->avx512_vnni)) {
+        printf("AVX-512 (BF16, VNNI) not available: skipped\n");
+        skip();
+    }
+    const long T = 21, n_in = 640, ngp = 24, nb = (T + 15) / 16, nw = n_in / 4;
+    int8_t *Q = malloc((size_t)T * n_in), *A = malloc((size_t)nb * 16 * n_in), *B = malloc((size_t)nb * 16 * n_in);
+    float *qs = malloc((size_t)T * 2 * ngp * sizeof *qs), *sa = malloc((size_t)nb * 16 * 2 * ngp * sizeof *sa);
+    float *sbuf = malloc((size_t)nb * 16 * 2 * ngp * sizeof *sbuf);
+    assert_true(Q && A && B && qs && sa && sbuf);
+    for (long i = 0; i < T * n_in; i++)
+        Q[i] = (int8_t)(tern_rng_u32(&rng) & 255);
+    for (long i = 0; i < T * 2 * ngp; i++)
+        qs[i] = (float)tern_rng_u32(&rng) / 4e9f;
+    memset(A, 0x5a, (size_t)nb * 16 * n_in);
+    memset(B, 0xa5, (size_t)nb * 16 * n_in);
+    for (long b = 0; b < nb; b++) {
+        long t = b * 16, nt = T - t < 16 ? T - t : 16;
+        tern_i8_pack_amx(Q + t * n_in, qs + t * 2 * ngp, nt, n_in, ngp, A + t * n_in, sa + t * 2 * ngp, 0, nw);
+        static const long cut[][2] = {{97, 160}, {0, 1}, {160, 160}, {1, 97}};
+        for (int c = 0; c < 4; c++)
+            tern_i8_pack_amx(Q + t * n_in, qs + t * 2 * ngp, nt, n_in, ngp, B + t * n_in, sbuf + t * 2 * ngp,
+                             cut[c][0], cut[c][1]);
+    }
+    assert_memory_equal(A, B, (size_t)nb * 16 * n_in);
+    assert_memory_equal(sa, sbuf, (size_t)nb * 16 * 2 * ngp * sizeof *sa);
+    for (long n = 0; n < 16; n++) /* the layout itself, block 1 (5 tokens, then zeros) */
+        for (long p = 0; p < nw; p++)
+            for (int j = 0; j < 4; j++)
+                assert_int_equal(A[16 * n_in + (p * 16 + n) * 4 + j], n < 5 ? Q[(16 + n) * n_in + 4 * p + j] : 0);
+    free(Q);
+    free(A);
+    free(B);
+    free(qs);
+    free(sa);
+    free(sbuf);
+#endif
+}
+
 static void test_amx(void **state)
 {
     (void)state;
@@ -912,7 +962,7 @@ static void test_amx(void **state)
                         x[i] = rnd();
                     const tern_kernels *ref = tern_kernels_scalar();
                     ref->quant_act(x, T, n_in, group, bits, Q, qs);
-                    k->i8_pack(Q, qs, T, n_in, ngp, Qp, qsp);
+                    k->i8_pack(Q, qs, T, n_in, ngp, Qp, qsp, 0, n_in / 4);
                     tern_iqmatmul_fn fk = bits == 4 ? k->imatmul_q4p : k->imatmul_q8p;
                     (bits == 4 ? ref->imatmul_q4 : ref->imatmul_q8)(wq, sb, group, Q, qs, y0, T, n_in, n_out, 0, n_out);
                     fk(wq, sb, group, Qp, qsp, y1, T, n_in, n_out, 0, n_out);
@@ -1011,6 +1061,7 @@ int main(void)
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_avx512),
         cmocka_unit_test(test_bf16_tiles),
+        cmocka_unit_test(test_i8_pack_ranges),
         cmocka_unit_test(test_amx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -35,7 +35,8 @@ void tern_bf16_act_avx512(const float *X, long n, uint16_t *Xb);
 /* AMX-BF16 tiles (bf16dot_amx.c): only where tern_cpu()->amx_bf16. */
 void tern_bf16dot_amx(const void *Wt, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0, long r1);
 /* AMX-INT8 tiles (intdot_amx.c): only where tern_cpu()->amx_int8. */
-void tern_i8_pack_amx(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp, float *qsp);
+void tern_i8_pack_amx(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp, float *qsp, long p0,
+                      long p1);
 void tern_iq_amx_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Qp, const float *qsp, float *Y,
                     long T, long n_in, long ldy, long r0, long r1);
 void tern_iq_amx_q8(const uint8_t *Wq, const float *sb, int group, const int8_t *Qp, const float *qsp, float *Y,

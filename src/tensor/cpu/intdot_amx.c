@@ -42,31 +42,26 @@ static void tiles_config(int K)
     _tile_loadconfig(&c);
 }
 
-void tern_i8_pack_amx(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp, float *qsp)
+void tern_i8_pack_amx(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp, float *qsp, long p0,
+                      long p1)
 {
-    long nw = n_in / 4; /* 4 activations as one 32-bit unit */
     for (long b = 0; b * 16 < T; b++) {
         long nt = T - b * 16 < 16 ? T - b * 16 : 16;
         uint32_t *dst = (uint32_t *)(Qp + b * 16 * n_in);
-        float *ds = qsp + b * 16 * 2 * ngp;
-        for (long n = 0; n < 16; n++) {
-            if (n < nt) {
-                const int8_t *src = Q + (b * 16 + n) * n_in;
-                const float *s = qs + (b * 16 + n) * 2 * ngp;
-                for (long p = 0; p < nw; p++) {
-                    uint32_t v;
-                    memcpy(&v, src + 4 * p, 4);
-                    dst[p * 16 + n] = v;
-                }
-                for (long g = 0; g < 2 * ngp; g++)
-                    ds[g * 16 + n] = s[g];
-            } else {
-                for (long p = 0; p < nw; p++)
-                    dst[p * 16 + n] = 0;
-                for (long g = 0; g < 2 * ngp; g++)
-                    ds[g * 16 + n] = 0.0f;
+        const int8_t *src = Q + b * 16 * n_in;
+        for (long p = p0; p < p1; p++) /* a 64-byte line of 16 tokens' 4-byte words, written once */
+            for (long n = 0; n < 16; n++) {
+                uint32_t v = 0; /* 4 activations as one 32-bit unit; past the tokens, zeros */
+                if (n < nt)
+                    memcpy(&v, src + n * n_in + 4 * p, 4);
+                dst[p * 16 + n] = v;
             }
-        }
+        if (p0)
+            continue;
+        float *ds = qsp + b * 16 * 2 * ngp;
+        for (long n = 0; n < 16; n++)
+            for (long g = 0; g < 2 * ngp; g++)
+                ds[g * 16 + n] = n < nt ? qs[(b * 16 + n) * 2 * ngp + g] : 0.0f;
     }
 }
 
