@@ -325,8 +325,9 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
         int group = mm_agroup(first[k]), bits = mm_abits(first[k]);
         long nbp = tern_iq_nbp(n_in, group, bits);
         quant_job qj = {be->k, X, n_in, group, bits, q, qs};
-        /* ~16k inputs per part: quantizing is cheap next to the product. */
-        tern_pool_for(be->pool, T, 16384 / n_in + 1, quant_run, &qj);
+        /* ~2k inputs per part: cheap next to the product, but at 16 tokens
+         * ~16k a part left 14 of 16 threads waiting on 2 */
+        tern_pool_for(be->pool, T, 2048 / n_in + 1, quant_run, &qj);
         const int8_t *uq = q;
         const float *us = qs;
         /* one packed buffer; every matrix sharing it must take the tiles */
