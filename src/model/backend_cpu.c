@@ -376,7 +376,7 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
             if (grow((void **)&be->xb, &be->cap_xb, (size_t)T * w[i]->n_in, sizeof(uint16_t)))
                 return tern_err_set(err, TERN_ENOMEM, "out of memory for bf16 inputs");
             bf16_job bj = {be->k, X, be->xb, w[i]->n_in};
-            tern_pool_for(be->pool, T, 16384 / w[i]->n_in + 1, bf16_run, &bj);
+            tern_pool_for(be->pool, T, 2048 / w[i]->n_in + 1, bf16_run, &bj); /* as quant_run's */
             j.Xb = be->xb;
         }
     for (int i = 0; i < n; i++)
