@@ -10,7 +10,7 @@ typedef struct tern_cpu_features {
      * arch_prctl(ARCH_REQ_XCOMP_PERM), asked for at detection). */
     int amx_bf16, amx_int8;
     /* AVX-512 issued as two 256-bit halves (AMD family 19h: Zen 4), where
-     * some AVX-512 kernels lose to their AVX2 twins (kernels.c). */
+     * some 512-bit kernels lose to 256-bit ones (kernels.c). */
     int avx512_halves;
 } tern_cpu_features;
 

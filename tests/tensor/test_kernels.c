@@ -833,10 +833,6 @@ static void test_bf16_tiles(void **state)
     }
 }
 
-/* The AMX-BF16 tile product (kernels.h, matmul_bf16t) against the scalar
- * reference: within f32 reordering; row ranges (cut anywhere, not only at
- * the 16-row blocks) and every token alone give the same bits. Runs where
- * the CPU has AMX-BF16 and the OS grants the tiles (skipped elsewhere). */
 /* The tile inputs' packing (kernels.h, i8_pack) in word ranges, run in any
  * order, gives the bytes of one whole call - the backend packs a product's
  * blocks in parallel ranges. Plain C, but compiled with AMX's file flags:
@@ -887,6 +883,10 @@ static void test_i8_pack_ranges(void **state)
 #endif
 }
 
+/* The AMX-BF16 tile product (kernels.h, matmul_bf16t) against the scalar
+ * reference: within f32 reordering; row ranges (cut anywhere, not only at
+ * the 16-row blocks) and every token alone give the same bits. Runs where
+ * the CPU has AMX-BF16 and the OS grants the tiles (skipped elsewhere). */
 static void test_amx(void **state)
 {
     (void)state;

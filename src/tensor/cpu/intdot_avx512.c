@@ -155,7 +155,7 @@ static inline __attribute__((always_inline)) void prefetch_chunk(const uint8_t *
 static inline __attribute__((always_inline)) void rows2_q8(const uint8_t *Wq, const void *sb, int h, int group,
                                                            const int8_t *Q, const float *qs, float *Y, long n_in,
                                                            long ldy, long ra, long rb, long t0, long t1, int NT,
-                                                           const uint8_t *pa)
+                                                           const uint8_t *pf)
 {
     long ng = n_in / group, nb = n_in / 32, nbp = tern_iq_ngp(nb), rep = group / 32;
     const uint8_t *wa = Wq + ra * n_in, *wb = Wq + rb * n_in;
@@ -164,8 +164,8 @@ static inline __attribute__((always_inline)) void rows2_q8(const uint8_t *Wq, co
     __m512 F[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (long c = 0; c < nbp; c += 8) {
         __m512i va[2][4], vb[2][4];
-        if (pa)
-            prefetch_chunk(pa, c * 32, 256);
+        if (pf)
+            prefetch_chunk(pf, c * 32, 256);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             long b = c + 2 * k;
@@ -235,7 +235,7 @@ static inline __attribute__((always_inline)) void q4_acts(const int8_t *x, __m51
 static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, const void *sb, int h, int group,
                                                            const int8_t *Q, const float *qs, float *Y, long n_in,
                                                            long ldy, long ra, long rb, long t0, long t1, int NT,
-                                                           const uint8_t *pa)
+                                                           const uint8_t *pf)
 {
     long ng = n_in / group, ngp = tern_iq_ngp(ng), rowb = n_in / 2;
     const uint8_t *wa = Wq + ra * rowb, *wb = Wq + rb * rowb;
@@ -244,8 +244,8 @@ static inline __attribute__((always_inline)) void rows2_q4(const uint8_t *Wq, co
     __m512 F[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (long c = 0; c < ngp; c += 8) {
         __m512i I[2];
-        if (pa)
-            prefetch_chunk(pa, c * group / 2, 4 * group);
+        if (pf)
+            prefetch_chunk(pf, c * group / 2, 4 * group);
         if (group == 128) {
             __m512i pa[2][4], pb[2][4];
 #pragma GCC unroll 4
@@ -332,20 +332,20 @@ static inline __attribute__((always_inline)) void few_tokens(const uint8_t *Wq, 
     for (long r = r0; r < r1; r += 2) {
         long rb = r + 1 < r1 ? r + 1 : r;
         /* the next pair, fetched during the first token pair's pass */
-        const uint8_t *pa = r + 2 < r1 ? Wq + (r + 2) * rowb : NULL;
+        const uint8_t *pf = r + 2 < r1 ? Wq + (r + 2) * rowb : NULL;
         long t = 0;
         for (; t + 1 < T; t += 2) {
             if (bits == 4)
-                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pa);
+                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pf);
             else
-                rows2_q8(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pa);
-            pa = NULL;
+                rows2_q8(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t + 1, 2, pf);
+            pf = NULL;
         }
         if (t < T) {
             if (bits == 4)
-                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pa);
+                rows2_q4(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pf);
             else
-                rows2_q8(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pa);
+                rows2_q8(Wq, sb, h, group, Q, qs, Y, n_in, ldy, r, rb, t, t, 1, pf);
         }
     }
 }
@@ -508,7 +508,7 @@ static inline __attribute__((always_inline)) void v256_one(int bits, const uint8
                                                            int group, const int8_t *Q, const float *q, float *Y,
                                                            long n_in, long r0, long r1)
 {
-    _Alignas(32) int8_t xr[bits == 4 ? TERN_IQ16_MAX_IN : 32];
+    _Alignas(32) int8_t xr[TERN_IQ16_MAX_IN]; /* 4-bit inputs rearranged */
     const int8_t *x = Q;
     if (bits == 4) {
         iq_q4_one_acts(Q, n_in, xr);
