@@ -8,7 +8,8 @@
  * values; default 2048 x 8192, Llama-3.2-1B's down projection: 16.8 MB at
  * 8 bits, larger than the caches) times T input rows; prints weight GB/s
  * and G multiply-adds/s for each path (the integer path's time includes
- * quantizing the inputs), and the ratio; then the dense bf16 product (f32
+ * quantizing the inputs), and the ratio, and where the table has them the
+ * weights as panels made once (kernels.h, tern_iq_panels_make); then the dense bf16 product (f32
  * activations) on the same shape; the FP8 product (128 x 128 block scales,
  * f32 activations) in the backend's cache tiles; the MXFP4 product (f32
  * activations) the same way; where the table has tile
@@ -21,6 +22,7 @@
 #include <time.h>
 
 #include "base/rng.h"
+#include "tensor/dtype.h"
 #include "tensor/kernels.h"
 
 static double cpu_s(void)
@@ -83,29 +85,51 @@ int main(int argc, char **argv)
     for (long i = 0; i < (long)max_t * ng; i++)
         xs[i] = 0.5f;
     printf("isa %s, matrix %ld x %ld, group %d, single thread (thread CPU time)\n", k->isa, rows, n_in, group);
-    printf("%4s %6s %14s %14s %14s %14s %7s\n", "bits", "tokens", "f32 GB/s", "f32 GMAC/s", "int8 GB/s", "int8 GMAC/s",
-           "ratio");
-    for (int bits = 8; bits >= 4; bits -= 4)
+    printf("%4s %6s %14s %14s %14s %14s %7s %14s\n", "bits", "tokens", "f32 GB/s", "f32 GMAC/s", "int8 GB/s",
+           "int8 GMAC/s", "ratio", "panel GMAC/s");
+    /* the weights as panels where the table has them (made once, as at load; bf16 pairs) */
+    uint16_t *s16 = malloc((size_t)(rows * ng * 2) * sizeof(uint16_t));
+    if (!s16)
+        return 1;
+    for (long i = 0; i < rows * ng * 2; i++)
+        s16[i] = tern_f32_to_bf16(sb[i]);
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        uint8_t *P = NULL;
+        if (tern_iq_panels_ok(k, group, bits, n_in)) {
+            P = aligned_alloc(64, (tern_iq_panels_len(rows, n_in, group, bits) + 63) / 64 * 64);
+            if (!P)
+                return 1;
+            tern_iq_panels_make(w, s16, rows, n_in, group, bits, P, 0, (rows + 3) / 4);
+        }
         for (int ti = 0; ti < n_tok; ti++) {
             long T = tokens[ti];
             double bytes = (double)rows * n_in * bits / 8 + (double)rows * ng * 8, macs = (double)rows * n_in * T;
             long n_rep = reps ? reps : (long)(4e9 / (macs + bytes * 8)) + 1;
-            double t[2];
-            for (int path = 0; path < 2; path++) {
+            double t[3] = {0, 0, 0};
+            for (int path = 0; path < 3 && (path < 2 || P); path++) {
                 double t0 = cpu_s();
                 for (long r = 0; r < n_rep; r++) {
                     if (path == 0) {
                         (bits == 4 ? k->matmul_q4 : k->matmul_q8)(w, sb, group, x, xs, y, T, n_in, rows, 0, rows);
-                    } else {
+                    } else if (path == 1) {
                         k->quant_act(x, T, n_in, group, bits, q, qs);
                         (bits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w, sb, group, q, qs, y, T, n_in, rows, 0, rows);
+                    } else {
+                        k->quant_act(x, T, n_in, group, bits, q, qs);
+                        (bits == 4 ? k->imatmul_q4w : k->imatmul_q8w)(P, group, q, qs, y, T, n_in, rows, 0, rows);
                     }
                 }
                 t[path] = (cpu_s() - t0) / n_rep;
             }
-            printf("%4d %6ld %14.2f %14.2f %14.2f %14.2f %6.2fx\n", bits, T, bytes / t[0] / 1e9, macs / t[0] / 1e9,
+            printf("%4d %6ld %14.2f %14.2f %14.2f %14.2f %6.2fx", bits, T, bytes / t[0] / 1e9, macs / t[0] / 1e9,
                    bytes / t[1] / 1e9, macs / t[1] / 1e9, t[0] / t[1]);
+            if (P)
+                printf(" %14.2f", macs / t[2] / 1e9);
+            printf("\n");
         }
+        free(P);
+    }
+    free(s16);
     /* the dense bf16 product (f32 activations) on the same shape */
     uint16_t *wb = malloc((size_t)(rows * n_in) * sizeof(uint16_t));
     if (!wb)

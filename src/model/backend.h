@@ -128,12 +128,13 @@ model_backend *model_backend_swap(tern_model *m, model_backend *be);
  * and a pool of n_threads workers (<= 0: one per core). NULL with err set. */
 model_backend *model_backend_cpu_new(int n_threads, tern_err *err);
 /* Where be (a CPU backend) multiplies bf16 weights on tiles (kernels.h,
- * matmul_bf16t; not under --exact-products), gives m's dense bf16 weights
+ * matmul_bf16t) or MLX affine weights as panels (imatmul_q4w / q8w; those
+ * with bf16 pairs), not under --exact-products, gives m's such weights
  * (lm_head, the layers' projections and routers; not the experts, which
- * may stream) their tile layout, on be's threads, and drops the file
- * mapping's pages of each (the embedding's excepted: lookups read them).
- * A weight it cannot allocate keeps the vector kernel (per weight, so
- * every token count of it still gives the same bits). */
+ * may stream) that layout, on be's threads, and drops the file mapping's
+ * pages of each (the embedding's excepted: lookups read them). A weight it
+ * cannot allocate keeps the row kernels (per weight, so every token count
+ * of it still gives the same bits). */
 void model_backend_cpu_tiles(model_backend *be, tern_model *m);
 
 /* The CUDA backend (backend_cuda.c, docs/cuda.md) on GPU `device`: uploads

@@ -63,7 +63,7 @@ typedef struct mm_job {
     const float *qs[MM_MAX];
     int qpacked[MM_MAX];     /* Q and qs are packed for the integer tile products */
     const uint16_t *Xb; /* bf16 inputs (bf16 weights, unless exact), else NULL */
-    long unit;          /* rows a pool item: 16 where a matrix has tiles (their blocks), else 1 */
+    long unit;          /* rows a pool item: 16 where a matrix has tiles (their blocks), 4 panels (quads), else 1 */
 } mm_job;
 
 /* The quantized inputs a weight's integer product takes, shared by the
@@ -106,7 +106,10 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
             k->matmul_mxfp4(w->data, w->mx, X, Y, T, w->n_in, w->n_out, r0, r1);
         return;
     }
-    if (packed && Q)
+    if (w->panels && Q)
+        (w->qbits == 4 ? k->imatmul_q4w : k->imatmul_q8w)(w->panels, w->group, Q, qs, Y, T, w->n_in, w->n_out, r0,
+                                                          r1);
+    else if (packed && Q)
         (w->qbits == 4 ? k->imatmul_q4p : k->imatmul_q8p)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
                                                           r0, r1);
     else if (packed)
@@ -194,6 +197,12 @@ static int mm_uses_bf16b(const cpu_backend *be, const model_weight *w)
 static int mm_uses_tiles(const cpu_backend *be, const model_weight *w)
 {
     return w->tiles && mm_uses_bf16b(be, w) && tern_bf16t_ok(be->k, w->n_in);
+}
+
+/* Whether w's product runs on its panels (model_backend_cpu_tiles). */
+static int mm_uses_panels(const cpu_backend *be, const model_weight *w)
+{
+    return w->panels && !be->exact && w->qbits && tern_iq_panels_ok(be->k, w->group, w->qbits, w->n_in);
 }
 
 static void mm_run(void *ctx, long b, long e, int worker)
@@ -382,6 +391,8 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     for (int i = 0; i < n; i++)
         if (mm_uses_tiles(be, w[i]))
             j.unit = 16;
+        else if (mm_uses_panels(be, w[i]) && j.unit < 4)
+            j.unit = 4; /* their quads */
     size_t need = 0;
     for (int i = 0; i < n; i++) {
         j.offs[i + 1] = j.offs[i] + w[i]->n_out;
@@ -917,7 +928,7 @@ static void cpu_free(model_backend *base)
 
 typedef struct tiles_job {
     model_weight *w[TILES_MAX];
-    long first[TILES_MAX + 1]; /* first block of each weight in the job's numbering */
+    long first[TILES_MAX + 1]; /* first unit of each weight in the job's numbering: 16-row blocks or quads */
     int n;
 } tiles_job;
 
@@ -927,32 +938,47 @@ static void tiles_run(void *ctx, long b, long e, int worker)
     tiles_job *j = ctx;
     for (int i = 0; i < j->n; i++) {
         long lo = b > j->first[i] ? b : j->first[i], hi = e < j->first[i + 1] ? e : j->first[i + 1];
-        if (lo < hi)
-            tern_bf16_tiles_make(j->w[i]->data, j->w[i]->n_out, j->w[i]->n_in, j->w[i]->tiles, lo - j->first[i],
-                                 hi - j->first[i]);
+        model_weight *w = j->w[i];
+        if (lo >= hi)
+            continue;
+        if (w->tiles)
+            tern_bf16_tiles_make(w->data, w->n_out, w->n_in, w->tiles, lo - j->first[i], hi - j->first[i]);
+        else
+            tern_iq_panels_make(w->data, w->sb16, w->n_out, w->n_in, w->group, w->qbits, w->panels,
+                                lo - j->first[i], hi - j->first[i]);
     }
 }
 
-/* Gives the n weights ws that take tiles (at most TILES_MAX) their layout
- * in one pool round, then drops their mapping's pages (not the
- * embedding's, which lookups read). Returns the bytes allocated. */
+/* Gives the n weights ws that take tiles or panels (at most TILES_MAX)
+ * their layout in one pool round, then drops their mapping's pages (not
+ * the embedding's, which lookups read). Returns the bytes allocated. */
 static size_t tiles_make(cpu_backend *be, const tern_model *m, model_weight *const *ws, int n)
 {
     tiles_job j = {.n = 0};
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
         model_weight *w = ws[i];
-        if (!w->data || w->tiles || !mm_uses_bf16b(be, w) || !tern_bf16t_ok(be->k, w->n_in))
+        if (!w->data || w->tiles || w->panels || w->mx)
             continue;
-        size_t len = tern_bf16_tiles_len(w->n_out, w->n_in);
-        if (!(w->tiles = aligned_alloc(64, len * sizeof(uint16_t)))) {
-            TERN_WARN("no memory for the tile layout of a %d x %d weight: it keeps the vector kernel", w->n_out,
-                      w->n_in);
+        int tiles = mm_uses_bf16b(be, w) && tern_bf16t_ok(be->k, w->n_in);
+        int panels = w->qbits && w->sb16 && tern_iq_panels_ok(be->k, w->group, w->qbits, w->n_in);
+        if (!tiles && !panels)
+            continue;
+        size_t len = tiles ? tern_bf16_tiles_len(w->n_out, w->n_in) * sizeof(uint16_t)
+                           : tern_iq_panels_len(w->n_out, w->n_in, w->group, w->qbits);
+        void *p = aligned_alloc(64, (len + 63) / 64 * 64);
+        if (!p) {
+            TERN_WARN("no memory for the %s layout of a %d x %d weight: it keeps the row kernels",
+                      tiles ? "tile" : "panel", w->n_out, w->n_in);
             continue;
         }
-        bytes += len * sizeof(uint16_t);
+        if (tiles)
+            w->tiles = p;
+        else
+            w->panels = p;
+        bytes += len;
         j.w[j.n] = w;
-        j.first[j.n + 1] = j.first[j.n] + (w->n_out + 15) / 16;
+        j.first[j.n + 1] = j.first[j.n] + (tiles ? (w->n_out + 15) / 16 : (w->n_out + 3) / 4);
         j.n++;
     }
     if (j.n)
@@ -966,7 +992,7 @@ static size_t tiles_make(cpu_backend *be, const tern_model *m, model_weight *con
 void model_backend_cpu_tiles(model_backend *base, tern_model *m)
 {
     cpu_backend *be = (cpu_backend *)base;
-    if (be->exact || !be->k->matmul_bf16t)
+    if (be->exact || (!be->k->matmul_bf16t && !be->k->imatmul_q4w && !be->k->imatmul_q8w))
         return;
     model_weight *head = &m->lm_head;
     size_t bytes = tiles_make(be, m, &head, 1);
@@ -976,7 +1002,8 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
         bytes += tiles_make(be, m, ws, TILES_MAX);
     }
     if (bytes)
-        TERN_INFO("bf16 weights in the tile layout: %.2f GiB", (double)bytes / (1 << 30));
+        TERN_INFO("weights in the %s layout: %.2f GiB", be->k->matmul_bf16t ? "tile" : "panel",
+                  (double)bytes / (1 << 30));
 }
 
 model_backend *model_backend_cpu_new(int n_threads, tern_err *err)

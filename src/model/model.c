@@ -703,11 +703,13 @@ void model_free(tern_model *m)
             model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             for (int i = 0; i < 7; i++) {
                 free(ws[i]->tiles);
+                free(ws[i]->panels);
                 free(ws[i]->sb);
                 free(ws[i]->sb16);
                 free(ws[i]->fs);
             }
             free(L->router.tiles);
+            free(L->router.panels);
             free(L->router.sb);
             free(L->router.sb16);
             free(L->router.fs);
@@ -735,6 +737,7 @@ void model_free(tern_model *m)
             free(L->bv);
         }
     free(m->lm_head.tiles); /* its own even when tied (the embedding has none) */
+    free(m->lm_head.panels);
     if (m->lm_head.data != m->embed.data) { /* else tied: the same weight */
         free(m->lm_head.sb);
         free(m->lm_head.sb16);

@@ -43,6 +43,9 @@ struct model_weight {
     /* bf16 weights rearranged for the CPU's tile product (kernels.h, tern_bf16_tiles_make), made at load where
      * the kernels have one (model_backend_cpu_tiles): owned; else NULL. */
     uint16_t *tiles;
+    /* MLX affine weights rearranged for the CPU's panel product (kernels.h, tern_iq_panels_make), made at load
+     * where the kernels have one (model_backend_cpu_tiles): owned; else NULL. */
+    uint8_t *panels;
 };
 
 typedef struct model_layer {

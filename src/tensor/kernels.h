@@ -115,6 +115,34 @@ void tern_bf16_tiles_make(const uint16_t *W, long n_out, long n_in, uint16_t *Wt
 typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp,
                                 float *qsp, long p0, long p1);
 
+/* Integer weights as panels (imatmul_q4w / q8w: AVX-512 VNNI tables
+ * without AMX): an MLX affine weight rearranged once, at load, so that a
+ * product of any token count reads it in one sequential stream and no
+ * product rearranges it again. With B = tern_iq_ablock(group, bits), nb =
+ * n_in / B blocks a row, chunks of 8 blocks (nbp = tern_iq_ngp(nb) / 8
+ * chunks, the last padded with zero blocks), nv = B / 4 words a block and
+ * nw = nv (8-bit) or nv / 2 (4-bit) 32-byte vectors a row and chunk: rows
+ * in quads (the last padded with zero rows), each quad its chunks in
+ * order, a chunk
+ *   pair 0 (quad rows 0, 1): nw lines of 64 bytes, line k = row 0's vector
+ *     k, then row 1's;
+ *   pair 1 (rows 2, 3): the same;
+ *   the 4 rows' {scale, bias} pairs of the chunk's groups (8 / rep a row,
+ *     rep = group / B; scale | bias << 16 as sb16 has them, zero past the
+ *     row's groups), row after row, padded to 64 bytes;
+ * where 4-byte lane j of row vector k holds word k of block 8c + j of the
+ * row as stored (zero past nb) - for 4-bit weights a packed word, whose
+ * low nibbles meet the inputs of panel vector 2k and high ones 2k + 1. The
+ * product takes P for the weight (the pairs as bf16: weights with sb16
+ * only) with tern_iqmatmul_fn's contract: the same bits as every table.
+ * tern_iq_panels_ok: the groups it takes. */
+typedef void (*tern_iqpanel_fn)(const uint8_t *P, int group, const int8_t *Q, const float *qs, float *Y, long T,
+                                long n_in, long ldy, long r0, long r1);
+size_t tern_iq_panels_len(long n_out, long n_in, int group, int bits); /* bytes of P */
+/* Quads [q0, q1) of P from Wq and sb16 (parts may run in parallel). */
+void tern_iq_panels_make(const uint8_t *Wq, const uint16_t *sb16, long n_out, long n_in, int group, int bits,
+                         uint8_t *P, long q0, long q1);
+
 /* The product against an FP8 E4M3 weight with f32 block scales (model_weight's
  * fs layout): row r's scale for inputs [c * fs_cols, (c + 1) * fs_cols) is
  * fs[(r / fs_rows) * ncol + c], ncol = ceil(n_in / fs_cols), and
@@ -220,6 +248,8 @@ typedef struct tern_kernels {
     tern_imxmatmul_fn imatmul_mxfp4; /* MXFP4 weights, int8 activations (every table) */
     tern_quant_act16_fn quant_act16;     /* int16 activations (every table) */
     tern_imx16matmul_fn imatmul_mxfp4_16; /* MXFP4 weights, int16 activations (every table) */
+    tern_iqpanel_fn imatmul_q4w; /* weights as panels (tern_iq_panels_make); NULL: none */
+    tern_iqpanel_fn imatmul_q8w;
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group
@@ -233,6 +263,16 @@ static inline int tern_iqp_ok(const tern_kernels *k, int group, int bits, long T
 /* Whether k's tile product takes a bf16 matrix n_in wide (decided once, at
  * load: a matrix with tiles takes them for every call). */
 static inline int tern_bf16t_ok(const tern_kernels *k, long n_in) { return k->matmul_bf16t && n_in % 32 == 0; }
+
+/* Whether k's panel product takes a quantized weight of this group, bits
+ * and width (decided once, at load: a weight with panels takes them for
+ * every call). */
+static inline int tern_iq_panels_ok(const tern_kernels *k, int group, int bits, long n_in)
+{
+    int B = bits == 8 ? 32 : group; /* tern_iq_ablock */
+    return (bits == 8 ? k->imatmul_q8w : k->imatmul_q4w) && group % 32 == 0 && (B == 32 || B == 64 || B == 128) &&
+           n_in % group == 0;
+}
 
 /* Blocks or groups padded to a multiple of 8 (the qs layout above). */
 static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }

@@ -238,6 +238,46 @@ static void check_quant(const tern_kernels *k)
  * each 32 inputs as 16 even then 16 odd ones. */
 static long qidx(long i, int bits) { return bits == 4 ? (i & ~31L) + ((i & 31) >> 1) + (i & 1) * 16 : i; }
 
+/* The panel products (kernels.h, tern_iqpanel_fn), where k has them: the
+ * weight rearranged by tern_iq_panels_make (into a buffer of stray bytes,
+ * in two quad ranges), then the product whole and in row ranges that cut
+ * quads must give the scalar reference's bits on the bf16-rounded pairs
+ * (sb is rounded in place, so the caller's later checks see those values).
+ * Returns whether it ran. */
+static int check_panels(const tern_kernels *k, int bits, const uint8_t *wq, float *sb, long n_out, long n_in, long G,
+                        const int8_t *Q, const float *qs, long T, const char *what)
+{
+    tern_iqpanel_fn fw = bits == 4 ? k->imatmul_q4w : k->imatmul_q8w;
+    if (!fw || !tern_iq_panels_ok(k, (int)G, bits, n_in))
+        return 0;
+    const tern_kernels *ref = tern_kernels_scalar();
+    long ng = n_in / G, nq = (n_out + 3) / 4;
+    size_t len = tern_iq_panels_len(n_out, n_in, (int)G, bits);
+    uint16_t *s16 = malloc((size_t)(n_out * ng * 2) * 2);
+    uint8_t *P = malloc(len);
+    float *y0 = malloc((size_t)(T * n_out) * 4), *y1 = malloc((size_t)(T * n_out) * 4);
+    for (long i = 0; i < n_out * ng * 2; i++) {
+        s16[i] = tern_f32_to_bf16(sb[i]);
+        sb[i] = tern_bf16_to_f32(s16[i]);
+    }
+    memset(P, 0xA5, len);
+    tern_iq_panels_make(wq, s16, n_out, n_in, (int)G, bits, P, nq / 2, nq);
+    tern_iq_panels_make(wq, s16, n_out, n_in, (int)G, bits, P, 0, nq / 2);
+    (bits == 4 ? ref->imatmul_q4 : ref->imatmul_q8)(wq, sb, (int)G, Q, qs, y0, T, n_in, n_out, 0, n_out);
+    memset(y1, 0x7F, (size_t)(T * n_out) * 4);
+    fw(P, (int)G, Q, qs, y1, T, n_in, n_out, 0, n_out);
+    if (memcmp(y0, y1, (size_t)(T * n_out) * 4))
+        fail_msg("%s panels iq%d n_in %ld group %ld T %ld%s: not the scalar reference's bits", k->isa, bits, n_in, G,
+                 T, what);
+    long cut = n_out > 2 ? n_out / 2 | 1 : n_out; /* odd: inside a quad */
+    memset(y1, 0x7F, (size_t)(T * n_out) * 4);
+    fw(P, (int)G, Q, qs, y1, T, n_in, n_out, 0, cut);
+    fw(P, (int)G, Q, qs, y1, T, n_in, n_out, cut, n_out);
+    assert_memory_equal(y0, y1, (size_t)(T * n_out) * 4);
+    free(s16), free(P), free(y0), free(y1);
+    return 1;
+}
+
 static void check_iq(const tern_kernels *k)
 {
     const tern_kernels *ref = tern_kernels_scalar();
@@ -329,6 +369,8 @@ static void check_iq(const tern_kernels *k)
                 fk((const uint8_t *)wq, sb, (int)G, Q0, qs0, y0, T, n_in, n_out, n_out / 2, n_out);
                 assert_memory_equal(y0, y1, (size_t)(T * n_out) * 4);
             }
+            if (check_panels(k, bits, (const uint8_t *)wq, sb, n_out, n_in, G, Q0, qs0, T, "")) /* sb now bf16 values */
+                fk((const uint8_t *)wq, sb, (int)G, Q0, qs0, y1, T, n_in, n_out, 0, n_out);
             tern_iqmatmul16_fn fh = bits == 4 ? k->imatmul_q4h : k->imatmul_q8h;
             if (T == 1 && (G == 64 || G == 128) && fh) {
                 /* bf16 pairs (tern_iqmatmul16_fn): the f32 product's bits on
@@ -722,6 +764,12 @@ static void check_iq_blocks(const tern_kernels *k, int tiles)
                 if (memcmp(want, y1, (size_t)(T * n_out) * 4))
                     fail_msg("%s%s iq8 blocks of 32, group %ld T %ld%s: not the scalar reference's bits", k->isa,
                              tiles ? " tiles" : "", G, T, swap ? " (scales swapped)" : "");
+                if (!tiles) { /* on a copy of the pairs: the checks here keep the f32 ones */
+                    float *sbc = malloc((size_t)(n_out * ng * 2) * 4);
+                    memcpy(sbc, sb, (size_t)(n_out * ng * 2) * 4);
+                    check_panels(k, 8, wq, sbc, n_out, n_in, G, Q, qs, T, swap ? " (scales swapped)" : " (blocks)");
+                    free(sbc);
+                }
                 if (T == 1 && (G == 64 || G == 128) && k->imatmul_q8h && !tiles) {
                     uint16_t *s16 = malloc((size_t)(n_out * ng * 2) * 2);
                     float *sbr = malloc((size_t)(n_out * ng * 2) * 4);

@@ -451,6 +451,160 @@ static void panel_product(const uint8_t *Wq, const float *sb, int wgroup, int bi
     }
 }
 
+/* ---- Panels made at load (kernels.h, tern_iq_panels_make): the
+ * micro-kernel above on the stored layout - a quad of rows times NT
+ * tokens, chunk after chunk of one sequential stream - with the quad's
+ * {scale, bias} pairs read from the chunk's bf16 words. NT = 1 for decode
+ * (no token computed twice), 4 otherwise; every (row, token) result is
+ * the 256-bit combination of the contract either way. */
+#ifndef PW_AHEAD
+#define PW_AHEAD 2048
+#endif
+typedef struct pw_shape {
+    long nc, nw, nv, cb, ngp, span; /* chunks, row vectors a chunk, input vectors a chunk, chunk bytes, qs
+                                       blocks, a token's panel inputs */
+    __m512i ia;       /* a quad pair's {scale, bias} words to the 16 lanes */
+    __mmask16 m;      /* the words of a quad pair */
+    long pb;          /* the bytes of a quad pair's words */
+} pw_shape;
+
+static inline __attribute__((always_inline)) void pw_pairs(const uint8_t *s, const pw_shape *sh, __m512 *swa,
+                                                           __m512 *bwa, __m512 *swb, __m512 *bwb)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512i a = _mm512_permutexvar_epi32(sh->ia, _mm512_maskz_loadu_epi32(sh->m, s));
+    __m512i b = _mm512_permutexvar_epi32(sh->ia, _mm512_maskz_loadu_epi32(sh->m, s + sh->pb));
+    *swa = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+    *bwa = _mm512_castsi512_ps(_mm512_and_si512(a, hi));
+    *swb = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+    *bwb = _mm512_castsi512_ps(_mm512_and_si512(b, hi));
+}
+
+static inline __attribute__((always_inline)) void pw_tile(int bits, int NT, const uint8_t *Pq, const pw_shape *sh,
+                                                          const int8_t *const *a, const float *const *q, __m512 *F,
+                                                          __m512 *G)
+{
+    const __m512i nib = _mm512_set1_epi8(15);
+    long nw = sh->nw, nv = sh->nv;
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        F[t] = G[t] = _mm512_setzero_ps();
+    for (long c = 0; c < sh->nc; c++) {
+        const uint8_t *W = Pq + c * sh->cb;
+        if (NT == 1) /* decode reads each chunk once: the one stream fetched PW_AHEAD bytes ahead */
+            for (long o = 0; o < sh->cb; o += 64)
+                _mm_prefetch((const char *)W + PW_AHEAD + o, _MM_HINT_T0);
+        __m512i S[4], U[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            S[t] = U[t] = _mm512_setzero_si512();
+        for (long k = 0; k < nw; k++) {
+            __m512i w0 = LDZ(W + k * 128), w1 = LDZ(W + k * 128 + 64);
+            if (bits == 8) {
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m512i x = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + k) * 32));
+                    S[t] = _mm512_dpbusd_epi32(S[t], w0, x);
+                    U[t] = _mm512_dpbusd_epi32(U[t], w1, x);
+                }
+            } else {
+                __m512i l0 = _mm512_and_si512(w0, nib), h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), nib);
+                __m512i l1 = _mm512_and_si512(w1, nib), h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), nib);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m512i e = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + 2 * k) * 32));
+                    __m512i o = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + 2 * k + 1) * 32));
+                    S[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(S[t], l0, e), h0, o);
+                    U[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(U[t], l1, e), h1, o);
+                }
+            }
+        }
+        __m512 swa, bwa, swb, bwb;
+        pw_pairs(W + 2 * nw * 64, sh, &swa, &bwa, &swb, &bwb);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512 d = dup_ps(q[t] + 8 * c), A = dup_ps(q[t] + sh->ngp + 8 * c);
+            F[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(swa, _mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(bwa, A)), d, F[t]);
+            G[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(swb, _mm512_cvtepi32_ps(U[t]), _mm512_mul_ps(bwb, A)), d, G[t]);
+        }
+    }
+}
+
+/* Quad rows inside [r0, r1) of tokens t[0 .. nt) from the tile's F, G. */
+static inline void pw_store(const __m512 *F, const __m512 *G, const long *t, int nt, float *Y, long ldy, long r,
+                            long r0, long r1)
+{
+    for (int i = 0; i < nt; i++) {
+        float v[4] = {iq_hsum(_mm512_castps512_ps256(F[i])), iq_hsum(hi_ps(F[i])),
+                      iq_hsum(_mm512_castps512_ps256(G[i])), iq_hsum(hi_ps(G[i]))};
+        for (int k = 0; k < 4; k++)
+            if (r + k >= r0 && r + k < r1)
+                Y[t[i] * ldy + r + k] = v[k];
+    }
+}
+
+static inline __attribute__((always_inline)) void pw_product(int bits, const uint8_t *P, int group, const int8_t *Q,
+                                                             const float *qs, float *Y, long T, long n_in, long ldy,
+                                                             long r0, long r1)
+{
+    int B = tern_iq_ablock(group, bits), rep = group / B, per = 8 / rep;
+    long nb = n_in / B;
+    pw_shape sh;
+    sh.nv = B / 4;
+    sh.nw = bits == 8 ? sh.nv : sh.nv / 2;
+    sh.ngp = tern_iq_ngp(nb);
+    sh.nc = sh.ngp / 8;
+    sh.cb = 2 * sh.nw * 64 + (128 / rep + 63) / 64 * 64;
+    sh.span = sh.ngp * B;
+    /* lane j < 8: the pair's first row, its group j / rep; lane 8 + j: the second row's */
+    int ia[16];
+    for (int j = 0; j < 16; j++)
+        ia[j] = (j / 8) * per + (j % 8) / rep;
+    sh.ia = _mm512_loadu_si512(ia);
+    sh.m = (__mmask16)((1u << (2 * per)) - 1);
+    sh.pb = 2 * per * 4;
+    _Alignas(64) int8_t one[TERN_IQ16_MAX_IN + 1024]; /* one token's panel inputs (decode) */
+    int8_t *A = T * sh.span <= (long)sizeof one ? one : malloc((size_t)(T * sh.span));
+    if (!A)
+        abort(); /* as every product's scratch: no partial result */
+    for (long t = 0; t < T; t++)
+        panel_acts(Q + t * n_in, B, bits, nb, sh.ngp, A + t * sh.span);
+    for (long q0 = r0 / 4; q0 * 4 < r1; q0++) {
+        const uint8_t *Pq = P + q0 * sh.nc * sh.cb;
+        for (long t0 = 0; t0 < T; t0 += 4) {
+            int nt = T - t0 < 4 ? (int)(T - t0) : 4;
+            long t[4];
+            const int8_t *a[4];
+            const float *q[4];
+            for (int i = 0; i < 4; i++) {
+                t[i] = t0 + (i < nt ? i : nt - 1); /* a short last quad repeats its last token */
+                a[i] = A + t[i] * sh.span;
+                q[i] = qs + t[i] * 2 * sh.ngp;
+            }
+            __m512 F[4], G[4];
+            if (nt == 1)
+                pw_tile(bits, 1, Pq, &sh, a, q, F, G);
+            else
+                pw_tile(bits, 4, Pq, &sh, a, q, F, G);
+            pw_store(F, G, t, nt, Y, ldy, 4 * q0, r0, r1);
+        }
+    }
+    if (A != one)
+        free(A);
+}
+
+void tern_iq_panels_q4(const uint8_t *P, int group, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+                       long ldy, long r0, long r1)
+{
+    pw_product(4, P, group, Q, qs, Y, T, n_in, ldy, r0, r1);
+}
+
+void tern_iq_panels_q8(const uint8_t *P, int group, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+                       long ldy, long r0, long r1)
+{
+    pw_product(8, P, group, Q, qs, Y, T, n_in, ldy, r0, r1);
+}
+
 void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,
                      long T, long n_in, long ldy, long r0, long r1)
 {

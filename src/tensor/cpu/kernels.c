@@ -46,6 +46,8 @@ static void partial_init(void)
         g_avx512_partial.imatmul_q8 = tern_iq_avx2_q8;
         g_avx512_partial.imatmul_q4h = tern_iq16_avx2_q4;
         g_avx512_partial.imatmul_q8h = tern_iq16_avx2_q8;
+        g_avx512_partial.imatmul_q4w = NULL; /* the panel products are VNNI's */
+        g_avx512_partial.imatmul_q8w = NULL;
     }
     if (!f->avx512_bf16) {
         g_avx512_partial.matmul_bf16b = NULL;
@@ -67,6 +69,8 @@ static void amx_init(void)
     g_amx.i8_pack = tern_i8_pack_amx;
     g_amx.imatmul_q4p = tern_iq_amx_q4;
     g_amx.imatmul_q8p = tern_iq_amx_q8;
+    g_amx.imatmul_q4w = NULL; /* the rows stay as stored: the tiles read them */
+    g_amx.imatmul_q8w = NULL;
     if (f->amx_bf16)
         g_amx.matmul_bf16t = tern_bf16dot_amx;
 }
@@ -146,6 +150,49 @@ void tern_bf16_tiles_make(const uint16_t *W, long n_out, long n_in, uint16_t *Wt
                     memcpy(dst + p * 32, W + r * n_in + 2 * p, 2 * sizeof *dst);
                 else
                     memset(dst + p * 32, 0, 2 * sizeof *dst);
+            }
+        }
+}
+
+/* The panels' shape (kernels.h): vectors a row and chunk, and a chunk's bytes. */
+static void panels_shape(long n_in, int group, int bits, long *nc, long *nw, long *cb)
+{
+    long B = tern_iq_ablock(group, bits), rep = group / B;
+    *nc = tern_iq_ngp(n_in / B) / 8;
+    *nw = bits == 8 ? B / 4 : B / 8;
+    *cb = 2 * *nw * 64 + (128 / rep + 63) / 64 * 64;
+}
+
+size_t tern_iq_panels_len(long n_out, long n_in, int group, int bits)
+{
+    long nc, nw, cb;
+    panels_shape(n_in, group, bits, &nc, &nw, &cb);
+    return (size_t)((n_out + 3) / 4) * (size_t)(nc * cb);
+}
+
+void tern_iq_panels_make(const uint8_t *Wq, const uint16_t *sb16, long n_out, long n_in, int group, int bits,
+                         uint8_t *P, long q0, long q1)
+{
+    long nc, nw, cb, B = tern_iq_ablock(group, bits), rep = group / B, nb = n_in / B, ng = n_in / group;
+    long blk = B * bits / 8, rowb = n_in * bits / 8, per = 8 / rep; /* bytes a block, a row; pairs a row and chunk */
+    panels_shape(n_in, group, bits, &nc, &nw, &cb);
+    for (long q = q0; q < q1; q++)
+        for (long c = 0; c < nc; c++) {
+            uint8_t *ch = P + (q * nc + c) * cb;
+            memset(ch, 0, (size_t)cb);
+            for (long i = 0; i < 4; i++) { /* quad row i: pair i / 2, half i % 2 */
+                long r = 4 * q + i;
+                if (r >= n_out)
+                    continue;
+                for (long k = 0; k < nw; k++)
+                    for (long j = 0; j < 8 && 8 * c + j < nb; j++)
+                        memcpy(ch + k * 128 + (i / 2) * 64 + (i % 2) * 32 + 4 * j,
+                               Wq + r * rowb + (8 * c + j) * blk + 4 * k, 4);
+                for (long s = 0; s < per && 8 * c / rep + s < ng; s++) {
+                    const uint16_t *p = sb16 + (r * ng + 8 * c / rep + s) * 2;
+                    uint32_t v = p[0] | (uint32_t)p[1] << 16;
+                    memcpy(ch + 2 * nw * 64 + (i * per + s) * 4, &v, 4);
+                }
             }
         }
 }
