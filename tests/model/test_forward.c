@@ -324,6 +324,31 @@ static void test_backend_q8_groups(void **state)
         }
         free(Y1[0]), free(Y1[1]), free(Y1[2]);
     }
+    /* the weights as panels (made at load where the table has them): the
+     * same bits, batched and alone, with quads cut by the job's row parts
+     * (9 + 7 + 5 rows in 4-row items) */
+    if (tern_iq_panels_ok(k, 64, 8, n_in)) {
+        for (int m = 0; m < 3; m++) {
+            assert_true(tern_iq_panels_ok(k, groups[m], 8, n_in));
+            w[m].panels = malloc(tern_iq_panels_len(n_out[m], n_in, groups[m], 8));
+            tern_iq_panels_make(wq[m], sb16[m], n_out[m], n_in, groups[m], 8, w[m].panels, 0, (n_out[m] + 3) / 4);
+            memset(Yg[m], 0, (size_t)T * n_out[m] * sizeof(float));
+        }
+        assert_int_equal(be->matmul(be, 3, wp, X, Yg, T, &err), 0);
+        for (int m = 0; m < 3; m++)
+            if (memcmp(Y[m], Yg[m], (size_t)T * n_out[m] * sizeof(float)))
+                fail_msg("q8 group %d as panels: not the rows' bits", groups[m]);
+        for (int t = 0; t < T; t += 9) {
+            float *Y1[3] = {Yg[0], Yg[1], Yg[2]};
+            assert_int_equal(be->matmul(be, 3, wp, X + (size_t)t * n_in, Y1, 1, &err), 0);
+            for (int m = 0; m < 3; m++)
+                if (memcmp(Y[m] + (size_t)t * n_out[m], Yg[m], (size_t)n_out[m] * sizeof(float)))
+                    fail_msg("q8 group %d as panels, token %d alone: not the batch's bits", groups[m], t);
+        }
+        for (int m = 0; m < 3; m++)
+            free(w[m].panels);
+        printf("the panel products (%s) give the same bits\n", k->isa);
+    }
     for (int m = 0; m < 3; m++)
         free(wq[m]), free(sb[m]), free(sb16[m]), free(Y[m]), free(Yg[m]);
     free(X), free(qs), free(xq);

@@ -244,6 +244,7 @@ static long qidx(long i, int bits) { return bits == 4 ? (i & ~31L) + ((i & 31) >
  * quads must give the scalar reference's bits on the bf16-rounded pairs
  * (sb is rounded in place, so the caller's later checks see those values).
  * Returns whether it ran. */
+static int g_panels_checked;
 static int check_panels(const tern_kernels *k, int bits, const uint8_t *wq, float *sb, long n_out, long n_in, long G,
                         const int8_t *Q, const float *qs, long T, const char *what)
 {
@@ -275,6 +276,7 @@ static int check_panels(const tern_kernels *k, int bits, const uint8_t *wq, floa
     fw(P, (int)G, Q, qs, y1, T, n_in, n_out, cut, n_out);
     assert_memory_equal(y0, y1, (size_t)(T * n_out) * 4);
     free(s16), free(P), free(y0), free(y1);
+    g_panels_checked++;
     return 1;
 }
 
@@ -846,6 +848,8 @@ static void test_avx512(void **state)
         printf("the full AVX-512 table (not this CPU's choice) matches too\n");
     }
 #endif
+    if (k->imatmul_q8w)
+        printf("panel products checked on %d shapes\n", g_panels_checked);
     printf("AVX-512 kernels match the scalar reference (integer products: %s; bf16 activations: %s)\n",
            k->imatmul_q8 == tern_kernels_avx2()->imatmul_q8 ? "AVX2, no VNNI on this CPU" : "VNNI",
            k->matmul_bf16b ? "AVX-512 BF16" : "none, no AVX-512 BF16 on this CPU");
