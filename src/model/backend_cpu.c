@@ -339,11 +339,11 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
         tern_pool_for(be->pool, T, 2048 / n_in + 1, quant_run, &qj);
         const int8_t *uq = q;
         const float *us = qs;
-        /* one packed buffer; every matrix sharing it must take the tiles */
+        /* one packed buffer; every matrix sharing it must take the tiles (panels take the plain inputs) */
         int packed = k == 0;
         for (int i = 0; i < n; i++)
             if (mm_abits(w[i]) && mm_same_quant(first[k], w[i]))
-                packed &= !w[i]->mx && tern_iqp_ok(be->k, w[i]->group, w[i]->qbits, T);
+                packed &= !w[i]->mx && !mm_uses_panels(be, w[i]) && tern_iqp_ok(be->k, w[i]->group, w[i]->qbits, T);
         if (packed) { /* packed copies for the tile products, a 16-token block per part */
             long nb = (T + 15) / 16;
             if (grow((void **)&be->qxp, &be->cap_qxp, (size_t)nb * 16 * n_in, 1) ||

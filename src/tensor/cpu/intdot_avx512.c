@@ -482,7 +482,7 @@ static inline __attribute__((always_inline)) void pw_pairs(const uint8_t *s, con
 
 static inline __attribute__((always_inline)) void pw_tile(int bits, int NT, const uint8_t *Pq, const pw_shape *sh,
                                                           const int8_t *const *a, const float *const *q, __m512 *F,
-                                                          __m512 *G)
+                                                          __m512 *G, int fetch)
 {
     const __m512i nib = _mm512_set1_epi8(15);
     long nw = sh->nw, nv = sh->nv;
@@ -491,7 +491,7 @@ static inline __attribute__((always_inline)) void pw_tile(int bits, int NT, cons
         F[t] = G[t] = _mm512_setzero_ps();
     for (long c = 0; c < sh->nc; c++) {
         const uint8_t *W = Pq + c * sh->cb;
-        if (NT == 1) /* decode reads each chunk once: the one stream fetched PW_AHEAD bytes ahead */
+        if (fetch) /* the quad's first pass reads it from memory: the one stream fetched PW_AHEAD bytes ahead */
             for (long o = 0; o < sh->cb; o += 64)
                 _mm_prefetch((const char *)W + PW_AHEAD + o, _MM_HINT_T0);
         __m512i S[4], U[4];
@@ -583,9 +583,9 @@ static inline __attribute__((always_inline)) void pw_product(int bits, const uin
             }
             __m512 F[4], G[4];
             if (nt == 1)
-                pw_tile(bits, 1, Pq, &sh, a, q, F, G);
+                pw_tile(bits, 1, Pq, &sh, a, q, F, G, t0 == 0);
             else
-                pw_tile(bits, 4, Pq, &sh, a, q, F, G);
+                pw_tile(bits, 4, Pq, &sh, a, q, F, G, t0 == 0);
             pw_store(F, G, t, nt, Y, ldy, 4 * q0, r0, r1);
         }
     }
