@@ -89,7 +89,10 @@ int main(int argc, char **argv)
            "int8 GMAC/s", "ratio", "panel GMAC/s");
     /* the weights as panels where the table has them (made once, as at load; bf16 pairs) */
     uint16_t *s16 = malloc((size_t)(rows * ng * 2) * sizeof(uint16_t));
-    if (!s16)
+    long span = tern_iq_panel_span(n_in, group, 4) > tern_iq_panel_span(n_in, group, 8) ? tern_iq_panel_span(n_in, group, 4)
+                                                                                       : tern_iq_panel_span(n_in, group, 8);
+    int8_t *qa = malloc((size_t)(max_t * span));
+    if (!s16 || !qa)
         return 1;
     for (long i = 0; i < rows * ng * 2; i++)
         s16[i] = tern_f32_to_bf16(sb[i]);
@@ -116,7 +119,8 @@ int main(int argc, char **argv)
                         (bits == 4 ? k->imatmul_q4 : k->imatmul_q8)(w, sb, group, q, qs, y, T, n_in, rows, 0, rows);
                     } else {
                         k->quant_act(x, T, n_in, group, bits, q, qs);
-                        (bits == 4 ? k->imatmul_q4w : k->imatmul_q8w)(P, group, q, qs, y, T, n_in, rows, 0, rows);
+                        k->iq_panel_acts(q, T, n_in, group, bits, qa);
+                        (bits == 4 ? k->imatmul_q4w : k->imatmul_q8w)(P, group, qa, qs, y, T, n_in, rows, 0, rows);
                     }
                 }
                 t[path] = (cpu_s() - t0) / n_rep;
@@ -130,6 +134,7 @@ int main(int argc, char **argv)
         free(P);
     }
     free(s16);
+    free(qa);
     /* the dense bf16 product (f32 activations) on the same shape */
     uint16_t *wb = malloc((size_t)(rows * n_in) * sizeof(uint16_t));
     if (!wb)

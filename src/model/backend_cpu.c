@@ -45,6 +45,8 @@ typedef struct cpu_backend {
     size_t cap_xb;
     int8_t *qxp;   /* qx and qs packed for integer tile products (kernels.h, i8_pack) */
     size_t cap_qxp;
+    int8_t *qxa;   /* qx as the panel products' inputs (kernels.h, iq_panel_acts): [groups with panels][T][span] */
+    size_t cap_qxa;
     float *qsp;
     size_t cap_qsp;
     long mm_piece; /* few-token products: pieces of ~this many weight bytes, claimed by the workers */
@@ -62,6 +64,7 @@ typedef struct mm_job {
     const int8_t *Q[MM_MAX]; /* integer path: the quantized inputs of each matrix, else NULL */
     const float *qs[MM_MAX];
     int qpacked[MM_MAX];     /* Q and qs are packed for the integer tile products */
+    const int8_t *Qa[MM_MAX]; /* the panel products' inputs (kernels.h, iq_panel_acts) where the matrix has panels */
     const uint16_t *Xb; /* bf16 inputs (bf16 weights, unless exact), else NULL */
     long unit;          /* rows a pool item: 16 where a matrix has tiles (their blocks), 4 panels (quads), else 1 */
 } mm_job;
@@ -106,10 +109,7 @@ static void mm_one(const tern_kernels *k, const model_weight *w, const float *X,
             k->matmul_mxfp4(w->data, w->mx, X, Y, T, w->n_in, w->n_out, r0, r1);
         return;
     }
-    if (w->panels && Q)
-        (w->qbits == 4 ? k->imatmul_q4w : k->imatmul_q8w)(w->panels, w->group, Q, qs, Y, T, w->n_in, w->n_out, r0,
-                                                          r1);
-    else if (packed && Q)
+    if (packed && Q)
         (w->qbits == 4 ? k->imatmul_q4p : k->imatmul_q8p)(w->data, w->sb, w->group, Q, qs, Y, T, w->n_in, w->n_out,
                                                           r0, r1);
     else if (packed)
@@ -213,7 +213,12 @@ static void mm_run(void *ctx, long b, long e, int worker)
     e = e * j->unit < j->offs[j->n] ? e * j->unit : j->offs[j->n];
     for (int i = 0; i < j->n; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
-        if (lo < hi) {
+        if (lo < hi && j->Qa[i]) { /* the panels: one call, the kernel blocks its tokens itself */
+            const model_weight *w = j->w[i];
+            (w->qbits == 4 ? j->be->k->imatmul_q4w : j->be->k->imatmul_q8w)(
+                w->panels, w->group, j->Qa[i], j->qs[i], j->Y[i], j->T, w->n_in, w->n_out, lo - j->offs[i],
+                hi - j->offs[i]);
+        } else if (lo < hi) {
             int tiles = mm_uses_tiles(j->be, j->w[i]);
             mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i],
                      mm_uses_bf16b(j->be, j->w[i]) ? j->Xb : NULL, tiles || j->qpacked[i], j->Y[i], j->T,
@@ -252,6 +257,22 @@ static void bf16_run(void *ctx, long b, long e, int worker)
     (void)worker;
     bf16_job *j = ctx;
     j->k->bf16_act(j->X + b * j->n_in, (e - b) * j->n_in, j->Xb + b * j->n_in);
+}
+
+typedef struct pacts_job {
+    const tern_kernels *k;
+    const int8_t *Q;
+    int8_t *A;
+    long n_in;
+    int group, bits;
+    long span;
+} pacts_job;
+
+static void pacts_run(void *ctx, long b, long e, int worker)
+{
+    (void)worker;
+    pacts_job *j = ctx;
+    j->k->iq_panel_acts(j->Q + b * j->n_in, e - b, j->n_in, j->group, j->bits, j->A + b * j->span);
 }
 
 /* Packs items [b, e) of the quantized inputs (kernels.h, i8_pack): item i
@@ -325,9 +346,17 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
     }
     if (!n_groups)
         return 0;
-    if (grow((void **)&be->qx, &be->cap_qx, need_q, 1) || grow((void **)&be->qs, &be->cap_qs, need_s, sizeof(float)))
+    size_t need_a = 0; /* the panel products' inputs, for each quantization some matrix with panels takes */
+    for (int k = 0; k < n_groups; k++)
+        for (int i = 0; i < n; i++)
+            if (mm_abits(w[i]) && mm_same_quant(first[k], w[i]) && mm_uses_panels(be, w[i])) {
+                need_a += (size_t)T * tern_iq_panel_span(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
+                break;
+            }
+    if (grow((void **)&be->qx, &be->cap_qx, need_q, 1) || grow((void **)&be->qs, &be->cap_qs, need_s, sizeof(float)) ||
+        grow((void **)&be->qxa, &be->cap_qxa, need_a, 1))
         return tern_err_set(err, TERN_ENOMEM, "out of memory for quantized inputs");
-    int8_t *q = be->qx;
+    int8_t *q = be->qx, *qa = be->qxa;
     float *qs = be->qs;
     long n_in = w[0]->n_in;
     for (int k = 0; k < n_groups; k++) {
@@ -356,12 +385,22 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
             uq = be->qxp;
             us = be->qsp;
         }
+        int panels = 0;
+        for (int i = 0; i < n; i++)
+            panels |= mm_abits(w[i]) && mm_same_quant(first[k], w[i]) && mm_uses_panels(be, w[i]);
+        if (panels) { /* once for every part of every matrix that takes them */
+            pacts_job aj = {be->k, q, qa, n_in, group, bits, tern_iq_panel_span(n_in, group, bits)};
+            tern_pool_for(be->pool, T, 2048 / n_in + 1, pacts_run, &aj);
+        }
         for (int i = 0; i < n; i++)
             if (mm_abits(w[i]) && mm_same_quant(first[k], w[i])) {
                 j->Q[i] = uq;
                 j->qs[i] = us;
                 j->qpacked[i] = packed;
+                j->Qa[i] = mm_uses_panels(be, w[i]) ? qa : NULL;
             }
+        if (panels)
+            qa += (size_t)T * tern_iq_panel_span(n_in, group, bits);
         q += (size_t)T * n_in;
         qs += (size_t)T * 2 * nbp;
     }
@@ -374,7 +413,7 @@ static int cpu_matmul(model_backend *base, int n, const model_weight *const *w, 
     cpu_backend *be = (cpu_backend *)base;
     if (n < 1 || n > MM_MAX)
         return tern_err_set(err, TERN_EINVAL, "matmul: %d matrices in one job", n);
-    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, {0}, NULL, 1};
+    mm_job j = {be, n, w, X, Y, T, {0}, {0}, {0}, {0}, {0}, {0}, NULL, 1};
     if (!be->exact) {
         int rc = mm_quantize(be, &j, n, w, X, T, err);
         if (rc)
@@ -922,6 +961,7 @@ static void cpu_free(model_backend *base)
     free(be->qs);
     free(be->xb);
     free(be->qxp);
+    free(be->qxa);
     free(be->qsp);
     free(be);
 }

@@ -134,10 +134,15 @@ typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n
  * row as stored (zero past nb) - for 4-bit weights a packed word, whose
  * low nibbles meet the inputs of panel vector 2k and high ones 2k + 1. The
  * product takes P for the weight (the pairs as bf16: weights with sb16
- * only) with tern_iqmatmul_fn's contract: the same bits as every table.
- * tern_iq_panels_ok: the groups it takes. */
-typedef void (*tern_iqpanel_fn)(const uint8_t *P, int group, const int8_t *Q, const float *qs, float *Y, long T,
+ * only) and the inputs rearranged once per product by iq_panel_acts (A:
+ * token t's tern_iq_panel_span bytes at A + t * span; lane j of its
+ * vector v of chunk c the 4 inputs of block 8c + j that weight vector v's
+ * lane meets), with tern_iqmatmul_fn's contract otherwise: the same bits
+ * as every table. tern_iq_panels_ok: the groups it takes. */
+typedef void (*tern_iqpanel_fn)(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T,
                                 long n_in, long ldy, long r0, long r1);
+/* Q (tern_quant_act_fn's, T tokens) as the panel products' A. */
+typedef void (*tern_iq_pacts_fn)(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A);
 size_t tern_iq_panels_len(long n_out, long n_in, int group, int bits); /* bytes of P */
 /* Quads [q0, q1) of P from Wq and sb16 (parts may run in parallel). */
 void tern_iq_panels_make(const uint8_t *Wq, const uint16_t *sb16, long n_out, long n_in, int group, int bits,
@@ -250,6 +255,7 @@ typedef struct tern_kernels {
     tern_imx16matmul_fn imatmul_mxfp4_16; /* MXFP4 weights, int16 activations (every table) */
     tern_iqpanel_fn imatmul_q4w; /* weights as panels (tern_iq_panels_make); NULL: none */
     tern_iqpanel_fn imatmul_q8w;
+    tern_iq_pacts_fn iq_panel_acts; /* with imatmul_q4w / q8w */
 } tern_kernels;
 
 /* Whether a product of T tokens against a quantized weight of this group
@@ -270,8 +276,15 @@ static inline int tern_bf16t_ok(const tern_kernels *k, long n_in) { return k->ma
 static inline int tern_iq_panels_ok(const tern_kernels *k, int group, int bits, long n_in)
 {
     int B = bits == 8 ? 32 : group; /* tern_iq_ablock */
-    return (bits == 8 ? k->imatmul_q8w : k->imatmul_q4w) && group % 32 == 0 && (B == 32 || B == 64 || B == 128) &&
+    return (bits == 8 ? k->imatmul_q8w : k->imatmul_q4w) && k->iq_panel_acts && group % 32 == 0 && (B == 32 || B == 64 || B == 128) &&
            n_in % group == 0;
+}
+
+/* Bytes of a token's panel inputs (tern_iqpanel_fn's A). */
+static inline long tern_iq_panel_span(long n_in, int group, int bits)
+{
+    long B = bits == 8 ? 32 : group; /* tern_iq_ablock */
+    return ((n_in / B + 7) & ~7L) * B;
 }
 
 /* Blocks or groups padded to a multiple of 8 (the qs layout above). */

@@ -261,21 +261,25 @@ static int check_panels(const tern_kernels *k, int bits, const uint8_t *wq, floa
         s16[i] = tern_f32_to_bf16(sb[i]);
         sb[i] = tern_bf16_to_f32(s16[i]);
     }
+    long span = tern_iq_panel_span(n_in, (int)G, bits);
+    int8_t *A = malloc((size_t)(T * span));
+    memset(A, 0x5A, (size_t)(T * span));
+    k->iq_panel_acts(Q, T, n_in, (int)G, bits, A);
     memset(P, 0xA5, len);
     tern_iq_panels_make(wq, s16, n_out, n_in, (int)G, bits, P, nq / 2, nq);
     tern_iq_panels_make(wq, s16, n_out, n_in, (int)G, bits, P, 0, nq / 2);
     (bits == 4 ? ref->imatmul_q4 : ref->imatmul_q8)(wq, sb, (int)G, Q, qs, y0, T, n_in, n_out, 0, n_out);
     memset(y1, 0x7F, (size_t)(T * n_out) * 4);
-    fw(P, (int)G, Q, qs, y1, T, n_in, n_out, 0, n_out);
+    fw(P, (int)G, A, qs, y1, T, n_in, n_out, 0, n_out);
     if (memcmp(y0, y1, (size_t)(T * n_out) * 4))
         fail_msg("%s panels iq%d n_in %ld group %ld T %ld%s: not the scalar reference's bits", k->isa, bits, n_in, G,
                  T, what);
     long cut = n_out > 2 ? n_out / 2 | 1 : n_out; /* odd: inside a quad */
     memset(y1, 0x7F, (size_t)(T * n_out) * 4);
-    fw(P, (int)G, Q, qs, y1, T, n_in, n_out, 0, cut);
-    fw(P, (int)G, Q, qs, y1, T, n_in, n_out, cut, n_out);
+    fw(P, (int)G, A, qs, y1, T, n_in, n_out, 0, cut);
+    fw(P, (int)G, A, qs, y1, T, n_in, n_out, cut, n_out);
     assert_memory_equal(y0, y1, (size_t)(T * n_out) * 4);
-    free(s16), free(P), free(y0), free(y1);
+    free(s16), free(P), free(A), free(y0), free(y1);
     g_panels_checked++;
     return 1;
 }

@@ -29,10 +29,11 @@ void tern_iq16_v256_q4(const uint8_t *Wq, const uint16_t *sb16, int group, const
 void tern_iq16_v256_q8(const uint8_t *Wq, const uint16_t *sb16, int group, const int8_t *Q, const float *qs,
                        float *Y, long n_in, long r0, long r1);
 /* The panel products (kernels.h, tern_iqpanel_fn), AVX-512 VNNI. */
-void tern_iq_panels_q4(const uint8_t *P, int group, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+void tern_iq_panels_q4(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T, long n_in,
                        long ldy, long r0, long r1);
-void tern_iq_panels_q8(const uint8_t *P, int group, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+void tern_iq_panels_q8(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T, long n_in,
                        long ldy, long r0, long r1);
+void tern_iq_panel_acts(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A);
 
 /* AVX-512 BF16 (vdpbf16ps, bf16dot_avx512.c): only for CPUs with avx512_bf16. */
 void tern_bf16dot_avx512(const void *W, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0, long r1);

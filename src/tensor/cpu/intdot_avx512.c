@@ -543,16 +543,19 @@ static inline void pw_store(const __m512 *F, const __m512 *G, const long *t, int
     }
 }
 
-static inline __attribute__((always_inline)) void pw_product(int bits, const uint8_t *P, int group, const int8_t *Q,
+/* Inputs a token block of the panel products keeps in L2 (as mm_tiled's
+ * token tiles): ~256 KB of panel inputs, whole 4-token tiles. */
+#define PW_BLOCK (256L << 10)
+
+static inline __attribute__((always_inline)) void pw_product(int bits, const uint8_t *P, int group, const int8_t *A,
                                                              const float *qs, float *Y, long T, long n_in, long ldy,
                                                              long r0, long r1)
 {
     int B = tern_iq_ablock(group, bits), rep = group / B, per = 8 / rep;
-    long nb = n_in / B;
     pw_shape sh;
     sh.nv = B / 4;
     sh.nw = bits == 8 ? sh.nv : sh.nv / 2;
-    sh.ngp = tern_iq_ngp(nb);
+    sh.ngp = tern_iq_ngp(n_in / B);
     sh.nc = sh.ngp / 8;
     sh.cb = 2 * sh.nw * 64 + (128 / rep + 63) / 64 * 64;
     sh.span = sh.ngp * B;
@@ -563,46 +566,51 @@ static inline __attribute__((always_inline)) void pw_product(int bits, const uin
     sh.ia = _mm512_loadu_si512(ia);
     sh.m = (__mmask16)((1u << (2 * per)) - 1);
     sh.pb = 2 * per * 4;
-    _Alignas(64) int8_t one[TERN_IQ16_MAX_IN + 1024]; /* one token's panel inputs (decode) */
-    int8_t *A = T * sh.span <= (long)sizeof one ? one : malloc((size_t)(T * sh.span));
-    if (!A)
-        abort(); /* as every product's scratch: no partial result */
-    for (long t = 0; t < T; t++)
-        panel_acts(Q + t * n_in, B, bits, nb, sh.ngp, A + t * sh.span);
-    for (long q0 = r0 / 4; q0 * 4 < r1; q0++) {
-        const uint8_t *Pq = P + q0 * sh.nc * sh.cb;
-        for (long t0 = 0; t0 < T; t0 += 4) {
-            int nt = T - t0 < 4 ? (int)(T - t0) : 4;
-            long t[4];
-            const int8_t *a[4];
-            const float *q[4];
-            for (int i = 0; i < 4; i++) {
-                t[i] = t0 + (i < nt ? i : nt - 1); /* a short last quad repeats its last token */
-                a[i] = A + t[i] * sh.span;
-                q[i] = qs + t[i] * 2 * sh.ngp;
+    long tb = (PW_BLOCK / sh.span) & ~3L;
+    tb = tb > 4 ? tb : 4;
+    for (long b0 = 0; b0 < T; b0 += tb) {
+        long b1 = b0 + tb < T ? b0 + tb : T;
+        for (long q0 = r0 / 4; q0 * 4 < r1; q0++) {
+            const uint8_t *Pq = P + q0 * sh.nc * sh.cb;
+            for (long t0 = b0; t0 < b1; t0 += 4) {
+                int nt = b1 - t0 < 4 ? (int)(b1 - t0) : 4;
+                long t[4];
+                const int8_t *a[4];
+                const float *q[4];
+                for (int i = 0; i < 4; i++) {
+                    t[i] = t0 + (i < nt ? i : nt - 1); /* a short last tile repeats its last token */
+                    a[i] = A + t[i] * sh.span;
+                    q[i] = qs + t[i] * 2 * sh.ngp;
+                }
+                __m512 F[4], G[4];
+                if (nt == 1)
+                    pw_tile(bits, 1, Pq, &sh, a, q, F, G, t0 == b0);
+                else
+                    pw_tile(bits, 4, Pq, &sh, a, q, F, G, t0 == b0);
+                pw_store(F, G, t, nt, Y, ldy, 4 * q0, r0, r1);
             }
-            __m512 F[4], G[4];
-            if (nt == 1)
-                pw_tile(bits, 1, Pq, &sh, a, q, F, G, t0 == 0);
-            else
-                pw_tile(bits, 4, Pq, &sh, a, q, F, G, t0 == 0);
-            pw_store(F, G, t, nt, Y, ldy, 4 * q0, r0, r1);
         }
     }
-    if (A != one)
-        free(A);
 }
 
-void tern_iq_panels_q4(const uint8_t *P, int group, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+void tern_iq_panels_q4(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T, long n_in,
                        long ldy, long r0, long r1)
 {
-    pw_product(4, P, group, Q, qs, Y, T, n_in, ldy, r0, r1);
+    pw_product(4, P, group, A, qs, Y, T, n_in, ldy, r0, r1);
 }
 
-void tern_iq_panels_q8(const uint8_t *P, int group, const int8_t *Q, const float *qs, float *Y, long T, long n_in,
+void tern_iq_panels_q8(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T, long n_in,
                        long ldy, long r0, long r1)
 {
-    pw_product(8, P, group, Q, qs, Y, T, n_in, ldy, r0, r1);
+    pw_product(8, P, group, A, qs, Y, T, n_in, ldy, r0, r1);
+}
+
+void tern_iq_panel_acts(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A)
+{
+    int B = tern_iq_ablock(group, bits);
+    long nb = n_in / B, span = tern_iq_panel_span(n_in, group, bits);
+    for (long t = 0; t < T; t++)
+        panel_acts(Q + t * n_in, B, bits, nb, tern_iq_ngp(nb), A + t * span);
 }
 
 void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,

@@ -48,6 +48,7 @@ static void partial_init(void)
         g_avx512_partial.imatmul_q8h = tern_iq16_avx2_q8;
         g_avx512_partial.imatmul_q4w = NULL; /* the panel products are VNNI's */
         g_avx512_partial.imatmul_q8w = NULL;
+        g_avx512_partial.iq_panel_acts = NULL;
     }
     if (!f->avx512_bf16) {
         g_avx512_partial.matmul_bf16b = NULL;
@@ -75,6 +76,7 @@ static void amx_init(void)
      * against 429 - no gain worth a second layout */
     g_amx.imatmul_q4w = NULL;
     g_amx.imatmul_q8w = NULL;
+    g_amx.iq_panel_acts = NULL;
     if (f->amx_bf16)
         g_amx.matmul_bf16t = tern_bf16dot_amx;
 }

@@ -202,7 +202,7 @@ static const tern_kernels k_avx512 = {"avx512", matmul_f32, matmul_bf16, matmul_
                                       tern_iq_avx2_quant, tern_iq_vnni_q4, tern_iq_vnni_q8, tern_bf16dot_avx512,
                                       tern_bf16_act_avx512, dot, axpy, NULL, NULL, NULL, NULL,
                                       tern_iq16_vnni_q4, tern_iq16_vnni_q8, 0, tern_f8_avx512, tern_mx_avx2, tern_imx_avx2, tern_q16_avx2, tern_imx16_avx2,
-                                      tern_iq_panels_q4, tern_iq_panels_q8};
+                                      tern_iq_panels_q4, tern_iq_panels_q8, tern_iq_panel_acts};
 
 const tern_kernels *tern_kernels_avx512_table(void);
 const tern_kernels *tern_kernels_avx512_table(void) { return &k_avx512; }

@@ -300,6 +300,6 @@ static void imatmul_mxfp4_16(const uint8_t *W, const uint8_t *E, const int16_t *
 static const tern_kernels k_scalar = {"scalar", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
                                       quant_act, imatmul_q4, imatmul_q8, NULL, bf16_act, dot, axpy, NULL, NULL, NULL, NULL,
                                       imatmul_q4h, imatmul_q8h, 0, tern_matmul_f8_scalar, tern_matmul_mxfp4_scalar,
-                                      imatmul_mxfp4, quant_act16, imatmul_mxfp4_16, NULL, NULL};
+                                      imatmul_mxfp4, quant_act16, imatmul_mxfp4_16, NULL, NULL, NULL};
 
 const tern_kernels *tern_kernels_scalar(void) { return &k_scalar; }
