@@ -419,3 +419,180 @@ void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, 
 {
     iq_quant_act(X, T, n_in, group, bits, Q, qs);
 }
+
+/* ---- Panels made at load (kernels.h, tern_iq_panels_make), AVX2: the
+ * panel tile above on the stored layout - per quad and token tile, chunk
+ * after chunk of the one stream, each chunk's two row pairs in turn (2 rows
+ * x NT tokens a tile, the f32 accumulators of the quad in F) - with 8-bit
+ * words shifted to q - 128 and 4-bit words split into their nibbles as
+ * they are loaded, and the quad's {scale, bias} pairs read from the chunk's
+ * bf16 words. NT = 1 for one token, 4 otherwise: the same sums, the same
+ * combination, so the bits of every table. */
+#ifndef APW_AHEAD
+#define APW_AHEAD 2048
+#endif
+#define APW_BLOCK (256L << 10) /* inputs a token block keeps in L2, as avx512's */
+
+static inline __attribute__((always_inline)) void apw_tile(int bits, int NT, const uint8_t *W, long nw,
+                                                           const int8_t *const *a, __m256i S[2][4])
+{
+    const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        S[0][t] = S[1][t] = _mm256_setzero_si256();
+    if (bits == 8) {
+        for (long k = 0; k < nw; k++) {
+            __m256i s0 = _mm256_xor_si256(LD(W + k * 128), x80), s1 = _mm256_xor_si256(LD(W + k * 128 + 32), x80);
+            __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256i av = LD(a[t] + k * 32);
+                S[0][t] = _mm256_add_epi32(S[0][t],
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(av, s0)), ones));
+                S[1][t] = _mm256_add_epi32(S[1][t],
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(av, s1)), ones));
+            }
+        }
+        return;
+    }
+    for (long k0 = 0; k0 < nw; k0 += 4) { /* 8 input vectors: int16 pair sums <= 8 * 2 * 15 * 127 */
+        __m256i p[2][4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            p[0][t] = p[1][t] = _mm256_setzero_si256();
+        for (long k = k0; k < k0 + 4; k++) {
+            __m256i w0 = LD(W + k * 128), w1 = LD(W + k * 128 + 32);
+            __m256i l0 = _mm256_and_si256(w0, nib), h0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), nib);
+            __m256i l1 = _mm256_and_si256(w1, nib), h1 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), nib);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256i e = LD(a[t] + 2 * k * 32), o = LD(a[t] + (2 * k + 1) * 32);
+                p[0][t] = _mm256_add_epi16(p[0][t],
+                                           _mm256_add_epi16(_mm256_maddubs_epi16(l0, e), _mm256_maddubs_epi16(h0, o)));
+                p[1][t] = _mm256_add_epi16(p[1][t],
+                                           _mm256_add_epi16(_mm256_maddubs_epi16(l1, e), _mm256_maddubs_epi16(h1, o)));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            S[0][t] = _mm256_add_epi32(S[0][t], _mm256_madd_epi16(p[0][t], ones));
+            S[1][t] = _mm256_add_epi32(S[1][t], _mm256_madd_epi16(p[1][t], ones));
+        }
+    }
+}
+
+/* A row's 8 / rep bf16 pairs of a chunk (zero-padded by the layout) as the 8 blocks' scales and biases. */
+static inline __attribute__((always_inline)) void apw_sb(const uint8_t *s, int rep, __m256 *sw, __m256 *bw)
+{
+    __m256i v;
+    if (rep == 1) {
+        v = LD(s);
+    } else if (rep == 2) {
+        v = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)s)),
+                                        _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    } else {
+        v = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)s)),
+                                        _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    }
+    *sw = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *bw = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* One quad, tokens t[0 .. NT) (a[]: their inputs, q[]: their qs): F[row][t] accumulated chunk by chunk. */
+static inline __attribute__((always_inline)) void apw_quad(int bits, int NT, const uint8_t *Pq, long nc, long nw,
+                                                           long cb, int rep, long ngp, const int8_t *const *a,
+                                                           const float *const *q, int fetch, __m256 F[4][4])
+{
+    long nv = bits == 8 ? nw : 2 * nw, per = 8 / rep;
+    for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            F[i][t] = _mm256_setzero_ps();
+    for (long c = 0; c < nc; c++) {
+        const uint8_t *W = Pq + c * cb;
+        if (fetch)
+            for (long o = 0; o < cb; o += 64)
+                _mm_prefetch((const char *)W + APW_AHEAD + o, _MM_HINT_T0);
+        const int8_t *ac[4];
+        __m256 dq[4], Aq[4];
+        __m256i A7[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            ac[t] = a[t] + c * nv * 32;
+            dq[t] = _mm256_loadu_ps(q[t] + 8 * c);
+            Aq[t] = _mm256_loadu_ps(q[t] + ngp + 8 * c);
+            A7[t] = _mm256_slli_epi32(_mm256_cvtps_epi32(Aq[t]), 7); /* 128 * A: the q - 128 sums' fix */
+        }
+        for (int p = 0; p < 2; p++) {
+            __m256i S[2][4];
+            apw_tile(bits, NT, W + p * 64, nw, ac, S);
+            for (int j = 0; j < 2; j++) {
+                __m256 sw, bw;
+                apw_sb(W + 2 * nw * 64 + (2 * p + j) * per * 4, rep, &sw, &bw);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) { /* iq_fix128 and iq_combine, their operations */
+                    __m256i I = bits == 8 ? _mm256_add_epi32(S[j][t], A7[t]) : S[j][t];
+                    __m256 u = _mm256_fmadd_ps(sw, _mm256_cvtepi32_ps(I), _mm256_mul_ps(bw, Aq[t]));
+                    F[2 * p + j][t] = _mm256_fmadd_ps(u, dq[t], F[2 * p + j][t]);
+                }
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void apw_product(int bits, const uint8_t *P, int group, const int8_t *A,
+                                                              const float *qs, float *Y, long T, long n_in, long ldy,
+                                                              long r0, long r1)
+{
+    int B = tern_iq_ablock(group, bits), rep = group / B;
+    long nw = bits == 8 ? B / 4 : B / 8, ngp = tern_iq_ngp(n_in / B), nc = ngp / 8;
+    long cb = 2 * nw * 64 + (128 / rep + 63) / 64 * 64, span = ngp * B;
+    long tb = (APW_BLOCK / span) & ~3L;
+    tb = tb > 4 ? tb : 4;
+    for (long b0 = 0; b0 < T; b0 += tb) {
+        long b1 = b0 + tb < T ? b0 + tb : T;
+        for (long q0 = r0 / 4; q0 * 4 < r1; q0++) {
+            const uint8_t *Pq = P + q0 * nc * cb;
+            for (long t0 = b0; t0 < b1; t0 += 4) {
+                int nt = b1 - t0 < 4 ? (int)(b1 - t0) : 4;
+                long t[4];
+                const int8_t *a[4];
+                const float *q[4];
+                for (int i = 0; i < 4; i++) {
+                    t[i] = t0 + (i < nt ? i : nt - 1); /* a short last tile repeats its last token */
+                    a[i] = A + t[i] * span;
+                    q[i] = qs + t[i] * 2 * ngp;
+                }
+                __m256 F[4][4];
+                if (nt == 1)
+                    apw_quad(bits, 1, Pq, nc, nw, cb, rep, ngp, a, q, t0 == b0, F);
+                else
+                    apw_quad(bits, 4, Pq, nc, nw, cb, rep, ngp, a, q, t0 == b0, F);
+                for (int i = 0; i < nt; i++)
+                    for (int k = 0; k < 4; k++)
+                        if (4 * q0 + k >= r0 && 4 * q0 + k < r1)
+                            Y[t[i] * ldy + 4 * q0 + k] = iq_hsum(F[k][i]);
+            }
+        }
+    }
+}
+
+void tern_iq_panels_avx2_q4(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T,
+                            long n_in, long ldy, long r0, long r1)
+{
+    apw_product(4, P, group, A, qs, Y, T, n_in, ldy, r0, r1);
+}
+
+void tern_iq_panels_avx2_q8(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T,
+                            long n_in, long ldy, long r0, long r1)
+{
+    apw_product(8, P, group, A, qs, Y, T, n_in, ldy, r0, r1);
+}
+
+void tern_iq_panel_acts_avx2(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A)
+{
+    int B = tern_iq_ablock(group, bits);
+    long nb = n_in / B, span = tern_iq_panel_span(n_in, group, bits);
+    for (long t = 0; t < T; t++)
+        panel_acts(Q + t * n_in, B, bits, nb, tern_iq_ngp(nb), A + t * span);
+}

@@ -46,9 +46,9 @@ static void partial_init(void)
         g_avx512_partial.imatmul_q8 = tern_iq_avx2_q8;
         g_avx512_partial.imatmul_q4h = tern_iq16_avx2_q4;
         g_avx512_partial.imatmul_q8h = tern_iq16_avx2_q8;
-        g_avx512_partial.imatmul_q4w = NULL; /* the panel products are VNNI's */
-        g_avx512_partial.imatmul_q8w = NULL;
-        g_avx512_partial.iq_panel_acts = NULL;
+        g_avx512_partial.imatmul_q4w = tern_iq_panels_avx2_q4;
+        g_avx512_partial.imatmul_q8w = tern_iq_panels_avx2_q8;
+        g_avx512_partial.iq_panel_acts = tern_iq_panel_acts_avx2;
     }
     if (!f->avx512_bf16) {
         g_avx512_partial.matmul_bf16b = NULL;
