@@ -115,8 +115,8 @@ void tern_bf16_tiles_make(const uint16_t *W, long n_out, long n_in, uint16_t *Wt
 typedef void (*tern_i8_pack_fn)(const int8_t *Q, const float *qs, long T, long n_in, long ngp, int8_t *Qp,
                                 float *qsp, long p0, long p1);
 
-/* Integer weights as panels (imatmul_q4w / q8w: AVX-512 VNNI tables
- * without AMX): an MLX affine weight rearranged once, at load, so that a
+/* Integer weights as panels (imatmul_q4w / q8w: the AVX2 and AVX-512
+ * tables, not AMX's): an MLX affine weight rearranged once, at load, so that a
  * product of any token count reads it in one sequential stream and no
  * product rearranges it again. With B = tern_iq_ablock(group, bits), nb =
  * n_in / B blocks a row, chunks of 8 blocks (nbp = tern_iq_ngp(nb) / 8
