@@ -148,26 +148,42 @@ int main(int argc, char **argv)
         return 1;
     printf("%4s %6s %14s %14s %14s %14s %7s\n", "bf16", "tokens", "f32 GB/s", "f32 GMAC/s", "bf16x GB/s",
            "bf16x GMAC/s", "ratio");
+    /* and on the tile layout where the table has a tile product (made once, as at load) */
+    uint16_t *wt = NULL;
+    if (tern_bf16t_ok(k, n_in)) {
+        wt = aligned_alloc(64, (tern_bf16_tiles_len(rows, n_in) * sizeof(uint16_t) + 63) / 64 * 64);
+        if (!wt)
+            return 1;
+        tern_bf16_tiles_make(wb, rows, n_in, wt, 0, (rows + 15) / 16);
+        printf("(tile GMAC/s: the tile product, last column)\n");
+    }
     for (int ti = 0; ti < n_tok; ti++) {
         long T = tokens[ti];
         double bytes = (double)rows * n_in * 2, macs = (double)rows * n_in * T;
         long n_rep = reps ? reps : (long)(4e9 / (macs + bytes * 4)) + 1;
-        double t[2] = {0, 0};
-        for (int path = 0; path < 2 && (path == 0 || k->matmul_bf16b); path++) {
+        double t[3] = {0, 0, 0};
+        for (int path = 0; path < 3 && (path == 0 || k->matmul_bf16b) && (path < 2 || wt); path++) {
             double t0 = cpu_s();
             for (long r = 0; r < n_rep; r++) {
                 if (path == 0) {
                     k->matmul_bf16(wb, x, y, T, n_in, rows, 0, rows);
                 } else {
                     k->bf16_act(x, T * n_in, xb);
-                    k->matmul_bf16b(wb, xb, y, T, n_in, rows, 0, rows);
+                    if (path == 1)
+                        k->matmul_bf16b(wb, xb, y, T, n_in, rows, 0, rows);
+                    else
+                        k->matmul_bf16t(wt, xb, y, T, n_in, rows, 0, rows);
                 }
             }
             t[path] = (cpu_s() - t0) / n_rep;
         }
         if (t[1] > 0)
-            printf("%4s %6ld %14.2f %14.2f %14.2f %14.2f %6.2fx\n", "", T, bytes / t[0] / 1e9, macs / t[0] / 1e9,
+            printf("%4s %6ld %14.2f %14.2f %14.2f %14.2f %6.2fx", "", T, bytes / t[0] / 1e9, macs / t[0] / 1e9,
                    bytes / t[1] / 1e9, macs / t[1] / 1e9, t[0] / t[1]);
+        if (t[2] > 0)
+            printf(" %14.2f", macs / t[2] / 1e9);
+        if (t[1] > 0)
+            printf("\n");
         else
             printf("%4s %6ld %14.2f %14.2f %14s %14s\n", "", T, bytes / t[0] / 1e9, macs / t[0] / 1e9, "-", "-");
     }
@@ -320,7 +336,7 @@ int main(int argc, char **argv)
         }
         free(wt), free(qp), free(qsp);
     }
-    free(wb), free(xb);
+    free(wb), free(xb), free(wt);
     free(w), free(sb), free(x), free(xs), free(y), free(qs), free(q);
     return 0;
 }
