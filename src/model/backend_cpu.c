@@ -990,9 +990,10 @@ static void tiles_run(void *ctx, long b, long e, int worker)
 }
 
 /* Gives the n weights ws that take tiles or panels (at most TILES_MAX)
- * their layout in one pool round, then drops their mapping's pages (not
- * the embedding's, which lookups read). Returns the bytes allocated. */
-static size_t tiles_make(cpu_backend *be, const tern_model *m, model_weight *const *ws, int n)
+ * their layout in one pool round, then drops their mapping's pages (a tied
+ * embedding's too: the few rows lookups read come back a page at a time).
+ * Returns the bytes allocated. */
+static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n)
 {
     tiles_job j = {.n = 0};
     size_t bytes = 0;
@@ -1023,8 +1024,8 @@ static size_t tiles_make(cpu_backend *be, const tern_model *m, model_weight *con
     }
     if (j.n)
         tern_pool_for(be->pool, j.first[j.n], 1, tiles_run, &j);
-    for (int i = 0; i < j.n; i++)
-        if (j.w[i]->data != m->embed.data && !j.w[i]->own)
+    for (int i = 0; i < j.n; i++) /* a tied embedding's too: a lookup faults its row's page back in */
+        if (!j.w[i]->own)
             model_weight_release(j.w[i]);
     return bytes;
 }
@@ -1035,11 +1036,11 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
     if (be->exact || (!be->k->matmul_bf16t && !be->k->imatmul_q4w && !be->k->imatmul_q8w))
         return;
     model_weight *head = &m->lm_head;
-    size_t bytes = tiles_make(be, m, &head, 1);
+    size_t bytes = tiles_make(be, &head, 1);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         model_layer *L = &m->layers[l];
         model_weight *ws[TILES_MAX] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
-        bytes += tiles_make(be, m, ws, TILES_MAX);
+        bytes += tiles_make(be, ws, TILES_MAX);
     }
     if (bytes)
         TERN_INFO("weights in the %s layout: %.2f GiB", be->k->matmul_bf16t ? "tile" : "panel",
