@@ -480,53 +480,46 @@ static inline __attribute__((always_inline)) void pw_pairs(const uint8_t *s, con
     *bwb = _mm512_castsi512_ps(_mm512_and_si512(b, hi));
 }
 
-static inline __attribute__((always_inline)) void pw_tile(int bits, int NT, const uint8_t *Pq, const pw_shape *sh,
-                                                          const int8_t *const *a, const float *const *q, __m512 *F,
-                                                          __m512 *G, int fetch)
+/* Chunk c (its bytes at W) of a quad for NT tokens (a: their panel inputs,
+ * q: their qs), added into the tile's F (pair 0) and G (pair 1). */
+static inline __attribute__((always_inline)) void pw_chunk(int bits, int NT, const uint8_t *W, long c,
+                                                           const pw_shape *sh, const int8_t *const *a,
+                                                           const float *const *q, __m512 *F, __m512 *G)
 {
     const __m512i nib = _mm512_set1_epi8(15);
     long nw = sh->nw, nv = sh->nv;
+    __m512i S[4], U[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++)
-        F[t] = G[t] = _mm512_setzero_ps();
-    for (long c = 0; c < sh->nc; c++) {
-        const uint8_t *W = Pq + c * sh->cb;
-        if (fetch) /* the quad's first pass reads it from memory: the one stream fetched PW_AHEAD bytes ahead */
-            for (long o = 0; o < sh->cb; o += 64)
-                _mm_prefetch((const char *)W + PW_AHEAD + o, _MM_HINT_T0);
-        __m512i S[4], U[4];
+        S[t] = U[t] = _mm512_setzero_si512();
+    for (long k = 0; k < nw; k++) {
+        __m512i w0 = LDZ(W + k * 128), w1 = LDZ(W + k * 128 + 64);
+        if (bits == 8) {
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++)
-            S[t] = U[t] = _mm512_setzero_si512();
-        for (long k = 0; k < nw; k++) {
-            __m512i w0 = LDZ(W + k * 128), w1 = LDZ(W + k * 128 + 64);
-            if (bits == 8) {
+            for (int t = 0; t < NT; t++) {
+                __m512i x = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + k) * 32));
+                S[t] = _mm512_dpbusd_epi32(S[t], w0, x);
+                U[t] = _mm512_dpbusd_epi32(U[t], w1, x);
+            }
+        } else {
+            __m512i l0 = _mm512_and_si512(w0, nib), h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), nib);
+            __m512i l1 = _mm512_and_si512(w1, nib), h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), nib);
 #pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    __m512i x = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + k) * 32));
-                    S[t] = _mm512_dpbusd_epi32(S[t], w0, x);
-                    U[t] = _mm512_dpbusd_epi32(U[t], w1, x);
-                }
-            } else {
-                __m512i l0 = _mm512_and_si512(w0, nib), h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), nib);
-                __m512i l1 = _mm512_and_si512(w1, nib), h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), nib);
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    __m512i e = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + 2 * k) * 32));
-                    __m512i o = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + 2 * k + 1) * 32));
-                    S[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(S[t], l0, e), h0, o);
-                    U[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(U[t], l1, e), h1, o);
-                }
+            for (int t = 0; t < NT; t++) {
+                __m512i e = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + 2 * k) * 32));
+                __m512i o = _mm512_broadcast_i64x4(LD(a[t] + (c * nv + 2 * k + 1) * 32));
+                S[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(S[t], l0, e), h0, o);
+                U[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(U[t], l1, e), h1, o);
             }
         }
-        __m512 swa, bwa, swb, bwb;
-        pw_pairs(W + 2 * nw * 64, sh, &swa, &bwa, &swb, &bwb);
+    }
+    __m512 swa, bwa, swb, bwb;
+    pw_pairs(W + 2 * nw * 64, sh, &swa, &bwa, &swb, &bwb);
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            __m512 d = dup_ps(q[t] + 8 * c), A = dup_ps(q[t] + sh->ngp + 8 * c);
-            F[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(swa, _mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(bwa, A)), d, F[t]);
-            G[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(swb, _mm512_cvtepi32_ps(U[t]), _mm512_mul_ps(bwb, A)), d, G[t]);
-        }
+    for (int t = 0; t < NT; t++) {
+        __m512 d = dup_ps(q[t] + 8 * c), A = dup_ps(q[t] + sh->ngp + 8 * c);
+        F[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(swa, _mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(bwa, A)), d, F[t]);
+        G[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(swb, _mm512_cvtepi32_ps(U[t]), _mm512_mul_ps(bwb, A)), d, G[t]);
     }
 }
 
@@ -544,8 +537,10 @@ static inline void pw_store(const __m512 *F, const __m512 *G, const long *t, int
 }
 
 /* Inputs a token block of the panel products keeps in L2 (as mm_tiled's
- * token tiles): ~256 KB of panel inputs, whole 4-token tiles. */
+ * token tiles): ~256 KB of panel inputs, whole 4-token tiles, at most
+ * PW_TOKENS tokens (their sums for one quad stay in L1). */
 #define PW_BLOCK (256L << 10)
+#define PW_TOKENS 128
 
 static inline __attribute__((always_inline)) void pw_product(int bits, const uint8_t *P, int group, const int8_t *A,
                                                              const float *qs, float *Y, long T, long n_in, long ldy,
@@ -567,28 +562,50 @@ static inline __attribute__((always_inline)) void pw_product(int bits, const uin
     sh.m = (__mmask16)((1u << (2 * per)) - 1);
     sh.pb = 2 * per * 4;
     long tb = (PW_BLOCK / sh.span) & ~3L;
-    tb = tb > 4 ? tb : 4;
+    tb = tb < 4 ? 4 : tb > PW_TOKENS ? PW_TOKENS : tb;
+    __m512 F[PW_TOKENS], G[PW_TOKENS]; /* a token block's sums of one quad */
     for (long b0 = 0; b0 < T; b0 += tb) {
-        long b1 = b0 + tb < T ? b0 + tb : T;
+        long b1 = b0 + tb < T ? b0 + tb : T, n = b1 - b0;
+        /* the block's tiles: 4 tokens each, a short last one repeating its last token */
+        long t[PW_TOKENS];
+        const int8_t *a[PW_TOKENS];
+        const float *q[PW_TOKENS];
+        for (long i = 0; i < (n + 3) / 4 * 4; i++) {
+            t[i] = b0 + (i < n ? i : n - 1);
+            a[i] = A + t[i] * sh.span;
+            q[i] = qs + t[i] * 2 * sh.ngp;
+        }
         for (long q0 = r0 / 4; q0 * 4 < r1; q0++) {
             const uint8_t *Pq = P + q0 * sh.nc * sh.cb;
-            for (long t0 = b0; t0 < b1; t0 += 4) {
-                int nt = b1 - t0 < 4 ? (int)(b1 - t0) : 4;
-                long t[4];
-                const int8_t *a[4];
-                const float *q[4];
-                for (int i = 0; i < 4; i++) {
-                    t[i] = t0 + (i < nt ? i : nt - 1); /* a short last tile repeats its last token */
-                    a[i] = A + t[i] * sh.span;
-                    q[i] = qs + t[i] * 2 * sh.ngp;
+            if (n <= 4) { /* one tile: its sums in registers */
+                __m512 f[4], g[4];
+                for (int i = 0; i < 4; i++)
+                    f[i] = g[i] = _mm512_setzero_ps();
+                for (long c = 0; c < sh.nc; c++) {
+                    const uint8_t *W = Pq + c * sh.cb;
+                    for (long o = 0; o < sh.cb; o += 64)
+                        _mm_prefetch((const char *)W + PW_AHEAD + o, _MM_HINT_T0);
+                    if (n == 1)
+                        pw_chunk(bits, 1, W, c, &sh, a, q, f, g);
+                    else
+                        pw_chunk(bits, 4, W, c, &sh, a, q, f, g);
                 }
-                __m512 F[4], G[4];
-                if (nt == 1)
-                    pw_tile(bits, 1, Pq, &sh, a, q, F, G, t0 == b0);
-                else
-                    pw_tile(bits, 4, Pq, &sh, a, q, F, G, t0 == b0);
-                pw_store(F, G, t, nt, Y, ldy, 4 * q0, r0, r1);
+                pw_store(f, g, t, (int)n, Y, ldy, 4 * q0, r0, r1);
+                continue;
             }
+            for (long i = 0; i < (n + 3) / 4 * 4; i++)
+                F[i] = G[i] = _mm512_setzero_ps();
+            /* chunk by chunk, every tile of the block: each chunk read from
+             * memory once and used by all the block's tokens at once */
+            for (long c = 0; c < sh.nc; c++) {
+                const uint8_t *W = Pq + c * sh.cb;
+                for (long o = 0; o < sh.cb; o += 64)
+                    _mm_prefetch((const char *)W + PW_AHEAD + o, _MM_HINT_T0);
+                for (long i = 0; i < n; i += 4)
+                    pw_chunk(bits, 4, W, c, &sh, a + i, q + i, F + i, G + i);
+            }
+            for (long i = 0; i < n; i += 4)
+                pw_store(F + i, G + i, t + i, n - i < 4 ? (int)(n - i) : 4, Y, ldy, 4 * q0, r0, r1);
         }
     }
 }
