@@ -421,9 +421,10 @@ void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, 
 }
 
 /* ---- Panels made at load (kernels.h, tern_iq_panels_make), AVX2: the
- * panel tile above on the stored layout - per quad and token tile, chunk
- * after chunk of the one stream, each chunk's two row pairs in turn (2 rows
- * x NT tokens a tile, the f32 accumulators of the quad in F) - with 8-bit
+ * panel tile above on the stored layout - per quad, chunk after chunk of
+ * the one stream, each chunk for every token tile of the block and its two
+ * row pairs in turn (2 rows x NT tokens a tile, the f32 sums of the quad
+ * in F) - with 8-bit
  * words shifted to q - 128 and 4-bit words split into their nibbles as
  * they are loaded, and the quad's {scale, bias} pairs read from the chunk's
  * bf16 words. NT = 1 for one token, 4 otherwise: the same sums, the same
@@ -432,6 +433,7 @@ void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, 
 #define APW_AHEAD 2048
 #endif
 #define APW_BLOCK (256L << 10) /* inputs a token block keeps in L2, as avx512's */
+#define APW_TOKENS 128         /* and at most this many tokens (their sums for one quad stay in L1) */
 
 static inline __attribute__((always_inline)) void apw_tile(int bits, int NT, const uint8_t *W, long nw,
                                                            const int8_t *const *a, __m256i S[2][4])
@@ -498,43 +500,34 @@ static inline __attribute__((always_inline)) void apw_sb(const uint8_t *s, int r
     *bw = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 
-/* One quad, tokens t[0 .. NT) (a[]: their inputs, q[]: their qs): F[row][t] accumulated chunk by chunk. */
-static inline __attribute__((always_inline)) void apw_quad(int bits, int NT, const uint8_t *Pq, long nc, long nw,
-                                                           long cb, int rep, long ngp, const int8_t *const *a,
-                                                           const float *const *q, int fetch, __m256 F[4][4])
+/* Chunk c (its bytes at W) of a quad for NT tokens (a: their panel
+ * inputs, q: their qs), added into F[row][t] (row of the quad). */
+static inline __attribute__((always_inline)) void apw_chunk(int bits, int NT, const uint8_t *W, long c, long nw,
+                                                            int rep, long ngp, const int8_t *const *a,
+                                                            const float *const *q, __m256 (*F)[4])
 {
     long nv = bits == 8 ? nw : 2 * nw, per = 8 / rep;
-    for (int i = 0; i < 4; i++)
+    const int8_t *ac[4];
+    __m256 dq[4], Aq[4];
+    __m256i A7[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++)
-            F[i][t] = _mm256_setzero_ps();
-    for (long c = 0; c < nc; c++) {
-        const uint8_t *W = Pq + c * cb;
-        if (fetch)
-            for (long o = 0; o < cb; o += 64)
-                _mm_prefetch((const char *)W + APW_AHEAD + o, _MM_HINT_T0);
-        const int8_t *ac[4];
-        __m256 dq[4], Aq[4];
-        __m256i A7[4];
+    for (int t = 0; t < NT; t++) {
+        ac[t] = a[t] + c * nv * 32;
+        dq[t] = _mm256_loadu_ps(q[t] + 8 * c);
+        Aq[t] = _mm256_loadu_ps(q[t] + ngp + 8 * c);
+        A7[t] = _mm256_slli_epi32(_mm256_cvtps_epi32(Aq[t]), 7); /* 128 * A: the q - 128 sums' fix */
+    }
+    for (int p = 0; p < 2; p++) {
+        __m256i S[2][4];
+        apw_tile(bits, NT, W + p * 64, nw, ac, S);
+        for (int j = 0; j < 2; j++) {
+            __m256 sw, bw;
+            apw_sb(W + 2 * nw * 64 + (2 * p + j) * per * 4, rep, &sw, &bw);
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            ac[t] = a[t] + c * nv * 32;
-            dq[t] = _mm256_loadu_ps(q[t] + 8 * c);
-            Aq[t] = _mm256_loadu_ps(q[t] + ngp + 8 * c);
-            A7[t] = _mm256_slli_epi32(_mm256_cvtps_epi32(Aq[t]), 7); /* 128 * A: the q - 128 sums' fix */
-        }
-        for (int p = 0; p < 2; p++) {
-            __m256i S[2][4];
-            apw_tile(bits, NT, W + p * 64, nw, ac, S);
-            for (int j = 0; j < 2; j++) {
-                __m256 sw, bw;
-                apw_sb(W + 2 * nw * 64 + (2 * p + j) * per * 4, rep, &sw, &bw);
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) { /* iq_fix128 and iq_combine, their operations */
-                    __m256i I = bits == 8 ? _mm256_add_epi32(S[j][t], A7[t]) : S[j][t];
-                    __m256 u = _mm256_fmadd_ps(sw, _mm256_cvtepi32_ps(I), _mm256_mul_ps(bw, Aq[t]));
-                    F[2 * p + j][t] = _mm256_fmadd_ps(u, dq[t], F[2 * p + j][t]);
-                }
+            for (int t = 0; t < NT; t++) { /* iq_fix128 and iq_combine, their operations */
+                __m256i I = bits == 8 ? _mm256_add_epi32(S[j][t], A7[t]) : S[j][t];
+                __m256 u = _mm256_fmadd_ps(sw, _mm256_cvtepi32_ps(I), _mm256_mul_ps(bw, Aq[t]));
+                F[2 * p + j][t] = _mm256_fmadd_ps(u, dq[t], F[2 * p + j][t]);
             }
         }
     }
@@ -548,31 +541,38 @@ static inline __attribute__((always_inline)) void apw_product(int bits, const ui
     long nw = bits == 8 ? B / 4 : B / 8, ngp = tern_iq_ngp(n_in / B), nc = ngp / 8;
     long cb = 2 * nw * 64 + (128 / rep + 63) / 64 * 64, span = ngp * B;
     long tb = (APW_BLOCK / span) & ~3L;
-    tb = tb > 4 ? tb : 4;
+    tb = tb < 4 ? 4 : tb > APW_TOKENS ? APW_TOKENS : tb;
+    __m256 F[APW_TOKENS / 4][4][4]; /* a token block's sums of one quad: [tile][row][token] */
     for (long b0 = 0; b0 < T; b0 += tb) {
-        long b1 = b0 + tb < T ? b0 + tb : T;
+        long b1 = b0 + tb < T ? b0 + tb : T, n = b1 - b0;
+        /* the block's tiles: 4 tokens each, a short last one repeating its last token */
+        long t[APW_TOKENS];
+        const int8_t *a[APW_TOKENS];
+        const float *q[APW_TOKENS];
+        for (long i = 0; i < (n + 3) / 4 * 4; i++) {
+            t[i] = b0 + (i < n ? i : n - 1);
+            a[i] = A + t[i] * span;
+            q[i] = qs + t[i] * 2 * ngp;
+        }
         for (long q0 = r0 / 4; q0 * 4 < r1; q0++) {
             const uint8_t *Pq = P + q0 * nc * cb;
-            for (long t0 = b0; t0 < b1; t0 += 4) {
-                int nt = b1 - t0 < 4 ? (int)(b1 - t0) : 4;
-                long t[4];
-                const int8_t *a[4];
-                const float *q[4];
-                for (int i = 0; i < 4; i++) {
-                    t[i] = t0 + (i < nt ? i : nt - 1); /* a short last tile repeats its last token */
-                    a[i] = A + t[i] * span;
-                    q[i] = qs + t[i] * 2 * ngp;
-                }
-                __m256 F[4][4];
-                if (nt == 1)
-                    apw_quad(bits, 1, Pq, nc, nw, cb, rep, ngp, a, q, t0 == b0, F);
+            memset(F, 0, (size_t)((n + 3) / 4) * sizeof F[0]);
+            /* chunk by chunk, every tile of the block: each chunk read from
+             * memory once and used by all the block's tokens at once */
+            for (long c = 0; c < nc; c++) {
+                const uint8_t *W = Pq + c * cb;
+                for (long o = 0; o < cb; o += 64)
+                    _mm_prefetch((const char *)W + APW_AHEAD + o, _MM_HINT_T0);
+                if (n == 1)
+                    apw_chunk(bits, 1, W, c, nw, rep, ngp, a, q, F[0]);
                 else
-                    apw_quad(bits, 4, Pq, nc, nw, cb, rep, ngp, a, q, t0 == b0, F);
-                for (int i = 0; i < nt; i++)
-                    for (int k = 0; k < 4; k++)
-                        if (4 * q0 + k >= r0 && 4 * q0 + k < r1)
-                            Y[t[i] * ldy + 4 * q0 + k] = iq_hsum(F[k][i]);
+                    for (long i = 0; i < n; i += 4)
+                        apw_chunk(bits, 4, W, c, nw, rep, ngp, a + i, q + i, F[i / 4]);
             }
+            for (long i = 0; i < n; i++)
+                for (int k = 0; k < 4; k++)
+                    if (4 * q0 + k >= r0 && 4 * q0 + k < r1)
+                        Y[t[i] * ldy + 4 * q0 + k] = iq_hsum(F[i / 4][k][i % 4]);
         }
     }
 }
