@@ -289,7 +289,8 @@ static void check_iq(const tern_kernels *k)
     const tern_kernels *ref = tern_kernels_scalar();
     static const long shapes[][3] = {{1, 32, 32}, {3, 64, 32}, {5, 128, 64}, {4, 256, 128}, {7, 384, 64},
                                      {2, 896, 128}, {3, 96, 32}, {5, 576, 32}, {3, 1088, 64}, {2, 2048, 64},
-                                     {4, 2176, 128}, {37, 320, 64}, {70, 256, 128}, {35, 640, 32}};
+                                     {4, 2176, 128}, {37, 320, 64}, {70, 256, 128}, {35, 640, 32},
+                                     {3, 16384, 64}}; /* the last: panels in several token blocks */
     for (int bits = 4; bits <= 8; bits += 4)
         for (size_t si = 0; si < 3 * sizeof shapes / sizeof shapes[0]; si++) {
             long n_out = shapes[si / 3][0], n_in = shapes[si / 3][1], G = shapes[si / 3][2], ng = n_in / G;

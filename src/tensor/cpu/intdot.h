@@ -33,13 +33,13 @@ void tern_iq_panels_q4(const uint8_t *P, int group, const int8_t *A, const float
                        long ldy, long r0, long r1);
 void tern_iq_panels_q8(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T, long n_in,
                        long ldy, long r0, long r1);
-void tern_iq_panel_acts(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A);
 /* The same, AVX2 (no VNNI: vpmaddubsw, the 8-bit sign trick). */
 void tern_iq_panels_avx2_q4(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T,
                             long n_in, long ldy, long r0, long r1);
 void tern_iq_panels_avx2_q8(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T,
                             long n_in, long ldy, long r0, long r1);
-void tern_iq_panel_acts_avx2(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A);
+/* The panel products' inputs (kernels.h, iq_panel_acts), AVX2: every table with panels. */
+void tern_iq_panel_acts(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A);
 
 /* AVX-512 BF16 (vdpbf16ps, bf16dot_avx512.c): only for CPUs with avx512_bf16. */
 void tern_bf16dot_avx512(const void *W, const uint16_t *Xb, float *Y, long T, long n_in, long ldy, long r0, long r1);

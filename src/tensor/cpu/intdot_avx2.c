@@ -432,8 +432,6 @@ void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, 
 #ifndef APW_AHEAD
 #define APW_AHEAD 2048
 #endif
-#define APW_BLOCK (256L << 10) /* inputs a token block keeps in L2, as avx512's */
-#define APW_TOKENS 128         /* and at most this many tokens (their sums for one quad stay in L1) */
 
 static inline __attribute__((always_inline)) void apw_tile(int bits, int NT, const uint8_t *W, long nw,
                                                            const int8_t *const *a, __m256i S[2][4])
@@ -540,20 +538,13 @@ static inline __attribute__((always_inline)) void apw_product(int bits, const ui
     int B = tern_iq_ablock(group, bits), rep = group / B;
     long nw = bits == 8 ? B / 4 : B / 8, ngp = tern_iq_ngp(n_in / B), nc = ngp / 8;
     long cb = 2 * nw * 64 + (128 / rep + 63) / 64 * 64, span = ngp * B;
-    long tb = (APW_BLOCK / span) & ~3L;
-    tb = tb < 4 ? 4 : tb > APW_TOKENS ? APW_TOKENS : tb;
-    __m256 F[APW_TOKENS / 4][4][4]; /* a token block's sums of one quad: [tile][row][token] */
+    long tb = iq_pw_block(span);
+    __m256 F[IQ_PW_TOKENS / 4][4][4]; /* a token block's sums of one quad: [tile][row][token] */
     for (long b0 = 0; b0 < T; b0 += tb) {
-        long b1 = b0 + tb < T ? b0 + tb : T, n = b1 - b0;
-        /* the block's tiles: 4 tokens each, a short last one repeating its last token */
-        long t[APW_TOKENS];
-        const int8_t *a[APW_TOKENS];
-        const float *q[APW_TOKENS];
-        for (long i = 0; i < (n + 3) / 4 * 4; i++) {
-            t[i] = b0 + (i < n ? i : n - 1);
-            a[i] = A + t[i] * span;
-            q[i] = qs + t[i] * 2 * ngp;
-        }
+        long n = b0 + tb < T ? tb : T - b0, t[IQ_PW_TOKENS];
+        const int8_t *a[IQ_PW_TOKENS];
+        const float *q[IQ_PW_TOKENS];
+        iq_pw_tokens(b0, n, A, span, qs, ngp, t, a, q);
         for (long q0 = r0 / 4; q0 * 4 < r1; q0++) {
             const uint8_t *Pq = P + q0 * nc * cb;
             memset(F, 0, (size_t)((n + 3) / 4) * sizeof F[0]);
@@ -589,7 +580,8 @@ void tern_iq_panels_avx2_q8(const uint8_t *P, int group, const int8_t *A, const 
     apw_product(8, P, group, A, qs, Y, T, n_in, ldy, r0, r1);
 }
 
-void tern_iq_panel_acts_avx2(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A)
+/* The panel products' inputs (AVX2 gathers: every table's). */
+void tern_iq_panel_acts(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A)
 {
     int B = tern_iq_ablock(group, bits);
     long nb = n_in / B, span = tern_iq_panel_span(n_in, group, bits);

@@ -536,11 +536,6 @@ static inline void pw_store(const __m512 *F, const __m512 *G, const long *t, int
     }
 }
 
-/* Inputs a token block of the panel products keeps in L2 (as mm_tiled's
- * token tiles): ~256 KB of panel inputs, whole 4-token tiles, at most
- * PW_TOKENS tokens (their sums for one quad stay in L1). */
-#define PW_BLOCK (256L << 10)
-#define PW_TOKENS 128
 
 static inline __attribute__((always_inline)) void pw_product(int bits, const uint8_t *P, int group, const int8_t *A,
                                                              const float *qs, float *Y, long T, long n_in, long ldy,
@@ -561,20 +556,13 @@ static inline __attribute__((always_inline)) void pw_product(int bits, const uin
     sh.ia = _mm512_loadu_si512(ia);
     sh.m = (__mmask16)((1u << (2 * per)) - 1);
     sh.pb = 2 * per * 4;
-    long tb = (PW_BLOCK / sh.span) & ~3L;
-    tb = tb < 4 ? 4 : tb > PW_TOKENS ? PW_TOKENS : tb;
-    __m512 F[PW_TOKENS], G[PW_TOKENS]; /* a token block's sums of one quad */
+    long tb = iq_pw_block(sh.span);
+    __m512 F[IQ_PW_TOKENS], G[IQ_PW_TOKENS]; /* a token block's sums of one quad */
     for (long b0 = 0; b0 < T; b0 += tb) {
-        long b1 = b0 + tb < T ? b0 + tb : T, n = b1 - b0;
-        /* the block's tiles: 4 tokens each, a short last one repeating its last token */
-        long t[PW_TOKENS];
-        const int8_t *a[PW_TOKENS];
-        const float *q[PW_TOKENS];
-        for (long i = 0; i < (n + 3) / 4 * 4; i++) {
-            t[i] = b0 + (i < n ? i : n - 1);
-            a[i] = A + t[i] * sh.span;
-            q[i] = qs + t[i] * 2 * sh.ngp;
-        }
+        long n = b0 + tb < T ? tb : T - b0, t[IQ_PW_TOKENS];
+        const int8_t *a[IQ_PW_TOKENS];
+        const float *q[IQ_PW_TOKENS];
+        iq_pw_tokens(b0, n, A, sh.span, qs, sh.ngp, t, a, q);
         for (long q0 = r0 / 4; q0 * 4 < r1; q0++) {
             const uint8_t *Pq = P + q0 * sh.nc * sh.cb;
             if (n <= 4) { /* one tile: its sums in registers */
@@ -620,14 +608,6 @@ void tern_iq_panels_q8(const uint8_t *P, int group, const int8_t *A, const float
                        long ldy, long r0, long r1)
 {
     pw_product(8, P, group, A, qs, Y, T, n_in, ldy, r0, r1);
-}
-
-void tern_iq_panel_acts(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A)
-{
-    int B = tern_iq_ablock(group, bits);
-    long nb = n_in / B, span = tern_iq_panel_span(n_in, group, bits);
-    for (long t = 0; t < T; t++)
-        panel_acts(Q + t * n_in, B, bits, nb, tern_iq_ngp(nb), A + t * span);
 }
 
 void tern_iq_vnni_q4(const uint8_t *Wq, const float *sb, int group, const int8_t *Q, const float *qs, float *Y,

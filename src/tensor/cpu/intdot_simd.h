@@ -378,6 +378,30 @@ static inline void panel_row(const uint8_t *w, int group, int bits, long ng, lon
     }
 }
 
+/* The panel products on weights laid out at load (kernels.h,
+ * tern_iqpanel_fn) take their tokens in blocks of ~IQ_PW_BLOCK bytes of
+ * panel inputs (kept in L2, as the backend's token tiles), whole 4-token
+ * tiles, at most IQ_PW_TOKENS tokens (their sums for one quad stay in L1). */
+#define IQ_PW_BLOCK (256L << 10)
+#define IQ_PW_TOKENS 128
+static inline long iq_pw_block(long span)
+{
+    long tb = (IQ_PW_BLOCK / span) & ~3L;
+    return tb < 4 ? 4 : tb > IQ_PW_TOKENS ? IQ_PW_TOKENS : tb;
+}
+
+/* Tokens b0 .. b0 + n of a block as whole tiles (a short last tile repeats
+ * its last token): their indices, panel inputs and qs. */
+static inline void iq_pw_tokens(long b0, long n, const int8_t *A, long span, const float *qs, long ngp, long *t,
+                                const int8_t **a, const float **q)
+{
+    for (long i = 0; i < (n + 3) / 4 * 4; i++) {
+        t[i] = b0 + (i < n ? i : n - 1);
+        a[i] = A + t[i] * span;
+        q[i] = qs + t[i] * 2 * ngp;
+    }
+}
+
 /* One product of an ISA file: its panels from IQ_PANEL_MIN_T tokens where
  * their scratch can be had, else its row kernels (the same bits either
  * way). IQ_PANEL_MIN_T: tokens from which the panels pay for their

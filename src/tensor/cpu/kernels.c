@@ -48,7 +48,7 @@ static void partial_init(void)
         g_avx512_partial.imatmul_q8h = tern_iq16_avx2_q8;
         g_avx512_partial.imatmul_q4w = tern_iq_panels_avx2_q4;
         g_avx512_partial.imatmul_q8w = tern_iq_panels_avx2_q8;
-        g_avx512_partial.iq_panel_acts = tern_iq_panel_acts_avx2;
+        g_avx512_partial.iq_panel_acts = tern_iq_panel_acts;
     }
     if (!f->avx512_bf16) {
         g_avx512_partial.matmul_bf16b = NULL;

@@ -308,7 +308,7 @@ static void axpy(float a, const float *x, float *y, long n)
 static const tern_kernels k_avx2 = {"avx2", matmul_f32, matmul_bf16, matmul_f16, matmul_q4, matmul_q8,
                                     tern_iq_avx2_quant, tern_iq_avx2_q4, tern_iq_avx2_q8, NULL, NULL, dot, axpy, NULL, NULL, NULL, NULL,
                                     tern_iq16_avx2_q4, tern_iq16_avx2_q8, 1, tern_f8_avx2, tern_mx_avx2, tern_imx_avx2, tern_q16_avx2, tern_imx16_avx2, tern_iq_panels_avx2_q4,
-                                    tern_iq_panels_avx2_q8, tern_iq_panel_acts_avx2};
+                                    tern_iq_panels_avx2_q8, tern_iq_panel_acts};
 
 const tern_kernels *tern_kernels_avx2_table(void);
 const tern_kernels *tern_kernels_avx2_table(void) { return &k_avx2; }
