@@ -70,13 +70,12 @@ static void amx_init(void)
     g_amx.i8_pack = tern_i8_pack_amx;
     g_amx.imatmul_q4p = tern_iq_amx_q4;
     g_amx.imatmul_q8p = tern_iq_amx_q8;
-    /* the rows stay as stored, the tiles read them: the panels on the Xeon
-     * (16 threads, 8-bit, five alternating runs, medians) gave decode 74.4
-     * against 76.1 t/s, prefill 512 756 against 797, 16 streams 439
-     * against 429 - no gain worth a second layout */
-    g_amx.imatmul_q4w = NULL;
+    /* 8-bit rows stay as stored for the tiles: against the VNNI panels
+     * (Xeon, 16 threads, four alternating runs, medians) their prefill 512
+     * is ahead (752 against 714 t/s) where the bar is closest; 4-bit
+     * weights take the panels - decode 140 against 129 t/s, 16 streams 623
+     * against 541, prefill 953 against 1154 (still ~1.5x llama.cpp's) */
     g_amx.imatmul_q8w = NULL;
-    g_amx.iq_panel_acts = NULL;
     if (f->amx_bf16)
         g_amx.matmul_bf16t = tern_bf16dot_amx;
 }
