@@ -429,9 +429,7 @@ void tern_iq_avx2_quant(const float *X, long T, long n_in, int group, int bits, 
  * they are loaded, and the quad's {scale, bias} pairs read from the chunk's
  * bf16 words. NT = 1 for one token, 4 otherwise: the same sums, the same
  * combination, so the bits of every table. */
-#ifndef APW_AHEAD
-#define APW_AHEAD 2048
-#endif
+#define APW_AHEAD 2048 /* the stream fetched this far ahead */
 
 static inline __attribute__((always_inline)) void apw_tile(int bits, int NT, const uint8_t *W, long nw,
                                                            const int8_t *const *a, __m256i S[2][4])

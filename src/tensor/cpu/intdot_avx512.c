@@ -452,14 +452,13 @@ static void panel_product(const uint8_t *Wq, const float *sb, int wgroup, int bi
 }
 
 /* ---- Panels made at load (kernels.h, tern_iq_panels_make): the
- * micro-kernel above on the stored layout - a quad of rows times NT
- * tokens, chunk after chunk of one sequential stream - with the quad's
- * {scale, bias} pairs read from the chunk's bf16 words. NT = 1 for decode
- * (no token computed twice), 4 otherwise; every (row, token) result is
- * the 256-bit combination of the contract either way. */
-#ifndef PW_AHEAD
+ * micro-kernel above on the stored layout - a quad of rows, chunk after
+ * chunk of one sequential stream (fetched PW_AHEAD bytes ahead), each
+ * chunk for every 4-token tile of a token block (intdot_simd.h) - with the
+ * quad's {scale, bias} pairs read from the chunk's bf16 words. One token
+ * takes a 1-token tile (no token computed twice); every (row, token)
+ * result is the 256-bit combination of the contract either way. */
 #define PW_AHEAD 2048
-#endif
 typedef struct pw_shape {
     long nc, nw, nv, cb, ngp, span; /* chunks, row vectors a chunk, input vectors a chunk, chunk bytes, qs
                                        blocks, a token's panel inputs */
@@ -535,7 +534,6 @@ static inline void pw_store(const __m512 *F, const __m512 *G, const long *t, int
                 Y[t[i] * ldy + r + k] = v[k];
     }
 }
-
 
 static inline __attribute__((always_inline)) void pw_product(int bits, const uint8_t *P, int group, const int8_t *A,
                                                              const float *qs, float *Y, long T, long n_in, long ldy,
