@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "model/kv_int.h"
 #include "model/model_int.h"
@@ -1007,7 +1008,11 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n)
             continue;
         size_t len = tiles ? tern_bf16_tiles_len(w->n_out, w->n_in) * sizeof(uint16_t)
                            : tern_iq_panels_len(w->n_out, w->n_in, w->group, w->qbits);
-        void *p = aligned_alloc(64, (len + 63) / 64 * 64);
+        /* large layouts on 2 MB pages where the kernel grants them (a fault a 2 MB page, not a 4 KB one) */
+        size_t al = len >= (8u << 20) ? 2u << 20 : 64;
+        void *p = aligned_alloc(al, (len + al - 1) / al * al);
+        if (p && al > 64)
+            madvise(p, (len + al - 1) / al * al, MADV_HUGEPAGE);
         if (!p) {
             TERN_WARN("no memory for the %s layout of a %d x %d weight: it keeps the row kernels",
                       tiles ? "tile" : "panel", w->n_out, w->n_in);
@@ -1022,6 +1027,9 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n)
         j.first[j.n + 1] = j.first[j.n] + (tiles ? (w->n_out + 15) / 16 : (w->n_out + 3) / 4);
         j.n++;
     }
+    for (int i = 0; i < j.n; i++)
+        if (!j.w[i]->own)
+            model_weight_populate(j.w[i]);
     if (j.n)
         tern_pool_for(be->pool, j.first[j.n], 1, tiles_run, &j);
     for (int i = 0; i < j.n; i++) /* a tied embedding's too: a lookup faults its row's page back in */
@@ -1035,6 +1043,7 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
     cpu_backend *be = (cpu_backend *)base;
     if (be->exact || (!be->k->matmul_bf16t && !be->k->imatmul_q4w && !be->k->imatmul_q8w))
         return;
+    double t0 = tern_time_s();
     model_weight *head = &m->lm_head;
     size_t bytes = tiles_make(be, &head, 1);
     for (int l = 0; l < m->cfg.n_layer; l++) {
@@ -1043,8 +1052,8 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
         bytes += tiles_make(be, ws, TILES_MAX);
     }
     if (bytes)
-        TERN_INFO("weights in the %s layout: %.2f GiB", be->k->matmul_bf16t ? "tile" : "panel",
-                  (double)bytes / (1 << 30));
+        TERN_INFO("weights in the %s layout: %.2f GiB in %.2f s", be->k->matmul_bf16t ? "tile" : "panel",
+                  (double)bytes / (1 << 30), tern_time_s() - t0);
 }
 
 model_backend *model_backend_cpu_new(int n_threads, tern_err *err)

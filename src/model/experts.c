@@ -94,6 +94,19 @@ void model_weight_release(const model_weight *w)
         madvise(lo, len, MADV_DONTNEED);
 }
 
+void model_weight_populate(const model_weight *w)
+{
+    char *lo;
+    size_t len;
+    span(w, 1, &lo, &len);
+#ifdef MADV_POPULATE_READ
+    if (len && madvise(lo, len, MADV_POPULATE_READ) == 0)
+        return;
+#endif
+    if (len) /* an older kernel: read-ahead at least */
+        madvise(lo, len, MADV_WILLNEED);
+}
+
 enum { OP_READ, OP_ADVISE, OP_LOCK, OP_UNLOCK, OP_RELEASE };
 
 /* Applies op to the three matrices of expert id; OP_LOCK returns -1 when

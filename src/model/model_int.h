@@ -107,6 +107,9 @@ void model_experts_touch(tern_model *m, int layer, int expert);
 /* Drops the pages wholly w's own from the process (experts.c; w's data a
  * read-only file mapping: a later read faults them back in). */
 void model_weight_release(const model_weight *w);
+/* Maps every page of w's data at once (a weight read whole right after, as
+ * a CPU layout's making: one call instead of a fault a page). */
+void model_weight_populate(const model_weight *w);
 
 /* A device backend's expert cache reports into the model's counters
  * (experts.c; a no-op without them): picks that found the expert cached and

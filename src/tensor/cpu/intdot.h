@@ -38,6 +38,10 @@ void tern_iq_panels_avx2_q4(const uint8_t *P, int group, const int8_t *A, const 
                             long n_in, long ldy, long r0, long r1);
 void tern_iq_panels_avx2_q8(const uint8_t *P, int group, const int8_t *A, const float *qs, float *Y, long T,
                             long n_in, long ldy, long r0, long r1);
+/* One row's words of a whole chunk (8 blocks of blk bytes at w, nw words a
+ * block, nw a multiple of 8) into the panel layout (kernels.h): word k of
+ * block j at dst + k * 128 + 4 * j. AVX2: 8 x 8 word transposes. */
+void tern_iq_panel_words_avx2(const uint8_t *w, long blk, long nw, uint8_t *dst);
 /* The panel products' inputs (kernels.h, iq_panel_acts), AVX2: every table with panels. */
 void tern_iq_panel_acts(const int8_t *Q, long T, long n_in, int group, int bits, int8_t *A);
 

@@ -586,3 +586,15 @@ void tern_iq_panel_acts(const int8_t *Q, long T, long n_in, int group, int bits,
     for (long t = 0; t < T; t++)
         panel_acts(Q + t * n_in, B, bits, nb, tern_iq_ngp(nb), A + t * span);
 }
+
+void tern_iq_panel_words_avx2(const uint8_t *w, long blk, long nw, uint8_t *dst)
+{
+    for (long k0 = 0; k0 < nw; k0 += 8) {
+        __m256i R[8], O[8];
+        for (int j = 0; j < 8; j++)
+            R[j] = LD(w + j * blk + 4 * k0);
+        panel_t8(R, O);
+        for (int k = 0; k < 8; k++)
+            _mm256_storeu_si256((__m256i *)(dst + (k0 + k) * 128), O[k]);
+    }
+}

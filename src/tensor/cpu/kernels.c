@@ -181,18 +181,24 @@ void tern_iq_panels_make(const uint8_t *Wq, const uint16_t *sb16, long n_out, lo
     long nc, nw, cb, B = tern_iq_ablock(group, bits), rep = group / B, nb = n_in / B, ng = n_in / group;
     long blk = B * bits / 8, rowb = n_in * bits / 8, per = 8 / rep; /* bytes a block, a row; pairs a row and chunk */
     panels_shape(n_in, group, bits, &nc, &nw, &cb);
+    int fast = nw % 8 == 0 && tern_cpu()->avx2; /* whole chunks by 8 x 8 word transposes */
     for (long q = q0; q < q1; q++)
         for (long c = 0; c < nc; c++) {
             uint8_t *ch = P + (q * nc + c) * cb;
-            memset(ch, 0, (size_t)cb);
+            int whole = fast && 4 * q + 4 <= n_out && 8 * c + 8 <= nb;
+            memset(whole ? ch + 2 * nw * 64 : ch, 0, (size_t)(whole ? cb - 2 * nw * 64 : cb));
             for (long i = 0; i < 4; i++) { /* quad row i: pair i / 2, half i % 2 */
                 long r = 4 * q + i;
                 if (r >= n_out)
                     continue;
-                for (long k = 0; k < nw; k++)
-                    for (long j = 0; j < 8 && 8 * c + j < nb; j++)
-                        memcpy(ch + k * 128 + (i / 2) * 64 + (i % 2) * 32 + 4 * j,
-                               Wq + r * rowb + (8 * c + j) * blk + 4 * k, 4);
+                if (whole)
+                    tern_iq_panel_words_avx2(Wq + r * rowb + 8 * c * blk, blk, nw,
+                                             ch + (i / 2) * 64 + (i % 2) * 32);
+                else
+                    for (long k = 0; k < nw; k++)
+                        for (long j = 0; j < 8 && 8 * c + j < nb; j++)
+                            memcpy(ch + k * 128 + (i / 2) * 64 + (i % 2) * 32 + 4 * j,
+                                   Wq + r * rowb + (8 * c + j) * blk + 4 * k, 4);
                 for (long s = 0; s < per && 8 * c / rep + s < ng; s++) {
                     const uint16_t *p = sb16 + (r * ng + 8 * c / rep + s) * 2;
                     uint32_t v = p[0] | (uint32_t)p[1] << 16;
