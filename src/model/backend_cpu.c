@@ -347,13 +347,14 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
     }
     if (!n_groups)
         return 0;
-    size_t need_a = 0; /* the panel products' inputs, for each quantization some matrix with panels takes */
-    for (int k = 0; k < n_groups; k++)
+    int panels[MM_MAX] = {0}; /* quantization k's inputs go to some matrix's panels too */
+    size_t need_a = 0;
+    for (int k = 0; k < n_groups; k++) {
         for (int i = 0; i < n; i++)
-            if (mm_abits(w[i]) && mm_same_quant(first[k], w[i]) && mm_uses_panels(be, w[i])) {
-                need_a += (size_t)T * tern_iq_panel_span(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
-                break;
-            }
+            panels[k] |= mm_abits(w[i]) && mm_same_quant(first[k], w[i]) && mm_uses_panels(be, w[i]);
+        if (panels[k])
+            need_a += (size_t)T * tern_iq_panel_span(first[k]->n_in, mm_agroup(first[k]), mm_abits(first[k]));
+    }
     if (grow((void **)&be->qx, &be->cap_qx, need_q, 1) || grow((void **)&be->qs, &be->cap_qs, need_s, sizeof(float)) ||
         grow((void **)&be->qxa, &be->cap_qxa, need_a, 1))
         return tern_err_set(err, TERN_ENOMEM, "out of memory for quantized inputs");
@@ -386,10 +387,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
             uq = be->qxp;
             us = be->qsp;
         }
-        int panels = 0;
-        for (int i = 0; i < n; i++)
-            panels |= mm_abits(w[i]) && mm_same_quant(first[k], w[i]) && mm_uses_panels(be, w[i]);
-        if (panels) { /* once for every part of every matrix that takes them */
+        if (panels[k]) { /* once for every part of every matrix that takes them */
             pacts_job aj = {be->k, q, qa, n_in, group, bits, tern_iq_panel_span(n_in, group, bits)};
             tern_pool_for(be->pool, T, 2048 / n_in + 1, pacts_run, &aj);
         }
@@ -400,7 +398,7 @@ static int mm_quantize(cpu_backend *be, mm_job *j, int n, const model_weight *co
                 j->qpacked[i] = packed;
                 j->Qa[i] = mm_uses_panels(be, w[i]) ? qa : NULL;
             }
-        if (panels)
+        if (panels[k])
             qa += (size_t)T * tern_iq_panel_span(n_in, group, bits);
         q += (size_t)T * n_in;
         qs += (size_t)T * 2 * nbp;
@@ -1052,8 +1050,8 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
         bytes += tiles_make(be, ws, TILES_MAX);
     }
     if (bytes)
-        TERN_INFO("weights in the %s layout: %.2f GiB in %.2f s", be->k->matmul_bf16t ? "tile" : "panel",
-                  (double)bytes / (1 << 30), tern_time_s() - t0);
+        TERN_INFO("weights laid out for the CPU's kernels: %.2f GiB in %.2f s", (double)bytes / (1 << 30),
+                  tern_time_s() - t0);
 }
 
 model_backend *model_backend_cpu_new(int n_threads, tern_err *err)

@@ -270,23 +270,6 @@ static inline int tern_iqp_ok(const tern_kernels *k, int group, int bits, long T
  * load: a matrix with tiles takes them for every call). */
 static inline int tern_bf16t_ok(const tern_kernels *k, long n_in) { return k->matmul_bf16t && n_in % 32 == 0; }
 
-/* Whether k's panel product takes a quantized weight of this group, bits
- * and width (decided once, at load: a weight with panels takes them for
- * every call). */
-static inline int tern_iq_panels_ok(const tern_kernels *k, int group, int bits, long n_in)
-{
-    int B = bits == 8 ? 32 : group; /* tern_iq_ablock */
-    return (bits == 8 ? k->imatmul_q8w : k->imatmul_q4w) && k->iq_panel_acts && group % 32 == 0 && (B == 32 || B == 64 || B == 128) &&
-           n_in % group == 0;
-}
-
-/* Bytes of a token's panel inputs (tern_iqpanel_fn's A). */
-static inline long tern_iq_panel_span(long n_in, int group, int bits)
-{
-    long B = bits == 8 ? 32 : group; /* tern_iq_ablock */
-    return ((n_in / B + 7) & ~7L) * B;
-}
-
 /* Blocks or groups padded to a multiple of 8 (the qs layout above). */
 static inline long tern_iq_ngp(long n_groups) { return (n_groups + 7) & ~7L; }
 /* The activation block of the integer products (tern_quant_act_fn). */
@@ -295,6 +278,31 @@ static inline int tern_iq_ablock(int group, int bits) { return bits == 8 ? 32 : 
 static inline long tern_iq_nbp(long n_in, int group, int bits)
 {
     return tern_iq_ngp(n_in / tern_iq_ablock(group, bits));
+}
+
+/* Whether k's panel product takes a quantized weight of this group, bits
+ * and width (decided once, at load: a weight with panels takes them for
+ * every call). */
+static inline int tern_iq_panels_ok(const tern_kernels *k, int group, int bits, long n_in)
+{
+    int B = tern_iq_ablock(group, bits);
+    return (bits == 8 ? k->imatmul_q8w : k->imatmul_q4w) && k->iq_panel_acts && group % 32 == 0 &&
+           (B == 32 || B == 64 || B == 128) && n_in % group == 0;
+}
+
+/* The panels' shape (tern_iq_panels_make): 32-byte vectors a row and chunk
+ * (a block's words: 8-bit, or 4-bit packed), a chunk's bytes (its two row
+ * pairs' lines, then the pairs' words padded to 64), a token's inputs
+ * (tern_iqpanel_fn's A). */
+static inline long tern_iq_panel_nw(int group, int bits) { return tern_iq_ablock(group, bits) * bits / 32; }
+static inline long tern_iq_panel_cb(int group, int bits)
+{
+    long rep = group / tern_iq_ablock(group, bits);
+    return 2 * tern_iq_panel_nw(group, bits) * 64 + (128 / rep + 63) / 64 * 64;
+}
+static inline long tern_iq_panel_span(long n_in, int group, int bits)
+{
+    return tern_iq_nbp(n_in, group, bits) * tern_iq_ablock(group, bits);
 }
 
 /* The f32-activation products (--exact-products) instead of the integer ones

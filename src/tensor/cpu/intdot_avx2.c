@@ -533,9 +533,9 @@ static inline __attribute__((always_inline)) void apw_product(int bits, const ui
                                                               const float *qs, float *Y, long T, long n_in, long ldy,
                                                               long r0, long r1)
 {
-    int B = tern_iq_ablock(group, bits), rep = group / B;
-    long nw = bits == 8 ? B / 4 : B / 8, ngp = tern_iq_ngp(n_in / B), nc = ngp / 8;
-    long cb = 2 * nw * 64 + (128 / rep + 63) / 64 * 64, span = ngp * B;
+    int rep = group / tern_iq_ablock(group, bits);
+    long nw = tern_iq_panel_nw(group, bits), ngp = tern_iq_nbp(n_in, group, bits), nc = ngp / 8;
+    long cb = tern_iq_panel_cb(group, bits), span = tern_iq_panel_span(n_in, group, bits);
     long tb = iq_pw_block(span);
     __m256 F[IQ_PW_TOKENS / 4][4][4]; /* a token block's sums of one quad: [tile][row][token] */
     for (long b0 = 0; b0 < T; b0 += tb) {

@@ -542,11 +542,11 @@ static inline __attribute__((always_inline)) void pw_product(int bits, const uin
     int B = tern_iq_ablock(group, bits), rep = group / B, per = 8 / rep;
     pw_shape sh;
     sh.nv = B / 4;
-    sh.nw = bits == 8 ? sh.nv : sh.nv / 2;
-    sh.ngp = tern_iq_ngp(n_in / B);
+    sh.nw = tern_iq_panel_nw(group, bits);
+    sh.ngp = tern_iq_nbp(n_in, group, bits);
     sh.nc = sh.ngp / 8;
-    sh.cb = 2 * sh.nw * 64 + (128 / rep + 63) / 64 * 64;
-    sh.span = sh.ngp * B;
+    sh.cb = tern_iq_panel_cb(group, bits);
+    sh.span = tern_iq_panel_span(n_in, group, bits);
     /* lane j < 8: the pair's first row, its group j / rep; lane 8 + j: the second row's */
     int ia[16];
     for (int j = 0; j < 16; j++)

@@ -159,28 +159,17 @@ void tern_bf16_tiles_make(const uint16_t *W, long n_out, long n_in, uint16_t *Wt
         }
 }
 
-/* The panels' shape (kernels.h): vectors a row and chunk, and a chunk's bytes. */
-static void panels_shape(long n_in, int group, int bits, long *nc, long *nw, long *cb)
-{
-    long B = tern_iq_ablock(group, bits), rep = group / B;
-    *nc = tern_iq_ngp(n_in / B) / 8;
-    *nw = bits == 8 ? B / 4 : B / 8;
-    *cb = 2 * *nw * 64 + (128 / rep + 63) / 64 * 64;
-}
-
 size_t tern_iq_panels_len(long n_out, long n_in, int group, int bits)
 {
-    long nc, nw, cb;
-    panels_shape(n_in, group, bits, &nc, &nw, &cb);
-    return (size_t)((n_out + 3) / 4) * (size_t)(nc * cb);
+    return (size_t)((n_out + 3) / 4) * (size_t)(tern_iq_nbp(n_in, group, bits) / 8 * tern_iq_panel_cb(group, bits));
 }
 
 void tern_iq_panels_make(const uint8_t *Wq, const uint16_t *sb16, long n_out, long n_in, int group, int bits,
                          uint8_t *P, long q0, long q1)
 {
-    long nc, nw, cb, B = tern_iq_ablock(group, bits), rep = group / B, nb = n_in / B, ng = n_in / group;
+    long B = tern_iq_ablock(group, bits), rep = group / B, nb = n_in / B, ng = n_in / group;
     long blk = B * bits / 8, rowb = n_in * bits / 8, per = 8 / rep; /* bytes a block, a row; pairs a row and chunk */
-    panels_shape(n_in, group, bits, &nc, &nw, &cb);
+    long nc = tern_iq_nbp(n_in, group, bits) / 8, nw = tern_iq_panel_nw(group, bits), cb = tern_iq_panel_cb(group, bits);
     int fast = nw % 8 == 0 && tern_cpu()->avx2; /* whole chunks by 8 x 8 word transposes */
     for (long q = q0; q < q1; q++)
         for (long c = 0; c < nc; c++) {
