@@ -9,6 +9,7 @@
  * FP8 weights always meet the f32 inputs (matmul_f8: one FP8 path); MXFP4
  * ones the int8 inputs of the 4-bit layout (or f32 under --exact-products). */
 #include <math.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -499,14 +500,19 @@ typedef struct mg_job {
     const float **qs;     /* [n] */
     const float **xsum;   /* [n] group sums (f32-activation quantized path), else NULL */
     const uint16_t **Xb;  /* [n] bf16 inputs (bf16 weights, unless exact), else NULL */
+    const int8_t **Qa;    /* [n] Q as the panel products' inputs where the matrix has panels, else NULL */
     int *qi;              /* the matrices whose inputs mgq_run converts (not sharing their predecessor's) */
+    long unit;            /* rows a pool item: 4 where a matrix has panels (their quads), else 1 */
 } mg_job;
 
 static void mg_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
     mg_job *j = ctx;
-    /* the first matrix holding row b (offs ascending), then on while rows remain */
+    b *= j->unit;
+    e *= j->unit;
+    /* the first matrix holding row b (offs ascending, each matrix's rows
+     * padded to whole units), then on while rows remain */
     int lo_i = 0, hi_i = j->n;
     while (lo_i + 1 < hi_i) {
         int mid = (lo_i + hi_i) / 2;
@@ -516,8 +522,14 @@ static void mg_run(void *ctx, long b, long e, int worker)
             hi_i = mid;
     }
     for (int i = lo_i; i < j->n && j->offs[i] < e; i++) {
-        long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
-        if (lo < hi) {
+        long end = j->offs[i] + j->w[i]->n_out;
+        long lo = b > j->offs[i] ? b : j->offs[i], hi = e < end ? e : end;
+        if (lo < hi && j->Qa[i]) {
+            const model_weight *w = j->w[i];
+            (w->qbits == 4 ? j->be->k->imatmul_q4w : j->be->k->imatmul_q8w)(
+                w->panels, w->group, j->Qa[i], j->qs[i], j->Y[i], j->T[i], w->n_in, w->n_out, lo - j->offs[i],
+                hi - j->offs[i]);
+        } else if (lo < hi) {
             mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i], j->Xb[i], 0, j->Y[i], j->T[i],
                      lo - j->offs[i], hi - j->offs[i], j->be->exact);
         }
@@ -539,7 +551,20 @@ static void mgq_run(void *ctx, long b, long e, int worker)
             continue;
         j->be->k->quant_act(j->X[i], j->T[i], w->n_in, mm_agroup(w), mm_abits(w), (int8_t *)j->Q[i],
                             (float *)j->qs[i]);
+        if (j->Qa[i])
+            j->be->k->iq_panel_acts(j->Q[i], j->T[i], w->n_in, mm_agroup(w), mm_abits(w), (int8_t *)j->Qa[i]);
     }
+}
+
+/* Whether matrix i of a grouped product takes matrix i - 1's quantized
+ * inputs (or, exact, its group sums): the same rows, bits and activation
+ * block, and panels on both or neither (their inputs are converted with
+ * the quantized ones, by the same item). */
+static int mg_same(const cpu_backend *be, const model_weight *const *w, const float *const *X, const int *T, int i)
+{
+    return i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_abits(w[i]) == mm_abits(w[i - 1]) &&
+           w[i]->mx == w[i - 1]->mx && mm_uses_panels(be, w[i]) == mm_uses_panels(be, w[i - 1]) &&
+           (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
 }
 
 static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *const *w, const float *const *X,
@@ -553,39 +578,43 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
     const int8_t **Q = calloc((size_t)n, sizeof *Q);
     const float **qs = calloc((size_t)n, sizeof *qs), **xsum = calloc((size_t)n, sizeof *xsum);
     const uint16_t **Xb = calloc((size_t)n, sizeof *Xb);
+    const int8_t **Qa = calloc((size_t)n, sizeof *Qa);
     int *qi = malloc((size_t)n * sizeof *qi);
-    if (!offs || !Q || !qs || !xsum || !Xb || !qi)
+    if (!offs || !Q || !qs || !xsum || !Xb || !Qa || !qi)
         goto out;
     /* the inputs' quantized copies (integer path) or group sums: one per
      * distinct (X, T, group, bits), a matrix reusing its predecessor's */
-    size_t need_q = 0, need_s = 0, need_x = 0, need_b = 0;
-    long max_t = 1;
+    size_t need_q = 0, need_s = 0, need_x = 0, need_b = 0, need_a = 0;
+    long max_t = 1, unit = 1;
+    for (int i = 0; i < n; i++)
+        if (mm_uses_panels(be, w[i]))
+            unit = 4; /* their quads */
     offs[0] = 0;
     for (int i = 0; i < n; i++) {
-        offs[i + 1] = offs[i] + w[i]->n_out;
+        offs[i + 1] = offs[i] + (w[i]->n_out + unit - 1) / unit * unit;
         max_t = T[i] > max_t ? T[i] : max_t;
         if (mm_uses_bf16b(be, w[i]) &&
             !(i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_uses_bf16b(be, w[i - 1])))
             need_b += (size_t)T[i] * w[i]->n_in;
         /* the exact path's sums are per weight group; the integer path's
          * inputs per activation block (8-bit weights of any group share) */
-        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_abits(w[i]) == mm_abits(w[i - 1]) &&
-                   w[i]->mx == w[i - 1]->mx &&
-                   (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
+        int same = mg_same(be, w, X, T, i);
         if (!mm_abits(w[i]) || same)
             continue;
         if (!be->exact) {
             need_q += (size_t)T[i] * w[i]->n_in;
             need_s += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
+            if (mm_uses_panels(be, w[i]))
+                need_a += (size_t)T[i] * tern_iq_panel_span(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
         } else if (w[i]->qbits) { /* MXFP4's exact product needs no sums */
             need_x += (size_t)T[i] * (w[i]->n_in / w[i]->group);
         }
     }
     if (grow((void **)&be->qx, &be->cap_qx, need_q, 1) || grow((void **)&be->qs, &be->cap_qs, need_s, sizeof(float)) ||
         grow((void **)&be->xsum, &be->cap_xsum, need_x, sizeof(float)) ||
-        grow((void **)&be->xb, &be->cap_xb, need_b, sizeof(uint16_t)))
+        grow((void **)&be->xb, &be->cap_xb, need_b, sizeof(uint16_t)) || grow((void **)&be->qxa, &be->cap_qxa, need_a, 1))
         goto out;
-    size_t oq = 0, os = 0, ox = 0, ob = 0;
+    size_t oq = 0, os = 0, ox = 0, ob = 0, oa = 0;
     for (int i = 0; i < n; i++) {
         if (mm_uses_bf16b(be, w[i])) {
             if (i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_uses_bf16b(be, w[i - 1])) {
@@ -597,20 +626,23 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
         }
         if (!mm_abits(w[i]) || (be->exact && !w[i]->qbits))
             continue;
-        int same = i > 0 && X[i] == X[i - 1] && T[i] == T[i - 1] && mm_abits(w[i - 1]) == mm_abits(w[i]) &&
-                   w[i]->mx == w[i - 1]->mx &&
-                   (be->exact ? w[i]->group == w[i - 1]->group : mm_same_quant(w[i], w[i - 1]));
+        int same = mg_same(be, w, X, T, i);
         long ng = w[i]->qbits ? w[i]->n_in / w[i]->group : 0;
         if (!be->exact) {
             if (same) {
                 Q[i] = Q[i - 1];
                 qs[i] = qs[i - 1];
+                Qa[i] = Qa[i - 1];
                 continue;
             }
             Q[i] = be->qx + oq;
             qs[i] = be->qs + os;
             oq += (size_t)T[i] * w[i]->n_in;
             os += (size_t)T[i] * 2 * tern_iq_nbp(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
+            if (mm_uses_panels(be, w[i])) {
+                Qa[i] = be->qxa + oa;
+                oa += (size_t)T[i] * tern_iq_panel_span(w[i]->n_in, mm_agroup(w[i]), mm_abits(w[i]));
+            }
         } else {
             if (same) {
                 xsum[i] = xsum[i - 1];
@@ -637,7 +669,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
             qi[n_qi++] = i;
             q_elems += (long)T[i] * w[i]->n_in;
         }
-    mg_job j = {be, n, w, X, Y, T, offs, Q, qs, xsum, Xb, qi};
+    mg_job j = {be, n, w, X, Y, T, offs, Q, qs, xsum, Xb, Qa, qi, unit};
     if (n_qi)
         tern_pool_for(be->pool, n_qi, q_elems <= 16384 ? n_qi : 1, mgq_run, &j);
     long grain = 65536 / ((long)w[0]->n_in * max_t) + 1;
@@ -647,9 +679,10 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
          * layer's gate/up, or its down) */
         long row_bytes = mm_row_bytes(w[0]);
         long rows = (be->mm_piece / (row_bytes * max_t)) & ~1L;
-        tern_pool_for_chunks(be->pool, offs[n], rows > grain ? rows : grain, mg_run, &j);
+        rows = rows > grain ? rows : grain;
+        tern_pool_for_chunks(be->pool, offs[n] / unit, (rows + unit - 1) / unit, mg_run, &j);
     } else {
-        tern_pool_for(be->pool, offs[n], grain, mg_run, &j);
+        tern_pool_for(be->pool, offs[n] / unit, (grain + unit - 1) / unit, mg_run, &j);
     }
     rc = 0;
 out:
@@ -658,6 +691,7 @@ out:
     free(qs);
     free(xsum);
     free(Xb);
+    free(Qa);
     free(qi);
     return rc ? tern_err_set(err, rc, "out of memory for a grouped product") : 0;
 }
@@ -966,8 +1000,8 @@ static void cpu_free(model_backend *base)
 }
 
 typedef struct tiles_job {
-    model_weight *w[TILES_MAX];
-    long first[TILES_MAX + 1]; /* first unit of each weight in the job's numbering: 16-row blocks or quads */
+    model_weight **w;
+    long *first; /* [n + 1] first unit of each weight in the job's numbering: 16-row blocks or quads */
     int n;
 } tiles_job;
 
@@ -975,7 +1009,10 @@ static void tiles_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
     tiles_job *j = ctx;
-    for (int i = 0; i < j->n; i++) {
+    int i = 0; /* the first weight holding unit b, then on */
+    while (j->first[i + 1] <= b)
+        i++;
+    for (; i < j->n && j->first[i] < e; i++) {
         long lo = b > j->first[i] ? b : j->first[i], hi = e < j->first[i + 1] ? e : j->first[i + 1];
         model_weight *w = j->w[i];
         if (lo >= hi)
@@ -988,34 +1025,77 @@ static void tiles_run(void *ctx, long b, long e, int worker)
     }
 }
 
-/* Gives the n weights ws that take tiles or panels (at most TILES_MAX)
- * their layout in one pool round, then drops their mapping's pages (a tied
- * embedding's too: the few rows lookups read come back a page at a time).
- * Returns the bytes allocated. */
-static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n)
+/* Bytes of w's layout for the CPU's kernels (tiles or panels, *tiles says
+ * which), 0 when it takes none. panels_only: quantized weights alone (a
+ * mixture's experts: the grouped product has no tile path). */
+static size_t layout_len(const cpu_backend *be, const model_weight *w, int panels_only, int *tiles)
 {
-    tiles_job j = {.n = 0};
-    size_t bytes = 0;
+    if (!w->data || w->tiles || w->panels || w->mx || !w->n_out)
+        return 0;
+    *tiles = !panels_only && mm_uses_bf16b(be, w) && tern_bf16t_ok(be->k, w->n_in);
+    if (*tiles)
+        return tern_bf16_tiles_len(w->n_out, w->n_in) * sizeof(uint16_t);
+    if (w->qbits && w->sb16 && tern_iq_panels_ok(be->k, w->group, w->qbits, w->n_in))
+        return tern_iq_panels_len(w->n_out, w->n_in, w->group, w->qbits);
+    return 0;
+}
+
+/* Memory on 2 MB pages where the kernel grants them (a fault a 2 MB page,
+ * not a 4 KB one) when large, else 64-byte aligned; NULL when none. */
+static void *layout_alloc(size_t len)
+{
+    size_t al = len >= (8u << 20) ? 2u << 20 : 64;
+    void *p = aligned_alloc(al, (len + al - 1) / al * al);
+    if (p && al > 64)
+        madvise(p, (len + al - 1) / al * al, MADV_HUGEPAGE);
+    return p;
+}
+
+/* Gives the n weights ws that take tiles or panels their layout in one
+ * pool round, then drops their mapping's pages (a tied embedding's too:
+ * the few rows lookups read come back a page at a time). block: one
+ * allocation for all of them, into *block (owned by the caller; the
+ * weights point into it), else one each, owned by the weight. Returns the
+ * bytes laid out. */
+static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int panels_only, void **block)
+{
+    size_t bytes = 0, off = 0;
+    long *first = malloc((size_t)(n + 1) * sizeof *first);
+    model_weight **jw = malloc((size_t)(n > 0 ? n : 1) * sizeof *jw);
+    char *base = NULL;
+    if (!first || !jw)
+        goto out;
+    if (block) {
+        for (int i = 0; i < n; i++) {
+            int tiles;
+            size_t len = layout_len(be, ws[i], panels_only, &tiles);
+            bytes += (len + 63) / 64 * 64;
+        }
+        if (!bytes || !(base = layout_alloc(bytes))) {
+            if (bytes)
+                TERN_WARN("no memory for the panels of a layer's experts (%.1f MB): they keep the row kernels",
+                          (double)bytes / 1e6);
+            bytes = 0;
+            goto out;
+        }
+        *block = base;
+        bytes = 0;
+    }
+    tiles_job j = {jw, first, 0};
+    first[0] = 0;
     for (int i = 0; i < n; i++) {
         model_weight *w = ws[i];
-        if (!w->data || w->tiles || w->panels || w->mx)
+        int tiles;
+        size_t len = layout_len(be, w, panels_only, &tiles);
+        if (!len)
             continue;
-        int tiles = mm_uses_bf16b(be, w) && tern_bf16t_ok(be->k, w->n_in);
-        int panels = w->qbits && w->sb16 && tern_iq_panels_ok(be->k, w->group, w->qbits, w->n_in);
-        if (!tiles && !panels)
-            continue;
-        size_t len = tiles ? tern_bf16_tiles_len(w->n_out, w->n_in) * sizeof(uint16_t)
-                           : tern_iq_panels_len(w->n_out, w->n_in, w->group, w->qbits);
-        /* large layouts on 2 MB pages where the kernel grants them (a fault a 2 MB page, not a 4 KB one) */
-        size_t al = len >= (8u << 20) ? 2u << 20 : 64;
-        void *p = aligned_alloc(al, (len + al - 1) / al * al);
-        if (p && al > 64)
-            madvise(p, (len + al - 1) / al * al, MADV_HUGEPAGE);
+        void *p = base ? base + off : layout_alloc(len);
         if (!p) {
             TERN_WARN("no memory for the %s layout of a %d x %d weight: it keeps the row kernels",
                       tiles ? "tile" : "panel", w->n_out, w->n_in);
             continue;
         }
+        off += (len + 63) / 64 * 64;
         if (tiles)
             w->tiles = p;
         else
@@ -1033,7 +1113,26 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n)
     for (int i = 0; i < j.n; i++) /* a tied embedding's too: a lookup faults its row's page back in */
         if (!j.w[i]->own)
             model_weight_release(j.w[i]);
+out:
+    free(first);
+    free(jw);
     return bytes;
+}
+
+/* The memory the kernel could give now (/proc/meminfo's MemAvailable),
+ * 0 when unknown. */
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (size_t)kb * 1024;
 }
 
 void model_backend_cpu_tiles(model_backend *base, tern_model *m)
@@ -1043,11 +1142,41 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
         return;
     double t0 = tern_time_s();
     model_weight *head = &m->lm_head;
-    size_t bytes = tiles_make(be, &head, 1);
+    size_t bytes = tiles_make(be, &head, 1, 0, NULL);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         model_layer *L = &m->layers[l];
         model_weight *ws[TILES_MAX] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
-        bytes += tiles_make(be, ws, TILES_MAX);
+        bytes += tiles_make(be, ws, TILES_MAX, 0, NULL);
+    }
+    /* A mixture's quantized experts get panels too, in one block a layer,
+     * when they stay in memory anyway: not streamed from disk, and only
+     * when they fit in the memory available - panels are the process's own
+     * memory, which a model larger than memory could not page out. */
+    model_experts_stats st;
+    if (m->cfg.n_expert && !model_experts_stats_get(m, &st) && st.where != MODEL_EXPERTS_DISK && be->k->iq_panel_acts) {
+        int E3 = 3 * m->cfg.n_expert;
+        size_t need = 0;
+        for (int l = 0; l < m->cfg.n_layer; l++)
+            for (int e = 0; m->layers[l].experts && e < E3; e++) {
+                int tiles;
+                need += layout_len(be, &m->layers[l].experts[e], 1, &tiles);
+            }
+        size_t avail = mem_available();
+        if (need && need > avail / 4 * 3) {
+            TERN_INFO("the experts keep the row kernels: their panels (%.2f GiB) would not fit in the memory "
+                      "available (%.2f GiB)", (double)need / (1 << 30), (double)avail / (1 << 30));
+        } else if (need) {
+            model_weight **ws = malloc((size_t)E3 * sizeof *ws);
+            for (int l = 0; ws && l < m->cfg.n_layer; l++) {
+                model_layer *L = &m->layers[l];
+                if (!L->experts)
+                    continue;
+                for (int e = 0; e < E3; e++)
+                    ws[e] = &L->experts[e];
+                bytes += tiles_make(be, ws, E3, 1, &L->exp_layout);
+            }
+            free(ws);
+        }
     }
     if (bytes)
         TERN_INFO("weights laid out for the CPU's kernels: %.2f GiB in %.2f s", (double)bytes / (1 << 30),

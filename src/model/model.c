@@ -720,6 +720,7 @@ void model_free(tern_model *m)
                     free(L->experts[e].fs);
                     free(L->experts[e].own);
                 }
+            free(L->exp_layout);
             free(L->router_b);
             free(L->exp_b_gu);
             free(L->exp_b_down);

@@ -44,7 +44,8 @@ struct model_weight {
      * the kernels have one (model_backend_cpu_tiles): owned; else NULL. */
     uint16_t *tiles;
     /* MLX affine weights rearranged for the CPU's panel product (kernels.h, tern_iq_panels_make), made at load
-     * where the kernels have one (model_backend_cpu_tiles): owned; else NULL. */
+     * where the kernels have one (model_backend_cpu_tiles): owned (a mixture's experts: in their layer's
+     * exp_layout); else NULL. */
     uint8_t *panels;
 };
 
@@ -59,6 +60,8 @@ typedef struct model_layer {
     model_weight *experts; /* [n_expert][3] gate, up [n_ff_expert][dim], down [dim][n_ff_expert]; owned, else NULL.
                             * gpt_oss: [0] is gate_up [2 * n_ff_expert][dim] (rows 2i gate, 2i + 1 up, as the
                             * hub interleaves them), [1] unused (n_out 0), [2] down */
+    void *exp_layout;    /* the experts' panels, one block (model_backend_cpu_tiles; experts[i].panels point
+                          * into it), else NULL */
     float *router_b;     /* [n_expert] router bias (gpt_oss), else NULL */
     float *exp_b_gu;     /* [n_expert][2 * n_ff_expert] gate_up biases (gpt_oss), else NULL */
     float *exp_b_down;   /* [n_expert][dim] down biases (gpt_oss), else NULL */

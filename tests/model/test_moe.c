@@ -146,6 +146,47 @@ static void test_expert_residency(void **state)
     free(got);
 }
 
+/* Quantized experts laid out as panels at load (the default, and host)
+ * give the bits of the row kernels they replace (disk: the experts stay in
+ * the mapping), 4- and 8-bit, with inputs that end in a part-filled chunk
+ * (12 blocks of 32); the panels' batch equals its sequences alone. */
+static void test_expert_panels(void **state)
+{
+    (void)state;
+    const char *d = fixture("--family qwen3_moe --dim 256 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --ff 96 "
+                            "--experts 8 --top-k 3 --moe-ff 384 --dtype bf16 --seed 36");
+    const tern_kernels *k = tern_kernels_best();
+    for (int bits = 4; bits <= 8; bits += 4) {
+        const char *q = tmpdir();
+        sh("%s convert %s %s/q --bits %d --group-size %d 2>/dev/null", bin(), d, q, bits, bits == 4 ? 32 : 64);
+        char qd[128];
+        snprintf(qd, sizeof qd, "%s/q", q);
+        tern_err err = {0};
+        tern_model *m = model_load(qd, 2, &err);
+        assert_non_null(m);
+        const model_layer *L = &m->layers[1];
+        int gate_panels = L->experts[0].panels != NULL;
+        assert_non_null(L->experts[0].sb16); /* bf16 scales: what the panels take */
+        assert_int_equal(gate_panels, tern_iq_panels_ok(k, L->experts[0].group, bits, L->experts[0].n_in));
+        const int V = model_config_get(m)->n_vocab, rows = 16;
+        float *ref = malloc((size_t)rows * V * sizeof(float)), *got = malloc((size_t)rows * V * sizeof(float));
+        run_ids(m, got);
+        model_free(m);
+        model_experts_opts_set(MODEL_EXPERTS_DISK, (size_t)1 << 30);
+        m = model_load(qd, 2, &err);
+        model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
+        assert_non_null(m);
+        assert_null(m->layers[1].experts[0].panels);
+        run_ids(m, ref);
+        model_free(m);
+        printf("%d-bit experts: panels %s\n", bits, gate_panels ? "at load" : "not taken by these kernels");
+        assert_memory_equal(ref, got, (size_t)rows * V * sizeof(float));
+        free(ref);
+        free(got);
+        check_batch(qd, 0);
+    }
+}
+
 /* ---- MLX's stacked experts (switch_mlp) ---- */
 
 typedef struct restack {
@@ -486,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_batch_equivalence),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_expert_residency),
+        cmocka_unit_test(test_expert_panels),
         cmocka_unit_test(test_stacked_experts),
         cmocka_unit_test(test_gpt_oss_batch),
         cmocka_unit_test(test_gpt_oss_mxfp4),
