@@ -704,12 +704,14 @@ void model_free(tern_model *m)
             for (int i = 0; i < 7; i++) {
                 free(ws[i]->tiles);
                 free(ws[i]->panels);
+                free(ws[i]->own);
                 free(ws[i]->sb);
                 free(ws[i]->sb16);
                 free(ws[i]->fs);
             }
             free(L->router.tiles);
             free(L->router.panels);
+            free(L->router.own);
             free(L->router.sb);
             free(L->router.sb16);
             free(L->router.fs);
@@ -739,6 +741,7 @@ void model_free(tern_model *m)
         }
     free(m->lm_head.tiles); /* its own even when tied (the embedding has none) */
     free(m->lm_head.panels);
+    free(m->lm_head.own); /* a copy the embedding shares when tied */
     if (m->lm_head.data != m->embed.data) { /* else tied: the same weight */
         free(m->lm_head.sb);
         free(m->lm_head.sb16);
