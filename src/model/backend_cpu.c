@@ -1042,14 +1042,14 @@ static void tiles_run(void *ctx, long b, long e, int worker)
  * weights with bf16 pairs as panels where they have a panel product, and
  * other dense weights copied as they are (dense: the row kernels read
  * them from 2 MB pages, not the mapping's 4 KB ones - Zen 4, Llama-1B
- * bf16: decode +3-7%, prefill +11-13%). panels_only: quantized weights
+ * bf16: decode +3-7%, prefill +11-13%). no_tiles: panels and copies
  * alone (a mixture's experts: the grouped product has no tile path). */
-static size_t layout_len(const cpu_backend *be, const model_weight *w, int panels_only, int *kind)
+static size_t layout_len(const cpu_backend *be, const model_weight *w, int no_tiles, int *kind)
 {
     *kind = LAY_NONE;
     if (!w->data || w->tiles || w->panels || w->own || w->mx || !w->n_out)
         return 0;
-    if (!panels_only && mm_uses_bf16b(be, w) && tern_bf16t_ok(be->k, w->n_in)) {
+    if (!no_tiles && mm_uses_bf16b(be, w) && tern_bf16t_ok(be->k, w->n_in)) {
         *kind = LAY_TILES;
         return tern_bf16_tiles_len(w->n_out, w->n_in) * sizeof(uint16_t);
     }
@@ -1057,8 +1057,7 @@ static size_t layout_len(const cpu_backend *be, const model_weight *w, int panel
         *kind = LAY_PANELS;
         return tern_iq_panels_len(w->n_out, w->n_in, w->group, w->qbits);
     }
-    if (!panels_only && !w->qbits &&
-        (w->dtype == TERN_BF16 || w->dtype == TERN_F16 || w->dtype == TERN_F32)) {
+    if (!w->qbits && (w->dtype == TERN_BF16 || w->dtype == TERN_F16 || w->dtype == TERN_F32)) {
         *kind = LAY_COPY;
         return (size_t)w->n_out * w->n_in * tern_dtype_size(w->dtype);
     }
@@ -1082,7 +1081,7 @@ static void *layout_alloc(size_t len)
  * of them, into *block (owned by the caller; the weights point into it),
  * else one each, owned by the weight (tiles, panels, or own for a copy,
  * which becomes its data). Returns the bytes laid out. */
-static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int panels_only, void **block)
+static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int no_tiles, void **block)
 {
     size_t bytes = 0, off = 0;
     long *first = malloc((size_t)(n + 1) * sizeof *first);
@@ -1094,10 +1093,10 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int pa
         goto out;
     if (block) {
         for (int i = 0; i < n; i++)
-            bytes += (layout_len(be, ws[i], panels_only, &kind[0]) + 63) / 64 * 64;
+            bytes += (layout_len(be, ws[i], no_tiles, &kind[0]) + 63) / 64 * 64;
         if (!bytes || !(base = layout_alloc(bytes))) {
             if (bytes)
-                TERN_WARN("no memory for the panels of a layer's experts (%.1f MB): they keep the row kernels",
+                TERN_WARN("no memory for the layout of a layer's experts (%.1f MB): they keep the mapping",
                           (double)bytes / 1e6);
             bytes = 0;
             goto out;
@@ -1110,7 +1109,7 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int pa
     for (int i = 0; i < n; i++) {
         model_weight *w = ws[i];
         int k;
-        size_t len = layout_len(be, w, panels_only, &k);
+        size_t len = layout_len(be, w, no_tiles, &k);
         if (!len)
             continue;
         char *p = base ? base + off : layout_alloc(len);
@@ -1137,6 +1136,8 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int pa
             w->tiles = (uint16_t *)j.dst[i];
         else if (j.kind[i] == LAY_PANELS)
             w->panels = (uint8_t *)j.dst[i];
+        else if (block) /* the caller's block */
+            w->data = j.dst[i];
         else
             w->data = w->own = j.dst[i];
     }
@@ -1180,12 +1181,13 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
         model_weight *ws[TILES_MAX] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
         bytes += tiles_make(be, ws, TILES_MAX, 0, NULL);
     }
-    /* A mixture's quantized experts get panels too, in one block a layer,
-     * when they stay in memory anyway: not streamed from disk, and only
-     * when they fit in the memory available - panels are the process's own
-     * memory, which a model larger than memory could not page out. */
+    /* A mixture's experts get their layouts too (panels, or dense ones
+     * copied), in one block a layer, when they stay in memory anyway: not
+     * streamed from disk, and only when they fit in the memory available -
+     * the layouts are the process's own memory, which a model larger than
+     * memory could not page out. */
     model_experts_stats st;
-    if (m->cfg.n_expert && !model_experts_stats_get(m, &st) && st.where != MODEL_EXPERTS_DISK && be->k->iq_panel_acts) {
+    if (m->cfg.n_expert && !model_experts_stats_get(m, &st) && st.where != MODEL_EXPERTS_DISK) {
         int E3 = 3 * m->cfg.n_expert;
         size_t need = 0;
         for (int l = 0; l < m->cfg.n_layer; l++)
@@ -1195,7 +1197,7 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
             }
         size_t avail = mem_available();
         if (need && need > avail / 4 * 3) {
-            TERN_INFO("the experts keep the row kernels: their panels (%.2f GiB) would not fit in the memory "
+            TERN_INFO("the experts stay in the mapping: their layouts (%.2f GiB) would not fit in the memory "
                       "available (%.2f GiB)", (double)need / (1 << 30), (double)avail / (1 << 30));
         } else if (need) {
             model_weight **ws = malloc((size_t)E3 * sizeof *ws);
