@@ -10,6 +10,9 @@
  * ones the int8 inputs of the 4-bit layout (or f32 under --exact-products). */
 #include <math.h>
 #include <stdio.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1165,6 +1168,17 @@ static size_t mem_available(void)
     return (size_t)kb * 1024;
 }
 
+/* Frees w's f32 {scale, bias} pairs when its panels hold them (as bf16
+ * pairs, the same values) - unless they are keep's. As the layouts are
+ * made, so that load's peak memory does not hold both. */
+static void drop_pairs(model_weight *w, const float *keep)
+{
+    if (w->panels && w->sb && w->sb != keep) {
+        free(w->sb);
+        w->sb = NULL;
+    }
+}
+
 void model_backend_cpu_tiles(model_backend *base, tern_model *m)
 {
     cpu_backend *be = (cpu_backend *)base;
@@ -1176,10 +1190,13 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
     size_t bytes = tiles_make(be, &head, 1, 0, NULL);
     if (m->embed.data == head_data) /* tied and copied: the lookups read the copy too (the head owns it) */
         m->embed.data = head->data;
+    drop_pairs(head, m->embed.sb); /* a tied head's pairs are the lookups' too */
     for (int l = 0; l < m->cfg.n_layer; l++) {
         model_layer *L = &m->layers[l];
         model_weight *ws[TILES_MAX] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
         bytes += tiles_make(be, ws, TILES_MAX, 0, NULL);
+        for (int i = 0; i < TILES_MAX; i++)
+            drop_pairs(ws[i], NULL);
     }
     /* A mixture's experts get their layouts too (panels, or dense ones
      * copied), in one block a layer, when they stay in memory anyway: not
@@ -1208,10 +1225,15 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
                 for (int e = 0; e < E3; e++)
                     ws[e] = &L->experts[e];
                 bytes += tiles_make(be, ws, E3, 1, &L->exp_layout);
+                for (int e = 0; e < E3; e++)
+                    drop_pairs(ws[e], NULL);
             }
             free(ws);
         }
     }
+#ifdef __GLIBC__
+    malloc_trim(0); /* the freed pairs back to the system: the heap keeps them otherwise */
+#endif
     if (bytes)
         TERN_INFO("weights laid out for the CPU's kernels: %.2f GiB in %.2f s", (double)bytes / (1 << 30),
                   tern_time_s() - t0);

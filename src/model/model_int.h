@@ -21,7 +21,7 @@ struct model_weight {
     const void *data;
     int n_out, n_in;
     int qbits, group; /* 0 when dense */
-    float *sb;        /* owned; NULL when dense */
+    float *sb;        /* owned; NULL when dense, and once panels hold the pairs (model_backend_cpu_tiles) */
     uint16_t *sb16;   /* owned; sb as bf16 pairs where the file stores bf16 scales (the same values: the
                        * one-token products read these, half the bytes), else NULL */
     /* FP8 (dtype TERN_F8E4M3): w[r][i] = e4m3(data[r * n_in + i]) * fs[(r / fs_rows) * fs_ncol + i / fs_cols],
