@@ -1168,14 +1168,16 @@ static size_t mem_available(void)
     return (size_t)kb * 1024;
 }
 
-/* Frees w's f32 {scale, bias} pairs when its panels hold them (as bf16
- * pairs, the same values) - unless they are keep's. As the layouts are
- * made, so that load's peak memory does not hold both. */
+/* Frees w's {scale, bias} pairs, f32 and bf16, when its panels hold them
+ * (the bf16 ones, the same values) - unless they are keep's. As the
+ * layouts are made, so that load's peak memory does not hold both. */
 static void drop_pairs(model_weight *w, const float *keep)
 {
-    if (w->panels && w->sb && w->sb != keep) {
+    if (w->panels && w->sb != keep) {
         free(w->sb);
+        free(w->sb16);
         w->sb = NULL;
+        w->sb16 = NULL;
     }
 }
 
@@ -1190,7 +1192,7 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
     size_t bytes = tiles_make(be, &head, 1, 0, NULL);
     if (m->embed.data == head_data) /* tied and copied: the lookups read the copy too (the head owns it) */
         m->embed.data = head->data;
-    drop_pairs(head, m->embed.sb); /* a tied head's pairs are the lookups' too */
+    drop_pairs(head, m->embed.sb); /* a tied head's pairs are the embedding's too */
     for (int l = 0; l < m->cfg.n_layer; l++) {
         model_layer *L = &m->layers[l];
         model_weight *ws[TILES_MAX] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};

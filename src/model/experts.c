@@ -94,6 +94,14 @@ void model_weight_release(const model_weight *w)
         madvise(lo, len, MADV_DONTNEED);
 }
 
+void model_bytes_release(const void *p, size_t n)
+{
+    size_t pg = page_size();
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(uintptr_t)(pg - 1), b = ((uintptr_t)p + n) & ~(uintptr_t)(pg - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 void model_weight_populate(const model_weight *w)
 {
     char *lo;

@@ -57,6 +57,9 @@ static int get_weight_quant(const char *name, const st_tensor *t, const st_tenso
             w->sb16[2 * i + 1] = b[i];
         }
     }
+    /* the file's scales and biases are read once, into the copies above */
+    model_bytes_release(ts->data, ts->n_bytes);
+    model_bytes_release(tb->data, tb->n_bytes);
     w->dtype = ts->dtype;
     w->data = t->data;
     w->n_out = n_out;
@@ -820,12 +823,13 @@ int model_head_dim_check(const model_backend *be, int head_dim, tern_err *err)
     return 0;
 }
 
-/* pairs16: count the bf16 scale pairs where the weight has them (sb16) */
+/* pairs16: count the bf16 scale pairs where the weight has them (sb16, or
+ * its panels, which hold them) */
 static size_t wbytes_as(const model_weight *w, int pairs16)
 {
     if (w->qbits)
         return (size_t)w->n_out * w->n_in * w->qbits / 8 +
-               (size_t)w->n_out * (w->n_in / w->group) * 2 * (pairs16 && w->sb16 ? sizeof(uint16_t) : sizeof(float));
+               (size_t)w->n_out * (w->n_in / w->group) * 2 * (pairs16 && (w->sb16 || w->panels) ? sizeof(uint16_t) : sizeof(float));
     if (w->mx) /* half a byte a weight and a scale byte per 32 */
         return (size_t)w->n_out * (w->n_in / 2 + w->n_in / 32);
     if (w->fs) /* a byte a weight and an f32 scale a block */

@@ -23,7 +23,7 @@ struct model_weight {
     int qbits, group; /* 0 when dense */
     float *sb;        /* owned; NULL when dense, and once panels hold the pairs (model_backend_cpu_tiles) */
     uint16_t *sb16;   /* owned; sb as bf16 pairs where the file stores bf16 scales (the same values: the
-                       * one-token products read these, half the bytes), else NULL */
+                       * one-token products read these, half the bytes), else NULL (also once panels hold them) */
     /* FP8 (dtype TERN_F8E4M3): w[r][i] = e4m3(data[r * n_in + i]) * fs[(r / fs_rows) * fs_ncol + i / fs_cols],
      * fs_ncol = ceil(n_in / fs_cols): a scale per block of fs_rows x fs_cols weights (1 x n_in: per output
      * channel; n_out x n_in: per tensor; 128 x 128: the hub's block-scaled checkpoints). Owned f32; else NULL. */
@@ -110,6 +110,8 @@ void model_experts_touch(tern_model *m, int layer, int expert);
 /* Drops the pages wholly w's own from the process (experts.c; w's data a
  * read-only file mapping: a later read faults them back in). */
 void model_weight_release(const model_weight *w);
+/* The same for n bytes at p of the mapping (a tensor read once at load). */
+void model_bytes_release(const void *p, size_t n);
 /* Maps every page of w's data at once (a weight read whole right after, as
  * a CPU layout's making: one call instead of a fault a page). */
 void model_weight_populate(const model_weight *w);

@@ -166,7 +166,7 @@ static void test_expert_panels(void **state)
         assert_non_null(m);
         const model_layer *L = &m->layers[1];
         int gate_panels = L->experts[0].panels != NULL;
-        assert_non_null(L->experts[0].sb16); /* bf16 scales: what the panels take */
+        assert_int_equal(L->experts[0].dtype, TERN_BF16); /* bf16 scales: what the panels take */
         assert_int_equal(gate_panels, tern_iq_panels_ok(k, L->experts[0].group, bits, L->experts[0].n_in));
         const int V = model_config_get(m)->n_vocab, rows = 16;
         float *ref = malloc((size_t)rows * V * sizeof(float)), *got = malloc((size_t)rows * V * sizeof(float));
