@@ -1056,7 +1056,7 @@ static size_t layout_len(const cpu_backend *be, const model_weight *w, int no_ti
         *kind = LAY_TILES;
         return tern_bf16_tiles_len(w->n_out, w->n_in) * sizeof(uint16_t);
     }
-    if (w->qbits && w->sb16 && tern_iq_panels_ok(be->k, w->group, w->qbits, w->n_in)) {
+    if (w->qbits && w->f_scales && w->dtype == TERN_BF16 && tern_iq_panels_ok(be->k, w->group, w->qbits, w->n_in)) {
         *kind = LAY_PANELS;
         return tern_iq_panels_len(w->n_out, w->n_in, w->group, w->qbits);
     }
@@ -1115,7 +1115,8 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int no
         size_t len = layout_len(be, w, no_tiles, &k);
         if (!len)
             continue;
-        char *p = base ? base + off : layout_alloc(len);
+        /* panels take the bf16 pairs, made for the while (drop_pairs) */
+        char *p = k == LAY_PANELS && model_weight_pairs(w, 0, 1, NULL) ? NULL : base ? base + off : layout_alloc(len);
         if (!p) {
             TERN_WARN("no memory for the layout of a %d x %d weight: it keeps the mapping", w->n_out, w->n_in);
             continue;
@@ -1168,15 +1169,13 @@ static size_t mem_available(void)
     return (size_t)kb * 1024;
 }
 
-/* Frees w's {scale, bias} pairs, f32 and bf16, when its panels hold them
- * (the bf16 ones, the same values) - unless they are keep's. As the
- * layouts are made, so that load's peak memory does not hold both. */
-static void drop_pairs(model_weight *w, const float *keep)
+/* Frees the bf16 pairs that w's panels were made from (they hold them):
+ * right after the layouts, so that load's peak memory holds only a few
+ * weights' pairs. */
+static void drop_pairs(model_weight *w)
 {
-    if (w->panels && w->sb != keep) {
-        free(w->sb);
+    if (w->panels) {
         free(w->sb16);
-        w->sb = NULL;
         w->sb16 = NULL;
     }
 }
@@ -1192,13 +1191,13 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
     size_t bytes = tiles_make(be, &head, 1, 0, NULL);
     if (m->embed.data == head_data) /* tied and copied: the lookups read the copy too (the head owns it) */
         m->embed.data = head->data;
-    drop_pairs(head, m->embed.sb); /* a tied head's pairs are the embedding's too */
+    drop_pairs(head);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         model_layer *L = &m->layers[l];
         model_weight *ws[TILES_MAX] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
         bytes += tiles_make(be, ws, TILES_MAX, 0, NULL);
         for (int i = 0; i < TILES_MAX; i++)
-            drop_pairs(ws[i], NULL);
+            drop_pairs(ws[i]);
     }
     /* A mixture's experts get their layouts too (panels, or dense ones
      * copied), in one block a layer, when they stay in memory anyway: not
@@ -1228,7 +1227,7 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
                     ws[e] = &L->experts[e];
                 bytes += tiles_make(be, ws, E3, 1, &L->exp_layout);
                 for (int e = 0; e < E3; e++)
-                    drop_pairs(ws[e], NULL);
+                    drop_pairs(ws[e]);
             }
             free(ws);
         }

@@ -12,7 +12,8 @@
 /* An MLX-quantized weight: t is NAME.weight, uint32 words
  * [n_out][n_in * bits / 32]; ts and tb are NAME.scales and NAME.biases,
  * [n_out][n_in / group] in the model dtype. Bits and group follow from the
- * shapes; the pairs become interleaved f32 {scale, bias} (owned by w). */
+ * shapes; the pairs become interleaved {scale, bias} later
+ * (model_weight_pairs). */
 static int get_weight_quant(const char *name, const st_tensor *t, const st_tensor *ts, const st_tensor *tb,
                             int n_out, int n_in, model_weight *w, tern_err *err)
 {
@@ -33,39 +34,99 @@ static int get_weight_quant(const char *name, const st_tensor *t, const st_tenso
         return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': group size %d is not 32, 64 or 128", name, group);
     if ((ts->dtype != TERN_F32 && ts->dtype != TERN_BF16 && ts->dtype != TERN_F16) || tb->dtype != ts->dtype)
         return tern_err_set(err, TERN_EUNSUPPORTED, "'%s': scales must be f32, bf16 or f16", name);
-    size_t ng = (size_t)n_out * (size_t)(n_in / group);
-    float *tmp = malloc(ng * 2 * sizeof(float));
-    w->sb = malloc(ng * 2 * sizeof(float));
-    if (!tmp || !w->sb) {
-        free(tmp);
-        free(w->sb);
-        w->sb = NULL;
-        return tern_err_set(err, TERN_ENOMEM, "out of memory");
-    }
-    tern_to_f32(ts->dtype, ts->data, tmp, ng);
-    tern_to_f32(tb->dtype, tb->data, tmp + ng, ng);
-    for (size_t i = 0; i < ng; i++) { /* interleave: one cache line feeds a row's groups */
-        w->sb[2 * i] = tmp[i];
-        w->sb[2 * i + 1] = tmp[ng + i];
-    }
-    free(tmp);
-    w->sb16 = NULL;
-    if (ts->dtype == TERN_BF16 && (w->sb16 = malloc(ng * 2 * sizeof(uint16_t)))) { /* else the f32 pairs serve */
-        const uint16_t *s = ts->data, *b = tb->data;
-        for (size_t i = 0; i < ng; i++) {
-            w->sb16[2 * i] = s[i];
-            w->sb16[2 * i + 1] = b[i];
-        }
-    }
-    /* the file's scales and biases are read once, into the copies above */
-    model_bytes_release(ts->data, ts->n_bytes);
-    model_bytes_release(tb->data, tb->n_bytes);
+    /* the pairs are made after load, as the backend needs them (model_pairs_rest) */
+    w->f_scales = ts->data;
+    w->f_biases = tb->data;
     w->dtype = ts->dtype;
     w->data = t->data;
     w->n_out = n_out;
     w->n_in = n_in;
     w->qbits = bits;
     w->group = group;
+    return 0;
+}
+
+int model_weight_pairs(model_weight *w, int f32, int bf16, tern_err *err)
+{
+    if (!w->qbits || !w->f_scales)
+        return 0;
+    size_t ng = (size_t)w->n_out * (size_t)(w->n_in / w->group);
+    if (f32 && !w->sb) {
+        float *tmp = malloc(ng * 2 * sizeof(float));
+        w->sb = malloc(ng * 2 * sizeof(float));
+        if (!tmp || !w->sb) {
+            free(tmp);
+            free(w->sb);
+            w->sb = NULL;
+            return tern_err_set(err, TERN_ENOMEM, "out of memory for a weight's scales");
+        }
+        tern_to_f32(w->dtype, w->f_scales, tmp, ng);
+        tern_to_f32(w->dtype, w->f_biases, tmp + ng, ng);
+        for (size_t i = 0; i < ng; i++) { /* interleave: one cache line feeds a row's groups */
+            w->sb[2 * i] = tmp[i];
+            w->sb[2 * i + 1] = tmp[ng + i];
+        }
+        free(tmp);
+    }
+    if (bf16 && !w->sb16 && w->dtype == TERN_BF16) { /* else the f32 pairs serve */
+        if (!(w->sb16 = malloc(ng * 2 * sizeof(uint16_t))))
+            return tern_err_set(err, TERN_ENOMEM, "out of memory for a weight's scales");
+        const uint16_t *s = w->f_scales, *b = w->f_biases;
+        for (size_t i = 0; i < ng; i++) {
+            w->sb16[2 * i] = s[i];
+            w->sb16[2 * i + 1] = b[i];
+        }
+    }
+    return 0;
+}
+
+/* w's scales and biases in the file give their pages back (read into
+ * its pairs, or into its panels). */
+static void model_scales_release(const model_weight *w)
+{
+    if (!w->qbits || !w->f_scales)
+        return;
+    size_t n = (size_t)w->n_out * (size_t)(w->n_in / w->group) * tern_dtype_size(w->dtype);
+    model_bytes_release(w->f_scales, n);
+    model_bytes_release(w->f_biases, n);
+}
+
+/* Every MLX affine weight not on panels gets both pair forms (the row
+ * kernels', the device backends'), a tied head the embedding's; then the
+ * file's scales and biases, read once, give their pages back. */
+static int model_pairs_rest(tern_model *m, tern_err *err)
+{
+    const model_config *c = &m->cfg;
+    int tied = m->lm_head.data == m->embed.data, rc;
+    if ((rc = model_weight_pairs(&m->embed, 1, 1, err)))
+        return rc;
+    if (tied && !m->lm_head.panels) {
+        m->lm_head.sb = m->embed.sb;
+        m->lm_head.sb16 = m->embed.sb16;
+    } else if (!tied && !m->lm_head.panels && (rc = model_weight_pairs(&m->lm_head, 1, 1, err))) {
+        return rc;
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        model_layer *L = &m->layers[l];
+        model_weight *ws[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
+        for (int i = 0; i < 8; i++)
+            if (!ws[i]->panels && (rc = model_weight_pairs(ws[i], 1, 1, err)))
+                return rc;
+        for (int e = 0; L->experts && e < 3 * c->n_expert; e++)
+            if (!L->experts[e].panels && (rc = model_weight_pairs(&L->experts[e], 1, 1, err)))
+                return rc;
+    }
+    model_weight *all[2] = {&m->embed, &m->lm_head};
+    for (int i = 0; i < 2; i++)
+        model_scales_release(all[i]);
+    for (int l = 0; l < c->n_layer; l++) {
+        model_layer *L = &m->layers[l];
+        model_weight *ws[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
+        for (int i = 0; i < 8; i++)
+            model_scales_release(ws[i]);
+        for (int e = 0; L->experts && e < 3 * c->n_expert; e++)
+            model_scales_release(&L->experts[e]);
+    }
     return 0;
 }
 
@@ -676,6 +737,8 @@ tern_model *model_load_ex(const char *dir, const model_load_opts *o, tern_err *e
         goto fail;
     if (cuda_dev < 0)
         model_backend_cpu_tiles(m->be, m);
+    if ((rc = model_pairs_rest(m, err)))
+        goto fail;
     if (cuda_dev >= 0) {
         model_backend *cu = model_backend_cuda_new(m, cuda_dev, err);
         if (!cu) {

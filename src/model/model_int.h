@@ -21,9 +21,9 @@ struct model_weight {
     const void *data;
     int n_out, n_in;
     int qbits, group; /* 0 when dense */
-    float *sb;        /* owned; NULL when dense, and once panels hold the pairs (model_backend_cpu_tiles) */
+    float *sb;        /* owned; made after load by model_weight_pairs; NULL when dense or on panels */
     uint16_t *sb16;   /* owned; sb as bf16 pairs where the file stores bf16 scales (the same values: the
-                       * one-token products read these, half the bytes), else NULL (also once panels hold them) */
+                       * one-token products read these, half the bytes), else NULL (also on panels) */
     /* FP8 (dtype TERN_F8E4M3): w[r][i] = e4m3(data[r * n_in + i]) * fs[(r / fs_rows) * fs_ncol + i / fs_cols],
      * fs_ncol = ceil(n_in / fs_cols): a scale per block of fs_rows x fs_cols weights (1 x n_in: per output
      * channel; n_out x n_in: per tensor; 128 x 128: the hub's block-scaled checkpoints). Owned f32; else NULL. */
@@ -47,6 +47,9 @@ struct model_weight {
      * where the kernels have one (model_backend_cpu_tiles): owned (a mixture's experts: in their layer's
      * exp_layout); else NULL. */
     uint8_t *panels;
+    /* MLX affine: the file's scales and biases [n_out][n_in / group] (dtype), which sb / sb16 are made
+     * from (model_weight_pairs); else NULL. */
+    const void *f_scales, *f_biases;
 };
 
 typedef struct model_layer {
@@ -94,6 +97,12 @@ struct tern_model {
     model_lora_scratch *lora_scratch; /* lora.c's, grown on demand */
     model_expert_cache *xc;     /* experts.c's residency of expert weights, NULL when not managed */
 };
+
+/* Makes w's {scale, bias} pairs from the file's scales and biases where
+ * missing: f32 (sb) and, bf16 where the file stores bf16 scales (sb16). A
+ * no-op for a weight that is not MLX affine. TERN_ENOMEM when out of
+ * memory. */
+int model_weight_pairs(model_weight *w, int f32, int bf16, tern_err *err);
 
 /* Row r of w (dense or quantized) as f32 into out[n_in]. */
 void model_weight_row(const model_weight *w, int r, float *out);

@@ -199,8 +199,8 @@ static void check_backend_tiling(int exact)
         sb16[i] = tern_f32_to_bf16(0.01f * (float)(i % 7) - 0.02f);
         sb[i] = tern_bf16_to_f32(sb16[i]);
     }
-    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL},
-                         {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb, sb16, NULL, 0, 0, NULL, NULL, NULL, NULL}};
+    model_weight w[2] = {{TERN_BF16, wb, n_out[0], n_in, 0, 0, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+                         {TERN_BF16, wq, n_out[1], n_in, 4, 64, sb, sb16, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL}};
     float *Y[2] = {malloc((size_t)T * n_out[0] * sizeof(float)), malloc((size_t)T * n_out[1] * sizeof(float))};
     const model_weight *wp[2] = {&w[0], &w[1]};
     assert_int_equal(be->matmul(be, 2, wp, X, Y, T, &err), 0);
@@ -302,7 +302,7 @@ static void test_backend_q8_groups(void **state)
             sb16[m][i] = tern_f32_to_bf16(0.01f * (float)((i + m) % 7) - 0.02f);
             sb[m][i] = tern_bf16_to_f32(sb16[m][i]);
         }
-        w[m] = (model_weight){TERN_BF16, wq[m], n_out[m], n_in, 8, groups[m], sb[m], sb16[m], NULL, 0, 0, NULL, NULL, NULL, NULL};
+        w[m] = (model_weight){TERN_BF16, wq[m], n_out[m], n_in, 8, groups[m], sb[m], sb16[m], NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     }
     const model_weight *wp[3] = {&w[0], &w[1], &w[2]};
     assert_int_equal(be->matmul(be, 3, wp, X, Y, T, &err), 0);
