@@ -39,6 +39,9 @@ struct model_expert_cache {
     unsigned char *held, *locked;
     int head, tail;
     int lock_refused;       /* mlock failed once: only advise from then on */
+    int *gone;              /* experts that left (evicted, or read once) whose pair copies wait for */
+    int n_gone;             /* model_experts_settle: the step may still read them */
+    unsigned char *listed;  /* [id] in gone */
     _Atomic uint64_t hits, misses;
     _Atomic uint64_t streamed, ns; /* bytes read in on misses (and at load), and the nanoseconds it took */
 };
@@ -119,7 +122,8 @@ enum { OP_READ, OP_ADVISE, OP_LOCK, OP_UNLOCK, OP_RELEASE };
 
 /* Applies op to the three matrices of expert id; OP_LOCK returns -1 when
  * mlock refused (the matrices locked before the refusal are unlocked). The
- * router and quantized scales are small owned copies, always resident. */
+ * router is always resident; an expert's {scale, bias} pair copies while
+ * it is held (model_experts_touch, model_experts_settle). */
 static int expert_op(tern_model *m, int id, int op)
 {
     const model_expert_cache *xc = m->xc;
@@ -187,9 +191,40 @@ static void lru_push_front(model_expert_cache *xc, int id)
         xc->tail = id;
 }
 
+/* Expert id's pair copies are to go at the next model_experts_settle. */
+static void pairs_leave(model_expert_cache *xc, int id)
+{
+    if (!xc->listed[id]) {
+        xc->listed[id] = 1;
+        xc->gone[xc->n_gone++] = id;
+    }
+}
+
+void model_experts_settle(tern_model *m)
+{
+    model_expert_cache *xc = m->xc;
+    if (!xc || xc->where != MODEL_EXPERTS_DISK)
+        return;
+    for (int i = 0; i < xc->n_gone; i++) {
+        int id = xc->gone[i];
+        xc->listed[id] = 0;
+        if (xc->held[id]) /* back in the cache since */
+            continue;
+        model_weight *ws = m->layers[id / xc->n_expert].experts + 3 * (id % xc->n_expert);
+        for (int k = 0; k < 3; k++) {
+            free(ws[k].sb);
+            free(ws[k].sb16);
+            ws[k].sb = NULL;
+            ws[k].sb16 = NULL;
+        }
+    }
+    xc->n_gone = 0;
+}
+
 static void evict(tern_model *m, int id)
 {
     model_expert_cache *xc = m->xc;
+    pairs_leave(xc, id);
     lru_unlink(xc, id);
     xc->held[id] = 0;
     xc->resident -= xc->bytes[id];
@@ -199,11 +234,11 @@ static void evict(tern_model *m, int id)
     expert_op(m, id, OP_RELEASE);
 }
 
-void model_experts_touch(tern_model *m, int layer, int expert)
+int model_experts_touch(tern_model *m, int layer, int expert, tern_err *err)
 {
     model_expert_cache *xc = m->xc;
     if (!xc)
-        return;
+        return 0;
     int id = layer * xc->n_expert + expert;
     if (xc->where != MODEL_EXPERTS_DISK || xc->held[id]) {
         atomic_fetch_add_explicit(&xc->hits, 1, memory_order_relaxed);
@@ -211,7 +246,14 @@ void model_experts_touch(tern_model *m, int layer, int expert)
             lru_unlink(xc, id);
             lru_push_front(xc, id);
         }
-        return;
+        return 0;
+    }
+    /* the pair copies first: made from the file's scales on a miss, kept while the expert is held */
+    model_weight *ws = m->layers[layer].experts + 3 * expert;
+    for (int k = 0; k < 3; k++) {
+        int rc = model_weight_pairs(&ws[k], 1, 1, err);
+        if (rc)
+            return rc;
     }
     atomic_fetch_add_explicit(&xc->misses, 1, memory_order_relaxed);
     size_t b = xc->bytes[id];
@@ -225,8 +267,10 @@ void model_experts_touch(tern_model *m, int layer, int expert)
     atomic_fetch_add_explicit(&xc->ns, (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)),
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&xc->streamed, (uint64_t)b, memory_order_relaxed);
-    if (b > xc->budget)
-        return; /* larger than the whole cache: used once, not kept */
+    if (b > xc->budget) { /* larger than the whole cache: used once, not kept */
+        pairs_leave(xc, id);
+        return 0;
+    }
     if (!xc->lock_refused) {
         if (expert_op(m, id, OP_LOCK) == 0) {
             xc->locked[id] = 1;
@@ -239,6 +283,7 @@ void model_experts_touch(tern_model *m, int layer, int expert)
     xc->held[id] = 1;
     xc->resident += b;
     lru_push_front(xc, id);
+    return 0;
 }
 
 void model_experts_add(tern_model *m, uint64_t hits, uint64_t misses, double copied_bytes, double seconds,
@@ -280,7 +325,9 @@ int model_experts_init(tern_model *m, tern_err *err)
     xc->next = malloc(n * sizeof *xc->next);
     xc->held = calloc(n, 1);
     xc->locked = calloc(n, 1);
-    if (!xc->bytes || !xc->prev || !xc->next || !xc->held || !xc->locked)
+    xc->listed = calloc(n, 1);
+    xc->gone = malloc(n * sizeof *xc->gone);
+    if (!xc->bytes || !xc->prev || !xc->next || !xc->held || !xc->locked || !xc->listed || !xc->gone)
         return tern_err_set(err, TERN_ENOMEM, "out of memory");
     for (int l = 0; l < c->n_layer; l++) {
         const model_weight *ex = m->layers[l].experts;
@@ -350,6 +397,8 @@ void model_experts_free(tern_model *m)
     free(xc->next);
     free(xc->held);
     free(xc->locked);
+    free(xc->listed);
+    free(xc->gone);
     free(xc);
     m->xc = NULL;
 }

@@ -475,8 +475,8 @@ static int moe_each(tern_model *m, int l, int T, tern_err *err)
         const model_weight *ex = ex0 + 3 * e;
         const model_weight *w[2] = {&ex[0], &ex[1]};
         float *y[2] = {s->eg + (size_t)r0 * ff, s->eu + (size_t)r0 * ff};
-        model_experts_touch(m, l, e);
-        if ((rc = m->be->matmul(m->be, 2, w, moe_in(s, T, r0, dim), y, n, err)))
+        if ((rc = model_experts_touch(m, l, e, err)) ||
+            (rc = m->be->matmul(m->be, 2, w, moe_in(s, T, r0, dim), y, n, err)))
             return rc;
         gate_job gj = {y[0], y[1], 0, gate_vec(0)}; /* moe_grouped's gate, the same bits */
         gate_run(&gj, 0, (long)n * ff, 0);
@@ -499,7 +499,8 @@ static int moe_grouped(tern_model *m, int l, int T, tern_err *err)
         int r0 = e ? s->cnt[e - 1] : 0, t = s->cnt[e] - r0;
         if (t == 0)
             continue;
-        model_experts_touch(m, l, e);
+        if ((rc = model_experts_touch(m, l, e, err)))
+            return rc;
         for (int k = 0; k < 2; k++, n++) {
             s->gw[n] = &ex0[3 * e + k];
             s->gx[n] = moe_in(s, T, r0, dim);
@@ -611,8 +612,8 @@ static int moe_gpt_oss(tern_model *m, int l, int T, tern_err *err)
             int r0 = e ? s->cnt[e - 1] : 0, t = s->cnt[e] - r0;
             if (t == 0)
                 continue;
-            if (pass == 0)
-                model_experts_touch(m, l, e);
+            if (pass == 0 && (rc = model_experts_touch(m, l, e, err)))
+                return rc;
             s->gw[n] = &ex0[3 * e + 2 * pass];
             s->gx[n] = pass ? s->eu + (size_t)r0 * ff : moe_in(s, T, r0, dim);
             s->gy[n] = pass ? s->ed + (size_t)r0 * dim : s->eg + (size_t)r0 * (split ? 1 : 2) * ff;
@@ -686,6 +687,7 @@ static int moe_mlp(tern_model *m, int l, int T, tern_err *err)
     const model_layer *L = &m->layers[l];
     model_scratch *s = m->scratch;
     int E = c->n_expert, K = c->n_expert_used, dim = c->dim;
+    model_experts_settle(m); /* the last layer's products are done */
     int rc = matmul(m, &L->router, s->xn, s->rl, T, err);
     if (rc)
         return rc;

@@ -92,12 +92,15 @@ static void model_scales_release(const model_weight *w)
 }
 
 /* Every MLX affine weight not on panels gets both pair forms (the row
- * kernels', the device backends'), a tied head the embedding's; then the
- * file's scales and biases, read once, give their pages back. */
+ * kernels', the device backends'), a tied head the embedding's - experts
+ * streamed from disk when they are read; then the file's scales and biases,
+ * read once, give their pages back. */
 static int model_pairs_rest(tern_model *m, tern_err *err)
 {
     const model_config *c = &m->cfg;
     int tied = m->lm_head.data == m->embed.data, rc;
+    model_experts_stats st; /* from disk, an expert's pairs are made when a miss reads it (experts.c) */
+    int disk = !model_experts_stats_get(m, &st) && st.where == MODEL_EXPERTS_DISK;
     if ((rc = model_weight_pairs(&m->embed, 1, 1, err)))
         return rc;
     if (tied && !m->lm_head.panels) {
@@ -112,7 +115,7 @@ static int model_pairs_rest(tern_model *m, tern_err *err)
         for (int i = 0; i < 8; i++)
             if (!ws[i]->panels && (rc = model_weight_pairs(ws[i], 1, 1, err)))
                 return rc;
-        for (int e = 0; L->experts && e < 3 * c->n_expert; e++)
+        for (int e = 0; L->experts && !disk && e < 3 * c->n_expert; e++)
             if (!L->experts[e].panels && (rc = model_weight_pairs(&L->experts[e], 1, 1, err)))
                 return rc;
     }

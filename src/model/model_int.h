@@ -113,8 +113,14 @@ void model_rope_freqs(const model_config *c, double theta, int scaled, float *ou
 
 /* Expert `expert` of sparse layer `layer` is about to be read (experts.c):
  * its weights are paged in and kept resident within the cache budget;
- * counts a hit or the bytes streamed. No-op without a cache. */
-void model_experts_touch(tern_model *m, int layer, int expert);
+ * counts a hit or the bytes streamed. From disk, a miss also makes the
+ * expert's {scale, bias} pair copies (TERN_ENOMEM when out of memory),
+ * which stay while it is held. No-op without a cache. */
+int model_experts_touch(tern_model *m, int layer, int expert, tern_err *err);
+/* Frees the pair copies of the experts that left the cache (or were read
+ * once) since the last call: at the start of a sparse layer, when no
+ * product still reads them. */
+void model_experts_settle(tern_model *m);
 
 /* Drops the pages wholly w's own from the process (experts.c; w's data a
  * read-only file mapping: a later read faults them back in). */

@@ -148,8 +148,9 @@ static void test_expert_residency(void **state)
 
 /* Quantized experts laid out as panels at load (the default, and host)
  * give the bits of the row kernels they replace (disk: the experts stay in
- * the mapping), 4- and 8-bit, with inputs that end in a part-filled chunk
- * (12 blocks of 32); the panels' batch equals its sequences alone. */
+ * the mapping, their pairs made on a miss), 4- and 8-bit, with inputs that
+ * end in a part-filled chunk (12 blocks of 32); the panels' batch equals
+ * its sequences alone. */
 static void test_expert_panels(void **state)
 {
     (void)state;
@@ -172,15 +173,27 @@ static void test_expert_panels(void **state)
         float *ref = malloc((size_t)rows * V * sizeof(float)), *got = malloc((size_t)rows * V * sizeof(float));
         run_ids(m, got);
         model_free(m);
-        model_experts_opts_set(MODEL_EXPERTS_DISK, (size_t)1 << 30);
-        m = model_load(qd, 2, &err);
-        model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
-        assert_non_null(m);
-        assert_null(m->layers[1].experts[0].panels);
-        run_ids(m, ref);
-        model_free(m);
+        /* from disk: the row kernels, the pairs made on a miss and freed a
+         * layer after the expert leaves - every expert cached, 3 of the 16,
+         * none */
+        size_t one = 0;
+        for (int k = 0; k < 3; k++) {
+            model_experts_opts_set(MODEL_EXPERTS_DISK, k == 0 ? (size_t)1 << 30 : k == 1 ? 3 * one : 0);
+            m = model_load(qd, 2, &err);
+            model_experts_opts_set(MODEL_EXPERTS_MAPPED, 0);
+            assert_non_null(m);
+            assert_null(m->layers[1].experts[0].panels);
+            assert_null(m->layers[1].experts[0].sb); /* not made before a pick reads the expert */
+            run_ids(m, ref);
+            model_experts_stats st;
+            assert_int_equal(model_experts_stats_get(m, &st), 0);
+            one = st.total_bytes / 16; /* 2 sparse layers of 8 experts */
+            if (k > 0)
+                assert_true(st.misses > 3);
+            model_free(m);
+            assert_memory_equal(ref, got, (size_t)rows * V * sizeof(float));
+        }
         printf("%d-bit experts: panels %s\n", bits, gate_panels ? "at load" : "not taken by these kernels");
-        assert_memory_equal(ref, got, (size_t)rows * V * sizeof(float));
         free(ref);
         free(got);
         check_batch(qd, 0);
