@@ -52,21 +52,19 @@ int model_weight_pairs(model_weight *w, int f32, int bf16, tern_err *err)
         return 0;
     size_t ng = (size_t)w->n_out * (size_t)(w->n_in / w->group);
     if (f32 && !w->sb) {
-        float *tmp = malloc(ng * 2 * sizeof(float));
-        w->sb = malloc(ng * 2 * sizeof(float));
-        if (!tmp || !w->sb) {
-            free(tmp);
-            free(w->sb);
-            w->sb = NULL;
+        if (!(w->sb = malloc(ng * 2 * sizeof(float))))
             return tern_err_set(err, TERN_ENOMEM, "out of memory for a weight's scales");
+        size_t es = tern_dtype_size(w->dtype);
+        float s[256], b[256];
+        for (size_t i0 = 0; i0 < ng; i0 += 256) { /* interleave: one cache line feeds a row's groups */
+            size_t n = ng - i0 < 256 ? ng - i0 : 256;
+            tern_to_f32(w->dtype, (const char *)w->f_scales + i0 * es, s, n);
+            tern_to_f32(w->dtype, (const char *)w->f_biases + i0 * es, b, n);
+            for (size_t i = 0; i < n; i++) {
+                w->sb[2 * (i0 + i)] = s[i];
+                w->sb[2 * (i0 + i) + 1] = b[i];
+            }
         }
-        tern_to_f32(w->dtype, w->f_scales, tmp, ng);
-        tern_to_f32(w->dtype, w->f_biases, tmp + ng, ng);
-        for (size_t i = 0; i < ng; i++) { /* interleave: one cache line feeds a row's groups */
-            w->sb[2 * i] = tmp[i];
-            w->sb[2 * i + 1] = tmp[ng + i];
-        }
-        free(tmp);
     }
     if (bf16 && !w->sb16 && w->dtype == TERN_BF16) { /* else the f32 pairs serve */
         if (!(w->sb16 = malloc(ng * 2 * sizeof(uint16_t))))
