@@ -210,6 +210,14 @@ static int mm_uses_panels(const cpu_backend *be, const model_weight *w)
     return w->panels && !be->exact && w->qbits && tern_iq_panels_ok(be->k, w->group, w->qbits, w->n_in);
 }
 
+/* Rows [r0, r1) of w on its panels for T tokens (A: the inputs as
+ * iq_panel_acts lays them out). */
+static void mm_panels(const tern_kernels *k, const model_weight *w, const int8_t *A, const float *qs, float *Y,
+                      long T, long r0, long r1)
+{
+    (w->qbits == 4 ? k->imatmul_q4w : k->imatmul_q8w)(w->panels, w->group, A, qs, Y, T, w->n_in, w->n_out, r0, r1);
+}
+
 static void mm_run(void *ctx, long b, long e, int worker)
 {
     (void)worker;
@@ -219,10 +227,7 @@ static void mm_run(void *ctx, long b, long e, int worker)
     for (int i = 0; i < j->n; i++) {
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < j->offs[i + 1] ? e : j->offs[i + 1];
         if (lo < hi && j->Qa[i]) { /* the panels: one call, the kernel blocks its tokens itself */
-            const model_weight *w = j->w[i];
-            (w->qbits == 4 ? j->be->k->imatmul_q4w : j->be->k->imatmul_q8w)(
-                w->panels, w->group, j->Qa[i], j->qs[i], j->Y[i], j->T, w->n_in, w->n_out, lo - j->offs[i],
-                hi - j->offs[i]);
+            mm_panels(j->be->k, j->w[i], j->Qa[i], j->qs[i], j->Y[i], j->T, lo - j->offs[i], hi - j->offs[i]);
         } else if (lo < hi) {
             int tiles = mm_uses_tiles(j->be, j->w[i]);
             mm_tiled(j->be->k, j->w[i], j->X, j->xsum[i], j->Q[i], j->qs[i],
@@ -528,10 +533,7 @@ static void mg_run(void *ctx, long b, long e, int worker)
         long end = j->offs[i] + j->w[i]->n_out;
         long lo = b > j->offs[i] ? b : j->offs[i], hi = e < end ? e : end;
         if (lo < hi && j->Qa[i]) {
-            const model_weight *w = j->w[i];
-            (w->qbits == 4 ? j->be->k->imatmul_q4w : j->be->k->imatmul_q8w)(
-                w->panels, w->group, j->Qa[i], j->qs[i], j->Y[i], j->T[i], w->n_in, w->n_out, lo - j->offs[i],
-                hi - j->offs[i]);
+            mm_panels(j->be->k, j->w[i], j->Qa[i], j->qs[i], j->Y[i], j->T[i], lo - j->offs[i], hi - j->offs[i]);
         } else if (lo < hi) {
             mm_tiled(j->be->k, j->w[i], j->X[i], j->xsum[i], j->Q[i], j->qs[i], j->Xb[i], 0, j->Y[i], j->T[i],
                      lo - j->offs[i], hi - j->offs[i], j->be->exact);
@@ -1115,8 +1117,9 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int no
         size_t len = layout_len(be, w, no_tiles, &k);
         if (!len)
             continue;
-        /* panels take the bf16 pairs, made for the while (drop_pairs) */
-        char *p = k == LAY_PANELS && model_weight_pairs(w, 0, 1, NULL) ? NULL : base ? base + off : layout_alloc(len);
+        /* panels are made from the bf16 pairs, made for the while */
+        int pairs_ok = k != LAY_PANELS || !model_weight_pairs(w, 0, 1, NULL);
+        char *p = !pairs_ok ? NULL : base ? base + off : layout_alloc(len);
         if (!p) {
             TERN_WARN("no memory for the layout of a %d x %d weight: it keeps the mapping", w->n_out, w->n_in);
             continue;
@@ -1136,14 +1139,17 @@ static size_t tiles_make(cpu_backend *be, model_weight *const *ws, int n, int no
     for (int i = 0; i < j.n; i++) { /* a tied embedding's too: a lookup faults its row's page back in */
         model_weight *w = j.w[i];
         model_weight_release(w);
-        if (j.kind[i] == LAY_TILES)
+        if (j.kind[i] == LAY_TILES) {
             w->tiles = (uint16_t *)j.dst[i];
-        else if (j.kind[i] == LAY_PANELS)
+        } else if (j.kind[i] == LAY_PANELS) { /* the panels hold the pairs: load's peak keeps only a few */
             w->panels = (uint8_t *)j.dst[i];
-        else if (block) /* the caller's block */
+            free(w->sb16);
+            w->sb16 = NULL;
+        } else {
             w->data = j.dst[i];
-        else
-            w->data = w->own = j.dst[i];
+            if (!block) /* else the caller's block */
+                w->own = j.dst[i];
+        }
     }
 out:
     free(first);
@@ -1169,17 +1175,6 @@ static size_t mem_available(void)
     return (size_t)kb * 1024;
 }
 
-/* Frees the bf16 pairs that w's panels were made from (they hold them):
- * right after the layouts, so that load's peak memory holds only a few
- * weights' pairs. */
-static void drop_pairs(model_weight *w)
-{
-    if (w->panels) {
-        free(w->sb16);
-        w->sb16 = NULL;
-    }
-}
-
 void model_backend_cpu_tiles(model_backend *base, tern_model *m)
 {
     cpu_backend *be = (cpu_backend *)base;
@@ -1191,13 +1186,10 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
     size_t bytes = tiles_make(be, &head, 1, 0, NULL);
     if (m->embed.data == head_data) /* tied and copied: the lookups read the copy too (the head owns it) */
         m->embed.data = head->data;
-    drop_pairs(head);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         model_layer *L = &m->layers[l];
         model_weight *ws[TILES_MAX] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
         bytes += tiles_make(be, ws, TILES_MAX, 0, NULL);
-        for (int i = 0; i < TILES_MAX; i++)
-            drop_pairs(ws[i]);
     }
     /* A mixture's experts get their layouts too (panels, or dense ones
      * copied), in one block a layer, when they stay in memory anyway: not
@@ -1226,8 +1218,6 @@ void model_backend_cpu_tiles(model_backend *base, tern_model *m)
                 for (int e = 0; e < E3; e++)
                     ws[e] = &L->experts[e];
                 bytes += tiles_make(be, ws, E3, 1, &L->exp_layout);
-                for (int e = 0; e < E3; e++)
-                    drop_pairs(ws[e]);
             }
             free(ws);
         }

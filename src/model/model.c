@@ -89,6 +89,15 @@ static void model_scales_release(const model_weight *w)
     model_bytes_release(w->f_biases, n);
 }
 
+/* make: w's pairs in both forms unless it is on panels (which hold
+ * them); then its scales and biases in the file give their pages back. */
+static int pairs_settle(model_weight *w, int make, tern_err *err)
+{
+    int rc = make && !w->panels ? model_weight_pairs(w, 1, 1, err) : 0;
+    model_scales_release(w);
+    return rc;
+}
+
 /* Every MLX affine weight not on panels gets both pair forms (the row
  * kernels', the device backends'), a tied head the embedding's - experts
  * streamed from disk when they are read; then the file's scales and biases,
@@ -99,34 +108,23 @@ static int model_pairs_rest(tern_model *m, tern_err *err)
     int tied = m->lm_head.data == m->embed.data, rc;
     model_experts_stats st; /* from disk, an expert's pairs are made when a miss reads it (experts.c) */
     int disk = !model_experts_stats_get(m, &st) && st.where == MODEL_EXPERTS_DISK;
-    if ((rc = model_weight_pairs(&m->embed, 1, 1, err)))
+    if ((rc = pairs_settle(&m->embed, 1, err)))
         return rc;
     if (tied && !m->lm_head.panels) {
         m->lm_head.sb = m->embed.sb;
         m->lm_head.sb16 = m->embed.sb16;
-    } else if (!tied && !m->lm_head.panels && (rc = model_weight_pairs(&m->lm_head, 1, 1, err))) {
+    } else if (!tied && (rc = pairs_settle(&m->lm_head, 1, err))) {
         return rc;
     }
     for (int l = 0; l < c->n_layer; l++) {
         model_layer *L = &m->layers[l];
         model_weight *ws[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
         for (int i = 0; i < 8; i++)
-            if (!ws[i]->panels && (rc = model_weight_pairs(ws[i], 1, 1, err)))
+            if ((rc = pairs_settle(ws[i], 1, err)))
                 return rc;
-        for (int e = 0; L->experts && !disk && e < 3 * c->n_expert; e++)
-            if (!L->experts[e].panels && (rc = model_weight_pairs(&L->experts[e], 1, 1, err)))
-                return rc;
-    }
-    model_weight *all[2] = {&m->embed, &m->lm_head};
-    for (int i = 0; i < 2; i++)
-        model_scales_release(all[i]);
-    for (int l = 0; l < c->n_layer; l++) {
-        model_layer *L = &m->layers[l];
-        model_weight *ws[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
-        for (int i = 0; i < 8; i++)
-            model_scales_release(ws[i]);
         for (int e = 0; L->experts && e < 3 * c->n_expert; e++)
-            model_scales_release(&L->experts[e]);
+            if ((rc = pairs_settle(&L->experts[e], !disk, err)))
+                return rc;
     }
     return 0;
 }
