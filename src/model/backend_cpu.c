@@ -54,6 +54,8 @@ typedef struct cpu_backend {
     size_t cap_qxa;
     float *qsp;
     size_t cap_qsp;
+    void *mg;      /* a grouped product's per-matrix tables (cpu_matmul_grouped), bytes */
+    size_t cap_mg;
     long mm_piece; /* few-token products: pieces of ~this many weight bytes, claimed by the workers */
 } cpu_backend;
 
@@ -578,15 +580,18 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
     cpu_backend *be = (cpu_backend *)base;
     if (n < 1)
         return 0;
-    int rc = TERN_ENOMEM;
-    long *offs = malloc((size_t)(n + 1) * sizeof *offs);
-    const int8_t **Q = calloc((size_t)n, sizeof *Q);
-    const float **qs = calloc((size_t)n, sizeof *qs), **xsum = calloc((size_t)n, sizeof *xsum);
-    const uint16_t **Xb = calloc((size_t)n, sizeof *Xb);
-    const int8_t **Qa = calloc((size_t)n, sizeof *Qa);
-    int *qi = malloc((size_t)n * sizeof *qi);
-    if (!offs || !Q || !qs || !xsum || !Xb || !Qa || !qi)
-        goto out;
+    /* the per-matrix tables, carved from one buffer kept by the backend (no allocation a step):
+     * offs, then the five pointer tables (NULL unless set below), then qi */
+    size_t tabs = (size_t)(n + 1) * sizeof(long) + 5 * (size_t)n * sizeof(void *) + (size_t)n * sizeof(int);
+    if (grow(&be->mg, &be->cap_mg, tabs, 1))
+        return tern_err_set(err, TERN_ENOMEM, "out of memory for a grouped product");
+    long *offs = be->mg;
+    void **ptrs = (void **)(offs + n + 1);
+    memset(ptrs, 0, 5 * (size_t)n * sizeof(void *));
+    const int8_t **Q = (const int8_t **)ptrs, **Qa = (const int8_t **)(ptrs + n);
+    const float **qs = (const float **)(ptrs + 2 * n), **xsum = (const float **)(ptrs + 3 * n);
+    const uint16_t **Xb = (const uint16_t **)(ptrs + 4 * n);
+    int *qi = (int *)(ptrs + 5 * n);
     /* the inputs' quantized copies (integer path) or group sums: one per
      * distinct (X, T, group, bits), a matrix reusing its predecessor's */
     size_t need_q = 0, need_s = 0, need_x = 0, need_b = 0, need_a = 0;
@@ -618,7 +623,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
     if (grow((void **)&be->qx, &be->cap_qx, need_q, 1) || grow((void **)&be->qs, &be->cap_qs, need_s, sizeof(float)) ||
         grow((void **)&be->xsum, &be->cap_xsum, need_x, sizeof(float)) ||
         grow((void **)&be->xb, &be->cap_xb, need_b, sizeof(uint16_t)) || grow((void **)&be->qxa, &be->cap_qxa, need_a, 1))
-        goto out;
+        return tern_err_set(err, TERN_ENOMEM, "out of memory for a grouped product");
     size_t oq = 0, os = 0, ox = 0, ob = 0, oa = 0;
     for (int i = 0; i < n; i++) {
         if (mm_uses_bf16b(be, w[i])) {
@@ -689,16 +694,7 @@ static int cpu_matmul_grouped(model_backend *base, int n, const model_weight *co
     } else {
         tern_pool_for(be->pool, offs[n] / unit, (grain + unit - 1) / unit, mg_run, &j);
     }
-    rc = 0;
-out:
-    free(offs);
-    free(Q);
-    free(qs);
-    free(xsum);
-    free(Xb);
-    free(Qa);
-    free(qi);
-    return rc ? tern_err_set(err, rc, "out of memory for a grouped product") : 0;
+    return 0;
 }
 
 /* ---- attention ----
@@ -1001,6 +997,7 @@ static void cpu_free(model_backend *base)
     free(be->qxp);
     free(be->qxa);
     free(be->qsp);
+    free(be->mg);
     free(be);
 }
 
